@@ -1,0 +1,17 @@
+"""chainerjit: a just-in-time compiler for Chainer models.
+
+Add ``@chainerjit.jit`` to a Chain's ``forward`` (or wrap a bound method
+or a function) and calls with a new input signature are recorded, compiled
+to bytecode and run on a Cython VM from then on. See README.md.
+"""
+
+from chainerjit.api import jit  # NOQA
+from chainerjit.api import JitFunction  # NOQA
+from chainerjit.errors import CompiledMismatch  # NOQA
+from chainerjit.errors import DataDependentValue  # NOQA
+from chainerjit.errors import FallbackWarning  # NOQA
+from chainerjit.errors import RecompileWarning  # NOQA
+from chainerjit.errors import UnsupportedArgument  # NOQA
+from chainerjit.errors import VMError  # NOQA
+
+__version__ = '0.1.0'

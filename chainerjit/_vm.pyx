@@ -1,0 +1,113 @@
+# cython: language_level=3, boundscheck=False, wraparound=False
+"""The bytecode VM: runs a :class:`chainerjit.program.Program`.
+
+The loop decodes a flat int array (see ``opcodes.py``) and calls kernels
+from a list on a register list. It touches no Variables and does no dict
+look-ups per instruction.
+"""
+
+from chainerjit import opcodes as _opcodes
+
+cdef enum:
+    CALL1 = 1
+    CALL2 = 2
+    CALL3 = 3
+    CALLN = 4
+    CALLM = 5
+    FREE = 6
+    RET = 7
+
+assert (CALL1, CALL2, CALL3, CALLN, CALLM, FREE, RET) == (
+    _opcodes.CALL1, _opcodes.CALL2, _opcodes.CALL3, _opcodes.CALLN,
+    _opcodes.CALLM, _opcodes.FREE, _opcodes.RET)
+
+
+class VMFault(Exception):
+    """A kernel raised; ``pc`` is where (the original error is chained)."""
+
+    def __init__(self, pc, error):
+        Exception.__init__(self, pc, error)
+        self.pc = pc
+        self.error = error
+
+
+cdef class Machine:
+    """One program, ready to run: code, kernels and the register template
+    (arguments first, then constants, then temporaries)."""
+
+    cdef int[::1] code
+    cdef list kernels
+    cdef list template
+    cdef Py_ssize_t n_inputs
+
+    def __init__(self, code, list kernels, list template, Py_ssize_t n_inputs):
+        self.code = code
+        self.kernels = kernels
+        self.template = template
+        self.n_inputs = n_inputs
+
+    def run(self, inputs):
+        """Runs the program on a sequence of input arrays and returns the
+        tuple of its outputs.
+
+        Raises:
+            VMFault: if a kernel raises.
+        """
+        cdef list regs = list(self.template)
+        cdef Py_ssize_t i
+        if len(inputs) != self.n_inputs:
+            raise ValueError('expected %d inputs, got %d'
+                             % (self.n_inputs, len(inputs)))
+        for i in range(self.n_inputs):
+            regs[i] = inputs[i]
+        cdef int[::1] code = self.code
+        cdef list kernels = self.kernels
+        cdef int pc = 0
+        cdef int op, n, m, j
+        cdef object result
+        cdef tuple args
+        try:
+            while True:
+                op = code[pc]
+                if op == CALL1:
+                    regs[code[pc + 3]] = kernels[code[pc + 1]](
+                        regs[code[pc + 2]])
+                    pc += 4
+                elif op == CALL2:
+                    regs[code[pc + 4]] = kernels[code[pc + 1]](
+                        regs[code[pc + 2]], regs[code[pc + 3]])
+                    pc += 5
+                elif op == FREE:
+                    regs[code[pc + 1]] = None
+                    pc += 2
+                elif op == CALL3:
+                    regs[code[pc + 5]] = kernels[code[pc + 1]](
+                        regs[code[pc + 2]], regs[code[pc + 3]],
+                        regs[code[pc + 4]])
+                    pc += 6
+                elif op == CALLN:
+                    n = code[pc + 2]
+                    args = tuple([regs[code[pc + 3 + j]] for j in range(n)])
+                    regs[code[pc + 3 + n]] = kernels[code[pc + 1]](*args)
+                    pc += 4 + n
+                elif op == CALLM:
+                    n = code[pc + 2]
+                    args = tuple([regs[code[pc + 3 + j]] for j in range(n)])
+                    result = kernels[code[pc + 1]](*args)
+                    m = code[pc + 3 + n]
+                    if len(result) != m:
+                        raise ValueError(
+                            'kernel returned %d outputs, expected %d'
+                            % (len(result), m))
+                    for j in range(m):
+                        regs[code[pc + 4 + n + j]] = result[j]
+                    pc += 4 + n + m
+                elif op == RET:
+                    n = code[pc + 1]
+                    return tuple([regs[code[pc + 2 + j]] for j in range(n)])
+                else:
+                    raise ValueError('bad opcode %d' % op)
+        except VMFault:
+            raise
+        except Exception as e:
+            raise VMFault(pc, e) from e

@@ -1,0 +1,338 @@
+"""The user-facing entry point, :func:`jit`."""
+
+import collections
+import functools
+import logging
+import os
+import time
+import weakref
+
+import chainer
+
+from chainerjit import cache as cache_module
+from chainerjit import codegen
+from chainerjit import errors
+from chainerjit import ops
+from chainerjit import passes
+from chainerjit import signature
+from chainerjit import trace
+
+
+logger = logging.getLogger('chainerjit')
+if os.environ.get('CHAINERJIT_LOG'):
+    logger.addHandler(logging.StreamHandler())
+    logger.setLevel(logging.INFO)
+
+cache_module.watch_links()
+
+
+def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
+    """Compiles a Chainer forward on its first call for each input
+    signature.
+
+    Use it on a method in a Chain's class body, on a bound method or on a
+    plain function of Variables and arrays::
+
+        class MLP(chainer.Chain):
+            @chainerjit.jit
+            def forward(self, x):
+                return self.l2(F.relu(self.l1(x)))
+
+        model.forward = chainerjit.jit(model.forward)
+        f = chainerjit.jit(maxsize=8)(my_function)
+
+    Args:
+        fn: the function or bound method.
+        maxsize: how many signatures to keep compiled (LRU); ``None`` for
+            no bound.
+        check: run each new program once on the inputs it was recorded
+            with and compare with the eager result (on by default).
+        recompile_limit: after this many misses, warn (once) naming what
+            keeps changing between calls.
+
+    Returns:
+        JitFunction: calls like ``fn`` and has ``cache_info()``,
+        ``cache_clear()``, ``cache_entries()`` and ``explain(*args)``.
+    """
+    options = dict(maxsize=maxsize, check=check,
+                   recompile_limit=recompile_limit)
+    if fn is None:
+        return lambda f: jit(f, **options)
+    if isinstance(fn, chainer.Link):
+        return JitFunction(type(fn).forward, lambda: fn, options)
+    if hasattr(fn, '__self__') and hasattr(fn, '__func__'):
+        instance = fn.__self__
+        return JitFunction(fn.__func__, lambda: instance, options)
+    return JitFunction(fn, None, options)
+
+
+class JitFunction(object):
+    """A jitted function, or a jitted method bound to one model.
+
+    Used as a method in a class body it is a descriptor: each instance
+    gets its own JitFunction and cache (``model.forward.cache_info()``).
+    """
+
+    def __init__(self, fn, get_instance, options):
+        self._fn = fn
+        self._get_instance = get_instance
+        self._options = options
+        self._bound = weakref.WeakKeyDictionary()
+        self._check = options['check']
+        self._changes = collections.Counter()
+        self._warned_recompile = False
+        self.cache = cache_module.Cache(options['maxsize'])
+        functools.update_wrapper(self, fn)
+        self.__name__ = getattr(fn, '__qualname__', repr(fn))
+
+    def __get__(self, instance, owner=None):
+        if instance is None or self._get_instance is not None:
+            return self
+        bound = self._bound.get(instance)
+        if bound is None:
+            bound = JitFunction(self._fn, weakref.ref(instance),
+                                self._options)
+            bound.__name__ = '%s.%s' % (type(instance).__name__,
+                                        self._fn.__name__)
+            self._bound[instance] = bound
+        return bound
+
+    def __repr__(self):
+        return '<chainerjit.JitFunction %s>' % self.__name__
+
+    # --- calling ------------------------------------------------------------
+
+    def __call__(self, *args, **kwargs):
+        instance = self._instance()
+        if trace.is_recording():  # inlined into an outer recording
+            return self._eager(instance, args, kwargs)
+        config = chainer.config
+        try:
+            key, leaves = signature.make_key(args, kwargs, config)
+        except errors.UnsupportedArgument as e:
+            self._warn_fallback(e, trace.user_location(2))
+            return self._eager(instance, args, kwargs)
+        if config.enable_backprop and _needs_grad(leaves, instance):
+            return self._eager(instance, args, kwargs)
+        entry, params = self.cache.lookup(key, instance)
+        if entry is None:
+            self.cache.misses += 1
+            return self._compile(key, leaves, instance, args, kwargs)
+        self.cache.hits += 1
+        entry.hits += 1
+        if entry.program is None or (config.enable_backprop and any(
+                p.requires_grad for p in entry.free_params)):
+            return self._eager(instance, args, kwargs)
+        arrays = [signature.leaf_array(leaf) for leaf in leaves]
+        outs = entry.program.run(arrays + params)
+        return entry.build_result(outs, leaves)
+
+    def _instance(self):
+        if self._get_instance is None:
+            return None
+        instance = self._get_instance()
+        if instance is None:
+            raise ReferenceError('%s: its model no longer exists'
+                                 % self.__name__)
+        return instance
+
+    def _eager(self, instance, args, kwargs):
+        if instance is not None:
+            return self._fn(instance, *args, **kwargs)
+        return self._fn(*args, **kwargs)
+
+    # --- compiling ----------------------------------------------------------
+
+    def _signature(self, key, leaves, instance, args, kwargs):
+        fn = self._fn if instance is None else functools.partial(
+            self._fn, instance)
+        return signature.Signature.of_call(
+            fn, args, kwargs, key, leaves,
+            cache_module.model_param_items(instance))
+
+    def _compile(self, key, leaves, instance, args, kwargs):
+        start = time.perf_counter()
+        sig = self._signature(key, leaves, instance, args, kwargs)
+        reason = self._miss_reason(sig, key, instance)
+        recording = trace.record(
+            self._fn, instance, args, kwargs, leaves, self.__name__,
+            [name for name, _ in sig.items[:len(leaves)]])
+        if recording.escape is not None:
+            what, loc = recording.escape
+            entry = cache_module.Entry(
+                key, sig, instance=instance,
+                fallback='%s at %s' % (what, _format_loc(loc)))
+            self._warn_fallback(errors.DataDependentValue(what), loc)
+        else:
+            graph = passes.run(recording.graph)
+            program = codegen.compile_graph(graph)
+            entry = cache_module.Entry(key, sig, graph, program,
+                                       recording.outputs, instance)
+            if self._check:
+                self._self_check(entry, leaves, instance, recording.result)
+        entry.compile_seconds = time.perf_counter() - start
+        evicted = self.cache.insert(entry)
+        logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
+                    self.__name__, reason,
+                    'runs eagerly' if entry.fallback else 'compiled %d '
+                    'instructions' % entry.n_instructions,
+                    entry.compile_seconds,
+                    '; evicted %s' % evicted.signature if evicted else '')
+        return recording.result
+
+    def _self_check(self, entry, leaves, instance, eager_result):
+        if any(ops.is_impure(node.op) for node in entry.graph.nodes):
+            return  # random draws or state updates: a re-run differs
+        arrays = [signature.leaf_array(leaf) for leaf in leaves]
+        try:
+            outs = entry.program.run(arrays + entry.fetch_params(instance))
+            result = entry.build_result(outs, leaves)
+            problem = _compare(eager_result, result)
+        except errors.VMError as e:
+            problem = str(e)
+        if problem:
+            entry.fallback = 'compiled result differs from eager: %s' % (
+                problem)
+            entry.program = None
+            self._warn_fallback(errors.CompiledMismatch(problem), None)
+
+    def _miss_reason(self, sig, key, instance):
+        entries = self.cache.entries()
+        if not entries:
+            return 'first call'
+        lines = min((self._differences(e, sig, key, instance)
+                     for e in entries), key=len)
+        for line in lines:
+            self._changes[_change_kind(line)] += 1
+        if (self.cache.misses >= self._options['recompile_limit']
+                and not self._warned_recompile):
+            self._warned_recompile = True
+            common = ', '.join('%s (%d times)' % kv
+                               for kv in self._changes.most_common(3))
+            errors.warn_once(
+                (self.__name__, 'recompile'), errors.RecompileWarning,
+                'chainerjit: %s has compiled %d times; what keeps '
+                'changing: %s. Each new value is a new cache entry.'
+                % (self.__name__, self.cache.misses, common))
+        return '; '.join(lines) or 'evicted earlier'
+
+    @staticmethod
+    def _differences(entry, sig, key, instance):
+        if entry.key == key:
+            return entry.guard_failures(instance)
+        return entry.signature.diff(sig)
+
+    def _warn_fallback(self, error, loc):
+        errors.warn_once((self.__name__, loc, type(error)),
+                         errors.FallbackWarning,
+                         errors.fallback_message(self.__name__, error, loc))
+
+    # --- inspection ---------------------------------------------------------
+
+    def cache_info(self):
+        """``CacheInfo(hits, misses, maxsize, currsize)``, as
+        ``functools.lru_cache`` reports it."""
+        return self.cache.info()
+
+    def cache_clear(self):
+        """Forgets every compiled program and resets the statistics."""
+        self.cache.clear()
+        self._changes.clear()
+        self._warned_recompile = False
+
+    def cache_entries(self):
+        """The cache entries, least recently used first. Each has
+        ``signature``, ``hits``, ``compile_seconds``, ``n_instructions``,
+        ``graph`` (IR), ``program`` (bytecode; ``program.dis()``) and
+        ``describe()``."""
+        return self.cache.entries()
+
+    def cache_report(self):
+        """A table of the entries with hits and compile times."""
+        return self.cache.report()
+
+    def explain(self, *args, **kwargs):
+        """Says which entry a call with these arguments would use, or, on
+        a miss, how it differs from the closest entry. Runs nothing."""
+        instance = self._instance()
+        config = chainer.config
+        try:
+            key, leaves = signature.make_key(args, kwargs, config)
+        except errors.UnsupportedArgument as e:
+            return '%s would run eagerly: %s' % (self.__name__, e)
+        if config.enable_backprop and _needs_grad(leaves, instance):
+            return ('%s would run eagerly: a gradient may be needed '
+                    '(backprop is enabled and an input or parameter '
+                    'requires grad)' % self.__name__)
+        entries = self.cache.entries()
+        for i, entry in enumerate(entries):
+            if entry.key == key and entry.fetch_params(instance) is not None:
+                return '%s would hit entry #%d: %s%s' % (
+                    self.__name__, i, entry.signature,
+                    ' (runs eagerly: %s)' % entry.fallback
+                    if entry.fallback else '')
+        if not entries:
+            return '%s: cache miss: the cache is empty' % self.__name__
+        sig = self._signature(key, leaves, instance, args, kwargs)
+        diffs = [(len(d), i, d) for i, d in enumerate(
+            self._differences(e, sig, key, instance) for e in entries)]
+        _, nearest, lines = min(diffs)
+        return ('%s: cache miss: closest entry #%d differs in\n%s' % (
+            self.__name__, nearest,
+            '\n'.join('  * %s' % line for line in lines)))
+
+
+def _needs_grad(leaves, instance):
+    for leaf in leaves:
+        if isinstance(leaf, chainer.Variable) and leaf.requires_grad:
+            return True
+    if isinstance(instance, chainer.Link):
+        return any(p.requires_grad for p in instance.params())
+    return False
+
+
+def _format_loc(loc):
+    if loc is None:
+        return 'an unknown line'
+    return '%s:%d' % loc
+
+
+def _change_kind(line):
+    """``'x: shape (32, 784) -> (17, 784) at axis 0'`` -> ``'x: shape at
+    axis 0'``: what changed, without the values."""
+    name, _, rest = line.partition(': ')
+    what = rest.split(' ')[0] if rest else ''
+    where = rest[rest.index(' at axis'):] if ' at axis' in rest else ''
+    return '%s: %s%s' % (name, what, where)
+
+
+def _compare(expected, actual):
+    """Returns ``None`` if two results match, else what differs."""
+    exp_leaves, act_leaves = [], []
+    try:
+        exp_structure = signature.flatten(expected, exp_leaves)
+        act_structure = signature.flatten(actual, act_leaves)
+    except errors.UnsupportedArgument as e:
+        return str(e)
+    if exp_structure != act_structure:
+        return 'the result has another structure'
+    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
+        e, a = signature.leaf_array(e), signature.leaf_array(a)
+        if type(e) is not type(a) or e.shape != a.shape or \
+                e.dtype != a.dtype:
+            return 'output %d: %s %s %s vs eager %s %s %s' % (
+                i, type(a).__name__, a.shape, a.dtype,
+                type(e).__name__, e.shape, e.dtype)
+        xp = chainer.backend.get_array_module(e)
+        if e.dtype.kind in 'fc':
+            scale = float(xp.abs(e[xp.isfinite(e)]).max()) \
+                if e.size and bool(xp.isfinite(e).any()) else 1.0
+            ok = bool(xp.allclose(a, e, rtol=1e-4,
+                                  atol=1e-5 * max(scale, 1.0),
+                                  equal_nan=True))
+        else:
+            ok = bool((a == e).all())
+        if not ok:
+            return 'output %d: values differ' % i
+    return None
+

@@ -1,0 +1,346 @@
+"""The per-function cache of compiled programs.
+
+An :class:`Entry` is found by the call's key (``signature.make_key``) and
+then checked against its *guards*: every parameter and persistent array
+the program reads must still exist with the recorded shape, dtype and
+device, and the model must still be the same tree of links with the same
+Python scalar attributes. The model check is cheap on a hit: chainerjit
+counts attribute assignments on links (:data:`link_epoch`) and compares
+the model again only when that count moved.
+"""
+
+import collections
+import itertools
+
+import chainer
+import numpy
+
+from chainerjit import signature
+
+
+# --- noticing changes to models ---------------------------------------------
+
+_epoch = itertools.count(1)
+link_epoch = [0]
+
+
+def _bump():
+    link_epoch[0] = next(_epoch)
+
+
+def _watching(method):
+    def watched(self, *args, **kwargs):
+        _bump()
+        return method(self, *args, **kwargs)
+    watched.__name__ = method.__name__
+    watched.__doc__ = method.__doc__
+    watched.__wrapped__ = method
+    return watched
+
+
+def watch_links():
+    """Counts every attribute set on a Link and every link added to a
+    ChainList, so a cached program notices a replaced link or a changed
+    setting. Idempotent."""
+    for cls, names in ((chainer.Link, ('__setattr__', '__delattr__')),
+                       (chainer.ChainList, ('add_link',))):
+        for name in names:
+            method = getattr(cls, name)
+            if not hasattr(method, '__wrapped__'):
+                setattr(cls, name, _watching(method))
+
+
+_SCALARS = (type(None), bool, int, float, str)
+
+
+def link_state(instance):
+    """What a compiled program assumes of a model: for each link, its
+    class and identity and its Python scalar attributes."""
+    if not isinstance(instance, chainer.Link):
+        return {}
+    state = {}
+    for path, link in instance.namedlinks():
+        attrs = tuple(sorted(
+            (k, v) for k, v in vars(link).items()
+            if isinstance(v, _SCALARS)
+            or (type(v) is tuple and all(isinstance(x, _SCALARS)
+                                         for x in v))))
+        size = len(link) if isinstance(link, chainer.ChainList) else None
+        state[path or '/'] = (type(link).__name__, id(link), size, attrs)
+    return state
+
+
+def diff_link_state(old, new):
+    """Lines saying how a model changed between two :func:`link_state`."""
+    lines = []
+    for path in sorted(set(old) | set(new)):
+        name = path.strip('/').replace('/', '.') or '(model)'
+        if path not in new:
+            lines.append('%s: link removed' % name)
+        elif path not in old:
+            lines.append('%s: link added' % name)
+        elif old[path][:2] != new[path][:2]:
+            lines.append('%s: link replaced (%s -> %s)' % (
+                name, old[path][0], new[path][0]))
+        elif old[path][2] != new[path][2]:
+            lines.append('%s: length %s -> %s' % (name, old[path][2],
+                                                  new[path][2]))
+        else:
+            a, b = dict(old[path][3]), dict(new[path][3])
+            for k in sorted(set(a) | set(b)):
+                if a.get(k) != b.get(k):
+                    lines.append('%s.%s: %r -> %r' % (name, k, a.get(k),
+                                                      b.get(k)))
+    return lines
+
+
+# --- model arrays -----------------------------------------------------------
+
+def resolve_owner(instance, path):
+    """Follows a path like ``('l1', 'W')`` from a Link. Returns
+    ``(parameter, None)``, ``(link, name)`` for a persistent array, or
+    ``None`` when the path no longer exists."""
+    obj = instance
+    try:
+        for part in path[:-1]:
+            if isinstance(obj, chainer.ChainList):
+                obj = obj[int(part)]
+            else:
+                obj = getattr(obj, part)
+        leaf = getattr(obj, path[-1])
+    except (AttributeError, IndexError, ValueError, TypeError):
+        return None
+    if isinstance(leaf, chainer.Variable):
+        return leaf, None
+    return obj, path[-1]
+
+
+def read_owner(owner):
+    obj, attr = owner
+    return obj._data[0] if attr is None else getattr(obj, attr, None)
+
+
+def array_spec(array):
+    """``(shape, dtype, array class, device)`` of a model array."""
+    device = None if type(array) is numpy.ndarray else \
+        signature.array_device(array)
+    return array.shape, array.dtype, type(array), device
+
+
+def matches(array, spec):
+    shape, dtype, cls, device = spec
+    return (type(array) is cls and array.shape == shape
+            and array.dtype == dtype
+            and (device is None or signature.array_device(array) == device))
+
+
+def describe_array_change(name, spec, array):
+    if array is None:
+        return '%s: missing' % name
+    shape, dtype, cls, device = spec
+    new = array_spec(array)
+    if new[0] != shape:
+        return '%s: shape %s -> %s' % (name, shape, new[0])
+    if new[1] != dtype:
+        return '%s: dtype %s -> %s' % (name, dtype, new[1])
+    return '%s: device %s -> %s' % (name, device or 'cpu',
+                                    new[3] or 'cpu')
+
+
+# --- entries ----------------------------------------------------------------
+
+class Entry(object):
+    """One compiled (or eagerly run) signature of a function.
+
+    Attributes:
+        key: the call key it answers.
+        signature: the readable :class:`signature.Signature`.
+        graph: the IR after passes (``None`` for an eager entry).
+        program: the :class:`program.Program` (``None`` if eager).
+        outputs: ``(structure, leaf specs)`` of the result.
+        fallback: ``None``, or why this signature runs eagerly.
+        hits: calls answered from this entry.
+        compile_seconds: time spent recording, optimising and compiling.
+    """
+
+    def __init__(self, key, signature, graph=None, program=None,
+                 outputs=None, instance=None, compile_seconds=0.0,
+                 fallback=None):
+        self.key = key
+        self.signature = signature
+        self.graph = graph
+        self.program = program
+        self.outputs = outputs
+        self.fallback = fallback
+        self.hits = 0
+        self.compile_seconds = compile_seconds
+        params = graph.params if graph is not None else []
+        self.param_names = [v.name for v in params]
+        self.param_sources = [v.data for v in params]
+        self.param_specs = []
+        self.free_params = [s[1] for s in self.param_sources
+                            if s[0] == 'object']
+        self.link_state = link_state(instance)
+        self._owners = self._resolve(instance)
+        self.param_specs = [array_spec(read_owner(o)) for o in self._owners]
+        self._epoch = link_epoch[0]
+
+    @property
+    def n_instructions(self):
+        return self.program.n_instructions if self.program else 0
+
+    def _resolve(self, instance):
+        owners = []
+        for kind, source in self.param_sources:
+            owner = (source, None) if kind == 'object' else \
+                resolve_owner(instance, source)
+            if owner is None:
+                return None
+            owners.append(owner)
+        return owners
+
+    def fetch_params(self, instance):
+        """The arrays the program reads from the model, or ``None`` if a
+        guard fails (the call is then a miss)."""
+        if self._epoch != link_epoch[0]:
+            if link_state(instance) != self.link_state:
+                return None
+            self._owners = self._resolve(instance)
+            self._epoch = link_epoch[0]
+        if self._owners is None:
+            return None
+        arrays = []
+        for owner, spec in zip(self._owners, self.param_specs):
+            array = read_owner(owner)
+            if array is None or not matches(array, spec):
+                return None
+            arrays.append(array)
+        return arrays
+
+    def guard_failures(self, instance):
+        """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
+        lines = diff_link_state(self.link_state, link_state(instance))
+        if lines:
+            return lines
+        for name, source, spec in zip(self.param_names, self.param_sources,
+                                      self.param_specs):
+            owner = (source[1], None) if source[0] == 'object' else \
+                resolve_owner(instance, source[1])
+            array = read_owner(owner) if owner else None
+            if array is None or not matches(array, spec):
+                lines.append(describe_array_change(name, spec, array))
+        return lines
+
+    def build_result(self, outs, leaves):
+        """The call's result, shaped as eager's, from program outputs."""
+        structure, specs = self.outputs
+        made = []
+        for kind, where, is_var, grad in specs:
+            if kind == 'value':
+                leaf = outs[where]
+            elif kind == 'arg':
+                made.append(leaves[where])
+                continue
+            else:
+                leaf = where.copy()
+            if is_var:
+                leaf = chainer.Variable._init_unchecked(
+                    leaf, requires_grad=grad)
+            made.append(leaf)
+        return signature.unflatten(structure, made)
+
+    def describe(self):
+        """A multi-line report of this entry: signature, stats, IR and
+        bytecode."""
+        lines = ['signature: %s' % self.signature,
+                 'hits: %d, compile: %.3f s' % (self.hits,
+                                                 self.compile_seconds)]
+        if self.fallback:
+            lines.append('runs eagerly: %s' % self.fallback)
+        else:
+            lines.append('instructions: %d' % self.n_instructions)
+            lines.append(str(self.graph))
+            lines.append(self.program.dis())
+        return '\n'.join(lines)
+
+
+CacheInfo = collections.namedtuple('CacheInfo', 'hits misses maxsize currsize')
+
+
+class Cache(object):
+    """An LRU cache of :class:`Entry` objects for one function."""
+
+    def __init__(self, maxsize):
+        self.maxsize = maxsize
+        self.hits = 0
+        self.misses = 0
+        self._buckets = {}
+        self._lru = collections.OrderedDict()
+
+    def lookup(self, key, instance):
+        """Returns ``(entry, param arrays)``, or ``(None, None)``."""
+        bucket = self._buckets.get(key)
+        if bucket:
+            for entry in bucket:
+                arrays = entry.fetch_params(instance)
+                if arrays is not None:
+                    self._lru.move_to_end(entry)
+                    return entry, arrays
+        return None, None
+
+    def insert(self, entry):
+        """Adds an entry; returns the entry evicted, if any."""
+        self._buckets.setdefault(entry.key, []).insert(0, entry)
+        self._lru[entry] = None
+        if self.maxsize is not None and len(self._lru) > self.maxsize:
+            old, _ = self._lru.popitem(last=False)
+            self._buckets[old.key].remove(old)
+            if not self._buckets[old.key]:
+                del self._buckets[old.key]
+            return old
+        return None
+
+    def entries(self):
+        """Entries from least to most recently used."""
+        return list(self._lru)
+
+    def clear(self):
+        self._buckets.clear()
+        self._lru.clear()
+        self.hits = 0
+        self.misses = 0
+
+    def info(self):
+        return CacheInfo(self.hits, self.misses, self.maxsize,
+                         len(self._lru))
+
+    def report(self):
+        """A table of the entries, most recently used last."""
+        rows = ['  #  %-50s %6s %9s %6s' % ('signature', 'hits', 'compile',
+                                           'insts')]
+        for i, entry in enumerate(self.entries()):
+            sig = str(entry.signature)
+            if len(sig) > 50:
+                sig = sig[:47] + '...'
+            rows.append('%3d  %-50s %6d %7.3f s %6s' % (
+                i, sig, entry.hits, entry.compile_seconds,
+                'eager' if entry.fallback else entry.n_instructions))
+        return '\n'.join(rows)
+
+
+def format_param_item(name, array, requires_grad):
+    """A ``(name, ArraySpec)`` signature item for a model array."""
+    return (name, signature.ArraySpec(
+        array.shape, array.dtype, signature.array_device(array),
+        requires_grad, True))
+
+
+def model_param_items(instance):
+    """Signature items for every parameter of a model."""
+    if not isinstance(instance, chainer.Link):
+        return []
+    return [format_param_item(n.strip('/').replace('/', '.'), p.array,
+                              p.requires_grad)
+            for n, p in sorted(instance.namedparams())
+            if p.array is not None]
+

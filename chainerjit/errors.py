@@ -1,0 +1,93 @@
+"""Errors and warnings raised by chainerjit.
+
+Each unsupported construct has its own class. When chainerjit cannot
+compile a call it runs the function eagerly instead and says so once, with
+a :class:`FallbackWarning` that names the construct and the user's source
+line; see ``docs/errors.md``.
+"""
+
+import linecache
+import os
+import warnings
+
+
+class ChainerJitError(Exception):
+    """Base class of chainerjit's errors."""
+
+
+class UnsupportedArgument(ChainerJitError):
+    """An argument chainerjit cannot put in a cache key.
+
+    chainerjit takes Variables, NumPy/CuPy arrays, Python scalars, strings,
+    None, and lists, tuples and dicts of those. Anything else (an object
+    of your own class, a generator) makes the call run eagerly. Fix: pass
+    the arrays it holds instead.
+    """
+
+
+class DataDependentValue(ChainerJitError):
+    """The forward read an array's values back into Python.
+
+    ``float(v.array)``, ``v.item()``, ``bool(...)``, ``if (x.array > 0)
+    .any():``, or NumPy run on ``v.array`` whose result feeds Chainer
+    functions: the recording cannot know these for the next call. The call
+    runs eagerly. Fix: keep the computation in Chainer functions (for
+    example ``F.where(cond, a, b)`` instead of an ``if``).
+    """
+
+
+class CompiledMismatch(ChainerJitError):
+    """The compiled program did not reproduce the eager result.
+
+    chainerjit runs every new program once on the inputs it was recorded
+    with and compares. A difference means a bug in chainerjit (please
+    report it with the printed IR); the function runs eagerly instead.
+    """
+
+
+class VMError(ChainerJitError):
+    """A kernel raised inside the VM; the message shows the instruction."""
+
+
+class FallbackWarning(UserWarning):
+    """A call ran eagerly instead of compiled (shown once per site)."""
+
+
+class RecompileWarning(UserWarning):
+    """A function keeps recompiling; the message says what changes."""
+
+
+def source_excerpt(loc):
+    """Formats ``(filename, lineno)`` as a traceback-style excerpt."""
+    if loc is None:
+        return '  (source line unknown)'
+    filename, lineno = loc
+    line = linecache.getline(filename, lineno).strip()
+    text = '  File "%s", line %d' % (filename, lineno)
+    if line:
+        text += '\n      %s' % line
+    return text
+
+
+_warned = set()
+
+
+def warn_once(site, category, message):
+    """Warns once per ``site`` (a hashable naming function and line)."""
+    if site in _warned:
+        return
+    _warned.add(site)
+    warnings.warn(message, category, stacklevel=4)
+
+
+def fallback_message(func_name, error, loc):
+    """The text of a one-time warning for a call that ran eagerly."""
+    kind = type(error).__name__
+    return ('chainerjit: %s: %s\n%s\n  %s runs eagerly for this input '
+            'signature (this warning is shown once).\n  See '
+            'docs/errors.md#%s' % (kind, error, source_excerpt(loc),
+                                    func_name, kind))
+
+
+def short_path(filename):
+    return os.path.basename(filename)

@@ -1,0 +1,198 @@
+"""The intermediate representation: a flat graph of ops over SSA values.
+
+The specification, one bullet per kind of thing in a :class:`Graph`:
+
+* A :class:`Value` is defined once. Its ``kind`` says where it comes from:
+  ``'input'`` (an array argument of the call), ``'param'`` (a parameter or
+  persistent array of the model, read on every call), ``'const'`` (an array
+  created inside the forward that does not depend on any input) or
+  ``'temp'`` (the output of a node). Every value has a ``shape`` and
+  ``dtype``, as recorded.
+* A :class:`Node` applies one op: ``op`` is the name printed (the Chainer
+  ``FunctionNode`` label), ``kernel`` the callable the VM will run,
+  ``inputs`` and ``outputs`` are values, ``attrs`` a sorted tuple of
+  ``(name, value)`` pairs, ``generic`` says the kernel is the node's own
+  ``forward`` rather than a lowering, and ``loc`` is the user's source
+  line (``file:line``).
+* ``Graph.outputs`` lists the values the program returns, in order.
+
+The printed form (``str(graph)``), documented in ``docs/ir.md``::
+
+    graph MLP.forward(x: f32[1,784]; l1.W: f32[100,784], l1.b: f32[100]):
+      %0: f32[1,100] = LinearFunction(x, l1.W, l1.b)  # mlp.py:14
+      %1: f32[1,100] = ReLU(%0)  # mlp.py:14
+      return (%1)
+"""
+
+import os
+
+import numpy
+
+
+_DTYPE_ABBREV = {
+    'float16': 'f16', 'float32': 'f32', 'float64': 'f64',
+    'int8': 'i8', 'int16': 'i16', 'int32': 'i32', 'int64': 'i64',
+    'uint8': 'u8', 'uint16': 'u16', 'uint32': 'u32', 'uint64': 'u64',
+    'bool': 'b1',
+}
+
+
+def format_type(shape, dtype):
+    """Formats a shape and dtype as ``f32[32,784]``."""
+    name = numpy.dtype(dtype).name
+    return '%s[%s]' % (_DTYPE_ABBREV.get(name, name),
+                       ','.join(str(d) for d in shape))
+
+
+class Value(object):
+    """An SSA value: defined once, by an argument, a constant or a node."""
+
+    __slots__ = ('kind', 'shape', 'dtype', 'name', 'data')
+
+    def __init__(self, kind, shape, dtype, name=None, data=None):
+        self.kind = kind
+        self.shape = tuple(shape)
+        self.dtype = numpy.dtype(dtype)
+        self.name = name
+        self.data = data  # a constant's array; a param's source
+
+    @property
+    def type_str(self):
+        return format_type(self.shape, self.dtype)
+
+    def __repr__(self):
+        return '<Value %s %s %s>' % (self.kind, self.name, self.type_str)
+
+
+class Node(object):
+    """One op applied to values, producing values."""
+
+    __slots__ = ('op', 'kernel', 'inputs', 'outputs', 'attrs', 'generic',
+                 'pure', 'loc')
+
+    def __init__(self, op, kernel, inputs, outputs, attrs=(), generic=False,
+                 pure=True, loc=None):
+        self.op = op
+        self.kernel = kernel
+        self.inputs = list(inputs)
+        self.outputs = list(outputs)
+        self.attrs = tuple(sorted(attrs))
+        self.generic = generic
+        self.pure = pure
+        self.loc = loc
+
+    @property
+    def label(self):
+        """The op name with its attributes, as printed."""
+        parts = ['%s=%s' % (k, _format_attr(v)) for k, v in self.attrs]
+        if self.generic:
+            parts.insert(0, 'generic')
+        if not parts:
+            return self.op
+        return '%s[%s]' % (self.op, ', '.join(parts))
+
+
+def _format_attr(value):
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, numpy.dtype):
+        return value.name
+    if isinstance(value, type) and issubclass(value, numpy.generic):
+        return numpy.dtype(value).name
+    return str(value)
+
+
+class Graph(object):
+    """A recorded forward: arguments, constants, nodes and outputs.
+
+    ``inputs`` are the array arguments in flattening order, ``params`` the
+    model arrays read on every call, ``consts`` the constants; together
+    they are the values live on entry.
+    """
+
+    def __init__(self, name='f'):
+        self.name = name
+        self.inputs = []
+        self.params = []
+        self.consts = []
+        self.nodes = []
+        self.outputs = []
+
+    def add_value(self, kind, shape, dtype, name=None, data=None):
+        value = Value(kind, shape, dtype, name, data)
+        {'input': self.inputs, 'param': self.params,
+         'const': self.consts}.get(kind, []).append(value)
+        return value
+
+    def add_node(self, node):
+        self.nodes.append(node)
+        return node
+
+    def value_names(self):
+        """Names every value for printing: arguments by their own name,
+        constants ``c0, c1, ...`` and node outputs ``%0, %1, ...`` in order
+        of definition."""
+        names = {}
+        for value in self.inputs + self.params:
+            names[value] = value.name
+        for i, value in enumerate(self.consts):
+            names[value] = 'c%d' % i
+        count = 0
+        for node in self.nodes:
+            for value in node.outputs:
+                names[value] = '%%%d' % count
+                count += 1
+        return names
+
+    def __str__(self):
+        names = self.value_names()
+
+        def binders(values):
+            return ', '.join('%s: %s' % (names[v], v.type_str)
+                             for v in values)
+        lines = ['graph %s(%s; %s):' % (self.name, binders(self.inputs),
+                                        binders(self.params))]
+        for value in self.consts:
+            lines.append('  %s: %s = const' % (names[value], value.type_str))
+        for node in self.nodes:
+            lhs = ', '.join('%s: %s' % (names[v], v.type_str)
+                            for v in node.outputs)
+            rhs = '%s(%s)' % (node.label,
+                              ', '.join(names[v] for v in node.inputs))
+            line = '  %s = %s' % (lhs, rhs)
+            if node.loc:
+                line += '  # %s' % format_loc(node.loc)
+            lines.append(line)
+        lines.append('  return (%s)' % ', '.join(
+            names[v] for v in self.outputs))
+        return '\n'.join(lines)
+
+    def verify(self):
+        """Checks that every value is defined once, before it is used.
+
+        Raises:
+            AssertionError: naming the first offending node, with the
+                whole graph printed.
+        """
+        defined = set(self.inputs + self.params + self.consts)
+        for node in self.nodes:
+            for value in node.inputs:
+                if value not in defined:
+                    self._fail('%s uses an undefined value' % node.label)
+            for value in node.outputs:
+                if value in defined:
+                    self._fail('%s redefines a value' % node.label)
+                defined.add(value)
+        for value in self.outputs:
+            if value not in defined:
+                self._fail('the graph returns an undefined value')
+
+    def _fail(self, message):
+        raise AssertionError('IR verification failed: %s\n%s'
+                             % (message, self))
+
+
+def format_loc(loc):
+    """Formats a ``(filename, lineno)`` pair as ``file.py:12``."""
+    filename, lineno = loc
+    return '%s:%d' % (os.path.basename(filename), lineno)

@@ -1,0 +1,144 @@
+"""The op table: how each Chainer FunctionNode class becomes a VM kernel.
+
+Each module here mirrors a family of ``chainer.functions`` and registers
+*lowerings* with :func:`lowering`::
+
+    @lowering(chainer.functions.activation.relu.ReLU)
+    def relu(node, ctx):
+        xp = ctx.xp
+        return Kernel(lambda x: xp.maximum(x, x.dtype.type(0)))
+
+A lowering receives the FunctionNode instance exactly as recorded (so it
+can read attributes such as ``node.axis``) and a :class:`LowerContext`
+with the array module and the recorded input and output types. It returns
+a :class:`Kernel`, a plain callable on arrays that computes what the
+node's ``forward`` computes, or ``None`` when this instance uses a variant
+the lowering does not cover. Nodes without a lowering run on the *generic
+path* (:func:`generic_kernel`): a fresh copy of the recorded node runs its
+own ``forward`` on every call.
+"""
+
+import collections
+import copy
+import weakref
+
+import chainer
+import numpy
+
+
+class Kernel(collections.namedtuple('Kernel', 'fn attrs multi')):
+    """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
+    when ``multi`` is true. ``attrs`` is a dict shown in printed IR."""
+
+    def __new__(cls, fn, attrs=None, multi=False):
+        return super(Kernel, cls).__new__(
+            cls, fn, tuple(sorted((attrs or {}).items())), multi)
+
+
+class LowerContext(collections.namedtuple(
+        'LowerContext', 'xp in_shapes in_dtypes out_shapes out_dtypes')):
+    """What a lowering may know besides the node: the array module
+    (``numpy`` or ``cupy``) and the recorded input and output types."""
+
+
+_LOWERINGS = {}
+
+
+def lowering(*classes):
+    """Registers the decorated function as the lowering of ``classes``."""
+    def register(fn):
+        for cls in classes:
+            _LOWERINGS[cls] = fn
+        return fn
+    return register
+
+
+# FunctionNode classes (by name) whose forward draws random numbers or
+# updates state outside its inputs: a program holding one is not re-run to
+# self-check it against eager.
+_IMPURE_NAMES = frozenset([
+    'Dropout', 'Gaussian', 'SimplifiedDropconnect', 'Zoneout', 'RReLU',
+    'BatchNormalization', 'GumbelSoftmax'])
+
+
+def is_impure(label):
+    """True for a node label (class name) that is random or stateful."""
+    return label in _IMPURE_NAMES
+
+
+def lowered_classes():
+    """The FunctionNode classes that have a lowering."""
+    _load_op_modules()
+    return frozenset(_LOWERINGS)
+
+
+def lower(node, ctx):
+    """Returns the kernel of a recorded node, or ``None`` if it has no
+    lowering (the caller then uses :func:`generic_kernel`)."""
+    _load_op_modules()
+    fn = _LOWERINGS.get(type(node))
+    if fn is None:
+        return None
+    return fn(node, ctx)
+
+
+def node_label(node):
+    """The name printed for a node: Chainer's class name."""
+    if isinstance(node, chainer.function.FunctionAdapter):
+        return node._impl_name
+    return type(node).__name__
+
+
+def pristine_copy(node):
+    """A copy of a node taken before ``apply``, to run its forward again.
+
+    Old-style ``chainer.Function`` objects are wrapped in a
+    ``FunctionAdapter``; the wrapped function is copied too.
+    """
+    template = copy.copy(node)
+    if isinstance(node, chainer.function.FunctionAdapter):
+        _adopt(template, copy.copy(node._function))
+    return template
+
+
+def _adopt(adapter, function):
+    adapter._function = function
+    function._owned_node = None
+    function._node = weakref.ref(adapter)
+
+
+def generic_kernel(template, ctx):
+    """A kernel that runs a fresh copy of ``template``'s own forward."""
+    is_adapter = isinstance(template, chainer.function.FunctionAdapter)
+    on_gpu = ctx.xp is not numpy
+
+    def run(*arrays):
+        node = copy.copy(template)
+        if is_adapter:
+            _adopt(node, copy.copy(template._function))
+        node._input_indexes_to_retain = None
+        node._output_indexes_to_retain = None
+        if on_gpu:
+            device = chainer.backend.get_device_from_array(*arrays)
+            with chainer.using_device(device):
+                return node.forward(arrays)
+        return node.forward(arrays)
+    return Kernel(run, multi=True)
+
+
+_loaded = []
+
+
+def _load_op_modules():
+    if _loaded:
+        return
+    _loaded.append(True)
+    # Imported for their registrations.
+    from chainerjit.ops import activation  # NOQA
+    from chainerjit.ops import array  # NOQA
+    from chainerjit.ops import connection  # NOQA
+    from chainerjit.ops import loss  # NOQA
+    from chainerjit.ops import math  # NOQA
+    from chainerjit.ops import noise  # NOQA
+    from chainerjit.ops import normalization  # NOQA
+    from chainerjit.ops import pooling  # NOQA

@@ -1,0 +1,1 @@
+"""Lowerings of chainer.functions.math."""

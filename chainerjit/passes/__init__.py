@@ -1,0 +1,33 @@
+"""Optimisation passes over the IR, run in the order of ``PIPELINE``.
+
+Each pass is a function ``graph -> (graph, changed)``. ``run`` applies
+them, verifies the graph after each one when ``CHAINERJIT_CHECKS=1`` (the
+test suite sets it), and prints the IR after the passes named in
+``CHAINERJIT_PRINT_AFTER`` (comma-separated, or ``all``).
+"""
+
+import os
+import sys
+
+from chainerjit.passes import dce
+
+
+PIPELINE = (dce.dce,)
+
+
+def run(graph, pipeline=PIPELINE):
+    """Runs the passes on ``graph`` and returns the result."""
+    checks = os.environ.get('CHAINERJIT_CHECKS') == '1'
+    print_after = set(filter(None, os.environ.get(
+        'CHAINERJIT_PRINT_AFTER', '').split(',')))
+    if checks:
+        graph.verify()
+    for p in pipeline:
+        graph, changed = p(graph)
+        if checks:
+            graph.verify()
+        if print_after & {'all', p.__name__}:
+            sys.stderr.write('--- IR of %s after %s (%s) ---\n%s\n' % (
+                graph.name, p.__name__,
+                'changed' if changed else 'unchanged', graph))
+    return graph

@@ -1,0 +1,146 @@
+"""Compiled programs and their disassembler.
+
+A :class:`Program` is what codegen produces and the VM runs: a flat int
+array of instructions (``opcodes.py``), a register file layout (arguments,
+then constants, then temporaries), a kernel table and a constant pool.
+``program.dis()`` prints it in the form documented in ``docs/bytecode.md``::
+
+    program MLP.forward: 5 inputs, 0 consts, 7 registers, 5 kernels
+      inputs: %0=x %1=l1.W %2=l1.b ...
+     line     pc  opcode  args
+       14      0  CALL3   k0:LinearFunction  %0 %1 %2 -> %5
+       14      6  CALL1   k1:ReLU  %5 -> %6
+       14     10  FREE    %5
+"""
+
+import collections
+import io
+
+import numpy
+
+from chainerjit import _vm
+from chainerjit import errors
+from chainerjit import ir
+from chainerjit import opcodes
+
+
+Instruction = collections.namedtuple(
+    'Instruction', 'pc opname kernel inputs outputs argrepr loc')
+Instruction.__doc__ = """One decoded instruction.
+
+Fields:
+    pc: offset of the instruction in ``Program.code``.
+    opname: the opcode's name (``CALL1``, ``FREE``, ...).
+    kernel: the kernel's index in the kernel table, or ``None``.
+    inputs: registers read.
+    outputs: registers written.
+    argrepr: the arguments as printed.
+    loc: the user's ``(filename, lineno)`` the instruction comes from.
+"""
+
+
+class Program(object):
+    """A compiled forward.
+
+    Attributes:
+        name: the function's name.
+        code: ``numpy.int32`` array of instructions.
+        kernels: list of callables; ``kernel_names`` their printed names.
+        consts: the constant pool (arrays), in registers ``n_inputs`` on.
+        n_inputs: number of argument registers (arrays, then parameters).
+        n_regs: size of the register file.
+        input_names: printed names of the argument registers.
+        locs: ``pc -> (filename, lineno)``.
+    """
+
+    def __init__(self, name, code, kernels, kernel_names, consts, n_inputs,
+                 n_regs, input_names, locs):
+        self.name = name
+        self.code = numpy.asarray(code, dtype=numpy.int32)
+        self.kernels = kernels
+        self.kernel_names = kernel_names
+        self.consts = consts
+        self.n_inputs = n_inputs
+        self.n_regs = n_regs
+        self.input_names = input_names
+        self.locs = locs
+        template = [None] * n_regs
+        template[n_inputs:n_inputs + len(consts)] = consts
+        self._machine = _vm.Machine(self.code, list(kernels), template,
+                                    n_inputs)
+        self.run_unchecked = self._machine.run
+
+    def run(self, inputs):
+        """Runs the program on input arrays (arguments, then parameters).
+
+        Raises:
+            chainerjit.errors.VMError: if a kernel raises; the message
+                shows the program with ``-->`` at the failing instruction.
+        """
+        try:
+            return self._machine.run(inputs)
+        except _vm.VMFault as fault:
+            raise errors.VMError(
+                'kernel raised %s: %s\n%s' % (
+                    type(fault.error).__name__, fault.error,
+                    self.dis(mark=fault.pc))) from fault.error
+
+    @property
+    def n_instructions(self):
+        return sum(1 for _ in self.instructions())
+
+    def instructions(self):
+        """Yields an :class:`Instruction` per instruction, in order."""
+        code = self.code.tolist()
+        pc = 0
+        while pc < len(code):
+            op, k, ins, outs, next_pc = opcodes.decode(code, pc)
+            yield Instruction(pc, opcodes.OPNAMES[op], k, ins, outs,
+                              self._argrepr(op, k, ins, outs),
+                              self.locs.get(pc))
+            pc = next_pc
+
+    def _argrepr(self, op, k, ins, outs):
+        regs = ' '.join('%%%d' % r for r in ins)
+        if k is None:
+            return regs
+        return 'k%d:%s  %s -> %s' % (k, self.kernel_names[k], regs,
+                                     ' '.join('%%%d' % r for r in outs))
+
+    def info(self):
+        """The header ``dis`` prints: sizes and the register layout."""
+        lines = ['program %s: %d inputs, %d consts, %d registers, '
+                 '%d kernels' % (self.name, self.n_inputs, len(self.consts),
+                                 self.n_regs, len(self.kernels))]
+        if self.input_names:
+            lines.append('  inputs: ' + ' '.join(
+                '%%%d=%s' % (i, n) for i, n in enumerate(self.input_names)))
+        if self.consts:
+            lines.append('  consts: ' + ' '.join(
+                '%%%d=%s' % (self.n_inputs + i,
+                             ir.format_type(c.shape, c.dtype))
+                for i, c in enumerate(self.consts)))
+        return '\n'.join(lines)
+
+    def dis(self, file=None, mark=None):
+        """Returns (and writes to ``file``, if given) the disassembly.
+
+        Args:
+            mark: a pc to point at with ``-->``, as ``dis.distb`` does.
+        """
+        out = io.StringIO()
+        out.write(self.info() + '\n')
+        out.write('    line    pc  opcode  args\n')
+        last_line = None
+        for inst in self.instructions():
+            line = inst.loc[1] if inst.loc else None
+            shown = '%4d' % line if line is not None and \
+                line != last_line else '    '
+            last_line = line
+            arrow = '-->' if inst.pc == mark else '   '
+            out.write('%s %s %5d  %-6s  %s\n' % (
+                arrow, shown, inst.pc, inst.opname, inst.argrepr))
+        text = out.getvalue()
+        if file is not None:
+            file.write(text)
+        return text

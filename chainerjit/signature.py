@@ -1,0 +1,264 @@
+"""Call signatures: the cache key of a call, and its readable form.
+
+A call's arguments are flattened into a *structure* (nesting, static
+Python values, where the arrays go) and a list of array *leaves*
+(Variables and NumPy/CuPy arrays). The cache key is::
+
+    (train, enable_backprop, structure, leaf specs, aliasing)
+
+where a leaf spec is ``(shape, dtype, device, requires_grad, is_variable)``.
+:class:`Signature` is the same information with argument names, printed
+as ``x: f32[32,784]@cpu, train=False`` and compared item by item to
+explain a cache miss.
+"""
+
+import collections
+import inspect
+
+import chainer
+from chainer import backend
+import numpy
+
+from chainerjit import errors
+from chainerjit import ir
+
+
+_STATIC_TYPES = (type(None), bool, int, float, str, numpy.dtype)
+
+
+def array_device(array):
+    """``'cpu'`` for NumPy arrays, ``'gpu0'``, ... for CuPy arrays."""
+    if isinstance(array, numpy.ndarray):
+        return 'cpu'
+    device = backend.get_device_from_array(array)
+    return 'gpu%d' % device.device.id if hasattr(device, 'device') else str(
+        device)
+
+
+def _is_array(obj):
+    return isinstance(obj, chainer.get_array_types())
+
+
+def flatten(obj, leaves):
+    """Returns the hashable structure of ``obj``, appending its Variables
+    and arrays to ``leaves`` in order.
+
+    Raises:
+        chainerjit.errors.UnsupportedArgument: for an argument that is not
+            a Variable, an array, a static Python value or a list, tuple or
+            dict of those.
+    """
+    kind = type(obj)
+    if kind is chainer.Variable or kind is chainer.Parameter:
+        leaves.append(obj)
+        return 'V'
+    if isinstance(obj, chainer.Variable):
+        leaves.append(obj)
+        return 'V'
+    if _is_array(obj):
+        leaves.append(obj)
+        return 'A'
+    if isinstance(obj, _STATIC_TYPES) or isinstance(obj, numpy.generic):
+        return ('S', kind, obj)
+    if kind is list or kind is tuple:
+        return (kind.__name__,
+                tuple([flatten(item, leaves) for item in obj]))
+    if kind is dict:
+        keys = tuple(obj)
+        return ('dict', keys, tuple([flatten(obj[k], leaves) for k in keys]))
+    raise errors.UnsupportedArgument(
+        'an argument of type %s (chainerjit takes Variables, arrays, '
+        'Python scalars, None and lists, tuples and dicts of them)'
+        % kind.__name__)
+
+
+def unflatten(structure, leaves):
+    """Rebuilds an object from :func:`flatten`'s structure and leaves."""
+    return _unflatten(structure, iter(leaves))
+
+
+def _unflatten(structure, leaves):
+    if structure == 'V' or structure == 'A':
+        return next(leaves)
+    tag = structure[0]
+    if tag == 'S':
+        return structure[2]
+    if tag == 'dict':
+        return {k: _unflatten(s, leaves)
+                for k, s in zip(structure[1], structure[2])}
+    items = [_unflatten(s, leaves) for s in structure[1]]
+    return items if tag == 'list' else tuple(items)
+
+
+def leaf_array(leaf):
+    """The array of a leaf: ``leaf.array`` for a Variable."""
+    if isinstance(leaf, chainer.Variable):
+        return leaf._data[0]
+    return leaf
+
+
+ArraySpec = collections.namedtuple(
+    'ArraySpec', 'shape dtype device requires_grad is_variable')
+
+
+def leaf_spec(leaf):
+    """The :class:`ArraySpec` of one leaf."""
+    if isinstance(leaf, chainer.Variable):
+        array = leaf._data[0]
+        if array is None:
+            raise errors.UnsupportedArgument(
+                'an uninitialized Variable (its array is None)')
+        return ArraySpec(array.shape, array.dtype, array_device(array),
+                         leaf.requires_grad, True)
+    return ArraySpec(leaf.shape, leaf.dtype, array_device(leaf), False,
+                     False)
+
+
+def aliasing(leaves):
+    """``None`` when every leaf array is distinct, else, for each leaf, the
+    index of the first leaf holding the same array."""
+    ids = [id(leaf_array(leaf)) for leaf in leaves]
+    if len(set(ids)) == len(ids):
+        return None
+    return tuple(ids.index(i) for i in ids)
+
+
+def make_key(args, kwargs, config):
+    """Returns ``(key, leaves)`` for a call."""
+    leaves = []
+    structure = flatten(args, leaves)
+    if kwargs:
+        structure = (structure, flatten(kwargs, leaves))
+    specs = tuple([leaf_spec(leaf) for leaf in leaves])
+    alias = aliasing(leaves) if len(leaves) > 1 else None
+    key = (config.train, config.enable_backprop, structure, specs, alias)
+    return key, leaves
+
+
+# --- the readable form -----------------------------------------------------
+
+def describe_spec(spec):
+    """``f32[32,784]@cpu`` plus ``grad`` when the Variable requires it."""
+    text = '%s@%s' % (ir.format_type(spec.shape, spec.dtype), spec.device)
+    if not spec.is_variable:
+        text += ' (array)'
+    elif spec.requires_grad:
+        text += ' grad'
+    return text
+
+
+def argument_names(fn, args, kwargs):
+    """Names each leaf of a call: ``x``, ``xs[0]``, ``batch['img']``."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i, arg in enumerate(args):
+        if i < len(params) and params[i].kind in (
+                params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+            base = params[i].name
+        else:
+            base = 'args[%d]' % i
+        _leaf_names(arg, base, names)
+    for key, arg in (kwargs or {}).items():
+        _leaf_names(arg, key, names)
+    return names
+
+
+def _leaf_names(obj, base, names):
+    if isinstance(obj, chainer.Variable) or _is_array(obj):
+        names.append(base)
+    elif type(obj) in (list, tuple):
+        for i, item in enumerate(obj):
+            _leaf_names(item, '%s[%d]' % (base, i), names)
+    elif type(obj) is dict:
+        for k, item in obj.items():
+            _leaf_names(item, '%s[%r]' % (base, k), names)
+
+
+def static_items(structure):
+    """Lists ``(path, value)`` for the static values in a structure."""
+    out = []
+    _static_items(structure, 'args', out)
+    return out
+
+
+def _static_items(structure, path, out):
+    if structure in ('V', 'A'):
+        return
+    tag = structure[0]
+    if tag == 'S':
+        out.append((path, structure[2]))
+    elif tag == 'dict':
+        for k, s in zip(structure[1], structure[2]):
+            _static_items(s, '%s[%r]' % (path, k), out)
+    elif tag in ('list', 'tuple'):
+        for i, s in enumerate(structure[1]):
+            _static_items(s, '%s[%d]' % (path, i), out)
+    else:  # (args structure, kwargs structure)
+        _static_items(structure[0], 'args', out)
+        _static_items(structure[1], 'kwargs', out)
+
+
+class Signature(object):
+    """The readable form of a cache key, with argument and parameter names.
+
+    ``items`` is an ordered tuple of ``(name, description)`` pairs, where a
+    description is an :class:`ArraySpec` or a static Python value.
+    """
+
+    def __init__(self, items):
+        self.items = tuple(items)
+
+    @classmethod
+    def of_call(cls, fn, args, kwargs, key, leaves, params=()):
+        train, backprop, structure, specs, alias = key
+        items = list(zip(argument_names(fn, args, kwargs), specs))
+        items.extend(static_items(structure))
+        if alias is not None:
+            items.append(('aliasing', alias))
+        items.append(('train', train))
+        items.append(('enable_backprop', backprop))
+        items.extend(params)
+        return cls(items)
+
+    def __str__(self):
+        return ', '.join(
+            '%s: %s' % (name, describe_spec(v)) if isinstance(v, ArraySpec)
+            else '%s=%r' % (name, v) for name, v in self.items)
+
+    def diff(self, other):
+        """Lines saying how ``other`` differs from this signature."""
+        mine = collections.OrderedDict(self.items)
+        theirs = collections.OrderedDict(other.items)
+        lines = []
+        for name in list(mine) + [n for n in theirs if n not in mine]:
+            if name not in theirs:
+                lines.append('%s: removed' % name)
+            elif name not in mine:
+                lines.append('%s: added' % name)
+            elif mine[name] != theirs[name]:
+                lines.extend(_diff_item(name, mine[name], theirs[name]))
+        return lines
+
+
+def _diff_item(name, old, new):
+    if not (isinstance(old, ArraySpec) and isinstance(new, ArraySpec)):
+        return ['%s: %r -> %r' % (name, old, new)]
+    lines = []
+    if old.shape != new.shape:
+        where = ''
+        if len(old.shape) != len(new.shape):
+            where = ' (ndim %d -> %d)' % (len(old.shape), len(new.shape))
+        else:
+            axes = [i for i, (a, b) in enumerate(zip(old.shape, new.shape))
+                    if a != b]
+            where = ' at axis %s' % ', '.join(str(a) for a in axes)
+        lines.append('%s: shape %s -> %s%s' % (name, old.shape, new.shape,
+                                                where))
+    for field in ('dtype', 'device', 'requires_grad', 'is_variable'):
+        a, b = getattr(old, field), getattr(new, field)
+        if a != b:
+            lines.append('%s: %s %s -> %s' % (name, field, a, b))
+    return lines

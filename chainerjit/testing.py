@@ -1,0 +1,94 @@
+"""Differential testing: check that a jitted function gives eager results.
+
+Users can check their own models the way chainerjit's tests check ours::
+
+    from chainerjit import testing
+    testing.assert_jit_matches_eager(
+        model.forward_eager_version, [(x1,), (x2,), (x3,)])
+"""
+
+import warnings
+
+import chainer
+import numpy
+
+from chainerjit import api
+from chainerjit import errors
+from chainerjit import signature
+
+
+def _leaves(result):
+    leaves = []
+    structure = signature.flatten(result, leaves)
+    return structure, leaves
+
+
+def assert_results_equal(actual, expected, rtol=1e-5, atol=1e-6):
+    """Asserts two results have the same structure, types, shapes, dtypes
+    and values (``numpy.testing.assert_allclose``)."""
+    a_structure, a_leaves = _leaves(actual)
+    e_structure, e_leaves = _leaves(expected)
+    assert a_structure == e_structure, (
+        'structure differs: %r vs eager %r' % (a_structure, e_structure))
+    for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
+        assert type(a) is type(e), 'leaf %d: %s vs eager %s' % (
+            i, type(a), type(e))
+        a, e = signature.leaf_array(a), signature.leaf_array(e)
+        assert type(a) is type(e), 'leaf %d: array %s vs eager %s' % (
+            i, type(a), type(e))
+        assert a.shape == e.shape, 'leaf %d: shape %s vs eager %s' % (
+            i, a.shape, e.shape)
+        assert a.dtype == e.dtype, 'leaf %d: dtype %s vs eager %s' % (
+            i, a.dtype, e.dtype)
+        numpy.testing.assert_allclose(
+            chainer.backend.CpuDevice().send(a),
+            chainer.backend.CpuDevice().send(e), rtol=rtol, atol=atol,
+            err_msg='leaf %d' % i)
+
+
+def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
+                             expect_entries=None, lowered=(),
+                             no_backprop=True, jitted=None):
+    """Calls ``jit(fn)`` with each argument tuple in ``calls`` and compares
+    every result with eager ``fn``'s.
+
+    The first call of a signature records (its result is eager's own);
+    later calls run the program, so pass at least two argument tuples per
+    signature. Fails if any call falls back to eager mode.
+
+    Args:
+        fn: a plain function (or bound method) to jit.
+        calls: argument tuples; fresh values each, same or new shapes.
+        expect_entries: if given, the number of cache entries expected.
+        lowered: op names (``'ReLU'``) that must appear in the IR as
+            lowered (not generic) nodes.
+        no_backprop: run under ``chainer.no_backprop_mode()`` (the
+            compiled path; with backprop a gradient may be needed).
+        jitted: an already jitted ``fn`` to use.
+
+    Returns:
+        JitFunction: the jitted function, for further checks.
+    """
+    jfn = jitted if jitted is not None else api.jit(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        for args in calls:
+            with chainer.using_config('enable_backprop', not no_backprop):
+                expected = fn(*args)
+                actual = jfn(*args)
+            assert_results_equal(actual, expected, rtol, atol)
+    entries = jfn.cache_entries()
+    for entry in entries:
+        assert entry.fallback is None, entry.fallback
+    if expect_entries is not None:
+        assert len(entries) == expect_entries, jfn.cache_report()
+    if len(calls) > len(entries):
+        assert jfn.cache_info().hits > 0, 'no call ran the program'
+
+    for op in lowered:
+        nodes = [n for e in entries for n in e.graph.nodes if n.op == op]
+        assert nodes, '%s not in the IR:\n%s' % (
+            op, '\n'.join(str(e.graph) for e in entries))
+        assert not any(n.generic for n in nodes), (
+            '%s ran on the generic path' % op)
+    return jfn

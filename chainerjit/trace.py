@@ -1,0 +1,396 @@
+"""Recording: run a forward define-by-run and turn what it applied into IR.
+
+While recording, ``chainer.FunctionNode.apply`` is wrapped so that every
+top-level node applied becomes a :class:`chainerjit.ir.Node`, its input
+arrays mapped to IR values by identity. Arguments, parameters and
+persistent arrays are bound to IR values before the forward runs; an
+array the recording has not seen is a constant.
+
+To be sure no constant secretly depends on an input, every NumPy array
+derived from the inputs and parameters is viewed as a :class:`TracedArray`
+while recording. Reading one back into Python (``float``, ``.item()``,
+``bool``, a NumPy reduction to a scalar) or feeding a NumPy result
+computed from one into a Chainer function is a *data escape*: the call is
+not compiled and runs eagerly (see ``errors.DataDependentValue``).
+"""
+
+import os
+import sys
+import threading
+
+import chainer
+import numpy
+
+from chainerjit import errors
+from chainerjit import ir
+from chainerjit import ops
+from chainerjit import signature
+
+
+_INTERNAL_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (chainer, numpy))
+_JIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+
+
+def user_location(depth=1):
+    """The innermost caller's ``(filename, lineno)`` outside Chainer,
+    NumPy and chainerjit itself."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (filename.startswith(_INTERNAL_DIRS)
+                or filename.startswith(_JIT_DIR)
+                or filename.startswith('<frozen')
+                or 'cupy' + os.sep in filename):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+class _State(threading.local):
+    recorder = None
+
+
+_state = _State()
+
+
+def is_recording():
+    """True while this thread records a forward."""
+    return _state.recorder is not None
+
+
+def _escape(what):
+    recorder = _state.recorder
+    if recorder is not None and recorder.depth == 0:
+        recorder.note_escape(what, user_location(3))
+
+
+def _untag(obj):
+    if isinstance(obj, TracedArray):
+        return obj.view(numpy.ndarray)
+    if type(obj) in (list, tuple):
+        return type(obj)(_untag(x) for x in obj)
+    return obj
+
+
+def _tag(obj):
+    if type(obj) is numpy.ndarray:
+        return obj.view(TracedArray)
+    if type(obj) is tuple:
+        return tuple(_tag(x) for x in obj)
+    return obj
+
+
+class TracedArray(numpy.ndarray):
+    """A NumPy array computed from the inputs, seen while recording.
+
+    It behaves as an ordinary ndarray; what it adds is noticing when user
+    code turns its values into Python values.
+    """
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if 'out' in kwargs:
+            kwargs['out'] = _untag(kwargs['out'])
+        result = getattr(ufunc, method)(*_untag(inputs), **kwargs)
+        if not isinstance(result, (numpy.ndarray, tuple)):
+            _escape('NumPy %s.%s on an array value' % (ufunc.__name__,
+                                                      method))
+        return _tag(result)
+
+    def __array_function__(self, func, types, args, kwargs):
+        result = func(*_untag(args), **{k: _untag(v)
+                                        for k, v in kwargs.items()})
+        if not isinstance(result, (numpy.ndarray, tuple, list)):
+            _escape('numpy.%s on an array value' % func.__name__)
+        return _tag(result)
+
+    def _read(name):
+        base = getattr(numpy.ndarray, name)
+
+        def read(self, *args, **kwargs):
+            _escape('%s of an array value' % name.strip('_'))
+            return base(self.view(numpy.ndarray), *args, **kwargs)
+        read.__name__ = name
+        return read
+
+    for _name in ('__float__', '__int__', '__index__', '__bool__',
+                  '__complex__', 'item', 'tolist', 'argmax', 'argmin',
+                  'nonzero', 'tobytes', '__setitem__'):
+        locals()[_name] = _read(_name)
+    del _name, _read
+
+    def __getitem__(self, index):
+        result = numpy.ndarray.__getitem__(self, index)
+        if not isinstance(result, numpy.ndarray):
+            _escape('indexing an element of an array value')
+        return result
+
+    def __iter__(self):
+        if self.ndim <= 1:
+            _escape('iterating over an array value')
+        return numpy.ndarray.__iter__(self)
+
+
+class Recording(object):
+    """What one recording produced (see :func:`record`)."""
+
+    def __init__(self, graph, outputs, result, escape):
+        self.graph = graph
+        self.outputs = outputs  # (structure, leaf specs) of the result
+        self.result = result  # what the eager run returned
+        self.escape = escape  # None or (description, loc)
+
+
+class _Recorder(object):
+
+    def __init__(self, graph):
+        self.graph = graph
+        self.thread = threading.get_ident()
+        self.depth = 0
+        self.values = {}  # id(array) -> Value
+        self.alive = []  # keeps recorded arrays, so ids stay unique
+        self.escape = None
+
+    def note_escape(self, what, loc):
+        if self.escape is None:
+            self.escape = (what, loc)
+
+    def bind(self, array, value):
+        self.values[id(array)] = value
+        self.alive.append(array)
+        return value
+
+    def bind_param(self, array, name, source):
+        """Binds a model array; ``source`` says where to read it on each
+        call: ``('path', ('l1', 'W'))`` or ``('object', parameter)``."""
+        return self.bind(array, self.graph.add_value(
+            'param', array.shape, array.dtype, name, data=source))
+
+    def value_of(self, x):
+        array = signature.leaf_array(x)
+        value = self.values.get(id(array))
+        if value is not None:
+            return value
+        if isinstance(array, TracedArray):
+            self.note_escape('an array computed with NumPy from the inputs '
+                             'used by a Chainer function',
+                             user_location(3))
+        elif isinstance(x, chainer.Parameter):
+            return self.bind_param(array, x.name or 'param', ('object', x))
+        return self.bind(array, self.graph.add_value(
+            'const', array.shape, array.dtype, data=array))
+
+    def record_node(self, node, template, inputs, outputs):
+        in_values = [self.value_of(x) for x in inputs]
+        out_arrays = []
+        for y in outputs:
+            array = y._data[0]
+            if type(array) is numpy.ndarray:
+                array = array.view(TracedArray)
+                y._data[0] = array
+            out_arrays.append(array)
+        in_arrays = [signature.leaf_array(x) for x in inputs]
+        ctx = ops.LowerContext(
+            chainer.backend.get_array_module(*(in_arrays + out_arrays)),
+            tuple(a.shape for a in in_arrays),
+            tuple(a.dtype for a in in_arrays),
+            tuple(a.shape for a in out_arrays),
+            tuple(a.dtype for a in out_arrays))
+        kernel = ops.lower(node, ctx)
+        generic = kernel is None
+        if generic:
+            kernel = ops.generic_kernel(template, ctx)
+        out_values = [self.bind(a, self.graph.add_value('temp', a.shape,
+                                                          a.dtype))
+                      for a in out_arrays]
+        label = ops.node_label(node)
+        self.graph.add_node(ir.Node(
+            label, kernel, in_values, out_values, kernel.attrs,
+            generic=generic, pure=not generic and not ops.is_impure(label),
+            loc=user_location(3)))
+
+
+_original_apply = chainer.FunctionNode.apply
+
+
+def _recording_apply(node, inputs):
+    recorder = _state.recorder
+    if (recorder is None or recorder.depth
+            or recorder.thread != threading.get_ident()):
+        return _original_apply(node, inputs)
+    template = ops.pristine_copy(node)
+    recorder.depth += 1
+    try:
+        outputs = _original_apply(node, inputs)
+    finally:
+        recorder.depth -= 1
+    recorder.record_node(node, template, inputs, outputs)
+    return outputs
+
+
+def _model_arrays(instance):
+    """Yields ``(path, owner)`` for each initialized parameter (owner: the
+    Parameter) and persistent array (owner: its Link) of a Link."""
+    if not isinstance(instance, chainer.Link):
+        return
+    for link_path, link in instance.namedlinks():
+        parts = tuple(p for p in link_path.split('/') if p)
+        for name in sorted(link._params):
+            param = getattr(link, name)
+            if param.array is not None:
+                yield parts + (name,), param
+        for name in sorted(link._persistent):
+            if isinstance(getattr(link, name), chainer.get_array_types()):
+                yield parts + (name,), link
+
+
+def _swap_model_arrays(instance, recorder):
+    """Binds the model's arrays to IR params and views them as traced.
+    Returns the list of restore actions."""
+    restore = []
+    for path, owner in _model_arrays(instance):
+        if isinstance(owner, chainer.Variable):
+            array = owner._data[0]
+        else:
+            array = getattr(owner, path[-1])
+        if type(array) is numpy.ndarray:
+            traced = array.view(TracedArray)
+            _set_model_array(owner, path[-1], traced)
+            restore.append((owner, path[-1], array))
+            array = traced
+        recorder.bind_param(array, '.'.join(path), ('path', path))
+    return restore
+
+
+def _set_model_array(owner, name, array):
+    if isinstance(owner, chainer.Variable):
+        owner._data[0] = array
+    else:
+        object.__setattr__(owner, name, array)
+
+
+def _traced_leaf(leaf):
+    array = signature.leaf_array(leaf)
+    if type(array) is numpy.ndarray:
+        array = array.view(TracedArray)
+    if isinstance(leaf, chainer.Variable):
+        return chainer.Variable(array, requires_grad=leaf.requires_grad,
+                                name=leaf.name)
+    return array
+
+
+def record(fn, instance, args, kwargs, leaves, name, input_names):
+    """Runs ``fn`` define-by-run and records it.
+
+    Args:
+        fn: the function, unbound (``instance`` is passed first if given).
+        instance: the Link whose method ``fn`` is, or ``None``.
+        args, kwargs: the call's arguments; ``leaves`` their flattened
+            Variables and arrays (see :func:`signature.flatten`).
+        name: the graph's name; ``input_names`` names the leaves.
+
+    Returns:
+        Recording: the graph, where each parameter comes from, the
+        result's structure, the eager result and any data escape.
+    """
+    graph = ir.Graph(name)
+    recorder = _Recorder(graph)
+    structure = signature.flatten((args, kwargs), [])
+    proxies = [_traced_leaf(leaf) for leaf in leaves]
+    for proxy, input_name in zip(proxies, input_names):
+        array = signature.leaf_array(proxy)
+        recorder.bind(array, graph.add_value('input', array.shape,
+                                             array.dtype, input_name))
+    call_args, call_kwargs = signature.unflatten(structure, proxies)
+    restore = _swap_model_arrays(instance, recorder)
+    _state.recorder = recorder
+    chainer.FunctionNode.apply = _recording_apply
+    try:
+        if instance is not None:
+            result = fn(instance, *call_args, **call_kwargs)
+        else:
+            result = fn(*call_args, **call_kwargs)
+    finally:
+        chainer.FunctionNode.apply = _original_apply
+        _state.recorder = None
+        for owner, attr, array in restore:
+            _set_model_array(owner, attr, array)
+    _adopt_lazy_params(instance, recorder)
+    outputs = _record_outputs(result, recorder, proxies, leaves)
+    return Recording(graph, outputs,
+                     _untag_result(result, proxies, leaves),
+                     recorder.escape)
+
+
+def _adopt_lazy_params(instance, recorder):
+    """Parameters initialized during the run (``L.Linear(None, n)``) were
+    seen as free Parameter objects; give them their path in the model."""
+    if not isinstance(instance, chainer.Link):
+        return
+    paths = {id(p): tuple(x for x in n.split('/') if x)
+             for n, p in instance.namedparams()}
+    for value in recorder.graph.params:
+        kind, obj = value.data
+        if kind == 'object' and id(obj) in paths:
+            path = paths[id(obj)]
+            value.data = ('path', path)
+            value.name = '.'.join(path)
+
+
+def _record_outputs(result, recorder, proxies, leaves):
+    """Maps the result's leaves to graph outputs or arguments.
+
+    Each output leaf becomes ``(kind, where, is_variable, requires_grad)``
+    with kind ``'value'`` (``where`` indexes ``graph.outputs``), ``'arg'``
+    (the argument leaf returned as is) or ``'const'`` (an array that does
+    not depend on the inputs).
+    """
+    out_leaves = []
+    try:
+        structure = signature.flatten(result, out_leaves)
+    except errors.UnsupportedArgument as e:
+        recorder.note_escape('returning %s' % e, None)
+        return None
+    specs = []
+    for leaf in out_leaves:
+        is_var = isinstance(leaf, chainer.Variable)
+        grad = leaf.requires_grad if is_var else False
+        if any(leaf is p for p in proxies):
+            where = [i for i, p in enumerate(proxies) if p is leaf][0]
+            specs.append(('arg', where, is_var, grad))
+            continue
+        array = signature.leaf_array(leaf)
+        value = recorder.values.get(id(array))
+        if value is None or value.kind == 'const':
+            if isinstance(array, TracedArray):
+                recorder.note_escape('returning an array computed with '
+                                     'NumPy from the inputs', None)
+            specs.append(('const', array, is_var, grad))
+        else:
+            recorder.graph.outputs.append(value)
+            specs.append(('value', len(recorder.graph.outputs) - 1, is_var,
+                          grad))
+    return structure, specs
+
+
+def _untag_result(result, proxies, leaves):
+    """The eager result with traced views turned back into plain arrays
+    and argument proxies back into the caller's objects."""
+    out_leaves = []
+    try:
+        structure = signature.flatten(result, out_leaves)
+    except errors.UnsupportedArgument:
+        return result
+    fixed = []
+    for leaf in out_leaves:
+        for proxy, original in zip(proxies, leaves):
+            if leaf is proxy:
+                leaf = original
+                break
+        if isinstance(leaf, chainer.Variable):
+            if isinstance(leaf._data[0], TracedArray):
+                leaf._data[0] = leaf._data[0].view(numpy.ndarray)
+        elif isinstance(leaf, TracedArray):
+            leaf = leaf.view(numpy.ndarray)
+        fixed.append(leaf)
+    return signature.unflatten(structure, fixed)

@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Creates .venv and installs chainerjit with everything it needs.
+# Idempotent: a second run only rebuilds the Cython extension.
+#
+# Chainer 7.8.1 on Python 3.11 needs care:
+#   * it requires numpy<2, and onnx pulls ml_dtypes, which pulls numpy 2
+#     unless numpy<2 is pinned in the same pip command;
+#   * its sdist's setup.py imports pkg_resources, so it is built with
+#     setuptools<70 and --no-build-isolation.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+PYTHON=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+if [ ! -x "$VENV/bin/python" ]; then
+    "$PYTHON" -m venv "$VENV"
+fi
+PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
+if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest' \
+        2>/dev/null; then
+    $PIP install --upgrade 'pip<25' 'setuptools<70' wheel
+    $PIP install -r requirements/build.txt
+    $PIP install --no-build-isolation -r requirements/chainer.txt
+    $PIP install -r requirements/dev.txt
+fi
+# Build chainerjit._vm in place (editable install, no isolation so the
+# pinned numpy and Cython above are the ones it builds against).
+$PIP install --no-build-isolation --no-deps -e .

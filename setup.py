@@ -1,0 +1,25 @@
+"""Builds chainerjit and its Cython VM, ``chainerjit._vm``.
+
+Use ``bash scripts/install.sh``: Chainer 7.8.1 needs numpy<2 and a
+setuptools<70 build without isolation (see requirements/).
+"""
+
+from Cython.Build import cythonize
+import setuptools
+
+
+setuptools.setup(
+    name='chainerjit',
+    version='0.1.0',
+    description='A just-in-time compiler for Chainer models',
+    packages=setuptools.find_packages(include=['chainerjit', 'chainerjit.*']),
+    ext_modules=cythonize(
+        [setuptools.Extension('chainerjit._vm', ['chainerjit/_vm.pyx'])],
+        compiler_directives={'language_level': 3}),
+    python_requires='>=3.8',
+    install_requires=['chainer>=7,<8', 'numpy<2'],
+    extras_require={
+        'test': ['pytest', 'onnx', 'onnxruntime', 'scikit-learn'],
+        'cuda': ['cupy'],
+    },
+)

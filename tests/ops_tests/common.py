@@ -1,0 +1,20 @@
+"""Shared inputs for the op tests."""
+
+import numpy
+
+
+DTYPES = [numpy.float32, numpy.float64]
+
+
+def make_calls(rng, shapes, dtype, n=3, low=None, high=None):
+    """``n`` argument tuples of arrays with fresh values, one per shape.
+
+    Values are standard normal, or uniform in ``[low, high)`` if given.
+    """
+    def make(shape):
+        if low is not None:
+            values = rng.uniform(low, high, size=shape)
+        else:
+            values = rng.standard_normal(size=shape)
+        return numpy.asarray(values, dtype=dtype)
+    return [tuple(make(s) for s in shapes) for _ in range(n)]
