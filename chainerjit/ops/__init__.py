@@ -79,7 +79,23 @@ def lower(node, ctx):
     fn = _LOWERINGS.get(type(node))
     if fn is None:
         return None
-    return fn(node, ctx)
+    kernel = fn(node, ctx)
+    if kernel is not None and () in ctx.out_shapes:
+        kernel = _forcing_arrays(kernel)
+    return kernel
+
+
+def _forcing_arrays(kernel):
+    """NumPy turns 0-d results into scalars; Chainer keeps 0-d arrays."""
+    fn = kernel.fn
+    force = chainer.utils.force_array
+    if kernel.multi:
+        def run(*arrays):
+            return tuple(force(y) for y in fn(*arrays))
+    else:
+        def run(*arrays):
+            return force(fn(*arrays))
+    return kernel._replace(fn=run)
 
 
 def node_label(node):
