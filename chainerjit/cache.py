@@ -53,21 +53,42 @@ def watch_links():
 _SCALARS = (type(None), bool, int, float, str)
 
 
+def _attribute_state(value):
+    """What a program assumes of one link attribute: its value for Python
+    scalars; its type for arrays and Variables (read on every call); the
+    device it names for a device; its identity for anything else (a
+    function, a link, an object)."""
+    if isinstance(value, _SCALARS) or (
+            type(value) is tuple and all(isinstance(x, _SCALARS)
+                                         for x in value)):
+        return value
+    if isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
+        return '<%s>' % type(value).__name__
+    if isinstance(value, chainer.backend.Device):
+        return '<device %s>' % value
+    return '<%s at %#x>' % (type(value).__name__, id(value))
+
+
 def link_state(instance):
     """What a compiled program assumes of a model: for each link, its
-    class and identity and its Python scalar attributes."""
+    class and identity and the state of its attributes."""
     if not isinstance(instance, chainer.Link):
         return {}
     state = {}
     for path, link in instance.namedlinks():
-        attrs = tuple(sorted(
-            (k, v) for k, v in vars(link).items()
-            if isinstance(v, _SCALARS)
-            or (type(v) is tuple and all(isinstance(x, _SCALARS)
-                                         for x in v))))
+        attrs = tuple(sorted((k, _attribute_state(v))
+                             for k, v in vars(link).items()))
         size = len(link) if isinstance(link, chainer.ChainList) else None
         state[path or '/'] = (type(link).__name__, id(link), size, attrs)
     return state
+
+
+class _Absent(object):
+    def __repr__(self):
+        return '(absent)'
+
+
+_ABSENT = _Absent()
 
 
 def diff_link_state(old, new):
@@ -88,9 +109,9 @@ def diff_link_state(old, new):
         else:
             a, b = dict(old[path][3]), dict(new[path][3])
             for k in sorted(set(a) | set(b)):
-                if a.get(k) != b.get(k):
-                    lines.append('%s.%s: %r -> %r' % (name, k, a.get(k),
-                                                      b.get(k)))
+                if a.get(k, _ABSENT) != b.get(k, _ABSENT):
+                    lines.append('%s.%s: %r -> %r' % (
+                        name, k, a.get(k, _ABSENT), b.get(k, _ABSENT)))
     return lines
 
 

@@ -134,9 +134,10 @@ class Program(object):
         last_line = None
         for inst in self.instructions():
             line = inst.loc[1] if inst.loc else None
-            shown = '%4d' % line if line is not None and \
-                line != last_line else '    '
-            last_line = line
+            shown = '    '
+            if line is not None and line != last_line:
+                shown = '%4d' % line
+                last_line = line
             arrow = '-->' if inst.pc == mark else '   '
             out.write('%s %s %5d  %-6s  %s\n' % (
                 arrow, shown, inst.pc, inst.opname, inst.argrepr))

@@ -229,18 +229,20 @@ def _recording_apply(node, inputs):
 
 
 def _model_arrays(instance):
-    """Yields ``(path, owner)`` for each initialized parameter (owner: the
-    Parameter) and persistent array (owner: its Link) of a Link."""
+    """Yields ``(path, owner)`` for each array a Link's forward may read:
+    initialized parameters (owner: the Parameter), and persistent arrays,
+    array attributes and Variable attributes such as ``L.LSTM``'s state
+    (owner: the Variable, or the Link holding the array)."""
     if not isinstance(instance, chainer.Link):
         return
+    arrays = chainer.get_array_types()
     for link_path, link in instance.namedlinks():
         parts = tuple(p for p in link_path.split('/') if p)
-        for name in sorted(link._params):
-            param = getattr(link, name)
-            if param.array is not None:
-                yield parts + (name,), param
-        for name in sorted(link._persistent):
-            if isinstance(getattr(link, name), chainer.get_array_types()):
+        for name, value in sorted(vars(link).items()):
+            if isinstance(value, chainer.Variable):
+                if value._data[0] is not None:
+                    yield parts + (name,), value
+            elif isinstance(value, arrays):
                 yield parts + (name,), link
 
 

@@ -1,6 +1,16 @@
-"""Lowerings of chainer.functions.connection."""
+"""Lowerings of chainer.functions.connection.
 
+The convolutions mirror Chainer's im2col/col2im CPU implementations; on
+the GPU Chainer uses cuDNN, so those nodes stay on the generic path there.
+"""
+
+import numpy
+
+from chainer.functions.connection import convolution_2d
+from chainer.functions.connection import deconvolution_2d
+from chainer.functions.connection import embed_id
 from chainer.functions.connection import linear
+from chainer.utils import conv
 
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -8,10 +18,110 @@ from chainerjit.ops import lowering
 
 @lowering(linear.LinearFunction)
 def lower_linear(node, ctx):
-    if len(ctx.in_shapes) == 3:
-        def linear_bias(x, W, b):
-            y = x.dot(W.T).astype(x.dtype, copy=False)
+    """``y = x W^T (+ b)``, as ``LinearFunction.forward``."""
+    def linear_fn(x, W, b=None):
+        # NumPy needs this copy for a non-contiguous x with a unit axis
+        # (chainer/chainer#2744).
+        if (isinstance(x, numpy.ndarray)
+                and not (x.flags.c_contiguous or x.flags.f_contiguous)
+                and 1 in x.shape):
+            x = numpy.ascontiguousarray(x)
+        y = x.dot(W.T).astype(x.dtype, copy=False)
+        if b is not None:
             y += b
-            return y
-        return Kernel(linear_bias)
-    return Kernel(lambda x, W: x.dot(W.T).astype(x.dtype, copy=False))
+        return y
+    return Kernel(linear_fn)
+
+
+def _conv_attrs(node, **extra):
+    attrs = {'stride': (node.sy, node.sx), 'pad': (node.ph, node.pw),
+             'dilate': (node.dy, node.dx), 'groups': node.groups}
+    attrs.update(extra)
+    return attrs
+
+
+@lowering(convolution_2d.Convolution2DFunction)
+def lower_convolution_2d(node, ctx):
+    """Convolution by im2col and tensordot (grouped: batched matmul)."""
+    if ctx.xp is not numpy or node._use_ideep or node.cudnn_fast:
+        return None
+    n, c_in = ctx.in_shapes[0][:2]
+    c_out, _, kh, kw = ctx.in_shapes[1]
+    out_h, out_w = ctx.out_shapes[0][2:]
+    groups = node.groups
+    col_args = (kh, kw, node.sy, node.sx, node.ph, node.pw)
+    col_kwargs = dict(cover_all=node.cover_all, dy=node.dy, dx=node.dx,
+                      out_h=out_h, out_w=out_w)
+
+    def dense(x, W, b=None):
+        col = conv.im2col_cpu(x, *col_args, **col_kwargs)
+        y = numpy.tensordot(
+            col, W, ((1, 2, 3), (1, 2, 3))).astype(x.dtype, copy=False)
+        if b is not None:
+            y += b
+        return numpy.rollaxis(y, 3, 1)
+
+    def grouped(x, W, b=None):
+        col = conv.im2col_cpu(x, *col_args, **col_kwargs)
+        col = col.transpose(1, 2, 3, 0, 4, 5).reshape(
+            groups, c_in // groups * kh * kw, n * out_h * out_w)
+        W = W.reshape(groups, c_out // groups, c_in // groups * kh * kw)
+        y = numpy.matmul(W, col).astype(col.dtype, copy=False)
+        y = y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
+        if b is not None:
+            y += b.reshape(1, b.size, 1, 1)
+        return y
+
+    return Kernel(grouped if groups > 1 else dense,
+                  attrs=_conv_attrs(node, cover_all=node.cover_all))
+
+
+@lowering(deconvolution_2d.Deconvolution2DFunction)
+def lower_deconvolution_2d(node, ctx):
+    """Transposed convolution by tensordot (grouped: batched matmul) and
+    col2im."""
+    if ctx.xp is not numpy or node._use_ideep:
+        return None
+    n, c_in, in_h, in_w = ctx.in_shapes[0]
+    _, c_out_g, kh, kw = ctx.in_shapes[1]
+    out_h, out_w = ctx.out_shapes[0][2:]
+    groups = node.groups
+    im_args = (node.sy, node.sx, node.ph, node.pw, out_h, out_w)
+    im_kwargs = dict(dy=node.dy, dx=node.dx)
+
+    def dense_col(x, W):
+        col = numpy.tensordot(W, x, (0, 1)).astype(x.dtype, copy=False)
+        return numpy.rollaxis(col, 3)
+
+    def grouped_col(x, W):
+        x = x.transpose(1, 0, 2, 3).reshape(
+            groups, c_in // groups, n * in_h * in_w)
+        W = W.reshape(groups, c_in // groups, c_out_g * kh * kw)
+        col = numpy.matmul(W.transpose(0, 2, 1), x).astype(x.dtype,
+                                                           copy=False)
+        col = col.reshape(c_out_g * groups, kh, kw, n, in_h, in_w)
+        return col.transpose(3, 0, 1, 2, 4, 5)
+
+    to_col = grouped_col if groups > 1 else dense_col
+
+    def deconv(x, W, b=None):
+        y = conv.col2im_cpu(to_col(x, W), *im_args, **im_kwargs)
+        if b is not None:
+            y += b.reshape((1, b.size, 1, 1))
+        return y
+
+    return Kernel(deconv, attrs=_conv_attrs(node, outsize=(out_h, out_w)))
+
+
+@lowering(embed_id.EmbedIDFunction)
+def lower_embed_id(node, ctx):
+    """Row lookup ``W[x]``; rows of ``ignore_label`` ids are zero."""
+    xp = ctx.xp
+    ignore_label = node.ignore_label
+    if ignore_label is None:
+        return Kernel(lambda x, W: W[x])
+
+    def embed(x, W):
+        mask = x == ignore_label
+        return xp.where(mask[..., None], 0, W[xp.where(mask, 0, x)])
+    return Kernel(embed, attrs={'ignore_label': ignore_label})

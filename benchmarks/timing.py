@@ -1,0 +1,128 @@
+"""Timing helpers shared by the benchmarks and the examples.
+
+Nothing here imports numpy at module level, so :func:`limit_threads` can
+run before numpy (and its BLAS) is loaded.
+"""
+
+import datetime
+import os
+import platform
+import statistics
+import time
+
+
+THREAD_VARIABLES = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS',
+                    'MKL_NUM_THREADS')
+
+
+def limit_threads(n):
+    """Sets the BLAS/OpenMP thread variables to ``n``; call it before
+    numpy is imported. ``n`` of ``None`` leaves them as they are."""
+    if n is not None:
+        for name in THREAD_VARIABLES:
+            os.environ[name] = str(n)
+
+
+def thread_setting():
+    """Describes the thread variables, e.g. ``'OMP_NUM_THREADS=1, ...'``."""
+    return ', '.join('%s=%s' % (name, os.environ.get(name, 'unset'))
+                     for name in THREAD_VARIABLES)
+
+
+def blas_info():
+    """Names the BLAS libraries numpy uses and their thread counts."""
+    try:
+        import threadpoolctl
+    except ImportError:
+        return 'unknown (threadpoolctl is not installed)'
+    import numpy  # noqa: F401  (loads the BLAS threadpoolctl reports)
+    pools = threadpoolctl.threadpool_info()
+    return '; '.join('%s %s (%s, %d threads)' % (
+        pool.get('internal_api'), pool.get('version'),
+        pool.get('threading_layer', pool.get('user_api')),
+        pool.get('num_threads', 0)) for pool in pools) or 'none found'
+
+
+def machine_info():
+    """A dict describing the machine and the library versions."""
+    import chainer
+    import numpy
+    return {
+        'date': datetime.datetime.now().strftime('%Y-%m-%d %H:%M'),
+        'machine': '%s, %d CPUs' % (
+            platform.processor() or platform.machine(), os.cpu_count()),
+        'python': platform.python_version(),
+        'numpy': numpy.__version__,
+        'chainer': chainer.__version__,
+        'threads': thread_setting(),
+        'blas': blas_info(),
+    }
+
+
+def seconds_per_call(fn, repeat=1):
+    """Runs ``fn`` ``repeat`` times and returns the mean seconds per
+    call."""
+    start = time.perf_counter()
+    for _ in range(repeat):
+        fn()
+    return (time.perf_counter() - start) / repeat
+
+
+def calibrate(fn, target_seconds=0.02):
+    """How many calls of ``fn`` last about ``target_seconds``."""
+    per_call = seconds_per_call(fn, 3)
+    return max(1, int(target_seconds / max(per_call, 1e-9)))
+
+
+def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
+                warmup=3):
+    """Times several functions in interleaved rounds.
+
+    Each round runs every function ``inner`` times in turn, so slow
+    drifts of the machine (frequency, other load) hit all of them alike.
+
+    Args:
+        fns: a dict, name to zero-argument function.
+        rounds: how many samples to take of each.
+        inner: calls per sample; by default enough for the slowest
+            function to last about ``target_seconds``.
+        warmup: calls of each function before timing.
+
+    Returns:
+        A dict, name to the list of per-call seconds (one per round).
+    """
+    for fn in fns.values():
+        seconds_per_call(fn, warmup)
+    if inner is None:
+        inner = min(calibrate(fn, target_seconds) for fn in fns.values())
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(seconds_per_call(fn, inner))
+    return samples
+
+
+class Summary(object):
+    """The median and interquartile range of timing samples (seconds)."""
+
+    def __init__(self, samples):
+        ordered = sorted(samples)
+        self.median = statistics.median(ordered)
+        if len(ordered) >= 4:
+            self.q1, _, self.q3 = statistics.quantiles(ordered, n=4)
+        else:
+            self.q1, self.q3 = ordered[0], ordered[-1]
+        self.n = len(ordered)
+
+    def format(self, scale=1e6, unit='us'):
+        """E.g. ``'123.4 us (IQR 120.1-125.0)'``."""
+        return '%.1f %s (IQR %.1f-%.1f)' % (
+            self.median * scale, unit, self.q1 * scale, self.q3 * scale)
+
+
+def compare(samples, base='eager', other='jit'):
+    """Summaries of ``samples`` (from :func:`interleaved`) and the ratio
+    of the ``other`` median to the ``base`` median."""
+    summaries = {name: Summary(s) for name, s in samples.items()}
+    ratio = summaries[other].median / summaries[base].median
+    return summaries, ratio

@@ -1,0 +1,196 @@
+"""The three ways to apply jit, argument and result structures."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import testing
+
+
+class Net(chainer.Chain):
+
+    def __init__(self, n_in=4, n_out=3):
+        super(Net, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(n_in, n_out)
+
+    def eager(self, x):
+        return F.relu(self.l1(x))
+
+    @chainerjit.jit
+    def forward(self, x):
+        return F.relu(self.l1(x))
+
+
+def _x(rng, batch=2, n=4):
+    return rng.randn(batch, n).astype(numpy.float32)
+
+
+def test_decorated_method_matches_eager(rng):
+    net = Net()
+    testing.assert_jit_matches_eager(
+        net.eager, [(_x(rng),) for _ in range(3)], jitted=net.forward,
+        expect_entries=1, lowered=['LinearFunction', 'ReLU'])
+
+
+def test_decorated_method_has_a_cache_per_instance(rng):
+    a, b = Net(), Net()
+    with chainer.no_backprop_mode():
+        x = _x(rng)
+        ya, yb = a.forward(x), b.forward(x)
+        a.forward(x)
+    numpy.testing.assert_allclose(ya.array, a.eager(x).array)
+    numpy.testing.assert_allclose(yb.array, b.eager(x).array)
+    assert a.forward.cache_info().hits == 1
+    assert b.forward.cache_info().hits == 0
+    assert a.forward is a.forward
+    assert a.forward is not b.forward
+
+
+def test_calling_the_link_uses_the_jitted_forward(rng):
+    net = Net()
+    with chainer.no_backprop_mode():
+        x = _x(rng)
+        net(x)
+        y = net(x)
+    numpy.testing.assert_allclose(y.array, net.eager(x).array)
+    assert net.forward.cache_info().hits == 1
+
+
+def test_bound_method(rng):
+    net = Net()
+    eager = net.eager
+    net.eager = chainerjit.jit(net.eager)
+    testing.assert_jit_matches_eager(
+        eager, [(_x(rng),) for _ in range(3)], jitted=net.eager,
+        expect_entries=1)
+
+
+def test_plain_function_with_options(rng):
+    def f(x, y):
+        return F.tanh(x) * y + 1.0
+
+    jf = chainerjit.jit(maxsize=4)(f)
+    assert jf.cache_info().maxsize == 4
+    calls = [(_x(rng), _x(rng)) for _ in range(3)]
+    testing.assert_jit_matches_eager(f, calls, jitted=jf, expect_entries=1)
+
+
+def test_variables_arrays_scalars_none_and_nesting(rng):
+    def f(inputs, scale, bias=None, mode='sum'):
+        a, b = inputs['pair']
+        h = a * scale + F.sum(b, axis=1, keepdims=True)
+        if bias is not None:
+            h = h + bias
+        return {'out': h, 'mode': mode, 'parts': [a, h * 2.0]}
+
+    def call():
+        return ({'pair': (chainer.Variable(_x(rng)), _x(rng))}, 2.0,
+                _x(rng), 'sum')
+
+    testing.assert_jit_matches_eager(
+        f, [call() for _ in range(3)], expect_entries=1)
+
+
+def test_python_scalar_value_is_part_of_the_key(rng):
+    def f(x, k):
+        return x * k
+
+    jf = chainerjit.jit(f)
+    x = chainer.Variable(_x(rng))
+    with chainer.no_backprop_mode():
+        for k in (2.0, 3.0, 2.0):
+            numpy.testing.assert_allclose(jf(x, k).array, x.array * k)
+    assert jf.cache_info().currsize == 2
+    assert jf.cache_info().hits == 1
+
+
+def test_returning_an_input_returns_the_same_object(rng):
+    def f(x, y):
+        return x, F.exp(y)
+
+    jf = chainerjit.jit(f)
+    with chainer.no_backprop_mode():
+        for _ in range(2):
+            x = chainer.Variable(_x(rng))
+            out, _ = jf(x, _x(rng))
+            assert out is x
+
+
+def test_results_are_variables_without_a_graph(rng):
+    net = Net()
+    with chainer.no_backprop_mode():
+        x = _x(rng)
+        net.forward(x)
+        y = net.forward(x)
+    assert isinstance(y, chainer.Variable)
+    assert y.creator is None
+    assert y.requires_grad == net.eager(x).requires_grad
+
+
+def test_gradient_needed_runs_eagerly(rng):
+    net = Net()
+    x = _x(rng)
+    y = net.forward(x)  # backprop enabled, parameters require grad
+    assert y.creator is not None
+    F.sum(y).backward()
+    assert net.l1.W.grad is not None
+    assert net.forward.cache_info().currsize == 0
+
+
+def test_no_grad_needed_with_backprop_enabled_compiles(rng):
+    def f(x):
+        return F.tanh(x) * 3.0
+
+    def call():
+        return (chainer.Variable(_x(rng), requires_grad=False),)
+
+    testing.assert_jit_matches_eager(
+        f, [call() for _ in range(3)], no_backprop=False, expect_entries=1)
+
+
+def test_unsupported_argument_falls_back_with_a_warning(rng):
+    class Box(object):
+        pass
+
+    def f(x, box):
+        return F.relu(x)
+
+    jf = chainerjit.jit(f)
+    x = _x(rng)
+    with chainer.no_backprop_mode():
+        with pytest.warns(chainerjit.FallbackWarning,
+                          match='UnsupportedArgument.*Box'):
+            y = jf(x, Box())
+    numpy.testing.assert_allclose(y.array, numpy.maximum(x, 0))
+
+
+def test_jitted_function_called_while_recording_is_inlined(rng):
+    inner = chainerjit.jit(lambda x: F.sigmoid(x))
+
+    def outer(x):
+        return inner(x) * 2.0
+
+    jf = testing.assert_jit_matches_eager(
+        outer, [(_x(rng),) for _ in range(3)], lowered=['Sigmoid'])
+    assert inner.cache_info().currsize == 0
+    assert jf.cache_info().currsize == 1
+
+
+def test_warnings_are_shown_once(rng):
+    def f(x):
+        return F.relu(x) * float(x.array.sum())
+
+    jf = chainerjit.jit(f)
+    with chainer.no_backprop_mode(), warnings.catch_warnings(record=True) \
+            as caught:
+        warnings.simplefilter('always')
+        jf(_x(rng))
+        jf(_x(rng, batch=3))
+    assert len([w for w in caught
+                if issubclass(w.category, chainerjit.FallbackWarning)]) == 1

@@ -1,0 +1,188 @@
+"""The cache: hits, misses, guards, LRU eviction and explanations."""
+
+import logging
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+
+
+class MLP(chainer.Chain):
+
+    def __init__(self):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 5)
+            self.l2 = L.Linear(5, 3)
+        self.slope = 0.2
+
+    @chainerjit.jit
+    def forward(self, x):
+        return self.l2(F.leaky_relu(self.l1(x), slope=self.slope))
+
+    def eager(self, x):
+        return self.l2(F.leaky_relu(self.l1(x), slope=self.slope))
+
+
+@pytest.fixture
+def net():
+    return MLP()
+
+
+def _x(rng, batch=4, dtype=numpy.float32):
+    return rng.randn(batch, 6).astype(dtype)
+
+
+def _check(net, x):
+    with chainer.no_backprop_mode():
+        y = net.forward(x)
+        numpy.testing.assert_allclose(y.array, net.eager(x).array,
+                                      rtol=1e-5, atol=1e-6)
+
+
+def test_hit_and_miss_counts(net, rng):
+    for batch in (4, 4, 7, 4, 7):
+        _check(net, _x(rng, batch))
+    info = net.forward.cache_info()
+    assert (info.hits, info.misses, info.currsize) == (3, 2, 2)
+    assert info.maxsize == 64
+
+
+def test_miss_on_dtype_and_config(net, rng):
+    _check(net, _x(rng))
+    net.to_cpu()  # no-op move keeps entries valid
+    _check(net, _x(rng))
+    net.l1.W.array = net.l1.W.array.astype(numpy.float64)
+    net.l1.b.array = net.l1.b.array.astype(numpy.float64)
+    net.l2.W.array = net.l2.W.array.astype(numpy.float64)
+    net.l2.b.array = net.l2.b.array.astype(numpy.float64)
+    _check(net, _x(rng, dtype=numpy.float64))
+    with chainer.using_config('train', False):
+        _check(net, _x(rng, dtype=numpy.float64))
+    assert net.forward.cache_info().currsize == 3
+
+
+def test_parameters_are_read_on_every_call(net, rng):
+    x = _x(rng)
+    _check(net, x)
+    net.l1.W.array[...] = rng.randn(5, 6)  # in place
+    _check(net, x)
+    net.l2.W.array = rng.randn(3, 5).astype(numpy.float32)  # new array
+    _check(net, x)
+    assert net.forward.cache_info().currsize == 1
+
+
+def test_parameter_reshaped_is_a_miss(net, rng):
+    _check(net, _x(rng))
+    del net.l2
+    with net.init_scope():
+        net.l2 = L.Linear(5, 4)
+    _check(net, _x(rng))
+    assert net.forward.cache_info().misses == 2
+
+
+def test_link_replaced_with_same_shapes_is_a_miss(net, rng):
+    x = _x(rng)
+    _check(net, x)
+    del net.l1
+    with net.init_scope():
+        net.l1 = L.Linear(6, 5)
+    _check(net, x)
+    assert net.forward.cache_info().misses == 2
+
+
+def test_python_attribute_change_is_a_miss(net, rng):
+    x = _x(rng)
+    _check(net, x)
+    net.slope = 0.5
+    _check(net, x)
+    net.slope = 0.2
+    _check(net, x)
+    info = net.forward.cache_info()
+    assert (info.misses, info.hits) == (2, 1)
+
+
+def test_lru_eviction():
+    f = chainerjit.jit(maxsize=2)(lambda x: F.exp(x))
+    with chainer.no_backprop_mode():
+        for n in (1, 2, 3, 1):
+            f(numpy.ones((n, 2), numpy.float32))
+    assert f.cache_info().currsize == 2
+    assert f.cache_info().misses == 4
+    shapes = [e.signature.items[0][1].shape for e in f.cache_entries()]
+    assert shapes == [(3, 2), (1, 2)]
+
+
+def test_cache_clear(net, rng):
+    _check(net, _x(rng))
+    net.forward.cache_clear()
+    assert net.forward.cache_info() == (0, 0, 64, 0)
+
+
+def test_explain_hit_and_miss(net, rng):
+    with chainer.no_backprop_mode():
+        net.forward(_x(rng, 32))
+        assert net.forward.explain(_x(rng, 32)).startswith(
+            'MLP.forward would hit entry #0: x: f32[32,6]@cpu')
+        text = net.forward.explain(_x(rng, 17))
+    assert text == ('MLP.forward: cache miss: closest entry #0 differs in\n'
+                    '  * x: shape (32, 6) -> (17, 6) at axis 0')
+
+
+def test_explain_names_config_and_model_changes(net, rng):
+    x = _x(rng)
+    with chainer.no_backprop_mode():
+        net.forward(x)
+        with chainer.using_config('train', False):
+            assert '* train: True -> False' in net.forward.explain(x)
+        net.slope = 0.3
+        assert '* (model).slope: 0.2 -> 0.3' in net.forward.explain(x)
+
+
+def test_explain_with_gradients_needed(net, rng):
+    assert 'would run eagerly: a gradient may be needed' in \
+        net.forward.explain(_x(rng))
+
+
+def test_entries_describe_themselves(net, rng):
+    with chainer.no_backprop_mode():
+        net.forward(_x(rng))
+        net.forward(_x(rng))
+    entry, = net.forward.cache_entries()
+    assert entry.hits == 1
+    assert entry.compile_seconds > 0
+    assert entry.n_instructions > 0
+    text = entry.describe()
+    assert 'LinearFunction' in text and 'CALL3' in text
+    assert 'x: f32[4,6]@cpu' in net.forward.cache_report()
+
+
+def test_recompile_warning_names_what_changes():
+    f = chainerjit.jit(recompile_limit=4)(lambda x: F.exp(x))
+    with chainer.no_backprop_mode(), warnings.catch_warnings(record=True) \
+            as caught:
+        warnings.simplefilter('always')
+        for n in range(1, 7):
+            f(numpy.ones((n, 2), numpy.float32))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, chainerjit.RecompileWarning)]
+    assert len(messages) == 1
+    assert 'x: shape at axis 0' in messages[0]
+
+
+def test_log_lines_for_misses(caplog, rng):
+    f = chainerjit.jit(lambda x: F.exp(x))
+    with caplog.at_level(logging.INFO, logger='chainerjit'), \
+            chainer.no_backprop_mode():
+        f(_x(rng, 2))
+        f(_x(rng, 2))
+        f(_x(rng, 3))
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert 'cache miss (first call); compiled' in lines[0]
+    assert 'x: shape (2, 6) -> (3, 6) at axis 0' in lines[1]
