@@ -125,6 +125,8 @@ class JitFunction(object):
             return self._eager(instance, args, kwargs)
         arrays = [signature.leaf_array(leaf) for leaf in leaves]
         outs = entry.program.run(arrays + params)
+        if entry.state:
+            entry.write_state(instance, outs, leaves)
         return entry.build_result(outs, leaves)
 
     def _instance(self):
@@ -154,22 +156,26 @@ class JitFunction(object):
         start = time.perf_counter()
         sig = self._signature(key, leaves, instance, args, kwargs)
         reason = self._miss_reason(sig, key, instance)
+        model_state = cache_module.link_state(instance)
         recording = trace.record(
             self._fn, instance, args, kwargs, leaves, self.__name__,
             [name for name, _ in sig.items[:len(leaves)]])
         if recording.escape is not None:
             what, loc = recording.escape
             entry = cache_module.Entry(
-                key, sig, instance=instance,
+                key, sig, model_state,
                 fallback='%s at %s' % (what, _format_loc(loc)))
             self._warn_fallback(errors.DataDependentValue(what), loc)
         else:
             graph = passes.run(recording.graph)
             program = codegen.compile_graph(graph)
-            entry = cache_module.Entry(key, sig, graph, program,
-                                       recording.outputs, instance)
+            param_arrays = [recording.param_arrays[v] for v in graph.params]
+            entry = cache_module.Entry(
+                key, sig, model_state, graph, program, recording.outputs,
+                recording.state, param_arrays)
             if self._check:
-                self._self_check(entry, leaves, instance, recording.result)
+                self._self_check(entry, leaves, param_arrays,
+                                 recording.result)
         entry.compile_seconds = time.perf_counter() - start
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
@@ -180,12 +186,15 @@ class JitFunction(object):
                     '; evicted %s' % evicted.signature if evicted else '')
         return recording.result
 
-    def _self_check(self, entry, leaves, instance, eager_result):
+    def _self_check(self, entry, leaves, param_arrays, eager_result):
+        """Runs a new program on the recorded inputs and parameters and
+        compares with the eager result; on a difference the entry runs
+        eagerly from now on."""
         if any(ops.is_impure(node.op) for node in entry.graph.nodes):
             return  # random draws or state updates: a re-run differs
         arrays = [signature.leaf_array(leaf) for leaf in leaves]
         try:
-            outs = entry.program.run(arrays + entry.fetch_params(instance))
+            outs = entry.program.run(arrays + param_arrays)
             result = entry.build_result(outs, leaves)
             problem = _compare(eager_result, result)
         except errors.VMError as e:

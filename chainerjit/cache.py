@@ -184,27 +184,27 @@ class Entry(object):
         compile_seconds: time spent recording, optimising and compiling.
     """
 
-    def __init__(self, key, signature, graph=None, program=None,
-                 outputs=None, instance=None, compile_seconds=0.0,
+    def __init__(self, key, signature, model_state, graph=None,
+                 program=None, outputs=None, state=(), param_arrays=(),
                  fallback=None):
         self.key = key
         self.signature = signature
         self.graph = graph
         self.program = program
         self.outputs = outputs
+        self.state = state
         self.fallback = fallback
         self.hits = 0
-        self.compile_seconds = compile_seconds
+        self.compile_seconds = 0.0
         params = graph.params if graph is not None else []
         self.param_names = [v.name for v in params]
         self.param_sources = [v.data for v in params]
-        self.param_specs = []
+        self.param_specs = [array_spec(a) for a in param_arrays]
         self.free_params = [s[1] for s in self.param_sources
                             if s[0] == 'object']
-        self.link_state = link_state(instance)
-        self._owners = self._resolve(instance)
-        self.param_specs = [array_spec(read_owner(o)) for o in self._owners]
-        self._epoch = link_epoch[0]
+        self.link_state = model_state  # as it was before recording
+        self._owners = None
+        self._epoch = -1  # check the model on first use
 
     @property
     def n_instructions(self):
@@ -255,20 +255,18 @@ class Entry(object):
     def build_result(self, outs, leaves):
         """The call's result, shaped as eager's, from program outputs."""
         structure, specs = self.outputs
-        made = []
-        for kind, where, is_var, grad in specs:
-            if kind == 'value':
-                leaf = outs[where]
-            elif kind == 'arg':
-                made.append(leaves[where])
-                continue
-            else:
-                leaf = where.copy()
-            if is_var:
-                leaf = chainer.Variable._init_unchecked(
-                    leaf, requires_grad=grad)
-            made.append(leaf)
-        return signature.unflatten(structure, made)
+        return signature.unflatten(
+            structure, [_make_leaf(spec, outs, leaves) for spec in specs])
+
+    def write_state(self, instance, outs, leaves):
+        """Assigns the model attributes the forward assigns."""
+        for path, name, structure, specs in self.state:
+            link = instance
+            for part in path:
+                link = link[int(part)] if isinstance(
+                    link, chainer.ChainList) else getattr(link, part)
+            setattr(link, name, signature.unflatten(
+                structure, [_make_leaf(s, outs, leaves) for s in specs]))
 
     def describe(self):
         """A multi-line report of this entry: signature, stats, IR and
@@ -283,6 +281,16 @@ class Entry(object):
             lines.append(str(self.graph))
             lines.append(self.program.dis())
         return '\n'.join(lines)
+
+
+def _make_leaf(spec, outs, leaves):
+    kind, where, is_var, grad = spec
+    if kind == 'arg':
+        return leaves[where]
+    leaf = outs[where] if kind == 'value' else where.copy()
+    if is_var:
+        return chainer.Variable._init_unchecked(leaf, requires_grad=grad)
+    return leaf
 
 
 CacheInfo = collections.namedtuple('CacheInfo', 'hits misses maxsize currsize')

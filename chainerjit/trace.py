@@ -134,8 +134,11 @@ class TracedArray(numpy.ndarray):
 class Recording(object):
     """What one recording produced (see :func:`record`)."""
 
-    def __init__(self, graph, outputs, result, escape):
+    def __init__(self, graph, outputs, state, result, escape,
+                 param_arrays):
         self.graph = graph
+        self.state = state  # model attributes the forward assigns
+        self.param_arrays = param_arrays  # param Value -> array it read
         self.outputs = outputs  # (structure, leaf specs) of the result
         self.result = result  # what the eager run returned
         self.escape = escape  # None or (description, loc)
@@ -149,11 +152,17 @@ class _Recorder(object):
         self.depth = 0
         self.values = {}  # id(array) -> Value
         self.alive = []  # keeps recorded arrays, so ids stay unique
+        self.assigned = {}  # (id(link), name) -> (link, name, value)
+        self.param_arrays = {}  # param Value -> its array before the run
         self.escape = None
 
     def note_escape(self, what, loc):
         if self.escape is None:
             self.escape = (what, loc)
+
+    def note_setattr(self, link, name, value):
+        if self.depth == 0:
+            self.assigned[id(link), name] = (link, name, value)
 
     def bind(self, array, value):
         self.values[id(array)] = value
@@ -163,8 +172,10 @@ class _Recorder(object):
     def bind_param(self, array, name, source):
         """Binds a model array; ``source`` says where to read it on each
         call: ``('path', ('l1', 'W'))`` or ``('object', parameter)``."""
-        return self.bind(array, self.graph.add_value(
-            'param', array.shape, array.dtype, name, data=source))
+        value = self.graph.add_value('param', array.shape, array.dtype,
+                                     name, data=source)
+        self.param_arrays[value] = _untag(array)
+        return self.bind(array, value)
 
     def value_of(self, x):
         array = signature.leaf_array(x)
@@ -258,7 +269,7 @@ def _swap_model_arrays(instance, recorder):
         if type(array) is numpy.ndarray:
             traced = array.view(TracedArray)
             _set_model_array(owner, path[-1], traced)
-            restore.append((owner, path[-1], array))
+            restore.append((owner, path[-1], array, traced))
             array = traced
         recorder.bind_param(array, '.'.join(path), ('path', path))
     return restore
@@ -269,6 +280,17 @@ def _set_model_array(owner, name, array):
         owner._data[0] = array
     else:
         object.__setattr__(owner, name, array)
+
+
+def _restore_model_arrays(restore):
+    """Undoes :func:`_swap_model_arrays` where the forward did not assign
+    a new array itself."""
+    for owner, name, array, traced in restore:
+        if isinstance(owner, chainer.Variable):
+            if owner._data[0] is traced:
+                owner._data[0] = array
+        elif getattr(owner, name, None) is traced:
+            object.__setattr__(owner, name, array)
 
 
 def _traced_leaf(leaf):
@@ -306,7 +328,9 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     call_args, call_kwargs = signature.unflatten(structure, proxies)
     restore = _swap_model_arrays(instance, recorder)
     _state.recorder = recorder
+    link_setattr = chainer.Link.__setattr__
     chainer.FunctionNode.apply = _recording_apply
+    chainer.Link.__setattr__ = _recording_setattr(link_setattr, recorder)
     try:
         if instance is not None:
             result = fn(instance, *call_args, **call_kwargs)
@@ -314,14 +338,18 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
             result = fn(*call_args, **call_kwargs)
     finally:
         chainer.FunctionNode.apply = _original_apply
+        chainer.Link.__setattr__ = link_setattr
         _state.recorder = None
-        for owner, attr, array in restore:
-            _set_model_array(owner, attr, array)
+        _restore_model_arrays(restore)
     _adopt_lazy_params(instance, recorder)
-    outputs = _record_outputs(result, recorder, proxies, leaves)
-    return Recording(graph, outputs,
-                     _untag_result(result, proxies, leaves),
-                     recorder.escape)
+    outputs = _record_outputs(result, recorder, proxies)
+    state = _record_state(instance, recorder, proxies)
+    for link, name, value in recorder.assigned.values():
+        untagged = _untag_result(value, proxies, leaves)
+        if untagged is not value:
+            object.__setattr__(link, name, untagged)
+    return Recording(graph, outputs, state, _untag_result(
+        result, proxies, leaves), recorder.escape, recorder.param_arrays)
 
 
 def _adopt_lazy_params(instance, recorder):
@@ -339,40 +367,71 @@ def _adopt_lazy_params(instance, recorder):
             value.name = '.'.join(path)
 
 
-def _record_outputs(result, recorder, proxies, leaves):
-    """Maps the result's leaves to graph outputs or arguments.
+def _leaf_spec(leaf, recorder, proxies, what):
+    """How to rebuild one leaf of the result (or of the model state) on a
+    compiled call: ``(kind, where, is_variable, requires_grad)`` with kind
+    ``'value'`` (``where`` indexes ``graph.outputs``), ``'arg'`` (the
+    argument leaf returned as is) or ``'const'`` (an array that does not
+    depend on the inputs, copied)."""
+    is_var = isinstance(leaf, chainer.Variable)
+    grad = leaf.requires_grad if is_var else False
+    for i, proxy in enumerate(proxies):
+        if leaf is proxy:
+            return 'arg', i, is_var, grad
+    array = signature.leaf_array(leaf)
+    value = recorder.values.get(id(array))
+    if value is None or value.kind == 'const':
+        if isinstance(array, TracedArray):
+            recorder.note_escape('%s an array computed with NumPy from the '
+                                 'inputs' % what, None)
+        return 'const', array, is_var, grad
+    recorder.graph.outputs.append(value)
+    return 'value', len(recorder.graph.outputs) - 1, is_var, grad
 
-    Each output leaf becomes ``(kind, where, is_variable, requires_grad)``
-    with kind ``'value'`` (``where`` indexes ``graph.outputs``), ``'arg'``
-    (the argument leaf returned as is) or ``'const'`` (an array that does
-    not depend on the inputs).
-    """
+
+def _record_outputs(result, recorder, proxies):
+    """Returns ``(structure, leaf specs)`` of the result."""
     out_leaves = []
     try:
         structure = signature.flatten(result, out_leaves)
     except errors.UnsupportedArgument as e:
         recorder.note_escape('returning %s' % e, None)
         return None
-    specs = []
-    for leaf in out_leaves:
-        is_var = isinstance(leaf, chainer.Variable)
-        grad = leaf.requires_grad if is_var else False
-        if any(leaf is p for p in proxies):
-            where = [i for i, p in enumerate(proxies) if p is leaf][0]
-            specs.append(('arg', where, is_var, grad))
+    return structure, [_leaf_spec(leaf, recorder, proxies, 'returning')
+                       for leaf in out_leaves]
+
+
+def _record_state(instance, recorder, proxies):
+    """The model attributes the forward assigned (``self.h = h``), as
+    ``(link path, name, structure, leaf specs)`` to assign again on every
+    compiled call."""
+    paths = {}
+    if isinstance(instance, chainer.Link):
+        paths = {id(link): tuple(p for p in path.split('/') if p)
+                 for path, link in instance.namedlinks()}
+    state = []
+    for link, name, value in recorder.assigned.values():
+        if id(link) not in paths:
+            recorder.note_escape('assigning %s.%s outside the model' % (
+                type(link).__name__, name), None)
             continue
-        array = signature.leaf_array(leaf)
-        value = recorder.values.get(id(array))
-        if value is None or value.kind == 'const':
-            if isinstance(array, TracedArray):
-                recorder.note_escape('returning an array computed with '
-                                     'NumPy from the inputs', None)
-            specs.append(('const', array, is_var, grad))
-        else:
-            recorder.graph.outputs.append(value)
-            specs.append(('value', len(recorder.graph.outputs) - 1, is_var,
-                          grad))
-    return structure, specs
+        leaves = []
+        try:
+            structure = signature.flatten(value, leaves)
+        except errors.UnsupportedArgument as e:
+            recorder.note_escape('assigning %s to %s' % (e, name), None)
+            continue
+        state.append((paths[id(link)], name, structure, [
+            _leaf_spec(leaf, recorder, proxies, 'assigning')
+            for leaf in leaves]))
+    return state
+
+
+def _recording_setattr(link_setattr, recorder):
+    def setattr_recorded(link, name, value):
+        recorder.note_setattr(link, name, value)
+        link_setattr(link, name, value)
+    return setattr_recorded
 
 
 def _untag_result(result, proxies, leaves):
@@ -383,16 +442,17 @@ def _untag_result(result, proxies, leaves):
         structure = signature.flatten(result, out_leaves)
     except errors.UnsupportedArgument:
         return result
-    fixed = []
-    for leaf in out_leaves:
-        for proxy, original in zip(proxies, leaves):
-            if leaf is proxy:
-                leaf = original
-                break
-        if isinstance(leaf, chainer.Variable):
-            if isinstance(leaf._data[0], TracedArray):
-                leaf._data[0] = leaf._data[0].view(numpy.ndarray)
-        elif isinstance(leaf, TracedArray):
-            leaf = leaf.view(numpy.ndarray)
-        fixed.append(leaf)
-    return signature.unflatten(structure, fixed)
+    return signature.unflatten(structure, [
+        _untag_leaf(leaf, proxies, leaves) for leaf in out_leaves])
+
+
+def _untag_leaf(leaf, proxies, leaves):
+    for proxy, original in zip(proxies, leaves):
+        if leaf is proxy:
+            return original
+    if isinstance(leaf, chainer.Variable):
+        if isinstance(leaf._data[0], TracedArray):
+            leaf._data[0] = leaf._data[0].view(numpy.ndarray)
+    elif isinstance(leaf, TracedArray):
+        leaf = leaf.view(numpy.ndarray)
+    return leaf

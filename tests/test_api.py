@@ -178,7 +178,6 @@ def test_jitted_function_called_while_recording_is_inlined(rng):
 
     jf = testing.assert_jit_matches_eager(
         outer, [(_x(rng),) for _ in range(3)], lowered=['Sigmoid'])
-    assert inner.cache_info().currsize == 0
     assert jf.cache_info().currsize == 1
 
 
@@ -190,7 +189,7 @@ def test_warnings_are_shown_once(rng):
     with chainer.no_backprop_mode(), warnings.catch_warnings(record=True) \
             as caught:
         warnings.simplefilter('always')
-        jf(_x(rng))
-        jf(_x(rng, batch=3))
+        jf(chainer.Variable(_x(rng)))
+        jf(chainer.Variable(_x(rng, batch=3)))
     assert len([w for w in caught
                 if issubclass(w.category, chainerjit.FallbackWarning)]) == 1

@@ -89,8 +89,7 @@ def _label_ce(node, ctx):
     n_classes = x_shape[1]
     t_size = int(numpy.prod(t_shape))
     positions = numpy.arange(t_size)
-    batch_count = None if node.normalize else len(x_shape and x_shape[:1]
-                                                   and range(x_shape[0]))
+    batch_count = None if node.normalize else x_shape[0]
     reduc_dtype = softmax_cross_entropy._reduction_dtype(ctx.in_dtypes[0])
 
     def label_ce(x, t):
@@ -113,7 +112,7 @@ def _soft_target_ce(node, ctx):
     """Softmax cross entropy (or KL divergence) of soft targets ``t``."""
     x_shape = ctx.in_shapes[0]
     kl, eps = node.soft_target_loss == 'kl-divergence', node.eps
-    coeff = 1.0 / (numpy.prod(x_shape) / x_shape[1])
+    coeff = 1.0 / (int(numpy.prod(x_shape)) / x_shape[1])
     reduce = node.reduce
 
     def soft_target_ce(x, t):

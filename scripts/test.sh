@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Sets up .venv (scripts/install.sh) and runs the test suite.
+# Extra arguments go to pytest, e.g. `bash scripts/test.sh -k relu -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh
+exec .venv/bin/python -m pytest -q tests "$@"

@@ -1,0 +1,64 @@
+import chainer.functions as F
+import pytest
+
+from chainerjit import testing
+from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import make_calls
+
+
+MAX_CASES = [
+    # x shape, ksize, options
+    ((2, 3, 6, 6), 2, {}),
+    ((1, 2, 7, 5), 3, {'stride': 2, 'pad': 1}),
+    ((2, 2, 7, 7), (3, 2), {'stride': (2, 3), 'cover_all': False}),
+    ((1, 3, 5, 6), 3, {'stride': 2, 'cover_all': True}),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', MAX_CASES)
+def test_max_pooling_2d(rng, dtype, x_shape, ksize, options):
+    testing.assert_jit_matches_eager(
+        lambda x: F.max_pooling_2d(x, ksize, **options),
+        make_calls(rng, [x_shape], dtype),
+        expect_entries=1, lowered=['MaxPoolingND'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', [
+    ((2, 3, 8), 2, {}), ((1, 2, 5, 4, 6), 3, {'stride': 2, 'pad': 1})])
+def test_max_pooling_nd(rng, dtype, x_shape, ksize, options):
+    testing.assert_jit_matches_eager(
+        lambda x: F.max_pooling_nd(x, ksize, **options),
+        make_calls(rng, [x_shape], dtype),
+        expect_entries=1, lowered=['MaxPoolingND'])
+
+
+AVERAGE_CASES = [
+    ((2, 3, 6, 6), 2, {}),
+    ((1, 2, 7, 5), 3, {'stride': 2, 'pad': 1}),
+    ((2, 2, 7, 7), (3, 2), {'stride': (2, 3), 'pad': (1, 0)}),
+    ((0, 2, 4, 4), 2, {}),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', AVERAGE_CASES)
+def test_average_pooling_2d(rng, dtype, x_shape, ksize, options):
+    testing.assert_jit_matches_eager(
+        lambda x: F.average_pooling_2d(x, ksize, **options),
+        make_calls(rng, [x_shape], dtype),
+        expect_entries=1, lowered=['AveragePooling2D'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('pad_value', [0, None])
+@pytest.mark.parametrize('x_shape,ksize,options', [
+    ((2, 3, 8), 3, {'stride': 2, 'pad': 1}),
+    ((1, 2, 5, 4, 6), 3, {'stride': 2, 'pad': 1})])
+def test_average_pooling_nd(rng, dtype, pad_value, x_shape, ksize, options):
+    testing.assert_jit_matches_eager(
+        lambda x: F.average_pooling_nd(x, ksize, pad_value=pad_value,
+                                       **options),
+        make_calls(rng, [x_shape], dtype),
+        expect_entries=1, lowered=['AveragePoolingND'])

@@ -1,0 +1,212 @@
+"""Recording: values read back into Python, constants, the generic path
+and model state."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import testing
+
+
+def _x(rng, *shape):
+    return rng.randn(*(shape or (3, 4))).astype(numpy.float32)
+
+
+def _run(jf, *args):
+    with chainer.no_backprop_mode():
+        return jf(*args)
+
+
+# --- values read back into Python: eager, never stale ----------------------
+
+ESCAPES = {
+    'float': lambda x: F.relu(x) * float(x.array.max()),
+    'item': lambda x: F.relu(x) * x[0, 0].item(),
+    'bool': lambda x: F.relu(x) if (x.array > 0).any() else F.tanh(x),
+    'numpy_on_array': lambda x: F.relu(x) * numpy.abs(x.array),
+    'numpy_on_raw_argument': lambda x: F.relu(numpy.exp(x)),
+    'index_element': lambda x: F.relu(x) + x.array[0, 1],
+    'argmax': lambda x: F.relu(x) * int(x.array.argmax()),
+    'iterate': lambda x: F.relu(x) * sum(v for v in x.array[0]),
+}
+
+
+@pytest.mark.parametrize('name', sorted(ESCAPES))
+def test_value_read_into_python_runs_eagerly(rng, name):
+    f = ESCAPES[name]
+    jf = chainerjit.jit(f)
+
+    def arg():
+        x = _x(rng)
+        return x if name == 'numpy_on_raw_argument' else chainer.Variable(x)
+
+    with pytest.warns(chainerjit.FallbackWarning,
+                      match='DataDependentValue[\\s\\S]*test_trace.py'):
+        _run(jf, arg())
+    for _ in range(3):
+        x = arg()
+        testing.assert_results_equal(_run(jf, x), _run(f, x))
+    entry, = jf.cache_entries()
+    assert entry.fallback and 'test_trace.py' in entry.fallback
+
+
+def test_shape_reads_are_not_escapes(rng):
+    def f(x):
+        n, d = x.shape
+        return F.reshape(x, (n * d,)) * float(len(x)) + x.ndim + x.size
+
+    testing.assert_jit_matches_eager(
+        lambda x: f(chainer.Variable(x)), [(_x(rng),) for _ in range(3)])
+
+
+def test_returning_an_array_of_a_variable(rng):
+    testing.assert_jit_matches_eager(
+        lambda x: F.softmax(x).array, [(_x(rng),) for _ in range(3)])
+
+
+# --- constants ---------------------------------------------------------------
+
+def test_arrays_created_inside_the_forward_are_constants(rng):
+    def f(x):
+        mask = numpy.tril(numpy.ones((3, 4), numpy.float32))
+        return F.relu(x) * mask + numpy.float32(2)
+
+    jf = testing.assert_jit_matches_eager(
+        f, [(_x(rng),) for _ in range(3)], expect_entries=1)
+    assert 'const' in str(jf.cache_entries()[0].graph)
+
+
+def test_link_array_attribute_is_read_on_every_call(rng):
+    class Masked(chainer.Chain):
+        def __init__(self):
+            super(Masked, self).__init__()
+            self.mask = numpy.ones((3, 4), numpy.float32)
+
+        @chainerjit.jit
+        def forward(self, x):
+            return F.relu(x) * self.mask
+
+    m = Masked()
+    x = _x(rng)
+    _run(m.forward, x)
+    m.mask = numpy.zeros((3, 4), numpy.float32)
+    numpy.testing.assert_array_equal(_run(m.forward, x).array, 0)
+    m.mask[...] = 2
+    numpy.testing.assert_allclose(_run(m.forward, x).array,
+                                  2 * numpy.maximum(x, 0))
+
+
+# --- model state ------------------------------------------------------------
+
+def test_lazy_initialized_parameters(rng):
+    class Lazy(chainer.Chain):
+        def __init__(self):
+            super(Lazy, self).__init__()
+            with self.init_scope():
+                self.l = L.Linear(None, 3)
+
+        @chainerjit.jit
+        def forward(self, x):
+            return self.l(x)
+
+    m = Lazy()
+    x = _x(rng)
+    y1 = _run(m.forward, x)
+    m.l.W.array[...] = 1
+    y2 = _run(m.forward, x)
+    numpy.testing.assert_allclose(y2.array, m.l(x).array, rtol=1e-6)
+    assert not numpy.allclose(y1.array, y2.array)
+    assert sorted(p.name for p in m.forward.cache_entries()[0].graph.params
+                  ) == ['l.W', 'l.b']
+
+
+def test_stateful_lstm_link_reads_its_state_every_call(rng):
+    class Stateful(chainer.Chain):
+        def __init__(self):
+            super(Stateful, self).__init__()
+            with self.init_scope():
+                self.lstm = L.LSTM(4, 5)
+
+        def forward(self, x):
+            return self.lstm(x)
+
+    eager, jitted = Stateful(), Stateful()
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    for step in range(5):
+        if step == 3:
+            eager.lstm.reset_state()
+            jitted.lstm.reset_state()
+        x = _x(rng, 2, 4)
+        with chainer.no_backprop_mode():
+            testing.assert_results_equal(jitted.forward(x), eager.forward(x))
+    # Two entries: without state (steps 0 and 3) and with state.
+    assert jitted.forward.cache_info().currsize == 2
+    assert jitted.forward.cache_info().hits == 3
+
+
+# --- the generic path -------------------------------------------------------
+
+class Scale(chainer.FunctionNode):
+    """A user-defined FunctionNode that keeps per-call state."""
+
+    def __init__(self, k):
+        self.k = k
+        self.calls = 0
+
+    def forward(self, inputs):
+        self.calls += 1
+        x, = inputs
+        self.retain_inputs((0,))
+        return x * self.k * self.calls,
+
+
+class OldStyleSquare(chainer.Function):
+
+    def forward(self, inputs):
+        x, = inputs
+        return x * x,
+
+
+def test_user_function_node_runs_generic_with_a_fresh_node(rng):
+    def f(x):
+        y, = Scale(3.0).apply((x,))
+        return F.relu(y)
+
+    jf = testing.assert_jit_matches_eager(
+        f, [(_x(rng),) for _ in range(4)], expect_entries=1)
+    node = jf.cache_entries()[0].graph.nodes[0]
+    assert node.op == 'Scale' and node.generic
+
+
+def test_old_style_function_runs_generic(rng):
+    def f(x):
+        return OldStyleSquare()(x) + 1.0
+
+    jf = testing.assert_jit_matches_eager(
+        f, [(_x(rng),) for _ in range(3)], expect_entries=1)
+    assert jf.cache_entries()[0].graph.nodes[0].op == 'OldStyleSquare'
+
+
+def test_dead_pure_nodes_are_removed(rng):
+    def f(x):
+        F.exp(x)  # unused
+        return F.relu(x)
+
+    jf = testing.assert_jit_matches_eager(f, [(_x(rng),) for _ in range(2)])
+    assert [n.op for n in jf.cache_entries()[0].graph.nodes] == ['ReLU']
+
+
+def test_aliased_arguments_are_part_of_the_key(rng):
+    def f(a, b):
+        return a * 2.0 + F.exp(b)
+
+    jf = chainerjit.jit(f)
+    x = chainer.Variable(_x(rng))
+    _run(jf, x, x)
+    y = chainer.Variable(_x(rng))
+    testing.assert_results_equal(_run(jf, x, y), _run(f, x, y))
+    assert jf.cache_info().currsize == 2
