@@ -15,6 +15,7 @@ imported, so the numbers measure per-call overhead, not parallelism.
 """
 
 import argparse
+import copy
 import os
 import sys
 import time
@@ -50,8 +51,6 @@ def cases():
 def build(factory, shape):
     """An eager model, a jitted copy with the same weights, and an
     input; the jitted forward's first call (the compile) is timed."""
-    import copy
-
     import chainerjit
     import numpy
 
