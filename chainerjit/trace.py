@@ -191,8 +191,23 @@ class _Recorder(object):
         return self.bind(array, self.graph.add_value(
             'const', array.shape, array.dtype, data=array))
 
+    def _data_attributes(self, template):
+        """The attributes of a node that hold arrays computed by the
+        forward: ``[((name, index), value)]``."""
+        found = []
+        for name, index, array in ops.array_attributes(template):
+            value = self.values.get(id(array))
+            if value is not None and value.kind != 'const':
+                found.append(((name, index), value))
+            elif isinstance(array, TracedArray):
+                self.note_escape('an array computed with NumPy from the '
+                                 'inputs passed to a Chainer function',
+                                 user_location(4))
+        return found
+
     def record_node(self, node, template, inputs, outputs):
         in_values = [self.value_of(x) for x in inputs]
+        data_attrs = self._data_attributes(template)
         out_arrays = []
         for y in outputs:
             array = y._data[0]
@@ -207,9 +222,14 @@ class _Recorder(object):
             tuple(a.dtype for a in in_arrays),
             tuple(a.shape for a in out_arrays),
             tuple(a.dtype for a in out_arrays))
-        kernel = ops.lower(node, ctx)
-        generic = kernel is None
-        if generic:
+        if data_attrs:  # run generic, with the arrays as extra inputs
+            kernel = ops.generic_kernel(template, ctx,
+                                        [attr for attr, _ in data_attrs])
+            in_values += [value for _, value in data_attrs]
+        else:
+            kernel = ops.lower(node, ctx)
+        generic = data_attrs or kernel is None
+        if kernel is None:
             kernel = ops.generic_kernel(template, ctx)
         out_values = [self.bind(a, self.graph.add_value('temp', a.shape,
                                                           a.dtype))
@@ -217,7 +237,8 @@ class _Recorder(object):
         label = ops.node_label(node)
         self.graph.add_node(ir.Node(
             label, kernel, in_values, out_values, kernel.attrs,
-            generic=generic, pure=not generic and not ops.is_impure(label),
+            generic=bool(generic),
+            pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
 
 

@@ -210,3 +210,26 @@ def test_aliased_arguments_are_part_of_the_key(rng):
     y = chainer.Variable(_x(rng))
     testing.assert_results_equal(_run(jf, x, y), _run(f, x, y))
     assert jf.cache_info().currsize == 2
+
+
+# --- arrays held by nodes as attributes --------------------------------------
+
+def test_where_condition_computed_from_inputs_is_not_a_constant(rng):
+    def f(x, y):
+        return F.where((x * 1.0).array > 0, x, y)
+
+    jf = testing.assert_jit_matches_eager(
+        f, [(_x(rng), _x(rng)) for _ in range(4)], expect_entries=1)
+    node = jf.cache_entries()[0].graph.nodes[-1]
+    assert node.op == 'Where' and len(node.inputs) == 3
+
+
+def test_index_array_argument_is_not_a_constant(rng):
+    def f(x, idx):
+        return F.relu(x[idx])
+
+    def call():
+        return _x(rng, 5, 3), rng.randint(0, 5, size=4).astype(numpy.int32)
+
+    testing.assert_jit_matches_eager(
+        f, [call() for _ in range(4)], expect_entries=1)

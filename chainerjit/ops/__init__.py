@@ -123,10 +123,20 @@ def _adopt(adapter, function):
     function._node = weakref.ref(adapter)
 
 
-def generic_kernel(template, ctx):
-    """A kernel that runs a fresh copy of ``template``'s own forward."""
+def generic_kernel(template, ctx, array_attrs=()):
+    """A kernel that runs a fresh copy of ``template``'s own forward.
+
+    Args:
+        array_attrs: ``(name, index)`` pairs of node attributes that hold
+            arrays computed by the forward (``F.where``'s condition, index
+            arrays of ``x[idx]``); the kernel takes their new values as
+            extra trailing arguments. ``index`` is ``None`` for an array
+            attribute, or the position in a tuple attribute.
+    """
     is_adapter = isinstance(template, chainer.function.FunctionAdapter)
     on_gpu = ctx.xp is not numpy
+    n_inputs = len(ctx.in_shapes)
+    layouts = (None,) * n_inputs
 
     def run(*arrays):
         node = copy.copy(template)
@@ -134,12 +144,39 @@ def generic_kernel(template, ctx):
             _adopt(node, copy.copy(template._function))
         node._input_indexes_to_retain = None
         node._output_indexes_to_retain = None
+        node._input_layouts = layouts
+        if array_attrs:
+            _set_array_attrs(node, array_attrs, arrays[n_inputs:])
+            arrays = arrays[:n_inputs]
         if on_gpu:
             device = chainer.backend.get_device_from_array(*arrays)
             with chainer.using_device(device):
                 return node.forward(arrays)
         return node.forward(arrays)
     return Kernel(run, multi=True)
+
+
+def _set_array_attrs(node, array_attrs, arrays):
+    for (name, index), array in zip(array_attrs, arrays):
+        if index is None:
+            setattr(node, name, array)
+        else:
+            items = list(getattr(node, name))
+            items[index] = array
+            setattr(node, name, type(getattr(node, name))(items))
+
+
+def array_attributes(node):
+    """Yields ``(name, index, array)`` for every array a node holds as an
+    attribute, directly or in a tuple or list."""
+    arrays = chainer.get_array_types()
+    for name, value in sorted(vars(node).items()):
+        if isinstance(value, arrays):
+            yield name, None, value
+        elif type(value) in (tuple, list):
+            for index, item in enumerate(value):
+                if isinstance(item, arrays):
+                    yield name, index, item
 
 
 _loaded = []

@@ -32,16 +32,17 @@ def lower_mean_absolute_error(node, ctx):
     """Mean of the absolute differences, accumulated in float32 at
     least."""
     dtype = mean_absolute_error._get_intermediate_dtype(ctx.in_dtypes[0])
+    out_dtype = ctx.out_dtypes[0]
     if ctx.xp is numpy:
         def mae(x0, x1):
             diff = (x0 - x1).ravel().astype(dtype, copy=False)
             return numpy.array(abs(diff).sum() / diff.size,
-                               dtype=ctx.out_dtypes[0])
+                               dtype=out_dtype)
     else:
         def mae(x0, x1):
             diff = (x0 - x1).ravel().astype(dtype, copy=False)
             return (abs(diff).sum() / diff.dtype.type(diff.size)).astype(
-                ctx.out_dtypes[0], copy=False)
+                out_dtype, copy=False)
     return Kernel(mae)
 
 

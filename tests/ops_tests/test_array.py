@@ -1,0 +1,153 @@
+import chainer.functions as F
+import numpy
+import pytest
+
+from chainerjit import testing
+from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import make_calls
+
+
+def _calls_of(rng, shape_sets, dtype, **kwargs):
+    """Three calls with fresh values for each set of argument shapes."""
+    calls = []
+    for shapes in shape_sets:
+        calls += make_calls(rng, shapes, dtype, **kwargs)
+    return calls
+
+
+CONDITION = numpy.array([[True, False, True, True],
+                         [False, False, True, False],
+                         [True, True, False, True]])
+
+CASES = [
+    # lowered op, function, argument shape sets
+    ('Reshape', lambda x: F.reshape(x, (4, 3)), [[(3, 4)], [(2, 6)]]),
+    ('Reshape', lambda x: F.reshape(x, (-1, 2)), [[(3, 4)], [(0, 4)]]),
+    ('Reshape', lambda x: F.flatten(x), [[(3, 4)], [(2, 3, 5)], [(0, 4)]]),
+    ('ExpandDims', lambda x: F.expand_dims(x, 0), [[(3, 4)], [()]]),
+    ('ExpandDims', lambda x: F.expand_dims(x, -1), [[(3, 4)], [(0, 4)]]),
+    ('ExpandDims', lambda x: F.expand_dims(x, 1), [[(3, 4)]]),
+    ('Squeeze', lambda x: F.squeeze(x), [[(3, 1, 4, 1)], [(1, 1)]]),
+    ('Squeeze', lambda x: F.squeeze(x, axis=-1), [[(3, 1, 4, 1)],
+                                                  [(0, 1)]]),
+    ('Squeeze', lambda x: F.squeeze(x, axis=(0, 2)), [[(1, 3, 1)]]),
+    ('BroadcastTo', lambda x: F.broadcast_to(x, (2, 3, 4)),
+     [[(3, 1)], [(4,)], [()], [(2, 3, 4)]]),
+    ('BroadcastTo', lambda x: F.broadcast_to(x, (0, 4)), [[(4,)]]),
+    ('Broadcast', lambda x, y: F.broadcast(x, y),
+     [[(3, 1), (2, 1, 4)], [(3, 4), (3, 4)], [(0, 1), (5,)]]),
+    ('Transpose', lambda x: F.transpose(x), [[(3, 4)], [(2, 3, 5)],
+                                             [(0, 4)]]),
+    ('Transpose', lambda x: F.transpose(x, (1, 0, 2)), [[(2, 3, 5)]]),
+    ('Transpose', lambda x: F.transpose(x, (-1, 0, 1)), [[(2, 3, 5)]]),
+    ('Swapaxes', lambda x: F.swapaxes(x, 0, 2), [[(2, 3, 5)], [(0, 3, 4)]]),
+    ('Swapaxes', lambda x: F.swapaxes(x, -1, 1), [[(2, 3, 5)]]),
+    ('Rollaxis', lambda x: F.rollaxis(x, 2), [[(2, 3, 5)], [(0, 3, 4)]]),
+    ('Rollaxis', lambda x: F.rollaxis(x, 0, 3), [[(2, 3, 5)]]),
+    ('Rollaxis', lambda x: F.rollaxis(x, -1, 1), [[(2, 3, 5, 4)]]),
+    ('Rollaxis', lambda x: F.rollaxis(x, 1, 1), [[(2, 3, 5)]]),
+    ('Moveaxis', lambda x: F.moveaxis(x, 0, -1), [[(2, 3, 5)], [(0, 3)]]),
+    ('Moveaxis', lambda x: F.moveaxis(x, (0, 1), (2, 0)),
+     [[(2, 3, 5)], [(2, 3, 5, 4)]]),
+    ('Flip', lambda x: F.flip(x, 0), [[(3, 4)], [(0, 4)]]),
+    ('Flip', lambda x: F.flip(x, -1), [[(3, 4)], [(2, 3, 5)]]),
+    ('FlipLR', lambda x: F.fliplr(x), [[(3, 4)], [(2, 3, 5)]]),
+    ('FlipUD', lambda x: F.flipud(x), [[(3, 4)], [(5,)]]),
+    ('Where', lambda x, y: F.where(CONDITION, x, y),
+     [[(3, 4), (3, 4)], [(3, 1), (4,)]]),
+    ('Concat', lambda x, y: F.concat((x, y)),
+     [[(3, 4), (3, 2)], [(0, 4), (0, 1)]]),
+    ('Concat', lambda x, y, z: F.concat((x, y, z), axis=0),
+     [[(3, 4), (1, 4), (2, 4)], [(1,), (0,), (3,)]]),
+    ('Concat', lambda x: F.concat((x,), axis=-1), [[(3, 4)]]),
+    ('Stack', lambda x, y: F.stack((x, y)), [[(3, 4)] * 2, [()] * 2]),
+    ('Stack', lambda x, y: F.stack((x, y), axis=-1),
+     [[(3, 4)] * 2, [(0, 2)] * 2]),
+    ('Hstack', lambda x, y: F.hstack((x, y)),
+     [[(3, 4), (3, 2)], [(2,), (3,)], [(), ()], [(0, 4), (0, 1)]]),
+    ('Vstack', lambda x, y: F.vstack((x, y)),
+     [[(3, 4), (1, 4)], [(2,), (2,)], [(), ()]]),
+    ('Dstack', lambda x, y: F.dstack((x, y)),
+     [[(3, 4, 2), (3, 4, 1)], [(3, 4), (3, 4)], [(2,), (2,)], [(), ()]]),
+    ('SplitAxis', lambda x: F.split_axis(x, 2, 1), [[(3, 4)], [(0, 6)]]),
+    ('SplitAxis', lambda x: F.split_axis(x, 3, 0), [[(0, 4)]]),
+    ('SplitAxis', lambda x: F.split_axis(x, [1, 3], -1),
+     [[(3, 4)], [(2, 3, 5)]]),
+    ('SplitAxis', lambda x: F.split_axis(x, [2, 2, 1], 0), [[(3, 4)]]),
+    ('SplitAxis', lambda x: F.split_axis(x, numpy.array([1, 2]), 0),
+     [[(3, 4)]]),
+    ('SplitAxis', lambda x: F.split_axis(x, [], 0), [[(3, 4)]]),
+    ('SplitAxis', lambda x: F.split_axis(x, 1, 0, force_tuple=False),
+     [[(3, 4)]]),
+    ('Separate', lambda x: F.separate(x), [[(3, 4)], [(2,)]]),
+    ('Separate', lambda x: F.separate(x, axis=-1), [[(2, 3, 4)], [(0, 2)]]),
+    ('Tile', lambda x: F.tile(x, 2), [[(3, 4)], [()], [(0, 2)]]),
+    ('Tile', lambda x: F.tile(x, (2, 1, 3)), [[(3, 4)], [(2,)]]),
+    ('Repeat', lambda x: F.repeat(x, 2), [[(3, 4)], [()], [(0, 2)]]),
+    ('Repeat', lambda x: F.repeat(x, 2, axis=1), [[(3, 4)], [(0, 2)]]),
+    ('Repeat', lambda x: F.repeat(x, (1, 0, 2), axis=0), [[(3, 4)]]),
+    ('Pad', lambda x: F.pad(x, 1, 'constant'), [[(3, 4)], [(0, 2)], [(2,)]]),
+    ('Pad', lambda x: F.pad(x, ((1, 0), (0, 2)), 'constant',
+                            constant_values=1.5), [[(3, 4)], [(0, 2)]]),
+    ('Pad', lambda x: F.pad(x, (2, 1), 'constant', constant_values=-1),
+     [[(3, 4)], [(2, 3, 5)]]),
+    ('Cast', lambda x: F.cast(x, numpy.float16), [[(3, 4)], [()]]),
+    ('Cast', lambda x: F.cast(x, 'i'), [[(3, 4)], [(0,)]]),
+    ('Copy', lambda x: F.copy(x, '@numpy'), [[(3, 4)], [()]]),
+    ('Space2Depth', lambda x: F.space2depth(x, 2),
+     [[(2, 3, 4, 6)], [(0, 2, 2, 2)]]),
+    ('Depth2Space', lambda x: F.depth2space(x, 2),
+     [[(2, 12, 2, 3)], [(0, 4, 1, 1)]]),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', CASES, ids=lambda case: case[0])
+def test_array(rng, case, dtype):
+    op, fn, shape_sets = case
+    testing.assert_jit_matches_eager(
+        fn, _calls_of(rng, shape_sets, dtype),
+        expect_entries=len(shape_sets), lowered=[op])
+
+
+INDEX_ARRAY = numpy.array([[0, 1], [3, 2]])
+MASK = numpy.array([True, False, True, True])
+MASK_2D = numpy.array([[True, False, True, False, True]] * 4)
+
+SLICES = [
+    1, -1, slice(1, 3), slice(None, None, -2), (slice(None), 2),
+    (Ellipsis, 1), (None, slice(None, None, 2)), (1, 2, 3), (Ellipsis, None),
+    (slice(1, None), None, Ellipsis, slice(0, 4, 3)),
+    numpy.array([0, 2, 3]), [0, 2], ([0, 1], [2, 3]), INDEX_ARRAY,
+    (slice(None), INDEX_ARRAY), (0, Ellipsis, numpy.array([1, 0])),
+    MASK, MASK_2D, (slice(None), numpy.array([True] * 5)),
+    numpy.array(True),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('slices', SLICES)
+def test_get_item(rng, slices, dtype):
+    testing.assert_jit_matches_eager(
+        lambda x: F.get_item(x, slices),
+        make_calls(rng, [(4, 5, 6)], dtype), expect_entries=1,
+        lowered=['GetItem'])
+
+
+@pytest.mark.parametrize('slices', [slice(0, 2), (slice(None), 1),
+                                    (Ellipsis, None, 1)])
+def test_get_item_empty(rng, slices):
+    testing.assert_jit_matches_eager(
+        lambda x: F.get_item(x, slices),
+        make_calls(rng, [(0, 5, 6)], numpy.float32), expect_entries=1,
+        lowered=['GetItem'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('n', [3, 0])
+def test_select_item(rng, n, dtype):
+    calls = [(x, rng.randint(0, 4, size=n).astype(numpy.int32))
+             for x, in make_calls(rng, [(n, 4)], dtype)]
+    testing.assert_jit_matches_eager(
+        lambda x, t: F.select_item(x, t), calls, expect_entries=1,
+        lowered=['SelectItem'])

@@ -1,0 +1,190 @@
+import chainer
+import chainer.functions as F
+import numpy
+import pytest
+
+from chainerjit import testing
+from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import make_calls
+
+
+def _calls_of(rng, shape_sets, dtype, **kwargs):
+    """Three calls with fresh values for each set of argument shapes."""
+    calls = []
+    for shapes in shape_sets:
+        calls += make_calls(rng, shapes, dtype, **kwargs)
+    return calls
+
+
+def _var(x):
+    return chainer.as_variable(x)
+
+
+UNARY_SHAPES = [[(3, 4)], [(0, 4)], [(2, 3, 5)], [()]]
+BINARY_SHAPES = [[(3, 4), (3, 4)], [(3, 4), (4,)], [(2, 3, 1), (3, 5)],
+                 [(0, 4), (4,)], [(), ()]]
+POSITIVE = {'low': 0.5, 'high': 2.0}
+UNIT = {'low': -0.99, 'high': 0.99}
+
+ELEMENTWISE_CASES = [
+    # lowered op, function, argument shape sets[, make_calls options]
+    ('Neg', lambda x: -_var(x), UNARY_SHAPES),
+    ('Absolute', lambda x: F.absolute(x), UNARY_SHAPES),
+    ('Exp', lambda x: F.exp(x), UNARY_SHAPES),
+    ('Log', lambda x: F.log(x), UNARY_SHAPES, POSITIVE),
+    ('Log2', lambda x: F.log2(x), UNARY_SHAPES, POSITIVE),
+    ('Log10', lambda x: F.log10(x), UNARY_SHAPES, POSITIVE),
+    ('Expm1', lambda x: F.expm1(x), UNARY_SHAPES),
+    ('Log1p', lambda x: F.log1p(x), UNARY_SHAPES, UNIT),
+    ('Sqrt', lambda x: F.sqrt(x), UNARY_SHAPES, POSITIVE),
+    ('Sqrt', lambda x: F.rsqrt(x), UNARY_SHAPES, POSITIVE),
+    ('Square', lambda x: F.square(x), UNARY_SHAPES),
+    ('Sin', lambda x: F.sin(x), UNARY_SHAPES),
+    ('Cos', lambda x: F.cos(x), UNARY_SHAPES),
+    ('Tan', lambda x: F.tan(x), UNARY_SHAPES, {'low': -1.2, 'high': 1.2}),
+    ('Arcsin', lambda x: F.arcsin(x), UNARY_SHAPES, UNIT),
+    ('Arccos', lambda x: F.arccos(x), UNARY_SHAPES, UNIT),
+    ('Arctan', lambda x: F.arctan(x), UNARY_SHAPES),
+    ('Sinh', lambda x: F.sinh(x), UNARY_SHAPES),
+    ('Cosh', lambda x: F.cosh(x), UNARY_SHAPES),
+    ('Arctanh', lambda x: F.arctanh(x), UNARY_SHAPES, UNIT),
+    ('Add', lambda x, y: x + _var(y), BINARY_SHAPES),
+    ('Sub', lambda x, y: _var(x) - y, BINARY_SHAPES),
+    ('Mul', lambda x, y: _var(x) * y, BINARY_SHAPES),
+    ('Div', lambda x, y: _var(x) / y, BINARY_SHAPES, POSITIVE),
+    ('PowVarVar', lambda x, y: _var(x) ** y, BINARY_SHAPES, POSITIVE),
+    ('Maximum', lambda x, y: F.maximum(x, y), BINARY_SHAPES),
+    ('Minimum', lambda x, y: F.minimum(x, y), BINARY_SHAPES),
+    ('Arctan2', lambda x, y: F.arctan2(x, y), BINARY_SHAPES),
+    ('Fmod', lambda x, y: F.fmod(x, y), BINARY_SHAPES, POSITIVE),
+    ('AddConstant', lambda x: _var(x) + 2.5, UNARY_SHAPES),
+    ('AddConstant', lambda x: _var(x) - 1.5, UNARY_SHAPES),
+    ('SubFromConstant', lambda x: 2.5 - _var(x), UNARY_SHAPES),
+    ('MulConstant', lambda x: _var(x) * 3, UNARY_SHAPES),
+    ('MulConstant', lambda x: _var(x) / 4.0, UNARY_SHAPES),
+    ('DivFromConstant', lambda x: 3.0 / _var(x), UNARY_SHAPES, POSITIVE),
+    ('PowVarConst', lambda x: _var(x) ** 2, UNARY_SHAPES),
+    ('PowVarConst', lambda x: _var(x) ** 0.5, UNARY_SHAPES, POSITIVE),
+    ('PowVarConst', lambda x: _var(x) ** -1.3, UNARY_SHAPES, POSITIVE),
+    ('PowConstVar', lambda x: 2.0 ** _var(x), UNARY_SHAPES),
+    ('MultiAdd', lambda x, y, z: F.add(x, y, z),
+     [[(3, 4)] * 3, [(3, 4), (4,), (3, 4)], [(4,), (3, 4), (4,)],
+      [(3, 1), (4,), (2, 1, 1)], [(0, 4), (4,), (0, 4)], [()] * 3]),
+    ('MultiAdd', lambda *xs: F.add(*xs), [[(2, 3)] * 5]),
+    ('SquaredError', lambda x, y: F.squared_difference(x, y),
+     [[(3, 4)] * 2, [(0, 4)] * 2, [()] * 2]),
+    ('LinearInterpolate', lambda p, x, y: F.linear_interpolate(p, x, y),
+     [[(3, 4)] * 3, [(0, 4)] * 3, [()] * 3]),
+    ('Identity', lambda x, y: F.identity(x, y), [[(3, 4), (2,)]]),
+    ('Identity', lambda x: F.identity(x), UNARY_SHAPES),
+    ('Clip', lambda x: F.clip(x, -0.5, 0.5), UNARY_SHAPES),
+    ('Clip', lambda x: F.clip(x, None, 0.3), UNARY_SHAPES),
+    ('Clip', lambda x: F.clip(x, -0.2, None), UNARY_SHAPES),
+]
+
+
+def _case_id(case):
+    return case[0]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', ELEMENTWISE_CASES, ids=_case_id)
+def test_elementwise(rng, case, dtype):
+    op, fn, shape_sets = case[:3]
+    options = case[3] if len(case) > 3 else {}
+    testing.assert_jit_matches_eager(
+        fn, _calls_of(rng, shape_sets, dtype, **options),
+        expect_entries=len(shape_sets), lowered=[op])
+
+
+REDUCTION_SHAPES = [[(3, 4)], [(2, 3, 5)], [(0, 3, 5)]]
+REDUCTIONS = [
+    ('Sum', F.sum), ('Mean', F.mean), ('Max', F.max), ('Min', F.min),
+    ('LogSumExp', F.logsumexp),
+]
+AXES = [(None, False), (1, False), (-1, True), ((1, 2), False),
+        ((0, 2), True)]
+REDUCTION_CASES = [
+    (op, reduce, axis, keepdims)
+    for op, reduce in REDUCTIONS for axis, keepdims in AXES
+    if not (op == 'LogSumExp' and keepdims)]  # logsumexp has no keepdims
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('op,reduce,axis,keepdims', REDUCTION_CASES)
+def test_reduction(rng, op, reduce, axis, keepdims, dtype):
+    kwargs = {'keepdims': keepdims} if keepdims else {}
+    shape_sets = REDUCTION_SHAPES
+    if isinstance(axis, tuple):
+        shape_sets = shape_sets[1:]
+    if op != 'Sum' and axis in (None, (0, 2)):
+        shape_sets = shape_sets[:-1]  # reduces over the empty axis
+    testing.assert_jit_matches_eager(
+        lambda x: reduce(x, axis=axis, **kwargs),
+        _calls_of(rng, shape_sets, dtype),
+        expect_entries=len(shape_sets), lowered=[op])
+
+
+def test_sum_of_scalar(rng):
+    testing.assert_jit_matches_eager(
+        lambda x: F.sum(x), make_calls(rng, [()], numpy.float32),
+        expect_entries=1, lowered=['Sum'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('op,arg', [('ArgMax', F.argmax),
+                                    ('ArgMin', F.argmin)])
+@pytest.mark.parametrize('axis', [None, 0, -1])
+def test_arg_max_min(rng, op, arg, axis, dtype):
+    testing.assert_jit_matches_eager(
+        lambda x: arg(x, axis=axis),
+        _calls_of(rng, [[(3, 4)], [(2, 3, 5)]], dtype),
+        expect_entries=2, lowered=[op])
+
+
+MATMUL_CASES = [
+    # a shape, b shape, transa, transb
+    ((3, 4), (4, 5), False, False),
+    ((4, 3), (4, 5), True, False),
+    ((3, 4), (5, 4), False, True),
+    ((4, 3), (5, 4), True, True),
+    ((0, 4), (4, 5), False, False),
+    ((2, 3, 4), (2, 4, 5), False, False),
+    ((2, 4, 3), (4, 5), True, False),
+    ((3, 1, 3, 4), (2, 5, 4), False, True),
+    ((4,), (4, 5), False, False),
+    ((4, 3), (4,), True, False),
+    ((2, 3, 4), (4,), False, False),
+    ((4,), (4,), False, False),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('a_shape,b_shape,transa,transb', MATMUL_CASES)
+def test_matmul(rng, a_shape, b_shape, transa, transb, dtype):
+    testing.assert_jit_matches_eager(
+        lambda a, b: F.matmul(a, b, transa=transa, transb=transb),
+        make_calls(rng, [a_shape, b_shape], dtype),
+        expect_entries=1, lowered=['MatMul'])
+
+
+def test_matmul_mixed_dtypes(rng):
+    calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
+        rng, [(3, 4), (4, 2)], numpy.float32)]
+    testing.assert_jit_matches_eager(
+        lambda a, b: F.matmul(a, b), calls, expect_entries=1,
+        lowered=['MatMul'])
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.parametrize('a_shape,b_shape,transa,transb', [
+    ((2, 3, 4), (2, 4, 5), False, False),
+    ((2, 4, 3), (2, 5, 4), True, True),
+    ((2, 3), (2, 3), True, False),
+    ((2, 3), (2, 4), False, True),
+])
+def test_batch_matmul(rng, a_shape, b_shape, transa, transb):
+    testing.assert_jit_matches_eager(
+        lambda a, b: F.batch_matmul(a, b, transa=transa, transb=transb),
+        make_calls(rng, [a_shape, b_shape], numpy.float32),
+        expect_entries=1, lowered=['BatchMatMul'])
