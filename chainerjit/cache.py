@@ -117,17 +117,26 @@ def diff_link_state(old, new):
 
 # --- model arrays -----------------------------------------------------------
 
+def resolve_link(instance, path):
+    """Follows link names from ``namedlinks()`` (``('0', 'l1')``).
+
+    A ChainList's names index its child links (``Sequential`` may also
+    hold functions, which have no names)."""
+    link = instance
+    for part in path:
+        if isinstance(link, chainer.ChainList):
+            link = link._children[int(part)]
+        else:
+            link = getattr(link, part)
+    return link
+
+
 def resolve_owner(instance, path):
     """Follows a path like ``('l1', 'W')`` from a Link. Returns
     ``(parameter, None)``, ``(link, name)`` for a persistent array, or
     ``None`` when the path no longer exists."""
-    obj = instance
     try:
-        for part in path[:-1]:
-            if isinstance(obj, chainer.ChainList):
-                obj = obj[int(part)]
-            else:
-                obj = getattr(obj, part)
+        obj = resolve_link(instance, path[:-1])
         leaf = getattr(obj, path[-1])
     except (AttributeError, IndexError, ValueError, TypeError):
         return None
@@ -261,11 +270,7 @@ class Entry(object):
     def write_state(self, instance, outs, leaves):
         """Assigns the model attributes the forward assigns."""
         for path, name, structure, specs in self.state:
-            link = instance
-            for part in path:
-                link = link[int(part)] if isinstance(
-                    link, chainer.ChainList) else getattr(link, part)
-            setattr(link, name, signature.unflatten(
+            setattr(resolve_link(instance, path), name, signature.unflatten(
                 structure, [_make_leaf(s, outs, leaves) for s in specs]))
 
     def describe(self):

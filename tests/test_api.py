@@ -193,3 +193,16 @@ def test_warnings_are_shown_once(rng):
         jf(chainer.Variable(_x(rng, batch=3)))
     assert len([w for w in caught
                 if issubclass(w.category, chainerjit.FallbackWarning)]) == 1
+
+
+def test_sequential_with_function_layers(rng):
+    model = chainer.Sequential(L.Linear(4, 5), F.relu, L.Linear(5, 2))
+    testing.assert_jit_matches_eager(
+        model.forward, [(_x(rng),) for _ in range(3)], expect_entries=1)
+
+
+def test_jit_of_a_link_object(rng):
+    model = chainer.Sequential(L.Linear(4, 5), F.tanh)
+    testing.assert_jit_matches_eager(
+        model.forward, [(_x(rng),) for _ in range(3)],
+        jitted=chainerjit.jit(model), expect_entries=1)

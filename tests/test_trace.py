@@ -216,6 +216,7 @@ def test_aliased_arguments_are_part_of_the_key(rng):
 
 def test_where_condition_computed_from_inputs_is_not_a_constant(rng):
     def f(x, y):
+        x = chainer.Variable(x)
         return F.where((x * 1.0).array > 0, x, y)
 
     jf = testing.assert_jit_matches_eager(
@@ -226,7 +227,7 @@ def test_where_condition_computed_from_inputs_is_not_a_constant(rng):
 
 def test_index_array_argument_is_not_a_constant(rng):
     def f(x, idx):
-        return F.relu(x[idx])
+        return F.relu(chainer.Variable(x)[idx])
 
     def call():
         return _x(rng, 5, 3), rng.randint(0, 5, size=4).astype(numpy.int32)

@@ -74,7 +74,7 @@ def lower_broadcast(node, ctx):
                   {'shape': shape}, multi=True)
 
 
-# --- axis permutations ---------------------------------------------------------
+# --- axis permutations -------------------------------------------------------
 
 def _rollaxis_order(ndim, axis, start):
     """The permutation ``numpy.rollaxis(x, axis, start)`` applies."""
@@ -122,7 +122,7 @@ def lower_transpose(node, ctx):
     return Kernel(lambda x: x.transpose(axes), {'axes': axes})
 
 
-# --- reversals -----------------------------------------------------------------
+# --- reversals ---------------------------------------------------------------
 
 @lowering(flip.Flip, fliplr.FlipLR, flipud.FlipUD)
 def lower_flip(node, ctx):
@@ -134,7 +134,7 @@ def lower_flip(node, ctx):
     return Kernel(lambda x: x[index], {'axis': axis})
 
 
-# --- indexing ------------------------------------------------------------------
+# --- indexing ----------------------------------------------------------------
 
 def _format_index(s):
     if isinstance(s, slice):
@@ -180,7 +180,7 @@ def lower_where(node, ctx):
     return Kernel(lambda x, y: xp_where(condition, x, y))
 
 
-# --- joining and splitting -----------------------------------------------------
+# --- joining and splitting ---------------------------------------------------
 
 @lowering(concat.Concat)
 def lower_concat(node, ctx):
@@ -231,7 +231,7 @@ def lower_separate(node, ctx):
                   {'axis': node.axis}, multi=True)
 
 
-# --- repetition and padding ----------------------------------------------------
+# --- repetition and padding --------------------------------------------------
 
 @lowering(tile.Tile)
 def lower_tile(node, ctx):
@@ -270,7 +270,7 @@ def lower_pad(node, ctx):
     return Kernel(fn, {'mode': 'constant', 'value': value})
 
 
-# --- element types and devices -------------------------------------------------
+# --- element types and devices -----------------------------------------------
 
 @lowering(cast.Cast)
 def lower_cast(node, ctx):
@@ -285,7 +285,7 @@ def lower_copy(node, ctx):
     return Kernel(node.out_device.send)
 
 
-# --- pixel shuffles ------------------------------------------------------------
+# --- pixel shuffles ----------------------------------------------------------
 
 @lowering(space2depth.Space2Depth)
 def lower_space2depth(node, ctx):

@@ -29,6 +29,7 @@ from chainer.functions.math import sqrt
 from chainer.functions.math import square
 from chainer.functions.math import sum as sum_
 from chainer.functions.math import trigonometric
+from chainer.backends import cuda
 from chainer import utils
 import numpy
 
@@ -97,6 +98,14 @@ def lower_unary(node, ctx):
     fn = _resolve(_UNARY[type(node)], ctx.xp)
     dtype = ctx.out_dtypes[0]
     return Kernel(lambda x: utils.force_array(fn(x), dtype))
+
+
+@lowering(sqrt.RsqrtGPU)
+def lower_rsqrt_gpu(node, ctx):
+    # Recorded on GPU only (``F.rsqrt`` is ``1 / sqrt(x)`` on CPU).
+    rsqrt = cuda.cupyx.rsqrt
+    dtype = ctx.in_dtypes[0]
+    return Kernel(lambda x: utils.force_array(rsqrt(x, dtype=dtype)))
 
 
 @lowering(*_BINARY)
