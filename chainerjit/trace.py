@@ -65,6 +65,12 @@ def _escape(what):
         recorder.note_escape(what, user_location(3))
 
 
+def _as_tuple(fn):
+    def run(*arrays):
+        return tuple(fn(*arrays))
+    return run
+
+
 def _untag(obj):
     if isinstance(obj, TracedArray):
         return obj.view(numpy.ndarray)
@@ -81,28 +87,128 @@ def _tag(obj):
     return obj
 
 
+# NumPy functions whose result's shape depends on the values.
+_VALUE_SHAPED = frozenset([
+    'nonzero', 'argwhere', 'flatnonzero', 'unique', 'compress', 'extract',
+    'where', 'trim_zeros', 'histogram', 'bincount'])
+
+
+def _record_numpy(label, fn, args, kwargs, result):
+    """Records NumPy called on traced arrays outside Chainer functions as a
+    node of the graph, or notes an escape if it cannot be replayed."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth or \
+            recorder.thread != threading.get_ident():
+        return
+    if not _is_arrays(result):
+        recorder.note_escape('%s gives a Python value' % label,
+                             user_location(3))
+    elif 'out' in kwargs:
+        recorder.note_escape('%s with out= changes an array in place'
+                             % label, user_location(3))
+    elif label.split('.')[-1] in _VALUE_SHAPED or (
+            label == 'ndarray.__getitem__' and _has_bool_array(args[1])):
+        recorder.note_escape('%s gives a shape that depends on the values'
+                             % label, user_location(3))
+    else:
+        recorder.record_call(label, fn, args, kwargs, result)
+
+
+def _is_arrays(result):
+    if type(result) in (tuple, list):
+        return bool(result) and all(isinstance(r, numpy.ndarray)
+                                    for r in result)
+    return isinstance(result, numpy.ndarray)
+
+
+def _has_bool_array(index):
+    items = index if type(index) is tuple else (index,)
+    return any(isinstance(i, numpy.ndarray) and i.dtype == bool
+               for i in items)
+
+
+class _Slot(object):
+    """Marks where an array goes in :func:`_split_arrays`' template."""
+
+
+def _split_arrays(obj, arrays):
+    """Replaces the arrays in nested tuples, lists and dicts by slots."""
+    if isinstance(obj, numpy.ndarray):
+        arrays.append(obj)
+        return _Slot
+    if type(obj) in (tuple, list):
+        return type(obj)(_split_arrays(x, arrays) for x in obj)
+    if type(obj) is dict:
+        return {k: _split_arrays(v, arrays) for k, v in obj.items()}
+    return obj
+
+
+def _fill(template, arrays):
+    """Puts arrays (an iterator) back into :func:`_split_arrays`' slots."""
+    if template is _Slot:
+        return next(arrays)
+    if type(template) in (tuple, list):
+        return type(template)(_fill(x, arrays) for x in template)
+    if type(template) is dict:
+        return {k: _fill(v, arrays) for k, v in template.items()}
+    return template
+
+
+def numpy_kernel(fn, args, kwargs):
+    """A kernel calling ``fn(*args, **kwargs)`` with new arrays in place of
+    the recorded ones. Returns ``(kernel function, recorded arrays)``."""
+    arrays = []
+    template = _split_arrays((args, kwargs), arrays)
+
+    def run(*new_arrays):
+        args, kwargs = _fill(template, iter(new_arrays))
+        return fn(*args, **kwargs)
+    return run, arrays
+
+
 class TracedArray(numpy.ndarray):
     """A NumPy array computed from the inputs, seen while recording.
 
-    It behaves as an ordinary ndarray; what it adds is noticing when user
-    code turns its values into Python values.
+    It behaves as an ordinary ndarray. NumPy run on it outside Chainer
+    functions (``x.array > 0``, ``numpy.abs(v.array)``) is recorded as a
+    node; turning its values into Python values (``float``, ``.item()``,
+    ``bool``) is a data escape.
     """
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
-        if 'out' in kwargs:
-            kwargs['out'] = _untag(kwargs['out'])
-        result = getattr(ufunc, method)(*_untag(inputs), **kwargs)
-        if not isinstance(result, (numpy.ndarray, tuple)):
-            _escape('NumPy %s.%s on an array value' % (ufunc.__name__,
-                                                      method))
-        return _tag(result)
+        call = getattr(ufunc, method)
+        untagged = {k: _untag(v) for k, v in kwargs.items()}
+        result = _tag(call(*_untag(inputs), **untagged))
+        name = ufunc.__name__ + ('' if method == '__call__' else
+                                 '.' + method)
+        _record_numpy('numpy.' + name, call, inputs, kwargs, result)
+        return result
 
     def __array_function__(self, func, types, args, kwargs):
-        result = func(*_untag(args), **{k: _untag(v)
-                                        for k, v in kwargs.items()})
-        if not isinstance(result, (numpy.ndarray, tuple, list)):
-            _escape('numpy.%s on an array value' % func.__name__)
-        return _tag(result)
+        result = _tag(func(*_untag(args), **{k: _untag(v)
+                                              for k, v in kwargs.items()}))
+        _record_numpy('numpy.' + func.__name__, func, args, kwargs, result)
+        return result
+
+    def _replayed(name):
+        base = getattr(numpy.ndarray, name)
+
+        def replayed(self, *args, **kwargs):
+            result = _tag(base(self.view(numpy.ndarray), *args, **kwargs))
+            _record_numpy('ndarray.' + name, base, (self,) + args, kwargs,
+                          result)
+            return result
+        replayed.__name__ = name
+        return replayed
+
+    for _name in ('astype', 'reshape', 'transpose', 'swapaxes', 'copy',
+                  'ravel', 'flatten', 'squeeze', 'argmax', 'argmin',
+                  'nonzero', '__getitem__', 'repeat', 'take', 'dot'):
+        locals()[_name] = _replayed(_name)
+
+    @property
+    def T(self):
+        return self.transpose()
 
     def _read(name):
         base = getattr(numpy.ndarray, name)
@@ -114,16 +220,10 @@ class TracedArray(numpy.ndarray):
         return read
 
     for _name in ('__float__', '__int__', '__index__', '__bool__',
-                  '__complex__', 'item', 'tolist', 'argmax', 'argmin',
-                  'nonzero', 'tobytes', '__setitem__'):
+                  '__complex__', 'item', 'tolist', 'tobytes',
+                  '__setitem__'):
         locals()[_name] = _read(_name)
-    del _name, _read
-
-    def __getitem__(self, index):
-        result = numpy.ndarray.__getitem__(self, index)
-        if not isinstance(result, numpy.ndarray):
-            _escape('indexing an element of an array value')
-        return result
+    del _name, _read, _replayed
 
     def __iter__(self):
         if self.ndim <= 1:
@@ -198,12 +298,32 @@ class _Recorder(object):
         for name, index, array in ops.array_attributes(template):
             value = self.values.get(id(array))
             if value is not None and value.kind != 'const':
+                if array.dtype == bool and ops.node_label(
+                        template) == 'GetItem':
+                    self.note_escape('indexing with a boolean mask gives '
+                                     'a shape that depends on the values',
+                                     user_location(4))
                 found.append(((name, index), value))
             elif isinstance(array, TracedArray):
                 self.note_escape('an array computed with NumPy from the '
                                  'inputs passed to a Chainer function',
                                  user_location(4))
         return found
+
+    def record_call(self, label, fn, args, kwargs, result):
+        """Records NumPy run outside Chainer functions."""
+        kernel_fn, arrays = numpy_kernel(fn, args, kwargs)
+        in_values = [self.value_of(a) for a in arrays]
+        multi = type(result) in (tuple, list)
+        outs = list(result) if multi else [result]
+        if multi:
+            kernel_fn = _as_tuple(kernel_fn)
+        out_values = [self.bind(a, self.graph.add_value('temp', a.shape,
+                                                          a.dtype))
+                      for a in outs]
+        self.graph.add_node(ir.Node(
+            label, ops.Kernel(kernel_fn, multi=multi), in_values,
+            out_values, loc=user_location(4)))
 
     def record_node(self, node, template, inputs, outputs):
         in_values = [self.value_of(x) for x in inputs]

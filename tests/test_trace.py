@@ -26,8 +26,8 @@ ESCAPES = {
     'float': lambda x: F.relu(x) * float(x.array.max()),
     'item': lambda x: F.relu(x) * x[0, 0].item(),
     'bool': lambda x: F.relu(x) if (x.array > 0).any() else F.tanh(x),
-    'numpy_on_array': lambda x: F.relu(x) * numpy.abs(x.array),
-    'numpy_on_raw_argument': lambda x: F.relu(numpy.exp(x)),
+    'boolean_mask': lambda x: F.relu(x[x.array > 0]),
+    'nonzero': lambda x: F.relu(x[numpy.nonzero(x.array > 0)]),
     'index_element': lambda x: F.relu(x) + x.array[0, 1],
     'argmax': lambda x: F.relu(x) * int(x.array.argmax()),
     'iterate': lambda x: F.relu(x) * sum(v for v in x.array[0]),
@@ -40,8 +40,7 @@ def test_value_read_into_python_runs_eagerly(rng, name):
     jf = chainerjit.jit(f)
 
     def arg():
-        x = _x(rng)
-        return x if name == 'numpy_on_raw_argument' else chainer.Variable(x)
+        return chainer.Variable(_x(rng))
 
     with pytest.warns(chainerjit.FallbackWarning,
                       match='DataDependentValue[\\s\\S]*test_trace.py'):
@@ -51,6 +50,27 @@ def test_value_read_into_python_runs_eagerly(rng, name):
         testing.assert_results_equal(_run(jf, x), _run(f, x))
     entry, = jf.cache_entries()
     assert entry.fallback and 'test_trace.py' in entry.fallback
+
+
+NUMPY_OUTSIDE_CHAINER = {
+    'ufunc_on_array': lambda x: F.relu(x) * numpy.abs(
+        chainer.Variable(x).array),
+    'on_raw_argument': lambda x: F.relu(numpy.exp(x)),
+    'comparison_mask': lambda x: F.where(
+        chainer.Variable(x).array > 0.5, x, numpy.zeros_like(x)),
+    'methods': lambda x: F.tanh(x.T.reshape(2, 6).astype(numpy.float64)),
+    'function_and_index': lambda x: F.relu(
+        numpy.concatenate([x[:, :2], numpy.flip(x, 1)], axis=1)),
+    'reduction_to_array': lambda x: F.relu(x) - x.max(axis=1,
+                                                      keepdims=True),
+}
+
+
+@pytest.mark.parametrize('name', sorted(NUMPY_OUTSIDE_CHAINER))
+def test_numpy_outside_chainer_functions_is_recorded(rng, name):
+    testing.assert_jit_matches_eager(
+        NUMPY_OUTSIDE_CHAINER[name], [(_x(rng),) for _ in range(3)],
+        expect_entries=1)
 
 
 def test_shape_reads_are_not_escapes(rng):

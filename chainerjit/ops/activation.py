@@ -17,6 +17,7 @@ from chainer.functions.activation import softplus
 from chainer.functions.activation import swish
 from chainer.functions.activation import tanh
 from chainer import utils
+import numpy
 
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -31,6 +32,12 @@ def lower_relu(node, ctx):
 @lowering(leaky_relu.LeakyReLU)
 def lower_leaky_relu(node, ctx):
     slope = node.slope
+    if ctx.xp is not numpy:
+        # forward_gpu: ``y = x <= 0 ? (T)(slope * x) : x``, no mask.
+        where = ctx.xp.where
+        slope_t = ctx.in_dtypes[0].type(slope)
+        return Kernel(lambda x: where(x <= 0, slope_t * x, x),
+                      {'slope': slope})
 
     def fn(x):
         y = x.copy()
@@ -74,13 +81,18 @@ def lower_log_softmax(node, ctx):
 
 @lowering(elu.ELU)
 def lower_elu(node, ctx):
-    expm1 = ctx.xp.expm1
+    xp = ctx.xp
     alpha = node.alpha
+    if xp is not numpy:
+        # forward_gpu: ``y = x > 0 ? x : (T)(alpha * expm1(x))``.
+        alpha_t = ctx.in_dtypes[0].type(alpha)
+        return Kernel(lambda x: xp.where(x > 0, x, alpha_t * xp.expm1(x)),
+                      {'alpha': alpha})
 
     def fn(x):
         y = x.copy()
         negzero = y <= 0
-        y[negzero] = alpha * expm1(y[negzero])
+        y[negzero] = alpha * numpy.expm1(y[negzero])
         return y
     return Kernel(fn, {'alpha': alpha})
 

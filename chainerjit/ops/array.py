@@ -68,10 +68,9 @@ def lower_broadcast_to(node, ctx):
 
 @lowering(broadcast.Broadcast)
 def lower_broadcast(node, ctx):
-    broadcast_to = ctx.xp.broadcast_to
-    shape = ctx.out_shapes[0]
-    return Kernel(lambda *xs: tuple(broadcast_to(x, shape) for x in xs),
-                  {'shape': shape}, multi=True)
+    broadcast_arrays = ctx.xp.broadcast_arrays
+    return Kernel(lambda *xs: tuple(broadcast_arrays(*xs)),
+                  {'shape': ctx.out_shapes[0]}, multi=True)
 
 
 # --- axis permutations -------------------------------------------------------
@@ -173,8 +172,6 @@ def lower_select_item(node, ctx):
 
 @lowering(where.Where)
 def lower_where(node, ctx):
-    if isinstance(node.condition, chainer.Variable):
-        return None
     xp_where = ctx.xp.where
     condition = node.condition
     return Kernel(lambda x, y: xp_where(condition, x, y))
@@ -207,8 +204,7 @@ def _split_points(node, size):
     if node.indices is not None:
         return [0] + list(node.indices) + [size]
     step = size // node.sections
-    return list(range(0, size + 1, step)) if step else [0] * (
-        node.sections + 1)
+    return [i * step for i in range(node.sections + 1)]
 
 
 @lowering(split_axis.SplitAxis)

@@ -8,6 +8,7 @@ lowerings.
 
 import operator
 
+from chainer.backends import cuda
 from chainer.functions.loss import squared_error
 from chainer.functions.math import arctanh
 from chainer.functions.math import average
@@ -29,7 +30,6 @@ from chainer.functions.math import sqrt
 from chainer.functions.math import square
 from chainer.functions.math import sum as sum_
 from chainer.functions.math import trigonometric
-from chainer.backends import cuda
 from chainer import utils
 import numpy
 
@@ -130,14 +130,13 @@ def lower_with_constant(node, ctx):
 def lower_multi_add(node, ctx):
     if len(ctx.in_shapes) == 1:
         return Kernel(lambda x: x)
-    # Which later inputs MultiAdd.forward adds in place (same shape as the
-    # running sum) is known from the shapes.
+    # MultiAdd.forward adds a later input in place when it has the shape
+    # of the running sum: the shapes tell which ones.
+    shape = numpy.broadcast_shapes(*ctx.in_shapes[:2])
     in_place = []
-    shape = ctx.in_shapes[0]
-    for s in ctx.in_shapes[1:]:
+    for s in ctx.in_shapes[2:]:
         in_place.append(s == shape)
         shape = numpy.broadcast_shapes(s, shape)
-    in_place = in_place[1:]
 
     def fn(x0, x1, *xs):
         y = x0 + x1
