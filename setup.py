@@ -14,7 +14,9 @@ setuptools.setup(
     description='A just-in-time compiler for Chainer models',
     packages=setuptools.find_packages(include=['chainerjit', 'chainerjit.*']),
     ext_modules=cythonize(
-        [setuptools.Extension('chainerjit._vm', ['chainerjit/_vm.pyx'])],
+        [setuptools.Extension('chainerjit._vm', ['chainerjit/_vm.pyx']),
+         setuptools.Extension('chainerjit._fastpath',
+                              ['chainerjit/_fastpath.pyx'])],
         compiler_directives={'language_level': 3}),
     python_requires='>=3.8',
     install_requires=['chainer>=7,<8', 'numpy<2'],

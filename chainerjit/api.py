@@ -106,13 +106,13 @@ class JitFunction(object):
         instance = self._instance()
         if trace.is_recording():  # inlined into an outer recording
             return self._eager(instance, args, kwargs)
-        config = chainer.config
+        train, backprop = signature.config_flags()
         try:
-            key, leaves = signature.make_key(args, kwargs, config)
+            key, leaves = signature.make_key(args, kwargs, train, backprop)
         except errors.UnsupportedArgument as e:
             self._warn_fallback(e, trace.user_location(2))
             return self._eager(instance, args, kwargs)
-        if config.enable_backprop and _needs_grad(leaves, instance):
+        if backprop and _needs_grad(leaves, instance):
             return self._eager(instance, args, kwargs)
         entry, params = self.cache.lookup(key, instance)
         if entry is None:
@@ -120,11 +120,10 @@ class JitFunction(object):
             return self._compile(key, leaves, instance, args, kwargs)
         self.cache.hits += 1
         entry.hits += 1
-        if entry.program is None or (config.enable_backprop and any(
+        if entry.program is None or (backprop and any(
                 p.requires_grad for p in entry.free_params)):
             return self._eager(instance, args, kwargs)
-        arrays = [signature.leaf_array(leaf) for leaf in leaves]
-        outs = entry.program.run(arrays + params)
+        outs = entry.program.run(signature.leaf_arrays(leaves) + params)
         if entry.state:
             entry.write_state(instance, outs, leaves)
         return entry.build_result(outs, leaves)
@@ -266,7 +265,8 @@ class JitFunction(object):
         instance = self._instance()
         config = chainer.config
         try:
-            key, leaves = signature.make_key(args, kwargs, config)
+            key, leaves = signature.make_key(args, kwargs, config.train,
+                                             config.enable_backprop)
         except errors.UnsupportedArgument as e:
             return '%s would run eagerly: %s' % (self.__name__, e)
         if config.enable_backprop and _needs_grad(leaves, instance):

@@ -15,6 +15,7 @@ import itertools
 import chainer
 import numpy
 
+from chainerjit import _fastpath
 from chainerjit import signature
 
 
@@ -151,17 +152,15 @@ def read_owner(owner):
 
 
 def array_spec(array):
-    """``(shape, dtype, array class, device)`` of a model array."""
+    """``(shape, dtype, array class, device)`` of a model array; the
+    device is ``None`` for NumPy."""
     device = None if type(array) is numpy.ndarray else \
         signature.array_device(array)
     return array.shape, array.dtype, type(array), device
 
 
 def matches(array, spec):
-    shape, dtype, cls, device = spec
-    return (type(array) is cls and array.shape == shape
-            and array.dtype == dtype
-            and (device is None or signature.array_device(array) == device))
+    return array is not None and array_spec(array) == spec
 
 
 def describe_array_change(name, spec, array):
@@ -239,13 +238,7 @@ class Entry(object):
             self._epoch = link_epoch[0]
         if self._owners is None:
             return None
-        arrays = []
-        for owner, spec in zip(self._owners, self.param_specs):
-            array = read_owner(owner)
-            if array is None or not matches(array, spec):
-                return None
-            arrays.append(array)
-        return arrays
+        return _fastpath.read_params(self._owners, self.param_specs)
 
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
@@ -264,6 +257,9 @@ class Entry(object):
     def build_result(self, outs, leaves):
         """The call's result, shaped as eager's, from program outputs."""
         structure, specs = self.outputs
+        if structure == 'V' and specs[0][0] == 'value':
+            return chainer.Variable._init_unchecked(
+                outs[specs[0][1]], requires_grad=specs[0][3])
         return signature.unflatten(
             structure, [_make_leaf(spec, outs, leaves) for spec in specs])
 

@@ -19,57 +19,24 @@ import chainer
 from chainer import backend
 import numpy
 
-from chainerjit import errors
+from chainerjit import _fastpath
 from chainerjit import ir
 
 
-_STATIC_TYPES = (type(None), bool, int, float, str, numpy.dtype)
-
-
-def array_device(array):
-    """``'cpu'`` for NumPy arrays, ``'gpu0'``, ... for CuPy arrays."""
-    if isinstance(array, numpy.ndarray):
-        return 'cpu'
-    device = backend.get_device_from_array(array)
-    return 'gpu%d' % device.device.id if hasattr(device, 'device') else str(
-        device)
-
-
-def _is_array(obj):
-    return isinstance(obj, chainer.get_array_types())
-
-
-def flatten(obj, leaves):
-    """Returns the hashable structure of ``obj``, appending its Variables
-    and arrays to ``leaves`` in order.
-
-    Raises:
-        chainerjit.errors.UnsupportedArgument: for an argument that is not
-            a Variable, an array, a static Python value or a list, tuple or
-            dict of those.
-    """
-    kind = type(obj)
-    if kind is chainer.Variable or kind is chainer.Parameter:
-        leaves.append(obj)
-        return 'V'
-    if isinstance(obj, chainer.Variable):
-        leaves.append(obj)
-        return 'V'
-    if _is_array(obj):
-        leaves.append(obj)
-        return 'A'
-    if isinstance(obj, _STATIC_TYPES) or isinstance(obj, numpy.generic):
-        return ('S', kind, obj)
-    if kind is list or kind is tuple:
-        return (kind.__name__,
-                tuple([flatten(item, leaves) for item in obj]))
-    if kind is dict:
-        keys = tuple(obj)
-        return ('dict', keys, tuple([flatten(obj[k], leaves) for k in keys]))
-    raise errors.UnsupportedArgument(
-        'an argument of type %s (chainerjit takes Variables, arrays, '
-        'Python scalars, None and lists, tuples and dicts of them)'
-        % kind.__name__)
+# The hot path lives in Cython; see _fastpath.pyx.
+array_device = _fastpath.array_device
+flatten = _fastpath.flatten
+leaf_array = _fastpath.leaf_array
+leaf_spec = _fastpath.leaf_spec
+aliasing = _fastpath.aliasing
+leaf_arrays = _fastpath.leaf_arrays
+# make_key(args, kwargs, train, enable_backprop) returns ``(key, leaves)``
+# for a call: ``key`` is ``(train, enable_backprop, structure, leaf specs,
+# aliasing)`` where a leaf spec is ``(shape, dtype, device, requires_grad,
+# is_variable)``.
+make_key = _fastpath.make_key
+# config_flags() returns ``(chainer.config.train, enable_backprop)``.
+config_flags = _fastpath.config_flags
 
 
 def unflatten(structure, leaves):
@@ -90,49 +57,12 @@ def _unflatten(structure, leaves):
     return items if tag == 'list' else tuple(items)
 
 
-def leaf_array(leaf):
-    """The array of a leaf: ``leaf.array`` for a Variable."""
-    if isinstance(leaf, chainer.Variable):
-        return leaf._data[0]
-    return leaf
-
-
 ArraySpec = collections.namedtuple(
     'ArraySpec', 'shape dtype device requires_grad is_variable')
 
 
-def leaf_spec(leaf):
-    """The :class:`ArraySpec` of one leaf."""
-    if isinstance(leaf, chainer.Variable):
-        array = leaf._data[0]
-        if array is None:
-            raise errors.UnsupportedArgument(
-                'an uninitialized Variable (its array is None)')
-        return ArraySpec(array.shape, array.dtype, array_device(array),
-                         leaf.requires_grad, True)
-    return ArraySpec(leaf.shape, leaf.dtype, array_device(leaf), False,
-                     False)
-
-
-def aliasing(leaves):
-    """``None`` when every leaf array is distinct, else, for each leaf, the
-    index of the first leaf holding the same array."""
-    ids = [id(leaf_array(leaf)) for leaf in leaves]
-    if len(set(ids)) == len(ids):
-        return None
-    return tuple(ids.index(i) for i in ids)
-
-
-def make_key(args, kwargs, config):
-    """Returns ``(key, leaves)`` for a call."""
-    leaves = []
-    structure = flatten(args, leaves)
-    if kwargs:
-        structure = (structure, flatten(kwargs, leaves))
-    specs = tuple([leaf_spec(leaf) for leaf in leaves])
-    alias = aliasing(leaves) if len(leaves) > 1 else None
-    key = (config.train, config.enable_backprop, structure, specs, alias)
-    return key, leaves
+def _is_array(obj):
+    return isinstance(obj, chainer.get_array_types())
 
 
 # --- the readable form -----------------------------------------------------
@@ -214,7 +144,8 @@ class Signature(object):
     @classmethod
     def of_call(cls, fn, args, kwargs, key, leaves, params=()):
         train, backprop, structure, specs, alias = key
-        items = list(zip(argument_names(fn, args, kwargs), specs))
+        items = list(zip(argument_names(fn, args, kwargs),
+                         [ArraySpec(*spec) for spec in specs]))
         items.extend(static_items(structure))
         if alias is not None:
             items.append(('aliasing', alias))

@@ -2,7 +2,9 @@
 
 Each kernel mirrors the formula of the node's CPU ``forward`` (Chainer
 uses cuDNN or fused CUDA kernels on GPU; the same formula runs there
-through CuPy).
+through CuPy), except where that formula updates a boolean-masked
+selection: on GPU those use the formula of ``forward_gpu``, which CuPy
+runs without synchronizing.
 """
 
 from chainer.functions.activation import clipped_relu
