@@ -288,6 +288,12 @@ class _Recorder(object):
                              user_location(3))
         elif isinstance(x, chainer.Parameter):
             return self.bind_param(array, x.name or 'param', ('object', x))
+        elif not isinstance(array, numpy.ndarray):
+            # CuPy arrays cannot be traced: an unknown one may have been
+            # computed from the inputs, so it is not taken as a constant.
+            self.note_escape('a CuPy array created outside Chainer '
+                             'functions used by a Chainer function',
+                             user_location(3))
         return self.bind(array, self.graph.add_value(
             'const', array.shape, array.dtype, data=array))
 
@@ -363,6 +369,25 @@ class _Recorder(object):
 
 
 _original_apply = chainer.FunctionNode.apply
+_array_properties = (chainer.Variable.array, chainer.Variable.data)
+
+
+def _watching_gpu_reads(prop):
+    """``Variable.array`` (or ``.data``) while recording: reading a CuPy
+    array in user code is an escape, since CuPy arrays cannot be traced."""
+    def read(variable):
+        array = prop.fget(variable)
+        if array is not None and not isinstance(array, numpy.ndarray):
+            frame = sys._getframe(1)
+            if not frame.f_code.co_filename.startswith(
+                    _INTERNAL_DIRS + (_JIT_DIR,)):
+                _escape('reading a CuPy array of a Variable')
+        return array
+    return property(read, prop.fset, None, prop.__doc__)
+
+
+_recording_array_properties = tuple(
+    _watching_gpu_reads(p) for p in _array_properties)
 
 
 def _recording_apply(node, inputs):
@@ -472,6 +497,8 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     link_setattr = chainer.Link.__setattr__
     chainer.FunctionNode.apply = _recording_apply
     chainer.Link.__setattr__ = _recording_setattr(link_setattr, recorder)
+    chainer.Variable.array, chainer.Variable.data = \
+        _recording_array_properties
     try:
         if instance is not None:
             result = fn(instance, *call_args, **call_kwargs)
@@ -480,6 +507,7 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     finally:
         chainer.FunctionNode.apply = _original_apply
         chainer.Link.__setattr__ = link_setattr
+        chainer.Variable.array, chainer.Variable.data = _array_properties
         _state.recorder = None
         _restore_model_arrays(restore)
     _adopt_lazy_params(instance, recorder)
