@@ -156,13 +156,14 @@ class JitFunction(object):
         sig = self._signature(key, leaves, instance, args, kwargs)
         reason = self._miss_reason(sig, key, instance)
         model_state = cache_module.link_state(instance)
+        py_guards = cache_module.python_guards(self._fn, instance)
         recording = trace.record(
             self._fn, instance, args, kwargs, leaves, self.__name__,
             [name for name, _ in sig.items[:len(leaves)]])
         if recording.escape is not None:
             what, loc = recording.escape
             entry = cache_module.Entry(
-                key, sig, model_state,
+                key, sig, model_state, py_guards=py_guards,
                 fallback='%s at %s' % (what, _format_loc(loc)))
             self._warn_fallback(errors.DataDependentValue(what), loc)
         else:
@@ -171,7 +172,7 @@ class JitFunction(object):
             param_arrays = [recording.param_arrays[v] for v in graph.params]
             entry = cache_module.Entry(
                 key, sig, model_state, graph, program, recording.outputs,
-                recording.state, param_arrays)
+                recording.state, param_arrays, py_guards=py_guards)
             if self._check:
                 self._self_check(entry, leaves, param_arrays,
                                  recording.result)

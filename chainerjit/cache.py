@@ -59,9 +59,7 @@ def _attribute_state(value):
     scalars; its type for arrays and Variables (read on every call); the
     device it names for a device; its identity for anything else (a
     function, a link, an object)."""
-    if isinstance(value, _SCALARS) or (
-            type(value) is tuple and all(isinstance(x, _SCALARS)
-                                         for x in value)):
+    if _is_scalar(value):
         return value
     if isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
         return '<%s>' % type(value).__name__
@@ -114,6 +112,58 @@ def diff_link_state(old, new):
                     lines.append('%s.%s: %r -> %r' % (
                         name, k, a.get(k, _ABSENT), b.get(k, _ABSENT)))
     return lines
+
+
+# --- Python values the forward's code reads ----------------------------------
+
+def _code_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, 'co_names'):
+            names |= _code_names(const)
+    return names
+
+
+def python_guards(fn, instance):
+    """Module globals and class attributes holding Python scalars that the
+    forward's own code names: ``[(label, namespace, name, value)]``.
+
+    They are frozen into a recording (as an op's attribute, a branch
+    taken), so a later change must be a miss. Names read only by functions
+    the forward calls are not covered.
+    """
+    code = getattr(fn, '__code__', None)
+    if code is None:
+        return []
+    guards = []
+    classes = [c for c in type(instance).__mro__
+               if not c.__module__.startswith('chainer')] \
+        if instance is not None else []
+    for name in sorted(_code_names(code)):
+        for cls in classes:
+            if name in vars(cls):
+                if _is_scalar(vars(cls)[name]):
+                    guards.append(('%s.%s' % (cls.__name__, name),
+                                   vars(cls), name, vars(cls)[name]))
+                break
+        else:
+            value = fn.__globals__.get(name, _ABSENT)
+            if _is_scalar(value):
+                guards.append(('global %s' % name, fn.__globals__, name,
+                               value))
+    return guards
+
+
+def _is_scalar(value):
+    return isinstance(value, _SCALARS) or (
+        type(value) is tuple and all(isinstance(x, _SCALARS) for x in value))
+
+
+def python_guard_failures(guards):
+    """Lines naming the guarded Python values that changed."""
+    return ['%s: %r -> %r' % (label, value, namespace.get(name, _ABSENT))
+            for label, namespace, name, value in guards
+            if namespace.get(name, _ABSENT) != value]
 
 
 # --- model arrays -----------------------------------------------------------
@@ -194,13 +244,14 @@ class Entry(object):
 
     def __init__(self, key, signature, model_state, graph=None,
                  program=None, outputs=None, state=(), param_arrays=(),
-                 fallback=None):
+                 fallback=None, py_guards=()):
         self.key = key
         self.signature = signature
         self.graph = graph
         self.program = program
         self.outputs = outputs
         self.state = state
+        self.py_guards = py_guards
         self.fallback = fallback
         self.hits = 0
         self.compile_seconds = 0.0
@@ -238,11 +289,15 @@ class Entry(object):
             self._epoch = link_epoch[0]
         if self._owners is None:
             return None
+        for _, namespace, name, value in self.py_guards:
+            if namespace.get(name, _ABSENT) != value:
+                return None
         return _fastpath.read_params(self._owners, self.param_specs)
 
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
         lines = diff_link_state(self.link_state, link_state(instance))
+        lines += python_guard_failures(self.py_guards)
         if lines:
             return lines
         for name, source, spec in zip(self.param_names, self.param_sources,

@@ -1,0 +1,137 @@
+"""Known ways a tracing JIT can differ from eager Chainer, each with a test
+of what chainerjit does about it.
+
+Silent mismatches (each must now be the eager result or a miss):
+  1. A Python scalar attribute of a link changed after the first call
+     (``model.slope = 0.3``): a miss, recompiled.
+  2. A class attribute or module global the forward names changed: a miss.
+  3. A link replaced, or a parameter reshaped: a miss.
+  4. A parameter updated in place or rebound (an optimizer step): read on
+     every call.
+  5. Batch-normalization statistics changed: read on every call.
+  6. State a link keeps between calls (``L.LSTM``): read and assigned on
+     every call.
+  7. An array computed from the inputs with NumPy outside Chainer
+     functions: recorded as an op, not frozen.
+  8. An array a node holds as an attribute (``F.where``'s condition):
+     a program input.
+
+Eager fall-backs, with a one-time warning naming the line:
+  9. ``float(v.array)``, ``v.item()``, ``bool`` of an array, a branch on
+     an array value, a shape that depends on values.
+  10. An argument chainerjit cannot key on (an object of your own class).
+
+Still frozen at recording time (documented in the README):
+  11. Globals and class attributes read only by helper functions the
+      forward calls (not by the forward's own code).
+"""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import testing
+
+
+SCALE = 2.0
+
+
+def _x(rng):
+    return rng.randn(3, 4).astype(numpy.float32)
+
+
+def _same(jitted, eager, *args):
+    with chainer.no_backprop_mode():
+        testing.assert_results_equal(jitted(*args), eager(*args))
+
+
+class Net(chainer.Chain):
+    offset = 1.0
+
+    def __init__(self):
+        super(Net, self).__init__()
+        with self.init_scope():
+            self.l = L.Linear(4, 4)
+
+    def forward(self, x):
+        return self.l(x) * SCALE + self.offset
+
+
+def test_global_read_by_the_forward_is_guarded(rng):
+    global SCALE
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    SCALE = 3.0
+    try:
+        _same(jitted, net.forward, x)
+        assert 'global SCALE: 2.0 -> 3.0' in ''.join(
+            jitted.cache_entries()[0].guard_failures(net))
+    finally:
+        SCALE = 2.0
+    assert jitted.cache_info().misses == 2
+
+
+def test_class_attribute_read_by_the_forward_is_guarded(rng):
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    Net.offset = 5.0
+    try:
+        _same(jitted, net.forward, x)
+    finally:
+        Net.offset = 1.0
+    _same(jitted, net.forward, x)
+    assert jitted.cache_info().misses == 2
+
+
+def test_optimizer_step_is_seen(rng):
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    opt = chainer.optimizers.SGD(lr=0.5)
+    opt.setup(net)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    loss = F.sum(net.forward(x))
+    net.cleargrads()
+    loss.backward()
+    opt.update()
+    _same(jitted, net.forward, x)
+    assert jitted.cache_info().hits == 1
+
+
+def helper_scale():
+    return SCALE
+
+
+def test_global_read_by_a_helper_is_frozen(rng):
+    """Footgun 11: documented, not guarded."""
+    global SCALE
+
+    def f(x):
+        return F.relu(x) * helper_scale()
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    SCALE = 4.0
+    try:
+        with chainer.no_backprop_mode():
+            y = jitted(x)
+        # should be 4 * relu(x); the recording froze 2.0
+        numpy.testing.assert_allclose(y.array, 2.0 * numpy.maximum(x, 0))
+        jitted.cache_clear()  # the documented remedy
+        _same(jitted, f, x)
+    finally:
+        SCALE = 2.0
+
+
+def test_unkeyable_argument_warns(rng):
+    with pytest.warns(chainerjit.FallbackWarning, match='UnsupportedArgument'):
+        with chainer.no_backprop_mode():
+            chainerjit.jit(lambda x, o: F.relu(x))(_x(rng), object())
