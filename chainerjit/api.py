@@ -345,4 +345,3 @@ def _compare(expected, actual):
         if not ok:
             return 'output %d: values differ' % i
     return None
-

@@ -328,8 +328,8 @@ class Entry(object):
         """A multi-line report of this entry: signature, stats, IR and
         bytecode."""
         lines = ['signature: %s' % self.signature,
-                 'hits: %d, compile: %.3f s' % (self.hits,
-                                                 self.compile_seconds)]
+                 'hits: %d, compile: %.3f s' % (
+                     self.hits, self.compile_seconds)]
         if self.fallback:
             lines.append('runs eagerly: %s' % self.fallback)
         else:
@@ -401,8 +401,8 @@ class Cache(object):
 
     def report(self):
         """A table of the entries, most recently used last."""
-        rows = ['  #  %-50s %6s %9s %6s' % ('signature', 'hits', 'compile',
-                                           'insts')]
+        rows = ['  #  %-50s %6s %9s %6s' % (
+            'signature', 'hits', 'compile', 'insts')]
         for i, entry in enumerate(self.entries()):
             sig = str(entry.signature)
             if len(sig) > 50:
@@ -428,4 +428,3 @@ def model_param_items(instance):
                               p.requires_grad)
             for n, p in sorted(instance.namedparams())
             if p.array is not None]
-

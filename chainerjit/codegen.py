@@ -44,8 +44,8 @@ def compile_graph(graph):
         for value in _unique(dead):
             code += [opcodes.FREE, reg[value]]
             free_regs.append(reg[value])
-    code += [opcodes.RET, len(graph.outputs)] + [reg[v]
-                                                  for v in graph.outputs]
+    code += [opcodes.RET, len(graph.outputs)]
+    code += [reg[v] for v in graph.outputs]
     return program_module.Program(
         graph.name, code, kernels, kernel_names,
         [v.data for v in graph.consts], len(args), n_regs,

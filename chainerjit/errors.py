@@ -85,8 +85,8 @@ def fallback_message(func_name, error, loc):
     kind = type(error).__name__
     return ('chainerjit: %s: %s\n%s\n  %s runs eagerly for this input '
             'signature (this warning is shown once).\n  See '
-            'docs/errors.md#%s' % (kind, error, source_excerpt(loc),
-                                    func_name, kind))
+            'docs/errors.md#%s' % (
+                kind, error, source_excerpt(loc), func_name, kind))
 
 
 def short_path(filename):

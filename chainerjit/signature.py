@@ -16,8 +16,6 @@ import collections
 import inspect
 
 import chainer
-from chainer import backend
-import numpy
 
 from chainerjit import _fastpath
 from chainerjit import ir
@@ -186,8 +184,8 @@ def _diff_item(name, old, new):
             axes = [i for i, (a, b) in enumerate(zip(old.shape, new.shape))
                     if a != b]
             where = ' at axis %s' % ', '.join(str(a) for a in axes)
-        lines.append('%s: shape %s -> %s%s' % (name, old.shape, new.shape,
-                                                where))
+        lines.append('%s: shape %s -> %s%s' % (
+            name, old.shape, new.shape, where))
     for field in ('dtype', 'device', 'requires_grad', 'is_variable'):
         a, b = getattr(old, field), getattr(new, field)
         if a != b:

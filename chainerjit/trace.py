@@ -185,8 +185,8 @@ class TracedArray(numpy.ndarray):
         return result
 
     def __array_function__(self, func, types, args, kwargs):
-        result = _tag(func(*_untag(args), **{k: _untag(v)
-                                              for k, v in kwargs.items()}))
+        untagged = {k: _untag(v) for k, v in kwargs.items()}
+        result = _tag(func(*_untag(args), **untagged))
         _record_numpy('numpy.' + func.__name__, func, args, kwargs, result)
         return result
 
@@ -269,6 +269,11 @@ class _Recorder(object):
         self.alive.append(array)
         return value
 
+    def bind_temps(self, arrays):
+        """Binds arrays a node computed to new temporary values."""
+        return [self.bind(a, self.graph.add_value('temp', a.shape, a.dtype))
+                for a in arrays]
+
     def bind_param(self, array, name, source):
         """Binds a model array; ``source`` says where to read it on each
         call: ``('path', ('l1', 'W'))`` or ``('object', parameter)``."""
@@ -324,9 +329,7 @@ class _Recorder(object):
         outs = list(result) if multi else [result]
         if multi:
             kernel_fn = _as_tuple(kernel_fn)
-        out_values = [self.bind(a, self.graph.add_value('temp', a.shape,
-                                                          a.dtype))
-                      for a in outs]
+        out_values = self.bind_temps(outs)
         self.graph.add_node(ir.Node(
             label, ops.Kernel(kernel_fn, multi=multi), in_values,
             out_values, loc=user_location(4)))
@@ -357,9 +360,7 @@ class _Recorder(object):
         generic = data_attrs or kernel is None
         if kernel is None:
             kernel = ops.generic_kernel(template, ctx)
-        out_values = [self.bind(a, self.graph.add_value('temp', a.shape,
-                                                          a.dtype))
-                      for a in out_arrays]
+        out_values = self.bind_temps(out_arrays)
         label = ops.node_label(node)
         self.graph.add_node(ir.Node(
             label, kernel, in_values, out_values, kernel.attrs,

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Sets up .venv (scripts/install.sh) and runs the test suite.
+# Sets up .venv (scripts/install.sh), checks style (flake8) and runs the
+# test suite.
 # Extra arguments go to pytest, e.g. `bash scripts/test.sh -k relu -x`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh
+.venv/bin/python -m flake8 chainerjit tests examples benchmarks
 exec .venv/bin/python -m pytest -q tests "$@"

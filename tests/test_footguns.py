@@ -54,10 +54,10 @@ class Net(chainer.Chain):
     def __init__(self):
         super(Net, self).__init__()
         with self.init_scope():
-            self.l = L.Linear(4, 4)
+            self.lin = L.Linear(4, 4)
 
     def forward(self, x):
-        return self.l(x) * SCALE + self.offset
+        return self.lin(x) * SCALE + self.offset
 
 
 def test_global_read_by_the_forward_is_guarded(rng):

@@ -126,21 +126,21 @@ def test_lazy_initialized_parameters(rng):
         def __init__(self):
             super(Lazy, self).__init__()
             with self.init_scope():
-                self.l = L.Linear(None, 3)
+                self.lin = L.Linear(None, 3)
 
         @chainerjit.jit
         def forward(self, x):
-            return self.l(x)
+            return self.lin(x)
 
     m = Lazy()
     x = _x(rng)
     y1 = _run(m.forward, x)
-    m.l.W.array[...] = 1
+    m.lin.W.array[...] = 1
     y2 = _run(m.forward, x)
-    numpy.testing.assert_allclose(y2.array, m.l(x).array, rtol=1e-6)
+    numpy.testing.assert_allclose(y2.array, m.lin(x).array, rtol=1e-6)
     assert not numpy.allclose(y1.array, y2.array)
     assert sorted(p.name for p in m.forward.cache_entries()[0].graph.params
-                  ) == ['l.W', 'l.b']
+                  ) == ["lin.W", "lin.b"]
 
 
 def test_stateful_lstm_link_reads_its_state_every_call(rng):

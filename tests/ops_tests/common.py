@@ -18,3 +18,11 @@ def make_calls(rng, shapes, dtype, n=3, low=None, high=None):
             values = rng.standard_normal(size=shape)
         return numpy.asarray(values, dtype=dtype)
     return [tuple(make(s) for s in shapes) for _ in range(n)]
+
+
+def calls_of(rng, shape_sets, dtype, **kwargs):
+    """Three calls with fresh values for each set of argument shapes."""
+    calls = []
+    for shapes in shape_sets:
+        calls += make_calls(rng, shapes, dtype, **kwargs)
+    return calls

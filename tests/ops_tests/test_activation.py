@@ -3,18 +3,11 @@ import pytest
 
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
 
 
 SHAPES = [(3, 4), (2, 3, 5), ()]
-
-
-def _calls_of(rng, shape_sets, dtype, **kwargs):
-    """Three calls with fresh values for each set of argument shapes."""
-    calls = []
-    for shapes in shape_sets:
-        calls += make_calls(rng, shapes, dtype, **kwargs)
-    return calls
 
 
 @pytest.mark.parametrize('shape', SHAPES)
@@ -61,5 +54,5 @@ def test_activation(rng, case, dtype):
     op, fn, shape_sets = case[:3]
     options = case[3] if len(case) > 3 else {}
     testing.assert_jit_matches_eager(
-        fn, _calls_of(rng, shape_sets, dtype, **options),
+        fn, calls_of(rng, shape_sets, dtype, **options),
         expect_entries=len(shape_sets), lowered=[op])

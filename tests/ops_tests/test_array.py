@@ -4,15 +4,8 @@ import pytest
 
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
-
-
-def _calls_of(rng, shape_sets, dtype, **kwargs):
-    """Three calls with fresh values for each set of argument shapes."""
-    calls = []
-    for shapes in shape_sets:
-        calls += make_calls(rng, shapes, dtype, **kwargs)
-    return calls
 
 
 CONDITION = numpy.array([[True, False, True, True],
@@ -106,7 +99,7 @@ CASES = [
 def test_array(rng, case, dtype):
     op, fn, shape_sets = case
     testing.assert_jit_matches_eager(
-        fn, _calls_of(rng, shape_sets, dtype),
+        fn, calls_of(rng, shape_sets, dtype),
         expect_entries=len(shape_sets), lowered=[op])
 
 

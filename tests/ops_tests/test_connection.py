@@ -6,15 +6,8 @@ import pytest
 
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
-
-
-def _calls_of(rng, shape_sets, dtype):
-    """Three calls with fresh values for each set of argument shapes."""
-    calls = []
-    for shapes in shape_sets:
-        calls += make_calls(rng, shapes, dtype)
-    return calls
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
@@ -24,7 +17,7 @@ def test_linear(rng, dtype, bias):
     if not bias:
         shape_sets = [s[:2] for s in shape_sets]
     testing.assert_jit_matches_eager(
-        lambda *args: F.linear(*args), _calls_of(rng, shape_sets, dtype),
+        lambda *args: F.linear(*args), calls_of(rng, shape_sets, dtype),
         expect_entries=2, lowered=['LinearFunction'])
 
 

@@ -5,15 +5,8 @@ import pytest
 
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
-
-
-def _calls_of(rng, shape_sets, dtype, **kwargs):
-    """Three calls with fresh values for each set of argument shapes."""
-    calls = []
-    for shapes in shape_sets:
-        calls += make_calls(rng, shapes, dtype, **kwargs)
-    return calls
 
 
 def _var(x):
@@ -93,7 +86,7 @@ def test_elementwise(rng, case, dtype):
     op, fn, shape_sets = case[:3]
     options = case[3] if len(case) > 3 else {}
     testing.assert_jit_matches_eager(
-        fn, _calls_of(rng, shape_sets, dtype, **options),
+        fn, calls_of(rng, shape_sets, dtype, **options),
         expect_entries=len(shape_sets), lowered=[op])
 
 
@@ -121,7 +114,7 @@ def test_reduction(rng, op, reduce, axis, keepdims, dtype):
         shape_sets = shape_sets[:-1]  # reduces over the empty axis
     testing.assert_jit_matches_eager(
         lambda x: reduce(x, axis=axis, **kwargs),
-        _calls_of(rng, shape_sets, dtype),
+        calls_of(rng, shape_sets, dtype),
         expect_entries=len(shape_sets), lowered=[op])
 
 
@@ -138,7 +131,7 @@ def test_sum_of_scalar(rng):
 def test_arg_max_min(rng, op, arg, axis, dtype):
     testing.assert_jit_matches_eager(
         lambda x: arg(x, axis=axis),
-        _calls_of(rng, [[(3, 4)], [(2, 3, 5)]], dtype),
+        calls_of(rng, [[(3, 4)], [(2, 3, 5)]], dtype),
         expect_entries=2, lowered=[op])
 
 
