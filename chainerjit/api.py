@@ -124,8 +124,8 @@ class JitFunction(object):
                 p.requires_grad for p in entry.free_params)):
             return self._eager(instance, args, kwargs)
         outs = entry.program.run(signature.leaf_arrays(leaves) + params)
-        if entry.state:
-            entry.write_state(instance, outs, leaves)
+        if entry.effects:
+            entry.replay_effects(instance, outs, leaves)
         return entry.build_result(outs, leaves)
 
     def _instance(self):
@@ -172,7 +172,7 @@ class JitFunction(object):
             param_arrays = [recording.param_arrays[v] for v in graph.params]
             entry = cache_module.Entry(
                 key, sig, model_state, graph, program, recording.outputs,
-                recording.state, param_arrays, py_guards=py_guards)
+                recording.effects, param_arrays, py_guards=py_guards)
             if self._check:
                 self._self_check(entry, leaves, param_arrays,
                                  recording.result)

@@ -243,14 +243,14 @@ class Entry(object):
     """
 
     def __init__(self, key, signature, model_state, graph=None,
-                 program=None, outputs=None, state=(), param_arrays=(),
+                 program=None, outputs=None, effects=(), param_arrays=(),
                  fallback=None, py_guards=()):
         self.key = key
         self.signature = signature
         self.graph = graph
         self.program = program
         self.outputs = outputs
-        self.state = state
+        self.effects = effects
         self.py_guards = py_guards
         self.fallback = fallback
         self.hits = 0
@@ -318,11 +318,17 @@ class Entry(object):
         return signature.unflatten(
             structure, [_make_leaf(spec, outs, leaves) for spec in specs])
 
-    def write_state(self, instance, outs, leaves):
-        """Assigns the model attributes the forward assigns."""
-        for path, name, structure, specs in self.state:
-            setattr(resolve_link(instance, path), name, signature.unflatten(
-                structure, [_make_leaf(s, outs, leaves) for s in specs]))
+    def replay_effects(self, instance, outs, leaves):
+        """Assigns the link attributes and reports the values that the
+        recorded forward assigned and reported."""
+        for kind, path, name, structure, specs in self.effects:
+            value = signature.unflatten(
+                structure, [_make_leaf(s, outs, leaves) for s in specs])
+            target = None if path is None else resolve_link(instance, path)
+            if kind == 'setattr':
+                setattr(target, name, value)
+            else:
+                chainer.reporter.report(value, target)
 
     def describe(self):
         """A multi-line report of this entry: signature, stats, IR and

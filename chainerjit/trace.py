@@ -234,10 +234,10 @@ class TracedArray(numpy.ndarray):
 class Recording(object):
     """What one recording produced (see :func:`record`)."""
 
-    def __init__(self, graph, outputs, state, result, escape,
+    def __init__(self, graph, outputs, effects, result, escape,
                  param_arrays):
         self.graph = graph
-        self.state = state  # model attributes the forward assigns
+        self.effects = effects  # assignments and reports to replay
         self.param_arrays = param_arrays  # param Value -> array it read
         self.outputs = outputs  # (structure, leaf specs) of the result
         self.result = result  # what the eager run returned
@@ -252,7 +252,8 @@ class _Recorder(object):
         self.depth = 0
         self.values = {}  # id(array) -> Value
         self.alive = []  # keeps recorded arrays, so ids stay unique
-        self.assigned = {}  # (id(link), name) -> (link, name, value)
+        self.effects = []  # ('setattr', link, name, value) and
+        # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
         self.escape = None
 
@@ -260,9 +261,11 @@ class _Recorder(object):
         if self.escape is None:
             self.escape = (what, loc)
 
-    def note_setattr(self, link, name, value):
+    def note_effect(self, kind, target, name, value):
+        """Notes an assignment to a link attribute or a ``chainer.report``
+        made by the forward's code, to replay on compiled calls."""
         if self.depth == 0:
-            self.assigned[id(link), name] = (link, name, value)
+            self.effects.append((kind, target, name, value))
 
     def bind(self, array, value):
         self.values[id(array)] = value
@@ -496,8 +499,11 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     restore = _swap_model_arrays(instance, recorder)
     _state.recorder = recorder
     link_setattr = chainer.Link.__setattr__
+    report = chainer.reporter.report
     chainer.FunctionNode.apply = _recording_apply
     chainer.Link.__setattr__ = _recording_setattr(link_setattr, recorder)
+    chainer.reporter.report = chainer.report = _recording_report(
+        report, recorder)
     chainer.Variable.array, chainer.Variable.data = \
         _recording_array_properties
     try:
@@ -508,17 +514,19 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     finally:
         chainer.FunctionNode.apply = _original_apply
         chainer.Link.__setattr__ = link_setattr
+        chainer.reporter.report = chainer.report = report
         chainer.Variable.array, chainer.Variable.data = _array_properties
         _state.recorder = None
         _restore_model_arrays(restore)
     _adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)
-    state = _record_state(instance, recorder, proxies)
-    for link, name, value in recorder.assigned.values():
+    effects = _record_effects(instance, recorder, proxies)
+    for kind, link, name, value in recorder.effects:
         untagged = _untag_result(value, proxies, leaves)
-        if untagged is not value:
+        if kind == 'setattr' and untagged is not value and \
+                getattr(link, name, None) is value:
             object.__setattr__(link, name, untagged)
-    return Recording(graph, outputs, state, _untag_result(
+    return Recording(graph, outputs, effects, _untag_result(
         result, proxies, leaves), recorder.escape, recorder.param_arrays)
 
 
@@ -571,37 +579,46 @@ def _record_outputs(result, recorder, proxies):
                        for leaf in out_leaves]
 
 
-def _record_state(instance, recorder, proxies):
-    """The model attributes the forward assigned (``self.h = h``), as
-    ``(link path, name, structure, leaf specs)`` to assign again on every
-    compiled call."""
+def _record_effects(instance, recorder, proxies):
+    """What the forward did besides returning a result: link attributes it
+    assigned (``self.h = h``) and values it reported (``chainer.report``),
+    as ``(kind, link path, name, structure, leaf specs)`` to do again on
+    every compiled call. The path is ``None`` for a report without an
+    observer."""
     paths = {}
     if isinstance(instance, chainer.Link):
         paths = {id(link): tuple(p for p in path.split('/') if p)
                  for path, link in instance.namedlinks()}
-    state = []
-    for link, name, value in recorder.assigned.values():
-        if id(link) not in paths:
-            recorder.note_escape('assigning %s.%s outside the model' % (
-                type(link).__name__, name), None)
+    effects = []
+    for kind, target, name, value in recorder.effects:
+        what = 'assigning %s' % name if kind == 'setattr' else 'reporting'
+        if target is not None and id(target) not in paths:
+            recorder.note_escape('%s on %s outside the model' % (
+                what, type(target).__name__), None)
             continue
         leaves = []
         try:
             structure = signature.flatten(value, leaves)
         except errors.UnsupportedArgument as e:
-            recorder.note_escape('assigning %s to %s' % (e, name), None)
+            recorder.note_escape('%s %s' % (what, e), None)
             continue
-        state.append((paths[id(link)], name, structure, [
-            _leaf_spec(leaf, recorder, proxies, 'assigning')
-            for leaf in leaves]))
-    return state
+        effects.append((kind, paths.get(id(target)), name, structure, [
+            _leaf_spec(leaf, recorder, proxies, what) for leaf in leaves]))
+    return effects
 
 
 def _recording_setattr(link_setattr, recorder):
     def setattr_recorded(link, name, value):
-        recorder.note_setattr(link, name, value)
+        recorder.note_effect('setattr', link, name, value)
         link_setattr(link, name, value)
     return setattr_recorded
+
+
+def _recording_report(report, recorder):
+    def report_recorded(values, observer=None):
+        recorder.note_effect('report', observer, None, values)
+        report(values, observer)
+    return report_recorded
 
 
 def _untag_result(result, proxies, leaves):

@@ -254,3 +254,32 @@ def test_index_array_argument_is_not_a_constant(rng):
 
     testing.assert_jit_matches_eager(
         f, [call() for _ in range(4)], expect_entries=1)
+
+
+# --- side effects: reports ------------------------------------------------------
+
+def test_classifier_reports_are_replayed(rng):
+    eager = L.Classifier(L.Linear(4, 3))
+    jitted = L.Classifier(L.Linear(4, 3))
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    for model in (eager, jitted):
+        model.reporter = chainer.Reporter()
+        model.reporter.add_observer('main', model)
+    for _ in range(4):
+        x = _x(rng)
+        t = rng.randint(0, 3, size=3).astype(numpy.int32)
+        observed = []
+        for model in (eager, jitted):
+            obs = {}
+            with model.reporter.scope(obs), chainer.no_backprop_mode():
+                loss = model(x, t)
+            observed.append((loss, obs, model.y))
+        (e_loss, e_obs, e_y), (j_loss, j_obs, j_y) = observed
+        testing.assert_results_equal(j_loss, e_loss)
+        testing.assert_results_equal(j_y, e_y)
+        assert sorted(j_obs) == ['main/accuracy', 'main/loss']
+        for key in e_obs:
+            testing.assert_results_equal(j_obs[key], e_obs[key])
+    # The first call finds self.y None, later ones a Variable: two entries.
+    assert jitted.forward.cache_info()[:2] == (2, 2)
