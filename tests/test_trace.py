@@ -256,7 +256,7 @@ def test_index_array_argument_is_not_a_constant(rng):
         f, [call() for _ in range(4)], expect_entries=1)
 
 
-# --- side effects: reports ------------------------------------------------------
+# --- side effects: reports ------------------------------------------------
 
 def test_classifier_reports_are_replayed(rng):
     eager = L.Classifier(L.Linear(4, 3))
