@@ -8,10 +8,12 @@ array the recording has not seen is a constant.
 
 To be sure no constant secretly depends on an input, every NumPy array
 derived from the inputs and parameters is viewed as a :class:`TracedArray`
-while recording. Reading one back into Python (``float``, ``.item()``,
-``bool``, a NumPy reduction to a scalar) or feeding a NumPy result
-computed from one into a Chainer function is a *data escape*: the call is
-not compiled and runs eagerly (see ``errors.DataDependentValue``).
+while recording. NumPy run on one outside Chainer functions is recorded
+as a node too; reading one back into Python (``float``, ``.item()``,
+``bool``, a NumPy reduction to a scalar) or making a shape depend on its
+values is a *data escape*: the call is not compiled and runs eagerly (see
+``errors.DataDependentValue``). Assignments to link attributes and
+``chainer.report`` calls are recorded to be replayed on compiled calls.
 """
 
 import os
@@ -82,23 +84,23 @@ def _untag(obj):
 def _tag(obj):
     if type(obj) is numpy.ndarray:
         return obj.view(TracedArray)
-    if type(obj) is tuple:
-        return tuple(_tag(x) for x in obj)
+    if type(obj) in (list, tuple):
+        return type(obj)(_tag(x) for x in obj)
     return obj
 
 
-# NumPy functions whose result's shape depends on the values.
+# NumPy functions whose result's shape depends on the values (``where``
+# with one argument is ``nonzero``).
 _VALUE_SHAPED = frozenset([
     'nonzero', 'argwhere', 'flatnonzero', 'unique', 'compress', 'extract',
-    'where', 'trim_zeros', 'histogram', 'bincount'])
+    'trim_zeros', 'histogram', 'bincount'])
 
 
 def _record_numpy(label, fn, args, kwargs, result):
     """Records NumPy called on traced arrays outside Chainer functions as a
     node of the graph, or notes an escape if it cannot be replayed."""
     recorder = _state.recorder
-    if recorder is None or recorder.depth or \
-            recorder.thread != threading.get_ident():
+    if recorder is None or recorder.depth:
         return
     if not _is_arrays(result):
         recorder.note_escape('%s gives a Python value' % label,
@@ -106,12 +108,18 @@ def _record_numpy(label, fn, args, kwargs, result):
     elif 'out' in kwargs:
         recorder.note_escape('%s with out= changes an array in place'
                              % label, user_location(3))
-    elif label.split('.')[-1] in _VALUE_SHAPED or (
-            label == 'ndarray.__getitem__' and _has_bool_array(args[1])):
+    elif _value_shaped(label, args):
         recorder.note_escape('%s gives a shape that depends on the values'
                              % label, user_location(3))
     else:
         recorder.record_call(label, fn, args, kwargs, result)
+
+
+def _value_shaped(label, args):
+    name = label.split('.')[-1]
+    if name == '__getitem__':
+        return _has_bool_array(args[1])
+    return name in _VALUE_SHAPED or (name == 'where' and len(args) == 1)
 
 
 def _is_arrays(result):
@@ -248,7 +256,6 @@ class _Recorder(object):
 
     def __init__(self, graph):
         self.graph = graph
-        self.thread = threading.get_ident()
         self.depth = 0
         self.values = {}  # id(array) -> Value
         self.alive = []  # keeps recorded arrays, so ids stay unique
@@ -395,9 +402,8 @@ _recording_array_properties = tuple(
 
 
 def _recording_apply(node, inputs):
-    recorder = _state.recorder
-    if (recorder is None or recorder.depth
-            or recorder.thread != threading.get_ident()):
+    recorder = _state.recorder  # thread-local: other threads see None
+    if recorder is None or recorder.depth:
         return _original_apply(node, inputs)
     template = ops.pristine_copy(node)
     recorder.depth += 1

@@ -283,3 +283,12 @@ def test_classifier_reports_are_replayed(rng):
             testing.assert_results_equal(j_obs[key], e_obs[key])
     # The first call finds self.y None, later ones a Variable: two entries.
     assert jitted.forward.cache_info()[:2] == (2, 2)
+
+
+def test_numpy_split_and_three_argument_where_are_recorded(rng):
+    def f(x):
+        a, b = numpy.split(chainer.Variable(x).array, 2, axis=1)
+        return F.relu(numpy.where(a > 0, a * 2, b) + numpy.abs(b))
+
+    testing.assert_jit_matches_eager(
+        f, [(_x(rng, 3, 4),) for _ in range(3)], expect_entries=1)
