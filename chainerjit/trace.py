@@ -54,6 +54,8 @@ class _State(threading.local):
 
 
 _state = _State()
+# One recording at a time: the patches of Chainer below are process-wide.
+_recording_lock = threading.RLock()
 
 
 def is_recording():
@@ -502,6 +504,14 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
         recorder.bind(array, graph.add_value('input', array.shape,
                                              array.dtype, input_name))
     call_args, call_kwargs = signature.unflatten(structure, proxies)
+    with _recording_lock:
+        return _record_locked(fn, instance, recorder, call_args,
+                              call_kwargs, proxies, leaves)
+
+
+def _record_locked(fn, instance, recorder, call_args, call_kwargs, proxies,
+                   leaves):
+    graph = recorder.graph
     restore = _swap_model_arrays(instance, recorder)
     _state.recorder = recorder
     link_setattr = chainer.Link.__setattr__

@@ -206,3 +206,33 @@ def test_jit_of_a_link_object(rng):
     testing.assert_jit_matches_eager(
         model.forward, [(_x(rng),) for _ in range(3)],
         jitted=chainerjit.jit(model), expect_entries=1)
+
+
+def test_threads_compiling_at_once(rng):
+    import threading
+
+    def f(x):
+        h = x
+        for _ in range(20):
+            h = F.tanh(h) * 1.1
+        return h
+
+    jf = chainerjit.jit(f)
+    inputs = [rng.randn(n, 4).astype(numpy.float32) for n in range(1, 9)]
+    results = {}
+
+    def work(i):
+        with chainer.no_backprop_mode():
+            for _ in range(3):
+                results[i] = jf(chainer.Variable(inputs[i])).array
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with chainer.no_backprop_mode():
+        for i, x in enumerate(inputs):
+            numpy.testing.assert_allclose(results[i], f(x).array,
+                                          rtol=1e-6)
+    assert all(e.fallback is None for e in jf.cache_entries())
