@@ -7,7 +7,6 @@ line; see ``docs/errors.md``.
 """
 
 import linecache
-import os
 import warnings
 
 
@@ -87,7 +86,3 @@ def fallback_message(func_name, error, loc):
             'signature (this warning is shown once).\n  See '
             'docs/errors.md#%s' % (
                 kind, error, source_excerpt(loc), func_name, kind))
-
-
-def short_path(filename):
-    return os.path.basename(filename)

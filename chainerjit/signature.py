@@ -75,58 +75,42 @@ def describe_spec(spec):
     return text
 
 
-def argument_names(fn, args, kwargs):
-    """Names each leaf of a call: ``x``, ``xs[0]``, ``batch['img']``."""
+def describe_arguments(fn, args, kwargs):
+    """Names a call's arguments after ``fn``'s parameters.
+
+    Returns:
+        tuple: the names of the array leaves, in flattening order (``x``,
+        ``xs[0]``, ``batch['img']``), and ``(name, value)`` for the static
+        values (``scale=2.0``).
+    """
     try:
         params = list(inspect.signature(fn).parameters.values())
     except (TypeError, ValueError):
         params = []
-    names = []
+    names, statics = [], []
     for i, arg in enumerate(args):
         if i < len(params) and params[i].kind in (
                 params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
             base = params[i].name
         else:
             base = 'args[%d]' % i
-        _leaf_names(arg, base, names)
+        _describe(arg, base, names, statics)
     for key, arg in (kwargs or {}).items():
-        _leaf_names(arg, key, names)
-    return names
+        _describe(arg, key, names, statics)
+    return names, statics
 
 
-def _leaf_names(obj, base, names):
+def _describe(obj, base, names, statics):
     if isinstance(obj, chainer.Variable) or _is_array(obj):
         names.append(base)
     elif type(obj) in (list, tuple):
         for i, item in enumerate(obj):
-            _leaf_names(item, '%s[%d]' % (base, i), names)
+            _describe(item, '%s[%d]' % (base, i), names, statics)
     elif type(obj) is dict:
         for k, item in obj.items():
-            _leaf_names(item, '%s[%r]' % (base, k), names)
-
-
-def static_items(structure):
-    """Lists ``(path, value)`` for the static values in a structure."""
-    out = []
-    _static_items(structure, 'args', out)
-    return out
-
-
-def _static_items(structure, path, out):
-    if structure in ('V', 'A'):
-        return
-    tag = structure[0]
-    if tag == 'S':
-        out.append((path, structure[2]))
-    elif tag == 'dict':
-        for k, s in zip(structure[1], structure[2]):
-            _static_items(s, '%s[%r]' % (path, k), out)
-    elif tag in ('list', 'tuple'):
-        for i, s in enumerate(structure[1]):
-            _static_items(s, '%s[%d]' % (path, i), out)
-    else:  # (args structure, kwargs structure)
-        _static_items(structure[0], 'args', out)
-        _static_items(structure[1], 'kwargs', out)
+            _describe(item, '%s[%r]' % (base, k), names, statics)
+    else:
+        statics.append((base, obj))
 
 
 class Signature(object):
@@ -142,9 +126,9 @@ class Signature(object):
     @classmethod
     def of_call(cls, fn, args, kwargs, key, leaves, params=()):
         train, backprop, structure, specs, alias = key
-        items = list(zip(argument_names(fn, args, kwargs),
-                         [ArraySpec(*spec) for spec in specs]))
-        items.extend(static_items(structure))
+        names, statics = describe_arguments(fn, args, kwargs)
+        items = list(zip(names, [ArraySpec(*spec) for spec in specs]))
+        items.extend(statics)
         if alias is not None:
             items.append(('aliasing', alias))
         items.append(('train', train))

@@ -187,3 +187,13 @@ def test_log_lines_for_misses(caplog, rng):
     assert len(lines) == 2
     assert 'cache miss (first call); compiled' in lines[0]
     assert 'x: shape (2, 6) -> (3, 6) at axis 0' in lines[1]
+
+
+def test_explain_names_static_arguments(rng):
+    f = chainerjit.jit(lambda x, scale, mode=None: F.exp(x) * scale)
+    x = _x(rng)
+    with chainer.no_backprop_mode():
+        f(x, 2.0, mode='a')
+        text = f.explain(x, 3.0, mode='a')
+    assert text.endswith('  * scale: 2.0 -> 3.0')
+    assert 'scale=2.0' in str(f.cache_entries()[0].signature)
