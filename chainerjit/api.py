@@ -100,6 +100,13 @@ class JitFunction(object):
     def __repr__(self):
         return '<chainerjit.JitFunction %s>' % self.__name__
 
+    def __reduce__(self):
+        """Pickles (and deep-copies) as ``jit`` of the same function bound
+        to the same, or the copied, model, with an empty cache, as Python
+        does for bound methods."""
+        instance = self._instance()
+        return _rebuild, (self._fn, instance, self._options)
+
     # --- calling ------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
@@ -290,6 +297,11 @@ class JitFunction(object):
         return ('%s: cache miss: closest entry #%d differs in\n%s' % (
             self.__name__, nearest,
             '\n'.join('  * %s' % line for line in lines)))
+
+
+def _rebuild(fn, instance, options):
+    return JitFunction(fn, None if instance is None else lambda: instance,
+                       options)
 
 
 def _needs_grad(leaves, instance):

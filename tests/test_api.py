@@ -236,3 +236,23 @@ def test_threads_compiling_at_once(rng):
             numpy.testing.assert_allclose(results[i], f(x).array,
                                           rtol=1e-6)
     assert all(e.fallback is None for e in jf.cache_entries())
+
+
+def test_deepcopy_and_pickle_rebind_to_the_copy(rng):
+    import copy
+    import pickle
+
+    model = Net()
+    model.eager_forward = model.eager
+    model.eager = chainerjit.jit(model.eager)
+    x = _x(rng)
+    with chainer.no_backprop_mode():
+        model.eager(x)
+        for clone in (copy.deepcopy(model),
+                      pickle.loads(pickle.dumps(model))):
+            clone.l1.W.array[...] = 0.5
+            assert clone.eager.cache_info().currsize == 0
+            numpy.testing.assert_allclose(
+                clone.eager(x).array, clone.eager_forward(x).array)
+            numpy.testing.assert_allclose(
+                model.eager(x).array, model.eager_forward(x).array)
