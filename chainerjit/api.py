@@ -130,10 +130,21 @@ class JitFunction(object):
         if entry.program is None or (backprop and any(
                 p.requires_grad for p in entry.free_params)):
             return self._eager(instance, args, kwargs)
-        outs = entry.program.run(signature.leaf_arrays(leaves) + params)
+        try:
+            outs = entry.program.run(signature.leaf_arrays(leaves) + params)
+        except errors.VMError as e:
+            return self._after_vm_error(entry, e, instance, args, kwargs)
         if entry.effects:
             entry.replay_effects(instance, outs, leaves)
         return entry.build_result(outs, leaves)
+
+    def _after_vm_error(self, entry, error, instance, args, kwargs):
+        """A kernel raised (an index out of range, say). Eager Chainer
+        decides what that call gives: it is run again eagerly, unless the
+        program had side effects, when the kernel's own error is raised."""
+        if all(node.pure for node in entry.graph.nodes):
+            return self._eager(instance, args, kwargs)
+        raise error.__cause__ from error
 
     def _instance(self):
         if self._get_instance is None:

@@ -264,6 +264,7 @@ class _Recorder(object):
         self.effects = []  # ('setattr', link, name, value) and
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
+        self.constant_values = set()  # temps computed from constants only
         self.escape = None
 
     def note_escape(self, what, loc):
@@ -341,10 +342,19 @@ class _Recorder(object):
         outs = list(result) if multi else [result]
         if multi:
             kernel_fn = _as_tuple(kernel_fn)
-        out_values = self.bind_temps(outs)
-        self.graph.add_node(ir.Node(
+        self.add_node(ir.Node(
             label, ops.Kernel(kernel_fn, multi=multi), in_values,
-            out_values, loc=user_location(4)))
+            self.bind_temps(outs), loc=user_location(4)))
+
+    def add_node(self, node):
+        """Adds a node; a pure node of constants computes a constant."""
+        self.graph.add_node(node)
+        if node.pure and all(self.is_constant(v) for v in node.inputs):
+            self.constant_values.update(node.outputs)
+
+    def is_constant(self, value):
+        """True for a value that does not depend on any input."""
+        return value.kind == 'const' or value in self.constant_values
 
     def record_node(self, node, template, inputs, outputs):
         in_values = [self.value_of(x) for x in inputs]
@@ -374,7 +384,7 @@ class _Recorder(object):
             kernel = ops.generic_kernel(template, ctx)
         out_values = self.bind_temps(out_arrays)
         label = ops.node_label(node)
-        self.graph.add_node(ir.Node(
+        self.add_node(ir.Node(
             label, kernel, in_values, out_values, kernel.attrs,
             generic=bool(generic),
             pure=not generic and not ops.is_impure(label),
@@ -574,11 +584,12 @@ def _leaf_spec(leaf, recorder, proxies, what):
             return 'arg', i, is_var, grad
     array = signature.leaf_array(leaf)
     value = recorder.values.get(id(array))
-    if value is None or value.kind == 'const':
-        if isinstance(array, TracedArray):
+    if value is None or recorder.is_constant(value):
+        if isinstance(array, TracedArray) and value is None:
             recorder.note_escape('%s an array computed with NumPy from the '
                                  'inputs' % what, None)
-        return 'const', array, is_var, grad
+        # A copy per call: the caller may write into what it gets.
+        return 'const', _untag(array).copy(), is_var, grad
     recorder.graph.outputs.append(value)
     return 'value', len(recorder.graph.outputs) - 1, is_var, grad
 

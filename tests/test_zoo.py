@@ -1101,21 +1101,10 @@ XFAIL = {
     'python_list_history':
         'chainerjit bug: self.history.append(h) in the forward is not '
         'replayed on compiled calls (no fallback either)',
-    'embed_id_out_of_range':
-        'chainerjit bug: an error inside a compiled kernel is raised as '
-        'chainerjit.VMError, not the IndexError eager raises',
-    'cross_entropy_bad_label':
-        'chainerjit bug: an error inside a compiled kernel is raised as '
-        'chainerjit.VMError, not the IndexError eager raises',
     'pooling_indices_reused':
         'chainerjit bug: max-pooling indices (return_indices=True or '
         'node.indexes) are frozen as constants at recording time; '
         'upsampling_2d on later calls uses stale indices',
-    'constant_output_scribbled':
-        'chainerjit bug: an array created in the forward (numpy.ones, '
-        'Variable(numpy.arange)) and returned is a program constant; the '
-        'same object is returned on every call, so a caller changing it '
-        'in place changes later results',
     'aliased_outputs':
         'chainerjit bug: returning a Parameter (self.fc.W) gives a new '
         'Variable, not the Parameter itself (type Variable vs Parameter)',
