@@ -12,7 +12,6 @@ import chainer
 from chainerjit import cache as cache_module
 from chainerjit import codegen
 from chainerjit import errors
-from chainerjit import ops
 from chainerjit import passes
 from chainerjit import signature
 from chainerjit import trace
@@ -192,8 +191,7 @@ class JitFunction(object):
                 key, sig, model_state, graph, program, recording.outputs,
                 recording.effects, param_arrays, py_guards=py_guards)
             if self._check:
-                self._self_check(entry, leaves, param_arrays,
-                                 recording.result)
+                self._self_check(entry, leaves, param_arrays, recording)
         entry.compile_seconds = time.perf_counter() - start
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
@@ -204,17 +202,17 @@ class JitFunction(object):
                     '; evicted %s' % evicted.signature if evicted else '')
         return recording.result
 
-    def _self_check(self, entry, leaves, param_arrays, eager_result):
+    def _self_check(self, entry, leaves, param_arrays, recording):
         """Runs a new program on the recorded inputs and parameters and
         compares with the eager result; on a difference the entry runs
-        eagerly from now on."""
-        if any(ops.is_impure(node.op) for node in entry.graph.nodes):
-            return  # random draws or state updates: a re-run differs
+        eagerly from now on. Generic nodes, which may draw random numbers
+        or update state, return what they returned while recording."""
+        check = codegen.compile_graph(entry.graph, recording.generic_outputs)
         arrays = [signature.leaf_array(leaf) for leaf in leaves]
         try:
-            outs = entry.program.run(arrays + param_arrays)
+            outs = check.run(arrays + param_arrays)
             result = entry.build_result(outs, leaves)
-            problem = _compare(eager_result, result)
+            problem = _compare(recording.result, result)
         except errors.VMError as e:
             problem = str(e)
         if problem:

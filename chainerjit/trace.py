@@ -245,8 +245,9 @@ class Recording(object):
     """What one recording produced (see :func:`record`)."""
 
     def __init__(self, graph, outputs, effects, result, escape,
-                 param_arrays):
+                 param_arrays, generic_outputs):
         self.graph = graph
+        self.generic_outputs = generic_outputs  # generic Node -> outputs
         self.effects = effects  # assignments and reports to replay
         self.param_arrays = param_arrays  # param Value -> array it read
         self.outputs = outputs  # (structure, leaf specs) of the result
@@ -265,6 +266,7 @@ class _Recorder(object):
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
         self.constant_values = set()  # temps computed from constants only
+        self.generic_outputs = {}  # generic Node -> what it returned
         self.escape = None
 
     def note_escape(self, what, loc):
@@ -351,6 +353,7 @@ class _Recorder(object):
         self.graph.add_node(node)
         if node.pure and all(self.is_constant(v) for v in node.inputs):
             self.constant_values.update(node.outputs)
+        return node
 
     def is_constant(self, value):
         """True for a value that does not depend on any input."""
@@ -384,11 +387,14 @@ class _Recorder(object):
             kernel = ops.generic_kernel(template, ctx)
         out_values = self.bind_temps(out_arrays)
         label = ops.node_label(node)
-        self.add_node(ir.Node(
+        ir_node = self.add_node(ir.Node(
             label, kernel, in_values, out_values, kernel.attrs,
             generic=bool(generic),
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
+        if generic:
+            self.generic_outputs[ir_node] = tuple(
+                _untag(a) for a in out_arrays)
 
 
 _original_apply = chainer.FunctionNode.apply
@@ -553,7 +559,8 @@ def _record_locked(fn, instance, recorder, call_args, call_kwargs, proxies,
                 getattr(link, name, None) is value:
             object.__setattr__(link, name, untagged)
     return Recording(graph, outputs, effects, _untag_result(
-        result, proxies, leaves), recorder.escape, recorder.param_arrays)
+        result, proxies, leaves), recorder.escape, recorder.param_arrays,
+        recorder.generic_outputs)
 
 
 def _adopt_lazy_params(instance, recorder):

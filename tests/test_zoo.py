@@ -1083,17 +1083,6 @@ CASES = [
 ]
 
 XFAIL = {
-    'batch_renorm_train':
-        'chainerjit bug: a generic-path node that updates state in place '
-        '(BatchRenormalizationFunction running stats) runs twice on the '
-        'recording call (recording + self-check): the running statistics '
-        'are updated twice, and then the self-check fails '
-        '(CompiledMismatch), so later eager calls disagree too',
-    'user_function_node_with_state':
-        'chainerjit bug: a user FunctionNode that updates a persistent '
-        'buffer in place runs its forward twice on the recording call '
-        '(the self-check), and once per compiled call: buffer off by one '
-        'update',
     'numpy_random_in_forward':
         'chainerjit bug: numpy.random called in the forward is recorded '
         'as a constant; compiled calls return the first call\'s noise '

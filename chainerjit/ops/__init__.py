@@ -146,7 +146,8 @@ def generic_kernel(template, ctx, array_attrs=()):
         node._output_indexes_to_retain = None
         node._input_layouts = layouts
         if array_attrs:
-            _set_array_attrs(node, array_attrs, arrays[n_inputs:])
+            _set_array_attrs(state_holder(node), array_attrs,
+                             arrays[n_inputs:])
             arrays = arrays[:n_inputs]
         if on_gpu:
             device = chainer.backend.get_device_from_array(*arrays)
@@ -166,11 +167,20 @@ def _set_array_attrs(node, array_attrs, arrays):
             setattr(node, name, type(getattr(node, name))(items))
 
 
+def state_holder(node):
+    """The object whose attributes hold a node's settings: the node, or
+    the ``chainer.Function`` a ``FunctionAdapter`` wraps."""
+    if isinstance(node, chainer.function.FunctionAdapter):
+        return node._function
+    return node
+
+
 def array_attributes(node):
-    """Yields ``(name, index, array)`` for every array a node holds as an
-    attribute, directly or in a tuple or list."""
+    """Yields ``(name, index, array)`` for every array a node (or the old
+    style Function it wraps) holds as an attribute, directly or in a tuple
+    or list."""
     arrays = chainer.get_array_types()
-    for name, value in sorted(vars(node).items()):
+    for name, value in sorted(vars(state_holder(node)).items()):
         if isinstance(value, arrays):
             yield name, None, value
         elif type(value) in (tuple, list):
