@@ -49,6 +49,12 @@ def user_location(depth=1):
     return None
 
 
+# An escape: an input-derived array that is not a recorded value.
+_UNFOLLOWED = ('an array derived from the inputs that the recording cannot '
+               'follow (kept by a Chainer function besides its outputs, or '
+               'made by NumPy code chainerjit does not record), when %s')
+
+
 class _State(threading.local):
     recorder = None
 
@@ -303,8 +309,7 @@ class _Recorder(object):
         if value is not None:
             return value
         if isinstance(array, TracedArray):
-            self.note_escape('an array computed with NumPy from the inputs '
-                             'used by a Chainer function',
+            self.note_escape(_UNFOLLOWED % 'used by a Chainer function',
                              user_location(3))
         elif isinstance(x, chainer.Parameter):
             return self.bind_param(array, x.name or 'param', ('object', x))
@@ -331,8 +336,7 @@ class _Recorder(object):
                                      user_location(4))
                 found.append(((name, index), value))
             elif isinstance(array, TracedArray):
-                self.note_escape('an array computed with NumPy from the '
-                                 'inputs passed to a Chainer function',
+                self.note_escape(_UNFOLLOWED % 'passed to a Chainer function',
                                  user_location(4))
         return found
 
@@ -359,9 +363,24 @@ class _Recorder(object):
         """True for a value that does not depend on any input."""
         return value.kind == 'const' or value in self.constant_values
 
+    def _trace_new_attributes(self, node, template):
+        """Arrays a node's forward computed and kept as attributes besides
+        its outputs (``MaxPooling2D.indexes``) depend on the inputs but are
+        not recorded values: view them as traced, so that a use of one is
+        noticed as an escape."""
+        before = set(id(a) for _, _, a in ops.array_attributes(template))
+        found = [(name, index, array)
+                 for name, index, array in ops.array_attributes(node)
+                 if type(array) is numpy.ndarray
+                 and id(array) not in before and id(array) not in self.values]
+        ops.set_array_attributes(
+            ops.state_holder(node), [(n, i) for n, i, _ in found],
+            [a.view(TracedArray) for _, _, a in found])
+
     def record_node(self, node, template, inputs, outputs):
         in_values = [self.value_of(x) for x in inputs]
         data_attrs = self._data_attributes(template)
+        self._trace_new_attributes(node, template)
         out_arrays = []
         for y in outputs:
             array = y._data[0]
@@ -593,8 +612,7 @@ def _leaf_spec(leaf, recorder, proxies, what):
     value = recorder.values.get(id(array))
     if value is None or recorder.is_constant(value):
         if isinstance(array, TracedArray) and value is None:
-            recorder.note_escape('%s an array computed with NumPy from the '
-                                 'inputs' % what, None)
+            recorder.note_escape(_UNFOLLOWED % what, None)
         # A copy per call: the caller may write into what it gets.
         return 'const', _untag(array).copy(), is_var, grad
     recorder.graph.outputs.append(value)

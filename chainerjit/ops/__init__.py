@@ -146,8 +146,8 @@ def generic_kernel(template, ctx, array_attrs=()):
         node._output_indexes_to_retain = None
         node._input_layouts = layouts
         if array_attrs:
-            _set_array_attrs(state_holder(node), array_attrs,
-                             arrays[n_inputs:])
+            set_array_attributes(state_holder(node), array_attrs,
+                                 arrays[n_inputs:])
             arrays = arrays[:n_inputs]
         if on_gpu:
             device = chainer.backend.get_device_from_array(*arrays)
@@ -157,7 +157,8 @@ def generic_kernel(template, ctx, array_attrs=()):
     return Kernel(run, multi=True)
 
 
-def _set_array_attrs(node, array_attrs, arrays):
+def set_array_attributes(node, array_attrs, arrays):
+    """Sets ``(name, index)`` attributes (see :func:`array_attributes`)."""
     for (name, index), array in zip(array_attrs, arrays):
         if index is None:
             setattr(node, name, array)
