@@ -470,6 +470,72 @@ def _model_arrays(instance):
                 yield parts + (name,), link
 
 
+_INITIALIZERS_DIR = os.path.join(
+    os.path.dirname(chainer.__file__), 'initializers') + os.sep
+_GLOBAL_RANDOM = [name for name in dir(numpy.random)
+                  if getattr(getattr(numpy.random, name), '__self__', None)
+                  is numpy.random.mtrand._rand]
+
+
+def _watching_random(name, draw):
+    """``numpy.random.NAME`` while recording: a draw outside Chainer's
+    initializers is an escape (the recording would freeze the numbers)."""
+    def watched(*args, **kwargs):
+        if not sys._getframe(1).f_code.co_filename.startswith(
+                _INITIALIZERS_DIR):
+            _escape('numpy.random.%s draws random numbers' % name)
+        return draw(*args, **kwargs)
+    return watched
+
+
+def _patch_global_random():
+    """Watches the global NumPy random functions; returns the originals."""
+    originals = {name: getattr(numpy.random, name) for name in _GLOBAL_RANDOM}
+    for name, draw in originals.items():
+        setattr(numpy.random, name, _watching_random(name, draw))
+    return originals
+
+
+def _python_state(instance):
+    """What the forward could change in place without assigning: the
+    contents of lists, dicts and sets held by links, and the state of
+    random generators they hold."""
+    if not isinstance(instance, chainer.Link):
+        return {}
+    state = {}
+    for _, link in instance.namedlinks():
+        for name, value in vars(link).items():
+            if type(value) in (list, dict, set):
+                state[id(link), name] = _contents(value)
+            elif isinstance(value, numpy.random.RandomState):
+                state[id(link), name] = repr(value.get_state(legacy=False))
+            elif isinstance(value, numpy.random.Generator):
+                state[id(link), name] = repr(value.bit_generator.state)
+    return state
+
+
+def _contents(container):
+    if type(container) is dict:
+        return [(k, id(v)) for k, v in container.items()]
+    if type(container) is set:
+        return sorted(map(id, container))
+    return [id(x) for x in container]
+
+
+def _note_changed_python_state(instance, before, recorder):
+    """An escape for each list, dict, set or random generator of the model
+    that the forward changed in place (assignments are replayed)."""
+    after = _python_state(instance)
+    assigned = set((id(target), name)
+                   for kind, target, name, _ in recorder.effects
+                   if kind == 'setattr')
+    for key, old in before.items():
+        if after.get(key) != old and key not in assigned:
+            recorder.note_escape('changing the list, dict, set or random '
+                                 'generator %r of a link in place' % key[1],
+                                 None)
+
+
 def _swap_model_arrays(instance, recorder):
     """Binds the model's arrays to IR params and views them as traced.
     Returns the list of restore actions."""
@@ -547,7 +613,9 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
 def _record_locked(fn, instance, recorder, call_args, call_kwargs, proxies,
                    leaves):
     graph = recorder.graph
+    python_state = _python_state(instance)
     restore = _swap_model_arrays(instance, recorder)
+    random_functions = _patch_global_random()
     _state.recorder = recorder
     link_setattr = chainer.Link.__setattr__
     report = chainer.reporter.report
@@ -567,8 +635,11 @@ def _record_locked(fn, instance, recorder, call_args, call_kwargs, proxies,
         chainer.Link.__setattr__ = link_setattr
         chainer.reporter.report = chainer.report = report
         chainer.Variable.array, chainer.Variable.data = _array_properties
+        for name, draw in random_functions.items():
+            setattr(numpy.random, name, draw)
         _state.recorder = None
         _restore_model_arrays(restore)
+    _note_changed_python_state(instance, python_state, recorder)
     _adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)
     effects = _record_effects(instance, recorder, proxies)

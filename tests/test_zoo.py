@@ -1083,13 +1083,6 @@ CASES = [
 ]
 
 XFAIL = {
-    'numpy_random_in_forward':
-        'chainerjit bug: numpy.random called in the forward is recorded '
-        'as a constant; compiled calls return the first call\'s noise '
-        'and do not advance the global RNG',
-    'python_list_history':
-        'chainerjit bug: self.history.append(h) in the forward is not '
-        'replayed on compiled calls (no fallback either)',
     'aliased_outputs':
         'chainerjit bug: returning a Parameter (self.fc.W) gives a new '
         'Variable, not the Parameter itself (type Variable vs Parameter)',
