@@ -135,7 +135,7 @@ class JitFunction(object):
             return self._after_vm_error(entry, e, instance, args, kwargs)
         if entry.effects:
             entry.replay_effects(instance, outs, leaves)
-        return entry.build_result(outs, leaves)
+        return entry.build_result(outs, leaves, instance)
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
         """A kernel raised (an index out of range, say). Eager Chainer
@@ -191,7 +191,8 @@ class JitFunction(object):
                 key, sig, model_state, graph, program, recording.outputs,
                 recording.effects, param_arrays, py_guards=py_guards)
             if self._check:
-                self._self_check(entry, leaves, param_arrays, recording)
+                self._self_check(entry, leaves, instance, param_arrays,
+                                 recording)
         entry.compile_seconds = time.perf_counter() - start
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
@@ -202,7 +203,7 @@ class JitFunction(object):
                     '; evicted %s' % evicted.signature if evicted else '')
         return recording.result
 
-    def _self_check(self, entry, leaves, param_arrays, recording):
+    def _self_check(self, entry, leaves, instance, param_arrays, recording):
         """Runs a new program on the recorded inputs and parameters and
         compares with the eager result; on a difference the entry runs
         eagerly from now on. Generic nodes, which may draw random numbers
@@ -211,7 +212,7 @@ class JitFunction(object):
         arrays = [signature.leaf_array(leaf) for leaf in leaves]
         try:
             outs = check.run(arrays + param_arrays)
-            result = entry.build_result(outs, leaves)
+            result = entry.build_result(outs, leaves, instance)
             problem = _compare(recording.result, result)
         except errors.VMError as e:
             problem = str(e)

@@ -309,21 +309,21 @@ class Entry(object):
                 lines.append(describe_array_change(name, spec, array))
         return lines
 
-    def build_result(self, outs, leaves):
+    def build_result(self, outs, leaves, instance):
         """The call's result, shaped as eager's, from program outputs."""
         structure, specs = self.outputs
         if structure == 'V' and specs[0][0] == 'value':
             return chainer.Variable._init_unchecked(
                 outs[specs[0][1]], requires_grad=specs[0][3])
-        return signature.unflatten(
-            structure, [_make_leaf(spec, outs, leaves) for spec in specs])
+        return signature.unflatten(structure, [
+            _make_leaf(spec, outs, leaves, instance) for spec in specs])
 
     def replay_effects(self, instance, outs, leaves):
         """Assigns the link attributes and reports the values that the
         recorded forward assigned and reported."""
         for kind, path, name, structure, specs in self.effects:
-            value = signature.unflatten(
-                structure, [_make_leaf(s, outs, leaves) for s in specs])
+            value = signature.unflatten(structure, [
+                _make_leaf(s, outs, leaves, instance) for s in specs])
             target = None if path is None else resolve_link(instance, path)
             if kind == 'setattr':
                 setattr(target, name, value)
@@ -345,10 +345,15 @@ class Entry(object):
         return '\n'.join(lines)
 
 
-def _make_leaf(spec, outs, leaves):
+def _make_leaf(spec, outs, leaves, instance):
+    """One leaf of a result: see ``trace._leaf_spec`` for the kinds."""
     kind, where, is_var, grad = spec
     if kind == 'arg':
         return leaves[where]
+    if kind == 'model':
+        owner = (where[1], None) if where[0] == 'object' else \
+            resolve_owner(instance, where[1])
+        return owner[0]
     leaf = outs[where] if kind == 'value' else where.copy()
     if is_var:
         return chainer.Variable._init_unchecked(leaf, requires_grad=grad)

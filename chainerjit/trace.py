@@ -273,6 +273,7 @@ class _Recorder(object):
         self.param_arrays = {}  # param Value -> its array before the run
         self.constant_values = set()  # temps computed from constants only
         self.generic_outputs = {}  # generic Node -> what it returned
+        self.param_owners = {}  # param Value -> Variable (or link) of it
         self.escape = None
 
     def note_escape(self, what, loc):
@@ -295,12 +296,14 @@ class _Recorder(object):
         return [self.bind(a, self.graph.add_value('temp', a.shape, a.dtype))
                 for a in arrays]
 
-    def bind_param(self, array, name, source):
+    def bind_param(self, array, name, source, owner):
         """Binds a model array; ``source`` says where to read it on each
-        call: ``('path', ('l1', 'W'))`` or ``('object', parameter)``."""
+        call: ``('path', ('l1', 'W'))`` or ``('object', parameter)``;
+        ``owner`` is the Variable holding it, or the link."""
         value = self.graph.add_value('param', array.shape, array.dtype,
                                      name, data=source)
         self.param_arrays[value] = _untag(array)
+        self.param_owners[value] = owner
         return self.bind(array, value)
 
     def value_of(self, x):
@@ -312,7 +315,8 @@ class _Recorder(object):
             self.note_escape(_UNFOLLOWED % 'used by a Chainer function',
                              user_location(3))
         elif isinstance(x, chainer.Parameter):
-            return self.bind_param(array, x.name or 'param', ('object', x))
+            return self.bind_param(array, x.name or 'param', ('object', x),
+                                   x)
         elif not isinstance(array, numpy.ndarray):
             # CuPy arrays cannot be traced: an unknown one may have been
             # computed from the inputs, so it is not taken as a constant.
@@ -545,12 +549,13 @@ def _swap_model_arrays(instance, recorder):
             array = owner._data[0]
         else:
             array = getattr(owner, path[-1])
+        value = recorder.bind_param(array, '.'.join(path), ('path', path),
+                                    owner)
         if type(array) is numpy.ndarray:
             traced = array.view(TracedArray)
             _set_model_array(owner, path[-1], traced)
             restore.append((owner, path[-1], array, traced))
-            array = traced
-        recorder.bind_param(array, '.'.join(path), ('path', path))
+            recorder.bind(traced, value)  # and the original, once restored
     return restore
 
 
@@ -672,8 +677,9 @@ def _leaf_spec(leaf, recorder, proxies, what):
     """How to rebuild one leaf of the result (or of the model state) on a
     compiled call: ``(kind, where, is_variable, requires_grad)`` with kind
     ``'value'`` (``where`` indexes ``graph.outputs``), ``'arg'`` (the
-    argument leaf returned as is) or ``'const'`` (an array that does not
-    depend on the inputs, copied)."""
+    argument leaf returned as is), ``'model'`` (a Variable of the model,
+    such as a Parameter, returned as is; ``where`` is its source) or
+    ``'const'`` (an array that does not depend on the inputs, copied)."""
     is_var = isinstance(leaf, chainer.Variable)
     grad = leaf.requires_grad if is_var else False
     for i, proxy in enumerate(proxies):
@@ -681,6 +687,9 @@ def _leaf_spec(leaf, recorder, proxies, what):
             return 'arg', i, is_var, grad
     array = signature.leaf_array(leaf)
     value = recorder.values.get(id(array))
+    if value is not None and value.kind == 'param' and \
+            recorder.param_owners.get(value) is leaf:
+        return 'model', value.data, is_var, grad
     if value is None or recorder.is_constant(value):
         if isinstance(array, TracedArray) and value is None:
             recorder.note_escape(_UNFOLLOWED % what, None)

@@ -292,3 +292,37 @@ def test_numpy_split_and_three_argument_where_are_recorded(rng):
 
     testing.assert_jit_matches_eager(
         f, [(_x(rng, 3, 4),) for _ in range(3)], expect_entries=1)
+
+
+# --- random numbers and in-place changes ------------------------------------
+
+class Noisy(chainer.Chain):
+
+    def __init__(self):
+        super(Noisy, self).__init__()
+        self.rng = numpy.random.RandomState(0)
+        self.history = []
+
+    def with_generator(self, x):
+        return F.relu(x) + self.rng.uniform(size=x.shape).astype(x.dtype)
+
+    def with_gumbel(self, x):
+        return F.gumbel_softmax(x)
+
+    def with_history(self, x):
+        y = F.relu(x)
+        self.history.append(y)
+        return y
+
+
+@pytest.mark.parametrize('method', ['with_generator', 'with_gumbel',
+                                    'with_history'])
+def test_random_draws_and_in_place_changes_run_eagerly(rng, method):
+    model = Noisy()
+    jf = chainerjit.jit(getattr(model, method))
+    with pytest.warns(chainerjit.FallbackWarning, match='DataDependent'):
+        _run(jf, _x(rng))
+    outputs = [_run(jf, _x(rng)).array for _ in range(2)]
+    assert not numpy.array_equal(outputs[0], outputs[1])
+    if method == 'with_history':
+        assert len(model.history) == 3

@@ -1083,9 +1083,6 @@ CASES = [
 ]
 
 XFAIL = {
-    'aliased_outputs':
-        'chainerjit bug: returning a Parameter (self.fc.W) gives a new '
-        'Variable, not the Parameter itself (type Variable vs Parameter)',
 }
 
 
