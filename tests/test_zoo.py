@@ -1082,16 +1082,11 @@ CASES = [
          hook=lambda m, s, i: setattr(m, 'slope', 0.1 * (i + 1))),
 ]
 
-XFAIL = {
-}
-
-
 def _params():
     for c in CASES:
         marks = ()
-        reason = XFAIL.get(c.name, c.xfail)
-        if reason:
-            marks = (pytest.mark.xfail(strict=True, reason=reason),)
+        if c.xfail:
+            marks = (pytest.mark.xfail(strict=True, reason=c.xfail),)
         yield pytest.param(c, id=c.name, marks=marks)
 
 
