@@ -1082,6 +1082,7 @@ CASES = [
          hook=lambda m, s, i: setattr(m, 'slope', 0.1 * (i + 1))),
 ]
 
+
 def _params():
     for c in CASES:
         marks = ()
