@@ -118,7 +118,8 @@ class JitFunction(object):
         except errors.UnsupportedArgument as e:
             self._warn_fallback(e, trace.user_location(2))
             return self._eager(instance, args, kwargs)
-        if backprop and _needs_grad(leaves, instance):
+        if (backprop and _needs_grad(leaves, instance)) or \
+                chainer.get_function_hooks() or chainer._get_link_hooks():
             return self._eager(instance, args, kwargs)
         entry, params = self.cache.lookup(key, instance)
         if entry is None:
@@ -177,7 +178,14 @@ class JitFunction(object):
         recording = trace.record(
             self._fn, instance, args, kwargs, leaves, self.__name__,
             [name for name, _ in sig.items[:len(leaves)]])
-        if recording.escape is not None:
+        hooked = [path for path, link in _links(instance)
+                  if cache_module.link_hooks(link)]
+        if hooked:
+            entry = cache_module.Entry(
+                key, sig, model_state, py_guards=py_guards,
+                fallback='link hooks on %s observe each call' % ', '.join(
+                    hooked))
+        elif recording.escape is not None:
             what, loc = recording.escape
             entry = cache_module.Entry(
                 key, sig, model_state, py_guards=py_guards,
@@ -312,6 +320,12 @@ class JitFunction(object):
 def _rebuild(fn, instance, options):
     return JitFunction(fn, None if instance is None else lambda: instance,
                        options)
+
+
+def _links(instance):
+    if not isinstance(instance, chainer.Link):
+        return []
+    return [(path or '/', link) for path, link in instance.namedlinks()]
 
 
 def _needs_grad(leaves, instance):

@@ -43,7 +43,8 @@ def watch_links():
     """Counts every attribute set on a Link and every link added to a
     ChainList, so a cached program notices a replaced link or a changed
     setting. Idempotent."""
-    for cls, names in ((chainer.Link, ('__setattr__', '__delattr__')),
+    for cls, names in ((chainer.Link, ('__setattr__', '__delattr__',
+                                       'add_hook', 'delete_hook')),
                        (chainer.ChainList, ('add_link',))):
         for name in names:
             method = getattr(cls, name)
@@ -76,7 +77,9 @@ def link_state(instance):
     state = {}
     for path, link in instance.namedlinks():
         attrs = tuple(sorted((k, _attribute_state(v))
-                             for k, v in vars(link).items()))
+                             for k, v in vars(link).items()
+                             if k != '_local_link_hooks'))
+        attrs += (('(link hooks)', tuple(link_hooks(link))),)
         size = len(link) if isinstance(link, chainer.ChainList) else None
         state[path or '/'] = (type(link).__name__, id(link), size, attrs)
     return state
@@ -88,6 +91,11 @@ class _Absent(object):
 
 
 _ABSENT = _Absent()
+
+
+def link_hooks(link):
+    """The names of the hooks registered on one link."""
+    return list(vars(link).get('_local_link_hooks') or ())
 
 
 def diff_link_state(old, new):

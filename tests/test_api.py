@@ -256,3 +256,28 @@ def test_deepcopy_and_pickle_rebind_to_the_copy(rng):
                 clone.eager(x).array, clone.eager_forward(x).array)
             numpy.testing.assert_allclose(
                 model.eager(x).array, model.eager_forward(x).array)
+
+
+def test_hooks_observe_eager_calls(rng):
+    from chainer import function_hooks
+    from chainer import link_hooks
+
+    net = Net()
+    x = _x(rng)
+    with chainer.no_backprop_mode():
+        net.forward(x)
+        hook = function_hooks.TimerHook()
+        with hook:
+            net.forward(x)
+        assert len(hook.call_history) == 2  # LinearFunction, ReLU
+        timer = link_hooks.TimerHook()
+        net.l1.add_hook(timer)
+        net.forward(x)
+        net.forward(x)
+        assert len(timer.call_history) == 2
+        net.l1.delete_hook(timer.name)
+        net.forward(x)
+        net.forward(x)
+    hooked, plain = net.forward.cache_entries()  # least recent first
+    assert 'link hooks on /l1' in hooked.fallback
+    assert plain.fallback is None and plain.hits == 2
