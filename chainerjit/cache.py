@@ -10,6 +10,7 @@ the model again only when that count moved.
 """
 
 import collections
+import functools
 import itertools
 
 import chainer
@@ -132,13 +133,27 @@ def _code_names(code):
     return names
 
 
-def python_guards(fn, instance):
-    """Module globals and class attributes holding Python scalars that the
-    forward's own code names: ``[(label, namespace, name, value)]``.
+class PythonGuard(collections.namedtuple(
+        'PythonGuard', 'label read expected by_identity')):
+    """A Python value the forward's code names, read by ``read()``: a
+    scalar compared by value, an array or Variable by identity."""
 
-    They are frozen into a recording (as an op's attribute, a branch
-    taken), so a later change must be a miss. Names read only by functions
-    the forward calls are not covered.
+    def holds(self):
+        current = self.read()
+        if self.by_identity:
+            return current is self.expected
+        return type(current) is type(self.expected) and \
+            current == self.expected
+
+
+def python_guards(fn, instance):
+    """Guards on the module globals, class attributes and closure cells
+    that the forward's own code names and that hold Python scalars,
+    arrays or Variables (not parameters of the model, which are inputs).
+
+    Their values are frozen into a recording (as an op's attribute, a
+    constant, a branch taken), so a later change must be a miss. Names
+    read only by functions the forward calls are not covered.
     """
     code = getattr(fn, '__code__', None)
     if code is None:
@@ -148,18 +163,36 @@ def python_guards(fn, instance):
                if not c.__module__.startswith('chainer')] \
         if instance is not None else []
     for name in sorted(_code_names(code)):
-        for cls in classes:
-            if name in vars(cls):
-                if _is_scalar(vars(cls)[name]):
-                    guards.append(('%s.%s' % (cls.__name__, name),
-                                   vars(cls), name, vars(cls)[name]))
-                break
-        else:
-            value = fn.__globals__.get(name, _ABSENT)
-            if _is_scalar(value):
-                guards.append(('global %s' % name, fn.__globals__, name,
-                               value))
+        owner = next((c for c in classes if name in vars(c)), None)
+        namespace = vars(owner) if owner is not None else fn.__globals__
+        label = '%s.%s' % (owner.__name__, name) if owner is not None \
+            else 'global %s' % name
+        guards += _guard(label, functools.partial(
+            namespace.get, name, _ABSENT), namespace.get(name, _ABSENT))
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        try:
+            value = cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+        guards += _guard('closure %s' % name, functools.partial(
+            _cell_contents, cell), value)
     return guards
+
+
+def _guard(label, read, value):
+    if _is_scalar(value):
+        return [PythonGuard(label, read, value, False)]
+    if isinstance(value, (chainer.Variable,) + chainer.get_array_types()) \
+            and not isinstance(value, chainer.Parameter):
+        return [PythonGuard(label, read, value, True)]
+    return []
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:
+        return _ABSENT
 
 
 def _is_scalar(value):
@@ -169,9 +202,9 @@ def _is_scalar(value):
 
 def python_guard_failures(guards):
     """Lines naming the guarded Python values that changed."""
-    return ['%s: %r -> %r' % (label, value, namespace.get(name, _ABSENT))
-            for label, namespace, name, value in guards
-            if namespace.get(name, _ABSENT) != value]
+    return ['%s: %s' % (g.label, 'another object' if g.by_identity else
+                        '%r -> %r' % (g.expected, g.read()))
+            for g in guards if not g.holds()]
 
 
 # --- model arrays -----------------------------------------------------------
@@ -297,8 +330,8 @@ class Entry(object):
             self._epoch = link_epoch[0]
         if self._owners is None:
             return None
-        for _, namespace, name, value in self.py_guards:
-            if namespace.get(name, _ABSENT) != value:
+        for guard in self.py_guards:
+            if not guard.holds():
                 return None
         return _fastpath.read_params(self._owners, self.param_specs)
 

@@ -4,7 +4,9 @@ of what chainerjit does about it.
 Silent mismatches (each must now be the eager result or a miss):
   1. A Python scalar attribute of a link changed after the first call
      (``model.slope = 0.3``): a miss, recompiled.
-  2. A class attribute or module global the forward names changed: a miss.
+  2. A class attribute, module global or closure variable the forward
+     names changed (a scalar by value, an array or Variable rebound): a
+     miss.
   3. A link replaced, or a parameter reshaped: a miss.
   4. A parameter updated in place or rebound (an optimizer step): read on
      every call.
@@ -135,3 +137,45 @@ def test_unkeyable_argument_warns(rng):
     with pytest.warns(chainerjit.FallbackWarning, match='UnsupportedArgument'):
         with chainer.no_backprop_mode():
             chainerjit.jit(lambda x, o: F.relu(x))(_x(rng), object())
+
+
+MASK = numpy.ones((3, 4), numpy.float32)
+
+
+def test_global_array_rebound_is_guarded(rng):
+    global MASK
+
+    def f(x):
+        return F.relu(x) * MASK
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    old, MASK = MASK, numpy.zeros((3, 4), numpy.float32)
+    try:
+        _same(jitted, f, x)
+        MASK[...] = 2  # in place: the program reads the same object
+        _same(jitted, f, x)
+    finally:
+        MASK = old
+    assert jitted.cache_info()[:2] == (1, 2)
+
+
+def test_closure_values_are_guarded(rng):
+    def make(scale, table):
+        def f(x):
+            return F.relu(x) * scale + table
+        return f
+
+    scale, table = 2.0, numpy.ones((3, 4), numpy.float32)
+    f = make(scale, table)
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    f.__closure__[0].cell_contents = 3.0  # as `nonlocal scale` would
+    _same(jitted, f, x)
+    f.__closure__[1].cell_contents = numpy.zeros((3, 4), numpy.float32)
+    _same(jitted, f, x)
+    assert jitted.cache_info().misses == 3
+    assert 'closure table: another object' in \
+        jitted.cache_entries()[0].guard_failures(None)
