@@ -60,6 +60,8 @@ cpdef object flatten(object obj, list leaves):
     if isinstance(obj, _array_types):
         leaves.append(obj)
         return 'A'
+    if kind is float:  # repr tells 0.0 from -0.0, which compare equal
+        return ('S', kind, obj, repr(obj))
     if isinstance(obj, _STATIC_TYPES) or isinstance(obj, _generic):
         return ('S', kind, obj)
     if kind is tuple or kind is list:
@@ -102,12 +104,15 @@ cpdef tuple leaf_spec(object leaf):
 
 
 cpdef object aliasing(list leaves):
-    """``None`` when every leaf array is distinct, else, for each leaf, the
-    index of the first leaf holding the same array."""
-    ids = [id(leaf_array(leaf)) for leaf in leaves]
-    if len(set(ids)) == len(ids):
+    """``None`` when every leaf and its array are distinct, else, for each
+    leaf, the indexes of the first leaf that is the same object and of the
+    first leaf holding the same array."""
+    arrays = [id(leaf_array(leaf)) for leaf in leaves]
+    if len(set(arrays)) == len(arrays):
         return None
-    return tuple([ids.index(i) for i in ids])
+    objects = [id(leaf) for leaf in leaves]
+    return tuple([(objects.index(o), arrays.index(a))
+                  for o, a in zip(objects, arrays)])
 
 
 def make_key(tuple args, dict kwargs, bint train, bint enable_backprop):

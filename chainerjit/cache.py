@@ -356,8 +356,11 @@ class Entry(object):
         if structure == 'V' and specs[0][0] == 'value':
             return chainer.Variable._init_unchecked(
                 outs[specs[0][1]], requires_grad=specs[0][3])
-        return signature.unflatten(structure, [
-            _make_leaf(spec, outs, leaves, instance) for spec in specs])
+        made = []
+        for spec in specs:
+            made.append(made[spec[1]] if spec[0] == 'same' else
+                        _make_leaf(spec, outs, leaves, instance))
+        return signature.unflatten(structure, made)
 
     def replay_effects(self, instance, outs, leaves):
         """Assigns the link attributes and reports the values that the

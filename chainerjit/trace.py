@@ -604,7 +604,11 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     graph = ir.Graph(name)
     recorder = _Recorder(graph)
     structure = signature.flatten((args, kwargs), [])
-    proxies = [_traced_leaf(leaf) for leaf in leaves]
+    made = {}  # one proxy per object: `x is y` must hold as in eager mode
+    for leaf in leaves:
+        if id(leaf) not in made:
+            made[id(leaf)] = _traced_leaf(leaf)
+    proxies = [made[id(leaf)] for leaf in leaves]
     for proxy, input_name in zip(proxies, input_names):
         array = signature.leaf_array(proxy)
         recorder.bind(array, graph.add_value('input', array.shape,
@@ -707,8 +711,12 @@ def _record_outputs(result, recorder, proxies):
     except errors.UnsupportedArgument as e:
         recorder.note_escape('returning %s' % e, None)
         return None
-    return structure, [_leaf_spec(leaf, recorder, proxies, 'returning')
-                       for leaf in out_leaves]
+    specs = []
+    for i, leaf in enumerate(out_leaves):
+        same = [j for j in range(i) if out_leaves[j] is leaf]
+        specs.append(('same', same[0], False, False) if same else
+                     _leaf_spec(leaf, recorder, proxies, 'returning'))
+    return structure, specs
 
 
 def _record_effects(instance, recorder, proxies):

@@ -152,9 +152,6 @@ def test_functools_partial(rng):
     _compiled(jf, 2)
 
 
-@pytest.mark.xfail(strict=True, reason='chainerjit bug: 0.0 and -0.0 are '
-                   'equal and hash alike, so a call with -0.0 hits the '
-                   'entry recorded with 0.0 (wrong sign, wrong value)')
 def test_negative_zero_static_argument_is_not_zero(rng):
     def f(x, s):
         return x + math.copysign(1.0, s)
@@ -540,9 +537,6 @@ def test_returning_an_input_array_unchanged(rng):
     _compiled(jf, 2)
 
 
-@pytest.mark.xfail(strict=True, reason='chainerjit bug: a Variable '
-                   'returned twice is two distinct Variables on compiled '
-                   'calls (eager returns the same object twice)')
 def test_returning_the_same_variable_twice(rng):
     def f(x):
         y = F.relu(x)
@@ -573,9 +567,6 @@ def test_the_same_input_twice_then_different(rng):
     _compiled(jf, 3)
 
 
-@pytest.mark.xfail(strict=True, reason='chainerjit bug: f(x, x) with one '
-                   'Variable sees x is y == False (recording and compiled '
-                   'calls), eager sees True')
 def test_identity_of_the_same_variable_passed_twice(rng):
     def f(x, y):
         return F.relu(x), x is y
