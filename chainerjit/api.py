@@ -12,6 +12,7 @@ import chainer
 from chainerjit import cache as cache_module
 from chainerjit import codegen
 from chainerjit import errors
+from chainerjit import guards
 from chainerjit import passes
 from chainerjit import signature
 from chainerjit import trace
@@ -174,12 +175,15 @@ class JitFunction(object):
         sig = self._signature(key, leaves, instance, args, kwargs)
         reason = self._miss_reason(sig, key, instance)
         model_state = cache_module.link_state(instance)
-        py_guards = cache_module.python_guards(self._fn, instance)
+        py_guards = guards.python_guards(self._fn, instance)
         recording = trace.record(
             self._fn, instance, args, kwargs, leaves, self.__name__,
             [name for name, _ in sig.items[:len(leaves)]])
         hooked = [path for path, link in _links(instance)
                   if cache_module.link_hooks(link)]
+        changed = _changed_by_the_call(py_guards, recording)
+        if changed and recording.escape is None:
+            recording.escape = ('changing %s in place' % changed[0], None)
         if hooked:
             entry = cache_module.Entry(
                 key, sig, model_state, py_guards=py_guards,
@@ -320,6 +324,16 @@ class JitFunction(object):
 def _rebuild(fn, instance, options):
     return JitFunction(fn, None if instance is None else lambda: instance,
                        options)
+
+
+def _changed_by_the_call(py_guards, recording):
+    """Labels of guarded Python values the recorded call itself changed
+    (an append to a default list, a closed-over dict); attributes the
+    forward assigns are replayed instead."""
+    assigned = set('self.%s' % name for kind, path, name, _, _ in
+                   recording.effects if kind == 'setattr' and path == ())
+    return [g.label for g in py_guards
+            if not g.holds() and g.label not in assigned]
 
 
 def _links(instance):

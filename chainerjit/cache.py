@@ -10,13 +10,13 @@ the model again only when that count moved.
 """
 
 import collections
-import functools
 import itertools
 
 import chainer
 import numpy
 
 from chainerjit import _fastpath
+from chainerjit import guards
 from chainerjit import signature
 
 
@@ -53,15 +53,12 @@ def watch_links():
                 setattr(cls, name, _watching(method))
 
 
-_SCALARS = (type(None), bool, int, float, str)
-
-
 def _attribute_state(value):
     """What a program assumes of one link attribute: its value for Python
     scalars; its type for arrays and Variables (read on every call); the
     device it names for a device; its identity for anything else (a
     function, a link, an object)."""
-    if _is_scalar(value):
+    if guards.is_scalar(value):
         return value
     if isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
         return '<%s>' % type(value).__name__
@@ -84,14 +81,6 @@ def link_state(instance):
         size = len(link) if isinstance(link, chainer.ChainList) else None
         state[path or '/'] = (type(link).__name__, id(link), size, attrs)
     return state
-
-
-class _Absent(object):
-    def __repr__(self):
-        return '(absent)'
-
-
-_ABSENT = _Absent()
 
 
 def link_hooks(link):
@@ -117,94 +106,11 @@ def diff_link_state(old, new):
         else:
             a, b = dict(old[path][3]), dict(new[path][3])
             for k in sorted(set(a) | set(b)):
-                if a.get(k, _ABSENT) != b.get(k, _ABSENT):
+                if a.get(k, guards.ABSENT) != b.get(k, guards.ABSENT):
                     lines.append('%s.%s: %r -> %r' % (
-                        name, k, a.get(k, _ABSENT), b.get(k, _ABSENT)))
+                        name, k, a.get(k, guards.ABSENT),
+                        b.get(k, guards.ABSENT)))
     return lines
-
-
-# --- Python values the forward's code reads ----------------------------------
-
-def _code_names(code):
-    names = set(code.co_names)
-    for const in code.co_consts:
-        if hasattr(const, 'co_names'):
-            names |= _code_names(const)
-    return names
-
-
-class PythonGuard(collections.namedtuple(
-        'PythonGuard', 'label read expected by_identity')):
-    """A Python value the forward's code names, read by ``read()``: a
-    scalar compared by value, an array or Variable by identity."""
-
-    def holds(self):
-        current = self.read()
-        if self.by_identity:
-            return current is self.expected
-        return type(current) is type(self.expected) and \
-            current == self.expected
-
-
-def python_guards(fn, instance):
-    """Guards on the module globals, class attributes and closure cells
-    that the forward's own code names and that hold Python scalars,
-    arrays or Variables (not parameters of the model, which are inputs).
-
-    Their values are frozen into a recording (as an op's attribute, a
-    constant, a branch taken), so a later change must be a miss. Names
-    read only by functions the forward calls are not covered.
-    """
-    code = getattr(fn, '__code__', None)
-    if code is None:
-        return []
-    guards = []
-    classes = [c for c in type(instance).__mro__
-               if not c.__module__.startswith('chainer')] \
-        if instance is not None else []
-    for name in sorted(_code_names(code)):
-        owner = next((c for c in classes if name in vars(c)), None)
-        namespace = vars(owner) if owner is not None else fn.__globals__
-        label = '%s.%s' % (owner.__name__, name) if owner is not None \
-            else 'global %s' % name
-        guards += _guard(label, functools.partial(
-            namespace.get, name, _ABSENT), namespace.get(name, _ABSENT))
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        try:
-            value = cell.cell_contents
-        except ValueError:  # an empty cell
-            continue
-        guards += _guard('closure %s' % name, functools.partial(
-            _cell_contents, cell), value)
-    return guards
-
-
-def _guard(label, read, value):
-    if _is_scalar(value):
-        return [PythonGuard(label, read, value, False)]
-    if isinstance(value, (chainer.Variable,) + chainer.get_array_types()) \
-            and not isinstance(value, chainer.Parameter):
-        return [PythonGuard(label, read, value, True)]
-    return []
-
-
-def _cell_contents(cell):
-    try:
-        return cell.cell_contents
-    except ValueError:
-        return _ABSENT
-
-
-def _is_scalar(value):
-    return isinstance(value, _SCALARS) or (
-        type(value) is tuple and all(isinstance(x, _SCALARS) for x in value))
-
-
-def python_guard_failures(guards):
-    """Lines naming the guarded Python values that changed."""
-    return ['%s: %s' % (g.label, 'another object' if g.by_identity else
-                        '%r -> %r' % (g.expected, g.read()))
-            for g in guards if not g.holds()]
 
 
 # --- model arrays -----------------------------------------------------------
@@ -338,7 +244,7 @@ class Entry(object):
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
         lines = diff_link_state(self.link_state, link_state(instance))
-        lines += python_guard_failures(self.py_guards)
+        lines += guards.failures(self.py_guards)
         if lines:
             return lines
         for name, source, spec in zip(self.param_names, self.param_sources,

@@ -1,0 +1,156 @@
+"""Guards on Python values a recorded forward depends on.
+
+A recording freezes what the forward's code read from Python: a module
+global (``x * SCALE``), a class attribute, a closure variable, a default
+argument, an attribute of the object a method is bound to. Each such value
+that the forward's own code names becomes a :class:`PythonGuard`, checked
+on every call; a changed value is a cache miss. Scalars are compared by
+value (``repr`` too, so that ``-0.0`` is not ``0.0``), arrays and
+Variables by identity (an array changed in place is read as it is), and
+lists, tuples, dicts and sets by their contents.
+
+Names read only by functions the forward calls are not covered (see the
+README's known limits).
+"""
+
+import collections
+import functools
+
+import chainer
+
+
+_SCALARS = (type(None), bool, int, float, str)
+
+
+class _Absent(object):
+    def __repr__(self):
+        return '(absent)'
+
+
+ABSENT = _Absent()
+
+
+def is_scalar(value):
+    """A Python scalar, or a tuple of them."""
+    return isinstance(value, _SCALARS) or (
+        type(value) is tuple and all(isinstance(x, _SCALARS) for x in value))
+
+
+def snapshot(container):
+    """The contents of a list, tuple, dict or set: scalars by value, other
+    objects by identity."""
+    if type(container) is dict:
+        return [(k, _item(v)) for k, v in container.items()]
+    if type(container) is set:
+        return sorted(repr(_item(x)) for x in container)
+    return [_item(x) for x in container]
+
+
+def _item(value):
+    if is_scalar(value):
+        return 'value', type(value), repr(value)
+    return 'id', id(value)
+
+
+class PythonGuard(collections.namedtuple(
+        'PythonGuard', 'label read expected kind')):
+    """A value read by ``read()`` that must still be ``expected``; kind is
+    ``'value'``, ``'identity'`` or ``'contents'``."""
+
+    def holds(self):
+        current = self.read()
+        if self.kind == 'identity':
+            return current is self.expected
+        if type(current) is not type(self.expected):
+            return False
+        if self.kind == 'value':
+            return repr(current) == repr(self.expected)
+        return snapshot(current) == snapshot(self.expected)
+
+    def describe(self):
+        if self.kind == 'value':
+            return '%s: %r -> %r' % (self.label, self.expected, self.read())
+        return '%s: %s' % (self.label, 'another object'
+                           if self.kind == 'identity' else 'changed')
+
+
+def _make(label, read, value, kinds=('value', 'identity', 'contents')):
+    if is_scalar(value):
+        kind = 'value'
+    elif isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
+        if isinstance(value, chainer.Parameter):
+            return []  # a parameter is a program input
+        kind = 'identity'
+    elif type(value) in (list, tuple, dict, set):
+        kind = 'contents'  # compared with a shallow copy taken now
+        value = type(value)(value.items() if type(value) is dict else value)
+    else:
+        return []
+    if kind not in kinds:
+        return []
+    return [PythonGuard(label, read, value, kind)]
+
+
+def _code_names(code):
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, 'co_names'):
+            names |= _code_names(const)
+    return names
+
+
+def python_guards(fn, instance):
+    """Guards for the Python values ``fn``'s own code names: attributes of
+    ``instance`` (for a Link only lists, dicts and sets; its scalars and
+    arrays are guarded and read by the cache), class attributes, module
+    globals, closure variables and default arguments."""
+    code = getattr(fn, '__code__', None)
+    if code is None:
+        return []
+    guards = []
+    for name in sorted(_code_names(code)):
+        guards += _named(fn, instance, name)
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        read = functools.partial(_cell_contents, cell)
+        guards += _make('closure %s' % name, read, read())
+    for i, value in enumerate(fn.__defaults__ or ()):
+        guards += _make('default %d' % i, functools.partial(
+            _default, fn, i), value, ('contents',))
+    return guards
+
+
+def _named(fn, instance, name):
+    if instance is not None and name in vars(instance):
+        link = isinstance(instance, chainer.Link)
+        return _make('self.%s' % name, functools.partial(
+            _attribute, instance, name), vars(instance)[name],
+            ('contents',) if link else ('value', 'identity', 'contents'))
+    classes = [c for c in type(instance).__mro__
+               if not c.__module__.startswith('chainer')] \
+        if instance is not None else []
+    owner = next((c for c in classes if name in vars(c)), None)
+    namespace = vars(owner) if owner is not None else fn.__globals__
+    label = '%s.%s' % (owner.__name__, name) if owner is not None \
+        else 'global %s' % name
+    return _make(label, functools.partial(namespace.get, name, ABSENT),
+                 namespace.get(name, ABSENT))
+
+
+def _attribute(obj, name):
+    return vars(obj).get(name, ABSENT)
+
+
+def _default(fn, i):
+    return fn.__defaults__[i]
+
+
+def _cell_contents(cell):
+    try:
+        return cell.cell_contents
+    except ValueError:  # an empty cell
+        return ABSENT
+
+
+def failures(guards):
+    """Lines naming the guarded values that changed."""
+    return [g.describe() for g in guards if not g.holds()]
