@@ -577,14 +577,19 @@ def _restore_model_arrays(restore):
             object.__setattr__(owner, name, array)
 
 
-def _traced_leaf(leaf):
+def _traced_leaf(leaf, restore):
+    """What the forward gets for an argument while recording: the same
+    Variable with its array viewed as traced (undone by ``restore``), or
+    a traced view of an array."""
     array = signature.leaf_array(leaf)
-    if type(array) is numpy.ndarray:
-        array = array.view(TracedArray)
-    if isinstance(leaf, chainer.Variable):
-        return chainer.Variable(array, requires_grad=leaf.requires_grad,
-                                name=leaf.name)
-    return array
+    traced = array.view(TracedArray) if type(array) is numpy.ndarray \
+        else array
+    if not isinstance(leaf, chainer.Variable):
+        return traced
+    if traced is not array:
+        leaf._data[0] = traced
+        restore.append((leaf, None, array, traced))
+    return leaf
 
 
 def record(fn, instance, args, kwargs, leaves, name, input_names):
@@ -601,37 +606,38 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
         Recording: the graph, where each parameter comes from, the
         result's structure, the eager result and any data escape.
     """
+    with _recording_lock:
+        return _record_locked(fn, instance, args, kwargs, leaves, name,
+                              input_names)
+
+
+def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     graph = ir.Graph(name)
     recorder = _Recorder(graph)
-    structure = signature.flatten((args, kwargs), [])
+    python_state = _python_state(instance)
+    restore = _swap_model_arrays(instance, recorder)
     made = {}  # one proxy per object: `x is y` must hold as in eager mode
     for leaf in leaves:
         if id(leaf) not in made:
-            made[id(leaf)] = _traced_leaf(leaf)
+            made[id(leaf)] = _traced_leaf(leaf, restore)
     proxies = [made[id(leaf)] for leaf in leaves]
     for proxy, input_name in zip(proxies, input_names):
         array = signature.leaf_array(proxy)
         recorder.bind(array, graph.add_value('input', array.shape,
                                              array.dtype, input_name))
-    call_args, call_kwargs = signature.unflatten(structure, proxies)
-    with _recording_lock:
-        return _record_locked(fn, instance, recorder, call_args,
-                              call_kwargs, proxies, leaves)
-
-
-def _record_locked(fn, instance, recorder, call_args, call_kwargs, proxies,
-                   leaves):
-    graph = recorder.graph
-    python_state = _python_state(instance)
-    restore = _swap_model_arrays(instance, recorder)
+    call_args, call_kwargs = signature.unflatten(
+        signature.flatten((args, kwargs), []), proxies)
     random_functions = _patch_global_random()
     _state.recorder = recorder
     link_setattr = chainer.Link.__setattr__
+    backward, grad = chainer.Variable.backward, chainer.grad
     report = chainer.reporter.report
     chainer.FunctionNode.apply = _recording_apply
     chainer.Link.__setattr__ = _recording_setattr(link_setattr, recorder)
     chainer.reporter.report = chainer.report = _recording_report(
         report, recorder)
+    chainer.Variable.backward = _escaping('backward()', backward)
+    chainer.grad = _escaping('chainer.grad', grad)
     chainer.Variable.array, chainer.Variable.data = \
         _recording_array_properties
     try:
@@ -643,6 +649,7 @@ def _record_locked(fn, instance, recorder, call_args, call_kwargs, proxies,
         chainer.FunctionNode.apply = _original_apply
         chainer.Link.__setattr__ = link_setattr
         chainer.reporter.report = chainer.report = report
+        chainer.Variable.backward, chainer.grad = backward, grad
         chainer.Variable.array, chainer.Variable.data = _array_properties
         for name, draw in random_functions.items():
             setattr(numpy.random, name, draw)
@@ -745,6 +752,16 @@ def _record_effects(instance, recorder, proxies):
         effects.append((kind, paths.get(id(target)), name, structure, [
             _leaf_spec(leaf, recorder, proxies, what) for leaf in leaves]))
     return effects
+
+
+def _escaping(what, fn):
+    """``fn`` while recording: calling it is an escape (its effects, such
+    as gradients written by backprop inside the forward, are not
+    recorded)."""
+    def escaping(*args, **kwargs):
+        _escape('calling %s in the forward' % what)
+        return fn(*args, **kwargs)
+    return escaping
 
 
 def _recording_setattr(link_setattr, recorder):
