@@ -362,6 +362,9 @@ def _change_kind(line):
     axis 0'``: what changed, without the values."""
     name, _, rest = line.partition(': ')
     what = rest.split(' ')[0] if rest else ''
+    if what not in ('shape', 'dtype', 'device', 'requires_grad',
+                    'is_variable', 'link', 'length', 'missing'):
+        what = 'value'  # a static argument, a setting: 'k: 2.0 -> 3.0'
     where = rest[rest.index(' at axis'):] if ' at axis' in rest else ''
     return '%s: %s%s' % (name, what, where)
 

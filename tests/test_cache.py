@@ -197,3 +197,12 @@ def test_explain_names_static_arguments(rng):
         text = f.explain(x, 3.0, mode='a')
     assert text.endswith('  * scale: 2.0 -> 3.0')
     assert 'scale=2.0' in str(f.cache_entries()[0].signature)
+
+
+def test_recompile_warning_names_static_values():
+    f = chainerjit.jit(recompile_limit=3)(lambda x, k: F.exp(x) * k)
+    x = numpy.ones((2, 2), numpy.float32)
+    with chainer.no_backprop_mode(), pytest.warns(
+            chainerjit.RecompileWarning, match=r'k: value \(2 times\)'):
+        for k in range(4):
+            f(x, float(k))
