@@ -26,13 +26,38 @@ import chainer
 import numpy
 
 
-class Kernel(collections.namedtuple('Kernel', 'fn attrs multi')):
+class Kernel(collections.namedtuple('Kernel', 'fn attrs multi grad')):
     """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
-    when ``multi`` is true. ``attrs`` is a dict shown in printed IR."""
+    when ``multi`` is true. ``attrs`` is a dict shown in printed IR;
+    ``grad`` is the op's :class:`GradRule` (``None``: not differentiable
+    by chainerjit, so a gradient through it runs eagerly)."""
 
-    def __new__(cls, fn, attrs=None, multi=False):
+    def __new__(cls, fn, attrs=None, multi=False, grad=None):
         return super(Kernel, cls).__new__(
-            cls, fn, tuple(sorted((attrs or {}).items())), multi)
+            cls, fn, tuple(sorted((attrs or {}).items())), multi, grad)
+
+
+class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
+    """The gradient of an op, as array kernels (no Variables).
+
+    ``fn(xs, ys, gys, wanted)`` returns a tuple with one gradient per
+    forward input: an array of that input's shape and dtype, or ``None``
+    (not ``wanted``, or not differentiable, such as integer inputs).
+
+    * ``xs``: the forward inputs; only those whose indexes are listed in
+      ``inputs`` are kept for the backward pass, the others are ``None``.
+    * ``ys``: the forward outputs, likewise kept only if in ``outputs``.
+    * ``gys``: one gradient per forward output; ``None`` for an output no
+      gradient flows to (possible only when the op has several outputs).
+    * ``wanted``: one bool per forward input: is its gradient needed?
+
+    Mirror the node's own ``backward`` (retain what it retains) so that
+    gradients equal eager Chainer's.
+    """
+
+    def __new__(cls, fn, inputs=(), outputs=()):
+        return super(GradRule, cls).__new__(cls, fn, tuple(inputs),
+                                            tuple(outputs))
 
 
 class LowerContext(collections.namedtuple(

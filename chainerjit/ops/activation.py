@@ -21,6 +21,7 @@ from chainer.functions.activation import tanh
 from chainer import utils
 import numpy
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 
@@ -28,7 +29,13 @@ from chainerjit.ops import lowering
 @lowering(relu.ReLU)
 def lower_relu(node, ctx):
     xp = ctx.xp
-    return Kernel(lambda x: xp.maximum(x, x.dtype.type(0)))
+
+    def grad(xs, ys, gys, wanted):
+        y, = ys
+        gy, = gys
+        return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
+    return Kernel(lambda x: xp.maximum(x, x.dtype.type(0)),
+                  grad=GradRule(grad, outputs=(0,)))
 
 
 @lowering(leaky_relu.LeakyReLU)

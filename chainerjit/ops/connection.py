@@ -12,6 +12,7 @@ from chainer.functions.connection import embed_id
 from chainer.functions.connection import linear
 from chainer.utils import conv
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 
@@ -30,7 +31,18 @@ def lower_linear(node, ctx):
         if b is not None:
             y += b
         return y
-    return Kernel(linear_fn)
+
+    def grad(xs, ys, gys, wanted):
+        # As LinearGradData, LinearGradWeight and Sum(axis=0).
+        x, W = xs[0], xs[1]
+        gy, = gys
+        gx = gy.dot(W).astype(gy.dtype, copy=False) if wanted[0] else None
+        gW = gy.T.dot(x).astype(W.dtype, copy=False) if wanted[1] else None
+        if len(xs) == 2:
+            return gx, gW
+        gb = gy.sum(axis=0) if wanted[2] else None
+        return gx, gW, gb
+    return Kernel(linear_fn, grad=GradRule(grad, inputs=(0, 1)))
 
 
 def _conv_attrs(node, **extra):
