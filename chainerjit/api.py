@@ -9,9 +9,11 @@ import weakref
 
 import chainer
 
+from chainerjit import autodiff
 from chainerjit import cache as cache_module
 from chainerjit import codegen
 from chainerjit import errors
+from chainerjit import function
 from chainerjit import guards
 from chainerjit import passes
 from chainerjit import signature
@@ -119,20 +121,37 @@ class JitFunction(object):
         except errors.UnsupportedArgument as e:
             self._warn_fallback(e, trace.user_location(2))
             return self._eager(instance, args, kwargs)
-        if (backprop and _needs_grad(leaves, instance)) or \
-                chainer.get_function_hooks() or chainer._get_link_hooks():
-            return self._eager(instance, args, kwargs)
+        if chainer.get_function_hooks() or chainer._get_link_hooks():
+            return self._eager(instance, args, kwargs)  # hooks see each op
         entry, params = self.cache.lookup(key, instance)
         if entry is None:
             self.cache.misses += 1
             return self._compile(key, leaves, instance, args, kwargs)
         self.cache.hits += 1
         entry.hits += 1
-        if entry.program is None or (backprop and any(
+        if backprop and (_needs_grad(leaves, instance) or any(
                 p.requires_grad for p in entry.free_params)):
+            if entry.training is None:
+                return self._eager(instance, args, kwargs)
+            return self._run_training(entry, leaves, params, instance, args,
+                                      kwargs)
+        if entry.program is None:
             return self._eager(instance, args, kwargs)
         try:
             outs = entry.program.run(signature.leaf_arrays(leaves) + params)
+        except errors.VMError as e:
+            return self._after_vm_error(entry, e, instance, args, kwargs)
+        if entry.effects:
+            entry.replay_effects(instance, outs, leaves)
+        return entry.build_result(outs, leaves, instance)
+
+    def _run_training(self, entry, leaves, params, instance, args, kwargs):
+        """Applies the compiled forward as one node of Chainer's graph,
+        with the model's Variables as inputs, so that backprop reaches
+        them."""
+        node = function.CompiledFunction(entry.training)
+        try:
+            outs = node.apply(list(leaves) + entry.model_inputs(params))
         except errors.VMError as e:
             return self._after_vm_error(entry, e, instance, args, kwargs)
         if entry.effects:
@@ -205,6 +224,8 @@ class JitFunction(object):
             if self._check:
                 self._self_check(entry, leaves, instance, param_arrays,
                                  recording)
+            if key[1] and entry.program is not None:  # backprop enabled
+                entry.training = self._training(graph, leaves, recording)
         entry.compile_seconds = time.perf_counter() - start
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
@@ -214,6 +235,24 @@ class JitFunction(object):
                     entry.compile_seconds,
                     '; evicted %s' % evicted.signature if evicted else '')
         return recording.result
+
+    def _training(self, graph, leaves, recording):
+        """The training program for gradients of the argument Variables
+        that require grad and of the model's Variables, or ``None`` (with a
+        warning) if an op on the way has no gradient rule."""
+        wrt = [v for v, leaf in zip(graph.inputs, leaves)
+               if isinstance(leaf, chainer.Variable) and leaf.requires_grad
+               and v.dtype.kind == 'f']
+        wrt += [v for v in graph.params if v.dtype.kind == 'f' and
+                isinstance(recording.param_owners[v], chainer.Variable)]
+        if not wrt:
+            return None
+        try:
+            return function.TrainingProgram(
+                autodiff.differentiate(graph, wrt))
+        except errors.NotDifferentiable as e:
+            self._warn_fallback(e, None)
+            return None
 
     def _self_check(self, entry, leaves, instance, param_arrays, recording):
         """Runs a new program on the recorded inputs and parameters and

@@ -198,6 +198,7 @@ class Entry(object):
         self.program = program
         self.outputs = outputs
         self.effects = effects
+        self.training = None  # a function.TrainingProgram, once built
         self.py_guards = py_guards
         self.fallback = fallback
         self.hits = 0
@@ -241,6 +242,13 @@ class Entry(object):
                 return None
         return _fastpath.read_params(self._owners, self.param_specs)
 
+    def model_inputs(self, params):
+        """What the training node takes from the model: the Variables that
+        hold the arrays :meth:`fetch_params` read (so that gradients reach
+        them), or the arrays themselves (persistents)."""
+        return [owner[0] if owner[1] is None else array
+                for owner, array in zip(self._owners, params)]
+
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
         lines = diff_link_state(self.link_state, link_state(instance))
@@ -260,8 +268,7 @@ class Entry(object):
         """The call's result, shaped as eager's, from program outputs."""
         structure, specs = self.outputs
         if structure == 'V' and specs[0][0] == 'value':
-            return chainer.Variable._init_unchecked(
-                outs[specs[0][1]], requires_grad=specs[0][3])
+            return _as_variable(outs[specs[0][1]], specs[0][3])
         made = []
         for spec in specs:
             made.append(made[spec[1]] if spec[0] == 'same' else
@@ -306,8 +313,16 @@ def _make_leaf(spec, outs, leaves, instance):
         return owner[0]
     leaf = outs[where] if kind == 'value' else where.copy()
     if is_var:
-        return chainer.Variable._init_unchecked(leaf, requires_grad=grad)
-    return leaf
+        return _as_variable(leaf, grad)
+    return leaf.array if isinstance(leaf, chainer.Variable) else leaf
+
+
+def _as_variable(out, requires_grad):
+    """A result Variable: the training node's output as it is, or a new
+    Variable around an array the VM computed."""
+    if isinstance(out, chainer.Variable):
+        return out
+    return chainer.Variable._init_unchecked(out, requires_grad=requires_grad)
 
 
 CacheInfo = collections.namedtuple('CacheInfo', 'hits misses maxsize currsize')

@@ -44,6 +44,14 @@ class CompiledMismatch(ChainerJitError):
     """
 
 
+class NotDifferentiable(ChainerJitError):
+    """A gradient reaches an op chainerjit has no gradient rule for.
+
+    Calls that need gradients then run eagerly (correct, not faster);
+    inference calls stay compiled. See ``docs/ops_coverage.md``.
+    """
+
+
 class VMError(ChainerJitError):
     """A kernel raised inside the VM; the message shows the instruction."""
 

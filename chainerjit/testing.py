@@ -92,3 +92,68 @@ def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
         assert not any(n.generic for n in nodes), (
             '%s ran on the generic path' % op)
     return jfn
+
+
+def _variables(args):
+    """Each float array argument as a Variable requiring grad (a copy, so
+    that eager and jitted runs get separate ones); other arguments as
+    they are."""
+    return tuple(
+        chainer.Variable(a.copy(), requires_grad=True)
+        if isinstance(a, chainer.get_array_types()) and a.dtype.kind == 'f'
+        else a for a in args)
+
+
+def _backprop(result, seed):
+    """Backprops seeded random gradients from every float Variable of a
+    result."""
+    leaves = [v for v in _leaves(result)[1]
+              if isinstance(v, chainer.Variable) and v.dtype.kind == 'f'
+              and v.creator is not None]
+    rng = numpy.random.RandomState(seed)
+    grads = [chainer.Variable(chainer.backend.get_device_from_array(
+        v.array).send(rng.standard_normal(v.shape).astype(v.dtype)))
+        for v in leaves]
+    chainer.backward(leaves, grads)
+
+
+def assert_jit_grads_match_eager(fn, calls, rtol=1e-5, atol=1e-6,
+                                 lowered=(), jitted=None):
+    """Checks ``jit(fn)``'s outputs and input gradients against eager
+    ``fn``'s.
+
+    Each float array argument becomes a Variable that requires grad; the
+    outputs are backpropagated with the same random gradients in both
+    modes and the arguments' ``.grad`` compared. As in
+    :func:`assert_jit_matches_eager`, the first call of a signature
+    records (eager); the later ones run the compiled training program.
+
+    Returns:
+        JitFunction: the jitted function.
+    """
+    jfn = jitted if jitted is not None else api.jit(fn)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        for i, args in enumerate(calls):
+            eager_args, jit_args = _variables(args), _variables(args)
+            expected, actual = fn(*eager_args), jfn(*jit_args)
+            assert_results_equal(actual, expected, rtol, atol)
+            _backprop(expected, i)
+            _backprop(actual, i)
+            for e, a in zip(eager_args, jit_args):
+                if isinstance(e, chainer.Variable):
+                    assert (a.grad is None) == (e.grad is None)
+                    if e.grad is not None:
+                        assert_results_equal(a.grad, e.grad, rtol, atol)
+    entries = jfn.cache_entries()
+    for entry in entries:
+        assert entry.fallback is None, entry.fallback
+        assert entry.training is not None, 'no training program'
+    assert jfn.cache_info().hits > 0, 'no call ran the program'
+    for op in lowered:
+        names = [n.op for e in entries
+                 for n in e.training.graphs.backward.nodes]
+        assert op + 'Grad' in names, '%s has no gradient in\n%s' % (
+            op, '\n'.join(str(e.training.graphs.backward)
+                          for e in entries))
+    return jfn

@@ -251,8 +251,9 @@ class Recording(object):
     """What one recording produced (see :func:`record`)."""
 
     def __init__(self, graph, outputs, effects, result, escape,
-                 param_arrays, generic_outputs):
+                 param_arrays, generic_outputs, param_owners):
         self.graph = graph
+        self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs
         self.effects = effects  # assignments and reports to replay
         self.param_arrays = param_arrays  # param Value -> array it read
@@ -666,7 +667,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
             object.__setattr__(link, name, untagged)
     return Recording(graph, outputs, effects, _untag_result(
         result, proxies, leaves), recorder.escape, recorder.param_arrays,
-        recorder.generic_outputs)
+        recorder.generic_outputs, recorder.param_owners)
 
 
 def _adopt_lazy_params(instance, recorder):

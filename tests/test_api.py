@@ -133,14 +133,20 @@ def test_results_are_variables_without_a_graph(rng):
     assert y.requires_grad == net.eager(x).requires_grad
 
 
-def test_gradient_needed_runs_eagerly(rng):
-    net = Net()
-    x = _x(rng)
-    y = net.forward(x)  # backprop enabled, parameters require grad
-    assert y.creator is not None
-    F.sum(y).backward()
-    assert net.l1.W.grad is not None
-    assert net.forward.cache_info().currsize == 0
+def test_gradients_flow_through_the_compiled_program(rng):
+    net, eager = Net(), Net()
+    eager.copyparams(net)
+    for _ in range(3):
+        x = _x(rng)
+        for model in (net, eager):
+            model.cleargrads()
+            y = model.forward(x) if model is net else model.eager(x)
+            assert y.creator is not None
+            F.sum(y * y).backward()
+        for p, q in zip(net.params(), eager.params()):
+            numpy.testing.assert_allclose(p.grad, q.grad, rtol=1e-6)
+    entry, = net.forward.cache_entries()
+    assert entry.training is not None and entry.hits == 2
 
 
 def test_no_grad_needed_with_backprop_enabled_compiles(rng):

@@ -151,6 +151,10 @@ def _adopt(adapter, function):
 def generic_kernel(template, ctx, array_attrs=()):
     """A kernel that runs a fresh copy of ``template``'s own forward.
 
+    Its ``grad`` is a :class:`GenericTraining`: for training, the fresh
+    node runs through ``apply`` on Variables, so that its own ``backward``
+    gives the gradients.
+
     Args:
         array_attrs: ``(name, index)`` pairs of node attributes that hold
             arrays computed by the forward (``F.where``'s condition, index
@@ -163,7 +167,8 @@ def generic_kernel(template, ctx, array_attrs=()):
     n_inputs = len(ctx.in_shapes)
     layouts = (None,) * n_inputs
 
-    def run(*arrays):
+    def fresh(arrays):
+        """A copy of the template ready to run, and its input arrays."""
         node = copy.copy(template)
         if is_adapter:
             _adopt(node, copy.copy(template._function))
@@ -173,13 +178,59 @@ def generic_kernel(template, ctx, array_attrs=()):
         if array_attrs:
             set_array_attributes(state_holder(node), array_attrs,
                                  arrays[n_inputs:])
-            arrays = arrays[:n_inputs]
+        return node, arrays[:n_inputs]
+
+    def run(*arrays):
+        node, arrays = fresh(arrays)
         if on_gpu:
             device = chainer.backend.get_device_from_array(*arrays)
             with chainer.using_device(device):
                 return node.forward(arrays)
         return node.forward(arrays)
-    return Kernel(run, multi=True)
+
+    def run_for_training(*arrays):
+        node, arrays = fresh(arrays)
+        xs = [chainer.Variable(a, requires_grad=a.dtype.kind == 'f')
+              for a in arrays]
+        with chainer.force_backprop_mode():
+            ys = node.apply(xs)
+        return tuple(y.array for y in ys) + (_ChainerGraph(xs, ys),)
+    return Kernel(run, multi=True, grad=GenericTraining(run_for_training))
+
+
+class GenericTraining(collections.namedtuple('GenericTraining', 'forward')):
+    """The training form of a generic kernel: ``forward(*arrays)`` returns
+    the outputs and, last, a handle whose ``backward(gys, wanted)`` runs
+    the node's own backward (see :func:`generic_grad_rule`)."""
+
+
+class _ChainerGraph(object):
+    """A node applied on Variables, kept for its backward."""
+
+    def __init__(self, inputs, outputs):
+        self.inputs = inputs
+        self.outputs = outputs
+
+    def backward(self, gys, wanted):
+        pairs = [(y, chainer.Variable(g))
+                 for y, g in zip(self.outputs, gys) if g is not None]
+        targets = [x for x, w in zip(self.inputs, wanted) if w]
+        gxs = iter(chainer.grad([y for y, _ in pairs], targets,
+                                [g for _, g in pairs]))
+        return tuple(_array_or_none(next(gxs)) if w else None
+                     for w in wanted)
+
+
+def _array_or_none(variable):
+    return None if variable is None else variable.array
+
+
+def generic_grad_rule(n_inputs, n_outputs):
+    """The :class:`GradRule` of a generic node run for training: its last
+    output (index ``n_outputs``) is the handle kept for the backward."""
+    def grad(xs, ys, gys, wanted):
+        return ys[n_outputs].backward(gys[:n_outputs], wanted)
+    return GradRule(grad, outputs=(n_outputs,))
 
 
 def set_array_attributes(node, array_attrs, arrays):

@@ -45,6 +45,71 @@ def lower_linear(node, ctx):
     return Kernel(linear_fn, grad=GradRule(grad, inputs=(0, 1)))
 
 
+def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
+    """``Deconvolution2DFunction``'s CPU forward without bias (the
+    gradient of a convolution with respect to its input)."""
+    if groups == 1:
+        gcol = numpy.tensordot(W, gy, (0, 1)).astype(gy.dtype, copy=False)
+        gcol = numpy.rollaxis(gcol, 3)
+    else:
+        n, c_in, in_h, in_w = gy.shape
+        _, c_out_g, kh, kw = W.shape
+        gy = gy.transpose(1, 0, 2, 3).reshape(
+            groups, c_in // groups, n * in_h * in_w)
+        W = W.reshape(groups, c_in // groups, c_out_g * kh * kw)
+        gcol = numpy.matmul(W.transpose(0, 2, 1), gy).astype(gy.dtype,
+                                                             copy=False)
+        gcol = gcol.reshape(c_out_g * groups, kh, kw, n, in_h, in_w)
+        gcol = gcol.transpose(3, 0, 1, 2, 4, 5)
+    return conv.col2im_cpu(gcol, *col2im_args, **col2im_kwargs)
+
+
+def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
+    """``Convolution2DFunction``'s CPU forward without bias (the gradient
+    of a transposed convolution with respect to its input)."""
+    col = conv.im2col_cpu(x, W.shape[2], W.shape[3], *im2col_args,
+                          **im2col_kwargs)
+    if groups == 1:
+        y = numpy.tensordot(
+            col, W, ((1, 2, 3), (1, 2, 3))).astype(x.dtype, copy=False)
+        return numpy.rollaxis(y, 3, 1)
+    n, c_in = x.shape[:2]
+    c_out, _, kh, kw = W.shape
+    out_h, out_w = col.shape[4:]
+    col = col.transpose(1, 2, 3, 0, 4, 5).reshape(
+        groups, c_in // groups * kh * kw, n * out_h * out_w)
+    W = W.reshape(groups, c_out // groups, c_in // groups * kh * kw)
+    y = numpy.matmul(W, col).astype(col.dtype, copy=False)
+    return y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
+
+
+def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
+                 im2col_kwargs):
+    """``Convolution2DGradW``'s CPU forward: the gradient of a convolution
+    of ``x`` with respect to its filter, given the output gradient
+    ``gy``."""
+    kh, kw = w_shape[2:]
+    if groups == 1:
+        # NumPy needs this copy for a non-contiguous gy with a unit axis
+        # (chainer/chainer#2744).
+        if (not (gy.flags.c_contiguous or gy.flags.f_contiguous)
+                and 1 in gy.shape):
+            gy = numpy.ascontiguousarray(gy)
+        col = conv.im2col_cpu(x, kh, kw, *im2col_args, **im2col_kwargs)
+        return numpy.tensordot(gy, col, ((0, 2, 3), (0, 4, 5))).astype(
+            w_dtype, copy=False)
+    n, c_in = x.shape[:2]
+    _, c_out, out_h, out_w = gy.shape
+    col = conv.im2col_cpu(x, kh, kw, *im2col_args, **im2col_kwargs)
+    col = col.transpose(1, 2, 3, 0, 4, 5).reshape(
+        groups, c_in // groups * kh * kw, n * out_h * out_w)
+    col = col.transpose(0, 2, 1)
+    gy = gy.transpose(1, 0, 2, 3).reshape(
+        groups, c_out // groups, n * out_h * out_w)
+    gW = numpy.matmul(gy, col).astype(w_dtype, copy=False)
+    return gW.reshape(c_out, c_in // groups, kh, kw)
+
+
 def _conv_attrs(node, **extra):
     attrs = {'stride': (node.sy, node.sx), 'pad': (node.ph, node.pw),
              'dilate': (node.dy, node.dx), 'groups': node.groups}
@@ -84,8 +149,31 @@ def lower_convolution_2d(node, ctx):
             y += b.reshape(1, b.size, 1, 1)
         return y
 
+    in_h, in_w = ctx.in_shapes[0][2:]
+    w_shape, w_dtype = ctx.in_shapes[1], ctx.in_dtypes[1]
+    dilate = dict(dy=node.dy, dx=node.dx)
+    col2im_args = (node.sy, node.sx, node.ph, node.pw, in_h, in_w)
+    im2col_kwargs = dict(cover_all=node.cover_all, **dilate)
+
+    def grad(xs, ys, gys, wanted):
+        # As Convolution2DFunction.backward: Deconvolution2DFunction's
+        # forward, Convolution2DGradW and Sum.
+        x, W = xs[0], xs[1]
+        gy, = gys
+        gx = gW = None
+        if wanted[0]:
+            gx = _conv_transpose(gy, W, groups, col2im_args, dilate)
+        if wanted[1]:
+            gW = _conv_grad_w(x, gy, w_shape, w_dtype, groups, col_args[2:],
+                              im2col_kwargs)
+        if len(xs) == 2:
+            return gx, gW
+        gb = gy.sum(axis=(0, 2, 3)) if wanted[2] else None
+        return gx, gW, gb
+
     return Kernel(grouped if groups > 1 else dense,
-                  attrs=_conv_attrs(node, cover_all=node.cover_all))
+                  attrs=_conv_attrs(node, cover_all=node.cover_all),
+                  grad=GradRule(grad, inputs=(0, 1)))
 
 
 @lowering(deconvolution_2d.Deconvolution2DFunction)
@@ -122,7 +210,34 @@ def lower_deconvolution_2d(node, ctx):
             y += b.reshape((1, b.size, 1, 1))
         return y
 
-    return Kernel(deconv, attrs=_conv_attrs(node, outsize=(out_h, out_w)))
+    # Deconvolution2DFunction._set_cover_all, as its backward computes it.
+    cover_all = (
+        in_h != conv.get_conv_outsize(out_h, kh, node.sy, node.ph,
+                                      d=node.dy)
+        or in_w != conv.get_conv_outsize(out_w, kw, node.sx, node.pw,
+                                         d=node.dx))
+    w_shape, w_dtype = ctx.in_shapes[1], ctx.in_dtypes[1]
+    im2col_args = (node.sy, node.sx, node.ph, node.pw)
+    im2col_kwargs = dict(cover_all=cover_all, dy=node.dy, dx=node.dx)
+
+    def grad(xs, ys, gys, wanted):
+        # As Deconvolution2DFunction.backward: Convolution2DFunction's
+        # forward, Convolution2DGradW (of gy and x) and Sum.
+        x, W = xs[0], xs[1]
+        gy, = gys
+        gx = gW = None
+        if wanted[0]:
+            gx = _conv_no_bias(gy, W, groups, im2col_args, im2col_kwargs)
+        if wanted[1]:
+            gW = _conv_grad_w(gy, x, w_shape, w_dtype, groups, im2col_args,
+                              im2col_kwargs)
+        if len(xs) == 2:
+            return gx, gW
+        gb = gy.sum(axis=(0, 2, 3)) if wanted[2] else None
+        return gx, gW, gb
+
+    return Kernel(deconv, attrs=_conv_attrs(node, outsize=(out_h, out_w)),
+                  grad=GradRule(grad, inputs=(0, 1)))
 
 
 @lowering(embed_id.EmbedIDFunction)
@@ -130,10 +245,37 @@ def lower_embed_id(node, ctx):
     """Row lookup ``W[x]``; rows of ``ignore_label`` ids are zero."""
     xp = ctx.xp
     ignore_label = node.ignore_label
+    w_shape = ctx.in_shapes[1]
+    if xp is numpy:
+        add_at = numpy.add.at
+    else:
+        import cupyx
+        add_at = cupyx.scatter_add
+
+    def grad(xs, ys, gys, wanted):
+        # As EmbedIDGrad: rows of gy summed into the rows of gW their ids
+        # name, in order; ids equal to ignore_label add nothing. (With no
+        # ids at all EmbedIDGrad fails to reshape gy; this gives zeros.)
+        if not wanted[1]:
+            return None, None
+        x = xs[0].ravel()
+        gy = gys[0].reshape(x.size, w_shape[1])
+        gW = xp.zeros(w_shape, dtype=gy.dtype)
+        if ignore_label is not None:
+            valid = x != ignore_label
+            if xp is numpy:
+                x, gy = x[valid], gy[valid]
+            else:  # no boolean-mask indexing (it synchronizes)
+                x = xp.where(valid, x, 0)
+                gy = gy * valid[:, None]
+        add_at(gW, x, gy)
+        return None, gW
+
     if ignore_label is None:
-        return Kernel(lambda x, W: W[x])
+        return Kernel(lambda x, W: W[x], grad=GradRule(grad, inputs=(0,)))
 
     def embed(x, W):
         mask = x == ignore_label
         return xp.where(mask[..., None], 0, W[xp.where(mask, 0, x)])
-    return Kernel(embed, attrs={'ignore_label': ignore_label})
+    return Kernel(embed, attrs={'ignore_label': ignore_label},
+                  grad=GradRule(grad, inputs=(0,)))

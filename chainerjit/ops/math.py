@@ -2,10 +2,15 @@
 
 Element-wise ops are described by tables mapping a FunctionNode class to
 the operator or the name of the array-module function its ``forward``
-applies; reductions, clipping and matrix products have their own
-lowerings.
+applies, and to the formula of its ``backward``; reductions, clipping and
+matrix products have their own lowerings.
+
+Gradient formulas keep Python constants typed as the arrays they meet
+(``dtype.type(c)``), as Chainer's ``*_Constant`` nodes do: NumPy promotes a
+0-d float32 array times a Python float to float64.
 """
 
+import math
 import operator
 
 from chainer.backends import cuda
@@ -33,8 +38,22 @@ from chainer.functions.math import trigonometric
 from chainer import utils
 import numpy
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+
+
+def grad_rule(ctx, fn, inputs=(), outputs=()):
+    """A :class:`GradRule` of ``fn``; where an input is 0-d (NumPy then
+    returns scalars), its results are forced to arrays."""
+    if () not in ctx.in_shapes:
+        return GradRule(fn, inputs, outputs)
+    force = utils.force_array
+
+    def forced(xs, ys, gys, wanted):
+        return tuple(None if g is None else force(g)
+                     for g in fn(xs, ys, gys, wanted))
+    return GradRule(forced, inputs, outputs)
 
 
 # f(x): an operator, or the name of an array-module function.
@@ -93,11 +112,61 @@ def _attr_value(value):
     return value.item() if isinstance(value, numpy.generic) else value
 
 
+def _c(like, value):
+    """``value`` as a scalar of ``like``'s dtype."""
+    return like.dtype.type(value)
+
+
+# The backward of each _UNARY op as ``gx = f(xp, v, gy)``, where ``v`` is
+# what the node retains: its input ``'x'``, its output ``'y'`` or nothing.
+_UNARY_GRAD = {
+    basic_math.Neg: (None, lambda xp, _, gy: -gy),
+    basic_math.Absolute: ('x', lambda xp, x, gy: xp.sign(x) * gy),
+    exponential.Exp: ('y', lambda xp, y, gy: y * gy),
+    exponential.Log: ('x', lambda xp, x, gy: gy / x),
+    exponential.Log2: (
+        'x', lambda xp, x, gy: gy / x * _c(x, 1 / math.log(2))),
+    exponential.Log10: (
+        'x', lambda xp, x, gy: gy / x * _c(x, 1 / math.log(10))),
+    exponential_m1.Expm1: ('y', lambda xp, y, gy: (y + _c(y, 1)) * gy),
+    logarithm_1p.Log1p: ('x', lambda xp, x, gy: gy / (x + _c(x, 1))),
+    sqrt.Sqrt: ('y', lambda xp, y, gy: gy / (y * _c(y, 2))),
+    sqrt.RsqrtGPU: (
+        'y', lambda xp, y, gy: _c(y, -0.5) * (gy * y ** _c(y, 3))),
+    square.Square: ('x', lambda xp, x, gy: gy * _c(x, 2) * x),
+    trigonometric.Sin: ('x', lambda xp, x, gy: xp.cos(x) * gy),
+    trigonometric.Cos: ('x', lambda xp, x, gy: -xp.sin(x) * gy),
+    trigonometric.Tan: ('x', lambda xp, x, gy: gy / xp.square(xp.cos(x))),
+    trigonometric.Arcsin: (
+        'x', lambda xp, x, gy: 1 / xp.sqrt(1 - xp.square(x)) * gy),
+    trigonometric.Arccos: (
+        'x', lambda xp, x, gy: -(1 / xp.sqrt(1 - xp.square(x))) * gy),
+    trigonometric.Arctan: (
+        'x', lambda xp, x, gy: 1 / (xp.square(x) + 1) * gy),
+    hyperbolic.Sinh: ('x', lambda xp, x, gy: xp.cosh(x) * gy),
+    hyperbolic.Cosh: ('x', lambda xp, x, gy: xp.sinh(x) * gy),
+    arctanh.Arctanh: (
+        'x', lambda xp, x, gy: _c(x, 1.) / (_c(x, 1) - x ** _c(x, 2)) * gy),
+}
+
+
+def _unary_grad(cls, ctx):
+    uses, formula = _UNARY_GRAD[cls]
+    xp = ctx.xp
+
+    def grad(xs, ys, gys, wanted):
+        v = xs[0] if uses == 'x' else ys[0]
+        return formula(xp, v, gys[0]),
+    return grad_rule(ctx, grad, inputs=(0,) if uses == 'x' else (),
+                     outputs=(0,) if uses == 'y' else ())
+
+
 @lowering(*_UNARY)
 def lower_unary(node, ctx):
     fn = _resolve(_UNARY[type(node)], ctx.xp)
     dtype = ctx.out_dtypes[0]
-    return Kernel(lambda x: utils.force_array(fn(x), dtype))
+    return Kernel(lambda x: utils.force_array(fn(x), dtype),
+                  grad=_unary_grad(type(node), ctx))
 
 
 @lowering(sqrt.RsqrtGPU)
@@ -105,14 +174,94 @@ def lower_rsqrt_gpu(node, ctx):
     # Recorded on GPU only (``F.rsqrt`` is ``1 / sqrt(x)`` on CPU).
     rsqrt = cuda.cupyx.rsqrt
     dtype = ctx.in_dtypes[0]
-    return Kernel(lambda x: utils.force_array(rsqrt(x, dtype=dtype)))
+    return Kernel(lambda x: utils.force_array(rsqrt(x, dtype=dtype)),
+                  grad=_unary_grad(sqrt.RsqrtGPU, ctx))
+
+
+def _max_grad(xp, x0, x1, y, gy):
+    cond = x0 >= x1
+    zero = gy.dtype.type(0)
+    return xp.where(cond, gy, zero), xp.where(cond, zero, gy)
+
+
+def _div_grad(xp, x0, x1, y, gy):
+    gx0 = gy / x1
+    return gx0, -gx0 * x0 / x1
+
+
+def _pow_grad(xp, x0, x1, y, gy):
+    return (x1 * (x0 ** (x1 - _c(x1, 1))) * gy,
+            xp.log(x0) * y * gy)
+
+
+def _arctan2_grad(xp, x0, x1, y, gy):
+    sqnorm = x0 ** 2 + x1 ** 2
+    return x1 / sqnorm * gy, -x0 / sqnorm * gy
+
+
+# The backward of each _BINARY op as ``(gx0, gx1) = f(xp, x0, x1, y, gy)``
+# before ``sum_to`` the input shapes (a formula may compute both when only
+# one is wanted), and whether it reads the inputs and the output.
+_BINARY_GRAD = {
+    basic_math.Add: (False, False, lambda xp, x0, x1, y, gy: (gy, gy)),
+    basic_math.Sub: (False, False, lambda xp, x0, x1, y, gy: (gy, -gy)),
+    basic_math.Mul: (True, False,
+                     lambda xp, x0, x1, y, gy: (gy * x1, gy * x0)),
+    basic_math.Div: (True, False, _div_grad),
+    basic_math.PowVarVar: (True, True, _pow_grad),
+    maximum.Maximum: (True, False, _max_grad),
+    minimum.Minimum: (True, False, lambda xp, x0, x1, y, gy: (
+        gy * (x0 <= x1), gy * (x0 > x1))),
+    # These two do not sum gradients to the input shapes: Chainer fails to
+    # backprop through them when they broadcast (no rule then).
+    trigonometric.Arctan2: (True, False, _arctan2_grad),
+    fmod.Fmod: (True, False, lambda xp, x0, x1, y, gy: (
+        gy, -xp.fix(x0 / x1) * gy)),
+}
+
+
+def _sum_to_inputs(ctx, formula):
+    """``formula``'s results summed to the input shapes, as
+    ``chainer.functions.sum_to`` does."""
+    sum_to = utils.sum_to
+    shapes = ctx.in_shapes
+    xp = ctx.xp
+
+    def grad(xs, ys, gys, wanted):
+        gs = formula(xp, xs[0], xs[1], ys[0], gys[0])
+        return tuple(sum_to(g, shape) if w else None
+                     for g, shape, w in zip(gs, shapes, wanted))
+    return grad
 
 
 @lowering(*_BINARY)
 def lower_binary(node, ctx):
     fn = _resolve(_BINARY[type(node)], ctx.xp)
     dtype = ctx.out_dtypes[0]
-    return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype))
+    reads_x, reads_y, formula = _BINARY_GRAD[type(node)]
+    grad = None
+    if (type(node) not in (trigonometric.Arctan2, fmod.Fmod)
+            or ctx.in_shapes[0] == ctx.in_shapes[1]):
+        grad = grad_rule(ctx, _sum_to_inputs(ctx, formula),
+                         inputs=(0, 1) if reads_x else (),
+                         outputs=(0,) if reads_y else ())
+    return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
+                  grad=grad)
+
+
+# The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
+# ``value`` typed as ``x``, and what it reads (as in _UNARY_GRAD).
+_WITH_CONSTANT_GRAD = {
+    basic_math.AddConstant: (None, lambda _, gy, value: gy),
+    basic_math.SubFromConstant: (None, lambda _, gy, value: -gy),
+    basic_math.MulConstant: (None, lambda _, gy, value: value * gy),
+    basic_math.DivFromConstant: (
+        'x', lambda x, gy, value: -value * gy / (x ** 2)),
+    basic_math.PowVarConst: ('x', lambda x, gy, value: (
+        value * (x ** _c(x, value - 1)) * gy)),
+    basic_math.PowConstVar: ('y', lambda y, gy, value: (
+        _c(y, math.log(value)) * y * gy)),
+}
 
 
 @lowering(*_WITH_CONSTANT)
@@ -122,14 +271,34 @@ def lower_with_constant(node, ctx):
     fn = _WITH_CONSTANT[type(node)]
     value = ctx.in_dtypes[0].type(node.value)
     dtype = ctx.out_dtypes[0]
+    uses, formula = _WITH_CONSTANT_GRAD[type(node)]
+
+    def grad(xs, ys, gys, wanted):
+        v = xs[0] if uses == 'x' else ys[0]
+        return formula(v, gys[0], value),
     return Kernel(lambda x: utils.force_array(fn(x, value), dtype),
-                  {'value': _attr_value(node.value)})
+                  {'value': _attr_value(node.value)},
+                  grad=grad_rule(ctx, grad,
+                                 inputs=(0,) if uses == 'x' else (),
+                                 outputs=(0,) if uses == 'y' else ()))
+
+
+def _sum_to_each(ctx):
+    """The gradient of an addition: ``gy`` summed to each input's shape."""
+    sum_to = utils.sum_to
+    shapes = ctx.in_shapes
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        return tuple(sum_to(gy, shape) if w else None
+                     for shape, w in zip(shapes, wanted))
+    return grad_rule(ctx, grad)
 
 
 @lowering(basic_math.MultiAdd)
 def lower_multi_add(node, ctx):
     if len(ctx.in_shapes) == 1:
-        return Kernel(lambda x: x)
+        return Kernel(lambda x: x, grad=_sum_to_each(ctx))
     # MultiAdd.forward adds a later input in place when it has the shape
     # of the running sum: the shapes tell which ones.
     shape = numpy.broadcast_shapes(*ctx.in_shapes[:2])
@@ -146,7 +315,7 @@ def lower_multi_add(node, ctx):
             else:
                 y = x + y
         return utils.force_array(y)
-    return Kernel(fn, {'n': len(ctx.in_shapes)})
+    return Kernel(fn, {'n': len(ctx.in_shapes)}, grad=_sum_to_each(ctx))
 
 
 @lowering(squared_error.SquaredError)
@@ -156,18 +325,36 @@ def lower_squared_error(node, ctx):
     def fn(x0, x1):
         diff = x0 - x1
         return utils.force_array(diff * diff, dtype)
-    return Kernel(fn)
+
+    def grad(xs, ys, gys, wanted):
+        x0, x1 = xs
+        gy, = gys
+        gx = gy * _c(gy, 2) * (x0 - x1)
+        return gx if wanted[0] else None, -gx if wanted[1] else None
+    return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0, 1)))
 
 
 @lowering(linear_interpolate.LinearInterpolate)
 def lower_linear_interpolate(node, ctx):
     one = ctx.in_dtypes[0].type(1)
-    return Kernel(lambda p, x, y: utils.force_array(p * x + (one - p) * y))
+
+    def grad(xs, ys, gys, wanted):
+        # As LinearInterpolateGrad.forward_cpu.
+        p, x, y = xs
+        gz, = gys
+        pg = p * gz if wanted[1] or wanted[2] else None
+        return ((x - y) * gz if wanted[0] else None,
+                pg if wanted[1] else None,
+                gz - pg if wanted[2] else None)
+    return Kernel(lambda p, x, y: utils.force_array(p * x + (one - p) * y),
+                  grad=grad_rule(ctx, grad, inputs=(0, 1, 2)))
 
 
 @lowering(identity.Identity)
 def lower_identity(node, ctx):
-    return Kernel(lambda *xs: xs, multi=True)
+    def grad(xs, ys, gys, wanted):
+        return tuple(g if w else None for g, w in zip(gys, wanted))
+    return Kernel(lambda *xs: xs, multi=True, grad=GradRule(grad))
 
 
 @lowering(clip.Clip)
@@ -175,31 +362,91 @@ def lower_clip(node, ctx):
     xp_clip = ctx.xp.clip
     x_min, x_max = node.x_min, node.x_max
     dtype = ctx.out_dtypes[0]
+
+    def grad(xs, ys, gys, wanted):
+        # As ClipGrad.
+        x, = xs
+        cond = True
+        if x_min is not None:
+            cond = cond * (x_min <= x)
+        if x_max is not None:
+            cond = cond * (x <= x_max)
+        return utils.force_array(gys[0] * cond, dtype),
     return Kernel(
         lambda x: utils.force_array(xp_clip(x, x_min, x_max), dtype),
-        {'x_min': _attr_value(x_min), 'x_max': _attr_value(x_max)})
+        {'x_min': _attr_value(x_min), 'x_max': _attr_value(x_max)},
+        grad=grad_rule(ctx, grad, inputs=(0,)))
+
+
+def _kept_shape(node, ctx):
+    """The shape of a reduction's output with the reduced axes kept (as
+    length 1), or ``None`` where the output already has it (as Sum's and
+    Mean's backward decide)."""
+    shape = ctx.in_shapes[0]
+    if not shape or node.axis is None or node.keepdims:
+        return None
+    axes = [a % len(shape) for a in node.axis]
+    return tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+
+def _broadcast_back(node, ctx, multiplier=None):
+    """Sum's and Mean's backward: ``gy`` (times ``multiplier``) reshaped
+    to keep the reduced axes and broadcast to the input shape."""
+    broadcast_to = ctx.xp.broadcast_to
+    shape = ctx.in_shapes[0]
+    kept = _kept_shape(node, ctx)
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        if multiplier is not None:
+            gy = gy.dtype.type(multiplier) * gy
+        if kept is not None:
+            gy = gy.reshape(kept)
+        return broadcast_to(gy, shape),
+    return grad_rule(ctx, grad)
 
 
 @lowering(sum_.Sum)
 def lower_sum(node, ctx):
     axis, keepdims = node.axis, node.keepdims
     return Kernel(lambda x: x.sum(axis=axis, keepdims=keepdims),
-                  {'axis': axis, 'keepdims': keepdims})
+                  {'axis': axis, 'keepdims': keepdims},
+                  grad=_broadcast_back(node, ctx))
 
 
 @lowering(average.Mean)
 def lower_mean(node, ctx):
     axis, keepdims = node.axis, node.keepdims
+    shape = ctx.in_shapes[0]
+    divider = 1
+    for a in range(len(shape)) if axis is None else axis:
+        divider *= shape[a]
+    grad = None
+    if divider:  # Mean.forward divides 1.0 by it
+        grad = _broadcast_back(node, ctx, 1.0 / divider)
     return Kernel(lambda x: x.mean(axis=axis, keepdims=keepdims),
-                  {'axis': axis, 'keepdims': keepdims})
+                  {'axis': axis, 'keepdims': keepdims}, grad=grad)
 
 
 @lowering(minmax.Max, minmax.Min)
 def lower_max_min(node, ctx):
     fn = ctx.xp.amax if isinstance(node, minmax.Max) else ctx.xp.amin
     axis, keepdims = node.axis, node.keepdims
+    broadcast_to = ctx.xp.broadcast_to
+    shape = ctx.in_shapes[0]
+    axes = range(len(shape)) if axis is None else [
+        a % len(shape) for a in axis]
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+    def grad(xs, ys, gys, wanted):
+        # As SelectorBase.backward: every element equal to the extremum
+        # (ties included) gets the gradient.
+        x, = xs
+        cond = x == ys[0].reshape(kept)
+        return broadcast_to(gys[0].reshape(kept), shape) * cond,
     return Kernel(lambda x: fn(x, axis=axis, keepdims=keepdims),
-                  {'axis': axis, 'keepdims': keepdims})
+                  {'axis': axis, 'keepdims': keepdims},
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)))
 
 
 @lowering(minmax.ArgMax, minmax.ArgMin)
@@ -223,7 +470,18 @@ def lower_logsumexp(node, ctx):
         xp.exp(y, out=y)
         y_sum = y.sum(axis=axis)
         return xp.asarray(xp.log(y_sum) + m.reshape(m_shape))
-    return Kernel(fn, {'axis': axis})
+
+    shape = ctx.in_shapes[0]
+    kept = m_shape if axis is None else tuple(
+        1 if i in [a % len(shape) for a in axis] else n
+        for i, n in enumerate(shape))
+
+    def grad(xs, ys, gys, wanted):
+        x, = xs
+        y = xp.broadcast_to(ys[0].reshape(kept), shape)
+        return xp.broadcast_to(gys[0].reshape(kept), shape) * xp.exp(x - y),
+    return Kernel(fn, {'axis': axis},
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)))
 
 
 def _swap_last(trans, ndim):
@@ -253,7 +511,62 @@ def lower_matmul(node, ctx):
             b = b.swapaxes(-1, -2)
         return utils.force_array(xp_matmul(a, b), dtype)
     return Kernel(fn, {'transa': node.transa, 'transb': node.transb,
-                       'transc': node.transc})
+                       'transc': node.transc},
+                  grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1)))
+
+
+def _outer(u, v, trans, to_vector):
+    """``u * v`` as MatMul.backward computes the gradient of a matrix
+    operand when the other one is a vector (``to_vector``: the gradient
+    wanted is itself a vector's)."""
+    if not to_vector:
+        if trans:
+            u, v = v, u
+        u = u[..., None]
+        if v.ndim > 1:
+            v = v[..., None, :]
+    return u * v
+
+
+def _matmul_grad(node, ctx):
+    """As MatMul.backward (vectors, transpositions, batch broadcasting,
+    dtypes)."""
+    xp = ctx.xp
+    mm = matmul._matmul
+    force, sum_to = utils.force_array, utils.sum_to
+    a_shape, b_shape = ctx.in_shapes
+    a_dtype, b_dtype = ctx.in_dtypes
+    a_vec, b_vec = len(a_shape) == 1, len(b_shape) == 1
+    ta, tb, tc = node.transa, node.transb, node.transc
+
+    def grad(xs, ys, gys, wanted):
+        a, b = xs
+        gy, = gys
+        ga = gb = None
+        if wanted[0]:
+            if b_vec:
+                ga = _outer(gy.astype(b_dtype, copy=False), b, ta, a_vec)
+                ga = force(ga).astype(a_dtype, copy=False)
+            elif a_vec:
+                bt = xp.rollaxis(b, -1 if tb else -2)
+                ga = force(xp.tensordot(bt, gy, gy.ndim)).astype(
+                    a_dtype, copy=False)
+            else:
+                ga = sum_to(force(mm(gy, b, tc, not tb, ta), a_dtype),
+                            a_shape)
+        if wanted[1]:
+            if a_vec:
+                gb = _outer(a, gy.astype(a_dtype, copy=False), tb, b_vec)
+                gb = force(gb).astype(b_dtype, copy=False)
+            elif b_vec:
+                at = xp.rollaxis(a, -2 if ta else -1)
+                gb = force(xp.tensordot(at, gy, gy.ndim)).astype(
+                    b_dtype, copy=False)
+            else:
+                gb = sum_to(force(mm(a, gy, not ta, tc, tb), b_dtype),
+                            b_shape)
+        return ga, gb
+    return grad
 
 
 @lowering(matmul.BatchMatMul)
@@ -270,4 +583,15 @@ def lower_batch_matmul(node, ctx):
         if swap_b:
             b = b.swapaxes(-1, -2)
         return xp_matmul(a, b)
-    return Kernel(fn, {'transa': swap_a, 'transb': swap_b})
+
+    def grad(xs, ys, gys, wanted):
+        # As BatchMatMulGrad.forward.
+        a, b = xs
+        gy, = gys
+        bmm = matmul._batch_matmul
+        return (bmm(gy, b, False, not swap_b, swap_a).reshape(a.shape)
+                if wanted[0] else None,
+                bmm(a, gy, not swap_a, False, swap_b).reshape(b.shape)
+                if wanted[1] else None)
+    return Kernel(fn, {'transa': swap_a, 'transb': swap_b},
+                  grad=GradRule(grad, inputs=(0, 1)))

@@ -8,6 +8,7 @@ from chainer.functions.normalization import layer_normalization
 from chainer.functions.normalization import local_response_normalization
 from chainer import utils
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 
@@ -29,7 +30,34 @@ def lower_fixed_batch_normalization(node, ctx):
         y = x_hat * gamma[expander]
         y += beta[expander]
         return y.astype(x.dtype)
-    return Kernel(fixed_bn, attrs={'eps': eps, 'axis': node.axis})
+
+    axis = node.axis
+
+    def grad(xs, ys, gys, wanted):
+        # FixedBatchNormalizationGrad's forward: gradients of all five.
+        x, gamma, _, mean, var = xs
+        gy, = gys
+        inv_var = numpy.reciprocal(var + eps)
+        inv_std = numpy.sqrt(inv_var, dtype=inv_var.dtype)
+        gamma_over_std = gamma * inv_std
+        gx = ggamma = gbeta = gmean = gvar = None
+        if wanted[0]:
+            gx = (gamma_over_std[expander] * gy).astype(dtype=x.dtype)
+        if wanted[2] or wanted[3]:
+            gbeta = gy.sum(axis=axis, dtype=gamma.dtype)
+            if wanted[3]:
+                gmean = -gamma_over_std * gbeta
+        if wanted[1] or wanted[4]:
+            x_hat = x - mean[expander]
+            x_hat *= inv_std[expander]
+            ggamma = (x_hat * gy).sum(axis=axis)
+            if wanted[4]:
+                gvar = -0.5 * inv_var * (gamma * ggamma).astype(
+                    var.dtype, copy=False)
+        return (gx, ggamma if wanted[1] else None,
+                gbeta if wanted[2] else None, gmean, gvar)
+    return Kernel(fixed_bn, attrs={'eps': eps, 'axis': axis},
+                  grad=GradRule(grad, inputs=(0, 1, 3, 4)))
 
 
 @lowering(layer_normalization.LayerNormalization)
@@ -44,7 +72,37 @@ def lower_layer_normalization(node, ctx):
         var = xp.mean(xp.square(x_mu), axis=1, keepdims=True)
         inv_std = 1. / xp.sqrt(var + eps)
         return x_mu * inv_std * gamma[None, ] + beta[None, ]
-    return Kernel(layer_norm, attrs={'eps': eps})
+
+    def grad(xs, ys, gys, wanted):
+        # LayerNormalization.backward's formulas, on arrays.
+        x, gamma = xs[0], xs[1]
+        gy, = gys
+        g_beta = gy.sum(axis=0) if wanted[2] else None
+        if not (wanted[0] or wanted[1]):
+            return None, None, g_beta
+        mu = xp.mean(x, axis=1, keepdims=True)
+        x_mu = x - mu
+        var = xp.mean(xp.square(x_mu), axis=1, keepdims=True)
+        inv_std = 1. / xp.sqrt(var + eps)
+        g_gamma = None
+        if wanted[1]:
+            g_gamma = (gy * (x_mu * inv_std)).sum(axis=0)
+        if not wanted[0]:
+            return None, g_gamma, g_beta
+        g_x_hat = gy * gamma
+        g_inv_std = (g_x_hat * x_mu).sum(axis=1, keepdims=True)
+        g_x_mu_1 = g_x_hat * inv_std
+        g_std = g_inv_std * (-1. / (var + eps))
+        g_var = g_std * 0.5 * inv_std
+        n_units = x.shape[1]
+        g_squ_x_mu = g_var * (1. / n_units)
+        g_x_mu_2 = g_squ_x_mu * 2 * x_mu
+        g_x_1 = g_x_mu_1 + g_x_mu_2
+        g_mu = g_x_1.sum(axis=1, keepdims=True) * (-1.)
+        g_x_2 = g_mu * (1. / n_units)
+        return g_x_1 + g_x_2, g_gamma, g_beta
+    return Kernel(layer_norm, attrs={'eps': eps},
+                  grad=GradRule(grad, inputs=(0, 1)))
 
 
 @lowering(l2_normalization.NormalizeL2)
@@ -58,7 +116,27 @@ def lower_normalize_l2(node, ctx):
         norm = xp.sqrt(xp.sum(xp.square(x), axis=axis, keepdims=True),
                        dtype=x.dtype) + eps
         return utils.force_array(x / norm)
-    return Kernel(normalize, attrs={'eps': node.eps, 'axis': axis})
+
+    node_eps = node.eps
+
+    def grad(xs, ys, gys, wanted):
+        # NormalizeL2.backward's formulas, on arrays.
+        if not wanted[0]:
+            return None,
+        x, = xs
+        gy, = gys
+        norm_noeps = xp.sqrt(xp.sum(xp.square(x), axis=axis, keepdims=True),
+                             dtype=x.dtype)
+        norm = norm_noeps + node_eps
+        x_gy_reduced = xp.sum(x * gy, axis=axis, keepdims=True)
+        nonzero = norm_noeps != 0
+        x_gy_reduced = xp.where(
+            nonzero, x_gy_reduced / xp.where(nonzero, norm_noeps, 1),
+            x_gy_reduced.dtype.type(0))
+        gx = gy * norm - x_gy_reduced * x
+        return utils.force_array(gx / norm ** 2),
+    return Kernel(normalize, attrs={'eps': node.eps, 'axis': axis},
+                  grad=GradRule(grad, inputs=(0,)))
 
 
 @lowering(local_response_normalization.LocalResponseNormalization)
@@ -69,6 +147,13 @@ def lower_local_response_normalization(node, ctx):
     n, k, alpha, beta = node.n, node.k, node.alpha, node.beta
     half_n = n // 2
 
+    def window_sum(a):
+        total = a.copy()
+        for i in range(1, half_n + 1):
+            total[:, i:] += a[:, :-i]
+            total[:, :-i] += a[:, i:]
+        return total
+
     def lrn(x):
         x2 = numpy.square(x)
         sum_part = x2.copy()
@@ -76,4 +161,18 @@ def lower_local_response_normalization(node, ctx):
             sum_part[:, i:] += x2[:, :-i]
             sum_part[:, :-i] += x2[:, i:]
         return x * (k + alpha * sum_part) ** -beta
-    return Kernel(lrn, attrs={'n': n, 'k': k, 'alpha': alpha, 'beta': beta})
+
+    def grad(xs, ys, gys, wanted):
+        # LocalResponseNormalizationGrad's CPU forward, with the scales
+        # the forward keeps recomputed from x as it computes them.
+        if not wanted[0]:
+            return None,
+        x, = xs
+        y, = ys
+        gy, = gys
+        unit_scale = k + alpha * window_sum(numpy.square(x))
+        scale = unit_scale ** -beta
+        sum_part = window_sum(y * gy / unit_scale)
+        return gy * scale - 2 * alpha * beta * x * sum_part,
+    return Kernel(lrn, attrs={'n': n, 'k': k, 'alpha': alpha, 'beta': beta},
+                  grad=GradRule(grad, inputs=(0,), outputs=(0,)))

@@ -15,6 +15,7 @@ from chainer.functions.pooling import max_pooling_nd
 from chainer.utils import conv
 from chainer.utils import conv_nd
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 
@@ -39,7 +40,31 @@ def lower_max_pooling_nd(node, ctx):
         col = conv_nd.im2col_nd_cpu(x, ksize, stride, pad,
                                     pval=-float('inf'), cover_all=cover_all)
         return col.reshape(col_shape).max(axis=2)
-    return Kernel(max_pool, attrs=_nd_attrs(node))
+
+    ndim = len(ksize)
+    dims = ctx.in_shapes[0][2:]
+    in_dtype = ctx.in_dtypes[0]
+    gcol_shape = ctx.out_shapes[0] + ksize
+    n_windows = functools.reduce(operator.mul, ctx.out_shapes[0])
+    prod_ksize = col_shape[2]
+    offsets = numpy.arange(0, n_windows * prod_ksize, prod_ksize)
+
+    def grad(xs, ys, gys, wanted):
+        # MaxPoolingNDGrad's CPU forward, with the argmax indexes the
+        # forward keeps recomputed from x as the forward computes them.
+        if not wanted[0]:
+            return None,
+        col = conv_nd.im2col_nd_cpu(xs[0], ksize, stride, pad,
+                                    pval=-float('inf'), cover_all=cover_all)
+        indexes = col.reshape(col_shape).argmax(axis=2)
+        gcol = numpy.zeros(n_windows * prod_ksize, dtype=in_dtype)
+        gcol[indexes.ravel() + offsets] = gys[0].ravel()
+        gcol = gcol.reshape(gcol_shape)
+        for i in range(ndim):
+            gcol = numpy.swapaxes(gcol, 2 + i, ndim + 2 + i)
+        return conv_nd.col2im_nd_cpu(gcol, stride, pad, dims),
+    return Kernel(max_pool, attrs=_nd_attrs(node),
+                  grad=GradRule(grad, inputs=(0,)))
 
 
 @lowering(average_pooling_2d.AveragePooling2D)
@@ -51,9 +76,21 @@ def lower_average_pooling_2d(node, ctx):
 
     def average_pool(x):
         return conv.im2col_cpu(x, *args).mean(axis=(2, 3))
+
+    kh, kw = node.kh, node.kw
+    im_args = (node.sy, node.sx, node.ph, node.pw) + ctx.in_shapes[0][2:]
+
+    def grad(xs, ys, gys, wanted):
+        # AveragePooling2DGrad's CPU forward.
+        if not wanted[0]:
+            return None,
+        gcol = numpy.tile(gys[0][:, :, None, None], (1, 1, kh, kw, 1, 1))
+        gx = conv.col2im_cpu(gcol, *im_args)
+        gx /= kh * kw
+        return gx,
     return Kernel(average_pool, attrs={
         'ksize': (node.kh, node.kw), 'stride': (node.sy, node.sx),
-        'pad': (node.ph, node.pw)})
+        'pad': (node.ph, node.pw)}, grad=GradRule(grad))
 
 
 @lowering(average_pooling_nd.AveragePoolingND)
@@ -71,8 +108,34 @@ def lower_average_pooling_nd(node, ctx):
     def im2col(x):
         return conv_nd.im2col_nd_cpu(x, ksize, stride, pad,
                                      cover_all=cover_all)
+    dims = ctx.in_shapes[0][2:]
+    n_odims = len(ctx.out_shapes[0]) - 2
+    gy_index = (slice(None), slice(None)) + (None,) * len(dims)
+    gcol_reps = (1, 1) + ksize + (1,) * n_odims
+    window = functools.reduce(operator.mul, ksize)
+
+    def tile_col2im(gy):
+        gcol = numpy.tile(gy[gy_index], gcol_reps)
+        return conv_nd.col2im_nd_cpu(gcol, stride, pad, dims)
+
     if node.pad_value == 0:
-        return Kernel(lambda x: im2col(x).mean(axis=axes), attrs=attrs)
-    width = node._get_pooling_width(numpy, ctx.in_shapes[0][2:],
-                                    ctx.in_dtypes[0])
-    return Kernel(lambda x: im2col(x).sum(axis=axes) / width, attrs=attrs)
+        def grad(xs, ys, gys, wanted):
+            # AveragePoolingNDGrad's CPU forward.
+            if not wanted[0]:
+                return None,
+            gx = tile_col2im(gys[0])
+            gx /= window
+            return gx,
+        return Kernel(lambda x: im2col(x).mean(axis=axes), attrs=attrs,
+                      grad=GradRule(grad))
+    width = node._get_pooling_width(numpy, dims, ctx.in_dtypes[0])
+
+    def grad_unpadded(xs, ys, gys, wanted):
+        # AveragePoolingNDGrad's CPU forward; that divides gy by the
+        # widths in place, this into a new array.
+        if not wanted[0]:
+            return None,
+        gy = gys[0]
+        return tile_col2im(numpy.divide(gy, width, dtype=gy.dtype)),
+    return Kernel(lambda x: im2col(x).sum(axis=axes) / width, attrs=attrs,
+                  grad=GradRule(grad_unpadded))

@@ -1,0 +1,79 @@
+"""The bridge to Chainer's graph: a FunctionNode running compiled code.
+
+When a call may need gradients, the jitted function applies a
+:class:`CompiledFunction` to its arguments and the model's Variables
+(parameters, and state such as ``L.LSTM``'s ``h``). Its ``forward`` runs
+the training forward program and keeps the values the backward reads;
+its ``backward`` runs the backward program. The outputs are ordinary
+Variables in Chainer's graph, so ``loss.backward()``, optimizers and
+``Trainer`` work unchanged, and gradients accumulate into ``.grad`` as
+Chainer accumulates them.
+"""
+
+import chainer
+
+from chainerjit import codegen
+
+
+class TrainingProgram(object):
+    """The compiled forward and backward of one cache entry.
+
+    Attributes:
+        forward, backward: :class:`chainerjit.program.Program` objects.
+        n_outputs: how many forward outputs are the user's (the rest are
+            saved for the backward).
+        grad_index: for each forward input, the position of its gradient
+            among the backward's outputs, or ``None``.
+        output_types: ``(shape, dtype)`` of each user output.
+    """
+
+    def __init__(self, pair):
+        self.forward = codegen.compile_graph(pair.forward)
+        self.backward = codegen.compile_graph(pair.backward)
+        self.n_outputs = pair.n_outputs
+        position = {v: i for i, v in enumerate(pair.wrt)}
+        self.grad_index = [position.get(v) for v in
+                           pair.forward.inputs + pair.forward.params]
+        self.output_types = [(v.shape, v.dtype) for v in
+                             pair.forward.outputs[:pair.n_outputs]]
+        self.graphs = pair
+
+    @property
+    def n_instructions(self):
+        return self.forward.n_instructions + self.backward.n_instructions
+
+
+class CompiledFunction(chainer.FunctionNode):
+    """Runs a :class:`TrainingProgram` as one node of Chainer's graph."""
+
+    def __init__(self, training):
+        self.training = training
+        self._saved = None
+
+    def forward(self, inputs):
+        outs = self.training.forward.run(inputs)
+        n = self.training.n_outputs
+        self._saved = outs[n:]
+        return outs[:n]
+
+    def backward(self, indexes, grad_outputs):
+        if chainer.config.enable_backprop:
+            raise NotImplementedError(
+                'chainerjit: double backprop (enable_double_backprop=True) '
+                'through a compiled function is not supported: its backward '
+                'runs compiled array code, which builds no graph. Call the '
+                'function eagerly for this (the undecorated method, or '
+                'chainerjit.jit(f).__wrapped__).')
+        gys = []
+        for gy, (shape, dtype) in zip(grad_outputs,
+                                      self.training.output_types):
+            if gy is None:
+                xp = chainer.backend.get_array_module(*self._saved)
+                gys.append(xp.zeros(shape, dtype))
+            else:
+                gys.append(gy.array)
+        grads = self.training.backward.run(list(self._saved) + gys)
+        return tuple(
+            None if self.training.grad_index[i] is None
+            else chainer.Variable(grads[self.training.grad_index[i]])
+            for i in indexes)
