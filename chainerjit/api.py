@@ -338,17 +338,13 @@ class JitFunction(object):
                                              config.enable_backprop)
         except errors.UnsupportedArgument as e:
             return '%s would run eagerly: %s' % (self.__name__, e)
-        if config.enable_backprop and _needs_grad(leaves, instance):
-            return ('%s would run eagerly: a gradient may be needed '
-                    '(backprop is enabled and an input or parameter '
-                    'requires grad)' % self.__name__)
         entries = self.cache.entries()
         for i, entry in enumerate(entries):
             if entry.key == key and entry.fetch_params(instance) is not None:
                 return '%s would hit entry #%d: %s%s' % (
                     self.__name__, i, entry.signature,
-                    ' (runs eagerly: %s)' % entry.fallback
-                    if entry.fallback else '')
+                    _how_it_runs(entry, config.enable_backprop and
+                                 _needs_grad(leaves, instance)))
         if not entries:
             return '%s: cache miss: the cache is empty' % self.__name__
         sig = self._signature(key, leaves, instance, args, kwargs)
@@ -363,6 +359,16 @@ class JitFunction(object):
 def _rebuild(fn, instance, options):
     return JitFunction(fn, None if instance is None else lambda: instance,
                        options)
+
+
+def _how_it_runs(entry, grad):
+    if entry.fallback:
+        return ' (runs eagerly: %s)' % entry.fallback
+    if grad:
+        return ' (with gradients: %s)' % (
+            'runs eagerly, an op has no gradient rule'
+            if entry.training is None else 'compiled forward and backward')
+    return ''
 
 
 def _changed_by_the_call(py_guards, recording):

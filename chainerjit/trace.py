@@ -195,6 +195,9 @@ class TracedArray(numpy.ndarray):
         call = getattr(ufunc, method)
         untagged = {k: _untag(v) for k, v in kwargs.items()}
         result = _tag(call(*_untag(inputs), **untagged))
+        if 'out' in kwargs:  # as NumPy does, return `out` itself
+            out = kwargs['out']
+            result = out[0] if len(out) == 1 else out
         name = ufunc.__name__ + ('' if method == '__call__' else
                                  '.' + method)
         _record_numpy('numpy.' + name, call, inputs, kwargs, result)
@@ -275,6 +278,7 @@ class _Recorder(object):
         self.constant_values = set()  # temps computed from constants only
         self.generic_outputs = {}  # generic Node -> what it returned
         self.param_owners = {}  # param Value -> Variable (or link) of it
+        self.applied = []  # the FunctionNodes applied, for _untag_graph
         self.escape = None
 
     def note_escape(self, what, loc):
@@ -454,6 +458,7 @@ def _recording_apply(node, inputs):
     finally:
         recorder.depth -= 1
     recorder.record_node(node, template, inputs, outputs)
+    recorder.applied.append(node)
     return outputs
 
 
@@ -657,6 +662,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
         _state.recorder = None
         _restore_model_arrays(restore)
     _note_changed_python_state(instance, python_state, recorder)
+    _untag_graph(recorder.applied)
     _adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)
     effects = _record_effects(instance, recorder, proxies)
@@ -668,6 +674,20 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     return Recording(graph, outputs, effects, _untag_result(
         result, proxies, leaves), recorder.escape, recorder.param_arrays,
         recorder.generic_outputs, recorder.param_owners)
+
+
+def _untag_graph(nodes):
+    """Turns the traced views kept by Chainer's graph (retained inputs
+    and outputs, for the eager backward of the recording call) back into
+    plain arrays, so that gradients and optimizer states computed from
+    them are plain arrays too."""
+    for node in nodes:
+        if node._retained_output_data is not None:
+            node._retained_output_data = tuple(
+                _untag(a) for a in node._retained_output_data)
+        for variable_node in node.inputs or ():
+            if isinstance(variable_node.data, TracedArray):
+                variable_node.data = _untag(variable_node.data)
 
 
 def _adopt_lazy_params(instance, recorder):

@@ -24,6 +24,7 @@ import numpy
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops.math import grad_rule
 
 
 @lowering(relu.ReLU)
@@ -41,31 +42,53 @@ def lower_relu(node, ctx):
 @lowering(leaky_relu.LeakyReLU)
 def lower_leaky_relu(node, ctx):
     slope = node.slope
+    where = ctx.xp.where
+    slope_t = ctx.in_dtypes[0].type(slope)
+    # _LeakyReLUGrad: ``gx = cond <= 0 ? slope * gy : gy``, where ``cond``
+    # is the output, or the input for a negative slope.
+    on_input = slope < 0
+
+    def grad(xs, ys, gys, wanted):
+        cond = xs[0] if on_input else ys[0]
+        gy, = gys
+        return where(cond <= 0, slope_t * gy, gy),
+    grad = GradRule(grad, inputs=(0,) if on_input else (),
+                    outputs=() if on_input else (0,))
     if ctx.xp is not numpy:
         # forward_gpu: ``y = x <= 0 ? (T)(slope * x) : x``, no mask.
-        where = ctx.xp.where
-        slope_t = ctx.in_dtypes[0].type(slope)
         return Kernel(lambda x: where(x <= 0, slope_t * x, x),
-                      {'slope': slope})
+                      {'slope': slope}, grad=grad)
 
     def fn(x):
         y = x.copy()
         y[x <= 0] *= slope
         return y
-    return Kernel(fn, {'slope': slope})
+    return Kernel(fn, {'slope': slope}, grad=grad)
 
 
 @lowering(sigmoid.Sigmoid)
 def lower_sigmoid(node, ctx):
     tanh_ = ctx.xp.tanh
     half = ctx.in_dtypes[0].type(0.5)
-    return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half))
+    one = ctx.in_dtypes[0].type(1)
+
+    def grad(xs, ys, gys, wanted):
+        y, = ys
+        return utils.force_array(gys[0] * y * (one - y)),  # as SigmoidGrad
+    return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half),
+                  grad=GradRule(grad, outputs=(0,)))
 
 
 @lowering(tanh.Tanh)
 def lower_tanh(node, ctx):
     tanh_ = ctx.xp.tanh
-    return Kernel(lambda x: utils.force_array(tanh_(x)))
+    one = ctx.in_dtypes[0].type(1)
+
+    def grad(xs, ys, gys, wanted):
+        y, = ys
+        return utils.force_array(gys[0] * (one - y * y)),  # as TanhGrad
+    return Kernel(lambda x: utils.force_array(tanh_(x)),
+                  grad=GradRule(grad, outputs=(0,)))
 
 
 @lowering(softmax.Softmax)
@@ -78,32 +101,57 @@ def lower_softmax(node, ctx):
         exp(y, out=y)
         y /= y.sum(axis=axis, keepdims=True)
         return y
-    return Kernel(fn, {'axis': axis})
+
+    def grad(xs, ys, gys, wanted):
+        # As _SoftmaxGrad.forward without cuDNN.
+        y, = ys
+        gx = y * gys[0]
+        gx -= y * gx.sum(axis=axis, keepdims=True)
+        return gx,
+    return Kernel(fn, {'axis': axis}, grad=GradRule(grad, outputs=(0,)))
 
 
 @lowering(log_softmax.LogSoftmax)
 def lower_log_softmax(node, ctx):
     logsumexp = log_softmax.logsumexp
     axis = node.axis
-    return Kernel(lambda x: x - logsumexp(x, axis), {'axis': axis})
+    exp = ctx.xp.exp
+
+    def grad(xs, ys, gys, wanted):
+        # As LogSoftmaxGrad.forward without cuDNN.
+        gy, = gys
+        return gy - exp(ys[0]) * gy.sum(axis=axis, keepdims=True),
+    return Kernel(lambda x: x - logsumexp(x, axis), {'axis': axis},
+                  grad=GradRule(grad, outputs=(0,)))
 
 
 @lowering(elu.ELU)
 def lower_elu(node, ctx):
     xp = ctx.xp
     alpha = node.alpha
+    alpha_t = ctx.in_dtypes[0].type(alpha)
+    one = ctx.in_dtypes[0].type(1)
+    # ELUGrad(y) * gy: ``cond > 0 ? 1 : y + alpha``, where ``cond`` is the
+    # output, or the input for a negative alpha.
+    on_input = alpha < 0
+
+    def grad(xs, ys, gys, wanted):
+        y, = ys
+        cond = xs[0] if on_input else y
+        return xp.where(cond > 0, one, y + alpha_t) * gys[0],
+    grad = grad_rule(ctx, grad, inputs=(0,) if on_input else (),
+                     outputs=(0,))
     if xp is not numpy:
         # forward_gpu: ``y = x > 0 ? x : (T)(alpha * expm1(x))``.
-        alpha_t = ctx.in_dtypes[0].type(alpha)
         return Kernel(lambda x: xp.where(x > 0, x, alpha_t * xp.expm1(x)),
-                      {'alpha': alpha})
+                      {'alpha': alpha}, grad=grad)
 
     def fn(x):
         y = x.copy()
         negzero = y <= 0
         y[negzero] = alpha * numpy.expm1(y[negzero])
         return y
-    return Kernel(fn, {'alpha': alpha})
+    return Kernel(fn, {'alpha': alpha}, grad=grad)
 
 
 @lowering(softplus.Softplus)
@@ -116,15 +164,28 @@ def lower_softplus(node, ctx):
         bx = beta * x
         y = (xp.fmax(bx, 0) + xp.log1p(xp.exp(-xp.fabs(bx)))) * beta_inv
         return utils.force_array(y, dtype)
-    return Kernel(fn, {'beta': beta})
+
+    def grad(xs, ys, gys, wanted):
+        # As SoftplusGrad.forward_cpu.
+        x, = xs
+        gx = (1 - 1 / (1 + xp.exp(beta * x))) * gys[0]
+        return utils.force_array(gx, dtype),
+    return Kernel(fn, {'beta': beta}, grad=GradRule(grad, inputs=(0,)))
 
 
 @lowering(hard_sigmoid.HardSigmoid)
 def lower_hard_sigmoid(node, ctx):
     clip = ctx.xp.clip
     dtype = ctx.out_dtypes[0]
+
+    def grad(xs, ys, gys, wanted):
+        # As HardSigmoidGrad.forward_cpu.
+        x, = xs
+        gx = ((-2.5 < x) & (x < 2.5)) * gys[0] * 0.2
+        return utils.force_array(gx, dtype),
     return Kernel(
-        lambda x: utils.force_array(clip(x * 0.2 + 0.5, 0.0, 1.0), dtype))
+        lambda x: utils.force_array(clip(x * 0.2 + 0.5, 0.0, 1.0), dtype),
+        grad=GradRule(grad, inputs=(0,)))
 
 
 @lowering(clipped_relu.ClippedReLU)
@@ -132,9 +193,14 @@ def lower_clipped_relu(node, ctx):
     xp = ctx.xp
     cap = node.cap
     dtype = ctx.out_dtypes[0]
+
+    def grad(xs, ys, gys, wanted):
+        # As ClippedReLUGrad2.forward_cpu.
+        x, = xs
+        return utils.force_array(gys[0] * (0 < x) * (x < cap), dtype),
     return Kernel(
         lambda x: utils.force_array(xp.minimum(xp.maximum(0, x), cap), dtype),
-        {'z': cap})
+        {'z': cap}, grad=GradRule(grad, inputs=(0,)))
 
 
 @lowering(swish.Swish)
@@ -143,8 +209,26 @@ def lower_swish(node, ctx):
     x_shape, beta_shape = ctx.in_shapes
     shape = (1,) + beta_shape + (1,) * (len(x_shape) - len(beta_shape) - 1)
     half = ctx.in_dtypes[0].type(0.5)
+    one = ctx.in_dtypes[0].type(1)
+    reduction_axes = (0,) + tuple(range(1 + len(beta_shape), len(x_shape)))
 
     def fn(x, beta):
         bx = beta.reshape(shape) * x
         return x * (tanh_(bx * half) * half + half)
-    return Kernel(fn)
+
+    def grad(xs, ys, gys, wanted):
+        # As SwishGrad.forward_cpu.
+        x, beta = xs
+        gy, = gys
+        beta = beta.reshape(shape)
+        sig = tanh_(beta * x * half) * half + half
+        y = x * sig
+        gx = gb = None
+        if wanted[0]:
+            by = beta * y
+            gx = gy * (by + sig * (one - by))
+        if wanted[1]:
+            gb = utils.force_array(
+                (gy * y * (x - y)).sum(axis=reduction_axes))
+        return gx, gb
+    return Kernel(fn, grad=GradRule(grad, inputs=(0, 1)))

@@ -2,10 +2,11 @@
 
 Most array ops only move data around; what depends on the recorded
 shapes alone (output shapes, axis permutations, index tuples) is computed
-once, at lowering time.
+once, at lowering time, for the forward and for the gradient alike.
 """
 
 import chainer
+from chainer.backends import cuda
 from chainer.functions.array import broadcast
 from chainer.functions.array import cast
 from chainer.functions.array import concat
@@ -37,8 +38,10 @@ from chainer.functions.array import where
 from chainer import utils
 import numpy
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops.math import grad_rule
 
 
 def _normalize_axis(axis, ndim):
@@ -50,27 +53,49 @@ def _axis_index(axis, ndim, index):
     return (slice(None),) * _normalize_axis(axis, ndim) + (index,)
 
 
+def _grad_of_each(fn):
+    """A GradRule applying ``fn`` to the only output's gradient."""
+    return GradRule(lambda xs, ys, gys, wanted: (
+        fn(gys[0]) if wanted[0] else None,))
+
+
+def _sum_to_inputs(ctx):
+    """A GradRule summing each output's gradient to its input's shape
+    (``chainer.functions.sum_to``); ``None`` where no gradient flows."""
+    sum_to = utils.sum_to
+    shapes = ctx.in_shapes
+
+    def grad(xs, ys, gys, wanted):
+        return tuple(None if gy is None or not w else sum_to(gy, shape)
+                     for gy, shape, w in zip(gys, shapes, wanted))
+    return GradRule(grad)
+
+
 # --- views whose output shape is known ---------------------------------------
 
 @lowering(reshape.Reshape, expand_dims.ExpandDims, squeeze.Squeeze)
 def lower_reshape(node, ctx):
     # ``expand_dims`` and ``squeeze`` are reshapes to the output shape.
     shape = ctx.out_shapes[0]
-    return Kernel(lambda x: x.reshape(shape), {'shape': shape})
+    in_shape = ctx.in_shapes[0]
+    return Kernel(lambda x: x.reshape(shape), {'shape': shape},
+                  grad=_grad_of_each(lambda gy: gy.reshape(in_shape)))
 
 
 @lowering(broadcast.BroadcastTo)
 def lower_broadcast_to(node, ctx):
     broadcast_to = ctx.xp.broadcast_to
     shape = ctx.out_shapes[0]
-    return Kernel(lambda x: broadcast_to(x, shape), {'shape': shape})
+    return Kernel(lambda x: broadcast_to(x, shape), {'shape': shape},
+                  grad=_sum_to_inputs(ctx))
 
 
 @lowering(broadcast.Broadcast)
 def lower_broadcast(node, ctx):
     broadcast_arrays = ctx.xp.broadcast_arrays
     return Kernel(lambda *xs: tuple(broadcast_arrays(*xs)),
-                  {'shape': ctx.out_shapes[0]}, multi=True)
+                  {'shape': ctx.out_shapes[0]}, multi=True,
+                  grad=_sum_to_inputs(ctx))
 
 
 # --- axis permutations -------------------------------------------------------
@@ -118,7 +143,9 @@ def _permutation(node, ndim):
           moveaxis.Moveaxis)
 def lower_transpose(node, ctx):
     axes = _permutation(node, len(ctx.in_shapes[0]))
-    return Kernel(lambda x: x.transpose(axes), {'axes': axes})
+    inverse = tuple(int(a) for a in numpy.argsort(axes))
+    return Kernel(lambda x: x.transpose(axes), {'axes': axes},
+                  grad=_grad_of_each(lambda gy: gy.transpose(inverse)))
 
 
 # --- reversals ---------------------------------------------------------------
@@ -130,7 +157,8 @@ def lower_flip(node, ctx):
     else:
         axis = 1 if isinstance(node, fliplr.FlipLR) else 0
     index = _axis_index(axis, len(ctx.in_shapes[0]), slice(None, None, -1))
-    return Kernel(lambda x: x[index], {'axis': axis})
+    return Kernel(lambda x: x[index], {'axis': axis},
+                  grad=_grad_of_each(lambda gy: gy[index]))
 
 
 # --- indexing ----------------------------------------------------------------
@@ -158,45 +186,115 @@ def _on_device(s, xp):
 def lower_get_item(node, ctx):
     if any(isinstance(s, chainer.Variable) for s in node.slices):
         return None
-    slices = tuple(_on_device(s, ctx.xp) for s in node.slices)
+    xp = ctx.xp
+    slices = tuple(_on_device(s, xp) for s in node.slices)
+    shape = ctx.in_shapes[0]
+    # GetItemGrad: repeated indexes accumulate.
+    add_at = numpy.add.at if xp is numpy else cuda.cupyx.scatter_add
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        gx = xp.zeros(shape, gy.dtype)
+        add_at(gx, slices, gy)
+        return gx,
     return Kernel(lambda x: utils.force_array(x[slices]),
                   {'slices': '[%s]' % ', '.join(
-                      _format_index(s) for s in node.slices)})
+                      _format_index(s) for s in node.slices)},
+                  grad=GradRule(grad))
 
 
 @lowering(select_item.SelectItem)
 def lower_select_item(node, ctx):
-    rows = ctx.xp.arange(ctx.in_shapes[1][0])
-    return Kernel(lambda x, t: x[rows, t])
+    xp = ctx.xp
+    rows = xp.arange(ctx.in_shapes[1][0])
+    shape, dtype = ctx.in_shapes[0], ctx.in_dtypes[0]
+
+    def grad(xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None, None
+        gx = xp.zeros(shape, dtype)  # as Assign
+        gx[rows, xs[1]] = gys[0]
+        return gx, None
+    return Kernel(lambda x, t: x[rows, t], grad=GradRule(grad, inputs=(1,)))
 
 
 @lowering(where.Where)
 def lower_where(node, ctx):
     xp_where = ctx.xp.where
     condition = node.condition
-    return Kernel(lambda x, y: xp_where(condition, x, y))
+    sum_to = utils.sum_to
+    x_shape, y_shape = ctx.in_shapes
+
+    def grad(xs, ys, gys, wanted):
+        g, = gys
+        zero = g.dtype.type(0)
+        return (sum_to(xp_where(condition, g, zero), x_shape)
+                if wanted[0] else None,
+                sum_to(xp_where(condition, zero, g), y_shape)
+                if wanted[1] else None)
+    return Kernel(lambda x, y: xp_where(condition, x, y),
+                  grad=GradRule(grad))
 
 
 # --- joining and splitting ---------------------------------------------------
+
+def _split_grad(ctx, axis, sizes):
+    """The gradient of a join along ``axis`` of pieces of ``sizes``: the
+    output's gradient cut into pieces (``split_axis`` in Chainer's
+    backward), each reshaped to its input's shape."""
+    ndim = len(ctx.out_shapes[0])
+    points = numpy.cumsum([0] + list(sizes))
+    pieces = [(_axis_index(axis, ndim, slice(int(start), int(stop))), shape)
+              for start, stop, shape in zip(points, points[1:],
+                                            ctx.in_shapes)]
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        return tuple(gy[index].reshape(shape) if w else None
+                     for (index, shape), w in zip(pieces, wanted))
+    return GradRule(grad)
+
 
 @lowering(concat.Concat)
 def lower_concat(node, ctx):
     concatenate = ctx.xp.concatenate
     axis = node.axis
-    return Kernel(lambda *xs: concatenate(xs, axis), {'axis': axis})
+    sizes = [s[axis] for s in ctx.in_shapes]
+    return Kernel(lambda *xs: concatenate(xs, axis), {'axis': axis},
+                  grad=_split_grad(ctx, axis, sizes))
 
 
 @lowering(stack.Stack)
 def lower_stack(node, ctx):
     xp_stack = ctx.xp.stack
     axis = node.axis
-    return Kernel(lambda *xs: xp_stack(xs, axis=axis), {'axis': axis})
+    ndim = len(ctx.out_shapes[0])
+    # Chainer separates the gradient along ``axis``.
+    indexes = [_axis_index(axis, ndim, i) for i in range(len(ctx.in_shapes))]
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        return tuple(gy[index] if w else None
+                     for index, w in zip(indexes, wanted))
+    return Kernel(lambda *xs: xp_stack(xs, axis=axis), {'axis': axis},
+                  grad=GradRule(grad))
+
+
+# The axis hstack, vstack and dstack join along, and the least number of
+# dimensions an input has its own extent along it (fewer: length 1).
+_STACK_AXES = {hstack.Hstack: (1, 1), vstack.Vstack: (0, 2),
+               dstack.Dstack: (2, 3)}
 
 
 @lowering(hstack.Hstack, vstack.Vstack, dstack.Dstack)
 def lower_hvdstack(node, ctx):
     fn = getattr(ctx.xp, type(node).__name__.lower())
-    return Kernel(lambda *xs: fn(xs))
+    axis, least = _STACK_AXES[type(node)]
+    if isinstance(node, hstack.Hstack) and len(ctx.in_shapes[0]) <= 1:
+        axis, least = 0, 1
+    sizes = [s[axis] if len(s) >= least else 1 for s in ctx.in_shapes]
+    return Kernel(lambda *xs: fn(xs),
+                  grad=_split_grad(ctx, axis, sizes))
 
 
 def _split_points(node, size):
@@ -207,6 +305,19 @@ def _split_points(node, size):
     return [i * step for i in range(node.sections + 1)]
 
 
+def _join_grad(ctx, join, axis):
+    """The gradient of a split: the outputs' gradients joined along
+    ``axis`` by ``join`` (``concatenate`` or ``stack``), zeros for those
+    without one."""
+    xp = ctx.xp
+    shapes, dtype = ctx.out_shapes, ctx.in_dtypes[0]
+
+    def grad(xs, ys, gys, wanted):
+        return join([xp.zeros(shape, dtype) if gy is None else gy
+                     for gy, shape in zip(gys, shapes)], axis),
+    return GradRule(grad)
+
+
 @lowering(split_axis.SplitAxis)
 def lower_split_axis(node, ctx):
     shape = ctx.in_shapes[0]
@@ -215,7 +326,8 @@ def lower_split_axis(node, ctx):
     indexes = [_axis_index(axis, len(shape), slice(start, stop))
                for start, stop in zip(points, points[1:])]
     return Kernel(lambda x: tuple(x[index] for index in indexes),
-                  {'axis': node.axis}, multi=True)
+                  {'axis': node.axis}, multi=True,
+                  grad=_join_grad(ctx, ctx.xp.concatenate, axis))
 
 
 @lowering(separate.Separate)
@@ -224,7 +336,8 @@ def lower_separate(node, ctx):
     axis = _normalize_axis(node.axis, len(shape))
     indexes = [_axis_index(axis, len(shape), i) for i in range(shape[axis])]
     return Kernel(lambda x: tuple(x[index] for index in indexes),
-                  {'axis': node.axis}, multi=True)
+                  {'axis': node.axis}, multi=True,
+                  grad=_join_grad(ctx, ctx.xp.stack, axis))
 
 
 # --- repetition and padding --------------------------------------------------
@@ -233,7 +346,19 @@ def lower_separate(node, ctx):
 def lower_tile(node, ctx):
     xp_tile = ctx.xp.tile
     reps = node.reps
-    return Kernel(lambda x: xp_tile(x, reps), {'reps': reps})
+    # Tile.backward: sums over the repetitions of each axis.
+    in_shape = ctx.in_shapes[0]
+    ndim = max(len(in_shape), len(reps))
+    padded_reps = (1,) * (ndim - len(reps)) + reps
+    padded_shape = (1,) * (ndim - len(in_shape)) + in_shape
+    split = sum(zip(padded_reps, padded_shape), ())
+    reps_axes = tuple(range(0, 2 * ndim, 2))
+
+    def grad(xs, ys, gys, wanted):
+        gx = gys[0].reshape(split).sum(axis=reps_axes)
+        return gx.reshape(in_shape),
+    return Kernel(lambda x: xp_tile(x, reps), {'reps': reps},
+                  grad=grad_rule(ctx, grad))
 
 
 @lowering(repeat.Repeat)
@@ -244,7 +369,45 @@ def lower_repeat(node, ctx):
         repeats = repeats[0]
     axis = node.axis
     return Kernel(lambda x: xp_repeat(x, repeats, axis),
-                  {'repeats': node.repeats, 'axis': axis})
+                  {'repeats': node.repeats, 'axis': axis},
+                  grad=grad_rule(ctx, _repeat_grad(node, ctx)))
+
+
+def _repeat_grad(node, ctx):
+    """As RepeatGrad.forward."""
+    xp = ctx.xp
+    repeats = node.repeats
+    shape, dtype = ctx.in_shapes[0], ctx.in_dtypes[0]
+    axis = node.axis
+    if axis is not None:
+        axis = _normalize_axis(axis, len(shape))
+    if ctx.out_shapes[0][:1] == (0,):  # ``len(gy) == 0``
+        return lambda xs, ys, gys, wanted: (xp.zeros(shape, dtype),)
+    if len(repeats) == 1:
+        r = int(repeats[0])
+        if axis is None:
+            return lambda xs, ys, gys, wanted: (
+                gys[0].reshape(-1, r).sum(axis=1).reshape(shape),)
+        split = shape[:axis] + (-1, r) + shape[axis + 1:]
+        return lambda xs, ys, gys, wanted: (
+            gys[0].reshape(split).sum(axis=axis + 1),)
+    points = numpy.cumsum((0,) + tuple(repeats))
+    spans = list(zip(range(len(repeats)), points, points[1:]))
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        if axis is None:
+            gx = xp.zeros(utils.size_of_shape(shape), dtype)
+            for i, start, stop in spans:
+                gx[i] = xp.sum(gy[start:stop])
+            return gx.reshape(shape),
+        gx = xp.zeros(shape, dtype)
+        for i, start, stop in spans:
+            gx[_axis_index(axis, len(shape), slice(i, i + 1))] = gy[
+                _axis_index(axis, len(shape), slice(start, stop))].sum(
+                    axis=axis, keepdims=True)
+        return gx,
+    return grad
 
 
 @lowering(pad.Pad)
@@ -263,7 +426,8 @@ def lower_pad(node, ctx):
         y = xp.full(shape, value, dtype)
         y[inner] = x
         return y
-    return Kernel(fn, {'mode': 'constant', 'value': value})
+    return Kernel(fn, {'mode': 'constant', 'value': value},
+                  grad=_grad_of_each(lambda gy: gy[inner]))
 
 
 # --- element types and devices -----------------------------------------------
@@ -271,17 +435,35 @@ def lower_pad(node, ctx):
 @lowering(cast.Cast)
 def lower_cast(node, ctx):
     dtype = numpy.dtype(node.type)
-    return Kernel(lambda x: x.astype(dtype, copy=False), {'dtype': dtype})
+    in_dtype = ctx.in_dtypes[0]
+    if in_dtype.kind == 'f':
+        grad = _grad_of_each(lambda gy: gy.astype(in_dtype, copy=False))
+    else:  # Cast.backward: no gradient to a non-float input
+        grad = GradRule(lambda xs, ys, gys, wanted: (None,))
+    return Kernel(lambda x: x.astype(dtype, copy=False), {'dtype': dtype},
+                  grad=grad)
 
 
 @lowering(copy.Copy)
 def lower_copy(node, ctx):
     if node._in_device != node.out_device:
         return None
-    return Kernel(node.out_device.send)
+    return Kernel(node.out_device.send,
+                  grad=_grad_of_each(node._in_device.send))
 
 
 # --- pixel shuffles ----------------------------------------------------------
+
+def _unshuffle(ctx, split, axes):
+    """The gradient of ``x.reshape(split).transpose(axes).reshape(...)``:
+    that permutation undone (Chainer's backward is the opposite shuffle,
+    the same element permutation)."""
+    moved = tuple(split[a] for a in axes)
+    inverse = tuple(int(a) for a in numpy.argsort(axes))
+    in_shape = ctx.in_shapes[0]
+    return _grad_of_each(
+        lambda gy: gy.reshape(moved).transpose(inverse).reshape(in_shape))
+
 
 @lowering(space2depth.Space2Depth)
 def lower_space2depth(node, ctx):
@@ -291,7 +473,7 @@ def lower_space2depth(node, ctx):
     shape = ctx.out_shapes[0]
     return Kernel(
         lambda x: x.reshape(split).transpose(0, 3, 5, 1, 2, 4).reshape(shape),
-        {'r': r})
+        {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 5, 1, 2, 4)))
 
 
 @lowering(depth2space.Depth2Space)
@@ -303,4 +485,4 @@ def lower_depth2space(node, ctx):
     shape = ctx.out_shapes[0]
     return Kernel(
         lambda x: x.reshape(split).transpose(0, 3, 4, 1, 5, 2).reshape(shape),
-        {'r': r})
+        {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 4, 1, 5, 2)))

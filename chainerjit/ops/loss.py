@@ -9,6 +9,7 @@ from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import utils
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 
@@ -24,7 +25,20 @@ def lower_mean_squared_error(node, ctx):
         def mse(x0, x1):
             diff = (x0 - x1).ravel()
             return diff.dot(diff) / diff.dtype.type(diff.size)
-    return Kernel(mse)
+    xp = ctx.xp
+
+    def grad(xs, ys, gys, wanted):
+        # MeanSquaredError.backward's formulas, on arrays.
+        if not (wanted[0] or wanted[1]):
+            return None, None
+        diff = utils.force_array(xs[0] - xs[1])
+        gy0 = xp.broadcast_to(gys[0], diff.shape)
+        gx0 = utils.force_array(
+            utils.force_array(gy0 * diff)
+            * diff.dtype.type(2. / diff.size))
+        return (gx0 if wanted[0] else None,
+                utils.force_array(-gx0) if wanted[1] else None)
+    return Kernel(mse, grad=GradRule(grad, inputs=(0, 1)))
 
 
 @lowering(mean_absolute_error.MeanAbsoluteError)
@@ -43,7 +57,20 @@ def lower_mean_absolute_error(node, ctx):
             diff = (x0 - x1).ravel().astype(dtype, copy=False)
             return (abs(diff).sum() / diff.dtype.type(diff.size)).astype(
                 out_dtype, copy=False)
-    return Kernel(mae)
+    xp = ctx.xp
+
+    def grad(xs, ys, gys, wanted):
+        # MeanAbsoluteError.backward's formulas, on arrays.
+        if not (wanted[0] or wanted[1]):
+            return None, None
+        diff = utils.force_array(xs[0] - xs[1])
+        gy, = gys
+        coeff = utils.force_array(gy * gy.dtype.type(1. / diff.size))
+        coeff = xp.broadcast_to(coeff, diff.shape)
+        gx0 = utils.force_array(coeff * xp.sign(diff))
+        return (gx0 if wanted[0] else None,
+                utils.force_array(-gx0) if wanted[1] else None)
+    return Kernel(mae, grad=GradRule(grad, inputs=(0, 1)))
 
 
 @lowering(sigmoid_cross_entropy.SigmoidCrossEntropy)
@@ -65,8 +92,27 @@ def lower_sigmoid_cross_entropy(node, ctx):
             count = max(1, len(x))
         return utils.force_array(xp.divide(xp.sum(loss), count),
                                  dtype=x.dtype)
+
+    def grad(xs, ys, gys, wanted):
+        # SigmoidCrossEntropyGrad's forward (CPU sigmoid formula).
+        if not wanted[0]:
+            return None, None
+        x, t = xs
+        gy, = gys
+        ignore_mask = t != ignore_label
+        half = x.dtype.type(0.5)
+        y = utils.force_array(xp.tanh(x * half) * half + half)
+        gx = gy * ignore_mask * (y - t)
+        if reduce == 'mean':
+            if normalize:
+                count = xp.maximum(1, ignore_mask.sum())
+            else:
+                count = max(1, len(x))
+            gx = xp.divide(gx, count)
+        return utils.force_array(gx.astype(y.dtype)), None
     return Kernel(sigmoid_ce, attrs={'normalize': normalize,
-                                     'reduce': reduce})
+                                     'reduce': reduce},
+                  grad=GradRule(grad, inputs=(0, 1)))
 
 
 @lowering(softmax_cross_entropy.SoftmaxCrossEntropy)
@@ -76,11 +122,68 @@ def lower_softmax_cross_entropy(node, ctx):
     if ctx.xp is not numpy or node.class_weight is not None:
         return None
     attrs = {'reduce': node.reduce}
+    grad = GradRule(_softmax_ce_grad(node, ctx), inputs=(0, 1))
     if ctx.in_dtypes[1].kind == 'f':
         attrs['soft_target_loss'] = node.soft_target_loss
-        return Kernel(_soft_target_ce(node, ctx), attrs=attrs)
+        return Kernel(_soft_target_ce(node, ctx), attrs=attrs, grad=grad)
     attrs.update(normalize=node.normalize, ignore_label=node.ignore_label)
-    return Kernel(_label_ce(node, ctx), attrs=attrs)
+    return Kernel(_label_ce(node, ctx), attrs=attrs, grad=grad)
+
+
+def _softmax_ce_grad(node, ctx):
+    """The gradient rule of SoftmaxCrossEntropy: the CPU forward of
+    ``_SoftmaxCrossEntropyGrad_NoDoubleBackprop`` (no class weights), with
+    the softmax and the coefficient the forward keeps recomputed as it
+    computes them."""
+    x_shape, t_shape = ctx.in_shapes
+    soft_target = ctx.in_dtypes[1].kind == 'f'
+    ignore_label = node.ignore_label
+    mean = node.reduce == 'mean'
+    x_size = int(numpy.prod(x_shape))
+    if soft_target:
+        coeff = 1.0 / (x_size / x_shape[1])
+    elif not node.normalize:
+        coeff = 1.0 / max(x_shape[0], 1)
+    else:
+        coeff = None  # counted from t
+    t_size = int(numpy.prod(t_shape))
+    if len(x_shape) == 2:
+        rows = numpy.arange(x_shape[0])
+    elif t_size:
+        n_unit = t_size // x_shape[0]
+        fst_index = numpy.arange(t_size) // n_unit
+        trd_index = numpy.arange(t_size) % n_unit
+
+    def grad(xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None, None
+        x, t = xs
+        gloss, = gys
+        if x_size == 0:
+            return numpy.zeros(x_shape, dtype=x.dtype), None
+        y = log_softmax._log_softmax(x)
+        numpy.exp(y, out=y)
+        t_valid = t != ignore_label
+        t = t * t_valid
+        if soft_target:
+            gx = y - t
+        elif len(x_shape) == 2:
+            gx = y
+            gx[rows, t] -= 1
+            gx *= t_valid.reshape((len(t), 1))
+        else:
+            gx = y.reshape(y.shape[0], y.shape[1], -1)
+            gx[fst_index, t.ravel(), trd_index] -= 1
+            gx *= t_valid.reshape((len(t), 1, -1))
+            gx = gx.reshape(y.shape)
+        if not mean:
+            gx *= gloss[:, None]
+        elif coeff is None:
+            gx *= gloss * (1.0 / max(t_valid.sum(), 1))
+        else:
+            gx *= gloss * coeff
+        return gx, None
+    return grad
 
 
 def _label_ce(node, ctx):

@@ -137,12 +137,12 @@ _UNARY_GRAD = {
     trigonometric.Sin: ('x', lambda xp, x, gy: xp.cos(x) * gy),
     trigonometric.Cos: ('x', lambda xp, x, gy: -xp.sin(x) * gy),
     trigonometric.Tan: ('x', lambda xp, x, gy: gy / xp.square(xp.cos(x))),
-    trigonometric.Arcsin: (
-        'x', lambda xp, x, gy: 1 / xp.sqrt(1 - xp.square(x)) * gy),
-    trigonometric.Arccos: (
-        'x', lambda xp, x, gy: -(1 / xp.sqrt(1 - xp.square(x))) * gy),
-    trigonometric.Arctan: (
-        'x', lambda xp, x, gy: 1 / (xp.square(x) + 1) * gy),
+    trigonometric.Arcsin: ('x', lambda xp, x, gy: (
+        xp.reciprocal(xp.sqrt(_c(x, 1) - xp.square(x))) * gy)),
+    trigonometric.Arccos: ('x', lambda xp, x, gy: (
+        -xp.reciprocal(xp.sqrt(_c(x, 1) - xp.square(x))) * gy)),
+    trigonometric.Arctan: ('x', lambda xp, x, gy: (
+        xp.reciprocal(xp.square(x) + _c(x, 1)) * gy)),
     hyperbolic.Sinh: ('x', lambda xp, x, gy: xp.cosh(x) * gy),
     hyperbolic.Cosh: ('x', lambda xp, x, gy: xp.sinh(x) * gy),
     arctanh.Arctanh: (

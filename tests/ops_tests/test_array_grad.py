@@ -1,0 +1,46 @@
+"""Gradients of the lowered array ops against eager Chainer's, over the
+cases of the forward tests in test_array.py."""
+
+import numpy
+import pytest
+
+from chainerjit import testing
+from tests.ops_tests import test_array as forward
+from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import calls_of
+from tests.ops_tests.common import make_calls
+from tests.ops_tests.test_math_grad import cases_of
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', forward.CASES, ids=lambda case: case[0])
+def test_array_grad(rng, case, dtype):
+    op, fn, shape_sets = case
+    testing.assert_jit_grads_match_eager(
+        fn, calls_of(rng, shape_sets, dtype), lowered=[op])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('slices', forward.SLICES)
+def test_get_item_grad(rng, slices, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda x: forward.F.get_item(x, slices),
+        make_calls(rng, [(4, 5, 6)], dtype), lowered=['GetItem'])
+
+
+@pytest.mark.parametrize('slices', cases_of(forward.test_get_item_empty,
+                                            'slices'))
+def test_get_item_empty_grad(rng, slices):
+    testing.assert_jit_grads_match_eager(
+        lambda x: forward.F.get_item(x, slices),
+        make_calls(rng, [(0, 5, 6)], numpy.float32), lowered=['GetItem'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('n', [3, 0])
+def test_select_item_grad(rng, n, dtype):
+    calls = [(x, rng.randint(0, 4, size=n).astype(numpy.int32))
+             for x, in make_calls(rng, [(n, 4)], dtype)]
+    testing.assert_jit_grads_match_eager(
+        lambda x, t: forward.F.select_item(x, t), calls,
+        lowered=['SelectItem'])

@@ -1,0 +1,97 @@
+"""Gradients of the lowered math ops against eager Chainer's, over the
+cases of the forward tests in test_math.py."""
+
+import numpy
+import pytest
+
+from chainerjit import testing
+from tests.ops_tests import test_math as forward
+from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import calls_of
+from tests.ops_tests.common import make_calls
+
+
+def cases_of(test, argnames):
+    """The values a forward test is parametrized with for ``argnames``
+    (so that a gradient test runs the same cases without copying them)."""
+    for mark in test.pytestmark:
+        if mark.name == 'parametrize' and mark.args[0] == argnames:
+            return list(mark.args[1])
+    raise LookupError('%s is not parametrized over %r' % (
+        test.__name__, argnames))
+
+
+# Chainer's Arctan2 and Fmod do not sum their gradients to the input
+# shapes, so eager backprop fails where they broadcast: only the cases
+# without broadcasting are compared.
+NOT_BROADCASTING = ('Arctan2', 'Fmod')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', forward.ELEMENTWISE_CASES,
+                         ids=forward._case_id)
+def test_elementwise_grad(rng, case, dtype):
+    op, fn, shape_sets = case[:3]
+    options = case[3] if len(case) > 3 else {}
+    if op in NOT_BROADCASTING:
+        shape_sets = [s for s in shape_sets if len(set(s)) == 1]
+    testing.assert_jit_grads_match_eager(
+        fn, calls_of(rng, shape_sets, dtype, **options), lowered=[op])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('op,reduce,axis,keepdims', forward.REDUCTION_CASES)
+def test_reduction_grad(rng, op, reduce, axis, keepdims, dtype):
+    kwargs = {'keepdims': keepdims} if keepdims else {}
+    shape_sets = forward.REDUCTION_SHAPES
+    if isinstance(axis, tuple):
+        shape_sets = shape_sets[1:]
+    if op != 'Sum' and axis in (None, (0, 2)):
+        shape_sets = shape_sets[:-1]  # reduces over the empty axis
+    testing.assert_jit_grads_match_eager(
+        lambda x: reduce(x, axis=axis, **kwargs),
+        calls_of(rng, shape_sets, dtype), lowered=[op])
+
+
+@pytest.mark.parametrize('op,reduce', [('Max', forward.F.max),
+                                       ('Min', forward.F.min)])
+@pytest.mark.parametrize('axis', [None, 1])
+def test_max_min_ties_grad(rng, op, reduce, axis):
+    # Every element equal to the extremum gets the gradient.
+    calls = [(rng.randint(-2, 2, size=(3, 4)).astype(numpy.float64),)
+             for _ in range(3)]
+    testing.assert_jit_grads_match_eager(
+        lambda x: reduce(x, axis=axis), calls, lowered=[op])
+
+
+def test_sum_of_scalar_grad(rng):
+    testing.assert_jit_grads_match_eager(
+        forward.F.sum, make_calls(rng, [()], numpy.float32),
+        lowered=['Sum'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('a_shape,b_shape,transa,transb',
+                         forward.MATMUL_CASES)
+def test_matmul_grad(rng, a_shape, b_shape, transa, transb, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda a, b: forward.F.matmul(a, b, transa=transa, transb=transb),
+        make_calls(rng, [a_shape, b_shape], dtype), lowered=['MatMul'])
+
+
+def test_matmul_mixed_dtypes_grad(rng):
+    calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
+        rng, [(3, 4), (4, 2)], numpy.float32)]
+    testing.assert_jit_grads_match_eager(
+        lambda a, b: forward.F.matmul(a, b), calls, lowered=['MatMul'])
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.parametrize('a_shape,b_shape,transa,transb', cases_of(
+    forward.test_batch_matmul, 'a_shape,b_shape,transa,transb'))
+def test_batch_matmul_grad(rng, a_shape, b_shape, transa, transb):
+    testing.assert_jit_grads_match_eager(
+        lambda a, b: forward.F.batch_matmul(
+            a, b, transa=transa, transb=transb),
+        make_calls(rng, [a_shape, b_shape], numpy.float32),
+        lowered=['BatchMatMul'])
