@@ -61,13 +61,16 @@ def _grad_of_each(fn):
 
 def _sum_to_inputs(ctx):
     """A GradRule summing each output's gradient to its input's shape
-    (``chainer.functions.sum_to``); ``None`` where no gradient flows."""
+    (``chainer.functions.sum_to``); zeros where no gradient flows."""
     sum_to = utils.sum_to
-    shapes = ctx.in_shapes
+    zeros = ctx.xp.zeros
+    shapes, dtypes = ctx.in_shapes, ctx.in_dtypes
 
     def grad(xs, ys, gys, wanted):
-        return tuple(None if gy is None or not w else sum_to(gy, shape)
-                     for gy, shape, w in zip(gys, shapes, wanted))
+        return tuple(
+            None if not w else zeros(shape, dtype) if gy is None
+            else sum_to(gy, shape)
+            for gy, shape, dtype, w in zip(gys, shapes, dtypes, wanted))
     return GradRule(grad)
 
 
@@ -277,7 +280,7 @@ def lower_stack(node, ctx):
         return tuple(gy[index] if w else None
                      for index, w in zip(indexes, wanted))
     return Kernel(lambda *xs: xp_stack(xs, axis=axis), {'axis': axis},
-                  grad=GradRule(grad))
+                  grad=grad_rule(ctx, grad))
 
 
 # The axis hstack, vstack and dstack join along, and the least number of
@@ -325,9 +328,11 @@ def lower_split_axis(node, ctx):
     points = _split_points(node, shape[axis])
     indexes = [_axis_index(axis, len(shape), slice(start, stop))
                for start, stop in zip(points, points[1:])]
+    grad = None  # pieces that overlap: Chainer's backward fails
+    if sum(s[axis] for s in ctx.out_shapes) == shape[axis]:
+        grad = _join_grad(ctx, ctx.xp.concatenate, axis)
     return Kernel(lambda x: tuple(x[index] for index in indexes),
-                  {'axis': node.axis}, multi=True,
-                  grad=_join_grad(ctx, ctx.xp.concatenate, axis))
+                  {'axis': node.axis}, multi=True, grad=grad)
 
 
 @lowering(separate.Separate)
