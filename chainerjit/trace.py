@@ -678,10 +678,16 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
 
 def _untag_graph(nodes):
     """Turns the traced views kept by Chainer's graph (retained inputs
-    and outputs, for the eager backward of the recording call) back into
-    plain arrays, so that gradients and optimizer states computed from
-    them are plain arrays too."""
+    and outputs and arrays nodes keep as attributes, for the eager
+    backward of the recording call) back into plain arrays, so that
+    gradients and optimizer states computed from them are plain too."""
     for node in nodes:
+        traced = [(name, index, array)
+                  for name, index, array in ops.array_attributes(node)
+                  if isinstance(array, TracedArray)]
+        ops.set_array_attributes(
+            ops.state_holder(node), [(n, i) for n, i, _ in traced],
+            [_untag(a) for _, _, a in traced])
         if node._retained_output_data is not None:
             node._retained_output_data = tuple(
                 _untag(a) for a in node._retained_output_data)

@@ -5,9 +5,11 @@ order. For each the script prints the final test accuracy, the training
 time per epoch and the inference time over the test set at batch 1 and
 64, then checks that both models predict the same.
 
-Training steps currently run eagerly even in the chainerjit run (the
-compiled backward comes later); inference, and the evaluator's passes
-over the test split, run the compiled program.
+In the chainerjit run, training steps run the compiled forward and
+backward programs behind one Chainer FunctionNode (the loss, the
+optimizer and the Trainer stay Chainer's); inference, and the
+evaluator's passes over the test split, run the compiled inference
+program.
 
 Usage: ``python examples/train_digits.py [--epochs 5] [--batchsize 32]``
 """
@@ -147,9 +149,8 @@ def main(argv=None):
     print('\n== results')
     for name in ('eager', 'jit'):
         report(name, *results[name][1:])
-    print('training ratio jit/eager: %.2f (training steps run eagerly in '
-          'both runs for now: the compiled backward comes later; only the '
-          "evaluator's passes are compiled)"
+    print('training ratio jit/eager: %.2f (compiled forward and backward '
+          'of the predictor; loss, optimizer and Trainer are Chainer\'s)'
           % (results['jit'][2] / results['eager'][2]))
 
     numpy.testing.assert_allclose(results['jit'][0], results['eager'][0],

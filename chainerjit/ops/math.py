@@ -178,59 +178,51 @@ def lower_rsqrt_gpu(node, ctx):
                   grad=_unary_grad(sqrt.RsqrtGPU, ctx))
 
 
-def _max_grad(xp, x0, x1, y, gy):
-    cond = x0 >= x1
-    zero = gy.dtype.type(0)
-    return xp.where(cond, gy, zero), xp.where(cond, zero, gy)
-
-
-def _div_grad(xp, x0, x1, y, gy):
-    gx0 = gy / x1
-    return gx0, -gx0 * x0 / x1
-
-
-def _pow_grad(xp, x0, x1, y, gy):
-    return (x1 * (x0 ** (x1 - _c(x1, 1))) * gy,
-            xp.log(x0) * y * gy)
-
-
-def _arctan2_grad(xp, x0, x1, y, gy):
-    sqnorm = x0 ** 2 + x1 ** 2
-    return x1 / sqnorm * gy, -x0 / sqnorm * gy
-
-
-# The backward of each _BINARY op as ``(gx0, gx1) = f(xp, x0, x1, y, gy)``
-# before ``sum_to`` the input shapes (a formula may compute both when only
-# one is wanted), and whether it reads the inputs and the output.
+# The backward of each _BINARY op before ``sum_to`` the input shapes:
+# whether it reads the inputs and the output, and the formulas of ``gx0``
+# and of ``gx1`` as ``f(xp, x0, x1, y, gy)``.
 _BINARY_GRAD = {
-    basic_math.Add: (False, False, lambda xp, x0, x1, y, gy: (gy, gy)),
-    basic_math.Sub: (False, False, lambda xp, x0, x1, y, gy: (gy, -gy)),
-    basic_math.Mul: (True, False,
-                     lambda xp, x0, x1, y, gy: (gy * x1, gy * x0)),
-    basic_math.Div: (True, False, _div_grad),
-    basic_math.PowVarVar: (True, True, _pow_grad),
-    maximum.Maximum: (True, False, _max_grad),
-    minimum.Minimum: (True, False, lambda xp, x0, x1, y, gy: (
-        gy * (x0 <= x1), gy * (x0 > x1))),
+    basic_math.Add: (False, False, lambda xp, x0, x1, y, gy: gy,
+                     lambda xp, x0, x1, y, gy: gy),
+    basic_math.Sub: (False, False, lambda xp, x0, x1, y, gy: gy,
+                     lambda xp, x0, x1, y, gy: -gy),
+    basic_math.Mul: (True, False, lambda xp, x0, x1, y, gy: gy * x1,
+                     lambda xp, x0, x1, y, gy: gy * x0),
+    basic_math.Div: (True, False, lambda xp, x0, x1, y, gy: gy / x1,
+                     lambda xp, x0, x1, y, gy: -(gy / x1) * x0 / x1),
+    basic_math.PowVarVar: (
+        True, True,
+        lambda xp, x0, x1, y, gy: x1 * (x0 ** (x1 - _c(x1, 1))) * gy,
+        lambda xp, x0, x1, y, gy: xp.log(x0) * y * gy),
+    maximum.Maximum: (
+        True, False,
+        lambda xp, x0, x1, y, gy: xp.where(x0 >= x1, gy, _c(gy, 0)),
+        lambda xp, x0, x1, y, gy: xp.where(x0 >= x1, _c(gy, 0), gy)),
+    minimum.Minimum: (True, False,
+                      lambda xp, x0, x1, y, gy: gy * (x0 <= x1),
+                      lambda xp, x0, x1, y, gy: gy * (x0 > x1)),
     # These two do not sum gradients to the input shapes: Chainer fails to
     # backprop through them when they broadcast (no rule then).
-    trigonometric.Arctan2: (True, False, _arctan2_grad),
-    fmod.Fmod: (True, False, lambda xp, x0, x1, y, gy: (
-        gy, -xp.fix(x0 / x1) * gy)),
+    trigonometric.Arctan2: (
+        True, False,
+        lambda xp, x0, x1, y, gy: x1 / (x0 ** 2 + x1 ** 2) * gy,
+        lambda xp, x0, x1, y, gy: -x0 / (x0 ** 2 + x1 ** 2) * gy),
+    fmod.Fmod: (True, False, lambda xp, x0, x1, y, gy: gy,
+                lambda xp, x0, x1, y, gy: -xp.fix(x0 / x1) * gy),
 }
 
 
-def _sum_to_inputs(ctx, formula):
-    """``formula``'s results summed to the input shapes, as
+def _sum_to_inputs(ctx, gx0_of, gx1_of):
+    """The wanted gradients, summed to the input shapes as
     ``chainer.functions.sum_to`` does."""
     sum_to = utils.sum_to
-    shapes = ctx.in_shapes
+    shape0, shape1 = ctx.in_shapes
     xp = ctx.xp
 
     def grad(xs, ys, gys, wanted):
-        gs = formula(xp, xs[0], xs[1], ys[0], gys[0])
-        return tuple(sum_to(g, shape) if w else None
-                     for g, shape, w in zip(gs, shapes, wanted))
+        args = (xp, xs[0], xs[1], ys[0], gys[0])
+        return (sum_to(gx0_of(*args), shape0) if wanted[0] else None,
+                sum_to(gx1_of(*args), shape1) if wanted[1] else None)
     return grad
 
 
@@ -238,11 +230,12 @@ def _sum_to_inputs(ctx, formula):
 def lower_binary(node, ctx):
     fn = _resolve(_BINARY[type(node)], ctx.xp)
     dtype = ctx.out_dtypes[0]
-    reads_x, reads_y, formula = _BINARY_GRAD[type(node)]
+    reads_x, reads_y = _BINARY_GRAD[type(node)][:2]
     grad = None
     if (type(node) not in (trigonometric.Arctan2, fmod.Fmod)
             or ctx.in_shapes[0] == ctx.in_shapes[1]):
-        grad = grad_rule(ctx, _sum_to_inputs(ctx, formula),
+        grad = grad_rule(ctx, _sum_to_inputs(ctx, *_BINARY_GRAD[
+            type(node)][2:]),
                          inputs=(0, 1) if reads_x else (),
                          outputs=(0,) if reads_y else ())
     return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),

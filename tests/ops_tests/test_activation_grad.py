@@ -8,6 +8,8 @@ from tests.ops_tests import test_activation as forward
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
+from tests.ops_tests.test_math_grad import assert_partial_grads_match_eager
+from tests.ops_tests.test_math_grad import several_inputs
 
 
 @pytest.mark.parametrize('shape', forward.SHAPES)
@@ -24,3 +26,10 @@ def test_activation_grad(rng, case, dtype):
     options = case[3] if len(case) > 3 else {}
     testing.assert_jit_grads_match_eager(
         fn, calls_of(rng, shape_sets, dtype, **options), lowered=[op])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', several_inputs(forward.CASES),
+                         ids=lambda case: case[0])
+def test_partial_grad(rng, case, dtype):
+    assert_partial_grads_match_eager(rng, case, dtype)

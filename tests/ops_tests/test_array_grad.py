@@ -13,7 +13,9 @@ from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
 from tests.ops_tests.test_math_grad import assert_grad_fails_as_eager
+from tests.ops_tests.test_math_grad import assert_partial_grads_match_eager
 from tests.ops_tests.test_math_grad import cases_of
+from tests.ops_tests.test_math_grad import several_inputs
 
 
 def overlapping_split(case):
@@ -35,6 +37,13 @@ def test_array_grad(rng, case, dtype):
     op, fn, shape_sets = case
     testing.assert_jit_grads_match_eager(
         fn, calls_of(rng, shape_sets, dtype), lowered=[op])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', several_inputs(GRAD_CASES),
+                         ids=lambda case: case[0])
+def test_partial_grad(rng, case, dtype):
+    assert_partial_grads_match_eager(rng, case, dtype)
 
 
 @pytest.mark.parametrize('case', [

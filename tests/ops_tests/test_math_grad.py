@@ -139,3 +139,57 @@ def test_batch_matmul_grad(rng, a_shape, b_shape, transa, transb):
             a, b, transa=transa, transb=transb),
         make_calls(rng, [a_shape, b_shape], numpy.float32),
         lowered=['BatchMatMul'])
+
+
+def several_inputs(cases):
+    """The cases of ops with several inputs."""
+    return [case for case in cases
+            if case[1].__code__.co_argcount > 1 or case[0] == 'MultiAdd']
+
+
+def _with_constant(fn, index, constant):
+    """``fn`` with argument ``index`` fixed."""
+    def partial(*args):
+        args = list(args)
+        args.insert(index, constant)
+        return fn(*args)
+    return partial
+
+
+def assert_partial_grads_match_eager(rng, case, dtype):
+    """Each input of a case's op in turn is a constant (no gradient
+    wanted), the others arguments."""
+    op, fn, shape_sets = case[:3]
+    options = case[3] if len(case) > 3 else {}
+    if op in NOT_BROADCASTING:
+        shape_sets = [s for s in shape_sets if len(set(s)) == 1]
+    shapes = shape_sets[min(1, len(shape_sets) - 1)]  # broadcasts if any
+    for index in range(len(shapes)):
+        constant, = make_calls(rng, [shapes[index]], dtype, n=1, **options)
+        others = shapes[:index] + shapes[index + 1:]
+        partial = _with_constant(fn, index, constant[0])
+        testing.assert_jit_grads_match_eager(
+            partial, calls_of(rng, [others], dtype, **options),
+            lowered=[op], jitted=warmed_up(partial, [others], dtype)
+            if op == 'PowVarVar' else None)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', several_inputs(forward.ELEMENTWISE_CASES),
+                         ids=forward._case_id)
+def test_partial_grad(rng, case, dtype):
+    assert_partial_grads_match_eager(rng, case, dtype)
+
+
+@pytest.mark.parametrize('transa', [False, True])
+@pytest.mark.parametrize('index', [0, 1])
+def test_matmul_partial_grad(rng, transa, index):
+    a, b = make_calls(rng, [(4, 3) if transa else (3, 4), (4, 5)],
+                      numpy.float64, n=1)[0]
+    if index == 0:
+        fn, calls = (lambda b: forward.F.matmul(a, b, transa=transa),
+                     make_calls(rng, [(4, 5)], numpy.float64))
+    else:
+        fn, calls = (lambda a: forward.F.matmul(a, b, transa=transa),
+                     make_calls(rng, [a.shape], numpy.float64))
+    testing.assert_jit_grads_match_eager(fn, calls, lowered=['MatMul'])
