@@ -1,6 +1,7 @@
 """Gradients of the lowered activations against eager Chainer's, over the
 cases of the forward tests in test_activation.py."""
 
+import chainer.functions as F
 import pytest
 
 from chainerjit import testing
@@ -16,7 +17,7 @@ from tests.ops_tests.test_math_grad import several_inputs
 @pytest.mark.parametrize('dtype', DTYPES)
 def test_relu_grad(rng, shape, dtype):
     testing.assert_jit_grads_match_eager(
-        forward.F.relu, make_calls(rng, [shape], dtype), lowered=['ReLU'])
+        F.relu, make_calls(rng, [shape], dtype), lowered=['ReLU'])
 
 
 @pytest.mark.parametrize('dtype', DTYPES)

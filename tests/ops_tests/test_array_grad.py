@@ -3,6 +3,7 @@ cases of the forward tests in test_array.py."""
 
 import warnings
 
+import chainer.functions as F
 import numpy
 import pytest
 
@@ -58,7 +59,7 @@ def test_overlapping_split_grad_fails_as_eager(case):
 @pytest.mark.parametrize('slices', forward.SLICES)
 def test_get_item_grad(rng, slices, dtype):
     testing.assert_jit_grads_match_eager(
-        lambda x: forward.F.get_item(x, slices),
+        lambda x: F.get_item(x, slices),
         make_calls(rng, [(4, 5, 6)], dtype), lowered=['GetItem'])
 
 
@@ -66,7 +67,7 @@ def test_get_item_grad(rng, slices, dtype):
                                             'slices'))
 def test_get_item_empty_grad(rng, slices):
     testing.assert_jit_grads_match_eager(
-        lambda x: forward.F.get_item(x, slices),
+        lambda x: F.get_item(x, slices),
         make_calls(rng, [(0, 5, 6)], numpy.float32), lowered=['GetItem'])
 
 
@@ -76,5 +77,25 @@ def test_select_item_grad(rng, n, dtype):
     calls = [(x, rng.randint(0, 4, size=n).astype(numpy.int32))
              for x, in make_calls(rng, [(n, 4)], dtype)]
     testing.assert_jit_grads_match_eager(
-        lambda x, t: forward.F.select_item(x, t), calls,
+        lambda x, t: F.select_item(x, t), calls,
         lowered=['SelectItem'])
+
+
+@pytest.mark.parametrize('op,fn,shapes', [
+    # outputs without a gradient: zeros in their place
+    ('SplitAxis', lambda x: F.split_axis(x, 2, 1)[0], [(3, 4)]),
+    ('Separate', lambda x: F.separate(x)[1], [(3, 4)]),
+    ('Broadcast', lambda x, y: F.broadcast(x, y)[0] + y, [(3, 1), (3, 4)]),
+])
+def test_unused_output_grad(rng, op, fn, shapes):
+    testing.assert_jit_grads_match_eager(
+        fn, calls_of(rng, [shapes], numpy.float64), lowered=[op])
+
+
+@pytest.mark.xfail(strict=True, reason=(
+    'an input reached only through an output without a gradient gets '
+    'zeros, where eager Chainer leaves its grad None'))
+def test_unused_broadcast_output_grad(rng):
+    testing.assert_jit_grads_match_eager(
+        lambda x, y: F.broadcast(x, y)[0], calls_of(
+            rng, [[(3, 1), (3, 4)]], numpy.float64), lowered=['Broadcast'])

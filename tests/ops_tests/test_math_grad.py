@@ -4,6 +4,7 @@ cases of the forward tests in test_math.py."""
 import warnings
 
 import chainer
+import chainer.functions as F
 import numpy
 import pytest
 
@@ -76,7 +77,7 @@ def assert_grad_fails_as_eager(fn, shapes):
     assert errors[0] == errors[1]
 
 
-@pytest.mark.parametrize('op', [forward.F.arctan2, forward.F.fmod])
+@pytest.mark.parametrize('op', [F.arctan2, F.fmod])
 def test_grad_fails_as_eager(op):
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.FallbackWarning)
@@ -97,8 +98,8 @@ def test_reduction_grad(rng, op, reduce, axis, keepdims, dtype):
         calls_of(rng, shape_sets, dtype), lowered=[op])
 
 
-@pytest.mark.parametrize('op,reduce', [('Max', forward.F.max),
-                                       ('Min', forward.F.min)])
+@pytest.mark.parametrize('op,reduce', [('Max', F.max),
+                                       ('Min', F.min)])
 @pytest.mark.parametrize('axis', [None, 1])
 def test_max_min_ties_grad(rng, op, reduce, axis):
     # Every element equal to the extremum gets the gradient.
@@ -110,7 +111,7 @@ def test_max_min_ties_grad(rng, op, reduce, axis):
 
 def test_sum_of_scalar_grad(rng):
     testing.assert_jit_grads_match_eager(
-        forward.F.sum, make_calls(rng, [()], numpy.float32),
+        F.sum, make_calls(rng, [()], numpy.float32),
         lowered=['Sum'])
 
 
@@ -119,7 +120,7 @@ def test_sum_of_scalar_grad(rng):
                          forward.MATMUL_CASES)
 def test_matmul_grad(rng, a_shape, b_shape, transa, transb, dtype):
     testing.assert_jit_grads_match_eager(
-        lambda a, b: forward.F.matmul(a, b, transa=transa, transb=transb),
+        lambda a, b: F.matmul(a, b, transa=transa, transb=transb),
         make_calls(rng, [a_shape, b_shape], dtype), lowered=['MatMul'])
 
 
@@ -127,7 +128,7 @@ def test_matmul_mixed_dtypes_grad(rng):
     calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
         rng, [(3, 4), (4, 2)], numpy.float32)]
     testing.assert_jit_grads_match_eager(
-        lambda a, b: forward.F.matmul(a, b), calls, lowered=['MatMul'])
+        lambda a, b: F.matmul(a, b), calls, lowered=['MatMul'])
 
 
 @pytest.mark.filterwarnings('ignore::DeprecationWarning')
@@ -135,7 +136,7 @@ def test_matmul_mixed_dtypes_grad(rng):
     forward.test_batch_matmul, 'a_shape,b_shape,transa,transb'))
 def test_batch_matmul_grad(rng, a_shape, b_shape, transa, transb):
     testing.assert_jit_grads_match_eager(
-        lambda a, b: forward.F.batch_matmul(
+        lambda a, b: F.batch_matmul(
             a, b, transa=transa, transb=transb),
         make_calls(rng, [a_shape, b_shape], numpy.float32),
         lowered=['BatchMatMul'])
@@ -187,9 +188,17 @@ def test_matmul_partial_grad(rng, transa, index):
     a, b = make_calls(rng, [(4, 3) if transa else (3, 4), (4, 5)],
                       numpy.float64, n=1)[0]
     if index == 0:
-        fn, calls = (lambda b: forward.F.matmul(a, b, transa=transa),
+        fn, calls = (lambda b: F.matmul(a, b, transa=transa),
                      make_calls(rng, [(4, 5)], numpy.float64))
     else:
-        fn, calls = (lambda a: forward.F.matmul(a, b, transa=transa),
+        fn, calls = (lambda a: F.matmul(a, b, transa=transa),
                      make_calls(rng, [a.shape], numpy.float64))
     testing.assert_jit_grads_match_eager(fn, calls, lowered=['MatMul'])
+
+
+@pytest.mark.parametrize('fn', [lambda x, y: F.identity(x, y)[1] * x,
+                                lambda x, y: x * F.identity(x, y)[1]])
+def test_identity_unused_output_grad(rng, fn):
+    testing.assert_jit_grads_match_eager(
+        fn, calls_of(rng, [[(3, 4), (3, 4)]], numpy.float64),
+        lowered=['Identity'])
