@@ -15,6 +15,7 @@ between forward and backward. NumPy run on arrays outside Chainer
 functions stops gradients, as it does in eager mode.
 """
 
+from chainer import utils
 import numpy
 
 from chainerjit import errors
@@ -136,8 +137,8 @@ class _BackwardBuilder(object):
             return
         total = ir.Value('temp', value.shape, value.dtype)
         self.backward.add_node(ir.Node(
-            'AddGrad', ops.Kernel(_add), [self.grads[value], grad],
-            [total]))
+            'Accumulate', ops.Kernel(_accumulate),
+            [self.grads[value], grad], [total]))
         self.grads[value] = total
 
     def differentiate_node(self, node, wanted):
@@ -166,8 +167,14 @@ class _BackwardBuilder(object):
             self.accumulate(value, grad)
 
 
-def _add(a, b):
-    return a + b
+def _accumulate(a, b):
+    """The sum of two gradients, either of which may be ``None`` (a rule
+    found no gradient, as Chainer's backward returns ``None``)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    return utils.force_array(a + b)
 
 
 def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
@@ -189,6 +196,8 @@ def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
             ys[i] = a
         for i, a in zip(gy_positions, arrays[n_kept:]):
             gys[i] = a
+        if all(g is None for g in gys):
+            return (None,) * len(wanted_positions)
         gxs = fn(tuple(xs), tuple(ys), tuple(gys), wanted)
         return tuple(gxs[i] for i in wanted_positions)
     return run

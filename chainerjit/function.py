@@ -73,7 +73,13 @@ class CompiledFunction(chainer.FunctionNode):
             else:
                 gys.append(gy.array)
         grads = self.training.backward.run(list(self._saved) + gys)
-        return tuple(
-            None if self.training.grad_index[i] is None
-            else chainer.Variable(grads[self.training.grad_index[i]])
-            for i in indexes)
+        return tuple(_variable(grads, self.training.grad_index[i])
+                     for i in indexes)
+
+
+def _variable(grads, index):
+    """The gradient at ``index`` as a Variable; ``None`` where there is
+    none (no index, or a rule found none)."""
+    if index is None or grads[index] is None:
+        return None
+    return chainer.Variable(grads[index])

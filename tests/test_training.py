@@ -236,3 +236,9 @@ def test_every_lowered_op_in_a_model_has_a_gradient(rng):
         lambda x, W, b: F.relu(F.linear(x, W, b)),
         [(rng.randn(3, 4), rng.randn(5, 4), rng.randn(5))
          for _ in range(3)], lowered=['ReLU', 'LinearFunction'])
+
+
+def test_zero_dimensional_gradients_accumulate(rng):
+    testing.assert_jit_grads_match_eager(
+        lambda x: x * x + x, [(numpy.asarray(rng.randn()),)
+                              for _ in range(3)])

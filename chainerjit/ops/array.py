@@ -61,16 +61,15 @@ def _grad_of_each(fn):
 
 def _sum_to_inputs(ctx):
     """A GradRule summing each output's gradient to its input's shape
-    (``chainer.functions.sum_to``); zeros where no gradient flows."""
+    (``chainer.functions.sum_to``); ``None`` where no gradient flows, as
+    ``Broadcast.backward`` gives."""
     sum_to = utils.sum_to
-    zeros = ctx.xp.zeros
-    shapes, dtypes = ctx.in_shapes, ctx.in_dtypes
+    shapes = ctx.in_shapes
 
     def grad(xs, ys, gys, wanted):
         return tuple(
-            None if not w else zeros(shape, dtype) if gy is None
-            else sum_to(gy, shape)
-            for gy, shape, dtype, w in zip(gys, shapes, dtypes, wanted))
+            None if not w or gy is None else sum_to(gy, shape)
+            for gy, shape, w in zip(gys, shapes, wanted))
     return GradRule(grad)
 
 
@@ -285,7 +284,7 @@ def lower_stack(node, ctx):
 
 # The axis hstack, vstack and dstack join along, and the least number of
 # dimensions an input has its own extent along it (fewer: length 1).
-_STACK_AXES = {hstack.Hstack: (1, 1), vstack.Vstack: (0, 2),
+_STACK_AXES = {hstack.Hstack: (1, 2), vstack.Vstack: (0, 2),
                dstack.Dstack: (2, 3)}
 
 

@@ -34,3 +34,11 @@ def test_activation_grad(rng, case, dtype):
                          ids=lambda case: case[0])
 def test_partial_grad(rng, case, dtype):
     assert_partial_grads_match_eager(rng, case, dtype)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_elu_negative_alpha_grad(rng, dtype):
+    # A negative alpha makes ELU's backward read its input.
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.elu(x, alpha=-0.5),
+        calls_of(rng, forward.ELEMENTWISE_SHAPES, dtype), lowered=['ELU'])

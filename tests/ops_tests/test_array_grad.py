@@ -92,9 +92,6 @@ def test_unused_output_grad(rng, op, fn, shapes):
         fn, calls_of(rng, [shapes], numpy.float64), lowered=[op])
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'an input reached only through an output without a gradient gets '
-    'zeros, where eager Chainer leaves its grad None'))
 def test_unused_broadcast_output_grad(rng):
     testing.assert_jit_grads_match_eager(
         lambda x, y: F.broadcast(x, y)[0], calls_of(
