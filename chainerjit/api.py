@@ -129,8 +129,7 @@ class JitFunction(object):
             return self._compile(key, leaves, instance, args, kwargs)
         self.cache.hits += 1
         entry.hits += 1
-        if backprop and (_needs_grad(leaves, instance) or any(
-                p.requires_grad for p in entry.free_params)):
+        if backprop and entry.needs_grad(leaves):
             if entry.training is None:
                 return self._eager(instance, args, kwargs)
             return self._run_training(entry, leaves, params, instance, args,
@@ -344,7 +343,7 @@ class JitFunction(object):
                 return '%s would hit entry #%d: %s%s' % (
                     self.__name__, i, entry.signature,
                     _how_it_runs(entry, config.enable_backprop and
-                                 _needs_grad(leaves, instance)))
+                                 entry.needs_grad(leaves)))
         if not entries:
             return '%s: cache miss: the cache is empty' % self.__name__
         sig = self._signature(key, leaves, instance, args, kwargs)
@@ -385,15 +384,6 @@ def _links(instance):
     if not isinstance(instance, chainer.Link):
         return []
     return [(path or '/', link) for path, link in instance.namedlinks()]
-
-
-def _needs_grad(leaves, instance):
-    for leaf in leaves:
-        if isinstance(leaf, chainer.Variable) and leaf.requires_grad:
-            return True
-    if isinstance(instance, chainer.Link):
-        return any(p.requires_grad for p in instance.params())
-    return False
 
 
 def _format_loc(loc):

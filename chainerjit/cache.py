@@ -207,8 +207,6 @@ class Entry(object):
         self.param_names = [v.name for v in params]
         self.param_sources = [v.data for v in params]
         self.param_specs = [array_spec(a) for a in param_arrays]
-        self.free_params = [s[1] for s in self.param_sources
-                            if s[0] == 'object']
         self.link_state = model_state  # as it was before recording
         self._owners = None
         self._epoch = -1  # check the model on first use
@@ -241,6 +239,18 @@ class Entry(object):
             if not guard.holds():
                 return None
         return _fastpath.read_params(self._owners, self.param_specs)
+
+    def needs_grad(self, leaves):
+        """With backprop enabled: may this call need gradients? True if
+        an argument or a model Variable the program reads (checked by
+        the last :meth:`fetch_params`) requires grad."""
+        for leaf in leaves:
+            if isinstance(leaf, chainer.Variable) and leaf.requires_grad:
+                return True
+        for owner, attr in self._owners or ():
+            if attr is None and owner.requires_grad:
+                return True
+        return False
 
     def model_inputs(self, params):
         """What the training node takes from the model: the Variables that
