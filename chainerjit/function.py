@@ -50,6 +50,10 @@ class CompiledFunction(chainer.FunctionNode):
         self.training = training
         self._saved = None
 
+    def _check_data_type_forward(self, in_data):
+        """No type check: the cache key already fixed every input's
+        shape and dtype, and the guards every model array's."""
+
     def forward(self, inputs):
         outs = self.training.forward.run(inputs)
         n = self.training.n_outputs
@@ -82,4 +86,5 @@ def _variable(grads, index):
     none (no index, or a rule found none)."""
     if index is None or grads[index] is None:
         return None
-    return chainer.Variable(grads[index])
+    return chainer.Variable._init_unchecked(grads[index],
+                                            requires_grad=False)
