@@ -157,3 +157,49 @@ def assert_jit_grads_match_eager(fn, calls, rtol=1e-5, atol=1e-6,
             op, '\n'.join(str(e.training.graphs.backward)
                           for e in entries))
     return jfn
+
+
+def assert_onnx_matches_eager(fn, calls, rtol=1e-5, atol=1e-6, lowered=(),
+                              dynamic_batch=False):
+    """Exports ``jit(fn)`` for the first call's arguments to ONNX, runs the
+    model in onnxruntime on every call's arrays and compares each output
+    with eager ``fn``'s (in test mode, without backprop).
+
+    With ``dynamic_batch``, later calls may have other batch sizes.
+
+    Returns:
+        onnx.ModelProto: the exported model.
+    """
+    import onnxruntime
+
+    from chainerjit import onnx_export
+
+    jfn = api.jit(fn)
+    model = onnx_export.export_onnx(jfn, calls[0],
+                                    dynamic_batch=dynamic_batch)
+    session = onnxruntime.InferenceSession(
+        model.SerializeToString(), providers=['CPUExecutionProvider'])
+    entry = [e for e in jfn.cache_entries() if e.program is not None][-1]
+    names = [i.name for i in session.get_inputs()]
+    for op in lowered:
+        assert any(n.op == op and not n.generic for n in entry.graph.nodes)
+    for args in calls:
+        leaves = []
+        signature.flatten(args, leaves)
+        feed = dict(zip(names, [numpy.asarray(signature.leaf_array(a))
+                                for a in leaves]))
+        outputs = session.run(None, feed)
+        with chainer.no_backprop_mode(), \
+                chainer.using_config('train', False):
+            expected = fn(*args)
+        _, specs = entry.outputs
+        for (kind, where, _, _), leaf in zip(specs, _leaves(expected)[1]):
+            if kind == 'value':
+                e = signature.leaf_array(leaf)
+                assert outputs[where].shape == e.shape, (
+                    outputs[where].shape, e.shape)
+                assert outputs[where].dtype == e.dtype, (
+                    outputs[where].dtype, e.dtype)
+                numpy.testing.assert_allclose(outputs[where], e, rtol=rtol,
+                                              atol=atol)
+    return model

@@ -26,15 +26,19 @@ import chainer
 import numpy
 
 
-class Kernel(collections.namedtuple('Kernel', 'fn attrs multi grad')):
+class Kernel(collections.namedtuple('Kernel',
+                                    'fn attrs multi grad onnx')):
     """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
     when ``multi`` is true. ``attrs`` is a dict shown in printed IR;
     ``grad`` is the op's :class:`GradRule` (``None``: not differentiable
-    by chainerjit, so a gradient through it runs eagerly)."""
+    by chainerjit, so a gradient through it runs eagerly); ``onnx`` is its
+    ONNX converter ``convert(builder, ins, outs)`` (see
+    ``chainerjit.onnx_export``), or ``None``."""
 
-    def __new__(cls, fn, attrs=None, multi=False, grad=None):
+    def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None):
         return super(Kernel, cls).__new__(
-            cls, fn, tuple(sorted((attrs or {}).items())), multi, grad)
+            cls, fn, tuple(sorted((attrs or {}).items())), multi, grad,
+            onnx)
 
 
 class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
@@ -146,6 +150,14 @@ def _adopt(adapter, function):
     adapter._function = function
     function._owned_node = None
     function._node = weakref.ref(adapter)
+
+
+def onnx_op(op_type, **attrs):
+    """An ONNX converter emitting one node of ``op_type`` with the same
+    inputs and outputs as the Chainer op."""
+    def convert(b, ins, outs):
+        b.op(op_type, ins, outs, **attrs)
+    return convert
 
 
 def generic_kernel(template, ctx, array_attrs=()):

@@ -24,6 +24,7 @@ import numpy
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
 
 
@@ -36,7 +37,7 @@ def lower_relu(node, ctx):
         gy, = gys
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
     return Kernel(lambda x: xp.maximum(x, x.dtype.type(0)),
-                  grad=GradRule(grad, outputs=(0,)))
+                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'))
 
 
 @lowering(leaky_relu.LeakyReLU)

@@ -42,7 +42,12 @@ def lower_linear(node, ctx):
             return gx, gW
         gb = gy.sum(axis=0) if wanted[2] else None
         return gx, gW, gb
-    return Kernel(linear_fn, grad=GradRule(grad, inputs=(0, 1)))
+
+    def to_onnx(b, ins, outs):
+        # Gemm computes x W^T + b for a 2-D x, as LinearFunction does.
+        b.op('Gemm', ins, outs, transB=1)
+    return Kernel(linear_fn, grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=to_onnx)
 
 
 def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):

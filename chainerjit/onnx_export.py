@@ -1,0 +1,212 @@
+"""Export of compiled programs to ONNX.
+
+``export_onnx(f, args, path)`` records ``f`` for ``args`` (or takes the
+cache entry it already has) and writes its IR as a standard ONNX model:
+array arguments become graph inputs (named after the function's
+parameters), the model's parameters and persistent arrays become
+initializers (named ``l1.W``, ...), constants become initializers too, and
+each node is converted by the ONNX converter its lowering carries
+(``Kernel.onnx``, next to its forward and gradient in ``chainerjit/ops``).
+The model is checked with ``onnx.checker``.
+
+A converter is a function ``convert(b, ins, outs)`` where ``b`` is a
+:class:`Builder`, ``ins`` the names of the node's inputs and ``outs`` the
+names its outputs must get. It emits ONNX nodes with ``b.op(...)``.
+"""
+
+import os
+
+import chainer
+import numpy
+
+from chainerjit import api
+from chainerjit import errors
+from chainerjit import signature
+
+
+OPSET = 17
+# The IR version of opset 17 (onnx 1.12); newer onnx packages would write a
+# newer one than many onnxruntime builds read.
+IR_VERSION = 8
+
+
+class ExportError(errors.ChainerJitError):
+    """A program cannot be exported to ONNX (an op without a converter,
+    a value read into Python); the message names the op and the line."""
+
+
+class Builder(object):
+    """Collects ONNX nodes and initializers for one graph.
+
+    Attributes:
+        dynamic_batch: axis 0 of every array input is symbolic; converters
+            must not bake recorded batch sizes into shapes (ONNX
+            ``Reshape`` copies a dimension given as 0).
+        in_shapes, out_shapes, in_dtypes, out_dtypes: recorded types of
+            the node being converted (set by the exporter).
+    """
+
+    def __init__(self, dynamic_batch):
+        self.dynamic_batch = dynamic_batch
+        self.nodes = []
+        self.initializers = []
+        self._count = 0
+
+    def fresh(self, hint='t'):
+        """A new unique value name."""
+        self._count += 1
+        return '%s_%d' % (hint, self._count)
+
+    def op(self, op_type, inputs, outputs=None, **attrs):
+        """Adds a node; returns its output names (one fresh name if
+        ``outputs`` is not given)."""
+        import onnx.helper
+
+        if outputs is None:
+            outputs = [self.fresh(op_type.lower())]
+        self.nodes.append(onnx.helper.make_node(
+            op_type, list(inputs), list(outputs), **attrs))
+        return list(outputs)
+
+    def constant(self, array, name=None):
+        """Adds an initializer holding ``array``; returns its name."""
+        import onnx.numpy_helper
+
+        name = name or self.fresh('const')
+        self.initializers.append(onnx.numpy_helper.from_array(
+            numpy.asarray(array), name))
+        return name
+
+    def int64s(self, values, name=None):
+        """An int64 1-D initializer (shapes, axes for opset 13+ ops)."""
+        return self.constant(numpy.asarray(values, dtype=numpy.int64),
+                             name)
+
+
+def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
+                opset=OPSET):
+    """Writes the program ``f`` runs for ``args`` as an ONNX model.
+
+    Args:
+        f: a jitted function or method (or a plain one, jitted here).
+        args: example arguments; shapes and dtypes come from them.
+        path: where to write the ``.onnx`` file (``None``: don't write).
+        dynamic_batch: make axis 0 of every array input symbolic.
+        opset: the ONNX opset (17 or newer).
+
+    Returns:
+        onnx.ModelProto: the checked model.
+
+    Raises:
+        ExportError: an op has no ONNX converter, or the call could not be
+            compiled (it runs eagerly).
+    """
+    import onnx
+
+    jitted = f if isinstance(f, api.JitFunction) else api.jit(f)
+    entry = _entry_for(jitted, args, kwargs or {})
+    builder = Builder(dynamic_batch)
+    graph = entry.graph
+    names = _value_names(graph)
+    for value in graph.params + graph.consts:
+        array = _model_array(entry, value)
+        builder.constant(chainer.backend.CpuDevice().send(array),
+                         names[value])
+    for node in graph.nodes:
+        _convert(builder, node, names)
+    outputs = _output_names(builder, graph, names)
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            builder.nodes, jitted.__name__,
+            [_value_info(v, names[v], dynamic_batch) for v in graph.inputs],
+            [_value_info(v, name, dynamic_batch)
+             for v, name in zip(graph.outputs, outputs)],
+            builder.initializers),
+        opset_imports=[onnx.helper.make_opsetid('', opset)],
+        producer_name='chainerjit', ir_version=IR_VERSION)
+    onnx.checker.check_model(model)
+    if path is not None:
+        onnx.save(model, os.fspath(path))
+    return model
+
+
+def _entry_for(jitted, args, kwargs):
+    """The inference cache entry for ``args``, compiling it if needed."""
+    with chainer.no_backprop_mode(), chainer.using_config('train', False):
+        jitted(*args, **kwargs)
+        train, backprop = signature.config_flags()
+        key, _ = signature.make_key(args, kwargs, train, backprop)
+        instance = jitted._instance()
+        entry, _ = jitted.cache.lookup(key, instance)
+    if entry is None or entry.program is None:
+        raise ExportError(
+            '%s runs eagerly for these arguments (%s), so there is no '
+            'program to export' % (jitted.__name__, entry and entry.fallback))
+    if entry.effects:
+        raise ExportError('%s assigns model attributes or reports values; '
+                          'ONNX models have no such side effects'
+                          % jitted.__name__)
+    return entry
+
+
+def _model_array(entry, value):
+    if value.kind == 'const':
+        return value.data
+    index = entry.graph.params.index(value)
+    owner = entry._owners[index]
+    return owner[0]._data[0] if owner[1] is None else getattr(*owner)
+
+
+def _value_names(graph):
+    """ONNX names: arguments and parameters keep their IR names,
+    temporaries are ``v0, v1, ...`` and constants ``c0, ...``."""
+    names = {}
+    for value in graph.inputs + graph.params:
+        names[value] = value.name
+    for i, value in enumerate(graph.consts):
+        names[value] = 'c%d' % i
+    count = 0
+    for node in graph.nodes:
+        for value in node.outputs:
+            names[value] = 'v%d' % count
+            count += 1
+    return names
+
+
+def _convert(builder, node, names):
+    convert = getattr(node.kernel, 'onnx', None)
+    if convert is None:
+        raise ExportError(
+            '%s has no ONNX converter (%s).\n%s\nExport supports the ops '
+            'listed as lowered in docs/ops_coverage.md that have a '
+            'converter; rewrite this part with those, or keep the model '
+            'in chainerjit for this op.' % (
+                node.op, 'it runs on the generic path' if node.generic
+                else 'not written yet',
+                errors.source_excerpt(node.loc)))
+    builder.in_shapes = [v.shape for v in node.inputs]
+    builder.in_dtypes = [v.dtype for v in node.inputs]
+    builder.out_shapes = [v.shape for v in node.outputs]
+    builder.out_dtypes = [v.dtype for v in node.outputs]
+    convert(builder, [names[v] for v in node.inputs],
+            [names[v] for v in node.outputs])
+
+
+def _value_info(value, name, dynamic_batch):
+    import onnx.helper
+
+    shape = list(value.shape)
+    if dynamic_batch and shape:
+        shape[0] = 'batch'
+    return onnx.helper.make_tensor_value_info(
+        name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), shape)
+
+
+def _output_names(builder, graph, names):
+    """Names of the graph outputs ``y0, y1, ...``, each made by an
+    Identity node (an output may be an input, a parameter, or the same
+    value twice)."""
+    outputs = []
+    for i, value in enumerate(graph.outputs):
+        outputs += builder.op('Identity', [names[value]], ['y%d' % i])
+    return outputs
