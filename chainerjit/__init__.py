@@ -15,3 +15,10 @@ from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
 
 __version__ = '0.1.0'
+
+
+def export_onnx(f, args, path=None, **options):
+    """Writes the program ``f`` runs for ``args`` as an ONNX model; see
+    :func:`chainerjit.onnx_export.export_onnx`."""
+    from chainerjit import onnx_export  # onnx is needed only here
+    return onnx_export.export_onnx(f, args, path, **options)
