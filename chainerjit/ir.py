@@ -128,10 +128,10 @@ class Graph(object):
         self.nodes.append(node)
         return node
 
-    def value_names(self):
+    def value_names(self, temp_format='%%%d'):
         """Names every value for printing: arguments by their own name,
-        constants ``c0, c1, ...`` and node outputs ``%0, %1, ...`` in order
-        of definition."""
+        constants ``c0, c1, ...`` and node outputs ``%0, %1, ...`` (in
+        ``temp_format``) in order of definition."""
         names = {}
         for value in self.inputs + self.params:
             names[value] = value.name
@@ -140,7 +140,7 @@ class Graph(object):
         count = 0
         for node in self.nodes:
             for value in node.outputs:
-                names[value] = '%%%d' % count
+                names[value] = temp_format % count
                 count += 1
         return names
 

@@ -107,7 +107,7 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     entry = _entry_for(jitted, args, kwargs or {})
     builder = Builder(dynamic_batch)
     graph = entry.graph
-    names = _value_names(graph)
+    names = graph.value_names('v%d')  # valid ONNX names
     for value in graph.params + graph.consts:
         array = _model_array(entry, value)
         builder.constant(chainer.backend.CpuDevice().send(array),
@@ -155,22 +155,6 @@ def _model_array(entry, value):
     index = entry.graph.params.index(value)
     owner = entry._owners[index]
     return owner[0]._data[0] if owner[1] is None else getattr(*owner)
-
-
-def _value_names(graph):
-    """ONNX names: arguments and parameters keep their IR names,
-    temporaries are ``v0, v1, ...`` and constants ``c0, ...``."""
-    names = {}
-    for value in graph.inputs + graph.params:
-        names[value] = value.name
-    for i, value in enumerate(graph.consts):
-        names[value] = 'c%d' % i
-    count = 0
-    for node in graph.nodes:
-        for value in node.outputs:
-            names[value] = 'v%d' % count
-            count += 1
-    return names
 
 
 def _convert(builder, node, names):

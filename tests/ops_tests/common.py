@@ -26,3 +26,13 @@ def calls_of(rng, shape_sets, dtype, **kwargs):
     for shapes in shape_sets:
         calls += make_calls(rng, shapes, dtype, **kwargs)
     return calls
+
+
+def cases_of(test, argnames):
+    """The values a forward test is parametrized with for ``argnames``
+    (so that a gradient test runs the same cases without copying them)."""
+    for mark in test.pytestmark:
+        if mark.name == 'parametrize' and mark.args[0] == argnames:
+            return list(mark.args[1])
+    raise LookupError('%s is not parametrized over %r' % (
+        test.__name__, argnames))

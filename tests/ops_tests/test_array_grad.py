@@ -15,7 +15,7 @@ from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
 from tests.ops_tests.test_math_grad import assert_grad_fails_as_eager
 from tests.ops_tests.test_math_grad import assert_partial_grads_match_eager
-from tests.ops_tests.test_math_grad import cases_of
+from tests.ops_tests.common import cases_of
 from tests.ops_tests.test_math_grad import several_inputs
 
 

@@ -11,19 +11,10 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from tests.ops_tests import test_math as forward
+from tests.ops_tests.common import cases_of
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
-
-
-def cases_of(test, argnames):
-    """The values a forward test is parametrized with for ``argnames``
-    (so that a gradient test runs the same cases without copying them)."""
-    for mark in test.pytestmark:
-        if mark.name == 'parametrize' and mark.args[0] == argnames:
-            return list(mark.args[1])
-    raise LookupError('%s is not parametrized over %r' % (
-        test.__name__, argnames))
 
 
 # Chainer's Arctan2 and Fmod do not sum their gradients to the input

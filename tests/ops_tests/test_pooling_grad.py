@@ -9,7 +9,7 @@ from chainerjit import testing
 from tests.ops_tests import test_pooling as forward
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import make_calls
-from tests.ops_tests.test_connection_grad import cases_of
+from tests.ops_tests.common import cases_of
 from tests.ops_tests.test_connection_grad import tolerances
 
 
