@@ -114,13 +114,14 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
                          names[value])
     for node in graph.nodes:
         _convert(builder, node, names)
-    outputs = _output_names(builder, graph, names)
+    outputs, sources = _output_names(builder, entry, names)
+    types = {names[v]: v for v in graph.inputs + graph.outputs}
     model = onnx.helper.make_model(
         onnx.helper.make_graph(
             builder.nodes, jitted.__name__,
             [_value_info(v, names[v], dynamic_batch) for v in graph.inputs],
-            [_value_info(v, name, dynamic_batch)
-             for v, name in zip(graph.outputs, outputs)],
+            [_output_info(types.get(source), name, dynamic_batch)
+             for source, name in zip(sources, outputs)],
             builder.initializers),
         opset_imports=[onnx.helper.make_opsetid('', opset)],
         producer_name='chainerjit', ir_version=IR_VERSION)
@@ -176,6 +177,14 @@ def _convert(builder, node, names):
             [names[v] for v in node.outputs])
 
 
+def _output_info(value, name, dynamic_batch):
+    import onnx.helper
+
+    if value is None:  # a constant output: type left to inference
+        return onnx.helper.make_empty_tensor_value_info(name)
+    return _value_info(value, name, dynamic_batch)
+
+
 def _value_info(value, name, dynamic_batch):
     import onnx.helper
 
@@ -186,11 +195,31 @@ def _value_info(value, name, dynamic_batch):
         name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), shape)
 
 
-def _output_names(builder, graph, names):
-    """Names of the graph outputs ``y0, y1, ...``, each made by an
-    Identity node (an output may be an input, a parameter, or the same
-    value twice)."""
-    outputs = []
-    for i, value in enumerate(graph.outputs):
-        outputs += builder.op('Identity', [names[value]], ['y%d' % i])
-    return outputs
+def result_arrays(entry):
+    """``(kind, where)`` of each array of the result, in order: see
+    ``trace._leaf_spec`` (``'same'`` leaves are repeated arrays)."""
+    _, specs = entry.outputs
+    return [(kind, where) for kind, where, _, _ in specs]
+
+
+def _output_names(builder, entry, names):
+    """The model's outputs ``y0, y1, ...``: each array of the result, in
+    order, made by an Identity node (it may be an argument, a parameter,
+    a constant, or the same value twice)."""
+    graph = entry.graph
+    sources = []
+    for kind, where in result_arrays(entry):
+        if kind == 'value':
+            sources.append(names[graph.outputs[where]])
+        elif kind == 'arg':
+            sources.append(names[graph.inputs[where]])
+        elif kind == 'same':
+            sources.append(sources[where])
+        elif kind == 'const':
+            sources.append(builder.constant(
+                chainer.backend.CpuDevice().send(where)))
+        else:  # 'model': a Variable of the model, returned as is
+            raise ExportError('returning a parameter of the model as it '
+                              'is cannot be exported; return a copy')
+    return [builder.op('Identity', [source], ['y%d' % i])[0]
+            for i, source in enumerate(sources)], sources

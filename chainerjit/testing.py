@@ -192,14 +192,11 @@ def assert_onnx_matches_eager(fn, calls, rtol=1e-5, atol=1e-6, lowered=(),
         with chainer.no_backprop_mode(), \
                 chainer.using_config('train', False):
             expected = fn(*args)
-        _, specs = entry.outputs
-        for (kind, where, _, _), leaf in zip(specs, _leaves(expected)[1]):
-            if kind == 'value':
-                e = signature.leaf_array(leaf)
-                assert outputs[where].shape == e.shape, (
-                    outputs[where].shape, e.shape)
-                assert outputs[where].dtype == e.dtype, (
-                    outputs[where].dtype, e.dtype)
-                numpy.testing.assert_allclose(outputs[where], e, rtol=rtol,
-                                              atol=atol)
+        leaves = _leaves(expected)[1]
+        assert len(outputs) == len(leaves)
+        for out, leaf in zip(outputs, leaves):
+            e = chainer.backend.CpuDevice().send(signature.leaf_array(leaf))
+            assert out.shape == e.shape, (out.shape, e.shape)
+            assert out.dtype == e.dtype, (out.dtype, e.dtype)
+            numpy.testing.assert_allclose(out, e, rtol=rtol, atol=atol)
     return model

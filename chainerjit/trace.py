@@ -213,7 +213,11 @@ class TracedArray(numpy.ndarray):
         base = getattr(numpy.ndarray, name)
 
         def replayed(self, *args, **kwargs):
-            result = _tag(base(self.view(numpy.ndarray), *args, **kwargs))
+            plain = self.view(numpy.ndarray)
+            result = base(plain, *args, **kwargs)
+            if result is plain:  # a no-op: astype(same dtype, copy=False)
+                return self
+            result = _tag(result)
             _record_numpy('ndarray.' + name, base, (self,) + args, kwargs,
                           result)
             return result

@@ -26,6 +26,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
+from chainerjit.ops.math import onnx_scalar
 
 
 @lowering(relu.ReLU)
@@ -55,16 +56,17 @@ def lower_leaky_relu(node, ctx):
         return where(cond <= 0, slope_t * gy, gy),
     grad = GradRule(grad, inputs=(0,) if on_input else (),
                     outputs=() if on_input else (0,))
+    onnx = onnx_op('LeakyRelu', alpha=slope)
     if ctx.xp is not numpy:
         # forward_gpu: ``y = x <= 0 ? (T)(slope * x) : x``, no mask.
         return Kernel(lambda x: where(x <= 0, slope_t * x, x),
-                      {'slope': slope}, grad=grad)
+                      {'slope': slope}, grad=grad, onnx=onnx)
 
     def fn(x):
         y = x.copy()
         y[x <= 0] *= slope
         return y
-    return Kernel(fn, {'slope': slope}, grad=grad)
+    return Kernel(fn, {'slope': slope}, grad=grad, onnx=onnx)
 
 
 @lowering(sigmoid.Sigmoid)
@@ -77,7 +79,7 @@ def lower_sigmoid(node, ctx):
         y, = ys
         return utils.force_array(gys[0] * y * (one - y)),  # as SigmoidGrad
     return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half),
-                  grad=GradRule(grad, outputs=(0,)))
+                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Sigmoid'))
 
 
 @lowering(tanh.Tanh)
@@ -89,7 +91,7 @@ def lower_tanh(node, ctx):
         y, = ys
         return utils.force_array(gys[0] * (one - y * y)),  # as TanhGrad
     return Kernel(lambda x: utils.force_array(tanh_(x)),
-                  grad=GradRule(grad, outputs=(0,)))
+                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Tanh'))
 
 
 @lowering(softmax.Softmax)
@@ -109,7 +111,9 @@ def lower_softmax(node, ctx):
         gx = y * gys[0]
         gx -= y * gx.sum(axis=axis, keepdims=True)
         return gx,
-    return Kernel(fn, {'axis': axis}, grad=GradRule(grad, outputs=(0,)))
+    # opset 13+: Softmax normalizes along ``axis`` only.
+    return Kernel(fn, {'axis': axis}, grad=GradRule(grad, outputs=(0,)),
+                  onnx=onnx_op('Softmax', axis=axis))
 
 
 @lowering(log_softmax.LogSoftmax)
@@ -123,7 +127,8 @@ def lower_log_softmax(node, ctx):
         gy, = gys
         return gy - exp(ys[0]) * gy.sum(axis=axis, keepdims=True),
     return Kernel(lambda x: x - logsumexp(x, axis), {'axis': axis},
-                  grad=GradRule(grad, outputs=(0,)))
+                  grad=GradRule(grad, outputs=(0,)),
+                  onnx=onnx_op('LogSoftmax', axis=axis))
 
 
 @lowering(elu.ELU)
@@ -142,17 +147,18 @@ def lower_elu(node, ctx):
         return xp.where(cond > 0, one, y + alpha_t) * gys[0],
     grad = grad_rule(ctx, grad, inputs=(0,) if on_input else (),
                      outputs=(0,))
+    onnx = onnx_op('Elu', alpha=alpha)
     if xp is not numpy:
         # forward_gpu: ``y = x > 0 ? x : (T)(alpha * expm1(x))``.
         return Kernel(lambda x: xp.where(x > 0, x, alpha_t * xp.expm1(x)),
-                      {'alpha': alpha}, grad=grad)
+                      {'alpha': alpha}, grad=grad, onnx=onnx)
 
     def fn(x):
         y = x.copy()
         negzero = y <= 0
         y[negzero] = alpha * numpy.expm1(y[negzero])
         return y
-    return Kernel(fn, {'alpha': alpha}, grad=grad)
+    return Kernel(fn, {'alpha': alpha}, grad=grad, onnx=onnx)
 
 
 @lowering(softplus.Softplus)
@@ -171,7 +177,16 @@ def lower_softplus(node, ctx):
         x, = xs
         gx = (1 - 1 / (1 + xp.exp(beta * x))) * gys[0]
         return utils.force_array(gx, dtype),
-    return Kernel(fn, {'beta': beta}, grad=GradRule(grad, inputs=(0,)))
+
+    def to_onnx(b, ins, outs):
+        if beta == 1:
+            b.op('Softplus', ins, outs)
+            return
+        bx = b.op('Mul', ins + [onnx_scalar(b, beta, dtype)])
+        b.op('Mul', b.op('Softplus', bx) + [onnx_scalar(b, beta_inv, dtype)],
+             outs)
+    return Kernel(fn, {'beta': beta}, grad=GradRule(grad, inputs=(0,)),
+                  onnx=to_onnx)
 
 
 @lowering(hard_sigmoid.HardSigmoid)
@@ -186,7 +201,8 @@ def lower_hard_sigmoid(node, ctx):
         return utils.force_array(gx, dtype),
     return Kernel(
         lambda x: utils.force_array(clip(x * 0.2 + 0.5, 0.0, 1.0), dtype),
-        grad=GradRule(grad, inputs=(0,)))
+        grad=GradRule(grad, inputs=(0,)),
+        onnx=onnx_op('HardSigmoid', alpha=0.2, beta=0.5))
 
 
 @lowering(clipped_relu.ClippedReLU)
@@ -201,7 +217,9 @@ def lower_clipped_relu(node, ctx):
         return utils.force_array(gys[0] * (0 < x) * (x < cap), dtype),
     return Kernel(
         lambda x: utils.force_array(xp.minimum(xp.maximum(0, x), cap), dtype),
-        {'z': cap}, grad=GradRule(grad, inputs=(0,)))
+        {'z': cap}, grad=GradRule(grad, inputs=(0,)),
+        onnx=lambda b, ins, outs: b.op('Clip', ins + [
+            onnx_scalar(b, 0, dtype), onnx_scalar(b, cap, dtype)], outs))
 
 
 @lowering(swish.Swish)
@@ -232,4 +250,9 @@ def lower_swish(node, ctx):
             gb = utils.force_array(
                 (gy * y * (x - y)).sum(axis=reduction_axes))
         return gx, gb
-    return Kernel(fn, grad=GradRule(grad, inputs=(0, 1)))
+
+    def to_onnx(b, ins, outs):
+        x, beta = ins
+        bx = b.op('Mul', b.op('Reshape', [beta, b.int64s(shape)]) + [x])
+        b.op('Mul', [x] + b.op('Sigmoid', bx), outs)
+    return Kernel(fn, grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)

@@ -41,7 +41,15 @@ import numpy
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
+from chainerjit.ops.math import onnx_dtype
+from chainerjit.ops.math import onnx_scalar
+
+
+# ONNX Slice bounds meaning "to the end" for a positive and a negative step.
+_INT64_MAX = 2 ** 63 - 1
+_INT64_MIN = -2 ** 63
 
 
 def _normalize_axis(axis, ndim):
@@ -75,13 +83,58 @@ def _sum_to_inputs(ctx):
 
 # --- views whose output shape is known ---------------------------------------
 
+def _onnx_reshape(b, x, shape, out=None):
+    """``x`` reshaped to ``shape`` (ONNX ``Reshape``). With a dynamic
+    batch, axis 0 of the output is not baked in: where the reshape keeps
+    axis 0 of ``x``, it is copied (0 in the target shape), elsewhere it is
+    inferred (-1), so that a batch folded into it (``(B, 5, 16)`` to
+    ``(B * 5, 16)``) or unfolded from it scales too."""
+    in_shape = b.in_shapes[0]
+    shape = list(shape)
+    if b.dynamic_batch and shape and 0 not in shape[1:]:
+        keeps_batch = (in_shape and shape[0] == in_shape[0] and numpy.prod(
+            shape[1:]) == numpy.prod(in_shape[1:]))
+        shape[0] = 0 if keeps_batch else -1
+        return b.op('Reshape', [x, b.int64s(shape)], out)
+    # Elsewhere 0 is a length, not a copy.
+    return b.op('Reshape', [x, b.int64s(shape)], out, allowzero=1)
+
+
+def _onnx_view(node, ctx):
+    """A converter for ``expand_dims`` (``Unsqueeze``) and ``squeeze``
+    (``Squeeze`` of the recorded unit axes)."""
+    in_shape, shape = ctx.in_shapes[0], ctx.out_shapes[0]
+    if isinstance(node, expand_dims.ExpandDims):
+        axis = _normalize_axis(node.axis, len(shape))
+        return lambda b, ins, outs: b.op(
+            'Unsqueeze', ins + [b.int64s([axis])], outs)
+    if isinstance(node, squeeze.Squeeze):
+        axes = ([i for i, n in enumerate(in_shape) if n == 1]
+                if node.axis is None else
+                [_normalize_axis(a, len(in_shape)) for a in node.axis])
+        return lambda b, ins, outs: b.op(
+            'Squeeze', ins + [b.int64s(axes)], outs)
+    return lambda b, ins, outs: _onnx_reshape(b, ins[0], shape, outs)
+
+
 @lowering(reshape.Reshape, expand_dims.ExpandDims, squeeze.Squeeze)
 def lower_reshape(node, ctx):
     # ``expand_dims`` and ``squeeze`` are reshapes to the output shape.
     shape = ctx.out_shapes[0]
     in_shape = ctx.in_shapes[0]
     return Kernel(lambda x: x.reshape(shape), {'shape': shape},
-                  grad=_grad_of_each(lambda gy: gy.reshape(in_shape)))
+                  grad=_grad_of_each(lambda gy: gy.reshape(in_shape)),
+                  onnx=_onnx_view(node, ctx))
+
+
+def _onnx_expand(b, x, in_shape, shape, out=None):
+    """``x`` broadcast to ``shape`` (ONNX ``Expand``); with a dynamic
+    batch, an axis 0 kept from ``x`` is expanded by 1 (kept as is)."""
+    shape = list(shape)
+    if (b.dynamic_batch and len(in_shape) == len(shape) and shape
+            and in_shape[0] == shape[0]):
+        shape[0] = 1
+    return b.op('Expand', [x, b.int64s(shape)], out)
 
 
 @lowering(broadcast.BroadcastTo)
@@ -89,15 +142,22 @@ def lower_broadcast_to(node, ctx):
     broadcast_to = ctx.xp.broadcast_to
     shape = ctx.out_shapes[0]
     return Kernel(lambda x: broadcast_to(x, shape), {'shape': shape},
-                  grad=_sum_to_inputs(ctx))
+                  grad=_sum_to_inputs(ctx),
+                  onnx=lambda b, ins, outs: _onnx_expand(
+                      b, ins[0], b.in_shapes[0], shape, outs))
 
 
 @lowering(broadcast.Broadcast)
 def lower_broadcast(node, ctx):
     broadcast_arrays = ctx.xp.broadcast_arrays
+
+    def to_onnx(b, ins, outs):
+        for x, y, in_shape, shape in zip(ins, outs, b.in_shapes,
+                                         b.out_shapes):
+            _onnx_expand(b, x, in_shape, shape, [y])
     return Kernel(lambda *xs: tuple(broadcast_arrays(*xs)),
                   {'shape': ctx.out_shapes[0]}, multi=True,
-                  grad=_sum_to_inputs(ctx))
+                  grad=_sum_to_inputs(ctx), onnx=to_onnx)
 
 
 # --- axis permutations -------------------------------------------------------
@@ -147,7 +207,8 @@ def lower_transpose(node, ctx):
     axes = _permutation(node, len(ctx.in_shapes[0]))
     inverse = tuple(int(a) for a in numpy.argsort(axes))
     return Kernel(lambda x: x.transpose(axes), {'axes': axes},
-                  grad=_grad_of_each(lambda gy: gy.transpose(inverse)))
+                  grad=_grad_of_each(lambda gy: gy.transpose(inverse)),
+                  onnx=onnx_op('Transpose', perm=list(axes)))
 
 
 # --- reversals ---------------------------------------------------------------
@@ -159,8 +220,12 @@ def lower_flip(node, ctx):
     else:
         axis = 1 if isinstance(node, fliplr.FlipLR) else 0
     index = _axis_index(axis, len(ctx.in_shapes[0]), slice(None, None, -1))
+
+    def to_onnx(b, ins, outs):
+        b.op('Slice', ins + [b.int64s(v) for v in (
+            [-1], [_INT64_MIN], [axis], [-1])], outs)
     return Kernel(lambda x: x[index], {'axis': axis},
-                  grad=_grad_of_each(lambda gy: gy[index]))
+                  grad=_grad_of_each(lambda gy: gy[index]), onnx=to_onnx)
 
 
 # --- indexing ----------------------------------------------------------------
@@ -184,6 +249,82 @@ def _on_device(s, xp):
     return s
 
 
+def _export_error(message):
+    from chainerjit import onnx_export
+    return onnx_export.ExportError(message)
+
+
+def _onnx_get_item(slices, ndim):
+    """A converter for basic indexing (ints, slices, ``None``, an
+    Ellipsis) as ``Slice``, ``Squeeze`` and ``Unsqueeze``, or for a single
+    integer-array index among slices (its axes then replace the indexed
+    one, as in NumPy), as ``Slice`` and ``Gather``."""
+    arrays = [s for s in slices if isinstance(
+        s, (list, bool, numpy.bool_) + chainer.get_array_types())]
+    if arrays and (
+            len(arrays) > 1 or getattr(arrays[0], 'dtype', numpy.asarray(
+                arrays[0]).dtype).kind == 'b'
+            or any(s is None or numpy.isscalar(s) for s in slices)):
+        def fail(b, ins, outs):
+            raise _export_error(
+                'GetItem with the index %s has no ONNX converter: only '
+                'ints, slices, None, Ellipsis, or one integer array among '
+                'slices are exported (write boolean masks as F.where, '
+                'several index arrays as one F.get_item per array, or '
+                'integers next to an array as a slice and F.squeeze).'
+                % ', '.join(_format_index(s) for s in slices))
+        return fail
+    n_ellipsis = ndim - sum(1 for s in slices
+                            if s is not None and s is not Ellipsis)
+    bounds, squeezed, unsqueezed, gather = [], [], [], None
+    axis = out_axis = 0
+    for s in slices:
+        if s is Ellipsis:
+            axis += n_ellipsis
+            out_axis += n_ellipsis
+        elif s is None:
+            unsqueezed.append(out_axis)
+            out_axis += 1
+        elif isinstance(s, slice):
+            step = 1 if s.step is None else int(s.step)
+            if s.start is not None or s.stop is not None or step != 1:
+                start, stop = ((0, _INT64_MAX) if step > 0
+                               else (_INT64_MAX, _INT64_MIN))
+                bounds.append((start if s.start is None else int(s.start),
+                               stop if s.stop is None else int(s.stop),
+                               axis, step))
+            axis += 1
+            out_axis += 1
+        elif numpy.isscalar(s):
+            i = int(s)
+            bounds.append((i, _INT64_MAX if i == -1 else i + 1, axis, 1))
+            squeezed.append(axis)
+            axis += 1
+        else:
+            gather = axis, chainer.backend.CpuDevice().send(
+                numpy.asarray(s) if isinstance(s, list) else s)
+            axis += 1
+
+    def convert(b, ins, outs):
+        steps = [(bounds, 'Slice'), (squeezed, 'Squeeze'),
+                 (unsqueezed, 'Unsqueeze'), (gather, 'Gather')]
+        steps = [(v, op) for v, op in steps if v]
+        x = ins
+        if not steps:
+            b.op('Identity', x, outs)
+        for i, (v, op) in enumerate(steps):
+            out = outs if i == len(steps) - 1 else None
+            if op == 'Slice':
+                x = b.op(op, x + [b.int64s(column) for column in zip(*v)],
+                         out)
+            elif op == 'Gather':
+                x = b.op(op, x + [b.constant(v[1].astype(numpy.int64))],
+                         out, axis=v[0])
+            else:
+                x = b.op(op, x + [b.int64s(v)], out)
+    return convert
+
+
 @lowering(get_item.GetItem)
 def lower_get_item(node, ctx):
     if any(isinstance(s, chainer.Variable) for s in node.slices):
@@ -202,7 +343,8 @@ def lower_get_item(node, ctx):
     return Kernel(lambda x: utils.force_array(x[slices]),
                   {'slices': '[%s]' % ', '.join(
                       _format_index(s) for s in node.slices)},
-                  grad=GradRule(grad))
+                  grad=GradRule(grad),
+                  onnx=_onnx_get_item(node.slices, len(shape)))
 
 
 @lowering(select_item.SelectItem)
@@ -217,7 +359,15 @@ def lower_select_item(node, ctx):
         gx = xp.zeros(shape, dtype)  # as Assign
         gx[rows, xs[1]] = gys[0]
         return gx, None
-    return Kernel(lambda x, t: x[rows, t], grad=GradRule(grad, inputs=(1,)))
+
+    def to_onnx(b, ins, outs):
+        x, t = ins
+        axis = b.int64s([1])
+        picked = b.op('GatherElements', [x] + b.op('Unsqueeze', [t, axis]),
+                      axis=1)
+        b.op('Squeeze', picked + [axis], outs)
+    return Kernel(lambda x, t: x[rows, t], grad=GradRule(grad, inputs=(1,)),
+                  onnx=to_onnx)
 
 
 @lowering(where.Where)
@@ -234,8 +384,12 @@ def lower_where(node, ctx):
                 if wanted[0] else None,
                 sum_to(xp_where(condition, zero, g), y_shape)
                 if wanted[1] else None)
+
+    def to_onnx(b, ins, outs):
+        cond = b.constant(chainer.backend.CpuDevice().send(condition))
+        b.op('Where', [cond] + ins, outs)
     return Kernel(lambda x, y: xp_where(condition, x, y),
-                  grad=GradRule(grad))
+                  grad=GradRule(grad), onnx=to_onnx)
 
 
 # --- joining and splitting ---------------------------------------------------
@@ -263,7 +417,8 @@ def lower_concat(node, ctx):
     axis = node.axis
     sizes = [s[axis] for s in ctx.in_shapes]
     return Kernel(lambda *xs: concatenate(xs, axis), {'axis': axis},
-                  grad=_split_grad(ctx, axis, sizes))
+                  grad=_split_grad(ctx, axis, sizes),
+                  onnx=onnx_op('Concat', axis=axis))
 
 
 @lowering(stack.Stack)
@@ -279,7 +434,20 @@ def lower_stack(node, ctx):
         return tuple(gy[index] if w else None
                      for index, w in zip(indexes, wanted))
     return Kernel(lambda *xs: xp_stack(xs, axis=axis), {'axis': axis},
-                  grad=grad_rule(ctx, grad))
+                  grad=grad_rule(ctx, grad),
+                  onnx=_onnx_unsqueeze_concat(
+                      [[_normalize_axis(axis, ndim)]] * len(ctx.in_shapes),
+                      axis))
+
+
+def _onnx_unsqueeze_concat(unsqueezed, axis):
+    """A converter: each input ``i`` unsqueezed at ``unsqueezed[i]``
+    (none if empty), then all concatenated along ``axis``."""
+    def convert(b, ins, outs):
+        xs = [b.op('Unsqueeze', [x, b.int64s(axes)])[0] if axes else x
+              for x, axes in zip(ins, unsqueezed)]
+        b.op('Concat', xs, outs, axis=axis)
+    return convert
 
 
 # The axis hstack, vstack and dstack join along, and the least number of
@@ -295,8 +463,18 @@ def lower_hvdstack(node, ctx):
     if isinstance(node, hstack.Hstack) and len(ctx.in_shapes[0]) <= 1:
         axis, least = 0, 1
     sizes = [s[axis] if len(s) >= least else 1 for s in ctx.in_shapes]
+    # ``atleast_1d``, ``_2d`` or ``_3d``, by the number of dimensions.
+    promote = _STACK_PROMOTIONS[least]
     return Kernel(lambda *xs: fn(xs),
-                  grad=_split_grad(ctx, axis, sizes))
+                  grad=_split_grad(ctx, axis, sizes),
+                  onnx=_onnx_unsqueeze_concat(
+                      [promote[len(s)] if len(s) < least else []
+                       for s in ctx.in_shapes], axis))
+
+
+# The axes ``numpy.atleast_{1,2,3}d`` insert in an array of 0, 1 or 2
+# dimensions.
+_STACK_PROMOTIONS = {1: [[0]], 2: [[0, 1], [0]], 3: [[0, 1, 2], [0, 2], [2]]}
 
 
 def _split_points(node, size):
@@ -327,11 +505,21 @@ def lower_split_axis(node, ctx):
     points = _split_points(node, shape[axis])
     indexes = [_axis_index(axis, len(shape), slice(start, stop))
                for start, stop in zip(points, points[1:])]
+    sizes = [s[axis] for s in ctx.out_shapes]
     grad = None  # pieces that overlap: Chainer's backward fails
-    if sum(s[axis] for s in ctx.out_shapes) == shape[axis]:
+    if sum(sizes) == shape[axis]:
         grad = _join_grad(ctx, ctx.xp.concatenate, axis)
+
+    def to_onnx(b, ins, outs):
+        if sum(sizes) == shape[axis] and len(sizes) > 1 and all(sizes):
+            b.op('Split', ins + [b.int64s(sizes)], outs, axis=axis)
+            return
+        # Empty or overlapping pieces: one slice each.
+        for start, stop, y in zip(points, points[1:], outs):
+            b.op('Slice', ins + [b.int64s([v]) for v in (start, stop, axis)],
+                 [y])
     return Kernel(lambda x: tuple(x[index] for index in indexes),
-                  {'axis': node.axis}, multi=True, grad=grad)
+                  {'axis': node.axis}, multi=True, grad=grad, onnx=to_onnx)
 
 
 @lowering(separate.Separate)
@@ -339,9 +527,13 @@ def lower_separate(node, ctx):
     shape = ctx.in_shapes[0]
     axis = _normalize_axis(node.axis, len(shape))
     indexes = [_axis_index(axis, len(shape), i) for i in range(shape[axis])]
+
+    def to_onnx(b, ins, outs):
+        for i, y in enumerate(outs):
+            b.op('Gather', ins + [b.int64s(i)], [y], axis=axis)
     return Kernel(lambda x: tuple(x[index] for index in indexes),
                   {'axis': node.axis}, multi=True,
-                  grad=_join_grad(ctx, ctx.xp.stack, axis))
+                  grad=_join_grad(ctx, ctx.xp.stack, axis), onnx=to_onnx)
 
 
 # --- repetition and padding --------------------------------------------------
@@ -361,8 +553,16 @@ def lower_tile(node, ctx):
     def grad(xs, ys, gys, wanted):
         gx = gys[0].reshape(split).sum(axis=reps_axes)
         return gx.reshape(in_shape),
+
+    def to_onnx(b, ins, outs):
+        # ONNX Tile takes one repetition per axis of ``x``.
+        x = ins
+        if ndim > len(in_shape):
+            x = b.op('Unsqueeze', x + [b.int64s(
+                range(ndim - len(in_shape)))])
+        b.op('Tile', x + [b.int64s(padded_reps)], outs)
     return Kernel(lambda x: xp_tile(x, reps), {'reps': reps},
-                  grad=grad_rule(ctx, grad))
+                  grad=grad_rule(ctx, grad), onnx=to_onnx)
 
 
 @lowering(repeat.Repeat)
@@ -372,9 +572,19 @@ def lower_repeat(node, ctx):
     if len(repeats) == 1:
         repeats = repeats[0]
     axis = node.axis
+    shape = ctx.in_shapes[0]
+    # The indexes of ``x`` (flattened if ``axis`` is None) taken in turn.
+    taken = numpy.repeat(numpy.arange(
+        utils.size_of_shape(shape) if axis is None else shape[axis]),
+        repeats).astype(numpy.int64)
+
+    def to_onnx(b, ins, outs):
+        x = ins if axis is not None else b.op(
+            'Reshape', ins + [b.int64s([-1])])
+        b.op('Gather', x + [b.constant(taken)], outs, axis=axis or 0)
     return Kernel(lambda x: xp_repeat(x, repeats, axis),
                   {'repeats': node.repeats, 'axis': axis},
-                  grad=grad_rule(ctx, _repeat_grad(node, ctx)))
+                  grad=grad_rule(ctx, _repeat_grad(node, ctx)), onnx=to_onnx)
 
 
 def _repeat_grad(node, ctx):
@@ -430,8 +640,13 @@ def lower_pad(node, ctx):
         y = xp.full(shape, value, dtype)
         y[inner] = x
         return y
+
+    def to_onnx(b, ins, outs):
+        pads = [int(w) for w in widths[:, 0]] + [int(w) for w in widths[:, 1]]
+        b.op('Pad', ins + [b.int64s(pads), onnx_scalar(b, value, dtype)],
+             outs, mode='constant')
     return Kernel(fn, {'mode': 'constant', 'value': value},
-                  grad=_grad_of_each(lambda gy: gy[inner]))
+                  grad=_grad_of_each(lambda gy: gy[inner]), onnx=to_onnx)
 
 
 # --- element types and devices -----------------------------------------------
@@ -445,7 +660,8 @@ def lower_cast(node, ctx):
     else:  # Cast.backward: no gradient to a non-float input
         grad = GradRule(lambda xs, ys, gys, wanted: (None,))
     return Kernel(lambda x: x.astype(dtype, copy=False), {'dtype': dtype},
-                  grad=grad)
+                  grad=grad, onnx=lambda b, ins, outs: b.op(
+                      'Cast', ins, outs, to=onnx_dtype(dtype)))
 
 
 @lowering(copy.Copy)
@@ -453,7 +669,8 @@ def lower_copy(node, ctx):
     if node._in_device != node.out_device:
         return None
     return Kernel(node.out_device.send,
-                  grad=_grad_of_each(node._in_device.send))
+                  grad=_grad_of_each(node._in_device.send),
+                  onnx=onnx_op('Identity'))
 
 
 # --- pixel shuffles ----------------------------------------------------------
@@ -477,7 +694,8 @@ def lower_space2depth(node, ctx):
     shape = ctx.out_shapes[0]
     return Kernel(
         lambda x: x.reshape(split).transpose(0, 3, 5, 1, 2, 4).reshape(shape),
-        {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 5, 1, 2, 4)))
+        {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 5, 1, 2, 4)),
+        onnx=onnx_op('SpaceToDepth', blocksize=r))
 
 
 @lowering(depth2space.Depth2Space)
@@ -489,4 +707,5 @@ def lower_depth2space(node, ctx):
     shape = ctx.out_shapes[0]
     return Kernel(
         lambda x: x.reshape(split).transpose(0, 3, 4, 1, 5, 2).reshape(shape),
-        {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 4, 1, 5, 2)))
+        {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 4, 1, 5, 2)),
+        onnx=onnx_op('DepthToSpace', blocksize=r, mode='DCR'))

@@ -43,11 +43,20 @@ def lower_linear(node, ctx):
         gb = gy.sum(axis=0) if wanted[2] else None
         return gx, gW, gb
 
-    def to_onnx(b, ins, outs):
-        # Gemm computes x W^T + b for a 2-D x, as LinearFunction does.
-        b.op('Gemm', ins, outs, transB=1)
     return Kernel(linear_fn, grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=to_onnx)
+                  onnx=_linear_to_onnx)
+
+
+def _linear_to_onnx(b, ins, outs):
+    """Gemm computes ``x W^T (+ b)`` for a 2-D ``x``, as LinearFunction
+    does (its type check wants a 2-D ``x``: ``F.linear`` reshapes to it
+    for ``n_batch_axes`` and higher ranks, and that reshape is recorded as
+    a node of its own); the bias is Gemm's optional ``C``."""
+    if len(b.in_shapes[0]) != 2:
+        raise _export_error('LinearFunction of a %d-D input cannot be '
+                            'exported; reshape it to 2-D first'
+                            % len(b.in_shapes[0]))
+    b.op('Gemm', ins, outs, transB=1)
 
 
 def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
@@ -178,7 +187,8 @@ def lower_convolution_2d(node, ctx):
 
     return Kernel(grouped if groups > 1 else dense,
                   attrs=_conv_attrs(node, cover_all=node.cover_all),
-                  grad=GradRule(grad, inputs=(0, 1)))
+                  grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=_conv_to_onnx(node))
 
 
 @lowering(deconvolution_2d.Deconvolution2DFunction)
@@ -242,7 +252,8 @@ def lower_deconvolution_2d(node, ctx):
         return gx, gW, gb
 
     return Kernel(deconv, attrs=_conv_attrs(node, outsize=(out_h, out_w)),
-                  grad=GradRule(grad, inputs=(0, 1)))
+                  grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=_deconv_to_onnx(node))
 
 
 @lowering(embed_id.EmbedIDFunction)
@@ -277,10 +288,88 @@ def lower_embed_id(node, ctx):
         return None, gW
 
     if ignore_label is None:
-        return Kernel(lambda x, W: W[x], grad=GradRule(grad, inputs=(0,)))
+        return Kernel(lambda x, W: W[x], grad=GradRule(grad, inputs=(0,)),
+                      onnx=_embed_to_onnx(None))
 
     def embed(x, W):
         mask = x == ignore_label
         return xp.where(mask[..., None], 0, W[xp.where(mask, 0, x)])
     return Kernel(embed, attrs={'ignore_label': ignore_label},
-                  grad=GradRule(grad, inputs=(0,)))
+                  grad=GradRule(grad, inputs=(0,)),
+                  onnx=_embed_to_onnx(ignore_label))
+
+
+def _export_error(message):
+    from chainerjit.onnx_export import ExportError
+    return ExportError(message)
+
+
+def _conv_to_onnx(node):
+    """Conv. With ``cover_all`` Chainer's im2col pads the bottom and the
+    right by ``stride - 1`` more zeros (which only matters where it adds
+    an output row or column): asymmetric ``pads`` say the same."""
+    strides, dilations = [node.sy, node.sx], [node.dy, node.dx]
+    pads = [node.ph, node.pw, node.ph, node.pw]
+    if node.cover_all:
+        pads[2] += node.sy - 1
+        pads[3] += node.sx - 1
+    groups = node.groups
+
+    def convert(b, ins, outs):
+        kernel = list(b.in_shapes[1][2:])
+        for i in range(2):
+            size = b.in_shapes[0][2 + i] + pads[i] + pads[i + 2]
+            extent = (kernel[i] - 1) * dilations[i] + 1
+            if (size - extent) // strides[i] + 1 != b.out_shapes[0][2 + i]:
+                raise _export_error(
+                    'Convolution2DFunction: unexpected output size %s'
+                    % (b.out_shapes[0],))
+        b.op('Conv', ins, outs, kernel_shape=kernel, strides=strides,
+             pads=pads, dilations=dilations, group=groups)
+    return convert
+
+
+def _deconv_to_onnx(node):
+    """ConvTranspose with explicit pads: Chainer's col2im crops the full
+    transposed convolution at ``pad`` to ``outsize``; where ``outsize``
+    reaches past the full result's end the rest is zeros, which is
+    ConvTranspose's ``output_padding``."""
+    strides, dilations = [node.sy, node.sx], [node.dy, node.dx]
+    begin = [node.ph, node.pw]
+    groups = node.groups
+
+    def convert(b, ins, outs):
+        kernel = list(b.in_shapes[1][2:])
+        end, output_padding = [], []
+        for i in range(2):
+            full = (strides[i] * (b.in_shapes[0][2 + i] - 1)
+                    + (kernel[i] - 1) * dilations[i] + 1)
+            rest = full - begin[i] - b.out_shapes[0][2 + i]
+            end.append(max(rest, 0))
+            output_padding.append(max(-rest, 0))
+        attrs = {}
+        if any(output_padding):
+            attrs['output_padding'] = output_padding
+        b.op('ConvTranspose', ins, outs, kernel_shape=kernel,
+             strides=strides, pads=begin + end, dilations=dilations,
+             group=groups, **attrs)
+    return convert
+
+
+def _embed_to_onnx(ignore_label):
+    """Gather of rows; ids equal to ``ignore_label`` give zero rows (they
+    gather row 0, then Where replaces it)."""
+    def convert(b, ins, outs):
+        x, W = ins
+        if ignore_label is None:
+            b.op('Gather', [W, x], outs, axis=0)
+            return
+        mask, = b.op('Equal', [x, b.constant(
+            numpy.asarray(ignore_label, dtype=b.in_dtypes[0]))])
+        zero_id = b.constant(numpy.zeros((), dtype=b.in_dtypes[0]))
+        ids, = b.op('Where', [mask, zero_id, x])
+        rows, = b.op('Gather', [W, ids], axis=0)
+        row_mask, = b.op('Unsqueeze', [mask, b.int64s([-1])])
+        zero = b.constant(numpy.zeros((), dtype=b.in_dtypes[1]))
+        b.op('Where', [row_mask, zero, rows], outs)
+    return convert

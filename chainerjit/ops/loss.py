@@ -38,7 +38,8 @@ def lower_mean_squared_error(node, ctx):
             * diff.dtype.type(2. / diff.size))
         return (gx0 if wanted[0] else None,
                 utils.force_array(-gx0) if wanted[1] else None)
-    return Kernel(mse, grad=GradRule(grad, inputs=(0, 1)))
+    return Kernel(mse, grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=_mse_to_onnx)
 
 
 @lowering(mean_absolute_error.MeanAbsoluteError)
@@ -70,7 +71,8 @@ def lower_mean_absolute_error(node, ctx):
         gx0 = utils.force_array(coeff * xp.sign(diff))
         return (gx0 if wanted[0] else None,
                 utils.force_array(-gx0) if wanted[1] else None)
-    return Kernel(mae, grad=GradRule(grad, inputs=(0, 1)))
+    return Kernel(mae, grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=_mae_to_onnx(dtype))
 
 
 @lowering(sigmoid_cross_entropy.SigmoidCrossEntropy)
@@ -112,7 +114,8 @@ def lower_sigmoid_cross_entropy(node, ctx):
         return utils.force_array(gx.astype(y.dtype)), None
     return Kernel(sigmoid_ce, attrs={'normalize': normalize,
                                      'reduce': reduce},
-                  grad=GradRule(grad, inputs=(0, 1)))
+                  grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=_sigmoid_ce_to_onnx(ignore_label, normalize, reduce))
 
 
 @lowering(softmax_cross_entropy.SoftmaxCrossEntropy)
@@ -125,9 +128,11 @@ def lower_softmax_cross_entropy(node, ctx):
     grad = GradRule(_softmax_ce_grad(node, ctx), inputs=(0, 1))
     if ctx.in_dtypes[1].kind == 'f':
         attrs['soft_target_loss'] = node.soft_target_loss
-        return Kernel(_soft_target_ce(node, ctx), attrs=attrs, grad=grad)
+        return Kernel(_soft_target_ce(node, ctx), attrs=attrs, grad=grad,
+                      onnx=_soft_target_ce_to_onnx(node))
     attrs.update(normalize=node.normalize, ignore_label=node.ignore_label)
-    return Kernel(_label_ce(node, ctx), attrs=attrs, grad=grad)
+    return Kernel(_label_ce(node, ctx), attrs=attrs, grad=grad,
+                  onnx=_label_ce_to_onnx(node))
 
 
 def _softmax_ce_grad(node, ctx):
@@ -229,3 +234,155 @@ def _soft_target_ce(node, ctx):
             return ret
         return (ret.sum(keepdims=True) * coeff).reshape(())
     return soft_target_ce
+
+
+# ONNX converters. The losses Chainer averages are 0-d outputs; counts
+# that depend on the batch size are read from the input's shape when the
+# batch is dynamic.
+
+def _cast(b, name, to_dtype, outs=None):
+    import onnx.helper
+
+    to = onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(to_dtype))
+    return b.op('Cast', [name], outs, to=to)[0]
+
+
+def _scalar(b, value, dtype):
+    return b.constant(numpy.asarray(value, dtype=dtype))
+
+
+def _element_count(b, x, static_count, dtype):
+    """The number of elements of ``x`` (``static_count`` when the batch
+    is static), as a 0-d ``dtype`` tensor."""
+    if not b.dynamic_batch:
+        return _scalar(b, static_count, dtype)
+    return _cast(b, b.op('Size', [x])[0], dtype)
+
+
+def _batch_count(b, x, dtype):
+    """``max(1, len(x))`` as a 0-d ``dtype`` tensor."""
+    if not b.dynamic_batch:
+        return _scalar(b, max(1, b.in_shapes[0][0]), dtype)
+    n, = b.op('Shape', [x], start=0, end=1)
+    n, = b.op('Squeeze', [n, b.int64s([0])])
+    return b.op('Max', [_cast(b, n, dtype), _scalar(b, 1, dtype)])[0]
+
+
+def _valid_count(b, t, ignore_label, dtype):
+    """``max(1, (t != ignore_label).sum())`` as a 0-d ``dtype`` tensor,
+    and the mask ``t != ignore_label`` in ``dtype``."""
+    ignored, = b.op('Equal', [t, _scalar(b, ignore_label, b.in_dtypes[1])])
+    mask = _cast(b, b.op('Not', [ignored])[0], dtype)
+    count, = b.op('ReduceSum', [mask], keepdims=0)
+    return b.op('Max', [count, _scalar(b, 1, dtype)])[0], mask
+
+
+def _mse_to_onnx(b, ins, outs):
+    """``sum((x0 - x1) ** 2) / size``."""
+    diff, = b.op('Sub', ins)
+    total, = b.op('ReduceSumSquare', [diff], keepdims=0)
+    size = int(numpy.prod(b.in_shapes[0]))
+    b.op('Div', [total, _element_count(b, diff, size, b.out_dtypes[0])],
+         outs)
+
+
+def _mae_to_onnx(dtype):
+    """``sum(|x0 - x1|) / size``, accumulated in ``dtype`` (float32 for
+    float16 inputs), as Chainer does."""
+    def convert(b, ins, outs):
+        diff, = b.op('Sub', ins)
+        if b.in_dtypes[0] != dtype:
+            diff = _cast(b, diff, dtype)
+        total, = b.op('ReduceL1', [diff], keepdims=0)
+        size = _element_count(b, diff, int(numpy.prod(b.in_shapes[0])),
+                              dtype)
+        if b.out_dtypes[0] == dtype:
+            b.op('Div', [total, size], outs)
+        else:
+            _cast(b, b.op('Div', [total, size])[0], b.out_dtypes[0], outs)
+    return convert
+
+
+def _sigmoid_ce_to_onnx(ignore_label, normalize, reduce):
+    """Chainer's formula: ``-(mask * (x * (t - (x >= 0))
+    - log(1 + exp(-|x|))))``, then the mean over the valid labels
+    (``normalize``) or over the batch."""
+    def convert(b, ins, outs):
+        x, t = ins
+        dtype = b.in_dtypes[0]
+        count, mask = _valid_count(b, t, ignore_label, dtype)
+        positive = _cast(b, b.op('GreaterOrEqual', [
+            x, _scalar(b, 0, dtype)])[0], dtype)
+        shift, = b.op('Sub', [_cast(b, t, dtype), positive])
+        linear, = b.op('Mul', [x, shift])
+        # (onnxruntime's Softplus takes float32 only.)
+        soft, = b.op('Exp', b.op('Neg', b.op('Abs', [x])))
+        soft, = b.op('Log', b.op('Add', [soft, _scalar(b, 1, dtype)]))
+        loss, = b.op('Mul', [mask] + b.op('Sub', [linear, soft]))
+        if reduce != 'mean':
+            b.op('Neg', [loss], outs)
+            return
+        if not normalize:
+            count = _batch_count(b, x, dtype)
+        total, = b.op('Neg', b.op('ReduceSum', [loss], keepdims=0))
+        b.op('Div', [total, count], outs)
+    return convert
+
+
+def _label_ce_to_onnx(node):
+    """SoftmaxCrossEntropyLoss (``reduction='none'``: ignored labels give
+    0; a recorded batch of no rows gives zeros), then for
+    ``reduce='mean'`` the sum divided by the number of valid labels
+    (``normalize``; at least 1, where ONNX's ``'mean'`` would divide by
+    0) or by the batch size."""
+    ignore_label, normalize = node.ignore_label, node.normalize
+    reduce = node.reduce
+
+    def convert(b, ins, outs):
+        x, t = ins
+        dtype = b.in_dtypes[0]
+        if not b.dynamic_batch and 0 in b.in_shapes[0]:
+            # onnxruntime's SoftmaxCrossEntropyLoss fails on no rows.
+            b.op('Identity', [b.constant(numpy.zeros(
+                b.out_shapes[0], dtype=b.out_dtypes[0]))], outs)
+            return
+        attrs = dict(reduction='none', ignore_index=int(ignore_label))
+        if reduce != 'mean':
+            b.op('SoftmaxCrossEntropyLoss', ins, outs, **attrs)
+            return
+        loss, = b.op('SoftmaxCrossEntropyLoss', ins, **attrs)
+        if normalize:
+            count, _ = _valid_count(b, t, ignore_label, dtype)
+        else:
+            count = _batch_count(b, x, dtype)
+        total, = b.op('ReduceSum', [loss], keepdims=0)
+        b.op('Div', [total, count], outs)
+    return convert
+
+
+def _soft_target_ce_to_onnx(node):
+    """Cross entropy ``-sum(t * log_softmax(x), axis=1)`` or KL divergence
+    ``sum(t * (log(t + eps) - log_softmax(x)), axis=1)``, then for
+    ``reduce='mean'`` the mean over the other axes."""
+    kl, eps = node.soft_target_loss == 'kl-divergence', node.eps
+    reduce = node.reduce
+
+    def convert(b, ins, outs):
+        x, t = ins
+        dtype = b.in_dtypes[0]
+        log_y, = b.op('LogSoftmax', [x], axis=1)
+        if kl:
+            log_t, = b.op('Log', b.op('Add', [t, _scalar(b, eps, dtype)]))
+            terms, = b.op('Mul', [t] + b.op('Sub', [log_t, log_y]))
+        else:
+            terms, = b.op('Neg', b.op('Mul', [t, log_y]))
+        axes = b.int64s([1])
+        if reduce != 'mean':
+            b.op('ReduceSum', [terms, axes], outs, keepdims=0)
+            return
+        ret, = b.op('ReduceSum', [terms, axes], keepdims=0)
+        shape = b.in_shapes[0]
+        count = _element_count(
+            b, ret, int(numpy.prod(shape)) // shape[1], dtype)
+        b.op('Div', b.op('ReduceSum', [ret], keepdims=0) + [count], outs)
+    return convert

@@ -41,6 +41,7 @@ import numpy
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops import onnx_op
 
 
 def grad_rule(ctx, fn, inputs=(), outputs=()):
@@ -56,51 +57,110 @@ def grad_rule(ctx, fn, inputs=(), outputs=()):
     return GradRule(forced, inputs, outputs)
 
 
-# f(x): an operator, or the name of an array-module function.
+def onnx_scalar(b, value, dtype):
+    """An ONNX initializer holding ``value`` as a 0-d array of
+    ``dtype``."""
+    return b.constant(numpy.asarray(value, dtype))
+
+
+def onnx_dtype(dtype):
+    """The ONNX element type of a NumPy dtype."""
+    import onnx.helper
+    return onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(dtype))
+
+
+def onnx_swap_last(b, x, ndim):
+    """``x`` with its last two axes swapped (ONNX ``Transpose``)."""
+    perm = list(range(ndim))
+    perm[-2:] = perm[-1], perm[-2]
+    return b.op('Transpose', [x], perm=perm)[0]
+
+
+def _onnx_then(op_type, then, value):
+    """An ONNX converter: ``then(op_type(x), value)`` (``then`` an ONNX
+    binary op, ``value`` a constant of the input's dtype)."""
+    def convert(b, ins, outs):
+        c = onnx_scalar(b, value, b.in_dtypes[0])
+        b.op(then, b.op(op_type, ins) + [c], outs)
+    return convert
+
+
+def _onnx_before(then, value, op_type):
+    """An ONNX converter: ``op_type(then(x, value))``."""
+    def convert(b, ins, outs):
+        c = onnx_scalar(b, value, b.in_dtypes[0])
+        b.op(op_type, b.op(then, [ins[0], c]), outs)
+    return convert
+
+
+def _onnx_arctan2(b, ins, outs):
+    """``atan(x0 / x1)``, moved by pi (towards the sign of ``x0``) where
+    ``x1 < 0``. Signed zeros aside, this is ``arctan2`` (but ``x0 = x1 =
+    0`` gives NaN, NumPy 0)."""
+    x0, x1 = ins
+    dtype = b.out_dtypes[0]
+    zero = onnx_scalar(b, 0, dtype)
+    atan, = b.op('Atan', b.op('Div', [x0, x1]))
+    shift = b.op('Where', b.op('Less', [x0, zero]) + [
+        onnx_scalar(b, -math.pi, dtype), onnx_scalar(b, math.pi, dtype)])
+    b.op('Where', b.op('Less', [x1, zero]) + b.op(
+        'Add', [atan] + shift) + [atan], outs)
+
+
+# f(x): an operator, or the name of an array-module function; and the ONNX
+# op type (or converter) computing it.
 _UNARY = {
-    basic_math.Neg: operator.neg,
-    basic_math.Absolute: abs,
-    exponential.Exp: 'exp',
-    exponential.Log: 'log',
-    exponential.Log2: 'log2',
-    exponential.Log10: 'log10',
-    exponential_m1.Expm1: 'expm1',
-    logarithm_1p.Log1p: 'log1p',
-    sqrt.Sqrt: 'sqrt',
-    square.Square: 'square',
-    trigonometric.Sin: 'sin',
-    trigonometric.Cos: 'cos',
-    trigonometric.Tan: 'tan',
-    trigonometric.Arcsin: 'arcsin',
-    trigonometric.Arccos: 'arccos',
-    trigonometric.Arctan: 'arctan',
-    hyperbolic.Sinh: 'sinh',
-    hyperbolic.Cosh: 'cosh',
-    arctanh.Arctanh: 'arctanh',
+    basic_math.Neg: (operator.neg, 'Neg'),
+    basic_math.Absolute: (abs, 'Abs'),
+    exponential.Exp: ('exp', 'Exp'),
+    exponential.Log: ('log', 'Log'),
+    exponential.Log2: ('log2', _onnx_then('Log', 'Mul', 1 / math.log(2))),
+    exponential.Log10: (
+        'log10', _onnx_then('Log', 'Mul', 1 / math.log(10))),
+    exponential_m1.Expm1: ('expm1', _onnx_then('Exp', 'Sub', 1)),
+    logarithm_1p.Log1p: ('log1p', _onnx_before('Add', 1, 'Log')),
+    sqrt.Sqrt: ('sqrt', 'Sqrt'),
+    square.Square: ('square', lambda b, ins, outs: b.op(
+        'Mul', ins * 2, outs)),
+    trigonometric.Sin: ('sin', 'Sin'),
+    trigonometric.Cos: ('cos', 'Cos'),
+    trigonometric.Tan: ('tan', 'Tan'),
+    trigonometric.Arcsin: ('arcsin', 'Asin'),
+    trigonometric.Arccos: ('arccos', 'Acos'),
+    trigonometric.Arctan: ('arctan', 'Atan'),
+    hyperbolic.Sinh: ('sinh', 'Sinh'),
+    hyperbolic.Cosh: ('cosh', 'Cosh'),
+    arctanh.Arctanh: ('arctanh', 'Atanh'),
 }
 
-# f(x0, x1), broadcasting.
+# f(x0, x1), broadcasting, and its ONNX op type (or converter).
 _BINARY = {
-    basic_math.Add: operator.add,
-    basic_math.Sub: operator.sub,
-    basic_math.Mul: operator.mul,
-    basic_math.Div: operator.truediv,
-    basic_math.PowVarVar: operator.pow,
-    maximum.Maximum: 'maximum',
-    minimum.Minimum: 'minimum',
-    trigonometric.Arctan2: 'arctan2',
-    fmod.Fmod: 'fmod',
+    basic_math.Add: (operator.add, 'Add'),
+    basic_math.Sub: (operator.sub, 'Sub'),
+    basic_math.Mul: (operator.mul, 'Mul'),
+    basic_math.Div: (operator.truediv, 'Div'),
+    basic_math.PowVarVar: (operator.pow, 'Pow'),
+    maximum.Maximum: ('maximum', 'Max'),
+    minimum.Minimum: ('minimum', 'Min'),
+    trigonometric.Arctan2: ('arctan2', _onnx_arctan2),
+    fmod.Fmod: ('fmod', onnx_op('Mod', fmod=1)),
 }
 
-# f(x, value), ``value`` cast to the dtype of ``x`` as Chainer does.
+# f(x, value), ``value`` cast to the dtype of ``x`` as Chainer does; the
+# ONNX op type and whether ``value`` is its first operand.
 _WITH_CONSTANT = {
-    basic_math.AddConstant: lambda x, value: x + value,
-    basic_math.SubFromConstant: lambda x, value: value - x,
-    basic_math.MulConstant: lambda x, value: value * x,
-    basic_math.DivFromConstant: lambda x, value: value / x,
-    basic_math.PowVarConst: lambda x, value: x ** value,
-    basic_math.PowConstVar: lambda x, value: value ** x,
+    basic_math.AddConstant: (lambda x, value: x + value, 'Add', False),
+    basic_math.SubFromConstant: (lambda x, value: value - x, 'Sub', True),
+    basic_math.MulConstant: (lambda x, value: value * x, 'Mul', False),
+    basic_math.DivFromConstant: (lambda x, value: value / x, 'Div', True),
+    basic_math.PowVarConst: (lambda x, value: x ** value, 'Pow', False),
+    basic_math.PowConstVar: (lambda x, value: value ** x, 'Pow', True),
 }
+
+
+def _onnx(spec):
+    """A converter from an ONNX op type or a converter."""
+    return onnx_op(spec) if isinstance(spec, str) else spec
 
 
 def _resolve(fn, xp):
@@ -163,10 +223,11 @@ def _unary_grad(cls, ctx):
 
 @lowering(*_UNARY)
 def lower_unary(node, ctx):
-    fn = _resolve(_UNARY[type(node)], ctx.xp)
+    fn, onnx = _UNARY[type(node)]
+    fn = _resolve(fn, ctx.xp)
     dtype = ctx.out_dtypes[0]
     return Kernel(lambda x: utils.force_array(fn(x), dtype),
-                  grad=_unary_grad(type(node), ctx))
+                  grad=_unary_grad(type(node), ctx), onnx=_onnx(onnx))
 
 
 @lowering(sqrt.RsqrtGPU)
@@ -175,7 +236,9 @@ def lower_rsqrt_gpu(node, ctx):
     rsqrt = cuda.cupyx.rsqrt
     dtype = ctx.in_dtypes[0]
     return Kernel(lambda x: utils.force_array(rsqrt(x, dtype=dtype)),
-                  grad=_unary_grad(sqrt.RsqrtGPU, ctx))
+                  grad=_unary_grad(sqrt.RsqrtGPU, ctx),
+                  onnx=lambda b, ins, outs: b.op(
+                      'Reciprocal', b.op('Sqrt', ins), outs))
 
 
 # The backward of each _BINARY op before ``sum_to`` the input shapes:
@@ -228,7 +291,8 @@ def _sum_to_inputs(ctx, gx0_of, gx1_of):
 
 @lowering(*_BINARY)
 def lower_binary(node, ctx):
-    fn = _resolve(_BINARY[type(node)], ctx.xp)
+    fn, onnx = _BINARY[type(node)]
+    fn = _resolve(fn, ctx.xp)
     dtype = ctx.out_dtypes[0]
     reads_x, reads_y = _BINARY_GRAD[type(node)][:2]
     grad = None
@@ -239,7 +303,7 @@ def lower_binary(node, ctx):
                          inputs=(0, 1) if reads_x else (),
                          outputs=(0,) if reads_y else ())
     return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
-                  grad=grad)
+                  grad=grad, onnx=_onnx(onnx))
 
 
 # The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
@@ -261,7 +325,7 @@ _WITH_CONSTANT_GRAD = {
 def lower_with_constant(node, ctx):
     if not numpy.isscalar(node.value):
         return None
-    fn = _WITH_CONSTANT[type(node)]
+    fn, op_type, first = _WITH_CONSTANT[type(node)]
     value = ctx.in_dtypes[0].type(node.value)
     dtype = ctx.out_dtypes[0]
     uses, formula = _WITH_CONSTANT_GRAD[type(node)]
@@ -269,11 +333,16 @@ def lower_with_constant(node, ctx):
     def grad(xs, ys, gys, wanted):
         v = xs[0] if uses == 'x' else ys[0]
         return formula(v, gys[0], value),
+
+    def to_onnx(b, ins, outs):
+        c = b.constant(numpy.asarray(value))
+        b.op(op_type, [c] + ins if first else ins + [c], outs)
     return Kernel(lambda x: utils.force_array(fn(x, value), dtype),
                   {'value': _attr_value(node.value)},
                   grad=grad_rule(ctx, grad,
                                  inputs=(0,) if uses == 'x' else (),
-                                 outputs=(0,) if uses == 'y' else ()))
+                                 outputs=(0,) if uses == 'y' else ()),
+                  onnx=to_onnx)
 
 
 def _sum_to_each(ctx):
@@ -291,7 +360,8 @@ def _sum_to_each(ctx):
 @lowering(basic_math.MultiAdd)
 def lower_multi_add(node, ctx):
     if len(ctx.in_shapes) == 1:
-        return Kernel(lambda x: x, grad=_sum_to_each(ctx))
+        return Kernel(lambda x: x, grad=_sum_to_each(ctx),
+                      onnx=onnx_op('Identity'))
     # MultiAdd.forward adds a later input in place when it has the shape
     # of the running sum: the shapes tell which ones.
     shape = numpy.broadcast_shapes(*ctx.in_shapes[:2])
@@ -308,7 +378,8 @@ def lower_multi_add(node, ctx):
             else:
                 y = x + y
         return utils.force_array(y)
-    return Kernel(fn, {'n': len(ctx.in_shapes)}, grad=_sum_to_each(ctx))
+    return Kernel(fn, {'n': len(ctx.in_shapes)}, grad=_sum_to_each(ctx),
+                  onnx=onnx_op('Sum'))
 
 
 @lowering(squared_error.SquaredError)
@@ -324,7 +395,11 @@ def lower_squared_error(node, ctx):
         gy, = gys
         gx = gy * _c(gy, 2) * (x0 - x1)
         return gx if wanted[0] else None, -gx if wanted[1] else None
-    return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0, 1)))
+
+    def to_onnx(b, ins, outs):
+        b.op('Mul', b.op('Sub', ins) * 2, outs)
+    return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0, 1)),
+                  onnx=to_onnx)
 
 
 @lowering(linear_interpolate.LinearInterpolate)
@@ -339,8 +414,14 @@ def lower_linear_interpolate(node, ctx):
         return ((x - y) * gz if wanted[0] else None,
                 pg if wanted[1] else None,
                 gz - pg if wanted[2] else None)
+
+    def to_onnx(b, ins, outs):
+        p, x, y = ins
+        q = b.op('Sub', [b.constant(numpy.asarray(one)), p])
+        b.op('Add', b.op('Mul', [p, x]) + b.op('Mul', q + [y]), outs)
     return Kernel(lambda p, x, y: utils.force_array(p * x + (one - p) * y),
-                  grad=grad_rule(ctx, grad, inputs=(0, 1, 2)))
+                  grad=grad_rule(ctx, grad, inputs=(0, 1, 2)),
+                  onnx=to_onnx)
 
 
 @lowering(identity.Identity)
@@ -348,7 +429,12 @@ def lower_identity(node, ctx):
     def grad(xs, ys, gys, wanted):
         # As Identity.backward: the output gradients, None included.
         return tuple(g if w else None for g, w in zip(gys, wanted))
-    return Kernel(lambda *xs: xs, multi=True, grad=GradRule(grad))
+
+    def to_onnx(b, ins, outs):
+        for x, y in zip(ins, outs):
+            b.op('Identity', [x], [y])
+    return Kernel(lambda *xs: xs, multi=True, grad=GradRule(grad),
+                  onnx=to_onnx)
 
 
 @lowering(clip.Clip)
@@ -366,10 +452,15 @@ def lower_clip(node, ctx):
         if x_max is not None:
             cond = cond * (x <= x_max)
         return utils.force_array(gys[0] * cond, dtype),
+
+    def to_onnx(b, ins, outs):
+        bounds = ['' if v is None else onnx_scalar(b, v, dtype)
+                  for v in (x_min, x_max)]
+        b.op('Clip', ins + bounds, outs)
     return Kernel(
         lambda x: utils.force_array(xp_clip(x, x_min, x_max), dtype),
         {'x_min': _attr_value(x_min), 'x_max': _attr_value(x_max)},
-        grad=grad_rule(ctx, grad, inputs=(0,)))
+        grad=grad_rule(ctx, grad, inputs=(0,)), onnx=to_onnx)
 
 
 def _kept_shape(node, ctx):
@@ -403,9 +494,14 @@ def _broadcast_back(node, ctx, multiplier=None):
 @lowering(sum_.Sum)
 def lower_sum(node, ctx):
     axis, keepdims = node.axis, node.keepdims
+
+    def to_onnx(b, ins, outs):
+        # opset 13+: the axes are an input.
+        axes = [] if axis is None else [b.int64s(_onnx_axes(axis, ctx))]
+        b.op('ReduceSum', ins + axes, outs, keepdims=int(keepdims))
     return Kernel(lambda x: x.sum(axis=axis, keepdims=keepdims),
                   {'axis': axis, 'keepdims': keepdims},
-                  grad=_broadcast_back(node, ctx))
+                  grad=_broadcast_back(node, ctx), onnx=to_onnx)
 
 
 @lowering(average.Mean)
@@ -419,7 +515,23 @@ def lower_mean(node, ctx):
     if divider:  # Mean.forward divides 1.0 by it
         grad = _broadcast_back(node, ctx, 1.0 / divider)
     return Kernel(lambda x: x.mean(axis=axis, keepdims=keepdims),
-                  {'axis': axis, 'keepdims': keepdims}, grad=grad)
+                  {'axis': axis, 'keepdims': keepdims}, grad=grad,
+                  onnx=_onnx_reduce('ReduceMean', axis, keepdims, ctx))
+
+
+def _onnx_axes(axis, ctx):
+    """Reduction axes, made non-negative (onnxruntime 1.31 reduces an
+    empty array wrongly along a negative axis)."""
+    return [a % len(ctx.in_shapes[0]) for a in axis]
+
+
+def _onnx_reduce(op_type, axis, keepdims, ctx):
+    """An ONNX reduction taking its axes as an attribute (until opset 18);
+    ``axis=None`` reduces all."""
+    attrs = {'keepdims': int(keepdims)}
+    if axis is not None:
+        attrs['axes'] = _onnx_axes(axis, ctx)
+    return onnx_op(op_type, **attrs)
 
 
 @lowering(minmax.Max, minmax.Min)
@@ -440,7 +552,10 @@ def lower_max_min(node, ctx):
         return broadcast_to(gys[0].reshape(kept), shape) * cond,
     return Kernel(lambda x: fn(x, axis=axis, keepdims=keepdims),
                   {'axis': axis, 'keepdims': keepdims},
-                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)))
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
+                  onnx=_onnx_reduce('ReduceMax' if isinstance(
+                      node, minmax.Max) else 'ReduceMin', axis, keepdims,
+                      ctx))
 
 
 @lowering(minmax.ArgMax, minmax.ArgMin)
@@ -448,8 +563,15 @@ def lower_arg_max_min(node, ctx):
     xp = ctx.xp
     fn = xp.argmax if isinstance(node, minmax.ArgMax) else xp.argmin
     axis = node.axis
+    op_type = type(node).__name__
+
+    def to_onnx(b, ins, outs):
+        x = ins if axis is not None else b.op(
+            'Reshape', ins + [b.int64s([-1])])
+        b.op('Cast', b.op(op_type, x, axis=axis or 0, keepdims=0), outs,
+             to=onnx_dtype(numpy.int32))
     return Kernel(lambda x: xp.asarray(fn(x, axis=axis).astype(numpy.int32)),
-                  {'axis': axis})
+                  {'axis': axis}, onnx=to_onnx)
 
 
 @lowering(logsumexp.LogSumExp)
@@ -475,7 +597,8 @@ def lower_logsumexp(node, ctx):
         y = xp.broadcast_to(ys[0].reshape(kept), shape)
         return xp.broadcast_to(gys[0].reshape(kept), shape) * xp.exp(x - y),
     return Kernel(fn, {'axis': axis},
-                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)))
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
+                  onnx=_onnx_reduce('ReduceLogSumExp', axis, False, ctx))
 
 
 def _swap_last(trans, ndim):
@@ -504,9 +627,26 @@ def lower_matmul(node, ctx):
         if swap_b:
             b = b.swapaxes(-1, -2)
         return utils.force_array(xp_matmul(a, b), dtype)
+
+    def to_onnx(b, ins, outs):
+        ins = [x if t == dtype else b.op('Cast', [x], to=onnx_dtype(dtype))[0]
+               for x, t in zip(ins, b.in_dtypes)]
+        a, b_ = ins[::-1] if swap_inputs else ins
+        if swap_a and b_ndim == 1 or swap_b and a_ndim == 1:
+            # ``a^T v == v a`` and ``v b^T == b v``, without a Transpose
+            # (onnxruntime 1.31 fuses Transpose into a wrong MatMul with
+            # a vector).
+            b.op('MatMul', [b_, a], outs)
+            return
+        if swap_a:
+            a = onnx_swap_last(b, a, a_ndim)
+        if swap_b:
+            b_ = onnx_swap_last(b, b_, b_ndim)
+        b.op('MatMul', [a, b_], outs)
     return Kernel(fn, {'transa': node.transa, 'transb': node.transb,
                        'transc': node.transc},
-                  grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1)))
+                  grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1)),
+                  onnx=to_onnx)
 
 
 def _outer(u, v, trans, to_vector):
@@ -587,5 +727,15 @@ def lower_batch_matmul(node, ctx):
                 if wanted[0] else None,
                 bmm(a, gy, not swap_a, False, swap_b).reshape(b.shape)
                 if wanted[1] else None)
+
+    def to_onnx(b, ins, outs):
+        # Axis 0 (the batch) is copied, as 0 in the target shape.
+        a, b_ = (b.op('Reshape', [x, b.int64s((0, shape[1], -1))])[0]
+                 for x, shape in zip(ins, (a_shape, b_shape)))
+        if swap_a:
+            a = onnx_swap_last(b, a, 3)
+        if swap_b:
+            b_ = onnx_swap_last(b, b_, 3)
+        b.op('MatMul', [a, b_], outs)
     return Kernel(fn, {'transa': swap_a, 'transb': swap_b},
-                  grad=GradRule(grad, inputs=(0, 1)))
+                  grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)

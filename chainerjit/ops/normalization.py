@@ -57,7 +57,8 @@ def lower_fixed_batch_normalization(node, ctx):
         return (gx, ggamma if wanted[1] else None,
                 gbeta if wanted[2] else None, gmean, gvar)
     return Kernel(fixed_bn, attrs={'eps': eps, 'axis': axis},
-                  grad=GradRule(grad, inputs=(0, 1, 3, 4)))
+                  grad=GradRule(grad, inputs=(0, 1, 3, 4)),
+                  onnx=_fixed_bn_to_onnx(eps, axis, expander))
 
 
 @lowering(layer_normalization.LayerNormalization)
@@ -102,7 +103,8 @@ def lower_layer_normalization(node, ctx):
         g_x_2 = g_mu * (1. / n_units)
         return g_x_1 + g_x_2, g_gamma, g_beta
     return Kernel(layer_norm, attrs={'eps': eps},
-                  grad=GradRule(grad, inputs=(0, 1)))
+                  grad=GradRule(grad, inputs=(0, 1)),
+                  onnx=_layer_norm_to_onnx(eps))
 
 
 @lowering(l2_normalization.NormalizeL2)
@@ -136,7 +138,8 @@ def lower_normalize_l2(node, ctx):
         gx = gy * norm - x_gy_reduced * x
         return utils.force_array(gx / norm ** 2),
     return Kernel(normalize, attrs={'eps': node.eps, 'axis': axis},
-                  grad=GradRule(grad, inputs=(0,)))
+                  grad=GradRule(grad, inputs=(0,)),
+                  onnx=_normalize_l2_to_onnx(node.eps, axis))
 
 
 @lowering(local_response_normalization.LocalResponseNormalization)
@@ -175,4 +178,97 @@ def lower_local_response_normalization(node, ctx):
         sum_part = window_sum(y * gy / unit_scale)
         return gy * scale - 2 * alpha * beta * x * sum_part,
     return Kernel(lrn, attrs={'n': n, 'k': k, 'alpha': alpha, 'beta': beta},
-                  grad=GradRule(grad, inputs=(0,), outputs=(0,)))
+                  grad=GradRule(grad, inputs=(0,), outputs=(0,)),
+                  onnx=_lrn_to_onnx(n, k, alpha, beta))
+
+
+def _fixed_bn_to_onnx(eps, axis, expander):
+    """BatchNormalization (inference form) for the usual layout (one
+    statistic per channel, axis 1); any other ``axis`` or mixed dtypes:
+    Chainer's formula, with the statistics reshaped as ``expander``
+    does."""
+    def convert(b, ins, outs):
+        ndim = len(b.in_shapes[0])
+        if (len(set(b.in_dtypes)) == 1 and len(b.in_shapes[1]) == 1
+                and ndim >= 2
+                and tuple(axis) == (0,) + tuple(range(2, ndim))):
+            b.op('BatchNormalization', ins, outs, epsilon=eps)
+            return
+        dtype = numpy.result_type(*b.in_dtypes)
+        x, gamma, beta, mean, var = [
+            _cast(b, name, d, dtype) for name, d in zip(ins, b.in_dtypes)]
+        dims = iter(b.in_shapes[1])
+        shape = b.int64s([1 if e is None else next(dims)
+                          for e in expander])
+
+        def expand(name):
+            return b.op('Reshape', [name, shape])[0]
+        eps_plus, = b.op('Add', [var, b.constant(dtype.type(eps))])
+        inv_std, = b.op('Sqrt', b.op('Reciprocal', [eps_plus]))
+        x_hat, = b.op('Sub', [x, expand(mean)])
+        x_hat, = b.op('Mul', [x_hat, expand(inv_std)])
+        y, = b.op('Mul', [x_hat, expand(gamma)])
+        if dtype == b.out_dtypes[0]:
+            b.op('Add', [y, expand(beta)], outs)
+        else:
+            y, = b.op('Add', [y, expand(beta)])
+            _cast(b, y, dtype, b.out_dtypes[0], outs)
+    return convert
+
+
+def _cast(b, name, from_dtype, to_dtype, outs=None):
+    """``name`` cast to ``to_dtype`` (``name`` itself if it has it)."""
+    import onnx.helper
+
+    if from_dtype == to_dtype and outs is None:
+        return name
+    return b.op('Cast', [name], outs,
+                to=onnx.helper.np_dtype_to_tensor_dtype(
+                    numpy.dtype(to_dtype)))[0]
+
+
+def _layer_norm_to_onnx(eps):
+    """LayerNormalization over axis 1 of Chainer's 2-D input."""
+    def convert(b, ins, outs):
+        b.op('LayerNormalization', ins, outs, axis=-1, epsilon=eps)
+    return convert
+
+
+def _normalize_l2_to_onnx(eps, axis):
+    """``x / (ReduceL2(x) + eps)`` along ``axis``."""
+    axes = [axis] if isinstance(axis, int) else list(axis)
+
+    def convert(b, ins, outs):
+        norm, = b.op('ReduceL2', ins, axes=axes, keepdims=1)
+        norm, = b.op('Add', [norm, b.constant(b.in_dtypes[0].type(eps))])
+        b.op('Div', [ins[0], norm], outs)
+    return convert
+
+
+def _lrn_to_onnx(n, k, alpha, beta):
+    """LRN. Chainer sums ``n // 2`` channels on each side (``n + 1`` in
+    all for an even ``n``) and scales the sum by ``alpha``; ONNX's
+    ``size`` is the whole window and it scales by ``alpha / size``.
+    onnxruntime's LRN wants a 4-D input: others are reshaped to one."""
+    size = 2 * (n // 2) + 1
+
+    def convert(b, ins, outs):
+        shape = b.in_shapes[0]
+        attrs = dict(size=size, alpha=float(alpha * size),
+                     beta=float(beta), bias=float(k))
+        if len(shape) == 4:
+            b.op('LRN', ins, outs, **attrs)
+            return
+        if len(shape) < 4:
+            axes = b.int64s(range(len(shape), 4))
+            x, = b.op('Unsqueeze', [ins[0], axes])
+            y, = b.op('LRN', [x], **attrs)
+            b.op('Squeeze', [y, axes], outs)
+            return
+        # (An explicit length: -1 with a batch of 0 fails.)
+        target = [0 if b.dynamic_batch else shape[0], shape[1],
+                  int(numpy.prod(shape[2:])), 1]
+        x, = b.op('Reshape', [ins[0], b.int64s(target)])
+        y, = b.op('LRN', [x], **attrs)
+        b.op('Reshape', [y] + b.op('Shape', ins), outs)
+    return convert

@@ -64,7 +64,8 @@ def lower_max_pooling_nd(node, ctx):
             gcol = numpy.swapaxes(gcol, 2 + i, ndim + 2 + i)
         return conv_nd.col2im_nd_cpu(gcol, stride, pad, dims),
     return Kernel(max_pool, attrs=_nd_attrs(node),
-                  grad=GradRule(grad, inputs=(0,)))
+                  grad=GradRule(grad, inputs=(0,)),
+                  onnx=_max_pool_to_onnx(node))
 
 
 @lowering(average_pooling_2d.AveragePooling2D)
@@ -90,7 +91,10 @@ def lower_average_pooling_2d(node, ctx):
         return gx,
     return Kernel(average_pool, attrs={
         'ksize': (node.kh, node.kw), 'stride': (node.sy, node.sx),
-        'pad': (node.ph, node.pw)}, grad=GradRule(grad))
+        'pad': (node.ph, node.pw)}, grad=GradRule(grad),
+        onnx=_average_pool_to_onnx(
+            'AveragePooling2D', (node.kh, node.kw), (node.sy, node.sx),
+            (node.ph, node.pw), True))
 
 
 @lowering(average_pooling_nd.AveragePoolingND)
@@ -127,7 +131,8 @@ def lower_average_pooling_nd(node, ctx):
             gx /= window
             return gx,
         return Kernel(lambda x: im2col(x).mean(axis=axes), attrs=attrs,
-                      grad=GradRule(grad))
+                      grad=GradRule(grad), onnx=_average_pool_to_onnx(
+                          'AveragePoolingND', ksize, stride, pad, True))
     width = node._get_pooling_width(numpy, dims, ctx.in_dtypes[0])
 
     def grad_unpadded(xs, ys, gys, wanted):
@@ -138,4 +143,65 @@ def lower_average_pooling_nd(node, ctx):
         gy = gys[0]
         return tile_col2im(numpy.divide(gy, width, dtype=gy.dtype)),
     return Kernel(lambda x: im2col(x).sum(axis=axes) / width, attrs=attrs,
-                  grad=GradRule(grad_unpadded))
+                  grad=GradRule(grad_unpadded), onnx=_average_pool_to_onnx(
+                      'AveragePoolingND', ksize, stride, pad, False))
+
+
+def _export_error(message):
+    from chainerjit.onnx_export import ExportError
+    return ExportError(message)
+
+
+def _grown_axes(b, ksize, stride, pad):
+    """The axes where Chainer's ``cover_all`` added an output element
+    (checking that every other axis has the plain size)."""
+    grown = []
+    for i, (k, s, p) in enumerate(zip(ksize, stride, pad)):
+        d, out = b.in_shapes[0][2 + i], b.out_shapes[0][2 + i]
+        plain = (d + 2 * p - k) // s + 1
+        if out == plain + 1 and out == (d + 2 * p - k + s - 1) // s + 1:
+            grown.append(i)
+        elif out != plain:
+            raise _export_error('unexpected pooling output size %s'
+                                % (b.out_shapes[0],))
+    return grown
+
+
+def _max_pool_to_onnx(node):
+    """MaxPool (ONNX pads are ignored, as Chainer's ``-inf`` padding is).
+    Where ``cover_all`` adds an output, that is ``ceil_mode=1``, unless
+    the last window would start in the padding (onnxruntime drops it;
+    Chainer gives ``-inf``)."""
+    ksize, stride, pad = list(node.ksize), list(node.stride), list(node.pad)
+
+    def convert(b, ins, outs):
+        attrs = {}
+        grown = _grown_axes(b, ksize, stride, pad)
+        if grown:
+            attrs['ceil_mode'] = 1
+            for i, (s, p) in enumerate(zip(stride, pad)):
+                d, out = b.in_shapes[0][2 + i], b.out_shapes[0][2 + i]
+                if (out - 1) * s >= d + p:
+                    raise _export_error(
+                        'MaxPoolingND with cover_all=True: a window of '
+                        'only padding cannot be exported; use '
+                        'cover_all=False or a pad that avoids it')
+        b.op('MaxPool', ins, outs, kernel_shape=ksize, strides=stride,
+             pads=pad + pad, **attrs)
+    return convert
+
+
+def _average_pool_to_onnx(label, ksize, stride, pad, include_pad):
+    """AveragePool; Chainer divides by the whole window (padded zeros
+    counted, ``count_include_pad=1``), or for ``pad_value=None`` by the
+    elements inside the input (``count_include_pad=0``). Chainer's
+    average poolings refuse ``cover_all``."""
+    ksize, stride, pad = list(ksize), list(stride), list(pad)
+
+    def convert(b, ins, outs):
+        if _grown_axes(b, ksize, stride, pad):
+            raise _export_error('%s with cover_all=True cannot be '
+                                'exported; use cover_all=False' % label)
+        b.op('AveragePool', ins, outs, kernel_shape=ksize, strides=stride,
+             pads=pad + pad, count_include_pad=int(include_pad))
+    return convert

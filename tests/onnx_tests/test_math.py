@@ -1,0 +1,88 @@
+"""Math ops exported to ONNX and run in onnxruntime, over the cases of
+the forward op tests."""
+
+import numpy
+import pytest
+
+from tests.onnx_tests.test_activation import check_onnx
+from tests.onnx_tests.test_activation import check_shape_sets
+from tests.ops_tests import test_math as cases
+from tests.ops_tests.common import DTYPES
+from tests.ops_tests.common import make_calls
+
+
+pytest.importorskip('onnxruntime')
+F = cases.F
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('case', cases.ELEMENTWISE_CASES,
+                         ids=cases._case_id)
+def test_elementwise(rng, case, dtype):
+    op, fn, shape_sets = case[:3]
+    check_shape_sets(rng, fn, shape_sets, dtype, op,
+                     case[3] if len(case) > 3 else None, rtol=1e-5,
+                     atol=1e-5)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('op,reduce,axis,keepdims', cases.REDUCTION_CASES)
+def test_reduction(rng, op, reduce, axis, keepdims, dtype):
+    kwargs = {'keepdims': keepdims} if keepdims else {}
+    shape_sets = cases.REDUCTION_SHAPES
+    if isinstance(axis, tuple):
+        shape_sets = shape_sets[1:]
+    if op != 'Sum' and axis in (None, (0, 2)):
+        shape_sets = shape_sets[:-1]  # reduces over the empty axis
+    check_shape_sets(rng, lambda x: reduce(x, axis=axis, **kwargs),
+                     shape_sets, dtype, op)
+
+
+def test_sum_of_scalar(rng):
+    check_shape_sets(rng, lambda x: F.sum(x), [[()]], numpy.float32, 'Sum')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('op,arg', [('ArgMax', F.argmax),
+                                    ('ArgMin', F.argmin)])
+@pytest.mark.parametrize('axis', [None, 0, -1])
+def test_arg_max_min(rng, op, arg, axis, dtype):
+    check_shape_sets(rng, lambda x: arg(x, axis=axis),
+                     [[(3, 4)], [(2, 3, 5)]], dtype, op)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('a_shape,b_shape,transa,transb',
+                         cases.MATMUL_CASES)
+def test_matmul(rng, a_shape, b_shape, transa, transb, dtype):
+    check_shape_sets(
+        rng, lambda a, b: F.matmul(a, b, transa=transa, transb=transb),
+        [[a_shape, b_shape]], dtype, 'MatMul')
+
+
+def test_matmul_mixed_dtypes(rng):
+    calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
+        rng, [(3, 4), (4, 2)], numpy.float32, n=2)]
+    check_onnx(lambda a, b: F.matmul(a, b), calls, 'MatMul')
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+@pytest.mark.parametrize('a_shape,b_shape,transa,transb', [
+    ((2, 3, 4), (2, 4, 5), False, False),
+    ((2, 4, 3), (2, 5, 4), True, True),
+    ((2, 3), (2, 3), True, False),
+    ((2, 3), (2, 4), False, True),
+])
+def test_batch_matmul(rng, a_shape, b_shape, transa, transb):
+    check_shape_sets(
+        rng, lambda a, b: F.batch_matmul(a, b, transa=transa,
+                                         transb=transb),
+        [[a_shape, b_shape]], numpy.float32, 'BatchMatMul')
+
+
+@pytest.mark.filterwarnings('ignore::DeprecationWarning')
+def test_batch_matmul_with_a_dynamic_batch(rng):
+    calls = [make_calls(rng, [(n, 3, 4), (n, 4, 5)], numpy.float32, n=1)[0]
+             for n in (2, 1, 5)]
+    check_onnx(lambda a, b: F.batch_matmul(a, b), calls, 'BatchMatMul',
+               dynamic_batch=True)
