@@ -10,9 +10,10 @@ import os
 import sys
 
 from chainerjit.passes import dce
+from chainerjit.passes import fold
 
 
-PIPELINE = (dce.dce,)
+PIPELINE = (fold.fold_constants, dce.dce)
 
 
 def run(graph, pipeline=PIPELINE):

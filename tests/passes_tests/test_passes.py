@@ -1,0 +1,76 @@
+"""Passes, each stated as IR before and after."""
+
+import re
+
+import chainer
+import chainer.functions as F
+import numpy
+
+import chainerjit
+from chainerjit import passes
+from chainerjit import testing
+from chainerjit import trace
+from chainerjit.passes import dce
+from chainerjit.passes import fold
+
+
+def _record(fn, *args):
+    leaves = []
+    chainerjit.signature.flatten((args, {}), leaves)
+    with chainer.no_backprop_mode():
+        recording = trace.record(fn, None, args, {}, leaves, 'f',
+                                 ['x%d' % i for i in range(len(leaves))])
+    return recording.graph
+
+
+def _text(graph):
+    return re.sub(r'  # .*', '', str(graph))
+
+
+def _f(x):
+    F.exp(x)  # unused
+    mask = F.tanh(numpy.ones((3, 4), numpy.float32))
+    return x * mask
+
+
+def test_fold_then_dce():
+    graph = _record(_f, numpy.zeros((3, 4), numpy.float32))
+    assert _text(graph) == '''\
+graph f(x0: f32[3,4]; ):
+  c0: f32[3,4] = const
+  %0: f32[3,4] = Exp(x0)
+  %1: f32[3,4] = Tanh(c0)
+  %2: f32[3,4] = Mul(%1, x0)
+  return (%2)'''
+    graph, changed = fold.fold_constants(graph)
+    assert changed
+    assert _text(graph) == '''\
+graph f(x0: f32[3,4]; ):
+  c0: f32[3,4] = const
+  c1: f32[3,4] = const
+  %0: f32[3,4] = Exp(x0)
+  %1: f32[3,4] = Mul(c1, x0)
+  return (%1)'''
+    graph, changed = dce.dce(graph)
+    assert changed
+    assert _text(graph) == '''\
+graph f(x0: f32[3,4]; ):
+  c0: f32[3,4] = const
+  %0: f32[3,4] = Mul(c0, x0)
+  return (%0)'''
+    graph.verify()
+    assert not fold.fold_constants(graph)[1]
+    assert not dce.dce(graph)[1]
+
+
+def test_pipeline_result_matches_eager(rng):
+    testing.assert_jit_matches_eager(
+        _f, [(rng.randn(3, 4).astype(numpy.float32),) for _ in range(3)])
+
+
+def test_print_after_names_the_pass(capsys, monkeypatch):
+    monkeypatch.setenv('CHAINERJIT_PRINT_AFTER', 'fold_constants')
+    passes.run(_record(_f, numpy.zeros((3, 4), numpy.float32)))
+    err = capsys.readouterr().err
+    assert '--- IR of f after fold_constants (changed) ---' in err
+    assert 'Mul(c1, x0)' in err
