@@ -197,34 +197,14 @@ class JitFunction(object):
         recording = trace.record(
             self._fn, instance, args, kwargs, leaves, self.__name__,
             [name for name, _ in sig.items[:len(leaves)]])
-        hooked = [path for path, link in _links(instance)
-                  if cache_module.link_hooks(link)]
-        changed = _changed_by_the_call(py_guards, recording)
-        if changed and recording.escape is None:
-            recording.escape = ('changing %s in place' % changed[0], None)
-        if hooked:
-            entry = cache_module.Entry(
-                key, sig, model_state, py_guards=py_guards,
-                fallback='link hooks on %s observe each call' % ', '.join(
-                    hooked))
-        elif recording.escape is not None:
-            what, loc = recording.escape
-            entry = cache_module.Entry(
-                key, sig, model_state, py_guards=py_guards,
-                fallback='%s at %s' % (what, _format_loc(loc)))
-            self._warn_fallback(errors.DataDependentValue(what), loc)
+        fallback = self._fallback_reason(recording, py_guards, instance)
+        if fallback is not None:
+            entry = cache_module.Entry(key, sig, model_state,
+                                       py_guards=py_guards,
+                                       fallback=fallback)
         else:
-            graph = passes.run(recording.graph)
-            program = codegen.compile_graph(graph)
-            param_arrays = [recording.param_arrays[v] for v in graph.params]
-            entry = cache_module.Entry(
-                key, sig, model_state, graph, program, recording.outputs,
-                recording.effects, param_arrays, py_guards=py_guards)
-            if self._check:
-                self._self_check(entry, leaves, instance, param_arrays,
-                                 recording)
-            if key[1] and entry.program is not None:  # backprop enabled
-                entry.training = self._training(graph, leaves, recording)
+            entry = self._compiled_entry(key, sig, model_state, py_guards,
+                                         recording, leaves, instance)
         entry.compile_seconds = time.perf_counter() - start
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
@@ -234,6 +214,39 @@ class JitFunction(object):
                     entry.compile_seconds,
                     '; evicted %s' % evicted.signature if evicted else '')
         return recording.result
+
+    def _fallback_reason(self, recording, py_guards, instance):
+        """Why this recording cannot be compiled (warning once), or
+        ``None``."""
+        hooked = [path for path, link in _links(instance)
+                  if cache_module.link_hooks(link)]
+        if hooked:
+            return 'link hooks on %s observe each call' % ', '.join(hooked)
+        changed = _changed_by_the_call(py_guards, recording)
+        if changed and recording.escape is None:
+            recording.escape = ('changing %s in place' % changed[0], None)
+        if recording.escape is None:
+            return None
+        what, loc = recording.escape
+        self._warn_fallback(errors.DataDependentValue(what), loc)
+        return '%s at %s' % (what, _format_loc(loc))
+
+    def _compiled_entry(self, key, sig, model_state, py_guards, recording,
+                        leaves, instance):
+        """Runs the passes, compiles, self-checks and, with backprop
+        enabled, builds the training program."""
+        graph = passes.run(recording.graph)
+        param_arrays = [recording.param_arrays[v] for v in graph.params]
+        entry = cache_module.Entry(
+            key, sig, model_state, graph, codegen.compile_graph(graph),
+            recording.outputs, recording.effects, param_arrays,
+            py_guards=py_guards)
+        if self._check:
+            self._self_check(entry, leaves, instance, param_arrays,
+                             recording)
+        if key[1] and entry.program is not None:  # backprop enabled
+            entry.training = self._training(graph, leaves, recording)
+        return entry
 
     def _training(self, graph, leaves, recording):
         """The training program for gradients of the argument Variables
