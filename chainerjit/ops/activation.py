@@ -37,7 +37,8 @@ def lower_relu(node, ctx):
         y, = ys
         gy, = gys
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
-    return Kernel(lambda x: xp.maximum(x, x.dtype.type(0)),
+    maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
+    return Kernel(lambda x: maximum(x, zero),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'))
 
 

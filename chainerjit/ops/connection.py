@@ -20,14 +20,19 @@ from chainerjit.ops import lowering
 @lowering(linear.LinearFunction)
 def lower_linear(node, ctx):
     """``y = x W^T (+ b)``, as ``LinearFunction.forward``."""
+    # NumPy needs a copy of a non-contiguous x with a unit axis
+    # (chainer/chainer#2744); the shapes tell whether it can happen, and
+    # the dtypes whether the product needs a cast back to x's dtype.
+    unit_axis = ctx.xp is numpy and 1 in ctx.in_shapes[0]
+    cast = ctx.in_dtypes[0] != ctx.in_dtypes[1]
+
     def linear_fn(x, W, b=None):
-        # NumPy needs this copy for a non-contiguous x with a unit axis
-        # (chainer/chainer#2744).
-        if (isinstance(x, numpy.ndarray)
-                and not (x.flags.c_contiguous or x.flags.f_contiguous)
-                and 1 in x.shape):
+        if unit_axis and not (x.flags.c_contiguous or
+                              x.flags.f_contiguous):
             x = numpy.ascontiguousarray(x)
-        y = x.dot(W.T).astype(x.dtype, copy=False)
+        y = x.dot(W.T)
+        if cast:
+            y = y.astype(x.dtype, copy=False)
         if b is not None:
             y += b
         return y
