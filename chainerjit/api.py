@@ -153,6 +153,7 @@ class JitFunction(object):
             outs = node.apply(list(leaves) + entry.model_inputs(params))
         except errors.VMError as e:
             return self._after_vm_error(entry, e, instance, args, kwargs)
+        outs = function.publish(node, outs, entry.output_requires_grad)
         if entry.effects:
             entry.replay_effects(instance, outs, leaves)
         return entry.build_result(outs, leaves, instance)
@@ -263,7 +264,7 @@ class JitFunction(object):
             return function.TrainingProgram(
                 autodiff.differentiate(graph, wrt))
         except errors.NotDifferentiable as e:
-            self._warn_fallback(e, None)
+            self._warn_fallback(e, e.loc)
             return None
 
     def _self_check(self, entry, leaves, instance, param_arrays, recording):

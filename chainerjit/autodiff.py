@@ -66,7 +66,7 @@ def _on_gradient_paths(graph, wrt):
     for node in graph.nodes:
         if any(v in reached for v in node.inputs) and _passes_gradients(
                 node):
-            reached.update(node.outputs)
+            reached.update(v for v in node.outputs if v.dtype.kind == 'f')
     return reached
 
 
@@ -87,7 +87,8 @@ def _training_forward(graph, reached):
     for node in graph.nodes:
         training = node.kernel.grad
         if isinstance(training, ops.GenericTraining) and any(
-                v in reached for v in node.inputs):
+                v in reached for v in node.inputs) and any(
+                v in reached for v in node.outputs):
             handle = ir.Value('temp', (), numpy.dtype(object))
             node = ir.Node(
                 node.op, ops.Kernel(training.forward, multi=True),
@@ -148,8 +149,10 @@ class _BackwardBuilder(object):
         elif isinstance(node.kernel.grad, ops.GradRule):
             rule = node.kernel.grad
         else:
-            raise errors.NotDifferentiable(
+            error = errors.NotDifferentiable(
                 '%s has no gradient rule yet' % node.op)
+            error.loc = node.loc
+            raise error
         kept_inputs, kept_outputs = rule.inputs, rule.outputs
         gys = [self.grads.get(v) for v in node.outputs]
         args = [self.save(node.inputs[i]) for i in kept_inputs] + \

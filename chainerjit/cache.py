@@ -199,6 +199,7 @@ class Entry(object):
         self.outputs = outputs
         self.effects = effects
         self.training = None  # a function.TrainingProgram, once built
+        self.output_requires_grad = _output_requires_grad(outputs, effects)
         self.py_guards = py_guards
         self.fallback = fallback
         self.hits = 0
@@ -310,6 +311,19 @@ class Entry(object):
             lines.append(str(self.graph))
             lines.append(self.program.dis())
         return '\n'.join(lines)
+
+
+def _output_requires_grad(outputs, effects):
+    """For each graph output the result or an effect uses: did eager's
+    Variable for it require grad?"""
+    flags = {}
+    specs = list(outputs[1]) if outputs else []
+    for effect in effects:
+        specs += effect[4]
+    for kind, where, is_var, grad in specs:
+        if kind == 'value':
+            flags[where] = flags.get(where, False) or grad
+    return [flags.get(i, False) for i in range(max(flags, default=-1) + 1)]
 
 
 def _make_leaf(spec, outs, leaves, instance):

@@ -10,6 +10,8 @@ Variables in Chainer's graph, so ``loss.backward()``, optimizers and
 Chainer accumulates them.
 """
 
+import weakref
+
 import chainer
 
 from chainerjit import codegen
@@ -49,6 +51,16 @@ class CompiledFunction(chainer.FunctionNode):
     def __init__(self, training):
         self.training = training
         self._saved = None
+        self._published = ()  # weakrefs to the Variables handed out
+
+    def unchain(self):
+        """Also unchains the Variables :func:`publish` handed out for this
+        node's outputs, as ``unchain_backward`` would eager's outputs."""
+        super(CompiledFunction, self).unchain()
+        for ref in self._published:
+            variable = ref()
+            if variable is not None:
+                variable.unchain()
 
     def _check_data_type_forward(self, in_data):
         """No type check: the cache key already fixed every input's
@@ -79,6 +91,37 @@ class CompiledFunction(chainer.FunctionNode):
         grads = self.training.backward.run(list(self._saved) + gys)
         return tuple(_variable(grads, self.training.grad_index[i])
                      for i in indexes)
+
+
+class _Output(chainer.FunctionNode):
+    """Hands one output of a multi-output :class:`CompiledFunction` to the
+    user as the output of a node of its own, so that backprop treats it
+    as eager Chainer treats a separate op's output (a gradient retained on
+    one output is not sent back again with another's)."""
+
+    def forward(self, inputs):
+        return inputs
+
+    def backward(self, indexes, grad_outputs):
+        return grad_outputs
+
+
+def publish(node, outputs, requires_grad):
+    """The Variables a training call returns for ``node``'s outputs:
+    outputs eager would not connect to the graph (``requires_grad`` false
+    there) detached, and each of several outputs behind a node of its
+    own."""
+    single = len(outputs) == 1
+    published = []
+    for i, y in enumerate(outputs):
+        if i < len(requires_grad) and not requires_grad[i]:
+            y = chainer.Variable._init_unchecked(y.array,
+                                                 requires_grad=False)
+        elif not single:
+            y, = _Output().apply((y,))
+        published.append(y)
+    node._published = [weakref.ref(y) for y in published]
+    return tuple(published)
 
 
 def _variable(grads, index):
