@@ -105,12 +105,31 @@ def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
     return y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
 
 
+def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
+    """The patches of a convolution without ``cover_all`` as a
+    ``(C*kh*kw, N*out_h*out_w)`` matrix: ``im2col_cpu``'s values, gathered
+    from a strided view of the padded input in one copy."""
+    pads = ((0, 0), (0, 0), (ph, ph), (pw, pw))
+    window = (dy * (kh - 1) + 1, dx * (kw - 1) + 1)
+    v = sliding_window_view(numpy.pad(x, pads), window, axis=(2, 3))
+    v = v[:, :, ::sy, ::sx, ::dy, ::dx]
+    return v.transpose(1, 4, 5, 0, 2, 3).reshape(
+        x.shape[1] * kh * kw, -1)
+
+
 def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
                  im2col_kwargs):
     """``Convolution2DGradW``'s CPU forward: the gradient of a convolution
     of ``x`` with respect to its filter, given the output gradient
     ``gy``."""
     kh, kw = w_shape[2:]
+    if groups == 1 and not im2col_kwargs['cover_all']:
+        # The same sums as below, as one matrix product with the patches.
+        c_out = gy.shape[1]
+        col = patch_matrix(x, kh, kw, *im2col_args, dy=im2col_kwargs['dy'],
+                           dx=im2col_kwargs['dx'])
+        gy = gy.transpose(1, 0, 2, 3).reshape(c_out, -1)
+        return gy.dot(col.T).astype(w_dtype, copy=False).reshape(w_shape)
     if groups == 1:
         # NumPy needs this copy for a non-contiguous gy with a unit axis
         # (chainer/chainer#2744).
@@ -160,17 +179,12 @@ def lower_convolution_2d(node, ctx):
             y += b
         return numpy.rollaxis(y, 3, 1)
 
-    pads = ((0, 0), (0, 0), (node.ph, node.ph), (node.pw, node.pw))
-    window = (node.dy * (kh - 1) + 1, node.dx * (kw - 1) + 1)
     k = c_in * kh * kw
 
     def windows(x, W, b=None):
-        # The same sums as ``dense``, laid out for one matrix product: the
-        # patches (a strided view of the padded input) as a (C*kh*kw,
-        # N*out_h*out_w) matrix, multiplied by W as (C_out, C*kh*kw).
-        v = sliding_window_view(numpy.pad(x, pads), window, axis=(2, 3))
-        v = v[:, :, ::node.sy, ::node.sx, ::node.dy, ::node.dx]
-        col = v.transpose(1, 4, 5, 0, 2, 3).reshape(k, -1)
+        # The same sums as ``dense``, as one matrix product of W, as
+        # (C_out, C*kh*kw), with the patch matrix.
+        col = patch_matrix(x, *col_args, dy=node.dy, dx=node.dx)
         y = W.reshape(c_out, k).dot(col).astype(x.dtype, copy=False)
         y = y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
         if b is not None:
