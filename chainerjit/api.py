@@ -84,6 +84,7 @@ class JitFunction(object):
         self._changes = collections.Counter()
         self._warned_recompile = False
         self.cache = cache_module.Cache(options['maxsize'])
+        self.last_entry = None  # the entry the latest call used
         functools.update_wrapper(self, fn)
         self.__name__ = getattr(fn, '__qualname__', repr(fn))
 
@@ -112,6 +113,7 @@ class JitFunction(object):
     # --- calling ------------------------------------------------------------
 
     def __call__(self, *args, **kwargs):
+        self.last_entry = None
         instance = self._instance()
         if trace.is_recording():  # inlined into an outer recording
             return self._eager(instance, args, kwargs)
@@ -127,6 +129,7 @@ class JitFunction(object):
         if entry is None:
             self.cache.misses += 1
             return self._compile(key, leaves, instance, args, kwargs)
+        self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
         if backprop and entry.needs_grad(leaves):
@@ -207,6 +210,7 @@ class JitFunction(object):
             entry = self._compiled_entry(key, sig, model_state, py_guards,
                                          recording, leaves, instance)
         entry.compile_seconds = time.perf_counter() - start
+        self.last_entry = entry
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, reason,

@@ -21,7 +21,6 @@ import numpy
 
 from chainerjit import api
 from chainerjit import errors
-from chainerjit import signature
 
 
 OPSET = 17
@@ -46,11 +45,14 @@ class Builder(object):
             the node being converted (set by the exporter).
     """
 
-    def __init__(self, dynamic_batch):
+    def __init__(self, dynamic_batch, batch_input=None, batch_size=None):
         self.dynamic_batch = dynamic_batch
+        self.batch_size = batch_size  # the example's, with a dynamic batch
         self.nodes = []
         self.initializers = []
         self._count = 0
+        self._batch_input = batch_input
+        self._batch_dim = None
 
     def fresh(self, hint='t'):
         """A new unique value name."""
@@ -82,6 +84,31 @@ class Builder(object):
         return self.constant(numpy.asarray(values, dtype=numpy.int64),
                              name)
 
+    def cast(self, name, dtype, to_dtype):
+        """``name`` as ``to_dtype`` (a Cast node where the dtypes
+        differ)."""
+        import onnx.helper
+
+        if numpy.dtype(dtype) == numpy.dtype(to_dtype):
+            return name
+        return self.op('Cast', [name], to=onnx.helper.np_dtype_to_tensor_dtype(
+            numpy.dtype(to_dtype)))[0]
+
+    def shape(self, shape):
+        """An int64 shape tensor for ``shape``; with a dynamic batch, an
+        axis 0 of the example's batch size is the input's batch size at
+        run time."""
+        if not (self.dynamic_batch and shape and
+                shape[0] == self.batch_size):
+            return self.int64s(shape)
+        if self._batch_dim is None:
+            whole = self.op('Shape', [self._batch_input])[0]
+            self._batch_dim = self.op(
+                'Slice', [whole, self.int64s([0]), self.int64s([1])])[0]
+        return self.op('Concat', [self._batch_dim,
+                                  self.int64s(list(shape[1:]))],
+                       axis=0)[0]
+
 
 def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
                 opset=OPSET):
@@ -105,8 +132,10 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
 
     jitted = f if isinstance(f, api.JitFunction) else api.jit(f)
     entry = _entry_for(jitted, args, kwargs or {})
-    builder = Builder(dynamic_batch)
     graph = entry.graph
+    batched = [v for v in graph.inputs if v.shape]
+    builder = Builder(dynamic_batch, batched[0].name if batched else None,
+                      batched[0].shape[0] if batched else None)
     names = graph.value_names('v%d')  # valid ONNX names
     for value in graph.params + graph.consts:
         array = _model_array(entry, value)
@@ -115,12 +144,16 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     for node in graph.nodes:
         _convert(builder, node, names)
     outputs, sources = _output_names(builder, entry, names)
-    types = {names[v]: v for v in graph.inputs + graph.outputs}
+    types = {names[v]: (v.shape, v.dtype)
+             for v in graph.inputs + graph.outputs}
+    types.update((i.name, (tuple(i.dims), onnx.helper.tensor_dtype_to_np_dtype(
+        i.data_type))) for i in builder.initializers)
     model = onnx.helper.make_model(
         onnx.helper.make_graph(
             builder.nodes, jitted.__name__,
-            [_value_info(v, names[v], dynamic_batch) for v in graph.inputs],
-            [_output_info(types.get(source), name, dynamic_batch)
+            [_value_info((v.shape, v.dtype), names[v], dynamic_batch)
+             for v in graph.inputs],
+            [_value_info(types[source], name, dynamic_batch)
              for source, name in zip(sources, outputs)],
             builder.initializers),
         opset_imports=[onnx.helper.make_opsetid('', opset)],
@@ -135,17 +168,18 @@ def _entry_for(jitted, args, kwargs):
     """The inference cache entry for ``args``, compiling it if needed."""
     with chainer.no_backprop_mode(), chainer.using_config('train', False):
         jitted(*args, **kwargs)
-        train, backprop = signature.config_flags()
-        key, _ = signature.make_key(args, kwargs, train, backprop)
-        instance = jitted._instance()
-        entry, _ = jitted.cache.lookup(key, instance)
+    entry = jitted.last_entry
     if entry is None or entry.program is None:
         raise ExportError(
             '%s runs eagerly for these arguments (%s), so there is no '
-            'program to export' % (jitted.__name__, entry and entry.fallback))
+            'program to export' % (jitted.__name__, entry.fallback if entry
+                                   else 'not compiled'))
     if entry.effects:
         raise ExportError('%s assigns model attributes or reports values; '
                           'ONNX models have no such side effects'
+                          % jitted.__name__)
+    if entry.fetch_params(jitted._instance()) is None:  # reads the arrays
+        raise ExportError('%s: the model changed during the call'
                           % jitted.__name__)
     return entry
 
@@ -177,22 +211,16 @@ def _convert(builder, node, names):
             [names[v] for v in node.outputs])
 
 
-def _output_info(value, name, dynamic_batch):
+def _value_info(type_, name, dynamic_batch):
+    """A typed graph input or output; ``type_`` is ``(shape, dtype)``."""
     import onnx.helper
 
-    if value is None:  # a constant output: type left to inference
-        return onnx.helper.make_empty_tensor_value_info(name)
-    return _value_info(value, name, dynamic_batch)
-
-
-def _value_info(value, name, dynamic_batch):
-    import onnx.helper
-
-    shape = list(value.shape)
+    shape, dtype = list(type_[0]), type_[1]
     if dynamic_batch and shape:
         shape[0] = 'batch'
     return onnx.helper.make_tensor_value_info(
-        name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), shape)
+        name, onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(dtype)),
+        shape)
 
 
 def result_arrays(entry):

@@ -134,7 +134,7 @@ def _onnx_expand(b, x, in_shape, shape, out=None):
     if (b.dynamic_batch and len(in_shape) == len(shape) and shape
             and in_shape[0] == shape[0]):
         shape[0] = 1
-    return b.op('Expand', [x, b.int64s(shape)], out)
+    return b.op('Expand', [x, b.shape(shape)], out)
 
 
 @lowering(broadcast.BroadcastTo)

@@ -64,7 +64,14 @@ def _linear_to_onnx(b, ins, outs):
         raise _export_error('LinearFunction of a %d-D input cannot be '
                             'exported; reshape it to 2-D first'
                             % len(b.in_shapes[0]))
-    b.op('Gemm', ins, outs, transB=1)
+    b.op('Gemm', _cast_to_x(b, ins), outs, transB=1)
+
+
+def _cast_to_x(b, ins):
+    """The inputs with W (and b) cast to x's dtype, the dtype Chainer's
+    result has (ONNX wants one dtype)."""
+    return [ins[0]] + [b.cast(name, dtype, b.in_dtypes[0])
+                       for name, dtype in zip(ins[1:], b.in_dtypes[1:])]
 
 
 def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
@@ -365,7 +372,8 @@ def _conv_to_onnx(node):
                 raise _export_error(
                     'Convolution2DFunction: unexpected output size %s'
                     % (b.out_shapes[0],))
-        b.op('Conv', ins, outs, kernel_shape=kernel, strides=strides,
+        b.op('Conv', _cast_to_x(b, ins), outs, kernel_shape=kernel,
+             strides=strides,
              pads=pads, dilations=dilations, group=groups)
     return convert
 
@@ -391,7 +399,7 @@ def _deconv_to_onnx(node):
         attrs = {}
         if any(output_padding):
             attrs['output_padding'] = output_padding
-        b.op('ConvTranspose', ins, outs, kernel_shape=kernel,
+        b.op('ConvTranspose', _cast_to_x(b, ins), outs, kernel_shape=kernel,
              strides=strides, pads=begin + end, dilations=dilations,
              group=groups, **attrs)
     return convert
