@@ -113,15 +113,17 @@ def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
 
 
 def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
-    """The patches of a convolution without ``cover_all`` as a
-    ``(C*kh*kw, N*out_h*out_w)`` matrix: ``im2col_cpu``'s values, gathered
-    from a strided view of the padded input in one copy."""
+    """The patches of a convolution without ``cover_all`` as a C-ordered
+    ``(N*out_h*out_w, C*kh*kw)`` matrix: ``im2col_cpu``'s values laid out
+    exactly as ``numpy.tensordot`` lays them out for its product, so the
+    products below give Chainer's results bit for bit, gathered from a
+    strided view of the padded input in one copy."""
     pads = ((0, 0), (0, 0), (ph, ph), (pw, pw))
     window = (dy * (kh - 1) + 1, dx * (kw - 1) + 1)
     v = sliding_window_view(numpy.pad(x, pads), window, axis=(2, 3))
     v = v[:, :, ::sy, ::sx, ::dy, ::dx]
-    return v.transpose(1, 4, 5, 0, 2, 3).reshape(
-        x.shape[1] * kh * kw, -1)
+    return v.transpose(0, 2, 3, 1, 4, 5).reshape(
+        -1, x.shape[1] * kh * kw)
 
 
 def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
@@ -131,12 +133,12 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
     ``gy``."""
     kh, kw = w_shape[2:]
     if groups == 1 and not im2col_kwargs['cover_all']:
-        # The same sums as below, as one matrix product with the patches.
+        # The product tensordot(gy, col, ((0, 2, 3), (0, 4, 5))) makes.
         c_out = gy.shape[1]
         col = patch_matrix(x, kh, kw, *im2col_args, dy=im2col_kwargs['dy'],
                            dx=im2col_kwargs['dx'])
         gy = gy.transpose(1, 0, 2, 3).reshape(c_out, -1)
-        return gy.dot(col.T).astype(w_dtype, copy=False).reshape(w_shape)
+        return gy.dot(col).astype(w_dtype, copy=False).reshape(w_shape)
     if groups == 1:
         # NumPy needs this copy for a non-contiguous gy with a unit axis
         # (chainer/chainer#2744).
@@ -189,14 +191,14 @@ def lower_convolution_2d(node, ctx):
     k = c_in * kh * kw
 
     def windows(x, W, b=None):
-        # The same sums as ``dense``, as one matrix product of W, as
-        # (C_out, C*kh*kw), with the patch matrix.
+        # ``dense``'s product (the one tensordot makes), with the patches
+        # gathered in one copy instead of im2col's and tensordot's two.
         col = patch_matrix(x, *col_args, dy=node.dy, dx=node.dx)
-        y = W.reshape(c_out, k).dot(col).astype(x.dtype, copy=False)
-        y = y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
+        y = col.dot(W.reshape(c_out, k).T).astype(x.dtype, copy=False)
+        y = y.reshape(n, out_h, out_w, c_out)
         if b is not None:
-            y += b.reshape(1, c_out, 1, 1)
-        return y
+            y += b
+        return numpy.rollaxis(y, 3, 1)
 
     def grouped(x, W, b=None):
         col = conv.im2col_cpu(x, *col_args, **col_kwargs)
