@@ -414,6 +414,10 @@ class _Recorder(object):
             in_values += [value for _, value in data_attrs]
         else:
             kernel = ops.lower(node, ctx)
+            if kernel is not None and kernel.grad is None:
+                # No gradient rule: train through the node's own backward.
+                kernel = kernel._replace(
+                    grad=ops.generic_kernel(template, ctx).grad)
         generic = data_attrs or kernel is None
         if kernel is None:
             kernel = ops.generic_kernel(template, ctx)

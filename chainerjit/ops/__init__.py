@@ -294,3 +294,4 @@ def _load_op_modules():
     from chainerjit.ops import noise  # NOQA
     from chainerjit.ops import normalization  # NOQA
     from chainerjit.ops import pooling  # NOQA
+    from chainerjit.ops import rnn  # NOQA
