@@ -27,7 +27,7 @@ link_epoch = [0]
 
 
 def _bump():
-    link_epoch[0] = next(_epoch)
+    link_epoch[0] = next(_epoch)  # one more than before
 
 
 def _watching(method):
@@ -209,6 +209,7 @@ class Entry(object):
         self.param_sources = [v.data for v in params]
         self.param_specs = [array_spec(a) for a in param_arrays]
         self.link_state = model_state  # as it was before recording
+        self._assigned_state = _assigned_state(model_state, effects)
         self._owners = None
         self._epoch = -1  # check the model on first use
 
@@ -288,15 +289,28 @@ class Entry(object):
 
     def replay_effects(self, instance, outs, leaves):
         """Assigns the link attributes and reports the values that the
-        recorded forward assigned and reported."""
+        recorded forward assigned and reported.
+
+        The assignments move :data:`link_epoch`; when nothing else moved
+        it and each assigned attribute keeps the state this entry was
+        compiled for (a Variable replaced by a Variable), the model is
+        still the one the entry checked, so the next call skips
+        comparing the whole model again."""
+        checked = self._epoch == link_epoch[0]
+        assigned = []
         for kind, path, name, structure, specs in self.effects:
             value = signature.unflatten(structure, [
                 _make_leaf(s, outs, leaves, instance) for s in specs])
             target = None if path is None else resolve_link(instance, path)
             if kind == 'setattr':
                 setattr(target, name, value)
+                assigned.append((target, path, name))
             else:
                 chainer.reporter.report(value, target)
+        if checked and link_epoch[0] == self._epoch + len(assigned) and all(
+                self._assigned_state[path, name] == _attribute_state(
+                    getattr(target, name)) for target, path, name in assigned):
+            self._epoch = link_epoch[0]
 
     def describe(self):
         """A multi-line report of this entry: signature, stats, IR and
@@ -311,6 +325,18 @@ class Entry(object):
             lines.append(str(self.graph))
             lines.append(self.program.dis())
         return '\n'.join(lines)
+
+
+def _assigned_state(model_state, effects):
+    """``{(link path, name): attribute state}`` before recording, of the
+    attributes the forward assigns."""
+    found = {}
+    for kind, path, name, _, _ in effects:
+        if kind == 'setattr':
+            attrs = dict(model_state.get('/' + '/'.join(path), (
+                None, None, None, ()))[3])
+            found[path, name] = attrs.get(name, guards.ABSENT)
+    return found
 
 
 def _output_requires_grad(outputs, effects):

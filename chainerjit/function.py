@@ -80,14 +80,7 @@ class CompiledFunction(chainer.FunctionNode):
                 'runs compiled array code, which builds no graph. Call the '
                 'function eagerly for this (the undecorated method, or '
                 'chainerjit.jit(f).__wrapped__).')
-        gys = []
-        for gy, (shape, dtype) in zip(grad_outputs,
-                                      self.training.output_types):
-            if gy is None:
-                xp = chainer.backend.get_array_module(*self._saved)
-                gys.append(xp.zeros(shape, dtype))
-            else:
-                gys.append(gy.array)
+        gys = [None if gy is None else gy.array for gy in grad_outputs]
         grads = self.training.backward.run(list(self._saved) + gys)
         return tuple(_variable(grads, self.training.grad_index[i])
                      for i in indexes)
