@@ -24,6 +24,7 @@ import chainer
 import numpy
 
 from chainerjit import errors
+from chainerjit import guards
 from chainerjit import ir
 from chainerjit import ops
 from chainerjit import signature
@@ -524,20 +525,12 @@ def _python_state(instance):
     for _, link in instance.namedlinks():
         for name, value in vars(link).items():
             if type(value) in (list, dict, set):
-                state[id(link), name] = _contents(value)
+                state[id(link), name] = guards.snapshot(value)
             elif isinstance(value, numpy.random.RandomState):
                 state[id(link), name] = repr(value.get_state(legacy=False))
             elif isinstance(value, numpy.random.Generator):
                 state[id(link), name] = repr(value.bit_generator.state)
     return state
-
-
-def _contents(container):
-    if type(container) is dict:
-        return [(k, id(v)) for k, v in container.items()]
-    if type(container) is set:
-        return sorted(map(id, container))
-    return [id(x) for x in container]
 
 
 def _note_changed_python_state(instance, before, recorder):

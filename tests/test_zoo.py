@@ -23,6 +23,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests import summaries
 
 
 f32 = numpy.float32
@@ -49,13 +50,7 @@ SUMMARY = collections.OrderedDict()
 @pytest.fixture(scope='module', autouse=True)
 def _print_summary(request):
     yield
-    plugins = request.config.pluginmanager
-    tr = plugins.getplugin('terminalreporter')
-    capture = plugins.getplugin('capturemanager')
-    if tr is None or capture is None or not SUMMARY:
-        return
-    with capture.global_and_fixture_disabled():
-        _write_summary(tr)
+    summaries.write_after_module(request, SUMMARY, _write_summary)
 
 
 def _write_summary(tr):

@@ -41,6 +41,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests import summaries
 from tests.test_zoo import _assert_states_equal
 from tests.test_zoo import _assert_values_equal
 from tests.test_zoo import _call
@@ -101,13 +102,7 @@ SUMMARY = collections.OrderedDict()
 @pytest.fixture(scope='module', autouse=True)
 def _print_summary(request):
     yield
-    plugins = request.config.pluginmanager
-    tr = plugins.getplugin('terminalreporter')
-    capture = plugins.getplugin('capturemanager')
-    if tr is None or capture is None or not SUMMARY:
-        return
-    with capture.global_and_fixture_disabled():
-        _write_summary(tr)
+    summaries.write_after_module(request, SUMMARY, _write_summary)
 
 
 def _write_summary(tr):

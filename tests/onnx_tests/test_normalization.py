@@ -8,23 +8,19 @@ import numpy
 import pytest
 
 from chainerjit import testing
+from tests.ops_tests.common import cases_of
+from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import make_calls
+from tests.ops_tests import test_normalization as forward
 from tests.ops_tests.test_normalization import _bn_calls
 
 
 pytest.importorskip('onnxruntime')
 
-DTYPES = [numpy.float32, numpy.float64]
-
 
 @pytest.mark.parametrize('dtype', DTYPES)
-@pytest.mark.parametrize('x_shape,param_shape,axis', [
-    ((3, 4), (4,), None),
-    ((2, 3, 4, 5), (3,), None),
-    ((0, 3, 2, 2), (3,), None),
-    ((2, 3, 4), (3, 4), None),
-    ((2, 3, 4), (3,), (0, 2)),
-])
+@pytest.mark.parametrize('x_shape,param_shape,axis', cases_of(
+    forward.test_fixed_batch_normalization, 'x_shape,param_shape,axis'))
 def test_fixed_batch_normalization(rng, dtype, x_shape, param_shape, axis):
     testing.assert_onnx_matches_eager(
         lambda x, gamma, beta, mean, var: F.fixed_batch_normalization(
@@ -45,7 +41,8 @@ def test_batch_normalization_link_test_mode(rng, dtype):
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
-@pytest.mark.parametrize('shape', [(3, 5), (1, 7), (0, 4)])
+@pytest.mark.parametrize('shape', cases_of(
+    forward.test_layer_normalization, 'shape'))
 def test_layer_normalization(rng, dtype, shape):
     testing.assert_onnx_matches_eager(
         lambda x, gamma, beta: F.layer_normalization(x, gamma, beta),
@@ -54,8 +51,8 @@ def test_layer_normalization(rng, dtype, shape):
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
-@pytest.mark.parametrize('shape,axis', [
-    ((3, 4), 1), ((2, 3, 4), (1, 2)), ((2, 3, 4), 0), ((0, 3), 1)])
+@pytest.mark.parametrize('shape,axis', cases_of(
+    forward.test_normalize, 'shape,axis'))
 def test_normalize(rng, dtype, shape, axis):
     testing.assert_onnx_matches_eager(
         lambda x: F.normalize(x, axis=axis),

@@ -29,6 +29,7 @@ import pytest
 import chainerjit
 from chainerjit import onnx_export
 from chainerjit import signature
+from tests import summaries
 from tests.test_zoo import _ids_seq
 from tests.test_zoo import _labels_seq
 from tests.test_zoo import _split
@@ -63,13 +64,7 @@ SUMMARY = collections.OrderedDict()
 @pytest.fixture(scope='module', autouse=True)
 def _print_summary(request):
     yield
-    plugins = request.config.pluginmanager
-    tr = plugins.getplugin('terminalreporter')
-    capture = plugins.getplugin('capturemanager')
-    if tr is None or capture is None or not SUMMARY:
-        return
-    with capture.global_and_fixture_disabled():
-        _write_summary(tr)
+    summaries.write_after_module(request, SUMMARY, _write_summary)
 
 
 def _write_summary(tr):
