@@ -160,6 +160,21 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
     return gW.reshape(c_out, c_in // groups, kh, kw)
 
 
+def _conv_like_grad(grad_x, grad_w):
+    """The gradient rule of a (de)convolution ``(x, W[, b])``: ``grad_x(gy,
+    W)``, ``grad_w(x, gy)`` and the sum of ``gy`` for the bias."""
+    def grad(xs, ys, gys, wanted):
+        x, W = xs[0], xs[1]
+        gy, = gys
+        gx = grad_x(gy, W) if wanted[0] else None
+        gW = grad_w(x, gy) if wanted[1] else None
+        if len(xs) == 2:
+            return gx, gW
+        gb = gy.sum(axis=(0, 2, 3)) if wanted[2] else None
+        return gx, gW, gb
+    return grad
+
+
 def _conv_attrs(node, **extra):
     attrs = {'stride': (node.sy, node.sx), 'pad': (node.ph, node.pw),
              'dilate': (node.dy, node.dx), 'groups': node.groups}
@@ -217,21 +232,12 @@ def lower_convolution_2d(node, ctx):
     col2im_args = (node.sy, node.sx, node.ph, node.pw, in_h, in_w)
     im2col_kwargs = dict(cover_all=node.cover_all, **dilate)
 
-    def grad(xs, ys, gys, wanted):
-        # As Convolution2DFunction.backward: Deconvolution2DFunction's
-        # forward, Convolution2DGradW and Sum.
-        x, W = xs[0], xs[1]
-        gy, = gys
-        gx = gW = None
-        if wanted[0]:
-            gx = _conv_transpose(gy, W, groups, col2im_args, dilate)
-        if wanted[1]:
-            gW = _conv_grad_w(x, gy, w_shape, w_dtype, groups, col_args[2:],
-                              im2col_kwargs)
-        if len(xs) == 2:
-            return gx, gW
-        gb = gy.sum(axis=(0, 2, 3)) if wanted[2] else None
-        return gx, gW, gb
+    # As Convolution2DFunction.backward: Deconvolution2DFunction's
+    # forward, Convolution2DGradW and Sum.
+    grad = _conv_like_grad(
+        lambda gy, W: _conv_transpose(gy, W, groups, col2im_args, dilate),
+        lambda x, gy: _conv_grad_w(x, gy, w_shape, w_dtype, groups,
+                                   col_args[2:], im2col_kwargs))
 
     forward = grouped if groups > 1 else dense if node.cover_all \
         else windows
@@ -285,21 +291,13 @@ def lower_deconvolution_2d(node, ctx):
     im2col_args = (node.sy, node.sx, node.ph, node.pw)
     im2col_kwargs = dict(cover_all=cover_all, dy=node.dy, dx=node.dx)
 
-    def grad(xs, ys, gys, wanted):
-        # As Deconvolution2DFunction.backward: Convolution2DFunction's
-        # forward, Convolution2DGradW (of gy and x) and Sum.
-        x, W = xs[0], xs[1]
-        gy, = gys
-        gx = gW = None
-        if wanted[0]:
-            gx = _conv_no_bias(gy, W, groups, im2col_args, im2col_kwargs)
-        if wanted[1]:
-            gW = _conv_grad_w(gy, x, w_shape, w_dtype, groups, im2col_args,
-                              im2col_kwargs)
-        if len(xs) == 2:
-            return gx, gW
-        gb = gy.sum(axis=(0, 2, 3)) if wanted[2] else None
-        return gx, gW, gb
+    # As Deconvolution2DFunction.backward: Convolution2DFunction's
+    # forward, Convolution2DGradW (of gy and x) and Sum.
+    grad = _conv_like_grad(
+        lambda gy, W: _conv_no_bias(gy, W, groups, im2col_args,
+                                    im2col_kwargs),
+        lambda x, gy: _conv_grad_w(gy, x, w_shape, w_dtype, groups,
+                                   im2col_args, im2col_kwargs))
 
     return Kernel(deconv, attrs=_conv_attrs(node, outsize=(out_h, out_w)),
                   grad=GradRule(grad, inputs=(0, 1)),
