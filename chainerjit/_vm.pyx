@@ -16,10 +16,19 @@ cdef enum:
     CALLM = 5
     FREE = 6
     RET = 7
+    MOVE = 8
+    SETI = 9
+    FORI = 10
+    NEXT = 11
+    NEWLIST = 12
+    APPEND = 13
 
-assert (CALL1, CALL2, CALL3, CALLN, CALLM, FREE, RET) == (
+assert (CALL1, CALL2, CALL3, CALLN, CALLM, FREE, RET, MOVE, SETI, FORI,
+        NEXT, NEWLIST, APPEND) == (
     _opcodes.CALL1, _opcodes.CALL2, _opcodes.CALL3, _opcodes.CALLN,
-    _opcodes.CALLM, _opcodes.FREE, _opcodes.RET)
+    _opcodes.CALLM, _opcodes.FREE, _opcodes.RET, _opcodes.MOVE,
+    _opcodes.SETI, _opcodes.FORI, _opcodes.NEXT, _opcodes.NEWLIST,
+    _opcodes.APPEND)
 
 
 class VMFault(Exception):
@@ -102,6 +111,26 @@ cdef class Machine:
                     for j in range(m):
                         regs[code[pc + 4 + n + j]] = result[j]
                     pc += 4 + n + m
+                elif op == MOVE:
+                    regs[code[pc + 2]] = regs[code[pc + 1]]
+                    pc += 3
+                elif op == FORI:
+                    if regs[code[pc + 1]] >= regs[code[pc + 2]]:
+                        pc = code[pc + 3]
+                    else:
+                        pc += 4
+                elif op == NEXT:
+                    regs[code[pc + 1]] = regs[code[pc + 1]] + 1
+                    pc = code[pc + 2]
+                elif op == APPEND:
+                    regs[code[pc + 1]].append(regs[code[pc + 2]])
+                    pc += 3
+                elif op == SETI:
+                    regs[code[pc + 1]] = code[pc + 2]
+                    pc += 3
+                elif op == NEWLIST:
+                    regs[code[pc + 1]] = []
+                    pc += 2
                 elif op == RET:
                     n = code[pc + 1]
                     return tuple([regs[code[pc + 2 + j]] for j in range(n)])

@@ -12,10 +12,12 @@ import chainer
 from chainerjit import autodiff
 from chainerjit import cache as cache_module
 from chainerjit import codegen
+from chainerjit import control
 from chainerjit import errors
 from chainerjit import function
 from chainerjit import guards
 from chainerjit import passes
+from chainerjit import regions
 from chainerjit import signature
 from chainerjit import trace
 
@@ -125,7 +127,7 @@ class JitFunction(object):
             return self._eager(instance, args, kwargs)
         if chainer.get_function_hooks() or chainer._get_link_hooks():
             return self._eager(instance, args, kwargs)  # hooks see each op
-        entry, params = self.cache.lookup(key, instance)
+        entry, params, symbols = self.cache.lookup(key, instance)
         if entry is None:
             self.cache.misses += 1
             return self._compile(key, leaves, instance, args, kwargs)
@@ -135,23 +137,25 @@ class JitFunction(object):
         if backprop and entry.needs_grad(leaves):
             if entry.training is None:
                 return self._eager(instance, args, kwargs)
-            return self._run_training(entry, leaves, params, instance, args,
-                                      kwargs)
+            return self._run_training(entry, leaves, params, symbols,
+                                      instance, args, kwargs)
         if entry.program is None:
             return self._eager(instance, args, kwargs)
         try:
-            outs = entry.program.run(signature.leaf_arrays(leaves) + params)
+            outs = entry.program.run(signature.leaf_arrays(leaves) + params
+                                     + symbols)
         except errors.VMError as e:
             return self._after_vm_error(entry, e, instance, args, kwargs)
         if entry.effects:
             entry.replay_effects(instance, outs, leaves)
         return entry.build_result(outs, leaves, instance)
 
-    def _run_training(self, entry, leaves, params, instance, args, kwargs):
+    def _run_training(self, entry, leaves, params, symbols, instance, args,
+                      kwargs):
         """Applies the compiled forward as one node of Chainer's graph,
         with the model's Variables as inputs, so that backprop reaches
         them."""
-        node = function.CompiledFunction(entry.training)
+        node = function.CompiledFunction(entry.training, symbols)
         try:
             outs = node.apply(list(leaves) + entry.model_inputs(params))
         except errors.VMError as e:
@@ -240,18 +244,51 @@ class JitFunction(object):
                         leaves, instance):
         """Runs the passes, compiles, self-checks and, with backprop
         enabled, builds the training program."""
+        symbolic = self._roll_loops(recording, sig, len(leaves))
+        symbols = []
+        if symbolic is not None:
+            key, symbols = symbolic.generalize(key)
+            sig = sig.with_symbols(symbolic.wildcards, symbolic.kind,
+                                   symbolic.where)
         graph = passes.run(recording.graph)
         param_arrays = [recording.param_arrays[v] for v in graph.params]
         entry = cache_module.Entry(
             key, sig, model_state, graph, codegen.compile_graph(graph),
             recording.outputs, recording.effects, param_arrays,
             py_guards=py_guards)
+        entry.symbolic = symbolic
         if self._check:
             self._self_check(entry, leaves, instance, param_arrays,
-                             recording)
+                             recording, symbols)
         if key[1] and entry.program is not None:  # backprop enabled
             entry.training = self._training(graph, leaves, recording)
         return entry
+
+    def _roll_loops(self, recording, sig, n_leaves):
+        """Rolls the recorded loops into regions (warning once for each
+        loop left unrolled) and makes trip counts symbolic where sound.
+        Returns the entry's ``regions.Symbolic`` or ``None``."""
+        for code in recording.no_source:
+            self._warn_unrolled(errors.UnrolledLoop(
+                'a loop in %s, whose source cannot be read (a lambda, exec '
+                'or a plain REPL), is unrolled: each trip count is a cache '
+                'entry of its own' % code.co_name),
+                (code.co_filename, code.co_firstlineno))
+        rolled, unrolled = regions.roll_loops(recording.graph, recording)
+        for loop in unrolled:
+            if not loop.varies:
+                continue  # over the model's own lists: never another count
+            self._warn_unrolled(errors.UnrolledLoop(
+                'this loop is unrolled, with its trip count in the cache '
+                'key: %s' % loop.reason), loop.loc)
+        if not rolled:
+            return None
+        input_names = [name for name, _ in sig.items[:n_leaves]]
+        return regions.symbolize(
+            recording.graph, rolled, input_names,
+            control.length_only_names(self._fn.__code__)
+            if hasattr(self._fn, '__code__') else set(),
+            recording.templates)
 
     def _training(self, graph, leaves, recording):
         """The training program for gradients of the argument Variables
@@ -271,7 +308,8 @@ class JitFunction(object):
             self._warn_fallback(e, e.loc)
             return None
 
-    def _self_check(self, entry, leaves, instance, param_arrays, recording):
+    def _self_check(self, entry, leaves, instance, param_arrays, recording,
+                    symbols):
         """Runs a new program on the recorded inputs and parameters and
         compares with the eager result; on a difference the entry runs
         eagerly from now on. Generic nodes, which may draw random numbers
@@ -279,7 +317,7 @@ class JitFunction(object):
         check = codegen.compile_graph(entry.graph, recording.generic_outputs)
         arrays = [signature.leaf_array(leaf) for leaf in leaves]
         try:
-            outs = check.run(arrays + param_arrays)
+            outs = check.run(arrays + param_arrays + symbols)
             result = entry.build_result(outs, leaves, instance)
             problem = _compare(recording.result, result)
         except errors.VMError as e:
@@ -315,6 +353,10 @@ class JitFunction(object):
         if entry.key == key:
             return entry.guard_failures(instance)
         return entry.signature.diff(sig)
+
+    def _warn_unrolled(self, error, loc):
+        errors.warn_once((self.__name__, loc, 'unrolled'), errors.LoopWarning,
+                         errors.unrolled_message(self.__name__, error, loc))
 
     def _warn_fallback(self, error, loc):
         errors.warn_once((self.__name__, loc, type(error)),
@@ -357,7 +399,10 @@ class JitFunction(object):
             return '%s would run eagerly: %s' % (self.__name__, e)
         entries = self.cache.entries()
         for i, entry in enumerate(entries):
-            if entry.key == key and entry.fetch_params(instance) is not None:
+            general = entry.symbolic.generalize(key) if entry.symbolic \
+                else (key, [])
+            if general is not None and entry.key == general[0] and \
+                    entry.fetch_params(instance) is not None:
                 return '%s would hit entry #%d: %s%s' % (
                     self.__name__, i, entry.signature,
                     _how_it_runs(entry, config.enable_backprop and

@@ -13,6 +13,13 @@
 Only what some gradient rule reads is saved, so only that stays alive
 between forward and backward. NumPy run on arrays outside Chainer
 functions stops gradients, as it does in eager mode.
+
+A Loop node is differentiated through its body: the training forward's
+loop also collects, in one list per value, what each iteration's
+backward reads; the backward is a Loop node of its own that runs the
+body's backward for the iterations in reverse, carrying the gradients of
+the carried values and summing those of the invariants (the parameters
+of links used in every iteration).
 """
 
 from chainer import utils
@@ -21,6 +28,7 @@ import numpy
 from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit import regions
 
 
 class TrainingPair(object):
@@ -54,6 +62,7 @@ def differentiate(graph, wrt):
     builder.run()
     found = [v for v in wrt if v in builder.grads]
     builder.backward.outputs = [builder.grads[v] for v in found]
+    builder.backward.symbols = list(graph.symbols)
     n_outputs = len(graph.outputs)
     forward.outputs = list(graph.outputs) + builder.saved_forward
     return TrainingPair(forward, builder.backward, n_outputs, found)
@@ -66,7 +75,8 @@ def _on_gradient_paths(graph, wrt):
     for node in graph.nodes:
         if any(v in reached for v in node.inputs) and _passes_gradients(
                 node):
-            reached.update(v for v in node.outputs if v.dtype.kind == 'f')
+            reached.update(v for v in node.outputs
+                           if v.dtype.kind == 'f' or node.region)
     return reached
 
 
@@ -84,7 +94,14 @@ def _training_forward(graph, reached):
     forward = ir.Graph(graph.name)
     forward.inputs, forward.params = graph.inputs, graph.params
     forward.consts, forward.outputs = graph.consts, list(graph.outputs)
+    forward.symbols = graph.symbols
+    forward.loop_pairs = {}  # training Loop node -> its body's pair
     for node in graph.nodes:
+        if node.region is not None:
+            if any(v in reached for v in node.inputs):
+                node = _training_loop(node, forward.loop_pairs)
+            forward.add_node(node)
+            continue
         training = node.kernel.grad
         if isinstance(training, ops.GenericTraining) and any(
                 v in reached for v in node.inputs) and any(
@@ -99,11 +116,40 @@ def _training_forward(graph, reached):
     return forward
 
 
+def _training_loop(node, loop_pairs):
+    """The Loop node of the training forward: its body is the body's
+    training forward, whose saved values the loop collects as lists."""
+    region = node.region
+    body = region.body
+    wrt = [v for v in body.inputs[1:] if v.dtype.kind == 'f']
+    pair = differentiate(body, wrt)
+    n_out = len(body.outputs)
+    saved = pair.forward.outputs[n_out:]
+    # Invariants and the counter need no list: the backward reads them
+    # from outside the loop and from its own counter.
+    invariant = set(body.inputs[1 + sum(region.carried_read):])
+    per_iteration = [v for v in saved
+                     if v not in invariant and v is not body.inputs[0]]
+    pair.forward.outputs = pair.forward.outputs[:n_out] + per_iteration
+    training = regions.Region(
+        pair.forward, region.carried_read,
+        region.n_scans + len(per_iteration), region.kind, region.loc)
+    lists = [ir.Value('temp', (), numpy.dtype(object))
+             for _ in per_iteration]
+    loop = ir.Node(node.op, node.kernel, node.inputs,
+                   node.outputs + lists, node.attrs, pure=False,
+                   loc=node.loc)
+    loop.region = training
+    loop_pairs[loop] = (pair, saved, per_iteration, lists)
+    return loop
+
+
 class _BackwardBuilder(object):
 
     def __init__(self, forward):
         self.forward = forward
         self.backward = ir.Graph(forward.name + '.backward')
+        self._none_value = None
         self.saved = {}  # forward value -> backward input
         self.saved_forward = []  # forward values saved, in order
         self.grads = {}  # forward value -> its gradient in the backward
@@ -117,8 +163,9 @@ class _BackwardBuilder(object):
             if value in self.forward.reached:
                 self.accumulate(value, grad)
         for node in reversed(self.forward.nodes):
-            wanted = tuple(v in self.forward.reached and
-                           v.dtype.kind == 'f' for v in node.inputs)
+            wanted = tuple(v in self.forward.reached and (
+                v.dtype.kind == 'f' or v.dtype == object)
+                for v in node.inputs)
             if any(wanted) and any(v in self.grads for v in node.outputs):
                 self.differentiate_node(node, wanted)
         # Inputs of the backward: saved values, then output gradients.
@@ -142,7 +189,113 @@ class _BackwardBuilder(object):
             [self.grads[value], grad], [total]))
         self.grads[value] = total
 
+    def differentiate_loop(self, node):
+        """Adds the backward Loop of a training forward Loop node."""
+        pair, saved, per_iteration, lists = self.forward.loop_pairs[node]
+        region = node.region
+        body = region.body
+        n_carried, n_read = region.n_carried, sum(region.carried_read)
+        trip = node.inputs[0]
+        outer_of = dict(zip(body.inputs, [None] + node.inputs[1:]))
+        n_user = len(node.outputs) - len(lists)
+        # The backward body: j counts up, k = trip - 1 - j goes down.
+        back = ir.Graph(node.op + 'Grad')
+        j = ir.Value('input', (), numpy.int64, 'j')
+        carried_grads = [ir.Value('input', v.shape, v.dtype)
+                         for v in node.outputs[:n_carried]]
+        invariants = [v for v in body.inputs[1 + n_read:]
+                      if v in pair.wrt]
+        sums = [ir.Value('input', v.shape, v.dtype) for v in invariants]
+        n_in = ir.Value('input', (), numpy.int64, 'n')
+        list_ins = [ir.Value('input', (), numpy.dtype(object))
+                    for _ in per_iteration]
+        scan_lists = node.outputs[n_carried:n_user]
+        scan_ins = [ir.Value('input', (), numpy.dtype(object))
+                    for _ in scan_lists]
+        saved_outer = [v for v in saved if v in outer_of and v not in
+                       per_iteration and v is not body.inputs[0]]
+        outer_ins = dict((v, ir.Value('input', v.shape, v.dtype))
+                         for v in saved_outer)
+        k = ir.Value('temp', (), numpy.int64)
+        back.add_node(ir.Node('Reverse', ops.Kernel(_reverse), [j, n_in],
+                              [k]))
+        arguments = {body.inputs[0]: k}
+        arguments.update(outer_ins)
+        for value, lst in zip(per_iteration, list_ins):
+            element = ir.Value('temp', value.shape, value.dtype)
+            back.add_node(ir.Node('At', ops.Kernel(_at), [lst, k],
+                                  [element]))
+            arguments[value] = element
+        back_inputs = pair.backward.inputs
+        n_saved = len(saved)
+        for value, inner in zip(saved, back_inputs[:n_saved]):
+            _rename(pair.backward, inner, arguments[value])
+        output_grads = back_inputs[n_saved:]
+        for grad, carried in zip(output_grads[:n_carried], carried_grads):
+            _rename(pair.backward, grad, carried)
+        for grad, scan in zip(output_grads[n_carried:], scan_ins):
+            element = ir.Value('temp', grad.shape, grad.dtype)
+            back.add_node(ir.Node('At', ops.Kernel(_at_or_none),
+                                  [scan, k], [element]))
+            _rename(pair.backward, grad, element)
+        for inner in pair.backward.nodes:
+            back.add_node(inner)
+        back.consts = list(pair.backward.consts)
+        grad_of = dict(zip(pair.wrt, pair.backward.outputs))
+        none = self._none()
+        next_carried = [grad_of.get(v, none) for v in
+                        body.inputs[1:1 + n_read]]
+        # A carried value the body does not read gets no gradient back.
+        next_carried = _spread(next_carried, region.carried_read, none)
+        next_sums = []
+        for total, value in zip(sums, invariants):
+            summed = ir.Value('temp', value.shape, value.dtype)
+            back.add_node(ir.Node('Accumulate', ops.Kernel(_accumulate),
+                                  [total, grad_of[value]], [summed]))
+            next_sums.append(summed)
+        back.inputs = [j] + carried_grads + sums + [n_in] + list_ins + \
+            scan_ins + [outer_ins[v] for v in saved_outer]
+        back.outputs = next_carried + next_sums
+        backward_region = regions.Region(
+            back, [True] * (n_carried + len(sums)), 0, region.kind,
+            region.loc)
+        inits = [self.grads.get(v, none) for v in node.outputs[:n_carried]]
+        inits += [none] * len(sums)
+        outer = [self._trip(trip)] + [self.save(v) for v in lists] + [
+            self.grads.get(v, none) for v in scan_lists] + [
+            self.save(outer_of[v]) for v in saved_outer]
+        results = [ir.Value('temp', v.shape, v.dtype)
+                   for v in carried_grads + sums]
+        loop = ir.Node(node.op + 'Grad', ops.Kernel(None),
+                       [self._trip(trip)] + inits + outer, results,
+                       node.attrs, loc=node.loc)
+        loop.region = backward_region
+        self.backward.add_node(loop)
+        read_results = [r for r, read in zip(results[:n_carried],
+                                             region.carried_read) if read]
+        for value, grad in zip(node.inputs[1:1 + n_read], read_results):
+            if value in self.forward.reached:
+                self.accumulate(value, grad)
+        for value, grad in zip(invariants, results[n_carried:]):
+            outer_value = outer_of[value]
+            if outer_value in self.forward.reached:
+                self.accumulate(outer_value, grad)
+
+    def _none(self):
+        if self._none_value is None:
+            self._none_value = self.backward.add_value(
+                'const', (), numpy.dtype(object), data=None)
+        return self._none_value
+
+    def _trip(self, trip):
+        """The trip count in the backward graph."""
+        if trip.kind == 'const' and trip not in self.backward.consts:
+            self.backward.consts.append(trip)
+        return trip
+
     def differentiate_node(self, node, wanted):
+        if node.region is not None:
+            return self.differentiate_loop(node)
         if node.generic:  # its last output is the handle
             rule = ops.generic_grad_rule(len(node.inputs),
                                          len(node.outputs) - 1)
@@ -204,3 +357,29 @@ def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
         gxs = fn(tuple(xs), tuple(ys), tuple(gys), wanted)
         return tuple(gxs[i] for i in wanted_positions)
     return run
+
+
+def _rename(graph, old, new):
+    """Makes the nodes of ``graph`` read ``new`` where they read ``old``."""
+    for node in graph.nodes:
+        node.inputs = [new if v is old else v for v in node.inputs]
+    graph.outputs = [new if v is old else v for v in graph.outputs]
+
+
+def _spread(values, mask, filler):
+    """``values`` put at the true positions of ``mask``, ``filler`` at the
+    others."""
+    found = iter(values)
+    return [next(found) if m else filler for m in mask]
+
+
+def _reverse(j, n):
+    return n - 1 - j
+
+
+def _at(items, k):
+    return items[k]
+
+
+def _at_or_none(items, k):
+    return None if items is None else items[k]

@@ -204,6 +204,7 @@ class Entry(object):
         self.fallback = fallback
         self.hits = 0
         self.compile_seconds = 0.0
+        self.symbolic = None  # regions.Symbolic: compiled for any length
         params = graph.params if graph is not None else []
         self.param_names = [v.name for v in params]
         self.param_sources = [v.data for v in params]
@@ -387,29 +388,48 @@ class Cache(object):
         self.misses = 0
         self._buckets = {}
         self._lru = collections.OrderedDict()
+        self._symbolics = []  # regions.Symbolic of the entries
 
     def lookup(self, key, instance):
-        """Returns ``(entry, param arrays)``, or ``(None, None)``."""
+        """Returns ``(entry, param arrays, symbols)``, or ``(None, None,
+        None)``. ``symbols`` are the trip counts of an entry compiled for
+        any length (see ``regions.Symbolic``), read from ``key``."""
+        found = self._lookup(key, instance, None)
+        if found is not None:
+            return found + ([],)
+        for symbolic in self._symbolics:
+            general = symbolic.generalize(key)
+            if general is not None:
+                found = self._lookup(general[0], instance, symbolic)
+                if found is not None:
+                    return found + (general[1],)
+        return None, None, None
+
+    def _lookup(self, key, instance, symbolic):
         bucket = self._buckets.get(key)
         if bucket:
             for entry in bucket:
+                if entry.symbolic != symbolic:
+                    continue
                 arrays = entry.fetch_params(instance)
                 if arrays is not None:
                     self._lru.move_to_end(entry)
                     return entry, arrays
-        return None, None
+        return None
 
     def insert(self, entry):
         """Adds an entry; returns the entry evicted, if any."""
         self._buckets.setdefault(entry.key, []).insert(0, entry)
         self._lru[entry] = None
+        evicted = None
         if self.maxsize is not None and len(self._lru) > self.maxsize:
-            old, _ = self._lru.popitem(last=False)
-            self._buckets[old.key].remove(old)
-            if not self._buckets[old.key]:
-                del self._buckets[old.key]
-            return old
-        return None
+            evicted, _ = self._lru.popitem(last=False)
+            self._buckets[evicted.key].remove(evicted)
+            if not self._buckets[evicted.key]:
+                del self._buckets[evicted.key]
+        self._symbolics = _unique(e.symbolic for e in self._lru
+                                  if e.symbolic is not None)
+        return evicted
 
     def entries(self):
         """Entries from least to most recently used."""
@@ -418,6 +438,7 @@ class Cache(object):
     def clear(self):
         self._buckets.clear()
         self._lru.clear()
+        self._symbolics = []
         self.hits = 0
         self.misses = 0
 
@@ -454,3 +475,11 @@ def model_param_items(instance):
                               p.requires_grad)
             for n, p in sorted(instance.namedparams())
             if p.array is not None]
+
+
+def _unique(items):
+    found = []
+    for item in items:
+        if item not in found:
+            found.append(item)
+    return found

@@ -1,13 +1,20 @@
 """Code generation: an IR graph becomes a :class:`Program`.
 
-Registers are laid out as arguments (graph inputs, then parameters),
-constants, then temporaries. A temporary's register is released with
-``FREE`` after its last use and handed to the next value defined, so the
-register file stays small and arrays die as early as in eager mode.
+Registers are laid out as arguments (graph inputs, then parameters, then
+symbols such as a trip count), constants, then temporaries. A temporary's
+register is released with ``FREE`` after its last use and handed to the
+next value defined, so the register file stays small and arrays die as
+early as in eager mode.
+
+A Loop node becomes ``SETI``/``FORI``, its body inline, and ``NEXT``
+jumping back; its carried values live in registers of their own, set
+before the loop and by ``MOVE`` at the end of each iteration. Values
+defined before a loop and read in its body stay live until the loop ends.
 """
 
 from chainerjit import opcodes
 from chainerjit import program as program_module
+from chainerjit import regions
 
 
 def compile_graph(graph, replay=None):
@@ -16,62 +23,162 @@ def compile_graph(graph, replay=None):
     Args:
         replay: optional ``{node: outputs}``; those nodes' kernels return
             the given arrays instead of computing (for self-checks that
-            must not repeat a node's side effects).
+            must not repeat a node's side effects); for a node of a loop
+            body, a ``regions.PerIteration`` list.
     """
-    replay = replay or {}
-    args = graph.inputs + graph.params
-    reg = {v: i for i, v in enumerate(args + graph.consts)}
-    pinned = set(reg)  # never freed: arguments and constants
-    outputs = set(graph.outputs)
-    last_use = _last_uses(graph)
-    free_regs = []
-    n_regs = len(reg)
-    code = []
-    locs = {}
-    kernels = []
-    kernel_names = []
-    for index, node in enumerate(graph.nodes):
-        ins = [reg[v] for v in node.inputs]
-        outs = []
-        for value in node.outputs:
-            if free_regs:
-                reg[value] = free_regs.pop()
-            else:
-                reg[value] = n_regs
-                n_regs += 1
-            outs.append(reg[value])
-        locs[len(code)] = node.loc
-        kernels.append(_returning(replay[node]) if node in replay
-                       else node.kernel.fn)
-        kernel_names.append(node.label)
-        code += opcodes.encode_call(len(kernels) - 1, ins, outs,
-                                    node.kernel.multi)
-        dead = [v for v in node.inputs + node.outputs
-                if v not in pinned and v not in outputs
-                and last_use.get(v, -1) <= index]
-        for value in _unique(dead):
-            code += [opcodes.FREE, reg[value]]
-            free_regs.append(reg[value])
-    code += [opcodes.RET, len(graph.outputs)]
-    code += [reg[v] for v in graph.outputs]
+    emitter = _Emitter(graph, replay or {})
+    emitter.emit_nodes(graph.nodes)
+    code = emitter.code + [opcodes.RET, len(graph.outputs)]
+    code += [emitter.reg[v] for v in graph.outputs]
+    args = graph.inputs + graph.params + graph.symbols
     return program_module.Program(
-        graph.name, code, kernels, kernel_names,
-        [v.data for v in graph.consts], len(args), n_regs,
-        [v.name for v in args], locs)
+        graph.name, code, emitter.kernels, emitter.kernel_names,
+        [v.data for v in emitter.consts], len(args), emitter.n_regs,
+        [v.name for v in args], emitter.locs)
+
+
+class _Emitter(object):
+
+    def __init__(self, graph, replay):
+        args = graph.inputs + graph.params + graph.symbols
+        self.consts = graph.all_consts()
+        self.reg = {v: i for i, v in enumerate(args + self.consts)}
+        self.pinned = set(self.reg) | set(graph.outputs)  # never freed
+        self.replay = replay
+        self.last_use = {}
+        self.position = {}
+        self._number(graph.nodes, [0])
+        self.free_regs = []
+        self.n_regs = len(self.reg)
+        self.code = []
+        self.locs = {}
+        self.kernels = []
+        self.kernel_names = []
+
+    def _number(self, nodes, counter):
+        """Numbers the nodes in the order they run (a loop after its
+        body) and notes each value's last use."""
+        for node in nodes:
+            if node.region is not None:
+                body = node.region.body
+                self._number(body.nodes, counter)
+                for value in body.outputs:  # moved at the end of the body
+                    self.last_use[value] = counter[0]
+            for value in node.inputs:
+                self.last_use[value] = counter[0]
+            self.position[node] = counter[0]
+            counter[0] += 1
+
+    def new_reg(self, value):
+        if self.free_regs:
+            self.reg[value] = self.free_regs.pop()
+        else:
+            self.reg[value] = self.n_regs
+            self.n_regs += 1
+        return self.reg[value]
+
+    def free_dead(self, values, position):
+        dead = [v for v in values if v not in self.pinned
+                and self.last_use.get(v, -1) <= position]
+        for value in _unique(dead):
+            self.code += [opcodes.FREE, self.reg[value]]
+            self.free_regs.append(self.reg[value])
+
+    def emit_nodes(self, nodes):
+        for node in nodes:
+            if node.region is not None:
+                self.emit_loop(node)
+            else:
+                self.emit_call(node)
+            self.free_dead(node.inputs + node.outputs, self.position[node])
+
+    def emit_call(self, node):
+        ins = [self.reg[v] for v in node.inputs]
+        outs = [self.new_reg(v) for v in node.outputs]
+        self.locs[len(self.code)] = node.loc
+        if node in self.replay:
+            self.kernels.append(_returning(self.replay[node]))
+        else:
+            self.kernels.append(node.kernel.fn)
+        self.kernel_names.append(node.label)
+        self.code += opcodes.encode_call(len(self.kernels) - 1, ins, outs,
+                                         node.kernel.multi)
+
+    def emit_loop(self, node):
+        region = node.region
+        body = region.body
+        n_read = sum(region.carried_read)
+        trip, inits = node.inputs[0], node.inputs[1:1 + n_read]
+        invariants = node.inputs[1 + n_read:]
+        start = len(self.code)
+        # Carried values and scan lists get registers of their own.
+        carried = [self.new_reg(v) for v in node.outputs[:region.n_carried]]
+        lists = [self.new_reg(v) for v in node.outputs[region.n_carried:]]
+        read_regs = [r for r, read in zip(carried, region.carried_read)
+                     if read]
+        for init, r in zip(inits, read_regs):
+            self.code += [opcodes.MOVE, self.reg[init], r]
+        for r in lists:
+            self.code += [opcodes.NEWLIST, r]
+        counter = self._fresh_reg()
+        self.code += [opcodes.SETI, counter, 0]
+        top = len(self.code)
+        self.code += [opcodes.FORI, counter, self.reg[trip], -1]
+        self.locs[start] = node.loc
+        # The body's inputs are registers already live.
+        body_inputs = body.inputs
+        self.reg[body_inputs[0]] = counter
+        for value, r in zip(body_inputs[1:1 + n_read], read_regs):
+            self.reg[value] = r
+        for value, outer in zip(body_inputs[1 + n_read:], invariants):
+            self.reg[value] = self.reg[outer]
+        self.pinned.update(body_inputs)
+        self.emit_nodes(body.nodes)
+        # Collect first: a scan value may be a carried value's input.
+        for value, r in zip(body.outputs[region.n_carried:], lists):
+            self.code += [opcodes.APPEND, r, self.reg[value]]
+        nexts = body.outputs[:region.n_carried]
+        self._parallel_move([self.reg[v] for v in nexts], carried)
+        self.free_dead(body.outputs, self.position[node])
+        self.code += [opcodes.NEXT, counter, top]
+        self.code[top + 3] = len(self.code)
+        self.code += [opcodes.FREE, counter]
+        self.free_regs.append(counter)
+
+    def _fresh_reg(self):
+        if self.free_regs:
+            return self.free_regs.pop()
+        self.n_regs += 1
+        return self.n_regs - 1
+
+    def _parallel_move(self, sources, targets):
+        """``targets[j] = sources[j]`` for all ``j`` at once."""
+        moves = [(s, t) for s, t in zip(sources, targets) if s != t]
+        if any(s in targets for s, _ in moves):
+            staged = []
+            for s, t in moves:
+                r = self._fresh_reg()
+                self.code += [opcodes.MOVE, s, r]
+                staged.append((r, t))
+            for r, t in staged:
+                self.code += [opcodes.MOVE, r, t, opcodes.FREE, r]
+                self.free_regs.append(r)
+            return
+        for s, t in moves:
+            self.code += [opcodes.MOVE, s, t]
 
 
 def _returning(outputs):
+    if isinstance(outputs, regions.PerIteration):
+        results = iter(outputs)
+
+        def replayed_in_turn(*arrays):
+            return next(results)
+        return replayed_in_turn
+
     def replayed(*arrays):
         return outputs
     return replayed
-
-
-def _last_uses(graph):
-    last = {}
-    for index, node in enumerate(graph.nodes):
-        for value in node.inputs:
-            last[value] = index
-    return last
 
 
 def _unique(values):

@@ -56,6 +56,23 @@ class VMError(ChainerJitError):
     """A kernel raised inside the VM; the message shows the instruction."""
 
 
+class UnrolledLoop(ChainerJitError):
+    """A loop was compiled unrolled, one cache entry per trip count.
+
+    chainerjit rolls a loop into one region when its iterations record the
+    same operations; it unrolls it when they differ (``if t == 0:`` in the
+    body, shapes that change from one iteration to the next) or when the
+    forward's source cannot be read (a lambda, ``exec``, a plain REPL).
+    The results are right; a new trip count is a new compile. Fix: move
+    what differs out of the loop (handle step 0 before it), and define the
+    forward in a file or a notebook cell.
+    """
+
+
+class LoopWarning(UserWarning):
+    """A loop was unrolled (shown once per loop)."""
+
+
 class FallbackWarning(UserWarning):
     """A call ran eagerly instead of compiled (shown once per site)."""
 
@@ -85,6 +102,13 @@ def warn_once(site, category, message):
         return
     _warned.add(site)
     warnings.warn(message, category, stacklevel=4)
+
+
+def unrolled_message(func_name, error, loc):
+    """The text of a one-time warning for a loop compiled unrolled."""
+    return ('chainerjit: %s: %s\n%s\n  (this warning is shown once.) See '
+            'docs/errors.md#UnrolledLoop'
+            % (func_name, error, source_excerpt(loc)))
 
 
 def fallback_message(func_name, error, loc):

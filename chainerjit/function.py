@@ -48,8 +48,9 @@ class TrainingProgram(object):
 class CompiledFunction(chainer.FunctionNode):
     """Runs a :class:`TrainingProgram` as one node of Chainer's graph."""
 
-    def __init__(self, training):
+    def __init__(self, training, symbols=()):
         self.training = training
+        self.symbols = list(symbols)  # trip counts of symbolic loops
         self._saved = None
         self._published = ()  # weakrefs to the Variables handed out
 
@@ -67,7 +68,7 @@ class CompiledFunction(chainer.FunctionNode):
         shape and dtype, and the guards every model array's."""
 
     def forward(self, inputs):
-        outs = self.training.forward.run(inputs)
+        outs = self.training.forward.run(list(inputs) + self.symbols)
         n = self.training.n_outputs
         self._saved = outs[n:]
         return outs[:n]
@@ -81,7 +82,8 @@ class CompiledFunction(chainer.FunctionNode):
                 'function eagerly for this (the undecorated method, or '
                 'chainerjit.jit(f).__wrapped__).')
         gys = [None if gy is None else gy.array for gy in grad_outputs]
-        grads = self.training.backward.run(list(self._saved) + gys)
+        grads = self.training.backward.run(list(self._saved) + gys +
+                                           self.symbols)
         return tuple(_variable(grads, self.training.grad_index[i])
                      for i in indexes)
 

@@ -47,7 +47,7 @@ def format_type(shape, dtype):
 class Value(object):
     """An SSA value: defined once, by an argument, a constant or a node."""
 
-    __slots__ = ('kind', 'shape', 'dtype', 'name', 'data')
+    __slots__ = ('kind', 'shape', 'dtype', 'name', 'data', 'symbols')
 
     def __init__(self, kind, shape, dtype, name=None, data=None):
         self.kind = kind
@@ -55,10 +55,16 @@ class Value(object):
         self.dtype = numpy.dtype(dtype)
         self.name = name
         self.data = data  # a constant's array; a param's source
+        self.symbols = None  # {axis: 'T'}: dimensions that vary by call
 
     @property
     def type_str(self):
-        return format_type(self.shape, self.dtype)
+        if self.dtype == object:
+            return 'list'
+        shape = self.shape
+        if self.symbols:
+            shape = [self.symbols.get(i, d) for i, d in enumerate(shape)]
+        return format_type(shape, self.dtype)
 
     def __repr__(self):
         return '<Value %s %s %s>' % (self.kind, self.name, self.type_str)
@@ -68,7 +74,7 @@ class Node(object):
     """One op applied to values, producing values."""
 
     __slots__ = ('op', 'kernel', 'inputs', 'outputs', 'attrs', 'generic',
-                 'pure', 'loc')
+                 'pure', 'loc', 'region', 'index')
 
     def __init__(self, op, kernel, inputs, outputs, attrs=(), generic=False,
                  pure=True, loc=None):
@@ -80,6 +86,8 @@ class Node(object):
         self.generic = generic
         self.pure = pure
         self.loc = loc
+        self.region = None  # a Loop node's regions.Region
+        self.index = None  # an IndexAt's (index, positions of the counter)
 
     @property
     def label(self):
@@ -114,13 +122,14 @@ class Graph(object):
         self.name = name
         self.inputs = []
         self.params = []
+        self.symbols = []  # ints that vary by call, such as a trip count
         self.consts = []
         self.nodes = []
         self.outputs = []
 
     def add_value(self, kind, shape, dtype, name=None, data=None):
         value = Value(kind, shape, dtype, name, data)
-        {'input': self.inputs, 'param': self.params,
+        {'input': self.inputs, 'param': self.params, 'sym': self.symbols,
          'const': self.consts}.get(kind, []).append(value)
         return value
 
@@ -128,20 +137,39 @@ class Graph(object):
         self.nodes.append(node)
         return node
 
+    def all_consts(self):
+        """The constants of this graph and of its loop bodies."""
+        found = list(self.consts)
+        for node in self.nodes:
+            if node.region is not None:
+                found += [c for c in node.region.body.all_consts()
+                          if c not in found]
+        return found
+
     def value_names(self, temp_format='%%%d'):
         """Names every value for printing: arguments by their own name,
         constants ``c0, c1, ...`` and node outputs ``%0, %1, ...`` (in
-        ``temp_format``) in order of definition."""
+        ``temp_format``) in order of definition, loop bodies included."""
         names = {}
-        for value in self.inputs + self.params:
+        for value in self.inputs + self.params + self.symbols:
             names[value] = value.name
-        for i, value in enumerate(self.consts):
+        for i, value in enumerate(self.all_consts()):
             names[value] = 'c%d' % i
-        count = 0
-        for node in self.nodes:
-            for value in node.outputs:
-                names[value] = temp_format % count
-                count += 1
+        counter = [0]
+
+        def name_nodes(nodes):
+            for node in nodes:
+                if node.region is not None:
+                    body = node.region.body
+                    for j, value in enumerate(body.inputs):
+                        names[value] = 'i' if j == 0 else temp_format % (
+                            counter[0])
+                        counter[0] += j > 0
+                    name_nodes(body.nodes)
+                for value in node.outputs:
+                    names[value] = temp_format % counter[0]
+                    counter[0] += 1
+        name_nodes(self.nodes)
         return names
 
     def __str__(self):
@@ -154,15 +182,7 @@ class Graph(object):
                                         binders(self.params))]
         for value in self.consts:
             lines.append('  %s: %s = const' % (names[value], value.type_str))
-        for node in self.nodes:
-            lhs = ', '.join('%s: %s' % (names[v], v.type_str)
-                            for v in node.outputs)
-            rhs = '%s(%s)' % (node.label,
-                              ', '.join(names[v] for v in node.inputs))
-            line = '  %s = %s' % (lhs, rhs)
-            if node.loc:
-                line += '  # %s' % format_loc(node.loc)
-            lines.append(line)
+        _print_nodes(self.nodes, names, '  ', lines)
         lines.append('  return (%s)' % ', '.join(
             names[v] for v in self.outputs))
         return '\n'.join(lines)
@@ -174,22 +194,61 @@ class Graph(object):
             AssertionError: naming the first offending node, with the
                 whole graph printed.
         """
-        defined = set(self.inputs + self.params + self.consts)
-        for node in self.nodes:
-            for value in node.inputs:
-                if value not in defined:
-                    self._fail('%s uses an undefined value' % node.label)
-            for value in node.outputs:
-                if value in defined:
-                    self._fail('%s redefines a value' % node.label)
-                defined.add(value)
+        defined = set(self.inputs + self.params + self.symbols +
+                      self.all_consts())
+        self._verify_nodes(self.nodes, defined, set())
         for value in self.outputs:
             if value not in defined:
                 self._fail('the graph returns an undefined value')
 
+    def _verify_nodes(self, nodes, defined, everywhere):
+        for node in nodes:
+            for value in node.inputs:
+                if value not in defined:
+                    self._fail('%s uses an undefined value' % node.label)
+            if node.region is not None:
+                body = node.region.body
+                inner = set(body.inputs) | set(self.all_consts())
+                self._verify_nodes(body.nodes, inner, everywhere)
+                for value in body.outputs:
+                    if value not in inner:
+                        self._fail('a loop body returns an undefined value')
+            for value in node.outputs:
+                if value in everywhere:
+                    self._fail('%s redefines a value' % node.label)
+                defined.add(value)
+                everywhere.add(value)
+
     def _fail(self, message):
         raise AssertionError('IR verification failed: %s\n%s'
                              % (message, self))
+
+
+def _print_nodes(nodes, names, indent, lines):
+    for node in nodes:
+        lhs = ', '.join('%s: %s' % (names[v], v.type_str)
+                        for v in node.outputs)
+        rhs = '%s(%s)' % (node.label,
+                          ', '.join(names[v] for v in node.inputs))
+        line = '%s%s = %s' % (indent, lhs, rhs)
+        if node.loc:
+            line += '  # %s' % format_loc(node.loc)
+        lines.append(line)
+        if node.region is not None:
+            _print_region(node.region, names, indent + '    ', lines)
+
+
+def _print_region(region, names, indent, lines):
+    """``body (i; carried; invariants) -> (next values; scans):``"""
+    body = region.body
+    n_read = sum(region.carried_read)
+    ins = [names[v] for v in body.inputs]
+    outs = [names[v] for v in body.outputs]
+    n_next = region.n_carried
+    lines.append('%sbody (i; %s; %s) -> (%s; %s):' % (
+        indent, ', '.join(ins[1:1 + n_read]), ', '.join(ins[1 + n_read:]),
+        ', '.join(outs[:n_next]), ', '.join(outs[n_next:])))
+    _print_nodes(body.nodes, names, indent + '  ', lines)
 
 
 def format_loc(loc):

@@ -14,7 +14,16 @@ CALLN   CALLN k n a1..an out                r[out] = K[k](r[a1], ...)
 CALLM   CALLM k n a1..an m o1..om           r[o1], ... = K[k](r[a1], ...)
 FREE    FREE r                              r[r] = None (last use)
 RET     RET n o1..on                        return (r[o1], ...)
+MOVE    MOVE a b                            r[b] = r[a]
+SETI    SETI r v                            r[r] = v (an int)
+FORI    FORI c n t                          if r[c] >= r[n]: jump to t
+NEXT    NEXT c t                            r[c] += 1; jump to t
+NEWLIST NEWLIST r                           r[r] = []
+APPEND  APPEND l a                          r[l].append(r[a])
 ======  ==================================  ===============================
+
+A loop region is ``SETI c 0``, ``FORI c n end``, the body, ``NEXT c
+top``: ``t`` is an offset into the code (a jump target).
 """
 
 CALL1 = 1
@@ -24,10 +33,24 @@ CALLN = 4
 CALLM = 5
 FREE = 6
 RET = 7
+MOVE = 8
+SETI = 9
+FORI = 10
+NEXT = 11
+NEWLIST = 12
+APPEND = 13
 
 OPNAMES = {
     CALL1: 'CALL1', CALL2: 'CALL2', CALL3: 'CALL3', CALLN: 'CALLN',
-    CALLM: 'CALLM', FREE: 'FREE', RET: 'RET',
+    CALLM: 'CALLM', FREE: 'FREE', RET: 'RET', MOVE: 'MOVE', SETI: 'SETI',
+    FORI: 'FORI', NEXT: 'NEXT', NEWLIST: 'NEWLIST', APPEND: 'APPEND',
+}
+
+# Control opcodes: (registers read, registers written, has a jump target
+# or an immediate as last argument).
+CONTROL = {
+    MOVE: (1, 1, False), SETI: (0, 1, True), FORI: (2, 0, True),
+    NEXT: (1, 0, True), NEWLIST: (0, 1, False), APPEND: (2, 0, False),
 }
 
 # Opcodes whose register lists are fixed-length: number of input registers.
@@ -39,8 +62,8 @@ def decode(code, pc):
 
     Returns:
         tuple: ``(opcode, kernel, inputs, outputs, next_pc)``; ``kernel``
-        is ``None`` for FREE and RET, whose register is listed in
-        ``inputs``.
+        is ``None`` for FREE, RET and the control opcodes, whose
+        arguments are listed in ``inputs``.
     """
     op = code[pc]
     if op in FIXED_ARITY:
@@ -62,6 +85,9 @@ def decode(code, pc):
     if op == RET:
         n = code[pc + 1]
         return op, None, list(code[pc + 2:pc + 2 + n]), [], pc + 2 + n
+    if op in CONTROL:
+        return op, None, list(code[pc + 1:pc + 1 + control_size(op)]), [], \
+            pc + 1 + control_size(op)
     raise ValueError('bad opcode %r at pc %d' % (op, pc))
 
 
@@ -75,3 +101,9 @@ def encode_call(kernel, inputs, outputs, multi):
         return [(CALL1, CALL2, CALL3)[n - 1], kernel] + list(inputs) + [
             outputs[0]]
     return [CALLN, kernel, n] + list(inputs) + [outputs[0]]
+
+
+def control_size(op):
+    """The number of arguments of a control opcode."""
+    n_in, n_out, last = CONTROL[op]
+    return n_in + n_out + last

@@ -101,6 +101,14 @@ class Program(object):
             pc = next_pc
 
     def _argrepr(self, op, k, ins, outs):
+        if op in opcodes.CONTROL:
+            n_regs = len(ins) - opcodes.CONTROL[op][2]
+            text = ' '.join('%%%d' % r for r in ins[:n_regs])
+            if op in (opcodes.FORI, opcodes.NEXT):
+                return '%s  to %d' % (text, ins[-1])
+            if op == opcodes.SETI:
+                return '%s %d' % (text, ins[-1])
+            return text
         regs = ' '.join('%%%d' % r for r in ins)
         if k is None:
             return regs
@@ -117,8 +125,7 @@ class Program(object):
                 '%%%d=%s' % (i, n) for i, n in enumerate(self.input_names)))
         if self.consts:
             lines.append('  consts: ' + ' '.join(
-                '%%%d=%s' % (self.n_inputs + i,
-                             ir.format_type(c.shape, c.dtype))
+                '%%%d=%s' % (self.n_inputs + i, _describe_const(c))
                 for i, c in enumerate(self.consts)))
         return '\n'.join(lines)
 
@@ -145,3 +152,11 @@ class Program(object):
         if file is not None:
             file.write(text)
         return text
+
+
+def _describe_const(value):
+    if value is None:
+        return 'None'
+    if isinstance(value, numpy.generic) and value.dtype.kind in 'iu':
+        return str(value)  # a trip count
+    return ir.format_type(value.shape, value.dtype)

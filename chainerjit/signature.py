@@ -113,6 +113,13 @@ def _describe(obj, base, names, statics):
         statics.append((base, obj))
 
 
+class Symbol(str):
+    """A length that varies by call, printed as its name."""
+
+    def __repr__(self):
+        return str(self)
+
+
 class Signature(object):
     """The readable form of a cache key, with argument and parameter names.
 
@@ -135,6 +142,22 @@ class Signature(object):
         items.append(('enable_backprop', backprop))
         items.extend(params)
         return cls(items)
+
+    def with_symbols(self, wildcards, kind, where):
+        """This signature with the symbolic dimensions (``(leaf, axes)``
+        pairs) and, for a length given as an int argument (``kind``
+        ``'static'``, ``where`` ``(path, name)``), that argument shown as
+        ``T``."""
+        items = list(self.items)
+        for leaf, axes in wildcards:
+            name, spec = items[leaf]
+            shape = tuple('T' if i in axes else d
+                          for i, d in enumerate(spec.shape))
+            items[leaf] = (name, spec._replace(shape=shape))
+        if kind == 'static':
+            items = [(n, Symbol('T') if n == where[1] else v)
+                     for n, v in items]
+        return Signature(items)
 
     def __str__(self):
         return ', '.join(

@@ -16,6 +16,7 @@ values is a *data escape*: the call is not compiled and runs eagerly (see
 ``chainer.report`` calls are recorded to be replayed on compiled calls.
 """
 
+import inspect
 import os
 import sys
 import threading
@@ -23,6 +24,7 @@ import threading
 import chainer
 import numpy
 
+from chainerjit import control
 from chainerjit import errors
 from chainerjit import guards
 from chainerjit import ir
@@ -259,8 +261,12 @@ class Recording(object):
     """What one recording produced (see :func:`record`)."""
 
     def __init__(self, graph, outputs, effects, result, escape,
-                 param_arrays, generic_outputs, param_owners):
+                 param_arrays, generic_outputs, param_owners, recorder=None,
+                 watcher=None):
         self.graph = graph
+        self.loops = watcher.runs if watcher else []  # control.LoopRun
+        self.no_source = watcher.no_source if watcher else []
+        self.templates = recorder.templates if recorder else {}
         self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs
         self.effects = effects  # assignments and reports to replay
@@ -284,6 +290,8 @@ class _Recorder(object):
         self.generic_outputs = {}  # generic Node -> what it returned
         self.param_owners = {}  # param Value -> Variable (or link) of it
         self.applied = []  # the FunctionNodes applied, for _untag_graph
+        self.templates = {}  # ir.Node -> its FunctionNode before apply,
+        # or ('numpy', template) for NumPy calls: what makes two nodes alike
         self.escape = None
 
     def note_escape(self, what, loc):
@@ -362,9 +370,11 @@ class _Recorder(object):
         outs = list(result) if multi else [result]
         if multi:
             kernel_fn = _as_tuple(kernel_fn)
-        self.add_node(ir.Node(
+        node = self.add_node(ir.Node(
             label, ops.Kernel(kernel_fn, multi=multi), in_values,
             self.bind_temps(outs), loc=user_location(4)))
+        self.templates[node] = ('numpy', fn, _split_arrays(
+            (args, kwargs), []))
 
     def add_node(self, node):
         """Adds a node; a pure node of constants computes a constant."""
@@ -429,6 +439,7 @@ class _Recorder(object):
             generic=bool(generic),
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
+        self.templates[ir_node] = template
         if generic:
             self.generic_outputs[ir_node] = tuple(
                 _untag(a) for a in out_arrays)
@@ -647,11 +658,15 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     chainer.grad = _escaping('chainer.grad', grad)
     chainer.Variable.array, chainer.Variable.data = \
         _recording_array_properties
+    watcher = control.LoopWatcher(
+        lambda: len(graph.nodes), getattr(fn, '__code__', None),
+        _loop_arguments(fn, instance, args, kwargs, proxies))
     try:
-        if instance is not None:
-            result = fn(instance, *call_args, **call_kwargs)
-        else:
-            result = fn(*call_args, **call_kwargs)
+        with watcher:
+            if instance is not None:
+                result = fn(instance, *call_args, **call_kwargs)
+            else:
+                result = fn(*call_args, **call_kwargs)
     finally:
         chainer.FunctionNode.apply = _original_apply
         chainer.Link.__setattr__ = link_setattr
@@ -674,7 +689,32 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
             object.__setattr__(link, name, untagged)
     return Recording(graph, outputs, effects, _untag_result(
         result, proxies, leaves), recorder.escape, recorder.param_arrays,
-        recorder.generic_outputs, recorder.param_owners)
+        recorder.generic_outputs, recorder.param_owners, recorder, watcher)
+
+
+def _loop_arguments(fn, instance, args, kwargs, proxies):
+    """What the loop watcher needs to tie a trip count to the call's
+    arguments: the proxies by identity and the int arguments by name,
+    with their path in the key's structure."""
+    found = {id(proxy): ('leaf', i) for i, proxy in enumerate(proxies)}
+    try:
+        bound = inspect.signature(fn).bind(
+            *((instance,) if instance is not None else ()) + tuple(args),
+            **kwargs)
+    except (TypeError, ValueError):
+        return found
+    positional = list(inspect.signature(fn).parameters)
+    skip = 1 if instance is not None else 0
+    for name, value in bound.arguments.items():
+        if type(value) is not int:
+            continue
+        if name in kwargs:
+            found[('static', name)] = (('kwargs', name), value)
+        else:
+            index = positional.index(name) - skip
+            if 0 <= index < len(args):
+                found[('static', name)] = (('args', index), value)
+    return found
 
 
 def _untag_graph(nodes):

@@ -23,7 +23,7 @@ def fold_constants(graph):
     kept = []
     changed = False
     for node in graph.nodes:
-        if node.pure and node.inputs and all(
+        if node.pure and node.region is None and node.inputs and all(
                 v.kind == 'const' for v in node.inputs):
             outputs = node.kernel.fn(*[v.data for v in node.inputs])
             if not node.kernel.multi:

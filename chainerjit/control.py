@@ -1,0 +1,547 @@
+"""Control flow: the loop sites of the forward's source, and where each
+loop's iterations begin while a call is recorded.
+
+:func:`loop_sites` reads a function's source with ``inspect`` and ``ast``
+and lists its ``for`` and ``while`` statements; a comprehension is a loop
+of its own code object. While recording, a :class:`LoopWatcher` follows
+the interpreter's line events (``sys.settrace``) in user code and notes,
+for each loop it runs, the number of IR nodes recorded so far at every
+pass through the loop header: the boundaries between iterations. The
+regions stage (``regions.py``) uses them to roll uniform iterations into
+one loop region.
+
+For a loop in the jitted function itself, the watcher also reads the
+trip-count expression (``range(len(xs))``, ``range(xs.shape[0])``,
+``range(n)``, ``for x in xs``) so that a trip count that comes from an
+argument can be symbolic in the cache key.
+"""
+
+import ast
+import collections
+import dis
+import inspect
+import os
+import sys
+import textwrap
+
+import chainer
+import numpy
+
+
+LoopSite = collections.namedtuple(
+    'LoopSite', 'kind header first last iter_expr filename')
+LoopSite.__doc__ = """One loop of the source.
+
+Fields:
+    kind: ``'for'``, ``'while'`` or ``'comp'`` (a comprehension).
+    header: the line the interpreter passes once per iteration (the
+        ``for`` or ``while`` line; for a comprehension, its ``for``
+        clause).
+    first, last: the lines the loop statement spans.
+    iter_expr: the ``ast`` node of a ``for`` loop's iterable, or ``None``.
+    filename: the source file.
+"""
+
+_INTERNAL_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (chainer, numpy)) + (
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+_COMPREHENSIONS = ('<listcomp>', '<genexpr>', '<setcomp>', '<dictcomp>')
+_SITES = {}  # code object -> {header line: LoopSite} (or None: no source)
+
+
+def is_user_code(code):
+    """False for Chainer's, NumPy's, chainerjit's and frozen modules'."""
+    filename = code.co_filename
+    return not (filename.startswith(_INTERNAL_DIRS) or
+                filename.startswith('<frozen') or
+                'cupy' + os.sep in filename)
+
+
+def loop_sites(code):
+    """``{header line: LoopSite}`` for the loops of a code object, or
+    ``None`` when its source cannot be read (a plain REPL, ``exec``)."""
+    try:
+        return _SITES[code]
+    except KeyError:
+        pass
+    if code.co_name in _COMPREHENSIONS:
+        sites = _comprehension_site(code)
+    else:
+        sites = _statement_sites(code)
+    _SITES[code] = sites
+    return sites
+
+
+def has_source(code):
+    """Whether :func:`loop_sites` can read the code's source."""
+    return loop_sites(code) is not None
+
+
+def _statement_sites(code):
+    try:
+        lines, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    try:
+        tree = ast.parse(textwrap.dedent(''.join(lines)))
+    except SyntaxError:  # a lambda inside an expression
+        return None
+    function = next((n for n in ast.walk(tree) if isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))), None)
+    if function is None:
+        return None
+    offset = start - 1 if start else 0
+    sites = {}
+    body = function.body if isinstance(function.body, list) else []
+    for node in _own_statements(body):
+        if isinstance(node, (ast.For, ast.While)):
+            header = node.lineno if isinstance(node, ast.For) \
+                else node.test.lineno
+            site = LoopSite(
+                'for' if isinstance(node, ast.For) else 'while',
+                header + offset, node.lineno + offset,
+                _body_end(node) + offset,
+                node.iter if isinstance(node, ast.For) else None,
+                code.co_filename)
+            sites[site.header] = site
+    return sites
+
+
+def _body_end(loop):
+    """The last line of a loop's body (its ``else:`` clause is after
+    the loop)."""
+    return max(getattr(stmt, 'end_lineno', stmt.lineno)
+               for stmt in loop.body)
+
+
+def _own_statements(body):
+    """The statements of a function body, nested blocks included, but not
+    those of nested functions and classes (other code objects)."""
+    stack = list(body)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.stmt):
+                stack.append(child)
+            elif isinstance(child, ast.excepthandler):
+                stack.extend(child.body)
+
+
+def _comprehension_site(code):
+    """A comprehension with one ``for`` clause is one loop; its header is
+    the line of its ``FOR_ITER`` instruction."""
+    loops = [i for i in dis.get_instructions(code) if i.opname == 'FOR_ITER']
+    if len(loops) != 1:
+        return {}
+    lines = [line for _, line in dis.findlinestarts(code)
+             if line is not None]
+    header = _line_of(code, loops[0].offset)
+    site = LoopSite('comp', header, min(lines + [header]),
+                    max(lines + [header]), None, code.co_filename)
+    return {header: site}
+
+
+def _line_of(code, offset):
+    line = code.co_firstlineno
+    for start, lineno in dis.findlinestarts(code):
+        if start > offset:
+            break
+        if lineno is not None:
+            line = lineno
+    return line
+
+
+class LoopRun(object):
+    """One execution of a loop site while recording.
+
+    Attributes:
+        site: the :class:`LoopSite`.
+        boundaries: the number of IR nodes recorded at each pass through
+            the header; iteration ``k`` recorded nodes
+            ``boundaries[k]:boundaries[k + 1]``.
+        end: the number of nodes recorded when the loop was left.
+        exit: ``'done'`` when the loop ran out (its header was passed once
+            more than it has iterations), else ``'left'`` (``break``,
+            ``return`` or an exception).
+        in_top_frame: the loop is in the jitted function's own code.
+        trip: how the trip count follows from the arguments (see
+            :func:`trip_source`), or ``None``.
+        reads: ``(position, description)`` of array values read into
+            Python during the loop.
+    """
+
+    def __init__(self, site, position, in_top_frame, trip):
+        self.site = site
+        self.boundaries = [position]
+        self.end = None
+        self.exit = None
+        self.in_top_frame = in_top_frame
+        self.trip = trip
+        self.last_header = True  # the latest line event was the header
+        self.previous_lasti = -1
+
+    @property
+    def n_iterations(self):
+        return len(self.boundaries) - (1 if self.exit == 'done' else 0)
+
+    @property
+    def loc(self):
+        return self.site.filename, self.site.first
+
+
+class LoopWatcher(object):
+    """Follows line events in user code while a forward is recorded.
+
+    Args:
+        position: returns the number of IR nodes recorded so far.
+        top_code: the jitted function's code object.
+        arguments: ``{id(object): ('leaf', index)}`` for the call's
+            Variables and arrays and ``{('static', name): (path, value)}``
+            for its int arguments, to resolve trip counts.
+    """
+
+    def __init__(self, position, top_code, arguments):
+        self.position = position
+        self.top_code = top_code
+        self.arguments = arguments
+        self.runs = []  # LoopRuns, in order of their end
+        self.no_source = []  # code objects with loops but no source
+        self._open = {}  # id(frame) -> [LoopRun]: statement loops
+        self._comps = {}  # id(frame) -> LoopRun of a comprehension
+        self._previous = None
+
+    def __enter__(self):
+        self._previous = sys.gettrace()
+        sys.settrace(self._on_call)
+        return self
+
+    def __exit__(self, *exc):
+        sys.settrace(self._previous)
+        for frame_id in list(self._open):
+            self._close_all(frame_id)
+        self._comps.clear()
+
+    def _on_call(self, frame, event, arg):
+        code = frame.f_code
+        if event != 'call' or not is_user_code(code):
+            return None
+        sites = loop_sites(code)
+        if sites is None:
+            if _has_loop(code) and code not in self.no_source:
+                self.no_source.append(code)
+            return None
+        if not sites:
+            return None
+        if code.co_name in _COMPREHENSIONS:
+            if id(frame) not in self._comps:  # not a generator resuming
+                site, = sites.values()
+                self._comps[id(frame)] = LoopRun(
+                    site, self.position(), False, None)
+            return self._on_comprehension_event
+        return self._on_statement_event
+
+    def _on_statement_event(self, frame, event, arg):
+        if event == 'line':
+            line = frame.f_lineno
+            stack = self._open.setdefault(id(frame), [])
+            while stack and not (stack[-1].site.first <= line <=
+                                 stack[-1].site.last):
+                self._close(stack.pop(), 'left')
+            site = loop_sites(frame.f_code).get(line)
+            if stack:
+                stack[-1].last_header = site is stack[-1].site
+            if site is not None:
+                if stack and stack[-1].site is site:
+                    stack[-1].boundaries.append(self.position())
+                else:
+                    stack.append(self._start(site, frame))
+        elif event == 'return':
+            self._close_all(id(frame))
+        return self._on_statement_event
+
+    def _start(self, site, frame):
+        top = frame.f_code is self.top_code
+        trip = trip_source(site, frame, self.arguments) if top else None
+        return LoopRun(site, self.position(), top, trip)
+
+    def _on_comprehension_event(self, frame, event, arg):
+        run = self._comps.get(id(frame))
+        if run is None:
+            return None
+        if event == 'line':
+            if _at_for_iter(frame) and frame.f_lasti < run.previous_lasti:
+                run.boundaries.append(self.position())  # a jump back
+            run.previous_lasti = frame.f_lasti
+        elif event == 'return' and not _suspended(frame):
+            del self._comps[id(frame)]
+            self._close(run, 'done')
+        return self._on_comprehension_event
+
+    def _close(self, run, how):
+        run.end = self.position()
+        # Left right after passing the header: the loop ran out.
+        run.exit = 'done' if how == 'done' or run.last_header else 'left'
+        self.runs.append(run)
+
+    def _close_all(self, frame_id):
+        for run in reversed(self._open.pop(frame_id, [])):
+            self._close(run, 'left')
+
+
+def _has_loop(code):
+    return any(i.opname == 'FOR_ITER' or (
+        i.opname.startswith('JUMP_BACKWARD'))
+        for i in dis.get_instructions(code))
+
+
+_FOR_ITER = dis.opmap['FOR_ITER']
+_YIELD_VALUE = dis.opmap['YIELD_VALUE']
+
+
+def _at_for_iter(frame):
+    return frame.f_code.co_code[frame.f_lasti] == _FOR_ITER
+
+
+def _suspended(frame):
+    """A generator frame returning at a ``yield`` (it will resume)."""
+    return frame.f_code.co_code[frame.f_lasti] == _YIELD_VALUE
+
+
+_ITERATION_BUILTINS = frozenset(['range', 'len', 'zip', 'enumerate',
+                                 'reversed', 'self'])
+
+
+def may_vary(site):
+    """Whether a loop's trip count may change between calls: false for a
+    ``for`` over ``self``'s own lists and counts (``for layer in
+    self.layers``, ``range(self.n_layers)``)."""
+    if site.iter_expr is None:
+        return True
+    names = [n.id for n in ast.walk(site.iter_expr)
+             if isinstance(n, ast.Name)]
+    return not all(n in _ITERATION_BUILTINS for n in names)
+
+
+# --- trip counts -----------------------------------------------------------
+
+TripSource = collections.namedtuple('TripSource', 'kind where offset')
+TripSource.__doc__ = """How a loop's trip count follows from the call.
+
+``kind`` ``'dim'``: ``where`` is ``(leaf index, axis)`` and the trip count
+is that dimension minus ``offset``; ``'static'``: ``where`` is ``(path,
+name)`` of an int argument (its path in the key's structure), the trip
+count its value minus ``offset``.
+"""
+
+
+def trip_source(site, frame, arguments):
+    """Reads a ``for`` loop's iterable: ``range(E)``, ``range(a, E)``,
+    ``enumerate(X)``, ``zip(X, ...)`` or ``X``, where ``E`` is
+    ``len(X)``, ``X.shape[k]`` or an int argument and ``X`` a Variable or
+    array argument. Returns a :class:`TripSource` or ``None``."""
+    node = site.iter_expr
+    if node is None:
+        return None
+    if _is_call(node, 'range') and 1 <= len(node.args) <= 2 and \
+            not node.keywords:
+        start = 0
+        if len(node.args) == 2:
+            if not isinstance(node.args[0], ast.Constant) or \
+                    type(node.args[0].value) is not int:
+                return None
+            start = node.args[0].value
+        return _length_source(node.args[-1], frame, arguments, start)
+    if (_is_call(node, 'enumerate') or _is_call(node, 'zip')) and \
+            node.args and not node.keywords:
+        node = node.args[0]
+    return _sequence_source(node, frame, arguments, 0)
+
+
+def _is_call(node, name):
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+        and node.func.id == name
+
+
+def _length_source(node, frame, arguments, offset):
+    if _is_call(node, 'len') and len(node.args) == 1:
+        return _sequence_source(node.args[0], frame, arguments, offset)
+    if isinstance(node, ast.Subscript) and \
+            isinstance(node.value, ast.Attribute) and \
+            node.value.attr == 'shape' and \
+            isinstance(node.slice, ast.Constant) and \
+            type(node.slice.value) is int and node.slice.value >= 0:
+        where = _argument(node.value.value, frame, arguments)
+        if where is not None and where[0] == 'leaf':
+            return TripSource('dim', (where[1], node.slice.value), offset)
+        return None
+    where = _argument(node, frame, arguments)
+    if where is not None and where[0] == 'static':
+        return TripSource('static', (where[1], node.id), offset)
+    return None
+
+
+def _sequence_source(node, frame, arguments, offset):
+    where = _argument(node, frame, arguments)
+    if where is not None and where[0] == 'leaf':
+        return TripSource('dim', (where[1], 0), offset)
+    return None
+
+
+def _argument(node, frame, arguments):
+    """What an argument named by ``node`` (a plain name) is, if the name
+    still holds the object the call passed."""
+    if not isinstance(node, ast.Name):
+        return None
+    value = frame.f_locals.get(node.id, _MISSING)
+    if type(value) is int:
+        path, passed = arguments.get(('static', node.id), (None, None))
+        return ('static', path) if passed == value else None
+    return arguments.get(id(value))
+
+
+_MISSING = object()
+
+
+# --- names used only as lengths ----------------------------------------------
+
+_FEW = (0, 1, -1, -2)  # constant indexes allowed on a symbolic axis
+
+
+def length_only_names(code):
+    """The parameters of a function that its source uses only to count
+    and index loop iterations: in a ``for`` loop's iterable
+    (``range(len(xs))``, ``range(xs.shape[0])``, ``range(n)``,
+    ``enumerate(xs)``, ``zip(xs, ...)``, ``xs``), indexed by that loop's
+    variable (``xs[t]``, ``xs[:, t]``) or by one of a few constants
+    (``xs[0]``, ``xs[-1]``), and in names assigned once from such a length
+    (``T = xs.shape[0]``) that are themselves used only in a ``range``.
+
+    Only for such a name can the length be a symbol of the cache key: any
+    other use (``xs.shape`` in a reshape, ``if len(xs) > 5``, passing
+    ``xs`` to a helper) could bake the length into the recording.
+    """
+    function = _function_ast(code)
+    if function is None:
+        return set()
+    parents = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    params = [a.arg for a in function.args.args + function.args.kwonlyargs]
+    found = set()
+    for name in params:
+        uses = [n for n in ast.walk(function)
+                if isinstance(n, ast.Name) and n.id == name]
+        if uses and all(_length_use(n, parents, function) for n in uses):
+            found.add(name)
+    return found
+
+
+def _function_ast(code):
+    try:
+        lines, _ = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent(''.join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    return next((n for n in ast.walk(tree) if isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+
+
+def _length_use(name, parents, function):
+    if not isinstance(name.ctx, ast.Load):
+        return False
+    parent = parents.get(name)
+    if _is_iterable_of_for(name, parents):  # for x in xs / zip(xs, ys)
+        return True
+    length = _length_expression(name, parents)
+    if length is not None:
+        holder = parents.get(length)
+        if _is_range_bound(length, parents):
+            return True
+        if isinstance(holder, ast.Assign) and len(holder.targets) == 1 \
+                and isinstance(holder.targets[0], ast.Name):
+            alias = holder.targets[0].id
+            uses = [n for n in ast.walk(function)
+                    if isinstance(n, ast.Name) and n.id == alias]
+            return all(n is holder.targets[0] or (
+                isinstance(n.ctx, ast.Load) and _is_range_bound(n, parents))
+                for n in uses)
+        return False
+    if isinstance(parent, ast.Subscript) and parent.value is name:
+        return _loop_index(parent, parents)
+    if _is_range_bound(name, parents):  # range(n), n an int argument
+        return True
+    return False
+
+
+def _length_expression(name, parents):
+    """``len(name)`` or ``name.shape[k]``: the expression, else None."""
+    parent = parents.get(name)
+    if _is_call(parent, 'len') and parent.args == [name]:
+        return parent
+    if isinstance(parent, ast.Attribute) and parent.attr == 'shape':
+        sub = parents.get(parent)
+        if isinstance(sub, ast.Subscript) and sub.value is parent and \
+                isinstance(sub.slice, ast.Constant):
+            return sub
+    return None
+
+
+def _is_range_bound(node, parents):
+    """``node`` is the last argument of ``range(...)``, the iterable of a
+    ``for`` statement."""
+    call = parents.get(node)
+    return _is_call(call, 'range') and call.args and \
+        call.args[-1] is node and _is_for_iterable(call, parents)
+
+
+def _is_for_iterable(node, parents):
+    loop = parents.get(node)
+    return isinstance(loop, ast.For) and loop.iter is node
+
+
+def _is_iterable_of_for(name, parents):
+    if _is_for_iterable(name, parents):
+        return True
+    call = parents.get(name)
+    return (_is_call(call, 'zip') or _is_call(call, 'enumerate')) and \
+        name in call.args and _is_for_iterable(call, parents)
+
+
+def _loop_index(subscript, parents):
+    """``xs[t]`` or ``xs[:, t]`` inside ``for t in ...``, or ``xs[0]``."""
+    index = subscript.slice
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    variables = [i for i in items if isinstance(i, ast.Name)]
+    constants = [i for i in items if isinstance(i, ast.Constant)
+                 or (isinstance(i, ast.UnaryOp) and
+                     isinstance(i.operand, ast.Constant))]
+    full = [i for i in items if isinstance(i, ast.Slice) and
+            i.lower is None and i.upper is None and i.step is None]
+    if len(variables) + len(constants) != 1 or \
+            len(full) + 1 != len(items):
+        return False
+    if constants:
+        value = ast.literal_eval(constants[0])
+        return value in _FEW
+    target = variables[0].id
+    node = subscript
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.For) and _targets(node.target, target):
+            return True
+    return False
+
+
+def _targets(target, name):
+    """``for name in ...`` or ``for name, x in enumerate(...)``."""
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, ast.Tuple) and target.elts and \
+            isinstance(target.elts[0], ast.Name):
+        return target.elts[0].id == name
+    return False

@@ -1,0 +1,807 @@
+"""Loop regions: the uniform iterations of a recorded loop become one
+``Loop`` node whose body is a single iteration.
+
+The recording is define-by-run, so a loop of ``T`` iterations first
+appears as ``T`` copies of its body. The loop watcher (``control.py``)
+marks where each iteration began; :func:`roll_loops` checks that the
+iterations recorded the same ops on values of the same types (equal
+*fingerprints*) with the same data flow, and replaces them by one node::
+
+    %5: f32[16,128], %6: f32[16,128] = Loop[trip=19](c2, %3, %4, xs, ...)
+      body (i; h, c; xs, W) -> (h', c'):
+        ...
+
+Each input of an op in the body is classified, over all iterations:
+
+* *local*: computed earlier in the same iteration;
+* *carried*: computed by the previous iteration, and before the loop
+  for the first one (``h = lstm(x, h)``);
+* *invariant*: the same value defined before the loop (a parameter);
+* *indexed by the counter*: ``xs[t]`` becomes ``IndexAt(xs, i)``.
+
+Values computed inside the loop and used after it are its outputs: the
+last iteration's value of a carried name, or, for a value every
+iteration made (``ys.append(h)``), the list of them. A loop whose
+iterations differ (``if t == 0:`` in the body, shapes that change) is
+left unrolled; the first iteration alone may differ (state that starts as
+``None``), and is then recorded before the loop ("peeled").
+"""
+
+import collections
+
+import chainer
+from chainer import utils
+import numpy
+
+from chainerjit import control
+from chainerjit import ir
+from chainerjit import ops
+
+
+class Region(object):
+    """A Loop node's body and how values flow through it.
+
+    Attributes:
+        body: the body graph. Its inputs are the counter ``i``, then one
+            value per carried value that the body reads, then the
+            invariants; its outputs are the carried values' next values,
+            then the per-iteration (scan) values.
+        carried_read: one bool per carried value: does the body read it
+            (``False``: only its last value is used after the loop)?
+        n_scans: how many outputs are lists of per-iteration values.
+        kind, loc: the loop statement's kind and source line.
+        fingerprint: what makes two regions alike (nested loops).
+
+    The Loop node's inputs are the trip count, the initial values of the
+    carried values the body reads, then the invariants; its outputs are
+    the carried values after the last iteration, then the scan lists.
+    """
+
+    def __init__(self, body, carried_read, n_scans, kind, loc):
+        self.body = body
+        self.carried_read = carried_read
+        self.n_scans = n_scans
+        self.kind = kind
+        self.loc = loc
+        self.fingerprint = None
+
+    @property
+    def n_carried(self):
+        return len(self.carried_read)
+
+
+class Unrolled(collections.namedtuple('Unrolled', 'loc reason varies')):
+    """A loop left unrolled, why, and whether its trip count may vary
+    from call to call (it iterates over more than ``self``'s lists)."""
+
+
+def roll_loops(graph, recording):
+    """Rolls the recorded loops of ``graph`` (in place) into Loop nodes,
+    innermost first.
+
+    Returns:
+        tuple: ``(rolled, unrolled)``: ``{Loop node: LoopRun}`` and a list
+        of :class:`Unrolled` for loops of two or more iterations left as
+        they were.
+    """
+    nodes = list(graph.nodes)
+    runs = [(run, _chunks(nodes, run)) for run in recording.loops]
+    rolled, unrolled = {}, []
+    fingerprints = _Fingerprints(recording.templates)
+    for index, (run, chunks) in enumerate(runs):
+        if run.n_iterations < 2:
+            continue
+        plan = None
+        for peel in (0, 1):
+            plan = _plan(chunks, peel, graph, fingerprints)
+            if plan is not None:
+                break
+        if plan is None:
+            unrolled.append(Unrolled(run.loc, _why_not(chunks),
+                                     control.may_vary(run.site)))
+            continue
+        span = [n for chunk in chunks for n in chunk]
+        loop = _build(plan, run, graph, recording)
+        replacement = plan.before + [loop] + plan.unpacks + plan.after
+        fingerprints.note_region(loop)
+        rolled[loop] = run
+        graph.nodes = _substitute(graph.nodes, span, replacement)
+        for later, later_chunks in runs[index + 1:]:
+            later_chunks[:] = [_substitute(c, span, replacement)
+                               for c in later_chunks]
+    return rolled, unrolled
+
+
+def _chunks(nodes, run):
+    """The nodes of each pass between headers, then what came after the
+    last pass (a partial iteration left by ``break``, or nothing)."""
+    bounds = run.boundaries + [run.end]
+    return [nodes[a:b] for a, b in zip(bounds, bounds[1:])]
+
+
+def _substitute(nodes, span, replacement):
+    """``nodes`` with the run of nodes that belong to ``span`` replaced
+    by ``replacement``."""
+    members = set(span)
+    positions = [i for i, n in enumerate(nodes) if n in members]
+    if not positions:
+        return nodes
+    return nodes[:positions[0]] + replacement + nodes[positions[-1] + 1:]
+
+
+# --- fingerprints ------------------------------------------------------------
+
+_GRAPH_FIELDS = frozenset([
+    'inputs', 'outputs', 'rank', 'stack', '_input_indexes_to_retain',
+    '_output_indexes_to_retain', '_retained_output_data', 'lazy_grad_sum',
+    '_node', '_owned_node', 'outputs_rank'])
+
+
+class _Fingerprints(object):
+    """What makes two recorded nodes run the same computation: op,
+    attributes, every setting the FunctionNode holds, and the types of
+    inputs and outputs. Integers in ``F.get_item``'s index are left out
+    (``xs[t]``); :func:`_counter_indexes` checks them."""
+
+    def __init__(self, templates):
+        self.templates = templates
+        self.cache = {}
+
+    def note_region(self, loop):
+        loop.region.fingerprint = (
+            tuple(self(n) for n in loop.region.body.nodes),
+            _flow_signature(loop.region.body))
+
+    def __call__(self, node):
+        found = self.cache.get(node)
+        if found is None:
+            found = self.cache[node] = self._compute(node)
+        return found
+
+    def _compute(self, node):
+        types = (tuple(v.type_str for v in node.inputs),
+                 tuple(v.type_str for v in node.outputs))
+        if node.region is not None:
+            return ('Loop', node.attrs, types, node.region.fingerprint)
+        template = self.templates.get(node)
+        if template is None:
+            state = ('unknown', id(node))
+        elif type(template) is tuple:  # NumPy called outside Chainer
+            index = _index_of(template)
+            state = (template[1], _value_key(
+                template[2] if index is None else index, True))
+        else:
+            holder = ops.state_holder(template)
+            state = (type(holder), tuple(
+                (k, _value_key(v, k == 'slices'))
+                for k, v in sorted(vars(holder).items())
+                if k not in _GRAPH_FIELDS))
+        attrs = () if node.op == 'GetItem' else node.attrs
+        return (node.op, attrs, node.generic, types, state)
+
+
+def _value_key(value, mask_ints=False):
+    """A comparable key of a setting: scalars by value, containers by
+    contents, small arrays by contents, other objects by identity."""
+    kind = type(value)
+    if mask_ints and kind is int:
+        return '#'
+    if value is None or kind in (bool, int, float, str, complex):
+        return (kind, repr(value))
+    if kind in (tuple, list):
+        return (kind, tuple(_value_key(v, mask_ints) for v in value))
+    if kind is dict:
+        return (kind, tuple((k, _value_key(v)) for k, v in
+                            sorted(value.items(), key=repr)))
+    if kind is slice:
+        return (kind, repr(value))
+    if isinstance(value, (numpy.dtype, type)):
+        return ('type', repr(value))
+    if isinstance(value, numpy.generic):
+        return (kind, repr(value))
+    if isinstance(value, numpy.ndarray) and value.size <= 4096:
+        return ('array', value.shape, value.dtype.str, value.tobytes())
+    return ('object', id(value))
+
+
+def _flow_signature(graph):
+    """The data flow of a graph as positions, for comparing bodies."""
+    where = {}
+    for i, value in enumerate(graph.inputs):
+        where[value] = ('in', i)
+    flow = []
+    for p, node in enumerate(graph.nodes):
+        flow.append(tuple(where.get(v, ('?',)) for v in node.inputs))
+        for q, value in enumerate(node.outputs):
+            where[value] = (p, q)
+    return tuple(flow), tuple(where.get(v, ('?',)) for v in graph.outputs)
+
+
+def _why_not(chunks):
+    lengths = set(len(c) for c in chunks[1:-1] or chunks)
+    if len(lengths) > 1:
+        return 'its iterations record different numbers of operations'
+    return 'its iterations record different operations or shapes'
+
+
+# --- planning ----------------------------------------------------------------
+
+class _Plan(object):
+    def __init__(self):
+        self.before = []  # peeled nodes, run before the loop
+        self.after = []  # nodes recorded after the rolled iterations
+        self.iterations = []  # rolled chunks
+        self.sources = {}  # (p, q) input slot -> classification
+        self.counters = {}  # p -> [(index position, start, step)]
+        self.unpacks = []
+
+
+def _plan(chunks, peel, graph, fingerprints):
+    """Checks that chunks ``peel:`` (the trailing partial one may differ)
+    are alike and classifies every input; ``None`` if they are not."""
+    iterations = chunks[peel:]
+    after = []
+    if iterations and len(iterations) >= 2 and (
+            len(iterations[-1]) != len(iterations[0]) or
+            not _alike(iterations[0], iterations[-1], fingerprints)):
+        after = iterations[-1]
+        iterations = iterations[:-1]
+    if len(iterations) < 2 or not iterations[0]:
+        return None
+    first = iterations[0]
+    for chunk in iterations[1:]:
+        if len(chunk) != len(first) or not _alike(first, chunk,
+                                                  fingerprints):
+            return None
+    plan = _Plan()
+    plan.before = [n for chunk in chunks[:peel] for n in chunk]
+    plan.after = after
+    plan.iterations = iterations
+    defined = {}
+    for k, chunk in enumerate(iterations):
+        for p, node in enumerate(chunk):
+            for q, value in enumerate(node.outputs):
+                defined[value] = (k, p, q)
+    for p, node in enumerate(first):
+        for q in range(len(node.inputs)):
+            source = _classify([chunk[p].inputs[q] for chunk in iterations],
+                               defined)
+            if source is None:
+                return None
+            plan.sources[p, q] = source
+        if _index_of(fingerprints.templates.get(node)) is not None:
+            counters = _counter_indexes(
+                [fingerprints.templates[chunk[p]] for chunk in iterations])
+            if counters is None:
+                return None
+            if counters:
+                plan.counters[p] = counters
+    return plan
+
+
+def _alike(a, b, fingerprints):
+    return all(fingerprints(x) == fingerprints(y) for x, y in zip(a, b))
+
+
+def _classify(values, defined):
+    """Where input slot ``values`` (one per iteration) comes from."""
+    kinds = []
+    for k, value in enumerate(values):
+        d = defined.get(value)
+        if d is None:
+            kinds.append(('outer', value))
+        elif d[0] == k:
+            kinds.append(('local', d[1], d[2]))
+        elif d[0] == k - 1:
+            kinds.append(('prev', d[1], d[2]))
+        else:
+            return None
+    rest = set(kinds[1:])
+    if len(rest) != 1:
+        if all(kind[0] == 'outer' for kind in kinds) and _same_constants(
+                [kind[1] for kind in kinds]):
+            return ('invariant', values[0])
+        return None
+    later, = rest
+    if later[0] == 'prev' and kinds[0][0] == 'outer':
+        return ('carried', kinds[0][1], later[1], later[2])
+    if later == kinds[0]:
+        if later[0] == 'outer':
+            return ('invariant', later[1])
+        if later[0] == 'local':
+            return later
+    return None
+
+
+def _same_constants(values):
+    """Constants made afresh by each iteration with equal contents."""
+    first = values[0]
+    return isinstance(first.data, (numpy.ndarray, numpy.generic)) and all(
+        v.kind == 'const' and v.data is not None and v.dtype == first.dtype
+        and v.shape == first.shape and numpy.array_equal(v.data, first.data)
+        for v in values)
+
+
+def _index_of(template):
+    """The index of ``F.get_item`` or of NumPy's ``x[...]`` as a tuple,
+    or ``None`` for another node."""
+    if type(template) is tuple:
+        if template[1] is not numpy.ndarray.__getitem__:
+            return None
+        index = template[2][0][1]
+        return index if type(index) is tuple else (index,)
+    if ops.node_label(template) == 'GetItem':
+        return tuple(template.slices)
+    return None
+
+
+def _index_ints(template):
+    return [(j, s) for j, s in enumerate(_index_of(template))
+            if type(s) is int]
+
+
+def _counter_indexes(templates):
+    """For ``F.get_item`` nodes, one per iteration: the integer indexes
+    that follow the counter (``start + step * i``, step 1 or -1), or
+    ``None`` if an index changes otherwise."""
+    found = []
+    per_iteration = [_index_ints(t) for t in templates]
+    for column in zip(*per_iteration):
+        position = column[0][0]
+        values = [v for _, v in column]
+        start = values[0]
+        if all(v == start for v in values):
+            continue
+        for step in (1, -1):
+            if all(v == start + step * k for k, v in enumerate(values)):
+                if any(v < 0 for v in values) and any(v >= 0
+                                                      for v in values):
+                    return None  # wraps around the end
+                found.append((position, start, step))
+                break
+        else:
+            return None
+    return found
+
+
+# --- building ----------------------------------------------------------------
+
+def _build(plan, run, graph, recording):
+    """The Loop node of a plan, with its body."""
+    first, last = plan.iterations[0], plan.iterations[-1]
+    n = len(plan.iterations)
+    body = ir.Graph('loop')
+    counter = ir.Value('input', (), numpy.int64, 'i')
+    carried = collections.OrderedDict()  # (p, q) -> [init or None, in]
+    invariants = collections.OrderedDict()  # outer value -> body input
+    for (p, q), source in sorted(plan.sources.items()):
+        if source[0] == 'carried':
+            _, init, dp, dq = source
+            entry = carried.setdefault((dp, dq), [init, None])
+            if entry[0] is not init:
+                return _rebuild_failed()
+            if entry[1] is None:
+                v = first[dp].outputs[dq]
+                entry[1] = ir.Value('input', v.shape, v.dtype)
+        elif source[0] == 'invariant':
+            v = source[1]
+            if v not in invariants:
+                invariants[v] = ir.Value('input', v.shape, v.dtype, v.name)
+    # The body is the first rolled iteration, its inputs remapped.
+    for p, node in enumerate(first):
+        inputs = []
+        for q, value in enumerate(node.inputs):
+            source = plan.sources[p, q]
+            if source[0] == 'carried':
+                inputs.append(carried[source[2], source[3]][1])
+            elif source[0] == 'invariant':
+                inputs.append(invariants[source[1]])
+            else:
+                inputs.append(first[source[1]].outputs[source[2]])
+        if p in plan.counters:
+            node = _index_at(node, inputs[0], counter, plan.counters[p],
+                             _index_of(recording.templates[node]))
+        else:
+            node.inputs = inputs
+        body.add_node(node)
+    # What is used after the loop: last values and per-iteration lists.
+    rolled = set(n_ for chunk in plan.iterations for n_ in chunk)
+    used_after = _uses_outside(graph, rolled)
+    scans = []
+    for p, node in enumerate(first):
+        for q in range(len(node.outputs)):
+            values = [chunk[p].outputs[q] for chunk in plan.iterations]
+            if any(v in used_after for v in values[:-1]):
+                scans.append((p, q, values))
+            elif values[-1] in used_after and (p, q) not in carried:
+                carried[p, q] = [None, None]
+    body.inputs = [counter] + [e[1] for e in carried.values()
+                               if e[1] is not None] + list(invariants.values())
+    body.outputs = [first[p].outputs[q] for p, q in carried] + [
+        first[p].outputs[q] for p, q, _ in scans]
+    region = Region(body, [e[1] is not None for e in carried.values()],
+                    len(scans), run.site.kind, run.loc)
+    trip = graph.add_value('const', (), numpy.int64, data=numpy.int64(n))
+    lists = [ir.Value('temp', (), numpy.dtype(object)) for _ in scans]
+    inits = [e[0] for e in carried.values() if e[1] is not None]
+    loop = ir.Node(
+        'Loop', ops.Kernel(None), [trip] + inits + list(invariants),
+        [last[p].outputs[q] for p, q in carried] + lists,
+        attrs=(('trip', n),), loc=run.loc,
+        pure=all(node.pure for node in body.nodes))
+    loop.region = region
+    plan.unpacks = [_unpack(lst, values[:-1] + [
+        ir.Value('temp', values[-1].shape, values[-1].dtype)
+        if (p, q) in carried else values[-1]])
+        for lst, (p, q, values) in zip(lists, scans)]
+    _note_replays(plan, recording)
+    return loop
+
+
+def _rebuild_failed():
+    raise AssertionError('a carried value with two initial values')
+
+
+def _uses_outside(graph, inside):
+    used = set(graph.outputs)
+    for node in graph.nodes:
+        if node not in inside:
+            used.update(node.inputs)
+    return used
+
+
+def _unpack(lst, values):
+    """``Unpack(list) -> v0, v1, ...``: the per-iteration values used
+    after the loop, as the values they were recorded as."""
+    return ir.Node('Unpack', ops.Kernel(tuple, multi=True,
+                                        grad=ops.GradRule(_unpack_grad)),
+                   [lst], values)
+
+
+def _unpack_grad(xs, ys, gys, wanted):
+    return list(gys),
+
+
+def _index_at(node, x, counter, counters, slices):
+    """``x[..., i, ...]``: an ``F.get_item`` (or NumPy indexing) whose
+    index follows the loop counter, as a node reading the counter; with
+    no ``counters``, a constant index whose kernel and gradient do not
+    depend on ``x``'s recorded shape."""
+    slices = list(slices)
+
+    def index(i):
+        found = list(slices)
+        for position, start, step in counters:
+            found[position] = start + step * i
+        return tuple(found)
+
+    def run(x, i=None):
+        return utils.force_array(x[index(i)])
+
+    def grad(xs, ys, gys, wanted):
+        x = xs[0]
+        gy, = gys
+        xp = chainer.backend.get_array_module(gy)
+        gx = xp.zeros(x.shape, gy.dtype)
+        gx[index(xs[1] if counters else None)] = gy
+        return (gx, None)[:len(xs)]
+
+    starts = dict((c[0], c[1:]) for c in counters)
+    pattern = '[%s]' % ', '.join(
+        _format_counter(*starts[j]) if j in starts else _format_index(s)
+        for j, s in enumerate(slices))
+    # NumPy indexing stops gradients, as in eager mode: keep its label.
+    op = node.op if node.op.startswith('ndarray.') else 'IndexAt'
+    inputs = [x, counter] if counters else [x]
+    indexed = ir.Node(op, ops.Kernel(run, grad=ops.GradRule(
+        grad, range(len(inputs)))), inputs, node.outputs,
+        (('index', pattern),), loc=node.loc)
+    indexed.index = (tuple(slices), tuple(sorted(starts)))
+    return indexed
+
+
+def _format_counter(start, step):
+    sign = '' if step == 1 else '-'
+    return '%si' % sign if start == 0 else '%d%s%si' % (
+        start, '+' if step == 1 else '', sign)
+
+
+def _format_index(s):
+    if isinstance(s, slice):
+        return ':' if s == slice(None) else '%s:%s%s' % (
+            '' if s.start is None else s.start,
+            '' if s.stop is None else s.stop,
+            '' if s.step is None else ':%s' % s.step)
+    if s is Ellipsis:
+        return '...'
+    if s is None:
+        return 'None'
+    return str(s)
+
+
+def _note_replays(plan, recording):
+    """The self-check replays what generic nodes returned while recording:
+    for a node of the body, one result per iteration, in order."""
+    outputs = recording.generic_outputs
+    for p in range(len(plan.iterations[0])):
+        columns = zip(*[list(_leaf_nodes(chunk[p]))
+                        for chunk in plan.iterations])
+        for column in columns:
+            if column[0] not in outputs:
+                continue
+            found = PerIteration()
+            for node in column:
+                result = outputs.get(node)
+                if isinstance(result, PerIteration):
+                    found.extend(result)
+                else:
+                    found.append(result)
+            outputs[column[0]] = found
+
+
+def _leaf_nodes(node):
+    if node.region is None:
+        yield node
+        return
+    for inner in node.region.body.nodes:
+        for leaf in _leaf_nodes(inner):
+            yield leaf
+
+
+class PerIteration(list):
+    """Recorded results of a body node, one per iteration."""
+
+
+# --- symbolic trip counts ----------------------------------------------------
+
+class Symbolic(collections.namedtuple(
+        'Symbolic', 'kind where deltas wildcards minimum')):
+    """How an entry's trip counts follow from a call's key.
+
+    ``kind`` and ``where`` say where the length ``T`` is read (see
+    ``control.TripSource``); each loop's trip count is ``T - delta`` for
+    one of ``deltas``; ``wildcards`` is ``((leaf index, axes), ...)``, the
+    array dimensions that equal ``T`` or are only indexed by the counter
+    and so are left out of the key; ``minimum`` is the smallest ``T`` the
+    program is valid for.
+    """
+
+    def generalize(self, key):
+        """``(symbolic key, trip counts)`` of a concrete key, or ``None``
+        if this program does not apply to it."""
+        train, backprop, structure, specs, alias = key
+        if self.kind == 'dim':
+            leaf, axis = self.where
+            if leaf >= len(specs) or axis >= len(specs[leaf][0]):
+                return None
+            length = specs[leaf][0][axis]
+        else:
+            length = _static_at(structure, self.where[0])
+            if type(length) is not int:
+                return None
+            structure = _replace_static(structure, self.where[0])
+        if length < self.minimum:
+            return None
+        specs = list(specs)
+        for leaf, axes in self.wildcards:
+            if leaf >= len(specs) or max(axes) >= len(specs[leaf][0]):
+                return None
+            shape = list(specs[leaf][0])
+            for axis in axes:
+                shape[axis] = 'T'
+            specs[leaf] = (tuple(shape),) + tuple(specs[leaf][1:])
+        return ((train, backprop, structure, tuple(specs), alias),
+                [length - d for d in self.deltas])
+
+
+def _argument_structure(structure, path):
+    """The structure of the positional arguments or of the keywords."""
+    has_kwargs = structure[0] != 'tuple'
+    if path[0] == 'args':
+        return structure[0] if has_kwargs else structure
+    return structure[1] if has_kwargs else None
+
+
+def _static_at(structure, path):
+    part = _argument_structure(structure, path)
+    if part is None:
+        return None
+    if path[0] == 'args':
+        item = part[1][path[1]] if path[1] < len(part[1]) else None
+    else:
+        keys = part[1]
+        item = part[2][keys.index(path[1])] if path[1] in keys else None
+    if type(item) is tuple and len(item) == 3 and item[0] == 'S':
+        return item[2]
+    return None
+
+
+def _replace_static(structure, path):
+    marker = ('S', int, 'T')
+    has_kwargs = structure[0] != 'tuple'
+    args, kwargs = (structure if has_kwargs else (structure, None))
+    if path[0] == 'args':
+        items = list(args[1])
+        items[path[1]] = marker
+        args = (args[0], tuple(items))
+    else:
+        items = list(kwargs[2])
+        items[kwargs[1].index(path[1])] = marker
+        kwargs = (kwargs[0], kwargs[1], tuple(items))
+    return (args, kwargs) if has_kwargs else args
+
+
+def symbolize(graph, rolled, input_names, length_names, templates):
+    """Makes the trip count of the jitted function's own loops symbolic
+    where that is sound, changing ``graph`` in place.
+
+    Sound means: the loop ran its whole iterable; the length comes from an
+    argument that the source uses only as a length and an index
+    (``control.length_only_names``); and in the graph that argument is
+    read only by the loops' counter indexing (``IndexAt``) and by a few
+    constant indexes. The program then does the same for every length.
+
+    Returns:
+        Symbolic or None: how to read the trip counts from a key.
+    """
+    loops = [n for n in graph.nodes if n in rolled and _symbolic_run(
+        rolled[n], input_names, length_names)]
+    if not loops:
+        return None
+    source = rolled[loops[0]].trip
+    loops = [n for n in loops if rolled[n].trip[:2] == source[:2]]
+    if source.kind == 'dim':
+        leaf, axis = source.where
+        length = graph.inputs[leaf].shape[axis]
+        wildcards = {leaf: set([axis])}
+    else:
+        length = rolled[loops[0]].n_iterations + source.offset
+        wildcards = {}
+    deltas = []
+    minimum = 1
+    for loop in loops:
+        run = rolled[loop]
+        if run.n_iterations != length - source.offset:
+            return None
+        delta = length - dict(loop.attrs)['trip']
+        deltas.append(delta)
+        # No iteration is fine when the outputs are then the inputs.
+        runs_empty = all(loop.region.carried_read) and \
+            not loop.region.n_scans
+        minimum = max(minimum, delta + (0 if runs_empty else 1))
+    found = _counter_reads(graph, loops, input_names, length_names,
+                           wildcards, templates)
+    if found is None:
+        return None
+    outer_reads, wildcards = found
+    for node, need in outer_reads:
+        minimum = max(minimum, need)
+    if any(graph.inputs[leaf] in graph.outputs for leaf in wildcards):
+        return None
+    # Sound: rewrite the graph.
+    for node, _ in outer_reads:
+        _make_shape_free(node, templates)
+    symbols = {}
+    for loop, delta in zip(loops, deltas):
+        if delta not in symbols:
+            symbols[delta] = graph.add_value(
+                'sym', (), numpy.int64, 'T' if delta == 0 else 'T-%d' % delta)
+        loop.inputs[0] = symbols[delta]
+        loop.attrs = (('trip', symbols[delta].name),)
+    for leaf, axes in wildcards.items():
+        graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
+    return Symbolic(source.kind, source.where, tuple(sorted(symbols)),
+                    tuple((leaf, tuple(sorted(axes)))
+                          for leaf, axes in sorted(wildcards.items())),
+                    minimum)
+
+
+def _symbolic_run(run, input_names, length_names):
+    trip = run.trip
+    if not run.in_top_frame or trip is None or run.exit != 'done':
+        return False
+    if trip.kind == 'dim':
+        return input_names[trip.where[0]] in length_names
+    return trip.where[1] in length_names
+
+
+def _counter_reads(graph, loops, input_names, length_names, wildcards,
+                   templates):
+    """Checks how the graph reads the arguments with symbolic axes, adding
+    to ``wildcards`` the axes that only the counter indexes. Returns
+    ``(outer reads, wildcards)``: the constant-index reads outside the
+    loops with the smallest length each needs; or ``None``."""
+    wildcards = dict((k, set(v)) for k, v in wildcards.items())
+    position = dict((v, i) for i, v in enumerate(graph.inputs))
+    # Axes read by the counter, for arguments used only as sequences.
+    for loop in loops:
+        outer = _body_sources(loop)
+        for node in loop.region.body.nodes:
+            if node.index is None or node.inputs[1:] != \
+                    loop.region.body.inputs[:1]:
+                continue
+            leaf = position.get(outer.get(node.inputs[0]))
+            axes = _counter_axes(node)
+            if leaf is not None and axes and \
+                    input_names[leaf] in length_names:
+                wildcards.setdefault(leaf, set()).update(axes)
+    outer_reads = []
+    for leaf in wildcards:
+        value = graph.inputs[leaf]
+        for node in graph.nodes:
+            if value not in node.inputs:
+                continue
+            if node in loops:
+                if not _read_by_counter_only(node, value, wildcards[leaf]):
+                    return None
+            else:
+                need = _constant_read(node, wildcards[leaf], templates)
+                if need is None:
+                    return None
+                outer_reads.append((node, need))
+    return outer_reads, wildcards
+
+
+def _body_sources(loop):
+    """Body input -> the Loop node input it stands for."""
+    region = loop.region
+    n_read = sum(region.carried_read)
+    outer = loop.inputs[1 + n_read:]
+    inner = region.body.inputs[1 + n_read:]
+    return dict(zip(inner, outer))
+
+
+def _counter_axes(node):
+    """The axes an ``IndexAt`` takes from the counter, or ``None`` when
+    its index has ``None`` or ``...`` (axes are not positions then)."""
+    index, positions = node.index
+    if any(i is None or i is Ellipsis for i in index):
+        return None
+    return set(positions)
+
+
+def _read_by_counter_only(loop, value, axes):
+    """In the loop body, ``value`` is only indexed by the counter, at
+    least at ``axes``."""
+    region = loop.region
+    if value in loop.inputs[1:1 + sum(region.carried_read)]:
+        return False
+    bodies = [b for b, o in _body_sources(loop).items() if o is value]
+    for body_value in bodies:
+        if body_value in region.body.outputs:
+            return False
+        for node in region.body.nodes:
+            if body_value not in node.inputs:
+                continue
+            if node.index is None or node.inputs[0] is not body_value or \
+                    body_value in node.inputs[1:]:
+                return False
+            counted = _counter_axes(node)
+            if counted is None or not axes <= counted:
+                return False
+    return True
+
+
+def _constant_read(node, axes, templates):
+    """The smallest length for which ``node``, an indexing with constant
+    integers at the symbolic ``axes``, reads the same element; ``None``
+    for any other node."""
+    index = _index_of(templates.get(node))
+    if index is None or any(i is None or i is Ellipsis for i in index):
+        return None
+    need = 1
+    for axis in axes:
+        if axis >= len(index) or type(index[axis]) is not int or \
+                index[axis] not in (0, 1, -1, -2):
+            return None
+        k = index[axis]
+        need = max(need, k + 1 if k >= 0 else -k)
+    return need
+
+
+def _make_shape_free(node, templates):
+    """Gives a constant-index read a kernel and gradient that do not
+    depend on the input's recorded shape."""
+    free = _index_at(node, node.inputs[0], None, [],
+                     _index_of(templates[node]))
+    node.kernel = free.kernel
