@@ -22,13 +22,15 @@ cdef enum:
     NEXT = 11
     NEWLIST = 12
     APPEND = 13
+    JUMPIF = 14
+    JUMPIFNOT = 15
 
 assert (CALL1, CALL2, CALL3, CALLN, CALLM, FREE, RET, MOVE, SETI, FORI,
-        NEXT, NEWLIST, APPEND) == (
+        NEXT, NEWLIST, APPEND, JUMPIF, JUMPIFNOT) == (
     _opcodes.CALL1, _opcodes.CALL2, _opcodes.CALL3, _opcodes.CALLN,
     _opcodes.CALLM, _opcodes.FREE, _opcodes.RET, _opcodes.MOVE,
     _opcodes.SETI, _opcodes.FORI, _opcodes.NEXT, _opcodes.NEWLIST,
-    _opcodes.APPEND)
+    _opcodes.APPEND, _opcodes.JUMPIF, _opcodes.JUMPIFNOT)
 
 
 class VMFault(Exception):
@@ -125,6 +127,16 @@ cdef class Machine:
                 elif op == APPEND:
                     regs[code[pc + 1]].append(regs[code[pc + 2]])
                     pc += 3
+                elif op == JUMPIF:
+                    if regs[code[pc + 1]]:
+                        pc = code[pc + 2]
+                    else:
+                        pc += 3
+                elif op == JUMPIFNOT:
+                    if regs[code[pc + 1]]:
+                        pc += 3
+                    else:
+                        pc = code[pc + 2]
                 elif op == SETI:
                     regs[code[pc + 1]] = code[pc + 2]
                     pc += 3

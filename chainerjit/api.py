@@ -166,10 +166,25 @@ class JitFunction(object):
         return entry.build_result(outs, leaves, instance)
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
-        """A kernel raised (an index out of range, say). Eager Chainer
+        """A kernel raised (an index out of range, say) or a guard failed
+        (a branch on an array value went the other way). Eager Chainer
         decides what that call gives: it is run again eagerly, unless the
         program had side effects, when the kernel's own error is raised."""
-        if all(node.pure for node in entry.graph.nodes):
+        if isinstance(error.__cause__, errors.GuardFailed):
+            entry.branch_misses += 1
+            if entry.branch_misses <= _RERECORD_LIMIT and \
+                    _pure_but_guards(entry.graph.nodes):
+                # Record again from this call: its branches may give a
+                # program that covers more calls (a loop that ran longer
+                # rolls into a region with an exit).
+                self.cache.remove(entry)
+                key, leaves = signature.make_key(
+                    args, kwargs, *signature.config_flags())
+                replaced = self._compile(key, leaves, instance, args, kwargs)
+                if self.last_entry is not None:
+                    self.last_entry.branch_misses = entry.branch_misses
+                return replaced
+        if _pure_but_guards(entry.graph.nodes):
             return self._eager(instance, args, kwargs)
         raise error.__cause__ from error
 
@@ -206,6 +221,11 @@ class JitFunction(object):
             self._fn, instance, args, kwargs, leaves, self.__name__,
             [name for name, _ in sig.items[:len(leaves)]])
         fallback = self._fallback_reason(recording, py_guards, instance)
+        if fallback is None and _has_guards(recording.graph.nodes) and \
+                not _pure_but_guards(recording.graph.nodes):
+            fallback = ('a branch on an array value in a forward with '
+                        'random or stateful operations')
+            self._warn_fallback(errors.DataDependentValue(fallback), None)
         if fallback is not None:
             entry = cache_module.Entry(key, sig, model_state,
                                        py_guards=py_guards,
@@ -416,6 +436,24 @@ class JitFunction(object):
         return ('%s: cache miss: closest entry #%d differs in\n%s' % (
             self.__name__, nearest,
             '\n'.join('  * %s' % line for line in lines)))
+
+
+_RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
+
+
+def _has_guards(nodes):
+    return any(node.op == 'Guard' for node in nodes)
+
+
+def _pure_but_guards(nodes):
+    """No node has side effects, apart from guards (which only check)."""
+    for node in nodes:
+        if node.region is not None:
+            if not _pure_but_guards(node.region.body.nodes):
+                return False
+        elif not node.pure and node.op != 'Guard':
+            return False
+    return True
 
 
 def _rebuild(fn, instance, options):

@@ -205,6 +205,8 @@ class Entry(object):
         self.hits = 0
         self.compile_seconds = 0.0
         self.symbolic = None  # regions.Symbolic: compiled for any length
+        self.branch_misses = 0  # calls where a branch on an array value
+        # went the other way (each ran eagerly)
         params = graph.params if graph is not None else []
         self.param_names = [v.name for v in params]
         self.param_sources = [v.data for v in params]
@@ -430,6 +432,14 @@ class Cache(object):
         self._symbolics = _unique(e.symbolic for e in self._lru
                                   if e.symbolic is not None)
         return evicted
+
+    def remove(self, entry):
+        """Forgets one entry."""
+        if entry in self._lru:
+            del self._lru[entry]
+            self._buckets[entry.key].remove(entry)
+            if not self._buckets[entry.key]:
+                del self._buckets[entry.key]
 
     def entries(self):
         """Entries from least to most recently used."""

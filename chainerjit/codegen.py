@@ -54,6 +54,7 @@ class _Emitter(object):
         self.locs = {}
         self.kernels = []
         self.kernel_names = []
+        self.exit_jumps = []  # per loop being emitted: pcs to patch
 
     def _number(self, nodes, counter):
         """Numbers the nodes in the order they run (a loop after its
@@ -62,7 +63,8 @@ class _Emitter(object):
             if node.region is not None:
                 body = node.region.body
                 self._number(body.nodes, counter)
-                for value in body.outputs:  # moved at the end of the body
+                for value in body.outputs + [  # read at the end of the body
+                        n.inputs[0] for n in _exits(body, 'end')]:
                     self.last_use[value] = counter[0]
             for value in node.inputs:
                 self.last_use[value] = counter[0]
@@ -88,6 +90,10 @@ class _Emitter(object):
         for node in nodes:
             if node.region is not None:
                 self.emit_loop(node)
+            elif node.op == 'Exit':
+                if dict(node.attrs)['where'] == 'here':
+                    self.exit_jumps[-1].append(len(self.code))
+                    self.code += _jump_if(node, self.reg[node.inputs[0]])
             else:
                 self.emit_call(node)
             self.free_dead(node.inputs + node.outputs, self.position[node])
@@ -112,8 +118,12 @@ class _Emitter(object):
         invariants = node.inputs[1 + n_read:]
         start = len(self.code)
         # Carried values and scan lists get registers of their own.
-        carried = [self.new_reg(v) for v in node.outputs[:region.n_carried]]
-        lists = [self.new_reg(v) for v in node.outputs[region.n_carried:]]
+        n_carried = region.n_carried
+        carried = [self.new_reg(v) for v in node.outputs[:n_carried]]
+        count = [self.new_reg(v) for v in
+                 node.outputs[n_carried:n_carried + region.counts]]
+        lists = [self.new_reg(v) for v in
+                 node.outputs[n_carried + region.counts:]]
         read_regs = [r for r, read in zip(carried, region.carried_read)
                      if read]
         for init, r in zip(inits, read_regs):
@@ -133,15 +143,34 @@ class _Emitter(object):
         for value, outer in zip(body_inputs[1 + n_read:], invariants):
             self.reg[value] = self.reg[outer]
         self.pinned.update(body_inputs)
+        self.exit_jumps.append([])
         self.emit_nodes(body.nodes)
         # Collect first: a scan value may be a carried value's input.
         for value, r in zip(body.outputs[region.n_carried:], lists):
             self.code += [opcodes.APPEND, r, self.reg[value]]
         nexts = body.outputs[:region.n_carried]
         self._parallel_move([self.reg[v] for v in nexts], carried)
-        self.free_dead(body.outputs, self.position[node])
+        at_end = _exits(body, 'end')
+        finished = []
+        for exit_node in at_end:  # leave after this iteration
+            finished.append(len(self.code))
+            self.code += _jump_if(exit_node, self.reg[exit_node.inputs[0]])
+        self.free_dead(body.outputs + [n.inputs[0] for n in at_end],
+                       self.position[node])
         self.code += [opcodes.NEXT, counter, top]
-        self.code[top + 3] = len(self.code)
+        if finished:
+            for pc in finished:
+                self.code[pc + 2] = len(self.code)
+            finished = [len(self.code)]
+            self.code += [opcodes.NEXT, counter, -1]
+        end = len(self.code)
+        self.code[top + 3] = end
+        for pc in finished:
+            self.code[pc + 2] = end
+        for pc in self.exit_jumps.pop():
+            self.code[pc + 2] = end
+        for r in count:
+            self.code += [opcodes.MOVE, counter, r]
         self.code += [opcodes.FREE, counter]
         self.free_regs.append(counter)
 
@@ -166,6 +195,18 @@ class _Emitter(object):
             return
         for s, t in moves:
             self.code += [opcodes.MOVE, s, t]
+
+
+def _exits(body, where):
+    return [n for n in body.nodes if n.op == 'Exit'
+            and dict(n.attrs)['where'] == where]
+
+
+def _jump_if(exit_node, register):
+    """A jump (target patched later) taken when the exit's condition has
+    the value that leaves the loop."""
+    leaves_on = dict(exit_node.attrs)['when']
+    return [opcodes.JUMPIF if leaves_on else opcodes.JUMPIFNOT, register, -1]
 
 
 def _returning(outputs):

@@ -22,6 +22,7 @@ import dis
 import inspect
 import os
 import sys
+import sysconfig
 import textwrap
 
 import chainer
@@ -44,13 +45,15 @@ Fields:
 
 _INTERNAL_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (chainer, numpy)) + (
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,)
+    os.path.dirname(os.path.abspath(__file__)) + os.sep,) + tuple(
+    set(sysconfig.get_paths()[k] + os.sep for k in ('stdlib', 'platstdlib')))
 _COMPREHENSIONS = ('<listcomp>', '<genexpr>', '<setcomp>', '<dictcomp>')
 _SITES = {}  # code object -> {header line: LoopSite} (or None: no source)
 
 
 def is_user_code(code):
-    """False for Chainer's, NumPy's, chainerjit's and frozen modules'."""
+    """False for Chainer's, NumPy's, chainerjit's, the standard library's
+    and frozen modules'."""
     filename = code.co_filename
     return not (filename.startswith(_INTERNAL_DIRS) or
                 filename.startswith('<frozen') or
@@ -182,6 +185,7 @@ class LoopRun(object):
         self.in_top_frame = in_top_frame
         self.trip = trip
         self.last_header = True  # the latest line event was the header
+        self.bound = None  # how many iterations the loop allows at most
         self.previous_lasti = -1
 
     @property
@@ -266,7 +270,9 @@ class LoopWatcher(object):
     def _start(self, site, frame):
         top = frame.f_code is self.top_code
         trip = trip_source(site, frame, self.arguments) if top else None
-        return LoopRun(site, self.position(), top, trip)
+        run = LoopRun(site, self.position(), top, trip)
+        run.bound = iteration_bound(site, frame)
+        return run
 
     def _on_comprehension_event(self, frame, event, arg):
         run = self._comps.get(id(frame))
@@ -324,6 +330,78 @@ def may_vary(site):
     names = [n.id for n in ast.walk(site.iter_expr)
              if isinstance(n, ast.Name)]
     return not all(n in _ITERATION_BUILTINS for n in names)
+
+
+UNBOUNDED = 2 ** 62
+_SAFE_NODES = (ast.Expression, ast.Name, ast.Load, ast.Attribute,
+               ast.Subscript, ast.Constant, ast.BinOp, ast.UnaryOp,
+               ast.operator, ast.unaryop, ast.Call, ast.Slice, ast.Tuple)
+_SAFE_CALLS = frozenset(['range', 'len', 'min', 'max', 'zip', 'enumerate',
+                         'reversed', 'int'])
+
+
+def iteration_bound(site, frame):
+    """The most iterations a loop can run, read when it starts: the
+    length of a ``for`` loop's iterable (when it is made of names,
+    attributes, ``range``, ``len``, ``zip``...), ``UNBOUNDED`` for
+    ``while True:`` and for a ``while`` on an array reduction (left by its
+    test); ``None`` when unknown."""
+    if site.kind == 'while':
+        test = _while_test(site, frame.f_code)
+        if test is None:
+            return None
+        if isinstance(test, ast.Constant) and test.value is True:
+            return UNBOUNDED
+        return UNBOUNDED if branch_test(
+            frame.f_code, site.header) is not None else None
+    if site.iter_expr is None:
+        return None
+    node = site.iter_expr
+    if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and \
+            node.func.id in ('zip', 'enumerate') and not node.keywords:
+        parts = node.args if node.func.id == 'zip' else node.args[:1]
+        lengths = [_sized_length(p, frame) for p in parts]
+        if not lengths or None in lengths:
+            return None
+        return min(lengths)
+    return _sized_length(node, frame)
+
+
+_SIZED = (range, list, tuple, chainer.Variable) + chainer.get_array_types()
+
+
+def _sized_length(node, frame):
+    """``len`` of what a side-effect-free expression gives, or None."""
+    expression = ast.Expression(node)
+    for part in ast.walk(expression):
+        if not isinstance(part, _SAFE_NODES):
+            return None
+        if isinstance(part, ast.Call) and not (
+                isinstance(part.func, ast.Name) and
+                part.func.id in _SAFE_CALLS - {'zip', 'enumerate'}):
+            return None
+    try:
+        value = eval(compile(expression, '<loop bound>', 'eval'),
+                     frame.f_globals, dict(frame.f_locals))
+        return len(value) if isinstance(value, _SIZED) else None
+    except Exception:
+        return None
+
+
+def _while_test(site, code):
+    function = _function_ast(code)
+    if function is None:
+        return None
+    try:
+        _, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    offset = start - 1 if start else 0
+    for node in ast.walk(function):
+        if isinstance(node, ast.While) and \
+                node.test.lineno + offset == site.header:
+            return node.test
+    return None
 
 
 # --- trip counts -----------------------------------------------------------
@@ -545,3 +623,95 @@ def _targets(target, name):
             isinstance(target.elts[0], ast.Name):
         return target.elts[0].id == name
     return False
+
+
+# --- branches on array values ------------------------------------------------
+
+BranchTest = collections.namedtuple('BranchTest',
+                                    'kind negated breaks loop')
+BranchTest.__doc__ = """An ``if`` or ``while`` whose test is one reduction
+of an array to a truth value (``(y.array == EOS).all()``, ``not
+numpy.any(m)``).
+
+Fields:
+    kind: ``'if'`` or ``'while'``.
+    negated: the test is ``not <reduction>``.
+    breaks: for an ``if``, its body is just ``break``.
+    loop: the header line of the loop the test can leave (the ``while``
+        itself, or the loop around a breaking ``if``), or ``None``.
+"""
+
+_REDUCTIONS = ('all', 'any')
+_TESTS = {}  # (code, line) -> BranchTest or None
+
+
+def branch_test(code, line):
+    """The :class:`BranchTest` whose test is on ``line`` of ``code``'s
+    source, or ``None``."""
+    key = (code, line)
+    if key not in _TESTS:
+        _TESTS[key] = _find_branch_test(code, line)
+    return _TESTS[key]
+
+
+def _find_branch_test(code, line):
+    function = _function_ast(code)
+    if function is None:
+        return None
+    try:
+        _, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    offset = start - 1 if start else 0
+    local = line - offset
+    parents = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    for node in ast.walk(function):
+        if not isinstance(node, (ast.If, ast.While)):
+            continue
+        test = node.test
+        if not (test.lineno <= local <= getattr(test, 'end_lineno', local)):
+            continue
+        negated = isinstance(test, ast.UnaryOp) and isinstance(
+            test.op, ast.Not)
+        if negated:
+            test = test.operand
+        if not _is_reduction(test):
+            return None
+        breaks = isinstance(node, ast.If) and not node.orelse and \
+            len(node.body) == 1 and isinstance(node.body[0], ast.Break)
+        loop = node if isinstance(node, ast.While) else \
+            _enclosing_loop(node, parents) if breaks else None
+        return BranchTest(
+            'if' if isinstance(node, ast.If) else 'while', negated, breaks,
+            None if loop is None else _header_line(loop) + offset)
+    return None
+
+
+def _enclosing_loop(node, parents):
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.For, ast.While)):
+            return node
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            return None
+    return None
+
+
+def _header_line(loop):
+    return loop.lineno if isinstance(loop, ast.For) else loop.test.lineno
+
+
+def _is_reduction(test):
+    """``x.all()``, ``x.any()``, ``numpy.all(x)`` or ``xp.any(x)``."""
+    if not isinstance(test, ast.Call) or test.keywords:
+        return False
+    func = test.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _REDUCTIONS:
+        return False
+    inner = [n for n in ast.walk(test) if n is not test and
+             isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in _REDUCTIONS]
+    return not inner and len(test.args) <= 1

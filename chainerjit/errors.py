@@ -52,6 +52,11 @@ class NotDifferentiable(ChainerJitError):
     """
 
 
+class GuardFailed(ChainerJitError):
+    """A branch on an array value (``if (y.array == EOS).all():``) went
+    the other way than while recording: that call runs eagerly."""
+
+
 class VMError(ChainerJitError):
     """A kernel raised inside the VM; the message shows the instruction."""
 

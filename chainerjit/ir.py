@@ -230,7 +230,7 @@ def _print_nodes(nodes, names, indent, lines):
                         for v in node.outputs)
         rhs = '%s(%s)' % (node.label,
                           ', '.join(names[v] for v in node.inputs))
-        line = '%s%s = %s' % (indent, lhs, rhs)
+        line = '%s%s%s' % (indent, lhs + ' = ' if lhs else '', rhs)
         if node.loc:
             line += '  # %s' % format_loc(node.loc)
         lines.append(line)

@@ -20,10 +20,14 @@ FORI    FORI c n t                          if r[c] >= r[n]: jump to t
 NEXT    NEXT c t                            r[c] += 1; jump to t
 NEWLIST NEWLIST r                           r[r] = []
 APPEND  APPEND l a                          r[l].append(r[a])
+JUMPIF  JUMPIF c t                          if r[c]: jump to t
+JUMPIFNOT JUMPIFNOT c t                     if not r[c]: jump to t
 ======  ==================================  ===============================
 
 A loop region is ``SETI c 0``, ``FORI c n end``, the body, ``NEXT c
-top``: ``t`` is an offset into the code (a jump target).
+top``: ``t`` is an offset into the code (a jump target). A loop's exits
+(``while`` on an array, ``if ...: break``) are ``JUMPIF`` or
+``JUMPIFNOT`` on the condition.
 """
 
 CALL1 = 1
@@ -39,11 +43,14 @@ FORI = 10
 NEXT = 11
 NEWLIST = 12
 APPEND = 13
+JUMPIF = 14
+JUMPIFNOT = 15
 
 OPNAMES = {
     CALL1: 'CALL1', CALL2: 'CALL2', CALL3: 'CALL3', CALLN: 'CALLN',
     CALLM: 'CALLM', FREE: 'FREE', RET: 'RET', MOVE: 'MOVE', SETI: 'SETI',
     FORI: 'FORI', NEXT: 'NEXT', NEWLIST: 'NEWLIST', APPEND: 'APPEND',
+    JUMPIF: 'JUMPIF', JUMPIFNOT: 'JUMPIFNOT',
 }
 
 # Control opcodes: (registers read, registers written, has a jump target
@@ -51,6 +58,7 @@ OPNAMES = {
 CONTROL = {
     MOVE: (1, 1, False), SETI: (0, 1, True), FORI: (2, 0, True),
     NEXT: (1, 0, True), NEWLIST: (0, 1, False), APPEND: (2, 0, False),
+    JUMPIF: (1, 0, True), JUMPIFNOT: (1, 0, True),
 }
 
 # Opcodes whose register lists are fixed-length: number of input registers.

@@ -104,7 +104,8 @@ class Program(object):
         if op in opcodes.CONTROL:
             n_regs = len(ins) - opcodes.CONTROL[op][2]
             text = ' '.join('%%%d' % r for r in ins[:n_regs])
-            if op in (opcodes.FORI, opcodes.NEXT):
+            if op in (opcodes.FORI, opcodes.NEXT, opcodes.JUMPIF,
+                      opcodes.JUMPIFNOT):
                 return '%s  to %d' % (text, ins[-1])
             if op == opcodes.SETI:
                 return '%s %d' % (text, ins[-1])

@@ -34,6 +34,7 @@ from chainer import utils
 import numpy
 
 from chainerjit import control
+from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
 
@@ -64,6 +65,8 @@ class Region(object):
         self.kind = kind
         self.loc = loc
         self.fingerprint = None
+        self.counts = False  # has exits: the Loop node's output after the
+        # carried values is the number of iterations run
 
     @property
     def n_carried(self):
@@ -93,7 +96,7 @@ def roll_loops(graph, recording):
             continue
         plan = None
         for peel in (0, 1):
-            plan = _plan(chunks, peel, graph, fingerprints)
+            plan = _plan(chunks, peel, run, fingerprints)
             if plan is not None:
                 break
         if plan is None:
@@ -101,7 +104,12 @@ def roll_loops(graph, recording):
                                      control.may_vary(run.site)))
             continue
         span = [n for chunk in chunks for n in chunk]
-        loop = _build(plan, run, graph, recording)
+        try:
+            loop = _build(plan, run, graph, recording)
+        except _Unrollable as e:
+            unrolled.append(Unrolled(run.loc, str(e),
+                                     control.may_vary(run.site)))
+            continue
         replacement = plan.before + [loop] + plan.unpacks + plan.after
         fingerprints.note_region(loop)
         rolled[loop] = run
@@ -166,6 +174,8 @@ class _Fingerprints(object):
         template = self.templates.get(node)
         if template is None:
             state = ('unknown', id(node))
+        elif type(template) is tuple and template[0] == 'guard':
+            return ('Guard', template[1])  # which way it went: see _plan
         elif type(template) is tuple:  # NumPy called outside Chainer
             index = _index_of(template)
             state = (template[1], _value_key(
@@ -234,29 +244,44 @@ class _Plan(object):
         self.sources = {}  # (p, q) input slot -> classification
         self.counters = {}  # p -> [(index position, start, step)]
         self.unpacks = []
+        self.partial = []  # the iteration an exit cut short
+        self.exits = {}  # p -> the raw guard value that leaves
 
 
-def _plan(chunks, peel, graph, fingerprints):
-    """Checks that chunks ``peel:`` (the trailing partial one may differ)
-    are alike and classifies every input; ``None`` if they are not."""
+def _plan(chunks, peel, run, fingerprints):
+    """Checks that chunks ``peel:`` are alike and classifies every input;
+    ``None`` if they are not. The last chunk may differ: it is recorded
+    after the loop, or, cut short by an exit (see :func:`_exits`), it is
+    the partial iteration that left the loop."""
     iterations = chunks[peel:]
-    after = []
-    if iterations and len(iterations) >= 2 and (
-            len(iterations[-1]) != len(iterations[0]) or
-            not _alike(iterations[0], iterations[-1], fingerprints)):
-        after = iterations[-1]
-        iterations = iterations[:-1]
+    if len(iterations) >= 2 and not iterations[-1]:
+        iterations = iterations[:-1]  # the pass that found no more items
     if len(iterations) < 2 or not iterations[0]:
         return None
     first = iterations[0]
+    exits = _exits(first, run, fingerprints.templates)
+    after, partial = [], []
+    last = iterations[-1]
+    if len(last) < len(first) and len(last) - 1 in exits and \
+            _alike(first[:len(last)], last, fingerprints):
+        partial, iterations = last, iterations[:-1]
+    elif len(last) != len(first) or not _alike(first, last, fingerprints):
+        after, iterations = last, iterations[:-1]
+    if len(iterations) < 2:
+        return None
     for chunk in iterations[1:]:
         if len(chunk) != len(first) or not _alike(first, chunk,
                                                   fingerprints):
             return None
+    if not _guards_agree(iterations, partial, exits, fingerprints.templates):
+        return None
     plan = _Plan()
+    plan.peel = peel
     plan.before = [n for chunk in chunks[:peel] for n in chunk]
     plan.after = after
+    plan.partial = partial
     plan.iterations = iterations
+    plan.exits = exits
     defined = {}
     for k, chunk in enumerate(iterations):
         for p, node in enumerate(chunk):
@@ -277,6 +302,48 @@ def _plan(chunks, peel, graph, fingerprints):
             if counters:
                 plan.counters[p] = counters
     return plan
+
+
+def _exits(chunk, run, templates):
+    """``{position: raw value that leaves}`` for the guards of ``chunk``
+    that can leave this loop: its own ``while`` test, or an ``if ...:
+    break`` directly in its body."""
+    found = {}
+    for p, node in enumerate(chunk):
+        template = templates.get(node)
+        if type(template) is not tuple or template[0] != 'guard':
+            continue
+        test = template[1]
+        if test.loop != run.site.header or run.bound is None:
+            continue
+        if test.kind == 'while':
+            found[p] = test.negated  # leaves when the test is false
+        elif test.breaks:
+            found[p] = not test.negated
+    return found
+
+
+def _guards_agree(iterations, partial, exits, templates):
+    """Guards go the same way in every iteration, except an exit, which
+    may leave only in the last one (or in the partial one)."""
+    first = iterations[0]
+    for p, node in enumerate(first):
+        template = templates.get(node)
+        if type(template) is not tuple or template[0] != 'guard':
+            continue
+        raw = [dict(chunk[p].attrs)['expect'] for chunk in iterations]
+        if p in exits:
+            stays = [r != exits[p] for r in raw]
+            if not all(stays[:-1]):
+                return False
+            if not stays[-1] and partial:
+                return False
+        elif len(set(raw)) != 1:
+            return False
+    if partial:
+        guard = partial[-1]
+        return dict(guard.attrs)['expect'] == exits[len(partial) - 1]
+    return True
 
 
 def _alike(a, b, fingerprints):
@@ -379,7 +446,7 @@ def _build(plan, run, graph, recording):
             _, init, dp, dq = source
             entry = carried.setdefault((dp, dq), [init, None])
             if entry[0] is not init:
-                return _rebuild_failed()
+                raise _Unrollable('a carried value with two initial values')
             if entry[1] is None:
                 v = first[dp].outputs[dq]
                 entry[1] = ir.Value('input', v.shape, v.dtype)
@@ -387,6 +454,25 @@ def _build(plan, run, graph, recording):
             v = source[1]
             if v not in invariants:
                 invariants[v] = ir.Value('input', v.shape, v.dtype, v.name)
+    # What is used after the loop: last values and per-iteration lists.
+    rolled = set(n_ for chunk in plan.iterations + [plan.partial]
+                 for n_ in chunk)
+    used_after = _uses_outside(graph, rolled)
+    if any(v in used_after for node in plan.partial for v in node.outputs):
+        raise _Unrollable('a value of the iteration that left is used')
+    scans = []
+    for p, node in enumerate(first):
+        for q in range(len(node.outputs)):
+            values = [chunk[p].outputs[q] for chunk in plan.iterations]
+            if any(v in used_after for v in values[:-1]):
+                scans.append((p, q, values))
+            elif values[-1] in used_after and (p, q) not in carried:
+                carried[p, q] = [None, None]
+    mid_exits = [p for p in plan.exits if p < len(first) - 1]
+    if mid_exits and any(p <= max(mid_exits) for p, _ in carried) or any(
+            p <= max(mid_exits) for p, _, _ in scans if mid_exits):
+        raise _Unrollable('a value made before a break in the middle of '
+                          'the body is used after the loop')
     # The body is the first rolled iteration, its inputs remapped.
     for p, node in enumerate(first):
         inputs = []
@@ -401,45 +487,110 @@ def _build(plan, run, graph, recording):
         if p in plan.counters:
             node = _index_at(node, inputs[0], counter, plan.counters[p],
                              _index_of(recording.templates[node]))
+        elif p in plan.exits:
+            node = _exit(node, inputs[0], plan.exits[p], p == len(first) - 1)
         else:
             node.inputs = inputs
         body.add_node(node)
-    # What is used after the loop: last values and per-iteration lists.
-    rolled = set(n_ for chunk in plan.iterations for n_ in chunk)
-    used_after = _uses_outside(graph, rolled)
-    scans = []
-    for p, node in enumerate(first):
-        for q in range(len(node.outputs)):
-            values = [chunk[p].outputs[q] for chunk in plan.iterations]
-            if any(v in used_after for v in values[:-1]):
-                scans.append((p, q, values))
-            elif values[-1] in used_after and (p, q) not in carried:
-                carried[p, q] = [None, None]
     body.inputs = [counter] + [e[1] for e in carried.values()
                                if e[1] is not None] + list(invariants.values())
     body.outputs = [first[p].outputs[q] for p, q in carried] + [
         first[p].outputs[q] for p, q, _ in scans]
     region = Region(body, [e[1] is not None for e in carried.values()],
                     len(scans), run.site.kind, run.loc)
+    region.counts = bool(plan.exits)
+    if plan.exits:  # it may run until the iterable ends
+        n = run.bound - plan.peel
     trip = graph.add_value('const', (), numpy.int64, data=numpy.int64(n))
     lists = [ir.Value('temp', (), numpy.dtype(object)) for _ in scans]
     inits = [e[0] for e in carried.values() if e[1] is not None]
+    count = [ir.Value('temp', (), numpy.int64)] if plan.exits else []
     loop = ir.Node(
         'Loop', ops.Kernel(None), [trip] + inits + list(invariants),
-        [last[p].outputs[q] for p, q in carried] + lists,
+        [last[p].outputs[q] for p, q in carried] + count + lists,
         attrs=(('trip', n),), loc=run.loc,
         pure=all(node.pure for node in body.nodes))
     loop.region = region
-    plan.unpacks = [_unpack(lst, values[:-1] + [
-        ir.Value('temp', values[-1].shape, values[-1].dtype)
-        if (p, q) in carried else values[-1]])
-        for lst, (p, q, values) in zip(lists, scans)]
+    plan.unpacks = []
+    for lst, (p, q, values) in zip(lists, scans):
+        # The body now defines the first iteration's value, and the loop
+        # the last one of a carried value: the list gives fresh ones.
+        fresh = [_like(values[0])] + values[1:-1] + [
+            _like(values[-1]) if (p, q) in carried else values[-1]]
+        _rename_uses(graph, values[0], fresh[0], rolled)
+        plan.unpacks.append(_unpack(lst, fresh))
+        # Read after the loop as: its last one, the carried value's.
+        _collect(graph, lst, fresh[:-1] + values[-1:], rolled)
     _note_replays(plan, recording)
     return loop
 
 
-def _rebuild_failed():
-    raise AssertionError('a carried value with two initial values')
+def _like(value):
+    return ir.Value('temp', value.shape, value.dtype)
+
+
+def _rename_uses(graph, old, new, inside):
+    """Nodes outside ``inside`` (and the graph's outputs) read ``new``
+    where they read ``old``."""
+    for node in graph.nodes:
+        if node not in inside:
+            node.inputs = [new if v is old else v for v in node.inputs]
+    graph.outputs = [new if v is old else v for v in graph.outputs]
+
+
+def _collect(graph, lst, values, inside):
+    """``F.stack(ys)`` or ``F.concat(ys)`` of every value a loop appended
+    (after values from before the loop) reads the loop's list itself, so
+    that it works for any number of iterations."""
+    n = len(values)
+    for node in graph.nodes:
+        if node in inside or node.op not in ('Stack', 'Concat') or \
+                node.inputs[-n:] != values:
+            continue
+        prefix = len(node.inputs) - n
+        axis = dict(node.attrs)['axis']
+        node.inputs = node.inputs[:prefix] + [lst]
+        node.kernel = _list_kernel(node.op, axis, prefix)
+
+
+def _list_kernel(op, axis, prefix):
+    """Stack or concatenate ``prefix`` arrays then a list of arrays."""
+    def items(args):
+        return list(args[:prefix]) + list(args[prefix])
+
+    def run(*args):
+        found = items(args)
+        xp = chainer.backend.get_array_module(found[0])
+        if op == 'Stack':
+            return xp.stack(found, axis=axis)
+        return xp.concatenate(found, axis=axis)
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        xp = chainer.backend.get_array_module(gy)
+        if op == 'Stack':
+            parts = [xp.take(gy, i, axis=axis)
+                     for i in range(gy.shape[axis])]
+        else:
+            sizes = numpy.cumsum([x.shape[axis] for x in items(xs)])[:-1]
+            parts = xp.split(gy, sizes, axis=axis)
+        return tuple(parts[:prefix]) + (list(parts[prefix:]),)
+    kept = () if op == 'Stack' else range(prefix + 1)
+    return ops.Kernel(run, {'axis': axis}, grad=ops.GradRule(grad, kept))
+
+
+class _Unrollable(Exception):
+    """The iterations are alike but their values cannot flow through one
+    region (the message says why)."""
+
+
+def _exit(guard, condition, leaves_on, at_end):
+    """The guard of a loop's own test or ``break`` as an exit: the loop
+    ends when ``condition`` is ``leaves_on``; ``at_end``: after finishing
+    this iteration (a ``break`` that ends the body), else at once."""
+    return ir.Node('Exit', ops.Kernel(None), [condition], [],
+                   (('when', leaves_on), ('where', 'end' if at_end
+                                          else 'here')), loc=guard.loc)
 
 
 def _uses_outside(graph, inside):
@@ -452,8 +603,16 @@ def _uses_outside(graph, inside):
 
 def _unpack(lst, values):
     """``Unpack(list) -> v0, v1, ...``: the per-iteration values used
-    after the loop, as the values they were recorded as."""
-    return ir.Node('Unpack', ops.Kernel(tuple, multi=True,
+    after the loop, as the values they were recorded as (a loop that ran
+    another number of iterations fails the guard this is)."""
+    n = len(values)
+
+    def unpack(items):
+        if len(items) != n:
+            raise errors.GuardFailed(
+                'the loop ran %d iterations, not %d' % (len(items), n))
+        return tuple(items)
+    return ir.Node('Unpack', ops.Kernel(unpack, multi=True,
                                         grad=ops.GradRule(_unpack_grad)),
                    [lst], values)
 
@@ -655,13 +814,12 @@ def symbolize(graph, rolled, input_names, length_names, templates):
         length = graph.inputs[leaf].shape[axis]
         wildcards = {leaf: set([axis])}
     else:
-        length = rolled[loops[0]].n_iterations + source.offset
+        length = _iterations(loops[0], rolled) + source.offset
         wildcards = {}
     deltas = []
     minimum = 1
     for loop in loops:
-        run = rolled[loop]
-        if run.n_iterations != length - source.offset:
+        if _iterations(loop, rolled) != length - source.offset:
             return None
         delta = length - dict(loop.attrs)['trip']
         deltas.append(delta)
@@ -694,6 +852,12 @@ def symbolize(graph, rolled, input_names, length_names, templates):
                     tuple((leaf, tuple(sorted(axes)))
                           for leaf, axes in sorted(wildcards.items())),
                     minimum)
+
+
+def _iterations(loop, rolled):
+    """How many iterations the loop's iterable had."""
+    run = rolled[loop]
+    return run.bound if loop.region.counts else run.n_iterations
 
 
 def _symbolic_run(run, input_names, length_names):

@@ -78,6 +78,12 @@ def _escape(what):
         recorder.note_escape(what, user_location(3))
 
 
+def _as_array(fn):
+    def run(*arrays):
+        return numpy.asarray(fn(*arrays))
+    return run
+
+
 def _as_tuple(fn):
     def run(*arrays):
         return tuple(fn(*arrays))
@@ -114,6 +120,10 @@ def _record_numpy(label, fn, args, kwargs, result):
     if recorder is None or recorder.depth:
         return
     if not _is_arrays(result):
+        test = _branch_test()
+        if test is not None and isinstance(result, numpy.generic):
+            recorder.record_branch(label, fn, args, kwargs, result, test)
+            return
         recorder.note_escape('%s gives a Python value' % label,
                              user_location(3))
     elif 'out' in kwargs:
@@ -124,6 +134,26 @@ def _record_numpy(label, fn, args, kwargs, result):
                              % label, user_location(3))
     else:
         recorder.record_call(label, fn, args, kwargs, result)
+
+
+def _branch_test():
+    """The ``control.BranchTest`` of the user's line running now."""
+    frame = sys._getframe(2)
+    while frame is not None and not control.is_user_code(frame.f_code):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return control.branch_test(frame.f_code, frame.f_lineno)
+
+
+def _guard_kernel(expected):
+    """Checks that a branch goes the way it went while recording."""
+    def guard(condition):
+        if bool(condition) != expected:
+            raise errors.GuardFailed(
+                'a branch on an array value went the other way')
+        return condition
+    return guard
 
 
 def _value_shaped(label, args):
@@ -300,9 +330,15 @@ class _Recorder(object):
 
     def note_effect(self, kind, target, name, value):
         """Notes an assignment to a link attribute or a ``chainer.report``
-        made by the forward's code, to replay on compiled calls."""
-        if self.depth == 0:
-            self.effects.append((kind, target, name, value))
+        made by the forward's code, to replay on compiled calls. Only the
+        last assignment to an attribute is kept: the earlier ones cannot
+        be seen after the call (a loop assigning ``self.h`` each step)."""
+        if self.depth:
+            return
+        if kind == 'setattr':
+            self.effects = [e for e in self.effects if not (
+                e[0] == 'setattr' and e[1] is target and e[2] == name)]
+        self.effects.append((kind, target, name, value))
 
     def bind(self, array, value):
         self.values[id(array)] = value
@@ -375,6 +411,29 @@ class _Recorder(object):
             self.bind_temps(outs), loc=user_location(4)))
         self.templates[node] = ('numpy', fn, _split_arrays(
             (args, kwargs), []))
+
+    def record_branch(self, label, fn, args, kwargs, result, test):
+        """Records ``if <array>.all():`` (or ``any``, or a ``while``
+        test): the reduction as a node giving a 0-d array, then a guard
+        that the branch goes the same way (a loop turns the guard of its
+        ``break`` into an exit)."""
+        kernel_fn, arrays = numpy_kernel(fn, args, kwargs)
+        in_values = [self.value_of(a) for a in arrays]
+        out = numpy.asarray(result)
+        condition = self.graph.add_value('temp', (), out.dtype)
+        loc = user_location(4)
+        reduction = self.add_node(ir.Node(
+            label, ops.Kernel(_as_array(kernel_fn)), in_values, [condition],
+            loc=loc))
+        self.templates[reduction] = ('numpy', fn, _split_arrays(
+            (args, kwargs), []))
+        taken = bool(result) != test.negated
+        checked = self.graph.add_value('temp', (), out.dtype)
+        guard = ir.Node('Guard', ops.Kernel(_guard_kernel(bool(result))),
+                        [condition], [checked], (('expect', bool(result)),),
+                        pure=False, loc=loc)
+        self.add_node(guard)
+        self.templates[guard] = ('guard', test, taken)
 
     def add_node(self, node):
         """Adds a node; a pure node of constants computes a constant."""
