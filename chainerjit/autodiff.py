@@ -134,6 +134,7 @@ def _training_loop(node, loop_pairs):
     training = regions.Region(
         pair.forward, region.carried_read,
         region.n_scans + len(per_iteration), region.kind, region.loc)
+    training.counts = region.counts
     lists = [ir.Value('temp', (), numpy.dtype(object))
              for _ in per_iteration]
     loop = ir.Node(node.op, node.kernel, node.inputs,
@@ -195,7 +196,8 @@ class _BackwardBuilder(object):
         region = node.region
         body = region.body
         n_carried, n_read = region.n_carried, sum(region.carried_read)
-        trip = node.inputs[0]
+        # Run back as many iterations as the forward ran.
+        trip = node.outputs[n_carried] if region.counts else node.inputs[0]
         outer_of = dict(zip(body.inputs, [None] + node.inputs[1:]))
         n_user = len(node.outputs) - len(lists)
         # The backward body: j counts up, k = trip - 1 - j goes down.
@@ -209,7 +211,7 @@ class _BackwardBuilder(object):
         n_in = ir.Value('input', (), numpy.int64, 'n')
         list_ins = [ir.Value('input', (), numpy.dtype(object))
                     for _ in per_iteration]
-        scan_lists = node.outputs[n_carried:n_user]
+        scan_lists = node.outputs[n_carried + region.counts:n_user]
         scan_ins = [ir.Value('input', (), numpy.dtype(object))
                     for _ in scan_lists]
         saved_outer = [v for v in saved if v in outer_of and v not in
@@ -289,6 +291,8 @@ class _BackwardBuilder(object):
 
     def _trip(self, trip):
         """The trip count in the backward graph."""
+        if trip.kind == 'temp':  # the iterations a loop with exits ran
+            return self.save(trip)
         if trip.kind == 'const' and trip not in self.backward.consts:
             self.backward.consts.append(trip)
         return trip

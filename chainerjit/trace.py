@@ -120,8 +120,8 @@ def _record_numpy(label, fn, args, kwargs, result):
     if recorder is None or recorder.depth:
         return
     if not _is_arrays(result):
-        test = _branch_test()
-        if test is not None and isinstance(result, numpy.generic):
+        test = _branch_test() if label in _TRUTH_REDUCTIONS else None
+        if test is not None and isinstance(result, numpy.bool_):
             recorder.record_branch(label, fn, args, kwargs, result, test)
             return
         recorder.note_escape('%s gives a Python value' % label,
@@ -134,6 +134,12 @@ def _record_numpy(label, fn, args, kwargs, result):
                              % label, user_location(3))
     else:
         recorder.record_call(label, fn, args, kwargs, result)
+
+
+# What ``x.all()``, ``x.any()``, ``numpy.all(x)`` and ``numpy.any(x)`` run.
+_TRUTH_REDUCTIONS = frozenset([
+    'numpy.logical_and.reduce', 'numpy.logical_or.reduce', 'numpy.all',
+    'numpy.any'])
 
 
 def _branch_test():
@@ -227,7 +233,11 @@ class TracedArray(numpy.ndarray):
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         call = getattr(ufunc, method)
         untagged = {k: _untag(v) for k, v in kwargs.items()}
-        result = _tag(call(*_untag(inputs), **untagged))
+        result = call(*_untag(inputs), **untagged)
+        if method == '__call__' and isinstance(result, numpy.generic):
+            # An elementwise op on 0-d arrays: keep it an array, followed.
+            result = numpy.asarray(result)
+        result = _tag(result)
         if 'out' in kwargs:  # as NumPy does, return `out` itself
             out = kwargs['out']
             result = out[0] if len(out) == 1 else out
@@ -406,6 +416,8 @@ class _Recorder(object):
         outs = list(result) if multi else [result]
         if multi:
             kernel_fn = _as_tuple(kernel_fn)
+        elif result.ndim == 0:  # NumPy gives a scalar for a 0-d result
+            kernel_fn = _as_array(kernel_fn)
         node = self.add_node(ir.Node(
             label, ops.Kernel(kernel_fn, multi=multi), in_values,
             self.bind_temps(outs), loc=user_location(4)))
