@@ -304,11 +304,12 @@ class JitFunction(object):
         if not rolled:
             return None
         input_names = [name for name, _ in sig.items[:n_leaves]]
+        code = getattr(self._fn, '__code__', None)
+        if code is None:
+            return None
         return regions.symbolize(
             recording.graph, rolled, input_names,
-            control.length_only_names(self._fn.__code__)
-            if hasattr(self._fn, '__code__') else set(),
-            recording.templates)
+            control.length_only_names(code), recording, code)
 
     def _training(self, graph, leaves, recording):
         """The training program for gradients of the argument Variables

@@ -291,8 +291,8 @@ class _BackwardBuilder(object):
 
     def _trip(self, trip):
         """The trip count in the backward graph."""
-        if trip.kind == 'temp':  # the iterations a loop with exits ran
-            return self.save(trip)
+        if trip.kind in ('temp', 'input'):  # the iterations a loop with
+            return self.save(trip)  # exits ran, or an inner loop's count
         if trip.kind == 'const' and trip not in self.backward.consts:
             self.backward.consts.append(trip)
         return trip

@@ -30,7 +30,7 @@ import numpy
 
 
 LoopSite = collections.namedtuple(
-    'LoopSite', 'kind header first last iter_expr filename')
+    'LoopSite', 'kind header first last iter_expr filename targets')
 LoopSite.__doc__ = """One loop of the source.
 
 Fields:
@@ -41,6 +41,7 @@ Fields:
     first, last: the lines the loop statement spans.
     iter_expr: the ``ast`` node of a ``for`` loop's iterable, or ``None``.
     filename: the source file.
+    targets: the names a ``for`` statement binds.
 """
 
 _INTERNAL_DIRS = tuple(
@@ -105,7 +106,10 @@ def _statement_sites(code):
                 header + offset, node.lineno + offset,
                 _body_end(node) + offset,
                 node.iter if isinstance(node, ast.For) else None,
-                code.co_filename)
+                code.co_filename, tuple(
+                    n.id for n in ast.walk(node.target)
+                    if isinstance(n, ast.Name))
+                if isinstance(node, ast.For) else ())
             sites[site.header] = site
     return sites
 
@@ -144,7 +148,7 @@ def _comprehension_site(code):
              if line is not None]
     header = _line_of(code, loops[0].offset)
     site = LoopSite('comp', header, min(lines + [header]),
-                    max(lines + [header]), None, code.co_filename)
+                    max(lines + [header]), None, code.co_filename, ())
     return {header: site}
 
 
@@ -186,6 +190,9 @@ class LoopRun(object):
         self.trip = trip
         self.last_header = True  # the latest line event was the header
         self.bound = None  # how many iterations the loop allows at most
+        self.snapshots = []  # the frame's locals at each pass (top frame)
+        self.targets = ()  # the names the loop statement binds
+        self.defined = set()  # IR values its iterations computed
         self.previous_lasti = -1
 
     @property
@@ -261,6 +268,8 @@ class LoopWatcher(object):
             if site is not None:
                 if stack and stack[-1].site is site:
                     stack[-1].boundaries.append(self.position())
+                    if stack[-1].in_top_frame:
+                        stack[-1].snapshots.append(_locals_summary(frame))
                 else:
                     stack.append(self._start(site, frame))
         elif event == 'return':
@@ -271,7 +280,12 @@ class LoopWatcher(object):
         top = frame.f_code is self.top_code
         trip = trip_source(site, frame, self.arguments) if top else None
         run = LoopRun(site, self.position(), top, trip)
-        run.bound = iteration_bound(site, frame)
+        if site.kind != 'comp' and only_array_exits(frame.f_code,
+                                                    site.header):
+            run.bound = iteration_bound(site, frame)
+        if top:
+            run.snapshots.append(_locals_summary(frame))
+            run.targets = _target_names(site)
         return run
 
     def _on_comprehension_event(self, frame, event, arg):
@@ -296,6 +310,33 @@ class LoopWatcher(object):
     def _close_all(self, frame_id):
         for run in reversed(self._open.pop(frame_id, [])):
             self._close(run, 'left')
+
+
+def _target_names(site):
+    """The names a ``for`` statement binds (``t``, ``x`` in ``for t, x in
+    enumerate(xs)``)."""
+    return site.targets
+
+
+def _locals_summary(frame):
+    """What the Python state of a frame is at a loop header: scalars by
+    value, arrays and Variables by the identity of their array, lists by
+    length and items, anything else by identity."""
+    return dict((name, _summary(value))
+                for name, value in frame.f_locals.items()
+                if name != 'self')
+
+
+def _summary(value):
+    if isinstance(value, chainer.Variable):
+        return ('array', id(value._data[0]))
+    if isinstance(value, chainer.get_array_types()):
+        return ('array', id(value))
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return ('scalar', type(value), repr(value))
+    if type(value) in (list, tuple):
+        return ('list', type(value), tuple(_summary(v) for v in value))
+    return ('object', id(value))
 
 
 def _has_loop(code):
@@ -715,3 +756,184 @@ def _is_reduction(test):
              isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
              and n.func.attr in _REDUCTIONS]
     return not inner and len(test.args) <= 1
+
+
+# --- loops whose trip count may be symbolic ----------------------------------
+
+_COLLECTORS = frozenset(['stack', 'concat', 'vstack', 'hstack', 'dstack'])
+
+
+def symbolic_loop_problem(code, header):
+    """Why the loop at ``header`` of ``code`` cannot run for another trip
+    count than the one recorded, read from the source; ``None`` if it
+    can. Its Python must not see the count: the loop variable is used
+    only to index (``xs[t]``) and not after the loop; the body has no
+    ``break``, ``continue`` or ``return`` other than ``if <array
+    test>: break``; and the lists it appends to are used after it only
+    whole, by ``F.stack`` or ``F.concat``."""
+    function = _function_ast(code)
+    if function is None:
+        return 'no source'
+    try:
+        _, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return 'no source'
+    offset = start - 1 if start else 0
+    loop = next((n for n in ast.walk(function)
+                 if isinstance(n, (ast.For, ast.While)) and
+                 _header_line(n) + offset == header), None)
+    if loop is None:
+        return 'loop not found'
+    parents = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    inside = set(ast.walk(loop)) - {loop.iter if isinstance(loop, ast.For)
+                                    else loop.test}
+    for jump in _python_jumps(loop, inside, parents):
+        return 'the body has a %s' % type(jump).__name__.lower()
+    if isinstance(loop, ast.For):
+        counter = _counter_name(loop)
+        for use in _names(function, counter):
+            target = _target_name(loop.target, counter)
+            if use in inside and use is not target:
+                if not _index_use(use, parents):
+                    return 'the loop variable %r is used in Python' % (
+                        counter)
+            elif use not in inside and use not in set(ast.walk(loop)):
+                if use.lineno > loop.lineno and not _rebound_by_a_loop(
+                        use, counter, parents):
+                    return 'the loop variable %r is used after the loop' % (
+                        counter)
+    for name in _appended_lists(loop, inside):
+        for use in _names(function, name):
+            if use in inside or use.lineno <= loop.lineno:
+                continue
+            call = parents.get(use)
+            if not (isinstance(call, ast.Call) and use in call.args and
+                    _call_name(call) in _COLLECTORS):
+                return 'the list %r is used after the loop' % name
+    return None
+
+
+def _python_jumps(loop, inside, parents):
+    """The ``break``, ``continue``, ``return`` and ``yield`` in a loop's
+    body, but for ``if <array test>: break`` leaving this loop."""
+    jumps = [n for n in inside if isinstance(
+        n, (ast.Break, ast.Continue, ast.Return, ast.Yield,
+            ast.YieldFrom))]
+    return [j for j in jumps if not (
+        isinstance(j, ast.Break) and _is_array_break(j, parents) and
+        _enclosing_loop(j, parents) is loop)]
+
+
+def only_array_exits(code, header):
+    """Whether the loop at ``header`` can be left only by its iterable
+    running out, its own test, or ``if <array test>: break``: then how
+    many iterations it may run is known when it starts."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return False
+    loop, parents = found
+    inside = set(ast.walk(loop))
+    return not _python_jumps(loop, inside, parents)
+
+
+def _loop_and_parents(code, header):
+    function = _function_ast(code)
+    if function is None:
+        return None
+    try:
+        _, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    offset = start - 1 if start else 0
+    loop = next((n for n in ast.walk(function)
+                 if isinstance(n, (ast.For, ast.While)) and
+                 _header_line(n) + offset == header), None)
+    if loop is None:
+        return None
+    parents = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    return loop, parents
+
+
+def _rebound_by_a_loop(use, name, parents):
+    """The use is in (or is the target of) another ``for`` that binds the
+    name again."""
+    node = use
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.For) and _target_name(node.target, name):
+            return True
+    return False
+
+
+def _is_array_break(jump, parents):
+    test = parents.get(jump)
+    if not isinstance(test, ast.If) or test.body != [jump] or test.orelse:
+        return False
+    expression = test.test
+    if isinstance(expression, ast.UnaryOp) and isinstance(
+            expression.op, ast.Not):
+        expression = expression.operand
+    return _is_reduction(expression)
+
+
+def _counter_name(loop):
+    """The name bound to the position: ``t`` in ``for t in range(...)``
+    and ``for t, x in enumerate(...)``; ``None`` when the loop binds
+    elements only (``for x in xs``)."""
+    iterable = loop.iter
+    if _is_call(iterable, 'range') and isinstance(loop.target, ast.Name):
+        return loop.target.id
+    if _is_call(iterable, 'enumerate') and isinstance(
+            loop.target, ast.Tuple) and isinstance(loop.target.elts[0],
+                                                   ast.Name):
+        return loop.target.elts[0].id
+    return None
+
+
+def _target_name(target, name):
+    for node in ast.walk(target):
+        if isinstance(node, ast.Name) and node.id == name:
+            return node
+    return None
+
+
+def _names(function, name):
+    if name is None:
+        return []
+    return [n for n in ast.walk(function)
+            if isinstance(n, ast.Name) and n.id == name]
+
+
+def _index_use(name, parents):
+    """``xs[t]`` or ``xs[:, t]``: the name alone in an index."""
+    if not isinstance(name.ctx, ast.Load):
+        return False
+    parent = parents.get(name)
+    if isinstance(parent, ast.Tuple):
+        parent = parents.get(parent)
+    return isinstance(parent, ast.Subscript) and parent.value is not name
+
+
+def _appended_lists(loop, inside):
+    found = set()
+    for node in inside:
+        if isinstance(node, ast.Call) and isinstance(
+                node.func, ast.Attribute) and node.func.attr == 'append' \
+                and isinstance(node.func.value, ast.Name):
+            found.add(node.func.value.id)
+    return found
+
+
+def _call_name(call):
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None

@@ -67,6 +67,7 @@ class Region(object):
         self.fingerprint = None
         self.counts = False  # has exits: the Loop node's output after the
         # carried values is the number of iterations run
+        self.skip = None  # the SkipIf node giving the trip count, if any
 
     @property
     def n_carried(self):
@@ -104,6 +105,7 @@ def roll_loops(graph, recording):
                                      control.may_vary(run.site)))
             continue
         span = [n for chunk in chunks for n in chunk]
+        run.defined = set(v for n in span for v in n.outputs)
         try:
             loop = _build(plan, run, graph, recording)
         except _Unrollable as e:
@@ -156,8 +158,11 @@ class _Fingerprints(object):
         self.cache = {}
 
     def note_region(self, loop):
+        # Exact: an index that differs between the bodies of two recorded
+        # inner loops must make them differ.
         loop.region.fingerprint = (
-            tuple(self(n) for n in loop.region.body.nodes),
+            tuple(self._compute(n, exact=True)
+                  for n in loop.region.body.nodes),
             _flow_signature(loop.region.body))
 
     def __call__(self, node):
@@ -166,27 +171,29 @@ class _Fingerprints(object):
             found = self.cache[node] = self._compute(node)
         return found
 
-    def _compute(self, node):
+    def _compute(self, node, exact=False):
         types = (tuple(v.type_str for v in node.inputs),
                  tuple(v.type_str for v in node.outputs))
         if node.region is not None:
             return ('Loop', node.attrs, types, node.region.fingerprint)
         template = self.templates.get(node)
-        if template is None:
+        if template is None and node.index is not None:  # IndexAt
+            state = ('index', node.attrs)
+        elif template is None:
             state = ('unknown', id(node))
         elif type(template) is tuple and template[0] == 'guard':
-            return ('Guard', template[1])  # which way it went: see _plan
+            return ('Guard', template[1], template[2] if exact else None)
         elif type(template) is tuple:  # NumPy called outside Chainer
             index = _index_of(template)
-            state = (template[1], _value_key(
-                template[2] if index is None else index, True))
+            state = (template[1], _value_key(template[2]) if index is None
+                     else _value_key(index, not exact))
         else:
             holder = ops.state_holder(template)
             state = (type(holder), tuple(
-                (k, _value_key(v, k == 'slices'))
+                (k, _value_key(v, k == 'slices' and not exact))
                 for k, v in sorted(vars(holder).items())
                 if k not in _GRAPH_FIELDS))
-        attrs = () if node.op == 'GetItem' else node.attrs
+        attrs = () if node.op == 'GetItem' and not exact else node.attrs
         return (node.op, attrs, node.generic, types, state)
 
 
@@ -511,6 +518,7 @@ def _build(plan, run, graph, recording):
         attrs=(('trip', n),), loc=run.loc,
         pure=all(node.pure for node in body.nodes))
     loop.region = region
+    _skip_when_the_first_leaves(plan, run, loop, recording.templates)
     plan.unpacks = []
     for lst, (p, q, values) in zip(lists, scans):
         # The body now defines the first iteration's value, and the loop
@@ -523,6 +531,30 @@ def _build(plan, run, graph, recording):
         _collect(graph, lst, fresh[:-1] + values[-1:], rolled)
     _note_replays(plan, recording)
     return loop
+
+
+def _skip_when_the_first_leaves(plan, run, loop, templates):
+    """A peeled first iteration that ends with the loop's own exit (``if
+    ...: break``) skips the loop when the exit is taken: its guard
+    becomes the trip count, 0 or the loop's."""
+    if not plan.before or not plan.exits or not all(
+            loop.region.carried_read):
+        return
+    guard = plan.before[-1]
+    exits = _exits([guard], run, templates)
+    if 0 not in exits:
+        return
+    leaves_on = exits[0]
+    trip = loop.inputs[0]
+    effective = ir.Value('temp', (), numpy.int64)
+
+    def trip_count(condition, n):
+        return numpy.int64(0) if bool(condition) == leaves_on else n
+    skip = ir.Node('SkipIf', ops.Kernel(trip_count), [guard.inputs[0], trip],
+                   [effective], (('when', leaves_on),), loc=guard.loc)
+    plan.before[-1] = skip
+    loop.inputs[0] = effective
+    loop.region.skip = skip
 
 
 def _like(value):
@@ -790,7 +822,7 @@ def _replace_static(structure, path):
     return (args, kwargs) if has_kwargs else args
 
 
-def symbolize(graph, rolled, input_names, length_names, templates):
+def symbolize(graph, rolled, input_names, length_names, recording, code):
     """Makes the trip count of the jitted function's own loops symbolic
     where that is sound, changing ``graph`` in place.
 
@@ -803,12 +835,22 @@ def symbolize(graph, rolled, input_names, length_names, templates):
     Returns:
         Symbolic or None: how to read the trip counts from a key.
     """
+    templates = recording.templates
     loops = [n for n in graph.nodes if n in rolled and _symbolic_run(
         rolled[n], input_names, length_names)]
     if not loops:
         return None
     source = rolled[loops[0]].trip
     loops = [n for n in loops if rolled[n].trip[:2] == source[:2]]
+    runs = set(rolled[n] for n in loops)
+    if any(run.trip is not None and run.trip[:2] == source[:2] and
+           run not in runs for run in recording.loops):
+        return None  # another loop over the same length stayed unrolled
+    for loop in loops:
+        run = rolled[loop]
+        if control.symbolic_loop_problem(code, run.site.header) or \
+                not _python_state_unchanged(run, recording.values):
+            return None
     if source.kind == 'dim':
         leaf, axis = source.where
         length = graph.inputs[leaf].shape[axis]
@@ -844,7 +886,9 @@ def symbolize(graph, rolled, input_names, length_names, templates):
         if delta not in symbols:
             symbols[delta] = graph.add_value(
                 'sym', (), numpy.int64, 'T' if delta == 0 else 'T-%d' % delta)
-        loop.inputs[0] = symbols[delta]
+        holder = loop.region.skip or loop
+        holder.inputs[holder.inputs.index(_recorded_trip(loop))] = \
+            symbols[delta]
         loop.attrs = (('trip', symbols[delta].name),)
     for leaf, axes in wildcards.items():
         graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
@@ -852,6 +896,38 @@ def symbolize(graph, rolled, input_names, length_names, templates):
                     tuple((leaf, tuple(sorted(axes)))
                           for leaf, axes in sorted(wildcards.items())),
                     minimum)
+
+
+def _recorded_trip(loop):
+    skip = loop.region.skip
+    return skip.inputs[1] if skip is not None else loop.inputs[0]
+
+
+def _python_state_unchanged(run, values):
+    """Between passes through the header, the frame's Python state stays
+    the same but for values the loop computes: scalars keep their value,
+    other objects their identity, and arrays (also in lists the loop
+    appends to) are the loop's own results. Otherwise the recording saw
+    Python state that a run of another length would change."""
+    defined = run.defined
+    first = run.snapshots[0]
+    for snapshot in run.snapshots[1:]:
+        for name, now in snapshot.items():
+            if name in run.targets:
+                continue
+            before = first.get(name)
+            if now == before:
+                continue
+            if now[0] == 'array' and values.get(now[1]) in defined:
+                continue
+            if now[0] == 'list' and before is not None and \
+                    before[0] == 'list' and now[2][:len(before[2])] == \
+                    before[2] and all(
+                        item[0] == 'array' and values.get(item[1]) in defined
+                        for item in now[2][len(before[2]):]):
+                continue
+            return False
+    return True
 
 
 def _iterations(loop, rolled):

@@ -1,0 +1,492 @@
+"""Loops and branches compiled as regions, against eager Chainer.
+
+Each model here has an eager twin with the same parameters; outputs,
+parameter gradients and argument gradients are compared. The cache
+checks pin down what the issue asks: a trip count that comes from the
+arguments is symbolic, so other lengths hit the same entry.
+"""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+
+
+def _rand(rng, *shape):
+    return rng.standard_normal(shape).astype(numpy.float32)
+
+
+def _twins(cls, *args):
+    model = cls(*args)
+    twin = cls(*args)
+    twin.copyparams(model)
+    return model, twin
+
+
+def _assert_grads_equal(model, twin, rtol=1e-4, atol=1e-5):
+    mine = dict(model.namedparams())
+    for name, param in twin.namedparams():
+        if param.grad is None:
+            assert mine[name].grad is None, name
+        else:
+            numpy.testing.assert_allclose(mine[name].grad, param.grad,
+                                          rtol=rtol, atol=atol,
+                                          err_msg=name)
+
+
+def _loop_nodes(graph):
+    return [n for n in graph.nodes if n.op == 'Loop']
+
+
+# --- an LSTM over sequences of any length -----------------------------------
+
+class Classifier(chainer.Chain):
+    """L.LSTM over ``xs`` (T, B, I), the last state classified."""
+
+    def __init__(self, n_in=6, n_hidden=8, n_out=3):
+        super(Classifier, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(n_in, n_hidden)
+            self.out = L.Linear(n_hidden, n_out)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        for t in range(xs.shape[0]):
+            h = self.lstm(xs[t])
+        return self.out(h)
+
+
+class StatelessClassifier(chainer.Chain):
+    """The same with the state in local variables (L.StatelessLSTM)."""
+
+    def __init__(self, n_in=6, n_hidden=8, n_out=3):
+        super(StatelessClassifier, self).__init__()
+        with self.init_scope():
+            self.lstm = L.StatelessLSTM(n_in, n_hidden)
+            self.out = L.Linear(n_hidden, n_out)
+
+    def forward(self, xs):
+        c = h = None
+        for t in range(xs.shape[0]):
+            c, h = self.lstm(c, h, xs[t])
+        return self.out(h)
+
+
+def test_lstm_lengths_1_7_70_share_one_entry():
+    model, twin = _twins(StatelessClassifier)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(0)
+    with chainer.no_backprop_mode():
+        for length in (7, 7, 1, 70, 3):
+            xs = _rand(rng, length, 2, 6)
+            testing.assert_results_equal(jf(xs), twin.forward(xs),
+                                         rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    entry, = jf.cache_entries()
+    assert 'xs: f32[T,2,6]' in str(entry.graph)
+    assert 'xs: f32[T,2,6]' in str(entry.signature)
+    assert len(_loop_nodes(entry.graph)) == 1
+    # The program does not grow with the length: one body.
+    assert entry.program.n_instructions < 40, entry.program.dis()
+
+
+def test_stateful_lstm_compiles_once_per_model_state_not_per_length():
+    model, twin = _twins(Classifier)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(0)
+    with chainer.no_backprop_mode():
+        for length in (7, 7, 1, 70, 3):
+            xs = _rand(rng, length, 2, 6)
+            testing.assert_results_equal(jf(xs), twin.forward(xs),
+                                         rtol=1e-4, atol=1e-5)
+    # Two model states: L.LSTM's ``h`` is None before the first call and
+    # a Variable after it (the forward resets it, but a guard cannot know
+    # that the old value is never read). Both entries serve every length.
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+    for entry in jf.cache_entries():
+        assert 'xs: f32[T,2,6]' in str(entry.signature)
+
+
+def test_lstm_training_matches_eager_at_each_length():
+    model, twin = _twins(Classifier)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(1)
+    for length in (5, 5, 2, 11):
+        xs = _rand(rng, length, 2, 6)
+        model.cleargrads()
+        twin.cleargrads()
+        x_jit, x_eager = chainer.Variable(xs), chainer.Variable(xs.copy())
+        y, expected = jf(x_jit), twin.forward(x_eager)
+        testing.assert_results_equal(y, expected, rtol=1e-4, atol=1e-5)
+        F.sum(y * y).backward()
+        F.sum(expected * expected).backward()
+        _assert_grads_equal(model, twin)
+        numpy.testing.assert_allclose(x_jit.grad, x_eager.grad, rtol=1e-4,
+                                      atol=1e-5)
+    assert jf.cache_info().currsize == 2  # two model states, any length
+    assert jf.last_entry.training is not None
+    backward = jf.last_entry.training.graphs.backward
+    assert 'LoopGrad' in [n.op for n in backward.nodes], backward
+
+
+class Stacked(chainer.Chain):
+    """Two LSTM layers, the per-step outputs stacked."""
+
+    def __init__(self):
+        super(Stacked, self).__init__()
+        with self.init_scope():
+            self.first = L.LSTM(4, 6)
+            self.second = L.LSTM(6, 5)
+
+    def forward(self, xs):
+        self.first.reset_state()
+        self.second.reset_state()
+        ys = []
+        for x in xs:
+            ys.append(self.second(self.first(x)))
+        return F.stack(ys)
+
+
+def test_stacked_lstm_over_a_variable_returns_every_step():
+    model, twin = _twins(Stacked)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(2)
+    for length in (4, 4, 9):
+        xs = _rand(rng, length, 3, 4)
+        model.cleargrads()
+        twin.cleargrads()
+        y = jf(chainer.Variable(xs))
+        expected = twin.forward(chainer.Variable(xs))
+        testing.assert_results_equal(y, expected, rtol=1e-4, atol=1e-5)
+        F.sum(y).backward()
+        F.sum(expected).backward()
+        _assert_grads_equal(model, twin)
+    assert len(_loop_nodes(jf.last_entry.graph)) == 1
+
+
+# --- a greedy decoder with attention --------------------------------------
+
+EOS = 0
+
+
+class GreedyDecoder(chainer.Chain):
+    """Attention over encoder states; loops until every sequence emits EOS
+    or ``max_len`` steps."""
+
+    def __init__(self, n_vocab=6, n_units=8):
+        super(GreedyDecoder, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(n_vocab, n_units)
+            self.cell = L.StatelessLSTM(2 * n_units, n_units)
+            self.out = L.Linear(2 * n_units, n_vocab)
+
+    def forward(self, encoded, y, max_len):
+        c = h = None
+        ys = []
+        i = 0
+        while True:
+            scores = F.batch_matmul(encoded, h if h is not None else
+                                    encoded[:, 0])
+            weights = F.softmax(F.squeeze(scores, 2))
+            context = F.sum(encoded * F.expand_dims(weights, 2), axis=1)
+            c, h = self.cell(c, h, F.concat([self.embed(y), context]))
+            y = F.argmax(self.out(F.concat([h, context])), axis=1)
+            ys.append(y)
+            i += 1
+            if (y.array == EOS).all():
+                break
+            if i >= max_len:
+                break
+        return F.stack(ys)
+
+
+def _decode_with_eos_bias(decoder_class, max_len, trials, seed):
+    """Runs jitted and eager decoders with EOS made more or less likely
+    from trial to trial, so that the outputs have several lengths."""
+    model, twin = _twins(decoder_class)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(seed)
+    lengths = []
+    with chainer.no_backprop_mode():
+        for trial in range(trials):
+            model.out.b.array[EOS] = twin.out.b.array[EOS] = rng.uniform(
+                -2, 4)
+            encoded = _rand(rng, 2, 5, 8)
+            y = numpy.array([1, 2], numpy.int32)
+            expected = twin.forward(encoded, y, max_len)
+            testing.assert_results_equal(jf(encoded, y, max_len), expected)
+            lengths.append(len(expected))
+    assert len(set(lengths)) > 1, lengths
+    return jf
+
+
+def test_greedy_decoder_with_while_matches_eager_at_every_length():
+    # ``while True`` with a Python counter: the loop can also be left by a
+    # Python ``break``, so a call whose length differs runs eagerly and
+    # records again (correct, not always compiled).
+    jf = _decode_with_eos_bias(GreedyDecoder, 6, 12, 3)
+    assert jf.cache_info().currsize == 1
+
+
+class ForDecoder(GreedyDecoder):
+
+    def forward(self, encoded, y, max_len):
+        c = h = None
+        ys = []
+        for i in range(max_len):
+            context = F.mean(encoded, axis=1)
+            c, h = self.cell(c, h, F.concat([self.embed(y), context]))
+            y = F.argmax(self.out(F.concat([h, context])), axis=1)
+            ys.append(y)
+            if (y.array == EOS).all():
+                break
+        return F.stack(ys)
+
+
+def test_decoder_with_break_becomes_one_loop_with_an_exit():
+    jf = _decode_with_eos_bias(ForDecoder, 7, 12, 4)
+    assert jf.cache_info().currsize == 1
+    entry = jf.last_entry
+    # At most the first recording (one iteration: nothing to roll) missed.
+    assert entry.branch_misses <= 1
+    loop, = _loop_nodes(entry.graph)
+    assert 'Exit' in [n.op for n in loop.region.body.nodes]
+    assert 'JUMPIF' in entry.program.dis()
+
+
+# --- a seq2seq training step ------------------------------------------------
+
+class Seq2Seq(chainer.Chain):
+
+    def __init__(self, n_vocab=7, n_units=6):
+        super(Seq2Seq, self).__init__()
+        with self.init_scope():
+            self.embed_x = L.EmbedID(n_vocab, n_units)
+            self.embed_y = L.EmbedID(n_vocab, n_units)
+            self.encoder = L.LSTM(n_units, n_units)
+            self.decoder = L.LSTM(n_units, n_units)
+            self.out = L.Linear(n_units, n_vocab)
+
+    def forward(self, xs, ys_in, ys_out):
+        self.encoder.reset_state()
+        for t in range(len(xs)):
+            self.encoder(self.embed_x(xs[t]))
+        self.decoder.reset_state()
+        self.decoder.set_state(self.encoder.c, self.encoder.h)
+        loss = 0
+        for t in range(len(ys_in)):
+            h = self.decoder(self.embed_y(ys_in[t]))
+            loss += F.softmax_cross_entropy(self.out(h), ys_out[t])
+        return loss / len(ys_in)
+
+
+def test_seq2seq_training_step_follows_eager():
+    model, twin = _twins(Seq2Seq)
+    optimizer, twin_optimizer = (chainer.optimizers.Adam(),
+                                 chainer.optimizers.Adam())
+    optimizer.setup(model)
+    twin_optimizer.setup(twin)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(5)
+    for step, (n_x, n_y) in enumerate([(4, 3), (4, 3), (6, 3), (4, 5)]):
+        xs = rng.randint(0, 7, (n_x, 2)).astype(numpy.int32)
+        ys = rng.randint(0, 7, (n_y + 1, 2)).astype(numpy.int32)
+        loss = jf(xs, ys[:-1], ys[1:])
+        expected = twin.forward(xs, ys[:-1], ys[1:])
+        numpy.testing.assert_allclose(loss.array, expected.array, rtol=1e-5)
+        model.cleargrads()
+        twin.cleargrads()
+        loss.backward()
+        expected.backward()
+        _assert_grads_equal(model, twin)
+        optimizer.update()
+        twin_optimizer.update()
+    # ``len(ys_in)`` also divides the loss: that length stays in the key.
+    assert jf.cache_info().currsize <= 3
+
+
+# --- printed forms --------------------------------------------------------
+
+class Recurrent(chainer.Chain):
+
+    def __init__(self):
+        super(Recurrent, self).__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(3, 4)
+            self.h2h = L.Linear(4, 4, nobias=True)
+
+    def forward(self, xs):
+        h = F.tanh(self.x2h(xs[0]))
+        for t in range(1, xs.shape[0]):
+            h = F.tanh(self.x2h(xs[t]) + self.h2h(h))
+        return h
+
+
+def test_the_ir_prints_the_region_and_dis_its_jumps():
+    model = Recurrent()
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(6)
+    with chainer.no_backprop_mode():
+        jf(chainer.Variable(_rand(rng, 5, 2, 3)))
+    entry = jf.last_entry
+    text = str(entry.graph)
+    assert 'Loop[trip=T-1](T-1, ' in text, text
+    assert '      body (i; %' in text, text
+    assert 'IndexAt[index=[1+i]]' in text, text
+    dis = entry.program.dis()
+    for opcode in ('SETI', 'FORI', 'NEXT', 'MOVE'):
+        assert opcode in dis, dis
+    fori = [i for i in entry.program.instructions() if i.opname == 'FORI']
+    assert len(fori) == 1 and ' to ' in fori[0].argrepr
+
+
+# --- what stays unrolled, and says so ----------------------------------------
+
+def test_a_loop_whose_iterations_differ_is_unrolled_with_a_warning():
+    def f(xs):
+        h = xs[0]
+        for t in range(1, xs.shape[0]):
+            if t % 2:
+                h = h * xs[t]
+            else:
+                h = F.relu(h + xs[t])
+        return h
+
+    rng = numpy.random.RandomState(7)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_matches_eager(
+            f, [(_rand(rng, 5, 3),), (_rand(rng, 5, 3),),
+                (_rand(rng, 6, 3),), (_rand(rng, 6, 3),)])
+    loop_warnings = [w for w in caught
+                     if issubclass(w.category, errors.LoopWarning)]
+    assert len(loop_warnings) == 1, [str(w.message) for w in caught]
+    assert 'for t in range(1, xs.shape[0])' in str(loop_warnings[0].message)
+    assert jf.cache_info().currsize == 2  # one per trip count
+
+
+def test_a_loop_without_source_is_unrolled_with_a_warning():
+    namespace = {'F': F}
+    exec('def f(xs):\n'
+         '    h = xs[0]\n'
+         '    for t in range(1, xs.shape[0]):\n'
+         '        h = F.tanh(h + xs[t])\n'
+         '    return h\n', namespace)
+    rng = numpy.random.RandomState(8)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_matches_eager(
+            namespace['f'], [(_rand(rng, 4, 2),), (_rand(rng, 4, 2),),
+                             (_rand(rng, 7, 2),)])
+    assert any('source cannot be read' in str(w.message) for w in caught)
+    assert jf.cache_info().currsize == 2
+
+
+def test_a_loop_over_the_models_own_links_is_unrolled_quietly():
+    class Deep(chainer.ChainList):
+        def __init__(self):
+            super(Deep, self).__init__(L.Linear(3, 5), L.Linear(5, 2))
+
+        def forward(self, x):
+            for link in self:
+                x = F.relu(link(x))
+            return x
+
+    rng = numpy.random.RandomState(9)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        testing.assert_jit_matches_eager(
+            Deep().forward, [(_rand(rng, 2, 3),), (_rand(rng, 2, 3),)])
+
+
+def test_a_length_used_otherwise_stays_in_the_key():
+    def f(xs):
+        h = xs[0]
+        for t in range(1, xs.shape[0]):
+            h = h + xs[t]
+        return h / xs.shape[0]  # the length is baked into the program
+
+    rng = numpy.random.RandomState(10)
+    jf = testing.assert_jit_matches_eager(
+        f, [(_rand(rng, 3, 2),), (_rand(rng, 3, 2),), (_rand(rng, 5, 2),),
+            (_rand(rng, 5, 2),)])
+    assert jf.cache_info().currsize == 2
+    assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
+
+
+# --- branches on array values ---------------------------------------------
+
+def test_a_branch_on_an_array_value_is_guarded():
+    def f(x):
+        if (x.array > 0).all():
+            return F.relu(x) * 2
+        return F.sigmoid(x)
+
+    jf = chainerjit.jit(f)
+    calls = [numpy.ones((2, 3), numpy.float32),
+             numpy.full((2, 3), 2, numpy.float32),
+             -numpy.ones((2, 3), numpy.float32),
+             numpy.full((2, 3), 3, numpy.float32)]
+    for x in calls:
+        testing.assert_results_equal(jf(chainer.Variable(x)),
+                                     f(chainer.Variable(x)))
+    assert jf.cache_info().currsize == 1
+    assert 'Guard[expect=True]' in str(jf.last_entry.graph)
+
+
+def test_a_branch_with_random_ops_before_it_runs_eagerly():
+    def f(x):
+        y = F.dropout(x, 0.5)
+        if (y.array > 0).any():
+            return y * 2
+        return y
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with chainer.using_config('train', True):
+            chainerjit.jit(f)(numpy.ones((2, 3), numpy.float32))
+    assert any(issubclass(w.category, errors.FallbackWarning)
+               for w in caught)
+
+
+@pytest.mark.parametrize('limit', [-5.0, 0.5, 100.0])
+def test_break_on_an_array_value_trains_like_eager(limit):
+    class Repeat(chainer.Chain):
+        def __init__(self):
+            super(Repeat, self).__init__()
+            with self.init_scope():
+                self.layer = L.Linear(4, 4)
+
+        def forward(self, h, limit):
+            outs = []
+            for i in range(8):
+                h = F.tanh(self.layer(h)) * 1.5
+                outs.append(h)
+                if (F.sum(h).array > limit.array).all():
+                    break
+            return F.stack(outs)
+
+    model, twin = _twins(Repeat)
+    jf = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(11)
+    for trial in range(4):
+        h = _rand(rng, 2, 4)
+        bound = numpy.array(limit + trial, numpy.float32)
+        model.cleargrads()
+        twin.cleargrads()
+        h_jit, h_eager = chainer.Variable(h), chainer.Variable(h.copy())
+        y = jf(h_jit, chainer.Variable(bound))
+        expected = twin.forward(h_eager, chainer.Variable(bound))
+        testing.assert_results_equal(y, expected, rtol=1e-4, atol=1e-5)
+        F.sum(y * y).backward()
+        F.sum(expected * expected).backward()
+        _assert_grads_equal(model, twin)
+        numpy.testing.assert_allclose(h_jit.grad, h_eager.grad, rtol=1e-4,
+                                      atol=1e-5)
