@@ -277,6 +277,7 @@ class JitFunction(object):
             recording.outputs, recording.effects, param_arrays,
             py_guards=py_guards)
         entry.symbolic = symbolic
+        entry.ignore_state(recording.written_first)
         if self._check:
             self._self_check(entry, leaves, instance, param_arrays,
                              recording, symbols)

@@ -67,16 +67,23 @@ def _attribute_state(value):
     return '<%s at %#x>' % (type(value).__name__, id(value))
 
 
-def link_state(instance):
+_ASSIGNED_FIRST = '<assigned before read>'
+
+
+def link_state(instance, ignored=frozenset()):
     """What a compiled program assumes of a model: for each link, its
-    class and identity and the state of its attributes."""
+    class and identity and the state of its attributes, but for the
+    ``ignored`` ``(link path, name)`` pairs (attributes the forward
+    assigns before reading: ``L.LSTM.reset_state()``)."""
     if not isinstance(instance, chainer.Link):
         return {}
     state = {}
     for path, link in instance.namedlinks():
-        attrs = tuple(sorted((k, _attribute_state(v))
-                             for k, v in vars(link).items()
-                             if k != '_local_link_hooks'))
+        key = path or '/'
+        attrs = tuple(sorted(
+            (k, _ASSIGNED_FIRST if (key, k) in ignored
+             else _attribute_state(v))
+            for k, v in vars(link).items() if k != '_local_link_hooks'))
         attrs += (('(link hooks)', tuple(link_hooks(link))),)
         size = len(link) if isinstance(link, chainer.ChainList) else None
         state[path or '/'] = (type(link).__name__, id(link), size, attrs)
@@ -212,9 +219,20 @@ class Entry(object):
         self.param_sources = [v.data for v in params]
         self.param_specs = [array_spec(a) for a in param_arrays]
         self.link_state = model_state  # as it was before recording
+        self.ignored_state = frozenset()
         self._assigned_state = _assigned_state(model_state, effects)
         self._owners = None
         self._epoch = -1  # check the model on first use
+
+    def ignore_state(self, ignored):
+        """Stops guarding the link attributes ``ignored`` (``(path,
+        name)`` pairs the forward assigns before reading)."""
+        self.ignored_state = frozenset(ignored)
+        self.link_state = dict(
+            (path, value[:3] + (tuple(
+                (k, _ASSIGNED_FIRST if (path, k) in self.ignored_state
+                 else v) for k, v in value[3]),))
+            for path, value in self.link_state.items())
 
     @property
     def n_instructions(self):
@@ -234,7 +252,7 @@ class Entry(object):
         """The arrays the program reads from the model, or ``None`` if a
         guard fails (the call is then a miss)."""
         if self._epoch != link_epoch[0]:
-            if link_state(instance) != self.link_state:
+            if link_state(instance, self.ignored_state) != self.link_state:
                 return None
             self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
@@ -266,7 +284,8 @@ class Entry(object):
 
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
-        lines = diff_link_state(self.link_state, link_state(instance))
+        lines = diff_link_state(self.link_state,
+                                link_state(instance, self.ignored_state))
         lines += guards.failures(self.py_guards)
         if lines:
             return lines

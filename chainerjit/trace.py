@@ -302,8 +302,9 @@ class Recording(object):
 
     def __init__(self, graph, outputs, effects, result, escape,
                  param_arrays, generic_outputs, param_owners, recorder=None,
-                 watcher=None):
+                 watcher=None, written_first=frozenset()):
         self.graph = graph
+        self.written_first = written_first  # {(link path, name)}
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
         self.templates = recorder.templates if recorder else {}
@@ -335,6 +336,7 @@ class _Recorder(object):
         self.templates = {}  # ir.Node -> its FunctionNode before apply,
         # or ('numpy', template) for NumPy calls: what makes two nodes alike
         self.escape = None
+        self.first_access = {}  # (id(link), name) -> 'read' or 'write'
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -725,6 +727,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     report = chainer.reporter.report
     chainer.FunctionNode.apply = _recording_apply
     chainer.Link.__setattr__ = _recording_setattr(link_setattr, recorder)
+    chainer.Link.__getattribute__ = _recording_getattribute(recorder)
     chainer.reporter.report = chainer.report = _recording_report(
         report, recorder)
     chainer.Variable.backward = _escaping('backward()', backward)
@@ -743,6 +746,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     finally:
         chainer.FunctionNode.apply = _original_apply
         chainer.Link.__setattr__ = link_setattr
+        chainer.Link.__getattribute__ = _link_getattribute
         chainer.reporter.report = chainer.report = report
         chainer.Variable.backward, chainer.grad = backward, grad
         chainer.Variable.array, chainer.Variable.data = _array_properties
@@ -762,7 +766,8 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
             object.__setattr__(link, name, untagged)
     return Recording(graph, outputs, effects, _untag_result(
         result, proxies, leaves), recorder.escape, recorder.param_arrays,
-        recorder.generic_outputs, recorder.param_owners, recorder, watcher)
+        recorder.generic_outputs, recorder.param_owners, recorder, watcher,
+        _written_first(instance, recorder))
 
 
 def _loop_arguments(fn, instance, args, kwargs, proxies):
@@ -907,9 +912,38 @@ def _escaping(what, fn):
 
 def _recording_setattr(link_setattr, recorder):
     def setattr_recorded(link, name, value):
+        recorder.first_access.setdefault((id(link), name), 'write')
         recorder.note_effect('setattr', link, name, value)
         link_setattr(link, name, value)
     return setattr_recorded
+
+
+_link_getattribute = chainer.Link.__getattribute__
+
+
+def _recording_getattribute(recorder):
+    """``Link.__getattribute__`` while recording: notes which instance
+    attributes the forward reads before it assigns them."""
+    first_access = recorder.first_access
+
+    def getattribute(link, name):
+        value = _link_getattribute(link, name)
+        if name in _link_getattribute(link, '__dict__'):
+            first_access.setdefault((id(link), name), 'read')
+        return value
+    return getattribute
+
+
+def _written_first(instance, recorder):
+    """``{(link path, name)}`` of the link attributes the forward assigned
+    before reading them: their value before the call does not matter."""
+    if not isinstance(instance, chainer.Link):
+        return frozenset()
+    paths = dict((id(link), path or '/') for path, link in
+                 instance.namedlinks())
+    return frozenset((paths[link_id], name) for (link_id, name), access
+                     in recorder.first_access.items()
+                     if access == 'write' and link_id in paths)
 
 
 def _recording_report(report, recorder):
