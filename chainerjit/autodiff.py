@@ -252,7 +252,7 @@ class _BackwardBuilder(object):
         next_sums = []
         for total, value in zip(sums, invariants):
             summed = ir.Value('temp', value.shape, value.dtype)
-            back.add_node(ir.Node('Accumulate', ops.Kernel(_accumulate),
+            back.add_node(ir.Node('Accumulate', ops.Kernel(_sum_into),
                                   [total, grad_of[value]], [summed]))
             next_sums.append(summed)
         back.inputs = [j] + carried_grads + sums + [n_in] + list_ins + \
@@ -335,6 +335,18 @@ def _accumulate(a, b):
     if b is None:
         return a
     return utils.force_array(a + b)
+
+
+def _sum_into(total, grad):
+    """A loop's running sum of an invariant's gradients: the first one is
+    copied, so that the later ones can be added in place (the running sum
+    is the loop's own carried value)."""
+    if grad is None:
+        return total
+    if total is None:
+        return utils.force_array(grad.copy())
+    total += grad
+    return total
 
 
 def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,

@@ -15,7 +15,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
-if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8' \
+if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, nbclient, nbformat, ipykernel' \
         2>/dev/null; then
     $PIP install --upgrade 'pip<25' 'setuptools<70' wheel
     $PIP install -r requirements/build.txt

@@ -3,6 +3,7 @@
 from chainer.functions.rnn import lstm
 import numpy
 
+from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 
@@ -10,8 +11,8 @@ from chainerjit.ops import lowering
 @lowering(lstm.LSTM)
 def lower_lstm(node, ctx):
     """One LSTM step, ``(c_prev, x) -> (c, h)``, with Chainer's own gate
-    split and sigmoid (its CPU formula). Gradients come from the node's
-    own backward (the generic path's training form)."""
+    split and sigmoid (its CPU formula); the gradient is Chainer's own
+    ``LSTMGrad`` run on arrays."""
     if ctx.xp is not numpy:
         return None
     batch = ctx.in_shapes[1][0]
@@ -29,7 +30,16 @@ def lower_lstm(node, ctx):
         if partial:
             c_next[batch:] = c_prev[batch:]
         return c_next, h
-    return Kernel(lstm_step, multi=True, onnx=_lstm_to_onnx(partial))
+    return Kernel(lstm_step, multi=True,
+                  grad=GradRule(_lstm_grad, (0, 1), (0,)),
+                  onnx=_lstm_to_onnx(partial))
+
+
+def _lstm_grad(xs, ys, gys, wanted):
+    c_prev, x = xs
+    gc, gh = gys
+    gc_prev, gx = lstm.LSTMGrad().forward((c_prev, x, ys[0], gc, gh))
+    return (gc_prev if wanted[0] else None, gx if wanted[1] else None)
 
 
 def _lstm_to_onnx(partial):
