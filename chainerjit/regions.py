@@ -101,8 +101,9 @@ def roll_loops(graph, recording):
             if plan is not None:
                 break
         if plan is None:
-            unrolled.append(Unrolled(run.loc, _why_not(chunks),
-                                     control.may_vary(run.site)))
+            if run.n_iterations >= 3:  # else too few to tell
+                unrolled.append(Unrolled(run.loc, _why_not(chunks),
+                                         control.may_vary(run.site)))
             continue
         span = [n for chunk in chunks for n in chunk]
         run.defined = set(v for n in span for v in n.outputs)

@@ -179,6 +179,13 @@ class Signature(object):
         return lines
 
 
+def _shape_text(shape):
+    """``(T, 16, 64)``: a shape as Python prints it, symbols unquoted."""
+    if len(shape) == 1:
+        return '(%s,)' % shape[0]
+    return '(%s)' % ', '.join(str(d) for d in shape)
+
+
 def _diff_item(name, old, new):
     if not (isinstance(old, ArraySpec) and isinstance(new, ArraySpec)):
         return ['%s: %r -> %r' % (name, old, new)]
@@ -187,12 +194,14 @@ def _diff_item(name, old, new):
         where = ''
         if len(old.shape) != len(new.shape):
             where = ' (ndim %d -> %d)' % (len(old.shape), len(new.shape))
-        else:
+        else:  # a symbolic length ('T') takes any size
             axes = [i for i, (a, b) in enumerate(zip(old.shape, new.shape))
-                    if a != b]
+                    if a != b and 'T' not in (a, b)]
             where = ' at axis %s' % ', '.join(str(a) for a in axes)
-        lines.append('%s: shape %s -> %s%s' % (
-            name, old.shape, new.shape, where))
+        if where != ' at axis ':
+            lines.append('%s: shape %s -> %s%s' % (
+                name, _shape_text(old.shape), _shape_text(new.shape),
+                where))
     for field in ('dtype', 'device', 'requires_grad', 'is_variable'):
         a, b = getattr(old, field), getattr(new, field)
         if a != b:
