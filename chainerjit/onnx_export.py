@@ -137,10 +137,11 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     builder = Builder(dynamic_batch, batched[0].name if batched else None,
                       batched[0].shape[0] if batched else None)
     names = graph.value_names('v%d')  # valid ONNX names
-    for value in graph.params + graph.consts:
+    for value in graph.params + graph.all_consts():
         array = _model_array(entry, value)
         builder.constant(chainer.backend.CpuDevice().send(array),
                          names[value])
+    _symbols(builder, entry, names)
     for node in graph.nodes:
         _convert(builder, node, names)
     outputs, sources = _output_names(builder, entry, names)
@@ -151,9 +152,10 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     model = onnx.helper.make_model(
         onnx.helper.make_graph(
             builder.nodes, jitted.__name__,
-            [_value_info((v.shape, v.dtype), names[v], dynamic_batch)
-             for v in graph.inputs],
-            [_value_info(types[source], name, dynamic_batch)
+            [_value_info((v.shape, v.dtype), names[v], dynamic_batch,
+                         v.symbols) for v in graph.inputs],
+            [_value_info(types[source], name, dynamic_batch,
+                         shaped=entry.symbolic is None)
              for source, name in zip(sources, outputs)],
             builder.initializers),
         opset_imports=[onnx.helper.make_opsetid('', opset)],
@@ -192,7 +194,32 @@ def _model_array(entry, value):
     return owner[0]._data[0] if owner[1] is None else getattr(*owner)
 
 
+def _symbols(builder, entry, names):
+    """Trip counts that follow from the inputs (``T - 1`` for
+    ``range(1, xs.shape[0])``), computed from the input's shape."""
+    symbolic = entry.symbolic
+    graph = entry.graph
+    if symbolic is None:
+        return
+    if symbolic.kind != 'dim':
+        raise ExportError('a trip count given as an int argument is not '
+                          'an ONNX input; export with a fixed count')
+    leaf, axis = symbolic.where
+    whole = builder.op('Shape', [names[graph.inputs[leaf]]])[0]
+    length = builder.op('Gather', [whole, builder.int64s(axis)], axis=0)[0]
+    for value in graph.symbols:
+        delta = int(value.name[2:]) if value.name != 'T' else 0
+        builder.op('Sub', [length, builder.int64s(delta)], [names[value]])
+
+
 def _convert(builder, node, names):
+    if node.region is not None:
+        return _convert_loop(builder, node, names)
+    if node.op == 'Guard':
+        raise ExportError(
+            'a branch on an array value cannot be exported (the ONNX model '
+            'would need both branches).\n%s' % errors.source_excerpt(
+                node.loc))
     convert = getattr(node.kernel, 'onnx', None)
     if convert is None:
         raise ExportError(
@@ -211,13 +238,20 @@ def _convert(builder, node, names):
             [names[v] for v in node.outputs])
 
 
-def _value_info(type_, name, dynamic_batch):
-    """A typed graph input or output; ``type_`` is ``(shape, dtype)``."""
+def _value_info(type_, name, dynamic_batch, symbols=None, shaped=True):
+    """A typed graph input or output; ``type_`` is ``(shape, dtype)``;
+    ``symbols`` names axes of any size (``{0: 'T'}``); ``shaped`` false
+    leaves the shape out (an output of a program whose loops run any
+    number of times)."""
     import onnx.helper
 
     shape, dtype = list(type_[0]), type_[1]
+    if not shaped:  # the rank is known, the sizes are named
+        shape = ['%s_%d' % (name, axis) for axis in range(len(shape))]
     if dynamic_batch and shape:
         shape[0] = 'batch'
+    for axis, symbol in (symbols or {}).items():
+        shape[axis] = symbol
     return onnx.helper.make_tensor_value_info(
         name, onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(dtype)),
         shape)
@@ -251,3 +285,97 @@ def _output_names(builder, entry, names):
                               'is cannot be exported; return a copy')
     return [builder.op('Identity', [source], ['y%d' % i])[0]
             for i, source in enumerate(sources)], sources
+
+
+def _convert_loop(builder, node, names):
+    """A Loop node as an ONNX ``Loop``: carried values are loop-carried,
+    the per-iteration lists are scan outputs (stacked on axis 0), the
+    body reads invariants from the outer scope, and an exit at the end of
+    the body is the loop's condition."""
+    import onnx.helper
+
+    region = node.region
+    body = region.body
+    exits = [n for n in body.nodes if n.op == 'Exit']
+    if any(dict(n.attrs)['where'] != 'end' for n in exits) or len(exits) > 1:
+        raise ExportError('a loop left in the middle of its body cannot be '
+                          'exported.\n%s' % errors.source_excerpt(node.loc))
+    n_read = sum(region.carried_read)
+    counter = body.inputs[0]
+    names[counter] = builder.fresh('iter')
+    inits = iter(node.inputs[1:1 + n_read])
+    carried_ins = iter(body.inputs[1:1 + n_read])
+    for value, invariant in zip(body.inputs[1 + n_read:],
+                                node.inputs[1 + n_read:]):
+        names[value] = names[invariant]  # read from the outer scope
+    outer_nodes = builder.nodes
+    builder.nodes = []
+    cond_in = builder.fresh('cond')
+    start_inputs = [onnx.helper.make_tensor_value_info(
+        names[counter], onnx.TensorProto.INT64, []),
+        onnx.helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL,
+                                           [])]
+    initial, body_inputs = [], []
+    for value, read in zip(body.outputs[:region.n_carried],
+                           region.carried_read):
+        if read:
+            inner = next(carried_ins)
+            initial.append(names[next(inits)])
+        else:  # only its last value is used: starts as zeros
+            inner = ir_value_like(value)
+            names[inner] = builder.fresh('unused')
+            initial.append(builder.constant(numpy.zeros(value.shape,
+                                                        value.dtype)))
+        body_inputs.append(_typed(names[inner], inner))
+    for inner in body.nodes:
+        if inner.op != 'Exit':
+            _convert(builder, inner, names)
+    cond_out = builder.fresh('cond')
+    if exits:
+        condition = names[exits[0].inputs[0]]
+        leaves_on = dict(exits[0].attrs)['when']
+        builder.op('Identity' if not leaves_on else 'Not', [condition],
+                   [cond_out])
+    else:
+        builder.op('Identity', [cond_in], [cond_out])
+    outs = [builder.op('Identity', [names[v]])[0] for v in body.outputs]
+    count_out = []
+    if region.counts:  # a carried count of the iterations run
+        count_in = builder.fresh('count')
+        body_inputs.append(onnx.helper.make_tensor_value_info(
+            count_in, onnx.TensorProto.INT64, []))
+        count_out = builder.op('Add', [count_in, builder.int64s(1)])
+    body_nodes, builder.nodes = builder.nodes, outer_nodes
+    n_carried = region.n_carried
+    graph = onnx.helper.make_graph(
+        body_nodes, builder.fresh('body'), start_inputs + body_inputs,
+        [onnx.helper.make_tensor_value_info(cond_out,
+                                            onnx.TensorProto.BOOL, [])] +
+        [_typed(name, v) for name, v in zip(outs[:n_carried],
+                                            body.outputs)] +
+        [onnx.helper.make_tensor_value_info(count_out[0],
+                                            onnx.TensorProto.INT64, [])
+         for _ in count_out] +
+        [_typed(name, v, scan=True) for name, v in zip(
+            outs[n_carried:], body.outputs[n_carried:])])
+    trip = names[node.inputs[0]]
+    counts = [builder.int64s(0)] if region.counts else []
+    results = [names[v] for v in node.outputs]
+    scan_outputs = results[n_carried + region.counts:]
+    loop_outputs = results[:n_carried] + results[
+        n_carried:n_carried + region.counts] + scan_outputs
+    builder.op('Loop', [trip, builder.constant(numpy.array(True))] +
+               initial + counts, loop_outputs, body=graph)
+
+
+def ir_value_like(value):
+    from chainerjit import ir
+    return ir.Value('temp', value.shape, value.dtype)
+
+
+def _typed(name, value, scan=False):
+    import onnx.helper
+
+    return onnx.helper.make_tensor_value_info(
+        name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
+        list(value.shape))

@@ -551,8 +551,14 @@ def _skip_when_the_first_leaves(plan, run, loop, templates):
 
     def trip_count(condition, n):
         return numpy.int64(0) if bool(condition) == leaves_on else n
-    skip = ir.Node('SkipIf', ops.Kernel(trip_count), [guard.inputs[0], trip],
-                   [effective], (('when', leaves_on),), loc=guard.loc)
+
+    def to_onnx(b, ins, outs):
+        zero = b.int64s(0)
+        b.op('Where', [ins[0]] + ([zero, ins[1]] if leaves_on
+                                  else [ins[1], zero]), outs)
+    skip = ir.Node('SkipIf', ops.Kernel(trip_count, onnx=to_onnx),
+                   [guard.inputs[0], trip], [effective],
+                   (('when', leaves_on),), loc=guard.loc)
     plan.before[-1] = skip
     loop.inputs[0] = effective
     loop.region.skip = skip
@@ -609,7 +615,28 @@ def _list_kernel(op, axis, prefix):
             parts = xp.split(gy, sizes, axis=axis)
         return tuple(parts[:prefix]) + (list(parts[prefix:]),)
     kept = () if op == 'Stack' else range(prefix + 1)
-    return ops.Kernel(run, {'axis': axis}, grad=ops.GradRule(grad, kept))
+    return ops.Kernel(run, {'axis': axis}, grad=ops.GradRule(grad, kept),
+                      onnx=_list_to_onnx(op, axis, prefix))
+
+
+def _list_to_onnx(op, axis, prefix):
+    """The loop's scan output is already stacked on axis 0: put the values
+    from before the loop in front (and, for ``concat``, merge axis 0 with
+    the next)."""
+    def convert(b, ins, outs):
+        from chainerjit.onnx_export import ExportError
+        if axis != 0:
+            raise ExportError('%s of a loop\'s list on axis %d cannot be '
+                              'exported (only axis 0)' % (op, axis))
+        parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
+                 for x in ins[:prefix]] + [ins[prefix]]
+        if op == 'Stack':
+            b.op('Concat', parts, outs, axis=0)
+            return
+        stacked = b.op('Concat', parts, axis=0)[0]
+        b.op('Reshape', [stacked, b.int64s([-1] + list(
+            b.out_shapes[0][1:]))], outs)
+    return convert
 
 
 class _Unrollable(Exception):
@@ -645,8 +672,15 @@ def _unpack(lst, values):
             raise errors.GuardFailed(
                 'the loop ran %d iterations, not %d' % (len(items), n))
         return tuple(items)
+
+    def to_onnx(b, ins, outs):
+        parts = b.op('Split', [ins[0], b.int64s([1] * n)],
+                     [b.fresh('part') for _ in range(n)], axis=0)
+        for part, out in zip(parts, outs):
+            b.op('Squeeze', [part, b.int64s([0])], [out])
     return ir.Node('Unpack', ops.Kernel(unpack, multi=True,
-                                        grad=ops.GradRule(_unpack_grad)),
+                                        grad=ops.GradRule(_unpack_grad),
+                                        onnx=to_onnx),
                    [lst], values)
 
 
@@ -686,10 +720,40 @@ def _index_at(node, x, counter, counters, slices):
     op = node.op if node.op.startswith('ndarray.') else 'IndexAt'
     inputs = [x, counter] if counters else [x]
     indexed = ir.Node(op, ops.Kernel(run, grad=ops.GradRule(
-        grad, range(len(inputs)))), inputs, node.outputs,
-        (('index', pattern),), loc=node.loc)
+        grad, range(len(inputs))), onnx=_index_to_onnx(slices, counters)),
+        inputs, node.outputs, (('index', pattern),), loc=node.loc)
     indexed.index = (tuple(slices), tuple(sorted(starts)))
     return indexed
+
+
+def _index_to_onnx(slices, counters):
+    """``x[..., i, ...]`` as ONNX ``Gather`` nodes: one per integer index
+    (the counter's computed from the Loop's iteration number)."""
+    starts = dict((c[0], c[1:]) for c in counters)
+
+    def convert(b, ins, outs):
+        from chainerjit.onnx_export import ExportError
+        x, axis = ins[0], 0
+        gathers = [j for j, s in enumerate(slices) if type(s) is int]
+        for j, item in enumerate(slices):
+            if type(item) is int:
+                if j in starts:
+                    start, step = starts[j]
+                    index = b.op('Add', [b.int64s(start), b.op(
+                        'Mul', [ins[1], b.int64s(step)])[0]])[0]
+                else:
+                    index = b.int64s(item)
+                last = j == gathers[-1]
+                x = b.op('Gather', [x, index],
+                         outs if last else None, axis=axis)[0]
+            elif item == slice(None):
+                axis += 1
+            else:
+                raise ExportError('indexing with %r in a loop cannot be '
+                                  'exported' % (item,))
+        if not gathers:
+            b.op('Identity', [x], outs)
+    return convert
 
 
 def _format_counter(start, step):

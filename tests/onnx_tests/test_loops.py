@@ -1,0 +1,98 @@
+"""Loop regions exported as ONNX ``Loop`` nodes and run in onnxruntime.
+
+A model exported from a call whose trip count is symbolic takes inputs of
+any length: the ONNX input has a ``T`` axis and the trip count is read
+from its shape.
+"""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import onnx_export
+from chainerjit import testing
+
+pytest.importorskip('onnxruntime')
+
+
+class Tagger(chainer.Chain):
+    """An LSTM over ``xs`` (T, B, 6): the last state classified, and every
+    step's state stacked."""
+
+    def __init__(self):
+        super(Tagger, self).__init__()
+        with self.init_scope():
+            self.lstm = L.StatelessLSTM(6, 8)
+            self.out = L.Linear(8, 3)
+
+    def forward(self, xs):
+        c = h = None
+        states = []
+        for t in range(xs.shape[0]):
+            c, h = self.lstm(c, h, xs[t])
+            states.append(h)
+        return self.out(h), F.stack(states)
+
+
+def _sequences(rng, lengths, batch=2, size=6):
+    return [(rng.standard_normal((n, batch, size)).astype(numpy.float32),)
+            for n in lengths]
+
+
+def test_an_lstm_exported_at_length_5_runs_at_50(rng):
+    numpy.random.seed(0)
+    model = testing.assert_onnx_matches_eager(
+        Tagger().forward, _sequences(rng, [5, 5, 50, 1]), rtol=1e-4,
+        atol=1e-5)
+    loop, = [n for n in model.graph.node if n.op_type == 'Loop']
+    dims = model.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == 'T'
+
+
+def test_a_fixed_count_loop_is_exported_with_its_count(rng):
+    def f(x, w):
+        for _ in range(3):
+            x = F.tanh(F.matmul(x, w))
+        return x
+
+    calls = [(rng.standard_normal((2, 4)).astype(numpy.float32),
+              rng.standard_normal((4, 4)).astype(numpy.float32))
+             for _ in range(2)]
+    model = testing.assert_onnx_matches_eager(f, calls, rtol=1e-5,
+                                              atol=1e-6)
+    assert [n.op_type for n in model.graph.node].count('Loop') == 1
+
+
+def test_nested_loops_are_nested_onnx_loops(rng):
+    def f(xs, h, w):
+        for t in range(xs.shape[0]):
+            x = xs[t]
+            for j in range(x.shape[0]):
+                h = F.tanh(F.matmul(h, w) + x[j])
+        return h
+
+    calls = [(rng.standard_normal((3, 4, 2, 5)).astype(numpy.float32),
+              rng.standard_normal((2, 5)).astype(numpy.float32),
+              rng.standard_normal((5, 5)).astype(numpy.float32))
+             for _ in range(2)]
+    model = testing.assert_onnx_matches_eager(f, calls, rtol=1e-4,
+                                              atol=1e-5)
+    outer, = [n for n in model.graph.node if n.op_type == 'Loop']
+    body = outer.attribute[0].g
+    assert 'Loop' in [n.op_type for n in body.node]
+
+
+def test_a_branch_on_an_array_value_cannot_be_exported():
+    def f(x):
+        if (x.array > 0).all():
+            return F.relu(x)
+        return F.sigmoid(x)
+
+    with pytest.raises(onnx_export.ExportError,
+                       match='(?s)(numpy.greater|branch on an array value)'
+                             '.*test_loops'):
+        chainerjit.export_onnx(
+            f, (chainer.Variable(numpy.ones((2, 3), numpy.float32)),))
