@@ -190,8 +190,9 @@ def main(argv=None):
                 'backward, SGD update. Medians and interquartile ranges '
                 'of %d interleaved rounds, in milliseconds. "new '
                 'compiles" counts recordings at that length (the first '
-                'length compiles the loop once; later lengths hit the '
-                'same symbolic entry).' % (args.output, args.rounds),
+                'length compiles twice, an inference entry without '
+                'backprop and a training entry; later lengths hit the '
+                'same two symbolic entries).' % (args.output, args.rounds),
                 '',
                 '* date: %(date)s' % info,
                 '* machine: %(machine)s' % info,
