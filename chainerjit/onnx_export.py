@@ -21,6 +21,7 @@ import numpy
 
 from chainerjit import api
 from chainerjit import errors
+from chainerjit import signature
 
 
 OPSET = 17
@@ -141,7 +142,8 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
         array = _model_array(entry, value)
         builder.constant(chainer.backend.CpuDevice().send(array),
                          names[value])
-    _symbols(builder, entry, names)
+    _symbols(builder, entry, names, signature.make_key(
+        tuple(args), kwargs or {}, False, False)[0])
     for node in graph.nodes:
         _convert(builder, node, names)
     outputs, sources = _output_names(builder, entry, names)
@@ -194,22 +196,30 @@ def _model_array(entry, value):
     return owner[0]._data[0] if owner[1] is None else getattr(*owner)
 
 
-def _symbols(builder, entry, names):
+def _symbols(builder, entry, names, key):
     """Trip counts that follow from the inputs (``T - 1`` for
     ``range(1, xs.shape[0])``), computed from the input's shape."""
     symbolic = entry.symbolic
     graph = entry.graph
     if symbolic is None:
         return
-    if symbolic.kind != 'dim':
-        raise ExportError('a trip count given as an int argument is not '
-                          'an ONNX input; export with a fixed count')
+    if symbolic.kind != 'dim':  # an int argument: the example's count
+        _, counts = symbolic.generalize(key)
+        length = counts[0] + symbolic.deltas[0]
+        for value in graph.symbols:
+            builder.int64s(length - _delta(value), names[value])
+        return
     leaf, axis = symbolic.where
     whole = builder.op('Shape', [names[graph.inputs[leaf]]])[0]
     length = builder.op('Gather', [whole, builder.int64s(axis)], axis=0)[0]
     for value in graph.symbols:
-        delta = int(value.name[2:]) if value.name != 'T' else 0
-        builder.op('Sub', [length, builder.int64s(delta)], [names[value]])
+        builder.op('Sub', [length, builder.int64s(_delta(value))],
+                   [names[value]])
+
+
+def _delta(symbol):
+    """3 for the symbol ``T-3``."""
+    return int(symbol.name[2:]) if symbol.name != 'T' else 0
 
 
 def _convert(builder, node, names):
@@ -297,7 +307,9 @@ def _convert_loop(builder, node, names):
     region = node.region
     body = region.body
     exits = [n for n in body.nodes if n.op == 'Exit']
-    if any(dict(n.attrs)['where'] != 'end' for n in exits) or len(exits) > 1:
+    test = _leading_test(body, exits)
+    if len(exits) > 1 or (exits and test is None and
+                          dict(exits[0].attrs)['where'] != 'end'):
         raise ExportError('a loop left in the middle of its body cannot be '
                           'exported.\n%s' % errors.source_excerpt(node.loc))
     n_read = sum(region.carried_read)
@@ -327,17 +339,28 @@ def _convert_loop(builder, node, names):
             initial.append(builder.constant(numpy.zeros(value.shape,
                                                         value.dtype)))
         body_inputs.append(_typed(names[inner], inner))
-    for inner in body.nodes:
-        if inner.op != 'Exit':
-            _convert(builder, inner, names)
     cond_out = builder.fresh('cond')
-    if exits:
-        condition = names[exits[0].inputs[0]]
-        leaves_on = dict(exits[0].attrs)['when']
-        builder.op('Identity' if not leaves_on else 'Not', [condition],
-                   [cond_out])
+    if test is not None:
+        # A ``while`` test at the top of the body: ONNX tests at the end,
+        # so the test runs once before the loop, then after each body.
+        for inner in body.nodes[len(test) + 1:]:
+            _convert(builder, inner, names)
+        _convert_test(builder, test, exits[0], names, dict(zip(
+            body.inputs[1:1 + n_read],
+            [names[v] for v, read in zip(body.outputs[:region.n_carried],
+                                         region.carried_read) if read])),
+            cond_out)
     else:
-        builder.op('Identity', [cond_in], [cond_out])
+        for inner in body.nodes:
+            if inner.op != 'Exit':
+                _convert(builder, inner, names)
+        if exits:
+            condition = names[exits[0].inputs[0]]
+            leaves_on = dict(exits[0].attrs)['when']
+            builder.op('Identity' if not leaves_on else 'Not', [condition],
+                       [cond_out])
+        else:
+            builder.op('Identity', [cond_in], [cond_out])
     outs = [builder.op('Identity', [names[v]])[0] for v in body.outputs]
     count_out = []
     if region.counts:  # a carried count of the iterations run
@@ -360,12 +383,49 @@ def _convert_loop(builder, node, names):
             outs[n_carried:], body.outputs[n_carried:])])
     trip = names[node.inputs[0]]
     counts = [builder.int64s(0)] if region.counts else []
+    first_cond = builder.constant(numpy.array(True))
+    if test is not None:
+        first_cond = builder.fresh('cond')
+        _convert_test(builder, test, exits[0], names, dict(
+            (v, names[o]) for v, o in zip(body.inputs[1:1 + n_read],
+                                          node.inputs[1:1 + n_read])),
+            first_cond)
     results = [names[v] for v in node.outputs]
     scan_outputs = results[n_carried + region.counts:]
     loop_outputs = results[:n_carried] + results[
         n_carried:n_carried + region.counts] + scan_outputs
-    builder.op('Loop', [trip, builder.constant(numpy.array(True))] +
-               initial + counts, loop_outputs, body=graph)
+    builder.op('Loop', [trip, first_cond] + initial + counts, loop_outputs,
+               body=graph)
+
+
+def _leading_test(body, exits):
+    """The nodes of a ``while`` test at the top of a loop body (before its
+    exit, used only by it), or ``None``."""
+    if len(exits) != 1 or dict(exits[0].attrs)['where'] != 'here':
+        return None
+    position = body.nodes.index(exits[0])
+    test = body.nodes[:position]
+    made = set(v for n in test for v in n.outputs)
+    rest = body.nodes[position + 1:]
+    if body.inputs[0] in set(v for n in test for v in n.inputs) or any(
+            v in made for n in rest for v in n.inputs) or any(
+            v in made for v in body.outputs):
+        return None
+    return test
+
+
+def _convert_test(builder, test, exit_node, names, renamed, cond):
+    """Converts a loop's test on the carried values named by ``renamed``
+    (body input -> ONNX name), giving ``cond``: whether to go on."""
+    local = dict(names)
+    local.update(renamed)
+    for inner in test:
+        for value in inner.outputs:
+            local[value] = builder.fresh('test')
+        _convert(builder, inner, local)
+    leaves_on = dict(exit_node.attrs)['when']
+    builder.op('Identity' if not leaves_on else 'Not',
+               [local[exit_node.inputs[0]]], [cond])
 
 
 def ir_value_like(value):

@@ -162,6 +162,62 @@ def _guard_kernel(expected):
     return guard
 
 
+# NumPy calls on recorded arrays that ONNX export converts: comparisons
+# and logical ops elementwise, and the reductions of ``.all()``/``.any()``.
+_ONNX_ELEMENTWISE = {
+    'equal': 'Equal', 'greater': 'Greater', 'less': 'Less',
+    'greater_equal': 'GreaterOrEqual', 'less_equal': 'LessOrEqual',
+    'logical_and': 'And', 'logical_or': 'Or', 'logical_not': 'Not',
+    'not_equal': 'Equal', 'invert': 'Not'}
+_ONNX_REDUCTIONS = {'logical_and': 'ReduceMin', 'logical_or': 'ReduceMax'}
+
+
+def _numpy_to_onnx(fn, template):
+    """The ONNX converter of a recorded NumPy call, or ``None``."""
+    ufunc = getattr(fn, '__self__', None)
+    if not isinstance(ufunc, numpy.ufunc):
+        return None
+    args, kwargs = template
+    name = ufunc.__name__
+    if fn.__name__ == '__call__' and name in _ONNX_ELEMENTWISE and \
+            not kwargs:
+        return _elementwise_to_onnx(name, args)
+    if fn.__name__ == 'reduce' and name in _ONNX_REDUCTIONS and \
+            args == (_Slot,) and kwargs.get('axis') is None and \
+            not kwargs.get('keepdims') and kwargs.get('dtype') is None:
+        return _reduction_to_onnx(_ONNX_REDUCTIONS[name])
+    return None
+
+
+def _elementwise_to_onnx(name, args):
+    def convert(b, ins, outs):
+        arrays = iter(ins)
+        dtype = b.in_dtypes[0]
+        operands = [next(arrays) if a is _Slot else b.constant(
+            numpy.asarray(a, dtype)) for a in args]
+        if name == 'not_equal':
+            equal = b.op('Equal', operands)[0]
+            b.op('Not', [equal], outs)
+        elif name == 'invert' and dtype != bool:
+            raise _export_error('numpy.invert of integers')
+        else:
+            b.op(_ONNX_ELEMENTWISE[name], operands, outs)
+    return convert
+
+
+def _reduction_to_onnx(op):
+    def convert(b, ins, outs):
+        as_int = b.op('Cast', ins, to=6)[0]  # int32: ReduceMin needs numbers
+        reduced = b.op(op, [as_int], keepdims=0)[0]
+        b.op('Cast', [reduced], outs, to=9)  # bool
+    return convert
+
+
+def _export_error(what):
+    from chainerjit.onnx_export import ExportError
+    return ExportError('%s cannot be exported' % what)
+
+
 def _value_shaped(label, args):
     name = label.split('.')[-1]
     if name == '__getitem__':
@@ -422,11 +478,12 @@ class _Recorder(object):
             kernel_fn = _as_tuple(kernel_fn)
         elif result.ndim == 0:  # NumPy gives a scalar for a 0-d result
             kernel_fn = _as_array(kernel_fn)
+        template = _split_arrays((args, kwargs), [])
         node = self.add_node(ir.Node(
-            label, ops.Kernel(kernel_fn, multi=multi), in_values,
-            self.bind_temps(outs), loc=user_location(4)))
-        self.templates[node] = ('numpy', fn, _split_arrays(
-            (args, kwargs), []))
+            label, ops.Kernel(kernel_fn, multi=multi,
+                              onnx=_numpy_to_onnx(fn, template)),
+            in_values, self.bind_temps(outs), loc=user_location(4)))
+        self.templates[node] = ('numpy', fn, template)
 
     def record_branch(self, label, fn, args, kwargs, result, test):
         """Records ``if <array>.all():`` (or ``any``, or a ``while``
@@ -438,11 +495,12 @@ class _Recorder(object):
         out = numpy.asarray(result)
         condition = self.graph.add_value('temp', (), out.dtype)
         loc = user_location(4)
+        template = _split_arrays((args, kwargs), [])
         reduction = self.add_node(ir.Node(
-            label, ops.Kernel(_as_array(kernel_fn)), in_values, [condition],
-            loc=loc))
-        self.templates[reduction] = ('numpy', fn, _split_arrays(
-            (args, kwargs), []))
+            label, ops.Kernel(_as_array(kernel_fn),
+                              onnx=_numpy_to_onnx(fn, template)),
+            in_values, [condition], loc=loc))
+        self.templates[reduction] = ('numpy', fn, template)
         taken = bool(result) != test.negated
         checked = self.graph.add_value('temp', (), out.dtype)
         guard = ir.Node('Guard', ops.Kernel(_guard_kernel(bool(result))),

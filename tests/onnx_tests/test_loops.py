@@ -96,3 +96,65 @@ def test_a_branch_on_an_array_value_cannot_be_exported():
                              '.*test_loops'):
         chainerjit.export_onnx(
             f, (chainer.Variable(numpy.ones((2, 3), numpy.float32)),))
+
+
+EOS = 0
+
+
+class Decoder(chainer.Chain):
+    """Greedy decoding from a state ``h`` until every sequence emits EOS;
+    the output layer's bias makes EOS likely after a few steps."""
+
+    def __init__(self):
+        super(Decoder, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(5, 4)
+            self.cell = L.Linear(8, 4)
+            self.out = L.Linear(4, 5)
+
+    def step(self, h, y):
+        h = F.tanh(self.cell(F.concat([self.embed(y), h])))
+        return h, F.argmax(self.out(h), axis=1)
+
+
+class WhileDecoder(Decoder):
+
+    def forward(self, h, y):
+        ys = [y]
+        while not (chainer.as_array(y) == EOS).all():
+            h, y = self.step(h, y)
+            ys.append(y)
+        return F.stack(ys)
+
+
+class ForDecoder(Decoder):
+
+    def forward(self, h, y, max_len):
+        ys = []
+        for i in range(max_len):
+            h, y = self.step(h, y)
+            ys.append(y)
+            if (y.array == EOS).all():
+                break
+        return F.stack(ys)
+
+
+def _decoder_inputs(rng, n):
+    return [(rng.standard_normal((3, 4)).astype(numpy.float32) * 2,
+             numpy.array([1, 2, 3], numpy.int32)) for _ in range(n)]
+
+
+@pytest.mark.parametrize('cls, extra', [(WhileDecoder, ()),
+                                        (ForDecoder, (6,))])
+def test_a_greedy_decoder_is_exported_with_its_exit(rng, cls, extra):
+    numpy.random.seed(1)
+    decoder = cls()
+    decoder.out.b.array[EOS] = 2.0  # ends after a few steps
+    calls = [args + extra for args in _decoder_inputs(rng, 6)]
+    lengths = set()
+    with chainer.no_backprop_mode():
+        for args in calls:
+            lengths.add(len(decoder.forward(*args)))
+    assert len(lengths) > 1, lengths  # several output lengths
+    model = testing.assert_onnx_matches_eager(decoder.forward, calls)
+    assert 'Loop' in [n.op_type for n in model.graph.node]
