@@ -20,10 +20,12 @@ import ast
 import collections
 import dis
 import inspect
+import linecache
 import os
 import sys
 import sysconfig
 import textwrap
+import types
 
 import chainer
 import numpy
@@ -190,9 +192,11 @@ class LoopRun(object):
         self.trip = trip
         self.last_header = True  # the latest line event was the header
         self.bound = None  # how many iterations the loop allows at most
-        self.snapshots = []  # the frame's locals at each pass (top frame)
+        self.snapshots = []  # the frame's locals at each pass
+        self.code = None  # the code object the loop is in
         self.targets = ()  # the names the loop statement binds
         self.defined = set()  # IR values its iterations computed
+        self.python_safe = False  # see regions.python_unaware
         self.previous_lasti = -1
 
     @property
@@ -268,8 +272,7 @@ class LoopWatcher(object):
             if site is not None:
                 if stack and stack[-1].site is site:
                     stack[-1].boundaries.append(self.position())
-                    if stack[-1].in_top_frame:
-                        stack[-1].snapshots.append(_locals_summary(frame))
+                    stack[-1].snapshots.append(_locals_summary(frame))
                 else:
                     stack.append(self._start(site, frame))
         elif event == 'return':
@@ -280,12 +283,12 @@ class LoopWatcher(object):
         top = frame.f_code is self.top_code
         trip = trip_source(site, frame, self.arguments) if top else None
         run = LoopRun(site, self.position(), top, trip)
+        run.code = frame.f_code
         if site.kind != 'comp' and only_array_exits(frame.f_code,
                                                     site.header):
             run.bound = iteration_bound(site, frame)
-        if top:
-            run.snapshots.append(_locals_summary(frame))
-            run.targets = _target_names(site)
+        run.snapshots.append(_locals_summary(frame))
+        run.targets = _target_names(site)
         return run
 
     def _on_comprehension_event(self, frame, event, arg):
@@ -318,25 +321,45 @@ def _target_names(site):
     return site.targets
 
 
+_FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,
+              type, types.ModuleType)
+
+
 def _locals_summary(frame):
     """What the Python state of a frame is at a loop header: scalars by
-    value, arrays and Variables by the identity of their array, lists by
-    length and items, anything else by identity."""
-    return dict((name, _summary(value))
-                for name, value in frame.f_locals.items()
-                if name != 'self')
+    value, arrays and Variables by the identity of their array (and small
+    arrays by contents too), lists by length and items, dicts, sets and
+    the attributes of other objects (``self`` and its links) two levels
+    deep."""
+    return dict((name, _summary(value, 2))
+                for name, value in frame.f_locals.items())
 
 
-def _summary(value):
+def _summary(value, depth):
     if isinstance(value, chainer.Variable):
         return ('array', id(value._data[0]))
     if isinstance(value, chainer.get_array_types()):
-        return ('array', id(value))
-    if value is None or isinstance(value, (bool, int, float, str)):
+        small = isinstance(value, numpy.ndarray) and value.size <= 64
+        return ('array', id(value)) + (  # the view does not read it as
+            (value.view(numpy.ndarray).tobytes(),) if small else ())  # data
+    if value is None or isinstance(value, (bool, int, float, str,
+                                           numpy.generic)):
         return ('scalar', type(value), repr(value))
     if type(value) in (list, tuple):
-        return ('list', type(value), tuple(_summary(v) for v in value))
-    return ('object', id(value))
+        return ('list', type(value), tuple(_summary(v, depth)
+                                           for v in value))
+    if depth <= 0 or isinstance(value, _FUNCTIONS):
+        return ('object', id(value))
+    if type(value) is dict:
+        return ('dict', id(value), tuple(
+            (repr(k), _summary(v, depth - 1)) for k, v in value.items()))
+    if type(value) in (set, frozenset):
+        return ('set', id(value), tuple(sorted(repr(v) for v in value)))
+    attributes = getattr(value, '__dict__', None)
+    if attributes is None:
+        return ('object', id(value))
+    return ('object', id(value), tuple(
+        (k, _summary(v, depth - 1)) for k, v in sorted(attributes.items())))
 
 
 def _has_loop(code):
@@ -725,6 +748,10 @@ def _find_branch_test(code, line):
             len(node.body) == 1 and isinstance(node.body[0], ast.Break)
         loop = node if isinstance(node, ast.While) else \
             _enclosing_loop(node, parents) if breaks else None
+        if breaks and loop is not None and (
+                loop.body[-1] is not node or loop.orelse):
+            # Python after the break, or a for-else, would see it.
+            loop = None
         return BranchTest(
             'if' if isinstance(node, ast.If) else 'while', negated, breaks,
             None if loop is None else _header_line(loop) + offset)
@@ -836,7 +863,7 @@ def only_array_exits(code, header):
         return False
     loop, parents = found
     inside = set(ast.walk(loop))
-    return not _python_jumps(loop, inside, parents)
+    return not loop.orelse and not _python_jumps(loop, inside, parents)
 
 
 def _loop_and_parents(code, header):
@@ -910,6 +937,29 @@ def _names(function, name):
             if isinstance(n, ast.Name) and n.id == name]
 
 
+def counter_indexed_names(code, header):
+    """The names a ``for`` loop's counter indexes (``xs`` in ``xs[t]``),
+    or ``None`` when one is not a plain name."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return None
+    loop, parents = found
+    if not isinstance(loop, ast.For):
+        return set()
+    counter = _counter_name(loop)
+    names = set()
+    for use in ast.walk(loop):
+        if isinstance(use, ast.Name) and use.id == counter and \
+                _index_use(use, parents):
+            parent = parents[use]
+            subscript = parents[parent] if isinstance(
+                parent, ast.Tuple) else parent
+            if not isinstance(subscript.value, ast.Name):
+                return None
+            names.add(subscript.value.id)
+    return names
+
+
 def _index_use(name, parents):
     """``xs[t]`` or ``xs[:, t]``: the name alone in an index."""
     if not isinstance(name.ctx, ast.Load):
@@ -924,9 +974,14 @@ def _appended_lists(loop, inside):
     found = set()
     for node in inside:
         if isinstance(node, ast.Call) and isinstance(
-                node.func, ast.Attribute) and node.func.attr == 'append' \
+                node.func, ast.Attribute) and node.func.attr in (
+                    'append', 'extend', 'insert') \
                 and isinstance(node.func.value, ast.Name):
             found.add(node.func.value.id)
+        elif isinstance(node, ast.AugAssign) and isinstance(
+                node.target, ast.Name) and isinstance(
+                    node.value, (ast.List, ast.ListComp, ast.Tuple)):
+            found.add(node.target.id)  # ys += [h]
     return found
 
 
@@ -937,3 +992,38 @@ def _call_name(call):
     if isinstance(func, ast.Name):
         return func.id
     return None
+
+
+def returned_directly(loc):
+    """Whether the source line ``loc`` is a ``return`` whose value is, or
+    is a tuple holding, a call of ``stack``/``concat``/...: then Python
+    cannot read the stacked value (its length) before it is returned."""
+    if loc is None:
+        return False
+    filename, line = loc
+    tree = _file_ast(filename)
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None and \
+                node.lineno <= line <= getattr(node, 'end_lineno', line):
+            items = node.value.elts if isinstance(
+                node.value, ast.Tuple) else [node.value]
+            return any(isinstance(item, ast.Call) and
+                       _call_name(item) in _COLLECTORS and
+                       item.lineno <= line <= item.end_lineno
+                       for item in items)
+    return False
+
+
+_FILES = {}
+
+
+def _file_ast(filename):
+    if filename not in _FILES:
+        try:
+            _FILES[filename] = ast.parse(''.join(
+                linecache.getlines(filename)))
+        except SyntaxError:
+            _FILES[filename] = None
+    return _FILES[filename]

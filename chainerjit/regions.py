@@ -95,6 +95,9 @@ def roll_loops(graph, recording):
     for index, (run, chunks) in enumerate(runs):
         if run.n_iterations < 2:
             continue
+        run.defined = set(v for chunk in chunks for n in chunk
+                          for v in n.outputs)
+        run.python_safe = python_unaware(run, recording.values)
         plan = None
         for peel in (0, 1):
             plan = _plan(chunks, peel, run, fingerprints)
@@ -106,7 +109,6 @@ def roll_loops(graph, recording):
                                          control.may_vary(run.site)))
             continue
         span = [n for chunk in chunks for n in chunk]
-        run.defined = set(v for n in span for v in n.outputs)
         try:
             loop = _build(plan, run, graph, recording)
         except _Unrollable as e:
@@ -322,7 +324,8 @@ def _exits(chunk, run, templates):
         if type(template) is not tuple or template[0] != 'guard':
             continue
         test = template[1]
-        if test.loop != run.site.header or run.bound is None:
+        if test.loop != run.site.header or run.bound is None or \
+                not run.python_safe:
             continue
         if test.kind == 'while':
             found[p] = test.negated  # leaves when the test is false
@@ -582,9 +585,14 @@ def _collect(graph, lst, values, inside):
     (after values from before the loop) reads the loop's list itself, so
     that it works for any number of iterations."""
     n = len(values)
+    used = set(v for node in graph.nodes for v in node.inputs)
     for node in graph.nodes:
         if node in inside or node.op not in ('Stack', 'Concat') or \
                 node.inputs[-n:] != values:
+            continue
+        # Returned as it is: nothing reads its length, so it may vary.
+        if node.outputs[0] in used or node.outputs[0] not in \
+                graph.outputs or not control.returned_directly(node.loc):
             continue
         prefix = len(node.inputs) - n
         axis = dict(node.attrs)['axis']
@@ -911,11 +919,14 @@ def symbolize(graph, rolled, input_names, length_names, recording, code):
     if any(run.trip is not None and run.trip[:2] == source[:2] and
            run not in runs for run in recording.loops):
         return None  # another loop over the same length stayed unrolled
-    for loop in loops:
-        run = rolled[loop]
-        if control.symbolic_loop_problem(code, run.site.header) or \
-                not _python_state_unchanged(run, recording.values):
-            return None
+    if not all(rolled[loop].python_safe for loop in loops):
+        return None
+    lists = set(v for loop in loops for v in loop.outputs
+                if v.dtype == object)
+    used = _uses_outside(graph, ())
+    if any(n.op == 'Unpack' and n.inputs[0] in lists and
+           any(v in used for v in n.outputs) for n in graph.nodes):
+        return None  # values of a fixed count of iterations are read
     if source.kind == 'dim':
         leaf, axis = source.where
         length = graph.inputs[leaf].shape[axis]
@@ -930,9 +941,13 @@ def symbolize(graph, rolled, input_names, length_names, recording, code):
             return None
         delta = length - dict(loop.attrs)['trip']
         deltas.append(delta)
-        # No iteration is fine when the outputs are then the inputs.
+        # No iteration is fine when the outputs are then the initial
+        # values, made by the program (an argument would come back as a
+        # new Variable, not as itself).
         runs_empty = all(loop.region.carried_read) and \
-            not loop.region.n_scans
+            not loop.region.n_scans and all(
+                v.kind == 'temp' for v in loop.inputs[1:1 + sum(
+                    loop.region.carried_read)])
         minimum = max(minimum, delta + (0 if runs_empty else 1))
     found = _counter_reads(graph, loops, input_names, length_names,
                            wildcards, templates)
@@ -968,31 +983,57 @@ def _recorded_trip(loop):
     return skip.inputs[1] if skip is not None else loop.inputs[0]
 
 
+def python_unaware(run, values):
+    """Whether the loop's Python cannot tell how many iterations ran: the
+    source rules of ``control.symbolic_loop_problem``, the counter
+    indexing only arrays, and Python state unchanged between iterations.
+    Only such a loop may run another number of iterations than recorded
+    (a symbolic trip count, an exit)."""
+    if run.code is None or control.symbolic_loop_problem(
+            run.code, run.site.header) is not None:
+        return False
+    indexed = control.counter_indexed_names(run.code, run.site.header)
+    if indexed is None or any(
+            run.snapshots[0].get(name, ('missing',))[0] != 'array' or
+            values.get(run.snapshots[0][name][1]) is None
+            for name in indexed):
+        return False
+    return _python_state_unchanged(run, values)
+
+
 def _python_state_unchanged(run, values):
     """Between passes through the header, the frame's Python state stays
     the same but for values the loop computes: scalars keep their value,
-    other objects their identity, and arrays (also in lists the loop
-    appends to) are the loop's own results. Otherwise the recording saw
-    Python state that a run of another length would change."""
-    defined = run.defined
+    other objects their identity and attributes, and arrays (also in lists
+    the loop appends to, or attributes it assigns) are the loop's own
+    results. Otherwise the recording saw Python state that a run of
+    another length would change."""
     first = run.snapshots[0]
     for snapshot in run.snapshots[1:]:
         for name, now in snapshot.items():
-            if name in run.targets:
-                continue
-            before = first.get(name)
-            if now == before:
-                continue
-            if now[0] == 'array' and values.get(now[1]) in defined:
-                continue
-            if now[0] == 'list' and before is not None and \
-                    before[0] == 'list' and now[2][:len(before[2])] == \
-                    before[2] and all(
-                        item[0] == 'array' and values.get(item[1]) in defined
-                        for item in now[2][len(before[2]):]):
-                continue
-            return False
+            if name not in run.targets and not _unchanged(
+                    first.get(name), now, values, run.defined):
+                return False
     return True
+
+
+def _unchanged(before, now, values, defined):
+    if now == before:
+        return True
+    if now[0] == 'array':
+        return values.get(now[1]) in defined
+    if before is None or before[0] != now[0]:
+        return False
+    if now[0] == 'list':
+        grown = now[2][:len(before[2])] == before[2]
+        return grown and all(item[0] == 'array' and values.get(item[1])
+                             in defined for item in now[2][len(before[2]):])
+    if now[0] in ('dict', 'object') and len(now) == 3 and \
+            len(before) == 3 and now[1] == before[1]:
+        old, new = dict(before[2]), dict(now[2])
+        return set(old) == set(new) and all(
+            _unchanged(old[k], new[k], values, defined) for k in new)
+    return False
 
 
 def _iterations(loop, rolled):
