@@ -105,7 +105,8 @@ def roll_loops(graph, recording):
                 break
         if plan is None:
             if run.n_iterations >= 3:  # else too few to tell
-                unrolled.append(Unrolled(run.loc, _why_not(chunks),
+                unrolled.append(Unrolled(run.loc,
+                                         _why_not(chunks, fingerprints),
                                          control.may_vary(run.site)))
             continue
         span = [n for chunk in chunks for n in chunk]
@@ -237,10 +238,16 @@ def _flow_signature(graph):
     return tuple(flow), tuple(where.get(v, ('?',)) for v in graph.outputs)
 
 
-def _why_not(chunks):
-    lengths = set(len(c) for c in chunks[1:-1] or chunks)
-    if len(lengths) > 1:
+def _why_not(chunks, fingerprints):
+    middle = [c for c in chunks[1:-1] if c] or chunks
+    if len(set(len(c) for c in middle)) > 1:
         return 'its iterations record different numbers of operations'
+    if all(_alike(middle[0], c, fingerprints) for c in middle[1:]):
+        return ('its iterations are alike, but each reads a different '
+                'value made before the loop (the items of a Python list) '
+                'or one from two iterations back; to get one program for '
+                'every length, pass a sequence as one array or Variable '
+                'with a time axis')
     return 'its iterations record different operations or shapes'
 
 
