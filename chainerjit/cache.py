@@ -448,8 +448,8 @@ class Cache(object):
             self._buckets[evicted.key].remove(evicted)
             if not self._buckets[evicted.key]:
                 del self._buckets[evicted.key]
-        self._symbolics = _unique(e.symbolic for e in self._lru
-                                  if e.symbolic is not None)
+        self._symbolics = list(dict.fromkeys(
+            e.symbolic for e in self._lru if e.symbolic is not None))
         return evicted
 
     def remove(self, entry):
@@ -504,11 +504,3 @@ def model_param_items(instance):
                               p.requires_grad)
             for n, p in sorted(instance.namedparams())
             if p.array is not None]
-
-
-def _unique(items):
-    found = []
-    for item in items:
-        if item not in found:
-            found.append(item)
-    return found

@@ -453,14 +453,10 @@ def _sized_length(node, frame):
 
 
 def _while_test(site, code):
-    function = _function_ast(code)
-    if function is None:
+    found = _function_and_offset(code)
+    if found is None:
         return None
-    try:
-        _, start = inspect.getsourcelines(code)
-    except (OSError, TypeError):
-        return None
-    offset = start - 1 if start else 0
+    function, offset, _ = found
     for node in ast.walk(function):
         if isinstance(node, ast.While) and \
                 node.test.lineno + offset == site.header:
@@ -581,6 +577,24 @@ def length_only_names(code):
         if uses and all(_length_use(n, parents, function) for n in uses):
             found.add(name)
     return found
+
+
+def _function_and_offset(code):
+    """The ``ast`` of a code object's function, the number to add to its
+    line numbers to get the file's, and each node's parent; or
+    ``None``."""
+    function = _function_ast(code)
+    if function is None:
+        return None
+    try:
+        _, start = inspect.getsourcelines(code)
+    except (OSError, TypeError):
+        return None
+    parents = {}
+    for node in ast.walk(function):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    return function, (start - 1 if start else 0), parents
 
 
 def _function_ast(code):
@@ -719,19 +733,11 @@ def branch_test(code, line):
 
 
 def _find_branch_test(code, line):
-    function = _function_ast(code)
-    if function is None:
+    found = _function_and_offset(code)
+    if found is None:
         return None
-    try:
-        _, start = inspect.getsourcelines(code)
-    except (OSError, TypeError):
-        return None
-    offset = start - 1 if start else 0
+    function, offset, parents = found
     local = line - offset
-    parents = {}
-    for node in ast.walk(function):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
     for node in ast.walk(function):
         if not isinstance(node, (ast.If, ast.While)):
             continue
@@ -798,23 +804,14 @@ def symbolic_loop_problem(code, header):
     ``break``, ``continue`` or ``return`` other than ``if <array
     test>: break``; and the lists it appends to are used after it only
     whole, by ``F.stack`` or ``F.concat``."""
-    function = _function_ast(code)
-    if function is None:
+    found = _loop_and_parents(code, header)
+    if found is None:
         return 'no source'
-    try:
-        _, start = inspect.getsourcelines(code)
-    except (OSError, TypeError):
-        return 'no source'
-    offset = start - 1 if start else 0
-    loop = next((n for n in ast.walk(function)
-                 if isinstance(n, (ast.For, ast.While)) and
-                 _header_line(n) + offset == header), None)
-    if loop is None:
-        return 'loop not found'
-    parents = {}
-    for node in ast.walk(function):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
+    loop, parents = found
+    function = loop  # the function holding these very nodes
+    while function in parents and not isinstance(
+            function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        function = parents[function]
     inside = set(ast.walk(loop)) - {loop.iter if isinstance(loop, ast.For)
                                     else loop.test}
     for jump in _python_jumps(loop, inside, parents):
@@ -867,24 +864,14 @@ def only_array_exits(code, header):
 
 
 def _loop_and_parents(code, header):
-    function = _function_ast(code)
-    if function is None:
+    found = _function_and_offset(code)
+    if found is None:
         return None
-    try:
-        _, start = inspect.getsourcelines(code)
-    except (OSError, TypeError):
-        return None
-    offset = start - 1 if start else 0
+    function, offset, parents = found
     loop = next((n for n in ast.walk(function)
                  if isinstance(n, (ast.For, ast.While)) and
                  _header_line(n) + offset == header), None)
-    if loop is None:
-        return None
-    parents = {}
-    for node in ast.walk(function):
-        for child in ast.iter_child_nodes(node):
-            parents[child] = node
-    return loop, parents
+    return None if loop is None else (loop, parents)
 
 
 def _rebound_by_a_loop(use, name, parents):
