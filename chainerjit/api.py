@@ -85,6 +85,8 @@ class JitFunction(object):
         self._check = options['check']
         self._changes = collections.Counter()
         self._warned_recompile = False
+        self._lengths_unsound = False  # a symbolic length gave another
+        # result than eager: lengths stay in the key
         self.cache = cache_module.Cache(options['maxsize'])
         self.last_entry = None  # the entry the latest call used
         functools.update_wrapper(self, fn)
@@ -134,6 +136,9 @@ class JitFunction(object):
         self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
+        if symbols and tuple(symbols) not in entry.verified_lengths:
+            return self._verify_length(entry, leaves, params, symbols,
+                                       instance, args, kwargs)
         if backprop and entry.needs_grad(leaves):
             if entry.training is None:
                 return self._eager(instance, args, kwargs)
@@ -149,6 +154,35 @@ class JitFunction(object):
         if entry.effects:
             entry.replay_effects(instance, outs, leaves)
         return entry.build_result(outs, leaves, instance)
+
+    def _verify_length(self, entry, leaves, params, symbols, instance, args,
+                       kwargs):
+        """The first call of a symbolic entry at a new length runs the
+        program (it has no side effects) and then eagerly, and compares:
+        Python state the recording could not see (an iterator's position,
+        a counter deep in a container) may make that length differ. On a
+        difference the function stops making lengths symbolic. The call
+        returns eager's result."""
+        try:
+            outs = entry.program.run(signature.leaf_arrays(leaves) + params
+                                     + symbols)
+            compiled = entry.build_result(outs, leaves, instance)
+        except errors.VMError:
+            compiled = None
+        result = self._eager(instance, args, kwargs)
+        if compiled is not None and _compare(result, compiled) is None:
+            entry.verified_lengths.add(tuple(symbols))
+            return result
+        if compiled is not None:
+            self.cache.remove(entry)
+            self._lengths_unsound = True
+            self._warn_unrolled(errors.UnrolledLoop(
+                'at another length, this loop gave another result than '
+                'eagerly (its Python depends on the length in a way '
+                'chainerjit cannot see): each length compiles on its own '
+                'from now on'), entry.graph.nodes[0].loc if entry.graph.nodes
+                else None)
+        return result
 
     def _run_training(self, entry, leaves, params, symbols, instance, args,
                       kwargs):
@@ -277,6 +311,7 @@ class JitFunction(object):
             recording.outputs, recording.effects, param_arrays,
             py_guards=py_guards)
         entry.symbolic = symbolic
+        entry.verified_lengths.add(tuple(symbols))
         entry.ignore_state(recording.written_first)
         if self._check:
             self._self_check(entry, leaves, instance, param_arrays,
@@ -302,8 +337,9 @@ class JitFunction(object):
             self._warn_unrolled(errors.UnrolledLoop(
                 'this loop is unrolled, with its trip count in the cache '
                 'key: %s' % loop.reason), loop.loc)
-        if not rolled:
-            return None
+        if not rolled or self._lengths_unsound or not _pure_but_guards(
+                recording.graph.nodes):
+            return None  # a length cannot be checked by running twice
         input_names = [name for name, _ in sig.items[:n_leaves]]
         code = getattr(self._fn, '__code__', None)
         if code is None:

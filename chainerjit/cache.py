@@ -212,6 +212,7 @@ class Entry(object):
         self.hits = 0
         self.compile_seconds = 0.0
         self.symbolic = None  # regions.Symbolic: compiled for any length
+        self.verified_lengths = set()  # trip counts checked against eager
         self.branch_misses = 0  # calls where a branch on an array value
         # went the other way (each ran eagerly)
         params = graph.params if graph is not None else []

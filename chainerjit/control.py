@@ -796,14 +796,17 @@ def _is_reduction(test):
 _COLLECTORS = frozenset(['stack', 'concat', 'vstack', 'hstack', 'dstack'])
 
 
-def symbolic_loop_problem(code, header):
+def symbolic_loop_problem(code, header, kinds=None):
     """Why the loop at ``header`` of ``code`` cannot run for another trip
     count than the one recorded, read from the source; ``None`` if it
     can. Its Python must not see the count: the loop variable is used
     only to index (``xs[t]``) and not after the loop; the body has no
     ``break``, ``continue`` or ``return`` other than ``if <array
     test>: break``; and the lists it appends to are used after it only
-    whole, by ``F.stack`` or ``F.concat``."""
+    whole, by ``F.stack`` or ``F.concat``. Python state it could change
+    out of sight (``next(it)``, ``d['n'] += 1``, ``rng.uniform()``) is
+    not allowed either: ``kinds`` gives each local's kind at the loop's
+    start (``'array'``, ``'list'``, ...)."""
     found = _loop_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -817,6 +820,14 @@ def symbolic_loop_problem(code, header):
     for jump in _python_jumps(loop, inside, parents):
         return 'the body has a %s' % type(jump).__name__.lower()
     if isinstance(loop, ast.For):
+        for target in set(n.id for n in ast.walk(loop.target)
+                          if isinstance(n, ast.Name)):
+            for use in _names(function, target):
+                if use not in set(ast.walk(loop)) and \
+                        use.lineno > loop.lineno and \
+                        not _rebound_by_a_loop(use, target, parents):
+                    return 'the loop variable %r is used after the loop' % (
+                        target)
         counter = _counter_name(loop)
         for use in _names(function, counter):
             target = _target_name(loop.target, counter)
@@ -829,6 +840,11 @@ def symbolic_loop_problem(code, header):
                         use, counter, parents):
                     return 'the loop variable %r is used after the loop' % (
                         counter)
+    if _appends_elsewhere(inside):
+        return 'the loop appends to a list held by an attribute or an item'
+    hidden = _hidden_state_change(inside, kinds or {})
+    if hidden:
+        return hidden
     for name in _appended_lists(loop, inside):
         for use in _names(function, name):
             if use in inside or use.lineno <= loop.lineno:
@@ -838,6 +854,59 @@ def symbolic_loop_problem(code, header):
                     _call_name(call) in _COLLECTORS):
                 return 'the list %r is used after the loop' % name
     return None
+
+
+# Calls a loop body may make: these builtins, functions of these modules,
+# ``self.name(...)`` (a link or a method), and methods of arrays and
+# Variables (and ``append`` of lists).
+_PURE_BUILTINS = frozenset(['len', 'range', 'min', 'max', 'abs', 'zip',
+                            'enumerate', 'isinstance', 'tuple', 'list'])
+_ARRAY_MODULES = frozenset(['F', 'L', 'chainer', 'functions', 'links',
+                            'numpy', 'np', 'xp', 'cupy', 'math'])
+_LIST_METHODS = frozenset(['append', 'extend', 'insert'])
+
+
+def _hidden_state_change(inside, kinds):
+    """What in a loop body could change Python state that the loop
+    watcher's snapshots do not see, or ``None``."""
+    for node in inside:
+        if isinstance(node, ast.AugAssign) and not isinstance(
+                node.target, ast.Name):
+            return 'the loop updates an item or attribute in place'
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, (ast.Subscript, ast.Attribute)) and
+                _root_name(t) != 'self' for t in node.targets):
+            return 'the loop assigns an item or attribute'
+        if isinstance(node, ast.Call):
+            problem = _hidden_call(node, kinds)
+            if problem:
+                return problem
+    return None
+
+
+def _hidden_call(call, kinds):
+    func = call.func
+    if isinstance(func, ast.Name):
+        return None if func.id in _PURE_BUILTINS else \
+            'the loop calls %s()' % func.id
+    if not isinstance(func, ast.Attribute):
+        return 'the loop calls a computed function'
+    root = _root_name(func)
+    if root is None or root in _ARRAY_MODULES:
+        return None  # a method of a value computed here, F.relu(...)
+    if root == 'self' and isinstance(func.value, ast.Name):
+        return None  # self.lstm(x), self.step(h)
+    kind = kinds.get(root)
+    if kind == 'array' or (kind == 'list' and func.attr in _LIST_METHODS
+                           and isinstance(func.value, ast.Name)):
+        return None  # h.reshape(...), y.array.all(), ys.append(h)
+    return 'the loop calls %s()' % func.attr
+
+
+def _root_name(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def _python_jumps(loop, inside, parents):
@@ -955,6 +1024,25 @@ def _index_use(name, parents):
     if isinstance(parent, ast.Tuple):
         parent = parents.get(parent)
     return isinstance(parent, ast.Subscript) and parent.value is not name
+
+
+def appended_lists(code, header):
+    """The names of the lists a loop appends to (``ys.append(h)``,
+    ``ys += [h]``)."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return set()
+    loop, _ = found
+    return _appended_lists(loop, set(ast.walk(loop)))
+
+
+def _appends_elsewhere(inside):
+    """``self.ys.append(h)``, ``d['ys'].append(h)``: appending to a list
+    that is not a plain local name."""
+    return any(isinstance(node, ast.Call) and isinstance(
+        node.func, ast.Attribute) and node.func.attr in (
+            'append', 'extend', 'insert') and not isinstance(
+            node.func.value, ast.Name) for node in inside)
 
 
 def _appended_lists(loop, inside):

@@ -996,8 +996,10 @@ def python_unaware(run, values):
     indexing only arrays, and Python state unchanged between iterations.
     Only such a loop may run another number of iterations than recorded
     (a symbolic trip count, an exit)."""
+    kinds = dict((name, summary[0]) for name, summary in
+                 run.snapshots[0].items()) if run.snapshots else {}
     if run.code is None or control.symbolic_loop_problem(
-            run.code, run.site.header) is not None:
+            run.code, run.site.header, kinds) is not None:
         return False
     indexed = control.counter_indexed_names(run.code, run.site.header)
     if indexed is None or any(
@@ -1016,22 +1018,25 @@ def _python_state_unchanged(run, values):
     results. Otherwise the recording saw Python state that a run of
     another length would change."""
     first = run.snapshots[0]
+    growing = control.appended_lists(run.code, run.site.header)
     for snapshot in run.snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and not _unchanged(
-                    first.get(name), now, values, run.defined):
+                    first.get(name), now, values, run.defined,
+                    name in growing):
                 return False
     return True
 
 
-def _unchanged(before, now, values, defined):
+def _unchanged(before, now, values, defined, may_grow=False):
+    """``may_grow``: a list the loop's own code appends to."""
     if now == before:
         return True
     if now[0] == 'array':
         return values.get(now[1]) in defined
     if before is None or before[0] != now[0]:
         return False
-    if now[0] == 'list':
+    if now[0] == 'list' and may_grow:
         grown = now[2][:len(before[2])] == before[2]
         return grown and all(item[0] == 'array' and values.get(item[1])
                              in defined for item in now[2][len(before[2]):])
