@@ -36,19 +36,25 @@ def is_scalar(value):
         type(value) is tuple and all(isinstance(x, _SCALARS) for x in value))
 
 
-def snapshot(container):
-    """The contents of a list, tuple, dict or set: scalars by value, other
+_CONTAINERS = (list, tuple, dict, set)
+
+
+def snapshot(container, depth=4):
+    """The contents of a list, tuple, dict or set: scalars by value,
+    nested containers by their contents (``depth`` levels down), other
     objects by identity."""
     if type(container) is dict:
-        return [(k, _item(v)) for k, v in container.items()]
+        return [(k, _item(v, depth)) for k, v in container.items()]
     if type(container) is set:
-        return sorted(repr(_item(x)) for x in container)
-    return [_item(x) for x in container]
+        return sorted(repr(_item(x, depth)) for x in container)
+    return [_item(x, depth) for x in container]
 
 
-def _item(value):
+def _item(value, depth):
     if is_scalar(value):
         return 'value', type(value), repr(value)
+    if type(value) in _CONTAINERS and depth > 0:
+        return 'items', id(value), snapshot(value, depth - 1)
     return 'id', id(value)
 
 
