@@ -346,7 +346,7 @@ class JitFunction(object):
             return None
         return regions.symbolize(
             recording.graph, rolled, input_names,
-            control.length_only_names(code), recording, code)
+            control.length_only_names(code), recording)
 
     def _training(self, graph, leaves, recording):
         """The training program for gradients of the argument Variables

@@ -79,15 +79,22 @@ def link_state(instance, ignored=frozenset()):
         return {}
     state = {}
     for path, link in instance.namedlinks():
-        key = path or '/'
-        attrs = tuple(sorted(
-            (k, _ASSIGNED_FIRST if (key, k) in ignored
-             else _attribute_state(v))
-            for k, v in vars(link).items() if k != '_local_link_hooks'))
+        attrs = tuple(sorted((k, _attribute_state(v))
+                             for k, v in vars(link).items()
+                             if k != '_local_link_hooks'))
         attrs += (('(link hooks)', tuple(link_hooks(link))),)
         size = len(link) if isinstance(link, chainer.ChainList) else None
         state[path or '/'] = (type(link).__name__, id(link), size, attrs)
-    return state
+    return _without(state, ignored) if ignored else state
+
+
+def _without(state, ignored):
+    """A :func:`link_state` with the ``ignored`` attributes masked."""
+    return dict(
+        (path, value[:3] + (tuple(
+            (k, _ASSIGNED_FIRST if (path, k) in ignored else v)
+            for k, v in value[3]),))
+        for path, value in state.items())
 
 
 def link_hooks(link):
@@ -229,11 +236,7 @@ class Entry(object):
         """Stops guarding the link attributes ``ignored`` (``(path,
         name)`` pairs the forward assigns before reading)."""
         self.ignored_state = frozenset(ignored)
-        self.link_state = dict(
-            (path, value[:3] + (tuple(
-                (k, _ASSIGNED_FIRST if (path, k) in self.ignored_state
-                 else v) for k, v in value[3]),))
-            for path, value in self.link_state.items())
+        self.link_state = _without(self.link_state, self.ignored_state)
 
     @property
     def n_instructions(self):

@@ -72,11 +72,7 @@ class _Emitter(object):
             counter[0] += 1
 
     def new_reg(self, value):
-        if self.free_regs:
-            self.reg[value] = self.free_regs.pop()
-        else:
-            self.reg[value] = self.n_regs
-            self.n_regs += 1
+        self.reg[value] = self._fresh_reg()
         return self.reg[value]
 
     def free_dead(self, values, position):

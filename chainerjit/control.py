@@ -78,11 +78,6 @@ def loop_sites(code):
     return sites
 
 
-def has_source(code):
-    """Whether :func:`loop_sites` can read the code's source."""
-    return loop_sites(code) is not None
-
-
 def _statement_sites(code):
     try:
         lines, start = inspect.getsourcelines(code)
@@ -288,7 +283,7 @@ class LoopWatcher(object):
                                                     site.header):
             run.bound = iteration_bound(site, frame)
         run.snapshots.append(_locals_summary(frame))
-        run.targets = _target_names(site)
+        run.targets = site.targets
         return run
 
     def _on_comprehension_event(self, frame, event, arg):
@@ -313,12 +308,6 @@ class LoopWatcher(object):
     def _close_all(self, frame_id):
         for run in reversed(self._open.pop(frame_id, [])):
             self._close(run, 'left')
-
-
-def _target_names(site):
-    """The names a ``for`` statement binds (``t``, ``x`` in ``for t, x in
-    enumerate(xs)``)."""
-    return site.targets
 
 
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,
@@ -546,7 +535,8 @@ _MISSING = object()
 
 # --- names used only as lengths ----------------------------------------------
 
-_FEW = (0, 1, -1, -2)  # constant indexes allowed on a symbolic axis
+# Constant indexes allowed on an axis whose length is symbolic.
+CONSTANT_INDEXES = (0, 1, -1, -2)
 
 
 def length_only_names(code):
@@ -683,7 +673,7 @@ def _loop_index(subscript, parents):
         return False
     if constants:
         value = ast.literal_eval(constants[0])
-        return value in _FEW
+        return value in CONSTANT_INDEXES
     target = variables[0].id
     node = subscript
     while node in parents:

@@ -21,6 +21,7 @@ import numpy
 
 from chainerjit import api
 from chainerjit import errors
+from chainerjit import ir
 from chainerjit import signature
 
 
@@ -334,7 +335,7 @@ def _convert_loop(builder, node, names):
             inner = next(carried_ins)
             initial.append(names[next(inits)])
         else:  # only its last value is used: starts as zeros
-            inner = ir_value_like(value)
+            inner = ir.Value('temp', value.shape, value.dtype)
             names[inner] = builder.fresh('unused')
             initial.append(builder.constant(numpy.zeros(value.shape,
                                                         value.dtype)))
@@ -426,11 +427,6 @@ def _convert_test(builder, test, exit_node, names, renamed, cond):
     leaves_on = dict(exit_node.attrs)['when']
     builder.op('Identity' if not leaves_on else 'Not',
                [local[exit_node.inputs[0]]], [cond])
-
-
-def ir_value_like(value):
-    from chainerjit import ir
-    return ir.Value('temp', value.shape, value.dtype)
 
 
 def _typed(name, value, scan=False):

@@ -902,7 +902,7 @@ def _replace_static(structure, path):
     return (args, kwargs) if has_kwargs else args
 
 
-def symbolize(graph, rolled, input_names, length_names, recording, code):
+def symbolize(graph, rolled, input_names, length_names, recording):
     """Makes the trip count of the jitted function's own loops symbolic
     where that is sound, changing ``graph`` in place.
 
@@ -1150,7 +1150,7 @@ def _constant_read(node, axes, templates):
     need = 1
     for axis in axes:
         if axis >= len(index) or type(index[axis]) is not int or \
-                index[axis] not in (0, 1, -1, -2):
+                index[axis] not in control.CONSTANT_INDEXES:
             return None
         k = index[axis]
         need = max(need, k + 1 if k >= 0 else -k)

@@ -364,8 +364,7 @@ class Recording(object):
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
         self.templates = recorder.templates if recorder else {}
-        self.values = dict((i, v) for i, v in recorder.values.items()) \
-            if recorder else {}  # id(array) -> Value
+        self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs
         self.effects = effects  # assignments and reports to replay
