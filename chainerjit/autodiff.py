@@ -63,6 +63,7 @@ def differentiate(graph, wrt):
     found = [v for v in wrt if v in builder.grads]
     builder.backward.outputs = [builder.grads[v] for v in found]
     builder.backward.symbols = list(graph.symbols)
+    builder.backward.scatters = builder.scatters
     n_outputs = len(graph.outputs)
     forward.outputs = list(graph.outputs) + builder.saved_forward
     return TrainingPair(forward, builder.backward, n_outputs, found)
@@ -154,6 +155,7 @@ class _BackwardBuilder(object):
         self.saved = {}  # forward value -> backward input
         self.saved_forward = []  # forward values saved, in order
         self.grads = {}  # forward value -> its gradient in the backward
+        self.scatters = {}  # gradient node of an indexing -> its scatter
         self.output_grads = [
             self.backward.add_value('input', v.shape, v.dtype,
                                     'g%d' % i)
@@ -240,10 +242,13 @@ class _BackwardBuilder(object):
             back.add_node(ir.Node('At', ops.Kernel(_at_or_none),
                                   [scan, k], [element]))
             _rename(pair.backward, grad, element)
-        for inner in pair.backward.nodes:
-            back.add_node(inner)
-        back.consts = list(pair.backward.consts)
         grad_of = dict(zip(pair.wrt, pair.backward.outputs))
+        scattered = _scattered(pair.backward, [grad_of[v] for v in
+                                               invariants])
+        for inner in pair.backward.nodes:
+            if inner not in scattered.values():
+                back.add_node(inner)
+        back.consts = list(pair.backward.consts)
         none = self._none()
         next_carried = [grad_of.get(v, none) for v in
                         body.inputs[1:1 + n_read]]
@@ -252,8 +257,14 @@ class _BackwardBuilder(object):
         next_sums = []
         for total, value in zip(sums, invariants):
             summed = ir.Value('temp', value.shape, value.dtype)
-            back.add_node(ir.Node('Accumulate', ops.Kernel(_sum_into),
-                                  [total, grad_of[value]], [summed]))
+            step = scattered.get(grad_of[value])
+            if step is None:
+                back.add_node(ir.Node('Accumulate', ops.Kernel(_sum_into),
+                                      [total, grad_of[value]], [summed]))
+            else:  # x[i]'s gradient added in place: no zeros per step
+                back.add_node(ir.Node(
+                    'ScatterAdd', ops.Kernel(pair.backward.scatters[step]),
+                    [total] + step.inputs, [summed], loc=step.loc))
             next_sums.append(summed)
         back.inputs = [j] + carried_grads + sums + [n_in] + list_ins + \
             scan_ins + [outer_ins[v] for v in saved_outer]
@@ -317,12 +328,15 @@ class _BackwardBuilder(object):
             [g for g in gys if g is not None]
         targets = [v for v, w in zip(node.inputs, wanted) if w]
         grads = [ir.Value('temp', v.shape, v.dtype) for v in targets]
-        self.backward.add_node(ir.Node(
+        grad_node = ir.Node(
             node.op + 'Grad', ops.Kernel(_grad_kernel(
                 rule.fn, len(node.inputs), len(node.outputs), kept_inputs,
                 kept_outputs, [g is not None for g in gys], wanted),
                 multi=True),
-            args, grads, loc=node.loc))
+            args, grads, loc=node.loc)
+        self.backward.add_node(grad_node)
+        if hasattr(rule.fn, 'scatter') and targets == node.inputs[:1]:
+            self.scatters[grad_node] = rule.fn.scatter
         for value, grad in zip(targets, grads):
             self.accumulate(value, grad)
 
@@ -373,6 +387,14 @@ def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
         gxs = fn(tuple(xs), tuple(ys), tuple(gys), wanted)
         return tuple(gxs[i] for i in wanted_positions)
     return run
+
+
+def _scattered(backward, grads):
+    """``{gradient: the indexing's gradient node computing it}`` for the
+    ``grads`` (of a loop's invariants) that come from one indexing: the
+    loop adds that step to the running sum in place instead."""
+    return dict((node.outputs[0], node) for node in backward.nodes
+                if node in backward.scatters and node.outputs[0] in grads)
 
 
 def _rename(graph, old, new):

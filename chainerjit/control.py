@@ -550,23 +550,43 @@ def length_only_names(code):
 
     Only for such a name can the length be a symbol of the cache key: any
     other use (``xs.shape`` in a reshape, ``if len(xs) > 5``, passing
-    ``xs`` to a helper) could bake the length into the recording.
+    ``xs`` to a helper) could bake the length into the recording. Reading
+    another axis's size (``xs.shape[1]``, a batch size) is allowed: that
+    size stays in the key.
+
+    Returns:
+        dict: ``{name: the axes whose sizes it reads otherwise}``; the
+        length may be symbolic only on an axis not among them.
     """
     function = _function_ast(code)
     if function is None:
-        return set()
+        return {}
     parents = {}
     for node in ast.walk(function):
         for child in ast.iter_child_nodes(node):
             parents[child] = node
     params = [a.arg for a in function.args.args + function.args.kwonlyargs]
-    found = set()
+    found = {}
     for name in params:
         uses = [n for n in ast.walk(function)
                 if isinstance(n, ast.Name) and n.id == name]
-        if uses and all(_length_use(n, parents, function) for n in uses):
-            found.add(name)
+        sizes = set()
+        for use in uses:
+            if not _length_use(use, parents, function):
+                sizes.add(_size_read(use, parents))
+        if uses and None not in sizes:
+            found[name] = frozenset(sizes)
     return found
+
+
+def _size_read(name, parents):
+    """``k`` for ``name.shape[k]`` with ``k`` a non-negative int, else
+    ``None``."""
+    length = _length_expression(name, parents)
+    if length is None or not isinstance(length, ast.Subscript):
+        return None
+    k = length.slice.value
+    return k if type(k) is int and k >= 0 else None
 
 
 def _function_and_offset(code):

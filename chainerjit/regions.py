@@ -727,6 +727,18 @@ def _index_at(node, x, counter, counters, slices):
         gx[index(xs[1] if counters else None)] = gy
         return (gx, None)[:len(xs)]
 
+    def scatter(total, x, *i_gy):
+        # A loop's running sum of x's gradient, one step added in place.
+        gy = i_gy[-1]
+        if gy is None:
+            return total
+        if total is None:
+            xp = chainer.backend.get_array_module(gy)
+            total = xp.zeros(x.shape, gy.dtype)
+        total[index(i_gy[0] if counters else None)] += gy
+        return total
+    grad.scatter = scatter
+
     starts = dict((c[0], c[1:]) for c in counters)
     pattern = '[%s]' % ', '.join(
         _format_counter(*starts[j]) if j in starts else _format_index(s)
@@ -1085,6 +1097,8 @@ def _counter_reads(graph, loops, input_names, length_names, wildcards,
                 wildcards.setdefault(leaf, set()).update(axes)
     outer_reads = []
     for leaf in wildcards:
+        if wildcards[leaf] & length_names[input_names[leaf]]:
+            return None  # the source reads the size of a symbolic axis
         value = graph.inputs[leaf]
         for node in graph.nodes:
             if value not in node.inputs:

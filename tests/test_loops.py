@@ -489,3 +489,42 @@ def test_break_on_an_array_value_trains_like_eager(limit):
         _assert_grads_equal(model, twin)
         numpy.testing.assert_allclose(h_jit.grad, h_eager.grad, rtol=1e-4,
                                       atol=1e-5)
+
+
+# --- sizes of other axes read in the source ---------------------------------
+
+_W3 = numpy.random.RandomState(1).standard_normal((3, 3)).astype(
+    numpy.float32)
+
+
+def _time_major_rnn(xs):
+    h = numpy.zeros((xs.shape[1], 3), numpy.float32)
+    for t in range(xs.shape[0]):
+        h = F.tanh(F.matmul(xs[t], _W3) + h)
+    return h
+
+
+def _batch_major_rnn(xs):
+    h = numpy.zeros((xs.shape[0], 3), numpy.float32)
+    scale = numpy.float32(1.0 / xs.shape[1])
+    for t in range(xs.shape[1]):
+        h = F.tanh(F.matmul(xs[:, t], _W3) * scale + h)
+    return h
+
+
+def test_reading_the_batch_size_keeps_the_length_symbolic(rng):
+    calls = [(rng.standard_normal((n, 2, 3)).astype(numpy.float32),)
+             for n in (4, 4, 9, 1)]
+    jf = testing.assert_jit_matches_eager(_time_major_rnn, calls)
+    entry, = jf.cache_entries()
+    assert 'xs: f32[T,2,3]' in str(entry.signature)
+
+
+def test_reading_the_size_of_the_length_axis_keeps_it_in_the_key(rng):
+    # xs.shape[1] is the length here, and also read for a scale.
+    calls = [(rng.standard_normal((2, n, 3)).astype(numpy.float32),)
+             for n in (4, 4, 5)]
+    jf = testing.assert_jit_matches_eager(_batch_major_rnn, calls[:2])
+    entry, = jf.cache_entries()
+    assert 'xs: f32[2,4,3]' in str(entry.signature)
+    testing.assert_jit_matches_eager(_batch_major_rnn, calls[2:], jitted=jf)

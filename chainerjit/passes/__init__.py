@@ -11,9 +11,10 @@ import sys
 
 from chainerjit.passes import dce
 from chainerjit.passes import fold
+from chainerjit.passes import hoist
 
 
-PIPELINE = (fold.fold_constants, dce.dce)
+PIPELINE = (fold.fold_constants, dce.dce, hoist.hoist_projections)
 
 
 def run(graph, pipeline=PIPELINE):

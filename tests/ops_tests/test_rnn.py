@@ -37,3 +37,13 @@ def test_lstm_onnx(rng, c_shape, x_shape):
     testing.assert_onnx_matches_eager(
         lambda c, x: F.lstm(c, x),
         _calls(rng, c_shape, x_shape, numpy.float32), rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize('output', [0, 1])
+@pytest.mark.parametrize('c_shape, x_shape', SHAPES)
+def test_lstm_grad_through_one_output(rng, c_shape, x_shape, output):
+    """Only c or only h reaches the loss: the other output's gradient is
+    missing (``None``) in the rule."""
+    testing.assert_jit_grads_match_eager(
+        lambda c, x: F.lstm(c, x)[output] * 2,
+        _calls(rng, c_shape, x_shape, numpy.float32))
