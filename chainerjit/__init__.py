@@ -13,6 +13,9 @@ from chainerjit.errors import FallbackWarning  # NOQA
 from chainerjit.errors import RecompileWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
+from chainerjit import optimizers
+
+optimizers.install()
 
 __version__ = '0.1.0'
 

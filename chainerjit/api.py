@@ -16,6 +16,7 @@ from chainerjit import control
 from chainerjit import errors
 from chainerjit import function
 from chainerjit import guards
+from chainerjit import optimizers
 from chainerjit import passes
 from chainerjit import regions
 from chainerjit import signature
@@ -189,6 +190,8 @@ class JitFunction(object):
         """Applies the compiled forward as one node of Chainer's graph,
         with the model's Variables as inputs, so that backprop reaches
         them."""
+        if isinstance(instance, chainer.Link):
+            optimizers.jitted_links.add(instance)
         node = function.CompiledFunction(entry.training, symbols)
         try:
             outs = node.apply(list(leaves) + entry.model_inputs(params))

@@ -1,0 +1,177 @@
+"""The fast optimizer update (chainerjit/optimizers.py): parameters change
+bit for bit as under Chainer's own ``update``, for every optimizer and
+hook, and the fast path applies only to targets that train a jitted
+forward."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import optimizers
+
+
+class MLP(chainer.Chain):
+
+    def __init__(self, dtype=numpy.float32):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(5, 4, initialW=chainer.initializers.Normal(
+                dtype=dtype), initial_bias=chainer.initializers.Zero(dtype))
+            self.l2 = L.Linear(4, 3, initialW=chainer.initializers.Normal(
+                dtype=dtype), initial_bias=chainer.initializers.Zero(dtype))
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+OPTIMIZERS = [
+    lambda: chainer.optimizers.SGD(lr=0.1),
+    lambda: chainer.optimizers.MomentumSGD(lr=0.1),
+    lambda: chainer.optimizers.Adam(alpha=0.01),
+    lambda: chainer.optimizers.AdaGrad(),
+    lambda: chainer.optimizers.RMSprop(),
+    lambda: chainer.optimizers.AdaDelta(),
+    lambda: chainer.optimizers.NesterovAG(),
+    lambda: chainer.optimizers.SMORMS3(),
+]
+
+
+def _pair(make_optimizer, dtype=numpy.float32, setup=None):
+    """An eager model with Chainer's update and a jitted twin."""
+    numpy.random.seed(0)
+    eager, jitted = MLP(dtype), MLP(dtype)
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    pairs = []
+    for model in (eager, jitted):
+        optimizer = make_optimizer()
+        optimizer.setup(model)
+        if setup is not None:
+            setup(optimizer, model)
+        pairs.append((model, optimizer))
+    return pairs
+
+
+def _train(pairs, steps=4, dtype=numpy.float32, lossfun=False):
+    rng = numpy.random.RandomState(1)
+    for _ in range(steps):
+        x = rng.standard_normal((6, 5)).astype(dtype)
+        t = rng.randint(0, 3, 6).astype(numpy.int32)
+        for model, optimizer in pairs:
+            def loss():
+                return F.softmax_cross_entropy(model(x), t)
+            if lossfun:
+                optimizer.update(loss)
+            else:
+                model.cleargrads()
+                loss().backward()
+                optimizer.update()
+    (eager, eager_opt), (jitted, jitted_opt) = pairs
+    for (name, p), (_, q) in zip(sorted(eager.namedparams()),
+                                 sorted(jitted.namedparams())):
+        numpy.testing.assert_array_equal(q.array, p.array, err_msg=name)
+    assert jitted_opt.t == eager_opt.t == steps
+
+
+def _uses_fast_path(optimizer):
+    return optimizers._trains_jitted(optimizer)
+
+
+@pytest.mark.parametrize('make', OPTIMIZERS)
+def test_every_optimizer_updates_bit_for_bit(make):
+    pairs = _pair(make)
+    _train(pairs)
+    assert _uses_fast_path(pairs[1][1])
+    assert not _uses_fast_path(pairs[0][1])
+
+
+def test_lossfun_form():
+    _train(_pair(OPTIMIZERS[1]), lossfun=True)
+
+
+def _with_hooks(optimizer, model):
+    optimizer.add_hook(chainer.optimizer_hooks.WeightDecay(1e-2))
+    optimizer.add_hook(chainer.optimizer_hooks.GradientClipping(0.5))
+    optimizer.add_hook(chainer.optimizer_hooks.GradientHardClipping(
+        -0.1, 0.1))
+
+
+def test_optimizer_hooks():
+    _train(_pair(OPTIMIZERS[2], setup=_with_hooks))
+
+
+def _rule_hook(optimizer, model):
+    model.l1.W.update_rule.add_hook(chainer.optimizer_hooks.Lasso(0.1))
+    model.l2.b.update_rule.enabled = False
+    model.l2.W.update_rule.hyperparam.lr = 0.5
+
+
+def test_per_parameter_hooks_disabled_rules_and_learning_rates():
+    pairs = _pair(OPTIMIZERS[0], setup=_rule_hook)
+    _train(pairs)
+    # A rule with a hook of its own takes Chainer's path.
+    assert not optimizers._fast(pairs[1][0].l1.W.update_rule,
+                                pairs[1][0].l1.W)
+    assert optimizers._fast(pairs[1][0].l2.W.update_rule, pairs[1][0].l2.W)
+
+
+def test_fp16_parameters_with_fp32_update():
+    def fp32(optimizer, model):
+        optimizer.use_fp32_update()
+    _train(_pair(OPTIMIZERS[2], numpy.float16, setup=fp32),
+           dtype=numpy.float16)
+
+
+def test_a_parameter_without_a_gradient_gets_zeros():
+    class Unused(MLP):
+        def __init__(self, dtype=numpy.float32):
+            super(Unused, self).__init__(dtype)
+            with self.init_scope():
+                self.unused = L.Linear(2, 2)
+
+    numpy.random.seed(0)
+    eager, jitted = Unused(), Unused()
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    pairs = []
+    for model in (eager, jitted):
+        optimizer = chainer.optimizers.MomentumSGD(lr=0.1)
+        optimizer.setup(model)
+        pairs.append((model, optimizer))
+    _train(pairs)
+    numpy.testing.assert_array_equal(jitted.unused.W.grad, 0)
+
+
+def test_a_classifier_around_a_jitted_predictor_takes_the_fast_path():
+    numpy.random.seed(0)
+    eager, jitted = MLP(), MLP()
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    pairs = []
+    for model in (L.Classifier(eager), L.Classifier(jitted)):
+        optimizer = chainer.optimizers.Adam()
+        optimizer.setup(model)
+        pairs.append((model, optimizer))
+    rng = numpy.random.RandomState(1)
+    for _ in range(3):
+        x = rng.standard_normal((6, 5)).astype(numpy.float32)
+        t = rng.randint(0, 3, 6).astype(numpy.int32)
+        for model, optimizer in pairs:
+            optimizer.update(model, x, t)
+    assert _uses_fast_path(pairs[1][1])
+    for p, q in zip(eager.params(), jitted.params()):
+        numpy.testing.assert_array_equal(q.array, p.array)
+
+
+def test_uninstall_restores_chainers_update():
+    try:
+        optimizers.uninstall()
+        assert chainer.optimizer.GradientMethod.update is \
+            optimizers._chainer_update
+        _train(_pair(OPTIMIZERS[0]))
+    finally:
+        optimizers.install()
+    assert chainer.optimizer.GradientMethod.update is optimizers.update
