@@ -7,9 +7,12 @@ They are plain :class:`chainer.Chain` classes with an undecorated
     model.forward = chainerjit.jit(model.forward)
 """
 
+import math
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
+import numpy
 
 
 class MLP(chainer.Chain):
@@ -57,3 +60,64 @@ class LeNet(chainer.Chain):
         h = F.relu(self.fc1(h))
         h = F.relu(self.fc2(h))
         return self.fc3(h)
+
+
+class LSTMClassifier(chainer.Chain):
+    """``L.LSTM`` over the time steps of ``xs`` (T, N, n_in) in a Python
+    loop, and a classifier on the last state."""
+
+    def __init__(self, n_in=64, n_hidden=128, n_out=10):
+        super(LSTMClassifier, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(n_in, n_hidden)
+            self.out = L.Linear(n_hidden, n_out)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        for t in range(xs.shape[0]):
+            h = self.lstm(xs[t])
+        return self.out(h)
+
+
+class EncoderBlock(chainer.Chain):
+    """A transformer encoder block: multi-head self-attention and a
+    feed-forward network, each with a residual and layer normalization."""
+
+    def __init__(self, d_model=16, n_heads=4, d_ff=32):
+        super(EncoderBlock, self).__init__()
+        self.n_heads = n_heads
+        with self.init_scope():
+            self.qkv = L.Linear(d_model, 3 * d_model)
+            self.out = L.Linear(d_model, d_model)
+            self.ln1 = L.LayerNormalization(d_model)
+            self.ff1 = L.Linear(d_model, d_ff)
+            self.ff2 = L.Linear(d_ff, d_model)
+            self.ln2 = L.LayerNormalization(d_model)
+
+    def _split_heads(self, t, batch, length):
+        d_head = t.shape[1] // self.n_heads
+        t = F.reshape(t, (batch, length, self.n_heads, d_head))
+        return F.reshape(F.transpose(t, (0, 2, 1, 3)),
+                         (batch * self.n_heads, length, d_head))
+
+    def forward(self, x, mask=None):
+        batch, length, d_model = x.shape
+        h = F.reshape(x, (batch * length, d_model))
+        q, k, v = F.split_axis(self.qkv(h), 3, axis=1)
+        q, k, v = (self._split_heads(t, batch, length) for t in (q, k, v))
+        scores = F.matmul(q, k, transb=True) * (
+            1.0 / math.sqrt(d_model // self.n_heads))
+        if mask is not None:
+            mask = chainer.Variable(mask)[:, None, None, :]
+            mask = F.broadcast_to(mask, (batch, self.n_heads, length,
+                                         length))
+            scores = F.where(F.reshape(mask, scores.shape).array, scores,
+                             numpy.full(scores.shape, -1e9, scores.dtype))
+        attention = F.softmax(scores, axis=2)
+        o = F.matmul(attention, v)
+        o = F.transpose(F.reshape(o, (batch, self.n_heads, length, -1)),
+                        (0, 2, 1, 3))
+        o = F.reshape(o, (batch * length, d_model))
+        h = self.ln1(h + self.out(o))
+        h = self.ln2(h + self.ff2(F.relu(self.ff1(h))))
+        return F.reshape(h, (batch, length, d_model))
