@@ -803,7 +803,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     finally:
         chainer.FunctionNode.apply = _original_apply
         chainer.Link.__setattr__ = link_setattr
-        chainer.Link.__getattribute__ = _link_getattribute
+        _restore_link_getattribute()
         chainer.reporter.report = chainer.report = report
         chainer.Variable.backward, chainer.grad = backward, grad
         chainer.Variable.array, chainer.Variable.data = _array_properties
@@ -976,6 +976,17 @@ def _recording_setattr(link_setattr, recorder):
 
 
 _link_getattribute = chainer.Link.__getattribute__
+# Link inherits object's: restoring means deleting the patch, since an
+# explicit class attribute, even object's own, makes every attribute
+# read of every Link go through a slower slot.
+_LINK_DEFINES_GETATTRIBUTE = '__getattribute__' in vars(chainer.Link)
+
+
+def _restore_link_getattribute():
+    if _LINK_DEFINES_GETATTRIBUTE:
+        chainer.Link.__getattribute__ = _link_getattribute
+    else:
+        del chainer.Link.__getattribute__
 
 
 def _recording_getattribute(recorder):

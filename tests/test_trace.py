@@ -327,3 +327,21 @@ def test_random_draws_and_in_place_changes_run_eagerly(rng, method):
     assert not numpy.array_equal(outputs[0], outputs[1])
     if method == 'with_history':
         assert len(model.history) == 3
+
+
+def test_recording_leaves_links_attribute_reads_as_they_were():
+    # An explicit Link.__getattribute__, even object's own, would route
+    # every attribute read of every Link through a slower slot.
+    class Net(chainer.Chain):
+        def __init__(self):
+            super(Net, self).__init__()
+            with self.init_scope():
+                self.fc = L.Linear(3, 2)
+
+        def forward(self, x):
+            return self.fc(x)
+
+    net = Net()
+    net.forward = chainerjit.jit(net.forward)
+    net(numpy.ones((1, 3), numpy.float32))
+    assert '__getattribute__' not in vars(chainer.Link)

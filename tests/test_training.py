@@ -16,7 +16,6 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from examples import models
-from tests.test_models import EncoderBlock
 
 
 class DropCNN(chainer.Chain):
@@ -129,7 +128,7 @@ def test_transformer_block_trains_like_eager():
         x = rng.randn(2, 5, 16).astype(numpy.float32)
         return x, numpy.tanh(x[:, ::-1])
 
-    _train_side_by_side(EncoderBlock(), make_batch, loss_fn,
+    _train_side_by_side(models.EncoderBlock(), make_batch, loss_fn,
                         lambda: chainer.optimizers.Adam(alpha=0.005))
 
 

@@ -5,7 +5,6 @@ import pytest
 
 from chainerjit import testing
 from examples import models
-from tests import test_models
 
 
 pytest.importorskip('onnxruntime')
@@ -56,13 +55,13 @@ def test_lenet_with_a_dynamic_batch(rng):
 
 def test_encoder_block(rng):
     testing.assert_onnx_matches_eager(
-        test_models.EncoderBlock().forward, _calls(rng, [(2, 5, 16)] * 2),
+        models.EncoderBlock().forward, _calls(rng, [(2, 5, 16)] * 2),
         rtol=1e-4, atol=1e-5,
         lowered=['LinearFunction', 'LayerNormalization', 'Softmax'])
 
 
 def test_encoder_block_with_a_dynamic_batch(rng):
     testing.assert_onnx_matches_eager(
-        test_models.EncoderBlock().forward,
+        models.EncoderBlock().forward,
         _calls(rng, [(2, 5, 16), (1, 5, 16), (3, 5, 16)]),
         rtol=1e-4, atol=1e-5, dynamic_batch=True)

@@ -1,0 +1,157 @@
+"""The benchmark competitors (NumPy floors, PyTorch twins) against
+eager Chainer."""
+
+import copy
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+from benchmarks import competitors
+from examples import models
+
+TOLERANCE = dict(rtol=1e-4, atol=1e-5)
+LR = 0.1
+
+
+def _inputs(*shape):
+    return numpy.random.RandomState(1).randn(*shape).astype(numpy.float32)
+
+
+def _labels(n, n_out=10):
+    return numpy.random.RandomState(2).randint(0, n_out, n).astype(
+        numpy.int32)
+
+
+def _eager(model, *inputs):
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        return model(*inputs).array
+
+
+def _randomize_batch_norm(model):
+    rng = numpy.random.RandomState(3)
+    for link in model.links():
+        if isinstance(link, L.BatchNormalization):
+            link.avg_mean[...] = rng.randn(*link.avg_mean.shape)
+            link.avg_var[...] = rng.uniform(0.5, 2, link.avg_var.shape)
+            link.gamma.array[...] = rng.uniform(0.5, 2, link.gamma.shape)
+            link.beta.array[...] = rng.randn(*link.beta.shape)
+
+
+def _mlp():
+    return models.MLP(), _inputs(4, 784)
+
+
+def _lstm():
+    return models.LSTMClassifier(n_in=64, n_hidden=128), _inputs(5, 3, 64)
+
+
+def _lenet():
+    model, x = models.LeNet(), _inputs(2, 1, 28, 28)
+    _eager(model, x)  # initializes fc1
+    _randomize_batch_norm(model)
+    return model, x
+
+
+def _encoder():
+    return models.EncoderBlock(), _inputs(2, 7, 16)
+
+
+CASES = {'mlp': _mlp, 'lstm': _lstm, 'lenet': _lenet, 'encoder': _encoder}
+
+
+def _build(name):
+    numpy.random.seed(0)
+    return CASES[name]()
+
+
+def _factory(name, kind, backend):
+    if backend == 'torch':
+        pytest.importorskip('torch')
+    return getattr(competitors, '%s_%s_%s' % (name, kind, backend))
+
+
+def _array(y):
+    return y.detach().numpy() if hasattr(y, 'detach') else numpy.asarray(y)
+
+
+def _snapshot(model):
+    return {name: p.array.copy() for name, p in model.namedparams()}
+
+
+def _assert_params_equal(actual, expected):
+    assert actual.keys() == expected.keys()
+    for name in expected:
+        numpy.testing.assert_array_equal(actual[name], expected[name])
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'torch'])
+@pytest.mark.parametrize('name', sorted(CASES))
+def test_inference_matches_eager(name, backend):
+    model, x = _build(name)
+    before = _snapshot(model)
+    call = _factory(name, 'inference', backend)(model, x)
+    first = _array(call()).copy()
+    numpy.testing.assert_allclose(first, _eager(model, x), **TOLERANCE)
+    # A second call reuses the buffers and gives the same result.
+    numpy.testing.assert_array_equal(_array(call()), first)
+    _assert_params_equal(_snapshot(model), before)
+
+
+def _eager_steps(model, x, t, n_steps):
+    """``(loss, params)`` after each of ``n_steps`` eager SGD steps."""
+    optimizer = chainer.optimizers.SGD(LR)
+    optimizer.setup(model)
+    for _ in range(n_steps):
+        model.cleargrads()
+        loss = F.softmax_cross_entropy(model(x), t)
+        loss.backward()
+        optimizer.update()
+        params = {name.lstrip('/'): p.array.copy()
+                  for name, p in model.namedparams()}
+        yield float(loss.array), params
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'torch'])
+@pytest.mark.parametrize('name', ['mlp', 'lstm'])
+def test_training_steps_match_eager(name, backend):
+    model, x = _build(name)
+    t = _labels(x.shape[-2])
+    before = _snapshot(model)
+    step = _factory(name, 'training', backend)(model, x, t, LR)
+    _assert_params_equal(_snapshot(model), before)
+    eager = _eager_steps(copy.deepcopy(model), x, t, n_steps=2)
+    for expected_loss, expected in eager:
+        loss = float(_array(step()))
+        assert loss == pytest.approx(expected_loss, rel=1e-5)
+        params = {k: _array(v) for k, v in step.params.items()}
+        assert params.keys() == expected.keys()
+        for key in expected:
+            numpy.testing.assert_allclose(params[key], expected[key],
+                                          **TOLERANCE, err_msg=key)
+    # The steps train the competitor's own copy of the weights.
+    _assert_params_equal(_snapshot(model), before)
+    last = 'out/W' if name == 'lstm' else 'l3/W'
+    assert not numpy.allclose(params[last], before['/' + last])
+
+
+def test_lenet_numpy_rejects_sizes_it_cannot_pool():
+    numpy.random.seed(0)
+    model, x = models.LeNet(), _inputs(1, 1, 30, 30)
+    _eager(model, x)
+    with pytest.raises(ValueError):
+        competitors.lenet_inference_numpy(model, x)
+
+
+def test_torch_twins_are_none_without_torch(monkeypatch):
+    monkeypatch.setattr(competitors, '_torch', lambda: None)
+    model, x = _build('mlp')
+    t = _labels(4)
+    assert competitors.mlp_inference_torch(model, x) is None
+    assert competitors.mlp_training_torch(model, x, t, LR) is None
+    assert competitors.lstm_inference_torch(model, x) is None
+    assert competitors.lstm_training_torch(model, x, t, LR) is None
+    assert competitors.lenet_inference_torch(model, x) is None
+    assert competitors.encoder_inference_torch(model, x) is None
