@@ -126,6 +126,8 @@ class Graph(object):
         self.consts = []
         self.nodes = []
         self.outputs = []
+        self.templates = {}  # node -> the FunctionNode it recorded (or a
+        # description), for passes that compare nodes
 
     def add_value(self, kind, shape, dtype, name=None, data=None):
         value = Value(kind, shape, dtype, name, data)

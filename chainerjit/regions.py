@@ -151,6 +151,19 @@ _GRAPH_FIELDS = frozenset([
     '_node', '_owned_node', 'outputs_rank'])
 
 
+def exact_fingerprints(templates):
+    """A function giving each recorded node a key that is equal for two
+    nodes exactly when they compute the same function of their inputs
+    (``None`` for nodes not recorded, which equal nothing)."""
+    fingerprints = _Fingerprints(templates)
+
+    def key(node):
+        if node not in templates and node.index is None:
+            return None
+        return fingerprints._compute(node, exact=True)
+    return key
+
+
 class _Fingerprints(object):
     """What makes two recorded nodes run the same computation: op,
     attributes, every setting the FunctionNode holds, and the types of

@@ -364,6 +364,7 @@ class Recording(object):
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
         self.templates = recorder.templates if recorder else {}
+        graph.templates = self.templates
         self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs

@@ -9,12 +9,14 @@ test suite sets it), and prints the IR after the passes named in
 import os
 import sys
 
+from chainerjit.passes import cse
 from chainerjit.passes import dce
 from chainerjit.passes import fold
 from chainerjit.passes import hoist
 
 
-PIPELINE = (fold.fold_constants, dce.dce, hoist.hoist_projections)
+PIPELINE = (fold.fold_constants, cse.cse, dce.dce,
+            hoist.hoist_projections)
 
 
 def run(graph, pipeline=PIPELINE):

@@ -10,6 +10,7 @@ import chainerjit
 from chainerjit import passes
 from chainerjit import testing
 from chainerjit import trace
+from chainerjit.passes import cse
 from chainerjit.passes import dce
 from chainerjit.passes import fold
 
@@ -74,3 +75,35 @@ def test_print_after_names_the_pass(capsys, monkeypatch):
     err = capsys.readouterr().err
     assert '--- IR of f after fold_constants (changed) ---' in err
     assert 'Mul(c1, x0)' in err
+
+
+def _twice(x, w):
+    a = F.tanh(x)
+    b = F.tanh(x)  # the same as a
+    c = F.get_item(x, 0) + F.get_item(x, 1)  # two different indexes
+    d = F.dropout(x, 0.5) + F.dropout(x, 0.5)  # random: both kept
+    return a + b + F.matmul(a, w) + F.matmul(b, w) + c + d
+
+
+def test_cse_merges_equal_pure_nodes_only():
+    x = numpy.ones((2, 2), numpy.float32)
+    graph = _record(_twice, x, numpy.eye(2, dtype=numpy.float32))
+    before = _text(graph)
+    assert before.count('Tanh') == 2 and before.count('MatMul') == 2
+    graph, changed = cse.cse(graph)
+    assert changed
+    after = _text(graph)
+    assert after.count('Tanh') == 1 and after.count('MatMul') == 1
+    assert after.count('GetItem') == 2
+    assert after.count('Dropout') == 2
+
+
+def test_cse_then_results_match_eager(rng):
+    calls = [(rng.standard_normal((2, 2)).astype(numpy.float32),
+              rng.standard_normal((2, 2)).astype(numpy.float32))
+             for _ in range(3)]
+
+    def f(x, w):
+        return F.tanh(x) * F.tanh(x) + F.matmul(F.tanh(x), w)
+    jitted = testing.assert_jit_matches_eager(f, calls)
+    assert str(jitted.cache_entries()[0].graph).count('Tanh') == 1

@@ -1,0 +1,60 @@
+"""Common-subexpression elimination."""
+
+from chainerjit import regions
+
+
+def cse(graph):
+    """Computes each pure node once: a node that applies the same
+    function (op, attributes and every setting of the recorded
+    FunctionNode) to the same inputs as an earlier one is dropped, and its
+    outputs are read from the earlier node's.
+
+    Before::
+
+        %0: f32[2,3] = Tanh(x)
+        %1: f32[2,3] = Tanh(x)
+        %2: f32[2,3] = Add(%0, %1)
+        return (%2)
+
+    After::
+
+        %0: f32[2,3] = Tanh(x)
+        %1: f32[2,3] = Add(%0, %0)
+        return (%1)
+
+    Loop bodies are simplified too. Impure nodes (random draws, state
+    updates, guards) and nodes made by other passes are kept.
+    """
+    return graph, _cse(graph, regions.exact_fingerprints(graph.templates))
+
+
+def _cse(graph, key_of):
+    seen = {}
+    renamed = {}
+    kept = []
+    changed = False
+    for node in graph.nodes:
+        node.inputs = [renamed.get(v, v) for v in node.inputs]
+        if node.region is not None:
+            changed |= _cse(node.region.body, key_of)
+        key = _key(node, key_of)
+        earlier = seen.get(key) if key is not None else None
+        if earlier is not None:
+            renamed.update(zip(node.outputs, earlier.outputs))
+            changed = True
+            continue
+        if key is not None:
+            seen[key] = node
+        kept.append(node)
+    graph.nodes = kept
+    graph.outputs = [renamed.get(v, v) for v in graph.outputs]
+    return changed
+
+
+def _key(node, key_of):
+    if not node.pure or node.generic or node.region is not None:
+        return None
+    fingerprint = key_of(node)
+    if fingerprint is None:
+        return None
+    return fingerprint, tuple(id(v) for v in node.inputs)
