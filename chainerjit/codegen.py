@@ -6,6 +6,12 @@ register is released with ``FREE`` after its last use and handed to the
 next value defined, so the register file stays small and arrays die as
 early as in eager mode.
 
+Memory reuse: a kernel with an in-place variant (``Kernel.inplace``)
+writes its result into an input that dies at that instruction, when the
+input is a temporary that a ``fresh`` kernel allocated (not a view, not an
+argument, constant, output or loop-carried value) with the output's shape
+and dtype: ``relu(linear(x))`` then fills one buffer instead of two.
+
 A Loop node becomes ``SETI``/``FORI``, its body inline, and ``NEXT``
 jumping back; its carried values live in registers of their own, set
 before the loop and by ``MOVE`` at the end of each iteration. Values
@@ -55,6 +61,7 @@ class _Emitter(object):
         self.kernels = []
         self.kernel_names = []
         self.exit_jumps = []  # per loop being emitted: pcs to patch
+        self.fresh = set()  # values in buffers no other value shares
 
     def _number(self, nodes, counter):
         """Numbers the nodes in the order they run (a loop after its
@@ -98,13 +105,34 @@ class _Emitter(object):
         ins = [self.reg[v] for v in node.inputs]
         outs = [self.new_reg(v) for v in node.outputs]
         self.locs[len(self.code)] = node.loc
+        reused = self._reusable_input(node)
         if node in self.replay:
             self.kernels.append(_returning(self.replay[node]))
+        elif reused is not None:
+            self.kernels.append(node.kernel.inplace[reused])
         else:
             self.kernels.append(node.kernel.fn)
-        self.kernel_names.append(node.label)
+        if node not in self.replay and (node.kernel.fresh or
+                                        reused is not None):
+            self.fresh.update(node.outputs)
+        self.kernel_names.append(node.label + (
+            '' if reused is None else ' (into %%%d)' % ins[reused]))
         self.code += opcodes.encode_call(len(self.kernels) - 1, ins, outs,
                                          node.kernel.multi)
+
+    def _reusable_input(self, node):
+        """The position of an input whose buffer ``node`` may write its
+        result into, or ``None``."""
+        out = node.outputs[0] if len(node.outputs) == 1 else None
+        for k in sorted(node.kernel.inplace or ()):
+            value = node.inputs[k]
+            if (out is not None and value in self.fresh and
+                    value not in self.pinned and value.shape and
+                    self.last_use.get(value) == self.position[node] and
+                    node.inputs.count(value) == 1 and
+                    (value.shape, value.dtype) == (out.shape, out.dtype)):
+                return k
+        return None
 
     def emit_loop(self, node):
         region = node.region

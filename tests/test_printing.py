@@ -59,7 +59,7 @@ program TwoLayer.forward: 4 inputs, 1 consts, 8 registers, 4 kernels
   consts: %4=f32[5,3]
     line    pc  opcode  args
        N     0  CALL3   k0:LinearFunction  %0 %1 %2 -> %5
-             6  CALL1   k1:ReLU  %5 -> %6
+             6  CALL1   k1:ReLU (into %5)  %5 -> %6
             10  FREE    %5
        N    12  CALL2   k2:Mul  %6 %4 -> %5
             17  CALL2   k3:LinearFunction  %5 %3 -> %7

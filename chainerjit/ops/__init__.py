@@ -27,18 +27,25 @@ import numpy
 
 
 class Kernel(collections.namedtuple('Kernel',
-                                    'fn attrs multi grad onnx')):
+                                    'fn attrs multi grad onnx fresh inplace')):
     """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
     when ``multi`` is true. ``attrs`` is a dict shown in printed IR;
     ``grad`` is the op's :class:`GradRule` (``None``: not differentiable
     by chainerjit, so a gradient through it runs eagerly); ``onnx`` is its
     ONNX converter ``convert(builder, ins, outs)`` (see
-    ``chainerjit.onnx_export``), or ``None``."""
+    ``chainerjit.onnx_export``), or ``None``.
 
-    def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None):
+    For memory reuse (see ``codegen``): ``fresh`` says ``fn`` always
+    returns newly allocated arrays (no views, never an input); ``inplace``
+    maps an input position ``k`` to a function computing the same values,
+    bit for bit, into ``arrays[k]`` and returning it, for when that input
+    has the output's shape and dtype and is not read again."""
+
+    def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None,
+                fresh=False, inplace=None):
         return super(Kernel, cls).__new__(
             cls, fn, tuple(sorted((attrs or {}).items())), multi, grad,
-            onnx)
+            onnx, fresh, inplace)
 
 
 class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):

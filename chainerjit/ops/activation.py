@@ -39,7 +39,8 @@ def lower_relu(node, ctx):
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),
-                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'))
+                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'),
+                  fresh=True, inplace={0: lambda x: maximum(x, zero, out=x)})
 
 
 @lowering(leaky_relu.LeakyReLU)
@@ -79,8 +80,16 @@ def lower_sigmoid(node, ctx):
     def grad(xs, ys, gys, wanted):
         y, = ys
         return utils.force_array(gys[0] * y * (one - y)),  # as SigmoidGrad
+
+    def sigmoid_into(x):
+        x *= half
+        tanh_(x, out=x)
+        x *= half
+        x += half
+        return x
     return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half),
-                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Sigmoid'))
+                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Sigmoid'),
+                  fresh=True, inplace={0: sigmoid_into})
 
 
 @lowering(tanh.Tanh)
@@ -92,7 +101,8 @@ def lower_tanh(node, ctx):
         y, = ys
         return utils.force_array(gys[0] * (one - y * y)),  # as TanhGrad
     return Kernel(lambda x: utils.force_array(tanh_(x)),
-                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Tanh'))
+                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Tanh'),
+                  fresh=True, inplace={0: lambda x: tanh_(x, out=x)})
 
 
 @lowering(softmax.Softmax)

@@ -28,6 +28,10 @@ def lower_linear(node, ctx):
     # the dtypes whether the product needs a cast back to x's dtype.
     unit_axis = ctx.xp is numpy and 1 in ctx.in_shapes[0]
     cast = ctx.in_dtypes[0] != ctx.in_dtypes[1]
+    if ctx.xp is numpy and not unit_axis and len(set(ctx.in_dtypes)) == 1:
+        return Kernel(_weight_first_linear, grad=GradRule(grad_linear,
+                                                          inputs=(0, 1)),
+                      onnx=_linear_to_onnx, fresh=True)
 
     def linear_fn(x, W, b=None):
         if unit_axis and not (x.flags.c_contiguous or
@@ -40,19 +44,37 @@ def lower_linear(node, ctx):
             y += b
         return y
 
-    def grad(xs, ys, gys, wanted):
-        # As LinearGradData, LinearGradWeight and Sum(axis=0).
-        x, W = xs[0], xs[1]
-        gy, = gys
-        gx = gy.dot(W).astype(gy.dtype, copy=False) if wanted[0] else None
-        gW = gy.T.dot(x).astype(W.dtype, copy=False) if wanted[1] else None
-        if len(xs) == 2:
-            return gx, gW
-        gb = gy.sum(axis=0) if wanted[2] else None
-        return gx, gW, gb
+    return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
+                  onnx=_linear_to_onnx, fresh=True)
 
-    return Kernel(linear_fn, grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_linear_to_onnx)
+
+def _weight_first_linear(x, W, b=None):
+    """``x W^T (+ b)`` computed as ``(W x^T)^T``: OpenBLAS runs the
+    product with the weight first up to twice as fast at small batches
+    (16 x 128 by 512: 58 us instead of 103 us here). The transposed result
+    is copied to C order, with the bias added in the same pass."""
+    y = W.dot(x.T).T
+    if b is None:
+        return numpy.ascontiguousarray(y)
+    return numpy.add(y, b, order='C')
+
+
+def grad_linear(xs, ys, gys, wanted):
+    """As LinearGradData, LinearGradWeight and Sum(axis=0)."""
+    x, W = xs[0], xs[1]
+    gy, = gys
+    gx = None
+    if wanted[0] and type(gy) is numpy.ndarray and gy.ndim == 2 and \
+            len(gy) <= 16 and gy.dtype == W.dtype:
+        # Weight first again: 67 us instead of 103 us at 16 x 512 by 128.
+        gx = numpy.ascontiguousarray(W.T.dot(gy.T).T)
+    elif wanted[0]:
+        gx = gy.dot(W).astype(gy.dtype, copy=False)
+    gW = gy.T.dot(x).astype(W.dtype, copy=False) if wanted[1] else None
+    if len(xs) == 2:
+        return gx, gW
+    gb = gy.sum(axis=0) if wanted[2] else None
+    return gx, gW, gb
 
 
 def _linear_to_onnx(b, ins, outs):

@@ -289,6 +289,21 @@ def _sum_to_inputs(ctx, gx0_of, gx1_of):
     return grad
 
 
+_UFUNC_OF_OPERATOR = {operator.add: 'add', operator.sub: 'subtract',
+                      operator.mul: 'multiply', operator.truediv: 'divide'}
+
+
+def _binary_into(fn, ctx):
+    """``fn(x0, x1)`` written into either operand (a NumPy ufunc, with all
+    dtypes alike, gives the same bits with ``out=``)."""
+    fn = _resolve(_UFUNC_OF_OPERATOR.get(fn, fn), ctx.xp)
+    if not isinstance(fn, numpy.ufunc) or len(set(
+            ctx.in_dtypes + ctx.out_dtypes)) != 1:
+        return None
+    return {0: lambda x0, x1: fn(x0, x1, out=x0),
+            1: lambda x0, x1: fn(x0, x1, out=x1)}
+
+
 @lowering(*_BINARY)
 def lower_binary(node, ctx):
     fn, onnx = _BINARY[type(node)]
@@ -303,7 +318,8 @@ def lower_binary(node, ctx):
                          inputs=(0, 1) if reads_x else (),
                          outputs=(0,) if reads_y else ())
     return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
-                  grad=grad, onnx=_onnx(onnx))
+                  grad=grad, onnx=_onnx(onnx), fresh=True,
+                  inplace=_binary_into(fn, ctx))
 
 
 # The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
@@ -342,7 +358,7 @@ def lower_with_constant(node, ctx):
                   grad=grad_rule(ctx, grad,
                                  inputs=(0,) if uses == 'x' else (),
                                  outputs=(0,) if uses == 'y' else ()),
-                  onnx=to_onnx)
+                  onnx=to_onnx, fresh=True)
 
 
 def _sum_to_each(ctx):
@@ -501,7 +517,7 @@ def lower_sum(node, ctx):
         b.op('ReduceSum', ins + axes, outs, keepdims=int(keepdims))
     return Kernel(lambda x: x.sum(axis=axis, keepdims=keepdims),
                   {'axis': axis, 'keepdims': keepdims},
-                  grad=_broadcast_back(node, ctx), onnx=to_onnx)
+                  grad=_broadcast_back(node, ctx), onnx=to_onnx, fresh=True)
 
 
 @lowering(average.Mean)
@@ -646,7 +662,7 @@ def lower_matmul(node, ctx):
     return Kernel(fn, {'transa': node.transa, 'transb': node.transb,
                        'transc': node.transc},
                   grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1)),
-                  onnx=to_onnx)
+                  onnx=to_onnx, fresh=True)
 
 
 def _outer(u, v, trans, to_vector):

@@ -30,7 +30,7 @@ def lower_lstm(node, ctx):
         return c_next, h
     return Kernel(lstm_step, multi=True,
                   grad=GradRule(_lstm_grad, (0, 1), (0,)),
-                  onnx=_lstm_to_onnx(batch < ctx.in_shapes[0][0]))
+                  onnx=_lstm_to_onnx(batch < ctx.in_shapes[0][0]), fresh=True)
 
 
 def _gate_major(x):
