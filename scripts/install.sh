@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Creates .venv and installs chainerjit with everything it needs.
 # Idempotent: a second run only rebuilds the Cython extension.
+# With --bench, also the optional competitors of benchmarks/run.py
+# (PyTorch, matplotlib).
 #
 # Chainer 7.8.1 on Python 3.11 needs care:
 #   * it requires numpy<2, and onnx pulls ml_dtypes, which pulls numpy 2
@@ -25,3 +27,10 @@ fi
 # Build chainerjit._vm in place (editable install, no isolation so the
 # pinned numpy and Cython above are the ones it builds against).
 $PIP install --no-build-isolation --no-deps -e .
+if [ "${1:-}" = "--bench" ]; then
+    $PIP install -r requirements/bench.txt
+    # torch pulls setuptools>=77, whose distutils lacks what Chainer's
+    # environment check imports (numpy.distutils): pin it back. torch only
+    # needs the newer one to build C++ extensions, which we never do.
+    $PIP install 'setuptools<70'
+fi

@@ -40,6 +40,19 @@ def _randomize_batch_norm(model):
             link.beta.array[...] = rng.randn(*link.beta.shape)
 
 
+def _randomize_vectors(model):
+    """Biases and layer normalization scales start as zeros and ones;
+    random ones catch misplaced or stale vectors."""
+    rng = numpy.random.RandomState(4)
+    for link in model.links():
+        for name in ('b', 'beta'):
+            param = getattr(link, name, None)
+            if isinstance(param, chainer.Parameter):
+                param.array[...] = rng.uniform(-0.5, 0.5, param.shape)
+        if isinstance(link, L.LayerNormalization):
+            link.gamma.array[...] = rng.uniform(0.5, 2, link.gamma.shape)
+
+
 def _mlp():
     return models.MLP(), _inputs(4, 784)
 
@@ -48,8 +61,8 @@ def _lstm():
     return models.LSTMClassifier(n_in=64, n_hidden=128), _inputs(5, 3, 64)
 
 
-def _lenet():
-    model, x = models.LeNet(), _inputs(2, 1, 28, 28)
+def _lenet(size=28):
+    model, x = models.LeNet(), _inputs(2, 1, size, size)
     _eager(model, x)  # initializes fc1
     _randomize_batch_norm(model)
     return model, x
@@ -59,17 +72,31 @@ def _encoder():
     return models.EncoderBlock(), _inputs(2, 7, 16)
 
 
-CASES = {'mlp': _mlp, 'lstm': _lstm, 'lenet': _lenet, 'encoder': _encoder}
+def _wide_encoder():
+    # d_head (12), heads, batch and length all differ, to catch a mixed
+    # up head layout.
+    return models.EncoderBlock(d_model=24, n_heads=2, d_ff=40), \
+        _inputs(3, 5, 24)
 
 
-def _build(name):
+# case name -> (model name in the factory names, builder)
+CASES = {'mlp': ('mlp', _mlp), 'lstm': ('lstm', _lstm),
+         'lenet': ('lenet', _lenet), 'lenet_8x8': ('lenet', lambda: _lenet(8)),
+         'encoder': ('encoder', _encoder),
+         'wide_encoder': ('encoder', _wide_encoder)}
+
+
+def _build(case):
     numpy.random.seed(0)
-    return CASES[name]()
+    model, x = CASES[case][1]()
+    _randomize_vectors(model)
+    return model, x
 
 
-def _factory(name, kind, backend):
+def _factory(case, kind, backend):
     if backend == 'torch':
         pytest.importorskip('torch')
+    name = CASES[case][0]
     return getattr(competitors, '%s_%s_%s' % (name, kind, backend))
 
 
@@ -88,11 +115,11 @@ def _assert_params_equal(actual, expected):
 
 
 @pytest.mark.parametrize('backend', ['numpy', 'torch'])
-@pytest.mark.parametrize('name', sorted(CASES))
-def test_inference_matches_eager(name, backend):
-    model, x = _build(name)
+@pytest.mark.parametrize('case', sorted(CASES))
+def test_inference_matches_eager(case, backend):
+    model, x = _build(case)
     before = _snapshot(model)
-    call = _factory(name, 'inference', backend)(model, x)
+    call = _factory(case, 'inference', backend)(model, x)
     first = _array(call()).copy()
     numpy.testing.assert_allclose(first, _eager(model, x), **TOLERANCE)
     # A second call reuses the buffers and gives the same result.
@@ -118,7 +145,7 @@ def _eager_steps(model, x, t, n_steps):
 @pytest.mark.parametrize('name', ['mlp', 'lstm'])
 def test_training_steps_match_eager(name, backend):
     model, x = _build(name)
-    t = _labels(x.shape[-2])
+    t = _labels(x.shape[-2])  # one label per example in the batch
     before = _snapshot(model)
     step = _factory(name, 'training', backend)(model, x, t, LR)
     _assert_params_equal(_snapshot(model), before)

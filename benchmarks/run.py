@@ -1,0 +1,510 @@
+"""Every system side by side on the same workloads, in one process.
+
+Systems: eager Chainer; ``chainer.static_graph`` (where it works);
+chainerjit; PyTorch eager with the same architecture and weights (if
+torch is installed); onnxruntime on the model chainerjit exports
+(inference; if onnxruntime is installed); and a hand-written NumPy floor
+with preallocated buffers (``benchmarks/competitors.py``).
+
+Workloads: MLP 784-100-100-10 inference at batch 1 and 64 and its training
+step at batch 64; LSTM (input 64, hidden 128, batch 16, T = 20) inference
+and training step; LeNet-style CNN inference at batch 32; a transformer
+encoder block (d_model 64, 4 heads, d_ff 256) on 8 sequences of 32.
+Inference runs in test mode under ``no_backprop_mode``; a training step is
+clear grads, forward, softmax cross entropy, backward and an SGD update.
+
+Before timing, every system's result is checked against eager Chainer's
+(inference outputs; the losses of three training steps from the same
+weights, which also checks the gradients and updates in between). The
+main table runs with one BLAS/OpenMP thread; a second table repeats it
+with the default number of threads. Medians with interquartile ranges of
+interleaved rounds, ratios to eager Chainer's median, and each system's
+first call (chainerjit: recording, passes, codegen and self-check).
+
+Usage::
+
+    python benchmarks/run.py [--rounds 15] [--target-ms 20]
+        [--only MLP LSTM] [--output docs/benchmarks.md]
+        [--chart docs/benchmarks.png]
+"""
+
+import argparse
+import collections
+import contextlib
+import copy
+import functools
+import io
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+
+from benchmarks import timing  # noqa: E402  (imports no numpy)
+
+
+SYSTEMS = ('eager', 'static_graph', 'chainerjit', 'torch', 'onnxruntime',
+           'numpy')
+
+#: The chainerjit ratios issue 6 asks for (one thread).
+TARGETS = {
+    'MLP inference, batch 1': 0.10,
+    'MLP inference, batch 64': 0.60,
+    'MLP training step, batch 64': 0.40,
+    'LSTM inference, T = 20': 0.18,
+    'LSTM training step, T = 20': 0.18,
+    'CNN inference, batch 32': 0.34,
+}
+
+LEARNING_RATE = 0.01
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--rounds', type=int, default=15)
+    parser.add_argument('--target-ms', type=float, default=20.0,
+                        help='length of one timing sample')
+    parser.add_argument('--only', nargs='+', default=None,
+                        help='run the workloads whose names start so')
+    parser.add_argument('--no-default-threads', action='store_true',
+                        help='skip the default-threads table')
+    parser.add_argument('--output', help='write a Markdown report here')
+    parser.add_argument('--chart', help='write a PNG chart here')
+    return parser.parse_args(argv)
+
+
+Workload = collections.namedtuple(
+    'Workload', 'name kind model inputs competitor')
+
+
+def workloads():
+    """The workloads: a name, ``'inference'`` or ``'training'``, a model
+    factory, the input shapes and the name of its competitors in
+    ``benchmarks/competitors.py``."""
+    from examples import models
+    encoder = functools.partial(models.EncoderBlock, d_model=64, n_heads=4,
+                                d_ff=256)
+    return [
+        Workload('MLP inference, batch 1', 'inference', models.MLP,
+                 (1, 784), 'mlp'),
+        Workload('MLP inference, batch 64', 'inference', models.MLP,
+                 (64, 784), 'mlp'),
+        Workload('MLP training step, batch 64', 'training', models.MLP,
+                 (64, 784), 'mlp'),
+        Workload('LSTM inference, T = 20', 'inference',
+                 models.LSTMClassifier, (20, 16, 64), 'lstm'),
+        Workload('LSTM training step, T = 20', 'training',
+                 models.LSTMClassifier, (20, 16, 64), 'lstm'),
+        Workload('CNN inference, batch 32', 'inference', models.LeNet,
+                 (32, 1, 28, 28), 'lenet'),
+        Workload('Transformer encoder block, 8 x 32 x 64', 'inference',
+                 encoder, (8, 32, 64), 'encoder'),
+    ]
+
+
+class Built(object):
+    """One system on one workload: ``call`` runs a call or a training
+    step and returns its result; ``first_seconds`` and ``first_result``
+    are its first call's."""
+
+    def __init__(self, call, first_seconds, first_result):
+        self.call = call
+        self.first_seconds = first_seconds
+        self.first_result = first_result
+
+
+class Skipped(object):
+    """A system that cannot run a workload, and why."""
+
+    def __init__(self, reason):
+        self.reason = reason
+
+
+# --- building each system ---------------------------------------------------
+
+def make_inputs(workload):
+    import numpy
+    rng = numpy.random.RandomState(0)
+    x = rng.uniform(-1, 1, workload.inputs).astype(numpy.float32)
+    batch = workload.inputs[1 if workload.competitor == 'lstm' else 0]
+    t = rng.randint(0, 10, batch).astype(numpy.int32)
+    return x, t
+
+
+def make_model(workload, x):
+    import chainer
+    import numpy
+    numpy.random.seed(0)
+    model = workload.model()
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        model(x)  # sizes lazily initialized layers
+    return model
+
+
+def chainer_call(model, workload, x, t):
+    """Eager Chainer's call or training step on ``model``."""
+    import chainer
+    import chainer.functions as F
+
+    if workload.kind == 'inference':
+        def infer():
+            with chainer.using_config('train', False), \
+                    chainer.no_backprop_mode():
+                return model(x).array
+        return infer
+    optimizer = chainer.optimizers.SGD(lr=LEARNING_RATE)
+    optimizer.setup(model)
+
+    def step():
+        model.cleargrads()
+        loss = F.softmax_cross_entropy(model(x), t)
+        loss.backward()
+        optimizer.update()
+        return float(loss.array)
+    return step
+
+
+def timed_first_call(call, start=None):
+    start = time.perf_counter() if start is None else start
+    result = call()
+    return Built(call, time.perf_counter() - start, result)
+
+
+def build_eager(model, workload, x, t):
+    return timed_first_call(chainer_call(copy.deepcopy(model), workload,
+                                         x, t))
+
+
+def build_chainerjit(model, workload, x, t):
+    import chainerjit
+    jitted = copy.deepcopy(model)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    built = timed_first_call(chainer_call(jitted, workload, x, t))
+    entries = jitted.forward.cache_entries()
+    if any(e.program is None or (workload.kind == 'training' and
+                                 e.training is None) for e in entries):
+        return Skipped('ran eagerly (a fallback)')
+    return built
+
+
+def build_static_graph(model, workload, x, t):
+    import chainer
+    static = copy.deepcopy(model)
+    forward = chainer.static_graph(type(static).forward)
+    static.forward = functools.partial(forward, static)
+    call = chainer_call(static, workload, x, t)
+    try:
+        # It prints as it builds its schedules, on the first calls.
+        with warnings.catch_warnings(), contextlib.redirect_stdout(
+                io.StringIO()):
+            warnings.simplefilter('ignore')
+            built = timed_first_call(call)
+            built.first_result = [built.first_result] + [
+                call() for _ in range(2)]
+        return built
+    except Exception as e:  # static_graph supports few models
+        return Skipped('fails: %s' % _short(e))
+
+
+def build_torch(model, workload, x, t):
+    from benchmarks import competitors
+    try:
+        import torch  # noqa: F401
+    except ImportError:
+        return Skipped('torch is not installed')
+    factory = getattr(competitors, '%s_%s_torch' % (
+        workload.competitor, workload.kind))
+    args = (model, x) if workload.kind == 'inference' else (
+        model, x, t, LEARNING_RATE)
+    return timed_first_call(factory(*args))
+
+
+def build_onnxruntime(model, workload, x, t, threads=1):
+    if workload.kind != 'inference':
+        return Skipped('inference only')
+    try:
+        import onnxruntime
+    except ImportError:
+        return Skipped('onnxruntime is not installed')
+    import chainer
+    import chainerjit
+    start = time.perf_counter()
+    exported = copy.deepcopy(model)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        proto = chainerjit.export_onnx(exported.forward, (x,))
+    options = onnxruntime.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+        options.inter_op_num_threads = threads
+    session = onnxruntime.InferenceSession(
+        proto.SerializeToString(), options,
+        providers=['CPUExecutionProvider'])
+    feeds = {session.get_inputs()[0].name: x}
+
+    def infer():
+        return session.run(None, feeds)[0]
+    return timed_first_call(infer, start)
+
+
+def build_numpy(model, workload, x, t):
+    from benchmarks import competitors
+    factory = getattr(competitors, '%s_%s_numpy' % (
+        workload.competitor, workload.kind))
+    args = (model, x) if workload.kind == 'inference' else (
+        model, x, t, LEARNING_RATE)
+    return timed_first_call(factory(*args))
+
+
+BUILDERS = {
+    'eager': build_eager,
+    'static_graph': build_static_graph,
+    'chainerjit': build_chainerjit,
+    'torch': build_torch,
+    'onnxruntime': build_onnxruntime,
+    'numpy': build_numpy,
+}
+
+
+def _short(error):
+    text = str(error).strip().split('\n')[0]
+    return '%s%s' % (type(error).__name__,
+                     (': ' + text[:80]) if text else '')
+
+
+# --- checking ---------------------------------------------------------------
+
+def as_numpy(result):
+    if hasattr(result, 'detach'):  # a torch tensor
+        result = result.detach().numpy()
+    return result
+
+
+def check(builts):
+    """Every built system against eager: its first three calls (the same
+    outputs for inference; for training, the losses of three steps from
+    the same weights, which also checks the gradients and updates). A
+    system that differs is replaced by a :class:`Skipped` saying so."""
+    import numpy
+
+    results = {}
+    for name, built in builts.items():
+        if isinstance(built, Built):
+            first = built.first_result
+            results[name] = first if name == 'static_graph' else [
+                first] + [built.call() for _ in range(2)]
+    for name, values in results.items():
+        try:
+            for actual, expected in zip(values, results['eager']):
+                numpy.testing.assert_allclose(
+                    numpy.asarray(as_numpy(actual), numpy.float64),
+                    numpy.asarray(expected, numpy.float64),
+                    rtol=1e-3, atol=1e-4)
+        except AssertionError as e:
+            builts[name] = Skipped('differs from eager: %s' % _short(e))
+
+
+# --- timing -----------------------------------------------------------------
+
+Row = collections.namedtuple('Row', 'workload threads cells')
+
+
+def run_workload(workload, threads, args):
+    """Builds, checks and times every system on ``workload`` with
+    ``threads`` BLAS threads (``None``: the default). Returns a
+    :class:`Row` whose cells are a dict, system to a timing dict or a
+    :class:`Skipped`."""
+    x, t = make_inputs(workload)
+    model = make_model(workload, x)
+    builts = collections.OrderedDict()
+    for system in SYSTEMS:
+        builder = BUILDERS[system]
+        if system == 'onnxruntime':
+            builder = functools.partial(builder, threads=threads)
+        try:
+            builts[system] = builder(model, workload, x, t)
+        except Exception as e:
+            builts[system] = Skipped('fails: %s' % _short(e))
+    check(builts)
+    calls = dict((name, b.call) for name, b in builts.items()
+                 if isinstance(b, Built))
+    samples = timing.interleaved(calls, rounds=args.rounds,
+                                 target_seconds=args.target_ms / 1e3)
+    eager = timing.Summary(samples['eager']).median
+    cells = collections.OrderedDict()
+    for name, built in builts.items():
+        if isinstance(built, Skipped):
+            cells[name] = built
+            continue
+        summary = timing.Summary(samples[name])
+        cells[name] = dict(summary=summary, ratio=summary.median / eager,
+                           first_seconds=built.first_seconds)
+    return Row(workload, threads, cells)
+
+
+def set_threads(threads):
+    """Limits BLAS/OpenMP (threadpoolctl) and torch to ``threads``
+    (``None``: their defaults). Returns an undo function."""
+    import threadpoolctl
+    limiter = threadpoolctl.threadpool_limits(limits=threads)
+    torch = _torch()
+    if torch is not None:
+        before = torch.get_num_threads()
+        torch.set_num_threads(threads or os.cpu_count())
+
+    def undo():
+        limiter.restore_original_limits()
+        if torch is not None:
+            torch.set_num_threads(before)
+    return undo
+
+
+def _torch():
+    try:
+        import torch
+    except ImportError:
+        return None
+    return torch
+
+
+# --- reporting --------------------------------------------------------------
+
+def format_table(rows):
+    """A Markdown table: per workload, each system's median in
+    microseconds [interquartile range], its ratio to eager and its first
+    call."""
+    header = '| workload | ' + ' | '.join(SYSTEMS) + \
+        ' | chainerjit target |'
+    lines = [header, '|---' * (len(SYSTEMS) + 2) + '|']
+    for row in rows:
+        cells = [_format_cell(row.cells[s]) for s in SYSTEMS]
+        target = TARGETS.get(row.workload.name)
+        lines.append('| %s | %s | %s |' % (
+            row.workload.name, ' | '.join(cells),
+            '%.2f' % target if target and row.threads == 1 else ''))
+    return '\n'.join(lines)
+
+
+def _format_cell(cell):
+    if isinstance(cell, Skipped):
+        return 'n/a: %s' % cell.reason.replace('|', '/')
+    s = cell['summary']
+    return '**%.2f**<br>%s [%s-%s] us<br>first %s' % (
+        cell['ratio'], _us(s.median), _us(s.q1), _us(s.q3),
+        _seconds(cell['first_seconds']))
+
+
+def _us(seconds):
+    return '%.0f' % (seconds * 1e6) if seconds >= 1e-4 else \
+        '%.1f' % (seconds * 1e6)
+
+
+def _seconds(seconds):
+    return '%.0f ms' % (seconds * 1e3) if seconds >= 1e-3 else \
+        '%.2f ms' % (seconds * 1e3)
+
+
+def format_report(info, args, main_rows, default_rows, chart):
+    lines = [
+        '# Benchmarks: every system side by side',
+        '',
+        'Generated by `python benchmarks/run.py --output '
+        'docs/benchmarks.md --chart docs/benchmarks.png`. ' +
+        ' '.join(__doc__.split('\n\n')[1:4]).replace('\n', ' '),
+        '',
+        '* date: %(date)s' % info,
+        '* machine: %(machine)s' % info,
+        '* Python %(python)s, numpy %(numpy)s, chainer %(chainer)s, '
+        'torch %(torch)s, onnxruntime %(onnxruntime)s' % info,
+        '* BLAS: %(blas)s' % info,
+        '* %d interleaved rounds of ~%g ms per system; each cell: **ratio '
+        'to eager Chainer**, median [interquartile range] per call, first '
+        'call' % (args.rounds, args.target_ms),
+        '',
+        '## One thread',
+        '',
+        format_table(main_rows),
+    ]
+    if chart:
+        lines += ['', '![ratios to eager Chainer](%s)' %
+                  os.path.basename(chart)]
+    if default_rows:
+        lines += ['', '## Default threads (%d CPUs)' % os.cpu_count(), '',
+                  format_table(default_rows)]
+    return '\n'.join(lines) + '\n'
+
+
+def draw_chart(rows, path):
+    """Bars of each system's ratio to eager Chainer, per workload."""
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+
+    systems = [s for s in SYSTEMS if s != 'eager']
+    width = 0.8 / len(systems)
+    fig, ax = plt.subplots(figsize=(11, 4.5))
+    for k, system in enumerate(systems):
+        xs, ys = [], []
+        for i, row in enumerate(rows):
+            cell = row.cells[system]
+            if not isinstance(cell, Skipped):
+                xs.append(i + (k - (len(systems) - 1) / 2.0) * width)
+                ys.append(cell['ratio'])
+        ax.bar(xs, ys, width, label=system)
+    ax.axhline(1.0, color='black', linewidth=0.8)
+    ax.set_xticks(range(len(rows)))
+    ax.set_xticklabels([r.workload.name.replace(', ', '\n', 1)
+                        for r in rows], fontsize=8)
+    ax.set_ylabel('time / eager Chainer (lower is faster)')
+    ax.set_title('One thread, median of interleaved rounds')
+    ax.legend(fontsize=8, ncol=len(systems))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def versions():
+    found = {}
+    for name in ('torch', 'onnxruntime'):
+        try:
+            found[name] = __import__(name).__version__
+        except ImportError:
+            found[name] = 'not installed'
+    return found
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    chosen = [w for w in workloads() if args.only is None or any(
+        w.name.startswith(prefix) for prefix in args.only)]
+    main_rows, default_rows = [], []
+    for threads, rows in ((1, main_rows), (None, default_rows)):
+        if threads is None and args.no_default_threads:
+            break
+        undo = set_threads(threads)
+        try:
+            for workload in chosen:
+                row = run_workload(workload, threads, args)
+                rows.append(row)
+                print('%-40s %s threads: %s' % (
+                    workload.name, threads or 'default', '  '.join(
+                        '%s %s' % (s, 'n/a' if isinstance(c, Skipped)
+                                   else '%.2f' % c['ratio'])
+                        for s, c in row.cells.items())))
+                sys.stdout.flush()
+        finally:
+            undo()
+    if args.chart:
+        draw_chart(main_rows, args.chart)
+    if args.output:
+        info = timing.machine_info()
+        info.update(versions())
+        with open(args.output, 'w') as f:
+            f.write(format_report(info, args, main_rows, default_rows,
+                                  args.chart))
+    return main_rows, default_rows
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,30 @@
+"""benchmarks/run.py runs end to end on a small workload, checks every
+system against eager Chainer, and writes its report (timing itself is not
+tested: speed is measured by the benchmark, not by tests)."""
+
+import importlib.util
+
+from benchmarks import run
+
+
+def test_run_writes_a_report_with_every_system(tmp_path):
+    report = tmp_path / 'benchmarks.md'
+    argv = ['--only', 'MLP inference, batch 1', 'LSTM training',
+            '--rounds', '2', '--target-ms', '1', '--no-default-threads',
+            '--output', str(report)]
+    if importlib.util.find_spec('matplotlib') is not None:
+        argv += ['--chart', str(tmp_path / 'benchmarks.png')]
+    rows, default_rows = run.main(argv)
+    assert [r.workload.name for r in rows] == [
+        'MLP inference, batch 1', 'LSTM training step, T = 20']
+    assert default_rows == []
+    for row in rows:
+        for system in ('eager', 'chainerjit', 'numpy'):
+            assert not isinstance(row.cells[system], run.Skipped), (
+                system, row.cells[system].reason)
+    assert isinstance(rows[1].cells['onnxruntime'], run.Skipped)
+    text = report.read_text()
+    assert '| MLP inference, batch 1 |' in text
+    assert 'differs from eager' not in text
+    if '--chart' in argv:
+        assert (tmp_path / 'benchmarks.png').stat().st_size > 0
