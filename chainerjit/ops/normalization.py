@@ -29,7 +29,7 @@ def lower_fixed_batch_normalization(node, ctx):
         x_hat *= inv_std[expander]
         y = x_hat * gamma[expander]
         y += beta[expander]
-        return y.astype(x.dtype)
+        return y.astype(x.dtype, copy=False)
 
     axis = node.axis
 
@@ -72,7 +72,13 @@ def lower_layer_normalization(node, ctx):
         x_mu = x - mu
         var = xp.mean(xp.square(x_mu), axis=1, keepdims=True)
         inv_std = 1. / xp.sqrt(var + eps)
-        return x_mu * inv_std * gamma[None, ] + beta[None, ]
+        if not x_mu.dtype == inv_std.dtype == gamma.dtype == beta.dtype:
+            return x_mu * inv_std * gamma[None, ] + beta[None, ]
+        # The same products and sum, in place on x_mu's buffer.
+        x_mu *= inv_std
+        x_mu *= gamma[None, ]
+        x_mu += beta[None, ]
+        return x_mu
 
     def grad(xs, ys, gys, wanted):
         # LayerNormalization.backward's formulas, on arrays.
