@@ -10,8 +10,9 @@ Workloads: MLP 784-100-100-10 inference at batch 1 and 64 and its training
 step at batch 64; LSTM (input 64, hidden 128, batch 16, T = 20) inference
 and training step; LeNet-style CNN inference at batch 32; a transformer
 encoder block (d_model 64, 4 heads, d_ff 256) on 8 sequences of 32.
-Inference runs in test mode under ``no_backprop_mode``; a training step is
-clear grads, forward, softmax cross entropy, backward and an SGD update.
+Inference runs in test mode with backprop disabled (set once around the
+whole workload, as a serving loop would); a training step is clear grads,
+forward, softmax cross entropy, backward and an SGD update.
 
 Before timing, every system's result is checked against eager Chainer's
 (inference outputs; the losses of three training steps from the same
@@ -148,12 +149,8 @@ def chainer_call(model, workload, x, t):
     import chainer
     import chainer.functions as F
 
-    if workload.kind == 'inference':
-        def infer():
-            with chainer.using_config('train', False), \
-                    chainer.no_backprop_mode():
-                return model(x).array
-        return infer
+    if workload.kind == 'inference':  # run_workload sets test mode
+        return lambda: model(x).array
     optimizer = chainer.optimizers.SGD(lr=LEARNING_RATE)
     optimizer.setup(model)
 
@@ -228,12 +225,10 @@ def build_onnxruntime(model, workload, x, t, threads=1):
         import onnxruntime
     except ImportError:
         return Skipped('onnxruntime is not installed')
-    import chainer
     import chainerjit
     start = time.perf_counter()
     exported = copy.deepcopy(model)
-    with chainer.using_config('train', False), chainer.no_backprop_mode():
-        proto = chainerjit.export_onnx(exported.forward, (x,))
+    proto = chainerjit.export_onnx(exported.forward, (x,))
     options = onnxruntime.SessionOptions()
     if threads:
         options.intra_op_num_threads = threads
@@ -315,8 +310,17 @@ def run_workload(workload, threads, args):
     ``threads`` BLAS threads (``None``: the default). Returns a
     :class:`Row` whose cells are a dict, system to a timing dict or a
     :class:`Skipped`."""
+    import chainer
+
     x, t = make_inputs(workload)
     model = make_model(workload, x)
+    inference = workload.kind == 'inference'
+    with chainer.using_config('train', not inference), \
+            chainer.using_config('enable_backprop', not inference):
+        return _build_check_and_time(workload, threads, args, model, x, t)
+
+
+def _build_check_and_time(workload, threads, args, model, x, t):
     builts = collections.OrderedDict()
     for system in SYSTEMS:
         builder = BUILDERS[system]
