@@ -43,3 +43,20 @@ def test_tiling_max_pooling_is_bit_exact(rng, shape):
     testing.assert_jit_matches_eager(f, calls, rtol=0, atol=0,
                                      lowered=['MaxPoolingND'])
     testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)
+
+
+def test_fixed_batch_normalization_is_bit_exact_when_recorded_for_training(
+        rng):
+    def f(x, gamma, beta, mean, var):
+        return F.fixed_batch_normalization(x, gamma, beta, mean, var)
+
+    calls = [(rng.randn(4, 3, 5, 5).astype(numpy.float32),
+              rng.randn(3).astype(numpy.float32),
+              rng.randn(3).astype(numpy.float32),
+              rng.randn(3).astype(numpy.float32),
+              rng.uniform(0.5, 2, 3).astype(numpy.float32))
+             for _ in range(3)]
+    testing.assert_jit_matches_eager(f, calls, rtol=0, atol=0,
+                                     no_backprop=False)
+    # For inference: a scale and a shift per channel, equal within rounding.
+    testing.assert_jit_matches_eager(f, calls, rtol=1e-5, atol=1e-5)
