@@ -13,9 +13,10 @@ from chainerjit.passes import cse
 from chainerjit.passes import dce
 from chainerjit.passes import fold
 from chainerjit.passes import hoist
+from chainerjit.passes import simplify
 
 
-PIPELINE = (fold.fold_constants, cse.cse, dce.dce,
+PIPELINE = (fold.fold_constants, cse.cse, simplify.simplify, dce.dce,
             hoist.hoist_projections)
 
 

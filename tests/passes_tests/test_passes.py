@@ -13,6 +13,7 @@ from chainerjit import trace
 from chainerjit.passes import cse
 from chainerjit.passes import dce
 from chainerjit.passes import fold
+from chainerjit.passes import simplify
 
 
 def _record(fn, *args):
@@ -107,3 +108,44 @@ def test_cse_then_results_match_eager(rng):
         return F.tanh(x) * F.tanh(x) + F.matmul(F.tanh(x), w)
     jitted = testing.assert_jit_matches_eager(f, calls)
     assert str(jitted.cache_entries()[0].graph).count('Tanh') == 1
+
+
+def _views(x):
+    h = F.reshape(F.reshape(x, (6, 4)), (2, 12))
+    h = F.transpose(F.transpose(h, (1, 0)), (1, 0))
+    h = F.tanh(h)
+    g = F.expand_dims(F.squeeze(F.reshape(h, (2, 1, 12))), 0)
+    return F.swapaxes(F.transpose(F.reshape(g, (1, 2, 3, 4)),
+                                  (0, 2, 1, 3)), 1, 3)
+
+
+def test_simplify_folds_chains_of_views():
+    graph = _record(_views, numpy.zeros((3, 8), numpy.float32))
+    graph, changed = simplify.simplify(graph)
+    assert changed
+    graph, _ = dce.dce(graph)
+    assert _text(graph) == '''\
+graph f(x0: f32[3,8]; ):
+  %0: f32[2,12] = Reshape[shape=(2, 12)](x0)
+  %1: f32[2,12] = Tanh(%0)
+  %2: f32[1,2,3,4] = Reshape[shape=(1, 2, 3, 4)](%1)
+  %3: f32[1,4,2,3] = Transpose[axes=(0, 3, 1, 2)](%2)
+  return (%3)'''
+
+
+def test_simplified_views_match_eager_with_gradients(rng):
+    calls = [(rng.standard_normal((3, 8)).astype(numpy.float32),)
+             for _ in range(3)]
+    testing.assert_jit_matches_eager(_views, calls)
+    testing.assert_jit_grads_match_eager(_views, calls)
+
+
+def test_a_returned_identity_view_is_kept():
+    def f(x):
+        return F.transpose(F.transpose(x, (1, 0)), (1, 0))
+    graph = _record(f, numpy.zeros((2, 3), numpy.float32))
+    graph, _ = dce.dce(simplify.simplify(graph)[0])
+    assert _text(graph) == '''\
+graph f(x0: f32[2,3]; ):
+  %0: f32[2,3] = Transpose[axes=(0, 1)](x0)
+  return (%0)'''
