@@ -139,6 +139,18 @@ class Graph(object):
         self.nodes.append(node)
         return node
 
+    def users(self):
+        """``{value: [nodes reading it]}`` at this level (a loop body's
+        reads show as the Loop node's); ``None`` stands for the graph's
+        outputs."""
+        found = {}
+        for node in self.nodes:
+            for value in node.inputs:
+                found.setdefault(value, []).append(node)
+        for value in self.outputs:
+            found.setdefault(value, []).append(None)
+        return found
+
     def all_consts(self):
         """The constants of this graph and of its loop bodies."""
         found = list(self.consts)

@@ -5,12 +5,12 @@ array of instructions (``opcodes.py``), a register file layout (arguments,
 then constants, then temporaries), a kernel table and a constant pool.
 ``program.dis()`` prints it in the form documented in ``docs/bytecode.md``::
 
-    program MLP.forward: 5 inputs, 0 consts, 7 registers, 5 kernels
+    program MLP.forward: 5 inputs, 0 consts, 7 registers, 2 kernels
       inputs: %0=x %1=l1.W %2=l1.b ...
      line     pc  opcode  args
-       14      0  CALL3   k0:LinearFunction  %0 %1 %2 -> %5
-       14      6  CALL1   k1:ReLU  %5 -> %6
-       14     10  FREE    %5
+       14      0  CALL3   k0:LinearFunction+ReLU  %0 %1 %2 -> %5
+              6  CALL3   k1:LinearFunction  %5 %3 %4 -> %6
+             12  FREE    %5
 """
 
 import collections

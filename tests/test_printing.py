@@ -22,7 +22,7 @@ class TwoLayer(chainer.Chain):
     def forward(self, x):
         h = F.relu(self.l1(x))
         mask = numpy.ones((5, 3), numpy.float32)
-        return self.l2(h * mask), h
+        return self.l2(F.tanh(h * mask)), h
 
 
 def _entry():
@@ -45,11 +45,11 @@ def test_graph_printed_form():
 graph TwoLayer.forward(x: f32[5,4]; l1.W: f32[3,4], l1.b: f32[3], \
 l2.W: f32[2,3]):
   c0: f32[5,3] = const
-  %0: f32[5,3] = LinearFunction(x, l1.W, l1.b)  # test_printing.py:N
-  %1: f32[5,3] = ReLU(%0)  # test_printing.py:N
-  %2: f32[5,3] = Mul(%1, c0)  # test_printing.py:N
+  %0: f32[5,3] = LinearFunction+ReLU(x, l1.W, l1.b)  # test_printing.py:N
+  %1: f32[5,3] = Mul(%0, c0)  # test_printing.py:N
+  %2: f32[5,3] = Tanh(%1)  # test_printing.py:N
   %3: f32[5,2] = LinearFunction(%2, l2.W)  # test_printing.py:N
-  return (%3, %1)'''
+  return (%3, %0)'''
 
 
 def test_program_disassembly():
@@ -58,13 +58,13 @@ program TwoLayer.forward: 4 inputs, 1 consts, 8 registers, 4 kernels
   inputs: %0=x %1=l1.W %2=l1.b %3=l2.W
   consts: %4=f32[5,3]
     line    pc  opcode  args
-       N     0  CALL3   k0:LinearFunction  %0 %1 %2 -> %5
-             6  CALL1   k1:ReLU (into %5)  %5 -> %6
-            10  FREE    %5
-       N    12  CALL2   k2:Mul  %6 %4 -> %5
-            17  CALL2   k3:LinearFunction  %5 %3 -> %7
-            22  FREE    %5
-            24  RET     %7 %6
+       N     0  CALL3   k0:LinearFunction+ReLU  %0 %1 %2 -> %5
+       N     6  CALL2   k1:Mul  %5 %4 -> %6
+            11  CALL1   k2:Tanh (into %6)  %6 -> %7
+            15  FREE    %6
+            17  CALL2   k3:LinearFunction  %7 %3 -> %6
+            22  FREE    %7
+            24  RET     %6 %5
 '''
 
 

@@ -12,12 +12,13 @@ import sys
 from chainerjit.passes import cse
 from chainerjit.passes import dce
 from chainerjit.passes import fold
+from chainerjit.passes import fuse
 from chainerjit.passes import hoist
 from chainerjit.passes import simplify
 
 
 PIPELINE = (fold.fold_constants, cse.cse, simplify.simplify, dce.dce,
-            hoist.hoist_projections)
+            hoist.hoist_projections, fuse.fuse_linear_activation)
 
 
 def run(graph, pipeline=PIPELINE):

@@ -53,7 +53,7 @@ def _hoist_loop(loop):
     counter = body.inputs[0]
     first = 1 + sum(loop.region.carried_read)
     invariant = set(body.inputs[first:])
-    users = _users(body)
+    users = body.users()
     outer_of = dict(zip(body.inputs[first:], loop.inputs[first:]))
     hoisted = []
     for index in list(body.nodes):
@@ -72,16 +72,6 @@ def _hoist_loop(loop):
                       if n is not index]
         hoisted.append(steps)
     return hoisted
-
-
-def _users(graph):
-    found = {}
-    for node in graph.nodes:
-        for value in node.inputs:
-            found.setdefault(value, []).append(node)
-    for value in graph.outputs:
-        found.setdefault(value, []).append(None)
-    return found
 
 
 def _projection(index, counter, invariant, users):
