@@ -37,32 +37,14 @@ def parse_args(argv=None):
     return parser.parse_args(argv)
 
 
-def make_model_class():
-    import chainer
-    import chainer.links as L
-
-    class LSTMClassifier(chainer.Chain):
-        def __init__(self, n_in=64, n_hidden=128, n_out=10):
-            super(LSTMClassifier, self).__init__()
-            with self.init_scope():
-                self.lstm = L.LSTM(n_in, n_hidden)
-                self.out = L.Linear(n_hidden, n_out)
-
-        def forward(self, xs):
-            self.lstm.reset_state()
-            for t in range(xs.shape[0]):
-                h = self.lstm(xs[t])
-            return self.out(h)
-    return LSTMClassifier
-
-
 def build():
     """An eager model and a jitted twin with the same weights."""
     import chainerjit
     import numpy
+    from examples import models
 
     numpy.random.seed(0)
-    cls = make_model_class()
+    cls = models.LSTMClassifier
     eager, jitted = cls(), cls()
     jitted.copyparams(eager)
     jitted.forward = chainerjit.jit(jitted.forward)

@@ -193,29 +193,26 @@ def build_static_graph(model, workload, x, t):
     static.forward = functools.partial(forward, static)
     call = chainer_call(static, workload, x, t)
     try:
-        # It prints as it builds its schedules, on the first calls.
+        # It prints as it builds its schedules.
         with warnings.catch_warnings(), contextlib.redirect_stdout(
                 io.StringIO()):
             warnings.simplefilter('ignore')
-            built = timed_first_call(call)
-            built.first_result = [built.first_result] + [
-                call() for _ in range(2)]
-        return built
+            return timed_first_call(call)
     except Exception as e:  # static_graph supports few models
         return Skipped('fails: %s' % _short(e))
 
 
-def build_torch(model, workload, x, t):
+def _build_competitor(model, workload, x, t, system):
+    """``system``'s twin from ``benchmarks/competitors.py``."""
     from benchmarks import competitors
-    try:
-        import torch  # noqa: F401
-    except ImportError:
-        return Skipped('torch is not installed')
-    factory = getattr(competitors, '%s_%s_torch' % (
-        workload.competitor, workload.kind))
+    factory = getattr(competitors, '%s_%s_%s' % (
+        workload.competitor, workload.kind, system))
     args = (model, x) if workload.kind == 'inference' else (
         model, x, t, LEARNING_RATE)
-    return timed_first_call(factory(*args))
+    run = factory(*args)
+    if run is None:  # an optional dependency is missing
+        return Skipped('%s is not installed' % system)
+    return timed_first_call(run)
 
 
 def build_onnxruntime(model, workload, x, t, threads=1):
@@ -243,22 +240,13 @@ def build_onnxruntime(model, workload, x, t, threads=1):
     return timed_first_call(infer, start)
 
 
-def build_numpy(model, workload, x, t):
-    from benchmarks import competitors
-    factory = getattr(competitors, '%s_%s_numpy' % (
-        workload.competitor, workload.kind))
-    args = (model, x) if workload.kind == 'inference' else (
-        model, x, t, LEARNING_RATE)
-    return timed_first_call(factory(*args))
-
-
 BUILDERS = {
     'eager': build_eager,
     'static_graph': build_static_graph,
     'chainerjit': build_chainerjit,
-    'torch': build_torch,
+    'torch': functools.partial(_build_competitor, system='torch'),
     'onnxruntime': build_onnxruntime,
-    'numpy': build_numpy,
+    'numpy': functools.partial(_build_competitor, system='numpy'),
 }
 
 
@@ -284,11 +272,11 @@ def check(builts):
     import numpy
 
     results = {}
-    for name, built in builts.items():
-        if isinstance(built, Built):
-            first = built.first_result
-            results[name] = first if name == 'static_graph' else [
-                first] + [built.call() for _ in range(2)]
+    with contextlib.redirect_stdout(io.StringIO()):  # static_graph prints
+        for name, built in builts.items():  # as it builds its schedules
+            if isinstance(built, Built):
+                results[name] = [built.first_result] + [
+                    built.call() for _ in range(2)]
     for name, values in results.items():
         try:
             for actual, expected in zip(values, results['eager']):

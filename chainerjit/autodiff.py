@@ -41,13 +41,17 @@ class TrainingPair(object):
         n_outputs: how many of ``forward.outputs`` are the user's.
         wrt: the forward values whose gradients ``backward`` returns, in
             the order of its outputs.
+        scatters: ``{backward node: its scatter}`` for the gradient nodes
+            of indexings (``x[i]``) whose gradient a loop can add in place
+            into a running sum.
     """
 
-    def __init__(self, forward, backward, n_outputs, wrt):
+    def __init__(self, forward, backward, n_outputs, wrt, scatters):
         self.forward = forward
         self.backward = backward
         self.n_outputs = n_outputs
         self.wrt = wrt
+        self.scatters = scatters
 
 
 def differentiate(graph, wrt):
@@ -63,10 +67,10 @@ def differentiate(graph, wrt):
     found = [v for v in wrt if v in builder.grads]
     builder.backward.outputs = [builder.grads[v] for v in found]
     builder.backward.symbols = list(graph.symbols)
-    builder.backward.scatters = builder.scatters
     n_outputs = len(graph.outputs)
     forward.outputs = list(graph.outputs) + builder.saved_forward
-    return TrainingPair(forward, builder.backward, n_outputs, found)
+    return TrainingPair(forward, builder.backward, n_outputs, found,
+                        builder.scatters)
 
 
 def _on_gradient_paths(graph, wrt):
@@ -243,8 +247,7 @@ class _BackwardBuilder(object):
                                   [scan, k], [element]))
             _rename(pair.backward, grad, element)
         grad_of = dict(zip(pair.wrt, pair.backward.outputs))
-        scattered = _scattered(pair.backward, [grad_of[v] for v in
-                                               invariants])
+        scattered = _scattered(pair, [grad_of[v] for v in invariants])
         for inner in pair.backward.nodes:
             if inner not in scattered.values():
                 back.add_node(inner)
@@ -263,7 +266,7 @@ class _BackwardBuilder(object):
                                       [total, grad_of[value]], [summed]))
             else:  # x[i]'s gradient added in place: no zeros per step
                 back.add_node(ir.Node(
-                    'ScatterAdd', ops.Kernel(pair.backward.scatters[step]),
+                    'ScatterAdd', ops.Kernel(pair.scatters[step]),
                     [total] + step.inputs, [summed], loc=step.loc))
             next_sums.append(summed)
         back.inputs = [j] + carried_grads + sums + [n_in] + list_ins + \
@@ -389,12 +392,12 @@ def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
     return run
 
 
-def _scattered(backward, grads):
+def _scattered(pair, grads):
     """``{gradient: the indexing's gradient node computing it}`` for the
     ``grads`` (of a loop's invariants) that come from one indexing: the
     loop adds that step to the running sum in place instead."""
-    return dict((node.outputs[0], node) for node in backward.nodes
-                if node in backward.scatters and node.outputs[0] in grads)
+    return dict((node.outputs[0], node) for node in pair.backward.nodes
+                if node in pair.scatters and node.outputs[0] in grads)
 
 
 def _rename(graph, old, new):

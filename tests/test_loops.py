@@ -17,6 +17,7 @@ import pytest
 import chainerjit
 from chainerjit import errors
 from chainerjit import testing
+from examples import models
 
 
 def _rand(rng, *shape):
@@ -48,24 +49,9 @@ def _loop_nodes(graph):
 
 # --- an LSTM over sequences of any length -----------------------------------
 
-class Classifier(chainer.Chain):
-    """L.LSTM over ``xs`` (T, B, I), the last state classified."""
-
-    def __init__(self, n_in=6, n_hidden=8, n_out=3):
-        super(Classifier, self).__init__()
-        with self.init_scope():
-            self.lstm = L.LSTM(n_in, n_hidden)
-            self.out = L.Linear(n_hidden, n_out)
-
-    def forward(self, xs):
-        self.lstm.reset_state()
-        for t in range(xs.shape[0]):
-            h = self.lstm(xs[t])
-        return self.out(h)
-
-
 class StatelessClassifier(chainer.Chain):
-    """The same with the state in local variables (L.StatelessLSTM)."""
+    """``models.LSTMClassifier`` with the state in local variables
+    (L.StatelessLSTM)."""
 
     def __init__(self, n_in=6, n_hidden=8, n_out=3):
         super(StatelessClassifier, self).__init__()
@@ -99,7 +85,7 @@ def test_lstm_lengths_1_7_70_share_one_entry():
 
 
 def test_stateful_lstm_compiles_once_for_every_length():
-    model, twin = _twins(Classifier)
+    model, twin = _twins(models.LSTMClassifier, 6, 8, 3)
     jf = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(0)
     with chainer.no_backprop_mode():
@@ -114,7 +100,7 @@ def test_stateful_lstm_compiles_once_for_every_length():
 
 
 def test_lstm_training_matches_eager_at_each_length():
-    model, twin = _twins(Classifier)
+    model, twin = _twins(models.LSTMClassifier, 6, 8, 3)
     jf = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(1)
     for length in (5, 5, 2, 11):

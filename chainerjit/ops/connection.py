@@ -32,12 +32,19 @@ def lower_linear(node, ctx):
     # the dtypes whether the product needs a cast back to x's dtype.
     unit_axis = ctx.xp is numpy and 1 in ctx.in_shapes[0]
     cast = ctx.in_dtypes[0] != ctx.in_dtypes[1]
-    if ctx.xp is numpy and not unit_axis and len(set(ctx.in_dtypes)) == 1:
-        return Kernel(_weight_first_linear, grad=GradRule(grad_linear,
-                                                          inputs=(0, 1)),
-                      onnx=_linear_to_onnx, fresh=True)
+    # Up to 64 rows, ``(W x^T)^T``, which OpenBLAS runs up to twice as
+    # fast there (16 x 128 by 512: 58 us instead of 103 us here; from 128
+    # rows on it is slower); the transposed product is copied to C order
+    # with the bias added in the same pass.
+    weight_first = ctx.xp is numpy and not unit_axis and \
+        len(set(ctx.in_dtypes)) == 1
 
     def linear_fn(x, W, b=None):
+        if weight_first and len(x) <= 64:
+            y = W.dot(x.T).T
+            if b is None:
+                return numpy.ascontiguousarray(y)
+            return numpy.add(y, b, order='C')
         if unit_axis and not (x.flags.c_contiguous or
                               x.flags.f_contiguous):
             x = numpy.ascontiguousarray(x)
@@ -50,22 +57,6 @@ def lower_linear(node, ctx):
 
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
                   onnx=_linear_to_onnx, fresh=True)
-
-
-def _weight_first_linear(x, W, b=None):
-    """``x W^T (+ b)``; up to 64 rows computed as ``(W x^T)^T``, which
-    OpenBLAS runs up to twice as fast there (16 x 128 by 512: 58 us
-    instead of 103 us here; from 128 rows on it is slower). The transposed
-    result is copied to C order, with the bias added in the same pass."""
-    if len(x) > 64:
-        y = x.dot(W.T)
-        if b is not None:
-            y += b
-        return y
-    y = W.dot(x.T).T
-    if b is None:
-        return numpy.ascontiguousarray(y)
-    return numpy.add(y, b, order='C')
 
 
 def grad_linear(xs, ys, gys, wanted):
