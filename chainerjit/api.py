@@ -190,8 +190,7 @@ class JitFunction(object):
         """Applies the compiled forward as one node of Chainer's graph,
         with the model's Variables as inputs, so that backprop reaches
         them."""
-        if isinstance(instance, chainer.Link):
-            optimizers.jitted_links.add(instance)
+        _note_jitted_link(instance)
         node = function.CompiledFunction(entry.training, symbols)
         try:
             outs = node.apply(list(leaves) + entry.model_inputs(params))
@@ -321,6 +320,7 @@ class JitFunction(object):
                              recording, symbols)
         if key[1] and entry.program is not None:  # backprop enabled
             entry.training = self._training(graph, leaves, recording)
+            _note_jitted_link(instance)
         return entry
 
     def _roll_loops(self, recording, sig, n_leaves):
@@ -484,6 +484,12 @@ _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
 
 def _has_guards(nodes):
     return any(node.op == 'Guard' for node in nodes)
+
+
+def _note_jitted_link(instance):
+    """Lets ``optimizers`` take its fast update for this model."""
+    if isinstance(instance, chainer.Link):
+        optimizers.jitted_links.add(instance)
 
 
 def _pure_but_guards(nodes):

@@ -13,6 +13,8 @@ Chainer accumulates them.
 import weakref
 
 import chainer
+from chainer import configuration
+import numpy
 
 from chainerjit import codegen
 
@@ -63,6 +65,36 @@ class CompiledFunction(chainer.FunctionNode):
             if variable is not None:
                 variable.unchain()
 
+    def apply(self, inputs):
+        """``FunctionNode.apply`` without the steps that do nothing for
+        this node: NumPy arrays in the default layout, no function hooks,
+        no debug mode and no static graph. Anything else takes Chainer's
+        own ``apply``. It links the node into the graph exactly as that
+        does."""
+        input_vars = [x if isinstance(x, chainer.Variable) else
+                      chainer.Variable(x, requires_grad=False)
+                      for x in inputs]
+        if not _plain_numpy_call(self, input_vars):
+            return super(CompiledFunction, self).apply(input_vars)
+        n_in = len(input_vars)
+        self._input_layouts = (None,) * n_in
+        self._input_indexes_to_retain = None
+        self._output_indexes_to_retain = None
+        outputs = self.forward(tuple([v._data[0] for v in input_vars]))
+        self._output_layouts = (None,) * len(outputs)
+        self._output_count = len(outputs)
+        requires_grad = any([v.requires_grad for v in input_vars])
+        ret = tuple([chainer.Variable._init_unchecked(
+            y, requires_grad=requires_grad) for y in outputs])
+        if configuration.config.enable_backprop:
+            self.rank = max([v.rank for v in input_vars]) if n_in else 0
+            for y in ret:
+                y.creator_node = self
+            self.inputs = tuple([v.node for v in input_vars])
+            self.outputs = tuple([weakref.ref(y.node) for y in ret])
+            self.lazy_grad_sum = configuration.config.lazy_grad_sum
+        return ret
+
     def _check_data_type_forward(self, in_data):
         """No type check: the cache key already fixed every input's
         shape and dtype, and the guards every model array's."""
@@ -86,6 +118,17 @@ class CompiledFunction(chainer.FunctionNode):
                                            self.symbols)
         return tuple(_variable(grads, self.training.grad_index[i])
                      for i in indexes)
+
+
+def _plain_numpy_call(node, input_vars):
+    """Would ``FunctionNode.apply`` only run ``forward`` and link the
+    graph for these inputs?"""
+    config = configuration.config
+    return (not chainer.is_debug() and config.schedule_func is None and
+            not chainer.get_function_hooks() and
+            node._n_local_function_hooks == 0 and
+            all([type(v._data[0]) is numpy.ndarray and v._layout is None
+                 for v in input_vars]))
 
 
 class _Output(chainer.FunctionNode):
