@@ -192,7 +192,8 @@ class LoopRun(object):
         self.targets = ()  # the names the loop statement binds
         self.defined = set()  # IR values its iterations computed
         self.python_safe = False  # see regions.python_unaware
-        self.previous_lasti = -1
+        self.previous_lasti = -1  # a comprehension's latest line event
+        self.previous_line = None
 
     @property
     def n_iterations(self):
@@ -249,8 +250,8 @@ class LoopWatcher(object):
         if code.co_name in _COMPREHENSIONS:
             if id(frame) not in self._comps:  # not a generator resuming
                 site, = sites.values()
-                self._comps[id(frame)] = LoopRun(
-                    site, self.position(), False, None)
+                self._comps[id(frame)] = self._start_comprehension(
+                    site, frame)
             return self._on_comprehension_event
         return self._on_statement_event
 
@@ -286,14 +287,42 @@ class LoopWatcher(object):
         run.targets = site.targets
         return run
 
+    def _start_comprehension(self, site, frame):
+        """A comprehension written in the jitted function itself gets its
+        trip count from its iterable, read in that function's frame, as a
+        ``for`` statement's does."""
+        parent = frame.f_back
+        top = parent is not None and parent.f_code is self.top_code
+        found = comprehension_and_parents(parent.f_code, site.header) \
+            if top else None
+        if found is None:
+            return LoopRun(site, self.position(), False, None)
+        generator = found[0].generators[0]
+        trip = trip_source(site._replace(iter_expr=generator.iter), parent,
+                           self.arguments)
+        run = LoopRun(site, self.position(), True, trip)
+        run.code = parent.f_code
+        run.targets = tuple(n.id for n in ast.walk(generator.target)
+                            if isinstance(n, ast.Name))
+        run.snapshots.append(_locals_summary(frame))
+        return run
+
     def _on_comprehension_event(self, frame, event, arg):
         run = self._comps.get(id(frame))
         if run is None:
             return None
         if event == 'line':
-            if _at_for_iter(frame) and frame.f_lasti < run.previous_lasti:
+            # Back at FOR_ITER: from a later instruction, or on the line
+            # of the previous event (a one-line comprehension has no
+            # event on the way there: only the jump back makes one).
+            if _at_for_iter(frame) and (
+                    frame.f_lasti <= run.previous_lasti or
+                    frame.f_lineno == run.previous_line):
                 run.boundaries.append(self.position())  # a jump back
+                if run.code is not None:
+                    run.snapshots.append(_locals_summary(frame))
             run.previous_lasti = frame.f_lasti
+            run.previous_line = frame.f_lineno
         elif event == 'return' and not _suspended(frame):
             del self._comps[id(frame)]
             self._close(run, 'done')
@@ -508,6 +537,36 @@ def _length_source(node, frame, arguments, offset):
     where = _argument(node, frame, arguments)
     if where is not None and where[0] == 'static':
         return TripSource('static', (where[1], node.id), offset)
+    length = _length_alias(node, frame.f_code)
+    if length is not None:
+        return _length_source(length, frame, arguments, offset)
+    return None
+
+
+def _length_alias(node, code):
+    """For a name the function assigns once, in a statement of its own
+    body, from ``len(X)`` or ``X.shape[k]`` (``T = len(xs)``), that
+    expression; else ``None``."""
+    if not isinstance(node, ast.Name):
+        return None
+    function = _function_ast(code)
+    if function is None or any(isinstance(n, (ast.Global, ast.Nonlocal))
+                               for n in ast.walk(function)):
+        return None
+    stores = [n for n in _names(function, node.id)
+              if not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1:
+        return None
+    assign = next((s for s in function.body if isinstance(s, ast.Assign)
+                   and s.targets == [stores[0]]), None)
+    if assign is None:
+        return None
+    value = assign.value
+    if _is_call(value, 'len') and len(value.args) == 1 or \
+            isinstance(value, ast.Subscript) and \
+            isinstance(value.value, ast.Attribute) and \
+            value.value.attr == 'shape':
+        return value
     return None
 
 
@@ -667,7 +726,8 @@ def _is_range_bound(node, parents):
 
 def _is_for_iterable(node, parents):
     loop = parents.get(node)
-    return isinstance(loop, ast.For) and loop.iter is node
+    return isinstance(loop, (ast.For, ast.comprehension)) and \
+        loop.iter is node
 
 
 def _is_iterable_of_for(name, parents):
@@ -699,6 +759,9 @@ def _loop_index(subscript, parents):
     while node in parents:
         node = parents[node]
         if isinstance(node, ast.For) and _targets(node.target, target):
+            return True
+        if isinstance(node, _COMPREHENSION_NODES) and any(
+                _targets(g.target, target) for g in node.generators):
             return True
     return False
 
@@ -804,6 +867,86 @@ def _is_reduction(test):
 # --- loops whose trip count may be symbolic ----------------------------------
 
 _COLLECTORS = frozenset(['stack', 'concat', 'vstack', 'hstack', 'dstack'])
+
+
+_COMPREHENSION_NODES = (ast.ListComp, ast.SetComp, ast.DictComp,
+                        ast.GeneratorExp)
+
+
+def comprehension_and_parents(code, header):
+    """The one comprehension with a single ``for`` clause whose source
+    spans ``header`` in ``code``'s function, innermost first, and each
+    node's parent; ``None`` if there is none or the line is ambiguous."""
+    found = _function_and_offset(code)
+    if found is None:
+        return None
+    function, offset, parents = found
+    line = header - offset
+    spanning = [n for n in ast.walk(function)
+                if isinstance(n, _COMPREHENSION_NODES) and
+                n.lineno <= line <= n.end_lineno]
+    innermost = [n for n in spanning
+                 if not any(m is not n and m in set(ast.walk(n))
+                            for m in spanning)]
+    if len(innermost) != 1 or len(innermost[0].generators) != 1:
+        return None
+    return innermost[0], parents
+
+
+def comprehension_problem(code, header, kinds=None):
+    """As :func:`symbolic_loop_problem`, for a comprehension in ``code``
+    whose ``for`` clause is on ``header``: one ``for`` clause without
+    ``if``; a counter (``range``, ``enumerate``) used only to index; no
+    ``:=`` and no hidden Python state change; and the list it makes is
+    used only whole, by ``F.stack`` or ``F.concat``, directly or through
+    a name assigned once."""
+    found = comprehension_and_parents(code, header)
+    if found is None:
+        return 'no source'
+    comp, parents = found
+    generator = comp.generators[0]
+    if generator.ifs or generator.is_async:
+        return 'the comprehension filters its items'
+    inside = set(ast.walk(comp)) - set(ast.walk(generator.iter))
+    if any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.Await))
+           for n in inside):
+        return 'the comprehension assigns a name or yields'
+    counter = _counter_name(generator)
+    for use in inside:
+        if isinstance(use, ast.Name) and use.id == counter and \
+                isinstance(use.ctx, ast.Load) and \
+                not _index_use(use, parents):
+            return 'the loop variable %r is used in Python' % counter
+    hidden = _hidden_state_change(inside, kinds or {})
+    if hidden:
+        return hidden
+    return _whole_list_use(comp, parents)
+
+
+def _whole_list_use(comp, parents):
+    """``None`` if the comprehension's list is only passed whole to a
+    collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``
+    only)."""
+    holder = parents.get(comp)
+    if _collected(comp, holder):
+        return None
+    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and \
+            isinstance(holder.targets[0], ast.Name):
+        function = holder
+        while function in parents and not isinstance(
+                function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            function = parents[function]
+        uses = [n for n in _names(function, holder.targets[0].id)
+                if n is not holder.targets[0]]
+        if all(isinstance(n.ctx, ast.Load) and
+               _collected(n, parents.get(n)) for n in uses):
+            return None
+    return 'the list the comprehension makes is used item by item'
+
+
+def _collected(node, call):
+    return isinstance(call, ast.Call) and node in call.args and \
+        _call_name(call) in _COLLECTORS
 
 
 def symbolic_loop_problem(code, header, kinds=None):

@@ -1023,14 +1023,28 @@ def python_unaware(run, values):
     (a symbolic trip count, an exit)."""
     kinds = dict((name, summary[0]) for name, summary in
                  run.snapshots[0].items()) if run.snapshots else {}
-    if run.code is None or control.symbolic_loop_problem(
-            run.code, run.site.header, kinds) is not None:
+    if run.code is None:
+        return False
+    if run.site.kind == 'comp':
+        return _comprehension_unaware(run, values, kinds)
+    if control.symbolic_loop_problem(run.code, run.site.header,
+                                     kinds) is not None:
         return False
     indexed = control.counter_indexed_names(run.code, run.site.header)
     if indexed is None or any(
             run.snapshots[0].get(name, ('missing',))[0] != 'array' or
             values.get(run.snapshots[0][name][1]) is None
             for name in indexed):
+        return False
+    return _python_state_unchanged(run, values)
+
+
+def _comprehension_unaware(run, values, kinds):
+    """:func:`python_unaware` for a comprehension in the jitted function:
+    its source rules (``control.comprehension_problem``) and its frame's
+    state unchanged between iterations."""
+    if control.comprehension_problem(run.code, run.site.header,
+                                     kinds) is not None:
         return False
     return _python_state_unchanged(run, values)
 

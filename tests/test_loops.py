@@ -514,3 +514,108 @@ def test_reading_the_size_of_the_length_axis_keeps_it_in_the_key(rng):
     entry, = jf.cache_entries()
     assert 'xs: f32[2,4,3]' in str(entry.signature)
     testing.assert_jit_matches_eager(_batch_major_rnn, calls[2:], jitted=jf)
+
+
+# --- lengths through an alias, and comprehensions ---------------------------
+
+class _RNNLinks(chainer.Chain):
+    def __init__(self):
+        super(_RNNLinks, self).__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(4, 3)
+            self.h2h = L.Linear(3, 3)
+
+
+class LenAliasRNN(_RNNLinks):
+    def forward(self, xs):
+        T = len(xs)
+        h = self.xp.zeros((xs.shape[1], 3), numpy.float32)
+        for t in range(T):
+            h = F.tanh(self.x2h(xs[t]) + self.h2h(h))
+        return h
+
+
+class ShapeAliasRNN(_RNNLinks):
+    def forward(self, xs):
+        T = xs.shape[0]
+        h = self.xp.zeros((xs.shape[1], 3), numpy.float32)
+        for t in range(T):
+            h = F.tanh(self.x2h(xs[t]) + self.h2h(h))
+        return h
+
+
+class ItemsComprehension(_RNNLinks):
+    def forward(self, xs):
+        return F.stack([F.tanh(self.x2h(x)) for x in xs])
+
+
+class IndexesComprehension(_RNNLinks):
+    def forward(self, xs):
+        hs = [F.relu(self.x2h(xs[t])) for t in range(len(xs))]
+        return F.stack(hs)
+
+
+class TwoLineComprehension(_RNNLinks):
+    def forward(self, xs):
+        hs = [F.sigmoid(self.x2h(x))
+              for x in xs]
+        return F.concat(hs, axis=1)
+
+
+def _train_both(model, twin, xs):
+    for m in (model, twin):
+        m.cleargrads()
+        F.sum(m(xs) ** 2).backward()
+
+
+@pytest.mark.parametrize('cls', [
+    LenAliasRNN, ShapeAliasRNN, ItemsComprehension, IndexesComprehension,
+    TwoLineComprehension])
+def test_alias_and_comprehension_lengths_share_one_entry(cls, rng):
+    model, twin = _twins(cls)
+    model.forward = chainerjit.jit(model.forward)
+    for length in (3, 3, 7, 1, 12):
+        xs = _rand(rng, length, 2, 4)
+        with chainer.no_backprop_mode():
+            testing.assert_results_equal(model(xs), twin(xs),
+                                         rtol=1e-5, atol=1e-6)
+        _train_both(model, twin, xs)
+        _assert_grads_equal(model, twin)
+    entries = model.forward.cache_entries()
+    assert len(entries) == 2, model.forward.cache_report()  # test, train
+    assert all('xs: f32[T,2,4]' in str(e.signature) for e in entries)
+
+
+def _alias_used_as_a_value(xs):
+    T = len(xs)
+    h = xs[0]
+    for t in range(1, T):
+        h = h + xs[t]
+    return h / T  # the length is baked into the program
+
+
+def _comprehension_read_by_item(xs):
+    hs = [F.tanh(x) for x in xs]
+    return hs[-1] * 2
+
+
+def _comprehension_with_a_filter(xs):
+    return F.stack([F.tanh(x) for x in xs if x.shape[0] > 1])
+
+
+def _comprehension_in_a_helper(xs):
+    return _stack_of_squares(xs)
+
+
+def _stack_of_squares(xs):
+    return F.stack([x * x for x in xs])
+
+
+@pytest.mark.parametrize('fn', [
+    _alias_used_as_a_value, _comprehension_read_by_item,
+    _comprehension_with_a_filter, _comprehension_in_a_helper])
+def test_lengths_the_python_can_see_stay_in_the_key(fn, rng):
+    calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 5)]
+    jf = testing.assert_jit_matches_eager(fn, calls)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+    assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
