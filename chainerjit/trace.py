@@ -691,6 +691,53 @@ def _note_changed_python_state(instance, before, recorder):
                                  None)
 
 
+def _note_changed_arguments(passed, originals, copies, proxies, leaves,
+                            recorder):
+    """An escape when the forward changed a list or dict argument in
+    place (it ran on copies of the caller's containers, with the leaves
+    traced); the change is copied into the caller's containers, so that
+    this call has eager's effect."""
+    now = []
+    try:
+        changed = signature.flatten(copies, now) != passed or any(
+            a is not b for a, b in zip(now, proxies))
+    except errors.UnsupportedArgument:
+        changed = True
+    if not changed:
+        return
+    recorder.note_escape('changing a list or dict argument in place', None)
+    _copy_back(originals, copies, proxies, leaves)
+
+
+def _copy_back(original, copy, proxies, leaves):
+    """Makes the caller's containers in ``original`` hold what their
+    copies in ``copy`` hold now."""
+    if isinstance(original, tuple) and isinstance(copy, tuple):
+        for o, c in zip(original, copy):
+            _copy_back(o, c, proxies, leaves)
+    elif isinstance(original, list) and isinstance(copy, list):
+        original[:] = [_copied_item(original, i, c, proxies, leaves)
+                       for i, c in enumerate(copy)]
+    elif isinstance(original, dict) and isinstance(copy, dict):
+        items = [(k, _copied_item(original, k, c, proxies, leaves))
+                 for k, c in copy.items()]
+        original.clear()
+        original.update(items)
+
+
+def _copied_item(original, key, copy, proxies, leaves):
+    """The caller's own container at ``key`` updated in place, or the
+    copy's item with proxies turned back into the caller's objects."""
+    try:
+        mine = original[key]
+    except (IndexError, KeyError):
+        mine = None
+    if type(mine) is type(copy) and isinstance(copy, (list, dict, tuple)):
+        _copy_back(mine, copy, proxies, leaves)
+        return mine
+    return _untag_result(copy, proxies, leaves)
+
+
 def _swap_model_arrays(instance, recorder):
     """Binds the model's arrays to IR params and views them as traced.
     Returns the list of restore actions."""
@@ -776,8 +823,8 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
         array = signature.leaf_array(proxy)
         recorder.bind(array, graph.add_value('input', array.shape,
                                              array.dtype, input_name))
-    call_args, call_kwargs = signature.unflatten(
-        signature.flatten((args, kwargs), []), proxies)
+    passed = signature.flatten((args, kwargs), [])
+    call_args, call_kwargs = signature.unflatten(passed, proxies)
     random_functions = _patch_global_random()
     _state.recorder = recorder
     link_setattr = chainer.Link.__setattr__
@@ -813,6 +860,8 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
         _state.recorder = None
         _restore_model_arrays(restore)
     _note_changed_python_state(instance, python_state, recorder)
+    _note_changed_arguments(passed, (args, kwargs), (call_args, call_kwargs),
+                            proxies, leaves, recorder)
     _untag_graph(recorder.applied)
     _adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)

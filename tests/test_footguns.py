@@ -22,9 +22,12 @@ Eager fall-backs, with a one-time warning naming the line:
   9. ``float(v.array)``, ``v.item()``, ``bool`` of an array, a branch on
      an array value, a shape that depends on values.
   10. An argument chainerjit cannot key on (an object of your own class).
+  11. A list or dict argument changed in place (a counter bumped, a
+      state dict given a new Variable): the change reaches the caller's
+      container, as in eager mode.
 
 Still frozen at recording time (documented in the README):
-  11. Globals and class attributes read only by helper functions the
+  12. Globals and class attributes read only by helper functions the
       forward calls (not by the forward's own code).
 """
 
@@ -179,3 +182,43 @@ def test_closure_values_are_guarded(rng):
     assert jitted.cache_info().misses == 3
     assert 'closure table: another object' in \
         jitted.cache_entries()[0].guard_failures(None)
+
+
+def _scaled_by_a_counter(xs, counter):
+    def bump(x):
+        counter[0] += 1
+        return x * counter[0]
+    return F.stack([bump(x) for x in xs])
+
+
+@pytest.mark.filterwarnings('ignore::chainerjit.FallbackWarning')
+def test_a_list_argument_changed_in_place_changes_the_callers(rng):
+    jitted, mine, theirs = chainerjit.jit(_scaled_by_a_counter), [0], [0]
+    for n in (3, 3, 5):
+        xs = rng.standard_normal((n, 2)).astype(numpy.float32)
+        actual = jitted(xs, mine)
+        testing.assert_results_equal(actual, _scaled_by_a_counter(xs, theirs))
+        assert mine == theirs
+
+
+def test_a_state_dict_argument_gets_the_new_variable(rng):
+    link = L.Linear(3, 3)
+
+    def step(x, state):
+        state['h'] = F.tanh(link(x) + state['h'])
+        return state['h'] * 2
+
+    jitted = chainerjit.jit(step)
+    x = rng.standard_normal((2, 3)).astype(numpy.float32)
+    h = chainer.Variable(numpy.zeros((2, 3), numpy.float32))
+    mine, theirs = {'h': h}, {'h': h}
+    with pytest.warns(chainerjit.FallbackWarning, match='argument in place'):
+        actual = jitted(x, mine)
+    expected = step(x, theirs)
+    testing.assert_results_equal(actual, expected)
+    assert type(mine['h']) is chainer.Variable and mine['h'] is not h
+    assert type(mine['h'].array) is numpy.ndarray
+    numpy.testing.assert_array_equal(mine['h'].array, theirs['h'].array)
+    mine['h'].grad = numpy.ones((2, 3), numpy.float32)
+    mine['h'].backward()  # the caller's Variable is in Chainer's graph
+    assert link.W.grad is not None
