@@ -17,6 +17,7 @@ from chainerjit import errors
 from chainerjit import function
 from chainerjit import guards
 from chainerjit import optimizers
+from chainerjit import packing
 from chainerjit import passes
 from chainerjit import regions
 from chainerjit import signature
@@ -88,6 +89,7 @@ class JitFunction(object):
         self._warned_recompile = False
         self._lengths_unsound = False  # a symbolic length gave another
         # result than eager: lengths stay in the key
+        self._unpacked = set()  # list arguments recorded item by item
         self.cache = cache_module.Cache(options['maxsize'])
         self.last_entry = None  # the entry the latest call used
         functools.update_wrapper(self, fn)
@@ -122,18 +124,18 @@ class JitFunction(object):
         instance = self._instance()
         if trace.is_recording():  # inlined into an outer recording
             return self._eager(instance, args, kwargs)
+        if chainer.get_function_hooks() or chainer._get_link_hooks():
+            return self._eager(instance, args, kwargs)  # hooks see each op
         train, backprop = signature.config_flags()
         try:
-            key, leaves = signature.make_key(args, kwargs, train, backprop)
+            key, leaves, packed = self.call_key(args, kwargs, train, backprop)
         except errors.UnsupportedArgument as e:
             self._warn_fallback(e, trace.user_location(2))
             return self._eager(instance, args, kwargs)
-        if chainer.get_function_hooks() or chainer._get_link_hooks():
-            return self._eager(instance, args, kwargs)  # hooks see each op
         entry, params, symbols = self.cache.lookup(key, instance)
         if entry is None:
             self.cache.misses += 1
-            return self._compile(key, leaves, instance, args, kwargs)
+            return self._compile(key, leaves, instance, args, kwargs, packed)
         self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
@@ -155,6 +157,21 @@ class JitFunction(object):
         if entry.effects:
             entry.replay_effects(instance, outs, leaves)
         return entry.build_result(outs, leaves, instance)
+
+    def call_key(self, args, kwargs, train, backprop):
+        """``(key, leaves, packed)`` of a call (``onnx_export`` reads it
+        too). List arguments of alike
+        arrays are packed into one array each (``chainerjit.packing``)
+        unless this function records them item by item; ``packed`` is
+        then ``(paths, packed args, packed kwargs)``, else ``None``."""
+        paths = packing.list_paths(args, kwargs)
+        if paths and paths not in self._unpacked:
+            args, kwargs = packing.pack(args, kwargs, paths)
+            key, leaves = signature.make_key(args, kwargs, train, backprop)
+            return packing.mark_key(key, paths), leaves, (paths, args,
+                                                          kwargs)
+        key, leaves = signature.make_key(args, kwargs, train, backprop)
+        return key, leaves, None
 
     def _verify_length(self, entry, leaves, params, symbols, instance, args,
                        kwargs):
@@ -214,9 +231,10 @@ class JitFunction(object):
                 # program that covers more calls (a loop that ran longer
                 # rolls into a region with an exit).
                 self.cache.remove(entry)
-                key, leaves = signature.make_key(
+                key, leaves, packed = self.call_key(
                     args, kwargs, *signature.config_flags())
-                replaced = self._compile(key, leaves, instance, args, kwargs)
+                replaced = self._compile(key, leaves, instance, args, kwargs,
+                                         packed)
                 if self.last_entry is not None:
                     self.last_entry.branch_misses = entry.branch_misses
                 return replaced
@@ -247,16 +265,26 @@ class JitFunction(object):
             fn, args, kwargs, key, leaves,
             cache_module.model_param_items(instance))
 
-    def _compile(self, key, leaves, instance, args, kwargs):
+    def _compile(self, key, leaves, instance, args, kwargs, packed=None):
+        """Records the call and caches its entry; returns the call's
+        result. A call with packed lists (see :meth:`_key`) keeps its
+        entry only if packing made the lengths symbolic; otherwise the
+        function records those lists item by item from the next call on
+        (this call's recording already ran, and its result stands)."""
         start = time.perf_counter()
-        sig = self._signature(key, leaves, instance, args, kwargs)
+        recorded_args = (args, kwargs) if packed is None else packed[1:]
+        sig = self._signature(key, leaves, instance, *recorded_args)
         reason = self._miss_reason(sig, key, instance)
         model_state = cache_module.link_state(instance)
         py_guards = guards.python_guards(self._fn, instance)
         recording = trace.record(
-            self._fn, instance, args, kwargs, leaves, self.__name__,
-            [name for name, _ in sig.items[:len(leaves)]])
+            self._fn, instance, recorded_args[0], recorded_args[1], leaves,
+            self.__name__, [name for name, _ in sig.items[:len(leaves)]],
+            None if packed is None else (packed[0], args, kwargs))
         fallback = self._fallback_reason(recording, py_guards, instance)
+        if packed is not None and fallback is not None:
+            self._unpacked.add(packed[0])
+            return recording.result
         if fallback is None and _has_guards(recording.graph.nodes) and \
                 not _pure_but_guards(recording.graph.nodes):
             fallback = ('a branch on an array value in a forward with '
@@ -269,6 +297,9 @@ class JitFunction(object):
         else:
             entry = self._compiled_entry(key, sig, model_state, py_guards,
                                          recording, leaves, instance)
+        if packed is not None and not _packing_pays(entry, recording):
+            self._unpacked.add(packed[0])
+            return recording.result
         entry.compile_seconds = time.perf_counter() - start
         self.last_entry = entry
         evicted = self.cache.insert(entry)
@@ -454,10 +485,12 @@ class JitFunction(object):
         instance = self._instance()
         config = chainer.config
         try:
-            key, leaves = signature.make_key(args, kwargs, config.train,
-                                             config.enable_backprop)
+            key, leaves, packed = self.call_key(
+                args, kwargs, config.train, config.enable_backprop)
         except errors.UnsupportedArgument as e:
             return '%s would run eagerly: %s' % (self.__name__, e)
+        if packed is not None:
+            args, kwargs = packed[1:]
         entries = self.cache.entries()
         for i, entry in enumerate(entries):
             general = entry.symbolic.generalize(key) if entry.symbolic \
@@ -484,6 +517,12 @@ _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
 
 def _has_guards(nodes):
     return any(node.op == 'Guard' for node in nodes)
+
+
+def _packing_pays(entry, recording):
+    """Packed lists are kept where the lengths became symbolic and every
+    row is read by an op, not returned (see ``chainerjit.packing``)."""
+    return entry.symbolic is not None and recording.rows_read
 
 
 def _note_jitted_link(instance):

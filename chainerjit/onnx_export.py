@@ -22,7 +22,6 @@ import numpy
 from chainerjit import api
 from chainerjit import errors
 from chainerjit import ir
-from chainerjit import signature
 
 
 OPSET = 17
@@ -143,8 +142,8 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
         array = _model_array(entry, value)
         builder.constant(chainer.backend.CpuDevice().send(array),
                          names[value])
-    _symbols(builder, entry, names, signature.make_key(
-        tuple(args), kwargs or {}, False, False)[0])
+    _symbols(builder, entry, names,
+             jitted.call_key(tuple(args), kwargs or {}, False, False)[0])
     for node in graph.nodes:
         _convert(builder, node, names)
     outputs, sources = _output_names(builder, entry, names)
@@ -173,6 +172,8 @@ def _entry_for(jitted, args, kwargs):
     """The inference cache entry for ``args``, compiling it if needed."""
     with chainer.no_backprop_mode(), chainer.using_config('train', False):
         jitted(*args, **kwargs)
+        if jitted.last_entry is None:  # it tried packing lists, kept none
+            jitted(*args, **kwargs)
     entry = jitted.last_entry
     if entry is None or entry.program is None:
         raise ExportError(

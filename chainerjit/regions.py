@@ -37,6 +37,7 @@ from chainerjit import control
 from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit import packing
 
 
 class Region(object):
@@ -88,6 +89,10 @@ def roll_loops(graph, recording):
         of :class:`Unrolled` for loops of two or more iterations left as
         they were.
     """
+    if recording.row_nodes:
+        packing.move_items_into_loops(graph, recording.loops,
+                                      recording.row_nodes)
+    rows = set(n.outputs[0] for n in recording.row_nodes)
     nodes = list(graph.nodes)
     runs = [(run, _chunks(nodes, run)) for run in recording.loops]
     rolled, unrolled = {}, []
@@ -97,7 +102,7 @@ def roll_loops(graph, recording):
             continue
         run.defined = set(v for chunk in chunks for n in chunk
                           for v in n.outputs)
-        run.python_safe = python_unaware(run, recording.values)
+        run.python_safe = python_unaware(run, recording.values, rows)
         plan = None
         for peel in (0, 1):
             plan = _plan(chunks, peel, run, fingerprints)
@@ -866,6 +871,14 @@ class Symbolic(collections.namedtuple(
         """``(symbolic key, trip counts)`` of a concrete key, or ``None``
         if this program does not apply to it."""
         train, backprop, structure, specs, alias = key
+        if structure[0] == 'packed':  # see chainerjit.packing
+            general = self.generalize(
+                (train, backprop, structure[2], specs, alias))
+            if general is None:
+                return None
+            key = general[0]
+            return (key[:2] + (structure[:2] + (key[2],),) + key[3:],
+                    general[1])
         if self.kind == 'dim':
             leaf, axis = self.where
             if leaf >= len(specs) or axis >= len(specs[leaf][0]):
@@ -1015,7 +1028,7 @@ def _recorded_trip(loop):
     return skip.inputs[1] if skip is not None else loop.inputs[0]
 
 
-def python_unaware(run, values):
+def python_unaware(run, values, rows=frozenset()):
     """Whether the loop's Python cannot tell how many iterations ran: the
     source rules of ``control.symbolic_loop_problem``, the counter
     indexing only arrays, and Python state unchanged between iterations.
@@ -1031,12 +1044,22 @@ def python_unaware(run, values):
                                      kinds) is not None:
         return False
     indexed = control.counter_indexed_names(run.code, run.site.header)
-    if indexed is None or any(
-            run.snapshots[0].get(name, ('missing',))[0] != 'array' or
-            values.get(run.snapshots[0][name][1]) is None
-            for name in indexed):
+    if indexed is None or not all(
+            _indexable(run.snapshots[0].get(name, ('missing',)), values,
+                       rows) for name in indexed):
         return False
     return _python_state_unchanged(run, values)
+
+
+def _indexable(summary, values, rows):
+    """May the counter index this local (its summary at the loop's
+    start)? An array the recording follows, or a packed list's rows
+    (``rows``: their values; see ``chainerjit.packing``)."""
+    if summary[0] == 'array':
+        return values.get(summary[1]) is not None
+    return summary[0] == 'list' and bool(summary[2]) and all(
+        item[0] == 'array' and values.get(item[1]) in rows
+        for item in summary[2])
 
 
 def _comprehension_unaware(run, values, kinds):

@@ -29,6 +29,7 @@ from chainerjit import errors
 from chainerjit import guards
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit import packing
 from chainerjit import signature
 
 
@@ -373,6 +374,8 @@ class Recording(object):
         self.outputs = outputs  # (structure, leaf specs) of the result
         self.result = result  # what the eager run returned
         self.escape = escape  # None or (description, loc)
+        self.row_nodes = []  # nodes indexing packed lists' rows
+        self.rows_read = True  # each read by an op, none returned
 
 
 class _Recorder(object):
@@ -691,15 +694,16 @@ def _note_changed_python_state(instance, before, recorder):
                                  None)
 
 
-def _note_changed_arguments(passed, originals, copies, proxies, leaves,
-                            recorder):
+def _note_changed_arguments(passed, compared, originals, copies, proxies,
+                            leaves, recorder):
     """An escape when the forward changed a list or dict argument in
     place (it ran on copies of the caller's containers, with the leaves
-    traced); the change is copied into the caller's containers, so that
-    this call has eager's effect."""
+    traced): ``compared``, the arguments as the forward left them, differ
+    from the call's structure ``passed``. The change is copied into the
+    caller's containers, so that this call has eager's effect."""
     now = []
     try:
-        changed = signature.flatten(copies, now) != passed or any(
+        changed = signature.flatten(compared, now) != passed or any(
             a is not b for a, b in zip(now, proxies))
     except errors.UnsupportedArgument:
         changed = True
@@ -790,7 +794,8 @@ def _traced_leaf(leaf, restore):
     return leaf
 
 
-def record(fn, instance, args, kwargs, leaves, name, input_names):
+def record(fn, instance, args, kwargs, leaves, name, input_names,
+           packed=None):
     """Runs ``fn`` define-by-run and records it.
 
     Args:
@@ -799,6 +804,10 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
         args, kwargs: the call's arguments; ``leaves`` their flattened
             Variables and arrays (see :func:`signature.flatten`).
         name: the graph's name; ``input_names`` names the leaves.
+        packed: for a call whose list arguments ``chainerjit.packing``
+            stacked into ``args`` and ``kwargs``: ``(paths, the caller's
+            args, the caller's kwargs)``. The forward then gets lists of
+            the stacked arrays' rows.
 
     Returns:
         Recording: the graph, where each parameter comes from, the
@@ -806,10 +815,11 @@ def record(fn, instance, args, kwargs, leaves, name, input_names):
     """
     with _recording_lock:
         return _record_locked(fn, instance, args, kwargs, leaves, name,
-                              input_names)
+                              input_names, packed)
 
 
-def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
+def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
+                   packed):
     graph = ir.Graph(name)
     recorder = _Recorder(graph)
     python_state = _python_state(instance)
@@ -842,7 +852,12 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
     watcher = control.LoopWatcher(
         lambda: len(graph.nodes), getattr(fn, '__code__', None),
         _loop_arguments(fn, instance, args, kwargs, proxies))
+    rows = _Rows()
     try:
+        if packed is not None:
+            call_args, call_kwargs = rows.unpack(
+                graph, call_args, call_kwargs, packed, proxies)
+            watcher.arguments.update(rows.arguments)
         with watcher:
             if instance is not None:
                 result = fn(instance, *call_args, **call_kwargs)
@@ -860,21 +875,96 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names):
         _state.recorder = None
         _restore_model_arrays(restore)
     _note_changed_python_state(instance, python_state, recorder)
-    _note_changed_arguments(passed, (args, kwargs), (call_args, call_kwargs),
-                            proxies, leaves, recorder)
+    # Rows of packed lists are the caller's items, as arguments are.
+    stand_ins, originals = proxies + rows.objects, leaves + rows.originals
+    _note_changed_arguments(
+        passed, rows.repacked(call_args, call_kwargs),
+        packed[1:] if packed is not None else (args, kwargs),
+        (call_args, call_kwargs), stand_ins, originals, recorder)
     _untag_graph(recorder.applied)
     _adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)
     effects = _record_effects(instance, recorder, proxies)
     for kind, link, name, value in recorder.effects:
-        untagged = _untag_result(value, proxies, leaves)
+        untagged = _untag_result(value, stand_ins, originals)
         if kind == 'setattr' and untagged is not value and \
                 getattr(link, name, None) is value:
             object.__setattr__(link, name, untagged)
-    return Recording(graph, outputs, effects, _untag_result(
-        result, proxies, leaves), recorder.escape, recorder.param_arrays,
-        recorder.generic_outputs, recorder.param_owners, recorder, watcher,
+    recording = Recording(
+        graph, outputs, effects, _untag_result(result, stand_ins, originals),
+        recorder.escape, recorder.param_arrays, recorder.generic_outputs,
+        recorder.param_owners, recorder, watcher,
         _written_first(instance, recorder))
+    recording.row_nodes = rows.nodes
+    recording.rows_read = rows.note_unread(graph)
+    return recording
+
+
+class _Rows(object):
+    """The lists of rows a packed call's forward gets instead of its list
+    arguments (see ``chainerjit.packing``).
+
+    Attributes:
+        nodes: the recorded nodes that index the rows.
+        objects, originals: each row, and the caller's item it stands for.
+        arguments: ``{id(list): ('leaf', index of the packed leaf)}``, for
+            the loop watcher's trip counts.
+    """
+
+    def __init__(self):
+        self.nodes = []
+        self.objects = []
+        self.originals = []
+        self.arguments = {}
+        self._lists = []  # (path, list given, its rows, packed proxy)
+
+    def unpack(self, graph, call_args, call_kwargs, packed, proxies):
+        """The forward's arguments with each packed proxy as a list of
+        its rows, indexed by recorded nodes."""
+        paths, caller_args, caller_kwargs = packed
+        first = len(graph.nodes)
+        args, kwargs, rows = packing.unpacked_arguments(
+            call_args, call_kwargs, paths)
+        self.nodes = graph.nodes[first:]
+        for path, items in rows:
+            where, key, _ = path
+            proxy = (call_args if where == 'args' else call_kwargs)[key]
+            given = (args if where == 'args' else kwargs)[key]
+            caller = (caller_args if where == 'args' else caller_kwargs)[key]
+            self.objects.extend(items)
+            self.originals.extend(caller)
+            self._lists.append((path, given, tuple(items), proxy))
+            leaf = next(i for i, p in enumerate(proxies) if p is proxy)
+            self.arguments[id(given)] = ('leaf', leaf)
+        return args, kwargs
+
+    def note_unread(self, graph):
+        """Tells each packing node which rows no recorded op read, so
+        that, as in eager mode, they get no gradient from this call.
+        Returns whether every row was read by an op and none returned."""
+        users = graph.users()
+        start = 0
+        for _, _, items, proxy in self._lists:
+            nodes = self.nodes[start:start + len(items)]
+            start += len(items)
+            if isinstance(proxy, chainer.Variable) and \
+                    isinstance(proxy.creator, packing.PackRows):
+                proxy.creator.unread = frozenset(
+                    k for k, node in enumerate(nodes)
+                    if node.outputs[0] not in users)
+        return all(n.outputs[0] in users and None not in users[n.outputs[0]]
+                   for n in self.nodes)
+
+    def repacked(self, call_args, call_kwargs):
+        """The forward's arguments with each list of rows it left as it
+        was back as its packed proxy (to compare with the call's)."""
+        args, kwargs = list(call_args), dict(call_kwargs)
+        for (where, key, _), given, items, proxy in self._lists:
+            holder = args if where == 'args' else kwargs
+            if holder[key] is given and len(given) == len(items) and all(
+                    a is b for a, b in zip(given, items)):
+                holder[key] = proxy
+        return tuple(args), kwargs
 
 
 def _loop_arguments(fn, instance, args, kwargs, proxies):

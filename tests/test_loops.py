@@ -619,3 +619,169 @@ def test_lengths_the_python_can_see_stay_in_the_key(fn, rng):
     jf = testing.assert_jit_matches_eager(fn, calls)
     assert jf.cache_info().currsize == 2, jf.cache_report()
     assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
+
+
+# --- Python lists of arrays: packed into one array -------------------------
+
+class ListRNN(_RNNLinks):
+    """An RNN over a Python list of steps, as most Chainer code has it."""
+
+    def forward(self, xs):
+        h = self.xp.zeros((xs[0].shape[0], 3), numpy.float32)
+        for x in xs:
+            h = F.tanh(self.x2h(x) + self.h2h(h))
+        return h
+
+
+def _steps(rng, length, as_variables=True):
+    xs = [_rand(rng, 2, 4) for _ in range(length)]
+    if as_variables:
+        return [chainer.Variable(x) for x in xs]
+    return xs
+
+
+def _copies(xs):
+    return [chainer.Variable(x.array.copy()) for x in xs]
+
+
+def test_a_list_of_any_length_shares_one_entry(rng):
+    model, twin = _twins(ListRNN)
+    model.forward = chainerjit.jit(model.forward)
+    sizes = set()
+    for length in (3, 3, 7, 1, 70):
+        xs = _steps(rng, length)
+        theirs = _copies(xs)
+        for m, steps in ((model, xs), (twin, theirs)):
+            m.cleargrads()
+            y = m(steps)
+            F.sum(y ** 2).backward()
+        testing.assert_results_equal(y, twin(theirs), rtol=1e-5, atol=1e-6)
+        _assert_grads_equal(model, twin)
+        for mine, eager in zip(xs, theirs):  # each step gets its gradient
+            numpy.testing.assert_allclose(mine.grad, eager.grad,
+                                          rtol=1e-4, atol=1e-5)
+        sizes.add(model.forward.last_entry.n_instructions)
+    entry, = model.forward.cache_entries()
+    assert 'xs: f32[T,2,4]' in str(entry.signature)
+    assert len(sizes) == 1  # the program does not grow with the length
+
+
+def _zip_lists(xs, ys):
+    h = 0
+    for x, y in zip(xs, ys):
+        h = F.tanh(x * y + h)
+    return h
+
+
+def _enumerate_list(xs):
+    h = 0
+    for t, x in enumerate(xs):
+        h = h + x * xs[t]
+    return h
+
+
+def _index_a_list(xs):
+    h = xs[0] * 0
+    for t in range(len(xs)):
+        h = F.tanh(h + xs[t])
+    return h
+
+
+def _comprehension_over_a_list(xs):
+    return F.stack([F.sigmoid(x) for x in xs])
+
+
+@pytest.mark.parametrize('fn, n_lists', [
+    (_zip_lists, 2), (_enumerate_list, 1), (_index_a_list, 1),
+    (_comprehension_over_a_list, 1)])
+@pytest.mark.parametrize('kind', [list, tuple])
+def test_list_loops_are_symbolic_and_match_eager(fn, n_lists, kind, rng):
+    calls = [tuple(kind(_steps(rng, n, as_variables=False))
+                   for _ in range(n_lists)) for n in (3, 3, 6, 2, 9)]
+    jf = testing.assert_jit_matches_eager(fn, calls)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    assert 'f32[T,2,4]' in str(jf.cache_entries()[0].signature)
+
+
+def _read_after_the_loop(xs):
+    h = 0
+    for x in xs:
+        h = h + x
+    return h * xs[-1]
+
+
+def _over_a_slice(xs):
+    h = xs[0]
+    for x in xs[1:]:
+        h = F.tanh(h + x)
+    return h
+
+
+def _reversed_list(xs):
+    h = 0
+    for x in reversed(xs):
+        h = F.tanh(h * 0.5 + x)
+    return h
+
+
+def _mean_by_length(xs):
+    h = 0
+    for x in xs:
+        h = h + x
+    return h / len(xs)
+
+
+def _returns_a_step(xs):
+    for x in xs:
+        pass
+    return xs[1]
+
+
+@pytest.mark.parametrize('fn', [
+    _read_after_the_loop, _over_a_slice, _reversed_list, _mean_by_length,
+    _returns_a_step, sum])
+def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
+    calls = [(_steps(rng, n),) for n in (3, 3, 5, 5)]
+    jf = testing.assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+    if fn is _returns_a_step:  # the caller's own Variable, as eagerly
+        xs = _steps(rng, 4)
+        assert jf(xs) is xs[1]
+
+
+def test_steps_no_op_reads_get_no_gradient_as_in_eager_mode(rng):
+    def first_step_only(xs):
+        return xs[0] * 2
+
+    jf = chainerjit.jit(first_step_only)
+    for n in (3, 3, 4):
+        xs = _steps(rng, n)
+        theirs = _copies(xs)
+        F.sum(jf(xs)).backward()
+        F.sum(first_step_only(theirs)).backward()
+        assert [x.grad is None for x in xs] == \
+            [x.grad is None for x in theirs] == [False] + [True] * (n - 1)
+
+
+def test_a_list_and_the_stacked_array_are_different_entries(rng):
+    def f(xs):
+        h = 0
+        for x in xs:
+            h = F.tanh(h + x)
+        return h
+
+    steps = _steps(rng, 4, as_variables=False)
+    jf = testing.assert_jit_matches_eager(
+        f, [(steps,), (steps,), (numpy.stack(steps),),
+            (numpy.stack(steps),)])
+    assert jf.cache_info().currsize == 2
+
+
+def test_a_list_of_unlike_arrays_is_recorded_item_by_item(rng):
+    def f(xs):
+        return [F.sum(x) for x in xs]
+
+    calls = [([_rand(rng, n, 3) for n in (1, 2, 3)],),
+             ([_rand(rng, n, 3) for n in (1, 2, 3)],)]
+    jf = testing.assert_jit_matches_eager(f, calls)
+    assert 'xs[2]: f32[3,3]' in str(jf.cache_entries()[0].signature)

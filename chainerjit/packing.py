@@ -1,0 +1,152 @@
+"""Python lists of arrays as one array with a length axis.
+
+Plain tracing unrolls ``for x in xs`` over a list: every item is an input
+of its own, so each list length is a program of its own. For a list
+argument whose items are alike (NumPy arrays, or Variables, of one shape
+and dtype), the jitted function instead *packs* the list: the program
+takes one array ``xs: f32[T,...]`` stacked from the items (``F.stack`` for
+Variables that need gradients, so that Chainer hands each item its part),
+and the recorded forward gets a list of that array's rows, each taken
+with ``xs[k]`` by a recorded node. :func:`move_items_into_loops` then
+places each row's indexing next to the one node that reads it; inside a
+loop the iterations read ``xs[0]``, ``xs[1]``, ... exactly as a loop over
+an array argument does, so the loop rolls and its trip count becomes
+symbolic by the same rules (``regions.symbolize``).
+
+Packing is kept only where it pays and cannot be seen: the entry must be
+symbolic and every row must be read inside the rolled loops (a row
+returned, or read after the loop as ``xs[-1]``, would not be the caller's
+own object, or would be read at a recorded position). Otherwise the
+function records lists item by item from then on (``api``).
+"""
+
+import chainer
+import chainer.functions as F
+import numpy
+
+
+def list_paths(args, kwargs):
+    """The top-level arguments that are lists (or tuples) of one or more
+    alike NumPy arrays or Variables, as ``(where, key, type name)``:
+    ``(('args', 0, 'list'), ('kwargs', 'xs', 'tuple'))``."""
+    paths = []
+    for i, arg in enumerate(args):
+        if _alike_items(arg):
+            paths.append(('args', i, type(arg).__name__))
+    for name, arg in kwargs.items():
+        if _alike_items(arg):
+            paths.append(('kwargs', name, type(arg).__name__))
+    return tuple(paths)
+
+
+def _alike_items(value):
+    kind = type(value)
+    if (kind is not list and kind is not tuple) or not value:
+        return False
+    first = value[0]
+    if type(first) is numpy.ndarray:
+        return all(type(a) is numpy.ndarray and a.shape == first.shape and
+                   a.dtype == first.dtype for a in value)
+    if type(first) is not chainer.Variable or \
+            type(first.array) is not numpy.ndarray:
+        return False
+    return all(type(v) is chainer.Variable and
+               type(v.array) is numpy.ndarray and
+               v.shape == first.shape and v.dtype == first.dtype and
+               v.requires_grad == first.requires_grad for v in value)
+
+
+def pack(args, kwargs, paths):
+    """``(args, kwargs)`` with the list at each path replaced by its
+    items stacked on a new first axis."""
+    args, kwargs = list(args), dict(kwargs)
+    for where, key, _ in paths:
+        holder = args if where == 'args' else kwargs
+        holder[key] = _stacked(holder[key])
+    return tuple(args), kwargs
+
+
+def _stacked(items):
+    if type(items[0]) is numpy.ndarray:
+        return numpy.stack(items)
+    if items[0].requires_grad and chainer.config.enable_backprop:
+        packed, = PackRows().apply(items)
+        return packed
+    return chainer.Variable(numpy.stack([v.array for v in items]),
+                            requires_grad=False)
+
+
+class PackRows(chainer.FunctionNode):
+    """``F.stack(items)`` whose backward gives no gradient (``None``, as
+    eager mode leaves ``.grad``) to the rows in ``unread``: rows the
+    recorded forward never passed to an op."""
+
+    unread = frozenset()
+
+    def forward(self, inputs):
+        return numpy.stack(inputs),
+
+    def backward(self, indexes, grad_outputs):
+        gy, = grad_outputs
+        return tuple(None if k in self.unread else F.get_item(gy, k)
+                     for k in indexes)
+
+
+def mark_key(key, paths):
+    """The key of a packed call: the structure says which arguments were
+    lists (and of which type), so a call passing the stacked array
+    itself does not share the entry."""
+    train, backprop, structure, specs, alias = key
+    return (train, backprop, ('packed', tuple(paths), structure), specs,
+            alias)
+
+
+def unpacked_arguments(args, kwargs, paths):
+    """What the recorded forward gets: each packed argument (a traced
+    array or Variable) as a list (or tuple) of its rows, taken by
+    recorded indexing. Returns ``(args, kwargs, rows)``, ``rows`` a list
+    of ``(path, [row, ...])``."""
+    args, kwargs = list(args), dict(kwargs)
+    rows = []
+    for path in paths:
+        where, key, kind = path
+        holder = args if where == 'args' else kwargs
+        packed = holder[key]
+        items = [packed[k] if isinstance(packed, numpy.ndarray)
+                 else F.get_item(packed, k) for k in range(len(packed))]
+        rows.append((path, items))
+        holder[key] = items if kind == 'list' else tuple(items)
+    return tuple(args), kwargs, rows
+
+
+def move_items_into_loops(graph, runs, item_nodes):
+    """Moves each row-indexing node (recorded before the forward ran)
+    that one node reads to just before that node, and shifts the loop
+    runs' iteration boundaries to match, so that a loop's iterations each
+    index their own row. Returns the nodes left where they were."""
+    users = graph.users()
+    before = {}
+    for node in item_nodes:
+        readers = set(users.get(node.outputs[0], []))
+        if len(readers) == 1 and None not in readers:
+            readers = list(readers)
+            before.setdefault(readers[0], []).append(node)
+    moved = set(n for group in before.values() for n in group)
+    if not moved:
+        return list(item_nodes)
+    old = graph.nodes
+    new, start_of = [], {}
+    for position, node in enumerate(old):
+        if node in moved:
+            continue
+        start_of[position] = len(new)
+        new.extend(before.get(node, []))
+        new.append(node)
+    start_of[len(old)] = len(new)
+    for position in range(len(old) - 1, -1, -1):
+        start_of.setdefault(position, start_of[position + 1])
+    for run in runs:
+        run.boundaries = [start_of[b] for b in run.boundaries]
+        run.end = start_of[run.end]
+    graph.nodes = new
+    return [n for n in item_nodes if n not in moved]
