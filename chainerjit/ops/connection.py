@@ -134,18 +134,32 @@ def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
     return y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
 
 
+def _patches(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
+    """The patches of a convolution without ``cover_all``: a strided view
+    ``(N, C, out_h, out_w, kh, kw)`` of the padded input."""
+    pads = ((0, 0), (0, 0), (ph, ph), (pw, pw))
+    window = (dy * (kh - 1) + 1, dx * (kw - 1) + 1)
+    v = sliding_window_view(numpy.pad(x, pads), window, axis=(2, 3))
+    return v[:, :, ::sy, ::sx, ::dy, ::dx]
+
+
 def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
     """The patches of a convolution without ``cover_all`` as a C-ordered
     ``(N*out_h*out_w, C*kh*kw)`` matrix: ``im2col_cpu``'s values laid out
     exactly as ``numpy.tensordot`` lays them out for its product, so the
     products below give Chainer's results bit for bit, gathered from a
     strided view of the padded input in one copy."""
-    pads = ((0, 0), (0, 0), (ph, ph), (pw, pw))
-    window = (dy * (kh - 1) + 1, dx * (kw - 1) + 1)
-    v = sliding_window_view(numpy.pad(x, pads), window, axis=(2, 3))
-    v = v[:, :, ::sy, ::sx, ::dy, ::dx]
+    v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
     return v.transpose(0, 2, 3, 1, 4, 5).reshape(
         -1, x.shape[1] * kh * kw)
+
+
+def patch_columns(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
+    """``im2col_cpu``'s array ``(N, C, kh, kw, out_h, out_w)`` for a
+    convolution without ``cover_all``, gathered in one copy (about a
+    third faster than im2col's copy per kernel position on LeNet)."""
+    v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
+    return numpy.ascontiguousarray(v.transpose(0, 1, 4, 5, 2, 3))
 
 
 def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
@@ -218,6 +232,7 @@ def lower_convolution_2d(node, ctx):
                       out_h=out_h, out_w=out_w)
 
     k = c_in * kh * kw
+    dilate = dict(dy=node.dy, dx=node.dx)
 
     def per_image(x, W, b=None):
         # One product per image, W (c_out, k) by its patches (k, out_h *
@@ -225,7 +240,8 @@ def lower_convolution_2d(node, ctx):
         # (N, c_out, out_h, out_w), with no transposing copy of the patches
         # as tensordot makes (2x to 4x faster on LeNet's layers here), but
         # its sums may round differently from Chainer's in the last bit.
-        col = conv.im2col_cpu(x, *col_args, **col_kwargs)
+        col = conv.im2col_cpu(x, *col_args, **col_kwargs) \
+            if node.cover_all else patch_columns(x, *col_args, **dilate)
         y = numpy.matmul(W.reshape(c_out, k),
                          col.reshape(len(x), k, out_h * out_w))
         y = y.astype(x.dtype, copy=False).reshape(
@@ -233,6 +249,9 @@ def lower_convolution_2d(node, ctx):
         if b is not None:
             y += b.reshape(1, c_out, 1, 1)
         return y
+    # Each output channel is linear in its own filter and bias, so a scale
+    # per channel may be folded into them (passes/fuse.py).
+    per_image.per_output_channel = True
 
     def dense(x, W, b=None):
         col = conv.im2col_cpu(x, *col_args, **col_kwargs)
@@ -265,7 +284,6 @@ def lower_convolution_2d(node, ctx):
 
     in_h, in_w = ctx.in_shapes[0][2:]
     w_shape, w_dtype = ctx.in_shapes[1], ctx.in_dtypes[1]
-    dilate = dict(dy=node.dy, dx=node.dx)
     col2im_args = (node.sy, node.sx, node.ph, node.pw, in_h, in_w)
     im2col_kwargs = dict(cover_all=node.cover_all, **dilate)
 

@@ -32,14 +32,19 @@ def lower_fixed_batch_normalization(node, ctx):
         y += beta[expander]
         return y.astype(x.dtype, copy=False)
 
+    def scale_shift(gamma, beta, mean, var):
+        scale = gamma * numpy.sqrt(numpy.reciprocal(var + eps))
+        return scale, beta - mean * scale
+
     def folded_bn(x, gamma, beta, mean, var):
         # For inference: one scale and one shift per channel, two passes
         # over x instead of four (equal to the above within rounding).
-        scale = gamma * numpy.sqrt(numpy.reciprocal(var + eps))
-        shift = beta - mean * scale
+        scale, shift = scale_shift(gamma, beta, mean, var)
         y = x * scale[expander]
         y += shift[expander]
         return y.astype(x.dtype, copy=False)
+    folded_bn.scale_shift = scale_shift  # passes/fuse.py folds it into
+    # the convolution before it
 
     axis = node.axis
 
@@ -74,7 +79,7 @@ def lower_fixed_batch_normalization(node, ctx):
     forward = folded_bn if folds else fixed_bn
     return Kernel(forward, attrs={'eps': eps, 'axis': axis},
                   grad=GradRule(grad, inputs=(0, 1, 3, 4)),
-                  onnx=_fixed_bn_to_onnx(eps, axis, expander))
+                  onnx=_fixed_bn_to_onnx(eps, axis, expander), fresh=folds)
 
 
 @lowering(layer_normalization.LayerNormalization)

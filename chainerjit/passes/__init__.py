@@ -18,7 +18,8 @@ from chainerjit.passes import simplify
 
 
 PIPELINE = (fold.fold_constants, cse.cse, simplify.simplify, dce.dce,
-            hoist.hoist_projections, fuse.fuse_linear_activation)
+            hoist.hoist_projections, fuse.fuse_conv_batchnorm,
+            fuse.fuse_linear_activation)
 
 
 def run(graph, pipeline=PIPELINE):

@@ -1,4 +1,5 @@
-"""Fusing a linear layer with the activation after it."""
+"""Fusing a linear layer with the activation after it, and an inference
+convolution with the test-mode batch normalization after it."""
 
 from chainerjit import ir
 from chainerjit import ops
@@ -22,24 +23,54 @@ def fuse_linear_activation(graph):
 
     Loop bodies are fused too.
     """
-    return graph, _fuse(graph)
+    return graph, _fuse(graph, _activation_after, _fused)
 
 
-def _fuse(graph):
+def fuse_conv_batchnorm(graph):
+    """Makes ``fixed_batch_normalization(conv(x, W, b), ...)`` one
+    convolution when both were recorded for inference and nothing else
+    reads the convolution: each call scales ``W`` and ``b`` per output
+    channel by the normalization's scale and adds its shift to ``b``
+    (equal within rounding, as the inference convolution already is), so
+    the normalization's passes over the activations disappear.
+
+    Before::
+
+        %0: f32[32,6,28,28] = Convolution2DFunction(x, W, b)
+        %1: f32[32,6,28,28] = FixedBatchNormalization(%0, g, b2, m, v)
+
+    After::
+
+        %1: f32[32,6,28,28] = Convolution2DFunction+FixedBatchNormalization(
+            x, W, b, g, b2, m, v)
+    """
+    return graph, _fuse(graph, _normalization_after, _conv_normalized)
+
+
+def _fuse(graph, find, make):
+    """Replaces each node with the node ``find(node, users)`` returns by
+    ``make(node, found)``, in ``graph`` and its loop bodies."""
     changed = False
     users = graph.users()
-    replaced = {}  # linear node -> fused node; activation -> None
+    replaced = {}  # first node -> fused node; the second -> None
     for node in graph.nodes:
         if node.region is not None:
-            changed |= _fuse(node.region.body)
-        act = _activation_after(node, users)
-        if act is not None:
-            replaced[node] = _fused(node, act)
-            replaced[act] = None
+            changed |= _fuse(node.region.body, find, make)
+        second = find(node, users)
+        if second is not None:
+            replaced[node] = make(node, second)
+            replaced[second] = None
     if replaced:
         graph.nodes = [replaced.get(n, n) for n in graph.nodes
                        if replaced.get(n, n) is not None]
     return changed or bool(replaced)
+
+
+def _only_reader(node, users):
+    readers = users.get(node.outputs[0], [])
+    if len(readers) != 1 or readers[0] is None:
+        return None
+    return readers[0]
 
 
 def _activation_after(linear, users):
@@ -48,10 +79,9 @@ def _activation_after(linear, users):
     if linear.op != 'LinearFunction' or linear.generic or \
             not linear.kernel.fresh or linear.kernel.grad is None:
         return None
-    readers = users.get(linear.outputs[0], [])
-    if len(readers) != 1 or readers[0] is None:
+    act = _only_reader(linear, users)
+    if act is None:
         return None
-    act = readers[0]
     if act.op not in ACTIVATIONS or act.generic or not act.kernel.inplace \
             or act.kernel.grad is None or act.kernel.grad.inputs:
         return None
@@ -79,3 +109,43 @@ def _fused(linear, act):
         grad, linear_grad.inputs, act_grad.outputs), onnx=onnx, fresh=True)
     return ir.Node('%s+%s' % (linear.op, act.op), kernel, linear.inputs,
                    act.outputs, linear.attrs, loc=linear.loc)
+
+
+def _normalization_after(conv, users):
+    """The test-mode batch normalization over channels that alone reads
+    ``conv``'s output, if both were lowered for inference (their kernels
+    say so: ``per_output_channel`` and ``scale_shift``)."""
+    if conv.op != 'Convolution2DFunction' or conv.generic or \
+            not getattr(conv.kernel.fn, 'per_output_channel', False):
+        return None
+    bn = _only_reader(conv, users)
+    if bn is None or bn.op != 'FixedBatchNormalization' or bn.generic or \
+            bn.inputs[0] is not conv.outputs[0] or \
+            dict(bn.kernel.attrs).get('axis') != (0, 2, 3) or \
+            getattr(bn.kernel.fn, 'scale_shift', None) is None:
+        return None
+    return bn
+
+
+def _conv_normalized(conv, bn):
+    conv_fn, scale_shift = conv.kernel.fn, bn.kernel.fn.scale_shift
+    n_conv = len(conv.inputs)
+
+    def fn(x, W, *rest):
+        scale, shift = scale_shift(*rest[n_conv - 2:])
+        bias = shift if n_conv == 2 else rest[0] * scale + shift
+        W = (W * scale.reshape(-1, 1, 1, 1)).astype(W.dtype, copy=False)
+        return conv_fn(x, W, bias.astype(x.dtype, copy=False))
+
+    def to_onnx(b, ins, outs):
+        product = b.fresh('conv')
+        conv.kernel.onnx(b, ins[:n_conv], [product])
+        bn.kernel.onnx(b, [product] + ins[n_conv:], outs)
+
+    onnx = to_onnx if conv.kernel.onnx and bn.kernel.onnx else None
+    attrs = dict(conv.kernel.attrs)
+    attrs['eps'] = dict(bn.kernel.attrs)['eps']
+    kernel = ops.Kernel(fn, attrs, onnx=onnx, fresh=True)
+    return ir.Node('%s+%s' % (conv.op, bn.op), kernel,
+                   conv.inputs + bn.inputs[1:], bn.outputs, conv.attrs,
+                   loc=conv.loc)
