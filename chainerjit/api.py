@@ -139,7 +139,8 @@ class JitFunction(object):
         self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
-        if symbols and tuple(symbols) not in entry.verified_lengths:
+        if symbols and tuple(symbols) not in entry.verified_lengths and \
+                entry.program is not None:
             return self._verify_length(entry, leaves, params, symbols,
                                        instance, args, kwargs)
         if backprop and entry.needs_grad(leaves):
@@ -520,9 +521,15 @@ def _has_guards(nodes):
 
 
 def _packing_pays(entry, recording):
-    """Packed lists are kept where the lengths became symbolic and every
-    row is read by an op, not returned (see ``chainerjit.packing``)."""
-    return entry.symbolic is not None and recording.rows_read
+    """Packed lists are kept where the lengths became symbolic, every row
+    is read by an op that passes gradients (not only returned, or read as
+    an array), and no loop may stop early: then each row gets a gradient
+    exactly where eager mode gives its item one (see
+    ``chainerjit.packing``)."""
+    return entry.symbolic is not None and entry.program is not None and \
+        recording.rows_read and not any(
+            node.region is not None and node.region.counts
+            for node in entry.graph.nodes)
 
 
 def _note_jitted_link(instance):

@@ -50,6 +50,9 @@ class _Emitter(object):
         self.consts = graph.all_consts()
         self.reg = {v: i for i, v in enumerate(args + self.consts)}
         self.pinned = set(self.reg) | set(graph.outputs)  # never freed
+        # Read by a kernel that may return a view of them: a later kernel
+        # must not write into their buffers while the view may be alive.
+        self.viewed = set()
         self.replay = replay
         self.last_use = {}
         self.position = {}
@@ -115,6 +118,8 @@ class _Emitter(object):
         if node not in self.replay and (node.kernel.fresh or
                                         reused is not None):
             self.fresh.update(node.outputs)
+        else:
+            self.viewed.update(node.inputs)
         self.kernel_names.append(node.label + (
             '' if reused is None else ' (into %%%d)' % ins[reused]))
         self.code += opcodes.encode_call(len(self.kernels) - 1, ins, outs,
@@ -127,7 +132,8 @@ class _Emitter(object):
         for k in sorted(node.kernel.inplace or ()):
             value = node.inputs[k]
             if (out is not None and value in self.fresh and
-                    value not in self.pinned and value.shape and
+                    value not in self.pinned and value not in self.viewed
+                    and value.shape and
                     self.last_use.get(value) == self.position[node] and
                     node.inputs.count(value) == 1 and
                     (value.shape, value.dtype) == (out.shape, out.dtype)):

@@ -36,7 +36,21 @@ def list_paths(args, kwargs):
     for name, arg in kwargs.items():
         if _alike_items(arg):
             paths.append(('kwargs', name, type(arg).__name__))
+    if paths and not _distinct(args, kwargs, paths):
+        return ()
     return tuple(paths)
+
+
+def _distinct(args, kwargs, paths):
+    """Each item is in one list once and is no other argument: rows are
+    new objects, so ``xs[0] is xs[-1]`` or ``xs[0] is x0`` would change.
+    The same list passed twice is left alone too."""
+    lists = [(args if where == 'args' else kwargs)[key]
+             for where, key, _ in paths]
+    items = [id(item) for lst in lists for item in lst]
+    others = [id(a) for a in list(args) + list(kwargs.values())]
+    return len(set(map(id, lists))) == len(lists) and \
+        len(set(items)) == len(items) and not set(items) & set(others)
 
 
 def _alike_items(value):
@@ -73,7 +87,7 @@ def _stacked(items):
         packed, = PackRows().apply(items)
         return packed
     return chainer.Variable(numpy.stack([v.array for v in items]),
-                            requires_grad=False)
+                            requires_grad=items[0].requires_grad)
 
 
 class PackRows(chainer.FunctionNode):
@@ -112,11 +126,22 @@ def unpacked_arguments(args, kwargs, paths):
         where, key, kind = path
         holder = args if where == 'args' else kwargs
         packed = holder[key]
-        items = [packed[k] if isinstance(packed, numpy.ndarray)
-                 else F.get_item(packed, k) for k in range(len(packed))]
+        items = [_row(packed, k) for k in range(len(packed))]
         rows.append((path, items))
         holder[key] = items if kind == 'list' else tuple(items)
     return tuple(args), kwargs, rows
+
+
+def _row(packed, k):
+    """Row ``k`` by a recorded indexing: ``packed[k]`` of an array; of a
+    Variable, ``F.get_item``, or, where no graph is built, a Variable
+    around the row that requires grad as the caller's items do."""
+    if isinstance(packed, numpy.ndarray):
+        return packed[k]
+    if chainer.config.enable_backprop:
+        return F.get_item(packed, k)
+    return chainer.Variable(packed.array[k],
+                            requires_grad=packed.requires_grad)
 
 
 def move_items_into_loops(graph, runs, item_nodes):

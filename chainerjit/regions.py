@@ -867,13 +867,13 @@ class Symbolic(collections.namedtuple(
     program is valid for.
     """
 
-    def generalize(self, key):
+    def generalize(self, key, packed=False):
         """``(symbolic key, trip counts)`` of a concrete key, or ``None``
         if this program does not apply to it."""
         train, backprop, structure, specs, alias = key
         if structure[0] == 'packed':  # see chainerjit.packing
             general = self.generalize(
-                (train, backprop, structure[2], specs, alias))
+                (train, backprop, structure[2], specs, alias), True)
             if general is None:
                 return None
             key = general[0]
@@ -896,6 +896,8 @@ class Symbolic(collections.namedtuple(
             if leaf >= len(specs) or max(axes) >= len(specs[leaf][0]):
                 return None
             shape = list(specs[leaf][0])
+            if packed and any(shape[axis] != length for axis in axes):
+                return None  # a list item no iteration reads: see packing
             for axis in axes:
                 shape[axis] = 'T'
             specs[leaf] = (tuple(shape),) + tuple(specs[leaf][1:])
@@ -1017,7 +1019,8 @@ def symbolize(graph, rolled, input_names, length_names, recording):
         loop.attrs = (('trip', symbols[delta].name),)
     for leaf, axes in wildcards.items():
         graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
-    return Symbolic(source.kind, source.where, tuple(sorted(symbols)),
+    # The trip counts in the order of the program's symbol inputs.
+    return Symbolic(source.kind, source.where, tuple(symbols),
                     tuple((leaf, tuple(sorted(axes)))
                           for leaf, axes in sorted(wildcards.items())),
                     minimum)

@@ -396,6 +396,12 @@ class _Recorder(object):
         # or ('numpy', template) for NumPy calls: what makes two nodes alike
         self.escape = None
         self.first_access = {}  # (id(link), name) -> 'read' or 'write'
+        # Values a Variable that requires grad holds: a gradient may reach
+        # them. A node that reads one through an array or a Variable that
+        # does not require grad (``F.tanh(y.array)``) reads it through a
+        # StopGradient, as eager mode builds no graph there.
+        self.grad_values = set()
+        self.for_training = chainer.config.enable_backprop
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -431,7 +437,36 @@ class _Recorder(object):
                                      name, data=source)
         self.param_arrays[value] = _untag(array)
         self.param_owners[value] = owner
+        self.note_requires_grad(owner, value)
         return self.bind(array, value)
+
+    def note_requires_grad(self, x, value):
+        if isinstance(x, chainer.Variable) and x.requires_grad:
+            self.grad_values.add(value)
+
+    def _gradient_stopped(self, inputs, in_values):
+        """``in_values`` with each value a gradient may reach, read here
+        by an input that does not require grad (or inside
+        ``no_backprop_mode``), behind a StopGradient node."""
+        if not self.for_training:
+            return in_values
+        building = chainer.config.enable_backprop
+        found = []
+        for x, value in zip(inputs, in_values):
+            if value in self.grad_values and not (
+                    building and isinstance(x, chainer.Variable) and
+                    x.requires_grad):
+                value = self._stop_gradient(value)
+            found.append(value)
+        return found
+
+    def _stop_gradient(self, value):
+        out = self.graph.add_value('temp', value.shape, value.dtype)
+        node = self.add_node(ir.Node(
+            'StopGradient', ops.Kernel(_identity, onnx=ops.onnx_op(
+                'Identity')), [value], [out], loc=user_location(4)))
+        self.templates[node] = ('stop', 'StopGradient', ())
+        return out
 
     def value_of(self, x):
         array = signature.leaf_array(x)
@@ -538,7 +573,8 @@ class _Recorder(object):
             [a.view(TracedArray) for _, _, a in found])
 
     def record_node(self, node, template, inputs, outputs):
-        in_values = [self.value_of(x) for x in inputs]
+        in_values = self._gradient_stopped(
+            inputs, [self.value_of(x) for x in inputs])
         data_attrs = self._data_attributes(template)
         self._trace_new_attributes(node, template)
         out_arrays = []
@@ -569,6 +605,8 @@ class _Recorder(object):
         if kernel is None:
             kernel = ops.generic_kernel(template, ctx)
         out_values = self.bind_temps(out_arrays)
+        for y, value in zip(outputs, out_values):
+            self.note_requires_grad(y, value)
         label = ops.node_label(node)
         ir_node = self.add_node(ir.Node(
             label, kernel, in_values, out_values, kernel.attrs,
@@ -779,6 +817,10 @@ def _restore_model_arrays(restore):
             object.__setattr__(owner, name, array)
 
 
+def _identity(x):
+    return x
+
+
 def _traced_leaf(leaf, restore):
     """What the forward gets for an argument while recording: the same
     Variable with its array viewed as traced (undone by ``restore``), or
@@ -831,8 +873,9 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     proxies = [made[id(leaf)] for leaf in leaves]
     for proxy, input_name in zip(proxies, input_names):
         array = signature.leaf_array(proxy)
-        recorder.bind(array, graph.add_value('input', array.shape,
-                                             array.dtype, input_name))
+        recorder.note_requires_grad(proxy, recorder.bind(
+            array, graph.add_value('input', array.shape, array.dtype,
+                                   input_name)))
     passed = signature.flatten((args, kwargs), [])
     call_args, call_kwargs = signature.unflatten(passed, proxies)
     random_functions = _patch_global_random()
@@ -875,6 +918,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         _state.recorder = None
         _restore_model_arrays(restore)
     _note_changed_python_state(instance, python_state, recorder)
+    rows.copy_back_changed_rows(rows.originals, recorder)
     # Rows of packed lists are the caller's items, as arguments are.
     stand_ins, originals = proxies + rows.objects, leaves + rows.originals
     _note_changed_arguments(
@@ -931,6 +975,9 @@ class _Rows(object):
             proxy = (call_args if where == 'args' else call_kwargs)[key]
             given = (args if where == 'args' else kwargs)[key]
             caller = (caller_args if where == 'args' else caller_kwargs)[key]
+            for row, item in zip(items, caller):
+                if isinstance(row, chainer.Variable):
+                    row.name = item.name
             self.objects.extend(items)
             self.originals.extend(caller)
             self._lists.append((path, given, tuple(items), proxy))
@@ -943,6 +990,10 @@ class _Rows(object):
         that, as in eager mode, they get no gradient from this call.
         Returns whether every row was read by an op and none returned."""
         users = graph.users()
+
+        def read(node):  # by an op that passes gradients
+            return any(r is not None and r.op != 'StopGradient'
+                       for r in users.get(node.outputs[0], []))
         start = 0
         for _, _, items, proxy in self._lists:
             nodes = self.nodes[start:start + len(items)]
@@ -950,10 +1001,21 @@ class _Rows(object):
             if isinstance(proxy, chainer.Variable) and \
                     isinstance(proxy.creator, packing.PackRows):
                 proxy.creator.unread = frozenset(
-                    k for k, node in enumerate(nodes)
-                    if node.outputs[0] not in users)
-        return all(n.outputs[0] in users and None not in users[n.outputs[0]]
+                    k for k, node in enumerate(nodes) if not read(node))
+        return all(read(n) and None not in users.get(n.outputs[0], [])
                    for n in self.nodes)
+
+    def copy_back_changed_rows(self, caller_items, recorder):
+        """Rows are views of the stacked array: a forward that changed
+        one in place changed the stack, not the caller's item. Copies
+        such changes into the items (as eager mode would have made them)
+        and notes the escape."""
+        rows = [_untag(signature.leaf_array(r)) for r in self.objects]
+        for row, item in zip(rows, caller_items):
+            array = signature.leaf_array(item)
+            if not numpy.array_equal(row, array, equal_nan=True):
+                array[...] = row
+                recorder.note_escape('changing an argument in place', None)
 
     def repacked(self, call_args, call_kwargs):
         """The forward's arguments with each list of rows it left as it

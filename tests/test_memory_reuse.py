@@ -49,6 +49,16 @@ def test_returned_arguments_and_views_are_never_written(rng):
             numpy.testing.assert_array_equal(a, b)
 
 
+def test_a_buffer_with_a_live_view_is_not_written(rng):
+    # h dies at the ReLU, but its reshaped view is read after it.
+    def f(x, w):
+        h = F.matmul(x, w)
+        v = F.reshape(h, (15,))
+        return F.relu(h), v * 2.0
+    jitted = testing.assert_jit_matches_eager(f, _calls(rng, (3, 4), (4, 5)))
+    assert 'ReLU (into' not in _program(jitted)
+
+
 def test_either_operand_of_a_sum_can_take_the_result(rng):
     def f(x, w):
         return F.get_item(x, 0) + F.matmul(x, w)[0]
