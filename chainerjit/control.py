@@ -292,14 +292,15 @@ class LoopWatcher(object):
         trip count from its iterable, read in that function's frame, as a
         ``for`` statement's does."""
         parent = frame.f_back
-        top = parent is not None and parent.f_code is self.top_code
         found = comprehension_and_parents(parent.f_code, site.header) \
-            if top else None
+            if parent is not None else None
         if found is None:
             return LoopRun(site, self.position(), False, None)
         generator = found[0].generators[0]
-        trip = trip_source(site._replace(iter_expr=generator.iter), parent,
-                           self.arguments)
+        site = site._replace(iter_expr=generator.iter)  # see may_vary
+        if parent.f_code is not self.top_code:
+            return LoopRun(site, self.position(), False, None)
+        trip = trip_source(site, parent, self.arguments)
         run = LoopRun(site, self.position(), True, trip)
         run.code = parent.f_code
         run.targets = tuple(n.id for n in ast.walk(generator.target)
@@ -406,9 +407,13 @@ _ITERATION_BUILTINS = frozenset(['range', 'len', 'zip', 'enumerate',
 def may_vary(site):
     """Whether a loop's trip count may change between calls: false for a
     ``for`` over ``self``'s own lists and counts (``for layer in
-    self.layers``, ``range(self.n_layers)``)."""
+    self.layers``, ``range(self.n_layers)``) or over a tuple or list
+    written out (``for t in (q, k, v)``)."""
     if site.iter_expr is None:
         return True
+    if isinstance(site.iter_expr, (ast.Tuple, ast.List)) and not any(
+            isinstance(e, ast.Starred) for e in site.iter_expr.elts):
+        return False  # for t in (q, k, v)
     names = [n.id for n in ast.walk(site.iter_expr)
              if isinstance(n, ast.Name)]
     return not all(n in _ITERATION_BUILTINS for n in names)

@@ -391,6 +391,27 @@ def test_a_loop_over_the_models_own_links_is_unrolled_quietly():
             Deep().forward, [(_rand(rng, 2, 3),), (_rand(rng, 2, 3),)])
 
 
+@pytest.mark.parametrize('use_a_generator', [False, True])
+def test_a_loop_over_a_written_out_tuple_is_unrolled_quietly(
+        use_a_generator, rng):
+    # As in examples.models.EncoderBlock: q, k, v = (f(t) for t in ...).
+    def statement(q, k, v):
+        out = []
+        for t in (q, k, v):
+            out.append(F.tanh(t) * F.sum(t))
+        return out
+
+    def generator(q, k, v):
+        q, k, v = (F.tanh(t) * F.sum(t) for t in (q, k, v))
+        return q, k, v
+
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        testing.assert_jit_matches_eager(
+            generator if use_a_generator else statement,
+            [tuple(_rand(rng, 2, 3) for _ in range(3)) for _ in range(2)])
+
+
 def test_a_length_used_otherwise_stays_in_the_key():
     def f(xs):
         h = xs[0]
