@@ -79,6 +79,17 @@ class LSTMClassifier(chainer.Chain):
         return self.out(h)
 
 
+class ListLSTMClassifier(LSTMClassifier):
+    """:class:`LSTMClassifier` over a Python list of T arrays (N, n_in),
+    as much Chainer code passes sequences."""
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        for x in xs:
+            h = self.lstm(x)
+        return self.out(h)
+
+
 class EncoderBlock(chainer.Chain):
     """A transformer encoder block: multi-head self-attention and a
     feed-forward network, each with a residual and layer normalization."""

@@ -28,3 +28,16 @@ def test_run_writes_a_report_with_every_system(tmp_path):
     assert 'differs from eager' not in text
     if '--chart' in argv:
         assert (tmp_path / 'benchmarks.png').stat().st_size > 0
+
+
+def test_lstm_over_lists_of_steps_compiles_once_per_mode(tmp_path):
+    from benchmarks import bench_lstm
+    report = tmp_path / 'lstm.md'
+    bench_lstm.main(['--lengths', '3', '7', '--rounds', '1', '--target-ms',
+                     '1', '--threads', '0', '--as-list', '--output',
+                     str(report)])
+    text = report.read_text()
+    assert 'over a Python list of T arrays' in text
+    # T=3 compiles an inference and a training entry; T=7 hits both.
+    assert '| 3 |' in text and text.split('| 7 |')[1].split('\n')[0] \
+        .rstrip().endswith('| 0 | 2 |')
