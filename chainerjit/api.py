@@ -268,7 +268,7 @@ class JitFunction(object):
 
     def _compile(self, key, leaves, instance, args, kwargs, packed=None):
         """Records the call and caches its entry; returns the call's
-        result. A call with packed lists (see :meth:`_key`) keeps its
+        result. A call with packed lists (see :meth:`call_key`) keeps its
         entry only if packing made the lengths symbolic; otherwise the
         function records those lists item by item from the next call on
         (this call's recording already ran, and its result stands)."""

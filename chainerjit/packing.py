@@ -4,8 +4,9 @@ Plain tracing unrolls ``for x in xs`` over a list: every item is an input
 of its own, so each list length is a program of its own. For a list
 argument whose items are alike (NumPy arrays, or Variables, of one shape
 and dtype), the jitted function instead *packs* the list: the program
-takes one array ``xs: f32[T,...]`` stacked from the items (``F.stack`` for
-Variables that need gradients, so that Chainer hands each item its part),
+takes one array ``xs: f32[T,...]`` stacked from the items (by
+:class:`PackRows` for Variables that need gradients, so that Chainer
+hands each item its part),
 and the recorded forward gets a list of that array's rows, each taken
 with ``xs[k]`` by a recorded node. :func:`move_items_into_loops` then
 places each row's indexing next to the one node that reads it; inside a
@@ -13,11 +14,12 @@ loop the iterations read ``xs[0]``, ``xs[1]``, ... exactly as a loop over
 an array argument does, so the loop rolls and its trip count becomes
 symbolic by the same rules (``regions.symbolize``).
 
-Packing is kept only where it pays and cannot be seen: the entry must be
-symbolic and every row must be read inside the rolled loops (a row
-returned, or read after the loop as ``xs[-1]``, would not be the caller's
-own object, or would be read at a recorded position). Otherwise the
-function records lists item by item from then on (``api``).
+Packing is kept only where it pays and cannot be seen (``api``): the
+entry must be symbolic, every row read by an op that passes gradients and
+none returned, and no loop may stop early, so that each item gets a
+gradient exactly where eager mode gives it one. Items must be distinct
+objects and no other argument (rows are new objects). Otherwise the
+function records those lists item by item from then on.
 """
 
 import chainer
@@ -26,9 +28,10 @@ import numpy
 
 
 def list_paths(args, kwargs):
-    """The top-level arguments that are lists (or tuples) of one or more
-    alike NumPy arrays or Variables, as ``(where, key, type name)``:
-    ``(('args', 0, 'list'), ('kwargs', 'xs', 'tuple'))``."""
+    """The top-level arguments that are lists (or tuples) of
+    :data:`MIN_ITEMS` or more alike NumPy arrays or Variables, as
+    ``(where, key, type name)``: ``(('args', 0, 'list'), ('kwargs', 'xs',
+    'tuple'))``."""
     paths = []
     for i, arg in enumerate(args):
         if _alike_items(arg):
@@ -53,9 +56,15 @@ def _distinct(args, kwargs, paths):
         len(set(items)) == len(items) and not set(items) & set(others)
 
 
+# Shorter lists are recorded item by item: a loop over one or two items
+# cannot show that its iterations are alike (the first is often peeled),
+# and a failed packing would stop the function from packing longer ones.
+MIN_ITEMS = 3
+
+
 def _alike_items(value):
     kind = type(value)
-    if (kind is not list and kind is not tuple) or not value:
+    if (kind is not list and kind is not tuple) or len(value) < MIN_ITEMS:
         return False
     first = value[0]
     if type(first) is numpy.ndarray:
