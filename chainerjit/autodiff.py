@@ -352,6 +352,8 @@ def _accumulate(a, b):
         return b
     if b is None:
         return a
+    if isinstance(a, list):  # of a loop's list: item by item
+        return [_accumulate(x, y) for x, y in zip(a, b)]
     return utils.force_array(a + b)
 
 

@@ -402,6 +402,12 @@ class _Recorder(object):
         # StopGradient, as eager mode builds no graph there.
         self.grad_values = set()
         self.for_training = chainer.config.enable_backprop
+        # id(VariableNode) -> (value, id(array)): the value each Variable
+        # holds. Variables are looked up by their node first: two
+        # Variables around one array (``F.identity(x.array)``,
+        # ``Variable(x.array)``) hold different values.
+        self.holders = {}
+        self.computed = set()  # values output by recorded FunctionNodes
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -437,17 +443,32 @@ class _Recorder(object):
                                      name, data=source)
         self.param_arrays[value] = _untag(array)
         self.param_owners[value] = owner
-        self.note_requires_grad(owner, value)
-        return self.bind(array, value)
+        self.bind(array, value)
+        self.note_variable(owner, value)
+        return value
 
-    def note_requires_grad(self, x, value):
-        if isinstance(x, chainer.Variable) and x.requires_grad:
+    def note_variable(self, x, value):
+        """Notes that Variable ``x`` (if it is one) holds ``value``."""
+        if not isinstance(x, chainer.Variable):
+            return
+        node = x.node
+        self.holders[id(node)] = (value, id(signature.leaf_array(x)))
+        self.alive.append(node)
+        if x.requires_grad:
             self.grad_values.add(value)
+
+    def _held(self, x):
+        """The value Variable ``x`` holds, if it is the one noted."""
+        held = self.holders.get(id(x.node))
+        if held is not None and held[1] == id(signature.leaf_array(x)):
+            return held[0]
+        return None
 
     def _gradient_stopped(self, inputs, in_values):
         """``in_values`` with each value a gradient may reach, read here
-        by an input that does not require grad (or inside
-        ``no_backprop_mode``), behind a StopGradient node."""
+        not by the Variable that holds it with its graph (an array, a new
+        Variable around the array, an unchained or a no-grad Variable, or
+        inside ``no_backprop_mode``), behind a StopGradient node."""
         if not self.for_training:
             return in_values
         building = chainer.config.enable_backprop
@@ -455,7 +476,8 @@ class _Recorder(object):
         for x, value in zip(inputs, in_values):
             if value in self.grad_values and not (
                     building and isinstance(x, chainer.Variable) and
-                    x.requires_grad):
+                    x.requires_grad and self._held(x) is value and not (
+                        value in self.computed and x.creator_node is None)):
                 value = self._stop_gradient(value)
             found.append(value)
         return found
@@ -469,6 +491,10 @@ class _Recorder(object):
         return out
 
     def value_of(self, x):
+        if isinstance(x, chainer.Variable):
+            value = self._held(x)
+            if value is not None:
+                return value
         array = signature.leaf_array(x)
         value = self.values.get(id(array))
         if value is not None:
@@ -605,8 +631,9 @@ class _Recorder(object):
         if kernel is None:
             kernel = ops.generic_kernel(template, ctx)
         out_values = self.bind_temps(out_arrays)
+        self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
-            self.note_requires_grad(y, value)
+            self.note_variable(y, value)
         label = ops.node_label(node)
         ir_node = self.add_node(ir.Node(
             label, kernel, in_values, out_values, kernel.attrs,
@@ -796,6 +823,7 @@ def _swap_model_arrays(instance, recorder):
             _set_model_array(owner, path[-1], traced)
             restore.append((owner, path[-1], array, traced))
             recorder.bind(traced, value)  # and the original, once restored
+            recorder.note_variable(owner, value)  # now holding the view
     return restore
 
 
@@ -873,7 +901,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     proxies = [made[id(leaf)] for leaf in leaves]
     for proxy, input_name in zip(proxies, input_names):
         array = signature.leaf_array(proxy)
-        recorder.note_requires_grad(proxy, recorder.bind(
+        recorder.note_variable(proxy, recorder.bind(
             array, graph.add_value('input', array.shape, array.dtype,
                                    input_name)))
     passed = signature.flatten((args, kwargs), [])

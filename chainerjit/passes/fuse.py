@@ -48,18 +48,20 @@ def fuse_conv_batchnorm(graph):
 
 
 def _fuse(graph, find, make):
-    """Replaces each node with the node ``find(node, users)`` returns by
-    ``make(node, found)``, in ``graph`` and its loop bodies."""
+    """Replaces each node and the node ``find(node, users)`` returns by
+    ``make(node, found)``, in ``graph`` and its loop bodies. The fused
+    node takes the place of the second one: the second's other inputs
+    may be computed between the two."""
     changed = False
     users = graph.users()
-    replaced = {}  # first node -> fused node; the second -> None
+    replaced = {}  # the first node -> None; the second -> fused node
     for node in graph.nodes:
         if node.region is not None:
             changed |= _fuse(node.region.body, find, make)
         second = find(node, users)
         if second is not None:
-            replaced[node] = make(node, second)
-            replaced[second] = None
+            replaced[second] = make(node, second)
+            replaced[node] = None
     if replaced:
         graph.nodes = [replaced.get(n, n) for n in graph.nodes
                        if replaced.get(n, n) is not None]
