@@ -161,10 +161,10 @@ class JitFunction(object):
 
     def call_key(self, args, kwargs, train, backprop):
         """``(key, leaves, packed)`` of a call (``onnx_export`` reads it
-        too). List arguments of alike
-        arrays are packed into one array each (``chainerjit.packing``)
-        unless this function records them item by item; ``packed`` is
-        then ``(paths, packed args, packed kwargs)``, else ``None``."""
+        too). List arguments of alike arrays are packed into one array
+        each (``chainerjit.packing``) unless this function records them
+        item by item; ``packed`` is then ``(paths, packed args, packed
+        kwargs)``, else ``None``."""
         paths = packing.list_paths(args, kwargs)
         if paths and paths not in self._unpacked:
             args, kwargs = packing.pack(args, kwargs, paths)
@@ -269,9 +269,10 @@ class JitFunction(object):
     def _compile(self, key, leaves, instance, args, kwargs, packed=None):
         """Records the call and caches its entry; returns the call's
         result. A call with packed lists (see :meth:`call_key`) keeps its
-        entry only if packing made the lengths symbolic; otherwise the
-        function records those lists item by item from the next call on
-        (this call's recording already ran, and its result stands)."""
+        entry only where packing cannot be seen (``_packing_pays``);
+        otherwise the function records those lists item by item from the
+        next call on (this call's recording already ran, and its result
+        stands)."""
         start = time.perf_counter()
         recorded_args = (args, kwargs) if packed is None else packed[1:]
         sig = self._signature(key, leaves, instance, *recorded_args)

@@ -88,8 +88,7 @@ def _on_gradient_paths(graph, wrt):
 def _passes_gradients(node):
     """NumPy run outside Chainer functions stops gradients, as in eager
     mode, and so does StopGradient (see ``trace``); every other node
-    passes them (or, without a rule, is an error
-    when one reaches it)."""
+    passes them (or, without a rule, is an error when one reaches it)."""
     return not node.op.startswith(('numpy.', 'ndarray.', 'StopGradient'))
 
 

@@ -937,10 +937,7 @@ def _whole_list_use(comp, parents):
         return None
     if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and \
             isinstance(holder.targets[0], ast.Name):
-        function = holder
-        while function in parents and not isinstance(
-                function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            function = parents[function]
+        function = _enclosing_function(holder, parents)
         uses = [n for n in _names(function, holder.targets[0].id)
                 if n is not holder.targets[0]]
         if all(isinstance(n.ctx, ast.Load) and
@@ -950,8 +947,17 @@ def _whole_list_use(comp, parents):
 
 
 def _collected(node, call):
+    """``call`` passes ``node`` whole to ``F.stack``, ``F.concat``..."""
     return isinstance(call, ast.Call) and node in call.args and \
         _call_name(call) in _COLLECTORS
+
+
+def _enclosing_function(node, parents):
+    """The function holding ``node`` (these very ast nodes)."""
+    while node in parents and not isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node = parents[node]
+    return node
 
 
 def symbolic_loop_problem(code, header, kinds=None):
@@ -969,10 +975,7 @@ def symbolic_loop_problem(code, header, kinds=None):
     if found is None:
         return 'no source'
     loop, parents = found
-    function = loop  # the function holding these very nodes
-    while function in parents and not isinstance(
-            function, (ast.FunctionDef, ast.AsyncFunctionDef)):
-        function = parents[function]
+    function = _enclosing_function(loop, parents)
     inside = set(ast.walk(loop)) - {loop.iter if isinstance(loop, ast.For)
                                     else loop.test}
     for jump in _python_jumps(loop, inside, parents):
@@ -1007,9 +1010,7 @@ def symbolic_loop_problem(code, header, kinds=None):
         for use in _names(function, name):
             if use in inside or use.lineno <= loop.lineno:
                 continue
-            call = parents.get(use)
-            if not (isinstance(call, ast.Call) and use in call.args and
-                    _call_name(call) in _COLLECTORS):
+            if not _collected(use, parents.get(use)):
                 return 'the list %r is used after the loop' % name
     return None
 

@@ -44,12 +44,17 @@ def list_paths(args, kwargs):
     return tuple(paths)
 
 
+def holder(args, kwargs, path):
+    """``args`` or ``kwargs``, whichever holds the argument at ``path``
+    (its item ``path[1]`` is the argument)."""
+    return args if path[0] == 'args' else kwargs
+
+
 def _distinct(args, kwargs, paths):
     """Each item is in one list once and is no other argument: rows are
     new objects, so ``xs[0] is xs[-1]`` or ``xs[0] is x0`` would change.
     The same list passed twice is left alone too."""
-    lists = [(args if where == 'args' else kwargs)[key]
-             for where, key, _ in paths]
+    lists = [holder(args, kwargs, path)[path[1]] for path in paths]
     items = [id(item) for lst in lists for item in lst]
     others = [id(a) for a in list(args) + list(kwargs.values())]
     return len(set(map(id, lists))) == len(lists) and \
@@ -83,9 +88,9 @@ def pack(args, kwargs, paths):
     """``(args, kwargs)`` with the list at each path replaced by its
     items stacked on a new first axis."""
     args, kwargs = list(args), dict(kwargs)
-    for where, key, _ in paths:
-        holder = args if where == 'args' else kwargs
-        holder[key] = _stacked(holder[key])
+    for path in paths:
+        arguments = holder(args, kwargs, path)
+        arguments[path[1]] = _stacked(arguments[path[1]])
     return tuple(args), kwargs
 
 
@@ -132,12 +137,11 @@ def unpacked_arguments(args, kwargs, paths):
     args, kwargs = list(args), dict(kwargs)
     rows = []
     for path in paths:
-        where, key, kind = path
-        holder = args if where == 'args' else kwargs
-        packed = holder[key]
+        arguments = holder(args, kwargs, path)
+        packed = arguments[path[1]]
         items = [_row(packed, k) for k in range(len(packed))]
         rows.append((path, items))
-        holder[key] = items if kind == 'list' else tuple(items)
+        arguments[path[1]] = items if path[2] == 'list' else tuple(items)
     return tuple(args), kwargs, rows
 
 
@@ -157,17 +161,17 @@ def move_items_into_loops(graph, runs, item_nodes):
     """Moves each row-indexing node (recorded before the forward ran)
     that one node reads to just before that node, and shifts the loop
     runs' iteration boundaries to match, so that a loop's iterations each
-    index their own row. Returns the nodes left where they were."""
+    index their own row."""
     users = graph.users()
     before = {}
     for node in item_nodes:
         readers = set(users.get(node.outputs[0], []))
         if len(readers) == 1 and None not in readers:
-            readers = list(readers)
-            before.setdefault(readers[0], []).append(node)
+            reader, = readers
+            before.setdefault(reader, []).append(node)
     moved = set(n for group in before.values() for n in group)
     if not moved:
-        return list(item_nodes)
+        return
     old = graph.nodes
     new, start_of = [], {}
     for position, node in enumerate(old):
@@ -183,4 +187,3 @@ def move_items_into_loops(graph, runs, item_nodes):
         run.boundaries = [start_of[b] for b in run.boundaries]
         run.end = start_of[run.end]
     graph.nodes = new
-    return [n for n in item_nodes if n not in moved]

@@ -1041,12 +1041,13 @@ def python_unaware(run, values, rows=frozenset()):
                  run.snapshots[0].items()) if run.snapshots else {}
     if run.code is None:
         return False
-    if run.site.kind == 'comp':
-        return _comprehension_unaware(run, values, kinds)
-    if control.symbolic_loop_problem(run.code, run.site.header,
-                                     kinds) is not None:
+    comprehension = run.site.kind == 'comp'
+    problem = control.comprehension_problem if comprehension else \
+        control.symbolic_loop_problem
+    if problem(run.code, run.site.header, kinds) is not None:
         return False
-    indexed = control.counter_indexed_names(run.code, run.site.header)
+    indexed = set() if comprehension else control.counter_indexed_names(
+        run.code, run.site.header)
     if indexed is None or not all(
             _indexable(run.snapshots[0].get(name, ('missing',)), values,
                        rows) for name in indexed):
@@ -1063,16 +1064,6 @@ def _indexable(summary, values, rows):
     return summary[0] == 'list' and bool(summary[2]) and all(
         item[0] == 'array' and values.get(item[1]) in rows
         for item in summary[2])
-
-
-def _comprehension_unaware(run, values, kinds):
-    """:func:`python_unaware` for a comprehension in the jitted function:
-    its source rules (``control.comprehension_problem``) and its frame's
-    state unchanged between iterations."""
-    if control.comprehension_problem(run.code, run.site.header,
-                                     kinds) is not None:
-        return False
-    return _python_state_unchanged(run, values)
 
 
 def _python_state_unchanged(run, values):

@@ -397,8 +397,8 @@ class _Recorder(object):
         self.escape = None
         self.first_access = {}  # (id(link), name) -> 'read' or 'write'
         # Values a Variable that requires grad holds: a gradient may reach
-        # them. A node that reads one through an array or a Variable that
-        # does not require grad (``F.tanh(y.array)``) reads it through a
+        # them. A node that reads one other than through that Variable
+        # (``F.tanh(y.array)``, see _gradient_stopped) reads it through a
         # StopGradient, as eager mode builds no graph there.
         self.grad_values = set()
         self.for_training = chainer.config.enable_backprop
@@ -946,7 +946,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         _state.recorder = None
         _restore_model_arrays(restore)
     _note_changed_python_state(instance, python_state, recorder)
-    rows.copy_back_changed_rows(rows.originals, recorder)
+    rows.copy_back_changed_rows(recorder)
     # Rows of packed lists are the caller's items, as arguments are.
     stand_ins, originals = proxies + rows.objects, leaves + rows.originals
     _note_changed_arguments(
@@ -999,10 +999,10 @@ class _Rows(object):
             call_args, call_kwargs, paths)
         self.nodes = graph.nodes[first:]
         for path, items in rows:
-            where, key, _ = path
-            proxy = (call_args if where == 'args' else call_kwargs)[key]
-            given = (args if where == 'args' else kwargs)[key]
-            caller = (caller_args if where == 'args' else caller_kwargs)[key]
+            proxy = packing.holder(call_args, call_kwargs, path)[path[1]]
+            given = packing.holder(args, kwargs, path)[path[1]]
+            caller = packing.holder(caller_args, caller_kwargs,
+                                    path)[path[1]]
             for row, item in zip(items, caller):
                 if isinstance(row, chainer.Variable):
                     row.name = item.name
@@ -1033,13 +1033,13 @@ class _Rows(object):
         return all(read(n) and None not in users.get(n.outputs[0], [])
                    for n in self.nodes)
 
-    def copy_back_changed_rows(self, caller_items, recorder):
+    def copy_back_changed_rows(self, recorder):
         """Rows are views of the stacked array: a forward that changed
         one in place changed the stack, not the caller's item. Copies
         such changes into the items (as eager mode would have made them)
         and notes the escape."""
         rows = [_untag(signature.leaf_array(r)) for r in self.objects]
-        for row, item in zip(rows, caller_items):
+        for row, item in zip(rows, self.originals):
             array = signature.leaf_array(item)
             if not numpy.array_equal(row, array, equal_nan=True):
                 array[...] = row
@@ -1049,11 +1049,11 @@ class _Rows(object):
         """The forward's arguments with each list of rows it left as it
         was back as its packed proxy (to compare with the call's)."""
         args, kwargs = list(call_args), dict(call_kwargs)
-        for (where, key, _), given, items, proxy in self._lists:
-            holder = args if where == 'args' else kwargs
-            if holder[key] is given and len(given) == len(items) and all(
-                    a is b for a, b in zip(given, items)):
-                holder[key] = proxy
+        for path, given, items, proxy in self._lists:
+            arguments = packing.holder(args, kwargs, path)
+            if arguments[path[1]] is given and len(given) == len(items) \
+                    and all(a is b for a, b in zip(given, items)):
+                arguments[path[1]] = proxy
         return tuple(args), kwargs
 
 

@@ -101,14 +101,9 @@ def _fused(linear, act):
         g, = act_grad.fn((None,), ys, gys, (True,))
         return linear_grad.fn(xs, (None,), (g,), wanted)
 
-    def to_onnx(b, ins, outs):
-        product = b.fresh('linear')
-        linear.kernel.onnx(b, ins, [product])
-        act.kernel.onnx(b, [product], outs)
-
-    onnx = to_onnx if linear.kernel.onnx and act.kernel.onnx else None
     kernel = ops.Kernel(fn, dict(linear.kernel.attrs), grad=ops.GradRule(
-        grad, linear_grad.inputs, act_grad.outputs), onnx=onnx, fresh=True)
+        grad, linear_grad.inputs, act_grad.outputs),
+        onnx=_chained_onnx(linear, act), fresh=True)
     return ir.Node('%s+%s' % (linear.op, act.op), kernel, linear.inputs,
                    act.outputs, linear.attrs, loc=linear.loc)
 
@@ -139,15 +134,24 @@ def _conv_normalized(conv, bn):
         W = (W * scale.reshape(-1, 1, 1, 1)).astype(W.dtype, copy=False)
         return conv_fn(x, W, bias.astype(x.dtype, copy=False))
 
-    def to_onnx(b, ins, outs):
-        product = b.fresh('conv')
-        conv.kernel.onnx(b, ins[:n_conv], [product])
-        bn.kernel.onnx(b, [product] + ins[n_conv:], outs)
-
-    onnx = to_onnx if conv.kernel.onnx and bn.kernel.onnx else None
     attrs = dict(conv.kernel.attrs)
     attrs['eps'] = dict(bn.kernel.attrs)['eps']
-    kernel = ops.Kernel(fn, attrs, onnx=onnx, fresh=True)
+    kernel = ops.Kernel(fn, attrs, onnx=_chained_onnx(conv, bn), fresh=True)
     return ir.Node('%s+%s' % (conv.op, bn.op), kernel,
                    conv.inputs + bn.inputs[1:], bn.outputs, conv.attrs,
                    loc=conv.loc)
+
+
+def _chained_onnx(first, second):
+    """The ONNX converter of a fused node: ``first``'s converter on the
+    first node's inputs, then ``second``'s on that product and the rest
+    of the inputs; ``None`` if either has none."""
+    if not (first.kernel.onnx and second.kernel.onnx):
+        return None
+    n_first = len(first.inputs)
+
+    def convert(b, ins, outs):
+        product = b.fresh(first.op.lower())
+        first.kernel.onnx(b, ins[:n_first], [product])
+        second.kernel.onnx(b, [product] + ins[n_first:], outs)
+    return convert
