@@ -44,18 +44,29 @@ class VMFault(Exception):
 
 cdef class Machine:
     """One program, ready to run: code, kernels and the register template
-    (arguments first, then constants, then temporaries)."""
+    (arguments first, then constants, then temporaries).
+
+    ``plain``: when some kernels write into the program's arena, the
+    kernel table without it; a call that starts while another call is
+    running (re-entered, or from another thread) runs with it, so that
+    two calls never share an arena buffer. The check and the flag are C
+    code run under the GIL, so no other thread runs between them."""
 
     cdef int[::1] code
     cdef list kernels
+    cdef list plain
     cdef list template
     cdef Py_ssize_t n_inputs
+    cdef bint busy
 
-    def __init__(self, code, list kernels, list template, Py_ssize_t n_inputs):
+    def __init__(self, code, list kernels, list template, Py_ssize_t n_inputs,
+                 list plain=None):
         self.code = code
         self.kernels = kernels
+        self.plain = plain
         self.template = template
         self.n_inputs = n_inputs
+        self.busy = False
 
     def run(self, inputs):
         """Runs the program on a sequence of input arrays and returns the
@@ -73,6 +84,13 @@ cdef class Machine:
             regs[i] = inputs[i]
         cdef int[::1] code = self.code
         cdef list kernels = self.kernels
+        cdef bint owner = False
+        if self.plain is not None:
+            if self.busy:
+                kernels = self.plain
+            else:
+                self.busy = True
+                owner = True
         cdef int pc = 0
         cdef int op, n, m, j
         cdef object result
@@ -152,3 +170,6 @@ cdef class Machine:
             raise
         except Exception as e:
             raise VMFault(pc, e) from e
+        finally:
+            if owner:
+                self.busy = False

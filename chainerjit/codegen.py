@@ -12,12 +12,18 @@ input is a temporary that a ``fresh`` kernel allocated (not a view, not an
 argument, constant, output or loop-carried value) with the output's shape
 and dtype: ``relu(linear(x))`` then fills one buffer instead of two.
 
+Arena: a ``fresh`` kernel with an ``into`` variant writes its result into
+a buffer of the program's arena when no value sharing that buffer
+outlives the call (``chainerjit.arena``); ``dis()`` shows
+``Linear (arena 0)``.
+
 A Loop node becomes ``SETI``/``FORI``, its body inline, and ``NEXT``
 jumping back; its carried values live in registers of their own, set
 before the loop and by ``MOVE`` at the end of each iteration. Values
 defined before a loop and read in its body stay live until the loop ends.
 """
 
+from chainerjit import arena
 from chainerjit import opcodes
 from chainerjit import program as program_module
 from chainerjit import regions
@@ -37,10 +43,14 @@ def compile_graph(graph, replay=None):
     code = emitter.code + [opcodes.RET, len(graph.outputs)]
     code += [emitter.reg[v] for v in graph.outputs]
     args = graph.inputs + graph.params + graph.symbols
+    kernels, plain, buffers = emitter.kernels, None, []
+    if emitter.planner.assigned:
+        plain = list(kernels)
+        buffers = emitter.planner.bind(kernels, bool(graph.symbols))
     return program_module.Program(
-        graph.name, code, emitter.kernels, emitter.kernel_names,
+        graph.name, code, kernels, emitter.kernel_names,
         [v.data for v in emitter.consts], len(args), emitter.n_regs,
-        [v.name for v in args], emitter.locs)
+        [v.name for v in args], emitter.locs, plain, buffers)
 
 
 class _Emitter(object):
@@ -56,7 +66,10 @@ class _Emitter(object):
         self.replay = replay
         self.last_use = {}
         self.position = {}
+        self.defined_at = {}
         self._number(graph.nodes, [0])
+        self.planner = arena.Planner(graph, self.last_use, self.defined_at)
+        self.use_arena = arena.enabled()
         self.free_regs = []
         self.n_regs = len(self.reg)
         self.code = []
@@ -79,6 +92,8 @@ class _Emitter(object):
             for value in node.inputs:
                 self.last_use[value] = counter[0]
             self.position[node] = counter[0]
+            for value in node.outputs:
+                self.defined_at[value] = counter[0]
             counter[0] += 1
 
     def new_reg(self, value):
@@ -103,16 +118,23 @@ class _Emitter(object):
             else:
                 self.emit_call(node)
             self.free_dead(node.inputs + node.outputs, self.position[node])
+            self.planner.release_until(self.position[node])
 
     def emit_call(self, node):
         ins = [self.reg[v] for v in node.inputs]
         outs = [self.new_reg(v) for v in node.outputs]
         self.locs[len(self.code)] = node.loc
         reused = self._reusable_input(node)
+        where = '' if reused is None else ' (into %%%d)' % ins[reused]
         if node in self.replay:
             self.kernels.append(_returning(self.replay[node]))
         elif reused is not None:
             self.kernels.append(node.kernel.inplace[reused])
+        elif self.use_arena and self.planner.eligible(node):
+            # The planner binds the kernel to its buffer at the end.
+            slot = self.planner.assign(node, len(self.kernels))
+            self.kernels.append(node.kernel.fn)
+            where = ' (arena %d)' % slot
         else:
             self.kernels.append(node.kernel.fn)
         if node not in self.replay and (node.kernel.fresh or
@@ -120,8 +142,7 @@ class _Emitter(object):
             self.fresh.update(node.outputs)
         else:
             self.viewed.update(node.inputs)
-        self.kernel_names.append(node.label + (
-            '' if reused is None else ' (into %%%d)' % ins[reused]))
+        self.kernel_names.append(node.label + where)
         self.code += opcodes.encode_call(len(self.kernels) - 1, ins, outs,
                                          node.kernel.multi)
 

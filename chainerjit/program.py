@@ -51,10 +51,13 @@ class Program(object):
         n_regs: size of the register file.
         input_names: printed names of the argument registers.
         locs: ``pc -> (filename, lineno)``.
+        arena: the buffers some kernels write their results into (see
+            ``chainerjit.arena``); ``plain_kernels``, the kernel table
+            without them, runs a call that starts while one is running.
     """
 
     def __init__(self, name, code, kernels, kernel_names, consts, n_inputs,
-                 n_regs, input_names, locs):
+                 n_regs, input_names, locs, plain_kernels=None, arena=()):
         self.name = name
         self.code = numpy.asarray(code, dtype=numpy.int32)
         self.kernels = kernels
@@ -64,10 +67,12 @@ class Program(object):
         self.n_regs = n_regs
         self.input_names = input_names
         self.locs = locs
+        self.arena = list(arena)
         template = [None] * n_regs
         template[n_inputs:n_inputs + len(consts)] = consts
-        self._machine = _vm.Machine(self.code, list(kernels), template,
-                                    n_inputs)
+        self._machine = _vm.Machine(
+            self.code, list(kernels), template, n_inputs,
+            None if plain_kernels is None else list(plain_kernels))
         self.run_unchecked = self._machine.run
 
     def run(self, inputs):
@@ -124,6 +129,10 @@ class Program(object):
         if self.input_names:
             lines.append('  inputs: ' + ' '.join(
                 '%%%d=%s' % (i, n) for i, n in enumerate(self.input_names)))
+        if self.arena:
+            lines.append('  arena: %d buffer%s, %s' % (
+                len(self.arena), 's' if len(self.arena) > 1 else '',
+                _size(sum(b.nbytes for b in self.arena))))
         if self.consts:
             lines.append('  consts: ' + ' '.join(
                 '%%%d=%s' % (self.n_inputs + i, _describe_const(c))
@@ -153,6 +162,14 @@ class Program(object):
         if file is not None:
             file.write(text)
         return text
+
+
+def _size(nbytes):
+    if nbytes < 1024:
+        return '%d bytes' % nbytes
+    if nbytes < 1024 ** 2:
+        return '%.1f KiB' % (nbytes / 1024.)
+    return '%.1f MiB' % (nbytes / 1024. ** 2)
 
 
 def _describe_const(value):

@@ -27,7 +27,8 @@ import numpy
 
 
 class Kernel(collections.namedtuple('Kernel',
-                                    'fn attrs multi grad onnx fresh inplace')):
+                                    'fn attrs multi grad onnx fresh inplace '
+                                    'into')):
     """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
     when ``multi`` is true. ``attrs`` is a dict shown in printed IR;
     ``grad`` is the op's :class:`GradRule` (``None``: not differentiable
@@ -39,13 +40,18 @@ class Kernel(collections.namedtuple('Kernel',
     returns newly allocated arrays (no views, never an input); ``inplace``
     maps an input position ``k`` to a function computing the same values,
     bit for bit, into ``arrays[k]`` and returning it, for when that input
-    has the output's shape and dtype and is not read again."""
+    has the output's shape and dtype and is not read again.
+
+    For the arena (see ``chainerjit.arena``): ``into(out, *arrays)``
+    computes the same values, bit for bit, into ``out`` (a C-contiguous
+    array of the recorded output's shape and dtype) and returns it; only
+    for kernels that are ``fresh`` and not ``multi``."""
 
     def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None,
-                fresh=False, inplace=None):
+                fresh=False, inplace=None, into=None):
         return super(Kernel, cls).__new__(
             cls, fn, tuple(sorted((attrs or {}).items())), multi, grad,
-            onnx, fresh, inplace)
+            onnx, fresh, inplace, into)
 
 
 class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):

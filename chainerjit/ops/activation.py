@@ -29,6 +29,11 @@ from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_scalar
 
 
+def _on_cpu(ctx, into):
+    """Arena buffers are NumPy arrays."""
+    return into if ctx.xp is numpy else None
+
+
 @lowering(relu.ReLU)
 def lower_relu(node, ctx):
     xp = ctx.xp
@@ -40,7 +45,8 @@ def lower_relu(node, ctx):
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'),
-                  fresh=True, inplace={0: lambda x: maximum(x, zero, out=x)})
+                  fresh=True, inplace={0: lambda x: maximum(x, zero, out=x)},
+                  into=_on_cpu(ctx, lambda out, x: maximum(x, zero, out=out)))
 
 
 @lowering(leaky_relu.LeakyReLU)
@@ -81,15 +87,16 @@ def lower_sigmoid(node, ctx):
         y, = ys
         return utils.force_array(gys[0] * y * (one - y)),  # as SigmoidGrad
 
-    def sigmoid_into(x):
-        x *= half
-        tanh_(x, out=x)
-        x *= half
-        x += half
-        return x
+    def sigmoid_into(out, x):
+        ctx.xp.multiply(x, half, out=out)
+        tanh_(out, out=out)
+        out *= half
+        out += half
+        return out
     return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Sigmoid'),
-                  fresh=True, inplace={0: sigmoid_into})
+                  fresh=True, inplace={0: lambda x: sigmoid_into(x, x)},
+                  into=_on_cpu(ctx, sigmoid_into))
 
 
 @lowering(tanh.Tanh)
@@ -102,7 +109,8 @@ def lower_tanh(node, ctx):
         return utils.force_array(gys[0] * (one - y * y)),  # as TanhGrad
     return Kernel(lambda x: utils.force_array(tanh_(x)),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Tanh'),
-                  fresh=True, inplace={0: lambda x: tanh_(x, out=x)})
+                  fresh=True, inplace={0: lambda x: tanh_(x, out=x)},
+                  into=_on_cpu(ctx, lambda out, x: tanh_(x, out=out)))
 
 
 @lowering(softmax.Softmax)
@@ -110,11 +118,14 @@ def lower_softmax(node, ctx):
     exp = ctx.xp.exp
     axis = node.axis
 
-    def fn(x):
-        y = x - x.max(axis=axis, keepdims=True)
+    def fn(x, out=None):
+        y = ctx.xp.subtract(x, x.max(axis=axis, keepdims=True), out=out)
         exp(y, out=y)
         y /= y.sum(axis=axis, keepdims=True)
         return y
+
+    def into(out, x):
+        return fn(x, out)
 
     def grad(xs, ys, gys, wanted):
         # As _SoftmaxGrad.forward without cuDNN.
@@ -124,7 +135,8 @@ def lower_softmax(node, ctx):
         return gx,
     # opset 13+: Softmax normalizes along ``axis`` only.
     return Kernel(fn, {'axis': axis}, grad=GradRule(grad, outputs=(0,)),
-                  onnx=onnx_op('Softmax', axis=axis))
+                  onnx=onnx_op('Softmax', axis=axis), fresh=True,
+                  into=_on_cpu(ctx, into))
 
 
 @lowering(log_softmax.LogSoftmax)

@@ -55,8 +55,25 @@ def lower_linear(node, ctx):
             y += b
         return y
 
+    def linear_into(out, x, W, b=None):
+        if weight_first and len(x) <= 64:
+            y = W.dot(x.T).T
+            if b is None:
+                numpy.copyto(out, y)
+                return out
+            return numpy.add(y, b, out=out)
+        if unit_axis and not (x.flags.c_contiguous or
+                              x.flags.f_contiguous):
+            x = numpy.ascontiguousarray(x)
+        numpy.dot(x, W.T, out=out)
+        if b is not None:
+            out += b
+        return out
+
+    into = None if cast or ctx.xp is not numpy or \
+        len(ctx.in_shapes[0]) != 2 else linear_into
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
-                  onnx=_linear_to_onnx, fresh=True)
+                  onnx=_linear_to_onnx, fresh=True, into=into)
 
 
 def grad_linear(xs, ys, gys, wanted):

@@ -158,6 +158,21 @@ _WITH_CONSTANT = {
 }
 
 
+# The _WITH_CONSTANT ops whose ``fn`` is one ufunc call, as ``into``
+# writes it (not the powers: NumPy's ``x ** 2`` takes a faster path of
+# its own).
+_WITH_CONSTANT_UFUNC = {
+    basic_math.AddConstant: 'add', basic_math.SubFromConstant: 'subtract',
+    basic_math.MulConstant: 'multiply',
+    basic_math.DivFromConstant: 'divide'}
+
+
+def _all_alike(ctx):
+    """Are all inputs and outputs NumPy arrays of one dtype (so that a
+    ufunc's ``out=`` gives the same bits)?"""
+    return ctx.xp is numpy and len(set(ctx.in_dtypes + ctx.out_dtypes)) == 1
+
+
 def _onnx(spec):
     """A converter from an ONNX op type or a converter."""
     return onnx_op(spec) if isinstance(spec, str) else spec
@@ -294,14 +309,16 @@ _UFUNC_OF_OPERATOR = {operator.add: 'add', operator.sub: 'subtract',
 
 
 def _binary_into(fn, ctx):
-    """``fn(x0, x1)`` written into either operand (a NumPy ufunc, with all
-    dtypes alike, gives the same bits with ``out=``)."""
+    """``(inplace, into)``: ``fn(x0, x1)`` written into either operand,
+    and into a given array (a NumPy ufunc, with all dtypes alike, gives the
+    same bits with ``out=``); ``(None, None)`` otherwise."""
     fn = _resolve(_UFUNC_OF_OPERATOR.get(fn, fn), ctx.xp)
     if not isinstance(fn, numpy.ufunc) or len(set(
             ctx.in_dtypes + ctx.out_dtypes)) != 1:
-        return None
-    return {0: lambda x0, x1: fn(x0, x1, out=x0),
-            1: lambda x0, x1: fn(x0, x1, out=x1)}
+        return None, None
+    return ({0: lambda x0, x1: fn(x0, x1, out=x0),
+             1: lambda x0, x1: fn(x0, x1, out=x1)},
+            lambda out, x0, x1: fn(x0, x1, out=out))
 
 
 @lowering(*_BINARY)
@@ -317,9 +334,10 @@ def lower_binary(node, ctx):
             type(node)][2:]),
                          inputs=(0, 1) if reads_x else (),
                          outputs=(0,) if reads_y else ())
+    inplace, into = _binary_into(fn, ctx)
     return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
                   grad=grad, onnx=_onnx(onnx), fresh=True,
-                  inplace=_binary_into(fn, ctx))
+                  inplace=inplace, into=into)
 
 
 # The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
@@ -353,12 +371,24 @@ def lower_with_constant(node, ctx):
     def to_onnx(b, ins, outs):
         c = b.constant(numpy.asarray(value))
         b.op(op_type, [c] + ins if first else ins + [c], outs)
+    into = _constant_into(_WITH_CONSTANT_UFUNC.get(type(node)), value,
+                          first, ctx)
     return Kernel(lambda x: utils.force_array(fn(x, value), dtype),
                   {'value': _attr_value(node.value)},
                   grad=grad_rule(ctx, grad,
                                  inputs=(0,) if uses == 'x' else (),
                                  outputs=(0,) if uses == 'y' else ()),
-                  onnx=to_onnx, fresh=True)
+                  onnx=to_onnx, fresh=True, into=into)
+
+
+def _constant_into(ufunc, value, first, ctx):
+    """The arena variant of an op with a constant, or ``None``."""
+    if ufunc is None or not _all_alike(ctx):
+        return None
+    ufunc = _resolve(ufunc, ctx.xp)
+    if first:
+        return lambda out, x: ufunc(value, x, out=out)
+    return lambda out, x: ufunc(x, value, out=out)
 
 
 def _sum_to_each(ctx):
@@ -635,14 +665,17 @@ def lower_matmul(node, ctx):
     swap_inputs = bool(node.transc)
     dtype = ctx.out_dtypes[0]
 
-    def fn(a, b):
+    def fn(a, b, out=None):
         if swap_inputs:
             a, b = b, a
         if swap_a:
             a = a.swapaxes(-1, -2)
         if swap_b:
             b = b.swapaxes(-1, -2)
-        return utils.force_array(xp_matmul(a, b), dtype)
+        return utils.force_array(xp_matmul(a, b, out=out), dtype)
+
+    def into(out, a, b):
+        return fn(a, b, out)
 
     def to_onnx(b, ins, outs):
         ins = [x if t == dtype else b.op('Cast', [x], to=onnx_dtype(dtype))[0]
@@ -662,7 +695,9 @@ def lower_matmul(node, ctx):
     return Kernel(fn, {'transa': node.transa, 'transb': node.transb,
                        'transc': node.transc},
                   grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1)),
-                  onnx=to_onnx, fresh=True)
+                  onnx=to_onnx, fresh=True,
+                  into=into if _all_alike(ctx) and 1 not in (a_ndim, b_ndim)
+                  else None)
 
 
 def _outer(u, v, trans, to_vector):

@@ -88,9 +88,9 @@ def lower_layer_normalization(node, ctx):
     xp = ctx.xp
     eps = node.eps
 
-    def layer_norm(x, gamma, beta):
+    def layer_norm(x, gamma, beta, out=None):
         mu = xp.mean(x, axis=1, keepdims=True)
-        x_mu = x - mu
+        x_mu = xp.subtract(x, mu, out=out)
         var = xp.mean(xp.square(x_mu), axis=1, keepdims=True)
         inv_std = 1. / xp.sqrt(var + eps)
         if not x_mu.dtype == inv_std.dtype == gamma.dtype == beta.dtype:
@@ -129,9 +129,14 @@ def lower_layer_normalization(node, ctx):
         g_mu = g_x_1.sum(axis=1, keepdims=True) * (-1.)
         g_x_2 = g_mu * (1. / n_units)
         return g_x_1 + g_x_2, g_gamma, g_beta
+
+    def into(out, x, gamma, beta):
+        return layer_norm(x, gamma, beta, out)
+    alike = xp is numpy and len(set(ctx.in_dtypes)) == 1
     return Kernel(layer_norm, attrs={'eps': eps},
                   grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_layer_norm_to_onnx(eps))
+                  onnx=_layer_norm_to_onnx(eps), fresh=True,
+                  into=into if alike else None)
 
 
 @lowering(l2_normalization.NormalizeL2)

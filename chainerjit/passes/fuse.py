@@ -90,6 +90,12 @@ def _activation_after(linear, users):
     return act
 
 
+def _then_in_place(linear_into, act_into):
+    def into(out, x, W, b=None):
+        return act_into(linear_into(out, x, W, b))
+    return into
+
+
 def _fused(linear, act):
     linear_fn, act_into = linear.kernel.fn, act.kernel.inplace[0]
     linear_grad, act_grad = linear.kernel.grad, act.kernel.grad
@@ -97,13 +103,17 @@ def _fused(linear, act):
     def fn(*arrays):
         return act_into(linear_fn(*arrays))
 
+    into = None
+    if linear.kernel.into is not None and act.kernel.into is not None:
+        into = _then_in_place(linear.kernel.into, act_into)
+
     def grad(xs, ys, gys, wanted):
         g, = act_grad.fn((None,), ys, gys, (True,))
         return linear_grad.fn(xs, (None,), (g,), wanted)
 
     kernel = ops.Kernel(fn, dict(linear.kernel.attrs), grad=ops.GradRule(
         grad, linear_grad.inputs, act_grad.outputs),
-        onnx=_chained_onnx(linear, act), fresh=True)
+        onnx=_chained_onnx(linear, act), fresh=True, into=into)
     return ir.Node('%s+%s' % (linear.op, act.op), kernel, linear.inputs,
                    act.outputs, linear.attrs, loc=linear.loc)
 
