@@ -41,3 +41,14 @@ def test_lstm_over_lists_of_steps_compiles_once_per_mode(tmp_path):
     # T=3 compiles an inference and a training entry; T=7 hits both.
     assert '| 3 |' in text and text.split('| 7 |')[1].split('\n')[0] \
         .rstrip().endswith('| 0 | 2 |')
+
+
+def test_memory_report_measures_every_system(tmp_path):
+    from benchmarks import bench_memory
+    report = tmp_path / 'memory.md'
+    rows = bench_memory.main(['--only', 'MLP inference, batch 64',
+                              '--output', str(report)])
+    row, = rows
+    assert row.held > 0  # the program has an arena
+    assert 0 < row.arena < row.plain  # and allocates less per call
+    assert '| MLP inference, batch 64 |' in report.read_text()
