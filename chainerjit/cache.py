@@ -334,9 +334,18 @@ class Entry(object):
             else:
                 chainer.reporter.report(value, target)
         if checked and link_epoch[0] == self._epoch + len(assigned) and all(
-                self._assigned_state[path, name] == _attribute_state(
-                    getattr(target, name)) for target, path, name in assigned):
+                self._keeps_state(target, path, name)
+                for target, path, name in assigned):
             self._epoch = link_epoch[0]
+
+    def _keeps_state(self, target, path, name):
+        """Does an attribute :meth:`replay_effects` assigned keep what
+        the model check compares: its state when the entry was compiled,
+        or any value when the forward assigns it before reading it (as
+        ``L.Classifier`` does ``self.y``)?"""
+        return (_state_path(path), name) in self.ignored_state or \
+            self._assigned_state[path, name] == _attribute_state(
+                getattr(target, name))
 
     def describe(self):
         """A multi-line report of this entry: signature, stats, IR and
@@ -353,13 +362,18 @@ class Entry(object):
         return '\n'.join(lines)
 
 
+def _state_path(path):
+    """A link path as :func:`link_state` keys it."""
+    return '/' + '/'.join(path)
+
+
 def _assigned_state(model_state, effects):
     """``{(link path, name): attribute state}`` before recording, of the
     attributes the forward assigns."""
     found = {}
     for kind, path, name, _, _ in effects:
         if kind == 'setattr':
-            attrs = dict(model_state.get('/' + '/'.join(path), (
+            attrs = dict(model_state.get(_state_path(path), (
                 None, None, None, ()))[3])
             found[path, name] = attrs.get(name, guards.ABSENT)
     return found

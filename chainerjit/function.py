@@ -28,7 +28,8 @@ class TrainingProgram(object):
             saved for the backward).
         grad_index: for each forward input, the position of its gradient
             among the backward's outputs, or ``None``.
-        output_types: ``(shape, dtype)`` of each user output.
+        first_of: for each user output, the position of the first output
+            that is the same value.
     """
 
     def __init__(self, pair):
@@ -38,8 +39,8 @@ class TrainingProgram(object):
         position = {v: i for i, v in enumerate(pair.wrt)}
         self.grad_index = [position.get(v) for v in
                            pair.forward.inputs + pair.forward.params]
-        self.output_types = [(v.shape, v.dtype) for v in
-                             pair.forward.outputs[:pair.n_outputs]]
+        outputs = pair.forward.outputs[:pair.n_outputs]
+        self.first_of = [_index(outputs, v) for v in outputs]
         self.graphs = pair
 
     @property
@@ -66,34 +67,7 @@ class CompiledFunction(chainer.FunctionNode):
                 variable.unchain()
 
     def apply(self, inputs):
-        """``FunctionNode.apply`` without the steps that do nothing for
-        this node: NumPy arrays in the default layout, no function hooks,
-        no debug mode and no static graph. Anything else takes Chainer's
-        own ``apply``. It links the node into the graph exactly as that
-        does."""
-        input_vars = [x if isinstance(x, chainer.Variable) else
-                      chainer.Variable(x, requires_grad=False)
-                      for x in inputs]
-        if not _plain_numpy_call(self, input_vars):
-            return super(CompiledFunction, self).apply(input_vars)
-        n_in = len(input_vars)
-        self._input_layouts = (None,) * n_in
-        self._input_indexes_to_retain = None
-        self._output_indexes_to_retain = None
-        outputs = self.forward(tuple([v._data[0] for v in input_vars]))
-        self._output_layouts = (None,) * len(outputs)
-        self._output_count = len(outputs)
-        requires_grad = any([v.requires_grad for v in input_vars])
-        ret = tuple([chainer.Variable._init_unchecked(
-            y, requires_grad=requires_grad) for y in outputs])
-        if configuration.config.enable_backprop:
-            self.rank = max([v.rank for v in input_vars]) if n_in else 0
-            for y in ret:
-                y.creator_node = self
-            self.inputs = tuple([v.node for v in input_vars])
-            self.outputs = tuple([weakref.ref(y.node) for y in ret])
-            self.lazy_grad_sum = configuration.config.lazy_grad_sum
-        return ret
+        return lean_apply(self, inputs)
 
     def _check_data_type_forward(self, in_data):
         """No type check: the cache key already fixed every input's
@@ -120,6 +94,49 @@ class CompiledFunction(chainer.FunctionNode):
                      for i in indexes)
 
 
+def _index(values, value):
+    """The first position of ``value`` (an IR value, by identity)."""
+    return next(i for i, v in enumerate(values) if v is value)
+
+
+def lean_apply(node, inputs):
+    """``node.apply(inputs)`` without the steps of ``FunctionNode.apply``
+    that do nothing for a chainerjit node: NumPy arrays in the default
+    layout, no function hooks, no debug mode and no static graph. Anything
+    else takes Chainer's own ``apply``. It links the node into the graph
+    exactly as that does."""
+    input_vars = [x if isinstance(x, chainer.Variable) else
+                  _unchecked(x) if type(x) is numpy.ndarray else
+                  chainer.Variable(x, requires_grad=False)
+                  for x in inputs]
+    if not _plain_numpy_call(node, input_vars):
+        return chainer.FunctionNode.apply(node, input_vars)
+    n_in = len(input_vars)
+    node._input_layouts = (None,) * n_in
+    node._input_indexes_to_retain = None
+    node._output_indexes_to_retain = None
+    outputs = node.forward(tuple([v._data[0] for v in input_vars]))
+    node._output_layouts = (None,) * len(outputs)
+    node._output_count = len(outputs)
+    requires_grad = any(v.requires_grad for v in input_vars)
+    ret = tuple([chainer.Variable._init_unchecked(
+        y, requires_grad=requires_grad) for y in outputs])
+    if configuration.config.enable_backprop:
+        node.rank = max([v.rank for v in input_vars]) if n_in else 0
+        for y in ret:
+            y.creator_node = node
+        node.inputs = tuple([v.node for v in input_vars])
+        node.outputs = tuple([weakref.ref(y.node) for y in ret])
+        node.lazy_grad_sum = configuration.config.lazy_grad_sum
+    return ret
+
+
+def _unchecked(array):
+    """``Variable(array, requires_grad=False)`` for a NumPy array, which
+    needs none of the checks for other array types."""
+    return chainer.Variable._init_unchecked(array, requires_grad=False)
+
+
 def _plain_numpy_call(node, input_vars):
     """Would ``FunctionNode.apply`` only run ``forward`` and link the
     graph for these inputs?"""
@@ -137,6 +154,9 @@ class _Output(chainer.FunctionNode):
     as eager Chainer treats a separate op's output (a gradient retained on
     one output is not sent back again with another's)."""
 
+    def apply(self, inputs):
+        return lean_apply(self, inputs)
+
     def forward(self, inputs):
         return inputs
 
@@ -148,11 +168,18 @@ def publish(node, outputs, requires_grad):
     """The Variables a training call returns for ``node``'s outputs:
     outputs eager would not connect to the graph (``requires_grad`` false
     there) detached, and each of several outputs behind a node of its
-    own."""
-    single = len(outputs) == 1
+    own. An output that is the same value as an earlier one (a returned
+    loss that the forward also stored and reported) is the same Variable,
+    as in eager mode."""
+    first = node.training.first_of
+    single = len(set(first)) == 1
     published = []
     for i, y in enumerate(outputs):
-        if i < len(requires_grad) and not requires_grad[i]:
+        grad = i >= len(requires_grad) or requires_grad[i]
+        if first[i] != i and grad == (first[i] >= len(requires_grad) or
+                                      requires_grad[first[i]]):
+            y = published[first[i]]
+        elif not grad:
             y = chainer.Variable._init_unchecked(y.array,
                                                  requires_grad=False)
         elif not single:

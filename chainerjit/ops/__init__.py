@@ -302,6 +302,7 @@ def _load_op_modules():
     from chainerjit.ops import activation  # NOQA
     from chainerjit.ops import array  # NOQA
     from chainerjit.ops import connection  # NOQA
+    from chainerjit.ops import evaluation  # NOQA
     from chainerjit.ops import loss  # NOQA
     from chainerjit.ops import math  # NOQA
     from chainerjit.ops import noise  # NOQA

@@ -109,3 +109,12 @@ def test_soft_target_with_a_dynamic_batch(rng):
     testing.assert_onnx_matches_eager(
         lambda x, t: F.softmax_cross_entropy(x, t), calls,
         dynamic_batch=True)
+
+
+@pytest.mark.parametrize('x_shape,t_shape', [((6, 4), (6,)),
+                                             ((3, 5, 2), (3, 2))])
+def test_accuracy(rng, x_shape, t_shape):
+    testing.assert_onnx_matches_eager(
+        lambda x, t: F.accuracy(x, t),
+        _label_calls(rng, x_shape, t_shape, numpy.float32, x_shape[1]),
+        lowered=['Accuracy'])
