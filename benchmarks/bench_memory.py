@@ -56,19 +56,19 @@ def peak_of_call(call):
 def build_jitted(model, workload, x, t, use_arena):
     """chainerjit's call or step, compiled (by its first call) with or
     without arenas; a ``run.Built`` whose ``jitted`` is the function."""
-    import chainerjit
     previous = os.environ.get('CHAINERJIT_ARENA')
     os.environ['CHAINERJIT_ARENA'] = '1' if use_arena else '0'
+    jitted = []
     try:
-        jitted = copy.deepcopy(model)
-        jitted.forward = chainerjit.jit(jitted.forward)
-        built = run.timed_first_call(run.chainer_call(jitted, workload, x, t))
+        built = run.timed_first_call(run.chainer_call(
+            copy.deepcopy(model), workload, x, t,
+            lambda link: jitted.append(link) or run.jit_forward(link)))
     finally:
         if previous is None:
             del os.environ['CHAINERJIT_ARENA']
         else:
             os.environ['CHAINERJIT_ARENA'] = previous
-    built.jitted = jitted.forward
+    built.jitted = jitted[0].forward
     return built
 
 
