@@ -721,20 +721,47 @@ def _torch_conv_bn(torch, conv, bn):
             torch.nn.MaxPool2d(2, ceil_mode=True)]
 
 
-def lenet_inference_torch(model, x):
-    """LeNet in eval mode (batch normalization with running stats);
-    ``model`` must have been called once so that fc1 is initialized."""
-    torch = _torch()
-    if torch is None:
-        return None
-    net = torch.nn.Sequential(
+def _torch_lenet(torch, model):
+    return torch.nn.Sequential(
         *_torch_conv_bn(torch, model.conv1, model.bn1),
         *_torch_conv_bn(torch, model.conv2, model.bn2),
         torch.nn.Flatten(),
         _torch_linear(model.fc1), torch.nn.ReLU(),
         _torch_linear(model.fc2), torch.nn.ReLU(),
         _torch_linear(model.fc3))
-    return _torch_inference(torch, net, x)
+
+
+def lenet_inference_torch(model, x):
+    """LeNet in eval mode (batch normalization with running stats);
+    ``model`` must have been called once so that fc1 is initialized."""
+    torch = _torch()
+    if torch is None:
+        return None
+    return _torch_inference(torch, _torch_lenet(torch, model), x)
+
+
+def lenet_training_torch(model, x, t, lr):
+    """One SGD step of LeNet in training mode (batch statistics; the
+    running averages decay as Chainer's do)."""
+    torch = _torch()
+    if torch is None:
+        return None
+    net = _torch_lenet(torch, model)
+    for bn, norm in ((model.bn1, net[1]), (model.bn2, net[5])):
+        norm.momentum = 1 - bn.decay
+
+    def export():
+        params = {}
+        for name, i in (('conv1', 0), ('conv2', 4)):
+            params.update(_linear_params(net[i], name))
+        for name, i in (('bn1', 1), ('bn2', 5)):
+            params[name + '/gamma'] = net[i].weight.detach()
+            params[name + '/beta'] = net[i].bias.detach()
+        for name, i in (('fc1', 9), ('fc2', 11), ('fc3', 13)):
+            params.update(_linear_params(net[i], name))
+        return params
+
+    return _torch_training(torch, net, net.parameters(), x, t, lr, export)
 
 
 def _copy_layer_norm(norm, link):

@@ -9,7 +9,8 @@ with preallocated buffers (``benchmarks/competitors.py``).
 Workloads: MLP 784-100-100-10 inference at batch 1 and 64 and its training
 step at batch 64 (with the loss outside the model, and through
 ``L.Classifier``); LSTM (input 64, hidden 128, batch 16, T = 20) inference
-and training step; LeNet-style CNN inference at batch 32; a transformer
+and training step; LeNet-style CNN inference and training step at batch
+32 (batch normalization with batch statistics in training); a transformer
 encoder block (d_model 64, 4 heads, d_ff 256) on 8 sequences of 32.
 Inference runs in test mode with backprop disabled (set once around the
 whole workload, as a serving loop would); a training step is clear grads,
@@ -105,6 +106,8 @@ def workloads():
         Workload('LSTM training step, T = 20', 'training',
                  models.LSTMClassifier, (20, 16, 64), 'lstm'),
         Workload('CNN inference, batch 32', 'inference', models.LeNet,
+                 (32, 1, 28, 28), 'lenet'),
+        Workload('CNN training step, batch 32', 'training', models.LeNet,
                  (32, 1, 28, 28), 'lenet'),
         Workload('Transformer encoder block, 8 x 32 x 64', 'inference',
                  encoder, (8, 32, 64), 'encoder'),
@@ -231,7 +234,9 @@ def _build_competitor(model, workload, x, t, system):
     """``system``'s twin from ``benchmarks/competitors.py``."""
     from benchmarks import competitors
     factory = getattr(competitors, '%s_%s_%s' % (
-        workload.competitor, workload.kind, system))
+        workload.competitor, workload.kind, system), None)
+    if factory is None:
+        return Skipped('no hand-written twin')
     args = (model, x) if workload.kind == 'inference' else (
         model, x, t, LEARNING_RATE)
     run = factory(*args)

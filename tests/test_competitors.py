@@ -141,18 +141,20 @@ def _eager_steps(model, x, t, n_steps):
         yield float(loss.array), params
 
 
-@pytest.mark.parametrize('backend', ['numpy', 'torch'])
-@pytest.mark.parametrize('name', ['mlp', 'lstm'])
+@pytest.mark.parametrize('name,backend', [
+    ('mlp', 'numpy'), ('mlp', 'torch'), ('lstm', 'numpy'), ('lstm', 'torch'),
+    ('lenet', 'torch')])
 def test_training_steps_match_eager(name, backend):
     model, x = _build(name)
-    t = _labels(x.shape[-2])  # one label per example in the batch
+    # One label per example in the batch (LSTM inputs are (T, B, n)).
+    t = _labels(x.shape[1] if name == 'lstm' else x.shape[0])
     before = _snapshot(model)
     step = _factory(name, 'training', backend)(model, x, t, LR)
     _assert_params_equal(_snapshot(model), before)
     eager = _eager_steps(copy.deepcopy(model), x, t, n_steps=2)
     for expected_loss, expected in eager:
         loss = float(_array(step()))
-        assert loss == pytest.approx(expected_loss, rel=1e-5)
+        assert loss == pytest.approx(expected_loss, rel=1e-5, abs=1e-6)
         params = {k: _array(v) for k, v in step.params.items()}
         assert params.keys() == expected.keys()
         for key in expected:
@@ -160,7 +162,7 @@ def test_training_steps_match_eager(name, backend):
                                           **TOLERANCE, err_msg=key)
     # The steps train the competitor's own copy of the weights.
     _assert_params_equal(_snapshot(model), before)
-    last = 'out/W' if name == 'lstm' else 'l3/W'
+    last = {'lstm': 'out/W', 'lenet': 'fc3/W'}.get(name, 'l3/W')
     assert not numpy.allclose(params[last], before['/' + last])
 
 
@@ -181,4 +183,5 @@ def test_torch_twins_are_none_without_torch(monkeypatch):
     assert competitors.lstm_inference_torch(model, x) is None
     assert competitors.lstm_training_torch(model, x, t, LR) is None
     assert competitors.lenet_inference_torch(model, x) is None
+    assert competitors.lenet_training_torch(model, x, t, LR) is None
     assert competitors.encoder_inference_torch(model, x) is None
