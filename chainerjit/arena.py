@@ -63,24 +63,33 @@ def buffer_roots(graph):
     return roots, escaped
 
 
-def _visit(nodes, roots, escaped):
+def _visit(nodes, roots, escaped, fresh=None):
+    """Notes what each node's outputs may share. ``fresh``: the values
+    fresh kernels computed, the only ones codegen writes into in place."""
+    fresh = set() if fresh is None else fresh
     for node in nodes:
         if node.region is not None:
-            _visit_loop(node, roots, escaped)
+            _visit_loop(node, roots, escaped, fresh)
             continue
         kernel = node.kernel
         shared = set()
+        if node.generic:
+            # The node's own forward may keep its inputs (a user's
+            # FunctionNode appending them to a list).
+            for value in node.inputs:
+                escaped.update(roots.get(value, ()))
         if kernel is None or not kernel.fresh:
             shared = _union(roots, node.inputs)
-        elif kernel.inplace:  # codegen writes in place only into owned
-            shared = _union(roots, [   # buffers
-                node.inputs[k] for k in kernel.inplace
-                if ESCAPED not in roots.get(node.inputs[k], (ESCAPED,))])
+        else:
+            fresh.update(node.outputs)
+            if kernel.inplace:
+                shared = _union(roots, [node.inputs[k] for k in kernel.inplace
+                                        if node.inputs[k] in fresh])
         for value in node.outputs:
             roots[value] = frozenset(shared | {value})
 
 
-def _visit_loop(node, roots, escaped):
+def _visit_loop(node, roots, escaped, fresh):
     region = node.region
     body = region.body
     n_read = sum(region.carried_read)
@@ -92,7 +101,7 @@ def _visit_loop(node, roots, escaped):
         roots[value] = frozenset([ESCAPED])
     for value, outer in zip(body.inputs[1 + n_read:], invariants):
         roots[value] = roots.get(outer, frozenset([ESCAPED]))
-    _visit(body.nodes, roots, escaped)
+    _visit(body.nodes, roots, escaped, fresh)
     for value in body.outputs:
         escaped.update(roots.get(value, ()))
     for value in node.outputs:

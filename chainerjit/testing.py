@@ -46,6 +46,18 @@ def assert_results_equal(actual, expected, rtol=1e-5, atol=1e-6):
             err_msg='leaf %d' % i)
 
 
+def programs(jitted):
+    """Every compiled program of a jitted function's cache entries: the
+    inference programs, then each training entry's forward and backward."""
+    found = []
+    for entry in jitted.cache_entries():
+        if entry.program is not None:
+            found.append(entry.program)
+        if entry.training is not None:
+            found += [entry.training.forward, entry.training.backward]
+    return found
+
+
 def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
                              expect_entries=None, lowered=(),
                              no_backprop=True, jitted=None):

@@ -3,7 +3,6 @@ a program allocated once, with the same bits as without it, and never
 into a buffer whose contents outlive the call."""
 
 import threading
-import tracemalloc
 
 import chainer
 import chainer.functions as F
@@ -11,6 +10,7 @@ import chainer.links as L
 import numpy
 import pytest
 
+from benchmarks import bench_memory
 import chainerjit
 from chainerjit import _vm
 from chainerjit import arena
@@ -19,18 +19,8 @@ from chainerjit import testing
 from examples import models
 
 
-def _programs(jitted):
-    programs = []
-    for entry in jitted.cache_entries():
-        if entry.program is not None:
-            programs.append(entry.program)
-        if entry.training is not None:
-            programs += [entry.training.forward, entry.training.backward]
-    return programs
-
-
 def _dis(jitted):
-    return '\n'.join(p.dis() for p in _programs(jitted))
+    return '\n'.join(p.dis() for p in testing.programs(jitted))
 
 
 def _run_both(monkeypatch, fn, calls, backprop=False):
@@ -265,18 +255,6 @@ def test_threads_calling_one_program_get_their_own_results(rng):
 
 # --- memory ------------------------------------------------------------------
 
-def _peak_of_call(call):
-    call()
-    tracemalloc.start()
-    try:
-        tracemalloc.reset_peak()
-        before = tracemalloc.get_traced_memory()[0]
-        call()
-        return tracemalloc.get_traced_memory()[1] - before
-    finally:
-        tracemalloc.stop()
-
-
 def test_steady_state_calls_allocate_less(monkeypatch, rng):
     block = models.EncoderBlock(d_model=64, n_heads=4, d_ff=256)
     x = rng.standard_normal((8, 32, 64)).astype(numpy.float32)
@@ -286,9 +264,9 @@ def test_steady_state_calls_allocate_less(monkeypatch, rng):
             monkeypatch.setenv('CHAINERJIT_ARENA', setting)
             jitted = chainerjit.jit(block.forward)
             jitted(x)
-            peaks[setting] = _peak_of_call(lambda: jitted(x))
-        eager = _peak_of_call(lambda: block(x))
-    arena_bytes = sum(b.nbytes for p in _programs(jitted) for b in p.arena)
+            peaks[setting] = bench_memory.peak_of_call(lambda: jitted(x))
+        eager = bench_memory.peak_of_call(lambda: block(x))
+    arena_bytes = bench_memory.arena_bytes(jitted)
     # The call's own peak is about its result (128 KiB) and small temps.
     assert peaks['1'] < peaks['0'] / 2
     assert peaks['1'] + arena_bytes < eager
