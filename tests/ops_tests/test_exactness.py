@@ -34,12 +34,18 @@ def test_convolution_is_bit_exact(rng, x_shape, w_shape, options, dtype):
     testing.assert_jit_matches_eager(f, calls, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize('shape', [(2, 3, 8, 8), (1, 2, 4, 6)])
-def test_tiling_max_pooling_is_bit_exact(rng, shape):
+@pytest.mark.parametrize('shape,ksize', [
+    ((2, 3, 8, 8), 2), ((1, 2, 4, 6), 2), ((2, 2, 6, 9), 3),
+    ((2, 1, 4, 6), (2, 3))])
+@pytest.mark.parametrize('ties', [False, True])
+def test_tiling_max_pooling_is_bit_exact(rng, shape, ksize, ties):
+    # Its forward and gradient skip im2col and col2im.
     def f(x):
-        return F.max_pooling_2d(x, 2)
+        return F.max_pooling_2d(x, ksize)
 
     calls = [(rng.randn(*shape).astype(numpy.float32),) for _ in range(3)]
+    if ties:  # windows with several maxima: the first one gets the grad
+        calls = [(numpy.round(x * 0.6),) for x, in calls]
     testing.assert_jit_matches_eager(f, calls, rtol=0, atol=0,
                                      lowered=['MaxPoolingND'])
     testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)
