@@ -16,7 +16,13 @@ setuptools.setup(
     ext_modules=cythonize(
         [setuptools.Extension('chainerjit._vm', ['chainerjit/_vm.pyx']),
          setuptools.Extension('chainerjit._fastpath',
-                              ['chainerjit/_fastpath.pyx'])],
+                              ['chainerjit/_fastpath.pyx']),
+         # No contraction into fused multiply-adds: the loops must round
+         # as NumPy's separate ufuncs do.
+         setuptools.Extension('chainerjit._elementwise',
+                              ['chainerjit/_elementwise.pyx'],
+                              extra_compile_args=['-O3',
+                                                  '-ffp-contract=off'])],
         compiler_directives={'language_level': 3}),
     python_requires='>=3.8',
     install_requires=['chainer>=7,<8', 'numpy<2'],

@@ -52,3 +52,14 @@ def test_memory_report_measures_every_system(tmp_path):
     assert row.held > 0  # the program has an arena
     assert 0 < row.arena < row.plain  # and allocates less per call
     assert '| MLP inference, batch 64 |' in report.read_text()
+
+
+def test_elementwise_options_are_checked_and_reported(tmp_path):
+    from benchmarks import bench_elementwise
+    report = tmp_path / 'elementwise.md'
+    rows = bench_elementwise.main(['--rounds', '1', '--target-ms', '1',
+                                   '--output', str(report)])
+    assert len(rows) == len(bench_elementwise.CASES)
+    for case, medians in rows:
+        assert {'numpy', 'numpy out='} <= set(medians)
+    assert '| LSTM cell, 16 x 128 |' in report.read_text()

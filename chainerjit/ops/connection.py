@@ -19,6 +19,7 @@ from chainer.functions.connection import embed_id
 from chainer.functions.connection import linear
 from chainer.utils import conv
 
+from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -72,8 +73,40 @@ def lower_linear(node, ctx):
 
     into = None if cast or ctx.xp is not numpy or \
         len(ctx.in_shapes[0]) != 2 else linear_into
+    if into is not None and len(ctx.in_shapes) == 3 and \
+            ctx.in_dtypes[0] in _FUSED_DTYPES:
+        linear_fn.then_relu = _then_relu(weight_first, unit_axis)
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
                   onnx=_linear_to_onnx, fresh=True, into=into)
+
+
+_FUSED_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+
+
+def _then_relu(weight_first, unit_axis):
+    """``(fn, into)``: ``linear_fn`` with a bias, then a ReLU, the bias
+    and the ReLU in one pass (``_elementwise.bias_relu``), for
+    ``passes/fuse.py``. The same products, sums and maxima as the two
+    kernels in turn (for all dtypes alike, float32 or float64)."""
+    def product(x, W):
+        if weight_first and len(x) <= 64:
+            return W.dot(x.T).T  # F-ordered; bias_relu writes it C-ordered
+        if unit_axis and not (x.flags.c_contiguous or
+                              x.flags.f_contiguous):
+            x = numpy.ascontiguousarray(x)
+        return x.dot(W.T)
+
+    def fn(x, W, b):
+        y = product(x, W)
+        out = y if y.flags.c_contiguous else numpy.empty(y.shape, y.dtype)
+        _elementwise.bias_relu(y, numpy.ascontiguousarray(b), out)
+        return out
+
+    def into(out, x, W, b):
+        _elementwise.bias_relu(product(x, W), numpy.ascontiguousarray(b),
+                               out)
+        return out
+    return fn, into
 
 
 def grad_linear(xs, ys, gys, wanted):

@@ -9,6 +9,7 @@ from chainer.functions.normalization import layer_normalization
 from chainer.functions.normalization import local_response_normalization
 from chainer import utils
 
+from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -88,6 +89,10 @@ def lower_layer_normalization(node, ctx):
     xp = ctx.xp
     eps = node.eps
 
+    # In one loop (``_elementwise``) for contiguous float32 or float64.
+    one_pass = xp is numpy and len(set(ctx.in_dtypes)) == 1 and \
+        ctx.in_dtypes[0] in (numpy.float32, numpy.float64)
+
     def layer_norm(x, gamma, beta, out=None):
         mu = xp.mean(x, axis=1, keepdims=True)
         x_mu = xp.subtract(x, mu, out=out)
@@ -96,6 +101,11 @@ def lower_layer_normalization(node, ctx):
         if not x_mu.dtype == inv_std.dtype == gamma.dtype == beta.dtype:
             return x_mu * inv_std * gamma[None, ] + beta[None, ]
         # The same products and sum, in place on x_mu's buffer.
+        if one_pass:
+            _elementwise.scale_shift_rows(
+                x_mu, inv_std, numpy.ascontiguousarray(gamma),
+                numpy.ascontiguousarray(beta))
+            return x_mu
         x_mu *= inv_std
         x_mu *= gamma[None, ]
         x_mu += beta[None, ]

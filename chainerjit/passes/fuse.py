@@ -90,7 +90,13 @@ def _activation_after(linear, users):
     return act
 
 
-def _then_in_place(linear_into, act_into):
+def _then_in_place(linear_fn, act_into):
+    def fn(*arrays):
+        return act_into(linear_fn(*arrays))
+    return fn
+
+
+def _then_in_place_into(linear_into, act_into):
     def into(out, x, W, b=None):
         return act_into(linear_into(out, x, W, b))
     return into
@@ -100,12 +106,14 @@ def _fused(linear, act):
     linear_fn, act_into = linear.kernel.fn, act.kernel.inplace[0]
     linear_grad, act_grad = linear.kernel.grad, act.kernel.grad
 
-    def fn(*arrays):
-        return act_into(linear_fn(*arrays))
-
-    into = None
-    if linear.kernel.into is not None and act.kernel.into is not None:
-        into = _then_in_place(linear.kernel.into, act_into)
+    one_pass = getattr(linear_fn, 'then_relu', None)
+    if act.op == 'ReLU' and one_pass is not None:
+        fn, into = one_pass  # the bias and the ReLU in one loop
+    else:
+        fn = _then_in_place(linear_fn, act_into)
+        into = None
+        if linear.kernel.into is not None and act.kernel.into is not None:
+            into = _then_in_place_into(linear.kernel.into, act_into)
 
     def grad(xs, ys, gys, wanted):
         g, = act_grad.fn((None,), ys, gys, (True,))

@@ -1,0 +1,97 @@
+"""The fused elementwise loops (``chainerjit/_elementwise.pyx``) give the
+values of the NumPy ufuncs they replace, and the kernels using them give
+the values of the unfused kernels."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import _elementwise
+from chainerjit import testing
+from chainerjit.ops import connection
+
+
+def _special(rng, shape, dtype):
+    x = rng.standard_normal(shape).astype(dtype)
+    flat = x.reshape(-1)
+    special = [numpy.nan, numpy.inf, -numpy.inf, -0.0, 0.0, 1e-30]
+    flat[:len(special)] = special[:flat.size]
+    return x
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(1, 7), (64, 100), (3, 1)])
+@pytest.mark.parametrize('order', ['C', 'F'])
+def test_bias_relu_is_numpys_add_then_maximum(rng, dtype, shape, order):
+    y = numpy.asarray(_special(rng, shape, dtype), order=order)
+    b = rng.standard_normal(shape[1]).astype(dtype)
+    expected = numpy.maximum(y + b, dtype(0))
+    out = numpy.empty(shape, dtype)
+    _elementwise.bias_relu(y, b, out)
+    # Equal values (NaN where NumPy has NaN); a zero's sign may differ.
+    numpy.testing.assert_array_equal(out, expected)
+    in_place = numpy.ascontiguousarray(y)
+    _elementwise.bias_relu(in_place, b, in_place)
+    numpy.testing.assert_array_equal(in_place, expected)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(1, 5), (256, 64), (7, 1)])
+def test_scale_shift_rows_is_numpys_three_ufuncs_bit_for_bit(rng, dtype,
+                                                             shape):
+    x = _special(rng, shape, dtype)
+    scale = rng.standard_normal((shape[0], 1)).astype(dtype)
+    gamma, beta = (rng.standard_normal(shape[1]).astype(dtype)
+                   for _ in range(2))
+    expected = x.copy()
+    expected *= scale
+    expected *= gamma
+    expected += beta
+    _elementwise.scale_shift_rows(x, scale, gamma, beta)
+    assert x.tobytes() == expected.tobytes()
+
+
+def _fused_and_unfused(monkeypatch, make_fn, calls):
+    """Outputs of ``jit(fn)`` with the one-pass Linear+ReLU and without."""
+    results = []
+    for dtypes in (connection._FUSED_DTYPES, ()):
+        monkeypatch.setattr(connection, '_FUSED_DTYPES', dtypes)
+        jitted = chainerjit.jit(make_fn())
+        with chainer.no_backprop_mode():
+            results.append([jitted(*args).array for args in calls])
+        kernels = [n.kernel.fn for e in jitted.cache_entries()
+                   for n in e.graph.nodes if n.op == 'LinearFunction+ReLU']
+        assert kernels and all(
+            ('_then_relu' in k.__qualname__) == bool(dtypes)
+            for k in kernels)
+    return results
+
+
+@pytest.mark.parametrize('batch', [1, 64, 65])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_linear_relu_in_one_pass_gives_the_same_bits(monkeypatch, rng,
+                                                     batch, dtype):
+    with chainer.using_config('dtype', dtype):
+        l1, l2 = L.Linear(30, 40), L.Linear(40, 10)
+
+    def make_fn():
+        return lambda x: l2(F.relu(l1(x)))
+    calls = [(rng.standard_normal((batch, 30)).astype(dtype),)
+             for _ in range(3)]
+    fused, unfused = _fused_and_unfused(monkeypatch, make_fn, calls)
+    for a, b in zip(fused, unfused):
+        assert a.tobytes() == b.tobytes()
+    testing.assert_jit_matches_eager(make_fn(), calls)
+    testing.assert_jit_grads_match_eager(make_fn(), calls)
+
+
+def test_layer_normalization_in_one_pass_matches_eager(rng):
+    ln = L.LayerNormalization(16)
+    calls = [(rng.standard_normal((8, 16)).astype(numpy.float32),)
+             for _ in range(3)]
+    testing.assert_jit_matches_eager(ln, calls, lowered=[
+        'LayerNormalization'])
+    testing.assert_jit_grads_match_eager(ln, calls)
