@@ -40,3 +40,13 @@ def scale_shift_rows(floating[:, ::1] x, floating[:, ::1] scale,
                 v = x[r, k] * s
                 v = v * gamma[k]
                 x[r, k] = v + beta[k]
+
+
+def relu_grad(floating[::1] gy, floating[::1] y, floating[::1] out):
+    """``out = gy * (y > 0)``, the gradient of a ReLU given its output
+    (a product by 1 or 0, as NumPy multiplies by the boolean mask), over
+    flat contiguous arrays. ``out`` may be ``gy``."""
+    cdef Py_ssize_t i
+    with nogil:
+        for i in range(gy.shape[0]):
+            out[i] = gy[i] * (1 if y[i] > 0 else 0)

@@ -95,3 +95,23 @@ def test_layer_normalization_in_one_pass_matches_eager(rng):
     testing.assert_jit_matches_eager(ln, calls, lowered=[
         'LayerNormalization'])
     testing.assert_jit_grads_match_eager(ln, calls)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_relu_grad_is_numpys_product_by_the_mask_bit_for_bit(rng, dtype):
+    gy = _special(rng, (4, 3, 5), dtype)
+    y = numpy.maximum(_special(rng, (4, 3, 5), dtype)[::-1].copy(), 0)
+    expected = gy * (y > 0)
+    out = numpy.empty_like(gy)
+    _elementwise.relu_grad(gy.reshape(-1), y.reshape(-1), out.reshape(-1))
+    assert out.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize('shape', [(8, 6, 5, 5), (3, 7)])
+def test_relu_gradients_through_the_loop_match_eager(rng, shape):
+    def f(x, w):
+        return F.relu(x * w)
+    calls = [(rng.standard_normal(shape).astype(numpy.float32),
+              rng.standard_normal(shape).astype(numpy.float32))
+             for _ in range(3)]
+    testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)

@@ -54,6 +54,10 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into)
 
 
+#: The dtypes that ``chainerjit._elementwise``'s fused loops take.
+LOOP_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+
+
 class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
     """The gradient of an op, as array kernels (no Variables).
 

@@ -22,6 +22,7 @@ from chainer.utils import conv
 from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import LOOP_DTYPES
 from chainerjit.ops import lowering
 
 
@@ -80,7 +81,7 @@ def lower_linear(node, ctx):
                   onnx=_linear_to_onnx, fresh=True, into=into)
 
 
-_FUSED_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+_FUSED_DTYPES = LOOP_DTYPES  # (tests turn the one-pass kernel off)
 
 
 def _then_relu(weight_first, unit_axis):

@@ -12,6 +12,7 @@ from chainer import utils
 from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import LOOP_DTYPES
 from chainerjit.ops import lowering
 
 
@@ -91,7 +92,7 @@ def lower_layer_normalization(node, ctx):
 
     # In one loop (``_elementwise``) for contiguous float32 or float64.
     one_pass = xp is numpy and len(set(ctx.in_dtypes)) == 1 and \
-        ctx.in_dtypes[0] in (numpy.float32, numpy.float64)
+        ctx.in_dtypes[0] in LOOP_DTYPES
 
     def layer_norm(x, gamma, beta, out=None):
         mu = xp.mean(x, axis=1, keepdims=True)
