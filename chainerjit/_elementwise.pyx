@@ -50,3 +50,30 @@ def relu_grad(floating[::1] gy, floating[::1] y, floating[::1] out):
     with nogil:
         for i in range(gy.shape[0]):
             out[i] = gy[i] * (1 if y[i] > 0 else 0)
+
+
+def sgd_update(floating[::1] w, floating[::1] g, double lr):
+    """``SGDRule.update_core_cpu`` on NumPy arrays, ``w -= lr * g``: the
+    product rounded to ``w``'s dtype (NumPy casts the Python float
+    ``lr`` to it), then the difference; no temporary array."""
+    cdef Py_ssize_t i
+    cdef floating rate = <floating>lr
+    with nogil:
+        for i in range(w.shape[0]):
+            w[i] = w[i] - rate * g[i]
+
+
+def momentum_sgd_update(floating[::1] w, floating[::1] g, floating[::1] v,
+                        double lr, double momentum):
+    """``MomentumSGDRule.update_core_cpu`` on NumPy arrays: ``v *=
+    momentum; v -= lr * g; w += v``, element by element with the same
+    roundings."""
+    cdef Py_ssize_t i
+    cdef floating rate = <floating>lr, mu = <floating>momentum
+    cdef floating step
+    with nogil:
+        for i in range(w.shape[0]):
+            step = v[i] * mu
+            step = step - rate * g[i]
+            v[i] = step
+            w[i] = w[i] + step

@@ -10,7 +10,8 @@ steps are no-ops, so :func:`install` makes ``GradientMethod.update`` call
 each rule's own ``update_core_cpu`` directly when every one of them is a
 no-op, and take Chainer's own path otherwise. Parameters therefore change
 exactly as in eager Chainer (bit for bit: the arithmetic is the rule's own
-code); only the bookkeeping is skipped.
+code, or for SGD and momentum SGD the same arithmetic in one loop with
+the same roundings, ``_elementwise``); only the bookkeeping is skipped.
 
 It is installed when chainerjit is imported and applies only to
 optimizers whose target link trains a jitted forward (is one, or holds
@@ -22,7 +23,12 @@ import os
 import weakref
 
 from chainer import optimizer as optimizer_module
+from chainer.optimizers import momentum_sgd
+from chainer.optimizers import sgd
 import numpy
+
+from chainerjit import _elementwise
+from chainerjit import ops
 
 
 _chainer_update = optimizer_module.GradientMethod.update
@@ -105,7 +111,47 @@ def update_param(param):
     rule.t += 1
     if rule.state is None:
         rule._init_states(param)
-    rule.update_core_cpu(param)
+    if not _update_in_one_pass(rule, param):
+        rule.update_core_cpu(param)
+
+
+def _flat(arrays):
+    """The arrays as flat views, if they are C-contiguous NumPy arrays of
+    one shape and a dtype the fused loops take; else ``None``."""
+    first = arrays[0]
+    for a in arrays:
+        if type(a) is not numpy.ndarray or a.shape != first.shape or \
+                a.dtype != first.dtype or not a.flags.c_contiguous:
+            return None
+    if first.dtype not in ops.LOOP_DTYPES:
+        return None
+    return [a.reshape(-1) for a in arrays]
+
+
+def _update_in_one_pass(rule, param):
+    """SGD's and momentum SGD's ``update_core_cpu`` as one loop over the
+    arrays (``_elementwise``: the same roundings, no temporaries). Returns
+    False where the rule's own code must run (other rules, subclasses,
+    arrays the loop does not take)."""
+    cls = type(rule)
+    if cls is not sgd.SGDRule and cls is not momentum_sgd.MomentumSGDRule:
+        return False
+    grad = param.grad
+    if grad is None:
+        return True  # the rule's own code returns here too
+    if cls is sgd.SGDRule:
+        flat = _flat([param.array, grad])
+        if flat is None:
+            return False
+        _elementwise.sgd_update(flat[0], flat[1], rule.hyperparam.lr)
+        return True
+    flat = _flat([param.array, grad, rule.state['v']])
+    if flat is None:
+        return False
+    _elementwise.momentum_sgd_update(flat[0], flat[1], flat[2],
+                                     rule.hyperparam.lr,
+                                     rule.hyperparam.momentum)
+    return True
 
 
 _RULE = optimizer_module.UpdateRule

@@ -175,3 +175,39 @@ def test_uninstall_restores_chainers_update():
     finally:
         optimizers.install()
     assert chainer.optimizer.GradientMethod.update is optimizers.update
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('make', [
+    lambda: chainer.optimizers.SGD(lr=0.037),
+    lambda: chainer.optimizers.MomentumSGD(lr=0.037, momentum=0.93)])
+def test_sgd_rules_in_one_loop_give_the_rules_own_bits(dtype, make):
+    # SGD and momentum SGD run as one loop (chainerjit._elementwise);
+    # parameters holding NaN, infinities and signed zeros change exactly
+    # as under the rule's own update_core_cpu.
+    rng = numpy.random.RandomState(0)
+    params = []
+    for _ in range(2):
+        link = chainer.Link()
+        with link.init_scope():
+            link.w = chainer.Parameter(rng.standard_normal(7).astype(dtype))
+        params.append(link)
+    for link in params:
+        link.w.array[...] = [numpy.nan, numpy.inf, -0.0, 0.0, 1e-30, -2, 3]
+    for step in range(3):
+        grad = rng.standard_normal(7).astype(dtype)
+        grad[2 + step] = -0.0
+        for i, link in enumerate(params):
+            link.w.grad = grad.copy()
+            if step == 0:
+                link.optimizer = make()
+                link.optimizer.setup(link)
+            rule = link.w.update_rule
+            rule.t += 1
+            if rule.state is None:
+                rule._init_states(link.w)
+            if i == 0:
+                rule.update_core_cpu(link.w)
+            else:
+                assert optimizers._update_in_one_pass(rule, link.w)
+        assert params[0].w.array.tobytes() == params[1].w.array.tobytes()
