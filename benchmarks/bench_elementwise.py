@@ -252,11 +252,7 @@ def format_report(rows):
 def main(argv=None):
     args = parse_args(argv)
     rows = [(case, measure(case, args)) for case in CASES]
-    report = format_report(rows)
-    print(report)
-    if args.output:
-        with open(args.output, 'w') as f:
-            f.write(report)
+    timing.publish(format_report(rows), args.output)
     return rows
 
 

@@ -17,6 +17,7 @@ Usage::
 import argparse
 import collections
 import copy
+import functools
 import os
 import sys
 import tracemalloc
@@ -25,6 +26,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 from benchmarks import run  # noqa: E402
+from benchmarks import timing  # noqa: E402
 
 Row = collections.namedtuple('Row', 'workload eager plain arena held')
 
@@ -62,7 +64,7 @@ def build_jitted(model, workload, x, t, use_arena):
     try:
         built = run.timed_first_call(run.chainer_call(
             copy.deepcopy(model), workload, x, t,
-            lambda link: jitted.append(link) or run.jit_forward(link)))
+            functools.partial(run.jit_forward, jitted=jitted)))
     finally:
         if previous is None:
             del os.environ['CHAINERJIT_ARENA']
@@ -128,11 +130,7 @@ def main(argv=None):
     rows = [measure(w) for w in run.workloads()
             if args.only is None or
             any(w.name.startswith(n) for n in args.only)]
-    report = format_report(rows)
-    print(report)
-    if args.output:
-        with open(args.output, 'w') as f:
-            f.write(report)
+    timing.publish(format_report(rows), args.output)
     return rows
 
 

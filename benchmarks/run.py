@@ -185,10 +185,13 @@ def chainer_call(model, workload, x, t, prepare=None):
     return step
 
 
-def jit_forward(link):
-    """Decorates ``link.forward`` with ``chainerjit.jit``."""
+def jit_forward(link, jitted=None):
+    """Decorates ``link.forward`` with ``chainerjit.jit``; appends the link
+    to the list ``jitted``, if given."""
     import chainerjit
     link.forward = chainerjit.jit(link.forward)
+    if jitted is not None:
+        jitted.append(link)
 
 
 def timed_first_call(call, start=None):
@@ -206,7 +209,7 @@ def build_chainerjit(model, workload, x, t):
     jitted = []
     built = timed_first_call(chainer_call(
         copy.deepcopy(model), workload, x, t,
-        lambda link: jitted.append(link) or jit_forward(link)))
+        functools.partial(jit_forward, jitted=jitted)))
     entries = jitted[0].forward.cache_entries()
     if any(e.program is None or (workload.kind == 'training' and
                                  e.training is None) for e in entries):

@@ -59,6 +59,15 @@ def machine_info():
     }
 
 
+def publish(report, path=None):
+    """Prints a Markdown report and, if ``path`` is given, writes it
+    there."""
+    print(report)
+    if path:
+        with open(path, 'w') as f:
+            f.write(report)
+
+
 def seconds_per_call(fn, repeat=1):
     """Runs ``fn`` ``repeat`` times and returns the mean seconds per
     call."""

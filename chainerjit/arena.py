@@ -138,7 +138,7 @@ class Planner(object):
         self.sizes = []  # bytes per slot
         self.free = []  # slots free for the next value
         self.busy = []  # (release position, slot)
-        self.assigned = []  # (kernel index, into, fn, value, slot)
+        self.assigned = []  # (kernel index, node, slot)
 
     def eligible(self, node):
         """Can ``node``'s output go into the arena?"""

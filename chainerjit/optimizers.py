@@ -115,19 +115,6 @@ def update_param(param):
         rule.update_core_cpu(param)
 
 
-def _flat(arrays):
-    """The arrays as flat views, if they are C-contiguous NumPy arrays of
-    one shape and a dtype the fused loops take; else ``None``."""
-    first = arrays[0]
-    for a in arrays:
-        if type(a) is not numpy.ndarray or a.shape != first.shape or \
-                a.dtype != first.dtype or not a.flags.c_contiguous:
-            return None
-    if first.dtype not in ops.LOOP_DTYPES:
-        return None
-    return [a.reshape(-1) for a in arrays]
-
-
 def _update_in_one_pass(rule, param):
     """SGD's and momentum SGD's ``update_core_cpu`` as one loop over the
     arrays (``_elementwise``: the same roundings, no temporaries). Returns
@@ -140,12 +127,12 @@ def _update_in_one_pass(rule, param):
     if grad is None:
         return True  # the rule's own code returns here too
     if cls is sgd.SGDRule:
-        flat = _flat([param.array, grad])
+        flat = ops.flat_views(param.array, grad)
         if flat is None:
             return False
         _elementwise.sgd_update(flat[0], flat[1], rule.hyperparam.lr)
         return True
-    flat = _flat([param.array, grad, rule.state['v']])
+    flat = ops.flat_views(param.array, grad, rule.state['v'])
     if flat is None:
         return False
     _elementwise.momentum_sgd_update(flat[0], flat[1], flat[2],

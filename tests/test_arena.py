@@ -23,7 +23,7 @@ def _dis(jitted):
     return '\n'.join(p.dis() for p in testing.programs(jitted))
 
 
-def _run_both(monkeypatch, fn, calls, backprop=False):
+def _run_both(monkeypatch, fn, calls):
     """Runs ``jit(fn)`` with and without arenas on ``calls`` (two calls
     each, so the second runs the program); returns both results of every
     call and the jitted function with arenas."""
@@ -32,7 +32,7 @@ def _run_both(monkeypatch, fn, calls, backprop=False):
     for setting in ('1', '0'):
         monkeypatch.setenv('CHAINERJIT_ARENA', setting)
         jitted[setting] = chainerjit.jit(fn)
-        with chainer.using_config('enable_backprop', backprop):
+        with chainer.no_backprop_mode():
             results[setting] = [jitted[setting](*args) for args in calls]
     return results['1'], results['0'], jitted['1']
 

@@ -24,19 +24,11 @@ import numpy
 from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
-from chainerjit.ops import LOOP_DTYPES
+from chainerjit.ops import flat_views
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_scalar
-
-
-def _flat_alike(a, b):
-    """Are ``a`` and ``b`` C-contiguous NumPy arrays of one shape and
-    dtype (so that one flat loop over both is elementwise)?"""
-    return type(a) is numpy.ndarray and type(b) is numpy.ndarray and \
-        a.shape == b.shape and a.dtype == b.dtype and \
-        a.flags.c_contiguous and b.flags.c_contiguous
 
 
 def _on_cpu(ctx, into):
@@ -51,13 +43,12 @@ def lower_relu(node, ctx):
     def grad(xs, ys, gys, wanted):
         y, = ys
         gy, = gys
-        if one_pass and _flat_alike(gy, y):
+        flat = flat_views(gy, y)
+        if flat is not None:
             out = numpy.empty_like(gy)
-            _elementwise.relu_grad(gy.reshape(-1), y.reshape(-1),
-                                   out.reshape(-1))
+            _elementwise.relu_grad(flat[0], flat[1], out.reshape(-1))
             return out,
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
-    one_pass = xp is numpy and ctx.in_dtypes[0] in LOOP_DTYPES
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'),

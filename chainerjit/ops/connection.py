@@ -41,33 +41,37 @@ def lower_linear(node, ctx):
     weight_first = ctx.xp is numpy and not unit_axis and \
         len(set(ctx.in_dtypes)) == 1
 
-    def linear_fn(x, W, b=None):
-        if weight_first and len(x) <= 64:
-            y = W.dot(x.T).T
-            if b is None:
-                return numpy.ascontiguousarray(y)
-            return numpy.add(y, b, order='C')
+    def by_weight(x):
+        return weight_first and len(x) <= 64
+
+    def product(x, W, out=None):
+        """``x W^T`` in ``x``'s dtype, into ``out`` if given; weight first
+        (then F-ordered, and ``out`` is not used) up to 64 rows."""
+        if by_weight(x):
+            return W.dot(x.T).T
         if unit_axis and not (x.flags.c_contiguous or
                               x.flags.f_contiguous):
             x = numpy.ascontiguousarray(x)
-        y = x.dot(W.T)
-        if cast:
-            y = y.astype(x.dtype, copy=False)
+        y = x.dot(W.T, out=out)
+        return y.astype(x.dtype, copy=False) if cast else y
+
+    def linear_fn(x, W, b=None):
+        y = product(x, W)
+        if by_weight(x):
+            if b is None:
+                return numpy.ascontiguousarray(y)
+            return numpy.add(y, b, order='C')
         if b is not None:
             y += b
         return y
 
     def linear_into(out, x, W, b=None):
-        if weight_first and len(x) <= 64:
-            y = W.dot(x.T).T
+        y = product(x, W, out)
+        if by_weight(x):
             if b is None:
                 numpy.copyto(out, y)
                 return out
             return numpy.add(y, b, out=out)
-        if unit_axis and not (x.flags.c_contiguous or
-                              x.flags.f_contiguous):
-            x = numpy.ascontiguousarray(x)
-        numpy.dot(x, W.T, out=out)
         if b is not None:
             out += b
         return out
@@ -76,7 +80,7 @@ def lower_linear(node, ctx):
         len(ctx.in_shapes[0]) != 2 else linear_into
     if into is not None and len(ctx.in_shapes) == 3 and \
             ctx.in_dtypes[0] in _FUSED_DTYPES:
-        linear_fn.then_relu = _then_relu(weight_first, unit_axis)
+        linear_fn.then_relu = _then_relu(product)
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
                   onnx=_linear_to_onnx, fresh=True, into=into)
 
@@ -84,19 +88,12 @@ def lower_linear(node, ctx):
 _FUSED_DTYPES = LOOP_DTYPES  # (tests turn the one-pass kernel off)
 
 
-def _then_relu(weight_first, unit_axis):
-    """``(fn, into)``: ``linear_fn`` with a bias, then a ReLU, the bias
-    and the ReLU in one pass (``_elementwise.bias_relu``), for
-    ``passes/fuse.py``. The same products, sums and maxima as the two
-    kernels in turn (for all dtypes alike, float32 or float64)."""
-    def product(x, W):
-        if weight_first and len(x) <= 64:
-            return W.dot(x.T).T  # F-ordered; bias_relu writes it C-ordered
-        if unit_axis and not (x.flags.c_contiguous or
-                              x.flags.f_contiguous):
-            x = numpy.ascontiguousarray(x)
-        return x.dot(W.T)
-
+def _then_relu(product):
+    """``(fn, into)``: a Linear with a bias, then a ReLU, with the bias and
+    the ReLU in one pass (``_elementwise.bias_relu``) after ``product``
+    (``lower_linear``'s), for ``passes/fuse.py``. The same products, sums
+    and maxima as the two kernels in turn (for all dtypes alike, float32
+    or float64)."""
     def fn(x, W, b):
         y = product(x, W)
         out = y if y.flags.c_contiguous else numpy.empty(y.shape, y.dtype)
@@ -104,8 +101,8 @@ def _then_relu(weight_first, unit_axis):
         return out
 
     def into(out, x, W, b):
-        _elementwise.bias_relu(product(x, W), numpy.ascontiguousarray(b),
-                               out)
+        _elementwise.bias_relu(product(x, W, out),
+                               numpy.ascontiguousarray(b), out)
         return out
     return fn, into
 
