@@ -5,6 +5,7 @@ setuptools<70 build without isolation (see requirements/).
 """
 
 from Cython.Build import cythonize
+import numpy
 import setuptools
 
 
@@ -21,6 +22,9 @@ setuptools.setup(
          # as NumPy's separate ufuncs do.
          setuptools.Extension('chainerjit._elementwise',
                               ['chainerjit/_elementwise.pyx'],
+                              include_dirs=[numpy.get_include()],
+                              define_macros=[('NPY_NO_DEPRECATED_API',
+                                              'NPY_1_7_API_VERSION')],
                               extra_compile_args=['-O3',
                                                   '-ffp-contract=off'])],
         compiler_directives={'language_level': 3}),

@@ -12,6 +12,12 @@ multiply-add changes a rounding), and gives the same values.
 """
 
 from cython cimport floating
+cimport numpy as cnp
+import numpy
+
+cnp.import_array()
+
+cdef object _ndarray = numpy.ndarray
 
 
 def bias_relu(floating[:, :] y, floating[::1] b, floating[:, ::1] out):
@@ -42,38 +48,133 @@ def scale_shift_rows(floating[:, ::1] x, floating[:, ::1] scale,
                 x[r, k] = v + beta[k]
 
 
-def relu_grad(floating[::1] gy, floating[::1] y, floating[::1] out):
-    """``out = gy * (y > 0)``, the gradient of a ReLU given its output
-    (a product by 1 or 0, as NumPy multiplies by the boolean mask), over
-    flat contiguous arrays. ``out`` may be ``gy``."""
+# --- flat loops over whole arrays ---------------------------------------
+# Each takes NumPy arrays of any one shape, C-contiguous, all float32 or all
+# float64 in native byte order, the ones it writes writeable and not
+# partly overlapping another; it returns False, writing nothing, for
+# arrays it does not take, so that the caller runs NumPy's code instead.
+# The checks are C, so a call costs about a microsecond.
+
+
+cdef int _loop_type(tuple arrays, Py_ssize_t n_written, Py_ssize_t* size):
+    """The NumPy type number the loop runs in (``NPY_FLOAT`` or
+    ``NPY_DOUBLE``), or -1 if ``arrays`` are not ones it takes; the first
+    ``n_written`` are written to. Sets ``size`` to their size."""
+    cdef cnp.ndarray first, a
+    cdef int kind, k
     cdef Py_ssize_t i
-    with nogil:
-        for i in range(gy.shape[0]):
-            out[i] = gy[i] * (1 if y[i] > 0 else 0)
+    for i in range(len(arrays)):
+        if type(arrays[i]) is not _ndarray:
+            return -1
+    first = arrays[0]
+    kind = cnp.PyArray_TYPE(first)
+    if kind != cnp.NPY_FLOAT and kind != cnp.NPY_DOUBLE:
+        return -1
+    for i in range(len(arrays)):
+        a = arrays[i]
+        if cnp.PyArray_TYPE(a) != kind or not cnp.PyArray_ISNOTSWAPPED(a) \
+                or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
+                or cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(first):
+            return -1
+        for k in range(cnp.PyArray_NDIM(a)):
+            if cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(first, k):
+                return -1
+        if i < n_written and not cnp.PyArray_ISWRITEABLE(a):
+            return -1
+    for i in range(n_written):
+        for k in range(len(arrays)):
+            if k != i and _partly_overlap(arrays[i], arrays[k]):
+                return -1
+    size[0] = cnp.PyArray_SIZE(first)
+    return kind
 
 
-def sgd_update(floating[::1] w, floating[::1] g, double lr):
+cdef bint _partly_overlap(cnp.ndarray a, cnp.ndarray b):
+    """Do the memory blocks of ``a`` and ``b`` overlap without being the
+    same block? (Elementwise loops may write into an identical one.)"""
+    cdef char* start_a = <char*>cnp.PyArray_DATA(a)
+    cdef char* start_b = <char*>cnp.PyArray_DATA(b)
+    if start_a == start_b:
+        return False
+    return (start_a < start_b + cnp.PyArray_NBYTES(b) and
+            start_b < start_a + cnp.PyArray_NBYTES(a))
+
+
+cdef void _relu_grad(floating* gy, floating* y, floating* out,
+                     Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        out[i] = gy[i] * (1 if y[i] > 0 else 0)
+
+
+def relu_grad(gy, y, out):
+    """``out = gy * (y > 0)``, the gradient of a ReLU given its output
+    (a product by 1 or 0, as NumPy multiplies by the boolean mask).
+    ``out`` may be ``gy``. Returns False for arrays it does not take."""
+    cdef Py_ssize_t n
+    cdef int kind = _loop_type((out, gy, y), 1, &n)
+    if kind < 0:
+        return False
+    if kind == cnp.NPY_FLOAT:
+        _relu_grad(<float*>_data(gy), <float*>_data(y), <float*>_data(out),
+                   n)
+    else:
+        _relu_grad(<double*>_data(gy), <double*>_data(y),
+                   <double*>_data(out), n)
+    return True
+
+
+cdef void _sgd(floating* w, floating* g, floating rate,
+               Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t i
+    for i in range(n):
+        w[i] = w[i] - rate * g[i]
+
+
+def sgd_update(w, g, double lr):
     """``SGDRule.update_core_cpu`` on NumPy arrays, ``w -= lr * g``: the
     product rounded to ``w``'s dtype (NumPy casts the Python float
-    ``lr`` to it), then the difference; no temporary array."""
+    ``lr`` to it), then the difference; no temporary array. Returns False
+    for arrays it does not take."""
+    cdef Py_ssize_t n
+    cdef int kind = _loop_type((w, g), 1, &n)
+    if kind < 0:
+        return False
+    if kind == cnp.NPY_FLOAT:
+        _sgd(<float*>_data(w), <float*>_data(g), <float>lr, n)
+    else:
+        _sgd(<double*>_data(w), <double*>_data(g), lr, n)
+    return True
+
+
+cdef void _momentum_sgd(floating* w, floating* g, floating* v,
+                        floating rate, floating mu,
+                        Py_ssize_t n) noexcept nogil:
     cdef Py_ssize_t i
-    cdef floating rate = <floating>lr
-    with nogil:
-        for i in range(w.shape[0]):
-            w[i] = w[i] - rate * g[i]
+    cdef floating step
+    for i in range(n):
+        step = v[i] * mu
+        step = step - rate * g[i]
+        v[i] = step
+        w[i] = w[i] + step
 
 
-def momentum_sgd_update(floating[::1] w, floating[::1] g, floating[::1] v,
-                        double lr, double momentum):
+def momentum_sgd_update(w, g, v, double lr, double momentum):
     """``MomentumSGDRule.update_core_cpu`` on NumPy arrays: ``v *=
     momentum; v -= lr * g; w += v``, element by element with the same
-    roundings."""
-    cdef Py_ssize_t i
-    cdef floating rate = <floating>lr, mu = <floating>momentum
-    cdef floating step
-    with nogil:
-        for i in range(w.shape[0]):
-            step = v[i] * mu
-            step = step - rate * g[i]
-            v[i] = step
-            w[i] = w[i] + step
+    roundings. Returns False for arrays it does not take."""
+    cdef Py_ssize_t n
+    cdef int kind = _loop_type((w, v, g), 2, &n)
+    if kind < 0:
+        return False
+    if kind == cnp.NPY_FLOAT:
+        _momentum_sgd(<float*>_data(w), <float*>_data(g), <float*>_data(v),
+                      <float>lr, <float>momentum, n)
+    else:
+        _momentum_sgd(<double*>_data(w), <double*>_data(g),
+                      <double*>_data(v), lr, momentum, n)
+    return True
+
+
+cdef inline void* _data(object a):
+    return cnp.PyArray_DATA(<cnp.ndarray>a)

@@ -3,6 +3,8 @@
 (``cache``), compiled with Cython. ``signature.py`` and ``cache.py``
 document them and are their only callers."""
 
+import weakref
+
 import chainer
 import numpy
 
@@ -149,3 +151,77 @@ def read_params(list owners, list specs):
             return None
         arrays.append(array)
     return arrays
+
+
+# --- applying a chainerjit node (``function.lean_apply``) --------------------
+
+cdef object _FunctionNode = chainer.FunctionNode
+cdef object _init_unchecked = chainer.Variable._init_unchecked
+cdef object _new_variable = chainer.Variable.__new__
+cdef object _weakref = weakref.ref
+cdef tuple _NO_LAYOUT = (None,)
+
+
+cdef object _config(str name):
+    """``chainer.config.<name>``, read without ``LocalConfig.__getattr__``."""
+    cdef dict local = _local.__dict__
+    return local[name] if name in local else getattr(_global, name)
+
+
+cdef object _input_variable(object x):
+    if isinstance(x, _Variable):
+        return x
+    if type(x) is _ndarray:
+        return _init_unchecked(x, requires_grad=False)
+    return _Variable(x, requires_grad=False)
+
+
+cdef bint _plain_numpy_call(object node, list input_vars):
+    """Would ``FunctionNode.apply`` only run ``forward`` and link the
+    graph for these inputs: NumPy arrays in the default layout, no
+    function hooks, no debug mode and no static graph?"""
+    if _config('debug') or _config('schedule_func') is not None or \
+            chainer.get_function_hooks() or \
+            node._n_local_function_hooks != 0:
+        return False
+    for v in input_vars:
+        if type(v._data[0]) is not _ndarray or v._layout is not None:
+            return False
+    return True
+
+
+def lean_apply(object node, object inputs):
+    """``node.apply(inputs)`` without the steps of ``FunctionNode.apply``
+    that do nothing for a chainerjit node (see :func:`_plain_numpy_call`);
+    anything else takes Chainer's own ``apply``. It links the node into
+    the graph exactly as that does, reading Chainer 7's attributes
+    (``_node``, ``_rank``) where its properties only return them."""
+    cdef list input_vars = [_input_variable(x) for x in inputs]
+    if not _plain_numpy_call(node, input_vars):
+        return _FunctionNode.apply(node, input_vars)
+    cdef Py_ssize_t n_in = len(input_vars), rank = 0
+    cdef bint requires_grad = False
+    for v in input_vars:
+        if v._requires_grad:
+            requires_grad = True
+    node._input_layouts = _NO_LAYOUT * n_in
+    node._input_indexes_to_retain = None
+    node._output_indexes_to_retain = None
+    outputs = node.forward(tuple([v._data[0] for v in input_vars]))
+    cdef Py_ssize_t n_out = len(outputs)
+    node._output_layouts = _NO_LAYOUT * n_out
+    node._output_count = n_out
+    cdef tuple ret = tuple([_init_unchecked(y, requires_grad=requires_grad)
+                            for y in outputs])
+    if _config('enable_backprop'):
+        for v in input_vars:
+            if v._node._rank > rank:
+                rank = v._node._rank
+        node.rank = rank
+        for y in ret:
+            y._node._creator_node = node
+            y._node._rank = rank + 1
+        node.inputs = tuple([v._node for v in input_vars])
+        node.outputs = tuple([_weakref(y._node) for y in ret])
+        node.lazy_grad_sum = _config('lazy_grad_sum')
+    return ret

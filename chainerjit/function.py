@@ -13,9 +13,7 @@ Chainer accumulates them.
 import weakref
 
 import chainer
-from chainer import configuration
-import numpy
-
+from chainerjit import _fastpath
 from chainerjit import codegen
 
 
@@ -80,18 +78,18 @@ class CompiledFunction(chainer.FunctionNode):
         return outs[:n]
 
     def backward(self, indexes, grad_outputs):
-        if chainer.config.enable_backprop:
+        if _fastpath.config_flags()[1]:  # enable_backprop
             raise NotImplementedError(
                 'chainerjit: double backprop (enable_double_backprop=True) '
                 'through a compiled function is not supported: its backward '
                 'runs compiled array code, which builds no graph. Call the '
                 'function eagerly for this (the undecorated method, or '
                 'chainerjit.jit(f).__wrapped__).')
-        gys = [None if gy is None else gy.array for gy in grad_outputs]
-        grads = self.training.backward.run(list(self._saved) + gys +
-                                           self.symbols)
-        return tuple(_variable(grads, self.training.grad_index[i])
-                     for i in indexes)
+        args = list(self._saved)
+        args += [None if gy is None else gy.array for gy in grad_outputs]
+        grads = self.training.backward.run(args + self.symbols)
+        grad_index = self.training.grad_index
+        return tuple([_variable(grads, grad_index[i]) for i in indexes])
 
 
 def _index(values, value):
@@ -99,53 +97,12 @@ def _index(values, value):
     return next(i for i, v in enumerate(values) if v is value)
 
 
-def lean_apply(node, inputs):
-    """``node.apply(inputs)`` without the steps of ``FunctionNode.apply``
-    that do nothing for a chainerjit node: NumPy arrays in the default
-    layout, no function hooks, no debug mode and no static graph. Anything
-    else takes Chainer's own ``apply``. It links the node into the graph
-    exactly as that does."""
-    input_vars = [x if isinstance(x, chainer.Variable) else
-                  _unchecked(x) if type(x) is numpy.ndarray else
-                  chainer.Variable(x, requires_grad=False)
-                  for x in inputs]
-    if not _plain_numpy_call(node, input_vars):
-        return chainer.FunctionNode.apply(node, input_vars)
-    n_in = len(input_vars)
-    node._input_layouts = (None,) * n_in
-    node._input_indexes_to_retain = None
-    node._output_indexes_to_retain = None
-    outputs = node.forward(tuple([v._data[0] for v in input_vars]))
-    node._output_layouts = (None,) * len(outputs)
-    node._output_count = len(outputs)
-    requires_grad = any(v.requires_grad for v in input_vars)
-    ret = tuple([chainer.Variable._init_unchecked(
-        y, requires_grad=requires_grad) for y in outputs])
-    if configuration.config.enable_backprop:
-        node.rank = max([v.rank for v in input_vars]) if n_in else 0
-        for y in ret:
-            y.creator_node = node
-        node.inputs = tuple([v.node for v in input_vars])
-        node.outputs = tuple([weakref.ref(y.node) for y in ret])
-        node.lazy_grad_sum = configuration.config.lazy_grad_sum
-    return ret
-
-
-def _unchecked(array):
-    """``Variable(array, requires_grad=False)`` for a NumPy array, which
-    needs none of the checks for other array types."""
-    return chainer.Variable._init_unchecked(array, requires_grad=False)
-
-
-def _plain_numpy_call(node, input_vars):
-    """Would ``FunctionNode.apply`` only run ``forward`` and link the
-    graph for these inputs?"""
-    config = configuration.config
-    return (not chainer.is_debug() and config.schedule_func is None and
-            not chainer.get_function_hooks() and
-            node._n_local_function_hooks == 0 and
-            all([type(v._data[0]) is numpy.ndarray and v._layout is None
-                 for v in input_vars]))
+#: ``node.apply(inputs)`` without the steps of ``FunctionNode.apply`` that
+#: do nothing for a chainerjit node (NumPy arrays in the default layout, no
+#: function hooks, no debug mode, no static graph), in Cython; anything
+#: else takes Chainer's own ``apply``. It links the node into the graph
+#: exactly as that does.
+lean_apply = _fastpath.lean_apply
 
 
 class _Output(chainer.FunctionNode):

@@ -28,7 +28,6 @@ from chainer.optimizers import sgd
 import numpy
 
 from chainerjit import _elementwise
-from chainerjit import ops
 
 
 _chainer_update = optimizer_module.GradientMethod.update
@@ -93,8 +92,10 @@ def _trains_jitted(optimizer):
 
 
 def _reallocate_cleared_grads(optimizer, params):
-    if any(p.grad is None for p in params):
-        optimizer.reallocate_cleared_grads()
+    for param in params:
+        if param.grad is None:
+            optimizer.reallocate_cleared_grads()
+            return
 
 
 def update_param(param):
@@ -121,24 +122,16 @@ def _update_in_one_pass(rule, param):
     False where the rule's own code must run (other rules, subclasses,
     arrays the loop does not take)."""
     cls = type(rule)
-    if cls is not sgd.SGDRule and cls is not momentum_sgd.MomentumSGDRule:
-        return False
-    grad = param.grad
-    if grad is None:
-        return True  # the rule's own code returns here too
     if cls is sgd.SGDRule:
-        flat = ops.flat_views(param.array, grad)
-        if flat is None:
-            return False
-        _elementwise.sgd_update(flat[0], flat[1], rule.hyperparam.lr)
-        return True
-    flat = ops.flat_views(param.array, grad, rule.state['v'])
-    if flat is None:
-        return False
-    _elementwise.momentum_sgd_update(flat[0], flat[1], flat[2],
-                                     rule.hyperparam.lr,
-                                     rule.hyperparam.momentum)
-    return True
+        grad = param.grad
+        return grad is None or _elementwise.sgd_update(
+            param.array, grad, rule.hyperparam.lr)
+    if cls is momentum_sgd.MomentumSGDRule:
+        grad = param.grad
+        return grad is None or _elementwise.momentum_sgd_update(
+            param.array, grad, rule.state['v'], rule.hyperparam.lr,
+            rule.hyperparam.momentum)
+    return False
 
 
 _RULE = optimizer_module.UpdateRule

@@ -103,7 +103,7 @@ def test_relu_grad_is_numpys_product_by_the_mask_bit_for_bit(rng, dtype):
     y = numpy.maximum(_special(rng, (4, 3, 5), dtype)[::-1].copy(), 0)
     expected = gy * (y > 0)
     out = numpy.empty_like(gy)
-    _elementwise.relu_grad(gy.reshape(-1), y.reshape(-1), out.reshape(-1))
+    assert _elementwise.relu_grad(gy, y, out)
     assert out.tobytes() == expected.tobytes()
 
 
@@ -115,3 +115,52 @@ def test_relu_gradients_through_the_loop_match_eager(rng, shape):
               rng.standard_normal(shape).astype(numpy.float32))
              for _ in range(3)]
     testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)
+
+
+def _loop_cases(rng):
+    """Arrays each whole-array loop must refuse (returning False and
+    writing nothing): a pair per case, the array written and another."""
+    w = rng.standard_normal((6, 5)).astype(numpy.float32)
+    read_only = w.copy()
+    read_only.flags.writeable = False
+    big = rng.standard_normal(31).astype(numpy.float32)
+    return {
+        'float16': (w.astype(numpy.float16), w.astype(numpy.float16)),
+        'mixed dtypes': (w.copy(), w.astype(numpy.float64)),
+        'int32': (w.astype(numpy.int32), w.astype(numpy.int32)),
+        'other shape': (w.copy(), w.reshape(5, 6).copy()),
+        'not contiguous': (w.copy(), numpy.asfortranarray(w)),
+        'read-only': (read_only, w.copy()),
+        'partly overlapping': (big[1:], big[:-1]),
+        'byte-swapped': (w.copy(), w.astype('>f4')),
+        'not an ndarray': (w.copy(), w.tolist()),
+    }
+
+
+@pytest.mark.parametrize('case', list(_loop_cases(numpy.random.RandomState(
+    0))))
+def test_whole_array_loops_refuse_arrays_they_do_not_take(rng, case):
+    written, other = _loop_cases(rng)[case]
+    before = numpy.array(written, copy=True)
+    assert not _elementwise.sgd_update(written, other, 0.1)
+    assert not _elementwise.momentum_sgd_update(
+        written, other, numpy.zeros_like(before), 0.1, 0.9)
+    assert not _elementwise.relu_grad(other, other, written)
+    assert numpy.array_equal(numpy.asarray(written), before, equal_nan=True)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_whole_array_loops_take_any_shape_and_an_identical_block(rng, dtype):
+    w = _special(rng, (2, 3, 4), dtype)
+    g = _special(rng, (2, 3, 4), dtype)[::-1].copy()
+    expected = w - dtype(0.1) * g
+    assert _elementwise.sgd_update(w, g, 0.1)
+    assert w.tobytes() == expected.tobytes()
+    same = g.copy()
+    expected = same - dtype(0.1) * same
+    assert _elementwise.sgd_update(same, same, 0.1)
+    assert same.tobytes() == expected.tobytes()
+    gy = g.copy()
+    expected = gy * (w > 0)
+    assert _elementwise.relu_grad(gy, w, gy)  # in place
+    assert gy.tobytes() == expected.tobytes()

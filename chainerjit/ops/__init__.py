@@ -58,20 +58,6 @@ class Kernel(collections.namedtuple('Kernel',
 LOOP_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
-def flat_views(*arrays):
-    """The arrays as flat views, for one of ``chainerjit._elementwise``'s
-    loops over them all, if they are C-contiguous NumPy arrays of one
-    shape and of one dtype those loops take; else ``None``."""
-    first = arrays[0]
-    for a in arrays:
-        if type(a) is not numpy.ndarray or a.shape != first.shape or \
-                a.dtype != first.dtype or not a.flags.c_contiguous:
-            return None
-    if first.dtype not in LOOP_DTYPES:
-        return None
-    return [a.reshape(-1) for a in arrays]
-
-
 class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
     """The gradient of an op, as array kernels (no Variables).
 

@@ -24,7 +24,6 @@ import numpy
 from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
-from chainerjit.ops import flat_views
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
@@ -43,11 +42,10 @@ def lower_relu(node, ctx):
     def grad(xs, ys, gys, wanted):
         y, = ys
         gy, = gys
-        flat = flat_views(gy, y)
-        if flat is not None:
-            out = numpy.empty_like(gy)
-            _elementwise.relu_grad(flat[0], flat[1], out.reshape(-1))
-            return out,
+        if type(gy) is numpy.ndarray:
+            out = numpy.empty(gy.shape, gy.dtype)
+            if _elementwise.relu_grad(gy, y, out):
+                return out,
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),
