@@ -74,11 +74,14 @@ def scale_shift_rows(floating[:, ::1] x, floating[:, ::1] scale,
 
 
 # --- flat loops over whole arrays ---------------------------------------
-# Each takes NumPy arrays of any one shape, C-contiguous, all float32 or all
-# float64 in native byte order, the ones it writes writeable and not
-# partly overlapping another; it returns False, writing nothing, for
-# arrays it does not take, so that the caller runs NumPy's code instead.
-# The checks are C, so a call costs about a microsecond.
+# Each takes NumPy arrays of any one shape, each one dense block of memory
+# in the same order of axes (C-contiguous, or a dense transposed layout
+# such as a convolution's NHWC output seen as NCHW, with equal strides),
+# all float32 or all float64 in native byte order, the ones it writes
+# writeable and not partly overlapping another; it loops over the blocks
+# in memory order. It returns False, writing nothing, for arrays it does
+# not take, so that the caller runs NumPy's code instead. The checks are
+# C, so a call costs about a microsecond.
 
 
 cdef int _loop_type(tuple arrays, Py_ssize_t n_written, Py_ssize_t* size):
@@ -93,17 +96,13 @@ cdef int _loop_type(tuple arrays, Py_ssize_t n_written, Py_ssize_t* size):
             return -1
     first = arrays[0]
     kind = cnp.PyArray_TYPE(first)
-    if kind != cnp.NPY_FLOAT and kind != cnp.NPY_DOUBLE:
+    if kind != cnp.NPY_FLOAT and kind != cnp.NPY_DOUBLE or not _dense(first):
         return -1
     for i in range(len(arrays)):
         a = arrays[i]
         if cnp.PyArray_TYPE(a) != kind or not cnp.PyArray_ISNOTSWAPPED(a) \
-                or not cnp.PyArray_IS_C_CONTIGUOUS(a) \
-                or cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(first):
+                or not _same_layout(a, first):
             return -1
-        for k in range(cnp.PyArray_NDIM(a)):
-            if cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(first, k):
-                return -1
         if i < n_written and not cnp.PyArray_ISWRITEABLE(a):
             return -1
     for i in range(n_written):
@@ -112,6 +111,49 @@ cdef int _loop_type(tuple arrays, Py_ssize_t n_written, Py_ssize_t* size):
                 return -1
     size[0] = cnp.PyArray_SIZE(first)
     return kind
+
+
+cdef bint _dense(cnp.ndarray a):
+    """Is ``a`` one block of memory holding each element once, in some
+    order of its axes (positive strides, each axis of more than one
+    element stepping over the axes inside it)?"""
+    cdef int k, inner, ndim = cnp.PyArray_NDIM(a)
+    cdef Py_ssize_t step = cnp.PyArray_ITEMSIZE(a), stride
+    cdef bint placed[cnp.NPY_MAXDIMS]
+    if cnp.PyArray_IS_C_CONTIGUOUS(a):
+        return True
+    for k in range(ndim):
+        placed[k] = cnp.PyArray_DIM(a, k) <= 1
+    while True:  # the innermost axis not placed yet must step by ``step``
+        inner = -1
+        for k in range(ndim):
+            if not placed[k] and (inner < 0 or cnp.PyArray_STRIDE(a, k) <
+                                  cnp.PyArray_STRIDE(a, inner)):
+                inner = k
+        if inner < 0:
+            return True
+        if cnp.PyArray_STRIDE(a, inner) != step:
+            return False
+        step *= cnp.PyArray_DIM(a, inner)
+        placed[inner] = True
+
+
+cdef bint _same_layout(cnp.ndarray a, cnp.ndarray first):
+    """Has ``a`` the shape of ``first`` (a dense array) and its order of
+    elements in memory?"""
+    cdef int k
+    if cnp.PyArray_NDIM(a) != cnp.PyArray_NDIM(first):
+        return False
+    for k in range(cnp.PyArray_NDIM(a)):
+        if cnp.PyArray_DIM(a, k) != cnp.PyArray_DIM(first, k):
+            return False
+    if cnp.PyArray_IS_C_CONTIGUOUS(first):
+        return cnp.PyArray_IS_C_CONTIGUOUS(a)
+    for k in range(cnp.PyArray_NDIM(a)):
+        if cnp.PyArray_DIM(a, k) > 1 and \
+                cnp.PyArray_STRIDE(a, k) != cnp.PyArray_STRIDE(first, k):
+            return False
+    return True
 
 
 cdef bint _partly_overlap(cnp.ndarray a, cnp.ndarray b):

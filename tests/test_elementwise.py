@@ -129,7 +129,10 @@ def _loop_cases(rng):
         'mixed dtypes': (w.copy(), w.astype(numpy.float64)),
         'int32': (w.astype(numpy.int32), w.astype(numpy.int32)),
         'other shape': (w.copy(), w.reshape(5, 6).copy()),
-        'not contiguous': (w.copy(), numpy.asfortranarray(w)),
+        'other order of axes': (w.copy(), numpy.asfortranarray(w)),
+        'not one block': (w.copy(), numpy.vstack([w, w])[::2]),
+        'broadcast': (w.copy(), numpy.broadcast_to(w[:1], w.shape)),
+        'reversed': (w.copy(), w[::-1]),
         'read-only': (read_only, w.copy()),
         'partly overlapping': (big[1:], big[:-1]),
         'byte-swapped': (w.copy(), w.astype('>f4')),
@@ -164,3 +167,40 @@ def test_whole_array_loops_take_any_shape_and_an_identical_block(rng, dtype):
     expected = gy * (w > 0)
     assert _elementwise.relu_grad(gy, w, gy)  # in place
     assert gy.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize('axes', [(0, 2, 3, 1), (3, 2, 1, 0), (1, 0, 2, 3)])
+def test_whole_array_loops_take_dense_transposed_layouts(rng, axes):
+    """A convolution's output is NHWC memory seen as NCHW: the loops run
+    over such blocks in memory order when every array has that layout."""
+    shape = (3, 4, 5, 2)
+    stored = [numpy.empty(shape, numpy.float32).transpose(axes)
+              for _ in range(3)]
+    gy, y, out = stored
+    gy[...] = _special(rng, gy.shape, numpy.float32)
+    y[...] = rng.standard_normal(y.shape)
+    assert not gy.flags.c_contiguous
+    assert _elementwise.relu_grad(gy, y, out)
+    assert numpy.array_equal(out, gy * (y > 0), equal_nan=True)
+    assert not _elementwise.relu_grad(gy, numpy.ascontiguousarray(y), out)
+    w, g = out.copy(order='K'), y
+    expected = w - numpy.float32(0.5) * g
+    assert _elementwise.sgd_update(w, g, 0.5)
+    assert numpy.array_equal(w, expected, equal_nan=True)
+
+
+def test_relu_gradient_of_a_convolution_runs_the_loop(monkeypatch, rng):
+    """LeNet's ReLU after a convolution in training: the gradient keeps
+    the convolution's layout and goes through the loop, matching eager."""
+    calls = []
+    loop = _elementwise.relu_grad
+    monkeypatch.setattr(_elementwise, 'relu_grad',
+                        lambda *a: calls.append(loop(*a)) or calls[-1])
+    conv = L.Convolution2D(2, 3, 3, pad=1)
+
+    def f(x):
+        return F.relu(conv(x))
+    inputs = [(rng.standard_normal((2, 2, 5, 5)).astype(numpy.float32),)
+              for _ in range(2)]
+    testing.assert_jit_grads_match_eager(f, inputs, rtol=0, atol=0)
+    assert calls and all(calls)

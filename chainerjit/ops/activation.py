@@ -43,7 +43,7 @@ def lower_relu(node, ctx):
         y, = ys
         gy, = gys
         if type(gy) is numpy.ndarray:
-            out = numpy.empty(gy.shape, gy.dtype)
+            out = numpy.empty_like(gy)  # in gy's order of axes
             if _elementwise.relu_grad(gy, y, out):
                 return out,
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2

@@ -76,7 +76,11 @@ def lower_max_pooling_nd(node, ctx):
         gcol = gcol.reshape(gcol_shape)
         for i in range(ndim):
             gcol = numpy.swapaxes(gcol, 2 + i, ndim + 2 + i)
-        return conv_nd.col2im_nd_cpu(gcol, stride, pad, dims),
+        # col2im returns a view into its padded image: C-ordered, the
+        # gradients before it (a ReLU's, a normalization's) run on
+        # operands of one layout, several times faster.
+        return numpy.ascontiguousarray(
+            conv_nd.col2im_nd_cpu(gcol, stride, pad, dims)),
     return Kernel(max_pool_tiles if tiles else max_pool,
                   attrs=_nd_attrs(node),
                   grad=GradRule(grad, inputs=(0,)),
