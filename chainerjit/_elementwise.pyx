@@ -12,6 +12,9 @@ multiply-add changes a rounding), and gives the same values.
 """
 
 from cython cimport floating
+from libc.stdlib cimport free
+from libc.stdlib cimport malloc
+from libc.string cimport memset
 cimport numpy as cnp
 import numpy
 
@@ -156,6 +159,11 @@ cdef bint _same_layout(cnp.ndarray a, cnp.ndarray first):
     return True
 
 
+cdef bint _shares_memory(cnp.ndarray a, cnp.ndarray b):
+    """Do the memory blocks of ``a`` and ``b`` overlap at all?"""
+    return _partly_overlap(a, b) or cnp.PyArray_DATA(a) == cnp.PyArray_DATA(b)
+
+
 cdef bint _partly_overlap(cnp.ndarray a, cnp.ndarray b):
     """Do the memory blocks of ``a`` and ``b`` overlap without being the
     same block? (Elementwise loops may write into an identical one.)"""
@@ -245,3 +253,101 @@ def momentum_sgd_update(w, g, v, double lr, double momentum):
 
 cdef inline void* _data(object a):
     return cnp.PyArray_DATA(<cnp.ndarray>a)
+
+
+# --- max pooling over windows that tile the image ------------------------
+# Windows of kh x kw with the same stride, no padding, tiling H x W
+# exactly: the gradient goes to the first position holding each window's
+# maximum (NumPy's argmax: the first NaN if there is one), as Chainer
+# computes it through im2col, in one pass over the image (5x faster).
+
+
+cdef bint _tiles_take(x, y, Py_ssize_t kh, Py_ssize_t kw, int kind):
+    """Are ``x`` (N, C, H, W) and ``y`` (N, C, H / kh, W / kw) C-ordered
+    NumPy arrays of the loops' dtype ``kind``, in native byte order?"""
+    cdef cnp.ndarray a
+    for array in (x, y):
+        if type(array) is not _ndarray:
+            return False
+        a = array
+        if cnp.PyArray_NDIM(a) != 4 or cnp.PyArray_TYPE(a) != kind or \
+                not cnp.PyArray_IS_C_CONTIGUOUS(a) or \
+                not cnp.PyArray_ISNOTSWAPPED(a):
+            return False
+    return kh > 0 and kw > 0 and x.shape[0] == y.shape[0] and \
+        x.shape[1] == y.shape[1] and x.shape[2] == y.shape[2] * kh and \
+        x.shape[3] == y.shape[3] * kw
+
+
+cdef void _window_row_maxima(floating* x, Py_ssize_t width,
+                             Py_ssize_t out_w, Py_ssize_t kh, Py_ssize_t kw,
+                             Py_ssize_t* at) noexcept nogil:
+    """For the row of ``out_w`` windows starting at ``x`` (rows ``width``
+    apart): the offset ``at`` of each window's first maximum from its
+    corner; the first NaN if there is one, as argmax. Window positions
+    outside, windows inside, and no branches: the windows are independent
+    chains of arithmetic, which pipeline (branches on the random signs
+    of pooled values, or one window at a time, ran 3x slower)."""
+    cdef Py_ssize_t i, j, ox, offset, take
+    cdef floating v, t
+    cdef floating* corner
+    for ox in range(out_w):
+        at[ox] = 0
+    for i in range(kh):
+        for j in range(kw):
+            offset = i * width + j
+            for ox in range(out_w):
+                corner = x + ox * kw
+                v = corner[offset]
+                t = corner[at[ox]]
+                # Greater, or the first NaN (nothing is taken after one).
+                take = (v > t) | ((v != v) & (t == t))
+                at[ox] += take * (offset - at[ox])
+
+
+cdef int _max_pool_tiles_grad(floating* x, floating* gy, floating* gx,
+                              Py_ssize_t planes, Py_ssize_t height,
+                              Py_ssize_t width, Py_ssize_t kh,
+                              Py_ssize_t kw) except -1 nogil:
+    cdef Py_ssize_t p, oy, ox, i, start, k, out_h = height // kh
+    cdef Py_ssize_t out_w = width // kw
+    cdef Py_ssize_t* at = <Py_ssize_t*>malloc(out_w * sizeof(Py_ssize_t))
+    if at == NULL:
+        with gil:
+            raise MemoryError()
+    for p in range(planes):
+        for oy in range(out_h):
+            start = (p * height + oy * kh) * width
+            k = (p * out_h + oy) * out_w
+            _window_row_maxima(x + start, width, out_w, kh, kw, at)
+            for i in range(kh):
+                memset(gx + start + i * width, 0, width * sizeof(floating))
+            for ox in range(out_w):
+                gx[start + ox * kw + at[ox]] = gy[k + ox]
+    free(at)
+    return 0
+
+
+def max_pool_tiles_grad(x, gy, gx, Py_ssize_t kh, Py_ssize_t kw):
+    """``gx`` = ``gy`` at the first maximum of each window of ``x``, zero
+    elsewhere. Returns False, writing nothing, for arrays it does not
+    take."""
+    cdef int kind = cnp.PyArray_TYPE(<cnp.ndarray>x) \
+        if type(x) is _ndarray else -1
+    if (kind != cnp.NPY_FLOAT and kind != cnp.NPY_DOUBLE) or \
+            not _tiles_take(x, gy, kh, kw, kind) or \
+            not _tiles_take(gx, gy, kh, kw, kind) or \
+            not cnp.PyArray_ISWRITEABLE(gx) or _shares_memory(gx, x) or \
+            _shares_memory(gx, gy):
+        return False
+    cdef Py_ssize_t planes = x.shape[0] * x.shape[1]
+    cdef Py_ssize_t height = x.shape[2], width = x.shape[3]
+    if kind == cnp.NPY_FLOAT:
+        _max_pool_tiles_grad(<float*>_data(x), <float*>_data(gy),
+                             <float*>_data(gx), planes, height, width, kh,
+                             kw)
+    else:
+        _max_pool_tiles_grad(<double*>_data(x), <double*>_data(gy),
+                             <double*>_data(gx), planes, height, width, kh,
+                             kw)
+    return True

@@ -204,3 +204,26 @@ def test_relu_gradient_of_a_convolution_runs_the_loop(monkeypatch, rng):
               for _ in range(2)]
     testing.assert_jit_grads_match_eager(f, inputs, rtol=0, atol=0)
     assert calls and all(calls)
+
+
+def test_max_pool_tiles_grad_refuses_arrays_it_does_not_take(rng):
+    x = rng.standard_normal((2, 3, 4, 6)).astype(numpy.float32)
+    gy = rng.standard_normal((2, 3, 2, 3)).astype(numpy.float32)
+    gx = numpy.zeros_like(x)
+    take = _elementwise.max_pool_tiles_grad
+    assert not take(x, gy, gx, 2, 3)  # windows that do not tile
+    assert not take(x[:, :, :, ::-1], gy, gx, 2, 2)  # not C-ordered
+    assert not take(x.astype(numpy.float64), gy, gx, 2, 2)  # mixed dtypes
+    assert not take(x, gy, x, 2, 2)  # written over its input
+    read_only = numpy.zeros_like(x)
+    read_only.flags.writeable = False
+    assert not take(x, gy, read_only, 2, 2)
+    assert not gx.any()
+    assert take(x, gy, gx, 2, 2)
+    windows = x.reshape(2, 3, 2, 2, 3, 2).transpose(0, 1, 2, 4, 3, 5)
+    first = windows.reshape(2, 3, 2, 3, 4).argmax(axis=-1)
+    expected = numpy.zeros((2, 3, 2, 3, 4), numpy.float32)
+    numpy.put_along_axis(expected, first[..., None], gy[..., None], -1)
+    expected = expected.reshape(2, 3, 2, 3, 2, 2).transpose(
+        0, 1, 2, 4, 3, 5).reshape(x.shape)
+    assert gx.tobytes() == expected.tobytes()

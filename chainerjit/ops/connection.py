@@ -160,7 +160,9 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
                                                              copy=False)
         gcol = gcol.reshape(c_out_g * groups, kh, kw, n, in_h, in_w)
         gcol = gcol.transpose(3, 0, 1, 2, 4, 5)
-    return conv.col2im_cpu(gcol, *col2im_args, **col2im_kwargs)
+    # C-ordered, not a view into col2im's padded image (see _nchw).
+    return numpy.ascontiguousarray(
+        conv.col2im_cpu(gcol, *col2im_args, **col2im_kwargs))
 
 
 def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
@@ -171,7 +173,7 @@ def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
     if groups == 1:
         y = numpy.tensordot(
             col, W, ((1, 2, 3), (1, 2, 3))).astype(x.dtype, copy=False)
-        return numpy.rollaxis(y, 3, 1)
+        return _nchw(y)
     n, c_in = x.shape[:2]
     c_out, _, kh, kw = W.shape
     out_h, out_w = col.shape[4:]

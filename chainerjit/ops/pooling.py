@@ -15,6 +15,7 @@ from chainer.functions.pooling import max_pooling_nd
 from chainer.utils import conv
 from chainer.utils import conv_nd
 
+from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -65,9 +66,14 @@ def lower_max_pooling_nd(node, ctx):
 
     def grad(xs, ys, gys, wanted):
         # MaxPoolingNDGrad's CPU forward, with the argmax indexes the
-        # forward keeps recomputed from x as the forward computes them.
+        # forward keeps recomputed from x as the forward computes them
+        # (for 2-D tiles, in one C loop with argmax's choice of position).
         if not wanted[0]:
             return None,
+        if tiles and ndim == 2 and type(xs[0]) is numpy.ndarray:
+            gx = numpy.empty(xs[0].shape, xs[0].dtype)
+            if _elementwise.max_pool_tiles_grad(xs[0], gys[0], gx, *ksize):
+                return gx,
         col = conv_nd.im2col_nd_cpu(xs[0], ksize, stride, pad,
                                     pval=-float('inf'), cover_all=cover_all)
         indexes = col.reshape(col_shape).argmax(axis=2)

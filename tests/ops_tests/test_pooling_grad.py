@@ -65,3 +65,32 @@ def test_max_pooling_ties_grad(rng):
     testing.assert_jit_grads_match_eager(
         lambda x: F.max_pooling_2d(x, 3, stride=2, pad=1), calls,
         lowered=['MaxPoolingND'])
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('ksize,cover_all', [(2, True), (2, False),
+                                             (3, True), ((1, 2), False)])
+def test_max_pooling_over_tiles_in_one_loop_is_exact(monkeypatch, rng, dtype,
+                                                     ksize, cover_all):
+    """Windows tiling the image (LeNet's 2x2 with stride 2): the gradient
+    in one C loop, bit for bit eager's, with ties (to the first maximum),
+    signed zeros, infinities and NaN (to the first NaN, as argmax);
+    float16 takes the im2col path."""
+    from chainerjit import _elementwise
+    used = []
+    loop = _elementwise.max_pool_tiles_grad
+    monkeypatch.setattr(_elementwise, 'max_pool_tiles_grad',
+                        lambda *a: used.append(loop(*a)) or used[-1])
+    calls = []
+    for x, in make_calls(rng, [(2, 3, 6, 6)], dtype, low=-2, high=2):
+        x = numpy.round(x)  # many ties
+        flat = x.reshape(-1)
+        flat[:8] = [numpy.nan, 1, -0.0, 0.0, numpy.inf, -numpy.inf, 0.0,
+                    -0.0]
+        flat[40] = numpy.nan
+        calls.append((x,))
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.max_pooling_2d(x, ksize, cover_all=cover_all), calls,
+        lowered=['MaxPoolingND'], rtol=0, atol=0)
+    assert used and all(used) == (dtype != numpy.float16)
