@@ -148,21 +148,28 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
     """``Deconvolution2DFunction``'s CPU forward without bias (the
     gradient of a convolution with respect to its input)."""
     if groups == 1:
-        gcol = numpy.tensordot(W, gy, (0, 1)).astype(gy.dtype, copy=False)
-        gcol = numpy.rollaxis(gcol, 3)
+        patches = numpy.tensordot(W, gy, (0, 1)).astype(gy.dtype, copy=False)
     else:
         n, c_in, in_h, in_w = gy.shape
         _, c_out_g, kh, kw = W.shape
         gy = gy.transpose(1, 0, 2, 3).reshape(
             groups, c_in // groups, n * in_h * in_w)
         W = W.reshape(groups, c_in // groups, c_out_g * kh * kw)
-        gcol = numpy.matmul(W.transpose(0, 2, 1), gy).astype(gy.dtype,
-                                                             copy=False)
-        gcol = gcol.reshape(c_out_g * groups, kh, kw, n, in_h, in_w)
-        gcol = gcol.transpose(3, 0, 1, 2, 4, 5)
+        patches = numpy.matmul(W.transpose(0, 2, 1), gy).astype(
+            gy.dtype, copy=False).reshape(c_out_g * groups, kh, kw, n, in_h,
+                                          in_w)
+    # patches: (C, kh, kw, N, out_h, out_w). col2im_cpu's sums in one C
+    # loop (3x faster), or col2im_cpu itself on the transposed view.
+    sy, sx, ph, pw, h, w = col2im_args
+    _, kh, kw, n = patches.shape[:4]
+    img = numpy.zeros((n, patches.shape[0], h, w), patches.dtype)
+    if _elementwise.add_convolution_patches(
+            patches, img, (kh, kw, sy, sx, ph, pw, col2im_kwargs['dy'],
+                           col2im_kwargs['dx'])):
+        return img
     # C-ordered, not a view into col2im's padded image (see _nchw).
-    return numpy.ascontiguousarray(
-        conv.col2im_cpu(gcol, *col2im_args, **col2im_kwargs))
+    return numpy.ascontiguousarray(conv.col2im_cpu(
+        patches.transpose(3, 0, 1, 2, 4, 5), *col2im_args, **col2im_kwargs))
 
 
 def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
@@ -197,19 +204,42 @@ def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
     """The patches of a convolution without ``cover_all`` as a C-ordered
     ``(N*out_h*out_w, C*kh*kw)`` matrix: ``im2col_cpu``'s values laid out
     exactly as ``numpy.tensordot`` lays them out for its product, so the
-    products below give Chainer's results bit for bit, gathered from a
-    strided view of the padded input in one copy."""
-    v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
-    return v.transpose(0, 2, 3, 1, 4, 5).reshape(
-        -1, x.shape[1] * kh * kw)
+    products below give Chainer's results bit for bit."""
+    rows = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), True)
+    if rows is None:
+        v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
+        rows = v.transpose(0, 2, 3, 1, 4, 5)
+    return rows.reshape(-1, x.shape[1] * kh * kw)
 
 
 def patch_columns(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
     """``im2col_cpu``'s array ``(N, C, kh, kw, out_h, out_w)`` for a
-    convolution without ``cover_all``, gathered in one copy (about a
-    third faster than im2col's copy per kernel position on LeNet)."""
-    v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
-    return numpy.ascontiguousarray(v.transpose(0, 1, 4, 5, 2, 3))
+    convolution without ``cover_all``."""
+    columns = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), False)
+    if columns is None:
+        v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
+        columns = numpy.ascontiguousarray(v.transpose(0, 1, 4, 5, 2, 3))
+    return columns
+
+
+def _gathered_patches(x, geometry, rows):
+    """The patches copied by ``_elementwise.convolution_patches`` (one C
+    loop, 3x to 5x faster than copying the strided view of ``_patches``),
+    or ``None`` for arrays it does not take."""
+    if type(x) is not numpy.ndarray or x.ndim != 4:
+        return None
+    kh, kw, sy, sx, ph, pw, dy, dx = geometry
+    n, c, h, w = x.shape
+    out_h = (h + 2 * ph - (kh - 1) * dy - 1) // sy + 1
+    out_w = (w + 2 * pw - (kw - 1) * dx - 1) // sx + 1
+    if out_h < 1 or out_w < 1:
+        return None
+    shape = (n, out_h, out_w, c, kh, kw) if rows else (
+        n, c, kh, kw, out_h, out_w)
+    out = numpy.empty(shape, x.dtype)
+    if _elementwise.convolution_patches(x, out, geometry, rows):
+        return out
+    return None
 
 
 def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
