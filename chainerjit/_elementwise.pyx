@@ -1,5 +1,7 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""Fused elementwise kernels: chains of arithmetic in one pass.
+"""C loops over arrays: chains of elementwise arithmetic in one pass, and
+the loops over windows of convolutions and pooling that NumPy runs as
+copies of strided views with short inner runs.
 
 ``benchmarks/bench_elementwise.py`` measured the CPU options: for chains
 of additions, products and a ReLU, one C loop is 3x to 5x faster than
@@ -8,7 +10,8 @@ while NumPy's SIMD tanh and exp beat any scalar C loop, so chains with
 those stay NumPy ufuncs writing in place. Each loop here does, element
 by element, the same float operations in the same order as the NumPy
 code it replaces (built with ``-ffp-contract=off``, so no fused
-multiply-add changes a rounding), and gives the same values.
+multiply-add changes a rounding), and gives the same values; the window
+loops copy values, or add them in Chainer's order.
 """
 
 cimport cython
