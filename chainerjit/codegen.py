@@ -127,7 +127,8 @@ class _Emitter(object):
         reused = self._reusable_input(node)
         where = '' if reused is None else ' (into %%%d)' % ins[reused]
         if node in self.replay:
-            self.kernels.append(_returning(self.replay[node]))
+            self.kernels.append(_returning(self.replay[node],
+                                           node.kernel.multi))
         elif reused is not None:
             self.kernels.append(node.kernel.inplace[reused])
         elif self.use_arena and self.planner.eligible(node):
@@ -260,16 +261,19 @@ def _jump_if(exit_node, register):
     return [opcodes.JUMPIF if leaves_on else opcodes.JUMPIFNOT, register, -1]
 
 
-def _returning(outputs):
+def _returning(outputs, multi):
+    """A kernel returning the recorded ``outputs`` (a tuple: all of them
+    for a ``multi`` kernel, else its one array)."""
     if isinstance(outputs, regions.PerIteration):
         results = iter(outputs)
 
         def replayed_in_turn(*arrays):
-            return next(results)
+            found = next(results)
+            return found if multi else found[0]
         return replayed_in_turn
 
     def replayed(*arrays):
-        return outputs
+        return outputs if multi else outputs[0]
     return replayed
 
 

@@ -389,7 +389,7 @@ class _Recorder(object):
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
         self.constant_values = set()  # temps computed from constants only
-        self.generic_outputs = {}  # generic Node -> what it returned
+        self.generic_outputs = {}  # generic or impure Node -> its result
         self.param_owners = {}  # param Value -> Variable (or link) of it
         self.applied = []  # the FunctionNodes applied, for _untag_graph
         self.templates = {}  # ir.Node -> its FunctionNode before apply,
@@ -617,9 +617,12 @@ class _Recorder(object):
             tuple(a.dtype for a in in_arrays),
             tuple(a.shape for a in out_arrays),
             tuple(a.dtype for a in out_arrays))
-        if data_attrs:  # run generic, with the arrays as extra inputs
-            kernel = ops.generic_kernel(template, ctx,
-                                        [attr for attr, _ in data_attrs])
+        attrs = [attr for attr, _ in data_attrs]
+        if data_attrs:  # the arrays are extra inputs
+            # Model arrays (running averages) may be lowered; computed
+            # ones (F.where's condition) run generic.
+            kernel = ops.lower(node, ctx, attrs) if all(
+                v.kind == 'param' for _, v in data_attrs) else None
             in_values += [value for _, value in data_attrs]
         else:
             kernel = ops.lower(node, ctx)
@@ -627,9 +630,9 @@ class _Recorder(object):
                 # No gradient rule: train through the node's own backward.
                 kernel = kernel._replace(
                     grad=ops.generic_kernel(template, ctx).grad)
-        generic = data_attrs or kernel is None
+        generic = kernel is None
         if kernel is None:
-            kernel = ops.generic_kernel(template, ctx)
+            kernel = ops.generic_kernel(template, ctx, attrs)
         out_values = self.bind_temps(out_arrays)
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
@@ -641,7 +644,7 @@ class _Recorder(object):
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
         self.templates[ir_node] = template
-        if generic:
+        if not ir_node.pure:  # the self-check must not run it again
             self.generic_outputs[ir_node] = tuple(
                 _untag(a) for a in out_arrays)
 

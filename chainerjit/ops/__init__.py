@@ -118,15 +118,41 @@ def lowered_classes():
     return frozenset(_LOWERINGS)
 
 
-def lower(node, ctx):
+_STATE_LOWERINGS = {}
+
+
+def state_lowering(*classes):
+    """Registers the decorated function as the lowering of ``classes`` for
+    a node holding model arrays as attributes (batch normalization's
+    running averages): ``fn(node, ctx, state)`` gets the ``(name, index)``
+    of those attributes, and its kernel takes their arrays after the
+    node's inputs (and may update them in place, as the node does)."""
+    def register(fn):
+        for cls in classes:
+            _STATE_LOWERINGS[cls] = fn
+        return fn
+    return register
+
+
+def lower(node, ctx, state=None):
     """Returns the kernel of a recorded node, or ``None`` if it has no
-    lowering (the caller then uses :func:`generic_kernel`)."""
+    lowering (the caller then uses :func:`generic_kernel`). ``state``:
+    the ``(name, index)`` of attributes holding model arrays, for a
+    :func:`state_lowering`."""
     _load_op_modules()
-    fn = _LOWERINGS.get(type(node))
+    if state:
+        fn = _STATE_LOWERINGS.get(type(node))
+        kernel = None if fn is None else fn(node, ctx, tuple(state))
+        return None if kernel is None else _forcing_scalars(kernel, ctx)
+    fn = _LOWERINGS.get(type(node)) or _STATE_LOWERINGS.get(type(node))
     if fn is None:
         return None
-    kernel = fn(node, ctx)
-    if kernel is not None and () in ctx.out_shapes:
+    kernel = fn(node, ctx) if type(node) in _LOWERINGS else fn(node, ctx, ())
+    return None if kernel is None else _forcing_scalars(kernel, ctx)
+
+
+def _forcing_scalars(kernel, ctx):
+    if () in ctx.out_shapes:
         kernel = _forcing_arrays(kernel)
     return kernel
 

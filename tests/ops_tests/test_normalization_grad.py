@@ -148,3 +148,34 @@ def test_batch_normalization_function_train_mode(rng, dtype):
     for e, a in zip(eager_state, jit_state):
         testing.assert_results_equal(a, e, **tolerances(dtype))
     assert jfn.cache_info().hits > 0
+
+
+@pytest.mark.parametrize('given', ['link', 'caller', 'none'])
+def test_batch_normalization_in_training_is_lowered(rng, given):
+    """Batch statistics in training run Chainer's CPU implementation
+    directly (not the generic node), whether the running averages are a
+    link's, the caller's arrays or absent; the first call's self-check
+    does not update them a second time."""
+    state = (numpy.zeros(3, numpy.float32), numpy.ones(3, numpy.float32))
+    link = L.BatchNormalization(3)
+
+    def fn(x, gamma, beta):
+        if given == 'link':
+            return link(x)
+        kwargs = dict(running_mean=state[0], running_var=state[1]) \
+            if given == 'caller' else {}
+        return F.batch_normalization(x, gamma, beta, **kwargs)
+    jfn = chainerjit.jit(fn)
+    x = rng.standard_normal((4, 3)).astype(numpy.float32)
+    params = [chainer.Variable(numpy.ones(3, numpy.float32)),
+              chainer.Variable(numpy.zeros(3, numpy.float32))]
+    with chainer.using_config('train', True):
+        jfn(x, *params)
+    expected = x.mean(axis=0) * 0.1  # one update from zeros, decay 0.9
+    running = link.avg_mean if given == 'link' else state[0]
+    if given != 'none':
+        numpy.testing.assert_allclose(running, expected, rtol=1e-5)
+    entry, = jfn.cache_entries()
+    names = entry.training.forward.kernel_names
+    assert any(n.startswith('BatchNormalization[') for n in names), names
+    assert not any('generic' in n for n in names), names
