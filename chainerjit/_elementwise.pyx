@@ -27,23 +27,73 @@ cnp.import_array()
 cdef object _ndarray = numpy.ndarray
 
 
-def bias_relu(floating[:, :] y, floating[::1] b, floating[:, ::1] out):
-    """``out = maximum(y + b, 0)`` (``b`` broadcast along rows); ``y`` may
-    be any 2-d view, ``out`` may be ``y``. Returns nothing."""
-    cdef Py_ssize_t r, n_rows = y.shape[0], n = y.shape[1]
-    if n_rows == 0 or n == 0:
-        return
-    with nogil:
-        if &y[0, 0] == &out[0, 0]:
-            # One pointer: with two the compiler cannot vectorise a loop
-            # whose source and destination alias, and the scalar loop's
-            # branch on the sign costs ten times as much.
-            for r in range(n_rows):
-                _bias_relu_in_place(&out[r, 0], &b[0], n)
+def bias_relu(y, b, out):
+    """``out = maximum(y + b, 0)`` (``b`` broadcast along rows) for
+    2-d ``y`` (any strides) and ``out`` (C-ordered, writeable; it may be
+    ``y`` itself) and 1-d contiguous ``b``, all float32 or all float64.
+    Returns False, writing nothing, for arrays it does not take. Checked
+    in C (about 0.3 us a call; typed memoryviews took 1.3 us)."""
+    cdef cnp.ndarray Y, B, O
+    cdef Py_ssize_t r, n_rows, n
+    cdef int kind
+    if type(y) is not _ndarray or type(b) is not _ndarray or \
+            type(out) is not _ndarray:
+        return False
+    Y, B, O = y, b, out
+    kind = cnp.PyArray_TYPE(O)
+    if (kind != cnp.NPY_FLOAT and kind != cnp.NPY_DOUBLE) or \
+            cnp.PyArray_TYPE(Y) != kind or cnp.PyArray_TYPE(B) != kind or \
+            Y.ndim != 2 or O.ndim != 2 or B.ndim != 1 or \
+            Y.shape[0] != O.shape[0] or Y.shape[1] != O.shape[1] or \
+            B.shape[0] != O.shape[1] or \
+            not cnp.PyArray_IS_C_CONTIGUOUS(O) or \
+            not cnp.PyArray_IS_C_CONTIGUOUS(B) or \
+            not cnp.PyArray_ISWRITEABLE(O) or \
+            not (cnp.PyArray_ISNOTSWAPPED(Y) and cnp.PyArray_ISNOTSWAPPED(B)
+                 and cnp.PyArray_ISNOTSWAPPED(O)) or \
+            _shares_memory(O, B):
+        return False
+    in_place = cnp.PyArray_DATA(Y) == cnp.PyArray_DATA(O) and \
+        cnp.PyArray_IS_C_CONTIGUOUS(Y)
+    if not in_place and _reaches(Y, O):
+        return False
+    n_rows, n = O.shape[0], O.shape[1]
+    for r in range(n_rows if n else 0):
+        # In place, one pointer: with two the compiler cannot vectorise a
+        # loop whose source and destination alias, and the scalar loop's
+        # branch on the sign costs ten times as much.
+        if in_place and kind == cnp.NPY_FLOAT:
+            _bias_relu_in_place(<float*>_row(O, r), <float*>_data(B), n)
+        elif in_place:
+            _bias_relu_in_place(<double*>_row(O, r), <double*>_data(B), n)
+        elif kind == cnp.NPY_FLOAT:
+            _bias_relu_row(_row(Y, r), Y.strides[1], <float*>_data(B),
+                           <float*>_row(O, r), n)
         else:
-            for r in range(n_rows):
-                _bias_relu_row(<char*>&y[r, 0], y.strides[1], &b[0],
-                               &out[r, 0], n)
+            _bias_relu_row(_row(Y, r), Y.strides[1], <double*>_data(B),
+                           <double*>_row(O, r), n)
+    return True
+
+
+cdef inline char* _row(cnp.ndarray a, Py_ssize_t r):
+    return <char*>cnp.PyArray_DATA(a) + r * a.strides[0]
+
+
+cdef bint _reaches(cnp.ndarray a, cnp.ndarray b):
+    """May the elements of ``a`` (any strides) lie in ``b``'s block (a
+    C-ordered array)? From the byte range ``a``'s strides span."""
+    cdef char* low = <char*>cnp.PyArray_DATA(a)
+    cdef char* high = low + cnp.PyArray_ITEMSIZE(a)
+    cdef char* start = <char*>cnp.PyArray_DATA(b)
+    cdef int k
+    if cnp.PyArray_SIZE(a) == 0:
+        return False
+    for k in range(a.ndim):
+        if a.strides[k] < 0:
+            low += a.strides[k] * (a.shape[k] - 1)
+        else:
+            high += a.strides[k] * (a.shape[k] - 1)
+    return low < start + cnp.PyArray_NBYTES(b) and start < high
 
 
 cdef inline void _bias_relu_in_place(floating* row, floating* bias,

@@ -30,12 +30,31 @@ def test_bias_relu_is_numpys_add_then_maximum(rng, dtype, shape, order):
     b = rng.standard_normal(shape[1]).astype(dtype)
     expected = numpy.maximum(y + b, dtype(0))
     out = numpy.empty(shape, dtype)
-    _elementwise.bias_relu(y, b, out)
+    assert _elementwise.bias_relu(y, b, out)
     # Equal values (NaN where NumPy has NaN); a zero's sign may differ.
     numpy.testing.assert_array_equal(out, expected)
-    in_place = numpy.ascontiguousarray(y)
-    _elementwise.bias_relu(in_place, b, in_place)
+    in_place = numpy.array(y, order='C')  # a copy
+    assert _elementwise.bias_relu(in_place, b, in_place)
     numpy.testing.assert_array_equal(in_place, expected)
+    reversed_rows = y[::-1]  # negative strides
+    assert _elementwise.bias_relu(reversed_rows, b, out)
+    numpy.testing.assert_array_equal(out, expected[::-1])
+
+
+def test_bias_relu_refuses_arrays_it_does_not_take(rng):
+    y = rng.standard_normal((4, 6)).astype(numpy.float32)
+    b = rng.standard_normal(6).astype(numpy.float32)
+    out = numpy.zeros_like(y)
+    take = _elementwise.bias_relu
+    assert not take(y, b.astype(numpy.float64), out)
+    assert not take(y, b[::2], out[:, :3])  # b not contiguous
+    assert not take(y, b, numpy.asfortranarray(out))
+    assert not take(y[:, :5], b, out)
+    assert not take(y, out[0], out)  # b inside out
+    big = numpy.zeros((5, 6), numpy.float32)
+    assert not take(big[:4], b, big[1:])  # y and out overlap, shifted
+    assert not take(y.T, b[:4], out.T.copy().T)
+    assert not out.any()
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])

@@ -97,14 +97,19 @@ def _then_relu(product):
     def fn(x, W, b):
         y = product(x, W)
         out = y if y.flags.c_contiguous else numpy.empty(y.shape, y.dtype)
-        _elementwise.bias_relu(y, numpy.ascontiguousarray(b), out)
-        return out
+        return _bias_relu(y, b, out)
 
     def into(out, x, W, b):
-        _elementwise.bias_relu(product(x, W, out),
-                               numpy.ascontiguousarray(b), out)
-        return out
+        return _bias_relu(product(x, W, out), b, out)
     return fn, into
+
+
+def _bias_relu(y, b, out):
+    """``out = maximum(y + b, 0)``, in one loop where it takes the arrays."""
+    b = numpy.ascontiguousarray(b)
+    if not _elementwise.bias_relu(y, b, out):
+        numpy.maximum(numpy.add(y, b, out=out), 0, out=out)
+    return out
 
 
 def grad_linear(xs, ys, gys, wanted):
