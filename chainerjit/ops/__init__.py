@@ -115,7 +115,7 @@ def is_impure(label):
 def lowered_classes():
     """The FunctionNode classes that have a lowering."""
     _load_op_modules()
-    return frozenset(_LOWERINGS)
+    return frozenset(_LOWERINGS) | frozenset(_STATE_LOWERINGS)
 
 
 _STATE_LOWERINGS = {}
