@@ -253,11 +253,15 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
     of ``x`` with respect to its filter, given the output gradient
     ``gy``."""
     kh, kw = w_shape[2:]
-    if groups == 1 and not im2col_kwargs['cover_all']:
-        # The product tensordot(gy, col, ((0, 2, 3), (0, 4, 5))) makes.
+    exact_patches = not im2col_kwargs['cover_all']
+    dilate = dict(dy=im2col_kwargs['dy'], dx=im2col_kwargs['dx'])
+    if groups == 1 and exact_patches and len(x) > 1:
+        # The product tensordot(gy, col, ((0, 2, 3), (0, 4, 5))) makes: for
+        # more than one image it copies the patches C-ordered. (For one it
+        # reshapes them without a copy, F-ordered, and BLAS sums in
+        # another order: that case takes tensordot itself, below.)
         c_out = gy.shape[1]
-        col = patch_matrix(x, kh, kw, *im2col_args, dy=im2col_kwargs['dy'],
-                           dx=im2col_kwargs['dx'])
+        col = patch_matrix(x, kh, kw, *im2col_args, **dilate)
         gy = gy.transpose(1, 0, 2, 3).reshape(c_out, -1)
         return gy.dot(col).astype(w_dtype, copy=False).reshape(w_shape)
     if groups == 1:
@@ -266,7 +270,9 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
         if (not (gy.flags.c_contiguous or gy.flags.f_contiguous)
                 and 1 in gy.shape):
             gy = numpy.ascontiguousarray(gy)
-        col = conv.im2col_cpu(x, kh, kw, *im2col_args, **im2col_kwargs)
+        col = patch_columns(x, kh, kw, *im2col_args, **dilate) \
+            if exact_patches else conv.im2col_cpu(x, kh, kw, *im2col_args,
+                                                  **im2col_kwargs)
         return numpy.tensordot(gy, col, ((0, 2, 3), (0, 4, 5))).astype(
             w_dtype, copy=False)
     n, c_in = x.shape[:2]
