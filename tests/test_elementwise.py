@@ -311,3 +311,45 @@ def test_added_patches_are_col2ims_sums_bit_for_bit(rng, geometry, dtype):
     assert img.tobytes() == numpy.ascontiguousarray(expected).tobytes()
     assert not _elementwise.add_convolution_patches(
         patches[:, :, :, :1], img, geometry)  # another batch size
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(3, 1), (2, 3, 7), (5, 32), (4,)])
+def test_row_max_is_numpys_max_over_the_last_axis(rng, dtype, shape):
+    x = numpy.round(rng.standard_normal(shape) * 2).astype(dtype)  # ties
+    flat = x.reshape(-1, shape[-1])
+    flat[0, 0] = -0.0  # equal zeros: the sign may differ from NumPy's
+    if shape[-1] > 2:
+        flat[0, 1] = 0.0
+        flat[0, 2:] = -1
+        flat[-1, 1] = numpy.nan  # a row with NaN, and infinities
+        flat[-1, 0] = numpy.inf
+        flat[len(flat) // 2, -1] = -numpy.inf
+    expected = x.max(axis=-1, keepdims=True)
+    out = numpy.full(shape[:-1] + (1,), 7, dtype)
+    assert _elementwise.row_max(x, out)
+    numpy.testing.assert_array_equal(out, expected)  # NaN where NumPy's
+
+
+def test_row_max_refuses_arrays_it_does_not_take(rng):
+    x = rng.standard_normal((4, 6)).astype(numpy.float32)
+    out = numpy.zeros((4, 1), numpy.float32)
+    assert not _elementwise.row_max(x.T, numpy.zeros((6, 1), numpy.float32))
+    assert not _elementwise.row_max(x, out.astype(numpy.float64))
+    assert not _elementwise.row_max(x, numpy.zeros((4,), numpy.float32))
+    assert not _elementwise.row_max(x[:, :0], out)  # empty rows
+    assert not _elementwise.row_max(x.astype(numpy.float16),
+                                    out.astype(numpy.float16))
+    assert not out.any()
+
+
+def test_softmax_over_the_last_axis_runs_the_row_loop(monkeypatch, rng):
+    calls = []
+    loop = _elementwise.row_max
+    monkeypatch.setattr(_elementwise, 'row_max',
+                        lambda *a: calls.append(loop(*a)) or calls[-1])
+    inputs = [(rng.standard_normal((4, 5, 6)).astype(numpy.float32),)
+              for _ in range(3)]
+    testing.assert_jit_matches_eager(lambda x: F.softmax(x, axis=2), inputs,
+                                     rtol=0, atol=0)
+    assert calls and all(calls)
