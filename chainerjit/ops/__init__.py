@@ -140,19 +140,13 @@ def lower(node, ctx, state=None):
     the ``(name, index)`` of attributes holding model arrays, for a
     :func:`state_lowering`."""
     _load_op_modules()
-    if state:
-        fn = _STATE_LOWERINGS.get(type(node))
-        kernel = None if fn is None else fn(node, ctx, tuple(state))
-        return None if kernel is None else _forcing_scalars(kernel, ctx)
-    fn = _LOWERINGS.get(type(node)) or _STATE_LOWERINGS.get(type(node))
-    if fn is None:
-        return None
-    kernel = fn(node, ctx) if type(node) in _LOWERINGS else fn(node, ctx, ())
-    return None if kernel is None else _forcing_scalars(kernel, ctx)
-
-
-def _forcing_scalars(kernel, ctx):
-    if () in ctx.out_shapes:
+    cls = type(node)
+    if state or cls not in _LOWERINGS:
+        fn = _STATE_LOWERINGS.get(cls)
+        kernel = None if fn is None else fn(node, ctx, tuple(state or ()))
+    else:
+        kernel = _LOWERINGS[cls](node, ctx)
+    if kernel is not None and () in ctx.out_shapes:
         kernel = _forcing_arrays(kernel)
     return kernel
 

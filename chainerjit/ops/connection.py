@@ -235,8 +235,8 @@ def _gathered_patches(x, geometry, rows):
         return None
     kh, kw, sy, sx, ph, pw, dy, dx = geometry
     n, c, h, w = x.shape
-    out_h = (h + 2 * ph - (kh - 1) * dy - 1) // sy + 1
-    out_w = (w + 2 * pw - (kw - 1) * dx - 1) // sx + 1
+    out_h = conv.get_conv_outsize(h, kh, sy, ph, d=dy)
+    out_w = conv.get_conv_outsize(w, kw, sx, pw, d=dx)
     if out_h < 1 or out_w < 1:
         return None
     shape = (n, out_h, out_w, c, kh, kw) if rows else (
