@@ -327,87 +327,104 @@ cdef inline void* _data(object a):
 # computes it through im2col, in one pass over the image (5x faster).
 
 
-cdef bint _tiles_take(x, y, Py_ssize_t kh, Py_ssize_t kw, int kind,
-                      bint written):
-    """Are ``x`` (N, C, H, W) and ``y`` (N, C, H / kh, W / kw) C-ordered
-    NumPy arrays of the loops' dtype ``kind``, ``x`` writeable if
-    ``written``?"""
-    if _c_ordered(x, kind, written) < 0 or _c_ordered(y, kind, False) < 0 \
-            or (<cnp.ndarray>x).ndim != 4 or (<cnp.ndarray>y).ndim != 4:
-        return False
-    return kh > 0 and kw > 0 and x.shape[0] == y.shape[0] and \
+cdef bint _tiles(x, y, Py_ssize_t kh, Py_ssize_t kw):
+    """Are ``x`` (N, C, H, W) and ``y`` (N, C, H / kh, W / kw) 4-d
+    arrays of those shapes?"""
+    return (<cnp.ndarray>x).ndim == 4 and (<cnp.ndarray>y).ndim == 4 and \
+        kh > 0 and kw > 0 and x.shape[0] == y.shape[0] and \
         x.shape[1] == y.shape[1] and x.shape[2] == y.shape[2] * kh and \
         x.shape[3] == y.shape[3] * kw
 
 
-cdef void _window_row_maxima(floating* x, Py_ssize_t width,
+cdef void _window_row_maxima(floating* x, Py_ssize_t row_step,
+                             Py_ssize_t step, Py_ssize_t gx_width,
                              Py_ssize_t out_w, Py_ssize_t kh, Py_ssize_t kw,
-                             Py_ssize_t* at) noexcept nogil:
-    """For the row of ``out_w`` windows starting at ``x`` (rows ``width``
-    apart): the offset ``at`` of each window's first maximum from its
-    corner; the first NaN if there is one, as argmax. Window positions
-    outside, windows inside, and no branches: the windows are independent
-    chains of arithmetic, which pipeline (branches on the random signs
-    of pooled values, or one window at a time, ran 3x slower)."""
-    cdef Py_ssize_t i, j, ox, offset, take
+                             Py_ssize_t* at, Py_ssize_t* at_gx) noexcept nogil:
+    """For the row of ``out_w`` windows starting at ``x`` (its rows
+    ``row_step`` bytes apart, its elements ``step``): the byte offset
+    ``at`` of each window's first maximum from its corner, and ``at_gx``,
+    that position's offset in a C-ordered image ``gx_width`` wide; the
+    first NaN if there is one, as argmax. Window positions outside,
+    windows inside, and no branches: the windows are independent chains
+    of arithmetic, which pipeline (branches on the random signs of pooled
+    values, or one window at a time, ran 3x slower)."""
+    cdef Py_ssize_t i, j, ox, offset, offset_gx, take
     cdef floating v, t
-    cdef floating* corner
+    cdef char* corner
     for ox in range(out_w):
         at[ox] = 0
+        at_gx[ox] = 0
     for i in range(kh):
         for j in range(kw):
-            offset = i * width + j
+            offset = i * row_step + j * step
+            offset_gx = i * gx_width + j
             for ox in range(out_w):
-                corner = x + ox * kw
-                v = corner[offset]
-                t = corner[at[ox]]
+                corner = <char*>x + ox * kw * step
+                v = (<floating*>(corner + offset))[0]
+                t = (<floating*>(corner + at[ox]))[0]
                 # Greater, or the first NaN (nothing is taken after one).
                 take = (v > t) | ((v != v) & (t == t))
                 at[ox] += take * (offset - at[ox])
+                at_gx[ox] += take * (offset_gx - at_gx[ox])
 
 
-cdef int _max_pool_tiles_grad(floating* x, floating* gy, floating* gx,
-                              Py_ssize_t planes, Py_ssize_t height,
-                              Py_ssize_t width, Py_ssize_t kh,
-                              Py_ssize_t kw) except -1 nogil:
-    cdef Py_ssize_t p, oy, ox, i, start, k, out_h = height // kh
+cdef int _max_pool_tiles_grad(floating* x, Py_ssize_t* strides,
+                              floating* gy, floating* gx, Py_ssize_t* dims,
+                              Py_ssize_t kh, Py_ssize_t kw) except -1 nogil:
+    """``x`` of any strides (in bytes), ``gy`` and ``gx`` C-ordered;
+    ``dims``: N, C, H, W."""
+    cdef Py_ssize_t n, c, oy, ox, i, start, k
+    cdef Py_ssize_t height = dims[2], width = dims[3], out_h = height // kh
     cdef Py_ssize_t out_w = width // kw
-    cdef Py_ssize_t* at = <Py_ssize_t*>malloc(out_w * sizeof(Py_ssize_t))
+    cdef char* plane
+    cdef Py_ssize_t* at = <Py_ssize_t*>malloc(2 * out_w * sizeof(Py_ssize_t))
     if at == NULL:
         with gil:
             raise MemoryError()
-    for p in range(planes):
-        for oy in range(out_h):
-            start = (p * height + oy * kh) * width
-            k = (p * out_h + oy) * out_w
-            _window_row_maxima(x + start, width, out_w, kh, kw, at)
-            for i in range(kh):
-                memset(gx + start + i * width, 0, width * sizeof(floating))
-            for ox in range(out_w):
-                gx[start + ox * kw + at[ox]] = gy[k + ox]
+    for n in range(dims[0]):
+        for c in range(dims[1]):
+            plane = <char*>x + n * strides[0] + c * strides[1]
+            for oy in range(out_h):
+                start = ((n * dims[1] + c) * height + oy * kh) * width
+                k = ((n * dims[1] + c) * out_h + oy) * out_w
+                _window_row_maxima(
+                    <floating*>(plane + oy * kh * strides[2]), strides[2],
+                    strides[3], width, out_w, kh, kw, at, at + out_w)
+                for i in range(kh):
+                    memset(gx + start + i * width, 0,
+                           width * sizeof(floating))
+                for ox in range(out_w):
+                    gx[start + ox * kw + at[out_w + ox]] = gy[k + ox]
     free(at)
     return 0
 
 
 def max_pool_tiles_grad(x, gy, gx, Py_ssize_t kh, Py_ssize_t kw):
     """``gx`` = ``gy`` at the first maximum of each window of ``x``, zero
-    elsewhere. Returns False, writing nothing, for arrays it does not
+    elsewhere; ``x`` (N, C, H, W) of any strides (a convolution's
+    transposed output, say), ``gy`` (N, C, H / kh, W / kw) and ``gx``
+    C-ordered. Returns False, writing nothing, for arrays it does not
     take."""
-    cdef int kind = _c_ordered(x, -1, False)
-    if kind < 0 or not _tiles_take(x, gy, kh, kw, kind, False) or \
-            not _tiles_take(gx, gy, kh, kw, kind, True) or \
+    cdef int kind = _c_ordered(gy, -1, False)
+    cdef Py_ssize_t dims[4]
+    cdef Py_ssize_t strides[4]
+    cdef int k
+    if kind < 0 or _c_ordered(gx, kind, True) < 0 or \
+            type(x) is not _ndarray or \
+            cnp.PyArray_TYPE(<cnp.ndarray>x) != kind or \
+            not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x) or \
+            not _tiles(x, gy, kh, kw) or x.shape != gx.shape or \
             _shares_memory(gx, x) or _shares_memory(gx, gy):
         return False
-    cdef Py_ssize_t planes = x.shape[0] * x.shape[1]
-    cdef Py_ssize_t height = x.shape[2], width = x.shape[3]
+    for k in range(4):
+        dims[k] = x.shape[k]
+        strides[k] = x.strides[k]
     if kind == cnp.NPY_FLOAT:
-        _max_pool_tiles_grad(<float*>_data(x), <float*>_data(gy),
-                             <float*>_data(gx), planes, height, width, kh,
-                             kw)
+        _max_pool_tiles_grad(<float*>_data(x), strides, <float*>_data(gy),
+                             <float*>_data(gx), dims, kh, kw)
     else:
-        _max_pool_tiles_grad(<double*>_data(x), <double*>_data(gy),
-                             <double*>_data(gx), planes, height, width, kh,
-                             kw)
+        _max_pool_tiles_grad(<double*>_data(x), strides, <double*>_data(gy),
+                             <double*>_data(gx), dims, kh, kw)
     return True
 
 
