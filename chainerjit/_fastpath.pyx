@@ -1,8 +1,12 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The per-call hot path: call keys (``signature``) and parameter guards
-(``cache``), compiled with Cython. ``signature.py`` and ``cache.py``
-document them and are their only callers."""
+"""The per-call hot path, compiled with Cython: call keys (``signature``),
+parameter guards (``cache``), linking a compiled node into Chainer's graph
+(``function``) and the whole call of a jitted function that hits its
+cache (``api.JitFunction``'s base class, :class:`CachedCall`).
+``signature.py``, ``cache.py``, ``function.py`` and ``api.py`` document
+them."""
 
+import threading
 import weakref
 
 import chainer
@@ -20,17 +24,33 @@ cdef object _array_types = chainer.get_array_types()
 
 cdef object _local = chainer.config._local
 cdef object _global = chainer.config._global
+cdef object _chainer_local = chainer._thread_local
 
 
-def config_flags():
-    """``(chainer.config.train, chainer.config.enable_backprop)``, read
-    as ``chainer.configuration.LocalConfig`` does, without its
-    ``__getattr__``."""
+class _Recording(threading.local):
+    recorder = None
+
+
+#: This thread's recording (``trace``): ``recorder`` is set while a
+#: forward is recorded.
+recording = _Recording()
+cdef object _recording = recording
+
+#: A count of attribute assignments on links (``cache``).
+link_epoch = [0]
+cdef list _link_epoch = link_epoch
+
+
+cdef object _config(str name):
+    """``chainer.config.<name>``, read as ``chainer.configuration.
+    LocalConfig`` does, without its ``__getattr__``."""
     cdef dict local = _local.__dict__
-    train = local['train'] if 'train' in local else _global.train
-    if 'enable_backprop' in local:
-        return train, local['enable_backprop']
-    return train, _global.enable_backprop
+    return local[name] if name in local else getattr(_global, name)
+
+
+cpdef tuple config_flags():
+    """``(chainer.config.train, chainer.config.enable_backprop)``."""
+    return _config('train'), _config('enable_backprop')
 
 
 cpdef str array_device(array):
@@ -117,7 +137,8 @@ cpdef object aliasing(list leaves):
                   for o, a in zip(objects, arrays)])
 
 
-def make_key(tuple args, dict kwargs, bint train, bint enable_backprop):
+cpdef tuple make_key(tuple args, dict kwargs, bint train,
+                     bint enable_backprop):
     """Returns ``(key, leaves)`` for a call: the key is ``(train,
     enable_backprop, structure, leaf specs, aliasing)``."""
     cdef list leaves = []
@@ -129,7 +150,7 @@ def make_key(tuple args, dict kwargs, bint train, bint enable_backprop):
     return (train, enable_backprop, structure, specs, alias), leaves
 
 
-def read_params(list owners, list specs):
+cpdef list read_params(list owners, list specs):
     """Reads the model arrays a program takes (``cache.Entry``): each
     owner is ``(parameter, None)`` or ``(link, name)`` and each spec
     ``(shape, dtype, class, device)``. Returns ``None`` if one no longer
@@ -157,15 +178,10 @@ def read_params(list owners, list specs):
 
 cdef object _FunctionNode = chainer.FunctionNode
 cdef object _init_unchecked = chainer.Variable._init_unchecked
-cdef object _new_variable = chainer.Variable.__new__
 cdef object _weakref = weakref.ref
+
+
 cdef tuple _NO_LAYOUT = (None,)
-
-
-cdef object _config(str name):
-    """``chainer.config.<name>``, read without ``LocalConfig.__getattr__``."""
-    cdef dict local = _local.__dict__
-    return local[name] if name in local else getattr(_global, name)
 
 
 cdef object _input_variable(object x):
@@ -190,7 +206,7 @@ cdef bint _plain_numpy_call(object node, list input_vars):
     return True
 
 
-def lean_apply(object node, object inputs):
+cpdef tuple lean_apply(object node, object inputs):
     """``node.apply(inputs)`` without the steps of ``FunctionNode.apply``
     that do nothing for a chainerjit node (see :func:`_plain_numpy_call`);
     anything else takes Chainer's own ``apply``. It links the node into
@@ -225,3 +241,272 @@ def lean_apply(object node, object inputs):
         node.outputs = tuple([_weakref(y._node) for y in ret])
         node.lazy_grad_sum = _config('lazy_grad_sum')
     return ret
+
+
+# --- a call that hits the cache (``api.JitFunction``) ----------------------
+
+cdef object _MISS = object()
+cdef object _VMError = errors.VMError
+cdef object _node_classes = None  # (CompiledFunction, _Output), on first use
+
+
+cdef tuple _nodes():
+    global _node_classes
+    if _node_classes is None:
+        from chainerjit import function
+        _node_classes = (function.CompiledFunction, function._Output)
+    return _node_classes
+
+
+cdef class CachedCall:
+    """The base class of ``api.JitFunction``: its ``__call__`` runs a call
+    that hits the cache in C (:func:`_hit`), and any other call with
+    ``self.call_general`` in Python."""
+
+    def __call__(self, *args, **kwargs):
+        result = _hit(self, args, kwargs)
+        if result is _MISS:
+            return self.call_general(args, kwargs)
+        return result
+
+
+cdef bint _plain_call(tuple args, dict kwargs):
+    """Arrays and Variables only, none in a list, while no recording or
+    hook is active: the calls :func:`_hit` takes."""
+    if kwargs or _recording.recorder is not None or \
+            getattr(_chainer_local, 'function_hooks', None) or \
+            getattr(_chainer_local, 'link_hooks', None):
+        return False
+    for arg in args:
+        if type(arg) is not _ndarray and not isinstance(arg, _Variable):
+            return False
+    return True
+
+
+cdef object _hit(object jitfn, tuple args, dict kwargs):
+    """``jitfn(*args, **kwargs)`` when its key's newest entry is compiled
+    and its model checked since the last change (``cache.Entry.
+    fetch_params``), else :data:`_MISS`, having done nothing."""
+    if not _plain_call(args, kwargs):
+        return _MISS
+    train, backprop = config_flags()
+    get_instance = jitfn._get_instance
+    instance = None
+    if get_instance is not None:
+        instance = get_instance()
+        if instance is None:
+            return _MISS
+    key, leaves = make_key(args, None, train, backprop)
+    cache = jitfn.cache
+    bucket = cache._buckets.get(key)
+    if not bucket:
+        return _MISS
+    entry = bucket[0]
+    if entry.symbolic is not None or entry._epoch != _link_epoch[0] or \
+            entry._owners is None or entry.py_guards:
+        return _MISS
+    params = read_params(entry._owners, entry.param_specs)
+    if params is None:
+        return _MISS
+    cdef bint training = backprop and needs_grad(entry._owners, leaves)
+    if (entry.training if training else entry.program) is None:
+        return _MISS
+    cache._lru.move_to_end(entry)
+    cache.hits += 1
+    entry.hits += 1
+    jitfn.last_entry = entry
+    return run_entry(jitfn, entry, leaves, params, [], instance, args,
+                     kwargs, training)
+
+
+cpdef bint needs_grad(list owners, list leaves):
+    """May a call need gradients: does an argument or a model Variable
+    (an owner ``(variable, None)``) require grad?"""
+    for leaf in leaves:
+        if isinstance(leaf, _Variable) and leaf._requires_grad:
+            return True
+    for owner in owners or ():
+        if owner[1] is None and owner[0]._requires_grad:
+            return True
+    return False
+
+
+cpdef list model_inputs(list owners, list params):
+    """What a training node takes from the model: the Variables that hold
+    the arrays read (so that gradients reach them), or the arrays
+    themselves (persistents)."""
+    return [owner[0] if owner[1] is None else array
+            for owner, array in zip(owners, params)]
+
+
+cpdef object run_entry(object jitfn, object entry, list leaves, list params,
+                       list symbols, object instance, tuple args,
+                       object kwargs, bint training):
+    """Runs a found entry (``cache.Entry``): its training program as one
+    node of Chainer's graph, with the model's Variables as inputs so that
+    backprop reaches them, or its program; then replays its effects and
+    returns the call's result. A kernel's error goes to
+    ``jitfn._after_vm_error``."""
+    try:
+        if training:
+            node = _nodes()[0](entry.training, symbols)
+            outs = publish(node, lean_apply(
+                node, leaves + model_inputs(entry._owners, params)),
+                entry.output_requires_grad)
+        else:
+            outs = entry.program.run(leaf_arrays(leaves) + params + symbols)
+    except _VMError as e:
+        return jitfn._after_vm_error(entry, e, instance, args, kwargs)
+    if entry.effects:
+        entry.replay_effects(instance, outs, leaves)
+    return build_result(entry, outs, leaves, instance)
+
+
+cpdef object build_result(object entry, tuple outs, list leaves,
+                          object instance):
+    """A call's result, shaped as eager's, from program outputs: a single
+    output here, anything else by ``entry.build_structure``."""
+    structure, specs = entry.outputs
+    if structure == 'V':
+        kind, where, is_var, grad = specs[0]
+        if kind == 'value':
+            return as_variable(outs[where], grad)
+    return entry.build_structure(outs, leaves, instance)
+
+
+cpdef object as_variable(object out, bint requires_grad):
+    """A result Variable: the training node's output as it is, or a new
+    Variable around an array the VM computed."""
+    if isinstance(out, _Variable):
+        return out
+    return _init_unchecked(out, requires_grad=requires_grad)
+
+
+cpdef tuple publish(object node, tuple outputs, list requires_grad):
+    """The Variables a training call returns for ``node``'s outputs:
+    outputs eager would not connect to the graph (``requires_grad`` false
+    there) detached, and each of several outputs behind a node of its
+    own (``function._Output``). An output that is the same value as an
+    earlier one (a returned loss that the forward also stored and
+    reported) is the same Variable, as in eager mode."""
+    cdef list first = node.training.first_of
+    cdef Py_ssize_t n_flags = len(requires_grad), i
+    cdef bint single = len(set(first)) == 1, grad
+    cdef list published = []
+    for i in range(len(outputs)):
+        y = outputs[i]
+        grad = i >= n_flags or requires_grad[i]
+        if first[i] != i and grad == (first[i] >= n_flags or
+                                      requires_grad[first[i]]):
+            y = published[first[i]]
+        elif not grad:
+            y = _init_unchecked(y._data[0], requires_grad=False)
+        elif not single:
+            y, = lean_apply(_nodes()[1](), (y,))
+        published.append(y)
+    node._published = [_weakref(y) for y in published]
+    return tuple(published)
+
+
+# --- the optimizer update (``optimizers``) ---------------------------------
+
+cdef object _UpdateRule = None  # chainer.optimizer.UpdateRule, and the
+cdef object _SGDRule = None  # rules with a loop of their own, on first use
+cdef object _MomentumSGDRule = None
+cdef object _elementwise = None
+cdef object _float16 = numpy.float16
+
+
+cdef void _load_rules():
+    global _UpdateRule, _SGDRule, _MomentumSGDRule, _elementwise
+    from chainer import optimizer
+    from chainer.optimizers import momentum_sgd, sgd
+    from chainerjit import _elementwise as loops
+    _UpdateRule = optimizer.UpdateRule
+    _SGDRule = sgd.SGDRule
+    _MomentumSGDRule = momentum_sgd.MomentumSGDRule
+    _elementwise = loops
+
+
+cdef inline bint _plain_grad(object param):
+    """Is ``param.grad`` Chainer 7's plain read for a NumPy parameter
+    (standard layout, valid, no ChainerX), so that :func:`_grad` may read
+    it directly?"""
+    return param._layout is None and param._grad_valid and \
+        not param._has_chainerx_array
+
+
+cdef inline object _grad(object param):
+    grad_var = param._grad_var
+    return param._grad if grad_var is None else grad_var._data[0]
+
+
+cpdef bint any_grad_cleared(list params):
+    """Is some ``param.grad`` None (``reallocate_cleared_grads`` would
+    allocate)?"""
+    for param in params:
+        if (_grad(param) if _plain_grad(param) else param.grad) is None:
+            return True
+    return False
+
+
+cpdef bint plain_rule(object rule, object param):
+    """Would ``rule.update(param)`` only call ``update_core_cpu`` (after
+    initialising the states on the first call): the base class's
+    ``update`` and ``update_core``, a NumPy parameter in the standard
+    layout, no loss scaling, no fp32 update of a float16 parameter, no
+    update hooks?"""
+    if _UpdateRule is None:
+        _load_rules()
+    cls = type(rule)
+    hooks = rule._hookable
+    array = param._data[0]
+    return (cls.update is _UpdateRule.update and
+            cls.update_core is _UpdateRule.update_core and
+            type(array) is _ndarray and _plain_grad(param) and
+            param._loss_scale is None and
+            not (rule._use_fp32_update and array.dtype == _float16) and
+            not hooks._pre_update_hooks and not hooks._post_update_hooks)
+
+
+cpdef bint update_in_one_pass(object rule, object param):
+    """SGD's and momentum SGD's ``update_core_cpu`` as one loop over the
+    arrays (``_elementwise``: the same roundings, no temporaries). False
+    where the rule's own code must run (other rules, subclasses, arrays
+    the loop does not take)."""
+    if _UpdateRule is None:
+        _load_rules()
+    cls = type(rule)
+    if cls is _SGDRule:
+        grad = _grad(param)
+        return grad is None or _elementwise.sgd_update(
+            param._data[0], grad, rule.hyperparam.lr)
+    if cls is _MomentumSGDRule:
+        grad = _grad(param)
+        hyperparam = rule.hyperparam
+        return grad is None or _elementwise.momentum_sgd_update(
+            param._data[0], grad, rule.state['v'], hyperparam.lr,
+            hyperparam.momentum)
+    return False
+
+
+cpdef void update_params(list params) except *:
+    """``param.update()`` for each parameter, with the rule's
+    ``update_core_cpu`` (or the same arithmetic in one loop) called
+    straight away where Chainer's steps around it would do nothing."""
+    if _UpdateRule is None:
+        _load_rules()
+    for param in params:
+        rule = param.update_rule
+        if rule is None:
+            continue
+        if not plain_rule(rule, param):
+            param.update()
+            continue
+        if not rule.enabled:
+            continue
+        rule.t += 1
+        if rule.state is None:
+            rule._init_states(param)
+        if not update_in_one_pass(rule, param):
+            rule.update_core_cpu(param)

@@ -9,6 +9,7 @@ import weakref
 
 import chainer
 
+from chainerjit import _fastpath
 from chainerjit import autodiff
 from chainerjit import cache as cache_module
 from chainerjit import codegen
@@ -72,7 +73,7 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
     return JitFunction(fn, None, options)
 
 
-class JitFunction(object):
+class JitFunction(_fastpath.CachedCall):
     """A jitted function, or a jitted method bound to one model.
 
     Used as a method in a class body it is a descriptor: each instance
@@ -118,8 +119,12 @@ class JitFunction(object):
         return _rebuild, (self._fn, instance, self._options)
 
     # --- calling ------------------------------------------------------------
+    # A call that hits the cache runs in C (``_fastpath.CachedCall``,
+    # the base class); every other call runs ``call_general``.
 
-    def __call__(self, *args, **kwargs):
+    def call_general(self, args, kwargs):
+        """The call in Python: misses, fallbacks, symbolic lengths, hooks,
+        list arguments and guards to check again."""
         self.last_entry = None
         instance = self._instance()
         if trace.is_recording():  # inlined into an outer recording
@@ -143,21 +148,11 @@ class JitFunction(object):
                 entry.program is not None:
             return self._verify_length(entry, leaves, params, symbols,
                                        instance, args, kwargs)
-        if backprop and entry.needs_grad(leaves):
-            if entry.training is None:
-                return self._eager(instance, args, kwargs)
-            return self._run_training(entry, leaves, params, symbols,
-                                      instance, args, kwargs)
-        if entry.program is None:
+        training = backprop and entry.needs_grad(leaves)
+        if (entry.training if training else entry.program) is None:
             return self._eager(instance, args, kwargs)
-        try:
-            outs = entry.program.run(signature.leaf_arrays(leaves) + params
-                                     + symbols)
-        except errors.VMError as e:
-            return self._after_vm_error(entry, e, instance, args, kwargs)
-        if entry.effects:
-            entry.replay_effects(instance, outs, leaves)
-        return entry.build_result(outs, leaves, instance)
+        return _fastpath.run_entry(self, entry, leaves, params, symbols,
+                                   instance, args, kwargs, training)
 
     def call_key(self, args, kwargs, train, backprop):
         """``(key, leaves, packed)`` of a call (``onnx_export`` reads it
@@ -202,22 +197,6 @@ class JitFunction(object):
                 'from now on'), entry.graph.nodes[0].loc if entry.graph.nodes
                 else None)
         return result
-
-    def _run_training(self, entry, leaves, params, symbols, instance, args,
-                      kwargs):
-        """Applies the compiled forward as one node of Chainer's graph,
-        with the model's Variables as inputs, so that backprop reaches
-        them."""
-        _note_jitted_link(instance)
-        node = function.CompiledFunction(entry.training, symbols)
-        try:
-            outs = node.apply(list(leaves) + entry.model_inputs(params))
-        except errors.VMError as e:
-            return self._after_vm_error(entry, e, instance, args, kwargs)
-        outs = function.publish(node, outs, entry.output_requires_grad)
-        if entry.effects:
-            entry.replay_effects(instance, outs, leaves)
-        return entry.build_result(outs, leaves, instance)
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
         """A kernel raised (an index out of range, say) or a guard failed

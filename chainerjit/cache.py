@@ -23,7 +23,7 @@ from chainerjit import signature
 # --- noticing changes to models ---------------------------------------------
 
 _epoch = itertools.count(1)
-link_epoch = [0]
+link_epoch = _fastpath.link_epoch  # [count]; the hit path reads it in C
 
 
 def _bump():
@@ -271,20 +271,12 @@ class Entry(object):
         """With backprop enabled: may this call need gradients? True if
         an argument or a model Variable the program reads (checked by
         the last :meth:`fetch_params`) requires grad."""
-        for leaf in leaves:
-            if isinstance(leaf, chainer.Variable) and leaf.requires_grad:
-                return True
-        for owner, attr in self._owners or ():
-            if attr is None and owner.requires_grad:
-                return True
-        return False
+        return _fastpath.needs_grad(self._owners, leaves)
 
     def model_inputs(self, params):
-        """What the training node takes from the model: the Variables that
-        hold the arrays :meth:`fetch_params` read (so that gradients reach
-        them), or the arrays themselves (persistents)."""
-        return [owner[0] if owner[1] is None else array
-                for owner, array in zip(self._owners, params)]
+        """What the training node takes from the model (see
+        ``_fastpath.model_inputs``)."""
+        return _fastpath.model_inputs(self._owners, params)
 
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
@@ -303,10 +295,13 @@ class Entry(object):
         return lines
 
     def build_result(self, outs, leaves, instance):
-        """The call's result, shaped as eager's, from program outputs."""
+        """The call's result, shaped as eager's, from program outputs (a
+        single output in C, ``_fastpath.build_result``; the rest with
+        :meth:`build_structure`)."""
+        return _fastpath.build_result(self, outs, leaves, instance)
+
+    def build_structure(self, outs, leaves, instance):
         structure, specs = self.outputs
-        if structure == 'V' and specs[0][0] == 'value':
-            return _as_variable(outs[specs[0][1]], specs[0][3])
         made = []
         for spec in specs:
             made.append(made[spec[1]] if spec[0] == 'same' else
@@ -407,12 +402,7 @@ def _make_leaf(spec, outs, leaves, instance):
     return leaf.array if isinstance(leaf, chainer.Variable) else leaf
 
 
-def _as_variable(out, requires_grad):
-    """A result Variable: the training node's output as it is, or a new
-    Variable around an array the VM computed."""
-    if isinstance(out, chainer.Variable):
-        return out
-    return chainer.Variable._init_unchecked(out, requires_grad=requires_grad)
+_as_variable = _fastpath.as_variable
 
 
 CacheInfo = collections.namedtuple('CacheInfo', 'hits misses maxsize currsize')

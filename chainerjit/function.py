@@ -10,7 +10,6 @@ Variables in Chainer's graph, so ``loss.backward()``, optimizers and
 Chainer accumulates them.
 """
 
-import weakref
 
 import chainer
 from chainerjit import _fastpath
@@ -121,29 +120,9 @@ class _Output(chainer.FunctionNode):
         return grad_outputs
 
 
-def publish(node, outputs, requires_grad):
-    """The Variables a training call returns for ``node``'s outputs:
-    outputs eager would not connect to the graph (``requires_grad`` false
-    there) detached, and each of several outputs behind a node of its
-    own. An output that is the same value as an earlier one (a returned
-    loss that the forward also stored and reported) is the same Variable,
-    as in eager mode."""
-    first = node.training.first_of
-    single = len(set(first)) == 1
-    published = []
-    for i, y in enumerate(outputs):
-        grad = i >= len(requires_grad) or requires_grad[i]
-        if first[i] != i and grad == (first[i] >= len(requires_grad) or
-                                      requires_grad[first[i]]):
-            y = published[first[i]]
-        elif not grad:
-            y = chainer.Variable._init_unchecked(y.array,
-                                                 requires_grad=False)
-        elif not single:
-            y, = _Output().apply((y,))
-        published.append(y)
-    node._published = [weakref.ref(y) for y in published]
-    return tuple(published)
+#: ``publish(node, outputs, requires_grad)``: the Variables a training call
+#: returns for ``node``'s outputs (see ``_fastpath.publish``).
+publish = _fastpath.publish
 
 
 def _variable(grads, index):

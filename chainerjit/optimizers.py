@@ -23,11 +23,8 @@ import os
 import weakref
 
 from chainer import optimizer as optimizer_module
-from chainer.optimizers import momentum_sgd
-from chainer.optimizers import sgd
-import numpy
 
-from chainerjit import _elementwise
+from chainerjit import _fastpath
 
 
 _chainer_update = optimizer_module.GradientMethod.update
@@ -48,8 +45,8 @@ def uninstall():
 
 
 def update(self, lossfun=None, *args, **kwds):
-    """``GradientMethod.update`` with :func:`update_param` for each
-    parameter; the same steps in the same order otherwise."""
+    """``GradientMethod.update`` with :func:`update_params` for the
+    parameters; the same steps in the same order otherwise."""
     if not _trains_jitted(self):
         return _chainer_update(self, lossfun, *args, **kwds)
     if lossfun is not None:
@@ -69,8 +66,7 @@ def update(self, lossfun=None, *args, **kwds):
 
     self.t += 1
     if self.is_safe_to_update():
-        for param in params:
-            update_param(param)
+        update_params(params)
 
     _reallocate_cleared_grads(self, params)
     self.call_hooks('post')
@@ -92,59 +88,10 @@ def _trains_jitted(optimizer):
 
 
 def _reallocate_cleared_grads(optimizer, params):
-    for param in params:
-        if param.grad is None:
-            optimizer.reallocate_cleared_grads()
-            return
+    if _fastpath.any_grad_cleared(params):
+        optimizer.reallocate_cleared_grads()
 
 
-def update_param(param):
-    """``param.update()``: the rule's ``update_core_cpu`` straight away
-    when Chainer's steps around it would do nothing."""
-    rule = param.update_rule
-    if rule is None:
-        return
-    if not _fast(rule, param):
-        param.update()
-        return
-    if not rule.enabled:
-        return
-    rule.t += 1
-    if rule.state is None:
-        rule._init_states(param)
-    if not _update_in_one_pass(rule, param):
-        rule.update_core_cpu(param)
-
-
-def _update_in_one_pass(rule, param):
-    """SGD's and momentum SGD's ``update_core_cpu`` as one loop over the
-    arrays (``_elementwise``: the same roundings, no temporaries). Returns
-    False where the rule's own code must run (other rules, subclasses,
-    arrays the loop does not take)."""
-    cls = type(rule)
-    if cls is sgd.SGDRule:
-        grad = param.grad
-        return grad is None or _elementwise.sgd_update(
-            param.array, grad, rule.hyperparam.lr)
-    if cls is momentum_sgd.MomentumSGDRule:
-        grad = param.grad
-        return grad is None or _elementwise.momentum_sgd_update(
-            param.array, grad, rule.state['v'], rule.hyperparam.lr,
-            rule.hyperparam.momentum)
-    return False
-
-
-_RULE = optimizer_module.UpdateRule
-
-
-def _fast(rule, param):
-    """Would ``rule.update(param)`` only call ``update_core_cpu`` (after
-    initialising the states on the first call)?"""
-    cls = type(rule)
-    hooks = rule._hookable
-    return (cls.update is _RULE.update and
-            cls.update_core is _RULE.update_core and
-            type(param.array) is numpy.ndarray and
-            param.layout is None and param._loss_scale is None and
-            not (rule._use_fp32_update and param.dtype == numpy.float16) and
-            not hooks._pre_update_hooks and not hooks._post_update_hooks)
+#: ``update_params(params)``: ``param.update()`` for each, the fast way
+#: where it computes the same (``_fastpath.update_params``).
+update_params = _fastpath.update_params

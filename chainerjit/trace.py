@@ -24,6 +24,7 @@ import threading
 import chainer
 import numpy
 
+from chainerjit import _fastpath
 from chainerjit import control
 from chainerjit import errors
 from chainerjit import guards
@@ -59,11 +60,7 @@ _UNFOLLOWED = ('an array derived from the inputs that the recording cannot '
                'made by NumPy code chainerjit does not record), when %s')
 
 
-class _State(threading.local):
-    recorder = None
-
-
-_state = _State()
+_state = _fastpath.recording  # this thread's; the hit path reads it in C
 # One recording at a time: the patches of Chainer below are process-wide.
 _recording_lock = threading.RLock()
 

@@ -10,6 +10,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import _fastpath
 from chainerjit import optimizers
 
 
@@ -113,9 +114,9 @@ def test_per_parameter_hooks_disabled_rules_and_learning_rates():
     pairs = _pair(OPTIMIZERS[0], setup=_rule_hook)
     _train(pairs)
     # A rule with a hook of its own takes Chainer's path.
-    assert not optimizers._fast(pairs[1][0].l1.W.update_rule,
-                                pairs[1][0].l1.W)
-    assert optimizers._fast(pairs[1][0].l2.W.update_rule, pairs[1][0].l2.W)
+    model = pairs[1][0]
+    assert not _fastpath.plain_rule(model.l1.W.update_rule, model.l1.W)
+    assert _fastpath.plain_rule(model.l2.W.update_rule, model.l2.W)
 
 
 def test_fp16_parameters_with_fp32_update():
@@ -209,5 +210,5 @@ def test_sgd_rules_in_one_loop_give_the_rules_own_bits(dtype, make):
             if i == 0:
                 rule.update_core_cpu(link.w)
             else:
-                assert optimizers._update_in_one_pass(rule, link.w)
+                assert _fastpath.update_in_one_pass(rule, link.w)
         assert params[0].w.array.tobytes() == params[1].w.array.tobytes()
