@@ -382,6 +382,41 @@ cpdef object as_variable(object out, bint requires_grad):
     return _init_unchecked(out, requires_grad=requires_grad)
 
 
+def compiled_forward(self, inputs):
+    """``function.CompiledFunction.forward``: runs the training forward
+    program and keeps the values the backward reads."""
+    training = self.training
+    cdef tuple outs = training.forward.run(list(inputs) + self.symbols)
+    cdef Py_ssize_t n = training.n_outputs
+    self._saved = outs[n:]
+    return outs[:n]
+
+
+def compiled_backward(self, indexes, grad_outputs):
+    """``function.CompiledFunction.backward``: runs the backward program
+    on the saved values and the output gradients."""
+    if _config('enable_backprop'):
+        raise NotImplementedError(
+            'chainerjit: double backprop (enable_double_backprop=True) '
+            'through a compiled function is not supported: its backward '
+            'runs compiled array code, which builds no graph. Call the '
+            'function eagerly for this (the undecorated method, or '
+            'chainerjit.jit(f).__wrapped__).')
+    cdef list args = list(self._saved)
+    for gy in grad_outputs:
+        args.append(None if gy is None else gy._data[0])
+    training = self.training
+    cdef tuple grads = training.backward.run(args + self.symbols)
+    cdef list grad_index = training.grad_index
+    cdef list result = []
+    for i in indexes:
+        k = grad_index[i]
+        grad = None if k is None else grads[k]
+        result.append(None if grad is None else
+                      _init_unchecked(grad, requires_grad=False))
+    return tuple(result)
+
+
 cpdef tuple publish(object node, tuple outputs, list requires_grad):
     """The Variables a training call returns for ``node``'s outputs:
     outputs eager would not connect to the graph (``requires_grad`` false

@@ -70,25 +70,14 @@ class CompiledFunction(chainer.FunctionNode):
         """No type check: the cache key already fixed every input's
         shape and dtype, and the guards every model array's."""
 
-    def forward(self, inputs):
-        outs = self.training.forward.run(list(inputs) + self.symbols)
-        n = self.training.n_outputs
-        self._saved = outs[n:]
-        return outs[:n]
+    #: Runs the training forward program and keeps the values the backward
+    #: reads (in C: ``_fastpath.compiled_forward``).
+    forward = _fastpath.compiled_forward
 
-    def backward(self, indexes, grad_outputs):
-        if _fastpath.config_flags()[1]:  # enable_backprop
-            raise NotImplementedError(
-                'chainerjit: double backprop (enable_double_backprop=True) '
-                'through a compiled function is not supported: its backward '
-                'runs compiled array code, which builds no graph. Call the '
-                'function eagerly for this (the undecorated method, or '
-                'chainerjit.jit(f).__wrapped__).')
-        args = list(self._saved)
-        args += [None if gy is None else gy.array for gy in grad_outputs]
-        grads = self.training.backward.run(args + self.symbols)
-        grad_index = self.training.grad_index
-        return tuple([_variable(grads, grad_index[i]) for i in indexes])
+    #: Runs the backward program; gradients as Variables, ``None`` where
+    #: there is none (in C: ``_fastpath.compiled_backward``). Double
+    #: backprop raises NotImplementedError.
+    backward = _fastpath.compiled_backward
 
 
 def _index(values, value):
@@ -123,12 +112,3 @@ class _Output(chainer.FunctionNode):
 #: ``publish(node, outputs, requires_grad)``: the Variables a training call
 #: returns for ``node``'s outputs (see ``_fastpath.publish``).
 publish = _fastpath.publish
-
-
-def _variable(grads, index):
-    """The gradient at ``index`` as a Variable; ``None`` where there is
-    none (no index, or a rule found none)."""
-    if index is None or grads[index] is None:
-        return None
-    return chainer.Variable._init_unchecked(grads[index],
-                                            requires_grad=False)
