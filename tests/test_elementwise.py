@@ -377,3 +377,87 @@ def test_softmax_over_the_last_axis_runs_the_row_loop(monkeypatch, rng):
     testing.assert_jit_matches_eager(lambda x: F.softmax(x, axis=2), inputs,
                                      rtol=0, atol=0)
     assert calls and all(calls)
+
+
+# --- LSTM gates ------------------------------------------------------------
+
+def _gate_inputs(rng, dtype):
+    """(B, 4H) gates in the layouts an LSTM step may get them: C-ordered,
+    F-ordered (a transposed product), every other column of a wider array
+    and reversed rows."""
+    x = (rng.standard_normal((5, 24)) * 3).astype(dtype)
+    wide = (rng.standard_normal((5, 48)) * 3).astype(dtype)
+    return {'C': x, 'F': numpy.asfortranarray(x), 'strided': wide[:, ::2],
+            'reversed rows': x[::-1]}
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('layout', ['C', 'F', 'strided', 'reversed rows'])
+@pytest.mark.parametrize('scale', [1.0, 0.5])
+def test_gate_major_is_numpys_copy_of_the_gates(rng, dtype, layout, scale):
+    x = _gate_inputs(rng, dtype)[layout]
+    x[0, :4] = [-0.0, numpy.nan, numpy.inf, 1e-45 if dtype == numpy.float32
+                else 5e-324]
+    out = numpy.full((4, 5, 6), 7, dtype)
+    assert _elementwise.gate_major(x, out, scale)
+    expected = numpy.moveaxis(x.reshape(5, 6, 4), 2, 0).copy()
+    expected[1:] *= scale
+    assert out.tobytes() == expected.tobytes()
+
+
+def test_gate_major_refuses_arrays_it_does_not_take(rng):
+    x = rng.standard_normal((5, 24)).astype(numpy.float32)
+    out = numpy.zeros((4, 5, 6), numpy.float32)
+    read_only = out.copy()
+    read_only.flags.writeable = False
+    for gates, into in [
+            (x.astype(numpy.float64), out),             # mixed dtypes
+            (x.astype(numpy.float16), out.astype(numpy.float16)),
+            (x, numpy.zeros((4, 5, 5), numpy.float32)),  # other units
+            (x[:4], out),                               # other rows
+            (x.reshape(5, 6, 4), out),                  # not 2-D
+            (x, numpy.zeros((4, 6, 5), numpy.float32).transpose(0, 2, 1)),
+            (x, read_only),
+            (x.astype('>f4'), out),                     # byte-swapped
+            (x.tolist(), out)]:
+        before = numpy.array(into, copy=True)
+        assert not _elementwise.gate_major(gates, into, 0.5)
+        assert numpy.array_equal(into, before)
+    overlapping = numpy.zeros(120, numpy.float32)
+    assert not _elementwise.gate_major(overlapping.reshape(5, 24),
+                                       overlapping.reshape(4, 5, 6), 0.5)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_half_plus_half_is_numpys_two_ufuncs_bit_for_bit(rng, dtype):
+    t = numpy.tanh(rng.standard_normal((3, 7, 9)) * 4).astype(dtype)
+    t.flat[:5] = [-0.0, 1e-45, numpy.nan, -1, 1]
+    expected = t.copy()
+    expected *= 0.5
+    expected += 0.5
+    assert _elementwise.half_plus_half(t)
+    assert t.tobytes() == expected.tobytes()
+
+
+def test_half_plus_half_refuses_arrays_it_does_not_take(rng):
+    t = rng.standard_normal((4, 6)).astype(numpy.float32)
+    read_only = t.copy()
+    read_only.flags.writeable = False
+    for bad in (t.astype(numpy.float16), t.astype(numpy.int32), read_only,
+                numpy.vstack([t, t])[::2], t.astype('>f4'), t.tolist()):
+        before = numpy.array(bad, copy=True)
+        assert not _elementwise.half_plus_half(bad)
+        assert numpy.array_equal(numpy.asarray(bad), before)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_lstm_on_transposed_gates_matches_eager_bit_for_bit(rng, dtype):
+    """Gates given as a transposed view reach the copy loop's strided
+    path; values and gradients as eager's."""
+    def step(c, gates_t):
+        return F.lstm(c, F.transpose(gates_t))
+    calls = [(rng.standard_normal((6, 8)).astype(dtype),
+              rng.standard_normal((32, 6)).astype(dtype)) for _ in range(3)]
+    testing.assert_jit_matches_eager(step, calls, rtol=0, atol=0,
+                                     lowered=['LSTM'])
+    testing.assert_jit_grads_match_eager(step, calls, rtol=0, atol=0)

@@ -47,3 +47,33 @@ def test_lstm_grad_through_one_output(rng, c_shape, x_shape, output):
     testing.assert_jit_grads_match_eager(
         lambda c, x: F.lstm(c, x)[output] * 2,
         _calls(rng, c_shape, x_shape, numpy.float32))
+
+
+def _product_then_lstm(c, x, W):
+    """The gates as an LSTM link makes them: a product (F-ordered when
+    the weight goes first, up to 64 rows), then the cell."""
+    return F.lstm(c, F.linear(x, W))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('batch', [16, 100])
+def test_lstm_at_link_sizes_is_bit_for_bit(rng, dtype, batch):
+    """16 x 128 units (the benchmark's) and 100 rows (a C-ordered
+    product): the gates copied out and halved in one C loop, one tanh,
+    the sigmoid finished in another loop; values and gradients equal
+    eager's bit for bit."""
+    calls = [(rng.randn(batch, 128).astype(dtype),
+              rng.randn(batch, 64).astype(dtype),
+              (rng.randn(512, 64) * 0.3).astype(dtype)) for _ in range(3)]
+    testing.assert_jit_matches_eager(_product_then_lstm, calls, rtol=0,
+                                     atol=0, lowered=['LSTM'])
+    testing.assert_jit_grads_match_eager(_product_then_lstm, calls, rtol=0,
+                                         atol=0, lowered=['LSTM'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_lstm_grads_are_bit_for_bit(rng, dtype):
+    for c_shape, x_shape in SHAPES:
+        testing.assert_jit_grads_match_eager(
+            lambda c, x: F.lstm(c, x),
+            _calls(rng, c_shape, x_shape, dtype), rtol=0, atol=0)
