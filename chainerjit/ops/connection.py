@@ -105,8 +105,8 @@ def _then_relu(product):
 
 
 def _bias_relu(y, b, out):
-    """``out = maximum(y + b, 0)``, in one loop where it takes the arrays."""
-    b = numpy.ascontiguousarray(b)
+    """``out = maximum(y + b, 0)``, in one loop where it takes the arrays
+    (a contiguous bias, as a link's is), else in two ufuncs."""
     if not _elementwise.bias_relu(y, b, out):
         numpy.maximum(numpy.add(y, b, out=out), 0, out=out)
     return out
