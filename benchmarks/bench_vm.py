@@ -32,7 +32,7 @@ def dispatch_cost(n):
     code += [opcodes.RET, 1, 0]
     prog = program.Program('noops', code, [_noop], ['noop'], [], 1, 1,
                            ['x'], {})
-    run = prog.run_unchecked
+    run = prog.run
     args = [0]
     return min(timeit.repeat(lambda: run(args), number=20000,
                              repeat=7)) / 20000 * 1e6

@@ -197,7 +197,7 @@ cdef bint _plain_numpy_call(object node, list input_vars):
     graph for these inputs: NumPy arrays in the default layout, no
     function hooks, no debug mode and no static graph?"""
     if _config('debug') or _config('schedule_func') is not None or \
-            chainer.get_function_hooks() or \
+            getattr(_chainer_local, 'function_hooks', None) or \
             node._n_local_function_hooks != 0:
         return False
     for v in input_vars:
@@ -380,6 +380,14 @@ cpdef object as_variable(object out, bint requires_grad):
     if isinstance(out, _Variable):
         return out
     return _init_unchecked(out, requires_grad=requires_grad)
+
+
+def compiled_init(self, training, symbols=()):
+    """``function.CompiledFunction.__init__``."""
+    self.training = training
+    self.symbols = list(symbols)  # trip counts of symbolic loops
+    self._saved = None
+    self._published = ()  # weakrefs to the Variables handed out
 
 
 def compiled_forward(self, inputs):

@@ -6,6 +6,7 @@ from a list on a register list. It touches no Variables and does no dict
 look-ups per instruction.
 """
 
+from chainerjit import errors as _errors
 from chainerjit import opcodes as _opcodes
 
 cdef enum:
@@ -42,6 +43,9 @@ class VMFault(Exception):
         self.error = error
 
 
+cdef tuple _Faults = (VMFault, _errors.VMError)
+
+
 cdef class Machine:
     """One program, ready to run: code, kernels and the register template
     (arguments first, then constants, then temporaries).
@@ -58,22 +62,26 @@ cdef class Machine:
     cdef list template
     cdef Py_ssize_t n_inputs
     cdef bint busy
+    cdef object fault
 
     def __init__(self, code, list kernels, list template, Py_ssize_t n_inputs,
-                 list plain=None):
+                 list plain=None, fault=VMFault):
         self.code = code
         self.kernels = kernels
         self.plain = plain
         self.template = template
         self.n_inputs = n_inputs
         self.busy = False
+        self.fault = fault
 
     def run(self, inputs):
         """Runs the program on a sequence of input arrays and returns the
         tuple of its outputs.
 
         Raises:
-            VMFault: if a kernel raises.
+            ``fault(pc, error)`` (a :class:`VMFault` unless the machine
+            was made with another ``fault``), from the error, if a kernel
+            raises; a fault raised by a machine a kernel ran, as it is.
         """
         cdef list regs = list(self.template)
         cdef Py_ssize_t i
@@ -166,10 +174,10 @@ cdef class Machine:
                     return tuple([regs[code[pc + 2 + j]] for j in range(n)])
                 else:
                     raise ValueError('bad opcode %d' % op)
-        except VMFault:
+        except _Faults:
             raise
         except Exception as e:
-            raise VMFault(pc, e) from e
+            raise self.fault(pc, e) from e
         finally:
             if owner:
                 self.busy = False

@@ -48,11 +48,9 @@ class TrainingProgram(object):
 class CompiledFunction(chainer.FunctionNode):
     """Runs a :class:`TrainingProgram` as one node of Chainer's graph."""
 
-    def __init__(self, training, symbols=()):
-        self.training = training
-        self.symbols = list(symbols)  # trip counts of symbolic loops
-        self._saved = None
-        self._published = ()  # weakrefs to the Variables handed out
+    #: ``CompiledFunction(training, symbols=())``: ``symbols`` are the
+    #: trip counts of symbolic loops (in C: ``_fastpath.compiled_init``).
+    __init__ = _fastpath.compiled_init
 
     def unchain(self):
         """Also unchains the Variables :func:`publish` handed out for this

@@ -15,6 +15,7 @@ then constants, then temporaries), a kernel table and a constant pool.
 
 import collections
 import io
+import weakref
 
 import numpy
 
@@ -70,25 +71,16 @@ class Program(object):
         self.arena = list(arena)
         template = [None] * n_regs
         template[n_inputs:n_inputs + len(consts)] = consts
-        self._machine = _vm.Machine(
+        #: ``run(inputs)``: runs the program on input arrays (arguments,
+        #: then parameters) and returns the tuple of its outputs; raises
+        #: :class:`chainerjit.errors.VMError` (from the kernel's error) if
+        #: a kernel raises, its message showing the program with ``-->``
+        #: at the failing instruction. The VM's own method, no Python in
+        #: between.
+        self.run = _vm.Machine(
             self.code, list(kernels), template, n_inputs,
-            None if plain_kernels is None else list(plain_kernels))
-        self.run_unchecked = self._machine.run
-
-    def run(self, inputs):
-        """Runs the program on input arrays (arguments, then parameters).
-
-        Raises:
-            chainerjit.errors.VMError: if a kernel raises; the message
-                shows the program with ``-->`` at the failing instruction.
-        """
-        try:
-            return self._machine.run(inputs)
-        except _vm.VMFault as fault:
-            raise errors.VMError(
-                'kernel raised %s: %s\n%s' % (
-                    type(fault.error).__name__, fault.error,
-                    self.dis(mark=fault.pc))) from fault.error
+            None if plain_kernels is None else list(plain_kernels),
+            _fault_of(weakref.ref(self))).run
 
     @property
     def n_instructions(self):
@@ -162,6 +154,17 @@ class Program(object):
         if file is not None:
             file.write(text)
         return text
+
+
+def _fault_of(program_ref):
+    """The VM's ``fault``: a kernel's error as a VMError showing the
+    program (held weakly: the program holds the machine)."""
+    def fault(pc, error):
+        program = program_ref()
+        listing = '\n' + program.dis(mark=pc) if program is not None else ''
+        return errors.VMError('kernel raised %s: %s%s' % (
+            type(error).__name__, error, listing))
+    return fault
 
 
 def _size(nbytes):
