@@ -461,3 +461,103 @@ def test_lstm_on_transposed_gates_matches_eager_bit_for_bit(rng, dtype):
     testing.assert_jit_matches_eager(step, calls, rtol=0, atol=0,
                                      lowered=['LSTM'])
     testing.assert_jit_grads_match_eager(step, calls, rtol=0, atol=0)
+
+
+# --- per-channel sums of channels-last arrays --------------------------------
+
+def _channels_last(rng, shape, dtype):
+    """An (N, C, ...) view of memory laid out (N, ..., C), as Chainer's
+    convolution returns its output, with values of very different sizes
+    (so that another order of additions would show)."""
+    memory_shape = (shape[0],) + shape[2:] + (shape[1],)
+    values = rng.standard_normal(memory_shape) * numpy.exp(
+        rng.standard_normal(memory_shape) * 4)
+    axes = (0, len(shape) - 1) + tuple(range(1, len(shape) - 1))
+    return values.astype(dtype).transpose(axes)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(32, 6, 28, 28), (8, 16, 7, 7),
+                                   (3, 2, 5), (4, 3, 1, 1), (1, 5, 2, 3)])
+def test_channel_statistics_are_numpys_bit_for_bit(rng, dtype, shape):
+    x = _channels_last(rng, shape, dtype)
+    y = _channels_last(rng, shape, dtype)
+    axis = (0,) + tuple(range(2, x.ndim))
+    mean, var, total, dot = (numpy.empty(shape[1], dtype) for _ in range(4))
+    assert _elementwise.channel_mean_var(x, mean, var)
+    assert _elementwise.channel_sums(x, None, total)
+    assert _elementwise.channel_sums(x, y, dot)
+    for got, expected in ((mean, x.mean(axis=axis, dtype=dtype)),
+                          (var, x.var(axis=axis, dtype=dtype)),
+                          (total, x.sum(axis=axis, dtype=dtype)),
+                          (dot, (x * y).sum(axis=axis, dtype=dtype))):
+        assert got.tobytes() == expected.tobytes()
+
+
+def test_channel_sums_start_from_zero_as_numpy_does():
+    x = numpy.full((2, 3, 3, 2), -0.0, numpy.float32).transpose(0, 3, 1, 2)
+    out = numpy.empty(2, numpy.float32)
+    assert _elementwise.channel_sums(x, None, out)
+    assert out.tobytes() == x.sum(axis=(0, 2, 3)).tobytes()  # +0.0
+
+
+def test_channel_statistics_refuse_arrays_they_do_not_take(rng):
+    x = _channels_last(rng, (4, 3, 5, 5), numpy.float32)
+    out = numpy.zeros(3, numpy.float32)
+    read_only = out.copy()
+    read_only.flags.writeable = False
+    for data, into in [
+            (numpy.ascontiguousarray(x), out),   # channels not innermost
+            (x[:, :, ::2], out),                 # not dense
+            (x.astype(numpy.float64), out),      # mixed dtypes
+            (x.astype(numpy.float16), out.astype(numpy.float16)),
+            (x.astype('>f4'), out),              # byte-swapped
+            (x, numpy.zeros(4, numpy.float32)),  # other channels
+            (x, numpy.zeros((3, 1), numpy.float32)),
+            (x, read_only),
+            (x.tolist(), out)]:
+        before = numpy.array(into, copy=True)
+        assert not _elementwise.channel_sums(data, None, into)
+        assert not _elementwise.channel_mean_var(data, into, into.copy())
+        assert numpy.array_equal(into, before)
+    assert not _elementwise.channel_sums(
+        x, numpy.ascontiguousarray(x), out)   # the other factor's layout
+    memory = numpy.zeros(4 * 5 * 5 * 3 + 3, numpy.float32)
+    inside = memory[:300].reshape(4, 5, 5, 3).transpose(0, 3, 1, 2)
+    assert not _elementwise.channel_sums(inside, None, memory[1:4])
+    mean = numpy.zeros(3, numpy.float32)
+    assert not _elementwise.channel_mean_var(x, mean, mean)  # one array
+
+
+def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
+        monkeypatch, rng):
+    """In training, a convolution's output (channels-last in memory) gets
+    its statistics and gradient sums from the loops; values, gradients
+    and running averages equal eager's bit for bit."""
+    calls = []
+
+    def counted(name):
+        loop = getattr(_elementwise, name)
+
+        def call(*args):
+            calls.append(name)
+            return loop(*args)
+        return call
+    for name in ('channel_mean_var', 'channel_sums'):
+        monkeypatch.setattr(_elementwise, name, counted(name))
+    conv = L.Convolution2D(3, 6, 5, pad=2)
+    bn = L.BatchNormalization(6)
+    bn_eager = bn.copy(mode='copy')
+
+    def block(x, W, b, norm):
+        return F.relu(norm(F.convolution_2d(x, W, b, pad=2)))
+    args = [(rng.standard_normal((8, 3, 12, 12)).astype(numpy.float32),
+             conv.W.array, conv.b.array) for _ in range(3)]
+    with chainer.using_config('train', True):
+        testing.assert_jit_grads_match_eager(
+            lambda x, W, b: block(x, W, b, bn_eager),
+            args, rtol=0, atol=0,
+            jitted=chainerjit.jit(lambda x, W, b: block(x, W, b, bn)))
+    assert 'channel_mean_var' in calls and 'channel_sums' in calls
+    assert bn.avg_mean.tobytes() == bn_eager.avg_mean.tobytes()
+    assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
