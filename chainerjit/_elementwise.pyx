@@ -950,3 +950,113 @@ def channel_mean_var(x, mean, var):
         _channel_mean_var(<double*>_data(x), <double*>_data(mean),
                           <double*>_data(var), n_pos, n_ch)
     return True
+
+
+cdef void _channel_affine(floating* x, floating* mean, floating* scale,
+                          floating* gamma, floating* beta, floating* out,
+                          Py_ssize_t n_pos, Py_ssize_t n_ch) noexcept nogil:
+    cdef Py_ssize_t p, c
+    cdef floating t
+    cdef floating* row
+    cdef floating* dest
+    for p in range(n_pos):
+        row = x + p * n_ch
+        dest = out + p * n_ch
+        for c in range(n_ch):
+            t = row[c] - mean[c]
+            t = t * scale[c]
+            if gamma != NULL:
+                t = t * gamma[c]
+                t = t + beta[c]
+            dest[c] = t
+
+
+cdef void _channel_input_grad(floating* gy, floating* x_hat, floating* ggamma,
+                              floating* gbeta, floating inv_m,
+                              floating* gamma_inv_std, floating* gx,
+                              Py_ssize_t n_pos,
+                              Py_ssize_t n_ch) noexcept nogil:
+    cdef Py_ssize_t p, c, k
+    cdef floating t
+    for p in range(n_pos):
+        for c in range(n_ch):
+            k = p * n_ch + c
+            t = x_hat[k] * ggamma[c]
+            t = t + gbeta[c]
+            t = t * inv_m
+            t = gy[k] - t
+            gx[k] = gamma_inv_std[c] * t
+
+
+cdef bint _channel_vectors(tuple vectors, object x, int kind):
+    """Are ``vectors`` C-ordered (C,) arrays of type ``kind``, C being
+    ``x``'s channels (read only: they may share memory)?"""
+    cdef object v
+    for v in vectors:
+        if _c_ordered(v, kind, False) < 0 or v.ndim != 1 or \
+                v.shape[0] != x.shape[1]:
+            return False
+    return True
+
+
+def channel_affine(x, mean, scale, gamma, beta, out):
+    """``out = ((x - mean) * scale) * gamma + beta`` per channel, in that
+    order of operations (Chainer's CPU batch normalization; with
+    ``gamma`` and ``beta`` ``None``, ``(x - mean) * scale``, its
+    ``x_hat``), for ``x`` and ``out`` laid out channels-last alike and
+    C-ordered (C,) vectors, all float32 or all float64. Returns False,
+    writing nothing, for arrays it does not take."""
+    cdef int kind = _c_ordered(mean, -1, False)
+    cdef Py_ssize_t n_pos = _positions(x, kind)
+    cdef tuple vectors = (mean, scale) if gamma is None else (
+        mean, scale, gamma, beta)
+    if kind < 0 or n_pos < 0 or (gamma is None) != (beta is None) or \
+            _positions(out, kind) < 0 or out.shape != x.shape or \
+            not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>out) or \
+            not _channel_vectors(vectors, x, kind) or \
+            any([_shares_memory(out, a) for a in (x,) + vectors]):
+        return False
+    cdef Py_ssize_t n_ch = x.shape[1]
+    cdef void* g = NULL if gamma is None else _data(gamma)
+    cdef void* b = NULL if beta is None else _data(beta)
+    if kind == cnp.NPY_FLOAT:
+        _channel_affine(<float*>_data(x), <float*>_data(mean),
+                        <float*>_data(scale), <float*>g, <float*>b,
+                        <float*>_data(out), n_pos, n_ch)
+    else:
+        _channel_affine(<double*>_data(x), <double*>_data(mean),
+                        <double*>_data(scale), <double*>g, <double*>b,
+                        <double*>_data(out), n_pos, n_ch)
+    return True
+
+
+def channel_input_grad(gy, x_hat, ggamma, gbeta, double inv_m,
+                       gamma_inv_std, gx):
+    """Chainer's CPU batch normalization gradient of its input, ``gx =
+    gamma_inv_std * (gy - (x_hat * ggamma + gbeta) * inv_m)`` per channel
+    in that order, for ``gy``, ``x_hat`` and ``gx`` laid out channels-last
+    alike and C-ordered (C,) vectors, all float32 or all float64 (``inv_m``
+    rounded to it). Returns False, writing nothing, for arrays it does not
+    take."""
+    cdef int kind = _c_ordered(ggamma, -1, False)
+    cdef Py_ssize_t n_pos = _positions(gy, kind)
+    if kind < 0 or n_pos < 0 or _positions(x_hat, kind) < 0 or \
+            _positions(gx, kind) < 0 or x_hat.shape != gy.shape or \
+            gx.shape != gy.shape or \
+            not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>gx) or \
+            not _channel_vectors((ggamma, gbeta, gamma_inv_std), gy, kind) or \
+            any([_shares_memory(gx, a) for a in (gy, x_hat, ggamma, gbeta,
+                                                 gamma_inv_std)]):
+        return False
+    cdef Py_ssize_t n_ch = gy.shape[1]
+    if kind == cnp.NPY_FLOAT:
+        _channel_input_grad(<float*>_data(gy), <float*>_data(x_hat),
+                            <float*>_data(ggamma), <float*>_data(gbeta),
+                            <float>inv_m, <float*>_data(gamma_inv_std),
+                            <float*>_data(gx), n_pos, n_ch)
+    else:
+        _channel_input_grad(<double*>_data(gy), <double*>_data(x_hat),
+                            <double*>_data(ggamma), <double*>_data(gbeta),
+                            inv_m, <double*>_data(gamma_inv_std),
+                            <double*>_data(gx), n_pos, n_ch)
+    return True

@@ -561,3 +561,48 @@ def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
     assert 'channel_mean_var' in calls and 'channel_sums' in calls
     assert bn.avg_mean.tobytes() == bn_eager.avg_mean.tobytes()
     assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_channel_affine_and_input_grad_are_chainers_formulas(rng, dtype):
+    shape = (4, 5, 6, 7)
+    x = _channels_last(rng, shape, dtype)
+    gy = _channels_last(rng, shape, dtype)
+    mean, scale, gamma, beta, ggamma, gbeta = (
+        rng.standard_normal(5).astype(dtype) for _ in range(6))
+    e = (None, slice(None), None, None)
+    y, x_hat, gx = (numpy.empty_like(x) for _ in range(3))
+    assert _elementwise.channel_affine(x, mean, scale, gamma, beta, y)
+    assert _elementwise.channel_affine(x, mean, scale, None, None, x_hat)
+    inv_m = numpy.dtype(dtype).type(1. / 168)
+    assert _elementwise.channel_input_grad(gy, x_hat, ggamma, gbeta, inv_m,
+                                           gamma * scale, gx)
+    expected_hat = x - mean[e]
+    expected_hat *= scale[e]
+    expected_y = expected_hat * gamma[e]
+    expected_y += beta[e]
+    expected_gx = (gamma * scale)[e] * (
+        gy - (expected_hat * ggamma[e] + gbeta[e]) * inv_m)
+    for got, expected in ((y, expected_y), (x_hat, expected_hat),
+                          (gx, expected_gx)):
+        assert got.strides == expected.strides  # channels-last, as NumPy
+        assert got.tobytes() == expected.tobytes()
+
+
+def test_channel_affine_and_input_grad_refuse_arrays_they_do_not_take(rng):
+    x = _channels_last(rng, (2, 3, 4, 4), numpy.float32)
+    v = numpy.ones(3, numpy.float32)
+    out = numpy.empty_like(x)
+    for args in [(numpy.ascontiguousarray(x), v, v, v, v, out),
+                 (x, v, v, v, v, numpy.ascontiguousarray(out)),
+                 (x, v.astype(numpy.float64), v, v, v, out),
+                 (x, numpy.ones(4, numpy.float32), v, v, v, out),
+                 (x, v, v, v, None, out),
+                 (x, v, v, v, v, x)]:
+        assert not _elementwise.channel_affine(*args)
+    gx = numpy.empty_like(x)
+    assert not _elementwise.channel_input_grad(
+        numpy.ascontiguousarray(x), x, v, v, 0.5, v, gx)
+    assert not _elementwise.channel_input_grad(x, x, v, v, 0.5, v, x)
+    assert not _elementwise.channel_input_grad(
+        x, x, v, numpy.ones(2, numpy.float32), 0.5, v, gx)

@@ -61,12 +61,57 @@ def lower_batch_normalization(node, ctx, state):
 
 
 class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
-    """Chainer's CPU batch normalization, with the per-channel sums of an
-    array laid out channels-last in memory (a convolution's output, as
-    Chainer returns it) in C loops that add in NumPy's order
-    (``_elementwise.channel_mean_var`` and ``channel_sums``): NumPy adds
-    such an array's channels a position at a time, 7x slower. Anything
-    else takes Chainer's own code."""
+    """Chainer's CPU batch normalization for an input laid out
+    channels-last in memory (a convolution's output, as Chainer returns
+    it), float32 or float64 as its parameters: NumPy works on such an
+    array a position (6 or 16 channels) at a time. The per-channel sums
+    are C loops adding in NumPy's order (``_elementwise.channel_mean_var``
+    and ``channel_sums``, 7x faster), and the normalization and the input
+    gradient C loops with Chainer's order of operations (``channel_affine``
+    and ``channel_input_grad``). Anything else takes Chainer's own code,
+    whose steps :meth:`forward` and :meth:`backward` follow."""
+
+    def forward(self, axis, gamma, x, x_layout, xp, expander, beta, eps,
+                decay, running_mean, running_var):
+        if not _over_positions(axis, x) or x.dtype != gamma.dtype or \
+                running_mean is None:
+            return super(_ChannelsLastStats, self).forward(
+                axis, gamma, x, x_layout, xp, expander, beta, eps, decay,
+                running_mean, running_var)
+        mean, var = self.get_mean_and_var(axis, gamma, x, xp, x.dtype)
+        inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=x.dtype))
+        y = numpy.empty_like(x)
+        if not _elementwise.channel_affine(x, mean, inv_std, gamma, beta,
+                                           y):
+            return super(_ChannelsLastStats, self).forward(
+                axis, gamma, x, x_layout, xp, expander, beta, eps, decay,
+                running_mean, running_var)
+        m = x.size // gamma.size
+        adjust = m / max(m - 1., 1.)  # unbiased estimation
+        running_mean *= decay
+        running_mean += (1 - decay) * mean
+        running_var *= decay
+        running_var += (1 - decay) * adjust * var
+        return y, x_layout, running_mean, running_var, mean, var, inv_std, \
+            None
+
+    def backward(self, axis, gamma, gy, x, x_layout, xp, expander, mean,
+                 inv_std, eps, var, forward_data):
+        x_hat = numpy.empty_like(x)
+        gx = numpy.empty_like(x)
+        if _over_positions(axis, x) and \
+                x.dtype == gamma.dtype == getattr(gy, 'dtype', None) and \
+                _elementwise.channel_affine(x, mean, inv_std, None, None,
+                                            x_hat):
+            gbeta, ggamma = self.get_ggamma_and_gbeta(axis, gamma, gy,
+                                                      x_hat, xp)
+            inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
+            if _elementwise.channel_input_grad(gy, x_hat, ggamma, gbeta,
+                                               inv_m, gamma * inv_std, gx):
+                return gx, None, ggamma, gbeta
+        return super(_ChannelsLastStats, self).backward(
+            axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps,
+            var, forward_data)
 
     def get_mean_and_var(self, axis, gamma, x, xp, interm_dtype):
         if _over_positions(axis, x) and x.dtype == interm_dtype:
