@@ -860,6 +860,12 @@ cdef Py_ssize_t _positions(object x, int kind):
     return n_pos
 
 
+def channels_last(x):
+    """Is ``x`` a float32 or float64 NumPy array (N, C, ...) laid out
+    C-ordered (N, ..., C) in memory, as the loops below take it?"""
+    return _positions(x, -1) >= 0
+
+
 cdef void _channel_sums(floating* x, floating* y, floating* out,
                         Py_ssize_t n_pos, Py_ssize_t n_ch) noexcept nogil:
     cdef Py_ssize_t p, c

@@ -99,8 +99,8 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
                  inv_std, eps, var, forward_data):
         x_hat = numpy.empty_like(x)
         gx = numpy.empty_like(x)
-        if _over_positions(axis, x) and \
-                x.dtype == gamma.dtype == getattr(gy, 'dtype', None) and \
+        if _over_positions(axis, x) and _elementwise.channels_last(gy) and \
+                x.dtype == gamma.dtype == gy.dtype and \
                 _elementwise.channel_affine(x, mean, inv_std, None, None,
                                             x_hat):
             gbeta, ggamma = self.get_ggamma_and_gbeta(axis, gamma, gy,
