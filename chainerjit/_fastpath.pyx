@@ -271,9 +271,9 @@ cdef class CachedCall:
 
 
 cdef bint _plain_call(tuple args, dict kwargs):
-    """Arrays and Variables only, none in a list, while no recording or
-    hook is active: the calls :func:`_hit` takes."""
-    if kwargs or _recording.recorder is not None or \
+    """Arrays and Variables only, none in a list, while no recording,
+    hook or debug mode is active: the calls :func:`_hit` takes."""
+    if kwargs or _recording.recorder is not None or _config('debug') or \
             getattr(_chainer_local, 'function_hooks', None) or \
             getattr(_chainer_local, 'link_hooks', None):
         return False
@@ -296,7 +296,10 @@ cdef object _hit(object jitfn, tuple args, dict kwargs):
         instance = get_instance()
         if instance is None:
             return _MISS
-    key, leaves = make_key(args, None, train, backprop)
+    try:
+        key, leaves = make_key(args, None, train, backprop)
+    except errors.UnsupportedArgument:
+        return _MISS  # call_general warns and runs it eagerly
     cache = jitfn.cache
     bucket = cache._buckets.get(key)
     if not bucket:

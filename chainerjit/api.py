@@ -129,8 +129,9 @@ class JitFunction(_fastpath.CachedCall):
         instance = self._instance()
         if trace.is_recording():  # inlined into an outer recording
             return self._eager(instance, args, kwargs)
-        if chainer.get_function_hooks() or chainer._get_link_hooks():
-            return self._eager(instance, args, kwargs)  # hooks see each op
+        if chainer.get_function_hooks() or chainer._get_link_hooks() or \
+                chainer.config.debug:  # hooks and debug checks see each op
+            return self._eager(instance, args, kwargs)
         train, backprop = signature.config_flags()
         try:
             key, leaves, packed = self.call_key(args, kwargs, train, backprop)

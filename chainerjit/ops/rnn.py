@@ -62,6 +62,12 @@ def _lstm_grad(xs, ys, gys, wanted):
     c_prev, x = xs
     gc, gh = gys
     batch = len(x)
+    # A missing gradient is zeros, as in LSTMGrad (which keeps the signs
+    # of zero products and NaN from c).
+    if gc is None:
+        gc = numpy.zeros_like(c_prev)
+    if gh is None:
+        gh = numpy.zeros((batch,) + c_prev.shape[1:], c_prev.dtype)
     gates = _gates(x)
     co = numpy.tanh(ys[0][:batch])
     gc_prev = numpy.empty_like(c_prev)
