@@ -10,7 +10,6 @@ Variables in Chainer's graph, so ``loss.backward()``, optimizers and
 Chainer accumulates them.
 """
 
-
 import chainer
 from chainerjit import _fastpath
 from chainerjit import codegen

@@ -97,18 +97,18 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
 
     def backward(self, axis, gamma, gy, x, x_layout, xp, expander, mean,
                  inv_std, eps, var, forward_data):
-        x_hat = numpy.empty_like(x)
-        gx = numpy.empty_like(x)
         if _over_positions(axis, x) and _elementwise.channels_last(gy) and \
-                x.dtype == gamma.dtype == gy.dtype and \
-                _elementwise.channel_affine(x, mean, inv_std, None, None,
-                                            x_hat):
-            gbeta, ggamma = self.get_ggamma_and_gbeta(axis, gamma, gy,
-                                                      x_hat, xp)
-            inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
-            if _elementwise.channel_input_grad(gy, x_hat, ggamma, gbeta,
-                                               inv_m, gamma * inv_std, gx):
-                return gx, None, ggamma, gbeta
+                x.dtype == gamma.dtype == gy.dtype:
+            x_hat = numpy.empty_like(x)
+            if _elementwise.channel_affine(x, mean, inv_std, None, None,
+                                           x_hat):
+                gbeta, ggamma = self.get_ggamma_and_gbeta(axis, gamma, gy,
+                                                          x_hat, xp)
+                inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
+                gx = numpy.empty_like(x)
+                if _elementwise.channel_input_grad(
+                        gy, x_hat, ggamma, gbeta, inv_m, gamma * inv_std, gx):
+                    return gx, None, ggamma, gbeta
         return super(_ChannelsLastStats, self).backward(
             axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps,
             var, forward_data)
