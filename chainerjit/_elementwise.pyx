@@ -690,57 +690,118 @@ def row_max(x, out):
 # --- LSTM gates ------------------------------------------------------------
 
 cdef void _gate_major(char* x, Py_ssize_t row_step, Py_ssize_t col_step,
+                      char* y, Py_ssize_t y_row_step, Py_ssize_t y_col_step,
                       floating* out, Py_ssize_t n_rows, Py_ssize_t n_units,
                       floating ifo_scale) noexcept nogil:
-    cdef Py_ssize_t b, j, plane = n_rows * n_units
+    cdef Py_ssize_t b, j, g, plane = n_rows * n_units
     cdef floating* a
     cdef floating* src
     cdef char* cell
-    for b in range(n_rows):
-        a = out + b * n_units  # gate a of row b; i, f, o a plane apart
-        if col_step == sizeof(floating):
+    cdef char* other
+    cdef floating v
+    if y == NULL and col_step == sizeof(floating):  # rows of x in turn
+        for b in range(n_rows):
+            a = out + b * n_units  # gate a of row b; i, f, o a plane apart
             src = <floating*>(x + b * row_step)
             for j in range(n_units):
                 a[j] = src[4 * j]
                 a[plane + j] = src[4 * j + 1] * ifo_scale
                 a[2 * plane + j] = src[4 * j + 2] * ifo_scale
                 a[3 * plane + j] = src[4 * j + 3] * ifo_scale
-        else:
-            cell = x + b * row_step
-            for j in range(n_units):
-                a[j] = (<floating*>cell)[0]
-                a[plane + j] = (<floating*>(cell + col_step))[0] * ifo_scale
-                a[2 * plane + j] = (<floating*>(
-                    cell + 2 * col_step))[0] * ifo_scale
-                a[3 * plane + j] = (<floating*>(
-                    cell + 3 * col_step))[0] * ifo_scale
-                cell += 4 * col_step
+        return
+    for b in range(n_rows):
+        a = out + b * n_units
+        cell = x + b * row_step
+        other = y + b * y_row_step if y != NULL else NULL
+        for j in range(n_units):
+            for g in range(4):
+                v = (<floating*>cell)[0]
+                if other != NULL:
+                    v = v + (<floating*>other)[0]
+                    other += y_col_step
+                a[g * plane + j] = v if g == 0 else v * ifo_scale
+                cell += col_step
 
 
-def gate_major(x, out, double ifo_scale):
-    """``out[g, b, j] = x[b, 4 * j + g]``: the gates Chainer's LSTM
-    interleaves (``x.reshape(B, H, 4)``), a, i, f, o, as contiguous
+def gate_major(x, out, double ifo_scale, addend=None):
+    """``out[g, b, j] = x[b, 4 * j + g]`` (``+ addend[b, 4 * j + g]``, if
+    given, the sum rounded as NumPy's ``x + addend``): the gates Chainer's
+    LSTM interleaves (``x.reshape(B, H, 4)``), a, i, f, o, as contiguous
     blocks, with i, f and o multiplied by ``ifo_scale`` (in ``x``'s
-    dtype: 0.5 starts Chainer's sigmoid, exactly; 1 copies). ``x`` (B, 4H)
-    float32 or float64 of any strides, ``out`` a C-ordered (4, B, H)
-    array of its dtype. 3x faster than NumPy's copy of the strided view.
-    Returns False, writing nothing, for arrays it does not take."""
+    dtype: 0.5 starts Chainer's sigmoid, exactly; 1 copies). ``x`` and
+    ``addend`` (B, 4H) float32 or float64 of any strides, ``out`` a
+    C-ordered (4, B, H) array of their dtype. 3x faster than NumPy's copy
+    of the strided view. Returns False, writing nothing, for arrays it
+    does not take."""
     cdef int kind = _c_ordered(out, -1, True)
-    if kind < 0 or type(x) is not _ndarray or \
-            cnp.PyArray_TYPE(<cnp.ndarray>x) != kind or \
-            not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>x) or \
-            x.ndim != 2 or out.ndim != 3 or out.shape[0] != 4 or \
-            out.shape[1] != x.shape[0] or x.shape[1] != 4 * out.shape[2] or \
-            _shares_memory(out, x):
-        return False
+    cdef object a
+    for a in (x, addend):
+        if a is None and a is addend:
+            continue
+        if kind < 0 or type(a) is not _ndarray or \
+                cnp.PyArray_TYPE(<cnp.ndarray>a) != kind or \
+                not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a) or \
+                a.ndim != 2 or out.ndim != 3 or out.shape[0] != 4 or \
+                out.shape[1] != a.shape[0] or \
+                a.shape[1] != 4 * out.shape[2] or _shares_memory(out, a):
+            return False
     cdef Py_ssize_t row_step = x.strides[0], col_step = x.strides[1]
+    cdef Py_ssize_t y_row_step = 0, y_col_step = 0
     cdef Py_ssize_t n_rows = out.shape[1], n_units = out.shape[2]
+    cdef char* y = NULL
+    if addend is not None:
+        y = <char*>_data(addend)
+        y_row_step = addend.strides[0]
+        y_col_step = addend.strides[1]
     if kind == cnp.NPY_FLOAT:
-        _gate_major(<char*>_data(x), row_step, col_step, <float*>_data(out),
-                    n_rows, n_units, <float>ifo_scale)
+        _gate_major(<char*>_data(x), row_step, col_step, y, y_row_step,
+                    y_col_step, <float*>_data(out), n_rows, n_units,
+                    <float>ifo_scale)
     else:
-        _gate_major(<char*>_data(x), row_step, col_step, <double*>_data(out),
-                    n_rows, n_units, ifo_scale)
+        _gate_major(<char*>_data(x), row_step, col_step, y, y_row_step,
+                    y_col_step, <double*>_data(out), n_rows, n_units,
+                    ifo_scale)
+    return True
+
+
+cdef void _lstm_cell(floating* gates, floating* c_prev, floating* c,
+                     Py_ssize_t n_rows, Py_ssize_t n_units) noexcept nogil:
+    cdef Py_ssize_t k, plane = n_rows * n_units
+    cdef floating* a = gates
+    cdef floating* i = gates + plane
+    cdef floating* f = gates + 2 * plane
+    _half_plus_half(i, 3 * plane)  # two loops that vectorize
+    for k in range(plane):
+        c[k] = a[k] * i[k] + f[k] * c_prev[k]
+
+
+def lstm_cell(gates, c_prev, c):
+    """Chainer's LSTM cell after its ``tanh``s of the gates: from
+    ``gates`` ((4, B, H): tanh(a), then tanh(x / 2) of i, f and o)
+    finishes the sigmoids in place (``t * 0.5 + 0.5``) and writes ``c =
+    a * i + f * c_prev`` into the first B rows of ``c`` from the first B
+    rows of ``c_prev``. All C-ordered, of one dtype. Returns False,
+    writing nothing, for arrays it does not take."""
+    cdef int kind = _c_ordered(gates, -1, True)
+    if kind < 0 or gates.ndim != 3 or gates.shape[0] != 4 or \
+            _c_ordered(c_prev, kind, False) < 0 or \
+            _c_ordered(c, kind, True) < 0:
+        return False
+    cdef Py_ssize_t n_rows = gates.shape[1], n_units = gates.shape[2]
+    cdef object array
+    for array in (c_prev, c):
+        if array.ndim != 2 or array.shape[0] < n_rows or \
+                array.shape[1] != n_units:
+            return False
+    if _shares_memory(gates, c) or _shares_memory(c_prev, c) or \
+            _shares_memory(gates, c_prev):
+        return False
+    if kind == cnp.NPY_FLOAT:
+        _lstm_cell(<float*>_data(gates), <float*>_data(c_prev),
+                   <float*>_data(c), n_rows, n_units)
+    else:
+        _lstm_cell(<double*>_data(gates), <double*>_data(c_prev),
+                   <double*>_data(c), n_rows, n_units)
     return True
 
 

@@ -429,6 +429,75 @@ def test_gate_major_refuses_arrays_it_does_not_take(rng):
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('layout', ['C', 'F', 'strided', 'reversed rows'])
+@pytest.mark.parametrize('addend_layout', ['C', 'F', 'strided'])
+def test_gate_major_with_an_addend_is_numpys_sum_and_copy(
+        rng, dtype, layout, addend_layout):
+    x = _gate_inputs(rng, dtype)[layout]
+    addend = _gate_inputs(rng, dtype)[addend_layout]
+    x[0, :4] = [-0.0, numpy.nan, numpy.inf, 1e-45 if dtype == numpy.float32
+                else 5e-324]
+    addend[0, :4] = [-0.0, 1, -numpy.inf, 1e-45 if dtype == numpy.float32
+                     else 5e-324]
+    out = numpy.full((4, 5, 6), 7, dtype)
+    assert _elementwise.gate_major(x, out, 0.5, addend)
+    with numpy.errstate(invalid='ignore'):  # inf + -inf
+        expected = numpy.moveaxis((x + addend).reshape(5, 6, 4), 2, 0).copy()
+    expected[1:] *= 0.5
+    assert out.tobytes() == expected.tobytes()
+
+
+def test_gate_major_refuses_addends_it_does_not_take(rng):
+    x = rng.standard_normal((5, 24)).astype(numpy.float32)
+    out = numpy.zeros((4, 5, 6), numpy.float32)
+    for addend in (x.astype(numpy.float64), x[:4], x[:, :20],
+                   x.reshape(5, 6, 4), x.astype('>f4'), x.tolist(),
+                   out.reshape(5, 24)):  # the output itself
+        before = out.copy()
+        assert not _elementwise.gate_major(x, out, 0.5, addend)
+        assert numpy.array_equal(out, before)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('state_rows', [5, 8])
+def test_lstm_cell_is_chainers_formulas_bit_for_bit(rng, dtype, state_rows):
+    gates = numpy.tanh(rng.standard_normal((4, 5, 6)) * 3).astype(dtype)
+    gates.flat[:3] = [-0.0, numpy.nan, 1e-45]
+    c_prev = (rng.standard_normal((state_rows, 6)) * 3).astype(dtype)
+    c_prev[0, 0] = -0.0
+    half = dtype(0.5)
+    s = gates[1:] * half + half
+    expected = gates[0] * s[0] + s[1] * c_prev[:5]
+    c = numpy.full((state_rows, 6), 7, dtype)
+    assert _elementwise.lstm_cell(gates, c_prev, c)
+    assert gates[1:].tobytes() == s.tobytes()
+    assert c[:5].tobytes() == expected.tobytes()
+    assert (c[5:] == 7).all()  # the rows past the batch are the caller's
+
+
+def test_lstm_cell_refuses_arrays_it_does_not_take(rng):
+    gates = rng.standard_normal((4, 5, 6)).astype(numpy.float32)
+    c_prev = rng.standard_normal((5, 6)).astype(numpy.float32)
+    c = numpy.zeros((5, 6), numpy.float32)
+    read_only = c.copy()
+    read_only.flags.writeable = False
+    for args in [
+            (gates.astype(numpy.float64), c_prev, c),
+            (gates[:3], c_prev, c),
+            (gates, c_prev[:4], c),                      # too few rows
+            (gates, c_prev[:, :5], c),
+            (gates, numpy.asfortranarray(c_prev), c),
+            (gates, c_prev, read_only),
+            (gates, c_prev, c_prev),                     # c is c_prev
+            (gates, c_prev, gates[0]),                   # c in the gates
+            (gates.tolist(), c_prev, c)]:
+        before = [numpy.array(a, copy=True) for a in args]
+        assert not _elementwise.lstm_cell(*args)
+        for a, b in zip(args, before):
+            assert numpy.array_equal(numpy.asarray(a), b, equal_nan=True)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_half_plus_half_is_numpys_two_ufuncs_bit_for_bit(rng, dtype):
     t = numpy.tanh(rng.standard_normal((3, 7, 9)) * 4).astype(dtype)
     t.flat[:5] = [-0.0, 1e-45, numpy.nan, -1, 1]

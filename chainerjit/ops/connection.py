@@ -76,6 +76,7 @@ def lower_linear(node, ctx):
             out += b
         return out
 
+    linear_fn.product = product  # for passes/fuse.py's LSTM step
     into = None if cast or ctx.xp is not numpy or \
         len(ctx.in_shapes[0]) != 2 else linear_into
     if into is not None and len(ctx.in_shapes) == 3 and \

@@ -7,6 +7,7 @@ from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops.connection import grad_linear
 
 
 @lowering(lstm.LSTM)
@@ -17,65 +18,121 @@ def lower_lstm(node, ctx):
     stride-4 views of ``x``, which is twice as slow."""
     if ctx.xp is not numpy:
         return None
-    batch = ctx.in_shapes[1][0]
 
     def lstm_step(c_prev, x):
-        g = _gates(x)
-        a, s = g[0], g[1:]
-        c_next = numpy.empty_like(c_prev)
-        c = c_next[:batch]
-        numpy.multiply(a, s[0], out=c)
-        c += s[1] * c_prev[:batch]
-        h = numpy.tanh(c)
-        h *= s[2]
-        c_next[batch:] = c_prev[batch:]
-        return c_next, h
+        return _cell(_activate(_halved_gates(x)), c_prev)
     return Kernel(lstm_step, multi=True,
                   grad=GradRule(_lstm_grad, (0, 1), (0,)),
-                  onnx=_lstm_to_onnx(batch < ctx.in_shapes[0][0]), fresh=True)
+                  onnx=_lstm_to_onnx(ctx.in_shapes[1][0] <
+                                     ctx.in_shapes[0][0]), fresh=True)
 
 
-def _gates(x):
-    """``tanh(a)`` and the sigmoids of i, f, o (Chainer's CPU sigmoid,
-    ``tanh(x * 0.5) * 0.5 + 0.5``), stacked in a new contiguous ``(4, B,
-    H, ...)`` array. Chainer interleaves the gates (``x.reshape(B, H, 4,
-    ...)``): one C loop copies them out, halving i, f and o on the way
-    (NumPy's copy of the strided view took a third of an LSTM step), and
-    one ``tanh`` runs over all four."""
-    shape = (len(x), x.shape[1] // 4, 4) + x.shape[2:]
-    g = numpy.empty((4,) + shape[:2] + shape[3:], x.dtype)
-    if not _elementwise.gate_major(x, g, 0.5):
-        g[...] = numpy.moveaxis(x.reshape(shape), 2, 0)
+def fused_step(product):
+    """``(fn, grad)`` of an LSTM step fused with the lateral product and
+    the sum before it (``passes/fuse.py``): ``fn(c_prev, u, h, W)`` returns
+    ``(c, h_next, gates)`` for ``lstm(c_prev, u + product(h, W))``, where
+    ``product`` is the ``LinearFunction`` kernel's (it may return a
+    transposed view, which the gates' C loop reads in place of NumPy's
+    copy and sum), and ``gates`` are the activated gates, (4, B, H), kept
+    for the gradient instead of recomputing them from the sum. ``grad``
+    is the three nodes' gradient rules chained (GradRule inputs c_prev, h
+    and W; outputs c and gates)."""
+    def fn(c_prev, u, h, W):
+        gates = _activate(_halved_gates(u, product(h, W)))
+        return _cell(gates, c_prev) + (gates,)
+
+    def grad(xs, ys, gys, wanted):
+        c_prev, _, h, W = xs
+        c, _, gates = ys
+        gc_prev, gx = _lstm_grad_from_gates(gates, c_prev, c, gys[0], gys[1])
+        gh, gW = grad_linear((h, W), (None,), (gx,), wanted[2:])
+        return (gc_prev if wanted[0] else None, gx if wanted[1] else None,
+                gh, gW)
+    return fn, grad
+
+
+def _cell(gates, c_prev):
+    """``(c, h)`` from the activated gates (``_activate``; the sigmoids
+    are finished here, in place) and the state: ``c = a * i + f *
+    c_prev`` and ``h = o * tanh(c)`` in the first B rows, the rest of
+    ``c_prev`` copied."""
+    batch = gates.shape[1]
+    c_next = numpy.empty_like(c_prev)
+    c = c_next[:batch]
+    if not _elementwise.lstm_cell(gates, c_prev, c_next):
+        _finish_sigmoids(gates)
+        a, s = gates[0], gates[1:]
+        numpy.multiply(a, s[0], out=c)
+        c += s[1] * c_prev[:batch]
+    h = numpy.tanh(c)
+    h *= gates[3]
+    c_next[batch:] = c_prev[batch:]
+    return c_next, h
+
+
+def _halved_gates(x, addend=None):
+    """The gates of ``x`` (+ ``addend``), (B, 4H, ...) with Chainer's
+    interleaving (``x.reshape(B, H, 4, ...)``), as a new contiguous
+    gate-major (4, B, H, ...) array, i, f and o halved (the first step of
+    Chainer's CPU sigmoid, ``tanh(x * 0.5) * 0.5 + 0.5``). One C loop
+    (NumPy's copy of the strided view took a third of an LSTM step)."""
+    g = numpy.empty((4, len(x), x.shape[1] // 4) + x.shape[2:], x.dtype)
+    if not _elementwise.gate_major(x, g, 0.5, addend):
+        if addend is not None:
+            x = x + addend
+        g[...] = numpy.moveaxis(x.reshape((len(x), x.shape[1] // 4, 4) +
+                                          x.shape[2:]), 2, 0)
         g[1:] *= 0.5
-    numpy.tanh(g, out=g)
-    s = g[1:]
+    return g
+
+
+def _activate(gates):
+    """One ``tanh`` over all four halved gates, in place."""
+    return numpy.tanh(gates, out=gates)
+
+
+def _finish_sigmoids(gates):
+    s = gates[1:]
     if not _elementwise.half_plus_half(s):
         s *= 0.5
         s += 0.5
+
+
+def _gates(x):
+    """``tanh(a)`` and the sigmoids of i, f, o, as a new gate-major (4,
+    B, H, ...) array."""
+    g = _activate(_halved_gates(x))
+    _finish_sigmoids(g)
     return g
 
 
 def _lstm_grad(xs, ys, gys, wanted):
-    """Chainer's ``LSTMGrad`` formulas on gate-major buffers: in one C
-    loop for C-ordered 2-D arrays (``_elementwise.lstm_grad``, which also
-    interleaves the gates' gradients back), else in NumPy passes."""
+    """Chainer's ``LSTMGrad`` on the gates recomputed from ``x``."""
     c_prev, x = xs
-    gc, gh = gys
-    batch = len(x)
+    gc_prev, gx = _lstm_grad_from_gates(_gates(x), c_prev, ys[0], *gys)
+    return (gc_prev if wanted[0] else None, gx if wanted[1] else None)
+
+
+def _lstm_grad_from_gates(gates, c_prev, c_next, gc, gh):
+    """``(gc_prev, gx)``: Chainer's ``LSTMGrad`` formulas on gate-major
+    ``gates`` (as ``_gates`` returns them): in one C loop for C-ordered
+    2-D arrays (``_elementwise.lstm_grad``, which also interleaves the
+    gates' gradients back), else in NumPy passes."""
+    batch = gates.shape[1]
     # A missing gradient is zeros, as in LSTMGrad (which keeps the signs
     # of zero products and NaN from c).
     if gc is None:
         gc = numpy.zeros_like(c_prev)
     if gh is None:
         gh = numpy.zeros((batch,) + c_prev.shape[1:], c_prev.dtype)
-    gates = _gates(x)
-    co = numpy.tanh(ys[0][:batch])
+    co = numpy.tanh(c_next[:batch])
     gc_prev = numpy.empty_like(c_prev)
-    gx = numpy.empty(x.shape, x.dtype)
+    gx = numpy.empty((batch, 4 * gates.shape[2]) + gates.shape[3:],
+                     gates.dtype)
     if not _elementwise.lstm_grad(gates, co, c_prev, gh, gc, gc_prev, gx):
         _lstm_grad_passes(gates, co, c_prev, gh, gc, gc_prev, gx)
-    gc_prev[batch:] = 0 if gc is None else gc[batch:]
-    return (gc_prev if wanted[0] else None, gx if wanted[1] else None)
+    gc_prev[batch:] = gc[batch:]
+    return gc_prev, gx
 
 
 def _lstm_grad_passes(gates, co, c_prev, gh, gc, gc_prev, gx):

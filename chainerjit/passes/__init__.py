@@ -19,7 +19,7 @@ from chainerjit.passes import simplify
 
 PIPELINE = (fold.fold_constants, cse.cse, simplify.simplify, dce.dce,
             hoist.hoist_projections, fuse.fuse_conv_batchnorm,
-            fuse.fuse_linear_activation)
+            fuse.fuse_lstm_step, fuse.fuse_linear_activation)
 
 
 def run(graph, pipeline=PIPELINE):

@@ -1,8 +1,10 @@
-"""Fusing a linear layer with the activation after it, and an inference
-convolution with the test-mode batch normalization after it."""
+"""Fusing a linear layer with the activation after it, an LSTM step with
+the lateral product and sum before it, and an inference convolution with
+the test-mode batch normalization after it."""
 
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit.ops import rnn
 
 ACTIVATIONS = frozenset(['ReLU', 'Tanh', 'Sigmoid'])
 
@@ -48,24 +50,49 @@ def fuse_conv_batchnorm(graph):
 
 
 def _fuse(graph, find, make):
-    """Replaces each node and the node ``find(node, users)`` returns by
-    ``make(node, found)``, in ``graph`` and its loop bodies. The fused
-    node takes the place of the second one: the second's other inputs
-    may be computed between the two."""
+    """Replaces each node and the nodes ``find(node, users)`` returns (a
+    tuple, empty for none) by ``make(node, *found)``, in ``graph`` and
+    its loop bodies. The fused node takes the place of the last one
+    found: the inputs of the others may be computed in between."""
     changed = False
     users = graph.users()
-    replaced = {}  # the first node -> None; the second -> fused node
+    replaced = {}  # the nodes fused -> None; the last one -> fused node
     for node in graph.nodes:
         if node.region is not None:
             changed |= _fuse(node.region.body, find, make)
-        second = find(node, users)
-        if second is not None:
-            replaced[second] = make(node, second)
-            replaced[node] = None
+        found = find(node, users)
+        if found:
+            for gone in (node,) + found[:-1]:
+                replaced[gone] = None
+            replaced[found[-1]] = make(node, *found)
     if replaced:
         graph.nodes = [replaced.get(n, n) for n in graph.nodes
                        if replaced.get(n, n) is not None]
     return changed or bool(replaced)
+
+
+def fuse_lstm_step(graph):
+    """Makes ``lstm(c, u + linear(h, W))`` one node when nothing else reads
+    the product or the sum (``L.LSTM``'s step with a previous state): the
+    product stays in the layout the linear kernel computes it in (a
+    transposed view at small batches), and one C loop sums it with ``u``
+    as it copies the gates out of Chainer's interleaved layout, in place
+    of NumPy's copy to C order, its sum and the LSTM's own copy. The
+    node's third output holds the activated gates for the gradient,
+    which then need not recompute them.
+
+    Before::
+
+        %13: f32[16,512] = LinearFunction(%5, %10)
+        %14: f32[16,512] = Add(%12, %13)
+        %15: f32[16,128], %16: f32[16,128] = LSTM(%6, %14)
+
+    After::
+
+        %15: f32[16,128], %16: f32[16,128], %17: f32[4,16,128] =
+            LinearFunction+Add+LSTM(%6, %12, %5, %10)
+    """
+    return graph, _fuse(graph, _sum_and_step_after, _lstm_step)
 
 
 def _only_reader(node, users):
@@ -76,18 +103,83 @@ def _only_reader(node, users):
 
 
 def _activation_after(linear, users):
-    """The activation node that alone reads ``linear``'s output, if both
-    can be fused."""
+    """``(activation,)``: the activation node that alone reads
+    ``linear``'s output, if both can be fused; else ``()``."""
     if linear.op != 'LinearFunction' or linear.generic or \
             not linear.kernel.fresh or linear.kernel.grad is None:
-        return None
+        return ()
     act = _only_reader(linear, users)
     if act is None:
-        return None
+        return ()
     if act.op not in ACTIVATIONS or act.generic or not act.kernel.inplace \
             or act.kernel.grad is None or act.kernel.grad.inputs:
+        return ()
+    return (act,)
+
+
+def _sum_and_step_after(linear, users):
+    """``(add, lstm)``: the sum that alone reads ``linear``'s bias-free
+    product and the LSTM step that alone reads the sum, as its ``x``, if
+    the three can be fused (lowered, one float dtype the C loops take);
+    else ``()``."""
+    if linear.op != 'LinearFunction' or linear.generic or \
+            len(linear.inputs) != 2 or \
+            getattr(linear.kernel.fn, 'product', None) is None:
+        return ()
+    add = _only_reader(linear, users)
+    if add is None or add.op != 'Add' or add.generic or \
+            len(set(v.shape for v in add.inputs + add.outputs)) != 1:
+        return ()
+    lstm = _only_reader(add, users)
+    if lstm is None or lstm.op != 'LSTM' or lstm.generic or \
+            lstm.inputs[1] is not add.outputs[0] or \
+            lstm.inputs[0] is add.outputs[0] or \
+            len(add.outputs[0].shape) != 2:
+        return ()
+    values = linear.inputs + add.inputs + lstm.inputs + lstm.outputs
+    if len(set(v.dtype for v in values)) != 1 or \
+            values[0].dtype not in ops.LOOP_DTYPES:
+        return ()
+    return add, lstm
+
+
+def _lstm_step(linear, add, lstm):
+    u = add.inputs[1 if add.inputs[0] is linear.outputs[0] else 0]
+    fn, grad = rnn.fused_step(linear.kernel.fn.product)
+    x, c = add.outputs[0], lstm.outputs[0]
+    gates = ir.Value('temp', (4, x.shape[0], c.shape[1]), c.dtype)
+    if x.symbols and 0 in x.symbols:
+        gates.symbols = {1: x.symbols[0]}
+    kernel = ops.Kernel(fn, multi=True, grad=ops.GradRule(
+        grad, (0, 2, 3), (0, 2)), onnx=_lstm_step_onnx(linear, add, lstm),
+        fresh=True)
+    return ir.Node('%s+%s+%s' % (linear.op, add.op, lstm.op), kernel,
+                   [lstm.inputs[0], u] + linear.inputs,
+                   lstm.outputs + [gates], loc=lstm.loc)
+
+
+def _lstm_step_onnx(linear, add, lstm):
+    if not (linear.kernel.onnx and add.kernel.onnx and lstm.kernel.onnx):
         return None
-    return act
+
+    def convert(b, ins, outs):
+        c_prev, u, h, W = ins
+        product, total = b.fresh('linearfunction'), b.fresh('add')
+        _emit(b, linear, [h, W], [product])
+        _emit(b, add, [product, u] if add.inputs[0] is linear.outputs[0]
+              else [u, product], [total])
+        _emit(b, lstm, [c_prev, total], outs[:2])
+    return convert
+
+
+def _emit(b, node, ins, outs):
+    """Runs ``node``'s ONNX converter with the builder's recorded types
+    set to ``node``'s own (a fused node's converters each see theirs)."""
+    b.in_shapes = [v.shape for v in node.inputs]
+    b.in_dtypes = [v.dtype for v in node.inputs]
+    b.out_shapes = [v.shape for v in node.outputs]
+    b.out_dtypes = [v.dtype for v in node.outputs]
+    node.kernel.onnx(b, ins, outs)
 
 
 def _then_in_place(linear_fn, act_into):
@@ -132,14 +224,14 @@ def _normalization_after(conv, users):
     say so: ``per_output_channel`` and ``scale_shift``)."""
     if conv.op != 'Convolution2DFunction' or conv.generic or \
             not getattr(conv.kernel.fn, 'per_output_channel', False):
-        return None
+        return ()
     bn = _only_reader(conv, users)
     if bn is None or bn.op != 'FixedBatchNormalization' or bn.generic or \
             bn.inputs[0] is not conv.outputs[0] or \
             dict(bn.kernel.attrs).get('axis') != (0, 2, 3) or \
             getattr(bn.kernel.fn, 'scale_shift', None) is None:
-        return None
-    return bn
+        return ()
+    return (bn,)
 
 
 def _conv_normalized(conv, bn):
@@ -170,6 +262,6 @@ def _chained_onnx(first, second):
 
     def convert(b, ins, outs):
         product = b.fresh(first.op.lower())
-        first.kernel.onnx(b, ins[:n_first], [product])
-        second.kernel.onnx(b, [product] + ins[n_first:], outs)
+        _emit(b, first, ins[:n_first], [product])
+        _emit(b, second, [product] + ins[n_first:], outs)
     return convert

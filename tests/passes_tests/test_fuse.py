@@ -1,6 +1,7 @@
-"""Fusing a linear layer with its activation, and an inference
-convolution with its batch normalization: before/after IR, results,
-gradients and ONNX against eager Chainer."""
+"""Fusing a linear layer with its activation, an LSTM step with its
+lateral product and sum, and an inference convolution with its batch
+normalization: before/after IR, results, gradients and ONNX against eager
+Chainer."""
 
 import re
 
@@ -9,6 +10,7 @@ import chainer.functions as F
 import numpy
 import pytest
 
+import chainerjit
 from chainerjit import testing
 from chainerjit.passes import fuse
 from examples import models
@@ -154,3 +156,112 @@ def test_fused_convolutions_export_to_onnx(rng):
     with chainer.using_config('train', False):
         testing.assert_onnx_matches_eager(_lenet().forward, _lenet_calls(rng),
                                           rtol=1e-4, atol=1e-5)
+
+
+# --- LSTM step: lateral product + sum + LSTM ---------------------------
+
+def _lstm_steps(xs, c, h, Wx, b, Wh, lateral_first=False):
+    """``L.LSTM``'s step by hand from a given state, over the steps of
+    ``xs``; returns the last ``h`` and ``c``."""
+    for t in range(xs.shape[0]):
+        u, lateral = F.linear(xs[t], Wx, b), F.linear(h, Wh)
+        c, h = F.lstm(c, lateral + u if lateral_first else u + lateral)
+    return h, c
+
+
+def _lstm_calls(rng, dtype=numpy.float32, batch=3, state_batch=3, n=3):
+    def a(*shape):
+        return rng.standard_normal(shape).astype(dtype)
+    return [(a(4, batch, 5), a(state_batch, 6), a(batch, 6), a(24, 5), a(24),
+             a(24, 6)) for _ in range(n)]
+
+
+def test_an_lstm_step_takes_in_its_lateral_product_and_sum(rng):
+    numpy.random.seed(0)
+    model = models.LSTMClassifier(n_in=5, n_hidden=6)
+    calls = [(rng.standard_normal((7, 3, 5)).astype(numpy.float32),)
+             for _ in range(3)]
+    jitted = testing.assert_jit_matches_eager(model.forward, calls, rtol=0,
+                                              atol=0)
+    text = _text(jitted.cache_entries()[0].graph)
+    # The first step has no lateral term; the loop's body is one node.
+    assert text.count('LinearFunction+Add+LSTM(') == 1
+    assert 'Add(' not in text.replace('+Add+', '')
+
+
+def _assert_lstm_steps_match_eager(f, calls):
+    """Values and gradients of ``f(xs, c, h, Wx, b, Wh)`` jitted against
+    eager: bit for bit, but for the gradients of the input projection
+    (``Wx``, ``b``), which the hoisted product sums over all steps at
+    once (``passes/hoist.py``)."""
+    jitted = chainerjit.jit(f)
+    for i, args in enumerate(calls):
+        eager = [chainer.Variable(a) for a in args]
+        jit = [chainer.Variable(a) for a in args]
+        expected, actual = f(*eager), jitted(*jit)
+        for e, a in zip(expected, actual):
+            assert a.array.tobytes() == e.array.tobytes()
+        for outputs in (expected, actual):
+            (F.sum(outputs[0] * outputs[0]) + F.sum(outputs[1])).backward()
+        for k, (e, a) in enumerate(zip(eager, jit)):
+            if k in (3, 4):
+                numpy.testing.assert_allclose(a.grad, e.grad, rtol=1e-5,
+                                              atol=1e-6)
+            else:
+                assert a.grad.tobytes() == e.grad.tobytes(), k
+    return jitted
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('lateral_first', [False, True])
+def test_fused_lstm_steps_give_eagers_values_and_grads(
+        rng, dtype, lateral_first):
+    def f(xs, c, h, Wx, b, Wh):
+        return _lstm_steps(xs, c, h, Wx, b, Wh, lateral_first)
+    jitted = _assert_lstm_steps_match_eager(f, _lstm_calls(rng, dtype))
+    assert 'LinearFunction+Add+LSTM' in str(jitted.cache_entries()[0].graph)
+    with chainer.no_backprop_mode():
+        testing.assert_jit_matches_eager(f, _lstm_calls(rng, dtype), rtol=0,
+                                         atol=0)
+
+
+def test_a_fused_lstm_step_with_a_larger_state_keeps_its_rows(rng):
+    """A shrinking batch: ``c`` has rows past ``x``'s, which the step
+    passes through (and their gradient too)."""
+    jitted = _assert_lstm_steps_match_eager(
+        _lstm_steps, _lstm_calls(rng, state_batch=5))
+    assert 'LinearFunction+Add+LSTM' in str(jitted.cache_entries()[0].graph)
+
+
+def test_lstm_steps_the_fusion_does_not_take_stay_apart(rng):
+    def read_elsewhere(xs, c, h, Wx, b, Wh):
+        for t in range(xs.shape[0]):
+            lateral = F.linear(h, Wh)
+            c, h = F.lstm(c, F.linear(xs[t], Wx, b) + lateral)
+            h = h + lateral[:, :6]
+        return h
+
+    for f in (read_elsewhere, _steps_with_lateral_bias):
+        jitted = testing.assert_jit_grads_match_eager(f, _lstm_calls(rng))
+        graph = jitted.cache_entries()[0].graph
+        assert '+Add+LSTM' not in str(graph)
+        assert fuse.fuse_lstm_step(graph) == (graph, False)
+    half = [tuple(a.astype(numpy.float16) for a in call)
+            for call in _lstm_calls(rng)]
+    jitted = testing.assert_jit_matches_eager(_lstm_steps, half)
+    assert '+Add+LSTM' not in str(jitted.cache_entries()[0].graph)
+
+
+def _steps_with_lateral_bias(xs, c, h, Wx, b, Wh):
+    for t in range(xs.shape[0]):
+        c, h = F.lstm(c, F.linear(xs[t], Wx) + F.linear(h, Wh, b))
+    return h
+
+
+def test_fused_lstm_steps_export_to_onnx(rng):
+    pytest.importorskip('onnxruntime')
+    testing.assert_onnx_matches_eager(_lstm_steps, _lstm_calls(rng, n=2),
+                                      rtol=1e-5, atol=1e-6)
+    jitted = chainerjit.jit(_lstm_steps)
+    jitted(*_lstm_calls(rng, n=1)[0])
+    assert '+Add+LSTM' in str(jitted.cache_entries()[0].graph)
