@@ -333,6 +333,67 @@ def test_the_ir_prints_the_region_and_dis_its_jumps():
     assert len(fori) == 1 and ' to ' in fori[0].argrepr
 
 
+# --- a weight's gradient summed after the loop ----------------------------
+
+def _train_twins(model, twin, lengths, rng, batch=2, n_in=3):
+    """Backprops the same loss through ``model`` (jitted) and ``twin``
+    (eager) at each length; returns the last backward program."""
+    jitted = chainerjit.jit(model.forward)
+    for n in lengths:
+        xs = _rand(rng, n, batch, n_in)
+        for forward, link in ((jitted, model), (twin.forward, twin)):
+            link.cleargrads()
+            y = forward(chainer.Variable(xs))
+            F.sum(y * y).backward()
+        _assert_grads_equal(model, twin, rtol=1e-5, atol=1e-6)
+    return jitted.last_entry.training.backward.dis()
+
+
+def test_a_recurrent_weights_gradient_is_one_product_after_the_loop(rng):
+    model, twin = _twins(Recurrent)
+    dis = _train_twins(model, twin, (5, 9, 2), rng)
+    # Each step's gradient factors are collected; one product sums them.
+    assert 'Collect' in dis and dis.count('OuterSum') == 1, dis
+
+
+def test_an_lstms_recurrent_weight_too(rng):
+    model, twin = _twins(models.LSTMClassifier, 3, 5, 2)
+    dis = _train_twins(model, twin, (6, 3), rng)
+    assert 'LinearFunction+Add+LSTMGrad' in dis
+    assert 'Collect' in dis and 'OuterSum' in dis, dis
+
+
+class _UnreadSteps(Recurrent):
+    """The recurrent weight's per-step product is read only at the last
+    step: the other steps have no gradient for it."""
+
+    def forward(self, xs):
+        h, z = F.tanh(self.x2h(xs[0])), None
+        for t in range(1, xs.shape[0]):
+            h = F.tanh(self.x2h(xs[t]) + h)
+            z = self.h2h(h)
+        return z
+
+
+def test_steps_without_a_gradient_for_the_weight_add_nothing(rng):
+    model, twin = _twins(_UnreadSteps)
+    dis = _train_twins(model, twin, (4, 7), rng)
+    assert 'OuterSum' in dis, dis
+
+
+def test_a_float16_weights_gradient_is_summed_step_by_step(rng):
+    with chainer.using_config('dtype', numpy.float16):
+        model, twin = _twins(Recurrent)
+    jitted = chainerjit.jit(model.forward)
+    for n in (4, 6):  # the second call runs the compiled backward
+        xs = _rand(rng, n, 2, 3).astype(numpy.float16)
+        for forward, link in ((jitted, model), (twin.forward, twin)):
+            link.cleargrads()
+            F.sum(forward(chainer.Variable(xs))).backward()
+        _assert_grads_equal(model, twin, rtol=1e-2, atol=1e-2)
+    assert 'OuterSum' not in jitted.last_entry.training.backward.dis()
+
+
 # --- what stays unrolled, and says so ----------------------------------------
 
 def test_a_loop_whose_iterations_differ_is_unrolled_with_a_warning():

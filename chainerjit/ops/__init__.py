@@ -74,11 +74,27 @@ class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
 
     Mirror the node's own ``backward`` (retain what it retains) so that
     gradients equal eager Chainer's.
+
+    A rule whose gradient for some input is a matrix product ``a^T b`` (a
+    linear layer's weight) may list those input positions in
+    ``fn.factors``: asked with ``wanted[k] is FACTORS``, it returns the
+    pair ``(a, b)`` there instead. A loop then sums its weight's
+    gradient over all iterations in one product (``autodiff``).
     """
 
     def __new__(cls, fn, inputs=(), outputs=()):
         return super(GradRule, cls).__new__(cls, fn, tuple(inputs),
                                             tuple(outputs))
+
+
+class _Factors(object):
+    """``GradRule``'s request for a gradient's factors (see there)."""
+
+    def __repr__(self):
+        return 'FACTORS'
+
+
+FACTORS = _Factors()
 
 
 class LowerContext(collections.namedtuple(

@@ -20,6 +20,7 @@ from chainer.functions.connection import linear
 from chainer.utils import conv
 
 from chainerjit import _elementwise
+from chainerjit.ops import FACTORS
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import LOOP_DTYPES
@@ -124,11 +125,17 @@ def grad_linear(xs, ys, gys, wanted):
         gx = numpy.ascontiguousarray(W.T.dot(gy.T).T)
     elif wanted[0]:
         gx = gy.dot(W).astype(gy.dtype, copy=False)
-    gW = gy.T.dot(x).astype(W.dtype, copy=False) if wanted[1] else None
+    if wanted[1] is FACTORS:  # in W's dtype, as the product's result
+        gW = (gy.astype(W.dtype, copy=False), x.astype(W.dtype, copy=False))
+    else:
+        gW = gy.T.dot(x).astype(W.dtype, copy=False) if wanted[1] else None
     if len(xs) == 2:
         return gx, gW
     gb = gy.sum(axis=0) if wanted[2] else None
     return gx, gW, gb
+
+
+grad_linear.factors = (1,)  # gW = gy^T x
 
 
 def _linear_to_onnx(b, ins, outs):

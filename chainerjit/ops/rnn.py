@@ -48,6 +48,7 @@ def fused_step(product):
         gh, gW = grad_linear((h, W), (None,), (gx,), wanted[2:])
         return (gc_prev if wanted[0] else None, gx if wanted[1] else None,
                 gh, gW)
+    grad.factors = (3,)  # gW = gx^T h, as grad_linear's
     return fn, grad
 
 
