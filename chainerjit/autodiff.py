@@ -286,9 +286,13 @@ class _BackwardBuilder(object):
             region.loc)
         inits = [self.grads.get(v, none) for v in node.outputs[:n_carried]]
         inits += [none] * len(sums)
+        fortran = _fortran_invariants(pair, back, [outer_ins[v]
+                                                   for v in saved_outer])
         outer = [self._trip(trip)] + [self.save(v) for v in lists] + [
             self.grads.get(v, none) for v in scan_lists] + [
-            self.save(outer_of[v]) for v in saved_outer]
+            self._fortran_copy(self.save(outer_of[v]), node.loc)
+            if outer_ins[v] in fortran else self.save(outer_of[v])
+            for v in saved_outer]
         results = [ir.Value('temp', v.shape, v.dtype)
                    for v in carried_grads + sums]
         loop = ir.Node(node.op + 'Grad', ops.Kernel(None),
@@ -312,6 +316,12 @@ class _BackwardBuilder(object):
                     [total], loc=node.loc))
                 grad = total
             self.accumulate(outer_value, grad)
+
+    def _fortran_copy(self, value, loc):
+        copy = ir.Value('temp', value.shape, value.dtype)
+        self.backward.add_node(ir.Node('FortranCopy', ops.Kernel(
+            _fortran_copy), [value], [copy], loc=loc))
+        return copy
 
     def _none(self):
         if self._none_value is None:
@@ -496,6 +506,35 @@ def _factored(pair, grads):
             found.update(v for k, v in enumerate(node.outputs)
                          if call.input_of(k) in positions)
     return found
+
+
+def _fortran_invariants(pair, body, values):
+    """The ``values`` (a loop backward's invariants, such as a weight) that
+    ``body`` reads only through gradient rules that read them faster in
+    Fortran order (``fn.fortran_inputs``): the loop gets an F-ordered
+    copy of each, made once before it."""
+    found = set()
+    for value in values:
+        if len(value.shape) != 2 or value.dtype not in ops.LOOP_DTYPES:
+            continue
+        readers = [node for node in body.nodes if value in node.inputs]
+        if readers and all(_reads_fortran(pair.rules.get(node), node, value)
+                           for node in readers):
+            found.add(value)
+    return found
+
+
+def _reads_fortran(call, node, value):
+    if call is None:
+        return False
+    n_kept = len(call.kept_inputs)
+    positions = [p for p, v in enumerate(node.inputs) if v is value]
+    return all(p < n_kept and call.kept_inputs[p] in getattr(
+        call.fn, 'fortran_inputs', ()) for p in positions)
+
+
+def _fortran_copy(array):
+    return chainer.backend.get_array_module(array).asfortranarray(array)
 
 
 def _rename(graph, old, new):

@@ -361,6 +361,28 @@ def test_an_lstms_recurrent_weight_too(rng):
     dis = _train_twins(model, twin, (6, 3), rng)
     assert 'LinearFunction+Add+LSTMGrad' in dis
     assert 'Collect' in dis and 'OuterSum' in dis, dis
+    # The recurrent weight, read in the loop only by the step's gradient
+    # rule, is copied to Fortran order once before it.
+    assert dis.count('FortranCopy') == 1, dis
+
+
+class _SharedWeight(Recurrent):
+    """The recurrent weight is also read by a matmul in each step, whose
+    gradient rule wants it as it is."""
+
+    def forward(self, xs):
+        h = F.tanh(self.x2h(xs[0]))
+        for t in range(1, xs.shape[0]):
+            h = F.tanh(self.x2h(xs[t]) + self.h2h(h) +
+                       F.matmul(h, self.h2h.W) * 0.5)
+        return h
+
+
+def test_a_weight_read_by_other_rules_too_is_not_copied(rng):
+    model, twin = _twins(_SharedWeight)
+    dis = _train_twins(model, twin, (5, 8), rng)
+    # Nor is its gradient, the sum of two rules' in each step, collected.
+    assert 'FortranCopy' not in dis and 'OuterSum' not in dis, dis
 
 
 class _UnreadSteps(Recurrent):

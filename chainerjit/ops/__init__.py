@@ -79,7 +79,11 @@ class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
     linear layer's weight) may list those input positions in
     ``fn.factors``: asked with ``wanted[k] is FACTORS``, it returns the
     pair ``(a, b)`` there instead. A loop then sums its weight's
-    gradient over all iterations in one product (``autodiff``).
+    gradient over all iterations in one product (``autodiff``). Inputs
+    listed in ``fn.fortran_inputs`` are read faster in Fortran order (a
+    weight in the products of small batches): a loop's backward that
+    reads such an invariant only through such rules gets an F-ordered
+    copy of it, made once before the loop.
     """
 
     def __new__(cls, fn, inputs=(), outputs=()):

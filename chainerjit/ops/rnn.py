@@ -49,6 +49,7 @@ def fused_step(product):
         return (gc_prev if wanted[0] else None, gx if wanted[1] else None,
                 gh, gW)
     grad.factors = (3,)  # gW = gx^T h, as grad_linear's
+    grad.fortran_inputs = (3,)  # W, as grad_linear's
     return fn, grad
 
 

@@ -210,8 +210,9 @@ def _fused(linear, act):
     def grad(xs, ys, gys, wanted):
         g, = act_grad.fn((None,), ys, gys, (True,))
         return linear_grad.fn(xs, (None,), (g,), wanted)
-    if hasattr(linear_grad.fn, 'factors'):  # the weight's, as the linear's
-        grad.factors = linear_grad.fn.factors
+    for name in ('factors', 'fortran_inputs'):  # the weight's, as the
+        if hasattr(linear_grad.fn, name):  # linear's
+            setattr(grad, name, getattr(linear_grad.fn, name))
 
     kernel = ops.Kernel(fn, dict(linear.kernel.attrs), grad=ops.GradRule(
         grad, linear_grad.inputs, act_grad.outputs),
