@@ -48,6 +48,37 @@ cdef object _config(str name):
     return local[name] if name in local else getattr(_global, name)
 
 
+class _Absent(object):
+    def __repr__(self):
+        return '(absent)'
+
+
+#: A value that is not there (a configuration entry not set; ``guards``).
+ABSENT = _Absent()
+cdef object _ABSENT = ABSENT
+
+
+cpdef bint config_holds(tuple reads):
+    """Does ``chainer.config`` still hold each ``(name, value)`` of
+    ``reads`` (``guards.config_reads``)? Scalars and dtypes are compared
+    by value (floats by ``repr``, so that -0.0 is not 0.0), other objects
+    by identity."""
+    cdef dict local = _local.__dict__
+    cdef tuple read
+    for read in reads:
+        name, expected = read
+        current = local[name] if name in local else \
+            getattr(_global, name, _ABSENT)
+        if current is expected:
+            continue
+        if type(current) is not type(expected) or \
+                not isinstance(current, _STATIC_TYPES) or \
+                current != expected or (type(current) is float and
+                                        repr(current) != repr(expected)):
+            return False
+    return True
+
+
 cpdef tuple config_flags():
     """``(chainer.config.train, chainer.config.enable_backprop)``."""
     return _config('train'), _config('enable_backprop')
@@ -306,7 +337,8 @@ cdef object _hit(object jitfn, tuple args, dict kwargs):
         return _MISS
     entry = bucket[0]
     if entry.symbolic is not None or entry._epoch != _link_epoch[0] or \
-            entry._owners is None or entry.py_guards:
+            entry._owners is None or entry.py_guards or \
+            not config_holds(entry.config_reads):
         return _MISS
     params = read_params(entry._owners, entry.param_specs)
     if params is None:

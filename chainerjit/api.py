@@ -273,9 +273,10 @@ class JitFunction(_fastpath.CachedCall):
                         'random or stateful operations')
             self._warn_fallback(errors.DataDependentValue(fallback), None)
         if fallback is not None:
-            entry = cache_module.Entry(key, sig, model_state,
-                                       py_guards=py_guards,
-                                       fallback=fallback)
+            entry = cache_module.Entry(
+                key, sig, model_state, py_guards=py_guards,
+                config_reads=guards.config_reads(recording.config_names),
+                fallback=fallback)
         else:
             entry = self._compiled_entry(key, sig, model_state, py_guards,
                                          recording, leaves, instance)
@@ -324,7 +325,8 @@ class JitFunction(_fastpath.CachedCall):
         entry = cache_module.Entry(
             key, sig, model_state, graph, codegen.compile_graph(graph),
             recording.outputs, recording.effects, param_arrays,
-            py_guards=py_guards)
+            py_guards=py_guards,
+            config_reads=guards.config_reads(recording.config_names))
         entry.symbolic = symbolic
         entry.verified_lengths.add(tuple(symbols))
         entry.ignore_state(recording.written_first)

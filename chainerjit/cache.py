@@ -198,6 +198,10 @@ class Entry(object):
         graph: the IR after passes (``None`` for an eager entry).
         program: the :class:`program.Program` (``None`` if eager).
         outputs: ``(structure, leaf specs)`` of the result.
+        py_guards: guards on Python values the forward names.
+        config_reads: the ``chainer.config`` entries read while recording
+            and their values (``guards.config_reads``), checked on each
+            call.
         fallback: ``None``, or why this signature runs eagerly.
         hits: calls answered from this entry.
         compile_seconds: time spent recording, optimising and compiling.
@@ -205,7 +209,7 @@ class Entry(object):
 
     def __init__(self, key, signature, model_state, graph=None,
                  program=None, outputs=None, effects=(), param_arrays=(),
-                 fallback=None, py_guards=()):
+                 fallback=None, py_guards=(), config_reads=()):
         self.key = key
         self.signature = signature
         self.graph = graph
@@ -215,6 +219,7 @@ class Entry(object):
         self.training = None  # a function.TrainingProgram, once built
         self.output_requires_grad = _output_requires_grad(outputs, effects)
         self.py_guards = py_guards
+        self.config_reads = config_reads  # guards.config_reads
         self.fallback = fallback
         self.hits = 0
         self.compile_seconds = 0.0
@@ -260,7 +265,8 @@ class Entry(object):
                 return None
             self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
-        if self._owners is None:
+        if self._owners is None or not _fastpath.config_holds(
+                self.config_reads):
             return None
         for guard in self.py_guards:
             if not guard.holds():
@@ -283,6 +289,7 @@ class Entry(object):
         lines = diff_link_state(self.link_state,
                                 link_state(instance, self.ignored_state))
         lines += guards.failures(self.py_guards)
+        lines += guards.config_failures(self.config_reads)
         if lines:
             return lines
         for name, source, spec in zip(self.param_names, self.param_sources,

@@ -10,7 +10,10 @@ Variables by identity (an array changed in place is read as it is), and
 lists, tuples, dicts and sets by their contents.
 
 Names read only by functions the forward calls are not covered (see the
-README's known limits).
+README's known limits). Entries of ``chainer.config`` read while
+recording, by the forward or by Chainer, are guarded too
+(:func:`config_reads`): a forward that branches on
+``chainer.config.some_flag`` is recorded again when the flag changes.
 """
 
 import collections
@@ -18,16 +21,13 @@ import functools
 
 import chainer
 
+from chainerjit import _fastpath
+
 
 _SCALARS = (type(None), bool, int, float, str)
 
 
-class _Absent(object):
-    def __repr__(self):
-        return '(absent)'
-
-
-ABSENT = _Absent()
+ABSENT = _fastpath.ABSENT  # a value that is not there
 
 
 def is_scalar(value):
@@ -160,3 +160,28 @@ def _cell_contents(cell):
 def failures(guards):
     """Lines naming the guarded values that changed."""
     return [g.describe() for g in guards if not g.holds()]
+
+
+# Configuration entries not guarded: in the cache key already (train,
+# enable_backprop), run eagerly (debug) or without effect on the values
+# a forward computes.
+_UNGUARDED_CONFIG = frozenset([
+    'train', 'enable_backprop', 'debug', 'type_check',
+    'keep_graph_on_report', 'warn_nondeterministic'])
+
+
+def config_reads(names):
+    """``((name, value), ...)``: the ``chainer.config`` entries ``names``
+    (read while recording) with their values now, sorted; ``ABSENT`` for
+    one that is not set. Compared on each call by
+    ``_fastpath.config_holds``."""
+    config = chainer.config
+    return tuple(sorted((name, getattr(config, name, ABSENT))
+                        for name in names if name not in _UNGUARDED_CONFIG))
+
+
+def config_failures(reads):
+    """Lines naming the ``chainer.config`` entries that changed."""
+    return ['chainer.config.%s: %r -> %r' % (name, value, getattr(
+        chainer.config, name, ABSENT)) for name, value in reads
+        if not _fastpath.config_holds(((name, value),))]

@@ -372,6 +372,7 @@ class Recording(object):
         self.result = result  # what the eager run returned
         self.escape = escape  # None or (description, loc)
         self.row_nodes = []  # nodes indexing packed lists' rows
+        self.config_names = frozenset()  # chainer.config entries read
         self.rows_read = True  # each read by an op, none returned
 
 
@@ -405,6 +406,7 @@ class _Recorder(object):
         # ``Variable(x.array)``) hold different values.
         self.holders = {}
         self.computed = set()  # values output by recorded FunctionNodes
+        self.config_names = set()  # chainer.config entries read
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -920,6 +922,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     chainer.grad = _escaping('chainer.grad', grad)
     chainer.Variable.array, chainer.Variable.data = \
         _recording_array_properties
+    _LocalConfig.__getattr__ = _recording_config_getattr
     watcher = control.LoopWatcher(
         lambda: len(graph.nodes), getattr(fn, '__code__', None),
         _loop_arguments(fn, instance, args, kwargs, proxies))
@@ -941,6 +944,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         chainer.reporter.report = chainer.report = report
         chainer.Variable.backward, chainer.grad = backward, grad
         chainer.Variable.array, chainer.Variable.data = _array_properties
+        _LocalConfig.__getattr__ = _config_getattr
         for name, draw in random_functions.items():
             setattr(numpy.random, name, draw)
         _state.recorder = None
@@ -969,6 +973,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         _written_first(instance, recorder))
     recording.row_nodes = rows.nodes
     recording.rows_read = rows.note_unread(graph)
+    recording.config_names = frozenset(recorder.config_names)
     return recording
 
 
@@ -1195,6 +1200,19 @@ def _escaping(what, fn):
         _escape('calling %s in the forward' % what)
         return fn(*args, **kwargs)
     return escaping
+
+
+_LocalConfig = chainer.configuration.LocalConfig
+_config_getattr = _LocalConfig.__getattr__
+
+
+def _recording_config_getattr(config, name):
+    """``chainer.config.<name>``, noting ``name`` for the recording made
+    in this thread (``guards.config_reads``)."""
+    recorder = _state.recorder
+    if recorder is not None:
+        recorder.config_names.add(name)
+    return _config_getattr(config, name)
 
 
 def _recording_setattr(link_setattr, recorder):

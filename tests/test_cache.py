@@ -68,6 +68,56 @@ def test_miss_on_dtype_and_config(net, rng):
     assert net.forward.cache_info().currsize == 3
 
 
+class _Gated(MLP):
+    """Branches on ``chainer.config.gate`` (unset, a scalar, or an
+    object compared by identity)."""
+
+    def forward(self, x):
+        return self.eager(x)
+
+    def eager(self, x):
+        y = self.l1(x)
+        gate = getattr(chainer.config, 'gate', None)
+        if gate is True or callable(gate):
+            y = F.tanh(y) if gate is True else gate(y)
+        return self.l2(y)
+
+
+def test_a_configuration_entry_read_by_the_forward_is_guarded(rng):
+    numpy.random.seed(0)
+    eager = _Gated()
+    net = _Gated()
+    net.copyparams(eager)
+    net.forward = chainerjit.jit(net.forward)
+    double, also_double = (lambda y: y * 2), (lambda y: y * 2)
+    for gate in [None, None, True, True, double, double, also_double, None]:
+        with chainer.using_config('gate', gate) if gate is not None \
+                else _unset('gate'):
+            x = chainer.Variable(_x(rng))
+            y = net(x)
+            numpy.testing.assert_allclose(
+                y.array, eager(x).array, rtol=1e-6, atol=1e-7)
+            F.sum(y).backward()  # training calls are guarded alike
+    info = net.forward.cache_info()
+    # Unset, True, double and also_double (another object) each record;
+    # the repeats and the return to unset hit.
+    assert (info.misses, info.hits) == (4, 4)
+
+
+class _unset(object):
+    """No ``chainer.config.<name>`` in this block (as outside any
+    ``using_config``)."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def __enter__(self):
+        assert not hasattr(chainer.config, self.name)
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_parameters_are_read_on_every_call(net, rng):
     x = _x(rng)
     _check(net, x)

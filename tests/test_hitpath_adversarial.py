@@ -1056,19 +1056,23 @@ class Flagged(MLP):
         return self.l2(h)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'only chainer.config.train and enable_backprop are in the key: a '
-    'forward branching on another configuration value '
-    '(chainer.config.double_hidden) keeps the branch it was recorded '
-    'with'))
 def test_a_configuration_value_read_by_the_forward(rng):
+    """A ``chainer.config`` entry read while recording is guarded: a
+    change is a miss, recorded again, and a change back hits the first
+    entry."""
     eager, jitted = _twins(Flagged)
     x = _x(rng)
     with chainer.no_backprop_mode():
-        for flag in [False, False, True, True]:
+        for flag in [False, False, True, True, False]:
             with chainer.using_config('double_hidden', flag):
                 assert_allclose(jitted(x).array, eager(x).array, rtol=1e-6,
                                 atol=1e-7)
+    info = jitted.forward.cache_info()
+    assert (info.hits, info.misses, info.currsize) == (3, 2, 2)
+    with chainer.using_config('double_hidden', 2), \
+            chainer.no_backprop_mode():
+        text = jitted.forward.explain(x)
+    assert 'chainer.config.double_hidden: ' in text and '-> 2' in text, text
 
 
 class Configured(MLP):
