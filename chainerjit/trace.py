@@ -1216,9 +1216,12 @@ def _recording_config_getattr(config, name):
 
 
 def _recording_setattr(link_setattr, recorder):
+    """``Link.__setattr__`` while recording: notes the recording thread's
+    assignments (the patch is process-wide; ``_state`` is this thread's)."""
     def setattr_recorded(link, name, value):
-        recorder.first_access.setdefault((id(link), name), 'write')
-        recorder.note_effect('setattr', link, name, value)
+        if _state.recorder is recorder:
+            recorder.first_access.setdefault((id(link), name), 'write')
+            recorder.note_effect('setattr', link, name, value)
         link_setattr(link, name, value)
     return setattr_recorded
 
@@ -1244,7 +1247,8 @@ def _recording_getattribute(recorder):
 
     def getattribute(link, name):
         value = _link_getattribute(link, name)
-        if name in _link_getattribute(link, '__dict__'):
+        if _state.recorder is recorder and \
+                name in _link_getattribute(link, '__dict__'):
             first_access.setdefault((id(link), name), 'read')
         return value
     return getattribute
@@ -1263,8 +1267,11 @@ def _written_first(instance, recorder):
 
 
 def _recording_report(report, recorder):
+    """``chainer.report`` while recording: notes the recording thread's
+    reports, to replay."""
     def report_recorded(values, observer=None):
-        recorder.note_effect('report', observer, None, values)
+        if _state.recorder is recorder:
+            recorder.note_effect('report', observer, None, values)
         report(values, observer)
     return report_recorded
 

@@ -427,12 +427,9 @@ def _while_another_thread_records(jitted, x, action):
         thread.join(30)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'trace.record patches chainer.report process-wide with a recorder '
-    'that is not thread-local: a report made by another thread while a '
-    'forward is recorded becomes an effect of the compiled entry and is '
-    'replayed on every later compiled call'))
 def test_a_report_from_another_thread_is_not_replayed(rng):
+    """trace.record patches chainer.report process-wide; only the
+    recording thread's reports become effects of the entry."""
     eager, jitted = _twins(Waiting)
     x = _x(rng)
 
@@ -450,12 +447,9 @@ def test_a_report_from_another_thread_is_not_replayed(rng):
         assert observed == {}
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'trace.record patches Link.__setattr__ process-wide: another '
-    "thread's eager step of an unrelated link (L.LSTM assigning its "
-    'state) during a recording is taken as "assigning c on LSTM outside '
-    'the model", and the entry runs eagerly from then on'))
 def test_another_threads_unrelated_link_does_not_force_eager_mode(rng):
+    """Nor is another thread's assignment on an unrelated link (L.LSTM
+    stepping) during a recording taken for the forward's."""
     eager, jitted = _twins(Waiting)
     other = L.LSTM(4, 3)
     x = _x(rng)
