@@ -2,7 +2,8 @@
 
 A recording freezes what the forward's code read from Python: a module
 global (``x * SCALE``), a class attribute, a closure variable, a default
-argument, an attribute of the object a method is bound to. Each such value
+argument, an attribute of the object a method is bound to or of a plain
+object it holds (``self.options.scale``). Each such value
 that the forward's own code names becomes a :class:`PythonGuard`, checked
 on every call; a changed value is a cache miss. Scalars are compared by
 value (``repr`` too, so that ``-0.0`` is not ``0.0``), arrays and
@@ -16,8 +17,11 @@ recording, by the forward or by Chainer, are guarded too
 ``chainer.config.some_flag`` is recorded again when the flag changes.
 """
 
+import ast
 import collections
 import functools
+import inspect
+import textwrap
 
 import chainer
 
@@ -108,7 +112,8 @@ def _code_names(code):
 def python_guards(fn, instance):
     """Guards for the Python values ``fn``'s own code names: attributes of
     ``instance`` (for a Link only lists, dicts and sets; its scalars and
-    arrays are guarded and read by the cache), class attributes, module
+    arrays are guarded and read by the cache), attributes of plain
+    objects it holds (``self.options.scale``), class attributes, module
     globals, closure variables and default arguments."""
     code = getattr(fn, '__code__', None)
     if code is None:
@@ -122,7 +127,57 @@ def python_guards(fn, instance):
     for i, value in enumerate(fn.__defaults__ or ()):
         guards += _make('default %d' % i, functools.partial(
             _default, fn, i), value, ('contents',))
+    if instance is not None:
+        for chain in sorted(_attribute_chains(fn)):
+            guards += _chained(instance, chain)
     return guards
+
+
+def _attribute_chains(fn):
+    """The attribute chains of two names or more on ``fn``'s first
+    argument (``self.options.scale``: ``('options', 'scale')``) that its
+    source reads, from its AST; empty if the source cannot be read."""
+    code = fn.__code__
+    if not code.co_argcount:
+        return set()
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return set()
+    first = code.co_varnames[0]
+    chains = set()
+    for node in ast.walk(tree):
+        names = []
+        while isinstance(node, ast.Attribute):
+            names.append(node.attr)
+            node = node.value
+        if len(names) >= 2 and isinstance(node, ast.Name) and \
+                node.id == first:
+            chains.add(tuple(reversed(names)))
+    return chains
+
+
+def _chained(instance, chain):
+    """A guard on ``instance.a.b...`` where ``a`` is a plain object (not
+    a link, whose scalars the cache guards, nor an array): read through
+    the objects' ``__dict__`` on each call, so no property runs."""
+    first = vars(instance).get(chain[0])
+    if first is None or isinstance(first, (chainer.Link, chainer.Variable) +
+                                   chainer.get_array_types()) or \
+            is_scalar(first) or type(first) in _CONTAINERS or \
+            not hasattr(first, '__dict__'):
+        return []
+    read = functools.partial(_read_chain, instance, chain)
+    return _make('self.%s' % '.'.join(chain), read, read())
+
+
+def _read_chain(obj, chain):
+    for name in chain:
+        namespace = getattr(obj, '__dict__', None)
+        if namespace is None:
+            return ABSENT
+        obj = namespace.get(name, ABSENT)
+    return obj
 
 
 def _named(fn, instance, name):

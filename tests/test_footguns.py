@@ -5,8 +5,9 @@ Silent mismatches (each must now be the eager result or a miss):
   1. A Python scalar attribute of a link changed after the first call
      (``model.slope = 0.3``): a miss, recompiled.
   2. A class attribute, module global or closure variable the forward
-     names changed (a scalar by value, an array or Variable rebound): a
-     miss.
+     names changed (a scalar by value, an array or Variable rebound), or
+     an attribute of a plain object the model holds that the forward
+     reads (``self.options.scale``): a miss.
   3. A link replaced, or a parameter reshaped: a miss.
   4. A parameter updated in place or rebound (an optimizer step): read on
      every call.
@@ -93,6 +94,45 @@ def test_class_attribute_read_by_the_forward_is_guarded(rng):
         Net.offset = 1.0
     _same(jitted, net.forward, x)
     assert jitted.cache_info().misses == 2
+
+
+class _Options(object):
+    def __init__(self):
+        self.scale = 2.0
+        self.inner = type('Inner', (), {})()
+        self.inner.shift = 0.5
+
+    def factor(self):
+        return self.scale
+
+
+class OptionsNet(Net):
+    """Reads scalars two and three attributes deep on a plain object it
+    holds, a method of it, and a link's parameter (``self.lin.W``)."""
+
+    def __init__(self):
+        super(OptionsNet, self).__init__()
+        self.options = _Options()
+
+    def forward(self, x):
+        y = self.lin(x) * self.options.scale + self.options.inner.shift
+        return y * self.options.factor() + F.sum(self.lin.W)
+
+
+def test_attributes_of_a_plain_object_the_model_holds_are_guarded(rng):
+    net = OptionsNet()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    labels = sorted(g.label for g in jitted.cache_entries()[0].py_guards)
+    assert labels == ['self.options.inner.shift', 'self.options.scale']
+    for name, value in (('scale', 3.0), ('shift', -1.0)):
+        owner = net.options if name == 'scale' else net.options.inner
+        setattr(owner, name, value)
+        failures = ''.join(jitted.cache_entries()[0].guard_failures(net))
+        assert name in failures
+        _same(jitted, net.forward, x)
+    assert jitted.cache_info().misses == 3
 
 
 def test_optimizer_step_is_seen(rng):

@@ -1079,11 +1079,10 @@ class Configured(MLP):
         return self.l2(F.relu(self.l1(x))) * self.options.scale
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'an attribute of a plain object the model holds (self.options.scale, '
-    'read by the forward itself) is neither in the link state nor a '
-    'guard: changing it is not noticed'))
 def test_a_scalar_on_an_object_held_by_the_model(rng):
+    """``self.options.scale``, read by the forward's own code, is a guard
+    (guards._attribute_chains): a change is a miss, explained; so is
+    replacing the object."""
     eager, jitted = _twins(Configured)
     x = _x(rng)
     with chainer.no_backprop_mode():
@@ -1092,6 +1091,17 @@ def test_a_scalar_on_an_object_held_by_the_model(rng):
                 model.options.scale = scale
             assert_allclose(jitted(x).array, eager(x).array, rtol=1e-6,
                             atol=1e-7)
+        for model in (eager, jitted):
+            model.options = types.SimpleNamespace(scale=-2.0)
+        text = jitted.forward.explain(x)
+        assert 'self.options.scale: ' in text and '-> -2.0' in text, text
+        assert_allclose(jitted(x).array, eager(x).array, rtol=1e-6,
+                        atol=1e-7)
+        del jitted.options.scale
+        assert 'self.options.scale: -2.0 -> (absent)' in \
+            jitted.forward.explain(x)
+    info = jitted.forward.cache_info()
+    assert (info.misses, info.hits) == (3, 2)
 
 
 def test_a_one_entry_cache_with_alternating_batch_sizes(rng):
