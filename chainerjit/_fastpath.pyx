@@ -446,9 +446,10 @@ def compiled_backward(self, indexes, grad_outputs):
             'function eagerly for this (the undecorated method, or '
             'chainerjit.jit(f).__wrapped__).')
     cdef list args = list(self._saved)
+    training = self.training
+    _read_retained_inputs(self.inputs, training.saved_inputs, args)
     for gy in grad_outputs:
         args.append(None if gy is None else gy._data[0])
-    training = self.training
     cdef tuple grads = training.backward.run(args + self.symbols)
     cdef list grad_index = training.grad_index
     cdef list result = []
@@ -458,6 +459,35 @@ def compiled_backward(self, indexes, grad_outputs):
         result.append(None if grad is None else
                       _init_unchecked(grad, requires_grad=False))
     return tuple(result)
+
+
+cdef void _read_retained_inputs(tuple inputs, list saved_inputs,
+                                list args) except *:
+    """Puts in ``args`` (the saved values) the arrays the Variables of
+    ``inputs`` hold now, where one was replaced since the forward
+    (``param.array = ...``): eager's backward reads a retained input
+    through its Variable (``TrainingProgram.saved_inputs``)."""
+    cdef tuple pair
+    for pair in saved_inputs:
+        variable = inputs[pair[1]].get_variable_or_none()
+        if variable is None:
+            continue
+        current = variable._data[0]
+        saved = args[pair[0]]
+        if current is saved or current is None:
+            continue
+        if type(current) is not type(saved) or \
+                current.shape != saved.shape or current.dtype != saved.dtype:
+            raise ValueError(
+                'chainerjit: the array of %s was replaced between the '
+                'forward and the backward by one of another type, shape '
+                'or dtype (%s %s%s, was %s %s%s); the compiled backward '
+                'cannot use it' % (
+                    variable.name or 'an input Variable',
+                    type(current).__name__, current.dtype,
+                    list(current.shape), type(saved).__name__, saved.dtype,
+                    list(saved.shape)))
+        args[pair[0]] = current
 
 
 cpdef tuple publish(object node, tuple outputs, list requires_grad):

@@ -26,6 +26,10 @@ class TrainingProgram(object):
             among the backward's outputs, or ``None``.
         first_of: for each user output, the position of the first output
             that is the same value.
+        saved_inputs: ``(position among the saved values, input index)``
+            for each saved value that is a forward input: the backward
+            reads the array its Variable holds then, as eager's retained
+            inputs do (a parameter's array may be replaced in between).
     """
 
     def __init__(self, pair):
@@ -37,6 +41,11 @@ class TrainingProgram(object):
                            pair.forward.inputs + pair.forward.params]
         outputs = pair.forward.outputs[:pair.n_outputs]
         self.first_of = [_index(outputs, v) for v in outputs]
+        where = {v: j for j, v in enumerate(pair.forward.inputs +
+                                            pair.forward.params)}
+        saved = pair.forward.outputs[pair.n_outputs:]
+        self.saved_inputs = [(k, where[v]) for k, v in enumerate(saved)
+                             if v in where]
         self.graphs = pair
 
     @property

@@ -693,12 +693,9 @@ def test_in_place_parameter_change_between_forward_and_backward(rng):
     _steps_match(rng, step)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "a training hit saves the parameters' forward-time arrays for its "
-    'backward, while eager Chainer retains the Parameter and reads its '
-    'current array: replacing param.array between forward and backward '
-    'gives other input and upstream gradients'))
 def test_parameter_array_replaced_between_forward_and_backward(rng):
+    """Eager Chainer retains the Parameter and reads its current array in
+    the backward; so does a training hit (``saved_inputs``)."""
     eager, jitted = _twins()
     jitted(chainer.Variable(_x(rng)))
     x = _x(rng)
@@ -713,6 +710,16 @@ def test_parameter_array_replaced_between_forward_and_backward(rng):
     assert jitted.forward.cache_info().hits == 1
     for a, e in zip(grads[1], grads[0]):
         assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+def test_a_parameter_replaced_by_another_shape_is_a_clear_error(rng):
+    eager, jitted = _twins()
+    jitted(chainer.Variable(_x(rng)))
+    y = jitted(chainer.Variable(_x(rng)))
+    jitted.l2.W.array = jitted.l2.W.array[:, :-1].copy()
+    with pytest.raises(ValueError, match='replaced between the forward and '
+                       'the backward'):
+        F.sum(y * y).backward()
 
 
 class Discriminator(chainer.Chain):
@@ -741,13 +748,10 @@ class Generator(chainer.Chain):
         return F.tanh(self.l1(z))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "Chainer's DCGAN update (update the discriminator, then backprop "
-    "the generator's loss through the same discriminator graph) with "
-    'float16 models and use_fp32_update: the fp32 update replaces '
-    "param.array, which eager's backward reads and a jitted "
-    "discriminator's saved forward arrays do not"))
 def test_dcgan_update_order_with_fp16_parameters(rng):
+    """Chainer's DCGAN update (update the discriminator, then backprop
+    the generator's loss through the same discriminator graph) with
+    float16 models and use_fp32_update, which replaces param.array."""
     numpy.random.seed(0)
     gen, dis = Generator(), Discriminator()
     setups = []
