@@ -68,7 +68,8 @@ def _cell(gates, c_prev):
         c += s[1] * c_prev[:batch]
     h = numpy.tanh(c)
     h *= gates[3]
-    c_next[batch:] = c_prev[batch:]
+    if batch < len(c_prev):
+        c_next[batch:] = c_prev[batch:]
     return c_next, h
 
 
@@ -133,7 +134,8 @@ def _lstm_grad_from_gates(gates, c_prev, c_next, gc, gh):
                      gates.dtype)
     if not _elementwise.lstm_grad(gates, co, c_prev, gh, gc, gc_prev, gx):
         _lstm_grad_passes(gates, co, c_prev, gh, gc, gc_prev, gx)
-    gc_prev[batch:] = gc[batch:]
+    if batch < len(c_prev):
+        gc_prev[batch:] = gc[batch:]
     return gc_prev, gx
 
 
