@@ -19,7 +19,11 @@ loop also collects, in one list per value, what each iteration's
 backward reads; the backward is a Loop node of its own that runs the
 body's backward for the iterations in reverse, carrying the gradients of
 the carried values and summing those of the invariants (the parameters
-of links used in every iteration).
+of links used in every iteration). A linear weight's gradient is
+collected as each iteration's factors and summed in one product after
+the loop (``Collect``, ``OuterSum``), and an invariant that only rules
+faster on Fortran order read is copied so once before it
+(``FortranCopy``).
 """
 
 import chainer
@@ -494,12 +498,14 @@ def _factored(pair, grads):
     their nodes are made to return the factors, which the loop collects
     and sums after it in one product."""
     found = set()
+    read = set(v for node in pair.backward.nodes for v in node.inputs)
     for node in pair.backward.nodes:
         call = pair.rules.get(node)
         if call is None:
             continue
         positions = [call.input_of(k) for k, v in enumerate(node.outputs)
-                     if v in grads and v.dtype in ops.LOOP_DTYPES and
+                     if v in grads and v not in read and
+                     v.dtype in ops.LOOP_DTYPES and
                      call.input_of(k) in getattr(call.fn, 'factors', ())]
         if positions:
             node.kernel = call.kernel(factors_of=positions)
