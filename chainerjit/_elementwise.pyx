@@ -1127,3 +1127,75 @@ def channel_input_grad(gy, x_hat, ggamma, gbeta, double inv_m,
                             inv_m, <double*>_data(gamma_inv_std),
                             <double*>_data(gx), n_pos, n_ch)
     return True
+
+
+# --- the gradient of softmax cross entropy ---------------------------------
+
+ctypedef fused label_t:
+    int
+    long long
+
+
+cdef void _softmax_ce_grad(floating* y, label_t* t, Py_ssize_t n_rows,
+                           Py_ssize_t n_classes, long long ignore_label,
+                           floating scale) noexcept nogil:
+    cdef Py_ssize_t r, j, target
+    cdef floating valid, g
+    cdef floating* row
+    for r in range(n_rows):
+        valid = 1 if t[r] != ignore_label else 0
+        target = t[r] if t[r] != ignore_label else 0
+        row = y + r * n_classes
+        for j in range(n_classes):
+            g = row[j]
+            if j == target:
+                g = g - 1
+            row[j] = (g * valid) * scale
+
+
+cdef bint _labels_in_range(label_t* t, Py_ssize_t n, long long ignore_label,
+                           Py_ssize_t n_classes) noexcept nogil:
+    cdef Py_ssize_t r
+    for r in range(n):
+        if t[r] != ignore_label and not 0 <= t[r] < n_classes:
+            return False
+    return True
+
+
+def softmax_ce_grad(y, t, ignore_label, double scale):
+    """In place, Chainer's label gradient of softmax cross entropy from
+    the softmax ``y`` (N, C): ``y[r, t[r]] -= 1`` (column 0 for an
+    ignored label), then ``y *= (t != ignore_label)[:, None]``, then ``y
+    *= scale`` (rounded to ``y``'s dtype, as NumPy's in-place product
+    with a float64 scalar), in that order for each element. ``y``
+    C-ordered float32 or float64, ``t`` a C-ordered int32 or int64
+    vector with each label in ``[0, C)`` or ``ignore_label``. Returns
+    False, writing nothing, for arrays it does not take."""
+    cdef int kind = _c_ordered(y, -1, True)
+    if kind < 0 or y.ndim != 2 or type(t) is not _ndarray or t.ndim != 1 or \
+            len(t) != len(y) or not t.flags.c_contiguous or \
+            not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>t) or \
+            t.dtype.kind != 'i' or t.dtype.itemsize not in (4, 8):
+        return False
+    cdef Py_ssize_t n_rows = y.shape[0], n_classes = y.shape[1]
+    cdef long long ignore = ignore_label
+    # A label out of range: NumPy's indexing raises or wraps around.
+    if not (_labels_in_range(<int*>_data(t), n_rows, ignore, n_classes)
+            if t.dtype.itemsize == 4 else _labels_in_range(
+                <long long*>_data(t), n_rows, ignore, n_classes)):
+        return False
+    if t.dtype.itemsize == 4:
+        if kind == cnp.NPY_FLOAT:
+            _softmax_ce_grad(<float*>_data(y), <int*>_data(t), n_rows,
+                             n_classes, ignore, <float>scale)
+        else:
+            _softmax_ce_grad(<double*>_data(y), <int*>_data(t), n_rows,
+                             n_classes, ignore, scale)
+    else:
+        if kind == cnp.NPY_FLOAT:
+            _softmax_ce_grad(<float*>_data(y), <long long*>_data(t), n_rows,
+                             n_classes, ignore, <float>scale)
+        else:
+            _softmax_ce_grad(<double*>_data(y), <long long*>_data(t),
+                             n_rows, n_classes, ignore, scale)
+    return True

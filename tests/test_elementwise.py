@@ -675,3 +675,54 @@ def test_channel_affine_and_input_grad_refuse_arrays_they_do_not_take(rng):
     assert not _elementwise.channel_input_grad(x, x, v, v, 0.5, v, x)
     assert not _elementwise.channel_input_grad(
         x, x, v, numpy.ones(2, numpy.float32), 0.5, v, gx)
+
+
+# --- the gradient of softmax cross entropy ----------------------------------
+
+def _softmax_ce_grad_passes(y, t, ignore_label, scale):
+    """Chainer's CPU passes (``_SoftmaxCrossEntropyGrad_NoDoubleBackprop.
+    forward_cpu``), with ``scale`` a float64 as ``gloss * coeff`` is."""
+    gx = y.copy()
+    t_valid = t != ignore_label
+    t = t * t_valid
+    gx[numpy.arange(len(t)), t] -= 1
+    gx *= t_valid.reshape((len(t), 1))
+    gx *= numpy.float64(scale)
+    return gx
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('label_dtype', [numpy.int32, numpy.int64])
+@pytest.mark.parametrize('ignore_label', [-1, 3])
+def test_softmax_ce_grad_is_chainers_passes_bit_for_bit(
+        rng, dtype, label_dtype, ignore_label):
+    y = rng.uniform(0, 1, (9, 7)).astype(dtype)
+    y[0, :3] = [0.0, numpy.nan, 1e-45 if dtype == numpy.float32 else 5e-324]
+    t = rng.randint(0, 7, 9).astype(label_dtype)
+    t[[1, 4]] = ignore_label
+    for scale in (1.0 / 7, -0.3, 1e-30, 0.0):
+        expected = _softmax_ce_grad_passes(y, t, ignore_label, scale)
+        out = y.copy()
+        assert _elementwise.softmax_ce_grad(out, t, ignore_label, scale)
+        assert out.tobytes() == expected.tobytes()
+
+
+def test_softmax_ce_grad_refuses_what_it_does_not_take(rng):
+    y = rng.uniform(0, 1, (4, 5)).astype(numpy.float32)
+    t = numpy.array([0, 4, -1, 2], numpy.int32)
+    read_only = y.copy()
+    read_only.flags.writeable = False
+    for args in [
+            (y.astype(numpy.float16), t),
+            (numpy.asfortranarray(y), t),
+            (read_only, t),
+            (y[:, :, None], t),
+            (y, t.astype(numpy.int16)),
+            (y, t.astype(numpy.float32)),
+            (y, t[:3]),
+            (y, numpy.array([0, 5, -1, 2], numpy.int32)),   # out of range
+            (y, numpy.array([0, -2, -1, 2], numpy.int32)),  # NumPy wraps
+            (y, t.tolist())]:
+        before = numpy.array(args[0], copy=True)
+        assert not _elementwise.softmax_ce_grad(args[0], args[1], -1, 0.25)
+        assert numpy.array_equal(args[0], before)

@@ -20,6 +20,7 @@ own ``forward`` on every call.
 
 import collections
 import copy
+import functools
 import weakref
 
 import chainer
@@ -172,7 +173,8 @@ def lower(node, ctx, state=None):
 
 
 def _forcing_arrays(kernel):
-    """NumPy turns 0-d results into scalars; Chainer keeps 0-d arrays."""
+    """NumPy turns 0-d results into scalars; Chainer keeps 0-d arrays.
+    (The wrapper keeps the attributes passes read from ``fn``.)"""
     fn = kernel.fn
     force = chainer.utils.force_array
     if kernel.multi:
@@ -181,7 +183,7 @@ def _forcing_arrays(kernel):
     else:
         def run(*arrays):
             return force(fn(*arrays))
-    return kernel._replace(fn=run)
+    return kernel._replace(fn=functools.wraps(fn)(run))
 
 
 def node_label(node):

@@ -9,6 +9,7 @@ from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import utils
 
+from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -131,15 +132,21 @@ def lower_softmax_cross_entropy(node, ctx):
         return Kernel(_soft_target_ce(node, ctx), attrs=attrs, grad=grad,
                       onnx=_soft_target_ce_to_onnx(node))
     attrs.update(normalize=node.normalize, ignore_label=node.ignore_label)
-    return Kernel(_label_ce(node, ctx), attrs=attrs, grad=grad,
+    label_ce = _label_ce(node, ctx)
+    # For passes/keep.py: the same loss and the softmax, which eager's
+    # forward also computes and keeps (cache_score) for its gradient.
+    label_ce.with_softmax = (label_ce.and_softmax, GradRule(
+        grad.fn, inputs=(1,), outputs=(1,)))
+    return Kernel(label_ce, attrs=attrs, grad=grad,
                   onnx=_label_ce_to_onnx(node))
 
 
 def _softmax_ce_grad(node, ctx):
     """The gradient rule of SoftmaxCrossEntropy: the CPU forward of
-    ``_SoftmaxCrossEntropyGrad_NoDoubleBackprop`` (no class weights), with
-    the softmax and the coefficient the forward keeps recomputed as it
-    computes them."""
+    ``_SoftmaxCrossEntropyGrad_NoDoubleBackprop`` (no class weights), on
+    the softmax the forward kept (its second output, ``passes/keep.py``)
+    or recomputed as the forward computes it, and the coefficient
+    computed as the forward does."""
     x_shape, t_shape = ctx.in_shapes
     soft_target = ctx.in_dtypes[1].kind == 'f'
     ignore_label = node.ignore_label
@@ -163,11 +170,19 @@ def _softmax_ce_grad(node, ctx):
         if not wanted[0]:
             return None, None
         x, t = xs
-        gloss, = gys
+        gloss = gys[0]
         if x_size == 0:
-            return numpy.zeros(x_shape, dtype=x.dtype), None
-        y = log_softmax._log_softmax(x)
-        numpy.exp(y, out=y)
+            return numpy.zeros(x_shape, dtype=ctx.in_dtypes[0]), None
+        if len(ys) == 2:  # the softmax kept
+            y = ys[1].copy()
+        else:
+            y = log_softmax._log_softmax(x)
+            numpy.exp(y, out=y)
+        if not soft_target and mean and len(x_shape) == 2 and \
+                _elementwise.softmax_ce_grad(y, t, ignore_label, float(
+                    gloss * (_coefficient(t, ignore_label) if coeff is None
+                             else coeff))):
+            return y, None  # the passes below in one C loop
         t_valid = t != ignore_label
         t = t * t_valid
         if soft_target:
@@ -183,12 +198,17 @@ def _softmax_ce_grad(node, ctx):
             gx = gx.reshape(y.shape)
         if not mean:
             gx *= gloss[:, None]
-        elif coeff is None:
-            gx *= gloss * (1.0 / max(t_valid.sum(), 1))
         else:
-            gx *= gloss * coeff
+            gx *= gloss * (_coefficient(t_valid) if coeff is None else coeff)
         return gx, None
     return grad
+
+
+def _coefficient(t, ignore_label=None):
+    """Chainer's ``1.0 / max(count, 1)`` for the labels counted (``t !=
+    ignore_label``, or ``t`` itself a mask), a NumPy float64."""
+    valid = t if ignore_label is None else t != ignore_label
+    return 1.0 / max(valid.sum(), 1)
 
 
 def _label_ce(node, ctx):
@@ -202,7 +222,13 @@ def _label_ce(node, ctx):
     reduc_dtype = softmax_cross_entropy._reduction_dtype(ctx.in_dtypes[0])
 
     def label_ce(x, t):
+        return loss(log_softmax._log_softmax(x), t)
+
+    def and_softmax(x, t):
         log_y = log_softmax._log_softmax(x)
+        return loss(log_y, t), numpy.exp(log_y)
+
+    def loss(log_y, t):
         log_yd = numpy.rollaxis(log_y, 1).reshape(n_classes, -1)
         t_valid = t != ignore_label
         t = t * t_valid
@@ -213,7 +239,8 @@ def _label_ce(node, ctx):
         count = t_valid.sum() if batch_count is None else batch_count
         y = log_p.sum(keepdims=True, dtype=reduc_dtype)
         y = y * (-(1.0 / max(count, 1)))
-        return y.astype(x.dtype, copy=False).reshape(())
+        return y.astype(log_y.dtype, copy=False).reshape(())
+    label_ce.and_softmax = and_softmax
     return label_ce
 
 

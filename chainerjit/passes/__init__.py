@@ -14,12 +14,14 @@ from chainerjit.passes import dce
 from chainerjit.passes import fold
 from chainerjit.passes import fuse
 from chainerjit.passes import hoist
+from chainerjit.passes import keep
 from chainerjit.passes import simplify
 
 
 PIPELINE = (fold.fold_constants, cse.cse, simplify.simplify, dce.dce,
             hoist.hoist_projections, fuse.fuse_conv_batchnorm,
-            fuse.fuse_lstm_step, fuse.fuse_linear_activation)
+            fuse.fuse_lstm_step, fuse.fuse_linear_activation,
+            keep.keep_softmax)
 
 
 def run(graph, pipeline=PIPELINE):

@@ -68,6 +68,24 @@ def test_softmax_cross_entropy_ignore_label_grad(rng):
         **tolerances(numpy.float32))
 
 
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('normalize', [True, False])
+@pytest.mark.parametrize('ignore_label', [-1, 2])
+@pytest.mark.parametrize('label_dtype', [numpy.int32, numpy.int64])
+def test_softmax_cross_entropy_grad_is_eagers_bit_for_bit(
+        rng, dtype, normalize, ignore_label, label_dtype):
+    """The label gradient's C loop (``_elementwise.softmax_ce_grad``),
+    with ignored labels, every row ignored, and both counts."""
+    calls = [(rng.standard_normal((6, 4)).astype(dtype) * 3,
+              rng.randint(0, 4, 6).astype(label_dtype)) for _ in range(3)]
+    calls[1][1][[0, 3]] = ignore_label
+    calls[2][1][:] = ignore_label
+    testing.assert_jit_grads_match_eager(
+        lambda x, t: F.softmax_cross_entropy(
+            x, t, normalize=normalize, ignore_label=ignore_label),
+        calls, lowered=['SoftmaxCrossEntropy'], rtol=0, atol=0)
+
+
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('reduce', ['mean', 'no'])
 @pytest.mark.parametrize('loss', ['cross-entropy', 'kl-divergence'])

@@ -1,0 +1,49 @@
+"""Keeping for the gradient what a forward op computes anyway."""
+
+from chainerjit import ir
+
+
+def keep_softmax(graph):
+    """Makes each lowered softmax cross entropy of integer labels also
+    return its softmax, which eager Chainer's forward computes and keeps
+    for its gradient (``cache_score``), so that the compiled gradient
+    reads it instead of computing the log-softmax and its exponential
+    again (seven NumPy passes). The loss is the same; a program without
+    a backward drops the softmax.
+
+    Before::
+
+        %11: f32[] = SoftmaxCrossEntropy(%10, t)
+
+    After::
+
+        %11: f32[], %12: f32[64,10] = SoftmaxCrossEntropy(%10, t)
+
+    Loop bodies too.
+    """
+    changed = False
+    for i, node in enumerate(graph.nodes):
+        if node.region is not None:
+            changed |= keep_softmax(node.region.body)[1]
+        keep = getattr(node.kernel.fn, 'with_softmax', None) \
+            if node.op == 'SoftmaxCrossEntropy' and not node.generic \
+            else None
+        if keep is None or len(node.outputs) != 1:
+            continue
+        graph.nodes[i] = _keeping(node, *keep)
+        changed = True
+    return graph, changed
+
+
+def _keeping(node, fn, grad):
+    x = node.inputs[0]
+    softmax = ir.Value('temp', x.shape, x.dtype)
+    softmax.symbols = x.symbols
+    convert = node.kernel.onnx
+
+    def to_onnx(b, ins, outs):
+        convert(b, ins, outs[:1])
+    kernel = node.kernel._replace(fn=fn, multi=True, grad=grad,
+                                  onnx=convert and to_onnx)
+    return ir.Node(node.op, kernel, node.inputs, node.outputs + [softmax],
+                   node.attrs, loc=node.loc)
