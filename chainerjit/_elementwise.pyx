@@ -735,9 +735,7 @@ def gate_major(x, out, double ifo_scale, addend=None):
     does not take."""
     cdef int kind = _c_ordered(out, -1, True)
     cdef object a
-    for a in (x, addend):
-        if a is None and a is addend:
-            continue
+    for a in (x,) if addend is None else (x, addend):
         if kind < 0 or type(a) is not _ndarray or \
                 cnp.PyArray_TYPE(<cnp.ndarray>a) != kind or \
                 not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>a) or \

@@ -55,6 +55,16 @@ class Builder(object):
         self._batch_input = batch_input
         self._batch_dim = None
 
+    def convert(self, node, ins, outs):
+        """Runs ``node``'s converter on the value names ``ins`` and
+        ``outs``, with the recorded types set to ``node``'s own (the
+        converters of a fused node's parts each see theirs)."""
+        self.in_shapes = [v.shape for v in node.inputs]
+        self.in_dtypes = [v.dtype for v in node.inputs]
+        self.out_shapes = [v.shape for v in node.outputs]
+        self.out_dtypes = [v.dtype for v in node.outputs]
+        node.kernel.onnx(self, ins, outs)
+
     def fresh(self, hint='t'):
         """A new unique value name."""
         self._count += 1
@@ -242,12 +252,8 @@ def _convert(builder, node, names):
                 node.op, 'it runs on the generic path' if node.generic
                 else 'not written yet',
                 errors.source_excerpt(node.loc)))
-    builder.in_shapes = [v.shape for v in node.inputs]
-    builder.in_dtypes = [v.dtype for v in node.inputs]
-    builder.out_shapes = [v.shape for v in node.outputs]
-    builder.out_dtypes = [v.dtype for v in node.outputs]
-    convert(builder, [names[v] for v in node.inputs],
-            [names[v] for v in node.outputs])
+    builder.convert(node, [names[v] for v in node.inputs],
+                    [names[v] for v in node.outputs])
 
 
 def _value_info(type_, name, dynamic_batch, symbols=None, shaped=True):

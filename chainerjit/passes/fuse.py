@@ -165,21 +165,11 @@ def _lstm_step_onnx(linear, add, lstm):
     def convert(b, ins, outs):
         c_prev, u, h, W = ins
         product, total = b.fresh('linearfunction'), b.fresh('add')
-        _emit(b, linear, [h, W], [product])
-        _emit(b, add, [product, u] if add.inputs[0] is linear.outputs[0]
-              else [u, product], [total])
-        _emit(b, lstm, [c_prev, total], outs[:2])
+        b.convert(linear, [h, W], [product])
+        b.convert(add, [product, u] if add.inputs[0] is linear.outputs[0]
+                  else [u, product], [total])
+        b.convert(lstm, [c_prev, total], outs[:2])
     return convert
-
-
-def _emit(b, node, ins, outs):
-    """Runs ``node``'s ONNX converter with the builder's recorded types
-    set to ``node``'s own (a fused node's converters each see theirs)."""
-    b.in_shapes = [v.shape for v in node.inputs]
-    b.in_dtypes = [v.dtype for v in node.inputs]
-    b.out_shapes = [v.shape for v in node.outputs]
-    b.out_dtypes = [v.dtype for v in node.outputs]
-    node.kernel.onnx(b, ins, outs)
 
 
 def _then_in_place(linear_fn, act_into):
@@ -265,6 +255,6 @@ def _chained_onnx(first, second):
 
     def convert(b, ins, outs):
         product = b.fresh(first.op.lower())
-        _emit(b, first, ins[:n_first], [product])
-        _emit(b, second, [product] + ins[n_first:], outs)
+        b.convert(first, ins[:n_first], [product])
+        b.convert(second, [product] + ins[n_first:], outs)
     return convert
