@@ -84,10 +84,21 @@ cpdef tuple config_flags():
     return _config('train'), _config('enable_backprop')
 
 
+cdef object _cupy_ndarray = chainer.backends.cuda.ndarray \
+    if chainer.backends.cuda.available else None
+cdef list _gpu_names = []  # 'gpu0', 'gpu1', ...
+
+
 cpdef str array_device(array):
     """``'cpu'`` for NumPy arrays, ``'gpu0'``, ... for CuPy arrays."""
+    cdef Py_ssize_t i
     if isinstance(array, _ndarray):
         return 'cpu'
+    if _cupy_ndarray is not None and isinstance(array, _cupy_ndarray):
+        i = array.device.id
+        while len(_gpu_names) <= i:
+            _gpu_names.append('gpu%d' % len(_gpu_names))
+        return _gpu_names[i]
     device = chainer.backend.get_device_from_array(array)
     if hasattr(device, 'device'):
         return 'gpu%d' % device.device.id
@@ -309,7 +320,8 @@ cdef bint _plain_call(tuple args, dict kwargs):
             getattr(_chainer_local, 'link_hooks', None):
         return False
     for arg in args:
-        if type(arg) is not _ndarray and not isinstance(arg, _Variable):
+        if type(arg) is not _ndarray and not isinstance(arg, _Variable) \
+                and not isinstance(arg, _array_types):
             return False
     return True
 

@@ -429,7 +429,7 @@ def _index_of(template):
     """The index of ``F.get_item`` or of NumPy's ``x[...]`` as a tuple,
     or ``None`` for another node."""
     if type(template) is tuple:
-        if template[1] is not numpy.ndarray.__getitem__:
+        if getattr(template[1], '__name__', None) != '__getitem__':
             return None
         index = template[2][0][1]
         return index if type(index) is tuple else (index,)

@@ -91,6 +91,8 @@ def _as_tuple(fn):
 def _untag(obj):
     if isinstance(obj, TracedArray):
         return obj.view(numpy.ndarray)
+    if _is_gpu_argument(obj):
+        return obj.view(chainer.backends.cuda.ndarray)
     if type(obj) in (list, tuple):
         return type(obj)(_untag(x) for x in obj)
     return obj
@@ -224,10 +226,10 @@ def _value_shaped(label, args):
 
 
 def _is_arrays(result):
+    types = chainer.get_array_types()
     if type(result) in (tuple, list):
-        return bool(result) and all(isinstance(r, numpy.ndarray)
-                                    for r in result)
-    return isinstance(result, numpy.ndarray)
+        return bool(result) and all(isinstance(r, types) for r in result)
+    return isinstance(result, types)
 
 
 def _has_bool_array(index):
@@ -242,7 +244,7 @@ class _Slot(object):
 
 def _split_arrays(obj, arrays):
     """Replaces the arrays in nested tuples, lists and dicts by slots."""
-    if isinstance(obj, numpy.ndarray):
+    if isinstance(obj, chainer.get_array_types()):
         arrays.append(obj)
         return _Slot
     if type(obj) in (tuple, list):
@@ -407,6 +409,7 @@ class _Recorder(object):
         self.holders = {}
         self.computed = set()  # values output by recorded FunctionNodes
         self.config_names = set()  # chainer.config entries read
+        self.gpu_fills = {}  # id(array) -> (CuPy array, its fill value)
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -504,7 +507,8 @@ class _Recorder(object):
         elif isinstance(x, chainer.Parameter):
             return self.bind_param(array, x.name or 'param', ('object', x),
                                    x)
-        elif not isinstance(array, numpy.ndarray):
+        elif not isinstance(array, numpy.ndarray) and \
+                not self._still_filled(array):
             # CuPy arrays cannot be traced: an unknown one may have been
             # computed from the inputs, so it is not taken as a constant.
             self.note_escape('a CuPy array created outside Chainer '
@@ -512,6 +516,14 @@ class _Recorder(object):
                              user_location(3))
         return self.bind(array, self.graph.add_value(
             'const', array.shape, array.dtype, data=array))
+
+    def _still_filled(self, array):
+        """True for a CuPy array made while recording by ``cupy.zeros``,
+        ``ones`` or ``full`` (an initial state, say) that still holds its
+        fill value: a constant."""
+        made = self.gpu_fills.get(id(array))
+        return made is not None and made[0] is array and bool(numpy.all(
+            chainer.backends.cuda.to_cpu(array) == made[1]))
 
     def _data_attributes(self, template):
         """The attributes of a node that hold arrays computed by the
@@ -539,7 +551,8 @@ class _Recorder(object):
         outs = list(result) if multi else [result]
         if multi:
             kernel_fn = _as_tuple(kernel_fn)
-        elif result.ndim == 0:  # NumPy gives a scalar for a 0-d result
+        elif result.ndim == 0 and isinstance(result, numpy.ndarray):
+            # NumPy gives a scalar for a 0-d result
             kernel_fn = _as_array(kernel_fn)
         template = _split_arrays((args, kwargs), [])
         node = self.add_node(ir.Node(
@@ -648,6 +661,101 @@ class _Recorder(object):
                 _untag(a) for a in out_arrays)
 
 
+# --- CuPy arguments ----------------------------------------------------------
+# CuPy arrays cannot be traced as NumPy's are (TracedArray: CuPy's own
+# functions do not hand subclasses back). A CuPy array passed as an
+# argument is viewed while recording as a GpuArgument: its basic indexing
+# by the forward's code (``xs[t]``) is recorded, as NumPy's is; any other
+# use by that code (arithmetic, methods, reading values) is an escape.
+# Its shape and dtype may be read, and Chainer functions take it as usual.
+
+_GPU_METADATA = frozenset(['shape', 'dtype', 'ndim', 'size', 'itemsize',
+                           'nbytes', 'strides', 'device', 'flags'])
+_GPU_OPERATORS = (
+    'add sub mul truediv floordiv mod pow matmul and or xor lshift rshift '
+    'divmod').split()
+_GPU_READS = (
+    '__float__ __int__ __index__ __bool__ __complex__ __setitem__ '
+    '__contains__ __neg__ __pos__ __abs__ __invert__ __lt__ __le__ __gt__ '
+    '__ge__ __eq__ __ne__').split() + [
+    '__%s%s__' % (prefix, op) for op in _GPU_OPERATORS
+    for prefix in ('', 'r', 'i')]
+_gpu_argument_class = []
+
+
+def _is_gpu_argument(obj):
+    return bool(_gpu_argument_class) and isinstance(
+        obj, _gpu_argument_class[0])
+
+
+def _used_by_the_forward():
+    """True when the code using a GpuArgument (two frames up, past CuPy's
+    own Python code) is the forward's, outside Chainer functions."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth:
+        return False
+    frame = sys._getframe(2)
+    while frame is not None and 'cupy' + os.sep in frame.f_code.co_filename:
+        frame = frame.f_back
+    return frame is not None and not frame.f_code.co_filename.startswith(
+        _INTERNAL_DIRS + (_JIT_DIR, '<frozen'))
+
+
+def _is_basic_index(index):
+    """Integers, slices of integers, ``None`` and ``...``."""
+    def integer(i):
+        return isinstance(i, (int, numpy.integer)) and not isinstance(
+            i, (bool, numpy.bool_))
+    return all(
+        i is None or i is Ellipsis or integer(i) or (
+            type(i) is slice and all(b is None or integer(b)
+                                     for b in (i.start, i.stop, i.step)))
+        for i in (index if type(index) is tuple else (index,)))
+
+
+def _gpu_argument_type():
+    """The GpuArgument class, made on first use (it subclasses
+    ``cupy.ndarray``)."""
+    if _gpu_argument_class:
+        return _gpu_argument_class[0]
+    base = chainer.backends.cuda.ndarray
+
+    def __getattribute__(self, name):
+        if name[:1] != '_' and name not in _GPU_METADATA and \
+                _used_by_the_forward():
+            _escape('%s of a CuPy argument' % name)
+        return base.__getattribute__(self, name)
+
+    def __getitem__(self, index):
+        if _used_by_the_forward():
+            if not _is_basic_index(index):
+                _escape('indexing a CuPy argument with arrays or masks')
+            else:
+                result = base.__getitem__(self, index)
+                _record_numpy('ndarray.__getitem__', base.__getitem__,
+                              (self, index), {}, result)
+                return result
+        return base.__getitem__(self, index)
+
+    def reading(name):
+        method = getattr(base, name)
+
+        def read(self, *args):
+            if _used_by_the_forward():
+                _escape('%s of a CuPy argument' % name.strip('_'))
+            return method(self, *args)
+        read.__name__ = name
+        return read
+
+    namespace = dict((name, reading(name)) for name in _GPU_READS
+                     if hasattr(base, name))
+    namespace.update(__getattribute__=__getattribute__,
+                     __getitem__=__getitem__, __doc__=(
+                         'A CuPy argument seen while recording.'))
+    _gpu_argument_class.append(type('GpuArgument', (base,), namespace))
+    return _gpu_argument_class[0]
+
+
 _original_apply = chainer.FunctionNode.apply
 _array_properties = (chainer.Variable.array, chainer.Variable.data)
 
@@ -727,6 +835,39 @@ def _patch_global_random():
     for name, draw in originals.items():
         setattr(numpy.random, name, _watching_random(name, draw))
     return originals
+
+
+# CuPy's functions that make arrays of one value, and that value (None:
+# their ``fill_value`` argument).
+_GPU_FILLS = {'zeros': 0, 'zeros_like': 0, 'ones': 1, 'ones_like': 1,
+              'full': None, 'full_like': None}
+
+
+def _patch_gpu_fills(recorder):
+    """Notes the arrays CuPy's ``zeros``, ``ones`` and ``full`` make while
+    recording (see ``_Recorder._still_filled``); returns the originals."""
+    if not chainer.backends.cuda.available:
+        return {}
+    cupy = chainer.backends.cuda.cupy
+    originals = dict((name, getattr(cupy, name)) for name in _GPU_FILLS)
+    for name, make in originals.items():
+        setattr(cupy, name, _noting_fill(make, _GPU_FILLS[name], recorder))
+    return originals
+
+
+def _noting_fill(make, fill, recorder):
+    def made(*args, **kwargs):
+        array = make(*args, **kwargs)
+        value = fill
+        if value is None:
+            value = kwargs.get('fill_value', args[1] if len(args) > 1
+                               else None)
+        if _state.recorder is recorder and isinstance(
+                value, (int, float, bool, numpy.generic)):
+            recorder.gpu_fills[id(array)] = (array, value)
+        return array
+    made.__wrapped__ = make
+    return made
 
 
 def _python_state(instance):
@@ -859,6 +1000,9 @@ def _traced_leaf(leaf, restore):
     traced = array.view(TracedArray) if type(array) is numpy.ndarray \
         else array
     if not isinstance(leaf, chainer.Variable):
+        if chainer.backends.cuda.available and \
+                type(array) is chainer.backends.cuda.ndarray:
+            return array.view(_gpu_argument_type())
         return traced
     if traced is not array:
         leaf._data[0] = traced
@@ -909,6 +1053,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     passed = signature.flatten((args, kwargs), [])
     call_args, call_kwargs = signature.unflatten(passed, proxies)
     random_functions = _patch_global_random()
+    gpu_fills = _patch_gpu_fills(recorder)
     _state.recorder = recorder
     link_setattr = chainer.Link.__setattr__
     backward, grad = chainer.Variable.backward, chainer.grad
@@ -947,6 +1092,8 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         _LocalConfig.__getattr__ = _config_getattr
         for name, draw in random_functions.items():
             setattr(numpy.random, name, draw)
+        for name, make in gpu_fills.items():
+            setattr(chainer.backends.cuda.cupy, name, make)
         _state.recorder = None
         _restore_model_arrays(restore)
     _note_changed_python_state(instance, python_state, recorder)
@@ -1095,7 +1242,7 @@ def _untag_graph(nodes):
     for node in nodes:
         traced = [(name, index, array)
                   for name, index, array in ops.array_attributes(node)
-                  if isinstance(array, TracedArray)]
+                  if _untag(array) is not array]
         ops.set_array_attributes(
             ops.state_holder(node), [(n, i) for n, i, _ in traced],
             [_untag(a) for _, _, a in traced])
@@ -1103,7 +1250,7 @@ def _untag_graph(nodes):
             node._retained_output_data = tuple(
                 _untag(a) for a in node._retained_output_data)
         for variable_node in node.inputs or ():
-            if isinstance(variable_node.data, TracedArray):
+            if _untag(variable_node.data) is not variable_node.data:
                 variable_node.data = _untag(variable_node.data)
 
 
@@ -1293,8 +1440,6 @@ def _untag_leaf(leaf, proxies, leaves):
         if leaf is proxy:
             return original
     if isinstance(leaf, chainer.Variable):
-        if isinstance(leaf._data[0], TracedArray):
-            leaf._data[0] = leaf._data[0].view(numpy.ndarray)
-    elif isinstance(leaf, TracedArray):
-        leaf = leaf.view(numpy.ndarray)
-    return leaf
+        leaf._data[0] = _untag(leaf._data[0])
+        return leaf
+    return _untag(leaf)

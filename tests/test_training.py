@@ -41,7 +41,17 @@ def _twins(model):
 
 
 def _train_side_by_side(model, make_batch, loss_fn, make_optimizer,
-                        steps=30, rtol=1e-4, atol=1e-5):
+                        steps=30, rtol=1e-4, atol=1e-5, device=None):
+    """Trains ``model`` and a jitted copy side by side (on ``device``, if
+    given: ``'@cupy:0'``) and compares every loss and the final
+    parameters."""
+    if device is not None:
+        with chainer.using_config('train', False), \
+                chainer.no_backprop_mode():  # sizes lazy parameters
+            model(*make_batch(numpy.random.RandomState(9))[:-1])
+        model.to_device(device)
+    send = chainer.get_device(device or '@numpy').send
+    host = chainer.backend.CpuDevice().send
     eager, jitted = _twins(model)
     optimizers = []
     for m in (eager, jitted):
@@ -50,7 +60,7 @@ def _train_side_by_side(model, make_batch, loss_fn, make_optimizer,
         optimizers.append(opt)
     rng = numpy.random.RandomState(0)
     for step in range(steps):
-        batch = make_batch(rng)
+        batch = [send(a) for a in make_batch(rng)]
         losses = []
         for m, opt in zip((eager, jitted), optimizers):
             numpy.random.seed(step)  # dropout masks
@@ -63,9 +73,11 @@ def _train_side_by_side(model, make_batch, loss_fn, make_optimizer,
                                       atol=atol, err_msg='step %d' % step)
     for (name, p), (_, q) in zip(sorted(eager.namedparams()),
                                  sorted(jitted.namedparams())):
-        numpy.testing.assert_allclose(q.array, p.array, rtol=rtol,
-                                      atol=atol, err_msg=name)
+        assert type(q.array) is type(p.array)
+        numpy.testing.assert_allclose(host(q.array), host(p.array),
+                                      rtol=rtol, atol=atol, err_msg=name)
     for entry in jitted.forward.cache_entries():
+        assert entry.fallback is None, entry.fallback
         assert entry.training is not None, entry.describe()
     assert jitted.forward.cache_info().hits >= steps - 2
     return jitted

@@ -42,10 +42,11 @@ def lower_relu(node, ctx):
     def grad(xs, ys, gys, wanted):
         y, = ys
         gy, = gys
-        if type(gy) is numpy.ndarray:
-            out = numpy.empty_like(gy)  # in gy's order of axes
-            if _elementwise.relu_grad(gy, y, out):
-                return out,
+        if type(gy) is not numpy.ndarray:  # ReLUGrad2's CUDA kernel
+            return relu._relu_grad2_kernel(y, gy),  # (y > 0 ? gy : 0)
+        out = numpy.empty_like(gy)  # in gy's order of axes
+        if _elementwise.relu_grad(gy, y, out):
+            return out,
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),

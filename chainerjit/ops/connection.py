@@ -83,6 +83,9 @@ def lower_linear(node, ctx):
     if into is not None and len(ctx.in_shapes) == 3 and \
             ctx.in_dtypes[0] in _FUSED_DTYPES:
         linear_fn.then_relu = _then_relu(product)
+    elif ctx.xp is not numpy and not cast and len(ctx.in_shapes) == 3 and \
+            ctx.in_dtypes[0] in _FUSED_DTYPES:
+        linear_fn.then_relu = _then_relu_on_gpu(product)
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
                   onnx=_linear_to_onnx, fresh=True, into=into)
 
@@ -104,6 +107,19 @@ def _then_relu(product):
     def into(out, x, W, b):
         return _bias_relu(product(x, W, out), b, out)
     return fn, into
+
+
+def _then_relu_on_gpu(product):
+    """``(fn, None)``: as :func:`_then_relu`, with the bias and the ReLU in
+    one CUDA kernel (one launch instead of CuPy's ``+=`` and
+    ``maximum``; NaN propagates as ``maximum``'s does)."""
+    def fn(x, W, b):
+        y = product(x, W)
+        chainer.backends.cuda.elementwise(  # memoized by Chainer
+            'T b', 'T y', 'T t = y + b; y = isnan(t) ? t : max(t, (T)0)',
+            'chainerjit_bias_relu')(b, y)
+        return y
+    return fn, None
 
 
 def _bias_relu(y, b, out):

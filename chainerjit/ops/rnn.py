@@ -17,14 +17,30 @@ def lower_lstm(node, ctx):
     into a contiguous gate-major buffer: Chainer's own kernel works on
     stride-4 views of ``x``, which is twice as slow."""
     if ctx.xp is not numpy:
-        return None
+        return Kernel(_chainer_lstm_step, multi=True,
+                      grad=GradRule(_chainer_lstm_grad, (0, 1), (0,)),
+                      onnx=_lstm_to_onnx(ctx.in_shapes[1][0] <
+                                         ctx.in_shapes[0][0]), fresh=True)
 
     def lstm_step(c_prev, x):
         return _cell(_activate(_halved_gates(x)), c_prev)
+    # passes.fuse.fuse_lstm_step may replace it by fused_step (C loops).
+    lstm_step.fusable = True
     return Kernel(lstm_step, multi=True,
                   grad=GradRule(_lstm_grad, (0, 1), (0,)),
                   onnx=_lstm_to_onnx(ctx.in_shapes[1][0] <
                                      ctx.in_shapes[0][0]), fresh=True)
+
+
+def _chainer_lstm_step(c_prev, x):
+    """Chainer's own LSTM kernel (on GPU: one CUDA elementwise kernel)."""
+    return lstm.LSTM().forward((c_prev, x))
+
+
+def _chainer_lstm_grad(xs, ys, gys, wanted):
+    """Chainer's own ``LSTMGrad`` kernel."""
+    gc_prev, gx = lstm.LSTMGrad().forward(tuple(xs) + (ys[0],) + tuple(gys))
+    return (gc_prev if wanted[0] else None, gx if wanted[1] else None)
 
 
 def fused_step(product):

@@ -131,7 +131,8 @@ def _sum_and_step_after(linear, users):
             len(set(v.shape for v in add.inputs + add.outputs)) != 1:
         return ()
     lstm = _only_reader(add, users)
-    if lstm is None or lstm.op != 'LSTM' or lstm.generic or \
+    if lstm is None or lstm.op != 'LSTM' or \
+            not getattr(lstm.kernel.fn, 'fusable', False) or \
             lstm.inputs[1] is not add.outputs[0] or \
             lstm.inputs[0] is add.outputs[0] or \
             len(add.outputs[0].shape) != 2:

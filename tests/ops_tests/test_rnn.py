@@ -1,5 +1,6 @@
 """F.lstm: lowered forward, gradients through its own backward, ONNX."""
 
+import chainer
 import chainer.functions as F
 import numpy
 import pytest
@@ -77,3 +78,23 @@ def test_lstm_grads_are_bit_for_bit(rng, dtype):
         testing.assert_jit_grads_match_eager(
             lambda c, x: F.lstm(c, x),
             _calls(rng, c_shape, x_shape, dtype), rtol=0, atol=0)
+
+
+def test_the_gpu_lowering_runs_chainers_own_lstm_kernels():
+    """The GPU lowering calls Chainer's LSTM and LSTMGrad forwards; on
+    NumPy arrays they must give eager's step and gradients too."""
+    from chainerjit.ops import rnn
+    rng = numpy.random.RandomState(0)
+    c_prev = rng.randn(3, 4).astype(numpy.float32)
+    x = rng.randn(3, 16).astype(numpy.float32)
+    gc, gh = (rng.randn(3, 4).astype(numpy.float32) for _ in range(2))
+    c, h = rnn._chainer_lstm_step(c_prev, x)
+    vc, vx = chainer.Variable(c_prev), chainer.Variable(x)
+    ec, eh = F.lstm(vc, vx)
+    numpy.testing.assert_array_equal(c, ec.array)
+    numpy.testing.assert_array_equal(h, eh.array)
+    chainer.backward([ec, eh], [chainer.Variable(gc), chainer.Variable(gh)])
+    gc_prev, gx = rnn._chainer_lstm_grad((c_prev, x), (c, h), (gc, gh),
+                                         (True, True))
+    numpy.testing.assert_allclose(gc_prev, vc.grad, rtol=1e-6)
+    numpy.testing.assert_allclose(gx, vx.grad, rtol=1e-6)
