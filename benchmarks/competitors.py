@@ -539,6 +539,11 @@ def encoder_inference_numpy(model, x):
 # PyTorch twins
 
 
+#: Where the PyTorch twins run: ``'cpu'``, or ``'cuda'`` for
+#: ``benchmarks/bench_gpu.py``.
+TORCH_DEVICE = 'cpu'
+
+
 def _torch():
     try:
         import torch
@@ -568,8 +573,8 @@ def _torch_linear(link):
 
 def _torch_inference(torch, net, *inputs):
     """An eval-mode, no-grad call of ``net`` on inputs converted once."""
-    net.eval()
-    inputs = [torch.from_numpy(_copy(x)) for x in inputs]
+    net.eval().to(TORCH_DEVICE)
+    inputs = [torch.from_numpy(_copy(x)).to(TORCH_DEVICE) for x in inputs]
 
     def call():
         with torch.no_grad():
@@ -580,9 +585,9 @@ def _torch_inference(torch, net, *inputs):
 
 def _torch_training(torch, net, parameters, x, t, lr, export):
     """A full SGD step of ``net`` on ``x`` against labels ``t``."""
-    net.train()
-    x = torch.from_numpy(_copy(x))
-    t = torch.from_numpy(numpy.asarray(t, numpy.int64))
+    net.train().to(TORCH_DEVICE)
+    x = torch.from_numpy(_copy(x)).to(TORCH_DEVICE)
+    t = torch.from_numpy(numpy.asarray(t, numpy.int64)).to(TORCH_DEVICE)
     optimizer = torch.optim.SGD(parameters, lr=lr)
 
     def step():

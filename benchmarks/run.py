@@ -395,19 +395,21 @@ def _torch():
 
 # --- reporting --------------------------------------------------------------
 
-def format_table(rows):
+def format_table(rows, systems=SYSTEMS, targets=True):
     """A Markdown table: per workload, each system's median in
     microseconds [interquartile range], its ratio to eager and its first
-    call."""
-    header = '| workload | ' + ' | '.join(SYSTEMS) + \
-        ' | chainerjit target |'
-    lines = [header, '|---' * (len(SYSTEMS) + 2) + '|']
+    call; and issue 6's target for chainerjit, if ``targets``."""
+    columns = ['workload'] + list(systems) + (
+        ['chainerjit target'] if targets else [])
+    lines = ['| %s |' % ' | '.join(columns), '|---' * len(columns) + '|']
     for row in rows:
-        cells = [_format_cell(row.cells[s]) for s in SYSTEMS]
-        target = TARGETS.get(row.workload.name)
-        lines.append('| %s | %s | %s |' % (
-            row.workload.name, ' | '.join(cells),
-            '%.2f' % target if target and row.threads == 1 else ''))
+        cells = [row.workload.name] + [_format_cell(row.cells[s])
+                                       for s in systems]
+        if targets:
+            target = TARGETS.get(row.workload.name)
+            cells.append('%.2f' % target if target and row.threads == 1
+                         else '')
+        lines.append('| %s |' % ' | '.join(cells))
     return '\n'.join(lines)
 
 
