@@ -5,8 +5,14 @@ Users can check their own models the way chainerjit's tests check ours::
     from chainerjit import testing
     testing.assert_jit_matches_eager(
         model.forward_eager_version, [(x1,), (x2,), (x3,)])
+
+With ``CHAINERJIT_TEST_DEVICE=@cupy:0`` the checks send the NumPy arrays
+they are given (arguments, and Variables' arrays) to that device first, so
+that the same differential tests run on a GPU; the checks that an op was
+lowered, which are about the CPU's lowerings, are then skipped.
 """
 
+import os
 import warnings
 
 import chainer
@@ -58,6 +64,31 @@ def programs(jitted):
     return found
 
 
+def device_under_test():
+    """The device ``CHAINERJIT_TEST_DEVICE`` names, or ``None``."""
+    return os.environ.get('CHAINERJIT_TEST_DEVICE')
+
+
+def _on_test_device(args):
+    """``args`` with their NumPy arrays (and the arrays of Variables) sent
+    to the device that ``CHAINERJIT_TEST_DEVICE`` names (``'@cupy:0'``),
+    if set: the same differential checks then run there."""
+    name = device_under_test()
+    if not name:
+        return args
+    send = chainer.get_device(name).send
+
+    def moved(a):
+        if isinstance(a, numpy.ndarray):
+            return send(a)
+        if type(a) is chainer.Variable and \
+                isinstance(a.array, numpy.ndarray):
+            return chainer.Variable(send(a.array),
+                                    requires_grad=a.requires_grad)
+        return a
+    return tuple(moved(a) for a in args)
+
+
 def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
                              expect_entries=None, lowered=(),
                              no_backprop=True, jitted=None):
@@ -85,6 +116,7 @@ def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.FallbackWarning)
         for args in calls:
+            args = _on_test_device(args)
             with chainer.using_config('enable_backprop', not no_backprop):
                 expected = fn(*args)
                 actual = jfn(*args)
@@ -97,7 +129,7 @@ def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
     if len(calls) > len(entries):
         assert jfn.cache_info().hits > 0, 'no call ran the program'
 
-    for op in lowered:
+    for op in () if device_under_test() else lowered:  # the CPU's lowerings
         nodes = [n for e in entries for n in e.graph.nodes
                  if _applies(n.op, op)]
         assert nodes, '%s not in the IR:\n%s' % (
@@ -148,6 +180,7 @@ def assert_jit_grads_match_eager(fn, calls, rtol=1e-5, atol=1e-6,
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.FallbackWarning)
         for i, args in enumerate(calls):
+            args = _on_test_device(args)
             eager_args, jit_args = _variables(args), _variables(args)
             expected, actual = fn(*eager_args), jfn(*jit_args)
             assert_results_equal(actual, expected, rtol, atol)
@@ -163,7 +196,7 @@ def assert_jit_grads_match_eager(fn, calls, rtol=1e-5, atol=1e-6,
         assert entry.fallback is None, entry.fallback
         assert entry.training is not None, 'no training program'
     assert jfn.cache_info().hits > 0, 'no call ran the program'
-    for op in lowered:
+    for op in () if device_under_test() else lowered:  # the CPU's lowerings
         names = [n.op[:-len('Grad')] for e in entries
                  for n in e.training.graphs.backward.nodes
                  if n.op.endswith('Grad')]

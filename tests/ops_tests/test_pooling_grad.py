@@ -93,4 +93,5 @@ def test_max_pooling_over_tiles_in_one_loop_is_exact(monkeypatch, rng, dtype,
     testing.assert_jit_grads_match_eager(
         lambda x: F.max_pooling_2d(x, ksize, cover_all=cover_all), calls,
         lowered=['MaxPoolingND'], rtol=0, atol=0)
-    assert used and all(used) == (dtype != numpy.float16)
+    if testing.device_under_test() is None:  # a CPU loop
+        assert used and all(used) == (dtype != numpy.float16)
