@@ -405,6 +405,8 @@ cpdef object run_entry(object jitfn, object entry, list leaves, list params,
     except _VMError as e:
         return jitfn._after_vm_error(entry, e, instance, args, kwargs)
     if entry.effects:
+        if not training:
+            outs = entry.share_stored_outputs(outs)
         entry.replay_effects(instance, outs, leaves)
     return build_result(entry, outs, leaves, instance)
 

@@ -315,6 +315,18 @@ class Entry(object):
                         _make_leaf(spec, outs, leaves, instance))
         return signature.unflatten(structure, made)
 
+    def share_stored_outputs(self, outs):
+        """``outs`` (a program's arrays) with each output that an effect
+        stores as a Variable (``self.last = y``) wrapped once, so that a
+        Variable both stored and returned is one object, as in eager mode
+        (``trace._record_effects`` gives both the same output)."""
+        outs = list(outs)
+        for _, _, _, _, specs in self.effects:
+            for spec in specs:
+                if spec[0] == 'value' and spec[2]:  # see _make_leaf
+                    outs[spec[1]] = _as_variable(outs[spec[1]], spec[3])
+        return tuple(outs)
+
     def replay_effects(self, instance, outs, leaves):
         """Assigns the link attributes and reports the values that the
         recorded forward assigned and reported.

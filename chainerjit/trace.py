@@ -410,6 +410,7 @@ class _Recorder(object):
         self.computed = set()  # values output by recorded FunctionNodes
         self.config_names = set()  # chainer.config entries read
         self.gpu_fills = {}  # id(array) -> (CuPy array, its fill value)
+        self.output_specs = {}  # id(Variable) -> (it, its result leaf spec)
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -1308,7 +1309,22 @@ def _record_outputs(result, recorder, proxies):
         same = [j for j in range(i) if out_leaves[j] is leaf]
         specs.append(('same', same[0], False, False) if same else
                      _leaf_spec(leaf, recorder, proxies, 'returning'))
+        if not same and isinstance(leaf, chainer.Variable):
+            recorder.output_specs[id(leaf)] = (leaf, specs[-1])
     return structure, specs
+
+
+def _effect_leaf_spec(leaf, recorder, proxies, what):
+    """A leaf's spec for an effect: a Variable also returned, or also
+    stored by an earlier effect, gets that spec (one Variable on compiled
+    calls too); see :func:`_leaf_spec`."""
+    found = recorder.output_specs.get(id(leaf))
+    if found is not None and found[0] is leaf:
+        return found[1]
+    spec = _leaf_spec(leaf, recorder, proxies, what)
+    if isinstance(leaf, chainer.Variable):
+        recorder.output_specs[id(leaf)] = (leaf, spec)
+    return spec
 
 
 def _record_effects(instance, recorder, proxies):
@@ -1335,7 +1351,8 @@ def _record_effects(instance, recorder, proxies):
             recorder.note_escape('%s %s' % (what, e), None)
             continue
         effects.append((kind, paths.get(id(target)), name, structure, [
-            _leaf_spec(leaf, recorder, proxies, what) for leaf in leaves]))
+            _effect_leaf_spec(leaf, recorder, proxies, what)
+            for leaf in leaves]))
     return effects
 
 

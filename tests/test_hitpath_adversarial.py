@@ -829,10 +829,6 @@ def test_structured_outputs_with_gradients_through_some(rng):
     _assert_compiled(jitted.forward, 10)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'a compiled inference call builds the Variable it stores on the '
-    'model (the replayed self.last = y) apart from the one it returns: '
-    'model.last is not y, although both hold the same array'))
 def test_an_output_stored_on_the_model_is_the_returned_variable(rng):
     eager, jitted = _twins(Multi)
     x = _x(rng)
@@ -842,6 +838,26 @@ def test_an_output_stored_on_the_model_is_the_returned_variable(rng):
                 result = model(x)
             assert model.last.array is result['y'].array
             assert model.last is result['y']
+
+
+class StoresACopy(MLP):
+
+    def forward(self, x):
+        y = self.l2(F.relu(self.l1(x)))
+        self.last = chainer.Variable(y.array)
+        return y
+
+
+def test_a_stored_variable_of_the_same_array_stays_another_variable(rng):
+    eager, jitted = _twins(StoresACopy)
+    x = _x(rng)
+    with chainer.no_backprop_mode():
+        for model in (eager, jitted):
+            for _ in range(3):
+                y = model(x)
+            assert model.last is not y
+            assert_allclose(model.last.array, y.array)
+    _assert_compiled(jitted.forward)
 
 
 def test_results_kept_from_earlier_hits_stay_intact(rng):
