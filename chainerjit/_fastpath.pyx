@@ -437,6 +437,8 @@ def compiled_init(self, training, symbols=()):
     self.symbols = list(symbols)  # trip counts of symbolic loops
     self._saved = None
     self._published = ()  # weakrefs to the Variables handed out
+    self._connected = ()  # which of them have an _Output node
+    self._cut_nodes = frozenset()  # see CompiledFunction.unchain
 
 
 def compiled_forward(self, inputs):
@@ -449,9 +451,11 @@ def compiled_forward(self, inputs):
     return outs[:n]
 
 
-def compiled_backward(self, indexes, grad_outputs):
+def compiled_backward(self, indexes, grad_outputs, backward=None,
+                      grad_index=None, saved=None):
     """``function.CompiledFunction.backward``: runs the backward program
-    on the saved values and the output gradients."""
+    (or ``backward``, reading ``saved`` and giving gradients at
+    ``grad_index``) on the saved values and the output gradients."""
     if _config('enable_backprop'):
         raise NotImplementedError(
             'chainerjit: double backprop (enable_double_backprop=True) '
@@ -459,13 +463,17 @@ def compiled_backward(self, indexes, grad_outputs):
             'runs compiled array code, which builds no graph. Call the '
             'function eagerly for this (the undecorated method, or '
             'chainerjit.jit(f).__wrapped__).')
-    cdef list args = list(self._saved)
     training = self.training
-    _read_retained_inputs(self.inputs, training.saved_inputs, args)
+    cdef list args
+    if backward is None:
+        args = list(self._saved)
+        _read_retained_inputs(self.inputs, training.saved_inputs, args)
+        backward, grad_index = training.backward, training.grad_index
+    else:
+        args = list(saved)
     for gy in grad_outputs:
         args.append(None if gy is None else gy._data[0])
-    cdef tuple grads = training.backward.run(args + self.symbols)
-    cdef list grad_index = training.grad_index
+    cdef tuple grads = backward.run(args + self.symbols)
     cdef list result = []
     for i in indexes:
         k = grad_index[i]
@@ -514,7 +522,7 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
     cdef list first = node.training.first_of
     cdef Py_ssize_t n_flags = len(requires_grad), i
     cdef bint single = len(set(first)) == 1, grad
-    cdef list published = []
+    cdef list published = [], connected = []
     for i in range(len(outputs)):
         y = outputs[i]
         grad = i >= n_flags or requires_grad[i]
@@ -525,8 +533,10 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
             y = _init_unchecked(y._data[0], requires_grad=False)
         elif not single:
             y, = lean_apply(_nodes()[1](), (y,))
+            connected.append(i)
         published.append(y)
     node._published = [_weakref(y) for y in published]
+    node._connected = connected
     return tuple(published)
 
 

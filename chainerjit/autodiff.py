@@ -81,6 +81,56 @@ def differentiate(graph, wrt):
                         builder.scatters, builder.rules)
 
 
+def cut_backward(pair, cut_values, cut_nodes):
+    """A backward of ``pair`` after the user cut the graph at some of its
+    outputs, as eager Chainer's graph would be cut: no gradient flows out
+    of a value in ``cut_values`` into its producer (``h.unchain()``), and
+    the nodes in ``cut_nodes`` pass none (``h.unchain_backward()``
+    purges the nodes ``h`` came from).
+
+    Returns:
+        ``(backward graph, wrt, saved)``: the graph takes the saved values
+        at positions ``saved`` of ``pair``'s, then the output gradients,
+        and returns the gradients of ``wrt`` (those of ``pair.wrt`` still
+        reached).
+
+    Raises:
+        NotImplementedError: the forward has a loop (its backward body is
+            built once, for the whole graph).
+    """
+    forward = pair.forward
+    if any(node.region is not None for node in forward.nodes):
+        raise NotImplementedError(
+            'chainerjit: unchaining one of several outputs of a compiled '
+            'call whose forward has a loop is not supported; call the '
+            'function eagerly for this (chainerjit.jit(f).__wrapped__)')
+    saved = forward.outputs[pair.n_outputs:]
+    forward.outputs = forward.outputs[:pair.n_outputs]
+    try:
+        builder = _BackwardBuilder(forward, cut_values, cut_nodes)
+        builder.run()
+    finally:
+        forward.outputs += saved
+    found = [v for v in pair.wrt if v in builder.grads]
+    builder.backward.outputs = [builder.grads[v] for v in found]
+    builder.backward.symbols = list(pair.backward.symbols)
+    position = {v: k for k, v in enumerate(saved)}
+    return builder.backward, found, [position[v]
+                                     for v in builder.saved_forward]
+
+
+def ancestor_nodes(graph, values):
+    """The nodes of ``graph`` that ``values`` were computed from."""
+    producer = {v: n for n in graph.nodes for v in n.outputs}
+    found, todo = set(), [producer[v] for v in values if v in producer]
+    while todo:
+        node = todo.pop()
+        if node not in found:
+            found.add(node)
+            todo.extend(producer[v] for v in node.inputs if v in producer)
+    return found
+
+
 def _on_gradient_paths(graph, wrt):
     """The values a gradient can flow to: those computed from ``wrt`` by
     nodes that have a gradient rule or run generic."""
@@ -160,8 +210,10 @@ def _training_loop(node, loop_pairs):
 
 class _BackwardBuilder(object):
 
-    def __init__(self, forward):
+    def __init__(self, forward, cut_values=(), cut_nodes=()):
         self.forward = forward
+        self.cut_values, self.cut_nodes = cut_values, cut_nodes  # see
+        # cut_backward
         self.backward = ir.Graph(forward.name + '.backward')
         self._none_value = None
         self.saved = {}  # forward value -> backward input
@@ -179,6 +231,11 @@ class _BackwardBuilder(object):
             if value in self.forward.reached:
                 self.accumulate(value, grad)
         for node in reversed(self.forward.nodes):
+            if node in self.cut_nodes:
+                continue
+            for v in node.outputs:
+                if v in self.cut_values:
+                    self.grads.pop(v, None)
             wanted = tuple(v in self.forward.reached and (
                 v.dtype.kind == 'f' or v.dtype == object)
                 for v in node.inputs)

@@ -12,6 +12,7 @@ Chainer accumulates them.
 
 import chainer
 from chainerjit import _fastpath
+from chainerjit import autodiff
 from chainerjit import codegen
 
 
@@ -47,6 +48,23 @@ class TrainingProgram(object):
         self.saved_inputs = [(k, where[v]) for k, v in enumerate(saved)
                              if v in where]
         self.graphs = pair
+        self._cut_backwards = {}
+
+    def cut_backward(self, cut_values, cut_nodes):
+        """``(backward program, grad_index, saved positions)`` for a graph
+        cut at some outputs (``autodiff.cut_backward``), compiled once per
+        cut."""
+        key = (cut_values, cut_nodes)
+        if key not in self._cut_backwards:
+            pair = self.graphs
+            backward, wrt, saved = autodiff.cut_backward(
+                pair, cut_values, cut_nodes)
+            position = {v: i for i, v in enumerate(wrt)}
+            self._cut_backwards[key] = (
+                codegen.compile_graph(backward),
+                [position.get(v) for v in
+                 pair.forward.inputs + pair.forward.params], saved)
+        return self._cut_backwards[key]
 
     @property
     def n_instructions(self):
@@ -61,13 +79,54 @@ class CompiledFunction(chainer.FunctionNode):
     __init__ = _fastpath.compiled_init
 
     def unchain(self):
-        """Also unchains the Variables :func:`publish` handed out for this
-        node's outputs, as ``unchain_backward`` would eager's outputs."""
+        """As ``unchain_backward`` would cut eager's graph: when it started
+        at some of this node's outputs (already unchained by their
+        ``_Output`` nodes), the outputs computed from their ancestors are
+        unchained too, and the nodes those came from pass no gradient to
+        the outputs left. Otherwise, or with no output left, the node is
+        unchained with every Variable :func:`publish` handed out."""
+        started = [i for i in self._connected if self._cut_at(i)]
+        if started:
+            forward = self.training.graphs.forward
+            nodes = autodiff.ancestor_nodes(
+                forward, [forward.outputs[i] for i in started])
+            upstream = set(v for n in nodes for v in n.outputs)
+            cut = [i for i in self._connected
+                   if i in started or forward.outputs[i] in upstream]
+            if len(cut) < len(self._connected):
+                for i in cut:
+                    variable = self._published[i]()
+                    if variable is not None:
+                        variable.unchain()
+                self._cut_nodes = self._cut_nodes | frozenset(nodes)
+                return
         super(CompiledFunction, self).unchain()
         for ref in self._published:
             variable = ref()
             if variable is not None:
                 variable.unchain()
+
+    def _cut_at(self, i):
+        """Did the user unchain published output ``i``? (Not if it was
+        freed: its node may still be on a path of the graph.)"""
+        variable = self._published[i]()
+        return variable is not None and variable.creator_node is None
+
+    def backward(self, indexes, grad_outputs):
+        """Runs the backward program (in C: ``_fastpath.
+        compiled_backward``), or, where the user unchained some outputs
+        (``h.unchain()``, ``h.unchain_backward()``), a backward that stops
+        the gradients there as eager's graph would."""
+        cut = [i for i in self._connected if self._cut_at(i)]
+        if not cut and not self._cut_nodes:
+            return _fastpath.compiled_backward(self, indexes, grad_outputs)
+        values = self.training.graphs.forward.outputs
+        cut_values = frozenset(values[i] for i in cut)
+        backward, grad_index, saved = self.training.cut_backward(
+            cut_values, self._cut_nodes)
+        return _fastpath.compiled_backward(
+            self, indexes, grad_outputs, backward, grad_index,
+            [self._saved[k] for k in saved])
 
     def apply(self, inputs):
         return lean_apply(self, inputs)
@@ -79,11 +138,6 @@ class CompiledFunction(chainer.FunctionNode):
     #: Runs the training forward program and keeps the values the backward
     #: reads (in C: ``_fastpath.compiled_forward``).
     forward = _fastpath.compiled_forward
-
-    #: Runs the backward program; gradients as Variables, ``None`` where
-    #: there is none (in C: ``_fastpath.compiled_backward``). Double
-    #: backprop raises NotImplementedError.
-    backward = _fastpath.compiled_backward
 
 
 def _index(values, value):

@@ -584,19 +584,31 @@ class TwoOutputs(MLP):
         return h, self.l2(h)
 
 
-def _two_outputs_after_a_hit(rng, cut_and_loss):
+class SharedWeight(MLP):
+    """Three outputs; ``l1`` is used both before and after ``h``."""
+
+    def __init__(self):
+        super(SharedWeight, self).__init__(n_in=4, n_hidden=4, n_out=4)
+
+    def forward(self, x):
+        a = self.l1(x)
+        h = F.tanh(a)
+        return h, self.l1(h) + self.l2(x), F.sin(a)
+
+
+def _two_outputs_after_a_hit(rng, cut_and_loss, cls=TwoOutputs):
     """Both models' ``(input grad, l1.W.grad, l2.W.grad)`` after
-    ``cut_and_loss(h, y)`` on ``h, y = model(x)`` (a hit for the jitted
-    model) and backprop from the loss it returns."""
-    eager, jitted = _twins(TwoOutputs)
+    ``cut_and_loss(*outputs)`` on ``outputs = model(x)`` (a hit for the
+    jitted model) and backprop from the loss it returns."""
+    eager, jitted = _twins(cls)
     x = _x(rng)
     jitted(chainer.Variable(x.copy()))
     found = []
     for model in (eager, jitted):
         model.cleargrads()
         v = chainer.Variable(x.copy())
-        h, y = model(v)
-        cut_and_loss(h, y).backward()
+        outputs = model(v)  # alive until backward (see README)
+        cut_and_loss(*outputs).backward()
         found.append((v.grad, model.l1.W.grad, model.l2.W.grad))
     assert jitted.forward.cache_info().hits == 1
     for e, a in zip(*found):
@@ -629,22 +641,65 @@ def test_two_outputs_of_a_hit(rng):
         _two_outputs_after_a_hit(rng, cut_and_loss)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'both outputs of a training hit come from one CompiledFunction whose '
-    'unchain() unchains every published output: unchain_backward() on '
-    'the first output also cuts the second from l2, so l2.W.grad stays '
-    'None where eager Chainer computes it'))
 def test_unchain_backward_on_one_of_two_outputs(rng):
     _two_outputs_after_a_hit(rng, _unchain_backward_h)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'the second output of a training hit does not depend on the first '
-    'through the graph (both come from one CompiledFunction): after '
-    'h.unchain(), eager y = l2(h) no longer reaches x and l1, but the '
-    "jitted y still sends gradients to x and l1's parameters"))
 def test_unchain_on_an_output_another_output_depends_on(rng):
     _two_outputs_after_a_hit(rng, _unchain_h)
+
+
+def test_a_freed_output_is_not_a_cut(rng):
+    eager, jitted = _twins(TwoOutputs)
+    x = _x(rng)
+    jitted(chainer.Variable(x.copy()))
+    grads = []
+    for model in (eager, jitted):
+        v = chainer.Variable(x.copy())
+        y = model(v)[1]  # h is freed at once
+        F.sum(y * y).backward()
+        grads.append(v.grad)
+    assert_allclose(grads[1], grads[0], rtol=1e-5, atol=1e-6)
+    _assert_compiled(jitted.forward)
+
+
+def _cut_h_of_three(cut):
+    def cut_and_loss(h, y, z):
+        getattr(h, cut)()
+        return F.sum(y * y) + F.sum(z) + F.sum(h)
+    return cut_and_loss
+
+
+@pytest.mark.parametrize('cut', ['unchain', 'unchain_backward'])
+def test_cutting_one_of_three_outputs_with_a_shared_weight(rng, cut):
+    """unchain_backward on h also cuts z (made from h's ancestor a);
+    l1's weight still gets the gradient of its use after h."""
+    for _ in range(2):  # the cut backward is compiled once, then reused
+        _two_outputs_after_a_hit(rng, _cut_h_of_three(cut), SharedWeight)
+
+
+class LoopTwoOutputs(MLP):
+
+    def __init__(self):
+        super(LoopTwoOutputs, self).__init__(n_in=4, n_hidden=4, n_out=4)
+
+    def forward(self, xs):
+        h = xs[0]
+        for t in range(1, len(xs)):
+            h = F.tanh(self.l1(h) + xs[t])
+        return h, self.l2(h)
+
+
+def test_cutting_an_output_of_a_loop_program_is_a_clear_error(rng):
+    jitted = LoopTwoOutputs()
+    jitted.forward = chainerjit.jit(jitted.forward)
+    xs = rng.randn(5, 3, 4).astype(F32)
+    jitted(chainer.Variable(xs.copy()))
+    h, y = jitted(chainer.Variable(xs.copy()))
+    assert jitted.forward.cache_entries()[0].training is not None
+    h.unchain()
+    with pytest.raises(NotImplementedError, match='unchaining one of'):
+        F.sum(y).backward()
 
 
 def test_gradients_accumulate_over_several_backward_calls(rng):
