@@ -2,7 +2,8 @@
 # Creates .venv and installs chainerjit with everything it needs.
 # Idempotent: a second run only rebuilds the Cython extension.
 # With --bench, also the optional competitors of benchmarks/run.py
-# (PyTorch, matplotlib).
+# (PyTorch, matplotlib); with --gpu, CuPy (requirements/gpu.txt) for a
+# machine with an NVIDIA GPU and CUDA 12.
 #
 # Chainer 7.8.1 on Python 3.11 needs care:
 #   * it requires numpy<2, and onnx pulls ml_dtypes, which pulls numpy 2
@@ -27,6 +28,9 @@ fi
 # Build chainerjit._vm in place (editable install, no isolation so the
 # pinned numpy and Cython above are the ones it builds against).
 $PIP install --no-build-isolation --no-deps -e .
+if [ "${1:-}" = "--gpu" ]; then
+    $PIP install -r requirements/gpu.txt
+fi
 if [ "${1:-}" = "--bench" ]; then
     $PIP install -r requirements/bench.txt
     # torch pulls setuptools>=77, whose distutils lacks what Chainer's
