@@ -454,8 +454,9 @@ def compiled_forward(self, inputs):
 def compiled_backward(self, indexes, grad_outputs, backward=None,
                       grad_index=None, saved=None):
     """``function.CompiledFunction.backward``: runs the backward program
-    (or ``backward``, reading ``saved`` and giving gradients at
-    ``grad_index``) on the saved values and the output gradients."""
+    (or ``backward``, reading the saved values at positions ``saved`` and
+    giving gradients at ``grad_index``) on the saved values and the output
+    gradients."""
     if _config('enable_backprop'):
         raise NotImplementedError(
             'chainerjit: double backprop (enable_double_backprop=True) '
@@ -464,13 +465,12 @@ def compiled_backward(self, indexes, grad_outputs, backward=None,
             'function eagerly for this (the undecorated method, or '
             'chainerjit.jit(f).__wrapped__).')
     training = self.training
-    cdef list args
+    cdef list args = list(self._saved)
+    _read_retained_inputs(self.inputs, training.saved_inputs, args)
     if backward is None:
-        args = list(self._saved)
-        _read_retained_inputs(self.inputs, training.saved_inputs, args)
         backward, grad_index = training.backward, training.grad_index
     else:
-        args = list(saved)
+        args = [args[k] for k in saved]
     for gy in grad_outputs:
         args.append(None if gy is None else gy._data[0])
     cdef tuple grads = backward.run(args + self.symbols)

@@ -125,8 +125,7 @@ class CompiledFunction(chainer.FunctionNode):
         backward, grad_index, saved = self.training.cut_backward(
             cut_values, self._cut_nodes)
         return _fastpath.compiled_backward(
-            self, indexes, grad_outputs, backward, grad_index,
-            [self._saved[k] for k in saved])
+            self, indexes, grad_outputs, backward, grad_index, saved)
 
     def apply(self, inputs):
         return lean_apply(self, inputs)
