@@ -87,25 +87,6 @@ def build(system, model, workload, x, t):
     return run.timed_first_call(synchronized(call))
 
 
-def check(builts):
-    """Every system's first three results against eager Chainer's; a
-    system that differs is replaced by a :class:`run.Skipped`."""
-    import numpy
-    results = dict((name, [b.first_result, b.call(), b.call()])
-                   for name, b in builts.items()
-                   if isinstance(b, run.Built))
-    for name, values in results.items():
-        try:
-            for actual, expected in zip(values, results['eager']):
-                numpy.testing.assert_allclose(
-                    numpy.asarray(host(actual), numpy.float64),
-                    numpy.asarray(host(expected), numpy.float64),
-                    rtol=1e-3, atol=1e-4)
-        except AssertionError as e:
-            builts[name] = run.Skipped('differs from eager: %s'
-                                       % run._short(e))
-
-
 def run_workload(workload, args):
     import chainer
     x, t = run.make_inputs(workload)
@@ -119,7 +100,7 @@ def run_workload(workload, args):
                 builts[system] = build(system, model, workload, x, t)
             except Exception as e:
                 builts[system] = run.Skipped('fails: %s' % run._short(e))
-        check(builts)
+        run.check(builts, host)
         calls = dict((name, b.call) for name, b in builts.items()
                      if isinstance(b, run.Built))
         samples = timing.interleaved(calls, rounds=args.rounds,

@@ -297,11 +297,12 @@ def as_numpy(result):
     return result
 
 
-def check(builts):
+def check(builts, host=as_numpy):
     """Every built system against eager: its first three calls (the same
     outputs for inference; for training, the losses of three steps from
-    the same weights, which also checks the gradients and updates). A
-    system that differs is replaced by a :class:`Skipped` saying so."""
+    the same weights, which also checks the gradients and updates),
+    brought to NumPy by ``host``. A system
+    that differs is replaced by a :class:`Skipped` saying so."""
     import numpy
 
     results = {}
@@ -314,8 +315,8 @@ def check(builts):
         try:
             for actual, expected in zip(values, results['eager']):
                 numpy.testing.assert_allclose(
-                    numpy.asarray(as_numpy(actual), numpy.float64),
-                    numpy.asarray(expected, numpy.float64),
+                    numpy.asarray(host(actual), numpy.float64),
+                    numpy.asarray(host(expected), numpy.float64),
                     rtol=1e-3, atol=1e-4)
         except AssertionError as e:
             builts[name] = Skipped('differs from eager: %s' % _short(e))

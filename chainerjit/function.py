@@ -37,9 +37,7 @@ class TrainingProgram(object):
         self.forward = codegen.compile_graph(pair.forward)
         self.backward = codegen.compile_graph(pair.backward)
         self.n_outputs = pair.n_outputs
-        position = {v: i for i, v in enumerate(pair.wrt)}
-        self.grad_index = [position.get(v) for v in
-                           pair.forward.inputs + pair.forward.params]
+        self.grad_index = _grad_index(pair.forward, pair.wrt)
         outputs = pair.forward.outputs[:pair.n_outputs]
         self.first_of = [_index(outputs, v) for v in outputs]
         where = {v: j for j, v in enumerate(pair.forward.inputs +
@@ -59,11 +57,9 @@ class TrainingProgram(object):
             pair = self.graphs
             backward, wrt, saved = autodiff.cut_backward(
                 pair, cut_values, cut_nodes)
-            position = {v: i for i, v in enumerate(wrt)}
             self._cut_backwards[key] = (
                 codegen.compile_graph(backward),
-                [position.get(v) for v in
-                 pair.forward.inputs + pair.forward.params], saved)
+                _grad_index(pair.forward, wrt), saved)
         return self._cut_backwards[key]
 
     @property
@@ -85,7 +81,7 @@ class CompiledFunction(chainer.FunctionNode):
         unchained too, and the nodes those came from pass no gradient to
         the outputs left. Otherwise, or with no output left, the node is
         unchained with every Variable :func:`publish` handed out."""
-        started = [i for i in self._connected if self._cut_at(i)]
+        started = self._unchained_outputs()
         if started:
             forward = self.training.graphs.forward
             nodes = autodiff.ancestor_nodes(
@@ -106,18 +102,22 @@ class CompiledFunction(chainer.FunctionNode):
             if variable is not None:
                 variable.unchain()
 
-    def _cut_at(self, i):
-        """Did the user unchain published output ``i``? (Not if it was
-        freed: its node may still be on a path of the graph.)"""
-        variable = self._published[i]()
-        return variable is not None and variable.creator_node is None
+    def _unchained_outputs(self):
+        """The positions of the published outputs the user unchained (not
+        those freed: their nodes may still be on a path of the graph)."""
+        found = []
+        for i in self._connected:
+            variable = self._published[i]()
+            if variable is not None and variable.creator_node is None:
+                found.append(i)
+        return found
 
     def backward(self, indexes, grad_outputs):
         """Runs the backward program (in C: ``_fastpath.
         compiled_backward``), or, where the user unchained some outputs
         (``h.unchain()``, ``h.unchain_backward()``), a backward that stops
         the gradients there as eager's graph would."""
-        cut = [i for i in self._connected if self._cut_at(i)]
+        cut = self._unchained_outputs()
         if not cut and not self._cut_nodes:
             return _fastpath.compiled_backward(self, indexes, grad_outputs)
         values = self.training.graphs.forward.outputs
@@ -137,6 +137,13 @@ class CompiledFunction(chainer.FunctionNode):
     #: Runs the training forward program and keeps the values the backward
     #: reads (in C: ``_fastpath.compiled_forward``).
     forward = _fastpath.compiled_forward
+
+
+def _grad_index(forward, wrt):
+    """For each input and parameter of ``forward``, the position of its
+    gradient in ``wrt``, or ``None``."""
+    position = {v: i for i, v in enumerate(wrt)}
+    return [position.get(v) for v in forward.inputs + forward.params]
 
 
 def _index(values, value):

@@ -39,16 +39,23 @@ _INTERNAL_DIRS = tuple(
 _JIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
 
 
+def _is_library_file(filename):
+    """Chainer's, NumPy's, chainerjit's or a frozen module's code (CuPy's
+    is told apart by ``_is_cupy_file``)."""
+    return filename.startswith(_INTERNAL_DIRS + (_JIT_DIR, '<frozen'))
+
+
+def _is_cupy_file(filename):
+    return 'cupy' + os.sep in filename
+
+
 def user_location(depth=1):
     """The innermost caller's ``(filename, lineno)`` outside Chainer,
-    NumPy and chainerjit itself."""
+    NumPy, CuPy and chainerjit itself."""
     frame = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
-        if not (filename.startswith(_INTERNAL_DIRS)
-                or filename.startswith(_JIT_DIR)
-                or filename.startswith('<frozen')
-                or 'cupy' + os.sep in filename):
+        if not (_is_library_file(filename) or _is_cupy_file(filename)):
             return filename, frame.f_lineno
         frame = frame.f_back
     return None
@@ -696,10 +703,10 @@ def _used_by_the_forward():
     if recorder is None or recorder.depth:
         return False
     frame = sys._getframe(2)
-    while frame is not None and 'cupy' + os.sep in frame.f_code.co_filename:
+    while frame is not None and _is_cupy_file(frame.f_code.co_filename):
         frame = frame.f_back
-    return frame is not None and not frame.f_code.co_filename.startswith(
-        _INTERNAL_DIRS + (_JIT_DIR, '<frozen'))
+    return frame is not None and not _is_library_file(
+        frame.f_code.co_filename)
 
 
 def _is_basic_index(index):
@@ -1241,18 +1248,20 @@ def _untag_graph(nodes):
     backward of the recording call) back into plain arrays, so that
     gradients and optimizer states computed from them are plain too."""
     for node in nodes:
-        traced = [(name, index, array)
-                  for name, index, array in ops.array_attributes(node)
-                  if _untag(array) is not array]
-        ops.set_array_attributes(
-            ops.state_holder(node), [(n, i) for n, i, _ in traced],
-            [_untag(a) for _, _, a in traced])
+        where, plains = [], []
+        for name, index, array in ops.array_attributes(node):
+            plain = _untag(array)
+            if plain is not array:
+                where.append((name, index))
+                plains.append(plain)
+        ops.set_array_attributes(ops.state_holder(node), where, plains)
         if node._retained_output_data is not None:
             node._retained_output_data = tuple(
                 _untag(a) for a in node._retained_output_data)
         for variable_node in node.inputs or ():
-            if _untag(variable_node.data) is not variable_node.data:
-                variable_node.data = _untag(variable_node.data)
+            plain = _untag(variable_node.data)
+            if plain is not variable_node.data:
+                variable_node.data = plain
 
 
 def _adopt_lazy_params(instance, recorder):

@@ -80,12 +80,11 @@ def lower_linear(node, ctx):
     linear_fn.product = product  # for passes/fuse.py's LSTM step
     into = None if cast or ctx.xp is not numpy or \
         len(ctx.in_shapes[0]) != 2 else linear_into
-    if into is not None and len(ctx.in_shapes) == 3 and \
-            ctx.in_dtypes[0] in _FUSED_DTYPES:
-        linear_fn.then_relu = _then_relu(product)
-    elif ctx.xp is not numpy and not cast and len(ctx.in_shapes) == 3 and \
-            ctx.in_dtypes[0] in _FUSED_DTYPES:
-        linear_fn.then_relu = _then_relu_on_gpu(product)
+    if len(ctx.in_shapes) == 3 and ctx.in_dtypes[0] in _FUSED_DTYPES:
+        if into is not None:
+            linear_fn.then_relu = _then_relu(product)
+        elif ctx.xp is not numpy and not cast:
+            linear_fn.then_relu = _then_relu_on_gpu(product)
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
                   onnx=_linear_to_onnx, fresh=True, into=into)
 

@@ -17,17 +17,14 @@ def lower_lstm(node, ctx):
     into a contiguous gate-major buffer: Chainer's own kernel works on
     stride-4 views of ``x``, which is twice as slow."""
     if ctx.xp is not numpy:
-        return Kernel(_chainer_lstm_step, multi=True,
-                      grad=GradRule(_chainer_lstm_grad, (0, 1), (0,)),
-                      onnx=_lstm_to_onnx(ctx.in_shapes[1][0] <
-                                         ctx.in_shapes[0][0]), fresh=True)
-
-    def lstm_step(c_prev, x):
-        return _cell(_activate(_halved_gates(x)), c_prev)
-    # passes.fuse.fuse_lstm_step may replace it by fused_step (C loops).
-    lstm_step.fusable = True
-    return Kernel(lstm_step, multi=True,
-                  grad=GradRule(_lstm_grad, (0, 1), (0,)),
+        step, grad = _chainer_lstm_step, _chainer_lstm_grad
+    else:
+        def step(c_prev, x):
+            return _cell(_activate(_halved_gates(x)), c_prev)
+        # passes.fuse.fuse_lstm_step may replace it by fused_step (C loops).
+        step.fusable = True
+        grad = _lstm_grad
+    return Kernel(step, multi=True, grad=GradRule(grad, (0, 1), (0,)),
                   onnx=_lstm_to_onnx(ctx.in_shapes[1][0] <
                                      ctx.in_shapes[0][0]), fresh=True)
 
