@@ -13,8 +13,12 @@ from chainerjit.errors import FallbackWarning  # NOQA
 from chainerjit.errors import RecompileWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
+from chainerjit import backprop
+from chainerjit import losses
 from chainerjit import optimizers
 
+backprop.install()
+losses.install()
 optimizers.install()
 
 __version__ = '0.1.0'

@@ -6,6 +6,7 @@ cache (``api.JitFunction``'s base class, :class:`CachedCall`).
 ``signature.py``, ``cache.py``, ``function.py`` and ``api.py`` document
 them."""
 
+import heapq
 import threading
 import weakref
 
@@ -240,7 +241,7 @@ cdef bint _plain_numpy_call(object node, list input_vars):
     function hooks, no debug mode and no static graph?"""
     if _config('debug') or _config('schedule_func') is not None or \
             getattr(_chainer_local, 'function_hooks', None) or \
-            node._n_local_function_hooks != 0:
+            node._n_local_function_hooks != 0 or node.is_elementwise:
         return False
     for v in input_vars:
         if type(v._data[0]) is not _ndarray or v._layout is not None:
@@ -250,10 +251,13 @@ cdef bint _plain_numpy_call(object node, list input_vars):
 
 cpdef tuple lean_apply(object node, object inputs):
     """``node.apply(inputs)`` without the steps of ``FunctionNode.apply``
-    that do nothing for a chainerjit node (see :func:`_plain_numpy_call`);
-    anything else takes Chainer's own ``apply``. It links the node into
-    the graph exactly as that does, reading Chainer 7's attributes
-    (``_node``, ``_rank``) where its properties only return them."""
+    that do nothing for a plain NumPy call (see :func:`_plain_numpy_call`):
+    a chainerjit node, or an eager loss on a jitted output (``losses``);
+    anything else takes Chainer's own ``apply``. It type-checks the inputs
+    (a chainerjit node's check is empty), links the node into the graph
+    and retains the inputs and outputs its forward asks for exactly as
+    that does, reading Chainer 7's attributes (``_node``, ``_rank``) where
+    its properties only return them."""
     cdef list input_vars = [_input_variable(x) for x in inputs]
     if not _plain_numpy_call(node, input_vars):
         return _FunctionNode.apply(node, input_vars)
@@ -262,10 +266,13 @@ cpdef tuple lean_apply(object node, object inputs):
     for v in input_vars:
         if v._requires_grad:
             requires_grad = True
+    cdef tuple in_data = tuple([v._data[0] for v in input_vars])
     node._input_layouts = _NO_LAYOUT * n_in
+    if _config('type_check'):
+        node._check_data_type_forward(in_data)
     node._input_indexes_to_retain = None
     node._output_indexes_to_retain = None
-    outputs = node.forward(tuple([v._data[0] for v in input_vars]))
+    outputs = node.forward(in_data)
     cdef Py_ssize_t n_out = len(outputs)
     node._output_layouts = _NO_LAYOUT * n_out
     node._output_count = n_out
@@ -281,8 +288,24 @@ cpdef tuple lean_apply(object node, object inputs):
             y._node._rank = rank + 1
         node.inputs = tuple([v._node for v in input_vars])
         node.outputs = tuple([_weakref(y._node) for y in ret])
+        _retain(node, input_vars, ret, outputs)
         node.lazy_grad_sum = _config('lazy_grad_sum')
     return ret
+
+
+cdef void _retain(object node, list input_vars, tuple ret,
+                  object outputs) except *:
+    """What ``FunctionNode.apply`` keeps of the inputs and outputs that
+    ``node.forward`` retained (``retain_inputs``, ``retain_outputs``)."""
+    if node._input_indexes_to_retain is not None:
+        for index in node._input_indexes_to_retain:
+            input_vars[index].retain_data()
+    if node._output_indexes_to_retain is not None:
+        retained = []
+        for index in node._output_indexes_to_retain:
+            ret[index].retain_data()
+            retained.append(outputs[index])
+        node._retained_output_data = tuple(retained)
 
 
 # --- a call that hits the cache (``api.JitFunction``) ----------------------
@@ -538,6 +561,202 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
     node._published = [_weakref(y) for y in published]
     node._connected = connected
     return tuple(published)
+
+
+# --- backprop through jitted nodes (``backprop``) ---------------------------
+
+cdef object _heappush = heapq.heappush
+cdef object _heappop = heapq.heappop
+cdef object _plain_backward_accumulate = _FunctionNode.backward_accumulate
+cdef object _using_config = chainer.using_config
+cdef object _backprop_utils = None  # chainer._backprop_utils, on first use
+cdef object _check_grad_type = None
+
+
+cpdef bint lean_backward(object loss, object loss_scale):
+    """``loss.backward(loss_scale=loss_scale)`` (no retained gradients,
+    no double backprop) as Chainer 7's ``Variable.backward`` and
+    ``_backprop_to_all`` run it, without their steps that do nothing here,
+    where the graph holds a chainerjit node (see :func:`_lean_graph`).
+    Returns False, having done nothing, for anything else."""
+    global _backprop_utils, _check_grad_type
+    array = loss._data[0]
+    if type(array) is not _ndarray or loss._layout is not None or \
+            _config('debug') or \
+            getattr(_chainer_local, 'function_hooks', None):
+        return False
+    root = loss._node._creator_node
+    if root is None or not _lean_graph(root):
+        return False
+    if array.size == 1 and loss.grad_var is None:
+        if array.ndim != 0:
+            return False  # Chainer's own backward warns
+        loss.grad = numpy.ones_like(array)
+        if loss_scale is not None:
+            loss.grad *= loss_scale
+    if _backprop_utils is None:
+        from chainer import _backprop_utils
+        _check_grad_type = chainer.variable._check_grad_type
+    grad_var = loss.grad_var
+    loss.grad_var = None
+    with _using_config('enable_backprop', False):
+        _backprop_to_all(loss._node, grad_var, loss_scale)
+    return True
+
+
+cdef bint _lean_graph(object root) except -1:
+    """Does the graph behind the function node ``root`` hold a chainerjit
+    node, and no node with function hooks of its own or its own
+    ``backward_accumulate``?"""
+    cdef list stack = [root]
+    cdef set seen = {root}
+    cdef bint jitted = False
+    classes = _nodes()
+    while stack:
+        func = stack.pop()
+        if func.inputs is None or func._n_local_function_hooks != 0 or \
+                type(func).backward_accumulate is not \
+                _plain_backward_accumulate:
+            return False
+        if type(func) in classes:
+            jitted = True
+        for x in func.inputs:
+            creator = x._creator_node
+            if creator is not None and creator not in seen:
+                seen.add(creator)
+                stack.append(creator)
+    return jitted
+
+
+cdef void _backprop_to_all(object y, object gy, object loss_scale) except *:
+    """Chainer's ``_backprop_to_all([(y, gy)], False, loss_scale)``: the
+    same nodes' ``backward`` in the same order (by rank, then first
+    seen), the gradients summed in the same order, the same leaves'
+    ``grad_var`` set. A chainerjit node's gradients are not checked
+    against its inputs' shapes and dtypes: they are right by
+    construction."""
+    cdef list candidates = []
+    cdef dict seen = {}
+    cdef dict grads = {}
+    cdef set leaves = set()
+    cdef dict in_grad
+    cdef tuple targets
+    cdef bint jitted
+    classes = _nodes()
+    _grad_list(grads, y).append(gy)
+    _add_candidate(candidates, seen, y._creator_node)
+    while candidates:
+        func = _heappop(candidates)[2]
+        inputs = func.inputs
+        targets = tuple([i for i in range(len(inputs))
+                         if inputs[i]._requires_grad])
+        out_grad = tuple([
+            _pop_grad(grads, node)
+            if node is not None and node._creator_node is not None else None
+            for node in [ref() for ref in func.outputs]])
+        if not targets:
+            continue
+        in_grad = {}
+        for i in targets:
+            x = inputs[i]
+            if x not in in_grad:
+                in_grad[x] = _grad_list(grads, x)
+        jitted = type(func) in classes
+        if jitted or _on_host(inputs, out_grad):
+            _backprop_step(func, targets, out_grad, in_grad)
+        else:
+            with chainer.using_device(chainer.backend.get_device_from_array(
+                    *([x._data for x in inputs] +
+                      [None if g is None else g._data[0]
+                       for g in out_grad]))):
+                _backprop_step(func, targets, out_grad, in_grad)
+        del out_grad
+        for x, gx in in_grad.items():
+            if not gx:
+                continue
+            if not jitted:
+                for g in gx:
+                    if g is not None:
+                        _check_grad_type(func, x, True, g._data[0])
+            if x._creator_node is None:
+                leaves.add(x)
+            else:
+                _add_candidate(candidates, seen, x._creator_node)
+    for x in leaves:
+        variable = x._variable()
+        gx = _pop_grad(grads, x)
+        if variable is not None:
+            variable._set_grad_var_without_check(gx)
+            variable._loss_scale = loss_scale
+
+
+cdef inline void _add_candidate(list candidates, dict seen,
+                                object func) except *:
+    if func not in seen:
+        _heappush(candidates, (-func.rank, len(seen), func))
+        seen[func] = None
+
+
+cdef list _grad_list(dict grads, object node):
+    """``GradTable.get_as_list`` (``accumulate_grad_inputs=True``): a
+    leaf's list starts with the gradient its Variable holds."""
+    found = grads.get(node)
+    if found is None:
+        if node._creator_node is None:
+            node._check_old_style_gradient()
+            gv = _backprop_utils._grad_var_from_alive_node(node)
+            found = [] if gv is None else [gv]
+        else:
+            found = []
+        grads[node] = found
+    return found
+
+
+cdef object _pop_grad(dict grads, object node):
+    """``GradTable.pop`` (``accumulate_grad_inputs=True``)."""
+    found = grads.pop(node, None)
+    if found is not None:
+        return _backprop_utils._reduce(found)
+    return _backprop_utils._grad_var_from_alive_node(node)
+
+
+cdef bint _on_host(tuple inputs, tuple out_grad):
+    """Are the inputs' retained arrays and the output gradients NumPy
+    arrays (or absent), so that the device context Chainer enters around
+    a backward is the CPU's, which does nothing?"""
+    for x in inputs:
+        if x._data is not None and type(x._data) is not _ndarray:
+            return False
+    for g in out_grad:
+        if g is not None and type(g._data[0]) is not _ndarray:
+            return False
+    return True
+
+
+cdef void _backprop_step(object func, tuple targets, tuple out_grad,
+                         dict in_grad) except *:
+    """``_backprop_utils.backprop_step`` outside debug mode, for a node
+    with Chainer's own ``backward_accumulate``."""
+    gxs = func.backward(targets, out_grad)
+    cdef Py_ssize_t n = len(gxs), n_inputs = len(func.inputs)
+    if n == n_inputs:
+        gxs = tuple([gxs[i] for i in targets])
+    elif n != len(targets):
+        msg = 'number of gradients returned from backward is incorrect: '
+        if n_inputs == len(targets):
+            msg += '%s != expected %s' % (n, n_inputs)
+        else:
+            msg += '%s != expected %s or %s' % (n, n_inputs, len(targets))
+        raise ValueError(func._get_error_message(msg))
+    inputs = func.inputs
+    for i, gx in zip(targets, gxs):
+        if gx is None or gx._data[0] is None:
+            continue
+        in_grad[inputs[i]].append(gx)
+    if not func.lazy_grad_sum:
+        for gx in in_grad.values():
+            if len(gx) >= 2:
+                _backprop_utils._reduce(gx)
 
 
 # --- the optimizer update (``optimizers``) ---------------------------------

@@ -1,0 +1,96 @@
+"""A fast path for Chainer's softmax cross entropy on a jitted forward's
+output, identical in what it computes.
+
+The usual training step computes its loss eagerly on what the jitted
+forward returns: ``F.softmax_cross_entropy(model(x), t)``. Once the model
+runs compiled, that one eager op is a large share of the step (at batch 64
+of an MLP, more than the compiled backward's bookkeeping): Chainer's
+``FunctionNode.apply`` enters device and hook contexts, and its backward
+applies a second node, ``_SoftmaxCrossEntropyGrad_NoDoubleBackprop``,
+through the same steps, for a gradient of a few passes over a (64, 10)
+array.
+
+:func:`install` gives ``SoftmaxCrossEntropy`` an ``apply`` that, where its
+input is a chainerjit node's output and the call is plain (NumPy arrays,
+no function hooks, no debug mode: ``_fastpath.lean_apply``), runs
+Chainer's own type check and ``forward`` and links the node as
+``FunctionNode.apply`` does, without the steps that do nothing there. Its
+``backward`` then computes the gradient of the labels' case (a 2-D input,
+the mean, no class weights) in one C loop, ``_elementwise.
+softmax_ce_grad``, the same arithmetic as the grad node's forward bit for
+bit (``tests/test_losses.py``), where no function hook or double backprop
+would see the grad node; anything else takes Chainer's own path. The loss
+Variable's creator is Chainer's ``SoftmaxCrossEntropy`` node either way.
+
+It is installed when chainerjit is imported; set the environment variable
+``CHAINERJIT_FAST_LOSS=0`` to keep Chainer's own ``apply`` and
+``backward``.
+"""
+
+import os
+
+import chainer
+from chainer.functions.loss import softmax_cross_entropy
+import numpy
+
+from chainerjit import _elementwise
+from chainerjit import _fastpath
+from chainerjit import function
+
+_SoftmaxCrossEntropy = softmax_cross_entropy.SoftmaxCrossEntropy
+_chainer_backward = _SoftmaxCrossEntropy.backward
+_JITTED_NODES = (function.CompiledFunction, function._Output)
+
+
+def install():
+    """Gives ``SoftmaxCrossEntropy`` the fast ``apply`` and ``backward``
+    (unless ``CHAINERJIT_FAST_LOSS=0``)."""
+    if os.environ.get('CHAINERJIT_FAST_LOSS', '1') != '0':
+        _SoftmaxCrossEntropy.apply = apply
+        _SoftmaxCrossEntropy.backward = backward
+
+
+def uninstall():
+    if _SoftmaxCrossEntropy.__dict__.get('apply') is apply:
+        del _SoftmaxCrossEntropy.apply
+    _SoftmaxCrossEntropy.backward = _chainer_backward
+
+
+def apply(self, inputs):
+    """``FunctionNode.apply``, lean (``_fastpath.lean_apply``) for the
+    output of a jitted forward outside a recording. Otherwise the one
+    ``FunctionNode`` has now, which a recording wraps (``trace``)."""
+    x = inputs[0]
+    if _fastpath.recording.recorder is None and \
+            isinstance(x, chainer.Variable) and \
+            type(x.creator_node) in _JITTED_NODES:
+        self._chainerjit_lean = True
+        return _fastpath.lean_apply(self, inputs)
+    return chainer.FunctionNode.apply(self, inputs)
+
+
+def backward(self, indexes, grad_outputs):
+    """The labels' gradient in one C loop where :func:`apply` took the
+    forward and nothing would see the grad node; Chainer's own
+    ``backward`` otherwise."""
+    if self.__dict__.get('_chainerjit_lean') and _plain_gradient(self):
+        gloss, = grad_outputs
+        x, t = self.get_retained_inputs()
+        gx = self.y.copy()
+        if _elementwise.softmax_ce_grad(
+                gx, t.array, self.ignore_label,
+                float(gloss.array * self._coeff)):
+            return chainer.Variable._init_unchecked(gx, requires_grad=any(
+                v.requires_grad for v in (x, t, gloss))), None
+    return _chainer_backward(self, indexes, grad_outputs)
+
+
+def _plain_gradient(node):
+    """Would the grad node's ``apply`` only run its CPU forward here: the
+    labels' case with the mean and no class weights, the softmax kept
+    (``cache_score``), no double backprop, no function hooks, no debug
+    mode?"""
+    return (node.reduce == 'mean' and node.class_weight is None and
+            not node.soft_target and type(node.y) is numpy.ndarray and
+            node.y.ndim == 2 and not chainer.config.enable_backprop and
+            not chainer.config.debug and not chainer.get_function_hooks())

@@ -1,0 +1,236 @@
+"""The fast softmax cross entropy on a jitted output (chainerjit/losses.py):
+the loss and every gradient bit for bit as under Chainer's own ``apply``
+and ``backward``, the same node in the graph, and Chainer's own path
+wherever the fast one would skip something that is not a no-op."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from chainer.functions.loss import softmax_cross_entropy
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import losses
+
+SCE = softmax_cross_entropy.SoftmaxCrossEntropy
+Grad = softmax_cross_entropy._SoftmaxCrossEntropyGrad_NoDoubleBackprop
+
+
+class MLP(chainer.Chain):
+
+    def __init__(self, dtype=numpy.float32, n_out=5):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 8, initialW=chainer.initializers.Normal(
+                dtype=dtype), initial_bias=chainer.initializers.Zero(dtype))
+            self.l2 = L.Linear(8, n_out, initialW=chainer.initializers.Normal(
+                dtype=dtype), initial_bias=chainer.initializers.Zero(dtype))
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+def _chainers(run):
+    """``run()`` under Chainer's own softmax cross entropy."""
+    losses.uninstall()
+    try:
+        return run()
+    finally:
+        losses.install()
+
+
+def _model(dtype=numpy.float32, n_out=5):
+    numpy.random.seed(0)
+    model = MLP(dtype, n_out)
+    model.forward = chainerjit.jit(model.forward)
+    return model
+
+
+def _jitted_output(model, x):
+    """``model(x)`` from the compiled program (the first call records)."""
+    model(x)
+    y = model(x)
+    assert model.forward.last_entry.hits
+    return y
+
+
+def _step(loss_of, dtype=numpy.float32, n_out=5, labels=None, steps=3):
+    """The losses and gradients of ``steps`` steps of a jitted MLP (with
+    ``x`` requiring grad) under ``loss_of(y, t)``."""
+    model = _model(dtype, n_out)
+    rng = numpy.random.RandomState(1)
+    results = []
+    for _ in range(steps):
+        x = chainer.Variable(rng.standard_normal((7, 6)).astype(dtype))
+        t = rng.randint(0, n_out, 7).astype(numpy.int32) \
+            if labels is None else labels
+        model.cleargrads()
+        loss = loss_of(model(x), t)
+        loss.grad = numpy.ones_like(loss.array)
+        loss.backward()
+        results.append(loss.array)
+        results.append(x.grad)
+        results.extend(p.grad for _, p in sorted(model.namedparams()))
+    return results
+
+
+LOSSES = {
+    'default': lambda y, t: F.softmax_cross_entropy(y, t),
+    'ignored labels': lambda y, t: F.softmax_cross_entropy(
+        y, numpy.where(numpy.arange(len(t)) % 3 == 0, -1, t).astype(t.dtype)),
+    'all ignored': lambda y, t: F.softmax_cross_entropy(
+        y, numpy.full_like(t, -1)),
+    'other ignore label': lambda y, t: F.softmax_cross_entropy(
+        y, numpy.where(t == 2, 4, t).astype(t.dtype), ignore_label=4),
+    'not normalized': lambda y, t: F.softmax_cross_entropy(
+        y, numpy.where(t == 1, -1, t).astype(t.dtype), normalize=False),
+    'int64 labels': lambda y, t: F.softmax_cross_entropy(
+        y, t.astype(numpy.int64)),
+    'no reduction': lambda y, t: F.softmax_cross_entropy(
+        y, t, reduce='no'),
+    'class weights': lambda y, t: F.softmax_cross_entropy(
+        y, t, class_weight=numpy.arange(1, 6, dtype=y.dtype)),
+    'no score cache': lambda y, t: F.softmax_cross_entropy(
+        y, t, cache_score=False),
+    'soft targets': lambda y, t: F.softmax_cross_entropy(
+        y, F.softmax(y).array[::-1].copy()),
+    'kl divergence': lambda y, t: F.softmax_cross_entropy(
+        y, F.softmax(y).array[::-1].copy(), soft_target_loss='kl-divergence'),
+    'a scaled loss': lambda y, t: 3 * F.softmax_cross_entropy(y, t),
+    'twice': lambda y, t: F.softmax_cross_entropy(y, t) +
+    F.softmax_cross_entropy(y * 2, t),
+    'through L.Classifier': lambda y, t: L.Classifier(
+        lambda x: x)(y, t),
+}
+
+
+@pytest.mark.parametrize('name', sorted(LOSSES))
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_losses_and_gradients_are_chainers_bit_for_bit(name, dtype):
+    def run():
+        return _step(LOSSES[name], dtype)
+    expected = _chainers(run)
+    actual = run()
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        numpy.testing.assert_array_equal(a, e)
+
+
+def test_float16_is_chainers():
+    def run():
+        return _step(LOSSES['default'], numpy.float16)
+    for a, e in zip(run(), _chainers(run)):
+        numpy.testing.assert_array_equal(a, e)
+
+
+def _counting(monkeypatch, cls, name):
+    calls = []
+    original = getattr(cls, name)
+
+    def counted(self, *args):
+        calls.append(self)
+        return original(self, *args)
+    monkeypatch.setattr(cls, name, counted)
+    return calls
+
+
+def test_a_jitted_output_takes_the_fast_path(monkeypatch):
+    grads = _counting(monkeypatch, Grad, 'forward_cpu')
+    model = _model()
+    y = _jitted_output(model, chainer.Variable(numpy.ones((3, 6),
+                                                          numpy.float32)))
+    loss = F.softmax_cross_entropy(y, numpy.array([0, 1, 2], numpy.int32))
+    node = loss.creator_node
+    assert type(node) is SCE
+    assert node._chainerjit_lean
+    assert node.inputs[0] is y.node and node.inputs[0].data is y.array
+    assert [v.array for v in node.get_retained_inputs()][1].tolist() == \
+        [0, 1, 2]
+    loss.backward()
+    assert grads == []  # the grad node was not needed
+    assert model.l1.W.grad is not None
+
+
+def test_an_eager_input_takes_chainers_path(monkeypatch):
+    grads = _counting(monkeypatch, Grad, 'forward_cpu')
+    y = chainer.Variable(numpy.ones((3, 5), numpy.float32))
+    loss = F.softmax_cross_entropy(y, numpy.array([0, 1, 2], numpy.int32))
+    assert not loss.creator_node.__dict__.get('_chainerjit_lean')
+    loss.backward()
+    assert len(grads) == 1
+
+
+def _error(call):
+    with pytest.raises(Exception) as caught:
+        call()
+    return type(caught.value), str(caught.value)
+
+
+@pytest.mark.parametrize('labels', [
+    numpy.zeros((4,), numpy.int32),  # Chainer's check raises RuntimeError
+    numpy.zeros((3, 1), numpy.int32),
+    numpy.zeros((3,), numpy.float32)])
+def test_bad_labels_fail_the_type_check_as_in_eager_mode(labels):
+    model = _model()
+    y = _jitted_output(model, chainer.Variable(numpy.ones((3, 6),
+                                                          numpy.float32)))
+    fast = _error(lambda: F.softmax_cross_entropy(y, labels))
+    assert fast == _error(lambda: F.softmax_cross_entropy(
+        chainer.Variable(y.array), labels))
+    assert fast[0] in (RuntimeError, chainer.utils.type_check.InvalidType)
+
+
+class _Recorder(chainer.FunctionHook):
+
+    def __init__(self):
+        self.seen = []
+
+    def forward_postprocess(self, function, in_data):
+        self.seen.append(('forward', function.label))
+
+    def backward_postprocess(self, function, in_data, out_grad):
+        self.seen.append(('backward', function.label))
+
+
+def _hooked_labels():
+    model = _model()
+    y = _jitted_output(model, chainer.Variable(numpy.ones((3, 6),
+                                                          numpy.float32)))
+    with _Recorder() as hook:
+        F.softmax_cross_entropy(y, numpy.zeros(3, numpy.int32)).backward()
+    return hook.seen
+
+
+def test_function_hooks_see_what_they_see_in_eager_mode():
+    seen = _hooked_labels()
+    assert ('forward', 'SoftmaxCrossEntropy') in seen
+    assert ('forward', '_SoftmaxCrossEntropyGrad_NoDoubleBackprop') in seen
+    assert seen == _chainers(_hooked_labels)
+
+
+def test_double_backprop_takes_chainers_backward(monkeypatch):
+    grads = _counting(monkeypatch, Grad, 'forward_cpu')
+    model = _model()
+    y = _jitted_output(model, chainer.Variable(numpy.ones((3, 6),
+                                                          numpy.float32)))
+    node = SCE()
+    node.apply((y, numpy.zeros(3, numpy.int32)))
+    assert node._chainerjit_lean
+    with chainer.using_config('enable_backprop', True):
+        gx, _ = node.backward((0,), (chainer.Variable(
+            numpy.array(1, numpy.float32)),))
+    assert len(grads) == 1
+    assert gx.creator_node is not None  # a graph for the second order
+
+
+def test_cuts_nothing_when_turned_off(monkeypatch):
+    monkeypatch.setenv('CHAINERJIT_FAST_LOSS', '0')
+    losses.uninstall()
+    try:
+        losses.install()
+        assert 'apply' not in SCE.__dict__
+    finally:
+        monkeypatch.delenv('CHAINERJIT_FAST_LOSS')
+        losses.install()
+    assert SCE.apply is losses.apply
