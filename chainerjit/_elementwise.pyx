@@ -1197,3 +1197,184 @@ def softmax_ce_grad(y, t, ignore_label, double scale):
             _softmax_ce_grad(<double*>_data(y), <long long*>_data(t),
                              n_rows, n_classes, ignore, scale)
     return True
+
+
+# --- log-softmax and the mean label loss of softmax cross entropy ---------
+
+#: NumPy's ``add.reduce`` sums a run of contiguous elements by pairwise
+#: summation in one inner loop call, up to its buffer size (8192 by
+#: default) at a time; the loops below sum rows of up to this many.
+MAX_PAIRWISE_RUN = 8192
+
+
+cdef floating _pairwise_sum(floating* a, Py_ssize_t n) noexcept nogil:
+    """NumPy 1.x's ``pairwise_sum`` (``loops_utils.h.src``) of ``n``
+    contiguous elements: the same additions in the same order."""
+    cdef floating res
+    cdef floating r[8]
+    cdef Py_ssize_t i, j, n2
+    if n < 8:
+        res = -(<floating>0)
+        for i in range(n):
+            res = res + a[i]
+        return res
+    if n <= 128:
+        for j in range(8):
+            r[j] = a[j]
+        i = 8
+        while i < n - (n % 8):
+            for j in range(8):
+                r[j] = r[j] + a[i + j]
+            i += 8
+        res = ((r[0] + r[1]) + (r[2] + r[3])) + \
+            ((r[4] + r[5]) + (r[6] + r[7]))
+        while i < n:
+            res = res + a[i]
+            i += 1
+        return res
+    n2 = n // 2
+    n2 -= n2 % 8
+    return _pairwise_sum(a, n2) + _pairwise_sum(a + n2, n - n2)
+
+
+cdef inline floating _sum(floating* a, Py_ssize_t n) noexcept nogil:
+    """``add.reduce`` of ``n`` (at most :data:`MAX_PAIRWISE_RUN`)
+    contiguous elements: the identity plus their pairwise sum."""
+    return <floating>0 + _pairwise_sum(a, n)
+
+
+cdef void _max_and_shift(floating* x, floating* y, floating* m,
+                         Py_ssize_t n_rows, Py_ssize_t n) noexcept nogil:
+    """``m = x.max(axis=1)`` (NaN if a row has one, as NumPy's) and ``y =
+    x - m[:, None]``."""
+    cdef Py_ssize_t r, j
+    cdef floating top, v
+    for r in range(n_rows):
+        top = x[r * n]
+        for j in range(1, n):
+            v = x[r * n + j]
+            if v > top or v != v:  # NaN stays: no v is > NaN
+                top = v
+        m[r] = top
+        for j in range(n):
+            y[r * n + j] = x[r * n + j] - top
+
+
+cdef void _row_sums(floating* y, floating* s, Py_ssize_t n_rows,
+                    Py_ssize_t n) noexcept nogil:
+    cdef Py_ssize_t r
+    for r in range(n_rows):
+        s[r] = _sum(y + r * n, n)
+
+
+cdef void _subtract_log_z(floating* x, floating* y, floating* m,
+                          floating* log_s, Py_ssize_t n_rows,
+                          Py_ssize_t n) noexcept nogil:
+    """``m += log_s`` (the log-sum-exp), then ``y = x - m[:, None]``."""
+    cdef Py_ssize_t r, j
+    cdef floating log_z
+    for r in range(n_rows):
+        log_z = m[r] + log_s[r]
+        m[r] = log_z
+        for j in range(n):
+            y[r * n + j] = x[r * n + j] - log_z
+
+
+def log_softmax(x):
+    """Chainer's ``log_softmax._log_softmax(x)`` (along axis 1) of a
+    C-ordered 2-d float32 or float64 ``x`` in native byte order with
+    rows of 1 to :data:`MAX_PAIRWISE_RUN` elements, bit for bit: the row
+    maxima, the shift and the sums in C, in NumPy's order (the sums
+    pairwise, :func:`_pairwise_sum`), and NumPy's own ``exp`` and ``log``
+    over the whole arrays, as ``logsumexp`` calls them. A new array, or
+    None for arrays it does not take."""
+    cdef int kind = _c_ordered(x, -1, False)
+    if kind < 0 or x.ndim != 2 or x.size == 0 or \
+            x.shape[1] > MAX_PAIRWISE_RUN:
+        return None
+    cdef Py_ssize_t n_rows = x.shape[0], n = x.shape[1]
+    y = numpy.empty_like(x)
+    m = numpy.empty((n_rows, 1), x.dtype)
+    s = numpy.empty((n_rows, 1), x.dtype)
+    if kind == cnp.NPY_FLOAT:
+        _max_and_shift(<float*>_data(x), <float*>_data(y),
+                       <float*>_data(m), n_rows, n)
+    else:
+        _max_and_shift(<double*>_data(x), <double*>_data(y),
+                       <double*>_data(m), n_rows, n)
+    numpy.exp(y, out=y)
+    if kind == cnp.NPY_FLOAT:
+        _row_sums(<float*>_data(y), <float*>_data(s), n_rows, n)
+    else:
+        _row_sums(<double*>_data(y), <double*>_data(s), n_rows, n)
+    numpy.log(s, out=s)
+    if kind == cnp.NPY_FLOAT:
+        _subtract_log_z(<float*>_data(x), <float*>_data(y), <float*>_data(m),
+                        <float*>_data(s), n_rows, n)
+    else:
+        _subtract_log_z(<double*>_data(x), <double*>_data(y),
+                        <double*>_data(m), <double*>_data(s), n_rows, n)
+    return y
+
+
+cdef floating _picked_sum(floating* log_y, label_t* t, floating* picked,
+                          Py_ssize_t n_rows, Py_ssize_t n,
+                          long long ignore_label,
+                          Py_ssize_t* count) noexcept nogil:
+    """``sum(log_y[r, t[r]] * valid[r])`` (column 0 for an ignored label)
+    in NumPy's order, counting the valid labels into ``count``."""
+    cdef Py_ssize_t r, valid = 0
+    for r in range(n_rows):
+        if t[r] != ignore_label:
+            picked[r] = log_y[r * n + t[r]] * 1
+            valid += 1
+        else:
+            picked[r] = log_y[r * n] * 0
+    count[0] = valid
+    return _sum(picked, n_rows)
+
+
+def picked_log_prob_sum(log_y, t, ignore_label):
+    """For the mean label loss of softmax cross entropy, ``(log_p.sum(
+    keepdims=True), count)`` as Chainer's CPU forward computes them (the
+    sum a 1-element array) from the log-softmax
+    ``log_y`` (N, C) and the labels ``t`` (N,): ``log_p = log_y[r, t[r]]
+    * (t[r] != ignore_label)`` (column 0 for an ignored label), summed in
+    ``log_y``'s dtype as NumPy sums it, and the number of labels not
+    ignored. ``log_y`` C-ordered float32 or float64, ``t`` a C-ordered
+    int32 or int64 vector of 1 to :data:`MAX_PAIRWISE_RUN` labels, each in
+    ``[0, C)`` or ``ignore_label``. None for arrays it does not take."""
+    cdef int kind = _c_ordered(log_y, -1, False)
+    if kind < 0 or log_y.ndim != 2 or type(t) is not _ndarray or \
+            t.ndim != 1 or len(t) != len(log_y) or len(t) == 0 or \
+            len(t) > MAX_PAIRWISE_RUN or not t.flags.c_contiguous or \
+            not cnp.PyArray_ISNOTSWAPPED(<cnp.ndarray>t) or \
+            t.dtype.kind != 'i' or t.dtype.itemsize not in (4, 8):
+        return None
+    cdef Py_ssize_t n_rows = log_y.shape[0], n_classes = log_y.shape[1]
+    cdef Py_ssize_t count = 0
+    cdef long long ignore = ignore_label
+    if not (_labels_in_range(<int*>_data(t), n_rows, ignore, n_classes)
+            if t.dtype.itemsize == 4 else _labels_in_range(
+                <long long*>_data(t), n_rows, ignore, n_classes)):
+        return None
+    picked = numpy.empty(n_rows, log_y.dtype)
+    if kind == cnp.NPY_FLOAT and t.dtype.itemsize == 4:
+        total = _picked_sum(<float*>_data(log_y), <int*>_data(t),
+                            <float*>_data(picked), n_rows, n_classes,
+                            ignore, &count)
+    elif kind == cnp.NPY_FLOAT:
+        total = _picked_sum(<float*>_data(log_y), <long long*>_data(t),
+                            <float*>_data(picked), n_rows, n_classes,
+                            ignore, &count)
+    elif t.dtype.itemsize == 4:
+        total = _picked_sum(<double*>_data(log_y), <int*>_data(t),
+                            <double*>_data(picked), n_rows, n_classes,
+                            ignore, &count)
+    else:
+        total = _picked_sum(<double*>_data(log_y), <long long*>_data(t),
+                            <double*>_data(picked), n_rows, n_classes,
+                            ignore, &count)
+    summed = numpy.empty(1, log_y.dtype)
+    summed[0] = total
+    return summed, count

@@ -13,18 +13,21 @@ array.
 :func:`install` gives ``SoftmaxCrossEntropy`` an ``apply`` that, where its
 input is a chainerjit node's output and the call is plain (NumPy arrays,
 no function hooks, no debug mode: ``_fastpath.lean_apply``), runs
-Chainer's own type check and ``forward`` and links the node as
-``FunctionNode.apply`` does, without the steps that do nothing there. Its
-``backward`` then computes the gradient of the labels' case (a 2-D input,
-the mean, no class weights) in one C loop, ``_elementwise.
-softmax_ce_grad``, the same arithmetic as the grad node's forward bit for
-bit (``tests/test_losses.py``), where no function hook or double backprop
-would see the grad node; anything else takes Chainer's own path. The loss
+Chainer's own type check and links the node as ``FunctionNode.apply``
+does, without the steps that do nothing there. For the labels' mean loss
+of a 2-D input without class weights (the usual classifier's), the
+forward then runs the lowering's C loops (``ops/loss.py``: the
+log-softmax and the picked log-probabilities' sum in NumPy's order, with
+NumPy's own ``exp`` and ``log``), and the backward the gradient's C loop
+(``_elementwise.softmax_ce_grad``), where no function hook or double
+backprop would see the grad node. Both are Chainer's arithmetic bit for
+bit (``tests/test_losses.py``) and keep on the node what Chainer's
+forward keeps; anything else takes Chainer's own code. The loss
 Variable's creator is Chainer's ``SoftmaxCrossEntropy`` node either way.
 
 It is installed when chainerjit is imported; set the environment variable
-``CHAINERJIT_FAST_LOSS=0`` to keep Chainer's own ``apply`` and
-``backward``.
+``CHAINERJIT_FAST_LOSS=0`` to keep Chainer's own ``apply``,
+``forward_cpu`` and ``backward``.
 """
 
 import os
@@ -36,8 +39,11 @@ import numpy
 from chainerjit import _elementwise
 from chainerjit import _fastpath
 from chainerjit import function
+from chainerjit.ops import activation as activation_ops
+from chainerjit.ops import loss as loss_ops
 
 _SoftmaxCrossEntropy = softmax_cross_entropy.SoftmaxCrossEntropy
+_chainer_forward_cpu = _SoftmaxCrossEntropy.forward_cpu
 _chainer_backward = _SoftmaxCrossEntropy.backward
 _JITTED_NODES = (function.CompiledFunction, function._Output)
 
@@ -47,12 +53,14 @@ def install():
     (unless ``CHAINERJIT_FAST_LOSS=0``)."""
     if os.environ.get('CHAINERJIT_FAST_LOSS', '1') != '0':
         _SoftmaxCrossEntropy.apply = apply
+        _SoftmaxCrossEntropy.forward_cpu = forward_cpu
         _SoftmaxCrossEntropy.backward = backward
 
 
 def uninstall():
     if _SoftmaxCrossEntropy.__dict__.get('apply') is apply:
         del _SoftmaxCrossEntropy.apply
+    _SoftmaxCrossEntropy.forward_cpu = _chainer_forward_cpu
     _SoftmaxCrossEntropy.backward = _chainer_backward
 
 
@@ -67,6 +75,27 @@ def apply(self, inputs):
         self._chainerjit_lean = True
         return _fastpath.lean_apply(self, inputs)
     return chainer.FunctionNode.apply(self, inputs)
+
+
+def forward_cpu(self, inputs):
+    """The labels' mean loss (a 2-d input, no class weights) where
+    :func:`apply` took the call, with ``ops/loss.py``'s C loops for the
+    log-softmax and the loss (bit for bit), keeping what Chainer's
+    ``forward_cpu`` keeps for the backward; Chainer's own otherwise."""
+    x, t = inputs
+    if self.__dict__.get('_chainerjit_lean') and self.reduce == 'mean' and \
+            self.class_weight is None and x.ndim == 2 and t.ndim == 1 and \
+            not chainer.is_debug():
+        log_y = activation_ops.log_softmax_rows(x)
+        found = loss_ops.mean_label_loss(log_y, t, self.ignore_label,
+                                         self.normalize)
+        if found is not None:
+            self.retain_inputs((0, 1))
+            if self.cache_score:
+                self.y = numpy.exp(log_y)
+            loss, self._coeff = found
+            return loss,
+    return _chainer_forward_cpu(self, inputs)
 
 
 def backward(self, indexes, grad_outputs):

@@ -726,3 +726,101 @@ def test_softmax_ce_grad_refuses_what_it_does_not_take(rng):
         before = numpy.array(args[0], copy=True)
         assert not _elementwise.softmax_ce_grad(args[0], args[1], -1, 0.25)
         assert numpy.array_equal(args[0], before)
+
+
+# --- log-softmax and the mean label loss of softmax cross entropy ------------
+
+def _spread(rng, shape, dtype):
+    """Values over many magnitudes, so that the order of a sum shows."""
+    return (rng.standard_normal(shape) *
+            numpy.exp(rng.uniform(-3, 5, shape))).astype(dtype)
+
+
+SPECIAL = [numpy.nan, numpy.inf, -numpy.inf, -0.0, 0.0, 1e30]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [
+    (1, 1), (64, 10), (3, 7), (5, 8), (2, 9), (4, 128), (3, 129), (2, 300),
+    (1, 1000), (2, 8192)])
+def test_log_softmax_is_chainers_bit_for_bit(rng, dtype, shape):
+    from chainer.functions.activation import log_softmax
+    x = _spread(rng, shape, dtype)
+    for special in [None] + SPECIAL:
+        if special is not None:
+            x[rng.randint(shape[0]), rng.randint(shape[1])] = special
+        with numpy.errstate(invalid='ignore'):
+            expected = log_softmax._log_softmax(x)
+            actual = _elementwise.log_softmax(x)
+        assert actual.dtype == expected.dtype and \
+            actual.shape == expected.shape
+        numpy.testing.assert_array_equal(actual, expected)
+        assert numpy.array_equal(numpy.signbit(actual),
+                                 numpy.signbit(expected)) or \
+            numpy.isnan(expected).any()
+
+
+def test_log_softmax_refuses_what_it_does_not_take(rng):
+    x = _spread(rng, (4, 5), numpy.float32)
+    for refused in [x.astype(numpy.float16), numpy.asfortranarray(x),
+                    x[:, ::2], x[:, :, None], x[0], x[:0],
+                    numpy.zeros((2, 8193), numpy.float32), x.tolist(),
+                    x.astype(numpy.int32), x.astype('>f4')]:
+        assert _elementwise.log_softmax(refused) is None
+
+
+def _chainers_mean_loss(x, t, ignore_label, normalize):
+    from chainer.functions.loss import softmax_cross_entropy
+    node = softmax_cross_entropy.SoftmaxCrossEntropy(
+        normalize=normalize, ignore_label=ignore_label)
+    with numpy.errstate(invalid='ignore'):
+        loss, = node.forward_cpu((x, t))
+    return loss, node._coeff
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('label_dtype', [numpy.int32, numpy.int64])
+@pytest.mark.parametrize('ignore_label', [-1, 3])
+@pytest.mark.parametrize('normalize', [True, False])
+@pytest.mark.parametrize('n_rows', [1, 7, 8, 64, 129, 300])
+def test_mean_label_loss_is_chainers_bit_for_bit(
+        rng, dtype, label_dtype, ignore_label, normalize, n_rows):
+    from chainerjit.ops import loss as loss_ops
+    x = _spread(rng, (n_rows, 5), dtype)
+    t = rng.randint(0, 5, n_rows).astype(label_dtype)
+    cases = [t, numpy.where(rng.rand(n_rows) < 0.3, ignore_label,
+                            t).astype(label_dtype),
+             numpy.full_like(t, ignore_label)]
+    for labels in cases:
+        for special in [None] + SPECIAL:
+            if special is not None:
+                x[rng.randint(n_rows), rng.randint(5)] = special
+            expected, coeff = _chainers_mean_loss(x, labels, ignore_label,
+                                                  normalize)
+            log_y = _elementwise.log_softmax(x)
+            loss, found_coeff = loss_ops.mean_label_loss(
+                log_y, labels, ignore_label, normalize)
+            assert loss.dtype == expected.dtype and loss.shape == ()
+            assert loss.tobytes() == expected.tobytes() or \
+                (numpy.isnan(loss) and numpy.isnan(expected))
+            assert found_coeff == coeff
+
+
+def test_picked_log_prob_sum_refuses_what_it_does_not_take(rng):
+    log_y = _spread(rng, (4, 5), numpy.float32)
+    t = numpy.array([0, 4, -1, 2], numpy.int32)
+    for args in [
+            (log_y.astype(numpy.float16), t),
+            (numpy.asfortranarray(log_y), t),
+            (log_y[:, :, None], t),
+            (log_y, t.astype(numpy.int16)),
+            (log_y, t.astype(numpy.float32)),
+            (log_y, t[:3]),
+            (log_y, t[::-1]),
+            (log_y, numpy.array([0, 5, -1, 2], numpy.int32)),   # IndexError
+            (log_y, numpy.array([0, -2, -1, 2], numpy.int32)),  # wraps
+            (log_y[:0], t[:0]),
+            (numpy.zeros((8193, 2), numpy.float32),
+             numpy.zeros(8193, numpy.int32)),
+            (log_y, t.tolist())]:
+        assert _elementwise.picked_log_prob_sum(args[0], args[1], -1) is None

