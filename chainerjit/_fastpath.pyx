@@ -568,7 +568,6 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
 cdef object _heappush = heapq.heappush
 cdef object _heappop = heapq.heappop
 cdef object _plain_backward_accumulate = _FunctionNode.backward_accumulate
-cdef object _using_config = chainer.using_config
 cdef object _backprop_utils = None  # chainer._backprop_utils, on first use
 cdef object _check_grad_type = None
 
@@ -588,20 +587,46 @@ cpdef bint lean_backward(object loss, object loss_scale):
     root = loss._node._creator_node
     if root is None or not _lean_graph(root):
         return False
-    if array.size == 1 and loss.grad_var is None:
-        if array.ndim != 0:
-            return False  # Chainer's own backward warns
-        loss.grad = numpy.ones_like(array)
-        if loss_scale is not None:
-            loss.grad *= loss_scale
+    cdef bint start_with_one = array.size == 1 and \
+        loss._grad_var is None and loss._grad is None
+    if start_with_one and (array.ndim != 0 or array.dtype.kind != 'f'):
+        return False  # Chainer's own backward warns, or its check raises
     if _backprop_utils is None:
         from chainer import _backprop_utils
         _check_grad_type = chainer.variable._check_grad_type
-    grad_var = loss.grad_var
-    loss.grad_var = None
-    with _using_config('enable_backprop', False):
+    if start_with_one:  # what ``loss.grad = 1`` and taking it leave
+        ones = numpy.ones_like(array)
+        if loss_scale is not None:
+            ones *= loss_scale
+        grad_var = _Variable(ones)
+        loss._grad_valid = True
+    else:
+        grad_var = loss.grad_var
+    loss._grad_var = loss._grad = None
+    old = _set_local_config('enable_backprop', False)
+    try:
         _backprop_to_all(loss._node, grad_var, loss_scale)
+    finally:
+        _restore_local_config('enable_backprop', old)
     return True
+
+
+cdef object _set_local_config(str name, object value):
+    """``chainer.config.<name> = value`` for this thread, as
+    ``using_config`` sets it; returns the entry's previous local value,
+    or :data:`ABSENT`."""
+    cdef dict local = _local.__dict__
+    old = local.get(name, _ABSENT)
+    local[name] = value
+    return old
+
+
+cdef void _restore_local_config(str name, object old) except *:
+    cdef dict local = _local.__dict__
+    if old is _ABSENT:
+        local.pop(name, None)
+    else:
+        local[name] = old
 
 
 cdef bint _lean_graph(object root) except -1:
@@ -703,8 +728,9 @@ cdef list _grad_list(dict grads, object node):
     found = grads.get(node)
     if found is None:
         if node._creator_node is None:
-            node._check_old_style_gradient()
-            gv = _backprop_utils._grad_var_from_alive_node(node)
+            if node._old_style_grad_generator is not None:
+                node._check_old_style_gradient()  # raises
+            gv = _take_grad_var(node)
             found = [] if gv is None else [gv]
         else:
             found = []
@@ -716,8 +742,25 @@ cdef object _pop_grad(dict grads, object node):
     """``GradTable.pop`` (``accumulate_grad_inputs=True``)."""
     found = grads.pop(node, None)
     if found is not None:
-        return _backprop_utils._reduce(found)
-    return _backprop_utils._grad_var_from_alive_node(node)
+        return found[0] if len(found) == 1 else \
+            _backprop_utils._reduce(found)
+    return _take_grad_var(node)
+
+
+cdef object _take_grad_var(object node):
+    """``_backprop_utils._grad_var_from_alive_node``: the gradient of the
+    node's Variable (made a Variable if only its array is there), which
+    is then cleared."""
+    var = node._variable()
+    if var is None:
+        return None
+    if var._has_chainerx_array:
+        return _backprop_utils._grad_var_from_alive_node(node)
+    gv = var._grad_var
+    if gv is None and var._grad is not None:
+        gv = _Variable(var._grad, layout=var._layout)
+    var._grad_var = var._grad = None
+    return gv
 
 
 cdef bint _on_host(tuple inputs, tuple out_grad):

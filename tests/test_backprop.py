@@ -344,3 +344,38 @@ def test_turned_off(monkeypatch):
         monkeypatch.delenv('CHAINERJIT_FAST_BACKWARD')
         backprop.install()
     assert chainer.Variable.backward is backprop.backward
+
+
+def test_the_configuration_is_restored():
+    model, loss = _jitted_loss()
+    local = chainer.config._local.__dict__
+    assert 'enable_backprop' not in local
+    loss.backward()
+    assert 'enable_backprop' not in local
+    model, loss = _jitted_loss()
+    with chainer.using_config('enable_backprop', True):
+        loss.backward()
+        assert local['enable_backprop'] is True
+    assert 'enable_backprop' not in local
+
+
+def test_the_configuration_is_restored_after_an_error():
+    model = _jitted(MLP)
+    model.cleargrads()
+    x = _inputs(1)[0]
+    model(x)
+    y, = _BadGradient(lambda g: (g, g)).apply((model(x),))
+    with chainer.using_config('enable_backprop', True):
+        with pytest.raises(ValueError):
+            F.sum(y).backward()
+        assert chainer.config.enable_backprop is True
+
+
+def test_the_loss_is_left_as_chainer_leaves_it():
+    def run():
+        model, loss = _jitted_loss()
+        loss.backward(loss_scale=2.0)
+        return [loss.grad, loss.grad_var, loss._grad_valid,
+                model.l1.W._loss_scale, model.l1.W.grad_var.requires_grad]
+    assert run() == _chainers(run)
+    assert run()[:4] == [None, None, True, 2.0]
