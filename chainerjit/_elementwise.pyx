@@ -473,12 +473,16 @@ cdef bint _read_geometry(tuple values, Geometry* g):
 
 
 cdef int _image_and_patches(image, patches, Geometry* g, Py_ssize_t* dims,
-                            bint image_written) except -2:
+                            bint image_written,
+                            bint any_layout=False) except -2:
     """The loops' dtype (as ``_loop_type``) if ``image`` is a C-ordered
-    4-d array (N, C, H, W) and ``patches`` a C-ordered 6-d array of its
-    dtype, apart from it, the one written writeable; else -1. Sets
-    ``dims`` to N, C, H, W, out_h, out_w (the convolution's output size)."""
-    cdef int kind = _c_ordered(image, -1, image_written)
+    4-d array (N, C, H, W) (or, read and ``any_layout``, one with
+    non-negative strides, such as a convolution's transposed output) and
+    ``patches`` a C-ordered 6-d array of its dtype, apart from it, the one
+    written writeable; else -1. Sets ``dims`` to N, C, H, W, out_h, out_w
+    (the convolution's output size)."""
+    cdef int kind = _strided_kind(image) if any_layout and \
+        not image_written else _c_ordered(image, -1, image_written)
     if kind < 0 or _c_ordered(patches, kind, not image_written) < 0 or \
             (<cnp.ndarray>image).ndim != 4 or \
             (<cnp.ndarray>patches).ndim != 6 or \
@@ -505,11 +509,33 @@ cdef inline void _inside(Py_ssize_t start, Py_ssize_t step,
     hi[0] = min(count, max(lo[0], _ceil_div(limit - start, step)))
 
 
+cdef int _strided_kind(image):
+    """The dtype's type number of a float32 or float64 NumPy array in
+    native byte order whose strides are non-negative multiples of its
+    item size; else -1."""
+    cdef cnp.ndarray array
+    cdef int kind, k
+    if type(image) is not _ndarray:
+        return -1
+    array = image
+    kind = cnp.PyArray_TYPE(array)
+    if (kind != cnp.NPY_FLOAT and kind != cnp.NPY_DOUBLE) or \
+            not cnp.PyArray_ISNOTSWAPPED(array):
+        return -1
+    for k in range(array.ndim):
+        if array.strides[k] < 0 or \
+                array.strides[k] % cnp.PyArray_ITEMSIZE(array):
+            return -1
+    return kind
+
+
 cdef void _patch_rows(floating* x, floating* out, Py_ssize_t* dims,
-                      Geometry g) noexcept nogil:
-    """``out`` as (N, out_h, out_w, C, kh, kw)."""
+                      Py_ssize_t* steps, Geometry g) noexcept nogil:
+    """``out`` as (N, out_h, out_w, C, kh, kw), from ``x`` with the
+    element strides ``steps`` (N, C, H, W)."""
     cdef Py_ssize_t channels = dims[1], height = dims[2], width = dims[3]
     cdef Py_ssize_t n, oy, ox, c, i, j, iy, x0, lo, hi, a, b
+    cdef Py_ssize_t step = g.dx * steps[3]
     cdef floating* row = x
     for n in range(dims[0]):
         for oy in range(dims[4]):
@@ -522,12 +548,12 @@ cdef void _patch_rows(floating* x, floating* out, Py_ssize_t* dims,
                         iy = oy * g.sy - g.ph + i * g.dy
                         a, b = (lo, hi) if 0 <= iy < height else (g.kw, g.kw)
                         if a < b:  # at the first column inside
-                            row = x + ((n * channels + c) * height + iy) * \
-                                width + x0 + a * g.dx
+                            row = x + n * steps[0] + c * steps[1] + \
+                                iy * steps[2] + (x0 + a * g.dx) * steps[3]
                         for j in range(a):
                             out[j] = 0
                         for j in range(b - a):
-                            out[a + j] = row[j * g.dx]
+                            out[a + j] = row[j * step]
                         for j in range(b, g.kw):
                             out[j] = 0
                         out += g.kw
@@ -566,24 +592,30 @@ def convolution_patches(x, out, tuple geometry, bint rows):
     convolution of ``geometry`` ``(kh, kw, sy, sx, ph, pw, dy, dx)``:
     ``rows`` as a (N, out_h, out_w, C, kh, kw) array, else as im2col's
     (N, C, kh, kw, out_h, out_w). Returns False, writing nothing, unless
-    ``x`` is a C-ordered float32 or float64 array and ``out`` a writeable
-    C-ordered array of its dtype and of that shape, apart from it."""
+    ``x`` is a float32 or float64 array (C-ordered for im2col's layout;
+    for rows, any non-negative strides, as a convolution's transposed
+    output has) and ``out`` a writeable C-ordered array of its dtype and
+    of that shape, apart from it."""
     cdef Geometry g
     cdef Py_ssize_t dims[6]
+    cdef Py_ssize_t steps[4]
+    cdef int k
     if not _read_geometry(geometry, &g):
         return False
-    cdef int kind = _image_and_patches(x, out, &g, dims, False)
+    cdef int kind = _image_and_patches(x, out, &g, dims, False, rows)
     if kind < 0 or out.shape != ((dims[0], dims[4], dims[5], dims[1], g.kh,
                                   g.kw) if rows else
                                  (dims[0], dims[1], g.kh, g.kw, dims[4],
                                   dims[5])):
         return False
+    for k in range(4):
+        steps[k] = x.strides[k] // x.itemsize
     if kind == cnp.NPY_FLOAT and rows:
-        _patch_rows(<float*>_data(x), <float*>_data(out), dims, g)
+        _patch_rows(<float*>_data(x), <float*>_data(out), dims, steps, g)
     elif kind == cnp.NPY_FLOAT:
         _patch_columns(<float*>_data(x), <float*>_data(out), dims, g)
     elif rows:
-        _patch_rows(<double*>_data(x), <double*>_data(out), dims, g)
+        _patch_rows(<double*>_data(x), <double*>_data(out), dims, steps, g)
     else:
         _patch_columns(<double*>_data(x), <double*>_data(out), dims, g)
     return True

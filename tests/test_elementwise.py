@@ -291,6 +291,17 @@ def test_convolution_patches_are_the_strided_views_values(rng, geometry,
         out = numpy.full(expected.shape, 7, dtype)
         assert _elementwise.convolution_patches(x, out, geometry, rows)
         assert out.tobytes() == expected.tobytes()
+    # Rows also from other layouts: a convolution's transposed output
+    # (channels last in memory), a view with steps.
+    expected = numpy.ascontiguousarray(view.transpose(0, 2, 3, 1, 4, 5))
+    wide = numpy.zeros((2, 3, 7, 12), dtype)
+    wide[:, :, :, ::2] = x
+    channels_last = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for strided in (channels_last.transpose(0, 3, 1, 2), wide[:, :, :, ::2]):
+        assert not strided.flags.c_contiguous
+        out = numpy.full(expected.shape, 7, dtype)
+        assert _elementwise.convolution_patches(strided, out, geometry, True)
+        assert out.tobytes() == expected.tobytes()
 
 
 def test_convolution_patches_refuse_arrays_they_do_not_take(rng):
@@ -301,7 +312,10 @@ def test_convolution_patches_refuse_arrays_they_do_not_take(rng):
     assert not take(x, out, geometry, False)  # the other layout's shape
     assert not take(x, out[:, :6], geometry, True)  # wrong output size
     assert not take(x, out.astype(numpy.float64), geometry, True)
-    assert not take(x[:, :, ::-1], out, geometry, True)
+    assert not take(x[:, :, ::-1], out, geometry, True)  # negative steps
+    assert not take(numpy.asfortranarray(x),
+                    numpy.zeros((2, 3, 3, 3, 7, 6), numpy.float32), geometry,
+                    False)  # im2col's layout wants a C-ordered image
     assert not take(x.astype(numpy.float16), out.astype(numpy.float16),
                     geometry, True)
     assert not take(x, out, (3, 3, 0, 1, 1, 1, 1, 1), True)  # stride 0
