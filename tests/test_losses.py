@@ -124,14 +124,15 @@ def test_float16_is_chainers():
         numpy.testing.assert_array_equal(a, e)
 
 
-def _counting(monkeypatch, cls, name):
+def _counting(monkeypatch, owner, name):
+    """The calls of ``owner.name`` (a method or a module's function)."""
     calls = []
-    original = getattr(cls, name)
+    original = getattr(owner, name)
 
-    def counted(self, *args):
-        calls.append(self)
-        return original(self, *args)
-    monkeypatch.setattr(cls, name, counted)
+    def counted(*args):
+        calls.append(args)
+        return original(*args)
+    monkeypatch.setattr(owner, name, counted)
     return calls
 
 
@@ -234,3 +235,51 @@ def test_cuts_nothing_when_turned_off(monkeypatch):
         monkeypatch.delenv('CHAINERJIT_FAST_LOSS')
         losses.install()
     assert SCE.apply is losses.apply
+
+
+# --- mean squared error ------------------------------------------------------
+
+MSE = chainer.functions.loss.mean_squared_error.MeanSquaredError
+
+MSE_LOSSES = {
+    'against an array': lambda y, t: F.mean_squared_error(
+        y, numpy.full(y.shape, 0.5, y.dtype)),
+    'against a Variable with a gradient': lambda y, t: F.mean_squared_error(
+        y, chainer.Variable(numpy.full(y.shape, 0.25, y.dtype))),
+    'the jitted output second': lambda y, t: F.mean_squared_error(
+        numpy.full(y.shape, 0.5, y.dtype), y),
+    'of two jitted outputs': lambda y, t: F.mean_squared_error(y, y * 0.5),
+    'scaled': lambda y, t: 0.5 * F.mean_squared_error(
+        y, numpy.zeros(y.shape, y.dtype)),
+}
+
+
+@pytest.mark.parametrize('name', sorted(MSE_LOSSES))
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64,
+                                   numpy.float16])
+def test_mean_squared_error_is_chainers_bit_for_bit(name, dtype):
+    def run():
+        return _step(MSE_LOSSES[name], dtype)
+    expected = _chainers(run)
+    actual = run()
+    assert len(actual) == len(expected)
+    for a, e in zip(actual, expected):
+        assert a.dtype == e.dtype
+        numpy.testing.assert_array_equal(a, e)
+
+
+def test_mean_squared_error_takes_the_fast_path(monkeypatch):
+    chainers = _counting(monkeypatch, losses, '_chainer_mse_backward')
+    model = _model()
+    y = _jitted_output(model, chainer.Variable(numpy.ones((3, 6),
+                                                          numpy.float32)))
+    loss = F.mean_squared_error(y, numpy.zeros((3, 5), numpy.float32))
+    assert type(loss.creator_node) is MSE
+    assert loss.creator_node._chainerjit_lean
+    loss.backward()
+    assert chainers == []
+    with _Recorder() as hook:  # hooks see Chainer's own backward
+        F.mean_squared_error(y, numpy.zeros((3, 5),
+                                            numpy.float32)).backward()
+    assert len(chainers) == 1
+    assert ('forward', 'BroadcastTo') in hook.seen
