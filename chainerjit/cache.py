@@ -350,6 +350,9 @@ class Entry(object):
         if checked and link_epoch[0] == self._epoch + len(assigned) and all(
                 self._keeps_state(target, path, name)
                 for target, path, name in assigned):
+            # The assigned Variables may be ones the program reads (an
+            # LSTM's state): read where they are now on the next call.
+            self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
 
     def _keeps_state(self, target, path, name):

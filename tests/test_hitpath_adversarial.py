@@ -550,6 +550,22 @@ class Stepper(chainer.Chain):
         return self.out(self.lstm(x))
 
 
+@pytest.mark.parametrize('backprop', [True, False])
+def test_a_stateful_link_called_alone_follows_eager(rng, backprop):
+    """Each call replays ``lstm.h = ...`` and ``lstm.c = ...``; with no
+    other link assignment between the jitted calls (the eager twin runs
+    first), the next hit must read the new state, not the Variables the
+    last model check found."""
+    eager, jitted = _twins(Stepper)
+    xs = [rng.randn(2, 3).astype(F32) for _ in range(8)]
+    with chainer.using_config('enable_backprop', backprop):
+        expected = [eager(x).array for x in xs]
+        actual = [jitted(x).array for x in xs]
+    for k, (a, e) in enumerate(zip(actual, expected)):
+        assert_allclose(a, e, rtol=1e-6, atol=1e-7, err_msg='call %d' % k)
+    _assert_compiled(jitted.forward, 6)
+
+
 def test_truncated_backprop_with_unchain_backward(rng):
     eager, jitted = _twins(Stepper)
     optimizers = []
