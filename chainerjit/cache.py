@@ -5,12 +5,14 @@ then checked against its *guards*: every parameter and persistent array
 the program reads must still exist with the recorded shape, dtype and
 device, and the model must still be the same tree of links with the same
 Python scalar attributes. The model check is cheap on a hit: chainerjit
-counts attribute assignments on links (:data:`link_epoch`) and compares
-the model again only when that count moved.
+counts attribute assignments on the links of the models it checked
+(:data:`link_epoch`) and compares the model again only when that count
+moved.
 """
 
 import collections
 import itertools
+import weakref
 
 import chainer
 import numpy
@@ -26,13 +28,30 @@ _epoch = itertools.count(1)
 link_epoch = _fastpath.link_epoch  # [count]; the hit path reads it in C
 
 
+#: The links of every model an entry checked (``Entry.fetch_params``):
+#: only a change to one of them can fail a model check, so only those
+#: move :data:`link_epoch`. (Assignments to other links, such as an
+#: ``L.Classifier`` around a jitted predictor setting ``self.y`` on each
+#: call, leave the hit path alone.) A link added to a watched model is
+#: assigned to one of its links, which moves the count; the model check
+#: that follows watches it too.
+_watched = weakref.WeakSet()
+
+
 def _bump():
     link_epoch[0] = next(_epoch)  # one more than before
 
 
+def watch_model(instance):
+    """Watches the links of ``instance`` (see :data:`_watched`)."""
+    if isinstance(instance, chainer.Link):
+        _watched.update(instance.links())
+
+
 def _watching(method):
     def watched(self, *args, **kwargs):
-        _bump()
+        if self in _watched:
+            _bump()
         return method(self, *args, **kwargs)
     watched.__name__ = method.__name__
     watched.__doc__ = method.__doc__
@@ -41,9 +60,9 @@ def _watching(method):
 
 
 def watch_links():
-    """Counts every attribute set on a Link and every link added to a
-    ChainList, so a cached program notices a replaced link or a changed
-    setting. Idempotent."""
+    """Counts every attribute set on a watched Link and every link added
+    to a watched ChainList, so a cached program notices a replaced link or
+    a changed setting. Idempotent."""
     for cls, names in ((chainer.Link, ('__setattr__', '__delattr__',
                                        'add_hook', 'delete_hook')),
                        (chainer.ChainList, ('add_link',))):
@@ -263,6 +282,7 @@ class Entry(object):
         if self._epoch != link_epoch[0]:
             if link_state(instance, self.ignored_state) != self.link_state:
                 return None
+            watch_model(instance)
             self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
         if self._owners is None or not _fastpath.config_holds(

@@ -158,6 +158,71 @@ def test_python_attribute_change_is_a_miss(net, rng):
     assert (info.misses, info.hits) == (2, 1)
 
 
+def test_only_the_checked_models_links_move_the_epoch(net, rng):
+    from chainerjit import cache
+    other = L.Linear(2, 3)
+    before = cache.link_epoch[0]
+    other.tag = 1  # a link no entry checks
+    assert cache.link_epoch[0] == before
+    _check(net, _x(rng))
+    _check(net, _x(rng))  # the entry checked the model: its links watched
+    for link in (net, net.l1, net.l2):
+        before = cache.link_epoch[0]
+        link.tag = 1
+        assert cache.link_epoch[0] > before
+    before = cache.link_epoch[0]
+    other.tag = 2
+    assert cache.link_epoch[0] == before
+
+
+def test_a_sublink_added_later_is_watched(net, rng):
+    x = _x(rng)
+    _check(net, x)
+    _check(net, x)
+    with net.init_scope():
+        net.extra = L.Linear(2, 2)  # the model changed: checked again
+    _check(net, x)
+    _check(net, x)
+    net.extra.flag = 3  # now a watched link: the model is checked again
+    _check(net, x)
+    info = net.forward.cache_info()
+    assert info.misses == 3  # the first call, and each change of extra
+
+
+class Predictor(chainer.Chain):
+
+    def __init__(self):
+        super(Predictor, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 3)
+
+    def forward(self, x):
+        return self.l1(x)
+
+
+def test_a_classifier_around_a_jitted_predictor_hits_in_c(monkeypatch, rng):
+    """``L.Classifier`` assigns ``self.y`` and more on every call; those
+    assignments to a link no entry checks leave the predictor's hits on
+    the C path."""
+    predictor = Predictor()
+    predictor.forward = chainerjit.jit(predictor.forward)
+    classifier = L.Classifier(predictor)
+    x, t = _x(rng), rng.randint(0, 3, 4).astype(numpy.int32)
+    for _ in range(3):
+        classifier(x, t).backward()
+    general = []
+    original = chainerjit.JitFunction.call_general
+
+    def counted(self, *args):
+        general.append(args)
+        return original(self, *args)
+    monkeypatch.setattr(chainerjit.JitFunction, 'call_general', counted)
+    for _ in range(3):
+        classifier(x, t).backward()
+    assert general == []
+    assert predictor.forward.cache_info().hits >= 4
+
+
 def test_lru_eviction():
     f = chainerjit.jit(maxsize=2)(lambda x: F.exp(x))
     with chainer.no_backprop_mode():
