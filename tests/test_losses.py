@@ -283,3 +283,50 @@ def test_mean_squared_error_takes_the_fast_path(monkeypatch):
                                             numpy.float32)).backward()
     assert len(chainers) == 1
     assert ('forward', 'BroadcastTo') in hook.seen
+
+
+# --- accuracy ----------------------------------------------------------------
+
+@pytest.mark.parametrize('ignore_label', [None, 2])
+def test_accuracy_of_a_jitted_output_is_chainers(ignore_label):
+    model = _model()
+    y = _jitted_output(model, chainer.Variable(
+        numpy.random.RandomState(3).standard_normal((7, 6)).astype(
+            numpy.float32)))
+    t = numpy.array([0, 1, 2, 3, 4, 2, 1], numpy.int32)
+    fast = F.accuracy(y, t, ignore_label=ignore_label)
+    assert fast.creator_node._chainerjit_lean
+    expected = _chainers(lambda: F.accuracy(y, t, ignore_label=ignore_label))
+    assert fast.array.dtype == expected.array.dtype
+    assert fast.array.tobytes() == expected.array.tobytes()
+    assert fast.requires_grad == expected.requires_grad
+    with pytest.raises(Exception) as caught:
+        F.accuracy(y, t[:3])
+    assert type(caught.value) in (RuntimeError,
+                                  chainer.utils.type_check.InvalidType)
+
+
+def test_a_classifier_around_a_jitted_predictor_reports_as_eager():
+    def run():
+        model = _model()
+        classifier = L.Classifier(model)
+        x = numpy.random.RandomState(4).standard_normal((7, 6)).astype(
+            numpy.float32)
+        t = numpy.array([0, 1, 2, 3, 4, 2, 1], numpy.int32)
+        reporter = chainer.Reporter()
+        reporter.add_observer('main', classifier)
+        reports = []
+        for _ in range(3):
+            model.cleargrads()
+            observed = {}
+            with reporter.scope(observed):
+                classifier(x, t).backward()
+            reports.append(sorted((k, float(v.array)) for k, v in
+                                  observed.items()))
+            reports.append(model.l1.W.grad.copy())
+        assert [k for k, _ in reports[0]] == ['main/accuracy', 'main/loss']
+        return reports
+    actual, expected = run(), _chainers(run)
+    for a, e in zip(actual, expected):
+        numpy.testing.assert_array_equal(numpy.asarray(a, dtype=object),
+                                         numpy.asarray(e, dtype=object))
