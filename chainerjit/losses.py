@@ -37,13 +37,13 @@ It is installed when chainerjit is imported; set the environment variable
 ``forward_cpu`` and ``backward``.
 """
 
+import functools
 import os
 
 import chainer
 from chainer.functions.evaluation import accuracy
 from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import softmax_cross_entropy
-import functools
 import numpy
 
 from chainerjit import _elementwise
@@ -85,13 +85,13 @@ def uninstall():
 
 
 def apply(self, inputs):
-    """``FunctionNode.apply``, lean (``_fastpath.lean_apply``) for the
-    output of a jitted forward outside a recording. Otherwise the one
-    ``FunctionNode`` has now, which a recording wraps (``trace``)."""
-    x = inputs[0]
-    if _fastpath.recording.recorder is None and \
-            isinstance(x, chainer.Variable) and \
-            type(x.creator_node) in _JITTED_NODES:
+    """``FunctionNode.apply``, lean (``_fastpath.lean_apply``) where an
+    input is the output of a jitted forward, outside a recording.
+    Otherwise the ``apply`` ``FunctionNode`` has now, which a recording
+    wraps (``trace``)."""
+    if _fastpath.recording.recorder is None and any(
+            isinstance(x, chainer.Variable) and
+            type(x.creator_node) in _JITTED_NODES for x in inputs):
         self._chainerjit_lean = True
         return _fastpath.lean_apply(self, inputs)
     return chainer.FunctionNode.apply(self, inputs)
