@@ -330,3 +330,45 @@ def test_a_classifier_around_a_jitted_predictor_reports_as_eager():
     for a, e in zip(actual, expected):
         numpy.testing.assert_array_equal(numpy.asarray(a, dtype=object),
                                          numpy.asarray(e, dtype=object))
+
+
+# --- lean_apply as FunctionNode.apply --------------------------------------
+
+class _Retaining(chainer.FunctionNode):
+    """Retains its second input and its second output; its type check
+    wants float inputs."""
+
+    def check_type_forward(self, in_types):
+        chainer.utils.type_check.expect(in_types[0].dtype.kind == 'f')
+
+    def forward(self, inputs):
+        x, y = inputs
+        self.retain_inputs((1,))
+        self.retain_outputs((1,))
+        return x + y, x * y
+
+    def backward(self, indexes, grad_outputs):
+        return grad_outputs
+
+
+def _linked(apply):
+    x = chainer.Variable(numpy.arange(3, dtype=numpy.float32))
+    y = numpy.full(3, 2, numpy.float32)
+    node = _Retaining()
+    a, b = apply(node, (x, y))
+    return [node.rank, a.rank, b.rank, a.requires_grad, b.requires_grad,
+            [v.array.tolist() for v in node.get_retained_inputs()],
+            [o.tolist() for o in node.get_retained_outputs()[0].array],
+            node.inputs[0] is x.node, a.creator_node is node,
+            node.outputs[1]() is b.node, node.input_layouts,
+            node.output_layouts, node.lazy_grad_sum]
+
+
+def test_lean_apply_links_and_retains_as_chainer_does():
+    from chainerjit import _fastpath
+    assert _linked(_fastpath.lean_apply) == \
+        _linked(chainer.FunctionNode.apply)
+    bad = (numpy.zeros(3, numpy.int32), numpy.zeros(3, numpy.int32))
+    for apply in (_fastpath.lean_apply, chainer.FunctionNode.apply):
+        with pytest.raises(chainer.utils.type_check.InvalidType):
+            apply(_Retaining(), bad)
