@@ -11,6 +11,7 @@ import threading
 import weakref
 
 import chainer
+from chainer import _backprop_utils
 import numpy
 
 from chainerjit import errors
@@ -235,13 +236,19 @@ cdef object _input_variable(object x):
     return _Variable(x, requires_grad=False)
 
 
+cpdef bint debug_or_function_hooks():
+    """Is debug mode on, or a function hook active in this thread: would
+    Chainer's checks or a hook see every node applied?"""
+    return _config('debug') or \
+        bool(getattr(_chainer_local, 'function_hooks', None))
+
+
 cdef bint _plain_numpy_call(object node, list input_vars):
     """Would ``FunctionNode.apply`` only run ``forward`` and link the
     graph for these inputs: NumPy arrays in the default layout, no
     function hooks, no debug mode and no static graph?"""
-    if _config('debug') or _config('schedule_func') is not None or \
-            getattr(_chainer_local, 'function_hooks', None) or \
-            node._n_local_function_hooks != 0 or node.is_elementwise:
+    if debug_or_function_hooks() or _config('schedule_func') is not None \
+            or node._n_local_function_hooks != 0 or node.is_elementwise:
         return False
     for v in input_vars:
         if type(v._data[0]) is not _ndarray or v._layout is not None:
@@ -338,8 +345,8 @@ cdef class CachedCall:
 cdef bint _plain_call(tuple args, dict kwargs):
     """Arrays and Variables only, none in a list, while no recording,
     hook or debug mode is active: the calls :func:`_hit` takes."""
-    if kwargs or _recording.recorder is not None or _config('debug') or \
-            getattr(_chainer_local, 'function_hooks', None) or \
+    if kwargs or _recording.recorder is not None or \
+            debug_or_function_hooks() or \
             getattr(_chainer_local, 'link_hooks', None):
         return False
     for arg in args:
@@ -568,8 +575,7 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
 cdef object _heappush = heapq.heappush
 cdef object _heappop = heapq.heappop
 cdef object _plain_backward_accumulate = _FunctionNode.backward_accumulate
-cdef object _backprop_utils = None  # chainer._backprop_utils, on first use
-cdef object _check_grad_type = None
+cdef object _check_grad_type = chainer.variable._check_grad_type
 
 
 cpdef bint lean_backward(object loss, object loss_scale):
@@ -578,11 +584,9 @@ cpdef bint lean_backward(object loss, object loss_scale):
     ``_backprop_to_all`` run it, without their steps that do nothing here,
     where the graph holds a chainerjit node (see :func:`_lean_graph`).
     Returns False, having done nothing, for anything else."""
-    global _backprop_utils, _check_grad_type
     array = loss._data[0]
     if type(array) is not _ndarray or loss._layout is not None or \
-            _config('debug') or \
-            getattr(_chainer_local, 'function_hooks', None):
+            debug_or_function_hooks():
         return False
     root = loss._node._creator_node
     if root is None or not _lean_graph(root):
@@ -591,9 +595,6 @@ cpdef bint lean_backward(object loss, object loss_scale):
         loss._grad_var is None and loss._grad is None
     if start_with_one and (array.ndim != 0 or array.dtype.kind != 'f'):
         return False  # Chainer's own backward warns, or its check raises
-    if _backprop_utils is None:
-        from chainer import _backprop_utils
-        _check_grad_type = chainer.variable._check_grad_type
     if start_with_one:  # what ``loss.grad = 1`` and taking it leave
         ones = numpy.ones_like(array)
         if loss_scale is not None:

@@ -148,7 +148,7 @@ def _unobserved():
     """Would the nodes Chainer's ``backward`` applies be seen by nothing:
     no double backprop, no function hooks, no debug mode?"""
     return not chainer.config.enable_backprop and \
-        not chainer.config.debug and not chainer.get_function_hooks()
+        not _fastpath.debug_or_function_hooks()
 
 
 def mse_backward(self, indexes, grad_outputs):

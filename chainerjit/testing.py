@@ -23,6 +23,20 @@ from chainerjit import errors
 from chainerjit import signature
 
 
+def with_fast_paths_off(run, *modules):
+    """``run()`` with the fast paths of ``modules`` (``chainerjit.losses``,
+    ``backprop``, ``optimizers``) uninstalled, so that Chainer's own code
+    runs; installed again afterwards. The fast paths' tests compare their
+    results with this run's."""
+    for module in modules:
+        module.uninstall()
+    try:
+        return run()
+    finally:
+        for module in modules:
+            module.install()
+
+
 def _leaves(result):
     leaves = []
     structure = signature.flatten(result, leaves)

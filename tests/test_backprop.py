@@ -13,6 +13,7 @@ import pytest
 import chainerjit
 from chainerjit import _fastpath
 from chainerjit import backprop
+from chainerjit import testing
 
 
 class MLP(chainer.Chain):
@@ -41,12 +42,8 @@ class TwoOutputs(chainer.Chain):
 
 
 def _chainers(run):
-    """``run()`` under Chainer's own ``Variable.backward``."""
-    backprop.uninstall()
-    try:
-        return run()
-    finally:
-        backprop.install()
+    """``run()`` under Chainer's own code."""
+    return testing.with_fast_paths_off(run, backprop)
 
 
 def _jitted(cls):

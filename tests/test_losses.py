@@ -12,6 +12,7 @@ import pytest
 
 import chainerjit
 from chainerjit import losses
+from chainerjit import testing
 
 SCE = softmax_cross_entropy.SoftmaxCrossEntropy
 Grad = softmax_cross_entropy._SoftmaxCrossEntropyGrad_NoDoubleBackprop
@@ -32,12 +33,8 @@ class MLP(chainer.Chain):
 
 
 def _chainers(run):
-    """``run()`` under Chainer's own softmax cross entropy."""
-    losses.uninstall()
-    try:
-        return run()
-    finally:
-        losses.install()
+    """``run()`` under Chainer's own code."""
+    return testing.with_fast_paths_off(run, losses)
 
 
 def _model(dtype=numpy.float32, n_out=5):

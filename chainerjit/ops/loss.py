@@ -241,8 +241,8 @@ def _label_ce(node, ctx):
         if reduce != 'mean':
             return -log_p.reshape(t.shape)
         count = t_valid.sum() if batch_count is None else batch_count
-        return _mean_of(log_p.sum(keepdims=True, dtype=reduc_dtype), count,
-                        log_y.dtype)
+        return _mean_of(log_p.sum(keepdims=True, dtype=reduc_dtype),
+                        1.0 / max(count, 1), log_y.dtype)
     label_ce.and_softmax = and_softmax
     return label_ce
 
@@ -257,14 +257,14 @@ def mean_label_loss(log_y, t, ignore_label, normalize):
     if found is None:
         return None
     summed, valid = found
-    count = valid if normalize else len(log_y)
-    return _mean_of(summed, count, log_y.dtype), 1.0 / max(count, 1)
+    coefficient = 1.0 / max(valid if normalize else len(log_y), 1)
+    return _mean_of(summed, coefficient, log_y.dtype), coefficient
 
 
-def _mean_of(summed, count, dtype):
+def _mean_of(summed, coefficient, dtype):
     """Chainer's mean label loss from the picked log-probabilities' sum
-    (a 1-element array) and the count."""
-    y = summed * (-(1.0 / max(count, 1)))
+    (a 1-element array) and the coefficient, ``1 / count``."""
+    y = summed * (-coefficient)
     return y.astype(dtype, copy=False).reshape(())
 
 
