@@ -97,14 +97,14 @@ def run_workload(workload, args):
             chainer.using_config('enable_backprop', not inference):
         for system in SYSTEMS:
             try:
-                builts[system] = build(system, model, workload, x, t)
+                with run.system_context(system)():
+                    builts[system] = build(system, model, workload, x, t)
             except Exception as e:
                 builts[system] = run.Skipped('fails: %s' % run._short(e))
         run.check(builts, host)
         calls = dict((name, b.call) for name, b in builts.items()
                      if isinstance(b, run.Built))
-        samples = timing.interleaved(calls, rounds=args.rounds,
-                                     target_seconds=args.target_ms / 1e3)
+        samples = run.time_interleaved(calls, args)
     eager = timing.Summary(samples['eager']).median
     cells = collections.OrderedDict()
     for name, b in builts.items():

@@ -4,7 +4,10 @@ Systems: eager Chainer; ``chainer.static_graph`` (where it works);
 chainerjit; PyTorch eager with the same architecture and weights (if
 torch is installed); onnxruntime on the model chainerjit exports
 (inference; if onnxruntime is installed); and a hand-written NumPy floor
-with preallocated buffers (``benchmarks/competitors.py``).
+with preallocated buffers (``benchmarks/competitors.py``). Eager Chainer
+and ``static_graph`` run with Chainer's own methods where chainerjit's
+fast paths replace them (``chainerjit.testing.fast_paths_off``), so
+they pay nothing for chainerjit being imported.
 
 Workloads: MLP 784-100-100-10 inference at batch 1 and 64 and its training
 step at batch 64 (with the loss outside the model, and through
@@ -349,14 +352,14 @@ def _build_check_and_time(workload, threads, args, model, x, t):
         if system == 'onnxruntime':
             builder = functools.partial(builder, threads=threads)
         try:
-            builts[system] = builder(model, workload, x, t)
+            with system_context(system)():
+                builts[system] = builder(model, workload, x, t)
         except Exception as e:
             builts[system] = Skipped('fails: %s' % _short(e))
     check(builts)
     calls = dict((name, b.call) for name, b in builts.items()
                  if isinstance(b, Built))
-    samples = timing.interleaved(calls, rounds=args.rounds,
-                                 target_seconds=args.target_ms / 1e3)
+    samples = time_interleaved(calls, args)
     eager = timing.Summary(samples['eager']).median
     cells = collections.OrderedDict()
     for name, built in builts.items():
@@ -367,6 +370,25 @@ def _build_check_and_time(workload, threads, args, model, x, t):
         cells[name] = dict(summary=summary, ratio=summary.median / eager,
                            first_seconds=built.first_seconds)
     return Row(workload, threads, cells)
+
+
+def system_context(system):
+    """What ``system`` runs in: Chainer's own code for eager Chainer and
+    ``static_graph`` (the methods chainerjit's fast paths replace
+    restored, so that importing chainerjit costs them nothing), else
+    nothing."""
+    if system in ('eager', 'static_graph'):
+        from chainerjit import testing
+        return testing.fast_paths_off
+    return contextlib.nullcontext
+
+
+def time_interleaved(calls, args):
+    """``timing.interleaved`` of the systems' ``calls`` (a dict, system
+    to call), each in its :func:`system_context`."""
+    return timing.interleaved(
+        calls, rounds=args.rounds, target_seconds=args.target_ms / 1e3,
+        around=dict((name, system_context(name)) for name in calls))
 
 
 def set_threads(threads):

@@ -4,6 +4,7 @@ Nothing here imports numpy at module level, so :func:`limit_threads` can
 run before numpy (and its BLAS) is loaded.
 """
 
+import contextlib
 import datetime
 import os
 import platform
@@ -77,14 +78,8 @@ def seconds_per_call(fn, repeat=1):
     return (time.perf_counter() - start) / repeat
 
 
-def calibrate(fn, target_seconds=0.02):
-    """How many calls of ``fn`` last about ``target_seconds``."""
-    per_call = seconds_per_call(fn, 3)
-    return max(1, int(target_seconds / max(per_call, 1e-9)))
-
-
 def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
-                warmup=3):
+                warmup=3, around=None):
     """Times several functions in interleaved rounds.
 
     Each round runs every function ``inner`` times in turn, so slow
@@ -96,18 +91,28 @@ def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
         inner: calls per sample; by default enough for the slowest
             function to last about ``target_seconds``.
         warmup: calls of each function before timing.
+        around: a dict, name to a context manager factory entered around
+            each of that function's samples (and its warm-up and
+            calibration), outside the timed calls.
 
     Returns:
         A dict, name to the list of per-call seconds (one per round).
     """
-    for fn in fns.values():
-        seconds_per_call(fn, warmup)
+    around = around or {}
+
+    def sample(name, repeat):
+        with around.get(name, contextlib.nullcontext)():
+            return seconds_per_call(fns[name], repeat)
+
+    for name in fns:
+        sample(name, warmup)
     if inner is None:
-        inner = min(calibrate(fn, target_seconds) for fn in fns.values())
+        inner = min(max(1, int(target_seconds / max(sample(name, 3), 1e-9)))
+                    for name in fns)
     samples = {name: [] for name in fns}
     for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(seconds_per_call(fn, inner))
+        for name in fns:
+            samples[name].append(sample(name, inner))
     return samples
 
 

@@ -14,10 +14,12 @@ from chainerjit.errors import RecompileWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
 from chainerjit import backprop
+from chainerjit import link_call
 from chainerjit import losses
 from chainerjit import optimizers
 
 backprop.install()
+link_call.install()
 losses.install()
 optimizers.install()
 

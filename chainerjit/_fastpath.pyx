@@ -6,6 +6,10 @@ cache (``api.JitFunction``'s base class, :class:`CachedCall`).
 ``signature.py``, ``cache.py``, ``function.py`` and ``api.py`` document
 them."""
 
+from cpython.object cimport PyObject
+from cpython.object cimport PyTypeObject
+from cpython.object cimport Py_TYPE
+
 import heapq
 import threading
 import weakref
@@ -340,6 +344,75 @@ cdef class CachedCall:
         if result is _MISS:
             return self.call_general(args, kwargs)
         return result
+
+
+# --- calling a link whose forward is jitted (``chainerjit.links``) ----------
+
+cdef object _Link = chainer.Link
+cdef object _chainer_link_call = chainer.Link.__call__  # the fallback
+cdef str _FORWARD = 'forward'
+cdef dict _mixin_free = {}  # link class -> no ``__call__`` after Link in MRO
+
+cdef extern from "Python.h":
+    PyObject* _PyType_Lookup(PyTypeObject* kind, PyObject* name)
+
+
+def link_call(self, *args, **kwargs):
+    """``chainer.Link.__call__``: for a link whose ``forward`` is jitted,
+    while no link hook is registered (globally or on the link), the call
+    of the jitted forward; for any other link or call, Chainer's own.
+    The same as Chainer's there (which calls ``self.forward`` after the
+    hooks, of which there are none), minus its Python frame."""
+    cdef object forward = _jitted_forward(self)
+    if forward is None or not self._Link__init_done or \
+            getattr(_chainer_local, 'link_hooks', None) or \
+            self._local_link_hooks:
+        return _chainer_link_call(self, *args, **kwargs)
+    result = _hit(forward, args, kwargs)
+    if result is _MISS:
+        return forward.call_general(args, kwargs)
+    return result
+
+
+cdef object _jitted_forward(object link):
+    """What ``link.forward`` gives if it is a jitted function and Chainer's
+    ``Link.__call__`` would call it (no mixin's ``__call__`` comes first),
+    else None; runs no Python code of the link."""
+    cdef object kind = type(link)
+    cdef PyObject* raw = _PyType_Lookup(<PyTypeObject*>kind,
+                                         <PyObject*>_FORWARD)
+    cdef dict own
+    if raw is not NULL and Py_TYPE(<object>raw).tp_descr_set is not NULL:
+        return None  # a data descriptor: link.forward is what it makes
+    own = getattr(link, '__dict__', None)
+    forward = own.get('forward') if own is not None else None
+    if forward is None and raw is not NULL and \
+            isinstance(<object>raw, CachedCall):
+        forward = (<object>raw).__get__(link, kind)
+    if not isinstance(forward, CachedCall) or not _no_mixin_call(kind):
+        return None
+    return forward
+
+
+def set_link_call_fallback(fallback):
+    """Makes :func:`link_call` run ``fallback`` (Chainer's ``Link.
+    __call__`` by default) where it does not take the fast path; returns
+    the previous one. For tests, which spy on it."""
+    global _chainer_link_call
+    previous, _chainer_link_call = _chainer_link_call, fallback
+    return previous
+
+
+cdef bint _no_mixin_call(object kind):
+    """Does ``getattr(super(Link, link), '__call__', None)``, Chainer's
+    test for a mixin's ``__call__``, give None for links of ``kind``?"""
+    answer = _mixin_free.get(kind)
+    if answer is None:
+        mro = kind.__mro__
+        answer = not any('__call__' in vars(base)
+                         for base in mro[mro.index(_Link) + 1:])
+        _mixin_free[kind] = answer
+    return answer
 
 
 cdef bint _plain_call(tuple args, dict kwargs):

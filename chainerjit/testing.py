@@ -12,6 +12,7 @@ that the same differential tests run on a GPU; the checks that an op was
 lowered, which are about the CPU's lowerings, are then skipped.
 """
 
+import contextlib
 import os
 import warnings
 
@@ -19,22 +20,37 @@ import chainer
 import numpy
 
 from chainerjit import api
+from chainerjit import backprop
 from chainerjit import errors
+from chainerjit import link_call
+from chainerjit import losses
+from chainerjit import optimizers
 from chainerjit import signature
 
+_FAST_PATHS = (link_call, backprop, losses, optimizers)
 
-def with_fast_paths_off(run, *modules):
-    """``run()`` with the fast paths of ``modules`` (``chainerjit.losses``,
-    ``backprop``, ``optimizers``) uninstalled, so that Chainer's own code
-    runs; installed again afterwards. The fast paths' tests compare their
-    results with this run's."""
+
+@contextlib.contextmanager
+def fast_paths_off(*modules):
+    """Within it, Chainer's own code runs where ``modules`` (by default
+    all of them: ``chainerjit.link_call``, ``backprop``, ``losses``,
+    ``optimizers``) installed fast paths; they are installed again
+    afterwards. The fast paths' tests compare their results with such
+    runs, and ``benchmarks/run.py`` times eager Chainer in one."""
+    modules = modules or _FAST_PATHS
     for module in modules:
         module.uninstall()
     try:
-        return run()
+        yield
     finally:
         for module in modules:
             module.install()
+
+
+def with_fast_paths_off(run, *modules):
+    """``run()`` within :func:`fast_paths_off` of ``modules``."""
+    with fast_paths_off(*modules):
+        return run()
 
 
 def _leaves(result):

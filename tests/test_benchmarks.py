@@ -63,3 +63,27 @@ def test_elementwise_options_are_checked_and_reported(tmp_path):
     for case, medians in rows:
         assert {'numpy', 'numpy out='} <= set(medians)
     assert '| LSTM cell, 16 x 128 |' in report.read_text()
+
+
+def test_eager_chainer_is_timed_with_chainers_own_methods():
+    """Eager Chainer and static_graph run with the fast paths chainerjit
+    installs on import removed (their samples, warm-up and calibration),
+    and every other system with them."""
+    import chainer
+    from benchmarks import timing
+    from chainerjit import _fastpath
+
+    seen = {}
+
+    def call(name):
+        return lambda: seen.setdefault(name, set()).add(
+            chainer.Link.__call__ is _fastpath.link_call)
+    calls = dict((name, call(name))
+                 for name in ('eager', 'static_graph', 'chainerjit'))
+    samples = timing.interleaved(
+        calls, rounds=2, inner=3, warmup=1,
+        around=dict((name, run.system_context(name)) for name in calls))
+    assert seen == {'eager': {False}, 'static_graph': {False},
+                    'chainerjit': {True}}
+    assert all(len(s) == 2 for s in samples.values())
+    assert chainer.Link.__call__ is _fastpath.link_call
