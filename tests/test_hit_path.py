@@ -201,3 +201,59 @@ def test_a_method_whose_model_is_gone_says_so(rng):
         dict(maxsize=4, check=True, recompile_limit=8))
     with pytest.raises(ReferenceError):
         orphan(_x(rng))
+
+
+def _pair(a, b, scale=None):
+    """A function of two arrays whose result tells them apart."""
+    return a * 2.0 - b
+
+
+@pytest.mark.parametrize('second', [
+    'same', 'aliased', 'float64', 'shape', 'variable', 'train', 'backprop'])
+def test_the_remembered_key_is_only_reused_for_the_same_signature(
+        rng, second):
+    """The hit path remembers the key of the last call whose arguments
+    were distinct arrays; a call that differs in any part of the key
+    (aliasing, dtype, shape, a Variable, the configuration) gets its own
+    entry and eager's result."""
+    jitted = chainerjit.jit(_pair)
+    a, b = (rng.randn(3, 2).astype(numpy.float32) for _ in range(2))
+    for _ in range(3):
+        jitted(a, b)
+    args = {'same': (a, b), 'aliased': (a, a),
+            'float64': (a, b.astype(numpy.float64)),
+            'shape': (a[:2], b[:2]), 'variable': (a, chainer.Variable(b)),
+            'train': (a, b), 'backprop': (a, b)}[second]
+    config = {'train': ('train', False),
+              'backprop': ('enable_backprop', False)}.get(
+                  second, ('train', True))
+    with chainer.using_config(*config):
+        for _ in range(3):
+            result = jitted(*args)
+            expected = _pair(*args)
+            numpy.testing.assert_array_equal(
+                getattr(result, 'array', result),
+                getattr(expected, 'array', expected))
+    assert jitted.cache_info().misses == (1 if second == 'same' else 2)
+
+
+def test_new_variable_builds_what_init_unchecked_builds(rng):
+    from chainerjit import _fastpath
+    x = rng.randn(3, 2).astype(numpy.float32)
+    for requires_grad in (False, True):
+        ours = _fastpath.new_variable(x, requires_grad)
+        chainers = chainer.Variable._init_unchecked(
+            x, requires_grad=requires_grad)
+        for a, b in ((ours, chainers), (ours._node, chainers._node)):
+            assert type(a) is type(b)
+            assert list(vars(a)) == list(vars(b))
+        mine, theirs = dict(vars(ours)), dict(vars(chainers))
+        assert mine.pop('_data')[0] is theirs.pop('_data')[0] is x
+        mine.pop('_node'), theirs.pop('_node')
+        assert mine == theirs
+        mine, theirs = dict(vars(ours._node)), dict(vars(chainers._node))
+        assert mine.pop('_variable')() is ours
+        assert theirs.pop('_variable')() is chainers
+        assert mine == theirs
+        assert ours.requires_grad is requires_grad
+        assert ours.node.shape == x.shape and ours.node.dtype == x.dtype
