@@ -16,6 +16,8 @@ loops copy values, or add them in Chainer's order.
 
 cimport cython
 from cython cimport floating
+from libc.math cimport sqrt
+from libc.math cimport sqrtf
 from libc.stdlib cimport free
 from libc.stdlib cimport malloc
 from libc.string cimport memset
@@ -1277,19 +1279,17 @@ cdef inline floating _sum(floating* a, Py_ssize_t n) noexcept nogil:
 
 cdef void _max_and_shift(floating* x, floating* y, floating* m,
                          Py_ssize_t n_rows, Py_ssize_t n) noexcept nogil:
-    """``m = x.max(axis=1)`` (NaN if a row has one, as NumPy's) and ``y =
-    x - m[:, None]``."""
+    """``m = x.max(axis=1)`` (NaN if a row has one, as NumPy's;
+    :func:`_row_max`) and ``y = x - m[:, None]``."""
     cdef Py_ssize_t r, j
-    cdef floating top, v
+    cdef floating top
+    _row_max(x, m, n_rows, n)
     for r in range(n_rows):
-        top = x[r * n]
-        for j in range(1, n):
-            v = x[r * n + j]
-            if v > top or v != v:  # NaN stays: no v is > NaN
-                top = v
-        m[r] = top
+        top = m[r]
         for j in range(n):
-            y[r * n + j] = x[r * n + j] - top
+            y[j] = x[j] - top
+        x += n
+        y += n
 
 
 cdef void _row_sums(floating* y, floating* s, Py_ssize_t n_rows,
@@ -1410,3 +1410,122 @@ def picked_log_prob_sum(log_y, t, ignore_label):
     summed = numpy.empty(1, log_y.dtype)
     summed[0] = total
     return summed, count
+
+
+# --- softmax and layer normalization along rows --------------------------
+
+cdef void _divide_by_row_sums(floating* y, Py_ssize_t n_rows,
+                              Py_ssize_t n) noexcept nogil:
+    """``y /= y.sum(axis=-1, keepdims=True)``, the sums as NumPy's."""
+    cdef Py_ssize_t r, j
+    cdef floating s
+    for r in range(n_rows):
+        s = _sum(y, n)
+        for j in range(n):
+            y[j] = y[j] / s
+        y += n
+
+
+cdef bint _takes_out(object out, object x, int kind):
+    """Can a row loop over ``x`` write into ``out``: C-ordered, of ``x``'s
+    shape and type ``kind``, writeable, ``x`` itself or apart from it?"""
+    if _c_ordered(out, kind, True) < 0 or out.shape != x.shape:
+        return False
+    cdef cnp.ndarray o = out, a = x
+    return not _shares_memory(o, a) or \
+        cnp.PyArray_DATA(o) == cnp.PyArray_DATA(a)
+
+
+def softmax_rows(x, out=None):
+    """Chainer's CPU ``Softmax.forward`` along the last axis of a
+    C-ordered float32 or float64 ``x`` in native byte order with rows of
+    1 to :data:`MAX_PAIRWISE_RUN` elements, bit for bit: the row maxima
+    and the shift in C, NumPy's own ``exp`` over the whole array, the
+    row sums (pairwise, in NumPy's order) and the division in C. Into
+    ``out`` (C-ordered, of ``x``'s shape and dtype, ``x`` itself or not
+    overlapping it) if given, else a new array; None, writing nothing,
+    for arrays it does not take. Three passes instead of NumPy's six and
+    the broadcasting: 3x faster on attention's rows of 32."""
+    cdef int kind = _c_ordered(x, -1, False)
+    if kind < 0 or x.ndim == 0 or x.size == 0 or \
+            x.shape[x.ndim - 1] > MAX_PAIRWISE_RUN:
+        return None
+    if out is None:
+        out = numpy.empty_like(x)
+    elif not _takes_out(out, x, kind):
+        return None
+    cdef Py_ssize_t n = x.shape[x.ndim - 1], n_rows = x.size // n
+    m = numpy.empty(n_rows, x.dtype)
+    if kind == cnp.NPY_FLOAT:
+        _max_and_shift(<float*>_data(x), <float*>_data(out),
+                       <float*>_data(m), n_rows, n)
+    else:
+        _max_and_shift(<double*>_data(x), <double*>_data(out),
+                       <double*>_data(m), n_rows, n)
+    numpy.exp(out, out=out)
+    if kind == cnp.NPY_FLOAT:
+        _divide_by_row_sums(<float*>_data(out), n_rows, n)
+    else:
+        _divide_by_row_sums(<double*>_data(out), n_rows, n)
+    return out
+
+
+cdef void _normalize_rows(floating* x, floating* x_mu, floating* squares,
+                          floating* inv_std, floating eps, Py_ssize_t n_rows,
+                          Py_ssize_t n) noexcept nogil:
+    """Layer normalization's statistics as Chainer computes them with
+    NumPy (``mean`` sums pairwise, then divides by the count): ``x_mu = x
+    - mean(x)`` and ``inv_std = 1 / sqrt(mean(x_mu ** 2) + eps)`` per
+    row; ``squares`` is a row's scratch."""
+    cdef Py_ssize_t r, j
+    cdef floating count = <floating>n, mu, var, root
+    for r in range(n_rows):
+        mu = _sum(x, n) / count
+        for j in range(n):
+            x_mu[j] = x[j] - mu
+            squares[j] = x_mu[j] * x_mu[j]
+        var = _sum(squares, n) / count
+        if floating is float:
+            root = sqrtf(var + eps)
+        else:
+            root = sqrt(var + eps)
+        inv_std[r] = <floating>1 / root
+        x += n
+        x_mu += n
+
+
+def layer_norm_rows(x, gamma, beta, double eps, out=None):
+    """Chainer's CPU ``LayerNormalization.forward`` (``x_hat * gamma +
+    beta``, ``x_hat = (x - mean) / sqrt(var + eps)`` per row, with its
+    ``_compute``'s operations) of a C-ordered 2-d float32 or float64
+    ``x`` in native byte order with rows of 1 to
+    :data:`MAX_PAIRWISE_RUN` elements and contiguous ``gamma`` and
+    ``beta`` of its dtype, bit for bit, in two C passes (the statistics
+    and the shift, then the scale and shift of
+    :func:`scale_shift_rows`). Into ``out`` (as :func:`softmax_rows`'s)
+    if given, else a new array; None for arrays it does not take."""
+    cdef int kind = _c_ordered(x, -1, False)
+    if kind < 0 or x.ndim != 2 or x.size == 0 or \
+            x.shape[1] > MAX_PAIRWISE_RUN or \
+            _c_ordered(gamma, kind, False) < 0 or \
+            _c_ordered(beta, kind, False) < 0 or \
+            gamma.shape != x.shape[1:] or beta.shape != x.shape[1:]:
+        return None
+    if out is None:
+        out = numpy.empty_like(x)
+    elif not _takes_out(out, x, kind) or _shares_memory(out, gamma) or \
+            _shares_memory(out, beta):
+        return None
+    cdef Py_ssize_t n_rows = x.shape[0], n = x.shape[1]
+    inv_std = numpy.empty((n_rows, 1), x.dtype)
+    squares = numpy.empty(n, x.dtype)
+    if kind == cnp.NPY_FLOAT:
+        _normalize_rows(<float*>_data(x), <float*>_data(out),
+                        <float*>_data(squares), <float*>_data(inv_std),
+                        <float>eps, n_rows, n)
+    else:
+        _normalize_rows(<double*>_data(x), <double*>_data(out),
+                        <double*>_data(squares), <double*>_data(inv_std),
+                        eps, n_rows, n)
+    scale_shift_rows(out, inv_std, gamma, beta)
+    return out

@@ -383,12 +383,25 @@ def test_row_max_refuses_arrays_it_does_not_take(rng):
 
 def test_softmax_over_the_last_axis_runs_the_row_loop(monkeypatch, rng):
     calls = []
-    loop = _elementwise.row_max
-    monkeypatch.setattr(_elementwise, 'row_max',
+    loop = _elementwise.softmax_rows
+    monkeypatch.setattr(_elementwise, 'softmax_rows',
                         lambda *a: calls.append(loop(*a)) or calls[-1])
     inputs = [(rng.standard_normal((4, 5, 6)).astype(numpy.float32),)
               for _ in range(3)]
     testing.assert_jit_matches_eager(lambda x: F.softmax(x, axis=2), inputs,
+                                     rtol=0, atol=0)
+    assert calls and all(c is not None for c in calls)
+
+
+def test_softmax_with_rows_too_long_for_the_row_loop_finds_maxima_in_c(
+        monkeypatch, rng):
+    calls = []
+    loop = _elementwise.row_max
+    monkeypatch.setattr(_elementwise, 'row_max',
+                        lambda *a: calls.append(loop(*a)) or calls[-1])
+    inputs = [(rng.standard_normal((2, 8200)).astype(numpy.float32),)
+              for _ in range(3)]
+    testing.assert_jit_matches_eager(lambda x: F.softmax(x, axis=1), inputs,
                                      rtol=0, atol=0)
     assert calls and all(calls)
 
@@ -781,6 +794,106 @@ def test_log_softmax_refuses_what_it_does_not_take(rng):
                     numpy.zeros((2, 8193), numpy.float32), x.tolist(),
                     x.astype(numpy.int32), x.astype('>f4')]:
         assert _elementwise.log_softmax(refused) is None
+
+
+# --- softmax and layer normalization along rows ------------------------------
+
+def _chainers_softmax(x):
+    from chainer.functions.activation import softmax
+    with numpy.errstate(invalid='ignore'):
+        return softmax.Softmax(axis=x.ndim - 1).forward((x,))[0]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [
+    (1, 1), (32, 32, 32), (3, 7), (5, 8), (2, 9), (4, 128), (3, 129),
+    (2, 3, 300), (1, 1000), (2, 8192), (7,)])
+def test_softmax_rows_is_chainers_bit_for_bit(rng, dtype, shape):
+    x = _spread(rng, shape, dtype)
+    for special in [None] + SPECIAL:
+        if special is not None:
+            x.flat[rng.randint(x.size)] = special
+        expected = _chainers_softmax(x)
+        with numpy.errstate(invalid='ignore'):
+            actual = _elementwise.softmax_rows(x)
+            out = numpy.full_like(x, 7)
+            into = _elementwise.softmax_rows(x, out)
+        assert into is out
+        for result in (actual, out):
+            assert result.dtype == expected.dtype and \
+                result.shape == expected.shape
+            numpy.testing.assert_array_equal(result, expected)
+        in_place = x.copy()
+        with numpy.errstate(invalid='ignore'):
+            _elementwise.softmax_rows(in_place, in_place)
+        numpy.testing.assert_array_equal(in_place, expected)
+
+
+def test_softmax_rows_refuses_what_it_does_not_take(rng):
+    x = _spread(rng, (4, 6), numpy.float32)
+    for refused in [x.astype(numpy.float16), numpy.asfortranarray(x),
+                    x[:, ::2], x[:0], numpy.float32(1.0),
+                    numpy.zeros((2, 8193), numpy.float32), x.tolist(),
+                    x.astype(numpy.int32), x.astype('>f4')]:
+        assert _elementwise.softmax_rows(refused) is None
+    out = numpy.zeros_like(x)
+    for bad_out in [out[:3], out.astype(numpy.float64), out.T.copy().T,
+                    numpy.zeros((4, 7), numpy.float32)[:, 1:]]:
+        assert _elementwise.softmax_rows(x, bad_out) is None
+    buffer = numpy.zeros(30, numpy.float32)
+    overlapping = buffer[:24].reshape(4, 6)
+    overlapping[...] = x
+    assert _elementwise.softmax_rows(overlapping, buffer[6:].reshape(
+        4, 6)) is None
+    assert numpy.array_equal(overlapping, x)
+
+
+def _chainers_layer_norm(x, gamma, beta, eps):
+    from chainer.functions.normalization import layer_normalization
+    node = layer_normalization.LayerNormalization(eps=eps)
+    with numpy.errstate(invalid='ignore', divide='ignore'):
+        return node.forward((x, gamma, beta))[0]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [
+    (1, 1), (256, 64), (3, 7), (5, 8), (2, 9), (4, 128), (3, 129),
+    (2, 300), (1, 1000), (2, 8192)])
+@pytest.mark.parametrize('eps', [1e-6, 1e-5, 0.1])
+def test_layer_norm_rows_is_chainers_bit_for_bit(rng, dtype, shape, eps):
+    x = _spread(rng, shape, dtype)
+    gamma = _spread(rng, shape[1:], dtype)
+    beta = _spread(rng, shape[1:], dtype)
+    for special in [None] + SPECIAL:
+        if special is not None:
+            x.flat[rng.randint(x.size)] = special
+        expected = _chainers_layer_norm(x, gamma, beta, eps)
+        with numpy.errstate(invalid='ignore', divide='ignore'):
+            actual = _elementwise.layer_norm_rows(x, gamma, beta, eps)
+            out = numpy.full_like(x, 7)
+            into = _elementwise.layer_norm_rows(x, gamma, beta, eps, out)
+        assert into is out
+        for result in (actual, out):
+            assert result.dtype == expected.dtype and \
+                result.shape == expected.shape
+            numpy.testing.assert_array_equal(result, expected)
+
+
+def test_layer_norm_rows_refuses_what_it_does_not_take(rng):
+    x = _spread(rng, (4, 6), numpy.float32)
+    g, b = _spread(rng, (6,), numpy.float32), _spread(rng, (6,), numpy.float32)
+    for args in [(x.astype(numpy.float16), g, b), (x.T, g[:4], b[:4]),
+                 (x[:, ::2], g[:3], b[:3]), (x[:0], g, b), (x[0], g, b),
+                 (x[:, :, None], g, b), (x, g.astype(numpy.float64), b),
+                 (x, g, b[:5]), (x, g[None], b), (x, g[::-1], b),
+                 (numpy.zeros((2, 8193), numpy.float32),
+                  numpy.zeros(8193, numpy.float32),
+                  numpy.zeros(8193, numpy.float32)),
+                 (x.astype('>f4'), g, b)]:
+        assert _elementwise.layer_norm_rows(*args, eps=1e-5) is None
+    out = numpy.zeros_like(x)
+    for bad_out in [out[:3], out.astype(numpy.float64), g]:
+        assert _elementwise.layer_norm_rows(x, g, b, 1e-5, bad_out) is None
 
 
 def _chainers_mean_loss(x, t, ignore_label, normalize):
