@@ -375,9 +375,9 @@ cdef class CachedCall:
     ``self.call_general`` in Python. It remembers the key of the last
     call it made one for whose arguments were all distinct NumPy arrays,
     and the arrays' shapes and dtypes (:func:`_known_key`)."""
-    cdef tuple _key_arrays  # ((shape, dtype), ...) of that call
-    cdef object _key
-    cdef bint _key_train, _key_backprop
+    # (((shape, dtype), ...), key, train, enable_backprop) of that call,
+    # set in one assignment, so that threads see one call's whole.
+    cdef tuple _remembered
 
     def __call__(self, *args, **kwargs):
         result = _hit(self, args, kwargs)
@@ -386,7 +386,7 @@ cdef class CachedCall:
         return result
 
 
-# --- calling a link whose forward is jitted (``chainerjit.links``) ----------
+# --- calling a link whose forward is jitted (``chainerjit.link_call``) ------
 
 cdef object _Link = chainer.Link
 cdef object _chainer_link_call = chainer.Link.__call__  # the fallback
@@ -521,10 +521,14 @@ cdef object _known_key(CachedCall fn, tuple args, bint train,
     one ``fn`` remembers (all arguments distinct NumPy arrays of the same
     shapes and dtypes, in the same configuration), else None: about a
     tenth of the time of making it."""
-    cdef tuple known = fn._key_arrays
+    cdef tuple remembered = fn._remembered
+    cdef tuple known
     cdef Py_ssize_t i, j
-    if known is None or len(args) != len(known) or \
-            train != fn._key_train or backprop != fn._key_backprop:
+    if remembered is None:
+        return None
+    known, key, known_train, known_backprop = remembered
+    if len(args) != len(known) or train != known_train or \
+            backprop != known_backprop:
         return None
     for i in range(len(args)):
         arg, (shape, dtype) = args[i], known[i]
@@ -534,7 +538,7 @@ cdef object _known_key(CachedCall fn, tuple args, bint train,
         for j in range(i):
             if args[j] is arg:
                 return None
-    return fn._key
+    return key
 
 
 cdef void _remember_key(CachedCall fn, tuple key, tuple args, bint train,
@@ -546,10 +550,8 @@ cdef void _remember_key(CachedCall fn, tuple key, tuple args, bint train,
             return
     if key[4] is not None:
         return
-    fn._key_arrays = tuple([(arg.shape, arg.dtype) for arg in args])
-    fn._key = key
-    fn._key_train = train
-    fn._key_backprop = backprop
+    fn._remembered = (tuple([(arg.shape, arg.dtype) for arg in args]), key,
+                      train, backprop)
 
 
 cpdef bint needs_grad(list owners, list leaves):
