@@ -369,6 +369,21 @@ cdef tuple _nodes():
     return _node_classes
 
 
+cpdef bint takes_jitted_output(object inputs):
+    """Outside a recording, is one of ``inputs`` (of an eager node about
+    to be applied, ``losses``) a jitted forward's output: a Variable whose
+    creator is a chainerjit node?"""
+    if _recording.recorder is not None:
+        return False
+    cdef tuple jitted = _nodes()
+    for x in inputs:
+        if isinstance(x, _Variable):
+            node = x._node
+            if node is not None and type(node._creator_node) in jitted:
+                return True
+    return False
+
+
 cdef class CachedCall:
     """The base class of ``api.JitFunction``: its ``__call__`` runs a call
     that hits the cache in C (:func:`_hit`), and any other call with

@@ -48,7 +48,6 @@ import numpy
 
 from chainerjit import _elementwise
 from chainerjit import _fastpath
-from chainerjit import function
 from chainerjit import ops
 from chainerjit.ops import activation as activation_ops
 from chainerjit.ops import loss as loss_ops
@@ -60,7 +59,6 @@ _MeanSquaredError = mean_squared_error.MeanSquaredError
 _chainer_mse_backward = _MeanSquaredError.backward
 #: The nodes :func:`apply` links lean on a jitted output.
 _LEAN_CLASSES = (_SoftmaxCrossEntropy, _MeanSquaredError, accuracy.Accuracy)
-_JITTED_NODES = (function.CompiledFunction, function._Output)
 
 
 def install():
@@ -89,9 +87,7 @@ def apply(self, inputs):
     input is the output of a jitted forward, outside a recording.
     Otherwise the ``apply`` ``FunctionNode`` has now, which a recording
     wraps (``trace``)."""
-    if _fastpath.recording.recorder is None and any(
-            isinstance(x, chainer.Variable) and
-            type(x.creator_node) in _JITTED_NODES for x in inputs):
+    if _fastpath.takes_jitted_output(inputs):
         self._chainerjit_lean = True
         return _fastpath.lean_apply(self, inputs)
     return chainer.FunctionNode.apply(self, inputs)
