@@ -97,7 +97,7 @@ def run_workload(workload, args):
             chainer.using_config('enable_backprop', not inference):
         for system in SYSTEMS:
             try:
-                with run.system_context(system)():
+                with timing.system_context(system)():
                     builts[system] = build(system, model, workload, x, t)
             except Exception as e:
                 builts[system] = run.Skipped('fails: %s' % run._short(e))

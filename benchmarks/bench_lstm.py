@@ -57,13 +57,6 @@ def build(as_list=False):
     return eager, jitted
 
 
-def chainer_only():
-    """``timing.interleaved``'s ``around``: eager runs Chainer's own
-    methods where chainerjit's fast paths replace them."""
-    from chainerjit import testing
-    return {'eager': testing.fast_paths_off}
-
-
 def training_step(model, xs, t):
     import chainer
     import chainer.functions as F
@@ -120,12 +113,12 @@ def run_length(eager, jitted, length, args):
         inference = timing.interleaved(
             {'eager': lambda: eager(xs), 'jit': lambda: jitted(xs)},
             rounds=args.rounds, target_seconds=args.target_ms / 1e3,
-            around=chainer_only())
+            around=timing.system_contexts(['eager']))
     steps = {'eager': training_step(eager, xs, t),
              'jit': training_step(jitted, xs, t)}
     training = timing.interleaved(steps, rounds=args.rounds,
                                   target_seconds=args.target_ms / 1e3,
-                                  around=chainer_only())
+                                  around=timing.system_contexts(['eager']))
     return dict(
         length=length, inference=timing.compare(inference),
         training=timing.compare(training),

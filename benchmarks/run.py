@@ -352,7 +352,7 @@ def _build_check_and_time(workload, threads, args, model, x, t):
         if system == 'onnxruntime':
             builder = functools.partial(builder, threads=threads)
         try:
-            with system_context(system)():
+            with timing.system_context(system)():
                 builts[system] = builder(model, workload, x, t)
         except Exception as e:
             builts[system] = Skipped('fails: %s' % _short(e))
@@ -372,23 +372,12 @@ def _build_check_and_time(workload, threads, args, model, x, t):
     return Row(workload, threads, cells)
 
 
-def system_context(system):
-    """What ``system`` runs in: Chainer's own code for eager Chainer and
-    ``static_graph`` (the methods chainerjit's fast paths replace
-    restored, so that importing chainerjit costs them nothing), else
-    nothing."""
-    if system in ('eager', 'static_graph'):
-        from chainerjit import testing
-        return testing.fast_paths_off
-    return contextlib.nullcontext
-
-
 def time_interleaved(calls, args):
     """``timing.interleaved`` of the systems' ``calls`` (a dict, system
-    to call), each in its :func:`system_context`."""
+    to call), each in its ``timing.system_context``."""
     return timing.interleaved(
         calls, rounds=args.rounds, target_seconds=args.target_ms / 1e3,
-        around=dict((name, system_context(name)) for name in calls))
+        around=timing.system_contexts(calls))
 
 
 def set_threads(threads):

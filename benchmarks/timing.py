@@ -78,6 +78,26 @@ def seconds_per_call(fn, repeat=1):
     return (time.perf_counter() - start) / repeat
 
 
+#: The systems that are Chainer's own code (eager, ``static_graph``).
+CHAINER_SYSTEMS = ('eager', 'static_graph')
+
+
+def system_context(system):
+    """What ``system`` runs in: Chainer's own code for eager Chainer and
+    ``static_graph`` (``chainerjit.testing.fast_paths_off``: the methods
+    chainerjit's fast paths replace restored, so that importing chainerjit
+    costs them nothing), else nothing."""
+    if system in CHAINER_SYSTEMS:
+        from chainerjit import testing
+        return testing.fast_paths_off
+    return contextlib.nullcontext
+
+
+def system_contexts(systems):
+    """:func:`interleaved`'s ``around`` for ``systems``."""
+    return dict((name, system_context(name)) for name in systems)
+
+
 def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
                 warmup=3, around=None):
     """Times several functions in interleaved rounds.

@@ -125,7 +125,7 @@ def backward(self, indexes, grad_outputs):
         if _elementwise.softmax_ce_grad(
                 gx, t.array, self.ignore_label,
                 float(gloss.array * self._coeff)):
-            return chainer.Variable._init_unchecked(gx, requires_grad=any(
+            return _fastpath.new_variable(gx, any(
                 v.requires_grad for v in (x, t, gloss))), None
     return _chainer_backward(self, indexes, grad_outputs)
 
@@ -163,9 +163,8 @@ def mse_backward(self, indexes, grad_outputs):
             grads = rule(arrays[:2], (), arrays[2:],
                          (0 in indexes, 1 in indexes))
             requires_grad = any(v.requires_grad for v in (x0, x1, gy))
-            return [chainer.Variable._init_unchecked(
-                grads[i], requires_grad=requires_grad) for i in (0, 1)
-                if i in indexes]
+            return [_fastpath.new_variable(grads[i], requires_grad)
+                    for i in (0, 1) if i in indexes]
     return _chainer_mse_backward(self, indexes, grad_outputs)
 
 

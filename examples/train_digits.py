@@ -16,7 +16,6 @@ Usage: ``python examples/train_digits.py [--epochs 5] [--batchsize 32]``
 """
 
 import argparse
-import contextlib
 import copy
 import os
 import sys
@@ -34,7 +33,6 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
     __file__))))
 
 import chainerjit  # noqa: E402
-from chainerjit import testing  # noqa: E402
 from benchmarks import timing  # noqa: E402
 from examples import models  # noqa: E402
 
@@ -117,16 +115,9 @@ def time_inference(eager, jitted, x, repeats):
             {'eager': lambda: predict(eager, x, batchsize),
              'jit': lambda: predict(jitted, x, batchsize)},
             rounds=repeats, inner=1, warmup=1,
-            around={'eager': _chainer_only('eager')})
+            around=timing.system_contexts(['eager']))
         results[batchsize] = timing.compare(samples)
     return results
-
-
-def _chainer_only(name):
-    """The context the system ``name`` runs in: Chainer's own code for
-    eager (``chainerjit.testing.fast_paths_off``)."""
-    return testing.fast_paths_off if name == 'eager' else \
-        contextlib.nullcontext
 
 
 def report(name, accuracy, epoch_seconds):
@@ -157,7 +148,7 @@ def main(argv=None):
               % (name, args.epochs, args.batchsize))
         # Eager with Chainer's own methods, which chainerjit's fast paths
         # replace for the jitted model (and would cost eager a little).
-        with _chainer_only(name)():
+        with timing.system_context(name)():
             epoch_seconds = train(model, train_set, test_set, args)
         logits = predict(model.predictor, x_test, 64)
         accuracy = float((logits.argmax(axis=1) == y_test).mean())

@@ -82,7 +82,7 @@ def test_eager_chainer_is_timed_with_chainers_own_methods():
                  for name in ('eager', 'static_graph', 'chainerjit'))
     samples = timing.interleaved(
         calls, rounds=2, inner=3, warmup=1,
-        around=dict((name, run.system_context(name)) for name in calls))
+        around=timing.system_contexts(calls))
     assert seen == {'eager': {False}, 'static_graph': {False},
                     'chainerjit': {True}}
     assert all(len(s) == 2 for s in samples.values())
