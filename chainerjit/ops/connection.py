@@ -9,6 +9,8 @@ Chainer's within rounding. On the GPU Chainer uses cuDNN, so those nodes
 stay on the generic path there.
 """
 
+import os
+
 import chainer
 import numpy
 from numpy.lib.stride_tricks import sliding_window_view
@@ -36,19 +38,24 @@ def lower_linear(node, ctx):
     unit_axis = ctx.xp is numpy and 1 in ctx.in_shapes[0]
     cast = ctx.in_dtypes[0] != ctx.in_dtypes[1]
     # Up to 64 rows, ``(W x^T)^T``, which OpenBLAS runs up to twice as
-    # fast there (16 x 128 by 512: 58 us instead of 103 us here; from 128
-    # rows on it is slower); the transposed product is copied to C order
-    # with the bias added in the same pass.
-    # (The test is inlined as ``len(x) <= weight_first_rows``: the
+    # fast there (16 x 128 by 512: 22 us instead of 37 us; from 128 rows
+    # on it is slower), where it gives the same bits (see
+    # swapped_product_agrees); the transposed product is copied to C
+    # order with the bias added in the same pass.
+    # (The test is inlined as ``len(x) == weight_first_rows``: the
     # kernels' Python frames are a tenth of an MLP's call at batch 1.)
+    rows = ctx.in_shapes[0][0] if len(ctx.in_shapes[0]) == 2 else 0
     weight_first = ctx.xp is numpy and not unit_axis and \
-        len(set(ctx.in_dtypes)) == 1
-    weight_first_rows = 64 if weight_first else -1
+        len(set(ctx.in_dtypes)) == 1 and 0 < rows <= 64 and \
+        swapped_product_agrees(rows, ctx.in_shapes[1][1],
+                               ctx.in_shapes[1][0], ctx.in_dtypes[0])
+    weight_first_rows = rows if weight_first else -1
 
     def product(x, W, out=None):
         """``x W^T`` in ``x``'s dtype, into ``out`` if given; weight first
-        (then F-ordered, and ``out`` is not used) up to 64 rows."""
-        if len(x) <= weight_first_rows:
+        (then F-ordered, and ``out`` is not used) at the recorded rows if
+        they are 64 or fewer and that order gives the same bits."""
+        if len(x) == weight_first_rows:
             return W.dot(x.T).T
         if unit_axis and not (x.flags.c_contiguous or
                               x.flags.f_contiguous):
@@ -58,7 +65,7 @@ def lower_linear(node, ctx):
 
     def linear_fn(x, W, b=None):
         y = product(x, W)
-        if len(x) <= weight_first_rows:
+        if len(x) == weight_first_rows:
             if b is None:
                 return numpy.ascontiguousarray(y)
             return numpy.add(y, b, order='C')
@@ -68,7 +75,7 @@ def lower_linear(node, ctx):
 
     def linear_into(out, x, W, b=None):
         y = product(x, W, out)
-        if len(x) <= weight_first_rows:
+        if len(x) == weight_first_rows:
             if b is None:
                 numpy.copyto(out, y)
                 return out
@@ -155,8 +162,7 @@ grad_linear.fortran_inputs = (1,)  # W (see _weight_first)
 
 
 def _weight_first(gy, W):
-    """Is ``gy W`` faster as ``(W^T gy^T)^T`` (bit for bit the same in
-    ``tests/passes_tests/test_fuse.py``'s LSTM gradients)? For an
+    """Is ``gy W`` faster as ``(W^T gy^T)^T``, with the same bits? For an
     F-ordered ``W`` (``W^T`` C-ordered; autodiff makes such a copy for a
     loop, ``fortran_inputs``) and 9 to 64 rows of ``gy``, in OpenBLAS:
     69 us instead of 102 at 16 x 512 by 128, 112 instead of 142 at 32
@@ -164,7 +170,43 @@ def _weight_first(gy, W):
     C-ordered ``W``."""
     return type(gy) is numpy.ndarray and gy.ndim == 2 and \
         8 < len(gy) <= 64 and gy.dtype == W.dtype and \
-        W.flags.f_contiguous and not W.flags.c_contiguous
+        W.flags.f_contiguous and not W.flags.c_contiguous and \
+        swapped_product_agrees(len(gy), W.shape[0], W.shape[1], W.dtype)
+
+
+_AGREES = {}
+
+
+def swapped_product_agrees(rows, inner, cols, dtype):
+    """Does this machine's BLAS give the product ``a b`` of an (rows,
+    inner) ``a`` and an (inner, cols) ``b`` the same bits as ``(b^T
+    a^T)^T``? A BLAS kernel may sum in another order when its operands
+    swap (OpenBLAS 0.3.23 does in float32 on an AMD EPYC with AVX-512 and
+    did not on the machines before it), so a kernel takes the faster
+    swapped order only where this says so. The order of a BLAS sum
+    depends on the shapes and layouts, not on the values: one probe on
+    random arrays of these shapes, C- and F-ordered, settles it, and is
+    remembered. ``CHAINERJIT_EXACT_BLAS=0`` (read at a shape's first
+    probe) takes the faster order everywhere, with values then equal
+    within rounding."""
+    key = (rows, inner, cols, numpy.dtype(dtype))
+    agrees = _AGREES.get(key)
+    if agrees is None:
+        agrees = _AGREES[key] = \
+            os.environ.get('CHAINERJIT_EXACT_BLAS', '1') == '0' or \
+            _probe_swapped_product(*key)
+    return agrees
+
+
+def _probe_swapped_product(rows, inner, cols, dtype):
+    rng = numpy.random.RandomState(0)
+    a = rng.standard_normal((rows, inner)).astype(dtype)
+    b = rng.standard_normal((inner, cols)).astype(dtype)
+    for a_ in (a, numpy.asfortranarray(a)):
+        for b_ in (b, numpy.asfortranarray(b)):
+            if not numpy.array_equal(a_.dot(b_), b_.T.dot(a_.T).T):
+                return False
+    return True
 
 
 def _linear_to_onnx(b, ins, outs):

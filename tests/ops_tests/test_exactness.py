@@ -66,3 +66,76 @@ def test_fixed_batch_normalization_is_bit_exact_when_recorded_for_training(
                                      no_backprop=False)
     # For inference: a scale and a shift per channel, equal within rounding.
     testing.assert_jit_matches_eager(f, calls, rtol=1e-5, atol=1e-5)
+
+
+# --- the weight-first product: taken only where it gives the same bits ----
+
+def _linear_kernel(rows, n_in=128, n_out=512, dtype=numpy.float32):
+    from chainerjit import ops
+    from chainerjit.ops import connection
+    ctx = ops.LowerContext(numpy, ((rows, n_in), (n_out, n_in)),
+                           (dtype, dtype), ((rows, n_out),), (dtype,))
+    return connection.lower_linear(None, ctx).fn
+
+
+@pytest.fixture
+def probes(monkeypatch):
+    """A fresh memo of ``swapped_product_agrees``, restored after."""
+    from chainerjit.ops import connection
+    monkeypatch.setattr(connection, '_AGREES', {})
+    monkeypatch.delenv('CHAINERJIT_EXACT_BLAS', raising=False)
+    return connection
+
+
+@pytest.mark.parametrize('agrees', [False, True])
+def test_the_weight_first_order_follows_the_probe(rng, probes, monkeypatch,
+                                                  agrees):
+    monkeypatch.setattr(probes, '_probe_swapped_product',
+                        lambda *key: agrees)
+    x = rng.randn(16, 128).astype(numpy.float32)
+    W = rng.randn(512, 128).astype(numpy.float32)
+    y = _linear_kernel(16).product(x, W)
+    # Weight first, the product is a transposed view (F-ordered).
+    assert y.flags.f_contiguous == agrees and y.flags.c_contiguous != agrees
+    if agrees:
+        numpy.testing.assert_allclose(y, x.dot(W.T), rtol=1e-5, atol=1e-4)
+    else:
+        assert y.tobytes() == x.dot(W.T).tobytes()
+    # Other rows than the recorded ones go x first.
+    assert _linear_kernel(16).product(x[:9], W).flags.c_contiguous
+
+
+def test_the_probe_compares_both_orders_in_both_layouts(probes):
+    for rows, inner, cols, dtype in [(16, 128, 512, numpy.float32),
+                                     (9, 24, 5, numpy.float64)]:
+        rng = numpy.random.RandomState(0)
+        a = rng.standard_normal((rows, inner)).astype(dtype)
+        b = rng.standard_normal((inner, cols)).astype(dtype)
+        same = all(numpy.array_equal(a_.dot(b_), b_.T.dot(a_.T).T)
+                   for a_ in (a, numpy.asfortranarray(a))
+                   for b_ in (b, numpy.asfortranarray(b)))
+        assert probes.swapped_product_agrees(rows, inner, cols,
+                                             dtype) == same
+        assert (rows, inner, cols, numpy.dtype(dtype)) in probes._AGREES
+
+
+def test_exact_blas_off_takes_the_faster_order(probes, monkeypatch):
+    monkeypatch.setenv('CHAINERJIT_EXACT_BLAS', '0')
+    monkeypatch.setattr(probes, '_probe_swapped_product',
+                        lambda *key: pytest.fail('probed'))
+    assert probes.swapped_product_agrees(16, 128, 512, numpy.float32)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('rows', [1, 9, 16, 64])
+def test_linear_products_are_bit_exact_at_every_switch_size(
+        rng, rows, dtype):
+    """On every machine: the probe keeps the swapped order out where this
+    BLAS sums it differently (OpenBLAS in float32 on an AMD EPYC)."""
+    def f(x, W, b):
+        return F.relu(F.linear(x, W, b)), F.linear(x, W)
+    calls = [(rng.randn(rows, 128).astype(dtype),
+              rng.randn(512, 128).astype(dtype),
+              rng.randn(512).astype(dtype)) for _ in range(2)]
+    testing.assert_jit_matches_eager(f, calls, rtol=0, atol=0)
+    testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)

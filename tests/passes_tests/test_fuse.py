@@ -189,14 +189,30 @@ def test_an_lstm_step_takes_in_its_lateral_product_and_sum(rng):
     assert 'Add(' not in text.replace('+Add+', '')
 
 
+def _stacked_product_is_exact(xs, W):
+    """Does this machine's BLAS give ``gy W`` for all of ``xs``' steps at
+    once, (T * B) rows, the bits of one product per step's B rows? (Not
+    for some shapes with OpenBLAS on an AMD EPYC with AVX-512.)"""
+    gy = numpy.random.RandomState(1).standard_normal(
+        (xs.shape[0] * xs.shape[1], W.shape[0])).astype(W.dtype)
+    steps = [gy[k:k + xs.shape[1]].dot(W)
+             for k in range(0, len(gy), xs.shape[1])]
+    return numpy.array_equal(gy.dot(W), numpy.concatenate(steps))
+
+
 def _assert_lstm_steps_match_eager(f, calls):
     """Values and gradients of ``f(xs, c, h, Wx, b, Wh)`` jitted against
     eager: bit for bit, but for the weights' gradients (``Wx``, ``b``,
     ``Wh``), which are summed over all steps at once: the hoisted input
     projection's (``passes/hoist.py``) and the recurrent weight's (one
-    product after the loop, ``autodiff``)."""
+    product after the loop, ``autodiff``). The gradient of ``xs`` is the
+    hoisted projection's product over all steps' rows at once: bit for
+    bit where the BLAS sums those rows as it does a step's, else within
+    rounding."""
     jitted = chainerjit.jit(f)
     for i, args in enumerate(calls):
+        exact = (0, 1, 2) if _stacked_product_is_exact(args[0], args[3]) \
+            else (1, 2)
         eager = [chainer.Variable(a) for a in args]
         jit = [chainer.Variable(a) for a in args]
         expected, actual = f(*eager), jitted(*jit)
@@ -205,7 +221,7 @@ def _assert_lstm_steps_match_eager(f, calls):
         for outputs in (expected, actual):
             (F.sum(outputs[0] * outputs[0]) + F.sum(outputs[1])).backward()
         for k, (e, a) in enumerate(zip(eager, jit)):
-            if k >= 3:
+            if k not in exact:
                 numpy.testing.assert_allclose(a.grad, e.grad, rtol=1e-5,
                                               atol=1e-6)
             else:
