@@ -785,6 +785,11 @@ def gate_major(x, out, double ifo_scale, addend=None):
     C-ordered (4, B, H) array of their dtype. 3x faster than NumPy's copy
     of the strided view. Returns False, writing nothing, for arrays it
     does not take."""
+    return _gate_major_checked(x, out, ifo_scale, addend)
+
+
+cdef bint _gate_major_checked(x, out, double ifo_scale, addend):
+    """:func:`gate_major`."""
     cdef int kind = _c_ordered(out, -1, True)
     cdef object a
     for a in (x,) if addend is None else (x, addend):
@@ -832,26 +837,138 @@ def lstm_cell(gates, c_prev, c):
     a * i + f * c_prev`` into the first B rows of ``c`` from the first B
     rows of ``c_prev``. All C-ordered, of one dtype. Returns False,
     writing nothing, for arrays it does not take."""
-    cdef int kind = _c_ordered(gates, -1, True)
-    if kind < 0 or gates.ndim != 3 or gates.shape[0] != 4 or \
-            _c_ordered(c_prev, kind, False) < 0 or \
-            _c_ordered(c, kind, True) < 0:
+    cdef int kind = _cell_arrays(gates, c_prev, c)
+    if kind < 0:
         return False
     cdef Py_ssize_t n_rows = gates.shape[1], n_units = gates.shape[2]
-    cdef object array
-    for array in (c_prev, c):
-        if array.ndim != 2 or array.shape[0] < n_rows or \
-                array.shape[1] != n_units:
-            return False
-    if _shares_memory(gates, c) or _shares_memory(c_prev, c) or \
-            _shares_memory(gates, c_prev):
-        return False
     if kind == cnp.NPY_FLOAT:
         _lstm_cell(<float*>_data(gates), <float*>_data(c_prev),
                    <float*>_data(c), n_rows, n_units)
     else:
         _lstm_cell(<double*>_data(gates), <double*>_data(c_prev),
                    <double*>_data(c), n_rows, n_units)
+    return True
+
+
+cdef int _cell_arrays(gates, c_prev, c):
+    """The dtype of :func:`lstm_cell`'s arrays, or -1 if it does not take
+    them."""
+    cdef int kind = _c_ordered(gates, -1, True)
+    if kind < 0 or gates.ndim != 3 or gates.shape[0] != 4 or \
+            _c_ordered(c_prev, kind, False) < 0 or \
+            _c_ordered(c, kind, True) < 0:
+        return -1
+    cdef Py_ssize_t n_rows = gates.shape[1], n_units = gates.shape[2]
+    cdef object array
+    for array in (c_prev, c):
+        if array.ndim != 2 or array.shape[0] < n_rows or \
+                array.shape[1] != n_units:
+            return -1
+    if _shares_memory(gates, c) or _shares_memory(c_prev, c) or \
+            _shares_memory(gates, c_prev):
+        return -1
+    return kind
+
+
+# NumPy's own inner loops of ``numpy.tanh`` for float32 and float64 (the
+# SIMD ones its dispatcher picked for this CPU), so that a C loop calls
+# the very function ``numpy.tanh(a, out=a)`` runs on a contiguous array.
+ctypedef void (*_UnaryLoop)(char**, cnp.npy_intp*, cnp.npy_intp*,
+                           void*) noexcept nogil
+cdef _UnaryLoop _tanh_loops[2]
+cdef void* _tanh_data[2]
+
+
+cdef void _find_tanh_loops():
+    cdef cnp.ufunc tanh = numpy.tanh
+    cdef int k, slot
+    _tanh_loops[0] = _tanh_loops[1] = NULL
+    for k in range(tanh.ntypes):
+        if tanh.types[2 * k] != tanh.types[2 * k + 1]:
+            continue
+        slot = 0 if tanh.types[2 * k] == cnp.NPY_FLOAT else \
+            1 if tanh.types[2 * k] == cnp.NPY_DOUBLE else -1
+        if slot >= 0 and _tanh_loops[slot] == NULL:  # the one NumPy picks
+            _tanh_loops[slot] = <_UnaryLoop>tanh.functions[k]
+            _tanh_data[slot] = tanh.data[k]
+
+
+_find_tanh_loops()
+
+
+cdef void _tanh(floating* x, floating* out, Py_ssize_t n) noexcept nogil:
+    """``numpy.tanh(x, out=out)`` for contiguous ``x`` and ``out``."""
+    cdef char* args[2]
+    cdef cnp.npy_intp size = n
+    cdef cnp.npy_intp steps[2]
+    cdef int slot = 0 if floating is float else 1
+    args[0] = <char*>x
+    args[1] = <char*>out
+    steps[0] = steps[1] = sizeof(floating)
+    _tanh_loops[slot](args, &size, steps, _tanh_data[slot])
+
+
+def tanh(x, out):
+    """``numpy.tanh(x, out=out)`` through the loop the fused LSTM step
+    calls, for C-ordered ``x`` and ``out`` of one shape and dtype (for
+    tests). Returns False for arrays it does not take."""
+    cdef int kind = _c_ordered(x, -1, False)
+    if kind < 0 or _c_ordered(out, kind, True) < 0 or x.shape != out.shape:
+        return False
+    if kind == cnp.NPY_FLOAT:
+        _tanh[float](<float*>_data(x), <float*>_data(out), x.size)
+    else:
+        _tanh[double](<double*>_data(x), <double*>_data(out), x.size)
+    return True
+
+
+cdef void _lstm_step(floating* gates, floating* c_prev, floating* c,
+                     floating* h, Py_ssize_t n_rows,
+                     Py_ssize_t n_units) noexcept nogil:
+    cdef Py_ssize_t k, plane = n_rows * n_units
+    cdef floating* o = gates + 3 * plane
+    _tanh(gates, gates, 4 * plane)
+    _lstm_cell(gates, c_prev, c, n_rows, n_units)
+    _tanh(c, h, plane)
+    for k in range(plane):
+        h[k] = h[k] * o[k]
+
+
+def lstm_step(x, addend, c_prev, gates, c, h):
+    """Chainer's LSTM step on ``x`` (+ ``addend``, or None) in one call:
+    the gates of ``x`` made gate-major into ``gates`` (:func:`gate_major`),
+    NumPy's ``tanh`` of them all (its own loop, i, f and o halved first),
+    the sigmoids finished and ``c`` written (:func:`lstm_cell`; the rows
+    of ``c_prev`` past the batch copied), then ``h = tanh(c) * o``. The
+    values of Chainer's NumPy code, bit for bit. ``x`` and ``addend`` (B,
+    4H) of any strides; ``c_prev`` and ``c`` (B' >= B, H), ``gates`` (4,
+    B, H) and ``h`` (B, H) C-ordered; all float32 or all float64. Returns
+    False, writing nothing, for arrays it does not take."""
+    cdef int kind = _cell_arrays(gates, c_prev, c)
+    if kind < 0 or _c_ordered(h, kind, True) < 0 or h.ndim != 2 or \
+            h.shape[0] != gates.shape[1] or h.shape[1] != gates.shape[2] or \
+            c.shape[0] != c_prev.shape[0] or _tanh_loops[kind != \
+                                                         cnp.NPY_FLOAT] == NULL:
+        return False
+    cdef object array
+    for array in (gates, c_prev, c):
+        if _shares_memory(h, array):
+            return False
+    for array in (c_prev, c, h):
+        if _shares_memory(x, array) or \
+                (addend is not None and _shares_memory(addend, array)):
+            return False
+    if not _gate_major_checked(x, gates, 0.5, addend):
+        return False
+    cdef Py_ssize_t n_rows = gates.shape[1], n_units = gates.shape[2]
+    if kind == cnp.NPY_FLOAT:
+        _lstm_step(<float*>_data(gates), <float*>_data(c_prev),
+                   <float*>_data(c), <float*>_data(h), n_rows, n_units)
+    else:
+        _lstm_step(<double*>_data(gates), <double*>_data(c_prev),
+                   <double*>_data(c), <double*>_data(h), n_rows, n_units)
+    if n_rows < c.shape[0]:
+        c[n_rows:] = c_prev[n_rows:]
     return True
 
 

@@ -525,6 +525,91 @@ def test_lstm_cell_refuses_arrays_it_does_not_take(rng):
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('size', [1, 7, 8, 17, 1000, 100003])
+def test_tanh_is_numpys_own_loop_bit_for_bit(rng, dtype, size):
+    x = (rng.standard_normal(size) *
+         numpy.exp(rng.uniform(-20, 6, size))).astype(dtype)
+    x[:6] = ([numpy.nan, numpy.inf, -numpy.inf, -0.0, 1e30, 1e-45]
+             if size >= 6 else x[:6])
+    out = numpy.empty_like(x)
+    assert _elementwise.tanh(x, out)
+    assert out.tobytes() == numpy.tanh(x).tobytes()
+    assert _elementwise.tanh(x, x)  # in place
+    assert x.tobytes() == out.tobytes()
+
+
+def _chainers_lstm_step(c_prev, x):
+    from chainer.functions.rnn import lstm
+    return lstm.LSTM().forward((c_prev, x))
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('batch, state_rows, units', [
+    (16, 16, 128), (3, 5, 7), (1, 1, 1), (4, 4, 33)])
+@pytest.mark.parametrize('addend', [None, 'C', 'transposed'])
+def test_lstm_step_is_chainers_step_bit_for_bit(rng, dtype, batch,
+                                                state_rows, units, addend):
+    x = _spread(rng, (batch, 4 * units), dtype)
+    c_prev = _spread(rng, (state_rows, units), dtype)
+    y = None
+    if addend == 'C':
+        y = _spread(rng, (batch, 4 * units), dtype)
+    elif addend == 'transposed':  # as the weight-first product returns it
+        y = _spread(rng, (4 * units, batch), dtype).T
+    for special in [None] + SPECIAL:
+        if special is not None:
+            x.flat[rng.randint(x.size)] = special
+            c_prev.flat[rng.randint(c_prev.size)] = special
+        total = x if y is None else x + y
+        c_expected, h_expected = _chainers_lstm_step(c_prev, total)
+        gates = numpy.empty((4, batch, units), dtype)
+        c = numpy.empty_like(c_prev)
+        h = numpy.empty((batch, units), dtype)
+        with numpy.errstate(invalid='ignore', over='ignore'):
+            assert _elementwise.lstm_step(x, y, c_prev, gates, c, h)
+        assert c.tobytes() == c_expected.tobytes()
+        assert h.tobytes() == h_expected.tobytes()
+        a, i, f, o = (total.reshape(batch, units, 4)[:, :, k]
+                      for k in range(4))
+        with numpy.errstate(invalid='ignore', over='ignore'):
+            assert gates[0].tobytes() == numpy.tanh(a).tobytes()
+            assert gates[3].tobytes() == \
+                (numpy.tanh(o * dtype(0.5)) * dtype(0.5) +
+                 dtype(0.5)).tobytes()
+
+
+def test_lstm_step_refuses_arrays_it_does_not_take(rng):
+    def arrays():
+        return (rng.standard_normal((5, 24)).astype(numpy.float32), None,
+                rng.standard_normal((5, 6)).astype(numpy.float32),
+                numpy.zeros((4, 5, 6), numpy.float32),
+                numpy.zeros((5, 6), numpy.float32),
+                numpy.zeros((5, 6), numpy.float32))
+    x, _, c_prev, gates, c, h = arrays()
+    read_only = h.copy()
+    read_only.flags.writeable = False
+    for args in [
+            (x.astype(numpy.float64), None, c_prev, gates, c, h),
+            (x, x.astype(numpy.float64), c_prev, gates, c, h),
+            (x[:, :20], None, c_prev, gates, c, h),
+            (x, None, c_prev, gates, c[:4], h),          # c too short
+            (x, None, c_prev, gates, c, h[:4]),
+            (x, None, c_prev, gates, c, read_only),
+            (x, None, c_prev, gates, c, numpy.asfortranarray(h)),
+            (x, None, c_prev, gates, c, c),              # h is c
+            (x, None, c_prev, gates, c, gates[0]),       # h in the gates
+            (x, None, c, gates, c, h),                   # c is c_prev
+            (c_prev.repeat(4, axis=1), None, c_prev, gates, c,
+             c_prev),                                    # h is c_prev
+            (x, None, c_prev, gates, c, h.tolist())]:
+        before = [numpy.array(a, copy=True) for a in args if a is not None]
+        assert not _elementwise.lstm_step(*args)
+        after = [numpy.asarray(a) for a in args if a is not None]
+        for a, b in zip(after, before):
+            assert numpy.array_equal(a, b, equal_nan=True)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_half_plus_half_is_numpys_two_ufuncs_bit_for_bit(rng, dtype):
     t = numpy.tanh(rng.standard_normal((3, 7, 9)) * 4).astype(dtype)
     t.flat[:5] = [-0.0, 1e-45, numpy.nan, -1, 1]

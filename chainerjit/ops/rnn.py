@@ -20,7 +20,7 @@ def lower_lstm(node, ctx):
         step, grad = _chainer_lstm_step, _chainer_lstm_grad
     else:
         def step(c_prev, x):
-            return _cell(_activate(_halved_gates(x)), c_prev)
+            return _step(c_prev, x)[:2]
         # passes.fuse.fuse_lstm_step may replace it by fused_step (C loops).
         step.fusable = True
         grad = _lstm_grad
@@ -51,8 +51,7 @@ def fused_step(product):
     is the three nodes' gradient rules chained (GradRule inputs c_prev, h
     and W; outputs c and gates)."""
     def fn(c_prev, u, h, W):
-        gates = _activate(_halved_gates(u, product(h, W)))
-        return _cell(gates, c_prev) + (gates,)
+        return _step(c_prev, u, product(h, W))
 
     def grad(xs, ys, gys, wanted):
         c_prev, _, h, W = xs
@@ -64,6 +63,21 @@ def fused_step(product):
     grad.factors = (3,)  # gW = gx^T h, as grad_linear's
     grad.fortran_inputs = (3,)  # W, as grad_linear's
     return fn, grad
+
+
+def _step(c_prev, x, addend=None):
+    """``(c, h, gates)`` of Chainer's LSTM step on ``x`` (+ ``addend``),
+    ``gates`` activated, gate-major (4, B, H): one C call
+    (``_elementwise.lstm_step``, NumPy's own tanh loop inside) for 2-D
+    float32 or float64, else NumPy passes."""
+    batch, n_units = len(x), c_prev.shape[1]
+    gates = numpy.empty((4, batch, n_units) + x.shape[2:], x.dtype)
+    c_next = numpy.empty_like(c_prev)
+    h = numpy.empty((batch,) + c_prev.shape[1:], c_prev.dtype)
+    if _elementwise.lstm_step(x, addend, c_prev, gates, c_next, h):
+        return c_next, h, gates
+    gates = _activate(_halved_gates(x, addend))
+    return _cell(gates, c_prev) + (gates,)
 
 
 def _cell(gates, c_prev):
