@@ -45,23 +45,12 @@ def lower_linear(node, ctx):
     # (The test is inlined as ``len(x) == weight_first_rows``: the
     # kernels' Python frames are a tenth of an MLP's call at batch 1.)
     rows = ctx.in_shapes[0][0] if len(ctx.in_shapes[0]) == 2 else 0
-    weight_first = ctx.xp is numpy and not unit_axis and \
-        len(set(ctx.in_dtypes)) == 1 and 0 < rows <= 64 and \
-        swapped_product_agrees(rows, ctx.in_shapes[1][1],
-                               ctx.in_shapes[1][0], ctx.in_dtypes[0])
-    weight_first_rows = rows if weight_first else -1
-
-    def product(x, W, out=None):
-        """``x W^T`` in ``x``'s dtype, into ``out`` if given; weight first
-        (then F-ordered, and ``out`` is not used) at the recorded rows if
-        they are 64 or fewer and that order gives the same bits."""
-        if len(x) == weight_first_rows:
-            return W.dot(x.T).T
-        if unit_axis and not (x.flags.c_contiguous or
-                              x.flags.f_contiguous):
-            x = numpy.ascontiguousarray(x)
-        y = x.dot(W.T, out=out)
-        return y.astype(x.dtype, copy=False) if cast else y
+    swappable = ctx.xp is numpy and not unit_axis and \
+        len(set(ctx.in_dtypes)) == 1 and 0 < rows <= 64
+    weight_first_rows = rows if swappable and swapped_product_agrees(
+        rows, ctx.in_shapes[1][1], ctx.in_shapes[1][0],
+        ctx.in_dtypes[0]) else -1
+    product = _product(weight_first_rows, unit_axis, cast)
 
     def linear_fn(x, W, b=None):
         y = product(x, W)
@@ -84,7 +73,11 @@ def lower_linear(node, ctx):
             out += b
         return out
 
-    linear_fn.product = product  # for passes/fuse.py's LSTM step
+    # For passes/fuse.py's LSTM step; the second for a step whose input
+    # projection, hoisted, already rounds otherwise than eager's.
+    linear_fn.product = product
+    linear_fn.rounded_product = _product(
+        rows if swappable else -1, unit_axis, cast)
     into = None if cast or ctx.xp is not numpy or \
         len(ctx.in_shapes[0]) != 2 else linear_into
     if len(ctx.in_shapes) == 3 and ctx.in_dtypes[0] in _FUSED_DTYPES:
@@ -94,6 +87,21 @@ def lower_linear(node, ctx):
             linear_fn.then_relu = _then_relu_on_gpu(product)
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
                   onnx=_linear_to_onnx, fresh=True, into=into)
+
+
+def _product(weight_first_rows, unit_axis, cast):
+    def product(x, W, out=None):
+        """``x W^T`` in ``x``'s dtype, into ``out`` if given; weight first
+        (then F-ordered, and ``out`` is not used) at ``weight_first_rows``
+        rows."""
+        if len(x) == weight_first_rows:
+            return W.dot(x.T).T
+        if unit_axis and not (x.flags.c_contiguous or
+                              x.flags.f_contiguous):
+            x = numpy.ascontiguousarray(x)
+        y = x.dot(W.T, out=out)
+        return y.astype(x.dtype, copy=False) if cast else y
+    return product
 
 
 _FUSED_DTYPES = LOOP_DTYPES  # (tests turn the one-pass kernel off)
@@ -138,12 +146,14 @@ def _numpy_bias_relu(y, b, out):
     return numpy.maximum(numpy.add(y, b, out=out), 0, out=out)
 
 
-def grad_linear(xs, ys, gys, wanted):
-    """As LinearGradData, LinearGradWeight and Sum(axis=0)."""
+def grad_linear(xs, ys, gys, wanted, rounded=False):
+    """As LinearGradData, LinearGradWeight and Sum(axis=0); ``rounded``:
+    the faster order for ``gx`` even where it rounds otherwise (see
+    ``passes/fuse.py``'s LSTM step)."""
     x, W = xs[0], xs[1]
     gy, = gys
     gx = None
-    if wanted[0] and _weight_first(gy, W):
+    if wanted[0] and _weight_first(gy, W, rounded):
         gx = numpy.ascontiguousarray(W.T.dot(gy.T).T)
     elif wanted[0]:
         gx = gy.dot(W).astype(gy.dtype, copy=False)
@@ -161,7 +171,7 @@ grad_linear.factors = (1,)  # gW = gy^T x
 grad_linear.fortran_inputs = (1,)  # W (see _weight_first)
 
 
-def _weight_first(gy, W):
+def _weight_first(gy, W, rounded=False):
     """Is ``gy W`` faster as ``(W^T gy^T)^T``, with the same bits? For an
     F-ordered ``W`` (``W^T`` C-ordered; autodiff makes such a copy for a
     loop, ``fortran_inputs``) and 9 to 64 rows of ``gy``, in OpenBLAS:
@@ -171,7 +181,8 @@ def _weight_first(gy, W):
     return type(gy) is numpy.ndarray and gy.ndim == 2 and \
         8 < len(gy) <= 64 and gy.dtype == W.dtype and \
         W.flags.f_contiguous and not W.flags.c_contiguous and \
-        swapped_product_agrees(len(gy), W.shape[0], W.shape[1], W.dtype)
+        (rounded or swapped_product_agrees(len(gy), W.shape[0], W.shape[1],
+                                           W.dtype))
 
 
 _AGREES = {}
@@ -198,10 +209,37 @@ def swapped_product_agrees(rows, inner, cols, dtype):
     return agrees
 
 
-def _probe_swapped_product(rows, inner, cols, dtype):
+def stacked_product_agrees(steps, rows, inner, cols, dtype):
+    """Does this machine's BLAS give the product of a (steps * rows,
+    inner) ``a`` and an (inner, cols) ``b`` the bits of one product per
+    block of ``rows`` rows in turn? (``passes/hoist.py`` computes a
+    loop's input projection so; OpenBLAS does not keep the bits in
+    float32 on an AMD EPYC with AVX-512.) Probed and remembered as
+    :func:`swapped_product_agrees`."""
+    key = (steps, rows, inner, cols, numpy.dtype(dtype))
+    agrees = _AGREES.get(key)
+    if agrees is None:
+        agrees = _AGREES[key] = _probe_stacked_product(*key)
+    return agrees
+
+
+def _probe_stacked_product(steps, rows, inner, cols, dtype):
+    a, b = _probe_arrays(steps * rows, inner, cols, dtype)
+    for b_ in (b, numpy.asfortranarray(b)):
+        blocks = [a[k:k + rows].dot(b_) for k in range(0, len(a), rows)]
+        if not numpy.array_equal(a.dot(b_), numpy.concatenate(blocks)):
+            return False
+    return True
+
+
+def _probe_arrays(rows, inner, cols, dtype):
     rng = numpy.random.RandomState(0)
-    a = rng.standard_normal((rows, inner)).astype(dtype)
-    b = rng.standard_normal((inner, cols)).astype(dtype)
+    return (rng.standard_normal((rows, inner)).astype(dtype),
+            rng.standard_normal((inner, cols)).astype(dtype))
+
+
+def _probe_swapped_product(rows, inner, cols, dtype):
+    a, b = _probe_arrays(rows, inner, cols, dtype)
     for a_ in (a, numpy.asfortranarray(a)):
         for b_ in (b, numpy.asfortranarray(b)):
             if not numpy.array_equal(a_.dot(b_), b_.T.dot(a_.T).T):

@@ -40,7 +40,7 @@ def _chainer_lstm_grad(xs, ys, gys, wanted):
     return (gc_prev if wanted[0] else None, gx if wanted[1] else None)
 
 
-def fused_step(product):
+def fused_step(product, rounded=False):
     """``(fn, grad)`` of an LSTM step fused with the lateral product and
     the sum before it (``passes/fuse.py``): ``fn(c_prev, u, h, W)`` returns
     ``(c, h_next, gates)`` for ``lstm(c_prev, u + product(h, W))``, where
@@ -49,7 +49,8 @@ def fused_step(product):
     copy and sum), and ``gates`` are the activated gates, (4, B, H), kept
     for the gradient instead of recomputing them from the sum. ``grad``
     is the three nodes' gradient rules chained (GradRule inputs c_prev, h
-    and W; outputs c and gates)."""
+    and W; outputs c and gates); ``rounded``: h's gradient in the faster
+    order even where it rounds otherwise than eager's (``grad_linear``)."""
     def fn(c_prev, u, h, W):
         return _step(c_prev, u, product(h, W))
 
@@ -57,7 +58,7 @@ def fused_step(product):
         c_prev, _, h, W = xs
         c, _, gates = ys
         gc_prev, gx = _lstm_grad_from_gates(gates, c_prev, c, gys[0], gys[1])
-        gh, gW = grad_linear((h, W), (None,), (gx,), wanted[2:])
+        gh, gW = grad_linear((h, W), (None,), (gx,), wanted[2:], rounded)
         return (gc_prev if wanted[0] else None, gx if wanted[1] else None,
                 gh, gW)
     grad.factors = (3,)  # gW = gx^T h, as grad_linear's

@@ -4,6 +4,7 @@ the test-mode batch normalization after it."""
 
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit.ops import connection
 from chainerjit.ops import rnn
 
 ACTIVATIONS = frozenset(['ReLU', 'Tanh', 'Sigmoid'])
@@ -91,8 +92,50 @@ def fuse_lstm_step(graph):
 
         %15: f32[16,128], %16: f32[16,128], %17: f32[4,16,128] =
             LinearFunction+Add+LSTM(%6, %12, %5, %10)
+
+    The product takes the faster weight-first order where it gives
+    eager's bits (``connection.swapped_product_agrees``), and also where
+    ``u`` is a step of an input projection hoisted out of the loop whose
+    stacked product does not (``connection.stacked_product_agrees``):
+    the step's values are then equal to eager's within rounding anyway
+    (so is the product for h's gradient).
     """
-    return graph, _fuse(graph, _sum_and_step_after, _lstm_step)
+    rounded = _rounded_steps(graph)
+
+    def make(linear, add, lstm):
+        return _lstm_step(linear, add, lstm, rounded)
+    return graph, _fuse(graph, _sum_and_step_after, make)
+
+
+def _rounded_steps(graph):
+    """The loop bodies' steps (``IndexAt`` outputs) of hoisted input
+    projections that this machine's BLAS computes with other bits than
+    eager's one product per step, in ``graph`` and its loops."""
+    producer = {v: node for node in graph.nodes for v in node.outputs}
+    rounded = set()
+    for loop in graph.nodes:
+        if loop.region is None:
+            continue
+        body = loop.region.body
+        rounded |= _rounded_steps(body)
+        for outer, inner in zip(loop.inputs, body.inputs):
+            hoisted = producer.get(outer)
+            if hoisted is not None and _rounds(hoisted):
+                rounded.update(n.outputs[0] for n in body.nodes
+                               if n.op == 'IndexAt' and n.inputs[0] is inner)
+    return rounded
+
+
+def _rounds(node):
+    """Is ``node`` a linear over the steps of a (steps, rows, features)
+    array (``passes/hoist.py``) whose product rounds otherwise than one
+    product per step?"""
+    if node.op != 'LinearFunction' or dict(node.attrs).get('steps') != 0:
+        return False
+    (steps, rows, inner), (cols, _) = node.inputs[0].shape, \
+        node.inputs[1].shape
+    return not connection.stacked_product_agrees(
+        steps, rows, inner, cols, node.inputs[0].dtype)
 
 
 def _only_reader(node, users):
@@ -144,9 +187,11 @@ def _sum_and_step_after(linear, users):
     return add, lstm
 
 
-def _lstm_step(linear, add, lstm):
+def _lstm_step(linear, add, lstm, rounded):
     u = add.inputs[1 if add.inputs[0] is linear.outputs[0] else 0]
-    fn, grad = rnn.fused_step(linear.kernel.fn.product)
+    rounds = u in rounded and hasattr(linear.kernel.fn, 'rounded_product')
+    fn, grad = rnn.fused_step(linear.kernel.fn.rounded_product if rounds
+                              else linear.kernel.fn.product, rounds)
     x, c = add.outputs[0], lstm.outputs[0]
     gates = ir.Value('temp', (4, x.shape[0], c.shape[1]), c.dtype)
     if x.symbols and 0 in x.symbols:

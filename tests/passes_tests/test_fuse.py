@@ -12,6 +12,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from chainerjit.ops import rnn
 from chainerjit.passes import fuse
 from examples import models
 
@@ -282,3 +283,40 @@ def test_fused_lstm_steps_export_to_onnx(rng):
     jitted = chainerjit.jit(_lstm_steps)
     jitted(*_lstm_calls(rng, n=1)[0])
     assert '+Add+LSTM' in str(jitted.cache_entries()[0].graph)
+
+
+@pytest.mark.parametrize('stacking_keeps_bits', [False, True])
+def test_a_hoisted_projection_that_rounds_lets_the_step_swap_its_product(
+        rng, monkeypatch, stacking_keeps_bits):
+    """Where the BLAS gives the swapped product other bits, the step keeps
+    eager's order, unless its input projection, hoisted, already rounds
+    otherwise than eager's (then it takes the faster order, forward and
+    backward, within rounding)."""
+    from chainerjit.ops import connection
+    monkeypatch.setattr(connection, '_AGREES', {})
+    monkeypatch.setattr(connection, '_probe_swapped_product',
+                        lambda *key: False)
+    monkeypatch.setattr(connection, '_probe_stacked_product',
+                        lambda *key: stacking_keeps_bits)
+    made = []
+    fused_step = rnn.fused_step
+
+    def spy(product, rounded=False):
+        made.append((product, rounded))
+        return fused_step(product, rounded)
+    monkeypatch.setattr(rnn, 'fused_step', spy)
+    numpy.random.seed(0)
+    model = models.LSTMClassifier(n_in=5, n_hidden=16)
+    calls = [(rng.standard_normal((6, 16, 5)).astype(numpy.float32),)
+             for _ in range(2)]
+    testing.assert_jit_matches_eager(model.forward, calls, rtol=1e-5,
+                                     atol=1e-6)
+    testing.assert_jit_grads_match_eager(model.forward, calls, rtol=1e-4,
+                                         atol=1e-5)
+    assert made and all(rounded is not stacking_keeps_bits
+                        for _, rounded in made)
+    h = rng.standard_normal((16, 16)).astype(numpy.float32)
+    W = model.lstm.lateral.W.array
+    product = made[0][0](h, W)
+    assert product.flags.f_contiguous is not stacking_keeps_bits
+    numpy.testing.assert_allclose(product, h.dot(W.T), rtol=1e-5, atol=1e-5)
