@@ -913,7 +913,9 @@ def tanh(x, out):
     calls, for C-ordered ``x`` and ``out`` of one shape and dtype (for
     tests). Returns False for arrays it does not take."""
     cdef int kind = _c_ordered(x, -1, False)
-    if kind < 0 or _c_ordered(out, kind, True) < 0 or x.shape != out.shape:
+    if kind < 0 or _c_ordered(out, kind, True) < 0 or \
+            x.shape != out.shape or _partly_overlap(x, out) or \
+            _tanh_loops[kind != cnp.NPY_FLOAT] == NULL:
         return False
     if kind == cnp.NPY_FLOAT:
         _tanh[float](<float*>_data(x), <float*>_data(out), x.size)

@@ -538,6 +538,21 @@ def test_tanh_is_numpys_own_loop_bit_for_bit(rng, dtype, size):
     assert x.tobytes() == out.tobytes()
 
 
+def test_tanh_refuses_arrays_it_does_not_take(rng):
+    x = rng.standard_normal(10).astype(numpy.float32)
+    read_only = x.copy()
+    read_only.flags.writeable = False
+    for args in [(x, x.astype(numpy.float64)), (x, read_only),
+                 (x[::2], numpy.empty(5, numpy.float32)), (x, x[:9]),
+                 (x[1:], x[:9]),                       # partly overlapping
+                 (x.astype(numpy.float16), x.astype(numpy.float16)),
+                 (x.tolist(), x)]:
+        before = [numpy.array(a, copy=True) for a in args]
+        assert not _elementwise.tanh(*args)
+        for a, b in zip(args, before):
+            assert numpy.array_equal(numpy.asarray(a), b)
+
+
 def _chainers_lstm_step(c_prev, x):
     from chainer.functions.rnn import lstm
     return lstm.LSTM().forward((c_prev, x))
