@@ -543,7 +543,7 @@ def test_tanh_refuses_arrays_it_does_not_take(rng):
     read_only = x.copy()
     read_only.flags.writeable = False
     for args in [(x, x.astype(numpy.float64)), (x, read_only),
-                 (x[::2], numpy.empty(5, numpy.float32)), (x, x[:9]),
+                 (x[::2], numpy.zeros(5, numpy.float32)), (x, x[:9]),
                  (x[1:], x[:9]),                       # partly overlapping
                  (x.astype(numpy.float16), x.astype(numpy.float16)),
                  (x.tolist(), x)]:
