@@ -896,6 +896,10 @@ cdef void _find_tanh_loops():
 _find_tanh_loops()
 
 
+cdef inline bint _tanh_found(int kind):
+    return _tanh_loops[0 if kind == cnp.NPY_FLOAT else 1] != NULL
+
+
 cdef void _tanh(floating* x, floating* out, Py_ssize_t n) noexcept nogil:
     """``numpy.tanh(x, out=out)`` for contiguous ``x`` and ``out``."""
     cdef char* args[2]
@@ -915,7 +919,7 @@ def tanh(x, out):
     cdef int kind = _c_ordered(x, -1, False)
     if kind < 0 or _c_ordered(out, kind, True) < 0 or \
             x.shape != out.shape or _partly_overlap(x, out) or \
-            _tanh_loops[kind != cnp.NPY_FLOAT] == NULL:
+            not _tanh_found(kind):
         return False
     if kind == cnp.NPY_FLOAT:
         _tanh[float](<float*>_data(x), <float*>_data(out), x.size)
@@ -949,8 +953,7 @@ def lstm_step(x, addend, c_prev, gates, c, h):
     cdef int kind = _cell_arrays(gates, c_prev, c)
     if kind < 0 or _c_ordered(h, kind, True) < 0 or h.ndim != 2 or \
             h.shape[0] != gates.shape[1] or h.shape[1] != gates.shape[2] or \
-            c.shape[0] != c_prev.shape[0] or _tanh_loops[kind != \
-                                                         cnp.NPY_FLOAT] == NULL:
+            c.shape[0] != c_prev.shape[0] or not _tanh_found(kind):
         return False
     cdef object array
     for array in (gates, c_prev, c):

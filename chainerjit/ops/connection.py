@@ -200,13 +200,12 @@ def swapped_product_agrees(rows, inner, cols, dtype):
     remembered. ``CHAINERJIT_EXACT_BLAS=0`` (read at a shape's first
     probe) takes the faster order everywhere, with values then equal
     within rounding."""
-    key = (rows, inner, cols, numpy.dtype(dtype))
-    agrees = _AGREES.get(key)
-    if agrees is None:
-        agrees = _AGREES[key] = \
-            os.environ.get('CHAINERJIT_EXACT_BLAS', '1') == '0' or \
-            _probe_swapped_product(*key)
-    return agrees
+    return _remembered(_swap_taken, rows, inner, cols, dtype)
+
+
+def _swap_taken(rows, inner, cols, dtype):
+    return os.environ.get('CHAINERJIT_EXACT_BLAS', '1') == '0' or \
+        _probe_swapped_product(rows, inner, cols, dtype)
 
 
 def stacked_product_agrees(steps, rows, inner, cols, dtype):
@@ -216,10 +215,18 @@ def stacked_product_agrees(steps, rows, inner, cols, dtype):
     loop's input projection so; OpenBLAS does not keep the bits in
     float32 on an AMD EPYC with AVX-512.) Probed and remembered as
     :func:`swapped_product_agrees`."""
-    key = (steps, rows, inner, cols, numpy.dtype(dtype))
+    return _remembered(_probe_stacked_product, steps, rows, inner, cols,
+                       dtype)
+
+
+def _remembered(probe, *args):
+    """``probe(*args)`` (sizes, then a dtype), computed once per process
+    and arguments, in ``_AGREES`` (keyed by the arguments: the two probes
+    take different numbers of them)."""
+    key = args[:-1] + (numpy.dtype(args[-1]),)
     agrees = _AGREES.get(key)
     if agrees is None:
-        agrees = _AGREES[key] = _probe_stacked_product(*key)
+        agrees = _AGREES[key] = probe(*key)
     return agrees
 
 

@@ -189,7 +189,7 @@ def _sum_and_step_after(linear, users):
 
 def _lstm_step(linear, add, lstm, rounded):
     u = add.inputs[1 if add.inputs[0] is linear.outputs[0] else 0]
-    rounds = u in rounded and hasattr(linear.kernel.fn, 'rounded_product')
+    rounds = u in rounded
     fn, grad = rnn.fused_step(linear.kernel.fn.rounded_product if rounds
                               else linear.kernel.fn.product, rounds)
     x, c = add.outputs[0], lstm.outputs[0]
