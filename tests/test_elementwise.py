@@ -211,9 +211,10 @@ def test_whole_array_loops_take_dense_transposed_layouts(rng, axes):
 def test_relu_gradient_of_a_convolution_matches_eager(monkeypatch, rng):
     """A ReLU after a convolution in training: its output keeps the
     convolution's transposed layout (as eager's, so that later reductions
-    sum in eager's order), the output gradient comes C-ordered, and the
-    loop, which takes only arrays of one layout, leaves the product to
-    NumPy: eager's bits."""
+    sum in eager's order) and the output gradient comes C-ordered. The
+    loop, which takes only arrays of one layout, refuses them, then runs
+    on a C-ordered copy of the output into a C-ordered gradient, the
+    layout of NumPy's product: eager's bits."""
     calls = []
     loop = _elementwise.relu_grad
     monkeypatch.setattr(_elementwise, 'relu_grad',
@@ -225,7 +226,8 @@ def test_relu_gradient_of_a_convolution_matches_eager(monkeypatch, rng):
     inputs = [(rng.standard_normal((2, 2, 5, 5)).astype(numpy.float32),)
               for _ in range(2)]
     testing.assert_jit_grads_match_eager(f, inputs, rtol=0, atol=0)
-    assert calls and not any(calls)
+    assert calls and calls[::2] == [False] * (len(calls) // 2)
+    assert calls[1::2] == [True] * (len(calls) // 2)
 
 
 def test_max_pool_tiles_grad_refuses_arrays_it_does_not_take(rng):
@@ -756,6 +758,30 @@ def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
             jitted=chainerjit.jit(lambda x, W, b: block(x, W, b, bn)))
     assert 'channel_mean_var' in calls and 'channel_sums' in calls
     assert bn.avg_mean.tobytes() == bn_eager.avg_mean.tobytes()
+    assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_a_pooled_convolution_block_trains_as_eager_bit_for_bit(rng, dtype):
+    """LeNet's block: the pooling's gradient comes C-ordered while the
+    ReLU's and the normalization's inputs keep the convolution's
+    channels-last layout. The ReLU's and the normalization's gradients
+    read C-ordered copies of them: eager's values in eager's layouts."""
+    W = rng.standard_normal((4, 2, 3, 3)).astype(dtype)
+    b = rng.standard_normal(4).astype(dtype)
+    bn = L.BatchNormalization(4, dtype=dtype)
+    bn_eager = bn.copy(mode='copy')
+
+    def block(x, W, b, norm):
+        return F.max_pooling_2d(
+            F.relu(norm(F.convolution_2d(x, W, b, pad=1))), 2)
+    args = [(rng.standard_normal((6, 2, 8, 8)).astype(dtype), W, b)
+            for _ in range(3)]
+    with chainer.using_config('train', True):
+        testing.assert_jit_grads_match_eager(
+            lambda x, W, b: block(x, W, b, bn_eager),
+            args, rtol=0, atol=0,
+            jitted=chainerjit.jit(lambda x, W, b: block(x, W, b, bn)))
     assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
 
 

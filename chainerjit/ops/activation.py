@@ -47,6 +47,12 @@ def lower_relu(node, ctx):
         out = numpy.empty_like(gy)  # in gy's order of axes
         if _elementwise.relu_grad(gy, y, out):
             return out,
+        # A C-ordered gy makes NumPy's product C-ordered too; y in another
+        # layout (a convolution's transposed output) is read faster as a
+        # C-ordered copy (LeNet's first layer: 58 us instead of 530).
+        if gy.flags.c_contiguous and _elementwise.relu_grad(
+                gy, numpy.ascontiguousarray(y), out):
+            return out,
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),

@@ -109,6 +109,14 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
                 if _elementwise.channel_input_grad(
                         gy, x_hat, ggamma, gbeta, inv_m, gamma * inv_std, gx):
                     return gx, None, ggamma, gbeta
+        if _over_positions(axis, x) and type(gy) is numpy.ndarray and \
+                gy.flags.c_contiguous and gy.shape == x.shape:
+            # A C-ordered gy (a ReLU's gradient after pooling) makes every
+            # product with x_hat C-ordered, whatever x's layout: x_hat
+            # from a C-ordered copy of x has the same values in that
+            # layout, and NumPy's loops then read one layout (LeNet's
+            # first normalization: 200 us instead of 900).
+            x = numpy.ascontiguousarray(x)
         return super(_ChannelsLastStats, self).backward(
             axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps,
             var, forward_data)
