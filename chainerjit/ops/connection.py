@@ -9,6 +9,7 @@ Chainer's within rounding. On the GPU Chainer uses cuDNN, so those nodes
 stay on the generic path there.
 """
 
+import math
 import os
 
 import chainer
@@ -372,6 +373,18 @@ def _gathered_patches(x, geometry, rows):
     return None
 
 
+def _add_to_rows(y, b):
+    """``y += b`` for a C-ordered ``y`` whose last axis is ``b``'s: the
+    same sums over rows of ``b`` repeated up to 512 times, where NumPy's
+    loop over a short last axis (a convolution's channels) is 2x to 3x
+    slower."""
+    if b.dtype != y.dtype or not y.flags.c_contiguous:
+        y += b
+        return
+    repeats = math.gcd(y.size // b.size, 512)
+    y.reshape(-1, b.size * repeats)[...] += numpy.tile(b, repeats)
+
+
 def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
                  im2col_kwargs):
     """``Convolution2DGradW``'s CPU forward: the gradient of a convolution
@@ -484,7 +497,7 @@ def lower_convolution_2d(node, ctx):
         y = col.dot(W.reshape(c_out, k).T).astype(x.dtype, copy=False)
         y = y.reshape(n, out_h, out_w, c_out)
         if b is not None:
-            y += b
+            _add_to_rows(y, b)
         return numpy.rollaxis(y, 3, 1)
 
     def grouped(x, W, b=None):

@@ -6,7 +6,9 @@ import chainer.functions as F
 import numpy
 import pytest
 
+from chainerjit import ops
 from chainerjit import testing
+from chainerjit.ops import connection
 
 
 CONVOLUTIONS = [
@@ -71,8 +73,6 @@ def test_fixed_batch_normalization_is_bit_exact_when_recorded_for_training(
 # --- the weight-first product: taken only where it gives the same bits ----
 
 def _linear_kernel(rows, n_in=128, n_out=512, dtype=numpy.float32):
-    from chainerjit import ops
-    from chainerjit.ops import connection
     ctx = ops.LowerContext(numpy, ((rows, n_in), (n_out, n_in)),
                            (dtype, dtype), ((rows, n_out),), (dtype,))
     return connection.lower_linear(None, ctx).fn
@@ -81,7 +81,6 @@ def _linear_kernel(rows, n_in=128, n_out=512, dtype=numpy.float32):
 @pytest.fixture
 def probes(monkeypatch):
     """A fresh memo of ``swapped_product_agrees``, restored after."""
-    from chainerjit.ops import connection
     monkeypatch.setattr(connection, '_AGREES', {})
     monkeypatch.delenv('CHAINERJIT_EXACT_BLAS', raising=False)
     return connection
@@ -139,3 +138,17 @@ def test_linear_products_are_bit_exact_at_every_switch_size(
               rng.randn(512).astype(dtype)) for _ in range(2)]
     testing.assert_jit_matches_eager(f, calls, rtol=0, atol=0)
     testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(32, 28, 28, 6), (3, 5, 7, 16), (7, 1)])
+def test_a_bias_added_over_repeated_rows_is_numpys_sum(rng, shape, dtype):
+    y = rng.standard_normal(shape).astype(dtype)
+    b = rng.standard_normal(shape[-1]).astype(dtype)
+    expected = y + b
+    connection._add_to_rows(y, b)
+    assert y.tobytes() == expected.tobytes()
+    mixed = rng.standard_normal(shape).astype(dtype)  # NumPy's own +=
+    expected = mixed + b.astype(numpy.float16)
+    connection._add_to_rows(mixed, b.astype(numpy.float16))
+    assert mixed.tobytes() == expected.tobytes()
