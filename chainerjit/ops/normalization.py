@@ -1,5 +1,7 @@
 """Lowerings of chainer.functions.normalization."""
 
+import weakref
+
 import chainer
 import numpy
 
@@ -40,18 +42,28 @@ def lower_batch_normalization(node, ctx, state):
     # none): the node's own, updated in place as its copies would.
     own = (node.running_mean, node.running_var)
 
+    # The last forward's x (a weak reference), mean and inv_std: the
+    # gradient for that x takes them, as eager's backward takes those its
+    # node kept, instead of computing them again (for another x, in a
+    # loop or a second call before a backward, it does).
+    last = [(_dead, None, None)]
+
     def forward(x, gamma, beta, *state_arrays):
         running_mean, running_var = state_arrays or own
-        return impl.forward(
+        out = impl.forward(
             axis=axis, gamma=gamma, x=x, x_layout=None, xp=numpy,
             expander=expander, beta=beta, eps=eps, decay=decay,
-            running_mean=running_mean, running_var=running_var)[0]
+            running_mean=running_mean, running_var=running_var)
+        last[0] = (weakref.ref(x), out[4], out[6])
+        return out[0]
 
     def grad(xs, ys, gys, wanted):
         x, gamma = xs[0], xs[1]
-        interm = numpy.promote_types(x.dtype, gamma.dtype)
-        mean, var = impl.get_mean_and_var(axis, gamma, x, numpy, interm)
-        inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=interm))
+        forward_x, mean, inv_std = last[0]
+        if forward_x() is not x:
+            interm = numpy.promote_types(x.dtype, gamma.dtype)
+            mean, var = impl.get_mean_and_var(axis, gamma, x, numpy, interm)
+            inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=interm))
         gx, _, ggamma, gbeta = impl.backward(
             axis, gamma, gys[0], x, None, numpy, expander, mean, inv_std,
             eps, None, None)
@@ -140,6 +152,11 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
                 return gbeta, ggamma
         return super(_ChannelsLastStats, self).get_ggamma_and_gbeta(
             axis, gamma, gy, x_hat, xp)
+
+
+def _dead():
+    """A dead weak reference's call: no array."""
+    return None
 
 
 def _over_positions(axis, x):

@@ -179,3 +179,43 @@ def test_batch_normalization_in_training_is_lowered(rng, given):
     names = entry.training.forward.kernel_names
     assert any(n.startswith('BatchNormalization[') for n in names), names
     assert not any('generic' in n for n in names), names
+
+
+def test_batch_normalization_gradient_takes_the_forwards_statistics(
+        rng, monkeypatch):
+    """As eager's node keeps them: the backward of the last forward reads
+    its mean and inv_std; a backward of an earlier call (its x another
+    array) computes them again from that x. Both match eager bit for
+    bit."""
+    from chainerjit.ops import normalization
+    computed = []
+    own = normalization._ChannelsLastStats.get_mean_and_var
+
+    def counted(self, *args):
+        computed.append(args[2].shape)
+        return own(self, *args)
+    monkeypatch.setattr(normalization._ChannelsLastStats,
+                        'get_mean_and_var', counted)
+    eager = L.BatchNormalization(3)
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    xs = [rng.standard_normal((4, 3, 2, 2)).astype(numpy.float32)
+          for _ in range(3)]
+    with chainer.using_config('train', True):
+        for _ in range(2):  # records, then checks its first program run
+            jitted(chainer.Variable(xs[0]))
+        results = {}
+        for name, link in (('eager', eager), ('jit', jitted)):
+            first = link(chainer.Variable(xs[1]))
+            second = link(chainer.Variable(xs[2]))
+            before = len(computed)
+            F.sum(second * second).backward()
+            reused = len(computed) == before
+            F.sum(first * first).backward()
+            results[name] = (first, second, reused, len(computed) - before)
+    assert results['jit'][2:] == (True, 1)  # the second's; the first again
+    for e, a in zip(results['eager'][:2], results['jit'][:2]):
+        assert a.array.tobytes() == e.array.tobytes()
+        assert a.creator_node is not None
+    for e, a in zip(eager.params(), jitted.params()):
+        assert a.grad.tobytes() == e.grad.tobytes(), a.name
