@@ -76,19 +76,22 @@ def test_max_pooling_over_tiles_in_one_loop_is_exact(monkeypatch, rng, dtype,
     """Windows tiling the image (LeNet's 2x2 with stride 2): the gradient
     in one C loop, bit for bit eager's, with ties (to the first maximum),
     signed zeros, infinities and NaN (to the first NaN, as argmax);
-    float16 takes the im2col path."""
+    float16 takes the im2col path. Rows of nine 2x2 windows: float32's
+    SIMD loop takes four windows at a time and the ninth alone."""
     from chainerjit import _elementwise
     used = []
     loop = _elementwise.max_pool_tiles_grad
     monkeypatch.setattr(_elementwise, 'max_pool_tiles_grad',
                         lambda *a: used.append(loop(*a)) or used[-1])
     calls = []
-    for x, in make_calls(rng, [(2, 3, 6, 6)], dtype, low=-2, high=2):
+    for x, in make_calls(rng, [(2, 3, 6, 18)], dtype, low=-2, high=2):
         x = numpy.round(x)  # many ties
         flat = x.reshape(-1)
         flat[:8] = [numpy.nan, 1, -0.0, 0.0, numpy.inf, -numpy.inf, 0.0,
                     -0.0]
+        flat[18:22] = [numpy.nan, 5, -numpy.inf, numpy.nan]  # rows below
         flat[40] = numpy.nan
+        flat[53] = numpy.nan  # the ninth window of a row
         calls.append((x,))
     testing.assert_jit_grads_match_eager(
         lambda x: F.max_pooling_2d(x, ksize, cover_all=cover_all), calls,
