@@ -1488,6 +1488,111 @@ def softmax_ce_grad(y, t, ignore_label, double scale):
     return True
 
 
+cdef int _plane_grads(floating* gy, floating* x, Py_ssize_t* steps,
+                      floating* mean, floating* inv_std,
+                      floating* gamma_inv_std, floating inv_m,
+                      floating* x_hat, floating* gx, floating* ggamma,
+                      floating* gbeta, Py_ssize_t* dims) except -1 nogil:
+    """:func:`plane_grads` on (N, C, H, W) arrays; ``x`` by its element
+    strides ``steps``, the rest C-ordered."""
+    cdef Py_ssize_t n, c, h, w, k, plane = dims[2] * dims[3]
+    cdef floating* source
+    cdef floating* hat
+    cdef floating* g
+    cdef floating t
+    cdef floating* product = <floating*>malloc(plane * sizeof(floating))
+    if product == NULL:
+        with gil:
+            raise MemoryError()
+    for c in range(dims[1]):
+        ggamma[c] = 0
+        gbeta[c] = 0
+    for n in range(dims[0]):
+        for c in range(dims[1]):
+            hat = x_hat + (n * dims[1] + c) * plane
+            g = gy + (n * dims[1] + c) * plane
+            for h in range(dims[2]):
+                source = x + n * steps[0] + c * steps[1] + h * steps[2]
+                for w in range(dims[3]):
+                    t = source[w * steps[3]] - mean[c]
+                    hat[h * dims[3] + w] = t * inv_std[c]
+            for k in range(plane):
+                product[k] = g[k] * hat[k]
+            gbeta[c] = gbeta[c] + _sum(g, plane)
+            ggamma[c] = ggamma[c] + _sum(product, plane)
+    free(product)
+    for n in range(dims[0]):
+        for c in range(dims[1]):
+            k = (n * dims[1] + c) * plane
+            hat = x_hat + k
+            g = gy + k
+            for k in range(plane):
+                t = hat[k] * ggamma[c]
+                t = t + gbeta[c]
+                t = t * inv_m
+                t = g[k] - t
+                gx[(n * dims[1] + c) * plane + k] = gamma_inv_std[c] * t
+    return 0
+
+
+cdef bint _overlapping(tuple written, tuple read):
+    """May an array of ``written`` share memory with another one of them
+    or with one of ``read``?"""
+    cdef Py_ssize_t i
+    for i in range(len(written)):
+        for other in read + written[i + 1:]:
+            if _shares_memory(written[i], other):
+                return True
+    return False
+
+
+def plane_grads(gy, x, mean, inv_std, gamma_inv_std, double inv_m, x_hat,
+                gx, ggamma, gbeta):
+    """Chainer's CPU batch normalization gradient over the channels of
+    (N, C, H, W) arrays for a C-ordered ``gy`` (a pooling's gradient), the
+    layout all of its products then take: ``x_hat = (x - mean) *
+    inv_std``, ``gbeta`` and ``ggamma``, the sums of ``gy`` and ``gy *
+    x_hat`` over all but the channels in NumPy's order (per image, the
+    pairwise sum of each channel's plane, added in turn), and ``gx =
+    gamma_inv_std * (gy - (x_hat * ggamma + gbeta) * inv_m)`` in that
+    order. ``x`` of any non-negative strides (a convolution's
+    channels-last output); ``x_hat`` and ``gx`` C-ordered outputs,
+    ``ggamma`` and ``gbeta`` (C,); vectors (C,); all float32 or all
+    float64 (``inv_m`` rounded to it), planes of at most
+    :data:`MAX_PAIRWISE_RUN`. Returns False, writing nothing, for arrays
+    it does not take."""
+    cdef int kind = _c_ordered(gy, -1, False)
+    cdef Py_ssize_t dims[4]
+    cdef Py_ssize_t steps[4]
+    cdef int k
+    if kind < 0 or gy.ndim != 4 or _strided_kind(x) != kind or \
+            x.shape != gy.shape or \
+            gy.shape[2] * gy.shape[3] > MAX_PAIRWISE_RUN or \
+            any([_c_ordered(a, kind, True) < 0 or a.shape != gy.shape
+                 for a in (x_hat, gx)]) or \
+            not _channel_vectors((mean, inv_std, gamma_inv_std), gy, kind) or \
+            not _channel_outputs((ggamma, gbeta), gy, kind) or \
+            _overlapping((x_hat, gx, ggamma, gbeta),
+                         (gy, x, mean, inv_std, gamma_inv_std)):
+        return False
+    for k in range(4):
+        dims[k] = gy.shape[k]
+        steps[k] = x.strides[k] // x.itemsize
+    if kind == cnp.NPY_FLOAT:
+        _plane_grads(<float*>_data(gy), <float*>_data(x), steps,
+                     <float*>_data(mean), <float*>_data(inv_std),
+                     <float*>_data(gamma_inv_std), <float>inv_m,
+                     <float*>_data(x_hat), <float*>_data(gx),
+                     <float*>_data(ggamma), <float*>_data(gbeta), dims)
+    else:
+        _plane_grads(<double*>_data(gy), <double*>_data(x), steps,
+                     <double*>_data(mean), <double*>_data(inv_std),
+                     <double*>_data(gamma_inv_std), inv_m,
+                     <double*>_data(x_hat), <double*>_data(gx),
+                     <double*>_data(ggamma), <double*>_data(gbeta), dims)
+    return True
+
+
 # --- log-softmax and the mean label loss of softmax cross entropy ---------
 
 #: NumPy's ``add.reduce`` sums a run of contiguous elements by pairwise

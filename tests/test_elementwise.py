@@ -5,6 +5,7 @@ the values of the unfused kernels."""
 import chainer
 import chainer.functions as F
 import chainer.links as L
+from chainer.functions.normalization import batch_normalization
 import numpy
 import pytest
 
@@ -730,18 +731,21 @@ def test_channel_statistics_refuse_arrays_they_do_not_take(rng):
 def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
         monkeypatch, rng):
     """In training, a convolution's output (channels-last in memory) gets
-    its statistics and gradient sums from the loops; values, gradients
-    and running averages equal eager's bit for bit."""
+    its statistics and gradient sums from the loops (counted where they
+    ran); values, gradients and running averages equal eager's bit for
+    bit."""
     calls = []
 
     def counted(name):
         loop = getattr(_elementwise, name)
 
         def call(*args):
-            calls.append(name)
-            return loop(*args)
+            took = loop(*args)
+            if took:
+                calls.append(name)
+            return took
         return call
-    for name in ('channel_mean_var', 'channel_sums'):
+    for name in ('channel_mean_var', 'channel_sums', 'plane_grads'):
         monkeypatch.setattr(_elementwise, name, counted(name))
     conv = L.Convolution2D(3, 6, 5, pad=2)
     bn = L.BatchNormalization(6)
@@ -756,7 +760,8 @@ def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
             lambda x, W, b: block(x, W, b, bn_eager),
             args, rtol=0, atol=0,
             jitted=chainerjit.jit(lambda x, W, b: block(x, W, b, bn)))
-    assert 'channel_mean_var' in calls and 'channel_sums' in calls
+    # The gradient arrives C-ordered: the planes' loop takes it.
+    assert 'channel_mean_var' in calls and 'plane_grads' in calls
     assert bn.avg_mean.tobytes() == bn_eager.avg_mean.tobytes()
     assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
 
@@ -809,6 +814,67 @@ def test_channel_affine_and_input_grad_are_chainers_formulas(rng, dtype):
                           (gx, expected_gx)):
         assert got.strides == expected.strides  # channels-last, as NumPy
         assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(32, 6, 28, 28), (3, 5, 7, 9),
+                                   (2, 4, 1, 1), (2, 3, 64, 128)])
+@pytest.mark.parametrize('layout', ['channels-last', 'C'])
+def test_plane_grads_are_chainers_batch_normalization_gradient(
+        rng, dtype, shape, layout):
+    """Bit for bit ``GeneralBatchNormalizationImpl.backward`` for a
+    C-ordered gy, with values of very different sizes, zeros of both
+    signs and a channel of -0.0 gradients (planes of 1 to 8192)."""
+    x = _channels_last(rng, shape, dtype)
+    if layout == 'C':
+        x = numpy.ascontiguousarray(x)
+    gy = numpy.ascontiguousarray(_channels_last(rng, shape, dtype))
+    gy[:, 0] = -0.0
+    gy.reshape(-1)[:3] = [0.0, -0.0, 1e-30]
+    gamma = rng.uniform(0.5, 1.5, shape[1]).astype(dtype)
+    mean = x.mean(axis=(0, 2, 3))
+    inv_std = numpy.reciprocal(numpy.sqrt(x.var(axis=(0, 2, 3)) + 2e-5))
+    mean, inv_std = mean.astype(dtype), inv_std.astype(dtype)
+    expander = (None, slice(None), None, None)
+    expected = batch_normalization.GeneralBatchNormalizationImpl().backward(
+        (0, 2, 3), gamma, gy, x, None, numpy, expander, mean, inv_std, 2e-5,
+        None, None)
+    x_hat, gx = numpy.empty_like(gy), numpy.empty_like(gy)
+    ggamma, gbeta = numpy.empty_like(gamma), numpy.empty_like(gamma)
+    inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
+    assert _elementwise.plane_grads(gy, x, mean, inv_std, gamma * inv_std,
+                                    inv_m, x_hat, gx, ggamma, gbeta)
+    assert gx.flags.c_contiguous and expected[0].flags.c_contiguous
+    for got, want in zip((gx, ggamma, gbeta),
+                         (expected[0], expected[2], expected[3])):
+        assert got.tobytes() == want.tobytes()
+
+
+def test_plane_grads_refuse_arrays_they_do_not_take(rng):
+    shape = (2, 3, 4, 5)
+    x = _channels_last(rng, shape, numpy.float32)
+    gy = numpy.ascontiguousarray(x)
+    vector = numpy.ones(3, numpy.float32)
+    outs = [numpy.zeros(shape, numpy.float32) for _ in range(2)] + [
+        numpy.zeros(3, numpy.float32) for _ in range(2)]
+
+    def take(gy=gy, x=x, vectors=(vector,) * 3, outs=outs):
+        return _elementwise.plane_grads(gy, x, *vectors[:2], vectors[2], 0.5,
+                                        *outs)
+    assert not take(gy=numpy.asfortranarray(gy))         # gy strided
+    assert not take(x=x.astype(numpy.float64))          # mixed dtypes
+    assert not take(x=x[:, :, ::-1])                     # negative steps
+    assert not take(x=x[..., :4])                        # other shape
+    assert not take(vectors=(vector, vector, numpy.ones(4, numpy.float32)))
+    assert not take(outs=[outs[0], outs[0]] + outs[2:])  # one buffer
+    assert not take(outs=[gy] + outs[1:])                # over gy
+    wide = numpy.zeros((1, 1, 91, 91), numpy.float32)    # over 8192
+    assert not _elementwise.plane_grads(
+        wide, wide, *(numpy.ones(1, numpy.float32),) * 3, 0.5,
+        numpy.zeros_like(wide), numpy.zeros_like(wide),
+        numpy.zeros(1, numpy.float32), numpy.zeros(1, numpy.float32))
+    assert not any(o.any() for o in outs)
+    assert take()
 
 
 def test_channel_affine_and_input_grad_refuse_arrays_they_do_not_take(rng):

@@ -124,10 +124,20 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
         if _over_positions(axis, x) and type(gy) is numpy.ndarray and \
                 gy.flags.c_contiguous and gy.shape == x.shape:
             # A C-ordered gy (a ReLU's gradient after pooling) makes every
-            # product with x_hat C-ordered, whatever x's layout: x_hat
-            # from a C-ordered copy of x has the same values in that
-            # layout, and NumPy's loops then read one layout (LeNet's
-            # first normalization: 200 us instead of 900).
+            # product with x_hat C-ordered, whatever x's layout: one C
+            # loop over the planes of that layout (LeNet's first
+            # normalization: 90 us instead of 900), or Chainer's steps
+            # on a C-ordered copy of x (the same values; NumPy's loops
+            # then read one layout: 250 us).
+            if x.dtype == gamma.dtype == gy.dtype:
+                x_hat, gx = numpy.empty_like(gy), numpy.empty_like(gy)
+                ggamma, gbeta = numpy.empty_like(gamma), \
+                    numpy.empty_like(gamma)
+                inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
+                if _elementwise.plane_grads(gy, x, mean, inv_std,
+                                            gamma * inv_std, inv_m, x_hat,
+                                            gx, ggamma, gbeta):
+                    return gx, None, ggamma, gbeta
             x = numpy.ascontiguousarray(x)
         return super(_ChannelsLastStats, self).backward(
             axis, gamma, gy, x, x_layout, xp, expander, mean, inv_std, eps,
