@@ -772,7 +772,7 @@ cpdef bint lean_backward(object loss, object loss_scale):
         ones = numpy.ones_like(array)
         if loss_scale is not None:
             ones *= loss_scale
-        grad_var = _Variable(ones)
+        grad_var = new_variable(ones, True)
         loss._grad_valid = True
     else:
         grad_var = loss.grad_var
@@ -885,8 +885,23 @@ cdef void _backprop_to_all(object y, object gy, object loss_scale) except *:
         variable = x._variable()
         gx = _pop_grad(grads, x)
         if variable is not None:
-            variable._set_grad_var_without_check(gx)
+            _set_grad_var(variable, gx)
             variable._loss_scale = loss_scale
+
+
+cdef object _chainer_set_grad_var = _Variable._set_grad_var_without_check
+
+
+cdef inline void _set_grad_var(object variable, object gx) except *:
+    """``variable._set_grad_var_without_check(gx)``: its two assignments
+    made here for NumPy arrays, without the method's Python frame."""
+    if type(variable)._set_grad_var_without_check is not \
+            _chainer_set_grad_var or variable._has_chainerx_array or (
+                gx is not None and gx._has_chainerx_array):
+        variable._set_grad_var_without_check(gx)
+        return
+    variable._grad_var = gx
+    variable._grad = None if gx is None else gx._data[0]
 
 
 cdef inline void _add_candidate(list candidates, dict seen,
