@@ -102,6 +102,32 @@ class _Factors(object):
 FACTORS = _Factors()
 
 
+class ForwardMemo(object):
+    """What a kernel's last forward computed from its input ``x`` (a
+    batch normalization's statistics, a convolution's patches), for the
+    gradient of that same array object to take instead of computing it
+    again, as eager's node keeps it. A gradient for another ``x`` (an
+    earlier call's, a loop's earlier step) finds nothing and computes it.
+    ``x`` is held by a weak reference; the value and the reference are
+    set in one assignment, so a thread sees one forward's pair."""
+
+    def __init__(self):
+        self._kept = (None, None)
+
+    def keep(self, x, value):
+        self._kept = (weakref.ref(x), value)
+
+    def take(self, x, forget=False):
+        """The value kept for ``x``, or ``None``; ``forget``: let go of it
+        (it is not kept beyond this gradient)."""
+        ref, value = self._kept
+        if ref is None or ref() is not x:
+            return None
+        if forget:
+            self._kept = (None, None)
+        return value
+
+
 class LowerContext(collections.namedtuple(
         'LowerContext', 'xp in_shapes in_dtypes out_shapes out_dtypes')):
     """What a lowering may know besides the node: the array module

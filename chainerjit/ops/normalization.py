@@ -1,7 +1,5 @@
 """Lowerings of chainer.functions.normalization."""
 
-import weakref
-
 import chainer
 import numpy
 
@@ -12,6 +10,7 @@ from chainer.functions.normalization import local_response_normalization
 from chainer import utils
 
 from chainerjit import _elementwise
+from chainerjit.ops import ForwardMemo
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import LOOP_DTYPES
@@ -42,11 +41,8 @@ def lower_batch_normalization(node, ctx, state):
     # none): the node's own, updated in place as its copies would.
     own = (node.running_mean, node.running_var)
 
-    # The last forward's x (a weak reference), mean and inv_std: the
-    # gradient for that x takes them, as eager's backward takes those its
-    # node kept, instead of computing them again (for another x, in a
-    # loop or a second call before a backward, it does).
-    last = [(_dead, None, None)]
+    # The last forward's mean and inv_std, for the gradient of its x.
+    statistics = ForwardMemo()
 
     def forward(x, gamma, beta, *state_arrays):
         running_mean, running_var = state_arrays or own
@@ -54,13 +50,13 @@ def lower_batch_normalization(node, ctx, state):
             axis=axis, gamma=gamma, x=x, x_layout=None, xp=numpy,
             expander=expander, beta=beta, eps=eps, decay=decay,
             running_mean=running_mean, running_var=running_var)
-        last[0] = (weakref.ref(x), out[4], out[6])
+        statistics.keep(x, (out[4], out[6]))
         return out[0]
 
     def grad(xs, ys, gys, wanted):
         x, gamma = xs[0], xs[1]
-        forward_x, mean, inv_std = last[0]
-        if forward_x() is not x:
+        mean, inv_std = statistics.take(x) or (None, None)
+        if mean is None:
             interm = numpy.promote_types(x.dtype, gamma.dtype)
             mean, var = impl.get_mean_and_var(axis, gamma, x, numpy, interm)
             inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=interm))
@@ -162,11 +158,6 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
                 return gbeta, ggamma
         return super(_ChannelsLastStats, self).get_ggamma_and_gbeta(
             axis, gamma, gy, x_hat, xp)
-
-
-def _dead():
-    """A dead weak reference's call: no array."""
-    return None
 
 
 def _over_positions(axis, x):
