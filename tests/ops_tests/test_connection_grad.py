@@ -129,47 +129,6 @@ def test_links_param_grads(rng):
     assert jitted.forward.cache_info().hits > 0
 
 
-def test_the_filter_gradient_takes_the_forwards_patches(rng, monkeypatch):
-    """The last training forward's patch matrix serves its x's filter
-    gradient (gathered once a step, not twice) and is let go; an earlier
-    call's backward gathers them again. Gradients equal eager's bit for
-    bit either way."""
-    import chainer
-    from chainerjit.ops import connection
-    gathered = []
-    own = connection.patch_matrix
-
-    def counted(x, *args, **kwargs):
-        gathered.append(x.shape)
-        return own(x, *args, **kwargs)
-    monkeypatch.setattr(connection, 'patch_matrix', counted)
-
-    def conv(x, W, b):
-        return F.convolution_2d(x, W, b, pad=1)
-    W = chainer.Parameter(rng.standard_normal((4, 3, 3, 3)).astype(
-        numpy.float32))
-    b = chainer.Parameter(rng.standard_normal(4).astype(numpy.float32))
-    xs = [rng.standard_normal((5, 3, 6, 6)).astype(numpy.float32)
-          for _ in range(4)]
-    jitted = chainerjit.jit(conv)
-    for x in xs[:2]:  # records, then checks its first program run
-        jitted(x, W, b)
-    grads = {}
-    for name, f in (('eager', conv), ('jit', jitted)):
-        W.cleargrad()
-        b.cleargrad()
-        del gathered[:]
-        first, second = f(xs[2], W, b), f(xs[3], W, b)
-        F.sum(second * second).backward()
-        after_second = len(gathered)
-        F.sum(first * first).backward()
-        grads[name] = (W.grad.copy(), b.grad.copy(), first.array,
-                       second.array, after_second, len(gathered))
-    assert grads['jit'][4:] == (2, 3)  # two forwards; the first again
-    for e, a in zip(grads['eager'][:4], grads['jit'][:4]):
-        assert a.tobytes() == e.tobytes()
-
-
 def test_a_forward_memo_serves_only_its_own_array():
     from chainerjit.ops import ForwardMemo
     memo = ForwardMemo()
