@@ -279,3 +279,22 @@ def test_disabled_by_the_environment(monkeypatch, rng):
     with chainer.no_backprop_mode():
         mlp(rng.standard_normal((64, 784)).astype(numpy.float32))
     assert 'arena' not in _dis(mlp.forward)
+
+
+def test_scratch_buffers_are_kept_grown_and_held_by_one_call_at_a_time():
+    scratch = arena.Scratch()
+    with scratch.held() as buffers:
+        assert buffers is scratch
+        a = buffers.array(0, (3, 4), numpy.float32)
+        assert a.shape == (3, 4) and a.flags.c_contiguous
+        b = buffers.array(1, (5,), numpy.float64)
+        assert not numpy.shares_memory(a, b)
+        with scratch.held() as other:  # a call that starts meanwhile
+            assert other is not scratch
+            c = other.array(0, (3, 4), numpy.float32)
+            assert not numpy.shares_memory(a, c)
+    with scratch.held() as buffers:  # released: the same memory again
+        again = buffers.array(0, (2, 6), numpy.float32)
+        assert numpy.shares_memory(a, again)
+        grown = buffers.array(0, (100,), numpy.float64)
+        assert grown.shape == (100,) and not numpy.shares_memory(a, grown)

@@ -15,6 +15,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import arena
 from chainerjit import autodiff
 from chainerjit import errors
 from chainerjit import packing
@@ -417,13 +418,12 @@ def test_a_float16_weights_gradient_is_summed_step_by_step(rng):
     assert 'OuterSum' not in jitted.last_entry.training.backward.dis()
 
 
-def test_the_outer_sum_stacks_into_buffers_kept_between_calls(rng):
-    """The stacked factors are ``concatenate``'s values, in a buffer the
-    kernel keeps (grown when a longer loop needs more); a call that
-    starts while another holds the buffers gets fresh ones."""
+def test_the_outer_sum_stacks_into_a_kept_scratch_buffer(rng):
+    """The stacked factors are ``concatenate``'s values, in buffers the
+    kernel keeps between calls (see ``arena.Scratch``)."""
     outer_sum = autodiff._outer_sum(numpy.float32)
-    stacks = next(c.cell_contents for c in outer_sum.__closure__
-                  if isinstance(c.cell_contents, autodiff._Stacks))
+    scratch = next(c.cell_contents for c in outer_sum.__closure__
+                   if isinstance(c.cell_contents, arena.Scratch))
 
     def factors(steps):
         return [(rng.standard_normal((3, 4)).astype(numpy.float32),
@@ -434,19 +434,9 @@ def test_the_outer_sum_stacks_into_buffers_kept_between_calls(rng):
         a = numpy.concatenate([a for a, _ in items[::-1]])
         b = numpy.concatenate([b for _, b in items[::-1]])
         assert outer_sum(items).tobytes() == a.T.dot(b).tobytes()
-    first = stacks._own[0]._buffer
+    kept = dict(scratch._buffers)
     outer_sum(factors(3))
-    assert stacks._own[0]._buffer is first  # kept, not allocated again
-    with stacks.held() as held:
-        assert held is stacks._own
-        with stacks.held() as other:  # a concurrent call's
-            assert other is not held
-            items = factors(3)
-            a = numpy.concatenate([a for a, _ in items[::-1]])
-            assert other[0].stack([a for a, _ in items[::-1]]).tobytes() \
-                == a.tobytes()
-    with stacks.held() as again:
-        assert again is stacks._own  # released
+    assert scratch._buffers == kept and len(kept) == 2  # not allocated
 
 
 # --- what stays unrolled, and says so ----------------------------------------

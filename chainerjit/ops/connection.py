@@ -9,6 +9,7 @@ Chainer's within rounding. On the GPU Chainer uses cuDNN, so those nodes
 stay on the generic path there.
 """
 
+import functools
 import math
 import os
 
@@ -23,6 +24,7 @@ from chainer.functions.connection import linear
 from chainer.utils import conv
 
 from chainerjit import _elementwise
+from chainerjit import arena
 from chainerjit.ops import FACTORS
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -274,10 +276,15 @@ def _cast_to_x(b, ins):
                        for name, dtype in zip(ins[1:], b.in_dtypes[1:])]
 
 
-def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
+def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
+                    buffers=None):
     """``Deconvolution2DFunction``'s CPU forward without bias (the
-    gradient of a convolution with respect to its input)."""
-    if groups == 1:
+    gradient of a convolution with respect to its input); its patches
+    in ``buffers`` (a held ``arena.Scratch``) if given."""
+    if groups == 1 and buffers is not None and \
+            type(gy) is numpy.ndarray and W.dtype == gy.dtype:
+        patches = _tensordot_into(W, gy, buffers)
+    elif groups == 1:
         patches = numpy.tensordot(W, gy, (0, 1)).astype(gy.dtype, copy=False)
     else:
         n, c_in, in_h, in_w = gy.shape
@@ -301,6 +308,20 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs):
     # order of axes, so the ops after it sum as they do in eager mode).
     return numpy.ascontiguousarray(conv.col2im_cpu(
         patches.transpose(3, 0, 1, 2, 4, 5), *col2im_args, **col2im_kwargs))
+
+
+def _tensordot_into(W, gy, buffers):
+    """``numpy.tensordot(W, gy, (0, 1))`` with its copy of ``gy`` and its
+    product in ``buffers``: the same transposes, reshapes and product
+    (the same bits)."""
+    c_out = W.shape[0]
+    w_t = W.transpose(1, 2, 3, 0).reshape(-1, c_out)
+    gy_t = buffers.array(1, (c_out, gy.size // c_out), gy.dtype)
+    gy_t.reshape((c_out, gy.shape[0]) + gy.shape[2:])[...] = \
+        gy.transpose(1, 0, 2, 3)
+    product = numpy.dot(w_t, gy_t, out=buffers.array(
+        2, (len(w_t), gy_t.shape[1]), gy.dtype))
+    return product.reshape(W.shape[1:] + (gy.shape[0],) + gy.shape[2:])
 
 
 def _conv_no_bias(x, W, groups, im2col_args, im2col_kwargs):
@@ -331,29 +352,33 @@ def _patches(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
     return v[:, :, ::sy, ::sx, ::dy, ::dx]
 
 
-def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
+def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1, buffers=None):
     """The patches of a convolution without ``cover_all`` as a C-ordered
     ``(N*out_h*out_w, C*kh*kw)`` matrix: ``im2col_cpu``'s values laid out
     exactly as ``numpy.tensordot`` lays them out for its product, so the
-    products below give Chainer's results bit for bit."""
-    rows = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), True)
+    products below give Chainer's results bit for bit. ``buffers``: a
+    held ``arena.Scratch`` to gather them into."""
+    rows = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), True,
+                             buffers)
     if rows is None:
         v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
         rows = v.transpose(0, 2, 3, 1, 4, 5)
     return rows.reshape(-1, x.shape[1] * kh * kw)
 
 
-def patch_columns(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1):
+def patch_columns(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1, buffers=None):
     """``im2col_cpu``'s array ``(N, C, kh, kw, out_h, out_w)`` for a
-    convolution without ``cover_all``."""
-    columns = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), False)
+    convolution without ``cover_all`` (into ``buffers``, as
+    :func:`patch_matrix`)."""
+    columns = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), False,
+                                buffers)
     if columns is None:
         v = _patches(x, kh, kw, sy, sx, ph, pw, dy, dx)
         columns = numpy.ascontiguousarray(v.transpose(0, 1, 4, 5, 2, 3))
     return columns
 
 
-def _gathered_patches(x, geometry, rows):
+def _gathered_patches(x, geometry, rows, buffers=None):
     """The patches copied by ``_elementwise.convolution_patches`` (one C
     loop, 3x to 5x faster than copying the strided view of ``_patches``),
     or ``None`` for arrays it does not take."""
@@ -367,7 +392,8 @@ def _gathered_patches(x, geometry, rows):
         return None
     shape = (n, out_h, out_w, c, kh, kw) if rows else (
         n, c, kh, kw, out_h, out_w)
-    out = numpy.empty(shape, x.dtype)
+    out = numpy.empty(shape, x.dtype) if buffers is None else \
+        buffers.array(0, shape, x.dtype)
     if _elementwise.convolution_patches(x, out, geometry, rows):
         return out
     return None
@@ -386,13 +412,14 @@ def _add_to_rows(y, b):
 
 
 def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
-                 im2col_kwargs):
+                 im2col_kwargs, buffers=None):
     """``Convolution2DGradW``'s CPU forward: the gradient of a convolution
     of ``x`` with respect to its filter, given the output gradient
-    ``gy``. (It gathers the patches again: keeping the forward's for it
-    saved 0.25 ms of LeNet's step but held 6 MB from the forward to the
-    backward, and the allocations around them then took fresh pages
-    every step: 5.0 -> 8.2 ms.)"""
+    ``gy``; the patches gathered into ``buffers`` (a held
+    ``arena.Scratch``), if given. (It gathers the patches again: keeping
+    the forward's for it saved 0.25 ms of LeNet's step but held 6 MB from
+    the forward to the backward, and the allocations around them then
+    took fresh pages every step: 5.0 -> 8.2 ms.)"""
     kh, kw = w_shape[2:]
     exact_patches = not im2col_kwargs['cover_all']
     dilate = dict(dy=im2col_kwargs['dy'], dx=im2col_kwargs['dx'])
@@ -402,7 +429,8 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
         # reshapes them without a copy, F-ordered, and BLAS sums in
         # another order: that case takes tensordot itself, below.)
         c_out = gy.shape[1]
-        col = patch_matrix(x, kh, kw, *im2col_args, **dilate)
+        col = patch_matrix(x, kh, kw, *im2col_args, buffers=buffers,
+                           **dilate)
         gy = gy.transpose(1, 0, 2, 3).reshape(c_out, -1)
         return gy.dot(col).astype(w_dtype, copy=False).reshape(w_shape)
     if groups == 1:
@@ -426,6 +454,19 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
         groups, c_out // groups, n * out_h * out_w)
     gW = numpy.matmul(gy, col).astype(w_dtype, copy=False)
     return gW.reshape(c_out, c_in // groups, kh, kw)
+
+
+def _scratch_transpose(scratch, groups, col2im_args, col2im_kwargs, gy, W):
+    with scratch.held() as buffers:
+        return _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
+                               buffers)
+
+
+def _scratch_grad_w(scratch, w_shape, w_dtype, groups, im2col_args,
+                    im2col_kwargs, x, gy):
+    with scratch.held() as buffers:
+        return _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
+                            im2col_kwargs, buffers)
 
 
 def _conv_like_grad(grad_x, grad_w):
@@ -465,6 +506,10 @@ def lower_convolution_2d(node, ctx):
 
     k = c_in * kh * kw
     dilate = dict(dy=node.dy, dx=node.dx)
+    # The patches, a temporary of megabytes, in buffers kept from call to
+    # call (see arena.Scratch); the forward and the filter gradient take
+    # turns with them.
+    scratch = arena.Scratch()
 
     def per_image(x, W, b=None):
         # One product per image, W (c_out, k) by its patches (k, out_h *
@@ -472,10 +517,12 @@ def lower_convolution_2d(node, ctx):
         # (N, c_out, out_h, out_w), with no transposing copy of the patches
         # as tensordot makes (2x to 4x faster on LeNet's layers here), but
         # its sums may round differently from Chainer's in the last bit.
-        col = conv.im2col_cpu(x, *col_args, **col_kwargs) \
-            if node.cover_all else patch_columns(x, *col_args, **dilate)
-        y = numpy.matmul(W.reshape(c_out, k),
-                         col.reshape(len(x), k, out_h * out_w))
+        with scratch.held() as buffers:
+            col = conv.im2col_cpu(x, *col_args, **col_kwargs) \
+                if node.cover_all else patch_columns(
+                    x, *col_args, buffers=buffers, **dilate)
+            y = numpy.matmul(W.reshape(c_out, k),
+                             col.reshape(len(x), k, out_h * out_w))
         y = y.astype(x.dtype, copy=False).reshape(
             len(x), c_out, out_h, out_w)
         if b is not None:
@@ -496,8 +543,10 @@ def lower_convolution_2d(node, ctx):
     def windows(x, W, b=None):
         # ``dense``'s product (the one tensordot makes), with the patches
         # gathered in one copy instead of im2col's and tensordot's two.
-        col = patch_matrix(x, *col_args, dy=node.dy, dx=node.dx)
-        y = col.dot(W.reshape(c_out, k).T).astype(x.dtype, copy=False)
+        with scratch.held() as buffers:
+            col = patch_matrix(x, *col_args, dy=node.dy, dx=node.dx,
+                               buffers=buffers)
+            y = col.dot(W.reshape(c_out, k).T).astype(x.dtype, copy=False)
         y = y.reshape(n, out_h, out_w, c_out)
         if b is not None:
             _add_to_rows(y, b)
@@ -522,9 +571,10 @@ def lower_convolution_2d(node, ctx):
     # As Convolution2DFunction.backward: Deconvolution2DFunction's
     # forward, Convolution2DGradW and Sum.
     grad = _conv_like_grad(
-        lambda gy, W: _conv_transpose(gy, W, groups, col2im_args, dilate),
-        lambda x, gy: _conv_grad_w(x, gy, w_shape, w_dtype, groups,
-                                   col_args[2:], im2col_kwargs))
+        functools.partial(_scratch_transpose, scratch, groups, col2im_args,
+                          dilate),
+        functools.partial(_scratch_grad_w, scratch, w_shape, w_dtype,
+                          groups, col_args[2:], im2col_kwargs))
 
     # Recorded for training (backprop enabled), the forward gives
     # Chainer's sums bit for bit, so that long training runs do not drift

@@ -6,6 +6,7 @@ import chainer.functions as F
 import numpy
 import pytest
 
+from chainerjit import arena
 from chainerjit import ops
 from chainerjit import testing
 from chainerjit.ops import connection
@@ -152,3 +153,18 @@ def test_a_bias_added_over_repeated_rows_is_numpys_sum(rng, shape, dtype):
     expected = mixed + b.astype(numpy.float16)
     connection._add_to_rows(mixed, b.astype(numpy.float16))
     assert mixed.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('w_shape,gy_shape', [
+    ((16, 6, 5, 5), (32, 16, 14, 14)), ((4, 3, 3, 3), (2, 4, 5, 7)),
+    ((1, 1, 1, 1), (1, 1, 1, 1))])
+def test_tensordot_into_scratch_is_numpys_tensordot(
+        rng, dtype, w_shape, gy_shape):
+    W = rng.standard_normal(w_shape).astype(dtype)
+    gy = rng.standard_normal(gy_shape).astype(dtype)
+    expected = numpy.tensordot(W, gy, (0, 1))
+    with arena.Scratch().held() as buffers:
+        got = connection._tensordot_into(W, gy, buffers)
+        assert got.shape == expected.shape
+        assert got.tobytes() == expected.tobytes()
