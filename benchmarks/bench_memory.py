@@ -57,7 +57,11 @@ def peak_of_call(call):
 
 def build_jitted(model, workload, x, t, use_arena):
     """chainerjit's call or step, compiled (by its first call) with or
-    without arenas; a ``run.Built`` whose ``jitted`` is the function."""
+    without arenas; a ``run.Built`` whose ``jitted`` is the function and
+    ``scratch_mark`` the first serial number of its kernels' scratch
+    buffers (``arena.Scratch``)."""
+    from chainerjit import arena
+    mark = arena.scratch_mark()
     previous = os.environ.get('CHAINERJIT_ARENA')
     os.environ['CHAINERJIT_ARENA'] = '1' if use_arena else '0'
     jitted = []
@@ -71,13 +75,18 @@ def build_jitted(model, workload, x, t, use_arena):
         else:
             os.environ['CHAINERJIT_ARENA'] = previous
     built.jitted = jitted[0].forward
+    built.scratch_mark = mark
     return built
 
 
-def arena_bytes(jitted):
-    """Bytes the arenas of ``jitted``'s programs hold."""
+def held_bytes(built):
+    """Bytes ``built``'s programs hold between calls: their arenas, and
+    the scratch buffers of their kernels (made since its mark; the
+    systems are built one after the other)."""
+    from chainerjit import arena
     from chainerjit import testing
-    return sum(b.nbytes for p in testing.programs(jitted) for b in p.arena)
+    return sum(b.nbytes for p in testing.programs(built.jitted)
+               for b in p.arena) + arena.scratch_bytes(built.scratch_mark)
 
 
 def measure(workload):
@@ -96,7 +105,7 @@ def measure(workload):
             if isinstance(built, run.Skipped):
                 raise AssertionError('%s: %s' % (name, built.reason))
         peaks = [peak_of_call(built.call) for built in builts.values()]
-        return Row(workload, *peaks, held=arena_bytes(builts['arena'].jitted))
+        return Row(workload, *peaks, held=held_bytes(builts['arena']))
 
 
 def _kib(nbytes):
@@ -111,10 +120,11 @@ def format_report(rows):
         'during one call (inference) or training step, over what was '
         'allocated when it started, measured with `tracemalloc`; the '
         'arena is allocated when a program is compiled and held between '
-        'calls. KiB.',
+        'calls, and so are the scratch buffers of its kernels (their '
+        'temporaries: a convolution\'s patches). KiB.',
         '',
         '| workload | eager Chainer | chainerjit, no arena | chainerjit, '
-        'arena: call | arena held | call + arena / eager |',
+        'arena: call | arena and scratch held | call + held / eager |',
         '|---|---|---|---|---|---|',
     ]
     for row in rows:

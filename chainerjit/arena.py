@@ -27,6 +27,7 @@ import contextlib
 import functools
 import os
 import threading
+import weakref
 
 import numpy
 
@@ -236,6 +237,13 @@ class Scratch(object):
     def __init__(self):
         self._lock = threading.Lock()
         self._buffers = {}
+        self.serial = len(_created)
+        _created.append(None)
+        _live[self.serial] = self
+
+    @property
+    def nbytes(self):
+        return sum(b.nbytes for b in self._buffers.values())
 
     @contextlib.contextmanager
     def held(self):
@@ -256,6 +264,25 @@ class Scratch(object):
         if buffer is None or buffer.size < size:
             buffer = self._buffers[k] = numpy.empty(size, numpy.uint8)
         return _view(buffer, shape, dtype)
+
+
+#: One entry per Scratch made (its serial number is its position), and
+#: the live ones by serial number (``benchmarks/bench_memory.py`` counts
+#: what the kernels compiled since a point hold).
+_created = []
+_live = weakref.WeakValueDictionary()
+
+
+def scratch_mark():
+    """The serial number the next :class:`Scratch` will get."""
+    return len(_created)
+
+
+def scratch_bytes(since=0):
+    """Bytes held by the live :class:`Scratch` buffers made since the mark
+    ``since``."""
+    return sum(scratch.nbytes for serial, scratch in list(_live.items())
+               if serial >= since)
 
 
 class _Fresh(object):

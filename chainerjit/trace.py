@@ -25,6 +25,7 @@ import chainer
 import numpy
 
 from chainerjit import _fastpath
+from chainerjit import arena
 from chainerjit import control
 from chainerjit import errors
 from chainerjit import guards
@@ -389,6 +390,7 @@ class _Recorder(object):
 
     def __init__(self, graph):
         self.graph = graph
+        self.scratch = arena.Scratch()  # the lowered kernels' temporaries
         self.depth = 0
         self.values = {}  # id(array) -> Value
         self.alive = []  # keeps recorded arrays, so ids stay unique
@@ -636,7 +638,7 @@ class _Recorder(object):
             tuple(a.shape for a in in_arrays),
             tuple(a.dtype for a in in_arrays),
             tuple(a.shape for a in out_arrays),
-            tuple(a.dtype for a in out_arrays))
+            tuple(a.dtype for a in out_arrays), self.scratch)
         attrs = [attr for attr, _ in data_attrs]
         if data_attrs:  # the arrays are extra inputs
             # Model arrays (running averages) may be lowered; computed

@@ -11,6 +11,7 @@ import numpy
 import pytest
 
 from benchmarks import bench_memory
+from benchmarks import run
 import chainerjit
 from chainerjit import _vm
 from chainerjit import arena
@@ -262,14 +263,31 @@ def test_steady_state_calls_allocate_less(monkeypatch, rng):
     with chainer.using_config('train', False), chainer.no_backprop_mode():
         for setting in ('0', '1'):
             monkeypatch.setenv('CHAINERJIT_ARENA', setting)
+            mark = arena.scratch_mark()
             jitted = chainerjit.jit(block.forward)
             jitted(x)
             peaks[setting] = bench_memory.peak_of_call(lambda: jitted(x))
         eager = bench_memory.peak_of_call(lambda: block(x))
-    arena_bytes = bench_memory.arena_bytes(jitted)
+    built = run.Built(None, 0, None)
+    built.jitted, built.scratch_mark = jitted, mark
+    held = bench_memory.held_bytes(built)
+    assert held >= sum(b.nbytes for p in testing.programs(jitted)
+                       for b in p.arena) > 0
     # The call's own peak is about its result (128 KiB) and small temps.
     assert peaks['1'] < peaks['0'] / 2
-    assert peaks['1'] + arena_bytes < eager
+    assert peaks['1'] + held < eager
+
+
+def test_scratch_bytes_count_the_buffers_made_since_a_mark():
+    mark = arena.scratch_mark()
+    scratch = arena.Scratch()
+    assert scratch.serial == mark and arena.scratch_bytes(mark) == 0
+    with scratch.held() as buffers:
+        buffers.array(0, (10,), numpy.float64)
+    assert arena.scratch_bytes(mark) == 80
+    assert arena.scratch_bytes(arena.scratch_mark()) == 0
+    del scratch, buffers
+    assert arena.scratch_bytes(mark) == 0  # collected
 
 
 def test_disabled_by_the_environment(monkeypatch, rng):

@@ -129,9 +129,12 @@ class ForwardMemo(object):
 
 
 class LowerContext(collections.namedtuple(
-        'LowerContext', 'xp in_shapes in_dtypes out_shapes out_dtypes')):
+        'LowerContext', 'xp in_shapes in_dtypes out_shapes out_dtypes '
+        'scratch', defaults=(None,))):
     """What a lowering may know besides the node: the array module
-    (``numpy`` or ``cupy``) and the recorded input and output types."""
+    (``numpy`` or ``cupy``), the recorded input and output types, and the
+    recorded graph's ``arena.Scratch``, which its kernels share for their
+    temporaries (they run one at a time), or ``None``."""
 
 
 _LOWERINGS = {}

@@ -319,8 +319,8 @@ def _tensordot_into(W, gy, buffers):
     gy_t = buffers.array(1, (c_out, gy.size // c_out), gy.dtype)
     gy_t.reshape((c_out, gy.shape[0]) + gy.shape[2:])[...] = \
         gy.transpose(1, 0, 2, 3)
-    product = numpy.dot(w_t, gy_t, out=buffers.array(
-        2, (len(w_t), gy_t.shape[1]), gy.dtype))
+    product = numpy.dot(w_t, gy_t, out=buffers.array(  # the patches'
+        0, (len(w_t), gy_t.shape[1]), gy.dtype))
     return product.reshape(W.shape[1:] + (gy.shape[0],) + gy.shape[2:])
 
 
@@ -507,9 +507,8 @@ def lower_convolution_2d(node, ctx):
     k = c_in * kh * kw
     dilate = dict(dy=node.dy, dx=node.dx)
     # The patches, a temporary of megabytes, in buffers kept from call to
-    # call (see arena.Scratch); the forward and the filter gradient take
-    # turns with them.
-    scratch = arena.Scratch()
+    # call (see arena.Scratch), which the graph's kernels take turns with.
+    scratch = ctx.scratch or arena.Scratch()
 
     def per_image(x, W, b=None):
         # One product per image, W (c_out, k) by its patches (k, out_h *
