@@ -13,6 +13,7 @@ from chainerjit.errors import FallbackWarning  # NOQA
 from chainerjit.errors import RecompileWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
+from chainerjit.profiler import profile  # NOQA
 from chainerjit import backprop
 from chainerjit import link_call
 from chainerjit import losses

@@ -25,6 +25,12 @@ from chainerjit import ir
 from chainerjit import opcodes
 
 
+#: Every live program (``chainerjit.profile`` instruments them), and the
+#: callables each new one is passed to.
+LIVE = weakref.WeakSet()
+NEW_PROGRAM_HOOKS = []
+
+
 Instruction = collections.namedtuple(
     'Instruction', 'pc opname kernel inputs outputs argrepr loc')
 Instruction.__doc__ = """One decoded instruction.
@@ -69,16 +75,28 @@ class Program(object):
         self.input_names = input_names
         self.locs = locs
         self.arena = list(arena)
-        template = [None] * n_regs
-        template[n_inputs:n_inputs + len(consts)] = consts
+        self.plain_kernels = plain_kernels
         #: ``run(inputs)``: runs the program on input arrays (arguments,
         #: then parameters) and returns the tuple of its outputs; raises
         #: :class:`chainerjit.errors.VMError` (from the kernel's error) if
         #: a kernel raises, its message showing the program with ``-->``
         #: at the failing instruction. The VM's own method, no Python in
-        #: between.
-        self.run = _vm.Machine(
-            self.code, list(kernels), template, n_inputs,
+        #: between (a profile, ``chainerjit.profile``, swaps in a timed
+        #: one while it runs).
+        self.run = self.machine_run(kernels, plain_kernels)
+        LIVE.add(self)
+        for hook in NEW_PROGRAM_HOOKS:
+            hook(self)
+
+    def machine_run(self, kernels, plain_kernels=None):
+        """A VM's ``run`` for this program's code with the kernel tables
+        ``kernels`` (and ``plain_kernels`` for a call that starts while
+        one is running, where the program has an arena)."""
+        template = [None] * self.n_regs
+        template[self.n_inputs:self.n_inputs + len(self.consts)] = \
+            self.consts
+        return _vm.Machine(
+            self.code, list(kernels), template, self.n_inputs,
             None if plain_kernels is None else list(plain_kernels),
             _fault_of(weakref.ref(self))).run
 
