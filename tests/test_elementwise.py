@@ -676,8 +676,12 @@ def _channels_last(rng, shape, dtype):
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
-@pytest.mark.parametrize('shape', [(32, 6, 28, 28), (8, 16, 7, 7),
-                                   (3, 2, 5), (4, 3, 1, 1), (1, 5, 2, 3)])
+@pytest.mark.parametrize('shape', [
+    (32, 6, 28, 28), (8, 16, 7, 7), (3, 2, 5), (4, 3, 1, 1), (1, 5, 2, 3),
+    # float32's SIMD loop: one to four vectors of channels and none to
+    # three left over; over 16 channels, the scalar loop
+    (2, 4, 3, 3), (2, 7, 3, 3), (2, 12, 2, 2), (2, 15, 2, 2),
+    (2, 17, 2, 2)])
 def test_channel_statistics_are_numpys_bit_for_bit(rng, dtype, shape):
     x = _channels_last(rng, shape, dtype)
     y = _channels_last(rng, shape, dtype)
@@ -691,6 +695,23 @@ def test_channel_statistics_are_numpys_bit_for_bit(rng, dtype, shape):
                           (total, x.sum(axis=axis, dtype=dtype)),
                           (dot, (x * y).sum(axis=axis, dtype=dtype))):
         assert got.tobytes() == expected.tobytes()
+
+
+def test_a_single_channel_is_left_to_numpy(rng):
+    """One channel's positions are one contiguous run, which NumPy sums
+    pairwise: the sums refuse it (the elementwise loops take it)."""
+    x = _channels_last(rng, (3, 1, 5, 5), numpy.float32)
+    out = numpy.zeros(1, numpy.float32)
+    assert not _elementwise.channel_sums(x, None, out)
+    assert not _elementwise.channel_mean_var(x, out, out.copy())
+    gy = numpy.ascontiguousarray(x)
+    vectors = [numpy.ones(1, numpy.float32) for _ in range(3)]
+    assert not _elementwise.plane_grads(
+        gy, x, *vectors, 0.5, numpy.empty_like(gy), numpy.empty_like(gy),
+        out, out.copy())
+    assert not out.any()
+    affine = numpy.empty_like(x)
+    assert _elementwise.channel_affine(x, *vectors[:2], None, None, affine)
 
 
 def test_channel_sums_start_from_zero_as_numpy_does():
@@ -766,21 +787,23 @@ def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
     assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
 
 
+@pytest.mark.parametrize('channels', [1, 4])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
-def test_a_pooled_convolution_block_trains_as_eager_bit_for_bit(rng, dtype):
+def test_a_pooled_convolution_block_trains_as_eager_bit_for_bit(
+        rng, dtype, channels):
     """LeNet's block: the pooling's gradient comes C-ordered while the
     ReLU's and the normalization's inputs keep the convolution's
     channels-last layout. The ReLU's and the normalization's gradients
     read C-ordered copies of them: eager's values in eager's layouts."""
-    W = rng.standard_normal((4, 2, 3, 3)).astype(dtype)
-    b = rng.standard_normal(4).astype(dtype)
-    bn = L.BatchNormalization(4, dtype=dtype)
+    W = rng.standard_normal((channels, 2, 3, 3)).astype(dtype)
+    b = rng.standard_normal(channels).astype(dtype)
+    bn = L.BatchNormalization(channels, dtype=dtype)
     bn_eager = bn.copy(mode='copy')
 
     def block(x, W, b, norm):
         return F.max_pooling_2d(
             F.relu(norm(F.convolution_2d(x, W, b, pad=1))), 2)
-    args = [(rng.standard_normal((6, 2, 8, 8)).astype(dtype), W, b)
+    args = [(rng.standard_normal((6, 2, 10, 10)).astype(dtype), W, b)
             for _ in range(3)]
     with chainer.using_config('train', True):
         testing.assert_jit_grads_match_eager(
