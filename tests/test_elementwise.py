@@ -787,6 +787,33 @@ def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
     assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
 
 
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_test_mode_normalization_of_a_convolution_is_one_loop(
+        monkeypatch, rng, dtype):
+    """Test mode with backprop on (``using_config('train', False)``
+    alone): the fixed normalization of a convolution's channels-last
+    output runs Chainer's four steps in one C loop, bit for bit, in
+    eager's layout."""
+    ran = []
+    loop = _elementwise.channel_affine
+    monkeypatch.setattr(_elementwise, 'channel_affine',
+                        lambda *a: ran.append(loop(*a)) or ran[-1])
+    W = rng.standard_normal((5, 2, 3, 3)).astype(dtype)
+    bn = L.BatchNormalization(5, dtype=dtype)
+    bn.avg_mean[...] = rng.standard_normal(5)
+    bn.avg_var[...] = rng.uniform(0.5, 2, 5)
+
+    def block(x, W):
+        return F.relu(bn(F.convolution_2d(x, W, pad=1)))
+    args = [(rng.standard_normal((4, 2, 6, 6)).astype(dtype), W)
+            for _ in range(3)]
+    with chainer.using_config('train', False):
+        testing.assert_jit_grads_match_eager(block, args, rtol=0, atol=0)
+        y = chainerjit.jit(block)(*args[0])
+    assert ran and all(ran)
+    assert y.array.strides == block(*args[0]).array.strides
+
+
 @pytest.mark.parametrize('channels', [1, 4])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_a_pooled_convolution_block_trains_as_eager_bit_for_bit(

@@ -174,10 +174,20 @@ def lower_fixed_batch_normalization(node, ctx):
         return None
     eps = node.eps
     expander = node.expander
+    axis = node.axis
 
     def fixed_bn(x, gamma, beta, mean, var):
         inv_var = numpy.reciprocal(var + eps)
         inv_std = numpy.sqrt(inv_var, dtype=inv_var.dtype)
+        if _over_positions(axis, x) and \
+                x.dtype == inv_std.dtype == gamma.dtype == beta.dtype:
+            # A convolution's channels-last output, recorded with backprop
+            # on (test mode outside no_backprop_mode): the same four steps
+            # in one C loop (LeNet's first layer: 400 -> 60 us).
+            y = numpy.empty_like(x)
+            if _elementwise.channel_affine(x, mean, inv_std, gamma, beta,
+                                           y):
+                return y
         x_hat = x - mean[expander]
         x_hat *= inv_std[expander]
         y = x_hat * gamma[expander]
@@ -197,8 +207,6 @@ def lower_fixed_batch_normalization(node, ctx):
         return y.astype(x.dtype, copy=False)
     folded_bn.scale_shift = scale_shift  # passes/fuse.py folds it into
     # the convolution before it
-
-    axis = node.axis
 
     def grad(xs, ys, gys, wanted):
         # FixedBatchNormalizationGrad's forward: gradients of all five.
