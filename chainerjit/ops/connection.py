@@ -319,7 +319,8 @@ def _tensordot_into(W, gy, buffers):
     gy_t = buffers.array(1, (c_out, gy.size // c_out), gy.dtype)
     gy_t.reshape((c_out, gy.shape[0]) + gy.shape[2:])[...] = \
         gy.transpose(1, 0, 2, 3)
-    product = numpy.dot(w_t, gy_t, out=buffers.array(  # the patches'
+    # Into buffer 0, the patches' (an input gradient gathers none).
+    product = numpy.dot(w_t, gy_t, out=buffers.array(
         0, (len(w_t), gy_t.shape[1]), gy.dtype))
     return product.reshape(W.shape[1:] + (gy.shape[0],) + gy.shape[2:])
 
