@@ -254,6 +254,60 @@ def test_threads_calling_one_program_get_their_own_results(rng):
     assert '(arena' in _dis(jitted)
 
 
+@pytest.mark.parametrize('train', [False, True])
+def test_threads_training_one_convolution_get_their_own_gradients(
+        rng, train):
+    """The convolution's patches and its input gradient's product live in
+    scratch buffers one call holds at a time: threads running the same
+    programs at once (one holding them, the others on new arrays) each
+    get the values and gradients of a call alone (eager's, within the
+    inference convolution's rounding)."""
+    conv = L.Convolution2D(3, 4, 3, pad=1)
+    W, b = conv.W.array, conv.b.array
+
+    def f(x):
+        return F.convolution_2d(x, W, b, pad=1) * 2
+
+    jitted = chainerjit.jit(f)
+    xs = [rng.standard_normal((4, 3, 9, 9)).astype(numpy.float32)
+          for _ in range(6)]
+    gy = rng.standard_normal((4, 4, 9, 9)).astype(numpy.float32)
+
+    def step(fn, x):
+        x = chainer.Variable(x)
+        y = fn(x)
+        if train:
+            y.grad = gy
+            y.backward()
+            return y.array, x.grad
+        return y.array, None
+    with chainer.using_config('enable_backprop', train):
+        for _ in range(2):  # records, then checks its first program run
+            step(jitted, xs[0])
+        expected = [step(jitted, x) for x in xs]
+        for got, want in zip(expected, [step(f, x) for x in xs]):
+            for a, e in zip(got, want):
+                if e is not None:
+                    numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
+    errors = []
+
+    def work(k):
+        try:
+            with chainer.using_config('enable_backprop', train):
+                for _ in range(20):
+                    for got, want in zip(step(jitted, xs[k]), expected[k]):
+                        if want is not None:
+                            assert got.tobytes() == want.tobytes()
+        except Exception as e:  # reported below
+            errors.append(e)
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors[0]
+
+
 # --- memory ------------------------------------------------------------------
 
 def test_steady_state_calls_allocate_less(monkeypatch, rng):
