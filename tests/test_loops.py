@@ -6,6 +6,7 @@ checks pin down what the issue asks: a trip count that comes from the
 arguments is symbolic, so other lengths hit the same entry.
 """
 
+import itertools
 import warnings
 
 import chainer
@@ -437,6 +438,54 @@ def test_the_outer_sum_stacks_into_a_kept_scratch_buffer(rng):
     kept = dict(scratch._buffers)
     outer_sum(factors(3))
     assert scratch._buffers == kept and len(kept) == 2  # not allocated
+
+
+def _reference_grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs,
+                           has_gy, wanted):
+    """The gradient kernel's arguments spread as the rule expects them,
+    written plainly."""
+    def run(*arrays):
+        arrays = list(arrays)
+        xs, ys, gys = [None] * n_in, [None] * n_out, [None] * n_out
+        for i in kept_inputs:
+            xs[i] = arrays.pop(0)
+        for i in kept_outputs:
+            ys[i] = arrays.pop(0)
+        for i in [i for i, h in enumerate(has_gy) if h]:
+            gys[i] = arrays.pop(0)
+        if all(g is None for g in gys):
+            return tuple(None for w in wanted if w)
+        gxs = fn(tuple(xs), tuple(ys), tuple(gys), wanted)
+        return tuple(g for g, w in zip(gxs, wanted) if w)
+    return run
+
+
+def test_gradient_kernels_spread_their_arguments_as_the_rules_expect(rng):
+    """Every arrangement of kept inputs and outputs, output gradients
+    (present or ``None``) and wanted gradients, with arrays as arguments
+    (which must be compared by identity, not ``==``)."""
+    def rule(xs, ys, gys, wanted):
+        return tuple(('grad', k, tuple(id(a) for a in xs + ys + gys))
+                     for k in range(len(wanted)))
+    arrays = [rng.standard_normal(3) for _ in range(8)]
+    for n_in, n_out in ((1, 1), (3, 1), (2, 2)):
+        for kept_in in itertools.combinations(range(n_in), 2 if n_in > 2
+                                              else 1):
+            for kept_out in ((), (0,), tuple(range(n_out))):
+                for has_gy in itertools.product((True, False), repeat=n_out):
+                    for wanted in itertools.product((True, False),
+                                                    repeat=n_in):
+                        args = (kept_in, kept_out, has_gy, wanted)
+                        fast = autodiff._grad_kernel(rule, n_in, n_out, *args)
+                        plain = _reference_grad_kernel(rule, n_in, n_out,
+                                                       *args)
+                        n_args = len(kept_in) + len(kept_out) + sum(has_gy)
+                        for gy_none in (False, True):
+                            given = arrays[:n_args]
+                            if gy_none and sum(has_gy):
+                                given = given[:n_args - sum(has_gy)] + \
+                                    [None] * sum(has_gy)
+                            assert fast(*given) == plain(*given), args
 
 
 # --- what stays unrolled, and says so ----------------------------------------
