@@ -873,7 +873,8 @@ cdef void _backprop_to_all(object y, object gy, object loss_scale) except *:
         for x, gx in in_grad.items():
             if not gx:
                 continue
-            if not jitted:
+            if not jitted and not func.__dict__.get(
+                    '_chainerjit_grad_checked'):
                 for g in gx:
                     if g is not None:
                         _check_grad_type(func, x, True, g._data[0])

@@ -15,8 +15,8 @@ backward`` and ``_backprop_to_all`` in Cython, calling the same nodes'
 ``backward`` in the same order, summing the gradients in the same order
 (with Chainer's own ``_reduce``) and setting the same leaves' ``grad``,
 minus the steps that do nothing there: the CPU device context, the hooks
-loop, and the check of a chainerjit node's gradients, which are right by
-construction. Chainer's own ``backward`` runs for anything else: a
+loop, and the check of the gradients of a chainerjit node and of the
+loss fast path (``losses``), which are right by construction. Chainer's own ``backward`` runs for anything else: a
 retained gradient (``retain_grad=True``), double backprop, function hooks
 (global or on a node), debug mode, a node with its own
 ``backward_accumulate``, ChainerX or non-standard layouts, or a graph

@@ -118,15 +118,20 @@ def backward(self, indexes, grad_outputs):
     """The labels' gradient in one C loop where :func:`apply` took the
     forward and nothing would see the grad node; Chainer's own
     ``backward`` otherwise."""
-    if self.__dict__.get('_chainerjit_lean') and _plain_gradient(self):
+    if self.__dict__.get('_chainerjit_lean') and _plain_gradient(self) and \
+            self._input_indexes_to_retain == (0, 1):
         gloss, = grad_outputs
-        x, t = self.get_retained_inputs()
+        x, t = self.inputs  # their nodes, which hold the retained arrays
         gx = self.y.copy()
-        if _elementwise.softmax_ce_grad(
-                gx, t.array, self.ignore_label,
+        if t.data is not None and _elementwise.softmax_ce_grad(
+                gx, t.data, self.ignore_label,
                 float(gloss.array * self._coeff)):
-            return _fastpath.new_variable(gx, any(
-                v.requires_grad for v in (x, t, gloss))), None
+            # x's shape and dtype by construction: backprop need not
+            # check it (``_fastpath._backprop_to_all``).
+            self._chainerjit_grad_checked = True
+            return _fastpath.new_variable(gx, x.requires_grad or
+                                          t.requires_grad or
+                                          gloss.requires_grad), None
     return _chainer_backward(self, indexes, grad_outputs)
 
 
