@@ -16,11 +16,11 @@ backward`` and ``_backprop_to_all`` in Cython, calling the same nodes'
 (with Chainer's own ``_reduce``) and setting the same leaves' ``grad``,
 minus the steps that do nothing there: the CPU device context, the hooks
 loop, and the check of the gradients of a chainerjit node and of the
-loss fast path (``losses``), which are right by construction. Chainer's own ``backward`` runs for anything else: a
-retained gradient (``retain_grad=True``), double backprop, function hooks
-(global or on a node), debug mode, a node with its own
-``backward_accumulate``, ChainerX or non-standard layouts, or a graph
-with no chainerjit node.
+loss fast path (``losses``), which are right by construction.
+Chainer's own ``backward`` runs for anything else: a retained gradient
+(``retain_grad=True``), double backprop, function hooks (global or on a
+node), debug mode, a node with its own ``backward_accumulate``,
+ChainerX or non-standard layouts, or a graph with no chainerjit node.
 
 It is installed when chainerjit is imported; set the environment variable
 ``CHAINERJIT_FAST_BACKWARD=0`` to keep Chainer's own ``backward``.

@@ -168,3 +168,15 @@ def test_tensordot_into_scratch_is_numpys_tensordot(
         got = connection._tensordot_into(W, gy, buffers)
         assert got.shape == expected.shape
         assert got.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('shape', [(64, 100), (64, 10), (16, 512), (3, 1),
+                                   (1, 7)])
+def test_a_linear_bias_gradient_is_numpys_column_sum(rng, dtype, shape):
+    gy = (rng.standard_normal(shape) * numpy.exp(
+        rng.standard_normal(shape) * 3)).astype(dtype)
+    gy[0, 0] = -0.0
+    for array in (gy, numpy.asfortranarray(gy), gy[:, ::-1]):
+        got = connection._column_sums(array)
+        assert got.tobytes() == array.sum(axis=0).tobytes()
