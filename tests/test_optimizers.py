@@ -212,3 +212,30 @@ def test_sgd_rules_in_one_loop_give_the_rules_own_bits(dtype, make):
             else:
                 assert _fastpath.update_in_one_pass(rule, link.w)
         assert params[0].w.array.tobytes() == params[1].w.array.tobytes()
+
+
+def test_learning_rates_are_read_as_chainer_reads_them():
+    """The fast update reads a rule's hyperparameters along their parents
+    in C: a rate set on the optimizer later, or on one rule, is the one
+    used, as Chainer's own lookup finds it."""
+    link = chainer.Link()
+    with link.init_scope():
+        link.w = chainer.Parameter(numpy.ones(3, numpy.float32))
+        link.v = chainer.Parameter(numpy.ones(3, numpy.float32))
+    optimizer = chainer.optimizers.MomentumSGD(lr=0.1, momentum=0.5)
+    optimizer.setup(link)
+    optimizer.lr = 0.25  # after setup: the rules read their parent
+    link.v.update_rule.hyperparam.momentum = 0.75
+    for param in link.params():
+        param.grad = numpy.full(3, 2, numpy.float32)
+        rule = param.update_rule
+        rule._init_states(param)
+        expected = param.array - 0.25 * 2  # v = -lr * grad the first time
+        assert _fastpath.update_in_one_pass(rule, param)
+        numpy.testing.assert_array_equal(param.array, expected)
+        assert rule.hyperparam.momentum == (0.75 if param is link.v
+                                            else 0.5)
+    # No rate anywhere along the chain: Chainer's error.
+    rule = chainer.optimizers.sgd.SGDRule(chainer.optimizer.Hyperparameter())
+    with pytest.raises(AttributeError):
+        _fastpath.update_in_one_pass(rule, link.w)
