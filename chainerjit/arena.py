@@ -25,6 +25,7 @@ without arenas.
 
 import contextlib
 import functools
+import itertools
 import os
 import threading
 import weakref
@@ -237,8 +238,7 @@ class Scratch(object):
     def __init__(self):
         self._lock = threading.Lock()
         self._buffers = {}
-        self.serial = len(_created)
-        _created.append(None)
+        self.serial = next(_serials)
         _live[self.serial] = self
 
     @property
@@ -266,16 +266,17 @@ class Scratch(object):
         return _view(buffer, shape, dtype)
 
 
-#: One entry per Scratch made (its serial number is its position), and
-#: the live ones by serial number (``benchmarks/bench_memory.py`` counts
-#: what the kernels compiled since a point hold).
-_created = []
+#: Serial numbers, increasing, and the live Scratch objects by theirs
+#: (``benchmarks/bench_memory.py`` counts what the kernels compiled since
+#: a point hold).
+_serials = itertools.count()
 _live = weakref.WeakValueDictionary()
 
 
 def scratch_mark():
-    """The serial number the next :class:`Scratch` will get."""
-    return len(_created)
+    """A number below the serial of every :class:`Scratch` made after
+    this call, and above those made before."""
+    return next(_serials)
 
 
 def scratch_bytes(since=0):
