@@ -10,6 +10,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests import threads
 
 
 class Net(chainer.Chain):
@@ -215,8 +216,6 @@ def test_jit_of_a_link_object(rng):
 
 
 def test_threads_compiling_at_once(rng):
-    import threading
-
     def f(x):
         h = x
         for _ in range(20):
@@ -232,11 +231,7 @@ def test_threads_compiling_at_once(rng):
             for _ in range(3):
                 results[i] = jf(chainer.Variable(inputs[i])).array
 
-    threads = [threading.Thread(target=work, args=(i,)) for i in range(8)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    threads.run_in_threads(work, 8)
     with chainer.no_backprop_mode():
         for i, x in enumerate(inputs):
             numpy.testing.assert_allclose(results[i], f(x).array,

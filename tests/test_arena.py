@@ -2,8 +2,6 @@
 a program allocated once, with the same bits as without it, and never
 into a buffer whose contents outlive the call."""
 
-import threading
-
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -18,6 +16,7 @@ from chainerjit import arena
 from chainerjit import opcodes
 from chainerjit import testing
 from examples import models
+from tests import threads
 
 
 def _dis(jitted):
@@ -234,23 +233,14 @@ def test_threads_calling_one_program_get_their_own_results(rng):
     with chainer.no_backprop_mode():
         jitted(xs[0], w)
         expected = [f(x, w).array for x in xs]
-    errors = []
 
     def work(k):
-        try:
-            with chainer.no_backprop_mode():
-                for _ in range(50):
-                    y = jitted(xs[k], w).array
-                    numpy.testing.assert_allclose(y, expected[k], rtol=1e-5,
-                                                  atol=1e-5)
-        except Exception as e:  # reported below
-            errors.append(e)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(8)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors[0]
+        with chainer.no_backprop_mode():
+            for _ in range(50):
+                y = jitted(xs[k], w).array
+                numpy.testing.assert_allclose(y, expected[k], rtol=1e-5,
+                                              atol=1e-5)
+    threads.run_in_threads(work, 8)
     assert '(arena' in _dis(jitted)
 
 
@@ -289,23 +279,14 @@ def test_threads_training_one_convolution_get_their_own_gradients(
             for a, e in zip(got, want):
                 if e is not None:
                     numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-5)
-    errors = []
 
     def work(k):
-        try:
-            with chainer.using_config('enable_backprop', train):
-                for _ in range(20):
-                    for got, want in zip(step(jitted, xs[k]), expected[k]):
-                        if want is not None:
-                            assert got.tobytes() == want.tobytes()
-        except Exception as e:  # reported below
-            errors.append(e)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(6)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors, errors[0]
+        with chainer.using_config('enable_backprop', train):
+            for _ in range(20):
+                for got, want in zip(step(jitted, xs[k]), expected[k]):
+                    if want is not None:
+                        assert got.tobytes() == want.tobytes()
+    threads.run_in_threads(work, 6)
 
 
 # --- memory ------------------------------------------------------------------

@@ -9,7 +9,6 @@ compared with eager Chainer's right away *and again after all later calls*
 (a result in an arena buffer would be overwritten by the next call).
 """
 
-import threading
 import warnings
 
 import chainer
@@ -22,6 +21,7 @@ import chainerjit
 from chainerjit import arena
 from chainerjit import errors
 from chainerjit import testing
+from tests import threads
 
 
 RTOL, ATOL = 1e-5, 1e-6
@@ -1243,23 +1243,13 @@ def test_threads_with_held_results_and_other_shapes(rng):
         for x in xs[:2]:
             jitted(x, w)
         expected = [f(x, w) for x in xs]
-    errors_seen = []
     held = [[] for _ in xs]
 
     def work(k):
-        try:
-            with chainer.no_backprop_mode():
-                for _ in range(30):
-                    held[k].append(jitted(xs[k], w))
-        except Exception as e:  # reported below
-            errors_seen.append(e)
-    threads = [threading.Thread(target=work, args=(k,))
-               for k in range(len(xs))]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors_seen, errors_seen[0]
+        with chainer.no_backprop_mode():
+            for _ in range(30):
+                held[k].append(jitted(xs[k], w))
+    threads.run_in_threads(work, len(xs))
     for k, results in enumerate(held):
         for got in results[::5]:
             testing.assert_results_equal(got, expected[k])
@@ -1279,24 +1269,14 @@ def test_threads_training(rng):
         w = chainer.Variable(w_.copy())
         F.sum(f(x, w) ** 2).backward()
         expected.append(w.grad)
-    errors_seen = []
 
     def work(k):
-        try:
-            for _ in range(10):
-                w = chainer.Variable(w_.copy())
-                loss = F.sum(jitted(xs[k], w) ** 2)
-                loss.backward()
-                numpy.testing.assert_allclose(w.grad, expected[k], 1e-4,
-                                              1e-4)
-        except Exception as e:  # reported below
-            errors_seen.append(e)
-    threads = [threading.Thread(target=work, args=(k,)) for k in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert not errors_seen, errors_seen[0]
+        for _ in range(10):
+            w = chainer.Variable(w_.copy())
+            loss = F.sum(jitted(xs[k], w) ** 2)
+            loss.backward()
+            numpy.testing.assert_allclose(w.grad, expected[k], 1e-4, 1e-4)
+    threads.run_in_threads(work, 4)
 
 
 def test_an_error_in_one_call_then_more_calls(rng):
