@@ -536,7 +536,7 @@ def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
     tuples the rule expects, returning only the wanted gradients. The
     kernel's arguments (the kept inputs, the kept outputs, the output
     gradients there are) and a ``None`` after them are picked into those
-    tuples by precomputed positions (0.6 us a call instead of 2.5)."""
+    tuples by precomputed positions (0.3 us a call instead of 2.5)."""
     n_kept = len(kept_inputs) + len(kept_outputs)
     gy_positions = [i for i, h in enumerate(has_gy) if h]
     n_args = n_kept + len(gy_positions)

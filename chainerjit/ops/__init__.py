@@ -104,10 +104,10 @@ FACTORS = _Factors()
 
 class ForwardMemo(object):
     """What a kernel's last forward computed from its input ``x`` (a
-    batch normalization's statistics, a convolution's patches), for the
-    gradient of that same array object to take instead of computing it
-    again, as eager's node keeps it. A gradient for another ``x`` (an
-    earlier call's, a loop's earlier step) finds nothing and computes it.
+    batch normalization's statistics), for the gradient of that same
+    array object to take instead of computing it again, as eager's node
+    keeps it. A gradient for another ``x`` (an earlier call's, a loop's
+    earlier step) finds nothing and computes it.
     ``x`` is held by a weak reference; the value and the reference are
     set in one assignment, so a thread sees one forward's pair."""
 
@@ -117,14 +117,11 @@ class ForwardMemo(object):
     def keep(self, x, value):
         self._kept = (weakref.ref(x), value)
 
-    def take(self, x, forget=False):
-        """The value kept for ``x``, or ``None``; ``forget``: let go of it
-        (it is not kept beyond this gradient)."""
+    def take(self, x):
+        """The value kept for ``x``, or ``None``."""
         ref, value = self._kept
         if ref is None or ref() is not x:
             return None
-        if forget:
-            self._kept = (None, None)
         return value
 
 

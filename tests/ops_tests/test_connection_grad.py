@@ -127,18 +127,3 @@ def test_links_param_grads(rng):
     entries = jitted.forward.cache_entries()
     assert entries and all(e.training is not None for e in entries)
     assert jitted.forward.cache_info().hits > 0
-
-
-def test_a_forward_memo_serves_only_its_own_array():
-    from chainerjit.ops import ForwardMemo
-    memo = ForwardMemo()
-    x, other = numpy.zeros(3), numpy.zeros(3)
-    assert memo.take(x) is None
-    memo.keep(x, 'kept')
-    assert memo.take(other) is None
-    assert memo.take(x) == 'kept'
-    assert memo.take(x, forget=True) == 'kept'
-    assert memo.take(x) is None
-    memo.keep(x, 'kept')
-    del x  # a weak reference: a later array in its place is another
-    assert memo.take(numpy.zeros(3)) is None

@@ -14,6 +14,7 @@ import pytest
 
 import chainerjit
 from chainerjit import errors
+from chainerjit.ops import ForwardMemo
 from chainerjit import testing
 from tests.ops_tests import test_normalization as forward
 from tests.ops_tests.common import DTYPES
@@ -219,3 +220,17 @@ def test_batch_normalization_gradient_takes_the_forwards_statistics(
         assert a.creator_node is not None
     for e, a in zip(eager.params(), jitted.params()):
         assert a.grad.tobytes() == e.grad.tobytes(), a.name
+
+
+def test_a_forward_memo_serves_only_its_own_array():
+    memo = ForwardMemo()
+    x, other = numpy.zeros(3), numpy.zeros(3)
+    assert memo.take(x) is None
+    memo.keep(x, 'kept')
+    assert memo.take(other) is None
+    assert memo.take(x) == 'kept'
+    assert memo.take(x) == 'kept'  # kept until the next forward
+    memo.keep(other, 'next')
+    assert memo.take(x) is None
+    del other  # a weak reference: a later array in its place is another
+    assert memo.take(numpy.zeros(3)) is None
