@@ -432,7 +432,6 @@ cdef extern from *:
        writing nothing, without SSE2. */
     #if defined(__SSE2__)
     #include <emmintrin.h>
-    #define CJ_POOL_SIMD 1
     static inline __m128 cj_takes(__m128 v, __m128 t) {
         return _mm_or_ps(_mm_cmpgt_ps(v, t),
                          _mm_andnot_ps(_mm_cmpunord_ps(t, t),
@@ -497,7 +496,6 @@ cdef extern from *:
         return 1;
     }
     #else
-    #define CJ_POOL_SIMD 0
     static int cj_pool_2x2_grad_f32(const float* x, const float* gy,
                                     float* gx, Py_ssize_t rows,
                                     Py_ssize_t width) {
@@ -1232,6 +1230,7 @@ cdef extern from *:
        of the products x * y. Returns 0 for more channels (or without
        SSE2). */
     #if defined(__SSE2__)
+    #include <emmintrin.h>
     static int cj_channel_sums_f32(const float* x, const float* y,
                                    const float* mean, float* out,
                                    Py_ssize_t n_pos, Py_ssize_t n_ch) {
@@ -1590,7 +1589,7 @@ cdef int _plane_grads(floating* gy, floating* x, Py_ssize_t* steps,
                       floating* gbeta, Py_ssize_t* dims) except -1 nogil:
     """:func:`plane_grads` on (N, C, H, W) arrays; ``x`` by its element
     strides ``steps``, the rest C-ordered."""
-    cdef Py_ssize_t n, c, h, w, k, plane = dims[2] * dims[3]
+    cdef Py_ssize_t n, c, h, w, k, start, plane = dims[2] * dims[3]
     cdef floating* source
     cdef floating* hat
     cdef floating* g
@@ -1618,15 +1617,13 @@ cdef int _plane_grads(floating* gy, floating* x, Py_ssize_t* steps,
     free(product)
     for n in range(dims[0]):
         for c in range(dims[1]):
-            k = (n * dims[1] + c) * plane
-            hat = x_hat + k
-            g = gy + k
-            for k in range(plane):
-                t = hat[k] * ggamma[c]
+            start = (n * dims[1] + c) * plane
+            for k in range(start, start + plane):
+                t = x_hat[k] * ggamma[c]
                 t = t + gbeta[c]
                 t = t * inv_m
-                t = g[k] - t
-                gx[(n * dims[1] + c) * plane + k] = gamma_inv_std[c] * t
+                t = gy[k] - t
+                gx[k] = gamma_inv_std[c] * t
     return 0
 
 
