@@ -9,7 +9,6 @@ Chainer's within rounding. On the GPU Chainer uses cuDNN, so those nodes
 stay on the generic path there.
 """
 
-import functools
 import math
 import os
 
@@ -468,17 +467,13 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
     return gW.reshape(c_out, c_in // groups, kh, kw)
 
 
-def _scratch_transpose(scratch, groups, col2im_args, col2im_kwargs, gy, W):
-    with scratch.held() as buffers:
-        return _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
-                               buffers)
-
-
-def _scratch_grad_w(scratch, w_shape, w_dtype, groups, im2col_args,
-                    im2col_kwargs, x, gy):
-    with scratch.held() as buffers:
-        return _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
-                            im2col_kwargs, buffers)
+def _holding(scratch, fn, *settings):
+    """``(a, b) -> fn(a, b, *settings, buffers)``, with ``scratch`` held
+    for the call (``_conv_transpose``, ``_conv_grad_w``)."""
+    def run(a, b):
+        with scratch.held() as buffers:
+            return fn(a, b, *settings, buffers)
+    return run
 
 
 def _conv_like_grad(grad_x, grad_w):
@@ -582,10 +577,9 @@ def lower_convolution_2d(node, ctx):
     # As Convolution2DFunction.backward: Deconvolution2DFunction's
     # forward, Convolution2DGradW and Sum.
     grad = _conv_like_grad(
-        functools.partial(_scratch_transpose, scratch, groups, col2im_args,
-                          dilate),
-        functools.partial(_scratch_grad_w, scratch, w_shape, w_dtype,
-                          groups, col_args[2:], im2col_kwargs))
+        _holding(scratch, _conv_transpose, groups, col2im_args, dilate),
+        _holding(scratch, _conv_grad_w, w_shape, w_dtype, groups,
+                 col_args[2:], im2col_kwargs))
 
     # Recorded for training (backprop enabled), the forward gives
     # Chainer's sums bit for bit, so that long training runs do not drift
