@@ -1,4 +1,4 @@
-"""Builds chainerjit and its Cython VM, ``chainerjit._vm``.
+"""Builds chainerjit and its Cython VM, ``chainerjit.backend._vm``.
 
 Use ``bash scripts/install.sh``: Chainer 7.8.1 needs numpy<2 and a
 setuptools<70 build without isolation (see requirements/).
@@ -15,13 +15,18 @@ setuptools.setup(
     description='A just-in-time compiler for Chainer models',
     packages=setuptools.find_packages(include=['chainerjit', 'chainerjit.*']),
     ext_modules=cythonize(
-        [setuptools.Extension('chainerjit._vm', ['chainerjit/_vm.pyx']),
-         setuptools.Extension('chainerjit._fastpath',
-                              ['chainerjit/_fastpath.pyx']),
+        [setuptools.Extension('chainerjit.backend._vm',
+                              ['chainerjit/backend/_vm.pyx']),
+         setuptools.Extension('chainerjit.frontend._keys',
+                              ['chainerjit/frontend/_keys.pyx']),
+         setuptools.Extension('chainerjit.runtime._calls',
+                              ['chainerjit/runtime/_calls.pyx']),
+         setuptools.Extension('chainerjit.fastpaths._native',
+                              ['chainerjit/fastpaths/_native.pyx']),
          # No contraction into fused multiply-adds: the loops must round
          # as NumPy's separate ufuncs do.
-         setuptools.Extension('chainerjit._elementwise',
-                              ['chainerjit/_elementwise.pyx'],
+         setuptools.Extension('chainerjit.ops._elementwise',
+                              ['chainerjit/ops/_elementwise.pyx'],
                               include_dirs=[numpy.get_include()],
                               define_macros=[('NPY_NO_DEPRECATED_API',
                                               'NPY_1_7_API_VERSION')],

@@ -11,7 +11,7 @@ symbolic, so every length after the first runs the same program.
 
 With ``--as-list`` the steps come as a Python list of T arrays
 (``models.ListLSTMClassifier``, ``for x in xs``), which chainerjit packs
-into one input (``chainerjit/packing.py``).
+into one input (``chainerjit/frontend/packing.py``).
 
 Usage::
 

@@ -1,5 +1,5 @@
 """Memory of a steady-state call: eager Chainer vs chainerjit, with and
-without the arena (``chainerjit/arena.py``).
+without the arena (``chainerjit/backend/arena.py``).
 
 For each workload of ``benchmarks/run.py`` (the same models, weights and
 inputs) the script measures, with ``tracemalloc`` (NumPy reports its
@@ -59,9 +59,9 @@ def build_jitted(model, workload, x, t, use_arena):
     """chainerjit's call or step, compiled (by its first call) with or
     without arenas; a ``run.Built`` whose ``jitted`` is the function and
     ``scratch_mark`` the first serial number of its kernels' scratch
-    buffers (``arena.Scratch``)."""
-    from chainerjit import arena
-    mark = arena.scratch_mark()
+    buffers (``ops.scratch.Scratch``)."""
+    from chainerjit.ops import scratch
+    mark = scratch.scratch_mark()
     previous = os.environ.get('CHAINERJIT_ARENA')
     os.environ['CHAINERJIT_ARENA'] = '1' if use_arena else '0'
     jitted = []
@@ -83,10 +83,10 @@ def held_bytes(built):
     """Bytes ``built``'s programs hold between calls: their arenas, and
     the scratch buffers of their kernels (made since its mark; the
     systems are built one after the other)."""
-    from chainerjit import arena
+    from chainerjit.ops import scratch
     from chainerjit import testing
     return sum(b.nbytes for p in testing.programs(built.jitted)
-               for b in p.arena) + arena.scratch_bytes(built.scratch_mark)
+               for b in p.arena) + scratch.scratch_bytes(built.scratch_mark)
 
 
 def measure(workload):

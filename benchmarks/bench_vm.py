@@ -23,8 +23,8 @@ def _noop(x):
 
 def dispatch_cost(n):
     """Microseconds per run of a program of ``n`` no-op calls."""
-    from chainerjit import opcodes
-    from chainerjit import program
+    from chainerjit.backend import opcodes
+    from chainerjit.backend import program
 
     code = []
     for _ in range(n):

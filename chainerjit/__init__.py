@@ -2,7 +2,9 @@
 
 Add ``@chainerjit.jit`` to a Chain's ``forward`` (or wrap a bound method
 or a function) and calls with a new input signature are recorded, compiled
-to bytecode and run on a Cython VM from then on. See README.md.
+to bytecode and run on a Cython VM from then on. The first use of
+:func:`jit` installs chainerjit's fast paths into Chainer
+(:mod:`chainerjit.fastpaths`); importing chainerjit patches nothing.
 """
 
 from chainerjit.api import jit  # NOQA
@@ -14,15 +16,6 @@ from chainerjit.errors import RecompileWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
 from chainerjit.profiler import profile  # NOQA
-from chainerjit import backprop
-from chainerjit import link_call
-from chainerjit import losses
-from chainerjit import optimizers
-
-backprop.install()
-link_call.install()
-losses.install()
-optimizers.install()
 
 __version__ = '0.1.0'
 

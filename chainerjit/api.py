@@ -10,28 +10,28 @@ import weakref
 import chainer
 import numpy
 
-from chainerjit import _fastpath
-from chainerjit import autodiff
-from chainerjit import cache as cache_module
-from chainerjit import codegen
-from chainerjit import control
+from chainerjit.runtime import _calls
+from chainerjit.passes import autodiff
+from chainerjit.runtime import cache as cache_module
+from chainerjit.backend import codegen
+from chainerjit.frontend import control
 from chainerjit import errors
-from chainerjit import function
-from chainerjit import guards
-from chainerjit import optimizers
-from chainerjit import packing
+from chainerjit import fastpaths
+from chainerjit.runtime import function
+from chainerjit.frontend import guards
+from chainerjit.fastpaths import optimizers
+from chainerjit.frontend import packing
 from chainerjit import passes
-from chainerjit import regions
-from chainerjit import signature
-from chainerjit import trace
+from chainerjit.frontend import rolling
+from chainerjit.frontend import symbolic
+from chainerjit.frontend import signature
+from chainerjit.frontend import trace
 
 
 logger = logging.getLogger('chainerjit')
 if os.environ.get('CHAINERJIT_LOG'):
     logger.addHandler(logging.StreamHandler())
     logger.setLevel(logging.INFO)
-
-cache_module.watch_links()
 
 
 def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
@@ -62,6 +62,7 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
         JitFunction: calls like ``fn`` and has ``cache_info()``,
         ``cache_clear()``, ``cache_entries()`` and ``explain(*args)``.
     """
+    fastpaths.install()
     options = dict(maxsize=maxsize, check=check,
                    recompile_limit=recompile_limit)
     if fn is None:
@@ -74,7 +75,7 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
     return JitFunction(fn, None, options)
 
 
-class JitFunction(_fastpath.CachedCall):
+class JitFunction(_calls.CachedCall):
     """A jitted function, or a jitted method bound to one model.
 
     Used as a method in a class body it is a descriptor: each instance
@@ -120,7 +121,7 @@ class JitFunction(_fastpath.CachedCall):
         return _rebuild, (self._fn, instance, self._options)
 
     # --- calling ------------------------------------------------------------
-    # A call that hits the cache runs in C (``_fastpath.CachedCall``,
+    # A call that hits the cache runs in C (``_calls.CachedCall``,
     # the base class); every other call runs ``call_general``.
 
     def call_general(self, args, kwargs):
@@ -153,15 +154,15 @@ class JitFunction(_fastpath.CachedCall):
         training = backprop and entry.needs_grad(leaves)
         if (entry.training if training else entry.program) is None:
             return self._eager(instance, args, kwargs)
-        return _fastpath.run_entry(self, entry, leaves, params, symbols,
-                                   instance, args, kwargs, training)
+        return _calls.run_entry(self, entry, leaves, params, symbols,
+                                instance, args, kwargs, training)
 
     def call_key(self, args, kwargs, train, backprop):
         """``(key, leaves, packed)`` of a call (``onnx_export`` reads it
         too). List arguments of alike arrays are packed into one array
-        each (``chainerjit.packing``) unless this function records them
-        item by item; ``packed`` is then ``(paths, packed args, packed
-        kwargs)``, else ``None``."""
+        each (``chainerjit.frontend.packing``) unless this function records
+        them item by item; ``packed`` is then ``(paths, packed args,
+        packed kwargs)``, else ``None``."""
         paths = packing.list_paths(args, kwargs)
         if paths and paths not in self._unpacked:
             args, kwargs = packing.pack(args, kwargs, paths)
@@ -342,14 +343,14 @@ class JitFunction(_fastpath.CachedCall):
     def _roll_loops(self, recording, sig, n_leaves):
         """Rolls the recorded loops into regions (warning once for each
         loop left unrolled) and makes trip counts symbolic where sound.
-        Returns the entry's ``regions.Symbolic`` or ``None``."""
+        Returns the entry's ``symbolic.Symbolic`` or ``None``."""
         for code in recording.no_source:
             self._warn_unrolled(errors.UnrolledLoop(
                 'a loop in %s, whose source cannot be read (a lambda, exec '
                 'or a plain REPL), is unrolled: each trip count is a cache '
                 'entry of its own' % code.co_name),
                 (code.co_filename, code.co_firstlineno))
-        rolled, unrolled = regions.roll_loops(recording.graph, recording)
+        rolled, unrolled = rolling.roll_loops(recording.graph, recording)
         for loop in unrolled:
             if not loop.varies:
                 continue  # over the model's own lists: never another count
@@ -363,7 +364,7 @@ class JitFunction(_fastpath.CachedCall):
         code = getattr(self._fn, '__code__', None)
         if code is None:
             return None
-        return regions.symbolize(
+        return symbolic.symbolize(
             recording.graph, rolled, input_names,
             control.length_only_names(code), recording)
 
@@ -509,7 +510,7 @@ def _packing_pays(entry, recording):
     is read by an op that passes gradients (not only returned, or read as
     an array), and no loop may stop early: then each row gets a gradient
     exactly where eager mode gives its item one (see
-    ``chainerjit.packing``)."""
+    ``chainerjit.frontend.packing``)."""
     return entry.symbolic is not None and entry.program is not None and \
         recording.rows_read and not any(
             node.region is not None and node.region.counts
@@ -534,6 +535,7 @@ def _pure_but_guards(nodes):
 
 
 def _rebuild(fn, instance, options):
+    fastpaths.install()
     return JitFunction(fn, None if instance is None else lambda: instance,
                        options)
 

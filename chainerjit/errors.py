@@ -74,6 +74,11 @@ class UnrolledLoop(ChainerJitError):
     """
 
 
+class ExportError(ChainerJitError):
+    """A program cannot be exported to ONNX (an op without a converter,
+    a value read into Python); the message names the op and the line."""
+
+
 class LoopWarning(UserWarning):
     """A loop was unrolled (shown once per loop)."""
 

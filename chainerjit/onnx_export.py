@@ -22,17 +22,13 @@ import numpy
 from chainerjit import api
 from chainerjit import errors
 from chainerjit import ir
+from chainerjit.errors import ExportError
 
 
 OPSET = 17
 # The IR version of opset 17 (onnx 1.12); newer onnx packages would write a
 # newer one than many onnxruntime builds read.
 IR_VERSION = 8
-
-
-class ExportError(errors.ChainerJitError):
-    """A program cannot be exported to ONNX (an op without a converter,
-    a value read into Python); the message names the op and the line."""
 
 
 class Builder(object):

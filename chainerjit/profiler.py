@@ -22,7 +22,7 @@ import os
 import threading
 import time
 
-from chainerjit import program as program_module
+from chainerjit.backend import program as program_module
 
 
 _active = threading.Lock()  # one profile at a time

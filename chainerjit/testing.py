@@ -20,36 +20,32 @@ import chainer
 import numpy
 
 from chainerjit import api
-from chainerjit import backprop
 from chainerjit import errors
-from chainerjit import link_call
-from chainerjit import losses
-from chainerjit import optimizers
-from chainerjit import signature
-
-_FAST_PATHS = (link_call, backprop, losses, optimizers)
+from chainerjit import fastpaths
+from chainerjit.frontend import signature
 
 
 @contextlib.contextmanager
-def fast_paths_off(*modules):
-    """Within it, Chainer's own code runs where ``modules`` (by default
-    all of them: ``chainerjit.link_call``, ``backprop``, ``losses``,
-    ``optimizers``) installed fast paths; they are installed again
-    afterwards. The fast paths' tests compare their results with such
-    runs, and ``benchmarks/run.py`` times eager Chainer in one."""
-    modules = modules or _FAST_PATHS
-    for module in modules:
-        module.uninstall()
+def fast_paths_off(*groups):
+    """Within it, Chainer's own code runs where the fast paths of
+    ``groups`` (by default all of them: ``'link_call'``, ``'backprop'``,
+    ``'losses'``, ``'optimizers'``; see :mod:`chainerjit.fastpaths`) were
+    installed; those are installed again afterwards. The fast paths'
+    tests compare their results with such runs, and
+    ``benchmarks/run.py`` times eager Chainer in one."""
+    groups = groups or tuple(fastpaths.SWITCHES)
+    was = fastpaths.installed(*groups)
+    fastpaths.uninstall(*groups)
     try:
         yield
     finally:
-        for module in modules:
-            module.install()
+        for patch in was:
+            fastpaths.install(patch.group)
 
 
-def with_fast_paths_off(run, *modules):
-    """``run()`` within :func:`fast_paths_off` of ``modules``."""
-    with fast_paths_off(*modules):
+def with_fast_paths_off(run, *groups):
+    """``run()`` within :func:`fast_paths_off` of ``groups``."""
+    with fast_paths_off(*groups):
         return run()
 
 

@@ -1,4 +1,5 @@
-"""The arena (``chainerjit/arena.py``): kernels write results into buffers
+"""The arena (``chainerjit/backend/arena.py``): kernels write results into
+buffers
 a program allocated once, with the same bits as without it, and never
 into a buffer whose contents outlive the call."""
 
@@ -11,9 +12,12 @@ import pytest
 from benchmarks import bench_memory
 from benchmarks import run
 import chainerjit
-from chainerjit import _vm
-from chainerjit import arena
-from chainerjit import opcodes
+from chainerjit.backend import _vm
+from chainerjit.backend import arena
+from chainerjit.ops.scratch import Scratch
+from chainerjit.ops.scratch import scratch_bytes
+from chainerjit.ops.scratch import scratch_mark
+from chainerjit.backend import opcodes
 from chainerjit import testing
 from examples import models
 from tests import threads
@@ -298,7 +302,7 @@ def test_steady_state_calls_allocate_less(monkeypatch, rng):
     with chainer.using_config('train', False), chainer.no_backprop_mode():
         for setting in ('0', '1'):
             monkeypatch.setenv('CHAINERJIT_ARENA', setting)
-            mark = arena.scratch_mark()
+            mark = scratch_mark()
             jitted = chainerjit.jit(block.forward)
             jitted(x)
             peaks[setting] = bench_memory.peak_of_call(lambda: jitted(x))
@@ -314,15 +318,15 @@ def test_steady_state_calls_allocate_less(monkeypatch, rng):
 
 
 def test_scratch_bytes_count_the_buffers_made_since_a_mark():
-    mark = arena.scratch_mark()
-    scratch = arena.Scratch()
-    assert scratch.serial > mark and arena.scratch_bytes(mark) == 0
+    mark = scratch_mark()
+    scratch = Scratch()
+    assert scratch.serial > mark and scratch_bytes(mark) == 0
     with scratch.held() as buffers:
         buffers.array(0, (10,), numpy.float64)
-    assert arena.scratch_bytes(mark) == 80
-    assert arena.scratch_bytes(arena.scratch_mark()) == 0
+    assert scratch_bytes(mark) == 80
+    assert scratch_bytes(scratch_mark()) == 0
     del scratch, buffers
-    assert arena.scratch_bytes(mark) == 0  # collected
+    assert scratch_bytes(mark) == 0  # collected
 
 
 def test_disabled_by_the_environment(monkeypatch, rng):
@@ -335,7 +339,7 @@ def test_disabled_by_the_environment(monkeypatch, rng):
 
 
 def test_scratch_buffers_are_kept_grown_and_held_by_one_call_at_a_time():
-    scratch = arena.Scratch()
+    scratch = Scratch()
     with scratch.held() as buffers:
         assert buffers is scratch
         a = buffers.array(0, (3, 4), numpy.float32)

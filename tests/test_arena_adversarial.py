@@ -1,4 +1,5 @@
-"""Adversarial differential tests of the arena (``chainerjit/arena.py``).
+"""Adversarial differential tests of the arena
+(``chainerjit/backend/arena.py``).
 
 Each program computes values that may go into arena buffers and then tries
 to let one of them (or memory shared with it) outlive the call: returned
@@ -18,7 +19,7 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import arena
+from chainerjit.backend import arena
 from chainerjit import errors
 from chainerjit import testing
 from tests import threads
@@ -50,17 +51,18 @@ def _arrays(rng, *shapes, calls=4, dtype=numpy.float32):
 
 def _copy_leaves(result):
     leaves = []
-    chainerjit.signature.flatten(result, leaves)
-    return [numpy.array(chainerjit.signature.leaf_array(v)) for v in leaves]
+    chainerjit.frontend.signature.flatten(result, leaves)
+    return [numpy.array(chainerjit.frontend.signature.leaf_array(v))
+            for v in leaves]
 
 
 def _same_leaves(result, copies):
     leaves = []
-    chainerjit.signature.flatten(result, leaves)
+    chainerjit.frontend.signature.flatten(result, leaves)
     assert len(leaves) == len(copies)
     for leaf, copy in zip(leaves, copies):
         numpy.testing.assert_array_equal(
-            chainerjit.signature.leaf_array(leaf), copy)
+            chainerjit.frontend.signature.leaf_array(leaf), copy)
 
 
 def _check(fn, calls, expect_arena=True, rtol=RTOL, atol=ATOL,
@@ -1192,7 +1194,7 @@ class _ReEnters(chainer.FunctionNode):
     def forward(self, inputs):
         x, = inputs
         if type(self).callee is not None and self.depth[0] == 0 and \
-                not chainerjit.trace.is_recording():
+                not chainerjit.frontend.trace.is_recording():
             self.depth[0] += 1
             try:
                 with chainer.no_backprop_mode():

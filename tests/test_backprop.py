@@ -1,5 +1,6 @@
-"""The fast ``loss.backward()`` through jitted nodes (chainerjit/backprop.py,
-``_fastpath.lean_backward``): every gradient bit for bit as under
+"""The fast ``loss.backward()`` through jitted nodes
+(chainerjit/fastpaths/backprop.py, ``_native.lean_backward``): every gradient
+bit for bit as under
 Chainer's own ``backward`` (the same nodes' ``backward`` in the same
 order, the same sums in the same order), and Chainer's own path wherever
 the fast one would skip something that is not a no-op."""
@@ -11,8 +12,9 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import _fastpath
-from chainerjit import backprop
+from chainerjit import fastpaths
+from chainerjit.fastpaths import _native
+from chainerjit.fastpaths import backprop
 from chainerjit import testing
 
 
@@ -43,7 +45,7 @@ class TwoOutputs(chainer.Chain):
 
 def _chainers(run):
     """``run()`` under Chainer's own code."""
-    return testing.with_fast_paths_off(run, backprop)
+    return testing.with_fast_paths_off(run, 'backprop')
 
 
 def _jitted(cls):
@@ -316,7 +318,7 @@ def test_an_eager_nodes_bad_gradient_fails_as_in_chainer(grads):
 def test_lean_backward_refuses_a_graph_without_jitted_nodes():
     y = chainer.Variable(numpy.ones((3,), numpy.float32))
     loss = F.sum(y * y)
-    assert not _fastpath.lean_backward(loss, None)
+    assert not _native.lean_backward(loss, None)
     assert y.grad is None and loss.grad is None
 
 
@@ -333,13 +335,13 @@ def test_a_non_scalar_loss_of_one_element_warns_as_in_chainer():
 
 def test_turned_off(monkeypatch):
     monkeypatch.setenv('CHAINERJIT_FAST_BACKWARD', '0')
-    backprop.uninstall()
+    fastpaths.uninstall('backprop')
     try:
-        backprop.install()
+        fastpaths.install('backprop')
         assert chainer.Variable.backward is backprop._chainer_backward
     finally:
         monkeypatch.delenv('CHAINERJIT_FAST_BACKWARD')
-        backprop.install()
+        fastpaths.install('backprop')
     assert chainer.Variable.backward is backprop.backward
 
 

@@ -71,13 +71,13 @@ def test_eager_chainer_is_timed_with_chainers_own_methods():
     and every other system with them."""
     import chainer
     from benchmarks import timing
-    from chainerjit import _fastpath
+    from chainerjit.runtime import _calls
 
     seen = {}
 
     def call(name):
         return lambda: seen.setdefault(name, set()).add(
-            chainer.Link.__call__ is _fastpath.link_call)
+            chainer.Link.__call__ is _calls.link_call)
     calls = dict((name, call(name))
                  for name in ('eager', 'static_graph', 'chainerjit'))
     samples = timing.interleaved(
@@ -86,4 +86,4 @@ def test_eager_chainer_is_timed_with_chainers_own_methods():
     assert seen == {'eager': {False}, 'static_graph': {False},
                     'chainerjit': {True}}
     assert all(len(s) == 2 for s in samples.values())
-    assert chainer.Link.__call__ is _fastpath.link_call
+    assert chainer.Link.__call__ is _calls.link_call

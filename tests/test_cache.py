@@ -159,7 +159,7 @@ def test_python_attribute_change_is_a_miss(net, rng):
 
 
 def test_only_the_checked_models_links_move_the_epoch(net, rng):
-    from chainerjit import cache
+    from chainerjit.runtime import cache
     other = L.Linear(2, 3)
     before = cache.link_epoch[0]
     other.tag = 1  # a link no entry checks

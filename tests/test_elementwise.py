@@ -1,4 +1,4 @@
-"""The fused elementwise loops (``chainerjit/_elementwise.pyx``) give the
+"""The fused elementwise loops (``chainerjit/ops/_elementwise.pyx``) give the
 values of the NumPy ufuncs they replace, and the kernels using them give
 the values of the unfused kernels."""
 
@@ -10,7 +10,7 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import _elementwise
+from chainerjit.ops import _elementwise
 from chainerjit import testing
 from chainerjit.ops import connection
 

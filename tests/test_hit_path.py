@@ -1,4 +1,4 @@
-"""The cache-hit call in C (``_fastpath.CachedCall``): it answers plain
+"""The cache-hit call in C (``_calls.CachedCall``): it answers plain
 hits, hands every other call to ``call_general`` unchanged, and gives the
 same values, gradients and cache counts as that path and as eager."""
 
@@ -238,10 +238,10 @@ def test_the_remembered_key_is_only_reused_for_the_same_signature(
 
 
 def test_new_variable_builds_what_init_unchecked_builds(rng):
-    from chainerjit import _fastpath
+    from chainerjit.runtime import _calls
     x = rng.randn(3, 2).astype(numpy.float32)
     for requires_grad in (False, True):
-        ours = _fastpath.new_variable(x, requires_grad)
+        ours = _calls.new_variable(x, requires_grad)
         chainers = chainer.Variable._init_unchecked(
             x, requires_grad=requires_grad)
         for a, b in ((ours, chainers), (ours._node, chainers._node)):

@@ -1,6 +1,7 @@
 """Adversarial differential tests of the Cython hot paths: the cache-hit
-call (``_fastpath.CachedCall``), the fast optimizer update
-(``chainerjit.optimizers``) and the LSTM lowering (``ops/rnn.py`` with
+call (``_calls.CachedCall``), the fast optimizer update
+(``chainerjit.fastpaths.optimizers``) and the LSTM lowering (``ops/rnn.py``
+with
 ``_elementwise``), each against an identical eager model.
 
 Every test seeds its random numbers. Tests marked ``xfail(strict=True)``
@@ -25,7 +26,7 @@ import pytest
 
 import chainerjit
 from chainerjit import errors
-from chainerjit import optimizers as jit_optimizers
+from chainerjit.fastpaths import optimizers as jit_optimizers
 
 
 F32 = numpy.float32

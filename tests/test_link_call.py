@@ -1,5 +1,5 @@
-"""The fast ``Link.__call__`` (chainerjit/link_call.py,
-``_fastpath.link_call``): a link whose forward is jitted is called
+"""The fast ``Link.__call__`` (chainerjit/fastpaths/link_call.py,
+``_calls.link_call``): a link whose forward is jitted is called
 straight from C while no link hook is registered, with the same result
 as Chainer's own ``Link.__call__``; every other link and call runs
 Chainer's own, which a spy on the fallback sees."""
@@ -11,8 +11,8 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import _fastpath
-from chainerjit import link_call
+from chainerjit import fastpaths
+from chainerjit.runtime import _calls
 from chainerjit import testing
 
 
@@ -64,14 +64,13 @@ class _Recorder(chainer.LinkHook):
 def fallbacks():
     """The links whose call went to Chainer's own ``Link.__call__``."""
     seen = []
-    chainers = link_call._chainer_call
 
     def spy(self, *args, **kwargs):
         seen.append(self)
-        return chainers(self, *args, **kwargs)
-    previous = _fastpath.set_link_call_fallback(spy)
+        return previous(self, *args, **kwargs)
+    previous = _calls.set_link_call_fallback(spy)
     yield seen
-    _fastpath.set_link_call_fallback(previous)
+    _calls.set_link_call_fallback(previous)
 
 
 def _model(cls=MLP, jit=True):
@@ -90,11 +89,11 @@ def _x(seed=1):
 def _eager(cls, *args, **kwargs):
     model = _model(MLP if cls is DecoratedMLP else cls, jit=False)
     return testing.with_fast_paths_off(
-        lambda: model(*args, **kwargs), link_call).array
+        lambda: model(*args, **kwargs), 'link_call').array
 
 
 def test_it_is_installed_on_import():
-    assert chainer.Link.__call__ is _fastpath.link_call
+    assert chainer.Link.__call__ is _calls.link_call
 
 
 @pytest.mark.parametrize('cls', [MLP, DecoratedMLP])
@@ -223,9 +222,9 @@ def test_training_through_the_fast_call_matches_eager():
 
 
 def test_uninstall_restores_chainers_call():
-    link_call.uninstall()
+    fastpaths.uninstall('link_call')
     try:
-        assert chainer.Link.__call__ is link_call._chainer_call
+        assert chainer.Link.__call__.__module__ == 'chainer.link'
     finally:
-        link_call.install()
-    assert chainer.Link.__call__ is _fastpath.link_call
+        fastpaths.install('link_call')
+    assert chainer.Link.__call__ is _calls.link_call

@@ -16,10 +16,10 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import arena
-from chainerjit import autodiff
+from chainerjit.ops.scratch import Scratch
+from chainerjit.passes import autodiff
 from chainerjit import errors
-from chainerjit import packing
+from chainerjit.frontend import packing
 from chainerjit import testing
 from examples import models
 
@@ -421,10 +421,10 @@ def test_a_float16_weights_gradient_is_summed_step_by_step(rng):
 
 def test_the_outer_sum_stacks_into_a_kept_scratch_buffer(rng):
     """The stacked factors are ``concatenate``'s values, in buffers the
-    kernel keeps between calls (see ``arena.Scratch``)."""
+    kernel keeps between calls (see ``ops.scratch.Scratch``)."""
     outer_sum = autodiff._outer_sum(numpy.float32)
     scratch = next(c.cell_contents for c in outer_sum.__closure__
-                   if isinstance(c.cell_contents, arena.Scratch))
+                   if isinstance(c.cell_contents, Scratch))
 
     def factors(steps):
         return [(rng.standard_normal((3, 4)).astype(numpy.float32),

@@ -18,7 +18,7 @@ import pytest
 
 import chainerjit
 from chainerjit import onnx_export
-from chainerjit import signature
+from chainerjit.frontend import signature
 from chainerjit import testing
 
 

@@ -1,5 +1,6 @@
-"""The fast softmax cross entropy on a jitted output (chainerjit/losses.py):
-the loss and every gradient bit for bit as under Chainer's own ``apply``
+"""The fast softmax cross entropy on a jitted output
+(chainerjit/fastpaths/losses.py): the loss and every gradient bit for bit as
+under Chainer's own ``apply``
 and ``backward``, the same node in the graph, and Chainer's own path
 wherever the fast one would skip something that is not a no-op."""
 
@@ -11,7 +12,8 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import losses
+from chainerjit import fastpaths
+from chainerjit.fastpaths import losses
 from chainerjit import testing
 
 SCE = softmax_cross_entropy.SoftmaxCrossEntropy
@@ -34,7 +36,7 @@ class MLP(chainer.Chain):
 
 def _chainers(run):
     """``run()`` under Chainer's own code."""
-    return testing.with_fast_paths_off(run, losses)
+    return testing.with_fast_paths_off(run, 'losses')
 
 
 def _model(dtype=numpy.float32, n_out=5):
@@ -228,13 +230,13 @@ def test_double_backprop_takes_chainers_backward(monkeypatch):
 
 def test_cuts_nothing_when_turned_off(monkeypatch):
     monkeypatch.setenv('CHAINERJIT_FAST_LOSS', '0')
-    losses.uninstall()
+    fastpaths.uninstall('losses')
     try:
-        losses.install()
+        fastpaths.install('losses')
         assert 'apply' not in SCE.__dict__
     finally:
         monkeypatch.delenv('CHAINERJIT_FAST_LOSS')
-        losses.install()
+        fastpaths.install('losses')
     assert SCE.apply is losses.apply
 
 
@@ -359,10 +361,10 @@ def _linked(apply):
 
 
 def test_lean_apply_links_and_retains_as_chainer_does():
-    from chainerjit import _fastpath
-    assert _linked(_fastpath.lean_apply) == \
+    from chainerjit.runtime import _calls
+    assert _linked(_calls.lean_apply) == \
         _linked(chainer.FunctionNode.apply)
     bad = (numpy.zeros(3, numpy.int32), numpy.zeros(3, numpy.int32))
-    for apply in (_fastpath.lean_apply, chainer.FunctionNode.apply):
+    for apply in (_calls.lean_apply, chainer.FunctionNode.apply):
         with pytest.raises(chainer.utils.type_check.InvalidType):
             apply(_Retaining(), bad)

@@ -1,5 +1,5 @@
-"""The fast optimizer update (chainerjit/optimizers.py): parameters change
-bit for bit as under Chainer's own ``update``, for every optimizer and
+"""The fast optimizer update (chainerjit/fastpaths/optimizers.py): parameters
+change bit for bit as under Chainer's own ``update``, for every optimizer and
 hook, and the fast path applies only to targets that train a jitted
 forward."""
 
@@ -10,8 +10,9 @@ import numpy
 import pytest
 
 import chainerjit
-from chainerjit import _fastpath
-from chainerjit import optimizers
+from chainerjit import fastpaths
+from chainerjit.fastpaths import _native
+from chainerjit.fastpaths import optimizers
 
 
 class MLP(chainer.Chain):
@@ -115,8 +116,8 @@ def test_per_parameter_hooks_disabled_rules_and_learning_rates():
     _train(pairs)
     # A rule with a hook of its own takes Chainer's path.
     model = pairs[1][0]
-    assert not _fastpath.plain_rule(model.l1.W.update_rule, model.l1.W)
-    assert _fastpath.plain_rule(model.l2.W.update_rule, model.l2.W)
+    assert not _native.plain_rule(model.l1.W.update_rule, model.l1.W)
+    assert _native.plain_rule(model.l2.W.update_rule, model.l2.W)
 
 
 def test_fp16_parameters_with_fp32_update():
@@ -169,12 +170,12 @@ def test_a_classifier_around_a_jitted_predictor_takes_the_fast_path():
 
 def test_uninstall_restores_chainers_update():
     try:
-        optimizers.uninstall()
+        fastpaths.uninstall('optimizers')
         assert chainer.optimizer.GradientMethod.update is \
             optimizers._chainer_update
         _train(_pair(OPTIMIZERS[0]))
     finally:
-        optimizers.install()
+        fastpaths.install('optimizers')
     assert chainer.optimizer.GradientMethod.update is optimizers.update
 
 
@@ -183,7 +184,7 @@ def test_uninstall_restores_chainers_update():
     lambda: chainer.optimizers.SGD(lr=0.037),
     lambda: chainer.optimizers.MomentumSGD(lr=0.037, momentum=0.93)])
 def test_sgd_rules_in_one_loop_give_the_rules_own_bits(dtype, make):
-    # SGD and momentum SGD run as one loop (chainerjit._elementwise);
+    # SGD and momentum SGD run as one loop (chainerjit.ops._elementwise);
     # parameters holding NaN, infinities and signed zeros change exactly
     # as under the rule's own update_core_cpu.
     rng = numpy.random.RandomState(0)
@@ -210,7 +211,7 @@ def test_sgd_rules_in_one_loop_give_the_rules_own_bits(dtype, make):
             if i == 0:
                 rule.update_core_cpu(link.w)
             else:
-                assert _fastpath.update_in_one_pass(rule, link.w)
+                assert _native.update_in_one_pass(rule, link.w)
         assert params[0].w.array.tobytes() == params[1].w.array.tobytes()
 
 
@@ -231,11 +232,11 @@ def test_learning_rates_are_read_as_chainer_reads_them():
         rule = param.update_rule
         rule._init_states(param)
         expected = param.array - 0.25 * 2  # v = -lr * grad the first time
-        assert _fastpath.update_in_one_pass(rule, param)
+        assert _native.update_in_one_pass(rule, param)
         numpy.testing.assert_array_equal(param.array, expected)
         assert rule.hyperparam.momentum == (0.75 if param is link.v
                                             else 0.5)
     # No rate anywhere along the chain: Chainer's error.
     rule = chainer.optimizers.sgd.SGDRule(chainer.optimizer.Hyperparameter())
     with pytest.raises(AttributeError):
-        _fastpath.update_in_one_pass(rule, link.w)
+        _native.update_in_one_pass(rule, link.w)

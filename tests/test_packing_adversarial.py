@@ -1,4 +1,5 @@
-"""Adversarial differential tests of list packing (``chainerjit.packing``).
+"""Adversarial differential tests of list packing
+(``chainerjit.frontend.packing``).
 
 A jitted function called with a list (or tuple) of alike arrays or
 Variables must give what eager Chainer gives: outputs, gradients of the

@@ -26,6 +26,9 @@ import weakref
 import chainer
 import numpy
 
+from chainerjit.ir.fingerprints import node_label  # NOQA: ops.node_label
+from chainerjit.ir.fingerprints import state_holder
+
 
 class Kernel(collections.namedtuple('Kernel',
                                     'fn attrs multi grad onnx fresh inplace '
@@ -43,7 +46,7 @@ class Kernel(collections.namedtuple('Kernel',
     bit for bit, into ``arrays[k]`` and returning it, for when that input
     has the output's shape and dtype and is not read again.
 
-    For the arena (see ``chainerjit.arena``): ``into(out, *arrays)``
+    For the arena (see ``chainerjit.backend.arena``): ``into(out, *arrays)``
     computes the same values, bit for bit, into ``out`` (a C-contiguous
     array of the recorded output's shape and dtype) and returns it; only
     for kernels that are ``fresh`` and not ``multi``."""
@@ -55,7 +58,7 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into)
 
 
-#: The dtypes that ``chainerjit._elementwise``'s fused loops take.
+#: The dtypes that ``chainerjit.ops._elementwise``'s fused loops take.
 LOOP_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
@@ -130,7 +133,7 @@ class LowerContext(collections.namedtuple(
         'scratch', defaults=(None,))):
     """What a lowering may know besides the node: the array module
     (``numpy`` or ``cupy``), the recorded input and output types, and the
-    recorded graph's ``arena.Scratch``, which its kernels share for their
+    recorded graph's ``ops.scratch.Scratch``, which its kernels share for their
     temporaries (they run one at a time), or ``None``."""
 
 
@@ -210,13 +213,6 @@ def _forcing_arrays(kernel):
         def run(*arrays):
             return force(fn(*arrays))
     return kernel._replace(fn=functools.wraps(fn)(run))
-
-
-def node_label(node):
-    """The name printed for a node: Chainer's class name."""
-    if isinstance(node, chainer.function.FunctionAdapter):
-        return node._impl_name
-    return type(node).__name__
 
 
 def pristine_copy(node):
@@ -339,14 +335,6 @@ def set_array_attributes(node, array_attrs, arrays):
             items = list(getattr(node, name))
             items[index] = array
             setattr(node, name, type(getattr(node, name))(items))
-
-
-def state_holder(node):
-    """The object whose attributes hold a node's settings: the node, or
-    the ``chainer.Function`` a ``FunctionAdapter`` wraps."""
-    if isinstance(node, chainer.function.FunctionAdapter):
-        return node._function
-    return node
 
 
 def array_attributes(node):

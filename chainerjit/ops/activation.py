@@ -21,7 +21,7 @@ from chainer.functions.activation import tanh
 from chainer import utils
 import numpy
 
-from chainerjit import _elementwise
+from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering

@@ -38,6 +38,7 @@ from chainer.functions.array import where
 from chainer import utils
 import numpy
 
+from chainerjit import errors
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -250,8 +251,7 @@ def _on_device(s, xp):
 
 
 def _export_error(message):
-    from chainerjit import onnx_export
-    return onnx_export.ExportError(message)
+    return errors.ExportError(message)
 
 
 def _onnx_get_item(slices, ndim):

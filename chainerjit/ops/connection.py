@@ -22,8 +22,8 @@ from chainer.functions.connection import embed_id
 from chainer.functions.connection import linear
 from chainer.utils import conv
 
-from chainerjit import _elementwise
-from chainerjit import arena
+from chainerjit.ops import _elementwise
+from chainerjit.ops.scratch import Scratch
 from chainerjit.ops import FACTORS
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -290,7 +290,7 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
                     buffers=None):
     """``Deconvolution2DFunction``'s CPU forward without bias (the
     gradient of a convolution with respect to its input); its patches
-    in ``buffers`` (a held ``arena.Scratch``) if given."""
+    in ``buffers`` (a held ``ops.scratch.Scratch``) if given."""
     if groups == 1 and buffers is not None and \
             type(gy) is numpy.ndarray and W.dtype == gy.dtype:
         patches = _tensordot_into(W, gy, buffers)
@@ -368,7 +368,7 @@ def patch_matrix(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1, buffers=None):
     ``(N*out_h*out_w, C*kh*kw)`` matrix: ``im2col_cpu``'s values laid out
     exactly as ``numpy.tensordot`` lays them out for its product, so the
     products below give Chainer's results bit for bit. ``buffers``: a
-    held ``arena.Scratch`` to gather them into."""
+    held ``ops.scratch.Scratch`` to gather them into."""
     rows = _gathered_patches(x, (kh, kw, sy, sx, ph, pw, dy, dx), True,
                              buffers)
     if rows is None:
@@ -427,7 +427,7 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
     """``Convolution2DGradW``'s CPU forward: the gradient of a convolution
     of ``x`` with respect to its filter, given the output gradient
     ``gy``; the patches gathered into ``buffers`` (a held
-    ``arena.Scratch``), if given. (It gathers the patches again: keeping
+    ``ops.scratch.Scratch``), if given. (It gathers the patches again: keeping
     the forward's for it saved 0.25 ms of LeNet's step but held 6 MB from
     the forward to the backward, and the allocations around them then
     took fresh pages every step: 5.0 -> 8.2 ms.)"""
@@ -514,8 +514,9 @@ def lower_convolution_2d(node, ctx):
     k = c_in * kh * kw
     dilate = dict(dy=node.dy, dx=node.dx)
     # The patches, a temporary of megabytes, in buffers kept from call to
-    # call (see arena.Scratch), which the graph's kernels take turns with.
-    scratch = ctx.scratch or arena.Scratch()
+    # call (see ops.scratch.Scratch), which the graph's kernels take turns
+    # with.
+    scratch = ctx.scratch or Scratch()
 
     def per_image(x, W, b=None):
         # One product per image, W (c_out, k) by its patches (k, out_h *
@@ -700,7 +701,7 @@ def lower_embed_id(node, ctx):
 
 
 def _export_error(message):
-    from chainerjit.onnx_export import ExportError
+    from chainerjit.errors import ExportError
     return ExportError(message)
 
 

@@ -8,7 +8,7 @@ from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import utils
 
-from chainerjit import _elementwise
+from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering

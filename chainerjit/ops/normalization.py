@@ -9,7 +9,7 @@ from chainer.functions.normalization import layer_normalization
 from chainer.functions.normalization import local_response_normalization
 from chainer import utils
 
-from chainerjit import _elementwise
+from chainerjit.ops import _elementwise
 from chainerjit.ops import ForwardMemo
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel

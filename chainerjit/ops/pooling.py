@@ -15,7 +15,7 @@ from chainer.functions.pooling import max_pooling_nd
 from chainer.utils import conv
 from chainer.utils import conv_nd
 
-from chainerjit import _elementwise
+from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -173,7 +173,7 @@ def lower_average_pooling_nd(node, ctx):
 
 
 def _export_error(message):
-    from chainerjit.onnx_export import ExportError
+    from chainerjit.errors import ExportError
     return ExportError(message)
 
 

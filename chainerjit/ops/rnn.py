@@ -3,7 +3,7 @@
 from chainer.functions.rnn import lstm
 import numpy
 
-from chainerjit import _elementwise
+from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -199,7 +199,7 @@ def _lstm_grad_passes(gates, co, c_prev, gh, gc, gc_prev, gx):
 
 def _lstm_to_onnx(partial):
     def convert(b, ins, outs):
-        from chainerjit.onnx_export import ExportError
+        from chainerjit.errors import ExportError
         if partial:
             raise ExportError('LSTM with a batch smaller than its state '
                               "(a shrinking batch) cannot be exported")

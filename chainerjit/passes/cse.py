@@ -1,6 +1,6 @@
 """Common-subexpression elimination."""
 
-from chainerjit import regions
+from chainerjit.ir import fingerprints
 
 
 def cse(graph):
@@ -25,7 +25,7 @@ def cse(graph):
     Loop bodies are simplified too. Impure nodes (random draws, state
     updates, guards) and nodes made by other passes are kept.
     """
-    return graph, _cse(graph, regions.exact_fingerprints(graph.templates))
+    return graph, _cse(graph, fingerprints.exact_fingerprints(graph.templates))
 
 
 def _cse(graph, key_of):

@@ -28,7 +28,7 @@ import pytest
 
 import chainerjit
 from chainerjit import onnx_export
-from chainerjit import signature
+from chainerjit.frontend import signature
 from tests import summaries
 from tests.test_zoo import _ids_seq
 from tests.test_zoo import _labels_seq

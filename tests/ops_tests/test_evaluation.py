@@ -83,7 +83,7 @@ def test_a_classifier_storing_its_results_is_not_checked_again(
     # L.Classifier assigns self.y, self.loss and self.accuracy before
     # reading them: replaying those assignments keeps the model check
     # done, so later calls skip comparing the whole model.
-    from chainerjit import cache
+    from chainerjit.runtime import cache
     model = L.Classifier(L.Linear(8, 4))
     model.forward = chainerjit.jit(model.forward)
     x = rng.standard_normal((6, 8)).astype(numpy.float32)

@@ -6,7 +6,7 @@ import chainer.functions as F
 import numpy
 import pytest
 
-from chainerjit import arena
+from chainerjit.ops.scratch import Scratch
 from chainerjit import ops
 from chainerjit import testing
 from chainerjit.ops import connection
@@ -164,7 +164,7 @@ def test_tensordot_into_scratch_is_numpys_tensordot(
     W = rng.standard_normal(w_shape).astype(dtype)
     gy = rng.standard_normal(gy_shape).astype(dtype)
     expected = numpy.tensordot(W, gy, (0, 1))
-    with arena.Scratch().held() as buffers:
+    with Scratch().held() as buffers:
         got = connection._tensordot_into(W, gy, buffers)
         assert got.shape == expected.shape
         assert got.tobytes() == expected.tobytes()

@@ -78,7 +78,7 @@ def test_max_pooling_over_tiles_in_one_loop_is_exact(monkeypatch, rng, dtype,
     signed zeros, infinities and NaN (to the first NaN, as argmax);
     float16 takes the im2col path. Rows of nine 2x2 windows: float32's
     SIMD loop takes four windows at a time and the ninth alone."""
-    from chainerjit import _elementwise
+    from chainerjit.ops import _elementwise
     used = []
     loop = _elementwise.max_pool_tiles_grad
     monkeypatch.setattr(_elementwise, 'max_pool_tiles_grad',

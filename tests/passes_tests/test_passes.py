@@ -9,7 +9,7 @@ import numpy
 import chainerjit
 from chainerjit import passes
 from chainerjit import testing
-from chainerjit import trace
+from chainerjit.frontend import trace
 from chainerjit.passes import cse
 from chainerjit.passes import dce
 from chainerjit.passes import fold
@@ -18,7 +18,7 @@ from chainerjit.passes import simplify
 
 def _record(fn, *args):
     leaves = []
-    chainerjit.signature.flatten((args, {}), leaves)
+    chainerjit.frontend.signature.flatten((args, {}), leaves)
     with chainer.no_backprop_mode():
         recording = trace.record(fn, None, args, {}, leaves, 'f',
                                  ['x%d' % i for i in range(len(leaves))])

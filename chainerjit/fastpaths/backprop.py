@@ -8,7 +8,7 @@ dictionaries and checks each gradient against its input's shape and
 dtype (at batch 64 of an MLP, more time than the compiled backward's
 kernels after the matrix products).
 
-:func:`install` makes ``Variable.backward`` take ``_fastpath.
+Installed, it makes ``Variable.backward`` take ``_native.
 lean_backward`` where the graph behind the loss holds a chainerjit node
 (a jitted forward's ``CompiledFunction``): Chainer 7's ``Variable.
 backward`` and ``_backprop_to_all`` in Cython, calling the same nodes'
@@ -22,29 +22,18 @@ Chainer's own ``backward`` runs for anything else: a retained gradient
 node), debug mode, a node with its own ``backward_accumulate``,
 ChainerX or non-standard layouts, or a graph with no chainerjit node.
 
-It is installed when chainerjit is imported; set the environment variable
+It is installed with the other fast paths
+(``chainerjit.fastpaths``); set the environment variable
 ``CHAINERJIT_FAST_BACKWARD=0`` to keep Chainer's own ``backward``.
 """
 
 import functools
-import os
 
 import chainer
 
-from chainerjit import _fastpath
+from chainerjit.fastpaths import _native
 
 _chainer_backward = chainer.Variable.backward
-
-
-def install():
-    """Makes ``Variable.backward`` take the fast path (unless
-    ``CHAINERJIT_FAST_BACKWARD=0``)."""
-    if os.environ.get('CHAINERJIT_FAST_BACKWARD', '1') != '0':
-        chainer.Variable.backward = backward
-
-
-def uninstall():
-    chainer.Variable.backward = _chainer_backward
 
 
 # Chainer's docstring, for help(Variable.backward).
@@ -52,6 +41,6 @@ def uninstall():
 def backward(self, retain_grad=False, enable_double_backprop=False,
              loss_scale=None):
     if retain_grad or enable_double_backprop or \
-            not _fastpath.lean_backward(self, loss_scale):
+            not _native.lean_backward(self, loss_scale):
         _chainer_backward(self, retain_grad, enable_double_backprop,
                           loss_scale)

@@ -11,16 +11,16 @@ Chainer accumulates them.
 """
 
 import chainer
-from chainerjit import _fastpath
-from chainerjit import autodiff
-from chainerjit import codegen
+from chainerjit.runtime import _calls
+from chainerjit.passes import autodiff
+from chainerjit.backend import codegen
 
 
 class TrainingProgram(object):
     """The compiled forward and backward of one cache entry.
 
     Attributes:
-        forward, backward: :class:`chainerjit.program.Program` objects.
+        forward, backward: :class:`chainerjit.backend.program.Program` objects.
         n_outputs: how many forward outputs are the user's (the rest are
             saved for the backward).
         grad_index: for each forward input, the position of its gradient
@@ -71,8 +71,8 @@ class CompiledFunction(chainer.FunctionNode):
     """Runs a :class:`TrainingProgram` as one node of Chainer's graph."""
 
     #: ``CompiledFunction(training, symbols=())``: ``symbols`` are the
-    #: trip counts of symbolic loops (in C: ``_fastpath.compiled_init``).
-    __init__ = _fastpath.compiled_init
+    #: trip counts of symbolic loops (in C: ``_calls.compiled_init``).
+    __init__ = _calls.compiled_init
 
     def unchain(self):
         """As ``unchain_backward`` would cut eager's graph: when it started
@@ -113,18 +113,18 @@ class CompiledFunction(chainer.FunctionNode):
         return found
 
     def backward(self, indexes, grad_outputs):
-        """Runs the backward program (in C: ``_fastpath.
+        """Runs the backward program (in C: ``_calls.
         compiled_backward``), or, where the user unchained some outputs
         (``h.unchain()``, ``h.unchain_backward()``), a backward that stops
         the gradients there as eager's graph would."""
         cut = self._unchained_outputs()
         if not cut and not self._cut_nodes:
-            return _fastpath.compiled_backward(self, indexes, grad_outputs)
+            return _calls.compiled_backward(self, indexes, grad_outputs)
         values = self.training.graphs.forward.outputs
         cut_values = frozenset(values[i] for i in cut)
         backward, grad_index, saved = self.training.cut_backward(
             cut_values, self._cut_nodes)
-        return _fastpath.compiled_backward(
+        return _calls.compiled_backward(
             self, indexes, grad_outputs, backward, grad_index, saved)
 
     def apply(self, inputs):
@@ -135,8 +135,8 @@ class CompiledFunction(chainer.FunctionNode):
         shape and dtype, and the guards every model array's."""
 
     #: Runs the training forward program and keeps the values the backward
-    #: reads (in C: ``_fastpath.compiled_forward``).
-    forward = _fastpath.compiled_forward
+    #: reads (in C: ``_calls.compiled_forward``).
+    forward = _calls.compiled_forward
 
 
 def _grad_index(forward, wrt):
@@ -156,7 +156,7 @@ def _index(values, value):
 #: function hooks, no debug mode, no static graph), in Cython; anything
 #: else takes Chainer's own ``apply``. It links the node into the graph
 #: exactly as that does.
-lean_apply = _fastpath.lean_apply
+lean_apply = _calls.lean_apply
 
 
 class _Output(chainer.FunctionNode):
@@ -179,5 +179,5 @@ class _Output(chainer.FunctionNode):
 
 
 #: ``publish(node, outputs, requires_grad)``: the Variables a training call
-#: returns for ``node``'s outputs (see ``_fastpath.publish``).
-publish = _fastpath.publish
+#: returns for ``node``'s outputs (see ``_calls.publish``).
+publish = _calls.publish

@@ -33,46 +33,14 @@ import chainer
 from chainer import utils
 import numpy
 
-from chainerjit import control
 from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
-from chainerjit import packing
-
-
-class Region(object):
-    """A Loop node's body and how values flow through it.
-
-    Attributes:
-        body: the body graph. Its inputs are the counter ``i``, then one
-            value per carried value that the body reads, then the
-            invariants; its outputs are the carried values' next values,
-            then the per-iteration (scan) values.
-        carried_read: one bool per carried value: does the body read it
-            (``False``: only its last value is used after the loop)?
-        n_scans: how many outputs are lists of per-iteration values.
-        kind, loc: the loop statement's kind and source line.
-        fingerprint: what makes two regions alike (nested loops).
-
-    The Loop node's inputs are the trip count, the initial values of the
-    carried values the body reads, then the invariants; its outputs are
-    the carried values after the last iteration, then the scan lists.
-    """
-
-    def __init__(self, body, carried_read, n_scans, kind, loc):
-        self.body = body
-        self.carried_read = carried_read
-        self.n_scans = n_scans
-        self.kind = kind
-        self.loc = loc
-        self.fingerprint = None
-        self.counts = False  # has exits: the Loop node's output after the
-        # carried values is the number of iterations run
-        self.skip = None  # the SkipIf node giving the trip count, if any
-
-    @property
-    def n_carried(self):
-        return len(self.carried_read)
+from chainerjit.frontend import control
+from chainerjit.frontend import packing
+from chainerjit.ir import regions
+from chainerjit.ir.fingerprints import Fingerprints
+from chainerjit.ir.fingerprints import index_of
 
 
 class Unrolled(collections.namedtuple('Unrolled', 'loc reason varies')):
@@ -96,7 +64,7 @@ def roll_loops(graph, recording):
     nodes = list(graph.nodes)
     runs = [(run, _chunks(nodes, run)) for run in recording.loops]
     rolled, unrolled = {}, []
-    fingerprints = _Fingerprints(recording.templates)
+    fingerprints = Fingerprints(recording.templates)
     for index, (run, chunks) in enumerate(runs):
         if run.n_iterations < 2:
             continue
@@ -146,114 +114,6 @@ def _substitute(nodes, span, replacement):
     if not positions:
         return nodes
     return nodes[:positions[0]] + replacement + nodes[positions[-1] + 1:]
-
-
-# --- fingerprints ------------------------------------------------------------
-
-_GRAPH_FIELDS = frozenset([
-    'inputs', 'outputs', 'rank', 'stack', '_input_indexes_to_retain',
-    '_output_indexes_to_retain', '_retained_output_data', 'lazy_grad_sum',
-    '_node', '_owned_node', 'outputs_rank'])
-
-
-def exact_fingerprints(templates):
-    """A function giving each recorded node a key that is equal for two
-    nodes exactly when they compute the same function of their inputs
-    (``None`` for nodes not recorded, which equal nothing)."""
-    fingerprints = _Fingerprints(templates)
-
-    def key(node):
-        if node not in templates and node.index is None:
-            return None
-        return fingerprints._compute(node, exact=True)
-    return key
-
-
-class _Fingerprints(object):
-    """What makes two recorded nodes run the same computation: op,
-    attributes, every setting the FunctionNode holds, and the types of
-    inputs and outputs. Integers in ``F.get_item``'s index are left out
-    (``xs[t]``); :func:`_counter_indexes` checks them."""
-
-    def __init__(self, templates):
-        self.templates = templates
-        self.cache = {}
-
-    def note_region(self, loop):
-        # Exact: an index that differs between the bodies of two recorded
-        # inner loops must make them differ.
-        loop.region.fingerprint = (
-            tuple(self._compute(n, exact=True)
-                  for n in loop.region.body.nodes),
-            _flow_signature(loop.region.body))
-
-    def __call__(self, node):
-        found = self.cache.get(node)
-        if found is None:
-            found = self.cache[node] = self._compute(node)
-        return found
-
-    def _compute(self, node, exact=False):
-        types = (tuple(v.type_str for v in node.inputs),
-                 tuple(v.type_str for v in node.outputs))
-        if node.region is not None:
-            return ('Loop', node.attrs, types, node.region.fingerprint)
-        template = self.templates.get(node)
-        if template is None and node.index is not None:  # IndexAt
-            state = ('index', node.attrs)
-        elif template is None:
-            state = ('unknown', id(node))
-        elif type(template) is tuple and template[0] == 'guard':
-            return ('Guard', template[1], template[2] if exact else None)
-        elif type(template) is tuple:  # NumPy called outside Chainer
-            index = _index_of(template)
-            state = (template[1], _value_key(template[2]) if index is None
-                     else _value_key(index, not exact))
-        else:
-            holder = ops.state_holder(template)
-            state = (type(holder), tuple(
-                (k, _value_key(v, k == 'slices' and not exact))
-                for k, v in sorted(vars(holder).items())
-                if k not in _GRAPH_FIELDS))
-        attrs = () if node.op == 'GetItem' and not exact else node.attrs
-        return (node.op, attrs, node.generic, types, state)
-
-
-def _value_key(value, mask_ints=False):
-    """A comparable key of a setting: scalars by value, containers by
-    contents, small arrays by contents, other objects by identity."""
-    kind = type(value)
-    if mask_ints and kind is int:
-        return '#'
-    if value is None or kind in (bool, int, float, str, complex):
-        return (kind, repr(value))
-    if kind in (tuple, list):
-        return (kind, tuple(_value_key(v, mask_ints) for v in value))
-    if kind is dict:
-        return (kind, tuple((k, _value_key(v)) for k, v in
-                            sorted(value.items(), key=repr)))
-    if kind is slice:
-        return (kind, repr(value))
-    if isinstance(value, (numpy.dtype, type)):
-        return ('type', repr(value))
-    if isinstance(value, numpy.generic):
-        return (kind, repr(value))
-    if isinstance(value, numpy.ndarray) and value.size <= 4096:
-        return ('array', value.shape, value.dtype.str, value.tobytes())
-    return ('object', id(value))
-
-
-def _flow_signature(graph):
-    """The data flow of a graph as positions, for comparing bodies."""
-    where = {}
-    for i, value in enumerate(graph.inputs):
-        where[value] = ('in', i)
-    flow = []
-    for p, node in enumerate(graph.nodes):
-        flow.append(tuple(where.get(v, ('?',)) for v in node.inputs))
-        for q, value in enumerate(node.outputs):
-            where[value] = (p, q)
-    return tuple(flow), tuple(where.get(v, ('?',)) for v in graph.outputs)
 
 
 def _why_not(chunks, fingerprints):
@@ -329,7 +189,7 @@ def _plan(chunks, peel, run, fingerprints):
             if source is None:
                 return None
             plan.sources[p, q] = source
-        if _index_of(fingerprints.templates.get(node)) is not None:
+        if index_of(fingerprints.templates.get(node)) is not None:
             counters = _counter_indexes(
                 [fingerprints.templates[chunk[p]] for chunk in iterations])
             if counters is None:
@@ -425,21 +285,8 @@ def _same_constants(values):
         for v in values)
 
 
-def _index_of(template):
-    """The index of ``F.get_item`` or of NumPy's ``x[...]`` as a tuple,
-    or ``None`` for another node."""
-    if type(template) is tuple:
-        if getattr(template[1], '__name__', None) != '__getitem__':
-            return None
-        index = template[2][0][1]
-        return index if type(index) is tuple else (index,)
-    if ops.node_label(template) == 'GetItem':
-        return tuple(template.slices)
-    return None
-
-
 def _index_ints(template):
-    return [(j, s) for j, s in enumerate(_index_of(template))
+    return [(j, s) for j, s in enumerate(index_of(template))
             if type(s) is int]
 
 
@@ -493,7 +340,7 @@ def _build(plan, run, graph, recording):
     # What is used after the loop: last values and per-iteration lists.
     rolled = set(n_ for chunk in plan.iterations + [plan.partial]
                  for n_ in chunk)
-    used_after = _uses_outside(graph, rolled)
+    used_after = uses_outside(graph, rolled)
     if any(v in used_after for node in plan.partial for v in node.outputs):
         raise _Unrollable('a value of the iteration that left is used')
     scans = []
@@ -521,8 +368,8 @@ def _build(plan, run, graph, recording):
             else:
                 inputs.append(first[source[1]].outputs[source[2]])
         if p in plan.counters:
-            node = _index_at(node, inputs[0], counter, plan.counters[p],
-                             _index_of(recording.templates[node]))
+            node = index_at(node, inputs[0], counter, plan.counters[p],
+                            index_of(recording.templates[node]))
         elif p in plan.exits:
             node = _exit(node, inputs[0], plan.exits[p], p == len(first) - 1)
         else:
@@ -532,8 +379,8 @@ def _build(plan, run, graph, recording):
                                if e[1] is not None] + list(invariants.values())
     body.outputs = [first[p].outputs[q] for p, q in carried] + [
         first[p].outputs[q] for p, q, _ in scans]
-    region = Region(body, [e[1] is not None for e in carried.values()],
-                    len(scans), run.site.kind, run.loc)
+    region = regions.Region(body, [e[1] is not None for e in carried.values()],
+                            len(scans), run.site.kind, run.loc)
     region.counts = bool(plan.exits)
     if plan.exits:  # it may run until the iterable ends
         n = run.bound - plan.peel
@@ -657,7 +504,7 @@ def _list_to_onnx(op, axis, prefix):
     from before the loop in front (and, for ``concat``, merge axis 0 with
     the next)."""
     def convert(b, ins, outs):
-        from chainerjit.onnx_export import ExportError
+        from chainerjit.errors import ExportError
         if axis != 0:
             raise ExportError('%s of a loop\'s list on axis %d cannot be '
                               'exported (only axis 0)' % (op, axis))
@@ -686,7 +533,7 @@ def _exit(guard, condition, leaves_on, at_end):
                                           else 'here')), loc=guard.loc)
 
 
-def _uses_outside(graph, inside):
+def uses_outside(graph, inside):
     used = set(graph.outputs)
     for node in graph.nodes:
         if node not in inside:
@@ -721,7 +568,7 @@ def _unpack_grad(xs, ys, gys, wanted):
     return list(gys),
 
 
-def _index_at(node, x, counter, counters, slices):
+def index_at(node, x, counter, counters, slices):
     """``x[..., i, ...]``: an ``F.get_item`` (or NumPy indexing) whose
     index follows the loop counter, as a node reading the counter; with
     no ``counters``, a constant index whose kernel and gradient do not
@@ -777,7 +624,7 @@ def _index_to_onnx(slices, counters):
     starts = dict((c[0], c[1:]) for c in counters)
 
     def convert(b, ins, outs):
-        from chainerjit.onnx_export import ExportError
+        from chainerjit.errors import ExportError
         x, axis = ins[0], 0
         gathers = [j for j, s in enumerate(slices) if type(s) is int]
         for j, item in enumerate(slices):
@@ -830,10 +677,10 @@ def _note_replays(plan, recording):
         for column in columns:
             if column[0] not in outputs:
                 continue
-            found = PerIteration()
+            found = regions.PerIteration()
             for node in column:
                 result = outputs.get(node)
-                if isinstance(result, PerIteration):
+                if isinstance(result, regions.PerIteration):
                     found.extend(result)
                 else:
                     found.append(result)
@@ -847,188 +694,6 @@ def _leaf_nodes(node):
     for inner in node.region.body.nodes:
         for leaf in _leaf_nodes(inner):
             yield leaf
-
-
-class PerIteration(list):
-    """Recorded results of a body node, one per iteration."""
-
-
-# --- symbolic trip counts ----------------------------------------------------
-
-class Symbolic(collections.namedtuple(
-        'Symbolic', 'kind where deltas wildcards minimum')):
-    """How an entry's trip counts follow from a call's key.
-
-    ``kind`` and ``where`` say where the length ``T`` is read (see
-    ``control.TripSource``); each loop's trip count is ``T - delta`` for
-    one of ``deltas``; ``wildcards`` is ``((leaf index, axes), ...)``, the
-    array dimensions that equal ``T`` or are only indexed by the counter
-    and so are left out of the key; ``minimum`` is the smallest ``T`` the
-    program is valid for.
-    """
-
-    def generalize(self, key, packed=False):
-        """``(symbolic key, trip counts)`` of a concrete key, or ``None``
-        if this program does not apply to it."""
-        train, backprop, structure, specs, alias = key
-        if structure[0] == 'packed':  # see chainerjit.packing
-            general = self.generalize(
-                (train, backprop, structure[2], specs, alias), True)
-            if general is None:
-                return None
-            key = general[0]
-            return (key[:2] + (structure[:2] + (key[2],),) + key[3:],
-                    general[1])
-        if self.kind == 'dim':
-            leaf, axis = self.where
-            if leaf >= len(specs) or axis >= len(specs[leaf][0]):
-                return None
-            length = specs[leaf][0][axis]
-        else:
-            length = _static_at(structure, self.where[0])
-            if type(length) is not int:
-                return None
-            structure = _replace_static(structure, self.where[0])
-        if length < self.minimum:
-            return None
-        specs = list(specs)
-        for leaf, axes in self.wildcards:
-            if leaf >= len(specs) or max(axes) >= len(specs[leaf][0]):
-                return None
-            shape = list(specs[leaf][0])
-            if packed and any(shape[axis] != length for axis in axes):
-                return None  # a list item no iteration reads: see packing
-            for axis in axes:
-                shape[axis] = 'T'
-            specs[leaf] = (tuple(shape),) + tuple(specs[leaf][1:])
-        return ((train, backprop, structure, tuple(specs), alias),
-                [length - d for d in self.deltas])
-
-
-def _argument_structure(structure, path):
-    """The structure of the positional arguments or of the keywords."""
-    has_kwargs = structure[0] != 'tuple'
-    if path[0] == 'args':
-        return structure[0] if has_kwargs else structure
-    return structure[1] if has_kwargs else None
-
-
-def _static_at(structure, path):
-    part = _argument_structure(structure, path)
-    if part is None:
-        return None
-    if path[0] == 'args':
-        item = part[1][path[1]] if path[1] < len(part[1]) else None
-    else:
-        keys = part[1]
-        item = part[2][keys.index(path[1])] if path[1] in keys else None
-    if type(item) is tuple and len(item) == 3 and item[0] == 'S':
-        return item[2]
-    return None
-
-
-def _replace_static(structure, path):
-    marker = ('S', int, 'T')
-    has_kwargs = structure[0] != 'tuple'
-    args, kwargs = (structure if has_kwargs else (structure, None))
-    if path[0] == 'args':
-        items = list(args[1])
-        items[path[1]] = marker
-        args = (args[0], tuple(items))
-    else:
-        items = list(kwargs[2])
-        items[kwargs[1].index(path[1])] = marker
-        kwargs = (kwargs[0], kwargs[1], tuple(items))
-    return (args, kwargs) if has_kwargs else args
-
-
-def symbolize(graph, rolled, input_names, length_names, recording):
-    """Makes the trip count of the jitted function's own loops symbolic
-    where that is sound, changing ``graph`` in place.
-
-    Sound means: the loop ran its whole iterable; the length comes from an
-    argument that the source uses only as a length and an index
-    (``control.length_only_names``); and in the graph that argument is
-    read only by the loops' counter indexing (``IndexAt``) and by a few
-    constant indexes. The program then does the same for every length.
-
-    Returns:
-        Symbolic or None: how to read the trip counts from a key.
-    """
-    templates = recording.templates
-    loops = [n for n in graph.nodes if n in rolled and _symbolic_run(
-        rolled[n], input_names, length_names)]
-    if not loops:
-        return None
-    source = rolled[loops[0]].trip
-    loops = [n for n in loops if rolled[n].trip[:2] == source[:2]]
-    runs = set(rolled[n] for n in loops)
-    if any(run.trip is not None and run.trip[:2] == source[:2] and
-           run not in runs for run in recording.loops):
-        return None  # another loop over the same length stayed unrolled
-    if not all(rolled[loop].python_safe for loop in loops):
-        return None
-    lists = set(v for loop in loops for v in loop.outputs
-                if v.dtype == object)
-    used = _uses_outside(graph, ())
-    if any(n.op == 'Unpack' and n.inputs[0] in lists and
-           any(v in used for v in n.outputs) for n in graph.nodes):
-        return None  # values of a fixed count of iterations are read
-    if source.kind == 'dim':
-        leaf, axis = source.where
-        length = graph.inputs[leaf].shape[axis]
-        wildcards = {leaf: set([axis])}
-    else:
-        length = _iterations(loops[0], rolled) + source.offset
-        wildcards = {}
-    deltas = []
-    minimum = 1
-    for loop in loops:
-        if _iterations(loop, rolled) != length - source.offset:
-            return None
-        delta = length - dict(loop.attrs)['trip']
-        deltas.append(delta)
-        # No iteration is fine when the outputs are then the initial
-        # values, made by the program (an argument would come back as a
-        # new Variable, not as itself).
-        runs_empty = all(loop.region.carried_read) and \
-            not loop.region.n_scans and all(
-                v.kind == 'temp' for v in loop.inputs[1:1 + sum(
-                    loop.region.carried_read)])
-        minimum = max(minimum, delta + (0 if runs_empty else 1))
-    found = _counter_reads(graph, loops, input_names, length_names,
-                           wildcards, templates)
-    if found is None:
-        return None
-    outer_reads, wildcards = found
-    for node, need in outer_reads:
-        minimum = max(minimum, need)
-    if any(graph.inputs[leaf] in graph.outputs for leaf in wildcards):
-        return None
-    # Sound: rewrite the graph.
-    for node, _ in outer_reads:
-        _make_shape_free(node, templates)
-    symbols = {}
-    for loop, delta in zip(loops, deltas):
-        if delta not in symbols:
-            symbols[delta] = graph.add_value(
-                'sym', (), numpy.int64, 'T' if delta == 0 else 'T-%d' % delta)
-        holder = loop.region.skip or loop
-        holder.inputs[holder.inputs.index(_recorded_trip(loop))] = \
-            symbols[delta]
-        loop.attrs = (('trip', symbols[delta].name),)
-    for leaf, axes in wildcards.items():
-        graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
-    # The trip counts in the order of the program's symbol inputs.
-    return Symbolic(source.kind, source.where, tuple(symbols),
-                    tuple((leaf, tuple(sorted(axes)))
-                          for leaf, axes in sorted(wildcards.items())),
-                    minimum)
-
-
-def _recorded_trip(loop):
-    skip = loop.region.skip
-    return skip.inputs[1] if skip is not None else loop.inputs[0]
 
 
 def python_unaware(run, values, rows=frozenset()):
@@ -1058,7 +723,7 @@ def python_unaware(run, values, rows=frozenset()):
 def _indexable(summary, values, rows):
     """May the counter index this local (its summary at the loop's
     start)? An array the recording follows, or a packed list's rows
-    (``rows``: their values; see ``chainerjit.packing``)."""
+    (``rows``: their values; see ``chainerjit.frontend.packing``)."""
     if summary[0] == 'array':
         return values.get(summary[1]) is not None
     return summary[0] == 'list' and bool(summary[2]) and all(
@@ -1102,122 +767,3 @@ def _unchanged(before, now, values, defined, may_grow=False):
         return set(old) == set(new) and all(
             _unchanged(old[k], new[k], values, defined) for k in new)
     return False
-
-
-def _iterations(loop, rolled):
-    """How many iterations the loop's iterable had."""
-    run = rolled[loop]
-    return run.bound if loop.region.counts else run.n_iterations
-
-
-def _symbolic_run(run, input_names, length_names):
-    trip = run.trip
-    if not run.in_top_frame or trip is None or run.exit != 'done':
-        return False
-    if trip.kind == 'dim':
-        return input_names[trip.where[0]] in length_names
-    return trip.where[1] in length_names
-
-
-def _counter_reads(graph, loops, input_names, length_names, wildcards,
-                   templates):
-    """Checks how the graph reads the arguments with symbolic axes, adding
-    to ``wildcards`` the axes that only the counter indexes. Returns
-    ``(outer reads, wildcards)``: the constant-index reads outside the
-    loops with the smallest length each needs; or ``None``."""
-    wildcards = dict((k, set(v)) for k, v in wildcards.items())
-    position = dict((v, i) for i, v in enumerate(graph.inputs))
-    # Axes read by the counter, for arguments used only as sequences.
-    for loop in loops:
-        outer = _body_sources(loop)
-        for node in loop.region.body.nodes:
-            if node.index is None or node.inputs[1:] != \
-                    loop.region.body.inputs[:1]:
-                continue
-            leaf = position.get(outer.get(node.inputs[0]))
-            axes = _counter_axes(node)
-            if leaf is not None and axes and \
-                    input_names[leaf] in length_names:
-                wildcards.setdefault(leaf, set()).update(axes)
-    outer_reads = []
-    for leaf in wildcards:
-        if wildcards[leaf] & length_names[input_names[leaf]]:
-            return None  # the source reads the size of a symbolic axis
-        value = graph.inputs[leaf]
-        for node in graph.nodes:
-            if value not in node.inputs:
-                continue
-            if node in loops:
-                if not _read_by_counter_only(node, value, wildcards[leaf]):
-                    return None
-            else:
-                need = _constant_read(node, wildcards[leaf], templates)
-                if need is None:
-                    return None
-                outer_reads.append((node, need))
-    return outer_reads, wildcards
-
-
-def _body_sources(loop):
-    """Body input -> the Loop node input it stands for."""
-    region = loop.region
-    n_read = sum(region.carried_read)
-    outer = loop.inputs[1 + n_read:]
-    inner = region.body.inputs[1 + n_read:]
-    return dict(zip(inner, outer))
-
-
-def _counter_axes(node):
-    """The axes an ``IndexAt`` takes from the counter, or ``None`` when
-    its index has ``None`` or ``...`` (axes are not positions then)."""
-    index, positions = node.index
-    if any(i is None or i is Ellipsis for i in index):
-        return None
-    return set(positions)
-
-
-def _read_by_counter_only(loop, value, axes):
-    """In the loop body, ``value`` is only indexed by the counter, at
-    least at ``axes``."""
-    region = loop.region
-    if value in loop.inputs[1:1 + sum(region.carried_read)]:
-        return False
-    bodies = [b for b, o in _body_sources(loop).items() if o is value]
-    for body_value in bodies:
-        if body_value in region.body.outputs:
-            return False
-        for node in region.body.nodes:
-            if body_value not in node.inputs:
-                continue
-            if node.index is None or node.inputs[0] is not body_value or \
-                    body_value in node.inputs[1:]:
-                return False
-            counted = _counter_axes(node)
-            if counted is None or not axes <= counted:
-                return False
-    return True
-
-
-def _constant_read(node, axes, templates):
-    """The smallest length for which ``node``, an indexing with constant
-    integers at the symbolic ``axes``, reads the same element; ``None``
-    for any other node."""
-    index = _index_of(templates.get(node))
-    if index is None or any(i is None or i is Ellipsis for i in index):
-        return None
-    need = 1
-    for axis in axes:
-        if axis >= len(index) or type(index[axis]) is not int or \
-                index[axis] not in control.CONSTANT_INDEXES:
-            return None
-        k = index[axis]
-        need = max(need, k + 1 if k >= 0 else -k)
-    return need
-
-
-def _make_shape_free(node, templates):
-    """Gives a constant-index read a kernel and gradient that do not
-    depend on the input's recorded shape."""
-    free = _index_at(node, node.inputs[0], None, [],
-                     _index_of(templates[node]))
-    node.kernel = free.kernel

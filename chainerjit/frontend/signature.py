@@ -17,24 +17,24 @@ import inspect
 
 import chainer
 
-from chainerjit import _fastpath
+from chainerjit.frontend import _keys
 from chainerjit import ir
 
 
-# The hot path lives in Cython; see _fastpath.pyx.
-array_device = _fastpath.array_device
-flatten = _fastpath.flatten
-leaf_array = _fastpath.leaf_array
-leaf_spec = _fastpath.leaf_spec
-aliasing = _fastpath.aliasing
-leaf_arrays = _fastpath.leaf_arrays
+# The hot path lives in Cython; see _keys.pyx.
+array_device = _keys.array_device
+flatten = _keys.flatten
+leaf_array = _keys.leaf_array
+leaf_spec = _keys.leaf_spec
+aliasing = _keys.aliasing
+leaf_arrays = _keys.leaf_arrays
 # make_key(args, kwargs, train, enable_backprop) returns ``(key, leaves)``
 # for a call: ``key`` is ``(train, enable_backprop, structure, leaf specs,
 # aliasing)`` where a leaf spec is ``(shape, dtype, device, requires_grad,
 # is_variable)``.
-make_key = _fastpath.make_key
+make_key = _keys.make_key
 # config_flags() returns ``(chainer.config.train, enable_backprop)``.
-config_flags = _fastpath.config_flags
+config_flags = _keys.config_flags
 
 
 def unflatten(structure, leaves):

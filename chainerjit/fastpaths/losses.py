@@ -10,9 +10,9 @@ applies a second node, ``_SoftmaxCrossEntropyGrad_NoDoubleBackprop``,
 through the same steps, for a gradient of a few passes over a (64, 10)
 array.
 
-:func:`install` gives ``SoftmaxCrossEntropy`` an ``apply`` that, where its
+Installed, it gives ``SoftmaxCrossEntropy`` an ``apply`` that, where its
 input is a chainerjit node's output and the call is plain (NumPy arrays,
-no function hooks, no debug mode: ``_fastpath.lean_apply``), runs
+no function hooks, no debug mode: ``_calls.lean_apply``), runs
 Chainer's own type check and links the node as ``FunctionNode.apply``
 does, without the steps that do nothing there. For the labels' mean loss
 of a 2-D input without class weights (the usual classifier's), the
@@ -32,13 +32,13 @@ broadcast, two products), runs the same formulas on arrays, its
 lowering's gradient rule, where nothing would see those nodes: 1.9x
 faster for a small regression model's training step.
 
-It is installed when chainerjit is imported; set the environment variable
+It is installed with the other fast paths
+(``chainerjit.fastpaths``); set the environment variable
 ``CHAINERJIT_FAST_LOSS=0`` to keep Chainer's own ``apply``,
 ``forward_cpu`` and ``backward``.
 """
 
 import functools
-import os
 
 import chainer
 from chainer.functions.evaluation import accuracy
@@ -46,8 +46,8 @@ from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import softmax_cross_entropy
 import numpy
 
-from chainerjit import _elementwise
-from chainerjit import _fastpath
+from chainerjit.ops import _elementwise
+from chainerjit.runtime import _calls
 from chainerjit import ops
 from chainerjit.ops import activation as activation_ops
 from chainerjit.ops import loss as loss_ops
@@ -61,35 +61,14 @@ _chainer_mse_backward = _MeanSquaredError.backward
 _LEAN_CLASSES = (_SoftmaxCrossEntropy, _MeanSquaredError, accuracy.Accuracy)
 
 
-def install():
-    """Gives ``SoftmaxCrossEntropy``, ``MeanSquaredError`` and
-    ``Accuracy`` the fast ``apply``, and the first two their fast
-    ``backward`` (unless ``CHAINERJIT_FAST_LOSS=0``)."""
-    if os.environ.get('CHAINERJIT_FAST_LOSS', '1') != '0':
-        for cls in _LEAN_CLASSES:
-            cls.apply = apply
-        _SoftmaxCrossEntropy.forward_cpu = forward_cpu
-        _SoftmaxCrossEntropy.backward = backward
-        _MeanSquaredError.backward = mse_backward
-
-
-def uninstall():
-    for cls in _LEAN_CLASSES:
-        if cls.__dict__.get('apply') is apply:
-            del cls.apply
-    _SoftmaxCrossEntropy.forward_cpu = _chainer_forward_cpu
-    _SoftmaxCrossEntropy.backward = _chainer_backward
-    _MeanSquaredError.backward = _chainer_mse_backward
-
-
 def apply(self, inputs):
-    """``FunctionNode.apply``, lean (``_fastpath.lean_apply``) where an
+    """``FunctionNode.apply``, lean (``_calls.lean_apply``) where an
     input is the output of a jitted forward, outside a recording.
     Otherwise the ``apply`` ``FunctionNode`` has now, which a recording
     wraps (``trace``)."""
-    if _fastpath.takes_jitted_output(inputs):
+    if _calls.takes_jitted_output(inputs):
         self._chainerjit_lean = True
-        return _fastpath.lean_apply(self, inputs)
+        return _calls.lean_apply(self, inputs)
     return chainer.FunctionNode.apply(self, inputs)
 
 
@@ -127,11 +106,11 @@ def backward(self, indexes, grad_outputs):
                 gx, t.data, self.ignore_label,
                 float(gloss.array * self._coeff)):
             # x's shape and dtype by construction: backprop need not
-            # check it (``_fastpath._backprop_to_all``).
+            # check it (``_native._backprop_to_all``).
             self._chainerjit_grad_checked = True
-            return _fastpath.new_variable(gx, x.requires_grad or
-                                          t.requires_grad or
-                                          gloss.requires_grad), None
+            return _calls.new_variable(gx, x.requires_grad or
+                                       t.requires_grad or
+                                       gloss.requires_grad), None
     return _chainer_backward(self, indexes, grad_outputs)
 
 
@@ -149,7 +128,7 @@ def _unobserved():
     """Would the nodes Chainer's ``backward`` applies be seen by nothing:
     no double backprop, no function hooks, no debug mode?"""
     return not chainer.config.enable_backprop and \
-        not _fastpath.debug_or_function_hooks()
+        not _calls.debug_or_function_hooks()
 
 
 def mse_backward(self, indexes, grad_outputs):
@@ -168,7 +147,7 @@ def mse_backward(self, indexes, grad_outputs):
             grads = rule(arrays[:2], (), arrays[2:],
                          (0 in indexes, 1 in indexes))
             requires_grad = any(v.requires_grad for v in (x0, x1, gy))
-            return [_fastpath.new_variable(grads[i], requires_grad)
+            return [_calls.new_variable(grads[i], requires_grad)
                     for i in (0, 1) if i in indexes]
     return _chainer_mse_backward(self, indexes, grad_outputs)
 

@@ -19,10 +19,10 @@ import weakref
 
 import numpy
 
-from chainerjit import _vm
+from chainerjit.backend import _vm
 from chainerjit import errors
 from chainerjit import ir
-from chainerjit import opcodes
+from chainerjit.backend import opcodes
 
 
 #: Every live program (``chainerjit.profile`` instruments them), and the
@@ -59,7 +59,7 @@ class Program(object):
         input_names: printed names of the argument registers.
         locs: ``pc -> (filename, lineno)``.
         arena: the buffers some kernels write their results into (see
-            ``chainerjit.arena``); ``plain_kernels``, the kernel table
+            ``chainerjit.backend.arena``); ``plain_kernels``, the kernel table
             without them, runs a call that starts while one is running.
     """
 

@@ -24,20 +24,21 @@ import threading
 import chainer
 import numpy
 
-from chainerjit import _fastpath
-from chainerjit import arena
-from chainerjit import control
+from chainerjit.frontend import _keys
+from chainerjit.ops.scratch import Scratch
+from chainerjit.frontend import control
 from chainerjit import errors
-from chainerjit import guards
+from chainerjit.frontend import guards
 from chainerjit import ir
 from chainerjit import ops
-from chainerjit import packing
-from chainerjit import signature
+from chainerjit.frontend import packing
+from chainerjit.frontend import signature
 
 
 _INTERNAL_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (chainer, numpy))
-_JIT_DIR = os.path.dirname(os.path.abspath(__file__)) + os.sep
+_JIT_DIR = os.path.dirname(  # the package's directory
+    os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _is_library_file(filename):
@@ -68,7 +69,7 @@ _UNFOLLOWED = ('an array derived from the inputs that the recording cannot '
                'made by NumPy code chainerjit does not record), when %s')
 
 
-_state = _fastpath.recording  # this thread's; the hit path reads it in C
+_state = _keys.recording  # this thread's; the hit path reads it in C
 # One recording at a time: the patches of Chainer below are process-wide.
 _recording_lock = threading.RLock()
 
@@ -222,7 +223,7 @@ def _reduction_to_onnx(op):
 
 
 def _export_error(what):
-    from chainerjit.onnx_export import ExportError
+    from chainerjit.errors import ExportError
     return ExportError('%s cannot be exported' % what)
 
 
@@ -390,7 +391,7 @@ class _Recorder(object):
 
     def __init__(self, graph):
         self.graph = graph
-        self.scratch = arena.Scratch()  # the lowered kernels' temporaries
+        self.scratch = Scratch()  # the lowered kernels' temporaries
         self.depth = 0
         self.values = {}  # id(array) -> Value
         self.alive = []  # keeps recorded arrays, so ids stay unique
@@ -1030,7 +1031,7 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
         args, kwargs: the call's arguments; ``leaves`` their flattened
             Variables and arrays (see :func:`signature.flatten`).
         name: the graph's name; ``input_names`` names the leaves.
-        packed: for a call whose list arguments ``chainerjit.packing``
+        packed: for a call whose list arguments ``chainerjit.frontend.packing``
             stacked into ``args`` and ``kwargs``: ``(paths, the caller's
             args, the caller's kwargs)``. The forward then gets lists of
             the stacked arrays' rows.
@@ -1136,7 +1137,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
 
 class _Rows(object):
     """The lists of rows a packed call's forward gets instead of its list
-    arguments (see ``chainerjit.packing``).
+    arguments (see ``chainerjit.frontend.packing``).
 
     Attributes:
         nodes: the recorded nodes that index the rows.

@@ -25,13 +25,13 @@ import textwrap
 
 import chainer
 
-from chainerjit import _fastpath
+from chainerjit.frontend import _keys
 
 
 _SCALARS = (type(None), bool, int, float, str)
 
 
-ABSENT = _fastpath.ABSENT  # a value that is not there
+ABSENT = _keys.ABSENT  # a value that is not there
 
 
 def is_scalar(value):
@@ -229,7 +229,7 @@ def config_reads(names):
     """``((name, value), ...)``: the ``chainer.config`` entries ``names``
     (read while recording) with their values now, sorted; ``ABSENT`` for
     one that is not set. Compared on each call by
-    ``_fastpath.config_holds``."""
+    ``_keys.config_holds``."""
     config = chainer.config
     return tuple(sorted((name, getattr(config, name, ABSENT))
                         for name in names if name not in _UNGUARDED_CONFIG))
@@ -239,4 +239,4 @@ def config_failures(reads):
     """Lines naming the ``chainer.config`` entries that changed."""
     return ['chainer.config.%s: %r -> %r' % (name, value, getattr(
         chainer.config, name, ABSENT)) for name, value in reads
-        if not _fastpath.config_holds(((name, value),))]
+        if not _keys.config_holds(((name, value),))]

@@ -32,11 +32,11 @@ import chainer
 from chainer import utils
 import numpy
 
-from chainerjit import arena
+from chainerjit.ops.scratch import Scratch
 from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
-from chainerjit import regions
+from chainerjit.ir import regions
 
 
 class TrainingPair(object):
@@ -503,7 +503,7 @@ def _outer_sum(dtype):
     weight, equal within rounding (the sums run in another order, as for
     the input projection that ``passes/hoist.py`` takes out of the
     loop)."""
-    scratch = arena.Scratch()
+    scratch = Scratch()
 
     def outer_sum(items):
         if items is None:

@@ -1,5 +1,5 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
-"""The bytecode VM: runs a :class:`chainerjit.program.Program`.
+"""The bytecode VM: runs a :class:`chainerjit.backend.program.Program`.
 
 The loop decodes a flat int array (see ``opcodes.py``) and calls kernels
 from a list on a register list. It touches no Variables and does no dict
@@ -7,7 +7,7 @@ look-ups per instruction.
 """
 
 from chainerjit import errors as _errors
-from chainerjit import opcodes as _opcodes
+from chainerjit.backend import opcodes as _opcodes
 
 cdef enum:
     CALL1 = 1

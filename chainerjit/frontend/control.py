@@ -7,7 +7,7 @@ of its own code object. While recording, a :class:`LoopWatcher` follows
 the interpreter's line events (``sys.settrace``) in user code and notes,
 for each loop it runs, the number of IR nodes recorded so far at every
 pass through the loop header: the boundaries between iterations. The
-regions stage (``regions.py``) uses them to roll uniform iterations into
+rolling stage (``rolling.py``) uses them to roll uniform iterations into
 one loop region.
 
 For a loop in the jitted function itself, the watcher also reads the
@@ -48,7 +48,8 @@ Fields:
 
 _INTERNAL_DIRS = tuple(
     os.path.dirname(m.__file__) + os.sep for m in (chainer, numpy)) + (
-    os.path.dirname(os.path.abspath(__file__)) + os.sep,) + tuple(
+    os.path.dirname(os.path.dirname(os.path.abspath(__file__))) +
+    os.sep,) + tuple(
     set(sysconfig.get_paths()[k] + os.sep for k in ('stdlib', 'platstdlib')))
 _COMPREHENSIONS = ('<listcomp>', '<genexpr>', '<setcomp>', '<dictcomp>')
 _SITES = {}  # code object -> {header line: LoopSite} (or None: no source)

@@ -6,42 +6,31 @@ large share of a training step: for each parameter Chainer enters device
 and layout contexts, checks for fp32 updates, loss scaling and hooks, and
 dispatches ``update_core`` to ``update_core_cpu``, which does the
 arithmetic (``param -= lr * grad`` for SGD). For NumPy parameters those
-steps are no-ops, so :func:`install` makes ``GradientMethod.update`` call
+steps are no-ops, so Installed, it makes ``GradientMethod.update`` call
 each rule's own ``update_core_cpu`` directly when every one of them is a
 no-op, and take Chainer's own path otherwise. Parameters therefore change
 exactly as in eager Chainer (bit for bit: the arithmetic is the rule's own
 code, or for SGD and momentum SGD the same arithmetic in one loop with
 the same roundings, ``_elementwise``); only the bookkeeping is skipped.
 
-It is installed when chainerjit is imported and applies only to
+It is installed with the other fast paths
+(``chainerjit.fastpaths``) and applies only to
 optimizers whose target link trains a jitted forward (is one, or holds
 one); set the environment variable ``CHAINERJIT_FAST_UPDATE=0`` to keep
 Chainer's own ``update`` everywhere.
 """
 
-import os
 import weakref
 
 from chainer import optimizer as optimizer_module
 
-from chainerjit import _fastpath
+from chainerjit.fastpaths import _native
 
 
 _chainer_update = optimizer_module.GradientMethod.update
 
 #: Links whose jitted forward ran a training call.
 jitted_links = weakref.WeakSet()
-
-
-def install():
-    """Makes ``GradientMethod.update`` take the fast path (unless
-    ``CHAINERJIT_FAST_UPDATE=0``)."""
-    if os.environ.get('CHAINERJIT_FAST_UPDATE', '1') != '0':
-        optimizer_module.GradientMethod.update = update
-
-
-def uninstall():
-    optimizer_module.GradientMethod.update = _chainer_update
 
 
 def update(self, lossfun=None, *args, **kwds):
@@ -88,10 +77,10 @@ def _trains_jitted(optimizer):
 
 
 def _reallocate_cleared_grads(optimizer, params):
-    if _fastpath.any_grad_cleared(params):
+    if _native.any_grad_cleared(params):
         optimizer.reallocate_cleared_grads()
 
 
 #: ``update_params(params)``: ``param.update()`` for each, the fast way
-#: where it computes the same (``_fastpath.update_params``).
-update_params = _fastpath.update_params
+#: where it computes the same (``_native.update_params``).
+update_params = _native.update_params

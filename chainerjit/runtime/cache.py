@@ -17,15 +17,16 @@ import weakref
 import chainer
 import numpy
 
-from chainerjit import _fastpath
-from chainerjit import guards
-from chainerjit import signature
+from chainerjit.runtime import _calls
+from chainerjit.frontend import _keys
+from chainerjit.frontend import guards
+from chainerjit.frontend import signature
 
 
 # --- noticing changes to models ---------------------------------------------
 
 _epoch = itertools.count(1)
-link_epoch = _fastpath.link_epoch  # [count]; the hit path reads it in C
+link_epoch = _keys.link_epoch  # [count]; the hit path reads it in C
 
 
 #: The links of every model an entry checked (``Entry.fetch_params``):
@@ -48,7 +49,9 @@ def watch_model(instance):
         _watched.update(instance.links())
 
 
-def _watching(method):
+def watching(method):
+    """``method`` that first counts a change of a watched link (the
+    ``watch`` patches of ``chainerjit.fastpaths``)."""
     def watched(self, *args, **kwargs):
         if self in _watched:
             _bump()
@@ -57,19 +60,6 @@ def _watching(method):
     watched.__doc__ = method.__doc__
     watched.__wrapped__ = method
     return watched
-
-
-def watch_links():
-    """Counts every attribute set on a watched Link and every link added
-    to a watched ChainList, so a cached program notices a replaced link or
-    a changed setting. Idempotent."""
-    for cls, names in ((chainer.Link, ('__setattr__', '__delattr__',
-                                       'add_hook', 'delete_hook')),
-                       (chainer.ChainList, ('add_link',))):
-        for name in names:
-            method = getattr(cls, name)
-            if not hasattr(method, '__wrapped__'):
-                setattr(cls, name, _watching(method))
 
 
 def _attribute_state(value):
@@ -242,7 +232,8 @@ class Entry(object):
         self.fallback = fallback
         self.hits = 0
         self.compile_seconds = 0.0
-        self.symbolic = None  # regions.Symbolic: compiled for any length
+        # frontend.symbolic.Symbolic: compiled for any length
+        self.symbolic = None
         self.verified_lengths = set()  # trip counts checked against eager
         self.branch_misses = 0  # calls where a branch on an array value
         # went the other way (each ran eagerly)
@@ -285,24 +276,24 @@ class Entry(object):
             watch_model(instance)
             self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
-        if self._owners is None or not _fastpath.config_holds(
+        if self._owners is None or not _keys.config_holds(
                 self.config_reads):
             return None
         for guard in self.py_guards:
             if not guard.holds():
                 return None
-        return _fastpath.read_params(self._owners, self.param_specs)
+        return _keys.read_params(self._owners, self.param_specs)
 
     def needs_grad(self, leaves):
         """With backprop enabled: may this call need gradients? True if
         an argument or a model Variable the program reads (checked by
         the last :meth:`fetch_params`) requires grad."""
-        return _fastpath.needs_grad(self._owners, leaves)
+        return _calls.needs_grad(self._owners, leaves)
 
     def model_inputs(self, params):
         """What the training node takes from the model (see
-        ``_fastpath.model_inputs``)."""
-        return _fastpath.model_inputs(self._owners, params)
+        ``_calls.model_inputs``)."""
+        return _calls.model_inputs(self._owners, params)
 
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
@@ -323,9 +314,9 @@ class Entry(object):
 
     def build_result(self, outs, leaves, instance):
         """The call's result, shaped as eager's, from program outputs (a
-        single output in C, ``_fastpath.build_result``; the rest with
+        single output in C, ``_calls.build_result``; the rest with
         :meth:`build_structure`)."""
-        return _fastpath.build_result(self, outs, leaves, instance)
+        return _calls.build_result(self, outs, leaves, instance)
 
     def build_structure(self, outs, leaves, instance):
         structure, specs = self.outputs
@@ -444,7 +435,7 @@ def _make_leaf(spec, outs, leaves, instance):
     return leaf.array if isinstance(leaf, chainer.Variable) else leaf
 
 
-_as_variable = _fastpath.as_variable
+_as_variable = _calls.as_variable
 
 
 CacheInfo = collections.namedtuple('CacheInfo', 'hits misses maxsize currsize')
@@ -459,12 +450,12 @@ class Cache(object):
         self.misses = 0
         self._buckets = {}
         self._lru = collections.OrderedDict()
-        self._symbolics = []  # regions.Symbolic of the entries
+        self._symbolics = []  # frontend.symbolic.Symbolic of the entries
 
     def lookup(self, key, instance):
         """Returns ``(entry, param arrays, symbols)``, or ``(None, None,
         None)``. ``symbols`` are the trip counts of an entry compiled for
-        any length (see ``regions.Symbolic``), read from ``key``."""
+        any length (see ``frontend.symbolic.Symbolic``), read from ``key``."""
         found = self._lookup(key, instance, None)
         if found is not None:
             return found + ([],)

@@ -14,7 +14,7 @@ and dtype: ``relu(linear(x))`` then fills one buffer instead of two.
 
 Arena: a ``fresh`` kernel with an ``into`` variant writes its result into
 a buffer of the program's arena when no value sharing that buffer
-outlives the call (``chainerjit.arena``); ``dis()`` shows
+outlives the call (``chainerjit.backend.arena``); ``dis()`` shows
 ``Linear (arena 0)``.
 
 A Loop node becomes ``SETI``/``FORI``, its body inline, and ``NEXT``
@@ -23,10 +23,10 @@ before the loop and by ``MOVE`` at the end of each iteration. Values
 defined before a loop and read in its body stay live until the loop ends.
 """
 
-from chainerjit import arena
-from chainerjit import opcodes
-from chainerjit import program as program_module
-from chainerjit import regions
+from chainerjit.backend import arena
+from chainerjit.backend import opcodes
+from chainerjit.backend import program as program_module
+from chainerjit.ir import regions
 
 
 def compile_graph(graph, replay=None):

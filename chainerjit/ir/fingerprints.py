@@ -1,0 +1,142 @@
+"""Structural fingerprints of recorded nodes: what makes two of them run
+the same computation. Loop rolling (``frontend.rolling``) compares the
+iterations of a loop by them; common subexpression elimination
+(``passes.cse``) merges nodes whose exact fingerprints are equal.
+"""
+
+import chainer
+import numpy
+
+
+def node_label(node):
+    """The name printed for a node: Chainer's class name."""
+    if isinstance(node, chainer.function.FunctionAdapter):
+        return node._impl_name
+    return type(node).__name__
+
+
+def state_holder(node):
+    """The object whose attributes hold a node's settings: the node, or
+    the ``chainer.Function`` a ``FunctionAdapter`` wraps."""
+    if isinstance(node, chainer.function.FunctionAdapter):
+        return node._function
+    return node
+
+
+_GRAPH_FIELDS = frozenset([
+    'inputs', 'outputs', 'rank', 'stack', '_input_indexes_to_retain',
+    '_output_indexes_to_retain', '_retained_output_data', 'lazy_grad_sum',
+    '_node', '_owned_node', 'outputs_rank'])
+
+
+def exact_fingerprints(templates):
+    """A function giving each recorded node a key that is equal for two
+    nodes exactly when they compute the same function of their inputs
+    (``None`` for nodes not recorded, which equal nothing)."""
+    fingerprints = Fingerprints(templates)
+
+    def key(node):
+        if node not in templates and node.index is None:
+            return None
+        return fingerprints._compute(node, exact=True)
+    return key
+
+
+class Fingerprints(object):
+    """What makes two recorded nodes run the same computation: op,
+    attributes, every setting the FunctionNode holds, and the types of
+    inputs and outputs. Integers in ``F.get_item``'s index are left out
+    (``xs[t]``); :func:`_counter_indexes` checks them."""
+
+    def __init__(self, templates):
+        self.templates = templates
+        self.cache = {}
+
+    def note_region(self, loop):
+        # Exact: an index that differs between the bodies of two recorded
+        # inner loops must make them differ.
+        loop.region.fingerprint = (
+            tuple(self._compute(n, exact=True)
+                  for n in loop.region.body.nodes),
+            _flow_signature(loop.region.body))
+
+    def __call__(self, node):
+        found = self.cache.get(node)
+        if found is None:
+            found = self.cache[node] = self._compute(node)
+        return found
+
+    def _compute(self, node, exact=False):
+        types = (tuple(v.type_str for v in node.inputs),
+                 tuple(v.type_str for v in node.outputs))
+        if node.region is not None:
+            return ('Loop', node.attrs, types, node.region.fingerprint)
+        template = self.templates.get(node)
+        if template is None and node.index is not None:  # IndexAt
+            state = ('index', node.attrs)
+        elif template is None:
+            state = ('unknown', id(node))
+        elif type(template) is tuple and template[0] == 'guard':
+            return ('Guard', template[1], template[2] if exact else None)
+        elif type(template) is tuple:  # NumPy called outside Chainer
+            index = index_of(template)
+            state = (template[1], _value_key(template[2]) if index is None
+                     else _value_key(index, not exact))
+        else:
+            holder = state_holder(template)
+            state = (type(holder), tuple(
+                (k, _value_key(v, k == 'slices' and not exact))
+                for k, v in sorted(vars(holder).items())
+                if k not in _GRAPH_FIELDS))
+        attrs = () if node.op == 'GetItem' and not exact else node.attrs
+        return (node.op, attrs, node.generic, types, state)
+
+
+def _value_key(value, mask_ints=False):
+    """A comparable key of a setting: scalars by value, containers by
+    contents, small arrays by contents, other objects by identity."""
+    kind = type(value)
+    if mask_ints and kind is int:
+        return '#'
+    if value is None or kind in (bool, int, float, str, complex):
+        return (kind, repr(value))
+    if kind in (tuple, list):
+        return (kind, tuple(_value_key(v, mask_ints) for v in value))
+    if kind is dict:
+        return (kind, tuple((k, _value_key(v)) for k, v in
+                            sorted(value.items(), key=repr)))
+    if kind is slice:
+        return (kind, repr(value))
+    if isinstance(value, (numpy.dtype, type)):
+        return ('type', repr(value))
+    if isinstance(value, numpy.generic):
+        return (kind, repr(value))
+    if isinstance(value, numpy.ndarray) and value.size <= 4096:
+        return ('array', value.shape, value.dtype.str, value.tobytes())
+    return ('object', id(value))
+
+
+def _flow_signature(graph):
+    """The data flow of a graph as positions, for comparing bodies."""
+    where = {}
+    for i, value in enumerate(graph.inputs):
+        where[value] = ('in', i)
+    flow = []
+    for p, node in enumerate(graph.nodes):
+        flow.append(tuple(where.get(v, ('?',)) for v in node.inputs))
+        for q, value in enumerate(node.outputs):
+            where[value] = (p, q)
+    return tuple(flow), tuple(where.get(v, ('?',)) for v in graph.outputs)
+
+
+def index_of(template):
+    """The index of ``F.get_item`` or of NumPy's ``x[...]`` as a tuple,
+    or ``None`` for another node."""
+    if type(template) is tuple:
+        if getattr(template[1], '__name__', None) != '__getitem__':
+            return None
+        index = template[2][0][1]
+        return index if type(index) is tuple else (index,)
+    if node_label(template) == 'GetItem':
+        return tuple(template.slices)
+    return None
