@@ -18,14 +18,16 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
-if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, nbclient, nbformat, ipykernel' \
+if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, nbclient, nbformat, ipykernel, sphinx, myst_parser' \
         2>/dev/null; then
     $PIP install --upgrade 'pip<25' 'setuptools<70' wheel
     $PIP install -r requirements/build.txt
     $PIP install --no-build-isolation -r requirements/chainer.txt
     $PIP install -r requirements/dev.txt
+    # Sphinx and MyST for the documentation (scripts/docs.sh).
+    $PIP install -r requirements/docs.txt
 fi
-# Build chainerjit._vm in place (editable install, no isolation so the
+# Build the Cython modules in place (editable install, no isolation so the
 # pinned numpy and Cython above are the ones it builds against).
 $PIP install --no-build-isolation --no-deps -e .
 if [ "${1:-}" = "--gpu" ]; then
