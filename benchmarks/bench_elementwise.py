@@ -1,7 +1,7 @@
 """Elementwise fusion on CPU: the options, measured side by side.
 
-Issue 6 asks which way to run chains of elementwise ops is fastest on the
-CPU. For three chains that chainerjit runs often, at a small and a large
+Which way to run chains of elementwise ops is fastest on the CPU? For
+three chains that chainerjit runs often, at a small and a large
 size, this script times:
 
 * ``numpy``: NumPy expressions, a new array per step (eager Chainer);

@@ -56,7 +56,7 @@ from benchmarks import timing  # noqa: E402  (imports no numpy)
 SYSTEMS = ('eager', 'static_graph', 'chainerjit', 'torch', 'onnxruntime',
            'numpy')
 
-#: The chainerjit ratios issue 6 asks for (one thread).
+#: The project's target ratios for chainerjit (one thread).
 TARGETS = {
     'MLP inference, batch 1': 0.10,
     'MLP inference, batch 64': 0.60,
@@ -410,7 +410,7 @@ def _torch():
 def format_table(rows, systems=SYSTEMS, targets=True):
     """A Markdown table: per workload, each system's median in
     microseconds [interquartile range], its ratio to eager and its first
-    call; and issue 6's target for chainerjit, if ``targets``."""
+    call; and the project's target for chainerjit, if ``targets``."""
     columns = ['workload'] + list(systems) + (
         ['chainerjit target'] if targets else [])
     lines = ['| %s |' % ' | '.join(columns), '|---' * len(columns) + '|']

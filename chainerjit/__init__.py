@@ -7,8 +7,8 @@ to bytecode and run on a Cython VM from then on. The first use of
 (:mod:`chainerjit.fastpaths`); importing chainerjit patches nothing.
 """
 
-from chainerjit.api import jit  # NOQA
 from chainerjit.api import JitFunction  # NOQA
+from chainerjit.api import jit  # NOQA
 from chainerjit.errors import CompiledMismatch  # NOQA
 from chainerjit.errors import DataDependentValue  # NOQA
 from chainerjit.errors import FallbackWarning  # NOQA

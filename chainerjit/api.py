@@ -4,28 +4,19 @@ import collections
 import functools
 import logging
 import os
-import time
 import weakref
 
 import chainer
-import numpy
 
-from chainerjit.runtime import _calls
-from chainerjit.passes import autodiff
-from chainerjit.runtime import cache as cache_module
-from chainerjit.backend import codegen
-from chainerjit.frontend import control
 from chainerjit import errors
 from chainerjit import fastpaths
-from chainerjit.runtime import function
-from chainerjit.frontend import guards
 from chainerjit.fastpaths import optimizers
 from chainerjit.frontend import packing
-from chainerjit import passes
-from chainerjit.frontend import rolling
-from chainerjit.frontend import symbolic
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
+from chainerjit.runtime import _calls
+from chainerjit.runtime import cache as cache_module
+from chainerjit.runtime import compile as pipeline
 
 
 logger = logging.getLogger('chainerjit')
@@ -187,7 +178,8 @@ class JitFunction(_calls.CachedCall):
         except errors.VMError:
             compiled = None
         result = self._eager(instance, args, kwargs)
-        if compiled is not None and _compare(result, compiled) is None:
+        if compiled is not None and \
+                pipeline.compare_results(result, compiled) is None:
             entry.verified_lengths.add(tuple(symbols))
             return result
         if compiled is not None:
@@ -209,7 +201,7 @@ class JitFunction(_calls.CachedCall):
         if isinstance(error.__cause__, errors.GuardFailed):
             entry.branch_misses += 1
             if entry.branch_misses <= _RERECORD_LIMIT and \
-                    _pure_but_guards(entry.graph.nodes):
+                    pipeline.pure_but_guards(entry.graph.nodes):
                 # Record again from this call: its branches may give a
                 # program that covers more calls (a loop that ran longer
                 # rolls into a region with an exit).
@@ -221,7 +213,7 @@ class JitFunction(_calls.CachedCall):
                 if self.last_entry is not None:
                     self.last_entry.branch_misses = entry.branch_misses
                 return replaced
-        if _pure_but_guards(entry.graph.nodes):
+        if pipeline.pure_but_guards(entry.graph.nodes):
             return self._eager(instance, args, kwargs)
         raise error.__cause__ from error
 
@@ -241,170 +233,40 @@ class JitFunction(_calls.CachedCall):
 
     # --- compiling ----------------------------------------------------------
 
-    def _signature(self, key, leaves, instance, args, kwargs):
-        fn = self._fn if instance is None else functools.partial(
-            self._fn, instance)
-        return signature.Signature.of_call(
-            fn, args, kwargs, key, leaves,
-            cache_module.model_param_items(instance))
-
     def _compile(self, key, leaves, instance, args, kwargs, packed=None):
-        """Records the call and caches its entry; returns the call's
-        result. A call with packed lists (see :meth:`call_key`) keeps its
-        entry only where packing cannot be seen (``_packing_pays``);
-        otherwise the function records those lists item by item from the
-        next call on (this call's recording already ran, and its result
-        stands)."""
-        start = time.perf_counter()
-        recorded_args = (args, kwargs) if packed is None else packed[1:]
-        sig = self._signature(key, leaves, instance, *recorded_args)
-        reason = self._miss_reason(sig, key, instance)
-        model_state = cache_module.link_state(instance)
-        py_guards = guards.python_guards(self._fn, instance)
-        recording = trace.record(
-            self._fn, instance, recorded_args[0], recorded_args[1], leaves,
-            self.__name__, [name for name, _ in sig.items[:len(leaves)]],
-            None if packed is None else (packed[0], args, kwargs))
-        fallback = self._fallback_reason(recording, py_guards, instance)
-        if packed is not None and fallback is not None:
-            self._unpacked.add(packed[0])
-            return recording.result
-        if fallback is None and _has_guards(recording.graph.nodes) and \
-                not _pure_but_guards(recording.graph.nodes):
-            fallback = ('a branch on an array value in a forward with '
-                        'random or stateful operations')
-            self._warn_fallback(errors.DataDependentValue(fallback), None)
-        if fallback is not None:
-            entry = cache_module.Entry(
-                key, sig, model_state, py_guards=py_guards,
-                config_reads=guards.config_reads(recording.config_names),
-                fallback=fallback)
-        else:
-            entry = self._compiled_entry(key, sig, model_state, py_guards,
-                                         recording, leaves, instance)
-        if packed is not None and not _packing_pays(entry, recording):
-            self._unpacked.add(packed[0])
-            return recording.result
-        entry.compile_seconds = time.perf_counter() - start
+        """Compiles the call (``runtime.compile.compile_call``) and caches
+        its entry; returns the call's result. A call with packed lists
+        (see :meth:`call_key`) may get no entry: the function then records
+        those lists item by item from the next call on."""
+        compiled = pipeline.compile_call(self._caller(instance), key, leaves,
+                                         args, kwargs, packed)
+        if compiled.unpack is not None:
+            self._unpacked.add(compiled.unpack)
+        entry = compiled.entry
+        if entry is None:
+            return compiled.result
         self.last_entry = entry
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
-                    self.__name__, reason,
+                    self.__name__, compiled.miss_reason,
                     'runs eagerly' if entry.fallback else 'compiled %d '
                     'instructions' % entry.n_instructions,
                     entry.compile_seconds,
                     '; evicted %s' % evicted.signature if evicted else '')
-        return recording.result
+        return compiled.result
 
-    def _fallback_reason(self, recording, py_guards, instance):
-        """Why this recording cannot be compiled (warning once), or
-        ``None``."""
-        hooked = [path for path, link in _links(instance)
-                  if cache_module.link_hooks(link)]
-        if hooked:
-            return 'link hooks on %s observe each call' % ', '.join(hooked)
-        changed = _changed_by_the_call(py_guards, recording)
-        if changed and recording.escape is None:
-            recording.escape = ('changing %s in place' % changed[0], None)
-        if recording.escape is None:
-            return None
-        what, loc = recording.escape
-        self._warn_fallback(errors.DataDependentValue(what), loc)
-        return '%s at %s' % (what, _format_loc(loc))
-
-    def _compiled_entry(self, key, sig, model_state, py_guards, recording,
-                        leaves, instance):
-        """Runs the passes, compiles, self-checks and, with backprop
-        enabled, builds the training program."""
-        symbolic = self._roll_loops(recording, sig, len(leaves))
-        symbols = []
-        if symbolic is not None:
-            key, symbols = symbolic.generalize(key)
-            sig = sig.with_symbols(symbolic.wildcards, symbolic.kind,
-                                   symbolic.where)
-        graph = passes.run(recording.graph)
-        param_arrays = [recording.param_arrays[v] for v in graph.params]
-        entry = cache_module.Entry(
-            key, sig, model_state, graph, codegen.compile_graph(graph),
-            recording.outputs, recording.effects, param_arrays,
-            py_guards=py_guards,
-            config_reads=guards.config_reads(recording.config_names))
-        entry.symbolic = symbolic
-        entry.verified_lengths.add(tuple(symbols))
-        entry.ignore_state(recording.written_first)
-        if self._check:
-            self._self_check(entry, leaves, instance, param_arrays,
-                             recording, symbols)
-        if key[1] and entry.program is not None:  # backprop enabled
-            entry.training = self._training(graph, leaves, recording)
-            _note_jitted_link(instance)
-        return entry
-
-    def _roll_loops(self, recording, sig, n_leaves):
-        """Rolls the recorded loops into regions (warning once for each
-        loop left unrolled) and makes trip counts symbolic where sound.
-        Returns the entry's ``symbolic.Symbolic`` or ``None``."""
-        for code in recording.no_source:
-            self._warn_unrolled(errors.UnrolledLoop(
-                'a loop in %s, whose source cannot be read (a lambda, exec '
-                'or a plain REPL), is unrolled: each trip count is a cache '
-                'entry of its own' % code.co_name),
-                (code.co_filename, code.co_firstlineno))
-        rolled, unrolled = rolling.roll_loops(recording.graph, recording)
-        for loop in unrolled:
-            if not loop.varies:
-                continue  # over the model's own lists: never another count
-            self._warn_unrolled(errors.UnrolledLoop(
-                'this loop is unrolled, with its trip count in the cache '
-                'key: %s' % loop.reason), loop.loc)
-        if not rolled or self._lengths_unsound or not _pure_but_guards(
-                recording.graph.nodes):
-            return None  # a length cannot be checked by running twice
-        input_names = [name for name, _ in sig.items[:n_leaves]]
-        code = getattr(self._fn, '__code__', None)
-        if code is None:
-            return None
-        return symbolic.symbolize(
-            recording.graph, rolled, input_names,
-            control.length_only_names(code), recording)
-
-    def _training(self, graph, leaves, recording):
-        """The training program for gradients of the argument Variables
-        that require grad and of the model's Variables, or ``None`` (with a
-        warning) if an op on the way has no gradient rule."""
-        wrt = [v for v, leaf in zip(graph.inputs, leaves)
-               if isinstance(leaf, chainer.Variable) and leaf.requires_grad
-               and v.dtype.kind == 'f']
-        wrt += [v for v in graph.params if v.dtype.kind == 'f' and
-                isinstance(recording.param_owners[v], chainer.Variable)]
-        if not wrt:
-            return None
-        try:
-            return function.TrainingProgram(
-                autodiff.differentiate(graph, wrt))
-        except errors.NotDifferentiable as e:
-            self._warn_fallback(e, e.loc)
-            return None
-
-    def _self_check(self, entry, leaves, instance, param_arrays, recording,
-                    symbols):
-        """Runs a new program on the recorded inputs and parameters and
-        compares with the eager result; on a difference the entry runs
-        eagerly from now on. Generic nodes, which may draw random numbers
-        or update state, return what they returned while recording."""
-        check = codegen.compile_graph(entry.graph, recording.generic_outputs)
-        arrays = [signature.leaf_array(leaf) for leaf in leaves]
-        try:
-            outs = check.run(arrays + param_arrays + symbols)
-            result = entry.build_result(outs, leaves, instance)
-            problem = _compare(recording.result, result)
-        except errors.VMError as e:
-            problem = str(e)
-        if problem:
-            entry.fallback = 'compiled result differs from eager: %s' % (
-                problem)
-            entry.program = None
-            self._warn_fallback(errors.CompiledMismatch(problem), None)
+    def _caller(self, instance):
+        """What the compile pipeline needs from this function, for a call
+        on ``instance``."""
+        return pipeline.Caller(
+            fn=self._fn, instance=instance, name=self.__name__,
+            check=self._check, lengths_unsound=self._lengths_unsound,
+            warn_fallback=self._warn_fallback,
+            warn_unrolled=self._warn_unrolled,
+            explain_miss=functools.partial(self._miss_reason,
+                                           instance=instance),
+            on_backprop_program=functools.partial(_note_jitted_link,
+                                                  instance))
 
     def _miss_reason(self, sig, key, instance):
         entries = self.cache.entries()
@@ -489,7 +351,8 @@ class JitFunction(_calls.CachedCall):
                                  entry.needs_grad(leaves)))
         if not entries:
             return '%s: cache miss: the cache is empty' % self.__name__
-        sig = self._signature(key, leaves, instance, args, kwargs)
+        sig = pipeline.call_signature(self._fn, instance, key, leaves, args,
+                                      kwargs)
         diffs = [(len(d), i, d) for i, d in enumerate(
             self._differences(e, sig, key, instance) for e in entries)]
         _, nearest, lines = min(diffs)
@@ -501,37 +364,10 @@ class JitFunction(_calls.CachedCall):
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
 
 
-def _has_guards(nodes):
-    return any(node.op == 'Guard' for node in nodes)
-
-
-def _packing_pays(entry, recording):
-    """Packed lists are kept where the lengths became symbolic, every row
-    is read by an op that passes gradients (not only returned, or read as
-    an array), and no loop may stop early: then each row gets a gradient
-    exactly where eager mode gives its item one (see
-    ``chainerjit.frontend.packing``)."""
-    return entry.symbolic is not None and entry.program is not None and \
-        recording.rows_read and not any(
-            node.region is not None and node.region.counts
-            for node in entry.graph.nodes)
-
-
 def _note_jitted_link(instance):
     """Lets ``optimizers`` take its fast update for this model."""
     if isinstance(instance, chainer.Link):
         optimizers.jitted_links.add(instance)
-
-
-def _pure_but_guards(nodes):
-    """No node has side effects, apart from guards (which only check)."""
-    for node in nodes:
-        if node.region is not None:
-            if not _pure_but_guards(node.region.body.nodes):
-                return False
-        elif not node.pure and node.op != 'Guard':
-            return False
-    return True
 
 
 def _rebuild(fn, instance, options):
@@ -550,28 +386,6 @@ def _how_it_runs(entry, grad):
     return ''
 
 
-def _changed_by_the_call(py_guards, recording):
-    """Labels of guarded Python values the recorded call itself changed
-    (an append to a default list, a closed-over dict); attributes the
-    forward assigns are replayed instead."""
-    assigned = set('self.%s' % name for kind, path, name, _, _ in
-                   recording.effects if kind == 'setattr' and path == ())
-    return [g.label for g in py_guards
-            if not g.holds() and g.label not in assigned]
-
-
-def _links(instance):
-    if not isinstance(instance, chainer.Link):
-        return []
-    return [(path or '/', link) for path, link in instance.namedlinks()]
-
-
-def _format_loc(loc):
-    if loc is None:
-        return 'an unknown line'
-    return '%s:%d' % loc
-
-
 def _change_kind(line):
     """``'x: shape (32, 784) -> (17, 784) at axis 0'`` -> ``'x: shape at
     axis 0'``: what changed, without the values."""
@@ -582,36 +396,3 @@ def _change_kind(line):
         what = 'value'  # a static argument, a setting: 'k: 2.0 -> 3.0'
     where = rest[rest.index(' at axis'):] if ' at axis' in rest else ''
     return '%s: %s%s' % (name, what, where)
-
-
-def _compare(expected, actual):
-    """Returns ``None`` if two results match, else what differs."""
-    exp_leaves, act_leaves = [], []
-    try:
-        exp_structure = signature.flatten(expected, exp_leaves)
-        act_structure = signature.flatten(actual, act_leaves)
-    except errors.UnsupportedArgument as e:
-        return str(e)
-    if exp_structure != act_structure:
-        return 'the result has another structure'
-    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
-        e, a = signature.leaf_array(e), signature.leaf_array(a)
-        if type(e) is not type(a) or e.shape != a.shape or \
-                e.dtype != a.dtype:
-            return 'output %d: %s %s %s vs eager %s %s %s' % (
-                i, type(a).__name__, a.shape, a.dtype,
-                type(e).__name__, e.shape, e.dtype)
-        # On the host: CuPy would compile kernels for these checks.
-        e, a = (chainer.backend.CpuDevice().send(x) for x in (e, a))
-        if e.dtype.kind in 'fc':
-            finite = numpy.isfinite(e)
-            scale = float(numpy.abs(e[finite]).max()) \
-                if e.size and bool(finite.any()) else 1.0
-            ok = bool(numpy.allclose(a, e, rtol=1e-4,
-                                     atol=1e-5 * max(scale, 1.0),
-                                     equal_nan=True))
-        else:
-            ok = bool((a == e).all())
-        if not ok:
-            return 'output %d: values differ' % i
-    return None

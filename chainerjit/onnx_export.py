@@ -23,6 +23,7 @@ from chainerjit import api
 from chainerjit import errors
 from chainerjit import ir
 from chainerjit.errors import ExportError
+from chainerjit.ops import structural
 
 
 OPSET = 17
@@ -233,7 +234,7 @@ def _delta(symbol):
 def _convert(builder, node, names):
     if node.region is not None:
         return _convert_loop(builder, node, names)
-    if node.op == 'Guard':
+    if structural.is_guard(node):
         raise ExportError(
             'a branch on an array value cannot be exported (the ONNX model '
             'would need both branches).\n%s' % errors.source_excerpt(
@@ -306,31 +307,69 @@ def _convert_loop(builder, node, names):
     the per-iteration lists are scan outputs (stacked on axis 0), the
     body reads invariants from the outer scope, and an exit at the end of
     the body is the loop's condition."""
-    import onnx.helper
-
-    region = node.region
-    body = region.body
-    exits = [n for n in body.nodes if n.op == 'Exit']
+    body = node.region.body
+    exits = [n for n in body.nodes if structural.is_exit(n)]
     test = _leading_test(body, exits)
     if len(exits) > 1 or (exits and test is None and
                           dict(exits[0].attrs)['where'] != 'end'):
         raise ExportError('a loop left in the middle of its body cannot be '
                           'exported.\n%s' % errors.source_excerpt(node.loc))
+    _name_loop_inputs(builder, node, names)
+    graph, initial = _loop_body_graph(builder, node, names, exits, test)
+    _add_loop(builder, node, names, graph, initial, exits, test)
+
+
+def _name_loop_inputs(builder, node, names):
+    """Names the body's counter, and its invariants as the outer values
+    they read."""
+    region = node.region
+    body = region.body
     n_read = sum(region.carried_read)
-    counter = body.inputs[0]
-    names[counter] = builder.fresh('iter')
-    inits = iter(node.inputs[1:1 + n_read])
-    carried_ins = iter(body.inputs[1:1 + n_read])
+    names[body.inputs[0]] = builder.fresh('iter')
     for value, invariant in zip(body.inputs[1 + n_read:],
                                 node.inputs[1 + n_read:]):
         names[value] = names[invariant]  # read from the outer scope
+
+
+def _loop_body_graph(builder, node, names, exits, test):
+    """``(graph, initial)``: the ONNX graph of a Loop node's body, and the
+    names of its carried values' initial values."""
+    import onnx.helper
+
+    region = node.region
+    body = region.body
     outer_nodes = builder.nodes
     builder.nodes = []
     cond_in = builder.fresh('cond')
     start_inputs = [onnx.helper.make_tensor_value_info(
-        names[counter], onnx.TensorProto.INT64, []),
+        names[body.inputs[0]], onnx.TensorProto.INT64, []),
         onnx.helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL,
                                            [])]
+    initial, body_inputs = _carried_inputs(builder, node, names)
+    cond_out = builder.fresh('cond')
+    _convert_body(builder, node, names, exits, test, cond_in, cond_out)
+    outs = [builder.op('Identity', [names[v]])[0] for v in body.outputs]
+    count_out = []
+    if region.counts:  # a carried count of the iterations run
+        count_in = builder.fresh('count')
+        body_inputs.append(onnx.helper.make_tensor_value_info(
+            count_in, onnx.TensorProto.INT64, []))
+        count_out = builder.op('Add', [count_in, builder.int64s(1)])
+    body_nodes, builder.nodes = builder.nodes, outer_nodes
+    graph = onnx.helper.make_graph(
+        body_nodes, builder.fresh('body'), start_inputs + body_inputs,
+        _body_outputs(region, cond_out, outs, count_out))
+    return graph, initial
+
+
+def _carried_inputs(builder, node, names):
+    """``(initial, body_inputs)``: the names of a loop's carried values'
+    initial values, and the body's typed inputs for them."""
+    region = node.region
+    body = region.body
+    n_read = sum(region.carried_read)
+    inits = iter(node.inputs[1:1 + n_read])
+    carried_ins = iter(body.inputs[1:1 + n_read])
     initial, body_inputs = [], []
     for value, read in zip(body.outputs[:region.n_carried],
                            region.carried_read):
@@ -343,10 +382,19 @@ def _convert_loop(builder, node, names):
             initial.append(builder.constant(numpy.zeros(value.shape,
                                                         value.dtype)))
         body_inputs.append(_typed(names[inner], inner))
-    cond_out = builder.fresh('cond')
+    return initial, body_inputs
+
+
+def _convert_body(builder, node, names, exits, test, cond_in, cond_out):
+    """Converts the nodes of a loop's body, and gives ``cond_out``,
+    whether to go on: from the ``while`` test, the exit at the end, or
+    ``cond_in``."""
+    region = node.region
+    body = region.body
     if test is not None:
         # A ``while`` test at the top of the body: ONNX tests at the end,
         # so the test runs once before the loop, then after each body.
+        n_read = sum(region.carried_read)
         for inner in body.nodes[len(test) + 1:]:
             _convert(builder, inner, names)
         _convert_test(builder, test, exits[0], names, dict(zip(
@@ -354,28 +402,27 @@ def _convert_loop(builder, node, names):
             [names[v] for v, read in zip(body.outputs[:region.n_carried],
                                          region.carried_read) if read])),
             cond_out)
+        return
+    for inner in body.nodes:
+        if not structural.is_exit(inner):
+            _convert(builder, inner, names)
+    if exits:
+        condition = names[exits[0].inputs[0]]
+        leaves_on = dict(exits[0].attrs)['when']
+        builder.op('Identity' if not leaves_on else 'Not', [condition],
+                   [cond_out])
     else:
-        for inner in body.nodes:
-            if inner.op != 'Exit':
-                _convert(builder, inner, names)
-        if exits:
-            condition = names[exits[0].inputs[0]]
-            leaves_on = dict(exits[0].attrs)['when']
-            builder.op('Identity' if not leaves_on else 'Not', [condition],
-                       [cond_out])
-        else:
-            builder.op('Identity', [cond_in], [cond_out])
-    outs = [builder.op('Identity', [names[v]])[0] for v in body.outputs]
-    count_out = []
-    if region.counts:  # a carried count of the iterations run
-        count_in = builder.fresh('count')
-        body_inputs.append(onnx.helper.make_tensor_value_info(
-            count_in, onnx.TensorProto.INT64, []))
-        count_out = builder.op('Add', [count_in, builder.int64s(1)])
-    body_nodes, builder.nodes = builder.nodes, outer_nodes
+        builder.op('Identity', [cond_in], [cond_out])
+
+
+def _body_outputs(region, cond_out, outs, count_out):
+    """The typed outputs of a loop's body graph: whether to go on, the
+    carried values, the count (if any), and the scan values."""
+    import onnx.helper
+
+    body = region.body
     n_carried = region.n_carried
-    graph = onnx.helper.make_graph(
-        body_nodes, builder.fresh('body'), start_inputs + body_inputs,
+    return (
         [onnx.helper.make_tensor_value_info(cond_out,
                                             onnx.TensorProto.BOOL, [])] +
         [_typed(name, v) for name, v in zip(outs[:n_carried],
@@ -385,6 +432,15 @@ def _convert_loop(builder, node, names):
          for _ in count_out] +
         [_typed(name, v, scan=True) for name, v in zip(
             outs[n_carried:], body.outputs[n_carried:])])
+
+
+def _add_loop(builder, node, names, graph, initial, exits, test):
+    """The ``Loop`` node: its trip count, first condition (the ``while``
+    test on the initial values, if any), initial values and outputs."""
+    region = node.region
+    body = region.body
+    n_read = sum(region.carried_read)
+    n_carried = region.n_carried
     trip = names[node.inputs[0]]
     counts = [builder.int64s(0)] if region.counts else []
     first_cond = builder.constant(numpy.array(True))

@@ -7,31 +7,9 @@ look-ups per instruction.
 """
 
 from chainerjit import errors as _errors
-from chainerjit.backend import opcodes as _opcodes
 
-cdef enum:
-    CALL1 = 1
-    CALL2 = 2
-    CALL3 = 3
-    CALLN = 4
-    CALLM = 5
-    FREE = 6
-    RET = 7
-    MOVE = 8
-    SETI = 9
-    FORI = 10
-    NEXT = 11
-    NEWLIST = 12
-    APPEND = 13
-    JUMPIF = 14
-    JUMPIFNOT = 15
-
-assert (CALL1, CALL2, CALL3, CALLN, CALLM, FREE, RET, MOVE, SETI, FORI,
-        NEXT, NEWLIST, APPEND, JUMPIF, JUMPIFNOT) == (
-    _opcodes.CALL1, _opcodes.CALL2, _opcodes.CALL3, _opcodes.CALLN,
-    _opcodes.CALLM, _opcodes.FREE, _opcodes.RET, _opcodes.MOVE,
-    _opcodes.SETI, _opcodes.FORI, _opcodes.NEXT, _opcodes.NEWLIST,
-    _opcodes.APPEND, _opcodes.JUMPIF, _opcodes.JUMPIFNOT)
+# The opcodes (``cdef enum``), written from ``opcodes.py`` by setup.py.
+include "_opcodes.pxi"
 
 
 class VMFault(Exception):

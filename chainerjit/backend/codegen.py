@@ -27,6 +27,7 @@ from chainerjit.backend import arena
 from chainerjit.backend import opcodes
 from chainerjit.backend import program as program_module
 from chainerjit.ir import regions
+from chainerjit.ops import structural
 
 
 def compile_graph(graph, replay=None):
@@ -111,7 +112,7 @@ class _Emitter(object):
         for node in nodes:
             if node.region is not None:
                 self.emit_loop(node)
-            elif node.op == 'Exit':
+            elif structural.is_exit(node):
                 if dict(node.attrs)['where'] == 'here':
                     self.exit_jumps[-1].append(len(self.code))
                     self.code += _jump_if(node, self.reg[node.inputs[0]])
@@ -163,45 +164,74 @@ class _Emitter(object):
         return None
 
     def emit_loop(self, node):
+        """``SETI``/``FORI``, the body inline, and ``NEXT`` jumping back;
+        the loop's jumps out land after it."""
+        self.locs[len(self.code)] = node.loc
+        carried, count, lists = self._loop_registers(node)
+        counter = self._fresh_reg()
+        self.code += [opcodes.SETI, counter, 0]
+        top = len(self.code)
+        self.code += [opcodes.FORI, counter, self.reg[node.inputs[0]], -1]
+        self._bind_body_inputs(node, counter, carried)
+        self.exit_jumps.append([])
+        self.emit_nodes(node.region.body.nodes)
+        finished = self._end_iteration(node, carried, lists, counter, top)
+        end = len(self.code)
+        self.code[top + 3] = end
+        for pc in finished + self.exit_jumps.pop():
+            self.code[pc + 2] = end
+        for r in count:
+            self.code += [opcodes.MOVE, counter, r]
+        self.code += [opcodes.FREE, counter]
+        self.free_regs.append(counter)
+
+    def _loop_registers(self, node):
+        """``(carried, count, lists)``: registers of their own for the
+        loop's carried values, its count of iterations and its scan
+        lists; the carried values the body reads set to their initial
+        values, the lists to new ones."""
         region = node.region
-        body = region.body
-        n_read = sum(region.carried_read)
-        trip, inits = node.inputs[0], node.inputs[1:1 + n_read]
-        invariants = node.inputs[1 + n_read:]
-        start = len(self.code)
-        # Carried values and scan lists get registers of their own.
         n_carried = region.n_carried
         carried = [self.new_reg(v) for v in node.outputs[:n_carried]]
         count = [self.new_reg(v) for v in
                  node.outputs[n_carried:n_carried + region.counts]]
         lists = [self.new_reg(v) for v in
                  node.outputs[n_carried + region.counts:]]
-        read_regs = [r for r, read in zip(carried, region.carried_read)
-                     if read]
-        for init, r in zip(inits, read_regs):
+        inits = node.inputs[1:1 + sum(region.carried_read)]
+        for init, r in zip(inits, _read_by_body(carried, region)):
             self.code += [opcodes.MOVE, self.reg[init], r]
         for r in lists:
             self.code += [opcodes.NEWLIST, r]
-        counter = self._fresh_reg()
-        self.code += [opcodes.SETI, counter, 0]
-        top = len(self.code)
-        self.code += [opcodes.FORI, counter, self.reg[trip], -1]
-        self.locs[start] = node.loc
-        # The body's inputs are registers already live.
-        body_inputs = body.inputs
+        return carried, count, lists
+
+    def _bind_body_inputs(self, node, counter, carried):
+        """The body's inputs get registers already live: the counter's,
+        the carried values' own, and the invariants' from outside the
+        loop."""
+        region = node.region
+        body_inputs = region.body.inputs
+        n_read = sum(region.carried_read)
         self.reg[body_inputs[0]] = counter
-        for value, r in zip(body_inputs[1:1 + n_read], read_regs):
+        for value, r in zip(body_inputs[1:1 + n_read],
+                            _read_by_body(carried, region)):
             self.reg[value] = r
-        for value, outer in zip(body_inputs[1 + n_read:], invariants):
+        for value, outer in zip(body_inputs[1 + n_read:],
+                                node.inputs[1 + n_read:]):
             self.reg[value] = self.reg[outer]
         self.pinned.update(body_inputs)
-        self.exit_jumps.append([])
-        self.emit_nodes(body.nodes)
+
+    def _end_iteration(self, node, carried, lists, counter, top):
+        """The end of the body: its scan values collected, its carried
+        values moved for the next iteration, then ``NEXT``; the positions
+        of the jumps still to patch to the loop's end (those of the exits
+        at the end of the body), returned."""
+        body = node.region.body
+        n_carried = node.region.n_carried
         # Collect first: a scan value may be a carried value's input.
-        for value, r in zip(body.outputs[region.n_carried:], lists):
+        for value, r in zip(body.outputs[n_carried:], lists):
             self.code += [opcodes.APPEND, r, self.reg[value]]
-        nexts = body.outputs[:region.n_carried]
-        self._parallel_move([self.reg[v] for v in nexts], carried)
+        self._parallel_move([self.reg[v] for v in body.outputs[:n_carried]],
+                            carried)
         at_end = _exits(body, 'end')
         finished = []
         for exit_node in at_end:  # leave after this iteration
@@ -215,16 +245,7 @@ class _Emitter(object):
                 self.code[pc + 2] = len(self.code)
             finished = [len(self.code)]
             self.code += [opcodes.NEXT, counter, -1]
-        end = len(self.code)
-        self.code[top + 3] = end
-        for pc in finished:
-            self.code[pc + 2] = end
-        for pc in self.exit_jumps.pop():
-            self.code[pc + 2] = end
-        for r in count:
-            self.code += [opcodes.MOVE, counter, r]
-        self.code += [opcodes.FREE, counter]
-        self.free_regs.append(counter)
+        return finished
 
     def _fresh_reg(self):
         if self.free_regs:
@@ -249,8 +270,13 @@ class _Emitter(object):
             self.code += [opcodes.MOVE, s, t]
 
 
+def _read_by_body(carried, region):
+    """Those of the ``carried`` registers whose values the body reads."""
+    return [r for r, read in zip(carried, region.carried_read) if read]
+
+
 def _exits(body, where):
-    return [n for n in body.nodes if n.op == 'Exit'
+    return [n for n in body.nodes if structural.is_exit(n)
             and dict(n.attrs)['where'] == where]
 
 

@@ -1,5 +1,9 @@
 """The VM's opcodes: one table read by codegen, the VM and ``dis``.
 
+The VM's C enum of them, ``_opcodes.pxi``, is written from this file by
+``setup.py``: after a change here, rebuild the extensions. This file
+imports nothing, so that ``setup.py`` can run it by its path.
+
 Each instruction is a run of ints in ``Program.code``: the opcode, then its
 arguments. Argument kinds: ``k`` a kernel index, ``r`` a register, ``n`` a
 count followed by that many registers.

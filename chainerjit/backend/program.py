@@ -19,9 +19,9 @@ import weakref
 
 import numpy
 
-from chainerjit.backend import _vm
 from chainerjit import errors
 from chainerjit import ir
+from chainerjit.backend import _vm
 from chainerjit.backend import opcodes
 
 

@@ -17,7 +17,7 @@ group           what it replaces            off with
 ==============  ==========================  ============================
 
 The recorder's patches, in force only while a forward is recorded, are
-the second table: ``frontend.trace.RECORDING_PATCHES``.
+the second table: ``frontend.recording_patches.RECORDING_PATCHES``.
 """
 
 import collections

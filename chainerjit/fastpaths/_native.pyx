@@ -284,7 +284,7 @@ cdef void _load_rules():
         _Hyperparameter
     from chainer import optimizer
     from chainer.optimizers import momentum_sgd, sgd
-    from chainerjit.ops import _elementwise as loops
+    from chainerjit.ops import _loops_elementwise as loops
     _UpdateRule = optimizer.UpdateRule
     _Hyperparameter = optimizer.Hyperparameter
     _SGDRule = sgd.SGDRule
@@ -335,9 +335,9 @@ cpdef bint plain_rule(object rule, object param):
 
 cpdef bint update_in_one_pass(object rule, object param):
     """SGD's and momentum SGD's ``update_core_cpu`` as one loop over the
-    arrays (``_elementwise``: the same roundings, no temporaries). False
-    where the rule's own code must run (other rules, subclasses, arrays
-    the loop does not take)."""
+    arrays (``_loops_elementwise``: the same roundings, no temporaries).
+    False where the rule's own code must run (other rules, subclasses,
+    arrays the loop does not take)."""
     if _UpdateRule is None:
         _load_rules()
     cls = type(rule)

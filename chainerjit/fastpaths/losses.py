@@ -19,10 +19,10 @@ of a 2-D input without class weights (the usual classifier's), the
 forward then runs the lowering's C loops (``ops/loss.py``: the
 log-softmax and the picked log-probabilities' sum in NumPy's order, with
 NumPy's own ``exp`` and ``log``), and the backward the gradient's C loop
-(``_elementwise.softmax_ce_grad``), where no function hook or double
+(``_loops_softmax.softmax_ce_grad``), where no function hook or double
 backprop would see the grad node. Both are Chainer's arithmetic bit for
-bit (``tests/test_losses.py``) and keep on the node what Chainer's
-forward keeps; anything else takes Chainer's own code. The loss
+bit (``tests/fastpaths_tests/test_losses.py``) and keep on the node what
+Chainer's forward keeps; anything else takes Chainer's own code. The loss
 Variable's creator is Chainer's ``SoftmaxCrossEntropy`` node either way.
 
 ``Accuracy`` (which ``L.Classifier`` computes on every call) gets the
@@ -41,31 +41,28 @@ It is installed with the other fast paths
 import functools
 
 import chainer
-from chainer.functions.evaluation import accuracy
 from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import softmax_cross_entropy
 import numpy
 
-from chainerjit.ops import _elementwise
-from chainerjit.runtime import _calls
 from chainerjit import ops
+from chainerjit.ops import _loops_softmax
 from chainerjit.ops import activation as activation_ops
 from chainerjit.ops import loss as loss_ops
+from chainerjit.runtime import _calls
 
 _SoftmaxCrossEntropy = softmax_cross_entropy.SoftmaxCrossEntropy
 _chainer_forward_cpu = _SoftmaxCrossEntropy.forward_cpu
 _chainer_backward = _SoftmaxCrossEntropy.backward
 _MeanSquaredError = mean_squared_error.MeanSquaredError
 _chainer_mse_backward = _MeanSquaredError.backward
-#: The nodes :func:`apply` links lean on a jitted output.
-_LEAN_CLASSES = (_SoftmaxCrossEntropy, _MeanSquaredError, accuracy.Accuracy)
 
 
 def apply(self, inputs):
     """``FunctionNode.apply``, lean (``_calls.lean_apply``) where an
     input is the output of a jitted forward, outside a recording.
     Otherwise the ``apply`` ``FunctionNode`` has now, which a recording
-    wraps (``trace``)."""
+    wraps (``frontend.recording_patches``)."""
     if _calls.takes_jitted_output(inputs):
         self._chainerjit_lean = True
         return _calls.lean_apply(self, inputs)
@@ -102,7 +99,7 @@ def backward(self, indexes, grad_outputs):
         gloss, = grad_outputs
         x, t = self.inputs  # their nodes, which hold the retained arrays
         gx = self.y.copy()
-        if t.data is not None and _elementwise.softmax_ce_grad(
+        if t.data is not None and _loops_softmax.softmax_ce_grad(
                 gx, t.data, self.ignore_label,
                 float(gloss.array * self._coeff)):
             # x's shape and dtype by construction: backprop need not

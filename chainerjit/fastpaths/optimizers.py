@@ -11,7 +11,8 @@ each rule's own ``update_core_cpu`` directly when every one of them is a
 no-op, and take Chainer's own path otherwise. Parameters therefore change
 exactly as in eager Chainer (bit for bit: the arithmetic is the rule's own
 code, or for SGD and momentum SGD the same arithmetic in one loop with
-the same roundings, ``_elementwise``); only the bookkeeping is skipped.
+the same roundings, ``_loops_elementwise``); only the bookkeeping is
+skipped.
 
 It is installed with the other fast paths
 (``chainerjit.fastpaths``) and applies only to

@@ -29,18 +29,16 @@ left unrolled; the first iteration alone may differ (state that starts as
 
 import collections
 
-import chainer
-from chainer import utils
 import numpy
 
-from chainerjit import errors
 from chainerjit import ir
-from chainerjit import ops
 from chainerjit.frontend import control
+from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
 from chainerjit.ir import regions
 from chainerjit.ir.fingerprints import Fingerprints
 from chainerjit.ir.fingerprints import index_of
+from chainerjit.ops import structural
 
 
 class Unrolled(collections.namedtuple('Unrolled', 'loc reason varies')):
@@ -318,12 +316,30 @@ def _counter_indexes(templates):
 
 def _build(plan, run, graph, recording):
     """The Loop node of a plan, with its body."""
-    first, last = plan.iterations[0], plan.iterations[-1]
-    n = len(plan.iterations)
-    body = ir.Graph('loop')
-    counter = ir.Value('input', (), numpy.int64, 'i')
-    carried = collections.OrderedDict()  # (p, q) -> [init or None, in]
-    invariants = collections.OrderedDict()  # outer value -> body input
+    carried, invariants = _carried_and_invariants(plan)
+    rolled = set(node for chunk in plan.iterations + [plan.partial]
+                 for node in chunk)
+    scans = _used_after(plan, graph, rolled, carried)
+    _check_breaks(plan, carried, scans)
+    body = _body(plan, carried, invariants, recording)
+    body.outputs = [plan.iterations[0][p].outputs[q] for p, q in carried] + [
+        plan.iterations[0][p].outputs[q] for p, q, _ in scans]
+    loop = _loop_node(plan, run, graph, body, carried, invariants, scans)
+    _skip_when_the_first_leaves(plan, run, loop, recording.templates)
+    lists = loop.outputs[len(loop.outputs) - len(scans):]
+    plan.unpacks = [_list_after_loop(graph, lst, scan, carried, rolled)
+                    for lst, scan in zip(lists, scans)]
+    _note_replays(plan, recording)
+    return loop
+
+
+def _carried_and_invariants(plan):
+    """``(carried, invariants)``: ``{(p, q): [init or None, body input]}``
+    for the values an iteration passes to the next, and ``{outer value:
+    body input}`` for those defined before the loop."""
+    first = plan.iterations[0]
+    carried = collections.OrderedDict()
+    invariants = collections.OrderedDict()
     for (p, q), source in sorted(plan.sources.items()):
         if source[0] == 'carried':
             _, init, dp, dq = source
@@ -337,36 +353,43 @@ def _build(plan, run, graph, recording):
             v = source[1]
             if v not in invariants:
                 invariants[v] = ir.Value('input', v.shape, v.dtype, v.name)
-    # What is used after the loop: last values and per-iteration lists.
-    rolled = set(n_ for chunk in plan.iterations + [plan.partial]
-                 for n_ in chunk)
+    return carried, invariants
+
+
+def _used_after(plan, graph, rolled, carried):
+    """What is used after the loop: the per-iteration lists (``(p, q,
+    values)`` of the scans, returned), and the last values (added to
+    ``carried`` without a body input)."""
     used_after = uses_outside(graph, rolled)
     if any(v in used_after for node in plan.partial for v in node.outputs):
         raise _Unrollable('a value of the iteration that left is used')
     scans = []
-    for p, node in enumerate(first):
+    for p, node in enumerate(plan.iterations[0]):
         for q in range(len(node.outputs)):
             values = [chunk[p].outputs[q] for chunk in plan.iterations]
             if any(v in used_after for v in values[:-1]):
                 scans.append((p, q, values))
             elif values[-1] in used_after and (p, q) not in carried:
                 carried[p, q] = [None, None]
-    mid_exits = [p for p in plan.exits if p < len(first) - 1]
+    return scans
+
+
+def _check_breaks(plan, carried, scans):
+    mid_exits = [p for p in plan.exits if p < len(plan.iterations[0]) - 1]
     if mid_exits and any(p <= max(mid_exits) for p, _ in carried) or any(
             p <= max(mid_exits) for p, _, _ in scans if mid_exits):
         raise _Unrollable('a value made before a break in the middle of '
                           'the body is used after the loop')
-    # The body is the first rolled iteration, its inputs remapped.
+
+
+def _body(plan, carried, invariants, recording):
+    """The body: the first rolled iteration, its inputs remapped."""
+    first = plan.iterations[0]
+    body = ir.Graph('loop')
+    counter = ir.Value('input', (), numpy.int64, 'i')
     for p, node in enumerate(first):
-        inputs = []
-        for q, value in enumerate(node.inputs):
-            source = plan.sources[p, q]
-            if source[0] == 'carried':
-                inputs.append(carried[source[2], source[3]][1])
-            elif source[0] == 'invariant':
-                inputs.append(invariants[source[1]])
-            else:
-                inputs.append(first[source[1]].outputs[source[2]])
+        inputs = [_body_input(plan.sources[p, q], carried, invariants, first)
+                  for q in range(len(node.inputs))]
         if p in plan.counters:
             node = index_at(node, inputs[0], counter, plan.counters[p],
                             index_of(recording.templates[node]))
@@ -377,36 +400,50 @@ def _build(plan, run, graph, recording):
         body.add_node(node)
     body.inputs = [counter] + [e[1] for e in carried.values()
                                if e[1] is not None] + list(invariants.values())
-    body.outputs = [first[p].outputs[q] for p, q in carried] + [
-        first[p].outputs[q] for p, q, _ in scans]
+    return body
+
+
+def _body_input(source, carried, invariants, first):
+    if source[0] == 'carried':
+        return carried[source[2], source[3]][1]
+    if source[0] == 'invariant':
+        return invariants[source[1]]
+    return first[source[1]].outputs[source[2]]
+
+
+def _loop_node(plan, run, graph, body, carried, invariants, scans):
     region = regions.Region(body, [e[1] is not None for e in carried.values()],
                             len(scans), run.site.kind, run.loc)
     region.counts = bool(plan.exits)
-    if plan.exits:  # it may run until the iterable ends
-        n = run.bound - plan.peel
+    # With exits, it may run until the iterable ends.
+    n = run.bound - plan.peel if plan.exits else len(plan.iterations)
     trip = graph.add_value('const', (), numpy.int64, data=numpy.int64(n))
     lists = [ir.Value('temp', (), numpy.dtype(object)) for _ in scans]
     inits = [e[0] for e in carried.values() if e[1] is not None]
     count = [ir.Value('temp', (), numpy.int64)] if plan.exits else []
+    last = plan.iterations[-1]
     loop = ir.Node(
-        'Loop', ops.Kernel(None), [trip] + inits + list(invariants),
+        'Loop', structural.loop(), [trip] + inits + list(invariants),
         [last[p].outputs[q] for p, q in carried] + count + lists,
         attrs=(('trip', n),), loc=run.loc,
         pure=all(node.pure for node in body.nodes))
     loop.region = region
-    _skip_when_the_first_leaves(plan, run, loop, recording.templates)
-    plan.unpacks = []
-    for lst, (p, q, values) in zip(lists, scans):
-        # The body now defines the first iteration's value, and the loop
-        # the last one of a carried value: the list gives fresh ones.
-        fresh = [_like(values[0])] + values[1:-1] + [
-            _like(values[-1]) if (p, q) in carried else values[-1]]
-        _rename_uses(graph, values[0], fresh[0], rolled)
-        plan.unpacks.append(_unpack(lst, fresh))
-        # Read after the loop as: its last one, the carried value's.
-        _collect(graph, lst, fresh[:-1] + values[-1:], rolled)
-    _note_replays(plan, recording)
     return loop
+
+
+def _list_after_loop(graph, lst, scan, carried, rolled):
+    """The ``Unpack`` of a per-iteration list for the reads after the
+    loop."""
+    p, q, values = scan
+    # The body now defines the first iteration's value, and the loop the
+    # last one of a carried value: the list gives fresh ones.
+    fresh = [_like(values[0])] + values[1:-1] + [
+        _like(values[-1]) if (p, q) in carried else values[-1]]
+    _rename_uses(graph, values[0], fresh[0], rolled)
+    unpack = _unpack(lst, fresh)
+    # Read after the loop as: its last one, the carried value's.
+    _collect(graph, lst, fresh[:-1] + values[-1:], rolled)
+    return unpack
 
 
 def _skip_when_the_first_leaves(plan, run, loop, templates):
@@ -423,15 +460,7 @@ def _skip_when_the_first_leaves(plan, run, loop, templates):
     leaves_on = exits[0]
     trip = loop.inputs[0]
     effective = ir.Value('temp', (), numpy.int64)
-
-    def trip_count(condition, n):
-        return numpy.int64(0) if bool(condition) == leaves_on else n
-
-    def to_onnx(b, ins, outs):
-        zero = b.int64s(0)
-        b.op('Where', [ins[0]] + ([zero, ins[1]] if leaves_on
-                                  else [ins[1], zero]), outs)
-    skip = ir.Node('SkipIf', ops.Kernel(trip_count, onnx=to_onnx),
+    skip = ir.Node('SkipIf', structural.skip_if(leaves_on),
                    [guard.inputs[0], trip], [effective],
                    (('when', leaves_on),), loc=guard.loc)
     plan.before[-1] = skip
@@ -464,59 +493,12 @@ def _collect(graph, lst, values, inside):
             continue
         # Returned as it is: nothing reads its length, so it may vary.
         if node.outputs[0] in used or node.outputs[0] not in \
-                graph.outputs or not control.returned_directly(node.loc):
+                graph.outputs or not loop_analysis.returned_directly(node.loc):
             continue
         prefix = len(node.inputs) - n
         axis = dict(node.attrs)['axis']
         node.inputs = node.inputs[:prefix] + [lst]
-        node.kernel = _list_kernel(node.op, axis, prefix)
-
-
-def _list_kernel(op, axis, prefix):
-    """Stack or concatenate ``prefix`` arrays then a list of arrays."""
-    def items(args):
-        return list(args[:prefix]) + list(args[prefix])
-
-    def run(*args):
-        found = items(args)
-        xp = chainer.backend.get_array_module(found[0])
-        if op == 'Stack':
-            return xp.stack(found, axis=axis)
-        return xp.concatenate(found, axis=axis)
-
-    def grad(xs, ys, gys, wanted):
-        gy, = gys
-        xp = chainer.backend.get_array_module(gy)
-        if op == 'Stack':
-            parts = [xp.take(gy, i, axis=axis)
-                     for i in range(gy.shape[axis])]
-        else:
-            sizes = numpy.cumsum([x.shape[axis] for x in items(xs)])[:-1]
-            parts = xp.split(gy, sizes, axis=axis)
-        return tuple(parts[:prefix]) + (list(parts[prefix:]),)
-    kept = () if op == 'Stack' else range(prefix + 1)
-    return ops.Kernel(run, {'axis': axis}, grad=ops.GradRule(grad, kept),
-                      onnx=_list_to_onnx(op, axis, prefix))
-
-
-def _list_to_onnx(op, axis, prefix):
-    """The loop's scan output is already stacked on axis 0: put the values
-    from before the loop in front (and, for ``concat``, merge axis 0 with
-    the next)."""
-    def convert(b, ins, outs):
-        from chainerjit.errors import ExportError
-        if axis != 0:
-            raise ExportError('%s of a loop\'s list on axis %d cannot be '
-                              'exported (only axis 0)' % (op, axis))
-        parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
-                 for x in ins[:prefix]] + [ins[prefix]]
-        if op == 'Stack':
-            b.op('Concat', parts, outs, axis=0)
-            return
-        stacked = b.op('Concat', parts, axis=0)[0]
-        b.op('Reshape', [stacked, b.int64s([-1] + list(
-            b.out_shapes[0][1:]))], outs)
-    return convert
+        node.kernel = structural.join(node.op, axis, prefix)
 
 
 class _Unrollable(Exception):
@@ -528,7 +510,7 @@ def _exit(guard, condition, leaves_on, at_end):
     """The guard of a loop's own test or ``break`` as an exit: the loop
     ends when ``condition`` is ``leaves_on``; ``at_end``: after finishing
     this iteration (a ``break`` that ends the body), else at once."""
-    return ir.Node('Exit', ops.Kernel(None), [condition], [],
+    return ir.Node('Exit', structural.exit_(), [condition], [],
                    (('when', leaves_on), ('where', 'end' if at_end
                                           else 'here')), loc=guard.loc)
 
@@ -543,29 +525,8 @@ def uses_outside(graph, inside):
 
 def _unpack(lst, values):
     """``Unpack(list) -> v0, v1, ...``: the per-iteration values used
-    after the loop, as the values they were recorded as (a loop that ran
-    another number of iterations fails the guard this is)."""
-    n = len(values)
-
-    def unpack(items):
-        if len(items) != n:
-            raise errors.GuardFailed(
-                'the loop ran %d iterations, not %d' % (len(items), n))
-        return tuple(items)
-
-    def to_onnx(b, ins, outs):
-        parts = b.op('Split', [ins[0], b.int64s([1] * n)],
-                     [b.fresh('part') for _ in range(n)], axis=0)
-        for part, out in zip(parts, outs):
-            b.op('Squeeze', [part, b.int64s([0])], [out])
-    return ir.Node('Unpack', ops.Kernel(unpack, multi=True,
-                                        grad=ops.GradRule(_unpack_grad),
-                                        onnx=to_onnx),
-                   [lst], values)
-
-
-def _unpack_grad(xs, ys, gys, wanted):
-    return list(gys),
+    after the loop, as the values they were recorded as."""
+    return ir.Node('Unpack', structural.unpack(len(values)), [lst], values)
 
 
 def index_at(node, x, counter, counters, slices):
@@ -573,98 +534,15 @@ def index_at(node, x, counter, counters, slices):
     index follows the loop counter, as a node reading the counter; with
     no ``counters``, a constant index whose kernel and gradient do not
     depend on ``x``'s recorded shape."""
-    slices = list(slices)
-
-    def index(i):
-        found = list(slices)
-        for position, start, step in counters:
-            found[position] = start + step * i
-        return tuple(found)
-
-    def run(x, i=None):
-        return utils.force_array(x[index(i)])
-
-    def grad(xs, ys, gys, wanted):
-        x = xs[0]
-        gy, = gys
-        xp = chainer.backend.get_array_module(gy)
-        gx = xp.zeros(x.shape, gy.dtype)
-        gx[index(xs[1] if counters else None)] = gy
-        return (gx, None)[:len(xs)]
-
-    def scatter(total, x, *i_gy):
-        # A loop's running sum of x's gradient, one step added in place.
-        gy = i_gy[-1]
-        if gy is None:
-            return total
-        if total is None:
-            xp = chainer.backend.get_array_module(gy)
-            total = xp.zeros(x.shape, gy.dtype)
-        total[index(i_gy[0] if counters else None)] += gy
-        return total
-    grad.scatter = scatter
-
-    starts = dict((c[0], c[1:]) for c in counters)
-    pattern = '[%s]' % ', '.join(
-        _format_counter(*starts[j]) if j in starts else _format_index(s)
-        for j, s in enumerate(slices))
+    pattern = structural.index_pattern(slices, counters)
     # NumPy indexing stops gradients, as in eager mode: keep its label.
     op = node.op if node.op.startswith('ndarray.') else 'IndexAt'
     inputs = [x, counter] if counters else [x]
-    indexed = ir.Node(op, ops.Kernel(run, grad=ops.GradRule(
-        grad, range(len(inputs))), onnx=_index_to_onnx(slices, counters)),
-        inputs, node.outputs, (('index', pattern),), loc=node.loc)
+    indexed = ir.Node(op, structural.index(slices, counters), inputs,
+                      node.outputs, (('index', pattern),), loc=node.loc)
+    starts = set(c[0] for c in counters)
     indexed.index = (tuple(slices), tuple(sorted(starts)))
     return indexed
-
-
-def _index_to_onnx(slices, counters):
-    """``x[..., i, ...]`` as ONNX ``Gather`` nodes: one per integer index
-    (the counter's computed from the Loop's iteration number)."""
-    starts = dict((c[0], c[1:]) for c in counters)
-
-    def convert(b, ins, outs):
-        from chainerjit.errors import ExportError
-        x, axis = ins[0], 0
-        gathers = [j for j, s in enumerate(slices) if type(s) is int]
-        for j, item in enumerate(slices):
-            if type(item) is int:
-                if j in starts:
-                    start, step = starts[j]
-                    index = b.op('Add', [b.int64s(start), b.op(
-                        'Mul', [ins[1], b.int64s(step)])[0]])[0]
-                else:
-                    index = b.int64s(item)
-                last = j == gathers[-1]
-                x = b.op('Gather', [x, index],
-                         outs if last else None, axis=axis)[0]
-            elif item == slice(None):
-                axis += 1
-            else:
-                raise ExportError('indexing with %r in a loop cannot be '
-                                  'exported' % (item,))
-        if not gathers:
-            b.op('Identity', [x], outs)
-    return convert
-
-
-def _format_counter(start, step):
-    sign = '' if step == 1 else '-'
-    return '%si' % sign if start == 0 else '%d%s%si' % (
-        start, '+' if step == 1 else '', sign)
-
-
-def _format_index(s):
-    if isinstance(s, slice):
-        return ':' if s == slice(None) else '%s:%s%s' % (
-            '' if s.start is None else s.start,
-            '' if s.stop is None else s.stop,
-            '' if s.step is None else ':%s' % s.step)
-    if s is Ellipsis:
-        return '...'
-    if s is None:
-        return 'None'
-    return str(s)
 
 
 def _note_replays(plan, recording):
@@ -698,7 +576,7 @@ def _leaf_nodes(node):
 
 def python_unaware(run, values, rows=frozenset()):
     """Whether the loop's Python cannot tell how many iterations ran: the
-    source rules of ``control.symbolic_loop_problem``, the counter
+    source rules of ``loop_analysis.symbolic_loop_problem``, the counter
     indexing only arrays, and Python state unchanged between iterations.
     Only such a loop may run another number of iterations than recorded
     (a symbolic trip count, an exit)."""
@@ -707,12 +585,12 @@ def python_unaware(run, values, rows=frozenset()):
     if run.code is None:
         return False
     comprehension = run.site.kind == 'comp'
-    problem = control.comprehension_problem if comprehension else \
-        control.symbolic_loop_problem
+    problem = loop_analysis.comprehension_problem if comprehension else \
+        loop_analysis.symbolic_loop_problem
     if problem(run.code, run.site.header, kinds) is not None:
         return False
-    indexed = set() if comprehension else control.counter_indexed_names(
-        run.code, run.site.header)
+    indexed = set() if comprehension else \
+        loop_analysis.counter_indexed_names(run.code, run.site.header)
     if indexed is None or not all(
             _indexable(run.snapshots[0].get(name, ('missing',)), values,
                        rows) for name in indexed):
@@ -739,7 +617,7 @@ def _python_state_unchanged(run, values):
     results. Otherwise the recording saw Python state that a run of
     another length would change."""
     first = run.snapshots[0]
-    growing = control.appended_lists(run.code, run.site.header)
+    growing = loop_analysis.appended_lists(run.code, run.site.header)
     for snapshot in run.snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and not _unchanged(

@@ -17,8 +17,8 @@ import inspect
 
 import chainer
 
-from chainerjit.frontend import _keys
 from chainerjit import ir
+from chainerjit.frontend import _keys
 
 
 # The hot path lives in Cython; see _keys.pyx.

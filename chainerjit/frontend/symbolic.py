@@ -11,9 +11,10 @@ import collections
 
 import numpy
 
-from chainerjit.frontend import control
 from chainerjit.frontend import rolling
+from chainerjit.frontend import trip_counts
 from chainerjit.ir.fingerprints import index_of
+from chainerjit.ops import structural
 
 
 class Symbolic(collections.namedtuple(
@@ -21,7 +22,7 @@ class Symbolic(collections.namedtuple(
     """How an entry's trip counts follow from a call's key.
 
     ``kind`` and ``where`` say where the length ``T`` is read (see
-    ``control.TripSource``); each loop's trip count is ``T - delta`` for
+    ``trip_counts.TripSource``); each loop's trip count is ``T - delta`` for
     one of ``deltas``; ``wildcards`` is ``((leaf index, axes), ...)``, the
     array dimensions that equal ``T`` or are only indexed by the counter
     and so are left out of the key; ``minimum`` is the smallest ``T`` the
@@ -109,14 +110,54 @@ def symbolize(graph, rolled, input_names, length_names, recording):
 
     Sound means: the loop ran its whole iterable; the length comes from an
     argument that the source uses only as a length and an index
-    (``control.length_only_names``); and in the graph that argument is
+    (``trip_counts.length_only_names``); and in the graph that argument is
     read only by the loops' counter indexing (``IndexAt``) and by a few
     constant indexes. The program then does the same for every length.
 
     Returns:
         Symbolic or None: how to read the trip counts from a key.
     """
-    templates = recording.templates
+    loops = _same_length_loops(graph, rolled, input_names, length_names,
+                               recording)
+    if loops is None:
+        return None
+    source = rolled[loops[0]].trip
+    length, wildcards = _length_and_wildcards(graph, loops, rolled, source)
+    deltas = []
+    minimum = 1
+    for loop in loops:
+        if _iterations(loop, rolled) != length - source.offset:
+            return None
+        delta = length - dict(loop.attrs)['trip']
+        deltas.append(delta)
+        minimum = max(minimum, delta + (0 if _may_run_empty(loop) else 1))
+    found = _counter_reads(graph, loops, input_names, length_names,
+                           wildcards, recording.templates)
+    if found is None:
+        return None
+    outer_reads, wildcards = found
+    minimum = max([minimum] + [need for _, need in outer_reads])
+    if any(graph.inputs[leaf] in graph.outputs for leaf in wildcards):
+        return None
+    # Sound: rewrite the graph.
+    for node, _ in outer_reads:
+        _make_shape_free(node, recording.templates)
+    symbols = _symbolic_trips(graph, loops, deltas)
+    for leaf, axes in wildcards.items():
+        graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
+    # The trip counts in the order of the program's symbol inputs.
+    return Symbolic(source.kind, source.where, tuple(symbols),
+                    tuple((leaf, tuple(sorted(axes)))
+                          for leaf, axes in sorted(wildcards.items())),
+                    minimum)
+
+
+def _same_length_loops(graph, rolled, input_names, length_names,
+                       recording):
+    """The rolled loops over the first symbolic loop's length, or
+    ``None`` where none is, or where their trip counts cannot vary: a
+    loop over that length stayed unrolled, the loops' Python sees the
+    count, or values of a fixed count of iterations are read after."""
     loops = [n for n in graph.nodes if n in rolled and _symbolic_run(
         rolled[n], input_names, length_names)]
     if not loops:
@@ -132,43 +173,36 @@ def symbolize(graph, rolled, input_names, length_names, recording):
     lists = set(v for loop in loops for v in loop.outputs
                 if v.dtype == object)
     used = rolling.uses_outside(graph, ())
-    if any(n.op == 'Unpack' and n.inputs[0] in lists and
-           any(v in used for v in n.outputs) for n in graph.nodes):
-        return None  # values of a fixed count of iterations are read
+    unpacks = [n for n in graph.nodes
+               if structural.kind(n) == structural.UNPACK]
+    if any(n.inputs[0] in lists and any(v in used for v in n.outputs)
+           for n in unpacks):
+        return None
+    return loops
+
+
+def _length_and_wildcards(graph, loops, rolled, source):
+    """The recorded length, and ``{leaf: {axis}}`` of the argument
+    dimension it is read from."""
     if source.kind == 'dim':
         leaf, axis = source.where
-        length = graph.inputs[leaf].shape[axis]
-        wildcards = {leaf: set([axis])}
-    else:
-        length = _iterations(loops[0], rolled) + source.offset
-        wildcards = {}
-    deltas = []
-    minimum = 1
-    for loop in loops:
-        if _iterations(loop, rolled) != length - source.offset:
-            return None
-        delta = length - dict(loop.attrs)['trip']
-        deltas.append(delta)
-        # No iteration is fine when the outputs are then the initial
-        # values, made by the program (an argument would come back as a
-        # new Variable, not as itself).
-        runs_empty = all(loop.region.carried_read) and \
-            not loop.region.n_scans and all(
-                v.kind == 'temp' for v in loop.inputs[1:1 + sum(
-                    loop.region.carried_read)])
-        minimum = max(minimum, delta + (0 if runs_empty else 1))
-    found = _counter_reads(graph, loops, input_names, length_names,
-                           wildcards, templates)
-    if found is None:
-        return None
-    outer_reads, wildcards = found
-    for node, need in outer_reads:
-        minimum = max(minimum, need)
-    if any(graph.inputs[leaf] in graph.outputs for leaf in wildcards):
-        return None
-    # Sound: rewrite the graph.
-    for node, _ in outer_reads:
-        _make_shape_free(node, templates)
+        return graph.inputs[leaf].shape[axis], {leaf: set([axis])}
+    return _iterations(loops[0], rolled) + source.offset, {}
+
+
+def _may_run_empty(loop):
+    """No iteration is fine when the outputs are then the initial values,
+    made by the program (an argument would come back as a new Variable,
+    not as itself)."""
+    region = loop.region
+    n_read = sum(region.carried_read)
+    return all(region.carried_read) and not region.n_scans and all(
+        v.kind == 'temp' for v in loop.inputs[1:1 + n_read])
+
+
+def _symbolic_trips(graph, loops, deltas):
+    """Gives each loop its trip count as a symbol input of the program,
+    ``T - delta``; returns ``{delta: symbol}`` in order."""
     symbols = {}
     for loop, delta in zip(loops, deltas):
         if delta not in symbols:
@@ -178,13 +212,7 @@ def symbolize(graph, rolled, input_names, length_names, recording):
         holder.inputs[holder.inputs.index(_recorded_trip(loop))] = \
             symbols[delta]
         loop.attrs = (('trip', symbols[delta].name),)
-    for leaf, axes in wildcards.items():
-        graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
-    # The trip counts in the order of the program's symbol inputs.
-    return Symbolic(source.kind, source.where, tuple(symbols),
-                    tuple((leaf, tuple(sorted(axes)))
-                          for leaf, axes in sorted(wildcards.items())),
-                    minimum)
+    return symbols
 
 
 def _recorded_trip(loop):
@@ -296,7 +324,7 @@ def _constant_read(node, axes, templates):
     need = 1
     for axis in axes:
         if axis >= len(index) or type(index[axis]) is not int or \
-                index[axis] not in control.CONSTANT_INDEXES:
+                index[axis] not in trip_counts.CONSTANT_INDEXES:
             return None
         k = index[axis]
         need = max(need, k + 1 if k >= 0 else -k)

@@ -202,14 +202,31 @@ class Graph(object):
         return '\n'.join(lines)
 
     def verify(self):
-        """Checks that every value is defined once, before it is used.
+        """Checks the graph against the specification above.
+
+        * Definitions: every value is defined once, before it is used; a
+          loop body reads only its own inputs and the constants.
+        * Types: every value has a ``kind`` of those listed above, a
+          ``shape`` that is a tuple of non-negative ints, ``symbols``
+          (``None`` or ``{axis: name}`` for axes of that shape) and a
+          ``numpy.dtype``.
+        * Region arity: a node with a region (a ``Loop``) takes the trip
+          count, the initial values of the carried values its body reads,
+          then the invariants, one per body input after the counter and
+          those carried values; it returns the carried values, the count
+          of iterations run if the region ``counts``, then the scan
+          lists; its body returns the carried values' next values, then
+          the scan values. The trip count and the counter are integer
+          scalars.
 
         Raises:
-            AssertionError: naming the first offending node, with the
-                whole graph printed.
+            AssertionError: naming the first offending node (or value),
+                with the whole graph printed.
         """
-        defined = set(self.inputs + self.params + self.symbols +
-                      self.all_consts())
+        entry = self.inputs + self.params + self.symbols + self.all_consts()
+        for value in entry:
+            self._verify_type(value, _entry_role(self, value))
+        defined = set(entry)
         self._verify_nodes(self.nodes, defined, set())
         for value in self.outputs:
             if value not in defined:
@@ -219,23 +236,120 @@ class Graph(object):
         for node in nodes:
             for value in node.inputs:
                 if value not in defined:
-                    self._fail('%s uses an undefined value' % node.label)
+                    self._fail('%s uses an undefined value' % _where(node))
             if node.region is not None:
+                self._verify_region(node)
                 body = node.region.body
+                for value in body.inputs:
+                    self._verify_type(value, 'an input of the body of %s'
+                                      % _where(node))
                 inner = set(body.inputs) | set(self.all_consts())
                 self._verify_nodes(body.nodes, inner, everywhere)
                 for value in body.outputs:
                     if value not in inner:
-                        self._fail('a loop body returns an undefined value')
+                        self._fail('the body of %s returns an undefined '
+                                   'value' % _where(node))
             for value in node.outputs:
                 if value in everywhere:
-                    self._fail('%s redefines a value' % node.label)
+                    self._fail('%s redefines a value' % _where(node))
+                self._verify_type(value, 'an output of %s' % _where(node))
                 defined.add(value)
                 everywhere.add(value)
 
+    def _verify_type(self, value, role):
+        """A value's kind, shape, symbolic axes and dtype."""
+        if not isinstance(value, Value):
+            self._fail('%s is %r, not a Value' % (role, value))
+        if value.kind not in _KINDS:
+            self._fail('%s has kind %r, not one of %s' % (
+                role, value.kind, ', '.join(_KINDS)))
+        shape = value.shape
+        if not isinstance(shape, tuple) or not all(
+                isinstance(d, (int, numpy.integer)) and
+                not isinstance(d, bool) and d >= 0 for d in shape):
+            self._fail('%s has shape %r, not a tuple of non-negative ints'
+                       % (role, shape))
+        if value.symbols is not None and not (
+                isinstance(value.symbols, dict) and all(
+                    isinstance(axis, int) and 0 <= axis < len(shape) and
+                    isinstance(name, str)
+                    for axis, name in value.symbols.items())):
+            self._fail('%s has symbolic axes %r, not {axis: name} for '
+                       'axes of its shape %r' % (role, value.symbols, shape))
+        if not isinstance(value.dtype, numpy.dtype):
+            self._fail('%s has dtype %r, not a numpy.dtype'
+                       % (role, value.dtype))
+
+    def _verify_region(self, node):
+        """A Loop node's inputs and outputs against its region's layout
+        (``regions.Region``)."""
+        region = node.region
+        body = region.body
+        n_read = sum(1 for read in region.carried_read if read)
+        n_invariants = len(body.inputs) - 1 - n_read
+        if n_invariants < 0:
+            self._fail(
+                '%s: its body takes %d inputs, fewer than the counter and '
+                'the %d carried values it reads' % (
+                    _where(node), len(body.inputs), n_read))
+        if len(node.inputs) != len(body.inputs):
+            self._fail(
+                '%s takes %d inputs, but its region needs %d: the trip '
+                'count, %d carried initial values and %d invariants (one '
+                'per body input)' % (
+                    _where(node), len(node.inputs), len(body.inputs),
+                    n_read, n_invariants))
+        n_carried, counts = region.n_carried, int(bool(region.counts))
+        expected = n_carried + counts + region.n_scans
+        if len(node.outputs) != expected:
+            self._fail(
+                '%s returns %d values, but its region returns %d: %d '
+                'carried values, %d counts of iterations and %d scan '
+                'lists' % (_where(node), len(node.outputs), expected,
+                           n_carried, counts, region.n_scans))
+        if len(body.outputs) != n_carried + region.n_scans:
+            self._fail(
+                'the body of %s returns %d values, but its region needs '
+                '%d: %d next carried values and %d scan values' % (
+                    _where(node), len(body.outputs),
+                    n_carried + region.n_scans, n_carried, region.n_scans))
+        for value, what in ((node.inputs[0], 'trip count'),
+                            (body.inputs[0], 'counter')):
+            if not isinstance(value, Value) or value.shape != () or \
+                    not isinstance(value.dtype, numpy.dtype) or \
+                    value.dtype.kind not in 'iu':
+                self._fail('%s: its %s is %r, not an integer scalar'
+                           % (_where(node), what, value))
+
     def _fail(self, message):
+        try:
+            text = str(self)
+        except Exception as e:  # a value too broken to print
+            text = '(the graph cannot be printed: %s: %s)' % (
+                type(e).__name__, e)
         raise AssertionError('IR verification failed: %s\n%s'
-                             % (message, self))
+                             % (message, text))
+
+
+_KINDS = ('input', 'param', 'sym', 'const', 'temp')
+
+
+def _entry_role(graph, value):
+    """How a value live on entry is named in a verification error."""
+    if value in graph.inputs:
+        return 'input %s' % value.name
+    if value in graph.params:
+        return 'parameter %s' % value.name
+    if value in graph.symbols:
+        return 'symbol %s' % value.name
+    return 'a constant'
+
+
+def _where(node):
+    """A node as a verification error names it: its label and line."""
+    if node.loc:
+        return '%s (%s)' % (node.label, format_loc(node.loc))
+    return node.label
 
 
 def _print_nodes(nodes, names, indent, lines):

@@ -32,7 +32,7 @@ from chainerjit.ir.fingerprints import state_holder
 
 class Kernel(collections.namedtuple('Kernel',
                                     'fn attrs multi grad onnx fresh inplace '
-                                    'into')):
+                                    'into structural')):
     """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
     when ``multi`` is true. ``attrs`` is a dict shown in printed IR;
     ``grad`` is the op's :class:`GradRule` (``None``: not differentiable
@@ -49,16 +49,21 @@ class Kernel(collections.namedtuple('Kernel',
     For the arena (see ``chainerjit.backend.arena``): ``into(out, *arrays)``
     computes the same values, bit for bit, into ``out`` (a C-contiguous
     array of the recorded output's shape and dtype) and returns it; only
-    for kernels that are ``fresh`` and not ``multi``."""
+    for kernels that are ``fresh`` and not ``multi``.
+
+    ``structural`` names the kind of a kernel the compiler inserts itself
+    (a loop, its exit, a guard, ...: see :mod:`chainerjit.ops.structural`),
+    ``None`` for the lowering of a Chainer function; stages ask it
+    instead of testing op names."""
 
     def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None,
-                fresh=False, inplace=None, into=None):
+                fresh=False, inplace=None, into=None, structural=None):
         return super(Kernel, cls).__new__(
             cls, fn, tuple(sorted((attrs or {}).items())), multi, grad,
-            onnx, fresh, inplace, into)
+            onnx, fresh, inplace, into, structural)
 
 
-#: The dtypes that ``chainerjit.ops._elementwise``'s fused loops take.
+#: The dtypes that the C loops (``chainerjit.ops._loops_*``) take.
 LOOP_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
@@ -362,6 +367,7 @@ def _load_op_modules():
     from chainerjit.ops import activation  # NOQA
     from chainerjit.ops import array  # NOQA
     from chainerjit.ops import connection  # NOQA
+    from chainerjit.ops import linear  # NOQA
     from chainerjit.ops import evaluation  # NOQA
     from chainerjit.ops import loss  # NOQA
     from chainerjit.ops import math  # NOQA

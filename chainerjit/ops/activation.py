@@ -21,9 +21,10 @@ from chainer.functions.activation import tanh
 from chainer import utils
 import numpy
 
-from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import _loops_elementwise
+from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
@@ -45,12 +46,12 @@ def lower_relu(node, ctx):
         if type(gy) is not numpy.ndarray:  # ReLUGrad2's CUDA kernel
             return relu._relu_grad2_kernel(y, gy),  # (y > 0 ? gy : 0)
         out = numpy.empty_like(gy)  # in gy's order of axes
-        if _elementwise.relu_grad(gy, y, out):
+        if _loops_elementwise.relu_grad(gy, y, out):
             return out,
         # A C-ordered gy makes NumPy's product C-ordered too; y in another
         # layout (a convolution's transposed output) is read faster as a
         # C-ordered copy (LeNet's first layer: 58 us instead of 530).
-        if gy.flags.c_contiguous and _elementwise.relu_grad(
+        if gy.flags.c_contiguous and _loops_elementwise.relu_grad(
                 gy, numpy.ascontiguousarray(y), out):
             return out,
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
@@ -133,17 +134,17 @@ def lower_softmax(node, ctx):
 
     def maxima(x):
         """``x.max(axis, keepdims=True)``; along the last axis, for
-        contiguous float32/float64, one C loop (``_elementwise.row_max``:
+        contiguous float32/float64, one C loop (``_loops_softmax.row_max``:
         NumPy's values, 2.5x faster on attention's rows of 32)."""
         if last and type(x) is numpy.ndarray and x.ndim:
             m = numpy.empty(x.shape[:-1] + (1,), x.dtype)
-            if _elementwise.row_max(x, m):
+            if _loops_softmax.row_max(x, m):
                 return m
         return x.max(axis=axis, keepdims=True)
 
     def fn(x, out=None):
         if last:  # in C where it takes x (Chainer's values, bit for bit)
-            y = _elementwise.softmax_rows(x, out)
+            y = _loops_softmax.softmax_rows(x, out)
             if y is not None:
                 return y
         y = ctx.xp.subtract(x, maxima(x), out=out)
@@ -168,9 +169,9 @@ def lower_softmax(node, ctx):
 
 def log_softmax_rows(x):
     """Chainer's ``log_softmax._log_softmax(x)`` (along axis 1): in C,
-    bit for bit, where ``_elementwise.log_softmax`` takes ``x`` (3x
+    bit for bit, where ``_loops_softmax.log_softmax`` takes ``x`` (3x
     faster for 64 rows of 10), else Chainer's own."""
-    y = _elementwise.log_softmax(x)
+    y = _loops_softmax.log_softmax(x)
     return log_softmax._log_softmax(x) if y is None else y
 
 

@@ -259,21 +259,41 @@ def _onnx_get_item(slices, ndim):
     Ellipsis) as ``Slice``, ``Squeeze`` and ``Unsqueeze``, or for a single
     integer-array index among slices (its axes then replace the indexed
     one, as in NumPy), as ``Slice`` and ``Gather``."""
+    if not _exportable_index(slices):
+        return _unexportable_index(slices)
+    return _index_converter(*_index_steps(slices, ndim))
+
+
+def _exportable_index(slices):
+    """Whether ``_onnx_get_item`` converts the index ``slices``: no array
+    among them, or one integer array among slices and Ellipses."""
     arrays = [s for s in slices if isinstance(
         s, (list, bool, numpy.bool_) + chainer.get_array_types())]
-    if arrays and (
-            len(arrays) > 1 or getattr(arrays[0], 'dtype', numpy.asarray(
-                arrays[0]).dtype).kind == 'b'
-            or any(s is None or numpy.isscalar(s) for s in slices)):
-        def fail(b, ins, outs):
-            raise _export_error(
-                'GetItem with the index %s has no ONNX converter: only '
-                'ints, slices, None, Ellipsis, or one integer array among '
-                'slices are exported (write boolean masks as F.where, '
-                'several index arrays as one F.get_item per array, or '
-                'integers next to an array as a slice and F.squeeze).'
-                % ', '.join(_format_index(s) for s in slices))
-        return fail
+    return not arrays or not (
+        len(arrays) > 1 or getattr(arrays[0], 'dtype', numpy.asarray(
+            arrays[0]).dtype).kind == 'b'
+        or any(s is None or numpy.isscalar(s) for s in slices))
+
+
+def _unexportable_index(slices):
+    """A converter that fails, saying how to write the index ``slices``
+    so that it exports."""
+    def fail(b, ins, outs):
+        raise _export_error(
+            'GetItem with the index %s has no ONNX converter: only '
+            'ints, slices, None, Ellipsis, or one integer array among '
+            'slices are exported (write boolean masks as F.where, '
+            'several index arrays as one F.get_item per array, or '
+            'integers next to an array as a slice and F.squeeze).'
+            % ', '.join(_format_index(s) for s in slices))
+    return fail
+
+
+def _index_steps(slices, ndim):
+    """``(bounds, squeezed, unsqueezed, gather)`` of an exportable index:
+    the ``(start, stop, axis, step)`` of each axis sliced, the axes an
+    integer removes, the output axes ``None`` inserts, and ``(axis,
+    indices)`` of the integer array, or ``None``."""
     n_ellipsis = ndim - sum(1 for s in slices
                             if s is not None and s is not Ellipsis)
     bounds, squeezed, unsqueezed, gather = [], [], [], None
@@ -304,7 +324,12 @@ def _onnx_get_item(slices, ndim):
             gather = axis, chainer.backend.CpuDevice().send(
                 numpy.asarray(s) if isinstance(s, list) else s)
             axis += 1
+    return bounds, squeezed, unsqueezed, gather
 
+
+def _index_converter(bounds, squeezed, unsqueezed, gather):
+    """A converter doing the steps of ``_index_steps`` in turn (an
+    ``Identity`` if there are none)."""
     def convert(b, ins, outs):
         steps = [(bounds, 'Slice'), (squeezed, 'Squeeze'),
                  (unsqueezed, 'Unsqueeze'), (gather, 'Gather')]

@@ -1,4 +1,5 @@
-"""Lowerings of chainer.functions.connection.
+"""Lowerings of chainer.functions.connection: convolutions and embeddings
+(the linear layer's are in ``linear.py``).
 
 The convolutions recorded with backprop enabled compute Chainer's
 im2col/col2im CPU sums bit for bit (a dense convolution without
@@ -10,7 +11,6 @@ stay on the generic path there.
 """
 
 import math
-import os
 
 import chainer
 import numpy
@@ -19,271 +19,14 @@ from numpy.lib.stride_tricks import sliding_window_view
 from chainer.functions.connection import convolution_2d
 from chainer.functions.connection import deconvolution_2d
 from chainer.functions.connection import embed_id
-from chainer.functions.connection import linear
 from chainer.utils import conv
 
-from chainerjit.ops import _elementwise
-from chainerjit.ops.scratch import Scratch
-from chainerjit.ops import FACTORS
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
-from chainerjit.ops import LOOP_DTYPES
+from chainerjit.ops import _loops_convolution
+from chainerjit.ops import linear as linear_ops
 from chainerjit.ops import lowering
-
-
-@lowering(linear.LinearFunction)
-def lower_linear(node, ctx):
-    """``y = x W^T (+ b)``, as ``LinearFunction.forward``."""
-    # NumPy needs a copy of a non-contiguous x with a unit axis
-    # (chainer/chainer#2744); the shapes tell whether it can happen, and
-    # the dtypes whether the product needs a cast back to x's dtype.
-    unit_axis = ctx.xp is numpy and 1 in ctx.in_shapes[0]
-    cast = ctx.in_dtypes[0] != ctx.in_dtypes[1]
-    # Up to 64 rows, ``(W x^T)^T``, which OpenBLAS runs up to twice as
-    # fast there (16 x 128 by 512: 22 us instead of 37 us; from 128 rows
-    # on it is slower), where it gives the same bits (see
-    # swapped_product_agrees); the transposed product is copied to C
-    # order with the bias added in the same pass.
-    # (The test is inlined as ``len(x) == weight_first_rows``: the
-    # kernels' Python frames are a tenth of an MLP's call at batch 1.)
-    rows = ctx.in_shapes[0][0] if len(ctx.in_shapes[0]) == 2 else 0
-    swappable = ctx.xp is numpy and not unit_axis and \
-        len(set(ctx.in_dtypes)) == 1 and 0 < rows <= 64
-    weight_first_rows = rows if swappable and swapped_product_agrees(
-        rows, ctx.in_shapes[1][1], ctx.in_shapes[1][0],
-        ctx.in_dtypes[0]) else -1
-    product = _product(weight_first_rows, unit_axis, cast)
-
-    def linear_fn(x, W, b=None):
-        y = product(x, W)
-        if len(x) == weight_first_rows:
-            if b is None:
-                return numpy.ascontiguousarray(y)
-            return numpy.add(y, b, order='C')
-        if b is not None:
-            y += b
-        return y
-
-    def linear_into(out, x, W, b=None):
-        y = product(x, W, out)
-        if len(x) == weight_first_rows:
-            if b is None:
-                numpy.copyto(out, y)
-                return out
-            return numpy.add(y, b, out=out)
-        if b is not None:
-            out += b
-        return out
-
-    # For passes/fuse.py's LSTM step; the second for a step whose input
-    # projection, hoisted, already rounds otherwise than eager's.
-    linear_fn.product = product
-    linear_fn.rounded_product = _product(
-        rows if swappable else -1, unit_axis, cast)
-    into = None if cast or ctx.xp is not numpy or \
-        len(ctx.in_shapes[0]) != 2 else linear_into
-    if len(ctx.in_shapes) == 3 and ctx.in_dtypes[0] in _FUSED_DTYPES:
-        if into is not None:
-            linear_fn.then_relu = _then_relu(product)
-        elif ctx.xp is not numpy and not cast:
-            linear_fn.then_relu = _then_relu_on_gpu(product)
-    return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
-                  onnx=_linear_to_onnx, fresh=True, into=into)
-
-
-def _product(weight_first_rows, unit_axis, cast):
-    def product(x, W, out=None):
-        """``x W^T`` in ``x``'s dtype, into ``out`` if given; weight first
-        (then F-ordered, and ``out`` is not used) at ``weight_first_rows``
-        rows."""
-        if len(x) == weight_first_rows:
-            return W.dot(x.T).T
-        if unit_axis and not (x.flags.c_contiguous or
-                              x.flags.f_contiguous):
-            x = numpy.ascontiguousarray(x)
-        y = x.dot(W.T, out=out)
-        return y.astype(x.dtype, copy=False) if cast else y
-    return product
-
-
-_FUSED_DTYPES = LOOP_DTYPES  # (tests turn the one-pass kernel off)
-
-
-def _then_relu(product):
-    """``(fn, into)``: a Linear with a bias, then a ReLU, with the bias and
-    the ReLU in one pass (``_elementwise.bias_relu``) after ``product``
-    (``lower_linear``'s), for ``passes/fuse.py``. The same products, sums
-    and maxima as the two kernels in turn (for all dtypes alike, float32
-    or float64)."""
-    def fn(x, W, b):
-        y = product(x, W)
-        out = y if y.flags.c_contiguous else numpy.empty(y.shape, y.dtype)
-        return out if _elementwise.bias_relu(y, b, out) else \
-            _numpy_bias_relu(y, b, out)
-
-    def into(out, x, W, b):
-        y = product(x, W, out)
-        return out if _elementwise.bias_relu(y, b, out) else \
-            _numpy_bias_relu(y, b, out)
-    return fn, into
-
-
-def _then_relu_on_gpu(product):
-    """``(fn, None)``: as :func:`_then_relu`, with the bias and the ReLU in
-    one CUDA kernel (one launch instead of CuPy's ``+=`` and
-    ``maximum``; NaN propagates as ``maximum``'s does)."""
-    def fn(x, W, b):
-        y = product(x, W)
-        chainer.backends.cuda.elementwise(  # memoized by Chainer
-            'T b', 'T y', 'T t = y + b; y = isnan(t) ? t : max(t, (T)0)',
-            'chainerjit_bias_relu')(b, y)
-        return y
-    return fn, None
-
-
-def _numpy_bias_relu(y, b, out):
-    """``out = maximum(y + b, 0)`` in two ufuncs, for the arrays
-    ``_elementwise.bias_relu``'s one loop does not take (it takes a
-    contiguous bias, as a link's is)."""
-    return numpy.maximum(numpy.add(y, b, out=out), 0, out=out)
-
-
-def grad_linear(xs, ys, gys, wanted, rounded=False):
-    """As LinearGradData, LinearGradWeight and Sum(axis=0); ``rounded``:
-    the faster order for ``gx`` even where it rounds otherwise (see
-    ``passes/fuse.py``'s LSTM step)."""
-    x, W = xs[0], xs[1]
-    gy, = gys
-    gx = None
-    if wanted[0] and _weight_first(gy, W, rounded):
-        gx = numpy.ascontiguousarray(W.T.dot(gy.T).T)
-    elif wanted[0]:
-        gx = gy.dot(W).astype(gy.dtype, copy=False)
-    if wanted[1] is FACTORS:  # in W's dtype, as the product's result
-        gW = (gy.astype(W.dtype, copy=False), x.astype(W.dtype, copy=False))
-    else:
-        gW = gy.T.dot(x).astype(W.dtype, copy=False) if wanted[1] else None
-    if len(xs) == 2:
-        return gx, gW
-    gb = _column_sums(gy) if wanted[2] else None
-    return gx, gW, gb
-
-
-def _column_sums(gy):
-    """``gy.sum(axis=0)``: for a C-ordered (rows, columns) array in one C
-    loop adding the rows in turn, as NumPy's reduction does
-    (``_elementwise.channel_sums``; 2.3 -> 0.9 us at 64 x 100)."""
-    if type(gy) is numpy.ndarray and gy.ndim == 2:
-        out = numpy.empty(gy.shape[1], gy.dtype)
-        if _elementwise.channel_sums(gy, None, out):
-            return out
-    return gy.sum(axis=0)
-
-
-grad_linear.factors = (1,)  # gW = gy^T x
-grad_linear.fortran_inputs = (1,)  # W (see _weight_first)
-
-
-def _weight_first(gy, W, rounded=False):
-    """Is ``gy W`` faster as ``(W^T gy^T)^T``, with the same bits? For an
-    F-ordered ``W`` (``W^T`` C-ordered; autodiff makes such a copy for a
-    loop, ``fortran_inputs``) and 9 to 64 rows of ``gy``, in OpenBLAS:
-    69 us instead of 102 at 16 x 512 by 128, 112 instead of 142 at 32
-    rows; equal at 64, slower at 8 rows or fewer, and 10% slower for a
-    C-ordered ``W``."""
-    return type(gy) is numpy.ndarray and gy.ndim == 2 and \
-        8 < len(gy) <= 64 and gy.dtype == W.dtype and \
-        W.flags.f_contiguous and not W.flags.c_contiguous and \
-        (rounded or swapped_product_agrees(len(gy), W.shape[0], W.shape[1],
-                                           W.dtype))
-
-
-_AGREES = {}
-
-
-def swapped_product_agrees(rows, inner, cols, dtype):
-    """Does this machine's BLAS give the product ``a b`` of an (rows,
-    inner) ``a`` and an (inner, cols) ``b`` the same bits as ``(b^T
-    a^T)^T``? A BLAS kernel may sum in another order when its operands
-    swap (OpenBLAS 0.3.23 does in float32 on an AMD EPYC with AVX-512 and
-    did not on the machines before it), so a kernel takes the faster
-    swapped order only where this says so. The order of a BLAS sum
-    depends on the shapes and layouts, not on the values: one probe on
-    random arrays of these shapes, C- and F-ordered, settles it, and is
-    remembered. ``CHAINERJIT_EXACT_BLAS=0`` (read at a shape's first
-    probe) takes the faster order everywhere, with values then equal
-    within rounding."""
-    return _remembered(_swap_taken, rows, inner, cols, dtype)
-
-
-def _swap_taken(rows, inner, cols, dtype):
-    return os.environ.get('CHAINERJIT_EXACT_BLAS', '1') == '0' or \
-        _probe_swapped_product(rows, inner, cols, dtype)
-
-
-def stacked_product_agrees(steps, rows, inner, cols, dtype):
-    """Does this machine's BLAS give the product of a (steps * rows,
-    inner) ``a`` and an (inner, cols) ``b`` the bits of one product per
-    block of ``rows`` rows in turn? (``passes/hoist.py`` computes a
-    loop's input projection so; OpenBLAS does not keep the bits in
-    float32 on an AMD EPYC with AVX-512.) Probed and remembered as
-    :func:`swapped_product_agrees`."""
-    return _remembered(_probe_stacked_product, steps, rows, inner, cols,
-                       dtype)
-
-
-def _remembered(probe, *args):
-    """``probe(*args)`` (sizes, then a dtype), computed once per process
-    and arguments, in ``_AGREES`` (keyed by the arguments: the two probes
-    take different numbers of them)."""
-    key = args[:-1] + (numpy.dtype(args[-1]),)
-    agrees = _AGREES.get(key)
-    if agrees is None:
-        agrees = _AGREES[key] = probe(*key)
-    return agrees
-
-
-def _probe_stacked_product(steps, rows, inner, cols, dtype):
-    a, b = _probe_arrays(steps * rows, inner, cols, dtype)
-    for b_ in (b, numpy.asfortranarray(b)):
-        blocks = [a[k:k + rows].dot(b_) for k in range(0, len(a), rows)]
-        if not numpy.array_equal(a.dot(b_), numpy.concatenate(blocks)):
-            return False
-    return True
-
-
-def _probe_arrays(rows, inner, cols, dtype):
-    rng = numpy.random.RandomState(0)
-    return (rng.standard_normal((rows, inner)).astype(dtype),
-            rng.standard_normal((inner, cols)).astype(dtype))
-
-
-def _probe_swapped_product(rows, inner, cols, dtype):
-    a, b = _probe_arrays(rows, inner, cols, dtype)
-    for a_ in (a, numpy.asfortranarray(a)):
-        for b_ in (b, numpy.asfortranarray(b)):
-            if not numpy.array_equal(a_.dot(b_), b_.T.dot(a_.T).T):
-                return False
-    return True
-
-
-def _linear_to_onnx(b, ins, outs):
-    """Gemm computes ``x W^T (+ b)`` for a 2-D ``x``, as LinearFunction
-    does (its type check wants a 2-D ``x``: ``F.linear`` reshapes to it
-    for ``n_batch_axes`` and higher ranks, and that reshape is recorded as
-    a node of its own); the bias is Gemm's optional ``C``."""
-    if len(b.in_shapes[0]) != 2:
-        raise _export_error('LinearFunction of a %d-D input cannot be '
-                            'exported; reshape it to 2-D first'
-                            % len(b.in_shapes[0]))
-    b.op('Gemm', _cast_to_x(b, ins), outs, transB=1)
-
-
-def _cast_to_x(b, ins):
-    """The inputs with W (and b) cast to x's dtype, the dtype Chainer's
-    result has (ONNX wants one dtype)."""
-    return [ins[0]] + [b.cast(name, dtype, b.in_dtypes[0])
-                       for name, dtype in zip(ins[1:], b.in_dtypes[1:])]
+from chainerjit.ops.scratch import Scratch
 
 
 def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
@@ -310,7 +53,7 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
     sy, sx, ph, pw, h, w = col2im_args
     _, kh, kw, n = patches.shape[:4]
     img = numpy.zeros((n, patches.shape[0], h, w), patches.dtype)
-    if _elementwise.add_convolution_patches(
+    if _loops_convolution.add_convolution_patches(
             patches, img, (kh, kw, sy, sx, ph, pw, col2im_kwargs['dy'],
                            col2im_kwargs['dx'])):
         return img
@@ -390,7 +133,7 @@ def patch_columns(x, kh, kw, sy, sx, ph, pw, dy=1, dx=1, buffers=None):
 
 
 def _gathered_patches(x, geometry, rows, buffers=None):
-    """The patches copied by ``_elementwise.convolution_patches`` (one C
+    """The patches copied by ``_loops_convolution.convolution_patches`` (one C
     loop, 3x to 5x faster than copying the strided view of ``_patches``),
     or ``None`` for arrays it does not take."""
     if type(x) is not numpy.ndarray or x.ndim != 4:
@@ -405,7 +148,7 @@ def _gathered_patches(x, geometry, rows, buffers=None):
         n, c, kh, kw, out_h, out_w)
     out = numpy.empty(shape, x.dtype) if buffers is None else \
         buffers.array(0, shape, x.dtype)
-    if _elementwise.convolution_patches(x, out, geometry, rows):
+    if _loops_convolution.convolution_patches(x, out, geometry, rows):
         return out
     return None
 
@@ -503,20 +246,60 @@ def lower_convolution_2d(node, ctx):
     """Convolution by im2col and a batched matmul."""
     if ctx.xp is not numpy or node._use_ideep or node.cudnn_fast:
         return None
-    n, c_in = ctx.in_shapes[0][:2]
-    c_out, _, kh, kw = ctx.in_shapes[1]
-    out_h, out_w = ctx.out_shapes[0][2:]
-    groups = node.groups
-    col_args = (kh, kw, node.sy, node.sx, node.ph, node.pw)
-    col_kwargs = dict(cover_all=node.cover_all, dy=node.dy, dx=node.dx,
-                      out_h=out_h, out_w=out_w)
-
-    k = c_in * kh * kw
-    dilate = dict(dy=node.dy, dx=node.dx)
     # The patches, a temporary of megabytes, in buffers kept from call to
     # call (see ops.scratch.Scratch), which the graph's kernels take turns
     # with.
     scratch = ctx.scratch or Scratch()
+    return Kernel(_conv_forward(node, ctx, scratch),
+                  attrs=_conv_attrs(node, cover_all=node.cover_all),
+                  grad=GradRule(_conv_grad(node, ctx, scratch),
+                                inputs=(0, 1)),
+                  onnx=_conv_to_onnx(node))
+
+
+def _conv_forward(node, ctx, scratch):
+    """The forward of a convolution ``(x, W[, b])``.
+
+    Recorded for training (backprop enabled), it gives Chainer's sums bit
+    for bit, so that long training runs do not drift apart from eager
+    ones, in Chainer's layout (the transposed view: a C-ordered copy
+    makes the batch normalization after it 3.5x faster, but its
+    reductions then sum in another order, and training drifts); for
+    inference, the faster product."""
+    if node.groups > 1:
+        return _grouped_conv(node, ctx)
+    if not chainer.config.enable_backprop:
+        return _per_image_conv(node, ctx, scratch)
+    if node.cover_all:
+        return _dense_conv(node, ctx)
+    return _windows_conv(node, ctx, scratch)
+
+
+def _conv_sizes(ctx):
+    """``(n, c_in, c_out, kh, kw, out_h, out_w)`` of a convolution."""
+    n, c_in = ctx.in_shapes[0][:2]
+    c_out, _, kh, kw = ctx.in_shapes[1]
+    out_h, out_w = ctx.out_shapes[0][2:]
+    return n, c_in, c_out, kh, kw, out_h, out_w
+
+
+def _conv_im2col_settings(node, ctx):
+    """The positional and keyword arguments of ``conv.im2col_cpu`` for a
+    convolution's forward."""
+    _, _, kh, kw = ctx.in_shapes[1]
+    out_h, out_w = ctx.out_shapes[0][2:]
+    col_args = (kh, kw, node.sy, node.sx, node.ph, node.pw)
+    col_kwargs = dict(cover_all=node.cover_all, dy=node.dy, dx=node.dx,
+                      out_h=out_h, out_w=out_w)
+    return col_args, col_kwargs
+
+
+def _per_image_conv(node, ctx, scratch):
+    """The forward for inference: one product per image."""
+    _, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
+    col_args, col_kwargs = _conv_im2col_settings(node, ctx)
+    k = c_in * kh * kw
+    dilate = dict(dy=node.dy, dx=node.dx)
 
     def per_image(x, W, b=None):
         # One product per image, W (c_out, k) by its patches (k, out_h *
@@ -538,6 +321,13 @@ def lower_convolution_2d(node, ctx):
     # Each output channel is linear in its own filter and bias, so a scale
     # per channel may be folded into them (passes/fuse.py).
     per_image.per_output_channel = True
+    return per_image
+
+
+def _dense_conv(node, ctx):
+    """The forward with ``cover_all``, recorded for training: im2col and
+    tensordot, as Chainer's."""
+    col_args, col_kwargs = _conv_im2col_settings(node, ctx)
 
     def dense(x, W, b=None):
         col = conv.im2col_cpu(x, *col_args, **col_kwargs)
@@ -546,6 +336,14 @@ def lower_convolution_2d(node, ctx):
         if b is not None:
             y += b
         return numpy.rollaxis(y, 3, 1)
+    return dense
+
+
+def _windows_conv(node, ctx, scratch):
+    """The forward without ``cover_all``, recorded for training."""
+    n, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
+    col_args, _ = _conv_im2col_settings(node, ctx)
+    k = c_in * kh * kw
 
     def windows(x, W, b=None):
         # ``dense``'s product (the one tensordot makes), with the patches
@@ -558,6 +356,15 @@ def lower_convolution_2d(node, ctx):
         if b is not None:
             _add_to_rows(y, b)
         return numpy.rollaxis(y, 3, 1)
+    return windows
+
+
+def _grouped_conv(node, ctx):
+    """The forward of a grouped convolution: im2col and a batched
+    matmul, as Chainer's."""
+    n, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
+    col_args, col_kwargs = _conv_im2col_settings(node, ctx)
+    groups = node.groups
 
     def grouped(x, W, b=None):
         col = conv.im2col_cpu(x, *col_args, **col_kwargs)
@@ -569,35 +376,24 @@ def lower_convolution_2d(node, ctx):
         if b is not None:
             y += b.reshape(1, b.size, 1, 1)
         return y
+    return grouped
 
+
+def _conv_grad(node, ctx, scratch):
+    """The gradient rule of a convolution, as
+    Convolution2DFunction.backward: Deconvolution2DFunction's forward,
+    Convolution2DGradW and Sum."""
     in_h, in_w = ctx.in_shapes[0][2:]
     w_shape, w_dtype = ctx.in_shapes[1], ctx.in_dtypes[1]
+    dilate = dict(dy=node.dy, dx=node.dx)
     col2im_args = (node.sy, node.sx, node.ph, node.pw, in_h, in_w)
+    im2col_args = (node.sy, node.sx, node.ph, node.pw)
     im2col_kwargs = dict(cover_all=node.cover_all, **dilate)
-
-    # As Convolution2DFunction.backward: Deconvolution2DFunction's
-    # forward, Convolution2DGradW and Sum.
-    grad = _conv_like_grad(
-        _holding(scratch, _conv_transpose, groups, col2im_args, dilate),
-        _holding(scratch, _conv_grad_w, w_shape, w_dtype, groups,
-                 col_args[2:], im2col_kwargs))
-
-    # Recorded for training (backprop enabled), the forward gives
-    # Chainer's sums bit for bit, so that long training runs do not drift
-    # apart from eager ones, in Chainer's layout (the transposed view: a
-    # C-ordered copy makes the batch normalization after it 3.5x faster,
-    # but its reductions then sum in another order, and training drifts);
-    # for inference, the faster product.
-    if groups > 1:
-        forward = grouped
-    elif not chainer.config.enable_backprop:
-        forward = per_image
-    else:
-        forward = dense if node.cover_all else windows
-    return Kernel(forward,
-                  attrs=_conv_attrs(node, cover_all=node.cover_all),
-                  grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_conv_to_onnx(node))
+    return _conv_like_grad(
+        _holding(scratch, _conv_transpose, node.groups, col2im_args,
+                 dilate),
+        _holding(scratch, _conv_grad_w, w_shape, w_dtype, node.groups,
+                 im2col_args, im2col_kwargs))
 
 
 @lowering(deconvolution_2d.Deconvolution2DFunction)
@@ -725,9 +521,9 @@ def _conv_to_onnx(node):
                 raise _export_error(
                     'Convolution2DFunction: unexpected output size %s'
                     % (b.out_shapes[0],))
-        b.op('Conv', _cast_to_x(b, ins), outs, kernel_shape=kernel,
-             strides=strides,
-             pads=pads, dilations=dilations, group=groups)
+        b.op('Conv', linear_ops.cast_to_x(b, ins), outs,
+             kernel_shape=kernel, strides=strides, pads=pads,
+             dilations=dilations, group=groups)
     return convert
 
 
@@ -752,9 +548,9 @@ def _deconv_to_onnx(node):
         attrs = {}
         if any(output_padding):
             attrs['output_padding'] = output_padding
-        b.op('ConvTranspose', _cast_to_x(b, ins), outs, kernel_shape=kernel,
-             strides=strides, pads=begin + end, dilations=dilations,
-             group=groups, **attrs)
+        b.op('ConvTranspose', linear_ops.cast_to_x(b, ins), outs,
+             kernel_shape=kernel, strides=strides, pads=begin + end,
+             dilations=dilations, group=groups, **attrs)
     return convert
 
 

@@ -8,9 +8,9 @@ from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import utils
 
-from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
 from chainerjit.ops.activation import log_softmax_rows
 
@@ -149,22 +149,41 @@ def _softmax_ce_grad(node, ctx):
     computed as the forward does."""
     x_shape, t_shape = ctx.in_shapes
     soft_target = ctx.in_dtypes[1].kind == 'f'
-    ignore_label = node.ignore_label
-    mean = node.reduce == 'mean'
-    x_size = int(numpy.prod(x_shape))
+    return _softmax_ce_grad_fn(
+        ctx, soft_target, node.ignore_label, node.reduce == 'mean',
+        _softmax_ce_coefficient(node, x_shape, soft_target),
+        *_label_positions(x_shape, t_shape))
+
+
+def _softmax_ce_coefficient(node, x_shape, soft_target):
+    """The mean loss's coefficient as the forward computes it, or
+    ``None`` where the forward counts it from the labels."""
     if soft_target:
-        coeff = 1.0 / (x_size / x_shape[1])
-    elif not node.normalize:
-        coeff = 1.0 / max(x_shape[0], 1)
-    else:
-        coeff = None  # counted from t
+        return 1.0 / (int(numpy.prod(x_shape)) / x_shape[1])
+    if not node.normalize:
+        return 1.0 / max(x_shape[0], 1)
+    return None  # counted from t
+
+
+def _label_positions(x_shape, t_shape):
+    """``(rows, fst_index, trd_index)``: where the labels pick their
+    classes' entries of the softmax, for a 2-D ``x`` (``rows``) or an
+    ``x`` of more axes (the other two); ``None`` for those not used."""
     t_size = int(numpy.prod(t_shape))
     if len(x_shape) == 2:
-        rows = numpy.arange(x_shape[0])
-    elif t_size:
+        return numpy.arange(x_shape[0]), None, None
+    if t_size:
         n_unit = t_size // x_shape[0]
-        fst_index = numpy.arange(t_size) // n_unit
-        trd_index = numpy.arange(t_size) % n_unit
+        return (None, numpy.arange(t_size) // n_unit,
+                numpy.arange(t_size) % n_unit)
+    return None, None, None
+
+
+def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff, rows,
+                        fst_index, trd_index):
+    """``grad(xs, ys, gys, wanted)`` of :func:`_softmax_ce_grad`."""
+    x_shape = ctx.in_shapes[0]
+    x_size = int(numpy.prod(x_shape))
 
     def grad(xs, ys, gys, wanted):
         if not wanted[0]:
@@ -179,7 +198,7 @@ def _softmax_ce_grad(node, ctx):
             y = log_softmax_rows(x)
             numpy.exp(y, out=y)
         if not soft_target and mean and len(x_shape) == 2 and \
-                _elementwise.softmax_ce_grad(y, t, ignore_label, float(
+                _loops_softmax.softmax_ce_grad(y, t, ignore_label, float(
                     gloss * (_coefficient(t, ignore_label) if coeff is None
                              else coeff))):
             return y, None  # the passes below in one C loop
@@ -251,9 +270,9 @@ def mean_label_loss(log_y, t, ignore_label, normalize):
     """``(loss, coefficient)`` of SoftmaxCrossEntropy's mean loss of labels
     ``t`` from the log-softmax ``log_y`` (N, C), as its CPU forward
     computes them (the coefficient is its ``_coeff``): the picks and
-    their sum in C (``_elementwise.picked_log_prob_sum``), bit for bit;
+    their sum in C (``_loops_softmax.picked_log_prob_sum``), bit for bit;
     None for arrays that loop does not take."""
-    found = _elementwise.picked_log_prob_sum(log_y, t, ignore_label)
+    found = _loops_softmax.picked_log_prob_sum(log_y, t, ignore_label)
     if found is None:
         return None
     summed, valid = found

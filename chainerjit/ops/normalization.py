@@ -9,11 +9,11 @@ from chainer.functions.normalization import layer_normalization
 from chainer.functions.normalization import local_response_normalization
 from chainer import utils
 
-from chainerjit.ops import _elementwise
 from chainerjit.ops import ForwardMemo
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import LOOP_DTYPES
+from chainerjit.ops import _loops_normalization
 from chainerjit.ops import lowering
 from chainerjit.ops import state_lowering
 
@@ -73,10 +73,11 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
     channels-last in memory (a convolution's output, as Chainer returns
     it), float32 or float64 as its parameters: NumPy works on such an
     array a position (6 or 16 channels) at a time. The per-channel sums
-    are C loops adding in NumPy's order (``_elementwise.channel_mean_var``
-    and ``channel_sums``, 7x faster), and the normalization and the input
-    gradient C loops with Chainer's order of operations (``channel_affine``
-    and ``channel_input_grad``). Anything else takes Chainer's own code,
+    are C loops adding in NumPy's order
+    (``_loops_normalization.channel_mean_var`` and ``channel_sums``, 7x
+    faster), and the normalization and the input gradient C loops with
+    Chainer's order of operations (``channel_affine`` and
+    ``channel_input_grad``). Anything else takes Chainer's own code,
     whose steps :meth:`forward` and :meth:`backward` follow."""
 
     def forward(self, axis, gamma, x, x_layout, xp, expander, beta, eps,
@@ -89,8 +90,8 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
         mean, var = self.get_mean_and_var(axis, gamma, x, xp, x.dtype)
         inv_std = numpy.reciprocal(numpy.sqrt(var + eps, dtype=x.dtype))
         y = numpy.empty_like(x)
-        if not _elementwise.channel_affine(x, mean, inv_std, gamma, beta,
-                                           y):
+        if not _loops_normalization.channel_affine(x, mean, inv_std, gamma,
+                                                   beta, y):
             return super(_ChannelsLastStats, self).forward(
                 axis, gamma, x, x_layout, xp, expander, beta, eps, decay,
                 running_mean, running_var)
@@ -105,16 +106,17 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
 
     def backward(self, axis, gamma, gy, x, x_layout, xp, expander, mean,
                  inv_std, eps, var, forward_data):
-        if _over_positions(axis, x) and _elementwise.channels_last(gy) and \
+        if _over_positions(axis, x) and \
+                _loops_normalization.channels_last(gy) and \
                 x.dtype == gamma.dtype == gy.dtype:
             x_hat = numpy.empty_like(x)
-            if _elementwise.channel_affine(x, mean, inv_std, None, None,
-                                           x_hat):
+            if _loops_normalization.channel_affine(x, mean, inv_std, None,
+                                                   None, x_hat):
                 gbeta, ggamma = self.get_ggamma_and_gbeta(axis, gamma, gy,
                                                           x_hat, xp)
                 inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
                 gx = numpy.empty_like(x)
-                if _elementwise.channel_input_grad(
+                if _loops_normalization.channel_input_grad(
                         gy, x_hat, ggamma, gbeta, inv_m, gamma * inv_std, gx):
                     return gx, None, ggamma, gbeta
         if _over_positions(axis, x) and type(gy) is numpy.ndarray and \
@@ -130,9 +132,9 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
                 ggamma, gbeta = numpy.empty_like(gamma), \
                     numpy.empty_like(gamma)
                 inv_m = gamma.dtype.type(1. / (x.size // gamma.size))
-                if _elementwise.plane_grads(gy, x, mean, inv_std,
-                                            gamma * inv_std, inv_m, x_hat,
-                                            gx, ggamma, gbeta):
+                if _loops_normalization.plane_grads(gy, x, mean, inv_std,
+                                                    gamma * inv_std, inv_m,
+                                                    x_hat, gx, ggamma, gbeta):
                     return gx, None, ggamma, gbeta
             x = numpy.ascontiguousarray(x)
         return super(_ChannelsLastStats, self).backward(
@@ -143,7 +145,7 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
         if _over_positions(axis, x) and x.dtype == interm_dtype:
             mean = numpy.empty(x.shape[1], x.dtype)
             var = numpy.empty_like(mean)
-            if _elementwise.channel_mean_var(x, mean, var):
+            if _loops_normalization.channel_mean_var(x, mean, var):
                 return mean, var
         return super(_ChannelsLastStats, self).get_mean_and_var(
             axis, gamma, x, xp, interm_dtype)
@@ -153,8 +155,8 @@ class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):
                 gy.dtype == x_hat.dtype == gamma.dtype:
             gbeta = numpy.empty(gy.shape[1], gy.dtype)
             ggamma = numpy.empty_like(gbeta)
-            if _elementwise.channel_sums(gy, None, gbeta) and \
-                    _elementwise.channel_sums(gy, x_hat, ggamma):
+            if _loops_normalization.channel_sums(gy, None, gbeta) and \
+                    _loops_normalization.channel_sums(gy, x_hat, ggamma):
                 return gbeta, ggamma
         return super(_ChannelsLastStats, self).get_ggamma_and_gbeta(
             axis, gamma, gy, x_hat, xp)
@@ -175,7 +177,22 @@ def lower_fixed_batch_normalization(node, ctx):
     eps = node.eps
     expander = node.expander
     axis = node.axis
+    # As for convolutions: Chainer's formula, bit for bit, when recorded
+    # for training (or in float16, where folding rounds visibly); the
+    # folded one for inference.
+    folds = not chainer.config.enable_backprop and all(
+        d.itemsize >= 4 for d in ctx.in_dtypes)
+    forward = _folded_bn(eps, expander) if folds else \
+        _fixed_bn(eps, expander, axis)
+    return Kernel(forward, attrs={'eps': eps, 'axis': axis},
+                  grad=GradRule(_fixed_bn_grad(eps, expander, axis),
+                                inputs=(0, 1, 3, 4)),
+                  onnx=_fixed_bn_to_onnx(eps, axis, expander), fresh=folds)
 
+
+def _fixed_bn(eps, expander, axis):
+    """``(x, gamma, beta, mean, var) -> y`` by Chainer's formula, bit for
+    bit."""
     def fixed_bn(x, gamma, beta, mean, var):
         inv_var = numpy.reciprocal(var + eps)
         inv_std = numpy.sqrt(inv_var, dtype=inv_var.dtype)
@@ -185,31 +202,40 @@ def lower_fixed_batch_normalization(node, ctx):
             # on (test mode outside no_backprop_mode): the same four steps
             # in one C loop (LeNet's first layer: 400 -> 60 us).
             y = numpy.empty_like(x)
-            if _elementwise.channel_affine(x, mean, inv_std, gamma, beta,
-                                           y):
+            if _loops_normalization.channel_affine(x, mean, inv_std, gamma,
+                                                   beta, y):
                 return y
         x_hat = x - mean[expander]
         x_hat *= inv_std[expander]
         y = x_hat * gamma[expander]
         y += beta[expander]
         return y.astype(x.dtype, copy=False)
+    return fixed_bn
 
+
+def _folded_bn(eps, expander):
+    """``(x, gamma, beta, mean, var) -> y`` for inference: one scale and
+    one shift per channel, two passes over x instead of four (equal to
+    Chainer's formula within rounding)."""
     def scale_shift(gamma, beta, mean, var):
         scale = gamma * numpy.sqrt(numpy.reciprocal(var + eps))
         return scale, beta - mean * scale
 
     def folded_bn(x, gamma, beta, mean, var):
-        # For inference: one scale and one shift per channel, two passes
-        # over x instead of four (equal to the above within rounding).
         scale, shift = scale_shift(gamma, beta, mean, var)
         y = x * scale[expander]
         y += shift[expander]
         return y.astype(x.dtype, copy=False)
     folded_bn.scale_shift = scale_shift  # passes/fuse.py folds it into
     # the convolution before it
+    return folded_bn
 
+
+def _fixed_bn_grad(eps, expander, axis):
+    """The gradient rule of FixedBatchNormalization:
+    FixedBatchNormalizationGrad's forward, gradients of all five
+    inputs."""
     def grad(xs, ys, gys, wanted):
-        # FixedBatchNormalizationGrad's forward: gradients of all five.
         x, gamma, _, mean, var = xs
         gy, = gys
         inv_var = numpy.reciprocal(var + eps)
@@ -231,15 +257,7 @@ def lower_fixed_batch_normalization(node, ctx):
                     var.dtype, copy=False)
         return (gx, ggamma if wanted[1] else None,
                 gbeta if wanted[2] else None, gmean, gvar)
-    # As for convolutions: Chainer's formula, bit for bit, when recorded
-    # for training (or in float16, where folding rounds visibly); the
-    # folded one for inference.
-    folds = not chainer.config.enable_backprop and all(
-        d.itemsize >= 4 for d in ctx.in_dtypes)
-    forward = folded_bn if folds else fixed_bn
-    return Kernel(forward, attrs={'eps': eps, 'axis': axis},
-                  grad=GradRule(grad, inputs=(0, 1, 3, 4)),
-                  onnx=_fixed_bn_to_onnx(eps, axis, expander), fresh=folds)
+    return grad
 
 
 @lowering(layer_normalization.LayerNormalization)
@@ -247,14 +265,27 @@ def lower_layer_normalization(node, ctx):
     """Normalizes each row, then scales and shifts it."""
     xp = ctx.xp
     eps = node.eps
-
-    # In one loop (``_elementwise``) for contiguous float32 or float64.
+    # In one loop (``_loops_normalization``) for contiguous float32 or float64.
     one_pass = xp is numpy and len(set(ctx.in_dtypes)) == 1 and \
         ctx.in_dtypes[0] in LOOP_DTYPES
+    layer_norm = _layer_norm(xp, eps, one_pass)
 
+    def into(out, x, gamma, beta):
+        return layer_norm(x, gamma, beta, out)
+    alike = xp is numpy and len(set(ctx.in_dtypes)) == 1
+    return Kernel(layer_norm, attrs={'eps': eps},
+                  grad=GradRule(_layer_norm_grad(xp, eps), inputs=(0, 1)),
+                  onnx=_layer_norm_to_onnx(eps), fresh=True,
+                  into=into if alike else None)
+
+
+def _layer_norm(xp, eps, one_pass):
+    """``(x, gamma, beta, out=None) -> y``, normalizing each row of ``x``
+    (into ``out``, if given); ``one_pass``: in C loops where the arrays
+    allow."""
     def layer_norm(x, gamma, beta, out=None):
         if one_pass:  # Chainer's values, bit for bit, in two C passes
-            y = _elementwise.layer_norm_rows(x, gamma, beta, eps, out)
+            y = _loops_normalization.layer_norm_rows(x, gamma, beta, eps, out)
             if y is not None:
                 return y
         mu = xp.mean(x, axis=1, keepdims=True)
@@ -265,7 +296,7 @@ def lower_layer_normalization(node, ctx):
             return x_mu * inv_std * gamma[None, ] + beta[None, ]
         # The same products and sum, in place on x_mu's buffer.
         if one_pass:
-            _elementwise.scale_shift_rows(
+            _loops_normalization.scale_shift_rows(
                 x_mu, inv_std, numpy.ascontiguousarray(gamma),
                 numpy.ascontiguousarray(beta))
             return x_mu
@@ -273,9 +304,13 @@ def lower_layer_normalization(node, ctx):
         x_mu *= gamma[None, ]
         x_mu += beta[None, ]
         return x_mu
+    return layer_norm
 
+
+def _layer_norm_grad(xp, eps):
+    """The gradient rule of LayerNormalization: its backward's formulas,
+    on arrays."""
     def grad(xs, ys, gys, wanted):
-        # LayerNormalization.backward's formulas, on arrays.
         x, gamma = xs[0], xs[1]
         gy, = gys
         g_beta = gy.sum(axis=0) if wanted[2] else None
@@ -302,14 +337,7 @@ def lower_layer_normalization(node, ctx):
         g_mu = g_x_1.sum(axis=1, keepdims=True) * (-1.)
         g_x_2 = g_mu * (1. / n_units)
         return g_x_1 + g_x_2, g_gamma, g_beta
-
-    def into(out, x, gamma, beta):
-        return layer_norm(x, gamma, beta, out)
-    alike = xp is numpy and len(set(ctx.in_dtypes)) == 1
-    return Kernel(layer_norm, attrs={'eps': eps},
-                  grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_layer_norm_to_onnx(eps), fresh=True,
-                  into=into if alike else None)
+    return grad
 
 
 @lowering(l2_normalization.NormalizeL2)

@@ -15,9 +15,9 @@ from chainer.functions.pooling import max_pooling_nd
 from chainer.utils import conv
 from chainer.utils import conv_nd
 
-from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import _loops_pooling
 from chainerjit.ops import lowering
 
 
@@ -31,23 +31,49 @@ def lower_max_pooling_nd(node, ctx):
     """Maximum over each window of the ``-inf``-padded input."""
     if ctx.xp is not numpy:
         return None
+    tiles = _windows_tile(node, ctx)
+    forward = _max_pool_tiles(node.ksize) if tiles else _max_pool(node, ctx)
+    return Kernel(forward, attrs=_nd_attrs(node),
+                  grad=GradRule(_max_pool_grad(node, ctx, tiles),
+                                inputs=(0,)),
+                  onnx=_max_pool_to_onnx(node))
+
+
+def _max_pool_col_shape(node, ctx):
+    """The shape of a max pooling's patches: ``(N, C, window size)`` and
+    the output's spatial shape."""
+    return (ctx.in_shapes[0][:2]
+            + (functools.reduce(operator.mul, node.ksize),)
+            + ctx.out_shapes[0][2:])
+
+
+def _windows_tile(node, ctx):
+    """Whether the pooling windows tile the input exactly (2x2 windows
+    with stride 2 on even sizes, no padding)."""
+    ksize = node.ksize
+    return ksize == node.stride and not any(node.pad) and all(
+        o * k == d for o, k, d in zip(ctx.out_shapes[0][2:], ksize,
+                                      ctx.in_shapes[0][2:]))
+
+
+def _max_pool(node, ctx):
+    """Max pooling by im2col, as Chainer's."""
     ksize, stride, pad = node.ksize, node.stride, node.pad
     cover_all = node.cover_all
-    out_dims = ctx.out_shapes[0][2:]
-    col_shape = (ctx.in_shapes[0][:2]
-                 + (functools.reduce(operator.mul, ksize),) + out_dims)
+    col_shape = _max_pool_col_shape(node, ctx)
 
     def max_pool(x):
         col = conv_nd.im2col_nd_cpu(x, ksize, stride, pad,
                                     pval=-float('inf'), cover_all=cover_all)
         return col.reshape(col_shape).max(axis=2)
+    return max_pool
 
-    # Windows that tile the input exactly (2x2 windows with stride 2 on
-    # even sizes, no padding): the elementwise maximum of strided views,
-    # the same values without im2col, one axis at a time (rows first:
-    # they are contiguous; twice as fast as all positions at once).
-    tiles = ksize == stride and not any(pad) and all(
-        o * k == d for o, k, d in zip(out_dims, ksize, ctx.in_shapes[0][2:]))
+
+def _max_pool_tiles(ksize):
+    """Max pooling of windows that tile the input: the elementwise maximum
+    of strided views, the same values without im2col, one axis at a time
+    (rows first: they are contiguous; twice as fast as all positions at
+    once)."""
     steps = [[(slice(None),) * axis + (slice(i, None, k),) for i in range(k)]
              for axis, k in enumerate(ksize, 2)]
 
@@ -55,7 +81,17 @@ def lower_max_pooling_nd(node, ctx):
         for views in steps:
             x = functools.reduce(numpy.maximum, [x[v] for v in views])
         return x
+    return max_pool_tiles
 
+
+def _max_pool_grad(node, ctx, tiles):
+    """The gradient rule of max pooling: MaxPoolingNDGrad's CPU forward,
+    with the argmax indexes the forward keeps recomputed from x as the
+    forward computes them (for 2-D ``tiles``, in one C loop with argmax's
+    choice of position)."""
+    ksize, stride, pad = node.ksize, node.stride, node.pad
+    cover_all = node.cover_all
+    col_shape = _max_pool_col_shape(node, ctx)
     ndim = len(ksize)
     dims = ctx.in_shapes[0][2:]
     in_dtype = ctx.in_dtypes[0]
@@ -65,14 +101,11 @@ def lower_max_pooling_nd(node, ctx):
     offsets = numpy.arange(0, n_windows * prod_ksize, prod_ksize)
 
     def grad(xs, ys, gys, wanted):
-        # MaxPoolingNDGrad's CPU forward, with the argmax indexes the
-        # forward keeps recomputed from x as the forward computes them
-        # (for 2-D tiles, in one C loop with argmax's choice of position).
         if not wanted[0]:
             return None,
         if tiles and ndim == 2 and type(xs[0]) is numpy.ndarray:
             gx = numpy.empty(xs[0].shape, xs[0].dtype)
-            if _elementwise.max_pool_tiles_grad(xs[0], gys[0], gx, *ksize):
+            if _loops_pooling.max_pool_tiles_grad(xs[0], gys[0], gx, *ksize):
                 return gx,
         col = conv_nd.im2col_nd_cpu(xs[0], ksize, stride, pad,
                                     pval=-float('inf'), cover_all=cover_all)
@@ -87,10 +120,7 @@ def lower_max_pooling_nd(node, ctx):
         # operands of one layout, several times faster.
         return numpy.ascontiguousarray(
             conv_nd.col2im_nd_cpu(gcol, stride, pad, dims)),
-    return Kernel(max_pool_tiles if tiles else max_pool,
-                  attrs=_nd_attrs(node),
-                  grad=GradRule(grad, inputs=(0,)),
-                  onnx=_max_pool_to_onnx(node))
+    return grad
 
 
 @lowering(average_pooling_2d.AveragePooling2D)

@@ -3,11 +3,11 @@
 from chainer.functions.rnn import lstm
 import numpy
 
-from chainerjit.ops import _elementwise
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import _loops_rnn
 from chainerjit.ops import lowering
-from chainerjit.ops.connection import grad_linear
+from chainerjit.ops.linear import grad_linear
 
 
 @lowering(lstm.LSTM)
@@ -69,13 +69,13 @@ def fused_step(product, rounded=False):
 def _step(c_prev, x, addend=None):
     """``(c, h, gates)`` of Chainer's LSTM step on ``x`` (+ ``addend``),
     ``gates`` activated, gate-major (4, B, H): one C call
-    (``_elementwise.lstm_step``, NumPy's own tanh loop inside) for 2-D
+    (``_loops_rnn.lstm_step``, NumPy's own tanh loop inside) for 2-D
     float32 or float64, else NumPy passes."""
     batch, n_units = len(x), c_prev.shape[1]
     gates = numpy.empty((4, batch, n_units) + x.shape[2:], x.dtype)
     c_next = numpy.empty_like(c_prev)
     h = numpy.empty((batch,) + c_prev.shape[1:], c_prev.dtype)
-    if _elementwise.lstm_step(x, addend, c_prev, gates, c_next, h):
+    if _loops_rnn.lstm_step(x, addend, c_prev, gates, c_next, h):
         return c_next, h, gates
     gates = _activate(_halved_gates(x, addend))
     return _cell(gates, c_prev) + (gates,)
@@ -89,7 +89,7 @@ def _cell(gates, c_prev):
     batch = gates.shape[1]
     c_next = numpy.empty_like(c_prev)
     c = c_next[:batch]
-    if not _elementwise.lstm_cell(gates, c_prev, c_next):
+    if not _loops_rnn.lstm_cell(gates, c_prev, c_next):
         _finish_sigmoids(gates)
         a, s = gates[0], gates[1:]
         numpy.multiply(a, s[0], out=c)
@@ -108,7 +108,7 @@ def _halved_gates(x, addend=None):
     Chainer's CPU sigmoid, ``tanh(x * 0.5) * 0.5 + 0.5``). One C loop
     (NumPy's copy of the strided view took a third of an LSTM step)."""
     g = numpy.empty((4, len(x), x.shape[1] // 4) + x.shape[2:], x.dtype)
-    if not _elementwise.gate_major(x, g, 0.5, addend):
+    if not _loops_rnn.gate_major(x, g, 0.5, addend):
         if addend is not None:
             x = x + addend
         g[...] = numpy.moveaxis(x.reshape((len(x), x.shape[1] // 4, 4) +
@@ -124,7 +124,7 @@ def _activate(gates):
 
 def _finish_sigmoids(gates):
     s = gates[1:]
-    if not _elementwise.half_plus_half(s):
+    if not _loops_rnn.half_plus_half(s):
         s *= 0.5
         s += 0.5
 
@@ -147,7 +147,7 @@ def _lstm_grad(xs, ys, gys, wanted):
 def _lstm_grad_from_gates(gates, c_prev, c_next, gc, gh):
     """``(gc_prev, gx)``: Chainer's ``LSTMGrad`` formulas on gate-major
     ``gates`` (as ``_gates`` returns them): in one C loop for C-ordered
-    2-D arrays (``_elementwise.lstm_grad``, which also interleaves the
+    2-D arrays (``_loops_rnn.lstm_grad``, which also interleaves the
     gates' gradients back), else in NumPy passes."""
     batch = gates.shape[1]
     # A missing gradient is zeros, as in LSTMGrad (which keeps the signs
@@ -160,7 +160,7 @@ def _lstm_grad_from_gates(gates, c_prev, c_next, gc, gh):
     gc_prev = numpy.empty_like(c_prev)
     gx = numpy.empty((batch, 4 * gates.shape[2]) + gates.shape[3:],
                      gates.dtype)
-    if not _elementwise.lstm_grad(gates, co, c_prev, gh, gc, gc_prev, gx):
+    if not _loops_rnn.lstm_grad(gates, co, c_prev, gh, gc, gc_prev, gx):
         _lstm_grad_passes(gates, co, c_prev, gh, gc, gc_prev, gx)
     if batch < len(c_prev):
         gc_prev[batch:] = gc[batch:]
@@ -168,7 +168,7 @@ def _lstm_grad_from_gates(gates, c_prev, c_next, gc, gh):
 
 
 def _lstm_grad_passes(gates, co, c_prev, gh, gc, gc_prev, gx):
-    """``_elementwise.lstm_grad`` in NumPy passes (any layout, trailing
+    """``_loops_rnn.lstm_grad`` in NumPy passes (any layout, trailing
     axes)."""
     batch = len(gx)
     a, (i, f, o) = gates[0], gates[1:]

@@ -4,7 +4,7 @@ the test-mode batch normalization after it."""
 
 from chainerjit import ir
 from chainerjit import ops
-from chainerjit.ops import connection
+from chainerjit.ops import linear as linear_ops
 from chainerjit.ops import rnn
 
 ACTIVATIONS = frozenset(['ReLU', 'Tanh', 'Sigmoid'])
@@ -94,9 +94,9 @@ def fuse_lstm_step(graph):
             LinearFunction+Add+LSTM(%6, %12, %5, %10)
 
     The product takes the faster weight-first order where it gives
-    eager's bits (``connection.swapped_product_agrees``), and also where
+    eager's bits (``linear_ops.swapped_product_agrees``), and also where
     ``u`` is a step of an input projection hoisted out of the loop whose
-    stacked product does not (``connection.stacked_product_agrees``):
+    stacked product does not (``linear_ops.stacked_product_agrees``):
     the step's values are then equal to eager's within rounding anyway
     (so is the product for h's gradient).
     """
@@ -134,7 +134,7 @@ def _rounds(node):
         return False
     (steps, rows, inner), (cols, _) = node.inputs[0].shape, \
         node.inputs[1].shape
-    return not connection.stacked_product_agrees(
+    return not linear_ops.stacked_product_agrees(
         steps, rows, inner, cols, node.inputs[0].dtype)
 
 

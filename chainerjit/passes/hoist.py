@@ -139,8 +139,8 @@ def _over_steps(kernel, to_xs):
 
 def _steps_to_onnx(b, ins, outs):
     """``MatMul`` broadcasts over the leading axes: ``x W^T (+ b)``."""
-    from chainerjit.ops.connection import _cast_to_x
-    ins = _cast_to_x(b, ins)
+    from chainerjit.ops.linear import cast_to_x
+    ins = cast_to_x(b, ins)
     w_t = b.op('Transpose', [ins[1]], perm=[1, 0])[0]
     if len(ins) == 2:
         b.op('MatMul', [ins[0], w_t], outs)

@@ -17,10 +17,10 @@ import weakref
 import chainer
 import numpy
 
-from chainerjit.runtime import _calls
 from chainerjit.frontend import _keys
 from chainerjit.frontend import guards
 from chainerjit.frontend import signature
+from chainerjit.runtime import _calls
 
 
 # --- noticing changes to models ---------------------------------------------

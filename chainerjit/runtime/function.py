@@ -11,9 +11,9 @@ Chainer accumulates them.
 """
 
 import chainer
-from chainerjit.runtime import _calls
-from chainerjit.passes import autodiff
 from chainerjit.backend import codegen
+from chainerjit.passes import autodiff
+from chainerjit.runtime import _calls
 
 
 class TrainingProgram(object):

@@ -4,6 +4,7 @@ the cases of the forward tests in test_connection.py."""
 import warnings
 
 import chainer.functions as F
+import chainer.links as L
 import numpy
 import pytest
 
@@ -15,6 +16,12 @@ from tests.ops_tests.common import cases_of
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import calls_of
 from tests.ops_tests.common import make_calls
+from tests.ops_tests.test_normalization_training import _batches
+from tests.ops_tests.test_normalization_training import _calls
+from tests.ops_tests.test_normalization_training import _Net
+from tests.ops_tests.test_normalization_training import _train_twins
+from tests.ops_tests.test_normalization_training import F32
+from tests.ops_tests.test_normalization_training import F64
 
 
 def tolerances(dtype):
@@ -127,3 +134,93 @@ def test_links_param_grads(rng):
     entries = jitted.forward.cache_entries()
     assert entries and all(e.training is not None for e in entries)
     assert jitted.forward.cache_info().hits > 0
+
+
+# --- adversarial: the convolution training path -----------------------------
+
+CONV_CASES = [
+    # x shape, W shape, kwargs
+    ((2, 3, 7, 6), (4, 3, 3, 2), dict(stride=2, pad=1)),
+    ((1, 2, 5, 5), (3, 2, 2, 2), dict(stride=(1, 3), pad=(3, 4))),
+    ((2, 2, 4, 9), (2, 2, 3, 3), dict(dilate=(2, 1), pad=2)),
+    ((2, 4, 6, 6), (6, 2, 3, 3), dict(groups=2, pad=1, stride=2)),
+    ((2, 3, 7, 7), (2, 3, 3, 3), dict(stride=2, cover_all=True)),
+    ((1, 1, 3, 8), (2, 1, 1, 5), dict(pad=(0, 6), stride=(1, 2))),
+    ((3, 2, 5, 4), (5, 2, 5, 4), dict()),
+    ((2, 3, 6, 6), (4, 3, 2, 2), dict(stride=3, dilate=2, pad=1)),
+]
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize('dtype', [F32, F64])
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('x_shape,w_shape,kwargs', CONV_CASES)
+def test_convolution_grads_bit_for_bit(x_shape, w_shape, kwargs, bias,
+                                       dtype):
+    def f(x, W, b=None):
+        return F.convolution_2d(x, W, b, **kwargs)
+    shapes = [x_shape, w_shape] + ([(w_shape[0],)] if bias else [])
+    # Exact: the training forward, the gradients (tensordot / col2im)
+    # follow Chainer's algorithms, batch 1 included.
+    testing.assert_jit_grads_match_eager(
+        f, _calls(12, shapes, dtype=dtype), 0, 0,
+        lowered=('Convolution2DFunction',))
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize('dtype', [F32, F64])
+def test_convolution_filter_grad_batch_1_bit_for_bit(dtype):
+    """Eager's tensordot reshapes one image's patches F-ordered without a
+    copy; the compiled gradient must sum in that order too."""
+    def f(x, W):
+        return F.convolution_2d(x, W, pad=1)
+    testing.assert_jit_grads_match_eager(
+        f, _calls(0, [(1, 8, 12, 12), (16, 8, 3, 3)], dtype=dtype), 0, 0)
+
+
+DECONV_CASES = [
+    ((2, 3, 4, 5), (3, 2, 3, 3), dict(stride=2, pad=1)),
+    ((1, 2, 3, 3), (2, 4, 2, 3), dict(stride=(3, 1), pad=(0, 2))),
+    ((2, 4, 3, 4), (4, 1, 3, 3), dict(groups=2, stride=2)),
+    ((2, 2, 3, 3), (2, 3, 3, 3), dict(stride=2, outsize=(8, 8))),
+    ((1, 2, 4, 4), (2, 2, 2, 2), dict(dilate=2, pad=1)),
+]
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize('dtype', [F32, F64])
+@pytest.mark.parametrize('x_shape,w_shape,kwargs', DECONV_CASES)
+def test_deconvolution_grads_bit_for_bit(x_shape, w_shape, kwargs, dtype):
+    def f(x, W, b):
+        return F.deconvolution_2d(x, W, b, **kwargs)
+    c_out = w_shape[1] * kwargs.get('groups', 1)
+    testing.assert_jit_grads_match_eager(
+        f, _calls(13, [x_shape, w_shape, (c_out,)], dtype=dtype), 0, 0,
+        lowered=('Deconvolution2DFunction',))
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize('kwargs', [
+    dict(ksize=3, stride=2, pad=4), dict(ksize=(1, 3), nobias=True),
+    dict(ksize=2, dilate=2, pad=1), dict(ksize=3, groups=3, pad=1)])
+def test_convolution_link_trains_like_eager(kwargs):
+    numpy.random.seed(1)
+    net = _Net(lambda m, x: F.relu(m.c(x)), c=L.Convolution2D(3, 6, **kwargs))
+    _train_twins(net, _batches(14, (2, 3, 6, 7), n=4), rtol=0, atol=0)
+
+
+@pytest.mark.adversarial
+def test_convolution_output_is_c_contiguous_and_transposed_after():
+    def f(x, W):
+        y = F.convolution_2d(x, W, pad=1)
+        return F.transpose(y, (0, 2, 3, 1)) * 2, y
+    testing.assert_jit_grads_match_eager(
+        f, _calls(15, [(2, 3, 5, 5), (4, 3, 3, 3)]), 0, 0)
+
+
+@pytest.mark.adversarial
+def test_convolution_of_a_transposed_input():
+    def f(x, W):
+        return F.convolution_2d(F.transpose(x, (0, 3, 1, 2)), W, stride=2)
+    testing.assert_jit_grads_match_eager(
+        f, _calls(17, [(2, 6, 5, 3), (2, 3, 2, 2)]), 0, 0)

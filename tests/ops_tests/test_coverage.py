@@ -5,7 +5,7 @@ import chainer.functions
 from chainerjit.ops import coverage
 
 
-# Functions the core issue requires to be lowered (test mode).
+# Functions chainerjit must lower (test mode).
 REQUIRED = [
     'linear', 'matmul', 'batch_matmul', 'relu', 'leaky_relu', 'sigmoid',
     'tanh', 'softmax', 'log_softmax', 'exp', 'log', 'sum', 'mean', 'max',

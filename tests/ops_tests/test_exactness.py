@@ -6,10 +6,11 @@ import chainer.functions as F
 import numpy
 import pytest
 
-from chainerjit.ops.scratch import Scratch
 from chainerjit import ops
 from chainerjit import testing
 from chainerjit.ops import connection
+from chainerjit.ops import linear as linear_ops
+from chainerjit.ops.scratch import Scratch
 
 
 CONVOLUTIONS = [
@@ -76,15 +77,15 @@ def test_fixed_batch_normalization_is_bit_exact_when_recorded_for_training(
 def _linear_kernel(rows, n_in=128, n_out=512, dtype=numpy.float32):
     ctx = ops.LowerContext(numpy, ((rows, n_in), (n_out, n_in)),
                            (dtype, dtype), ((rows, n_out),), (dtype,))
-    return connection.lower_linear(None, ctx).fn
+    return linear_ops.lower_linear(None, ctx).fn
 
 
 @pytest.fixture
 def probes(monkeypatch):
     """A fresh memo of ``swapped_product_agrees``, restored after."""
-    monkeypatch.setattr(connection, '_AGREES', {})
+    monkeypatch.setattr(linear_ops, '_AGREES', {})
     monkeypatch.delenv('CHAINERJIT_EXACT_BLAS', raising=False)
-    return connection
+    return linear_ops
 
 
 @pytest.mark.parametrize('agrees', [False, True])
@@ -178,5 +179,5 @@ def test_a_linear_bias_gradient_is_numpys_column_sum(rng, dtype, shape):
         rng.standard_normal(shape) * 3)).astype(dtype)
     gy[0, 0] = -0.0
     for array in (gy, numpy.asfortranarray(gy), gy[:, ::-1]):
-        got = connection._column_sums(array)
+        got = linear_ops._column_sums(array)
         assert got.tobytes() == array.sum(axis=0).tobytes()

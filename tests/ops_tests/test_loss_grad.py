@@ -74,7 +74,7 @@ def test_softmax_cross_entropy_ignore_label_grad(rng):
 @pytest.mark.parametrize('label_dtype', [numpy.int32, numpy.int64])
 def test_softmax_cross_entropy_grad_is_eagers_bit_for_bit(
         rng, dtype, normalize, ignore_label, label_dtype):
-    """The label gradient's C loop (``_elementwise.softmax_ce_grad``),
+    """The label gradient's C loop (``_loops_softmax.softmax_ce_grad``),
     with ignored labels, every row ignored, and both counts."""
     calls = [(rng.standard_normal((6, 4)).astype(dtype) * 3,
               rng.randint(0, 4, 6).astype(label_dtype)) for _ in range(3)]

@@ -14,8 +14,8 @@ import pytest
 
 import chainerjit
 from chainerjit import errors
-from chainerjit.ops import ForwardMemo
 from chainerjit import testing
+from chainerjit.ops import ForwardMemo
 from tests.ops_tests import test_normalization as forward
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import make_calls

@@ -15,6 +15,8 @@ from chainerjit import testing
 from chainerjit.ops import rnn
 from chainerjit.passes import fuse
 from examples import models
+from tests.differential import check_unchanged
+from tests.differential import rand
 
 
 def _text(graph):
@@ -292,11 +294,11 @@ def test_a_hoisted_projection_that_rounds_lets_the_step_swap_its_product(
     eager's order, unless its input projection, hoisted, already rounds
     otherwise than eager's (then it takes the faster order, forward and
     backward, within rounding)."""
-    from chainerjit.ops import connection
-    monkeypatch.setattr(connection, '_AGREES', {})
-    monkeypatch.setattr(connection, '_probe_swapped_product',
+    from chainerjit.ops import linear as linear_ops
+    monkeypatch.setattr(linear_ops, '_AGREES', {})
+    monkeypatch.setattr(linear_ops, '_probe_swapped_product',
                         lambda *key: False)
-    monkeypatch.setattr(connection, '_probe_stacked_product',
+    monkeypatch.setattr(linear_ops, '_probe_stacked_product',
                         lambda *key: stacking_keeps_bits)
     made = []
     fused_step = rnn.fused_step
@@ -320,3 +322,113 @@ def test_a_hoisted_projection_that_rounds_lets_the_step_swap_its_product(
     product = made[0][0](h, W)
     assert product.flags.f_contiguous is not stacking_keeps_bits
     numpy.testing.assert_allclose(product, h.dot(W.T), rtol=1e-5, atol=1e-5)
+
+
+# --- adversarial: linear + activation, the backward and ONNX export ----------
+
+
+@pytest.mark.adversarial
+def test_fused_product_also_returned(rng):
+    def f(x, w, b):
+        p = F.linear(x, w, b)
+        return F.relu(p), p
+    check_unchanged(f, [(rand(rng, 3, 4), rand(rng, 5, 4),
+                         rand(rng, 5)) for _ in range(3)])
+    testing.assert_jit_grads_match_eager(
+        f, [(rand(rng, 3, 4), rand(rng, 5, 4), rand(rng, 5))
+            for _ in range(3)])
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize('act', [F.relu, F.tanh, F.sigmoid])
+@pytest.mark.parametrize('rows', [1, 64, 65])
+def test_fused_activation_grads(rng, act, rows):
+    def f(x, w, b):
+        return act(F.linear(x, w, b))
+    calls = [(rand(rng, rows, 4), rand(rng, 5, 4), rand(rng, 5))
+             for _ in range(3)]
+    check_unchanged(f, calls)
+    testing.assert_jit_grads_match_eager(f, calls)
+
+
+@pytest.mark.adversarial
+def test_fused_chained_activations(rng):
+    def f(x, w):
+        return F.sigmoid(F.tanh(F.relu(F.linear(x, w))))
+    calls = [(rand(rng, 3, 4), rand(rng, 5, 4)) for _ in range(3)]
+    check_unchanged(f, calls)
+    testing.assert_jit_grads_match_eager(f, calls)
+
+
+@pytest.mark.adversarial
+def test_fused_3d_linear(rng):
+    def f(x, w, b):
+        return F.tanh(F.linear(x, w, b, n_batch_axes=2))
+    calls = [(rand(rng, 2, 3, 4), rand(rng, 5, 4), rand(rng, 5))
+             for _ in range(3)]
+    check_unchanged(f, calls)
+    testing.assert_jit_grads_match_eager(f, calls)
+
+
+@pytest.mark.adversarial
+def test_double_backprop_through_fused_is_clear_error(rng):
+    def f(x, w):
+        return F.tanh(F.linear(x, w))
+    jitted = chainerjit.jit(f)
+    x = rand(rng, 3, 4)
+    w = rand(rng, 5, 4)
+    results = []
+    for fn in (f, jitted, jitted):
+        xv = chainer.Variable(x.copy())
+        wv = chainer.Variable(w.copy())
+        y = fn(xv, wv)
+        try:
+            gx, = chainer.grad([F.sum(y)], [xv],
+                               enable_double_backprop=True)
+            F.sum(gx * gx).backward()
+        except NotImplementedError as e:  # a clear error is acceptable
+            assert fn is jitted and 'double backprop' in str(e)
+            continue
+        results.append(wv.grad)
+    for r in results[1:]:
+        numpy.testing.assert_allclose(r, results[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.adversarial
+@pytest.mark.parametrize('act', [F.relu, F.tanh, F.sigmoid])
+def test_fused_backward_keeps_user_gy_and_outputs(rng, act):
+    def f(x, w, b):
+        return act(F.linear(x, w, b))
+    jitted = chainerjit.jit(f)
+    for _ in range(3):
+        arrays = [rand(rng, 3, 4), rand(rng, 5, 4), rand(rng, 5)]
+        grads = []
+        for fn in (f, jitted):
+            args = [chainer.Variable(a.copy()) for a in arrays]
+            y = fn(*args)
+            before = y.array.copy()
+            g = numpy.random.RandomState(7).standard_normal(
+                (3, 5)).astype(numpy.float32)
+            y.grad = g
+            y.backward()
+            numpy.testing.assert_array_equal(
+                g, numpy.random.RandomState(7).standard_normal(
+                    (3, 5)).astype(numpy.float32))
+            numpy.testing.assert_array_equal(y.array, before)
+            grads.append([a.grad for a in args])
+        for a, e in zip(grads[1], grads[0]):
+            numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.adversarial
+def test_fused_and_hoisted_export_to_onnx(rng):
+    pytest.importorskip('onnxruntime')
+
+    def f(xs, w, b):
+        h = F.relu(F.linear(xs[0], w, b))
+        for t in range(xs.shape[0]):
+            h = F.tanh(F.linear(xs[t], w, b) + h)
+        return F.sigmoid(F.linear(h, w, b))
+    calls = [(rand(rng, n, 3, 4), rand(rng, 4, 4), rand(rng, 4))
+             for n in (3, 3, 5)]
+    testing.assert_onnx_matches_eager(f, calls, rtol=1e-4, atol=1e-5)

@@ -1,0 +1,467 @@
+"""Questions about a loop's source: the branches on array values
+(:func:`branch_test`), and whether the Python of a loop or of a
+comprehension could tell how many iterations ran
+(:func:`symbolic_loop_problem`, :func:`comprehension_problem`), with what
+the loop watcher and the rolling ask besides (:func:`only_array_exits`,
+:func:`counter_indexed_names`, :func:`appended_lists`,
+:func:`returned_directly`).
+"""
+
+import ast
+import collections
+
+from chainerjit.frontend import source
+
+
+# --- branches on array values ------------------------------------------------
+
+BranchTest = collections.namedtuple('BranchTest',
+                                    'kind negated breaks loop')
+BranchTest.__doc__ = """An ``if`` or ``while`` whose test is one reduction
+of an array to a truth value (``(y.array == EOS).all()``, ``not
+numpy.any(m)``).
+
+Fields:
+    kind: ``'if'`` or ``'while'``.
+    negated: the test is ``not <reduction>``.
+    breaks: for an ``if``, its body is just ``break``.
+    loop: the header line of the loop the test can leave (the ``while``
+        itself, or the loop around a breaking ``if``), or ``None``.
+"""
+
+_REDUCTIONS = ('all', 'any')
+_TESTS = {}  # (code, line) -> BranchTest or None
+
+
+def branch_test(code, line):
+    """The :class:`BranchTest` whose test is on ``line`` of ``code``'s
+    source, or ``None``."""
+    key = (code, line)
+    if key not in _TESTS:
+        _TESTS[key] = _find_branch_test(code, line)
+    return _TESTS[key]
+
+
+def _find_branch_test(code, line):
+    found = source.function_and_offset(code)
+    if found is None:
+        return None
+    function, offset, parents = found
+    local = line - offset
+    for node in ast.walk(function):
+        if not isinstance(node, (ast.If, ast.While)):
+            continue
+        test = node.test
+        if not (test.lineno <= local <= getattr(test, 'end_lineno', local)):
+            continue
+        negated = isinstance(test, ast.UnaryOp) and isinstance(
+            test.op, ast.Not)
+        if negated:
+            test = test.operand
+        if not _is_reduction(test):
+            return None
+        breaks = isinstance(node, ast.If) and not node.orelse and \
+            len(node.body) == 1 and isinstance(node.body[0], ast.Break)
+        loop = node if isinstance(node, ast.While) else \
+            _enclosing_loop(node, parents) if breaks else None
+        if breaks and loop is not None and (
+                loop.body[-1] is not node or loop.orelse):
+            # Python after the break, or a for-else, would see it.
+            loop = None
+        return BranchTest(
+            'if' if isinstance(node, ast.If) else 'while', negated, breaks,
+            None if loop is None else source.header_line(loop) + offset)
+    return None
+
+
+def _enclosing_loop(node, parents):
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, (ast.For, ast.While)):
+            return node
+        if isinstance(node, (ast.FunctionDef, ast.Lambda)):
+            return None
+    return None
+
+
+def _is_reduction(test):
+    """``x.all()``, ``x.any()``, ``numpy.all(x)`` or ``xp.any(x)``."""
+    if not isinstance(test, ast.Call) or test.keywords:
+        return False
+    func = test.func
+    if not isinstance(func, ast.Attribute) or func.attr not in _REDUCTIONS:
+        return False
+    inner = [n for n in ast.walk(test) if n is not test and
+             isinstance(n, ast.Call) and isinstance(n.func, ast.Attribute)
+             and n.func.attr in _REDUCTIONS]
+    return not inner and len(test.args) <= 1
+
+
+# --- loops whose trip count may be symbolic ----------------------------------
+
+_COLLECTORS = frozenset(['stack', 'concat', 'vstack', 'hstack', 'dstack'])
+
+
+def comprehension_and_parents(code, header):
+    """The one comprehension with a single ``for`` clause whose source
+    spans ``header`` in ``code``'s function, innermost first, and each
+    node's parent; ``None`` if there is none or the line is ambiguous."""
+    found = source.function_and_offset(code)
+    if found is None:
+        return None
+    function, offset, parents = found
+    line = header - offset
+    spanning = [n for n in ast.walk(function)
+                if isinstance(n, source.COMPREHENSION_NODES) and
+                n.lineno <= line <= n.end_lineno]
+    innermost = [n for n in spanning
+                 if not any(m is not n and m in set(ast.walk(n))
+                            for m in spanning)]
+    if len(innermost) != 1 or len(innermost[0].generators) != 1:
+        return None
+    return innermost[0], parents
+
+
+def comprehension_problem(code, header, kinds=None):
+    """As :func:`symbolic_loop_problem`, for a comprehension in ``code``
+    whose ``for`` clause is on ``header``: one ``for`` clause without
+    ``if``; a counter (``range``, ``enumerate``) used only to index; no
+    ``:=`` and no hidden Python state change; and the list it makes is
+    used only whole, by ``F.stack`` or ``F.concat``, directly or through
+    a name assigned once."""
+    found = comprehension_and_parents(code, header)
+    if found is None:
+        return 'no source'
+    comp, parents = found
+    generator = comp.generators[0]
+    if generator.ifs or generator.is_async:
+        return 'the comprehension filters its items'
+    inside = set(ast.walk(comp)) - set(ast.walk(generator.iter))
+    if any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.Await))
+           for n in inside):
+        return 'the comprehension assigns a name or yields'
+    counter = _counter_name(generator)
+    for use in inside:
+        if isinstance(use, ast.Name) and use.id == counter and \
+                isinstance(use.ctx, ast.Load) and \
+                not _index_use(use, parents):
+            return 'the loop variable %r is used in Python' % counter
+    hidden = _hidden_state_change(inside, kinds or {})
+    if hidden:
+        return hidden
+    return _whole_list_use(comp, parents)
+
+
+def _whole_list_use(comp, parents):
+    """``None`` if the comprehension's list is only passed whole to a
+    collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``
+    only)."""
+    holder = parents.get(comp)
+    if _collected(comp, holder):
+        return None
+    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and \
+            isinstance(holder.targets[0], ast.Name):
+        function = _enclosing_function(holder, parents)
+        uses = [n for n in source.name_nodes(function, holder.targets[0].id)
+                if n is not holder.targets[0]]
+        if all(isinstance(n.ctx, ast.Load) and
+               _collected(n, parents.get(n)) for n in uses):
+            return None
+    return 'the list the comprehension makes is used item by item'
+
+
+def _collected(node, call):
+    """``call`` passes ``node`` whole to ``F.stack``, ``F.concat``..."""
+    return isinstance(call, ast.Call) and node in call.args and \
+        _call_name(call) in _COLLECTORS
+
+
+def _enclosing_function(node, parents):
+    """The function holding ``node`` (these very ast nodes)."""
+    while node in parents and not isinstance(
+            node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        node = parents[node]
+    return node
+
+
+def symbolic_loop_problem(code, header, kinds=None):
+    """Why the loop at ``header`` of ``code`` cannot run for another trip
+    count than the one recorded, read from the source; ``None`` if it
+    can. Its Python must not see the count: the loop variable is used
+    only to index (``xs[t]``) and not after the loop; the body has no
+    ``break``, ``continue`` or ``return`` other than ``if <array
+    test>: break``; and the lists it appends to are used after it only
+    whole, by ``F.stack`` or ``F.concat``. Python state it could change
+    out of sight (``next(it)``, ``d['n'] += 1``, ``rng.uniform()``) is
+    not allowed either: ``kinds`` gives each local's kind at the loop's
+    start (``'array'``, ``'list'``, ...)."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return 'no source'
+    loop, parents = found
+    function = _enclosing_function(loop, parents)
+    inside = set(ast.walk(loop)) - {loop.iter if isinstance(loop, ast.For)
+                                    else loop.test}
+    for jump in _python_jumps(loop, inside, parents):
+        return 'the body has a %s' % type(jump).__name__.lower()
+    if isinstance(loop, ast.For):
+        for target in set(n.id for n in ast.walk(loop.target)
+                          if isinstance(n, ast.Name)):
+            for use in source.name_nodes(function, target):
+                if use not in set(ast.walk(loop)) and \
+                        use.lineno > loop.lineno and \
+                        not _rebound_by_a_loop(use, target, parents):
+                    return 'the loop variable %r is used after the loop' % (
+                        target)
+        counter = _counter_name(loop)
+        for use in source.name_nodes(function, counter):
+            target = _target_name(loop.target, counter)
+            if use in inside and use is not target:
+                if not _index_use(use, parents):
+                    return 'the loop variable %r is used in Python' % (
+                        counter)
+            elif use not in inside and use not in set(ast.walk(loop)):
+                if use.lineno > loop.lineno and not _rebound_by_a_loop(
+                        use, counter, parents):
+                    return 'the loop variable %r is used after the loop' % (
+                        counter)
+    if _appends_elsewhere(inside):
+        return 'the loop appends to a list held by an attribute or an item'
+    hidden = _hidden_state_change(inside, kinds or {})
+    if hidden:
+        return hidden
+    for name in _appended_lists(loop, inside):
+        for use in source.name_nodes(function, name):
+            if use in inside or use.lineno <= loop.lineno:
+                continue
+            if not _collected(use, parents.get(use)):
+                return 'the list %r is used after the loop' % name
+    return None
+
+
+# Calls a loop body may make: these builtins, functions of these modules,
+# ``self.name(...)`` (a link or a method), and methods of arrays and
+# Variables (and ``append`` of lists).
+_PURE_BUILTINS = frozenset(['len', 'range', 'min', 'max', 'abs', 'zip',
+                            'enumerate', 'isinstance', 'tuple', 'list'])
+_ARRAY_MODULES = frozenset(['F', 'L', 'chainer', 'functions', 'links',
+                            'numpy', 'np', 'xp', 'cupy', 'math'])
+_LIST_METHODS = frozenset(['append', 'extend', 'insert'])
+
+
+def _hidden_state_change(inside, kinds):
+    """What in a loop body could change Python state that the loop
+    watcher's snapshots do not see, or ``None``."""
+    for node in inside:
+        if isinstance(node, ast.AugAssign) and not isinstance(
+                node.target, ast.Name):
+            return 'the loop updates an item or attribute in place'
+        if isinstance(node, ast.Assign) and any(
+                isinstance(t, (ast.Subscript, ast.Attribute)) and
+                _root_name(t) != 'self' for t in node.targets):
+            return 'the loop assigns an item or attribute'
+        if isinstance(node, ast.Call):
+            problem = _hidden_call(node, kinds)
+            if problem:
+                return problem
+    return None
+
+
+def _hidden_call(call, kinds):
+    func = call.func
+    if isinstance(func, ast.Name):
+        return None if func.id in _PURE_BUILTINS else \
+            'the loop calls %s()' % func.id
+    if not isinstance(func, ast.Attribute):
+        return 'the loop calls a computed function'
+    root = _root_name(func)
+    if root is None or root in _ARRAY_MODULES:
+        return None  # a method of a value computed here, F.relu(...)
+    if root == 'self' and isinstance(func.value, ast.Name):
+        return None  # self.lstm(x), self.step(h)
+    kind = kinds.get(root)
+    if kind == 'array' or (kind == 'list' and func.attr in _LIST_METHODS
+                           and isinstance(func.value, ast.Name)):
+        return None  # h.reshape(...), y.array.all(), ys.append(h)
+    return 'the loop calls %s()' % func.attr
+
+
+def _root_name(node):
+    while isinstance(node, (ast.Attribute, ast.Subscript)):
+        node = node.value
+    return node.id if isinstance(node, ast.Name) else None
+
+
+def _python_jumps(loop, inside, parents):
+    """The ``break``, ``continue``, ``return`` and ``yield`` in a loop's
+    body, but for ``if <array test>: break`` leaving this loop."""
+    jumps = [n for n in inside if isinstance(
+        n, (ast.Break, ast.Continue, ast.Return, ast.Yield,
+            ast.YieldFrom))]
+    return [j for j in jumps if not (
+        isinstance(j, ast.Break) and _is_array_break(j, parents) and
+        _enclosing_loop(j, parents) is loop)]
+
+
+def only_array_exits(code, header):
+    """Whether the loop at ``header`` can be left only by its iterable
+    running out, its own test, or ``if <array test>: break``: then how
+    many iterations it may run is known when it starts."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return False
+    loop, parents = found
+    inside = set(ast.walk(loop))
+    return not loop.orelse and not _python_jumps(loop, inside, parents)
+
+
+def _loop_and_parents(code, header):
+    found = source.function_and_offset(code)
+    if found is None:
+        return None
+    function, offset, parents = found
+    loop = next((n for n in ast.walk(function)
+                 if isinstance(n, (ast.For, ast.While)) and
+                 source.header_line(n) + offset == header), None)
+    return None if loop is None else (loop, parents)
+
+
+def _rebound_by_a_loop(use, name, parents):
+    """The use is in (or is the target of) another ``for`` that binds the
+    name again."""
+    node = use
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.For) and _target_name(node.target, name):
+            return True
+    return False
+
+
+def _is_array_break(jump, parents):
+    test = parents.get(jump)
+    if not isinstance(test, ast.If) or test.body != [jump] or test.orelse:
+        return False
+    expression = test.test
+    if isinstance(expression, ast.UnaryOp) and isinstance(
+            expression.op, ast.Not):
+        expression = expression.operand
+    return _is_reduction(expression)
+
+
+def _counter_name(loop):
+    """The name bound to the position: ``t`` in ``for t in range(...)``
+    and ``for t, x in enumerate(...)``; ``None`` when the loop binds
+    elements only (``for x in xs``)."""
+    iterable = loop.iter
+    if source.is_call(iterable, 'range') and isinstance(loop.target, ast.Name):
+        return loop.target.id
+    if source.is_call(iterable, 'enumerate') and isinstance(
+            loop.target, ast.Tuple) and isinstance(loop.target.elts[0],
+                                                   ast.Name):
+        return loop.target.elts[0].id
+    return None
+
+
+def _target_name(target, name):
+    for node in ast.walk(target):
+        if isinstance(node, ast.Name) and node.id == name:
+            return node
+    return None
+
+
+def counter_indexed_names(code, header):
+    """The names a ``for`` loop's counter indexes (``xs`` in ``xs[t]``),
+    or ``None`` when one is not a plain name."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return None
+    loop, parents = found
+    if not isinstance(loop, ast.For):
+        return set()
+    counter = _counter_name(loop)
+    names = set()
+    for use in ast.walk(loop):
+        if isinstance(use, ast.Name) and use.id == counter and \
+                _index_use(use, parents):
+            parent = parents[use]
+            subscript = parents[parent] if isinstance(
+                parent, ast.Tuple) else parent
+            if not isinstance(subscript.value, ast.Name):
+                return None
+            names.add(subscript.value.id)
+    return names
+
+
+def _index_use(name, parents):
+    """``xs[t]`` or ``xs[:, t]``: the name alone in an index."""
+    if not isinstance(name.ctx, ast.Load):
+        return False
+    parent = parents.get(name)
+    if isinstance(parent, ast.Tuple):
+        parent = parents.get(parent)
+    return isinstance(parent, ast.Subscript) and parent.value is not name
+
+
+def appended_lists(code, header):
+    """The names of the lists a loop appends to (``ys.append(h)``,
+    ``ys += [h]``)."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return set()
+    loop, _ = found
+    return _appended_lists(loop, set(ast.walk(loop)))
+
+
+def _appends_elsewhere(inside):
+    """``self.ys.append(h)``, ``d['ys'].append(h)``: appending to a list
+    that is not a plain local name."""
+    return any(isinstance(node, ast.Call) and isinstance(
+        node.func, ast.Attribute) and node.func.attr in (
+            'append', 'extend', 'insert') and not isinstance(
+            node.func.value, ast.Name) for node in inside)
+
+
+def _appended_lists(loop, inside):
+    found = set()
+    for node in inside:
+        if isinstance(node, ast.Call) and isinstance(
+                node.func, ast.Attribute) and node.func.attr in (
+                    'append', 'extend', 'insert') \
+                and isinstance(node.func.value, ast.Name):
+            found.add(node.func.value.id)
+        elif isinstance(node, ast.AugAssign) and isinstance(
+                node.target, ast.Name) and isinstance(
+                    node.value, (ast.List, ast.ListComp, ast.Tuple)):
+            found.add(node.target.id)  # ys += [h]
+    return found
+
+
+def _call_name(call):
+    func = call.func
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    if isinstance(func, ast.Name):
+        return func.id
+    return None
+
+
+def returned_directly(loc):
+    """Whether the source line ``loc`` is a ``return`` whose value is, or
+    is a tuple holding, a call of ``stack``/``concat``/...: then Python
+    cannot read the stacked value (its length) before it is returned."""
+    if loc is None:
+        return False
+    filename, line = loc
+    tree = source.file_ast(filename)
+    if tree is None:
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Return) and node.value is not None and \
+                node.lineno <= line <= getattr(node, 'end_lineno', line):
+            items = node.value.elts if isinstance(
+                node.value, ast.Tuple) else [node.value]
+            return any(isinstance(item, ast.Call) and
+                       _call_name(item) in _COLLECTORS and
+                       item.lineno <= line <= item.end_lineno
+                       for item in items)
+    return False

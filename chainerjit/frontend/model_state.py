@@ -1,0 +1,126 @@
+"""The model around a recording: its arrays bound to IR parameters and
+viewed as traced while the forward runs, the Python state the forward
+could change in place, and what the recording learns of its links'
+parameters and attributes."""
+
+import chainer
+import numpy
+
+from chainerjit.frontend import guards
+from chainerjit.frontend import traced
+
+
+def _model_arrays(instance):
+    """Yields ``(path, owner)`` for each array a Link's forward may read:
+    initialized parameters (owner: the Parameter), and persistent arrays,
+    array attributes and Variable attributes such as ``L.LSTM``'s state
+    (owner: the Variable, or the Link holding the array)."""
+    if not isinstance(instance, chainer.Link):
+        return
+    arrays = chainer.get_array_types()
+    for link_path, link in instance.namedlinks():
+        parts = tuple(p for p in link_path.split('/') if p)
+        for name, value in sorted(vars(link).items()):
+            if isinstance(value, chainer.Variable):
+                if value._data[0] is not None:
+                    yield parts + (name,), value
+            elif isinstance(value, arrays):
+                yield parts + (name,), link
+
+
+def swap_model_arrays(instance, recorder):
+    """Binds the model's arrays to IR params and views them as traced.
+    Returns the list of restore actions (see :func:`restore_arrays`)."""
+    restore = []
+    for path, owner in _model_arrays(instance):
+        if isinstance(owner, chainer.Variable):
+            array = owner._data[0]
+        else:
+            array = getattr(owner, path[-1])
+        value = recorder.bind_param(array, '.'.join(path), ('path', path),
+                                    owner)
+        if type(array) is numpy.ndarray:
+            view = array.view(traced.TracedArray)
+            _set_model_array(owner, path[-1], view)
+            restore.append((owner, path[-1], array, view))
+            recorder.bind(view, value)  # and the original, once restored
+            recorder.note_variable(owner, value)  # now holding the view
+    return restore
+
+
+def _set_model_array(owner, name, array):
+    if isinstance(owner, chainer.Variable):
+        owner._data[0] = array
+    else:
+        object.__setattr__(owner, name, array)
+
+
+def restore_arrays(restore):
+    """Undoes :func:`swap_model_arrays` (and the traced views of Variable
+    arguments, ``arguments.traced_leaf``) where the forward did not assign
+    a new array itself."""
+    for owner, name, array, view in restore:
+        if isinstance(owner, chainer.Variable):
+            if owner._data[0] is view:
+                owner._data[0] = array
+        elif getattr(owner, name, None) is view:
+            object.__setattr__(owner, name, array)
+
+
+def python_state(instance):
+    """What the forward could change in place without assigning: the
+    contents of lists, dicts and sets held by links, and the state of
+    random generators they hold."""
+    if not isinstance(instance, chainer.Link):
+        return {}
+    state = {}
+    for _, link in instance.namedlinks():
+        for name, value in vars(link).items():
+            if type(value) in (list, dict, set):
+                state[id(link), name] = guards.snapshot(value)
+            elif isinstance(value, numpy.random.RandomState):
+                state[id(link), name] = repr(value.get_state(legacy=False))
+            elif isinstance(value, numpy.random.Generator):
+                state[id(link), name] = repr(value.bit_generator.state)
+    return state
+
+
+def note_changed_python_state(instance, before, recorder):
+    """An escape for each list, dict, set or random generator of the model
+    that the forward changed in place (assignments are replayed)."""
+    after = python_state(instance)
+    assigned = set((id(target), name)
+                   for kind, target, name, _ in recorder.effects
+                   if kind == 'setattr')
+    for key, old in before.items():
+        if after.get(key) != old and key not in assigned:
+            recorder.note_escape('changing the list, dict, set or random '
+                                 'generator %r of a link in place' % key[1],
+                                 None)
+
+
+def adopt_lazy_params(instance, recorder):
+    """Parameters initialized during the run (``L.Linear(None, n)``) were
+    seen as free Parameter objects; give them their path in the model."""
+    if not isinstance(instance, chainer.Link):
+        return
+    paths = {id(p): tuple(x for x in n.split('/') if x)
+             for n, p in instance.namedparams()}
+    for value in recorder.graph.params:
+        kind, obj = value.data
+        if kind == 'object' and id(obj) in paths:
+            path = paths[id(obj)]
+            value.data = ('path', path)
+            value.name = '.'.join(path)
+
+
+def written_first(instance, recorder):
+    """``{(link path, name)}`` of the link attributes the forward assigned
+    before reading them: their value before the call does not matter."""
+    if not isinstance(instance, chainer.Link):
+        return frozenset()
+    paths = dict((id(link), path or '/') for path, link in
+                 instance.namedlinks())
+    return frozenset((paths[link_id], name) for (link_id, name), access
+                     in recorder.first_access.items()
+                     if access == 'write' and link_id in paths)

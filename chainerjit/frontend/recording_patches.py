@@ -1,0 +1,234 @@
+"""The patches in force only while a forward is recorded, in one table.
+
+Each :class:`RecordingPatch` of :data:`RECORDING_PATCHES` replaces one
+attribute of Chainer, NumPy or CuPy for the time of a recording;
+:func:`in_force` applies them all and puts back what their owners held.
+The patches are process-wide (``trace`` records one forward at a time);
+each acts for the recording thread only, whose recorder is ``_state``'s.
+
+=================================  ====================================
+what it replaces                   while recording
+=================================  ====================================
+``FunctionNode.apply``             records each node applied at the top
+``Link.__setattr__``               notes assignments, to replay
+``Link.__getattribute__``          notes attributes read before set
+``chainer.report``                 notes reports, to replay
+``Variable.backward``, ``grad``    calling one is an escape
+``Variable.array``, ``.data``      reading a CuPy array is an escape
+``LocalConfig.__getattr__``        notes the config entries read
+``numpy.random``'s functions       a draw is an escape
+CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
+=================================  ====================================
+
+The patches of the fast paths, installed for good, are the other table:
+``chainerjit.fastpaths.PATCHES``.
+"""
+
+import collections
+import contextlib
+import os
+import sys
+
+import chainer
+import numpy
+
+from chainerjit import ops
+from chainerjit.frontend import _keys
+from chainerjit.frontend import traced
+
+_state = _keys.recording  # this thread's
+
+
+class RecordingPatch(collections.namedtuple('RecordingPatch',
+                                            'owner name make')):
+    """``owner.name`` becomes ``make(original, recorder)`` while
+    ``recorder`` records a forward."""
+
+
+def _recording_apply(apply, recorder):
+    """``FunctionNode.apply`` while recording: a node applied by the
+    forward's code (not inside another node) becomes an IR node."""
+    def recording_apply(node, inputs):
+        current = _state.recorder  # thread-local: other threads see None
+        if current is None or current.depth:
+            return apply(node, inputs)
+        template = ops.pristine_copy(node)
+        current.depth += 1
+        try:
+            outputs = apply(node, inputs)
+        finally:
+            current.depth -= 1
+        current.record_node(node, template, inputs, outputs)
+        current.applied.append(node)
+        return outputs
+    return recording_apply
+
+
+def _recording_setattr(link_setattr, recorder):
+    """``Link.__setattr__`` while recording: notes the recording thread's
+    assignments."""
+    def setattr_recorded(link, name, value):
+        if _state.recorder is recorder:
+            recorder.first_access.setdefault((id(link), name), 'write')
+            recorder.note_effect('setattr', link, name, value)
+        link_setattr(link, name, value)
+    return setattr_recorded
+
+
+def _recording_getattribute(link_getattribute, recorder):
+    """``Link.__getattribute__`` while recording: notes which instance
+    attributes the forward reads before it assigns them."""
+    first_access = recorder.first_access
+
+    def getattribute(link, name):
+        value = link_getattribute(link, name)
+        if _state.recorder is recorder and \
+                name in link_getattribute(link, '__dict__'):
+            first_access.setdefault((id(link), name), 'read')
+        return value
+    return getattribute
+
+
+def _recording_report(report, recorder):
+    """``chainer.report`` while recording: notes the recording thread's
+    reports, to replay."""
+    def report_recorded(values, observer=None):
+        if _state.recorder is recorder:
+            recorder.note_effect('report', observer, None, values)
+        report(values, observer)
+    return report_recorded
+
+
+def _escaping(what):
+    """The patch making a call of ``what`` an escape (its effects, such
+    as gradients written by backprop inside the forward, are not
+    recorded)."""
+    def make(fn, recorder):
+        def escaping(*args, **kwargs):
+            traced.escape('calling %s in the forward' % what)
+            return fn(*args, **kwargs)
+        return escaping
+    return make
+
+
+def _watching_gpu_reads(prop, recorder):
+    """``Variable.array`` (or ``.data``) while recording: reading a CuPy
+    array in user code is an escape, since CuPy arrays cannot be traced."""
+    def read(variable):
+        array = prop.fget(variable)
+        if array is not None and not isinstance(array, numpy.ndarray):
+            frame = sys._getframe(1)
+            if not frame.f_code.co_filename.startswith(traced.LIBRARY_DIRS):
+                traced.escape('reading a CuPy array of a Variable')
+        return array
+    return property(read, prop.fset, None, prop.__doc__)
+
+
+def _noting_config_reads(config_getattr, recorder):
+    """``chainer.config.<name>`` while recording: notes ``name`` for the
+    recording made in this thread (``guards.config_reads``)."""
+    def config_read(config, name):
+        current = _state.recorder
+        if current is not None:
+            current.config_names.add(name)
+        return config_getattr(config, name)
+    return config_read
+
+
+_INITIALIZERS_DIR = os.path.join(
+    os.path.dirname(chainer.__file__), 'initializers') + os.sep
+_GLOBAL_RANDOM = [name for name in dir(numpy.random)
+                  if getattr(getattr(numpy.random, name), '__self__', None)
+                  is numpy.random.mtrand._rand]
+
+
+def _watching_random(name):
+    """The patch of ``numpy.random.NAME``: a draw outside Chainer's
+    initializers is an escape (the recording would freeze the numbers)."""
+    def make(draw, recorder):
+        def watched(*args, **kwargs):
+            if not sys._getframe(1).f_code.co_filename.startswith(
+                    _INITIALIZERS_DIR):
+                traced.escape('numpy.random.%s draws random numbers' % name)
+            return draw(*args, **kwargs)
+        return watched
+    return make
+
+
+# CuPy's functions that make arrays of one value, and that value (None:
+# their ``fill_value`` argument).
+_GPU_FILLS = {'zeros': 0, 'zeros_like': 0, 'ones': 1, 'ones_like': 1,
+              'full': None, 'full_like': None}
+
+
+def _noting_fills(fill):
+    """The patch of a CuPy function making arrays of ``fill``: notes the
+    arrays it makes for the recorder (``trace._Recorder._still_filled``
+    takes one still holding its fill value for a constant)."""
+    def noting(make, recorder):
+        def made(*args, **kwargs):
+            array = make(*args, **kwargs)
+            value = fill
+            if value is None:
+                value = kwargs.get('fill_value', args[1] if len(args) > 1
+                                   else None)
+            if _state.recorder is recorder and isinstance(
+                    value, (int, float, bool, numpy.generic)):
+                recorder.gpu_fills[id(array)] = (array, value)
+            return array
+        made.__wrapped__ = make
+        return made
+    return noting
+
+
+def _gpu_fill_patches():
+    if not chainer.backends.cuda.available:
+        return ()
+    cupy = chainer.backends.cuda.cupy
+    return tuple(RecordingPatch(cupy, name, _noting_fills(fill))
+                 for name, fill in _GPU_FILLS.items())
+
+
+RECORDING_PATCHES = (
+    RecordingPatch(chainer.FunctionNode, 'apply', _recording_apply),
+    RecordingPatch(chainer.Link, '__setattr__', _recording_setattr),
+    RecordingPatch(chainer.Link, '__getattribute__',
+                   _recording_getattribute),
+    RecordingPatch(chainer.reporter, 'report', _recording_report),
+    RecordingPatch(chainer, 'report', _recording_report),
+    RecordingPatch(chainer.Variable, 'backward', _escaping('backward()')),
+    RecordingPatch(chainer, 'grad', _escaping('chainer.grad')),
+    RecordingPatch(chainer.Variable, 'array', _watching_gpu_reads),
+    RecordingPatch(chainer.Variable, 'data', _watching_gpu_reads),
+    RecordingPatch(chainer.configuration.LocalConfig, '__getattr__',
+                   _noting_config_reads),
+) + tuple(RecordingPatch(numpy.random, name, _watching_random(name))
+          for name in _GLOBAL_RANDOM) + _gpu_fill_patches()
+
+_ABSENT = object()
+
+
+@contextlib.contextmanager
+def in_force(recorder):
+    """Makes ``recorder`` this thread's recording, with every patch of
+    :data:`RECORDING_PATCHES` applied, for the block. When it ends, even
+    by an exception, each owner gets back what it held itself: an
+    attribute it only inherits (``Link.__getattribute__``) is deleted
+    again, since an explicit one, even object's own, would make every
+    attribute read of every Link go through a slower slot."""
+    held = []  # (patch, what its owner's own __dict__ held)
+    try:
+        for patch in RECORDING_PATCHES:
+            own = vars(patch.owner).get(patch.name, _ABSENT)
+            original = getattr(patch.owner, patch.name)
+            setattr(patch.owner, patch.name, patch.make(original, recorder))
+            held.append((patch, own))
+        _state.recorder = recorder
+        yield
+    finally:
+        _state.recorder = None
+        for patch, own in reversed(held):
+            if own is _ABSENT:
+                delattr(patch.owner, patch.name)
+            else:
+                setattr(patch.owner, patch.name, own)

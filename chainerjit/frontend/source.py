@@ -1,0 +1,101 @@
+"""The forward's source, read back for the loop analyses: the ``ast`` of
+a code object's function and of a whole file, each node's parent, and a
+few questions about ``ast`` nodes that :mod:`.control`,
+:mod:`.trip_counts` and :mod:`.loop_analysis` share.
+
+A function's source is read again with ``inspect`` at each question; a
+file's ``ast`` is parsed once and kept.
+"""
+
+import ast
+import inspect
+import linecache
+import textwrap
+
+
+# Comprehensions: each one is a code object of its own.
+COMPREHENSION_NODES = (ast.ListComp, ast.SetComp, ast.DictComp,
+                       ast.GeneratorExp)
+
+_FILES = {}  # file name -> its ast, or None (not parsable)
+
+
+def parsed_source(code):
+    """The ``ast`` of a code object's source (dedented) and the number to
+    add to its line numbers to get the file's; ``None`` when the source
+    cannot be read (a plain REPL, ``exec``) or parsed (a lambda inside an
+    expression)."""
+    try:
+        lines, start = inspect.getsourcelines(code)
+        tree = ast.parse(textwrap.dedent(''.join(lines)))
+    except (OSError, TypeError, SyntaxError):
+        return None
+    return tree, (start - 1 if start else 0)
+
+
+def function_ast(code):
+    """The ``ast`` of a code object's function (its ``def``), or
+    ``None``."""
+    parsed = parsed_source(code)
+    return None if parsed is None else _first_function(parsed[0])
+
+
+def function_and_offset(code):
+    """The ``ast`` of a code object's function, the number to add to its
+    line numbers to get the file's, and each node's parent; or
+    ``None``."""
+    parsed = parsed_source(code)
+    if parsed is None:
+        return None
+    tree, offset = parsed
+    function = _first_function(tree)
+    if function is None:
+        return None
+    return function, offset, parents_of(function)
+
+
+def _first_function(tree):
+    return next((n for n in ast.walk(tree) if isinstance(
+        n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)
+
+
+def parents_of(tree):
+    """``{node: its parent}`` for the nodes below ``tree``."""
+    parents = {}
+    for node in ast.walk(tree):
+        for child in ast.iter_child_nodes(node):
+            parents[child] = node
+    return parents
+
+
+def file_ast(filename):
+    """The ``ast`` of a whole source file, or ``None`` if it does not
+    parse."""
+    if filename not in _FILES:
+        try:
+            _FILES[filename] = ast.parse(''.join(
+                linecache.getlines(filename)))
+        except SyntaxError:
+            _FILES[filename] = None
+    return _FILES[filename]
+
+
+def header_line(loop):
+    """The line of a ``for`` or ``while`` statement that the interpreter
+    passes once per iteration: the ``for`` line, or the ``while`` test's."""
+    return loop.lineno if isinstance(loop, ast.For) else loop.test.lineno
+
+
+def is_call(node, name):
+    """``node`` calls the plain name ``name`` (``len(xs)``)."""
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+        and node.func.id == name
+
+
+def name_nodes(function, name):
+    """The ``ast.Name`` nodes of ``name`` in ``function``; none for the
+    name ``None``."""
+    if name is None:
+        return []
+    return [n for n in ast.walk(function)
+            if isinstance(n, ast.Name) and n.id == name]

@@ -1,0 +1,494 @@
+"""Traced arrays: what the inputs flow into outside Chainer functions.
+
+While recording, every NumPy array derived from the inputs and parameters
+is viewed as a :class:`TracedArray`, and a CuPy argument as a
+``GpuArgument`` (:func:`gpu_argument_type`). NumPy run on one outside
+Chainer functions is recorded as a node (:func:`record_call`; the test of
+``if x.all():`` as a guarded branch, :func:`record_branch`); reading one
+back into Python (``float``, ``.item()``, ``bool``, a NumPy reduction to
+a scalar) or making a shape depend on its values is a *data escape*
+(:func:`escape`), noted on this thread's recorder (``trace``).
+"""
+
+import os
+import sys
+
+import chainer
+import numpy
+
+from chainerjit import ir
+from chainerjit import ops
+from chainerjit.frontend import _keys
+from chainerjit.frontend import control
+from chainerjit.frontend import loop_analysis
+from chainerjit.ops import structural
+
+
+_INTERNAL_DIRS = tuple(
+    os.path.dirname(m.__file__) + os.sep for m in (chainer, numpy))
+_JIT_DIR = os.path.dirname(  # the package's directory
+    os.path.dirname(os.path.abspath(__file__))) + os.sep
+#: The directories of Chainer's, NumPy's and chainerjit's code.
+LIBRARY_DIRS = _INTERNAL_DIRS + (_JIT_DIR,)
+
+_state = _keys.recording  # this thread's; the hit path reads it in C
+
+
+def is_library_file(filename):
+    """Chainer's, NumPy's, chainerjit's or a frozen module's code (CuPy's
+    is told apart by :func:`is_cupy_file`)."""
+    return filename.startswith(LIBRARY_DIRS + ('<frozen',))
+
+
+def is_cupy_file(filename):
+    return 'cupy' + os.sep in filename
+
+
+def user_location(depth=1):
+    """The innermost caller's ``(filename, lineno)`` outside Chainer,
+    NumPy, CuPy and chainerjit itself."""
+    frame = sys._getframe(depth)
+    while frame is not None:
+        filename = frame.f_code.co_filename
+        if not (is_library_file(filename) or is_cupy_file(filename)):
+            return filename, frame.f_lineno
+        frame = frame.f_back
+    return None
+
+
+def escape(what):
+    """Notes a data escape by the forward's own code (not inside a
+    Chainer function), at the line of the caller's caller."""
+    recorder = _state.recorder
+    if recorder is not None and recorder.depth == 0:
+        recorder.note_escape(what, user_location(3))
+
+
+def _as_array(fn):
+    def run(*arrays):
+        return numpy.asarray(fn(*arrays))
+    return run
+
+
+def _as_tuple(fn):
+    def run(*arrays):
+        return tuple(fn(*arrays))
+    return run
+
+
+def untag(obj):
+    """``obj`` with traced views (in lists and tuples too) turned back
+    into plain arrays."""
+    if isinstance(obj, TracedArray):
+        return obj.view(numpy.ndarray)
+    if _is_gpu_argument(obj):
+        return obj.view(chainer.backends.cuda.ndarray)
+    if type(obj) in (list, tuple):
+        return type(obj)(untag(x) for x in obj)
+    return obj
+
+
+def _tag(obj):
+    if type(obj) is numpy.ndarray:
+        return obj.view(TracedArray)
+    if type(obj) in (list, tuple):
+        return type(obj)(_tag(x) for x in obj)
+    return obj
+
+
+# NumPy functions whose result's shape depends on the values (``where``
+# with one argument is ``nonzero``).
+_VALUE_SHAPED = frozenset([
+    'nonzero', 'argwhere', 'flatnonzero', 'unique', 'compress', 'extract',
+    'trim_zeros', 'histogram', 'bincount'])
+
+
+def _record_numpy(label, fn, args, kwargs, result):
+    """Records NumPy called on traced arrays outside Chainer functions as a
+    node of the graph, or notes an escape if it cannot be replayed."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth:
+        return
+    if not _is_arrays(result):
+        test = _branch_test() if label in _TRUTH_REDUCTIONS else None
+        if test is not None and isinstance(result, numpy.bool_):
+            record_branch(recorder, label, fn, args, kwargs, result, test)
+            return
+        recorder.note_escape('%s gives a Python value' % label,
+                             user_location(3))
+    elif 'out' in kwargs:
+        recorder.note_escape('%s with out= changes an array in place'
+                             % label, user_location(3))
+    elif _value_shaped(label, args):
+        recorder.note_escape('%s gives a shape that depends on the values'
+                             % label, user_location(3))
+    else:
+        record_call(recorder, label, fn, args, kwargs, result)
+
+
+def record_call(recorder, label, fn, args, kwargs, result):
+    """Records NumPy run outside Chainer functions as a node."""
+    kernel_fn, arrays = numpy_kernel(fn, args, kwargs)
+    in_values = [recorder.value_of(a) for a in arrays]
+    multi = type(result) in (tuple, list)
+    outs = list(result) if multi else [result]
+    if multi:
+        kernel_fn = _as_tuple(kernel_fn)
+    elif result.ndim == 0 and isinstance(result, numpy.ndarray):
+        # NumPy gives a scalar for a 0-d result
+        kernel_fn = _as_array(kernel_fn)
+    template = _split_arrays((args, kwargs), [])
+    node = recorder.add_node(ir.Node(
+        label, ops.Kernel(kernel_fn, multi=multi,
+                          onnx=_numpy_to_onnx(fn, template)),
+        in_values, recorder.bind_temps(outs), loc=user_location(4)))
+    recorder.templates[node] = ('numpy', fn, template)
+
+
+def record_branch(recorder, label, fn, args, kwargs, result, test):
+    """Records ``if <array>.all():`` (or ``any``, or a ``while`` test):
+    the reduction as a node giving a 0-d array, then a guard that the
+    branch goes the same way (a loop turns the guard of its ``break`` into
+    an exit)."""
+    kernel_fn, arrays = numpy_kernel(fn, args, kwargs)
+    in_values = [recorder.value_of(a) for a in arrays]
+    out = numpy.asarray(result)
+    condition = recorder.graph.add_value('temp', (), out.dtype)
+    loc = user_location(4)
+    template = _split_arrays((args, kwargs), [])
+    reduction = recorder.add_node(ir.Node(
+        label, ops.Kernel(_as_array(kernel_fn),
+                          onnx=_numpy_to_onnx(fn, template)),
+        in_values, [condition], loc=loc))
+    recorder.templates[reduction] = ('numpy', fn, template)
+    taken = bool(result) != test.negated
+    checked = recorder.graph.add_value('temp', (), out.dtype)
+    guard = ir.Node('Guard', structural.guard(bool(result)), [condition],
+                    [checked], (('expect', bool(result)),), pure=False,
+                    loc=loc)
+    recorder.add_node(guard)
+    recorder.templates[guard] = ('guard', test, taken)
+
+
+# What ``x.all()``, ``x.any()``, ``numpy.all(x)`` and ``numpy.any(x)`` run.
+_TRUTH_REDUCTIONS = frozenset([
+    'numpy.logical_and.reduce', 'numpy.logical_or.reduce', 'numpy.all',
+    'numpy.any'])
+
+
+def _branch_test():
+    """The ``loop_analysis.BranchTest`` of the user's line running now."""
+    frame = sys._getframe(2)
+    while frame is not None and not control.is_user_code(frame.f_code):
+        frame = frame.f_back
+    if frame is None:
+        return None
+    return loop_analysis.branch_test(frame.f_code, frame.f_lineno)
+
+
+# NumPy calls on recorded arrays that ONNX export converts: comparisons
+# and logical ops elementwise, and the reductions of ``.all()``/``.any()``.
+_ONNX_ELEMENTWISE = {
+    'equal': 'Equal', 'greater': 'Greater', 'less': 'Less',
+    'greater_equal': 'GreaterOrEqual', 'less_equal': 'LessOrEqual',
+    'logical_and': 'And', 'logical_or': 'Or', 'logical_not': 'Not',
+    'not_equal': 'Equal', 'invert': 'Not'}
+_ONNX_REDUCTIONS = {'logical_and': 'ReduceMin', 'logical_or': 'ReduceMax'}
+
+
+def _numpy_to_onnx(fn, template):
+    """The ONNX converter of a recorded NumPy call, or ``None``."""
+    ufunc = getattr(fn, '__self__', None)
+    if not isinstance(ufunc, numpy.ufunc):
+        return None
+    args, kwargs = template
+    name = ufunc.__name__
+    if fn.__name__ == '__call__' and name in _ONNX_ELEMENTWISE and \
+            not kwargs:
+        return _elementwise_to_onnx(name, args)
+    if fn.__name__ == 'reduce' and name in _ONNX_REDUCTIONS and \
+            args == (_Slot,) and kwargs.get('axis') is None and \
+            not kwargs.get('keepdims') and kwargs.get('dtype') is None:
+        return _reduction_to_onnx(_ONNX_REDUCTIONS[name])
+    return None
+
+
+def _elementwise_to_onnx(name, args):
+    def convert(b, ins, outs):
+        arrays = iter(ins)
+        dtype = b.in_dtypes[0]
+        operands = [next(arrays) if a is _Slot else b.constant(
+            numpy.asarray(a, dtype)) for a in args]
+        if name == 'not_equal':
+            equal = b.op('Equal', operands)[0]
+            b.op('Not', [equal], outs)
+        elif name == 'invert' and dtype != bool:
+            raise _export_error('numpy.invert of integers')
+        else:
+            b.op(_ONNX_ELEMENTWISE[name], operands, outs)
+    return convert
+
+
+def _reduction_to_onnx(op):
+    def convert(b, ins, outs):
+        as_int = b.op('Cast', ins, to=6)[0]  # int32: ReduceMin needs numbers
+        reduced = b.op(op, [as_int], keepdims=0)[0]
+        b.op('Cast', [reduced], outs, to=9)  # bool
+    return convert
+
+
+def _export_error(what):
+    from chainerjit.errors import ExportError
+    return ExportError('%s cannot be exported' % what)
+
+
+def _value_shaped(label, args):
+    name = label.split('.')[-1]
+    if name == '__getitem__':
+        return _has_bool_array(args[1])
+    return name in _VALUE_SHAPED or (name == 'where' and len(args) == 1)
+
+
+def _is_arrays(result):
+    types = chainer.get_array_types()
+    if type(result) in (tuple, list):
+        return bool(result) and all(isinstance(r, types) for r in result)
+    return isinstance(result, types)
+
+
+def _has_bool_array(index):
+    items = index if type(index) is tuple else (index,)
+    return any(isinstance(i, numpy.ndarray) and i.dtype == bool
+               for i in items)
+
+
+class _Slot(object):
+    """Marks where an array goes in :func:`_split_arrays`' template."""
+
+
+def _split_arrays(obj, arrays):
+    """Replaces the arrays in nested tuples, lists and dicts by slots."""
+    if isinstance(obj, chainer.get_array_types()):
+        arrays.append(obj)
+        return _Slot
+    if type(obj) in (tuple, list):
+        return type(obj)(_split_arrays(x, arrays) for x in obj)
+    if type(obj) is dict:
+        return {k: _split_arrays(v, arrays) for k, v in obj.items()}
+    return obj
+
+
+def _fill(template, arrays):
+    """Puts arrays (an iterator) back into :func:`_split_arrays`' slots."""
+    if template is _Slot:
+        return next(arrays)
+    if type(template) in (tuple, list):
+        return type(template)(_fill(x, arrays) for x in template)
+    if type(template) is dict:
+        return {k: _fill(v, arrays) for k, v in template.items()}
+    return template
+
+
+def numpy_kernel(fn, args, kwargs):
+    """A kernel calling ``fn(*args, **kwargs)`` with new arrays in place of
+    the recorded ones. Returns ``(kernel function, recorded arrays)``."""
+    arrays = []
+    template = _split_arrays((args, kwargs), arrays)
+
+    def run(*new_arrays):
+        args, kwargs = _fill(template, iter(new_arrays))
+        return fn(*args, **kwargs)
+    return run, arrays
+
+
+class TracedArray(numpy.ndarray):
+    """A NumPy array computed from the inputs, seen while recording.
+
+    It behaves as an ordinary ndarray. NumPy run on it outside Chainer
+    functions (``x.array > 0``, ``numpy.abs(v.array)``) is recorded as a
+    node; turning its values into Python values (``float``, ``.item()``,
+    ``bool``) is a data escape.
+    """
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        call = getattr(ufunc, method)
+        untagged = {k: untag(v) for k, v in kwargs.items()}
+        result = call(*untag(inputs), **untagged)
+        if method == '__call__' and isinstance(result, numpy.generic):
+            # An elementwise op on 0-d arrays: keep it an array, followed.
+            result = numpy.asarray(result)
+        result = _tag(result)
+        if 'out' in kwargs:  # as NumPy does, return `out` itself
+            out = kwargs['out']
+            result = out[0] if len(out) == 1 else out
+        name = ufunc.__name__ + ('' if method == '__call__' else
+                                 '.' + method)
+        _record_numpy('numpy.' + name, call, inputs, kwargs, result)
+        return result
+
+    def __array_function__(self, func, types, args, kwargs):
+        untagged = {k: untag(v) for k, v in kwargs.items()}
+        result = _tag(func(*untag(args), **untagged))
+        _record_numpy('numpy.' + func.__name__, func, args, kwargs, result)
+        return result
+
+    def _replayed(name):
+        base = getattr(numpy.ndarray, name)
+
+        def replayed(self, *args, **kwargs):
+            plain = self.view(numpy.ndarray)
+            result = base(plain, *args, **kwargs)
+            if result is plain:  # a no-op: astype(same dtype, copy=False)
+                return self
+            result = _tag(result)
+            _record_numpy('ndarray.' + name, base, (self,) + args, kwargs,
+                          result)
+            return result
+        replayed.__name__ = name
+        return replayed
+
+    for _name in ('astype', 'reshape', 'transpose', 'swapaxes', 'copy',
+                  'ravel', 'flatten', 'squeeze', 'argmax', 'argmin',
+                  'nonzero', '__getitem__', 'repeat', 'take', 'dot'):
+        locals()[_name] = _replayed(_name)
+
+    @property
+    def T(self):
+        return self.transpose()
+
+    def _read(name):
+        base = getattr(numpy.ndarray, name)
+
+        def read(self, *args, **kwargs):
+            escape('%s of an array value' % name.strip('_'))
+            return base(self.view(numpy.ndarray), *args, **kwargs)
+        read.__name__ = name
+        return read
+
+    for _name in ('__float__', '__int__', '__index__', '__bool__',
+                  '__complex__', 'item', 'tolist', 'tobytes',
+                  '__setitem__'):
+        locals()[_name] = _read(_name)
+    del _name, _read, _replayed
+
+    def __iter__(self):
+        if self.ndim <= 1:
+            escape('iterating over an array value')
+        return numpy.ndarray.__iter__(self)
+
+
+def untag_graph(nodes):
+    """Turns the traced views kept by Chainer's graph (retained inputs
+    and outputs and arrays nodes keep as attributes, for the eager
+    backward of the recording call) back into plain arrays, so that
+    gradients and optimizer states computed from them are plain too."""
+    for node in nodes:
+        where, plains = [], []
+        for name, index, array in ops.array_attributes(node):
+            plain = untag(array)
+            if plain is not array:
+                where.append((name, index))
+                plains.append(plain)
+        ops.set_array_attributes(ops.state_holder(node), where, plains)
+        if node._retained_output_data is not None:
+            node._retained_output_data = tuple(
+                untag(a) for a in node._retained_output_data)
+        for variable_node in node.inputs or ():
+            plain = untag(variable_node.data)
+            if plain is not variable_node.data:
+                variable_node.data = plain
+
+
+# --- CuPy arguments ----------------------------------------------------------
+# CuPy arrays cannot be traced as NumPy's are (TracedArray: CuPy's own
+# functions do not hand subclasses back). A CuPy array passed as an
+# argument is viewed while recording as a GpuArgument: its basic indexing
+# by the forward's code (``xs[t]``) is recorded, as NumPy's is; any other
+# use by that code (arithmetic, methods, reading values) is an escape.
+# Its shape and dtype may be read, and Chainer functions take it as usual.
+
+_GPU_METADATA = frozenset(['shape', 'dtype', 'ndim', 'size', 'itemsize',
+                           'nbytes', 'strides', 'device', 'flags'])
+_GPU_OPERATORS = (
+    'add sub mul truediv floordiv mod pow matmul and or xor lshift rshift '
+    'divmod').split()
+_GPU_READS = (
+    '__float__ __int__ __index__ __bool__ __complex__ __setitem__ '
+    '__contains__ __neg__ __pos__ __abs__ __invert__ __lt__ __le__ __gt__ '
+    '__ge__ __eq__ __ne__').split() + [
+    '__%s%s__' % (prefix, op) for op in _GPU_OPERATORS
+    for prefix in ('', 'r', 'i')]
+_gpu_argument_class = []
+
+
+def _is_gpu_argument(obj):
+    return bool(_gpu_argument_class) and isinstance(
+        obj, _gpu_argument_class[0])
+
+
+def _used_by_the_forward():
+    """True when the code using a GpuArgument (two frames up, past CuPy's
+    own Python code) is the forward's, outside Chainer functions."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth:
+        return False
+    frame = sys._getframe(2)
+    while frame is not None and is_cupy_file(frame.f_code.co_filename):
+        frame = frame.f_back
+    return frame is not None and not is_library_file(
+        frame.f_code.co_filename)
+
+
+def _is_basic_index(index):
+    """Integers, slices of integers, ``None`` and ``...``."""
+    def integer(i):
+        return isinstance(i, (int, numpy.integer)) and not isinstance(
+            i, (bool, numpy.bool_))
+    return all(
+        i is None or i is Ellipsis or integer(i) or (
+            type(i) is slice and all(b is None or integer(b)
+                                     for b in (i.start, i.stop, i.step)))
+        for i in (index if type(index) is tuple else (index,)))
+
+
+def gpu_argument_type():
+    """The GpuArgument class, made on first use (it subclasses
+    ``cupy.ndarray``)."""
+    if _gpu_argument_class:
+        return _gpu_argument_class[0]
+    base = chainer.backends.cuda.ndarray
+
+    def __getattribute__(self, name):
+        if name[:1] != '_' and name not in _GPU_METADATA and \
+                _used_by_the_forward():
+            escape('%s of a CuPy argument' % name)
+        return base.__getattribute__(self, name)
+
+    def __getitem__(self, index):
+        if _used_by_the_forward():
+            if not _is_basic_index(index):
+                escape('indexing a CuPy argument with arrays or masks')
+            else:
+                result = base.__getitem__(self, index)
+                _record_numpy('ndarray.__getitem__', base.__getitem__,
+                              (self, index), {}, result)
+                return result
+        return base.__getitem__(self, index)
+
+    def reading(name):
+        method = getattr(base, name)
+
+        def read(self, *args):
+            if _used_by_the_forward():
+                escape('%s of a CuPy argument' % name.strip('_'))
+            return method(self, *args)
+        read.__name__ = name
+        return read
+
+    namespace = dict((name, reading(name)) for name in _GPU_READS
+                     if hasattr(base, name))
+    namespace.update(__getattribute__=__getattribute__,
+                     __getitem__=__getitem__, __doc__=(
+                         'A CuPy argument seen while recording.'))
+    _gpu_argument_class.append(type('GpuArgument', (base,), namespace))
+    return _gpu_argument_class[0]

@@ -1,0 +1,266 @@
+"""Trip counts that come from the call: where a loop's trip count is read
+(:func:`trip_source`: ``range(len(xs))``, ``range(xs.shape[0])``,
+``range(n)``, ``for x in xs``), and which parameters the source uses only
+as such lengths and to index (:func:`length_only_names`). Only through
+those can a trip count be symbolic in the cache key (:mod:`.symbolic`).
+"""
+
+import ast
+import collections
+
+from chainerjit.frontend import source
+
+
+TripSource = collections.namedtuple('TripSource', 'kind where offset')
+TripSource.__doc__ = """How a loop's trip count follows from the call.
+
+``kind`` ``'dim'``: ``where`` is ``(leaf index, axis)`` and the trip count
+is that dimension minus ``offset``; ``'static'``: ``where`` is ``(path,
+name)`` of an int argument (its path in the key's structure), the trip
+count its value minus ``offset``.
+"""
+
+
+def trip_source(site, frame, arguments):
+    """Reads a ``for`` loop's iterable: ``range(E)``, ``range(a, E)``,
+    ``enumerate(X)``, ``zip(X, ...)`` or ``X``, where ``E`` is
+    ``len(X)``, ``X.shape[k]`` or an int argument and ``X`` a Variable or
+    array argument. Returns a :class:`TripSource` or ``None``."""
+    node = site.iter_expr
+    if node is None:
+        return None
+    if source.is_call(node, 'range') and 1 <= len(node.args) <= 2 and \
+            not node.keywords:
+        start = 0
+        if len(node.args) == 2:
+            if not isinstance(node.args[0], ast.Constant) or \
+                    type(node.args[0].value) is not int:
+                return None
+            start = node.args[0].value
+        return _length_source(node.args[-1], frame, arguments, start)
+    if (source.is_call(node, 'enumerate') or
+            source.is_call(node, 'zip')) and node.args and not node.keywords:
+        node = node.args[0]
+    return _sequence_source(node, frame, arguments, 0)
+
+
+def _length_source(node, frame, arguments, offset):
+    if source.is_call(node, 'len') and len(node.args) == 1:
+        return _sequence_source(node.args[0], frame, arguments, offset)
+    if isinstance(node, ast.Subscript) and \
+            isinstance(node.value, ast.Attribute) and \
+            node.value.attr == 'shape' and \
+            isinstance(node.slice, ast.Constant) and \
+            type(node.slice.value) is int and node.slice.value >= 0:
+        where = _argument(node.value.value, frame, arguments)
+        if where is not None and where[0] == 'leaf':
+            return TripSource('dim', (where[1], node.slice.value), offset)
+        return None
+    where = _argument(node, frame, arguments)
+    if where is not None and where[0] == 'static':
+        return TripSource('static', (where[1], node.id), offset)
+    length = _length_alias(node, frame.f_code)
+    if length is not None:
+        return _length_source(length, frame, arguments, offset)
+    return None
+
+
+def _length_alias(node, code):
+    """For a name the function assigns once, in a statement of its own
+    body, from ``len(X)`` or ``X.shape[k]`` (``T = len(xs)``), that
+    expression; else ``None``."""
+    if not isinstance(node, ast.Name):
+        return None
+    function = source.function_ast(code)
+    if function is None or any(isinstance(n, (ast.Global, ast.Nonlocal))
+                               for n in ast.walk(function)):
+        return None
+    stores = [n for n in source.name_nodes(function, node.id)
+              if not isinstance(n.ctx, ast.Load)]
+    if len(stores) != 1:
+        return None
+    assign = next((s for s in function.body if isinstance(s, ast.Assign)
+                   and s.targets == [stores[0]]), None)
+    if assign is None:
+        return None
+    value = assign.value
+    if source.is_call(value, 'len') and len(value.args) == 1 or \
+            isinstance(value, ast.Subscript) and \
+            isinstance(value.value, ast.Attribute) and \
+            value.value.attr == 'shape':
+        return value
+    return None
+
+
+def _sequence_source(node, frame, arguments, offset):
+    where = _argument(node, frame, arguments)
+    if where is not None and where[0] == 'leaf':
+        return TripSource('dim', (where[1], 0), offset)
+    return None
+
+
+def _argument(node, frame, arguments):
+    """What an argument named by ``node`` (a plain name) is, if the name
+    still holds the object the call passed."""
+    if not isinstance(node, ast.Name):
+        return None
+    value = frame.f_locals.get(node.id, _MISSING)
+    if type(value) is int:
+        path, passed = arguments.get(('static', node.id), (None, None))
+        return ('static', path) if passed == value else None
+    return arguments.get(id(value))
+
+
+_MISSING = object()
+
+
+# --- names used only as lengths ----------------------------------------------
+
+# Constant indexes allowed on an axis whose length is symbolic.
+CONSTANT_INDEXES = (0, 1, -1, -2)
+
+
+def length_only_names(code):
+    """The parameters of a function that its source uses only to count
+    and index loop iterations: in a ``for`` loop's iterable
+    (``range(len(xs))``, ``range(xs.shape[0])``, ``range(n)``,
+    ``enumerate(xs)``, ``zip(xs, ...)``, ``xs``), indexed by that loop's
+    variable (``xs[t]``, ``xs[:, t]``) or by one of a few constants
+    (``xs[0]``, ``xs[-1]``), and in names assigned once from such a length
+    (``T = xs.shape[0]``) that are themselves used only in a ``range``.
+
+    Only for such a name can the length be a symbol of the cache key: any
+    other use (``xs.shape`` in a reshape, ``if len(xs) > 5``, passing
+    ``xs`` to a helper) could bake the length into the recording. Reading
+    another axis's size (``xs.shape[1]``, a batch size) is allowed: that
+    size stays in the key.
+
+    Returns:
+        dict: ``{name: the axes whose sizes it reads otherwise}``; the
+        length may be symbolic only on an axis not among them.
+    """
+    function = source.function_ast(code)
+    if function is None:
+        return {}
+    parents = source.parents_of(function)
+    params = [a.arg for a in function.args.args + function.args.kwonlyargs]
+    found = {}
+    for name in params:
+        uses = source.name_nodes(function, name)
+        sizes = set()
+        for use in uses:
+            if not _length_use(use, parents, function):
+                sizes.add(_size_read(use, parents))
+        if uses and None not in sizes:
+            found[name] = frozenset(sizes)
+    return found
+
+
+def _size_read(name, parents):
+    """``k`` for ``name.shape[k]`` with ``k`` a non-negative int, else
+    ``None``."""
+    length = _length_expression(name, parents)
+    if length is None or not isinstance(length, ast.Subscript):
+        return None
+    k = length.slice.value
+    return k if type(k) is int and k >= 0 else None
+
+
+def _length_use(name, parents, function):
+    if not isinstance(name.ctx, ast.Load):
+        return False
+    parent = parents.get(name)
+    if _is_iterable_of_for(name, parents):  # for x in xs / zip(xs, ys)
+        return True
+    length = _length_expression(name, parents)
+    if length is not None:
+        holder = parents.get(length)
+        if _is_range_bound(length, parents):
+            return True
+        if isinstance(holder, ast.Assign) and len(holder.targets) == 1 \
+                and isinstance(holder.targets[0], ast.Name):
+            alias = holder.targets[0].id
+            uses = source.name_nodes(function, alias)
+            return all(n is holder.targets[0] or (
+                isinstance(n.ctx, ast.Load) and _is_range_bound(n, parents))
+                for n in uses)
+        return False
+    if isinstance(parent, ast.Subscript) and parent.value is name:
+        return _loop_index(parent, parents)
+    if _is_range_bound(name, parents):  # range(n), n an int argument
+        return True
+    return False
+
+
+def _length_expression(name, parents):
+    """``len(name)`` or ``name.shape[k]``: the expression, else None."""
+    parent = parents.get(name)
+    if source.is_call(parent, 'len') and parent.args == [name]:
+        return parent
+    if isinstance(parent, ast.Attribute) and parent.attr == 'shape':
+        sub = parents.get(parent)
+        if isinstance(sub, ast.Subscript) and sub.value is parent and \
+                isinstance(sub.slice, ast.Constant):
+            return sub
+    return None
+
+
+def _is_range_bound(node, parents):
+    """``node`` is the last argument of ``range(...)``, the iterable of a
+    ``for`` statement."""
+    call = parents.get(node)
+    return source.is_call(call, 'range') and call.args and \
+        call.args[-1] is node and _is_for_iterable(call, parents)
+
+
+def _is_for_iterable(node, parents):
+    loop = parents.get(node)
+    return isinstance(loop, (ast.For, ast.comprehension)) and \
+        loop.iter is node
+
+
+def _is_iterable_of_for(name, parents):
+    if _is_for_iterable(name, parents):
+        return True
+    call = parents.get(name)
+    return (source.is_call(call, 'zip') or
+            source.is_call(call, 'enumerate')) and \
+        name in call.args and _is_for_iterable(call, parents)
+
+
+def _loop_index(subscript, parents):
+    """``xs[t]`` or ``xs[:, t]`` inside ``for t in ...``, or ``xs[0]``."""
+    index = subscript.slice
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    variables = [i for i in items if isinstance(i, ast.Name)]
+    constants = [i for i in items if isinstance(i, ast.Constant)
+                 or (isinstance(i, ast.UnaryOp) and
+                     isinstance(i.operand, ast.Constant))]
+    full = [i for i in items if isinstance(i, ast.Slice) and
+            i.lower is None and i.upper is None and i.step is None]
+    if len(variables) + len(constants) != 1 or \
+            len(full) + 1 != len(items):
+        return False
+    if constants:
+        value = ast.literal_eval(constants[0])
+        return value in CONSTANT_INDEXES
+    target = variables[0].id
+    node = subscript
+    while node in parents:
+        node = parents[node]
+        if isinstance(node, ast.For) and _targets(node.target, target):
+            return True
+        if isinstance(node, source.COMPREHENSION_NODES) and any(
+                _targets(g.target, target) for g in node.generators):
+            return True
+    return False
+
+
+def _targets(target, name):
+    """``for name in ...`` or ``for name, x in enumerate(...)``."""
+    if isinstance(target, ast.Name):
+        return target.id == name
+    if isinstance(target, ast.Tuple) and target.elts and \
+            isinstance(target.elts[0], ast.Name):
+        return target.elts[0].id == name
+    return False

@@ -1,0 +1,406 @@
+"""Structural kernels: the ops chainerjit inserts itself, as opposed to
+the lowerings of Chainer's functions in the other modules of ``ops``.
+
+The recorder (``frontend.trace``) makes guards on branches and the stops
+of gradients; loop rolling (``frontend.rolling``) makes a loop, its
+exits, the skip of a peeled first iteration, the per-iteration lists and
+their unpacking, and counter-indexed reads; the backward
+(``passes.autodiff``) makes the gradients' sums and its loops'
+bookkeeping. Each kernel names its kind (``Kernel.structural``, one of
+the constants below), and the stages ask :func:`kind` rather than testing
+op names.
+"""
+
+import chainer
+from chainer import utils
+import numpy
+
+from chainerjit import errors
+from chainerjit.ops import GradRule
+from chainerjit.ops import Kernel
+from chainerjit.ops import onnx_op
+from chainerjit.ops.scratch import Scratch
+
+LOOP = 'loop'
+EXIT = 'exit'
+SKIP = 'skip'
+GUARD = 'guard'
+STOP_GRADIENT = 'stop_gradient'
+UNPACK = 'unpack'
+JOIN = 'join'
+INDEX = 'index'
+ACCUMULATE = 'accumulate'
+REVERSE = 'reverse'
+AT = 'at'
+COLLECT = 'collect'
+SCATTER_ADD = 'scatter_add'
+OUTER_SUM = 'outer_sum'
+FORTRAN_COPY = 'fortran_copy'
+
+
+def kind(node):
+    """The structural kind of ``node``'s kernel, or ``None``."""
+    kernel = node.kernel
+    return None if kernel is None else kernel.structural
+
+
+def is_guard(node):
+    return kind(node) == GUARD
+
+
+def is_exit(node):
+    return kind(node) == EXIT
+
+
+def stops_gradient(node):
+    return kind(node) == STOP_GRADIENT
+
+
+# --- recording ---------------------------------------------------------------
+
+def guard(expected):
+    """Checks that a branch on an array value goes the way it went while
+    recording (``expected``); passes the condition on."""
+    def run(condition):
+        if bool(condition) != expected:
+            raise errors.GuardFailed(
+                'a branch on an array value went the other way')
+        return condition
+    return Kernel(run, structural=GUARD)
+
+
+def stop_gradient():
+    """The identity, through which no gradient flows: a Variable the
+    forward made from an input's array by hand (``Variable(x.array)``)."""
+    return Kernel(_identity, onnx=onnx_op('Identity'),
+                  structural=STOP_GRADIENT)
+
+
+def _identity(x):
+    return x
+
+
+# --- loops -------------------------------------------------------------------
+
+def loop():
+    """A Loop node's kernel: the VM runs its region (``ir.regions``)."""
+    return Kernel(None, structural=LOOP)
+
+
+def exit_():
+    """A loop's exit (``break``, a ``while`` test): the VM ends the loop
+    when its condition takes the node's ``when``."""
+    return Kernel(None, structural=EXIT)
+
+
+def skip_if(leaves_on):
+    """The trip count of a loop whose peeled first iteration ended with
+    the loop's own exit: 0 when the exit was taken, else the loop's."""
+    def trip_count(condition, n):
+        return numpy.int64(0) if bool(condition) == leaves_on else n
+
+    def to_onnx(b, ins, outs):
+        zero = b.int64s(0)
+        b.op('Where', [ins[0]] + ([zero, ins[1]] if leaves_on
+                                  else [ins[1], zero]), outs)
+    return Kernel(trip_count, onnx=to_onnx, structural=SKIP)
+
+
+def unpack(n):
+    """``Unpack(list) -> v0, v1, ...``: the ``n`` per-iteration values
+    used after a loop (a loop that ran another number of iterations fails
+    the guard this is)."""
+    def run(items):
+        if len(items) != n:
+            raise errors.GuardFailed(
+                'the loop ran %d iterations, not %d' % (len(items), n))
+        return tuple(items)
+
+    def to_onnx(b, ins, outs):
+        parts = b.op('Split', [ins[0], b.int64s([1] * n)],
+                     [b.fresh('part') for _ in range(n)], axis=0)
+        for part, out in zip(parts, outs):
+            b.op('Squeeze', [part, b.int64s([0])], [out])
+    return Kernel(run, multi=True, grad=GradRule(_unpack_grad),
+                  onnx=to_onnx, structural=UNPACK)
+
+
+def _unpack_grad(xs, ys, gys, wanted):
+    return list(gys),
+
+
+def join(op, axis, prefix):
+    """``op`` (``'Stack'`` or ``'Concat'``) of ``prefix`` arrays then a
+    loop's list of arrays."""
+    def items(args):
+        return list(args[:prefix]) + list(args[prefix])
+
+    def run(*args):
+        found = items(args)
+        xp = chainer.backend.get_array_module(found[0])
+        if op == 'Stack':
+            return xp.stack(found, axis=axis)
+        return xp.concatenate(found, axis=axis)
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        xp = chainer.backend.get_array_module(gy)
+        if op == 'Stack':
+            parts = [xp.take(gy, i, axis=axis)
+                     for i in range(gy.shape[axis])]
+        else:
+            sizes = numpy.cumsum([x.shape[axis] for x in items(xs)])[:-1]
+            parts = xp.split(gy, sizes, axis=axis)
+        return tuple(parts[:prefix]) + (list(parts[prefix:]),)
+    kept = () if op == 'Stack' else range(prefix + 1)
+    return Kernel(run, {'axis': axis}, grad=GradRule(grad, kept),
+                  onnx=_join_to_onnx(op, axis, prefix), structural=JOIN)
+
+
+def _join_to_onnx(op, axis, prefix):
+    """The loop's scan output is already stacked on axis 0: put the values
+    from before the loop in front (and, for ``concat``, merge axis 0 with
+    the next)."""
+    def convert(b, ins, outs):
+        if axis != 0:
+            raise errors.ExportError(
+                '%s of a loop\'s list on axis %d cannot be exported (only '
+                'axis 0)' % (op, axis))
+        parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
+                 for x in ins[:prefix]] + [ins[prefix]]
+        if op == 'Stack':
+            b.op('Concat', parts, outs, axis=0)
+            return
+        stacked = b.op('Concat', parts, axis=0)[0]
+        b.op('Reshape', [stacked, b.int64s([-1] + list(
+            b.out_shapes[0][1:]))], outs)
+    return convert
+
+
+def index(slices, counters):
+    """``x[index]`` where the integer entries at the ``counters``'
+    positions follow the loop counter ``i`` (``(position, start, step)``:
+    ``start + step * i``); with no ``counters``, a constant index whose
+    kernel and gradient do not depend on ``x``'s recorded shape."""
+    slices = list(slices)
+
+    def at(i):
+        found = list(slices)
+        for position, start, step in counters:
+            found[position] = start + step * i
+        return tuple(found)
+
+    def run(x, i=None):
+        return utils.force_array(x[at(i)])
+
+    def grad(xs, ys, gys, wanted):
+        x = xs[0]
+        gy, = gys
+        xp = chainer.backend.get_array_module(gy)
+        gx = xp.zeros(x.shape, gy.dtype)
+        gx[at(xs[1] if counters else None)] = gy
+        return (gx, None)[:len(xs)]
+
+    def scatter(total, x, *i_gy):
+        # A loop's running sum of x's gradient, one step added in place.
+        gy = i_gy[-1]
+        if gy is None:
+            return total
+        if total is None:
+            xp = chainer.backend.get_array_module(gy)
+            total = xp.zeros(x.shape, gy.dtype)
+        total[at(i_gy[0] if counters else None)] += gy
+        return total
+    grad.scatter = scatter
+    n_inputs = 2 if counters else 1
+    return Kernel(run, grad=GradRule(grad, range(n_inputs)),
+                  onnx=_index_to_onnx(slices, counters), structural=INDEX)
+
+
+def _index_to_onnx(slices, counters):
+    """``x[..., i, ...]`` as ONNX ``Gather`` nodes: one per integer index
+    (the counter's computed from the Loop's iteration number)."""
+    starts = dict((c[0], c[1:]) for c in counters)
+
+    def convert(b, ins, outs):
+        x, axis = ins[0], 0
+        gathers = [j for j, s in enumerate(slices) if type(s) is int]
+        for j, item in enumerate(slices):
+            if type(item) is int:
+                if j in starts:
+                    start, step = starts[j]
+                    position = b.op('Add', [b.int64s(start), b.op(
+                        'Mul', [ins[1], b.int64s(step)])[0]])[0]
+                else:
+                    position = b.int64s(item)
+                last = j == gathers[-1]
+                x = b.op('Gather', [x, position],
+                         outs if last else None, axis=axis)[0]
+            elif item == slice(None):
+                axis += 1
+            else:
+                raise errors.ExportError(
+                    'indexing with %r in a loop cannot be exported' % (
+                        item,))
+        if not gathers:
+            b.op('Identity', [x], outs)
+    return convert
+
+
+def index_pattern(slices, counters):
+    """How an index following the counter prints: ``[i, :]``,
+    ``[2+i]``, ``[-1-i]``."""
+    starts = dict((c[0], c[1:]) for c in counters)
+    return '[%s]' % ', '.join(
+        _format_counter(*starts[j]) if j in starts else _format_index(s)
+        for j, s in enumerate(slices))
+
+
+def _format_counter(start, step):
+    sign = '' if step == 1 else '-'
+    return '%si' % sign if start == 0 else '%d%s%si' % (
+        start, '+' if step == 1 else '', sign)
+
+
+def _format_index(s):
+    if isinstance(s, slice):
+        return ':' if s == slice(None) else '%s:%s%s' % (
+            '' if s.start is None else s.start,
+            '' if s.stop is None else s.stop,
+            '' if s.step is None else ':%s' % s.step)
+    if s is Ellipsis:
+        return '...'
+    if s is None:
+        return 'None'
+    return str(s)
+
+
+# --- the backward's sums and loops -------------------------------------------
+
+def accumulate():
+    """The sum of two gradients, either of which may be ``None``."""
+    return Kernel(_accumulate, structural=ACCUMULATE)
+
+
+def _accumulate(a, b):
+    """The sum of two gradients, either of which may be ``None`` (a rule
+    found no gradient, as Chainer's backward returns ``None``)."""
+    if a is None:
+        return b
+    if b is None:
+        return a
+    if isinstance(a, list):  # of a loop's list: item by item
+        return [_accumulate(x, y) for x, y in zip(a, b)]
+    return utils.force_array(a + b)
+
+
+def sum_into():
+    """A backward loop's running sum of an invariant's gradients."""
+    return Kernel(_sum_into, structural=ACCUMULATE)
+
+
+def _sum_into(total, grad):
+    """The first gradient is copied, so that the later ones can be added
+    in place (the running sum is the loop's own carried value)."""
+    if grad is None:
+        return total
+    if total is None:
+        return utils.force_array(grad.copy())
+    total += grad
+    return total
+
+
+def scatter_add(scatter):
+    """A backward loop's running sum of an indexed input's gradient, the
+    step's ``scatter(total, x, i, gy)`` added in place."""
+    return Kernel(scatter, structural=SCATTER_ADD)
+
+
+def reverse():
+    """``k = n - 1 - j``: a backward loop's counter ``j`` counts up, the
+    forward iteration ``k`` it undoes counts down."""
+    return Kernel(_reverse, structural=REVERSE)
+
+
+def _reverse(j, n):
+    return n - 1 - j
+
+
+def at():
+    """Item ``k`` of a list of per-iteration values."""
+    return Kernel(_at, structural=AT)
+
+
+def _at(items, k):
+    return items[k]
+
+
+def at_or_none():
+    """Item ``k`` of a list of per-iteration gradients, which may be
+    ``None`` (no gradient reached any of them)."""
+    return Kernel(_at_or_none, structural=AT)
+
+
+def _at_or_none(items, k):
+    return None if items is None else items[k]
+
+
+def collect():
+    """A loop's list of an invariant's gradient factors ``(a, b)``, one
+    pair per iteration that has them (see :func:`outer_sum`)."""
+    return Kernel(_collect, structural=COLLECT)
+
+
+def _collect(items, factors):
+    if factors is None:
+        return items
+    if items is None:
+        items = []
+    items.append(factors)
+    return items
+
+
+def outer_sum(dtype):
+    """The kernel summing a weight's gradient over a loop's iterations in
+    one product, ``sum_k a_k^T b_k`` as ``[a_0; a_1; ...]^T [b_0; b_1;
+    ...]``, from :func:`collect`'s list (collected backward, stacked in
+    forward order). One product over all the rows instead of one per
+    iteration and a running sum: 2x faster for an LSTM's recurrent
+    weight, equal within rounding (the sums run in another order, as for
+    the input projection that ``passes/hoist.py`` takes out of the
+    loop)."""
+    scratch = Scratch()
+
+    def run(items):
+        if items is None:
+            return None
+        if len(items) == 1:
+            a, b = items[0]
+            return a.T.dot(b).astype(dtype, copy=False)
+        with scratch.held() as buffers:
+            a = _stack([a for a, _ in reversed(items)], buffers, 0)
+            b = _stack([b for _, b in reversed(items)], buffers, 1)
+            return a.T.dot(b).astype(dtype, copy=False)
+    return Kernel(run, structural=OUTER_SUM)
+
+
+def _stack(arrays, buffers, k):
+    """``concatenate(arrays)`` into scratch buffer ``k`` (an LSTM's
+    training step stacks 0.8 MB of gradient factors; taking fresh pages
+    for them each step had cost 0.7 ms of faults)."""
+    if any(type(a) is not numpy.ndarray for a in arrays):
+        xp = chainer.backend.get_array_module(arrays[0])
+        return xp.concatenate(arrays)  # CuPy's memory pool keeps it
+    shape = (sum(len(a) for a in arrays),) + arrays[0].shape[1:]
+    return numpy.concatenate(arrays, out=buffers.array(
+        k, shape, numpy.result_type(*arrays)))
+
+
+def fortran_copy():
+    """An F-ordered copy of a weight that a backward loop's gradient
+    rules read faster in Fortran order, made once before the loop."""
+    return Kernel(_fortran_copy, structural=FORTRAN_COPY)
+
+
+def _fortran_copy(array):
+    return chainer.backend.get_array_module(array).asfortranarray(array)

@@ -1,0 +1,355 @@
+"""Compiling a call that missed the cache.
+
+:func:`compile_call` reads top-down as the stages of the pipeline:
+signature, recording (``frontend.trace``), the fallback decision, rolling
+loops (``frontend.rolling``) and making their trip counts symbolic
+(``frontend.symbolic``), the passes (``passes.run``), code generation
+(``backend.codegen``), the self-check against eager Chainer, autodiff
+(the training program) and the cache entry. Each stage is a function
+below it.
+
+The jitted function (``api.JitFunction``) hands the pipeline what it
+needs as a :class:`Caller` and caches the entry it gets back.
+"""
+
+import collections
+import functools
+import time
+
+import chainer
+import numpy
+
+from chainerjit import errors
+from chainerjit import passes
+from chainerjit.backend import codegen
+from chainerjit.frontend import guards
+from chainerjit.frontend import rolling
+from chainerjit.frontend import signature
+from chainerjit.frontend import symbolic
+from chainerjit.frontend import trace
+from chainerjit.frontend import trip_counts
+from chainerjit.ops import structural
+from chainerjit.passes import autodiff
+from chainerjit.runtime import cache
+from chainerjit.runtime import function
+
+
+class Caller(collections.namedtuple('Caller', (
+        'fn', 'instance', 'name', 'check', 'lengths_unsound',
+        'warn_fallback', 'warn_unrolled', 'explain_miss',
+        'on_backprop_program'))):
+    """What the pipeline needs from the jitted function it compiles for.
+
+    Attributes:
+        fn: the wrapped function (a method's function, unbound).
+        instance: the model ``fn`` is bound to, or ``None``.
+        name: the function's name in warnings and in the recording.
+        check: whether to self-check each new program (``jit(check=)``).
+        lengths_unsound: a symbolic length once gave another result than
+            eagerly: trip counts stay in the key.
+        warn_fallback: ``warn_fallback(error, loc)`` warns, once, that
+            the call runs eagerly.
+        warn_unrolled: ``warn_unrolled(error, loc)`` warns, once, that a
+            loop stays unrolled.
+        explain_miss: ``explain_miss(sig, key)`` says how the call differs
+            from the cached entries; called before the call is recorded.
+        on_backprop_program: called with no arguments once a program is
+            compiled with backprop enabled.
+    """
+
+    __slots__ = ()
+
+
+class Compiled(collections.namedtuple('Compiled', (
+        'result', 'entry', 'miss_reason', 'unpack'))):
+    """What :func:`compile_call` gives back.
+
+    Attributes:
+        result: what the call returns (the recording ran it eagerly).
+        entry: the new ``cache.Entry`` (compiled, or running eagerly with
+            a ``fallback`` reason), or ``None`` when ``unpack`` is set.
+        miss_reason: what :attr:`Caller.explain_miss` said.
+        unpack: the paths of packed list arguments that the function
+            records item by item from now on, or ``None``.
+    """
+
+    __slots__ = ()
+
+
+def compile_call(caller, key, leaves, args, kwargs, packed=None):
+    """Records a call that missed the cache and builds its entry.
+
+    A call with packed lists (``packed`` is ``(paths, packed args, packed
+    kwargs)``, see ``frontend.packing``) gets an entry only where packing
+    cannot be seen (:func:`_packing_pays`); otherwise no entry, and the
+    function is to record those lists item by item from the next call on
+    (this call's recording already ran, and its result stands).
+
+    Returns:
+        Compiled: the call's result and its entry.
+    """
+    start = time.perf_counter()
+    recorded_args, recorded_kwargs = (args, kwargs) if packed is None \
+        else packed[1:]
+    sig = call_signature(caller.fn, caller.instance, key, leaves,
+                         recorded_args, recorded_kwargs)
+    miss_reason = caller.explain_miss(sig, key)
+    model_state = cache.link_state(caller.instance)  # before the call
+    py_guards = guards.python_guards(caller.fn, caller.instance)
+    recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
+                        None if packed is None else (packed[0], args,
+                                                     kwargs))
+    fallback = _fallback_reason(caller, recording, py_guards)
+    if fallback is not None and packed is not None:
+        return Compiled(recording.result, None, miss_reason, packed[0])
+    if fallback is not None:
+        entry = cache.Entry(
+            key, sig, model_state, py_guards=py_guards,
+            config_reads=guards.config_reads(recording.config_names),
+            fallback=fallback)
+    else:
+        lengths = _roll_loops(caller, recording, sig, len(leaves))
+        key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
+        graph = passes.run(recording.graph)
+        program = codegen.compile_graph(graph)
+        entry = _compiled_entry(key, sig, model_state, py_guards, recording,
+                                graph, program, lengths, symbols)
+        if caller.check:
+            _self_check(caller, entry, leaves, recording, symbols)
+        if key[1] and entry.program is not None:  # backprop enabled
+            entry.training = _training_program(caller, graph, leaves,
+                                               recording)
+            caller.on_backprop_program()
+    if packed is not None and not _packing_pays(entry, recording):
+        return Compiled(recording.result, None, miss_reason, packed[0])
+    entry.compile_seconds = time.perf_counter() - start
+    return Compiled(recording.result, entry, miss_reason, None)
+
+
+# --- signature and recording ------------------------------------------------
+
+def call_signature(fn, instance, key, leaves, args, kwargs):
+    """The readable ``signature.Signature`` of a call with call key
+    ``key``, its arguments' names and the model's parameters with it."""
+    bound = fn if instance is None else functools.partial(fn, instance)
+    return signature.Signature.of_call(
+        bound, args, kwargs, key, leaves, cache.model_param_items(instance))
+
+
+def _record(caller, sig, leaves, args, kwargs, packed):
+    """Runs the call define-by-run and records it (``trace.record``);
+    ``packed`` is ``(paths, args, kwargs)`` as called, before packing."""
+    input_names = [name for name, _ in sig.items[:len(leaves)]]
+    return trace.record(caller.fn, caller.instance, args, kwargs, leaves,
+                        caller.name, input_names, packed)
+
+
+# --- the fallback decision --------------------------------------------------
+
+def _fallback_reason(caller, recording, py_guards):
+    """Why this recording cannot be compiled, or ``None``: link hooks on
+    the model, a value read into Python (or a guarded Python value the
+    call changed), or a branch on an array value in a forward with side
+    effects. The last two warn (once)."""
+    hooked = [path for path, link in _links(caller.instance)
+              if cache.link_hooks(link)]
+    if hooked:
+        return 'link hooks on %s observe each call' % ', '.join(hooked)
+    changed = _changed_by_the_call(py_guards, recording)
+    if changed and recording.escape is None:
+        recording.escape = ('changing %s in place' % changed[0], None)
+    if recording.escape is not None:
+        what, loc = recording.escape
+        caller.warn_fallback(errors.DataDependentValue(what), loc)
+        return '%s at %s' % (what, _format_loc(loc))
+    if _has_guards(recording.graph.nodes) and \
+            not pure_but_guards(recording.graph.nodes):
+        reason = ('a branch on an array value in a forward with random or '
+                  'stateful operations')
+        caller.warn_fallback(errors.DataDependentValue(reason), None)
+        return reason
+    return None
+
+
+def _links(instance):
+    if not isinstance(instance, chainer.Link):
+        return []
+    return [(path or '/', link) for path, link in instance.namedlinks()]
+
+
+def _changed_by_the_call(py_guards, recording):
+    """Labels of guarded Python values the recorded call itself changed
+    (an append to a default list, a closed-over dict); attributes the
+    forward assigns are replayed instead."""
+    assigned = set('self.%s' % name for kind, path, name, _, _ in
+                   recording.effects if kind == 'setattr' and path == ())
+    return [g.label for g in py_guards
+            if not g.holds() and g.label not in assigned]
+
+
+def _format_loc(loc):
+    if loc is None:
+        return 'an unknown line'
+    return '%s:%d' % loc
+
+
+def _has_guards(nodes):
+    return any(structural.is_guard(node) for node in nodes)
+
+
+def pure_but_guards(nodes):
+    """No node has side effects, apart from guards (which only check)."""
+    for node in nodes:
+        if node.region is not None:
+            if not pure_but_guards(node.region.body.nodes):
+                return False
+        elif not node.pure and not structural.is_guard(node):
+            return False
+    return True
+
+
+# --- loops ------------------------------------------------------------------
+
+def _roll_loops(caller, recording, sig, n_leaves):
+    """Rolls the recorded loops into regions (warning once for each
+    loop left unrolled) and makes trip counts symbolic where sound.
+    Returns the entry's ``symbolic.Symbolic`` or ``None``."""
+    for code in recording.no_source:
+        caller.warn_unrolled(errors.UnrolledLoop(
+            'a loop in %s, whose source cannot be read (a lambda, exec '
+            'or a plain REPL), is unrolled: each trip count is a cache '
+            'entry of its own' % code.co_name),
+            (code.co_filename, code.co_firstlineno))
+    rolled, unrolled = rolling.roll_loops(recording.graph, recording)
+    for loop in unrolled:
+        if not loop.varies:
+            continue  # over the model's own lists: never another count
+        caller.warn_unrolled(errors.UnrolledLoop(
+            'this loop is unrolled, with its trip count in the cache '
+            'key: %s' % loop.reason), loop.loc)
+    if not rolled or caller.lengths_unsound or not pure_but_guards(
+            recording.graph.nodes):
+        return None  # a length cannot be checked by running twice
+    input_names = [name for name, _ in sig.items[:n_leaves]]
+    code = getattr(caller.fn, '__code__', None)
+    if code is None:
+        return None
+    return symbolic.symbolize(
+        recording.graph, rolled, input_names,
+        trip_counts.length_only_names(code), recording)
+
+
+def _with_symbolic_lengths(key, sig, lengths):
+    """``(key, sig, symbols)``: the key and signature with the trip counts
+    that ``lengths`` (a ``symbolic.Symbolic`` or ``None``) made symbolic
+    left open, and this call's values of them."""
+    if lengths is None:
+        return key, sig, []
+    key, symbols = lengths.generalize(key)
+    return key, sig.with_symbols(lengths.wildcards, lengths.kind,
+                                 lengths.where), symbols
+
+
+# --- the entry, checked -----------------------------------------------------
+
+def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
+                    program, lengths, symbols):
+    """The cache entry of a compiled ``program`` of ``graph`` (the
+    recording after the passes)."""
+    param_arrays = [recording.param_arrays[v] for v in graph.params]
+    entry = cache.Entry(
+        key, sig, model_state, graph, program, recording.outputs,
+        recording.effects, param_arrays, py_guards=py_guards,
+        config_reads=guards.config_reads(recording.config_names))
+    entry.symbolic = lengths
+    entry.verified_lengths.add(tuple(symbols))
+    entry.ignore_state(recording.written_first)
+    return entry
+
+
+def _self_check(caller, entry, leaves, recording, symbols):
+    """Runs a new program on the recorded inputs and parameters and
+    compares with the eager result; on a difference the entry runs
+    eagerly from now on. Generic nodes, which may draw random numbers
+    or update state, return what they returned while recording."""
+    check = codegen.compile_graph(entry.graph, recording.generic_outputs)
+    arrays = [signature.leaf_array(leaf) for leaf in leaves]
+    param_arrays = [recording.param_arrays[v] for v in entry.graph.params]
+    try:
+        outs = check.run(arrays + param_arrays + symbols)
+        result = entry.build_result(outs, leaves, caller.instance)
+        problem = compare_results(recording.result, result)
+    except errors.VMError as e:
+        problem = str(e)
+    if problem:
+        entry.fallback = 'compiled result differs from eager: %s' % (
+            problem)
+        entry.program = None
+        caller.warn_fallback(errors.CompiledMismatch(problem), None)
+
+
+def compare_results(expected, actual):
+    """Returns ``None`` if two results match, else what differs."""
+    exp_leaves, act_leaves = [], []
+    try:
+        exp_structure = signature.flatten(expected, exp_leaves)
+        act_structure = signature.flatten(actual, act_leaves)
+    except errors.UnsupportedArgument as e:
+        return str(e)
+    if exp_structure != act_structure:
+        return 'the result has another structure'
+    for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
+        e, a = signature.leaf_array(e), signature.leaf_array(a)
+        if type(e) is not type(a) or e.shape != a.shape or \
+                e.dtype != a.dtype:
+            return 'output %d: %s %s %s vs eager %s %s %s' % (
+                i, type(a).__name__, a.shape, a.dtype,
+                type(e).__name__, e.shape, e.dtype)
+        # On the host: CuPy would compile kernels for these checks.
+        e, a = (chainer.backend.CpuDevice().send(x) for x in (e, a))
+        if e.dtype.kind in 'fc':
+            finite = numpy.isfinite(e)
+            scale = float(numpy.abs(e[finite]).max()) \
+                if e.size and bool(finite.any()) else 1.0
+            ok = bool(numpy.allclose(a, e, rtol=1e-4,
+                                     atol=1e-5 * max(scale, 1.0),
+                                     equal_nan=True))
+        else:
+            ok = bool((a == e).all())
+        if not ok:
+            return 'output %d: values differ' % i
+    return None
+
+
+# --- autodiff ---------------------------------------------------------------
+
+def _training_program(caller, graph, leaves, recording):
+    """The training program for gradients of the argument Variables
+    that require grad and of the model's Variables, or ``None`` (with a
+    warning) if an op on the way has no gradient rule."""
+    wrt = [v for v, leaf in zip(graph.inputs, leaves)
+           if isinstance(leaf, chainer.Variable) and leaf.requires_grad
+           and v.dtype.kind == 'f']
+    wrt += [v for v in graph.params if v.dtype.kind == 'f' and
+            isinstance(recording.param_owners[v], chainer.Variable)]
+    if not wrt:
+        return None
+    try:
+        return function.TrainingProgram(autodiff.differentiate(graph, wrt))
+    except errors.NotDifferentiable as e:
+        caller.warn_fallback(e, e.loc)
+        return None
+
+
+# --- packed lists -----------------------------------------------------------
+
+def _packing_pays(entry, recording):
+    """Packed lists are kept where the lengths became symbolic, every row
+    is read by an op that passes gradients (not only returned, or read as
+    an array), and no loop may stop early: then each row gets a gradient
+    exactly where eager mode gives its item one (see
+    ``chainerjit.frontend.packing``)."""
+    return entry.symbolic is not None and entry.program is not None and \
+        recording.rows_read and not any(
+            node.region is not None and node.region.counts
+            for node in entry.graph.nodes)

@@ -1,0 +1,266 @@
+"""Guards on the Python values a recorded forward reads
+(``chainerjit.frontend.guards``), and the other known ways a tracing JIT
+can differ from eager Chainer, each with a test of what chainerjit does
+about it.
+
+Silent mismatches (each must now be the eager result or a miss):
+  1. A Python scalar attribute of a link changed after the first call
+     (``model.slope = 0.3``): a miss, recompiled.
+  2. A class attribute, module global or closure variable the forward
+     names changed (a scalar by value, an array or Variable rebound), or
+     an attribute of a plain object the model holds that the forward
+     reads (``self.options.scale``): a miss.
+  3. A link replaced, or a parameter reshaped: a miss.
+  4. A parameter updated in place or rebound (an optimizer step): read on
+     every call.
+  5. Batch-normalization statistics changed: read on every call.
+  6. State a link keeps between calls (``L.LSTM``): read and assigned on
+     every call.
+  7. An array computed from the inputs with NumPy outside Chainer
+     functions: recorded as an op, not frozen.
+  8. An array a node holds as an attribute (``F.where``'s condition):
+     a program input.
+
+Eager fall-backs, with a one-time warning naming the line:
+  9. ``float(v.array)``, ``v.item()``, ``bool`` of an array, a branch on
+     an array value, a shape that depends on values.
+  10. An argument chainerjit cannot key on (an object of your own class).
+  11. A list or dict argument changed in place (a counter bumped, a
+      state dict given a new Variable): the change reaches the caller's
+      container, as in eager mode.
+
+Still frozen at recording time (documented in the README):
+  12. Globals and class attributes read only by helper functions the
+      forward calls (not by the forward's own code).
+"""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import testing
+
+
+SCALE = 2.0
+
+
+def _x(rng):
+    return rng.randn(3, 4).astype(numpy.float32)
+
+
+def _same(jitted, eager, *args):
+    with chainer.no_backprop_mode():
+        testing.assert_results_equal(jitted(*args), eager(*args))
+
+
+class Net(chainer.Chain):
+    offset = 1.0
+
+    def __init__(self):
+        super(Net, self).__init__()
+        with self.init_scope():
+            self.lin = L.Linear(4, 4)
+
+    def forward(self, x):
+        return self.lin(x) * SCALE + self.offset
+
+
+def test_global_read_by_the_forward_is_guarded(rng):
+    global SCALE
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    SCALE = 3.0
+    try:
+        _same(jitted, net.forward, x)
+        assert 'global SCALE: 2.0 -> 3.0' in ''.join(
+            jitted.cache_entries()[0].guard_failures(net))
+    finally:
+        SCALE = 2.0
+    assert jitted.cache_info().misses == 2
+
+
+def test_class_attribute_read_by_the_forward_is_guarded(rng):
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    Net.offset = 5.0
+    try:
+        _same(jitted, net.forward, x)
+    finally:
+        Net.offset = 1.0
+    _same(jitted, net.forward, x)
+    assert jitted.cache_info().misses == 2
+
+
+class _Options(object):
+    def __init__(self):
+        self.scale = 2.0
+        self.inner = type('Inner', (), {})()
+        self.inner.shift = 0.5
+
+    def factor(self):
+        return self.scale
+
+
+class OptionsNet(Net):
+    """Reads scalars two and three attributes deep on a plain object it
+    holds, a method of it, and a link's parameter (``self.lin.W``)."""
+
+    def __init__(self):
+        super(OptionsNet, self).__init__()
+        self.options = _Options()
+
+    def forward(self, x):
+        y = self.lin(x) * self.options.scale + self.options.inner.shift
+        return y * self.options.factor() + F.sum(self.lin.W)
+
+
+def test_attributes_of_a_plain_object_the_model_holds_are_guarded(rng):
+    net = OptionsNet()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    labels = sorted(g.label for g in jitted.cache_entries()[0].py_guards)
+    assert labels == ['self.options.inner.shift', 'self.options.scale']
+    for name, value in (('scale', 3.0), ('shift', -1.0)):
+        owner = net.options if name == 'scale' else net.options.inner
+        setattr(owner, name, value)
+        failures = ''.join(jitted.cache_entries()[0].guard_failures(net))
+        assert name in failures
+        _same(jitted, net.forward, x)
+    assert jitted.cache_info().misses == 3
+
+
+def test_optimizer_step_is_seen(rng):
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    opt = chainer.optimizers.SGD(lr=0.5)
+    opt.setup(net)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    loss = F.sum(net.forward(x))
+    net.cleargrads()
+    loss.backward()
+    opt.update()
+    _same(jitted, net.forward, x)
+    assert jitted.cache_info().hits == 1
+
+
+def helper_scale():
+    return SCALE
+
+
+def test_global_read_by_a_helper_is_frozen(rng):
+    """Footgun 11: documented, not guarded."""
+    global SCALE
+
+    def f(x):
+        return F.relu(x) * helper_scale()
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    SCALE = 4.0
+    try:
+        with chainer.no_backprop_mode():
+            y = jitted(x)
+        # should be 4 * relu(x); the recording froze 2.0
+        numpy.testing.assert_allclose(y.array, 2.0 * numpy.maximum(x, 0))
+        jitted.cache_clear()  # the documented remedy
+        _same(jitted, f, x)
+    finally:
+        SCALE = 2.0
+
+
+def test_unkeyable_argument_warns(rng):
+    with pytest.warns(chainerjit.FallbackWarning, match='UnsupportedArgument'):
+        with chainer.no_backprop_mode():
+            chainerjit.jit(lambda x, o: F.relu(x))(_x(rng), object())
+
+
+MASK = numpy.ones((3, 4), numpy.float32)
+
+
+def test_global_array_rebound_is_guarded(rng):
+    global MASK
+
+    def f(x):
+        return F.relu(x) * MASK
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    old, MASK = MASK, numpy.zeros((3, 4), numpy.float32)
+    try:
+        _same(jitted, f, x)
+        MASK[...] = 2  # in place: the program reads the same object
+        _same(jitted, f, x)
+    finally:
+        MASK = old
+    assert jitted.cache_info()[:2] == (1, 2)
+
+
+def test_closure_values_are_guarded(rng):
+    def make(scale, table):
+        def f(x):
+            return F.relu(x) * scale + table
+        return f
+
+    scale, table = 2.0, numpy.ones((3, 4), numpy.float32)
+    f = make(scale, table)
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    f.__closure__[0].cell_contents = 3.0  # as `nonlocal scale` would
+    _same(jitted, f, x)
+    f.__closure__[1].cell_contents = numpy.zeros((3, 4), numpy.float32)
+    _same(jitted, f, x)
+    assert jitted.cache_info().misses == 3
+    assert 'closure table: another object' in \
+        jitted.cache_entries()[0].guard_failures(None)
+
+
+def _scaled_by_a_counter(xs, counter):
+    def bump(x):
+        counter[0] += 1
+        return x * counter[0]
+    return F.stack([bump(x) for x in xs])
+
+
+@pytest.mark.filterwarnings('ignore::chainerjit.FallbackWarning')
+def test_a_list_argument_changed_in_place_changes_the_callers(rng):
+    jitted, mine, theirs = chainerjit.jit(_scaled_by_a_counter), [0], [0]
+    for n in (3, 3, 5):
+        xs = rng.standard_normal((n, 2)).astype(numpy.float32)
+        actual = jitted(xs, mine)
+        testing.assert_results_equal(actual, _scaled_by_a_counter(xs, theirs))
+        assert mine == theirs
+
+
+def test_a_state_dict_argument_gets_the_new_variable(rng):
+    link = L.Linear(3, 3)
+
+    def step(x, state):
+        state['h'] = F.tanh(link(x) + state['h'])
+        return state['h'] * 2
+
+    jitted = chainerjit.jit(step)
+    x = rng.standard_normal((2, 3)).astype(numpy.float32)
+    h = chainer.Variable(numpy.zeros((2, 3), numpy.float32))
+    mine, theirs = {'h': h}, {'h': h}
+    with pytest.warns(chainerjit.FallbackWarning, match='argument in place'):
+        actual = jitted(x, mine)
+    expected = step(x, theirs)
+    testing.assert_results_equal(actual, expected)
+    assert type(mine['h']) is chainer.Variable and mine['h'] is not h
+    assert type(mine['h'].array) is numpy.ndarray
+    numpy.testing.assert_array_equal(mine['h'].array, theirs['h'].array)
+    mine['h'].grad = numpy.ones((2, 3), numpy.float32)
+    mine['h'].backward()  # the caller's Variable is in Chainer's graph
+    assert link.W.grad is not None
