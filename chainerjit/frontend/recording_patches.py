@@ -17,6 +17,7 @@ what it replaces                   while recording
 ``Variable.array``, ``.data``      reading a CuPy array is an escape
 ``LocalConfig.__getattr__``        notes the config entries read
 ``numpy.random``'s functions       a draw is an escape
+``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
 
@@ -155,6 +156,26 @@ def _watching_random(name):
     return make
 
 
+# NumPy's conversions that hand back a plain ndarray (and so would lose
+# the trace): of a traced array, each is recorded as an op on it.
+_CONVERSIONS = ('array', 'asarray', 'ascontiguousarray', 'asfortranarray')
+
+
+def _recording_conversion(name):
+    """The patch of ``numpy.NAME``: a conversion or copy of a traced array
+    by the forward's code is recorded (``traced.record_conversion``)."""
+    def make(convert, recorder):
+        def converted(a, *args, **kwargs):
+            if _state.recorder is not recorder or recorder.depth or \
+                    not traced.holds_traced(a):
+                return convert(a, *args, **kwargs)
+            return traced.record_conversion('numpy.' + name, convert, a,
+                                            args, kwargs)
+        converted.__wrapped__ = convert
+        return converted
+    return make
+
+
 # CuPy's functions that make arrays of one value, and that value (None:
 # their ``fill_value`` argument).
 _GPU_FILLS = {'zeros': 0, 'zeros_like': 0, 'ones': 1, 'ones_like': 1,
@@ -203,7 +224,9 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.configuration.LocalConfig, '__getattr__',
                    _noting_config_reads),
 ) + tuple(RecordingPatch(numpy.random, name, _watching_random(name))
-          for name in _GLOBAL_RANDOM) + _gpu_fill_patches()
+          for name in _GLOBAL_RANDOM) + tuple(
+    RecordingPatch(numpy, name, _recording_conversion(name))
+    for name in _CONVERSIONS) + _gpu_fill_patches()
 
 _ABSENT = object()
 

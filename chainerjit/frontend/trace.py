@@ -97,6 +97,9 @@ class _Recorder(object):
         self.depth = 0
         self.values = {}  # id(array) -> Value
         self.alive = []  # keeps recorded arrays, so ids stay unique
+        # The memory of the arrays bound to inputs, parameters and results
+        # (``traced.memory_owner``): a plain view of it is no constant.
+        self.derived_memory = set()
         self.effects = []  # ('setattr', link, name, value) and
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
@@ -143,6 +146,8 @@ class _Recorder(object):
     def bind(self, array, value):
         self.values[id(array)] = value
         self.alive.append(array)
+        if value.kind != 'const' and isinstance(array, numpy.ndarray):
+            self.derived_memory.add(id(traced.memory_owner(array)))
         return value
 
     def bind_temps(self, arrays):
@@ -222,7 +227,9 @@ class _Recorder(object):
         value = self.values.get(id(array))
         if value is not None:
             return value
-        if isinstance(array, TracedArray):
+        if isinstance(array, TracedArray) or (
+                isinstance(array, numpy.ndarray) and
+                id(traced.memory_owner(array)) in self.derived_memory):
             self.note_escape(_UNFOLLOWED % 'used by a Chainer function',
                              user_location(3))
         elif isinstance(x, chainer.Parameter):

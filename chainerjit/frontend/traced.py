@@ -126,6 +126,32 @@ def _record_numpy(label, fn, args, kwargs, result):
         record_call(recorder, label, fn, args, kwargs, result)
 
 
+def holds_traced(obj):
+    """Is ``obj`` a traced array, or a list or tuple holding one?"""
+    if isinstance(obj, TracedArray):
+        return True
+    if type(obj) in (list, tuple):
+        return any(holds_traced(x) for x in obj)
+    return False
+
+
+def memory_owner(array):
+    """The ndarray at the end of ``array``'s chain of bases: two arrays
+    with the same owner view the same memory."""
+    while isinstance(array.base, numpy.ndarray):
+        array = array.base
+    return array
+
+
+def record_conversion(label, convert, a, args, kwargs):
+    """``convert(a, *args, **kwargs)`` (``numpy.asarray``, ``numpy.array``,
+    ...) of a traced array, recorded as a node: a conversion or copy of an
+    argument is read from the argument on every call."""
+    result = _tag(convert(untag(a), *args, **kwargs))
+    _record_numpy(label, convert, (a,) + args, kwargs, result)
+    return result
+
+
 def record_call(recorder, label, fn, args, kwargs, result):
     """Records NumPy run outside Chainer functions as a node."""
     kernel_fn, arrays = numpy_kernel(fn, args, kwargs)

@@ -1,0 +1,160 @@
+"""Arrays made from an argument by NumPy's conversions and copies
+(``numpy.asarray``, ``numpy.array``, ``ascontiguousarray``, ``copy``,
+``astype``, ...) are ops of the program, read from the argument on every
+call, never constants frozen at recording time: each forward is called
+jitted and eagerly with new values at the same shapes."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+
+F32 = numpy.float32
+
+
+def _calls(rng, n=4, shape=(3, 4)):
+    return [(rng.standard_normal(shape).astype(F32),) for _ in range(n)]
+
+
+def variable_of_asarray(x):
+    return F.relu(chainer.Variable(numpy.asarray(x))) * 2.0
+
+
+def sum_of_asarray(x):
+    return F.sum(numpy.asarray(x), axis=1)
+
+
+def variable_of_array(x):
+    return F.tanh(chainer.Variable(numpy.array(x)))
+
+
+def variable_of_array_as_float64(x):
+    return F.tanh(chainer.Variable(numpy.array(x, dtype=numpy.float64)))
+
+
+def contiguous(x):
+    return F.sigmoid(numpy.ascontiguousarray(x.T))
+
+
+def fortran(x):
+    return F.sigmoid(numpy.asfortranarray(x)) + 1.0
+
+
+def numpy_copy(x):
+    return F.exp(chainer.Variable(numpy.copy(x)))
+
+
+def method_copy(x):
+    return F.exp(chainer.Variable(x.copy()))
+
+
+def method_astype(x):
+    return F.exp(chainer.Variable(x.astype(numpy.float64)))
+
+
+def get_array_module_asarray(x):
+    xp = chainer.backend.get_array_module(x)
+    return F.relu(chainer.Variable(xp.asarray(x)))
+
+
+def as_variable_of_asarray(x):
+    return F.relu(chainer.as_variable(numpy.asarray(x)))
+
+
+def to_cpu(x):
+    return F.relu(chainer.Variable(chainer.backends.cuda.to_cpu(x)))
+
+
+def asarray_of_a_column(x):
+    return F.relu(chainer.Variable(numpy.asarray(x[:, 0])))
+
+
+def array_of_a_list(x):
+    return F.sum(chainer.Variable(numpy.array([x, x * 2.0])), axis=0)
+
+
+def asarray_of_a_variables_array(x):
+    v = F.tanh(x)
+    return F.relu(chainer.Variable(numpy.asarray(v.array))) + v
+
+
+@pytest.mark.parametrize('fn', [
+    variable_of_asarray, sum_of_asarray, variable_of_array,
+    variable_of_array_as_float64, contiguous, fortran, numpy_copy,
+    method_copy, method_astype, get_array_module_asarray,
+    as_variable_of_asarray, to_cpu, asarray_of_a_column, array_of_a_list,
+    asarray_of_a_variables_array,
+])
+def test_a_converted_argument_is_read_on_every_call(rng, fn):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        testing.assert_jit_matches_eager(fn, _calls(rng))
+
+
+def test_the_conversion_is_compiled(rng):
+    jitted = chainerjit.jit(variable_of_asarray)
+    calls = _calls(rng)
+    for (x,) in calls:
+        jitted(x)
+    info = jitted.cache_info()
+    assert info.misses == 1 and info.hits == len(calls) - 1
+    assert 'numpy.asarray' in str(jitted.last_entry.graph)
+    assert jitted.last_entry.fallback is None
+
+
+class Captioner(chainer.Chain):
+    """A language model building its per-step token Variables as image
+    captioning examples do: ``Variable(xp.asarray(captions[:, i]))``."""
+
+    def __init__(self):
+        super(Captioner, self).__init__()
+        with self.init_scope():
+            self.embed = chainer.links.EmbedID(6, 4)
+            self.out = chainer.links.Linear(4, 6)
+
+    def forward(self, captions):
+        loss = 0
+        for i in range(captions.shape[1] - 1):
+            x = chainer.Variable(self.xp.asarray(captions[:, i]))
+            t = chainer.Variable(self.xp.asarray(captions[:, i + 1]))
+            loss += F.softmax_cross_entropy(self.out(self.embed(x)), t)
+        return loss
+
+
+def test_token_variables_made_with_asarray_follow_each_batch(rng):
+    model, twin = Captioner(), Captioner()
+    twin.copyparams(model)
+    model.forward = chainerjit.jit(model.forward)
+    for _ in range(4):
+        captions = rng.randint(0, 6, (3, 5)).astype(numpy.int32)
+        with chainer.no_backprop_mode():
+            got = model(captions)
+            expected = twin(captions)
+        numpy.testing.assert_allclose(got.array, expected.array,
+                                      rtol=1e-5, atol=1e-6)
+
+
+def _early_bound(x):
+    return F.relu(chainer.Variable(_asarray(x)))
+
+
+_asarray = numpy.asarray  # bound before any recording patches it
+
+
+def test_a_view_made_by_an_early_bound_conversion_is_never_a_constant(rng):
+    """``from numpy import asarray`` is bound before a recording patches
+    NumPy: the plain view it gives of a traced array is noticed by its
+    base, and the call runs eagerly with a warning instead of freezing
+    it."""
+    jitted = chainerjit.jit(_early_bound)
+    calls = _calls(rng)
+    with pytest.warns(errors.FallbackWarning, match='derived from the'):
+        results = [jitted(x) for (x,) in calls]
+    for (x,), got in zip(calls, results):
+        numpy.testing.assert_array_equal(got.array, _early_bound(x).array)
