@@ -144,7 +144,7 @@ class JitFunction(_calls.CachedCall):
                                        instance, args, kwargs)
         training = backprop and entry.needs_grad(leaves)
         if (entry.training if training else entry.program) is None:
-            return self._eager(instance, args, kwargs)
+            return self._eager(instance, args, kwargs, hit=True)
         return _calls.run_entry(self, entry, leaves, params, symbols,
                                 instance, args, kwargs, training)
 
@@ -177,7 +177,7 @@ class JitFunction(_calls.CachedCall):
             compiled = entry.build_result(outs, leaves, instance)
         except errors.VMError:
             compiled = None
-        result = self._eager(instance, args, kwargs)
+        result = self._eager(instance, args, kwargs, hit=True)
         if compiled is not None and \
                 pipeline.compare_results(result, compiled) is None:
             entry.verified_lengths.add(tuple(symbols))
@@ -206,6 +206,7 @@ class JitFunction(_calls.CachedCall):
                 # program that covers more calls (a loop that ran longer
                 # rolls into a region with an exit).
                 self.cache.remove(entry)
+                self.cache.eager_hits += 1  # this call records again
                 key, leaves, packed = self.call_key(
                     args, kwargs, *signature.config_flags())
                 replaced = self._compile(key, leaves, instance, args, kwargs,
@@ -214,7 +215,7 @@ class JitFunction(_calls.CachedCall):
                     self.last_entry.branch_misses = entry.branch_misses
                 return replaced
         if pipeline.pure_but_guards(entry.graph.nodes):
-            return self._eager(instance, args, kwargs)
+            return self._eager(instance, args, kwargs, hit=True)
         raise error.__cause__ from error
 
     def _instance(self):
@@ -226,7 +227,11 @@ class JitFunction(_calls.CachedCall):
                                  % self.__name__)
         return instance
 
-    def _eager(self, instance, args, kwargs):
+    def _eager(self, instance, args, kwargs, hit=False):
+        """Runs the call eagerly (counted in ``cache_info().eager``;
+        ``hit``: the call found an entry, so it is no compiled call)."""
+        self.cache.eager += 1
+        self.cache.eager_hits += hit
         if instance is not None:
             return self._fn(instance, *args, **kwargs)
         return self._fn(*args, **kwargs)
@@ -246,6 +251,7 @@ class JitFunction(_calls.CachedCall):
         if entry is None:
             return compiled.result
         self.last_entry = entry
+        self.cache.compiles += entry.fallback is None
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, compiled.miss_reason,
@@ -306,8 +312,11 @@ class JitFunction(_calls.CachedCall):
     # --- inspection ---------------------------------------------------------
 
     def cache_info(self):
-        """``CacheInfo(hits, misses, maxsize, currsize)``, as
-        ``functools.lru_cache`` reports it."""
+        """``CacheInfo(hits, misses, maxsize, currsize, compiled, eager,
+        compiles)``: ``functools.lru_cache``'s four, then the calls a
+        compiled program answered, the calls that ran eagerly besides
+        recordings, and the programs compiled (see
+        ``runtime.cache.CacheInfo``)."""
         return self.cache.info()
 
     def cache_clear(self):

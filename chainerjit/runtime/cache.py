@@ -438,7 +438,21 @@ def _make_leaf(spec, outs, leaves, instance):
 _as_variable = _calls.as_variable
 
 
-CacheInfo = collections.namedtuple('CacheInfo', 'hits misses maxsize currsize')
+class CacheInfo(collections.namedtuple(
+        'CacheInfo', 'hits misses maxsize currsize compiled eager compiles')):
+    """A function's cache statistics: ``functools.lru_cache``'s four
+    fields, then how its calls ran.
+
+    Attributes:
+        hits: calls that found an entry; misses: calls that recorded one.
+        maxsize, currsize: the bound on entries, and the entries there are.
+        compiled: calls a compiled program answered (hits, less those that
+            ran eagerly).
+        eager: calls that ran eagerly besides recordings: an entry that
+            runs eagerly, hooks, debug mode, arguments it cannot take, the
+            check of a new length.
+        compiles: programs compiled (an entry that runs eagerly is none).
+    """
 
 
 class Cache(object):
@@ -446,8 +460,7 @@ class Cache(object):
 
     def __init__(self, maxsize):
         self.maxsize = maxsize
-        self.hits = 0
-        self.misses = 0
+        self._reset_counts()
         self._buckets = {}
         self._lru = collections.OrderedDict()
         self._symbolics = []  # frontend.symbolic.Symbolic of the entries
@@ -509,12 +522,19 @@ class Cache(object):
         self._buckets.clear()
         self._lru.clear()
         self._symbolics = []
-        self.hits = 0
+        self._reset_counts()
+
+    def _reset_counts(self):
+        self.hits = 0  # counted by the hit path in C too
         self.misses = 0
+        self.eager = 0
+        self.eager_hits = 0
+        self.compiles = 0
 
     def info(self):
         return CacheInfo(self.hits, self.misses, self.maxsize,
-                         len(self._lru))
+                         len(self._lru), self.hits - self.eager_hits,
+                         self.eager, self.compiles)
 
     def report(self):
         """A table of the entries, most recently used last."""

@@ -237,7 +237,48 @@ def test_lru_eviction():
 def test_cache_clear(net, rng):
     _check(net, _x(rng))
     net.forward.cache_clear()
-    assert net.forward.cache_info() == (0, 0, 64, 0)
+    assert net.forward.cache_info() == (0, 0, 64, 0, 0, 0, 0)
+
+
+def _calls_of(f, n, rng):
+    with chainer.no_backprop_mode():
+        for _ in range(n):
+            f(rng.standard_normal((2, 3)).astype(numpy.float32))
+
+
+def _doubled(x):
+    return F.relu(x) * 2.0
+
+
+def _reads_a_float(x):
+    return F.relu(x) * float(x.sum() > 0)
+
+
+def test_compiled_calls_are_counted_apart_from_eager_ones(rng):
+    f = chainerjit.jit(_doubled)
+    _calls_of(f, 4, rng)
+    info = f.cache_info()
+    assert info[:4] == (3, 1, 64, 1)
+    assert (info.compiled, info.eager, info.compiles) == (3, 0, 1)
+
+
+def test_an_entry_that_runs_eagerly_has_hits_but_no_compiled_calls(rng):
+    f = chainerjit.jit(_reads_a_float)
+    with pytest.warns(chainerjit.FallbackWarning):
+        _calls_of(f, 4, rng)
+    info = f.cache_info()
+    assert (info.hits, info.misses, info.currsize) == (3, 1, 1)
+    assert (info.compiled, info.eager, info.compiles) == (0, 3, 0)
+    assert 'eager' in f.cache_report()
+
+
+def test_calls_under_hooks_run_eagerly_and_are_counted(rng):
+    f = chainerjit.jit(_doubled)
+    _calls_of(f, 2, rng)
+    with chainer.function_hooks.TimerHook():
+        _calls_of(f, 3, rng)
+    info = f.cache_info()
+    assert (info.hits, info.compiled, info.eager) == (1, 1, 3)
 
 
 def test_explain_hit_and_miss(net, rng):
