@@ -457,10 +457,12 @@ def _untag_effect_values(recorder, stand_ins, originals):
 def _leaf_spec(leaf, recorder, proxies, what):
     """How to rebuild one leaf of the result (or of the model state) on a
     compiled call: ``(kind, where, is_variable, requires_grad)`` with kind
-    ``'value'`` (``where`` indexes ``graph.outputs``), ``'arg'`` (the
+    ``'value'`` (``where`` indexes ``graph.outputs``), ``'scalar'`` (the
+    same, returned as the NumPy scalar eager gave), ``'arg'`` (the
     argument leaf returned as is), ``'model'`` (a Variable of the model,
     such as a Parameter, returned as is; ``where`` is its source) or
-    ``'const'`` (an array that does not depend on the inputs, copied)."""
+    ``'const'`` (an array, or a NumPy scalar, that does not depend on the
+    inputs, copied)."""
     is_var = isinstance(leaf, chainer.Variable)
     grad = leaf.requires_grad if is_var else False
     for i, proxy in enumerate(proxies):
@@ -475,9 +477,13 @@ def _leaf_spec(leaf, recorder, proxies, what):
         if isinstance(array, TracedArray) and value is None:
             recorder.note_escape(_UNFOLLOWED % what, None)
         # A copy per call: the caller may write into what it gets.
-        return 'const', traced.untag(array).copy(), is_var, grad
+        constant = traced.untag(array).copy()
+        if traced.is_scalar(array) and not is_var:
+            constant = constant[()]
+        return 'const', constant, is_var, grad
     recorder.graph.outputs.append(value)
-    return 'value', len(recorder.graph.outputs) - 1, is_var, grad
+    kind = 'scalar' if traced.is_scalar(array) and not is_var else 'value'
+    return kind, len(recorder.graph.outputs) - 1, is_var, grad
 
 
 def _record_outputs(result, recorder, proxies):

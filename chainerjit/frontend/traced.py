@@ -135,6 +135,22 @@ def holds_traced(obj):
     return False
 
 
+def _note_scalar(array):
+    """Marks a traced 0-d array that the forward's own code got where
+    eager NumPy gives a NumPy scalar (inside a Chainer function, where
+    ``force_array`` makes one an array again, nothing is marked)."""
+    recorder = _state.recorder
+    if recorder is not None and recorder.depth == 0:
+        array.scalar = True
+
+
+def is_scalar(array):
+    """Is ``array`` a traced 0-d array standing for the NumPy scalar that
+    eager NumPy gave (``abs(x)`` of a 0-d ``x``)?"""
+    return isinstance(array, TracedArray) and \
+        array.__dict__.get('scalar', False)
+
+
 def memory_owner(array):
     """The ndarray at the end of ``array``'s chain of bases: two arrays
     with the same owner view the same memory."""
@@ -340,10 +356,14 @@ class TracedArray(numpy.ndarray):
         call = getattr(ufunc, method)
         untagged = {k: untag(v) for k, v in kwargs.items()}
         result = call(*untag(inputs), **untagged)
-        if method == '__call__' and isinstance(result, numpy.generic):
-            # An elementwise op on 0-d arrays: keep it an array, followed.
+        scalar = method == '__call__' and isinstance(result, numpy.generic)
+        if scalar:
+            # An elementwise op on 0-d arrays: keep it an array, followed,
+            # that becomes the NumPy scalar eager gives where returned.
             result = numpy.asarray(result)
         result = _tag(result)
+        if scalar:
+            _note_scalar(result)
         if 'out' in kwargs:  # as NumPy does, return `out` itself
             out = kwargs['out']
             result = out[0] if len(out) == 1 else out
@@ -366,7 +386,10 @@ class TracedArray(numpy.ndarray):
             result = base(plain, *args, **kwargs)
             if result is plain:  # a no-op: astype(same dtype, copy=False)
                 return self
-            result = _tag(result)
+            scalar = isinstance(result, numpy.generic)  # x[0, 0]
+            result = _tag(numpy.asarray(result) if scalar else result)
+            if scalar:
+                _note_scalar(result)
             _record_numpy('ndarray.' + name, base, (self,) + args, kwargs,
                           result)
             return result

@@ -415,7 +415,7 @@ def _output_requires_grad(outputs, effects):
     for effect in effects:
         specs += effect[4]
     for kind, where, is_var, grad in specs:
-        if kind == 'value':
+        if kind in ('value', 'scalar'):
             flags[where] = flags.get(where, False) or grad
     return [flags.get(i, False) for i in range(max(flags, default=-1) + 1)]
 
@@ -429,6 +429,8 @@ def _make_leaf(spec, outs, leaves, instance):
         owner = (where[1], None) if where[0] == 'object' else \
             resolve_owner(instance, where[1])
         return owner[0]
+    if kind == 'scalar':
+        return outs[where][()]
     leaf = outs[where] if kind == 'value' else where.copy()
     if is_var:
         return _as_variable(leaf, grad)
