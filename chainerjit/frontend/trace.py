@@ -93,6 +93,7 @@ class _Recorder(object):
 
     def __init__(self, graph):
         self.graph = graph
+        self.config_at_start = _config_in_force()
         self.scratch = Scratch()  # the lowered kernels' temporaries
         self.depth = 0
         self.values = {}  # id(array) -> Value
@@ -296,6 +297,14 @@ class _Recorder(object):
             ops.state_holder(node), [(n, i) for n, i, _ in found],
             [a.view(TracedArray) for _, _, a in found])
 
+    def config_set_by_the_forward(self):
+        """``{name: value}`` of the ``chainer.config`` entries that differ
+        from what they were when the recording started: those the forward
+        (or a link it calls) set around the node being recorded."""
+        now, start = _config_in_force(), self.config_at_start
+        return dict((name, value) for name, value in now.items()
+                    if not _same_setting(start.get(name, _NOT_SET), value))
+
     def record_node(self, node, template, inputs, outputs):
         in_values = self._gradient_stopped(
             inputs, [self.value_of(x) for x in inputs])
@@ -316,6 +325,9 @@ class _Recorder(object):
             tuple(a.shape for a in out_arrays),
             tuple(a.dtype for a in out_arrays), self.scratch)
         attrs = [attr for attr, _ in data_attrs]
+        # A lowering reads the configuration now, while it is the one the
+        # node ran under; Chainer's own code, run later, gets it set.
+        config = self.config_set_by_the_forward()
         if data_attrs:  # the arrays are extra inputs
             # Model arrays (running averages) may be lowered; computed
             # ones (F.where's condition) run generic.
@@ -326,11 +338,11 @@ class _Recorder(object):
             kernel = ops.lower(node, ctx)
             if kernel is not None and kernel.grad is None:
                 # No gradient rule: train through the node's own backward.
-                kernel = kernel._replace(
-                    grad=ops.generic_kernel(template, ctx).grad)
+                kernel = kernel._replace(grad=ops.generic_kernel(
+                    template, ctx, config=config).grad)
         generic = kernel is None
         if kernel is None:
-            kernel = ops.generic_kernel(template, ctx, attrs)
+            kernel = ops.generic_kernel(template, ctx, attrs, config)
         out_values = self.bind_temps(out_arrays)
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
@@ -345,6 +357,27 @@ class _Recorder(object):
         if not ir_node.pure:  # the self-check must not run it again
             self.generic_outputs[ir_node] = tuple(
                 traced.untag(a) for a in out_arrays)
+
+
+_NOT_SET = object()
+
+
+def _config_in_force():
+    """This thread's ``chainer.config`` entries, read from the global and
+    thread-local dictionaries (not through ``__getattr__``, which notes
+    the reads of a recording as guards)."""
+    values = dict(vars(chainer.global_config))
+    values.update(vars(chainer.config._local))
+    return values
+
+
+def _same_setting(a, b):
+    if a is b:
+        return True
+    try:
+        return type(a) is type(b) and bool(a == b)
+    except Exception:  # a value that does not compare as a bool
+        return False
 
 
 def record(fn, instance, args, kwargs, leaves, name, input_names,

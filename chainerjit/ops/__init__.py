@@ -19,6 +19,7 @@ own ``forward`` on every call.
 """
 
 import collections
+import contextlib
 import copy
 import functools
 import weakref
@@ -246,7 +247,7 @@ def onnx_op(op_type, **attrs):
     return convert
 
 
-def generic_kernel(template, ctx, array_attrs=()):
+def generic_kernel(template, ctx, array_attrs=(), config=None):
     """A kernel that runs a fresh copy of ``template``'s own forward.
 
     Its ``grad`` is a :class:`GenericTraining`: for training, the fresh
@@ -259,6 +260,9 @@ def generic_kernel(template, ctx, array_attrs=()):
             arrays of ``x[idx]``); the kernel takes their new values as
             extra trailing arguments. ``index`` is ``None`` for an array
             attribute, or the position in a tuple attribute.
+        config: ``{name: value}`` of the ``chainer.config`` entries the
+            forward set around the node (``using_config('train',
+            False)``): the node's code runs under them on every call.
     """
     is_adapter = isinstance(template, chainer.function.FunctionAdapter)
     on_gpu = ctx.xp is not numpy
@@ -293,7 +297,27 @@ def generic_kernel(template, ctx, array_attrs=()):
         with chainer.force_backprop_mode():
             ys = node.apply(xs)
         return tuple(y.array for y in ys) + (_ChainerGraph(xs, ys),)
+    if config:
+        return Kernel(_under_config(run, config), {'config': _format_config(
+            config)}, multi=True, grad=GenericTraining(_under_config(
+                run_for_training, config)))
     return Kernel(run, multi=True, grad=GenericTraining(run_for_training))
+
+
+def _under_config(fn, config):
+    """``fn`` run with the ``chainer.config`` entries of ``config``."""
+    items = sorted(config.items())
+
+    def run(*arrays):
+        with contextlib.ExitStack() as stack:
+            for name, value in items:
+                stack.enter_context(chainer.using_config(name, value))
+            return fn(*arrays)
+    return run
+
+
+def _format_config(config):
+    return ','.join('%s=%r' % item for item in sorted(config.items()))
 
 
 class GenericTraining(collections.namedtuple('GenericTraining', 'forward')):
