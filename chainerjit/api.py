@@ -104,6 +104,17 @@ class JitFunction(_calls.CachedCall):
     def __repr__(self):
         return '<chainerjit.JitFunction %s>' % self.__name__
 
+    def bound_to(self, instance):
+        """Is this the function jitted for ``instance`` by
+        ``instance.forward = jit(instance.forward)``?"""
+        return self._get_instance is not None and \
+            self._get_instance() is instance
+
+    def rebound(self, instance):
+        """The same function jitted for ``instance`` (a copy of the
+        model), with a cache of its own (``fastpaths.copies``)."""
+        return JitFunction(self._fn, lambda: instance, self._options)
+
     def __reduce__(self):
         """Pickles (and deep-copies) as ``jit`` of the same function bound
         to the same, or the copied, model, with an empty cache, as Python

@@ -10,6 +10,7 @@ patches nothing); :func:`uninstall` puts Chainer's own attributes back.
 group           what it replaces            off with
 ==============  ==========================  ============================
 ``watch``       ``Link.__setattr__``, ...   (always on: cache guards)
+``copies``      ``Link.__copy__``           (always on: copies rebind)
 ``link_call``   ``Link.__call__``           ``CHAINERJIT_FAST_CALL=0``
 ``backprop``    ``Variable.backward``       ``CHAINERJIT_FAST_BACKWARD=0``
 ``losses``      the losses' ``apply``, ...  ``CHAINERJIT_FAST_LOSS=0``
@@ -30,6 +31,7 @@ from chainer.functions.loss import softmax_cross_entropy
 from chainer import optimizer as optimizer_module
 
 from chainerjit.fastpaths import backprop
+from chainerjit.fastpaths import copies
 from chainerjit.fastpaths import link_call
 from chainerjit.fastpaths import losses
 from chainerjit.fastpaths import optimizers
@@ -41,7 +43,8 @@ _MeanSquaredError = mean_squared_error.MeanSquaredError
 
 class Patch(collections.namedtuple('Patch', 'group owner name make')):
     """``owner.name`` becomes ``make(original)`` while the patch is
-    installed; ``group`` names the switch that turns it off."""
+    installed (``original`` is ``None`` where the owner has no such
+    attribute); ``group`` names the switch that turns it off."""
 
 
 def _is(replacement):
@@ -54,6 +57,7 @@ PATCHES = (
     Patch('watch', chainer.Link, 'add_hook', cache.watching),
     Patch('watch', chainer.Link, 'delete_hook', cache.watching),
     Patch('watch', chainer.ChainList, 'add_link', cache.watching),
+    Patch('copies', chainer.Link, '__copy__', _is(copies.copy_link)),
     Patch('link_call', chainer.Link, '__call__', _is(link_call.call)),
     Patch('backprop', chainer.Variable, 'backward', _is(backprop.backward)),
     Patch('losses', _SoftmaxCrossEntropy, 'apply', _is(losses.apply)),
@@ -99,7 +103,7 @@ def install(*groups):
         if patch in _saved or not _switched_on(patch.group):
             continue
         _saved[patch] = vars(patch.owner).get(patch.name, _ABSENT)
-        original = getattr(patch.owner, patch.name)
+        original = getattr(patch.owner, patch.name, None)  # None: absent
         setattr(patch.owner, patch.name, patch.make(original))
 
 
