@@ -158,7 +158,9 @@ def _watching_random(name):
 
 # NumPy's conversions that hand back a plain ndarray (and so would lose
 # the trace): of a traced array, each is recorded as an op on it.
-_CONVERSIONS = ('array', 'asarray', 'ascontiguousarray', 'asfortranarray')
+_CONVERSIONS = ('array', 'asarray', 'ascontiguousarray', 'asfortranarray',
+                'asarray_chkfinite', 'frombuffer', 'fromstring',
+                'from_dlpack')
 
 
 def _recording_conversion(name):

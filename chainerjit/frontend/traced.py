@@ -386,10 +386,7 @@ class TracedArray(numpy.ndarray):
             result = base(plain, *args, **kwargs)
             if result is plain:  # a no-op: astype(same dtype, copy=False)
                 return self
-            scalar = isinstance(result, numpy.generic)  # x[0, 0]
-            result = _tag(numpy.asarray(result) if scalar else result)
-            if scalar:
-                _note_scalar(result)
+            result = _tag(result)
             _record_numpy('ndarray.' + name, base, (self,) + args, kwargs,
                           result)
             return result
@@ -415,7 +412,7 @@ class TracedArray(numpy.ndarray):
         return read
 
     for _name in ('__float__', '__int__', '__index__', '__bool__',
-                  '__complex__', 'item', 'tolist', 'tobytes',
+                  '__complex__', 'item', 'tolist', 'tobytes', 'tostring',
                   '__setitem__'):
         locals()[_name] = _read(_name)
     del _name, _read, _replayed

@@ -8,6 +8,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import errors
 from chainerjit import testing
 
 F32 = numpy.float32
@@ -45,7 +46,6 @@ def _calls(rng, shape):
 @pytest.mark.parametrize('fn, shape', [
     (absolute, ()), (doubled_scalar, ()), (scalar_beside_a_variable, ()),
     (a_0d_array, (3,)), (a_0d_variable, (3,)),
-    (a_scalar_of_an_nd_argument, (2, 2)),
 ])
 def test_result_kinds_match_eager(rng, fn, shape):
     calls = _calls(rng, shape)
@@ -55,6 +55,20 @@ def test_result_kinds_match_eager(rng, fn, shape):
         got, expected = jitted(*args), fn(*args)
         testing.assert_results_equal(got, expected)
     assert jitted.cache_info().compiled == len(calls) - 1
+
+
+def test_an_element_read_as_a_numpy_scalar_runs_eagerly(rng):
+    """``x[0, 0]`` of an array is a NumPy scalar that Python code may
+    test (``isinstance``, ``int()``): the call runs eagerly, with eager's
+    kinds."""
+    calls = _calls(rng, (2, 2))
+    jitted = chainerjit.jit(a_scalar_of_an_nd_argument)
+    with pytest.warns(errors.FallbackWarning, match='Python value'):
+        jitted(*calls[0])
+    for args in calls:
+        testing.assert_results_equal(jitted(*args),
+                                     a_scalar_of_an_nd_argument(*args))
+    assert jitted.cache_info().compiled == 0
 
 
 def test_a_returned_scalar_is_a_numpy_scalar(rng):
