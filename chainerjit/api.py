@@ -132,7 +132,7 @@ class JitFunction(_calls.CachedCall):
         self.last_entry = None
         instance = self._instance()
         if trace.is_recording():  # inlined into an outer recording
-            return self._eager(instance, args, kwargs)
+            return self._run(instance, args, kwargs)
         if chainer.get_function_hooks() or chainer._get_link_hooks() or \
                 chainer.config.debug:  # hooks and debug checks see each op
             return self._eager(instance, args, kwargs)
@@ -243,6 +243,10 @@ class JitFunction(_calls.CachedCall):
         ``hit``: the call found an entry, so it is no compiled call)."""
         self.cache.eager += 1
         self.cache.eager_hits += hit
+        return self._run(instance, args, kwargs)
+
+    def _run(self, instance, args, kwargs):
+        """The undecorated forward, called on the arguments."""
         if instance is not None:
             return self._fn(instance, *args, **kwargs)
         return self._fn(*args, **kwargs)

@@ -364,3 +364,12 @@ def test_recompile_warning_names_static_values():
             chainerjit.RecompileWarning, match=r'k: value \(2 times\)'):
         for k in range(4):
             f(x, float(k))
+
+
+def test_a_jitted_link_inlined_into_an_outer_recording_is_no_eager_call(
+        rng):
+    inner = chainerjit.jit(_doubled)
+    outer = chainerjit.jit(lambda x: F.tanh(inner(x)))
+    _calls_of(outer, 3, rng)
+    assert inner.cache_info().eager == 0
+    assert outer.cache_info().compiled == 2
