@@ -1,7 +1,7 @@
 """The zoo of tests/test_zoo.py, trained: jitted against eager Chainer
 with backprop enabled.
 
-Every case of ``test_zoo.CASES`` builds one model, copies it, jits the
+Every case of ``zoo_cases.CASES`` builds one model, copies it, jits the
 copy's ``forward`` and trains both twins side by side with
 ``MomentumSGD``: at least three steps per input signature (the first two
 signatures), each a forward with backprop enabled (``numpy.random``
@@ -45,16 +45,16 @@ from tests import summaries
 from tests.test_zoo import _assert_states_equal
 from tests.test_zoo import _assert_values_equal
 from tests.test_zoo import _call
-from tests.test_zoo import _rand
 from tests.test_zoo import _scribble
-from tests.test_zoo import _split
 from tests.test_zoo import _state
 from tests.test_zoo import _value
 from tests.test_zoo import _variables
-from tests.test_zoo import CASES
-from tests.test_zoo import ResBlock
-from tests.test_zoo import Seq
-from tests.test_zoo import StatefulLSTM
+from tests.zoo_cases import _split
+from tests.zoo_cases import CASES
+from tests.zoo_models import _rand
+from tests.zoo_models import ResBlock
+from tests.zoo_models import Seq
+from tests.zoo_models import StatefulLSTM
 
 
 # Cases that only test inference-specific behaviour: nothing about them is
@@ -203,7 +203,7 @@ def _assert_grads_equal(actual, expected, where, rtol, atol):
 
 def _fresh(make):
     """A copy of the signature function ``make`` whose closure's iterators
-    (``test_zoo._ids_seq`` draws from one) are copies, so that every run,
+    (``zoo_models._ids_seq`` draws from one) are copies, so that every run,
     in any order after test_zoo, sees the same values."""
     if not make.__closure__ or not any(
             hasattr(cell.cell_contents, '__next__')

@@ -20,13 +20,13 @@ import pytest
 
 import chainerjit
 from chainerjit.fastpaths import optimizers as jit_optimizers
-from tests.runtime_tests.test_function import _assert_compiled
-from tests.runtime_tests.test_function import _assert_params_equal
-from tests.runtime_tests.test_function import _normal
-from tests.runtime_tests.test_function import F16
-from tests.runtime_tests.test_function import F32
-from tests.runtime_tests.test_function import F64
-from tests.runtime_tests.test_function import MLP
+from tests.runtime_tests.twins import _assert_compiled
+from tests.runtime_tests.twins import _assert_params_equal
+from tests.runtime_tests.twins import _normal
+from tests.runtime_tests.twins import F16
+from tests.runtime_tests.twins import F32
+from tests.runtime_tests.twins import F64
+from tests.runtime_tests.twins import MLP
 
 
 pytestmark = pytest.mark.adversarial

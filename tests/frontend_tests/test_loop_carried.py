@@ -22,21 +22,21 @@ import pytest
 import chainerjit
 from chainerjit import errors
 from chainerjit import testing
-from tests.frontend_tests.test_loop_forms import _a
-from tests.frontend_tests.test_loop_forms import _as_variable_args
-from tests.frontend_tests.test_loop_forms import _calls
-from tests.frontend_tests.test_loop_forms import _differential
-from tests.frontend_tests.test_loop_forms import _fwd
-from tests.frontend_tests.test_loop_forms import _grads
-from tests.frontend_tests.test_loop_forms import _make_seq
-from tests.frontend_tests.test_loop_forms import _make_var_seq
-from tests.frontend_tests.test_loop_forms import _make_while
-from tests.frontend_tests.test_loop_forms import _make_xs
-from tests.frontend_tests.test_loop_forms import _model_check
-from tests.frontend_tests.test_loop_forms import _one_entry
-from tests.frontend_tests.test_loop_forms import init_in_list
-from tests.frontend_tests.test_loop_forms import LENGTHS
-from tests.frontend_tests.test_loop_forms import SYMBOLIC
+from tests.frontend_tests.loop_checks import _a
+from tests.frontend_tests.loop_checks import _as_variable_args
+from tests.frontend_tests.loop_checks import _calls
+from tests.frontend_tests.loop_checks import _differential
+from tests.frontend_tests.loop_checks import _fwd
+from tests.frontend_tests.loop_checks import _grads
+from tests.frontend_tests.loop_checks import _make_seq
+from tests.frontend_tests.loop_checks import _make_var_seq
+from tests.frontend_tests.loop_checks import _make_while
+from tests.frontend_tests.loop_checks import _make_xs
+from tests.frontend_tests.loop_checks import _model_check
+from tests.frontend_tests.loop_checks import _one_entry
+from tests.frontend_tests.loop_checks import init_in_list
+from tests.frontend_tests.loop_checks import LENGTHS
+from tests.frontend_tests.loop_checks import SYMBOLIC
 
 
 pytestmark = [

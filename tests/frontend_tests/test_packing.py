@@ -1,143 +1,45 @@
 """Adversarial differential tests of list packing
-(``chainerjit.frontend.packing``): values and gradients.
+(``chainerjit.frontend.packing``): values and gradients of functions over
+lists.
 
 A jitted function called with a list (or tuple) of alike arrays or
-Variables must give what eager Chainer gives: outputs and gradients of the
-parameters and of every list item (``None`` where eager leaves ``None``),
-for every kind of call (keywords, tuples, mixed ``requires_grad``, nested
-lists, dtypes, empty lists), items made by Chainer functions, links,
-lists of ids and branches on item values. Each function is called with
-several lengths in sequence, lengths repeating, so that recording calls,
-compiled calls and the verification of a new length on a symbolic entry
-are all exercised. The identity of returned items and changes the caller
-can see are in ``test_packing_identity.py``, which shares the helpers
-here.
-
-Tests marked ``xfail(strict=True)`` pin down mismatches found here (see
-their reasons); they start passing when the bug is fixed.
+Variables must give what eager Chainer gives: outputs and the gradients of
+every list item (``None`` where eager leaves ``None``), for every kind of
+call (keywords, tuples, mixed ``requires_grad``, nested lists, dtypes,
+empty lists) and for items made by Chainer functions. Each function is
+called with several lengths in sequence, lengths repeating, so that
+recording calls, compiled calls and the verification of a new length on a
+symbolic entry are all exercised. Links over lists are in
+``test_packing_links.py``, branches on item values and the mismatches
+found in ``test_packing_branches.py``, the identity of returned items and
+changes the caller can see in ``test_packing_identity.py``; the helpers
+they share are in ``packing_checks.py``.
 """
-
 
 import chainer
 import chainer.functions as F
-import chainer.links as L
-from chainer import optimizers
 import numpy
 import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests.frontend_tests.packing_checks import _array_calls
+from tests.frontend_tests.packing_checks import _assert_grads_equal
+from tests.frontend_tests.packing_checks import _check_grads
+from tests.frontend_tests.packing_checks import _copies
+from tests.frontend_tests.packing_checks import _is_packed
+from tests.frontend_tests.packing_checks import _rand
+from tests.frontend_tests.packing_checks import _steps
+from tests.frontend_tests.packing_checks import _zip_two
+from tests.frontend_tests.packing_checks import LENGTHS
+from tests.frontend_tests.packing_checks import LENGTHS_2
+from tests.frontend_tests.packing_checks import LENGTHS_SHORT
 
 
 pytestmark = [
     pytest.mark.adversarial,
     pytest.mark.filterwarnings('ignore::UserWarning'),
 ]
-
-LENGTHS = (3, 3, 5, 1, 8, 2, 8)
-LENGTHS_2 = (3, 3, 5, 2, 8, 2, 8)  # for functions that need two items
-LENGTHS_SHORT = (3, 3, 4, 1, 2, 4)  # for quadratic loops
-
-
-# --- helpers -----------------------------------------------------------------
-
-def _rand(rng, shape, dtype=numpy.float32):
-    return rng.standard_normal(shape).astype(dtype)
-
-
-def _steps(rng, n, shape=(2, 3), as_variables=True, dtype=numpy.float32,
-           requires_grad=True):
-    xs = [_rand(rng, shape, dtype) for _ in range(n)]
-    if as_variables:
-        return [chainer.Variable(x, requires_grad=requires_grad)
-                for x in xs]
-    return xs
-
-
-def _copies(xs):
-    return [chainer.Variable(x.array.copy(), requires_grad=x.requires_grad)
-            for x in xs]
-
-
-def _variable_leaves(result):
-    if isinstance(result, (list, tuple)):
-        return [v for r in result for v in _variable_leaves(r)]
-    if isinstance(result, dict):
-        return [v for k in sorted(result) for v in _variable_leaves(result[k])]
-    if isinstance(result, chainer.Variable) and result.dtype.kind == 'f':
-        return [result]
-    return []
-
-
-def _loss(result):
-    loss = None
-    for v in _variable_leaves(result):
-        term = F.sum(v * v)
-        loss = term if loss is None else loss + term
-    return loss
-
-
-def _backward(result):
-    loss = _loss(result)
-    if loss is not None and loss.creator is not None:
-        loss.backward()
-
-
-def _assert_grads_equal(mine, theirs, rtol=1e-4, atol=1e-5):
-    assert len(mine) == len(theirs)
-    for k, (a, e) in enumerate(zip(mine, theirs)):
-        assert (a.grad is None) == (e.grad is None), (
-            'item %d: jit grad %s, eager grad %s' % (
-                k, 'None' if a.grad is None else 'an array',
-                'None' if e.grad is None else 'an array'))
-        if e.grad is not None:
-            numpy.testing.assert_allclose(a.grad, e.grad, rtol=rtol,
-                                          atol=atol, err_msg='item %d' % k)
-
-
-def _assert_param_grads_equal(model, twin, rtol=1e-4, atol=1e-5):
-    mine = dict(model.namedparams())
-    for name, param in twin.namedparams():
-        assert (mine[name].grad is None) == (param.grad is None), name
-        if param.grad is not None:
-            numpy.testing.assert_allclose(mine[name].grad, param.grad,
-                                          rtol=rtol, atol=atol, err_msg=name)
-
-
-def _check_grads(fn, lengths, rng, n_lists=1, kind=list, rtol=1e-4,
-                 atol=1e-5, **steps_kwargs):
-    """Calls ``jit(fn)`` and ``fn`` on separate copies of lists of
-    Variables, backprops a scalar loss, compares outputs and every item's
-    gradient."""
-    jf = chainerjit.jit(fn)
-    for n in lengths:
-        mine = [_steps(rng, n, **steps_kwargs) for _ in range(n_lists)]
-        theirs = [_copies(xs) for xs in mine]
-        expected = fn(*[kind(xs) for xs in theirs])
-        actual = jf(*[kind(xs) for xs in mine])
-        testing.assert_results_equal(actual, expected, rtol, atol)
-        _backward(expected)
-        _backward(actual)
-        for xs, ys in zip(mine, theirs):
-            _assert_grads_equal(xs, ys, rtol, atol)
-    return jf
-
-
-def _array_calls(rng, lengths, n_lists=1, kind=list, **steps_kwargs):
-    return [tuple(kind(_steps(rng, n, as_variables=False, **steps_kwargs))
-                  for _ in range(n_lists)) for n in lengths]
-
-
-def _twins(cls):
-    numpy.random.seed(0)  # Chainer's initializers draw from it
-    model = cls()
-    twin = cls()
-    twin.copyparams(model)
-    return model, twin
-
-
-def _is_packed(jf):
-    return any('[T' in str(e.signature) for e in jf.cache_entries())
 
 
 # --- functions over lists ----------------------------------------------------
@@ -321,13 +223,6 @@ def _counter_in_loop(xs):
         h = h + x
         n += 1
     return h / n
-
-
-def _zip_two(xs, ys):
-    h = 0
-    for x, y in zip(xs, ys):
-        h = F.tanh(h + x * y)
-    return h
 
 
 def _two_hidden_states(xs, ys):
@@ -688,387 +583,3 @@ def test_an_item_also_passed_as_another_argument_gradients():
         F.sum(actual).backward()
         F.sum(expected).backward()
         _assert_grads_equal(xs, theirs)
-
-
-# --- links -------------------------------------------------------------------
-
-class _Linked(chainer.Chain):
-    def __init__(self):
-        super(_Linked, self).__init__()
-        with self.init_scope():
-            self.linear = L.Linear(3, 3)
-
-
-class _StoresTheLastRow(_Linked):
-    def forward(self, xs):
-        h = 0
-        for x in xs:
-            h = F.tanh(self.linear(x) + h)
-            self.last = x
-        return h
-
-
-class _StoresTheFirstRow(_Linked):
-    def forward(self, xs):
-        self.first = xs[0]
-        h = 0
-        for x in xs:
-            h = F.tanh(self.linear(x) + h)
-        return h
-
-
-class _StoresTheState(_Linked):
-    def forward(self, xs):
-        h = 0
-        hs = []
-        for x in xs:
-            h = F.tanh(self.linear(x) + h)
-            hs.append(h)
-        self.h = h
-        self.hs = hs
-        return h
-
-
-@pytest.mark.parametrize('cls, attr, index', [
-    (_StoresTheLastRow, 'last', -1), (_StoresTheFirstRow, 'first', 0),
-    (_StoresTheState, 'h', None)])
-def test_rows_and_states_stored_on_a_link(cls, attr, index):
-    rng = numpy.random.RandomState(29)
-    model, twin = _twins(cls)
-    model.forward = chainerjit.jit(model.forward)
-    for n in LENGTHS:
-        xs = _steps(rng, n)
-        theirs = _copies(xs)
-        model.cleargrads()
-        twin.cleargrads()
-        actual, expected = model(xs), twin(theirs)
-        testing.assert_results_equal(actual, expected)
-        F.sum(actual).backward()
-        F.sum(expected).backward()
-        _assert_param_grads_equal(model, twin)
-        _assert_grads_equal(xs, theirs)
-        testing.assert_results_equal(getattr(model, attr),
-                                     getattr(twin, attr))
-        if index is not None:
-            assert getattr(model, attr) is xs[index]
-        else:
-            testing.assert_results_equal(model.hs, twin.hs)
-
-
-class _StatefulLSTM(chainer.Chain):
-    def __init__(self):
-        super(_StatefulLSTM, self).__init__()
-        with self.init_scope():
-            self.lstm = L.LSTM(3, 4)
-            self.out = L.Linear(4, 2)
-
-    def forward(self, xs):
-        self.lstm.reset_state()
-        ys = []
-        for x in xs:
-            ys.append(self.out(self.lstm(x)))
-        return F.stack(ys)
-
-
-class _CarriedLSTM(_StatefulLSTM):
-    """The state carries over from call to call."""
-
-    def forward(self, xs):
-        h = None
-        for x in xs:
-            h = self.lstm(x)
-        return self.out(h)
-
-
-class _StatelessLSTM(chainer.Chain):
-    def __init__(self):
-        super(_StatelessLSTM, self).__init__()
-        with self.init_scope():
-            self.lstm = L.StatelessLSTM(3, 4)
-            self.out = L.Linear(4, 2)
-
-    def forward(self, xs):
-        c = h = None
-        for x in xs:
-            c, h = self.lstm(c, h, x)
-        return self.out(h)
-
-
-class _StatelessConcat(_StatelessLSTM):
-    def forward(self, xs):
-        c = h = None
-        hs = []
-        for x in xs:
-            c, h = self.lstm(c, h, x)
-            hs.append(self.out(h))
-        return F.concat(hs, axis=1)
-
-
-@pytest.mark.parametrize('cls', [
-    _StatefulLSTM, _CarriedLSTM, _StatelessLSTM, _StatelessConcat])
-@pytest.mark.parametrize('optimizer', [
-    lambda: optimizers.SGD(0.1), lambda: optimizers.Adam()],
-    ids=['sgd', 'adam'])
-def test_lstm_training_over_lists(cls, optimizer):
-    rng = numpy.random.RandomState(30)
-    model, twin = _twins(cls)
-    model.forward = chainerjit.jit(model.forward)
-    mine, theirs = optimizer(), optimizer()
-    mine.setup(model)
-    theirs.setup(twin)
-    for n in LENGTHS:
-        xs = _steps(rng, n)
-        ts = _copies(xs)
-        model.cleargrads()
-        twin.cleargrads()
-        actual, expected = model(xs), twin(ts)
-        testing.assert_results_equal(actual, expected, 1e-4, 1e-5)
-        F.sum(actual * actual).backward()
-        F.sum(expected * expected).backward()
-        _assert_param_grads_equal(model, twin)
-        _assert_grads_equal(xs, ts)
-        mine.update()
-        theirs.update()
-        params = dict(model.namedparams())
-        for name, param in twin.namedparams():
-            numpy.testing.assert_allclose(params[name].array, param.array,
-                                          1e-4, 1e-5, err_msg=name)
-    if cls is _CarriedLSTM:
-        testing.assert_results_equal(model.lstm.h, twin.lstm.h, 1e-4, 1e-5)
-
-
-class _Embedder(chainer.Chain):
-    def __init__(self):
-        super(_Embedder, self).__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(10, 3)
-
-    def forward(self, ids):
-        h = 0
-        for i in ids:
-            h = F.tanh(h + self.embed(i))
-        return h
-
-
-def test_lists_of_int_ids():
-    rng = numpy.random.RandomState(31)
-    model, twin = _twins(_Embedder)
-    model.forward = chainerjit.jit(model.forward)
-    for n in LENGTHS:
-        ids = [rng.randint(0, 10, size=(2,)).astype(numpy.int32)
-               for _ in range(n)]
-        model.cleargrads()
-        twin.cleargrads()
-        actual, expected = model(ids), twin(ids)
-        testing.assert_results_equal(actual, expected)
-        F.sum(actual).backward()
-        F.sum(expected).backward()
-        _assert_param_grads_equal(model, twin)
-    assert _is_packed(model.forward)
-    ids[-1][0] = 12  # out of range: eager's error
-    with pytest.raises(IndexError):
-        twin(ids)
-    with pytest.raises(IndexError):
-        model(ids)
-
-
-def test_lists_of_variables_without_grad_train_the_parameters():
-    rng = numpy.random.RandomState(32)
-    model, twin = _twins(_StoresTheState)
-    model.forward = chainerjit.jit(model.forward)
-    for n in LENGTHS:
-        xs = _steps(rng, n, requires_grad=False)
-        model.cleargrads()
-        twin.cleargrads()
-        actual, expected = model(xs), twin(_copies(xs))
-        testing.assert_results_equal(actual, expected)
-        F.sum(actual).backward()
-        F.sum(expected).backward()
-        _assert_param_grads_equal(model, twin)
-        assert all(x.grad is None for x in xs)
-
-
-# --- branches on values ------------------------------------------------------
-
-def _signed_steps(rng, n, positive):
-    xs = _steps(rng, n, shape=(1, 2))
-    for k, x in enumerate(xs):
-        x.array[...] = numpy.abs(x.array) * (1 if k in positive else -1)
-    return xs
-
-
-def _filtered_by_value(xs):
-    ys = [F.tanh(x) for x in xs if (x.array > 0).all()]
-    h = xs[0] * 0
-    for y in ys:
-        h = h + y
-    return h
-
-
-def _branch_in_the_loop(xs):
-    h = xs[0] * 0
-    for x in xs:
-        if (x.array > 0).all():
-            h = F.tanh(h + x)
-    return h
-
-
-@pytest.mark.parametrize('fn', [_filtered_by_value, _branch_in_the_loop])
-def test_branches_on_item_values(fn):
-    rng = numpy.random.RandomState(33)
-    jf = chainerjit.jit(fn)
-    for n, positive in ((3, {0, 1, 2}), (3, {0, 1, 2}), (3, {0, 2}),
-                        (3, {0, 2}), (4, {1}), (4, {1}), (4, {0, 1, 2, 3}),
-                        (4, {0, 1, 2, 3})):
-        xs = _signed_steps(rng, n, positive)
-        theirs = _copies(xs)
-        actual, expected = jf(xs), fn(theirs)
-        testing.assert_results_equal(actual, expected)
-        F.sum(actual).backward()
-        F.sum(expected).backward()
-        _assert_grads_equal(xs, theirs)
-
-
-def _breaks_on_a_value(xs):
-    h = 0
-    for x in xs:
-        h = F.tanh(h + x)
-        if (h.array > 0.5).all():
-            break
-    return h
-
-
-def _steps_stopping_at(rng, n, stop):
-    xs = _steps(rng, n, shape=(1, 2))
-    for k, x in enumerate(xs):
-        x.array[...] = 3.0 if k == stop else -0.3
-        x.array += rng.uniform(0, 0.1, size=x.shape).astype(numpy.float32)
-    return xs
-
-
-def test_break_on_a_value_forward():
-    rng = numpy.random.RandomState(34)
-    calls = [([x.array for x in _steps_stopping_at(rng, n, stop)],)
-             for n, stop in ((4, None), (4, None), (4, 1), (4, 1), (5, 2),
-                             (5, 2), (5, None), (3, 0), (3, 0))]
-    testing.assert_jit_matches_eager(_breaks_on_a_value, calls)
-
-
-# --- found mismatches (xfail) ------------------------------------------------
-
-def _first_row_and_an_array_read(xs):
-    return xs[0] * 2 + F.tanh(xs[1].array)
-
-
-def test_a_row_read_only_as_an_array_gets_no_gradient():
-    rng = numpy.random.RandomState(40)
-    jf = chainerjit.jit(_first_row_and_an_array_read)
-    xs = _steps(rng, 2)
-    theirs = _copies(xs)
-    F.sum(jf(xs)).backward()
-    F.sum(_first_row_and_an_array_read(theirs)).backward()
-    assert theirs[1].grad is None
-    _assert_grads_equal(xs, theirs)
-
-
-def _argmax_in_the_loop(xs):
-    h = xs[0] * 1
-    for x in xs:
-        h = h + F.argmax(x, axis=1).array.astype(numpy.float32)[:, None]
-    return h
-
-
-@pytest.mark.xfail(strict=True, reason=(
-    'rows read only by a non-differentiable op (F.argmax) get zero '
-    'gradient arrays instead of None, at recording and compiled calls'))
-def test_rows_read_by_a_non_differentiable_op_get_no_gradient():
-    _check_grads(_argmax_in_the_loop, LENGTHS, numpy.random.RandomState(41))
-
-
-def _first_row_then_arrays_in_the_loop(xs):
-    h = xs[0] * 2
-    for x in xs:
-        h = h + F.tanh(x.array)
-    return h
-
-
-def test_array_reads_in_a_packed_loop_stay_detached():
-    rng = numpy.random.RandomState(42)
-    jf = chainerjit.jit(_first_row_then_arrays_in_the_loop)
-    for n in (3, 3, 3):  # the last two run the compiled program
-        xs = _steps(rng, n)
-        theirs = _copies(xs)
-        F.sum(jf(xs)).backward()
-        F.sum(_first_row_then_arrays_in_the_loop(theirs)).backward()
-        numpy.testing.assert_allclose(xs[0].grad, theirs[0].grad, 1e-4,
-                                      1e-5)
-
-
-def _detached_plain(x, y):
-    return x * 2 + F.tanh(y.array) * y
-
-
-def test_array_reads_stay_detached_without_lists():
-    jf = chainerjit.jit(_detached_plain)
-    for _ in range(3):
-        mine = [chainer.Variable(numpy.ones(2, numpy.float32))
-                for _ in range(2)]
-        theirs = _copies(mine)
-        F.sum(jf(*mine)).backward()
-        F.sum(_detached_plain(*theirs)).backward()
-        _assert_grads_equal(mine, theirs)
-
-
-def test_zip_with_a_longer_list_gives_unread_items_no_gradient():
-    rng = numpy.random.RandomState(43)
-    jf = chainerjit.jit(_zip_two)
-    for n, m in ((3, 3), (3, 3), (3, 5), (3, 5)):
-        xs, ys = _steps(rng, n), _steps(rng, m)
-        xt, yt = _copies(xs), _copies(ys)
-        F.sum(jf(xs, ys)).backward()
-        F.sum(_zip_two(xt, yt)).backward()
-        _assert_grads_equal(xs + ys, xt + yt)
-
-
-def test_items_after_a_break_get_no_gradient():
-    rng = numpy.random.RandomState(44)
-    jf = chainerjit.jit(_breaks_on_a_value)
-    for n, stop in ((4, None), (4, None), (4, 1), (4, 1)):
-        xs = _steps_stopping_at(rng, n, stop)
-        theirs = _copies(xs)
-        F.sum(jf(xs)).backward()
-        F.sum(_breaks_on_a_value(theirs)).backward()
-        _assert_grads_equal(xs, theirs)
-
-
-def _two_loops_over_one_length(xs, ys):
-    h = 0
-    for t in range(len(ys)):
-        h = F.tanh(h + ys[t])
-    for t in range(len(ys)):
-        h = F.tanh(h + xs[t])
-    return h
-
-
-def _two_loops_over_one_array(xs):
-    h = numpy.zeros((2, 3), numpy.float32)
-    for x in xs:
-        h = F.tanh(h + x)
-    for x in xs:
-        h = F.tanh(h * 2 + x)
-    return h
-
-
-@pytest.mark.parametrize('as_lists', [True, False])
-def test_two_loops_over_one_length(as_lists):
-    rng = numpy.random.RandomState(53)
-    if as_lists:
-        fn = _two_loops_over_one_length
-        calls = [(_steps(rng, n, as_variables=False),
-                  _steps(rng, n, as_variables=False)) for n in (3, 3, 4)]
-    else:
-        fn = _two_loops_over_one_array
-        calls = [(_rand(rng, (n, 2, 3)),) for n in (3, 3, 4)]
-    jf = chainerjit.jit(fn)
-    for args in calls:
-        testing.assert_results_equal(jf(*args), fn(*args))

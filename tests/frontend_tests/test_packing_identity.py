@@ -22,9 +22,9 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
-from tests.frontend_tests.test_packing import _Linked
-from tests.frontend_tests.test_packing import _steps
-from tests.frontend_tests.test_packing import LENGTHS
+from tests.frontend_tests.packing_checks import _Linked
+from tests.frontend_tests.packing_checks import _steps
+from tests.frontend_tests.packing_checks import LENGTHS
 
 
 pytestmark = [

@@ -30,10 +30,10 @@ import chainerjit
 from chainerjit import onnx_export
 from chainerjit.frontend import signature
 from tests import summaries
-from tests.test_zoo import _ids_seq
-from tests.test_zoo import _labels_seq
-from tests.test_zoo import _split
-from tests.test_zoo import CASES
+from tests.zoo_cases import _split
+from tests.zoo_cases import CASES
+from tests.zoo_models import _ids_seq
+from tests.zoo_models import _labels_seq
 
 
 onnxruntime = pytest.importorskip('onnxruntime')

@@ -15,12 +15,12 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
-from tests.runtime_tests.test_function import _assert_compiled
-from tests.runtime_tests.test_function import _normal
-from tests.runtime_tests.test_function import _params
-from tests.runtime_tests.test_function import _twins
-from tests.runtime_tests.test_function import F32
-from tests.runtime_tests.test_function import F64
+from tests.runtime_tests.twins import _assert_compiled
+from tests.runtime_tests.twins import _normal
+from tests.runtime_tests.twins import _params
+from tests.runtime_tests.twins import _twins
+from tests.runtime_tests.twins import F32
+from tests.runtime_tests.twins import F64
 
 
 def _calls(rng, c_shape, x_shape, dtype, n=3):

@@ -22,15 +22,15 @@ import pytest
 
 import chainerjit
 from chainerjit import errors
-from tests.runtime_tests.test_function import _assert_compiled
-from tests.runtime_tests.test_function import _assert_grads
-from tests.runtime_tests.test_function import _normal
-from tests.runtime_tests.test_function import _params
-from tests.runtime_tests.test_function import _train_call
-from tests.runtime_tests.test_function import _twins
-from tests.runtime_tests.test_function import _x
-from tests.runtime_tests.test_function import F32
-from tests.runtime_tests.test_function import MLP
+from tests.runtime_tests.twins import _assert_compiled
+from tests.runtime_tests.twins import _assert_grads
+from tests.runtime_tests.twins import _normal
+from tests.runtime_tests.twins import _params
+from tests.runtime_tests.twins import _train_call
+from tests.runtime_tests.twins import _twins
+from tests.runtime_tests.twins import _x
+from tests.runtime_tests.twins import F32
+from tests.runtime_tests.twins import MLP
 
 
 pytestmark = pytest.mark.adversarial

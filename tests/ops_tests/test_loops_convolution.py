@@ -1,0 +1,92 @@
+"""The C loops of ``chainerjit/ops/_loops_convolution.pyx`` give the
+values of the NumPy code they replace, bit for bit: a convolution's
+patches are the strided view's values (in both layouts, from strided
+inputs too), patches added back into an image sum in col2im's order, and
+the loops refuse the arrays they do not take."""
+
+import numpy
+import pytest
+
+from chainerjit.ops import _loops_convolution
+from chainerjit.ops import connection
+from tests.ops_tests.loop_inputs import _special
+
+
+@pytest.mark.parametrize('geometry', [
+    (5, 5, 1, 1, 2, 2, 1, 1),  # LeNet
+    (3, 2, 2, 3, 0, 1, 1, 1),
+    (3, 3, 1, 2, 3, 4, 2, 1),  # pads wider than the kernel, dilation
+    (1, 1, 1, 1, 0, 0, 1, 1),
+    (2, 3, 3, 1, 1, 0, 1, 2),
+])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_convolution_patches_are_the_strided_views_values(rng, geometry,
+                                                          dtype):
+    kh, kw, sy, sx, ph, pw, dy, dx = geometry
+    x = _special(rng, (2, 3, 7, 6), dtype)
+    view = connection._patches(x, *geometry)  # (N, C, oh, ow, kh, kw)
+    for rows, axes in ((True, (0, 2, 3, 1, 4, 5)),
+                       (False, (0, 1, 4, 5, 2, 3))):
+        expected = numpy.ascontiguousarray(view.transpose(axes))
+        out = numpy.full(expected.shape, 7, dtype)
+        assert _loops_convolution.convolution_patches(x, out, geometry, rows)
+        assert out.tobytes() == expected.tobytes()
+    # Rows also from other layouts: a convolution's transposed output
+    # (channels last in memory), a view with steps.
+    expected = numpy.ascontiguousarray(view.transpose(0, 2, 3, 1, 4, 5))
+    wide = numpy.zeros((2, 3, 7, 12), dtype)
+    wide[:, :, :, ::2] = x
+    channels_last = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1))
+    for strided in (channels_last.transpose(0, 3, 1, 2), wide[:, :, :, ::2]):
+        assert not strided.flags.c_contiguous
+        out = numpy.full(expected.shape, 7, dtype)
+        assert _loops_convolution.convolution_patches(strided, out, geometry,
+                                                      True)
+        assert out.tobytes() == expected.tobytes()
+
+
+def test_convolution_patches_refuse_arrays_they_do_not_take(rng):
+    x = rng.standard_normal((2, 3, 7, 6)).astype(numpy.float32)
+    geometry = (3, 3, 1, 1, 1, 1, 1, 1)
+    out = numpy.zeros((2, 7, 6, 3, 3, 3), numpy.float32)
+    take = _loops_convolution.convolution_patches
+    assert not take(x, out, geometry, False)  # the other layout's shape
+    assert not take(x, out[:, :6], geometry, True)  # wrong output size
+    assert not take(x, out.astype(numpy.float64), geometry, True)
+    assert not take(x[:, :, ::-1], out, geometry, True)  # negative steps
+    assert not take(numpy.asfortranarray(x),
+                    numpy.zeros((2, 3, 3, 3, 7, 6), numpy.float32), geometry,
+                    False)  # im2col's layout wants a C-ordered image
+    assert not take(x.astype(numpy.float16), out.astype(numpy.float16),
+                    geometry, True)
+    assert not take(x, out, (3, 3, 0, 1, 1, 1, 1, 1), True)  # stride 0
+    assert not take(x, out, (3, 3, 1, 1, -1, 1, 1, 1), True)  # negative pad
+    assert not out.any()
+    assert take(x, out, geometry, True)
+
+
+@pytest.mark.parametrize('geometry', [
+    (5, 5, 1, 1, 2, 2, 1, 1),  # LeNet
+    (3, 2, 2, 3, 0, 1, 1, 1),
+    (3, 3, 1, 2, 3, 4, 2, 1),
+    (2, 3, 3, 1, 1, 0, 1, 2),
+])
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+def test_added_patches_are_col2ims_sums_bit_for_bit(rng, geometry, dtype):
+    """Each pixel sums its patches in col2im_cpu's order: values of very
+    different sizes make another order round differently."""
+    from chainer.utils import conv
+    kh, kw, sy, sx, ph, pw, dy, dx = geometry
+    n, c, h, w = 2, 3, 7, 6
+    out_h = conv.get_conv_outsize(h, kh, sy, ph, d=dy)
+    out_w = conv.get_conv_outsize(w, kw, sx, pw, d=dx)
+    patches = (rng.standard_normal((c, kh, kw, n, out_h, out_w)) *
+               10.0 ** rng.randint(-6, 6, (c, kh, kw, n, out_h, out_w))
+               ).astype(dtype)
+    expected = conv.col2im_cpu(patches.transpose(3, 0, 1, 2, 4, 5), sy, sx,
+                               ph, pw, h, w, dy, dx)
+    img = numpy.zeros((n, c, h, w), dtype)
+    assert _loops_convolution.add_convolution_patches(patches, img, geometry)
+    assert img.tobytes() == numpy.ascontiguousarray(expected).tobytes()
+    assert not _loops_convolution.add_convolution_patches(
+        patches[:, :, :, :1], img, geometry)  # another batch size
