@@ -141,7 +141,8 @@ class Rows(object):
             array = signature.leaf_array(item)
             if not numpy.array_equal(row, array, equal_nan=True):
                 array[...] = row
-                recorder.note_escape('changing an argument in place', None)
+                recorder.note_escape('changing an argument in place',
+                                     recorder.forward_loc)
 
     def repacked(self, call_args, call_kwargs):
         """The forward's arguments with each list of rows it left as it
@@ -170,7 +171,8 @@ def note_changed_arguments(passed, compared, originals, copies, proxies,
         changed = True
     if not changed:
         return
-    recorder.note_escape('changing a list or dict argument in place', None)
+    recorder.note_escape('changing a list or dict argument in place',
+                         recorder.forward_loc)
     _copy_back(originals, copies, proxies, leaves)
 
 

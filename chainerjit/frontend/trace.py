@@ -111,6 +111,9 @@ class _Recorder(object):
         self.templates = {}  # ir.Node -> its FunctionNode before apply,
         # or ('numpy', template) for NumPy calls: what makes two nodes alike
         self.escape = None
+        # Where the forward is defined: the line an escape found after it
+        # returned (what it returns, what it changed) is reported at.
+        self.forward_loc = None
         self.first_access = {}  # (id(link), name) -> 'read' or 'write'
         # Values a Variable that requires grad holds: a gradient may reach
         # them. A node that reads one other than through that Variable
@@ -410,6 +413,9 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     and the arguments' proxies, runs the forward with the recording
     patches in force and puts back what it changed in place."""
     recorder = _Recorder(ir.Graph(name))
+    code = getattr(fn, '__code__', None)
+    if code is not None:
+        recorder.forward_loc = (code.co_filename, code.co_firstlineno)
     python_state = model_state.python_state(instance)
     restore = model_state.swap_model_arrays(instance, recorder)
     proxies = arguments.proxies_of(leaves, restore)
@@ -508,7 +514,7 @@ def _leaf_spec(leaf, recorder, proxies, what):
         return 'model', value.data, is_var, grad
     if value is None or recorder.is_constant(value):
         if isinstance(array, TracedArray) and value is None:
-            recorder.note_escape(_UNFOLLOWED % what, None)
+            recorder.note_escape(_UNFOLLOWED % what, recorder.forward_loc)
         # A copy per call: the caller may write into what it gets.
         constant = traced.untag(array).copy()
         if traced.is_scalar(array) and not is_var:
@@ -525,7 +531,7 @@ def _record_outputs(result, recorder, proxies):
     try:
         structure = signature.flatten(result, out_leaves)
     except errors.UnsupportedArgument as e:
-        recorder.note_escape('returning %s' % e, None)
+        recorder.note_escape('returning %s' % e, recorder.forward_loc)
         return None
     specs = []
     for i, leaf in enumerate(out_leaves):
@@ -571,7 +577,7 @@ def _record_effects(instance, recorder, proxies):
         try:
             structure = signature.flatten(value, leaves)
         except errors.UnsupportedArgument as e:
-            recorder.note_escape('%s %s' % (what, e), None)
+            recorder.note_escape('%s %s' % (what, e), recorder.forward_loc)
             continue
         effects.append((kind, paths.get(id(target)), name, structure, [
             _effect_leaf_spec(leaf, recorder, proxies, what)
