@@ -15,6 +15,8 @@ import pytest
 import chainerjit
 from chainerjit import onnx_export
 from chainerjit.frontend import signature
+from tests.onnx_tests import test_loops
+from tests.onnx_tests.test_loops import EOS
 
 
 pytest.importorskip('onnxruntime')
@@ -251,20 +253,8 @@ def test_onnx_loops_over_two_sequences():
     assert runs[:2] == ['ok', 'ok']
 
 
-EOS = 0
-
-
-class Decoder(chainer.Chain):
-    def __init__(self):
-        super(Decoder, self).__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(5, 4)
-            self.cell = L.Linear(8, 4)
-            self.out = L.Linear(4, 5)
-
-    def step(self, h, y):
-        h = F.tanh(self.cell(F.concat([self.embed(y), h])))
-        return h, F.argmax(self.out(h), axis=1)
+class Decoder(test_loops.Decoder):
+    """The greedy decoder of ``test_loops``, returning every state."""
 
     def stacked_states(self, h, y):
         ys, hs = [y], []
