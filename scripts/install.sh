@@ -18,7 +18,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
-if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, nbclient, nbformat, ipykernel, sphinx, myst_parser' \
+if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, hypothesis, nbclient, nbformat, ipykernel, sphinx, myst_parser' \
         2>/dev/null; then
     $PIP install --upgrade 'pip<25' 'setuptools<70' wheel
     $PIP install -r requirements/build.txt

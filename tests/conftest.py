@@ -3,6 +3,9 @@ import os
 import numpy
 import pytest
 
+# The Hypothesis profiles of the fuzzer (tests/fuzz_tests/profiles.py).
+from tests.fuzz_tests import profiles  # NOQA
+
 # Verify the IR after every pass.
 os.environ['CHAINERJIT_CHECKS'] = '1'
 

@@ -1,0 +1,36 @@
+"""The differential fuzzer: random programs run eagerly and jitted.
+
+Hypothesis draws programs (``programs.py``) for the forwards of
+``models.py``: Chainer functions, Variable operators, NumPy on arrays
+outside Chainer functions, loops over a time axis or a list, branches on
+array tests, attributes assigned on the model. ``runner.check`` runs each
+eagerly and through ``chainerjit.jit`` for several calls with new values
+(and a second batch size where the program allows) and compares results,
+the model's attribute and state, gradients, and the cache: a call runs
+compiled or the program warns with a FallbackWarning, never a silent
+difference.
+
+The profile (``profiles.py``) decides how many programs: 80 per test by
+default, thousands with ``--hypothesis-profile=long`` or
+``CHAINERJIT_FUZZ=long``. What it found is in ``test_found.py``.
+"""
+
+from hypothesis import given
+
+from tests.fuzz_tests import programs
+from tests.fuzz_tests import runner
+
+
+@given(programs.programs(['Straight', 'ListStraight']))
+def test_straight_line_programs(program):
+    runner.check(program)
+
+
+@given(programs.programs(['LoopShape', 'LoopLen', 'LoopIter', 'LoopExit']))
+def test_loops_over_time(program):
+    runner.check(program)
+
+
+@given(programs.programs(['Branch', 'BranchAny']))
+def test_branches_on_array_tests(program):
+    runner.check(program)
