@@ -20,7 +20,7 @@ ROOT = os.path.join(os.path.dirname(os.path.dirname(
 
 #: Bottom to top; the layers of one tuple are siblings.
 LAYERS = (
-    ('errors',),
+    ('errors', 'patching'),
     ('ir',),
     ('ops',),
     ('frontend', 'passes'),

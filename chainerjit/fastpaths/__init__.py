@@ -30,6 +30,7 @@ from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import optimizer as optimizer_module
 
+from chainerjit import patching
 from chainerjit.fastpaths import backprop
 from chainerjit.fastpaths import copies
 from chainerjit.fastpaths import link_call
@@ -80,7 +81,6 @@ SWITCHES = {
     'optimizers': 'CHAINERJIT_FAST_UPDATE',
 }
 
-_ABSENT = object()
 _saved = {}  # patch -> what the owner's own __dict__ held before
 
 
@@ -102,9 +102,9 @@ def install(*groups):
     for patch in _selected(groups):
         if patch in _saved or not _switched_on(patch.group):
             continue
-        _saved[patch] = vars(patch.owner).get(patch.name, _ABSENT)
         original = getattr(patch.owner, patch.name, None)  # None: absent
-        setattr(patch.owner, patch.name, patch.make(original))
+        _saved[patch] = patching.replace(patch.owner, patch.name,
+                                         patch.make(original))
 
 
 def uninstall(*groups):
@@ -113,11 +113,7 @@ def uninstall(*groups):
     for patch in reversed(_selected(groups)):
         if patch not in _saved:
             continue
-        own = _saved.pop(patch)
-        if own is _ABSENT:
-            delattr(patch.owner, patch.name)
-        else:
-            setattr(patch.owner, patch.name, own)
+        patching.put_back(patch.owner, patch.name, _saved.pop(patch))
 
 
 def installed(*groups):

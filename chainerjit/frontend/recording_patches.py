@@ -34,6 +34,7 @@ import chainer
 import numpy
 
 from chainerjit import ops
+from chainerjit import patching
 from chainerjit.frontend import _keys
 from chainerjit.frontend import traced
 
@@ -230,8 +231,6 @@ RECORDING_PATCHES = (
     RecordingPatch(numpy, name, _recording_conversion(name))
     for name in _CONVERSIONS) + _gpu_fill_patches()
 
-_ABSENT = object()
-
 
 @contextlib.contextmanager
 def in_force(recorder):
@@ -244,16 +243,12 @@ def in_force(recorder):
     held = []  # (patch, what its owner's own __dict__ held)
     try:
         for patch in RECORDING_PATCHES:
-            own = vars(patch.owner).get(patch.name, _ABSENT)
             original = getattr(patch.owner, patch.name)
-            setattr(patch.owner, patch.name, patch.make(original, recorder))
-            held.append((patch, own))
+            held.append((patch, patching.replace(
+                patch.owner, patch.name, patch.make(original, recorder))))
         _state.recorder = recorder
         yield
     finally:
         _state.recorder = None
         for patch, own in reversed(held):
-            if own is _ABSENT:
-                delattr(patch.owner, patch.name)
-            else:
-                setattr(patch.owner, patch.name, own)
+            patching.put_back(patch.owner, patch.name, own)
