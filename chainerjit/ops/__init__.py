@@ -204,6 +204,9 @@ def lower(node, ctx, state=None):
         kernel = _LOWERINGS[cls](node, ctx)
     if kernel is not None and () in ctx.out_shapes:
         kernel = _forcing_arrays(kernel)
+    if kernel is not None and kernel.grad is not None and \
+            () in ctx.in_shapes:
+        kernel = kernel._replace(grad=_grad_forcing_arrays(kernel.grad))
     return kernel
 
 
@@ -219,6 +222,18 @@ def _forcing_arrays(kernel):
         def run(*arrays):
             return force(fn(*arrays))
     return kernel._replace(fn=functools.wraps(fn)(run))
+
+
+def _grad_forcing_arrays(rule):
+    """A gradient rule whose 0-d gradients are arrays, as Chainer requires
+    of a backward (``gy[()]`` of a 0-d array is a NumPy scalar). The
+    wrapper keeps the attributes autodiff reads from ``fn``."""
+    fn = rule.fn
+
+    def run(xs, ys, gys, wanted):
+        return tuple(numpy.asarray(g) if isinstance(g, numpy.generic) else g
+                     for g in fn(xs, ys, gys, wanted))
+    return rule._replace(fn=functools.wraps(fn)(run))
 
 
 def pristine_copy(node):
