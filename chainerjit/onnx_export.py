@@ -286,7 +286,7 @@ def _output_names(builder, entry, names):
     graph = entry.graph
     sources = []
     for kind, where in result_arrays(entry):
-        if kind in ('value', 'scalar'):
+        if kind in ('value', 'scalar', 'leaf'):
             sources.append(names[graph.outputs[where]])
         elif kind == 'arg':
             sources.append(names[graph.inputs[where]])

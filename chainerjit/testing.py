@@ -55,12 +55,25 @@ def _leaves(result):
     return structure, leaves
 
 
+def _same_structure(a, b):
+    """``a == b`` for flattened structures, where a NaN scalar held in
+    them equals a NaN of the same type."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(
+            _same_structure(x, y) for x, y in zip(a, b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (float, complex, numpy.inexact)) and a != a:
+        return b != b
+    return a == b
+
+
 def assert_results_equal(actual, expected, rtol=1e-5, atol=1e-6):
     """Asserts two results have the same structure, types, shapes, dtypes
-    and values (``numpy.testing.assert_allclose``)."""
+    and values (``numpy.testing.assert_allclose``); NaNs equal NaNs."""
     a_structure, a_leaves = _leaves(actual)
     e_structure, e_leaves = _leaves(expected)
-    assert a_structure == e_structure, (
+    assert _same_structure(a_structure, e_structure), (
         'structure differs: %r vs eager %r' % (a_structure, e_structure))
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
         assert type(a) is type(e), 'leaf %d: %s vs eager %s' % (
@@ -177,15 +190,18 @@ def _variables(args):
 
 def _backprop(result, seed):
     """Backprops seeded random gradients from every float Variable of a
-    result."""
+    result that has a creator. Each float Variable draws its gradient,
+    whether it has one or not, so that both runs pair the same gradients
+    with the same outputs (an output needing no gradient is a node's
+    output in eager mode and a leaf from a compiled call)."""
     leaves = [v for v in _leaves(result)[1]
-              if isinstance(v, chainer.Variable) and v.dtype.kind == 'f'
-              and v.creator is not None]
+              if isinstance(v, chainer.Variable) and v.dtype.kind == 'f']
     rng = numpy.random.RandomState(seed)
     grads = [chainer.Variable(chainer.backend.get_device_from_array(
         v.array).send(rng.standard_normal(v.shape).astype(v.dtype)))
         for v in leaves]
-    chainer.backward(leaves, grads)
+    pairs = [(v, g) for v, g in zip(leaves, grads) if v.creator is not None]
+    chainer.backward([v for v, _ in pairs], [g for _, g in pairs])
 
 
 def assert_jit_grads_match_eager(fn, calls, rtol=1e-5, atol=1e-6,

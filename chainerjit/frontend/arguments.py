@@ -111,25 +111,35 @@ class Rows(object):
             self.arguments[id(given)] = ('leaf', leaf)
         return args, kwargs
 
-    def note_unread(self, graph):
-        """Tells each packing node which rows no recorded op read, so
-        that, as in eager mode, they get no gradient from this call.
-        Returns whether every row was read by an op and none returned."""
+    def note_unread(self, graph, sources, computed):
+        """Tells each packing node which rows no gradient reaches (see
+        :func:`_values_gradients_reach`; ``sources`` are the values of
+        the Variables handed out connected to the graph, ``computed``
+        those Chainer's nodes computed), so that, as in eager mode, they
+        get no gradient from this call. Returns whether a gradient
+        reaches every row through an op and none is returned."""
         users = graph.users()
+        reaching = _values_gradients_reach(graph, sources, computed)
 
-        def read(node):  # by an op that passes gradients
+        def used(node):  # by an op
             return any(r is not None and not structural.stops_gradient(r)
                        for r in users.get(node.outputs[0], []))
-        start = 0
+
+        def reached(node):  # and so on a path passing gradients
+            return used(node) and node.outputs[0] in reaching
+        start, fine = 0, True
         for _, _, items, proxy in self._lists:
             nodes = self.nodes[start:start + len(items)]
             start += len(items)
+            read = used
             if isinstance(proxy, chainer.Variable) and \
                     isinstance(proxy.creator, packing.PackRows):
+                read = reached
                 proxy.creator.unread = frozenset(
                     k for k, node in enumerate(nodes) if not read(node))
-        return all(read(n) and None not in users.get(n.outputs[0], [])
-                   for n in self.nodes)
+            fine = fine and all(read(n) and None not in users.get(
+                n.outputs[0], []) for n in nodes)
+        return fine
 
     def copy_back_changed_rows(self, recorder):
         """Rows are views of the stacked array: a forward that changed
@@ -154,6 +164,19 @@ class Rows(object):
                     and all(a is b for a, b in zip(given, items)):
                 arguments[path[1]] = proxy
         return tuple(args), kwargs
+
+
+def _values_gradients_reach(graph, sources, computed):
+    """The values of a recorded (flat) graph that backprop from the
+    ``sources`` reaches in eager mode: back through the ops Chainer's
+    nodes computed (``computed`` holds their outputs), not through NumPy
+    on arrays, nor past a stopped gradient."""
+    reaching = set(sources)
+    for node in reversed(graph.nodes):
+        if not structural.stops_gradient(node) and any(
+                v in reaching and v in computed for v in node.outputs):
+            reaching.update(node.inputs)
+    return reaching
 
 
 def note_changed_arguments(passed, compared, originals, copies, proxies,

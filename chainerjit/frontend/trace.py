@@ -196,6 +196,13 @@ class _Recorder(object):
             return held[0]
         return None
 
+    def is_new_leaf(self, x, value):
+        """Is Variable ``x``, whose array is ``value``'s, a leaf of eager's
+        graph that the recording did not make one: a new Variable around
+        an array, or an unchained one. Gradients stop at it."""
+        return self._held(x) is not value or (
+            value in self.computed and x.creator_node is None)
+
     def _gradient_stopped(self, inputs, in_values):
         """``in_values`` with each value a gradient may reach, read here
         not by the Variable that holds it with its graph (an array, a new
@@ -208,8 +215,7 @@ class _Recorder(object):
         for x, value in zip(inputs, in_values):
             if value in self.grad_values and not (
                     building and isinstance(x, chainer.Variable) and
-                    x.requires_grad and self._held(x) is value and not (
-                        value in self.computed and x.creator_node is None)):
+                    x.requires_grad and not self.is_new_leaf(x, value)):
                 value = self._stop_gradient(value)
             found.append(value)
         return found
@@ -477,9 +483,21 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         recorder.param_owners, recorder, watcher,
         model_state.written_first(instance, recorder))
     recording.row_nodes = rows.nodes
-    recording.rows_read = rows.note_unread(recorder.graph)
+    recording.rows_read = rows.note_unread(
+        recorder.graph, _connected_outputs(recorder.graph, outputs, effects),
+        recorder.computed)
     recording.config_names = frozenset(recorder.config_names)
     return recording
+
+
+def _connected_outputs(graph, outputs, effects):
+    """The values of the Variables that the result and the effects hand
+    out connected to the graph (backprop may start from them)."""
+    specs = list(outputs[1]) if outputs else []
+    for effect in effects:
+        specs += effect[4]
+    return set(graph.outputs[where] for kind, where, is_var, grad in specs
+               if kind == 'value' and is_var and grad)
 
 
 def _untag_effect_values(recorder, stand_ins, originals):
@@ -497,7 +515,9 @@ def _leaf_spec(leaf, recorder, proxies, what):
     """How to rebuild one leaf of the result (or of the model state) on a
     compiled call: ``(kind, where, is_variable, requires_grad)`` with kind
     ``'value'`` (``where`` indexes ``graph.outputs``), ``'scalar'`` (the
-    same, returned as the NumPy scalar eager gave), ``'arg'`` (the
+    same, returned as the NumPy scalar eager gave), ``'leaf'`` (the same,
+    returned as a Variable that is a leaf of the graph, as the new
+    Variable the forward made around an array is in eager mode), ``'arg'`` (the
     argument leaf returned as is), ``'model'`` (a Variable of the model,
     such as a Parameter, returned as is; ``where`` is its source) or
     ``'const'`` (an array, or a NumPy scalar, that does not depend on the
@@ -521,7 +541,12 @@ def _leaf_spec(leaf, recorder, proxies, what):
             constant = constant[()]
         return 'const', constant, is_var, grad
     recorder.graph.outputs.append(value)
-    kind = 'scalar' if traced.is_scalar(array) and not is_var else 'value'
+    if traced.is_scalar(array) and not is_var:
+        kind = 'scalar'
+    elif grad and recorder.is_new_leaf(leaf, value):
+        kind = 'leaf'
+    else:
+        kind = 'value'
     return kind, len(recorder.graph.outputs) - 1, is_var, grad
 
 

@@ -523,25 +523,34 @@ cdef void _read_retained_inputs(tuple inputs, list saved_inputs,
         args[pair[0]] = current
 
 
+cdef enum:  # how publish hands out an output: cache.DETACHED, ...
+    DETACHED, CONNECTED, NEW_LEAF
+
+
 cpdef tuple publish(object node, tuple outputs, list requires_grad):
-    """The Variables a training call returns for ``node``'s outputs:
-    outputs eager would not connect to the graph (``requires_grad`` false
-    there) detached, and each of several outputs behind a node of its
-    own (``function._Output``). An output that is the same value as an
+    """The Variables a training call returns for ``node``'s outputs
+    (``requires_grad`` says how, for each: ``cache.DETACHED``,
+    ``CONNECTED`` or ``NEW_LEAF``): outputs eager would not connect to
+    the graph detached (requiring grad where eager's new leaf did), and
+    each of several connected outputs behind a node of its own
+    (``function._Output``). An output that is the same value as an
     earlier one (a returned loss that the forward also stored and
-    reported) is the same Variable, as in eager mode."""
+    reported) is the same Variable, as in eager mode, except a new
+    leaf."""
     cdef list first = node.training.first_of
     cdef Py_ssize_t n_flags = len(requires_grad), i
-    cdef bint single = len(set(first)) == 1, grad
+    cdef bint single = len(set(first)) == 1
+    cdef int how
     cdef list published = [], connected = []
     for i in range(len(outputs)):
         y = outputs[i]
-        grad = i >= n_flags or requires_grad[i]
-        if first[i] != i and grad == (first[i] >= n_flags or
-                                      requires_grad[first[i]]):
+        how = requires_grad[i] if i < n_flags else CONNECTED
+        if first[i] != i and how != NEW_LEAF and how == (
+                requires_grad[first[i]] if first[i] < n_flags
+                else CONNECTED):
             y = published[first[i]]
-        elif not grad:
-            y = new_variable(y._data[0], False)
+        elif how != CONNECTED:
+            y = new_variable(y._data[0], how == NEW_LEAF)
         elif not single:
             y, = lean_apply(_nodes()[1](), (y,))
             connected.append(i)

@@ -334,7 +334,7 @@ class Entry(object):
         outs = list(outs)
         for _, _, _, _, specs in self.effects:
             for spec in specs:
-                if spec[0] == 'value' and spec[2]:  # see _make_leaf
+                if spec[0] in ('value', 'leaf') and spec[2]:  # _make_leaf
                     outs[spec[1]] = _as_variable(outs[spec[1]], spec[3])
         return tuple(outs)
 
@@ -408,16 +408,25 @@ def _assigned_state(model_state, effects):
 
 
 def _output_requires_grad(outputs, effects):
-    """For each graph output the result or an effect uses: did eager's
-    Variable for it require grad?"""
+    """For each graph output the result or an effect uses, how a training
+    call publishes it (``_calls.publish``): ``CONNECTED`` where eager's
+    Variable for it required grad, ``NEW_LEAF`` where it was a new leaf
+    requiring grad (a spec of kind ``'leaf'``), else ``DETACHED``."""
     flags = {}
     specs = list(outputs[1]) if outputs else []
     for effect in effects:
         specs += effect[4]
     for kind, where, is_var, grad in specs:
-        if kind in ('value', 'scalar'):
-            flags[where] = flags.get(where, False) or grad
-    return [flags.get(i, False) for i in range(max(flags, default=-1) + 1)]
+        if kind == 'leaf':
+            flags[where] = NEW_LEAF
+        elif kind in ('value', 'scalar'):
+            flags[where] = max(flags.get(where, DETACHED),
+                               CONNECTED if grad else DETACHED)
+    return [flags.get(i, DETACHED)
+            for i in range(max(flags, default=-1) + 1)]
+
+
+DETACHED, CONNECTED, NEW_LEAF = 0, 1, 2  # as _calls.publish reads them
 
 
 def _make_leaf(spec, outs, leaves, instance):
@@ -429,9 +438,9 @@ def _make_leaf(spec, outs, leaves, instance):
         owner = (where[1], None) if where[0] == 'object' else \
             resolve_owner(instance, where[1])
         return owner[0]
-    if kind == 'scalar':
-        return outs[where][()]
-    leaf = outs[where] if kind == 'value' else where.copy()
+    if kind == 'scalar':  # a training call's output is a Variable
+        return signature.leaf_array(outs[where])[()]
+    leaf = outs[where] if kind in ('value', 'leaf') else where.copy()
     if is_var:
         return _as_variable(leaf, grad)
     return leaf.array if isinstance(leaf, chainer.Variable) else leaf

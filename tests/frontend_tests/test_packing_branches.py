@@ -121,9 +121,6 @@ def _argmax_in_the_loop(xs):
     return h
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    'rows read only by a non-differentiable op (F.argmax) get zero '
-    'gradient arrays instead of None, at recording and compiled calls'))
 def test_rows_read_by_a_non_differentiable_op_get_no_gradient():
     _check_grads(_argmax_in_the_loop, LENGTHS, numpy.random.RandomState(41))
 

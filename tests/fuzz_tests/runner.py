@@ -165,88 +165,9 @@ def arg_arrays(args):
     return found
 
 
-def fresh_leaves(result, args):
-    """Whether eager's ``result`` has a Variable that is a new leaf of the
-    graph (``chainer.Variable(h.array)`` returned as it is): see
-    ``test_found.test_a_new_variable_around_an_array_passes_no_gradient``,
-    a known difference, for which gradients are not compared."""
-    given = [id(v) for v in input_variables(args)]
-    return any(isinstance(v, chainer.Variable) and v.creator is None and
-               id(v) not in given for v in leaves(result))
-
-
-def unread_list_items(jit_args, eager_args):
-    """Indexes (in ``input_variables``) of list items that eager gives no
-    gradient and the jitted call a zero one: a known difference of the
-    call that records (see ``test_found.test_a_list_item_read_by_dead_code
-    _gets_no_gradient``)."""
-    items, k = set(), 0
-    for a in eager_args:
-        for item in a if isinstance(a, list) else [a]:
-            if isinstance(item, chainer.Variable):
-                if isinstance(a, list):
-                    items.add(k)
-                k += 1
-    jit_vars, eager_vars = input_variables(jit_args), input_variables(
-        eager_args)
-    return set(k for k in items if eager_vars[k].grad is None and
-               jit_vars[k].grad is not None and not jit_vars[k].grad.any())
-
-
-def same_structure(a, e):
-    """Structures from ``signature.flatten`` are equal, NaN scalars
-    included (``testing.assert_results_equal`` compares them with ``==``,
-    and a NaN is not equal to itself)."""
-    if isinstance(a, tuple) and isinstance(e, tuple):
-        if a[:1] == ('S',) and e[:1] == ('S',):
-            return a[1] is e[1] and (a[2] == e[2] or (
-                a[2] != a[2] and e[2] != e[2])) and a[3:] == e[3:]
-        return len(a) == len(e) and all(
-            same_structure(x, y) for x, y in zip(a, e))
-    return a == e
-
-
-def assert_same_results(actual, expected):
-    """``testing.assert_results_equal``, NaN scalars included."""
-    a_leaves, e_leaves = [], []
-    a_structure = signature.flatten(actual, a_leaves)
-    e_structure = signature.flatten(expected, e_leaves)
-    assert same_structure(a_structure, e_structure), (
-        'structure differs: %r vs eager %r' % (a_structure, e_structure))
-    testing.assert_results_equal(a_leaves, e_leaves, RTOL, ATOL)
-
-
-def scalars_as_variables(actual, expected):
-    """``actual`` with each 0-d Variable that stands where eager has a
-    NumPy scalar turned into that scalar: a known difference of the calls
-    that may need gradients (see ``test_found.test_a_numpy_scalar_stays
-    _one_in_training``). Returns it and whether there was one."""
-    if isinstance(expected, numpy.generic) and \
-            isinstance(actual, chainer.Variable) and actual.ndim == 0:
-        return type(expected)(actual.array), True
-    if isinstance(expected, (tuple, list)) and \
-            type(actual) is type(expected) and len(actual) == len(expected):
-        items = [scalars_as_variables(a, e)
-                 for a, e in zip(actual, expected)]
-        return type(expected)(a for a, _ in items), any(
-            found for _, found in items)
-    if isinstance(expected, dict) and isinstance(actual, dict) and \
-            list(actual) == list(expected):
-        items = {k: scalars_as_variables(actual[k], expected[k])
-                 for k in expected}
-        return {k: a for k, (a, _) in items.items()}, any(
-            found for _, found in items.values())
-    return actual, False
-
-
-def compare_call(what, actual, expected, jit_model, eager_model, training,
-                 events):
-    if training:
-        actual, known = scalars_as_variables(actual, expected)
-        if known and events:
-            hypothesis.event('known: a NumPy scalar as a Variable')
+def compare_call(what, actual, expected, jit_model, eager_model):
     try:
-        assert_same_results(actual, expected)
+        testing.assert_results_equal(actual, expected, RTOL, ATOL)
     except AssertionError as e:
         raise AssertionError('%s: result (jit, then eager): %s' % (what, e))
     for k, (a, e) in enumerate(zip(leaves(actual), leaves(expected))):
@@ -256,34 +177,21 @@ def compare_call(what, actual, expected, jit_model, eager_model, training,
                     what, k, a.requires_grad, e.requires_grad))
     assert hasattr(jit_model, 'last') == hasattr(eager_model, 'last'), what
     if hasattr(eager_model, 'last'):
-        last = jit_model.last
-        if training:
-            last, known = scalars_as_variables(last, eager_model.last)
-            if known and events:
-                hypothesis.event('known: a NumPy scalar as a Variable')
         try:
-            assert_same_results(last, eager_model.last)
+            testing.assert_results_equal(jit_model.last, eager_model.last,
+                                         RTOL, ATOL)
         except AssertionError as e:
             raise AssertionError(
                 '%s: self.last (jit, then eager): %s' % (what, e))
 
 
 def compare_grads(what, actual, expected, jit_args, eager_args, jit_model,
-                  eager_model, recorded, seed, events):
-    if fresh_leaves(expected, eager_args):
-        if events:
-            hypothesis.event('known: a new leaf Variable returned')
-        return
+                  eager_model, seed):
     backprop(expected, seed)
     backprop(actual, seed)
-    jit_grads = [v.grad for v in input_variables(jit_args)]
-    if recorded:
-        for k in unread_list_items(jit_args, eager_args):
-            jit_grads[k] = None
-            if events:
-                hypothesis.event('known: an unread list item')
     assert_grads_equal(
-        jit_grads, [v.grad for v in input_variables(eager_args)],
+        [v.grad for v in input_variables(jit_args)],
+        [v.grad for v in input_variables(eager_args)],
         '%s: input gradient' % what)
     assert_grads_equal(
         [p.grad for _, p in sorted(jit_model.namedparams())],
@@ -309,13 +217,11 @@ def check(program, events=True):
             eager_args = programs.call_args(program, raw, n)
             jit_args = programs.call_args(program, raw, n)
             given = [a.copy() for a in arg_arrays(jit_args)]
-            misses = jitted.cache_info().misses
             expected = run_one(eager_model.forward, eager_model, eager_args,
                                program, n)
             actual = run_one(jitted, jit_model, jit_args, program, n)
             what = 'call %d (batch %d, length %d)' % (n, batch, length)
-            compare_call(what, actual, expected, jit_model, eager_model,
-                         backprop_on(program, n), events)
+            compare_call(what, actual, expected, jit_model, eager_model)
             for (name, a), (_, e) in zip(persistents(jit_model),
                                          persistents(eager_model)):
                 numpy.testing.assert_allclose(
@@ -323,9 +229,7 @@ def check(program, events=True):
             kept.append((n, actual, snapshot(actual)))
             if backprop_on(program, n):
                 compare_grads(what, actual, expected, jit_args, eager_args,
-                              jit_model, eager_model,
-                              jitted.cache_info().misses > misses, n,
-                              events)
+                              jit_model, eager_model, n)
             for k, (a, b) in enumerate(zip(arg_arrays(jit_args), given)):
                 numpy.testing.assert_array_equal(
                     a, b, err_msg='%s changed argument array %d' % (what, k))

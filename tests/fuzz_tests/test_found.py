@@ -1,11 +1,6 @@
 """What the differential fuzzer (``test_fuzz.py``) found, each minimised
-into a plain test.
-
-The strict xfails are chainerjit bugs still open: each says what differs
-from eager Chainer. ``runner.py`` knows them (``fresh_leaves``,
-``unread_list_items``, ``backprop``, ``assert_same_results``) so that the
-fuzzer keeps looking past them; when one is fixed, its xfail here fails
-and the runner's allowance can go.
+into a plain test: results that differed from eager Chainer's, and false
+failures of ``chainerjit.testing``.
 """
 
 import warnings
@@ -65,11 +60,6 @@ def _grads_of_new_variable(fn, params, calls):
     return found
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'wrong value vs eager: chainer.Variable(v.array) returned as it is is '
-    'a new leaf in eager mode, so backprop from it gives v (and what v '
-    'was computed from) no gradient; a compiled call passes the output\'s '
-    'gradient on to v as if the output were v itself'))
 @pytest.mark.parametrize('case', ['argument', 'parameter'])
 def test_a_new_variable_around_an_array_passes_no_gradient(rng, case):
     calls = [_a(rng, 2, 3) for _ in range(3)]
@@ -85,6 +75,38 @@ def test_a_new_variable_around_an_array_passes_no_gradient(rng, case):
             'jitted' if compiled else 'eager'
 
 
+class StoresANewLeaf(chainer.Chain):
+    """Keeps a new leaf (stored and returned: one object) beside the
+    connected output it was made from, and an unchained output."""
+
+    def forward(self, x):
+        h = F.tanh(x)
+        self.kept = chainer.Variable(h.array)
+        cut = x * 2
+        cut.unchain()
+        return h, self.kept, cut
+
+
+def test_new_leaves_stored_returned_and_unchained(rng):
+    eager, model = StoresANewLeaf(), StoresANewLeaf()
+    jitted = chainerjit.jit(model.forward)
+    for _ in range(3):
+        a, g = _a(rng, 2, 3), _a(rng, 2, 3)
+        for run, owner in ((eager.forward, eager), (jitted, model)):
+            x = chainer.Variable(a.copy())
+            h, kept, cut = _quiet(run, x)
+            assert kept is owner.kept
+            assert kept.creator is None and cut.creator is None
+            assert kept.requires_grad and cut.requires_grad
+            kept.grad, cut.grad = g, g
+            chainer.backward([kept, cut], [kept.grad_var, cut.grad_var])
+            assert x.grad is None
+            F.sum(h * g).backward()
+            numpy.testing.assert_allclose(
+                x.grad, g * (1 - numpy.tanh(a) ** 2), rtol=1e-5)
+    assert jitted.cache_info().compiled > 0
+
+
 # --- a list item read only by an op whose result is unused -------------------
 
 def dead_read_of_a_list_item(xs):
@@ -92,11 +114,6 @@ def dead_read_of_a_list_item(xs):
     return F.tanh(xs[-1])
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'wrong value vs eager: on the call that records, an item of a list '
-    'argument (three or more Variables, packed) read only by an op whose '
-    'result is unused gets a zero gradient; eager mode gives it none '
-    '(None), as the compiled calls after it do'))
 def test_a_list_item_read_by_dead_code_gets_no_gradient(rng):
     jitted = chainerjit.jit(dead_read_of_a_list_item)
     for n in range(3):
@@ -109,26 +126,49 @@ def test_a_list_item_read_by_dead_code_gets_no_gradient(rng):
             assert xs[-1].grad is not None
 
 
+def array_read_of_a_list_item(xs, y):
+    (y > xs[-1].array)  # a NumPy test, no gradient
+    return F.relu(F.relu(xs[0])), y > xs[-1].array
+
+
+def test_a_list_item_read_only_as_an_array_gets_no_gradient(rng):
+    jitted = chainerjit.jit(array_read_of_a_list_item)
+    for n in range(3):
+        items, y = [_a(rng, 2) for _ in range(3)], _a(rng, 2)
+        for run in (array_read_of_a_list_item, jitted):
+            xs = [chainer.Variable(a.copy()) for a in items]
+            out, test = _quiet(run, xs, y)
+            numpy.testing.assert_array_equal(test, y > items[-1])
+            F.sum(out).backward()
+            assert xs[-1].grad is None, 'call %d, %s' % (
+                n, 'jitted' if run is jitted else 'eager')
+
+
 # --- an output that needs no gradient ----------------------------------------
 
 def an_output_needing_no_gradient(x, y):
     return F.tanh(y), F.tanh(x)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'difference vs eager: F.tanh of a plain array is an output of a '
-    'graph node in eager mode (its creator is the Tanh node); from a '
-    'compiled call, where it needs no gradient, it is a leaf (creator '
-    'None). Values and gradients are right'))
-def test_an_output_needing_no_gradient_has_a_creator(rng):
+def test_an_output_needing_no_gradient_passes_none(rng):
+    """Eager mode makes F.tanh of a plain array the output of a Tanh node
+    that requires no grad; a compiled call makes it a leaf (a compiled
+    call is one node of Chainer's graph, and an output of that node would
+    pass gradients to the node's other inputs). Either way, backprop from
+    it gives the arguments nothing."""
     jitted = chainerjit.jit(an_output_needing_no_gradient)
     for _ in range(3):
         x, y = chainer.Variable(_a(rng, 2, 3)), _a(rng, 3)
         expected = an_output_needing_no_gradient(x, y)
         actual = _quiet(jitted, x, y)
-        assert expected[0].creator is not None
+        testing.assert_results_equal(actual, expected)
         assert not actual[0].requires_grad and not expected[0].requires_grad
-        assert actual[0].creator is not None
+        actual[0].grad = numpy.ones_like(actual[0].array)
+        actual[0].backward()
+        assert x.grad is None
+        F.sum(actual[1]).backward()
+        numpy.testing.assert_allclose(
+            x.grad, 1 - numpy.tanh(x.array) ** 2, rtol=1e-6)
     assert jitted.cache_info().compiled > 0
 
 
@@ -139,12 +179,6 @@ def an_output_of_a_constant(x):
     return F.tanh(CONSTANT), F.tanh(x)
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'false failure of chainerjit.testing: assert_jit_grads_match_eager '
-    'draws a gradient only for the outputs that have a creator, so where '
-    'the compiled output that needs no gradient has none (see the test '
-    'above) the two runs pair different gradients with x\'s output, and '
-    'a right function fails the check'))
 def test_the_gradient_check_of_an_output_needing_no_gradient(rng):
     testing.assert_jit_grads_match_eager(
         an_output_of_a_constant, [(_a(rng, 2, 3),) for _ in range(3)])
@@ -159,12 +193,6 @@ class NumPyScalarOfASum(chainer.Chain):
         return F.relu(x), self.last
 
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'wrong kind vs eager: where a gradient may be needed, a NumPy scalar '
-    'that NumPy computed from a 0-d array (numpy.tanh(F.sum(x).array)) '
-    'comes back from a compiled call as a Variable, both in the result '
-    'and in the attribute the forward assigns; eager gives numpy.float32 '
-    '(the values are right, and calls without backprop are right)'))
 @pytest.mark.parametrize('where', ['result', 'attribute'])
 def test_a_numpy_scalar_stays_one_in_training(rng, where):
     eager, model = NumPyScalarOfASum(), NumPyScalarOfASum()
@@ -184,10 +212,6 @@ def test_a_numpy_scalar_stays_one_in_training(rng, where):
 
 # --- NaN scalars in results ------------------------------------------------
 
-@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
-    'false failure of chainerjit.testing: assert_results_equal compares '
-    'NumPy scalars as part of the structure, with ==, and a NaN is not '
-    'equal to itself, so equal results holding a NaN scalar fail'))
 def test_results_with_a_nan_scalar_compare_equal():
     testing.assert_results_equal((numpy.float32('nan'), numpy.zeros(2)),
                                  (numpy.float32('nan'), numpy.zeros(2)))
