@@ -393,9 +393,11 @@ class TracedArray(numpy.ndarray):
         replayed.__name__ = name
         return replayed
 
+    # mean, var and std divide with out= inside: one op each instead.
     for _name in ('astype', 'reshape', 'transpose', 'swapaxes', 'copy',
                   'ravel', 'flatten', 'squeeze', 'argmax', 'argmin',
-                  'nonzero', '__getitem__', 'repeat', 'take', 'dot'):
+                  'nonzero', '__getitem__', 'repeat', 'take', 'dot',
+                  'mean', 'var', 'std'):
         locals()[_name] = _replayed(_name)
 
     @property

@@ -97,6 +97,23 @@ def test_a_converted_argument_is_read_on_every_call(rng, fn):
         testing.assert_jit_matches_eager(fn, _calls(rng))
 
 
+def statistics_along_an_axis(x):
+    a = x.array if isinstance(x, chainer.Variable) else x
+    return (F.tanh(x) * a.mean(axis=1, keepdims=True), a.var(axis=0),
+            a.std(axis=1, ddof=1))
+
+
+def test_array_statistics_along_an_axis_are_compiled(rng):
+    """``mean``, ``var`` and ``std`` divide in place (``out=``) inside
+    NumPy; each is recorded as one op instead of running eagerly."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        testing.assert_jit_matches_eager(statistics_along_an_axis,
+                                         _calls(rng))
+        testing.assert_jit_grads_match_eager(statistics_along_an_axis,
+                                             _calls(rng))
+
+
 def test_the_conversion_is_compiled(rng):
     jitted = chainerjit.jit(variable_of_asarray)
     calls = _calls(rng)
