@@ -15,6 +15,7 @@ from chainerjit.frontend import packing
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
+from chainerjit.runtime import budget
 from chainerjit.runtime import cache as cache_module
 from chainerjit.runtime import compile as pipeline
 
@@ -47,7 +48,9 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
         check: run each new program once on the inputs it was recorded
             with and compare with the eager result (on by default).
         recompile_limit: after this many misses, warn (once) naming what
-            keeps changing between calls.
+            keeps changing between calls; after this many misses in a row
+            for new values of a Python argument, stop recording new
+            signatures and run them eagerly (``runtime.budget``).
 
     Returns:
         JitFunction: calls like ``fn`` and has ``cache_info()``,
@@ -85,6 +88,10 @@ class JitFunction(_calls.CachedCall):
         # result than eager: lengths stay in the key
         self._unpacked = set()  # list arguments recorded item by item
         self.cache = cache_module.Cache(options['maxsize'])
+        # when misses stop being recorded (runtime.budget)
+        self.budget = budget.RecordingBudget(options['recompile_limit'],
+                                             options['maxsize'])
+        self._warned_stopped = False
         self.last_entry = None  # the entry the latest call used
         functools.update_wrapper(self, fn)
         self.__name__ = getattr(fn, '__qualname__', repr(fn))
@@ -145,6 +152,9 @@ class JitFunction(_calls.CachedCall):
         entry, params, symbols = self.cache.lookup(key, instance)
         if entry is None:
             self.cache.misses += 1
+            if not self.budget.may_record(self.cache.hits):
+                self._warn_stopped()
+                return self._eager(instance, args, kwargs)
             return self._compile(key, leaves, instance, args, kwargs, packed)
         self.last_entry = entry
         self.cache.hits += 1
@@ -267,6 +277,8 @@ class JitFunction(_calls.CachedCall):
             return compiled.result
         self.last_entry = entry
         self.cache.compiles += entry.fallback is None
+        if entry.escaped and self.budget.note_fallback(entry.fallback):
+            self._warn_stopped()
         evicted = self.cache.insert(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, compiled.miss_reason,
@@ -295,18 +307,17 @@ class JitFunction(_calls.CachedCall):
             return 'first call'
         lines = min((self._differences(e, sig, key, instance)
                      for e in entries), key=len)
-        for line in lines:
-            self._changes[_change_kind(line)] += 1
+        kinds = [_change_kind(line) for line in lines]
+        self._changes.update(kinds)
+        self.budget.note_miss(any(_is_value(kind) for kind in kinds))
         if (self.cache.misses >= self._options['recompile_limit']
                 and not self._warned_recompile):
             self._warned_recompile = True
-            common = ', '.join('%s (%d times)' % kv
-                               for kv in self._changes.most_common(3))
             errors.warn_once(
                 (self.__name__, 'recompile'), errors.RecompileWarning,
                 'chainerjit: %s has compiled %d times; what keeps '
                 'changing: %s. Each new value is a new cache entry.'
-                % (self.__name__, self.cache.misses, common))
+                % (self.__name__, self.cache.misses, self._what_changes()))
         return '; '.join(lines) or 'evicted earlier'
 
     @staticmethod
@@ -318,6 +329,22 @@ class JitFunction(_calls.CachedCall):
     def _warn_unrolled(self, error, loc):
         errors.warn_once((self.__name__, loc, 'unrolled'), errors.LoopWarning,
                          errors.unrolled_message(self.__name__, error, loc))
+
+    def _warn_stopped(self):
+        if self._warned_stopped:
+            return
+        self._warned_stopped = True
+        errors.warn_once(
+            (self.__name__, 'stopped'), errors.RecompileWarning,
+            'chainerjit: %s no longer records new signatures: %s. They run '
+            'eagerly from now on; the entries compiled so far still run. '
+            'cache_clear() starts recording again. What changed between '
+            'calls: %s.' % (self.__name__, self.budget.stopped,
+                            self._what_changes() or 'nothing'))
+
+    def _what_changes(self):
+        return ', '.join('%s (%d times)' % kv
+                         for kv in self._changes.most_common(3))
 
     def _warn_fallback(self, error, loc):
         errors.warn_once((self.__name__, loc, type(error)),
@@ -337,6 +364,8 @@ class JitFunction(_calls.CachedCall):
     def cache_clear(self):
         """Forgets every compiled program and resets the statistics."""
         self.cache.clear()
+        self.budget.clear()
+        self._warned_stopped = False
         self._changes.clear()
         self._warned_recompile = False
 
@@ -348,8 +377,13 @@ class JitFunction(_calls.CachedCall):
         return self.cache.entries()
 
     def cache_report(self):
-        """A table of the entries with hits and compile times."""
-        return self.cache.report()
+        """A table of the entries with hits and compile times, and why
+        new signatures no longer record, if they do not."""
+        report = self.cache.report()
+        if self.budget.stopped:
+            report += ('\nNew signatures run eagerly, unrecorded: %s.'
+                       % self.budget.stopped)
+        return report
 
     def explain(self, *args, **kwargs):
         """Says which entry a call with these arguments would use, or, on
@@ -373,6 +407,12 @@ class JitFunction(_calls.CachedCall):
                     self.__name__, i, entry.signature,
                     _how_it_runs(entry, config.enable_backprop and
                                  entry.needs_grad(leaves)))
+        return self._explain_miss(instance, key, leaves, args, kwargs) + (
+            '\nIt runs eagerly, unrecorded: %s.' % self.budget.stopped
+            if self.budget.stopped else '')
+
+    def _explain_miss(self, instance, key, leaves, args, kwargs):
+        entries = self.cache.entries()
         if not entries:
             return '%s: cache miss: the cache is empty' % self.__name__
         sig = pipeline.call_signature(self._fn, instance, key, leaves, args,
@@ -408,6 +448,11 @@ def _how_it_runs(entry, grad):
             'runs eagerly, an op has no gradient rule'
             if entry.training is None else 'compiled forward and backward')
     return ''
+
+
+def _is_value(kind):
+    """Is a change kind (see :func:`_change_kind`) a Python value's?"""
+    return kind.endswith(': value')
 
 
 def _change_kind(line):

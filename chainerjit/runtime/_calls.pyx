@@ -293,9 +293,11 @@ cdef bint _plain_call(tuple args, dict kwargs):
 
 
 cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
-    """``jitfn(*args, **kwargs)`` when its key's newest entry is compiled
+    """``jitfn(*args, **kwargs)`` when its key's newest entry is found
     and its model checked since the last change (``cache.Entry.
-    fetch_params``), else :data:`_MISS`, having done nothing."""
+    fetch_params``), else :data:`_MISS`, having done nothing. An entry
+    without a program for the call runs it eagerly, as ``call_general``
+    would."""
     if not _plain_call(args, kwargs):
         return _MISS
     train, backprop = config_flags()
@@ -318,6 +320,9 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     cache = jitfn.cache
     bucket = cache._buckets.get(key)
     if not bucket:
+        if jitfn.budget.stopped is not None and not cache._symbolics:
+            cache.misses += 1  # a miss the function no longer records
+            return jitfn._eager(instance, args, kwargs)
         return _MISS
     entry = bucket[0]
     if entry.symbolic is not None or entry._epoch != _link_epoch[0] or \
@@ -328,12 +333,12 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     if params is None:
         return _MISS
     cdef bint training = backprop and needs_grad(entry._owners, leaves)
-    if (entry.training if training else entry.program) is None:
-        return _MISS
     cache._lru.move_to_end(entry)
     cache.hits += 1
     entry.hits += 1
     jitfn.last_entry = entry
+    if (entry.training if training else entry.program) is None:
+        return jitfn._eager(instance, args, kwargs, True)  # no program
     return run_entry(jitfn, entry, leaves, params, [], instance, args,
                      kwargs, training)
 

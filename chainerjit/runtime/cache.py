@@ -212,6 +212,9 @@ class Entry(object):
             and their values (``guards.config_reads``), checked on each
             call.
         fallback: ``None``, or why this signature runs eagerly.
+        escaped: whether it runs eagerly because of a construct of the
+            forward (a value read into Python), which another signature
+            would meet too.
         hits: calls answered from this entry.
         compile_seconds: time spent recording, optimising and compiling.
     """
@@ -230,6 +233,7 @@ class Entry(object):
         self.py_guards = py_guards
         self.config_reads = config_reads  # guards.config_reads
         self.fallback = fallback
+        self.escaped = False
         self.hits = 0
         self.compile_seconds = 0.0
         # frontend.symbolic.Symbolic: compiled for any length

@@ -107,6 +107,8 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
             key, sig, model_state, py_guards=py_guards,
             config_reads=guards.config_reads(recording.config_names),
             fallback=fallback)
+        entry.escaped = recording.escape is not None
+        entry.ignore_state(recording.written_first)
     else:
         lengths = _roll_loops(caller, recording, sig, len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)

@@ -1,0 +1,83 @@
+"""When a jitted function stops recording: never slower than eager.
+
+Recording a call costs several eager calls, and compiling it more. A
+function pays that back only if later calls reuse what was compiled. Two
+patterns never do, and after either a :class:`RecordingBudget` stops the
+function from recording new signatures (as TorchDynamo stops compiling a
+frame at its cache size limit): a miss then runs eagerly at once, while
+the entries compiled so far still serve the calls that hit them.
+
+* **Misses in a row.** ``limit`` recordings in a row, each for a new
+  value of a Python argument (a number that changes on every call), with
+  no call between them reusing an entry; or, whatever changed, more
+  recordings in a row than the cache holds (``maxsize``, at least
+  ``limit``; never for an unbounded cache): calls that keep evicting
+  each other's entries.
+* **The same fallback again.** :data:`FALLBACK_REPEATS` signatures that
+  ran eagerly because of the same construct at the same line (a value
+  read into Python): the next signature would be recorded only to run
+  eagerly too.
+
+``cache_clear()`` starts the budget again.
+"""
+
+import collections
+
+#: Signatures falling back at the same construct after which new
+#: signatures are no longer recorded.
+FALLBACK_REPEATS = 2
+
+
+class RecordingBudget(object):
+    """Decides, for one jitted function, whether a cache miss records."""
+
+    def __init__(self, limit, maxsize):
+        self.limit = limit
+        self.any_limit = float('inf') if maxsize is None else \
+            max(limit, maxsize)
+        self.clear()
+
+    def clear(self):
+        self.stopped = None  # why the function no longer records
+        self._in_a_row = 0  # misses with no hit between them
+        self._values_in_a_row = 0  # of those, the latest for a new value
+        self._hits_then = None  # the cache's hits at the latest miss
+        self._fallbacks = collections.Counter()  # reason -> signatures
+
+    def may_record(self, hits):
+        """Called on a miss, with the cache's hits so far: may this call
+        be recorded? Once it may not, :attr:`stopped` says why."""
+        if self.stopped is not None:
+            return False
+        if hits != self._hits_then:
+            self._in_a_row = self._values_in_a_row = 0
+        self._hits_then = hits
+        if self._values_in_a_row >= self.limit:
+            self.stopped = (
+                '%d calls in a row were recorded for a new value of a '
+                'Python argument, and no call reused what was compiled'
+                % self._values_in_a_row)
+        elif self._in_a_row >= self.any_limit:
+            self.stopped = (
+                '%d calls in a row were recorded, more than the cache '
+                'holds, and no call reused what was compiled'
+                % self._in_a_row)
+        self._in_a_row += 1
+        return self.stopped is None
+
+    def note_miss(self, for_a_new_value):
+        """Notes why the miss being recorded missed: ``for_a_new_value``
+        if a Python argument's value changed."""
+        self._values_in_a_row = (self._values_in_a_row + 1
+                                 if for_a_new_value else 0)
+
+    def note_fallback(self, reason):
+        """Notes that a recording fell back to eager for ``reason`` (a
+        construct and its line). Returns True when that stops recording."""
+        self._fallbacks[reason] += 1
+        if self.stopped is None and \
+                self._fallbacks[reason] >= FALLBACK_REPEATS:
+            self.stopped = '%d signatures ran eagerly because of %s' % (
+                self._fallbacks[reason], reason)
+            return True
+        return False

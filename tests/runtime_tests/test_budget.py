@@ -1,0 +1,169 @@
+"""A function that keeps missing stops recording (``runtime.budget``):
+new signatures run eagerly, unrecorded, with a one-time warning; the
+entries compiled before still run; results stay eager's throughout."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import testing
+from chainerjit.runtime import budget
+
+
+class Scaled(chainer.Chain):
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 3)
+
+    def forward(self, x, k):
+        return F.tanh(self.fc(x)) * k
+
+
+class Counting(chainer.Chain):
+    """Reads an accuracy count into Python: every signature runs
+    eagerly."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 3)
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        self.correct = int((y.array.argmax(axis=1) == t).sum())
+        return F.softmax_cross_entropy(y, t)
+
+
+class Reporting(Counting):
+    """Reports the count instead of keeping it on the model."""
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        chainer.report({'correct': int((y.array.argmax(axis=1) == t).sum())},
+                       self)
+        return F.softmax_cross_entropy(y, t)
+
+
+def _run(fn, calls):
+    """The results of ``fn`` on each call, and the RecompileWarnings."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        results = [fn(*args) for args in calls]
+    return results, [str(w.message) for w in caught
+                     if issubclass(w.category, chainerjit.RecompileWarning)
+                     and 'no longer records' in str(w.message)]
+
+
+def _twins(cls):
+    eager, jitted = cls(), cls()
+    jitted.copyparams(eager)
+    return eager, chainerjit.jit(jitted.forward, recompile_limit=3)
+
+
+def _scaled_calls(rng, values):
+    return [(rng.standard_normal((2, 4)).astype(numpy.float32), k)
+            for k in values]
+
+
+def test_a_python_value_new_on_every_call_stops_recording(rng):
+    eager, jitted = _twins(Scaled)
+    calls = _scaled_calls(rng, [float(k) for k in range(1, 11)])
+    results, stops = _run(jitted, calls)
+    for r, args in zip(results, calls):
+        testing.assert_results_equal(r, eager.forward(*args))
+    info = jitted.cache_info()
+    # The first call, then three recorded for a new value of k.
+    assert info.compiles == 4 and info.misses == 10 and info.hits == 0
+    assert info.eager == 6
+    assert len(stops) == 1
+    assert 'new value of a Python argument' in stops[0]
+    assert 'k: value' in stops[0]
+    assert 'unrecorded' in jitted.cache_report()
+    # An entry compiled before still runs; a new value still runs eagerly.
+    again = _scaled_calls(rng, [2.0, 99.0])
+    for args in again:
+        testing.assert_results_equal(jitted(*args), eager.forward(*args))
+    info = jitted.cache_info()
+    assert info.compiled == 1 and info.eager == 7 and info.compiles == 4
+    assert 'runs eagerly, unrecorded' in jitted.explain(*again[1])
+
+
+def test_values_that_repeat_keep_recording(rng):
+    eager, jitted = _twins(Scaled)
+    values = [1.0, 2.0, 3.0, 1.0, 4.0, 5.0, 6.0, 2.0, 7.0, 8.0]
+    results, stops = _run(jitted, _scaled_calls(rng, values))
+    assert not stops and jitted.budget.stopped is None
+    info = jitted.cache_info()
+    assert info.compiles == 8 and info.compiled == 2 and info.eager == 0
+
+
+def test_shapes_stop_recording_past_what_the_cache_holds(rng):
+    f = chainerjit.jit(maxsize=4, recompile_limit=2)(lambda x: F.exp(x) * 2)
+    calls = [(rng.standard_normal((n, 3)).astype(numpy.float32),)
+             for n in range(1, 9)]
+    results, stops = _run(f, calls)
+    for r, (x,) in zip(results, calls):
+        testing.assert_results_equal(r, F.exp(x) * 2)
+    assert f.cache_info().compiles == 4 and f.cache_info().eager == 4
+    assert len(stops) == 1 and 'more than the cache holds' in stops[0]
+
+
+def test_new_shapes_beyond_the_value_limit_still_record(rng):
+    f = chainerjit.jit(recompile_limit=2)(lambda x: F.exp(x) * 2)
+    calls = [(rng.standard_normal((n, 3)).astype(numpy.float32),)
+             for n in range(1, 9)]
+    _, stops = _run(f, calls)
+    assert not stops and f.cache_info().compiles == 8
+
+
+def test_the_same_fallback_on_new_signatures_stops_recording(rng):
+    eager, jitted = _twins(Counting)
+    calls = [(rng.standard_normal((n, 4)).astype(numpy.float32),
+              rng.randint(0, 3, n).astype(numpy.int32))
+             for n in (2, 3, 4, 5, 3, 6)]
+    results, stops = _run(jitted, calls)
+    for r, args in zip(results, calls):
+        testing.assert_results_equal(r, eager.forward(*args))
+    info = jitted.cache_info()
+    # Recorded twice (lengths 2 and 3), both falling back at the count;
+    # the rest run eagerly unrecorded, except length 3's entry, hit.
+    assert info.compiles == 0 and info.currsize == 2
+    assert info.misses == 5 and info.hits == 1 and info.eager == 4
+    assert len(stops) == 1
+    assert '%d signatures ran eagerly' % budget.FALLBACK_REPEATS in stops[0]
+    assert 'forward' in stops[0] or 'line' in stops[0]
+
+
+def test_cache_clear_records_again(rng):
+    eager, jitted = _twins(Scaled)
+    _run(jitted, _scaled_calls(rng, [float(k) for k in range(1, 8)]))
+    assert jitted.budget.stopped is not None
+    jitted.cache_clear()
+    assert jitted.budget.stopped is None
+    _run(jitted, _scaled_calls(rng, [50.0, 50.0]))
+    info = jitted.cache_info()
+    assert info.compiles == 1 and info.compiled == 1
+
+
+def test_a_fallback_entry_hit_in_c_runs_eagerly_once(rng, monkeypatch):
+    """The C hit path runs an entry without a program eagerly itself
+    (one key, one lookup), counted as a hit that ran eagerly."""
+    eager, jitted = _twins(Reporting)
+    x = rng.standard_normal((3, 4)).astype(numpy.float32)
+    t = rng.randint(0, 3, 3).astype(numpy.int32)
+    _run(jitted, [(x, t), (x, t)])  # records; checks the model once
+
+    def call_general(*args):
+        pytest.fail('the call went to call_general')
+    monkeypatch.setattr(type(jitted), 'call_general', call_general)
+    for _ in range(3):
+        testing.assert_results_equal(jitted(x, t), eager.forward(x, t))
+    info = jitted.cache_info()
+    assert info.hits == 4 and info.eager == 4 and info.compiled == 0
