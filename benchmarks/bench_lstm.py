@@ -153,10 +153,7 @@ def _cell(summary):
 
 def main(argv=None):
     args = parse_args(argv)
-    timing.limit_threads(args.threads or None)
-    info = timing.machine_info()
-    for key in ('date', 'machine', 'numpy', 'chainer', 'threads', 'blas'):
-        print('%-8s %s' % (key + ':', info[key]))
+    info = timing.start(args.threads)
     eager, jitted = build(args.as_list)
     results = []
     for length in args.lengths:

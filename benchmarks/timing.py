@@ -44,20 +44,42 @@ def blas_info():
         pool.get('num_threads', 0)) for pool in pools) or 'none found'
 
 
+def cpu_model():
+    """The CPU's model name (``/proc/cpuinfo`` on Linux), else what
+    ``platform`` knows."""
+    try:
+        with open('/proc/cpuinfo') as f:
+            for line in f:
+                if line.startswith('model name'):
+                    return line.split(':', 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
 def machine_info():
     """A dict describing the machine and the library versions."""
     import chainer
     import numpy
     return {
         'date': datetime.datetime.now().strftime('%Y-%m-%d %H:%M'),
-        'machine': '%s, %d CPUs' % (
-            platform.processor() or platform.machine(), os.cpu_count()),
+        'machine': '%s, %d CPUs' % (cpu_model(), os.cpu_count()),
         'python': platform.python_version(),
         'numpy': numpy.__version__,
         'chainer': chainer.__version__,
         'threads': thread_setting(),
         'blas': blas_info(),
     }
+
+
+def start(threads):
+    """A benchmark's start: ``threads`` BLAS threads (``None`` or 0: as
+    they are), and the machine described, printed and returned."""
+    limit_threads(threads or None)
+    info = machine_info()
+    for key in ('date', 'machine', 'numpy', 'chainer', 'threads', 'blas'):
+        print('%-8s %s' % (key + ':', info[key]))
+    return info
 
 
 def publish(report, path=None):

@@ -87,3 +87,18 @@ def test_eager_chainer_is_timed_with_chainers_own_methods():
                     'chainerjit': {True}}
     assert all(len(s) == 2 for s in samples.values())
     assert chainer.Link.__call__ is _calls.link_call
+
+
+def test_fallback_benchmark_checks_and_reports(tmp_path):
+    from benchmarks import bench_fallback
+    report = tmp_path / 'fallback.md'
+    rows = bench_fallback.main(['--calls', '24', '--rounds', '1',
+                                '--target-ms', '1', '--threads', '0',
+                                '--output', str(report)])
+    assert [r['workload'] for r in rows] == list(bench_fallback.WORKLOADS)
+    new_value, one_shape, new_lengths = rows
+    assert new_value['stopped'] and new_lengths['stopped']
+    assert one_shape['info'].currsize == 1
+    assert all(r['info'].compiled == 0 for r in rows[1:])
+    text = report.read_text()
+    assert '| count, one shape |' in text and 'machine:' in text
