@@ -24,6 +24,7 @@ import inspect
 import textwrap
 
 import chainer
+import numpy
 
 from chainerjit.frontend import _keys
 
@@ -94,11 +95,37 @@ def _make(label, read, value, kinds=('value', 'identity', 'contents')):
     elif type(value) in (list, tuple, dict, set):
         kind = 'contents'  # compared with a shallow copy taken now
         value = type(value)(value.items() if type(value) is dict else value)
+    elif isinstance(value, GENERATORS):
+        kind = 'identity'  # its state: see generator_states
     else:
         return []
     if kind not in kinds:
         return []
     return [PythonGuard(label, read, value, kind)]
+
+
+GENERATORS = (numpy.random.RandomState, numpy.random.Generator)
+
+
+def generator_state(generator):
+    """The state of a NumPy random generator, comparable with ``==``."""
+    if isinstance(generator, numpy.random.RandomState):
+        return repr(generator.get_state(legacy=False))
+    return repr(generator.bit_generator.state)
+
+
+def generator_states(py_guards):
+    """``[(label, generator, state)]`` of the random generators among the
+    guarded values, taken before a recording: a draw the forward makes
+    from one changes its state (see :func:`drawn_from`)."""
+    return [(g.label, g.expected, generator_state(g.expected))
+            for g in py_guards if isinstance(g.expected, GENERATORS)]
+
+
+def drawn_from(states):
+    """The labels of the generators in ``states`` whose state changed."""
+    return [label for label, generator, state in states
+            if generator_state(generator) != state]
 
 
 def _code_names(code):

@@ -16,7 +16,7 @@ what it replaces                   while recording
 ``Variable.backward``, ``grad``    calling one is an escape
 ``Variable.array``, ``.data``      reading a CuPy array is an escape
 ``LocalConfig.__getattr__``        notes the config entries read
-``numpy.random``'s functions       a draw is an escape
+``numpy.random``'s functions       a draw is recorded as an op
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
@@ -141,19 +141,30 @@ _INITIALIZERS_DIR = os.path.join(
     os.path.dirname(chainer.__file__), 'initializers') + os.sep
 _GLOBAL_RANDOM = [name for name in dir(numpy.random)
                   if getattr(getattr(numpy.random, name), '__self__', None)
-                  is numpy.random.mtrand._rand]
+                  is numpy.random.mtrand._rand] + ['seed', 'default_rng']
 
 
-def _watching_random(name):
+# Calls that set, read or make a generator, or shuffle in place: escapes.
+_GENERATOR_STATE = frozenset(['seed', 'get_state', 'set_state', 'shuffle',
+                              'default_rng'])
+
+
+def _recording_random(name):
     """The patch of ``numpy.random.NAME``: a draw outside Chainer's
-    initializers is an escape (the recording would freeze the numbers)."""
+    initializers (which fill parameters once) is recorded as an op that
+    draws again on every call (``traced.record_draw``)."""
     def make(draw, recorder):
-        def watched(*args, **kwargs):
-            if not sys._getframe(1).f_code.co_filename.startswith(
-                    _INITIALIZERS_DIR):
-                traced.escape('numpy.random.%s draws random numbers' % name)
-            return draw(*args, **kwargs)
-        return watched
+        def drawn(*args, **kwargs):
+            if name in _GENERATOR_STATE:
+                traced.escape('numpy.random.%s in the forward' % name)
+                return draw(*args, **kwargs)
+            result = draw(*args, **kwargs)
+            if sys._getframe(1).f_code.co_filename.startswith(
+                    _INITIALIZERS_DIR) or _state.recorder is not recorder:
+                return result
+            return traced.record_draw('numpy.random.%s' % name, draw, args,
+                                      kwargs, result)
+        return drawn
     return make
 
 
@@ -226,7 +237,7 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.Variable, 'data', _watching_gpu_reads),
     RecordingPatch(chainer.configuration.LocalConfig, '__getattr__',
                    _noting_config_reads),
-) + tuple(RecordingPatch(numpy.random, name, _watching_random(name))
+) + tuple(RecordingPatch(numpy.random, name, _recording_random(name))
           for name in _GLOBAL_RANDOM) + tuple(
     RecordingPatch(numpy, name, _recording_conversion(name))
     for name in _CONVERSIONS) + _gpu_fill_patches()

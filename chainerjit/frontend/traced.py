@@ -187,6 +187,35 @@ def record_call(recorder, label, fn, args, kwargs, result):
     recorder.templates[node] = ('numpy', fn, template)
 
 
+def record_draw(label, draw, args, kwargs, result):
+    """Records a random draw made by the forward's code (``numpy.random.
+    randn(*x.shape)``, a draw in ``chainer.distributions``) as an impure
+    node calling ``draw`` with the same arguments on every call: the same
+    generator, in the same order as in eager mode. Returns the result,
+    traced. A draw giving a Python number is an escape."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth:
+        return result
+    if not isinstance(result, numpy.ndarray):
+        recorder.note_escape('%s gives a Python value' % label,
+                             user_location(3))
+        return result
+    kernel_fn, arrays = numpy_kernel(draw, args, kwargs)
+    in_values = [recorder.value_of(a) for a in arrays]
+    if result.ndim == 0:
+        kernel_fn = _as_array(kernel_fn)
+    result = _tag(result)
+    node = recorder.add_node(ir.Node(
+        label, ops.Kernel(kernel_fn), in_values, recorder.bind_temps(
+            [result]), pure=False, loc=user_location(3)))
+    recorder.templates[node] = ('numpy', draw, _split_arrays(
+        (args, kwargs), []))
+    # The self-check runs the program without drawing again: it reads
+    # what this draw gave.
+    recorder.generic_outputs[node] = (untag(result),)
+    return result
+
+
 def record_branch(recorder, label, fn, args, kwargs, result, test):
     """Records ``if <array>.all():`` (or ``any``, or a ``while`` test):
     the reduction as a node giving a 0-d array, then a guard that the

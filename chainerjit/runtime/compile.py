@@ -96,10 +96,11 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
     miss_reason = caller.explain_miss(sig, key)
     model_state = cache.link_state(caller.instance)  # before the call
     py_guards = guards.python_guards(caller.fn, caller.instance)
+    generators = guards.generator_states(py_guards)
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
                                                      kwargs))
-    fallback = _fallback_reason(caller, recording, py_guards)
+    fallback = _fallback_reason(caller, recording, py_guards, generators)
     if fallback is not None and packed is not None:
         return Compiled(recording.result, None, miss_reason, packed[0])
     if fallback is not None:
@@ -148,7 +149,7 @@ def _record(caller, sig, leaves, args, kwargs, packed):
 
 # --- the fallback decision --------------------------------------------------
 
-def _fallback_reason(caller, recording, py_guards):
+def _fallback_reason(caller, recording, py_guards, generators):
     """Why this recording cannot be compiled, or ``None``: link hooks on
     the model, a value read into Python (or a guarded Python value the
     call changed), or a branch on an array value in a forward with side
@@ -158,6 +159,10 @@ def _fallback_reason(caller, recording, py_guards):
     if hooked:
         return 'link hooks on %s observe each call' % ', '.join(hooked)
     changed = _changed_by_the_call(py_guards, recording)
+    drawn = guards.drawn_from(generators)
+    if drawn and recording.escape is None:
+        recording.escape = ('drawing from the random generator %s'
+                            % drawn[0], None)
     if changed and recording.escape is None:
         recording.escape = ('changing %s in place' % changed[0], None)
     if recording.escape is not None:

@@ -1,0 +1,253 @@
+"""Random draws in the forward are ops of the program: each compiled call
+draws from the same generator, in the same order and with the same
+arguments as eager mode, so that results stay bit for bit eager's under
+the same seed. A generator the forward names (a global, a link attribute)
+that it draws from runs the forward eagerly, never frozen."""
+
+import warnings
+
+import chainer
+import chainer.distributions as D
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+
+F32 = numpy.float32
+
+
+class VAE(chainer.Chain):
+    """Encoder to a Normal, a sample through chainer.distributions, and a
+    decoder; the loss of Chainer's VAE example (reconstruction and KL)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.enc = L.Linear(6, 8)
+            self.mu = L.Linear(8, 3)
+            self.ln_sigma = L.Linear(8, 3)
+            self.dec = L.Linear(3, 6)
+
+    def forward(self, x):
+        h = F.tanh(self.enc(x))
+        q = D.Normal(self.mu(h), log_scale=self.ln_sigma(h))
+        z = q.sample(2)
+        p = D.Normal(F.reshape(self.dec(F.reshape(z, (-1, 3))), (2,) +
+                               x.shape), scale=numpy.ones((), F32))
+        prior = D.Normal(numpy.zeros((3,), F32), numpy.ones((3,), F32))
+        reconstruction = -F.sum(p.log_prob(F.broadcast_to(x, p.loc.shape)))
+        return reconstruction / x.shape[0] + F.sum(
+            chainer.kl_divergence(q, prior)) / x.shape[0]
+
+
+class NoisyDiscriminator(chainer.Chain):
+    """A GAN discriminator that adds Gaussian noise to its input, with
+    dropout after it (both draw from NumPy's generator, in order)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 8)
+            self.l2 = L.Linear(8, 1)
+
+    def forward(self, x):
+        xp = chainer.backend.get_array_module(x)
+        noise = xp.random.randn(*x.shape).astype(F32) * 0.1
+        h = F.dropout(F.leaky_relu(self.l1(x + noise)), 0.3)
+        return self.l2(h)
+
+
+def _twins(cls):
+    numpy.random.seed(0)
+    eager, jitted = cls(), cls()
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    return eager, jitted
+
+
+def _train_side_by_side(cls, rng, steps=4):
+    """Adam steps of both twins from the same seeds: losses, parameters
+    and the generator's state stay bit for bit equal."""
+    eager, jitted = _twins(cls)
+    optimizers = []
+    for model in (eager, jitted):
+        opt = chainer.optimizers.Adam(1e-2)
+        opt.setup(model)
+        optimizers.append(opt)
+    for step in range(steps):
+        x = rng.standard_normal((4, 6)).astype(F32)
+        losses = []
+        for model, opt in zip((eager, jitted), optimizers):
+            numpy.random.seed(step)
+            loss = F.sum(model(x))
+            model.cleargrads()
+            loss.backward()
+            opt.update()
+            losses.append((loss.array.tobytes(), numpy.random.rand()))
+        assert losses[0] == losses[1], step
+        for (_, p), (_, q) in zip(sorted(eager.namedparams()),
+                                  sorted(jitted.namedparams())):
+            assert p.array.tobytes() == q.array.tobytes(), step
+    return jitted
+
+
+@pytest.mark.parametrize('cls', [VAE, NoisyDiscriminator])
+def test_a_model_that_draws_trains_bit_for_bit(rng, cls):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        jitted = _train_side_by_side(cls, rng)
+    info = jitted.forward.cache_info()
+    assert info.compiled >= 2 and info.eager == 0, info
+    graph = str(jitted.forward.last_entry.graph)
+    assert 'numpy.random.' in graph
+
+
+def draws_in_a_loop(xs):
+    h = xs[0] * 0
+    for t in range(xs.shape[0]):
+        h = F.tanh(xs[t] + h + numpy.random.standard_normal(h.shape)
+                   .astype(F32))
+    return h
+
+
+def unused_draw(x):
+    numpy.random.uniform(size=(5,))  # advances the generator, unused
+    return F.relu(x) + numpy.random.rand(*x.shape).astype(F32)
+
+
+def draw_around_an_array(x):
+    a = x.array if isinstance(x, chainer.Variable) else x
+    return F.tanh(x) * numpy.random.normal(loc=a, scale=0.5).astype(F32)
+
+
+def permuted_rows(x):
+    return x[numpy.random.permutation(x.shape[0])] * 2
+
+
+def _same_draws(fn, calls, seeds=(0, 1, 2)):
+    """Each call eagerly and jitted from the same seed: equal results,
+    and the generator left in the same state."""
+    jitted = chainerjit.jit(fn)
+    for seed in seeds:
+        for args in calls:
+            numpy.random.seed(seed)
+            expected = fn(*args)
+            after_eager = numpy.random.rand()
+            numpy.random.seed(seed)
+            actual = jitted(*args)
+            assert numpy.random.rand() == after_eager
+            testing.assert_results_equal(actual, expected, 0, 0)
+    return jitted
+
+
+def gumbel_softmax(x):
+    return F.gumbel_softmax(x, tau=0.5)
+
+
+@pytest.mark.parametrize('fn', [draws_in_a_loop, unused_draw,
+                                draw_around_an_array, permuted_rows,
+                                gumbel_softmax])
+def test_draws_match_eager_under_the_same_seed(rng, fn):
+    shape = (3, 2, 4) if fn is draws_in_a_loop else (5, 4)
+    calls = [(rng.standard_normal(shape).astype(F32),) for _ in range(4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        jitted = _same_draws(fn, calls)
+    assert jitted.cache_info().compiled == 3 * len(calls) - 1
+
+
+def test_draws_have_gradients_through_what_they_scale(rng):
+    def fn(x):
+        return F.sum(x * numpy.random.standard_normal(x.shape).astype(F32))
+    jitted = chainerjit.jit(fn)
+    for seed in range(4):
+        x = rng.standard_normal((3, 4)).astype(F32)
+        grads = []
+        for run in (fn, jitted):
+            v = chainer.Variable(x.copy())
+            numpy.random.seed(seed)
+            run(v).backward()
+            grads.append(v.grad)
+        numpy.testing.assert_array_equal(grads[0], grads[1])
+    assert jitted.cache_info().compiled == 3
+
+
+def a_python_number_drawn(x):
+    return F.relu(x) * numpy.random.uniform(0.5, 1.5)
+
+
+def seeding_in_the_forward(x):
+    numpy.random.seed(3)
+    return F.relu(x) + numpy.random.rand(*x.shape).astype(F32)
+
+
+def a_generator_made_in_the_forward(x):
+    noise = numpy.random.default_rng(7).standard_normal(x.shape)
+    return F.relu(x) + noise.astype(F32)
+
+
+def shuffled_rows(x):
+    order = numpy.arange(x.shape[0])
+    numpy.random.shuffle(order)
+    return x[order] * 2
+
+
+@pytest.mark.parametrize('fn, what', [
+    (a_python_number_drawn, 'numpy.random.uniform gives a Python value'),
+    (seeding_in_the_forward, 'numpy.random.seed in the forward'),
+    (a_generator_made_in_the_forward,
+     'numpy.random.default_rng in the forward'),
+    (shuffled_rows, 'numpy.random.shuffle in the forward'),
+])
+def test_draws_into_python_run_eagerly(rng, fn, what):
+    jitted = chainerjit.jit(fn)
+    x = rng.standard_normal((2, 3)).astype(F32)
+    with pytest.warns(errors.FallbackWarning, match=what):
+        numpy.random.seed(1)
+        actual = jitted(x)
+    numpy.random.seed(1)
+    testing.assert_results_equal(actual, fn(x), 0, 0)
+    for seed in (2, 3):
+        numpy.random.seed(seed)
+        actual = jitted(x)
+        numpy.random.seed(seed)
+        testing.assert_results_equal(actual, fn(x), 0, 0)
+    assert jitted.cache_info().compiled == 0
+
+
+GENERATOR = numpy.random.default_rng(0)
+
+
+def draws_from_a_global_generator(x):
+    return F.tanh(x + GENERATOR.standard_normal(x.shape).astype(F32))
+
+
+class HoldsAGenerator(chainer.Chain):
+
+    def __init__(self):
+        super().__init__()
+        self.rng = numpy.random.RandomState(0)
+
+    def forward(self, x):
+        return F.tanh(x + self.rng.standard_normal(x.shape).astype(F32))
+
+
+def test_a_generator_the_forward_names_is_never_frozen(rng):
+    """Its draws cannot be seen as calls; the state it changed can: the
+    forward runs eagerly, and every call draws anew, as eagerly."""
+    x = rng.standard_normal((2, 3)).astype(F32)
+    jitted = chainerjit.jit(draws_from_a_global_generator)
+    with pytest.warns(errors.FallbackWarning,
+                      match='drawing from the random generator global '
+                            'GENERATOR'):
+        results = [jitted(x).array for _ in range(3)]
+    assert not any((results[0] == r).all() for r in results[1:])
+    model = HoldsAGenerator()
+    jitted = chainerjit.jit(model.forward)
+    with pytest.warns(errors.FallbackWarning, match="generator 'rng'"):
+        results = [jitted(x).array for _ in range(3)]
+    assert not any((results[0] == r).all() for r in results[1:])
