@@ -48,6 +48,24 @@ def swap_model_arrays(instance, recorder):
     return restore
 
 
+def swap_generators(instance):
+    """Puts a :class:`traced.RecordingGenerator` in place of each random
+    generator a link holds, so that the forward's draws from it are
+    recorded. Returns the restore actions (see :func:`restore_arrays`)."""
+    restore = []
+    if not isinstance(instance, chainer.Link):
+        return restore
+    for path, link in instance.namedlinks():
+        for name, value in sorted(vars(link).items()):
+            if isinstance(value, guards.GENERATORS):
+                label = '.'.join(['self'] + [
+                    part for part in path.split('/') if part] + [name])
+                proxy = traced.RecordingGenerator(value, label)
+                object.__setattr__(link, name, proxy)
+                restore.append((link, name, value, proxy))
+    return restore
+
+
 def _set_model_array(owner, name, array):
     if isinstance(owner, chainer.Variable):
         owner._data[0] = array
@@ -69,8 +87,8 @@ def restore_arrays(restore):
 
 def python_state(instance):
     """What the forward could change in place without assigning: the
-    contents of lists, dicts and sets held by links, and the state of
-    random generators they hold."""
+    contents of lists, dicts and sets held by links. (The random
+    generators they hold are recorded: :func:`swap_generators`.)"""
     if not isinstance(instance, chainer.Link):
         return {}
     state = {}
@@ -78,10 +96,6 @@ def python_state(instance):
         for name, value in vars(link).items():
             if type(value) in (list, dict, set):
                 state[id(link), name] = guards.snapshot(value)
-            elif isinstance(value, numpy.random.RandomState):
-                state[id(link), name] = repr(value.get_state(legacy=False))
-            elif isinstance(value, numpy.random.Generator):
-                state[id(link), name] = repr(value.bit_generator.state)
     return state
 
 
@@ -94,9 +108,8 @@ def note_changed_python_state(instance, before, recorder):
                    if kind == 'setattr')
     for key, old in before.items():
         if after.get(key) != old and key not in assigned:
-            recorder.note_escape('changing the list, dict, set or random '
-                                 'generator %r of a link in place' % key[1],
-                                 None)
+            recorder.note_escape('changing the list, dict or set %r of a '
+                                 'link in place' % key[1], None)
 
 
 def adopt_lazy_params(instance, recorder):

@@ -424,6 +424,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         recorder.forward_loc = (code.co_filename, code.co_firstlineno)
     python_state = model_state.python_state(instance)
     restore = model_state.swap_model_arrays(instance, recorder)
+    restore += model_state.swap_generators(instance)
     proxies = arguments.proxies_of(leaves, restore)
     recorder.bind_inputs(proxies, input_names)
     passed = signature.flatten((args, kwargs), [])

@@ -216,6 +216,42 @@ def record_draw(label, draw, args, kwargs, result):
     return result
 
 
+# A generator's methods that set, read or copy its state, or change an
+# array in place: escapes when the forward calls them.
+_GENERATOR_STATE = frozenset([
+    'seed', 'get_state', 'set_state', 'shuffle', 'spawn', 'jumped',
+    'bit_generator', '__getstate__', '__setstate__', '__reduce__'])
+
+
+class RecordingGenerator(object):
+    """Stands for a NumPy random generator (``RandomState`` or
+    ``Generator``) held by a link while the forward is recorded: each
+    draw is recorded (:func:`record_draw`) as a call of the generator's
+    own method, which the program makes again on every call; using its
+    state is an escape."""
+
+    def __init__(self, generator, label):
+        object.__setattr__(self, '_generator', generator)
+        object.__setattr__(self, '_label', label)
+
+    def __getattr__(self, name):
+        attr = getattr(self._generator, name)
+        if name in _GENERATOR_STATE or name.startswith('_') or \
+                not callable(attr):
+            escape('using %s.%s in the forward' % (self._label, name))
+            return attr
+        label = '%s.%s' % (self._label, name)
+
+        def draw(*args, **kwargs):
+            return record_draw(label, attr, args, kwargs,
+                               attr(*args, **kwargs))
+        return draw
+
+    def __setattr__(self, name, value):
+        escape('changing %s in the forward' % self._label)
+        setattr(self._generator, name, value)
+
+
 def record_branch(recorder, label, fn, args, kwargs, result, test):
     """Records ``if <array>.all():`` (or ``any``, or a ``while`` test):
     the reduction as a node giving a 0-d array, then a guard that the

@@ -226,16 +226,6 @@ def draws_from_a_global_generator(x):
     return F.tanh(x + GENERATOR.standard_normal(x.shape).astype(F32))
 
 
-class HoldsAGenerator(chainer.Chain):
-
-    def __init__(self):
-        super().__init__()
-        self.rng = numpy.random.RandomState(0)
-
-    def forward(self, x):
-        return F.tanh(x + self.rng.standard_normal(x.shape).astype(F32))
-
-
 def test_a_generator_the_forward_names_is_never_frozen(rng):
     """Its draws cannot be seen as calls; the state it changed can: the
     forward runs eagerly, and every call draws anew, as eagerly."""
@@ -246,8 +236,60 @@ def test_a_generator_the_forward_names_is_never_frozen(rng):
                             'GENERATOR'):
         results = [jitted(x).array for _ in range(3)]
     assert not any((results[0] == r).all() for r in results[1:])
-    model = HoldsAGenerator()
+
+
+class HoldsAGenerator(chainer.Chain):
+    """Adds noise drawn from a generator of its own (a RandomState, or a
+    Generator), then samples rows with it."""
+
+    def __init__(self, kind):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.rng = numpy.random.RandomState(5) if kind == 'RandomState' \
+            else numpy.random.default_rng(5)
+
+    def forward(self, x):
+        noise = self.rng.standard_normal(x.shape).astype(F32)
+        rows = self.rng.choice(x.shape[0], size=x.shape[0])
+        return self.fc(F.tanh(x + noise)[rows])
+
+
+@pytest.mark.parametrize('kind', ['RandomState', 'Generator'])
+def test_draws_from_a_generator_held_by_the_model_are_ops(rng, kind):
+    eager, model = HoldsAGenerator(kind), HoldsAGenerator(kind)
+    model.copyparams(eager)
     jitted = chainerjit.jit(model.forward)
-    with pytest.warns(errors.FallbackWarning, match="generator 'rng'"):
-        results = [jitted(x).array for _ in range(3)]
-    assert not any((results[0] == r).all() for r in results[1:])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.FallbackWarning)
+        for _ in range(4):
+            x = rng.standard_normal((4, 3)).astype(F32)
+            expected, actual = eager.forward(x), jitted(x)
+            testing.assert_results_equal(actual, expected, 0, 0)
+            v, w = chainer.Variable(x.copy()), chainer.Variable(x.copy())
+            F.sum(eager.forward(v)).backward()
+            F.sum(jitted(w)).backward()
+            numpy.testing.assert_array_equal(v.grad, w.grad)
+    assert isinstance(model.rng, type(eager.rng))  # put back
+    assert jitted.cache_info().compiled >= 5
+    assert 'self.rng.standard_normal' in str(jitted.last_entry.graph)
+
+
+class SeedsItsGenerator(HoldsAGenerator):
+
+    def forward(self, x):
+        self.rng.seed(3)
+        return super().forward(x)
+
+
+def test_using_a_held_generators_state_runs_eagerly(rng):
+    eager, model = SeedsItsGenerator('RandomState'), \
+        SeedsItsGenerator('RandomState')
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward)
+    x = rng.standard_normal((4, 3)).astype(F32)
+    with pytest.warns(errors.FallbackWarning,
+                      match='using self.rng.seed in the forward'):
+        testing.assert_results_equal(jitted(x), eager.forward(x), 0, 0)
+    testing.assert_results_equal(jitted(x), eager.forward(x), 0, 0)
+    assert jitted.cache_info().compiled == 0
