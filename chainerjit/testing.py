@@ -55,25 +55,12 @@ def _leaves(result):
     return structure, leaves
 
 
-def _same_structure(a, b):
-    """``a == b`` for flattened structures, where a NaN scalar held in
-    them equals a NaN of the same type."""
-    if isinstance(a, tuple) and isinstance(b, tuple):
-        return len(a) == len(b) and all(
-            _same_structure(x, y) for x, y in zip(a, b))
-    if type(a) is not type(b):
-        return False
-    if isinstance(a, (float, complex, numpy.inexact)) and a != a:
-        return b != b
-    return a == b
-
-
 def assert_results_equal(actual, expected, rtol=1e-5, atol=1e-6):
     """Asserts two results have the same structure, types, shapes, dtypes
     and values (``numpy.testing.assert_allclose``); NaNs equal NaNs."""
     a_structure, a_leaves = _leaves(actual)
     e_structure, e_leaves = _leaves(expected)
-    assert _same_structure(a_structure, e_structure), (
+    assert signature.same_structure(a_structure, e_structure), (
         'structure differs: %r vs eager %r' % (a_structure, e_structure))
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
         assert type(a) is type(e), 'leaf %d: %s vs eager %s' % (

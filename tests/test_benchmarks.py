@@ -89,16 +89,15 @@ def test_eager_chainer_is_timed_with_chainers_own_methods():
     assert chainer.Link.__call__ is _calls.link_call
 
 
-def test_fallback_benchmark_checks_and_reports(tmp_path):
-    from benchmarks import bench_fallback
-    report = tmp_path / 'fallback.md'
-    rows = bench_fallback.main(['--calls', '24', '--rounds', '1',
-                                '--target-ms', '1', '--threads', '0',
-                                '--output', str(report)])
-    assert [r['workload'] for r in rows] == list(bench_fallback.WORKLOADS)
-    new_value, one_shape, new_lengths = rows
-    assert new_value['stopped'] and new_lengths['stopped']
-    assert one_shape['info'].currsize == 1
-    assert all(r['info'].compiled == 0 for r in rows[1:])
+def test_programs_benchmark_checks_and_reports(tmp_path):
+    from benchmarks import bench_programs
+    report = tmp_path / 'programs.md'
+    rows = bench_programs.main([
+        '--calls', '12', '--rounds', '1', '--target-ms', '1', '--threads',
+        '0', '--only', 'tree net, whole traversal jitted',
+        'VAE, sampling', 'new value every call', '--output', str(report)])
+    tree, vae, new_value = rows
+    assert tree['stopped'] and new_value['stopped']
+    assert vae['info'].compiled > 0 and vae['info'].eager == 0
     text = report.read_text()
-    assert '| count, one shape |' in text and 'machine:' in text
+    assert '| VAE, sampling |' in text and 'machine:' in text

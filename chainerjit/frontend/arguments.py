@@ -247,6 +247,4 @@ def _untag_leaf(leaf, proxies, leaves):
     if isinstance(leaf, chainer.Variable):
         leaf._data[0] = traced.untag(leaf._data[0])
         return leaf
-    if traced.is_scalar(leaf):
-        return traced.untag(leaf)[()]
-    return traced.untag(leaf)
+    return traced.as_eager(leaf)

@@ -97,6 +97,8 @@ def _recording_report(report, recorder):
     def report_recorded(values, observer=None):
         if _state.recorder is recorder:
             recorder.note_effect('report', observer, None, values)
+            # The reporter keeps what eager mode gives it.
+            values = dict((k, traced.as_eager(v)) for k, v in values.items())
         report(values, observer)
     return report_recorded
 

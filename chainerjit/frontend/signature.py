@@ -16,6 +16,7 @@ import collections
 import inspect
 
 import chainer
+import numpy
 
 from chainerjit import ir
 from chainerjit.frontend import _keys
@@ -35,6 +36,19 @@ leaf_arrays = _keys.leaf_arrays
 make_key = _keys.make_key
 # config_flags() returns ``(chainer.config.train, enable_backprop)``.
 config_flags = _keys.config_flags
+
+
+def same_structure(a, b):
+    """``a == b`` for structures from :func:`flatten`, but that a NaN
+    scalar held in them equals a NaN of the same type."""
+    if isinstance(a, tuple) and isinstance(b, tuple):
+        return len(a) == len(b) and all(
+            same_structure(x, y) for x, y in zip(a, b))
+    if type(a) is not type(b):
+        return False
+    if isinstance(a, (float, complex, numpy.inexact)) and a != a:
+        return b != b
+    return a == b
 
 
 def unflatten(structure, leaves):

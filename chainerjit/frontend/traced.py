@@ -10,6 +10,7 @@ a scalar) or making a shape depend on its values is a *data escape*
 (:func:`escape`), noted on this thread's recorder (``trace``).
 """
 
+import operator
 import os
 import sys
 
@@ -88,6 +89,14 @@ def untag(obj):
     return obj
 
 
+def as_eager(obj):
+    """What eager NumPy gave for ``obj``: a traced view as a plain array,
+    one standing for a NumPy scalar (:func:`is_scalar`) as that scalar."""
+    if is_scalar(obj):
+        return untag(obj)[()]
+    return untag(obj)
+
+
 def _tag(obj):
     if type(obj) is numpy.ndarray:
         return obj.view(TracedArray)
@@ -142,6 +151,44 @@ def _note_scalar(array):
     recorder = _state.recorder
     if recorder is not None and recorder.depth == 0:
         array.scalar = True
+
+
+# Names by which Python code tests a value's type, which a 0-d array
+# standing for a NumPy scalar would fail (isinstance(s, numpy.ndarray)).
+_TYPE_TESTS = frozenset(['isinstance', 'type', 'issubclass', 'isscalar'])
+
+
+def tests_types(code):
+    """Does ``code`` (or a function or comprehension in it) name a type
+    test? A forward that does gets NumPy scalars as they are (reading one
+    into Python is then an escape), not as followed 0-d arrays."""
+    return bool(_TYPE_TESTS & set(code.co_names)) or any(
+        tests_types(const) for const in code.co_consts
+        if hasattr(const, 'co_names'))
+
+
+def _followed_scalar(result, followed):
+    """``result`` traced; where NumPy gave a scalar and ``followed``, as a
+    0-d array marked as standing for that scalar (:func:`is_scalar`): it
+    is followed through the forward's code, and the NumPy scalar eager
+    gives comes back where it is returned or reported. Elsewhere, or in a
+    forward that tests types (:func:`tests_types`), a scalar is a Python
+    value: an element ``x[0, 1]``, an index ``argmax()``."""
+    recorder = _state.recorder
+    if not (followed and isinstance(result, numpy.generic) and
+            recorder is not None and recorder.follows_scalars):
+        return _tag(result)
+    result = _tag(numpy.asarray(result))
+    _note_scalar(result)
+    return result
+
+
+# NumPy functions whose scalar result is followed (see _followed_scalar).
+_SCALAR_REDUCTIONS = frozenset([
+    'sum', 'prod', 'mean', 'average', 'std', 'var', 'max', 'min', 'amax',
+    'amin', 'ptp', 'count_nonzero', 'nansum', 'nanprod', 'nanmean',
+    'nanstd', 'nanvar', 'nanmax', 'nanmin', 'dot', 'vdot', 'inner',
+    'trace'])
 
 
 def is_scalar(array):
@@ -421,25 +468,22 @@ class TracedArray(numpy.ndarray):
         call = getattr(ufunc, method)
         untagged = {k: untag(v) for k, v in kwargs.items()}
         result = call(*untag(inputs), **untagged)
-        scalar = method == '__call__' and isinstance(result, numpy.generic)
-        if scalar:
-            # An elementwise op on 0-d arrays: keep it an array, followed,
-            # that becomes the NumPy scalar eager gives where returned.
-            result = numpy.asarray(result)
-        result = _tag(result)
-        if scalar:
-            _note_scalar(result)
+        name = 'numpy.' + ufunc.__name__ + ('' if method == '__call__' else
+                                            '.' + method)
+        # An elementwise op on 0-d arrays, or a sum (``(y == t).sum()``):
+        # the NumPy scalar eager gives, kept a followed 0-d array.
+        result = _followed_scalar(result, method in ('__call__', 'reduce')
+                                  and name not in _TRUTH_REDUCTIONS)
         if 'out' in kwargs:  # as NumPy does, return `out` itself
             out = kwargs['out']
             result = out[0] if len(out) == 1 else out
-        name = ufunc.__name__ + ('' if method == '__call__' else
-                                 '.' + method)
-        _record_numpy('numpy.' + name, call, inputs, kwargs, result)
+        _record_numpy(name, call, inputs, kwargs, result)
         return result
 
     def __array_function__(self, func, types, args, kwargs):
         untagged = {k: untag(v) for k, v in kwargs.items()}
-        result = _tag(func(*untag(args), **untagged))
+        result = _followed_scalar(func(*untag(args), **untagged),
+                                  func.__name__ in _SCALAR_REDUCTIONS)
         _record_numpy('numpy.' + func.__name__, func, args, kwargs, result)
         return result
 
@@ -468,6 +512,28 @@ class TracedArray(numpy.ndarray):
     @property
     def T(self):
         return self.transpose()
+
+    def _not_in_place(name, operator):
+        """``x += y`` of a 0-d array standing for a NumPy scalar
+        (:func:`is_scalar`): a new value, as for the immutable scalar
+        eager has (``correct += (y == t).sum()`` in a loop)."""
+        in_place = getattr(numpy.ndarray, name)
+
+        def apply(self, other):
+            if self.__dict__.get('scalar', False):
+                return operator(self, other)
+            return in_place(self, other)
+        apply.__name__ = name
+        return apply
+
+    for _name, _operator in (
+            ('__iadd__', operator.add), ('__isub__', operator.sub),
+            ('__imul__', operator.mul), ('__itruediv__', operator.truediv),
+            ('__ifloordiv__', operator.floordiv),
+            ('__imod__', operator.mod), ('__ipow__', operator.pow),
+            ('__iand__', operator.and_), ('__ior__', operator.or_),
+            ('__ixor__', operator.xor)):
+        locals()[_name] = _not_in_place(_name, _operator)
 
     def _read(name):
         base = getattr(numpy.ndarray, name)

@@ -303,7 +303,7 @@ def compare_results(expected, actual):
         act_structure = signature.flatten(actual, act_leaves)
     except errors.UnsupportedArgument as e:
         return str(e)
-    if exp_structure != act_structure:
+    if not signature.same_structure(exp_structure, act_structure):
         return 'the result has another structure'
     for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
         e, a = signature.leaf_array(e), signature.leaf_array(a)

@@ -1,0 +1,402 @@
+"""Real programs with Python readbacks, random draws and changing
+signatures: eager Chainer vs chainerjit, side by side.
+
+Each workload is a sequence of calls (training steps, or forwards) of a
+fresh model, run eagerly and through ``chainerjit.jit`` from the same
+weights and seeds; every call's result (a loss, an output) is checked
+against eager's. Workloads:
+
+* ``CRF tagger, accuracy count``: an embedding, a linear layer and a
+  linear-chain CRF loss over sentences of 5 to 20 tokens (batch 8), whose
+  forward counts correct tags for its report with
+  ``xp.sum(y == p)`` on ``F.argmax_crf1d``'s path (a value read into
+  Python): a training step per call;
+* ``tree net, whole traversal jitted`` / ``tree net, composition
+  jitted``: a recursive network over a new random binary tree on every
+  call (a tree of word ids, a ``tanh`` composition of the two children, a
+  softmax cross entropy at the root), once with the whole recursive
+  forward jitted (the tree is a Python argument: a new signature per
+  tree) and once with only the per-node composition jitted;
+* ``VAE, sampling``: Chainer's VAE example's loss (an encoder to a
+  Normal, ``chainer.distributions`` sampling, a Bernoulli decoder, the
+  KL term) on batches of 32 x 64, a training step (Adam) per call;
+* ``GAN discriminator, input noise``: a discriminator that adds
+  ``xp.random.randn`` noise to its input, on real and fake batches, a
+  training step per call;
+* ``new value every call``: a forward whose Python ``float`` argument
+  changes on every call.
+
+For each: the total time of the sequence (recordings and compiles
+included) and its ratio to eager's; the steady-state time per call over
+the last calls, medians of interleaved rounds (the ratio and the
+difference to eager's); and what ``cache_info()`` says ran how.
+
+Usage::
+
+    python benchmarks/bench_programs.py [--calls 200]
+        [--output docs/benchmarks_programs.md]
+"""
+
+import argparse
+import collections
+import os
+import sys
+import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+
+from benchmarks import timing  # noqa: E402
+
+WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
+             'tree net, composition jitted', 'VAE, sampling',
+             'GAN discriminator, input noise', 'new value every call')
+
+#: ``steps(jit)``: ``(step, jitted function)``; ``step(n, args)`` runs
+#: call ``n`` and returns what is compared.
+Workload = collections.namedtuple('Workload', 'make calls')
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--calls', type=int, default=200)
+    parser.add_argument('--threads', type=int, default=1,
+                        help='BLAS threads (0: leave as is)')
+    parser.add_argument('--rounds', type=int, default=9)
+    parser.add_argument('--target-ms', type=float, default=40.0)
+    parser.add_argument('--only', nargs='+', choices=WORKLOADS)
+    parser.add_argument('--output', help='write a Markdown report here')
+    return parser.parse_args(argv)
+
+
+# --- the models --------------------------------------------------------------
+
+def _links():
+    import chainer
+    import chainer.distributions as D
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class CRFTagger(chainer.Chain):
+        def __init__(self, words=100, tags=6, units=32):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(words, units)
+                self.fc = L.Linear(units, tags)
+                self.crf = L.CRF1d(tags)
+
+        def forward(self, xs, ys):
+            # xs, ys: (T, B) word and tag ids, time major.
+            t, b = xs.shape
+            hs = self.fc(self.embed(xs.reshape(-1)))
+            hs = F.separate(F.reshape(hs, (t, b, -1)), axis=0)
+            ts = list(ys)
+            loss = self.crf(hs, ts)
+            _, path = self.crf.argmax(hs)
+            correct = 0
+            for y, p in zip(ts, path):
+                correct += self.xp.sum(y == p)
+            chainer.report({'loss': loss, 'correct': correct}, self)
+            return loss
+
+    class TreeNet(chainer.Chain):
+        def __init__(self, words=100, units=32, classes=5):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(words, units)
+                self.compose_fc = L.Linear(2 * units, units)
+                self.out = L.Linear(units, classes)
+
+        def compose(self, left, right):
+            return F.tanh(self.compose_fc(F.concat((left, right))))
+
+        def traverse(self, node):
+            if isinstance(node, int):
+                return self.embed(numpy.array([node], numpy.int32))
+            return self.compose(self.traverse(node[0]),
+                                self.traverse(node[1]))
+
+        def forward(self, tree, label):
+            return F.softmax_cross_entropy(self.out(self.traverse(tree)),
+                                           label)
+
+    class VAE(chainer.Chain):
+        def __init__(self, n_in=64, n_latent=8, n_h=64):
+            super().__init__()
+            with self.init_scope():
+                self.le1 = L.Linear(n_in, n_h)
+                self.le2_mu = L.Linear(n_h, n_latent)
+                self.le2_ln_sigma = L.Linear(n_h, n_latent)
+                self.ld1 = L.Linear(n_latent, n_h)
+                self.ld2 = L.Linear(n_h, n_in)
+
+        def forward(self, x):
+            h = F.tanh(self.le1(x))
+            q = D.Normal(loc=self.le2_mu(h),
+                         log_scale=self.le2_ln_sigma(h))
+            z = q.sample(1)
+            logits = self.ld2(F.tanh(self.ld1(F.reshape(z, (len(x), -1)))))
+            p = D.Bernoulli(logit=logits)
+            prior = D.Normal(self.xp.zeros(q.loc.shape, numpy.float32),
+                             self.xp.ones(q.loc.shape, numpy.float32))
+            reconstr = F.mean(F.sum(p.log_prob(x), axis=-1))
+            kl = F.mean(F.sum(chainer.kl_divergence(q, prior), axis=-1))
+            return -(reconstr - kl)
+
+    class Discriminator(chainer.Chain):
+        def __init__(self, n_in=64, n_h=128):
+            super().__init__()
+            with self.init_scope():
+                self.l1 = L.Linear(n_in, n_h)
+                self.l2 = L.Linear(n_h, n_h)
+                self.l3 = L.Linear(n_h, 1)
+
+        def forward(self, x):
+            noise = self.xp.random.randn(*x.shape).astype(numpy.float32)
+            h = F.leaky_relu(self.l1(x + 0.1 * noise))
+            return self.l3(F.leaky_relu(self.l2(h)))
+
+    class Scaled(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.fc = L.Linear(64, 64)
+
+        def forward(self, x, k):
+            return F.tanh(self.fc(x)) * k
+
+    return CRFTagger, TreeNet, VAE, Discriminator, Scaled
+
+
+# --- the steps ---------------------------------------------------------------
+
+def _twins(cls):
+    import numpy
+    numpy.random.seed(0)
+    eager, jitted = cls(), cls()
+    jitted.copyparams(eager)
+    return eager, jitted
+
+
+def _training_step(model, loss_of):
+    """``step(n, args)``: a seeded training step (Adam) of ``model``."""
+    import chainer
+    import numpy
+    optimizer = chainer.optimizers.Adam()
+    optimizer.setup(model)
+
+    def step(n, args):
+        numpy.random.seed(n)
+        model.cleargrads()
+        loss = loss_of(*args)
+        loss.backward()
+        optimizer.update()
+        return loss.array
+    return step
+
+
+def _crf(jit):
+    import chainerjit
+    cls = _links()[0]
+    model = _twins(cls)[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _crf_calls(n, rng):
+    import numpy
+    calls = []
+    for _ in range(n):
+        t = int(rng.randint(5, 21))
+        calls.append((rng.randint(0, 100, (t, 8)).astype(numpy.int32),
+                      rng.randint(0, 6, (t, 8)).astype(numpy.int32)))
+    return calls
+
+
+def _tree(jit, part):
+    import chainerjit
+    cls = _links()[1]
+    model = _twins(cls)[1 if jit else 0]
+    forward = model.forward
+    jitted = None
+    if jit and part == 'whole':
+        forward = jitted = chainerjit.jit(model.forward)
+    elif jit:
+        model.compose = jitted = chainerjit.jit(model.compose)
+    return _training_step(model, forward), jitted
+
+
+def _random_tree(rng, leaves):
+    if leaves == 1:
+        return int(rng.randint(0, 100))
+    left = int(rng.randint(1, leaves))
+    return (_random_tree(rng, left), _random_tree(rng, leaves - left))
+
+
+def _tree_calls(n, rng):
+    import numpy
+    return [(_random_tree(rng, int(rng.randint(4, 13))),
+             rng.randint(0, 5, 1).astype(numpy.int32)) for _ in range(n)]
+
+
+def _vae(jit):
+    import chainerjit
+    model = _twins(_links()[2])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _vae_calls(n, rng):
+    import numpy
+    return [((rng.uniform(size=(32, 64)) > 0.5).astype(numpy.float32),)
+            for _ in range(n)]
+
+
+def _gan(jit):
+    import chainer.functions as F
+    import chainerjit
+    model = _twins(_links()[3])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+
+    def loss_of(real, fake):
+        return F.mean(F.softplus(-forward(real))) + \
+            F.mean(F.softplus(forward(fake)))
+    return _training_step(model, loss_of), forward
+
+
+def _gan_calls(n, rng):
+    import numpy
+    return [(rng.standard_normal((32, 64)).astype(numpy.float32),
+             rng.standard_normal((32, 64)).astype(numpy.float32))
+            for _ in range(n)]
+
+
+def _scaled(jit):
+    import chainerjit
+    model = _twins(_links()[4])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+
+    def step(n, args):
+        return forward(*args).array
+    return step, forward
+
+
+def _scaled_calls(n, rng):
+    import numpy
+    return [(rng.standard_normal((16, 64)).astype(numpy.float32),
+             1.0 + k / n) for k in range(n)]
+
+
+WORKLOAD_DEFS = {
+    'CRF tagger, accuracy count': Workload(_crf, _crf_calls),
+    'tree net, whole traversal jitted': Workload(
+        lambda jit: _tree(jit, 'whole'), _tree_calls),
+    'tree net, composition jitted': Workload(
+        lambda jit: _tree(jit, 'compose'), _tree_calls),
+    'VAE, sampling': Workload(_vae, _vae_calls),
+    'GAN discriminator, input noise': Workload(_gan, _gan_calls),
+    'new value every call': Workload(_scaled, _scaled_calls),
+}
+
+
+# --- timing ------------------------------------------------------------------
+
+def _run_all(step, calls, first=0):
+    return [step(first + n, args) for n, args in enumerate(calls)]
+
+
+def run_workload(name, args):
+    """Times one workload; checks every call's result against eager's."""
+    import warnings
+    import numpy
+
+    definition = WORKLOAD_DEFS[name]
+    calls = definition.calls(args.calls, numpy.random.RandomState(1))
+    (eager, _), (jit, jitted) = definition.make(False), definition.make(True)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        start = time.perf_counter()
+        expected = _run_all(eager, calls)
+        eager_total = time.perf_counter() - start
+        start = time.perf_counter()
+        actual = _run_all(jit, calls)
+        jit_total = time.perf_counter() - start
+        for n, (a, e) in enumerate(zip(actual, expected)):
+            numpy.testing.assert_allclose(
+                a, e, rtol=1e-4, atol=1e-5,
+                err_msg='%s, call %d: jit vs eager' % (name, n))
+        tail = calls[-min(len(calls), 20):]
+        samples = timing.interleaved(
+            {'eager': lambda: _run_all(eager, tail, len(calls)),
+             'jit': lambda: _run_all(jit, tail, len(calls))},
+            rounds=args.rounds, target_seconds=args.target_ms / 1e3)
+    summaries, ratio = timing.compare(samples)
+    per_call = dict((k, s.median / len(tail)) for k, s in summaries.items())
+    return {'workload': name, 'eager_total': eager_total,
+            'jit_total': jit_total, 'eager_call': per_call['eager'],
+            'jit_call': per_call['jit'], 'ratio': ratio,
+            'info': jitted.cache_info(), 'stopped': jitted.budget.stopped}
+
+
+def format_table(rows):
+    lines = ['| workload | eager, total | jit, total | ratio | eager per '
+             'call | jit per call | ratio | difference | compiles | '
+             'compiled calls | eager calls |',
+             '|---|---|---|---|---|---|---|---|---|---|---|']
+    for r in rows:
+        info = r['info']
+        lines.append(
+            '| %s | %.0f ms | %.0f ms | %.2fx | %.1f us | %.1f us | %.2fx | '
+            '%+.1f us | %d | %d | %d |' % (
+                r['workload'], r['eager_total'] * 1e3, r['jit_total'] * 1e3,
+                r['jit_total'] / r['eager_total'], r['eager_call'] * 1e6,
+                r['jit_call'] * 1e6, r['ratio'],
+                (r['jit_call'] - r['eager_call']) * 1e6, info.compiles,
+                info.compiled, info.eager))
+    return '\n'.join(lines)
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    info = timing.start(args.threads)
+    rows = []
+    for name in args.only or WORKLOADS:
+        rows.append(run_workload(name, args))
+        print('%s: %.2fx of eager in steady state' % (name,
+                                                      rows[-1]['ratio']))
+    stops = ['* %s: %s.' % (r['workload'], r['stopped']) for r in rows
+             if r['stopped']]
+    report = '\n'.join([
+        '# Real programs: readbacks, random draws, changing signatures',
+        '',
+        'Generated by `python benchmarks/bench_programs.py --calls %d%s`. '
+        'Each workload is %d calls (training steps, or forwards) of a fresh '
+        'model, eagerly and through `chainerjit.jit` from the same weights '
+        'and seeds, every result checked against eager\'s (see the '
+        'script\'s docstring for the models). *Total*: the whole sequence, '
+        'recordings and compiles included. *Per call*: medians of %d '
+        'interleaved rounds over the last 20 calls (steady state); '
+        '*difference* is jit\'s per call less eager\'s. The counts are '
+        'the jitted function\'s `cache_info()` at the end: for the tree '
+        'net with the composition jitted, they count its calls, one per '
+        'tree node.' % (
+            args.calls, ' --output %s' % args.output if args.output else '',
+            args.calls, args.rounds),
+        '',
+        '* date: %(date)s' % info,
+        '* machine: %(machine)s' % info,
+        '* Python %(python)s, numpy %(numpy)s, chainer %(chainer)s' % info,
+        '* threads: %(threads)s; BLAS: %(blas)s' % info,
+        '',
+        format_table(rows),
+        '',
+        'Why a jitted function stopped recording new signatures:',
+        '',
+    ] + (stops or ['* none did.'])) + '\n'
+    timing.publish(report, args.output)
+    return rows
+
+
+if __name__ == '__main__':
+    main()
