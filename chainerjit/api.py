@@ -87,6 +87,9 @@ class JitFunction(_calls.CachedCall):
         self._lengths_unsound = False  # a symbolic length gave another
         # result than eager: lengths stay in the key
         self._unpacked = set()  # list arguments recorded item by item
+        # the links an eager call runs as compiled segments (_fallback)
+        self._segments = weakref.WeakKeyDictionary()
+        self._segment_links = weakref.WeakKeyDictionary()
         self.cache = cache_module.Cache(options['maxsize'])
         # when misses stop being recorded (runtime.budget)
         self.budget = budget.RecordingBudget(options['recompile_limit'],
@@ -148,13 +151,13 @@ class JitFunction(_calls.CachedCall):
             key, leaves, packed = self.call_key(args, kwargs, train, backprop)
         except errors.UnsupportedArgument as e:
             self._warn_fallback(e, trace.user_location(2))
-            return self._eager(instance, args, kwargs)
+            return self._fallback(instance, args, kwargs)
         entry, params, symbols = self.cache.lookup(key, instance)
         if entry is None:
             self.cache.misses += 1
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
-                return self._eager(instance, args, kwargs)
+                return self._fallback(instance, args, kwargs)
             return self._compile(key, leaves, instance, args, kwargs, packed)
         self.last_entry = entry
         self.cache.hits += 1
@@ -165,7 +168,7 @@ class JitFunction(_calls.CachedCall):
                                        instance, args, kwargs)
         training = backprop and entry.needs_grad(leaves)
         if (entry.training if training else entry.program) is None:
-            return self._eager(instance, args, kwargs, hit=True)
+            return self._fallback(instance, args, kwargs, hit=True)
         return _calls.run_entry(self, entry, leaves, params, symbols,
                                 instance, args, kwargs, training)
 
@@ -247,6 +250,58 @@ class JitFunction(_calls.CachedCall):
             raise ReferenceError('%s: its model no longer exists'
                                  % self.__name__)
         return instance
+
+    def _fallback(self, instance, args, kwargs, hit=False):
+        """Runs a call chainerjit does not compile eagerly, the links it
+        calls in compiled segments of their own: each link the model holds
+        directly runs a jitted forward for the time of the call (as if
+        jitted by the user; ``runtime._calls.segments``), so that what
+        can be compiled is, around the construct that cannot. Counted as
+        :meth:`_eager`."""
+        forwards = self._segment_forwards(instance)
+        if not forwards:
+            return self._eager(instance, args, kwargs, hit)
+        with _calls.segments(forwards):
+            return self._eager(instance, args, kwargs, hit)
+
+    def _segment_forwards(self, instance):
+        """``{id(link): (link, jitted forward)}`` for the links
+        ``instance`` holds directly whose forward is not jitted already,
+        made once for each state of the model's links."""
+        if not isinstance(instance, chainer.Link):
+            return None
+        epoch, forwards = self._segments.get(instance, (None, None))
+        if epoch != cache_module.link_epoch[0]:
+            forwards = dict(
+                (id(link), (link, self._segment_of(link)))
+                for link in instance.children()
+                if not _calls.jitted_forward(link))
+            self._segments[instance] = (cache_module.link_epoch[0],
+                                        forwards)
+        return forwards
+
+    def _segment_of(self, link):
+        """The jitted forward of a link run as a segment (one per link,
+        kept while the link lives)."""
+        found = self._segment_links.get(link)
+        if found is None:
+            found = JitFunction(type(link).forward, weakref.ref(link),
+                                self._options)
+            found.__name__ = '%s.forward' % type(link).__name__
+            self._segment_links[link] = found
+        return found
+
+    def segments(self):
+        """The jitted forwards of the links that calls run eagerly ran as
+        compiled segments, ``{link path: JitFunction}``: each has
+        ``cache_info()``, ``explain()`` and the rest."""
+        instance = self._instance()
+        if not isinstance(instance, chainer.Link):
+            return {}
+        return dict((name.lstrip('/').replace('/', '.'),
+                     self._segment_links[link])
+                    for name, link in instance.namedlinks(skipself=True)
+                    if link in self._segment_links)
 
     def _eager(self, instance, args, kwargs, hit=False):
         """Runs the call eagerly (counted in ``cache_info().eager``;
@@ -383,6 +438,12 @@ class JitFunction(_calls.CachedCall):
         if self.budget.stopped:
             report += ('\nNew signatures run eagerly, unrecorded: %s.'
                        % self.budget.stopped)
+        segments = self.segments()
+        if segments:
+            report += '\nCalls run eagerly ran these links compiled: %s.' % (
+                ', '.join('%s (%d compiled calls)' % (
+                    name, fn.cache_info().compiled)
+                    for name, fn in sorted(segments.items())))
         return report
 
     def explain(self, *args, **kwargs):

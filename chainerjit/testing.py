@@ -60,7 +60,9 @@ def assert_results_equal(actual, expected, rtol=1e-5, atol=1e-6):
     and values (``numpy.testing.assert_allclose``); NaNs equal NaNs."""
     a_structure, a_leaves = _leaves(actual)
     e_structure, e_leaves = _leaves(expected)
-    assert signature.same_structure(a_structure, e_structure), (
+    assert signature.same_structure(
+        a_structure, e_structure, lambda a, e: numpy.allclose(
+            a, e, rtol=rtol, atol=atol)), (
         'structure differs: %r vs eager %r' % (a_structure, e_structure))
     for i, (a, e) in enumerate(zip(a_leaves, e_leaves)):
         assert type(a) is type(e), 'leaf %d: %s vs eager %s' % (

@@ -38,16 +38,19 @@ make_key = _keys.make_key
 config_flags = _keys.config_flags
 
 
-def same_structure(a, b):
+def same_structure(a, b, close=None):
     """``a == b`` for structures from :func:`flatten`, but that a NaN
-    scalar held in them equals a NaN of the same type."""
+    held in them equals a NaN of the same type, and that NumPy float
+    scalars (computed values) compare with ``close(a, b)`` if given."""
     if isinstance(a, tuple) and isinstance(b, tuple):
         return len(a) == len(b) and all(
-            same_structure(x, y) for x, y in zip(a, b))
+            same_structure(x, y, close) for x, y in zip(a, b))
     if type(a) is not type(b):
         return False
     if isinstance(a, (float, complex, numpy.inexact)) and a != a:
         return b != b
+    if close is not None and isinstance(a, numpy.inexact):
+        return bool(close(a, b))
     return a == b
 
 

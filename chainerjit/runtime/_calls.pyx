@@ -209,6 +209,12 @@ cdef class CachedCall:
         return result
 
 
+def jitted_forward(link):
+    """The jitted function ``link``'s call runs, or None (see
+    :func:`_jitted_forward`)."""
+    return _jitted_forward(link)
+
+
 # --- calling a link whose forward is jitted (``chainerjit.fastpaths.link_call``) ------
 
 cdef object _Link = chainer.Link
@@ -237,10 +243,41 @@ def link_call(self, *args, **kwargs):
     return result
 
 
+# While a forward that cannot be compiled runs eagerly, the links it calls
+# run jitted forwards of their own (``api.JitFunction._eager_in_segments``):
+# {link: JitFunction} of those links, and how deep such runs are nested.
+cdef dict _segments = {}
+cdef int _segment_depth = 0
+
+
+class segments(object):
+    """``with segments(forwards):`` for the time of an eager run, the call
+    of a link in ``forwards`` (``{id(link): (link, jitted forward)}``) is
+    the call of its jitted forward (see :func:`link_call`)."""
+
+    def __init__(self, forwards):
+        self.forwards = forwards
+
+    def __enter__(self):
+        global _segment_depth
+        self.saved = dict((k, _segments[k]) for k in self.forwards
+                          if k in _segments)
+        _segments.update(self.forwards)
+        _segment_depth += 1
+
+    def __exit__(self, *exc):
+        global _segment_depth
+        _segment_depth -= 1
+        for k in self.forwards:
+            _segments.pop(k, None)
+        _segments.update(self.saved)
+
+
 cdef object _jitted_forward(object link):
     """What ``link.forward`` gives if it is a jitted function and Chainer's
     ``Link.__call__`` would call it (no mixin's ``__call__`` comes first),
-    else None; runs no Python code of the link."""
+    else None; runs no Python code of the link. Inside :class:`segments`,
+    a link given there gets its jitted forward too."""
     cdef object kind = type(link)
     cdef PyObject* raw = _PyType_Lookup(<PyTypeObject*>kind,
                                          <PyObject*>_FORWARD)
@@ -252,6 +289,10 @@ cdef object _jitted_forward(object link):
     if forward is None and raw is not NULL and \
             isinstance(<object>raw, CachedCall):
         forward = (<object>raw).__get__(link, kind)
+    if forward is None and _segment_depth:
+        found = _segments.get(id(link))
+        if found is not None and found[0] is link:
+            forward = found[1]
     if not isinstance(forward, CachedCall) or not _no_mixin_call(kind):
         return None
     return forward
@@ -322,7 +363,7 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     if not bucket:
         if jitfn.budget.stopped is not None and not cache._symbolics:
             cache.misses += 1  # a miss the function no longer records
-            return jitfn._eager(instance, args, kwargs)
+            return jitfn._fallback(instance, args, kwargs)
         return _MISS
     entry = bucket[0]
     if entry.symbolic is not None or entry._epoch != _link_epoch[0] or \
@@ -338,7 +379,7 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     entry.hits += 1
     jitfn.last_entry = entry
     if (entry.training if training else entry.program) is None:
-        return jitfn._eager(instance, args, kwargs, True)  # no program
+        return jitfn._fallback(instance, args, kwargs, True)  # no program
     return run_entry(jitfn, entry, leaves, params, [], instance, args,
                      kwargs, training)
 

@@ -295,6 +295,12 @@ def _self_check(caller, entry, leaves, recording, symbols):
         caller.warn_fallback(errors.CompiledMismatch(problem), None)
 
 
+def _close_enough(a, b):
+    """The self-check's tolerance for a NumPy float scalar result."""
+    return numpy.allclose(a, b, rtol=1e-4, atol=1e-5 * max(
+        abs(complex(a)), abs(complex(b)), 1.0))
+
+
 def compare_results(expected, actual):
     """Returns ``None`` if two results match, else what differs."""
     exp_leaves, act_leaves = [], []
@@ -303,7 +309,8 @@ def compare_results(expected, actual):
         act_structure = signature.flatten(actual, act_leaves)
     except errors.UnsupportedArgument as e:
         return str(e)
-    if not signature.same_structure(exp_structure, act_structure):
+    if not signature.same_structure(exp_structure, act_structure,
+                                    _close_enough):
         return 'the result has another structure'
     for i, (e, a) in enumerate(zip(exp_leaves, act_leaves)):
         e, a = signature.leaf_array(e), signature.leaf_array(a)

@@ -151,7 +151,8 @@ def programs(draw, templates):
         vals = _vals_of(args[1:], batches, 1)
         builder = Builder(draw, vals, params)
         pre = builder.draw_ops(0, 4)
-        init = builder.pick()
+        # The loop starts from an array or a Variable (steps are stacked).
+        init = builder.pick(lambda v: v.float and v.kind != 'npscalar')
         h = builder.vals[init]
         x = _vals_of(args[:1], batches, 1)[0]
         x = Val(tuple(s[1:] for s in x.shapes), x.kind)

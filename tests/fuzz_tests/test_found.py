@@ -12,6 +12,8 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests.fuzz_tests import programs
+from tests.fuzz_tests import runner
 
 
 def _a(rng, *shape):
@@ -215,3 +217,21 @@ def test_a_numpy_scalar_stays_one_in_training(rng, where):
 def test_results_with_a_nan_scalar_compare_equal():
     testing.assert_results_equal((numpy.float32('nan'), numpy.zeros(2)),
                                  (numpy.float32('nan'), numpy.zeros(2)))
+
+
+# --- a NumPy scalar computed within rounding ---------------------------------
+
+def test_a_numpy_scalar_equal_within_rounding_is_no_mismatch():
+    """The sum of a batch normalization over batch statistics without
+    backprop (not bit for bit eager's), returned as a NumPy scalar: the
+    self-check and chainerjit.testing compare it within rounding (they
+    compared scalars in the result's structure exactly)."""
+    runner.check(programs.Program(
+        template='Straight', args=((('B',), 'array'), (('B',), 'alias')),
+        params=(('bn0', 'bn', (1,)),),
+        pre=(('expand', 1, 0), ('bn', 2, 'bn0', False)), body=(), carry=0,
+        init=0, then=(), orelse=(), tested=0, probe_sum=False,
+        threshold=0.0, last=3, outs=('one', ((3, 'scalar'),)),
+        batches=(1,), lengths=(1, 1, 1), grad=False, train=True,
+        mutate=False, dtype='float32', special=None,
+        layouts=(('c', 'c'), 'odd'), seed=1), events=False)

@@ -160,8 +160,12 @@ def test_a_fallback_entry_hit_in_c_runs_eagerly_once(rng, monkeypatch):
     t = rng.randint(0, 3, 3).astype(numpy.int32)
     _run(jitted, [(x, t), (x, t)])  # records; checks the model once
 
-    def call_general(*args):
-        pytest.fail('the call went to call_general')
+    original = type(jitted).call_general
+
+    def call_general(self, args, kwargs):  # the links' segments may
+        if self is jitted:
+            pytest.fail('the call went to call_general')
+        return original(self, args, kwargs)
     monkeypatch.setattr(type(jitted), 'call_general', call_general)
     for _ in range(3):
         testing.assert_results_equal(jitted(x, t), eager.forward(x, t))
