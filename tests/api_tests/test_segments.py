@@ -82,13 +82,22 @@ def test_the_links_of_an_eager_forward_run_compiled(rng):
     assert 'enc (' in jitted.cache_report()
 
 
-def test_segments_last_for_the_call_only(rng):
+def _jitted_after_a_call(rng):
+    """Twins, the second's forward jitted and called once; one call's
+    arguments."""
     eager, model = _twins()
     jitted = chainerjit.jit(model.forward)
     (x, t), = _calls(rng, 1)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.FallbackWarning)
         jitted(x, t)
+    return eager, model, jitted, x, t
+
+
+def test_segments_last_for_the_call_only(rng):
+    eager, model, jitted, x, t = _jitted_after_a_call(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
         jitted(x, t)
     enc = jitted.segments()['enc']
     calls = enc.cache_info().hits + enc.cache_info().misses
@@ -97,15 +106,10 @@ def test_segments_last_for_the_call_only(rng):
 
 
 def test_hooks_see_every_op_of_an_eager_forward(rng):
-    eager, model = _twins()
-    jitted = chainerjit.jit(model.forward)
-    (x, t), = _calls(rng, 1)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+    _, _, jitted, x, t = _jitted_after_a_call(rng)
+    hook = chainer.function_hooks.TimerHook()
+    with hook:
         jitted(x, t)
-        hook = chainer.function_hooks.TimerHook()
-        with hook:
-            jitted(x, t)
     names = set(name for name, _ in hook.call_history)
     assert 'LinearFunction' in names and 'ReLU' in names
     assert not jitted.segments()
