@@ -562,6 +562,9 @@ class Cache(object):
             rows.append('%3d  %-50s %6d %7.3f s %6s' % (
                 i, sig, entry.hits, entry.compile_seconds,
                 'eager' if entry.fallback else entry.n_instructions))
+        rows += ['#%d runs eagerly: %s' % (i, entry.fallback)
+                 for i, entry in enumerate(self.entries())
+                 if entry.fallback]
         return '\n'.join(rows)
 
 
