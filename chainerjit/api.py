@@ -261,8 +261,11 @@ class JitFunction(_calls.CachedCall):
         forwards = self._segment_forwards(instance)
         if not forwards:
             return self._eager(instance, args, kwargs, hit)
+        before = _compiled_calls(forwards)
         with _calls.segments(forwards):
-            return self._eager(instance, args, kwargs, hit)
+            result = self._eager(instance, args, kwargs, hit)
+        self.cache.segmented += _compiled_calls(forwards) > before
+        return result
 
     def _segment_forwards(self, instance):
         """``{id(link): (link, jitted forward)}`` for the links
@@ -410,10 +413,10 @@ class JitFunction(_calls.CachedCall):
 
     def cache_info(self):
         """``CacheInfo(hits, misses, maxsize, currsize, compiled, eager,
-        compiles)``: ``functools.lru_cache``'s four, then the calls a
-        compiled program answered, the calls that ran eagerly besides
-        recordings, and the programs compiled (see
-        ``runtime.cache.CacheInfo``)."""
+        compiles, segmented)``: ``functools.lru_cache``'s four, then the
+        calls a compiled program answered, the calls that ran eagerly
+        besides recordings, the programs compiled, and the eager calls
+        whose links ran compiled (see ``runtime.cache.CacheInfo``)."""
         return self.cache.info()
 
     def cache_clear(self):
@@ -509,6 +512,12 @@ def _how_it_runs(entry, grad):
             'runs eagerly, an op has no gradient rule'
             if entry.training is None else 'compiled forward and backward')
     return ''
+
+
+def _compiled_calls(forwards):
+    """The compiled calls of the segments' jitted forwards so far."""
+    return sum(fn.cache.hits - fn.cache.eager_hits
+               for _, fn in forwards.values())
 
 
 def _is_value(kind):

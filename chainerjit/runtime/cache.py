@@ -454,7 +454,8 @@ _as_variable = _calls.as_variable
 
 
 class CacheInfo(collections.namedtuple(
-        'CacheInfo', 'hits misses maxsize currsize compiled eager compiles')):
+        'CacheInfo',
+        'hits misses maxsize currsize compiled eager compiles segmented')):
     """A function's cache statistics: ``functools.lru_cache``'s four
     fields, then how its calls ran.
 
@@ -467,6 +468,8 @@ class CacheInfo(collections.namedtuple(
             runs eagerly, hooks, debug mode, arguments it cannot take, the
             check of a new length.
         compiles: programs compiled (an entry that runs eagerly is none).
+        segmented: calls that ran eagerly, but whose links ran compiled,
+            as segments (``JitFunction.segments()``).
     """
 
 
@@ -545,11 +548,12 @@ class Cache(object):
         self.eager = 0
         self.eager_hits = 0
         self.compiles = 0
+        self.segmented = 0
 
     def info(self):
         return CacheInfo(self.hits, self.misses, self.maxsize,
                          len(self._lru), self.hits - self.eager_hits,
-                         self.eager, self.compiles)
+                         self.eager, self.compiles, self.segmented)
 
     def report(self):
         """A table of the entries, most recently used last."""

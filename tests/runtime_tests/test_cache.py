@@ -237,7 +237,7 @@ def test_lru_eviction():
 def test_cache_clear(net, rng):
     _check(net, _x(rng))
     net.forward.cache_clear()
-    assert net.forward.cache_info() == (0, 0, 64, 0, 0, 0, 0)
+    assert net.forward.cache_info() == (0, 0, 64, 0, 0, 0, 0, 0)
 
 
 def _calls_of(f, n, rng):
