@@ -467,13 +467,25 @@ class JitFunction(_calls.CachedCall):
                 else (key, [])
             if general is not None and entry.key == general[0] and \
                     entry.fetch_params(instance) is not None:
-                return '%s would hit entry #%d: %s%s' % (
+                return '%s would hit entry #%d: %s%s%s' % (
                     self.__name__, i, entry.signature,
                     _how_it_runs(entry, config.enable_backprop and
-                                 entry.needs_grad(leaves)))
+                                 entry.needs_grad(leaves)),
+                    self._explain_segments(instance)
+                    if entry.fallback else '')
         return self._explain_miss(instance, key, leaves, args, kwargs) + (
-            '\nIt runs eagerly, unrecorded: %s.' % self.budget.stopped
+            '\nIt runs eagerly, unrecorded: %s.%s' % (
+                self.budget.stopped, self._explain_segments(instance))
             if self.budget.stopped else '')
+
+    def _explain_segments(self, instance):
+        forwards = self._segment_forwards(instance)
+        if not forwards:
+            return ''
+        names = dict((id(link), name.lstrip('/').replace('/', '.'))
+                     for name, link in instance.namedlinks(skipself=True))
+        return '\nThe links it calls run compiled, as segments: %s.' % (
+            ', '.join(sorted(names[k] for k in forwards)))
 
     def _explain_miss(self, instance, key, leaves, args, kwargs):
         entries = self.cache.entries()

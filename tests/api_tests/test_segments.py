@@ -81,6 +81,9 @@ def test_the_links_of_an_eager_forward_run_compiled(rng):
     assert sorted(segments) == ['enc', 'out']
     assert segments['enc'].cache_info().compiled >= 8
     assert 'enc (' in jitted.cache_report()
+    explained = jitted.explain(x, t)
+    assert 'runs eagerly: int of an array value at ' in explained
+    assert 'run compiled, as segments: enc, out.' in explained
 
 
 def _jitted_after_a_call(rng):
