@@ -544,9 +544,11 @@ class TracedArray(numpy.ndarray):
         read.__name__ = name
         return read
 
+    # A value turned into text (``print(h.array)``, ``f'{acc}'``) is read
+    # into Python too: compiled calls would neither print nor format it.
     for _name in ('__float__', '__int__', '__index__', '__bool__',
                   '__complex__', 'item', 'tolist', 'tobytes', 'tostring',
-                  '__setitem__'):
+                  '__setitem__', '__str__', '__repr__', '__format__'):
         locals()[_name] = _read(_name)
     del _name, _read, _replayed
 

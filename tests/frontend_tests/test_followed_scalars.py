@@ -105,9 +105,19 @@ def test_a_followed_scalar_changes_in_place_as_a_scalar(rng):
     assert jitted.cache_info().compiled == 3
 
 
+def count_as_text(x, t):
+    return F.relu(x), 'hits: %s' % (x.argmax(axis=1) == t).sum()
+
+
+def count_formatted(x, t):
+    return F.relu(x), f'{(x.argmax(axis=1) == t).sum():d} hits'
+
+
 @pytest.mark.parametrize('fn, what', [
     (count_then_read_into_python, 'int of an array value'),
     (count_in_a_forward_that_tests_types, 'gives a Python value'),
+    (count_as_text, 'str of an array value'),
+    (count_formatted, 'format of an array value'),
 ])
 def test_a_scalar_read_into_python_runs_eagerly(rng, fn, what):
     jitted = chainerjit.jit(fn)
