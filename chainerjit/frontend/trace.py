@@ -115,8 +115,8 @@ class _Recorder(object):
         # returned (what it returns, what it changed) is reported at.
         self.forward_loc = None
         # NumPy scalars the forward computes are followed as 0-d arrays
-        # (traced.follows_scalars) unless its code tests types.
-        self.follows_scalars = True
+        # where traced.follows_scalars says its code allows it.
+        self.follows_scalars = False
         self.first_access = {}  # (id(link), name) -> 'read' or 'write'
         # Values a Variable that requires grad holds: a gradient may reach
         # them. A node that reads one other than through that Variable
@@ -425,7 +425,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     code = getattr(fn, '__code__', None)
     if code is not None:
         recorder.forward_loc = (code.co_filename, code.co_firstlineno)
-        recorder.follows_scalars = not traced.tests_types(code)
+        recorder.follows_scalars = traced.follows_scalars(code)
     python_state = model_state.python_state(instance)
     restore = model_state.swap_model_arrays(instance, recorder)
     restore += model_state.swap_generators(instance)

@@ -10,6 +10,7 @@ a scalar) or making a shape depend on its values is a *data escape*
 (:func:`escape`), noted on this thread's recorder (``trace``).
 """
 
+import ast
 import operator
 import os
 import sys
@@ -22,6 +23,7 @@ from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import control
 from chainerjit.frontend import loop_analysis
+from chainerjit.frontend import source
 from chainerjit.ops import structural
 
 
@@ -157,14 +159,41 @@ def _note_scalar(array):
 # standing for a NumPy scalar would fail (isinstance(s, numpy.ndarray)).
 _TYPE_TESTS = frozenset(['isinstance', 'type', 'issubclass', 'isscalar'])
 
+# NumPy's scalar types: ``numpy.float32(s)`` of a 0-d array reads its value
+# in C, unseen (as does ``dtype.type(s)``).
+_SCALAR_TYPES = frozenset(
+    [name for name in dir(numpy) if isinstance(getattr(numpy, name), type)
+     and issubclass(getattr(numpy, name), numpy.generic)] + ['type'])
 
-def tests_types(code):
-    """Does ``code`` (or a function or comprehension in it) name a type
-    test? A forward that does gets NumPy scalars as they are (reading one
-    into Python is then an escape), not as followed 0-d arrays."""
-    return bool(_TYPE_TESTS & set(code.co_names)) or any(
-        tests_types(const) for const in code.co_consts
-        if hasattr(const, 'co_names'))
+
+def follows_scalars(code):
+    """May a recording of ``code`` follow the NumPy scalars it computes
+    as 0-d arrays (:func:`_followed_scalar`)? Not where its code (or a
+    function or comprehension in it) names a type test, or calls a NumPy
+    scalar type (without source, names one): there a scalar stays a
+    scalar, and reading it into Python is an escape."""
+    if _TYPE_TESTS & _names(code):
+        return False
+    function = source.function_ast(code)
+    if function is None:  # a lambda, or no source: by its names alone
+        return not _SCALAR_TYPES & _names(code)
+    return not any(isinstance(node, ast.Call) and _called_name(node.func) in
+                   _SCALAR_TYPES for node in ast.walk(function))
+
+
+def _names(code):
+    """The global and attribute names ``code`` and the code in it use."""
+    found = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, 'co_names'):
+            found |= _names(const)
+    return found
+
+
+def _called_name(func):
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return getattr(func, 'id', None)
 
 
 def _followed_scalar(result, followed):

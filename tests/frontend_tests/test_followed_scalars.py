@@ -113,8 +113,14 @@ def count_formatted(x, t):
     return F.relu(x), f'{(x.argmax(axis=1) == t).sum():d} hits'
 
 
+def count_as_a_numpy_float(x, t):
+    hits = numpy.float32((x.argmax(axis=1) == t).sum())  # read in C
+    return F.relu(x), hits / len(t)
+
+
 @pytest.mark.parametrize('fn, what', [
     (count_then_read_into_python, 'int of an array value'),
+    (count_as_a_numpy_float, 'gives a Python value'),
     (count_in_a_forward_that_tests_types, 'gives a Python value'),
     (count_as_text, 'str of an array value'),
     (count_formatted, 'format of an array value'),
