@@ -301,9 +301,8 @@ class JitFunction(_calls.CachedCall):
         instance = self._instance()
         if not isinstance(instance, chainer.Link):
             return {}
-        return dict((name.lstrip('/').replace('/', '.'),
-                     self._segment_links[link])
-                    for name, link in instance.namedlinks(skipself=True)
+        return dict((name, self._segment_links[link])
+                    for name, link in _named_links(instance)
                     if link in self._segment_links)
 
     def _eager(self, instance, args, kwargs, hit=False):
@@ -482,10 +481,9 @@ class JitFunction(_calls.CachedCall):
         forwards = self._segment_forwards(instance)
         if not forwards:
             return ''
-        names = dict((id(link), name.lstrip('/').replace('/', '.'))
-                     for name, link in instance.namedlinks(skipself=True))
         return '\nThe links it calls run compiled, as segments: %s.' % (
-            ', '.join(sorted(names[k] for k in forwards)))
+            ', '.join(sorted(name for name, link in _named_links(instance)
+                             if id(link) in forwards)))
 
     def _explain_miss(self, instance, key, leaves, args, kwargs):
         entries = self.cache.entries()
@@ -526,10 +524,16 @@ def _how_it_runs(entry, grad):
     return ''
 
 
+def _named_links(instance):
+    """``(dotted path, link)`` of each link a model holds, itself aside:
+    ``('enc.l1', link)``."""
+    return [(name.lstrip('/').replace('/', '.'), link)
+            for name, link in instance.namedlinks(skipself=True)]
+
+
 def _compiled_calls(forwards):
     """The compiled calls of the segments' jitted forwards so far."""
-    return sum(fn.cache.hits - fn.cache.eager_hits
-               for _, fn in forwards.values())
+    return sum(fn.cache.compiled for _, fn in forwards.values())
 
 
 def _is_value(kind):

@@ -147,8 +147,7 @@ _GLOBAL_RANDOM = [name for name in dir(numpy.random)
 
 
 # Calls that set, read or make a generator, or shuffle in place: escapes.
-_GENERATOR_STATE = frozenset(['seed', 'get_state', 'set_state', 'shuffle',
-                              'default_rng'])
+_GENERATOR_STATE = traced.GENERATOR_STATE | frozenset(['default_rng'])
 
 
 def _recording_random(name):

@@ -495,13 +495,20 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     return recording
 
 
-def _connected_outputs(graph, outputs, effects):
-    """The values of the Variables that the result and the effects hand
-    out connected to the graph (backprop may start from them)."""
+def leaf_specs(outputs, effects):
+    """The leaf specs (:func:`_leaf_spec`) of a recording's result
+    (``outputs``, ``None`` if it escaped) and of its effects."""
     specs = list(outputs[1]) if outputs else []
     for effect in effects:
         specs += effect[4]
-    return set(graph.outputs[where] for kind, where, is_var, grad in specs
+    return specs
+
+
+def _connected_outputs(graph, outputs, effects):
+    """The values of the Variables that the result and the effects hand
+    out connected to the graph (backprop may start from them)."""
+    return set(graph.outputs[where]
+               for kind, where, is_var, grad in leaf_specs(outputs, effects)
                if kind == 'value' and is_var and grad)
 
 

@@ -201,8 +201,8 @@ def _followed_scalar(result, followed):
     0-d array marked as standing for that scalar (:func:`is_scalar`): it
     is followed through the forward's code, and the NumPy scalar eager
     gives comes back where it is returned or reported. Elsewhere, or in a
-    forward that tests types (:func:`tests_types`), a scalar is a Python
-    value: an element ``x[0, 1]``, an index ``argmax()``."""
+    forward that does not allow it (:func:`follows_scalars`), a scalar is
+    a Python value: an element ``x[0, 1]``, an index ``argmax()``."""
     recorder = _state.recorder
     if not (followed and isinstance(result, numpy.generic) and
             recorder is not None and recorder.follows_scalars):
@@ -294,7 +294,7 @@ def record_draw(label, draw, args, kwargs, result):
 
 # A generator's methods that set, read or copy its state, or change an
 # array in place: escapes when the forward calls them.
-_GENERATOR_STATE = frozenset([
+GENERATOR_STATE = frozenset([
     'seed', 'get_state', 'set_state', 'shuffle', 'spawn', 'jumped',
     'bit_generator', '__getstate__', '__setstate__', '__reduce__'])
 
@@ -312,7 +312,7 @@ class RecordingGenerator(object):
 
     def __getattr__(self, name):
         attr = getattr(self._generator, name)
-        if name in _GENERATOR_STATE or name.startswith('_') or \
+        if name in GENERATOR_STATE or name.startswith('_') or \
                 not callable(attr):
             escape('using %s.%s in the forward' % (self._label, name))
             return attr

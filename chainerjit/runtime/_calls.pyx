@@ -244,8 +244,9 @@ def link_call(self, *args, **kwargs):
 
 
 # While a forward that cannot be compiled runs eagerly, the links it calls
-# run jitted forwards of their own (``api.JitFunction._eager_in_segments``):
-# {link: JitFunction} of those links, and how deep such runs are nested.
+# run jitted forwards of their own (``api.JitFunction._fallback``):
+# {id(link): (link, JitFunction)} of those links, and how deep such runs
+# are nested.
 cdef dict _segments = {}
 cdef int _segment_depth = 0
 

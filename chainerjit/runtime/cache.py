@@ -20,6 +20,7 @@ import numpy
 from chainerjit.frontend import _keys
 from chainerjit.frontend import guards
 from chainerjit.frontend import signature
+from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
 
 
@@ -417,10 +418,7 @@ def _output_requires_grad(outputs, effects):
     Variable for it required grad, ``NEW_LEAF`` where it was a new leaf
     requiring grad (a spec of kind ``'leaf'``), else ``DETACHED``."""
     flags = {}
-    specs = list(outputs[1]) if outputs else []
-    for effect in effects:
-        specs += effect[4]
-    for kind, where, is_var, grad in specs:
+    for kind, where, is_var, grad in trace.leaf_specs(outputs, effects):
         if kind == 'leaf':
             flags[where] = NEW_LEAF
         elif kind in ('value', 'scalar'):
@@ -550,10 +548,16 @@ class Cache(object):
         self.compiles = 0
         self.segmented = 0
 
+    @property
+    def compiled(self):
+        """Calls a compiled program answered: hits, less those that ran
+        eagerly."""
+        return self.hits - self.eager_hits
+
     def info(self):
         return CacheInfo(self.hits, self.misses, self.maxsize,
-                         len(self._lru), self.hits - self.eager_hits,
-                         self.eager, self.compiles, self.segmented)
+                         len(self._lru), self.compiled, self.eager,
+                         self.compiles, self.segmented)
 
     def report(self):
         """A table of the entries, most recently used last."""
