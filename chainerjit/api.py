@@ -278,7 +278,8 @@ class JitFunction(_calls.CachedCall):
             forwards = dict(
                 (id(link), (link, self._segment_of(link)))
                 for link in instance.children()
-                if not _calls.jitted_forward(link))
+                if _runs_its_forward(link) and
+                not _calls.jitted_forward(link))
             self._segments[instance] = (cache_module.link_epoch[0],
                                         forwards)
         return forwards
@@ -522,6 +523,14 @@ def _how_it_runs(entry, grad):
             'runs eagerly, an op has no gradient rule'
             if entry.training is None else 'compiled forward and backward')
     return ''
+
+
+def _runs_its_forward(link):
+    """True for a link whose call runs its ``forward`` through
+    ``Link.__call__`` (not an older link that defines ``__call__``
+    itself), which a segment can take over."""
+    return callable(getattr(type(link), 'forward', None)) and \
+        type(link).__call__ is chainer.Link.__call__
 
 
 def _named_links(instance):

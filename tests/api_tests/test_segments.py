@@ -150,3 +150,36 @@ def test_signatures_no_longer_recorded_run_segments(rng, stop):
                                          eager.forward(x, t, k))
     assert jitted.budget.stopped
     assert jitted.segments()['enc'].cache_info().compiled > 0
+
+
+class OwnCall(chainer.Link):
+    """A link of the older kind, which defines ``__call__`` and no
+    ``forward`` (as ChainerMN's batch normalization does)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.w = chainer.Parameter(numpy.ones(3, F32))
+
+    def __call__(self, x):
+        return x * self.w
+
+
+def test_a_link_that_defines_its_own_call_runs_as_it_is(rng):
+    class WithOwnCall(Counting):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.scale = OwnCall()
+
+        def forward(self, x, t):
+            return super().forward(x, t) + F.sum(self.scale(self.enc(x)))
+
+    eager, model = WithOwnCall(), WithOwnCall()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for x, t in _calls(rng, 3):
+            testing.assert_results_equal(jitted(x, t), eager.forward(x, t))
+    assert sorted(jitted.segments()) == ['enc', 'out']
