@@ -577,14 +577,39 @@ class TracedArray(numpy.ndarray):
     # into Python too: compiled calls would neither print nor format it.
     for _name in ('__float__', '__int__', '__index__', '__bool__',
                   '__complex__', 'item', 'tolist', 'tobytes', 'tostring',
-                  '__setitem__', '__str__', '__repr__', '__format__'):
+                  '__str__', '__repr__', '__format__'):
         locals()[_name] = _read(_name)
     del _name, _read, _replayed
+
+    def __setitem__(self, index, value):
+        # Writing an array onto its own memory (``self.avg_mean[:] =
+        # func.running_mean`` after the node updated it in place, as
+        # ChainerMN's batch normalization does) changes nothing: nothing
+        # to replay. Any other write is an escape.
+        if not _is_self_copy(self, index, value):
+            escape('setitem of an array value')
+        return numpy.ndarray.__setitem__(self.view(numpy.ndarray), index,
+                                         value)
 
     def __iter__(self):
         if self.ndim <= 1:
             escape('iterating over an array value')
         return numpy.ndarray.__iter__(self)
+
+
+def _is_self_copy(target, index, value):
+    """True when ``target[index] = value`` writes every element of
+    ``target`` with itself: the index selects the whole array and
+    ``value`` is an array over the same memory, element for element."""
+    items = index if type(index) is tuple else (index,)
+    whole = len(items) <= max(target.ndim, 1) and all(
+        i is Ellipsis or (type(i) is slice and i == slice(None))
+        for i in items)
+    return whole and isinstance(value, numpy.ndarray) and \
+        value.dtype == target.dtype and value.shape == target.shape and \
+        value.strides == target.strides and \
+        value.__array_interface__['data'][0] == \
+        target.__array_interface__['data'][0]
 
 
 def untag_graph(nodes):

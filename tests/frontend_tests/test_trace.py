@@ -1,6 +1,9 @@
 """Recording: values read back into Python, constants, the generic path
 and model state."""
 
+import copy
+import warnings
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -337,3 +340,65 @@ def test_recording_leaves_links_attribute_reads_as_they_were():
     net.forward = chainerjit.jit(net.forward)
     net(numpy.ones((1, 3), numpy.float32))
     assert '__getattribute__' not in vars(chainer.Link)
+
+
+class SelfCopyingNorm(chainer.Link):
+    """Batch normalization written as ChainerMN's link is: the node
+    updates the running averages in place, then the link copies them onto
+    themselves (``self.avg_mean[:] = func.running_mean``)."""
+
+    def __init__(self, size=4):
+        super().__init__()
+        self.avg_mean = numpy.zeros(size, numpy.float32)
+        self.avg_var = numpy.ones(size, numpy.float32)
+        self.register_persistent('avg_mean')
+        self.register_persistent('avg_var')
+        with self.init_scope():
+            self.gamma = chainer.Parameter(numpy.ones(size, numpy.float32))
+            self.beta = chainer.Parameter(numpy.zeros(size, numpy.float32))
+
+    def forward(self, x):
+        from chainer.functions.normalization import batch_normalization
+        func = batch_normalization.BatchNormalization(
+            2e-5, self.avg_mean, self.avg_var, 0.9)
+        y, = func.apply((x, self.gamma, self.beta))
+        self.avg_mean[:] = func.running_mean
+        self.avg_var[...] = func.running_var
+        return y
+
+
+def test_copying_a_model_array_onto_itself_is_compiled(rng):
+    eager = SelfCopyingNorm()
+    model = copy.deepcopy(eager)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.FallbackWarning)
+        for _ in range(4):
+            x = _x(rng, 5, 4)
+            testing.assert_results_equal(jitted(x), eager.forward(x))
+            for name in ('avg_mean', 'avg_var'):
+                numpy.testing.assert_allclose(getattr(model, name),
+                                              getattr(eager, name),
+                                              rtol=1e-6)
+    assert jitted.cache_info().compiled == 3
+
+
+def test_writing_other_values_into_an_array_runs_eagerly(rng):
+    class Writing(SelfCopyingNorm):
+        def forward(self, x):
+            y = super().forward(x)
+            self.avg_mean[:] = y.array.mean(axis=0) * 2  # not a self-copy
+            return y
+
+    eager = Writing()
+    model = copy.deepcopy(eager)
+    jitted = chainerjit.jit(model.forward)
+    x = _x(rng, 5, 4)
+    with pytest.warns(chainerjit.FallbackWarning, match='setitem'):
+        jitted(x)
+    eager.forward(x)
+    for _ in range(3):
+        x = _x(rng, 5, 4)
+        testing.assert_results_equal(jitted(x), eager.forward(x))
+        numpy.testing.assert_allclose(model.avg_mean, eager.avg_mean,
+                                      rtol=1e-6)
