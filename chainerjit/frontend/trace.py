@@ -365,6 +365,9 @@ class _Recorder(object):
             generic=bool(generic),
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
+        if ops.communicates(template):
+            ir_node.forced_grads = tuple(
+                i for i, x in enumerate(inputs) if x.requires_grad)
         self.templates[ir_node] = template
         if not ir_node.pure:  # the self-check must not run it again
             self.generic_outputs[ir_node] = tuple(

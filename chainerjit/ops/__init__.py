@@ -168,6 +168,17 @@ def is_impure(label):
     return label in _IMPURE_NAMES
 
 
+def communicates(node):
+    """True for a node of ChainerMN's functions (``allgather``, ``bcast``,
+    ``send``, ...) or of its batch normalization: its forward or backward
+    talks to the other processes, so every process must run it exactly
+    as often as eager code would, forward and backward."""
+    function = getattr(node, '_function', node)  # an old-style Function
+    return type(function).__module__.startswith('chainermn.') or \
+        type(getattr(node, '_impl_selector', None)).__module__.startswith(
+            'chainermn.')
+
+
 def lowered_classes():
     """The FunctionNode classes that have a lowering."""
     _load_op_modules()

@@ -30,13 +30,17 @@ def lower_batch_normalization(node, ctx, state):
     output gets its statistics and gradient sums from C loops
     (:class:`_ChannelsLastStats`)."""
     general = batch_normalization.GeneralBatchNormalizationImpl
-    if ctx.xp is not numpy or type(getattr(node, '_impl', None)) is not \
-            general or \
+    impl = getattr(node, '_impl', None)
+    multi_node = _is_multi_node(impl)
+    if ctx.xp is not numpy or (type(impl) is not general and
+                               not multi_node) or \
             node.input_layouts[0] is not None or state not in (
                 (), (('running_mean', None), ('running_var', None))):
         return None
     axis, expander, eps, decay = node.axis, node.expander, node.eps, node.decay
-    impl = _ChannelsLastStats()
+    # ChainerMN's statistics and parameter-gradient sums, averaged over
+    # the processes, come from its own implementation, as eagerly.
+    impl = impl if multi_node else _ChannelsLastStats()
     # Running averages that are no model arrays (given by the caller, or
     # none): the node's own, updated in place as its copies would.
     own = (node.running_mean, node.running_var)
@@ -66,6 +70,15 @@ def lower_batch_normalization(node, ctx, state):
         return (gx, ggamma, gbeta) + (None,) * len(state)
     return Kernel(forward, attrs={'axis': axis, 'eps': eps, 'decay': decay},
                   grad=GradRule(grad, inputs=(0, 1)))
+
+
+def _is_multi_node(impl):
+    """True for the implementation ChainerMN's MultiNodeBatchNormalization
+    gives its nodes on the CPU (statistics averaged over the processes
+    with MPI): Chainer's general one with other reductions."""
+    kind = type(impl)
+    return kind.__name__ == '_MpiImpl' and \
+        kind.__module__ == 'chainermn.functions.batch_normalization'
 
 
 class _ChannelsLastStats(batch_normalization.GeneralBatchNormalizationImpl):

@@ -137,6 +137,7 @@ def _on_gradient_paths(graph, wrt):
     nodes that have a gradient rule or run generic."""
     reached = set(wrt)
     for node in graph.nodes:
+        reached.update(node.inputs[i] for i in node.forced_grads)
         if any(v in reached for v in node.inputs) and _passes_gradients(
                 node):
             reached.update(v for v in node.outputs
