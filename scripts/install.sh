@@ -1,6 +1,9 @@
 #!/usr/bin/env bash
 # Creates .venv and installs chainerjit with everything it needs.
 # Idempotent: a second run only rebuilds the Cython extension.
+# It installs MPICH and mpi4py (requirements/mn.txt, small wheels) for
+# ChainerMN: `.venv/bin/mpiexec -n 2 .venv/bin/python ...` runs a script
+# over two processes.
 # With --bench, also the optional competitors of benchmarks/run.py
 # (PyTorch, matplotlib); with --gpu, CuPy (requirements/gpu.txt) for a
 # machine with an NVIDIA GPU and CUDA 12.
@@ -18,7 +21,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
-if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, hypothesis, nbclient, nbformat, ipykernel, sphinx, myst_parser' \
+if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, hypothesis, nbclient, nbformat, ipykernel, sphinx, myst_parser, mpi4py' \
         2>/dev/null; then
     $PIP install --upgrade 'pip<25' 'setuptools<70' wheel
     $PIP install -r requirements/build.txt
@@ -26,6 +29,8 @@ if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8
     $PIP install -r requirements/dev.txt
     # Sphinx and MyST for the documentation (scripts/docs.sh).
     $PIP install -r requirements/docs.txt
+    # MPI for ChainerMN (examples/train_digits_mn.py, tests/chainermn_tests).
+    $PIP install -r requirements/mn.txt
 fi
 # Build the Cython modules in place (editable install, no isolation so the
 # pinned numpy and Cython above are the ones it builds against).
