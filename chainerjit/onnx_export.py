@@ -9,113 +9,22 @@ each node is converted by the ONNX converter its lowering carries
 (``Kernel.onnx``, next to its forward and gradient in ``chainerjit/ops``).
 The model is checked with ``onnx.checker``.
 
-A converter is a function ``convert(b, ins, outs)`` where ``b`` is a
-:class:`Builder`, ``ins`` the names of the node's inputs and ``outs`` the
-names its outputs must get. It emits ONNX nodes with ``b.op(...)``.
+The conversion of the IR itself, and the converters' ``Builder``, are
+``chainerjit.backend.onnx_graph``'s.
 """
 
 import os
 
 import chainer
-import numpy
 
 from chainerjit import api
-from chainerjit import errors
-from chainerjit import ir
+from chainerjit.backend import onnx_graph
+from chainerjit.backend.onnx_graph import Builder
+from chainerjit.backend.onnx_graph import IR_VERSION
+from chainerjit.backend.onnx_graph import OPSET
 from chainerjit.errors import ExportError
-from chainerjit.ops import structural
 
-
-OPSET = 17
-# The IR version of opset 17 (onnx 1.12); newer onnx packages would write a
-# newer one than many onnxruntime builds read.
-IR_VERSION = 8
-
-
-class Builder(object):
-    """Collects ONNX nodes and initializers for one graph.
-
-    Attributes:
-        dynamic_batch: axis 0 of every array input is symbolic; converters
-            must not bake recorded batch sizes into shapes (ONNX
-            ``Reshape`` copies a dimension given as 0).
-        in_shapes, out_shapes, in_dtypes, out_dtypes: recorded types of
-            the node being converted (set by the exporter).
-    """
-
-    def __init__(self, dynamic_batch, batch_input=None, batch_size=None):
-        self.dynamic_batch = dynamic_batch
-        self.batch_size = batch_size  # the example's, with a dynamic batch
-        self.nodes = []
-        self.initializers = []
-        self._count = 0
-        self._batch_input = batch_input
-        self._batch_dim = None
-
-    def convert(self, node, ins, outs):
-        """Runs ``node``'s converter on the value names ``ins`` and
-        ``outs``, with the recorded types set to ``node``'s own (the
-        converters of a fused node's parts each see theirs)."""
-        self.in_shapes = [v.shape for v in node.inputs]
-        self.in_dtypes = [v.dtype for v in node.inputs]
-        self.out_shapes = [v.shape for v in node.outputs]
-        self.out_dtypes = [v.dtype for v in node.outputs]
-        node.kernel.onnx(self, ins, outs)
-
-    def fresh(self, hint='t'):
-        """A new unique value name."""
-        self._count += 1
-        return '%s_%d' % (hint, self._count)
-
-    def op(self, op_type, inputs, outputs=None, **attrs):
-        """Adds a node; returns its output names (one fresh name if
-        ``outputs`` is not given)."""
-        import onnx.helper
-
-        if outputs is None:
-            outputs = [self.fresh(op_type.lower())]
-        self.nodes.append(onnx.helper.make_node(
-            op_type, list(inputs), list(outputs), **attrs))
-        return list(outputs)
-
-    def constant(self, array, name=None):
-        """Adds an initializer holding ``array``; returns its name."""
-        import onnx.numpy_helper
-
-        name = name or self.fresh('const')
-        self.initializers.append(onnx.numpy_helper.from_array(
-            numpy.asarray(array), name))
-        return name
-
-    def int64s(self, values, name=None):
-        """An int64 1-D initializer (shapes, axes for opset 13+ ops)."""
-        return self.constant(numpy.asarray(values, dtype=numpy.int64),
-                             name)
-
-    def cast(self, name, dtype, to_dtype):
-        """``name`` as ``to_dtype`` (a Cast node where the dtypes
-        differ)."""
-        import onnx.helper
-
-        if numpy.dtype(dtype) == numpy.dtype(to_dtype):
-            return name
-        return self.op('Cast', [name], to=onnx.helper.np_dtype_to_tensor_dtype(
-            numpy.dtype(to_dtype)))[0]
-
-    def shape(self, shape):
-        """An int64 shape tensor for ``shape``; with a dynamic batch, an
-        axis 0 of the example's batch size is the input's batch size at
-        run time."""
-        if not (self.dynamic_batch and shape and
-                shape[0] == self.batch_size):
-            return self.int64s(shape)
-        if self._batch_dim is None:
-            whole = self.op('Shape', [self._batch_input])[0]
-            self._batch_dim = self.op(
-                'Slice', [whole, self.int64s([0]), self.int64s([1])])[0]
-        return self.op('Concat', [self._batch_dim,
-                                  self.int64s(list(shape[1:]))],
-                       axis=0)[0]
+__all__ = ['Builder', 'ExportError', 'IR_VERSION', 'OPSET', 'export_onnx']
 
 
 def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
@@ -152,7 +61,7 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     _symbols(builder, entry, names,
              jitted.call_key(tuple(args), kwargs or {}, False, False)[0])
     for node in graph.nodes:
-        _convert(builder, node, names)
+        onnx_graph.convert_node(builder, node, names)
     outputs, sources = _output_names(builder, entry, names)
     types = {names[v]: (v.shape, v.dtype)
              for v in graph.inputs + graph.outputs}
@@ -161,10 +70,11 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     model = onnx.helper.make_model(
         onnx.helper.make_graph(
             builder.nodes, jitted.__name__,
-            [_value_info((v.shape, v.dtype), names[v], dynamic_batch,
-                         v.symbols) for v in graph.inputs],
-            [_value_info(types[source], name, dynamic_batch,
-                         shaped=entry.symbolic is None)
+            [onnx_graph.value_info((v.shape, v.dtype), names[v],
+                                   dynamic_batch, v.symbols)
+             for v in graph.inputs],
+            [onnx_graph.value_info(types[source], name, dynamic_batch,
+                                   shaped=entry.symbolic is None)
              for source, name in zip(sources, outputs)],
             builder.initializers),
         opset_imports=[onnx.helper.make_opsetid('', opset)],
@@ -231,47 +141,6 @@ def _delta(symbol):
     return int(symbol.name[2:]) if symbol.name != 'T' else 0
 
 
-def _convert(builder, node, names):
-    if node.region is not None:
-        return _convert_loop(builder, node, names)
-    if structural.is_guard(node):
-        raise ExportError(
-            'a branch on an array value cannot be exported (the ONNX model '
-            'would need both branches).\n%s' % errors.source_excerpt(
-                node.loc))
-    convert = getattr(node.kernel, 'onnx', None)
-    if convert is None:
-        raise ExportError(
-            '%s has no ONNX converter (%s).\n%s\nExport supports the ops '
-            'listed as lowered in docs/ops_coverage.md that have a '
-            'converter; rewrite this part with those, or keep the model '
-            'in chainerjit for this op.' % (
-                node.op, 'it runs on the generic path' if node.generic
-                else 'not written yet',
-                errors.source_excerpt(node.loc)))
-    builder.convert(node, [names[v] for v in node.inputs],
-                    [names[v] for v in node.outputs])
-
-
-def _value_info(type_, name, dynamic_batch, symbols=None, shaped=True):
-    """A typed graph input or output; ``type_`` is ``(shape, dtype)``;
-    ``symbols`` names axes of any size (``{0: 'T'}``); ``shaped`` false
-    leaves the shape out (an output of a program whose loops run any
-    number of times)."""
-    import onnx.helper
-
-    shape, dtype = list(type_[0]), type_[1]
-    if not shaped:  # the rank is known, the sizes are named
-        shape = ['%s_%d' % (name, axis) for axis in range(len(shape))]
-    if dynamic_batch and shape:
-        shape[0] = 'batch'
-    for axis, symbol in (symbols or {}).items():
-        shape[axis] = symbol
-    return onnx.helper.make_tensor_value_info(
-        name, onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(dtype)),
-        shape)
-
-
 def result_arrays(entry):
     """``(kind, where)`` of each array of the result, in order: see
     ``trace._leaf_spec`` (``'same'`` leaves are repeated arrays)."""
@@ -300,197 +169,3 @@ def _output_names(builder, entry, names):
                               'is cannot be exported; return a copy')
     return [builder.op('Identity', [source], ['y%d' % i])[0]
             for i, source in enumerate(sources)], sources
-
-
-def _convert_loop(builder, node, names):
-    """A Loop node as an ONNX ``Loop``: carried values are loop-carried,
-    the per-iteration lists are scan outputs (stacked on axis 0), the
-    body reads invariants from the outer scope, and an exit at the end of
-    the body is the loop's condition."""
-    body = node.region.body
-    exits = [n for n in body.nodes if structural.is_exit(n)]
-    test = _leading_test(body, exits)
-    if len(exits) > 1 or (exits and test is None and
-                          dict(exits[0].attrs)['where'] != 'end'):
-        raise ExportError('a loop left in the middle of its body cannot be '
-                          'exported.\n%s' % errors.source_excerpt(node.loc))
-    _name_loop_inputs(builder, node, names)
-    graph, initial = _loop_body_graph(builder, node, names, exits, test)
-    _add_loop(builder, node, names, graph, initial, exits, test)
-
-
-def _name_loop_inputs(builder, node, names):
-    """Names the body's counter, and its invariants as the outer values
-    they read."""
-    region = node.region
-    body = region.body
-    n_read = sum(region.carried_read)
-    names[body.inputs[0]] = builder.fresh('iter')
-    for value, invariant in zip(body.inputs[1 + n_read:],
-                                node.inputs[1 + n_read:]):
-        names[value] = names[invariant]  # read from the outer scope
-
-
-def _loop_body_graph(builder, node, names, exits, test):
-    """``(graph, initial)``: the ONNX graph of a Loop node's body, and the
-    names of its carried values' initial values."""
-    import onnx.helper
-
-    region = node.region
-    body = region.body
-    outer_nodes = builder.nodes
-    builder.nodes = []
-    cond_in = builder.fresh('cond')
-    start_inputs = [onnx.helper.make_tensor_value_info(
-        names[body.inputs[0]], onnx.TensorProto.INT64, []),
-        onnx.helper.make_tensor_value_info(cond_in, onnx.TensorProto.BOOL,
-                                           [])]
-    initial, body_inputs = _carried_inputs(builder, node, names)
-    cond_out = builder.fresh('cond')
-    _convert_body(builder, node, names, exits, test, cond_in, cond_out)
-    outs = [builder.op('Identity', [names[v]])[0] for v in body.outputs]
-    count_out = []
-    if region.counts:  # a carried count of the iterations run
-        count_in = builder.fresh('count')
-        body_inputs.append(onnx.helper.make_tensor_value_info(
-            count_in, onnx.TensorProto.INT64, []))
-        count_out = builder.op('Add', [count_in, builder.int64s(1)])
-    body_nodes, builder.nodes = builder.nodes, outer_nodes
-    graph = onnx.helper.make_graph(
-        body_nodes, builder.fresh('body'), start_inputs + body_inputs,
-        _body_outputs(region, cond_out, outs, count_out))
-    return graph, initial
-
-
-def _carried_inputs(builder, node, names):
-    """``(initial, body_inputs)``: the names of a loop's carried values'
-    initial values, and the body's typed inputs for them."""
-    region = node.region
-    body = region.body
-    n_read = sum(region.carried_read)
-    inits = iter(node.inputs[1:1 + n_read])
-    carried_ins = iter(body.inputs[1:1 + n_read])
-    initial, body_inputs = [], []
-    for value, read in zip(body.outputs[:region.n_carried],
-                           region.carried_read):
-        if read:
-            inner = next(carried_ins)
-            initial.append(names[next(inits)])
-        else:  # only its last value is used: starts as zeros
-            inner = ir.Value('temp', value.shape, value.dtype)
-            names[inner] = builder.fresh('unused')
-            initial.append(builder.constant(numpy.zeros(value.shape,
-                                                        value.dtype)))
-        body_inputs.append(_typed(names[inner], inner))
-    return initial, body_inputs
-
-
-def _convert_body(builder, node, names, exits, test, cond_in, cond_out):
-    """Converts the nodes of a loop's body, and gives ``cond_out``,
-    whether to go on: from the ``while`` test, the exit at the end, or
-    ``cond_in``."""
-    region = node.region
-    body = region.body
-    if test is not None:
-        # A ``while`` test at the top of the body: ONNX tests at the end,
-        # so the test runs once before the loop, then after each body.
-        n_read = sum(region.carried_read)
-        for inner in body.nodes[len(test) + 1:]:
-            _convert(builder, inner, names)
-        _convert_test(builder, test, exits[0], names, dict(zip(
-            body.inputs[1:1 + n_read],
-            [names[v] for v, read in zip(body.outputs[:region.n_carried],
-                                         region.carried_read) if read])),
-            cond_out)
-        return
-    for inner in body.nodes:
-        if not structural.is_exit(inner):
-            _convert(builder, inner, names)
-    if exits:
-        condition = names[exits[0].inputs[0]]
-        leaves_on = dict(exits[0].attrs)['when']
-        builder.op('Identity' if not leaves_on else 'Not', [condition],
-                   [cond_out])
-    else:
-        builder.op('Identity', [cond_in], [cond_out])
-
-
-def _body_outputs(region, cond_out, outs, count_out):
-    """The typed outputs of a loop's body graph: whether to go on, the
-    carried values, the count (if any), and the scan values."""
-    import onnx.helper
-
-    body = region.body
-    n_carried = region.n_carried
-    return (
-        [onnx.helper.make_tensor_value_info(cond_out,
-                                            onnx.TensorProto.BOOL, [])] +
-        [_typed(name, v) for name, v in zip(outs[:n_carried],
-                                            body.outputs)] +
-        [onnx.helper.make_tensor_value_info(count_out[0],
-                                            onnx.TensorProto.INT64, [])
-         for _ in count_out] +
-        [_typed(name, v, scan=True) for name, v in zip(
-            outs[n_carried:], body.outputs[n_carried:])])
-
-
-def _add_loop(builder, node, names, graph, initial, exits, test):
-    """The ``Loop`` node: its trip count, first condition (the ``while``
-    test on the initial values, if any), initial values and outputs."""
-    region = node.region
-    body = region.body
-    n_read = sum(region.carried_read)
-    n_carried = region.n_carried
-    trip = names[node.inputs[0]]
-    counts = [builder.int64s(0)] if region.counts else []
-    first_cond = builder.constant(numpy.array(True))
-    if test is not None:
-        first_cond = builder.fresh('cond')
-        _convert_test(builder, test, exits[0], names, dict(
-            (v, names[o]) for v, o in zip(body.inputs[1:1 + n_read],
-                                          node.inputs[1:1 + n_read])),
-            first_cond)
-    results = [names[v] for v in node.outputs]
-    scan_outputs = results[n_carried + region.counts:]
-    loop_outputs = results[:n_carried] + results[
-        n_carried:n_carried + region.counts] + scan_outputs
-    builder.op('Loop', [trip, first_cond] + initial + counts, loop_outputs,
-               body=graph)
-
-
-def _leading_test(body, exits):
-    """The nodes of a ``while`` test at the top of a loop body (before its
-    exit, used only by it), or ``None``."""
-    if len(exits) != 1 or dict(exits[0].attrs)['where'] != 'here':
-        return None
-    position = body.nodes.index(exits[0])
-    test = body.nodes[:position]
-    made = set(v for n in test for v in n.outputs)
-    rest = body.nodes[position + 1:]
-    if body.inputs[0] in set(v for n in test for v in n.inputs) or any(
-            v in made for n in rest for v in n.inputs) or any(
-            v in made for v in body.outputs):
-        return None
-    return test
-
-
-def _convert_test(builder, test, exit_node, names, renamed, cond):
-    """Converts a loop's test on the carried values named by ``renamed``
-    (body input -> ONNX name), giving ``cond``: whether to go on."""
-    local = dict(names)
-    local.update(renamed)
-    for inner in test:
-        for value in inner.outputs:
-            local[value] = builder.fresh('test')
-        _convert(builder, inner, local)
-    leaves_on = dict(exit_node.attrs)['when']
-    builder.op('Identity' if not leaves_on else 'Not',
-               [local[exit_node.inputs[0]]], [cond])
-
-
-def _typed(name, value, scan=False):
-    import onnx.helper
-
-    return onnx.helper.make_tensor_value_info(
-        name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
-        list(value.shape))
