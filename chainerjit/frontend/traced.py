@@ -377,6 +377,15 @@ _ONNX_ELEMENTWISE = {
     'logical_and': 'And', 'logical_or': 'Or', 'logical_not': 'Not',
     'not_equal': 'Equal', 'invert': 'Not'}
 _ONNX_REDUCTIONS = {'logical_and': 'ReduceMin', 'logical_or': 'ReduceMax'}
+# Arithmetic on floats: each operand is cast to the result's dtype first,
+# as NumPy's type promotion does.
+_ONNX_ARITHMETIC = {
+    'add': 'Add', 'subtract': 'Sub', 'multiply': 'Mul',
+    'true_divide': 'Div', 'divide': 'Div', 'negative': 'Neg',
+    'absolute': 'Abs',
+    'exp': 'Exp', 'log': 'Log', 'tanh': 'Tanh', 'sqrt': 'Sqrt',
+    'sin': 'Sin', 'cos': 'Cos', 'reciprocal': 'Reciprocal',
+    'maximum': 'Max', 'minimum': 'Min'}
 
 
 def _numpy_to_onnx(fn, template):
@@ -389,6 +398,9 @@ def _numpy_to_onnx(fn, template):
     if fn.__name__ == '__call__' and name in _ONNX_ELEMENTWISE and \
             not kwargs:
         return _elementwise_to_onnx(name, args)
+    if fn.__name__ == '__call__' and name in _ONNX_ARITHMETIC and \
+            not kwargs:
+        return _arithmetic_to_onnx(_ONNX_ARITHMETIC[name], args)
     if fn.__name__ == 'reduce' and name in _ONNX_REDUCTIONS and \
             args == (_Slot,) and kwargs.get('axis') is None and \
             not kwargs.get('keepdims') and kwargs.get('dtype') is None:
@@ -409,6 +421,23 @@ def _elementwise_to_onnx(name, args):
             raise _export_error('numpy.invert of integers')
         else:
             b.op(_ONNX_ELEMENTWISE[name], operands, outs)
+    return convert
+
+
+def _arithmetic_to_onnx(op, args):
+    def convert(b, ins, outs):
+        dtype = b.out_dtypes[0]
+        if dtype.kind != 'f':
+            raise _export_error('numpy arithmetic on %s' % dtype)
+        arrays = iter(zip(ins, b.in_dtypes))
+        operands = []
+        for a in args:
+            if a is _Slot:
+                name, in_dtype = next(arrays)
+                operands.append(b.cast(name, in_dtype, dtype))
+            else:
+                operands.append(b.constant(numpy.asarray(a, dtype)))
+        b.op(op, operands, outs)
     return convert
 
 

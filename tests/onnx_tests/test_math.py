@@ -86,3 +86,24 @@ def test_batch_matmul_with_a_dynamic_batch(rng):
              for n in (2, 1, 5)]
     check_onnx(lambda a, b: F.batch_matmul(a, b), calls, 'BatchMatMul',
                dynamic_batch=True)
+
+
+NUMPY_ARITHMETIC = {
+    'add_scalar': lambda x: numpy.add(x, 1.5),
+    'chain': lambda x: numpy.tanh(x) * 2 + numpy.exp(-x) / 3 -
+    numpy.maximum(x, 0.1) + numpy.sqrt(numpy.abs(x)),
+    'reciprocal_log': lambda x: numpy.reciprocal(numpy.abs(x) + 1) +
+    numpy.log(numpy.abs(x) + 0.5),
+    'promoted_to_float64': lambda x: numpy.multiply(
+        x, numpy.full(x.shape, 0.5, numpy.float64)),
+    'sin_cos_minimum': lambda x: numpy.minimum(numpy.sin(x), numpy.cos(x)),
+}
+
+
+@pytest.mark.parametrize('name', sorted(NUMPY_ARITHMETIC))
+def test_numpy_arithmetic_on_arrays(rng, name):
+    numpy_fn = NUMPY_ARITHMETIC[name]
+
+    def fn(x):
+        return F.relu(numpy_fn(x))
+    check_onnx(fn, make_calls(rng, [(3, 4)], numpy.float32, n=3), 'ReLU')
