@@ -7,6 +7,8 @@ array buffers to it), the peak of memory allocated during one call or
 training step on top of what was allocated before it, after warm-up
 calls, and the size of the arenas chainerjit's programs hold between
 calls. It checks that each system's call gives eager's result first.
+chainerjit's programs run on its VM (``backend='numpy'``), whose memory
+this measures.
 
 Usage::
 
@@ -68,7 +70,8 @@ def build_jitted(model, workload, x, t, use_arena):
     try:
         built = run.timed_first_call(run.chainer_call(
             copy.deepcopy(model), workload, x, t,
-            functools.partial(run.jit_forward, jitted=jitted)))
+            functools.partial(run.jit_forward, jitted=jitted,
+                              backend='numpy')))  # the VM's memory
     finally:
         if previous is None:
             del os.environ['CHAINERJIT_ARENA']

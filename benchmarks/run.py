@@ -1,7 +1,9 @@
 """Every system side by side on the same workloads, in one process.
 
 Systems: eager Chainer; ``chainer.static_graph`` (where it works);
-chainerjit; PyTorch eager with the same architecture and weights (if
+chainerjit (its default backend, `auto`: the VM or onnxruntime, the
+faster measured per program) and chainerjit_vm (`backend='numpy'`, the VM
+only); PyTorch eager with the same architecture and weights (if
 torch is installed); onnxruntime on the model chainerjit exports
 (inference; if onnxruntime is installed); and a hand-written NumPy floor
 with preallocated buffers (``benchmarks/competitors.py``). Eager Chainer
@@ -53,8 +55,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 from benchmarks import timing  # noqa: E402  (imports no numpy)
 
 
-SYSTEMS = ('eager', 'static_graph', 'chainerjit', 'torch', 'onnxruntime',
-           'numpy')
+SYSTEMS = ('eager', 'static_graph', 'chainerjit', 'chainerjit_vm', 'torch',
+           'onnxruntime', 'numpy')
 
 #: The project's target ratios for chainerjit (one thread).
 TARGETS = {
@@ -188,11 +190,11 @@ def chainer_call(model, workload, x, t, prepare=None):
     return step
 
 
-def jit_forward(link, jitted=None):
-    """Decorates ``link.forward`` with ``chainerjit.jit``; appends the link
-    to the list ``jitted``, if given."""
+def jit_forward(link, jitted=None, backend='auto'):
+    """Decorates ``link.forward`` with ``chainerjit.jit(backend=)``;
+    appends the link to the list ``jitted``, if given."""
     import chainerjit
-    link.forward = chainerjit.jit(link.forward)
+    link.forward = chainerjit.jit(link.forward, backend=backend)
     if jitted is not None:
         jitted.append(link)
 
@@ -208,11 +210,11 @@ def build_eager(model, workload, x, t):
                                          x, t))
 
 
-def build_chainerjit(model, workload, x, t):
+def build_chainerjit(model, workload, x, t, backend='auto'):
     jitted = []
     built = timed_first_call(chainer_call(
         copy.deepcopy(model), workload, x, t,
-        functools.partial(jit_forward, jitted=jitted)))
+        functools.partial(jit_forward, jitted=jitted, backend=backend)))
     entries = jitted[0].forward.cache_entries()
     if any(e.program is None or (workload.kind == 'training' and
                                  e.training is None) for e in entries):
@@ -280,6 +282,7 @@ BUILDERS = {
     'eager': build_eager,
     'static_graph': build_static_graph,
     'chainerjit': build_chainerjit,
+    'chainerjit_vm': functools.partial(build_chainerjit, backend='numpy'),
     'torch': functools.partial(_build_competitor, system='torch'),
     'onnxruntime': build_onnxruntime,
     'numpy': functools.partial(_build_competitor, system='numpy'),

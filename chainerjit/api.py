@@ -15,6 +15,7 @@ from chainerjit.frontend import packing
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
+from chainerjit.runtime import backends
 from chainerjit.runtime import budget
 from chainerjit.runtime import cache as cache_module
 from chainerjit.runtime import compile as pipeline
@@ -26,7 +27,8 @@ if os.environ.get('CHAINERJIT_LOG'):
     logger.setLevel(logging.INFO)
 
 
-def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
+def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
+        providers=None):
     """Compiles a Chainer forward on its first call for each input
     signature.
 
@@ -51,14 +53,27 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8):
             keeps changing between calls; after this many misses in a row
             for new values of a Python argument, stop recording new
             signatures and run them eagerly (``runtime.budget``).
+        backend: what runs a compiled program: ``'numpy'`` (chainerjit's
+            VM and kernels, bit for bit), ``'onnxruntime'`` (one
+            onnxruntime session wherever the program converts and passes
+            the self-check) or ``'auto'`` (the faster of the two,
+            measured on the recorded inputs when compiled). ``None``: the
+            ``CHAINERJIT_BACKEND`` environment variable, else ``'auto'``.
+            Training programs run on the VM (``runtime.backends``).
+        providers: onnxruntime execution providers for its sessions (as
+            ``onnxruntime.InferenceSession`` takes them; default the CPU's).
 
     Returns:
         JitFunction: calls like ``fn`` and has ``cache_info()``,
         ``cache_clear()``, ``cache_entries()`` and ``explain(*args)``.
     """
     fastpaths.install()
+    if backend is None:
+        backend = os.environ.get('CHAINERJIT_BACKEND', 'auto')
+    backends.check_option(backend)
     options = dict(maxsize=maxsize, check=check,
-                   recompile_limit=recompile_limit)
+                   recompile_limit=recompile_limit, backend=backend,
+                   providers=providers)
     if fn is None:
         return lambda f: jit(f, **options)
     if isinstance(fn, chainer.Link):
@@ -351,7 +366,9 @@ class JitFunction(_calls.CachedCall):
         on ``instance``."""
         return pipeline.Caller(
             fn=self._fn, instance=instance, name=self.__name__,
-            check=self._check, lengths_unsound=self._lengths_unsound,
+            check=self._check, backend=self._options.get('backend', 'auto'),
+            providers=self._options.get('providers'),
+            lengths_unsound=self._lengths_unsound,
             warn_fallback=self._warn_fallback,
             warn_unrolled=self._warn_unrolled,
             explain_miss=functools.partial(self._miss_reason,

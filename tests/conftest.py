@@ -8,6 +8,10 @@ from tests.fuzz_tests import profiles  # NOQA
 
 # Verify the IR after every pass.
 os.environ['CHAINERJIT_CHECKS'] = '1'
+# The suite tests chainerjit's VM and kernels, bit for bit where they are:
+# programs run there unless a test asks for another backend
+# (runtime_tests/test_backends.py; the fuzzer's onnxruntime run).
+os.environ.setdefault('CHAINERJIT_BACKEND', 'numpy')
 
 
 def _has_gpu():

@@ -22,6 +22,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import errors
 from chainerjit import testing
 from tests import summaries
 from tests.zoo_cases import _split
@@ -277,4 +278,19 @@ def _params():
 @pytest.mark.parametrize('c', list(_params()))
 def test_zoo(c):
     SUMMARY[c.name] = {}
+    run_case(c)
+
+
+@pytest.mark.parametrize('c', list(_params()))
+def test_zoo_in_onnxruntime(c, monkeypatch):
+    """The zoo with ``jit(backend='onnxruntime')``: programs that convert
+    run in onnxruntime, the rest stay on the VM; the same checks."""
+    pytest.importorskip('onnxruntime')
+    if c.fallback_ok:
+        # Python numbers read from arrays onnxruntime computed differ in
+        # their last digits, and the zoo compares them exactly.
+        pytest.skip('reads array values into Python numbers')
+    monkeypatch.setenv('CHAINERJIT_BACKEND', 'onnxruntime')
+    # The one-time warnings the case expects were given by test_zoo.
+    monkeypatch.setattr(errors, '_warned', set())
     run_case(c)

@@ -3,6 +3,8 @@ and Functions written as users write them, and functions that ``Seq``
 applies as a model's forward. ``tests/zoo_cases.py`` builds its cases
 from them; ``test_zoo_training.py`` also uses some directly."""
 
+import itertools
+
 import chainer
 import chainer.functions as F
 from chainer.functions.pooling import max_pooling_nd
@@ -427,12 +429,12 @@ def _pooling_nd(m, x):
 
 
 def _ids_seq(values):
-    values = iter(values * 2)
+    values = itertools.cycle(values)  # each test that runs the case
     return lambda rng: (numpy.array(next(values), numpy.int32),)
 
 
 def _labels_seq(values):
-    values = iter(values * 2)
+    values = itertools.cycle(values)
     return lambda rng: (_rand(rng, 2, 4),
                         numpy.array(next(values), numpy.int32))
 

@@ -30,6 +30,7 @@ from chainerjit.frontend import trace
 from chainerjit.frontend import trip_counts
 from chainerjit.ops import structural
 from chainerjit.passes import autodiff
+from chainerjit.runtime import backends
 from chainerjit.runtime import cache
 from chainerjit.runtime import function
 
@@ -37,7 +38,8 @@ from chainerjit.runtime import function
 class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
-        'on_backprop_program'))):
+        'on_backprop_program', 'backend', 'providers'),
+        defaults=('numpy', None))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -55,6 +57,9 @@ class Caller(collections.namedtuple('Caller', (
             from the cached entries; called before the call is recorded.
         on_backprop_program: called with no arguments once a program is
             compiled with backprop enabled.
+        backend: what runs the inference program (``jit(backend=)``; see
+            ``runtime.backends``); ``'numpy'`` if not given.
+        providers: onnxruntime's execution providers (``jit(providers=)``).
     """
 
     __slots__ = ()
@@ -119,6 +124,7 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
                                 graph, program, lengths, symbols)
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
+        _choose_backend(caller, entry, leaves, recording, symbols)
         if key[1] and entry.program is not None:  # backprop enabled
             entry.training = _training_program(caller, graph, leaves,
                                                recording)
@@ -293,6 +299,18 @@ def _self_check(caller, entry, leaves, recording, symbols):
             problem)
         entry.program = None
         caller.warn_fallback(errors.CompiledMismatch(problem), None)
+
+
+def _choose_backend(caller, entry, leaves, recording, symbols):
+    """Keeps the VM's program or takes onnxruntime's for the entry, as
+    ``caller.backend`` says (``runtime.backends``), measured on the
+    recorded inputs and checked against the eager result."""
+    backends.choose(
+        caller.backend, caller.providers, entry,
+        backends.recorded_inputs(entry.graph, leaves, recording, symbols),
+        recording.result,
+        lambda outs: entry.build_result(outs, leaves, caller.instance),
+        compare_results)
 
 
 def _close_enough(a, b):

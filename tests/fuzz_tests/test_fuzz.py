@@ -12,10 +12,16 @@ difference.
 
 The profile (``profiles.py``) decides how many programs: 80 per test by
 default, thousands with ``--hypothesis-profile=long`` or
-``CHAINERJIT_FUZZ=long``. What it found is in ``test_found.py``.
+``CHAINERJIT_FUZZ=long``. What it found is in ``test_found.py``. The
+suite runs programs on chainerjit's VM; the ``onnxruntime`` tests run the
+same kinds of programs with ``jit(backend='onnxruntime')``.
 """
 
+import contextlib
+import os
+
 from hypothesis import given
+import pytest
 
 from tests.fuzz_tests import programs
 from tests.fuzz_tests import runner
@@ -34,3 +40,24 @@ def test_loops_over_time(program):
 @given(programs.programs(['Branch', 'BranchAny']))
 def test_branches_on_array_tests(program):
     runner.check(program)
+
+
+@contextlib.contextmanager
+def _backend(name):
+    before = os.environ.get('CHAINERJIT_BACKEND')
+    os.environ['CHAINERJIT_BACKEND'] = name
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ['CHAINERJIT_BACKEND']
+        else:
+            os.environ['CHAINERJIT_BACKEND'] = before
+
+
+@given(programs.programs(['Straight', 'ListStraight', 'LoopShape',
+                          'LoopLen', 'LoopExit', 'Branch']))
+def test_programs_in_onnxruntime(program):
+    pytest.importorskip('onnxruntime')
+    with _backend('onnxruntime'):
+        runner.check(program)

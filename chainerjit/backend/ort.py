@@ -1,0 +1,138 @@
+"""Running a program in onnxruntime.
+
+:func:`session_program` converts a graph (after the passes) to an ONNX model
+with ``backend.onnx_graph`` and compiles a :class:`~.program.Program`
+whose one instruction calls an onnxruntime session on the program's
+inputs: the arguments, the model's parameters, then the trip-count
+symbols. The parameters are inputs of the session, not initializers, so
+an update of a parameter between calls is seen; constants are
+initializers, which onnxruntime may fold and prepack.
+
+The session is built once per program, for low latency: every graph
+optimisation, sequential execution, and as many threads as
+``chainer``'s BLAS would use (one where the user set one).
+"""
+
+import os
+
+import numpy
+
+from chainerjit import ir
+from chainerjit import ops
+from chainerjit.backend import codegen
+from chainerjit.backend import onnx_graph
+
+#: Environment variables that set a thread count, read in order.
+THREAD_VARIABLES = ('OMP_NUM_THREADS', 'OPENBLAS_NUM_THREADS',
+                    'MKL_NUM_THREADS')
+
+
+def available():
+    """True where onnxruntime can be imported."""
+    try:
+        import onnxruntime  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def session_program(graph, providers=None):
+    """A program running ``graph`` as one onnxruntime session.
+
+    Raises:
+        chainerjit.errors.ExportError: a node has no ONNX converter, or is
+            a guard (a branch on an array value).
+    """
+    model, input_names, output_names = to_onnx(graph)
+    session = _session(model, providers)
+    symbols = len(graph.symbols)
+    n_arrays = len(graph.inputs) + len(graph.params)
+
+    def run(*arrays):
+        feed = dict(zip(input_names, arrays[:n_arrays]))
+        for name, count in zip(input_names[n_arrays:], arrays[n_arrays:]):
+            feed[name] = numpy.asarray(count, numpy.int64)
+        return tuple(session.run(output_names, feed))
+
+    assert len(input_names) == n_arrays + symbols
+    kernel = ops.Kernel(run, multi=True)
+    return codegen.compile_graph(_one_node_graph(graph, kernel))
+
+
+def to_onnx(graph):
+    """``(model, input names, output names)`` of ``graph`` as an ONNX
+    model whose inputs are the program's."""
+    import onnx.helper
+
+    builder = onnx_graph.Builder(False)
+    names = graph.value_names('v%d')
+    for value in graph.all_consts():
+        builder.constant(_host(value.data), names[value])
+    for node in graph.nodes:
+        onnx_graph.convert_node(builder, node, names)
+    inputs = graph.inputs + graph.params + graph.symbols
+    shaped = not graph.symbols
+    outputs = [builder.op('Identity', [names[v]], ['y%d' % i])[0]
+               for i, v in enumerate(graph.outputs)]
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            builder.nodes, graph.name or 'program',
+            [onnx_graph.value_info(_type(v), names[v], False, v.symbols)
+             for v in inputs],
+            [onnx_graph.value_info(_type(v), name, False, shaped=shaped)
+             for v, name in zip(graph.outputs, outputs)],
+            builder.initializers),
+        opset_imports=[onnx.helper.make_opsetid('', onnx_graph.OPSET)],
+        producer_name='chainerjit', ir_version=onnx_graph.IR_VERSION)
+    return model, [names[v] for v in inputs], outputs
+
+
+def _type(value):
+    if value.kind == 'sym':
+        return (), numpy.dtype(numpy.int64)
+    return value.shape, value.dtype
+
+
+def _host(array):
+    return array.get() if hasattr(array, 'get') else numpy.asarray(array)
+
+
+def _session(model, providers):
+    import onnxruntime
+
+    options = onnxruntime.SessionOptions()
+    options.graph_optimization_level = \
+        onnxruntime.GraphOptimizationLevel.ORT_ENABLE_ALL
+    options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
+    options.intra_op_num_threads = thread_count()
+    options.inter_op_num_threads = 1
+    options.log_severity_level = 3  # errors only
+    return onnxruntime.InferenceSession(
+        model.SerializeToString(), options,
+        providers=providers or ['CPUExecutionProvider'])
+
+
+def thread_count():
+    """The threads a session gets: the first of ``THREAD_VARIABLES`` that
+    is set (``OMP_NUM_THREADS=1`` gives one), else the cores."""
+    for name in THREAD_VARIABLES:
+        value = os.environ.get(name, '')
+        if value.isdigit() and int(value) > 0:
+            return int(value)
+    return os.cpu_count() or 1
+
+
+def _one_node_graph(graph, kernel):
+    """A graph with ``graph``'s inputs and outputs and one node, running
+    ``kernel``."""
+    single = ir.Graph(graph.name)
+    single.inputs, single.params = graph.inputs, graph.params
+    single.symbols = graph.symbols
+    outputs = []
+    for value in graph.outputs:  # an output may be an input, or repeated
+        outputs.append(ir.Value('temp', value.shape, value.dtype))
+    single.add_node(ir.Node(
+        'OnnxRuntime', kernel, graph.inputs + graph.params + graph.symbols,
+        outputs, pure=False))
+    single.outputs = outputs
+    return single

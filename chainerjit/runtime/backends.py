@@ -1,0 +1,171 @@
+"""Choosing what runs an entry's program: chainerjit's VM over NumPy
+kernels, or one onnxruntime session (``backend.ort``).
+
+``jit(backend=...)`` says which:
+
+* ``'numpy'``: the VM, bit for bit the kernels' results (``exact``);
+* ``'onnxruntime'``: the session wherever the program converts and its
+  result passes the self-check, else the VM;
+* ``'auto'``: both are run on the recorded inputs when the program is
+  compiled, and the faster is kept, where the session's result passes the
+  self-check.
+
+Only a program without side effects is run by onnxruntime: no random or
+stateful node, no node run through Chainer's own code, no branch on an
+array value; and only on the CPU (NumPy arrays). Training programs stay
+the VM's. The entry records the choice and the times measured
+(``entry.backend``, ``entry.backend_times``; shown by ``describe()`` and
+``cache_report()``).
+"""
+
+import time
+
+import numpy
+
+from chainerjit import errors
+from chainerjit.backend import ort
+from chainerjit.frontend import signature
+from chainerjit.ops import structural
+
+BACKENDS = ('auto', 'numpy', 'onnxruntime')
+#: Timed runs of each program when choosing (the median is compared),
+#: after one untimed run.
+TIMED_RUNS = 7
+
+
+def check_option(backend):
+    if backend not in BACKENDS:
+        raise ValueError('chainerjit: backend must be one of %s, not %r'
+                         % (', '.join(map(repr, BACKENDS)), backend))
+
+
+def choose(backend, providers, entry, inputs, expected, build_result,
+           compare):
+    """Sets ``entry.program`` to the backend's program for ``backend``
+    (one of :data:`BACKENDS`), its sessions on onnxruntime's execution
+    ``providers`` (``None``: the CPU's). ``inputs`` are the recorded
+    inputs of the program, ``expected`` the eager result,
+    ``build_result(outs)`` a result from a program's outputs and
+    ``compare(expected, actual)`` the self-check's comparison (``None``
+    when they match)."""
+    entry.backend = 'numpy'
+    if backend == 'numpy' or entry.program is None:
+        return
+    reason = _why_not(entry.graph, inputs)
+    if reason is None:
+        try:
+            session = ort.session_program(entry.graph, providers)
+            problem = compare(expected, build_result(session.run(inputs)))
+            reason = problem and 'its result differs from eager: %s' % (
+                problem)
+        except Exception as error:  # no converter, or onnxruntime refused
+            reason = _first_line(error)
+    if reason is not None:
+        entry.backend_note = 'onnxruntime not used: %s' % reason
+        return
+    if backend == 'auto':
+        entry.backend_times = {'numpy': _median_seconds(entry.program,
+                                                        inputs),
+                               'onnxruntime': _median_seconds(session,
+                                                              inputs)}
+        if entry.backend_times['onnxruntime'] >= \
+                entry.backend_times['numpy']:
+            return
+    entry.program = session
+    entry.backend = 'onnxruntime'
+
+
+def _first_line(error):
+    if isinstance(error, errors.VMError) and error.__cause__ is not None:
+        error = error.__cause__  # the kernel's own error
+    text = str(error).strip().split('\n')[0]
+    return text if isinstance(error, errors.ExportError) else '%s: %s' % (
+        type(error).__name__, text)
+
+
+def _why_not(graph, inputs):
+    """Why onnxruntime cannot run ``graph`` on ``inputs``, or ``None``."""
+    if not ort.available():
+        return 'onnxruntime is not installed'
+    if any(type(a) is not numpy.ndarray for a in inputs
+           if not isinstance(a, (int, numpy.integer))):
+        return 'the inputs are not all NumPy arrays'
+    if not _pure(graph.nodes):
+        return ('the program has random or stateful nodes, nodes run by '
+                'Chainer, or a branch on an array value')
+    if _may_return_views(graph):
+        return ('an output may be a view of an argument or a parameter '
+                '(as eagerly), which a session would copy')
+    return None
+
+
+def _pure(nodes):
+    for node in nodes:
+        if node.region is not None:
+            if not _pure(node.region.body.nodes):
+                return False
+        elif not node.pure or node.generic or structural.is_guard(node):
+            return False
+    return True
+
+
+def _may_return_views(graph):
+    """True where an output of ``graph`` may share memory with an input
+    or a parameter: it is one, or kernels that may return a view of their
+    input (``Kernel.fresh`` false: a reshape, an index) made it from
+    one, in a loop's body too. onnxruntime's outputs are new arrays,
+    where eager's (and the VM's) would be views, which the caller may
+    write into."""
+    maybe = set(graph.inputs) | set(graph.params)
+    _spread_views(graph.nodes, maybe)
+    return any(v in maybe for v in graph.outputs)
+
+
+def _spread_views(nodes, maybe):
+    """Adds to ``maybe`` the values of ``nodes`` that may be views of a
+    value in it."""
+    for node in nodes:
+        if node.region is not None:
+            _spread_views_through_loop(node, maybe)
+        elif not node.kernel.fresh and any(v in maybe for v in node.inputs):
+            maybe.update(node.outputs)
+
+
+def _spread_views_through_loop(node, maybe):
+    """A Loop node: its body's inputs after the counter are its own
+    inputs after the trip count (initial carried values, invariants); a
+    carried value after the loop is its initial value (no iteration) or
+    the body's last; the scan lists are stacked copies."""
+    region = node.region
+    body = region.body
+    inner = set(b for b, v in zip(body.inputs[1:], node.inputs[1:])
+                if v in maybe)
+    read = [k for k, r in enumerate(region.carried_read) if r]
+    size = -1
+    while size != len(inner):  # until the carried values settle
+        size = len(inner)
+        _spread_views(body.nodes, inner)
+        for j, k in enumerate(read):
+            if body.outputs[k] in inner:
+                inner.add(body.inputs[1 + j])
+    for k in range(region.n_carried):
+        initial = node.inputs[1 + read.index(k)] if k in read else None
+        if body.outputs[k] in inner or initial in maybe:
+            maybe.add(node.outputs[k])
+
+
+def _median_seconds(program, inputs):
+    program.run(inputs)
+    times = []
+    for _ in range(TIMED_RUNS):
+        start = time.perf_counter()
+        program.run(inputs)
+        times.append(time.perf_counter() - start)
+    return sorted(times)[len(times) // 2]
+
+
+def recorded_inputs(graph, leaves, recording, symbols):
+    """The inputs a program of ``graph`` ran on while recording:
+    arguments, parameters, symbols."""
+    return [signature.leaf_array(leaf) for leaf in leaves] + \
+        [recording.param_arrays[v] for v in graph.params] + list(symbols)
