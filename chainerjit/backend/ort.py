@@ -9,8 +9,8 @@ an update of a parameter between calls is seen; constants are
 initializers, which onnxruntime may fold and prepack.
 
 The session is built once per program, for low latency: every graph
-optimisation, sequential execution, and as many threads as
-``chainer``'s BLAS would use (one where the user set one).
+optimisation, sequential execution, and as many threads as NumPy's BLAS
+would use (one where the user set one), which sleep between calls.
 """
 
 import os
@@ -107,6 +107,10 @@ def _session(model, providers):
     options.intra_op_num_threads = thread_count()
     options.inter_op_num_threads = 1
     options.log_severity_level = 3  # errors only
+    # Its threads sleep when done instead of spinning: between two calls
+    # the process runs other work (NumPy's BLAS threads, Chainer), which
+    # spinning threads would slow down.
+    options.add_session_config_entry('session.intra_op.allow_spinning', '0')
     return onnxruntime.InferenceSession(
         model.SerializeToString(), options,
         providers=providers or ['CPUExecutionProvider'])
