@@ -539,7 +539,7 @@ def _how_it_runs(entry, grad):
         return ' (with gradients: %s)' % (
             'runs eagerly, an op has no gradient rule'
             if entry.training is None else 'compiled forward and backward')
-    return ''
+    return ' (runs on %s)' % entry.describe_backend()
 
 
 def _runs_its_forward(link):

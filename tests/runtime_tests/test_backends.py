@@ -206,3 +206,12 @@ def test_execution_providers_are_passed_to_the_sessions(rng):
     _inference(jitted, model.forward,
                [(rng.randn(2, 5).astype(F32),) for _ in range(2)])
     assert _backends(jitted) == ['onnxruntime']
+
+
+def test_explain_says_what_runs_the_program(rng):
+    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    x = rng.randn(2, 5).astype(F32)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        jitted(x)
+        assert jitted.explain(x).endswith('(runs on onnxruntime)')
