@@ -384,7 +384,7 @@ class JitFunction(_calls.CachedCall):
                      for e in entries), key=len)
         kinds = [_change_kind(line) for line in lines]
         self._changes.update(kinds)
-        self.budget.note_miss(any(_is_value(kind) for kind in kinds))
+        self.budget.note_miss(_rare_change(kinds, sig))
         if (self.cache.misses >= self._options['recompile_limit']
                 and not self._warned_recompile):
             self._warned_recompile = True
@@ -562,9 +562,39 @@ def _compiled_calls(forwards):
     return sum(fn.cache.compiled for _, fn in forwards.values())
 
 
-def _is_value(kind):
-    """Is a change kind (see :func:`_change_kind`) a Python value's?"""
-    return kind.endswith(': value')
+def _rare_change(kinds, sig):
+    """What the changes of a miss (``kinds``, see :func:`_change_kind`)
+    changed if that rarely comes back, else ``None``: a Python argument's
+    value, or the shapes of the items of a list of arrays whose shapes
+    differ (sequences of different lengths, whose combinations rarely
+    repeat)."""
+    if any(kind.endswith(': value') for kind in kinds):
+        return 'a new value of a Python argument'
+    ragged = _ragged_lists(sig)
+    for kind in kinds:
+        name, _, what = kind.partition(': ')
+        if what.startswith('shape') and _list_of(name) in ragged:
+            return 'new lengths of the items of %s' % _list_of(name)
+    return None
+
+
+def _list_of(name):
+    """``'xs'`` for an item name ``'xs[3]'``, else ``None``."""
+    base, bracket, rest = name.rpartition('[')
+    if bracket and rest.endswith(']') and rest[:-1].isdigit():
+        return base
+    return None
+
+
+def _ragged_lists(sig):
+    """The list arguments of a signature whose items are arrays of
+    different shapes."""
+    shapes = collections.defaultdict(set)
+    for name, spec in sig.items:
+        base = _list_of(name)
+        if base is not None and hasattr(spec, 'shape'):
+            shapes[base].add(spec.shape)
+    return set(base for base, found in shapes.items() if len(found) > 1)
 
 
 def _change_kind(line):

@@ -7,8 +7,10 @@ function from recording new signatures (as TorchDynamo stops compiling a
 frame at its cache size limit): a miss then runs eagerly at once, while
 the entries compiled so far still serve the calls that hit them.
 
-* **Misses in a row.** ``limit`` recordings in a row, each for a new
-  value of a Python argument (a number that changes on every call), with
+* **Misses in a row.** ``limit`` recordings in a row, each for a change
+  that rarely comes back (a new value of a Python argument, a number
+  that changes on every call; new lengths of the items of a list of
+  sequences of different lengths, whose combinations rarely repeat), with
   no call between them reusing an entry; or, whatever changed, more
   recordings in a row than the cache holds (``maxsize``, at least
   ``limit``; never for an unbounded cache): calls that keep evicting
@@ -40,7 +42,8 @@ class RecordingBudget(object):
     def clear(self):
         self.stopped = None  # why the function no longer records
         self._in_a_row = 0  # misses with no hit between them
-        self._values_in_a_row = 0  # of those, the latest for a new value
+        self._rare_in_a_row = 0  # of those, the latest for a rare change
+        self._rare_change = None  # what the latest of those changed
         self._hits_then = None  # the cache's hits at the latest miss
         self._fallbacks = collections.Counter()  # reason -> signatures
 
@@ -50,13 +53,13 @@ class RecordingBudget(object):
         if self.stopped is not None:
             return False
         if hits != self._hits_then:
-            self._in_a_row = self._values_in_a_row = 0
+            self._in_a_row = self._rare_in_a_row = 0
         self._hits_then = hits
-        if self._values_in_a_row >= self.limit:
+        if self._rare_in_a_row >= self.limit:
             self.stopped = (
-                '%d calls in a row were recorded for a new value of a '
-                'Python argument, and no call reused what was compiled'
-                % self._values_in_a_row)
+                '%d calls in a row were recorded for %s, and no call reused '
+                'what was compiled' % (self._rare_in_a_row,
+                                       self._rare_change))
         elif self._in_a_row >= self.any_limit:
             self.stopped = (
                 '%d calls in a row were recorded, more than the cache '
@@ -65,11 +68,13 @@ class RecordingBudget(object):
         self._in_a_row += 1
         return self.stopped is None
 
-    def note_miss(self, for_a_new_value):
-        """Notes why the miss being recorded missed: ``for_a_new_value``
-        if a Python argument's value changed."""
-        self._values_in_a_row = (self._values_in_a_row + 1
-                                 if for_a_new_value else 0)
+    def note_miss(self, rare_change):
+        """Notes why the miss being recorded missed: ``rare_change`` says
+        what changed if it rarely comes back (``'a new value of a Python
+        argument'``), else it is ``None``."""
+        self._rare_change = rare_change
+        self._rare_in_a_row = (self._rare_in_a_row + 1
+                               if rare_change else 0)
 
     def note_fallback(self, reason):
         """Notes that a recording fell back to eager for ``reason`` (a

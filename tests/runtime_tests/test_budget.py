@@ -123,6 +123,53 @@ def test_new_shapes_beyond_the_value_limit_still_record(rng):
     assert not stops and f.cache_info().compiles == 8
 
 
+class Encoder(chainer.Chain):
+    """An LSTM over a list of sequences of different lengths, as Chainer's
+    text examples encode a batch."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 6)
+            self.rnn = L.NStepLSTM(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, t):
+        hy, _, _ = self.rnn(None, None, [self.embed(x) for x in xs])
+        return F.softmax_cross_entropy(self.out(hy[0]), t)
+
+
+def _sequences(rng, n=4):
+    return ([rng.randint(0, 20, rng.randint(2, 9)).astype(numpy.int32)
+             for _ in range(n)], rng.randint(0, 3, n).astype(numpy.int32))
+
+
+def test_new_lengths_of_a_list_of_sequences_stop_recording(rng):
+    eager, jitted = _twins(Encoder)
+    calls = [_sequences(rng) for _ in range(12)]
+    with chainer.no_backprop_mode():
+        results, stops = _run(jitted, calls)
+        for r, args in zip(results, calls):
+            testing.assert_results_equal(r, eager.forward(*args))
+    mine = [s for s in stops if 'Encoder.forward' in s]
+    assert len(mine) == 1 and 'new lengths of the items of xs' in mine[0]
+    info = jitted.cache_info()
+    assert info.compiles == 4 and info.eager == 8
+    # Eagerly the links still run compiled, the LSTM over the list as a
+    # segment that stops recording too.
+    assert jitted.segments()['out'].cache_info().compiled >= 7
+
+
+def test_lists_of_alike_items_that_change_keep_recording(rng):
+    # Items of one shape (a batch size changing for all of them) are no
+    # sequences of different lengths.
+    f = chainerjit.jit(recompile_limit=2)(lambda xs: F.exp(xs[0]) + xs[1])
+    calls = [([rng.standard_normal((n, 3)).astype(numpy.float32)
+               for _ in range(2)],) for n in range(1, 7)]
+    _, stops = _run(f, calls)
+    assert not stops and f.cache_info().compiles == 6
+
+
 def test_the_same_fallback_on_new_signatures_stops_recording(rng):
     eager, jitted = _twins(Counting)
     calls = [(rng.standard_normal((n, 4)).astype(numpy.float32),
