@@ -10,7 +10,7 @@ initializers, which onnxruntime may fold and prepack.
 
 The session is built once per program, for low latency: every graph
 optimisation, sequential execution, and as many threads as NumPy's BLAS
-would use (one where the user set one), which sleep between calls.
+uses (one where the user set one), which sleep between calls.
 """
 
 import os
@@ -117,13 +117,29 @@ def _session(model, providers):
 
 
 def thread_count():
-    """The threads a session gets: the first of ``THREAD_VARIABLES`` that
-    is set (``OMP_NUM_THREADS=1`` gives one), else the cores."""
+    """The threads a session gets: as many as NumPy's BLAS uses now (as
+    ``threadpoolctl`` reports it, so that ``threadpool_limits(1)`` counts),
+    else the first of ``THREAD_VARIABLES`` that is set
+    (``OMP_NUM_THREADS=1`` gives one), else the cores."""
+    blas = _blas_threads()
+    if blas:
+        return blas
     for name in THREAD_VARIABLES:
         value = os.environ.get(name, '')
         if value.isdigit() and int(value) > 0:
             return int(value)
     return os.cpu_count() or 1
+
+
+def _blas_threads():
+    try:
+        import threadpoolctl
+    except ImportError:
+        return None
+    counts = [pool.get('num_threads') for pool in
+              threadpoolctl.threadpool_info() if pool.get('user_api') ==
+              'blas' and pool.get('num_threads')]
+    return min(counts) if counts else None
 
 
 def _one_node_graph(graph, kernel):

@@ -29,8 +29,12 @@ from chainerjit.ops import structural
 
 BACKENDS = ('auto', 'numpy', 'onnxruntime')
 #: Timed runs of each program when choosing (the median is compared),
-#: after one untimed run.
+#: after one untimed run; fewer for a program whose first run took more
+#: than :data:`SLOW_RUN` seconds, so that choosing costs at most a few
+#: tenths of a second of compile time.
 TIMED_RUNS = 7
+SLOW_RUN = 0.005
+SLOW_TIMED_RUNS = 3
 
 
 def check_option(backend):
@@ -155,9 +159,11 @@ def _spread_views_through_loop(node, maybe):
 
 
 def _median_seconds(program, inputs):
+    start = time.perf_counter()
     program.run(inputs)
+    slow = time.perf_counter() - start > SLOW_RUN
     times = []
-    for _ in range(TIMED_RUNS):
+    for _ in range(SLOW_TIMED_RUNS if slow else TIMED_RUNS):
         start = time.perf_counter()
         program.run(inputs)
         times.append(time.perf_counter() - start)
