@@ -127,6 +127,7 @@ def test_exact_blas_off_takes_the_faster_order(probes, monkeypatch):
     assert probes.swapped_product_agrees(16, 128, 512, numpy.float32)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 @pytest.mark.parametrize('rows', [1, 9, 16, 64])
 def test_linear_products_are_bit_exact_at_every_switch_size(

@@ -247,6 +247,7 @@ def test_linear_relu_batch_sizes(batch):
     testing.assert_jit_grads_match_eager(f, calls, 1e-6, 1e-6)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('batch', [64, 65, 300])
 def test_linear_relu_pre_activation_also_returned(batch):

@@ -253,6 +253,7 @@ def test_half_plus_half_refuses_arrays_it_does_not_take(rng):
         assert numpy.array_equal(numpy.asarray(bad), before)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_lstm_on_transposed_gates_matches_eager_bit_for_bit(rng, dtype):
     """Gates given as a transposed view reach the copy loop's strided

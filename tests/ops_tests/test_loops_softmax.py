@@ -44,6 +44,7 @@ def test_row_max_refuses_arrays_it_does_not_take(rng):
     assert not out.any()
 
 
+@pytest.mark.bit_exact
 def test_softmax_over_the_last_axis_runs_the_row_loop(monkeypatch, rng):
     calls = []
     loop = _loops_softmax.softmax_rows
@@ -56,6 +57,7 @@ def test_softmax_over_the_last_axis_runs_the_row_loop(monkeypatch, rng):
     assert calls and all(c is not None for c in calls)
 
 
+@pytest.mark.bit_exact
 def test_softmax_with_rows_too_long_for_the_row_loop_finds_maxima_in_c(
         monkeypatch, rng):
     calls = []

@@ -31,6 +31,7 @@ def _calls(rng, c_shape, x_shape, dtype, n=3):
 SHAPES = [((3, 4), (3, 16)), ((2, 3, 5), (2, 12, 5)), ((4, 2), (2, 8))]
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('c_shape, x_shape', SHAPES)
 def test_lstm(rng, c_shape, x_shape, dtype):
@@ -70,6 +71,7 @@ def _product_then_lstm(c, x, W):
     return F.lstm(c, F.linear(x, W))
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('batch', [16, 100])
 def test_lstm_at_link_sizes_is_bit_for_bit(rng, dtype, batch):
