@@ -2,9 +2,10 @@
 
 Systems: eager Chainer; ``chainer.static_graph`` (where it works);
 chainerjit (its default backend, `auto`: the VM or onnxruntime, the
-faster measured per program) and chainerjit_vm (`backend='numpy'`, the VM
-only); PyTorch eager with the same architecture and weights (if
-torch is installed); onnxruntime on the model chainerjit exports
+faster measured per program), chainerjit_vm (`backend='numpy'`, the VM
+only) and chainerjit_frozen (`freeze=True`, serving mode: inference
+sessions own the weights); PyTorch eager with the same architecture and
+weights (if torch is installed); onnxruntime on the model chainerjit exports
 (inference; if onnxruntime is installed); and a hand-written NumPy floor
 with preallocated buffers (``benchmarks/competitors.py``). Eager Chainer
 and ``static_graph`` run with Chainer's own methods where chainerjit's
@@ -55,8 +56,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 from benchmarks import timing  # noqa: E402  (imports no numpy)
 
 
-SYSTEMS = ('eager', 'static_graph', 'chainerjit', 'chainerjit_vm', 'torch',
-           'onnxruntime', 'numpy')
+SYSTEMS = ('eager', 'static_graph', 'chainerjit', 'chainerjit_vm',
+           'chainerjit_frozen', 'torch', 'onnxruntime', 'numpy')
 
 #: The project's target ratios for chainerjit (one thread).
 TARGETS = {
@@ -190,11 +191,12 @@ def chainer_call(model, workload, x, t, prepare=None):
     return step
 
 
-def jit_forward(link, jitted=None, backend='auto'):
-    """Decorates ``link.forward`` with ``chainerjit.jit(backend=)``;
-    appends the link to the list ``jitted``, if given."""
+def jit_forward(link, jitted=None, backend='auto', freeze=False):
+    """Decorates ``link.forward`` with ``chainerjit.jit(backend=,
+    freeze=)``; appends the link to the list ``jitted``, if given."""
     import chainerjit
-    link.forward = chainerjit.jit(link.forward, backend=backend)
+    link.forward = chainerjit.jit(link.forward, backend=backend,
+                                  freeze=freeze)
     if jitted is not None:
         jitted.append(link)
 
@@ -210,11 +212,14 @@ def build_eager(model, workload, x, t):
                                          x, t))
 
 
-def build_chainerjit(model, workload, x, t, backend='auto'):
+def build_chainerjit(model, workload, x, t, backend='auto', freeze=False):
+    if freeze and workload.kind != 'inference':
+        return Skipped('serving mode: inference only')
     jitted = []
     built = timed_first_call(chainer_call(
         copy.deepcopy(model), workload, x, t,
-        functools.partial(jit_forward, jitted=jitted, backend=backend)))
+        functools.partial(jit_forward, jitted=jitted, backend=backend,
+                          freeze=freeze)))
     entries = jitted[0].forward.cache_entries()
     if any(e.program is None or (workload.kind == 'training' and
                                  e.training is None) for e in entries):
@@ -283,6 +288,7 @@ BUILDERS = {
     'static_graph': build_static_graph,
     'chainerjit': build_chainerjit,
     'chainerjit_vm': functools.partial(build_chainerjit, backend='numpy'),
+    'chainerjit_frozen': functools.partial(build_chainerjit, freeze=True),
     'torch': functools.partial(_build_competitor, system='torch'),
     'onnxruntime': build_onnxruntime,
     'numpy': functools.partial(_build_competitor, system='numpy'),

@@ -28,7 +28,7 @@ if os.environ.get('CHAINERJIT_LOG'):
 
 
 def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
-        providers=None):
+        providers=None, freeze=False):
     """Compiles a Chainer forward on its first call for each input
     signature.
 
@@ -62,6 +62,13 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
             Training programs run on the VM (``runtime.backends``).
         providers: onnxruntime execution providers for its sessions (as
             ``onnxruntime.InferenceSession`` takes them; default the CPU's).
+        freeze: serving mode. A program run by onnxruntime owns the
+            model's parameters as constants, which onnxruntime can fold
+            and prepack, and the parameters become read-only: a write into
+            one is an error, and a parameter replaced by another array is
+            recorded again. :meth:`JitFunction.unfreeze` (or
+            ``cache_clear()``) makes them writable again. Not with
+            ``backend='numpy'``.
 
     Returns:
         JitFunction: calls like ``fn`` and has ``cache_info()``,
@@ -70,10 +77,10 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
     fastpaths.install()
     if backend is None:
         backend = os.environ.get('CHAINERJIT_BACKEND', 'auto')
-    backends.check_option(backend)
+    backends.check_option(backend, freeze)
     options = dict(maxsize=maxsize, check=check,
                    recompile_limit=recompile_limit, backend=backend,
-                   providers=providers)
+                   providers=providers, freeze=freeze)
     if fn is None:
         return lambda f: jit(f, **options)
     if isinstance(fn, chainer.Link):
@@ -102,6 +109,8 @@ class JitFunction(_calls.CachedCall):
         self._lengths_unsound = False  # a symbolic length gave another
         # result than eager: lengths stay in the key
         self._unpacked = set()  # list arguments recorded item by item
+        # Parameter arrays its frozen programs made read-only (unfreeze()).
+        self._made_read_only = []
         # the links an eager call runs as compiled segments (_fallback)
         self._segments = weakref.WeakKeyDictionary()
         self._segment_links = weakref.WeakKeyDictionary()
@@ -349,6 +358,7 @@ class JitFunction(_calls.CachedCall):
         if entry is None:
             return compiled.result
         self.last_entry = entry
+        self._made_read_only += entry.made_read_only
         self.cache.compiles += entry.fallback is None
         if entry.escaped and self.budget.note_fallback(entry.fallback):
             self._warn_stopped()
@@ -368,6 +378,7 @@ class JitFunction(_calls.CachedCall):
             fn=self._fn, instance=instance, name=self.__name__,
             check=self._check, backend=self._options.get('backend', 'auto'),
             providers=self._options.get('providers'),
+            freeze=self._options.get('freeze', False),
             lengths_unsound=self._lengths_unsound,
             warn_fallback=self._warn_fallback,
             warn_unrolled=self._warn_unrolled,
@@ -437,12 +448,24 @@ class JitFunction(_calls.CachedCall):
         return self.cache.info()
 
     def cache_clear(self):
-        """Forgets every compiled program and resets the statistics."""
+        """Forgets every compiled program and resets the statistics; the
+        parameters frozen programs owned become writable again."""
+        self.unfreeze()
         self.cache.clear()
         self.budget.clear()
         self._warned_stopped = False
         self._changes.clear()
         self._warned_recompile = False
+
+    def unfreeze(self):
+        """Drops the programs that own the model's parameters
+        (``jit(freeze=True)``) and makes the parameters they made read-only
+        writable again; the next calls record anew."""
+        for entry in self.cache.entries():
+            if entry.frozen:
+                self.cache.remove(entry)
+        backends.unfreeze(self._made_read_only)
+        self._made_read_only = []
 
     def cache_entries(self):
         """The cache entries, least recently used first. Each has

@@ -6,7 +6,9 @@ whose one instruction calls an onnxruntime session on the program's
 inputs: the arguments, the model's parameters, then the trip-count
 symbols. The parameters are inputs of the session, not initializers, so
 an update of a parameter between calls is seen; constants are
-initializers, which onnxruntime may fold and prepack.
+initializers, which onnxruntime may fold and prepack. In serving mode
+(``jit(freeze=True)``) the parameters are initializers too, made
+read-only in the model (:func:`freeze`).
 
 The session is built once per program, for low latency: every graph
 optimisation, sequential execution, and as many threads as NumPy's BLAS
@@ -17,6 +19,7 @@ import os
 
 import numpy
 
+from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
 from chainerjit.backend import codegen
@@ -36,41 +39,77 @@ def available():
     return True
 
 
-def session_program(graph, providers=None):
+def session_program(graph, providers=None, frozen=None):
     """A program running ``graph`` as one onnxruntime session.
+
+    ``frozen``: one array or ``None`` per parameter of ``graph``. The
+    session owns a frozen parameter's values as an initializer (which
+    onnxruntime may fold and prepack); a call checks that the parameter is
+    still that array and still read-only (:func:`freeze` made it so), and
+    fails as a guard does otherwise, so that the call is recorded again.
 
     Raises:
         chainerjit.errors.ExportError: a node has no ONNX converter, or is
             a guard (a branch on an array value).
     """
-    model, input_names, output_names = to_onnx(graph)
+    frozen = list(frozen or [None] * len(graph.params))
+    model, input_names, output_names = to_onnx(graph, frozen)
     session = _session(model, providers)
-    symbols = len(graph.symbols)
-    n_arrays = len(graph.inputs) + len(graph.params)
+    n_args = len(graph.inputs)
+    fed = list(range(n_args)) + [
+        n_args + i for i, array in enumerate(frozen) if array is None]
+    checked = [(n_args + i, array) for i, array in enumerate(frozen)
+               if array is not None]
+    symbols = range(n_args + len(frozen), n_args + len(frozen) +
+                    len(graph.symbols))
 
     def run(*arrays):
-        feed = dict(zip(input_names, arrays[:n_arrays]))
-        for name, count in zip(input_names[n_arrays:], arrays[n_arrays:]):
-            feed[name] = numpy.asarray(count, numpy.int64)
+        for i, array in checked:
+            if arrays[i] is not array or array.flags.writeable:
+                raise errors.GuardFailed(
+                    'a frozen parameter was replaced or made writable')
+        feed = dict(zip(input_names, [arrays[i] for i in fed] + [
+            numpy.asarray(arrays[i], numpy.int64) for i in symbols]))
         return tuple(session.run(output_names, feed))
 
-    assert len(input_names) == n_arrays + symbols
     kernel = ops.Kernel(run, multi=True)
     return codegen.compile_graph(_one_node_graph(graph, kernel))
 
 
-def to_onnx(graph):
+def freeze(arrays):
+    """Makes the arrays a session owns read-only, so that a write into one
+    is an error instead of a result the session would not see. Returns
+    those that were writable."""
+    changed = [array for array in arrays if array.flags.writeable]
+    for array in changed:
+        array.flags.writeable = False
+    return changed
+
+
+def can_freeze(array):
+    """An array that holds its own memory: making it read-only stops every
+    write into it (a view's base could still be written)."""
+    return type(array) is numpy.ndarray and array.base is None
+
+
+def to_onnx(graph, frozen=None):
     """``(model, input names, output names)`` of ``graph`` as an ONNX
-    model whose inputs are the program's."""
+    model whose inputs are the program's but the ``frozen`` parameters
+    (one array or ``None`` per parameter), which are initializers."""
     import onnx.helper
 
     builder = onnx_graph.Builder(False)
     names = graph.value_names('v%d')
     for value in graph.all_consts():
         builder.constant(_host(value.data), names[value])
+    frozen = frozen or [None] * len(graph.params)
+    for value, array in zip(graph.params, frozen):
+        if array is not None:
+            builder.constant(array, names[value])
     for node in graph.nodes:
         onnx_graph.convert_node(builder, node, names)
-    inputs = graph.inputs + graph.params + graph.symbols
+    inputs = graph.inputs + [v for v, array in zip(graph.params, frozen)
+                             if array is None] + graph.symbols
     shaped = not graph.symbols
     outputs = [builder.op('Identity', [names[v]], ['y%d' % i])[0]
                for i, v in enumerate(graph.outputs)]

@@ -466,11 +466,12 @@ def plane_grads(gy, x, mean, inv_std, gamma_inv_std, double inv_m, x_hat,
 # --- layer normalization along rows -------------------------------------
 
 
-def scale_shift_rows(floating[:, ::1] x, floating[:, ::1] scale,
-                     floating[::1] gamma, floating[::1] beta):
+def scale_shift_rows(floating[:, ::1] x, const floating[:, ::1] scale,
+                     const floating[::1] gamma, const floating[::1] beta):
     """In place: ``x = x * scale * gamma + beta``, ``scale`` one value
     per row (shape ``(rows, 1)``), ``gamma`` and ``beta`` one per column,
-    in that order of operations."""
+    in that order of operations. Only ``x`` is written: the parameters
+    may be read-only (``jit(freeze=True)``)."""
     cdef Py_ssize_t r, k, n_rows = x.shape[0], n = x.shape[1]
     cdef floating s, v
     with nogil:

@@ -37,46 +37,81 @@ SLOW_RUN = 0.005
 SLOW_TIMED_RUNS = 3
 
 
-def check_option(backend):
+def check_option(backend, freeze=False):
     if backend not in BACKENDS:
         raise ValueError('chainerjit: backend must be one of %s, not %r'
                          % (', '.join(map(repr, BACKENDS)), backend))
+    if freeze and backend == 'numpy':
+        raise ValueError("chainerjit: freeze=True needs onnxruntime "
+                         "(backend='onnxruntime' or 'auto')")
 
 
 def choose(backend, providers, entry, inputs, expected, build_result,
-           compare):
+           compare, freeze=False):
     """Sets ``entry.program`` to the backend's program for ``backend``
     (one of :data:`BACKENDS`), its sessions on onnxruntime's execution
     ``providers`` (``None``: the CPU's). ``inputs`` are the recorded
     inputs of the program, ``expected`` the eager result,
     ``build_result(outs)`` a result from a program's outputs and
     ``compare(expected, actual)`` the self-check's comparison (``None``
-    when they match)."""
+    when they match). With ``freeze``, the session owns the parameters
+    (``ort.session_program``) and, once chosen, makes them read-only."""
     entry.backend = 'numpy'
     if backend == 'numpy' or entry.program is None:
         return
     reason = _why_not(entry.graph, inputs)
-    if reason is None:
-        try:
-            session = ort.session_program(entry.graph, providers)
-            problem = compare(expected, build_result(session.run(inputs)))
-            reason = problem and 'its result differs from eager: %s' % (
-                problem)
-        except Exception as error:  # no converter, or onnxruntime refused
-            reason = _first_line(error)
+    if reason is not None:
+        entry.backend_note = 'onnxruntime not used: %s' % reason
+        return
+    per_param = _frozen(entry.graph, inputs) if freeze else None
+    frozen = [a for a in per_param or () if a is not None]
+    made_read_only = ort.freeze(frozen)  # as the session's runs check
+    try:
+        _session_if_faster(backend, providers, entry, inputs, expected,
+                           build_result, compare, per_param)
+    finally:
+        if entry.backend == 'numpy':
+            unfreeze(made_read_only)
+    if entry.backend != 'numpy':
+        entry.frozen, entry.made_read_only = frozen, made_read_only
+
+
+def unfreeze(arrays):
+    """Makes arrays :func:`ort.freeze` made read-only writable again."""
+    for array in arrays:
+        array.flags.writeable = True
+
+
+def _session_if_faster(backend, providers, entry, inputs, expected,
+                       build_result, compare, frozen):
+    """The session's program, where it passes the self-check (and with
+    ``'auto'``, runs faster than the VM's), becomes the entry's; it owns
+    the ``frozen`` parameters (see ``ort.session_program``)."""
+    try:
+        session = ort.session_program(entry.graph, providers, frozen)
+        problem = compare(expected, build_result(session.run(inputs)))
+        reason = problem and 'its result differs from eager: %s' % problem
+    except Exception as error:  # no converter, or onnxruntime refused
+        reason = _first_line(error)
     if reason is not None:
         entry.backend_note = 'onnxruntime not used: %s' % reason
         return
     if backend == 'auto':
-        entry.backend_times = {'numpy': _median_seconds(entry.program,
-                                                        inputs),
-                               'onnxruntime': _median_seconds(session,
-                                                              inputs)}
+        entry.backend_times = {
+            'numpy': _median_seconds(entry.program, inputs),
+            'onnxruntime': _median_seconds(session, inputs)}
         if entry.backend_times['onnxruntime'] >= \
                 entry.backend_times['numpy']:
             return
     entry.program = session
     entry.backend = 'onnxruntime'
+
+
+def _frozen(graph, inputs):
+    """For each parameter, its array if a session may own it."""
+    start = len(graph.inputs)
+    return [array if ort.can_freeze(array) else None
+            for array in inputs[start:start + len(graph.params)]]
 
 
 def _first_line(error):

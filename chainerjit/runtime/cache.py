@@ -248,6 +248,8 @@ class Entry(object):
         self.backend = 'numpy'
         self.backend_times = {}
         self.backend_note = None
+        self.frozen = []  # parameter arrays its session owns (read-only)
+        self.made_read_only = []  # those its compile made read-only
         params = graph.params if graph is not None else []
         self.param_names = [v.name for v in params]
         self.param_sources = [v.data for v in params]

@@ -38,8 +38,8 @@ from chainerjit.runtime import function
 class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
-        'on_backprop_program', 'backend', 'providers'),
-        defaults=('numpy', None))):
+        'on_backprop_program', 'backend', 'providers', 'freeze'),
+        defaults=('numpy', None, False))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -60,6 +60,7 @@ class Caller(collections.namedtuple('Caller', (
         backend: what runs the inference program (``jit(backend=)``; see
             ``runtime.backends``); ``'numpy'`` if not given.
         providers: onnxruntime's execution providers (``jit(providers=)``).
+        freeze: sessions own the parameters (``jit(freeze=)``).
     """
 
     __slots__ = ()
@@ -310,7 +311,7 @@ def _choose_backend(caller, entry, leaves, recording, symbols):
         backends.recorded_inputs(entry.graph, leaves, recording, symbols),
         recording.result,
         lambda outs: entry.build_result(outs, leaves, caller.instance),
-        compare_results)
+        compare_results, caller.freeze)
 
 
 def _close_enough(a, b):

@@ -215,3 +215,81 @@ def test_explain_says_what_runs_the_program(rng):
     with chainer.using_config('train', False), chainer.no_backprop_mode():
         jitted(x)
         assert jitted.explain(x).endswith('(runs on onnxruntime)')
+
+
+# --- serving mode: sessions own the parameters -------------------------------
+
+def _frozen_twins():
+    eager = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    model.copyparams(eager)
+    return eager, model, chainerjit.jit(model.forward, backend='onnxruntime',
+                                        freeze=True)
+
+
+def test_a_frozen_program_owns_the_parameters_and_makes_them_read_only(rng):
+    eager, model, jitted = _frozen_twins()
+    calls = [(rng.randn(2, 5).astype(F32),) for _ in range(3)]
+    _inference(jitted, eager.forward, calls)
+    entry, = jitted.cache_entries()
+    assert entry.backend == 'onnxruntime' and len(entry.frozen) == 6
+    assert all(not p.array.flags.writeable for p in model.params())
+    with pytest.raises(ValueError, match='read-only'):
+        model.l1.W.array[...] = 0  # never a stale result: an error
+    jitted.unfreeze()
+    assert all(p.array.flags.writeable for p in model.params())
+    assert not jitted.cache_entries()
+    model.l1.W.array[...] = eager.l1.W.array[...] = 0.5
+    _inference(jitted, eager.forward, calls)  # recorded anew, frozen again
+    assert jitted.cache_entries()[0].frozen
+
+
+def test_a_replaced_parameter_is_recorded_again(rng):
+    eager, model, jitted = _frozen_twins()
+    calls = [(rng.randn(2, 5).astype(F32),) for _ in range(3)]
+    _inference(jitted, eager.forward, calls)
+    new = rng.randn(7, 5).astype(F32)
+    model.l1.W.array, eager.l1.W.array = new, new.copy()
+    _inference(jitted, eager.forward, calls)
+    info = jitted.cache_info()
+    assert info.compiles == 2 and info.currsize == 1
+    assert not new.flags.writeable
+    jitted.cache_clear()
+    assert all(p.array.flags.writeable for p in model.params())
+
+
+def test_freeze_needs_onnxruntime():
+    with pytest.raises(ValueError, match='freeze=True needs onnxruntime'):
+        chainerjit.jit(lambda x: x, backend='numpy', freeze=True)
+
+
+class Regularized(chainer.Chain):
+    """A linear layer, a layer normalization and dropout: in test mode a
+    program for onnxruntime, in training mode one for the VM."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(5, 6)
+            self.ln = L.LayerNormalization(6)
+
+    def forward(self, x):
+        return F.dropout(self.ln(self.fc(x)), 0.5)
+
+
+def test_vm_programs_run_on_parameters_a_session_froze(rng):
+    eager = Regularized()
+    model = Regularized()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime',
+                            freeze=True)
+    calls = [(rng.randn(3, 5).astype(F32),) for _ in range(3)]
+    _inference(jitted, eager.forward, calls)
+    assert not model.ln.gamma.array.flags.writeable
+    with chainer.no_backprop_mode():  # training mode: dropout, the VM
+        for (x,) in calls:
+            numpy.random.seed(3)
+            expected = eager.forward(x)
+            numpy.random.seed(3)
+            testing.assert_results_equal(jitted(x), expected)
+    assert sorted(_backends(jitted)) == ['numpy', 'onnxruntime']
