@@ -293,3 +293,20 @@ def test_vm_programs_run_on_parameters_a_session_froze(rng):
             numpy.random.seed(3)
             testing.assert_results_equal(jitted(x), expected)
     assert sorted(_backends(jitted)) == ['numpy', 'onnxruntime']
+
+
+@pytest.mark.parametrize('faster', ['numpy', 'onnxruntime'])
+def test_auto_keeps_whichever_side_measured_faster(rng, monkeypatch, faster):
+    from chainerjit.runtime import backends
+
+    def measured(program, inputs):
+        on_ort = program.kernel_names == ['OnnxRuntime']
+        return 1.0 if on_ort == (faster == 'onnxruntime') else 2.0
+    monkeypatch.setattr(backends, '_median_seconds', measured)
+    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    jitted = chainerjit.jit(model.forward, backend='auto')
+    _inference(jitted, model.forward,
+               [(rng.randn(2, 5).astype(F32),) for _ in range(3)])
+    entry, = jitted.cache_entries()
+    assert entry.backend == faster
+    assert entry.backend_times[faster] == 1.0
