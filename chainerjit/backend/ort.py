@@ -52,6 +52,13 @@ def session_program(graph, providers=None, frozen=None):
         chainerjit.errors.ExportError: a node has no ONNX converter, or is
             a guard (a branch on an array value).
     """
+    kernel = session_kernel(graph, providers, frozen)
+    return codegen.compile_graph(_one_node_graph(graph, kernel))
+
+
+def session_kernel(graph, providers=None, frozen=None):
+    """The kernel of :func:`session_program`: it takes the graph's
+    inputs, parameters and symbols, and returns its outputs."""
     frozen = list(frozen or [None] * len(graph.params))
     model, input_names, output_names = to_onnx(graph, frozen)
     session = _session(model, providers)
@@ -72,8 +79,100 @@ def session_program(graph, providers=None, frozen=None):
             numpy.asarray(arrays[i], numpy.int64) for i in symbols]))
         return tuple(session.run(output_names, feed))
 
-    kernel = ops.Kernel(run, multi=True)
-    return codegen.compile_graph(_one_node_graph(graph, kernel))
+    return ops.Kernel(run, multi=True)
+
+
+def region_program(graph, providers=None):
+    """A program running each longest run of consecutive nodes that
+    convert to ONNX as an onnxruntime session of its own, and the nodes
+    between them (no converter) on the VM. Returns ``(program, number of
+    sessions, names of the nodes left to the VM)``.
+
+    Raises:
+        chainerjit.errors.ExportError: no node converts.
+    """
+    names = _unique_names(graph)
+    converts = [_converts(node, names) for node in graph.nodes]
+    if not any(converts):
+        raise errors.ExportError('no node converts to ONNX')
+    split = ir.Graph(graph.name)
+    split.inputs, split.params = graph.inputs, graph.params
+    split.symbols, split.consts = graph.symbols, graph.consts
+    split.outputs = graph.outputs
+    runs = _runs(graph.nodes, converts)
+    for k, (nodes, on_ort) in enumerate(runs):
+        if not on_ort:
+            for node in nodes:
+                split.add_node(node)
+            continue
+        later = set(graph.outputs)
+        for rest, _ in runs[k + 1:]:
+            later.update(v for node in rest for v in node.inputs)
+        sub = _region_graph(graph, nodes, later)
+        split.add_node(ir.Node(
+            'OnnxRuntime', session_kernel(sub, providers),
+            sub.inputs + sub.symbols, sub.outputs, pure=False))
+    left = [node.op for nodes, on_ort in runs if not on_ort
+            for node in nodes]
+    return codegen.compile_graph(split), sum(1 for _, o in runs if o), left
+
+
+def _converts(node, names):
+    """Does ``node`` convert to ONNX (tried on a scratch builder)?"""
+    try:
+        onnx_graph.convert_node(onnx_graph.Builder(False), node, names)
+    except Exception:  # ExportError, or a converter's own refusal
+        return False
+    return True
+
+
+def _runs(nodes, converts):
+    """``[(nodes, converts), ...]``: the longest runs of consecutive nodes
+    alike in ``converts``."""
+    runs = []
+    for node, ok in zip(nodes, converts):
+        if runs and runs[-1][1] == ok:
+            runs[-1][0].append(node)
+        else:
+            runs.append(([node], ok))
+    return runs
+
+
+def _region_graph(graph, nodes, later):
+    """The graph of a run of ``nodes``: its inputs are the values they
+    read that none of them computes (constants aside), its outputs those
+    they compute that ``later`` (what comes after, the graph's outputs)
+    reads."""
+    sub = ir.Graph(graph.name)
+    defined = set(v for node in nodes for v in node.outputs)
+    consts = set(graph.consts)
+    for node in nodes:
+        for value in node.inputs:
+            if value in defined or value in sub.inputs or \
+                    value in sub.symbols or value in sub.consts:
+                continue
+            if value in consts:
+                sub.consts.append(value)
+            elif value.kind == 'sym':
+                sub.symbols.append(value)
+            else:
+                sub.inputs.append(value)
+        sub.add_node(node)
+    sub.outputs = [v for node in nodes for v in node.outputs
+                   if v in later]
+    return sub
+
+
+def _unique_names(graph):
+    """``graph.value_names`` made valid as ONNX names: every value named,
+    no name twice."""
+    names, seen = {}, set()
+    for value, name in graph.value_names('v%d').items():
+        if not name or name in seen:
+            name = 'u%d_%s' % (len(seen), name or 'value')
+        seen.add(name)
+        names[value] = name
+    return names
 
 
 def freeze(arrays):
@@ -99,7 +198,7 @@ def to_onnx(graph, frozen=None):
     import onnx.helper
 
     builder = onnx_graph.Builder(False)
-    names = graph.value_names('v%d')
+    names = _unique_names(graph)
     for value in graph.all_consts():
         builder.constant(_host(value.data), names[value])
     frozen = frozen or [None] * len(graph.params)

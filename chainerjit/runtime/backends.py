@@ -5,7 +5,8 @@ kernels, or one onnxruntime session (``backend.ort``).
 
 * ``'numpy'``: the VM, bit for bit the kernels' results (``exact``);
 * ``'onnxruntime'``: the session wherever the program converts and its
-  result passes the self-check, else the VM;
+  result passes the self-check (sessions for the runs of nodes that
+  convert, the VM between them, where some do not), else the VM;
 * ``'auto'``: both are run on the recorded inputs when the program is
   compiled, and the faster is kept, where the session's result passes the
   self-check.
@@ -88,7 +89,7 @@ def _session_if_faster(backend, providers, entry, inputs, expected,
     ``'auto'``, runs faster than the VM's), becomes the entry's; it owns
     the ``frozen`` parameters (see ``ort.session_program``)."""
     try:
-        session = ort.session_program(entry.graph, providers, frozen)
+        session, split = _session_program(entry.graph, providers, frozen)
         problem = compare(expected, build_result(session.run(inputs)))
         reason = problem and 'its result differs from eager: %s' % problem
     except Exception as error:  # no converter, or onnxruntime refused
@@ -105,6 +106,22 @@ def _session_if_faster(backend, providers, entry, inputs, expected,
             return
     entry.program = session
     entry.backend = 'onnxruntime'
+    entry.backend_note = split
+
+
+def _session_program(graph, providers, frozen):
+    """``(program, how it is split)`` running ``graph`` in onnxruntime:
+    one session (split ``None``); or where some nodes do not convert (and
+    nothing is frozen), sessions for the runs of nodes that do and the
+    rest on the VM."""
+    try:
+        return ort.session_program(graph, providers, frozen), None
+    except errors.ExportError:
+        if any(array is not None for array in frozen or ()):
+            raise
+        program, sessions, left = ort.region_program(graph, providers)
+        return program, 'in %d session%s; on the VM: %s' % (
+            sessions, 's' if sessions > 1 else '', ', '.join(left))
 
 
 def _frozen(graph, inputs):

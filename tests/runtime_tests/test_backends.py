@@ -121,31 +121,47 @@ class Sampling(chainer.Chain):
         return F.dropout(self.l1(x), 0.5)
 
 
-def _no_converter(x):
-    # cover_all gives a last window that starts in the padding, which
-    # onnxruntime's pooling has no form for: no converter for this node.
-    return F.max_pooling_2d(F.reshape(x, (1, 1, 3, 5)), 2, stride=3,
-                            pad=1) * 2
-
-
-@pytest.mark.parametrize('case', ['random', 'no converter'])
-def test_programs_onnxruntime_cannot_run_stay_on_the_vm(rng, case):
-    if case == 'random':
-        model = Sampling()
-        fn, train = model.forward, True
-        note = 'random or stateful'
-    else:
-        fn, train, note = _no_converter, False, 'MaxPoolingND'
-    jitted = chainerjit.jit(fn, backend='onnxruntime')
-    with chainer.using_config('train', train), chainer.no_backprop_mode():
+def test_programs_onnxruntime_cannot_run_stay_on_the_vm(rng):
+    model = Sampling()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    with chainer.using_config('train', True), chainer.no_backprop_mode():
         for _ in range(3):
             numpy.random.seed(1)
             x = rng.randn(3, 5).astype(F32)
-            expected = fn(x)
+            expected = model.forward(x)
             numpy.random.seed(1)
             testing.assert_results_equal(jitted(x), expected)
     entry, = jitted.cache_entries()
-    assert entry.backend == 'numpy' and note in entry.backend_note
+    assert entry.backend == 'numpy' and 'random or stateful' in \
+        entry.backend_note
+
+
+class Mixed(chainer.Chain):
+    """A pooling onnxruntime has no form for between two linear layers:
+    cover_all gives a last window that starts in the padding."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(5, 15)
+            self.l2 = L.Linear(6, 3)
+
+    def forward(self, x):
+        h = F.reshape(F.relu(self.l1(x)), (len(x), 1, 3, 5))
+        h = F.max_pooling_2d(h, 2, stride=3, pad=1)
+        return F.tanh(self.l2(F.reshape(h, (len(x), 6))))
+
+
+def test_an_op_without_a_converter_runs_on_the_vm_between_sessions(rng):
+    model = Mixed()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    calls = [(rng.randn(3, 5).astype(F32),) for _ in range(3)]
+    _inference(jitted, model.forward, calls)
+    entry, = jitted.cache_entries()
+    assert entry.backend == 'onnxruntime'
+    assert entry.backend_note == 'in 2 sessions; on the VM: MaxPoolingND'
+    names = entry.program.kernel_names
+    assert names.count('OnnxRuntime') == 2 and len(names) == 3
 
 
 def test_training_calls_run_the_vm_with_eager_gradients(rng):
