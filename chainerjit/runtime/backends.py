@@ -1,9 +1,9 @@
 """Choosing what runs an entry's program: chainerjit's VM over NumPy
-kernels, or one onnxruntime session (``backend.ort``).
+kernels, or onnxruntime sessions (``backend.ort``).
 
 ``jit(backend=...)`` says which:
 
-* ``'numpy'``: the VM, bit for bit the kernels' results (``exact``);
+* ``'numpy'``: the VM, bit for bit the kernels' results;
 * ``'onnxruntime'``: the session wherever the program converts and its
   result passes the self-check (sessions for the runs of nodes that
   convert, the VM between them, where some do not), else the VM;
@@ -16,7 +16,8 @@ stateful node, no node run through Chainer's own code, no branch on an
 array value; and only on the CPU (NumPy arrays). Training programs stay
 the VM's. The entry records the choice and the times measured
 (``entry.backend``, ``entry.backend_times``; shown by ``describe()`` and
-``cache_report()``).
+``cache_report()``). In serving mode (``jit(freeze=True)``) the session
+owns the parameters, which become read-only (``entry.frozen``).
 """
 
 import time
