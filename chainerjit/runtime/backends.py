@@ -184,8 +184,15 @@ def _spread_views(nodes, maybe):
     for node in nodes:
         if node.region is not None:
             _spread_views_through_loop(node, maybe)
-        elif not node.kernel.fresh and any(v in maybe for v in node.inputs):
-            maybe.update(node.outputs)
+        elif not node.kernel.fresh:
+            maybe.update(out for out in node.outputs if any(
+                v in maybe and _may_view(node, v, out) for v in node.inputs))
+
+
+def _may_view(node, value, out):
+    """May ``out`` view ``value``'s memory? A view has its base's dtype,
+    but for ``ndarray.view``, which reinterprets the bytes."""
+    return out.dtype == value.dtype or node.op.endswith('view')
 
 
 def _spread_views_through_loop(node, maybe):

@@ -326,3 +326,14 @@ def test_auto_keeps_whichever_side_measured_faster(rng, monkeypatch, faster):
     entry, = jitted.cache_entries()
     assert entry.backend == faster
     assert entry.backend_times[faster] == 1.0
+
+
+def test_a_classifier_in_evaluation_runs_in_onnxruntime(rng):
+    # Its loss (float) is computed by a kernel that also reads the labels
+    # (int): no view of them, so the program may run in a session.
+    model = L.Classifier(models.MLP(n_in=5, n_hidden=7, n_out=3))
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    calls = [(rng.randn(4, 5).astype(F32),
+              rng.randint(0, 3, 4).astype(numpy.int32)) for _ in range(3)]
+    _inference(jitted, model.forward, calls)
+    assert _backends(jitted) == ['onnxruntime']
