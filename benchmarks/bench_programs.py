@@ -24,7 +24,11 @@ against eager's. Workloads:
   ``xp.random.randn`` noise to its input, on real and fake batches, a
   training step per call;
 * ``new value every call``: a forward whose Python ``float`` argument
-  changes on every call.
+  changes on every call;
+* ``text classifier, sentences of new lengths``: an embedding, an
+  ``L.NStepLSTM`` encoder and a linear layer over a list of 8 sentences of
+  3 to 20 tokens (a new combination of lengths on every call), a training
+  step per call.
 
 For each: the total time of the sequence (recordings and compiles
 included) and its ratio to eager's; the steady-state time per call over
@@ -50,7 +54,8 @@ from benchmarks import timing  # noqa: E402
 
 WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
-             'GAN discriminator, input noise', 'new value every call')
+             'GAN discriminator, input noise', 'new value every call',
+             'text classifier, sentences of new lengths')
 
 #: ``steps(jit)``: ``(step, jitted function)``; ``step(n, args)`` runs
 #: call ``n`` and returns what is compared.
@@ -166,7 +171,19 @@ def _links():
         def forward(self, x, k):
             return F.tanh(self.fc(x)) * k
 
-    return CRFTagger, TreeNet, VAE, Discriminator, Scaled
+    class TextClassifier(chainer.Chain):
+        def __init__(self, words=100, units=32, classes=4):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(words, units)
+                self.encoder = L.NStepLSTM(1, units, units, 0.0)
+                self.out = L.Linear(units, classes)
+
+        def forward(self, xs, t):
+            hy, _, _ = self.encoder(None, None, [self.embed(x) for x in xs])
+            return F.softmax_cross_entropy(self.out(hy[0]), t)
+
+    return CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier
 
 
 # --- the steps ---------------------------------------------------------------
@@ -288,6 +305,20 @@ def _scaled_calls(n, rng):
              1.0 + k / n) for k in range(n)]
 
 
+def _text(jit):
+    import chainerjit
+    model = _twins(_links()[5])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _text_calls(n, rng):
+    import numpy
+    return [([rng.randint(0, 100, int(rng.randint(3, 21))).astype(
+        numpy.int32) for _ in range(8)], rng.randint(0, 4, 8).astype(
+            numpy.int32)) for _ in range(n)]
+
+
 WORKLOAD_DEFS = {
     'CRF tagger, accuracy count': Workload(_crf, _crf_calls),
     'tree net, whole traversal jitted': Workload(
@@ -297,6 +328,8 @@ WORKLOAD_DEFS = {
     'VAE, sampling': Workload(_vae, _vae_calls),
     'GAN discriminator, input noise': Workload(_gan, _gan_calls),
     'new value every call': Workload(_scaled, _scaled_calls),
+    'text classifier, sentences of new lengths': Workload(_text,
+                                                          _text_calls),
 }
 
 
