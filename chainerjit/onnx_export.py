@@ -50,10 +50,10 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
     jitted = f if isinstance(f, api.JitFunction) else api.jit(f)
     entry = _entry_for(jitted, args, kwargs or {})
     graph = entry.graph
+    names = onnx_graph.names_of(graph)
     batched = [v for v in graph.inputs if v.shape]
-    builder = Builder(dynamic_batch, batched[0].name if batched else None,
+    builder = Builder(dynamic_batch, names[batched[0]] if batched else None,
                       batched[0].shape[0] if batched else None)
-    names = graph.value_names('v%d')  # valid ONNX names
     for value in graph.params + graph.all_consts():
         array = _model_array(entry, value)
         builder.constant(chainer.backend.CpuDevice().send(array),
@@ -67,18 +67,13 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
              for v in graph.inputs + graph.outputs}
     types.update((i.name, (tuple(i.dims), onnx.helper.tensor_dtype_to_np_dtype(
         i.data_type))) for i in builder.initializers)
-    model = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            builder.nodes, jitted.__name__,
-            [onnx_graph.value_info((v.shape, v.dtype), names[v],
-                                   dynamic_batch, v.symbols)
-             for v in graph.inputs],
-            [onnx_graph.value_info(types[source], name, dynamic_batch,
-                                   shaped=entry.symbolic is None)
-             for source, name in zip(sources, outputs)],
-            builder.initializers),
-        opset_imports=[onnx.helper.make_opsetid('', opset)],
-        producer_name='chainerjit', ir_version=IR_VERSION)
+    model = onnx_graph.model(
+        builder, jitted.__name__,
+        [onnx_graph.value_info((v.shape, v.dtype), names[v], dynamic_batch,
+                               v.symbols) for v in graph.inputs],
+        [onnx_graph.value_info(types[source], name, dynamic_batch,
+                               shaped=entry.symbolic is None)
+         for source, name in zip(sources, outputs)], opset)
     onnx.checker.check_model(model)
     if path is not None:
         onnx.save(model, os.fspath(path))

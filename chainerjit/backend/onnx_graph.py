@@ -111,6 +111,30 @@ class Builder(object):
                        axis=0)[0]
 
 
+def names_of(graph):
+    """``graph.value_names`` made valid as ONNX names: every value named,
+    no name twice (arguments may share a name)."""
+    names, seen = {}, set()
+    for value, name in graph.value_names('v%d').items():
+        if not name or name in seen:
+            name = 'u%d_%s' % (len(seen), name or 'value')
+        seen.add(name)
+        names[value] = name
+    return names
+
+
+def model(builder, name, inputs, outputs, opset=OPSET):
+    """The ONNX model of what ``builder`` collected, with the typed
+    ``inputs`` and ``outputs`` (see :func:`value_info`)."""
+    import onnx.helper
+
+    return onnx.helper.make_model(
+        onnx.helper.make_graph(builder.nodes, name, inputs, outputs,
+                               builder.initializers),
+        opset_imports=[onnx.helper.make_opsetid('', opset)],
+        producer_name='chainerjit', ir_version=IR_VERSION)
+
+
 def convert_node(builder, node, names):
     if node.region is not None:
         return _convert_loop(builder, node, names)

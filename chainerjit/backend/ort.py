@@ -17,6 +17,7 @@ uses (one where the user set one), which sleep between calls.
 
 import os
 
+import chainer
 import numpy
 
 from chainerjit import errors
@@ -91,7 +92,7 @@ def region_program(graph, providers=None):
     Raises:
         chainerjit.errors.ExportError: no node converts.
     """
-    names = _unique_names(graph)
+    names = onnx_graph.names_of(graph)
     converts = [_converts(node, names) for node in graph.nodes]
     if not any(converts):
         raise errors.ExportError('no node converts to ONNX')
@@ -163,18 +164,6 @@ def _region_graph(graph, nodes, later):
     return sub
 
 
-def _unique_names(graph):
-    """``graph.value_names`` made valid as ONNX names: every value named,
-    no name twice."""
-    names, seen = {}, set()
-    for value, name in graph.value_names('v%d').items():
-        if not name or name in seen:
-            name = 'u%d_%s' % (len(seen), name or 'value')
-        seen.add(name)
-        names[value] = name
-    return names
-
-
 def freeze(arrays):
     """Makes the arrays a session owns read-only, so that a write into one
     is an error instead of a result the session would not see. Returns
@@ -195,12 +184,11 @@ def to_onnx(graph, frozen=None):
     """``(model, input names, output names)`` of ``graph`` as an ONNX
     model whose inputs are the program's but the ``frozen`` parameters
     (one array or ``None`` per parameter), which are initializers."""
-    import onnx.helper
-
     builder = onnx_graph.Builder(False)
-    names = _unique_names(graph)
+    names = onnx_graph.names_of(graph)
     for value in graph.all_consts():
-        builder.constant(_host(value.data), names[value])
+        builder.constant(chainer.backend.CpuDevice().send(value.data),
+                         names[value])
     frozen = frozen or [None] * len(graph.params)
     for value, array in zip(graph.params, frozen):
         if array is not None:
@@ -212,16 +200,12 @@ def to_onnx(graph, frozen=None):
     shaped = not graph.symbols
     outputs = [builder.op('Identity', [names[v]], ['y%d' % i])[0]
                for i, v in enumerate(graph.outputs)]
-    model = onnx.helper.make_model(
-        onnx.helper.make_graph(
-            builder.nodes, graph.name or 'program',
-            [onnx_graph.value_info(_type(v), names[v], False, v.symbols)
-             for v in inputs],
-            [onnx_graph.value_info(_type(v), name, False, shaped=shaped)
-             for v, name in zip(graph.outputs, outputs)],
-            builder.initializers),
-        opset_imports=[onnx.helper.make_opsetid('', onnx_graph.OPSET)],
-        producer_name='chainerjit', ir_version=onnx_graph.IR_VERSION)
+    model = onnx_graph.model(
+        builder, graph.name or 'program',
+        [onnx_graph.value_info(_type(v), names[v], False, v.symbols)
+         for v in inputs],
+        [onnx_graph.value_info(_type(v), name, False, shaped=shaped)
+         for v, name in zip(graph.outputs, outputs)])
     return model, [names[v] for v in inputs], outputs
 
 
@@ -229,10 +213,6 @@ def _type(value):
     if value.kind == 'sym':
         return (), numpy.dtype(numpy.int64)
     return value.shape, value.dtype
-
-
-def _host(array):
-    return array.get() if hasattr(array, 'get') else numpy.asarray(array)
 
 
 def _session(model, providers):

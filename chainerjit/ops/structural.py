@@ -48,6 +48,22 @@ def is_guard(node):
     return kind(node) == GUARD
 
 
+def side_effect_free(nodes, guards):
+    """No node has side effects, in loop bodies too (nodes run through
+    Chainer's own code never count as pure). ``guards``: whether a guard,
+    which only checks, may be there."""
+    for node in nodes:
+        if node.region is not None:
+            if not side_effect_free(node.region.body.nodes, guards):
+                return False
+        elif is_guard(node):
+            if not guards:
+                return False
+        elif not node.pure:
+            return False
+    return True
+
+
 def is_exit(node):
     return kind(node) == EXIT
 

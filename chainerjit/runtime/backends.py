@@ -26,7 +26,6 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.backend import ort
-from chainerjit.frontend import signature
 from chainerjit.ops import structural
 
 BACKENDS = ('auto', 'numpy', 'onnxruntime')
@@ -147,23 +146,13 @@ def _why_not(graph, inputs):
     if any(type(a) is not numpy.ndarray for a in inputs
            if not isinstance(a, (int, numpy.integer))):
         return 'the inputs are not all NumPy arrays'
-    if not _pure(graph.nodes):
+    if not structural.side_effect_free(graph.nodes, guards=False):
         return ('the program has random or stateful nodes, nodes run by '
                 'Chainer, or a branch on an array value')
     if _may_return_views(graph):
         return ('an output may be a view of an argument or a parameter '
                 '(as eagerly), which a session would copy')
     return None
-
-
-def _pure(nodes):
-    for node in nodes:
-        if node.region is not None:
-            if not _pure(node.region.body.nodes):
-                return False
-        elif not node.pure or node.generic or structural.is_guard(node):
-            return False
-    return True
 
 
 def _may_return_views(graph):
@@ -228,10 +217,3 @@ def _median_seconds(program, inputs):
         program.run(inputs)
         times.append(time.perf_counter() - start)
     return sorted(times)[len(times) // 2]
-
-
-def recorded_inputs(graph, leaves, recording, symbols):
-    """The inputs a program of ``graph`` ran on while recording:
-    arguments, parameters, symbols."""
-    return [signature.leaf_array(leaf) for leaf in leaves] + \
-        [recording.param_arrays[v] for v in graph.params] + list(symbols)

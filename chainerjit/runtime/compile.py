@@ -213,13 +213,7 @@ def _has_guards(nodes):
 
 def pure_but_guards(nodes):
     """No node has side effects, apart from guards (which only check)."""
-    for node in nodes:
-        if node.region is not None:
-            if not pure_but_guards(node.region.body.nodes):
-                return False
-        elif not node.pure and not structural.is_guard(node):
-            return False
-    return True
+    return structural.side_effect_free(nodes, guards=True)
 
 
 # --- loops ------------------------------------------------------------------
@@ -287,10 +281,9 @@ def _self_check(caller, entry, leaves, recording, symbols):
     eagerly from now on. Generic nodes, which may draw random numbers
     or update state, return what they returned while recording."""
     check = codegen.compile_graph(entry.graph, recording.generic_outputs)
-    arrays = [signature.leaf_array(leaf) for leaf in leaves]
-    param_arrays = [recording.param_arrays[v] for v in entry.graph.params]
     try:
-        outs = check.run(arrays + param_arrays + symbols)
+        outs = check.run(_recorded_inputs(entry.graph, leaves, recording,
+                                          symbols))
         result = entry.build_result(outs, leaves, caller.instance)
         problem = compare_results(recording.result, result)
     except errors.VMError as e:
@@ -302,13 +295,20 @@ def _self_check(caller, entry, leaves, recording, symbols):
         caller.warn_fallback(errors.CompiledMismatch(problem), None)
 
 
+def _recorded_inputs(graph, leaves, recording, symbols):
+    """The inputs a program of ``graph`` ran on while recording:
+    arguments, parameters, symbols."""
+    return [signature.leaf_array(leaf) for leaf in leaves] + \
+        [recording.param_arrays[v] for v in graph.params] + list(symbols)
+
+
 def _choose_backend(caller, entry, leaves, recording, symbols):
     """Keeps the VM's program or takes onnxruntime's for the entry, as
     ``caller.backend`` says (``runtime.backends``), measured on the
     recorded inputs and checked against the eager result."""
     backends.choose(
         caller.backend, caller.providers, entry,
-        backends.recorded_inputs(entry.graph, leaves, recording, symbols),
+        _recorded_inputs(entry.graph, leaves, recording, symbols),
         recording.result,
         lambda outs: entry.build_result(outs, leaves, caller.instance),
         compare_results, caller.freeze)

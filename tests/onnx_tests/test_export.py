@@ -49,3 +49,17 @@ def test_inputs_parameters_and_outputs_are_named(tmp_path):
     assert dim.dim_param == 'batch'
     assert model.opset_import[0].version >= 17
     onnx.checker.check_model(onnx.load(str(tmp_path / 'linear.onnx')))
+
+
+def test_parameters_that_share_a_name_get_names_of_their_own(rng):
+    # A plain function over a model: its parameters are named by their
+    # links' attributes, W and b, twice; ONNX names must be unique.
+    pytest.importorskip('onnxruntime')
+    from chainerjit import testing
+    from examples import models
+    model = models.MLP(n_in=4, n_hidden=5, n_out=3)
+    calls = [(rng.randn(2, 4).astype(numpy.float32),) for _ in range(3)]
+    exported = testing.assert_onnx_matches_eager(
+        lambda x: F.tanh(model.forward(x)), calls)
+    names = [i.name for i in exported.graph.initializer]
+    assert len(names) == len(set(names))
