@@ -223,22 +223,25 @@ class JitFunction(_calls.CachedCall):
             outs = entry.program.run(signature.leaf_arrays(leaves) + params
                                      + symbols)
             compiled = entry.build_result(outs, leaves, instance)
-        except errors.VMError:
-            compiled = None
+        except errors.VMError as e:
+            # A kernel that raised where eager Chainer does not (below) is
+            # as wrong as another result; a branch is the guard's to judge.
+            compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
+                else _RAISED
         result = self._eager(instance, args, kwargs, hit=True)
-        if compiled is not None and \
+        if compiled is None:
+            return result
+        if compiled is not _RAISED and \
                 pipeline.compare_results(result, compiled) is None:
             entry.verified_lengths.add(tuple(symbols))
             return result
-        if compiled is not None:
-            self.cache.remove(entry)
-            self._lengths_unsound = True
-            self._warn_unrolled(errors.UnrolledLoop(
-                'at another length, this loop gave another result than '
-                'eagerly (its Python depends on the length in a way '
-                'chainerjit cannot see): each length compiles on its own '
-                'from now on'), entry.graph.nodes[0].loc if entry.graph.nodes
-                else None)
+        self.cache.remove(entry)
+        self._lengths_unsound = True
+        self._warn_unrolled(errors.UnrolledLoop(
+            'at another length, this loop gave another result than eagerly '
+            '(its Python depends on the length in a way chainerjit cannot '
+            'see): each length compiles on its own from now on'),
+            entry.graph.nodes[0].loc if entry.graph.nodes else None)
         return result
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
@@ -540,6 +543,7 @@ class JitFunction(_calls.CachedCall):
             '\n'.join('  * %s' % line for line in lines)))
 
 
+_RAISED = object()  # a program that raised at a new length
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
 
 

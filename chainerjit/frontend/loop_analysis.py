@@ -279,6 +279,9 @@ def _hidden_call(call, kinds):
         return None  # a method of a value computed here, F.relu(...)
     if root == 'self' and isinstance(func.value, ast.Name):
         return None  # self.lstm(x), self.step(h)
+    if root == 'self' and isinstance(func.value, ast.Attribute) and \
+            func.value.attr == 'xp' and isinstance(func.value.value, ast.Name):
+        return None  # self.xp.zeros(...): the link's array module
     kind = kinds.get(root)
     if kind == 'array' or (kind == 'list' and func.attr in _LIST_METHODS
                            and isinstance(func.value, ast.Name)):

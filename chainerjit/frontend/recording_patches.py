@@ -18,6 +18,8 @@ what it replaces                   while recording
 ``LocalConfig.__getattr__``        notes the config entries read
 ``numpy.random``'s functions       a draw is recorded as an op
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
+``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
+``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
 
@@ -25,6 +27,7 @@ The patches of the fast paths, installed for good, are the other table:
 ``chainerjit.fastpaths.PATCHES``.
 """
 
+import builtins
 import collections
 import contextlib
 import os
@@ -36,6 +39,7 @@ import numpy
 from chainerjit import ops
 from chainerjit import patching
 from chainerjit.frontend import _keys
+from chainerjit.frontend import lengths
 from chainerjit.frontend import traced
 
 _state = _keys.recording  # this thread's
@@ -71,6 +75,9 @@ def _recording_setattr(link_setattr, recorder):
     assignments."""
     def setattr_recorded(link, name, value):
         if _state.recorder is recorder:
+            value = lengths.plain(value, recorder.length_uses,
+                                  'assigned to self.%s' % name,
+                                  traced.user_location(2))
             recorder.first_access.setdefault((id(link), name), 'write')
             recorder.note_effect('setattr', link, name, value)
         link_setattr(link, name, value)
@@ -96,6 +103,8 @@ def _recording_report(report, recorder):
     reports, to replay."""
     def report_recorded(values, observer=None):
         if _state.recorder is recorder:
+            values = lengths.plain(dict(values), recorder.length_uses,
+                                   'reported', traced.user_location(2))
             recorder.note_effect('report', observer, None, values)
             # The reporter keeps what eager mode gives it.
             values = dict((k, traced.as_eager(v)) for k, v in values.items())
@@ -126,6 +135,55 @@ def _watching_gpu_reads(prop, recorder):
                 traced.escape('reading a CuPy array of a Variable')
         return array
     return property(read, prop.fset, None, prop.__doc__)
+
+
+def _symbolic_shape(prop, recorder):
+    """``x.shape`` while recording: an argument's sizes read by the
+    forward are ``lengths.Length`` ints (see ``lengths``)."""
+    def shape(x):
+        value = prop.__get__(x)
+        array = x._data[0] if isinstance(x, chainer.Variable) else x
+        return lengths.read_shape(array, value, 2)
+    return property(shape, getattr(prop, '__set__', None))
+
+
+def _symbolic_size(prop, recorder):
+    """``x.size`` while recording, as :func:`_symbolic_shape`."""
+    def size(x):
+        value = prop.__get__(x)
+        array = x._data[0] if isinstance(x, chainer.Variable) else x
+        return lengths.read_size(array, value, 2)
+    return property(size)
+
+
+def _symbolic_len(builtin_len, recorder):
+    """``len(x)`` while recording, as :func:`_symbolic_shape`."""
+    def length(x):
+        n = builtin_len(x)
+        if isinstance(x, chainer.Variable):
+            x = x._data[0]
+        if type(x) is not traced.TracedArray or _state.recorder is None:
+            return n
+        shape = lengths.read_shape(x, (n,), 2)
+        return shape[0]
+    return length
+
+
+def _noting_lengths(name):
+    """The patch of ``numpy.NAME``, an array maker: argument sizes passed
+    to it by the forward are noted (``lengths.note_passed``)."""
+    def make(fn, recorder):
+        def noting(*args, **kwargs):
+            lengths.note_passed('numpy.' + name, args, kwargs, 2)
+            return fn(*args, **kwargs)
+        noting.__wrapped__ = fn
+        return noting
+    return make
+
+
+# NumPy's array makers whose arguments are sizes.
+_MAKERS = ('zeros', 'ones', 'empty', 'full', 'arange', 'eye', 'identity',
+           'tri', 'linspace')
 
 
 def _noting_config_reads(config_getattr, recorder):
@@ -238,8 +296,15 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.Variable, 'data', _watching_gpu_reads),
     RecordingPatch(chainer.configuration.LocalConfig, '__getattr__',
                    _noting_config_reads),
-) + tuple(RecordingPatch(numpy.random, name, _recording_random(name))
-          for name in _GLOBAL_RANDOM) + tuple(
+    RecordingPatch(chainer.Variable, 'shape', _symbolic_shape),
+    RecordingPatch(chainer.Variable, 'size', _symbolic_size),
+    RecordingPatch(traced.TracedArray, 'shape', _symbolic_shape),
+    RecordingPatch(traced.TracedArray, 'size', _symbolic_size),
+    RecordingPatch(builtins, 'len', _symbolic_len),
+) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))
+          for name in _MAKERS) + tuple(
+    RecordingPatch(numpy.random, name, _recording_random(name))
+    for name in _GLOBAL_RANDOM) + tuple(
     RecordingPatch(numpy, name, _recording_conversion(name))
     for name in _CONVERSIONS) + _gpu_fill_patches()
 

@@ -74,6 +74,10 @@ def roll_loops(graph, recording):
             plan = _plan(chunks, peel, run, fingerprints)
             if plan is not None:
                 break
+        if plan is not None and plan.peel and not run.python_safe:
+            # State that starts as None changes in the peeled iteration.
+            run.python_safe = python_unaware(run, recording.values, rows,
+                                             plan.peel)
         if plan is None:
             if run.n_iterations >= 3:  # else too few to tell
                 unrolled.append(Unrolled(run.loc,
@@ -542,6 +546,7 @@ def index_at(node, x, counter, counters, slices):
                       node.outputs, (('index', pattern),), loc=node.loc)
     starts = set(c[0] for c in counters)
     indexed.index = (tuple(slices), tuple(sorted(starts)))
+    indexed.counters = tuple(counters)
     return indexed
 
 
@@ -574,14 +579,16 @@ def _leaf_nodes(node):
             yield leaf
 
 
-def python_unaware(run, values, rows=frozenset()):
+def python_unaware(run, values, rows=frozenset(), peel=0):
     """Whether the loop's Python cannot tell how many iterations ran: the
     source rules of ``loop_analysis.symbolic_loop_problem``, the counter
-    indexing only arrays, and Python state unchanged between iterations.
-    Only such a loop may run another number of iterations than recorded
-    (a symbolic trip count, an exit)."""
+    indexing only arrays, and Python state unchanged between iterations
+    (from the end of the first ``peel`` iterations, which the program runs
+    before the loop). Only such a loop may run another number of
+    iterations than recorded (a symbolic trip count, an exit)."""
+    snapshots = run.snapshots[peel:]
     kinds = dict((name, summary[0]) for name, summary in
-                 run.snapshots[0].items()) if run.snapshots else {}
+                 snapshots[0].items()) if snapshots else {}
     if run.code is None:
         return False
     comprehension = run.site.kind == 'comp'
@@ -592,10 +599,10 @@ def python_unaware(run, values, rows=frozenset()):
     indexed = set() if comprehension else \
         loop_analysis.counter_indexed_names(run.code, run.site.header)
     if indexed is None or not all(
-            _indexable(run.snapshots[0].get(name, ('missing',)), values,
+            _indexable(snapshots[0].get(name, ('missing',)), values,
                        rows) for name in indexed):
         return False
-    return _python_state_unchanged(run, values)
+    return _python_state_unchanged(run, snapshots, values)
 
 
 def _indexable(summary, values, rows):
@@ -609,16 +616,16 @@ def _indexable(summary, values, rows):
         for item in summary[2])
 
 
-def _python_state_unchanged(run, values):
+def _python_state_unchanged(run, snapshots, values):
     """Between passes through the header, the frame's Python state stays
     the same but for values the loop computes: scalars keep their value,
     other objects their identity and attributes, and arrays (also in lists
     the loop appends to, or attributes it assigns) are the loop's own
     results. Otherwise the recording saw Python state that a run of
     another length would change."""
-    first = run.snapshots[0]
+    first = snapshots[0]
     growing = loop_analysis.appended_lists(run.code, run.site.header)
-    for snapshot in run.snapshots[1:]:
+    for snapshot in snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and not _unchanged(
                     first.get(name), now, values, run.defined,

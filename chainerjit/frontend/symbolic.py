@@ -11,6 +11,8 @@ import collections
 
 import numpy
 
+from chainerjit.frontend import control
+from chainerjit.frontend import lengths
 from chainerjit.frontend import rolling
 from chainerjit.frontend import trip_counts
 from chainerjit.ir.fingerprints import index_of
@@ -104,42 +106,78 @@ def _replace_static(structure, path):
     return (args, kwargs) if has_kwargs else args
 
 
-def symbolize(graph, rolled, input_names, length_names, recording):
+class Concrete(collections.namedtuple('Concrete', 'reason loc')):
+    """Why a loop whose trip count follows the call's sizes keeps it in the
+    key (each length compiles again), and the line to name."""
+
+    __slots__ = ()
+
+
+class _KeepsLength(Exception):
+    def __init__(self, reason, loc):
+        super(_KeepsLength, self).__init__(reason)
+        self.concrete = Concrete(reason, loc)
+
+
+def symbolize(graph, rolled, input_names, length_names, recording,
+              source_uses=()):
     """Makes the trip count of the jitted function's own loops symbolic
     where that is sound, changing ``graph`` in place.
 
-    Sound means: the loop ran its whole iterable; the length comes from an
-    argument that the source uses only as a length and an index
+    Sound means: the loop ran its whole iterable, an argument's axis (or
+    an int argument); the forward's Python did nothing with that length
+    but count (``lengths``: no comparison, conversion or op attribute made
+    from it), or its source uses it only as a length and an index
     (``trip_counts.length_only_names``); and in the graph that argument is
     read only by the loops' counter indexing (``IndexAt``) and by a few
-    constant indexes. The program then does the same for every length.
+    constant indexes. The program then does the same for every length,
+    and the first call at each new length checks it against eager.
+
+    ``source_uses`` are ``lengths.Use`` that the source shows and Length
+    ints cannot see (``trip_counts.float_size_uses``).
 
     Returns:
-        Symbolic or None: how to read the trip counts from a key.
+        Symbolic: how to read the trip counts from a key; or Concrete:
+        why a loop over such a length keeps it in the key; or None: no
+        loop's trip count follows the call.
     """
-    loops = _same_length_loops(graph, rolled, input_names, length_names,
-                               recording)
-    if loops is None:
-        return None
-    source = rolled[loops[0]].trip
+    sources = _trip_sources(graph, rolled)
+    texts = dict(enumerate(input_names))
+    free = _FreeAxes(list(source_uses) + length_uses(recording, graph),
+                     input_names, length_names, texts)
+    try:
+        if not sources:
+            _explain_untied(graph, rolled, free)
+            return None
+        return _symbolize(graph, rolled, sources, free, recording)
+    except _KeepsLength as e:
+        return e.concrete
+
+
+def _symbolize(graph, rolled, sources, free, recording):
+    loops = _same_length_loops(graph, rolled, sources, free, recording)
+    source = sources[loops[0]]
     length, wildcards = _length_and_wildcards(graph, loops, rolled, source)
     deltas = []
     minimum = 1
     for loop in loops:
         if _iterations(loop, rolled) != length - source.offset:
-            return None
+            raise _KeepsLength('its trip count is not the length of what '
+                               'it iterates over', loop.loc)
         delta = length - dict(loop.attrs)['trip']
         deltas.append(delta)
         minimum = max(minimum, delta + (0 if _may_run_empty(loop) else 1))
-    found = _counter_reads(graph, loops, input_names, length_names,
-                           wildcards, recording.templates)
-    if found is None:
-        return None
-    outer_reads, wildcards = found
+    outer_reads, wildcards = _counter_reads(graph, loops, free, wildcards,
+                                            recording.templates)
     minimum = max([minimum] + [need for _, need in outer_reads])
-    if any(graph.inputs[leaf] in graph.outputs for leaf in wildcards):
-        return None
+    for leaf in wildcards:
+        if graph.inputs[leaf] in graph.outputs:
+            raise _KeepsLength('the forward returns %s itself' %
+                               graph.inputs[leaf].name, loops[0].loc)
+    counted = _counted_from_end(loops, graph, wildcards)
     # Sound: rewrite the graph.
+    for node, counters in counted:
+        _count_from_end(node, counters)
     for node, _ in outer_reads:
         _make_shape_free(node, recording.templates)
     symbols = _symbolic_trips(graph, loops, deltas)
@@ -152,24 +190,241 @@ def symbolize(graph, rolled, input_names, length_names, recording):
                     minimum)
 
 
-def _same_length_loops(graph, rolled, input_names, length_names,
-                       recording):
-    """The rolled loops over the first symbolic loop's length, or
-    ``None`` where none is, or where their trip counts cannot vary: a
+# --- where a trip count comes from -------------------------------------------
+
+def _trip_sources(graph, rolled):
+    """``{loop: TripSource}`` of the rolled loops that ran over all of an
+    iterable the call gave: as their source reads it (``run.trip``), else
+    the argument axis their body indexes with the counter
+    (:func:`_indexed_source`)."""
+    found = {}
+    for loop in graph.nodes:
+        run = rolled.get(loop)
+        if run is None or not run.in_top_frame or run.exit != 'done':
+            continue
+        source = run.trip if run.trip is not None else \
+            _indexed_source(graph, loop, run)
+        if source is not None:
+            found[loop] = source
+    return found
+
+
+#: How many iterations fewer than its iterable's items a loop whose
+#: source is not read may run (``range(1, T)``, a peeled first step).
+_MAX_OFFSET = 2
+
+
+def _indexed_source(graph, loop, run):
+    """For a loop whose body reads an argument with the counter
+    (``xs[t]``, ``xs[:, t]``, ``xs[T - 1 - t]``), one iteration per index
+    but at most :data:`_MAX_OFFSET`: ``TripSource('dim', (leaf, axis),
+    offset)``, whatever the source counts with (``T, B = xs.shape``,
+    ``reversed(range(T))``). ``None`` where no read fits, or reads of two
+    axes do."""
+    if loop.region.counts:
+        return None
+    position = dict((v, i) for i, v in enumerate(graph.inputs))
+    outer = _body_sources(loop)
+    n = run.n_iterations
+    trip = dict(loop.attrs)['trip']
+    found = set()
+    for node in loop.region.body.nodes:
+        if not node.counters or \
+                node.inputs[1:] != loop.region.body.inputs[:1]:
+            continue
+        leaf = position.get(outer.get(node.inputs[0]))
+        if leaf is None:
+            continue
+        shape = graph.inputs[leaf].shape
+        for axis, start, step in node.counters:
+            offset = shape[axis] - n
+            if 0 <= offset <= _MAX_OFFSET and _counter_fits(
+                    start, step, shape[axis], shape[axis] - trip):
+                found.add(trip_counts.TripSource('dim', (leaf, axis),
+                                                 offset))
+    return found.pop() if len(found) == 1 else None
+
+
+def _counter_fits(start, step, size, delta):
+    """Whether ``start + step * i`` stays in range for ``i`` below the
+    trip count, ``size - delta``, at every size: counting up from the
+    start, or down from the end."""
+    if step == 1:
+        return 0 <= start <= delta
+    if step == -1:
+        from_end = start - size if start >= 0 else start
+        return -delta - 1 <= from_end <= -1
+    return False
+
+
+def _counted_from_end(loops, graph, wildcards):
+    """``[(node, counters)]``: the counter reads of the symbolic axes
+    that count down (``xs[T - 1 - t]``), with their starts from the end
+    (``xs[-1 - t]``), which hold at every length; raises where a counter
+    read would leave the axis at another length."""
+    position = dict((v, i) for i, v in enumerate(graph.inputs))
+    found = []
+    for loop in loops:
+        outer = _body_sources(loop)
+        for node in loop.region.body.nodes:
+            leaf = position.get(outer.get(node.inputs[0])) \
+                if node.counters else None
+            if leaf not in wildcards:
+                continue
+            shape = graph.inputs[leaf].shape
+            counters = []
+            trip = dict(loop.attrs)['trip']
+            for axis, start, step in node.counters:
+                if axis in wildcards[leaf]:
+                    if not _counter_fits(start, step, shape[axis],
+                                         shape[axis] - trip):
+                        raise _KeepsLength(
+                            'the loop counter indexes %s beyond its '
+                            'length at other lengths' %
+                            graph.inputs[leaf].name, node.loc)
+                    if step == -1 and start >= 0:
+                        start -= shape[axis]
+                counters.append((axis, start, step))
+            if tuple(counters) != node.counters:
+                found.append((node, tuple(counters)))
+    return found
+
+
+def _count_from_end(node, counters):
+    slices = node.index[0]
+    node.kernel = structural.index(slices, counters)
+    node.attrs = (('index', structural.index_pattern(slices, counters)),)
+    node.counters = counters
+
+
+# --- what the forward did with the length ------------------------------------
+
+def length_uses(recording, graph):
+    """The ``lengths.Use`` of the arguments' sizes while recording: those
+    the Length ints noted (also in what the forward returned or assigned:
+    ``lengths.plain``), and the Lengths found in the recorded ops'
+    attributes."""
+    uses = list(recording.length_uses)
+    for node in _all_nodes(graph.nodes):
+        template = recording.templates.get(node)
+        attributes = getattr(template, '__dict__', template)
+        if attributes is not None and node.loc is not None:
+            uses += lengths.uses_in(attributes, 'passed to %s' % node.op,
+                                    node.loc)
+    return uses
+
+
+def _all_nodes(nodes):
+    for node in nodes:
+        yield node
+        if node.region is not None:
+            for inner in _all_nodes(node.region.body.nodes):
+                yield inner
+
+
+class _FreeAxes(object):
+    """Which argument axes may have a symbolic length: those whose sizes
+    the forward used only to count (no ``lengths.Use``), or that its
+    source reads only as lengths (``trip_counts.length_only_names``)."""
+
+    def __init__(self, uses, input_names, length_names, texts):
+        self.first_use = {}
+        for use in uses:
+            for origin in use.origins:
+                self.first_use.setdefault(origin, use)
+        self.input_names = input_names
+        self.length_names = length_names
+        self.texts = texts
+
+    def check(self, leaf, axes, loc):
+        """Raises ``_KeepsLength`` unless ``axes`` of ``leaf`` are free."""
+        name = self.input_names[leaf]
+        if name in self.length_names and \
+                not axes & self.length_names[name]:
+            return
+        for axis in sorted(axes):
+            use = self.first_use.get((leaf, axis))
+            if use is not None:
+                raise _KeepsLength(use.describe(self.texts),
+                                   use.loc or loc)
+
+    def static(self, name):
+        """An int argument: only by its source's uses."""
+        return name in self.length_names
+
+
+def float_size_uses(code, input_names):
+    """``trip_counts.float_size_uses`` of the forward's own source, as
+    ``lengths.Use`` of its arguments' axes."""
+    leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
+    found = []
+    for name, axis, line in trip_counts.float_size_uses(code):
+        leaf = leaves.get(name)
+        if leaf is not None:
+            axes = range(_MAX_RANK) if axis is None else [axis]
+            found.append(lengths.Use(tuple((leaf, a) for a in axes),
+                                     'used in float arithmetic',
+                                     (code.co_filename, line)))
+    return found
+
+
+#: Axes a use of ``xs.size`` blocks (more than any array has).
+_MAX_RANK = 32
+
+
+def _untied_loops(graph, rolled, sources):
+    """The rolled loops of the forward whose trip count may vary by call
+    but is tied to no argument: with a count fixed in the program, which
+    only the key keeps right."""
+    return [loop for loop in graph.nodes if loop in rolled and
+            loop not in sources and rolled[loop].in_top_frame and
+            control.may_vary(rolled[loop].site)]
+
+
+def _explain_untied(graph, rolled, free):
+    """Raises, naming why, for a loop whose trip count varies by call but
+    is tied to no argument: the use of an argument's size of that count,
+    if the forward made one (``F.reshape(xs, (T * B, I))``)."""
+    for loop in _untied_loops(graph, rolled, {}):
+        n = rolled[loop].n_iterations
+        for leaf, value in enumerate(graph.inputs):
+            for axis, size in enumerate(value.shape or ()):
+                if 0 <= size - n <= _MAX_OFFSET:
+                    free.check(leaf, set([axis]), loop.loc)
+        raise _KeepsLength('its trip count is not the length of an '
+                           'argument the loop indexes with its counter, '
+                           'nor an int argument', loop.loc)
+
+
+def _same_length_loops(graph, rolled, sources, free, recording):
+    """The rolled loops over the first symbolic loop's length; raises
+    where their trip counts cannot vary: the length was used otherwise, a
     loop over that length stayed unrolled, the loops' Python sees the
     count, or values of a fixed count of iterations are read after."""
-    loops = [n for n in graph.nodes if n in rolled and _symbolic_run(
-        rolled[n], input_names, length_names)]
-    if not loops:
-        return None
-    source = rolled[loops[0]].trip
-    loops = [n for n in loops if rolled[n].trip[:2] == source[:2]]
+    first = next(iter(sources))
+    source = sources[first]
+    if source.kind == 'dim':
+        free.check(source.where[0], set([source.where[1]]), first.loc)
+    elif not free.static(source.where[1]):
+        raise _KeepsLength('the int argument %s is used otherwise than as '
+                           'a length' % source.where[1], first.loc)
+    loops = [n for n in sources if sources[n][:2] == source[:2]]
+    for loop in _untied_loops(graph, rolled, sources):
+        raise _KeepsLength('another loop of the forward has a trip count '
+                           'that chainerjit cannot tie to an argument',
+                           loop.loc)
     runs = set(rolled[n] for n in loops)
-    if any(run.trip is not None and run.trip[:2] == source[:2] and
-           run not in runs for run in recording.loops):
-        return None  # another loop over the same length stayed unrolled
-    if not all(rolled[loop].python_safe for loop in loops):
-        return None
+    for run in recording.loops:
+        if run.trip is not None and run.trip[:2] == source[:2] and \
+                run not in runs:
+            raise _KeepsLength('another loop over the same length is '
+                               'unrolled', run.loc)
+    for loop in loops:
+        if not rolled[loop].python_safe:
+            raise _KeepsLength(
+                'the loop\'s Python could tell how many iterations ran '
+                '(state that changes between iterations, or a call it '
+                'cannot see into)', loop.loc)
     lists = set(v for loop in loops for v in loop.outputs
                 if v.dtype == object)
     used = rolling.uses_outside(graph, ())
@@ -177,7 +432,8 @@ def _same_length_loops(graph, rolled, input_names, length_names,
                if structural.kind(n) == structural.UNPACK]
     if any(n.inputs[0] in lists and any(v in used for v in n.outputs)
            for n in unpacks):
-        return None
+        raise _KeepsLength('a value of one of its iterations is read '
+                           'after the loop', loops[0].loc)
     return loops
 
 
@@ -226,24 +482,20 @@ def _iterations(loop, rolled):
     return run.bound if loop.region.counts else run.n_iterations
 
 
-def _symbolic_run(run, input_names, length_names):
-    trip = run.trip
-    if not run.in_top_frame or trip is None or run.exit != 'done':
-        return False
-    if trip.kind == 'dim':
-        return input_names[trip.where[0]] in length_names
-    return trip.where[1] in length_names
-
-
-def _counter_reads(graph, loops, input_names, length_names, wildcards,
-                   templates):
+def _counter_reads(graph, loops, free, wildcards, templates):
     """Checks how the graph reads the arguments with symbolic axes, adding
-    to ``wildcards`` the axes that only the counter indexes. Returns
-    ``(outer reads, wildcards)``: the constant-index reads outside the
-    loops with the smallest length each needs; or ``None``."""
+    to ``wildcards`` the axes of the length's size that only the counter
+    indexes. Returns ``(outer reads, wildcards)``: the constant-index reads
+    outside the loops with the smallest length each needs; raises where
+    another op reads such an argument."""
     wildcards = dict((k, set(v)) for k, v in wildcards.items())
+    (leaf0, axis0), = [(k, a) for k, v in wildcards.items() for a in v] \
+        if len(wildcards) == 1 and sum(map(len, wildcards.values())) == 1 \
+        else [(None, None)]
+    length = graph.inputs[leaf0].shape[axis0] if leaf0 is not None \
+        else None
     position = dict((v, i) for i, v in enumerate(graph.inputs))
-    # Axes read by the counter, for arguments used only as sequences.
+    # Axes read by the counter, of arguments with the same length.
     for loop in loops:
         outer = _body_sources(loop)
         for node in loop.region.body.nodes:
@@ -252,26 +504,46 @@ def _counter_reads(graph, loops, input_names, length_names, wildcards,
                 continue
             leaf = position.get(outer.get(node.inputs[0]))
             axes = _counter_axes(node)
-            if leaf is not None and axes and \
-                    input_names[leaf] in length_names:
+            if leaf is not None and axes and _same_length(
+                    graph.inputs[leaf], axes, length, free, leaf):
                 wildcards.setdefault(leaf, set()).update(axes)
     outer_reads = []
     for leaf in wildcards:
-        if wildcards[leaf] & length_names[input_names[leaf]]:
-            return None  # the source reads the size of a symbolic axis
+        free.check(leaf, wildcards[leaf], loops[0].loc)
         value = graph.inputs[leaf]
         for node in graph.nodes:
             if value not in node.inputs:
                 continue
             if node in loops:
                 if not _read_by_counter_only(node, value, wildcards[leaf]):
-                    return None
-            else:
-                need = _constant_read(node, wildcards[leaf], templates)
-                if need is None:
-                    return None
-                outer_reads.append((node, need))
+                    raise _KeepsLength(
+                        'the loop reads %s otherwise than indexed by its '
+                        'counter' % value.name, node.loc)
+                continue
+            need = _constant_read(node, wildcards[leaf], templates)
+            if need is None:
+                raise _KeepsLength(
+                    '%s is read by %s, not only indexed by the loop '
+                    'counter' % (value.name, node.op), node.loc)
+            outer_reads.append((node, need))
     return outer_reads, wildcards
+
+
+def _same_length(value, axes, length, free, leaf):
+    """Whether the counter-indexed ``axes`` of an argument may be left
+    open in the key with the length: its source uses it only as a
+    sequence, or its sizes there are the length and Python did not use
+    them."""
+    name = free.input_names[leaf]
+    if name in free.length_names and not axes & free.length_names[name]:
+        return True
+    if length is None or any(value.shape[a] != length for a in axes):
+        return False
+    try:
+        free.check(leaf, axes, None)
+    except _KeepsLength:
+        return False
+    return True
 
 
 def _body_sources(loop):

@@ -33,6 +33,7 @@ from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import arguments
 from chainerjit.frontend import control
+from chainerjit.frontend import lengths
 from chainerjit.frontend import model_state
 from chainerjit.frontend import recording_patches
 from chainerjit.frontend import signature
@@ -73,6 +74,8 @@ class Recording(object):
         self.no_source = watcher.no_source if watcher else []
         self.templates = recorder.templates if recorder else {}
         graph.templates = self.templates
+        # lengths.Use: what the forward did with its arguments' sizes
+        self.length_uses = recorder.length_uses if recorder else []
         self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs
@@ -133,6 +136,10 @@ class _Recorder(object):
         self.config_names = set()  # chainer.config entries read
         self.gpu_fills = {}  # id(array) -> (CuPy array, its fill value)
         self.output_specs = {}  # id(Variable) -> (it, its result leaf spec)
+        # The arguments' arrays by identity -> leaf index, and the uses of
+        # their sizes by the forward (see ``lengths``).
+        self.length_leaves = {}
+        self.length_uses = []
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -164,8 +171,9 @@ class _Recorder(object):
 
     def bind_inputs(self, proxies, names):
         """Binds the arrays of the arguments' proxies to input values."""
-        for proxy, name in zip(proxies, names):
+        for leaf, (proxy, name) in enumerate(zip(proxies, names)):
             array = signature.leaf_array(proxy)
+            self.length_leaves.setdefault(id(array), leaf)
             self.note_variable(proxy, self.bind(
                 array, self.graph.add_value('input', array.shape,
                                             array.dtype, name)))
@@ -480,6 +488,8 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     ``callers`` are ``(stand-ins, the caller's objects they stand for)``,
     put back in the result and in the link attributes assigned."""
     traced.untag_graph(recorder.applied)
+    result = lengths.plain(result, recorder.length_uses, 'returned',
+                           recorder.forward_loc)
     model_state.adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)
     effects = _record_effects(instance, recorder, proxies)

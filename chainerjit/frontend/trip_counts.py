@@ -264,3 +264,70 @@ def _targets(target, name):
             isinstance(target.elts[0], ast.Name):
         return target.elts[0].id == name
     return False
+
+
+# --- sizes in float arithmetic -----------------------------------------------
+
+def float_size_uses(code):
+    """``[(parameter, axis or None, line)]``: sizes of the function's
+    parameters (``xs.shape[k]``, ``len(xs)``, ``xs.size``) that its own
+    source puts into float arithmetic, directly or through a name assigned
+    from one: ``1.0 / xs.shape[1]``, ``h / len(xs)``, ``T / 2``.
+
+    ``lengths.Length`` notes what Python does with a size, but not
+    ``1.0 / T``: the float does the arithmetic, in C. ``axis`` ``None``
+    stands for every axis (``xs.size``)."""
+    found = source.function_and_offset(code)
+    if found is None:
+        return []
+    function, offset, _ = found
+    params = set(a.arg for a in function.args.args +
+                 function.args.kwonlyargs)
+    sizes = {}  # name assigned from sizes -> [(parameter, axis)]
+    for node in ast.walk(function):
+        if isinstance(node, ast.Assign):
+            read = _sizes_read(node.value, params, sizes)
+            for target in node.targets:
+                for name in ast.walk(target):
+                    if isinstance(name, ast.Name) and read:
+                        sizes.setdefault(name.id, []).extend(read)
+    uses = []
+    for node in ast.walk(function):
+        if not isinstance(node, ast.BinOp):
+            continue
+        sides = (node.left, node.right)
+        floats = isinstance(node.op, ast.Div) or any(
+            isinstance(s, ast.Constant) and type(s.value) is float or
+            source.is_call(s, 'float') for s in sides)
+        if floats:
+            uses += [(p, axis, node.lineno + offset) for s in sides
+                     for p, axis in _sizes_read(s, params, sizes)]
+    return uses
+
+
+def _sizes_read(node, params, sizes):
+    """The ``(parameter, axis)`` sizes an expression reads."""
+    read = []
+    indexed = set()  # xs.shape in xs.shape[k]
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and sub.id in sizes:
+            read += sizes[sub.id]
+        if isinstance(sub, ast.Subscript) and _size_of(sub.value, params) \
+                and isinstance(sub.slice, ast.Constant) and \
+                type(sub.slice.value) is int and sub.slice.value >= 0:
+            indexed.add(sub.value)
+            read.append((sub.value.value.id, sub.slice.value))
+        elif _size_of(sub, params) and sub not in indexed:
+            read.append((sub.value.id, None))
+        if source.is_call(sub, 'len') and sub.args and \
+                isinstance(sub.args[0], ast.Name) and \
+                sub.args[0].id in params:
+            read.append((sub.args[0].id, 0))
+    return read
+
+
+def _size_of(node, params):
+    """``xs.shape`` or ``xs.size`` of a parameter ``xs``."""
+    return isinstance(node, ast.Attribute) and \
+        node.attr in ('shape', 'size') and \
+        isinstance(node.value, ast.Name) and node.value.id in params

@@ -74,7 +74,8 @@ class Node(object):
     """One op applied to values, producing values."""
 
     __slots__ = ('op', 'kernel', 'inputs', 'outputs', 'attrs', 'generic',
-                 'pure', 'loc', 'region', 'index', 'forced_grads')
+                 'pure', 'loc', 'region', 'index', 'counters',
+                 'forced_grads')
 
     def __init__(self, op, kernel, inputs, outputs, attrs=(), generic=False,
                  pure=True, loc=None):
@@ -88,6 +89,7 @@ class Node(object):
         self.loc = loc
         self.region = None  # a Loop node's regions.Region
         self.index = None  # an IndexAt's (index, positions of the counter)
+        self.counters = ()  # its ((position, start, step), ...)
         # Positions of inputs whose gradients the backward computes even
         # where no gradient of the program needs them: a communicating
         # node's backward is a collective that every process runs.

@@ -67,7 +67,7 @@ def _hoist_loop(loop):
         body.inputs.append(inner)
         view = ir.Node('IndexAt', index.kernel, [inner, counter],
                        linear.outputs, index.attrs, loc=linear.loc)
-        view.index = index.index
+        view.index, view.counters = index.index, index.counters
         body.nodes = [view if n is linear else n for n in body.nodes
                       if n is not index]
         hoisted.append(steps)

@@ -242,9 +242,16 @@ def _roll_loops(caller, recording, sig, n_leaves):
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return None
-    return symbolic.symbolize(
+    found = symbolic.symbolize(
         recording.graph, rolled, input_names,
-        trip_counts.length_only_names(code), recording)
+        trip_counts.length_only_names(code), recording,
+        symbolic.float_size_uses(code, input_names))
+    if isinstance(found, symbolic.Concrete):
+        caller.warn_unrolled(errors.UnrolledLoop(
+            'this loop keeps its trip count in the cache key (each new '
+            'length compiles again): %s' % found.reason), found.loc)
+        return None
+    return found
 
 
 def _with_symbolic_lengths(key, sig, lengths):

@@ -1,0 +1,209 @@
+"""The arguments' sizes as symbols while recording.
+
+A forward reads ``xs.shape[0]`` or ``len(xs)`` and hands the number on:
+to ``range`` (a loop's trip count, which the loop watcher sees as the
+loop runs), into integer arithmetic (``T - 1``, ``T * B``), or to
+something that makes the recording depend on its value: a comparison
+(``if T > 10:``), ``float(T)``, a string, a Chainer function's attribute
+(``F.reshape(x, (T * B, I))``), an array made in Python
+(``numpy.zeros((T, H))``), the result or a model attribute.
+
+While recording, the sizes of the arguments' dimensions that the
+forward's own code reads are :class:`Length` ints. A Length is the number
+itself, for Python, NumPy and Chainer alike; integer arithmetic on it
+gives a Length again, and each other use by the forward's code is noted
+as a :class:`Use`, with its line. A loop's trip count can be left out of
+the cache key only where its length had no such use (``symbolic``), and
+a use that keeps it in the key is named in the warning.
+
+A use this misses (the number passed through C code other than
+``range``) is caught when the program first runs at another length: it
+runs eagerly too, and the results are compared (``api``).
+"""
+
+import collections
+import sys
+
+from chainerjit.frontend import _keys
+from chainerjit.frontend import traced
+
+
+_state = _keys.recording  # this thread's
+
+
+class Use(collections.namedtuple('Use', 'origins what loc')):
+    """A use of argument sizes that the recording depends on.
+
+    ``origins``: the ``(leaf index, axis)`` of the sizes the number was
+    computed from; ``what``: how it was used (``'compared'``); ``loc``:
+    ``(filename, line)`` of the forward's code that used it."""
+
+    __slots__ = ()
+
+    def describe(self, texts):
+        """``'xs.shape[0] compared at model.py:31'``; ``texts`` names the
+        leaves."""
+        where = '' if self.loc is None else ' at %s:%d' % (
+            self.loc[0].rsplit('/', 1)[-1], self.loc[1])
+        return '%s %s%s' % (' * '.join(
+            '%s.shape[%d]' % (texts[leaf], axis)
+            for leaf, axis in self.origins), self.what, where)
+
+
+class Length(int):
+    """An argument's size, or an integer computed from sizes, read by the
+    forward's code while it is recorded (see the module docstring)."""
+
+    def __new__(cls, value, origins, uses):
+        self = int.__new__(cls, value)
+        self.origins = origins  # frozenset of (leaf, axis)
+        self.uses = uses  # the recorder's list of Use
+        return self
+
+    def _note(self, what, other=None):
+        """Notes a use by the forward's code (not by Chainer's, NumPy's or
+        chainerjit's own, which compare shapes all the time)."""
+        loc = _forward_line(2)
+        if loc is not None and _state.recorder is not None:
+            origins = self.origins | getattr(other, 'origins', frozenset())
+            self.uses.append(Use(tuple(sorted(origins)), what, loc))
+
+    def _arithmetic(op):
+        def apply(self, other):
+            if not isinstance(other, int) or isinstance(other, bool):
+                self._note('used in arithmetic with a %s' %
+                           type(other).__name__, other)
+                return getattr(int, op)(self, other)
+            return Length(getattr(int, op)(self, other), self.origins |
+                          getattr(other, 'origins', frozenset()), self.uses)
+        apply.__name__ = op
+        return apply
+
+    for _op in ('__add__', '__radd__', '__sub__', '__rsub__', '__mul__',
+                '__rmul__', '__floordiv__', '__rfloordiv__', '__mod__',
+                '__rmod__'):
+        locals()[_op] = _arithmetic(_op)
+
+    def __neg__(self):
+        return Length(-int.__int__(self), self.origins, self.uses)
+
+    def _decision(op, what):
+        def apply(self, *args):
+            self._note(what, args[0] if args else None)
+            return getattr(int, op)(self, *args)
+        apply.__name__ = op
+        return apply
+
+    for _op in ('__lt__', '__le__', '__gt__', '__ge__', '__eq__', '__ne__'):
+        locals()[_op] = _decision(_op, 'compared')
+    for _op, _what in (('__bool__', 'tested'),
+                       ('__float__', 'converted to float'),
+                       ('__int__', 'converted with int()'),
+                       ('__truediv__', 'divided'),
+                       ('__rtruediv__', 'divided by'),
+                       ('__pow__', 'raised to a power'),
+                       ('__str__', 'formatted'),
+                       ('__repr__', 'formatted'),
+                       ('__format__', 'formatted')):
+        locals()[_op] = _decision(_op, _what)
+    del _op, _what, _arithmetic, _decision
+
+    __hash__ = int.__hash__
+
+    def __reduce__(self):
+        return int, (int(self),)
+
+
+def _forward_line(depth):
+    """``(filename, line)`` of the code ``depth`` frames above the caller
+    of this function, if that is the forward's (not a library's)."""
+    frame = sys._getframe(depth + 1)
+    filename = frame.f_code.co_filename
+    if traced.is_library_file(filename) or traced.is_cupy_file(filename):
+        return None
+    return filename, frame.f_lineno
+
+
+def read_shape(array, shape, depth=1):
+    """``shape``, read from ``array`` by the code ``depth`` frames up: its
+    sizes as :class:`Length` ints if ``array`` is an argument's and that
+    code the forward's."""
+    recorder = _state.recorder
+    leaf = None if recorder is None else \
+        recorder.length_leaves.get(id(array))
+    if leaf is None or _forward_line(depth) is None:
+        return shape
+    return tuple(Length(n, frozenset([(leaf, axis)]), recorder.length_uses)
+                 for axis, n in enumerate(shape))
+
+
+def read_size(array, size, depth=1):
+    """``size`` (``x.size``) as :func:`read_shape` reads a shape: the
+    product of all its axes' Lengths."""
+    shape = read_shape(array, array.shape, depth + 1)
+    if not shape or not isinstance(shape[0], Length):
+        return size
+    total = shape[0]
+    for n in shape[1:]:
+        total = total * n
+    return total
+
+
+def note_passed(what, args, kwargs, depth=1):
+    """Notes the Lengths in a call's arguments as passed to ``what``, if
+    the code ``depth`` frames up is the forward's."""
+    recorder = _state.recorder
+    if recorder is None:
+        return
+    found = contained(args) + contained(kwargs)
+    loc = _forward_line(depth) if found else None
+    if loc is not None:
+        recorder.length_uses.extend(
+            Use(tuple(sorted(n.origins)), 'passed to %s' % what, loc)
+            for n in found)
+
+
+def contained(value, depth=3):
+    """The Lengths in ``value``: a Length, or one in a tuple, list, dict or
+    slice (to ``depth`` levels)."""
+    if isinstance(value, Length):
+        return [value]
+    if depth <= 0:
+        return []
+    if isinstance(value, (tuple, list)):
+        items = value
+    elif isinstance(value, dict):
+        items = list(value.values())
+    elif isinstance(value, slice):
+        items = (value.start, value.stop, value.step)
+    else:
+        return []
+    return [n for item in items for n in contained(item, depth - 1)]
+
+
+def uses_in(values, what, loc):
+    """:class:`Use` of each Length in ``values``."""
+    return [Use(tuple(sorted(n.origins)), what, loc)
+            for n in contained(values)]
+
+
+def plain(value, uses, what, loc=None, depth=3):
+    """``value`` with each Length in it (in tuples, lists and dicts, to
+    ``depth`` levels) an int again, noting each as a :class:`Use`: what
+    the forward returns or assigns keeps no Length past the recording.
+    Lists and dicts are changed in place, tuples rebuilt."""
+    if isinstance(value, Length):
+        uses.append(Use(tuple(sorted(value.origins)), what, loc))
+        return int.__int__(value)
+    if depth <= 0:
+        return value
+    if type(value) is tuple:
+        items = tuple(plain(v, uses, what, loc, depth - 1) for v in value)
+        return value if all(a is b for a, b in zip(items, value)) \
+            else items
+    if type(value) is list:
+        value[:] = [plain(v, uses, what, loc, depth - 1) for v in value]
+    elif type(value) is dict:
+        for k in value:
+            value[k] = plain(value[k], uses, what, loc, depth - 1)
+    return value

@@ -1,0 +1,259 @@
+"""Trip counts tied to the call by what the forward does with its sizes
+(``chainerjit.frontend.lengths``, ``symbolic``): RNN forwards written the
+ways people write them keep one cache entry for every sequence length, and
+a forward whose Python uses the length otherwise keeps it in the key with a
+warning naming the line and the use.
+
+Each model runs jitted and eagerly over calls of several lengths, with new
+values each call; outputs and gradients must equal eager Chainer's.
+"""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+
+
+I, H, B = 6, 8, 4
+LENGTHS = (5, 9, 17, 9, 3)
+
+
+class _Steps(chainer.Chain):
+    def __init__(self):
+        super(_Steps, self).__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(I, 4 * H)
+            self.h2h = L.Linear(H, 4 * H, nobias=True)
+            self.back = L.Linear(I, 4 * H)
+            self.gru = L.StatelessGRU(I, H)
+            self.out = L.Linear(H, 3)
+
+    def step(self, x, h, c):
+        c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+        return h, c
+
+
+class ShapeOfTwo(_Steps):
+    def forward(self, xs):
+        T, batch = xs.shape[0], xs.shape[1]
+        h = c = self.xp.zeros((batch, H), dtype=xs.dtype)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        return self.out(h)
+
+
+class ShapeUnpacked(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), dtype=xs.dtype)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        return self.out(h)
+
+
+class StateMadeInTheLoop(_Steps):
+    def forward(self, xs):
+        h = c = None
+        for x in xs:
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class Bidirectional(_Steps):
+    def forward(self, xs):
+        T = len(xs)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        hb = cb = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in reversed(range(T)):
+            cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
+        return self.out(h + hb)
+
+
+class BatchFirst(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[0], H), numpy.float32)
+        for t in range(xs.shape[1]):
+            h, c = self.step(xs[:, t], h, c)
+        return self.out(h)
+
+
+class MaskedPadding(_Steps):
+    def forward(self, xs, ms):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(len(xs)):
+            h_new, c_new = self.step(xs[t], h, c)
+            m = F.expand_dims(ms[t], 1)
+            h = F.broadcast_to(m, h.shape) * h_new + \
+                F.broadcast_to(1 - m, h.shape) * h
+            c = F.broadcast_to(m, c.shape) * c_new + \
+                F.broadcast_to(1 - m, c.shape) * c
+        return self.out(h)
+
+
+class GruLink(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            h = self.gru(h, xs[t])
+        return self.out(h)
+
+
+class StackedOutputs(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        ys = []
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+            ys.append(h)
+        return F.stack(ys)
+
+
+def _calls(model, lengths=LENGTHS, seed=0):
+    rng = numpy.random.RandomState(seed)
+    calls = []
+    for n in lengths:
+        if isinstance(model, BatchFirst):
+            calls.append((rng.standard_normal((B, n, I)).astype('f'),))
+            continue
+        xs = rng.standard_normal((n, B, I)).astype('f')
+        if isinstance(model, MaskedPadding):
+            calls.append((xs, (rng.rand(n, B) > .3).astype('f')))
+        else:
+            calls.append((xs,))
+    return calls
+
+
+@pytest.mark.parametrize('cls', [
+    ShapeOfTwo, ShapeUnpacked, StateMadeInTheLoop, Bidirectional,
+    BatchFirst, MaskedPadding, GruLink, StackedOutputs])
+def test_one_entry_for_every_length_with_gradients(cls):
+    model = cls()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    entry, = jf.cache_entries()
+    assert 'T' in str(entry.signature), str(entry.signature)
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+@pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional])
+def test_one_entry_for_every_length_in_inference(cls):
+    model = cls()
+    with chainer.using_config('train', False):
+        jf = testing.assert_jit_matches_eager(
+            model, _calls(model, seed=1), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+def test_the_reversed_loop_counts_from_the_end():
+    model = Bidirectional()
+    jf = chainerjit.jit(model)
+    jf(*_calls(model, (5,))[0])
+    graph = str(jf.cache_entries()[0].graph)
+    assert '[-1-i]' in graph, graph
+
+
+# --- lengths that stay in the key, and why -----------------------------------
+
+
+class Projected(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        gx = F.reshape(self.x2h(F.reshape(xs, (T * batch, I))),
+                       (T, batch, 4 * H))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            c, h = F.lstm(c, gx[t] + self.h2h(h))
+        return self.out(h)
+
+
+class CounterLoop(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = 0
+        while t < xs.shape[0]:
+            h, c = self.step(xs[t], h, c)
+            t += 1
+        return self.out(h)
+
+
+class LongSequencesDiffer(_Steps):
+    def forward(self, xs):
+        T = xs.shape[0]
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        if T > 10:
+            h = h * 2
+        return self.out(h)
+
+
+class MeanOverTime(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        total = 0
+        for t in range(xs.shape[0]):
+            h, c = self.step(xs[t], h, c)
+            total = total + h
+        return self.out(total * (1.0 / xs.shape[0]))
+
+
+@pytest.mark.parametrize('cls, use', [
+    (Projected, 'xs.shape[0] * xs.shape[1] passed to Reshape'),
+    (CounterLoop, 'xs.shape[0] compared'),
+    (LongSequencesDiffer, 'xs.shape[0] compared'),
+    (MeanOverTime, 'used in float arithmetic'),
+])
+def test_a_length_used_otherwise_stays_in_the_key_with_a_warning(cls, use):
+    model = cls()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model, (5, 9, 17, 9)), rtol=1e-4, atol=1e-5)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.LoopWarning)]
+    assert any(use in m and 'test_loop_lengths.py' in m
+               for m in messages), messages
+    assert jf.cache_info().currsize == 3, jf.cache_report()
+
+
+# --- no Length outlives the recording ----------------------------------------
+
+
+class Reports(chainer.Chain):
+    def forward(self, xs):
+        self.steps = len(xs)
+        chainer.report({'n': xs.shape[0]}, self)
+        h = xs[0]
+        for t in range(len(xs)):
+            h = F.tanh(h + xs[t])
+        return h, xs.shape
+
+
+def test_sizes_returned_assigned_and_reported_are_ints():
+    model = Reports()
+    jf = chainerjit.jit(model)
+    xs = numpy.ones((4, 2, 3), numpy.float32)
+    reporter = chainer.Reporter()
+    reporter.add_observer('main', model)
+    observation = {}
+    with reporter.scope(observation):
+        _, shape = jf(xs)
+    assert type(model.steps) is int and model.steps == 4
+    assert all(type(n) is int for n in shape), shape
+    assert all(type(v) is int for v in observation.values()), observation
