@@ -133,6 +133,7 @@ def read_shape(array, shape, depth=1):
         recorder.length_leaves.get(id(array))
     if leaf is None or _forward_line(depth) is None:
         return shape
+    recorder.length_reads.update((leaf, axis) for axis in range(len(shape)))
     return tuple(Length(n, frozenset([(leaf, axis)]), recorder.length_uses)
                  for axis, n in enumerate(shape))
 

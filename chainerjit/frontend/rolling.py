@@ -74,10 +74,12 @@ def roll_loops(graph, recording):
             plan = _plan(chunks, peel, run, fingerprints)
             if plan is not None:
                 break
-        if plan is not None and plan.peel and not run.python_safe:
-            # State that starts as None changes in the peeled iteration.
-            run.python_safe = python_unaware(run, recording.values, rows,
-                                             plan.peel)
+        if plan is not None and not run.python_safe:
+            # State that starts as None changes in the peeled iteration; a
+            # while loop without exits counts as a for loop does.
+            run.python_safe = python_unaware(
+                run, recording.values, rows, plan.peel,
+                counting=not plan.exits)
         if plan is None:
             if run.n_iterations >= 3:  # else too few to tell
                 unrolled.append(Unrolled(run.loc,
@@ -579,13 +581,14 @@ def _leaf_nodes(node):
             yield leaf
 
 
-def python_unaware(run, values, rows=frozenset(), peel=0):
+def python_unaware(run, values, rows=frozenset(), peel=0, counting=False):
     """Whether the loop's Python cannot tell how many iterations ran: the
     source rules of ``loop_analysis.symbolic_loop_problem``, the counter
     indexing only arrays, and Python state unchanged between iterations
     (from the end of the first ``peel`` iterations, which the program runs
-    before the loop). Only such a loop may run another number of
-    iterations than recorded (a symbolic trip count, an exit)."""
+    before the loop; ``counting``: but for a ``while`` loop's counters).
+    Only such a loop may run another number of iterations than recorded
+    (a symbolic trip count, an exit)."""
     snapshots = run.snapshots[peel:]
     kinds = dict((name, summary[0]) for name, summary in
                  snapshots[0].items()) if snapshots else {}
@@ -602,7 +605,8 @@ def python_unaware(run, values, rows=frozenset(), peel=0):
             _indexable(snapshots[0].get(name, ('missing',)), values,
                        rows) for name in indexed):
         return False
-    return _python_state_unchanged(run, snapshots, values)
+    counters = _while_counters(run, snapshots) if counting else ()
+    return _python_state_unchanged(run, snapshots, values, counters)
 
 
 def _indexable(summary, values, rows):
@@ -616,7 +620,7 @@ def _indexable(summary, values, rows):
         for item in summary[2])
 
 
-def _python_state_unchanged(run, snapshots, values):
+def _python_state_unchanged(run, snapshots, values, counters=()):
     """Between passes through the header, the frame's Python state stays
     the same but for values the loop computes: scalars keep their value,
     other objects their identity and attributes, and arrays (also in lists
@@ -627,11 +631,28 @@ def _python_state_unchanged(run, snapshots, values):
     growing = loop_analysis.appended_lists(run.code, run.site.header)
     for snapshot in snapshots[1:]:
         for name, now in snapshot.items():
-            if name not in run.targets and not _unchanged(
+            if name not in run.targets and name not in counters and \
+                    not _unchanged(
                     first.get(name), now, values, run.defined,
                     name in growing):
                 return False
     return True
+
+
+def _while_counters(run, snapshots):
+    """The names a ``while`` loop counts with (``t += 1`` each pass): ints
+    one more at each pass through its header, as a ``for`` loop's
+    target."""
+    if run.site.kind != 'while' or len(snapshots) < 2:
+        return frozenset()
+    found = set()
+    for name, summary in snapshots[0].items():
+        passes = [s.get(name) for s in snapshots]
+        if all(p is not None and p[:2] == ('scalar', int) for p in passes) \
+                and [int(p[2]) for p in passes] == list(range(
+                    int(passes[0][2]), int(passes[0][2]) + len(passes))):
+            found.add(name)
+    return found
 
 
 def _unchanged(before, now, values, defined, may_grow=False):

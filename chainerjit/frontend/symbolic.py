@@ -141,10 +141,11 @@ def symbolize(graph, rolled, input_names, length_names, recording,
         why a loop over such a length keeps it in the key; or None: no
         loop's trip count follows the call.
     """
-    sources = _trip_sources(graph, rolled)
+    sources = _trip_sources(graph, rolled, recording.length_reads)
     texts = dict(enumerate(input_names))
-    free = _FreeAxes(list(source_uses) + length_uses(recording, graph),
-                     input_names, length_names, texts)
+    uses = _besides_own_tests(list(source_uses) + length_uses(
+        recording, graph), rolled, sources)
+    free = _FreeAxes(uses, input_names, length_names, texts)
     try:
         if not sources:
             _explain_untied(graph, rolled, free)
@@ -192,21 +193,36 @@ def _symbolize(graph, rolled, sources, free, recording):
 
 # --- where a trip count comes from -------------------------------------------
 
-def _trip_sources(graph, rolled):
+def _trip_sources(graph, rolled, reads):
     """``{loop: TripSource}`` of the rolled loops that ran over all of an
     iterable the call gave: as their source reads it (``run.trip``), else
     the argument axis their body indexes with the counter
-    (:func:`_indexed_source`)."""
+    (:func:`_indexed_source`) if the forward read that axis's size
+    (``reads``: not ``range(5)`` over five items)."""
     found = {}
     for loop in graph.nodes:
         run = rolled.get(loop)
         if run is None or not run.in_top_frame or run.exit != 'done':
             continue
-        source = run.trip if run.trip is not None else \
-            _indexed_source(graph, loop, run)
+        source = run.trip
+        if source is None:
+            source = _indexed_source(graph, loop, run)
+            if source is not None and source.where not in reads:
+                source = None
         if source is not None:
             found[loop] = source
     return found
+
+
+def _besides_own_tests(uses, rolled, sources):
+    """``uses`` but a ``while`` loop's own test of its length (``while t <
+    xs.shape[0]:``): with its counter (``rolling._while_counters``), that
+    test is the trip count."""
+    tests = set((run.code.co_filename, run.site.header)
+                for loop, run in rolled.items()
+                if loop in sources and run.site.kind == 'while' and
+                run.code is not None)
+    return [u for u in uses if not (u.what == 'compared' and u.loc in tests)]
 
 
 #: How many iterations fewer than its iterable's items a loop whose

@@ -76,6 +76,7 @@ class Recording(object):
         graph.templates = self.templates
         # lengths.Use: what the forward did with its arguments' sizes
         self.length_uses = recorder.length_uses if recorder else []
+        self.length_reads = recorder.length_reads if recorder else set()
         self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs
@@ -140,6 +141,7 @@ class _Recorder(object):
         # their sizes by the forward (see ``lengths``).
         self.length_leaves = {}
         self.length_uses = []
+        self.length_reads = set()  # (leaf, axis) whose size it read
 
     def note_escape(self, what, loc):
         if self.escape is None:

@@ -1,8 +1,9 @@
 """Trip counts tied to the call by what the forward does with its sizes
 (``chainerjit.frontend.lengths``, ``symbolic``): RNN forwards written the
-ways people write them keep one cache entry for every sequence length, and
-a forward whose Python uses the length otherwise keeps it in the key with a
-warning naming the line and the use.
+ways people write them (``T, B = xs.shape``, a reversed loop, state made in
+the first step, a ``while t < T`` counter) keep one cache entry for every
+sequence length, and a forward whose Python uses the length otherwise keeps
+it in the key with a warning naming the line and the use.
 
 Each model runs jitted and eagerly over calls of several lengths, with new
 values each call; outputs and gradients must equal eager Chainer's.
@@ -136,9 +137,19 @@ def _calls(model, lengths=LENGTHS, seed=0):
     return calls
 
 
+class CounterLoop(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = 0
+        while t < xs.shape[0]:
+            h, c = self.step(xs[t], h, c)
+            t += 1
+        return self.out(h)
+
+
 @pytest.mark.parametrize('cls', [
     ShapeOfTwo, ShapeUnpacked, StateMadeInTheLoop, Bidirectional,
-    BatchFirst, MaskedPadding, GruLink, StackedOutputs])
+    BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -182,16 +193,6 @@ class Projected(_Steps):
         return self.out(h)
 
 
-class CounterLoop(_Steps):
-    def forward(self, xs):
-        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
-        t = 0
-        while t < xs.shape[0]:
-            h, c = self.step(xs[t], h, c)
-            t += 1
-        return self.out(h)
-
-
 class LongSequencesDiffer(_Steps):
     def forward(self, xs):
         T = xs.shape[0]
@@ -215,7 +216,6 @@ class MeanOverTime(_Steps):
 
 @pytest.mark.parametrize('cls, use', [
     (Projected, 'xs.shape[0] * xs.shape[1] passed to Reshape'),
-    (CounterLoop, 'xs.shape[0] compared'),
     (LongSequencesDiffer, 'xs.shape[0] compared'),
     (MeanOverTime, 'used in float arithmetic'),
 ])
@@ -229,6 +229,48 @@ def test_a_length_used_otherwise_stays_in_the_key_with_a_warning(cls, use):
                 if issubclass(w.category, errors.LoopWarning)]
     assert any(use in m and 'test_loop_lengths.py' in m
                for m in messages), messages
+    assert jf.cache_info().currsize == 3, jf.cache_report()
+
+
+class CountsByTwo(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = 0
+        while t < xs.shape[0]:
+            h, c = self.step(xs[t], h, c)
+            t += 2
+        return self.out(h)
+
+
+def test_a_while_loop_that_does_not_count_by_one_keeps_its_length():
+    model = CountsByTwo()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model, (5, 9, 17, 9)), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 3, jf.cache_report()
+
+
+class CounterReadAfter(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = 0
+        while t < xs.shape[0]:
+            h, c = self.step(xs[t], h, c)
+            t += 1
+        return self.out(h) * t
+
+
+def test_a_while_counter_read_after_the_loop_gives_eager_results():
+    # Its last value is a number the recording keeps: the first call at
+    # another length finds the difference and keeps lengths in the key.
+    model = CounterReadAfter()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model, (5, 9, 17, 9, 5)), rtol=1e-4, atol=1e-5)
+    assert any('another result than eagerly' in str(w.message)
+               for w in caught), [str(w.message) for w in caught]
     assert jf.cache_info().currsize == 3, jf.cache_report()
 
 

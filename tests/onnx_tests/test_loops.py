@@ -158,3 +158,18 @@ def test_a_greedy_decoder_is_exported_with_its_exit(rng, cls, extra):
     assert len(lengths) > 1, lengths  # several output lengths
     model = testing.assert_onnx_matches_eager(decoder.forward, calls)
     assert 'Loop' in [n.op_type for n in model.graph.node]
+
+
+@pytest.mark.parametrize('name', [
+    'ShapeUnpacked', 'Bidirectional', 'CounterLoop', 'StateMadeInTheLoop'])
+def test_loops_over_an_argument_axis_export_with_a_dynamic_length(
+        rng, name):
+    # The forms tied to the call by what their bodies index, whatever
+    # their source counts with; the reversed loop reads from the end.
+    from tests.frontend_tests import test_loop_lengths as forms
+    model = getattr(forms, name)()
+    exported = testing.assert_onnx_matches_eager(
+        model.forward, [(rng.standard_normal((n, 4, forms.I)).astype(
+            numpy.float32),) for n in (5, 9, 2, 17)], rtol=1e-4, atol=1e-5)
+    dims = exported.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == 'T'
