@@ -16,6 +16,7 @@ from chainerjit.frontend import signature
 from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
 from chainerjit.runtime import backends
+from chainerjit.runtime import batch
 from chainerjit.runtime import budget
 from chainerjit.runtime import cache as cache_module
 from chainerjit.runtime import compile as pipeline
@@ -28,7 +29,7 @@ if os.environ.get('CHAINERJIT_LOG'):
 
 
 def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
-        providers=None, freeze=False):
+        providers=None, freeze=False, dynamic=None):
     """Compiles a Chainer forward on its first call for each input
     signature.
 
@@ -69,6 +70,11 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
             recorded again. :meth:`JitFunction.unfreeze` (or
             ``cache_clear()``) makes them writable again. Not with
             ``backend='numpy'``.
+        dynamic: ``None`` (default): an inference program that one
+            onnxruntime session runs serves every batch size once a second
+            one is seen, each new size checked against eager once
+            (``runtime.batch``); ``False``: every batch size compiles on
+            its own.
 
     Returns:
         JitFunction: calls like ``fn`` and has ``cache_info()``,
@@ -78,9 +84,12 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
     if backend is None:
         backend = os.environ.get('CHAINERJIT_BACKEND', 'auto')
     backends.check_option(backend, freeze)
+    if dynamic not in (None, False):
+        raise ValueError('chainerjit: dynamic must be None or False, not %r'
+                         % (dynamic,))
     options = dict(maxsize=maxsize, check=check,
                    recompile_limit=recompile_limit, backend=backend,
-                   providers=providers, freeze=freeze)
+                   providers=providers, freeze=freeze, dynamic=dynamic)
     if fn is None:
         return lambda f: jit(f, **options)
     if isinstance(fn, chainer.Link):
@@ -108,6 +117,7 @@ class JitFunction(_calls.CachedCall):
         self._warned_recompile = False
         self._lengths_unsound = False  # a symbolic length gave another
         # result than eager: lengths stay in the key
+        self._batch_static = False  # likewise for batch sizes
         self._unpacked = set()  # list arguments recorded item by item
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
@@ -182,14 +192,21 @@ class JitFunction(_calls.CachedCall):
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
+            if packed is None and self._options.get('dynamic') is not False \
+                    and not self._batch_static:
+                result = self._widen_batch(key, leaves, instance, args,
+                                           kwargs)
+                if result is not _NOT_WIDENED:
+                    return result
             return self._compile(key, leaves, instance, args, kwargs, packed)
         self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
-        if symbols and tuple(symbols) not in entry.verified_lengths and \
-                entry.program is not None:
+        checked = _size_to_check(entry, key, symbols)
+        if checked is not None and checked not in entry.verified_lengths \
+                and entry.program is not None:
             return self._verify_length(entry, leaves, params, symbols,
-                                       instance, args, kwargs)
+                                       instance, args, kwargs, checked)
         training = backprop and entry.needs_grad(leaves)
         if (entry.training if training else entry.program) is None:
             return self._fallback(instance, args, kwargs, hit=True)
@@ -212,13 +229,14 @@ class JitFunction(_calls.CachedCall):
         return key, leaves, None
 
     def _verify_length(self, entry, leaves, params, symbols, instance, args,
-                       kwargs):
-        """The first call of a symbolic entry at a new length runs the
-        program (it has no side effects) and then eagerly, and compares:
-        Python state the recording could not see (an iterator's position,
-        a counter deep in a container) may make that length differ. On a
-        difference the function stops making lengths symbolic. The call
-        returns eager's result."""
+                       kwargs, checked):
+        """The first call of a symbolic entry at a new length (or batch
+        size: ``checked``) runs the program (it has no side effects) and
+        then eagerly, and compares: Python state the recording could not
+        see (an iterator's position, a counter deep in a container) may
+        make that length differ. On a difference the function stops making
+        lengths (or batch sizes) symbolic. The call returns eager's
+        result."""
         try:
             outs = entry.program.run(signature.leaf_arrays(leaves) + params
                                      + symbols)
@@ -233,9 +251,15 @@ class JitFunction(_calls.CachedCall):
             return result
         if compiled is not _RAISED and \
                 pipeline.compare_results(result, compiled) is None:
-            entry.verified_lengths.add(tuple(symbols))
+            entry.verified_lengths.add(checked)
             return result
         self.cache.remove(entry)
+        if isinstance(entry.symbolic, batch.Batched):
+            self._batch_static = True
+            self._warn_batch_static(
+                'at batch size %d its program gave another result than '
+                'eagerly' % checked[0])
+            return result
         self._lengths_unsound = True
         self._warn_unrolled(errors.UnrolledLoop(
             'at another length, this loop gave another result than eagerly '
@@ -243,6 +267,54 @@ class JitFunction(_calls.CachedCall):
             'see): each length compiles on its own from now on'),
             entry.graph.nodes[0].loc if entry.graph.nodes else None)
         return result
+
+    def _widen_batch(self, key, leaves, instance, args, kwargs):
+        """A call that missed only for its batch size, where the entry of
+        another batch size runs in one onnxruntime session: that session
+        is built again with the batch dynamic (``runtime.batch``) and runs
+        the call, as does eager Chainer. If they agree, the entry serves
+        every batch size and the call returns eager's result; otherwise
+        (or where no such entry is) :data:`_NOT_WIDENED`, and the call is
+        compiled, or, if the session ran, returns eager's result."""
+        found = batch.sibling(self.cache, key, self._options['backend'])
+        if found is None:
+            return _NOT_WIDENED
+        entry, batched = found
+        params = entry.fetch_params(instance)
+        if params is None:
+            return _NOT_WIDENED
+        decision = batch.decision_on_batch(entry, batched)
+        if decision is not None:
+            entry.batch_note = decision
+            self._warn_batch_static(decision)
+            return _NOT_WIDENED
+        inputs = signature.leaf_arrays(leaves) + params
+        try:
+            program = batch.dynamic_program(
+                entry, batched, self._options.get('providers'), inputs)
+            outs = program.run(inputs)
+            compiled = entry.build_result(outs, leaves, instance)
+        except Exception as error:  # no converter; onnxruntime refused
+            entry.batch_note = str(error).strip().split('\n')[0]
+            self._warn_batch_static(entry.batch_note)
+            return _NOT_WIDENED
+        result = self._eager(instance, args, kwargs)
+        problem = pipeline.compare_results(result, compiled)
+        if problem is not None:
+            entry.batch_note = 'at batch size %d its program gave another ' \
+                'result than eagerly: %s' % (batched.size_of(key), problem)
+            self._warn_batch_static(entry.batch_note)
+            return result
+        batch.widen(self.cache, entry, batched, program, [
+            batched.size_of(entry.key), batched.size_of(key)])
+        self.last_entry = entry
+        return result
+
+    def _warn_batch_static(self, why):
+        errors.warn_once(
+            (self.__name__, 'batch'), errors.RecompileWarning,
+            'chainerjit: %s keeps the batch size in the cache key (each '
+            'batch size compiles again): %s' % (self.__name__, why))
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
         """A kernel raised (an index out of range, say) or a guard failed
@@ -544,6 +616,17 @@ class JitFunction(_calls.CachedCall):
 
 
 _RAISED = object()  # a program that raised at a new length
+_NOT_WIDENED = object()  # no entry of another batch size serves the call
+
+
+def _size_to_check(entry, key, symbols):
+    """What the first call at a new size of a symbolic entry checks
+    against eager: its trip counts, or ``(batch size,)``; else ``None``."""
+    if isinstance(entry.symbolic, batch.Batched):
+        return (entry.symbolic.size_of(key),)
+    return tuple(symbols) if symbols else None
+
+
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
 
 

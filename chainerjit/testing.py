@@ -23,6 +23,7 @@ from chainerjit import api
 from chainerjit import errors
 from chainerjit import fastpaths
 from chainerjit.frontend import signature
+from chainerjit.runtime import batch
 
 
 @contextlib.contextmanager
@@ -117,6 +118,12 @@ def _on_test_device(args):
     return tuple(moved(a) for a in args)
 
 
+def _signatures_served(entry):
+    if isinstance(entry.symbolic, batch.Batched):
+        return sum(1 for sizes in entry.verified_lengths if sizes)
+    return 1
+
+
 def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
                              expect_entries=None, lowered=(),
                              no_backprop=True, jitted=None):
@@ -130,7 +137,9 @@ def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
     Args:
         fn: a plain function (or bound method) to jit.
         calls: argument tuples; fresh values each, same or new shapes.
-        expect_entries: if given, the number of cache entries expected.
+        expect_entries: if given, the number of signatures the cache
+            serves: an entry for every batch size (``runtime.batch``)
+            counts once for each batch size it ran.
         lowered: op names (``'ReLU'``) that must appear in the IR as
             lowered (not generic) nodes.
         no_backprop: run under ``chainer.no_backprop_mode()`` (the
@@ -153,7 +162,8 @@ def assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6,
     for entry in entries:
         assert entry.fallback is None, entry.fallback
     if expect_entries is not None:
-        assert len(entries) == expect_entries, jfn.cache_report()
+        assert sum(_signatures_served(e) for e in entries) == \
+            expect_entries, jfn.cache_report()
     if len(calls) > len(entries):
         assert jfn.cache_info().hits > 0, 'no call ran the program'
 

@@ -101,3 +101,14 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
     text = report.read_text()
     assert '| VAE, sampling |' in text and 'machine:' in text
+
+
+def test_shapes_benchmark_checks_and_reports(tmp_path):
+    from benchmarks import bench_shapes
+    report = tmp_path / 'shapes.md'
+    rows = bench_shapes.main(['--calls', '8', '--threads', '0', '--output',
+                              str(report)])
+    entries = dict(((name, system), row[-1]) for name, system, *row in rows)
+    assert entries['LSTM training, lengths 5 to 40', 'chainerjit'] == 1
+    text = report.read_text()
+    assert '| LSTM training, lengths 5 to 40 | default |' in text

@@ -40,7 +40,7 @@ def available():
     return True
 
 
-def session_program(graph, providers=None, frozen=None):
+def session_program(graph, providers=None, frozen=None, batch=None):
     """A program running ``graph`` as one onnxruntime session.
 
     ``frozen``: one array or ``None`` per parameter of ``graph``. The
@@ -49,19 +49,30 @@ def session_program(graph, providers=None, frozen=None):
     still that array and still read-only (:func:`freeze` made it so), and
     fails as a guard does otherwise, so that the call is recorded again.
 
+    ``batch``: ``(input value, recorded batch size)`` makes axis 0 of the
+    graph's inputs dynamic (``onnx_graph.Builder``'s ``dynamic_batch``,
+    which reads the batch size from that input where the recording had
+    it); ``None`` keeps the recorded shapes.
+
     Raises:
         chainerjit.errors.ExportError: a node has no ONNX converter, or is
             a guard (a branch on an array value).
     """
-    kernel = session_kernel(graph, providers, frozen)
+    kernel = session_kernel(graph, providers, frozen, batch)
+    return one_kernel_program(graph, kernel)
+
+
+def one_kernel_program(graph, kernel):
+    """A program with ``graph``'s inputs and outputs whose one instruction
+    runs ``kernel`` (it returns the outputs as a tuple)."""
     return codegen.compile_graph(_one_node_graph(graph, kernel))
 
 
-def session_kernel(graph, providers=None, frozen=None):
+def session_kernel(graph, providers=None, frozen=None, batch=None):
     """The kernel of :func:`session_program`: it takes the graph's
     inputs, parameters and symbols, and returns its outputs."""
     frozen = list(frozen or [None] * len(graph.params))
-    model, input_names, output_names = to_onnx(graph, frozen)
+    model, input_names, output_names = to_onnx(graph, frozen, batch)
     session = _session(model, providers)
     n_args = len(graph.inputs)
     fed = list(range(n_args)) + [
@@ -180,12 +191,14 @@ def can_freeze(array):
     return type(array) is numpy.ndarray and array.base is None
 
 
-def to_onnx(graph, frozen=None):
+def to_onnx(graph, frozen=None, batch=None):
     """``(model, input names, output names)`` of ``graph`` as an ONNX
     model whose inputs are the program's but the ``frozen`` parameters
-    (one array or ``None`` per parameter), which are initializers."""
-    builder = onnx_graph.Builder(False)
+    (one array or ``None`` per parameter), which are initializers; with
+    a dynamic ``batch`` (see :func:`session_program`)."""
     names = onnx_graph.names_of(graph)
+    builder = onnx_graph.Builder(False) if batch is None else \
+        onnx_graph.Builder(True, names[batch[0]], batch[1])
     for value in graph.all_consts():
         builder.constant(chainer.backend.CpuDevice().send(value.data),
                          names[value])
@@ -197,12 +210,13 @@ def to_onnx(graph, frozen=None):
         onnx_graph.convert_node(builder, node, names)
     inputs = graph.inputs + [v for v, array in zip(graph.params, frozen)
                              if array is None] + graph.symbols
-    shaped = not graph.symbols
+    shaped = not graph.symbols and batch is None
     outputs = [builder.op('Identity', [names[v]], ['y%d' % i])[0]
                for i, v in enumerate(graph.outputs)]
     model = onnx_graph.model(
         builder, graph.name or 'program',
-        [onnx_graph.value_info(_type(v), names[v], False, v.symbols)
+        [onnx_graph.value_info(_type(v), names[v], batch is not None and
+                               v in graph.inputs, v.symbols)
          for v in inputs],
         [onnx_graph.value_info(_type(v), name, False, shaped=shaped)
          for v, name in zip(graph.outputs, outputs)])

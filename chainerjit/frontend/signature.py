@@ -160,15 +160,15 @@ class Signature(object):
         items.extend(params)
         return cls(items)
 
-    def with_symbols(self, wildcards, kind, where):
+    def with_symbols(self, wildcards, kind=None, where=None, symbol='T'):
         """This signature with the symbolic dimensions (``(leaf, axes)``
-        pairs) and, for a length given as an int argument (``kind``
-        ``'static'``, ``where`` ``(path, name)``), that argument shown as
-        ``T``."""
+        pairs) shown as ``symbol`` and, for a length given as an int
+        argument (``kind`` ``'static'``, ``where`` ``(path, name)``), that
+        argument shown as ``T``."""
         items = list(self.items)
         for leaf, axes in wildcards:
             name, spec = items[leaf]
-            shape = tuple('T' if i in axes else d
+            shape = tuple(symbol if i in axes else d
                           for i, d in enumerate(spec.shape))
             items[leaf] = (name, spec._replace(shape=shape))
         if kind == 'static':

@@ -60,7 +60,7 @@ def choose(backend, providers, entry, inputs, expected, build_result,
     entry.backend = 'numpy'
     if backend == 'numpy' or entry.program is None:
         return
-    reason = _why_not(entry.graph, inputs)
+    reason = why_not(entry.graph, inputs)
     if reason is not None:
         entry.backend_note = 'onnxruntime not used: %s' % reason
         return
@@ -139,7 +139,7 @@ def _first_line(error):
         type(error).__name__, text)
 
 
-def _why_not(graph, inputs):
+def why_not(graph, inputs):
     """Why onnxruntime cannot run ``graph`` on ``inputs``, or ``None``."""
     if not ort.available():
         return 'onnxruntime is not installed'

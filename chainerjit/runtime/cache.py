@@ -248,6 +248,12 @@ class Entry(object):
         self.backend = 'numpy'
         self.backend_times = {}
         self.backend_note = None
+        # Why the program cannot serve other batch sizes, once tried
+        # (runtime.batch); None: not tried, or it serves them.
+        self.batch_note = None
+        # lengths.Use: what its forward's Python did with argument sizes
+        # while recording (``if x.shape[0] > 10:``)
+        self.size_uses = []
         self.frozen = []  # parameter arrays its session owns (read-only)
         self.made_read_only = []  # those its compile made read-only
         params = graph.params if graph is not None else []

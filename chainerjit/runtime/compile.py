@@ -278,6 +278,7 @@ def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
         config_reads=guards.config_reads(recording.config_names))
     entry.symbolic = lengths
     entry.verified_lengths.add(tuple(symbols))
+    entry.size_uses = list(recording.length_uses)
     entry.ignore_state(recording.written_first)
     return entry
 

@@ -1,0 +1,231 @@
+"""Calls whose shapes change: eager Chainer vs chainerjit, side by side.
+
+Each workload is a sequence of calls of a fresh model with a new size on
+most calls, run eagerly and through ``chainerjit.jit`` from the same
+weights; every call's result is checked against eager's. Workloads:
+
+* ``serving an MLP, batches 1 to 64``: the MLP of ``examples/models.py``
+  in test mode without backprop, a random batch size of 1 to 64 on each
+  call; chainerjit with its defaults (one entry for every batch size) and
+  with ``dynamic=False`` (one entry per batch size);
+* ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
+  (reshapes of the batch into other axes) over 5 tokens, likewise;
+* ``LSTM training, lengths 5 to 40``: an LSTM written with
+  ``T, B, _ = xs.shape`` and ``for t in range(T)``, a random length on each
+  call, a training step (forward, backward) per call;
+* ``bidirectional LSTM training, lengths 5 to 40``: a forward and a
+  ``reversed(range(T))`` loop, likewise.
+
+For each: the total time of the sequence (recordings, compiles and the
+first call at each new size, which also runs eagerly, included) and its
+ratio to eager's, the median time per call over the second half, and how
+many cache entries the function holds at the end.
+
+Usage::
+
+    python benchmarks/bench_shapes.py [--calls 400]
+        [--output docs/benchmarks_shapes.md]
+"""
+
+import argparse
+import os
+import sys
+import time
+import warnings
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
+    __file__))))
+
+from benchmarks import timing  # noqa: E402
+
+I, H = 16, 32
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--calls', type=int, default=400)
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--output', default=None)
+    return parser.parse_args(argv)
+
+
+def _lstm_models():
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class Steps(chainer.Chain):
+        def __init__(self):
+            super(Steps, self).__init__()
+            with self.init_scope():
+                self.x2h = L.Linear(I, 4 * H)
+                self.h2h = L.Linear(H, 4 * H, nobias=True)
+                self.back = L.Linear(I, 4 * H)
+                self.out = L.Linear(H, 10)
+
+        def step(self, x, h, c):
+            c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+            return h, c
+
+    class LSTM(Steps):
+        def forward(self, xs):
+            T, batch, _ = xs.shape
+            h = c = self.xp.zeros((batch, H), numpy.float32)
+            for t in range(T):
+                h, c = self.step(xs[t], h, c)
+            return self.out(h)
+
+    class BiLSTM(Steps):
+        def forward(self, xs):
+            T = len(xs)
+            h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+            for t in range(T):
+                h, c = self.step(xs[t], h, c)
+            hb = cb = self.xp.zeros((xs.shape[1], H), numpy.float32)
+            for t in reversed(range(T)):
+                cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
+            return self.out(h + hb)
+
+    return LSTM, BiLSTM
+
+
+def _serving(make_model, make_input, jit_options):
+    """``run(jit)``: the calls of a serving workload; returns (seconds per
+    call, results, entries)."""
+    def run(jitted, calls, seed):
+        import chainer
+        import numpy
+
+        import chainerjit
+        numpy.random.seed(seed)
+        model = make_model()
+        fn = chainerjit.jit(model.forward, **jit_options) if jitted \
+            else model.forward
+        rng = numpy.random.RandomState(seed)
+        times, results = [], []
+        with chainer.using_config('train', False), \
+                chainer.no_backprop_mode():
+            for _ in range(calls):
+                x = make_input(rng, rng.randint(1, 65))
+                start = time.perf_counter()
+                y = fn(x)
+                times.append(time.perf_counter() - start)
+                results.append(y.array)
+        return times, results, (fn.cache_info().currsize if jitted
+                                else None)
+    return run
+
+
+def _training(model_class):
+    def run(jitted, calls, seed):
+        import numpy
+
+        import chainerjit
+        import chainer.functions as F
+        numpy.random.seed(seed)
+        model = model_class()
+        fn = chainerjit.jit(model) if jitted else model
+        rng = numpy.random.RandomState(seed)
+        times, results = [], []
+        for _ in range(calls):
+            xs = rng.standard_normal((rng.randint(5, 41), 8, I)).astype(
+                numpy.float32)
+            start = time.perf_counter()
+            loss = F.sum(fn(xs))
+            model.cleargrads()
+            loss.backward()
+            times.append(time.perf_counter() - start)
+            results.append(model.x2h.W.grad.copy())
+        return times, results, (fn.cache_info().currsize if jitted
+                                else None)
+    return run
+
+
+def workloads():
+    import numpy
+
+    from examples import models
+    LSTM, BiLSTM = _lstm_models()
+    mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
+        numpy.float32))
+    block = (models.EncoderBlock, lambda rng, b: rng.randn(
+        b, 5, 16).astype(numpy.float32))
+    return [
+        ('serving an MLP, batches 1 to 64', 'chainerjit',
+         _serving(*mlp, jit_options={})),
+        ('serving an MLP, batches 1 to 64', 'chainerjit dynamic=False',
+         _serving(*mlp, jit_options=dict(dynamic=False))),
+        ('serving a transformer block, batches 1 to 64', 'chainerjit',
+         _serving(*block, jit_options={})),
+        ('serving a transformer block, batches 1 to 64',
+         'chainerjit dynamic=False',
+         _serving(*block, jit_options=dict(dynamic=False))),
+        ('LSTM training, lengths 5 to 40', 'chainerjit', _training(LSTM)),
+        ('bidirectional LSTM training, lengths 5 to 40', 'chainerjit',
+         _training(BiLSTM)),
+    ]
+
+
+def _median(values):
+    values = sorted(values)
+    return values[len(values) // 2]
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    info = timing.start(args.threads)
+    import numpy
+    warnings.simplefilter('ignore')
+    rows = []
+    eager_runs = {}
+    for name, system, run in workloads():
+        if name not in eager_runs:
+            eager_runs[name] = run(False, args.calls, 0)
+        eager_times, eager_results, _ = eager_runs[name]
+        times, results, entries = run(True, args.calls, 0)
+        for k, (a, e) in enumerate(zip(results, eager_results)):
+            if not numpy.allclose(a, e, rtol=1e-4, atol=1e-5):
+                raise AssertionError('%s, %s: call %d differs from eager '
+                                     'by %g' % (name, system, k, abs(
+                                         a - e).max()))
+        half = args.calls // 2
+        rows.append((name, system, sum(eager_times), sum(times),
+                     _median(eager_times[half:]), _median(times[half:]),
+                     entries))
+        print('%-46s %-26s total %.2fs vs eager %.2fs; entries %d' % (
+            name, system, sum(times), sum(eager_times), entries))
+    timing.publish(_report(info, args, rows), args.output)
+    return rows
+
+
+def _report(info, args, rows):
+    lines = [
+        '# Calls whose shapes change',
+        '',
+        'Made by `benchmarks/bench_shapes.py --calls %d` on %s (%s; %s; '
+        'NumPy %s, Chainer %s), %s. Every call\'s result was checked '
+        'against eager\'s.' % (args.calls, info['machine'], info['threads'],
+                               info['blas'], info['numpy'], info['chainer'],
+                               info['date']),
+        '',
+        'Total: the whole sequence of calls, recordings and compiles '
+        'included (the first call at each new size also runs eagerly, as '
+        'the check that the program serves that size). Per call: the '
+        'median over the second half of the calls.',
+        '',
+        '| workload | chainerjit | total eager | total jit | jit/eager '
+        '| per call eager | per call jit | entries |',
+        '| --- | --- | --- | --- | --- | --- | --- | --- |',
+    ]
+    for name, system, eager, jit, eager_call, jit_call, entries in rows:
+        lines.append('| %s | %s | %.2f s | %.2f s | %.2f | %.2f ms | '
+                     '%.2f ms | %d |' % (
+                         name, system.replace('chainerjit', '').strip()
+                         or 'default', eager, jit, jit / eager,
+                         eager_call * 1e3, jit_call * 1e3, entries))
+    return '\n'.join(lines) + '\n'
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,157 @@
+"""Automatic dynamic batch (``chainerjit.runtime.batch``): an inference
+program run by onnxruntime serves every batch size once a second one is
+seen, each new size checked against eager once; where it cannot, the batch
+size stays in the key with a warning. Every model is compared with eager
+Chainer on calls of several batch sizes with new values."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+from examples import models
+
+pytest.importorskip('onnxruntime')
+
+F32 = numpy.float32
+BATCHES = (3, 8, 17, 30, 8, 1, 64, 3)
+
+
+def _run(jitted, model_fn, make, batches=BATCHES, backprop=False):
+    """Calls ``jitted`` and eager ``model_fn`` in test mode on
+    ``make(rng, batch)`` for each batch size, comparing the results."""
+    rng = numpy.random.RandomState(0)
+    with chainer.using_config('train', False), \
+            chainer.using_config('enable_backprop', backprop):
+        for batch in batches:
+            args = make(rng, batch)
+            testing.assert_results_equal(jitted(*args), model_fn(*args),
+                                         1e-4, 1e-5)
+
+
+def _images(rng, batch):
+    return rng.randn(batch, 1, 8, 8).astype(F32),
+
+
+def _vectors(rng, batch):
+    return rng.randn(batch, 784).astype(F32),
+
+
+def _tokens(rng, batch):
+    return rng.randn(batch, 5, 16).astype(F32),
+
+
+@pytest.mark.parametrize('make_model, make, backend', [
+    (models.MLP, _vectors, 'onnxruntime'),
+    (models.MLP, _vectors, 'auto'),
+    (models.LeNet, _images, 'onnxruntime'),
+    (models.EncoderBlock, _tokens, 'onnxruntime'),
+    (models.EncoderBlock, _tokens, 'auto'),
+])
+def test_one_entry_serves_every_batch_size(make_model, make, backend):
+    model = make_model()
+    jitted = chainerjit.jit(model.forward, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        _run(jitted, model.forward, make)
+    info = jitted.cache_info()
+    assert info.currsize == 1 and info.compiles == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,'), entry.signature
+    assert 'batch size' in entry.describe_backend()
+    # The first call at each new size also ran eagerly, once.
+    assert info.eager == len(set(BATCHES)) - 1, info
+
+
+def test_the_vm_keeps_the_recorded_size_and_onnxruntime_the_others():
+    model = models.MLP(20, 32, 10)  # small: the VM is likely faster
+    jitted = chainerjit.jit(model.forward, backend='auto')
+    _run(jitted, model.forward, lambda rng, batch: (
+        rng.randn(batch, 20).astype(F32),), (3, 8, 5, 3))
+    entry, = jitted.cache_entries()
+    if entry.backend != 'numpy':
+        pytest.skip('onnxruntime measured faster here')
+    assert 'onnxruntime at batch sizes other than 3' in \
+        entry.describe_backend()
+
+
+@pytest.mark.parametrize('options', [
+    dict(backend='numpy'), dict(backend='onnxruntime', dynamic=False)])
+def test_batch_sizes_compile_on_their_own_where_asked(options):
+    model = models.MLP()
+    jitted = chainerjit.jit(model.forward, **options)
+    _run(jitted, model.forward, _vectors, (3, 8, 17))
+    assert jitted.cache_info().currsize == 3, jitted.cache_report()
+
+
+def test_training_programs_keep_the_batch_size():
+    model = models.MLP()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    _run(jitted, model.forward, _vectors, (3, 8, 17), backprop=True)
+    assert jitted.cache_info().currsize == 3, jitted.cache_report()
+
+
+def test_serving_mode_serves_every_batch_size():
+    model = models.MLP()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime',
+                            freeze=True)
+    _run(jitted, model.forward, _vectors, (3, 8, 17, 8))
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+    assert not model.l1.W.array.flags.writeable
+    jitted.unfreeze()
+    assert model.l1.W.array.flags.writeable
+
+
+class _AddsRowNumbers(chainer.Chain):
+    """Adds an array made in Python with the batch size's rows: a constant
+    the dynamic session cannot stretch."""
+
+    def forward(self, x):
+        rows = numpy.arange(x.shape[0], dtype=F32)[:, None]
+        return F.tanh(x + rows)
+
+
+class _DoublesLargeBatches(chainer.Chain):
+    """Python decides on the batch size: right at sizes that go the
+    recorded way, wrong at others."""
+
+    def forward(self, x):
+        h = F.tanh(x)
+        if x.shape[0] > 10:
+            h = h * 2
+        return h
+
+
+class _DoublesLargeBatchesSecretly(chainer.Chain):
+    """As :class:`_DoublesLargeBatches`, with the decision in C code that
+    Length ints cannot see: the first call at a size that goes the other
+    way finds it."""
+
+    def forward(self, x):
+        h = F.tanh(x)
+        if 1.0 * x.shape[0] > 10:  # the float multiplies, in C
+            h = h * 2
+        return h
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_AddsRowNumbers, 'keeps the batch size in the cache key'),
+    (_DoublesLargeBatches, 'x.shape[0] compared at test_dynamic_batch.py'),
+    (_DoublesLargeBatchesSecretly, 'gave another result than eagerly')])
+def test_a_program_that_cannot_stretch_keeps_the_batch_size(cls, why):
+    model = cls()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        _run(jitted, model.forward, lambda rng, b: (
+            rng.randn(b, 4).astype(F32),), (3, 8, 17, 30, 17, 3))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any(why in m for m in messages), messages
+    for entry in jitted.cache_entries():
+        assert 'B' not in str(entry.signature), entry.signature
