@@ -31,12 +31,16 @@ from chainerjit.frontend import traced
 _state = _keys.recording  # this thread's
 
 
-class Use(collections.namedtuple('Use', 'origins what loc')):
+class Use(collections.namedtuple(
+        'Use', 'origins what loc condition', defaults=(None,))):
     """A use of argument sizes that the recording depends on.
 
     ``origins``: the ``(leaf index, axis)`` of the sizes the number was
     computed from; ``what``: how it was used (``'compared'``); ``loc``:
-    ``(filename, line)`` of the forward's code that used it."""
+    ``(filename, line)`` of the forward's code that used it;
+    ``condition``: for a comparison of ``a * size + b`` (one size) with an
+    int, ``(a, b, op, the int, the result)``, which a program may keep as
+    a guard (:func:`holds`)."""
 
     __slots__ = ()
 
@@ -54,38 +58,52 @@ class Length(int):
     """An argument's size, or an integer computed from sizes, read by the
     forward's code while it is recorded (see the module docstring)."""
 
-    def __new__(cls, value, origins, uses):
+    def __new__(cls, value, origins, uses, affine=None):
         self = int.__new__(cls, value)
         self.origins = origins  # frozenset of (leaf, axis)
         self.uses = uses  # the recorder's list of Use
+        # (a, b): the number is a * the size + b, for one origin
+        self.affine = affine if len(origins) == 1 else None
         return self
 
-    def _note(self, what, other=None):
+    def _note(self, what, other=None, condition=None):
         """Notes a use by the forward's code (not by Chainer's, NumPy's or
         chainerjit's own, which compare shapes all the time)."""
         loc = _forward_line(2)
         if loc is not None and _state.recorder is not None:
             origins = self.origins | getattr(other, 'origins', frozenset())
-            self.uses.append(Use(tuple(sorted(origins)), what, loc))
+            self.uses.append(Use(tuple(sorted(origins)), what, loc,
+                                 condition))
 
-    def _arithmetic(op):
+    def _arithmetic(op, affine):
         def apply(self, other):
             if not isinstance(other, int) or isinstance(other, bool):
                 self._note('used in arithmetic with a %s' %
                            type(other).__name__, other)
                 return getattr(int, op)(self, other)
+            plain = type(other) is int and self.affine is not None
             return Length(getattr(int, op)(self, other), self.origins |
-                          getattr(other, 'origins', frozenset()), self.uses)
+                          getattr(other, 'origins', frozenset()), self.uses,
+                          affine(*self.affine, other) if plain and affine
+                          else None)
         apply.__name__ = op
         return apply
 
-    for _op in ('__add__', '__radd__', '__sub__', '__rsub__', '__mul__',
-                '__rmul__', '__floordiv__', '__rfloordiv__', '__mod__',
-                '__rmod__'):
-        locals()[_op] = _arithmetic(_op)
+    for _op, _affine in (
+            ('__add__', lambda a, b, n: (a, b + n)),
+            ('__radd__', lambda a, b, n: (a, b + n)),
+            ('__sub__', lambda a, b, n: (a, b - n)),
+            ('__rsub__', lambda a, b, n: (-a, n - b)),
+            ('__mul__', lambda a, b, n: (a * n, b * n)),
+            ('__rmul__', lambda a, b, n: (a * n, b * n)),
+            ('__floordiv__', None), ('__rfloordiv__', None),
+            ('__mod__', None), ('__rmod__', None)):
+        locals()[_op] = _arithmetic(_op, _affine)
 
     def __neg__(self):
-        return Length(-int.__int__(self), self.origins, self.uses)
+        return Length(-int.__int__(self), self.origins, self.uses,
+                      None if self.affine is None else
+                      (-self.affine[0], -self.affine[1]))
 
     def _decision(op, what):
         def apply(self, *args):
@@ -94,8 +112,19 @@ class Length(int):
         apply.__name__ = op
         return apply
 
+    def _comparison(op):
+        def apply(self, other):
+            result = getattr(int, op)(self, other)
+            condition = None
+            if type(other) is int and self.affine is not None:
+                condition = self.affine + (op, other, result)
+            self._note('compared', other, condition)
+            return result
+        apply.__name__ = op
+        return apply
+
     for _op in ('__lt__', '__le__', '__gt__', '__ge__', '__eq__', '__ne__'):
-        locals()[_op] = _decision(_op, 'compared')
+        locals()[_op] = _comparison(_op)
     for _op, _what in (('__bool__', 'tested'),
                        ('__float__', 'converted to float'),
                        ('__int__', 'converted with int()'),
@@ -106,7 +135,7 @@ class Length(int):
                        ('__repr__', 'formatted'),
                        ('__format__', 'formatted')):
         locals()[_op] = _decision(_op, _what)
-    del _op, _what, _arithmetic, _decision
+    del _op, _what, _affine, _arithmetic, _decision, _comparison
 
     __hash__ = int.__hash__
 
@@ -134,7 +163,8 @@ def read_shape(array, shape, depth=1):
     if leaf is None or _forward_line(depth) is None:
         return shape
     recorder.length_reads.update((leaf, axis) for axis in range(len(shape)))
-    return tuple(Length(n, frozenset([(leaf, axis)]), recorder.length_uses)
+    return tuple(Length(n, frozenset([(leaf, axis)]), recorder.length_uses,
+                        (1, 0))
                  for axis, n in enumerate(shape))
 
 
@@ -208,3 +238,30 @@ def plain(value, uses, what, loc=None, depth=3):
         for k in value:
             value[k] = plain(value[k], uses, what, loc, depth - 1)
     return value
+
+
+def pins(condition):
+    """Whether a ``Use.condition`` holds for one size only (``T == 5``
+    was true): as a guard it would make a symbolic length one length."""
+    op, result = condition[2], condition[4]
+    return op == '__eq__' and result or op == '__ne__' and not result
+
+
+def holds(condition, size):
+    """Whether a ``Use.condition`` gives its recorded result at ``size``."""
+    a, b, op, other, result = condition
+    return getattr(int, op)(a * size + b, other) == result
+
+
+_OPERATORS = {'__lt__': '<', '__le__': '<=', '__gt__': '>', '__ge__': '>=',
+              '__eq__': '==', '__ne__': '!='}
+
+
+def describe_condition(condition, symbol='T'):
+    """``'T - 1 > 10'`` or ``'not T > 10'``."""
+    a, b, op, other, result = condition
+    value = symbol if a == 1 else '%d*%s' % (a, symbol)
+    if b:
+        value += ' %s %d' % ('+' if b > 0 else '-', abs(b))
+    text = '%s %s %d' % (value, _OPERATORS[op], other)
+    return text if result else 'not ' + text

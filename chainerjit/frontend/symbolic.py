@@ -20,7 +20,8 @@ from chainerjit.ops import structural
 
 
 class Symbolic(collections.namedtuple(
-        'Symbolic', 'kind where deltas wildcards minimum')):
+        'Symbolic', 'kind where deltas wildcards minimum conditions',
+        defaults=((),))):
     """How an entry's trip counts follow from a call's key.
 
     ``kind`` and ``where`` say where the length ``T`` is read (see
@@ -28,7 +29,9 @@ class Symbolic(collections.namedtuple(
     one of ``deltas``; ``wildcards`` is ``((leaf index, axes), ...)``, the
     array dimensions that equal ``T`` or are only indexed by the counter
     and so are left out of the key; ``minimum`` is the smallest ``T`` the
-    program is valid for.
+    program is valid for; ``conditions`` are the comparisons of ``T`` the
+    forward's Python made (``if T > 10:``, ``lengths.Use.condition``),
+    which must go the same way: guards of the key.
     """
 
     def generalize(self, key, packed=False):
@@ -53,7 +56,8 @@ class Symbolic(collections.namedtuple(
             if type(length) is not int:
                 return None
             structure = _replace_static(structure, self.where[0])
-        if length < self.minimum:
+        if length < self.minimum or not all(
+                lengths.holds(c, length) for c in self.conditions):
             return None
         specs = list(specs)
         for leaf, axes in self.wildcards:
@@ -188,7 +192,7 @@ def _symbolize(graph, rolled, sources, free, recording):
     return Symbolic(source.kind, source.where, tuple(symbols),
                     tuple((leaf, tuple(sorted(axes)))
                           for leaf, axes in sorted(wildcards.items())),
-                    minimum)
+                    minimum, free.conditions_of(free.guarded))
 
 
 # --- where a trip count comes from -------------------------------------------
@@ -345,12 +349,19 @@ class _FreeAxes(object):
 
     def __init__(self, uses, input_names, length_names, texts):
         self.first_use = {}
+        self.conditions = collections.defaultdict(list)
         for use in uses:
             for origin in use.origins:
-                self.first_use.setdefault(origin, use)
+                if use.condition is not None and \
+                        not lengths.pins(use.condition):
+                    self.conditions[origin].append(use)
+                else:
+                    self.first_use.setdefault(origin, use)
         self.input_names = input_names
         self.length_names = length_names
         self.texts = texts
+        # the (leaf, axis) of the length, whose comparisons become guards
+        self.guarded = None
 
     def check(self, leaf, axes, loc):
         """Raises ``_KeepsLength`` unless ``axes`` of ``leaf`` are free."""
@@ -360,9 +371,17 @@ class _FreeAxes(object):
             return
         for axis in sorted(axes):
             use = self.first_use.get((leaf, axis))
+            if use is None and (leaf, axis) != self.guarded:
+                use = next(iter(self.conditions.get((leaf, axis), [])),
+                           None)
             if use is not None:
                 raise _KeepsLength(use.describe(self.texts),
                                    use.loc or loc)
+
+    def conditions_of(self, origin):
+        """The guards on the length at ``origin``: ``Use.condition``."""
+        return tuple(use.condition for use in self.conditions.get(origin,
+                                                                  ()))
 
     def static(self, name):
         """An int argument: only by its source's uses."""
@@ -420,6 +439,7 @@ def _same_length_loops(graph, rolled, sources, free, recording):
     first = next(iter(sources))
     source = sources[first]
     if source.kind == 'dim':
+        free.guarded = source.where
         free.check(source.where[0], set([source.where[1]]), first.loc)
     elif not free.static(source.where[1]):
         raise _KeepsLength('the int argument %s is used otherwise than as '

@@ -19,6 +19,7 @@ import numpy
 
 from chainerjit.frontend import _keys
 from chainerjit.frontend import guards
+from chainerjit.frontend import lengths
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
@@ -397,9 +398,13 @@ class Entry(object):
     def describe(self):
         """A multi-line report of this entry: signature, stats, IR and
         bytecode."""
-        lines = ['signature: %s' % self.signature,
-                 'hits: %d, compile: %.3f s' % (
-                     self.hits, self.compile_seconds)]
+        lines = ['signature: %s' % self.signature]
+        conditions = getattr(self.symbolic, 'conditions', ())
+        if conditions:
+            lines.append('for lengths where: %s' % ', '.join(
+                lengths.describe_condition(c) for c in conditions))
+        lines.append('hits: %d, compile: %.3f s' % (
+            self.hits, self.compile_seconds))
         if self.fallback:
             lines.append('runs eagerly: %s' % self.fallback)
         else:
