@@ -363,11 +363,23 @@ class _FreeAxes(object):
         # the (leaf, axis) of the length, whose comparisons become guards
         self.guarded = None
 
+    def by_source(self, leaf, axes):
+        """Whether the source uses argument ``leaf`` only as a sequence, or
+        reads only other axes' sizes."""
+        name = self.input_names[leaf]
+        return name in self.length_names and \
+            not axes & self.length_names[name]
+
+    def is_free(self, leaf, axes):
+        try:
+            self.check(leaf, axes, None)
+        except _KeepsLength:
+            return False
+        return True
+
     def check(self, leaf, axes, loc):
         """Raises ``_KeepsLength`` unless ``axes`` of ``leaf`` are free."""
-        name = self.input_names[leaf]
-        if name in self.length_names and \
-                not axes & self.length_names[name]:
+        if self.by_source(leaf, axes):
             return
         for axis in sorted(axes):
             use = self.first_use.get((leaf, axis))
@@ -570,16 +582,10 @@ def _same_length(value, axes, length, free, leaf):
     open in the key with the length: its source uses it only as a
     sequence, or its sizes there are the length and Python did not use
     them."""
-    name = free.input_names[leaf]
-    if name in free.length_names and not axes & free.length_names[name]:
+    if free.by_source(leaf, axes):
         return True
-    if length is None or any(value.shape[a] != length for a in axes):
-        return False
-    try:
-        free.check(leaf, axes, None)
-    except _KeepsLength:
-        return False
-    return True
+    return length is not None and all(
+        value.shape[a] == length for a in axes) and free.is_free(leaf, axes)
 
 
 def _body_sources(loop):
