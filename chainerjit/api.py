@@ -612,7 +612,8 @@ class JitFunction(_calls.CachedCall):
         _, nearest, lines = min(diffs)
         return ('%s: cache miss: closest entry #%d differs in\n%s' % (
             self.__name__, nearest,
-            '\n'.join('  * %s' % line for line in lines)))
+            '\n'.join('  * %s' % line for line in lines +
+                      entries[nearest].size_notes())))
 
 
 _RAISED = object()  # a program that raised at a new length

@@ -252,6 +252,8 @@ class Entry(object):
         # Why the program cannot serve other batch sizes, once tried
         # (runtime.batch); None: not tried, or it serves them.
         self.batch_note = None
+        # Why a loop's trip count stays in the key (frontend.symbolic)
+        self.length_note = None
         # lengths.Use: what its forward's Python did with argument sizes
         # while recording (``if x.shape[0] > 10:``)
         self.size_uses = []
@@ -403,6 +405,7 @@ class Entry(object):
         if conditions:
             lines.append('for lengths where: %s' % ', '.join(
                 lengths.describe_condition(c) for c in conditions))
+        lines += self.size_notes()
         lines.append('hits: %d, compile: %.3f s' % (
             self.hits, self.compile_seconds))
         if self.fallback:
@@ -413,6 +416,13 @@ class Entry(object):
             lines.append(str(self.graph))
             lines.append(self.program.dis())
         return '\n'.join(lines)
+
+    def size_notes(self):
+        """Why sizes stay in this entry's key, a line each."""
+        return ['%s stays in the cache key: %s' % (what, note)
+                for what, note in (('the trip count', self.length_note),
+                                   ('the batch size', self.batch_note))
+                if note]
 
     def describe_backend(self):
         """``'onnxruntime (numpy 41.0 us, onnxruntime 12.5 us)'``: what

@@ -14,6 +14,7 @@ needs as a :class:`Caller` and caches the entry it gets back.
 
 import collections
 import functools
+import os
 import time
 
 import chainer
@@ -118,11 +119,16 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
         entry.ignore_state(recording.written_first)
     else:
         lengths = _roll_loops(caller, recording, sig, len(leaves))
+        concrete = lengths if isinstance(lengths, symbolic.Concrete) \
+            else None
+        lengths = None if concrete else lengths
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
         graph = passes.run(recording.graph)
         program = codegen.compile_graph(graph)
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, lengths, symbols)
+        if concrete is not None:
+            entry.length_note = _with_line(concrete.reason, concrete.loc)
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
         _choose_backend(caller, entry, leaves, recording, symbols)
@@ -221,7 +227,9 @@ def pure_but_guards(nodes):
 def _roll_loops(caller, recording, sig, n_leaves):
     """Rolls the recorded loops into regions (warning once for each
     loop left unrolled) and makes trip counts symbolic where sound.
-    Returns the entry's ``symbolic.Symbolic`` or ``None``."""
+    Returns the entry's ``symbolic.Symbolic``, or the
+    ``symbolic.Concrete`` saying why a length stays in the key (warned
+    once), or ``None``."""
     for code in recording.no_source:
         caller.warn_unrolled(errors.UnrolledLoop(
             'a loop in %s, whose source cannot be read (a lambda, exec '
@@ -250,8 +258,15 @@ def _roll_loops(caller, recording, sig, n_leaves):
         caller.warn_unrolled(errors.UnrolledLoop(
             'this loop keeps its trip count in the cache key (each new '
             'length compiles again): %s' % found.reason), found.loc)
-        return None
     return found
+
+
+def _with_line(reason, loc):
+    """``reason``, naming the line ``loc`` unless it does already."""
+    if loc is None:
+        return reason
+    where = '%s:%d' % (os.path.basename(loc[0]), loc[1])
+    return reason if where in reason else '%s (%s)' % (reason, where)
 
 
 def _with_symbolic_lengths(key, sig, lengths):

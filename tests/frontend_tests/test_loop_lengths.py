@@ -260,6 +260,18 @@ def test_a_length_used_otherwise_stays_in_the_key_with_a_warning(cls, use):
     assert jf.cache_info().currsize == expected, jf.cache_report()
 
 
+def test_explain_says_why_the_length_stays_in_the_key():
+    model = Projected()
+    jf = chainerjit.jit(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        jf(*_calls(model, (5,))[0])
+    text = jf.explain(*_calls(model, (9,))[0])
+    assert 'the trip count stays in the cache key: xs.shape[0] * ' \
+        'xs.shape[1] passed to Reshape at test_loop_lengths.py' in text, text
+    assert 'passed to Reshape' in jf.cache_entries()[0].describe()
+
+
 class CountsByTwo(_Steps):
     def forward(self, xs):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)

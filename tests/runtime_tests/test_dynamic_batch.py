@@ -155,3 +155,7 @@ def test_a_program_that_cannot_stretch_keeps_the_batch_size(cls, why):
     assert any(why in m for m in messages), messages
     for entry in jitted.cache_entries():
         assert 'B' not in str(entry.signature), entry.signature
+    if cls is _DoublesLargeBatches:
+        explained = jitted.explain(numpy.zeros((5, 4), F32))
+        assert 'the batch size stays in the cache key: x.shape[0] ' \
+            'compared' in explained, explained
