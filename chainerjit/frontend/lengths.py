@@ -14,7 +14,11 @@ itself, for Python, NumPy and Chainer alike; integer arithmetic on it
 gives a Length again, and each other use by the forward's code is noted
 as a :class:`Use`, with its line. A loop's trip count can be left out of
 the cache key only where its length had no such use (``symbolic``), and
-a use that keeps it in the key is named in the warning.
+a use that keeps it in the key is named in the warning. A comparison of
+``a * T + b`` with an int is the one use a program can keep as a guard
+(``Use.condition``: the entry then serves the lengths where it goes the
+same way); the batch size's uses decide whether an inference program may
+serve every batch size (``runtime.batch``).
 
 A use this misses (the number passed through C code other than
 ``range``) is caught when the program first runs at another length: it
