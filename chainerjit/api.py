@@ -295,7 +295,7 @@ class JitFunction(_calls.CachedCall):
             outs = program.run(inputs)
             compiled = entry.build_result(outs, leaves, instance)
         except Exception as error:  # no converter; onnxruntime refused
-            entry.batch_note = str(error).strip().split('\n')[0]
+            entry.batch_note = backends.first_line(error)
             self._warn_batch_static(entry.batch_note)
             return _NOT_WIDENED
         result = self._eager(instance, args, kwargs)

@@ -7,6 +7,7 @@ line; see ``docs/errors.md``.
 """
 
 import linecache
+import os
 import warnings
 
 
@@ -112,6 +113,11 @@ def warn_once(site, category, message):
         return
     _warned.add(site)
     warnings.warn(message, category, stacklevel=4)
+
+
+def short_location(loc):
+    """``'model.py:31'`` for ``(filename, lineno)``."""
+    return '%s:%d' % (os.path.basename(loc[0]), loc[1])
 
 
 def unrolled_message(func_name, error, loc):

@@ -28,6 +28,7 @@ runs eagerly too, and the results are compared (``api``).
 import collections
 import sys
 
+from chainerjit import errors
 from chainerjit.frontend import _keys
 from chainerjit.frontend import traced
 
@@ -48,13 +49,13 @@ class Use(collections.namedtuple(
 
     __slots__ = ()
 
-    def describe(self, texts):
-        """``'xs.shape[0] compared at model.py:31'``; ``texts`` names the
-        leaves."""
-        where = '' if self.loc is None else ' at %s:%d' % (
-            self.loc[0].rsplit('/', 1)[-1], self.loc[1])
+    def describe(self, names):
+        """``'xs.shape[0] compared at model.py:31'``; ``names`` are the
+        leaves'."""
+        where = '' if self.loc is None else \
+            ' at ' + errors.short_location(self.loc)
         return '%s %s%s' % (' * '.join(
-            '%s.shape[%d]' % (texts[leaf], axis)
+            '%s.shape[%d]' % (names[leaf], axis)
             for leaf, axis in self.origins), self.what, where)
 
 
@@ -70,14 +71,18 @@ class Length(int):
         self.affine = affine if len(origins) == 1 else None
         return self
 
+    def use(self, what, loc, other=None, condition=None):
+        """The :class:`Use` of this number (with ``other``, a Length or
+        not) as ``what`` at ``loc``."""
+        origins = self.origins | getattr(other, 'origins', frozenset())
+        return Use(tuple(sorted(origins)), what, loc, condition)
+
     def _note(self, what, other=None, condition=None):
         """Notes a use by the forward's code (not by Chainer's, NumPy's or
         chainerjit's own, which compare shapes all the time)."""
         loc = _forward_line(2)
         if loc is not None and _state.recorder is not None:
-            origins = self.origins | getattr(other, 'origins', frozenset())
-            self.uses.append(Use(tuple(sorted(origins)), what, loc,
-                                 condition))
+            self.uses.append(self.use(what, loc, other, condition))
 
     def _arithmetic(op, affine):
         def apply(self, other):
@@ -188,14 +193,13 @@ def note_passed(what, args, kwargs, depth=1):
     """Notes the Lengths in a call's arguments as passed to ``what``, if
     the code ``depth`` frames up is the forward's."""
     recorder = _state.recorder
-    if recorder is None:
+    if recorder is None or not (contained(args) or contained(kwargs)):
         return
-    found = contained(args) + contained(kwargs)
-    loc = _forward_line(depth) if found else None
+    loc = _forward_line(depth)
     if loc is not None:
-        recorder.length_uses.extend(
-            Use(tuple(sorted(n.origins)), 'passed to %s' % what, loc)
-            for n in found)
+        for values in (args, kwargs):
+            recorder.length_uses += uses_in(values, 'passed to %s' % what,
+                                            loc)
 
 
 def contained(value, depth=3):
@@ -218,8 +222,7 @@ def contained(value, depth=3):
 
 def uses_in(values, what, loc):
     """:class:`Use` of each Length in ``values``."""
-    return [Use(tuple(sorted(n.origins)), what, loc)
-            for n in contained(values)]
+    return [n.use(what, loc) for n in contained(values)]
 
 
 def plain(value, uses, what, loc=None, depth=3):
@@ -228,7 +231,7 @@ def plain(value, uses, what, loc=None, depth=3):
     the forward returns or assigns keeps no Length past the recording.
     Lists and dicts are changed in place, tuples rebuilt."""
     if isinstance(value, Length):
-        uses.append(Use(tuple(sorted(value.origins)), what, loc))
+        uses.append(value.use(what, loc))
         return int.__int__(value)
     if depth <= 0:
         return value

@@ -137,36 +137,26 @@ def _watching_gpu_reads(prop, recorder):
     return property(read, prop.fset, None, prop.__doc__)
 
 
-def _symbolic_shape(prop, recorder):
-    """``x.shape`` while recording: an argument's sizes read by the
-    forward are ``lengths.Length`` ints (see ``lengths``)."""
-    def shape(x):
-        value = prop.__get__(x)
-        array = x._data[0] if isinstance(x, chainer.Variable) else x
-        return lengths.read_shape(array, value, 2)
-    return property(shape, getattr(prop, '__set__', None))
-
-
-def _symbolic_size(prop, recorder):
-    """``x.size`` while recording, as :func:`_symbolic_shape`."""
-    def size(x):
-        value = prop.__get__(x)
-        array = x._data[0] if isinstance(x, chainer.Variable) else x
-        return lengths.read_size(array, value, 2)
-    return property(size)
+def _symbolic(read):
+    """The patch of ``x.shape`` (``read``: ``lengths.read_shape``) or
+    ``x.size`` (``lengths.read_size``) while recording: an argument's
+    sizes read by the forward are ``lengths.Length`` ints."""
+    def make(prop, recorder):
+        def get(x):
+            return read(_array_of(x), prop.__get__(x), 2)
+        return property(get, getattr(prop, '__set__', None))
+    return make
 
 
 def _symbolic_len(builtin_len, recorder):
-    """``len(x)`` while recording, as :func:`_symbolic_shape`."""
+    """``len(x)`` while recording, as ``x.shape[0]`` (:func:`_symbolic`)."""
     def length(x):
-        n = builtin_len(x)
-        if isinstance(x, chainer.Variable):
-            x = x._data[0]
-        if type(x) is not traced.TracedArray or _state.recorder is None:
-            return n
-        shape = lengths.read_shape(x, (n,), 2)
-        return shape[0]
+        return lengths.read_shape(_array_of(x), (builtin_len(x),), 2)[0]
     return length
+
+
+def _array_of(x):
+    return x._data[0] if isinstance(x, chainer.Variable) else x
 
 
 def _noting_lengths(name):
@@ -296,10 +286,12 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.Variable, 'data', _watching_gpu_reads),
     RecordingPatch(chainer.configuration.LocalConfig, '__getattr__',
                    _noting_config_reads),
-    RecordingPatch(chainer.Variable, 'shape', _symbolic_shape),
-    RecordingPatch(chainer.Variable, 'size', _symbolic_size),
-    RecordingPatch(traced.TracedArray, 'shape', _symbolic_shape),
-    RecordingPatch(traced.TracedArray, 'size', _symbolic_size),
+    RecordingPatch(chainer.Variable, 'shape',
+                   _symbolic(lengths.read_shape)),
+    RecordingPatch(chainer.Variable, 'size', _symbolic(lengths.read_size)),
+    RecordingPatch(traced.TracedArray, 'shape',
+                   _symbolic(lengths.read_shape)),
+    RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),
     RecordingPatch(builtins, 'len', _symbolic_len),
 ) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))
           for name in _MAKERS) + tuple(

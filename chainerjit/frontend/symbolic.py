@@ -146,10 +146,9 @@ def symbolize(graph, rolled, input_names, length_names, recording,
         loop's trip count follows the call.
     """
     sources = _trip_sources(graph, rolled, recording.length_reads)
-    texts = dict(enumerate(input_names))
     uses = _besides_own_tests(list(source_uses) + length_uses(
         recording, graph), rolled, sources)
-    free = _FreeAxes(uses, input_names, length_names, texts)
+    free = _FreeAxes(uses, input_names, length_names)
     try:
         if not sources:
             _explain_untied(graph, rolled, free)
@@ -172,8 +171,9 @@ def _symbolize(graph, rolled, sources, free, recording):
         delta = length - dict(loop.attrs)['trip']
         deltas.append(delta)
         minimum = max(minimum, delta + (0 if _may_run_empty(loop) else 1))
-    outer_reads, wildcards = _counter_reads(graph, loops, free, wildcards,
-                                            recording.templates)
+    outer_reads, wildcards = _counter_reads(
+        graph, loops, free, wildcards,
+        length if source.kind == 'dim' else None, recording.templates)
     minimum = max([minimum] + [need for _, need in outer_reads])
     for leaf in wildcards:
         if graph.inputs[leaf] in graph.outputs:
@@ -234,6 +234,20 @@ def _besides_own_tests(uses, rolled, sources):
 _MAX_OFFSET = 2
 
 
+def _argument_counter_reads(graph, loop):
+    """``(node, leaf)`` for each node of the loop's body that indexes
+    argument ``leaf`` with the loop counter (``xs[t]``)."""
+    position = dict((v, i) for i, v in enumerate(graph.inputs))
+    outer = _body_sources(loop)
+    counter = loop.region.body.inputs[:1]
+    for node in loop.region.body.nodes:
+        if node.index is None or node.inputs[1:] != counter:
+            continue
+        leaf = position.get(outer.get(node.inputs[0]))
+        if leaf is not None:
+            yield node, leaf
+
+
 def _indexed_source(graph, loop, run):
     """For a loop whose body reads an argument with the counter
     (``xs[t]``, ``xs[:, t]``, ``xs[T - 1 - t]``), one iteration per index
@@ -243,18 +257,10 @@ def _indexed_source(graph, loop, run):
     axes do."""
     if loop.region.counts:
         return None
-    position = dict((v, i) for i, v in enumerate(graph.inputs))
-    outer = _body_sources(loop)
     n = run.n_iterations
     trip = dict(loop.attrs)['trip']
     found = set()
-    for node in loop.region.body.nodes:
-        if not node.counters or \
-                node.inputs[1:] != loop.region.body.inputs[:1]:
-            continue
-        leaf = position.get(outer.get(node.inputs[0]))
-        if leaf is None:
-            continue
+    for node, leaf in _argument_counter_reads(graph, loop):
         shape = graph.inputs[leaf].shape
         for axis, start, step in node.counters:
             offset = shape[axis] - n
@@ -282,18 +288,14 @@ def _counted_from_end(loops, graph, wildcards):
     that count down (``xs[T - 1 - t]``), with their starts from the end
     (``xs[-1 - t]``), which hold at every length; raises where a counter
     read would leave the axis at another length."""
-    position = dict((v, i) for i, v in enumerate(graph.inputs))
     found = []
     for loop in loops:
-        outer = _body_sources(loop)
-        for node in loop.region.body.nodes:
-            leaf = position.get(outer.get(node.inputs[0])) \
-                if node.counters else None
+        trip = dict(loop.attrs)['trip']
+        for node, leaf in _argument_counter_reads(graph, loop):
             if leaf not in wildcards:
                 continue
             shape = graph.inputs[leaf].shape
             counters = []
-            trip = dict(loop.attrs)['trip']
             for axis, start, step in node.counters:
                 if axis in wildcards[leaf]:
                     if not _counter_fits(start, step, shape[axis],
@@ -347,7 +349,7 @@ class _FreeAxes(object):
     the forward used only to count (no ``lengths.Use``), or that its
     source reads only as lengths (``trip_counts.length_only_names``)."""
 
-    def __init__(self, uses, input_names, length_names, texts):
+    def __init__(self, uses, input_names, length_names):
         self.first_use = {}
         self.conditions = collections.defaultdict(list)
         for use in uses:
@@ -359,7 +361,6 @@ class _FreeAxes(object):
                     self.first_use.setdefault(origin, use)
         self.input_names = input_names
         self.length_names = length_names
-        self.texts = texts
         # the (leaf, axis) of the length, whose comparisons become guards
         self.guarded = None
 
@@ -387,7 +388,7 @@ class _FreeAxes(object):
                 use = next(iter(self.conditions.get((leaf, axis), [])),
                            None)
             if use is not None:
-                raise _KeepsLength(use.describe(self.texts),
+                raise _KeepsLength(use.describe(self.input_names),
                                    use.loc or loc)
 
     def conditions_of(self, origin):
@@ -400,23 +401,21 @@ class _FreeAxes(object):
         return name in self.length_names
 
 
-def float_size_uses(code, input_names):
+def float_size_uses(code, input_names, graph):
     """``trip_counts.float_size_uses`` of the forward's own source, as
-    ``lengths.Use`` of its arguments' axes."""
+    ``lengths.Use`` of the axes of ``graph``'s inputs (an axis of ``None``,
+    ``xs.size``, stands for all of the argument's)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
     for name, axis, line in trip_counts.float_size_uses(code):
         leaf = leaves.get(name)
         if leaf is not None:
-            axes = range(_MAX_RANK) if axis is None else [axis]
+            axes = range(len(graph.inputs[leaf].shape or ())) \
+                if axis is None else [axis]
             found.append(lengths.Use(tuple((leaf, a) for a in axes),
                                      'used in float arithmetic',
                                      (code.co_filename, line)))
     return found
-
-
-#: Axes a use of ``xs.size`` blocks (more than any array has).
-_MAX_RANK = 32
 
 
 def _untied_loops(graph, rolled, sources):
@@ -457,10 +456,11 @@ def _same_length_loops(graph, rolled, sources, free, recording):
         raise _KeepsLength('the int argument %s is used otherwise than as '
                            'a length' % source.where[1], first.loc)
     loops = [n for n in sources if sources[n][:2] == source[:2]]
-    for loop in _untied_loops(graph, rolled, sources):
+    untied = _untied_loops(graph, rolled, sources)
+    if untied:
         raise _KeepsLength('another loop of the forward has a trip count '
                            'that chainerjit cannot tie to an argument',
-                           loop.loc)
+                           untied[0].loc)
     runs = set(rolled[n] for n in loops)
     for run in recording.loops:
         if run.trip is not None and run.trip[:2] == source[:2] and \
@@ -530,30 +530,19 @@ def _iterations(loop, rolled):
     return run.bound if loop.region.counts else run.n_iterations
 
 
-def _counter_reads(graph, loops, free, wildcards, templates):
+def _counter_reads(graph, loops, free, wildcards, length, templates):
     """Checks how the graph reads the arguments with symbolic axes, adding
-    to ``wildcards`` the axes of the length's size that only the counter
-    indexes. Returns ``(outer reads, wildcards)``: the constant-index reads
-    outside the loops with the smallest length each needs; raises where
-    another op reads such an argument."""
+    to ``wildcards`` the axes that only the counter indexes, of arguments
+    the source uses only as sequences or, with the ``length`` of an
+    argument's axis (``None`` for an int argument's), of that size.
+    Returns ``(outer reads, wildcards)``: the constant-index reads outside
+    the loops with the smallest length each needs; raises where another
+    op reads such an argument."""
     wildcards = dict((k, set(v)) for k, v in wildcards.items())
-    (leaf0, axis0), = [(k, a) for k, v in wildcards.items() for a in v] \
-        if len(wildcards) == 1 and sum(map(len, wildcards.values())) == 1 \
-        else [(None, None)]
-    length = graph.inputs[leaf0].shape[axis0] if leaf0 is not None \
-        else None
-    position = dict((v, i) for i, v in enumerate(graph.inputs))
-    # Axes read by the counter, of arguments with the same length.
     for loop in loops:
-        outer = _body_sources(loop)
-        for node in loop.region.body.nodes:
-            if node.index is None or node.inputs[1:] != \
-                    loop.region.body.inputs[:1]:
-                continue
-            leaf = position.get(outer.get(node.inputs[0]))
+        for node, leaf in _argument_counter_reads(graph, loop):
             axes = _counter_axes(node)
-            if leaf is not None and axes and _same_length(
-                    graph.inputs[leaf], axes, length, free, leaf):
+            if axes and _same_length(graph, leaf, axes, length, free):
                 wildcards.setdefault(leaf, set()).update(axes)
     outer_reads = []
     for leaf in wildcards:
@@ -577,7 +566,7 @@ def _counter_reads(graph, loops, free, wildcards, templates):
     return outer_reads, wildcards
 
 
-def _same_length(value, axes, length, free, leaf):
+def _same_length(graph, leaf, axes, length, free):
     """Whether the counter-indexed ``axes`` of an argument may be left
     open in the key with the length: its source uses it only as a
     sequence, or its sizes there are the length and Python did not use
@@ -585,7 +574,8 @@ def _same_length(value, axes, length, free, leaf):
     if free.by_source(leaf, axes):
         return True
     return length is not None and all(
-        value.shape[a] == length for a in axes) and free.is_free(leaf, axes)
+        graph.inputs[leaf].shape[a] == length for a in axes) and \
+        free.is_free(leaf, axes)
 
 
 def _body_sources(loop):

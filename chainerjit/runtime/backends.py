@@ -93,7 +93,7 @@ def _session_if_faster(backend, providers, entry, inputs, expected,
         problem = compare(expected, build_result(session.run(inputs)))
         reason = problem and 'its result differs from eager: %s' % problem
     except Exception as error:  # no converter, or onnxruntime refused
-        reason = _first_line(error)
+        reason = first_line(error)
     if reason is not None:
         entry.backend_note = 'onnxruntime not used: %s' % reason
         return
@@ -131,7 +131,9 @@ def _frozen(graph, inputs):
             for array in inputs[start:start + len(graph.params)]]
 
 
-def _first_line(error):
+def first_line(error):
+    """What went wrong, in a line: the kernel's own error for a VMError,
+    named by its type unless it is an ExportError."""
     if isinstance(error, errors.VMError) and error.__cause__ is not None:
         error = error.__cause__  # the kernel's own error
     text = str(error).strip().split('\n')[0]

@@ -117,12 +117,12 @@ def decision_on_batch(entry, batched):
     otherwise than in an op's arguments (``'x.shape[0] compared at
     model.py:12'``, ``'... reported'``): a program for other sizes could go
     the other way, or replay the recorded number."""
-    texts = dict(enumerate(name for name, _ in entry.signature.items))
+    names = [name for name, _ in entry.signature.items]
     for use in entry.size_uses:
         if not use.what.startswith('passed to') and any(
                 axis == 0 and leaf in batched.leaves
                 for leaf, axis in use.origins):
-            return use.describe(texts)
+            return use.describe(names)
     return None
 
 

@@ -14,7 +14,6 @@ needs as a :class:`Caller` and caches the entry it gets back.
 
 import collections
 import functools
-import os
 import time
 
 import chainer
@@ -118,17 +117,14 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
         entry.escaped = recording.escape is not None
         entry.ignore_state(recording.written_first)
     else:
-        lengths = _roll_loops(caller, recording, sig, len(leaves))
-        concrete = lengths if isinstance(lengths, symbolic.Concrete) \
-            else None
-        lengths = None if concrete else lengths
+        lengths, length_note = _roll_loops(caller, recording, sig,
+                                           len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
         graph = passes.run(recording.graph)
         program = codegen.compile_graph(graph)
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, lengths, symbols)
-        if concrete is not None:
-            entry.length_note = _with_line(concrete.reason, concrete.loc)
+        entry.length_note = length_note
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
         _choose_backend(caller, entry, leaves, recording, symbols)
@@ -227,9 +223,8 @@ def pure_but_guards(nodes):
 def _roll_loops(caller, recording, sig, n_leaves):
     """Rolls the recorded loops into regions (warning once for each
     loop left unrolled) and makes trip counts symbolic where sound.
-    Returns the entry's ``symbolic.Symbolic``, or the
-    ``symbolic.Concrete`` saying why a length stays in the key (warned
-    once), or ``None``."""
+    Returns ``(the entry's symbolic.Symbolic or None, why a length stays
+    in the key or None)``, having warned once of the latter."""
     for code in recording.no_source:
         caller.warn_unrolled(errors.UnrolledLoop(
             'a loop in %s, whose source cannot be read (a lambda, exec '
@@ -245,27 +240,28 @@ def _roll_loops(caller, recording, sig, n_leaves):
             'key: %s' % loop.reason), loop.loc)
     if not rolled or caller.lengths_unsound or not pure_but_guards(
             recording.graph.nodes):
-        return None  # a length cannot be checked by running twice
+        return None, None  # a length cannot be checked by running twice
     input_names = [name for name, _ in sig.items[:n_leaves]]
     code = getattr(caller.fn, '__code__', None)
     if code is None:
-        return None
+        return None, None
     found = symbolic.symbolize(
         recording.graph, rolled, input_names,
         trip_counts.length_only_names(code), recording,
-        symbolic.float_size_uses(code, input_names))
+        symbolic.float_size_uses(code, input_names, recording.graph))
     if isinstance(found, symbolic.Concrete):
         caller.warn_unrolled(errors.UnrolledLoop(
             'this loop keeps its trip count in the cache key (each new '
             'length compiles again): %s' % found.reason), found.loc)
-    return found
+        return None, _with_line(found.reason, found.loc)
+    return found, None
 
 
 def _with_line(reason, loc):
     """``reason``, naming the line ``loc`` unless it does already."""
     if loc is None:
         return reason
-    where = '%s:%d' % (os.path.basename(loc[0]), loc[1])
+    where = errors.short_location(loc)
     return reason if where in reason else '%s (%s)' % (reason, where)
 
 
