@@ -20,6 +20,7 @@ from chainerjit.runtime import batch
 from chainerjit.runtime import budget
 from chainerjit.runtime import cache as cache_module
 from chainerjit.runtime import compile as pipeline
+from chainerjit.runtime import ragged
 
 
 logger = logging.getLogger('chainerjit')
@@ -261,6 +262,12 @@ class JitFunction(_calls.CachedCall):
                 'eagerly' % checked[0])
             return result
         self._lengths_unsound = True
+        if isinstance(entry.symbolic, ragged.Ragged):
+            entry.items_note = 'at other lengths its program gave another ' \
+                'result than eagerly'
+            self._warn_items('the lengths of the items of list arguments '
+                             'stay in the cache key: %s' % entry.items_note)
+            return result
         self._warn_unrolled(errors.UnrolledLoop(
             'at another length, this loop gave another result than eagerly '
             '(its Python depends on the length in a way chainerjit cannot '
@@ -315,6 +322,10 @@ class JitFunction(_calls.CachedCall):
             (self.__name__, 'batch'), errors.RecompileWarning,
             'chainerjit: %s keeps the batch size in the cache key (each '
             'batch size compiles again): %s' % (self.__name__, why))
+
+    def _warn_items(self, why):
+        errors.warn_once((self.__name__, 'items'), errors.RecompileWarning,
+                         'chainerjit: %s: %s' % (self.__name__, why))
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
         """A kernel raised (an index out of range, say) or a guard failed
@@ -457,6 +468,7 @@ class JitFunction(_calls.CachedCall):
             lengths_unsound=self._lengths_unsound,
             warn_fallback=self._warn_fallback,
             warn_unrolled=self._warn_unrolled,
+            warn_items=self._warn_items,
             explain_miss=functools.partial(self._miss_reason,
                                            instance=instance),
             on_backprop_program=functools.partial(_note_jitted_link,
@@ -622,9 +634,13 @@ _NOT_WIDENED = object()  # no entry of another batch size serves the call
 
 def _size_to_check(entry, key, symbols):
     """What the first call at a new size of a symbolic entry checks
-    against eager: its trip counts, or ``(batch size,)``; else ``None``."""
+    against eager: its trip counts, ``(batch size,)``, or the lengths of
+    list items (``runtime.ragged``, at its first calls); else ``None``."""
     if isinstance(entry.symbolic, batch.Batched):
         return (entry.symbolic.size_of(key),)
+    if isinstance(entry.symbolic, ragged.Ragged):
+        return entry.symbolic.lengths_of(key) if len(
+            entry.verified_lengths) <= ragged.CHECKED_CALLS else None
     return tuple(symbols) if symbols else None
 
 
@@ -681,19 +697,11 @@ def _rare_change(kinds, sig):
     repeat)."""
     if any(kind.endswith(': value') for kind in kinds):
         return 'a new value of a Python argument'
-    ragged = _ragged_lists(sig)
+    lists = _ragged_lists(sig)
     for kind in kinds:
         name, _, what = kind.partition(': ')
-        if what.startswith('shape') and _list_of(name) in ragged:
-            return 'new lengths of the items of %s' % _list_of(name)
-    return None
-
-
-def _list_of(name):
-    """``'xs'`` for an item name ``'xs[3]'``, else ``None``."""
-    base, bracket, rest = name.rpartition('[')
-    if bracket and rest.endswith(']') and rest[:-1].isdigit():
-        return base
+        if what.startswith('shape') and ragged.list_of(name) in lists:
+            return 'new lengths of the items of %s' % ragged.list_of(name)
     return None
 
 
@@ -702,7 +710,7 @@ def _ragged_lists(sig):
     different shapes."""
     shapes = collections.defaultdict(set)
     for name, spec in sig.items:
-        base = _list_of(name)
+        base = ragged.list_of(name)
         if base is not None and hasattr(spec, 'shape'):
             shapes[base].add(spec.shape)
     return set(base for base, found in shapes.items() if len(found) > 1)

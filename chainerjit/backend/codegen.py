@@ -30,7 +30,7 @@ from chainerjit.ir import regions
 from chainerjit.ops import structural
 
 
-def compile_graph(graph, replay=None):
+def compile_graph(graph, replay=None, arena=True):
     """Compiles a graph (after passes) to a :class:`Program`.
 
     Args:
@@ -38,8 +38,11 @@ def compile_graph(graph, replay=None):
             the given arrays instead of computing (for self-checks that
             must not repeat a node's side effects); for a node of a loop
             body, a ``regions.PerIteration`` list.
+        arena: whether values may get buffers of the arena (sized for the
+            recorded shapes); ``False`` for a program that runs at other
+            shapes (``runtime.ragged``).
     """
-    emitter = _Emitter(graph, replay or {})
+    emitter = _Emitter(graph, replay or {}, arena)
     emitter.emit_nodes(graph.nodes)
     code = emitter.code + [opcodes.RET, len(graph.outputs)]
     code += [emitter.reg[v] for v in graph.outputs]
@@ -56,7 +59,7 @@ def compile_graph(graph, replay=None):
 
 class _Emitter(object):
 
-    def __init__(self, graph, replay):
+    def __init__(self, graph, replay, use_arena=True):
         args = graph.inputs + graph.params + graph.symbols
         self.consts = graph.all_consts()
         self.reg = {v: i for i, v in enumerate(args + self.consts)}
@@ -70,7 +73,7 @@ class _Emitter(object):
         self.defined_at = {}
         self._number(graph.nodes, [0])
         self.planner = arena.Planner(graph, self.last_use, self.defined_at)
-        self.use_arena = arena.enabled()
+        self.use_arena = use_arena and arena.enabled()
         self.free_regs = []
         self.n_regs = len(self.reg)
         self.code = []

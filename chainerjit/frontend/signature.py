@@ -76,6 +76,12 @@ ArraySpec = collections.namedtuple(
     'ArraySpec', 'shape dtype device requires_grad is_variable')
 
 
+def is_array_spec(spec):
+    """Whether a key's spec of a leaf describes an array (a tuple
+    starting with its shape)."""
+    return type(spec) is tuple and spec and type(spec[0]) is tuple
+
+
 def _is_array(obj):
     return isinstance(obj, chainer.get_array_types())
 

@@ -33,7 +33,7 @@ from chainerjit.ir.fingerprints import state_holder
 
 class Kernel(collections.namedtuple('Kernel',
                                     'fn attrs multi grad onnx fresh inplace '
-                                    'into structural')):
+                                    'into structural lengths')):
     """A kernel: ``fn(*arrays)`` returns one array, or a tuple of arrays
     when ``multi`` is true. ``attrs`` is a dict shown in printed IR;
     ``grad`` is the op's :class:`GradRule` (``None``: not differentiable
@@ -55,13 +55,32 @@ class Kernel(collections.namedtuple('Kernel',
     ``structural`` names the kind of a kernel the compiler inserts itself
     (a loop, its exit, a guard, ...: see :mod:`chainerjit.ops.structural`),
     ``None`` for the lowering of a Chainer function; stages ask it
-    instead of testing op names."""
+    instead of testing op names.
+
+    ``lengths`` says how the kernel and its gradient take inputs whose
+    first axis differs from the recorded one (``runtime.ragged``: the items
+    of a list of sequences of any lengths): ``lengths(symbols)`` gets, per
+    input, the symbol of its first axis's length (``None`` for a fixed
+    one) and returns one per output, or ``None`` where the kernel cannot
+    take these inputs at other lengths. ``None`` (the default): the kernel
+    may depend on the recorded shapes of all its inputs."""
 
     def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None,
-                fresh=False, inplace=None, into=None, structural=None):
+                fresh=False, inplace=None, into=None, structural=None,
+                lengths=None):
         return super(Kernel, cls).__new__(
             cls, fn, tuple(sorted((attrs or {}).items())), multi, grad,
-            onnx, fresh, inplace, into, structural)
+            onnx, fresh, inplace, into, structural, lengths)
+
+
+def rows_follow_first(symbols):
+    """A :attr:`Kernel.lengths` rule for a kernel that maps the rows of
+    its first input to the rows of its one output, reading their number
+    from the array (a lookup, a linear layer): only the first input may
+    have a varying length."""
+    if any(s is not None for s in symbols[1:]):
+        return None
+    return (symbols[0],)
 
 
 #: The dtypes that the C loops (``chainerjit.ops._loops_*``) take.

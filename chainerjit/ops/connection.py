@@ -26,6 +26,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_convolution
 from chainerjit.ops import linear as linear_ops
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_follow_first
 from chainerjit.ops.scratch import Scratch
 
 
@@ -486,14 +487,14 @@ def lower_embed_id(node, ctx):
 
     if ignore_label is None:
         return Kernel(lambda x, W: W[x], grad=GradRule(grad, inputs=(0,)),
-                      onnx=_embed_to_onnx(None))
+                      onnx=_embed_to_onnx(None), lengths=rows_follow_first)
 
     def embed(x, W):
         mask = x == ignore_label
         return xp.where(mask[..., None], 0, W[xp.where(mask, 0, x)])
     return Kernel(embed, attrs={'ignore_label': ignore_label},
                   grad=GradRule(grad, inputs=(0,)),
-                  onnx=_embed_to_onnx(ignore_label))
+                  onnx=_embed_to_onnx(ignore_label), lengths=rows_follow_first)
 
 
 def _export_error(message):

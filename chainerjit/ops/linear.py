@@ -17,6 +17,7 @@ from chainerjit.ops import LOOP_DTYPES
 from chainerjit.ops import _loops_elementwise
 from chainerjit.ops import _loops_normalization
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_follow_first
 
 
 @lowering(linear.LinearFunction)
@@ -75,8 +76,12 @@ def lower_linear(node, ctx):
             linear_fn.then_relu = _then_relu(product)
         elif ctx.xp is not numpy and not cast:
             linear_fn.then_relu = _then_relu_on_gpu(product)
+    # The rows' number is read from x (``len(x)`` above), a unit axis of x
+    # can only be another axis than the rows (``runtime.ragged`` keeps
+    # lengths of 1 in the key), and ``into`` runs only with the arena.
     return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
-                  onnx=_linear_to_onnx, fresh=True, into=into)
+                  onnx=_linear_to_onnx, fresh=True, into=into,
+                  lengths=rows_follow_first)
 
 
 def _product(weight_first_rows, unit_axis, cast):

@@ -44,6 +44,6 @@ def _keeping(node, fn, grad):
     def to_onnx(b, ins, outs):
         convert(b, ins, outs[:1])
     kernel = node.kernel._replace(fn=fn, multi=True, grad=grad,
-                                  onnx=convert and to_onnx)
+                                  onnx=convert and to_onnx, lengths=None)
     return ir.Node(node.op, kernel, node.inputs, node.outputs + [softmax],
                    node.attrs, loc=node.loc)

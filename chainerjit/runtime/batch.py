@@ -26,6 +26,7 @@ import collections
 from chainerjit import errors
 from chainerjit import ops
 from chainerjit.backend import ort
+from chainerjit.frontend import signature
 from chainerjit.runtime import backends
 
 #: The symbol of the batch axis in keys and signatures.
@@ -56,15 +57,12 @@ class Batched(collections.namedtuple('Batched', 'leaves')):
         specs = key[3]
         sizes = set()
         for leaf in self.leaves:
-            if leaf >= len(specs) or not _array_spec(specs[leaf]) or \
+            if leaf >= len(specs) or not specs[leaf] or \
+                    not signature.is_array_spec(specs[leaf]) or \
                     not specs[leaf][0]:
                 return None
             sizes.add(specs[leaf][0][0])
         return sizes.pop() if len(sizes) == 1 else None
-
-
-def _array_spec(spec):
-    return type(spec) is tuple and spec and type(spec[0]) is tuple
 
 
 def sibling(cache, key, backend):
@@ -100,7 +98,7 @@ def _batched_leaves(old, new):
         return ()
     leaves, sizes = [], set()
     for leaf, (a, b) in enumerate(zip(old, new)):
-        if not (_array_spec(a) and _array_spec(b)):
+        if not (signature.is_array_spec(a) and signature.is_array_spec(b)):
             if a != b:
                 return ()
             continue

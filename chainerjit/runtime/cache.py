@@ -238,7 +238,8 @@ class Entry(object):
         self.escaped = False
         self.hits = 0
         self.compile_seconds = 0.0
-        # frontend.symbolic.Symbolic: compiled for any length
+        # frontend.symbolic.Symbolic: compiled for any length (or
+        # runtime.batch.Batched, runtime.ragged.Ragged)
         self.symbolic = None
         self.verified_lengths = set()  # trip counts checked against eager
         self.branch_misses = 0  # calls where a branch on an array value
@@ -254,6 +255,8 @@ class Entry(object):
         self.batch_note = None
         # Why a loop's trip count stays in the key (frontend.symbolic)
         self.length_note = None
+        # Why the lengths of a list argument's items do (runtime.ragged)
+        self.items_note = None
         # lengths.Use: what its forward's Python did with argument sizes
         # while recording (``if x.shape[0] > 10:``)
         self.size_uses = []
@@ -421,7 +424,8 @@ class Entry(object):
         """Why sizes stay in this entry's key, a line each."""
         return ['%s stays in the cache key: %s' % (what, note)
                 for what, note in (('the trip count', self.length_note),
-                                   ('the batch size', self.batch_note))
+                                   ('the batch size', self.batch_note),
+                                   ('the items\' lengths', self.items_note))
                 if note]
 
     def describe_backend(self):

@@ -33,13 +33,14 @@ from chainerjit.passes import autodiff
 from chainerjit.runtime import backends
 from chainerjit.runtime import cache
 from chainerjit.runtime import function
+from chainerjit.runtime import ragged
 
 
 class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
-        'on_backprop_program', 'backend', 'providers', 'freeze'),
-        defaults=('numpy', None, False))):
+        'on_backprop_program', 'backend', 'providers', 'freeze',
+        'warn_items'), defaults=('numpy', None, False, None))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -61,6 +62,9 @@ class Caller(collections.namedtuple('Caller', (
             ``runtime.backends``); ``'numpy'`` if not given.
         providers: onnxruntime's execution providers (``jit(providers=)``).
         freeze: sessions own the parameters (``jit(freeze=)``).
+        warn_items: ``warn_items(why)`` warns, once, that the lengths of
+            the items of a list argument stay in the key
+            (``runtime.ragged``).
     """
 
     __slots__ = ()
@@ -121,16 +125,25 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
                                            len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
         graph = passes.run(recording.graph)
-        program = codegen.compile_graph(graph)
+        items, items_note = (None, None) if lengths is not None or \
+            packed is not None else _items_of_any_length(
+                caller, graph, sig, len(leaves), recording)
+        program = codegen.compile_graph(graph, arena=items is None)
+        if items is not None:
+            recorded_lengths = items.lengths_of(key)
+            key, sig = items.generalize(key)[0], items.signature_of(sig)
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
-                                graph, program, lengths, symbols)
-        entry.length_note = length_note
+                                graph, program, lengths or items, symbols)
+        entry.length_note, entry.items_note = length_note, items_note
+        if items is not None:
+            entry.verified_lengths.add(recorded_lengths)
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
-        _choose_backend(caller, entry, leaves, recording, symbols)
+        if items is None:  # onnxruntime's sessions have fixed lengths
+            _choose_backend(caller, entry, leaves, recording, symbols)
         if key[1] and entry.program is not None:  # backprop enabled
             entry.training = _training_program(caller, graph, leaves,
-                                               recording)
+                                               recording, items is None)
             caller.on_backprop_program()
     if packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
@@ -257,6 +270,31 @@ def _roll_loops(caller, recording, sig, n_leaves):
     return found, None
 
 
+def _items_of_any_length(caller, graph, sig, n_leaves, recording):
+    """``(ragged.Ragged or None, why the lengths of a list argument's
+    items stay in the key or None)``: the items of list arguments whose
+    lengths the program may take at any value (``runtime.ragged``); warns
+    once where they cannot."""
+    lists = ragged.ragged_items(sig, n_leaves)
+    if not lists or caller.lengths_unsound or \
+            caller.backend == 'onnxruntime':
+        return None, None
+    leaves = sorted(leaf for items in lists.values() for leaf in items)
+    names = [name for name, _ in sig.items[:n_leaves]]
+    why = ragged.why_fixed(graph, set(leaves), recording.length_uses,
+                           names)
+    if why is None and not pure_but_guards(graph.nodes):
+        # Other lengths are checked by running the program and eagerly.
+        why = 'the program has side effects (a random draw, a state update)'
+    if why is None:
+        return ragged.Ragged(tuple(leaves)), None
+    if caller.warn_items is not None:
+        caller.warn_items('the lengths of the items of %s stay in the cache '
+                          'key (each new combination compiles again): %s' %
+                          (', '.join(sorted(lists)), why))
+    return None, why
+
+
 def _with_line(reason, loc):
     """``reason``, naming the line ``loc`` unless it does already."""
     if loc is None:
@@ -288,7 +326,8 @@ def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
         recording.effects, param_arrays, py_guards=py_guards,
         config_reads=guards.config_reads(recording.config_names))
     entry.symbolic = lengths
-    entry.verified_lengths.add(tuple(symbols))
+    if symbols:
+        entry.verified_lengths.add(tuple(symbols))
     entry.size_uses = list(recording.length_uses)
     entry.ignore_state(recording.written_first)
     return entry
@@ -375,10 +414,11 @@ def compare_results(expected, actual):
 
 # --- autodiff ---------------------------------------------------------------
 
-def _training_program(caller, graph, leaves, recording):
+def _training_program(caller, graph, leaves, recording, arena=True):
     """The training program for gradients of the argument Variables
     that require grad and of the model's Variables, or ``None`` (with a
-    warning) if an op on the way has no gradient rule."""
+    warning) if an op on the way has no gradient rule. ``arena``: as
+    ``codegen.compile_graph``'s."""
     wrt = [v for v, leaf in zip(graph.inputs, leaves)
            if isinstance(leaf, chainer.Variable) and leaf.requires_grad
            and v.dtype.kind == 'f']
@@ -387,7 +427,8 @@ def _training_program(caller, graph, leaves, recording):
     if not wrt:
         return None
     try:
-        return function.TrainingProgram(autodiff.differentiate(graph, wrt))
+        return function.TrainingProgram(autodiff.differentiate(graph, wrt),
+                                        arena)
     except errors.NotDifferentiable as e:
         caller.warn_fallback(e, e.loc)
         return None

@@ -33,9 +33,10 @@ class TrainingProgram(object):
             inputs do (a parameter's array may be replaced in between).
     """
 
-    def __init__(self, pair):
-        self.forward = codegen.compile_graph(pair.forward)
-        self.backward = codegen.compile_graph(pair.backward)
+    def __init__(self, pair, arena=True):
+        self.arena = arena  # as codegen.compile_graph's
+        self.forward = codegen.compile_graph(pair.forward, arena=arena)
+        self.backward = codegen.compile_graph(pair.backward, arena=arena)
         self.n_outputs = pair.n_outputs
         self.grad_index = _grad_index(pair.forward, pair.wrt)
         outputs = pair.forward.outputs[:pair.n_outputs]
@@ -58,7 +59,7 @@ class TrainingProgram(object):
             backward, wrt, saved = autodiff.cut_backward(
                 pair, cut_values, cut_nodes)
             self._cut_backwards[key] = (
-                codegen.compile_graph(backward),
+                codegen.compile_graph(backward, arena=self.arena),
                 _grad_index(pair.forward, wrt), saved)
         return self._cut_backwards[key]
 

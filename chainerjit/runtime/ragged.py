@@ -1,0 +1,144 @@
+"""Lists of sequences of any lengths: one program for every length of the
+items of a list argument.
+
+A list of arrays that differ only in their first axis (a batch of
+sentences as ``L.NStepLSTM`` takes it, token ids as ``L.EmbedID`` takes
+them) is recorded item by item, each item an input of its own. Their
+lengths rarely repeat together, so a key holding each length would
+compile on nearly every call. An entry instead serves any lengths
+(:class:`Ragged`: its key and signature show ``L`` for them) where:
+
+* the forward's Python did not use an item's length (``len(x)``, a
+  comparison, an array made with it: ``frontend.lengths``);
+* every node that reads an item, or a value whose rows follow an item's
+  length, has a kernel that reads that length from its arrays, in its
+  forward and its gradient (``Kernel.lengths``: a lookup, a linear layer,
+  the N-step RNN links), and no other node does;
+* the program runs on the VM, without buffers of the arena.
+
+The number of items stays in the key, and so does a length under
+:data:`MIN_LENGTH` (a single row broadcasts where several do not).
+The first calls at other lengths run the program and eagerly, and
+compare (as trip counts are checked, ``api``); on a difference the
+function keeps lengths in the key.
+"""
+
+import collections
+
+from chainerjit import errors
+from chainerjit.frontend import signature
+
+#: The symbol of the items' lengths in keys and signatures.
+SYMBOL = 'L'
+
+#: Items shorter than this keep their length in the key.
+MIN_LENGTH = 2
+
+#: Calls at other lengths checked against eager, after the recorded one.
+CHECKED_CALLS = 2
+
+
+class Ragged(collections.namedtuple('Ragged', 'leaves')):
+    """How an entry that serves any lengths of the items of its list
+    arguments reads a call's key: ``leaves`` are the indexes of those
+    items."""
+
+    __slots__ = ()
+
+    def generalize(self, key):
+        """``(the key with the items' lengths as 'L', [])``, or ``None``
+        where an item is too short, or is not an array."""
+        specs = list(key[3])
+        for leaf in self.leaves:
+            if leaf >= len(specs):
+                return None
+            spec = specs[leaf]
+            if not signature.is_array_spec(spec) or not spec[0] or \
+                    type(spec[0][0]) is not int or spec[0][0] < MIN_LENGTH:
+                return None
+            specs[leaf] = ((SYMBOL,) + tuple(spec[0][1:]),) + \
+                tuple(spec[1:])
+        return key[:3] + (tuple(specs),) + key[4:], []
+
+    def lengths_of(self, key):
+        """The items' lengths in a call's key."""
+        return tuple(key[3][leaf][0][0] for leaf in self.leaves)
+
+    def signature_of(self, sig):
+        """``sig`` with the items' lengths shown as ``L``."""
+        return sig.with_symbols([(leaf, (0,)) for leaf in self.leaves],
+                                symbol=SYMBOL)
+
+
+def ragged_items(sig, n_leaves):
+    """The leaves that are items of a list argument whose items are
+    arrays alike but for their first axis, of at least two lengths, all
+    :data:`MIN_LENGTH` or more: ``{list name: [leaf, ...]}``."""
+    lists = collections.defaultdict(list)
+    for leaf, (name, spec) in enumerate(sig.items[:n_leaves]):
+        base = list_of(name)
+        if base is not None and isinstance(spec, signature.ArraySpec):
+            lists[base].append(leaf)
+    found = {}
+    for base, leaves in lists.items():
+        specs = [sig.items[leaf][1] for leaf in leaves]
+        if all(_alike_but_length(specs[0], s) for s in specs) and \
+                len(set(s.shape[0] for s in specs)) > 1 and \
+                min(s.shape[0] for s in specs) >= MIN_LENGTH:
+            found[base] = leaves
+    return found
+
+
+def list_of(name):
+    """``'xs'`` for an item name ``'xs[3]'``, else ``None``."""
+    base, bracket, rest = name.rpartition('[')
+    if bracket and rest.endswith(']') and rest[:-1].isdigit():
+        return base
+    return None
+
+
+def _alike_but_length(a, b):
+    return len(a.shape) == len(b.shape) >= 1 and \
+        a.shape[1:] == b.shape[1:] and a[1:] == b[1:]
+
+
+def why_fixed(graph, leaves, uses, names):
+    """Why the program of ``graph`` cannot run at other lengths of the
+    items ``leaves`` (a line naming the use, or the node, and its line), or
+    ``None``; then the values whose rows follow the items show ``L`` in
+    the printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
+    the leaves' names."""
+    for use in uses:
+        if any(axis == 0 and leaf in leaves for leaf, axis in use.origins):
+            return use.describe(names)
+    symbols = {graph.inputs[leaf]: leaf for leaf in leaves}
+    for node in graph.nodes:
+        found = [symbols.get(v) for v in node.inputs]
+        if all(s is None for s in found):
+            continue
+        rule = node.kernel.lengths if node.kernel is not None else None
+        following = rule(found) if rule is not None else None
+        if following is None:
+            return '%s read by %s%s, which is compiled for its recorded ' \
+                'length' % (_read(found, node, names), node.label,
+                            _at(node.loc))
+        for value, symbol in zip(node.outputs, following):
+            if symbol is not None:
+                symbols[value] = symbol
+    for value in symbols:
+        value.symbols = {0: SYMBOL}
+    return None
+
+
+def _read(found, node, names):
+    """The item a node reads: ``'xs[2]'`` or ``'a value computed from
+    xs[2]'``."""
+    for value, symbol in zip(node.inputs, found):
+        if symbol is not None:
+            return names[symbol] if value.kind == 'input' else \
+                'a value computed from %s' % names[symbol]
+    return 'an item'
+
+
+def _at(loc):
+    return '' if loc is None else ' at ' + errors.short_location(loc)
