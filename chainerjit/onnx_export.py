@@ -115,7 +115,7 @@ def _symbols(builder, entry, names, key):
     ``range(1, xs.shape[0])``), computed from the input's shape."""
     symbolic = entry.symbolic
     graph = entry.graph
-    if symbolic is None:
+    if not graph.symbols:  # no trip counts (any batch size or lengths)
         return
     if symbolic.kind != 'dim':  # an int argument: the example's count
         _, counts = symbolic.generalize(key)

@@ -20,6 +20,7 @@ what it replaces                   while recording
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
+the NStep links' ``forward``       one ``ops.nstep.NStepRNN`` node
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
 
@@ -34,9 +35,13 @@ import os
 import sys
 
 import chainer
+from chainer.links.rnn import n_step_gru
+from chainer.links.rnn import n_step_lstm
+from chainer.links.rnn import n_step_rnn
 import numpy
 
 from chainerjit import ops
+from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
@@ -265,6 +270,83 @@ def _noting_fills(fill):
     return noting
 
 
+# The cell of each stacked RNN link, by the ``rnn`` method its class uses.
+_NSTEP_CELLS = {
+    n_step_lstm.NStepLSTM.rnn: 'lstm', n_step_lstm.NStepBiLSTM.rnn: 'lstm',
+    n_step_gru.NStepGRU.rnn: 'gru', n_step_gru.NStepBiGRU.rnn: 'gru',
+    n_step_rnn.NStepRNNTanh.rnn: 'tanh', n_step_rnn.NStepBiRNNTanh.rnn: 'tanh',
+    n_step_rnn.NStepRNNReLU.rnn: 'relu', n_step_rnn.NStepBiRNNReLU.rnn: 'relu',
+}
+
+
+def _recording_nstep(n_states):
+    """The patch of ``forward`` of the stacked RNN links (``n_states``: 2
+    for ``NStepLSTMBase.forward(hx, cx, xs)``, 1 for
+    ``NStepRNNBase.forward(hx, xs)``): while recording, the whole call is
+    one :class:`~chainerjit.ops.nstep.NStepRNN` node instead of Chainer's
+    nodes per time step. Falls back to the link's own forward for what
+    the op does not cover (CuPy arrays, dropout while training, a
+    subclass of its own)."""
+    def make(forward, recorder):
+        def nstep_forward(link, *args, **kwargs):
+            states, xs = args[:n_states], args[n_states:]
+            cell = _nstep_cell(link, n_states)
+            if _state.recorder is not recorder or recorder.depth or \
+                    kwargs or len(xs) != 1 or cell is None or \
+                    not _nstep_applies(link, states, xs[0]):
+                return forward(link, *args, **kwargs)
+            return _apply_nstep(link, cell, states, list(xs[0]))
+        return nstep_forward
+    return make
+
+
+def _nstep_cell(link, n_states):
+    """The cell of a stacked RNN link whose class is one of Chainer's own
+    (not one overriding what it computes), or None."""
+    cls = type(link)
+    cell = _NSTEP_CELLS.get(getattr(cls, 'rnn', None))
+    if cell is None or (cell == 'lstm') != (n_states == 2) or \
+            cls._call is not n_step_rnn.NStepRNNBase._call:
+        return None
+    return cell
+
+
+def _nstep_applies(link, states, xs):
+    """Does :class:`~chainerjit.ops.nstep.NStepRNN` compute this call?
+    NumPy arrays of one float dtype, sequences of at least one step, and
+    no dropout drawn (its draws are eager's; a link of one layer draws
+    none)."""
+    if not isinstance(xs, (list, tuple)) or not xs:
+        return False
+    if link.dropout and chainer.config.train and link.n_layers > 1:
+        return False  # (Chainer drops out the inputs of layers 2 and up)
+    arrays = [_array_of(x) for x in xs] + \
+        [_array_of(s) for s in states if s is not None] + \
+        [p.array for p in link.params()]
+    if any(type(a) is not numpy.ndarray and
+           not isinstance(a, traced.TracedArray) for a in arrays):
+        return False
+    if len(set(a.dtype for a in arrays)) != 1 or \
+            arrays[0].dtype.kind != 'f':
+        return False
+    return all(a.ndim == 2 and a.shape[0] > 0 for a in arrays[:len(xs)])
+
+
+def _apply_nstep(link, cell, states, xs):
+    """The link's call as one NStepRNN node: ``(hy, cy, ys)`` or ``(hy,
+    ys)``, as the link returns them."""
+    # The zero states of ``hx=None``, made as the link makes them.
+    states = [link.init_hx(xs) if s is None else s for s in states]
+    params = []
+    for ws, bs in zip(link.ws, link.bs):
+        params += list(ws) + list(bs)
+    node = nstep.NStepRNN(link.n_layers, link.use_bi_direction, cell,
+                          len(xs), permute=True)
+    outputs = node.apply(list(states) + xs + params)
+    n_states = len(states)
+    return tuple(outputs[:n_states]) + (list(outputs[n_states:]),)
+
+
 def _gpu_fill_patches():
     if not chainer.backends.cuda.available:
         return ()
@@ -298,7 +380,11 @@ RECORDING_PATCHES = (
     RecordingPatch(numpy.random, name, _recording_random(name))
     for name in _GLOBAL_RANDOM) + tuple(
     RecordingPatch(numpy, name, _recording_conversion(name))
-    for name in _CONVERSIONS) + _gpu_fill_patches()
+    for name in _CONVERSIONS) + (
+    RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
+    RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
+                   _recording_nstep(2)),
+) + _gpu_fill_patches()
 
 
 @contextlib.contextmanager

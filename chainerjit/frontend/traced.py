@@ -258,9 +258,21 @@ def record_call(recorder, label, fn, args, kwargs, result):
     template = _split_arrays((args, kwargs), [])
     node = recorder.add_node(ir.Node(
         label, ops.Kernel(kernel_fn, multi=multi,
-                          onnx=_numpy_to_onnx(fn, template)),
+                          onnx=_numpy_to_onnx(fn, template),
+                          lengths=_rows_kept(label, args)),
         in_values, recorder.bind_temps(outs), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
+
+
+def _rows_kept(label, args):
+    """The ``Kernel.lengths`` rule of ``x[::-1]`` and ``x[:]``, which
+    keep the rows of ``x`` at any lengths (``runtime.ragged``); else
+    ``None``."""
+    index = args[1] if label == 'ndarray.__getitem__' else None
+    if type(index) is slice and index.start is None and \
+            index.stop is None and index.step in (None, 1, -1):
+        return ops.rows_follow_first
+    return None
 
 
 def record_draw(label, draw, args, kwargs, result):

@@ -59,11 +59,12 @@ class Kernel(collections.namedtuple('Kernel',
 
     ``lengths`` says how the kernel and its gradient take inputs whose
     first axis differs from the recorded one (``runtime.ragged``: the items
-    of a list of sequences of any lengths): ``lengths(symbols)`` gets, per
-    input, the symbol of its first axis's length (``None`` for a fixed
-    one) and returns one per output, or ``None`` where the kernel cannot
-    take these inputs at other lengths. ``None`` (the default): the kernel
-    may depend on the recorded shapes of all its inputs."""
+    of a list of sequences of any lengths): ``lengths(rows)`` gets, per
+    input, the :class:`Rows` of its first axis (``None`` for a fixed one)
+    and returns a :class:`Follow` (the outputs' rows, and a kernel to run
+    instead at any lengths), or ``None`` where the kernel cannot take these
+    inputs at other lengths. ``None`` (the default): the kernel may depend
+    on the recorded shapes of all its inputs."""
 
     def __new__(cls, fn, attrs=None, multi=False, grad=None, onnx=None,
                 fresh=False, inplace=None, into=None, structural=None,
@@ -73,14 +74,69 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into, structural, lengths)
 
 
-def rows_follow_first(symbols):
+class Rows(collections.namedtuple('Rows', 'parts')):
+    """The number of rows of a value that varies by call: the rows of list
+    items and fixed numbers of rows, joined in order (``Kernel.lengths``).
+    ``parts``: ``(leaf index, recorded length)`` for an item's rows,
+    ``(None, n)`` for ``n`` fixed rows."""
+
+    __slots__ = ()
+
+    @classmethod
+    def of_item(cls, leaf, recorded):
+        return cls(((leaf, recorded),))
+
+    def __add__(self, other):
+        """These rows followed by other :class:`Rows` or a fixed number."""
+        if not isinstance(other, Rows):
+            other = Rows(((None, other),) if other else ())
+        return Rows(self.parts + other.parts)
+
+    def __radd__(self, other):
+        """A fixed number of rows followed by these."""
+        return Rows(((None, other),) if other else ()) + self
+
+    def count(self):
+        """``({leaf: times}, fixed rows)``: what the number of rows is at
+        any lengths, whatever the order of the parts."""
+        items = collections.Counter(
+            leaf for leaf, _ in self.parts if leaf is not None)
+        return (tuple(sorted(items.items())),
+                sum(n for leaf, n in self.parts if leaf is None))
+
+    @property
+    def first_leaf(self):
+        return next(leaf for leaf, _ in self.parts if leaf is not None)
+
+    def __str__(self):
+        """``'L2'`` for the length of item (leaf) 2, ``'L0+...+L7+8'``
+        for a sum, as printed IR shows it."""
+        items, fixed = self.count()
+        terms = ['%sL%d' % ('' if n == 1 else '%d*' % n, leaf)
+                 for leaf, n in items]
+        if len(terms) > 3:
+            terms = [terms[0], '...', terms[-1]]
+        return '+'.join(terms + ([str(fixed)] if fixed else []))
+
+
+class Follow(collections.namedtuple('Follow', 'outputs kernel reads',
+                                    defaults=(None, ()))):
+    """What a ``Kernel.lengths`` rule returns: the :class:`Rows` of each
+    output (``None`` for a fixed number); the kernel to run instead at any
+    lengths (``None``: the same); the list items (leaf indexes) whose
+    arrays that kernel takes after the node's inputs, for their lengths."""
+
+    __slots__ = ()
+
+
+def rows_follow_first(rows):
     """A :attr:`Kernel.lengths` rule for a kernel that maps the rows of
     its first input to the rows of its one output, reading their number
     from the array (a lookup, a linear layer): only the first input may
     have a varying length."""
-    if any(s is not None for s in symbols[1:]):
+    if any(r is not None for r in rows[1:]):
         return None
-    return (symbols[0],)
+    return Follow((rows[0],))
 
 
 #: The dtypes that the C loops (``chainerjit.ops._loops_*``) take.
@@ -442,5 +498,6 @@ def _load_op_modules():
     from chainerjit.ops import math  # NOQA
     from chainerjit.ops import noise  # NOQA
     from chainerjit.ops import normalization  # NOQA
+    from chainerjit.ops import nstep  # NOQA
     from chainerjit.ops import pooling  # NOQA
     from chainerjit.ops import rnn  # NOQA

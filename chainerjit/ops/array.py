@@ -39,6 +39,8 @@ from chainer import utils
 import numpy
 
 from chainerjit import errors
+from chainerjit.ops import Follow
+from chainerjit.ops import Rows
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -441,9 +443,35 @@ def lower_concat(node, ctx):
     concatenate = ctx.xp.concatenate
     axis = node.axis
     sizes = [s[axis] for s in ctx.in_shapes]
-    return Kernel(lambda *xs: concatenate(xs, axis), {'axis': axis},
-                  grad=_split_grad(ctx, axis, sizes),
-                  onnx=onnx_op('Concat', axis=axis))
+    kernel = Kernel(lambda *xs: concatenate(xs, axis), {'axis': axis},
+                    grad=_split_grad(ctx, axis, sizes),
+                    onnx=onnx_op('Concat', axis=axis))
+    if _normalize_axis(axis, len(ctx.out_shapes[0])) != 0:
+        return kernel
+    return kernel._replace(lengths=_rows_joined(kernel, sizes))
+
+
+def _rows_joined(kernel, sizes):
+    """The ``Kernel.lengths`` rule of a join along the first axis: the
+    output has the rows of all its inputs, and at any lengths the kernel's
+    gradient cuts at the sizes of the inputs it keeps."""
+    any_lengths = kernel._replace(grad=GradRule(
+        _split_at_input_sizes, inputs=tuple(range(len(sizes)))))
+
+    def lengths(rows):
+        total = sum((size if r is None else r
+                     for r, size in zip(rows, sizes)), 0)
+        return Follow((total,), any_lengths)
+    return lengths
+
+
+def _split_at_input_sizes(xs, ys, gys, wanted):
+    """The gradient of a join along the first axis, cut at the sizes of
+    its inputs (views of ``gy``, as Chainer's ``split_axis``)."""
+    gy, = gys
+    stops = numpy.cumsum([len(x) for x in xs])
+    return tuple(gy[stop - len(x):stop] if w else None
+                 for x, stop, w in zip(xs, stops, wanted))
 
 
 @lowering(stack.Stack)
@@ -543,8 +571,77 @@ def lower_split_axis(node, ctx):
         for start, stop, y in zip(points, points[1:], outs):
             b.op('Slice', ins + [b.int64s([v]) for v in (start, stop, axis)],
                  [y])
-    return Kernel(lambda x: tuple(x[index] for index in indexes),
-                  {'axis': node.axis}, multi=True, grad=grad, onnx=to_onnx)
+    kernel = Kernel(lambda x: tuple(x[index] for index in indexes),
+                    {'axis': node.axis}, multi=True, grad=grad, onnx=to_onnx)
+    if ctx.xp is not numpy or axis != 0 or node.indices is None or \
+            grad is None:
+        return kernel
+    return kernel._replace(lengths=_rows_cut(kernel, points, shape[1:],
+                                             ctx.in_dtypes[0]))
+
+
+def _rows_cut(kernel, points, trailing, dtype):
+    """The ``Kernel.lengths`` rule of a cut along the first axis: where the
+    rows are a join of list items (and fixed rows) and the recorded cut
+    points are where some of the join's parts meet
+    (``F.split_axis(ex, numpy.cumsum(lengths[:-1]), 0)``), each piece has
+    the rows of its parts, and at any lengths the kernel cuts at the
+    lengths of the items it also takes."""
+    def lengths(rows):
+        pieces = _pieces(rows[0].parts, points)
+        if pieces is None:
+            return None
+        items = tuple(leaf for piece in pieces for leaf, _ in piece
+                      if leaf is not None)
+        follow = tuple(Rows(piece) if items_in(piece) else None
+                       for piece in pieces)
+        return Follow(follow, _cut_at_items(kernel, pieces, trailing, dtype),
+                      items)
+    return lengths
+
+
+def items_in(parts):
+    return any(leaf is not None for leaf, _ in parts)
+
+
+def _pieces(parts, points):
+    """The parts of each piece of a cut at ``points`` (recorded rows, from
+    0 to the end), or ``None`` where a point falls inside a part."""
+    pieces, piece, end, cuts = [], [], 0, iter(points[1:])
+    cut = next(cuts)
+    for part in parts:
+        piece.append(part)
+        end += part[1]
+        while end == cut:  # (empty pieces too)
+            pieces.append(tuple(piece))
+            piece, cut = [], next(cuts, None)
+        if cut is not None and end > cut:
+            return None
+    return pieces if cut is None and not piece else None
+
+
+def _cut_at_items(kernel, pieces, trailing, dtype):
+    """A cut along the first axis into ``pieces``, each of the rows of its
+    parts: fixed numbers, and for each item (in order) the length of the
+    next array the kernel takes after ``x``. Its gradient joins the
+    pieces' gradients (zeros for those without one)."""
+    def sizes_of(items):
+        found = iter(items)
+        return [sum(n if leaf is None else len(next(found))
+                    for leaf, n in piece) for piece in pieces]
+
+    def cut(x, *items):
+        sizes = sizes_of(items)
+        return tuple(x[stop - size:stop]
+                     for stop, size in zip(numpy.cumsum(sizes), sizes))
+
+    def grad(xs, ys, gys, wanted):
+        parts = [numpy.zeros((size,) + trailing, dtype) if gy is None
+                 else gy for gy, size in zip(gys, sizes_of(xs[1:]))]
+        return (numpy.concatenate(parts, 0),) + (None,) * (len(xs) - 1)
+    n_items = sum(items_in([part]) for piece in pieces for part in piece)
+    return kernel._replace(fn=cut, grad=GradRule(
+        grad, inputs=tuple(range(1, 1 + n_items))), onnx=None, lengths=None)
 
 
 @lowering(separate.Separate)

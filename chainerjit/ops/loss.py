@@ -8,6 +8,7 @@ from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import utils
 
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_softmax
@@ -138,7 +139,25 @@ def lower_softmax_cross_entropy(node, ctx):
     label_ce.with_softmax = (label_ce.and_softmax, GradRule(
         grad.fn, inputs=(1,), outputs=(1,)))
     return Kernel(label_ce, attrs=attrs, grad=grad,
-                  onnx=_label_ce_to_onnx(node))
+                  onnx=_label_ce_to_onnx(node),
+                  lengths=_label_ce_lengths(node, ctx))
+
+
+def _label_ce_lengths(node, ctx):
+    """The ``Kernel.lengths`` rule of the loss of a 2-D ``x`` and its
+    labels: any number of rows where ``x`` and ``t`` have the same, as the
+    kernel and its gradient count the labels (``normalize``) and index
+    the rows of the arrays they get; ``None`` for a mean over the recorded
+    number of rows."""
+    if len(ctx.in_shapes[0]) != 2 or (node.reduce == 'mean' and
+                                      not node.normalize):
+        return None
+
+    def lengths(rows):
+        if None in rows or rows[0].count() != rows[1].count():
+            return None
+        return Follow((rows[0] if node.reduce == 'no' else None,))
+    return lengths
 
 
 def _softmax_ce_grad(node, ctx):
@@ -166,20 +185,17 @@ def _softmax_ce_coefficient(node, x_shape, soft_target):
 
 
 def _label_positions(x_shape, t_shape):
-    """``(rows, fst_index, trd_index)``: where the labels pick their
-    classes' entries of the softmax, for a 2-D ``x`` (``rows``) or an
-    ``x`` of more axes (the other two); ``None`` for those not used."""
+    """``(fst_index, trd_index)``: where the labels pick their classes'
+    entries of the softmax, for an ``x`` of more than two axes; ``None``
+    for a 2-D ``x``, whose rows are counted from the labels."""
     t_size = int(numpy.prod(t_shape))
-    if len(x_shape) == 2:
-        return numpy.arange(x_shape[0]), None, None
-    if t_size:
-        n_unit = t_size // x_shape[0]
-        return (None, numpy.arange(t_size) // n_unit,
-                numpy.arange(t_size) % n_unit)
-    return None, None, None
+    if len(x_shape) == 2 or not t_size:
+        return None, None
+    n_unit = t_size // x_shape[0]
+    return numpy.arange(t_size) // n_unit, numpy.arange(t_size) % n_unit
 
 
-def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff, rows,
+def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff,
                         fst_index, trd_index):
     """``grad(xs, ys, gys, wanted)`` of :func:`_softmax_ce_grad`."""
     x_shape = ctx.in_shapes[0]
@@ -208,7 +224,7 @@ def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff, rows,
             gx = y - t
         elif len(x_shape) == 2:
             gx = y
-            gx[rows, t] -= 1
+            gx[numpy.arange(len(t)), t] -= 1
             gx *= t_valid.reshape((len(t), 1))
         else:
             gx = y.reshape(y.shape[0], y.shape[1], -1)
@@ -232,11 +248,9 @@ def _coefficient(t, ignore_label=None):
 
 def _label_ce(node, ctx):
     """Softmax cross entropy of integer labels ``t``."""
-    x_shape, t_shape = ctx.in_shapes
+    x_shape = ctx.in_shapes[0]
     ignore_label, reduce = node.ignore_label, node.reduce
     n_classes = x_shape[1]
-    t_size = int(numpy.prod(t_shape))
-    positions = numpy.arange(t_size)
     batch_count = None if node.normalize else x_shape[0]
     reduc_dtype = softmax_cross_entropy._reduction_dtype(ctx.in_dtypes[0])
 
@@ -255,7 +269,7 @@ def _label_ce(node, ctx):
         log_yd = numpy.rollaxis(log_y, 1).reshape(n_classes, -1)
         t_valid = t != ignore_label
         t = t * t_valid
-        log_p = log_yd[t.ravel(), positions]
+        log_p = log_yd[t.ravel(), numpy.arange(t.size)]
         log_p *= t_valid.ravel()
         if reduce != 'mean':
             return -log_p.reshape(t.shape)

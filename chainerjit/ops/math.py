@@ -38,6 +38,7 @@ from chainer.functions.math import trigonometric
 from chainer import utils
 import numpy
 
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -545,9 +546,32 @@ def lower_sum(node, ctx):
         # opset 13+: the axes are an input.
         axes = [] if axis is None else [b.int64s(_onnx_axes(axis, ctx))]
         b.op('ReduceSum', ins + axes, outs, keepdims=int(keepdims))
-    return Kernel(lambda x: x.sum(axis=axis, keepdims=keepdims),
-                  {'axis': axis, 'keepdims': keepdims},
-                  grad=_broadcast_back(node, ctx), onnx=to_onnx, fresh=True)
+    kernel = Kernel(lambda x: x.sum(axis=axis, keepdims=keepdims),
+                    {'axis': axis, 'keepdims': keepdims},
+                    grad=_broadcast_back(node, ctx), onnx=to_onnx, fresh=True)
+    shape = ctx.in_shapes[0]
+    if not shape or (axis is not None and 0 not in _onnx_axes(axis, ctx)):
+        return kernel
+    return kernel._replace(lengths=_rows_summed(kernel, node, ctx))
+
+
+def _rows_summed(kernel, node, ctx):
+    """The ``Kernel.lengths`` rule of a sum over the rows (and maybe other
+    axes): its output is fixed, and at any lengths its gradient
+    broadcasts to the shape of the input it keeps."""
+    broadcast_to = ctx.xp.broadcast_to
+    kept = _kept_shape(node, ctx)  # the rows' axis is 1 there
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        return broadcast_to(gy if kept is None else gy.reshape(kept),
+                            xs[0].shape),
+    any_lengths = kernel._replace(
+        grad=grad_rule(ctx, grad, inputs=(0,)), lengths=None)
+
+    def lengths(rows):
+        return Follow((None,), any_lengths)
+    return lengths
 
 
 @lowering(average.Mean)

@@ -43,7 +43,22 @@ def _keeping(node, fn, grad):
 
     def to_onnx(b, ins, outs):
         convert(b, ins, outs[:1])
-    kernel = node.kernel._replace(fn=fn, multi=True, grad=grad,
-                                  onnx=convert and to_onnx, lengths=None)
+    kernel = node.kernel._replace(
+        fn=fn, multi=True, grad=grad, onnx=convert and to_onnx,
+        lengths=_with_softmax_rows(node.kernel.lengths))
     return ir.Node(node.op, kernel, node.inputs, node.outputs + [softmax],
                    node.attrs, loc=node.loc)
+
+
+def _with_softmax_rows(rule):
+    """The ``Kernel.lengths`` rule of a loss that also returns its softmax
+    (with the rows of its input), from the loss's own rule."""
+    if rule is None:
+        return None
+
+    def lengths(rows):
+        found = rule(rows)
+        if found is None or found.kernel is not None:
+            return None
+        return found._replace(outputs=found.outputs + (rows[0],))
+    return lengths

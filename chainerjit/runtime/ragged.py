@@ -6,7 +6,8 @@ sentences as ``L.NStepLSTM`` takes it, token ids as ``L.EmbedID`` takes
 them) is recorded item by item, each item an input of its own. Their
 lengths rarely repeat together, so a key holding each length would
 compile on nearly every call. An entry instead serves any lengths
-(:class:`Ragged`: its key and signature show ``L`` for them) where:
+(:class:`Ragged`: its key shows ``L`` for them, its signature ``L0``,
+``L1``, ... by leaf) where:
 
 * the forward's Python did not use an item's length (``len(x)``, a
   comparison, an array made with it: ``frontend.lengths``);
@@ -26,6 +27,7 @@ function keeps lengths in the key.
 import collections
 
 from chainerjit import errors
+from chainerjit import ops
 from chainerjit.frontend import signature
 
 #: The symbol of the items' lengths in keys and signatures.
@@ -65,9 +67,12 @@ class Ragged(collections.namedtuple('Ragged', 'leaves')):
         return tuple(key[3][leaf][0][0] for leaf in self.leaves)
 
     def signature_of(self, sig):
-        """``sig`` with the items' lengths shown as ``L``."""
-        return sig.with_symbols([(leaf, (0,)) for leaf in self.leaves],
-                                symbol=SYMBOL)
+        """``sig`` with each item's length shown as ``L`` and its leaf's
+        index (``xs[0]: i32[L0]``), as the printed IR names it."""
+        for leaf in self.leaves:
+            sig = sig.with_symbols([(leaf, (0,))],
+                                   symbol=str(ops.Rows.of_item(leaf, 0)))
+        return sig
 
 
 def ragged_items(sig, n_leaves):
@@ -105,16 +110,19 @@ def _alike_but_length(a, b):
 def why_fixed(graph, leaves, uses, names):
     """Why the program of ``graph`` cannot run at other lengths of the
     items ``leaves`` (a line naming the use, or the node, and its line), or
-    ``None``; then the values whose rows follow the items show ``L`` in
-    the printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
+    ``None``; then the nodes run the kernels their rules name for any
+    lengths, and the values whose rows follow the items show ``L`` in the
+    printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
     the leaves' names."""
     for use in uses:
         if any(axis == 0 and leaf in leaves for leaf, axis in use.origins):
             return use.describe(names)
-    symbols = {graph.inputs[leaf]: leaf for leaf in leaves}
+    rows = {graph.inputs[leaf]: ops.Rows.of_item(
+        leaf, graph.inputs[leaf].shape[0]) for leaf in leaves}
+    variants = {}
     for node in graph.nodes:
-        found = [symbols.get(v) for v in node.inputs]
-        if all(s is None for s in found):
+        found = [rows.get(v) for v in node.inputs]
+        if all(r is None for r in found):
             continue
         rule = node.kernel.lengths if node.kernel is not None else None
         following = rule(found) if rule is not None else None
@@ -122,21 +130,28 @@ def why_fixed(graph, leaves, uses, names):
             return '%s read by %s%s, which is compiled for its recorded ' \
                 'length' % (_read(found, node, names), node.label,
                             _at(node.loc))
-        for value, symbol in zip(node.outputs, following):
-            if symbol is not None:
-                symbols[value] = symbol
-    for value in symbols:
-        value.symbols = {0: SYMBOL}
+        for value, r in zip(node.outputs, following.outputs):
+            if r is not None:
+                rows[value] = r
+        if following.kernel is not None:
+            variants[node] = following
+    for node, following in variants.items():
+        node.kernel = following.kernel
+        node.inputs = node.inputs + [graph.inputs[leaf]
+                                     for leaf in following.reads]
+    for value, r in rows.items():
+        value.symbols = {0: str(r)}
     return None
 
 
 def _read(found, node, names):
     """The item a node reads: ``'xs[2]'`` or ``'a value computed from
     xs[2]'``."""
-    for value, symbol in zip(node.inputs, found):
-        if symbol is not None:
-            return names[symbol] if value.kind == 'input' else \
-                'a value computed from %s' % names[symbol]
+    for value, r in zip(node.inputs, found):
+        if r is not None:
+            name = names[r.first_leaf]
+            return name if value.kind == 'input' else \
+                'a value computed from %s' % name
     return 'an item'
 
 

@@ -57,15 +57,20 @@ def _model(cls):
     return cls()
 
 
+def _trained(cls, calls):
+    """``jit(cls().forward)`` checked against eager with backprop: outputs
+    and the gradients of the inputs and parameters."""
+    return differential.check_grads(None, calls, model=_model(cls),
+                                    method='forward')
+
+
 def test_one_entry_for_any_lengths_in_training():
     rng = numpy.random.RandomState(0)
-    jitted = differential.check_grads(None, _calls(rng, 7),
-                                      model=_model(_PerItem),
-                                      method='forward')
+    jitted = _trained(_PerItem, _calls(rng, 7))
     entry, = jitted.cache_entries()
     assert jitted.cache_info().compiled >= 3
-    assert 'xs[0]: i32[L]' in str(entry.signature)
-    assert 'f32[L,6] = EmbedIDFunction' in str(entry.graph)
+    assert 'xs[0]: i32[L0]@cpu (array), xs[1]: i32[L1]' in str(entry.signature)
+    assert 'f32[L0,6] = EmbedIDFunction' in str(entry.graph)
 
 
 def test_one_entry_for_any_lengths_in_inference():
@@ -84,17 +89,169 @@ def test_float_items_get_their_gradients():
     rng = numpy.random.RandomState(2)
     calls = [([rng.standard_normal((int(rng.randint(2, 7)), 3)).astype(
         numpy.float32) for _ in range(3)],) for _ in range(6)]
-    jitted = differential.check_grads(None, calls, model=_model(_Vectors),
-                                      method='forward')
+    jitted = _trained(_Vectors, calls)
     assert len(jitted.cache_entries()) == 1
+
+
+class _Summed(_PerItem):
+    """A bag of words: the sum of each sentence's embeddings."""
+
+    def forward(self, xs):
+        return F.stack([F.sum(self.embed(x), axis=0) for x in xs])
+
+
+def test_sums_over_the_rows_of_each_item():
+    rng = numpy.random.RandomState(12)
+    jitted = _trained(_Summed, _calls(rng, 6))
+    assert len(jitted.cache_entries()) == 1
+
+
+class _Joined(_PerItem):
+    """Items joined with an end-of-sentence id, embedded, joined along the
+    rows and projected, as a decoder's targets and outputs are."""
+
+    def forward(self, xs):
+        eos = numpy.array([0], numpy.int32)
+        joined = [F.concat([x, eos], axis=0) for x in xs]
+        return self.fc(F.concat([self.embed(x) for x in joined], axis=0))
+
+
+def test_joined_rows_follow_the_items():
+    rng = numpy.random.RandomState(6)
+    jitted = _trained(_Joined, _calls(rng, 6))
+    entry, = jitted.cache_entries()
+    assert 'f32[L0+...+L3+4,4] = LinearFunction' in str(entry.graph)
+
+
+class _TextClassifier(chainer.Chain):
+    """Chainer's text classification example's RNN encoder."""
+
+    def __init__(self, encoder, n_states):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.encoder = encoder
+            self.out = L.Linear(None, 3)
+        self.n_states = n_states  # hx, and cx for an LSTM
+
+    def forward(self, xs, t):
+        states = [None] * self.n_states
+        hy = self.encoder(*states, [self.embed(x) for x in xs])[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+class _Seq2seq(chainer.Chain):
+    """Chainer's seq2seq example's step, its sources and targets embedded
+    item by item."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed_x = L.EmbedID(30, 6)
+            self.embed_y = L.EmbedID(30, 6)
+            self.encoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.decoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.W = L.Linear(5, 30)
+
+    def forward(self, xs, ys):
+        eos = self.xp.array([0], numpy.int32)
+        ys_in = [F.concat([eos, y], axis=0) for y in ys]
+        ys_out = [F.concat([y, eos], axis=0) for y in ys]
+        hx, cx, _ = self.encoder(None, None, [self.embed_x(x) for x in xs])
+        _, _, os = self.decoder(hx, cx, [self.embed_y(y) for y in ys_in])
+        return F.softmax_cross_entropy(self.W(F.concat(os, axis=0)),
+                                       F.concat(ys_out, axis=0))
+
+
+def _sequence_embed(embed, xs):
+    """As Chainer's seq2seq and text classification examples embed a
+    batch: once for the joined sentences, cut at their offsets."""
+    x_len = [len(x) for x in xs]
+    x_section = numpy.cumsum(x_len[:-1])
+    return F.split_axis(embed(F.concat(xs, axis=0)), x_section, 0)
+
+
+class _ExampleSeq2seq(_Seq2seq):
+    """The forward of Chainer's seq2seq example (``examples/seq2seq``), as
+    written there but for its dropout."""
+
+    def forward(self, xs, ys):
+        xs = [x[::-1] for x in xs]
+        eos = self.xp.array([0], numpy.int32)
+        ys_in = [F.concat([eos, y], axis=0) for y in ys]
+        ys_out = [F.concat([y, eos], axis=0) for y in ys]
+        exs = _sequence_embed(self.embed_x, xs)
+        eys = _sequence_embed(self.embed_y, ys_in)
+        batch = len(xs)
+        hx, cx, _ = self.encoder(None, None, exs)
+        _, _, os = self.decoder(hx, cx, eys)
+        concat_os = F.concat(os, axis=0)
+        concat_ys_out = F.concat(ys_out, axis=0)
+        return F.sum(F.softmax_cross_entropy(
+            self.W(concat_os), concat_ys_out, reduce='no')) / batch
+
+
+def test_chainer_seq2seq_example_over_new_lengths():
+    rng = numpy.random.RandomState(10)
+    calls = [(_tokens(rng), _tokens(rng)) for _ in range(6)]
+    jitted = _trained(_ExampleSeq2seq, calls)
+    entry, = jitted.cache_entries()
+    graph = str(entry.graph)
+    assert 'SplitAxis' in graph and 'Sum' in graph
+
+
+class _CutOtherwise(_PerItem):
+    """Cuts the joined rows at fixed offsets, not at the items'."""
+
+    def forward(self, xs):
+        joined = self.embed(F.concat(xs, axis=0))
+        return F.split_axis(joined, [2, 4], 0)
+
+
+def test_a_cut_inside_an_item_keeps_the_lengths_in_the_key():
+    rng = numpy.random.RandomState(11)
+    model = _model(_CutOtherwise)
+    jitted = chainerjit.jit(model.forward)
+    calls = _calls(rng, 3, n_items=2, low=3, high=9)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for args in calls:
+            chainerjit.testing.assert_results_equal(jitted(*args),
+                                                    model.forward(*args))
+    assert any('read by SplitAxis' in str(w.message) for w in caught)
+    assert all(e.symbolic is None for e in jitted.cache_entries())
+
+
+@pytest.mark.parametrize('make, n_states', [
+    (lambda: L.NStepLSTM(1, 6, 5, 0.0), 2),
+    (lambda: L.NStepBiGRU(2, 6, 4, 0.0), 1),
+], ids=['lstm', 'bigru'])
+def test_text_classifier_over_sentences_of_new_lengths(make, n_states):
+    rng = numpy.random.RandomState(7)
+    numpy.random.seed(0)
+    model = _TextClassifier(make(), n_states)
+    calls = [(_tokens(rng), rng.randint(0, 3, 4).astype(numpy.int32))
+             for _ in range(6)]
+    model(*calls[0])  # the output layer's input size
+    jitted = differential.check_grads(None, calls, model=model,
+                                      method='forward')
+    entry, = jitted.cache_entries()
+    assert [n.op for n in entry.graph.nodes].count('NStepRNN') == 1
+
+
+def test_seq2seq_over_new_source_and_target_lengths():
+    rng = numpy.random.RandomState(8)
+    calls = [(_tokens(rng), _tokens(rng)) for _ in range(6)]
+    jitted = _trained(_Seq2seq, calls)
+    entry, = jitted.cache_entries()
+    assert 'ys[3]: i32[L7]' in str(entry.signature)
 
 
 def test_short_items_and_other_counts_are_entries_of_their_own():
     rng = numpy.random.RandomState(3)
     calls = _calls(rng, 3) + [([numpy.array([3], numpy.int32)] +
                                _tokens(rng, 3),)] + _calls(rng, 2, n_items=5)
-    jitted = differential.check_grads(None, calls, model=_model(_PerItem),
-                                      method='forward')
+    jitted = _trained(_PerItem, calls)
     assert len(jitted.cache_entries()) == 3
 
 
@@ -104,14 +261,14 @@ class _ReadsLength(_PerItem):
                 for x in xs]
 
 
-class _SumsItems(_PerItem):
+class _PadsItems(_PerItem):
     def forward(self, xs):
-        return [F.sum(self.embed(x), axis=0) for x in xs]
+        return F.pad_sequence([self.embed(x) for x in xs])
 
 
 @pytest.mark.parametrize('cls, why', [
     (_ReadsLength, 'xs[0].shape[0] compared at test_ragged_lists.py:'),
-    (_SumsItems, 'a value computed from xs[0] read by Sum'),
+    (_PadsItems, 'a value computed from xs[0] read by PadSequence'),
 ])
 def test_a_length_the_program_depends_on_stays_in_the_key(cls, why):
     rng = numpy.random.RandomState(4)
@@ -165,3 +322,29 @@ def test_a_program_wrong_at_other_lengths_is_caught_by_eager():
     assert any('gave another result than eagerly' in str(w.message)
                for w in caught), [str(w.message) for w in caught]
     assert all(e.symbolic is None for e in jitted.cache_entries())
+
+
+class _Projected(_PerItem):
+    def forward(self, xs):
+        return self.fc(F.concat([self.embed(x) for x in xs], axis=0))
+
+
+def test_exported_with_each_length_dynamic():
+    ort = pytest.importorskip('onnxruntime')
+    rng = numpy.random.RandomState(9)
+    model = _model(_Projected)
+    jitted = chainerjit.jit(model.forward)
+    calls = _calls(rng, 4, n_items=3)
+    with chainer.no_backprop_mode():
+        for args in calls[:2]:
+            jitted(*args)
+        exported = chainerjit.export_onnx(jitted, calls[0])
+        session = ort.InferenceSession(exported.SerializeToString())
+        dims = [i.type.tensor_type.shape.dim[0].dim_param
+                for i in exported.graph.input]
+        assert dims == ['L0', 'L1', 'L2']
+        for xs, in calls[2:]:
+            got, = session.run(None, {i.name: x for i, x in zip(
+                session.get_inputs(), xs)})
+            numpy.testing.assert_allclose(got, model.forward(xs).array,
+                                          rtol=1e-5, atol=1e-6)

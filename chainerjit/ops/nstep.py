@@ -1,0 +1,588 @@
+"""A whole ``L.NStepLSTM`` (or GRU, or plain RNN) call as one op.
+
+Chainer's CPU path for these links records about ten nodes per time step
+and layer, and their structure depends on every sequence's length. The
+recording patches (``frontend/recording_patches.py``) apply
+:class:`NStepRNN` instead: one node whose forward and backward read the
+lengths from the arrays they receive, and compute with NumPy what
+Chainer's nodes compute, in the same products of the same shapes (the
+batch shrinking over the sorted sequences) and the same formulas.
+
+Inputs, in order: ``hx``, ``cx`` (LSTM only), the ``n_items`` sequences
+``xs`` (each ``(length, in_size)``), then for each layer and direction
+``l * directions + d`` its weights ``ws[l * directions + d][k]`` and then
+its biases ``bs[...][k]`` (Chainer's ``_combine_inputs`` order).
+Outputs: ``hy``, ``cy`` (LSTM only), then the ``n_items`` outputs ``ys``.
+"""
+
+import collections
+
+import chainer
+from chainer.links.rnn import n_step_rnn as n_step_rnn_link
+import numpy
+
+from chainerjit.ops import Follow
+from chainerjit.ops import ForwardMemo
+from chainerjit.ops import GradRule
+from chainerjit.ops import Kernel
+from chainerjit.ops import lowering
+from chainerjit.ops import rnn
+from chainerjit.ops.linear import grad_linear
+
+
+#: The number of weights (and of biases) per layer and direction.
+N_WEIGHTS = {'lstm': 8, 'gru': 6, 'tanh': 2, 'relu': 2}
+
+
+class Spec(collections.namedtuple(
+        'Spec', 'n_layers bidirectional cell n_items permute')):
+    """What an :class:`NStepRNN` node is, besides its arrays."""
+
+    @property
+    def directions(self):
+        return 2 if self.bidirectional else 1
+
+    @property
+    def n_states(self):
+        """1 (``hx``), or 2 for an LSTM (``hx`` and ``cx``)."""
+        return 2 if self.cell == 'lstm' else 1
+
+    @property
+    def n_inputs(self):
+        return self.n_states + self.n_items + \
+            2 * N_WEIGHTS[self.cell] * self.n_layers * self.directions
+
+
+class NStepRNN(chainer.FunctionNode):
+    """A stacked (bi)LSTM, GRU or RNN over ``n_items`` sequences, as the
+    link computes it on CPU (see the module's docstring for the inputs
+    and outputs). ``permute``: sort the items by decreasing length as the
+    link does, and give the results back in the caller's order; false
+    for items already sorted."""
+
+    def __init__(self, n_layers, bidirectional, cell, n_items, permute):
+        if cell not in N_WEIGHTS:
+            raise ValueError('unknown cell: %r' % (cell,))
+        self.n_layers = n_layers
+        self.bidirectional = bool(bidirectional)
+        self.cell = cell
+        self.n_items = n_items
+        self.permute = bool(permute)
+
+    @property
+    def spec(self):
+        return Spec(self.n_layers, self.bidirectional, self.cell,
+                    self.n_items, self.permute)
+
+    def forward(self, inputs):
+        outputs, self._record = run_forward(self.spec, inputs)
+        return outputs
+
+    def backward(self, indexes, grad_outputs):
+        present = tuple(i for i, g in enumerate(grad_outputs)
+                        if g is not None)
+        grads = NStepRNNGrad(self._record, present, indexes).apply(
+            [grad_outputs[i] for i in present])
+        return grads
+
+
+class NStepRNNGrad(chainer.FunctionNode):
+    """The gradients of an :class:`NStepRNN` (of its inputs listed in
+    ``indexes``) from the gradients of its outputs listed in
+    ``present``, computed on the record its forward kept. Not
+    differentiable itself."""
+
+    def __init__(self, record, present, indexes):
+        self._record = record
+        self.present = present
+        self.indexes = tuple(indexes)
+
+    def forward(self, inputs):
+        n_outputs = self._record.spec.n_states + self._record.spec.n_items
+        gys = [None] * n_outputs
+        for i, g in zip(self.present, inputs):
+            gys[i] = g
+        wanted = [False] * self._record.spec.n_inputs
+        for i in self.indexes:
+            wanted[i] = True
+        grads = run_backward(self._record, gys, wanted)
+        return tuple(grads[i] for i in self.indexes)
+
+    def backward(self, indexes, grad_outputs):
+        raise NotImplementedError(
+            'double backpropagation through an NStepRNN op (a whole '
+            'NStepLSTM, NStepGRU or NStepRNN link call) is not supported')
+
+
+# The record of a forward, for its backward: ``order`` and ``inverse``
+# (the sorting permutation, or None), ``bounds`` (the rows of each time
+# step in the packed arrays), ``rows`` (each sorted item's rows), and
+# per layer a ``_Layer``; the states' size and dtype.
+Record = collections.namedtuple(
+    'Record', 'spec order inverse bounds rows layers n_units dtype')
+
+# One layer: its packed input and, per direction, a ``_Direction``.
+_Layer = collections.namedtuple('_Layer', 'inputs directions')
+
+# One direction of a layer: its stacked weights, its time steps in
+# processing order, and what each step kept.
+_Direction = collections.namedtuple('_Direction', 'weights steps kept')
+
+
+def _split_inputs(spec, arrays):
+    """``(hx, cx, xs, ws, bs)`` of an op's input arrays (``cx`` None but
+    for an LSTM; ``ws[i]`` and ``bs[i]`` lists per layer and
+    direction)."""
+    hx = arrays[0]
+    cx = arrays[1] if spec.n_states == 2 else None
+    start = spec.n_states
+    xs = arrays[start:start + spec.n_items]
+    n = N_WEIGHTS[spec.cell]
+    ws, bs = [], []
+    position = start + spec.n_items
+    for _ in range(spec.n_layers * spec.directions):
+        ws.append(list(arrays[position:position + n]))
+        bs.append(list(arrays[position + n:position + 2 * n]))
+        position += 2 * n
+    return hx, cx, list(xs), ws, bs
+
+
+def _sorting(spec, xs):
+    """``(order, inverse)``: Chainer's permutation of the items by
+    decreasing length and its inverse, or ``(None, None)``."""
+    if not spec.permute:
+        lengths = [len(x) for x in xs]
+        if any(a < b for a, b in zip(lengths, lengths[1:])):
+            raise ValueError('NStepRNN without permute needs sequences '
+                             'sorted by decreasing length: %r' % lengths)
+        return None, None
+    order = n_step_rnn_link.argsort_list_descent(xs)
+    inverse = numpy.empty_like(order)
+    inverse[order] = numpy.arange(len(order), dtype=order.dtype)
+    return order, inverse
+
+
+def _time_layout(lengths):
+    """``(bounds, rows)`` of sequences sorted by decreasing length, packed
+    time-major as ``transpose_sequence`` does: ``bounds[t]`` is the
+    ``(start, stop)`` of time step t's rows, ``rows[j]`` item j's rows."""
+    n_steps = lengths[0] if lengths else 0
+    counts = numpy.zeros(n_steps + 1, numpy.intp)
+    for n in lengths:
+        counts[n] += 1
+    batches = len(lengths) - numpy.cumsum(counts)[:n_steps]
+    starts = numpy.concatenate([[0], numpy.cumsum(batches)])
+    bounds = [(int(starts[t]), int(starts[t + 1])) for t in range(n_steps)]
+    rows = [starts[:n] + j for j, n in enumerate(lengths)]
+    return bounds, rows
+
+
+def _pack(xs, rows, n_rows):
+    """The sequences ``xs`` as one time-major array."""
+    packed = numpy.empty((n_rows,) + xs[0].shape[1:], xs[0].dtype)
+    for x, r in zip(xs, rows):
+        packed[r] = x
+    return packed
+
+
+def _join(new, old, batch):
+    """``concat([new, old[batch:]])`` as Chainer's loop rejoins a state
+    whose first ``batch`` rows went through a step."""
+    if batch == len(old):
+        return new
+    return numpy.concatenate([new, old[batch:]])
+
+
+def _sum_in_order(first, parts):
+    """``((first + parts[0]) + parts[1]) ...``, the order in which Chainer
+    accumulates the gradients of a variable with several consumers."""
+    total = first
+    for part in parts:
+        total = part if total is None else total + part
+    return total
+
+
+def _accumulate(total, grad):
+    return grad if total is None else total + grad
+
+
+def _linear(x, W, b):
+    """``LinearFunction.forward``: ``x W^T`` then ``+= b``."""
+    y = numpy.dot(x, W.T)
+    y += b
+    return y
+
+
+def _linear_grads(x, W, gy, want_x):
+    """``(gx, gW, gb)`` as ``LinearFunction.backward`` (``grad_linear``)."""
+    return grad_linear((x, W, None), (None,), (gy,), (want_x, True, True))
+
+
+# The cells: each has ``stack(w, b)`` -> the stacked weights ``(Wx, Wh,
+# bx, bh)`` its Chainer function builds, ``step(x, h, c, weights)`` ->
+# ``(h, c, kept)``, ``grad(x, h, c, c_new, kept, gh, gc, weights)`` ->
+# ``(gx_in, gh_in, h_parts, gc)`` (the gradients of the two linear
+# layers' outputs, those of ``h`` in Chainer's order of accumulation and
+# that of ``c``), and ``unstack(gWx, gWh, gbx, gbh)`` -> ``(gws, gbs)``.
+
+def _stack_lstm_weight(ws):
+    """``n_step_lstm._stack_weight``: the gates interleaved row by row."""
+    w = numpy.stack(ws, axis=1)
+    return w.reshape((w.shape[0] * w.shape[1],) + w.shape[2:])
+
+
+_LSTM_ORDER = (2, 0, 1, 3)  # a, i, f, o of Chainer's LSTM from w[0:4]
+
+
+def _lstm_stack(w, b):
+    return (_stack_lstm_weight([w[k] for k in _LSTM_ORDER]),
+            _stack_lstm_weight([w[4 + k] for k in _LSTM_ORDER]),
+            _stack_lstm_weight([b[k] for k in _LSTM_ORDER]),
+            _stack_lstm_weight([b[4 + k] for k in _LSTM_ORDER]))
+
+
+def _lstm_step(x, h, c, weights):
+    Wx, Wh, bx, bh = weights
+    lstm_in = _linear(x, Wx, bx) + _linear(h, Wh, bh)
+    c_new, h_new, gates = rnn._step(c, lstm_in)
+    return h_new, c_new, gates
+
+
+def _lstm_grad(x, h, c, c_new, gates, gh, gc, weights):
+    gc_prev, g_in = rnn._lstm_grad_from_gates(gates, c, c_new, gc, gh)
+    return g_in, g_in, None, gc_prev
+
+
+def _unstack_lstm(g, first):
+    """The gradients of the four weights stacked by ``_stack_lstm_weight``
+    (``w[first:first + 4]``), in their own order."""
+    g = g.reshape((len(g) // 4, 4) + g.shape[1:])
+    grads = [None] * 4
+    for position, k in enumerate(_LSTM_ORDER):
+        grads[k] = numpy.ascontiguousarray(g[:, position])
+    return grads
+
+
+def _lstm_unstack(gWx, gWh, gbx, gbh):
+    return (_unstack_lstm(gWx, 0) + _unstack_lstm(gWh, 4),
+            _unstack_lstm(gbx, 0) + _unstack_lstm(gbh, 4))
+
+
+def _gru_stack(w, b):
+    """``n_step_gru._gru``'s concatenated weights (r, z, candidate)."""
+    return (numpy.concatenate(w[0:3]), numpy.concatenate(w[3:6]),
+            numpy.concatenate(b[0:3]), numpy.concatenate(b[3:6]))
+
+
+def _sigmoid(x):
+    """Chainer's CPU ``Sigmoid.forward``."""
+    half = x.dtype.type(0.5)
+    return numpy.tanh(x * half) * half + half
+
+
+def _gru_step(x, h, c, weights):
+    Wx, Wh, bx, bh = weights
+    w_r, w_z, w_x = numpy.split(_linear(x, Wx, bx), 3, axis=1)
+    u_r, u_z, u_x = numpy.split(_linear(h, Wh, bh), 3, axis=1)
+    r = _sigmoid(w_r + u_r)
+    z = _sigmoid(w_z + u_z)
+    h_bar = numpy.tanh(w_x + r * u_x)
+    one = z.dtype.type(1)
+    h_new = (one - z) * h_bar + z * h
+    return h_new, None, (r, z, h_bar, u_x)
+
+
+def _gru_grad(x, h, c, c_new, kept, gh, gc, weights):
+    """The gradients of ``_gru_step`` as Chainer's nodes compute them, one
+    node's backward after the other."""
+    r, z, h_bar, u_x = kept
+    one = z.dtype.type(1)
+    g_hbar = gh * (one - z)
+    gz = -(gh * h_bar) + gh * h  # 1 - z, then z * h
+    g_h_mul = gh * z
+    g_cand = g_hbar * (one - h_bar * h_bar)
+    g_r = g_cand * u_x
+    g_ux = g_cand * r
+    g_zin = gz * z * (one - z)
+    g_rin = g_r * r * (one - r)
+    gx_in = numpy.concatenate([g_rin, g_zin, g_cand], axis=1)
+    gh_in = numpy.concatenate([g_rin, g_zin, g_ux], axis=1)
+    return gx_in, gh_in, [g_h_mul], None
+
+
+def _gru_unstack(gWx, gWh, gbx, gbh):
+    return (numpy.split(gWx, 3) + numpy.split(gWh, 3),
+            numpy.split(gbx, 3) + numpy.split(gbh, 3))
+
+
+def _plain_stack(w, b):
+    return w[0], w[1], b[0], b[1]
+
+
+def _plain_step(activation):
+    def step(x, h, c, weights):
+        Wx, Wh, bx, bh = weights
+        rnn_in = _linear(x, Wx, bx) + _linear(h, Wh, bh)
+        if activation == 'tanh':
+            return numpy.tanh(rnn_in), None, None
+        return numpy.maximum(rnn_in, 0, dtype=rnn_in.dtype), None, None
+    return step
+
+
+def _plain_grad(activation):
+    def grad(x, h, c, h_new, kept, gh, gc, weights):
+        if activation == 'tanh':
+            g_in = gh * (h_new.dtype.type(1) - h_new * h_new)
+        else:
+            g_in = (gh * (h_new > 0)).astype(gh.dtype, copy=False)
+        return g_in, g_in, None, None
+    return grad
+
+
+def _plain_unstack(gWx, gWh, gbx, gbh):
+    return [gWx, gWh], [gbx, gbh]
+
+
+_Cell = collections.namedtuple('_Cell', 'stack step grad unstack')
+
+_CELLS = {
+    'lstm': _Cell(_lstm_stack, _lstm_step, _lstm_grad, _lstm_unstack),
+    'gru': _Cell(_gru_stack, _gru_step, _gru_grad, _gru_unstack),
+    'tanh': _Cell(_plain_stack, _plain_step('tanh'), _plain_grad('tanh'),
+                  _plain_unstack),
+    'relu': _Cell(_plain_stack, _plain_step('relu'), _plain_grad('relu'),
+                  _plain_unstack),
+}
+
+
+def run_forward(spec, arrays):
+    """``(outputs, record)``: the op's outputs (new arrays, sharing no
+    memory with the record) and what its backward reads."""
+    cell = _CELLS[spec.cell]
+    hx, cx, xs, ws, bs = _split_inputs(spec, arrays)
+    order, inverse = _sorting(spec, xs)
+    if order is not None:
+        xs = [xs[i] for i in order]  # permutate_list(xs, order, False)
+        hx = hx.take(order, axis=1)
+        cx = None if cx is None else cx.take(order, axis=1)
+    bounds, rows = _time_layout([len(x) for x in xs])
+    n_rows = bounds[-1][1] if bounds else 0
+    inputs = _pack(xs, rows, n_rows)
+    n_units = hx.shape[2]
+    hy, cy, layers = [], [], []
+    for layer in range(spec.n_layers):
+        outputs = numpy.empty((n_rows, n_units * spec.directions), hx.dtype)
+        directions = []
+        for d in range(spec.directions):
+            index = layer * spec.directions + d
+            steps = range(len(bounds))
+            if d == 1:
+                steps = steps[::-1]
+            weights = cell.stack(ws[index], bs[index])
+            h, c, kept = _run_direction(
+                cell, inputs, bounds, steps, weights, hx[index],
+                None if cx is None else cx[index],
+                outputs[:, d * n_units:(d + 1) * n_units])
+            hy.append(h)
+            cy.append(c)
+            directions.append(_Direction(weights, steps, kept))
+        layers.append(_Layer(inputs, directions))
+        inputs = outputs
+    results = [_unsorted(numpy.stack(hy), inverse)]
+    if cx is not None:
+        results.append(_unsorted(numpy.stack(cy), inverse))
+    ys = [inputs[r] for r in rows]
+    if order is not None:
+        ys = [ys[i] for i in inverse]
+    record = Record(spec, order, inverse, bounds, rows, layers, n_units,
+                    hx.dtype)
+    return tuple(results + ys), record
+
+
+def _unsorted(stacked, inverse):
+    """``permutate(stacked, order, axis=1, inv=True)``."""
+    if inverse is None:
+        return stacked
+    return stacked.take(inverse, axis=1)
+
+
+def _run_direction(cell, inputs, bounds, steps, weights, h, c, outputs):
+    """One direction of a layer, as ``_one_directional_loop``: writes
+    each step's ``h`` into its rows of ``outputs``; returns the final
+    ``(h, c)`` and, per step, ``(h, c, c_new, kept)`` for the backward
+    (``c_new`` is the new ``h`` for the cells without ``c``)."""
+    kept = []
+    for t in steps:
+        start, stop = bounds[t]
+        batch = stop - start
+        h_in = h[:batch]
+        c_in = None if c is None else c[:batch]
+        h_new, c_new, extra = cell.step(inputs[start:stop], h_in, c_in,
+                                        weights)
+        outputs[start:stop] = h_new
+        kept.append((h_in, c_in, h_new if c_new is None else c_new, extra))
+        h = _join(h_new, h, batch)
+        if c is not None:
+            c = _join(c_new, c, batch)
+    return h, c, kept
+
+
+def run_backward(record, gys, wanted):
+    """The gradients of all the op's inputs (None where not ``wanted``)
+    from those of its outputs (``gys``, None for zeros)."""
+    spec = record.spec
+    cell = _CELLS[spec.cell]
+    n_units = record.n_units
+    ghy, gcy, gys_items = _output_grads(record, gys)
+    n_rows = record.bounds[-1][1] if record.bounds else 0
+    g_outputs = _pack(gys_items, record.rows, n_rows)
+    x_start = spec.n_states
+    want_xs = any(wanted[x_start:x_start + spec.n_items])
+    gws, gbs = {}, {}
+    ghx = [None] * (spec.n_layers * spec.directions)
+    gcx = list(ghx)
+    for layer in reversed(range(spec.n_layers)):
+        entry = record.layers[layer]
+        want_inputs = layer > 0 or want_xs
+        g_inputs = None
+        for d, direction in enumerate(entry.directions):
+            index = layer * spec.directions + d
+            g_dir = g_outputs[:, d * n_units:(d + 1) * n_units]
+            gx, ghx[index], gcx[index], gW = _grad_direction(
+                cell, entry.inputs, record.bounds, direction, g_dir,
+                ghy[index], None if gcy is None else gcy[index],
+                want_inputs)
+            gws[index], gbs[index] = cell.unstack(*gW)
+            if want_inputs:
+                g_inputs = _accumulate(g_inputs, gx)
+        g_outputs = g_inputs
+    return _input_grads(record, ghx, gcx, g_outputs, gws, gbs, wanted)
+
+
+def _output_grads(record, gys):
+    """``(ghy, gcy, gys)`` sorted as the forward's items, zeros for
+    missing gradients (Chainer's nodes take them as zeros)."""
+    spec = record.spec
+    n_units = record.n_units
+    state_shape = (spec.n_layers * spec.directions, spec.n_items, n_units)
+
+    def state(g):
+        if g is None:
+            return numpy.zeros(state_shape, record.dtype)
+        return g if record.order is None else g.take(record.order, axis=1)
+    ghy = state(gys[0])
+    gcy = state(gys[1]) if spec.n_states == 2 else None
+    items = list(gys[spec.n_states:])
+    if record.order is not None:
+        items = [items[i] for i in record.order]
+    width = n_units * spec.directions
+    items = [numpy.zeros((len(r), width), record.dtype) if g is None else g
+             for g, r in zip(items, record.rows)]
+    return ghy, gcy, items
+
+
+def _grad_direction(cell, inputs, bounds, direction, g_outputs, gh, gc,
+                    want_inputs):
+    """The backward of ``_run_direction``: ``(g_inputs, gh0, gc0, (gWx,
+    gWh, gbx, gbh))``, the weights' gradients summed over the steps in
+    the order Chainer's backward adds them (the last step's first)."""
+    weights = direction.weights
+    Wx, Wh = weights[0], weights[1]
+    g_inputs = numpy.zeros_like(inputs) if want_inputs else None
+    n_items = len(gh)
+    h_parts = [gh]  # the gradients of the h leaving the current step
+    sums = [None] * 4
+    for t, kept in zip(reversed(direction.steps), reversed(direction.kept)):
+        start, stop = bounds[t]
+        batch = stop - start
+        h_in, c_in, c_new, extra = kept
+        if batch < n_items:  # the step's h went through a split
+            g_state = _sum_in_order(None, h_parts)
+            g_h_new = g_outputs[start:stop] + g_state[:batch]
+        else:
+            g_h_new = _sum_in_order(g_outputs[start:stop], h_parts)
+        g_c_new = None if gc is None else gc[:batch]
+        gx_in, gh_in, parts, gc_in = cell.grad(
+            inputs[start:stop], h_in, c_in, c_new, extra, g_h_new, g_c_new,
+            weights)
+        gx, gWx, gbx = _linear_grads(inputs[start:stop], Wx, gx_in,
+                                     want_inputs)
+        gh_lin, gWh, gbh = _linear_grads(h_in, Wh, gh_in, True)
+        for k, g in enumerate((gWx, gWh, gbx, gbh)):
+            sums[k] = _accumulate(sums[k], g)
+        if want_inputs:
+            g_inputs[start:stop] = gx
+        # Chainer adds a step's h's gradients from the output first, then
+        # from the cell's product (GRU), then from the linear layer.
+        h_parts = (parts or []) + [gh_lin]
+        if batch < n_items:
+            h_parts = [_join(_sum_in_order(None, h_parts), g_state, batch)]
+            if gc is not None:
+                gc = _join(gc_in, gc, batch)
+        elif gc is not None:
+            gc = gc_in
+    sums = [numpy.zeros_like(w) if g is None else g  # no step at all
+            for g, w in zip(sums, weights)]
+    return g_inputs, _sum_in_order(None, h_parts), gc, tuple(sums)
+
+
+def _input_grads(record, ghx, gcx, g_inputs, gws, gbs, wanted):
+    """The gradients in the op's input order, back in the caller's item
+    order, None where not wanted."""
+    spec = record.spec
+    grads = [_unsorted(numpy.stack(ghx), record.inverse)]
+    if spec.n_states == 2:
+        grads.append(_unsorted(numpy.stack(gcx), record.inverse))
+    if any(wanted[spec.n_states:spec.n_states + spec.n_items]):
+        gxs = [g_inputs[r] for r in record.rows]
+        if record.order is not None:
+            gxs = [gxs[i] for i in record.inverse]
+    else:
+        gxs = [None] * spec.n_items
+    grads.extend(gxs)
+    for index in range(spec.n_layers * spec.directions):
+        grads.extend(gws[index])
+        grads.extend(gbs[index])
+    return tuple(g if w else None for g, w in zip(grads, wanted))
+
+
+@lowering(NStepRNN)
+def lower_nstep_rnn(node, ctx):
+    """The whole link call: ``run_forward`` and ``run_backward``, which
+    read every length from the arrays of each call."""
+    if ctx.xp is not numpy:
+        return None
+    spec = node.spec
+    memo = ForwardMemo()
+
+    def forward(*arrays):
+        outputs, record = run_forward(spec, arrays)
+        memo.keep(arrays[0], (tuple(map(id, arrays)), record))
+        return outputs
+
+    def grad(xs, ys, gys, wanted):
+        kept = memo.take(xs[0])
+        if kept is not None and kept[0] == tuple(map(id, xs)):
+            record = kept[1]
+        else:  # another call's inputs: the forward again
+            record = run_forward(spec, xs)[1]
+        return run_backward(record, gys, wanted)
+    attrs = {'cell': spec.cell, 'layers': spec.n_layers,
+             'directions': spec.directions, 'items': spec.n_items,
+             'permute': spec.permute}
+    return Kernel(forward, attrs, multi=True,
+                  grad=GradRule(grad, inputs=range(spec.n_inputs)),
+                  fresh=True, lengths=_items_lengths(spec))
+
+
+def _items_lengths(spec):
+    """The ``Kernel.lengths`` rule: any lengths of the sequences, each
+    output sequence with the rows of its input; the states and weights
+    fixed."""
+    items = slice(spec.n_states, spec.n_states + spec.n_items)
+
+    def lengths(rows):
+        if any(r is not None for r in rows[:items.start] + rows[items.stop:]):
+            return None
+        return Follow((None,) * spec.n_states + tuple(rows[items]))
+    return lengths
