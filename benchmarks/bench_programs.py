@@ -25,10 +25,16 @@ against eager's. Workloads:
   training step per call;
 * ``new value every call``: a forward whose Python ``float`` argument
   changes on every call;
-* ``text classifier, sentences of new lengths``: an embedding, an
-  ``L.NStepLSTM`` encoder and a linear layer over a list of 8 sentences of
-  3 to 20 tokens (a new combination of lengths on every call), a training
-  step per call.
+* ``text classifier, sentences of new lengths``: Chainer's text
+  classification example's RNN encoder and classifier (``sequence_embed``
+  with dropout 0.4, a one-layer ``L.NStepLSTM``, dropout, a linear layer)
+  over a list of 8 sentences of 3 to 20 tokens (a new combination of
+  lengths on every call), a training step per call;
+* ``seq2seq, sentences of new lengths``: Chainer's seq2seq example's model
+  and forward (reversed sources, ``sequence_embed``, three-layer
+  ``L.NStepLSTM`` encoder and decoder with dropout 0.1 between layers, the
+  summed softmax cross entropy) over 8 sentence pairs of 3 to 20 tokens, a
+  training step per call.
 
 For each: the total time of the sequence (recordings and compiles
 included) and its ratio to eager's; the steady-state time per call over
@@ -55,7 +61,8 @@ from benchmarks import timing  # noqa: E402
 WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
              'GAN discriminator, input noise', 'new value every call',
-             'text classifier, sentences of new lengths')
+             'text classifier, sentences of new lengths',
+             'seq2seq, sentences of new lengths')
 
 #: ``steps(jit)``: ``(step, jitted function)``; ``step(n, args)`` runs
 #: call ``n`` and returns what is compared.
@@ -76,7 +83,10 @@ def parse_args(argv=None):
 
 # --- the models --------------------------------------------------------------
 
-def _links():
+def models():
+    """The workloads' model classes, Chainer's examples among them (the
+    tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
+    Scaled, TextClassifier, Seq2seq)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -171,19 +181,57 @@ def _links():
         def forward(self, x, k):
             return F.tanh(self.fc(x)) * k
 
+    def sequence_embed(embed, xs, dropout=0.):
+        x_len = [len(x) for x in xs]
+        x_section = numpy.cumsum(x_len[:-1])
+        ex = embed(F.concat(xs, axis=0))
+        ex = F.dropout(ex, ratio=dropout)
+        exs = F.split_axis(ex, x_section, 0)
+        return exs
+
     class TextClassifier(chainer.Chain):
-        def __init__(self, words=100, units=32, classes=4):
+        def __init__(self, words=100, units=32, classes=4, dropout=0.4):
             super().__init__()
             with self.init_scope():
                 self.embed = L.EmbedID(words, units)
-                self.encoder = L.NStepLSTM(1, units, units, 0.0)
-                self.out = L.Linear(units, classes)
+                self.encoder = L.NStepLSTM(1, units, units, dropout)
+                self.output = L.Linear(units, classes)
+            self.dropout = dropout
 
         def forward(self, xs, t):
-            hy, _, _ = self.encoder(None, None, [self.embed(x) for x in xs])
-            return F.softmax_cross_entropy(self.out(hy[0]), t)
+            exs = sequence_embed(self.embed, xs, self.dropout)
+            last_h, last_c, ys = self.encoder(None, None, exs)
+            h = F.dropout(last_h[-1], ratio=self.dropout)
+            return F.softmax_cross_entropy(self.output(h), t)
 
-    return CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier
+    class Seq2seq(chainer.Chain):
+        def __init__(self, words=100, units=32):
+            super().__init__()
+            with self.init_scope():
+                self.embed_x = L.EmbedID(words, units)
+                self.embed_y = L.EmbedID(words, units)
+                self.encoder = L.NStepLSTM(3, units, units, 0.1)
+                self.decoder = L.NStepLSTM(3, units, units, 0.1)
+                self.W = L.Linear(units, words)
+
+        def forward(self, xs, ys):
+            xs = [x[::-1] for x in xs]
+            eos = self.xp.array([0], numpy.int32)
+            ys_in = [F.concat([eos, y], axis=0) for y in ys]
+            ys_out = [F.concat([y, eos], axis=0) for y in ys]
+            exs = sequence_embed(self.embed_x, xs)
+            eys = sequence_embed(self.embed_y, ys_in)
+            batch = len(xs)
+            hx, cx, _ = self.encoder(None, None, exs)
+            _, _, os = self.decoder(hx, cx, eys)
+            concat_os = F.concat(os, axis=0)
+            concat_ys_out = F.concat(ys_out, axis=0)
+            loss = F.sum(F.softmax_cross_entropy(
+                self.W(concat_os), concat_ys_out, reduce='no')) / batch
+            return loss
+
+    return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
+            Seq2seq)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -215,7 +263,7 @@ def _training_step(model, loss_of):
 
 def _crf(jit):
     import chainerjit
-    cls = _links()[0]
+    cls = models()[0]
     model = _twins(cls)[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
     return _training_step(model, forward), forward
@@ -233,7 +281,7 @@ def _crf_calls(n, rng):
 
 def _tree(jit, part):
     import chainerjit
-    cls = _links()[1]
+    cls = models()[1]
     model = _twins(cls)[1 if jit else 0]
     forward = model.forward
     jitted = None
@@ -259,7 +307,7 @@ def _tree_calls(n, rng):
 
 def _vae(jit):
     import chainerjit
-    model = _twins(_links()[2])[1 if jit else 0]
+    model = _twins(models()[2])[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
     return _training_step(model, forward), forward
 
@@ -273,7 +321,7 @@ def _vae_calls(n, rng):
 def _gan(jit):
     import chainer.functions as F
     import chainerjit
-    model = _twins(_links()[3])[1 if jit else 0]
+    model = _twins(models()[3])[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
 
     def loss_of(real, fake):
@@ -291,7 +339,7 @@ def _gan_calls(n, rng):
 
 def _scaled(jit):
     import chainerjit
-    model = _twins(_links()[4])[1 if jit else 0]
+    model = _twins(models()[4])[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
 
     def step(n, args):
@@ -307,7 +355,7 @@ def _scaled_calls(n, rng):
 
 def _text(jit):
     import chainerjit
-    model = _twins(_links()[5])[1 if jit else 0]
+    model = _twins(models()[5])[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
     return _training_step(model, forward), forward
 
@@ -317,6 +365,23 @@ def _text_calls(n, rng):
     return [([rng.randint(0, 100, int(rng.randint(3, 21))).astype(
         numpy.int32) for _ in range(8)], rng.randint(0, 4, 8).astype(
             numpy.int32)) for _ in range(n)]
+
+
+def _seq2seq(jit):
+    import chainerjit
+    model = _twins(models()[6])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _sentences(rng):
+    import numpy
+    return [rng.randint(1, 100, int(rng.randint(3, 21))).astype(numpy.int32)
+            for _ in range(8)]
+
+
+def _seq2seq_calls(n, rng):
+    return [(_sentences(rng), _sentences(rng)) for _ in range(n)]
 
 
 WORKLOAD_DEFS = {
@@ -330,6 +395,7 @@ WORKLOAD_DEFS = {
     'new value every call': Workload(_scaled, _scaled_calls),
     'text classifier, sentences of new lengths': Workload(_text,
                                                           _text_calls),
+    'seq2seq, sentences of new lengths': Workload(_seq2seq, _seq2seq_calls),
 }
 
 

@@ -7,6 +7,7 @@ import os
 import weakref
 
 import chainer
+import numpy
 
 from chainerjit import errors
 from chainerjit import fastpaths
@@ -232,12 +233,14 @@ class JitFunction(_calls.CachedCall):
     def _verify_length(self, entry, leaves, params, symbols, instance, args,
                        kwargs, checked):
         """The first call of a symbolic entry at a new length (or batch
-        size: ``checked``) runs the program (it has no side effects) and
-        then eagerly, and compares: Python state the recording could not
+        size: ``checked``) runs the program (it has no side effects but
+        draws from NumPy's generator, whose state is put back) and then
+        eagerly, and compares: Python state the recording could not
         see (an iterator's position, a counter deep in a container) may
         make that length differ. On a difference the function stops making
         lengths (or batch sizes) symbolic. The call returns eager's
         result."""
+        draws = numpy.random.get_state()  # dropout draws the same again
         try:
             outs = entry.program.run(signature.leaf_arrays(leaves) + params
                                      + symbols)
@@ -247,6 +250,7 @@ class JitFunction(_calls.CachedCall):
             # as wrong as another result; a branch is the guard's to judge.
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
+        numpy.random.set_state(draws)
         result = self._eager(instance, args, kwargs, hit=True)
         if compiled is None:
             return result

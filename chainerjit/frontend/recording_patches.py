@@ -313,13 +313,14 @@ def _nstep_cell(link, n_states):
 
 def _nstep_applies(link, states, xs):
     """Does :class:`~chainerjit.ops.nstep.NStepRNN` compute this call?
-    NumPy arrays of one float dtype, sequences of at least one step, and
-    no dropout drawn (its draws are eager's; a link of one layer draws
-    none)."""
+    NumPy arrays of one float dtype and sequences of at least one step
+    (the op draws the dropout the link draws while training, but not as
+    iDeep would)."""
     if not isinstance(xs, (list, tuple)) or not xs:
         return False
-    if link.dropout and chainer.config.train and link.n_layers > 1:
-        return False  # (Chainer drops out the inputs of layers 2 and up)
+    if link.dropout and chainer.config.train and \
+            chainer.config.use_ideep != 'never':
+        return False
     arrays = [_array_of(x) for x in xs] + \
         [_array_of(s) for s in states if s is not None] + \
         [p.array for p in link.params()]
@@ -340,8 +341,13 @@ def _apply_nstep(link, cell, states, xs):
     params = []
     for ws, bs in zip(link.ws, link.bs):
         params += list(ws) + list(bs)
-    node = nstep.NStepRNN(link.n_layers, link.use_bi_direction, cell,
-                          len(xs), permute=True)
+    if link.dropout and chainer.config.train and link.n_layers > 1:
+        # Chainer drops out the inputs of the layers after the first.
+        node = nstep.NStepRNNDropout(link.n_layers, link.use_bi_direction,
+                                     cell, len(xs), True, link.dropout)
+    else:
+        node = nstep.NStepRNN(link.n_layers, link.use_bi_direction, cell,
+                              len(xs), permute=True)
     outputs = node.apply(list(states) + xs + params)
     n_states = len(states)
     return tuple(outputs[:n_states]) + (list(outputs[n_states:]),)

@@ -235,12 +235,38 @@ def lowering(*classes):
 # self-check it against eager.
 _IMPURE_NAMES = frozenset([
     'Dropout', 'Gaussian', 'SimplifiedDropconnect', 'Zoneout', 'RReLU',
-    'BatchNormalization', 'GumbelSoftmax'])
+    'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout'])
 
 
 def is_impure(label):
     """True for a node label (class name) that is random or stateful."""
     return label in _IMPURE_NAMES
+
+
+# Node labels whose only side effect is drawing from NumPy's global
+# generator (``numpy.random.rand``): running one again after restoring the
+# generator's state gives the same result.
+_GLOBAL_DRAWS = frozenset(['Dropout', 'NStepRNNDropout'])
+
+
+def draws_only(label):
+    """True for a node label whose only side effect is a draw from
+    NumPy's global random generator."""
+    return label in _GLOBAL_DRAWS
+
+
+_GENERIC_LENGTHS = {}
+
+
+def generic_lengths(*classes):
+    """Registers the decorated ``rule(template)``, which gives the
+    ``Kernel.lengths`` rule of the generic kernel of a node of ``classes``
+    (or ``None``)."""
+    def register(fn):
+        for cls in classes:
+            _GENERIC_LENGTHS[cls] = fn
+        return fn
+    return register
 
 
 def communicates(node):
@@ -398,11 +424,15 @@ def generic_kernel(template, ctx, array_attrs=(), config=None):
         with chainer.force_backprop_mode():
             ys = node.apply(xs)
         return tuple(y.array for y in ys) + (_ChainerGraph(xs, ys),)
+    _load_op_modules()
+    rule = _GENERIC_LENGTHS.get(type(template))
+    lengths = None if rule is None or array_attrs else rule(template)
     if config:
         return Kernel(_under_config(run, config), {'config': _format_config(
             config)}, multi=True, grad=GenericTraining(_under_config(
-                run_for_training, config)))
-    return Kernel(run, multi=True, grad=GenericTraining(run_for_training))
+                run_for_training, config)), lengths=lengths)
+    return Kernel(run, multi=True, grad=GenericTraining(run_for_training),
+                  lengths=lengths)
 
 
 def _under_config(fn, config):

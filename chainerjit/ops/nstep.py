@@ -16,13 +16,13 @@ Outputs: ``hy``, ``cy`` (LSTM only), then the ``n_items`` outputs ``ys``.
 """
 
 import collections
+import weakref
 
 import chainer
 from chainer.links.rnn import n_step_rnn as n_step_rnn_link
 import numpy
 
 from chainerjit.ops import Follow
-from chainerjit.ops import ForwardMemo
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -35,8 +35,10 @@ N_WEIGHTS = {'lstm': 8, 'gru': 6, 'tanh': 2, 'relu': 2}
 
 
 class Spec(collections.namedtuple(
-        'Spec', 'n_layers bidirectional cell n_items permute')):
-    """What an :class:`NStepRNN` node is, besides its arrays."""
+        'Spec', 'n_layers bidirectional cell n_items permute dropout',
+        defaults=(0.0,))):
+    """What an :class:`NStepRNN` node is, besides its arrays (``dropout``:
+    the ratio its layers after the first drop out of their inputs)."""
 
     @property
     def directions(self):
@@ -69,10 +71,12 @@ class NStepRNN(chainer.FunctionNode):
         self.n_items = n_items
         self.permute = bool(permute)
 
+    dropout = 0.0
+
     @property
     def spec(self):
         return Spec(self.n_layers, self.bidirectional, self.cell,
-                    self.n_items, self.permute)
+                    self.n_items, self.permute, self.dropout)
 
     def forward(self, inputs):
         outputs, self._record = run_forward(self.spec, inputs)
@@ -84,6 +88,18 @@ class NStepRNN(chainer.FunctionNode):
         grads = NStepRNNGrad(self._record, present, indexes).apply(
             [grad_outputs[i] for i in present])
         return grads
+
+
+class NStepRNNDropout(NStepRNN):
+    """An :class:`NStepRNN` that drops out the inputs of its layers after
+    the first, as the links do while training: each direction draws its
+    mask from NumPy's generator as ``F.dropout`` of each time step does,
+    in the same order (a random op: ``ops.draws_only``)."""
+
+    def __init__(self, n_layers, bidirectional, cell, n_items, permute,
+                 dropout):
+        super().__init__(n_layers, bidirectional, cell, n_items, permute)
+        self.dropout = dropout
 
 
 class NStepRNNGrad(chainer.FunctionNode):
@@ -117,16 +133,15 @@ class NStepRNNGrad(chainer.FunctionNode):
 # The record of a forward, for its backward: ``order`` and ``inverse``
 # (the sorting permutation, or None), ``bounds`` (the rows of each time
 # step in the packed arrays), ``rows`` (each sorted item's rows), and
-# per layer a ``_Layer``; the states' size and dtype.
+# per layer its ``_Direction`` records; the states' size and dtype.
 Record = collections.namedtuple(
     'Record', 'spec order inverse bounds rows layers n_units dtype')
 
-# One layer: its packed input and, per direction, a ``_Direction``.
-_Layer = collections.namedtuple('_Layer', 'inputs directions')
-
 # One direction of a layer: its stacked weights, its time steps in
-# processing order, and what each step kept.
-_Direction = collections.namedtuple('_Direction', 'weights steps kept')
+# processing order, what each step kept, and its packed input and dropout
+# mask (the layer's input and None where it drops nothing out).
+_Direction = collections.namedtuple('_Direction',
+                                    'weights steps kept inputs mask')
 
 
 def _split_inputs(spec, arrays):
@@ -355,9 +370,12 @@ _CELLS = {
 }
 
 
-def run_forward(spec, arrays):
+def run_forward(spec, arrays, masks=None):
     """``(outputs, record)``: the op's outputs (new arrays, sharing no
-    memory with the record) and what its backward reads."""
+    memory with the record) and what its backward reads. ``masks``: the
+    dropout masks of an earlier run of these arrays (``masks_of``), to
+    compute it again; else drawn."""
+    masks = None if masks is None else iter(masks)
     cell = _CELLS[spec.cell]
     hx, cx, xs, ws, bs = _split_inputs(spec, arrays)
     order, inverse = _sorting(spec, xs)
@@ -379,14 +397,18 @@ def run_forward(spec, arrays):
             if d == 1:
                 steps = steps[::-1]
             weights = cell.stack(ws[index], bs[index])
+            mask = None if not layer else _dropout_mask(
+                inputs, spec.dropout) if masks is None else next(masks)
+            dropped = inputs if mask is None else inputs * mask
             h, c, kept = _run_direction(
-                cell, inputs, bounds, steps, weights, hx[index],
+                cell, dropped, bounds, steps, weights, hx[index],
                 None if cx is None else cx[index],
                 outputs[:, d * n_units:(d + 1) * n_units])
             hy.append(h)
             cy.append(c)
-            directions.append(_Direction(weights, steps, kept))
-        layers.append(_Layer(inputs, directions))
+            directions.append(_Direction(weights, steps, kept, dropped,
+                                         mask))
+        layers.append(directions)
         inputs = outputs
     results = [_unsorted(numpy.stack(hy), inverse)]
     if cx is not None:
@@ -397,6 +419,22 @@ def run_forward(spec, arrays):
     record = Record(spec, order, inverse, bounds, rows, layers, n_units,
                     hx.dtype)
     return tuple(results + ys), record
+
+
+def masks_of(record):
+    """The dropout masks a forward drew, in the order it drew them."""
+    return [d.mask for layer in record.layers[1:] for d in layer]
+
+
+def _dropout_mask(inputs, ratio):
+    """``F.dropout``'s mask of each time step of a packed input, drawn as
+    ``Dropout.forward_cpu`` draws it, step after step (one draw of all
+    the rows gives the same numbers in the same order); ``None`` for no
+    dropout."""
+    if not ratio:
+        return None
+    scale = inputs.dtype.type(1. / (1 - ratio))
+    return scale * (numpy.random.rand(*inputs.shape) >= ratio)
 
 
 def _unsorted(stacked, inverse):
@@ -442,17 +480,18 @@ def run_backward(record, gys, wanted):
     ghx = [None] * (spec.n_layers * spec.directions)
     gcx = list(ghx)
     for layer in reversed(range(spec.n_layers)):
-        entry = record.layers[layer]
         want_inputs = layer > 0 or want_xs
         g_inputs = None
-        for d, direction in enumerate(entry.directions):
+        for d, direction in enumerate(record.layers[layer]):
             index = layer * spec.directions + d
             g_dir = g_outputs[:, d * n_units:(d + 1) * n_units]
             gx, ghx[index], gcx[index], gW = _grad_direction(
-                cell, entry.inputs, record.bounds, direction, g_dir,
+                cell, direction.inputs, record.bounds, direction, g_dir,
                 ghy[index], None if gcy is None else gcy[index],
                 want_inputs)
             gws[index], gbs[index] = cell.unstack(*gW)
+            if want_inputs and direction.mask is not None:
+                gx = gx * direction.mask  # DropoutGrad
             if want_inputs:
                 g_inputs = _accumulate(g_inputs, gx)
         g_outputs = g_inputs
@@ -546,33 +585,67 @@ def _input_grads(record, ghx, gcx, g_inputs, gws, gbs, wanted):
     return tuple(g if w else None for g, w in zip(grads, wanted))
 
 
-@lowering(NStepRNN)
+@lowering(NStepRNN, NStepRNNDropout)
 def lower_nstep_rnn(node, ctx):
     """The whole link call: ``run_forward`` and ``run_backward``, which
     read every length from the arrays of each call."""
     if ctx.xp is not numpy:
         return None
     spec = node.spec
-    memo = ForwardMemo()
+    records = _Records()
 
     def forward(*arrays):
         outputs, record = run_forward(spec, arrays)
-        memo.keep(arrays[0], (tuple(map(id, arrays)), record))
+        records.keep(outputs[0], record, spec.dropout)
         return outputs
 
     def grad(xs, ys, gys, wanted):
-        kept = memo.take(xs[0])
-        if kept is not None and kept[0] == tuple(map(id, xs)):
-            record = kept[1]
-        else:  # another call's inputs: the forward again
-            record = run_forward(spec, xs)[1]
+        record, masks = records.take(ys[0])
+        if record is None:  # a forward long ago, or not this kernel's
+            record = run_forward(spec, xs, masks)[1]
         return run_backward(record, gys, wanted)
     attrs = {'cell': spec.cell, 'layers': spec.n_layers,
              'directions': spec.directions, 'items': spec.n_items,
              'permute': spec.permute}
+    if spec.dropout:
+        attrs['dropout'] = spec.dropout
     return Kernel(forward, attrs, multi=True,
-                  grad=GradRule(grad, inputs=range(spec.n_inputs)),
+                  grad=GradRule(grad, inputs=range(spec.n_inputs),
+                                outputs=(0,)),
                   fresh=True, lengths=_items_lengths(spec))
+
+
+class _Records(object):
+    """What the forwards whose first output (``hy``, new on every call)
+    is alive computed, by that output: the last few records whole, and
+    every dropout mask, so that a gradient gets its own forward's values
+    or computes them again with its masks, whatever ran in between."""
+
+    #: Records kept whole (a forward's values are as large as the
+    #: activations of all its steps).
+    KEPT = 2
+
+    def __init__(self):
+        self._records = collections.OrderedDict()
+        self._masks = {}
+
+    def keep(self, y, record, dropout):
+        key = id(y)
+        self._records[key] = record
+        while len(self._records) > self.KEPT:
+            self._records.popitem(last=False)
+        if dropout:
+            self._masks[key] = masks_of(record)
+        weakref.finalize(y, self._forget, key)
+
+    def _forget(self, key):
+        self._records.pop(key, None)
+        self._masks.pop(key, None)
+
+    def take(self, y):
+        """``(record or None, masks or None)`` of the forward of ``y``."""
+        key = id(y)
+        return self._records.get(key), self._masks.get(key)
 
 
 def _items_lengths(spec):

@@ -20,6 +20,7 @@ import chainer
 import numpy
 
 from chainerjit import errors
+from chainerjit import ops
 from chainerjit import passes
 from chainerjit.backend import codegen
 from chainerjit.frontend import guards
@@ -283,9 +284,11 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     names = [name for name, _ in sig.items[:n_leaves]]
     why = ragged.why_fixed(graph, set(leaves), recording.length_uses,
                            names)
-    if why is None and not pure_but_guards(graph.nodes):
-        # Other lengths are checked by running the program and eagerly.
-        why = 'the program has side effects (a random draw, a state update)'
+    if why is None and not _draws_only(graph.nodes):
+        # Other lengths are checked by running the program and eagerly,
+        # NumPy's generator restored in between.
+        why = 'the program has side effects (a state update, a random ' \
+            'draw other than dropout)'
     if why is None:
         return ragged.Ragged(tuple(leaves)), None
     if caller.warn_items is not None:
@@ -293,6 +296,14 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
                           'key (each new combination compiles again): %s' %
                           (', '.join(sorted(lists)), why))
     return None, why
+
+
+def _draws_only(nodes):
+    """No node has side effects but guards and draws from NumPy's global
+    random generator (dropout)."""
+    return all(node.region is None and (
+        node.pure or structural.is_guard(node) or ops.draws_only(node.op))
+        for node in nodes)
 
 
 def _with_line(reason, loc):

@@ -14,7 +14,9 @@ compile on nearly every call. An entry instead serves any lengths
 * every node that reads an item, or a value whose rows follow an item's
   length, has a kernel that reads that length from its arrays, in its
   forward and its gradient (``Kernel.lengths``: a lookup, a linear layer,
-  the N-step RNN links), and no other node does;
+  a join or a cut of the rows, a loss, dropout, the N-step RNN links),
+  and names the rows of its outputs (``ops.Rows``);
+* the program has no side effects but draws from NumPy's generator;
 * the program runs on the VM, without buffers of the arena.
 
 The number of items stays in the key, and so does a length under

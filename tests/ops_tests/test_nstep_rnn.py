@@ -6,7 +6,6 @@ node, against the same model run eagerly; dropout while training falls
 back to the link's own forward."""
 
 import copy
-import warnings
 
 import chainer
 import chainer.functions as F
@@ -186,14 +185,15 @@ def _token_calls(rng, lengths, n_states, directions, n_layers, n=3):
 
 def _nstep_nodes(jitted):
     return [node for entry in jitted.cache_entries()
-            for node in entry.graph.nodes if node.op == 'NStepRNN']
+            for node in entry.graph.nodes if node.op.startswith('NStepRNN')]
 
 
 def _assert_one_node(jitted):
     info = jitted.cache_info()
     assert info.compiled >= 1 and info.hits >= 1, jitted.cache_report()
     entry, = jitted.cache_entries()
-    nodes = [node for node in entry.graph.nodes if node.op == 'NStepRNN']
+    nodes = [node for node in entry.graph.nodes
+             if node.op.startswith('NStepRNN')]
     assert len(nodes) == 1 and not nodes[0].generic, str(entry.graph)
     # Nothing of Chainer's per-step nodes is left.
     assert not any(node.op in ('LSTM', 'TransposeSequence', 'SplitAxis')
@@ -235,19 +235,29 @@ def test_jitted_lstm_forward_is_eager_bit_for_bit(rng):
     _assert_one_node(jitted)
 
 
-def test_dropout_while_training_runs_the_link(rng):
-    model = Classifier('NStepLSTM', 2, dropout=0.3)
+@pytest.mark.parametrize('name', ['NStepLSTM', 'NStepBiGRU'])
+def test_dropout_while_training_draws_as_the_link(rng, name):
+    model = Classifier(name, 3, dropout=0.3)
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.forward)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        for tokens, in _token_calls(rng, [5, 3, 3, 1], 0, 1, 2):
-            numpy.random.seed(7)
-            expected = model(tokens)
-            numpy.random.seed(7)
-            actual = jitted(tokens)
-            assert_array_equal(actual.array, expected.array)
-    assert not _nstep_nodes(jitted)
+    for seed, (tokens,) in enumerate(_token_calls(rng, [5, 3, 3, 1], 0, 1,
+                                                  2, n=4)):
+        results = []
+        for m, forward in ((model, model), (twin, jitted)):
+            numpy.random.seed(seed)
+            m.cleargrads()
+            y = forward(tokens)
+            F.sum(y * y).backward()
+            results.append((y.array, [p.grad for _, p in
+                                      sorted(m.namedparams())],
+                            numpy.random.rand()))
+        (y, grads, after), (y_jit, grads_jit, after_jit) = results
+        assert_array_equal(y_jit, y)
+        for a, e in zip(grads_jit, grads):
+            numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        assert after_jit == after  # as many numbers drawn
+    _assert_one_node(jitted)
+    assert jitted.cache_info().compiled >= 3
 
 
 def test_one_layer_draws_no_dropout_and_is_one_node(rng):

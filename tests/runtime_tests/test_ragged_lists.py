@@ -2,6 +2,7 @@
 every length of the items of a list argument, with values and gradients
 equal to eager's, and where it cannot, a warning says why."""
 
+import copy
 import warnings
 
 import chainer
@@ -163,41 +164,54 @@ class _Seq2seq(chainer.Chain):
                                        F.concat(ys_out, axis=0))
 
 
-def _sequence_embed(embed, xs):
-    """As Chainer's seq2seq and text classification examples embed a
-    batch: once for the joined sentences, cut at their offsets."""
-    x_len = [len(x) for x in xs]
-    x_section = numpy.cumsum(x_len[:-1])
-    return F.split_axis(embed(F.concat(xs, axis=0)), x_section, 0)
+def _check_seeded(model, calls):
+    """``jit(model.forward)`` of a twin against ``model.forward``, each
+    call seeded alike: losses, parameters' gradients, and as many random
+    numbers drawn."""
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    for seed, args in enumerate(calls):
+        losses, grads, next_draws = [], [], []
+        for m, forward in ((model, model.forward), (twin, jitted)):
+            numpy.random.seed(seed)
+            m.cleargrads()
+            loss = forward(*args)
+            loss.backward()
+            losses.append(loss.array)
+            grads.append([p.grad for _, p in sorted(m.namedparams())])
+            next_draws.append(numpy.random.rand())  # as many draws made
+        chainerjit.testing.assert_results_equal(losses[1], losses[0])
+        for a, e in zip(*grads):
+            numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        assert next_draws[0] == next_draws[1]
+    return jitted
 
 
-class _ExampleSeq2seq(_Seq2seq):
-    """The forward of Chainer's seq2seq example (``examples/seq2seq``), as
-    written there but for its dropout."""
-
-    def forward(self, xs, ys):
-        xs = [x[::-1] for x in xs]
-        eos = self.xp.array([0], numpy.int32)
-        ys_in = [F.concat([eos, y], axis=0) for y in ys]
-        ys_out = [F.concat([y, eos], axis=0) for y in ys]
-        exs = _sequence_embed(self.embed_x, xs)
-        eys = _sequence_embed(self.embed_y, ys_in)
-        batch = len(xs)
-        hx, cx, _ = self.encoder(None, None, exs)
-        _, _, os = self.decoder(hx, cx, eys)
-        concat_os = F.concat(os, axis=0)
-        concat_ys_out = F.concat(ys_out, axis=0)
-        return F.sum(F.softmax_cross_entropy(
-            self.W(concat_os), concat_ys_out, reduce='no')) / batch
+def _example(name, **kw):
+    """A model of Chainer's examples, as the benchmarks train it
+    (``benchmarks/bench_programs.py``), small."""
+    from benchmarks import bench_programs
+    classes = dict(zip(['text classifier', 'seq2seq'],
+                       bench_programs.models()[5:]))
+    numpy.random.seed(0)
+    return classes[name](units=6, **kw)
 
 
-def test_chainer_seq2seq_example_over_new_lengths():
-    rng = numpy.random.RandomState(10)
-    calls = [(_tokens(rng), _tokens(rng)) for _ in range(6)]
-    jitted = _trained(_ExampleSeq2seq, calls)
-    entry, = jitted.cache_entries()
-    graph = str(entry.graph)
-    assert 'SplitAxis' in graph and 'Sum' in graph
+def test_chainer_text_classification_example_with_dropout():
+    rng = numpy.random.RandomState(13)
+    jitted = _check_seeded(_example('text classifier'), [
+        (_tokens(rng), rng.randint(0, 3, 4).astype(numpy.int32))
+        for _ in range(6)])
+    assert len(jitted.cache_entries()) == 1
+    assert jitted.cache_info().compiled >= 3
+
+
+def test_chainer_seq2seq_example_with_its_dropout():
+    rng = numpy.random.RandomState(14)
+    jitted = _check_seeded(_example('seq2seq'), [
+        (_tokens(rng), _tokens(rng)) for _ in range(6)])
+    assert len(jitted.cache_entries()) == 1
+    assert jitted.cache_info().compiled >= 3
 
 
 class _CutOtherwise(_PerItem):
