@@ -16,6 +16,7 @@ Outputs: ``hy``, ``cy`` (LSTM only), then the ``n_items`` outputs ``ys``.
 """
 
 import collections
+import functools
 import weakref
 
 import chainer
@@ -612,7 +613,9 @@ def lower_nstep_rnn(node, ctx):
     return Kernel(forward, attrs, multi=True,
                   grad=GradRule(grad, inputs=range(spec.n_inputs),
                                 outputs=(0,)),
-                  fresh=True, lengths=_items_lengths(spec))
+                  fresh=True, lengths=_items_lengths(spec),
+                  onnx=None if spec.cell != 'lstm' or spec.dropout
+                  else functools.partial(_lstm_to_onnx, spec))
 
 
 class _Records(object):
@@ -646,6 +649,71 @@ class _Records(object):
         """``(record or None, masks or None)`` of the forward of ``y``."""
         key = id(y)
         return self._records.get(key), self._masks.get(key)
+
+
+# ONNX's LSTM takes its gates' weights in the order i, o, f, c; Chainer's
+# NStepLSTM holds them as w0 (i), w1 (f), w2 (c), w3 (o) for the input
+# and w4 to w7 likewise for the state.
+_ONNX_GATES = (0, 3, 1, 2)
+
+
+def _lstm_to_onnx(spec, b, ins, outs):
+    """The op as ONNX ``LSTM`` nodes, one per layer (both directions in
+    one): the items padded to the longest, one batch column each, with
+    their lengths as ``sequence_lens``; each output item cut back to its
+    length."""
+    hx, cx, xs, ws, bs = _split_inputs(spec, ins)
+    n_units = b.in_shapes[0][2]
+    lengths = [b.op('Slice', [b.op('Shape', [x])[0], b.int64s([0]),
+                              b.int64s([1])])[0] for x in xs]
+    longest = b.op('ReduceMax', [b.op('Concat', lengths, axis=0)[0]],
+                   keepdims=1)[0]
+    columns = [b.op('Unsqueeze', [b.op('Pad', [x, b.op('Concat', [
+        b.int64s([0, 0]), b.op('Sub', [longest, n])[0], b.int64s([0])],
+        axis=0)[0]])[0], b.int64s([1])])[0] for x, n in zip(xs, lengths)]
+    inputs = b.op('Concat', columns, axis=1)[0]
+    seq_lens = b.op('Cast', [b.op('Concat', lengths, axis=0)[0]], to=6)[0]
+    hy, cy = [], []
+    for layer in range(spec.n_layers):
+        first = layer * spec.directions
+        index = range(first, first + spec.directions)
+        y, h, c = b.op('LSTM', [
+            inputs, _stacked(b, ws, index, range(4)),
+            _stacked(b, ws, index, range(4, 8)),
+            _stacked(b, bs, index, range(8)), seq_lens,
+            _layer_state(b, hx, first, spec.directions),
+            _layer_state(b, cx, first, spec.directions)],
+            [b.fresh('y'), b.fresh('h'), b.fresh('c')],
+            hidden_size=n_units, direction='bidirectional'
+            if spec.bidirectional else 'forward')
+        hy.append(h)
+        cy.append(c)
+        # (T, directions, N, units) -> (T, N, directions * units)
+        inputs = b.op('Reshape', [b.op('Transpose', [y], perm=[0, 2, 1, 3])[
+            0], b.int64s([0, 0, -1])])[0]
+    b.op('Concat', hy, [outs[0]], axis=0)
+    b.op('Concat', cy, [outs[1]], axis=0)
+    for k, (n, y) in enumerate(zip(lengths, outs[2:])):
+        column = b.op('Gather', [inputs, b.int64s(k)], axis=1)[0]
+        b.op('Slice', [column, b.int64s([0]), n, b.int64s([0])], [y])
+
+
+def _stacked(b, arrays, directions, kinds):
+    """Weights (or biases) of ``directions``, each its ``kinds`` in
+    ONNX's gate order, stacked along a new first axis."""
+    order = [kinds[0] + k for k in _ONNX_GATES]
+    if len(kinds) == 8:  # biases: the input's, then the state's
+        order += [4 + k for k in _ONNX_GATES]
+    return b.op('Concat', [b.op('Unsqueeze', [b.op('Concat', [
+        arrays[d][k] for k in order], axis=0)[0], b.int64s([0])])[0]
+        for d in directions], axis=0)[0]
+
+
+def _layer_state(b, state, first, count):
+    """The states of one layer's directions, ``state[first:first +
+    count]``."""
+    return b.op('Slice', [state, b.int64s([first]),
+                          b.int64s([first + count]), b.int64s([0])])[0]
 
 
 def _items_lengths(spec):

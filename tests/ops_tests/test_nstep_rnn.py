@@ -225,6 +225,7 @@ def test_jitted_classifier_of_equal_lengths(rng, name):
     _assert_one_node(jitted)
 
 
+@pytest.mark.bit_exact
 def test_jitted_lstm_forward_is_eager_bit_for_bit(rng):
     model = Classifier('NStepBiLSTM', 2)
     twin = copy.deepcopy(model)
@@ -235,6 +236,7 @@ def test_jitted_lstm_forward_is_eager_bit_for_bit(rng):
     _assert_one_node(jitted)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('name', ['NStepLSTM', 'NStepBiGRU'])
 def test_dropout_while_training_draws_as_the_link(rng, name):
     model = Classifier(name, 3, dropout=0.3)
@@ -260,6 +262,7 @@ def test_dropout_while_training_draws_as_the_link(rng, name):
     assert jitted.cache_info().compiled >= 3
 
 
+@pytest.mark.bit_exact
 def test_one_layer_draws_no_dropout_and_is_one_node(rng):
     model = Classifier('NStepLSTM', 1, dropout=0.3)
     twin = copy.deepcopy(model)
@@ -272,6 +275,7 @@ def test_one_layer_draws_no_dropout_and_is_one_node(rng):
     _assert_one_node(jitted)
 
 
+@pytest.mark.bit_exact
 def test_dropout_while_testing_is_one_node(rng):
     model = Classifier('NStepLSTM', 2, dropout=0.3)
     twin = copy.deepcopy(model)

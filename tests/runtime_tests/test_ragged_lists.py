@@ -362,3 +362,33 @@ def test_exported_with_each_length_dynamic():
                 session.get_inputs(), xs)})
             numpy.testing.assert_allclose(got, model.forward(xs).array,
                                           rtol=1e-5, atol=1e-6)
+
+
+class _Encoded(_PerItem):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.encoder = L.NStepBiLSTM(2, 6, 5, 0.0)
+
+    def forward(self, xs):
+        hy, cy, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        return hy, cy, F.concat(ys, axis=0)
+
+
+def test_exported_n_step_lstm_runs_at_other_lengths():
+    ort = pytest.importorskip('onnxruntime')
+    rng = numpy.random.RandomState(15)
+    model = _model(_Encoded)
+    jitted = chainerjit.jit(model.forward)
+    calls = _calls(rng, 5, n_items=3)
+    with chainer.no_backprop_mode():
+        for args in calls[:2]:
+            jitted(*args)
+        exported = chainerjit.export_onnx(jitted, calls[0])
+        assert 'LSTM' in [n.op_type for n in exported.graph.node]
+        session = ort.InferenceSession(exported.SerializeToString())
+        for xs, in calls[2:]:
+            got = session.run(None, {i.name: x for i, x in zip(
+                session.get_inputs(), xs)})
+            chainerjit.testing.assert_results_equal(
+                tuple(got), tuple(y.array for y in model.forward(xs)))
