@@ -639,9 +639,22 @@ def _cut_at_items(kernel, pieces, trailing, dtype):
         parts = [numpy.zeros((size,) + trailing, dtype) if gy is None
                  else gy for gy, size in zip(gys, sizes_of(xs[1:]))]
         return (numpy.concatenate(parts, 0),) + (None,) * (len(xs) - 1)
+
+    def to_onnx(b, ins, outs):
+        found = iter(ins[1:])
+        stop = b.int64s([0])
+        for piece, y in zip(pieces, outs):
+            start = stop
+            for leaf, n in piece:
+                size = b.int64s([n]) if leaf is None else b.op('Slice', [
+                    b.op('Shape', [next(found)])[0], b.int64s([0]),
+                    b.int64s([1])])[0]
+                stop = b.op('Add', [stop, size])[0]
+            b.op('Slice', [ins[0], start, stop, b.int64s([0])], [y])
     n_items = sum(items_in([part]) for piece in pieces for part in piece)
     return kernel._replace(fn=cut, grad=GradRule(
-        grad, inputs=tuple(range(1, 1 + n_items))), onnx=None, lengths=None)
+        grad, inputs=tuple(range(1, 1 + n_items))), onnx=to_onnx,
+        lengths=None)
 
 
 @lowering(separate.Separate)

@@ -343,24 +343,23 @@ class _Projected(_PerItem):
         return self.fc(F.concat([self.embed(x) for x in xs], axis=0))
 
 
-def _check_exported(cls, seed):
-    """Exports ``jit(cls().forward)`` after calls at two combinations of
-    lengths and runs the model in onnxruntime at three others, against
-    eager; returns the ONNX model."""
+def _check_exported(model, calls):
+    """Exports ``jit(model.forward)`` after two calls (at two combinations
+    of lengths) and runs the model in onnxruntime on the other calls,
+    against eager; returns the ONNX model."""
     ort = pytest.importorskip('onnxruntime')
-    rng = numpy.random.RandomState(seed)
-    model = _model(cls)
     jitted = chainerjit.jit(model.forward)
-    calls = _calls(rng, 5, n_items=3)
-    with chainer.no_backprop_mode():
+    with chainer.no_backprop_mode(), chainer.using_config('train', False):
         for args in calls[:2]:
             jitted(*args)
         exported = chainerjit.export_onnx(jitted, calls[0])
         session = ort.InferenceSession(exported.SerializeToString())
-        for xs, in calls[2:]:
-            got = session.run(None, {i.name: x for i, x in zip(
-                session.get_inputs(), xs)})
-            expected = model.forward(xs)
+        names = [i.name for i in session.get_inputs()]
+        for args in calls[2:]:
+            arrays = [a for arg in args
+                      for a in (arg if type(arg) is list else [arg])]
+            got = session.run(None, dict(zip(names, arrays)))
+            expected = model.forward(*args)
             chainerjit.testing.assert_results_equal(
                 tuple(got), tuple(y.array for y in expected)
                 if type(expected) is tuple else (expected.array,))
@@ -368,9 +367,17 @@ def _check_exported(cls, seed):
 
 
 def test_exported_with_each_length_dynamic():
-    exported = _check_exported(_Projected, 9)
+    exported = _check_exported(_model(_Projected), _calls(
+        numpy.random.RandomState(9), 5, n_items=3))
     assert [i.type.tensor_type.shape.dim[0].dim_param
             for i in exported.graph.input] == ['L0', 'L1', 'L2']
+
+
+def test_exported_text_classification_example():
+    rng = numpy.random.RandomState(16)
+    _check_exported(_example('text classifier'), [
+        (_tokens(rng, 3), rng.randint(0, 3, 3).astype(numpy.int32))
+        for _ in range(5)])
 
 
 class _Encoded(_PerItem):
@@ -385,5 +392,6 @@ class _Encoded(_PerItem):
 
 
 def test_exported_n_step_lstm_runs_at_other_lengths():
-    exported = _check_exported(_Encoded, 15)
+    exported = _check_exported(_model(_Encoded), _calls(
+        numpy.random.RandomState(15), 5, n_items=3))
     assert 'LSTM' in [n.op_type for n in exported.graph.node]
