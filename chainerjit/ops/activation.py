@@ -26,6 +26,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_elementwise
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_scalar
@@ -59,7 +60,8 @@ def lower_relu(node, ctx):
     return Kernel(lambda x: maximum(x, zero),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'),
                   fresh=True, inplace={0: lambda x: maximum(x, zero, out=x)},
-                  into=_on_cpu(ctx, lambda out, x: maximum(x, zero, out=out)))
+                  into=_on_cpu(ctx, lambda out, x: maximum(x, zero, out=out)),
+                  lengths=rows_follow_first)
 
 
 @lowering(leaky_relu.LeakyReLU)
@@ -81,13 +83,15 @@ def lower_leaky_relu(node, ctx):
     if ctx.xp is not numpy:
         # forward_gpu: ``y = x <= 0 ? (T)(slope * x) : x``, no mask.
         return Kernel(lambda x: where(x <= 0, slope_t * x, x),
-                      {'slope': slope}, grad=grad, onnx=onnx)
+                      {'slope': slope}, grad=grad, onnx=onnx,
+                      lengths=rows_follow_first)
 
     def fn(x):
         y = x.copy()
         y[x <= 0] *= slope
         return y
-    return Kernel(fn, {'slope': slope}, grad=grad, onnx=onnx)
+    return Kernel(fn, {'slope': slope}, grad=grad, onnx=onnx,
+                  lengths=rows_follow_first)
 
 
 @lowering(sigmoid.Sigmoid)
@@ -109,7 +113,7 @@ def lower_sigmoid(node, ctx):
     return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Sigmoid'),
                   fresh=True, inplace={0: lambda x: sigmoid_into(x, x)},
-                  into=_on_cpu(ctx, sigmoid_into))
+                  into=_on_cpu(ctx, sigmoid_into), lengths=rows_follow_first)
 
 
 @lowering(tanh.Tanh)
@@ -123,7 +127,8 @@ def lower_tanh(node, ctx):
     return Kernel(lambda x: utils.force_array(tanh_(x)),
                   grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Tanh'),
                   fresh=True, inplace={0: lambda x: tanh_(x, out=x)},
-                  into=_on_cpu(ctx, lambda out, x: tanh_(x, out=out)))
+                  into=_on_cpu(ctx, lambda out, x: tanh_(x, out=out)),
+                  lengths=rows_follow_first)
 
 
 @lowering(softmax.Softmax)

@@ -614,8 +614,8 @@ def lower_nstep_rnn(node, ctx):
                   grad=GradRule(grad, inputs=range(spec.n_inputs),
                                 outputs=(0,)),
                   fresh=True, lengths=_items_lengths(spec),
-                  onnx=None if spec.cell != 'lstm' or spec.dropout
-                  else functools.partial(_lstm_to_onnx, spec))
+                  onnx=None if spec.dropout
+                  else functools.partial(_to_onnx, spec))
 
 
 class _Records(object):
@@ -651,19 +651,32 @@ class _Records(object):
         return self._records.get(key), self._masks.get(key)
 
 
-# ONNX's LSTM takes its gates' weights in the order i, o, f, c; Chainer's
-# NStepLSTM holds them as w0 (i), w1 (f), w2 (c), w3 (o) for the input
-# and w4 to w7 likewise for the state.
-_ONNX_GATES = (0, 3, 1, 2)
+# Per cell: the ONNX op, which of Chainer's weights of the input are the
+# op's gates in its order (the state's weights follow in Chainer's list,
+# in the same order), and the op's attributes. NStepLSTM holds w0 (i), w1
+# (f), w2 (c), w3 (o), ONNX's LSTM wants i, o, f, c; NStepGRU holds w0
+# (r), w1 (z), w2 (h), with the state's bias inside the reset (ONNX's
+# linear_before_reset), ONNX's GRU wants z, r, h.
+_ONNX_CELLS = {
+    'lstm': ('LSTM', (0, 3, 1, 2), {}),
+    'gru': ('GRU', (1, 0, 2), {'linear_before_reset': 1}),
+    'tanh': ('RNN', (0,), {'activations': ['Tanh']}),
+    'relu': ('RNN', (0,), {'activations': ['Relu']}),
+}
 
 
-def _lstm_to_onnx(spec, b, ins, outs):
-    """The op as ONNX ``LSTM`` nodes, one per layer (both directions in
-    one): the items padded to the longest, one batch column each, with
-    their lengths as ``sequence_lens``; each output item cut back to its
-    length."""
+def _to_onnx(spec, b, ins, outs):
+    """The op as ONNX ``LSTM``, ``GRU`` or ``RNN`` nodes, one per layer
+    (both directions in one): the items padded to the longest, one batch
+    column each, with their lengths as ``sequence_lens``; each output item
+    cut back to its length."""
+    op_type, gates, attrs = _ONNX_CELLS[spec.cell]
+    attrs = dict(attrs, hidden_size=b.in_shapes[0][2], direction=(
+        'bidirectional' if spec.bidirectional else 'forward'))
+    if 'activations' in attrs:
+        attrs['activations'] = attrs['activations'] * spec.directions
+    state_gates = [len(gates) + k for k in gates]
     hx, cx, xs, ws, bs = _split_inputs(spec, ins)
-    n_units = b.in_shapes[0][2]
     lengths = [b.op('Slice', [b.op('Shape', [x])[0], b.int64s([0]),
                               b.int64s([1])])[0] for x in xs]
     longest = b.op('ReduceMax', [b.op('Concat', lengths, axis=0)[0]],
@@ -673,39 +686,35 @@ def _lstm_to_onnx(spec, b, ins, outs):
         axis=0)[0]])[0], b.int64s([1])])[0] for x, n in zip(xs, lengths)]
     inputs = b.op('Concat', columns, axis=1)[0]
     seq_lens = b.op('Cast', [b.op('Concat', lengths, axis=0)[0]], to=6)[0]
-    hy, cy = [], []
+    states = [[] for _ in range(spec.n_states)]
     for layer in range(spec.n_layers):
         first = layer * spec.directions
         index = range(first, first + spec.directions)
-        y, h, c = b.op('LSTM', [
-            inputs, _stacked(b, ws, index, range(4)),
-            _stacked(b, ws, index, range(4, 8)),
-            _stacked(b, bs, index, range(8)), seq_lens,
-            _layer_state(b, hx, first, spec.directions),
-            _layer_state(b, cx, first, spec.directions)],
-            [b.fresh('y'), b.fresh('h'), b.fresh('c')],
-            hidden_size=n_units, direction='bidirectional'
-            if spec.bidirectional else 'forward')
-        hy.append(h)
-        cy.append(c)
+        found = b.op(op_type, [
+            inputs, _stacked(b, ws, index, gates),
+            _stacked(b, ws, index, state_gates),
+            _stacked(b, bs, index, list(gates) + state_gates), seq_lens] + [
+                _layer_state(b, state, first, spec.directions)
+                for state in (hx, cx)[:spec.n_states]],
+            [b.fresh('y')] + [b.fresh('state') for _ in states], **attrs)
+        for kept, state in zip(states, found[1:]):
+            kept.append(state)
         # (T, directions, N, units) -> (T, N, directions * units)
-        inputs = b.op('Reshape', [b.op('Transpose', [y], perm=[0, 2, 1, 3])[
-            0], b.int64s([0, 0, -1])])[0]
-    b.op('Concat', hy, [outs[0]], axis=0)
-    b.op('Concat', cy, [outs[1]], axis=0)
-    for k, (n, y) in enumerate(zip(lengths, outs[2:])):
+        inputs = b.op('Reshape', [b.op(
+            'Transpose', [found[0]], perm=[0, 2, 1, 3])[0],
+            b.int64s([0, 0, -1])])[0]
+    for kept, out in zip(states, outs):
+        b.op('Concat', kept, [out], axis=0)
+    for k, (n, y) in enumerate(zip(lengths, outs[spec.n_states:])):
         column = b.op('Gather', [inputs, b.int64s(k)], axis=1)[0]
         b.op('Slice', [column, b.int64s([0]), n, b.int64s([0])], [y])
 
 
-def _stacked(b, arrays, directions, kinds):
-    """Weights (or biases) of ``directions``, each its ``kinds`` in
-    ONNX's gate order, stacked along a new first axis."""
-    order = [kinds[0] + k for k in _ONNX_GATES]
-    if len(kinds) == 8:  # biases: the input's, then the state's
-        order += [4 + k for k in _ONNX_GATES]
+def _stacked(b, arrays, directions, picks):
+    """For each of ``directions``, its arrays ``picks`` joined, stacked
+    along a new first axis."""
     return b.op('Concat', [b.op('Unsqueeze', [b.op('Concat', [
-        arrays[d][k] for k in order], axis=0)[0], b.int64s([0])])[0]
+        arrays[d][k] for k in picks], axis=0)[0], b.int64s([0])])[0]
         for d in directions], axis=0)[0]
 
 

@@ -252,9 +252,26 @@ def _fused(linear, act):
 
     kernel = ops.Kernel(fn, dict(linear.kernel.attrs), grad=ops.GradRule(
         grad, linear_grad.inputs, act_grad.outputs),
-        onnx=_chained_onnx(linear, act), fresh=True, into=into)
+        onnx=_chained_onnx(linear, act), fresh=True, into=into,
+        lengths=_chained_lengths(linear.kernel.lengths, act.kernel.lengths))
     return ir.Node('%s+%s' % (linear.op, act.op), kernel, linear.inputs,
                    act.outputs, linear.attrs, loc=linear.loc)
+
+
+def _chained_lengths(first, then):
+    """The ``Kernel.lengths`` rule of two kernels run one after the other
+    (the second on the first's one output), where both take any rows as
+    they are."""
+    if first is None or then is None:
+        return None
+
+    def lengths(rows):
+        found = first(rows)
+        if found is None or found.kernel is not None:
+            return None
+        after = then(found.outputs)
+        return None if after is None or after.kernel is not None else after
+    return lengths
 
 
 def _normalization_after(conv, users):
