@@ -643,8 +643,7 @@ def _size_to_check(entry, key, symbols):
     if isinstance(entry.symbolic, batch.Batched):
         return (entry.symbolic.size_of(key),)
     if isinstance(entry.symbolic, ragged.Ragged):
-        return entry.symbolic.lengths_of(key) if len(
-            entry.verified_lengths) <= ragged.CHECKED_CALLS else None
+        return entry.symbolic.to_check(key, entry.verified_lengths)
     return tuple(symbols) if symbols else None
 
 

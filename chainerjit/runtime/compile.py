@@ -131,13 +131,12 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
                 caller, graph, sig, len(leaves), recording)
         program = codegen.compile_graph(graph, arena=items is None)
         if items is not None:
-            recorded_lengths = items.lengths_of(key)
             key, sig = items.generalize(key)[0], items.signature_of(sig)
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, lengths or items, symbols)
         entry.length_note, entry.items_note = length_note, items_note
         if items is not None:
-            entry.verified_lengths.add(recorded_lengths)
+            entry.verified_lengths.add(items.recorded)
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
         if items is None:  # onnxruntime's sessions have fixed lengths
@@ -290,7 +289,8 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
         why = 'the program has side effects (a state update, a random ' \
             'draw other than dropout)'
     if why is None:
-        return ragged.Ragged(tuple(leaves)), None
+        return ragged.Ragged(tuple(leaves), tuple(
+            sig.items[leaf][1].shape[0] for leaf in leaves)), None
     if caller.warn_items is not None:
         caller.warn_items('the lengths of the items of %s stay in the cache '
                           'key (each new combination compiles again): %s' %

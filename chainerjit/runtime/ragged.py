@@ -22,8 +22,8 @@ compile on nearly every call. An entry instead serves any lengths
 The number of items stays in the key, and so does a length under
 :data:`MIN_LENGTH` (a single row broadcasts where several do not).
 The first calls at other lengths run the program and eagerly, and
-compare (as trip counts are checked, ``api``); on a difference the
-function keeps lengths in the key.
+compare (as trip counts are checked, ``api``), until each item has had
+another length; on a difference the function keeps lengths in the key.
 """
 
 import collections
@@ -38,16 +38,28 @@ SYMBOL = 'L'
 #: Items shorter than this keep their length in the key.
 MIN_LENGTH = 2
 
-#: Calls at other lengths checked against eager, after the recorded one.
-CHECKED_CALLS = 2
+#: The most calls at other lengths checked against eager.
+CHECKED_CALLS = 8
 
 
-class Ragged(collections.namedtuple('Ragged', 'leaves')):
+class Ragged(collections.namedtuple('Ragged', 'leaves recorded')):
     """How an entry that serves any lengths of the items of its list
     arguments reads a call's key: ``leaves`` are the indexes of those
-    items."""
+    items, ``recorded`` their lengths when recorded."""
 
     __slots__ = ()
+
+    def to_check(self, key, checked):
+        """The call's lengths, if it is to be checked against eager: until
+        every item has had another length than its recorded one in a call
+        ``checked`` (a cut at a fixed offset that the recorded lengths
+        happened to meet shows then), at most :data:`CHECKED_CALLS`; else
+        ``None``."""
+        if len(checked) > CHECKED_CALLS or all(
+                any(lengths[k] != n for lengths in checked)
+                for k, n in enumerate(self.recorded)):
+            return None
+        return self.lengths_of(key)
 
     def generalize(self, key):
         """``(the key with the items' lengths as 'L', [])``, or ``None``

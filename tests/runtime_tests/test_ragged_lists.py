@@ -94,6 +94,20 @@ def test_float_items_get_their_gradients():
     assert len(jitted.cache_entries()) == 1
 
 
+class _Activated(_PerItem):
+    """A linear layer and activations (the linear and the ReLU fused)."""
+
+    def forward(self, xs):
+        return [F.sigmoid(F.tanh(F.relu(self.fc(self.embed(x)))))
+                for x in xs]
+
+
+def test_activations_of_each_item():
+    rng = numpy.random.RandomState(17)
+    jitted = _trained(_Activated, _calls(rng, 6))
+    assert len(jitted.cache_entries()) == 1
+
+
 class _Summed(_PerItem):
     """A bag of words: the sum of each sentence's embeddings."""
 
@@ -212,6 +226,31 @@ def test_chainer_seq2seq_example_with_its_dropout():
         (_tokens(rng), _tokens(rng)) for _ in range(6)])
     assert len(jitted.cache_entries()) == 1
     assert jitted.cache_info().compiled >= 3
+
+
+class _CutAtThree(_PerItem):
+    """Cuts the joined rows after the third, where the first item of the
+    first calls happens to end."""
+
+    def forward(self, xs):
+        return F.split_axis(self.embed(F.concat(xs, axis=0)), [3], 0)
+
+
+def test_a_cut_that_met_the_items_by_chance_is_caught():
+    model = _model(_CutAtThree)
+    jitted = chainerjit.jit(model.forward)
+    calls = [([numpy.arange(3, dtype=numpy.int32),
+               numpy.arange(n, dtype=numpy.int32)],) for n in (5, 6, 7, 2)]
+    calls.append(([numpy.arange(4, dtype=numpy.int32),
+                   numpy.arange(5, dtype=numpy.int32)],))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with chainer.no_backprop_mode():
+            for args in calls:
+                chainerjit.testing.assert_results_equal(
+                    jitted(*args), model.forward(*args))
+    assert any('gave another result than eagerly' in str(w.message)
+               for w in caught)
 
 
 class _CutOtherwise(_PerItem):
@@ -381,17 +420,26 @@ def test_exported_text_classification_example():
 
 
 class _Encoded(_PerItem):
-    def __init__(self):
+    def __init__(self, link, n_states):
         super().__init__()
         with self.init_scope():
-            self.encoder = L.NStepBiLSTM(2, 6, 5, 0.0)
+            self.encoder = link
+        self.n_states = n_states  # hx, and cx for an LSTM
 
     def forward(self, xs):
-        hy, cy, ys = self.encoder(None, None, [self.embed(x) for x in xs])
-        return hy, cy, F.concat(ys, axis=0)
+        found = self.encoder(*[None] * self.n_states,
+                             [self.embed(x) for x in xs])
+        return tuple(found[:-1]) + (F.concat(found[-1], axis=0),)
 
 
-def test_exported_n_step_lstm_runs_at_other_lengths():
-    exported = _check_exported(_model(_Encoded), _calls(
+@pytest.mark.parametrize('make, n_states', [
+    (lambda: L.NStepBiLSTM(2, 6, 5, 0.0), 2),
+    (lambda: L.NStepGRU(2, 6, 5, 0.0), 1),
+    (lambda: L.NStepBiRNNReLU(1, 6, 5, 0.0), 1),
+], ids=['bilstm', 'gru', 'birnn_relu'])
+def test_exported_n_step_links_run_at_other_lengths(make, n_states):
+    numpy.random.seed(0)
+    exported = _check_exported(_Encoded(make(), n_states), _calls(
         numpy.random.RandomState(15), 5, n_items=3))
-    assert 'LSTM' in [n.op_type for n in exported.graph.node]
+    assert {'LSTM', 'GRU', 'RNN'} & set(n.op_type
+                                        for n in exported.graph.node)
