@@ -41,9 +41,11 @@ from chainerjit.ir.fingerprints import index_of
 from chainerjit.ops import structural
 
 
-class Unrolled(collections.namedtuple('Unrolled', 'loc reason varies')):
-    """A loop left unrolled, why, and whether its trip count may vary
-    from call to call (it iterates over more than ``self``'s lists)."""
+class Unrolled(collections.namedtuple('Unrolled',
+                                      'loc reason varies iterations')):
+    """A loop left unrolled, why, whether its trip count may vary from
+    call to call (it iterates over more than ``self``'s lists), and how
+    many times it ran."""
 
 
 def roll_loops(graph, recording):
@@ -84,14 +86,16 @@ def roll_loops(graph, recording):
             if run.n_iterations >= 3:  # else too few to tell
                 unrolled.append(Unrolled(run.loc,
                                          _why_not(chunks, fingerprints),
-                                         control.may_vary(run.site)))
+                                         control.may_vary(run.site),
+                                         run.n_iterations))
             continue
         span = [n for chunk in chunks for n in chunk]
         try:
             loop = _build(plan, run, graph, recording)
         except _Unrollable as e:
             unrolled.append(Unrolled(run.loc, str(e),
-                                     control.may_vary(run.site)))
+                                     control.may_vary(run.site),
+                                     run.n_iterations))
             continue
         replacement = plan.before + [loop] + plan.unpacks + plan.after
         fingerprints.note_region(loop)

@@ -122,13 +122,14 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
         entry.escaped = recording.escape is not None
         entry.ignore_state(recording.written_first)
     else:
-        lengths, length_note = _roll_loops(caller, recording, sig,
-                                           len(leaves))
+        lengths, length_note, unrolled = _roll_loops(caller, recording,
+                                                     sig, len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
         graph = passes.run(recording.graph)
         items, items_note = (None, None) if lengths is not None or \
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
+        _warn_unrolled_loops(caller, unrolled, items, sig)
         program = codegen.compile_graph(graph, arena=items is None)
         if items is not None:
             key, sig = items.generalize(key)[0], items.signature_of(sig)
@@ -234,10 +235,10 @@ def pure_but_guards(nodes):
 # --- loops ------------------------------------------------------------------
 
 def _roll_loops(caller, recording, sig, n_leaves):
-    """Rolls the recorded loops into regions (warning once for each
-    loop left unrolled) and makes trip counts symbolic where sound.
-    Returns ``(the entry's symbolic.Symbolic or None, why a length stays
-    in the key or None)``, having warned once of the latter."""
+    """Rolls the recorded loops into regions and makes trip counts
+    symbolic where sound. Returns ``(the entry's symbolic.Symbolic or
+    None, why a length stays in the key or None, the loops left unrolled,
+    rolling.Unrolled)``, having warned once of the second."""
     for code in recording.no_source:
         caller.warn_unrolled(errors.UnrolledLoop(
             'a loop in %s, whose source cannot be read (a lambda, exec '
@@ -245,19 +246,14 @@ def _roll_loops(caller, recording, sig, n_leaves):
             'entry of its own' % code.co_name),
             (code.co_filename, code.co_firstlineno))
     rolled, unrolled = rolling.roll_loops(recording.graph, recording)
-    for loop in unrolled:
-        if not loop.varies:
-            continue  # over the model's own lists: never another count
-        caller.warn_unrolled(errors.UnrolledLoop(
-            'this loop is unrolled, with its trip count in the cache '
-            'key: %s' % loop.reason), loop.loc)
     if not rolled or caller.lengths_unsound or not pure_but_guards(
             recording.graph.nodes):
-        return None, None  # a length cannot be checked by running twice
+        # A length cannot be checked by running twice.
+        return None, None, unrolled
     input_names = [name for name, _ in sig.items[:n_leaves]]
     code = getattr(caller.fn, '__code__', None)
     if code is None:
-        return None, None
+        return None, None, unrolled
     found = symbolic.symbolize(
         recording.graph, rolled, input_names,
         trip_counts.length_only_names(code), recording,
@@ -266,8 +262,22 @@ def _roll_loops(caller, recording, sig, n_leaves):
         caller.warn_unrolled(errors.UnrolledLoop(
             'this loop keeps its trip count in the cache key (each new '
             'length compiles again): %s' % found.reason), found.loc)
-        return None, _with_line(found.reason, found.loc)
-    return found, None
+        return None, _with_line(found.reason, found.loc), unrolled
+    return found, None, unrolled
+
+
+def _warn_unrolled_loops(caller, unrolled, items, sig):
+    """Warns once for each loop left unrolled whose trip count may vary,
+    but for a loop over the items of a list whose lengths the entry takes
+    at any value (``items``): its count is the number of items, which is
+    in the key as the list's structure is."""
+    counts = set() if items is None else set(
+        len(leaves) for leaves in ragged.lists_of(sig, items.leaves))
+    for loop in unrolled:
+        if loop.varies and loop.iterations not in counts:
+            caller.warn_unrolled(errors.UnrolledLoop(
+                'this loop is unrolled, with its trip count in the cache '
+                'key: %s' % loop.reason), loop.loc)
 
 
 def _items_of_any_length(caller, graph, sig, n_leaves, recording):

@@ -108,6 +108,14 @@ def ragged_items(sig, n_leaves):
     return found
 
 
+def lists_of(sig, leaves):
+    """The leaves of each list argument, of those ``leaves``."""
+    lists = collections.defaultdict(list)
+    for leaf in leaves:
+        lists[list_of(sig.items[leaf][0])].append(leaf)
+    return list(lists.values())
+
+
 def list_of(name):
     """``'xs'`` for an item name ``'xs[3]'``, else ``None``."""
     base, bracket, rest = name.rpartition('[')

@@ -222,8 +222,13 @@ def test_chainer_text_classification_example_with_dropout():
 
 def test_chainer_seq2seq_example_with_its_dropout():
     rng = numpy.random.RandomState(14)
-    jitted = _check_seeded(_example('seq2seq'), [
-        (_tokens(rng), _tokens(rng)) for _ in range(6)])
+    with warnings.catch_warnings():
+        # Its loops over the sentences are unrolled, one entry for each
+        # number of sentences, without a word: lengths are not counts.
+        warnings.simplefilter('error', chainerjit.errors.LoopWarning)
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        jitted = _check_seeded(_example('seq2seq'), [
+            (_tokens(rng), _tokens(rng)) for _ in range(6)])
     assert len(jitted.cache_entries()) == 1
     assert jitted.cache_info().compiled >= 3
 
@@ -337,6 +342,7 @@ def test_a_length_the_program_depends_on_stays_in_the_key(cls, why):
                 if w.category is chainerjit.errors.RecompileWarning]
     assert any('lengths of the items of xs stay in the cache key' in m and
                why in m for m in messages), messages
+    assert any(w.category is chainerjit.errors.LoopWarning for w in caught)
     assert len(jitted.cache_entries()) == 4
     assert why in '\n'.join(jitted.cache_entries()[0].size_notes())
 
