@@ -555,15 +555,21 @@ def lower_sum(node, ctx):
     return kernel._replace(lengths=_rows_summed(kernel, node, ctx))
 
 
-def _rows_summed(kernel, node, ctx):
-    """The ``Kernel.lengths`` rule of a sum over the rows (and maybe other
-    axes): its output is fixed, and at any lengths its gradient
-    broadcasts to the shape of the input it keeps."""
+def _rows_summed(kernel, node, ctx, mean=False):
+    """The ``Kernel.lengths`` rule of a sum (or a ``mean``) over the rows
+    (and maybe other axes): its output is fixed, and at any lengths its
+    gradient broadcasts to the shape of the input it keeps (divided by
+    the number of entries averaged there, as Mean's backward)."""
     broadcast_to = ctx.xp.broadcast_to
     kept = _kept_shape(node, ctx)  # the rows' axis is 1 there
+    axes = range(len(ctx.in_shapes[0])) if node.axis is None else \
+        _onnx_axes(node.axis, ctx)
 
     def grad(xs, ys, gys, wanted):
         gy, = gys
+        if mean:
+            gy = gy.dtype.type(1.0 / numpy.prod(
+                [xs[0].shape[a] for a in axes], dtype=int)) * gy
         return broadcast_to(gy if kept is None else gy.reshape(kept),
                             xs[0].shape),
     any_lengths = kernel._replace(
@@ -584,9 +590,13 @@ def lower_mean(node, ctx):
     grad = None
     if divider:  # Mean.forward divides 1.0 by it
         grad = _broadcast_back(node, ctx, 1.0 / divider)
-    return Kernel(lambda x: x.mean(axis=axis, keepdims=keepdims),
-                  {'axis': axis, 'keepdims': keepdims}, grad=grad,
-                  onnx=_onnx_reduce('ReduceMean', axis, keepdims, ctx))
+    kernel = Kernel(lambda x: x.mean(axis=axis, keepdims=keepdims),
+                    {'axis': axis, 'keepdims': keepdims}, grad=grad,
+                    onnx=_onnx_reduce('ReduceMean', axis, keepdims, ctx))
+    if grad is None or (axis is not None and
+                        0 not in _onnx_axes(axis, ctx)):
+        return kernel
+    return kernel._replace(lengths=_rows_summed(kernel, node, ctx, True))
 
 
 def _onnx_axes(axis, ctx):

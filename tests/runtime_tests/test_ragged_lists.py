@@ -115,9 +115,17 @@ class _Summed(_PerItem):
         return F.stack([F.sum(self.embed(x), axis=0) for x in xs])
 
 
-def test_sums_over_the_rows_of_each_item():
+class _Averaged(_PerItem):
+    """A bag of words: the mean of each sentence's embeddings."""
+
+    def forward(self, xs):
+        return F.stack([F.average(self.embed(x), axis=0) for x in xs])
+
+
+@pytest.mark.parametrize('cls', [_Summed, _Averaged])
+def test_sums_and_means_over_the_rows_of_each_item(cls):
     rng = numpy.random.RandomState(12)
-    jitted = _trained(_Summed, _calls(rng, 6))
+    jitted = _trained(cls, _calls(rng, 6))
     assert len(jitted.cache_entries()) == 1
 
 
