@@ -711,12 +711,9 @@ def _rare_change(kinds, sig):
 def _ragged_lists(sig):
     """The list arguments of a signature whose items are arrays of
     different shapes."""
-    shapes = collections.defaultdict(set)
-    for name, spec in sig.items:
-        base = ragged.list_of(name)
-        if base is not None and hasattr(spec, 'shape'):
-            shapes[base].add(spec.shape)
-    return set(base for base, found in shapes.items() if len(found) > 1)
+    lists = ragged.items_by_list(sig, range(len(sig.items)))
+    return set(base for base, leaves in lists.items()
+               if len(set(sig.items[leaf][1].shape for leaf in leaves)) > 1)
 
 
 def _change_kind(line):

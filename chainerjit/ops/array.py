@@ -593,14 +593,14 @@ def _rows_cut(kernel, points, trailing, dtype):
             return None
         items = tuple(leaf for piece in pieces for leaf, _ in piece
                       if leaf is not None)
-        follow = tuple(Rows(piece) if items_in(piece) else None
+        follow = tuple(Rows(piece) if _has_items(piece) else None
                        for piece in pieces)
         return Follow(follow, _cut_at_items(kernel, pieces, trailing, dtype),
                       items)
     return lengths
 
 
-def items_in(parts):
+def _has_items(parts):
     return any(leaf is not None for leaf, _ in parts)
 
 
@@ -651,7 +651,7 @@ def _cut_at_items(kernel, pieces, trailing, dtype):
                     b.int64s([1])])[0]
                 stop = b.op('Add', [stop, size])[0]
             b.op('Slice', [ins[0], start, stop, b.int64s([0])], [y])
-    n_items = sum(items_in([part]) for piece in pieces for part in piece)
+    n_items = sum(leaf is not None for piece in pieces for leaf, _ in piece)
     return kernel._replace(fn=cut, grad=GradRule(
         grad, inputs=tuple(range(1, 1 + n_items))), onnx=to_onnx,
         lengths=None)

@@ -272,7 +272,8 @@ def _warn_unrolled_loops(caller, unrolled, items, sig):
     at any value (``items``): its count is the number of items, which is
     in the key as the list's structure is."""
     counts = set() if items is None else set(
-        len(leaves) for leaves in ragged.lists_of(sig, items.leaves))
+        len(leaves) for leaves in ragged.items_by_list(
+            sig, items.leaves).values())
     for loop in unrolled:
         if loop.varies and loop.iterations not in counts:
             caller.warn_unrolled(errors.UnrolledLoop(

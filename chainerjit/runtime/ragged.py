@@ -93,13 +93,8 @@ def ragged_items(sig, n_leaves):
     """The leaves that are items of a list argument whose items are
     arrays alike but for their first axis, of at least two lengths, all
     :data:`MIN_LENGTH` or more: ``{list name: [leaf, ...]}``."""
-    lists = collections.defaultdict(list)
-    for leaf, (name, spec) in enumerate(sig.items[:n_leaves]):
-        base = list_of(name)
-        if base is not None and isinstance(spec, signature.ArraySpec):
-            lists[base].append(leaf)
     found = {}
-    for base, leaves in lists.items():
+    for base, leaves in items_by_list(sig, range(n_leaves)).items():
         specs = [sig.items[leaf][1] for leaf in leaves]
         if all(_alike_but_length(specs[0], s) for s in specs) and \
                 len(set(s.shape[0] for s in specs)) > 1 and \
@@ -108,12 +103,16 @@ def ragged_items(sig, n_leaves):
     return found
 
 
-def lists_of(sig, leaves):
-    """The leaves of each list argument, of those ``leaves``."""
+def items_by_list(sig, leaves):
+    """``{list name: [leaf, ...]}`` of those ``leaves`` of a signature that
+    are arrays in a list argument (named ``xs[3]``)."""
     lists = collections.defaultdict(list)
     for leaf in leaves:
-        lists[list_of(sig.items[leaf][0])].append(leaf)
-    return list(lists.values())
+        name, spec = sig.items[leaf]
+        base = list_of(name)
+        if base is not None and isinstance(spec, signature.ArraySpec):
+            lists[base].append(leaf)
+    return lists
 
 
 def list_of(name):
