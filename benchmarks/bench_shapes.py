@@ -6,8 +6,13 @@ weights; every call's result is checked against eager's. Workloads:
 
 * ``serving an MLP, batches 1 to 64``: the MLP of ``examples/models.py``
   in test mode without backprop, a random batch size of 1 to 64 on each
-  call; chainerjit with its defaults (one entry for every batch size) and
-  with ``dynamic=False`` (one entry per batch size);
+  call; chainerjit with its defaults (one entry for every batch size),
+  with ``backend='numpy'`` (the VM at every batch size but 1) and with
+  ``dynamic=False`` (one entry per batch size);
+* ``MLP training, batches 1 to 64``: a training step (forward, backward)
+  of the MLP's softmax cross entropy loss, a random batch size of 1 to 64
+  on each call; defaults (one entry for every batch size but 1) and
+  ``dynamic=False``;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
@@ -142,6 +147,46 @@ def _training(model_class):
     return run
 
 
+def _classifier_training(jit_options):
+    """``run(jit)``: a training step of the MLP's classifier loss per
+    call, each on a random batch size of 1 to 64."""
+    def run(jitted, calls, seed):
+        import chainer
+        import chainer.functions as F
+        import numpy
+
+        import chainerjit
+        from examples import models
+
+        class Loss(chainer.Chain):
+            def __init__(self):
+                super(Loss, self).__init__()
+                with self.init_scope():
+                    self.mlp = models.MLP()
+
+            def forward(self, x, t):
+                return F.softmax_cross_entropy(self.mlp(x), t)
+        numpy.random.seed(seed)
+        model = Loss()
+        fn = chainerjit.jit(model.forward, **jit_options) if jitted \
+            else model.forward
+        rng = numpy.random.RandomState(seed)
+        times, results = [], []
+        for _ in range(calls):
+            batch = rng.randint(1, 65)
+            x = rng.randn(batch, 784).astype(numpy.float32)
+            t = rng.randint(0, 10, batch).astype(numpy.int32)
+            start = time.perf_counter()
+            loss = fn(x, t)
+            model.cleargrads()
+            loss.backward()
+            times.append(time.perf_counter() - start)
+            results.append(model.mlp.l1.W.grad.copy())
+        return times, results, (fn.cache_info().currsize if jitted
+                                else None)
+    return run
+
+
 def workloads():
     import numpy
 
@@ -156,6 +201,12 @@ def workloads():
          _serving(*mlp, jit_options={})),
         ('serving an MLP, batches 1 to 64', 'chainerjit dynamic=False',
          _serving(*mlp, jit_options=dict(dynamic=False))),
+        ('serving an MLP, batches 1 to 64', 'chainerjit backend=numpy',
+         _serving(*mlp, jit_options=dict(backend='numpy'))),
+        ('MLP training, batches 1 to 64', 'chainerjit',
+         _classifier_training(jit_options={})),
+        ('MLP training, batches 1 to 64', 'chainerjit dynamic=False',
+         _classifier_training(jit_options=dict(dynamic=False))),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

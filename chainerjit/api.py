@@ -72,11 +72,12 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
             recorded again. :meth:`JitFunction.unfreeze` (or
             ``cache_clear()``) makes them writable again. Not with
             ``backend='numpy'``.
-        dynamic: ``None`` (default): an inference program that one
-            onnxruntime session runs serves every batch size once a second
-            one is seen, each new size checked against eager once
-            (``runtime.batch``); ``False``: every batch size compiles on
-            its own.
+        dynamic: ``None`` (default): a program serves every batch size
+            once a second one is seen, where one onnxruntime session or
+            the VM can run it so, its first calls at new sizes checked
+            against eager (``runtime.batch``); ``True``: the VM's program
+            serves every batch size from the first call; ``False``: every
+            batch size compiles on its own.
 
     Returns:
         JitFunction: calls like ``fn`` and has ``cache_info()``,
@@ -86,9 +87,9 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
     if backend is None:
         backend = os.environ.get('CHAINERJIT_BACKEND', 'auto')
     backends.check_option(backend, freeze)
-    if dynamic not in (None, False):
-        raise ValueError('chainerjit: dynamic must be None or False, not %r'
-                         % (dynamic,))
+    if dynamic not in (None, False, True):
+        raise ValueError('chainerjit: dynamic must be None, True or False, '
+                         'not %r' % (dynamic,))
     options = dict(maxsize=maxsize, check=check,
                    recompile_limit=recompile_limit, backend=backend,
                    providers=providers, freeze=freeze, dynamic=dynamic)
@@ -177,8 +178,8 @@ class JitFunction(_calls.CachedCall):
         list arguments and guards to check again."""
         self.last_entry = None
         instance = self._instance()
-        if trace.is_recording():  # inlined into an outer recording
-            return self._run(instance, args, kwargs)
+        if trace.is_recording() or _checking[0]:  # inlined into an outer
+            return self._run(instance, args, kwargs)  # recording, or a check
         if chainer.get_function_hooks() or chainer._get_link_hooks() or \
                 chainer.config.debug:  # hooks and debug checks see each op
             return self._eager(instance, args, kwargs)
@@ -194,12 +195,15 @@ class JitFunction(_calls.CachedCall):
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
-            if packed is None and self._options.get('dynamic') is not False \
-                    and not self._batch_static:
+            dynamic = packed is None and not self._batch_static and \
+                self._options.get('dynamic') is not False
+            if dynamic:
                 result = self._widen_batch(key, leaves, instance, args,
                                            kwargs)
                 if result is not _NOT_WIDENED:
                     return result
+                return self._compile_any_batch(key, leaves, instance, args,
+                                               kwargs)
             return self._compile(key, leaves, instance, args, kwargs, packed)
         self.last_entry = entry
         self.cache.hits += 1
@@ -251,7 +255,7 @@ class JitFunction(_calls.CachedCall):
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
         numpy.random.set_state(draws)
-        result = self._eager(instance, args, kwargs, hit=True)
+        result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
             return result
         if compiled is not _RAISED and \
@@ -259,7 +263,7 @@ class JitFunction(_calls.CachedCall):
             entry.verified_lengths.add(checked)
             return result
         self.cache.remove(entry)
-        if isinstance(entry.symbolic, batch.Batched):
+        if isinstance(entry.symbolic, batch.BatchAxis):
             self._batch_static = True
             self._warn_batch_static(
                 'at batch size %d its program gave another result than '
@@ -306,10 +310,12 @@ class JitFunction(_calls.CachedCall):
             outs = program.run(inputs)
             compiled = entry.build_result(outs, leaves, instance)
         except Exception as error:  # no converter; onnxruntime refused
+            if self._options['backend'] != 'onnxruntime':
+                return _NOT_WIDENED  # the VM may serve every batch size
             entry.batch_note = backends.first_line(error)
             self._warn_batch_static(entry.batch_note)
             return _NOT_WIDENED
-        result = self._eager(instance, args, kwargs)
+        result = self._check_eagerly(instance, args, kwargs)
         problem = pipeline.compare_results(result, compiled)
         if problem is not None:
             entry.batch_note = 'at batch size %d its program gave another ' \
@@ -319,6 +325,33 @@ class JitFunction(_calls.CachedCall):
         batch.widen(self.cache, entry, batched, program, [
             batched.size_of(entry.key), batched.size_of(key)])
         self.last_entry = entry
+        return result
+
+    def _compile_any_batch(self, key, leaves, instance, args, kwargs):
+        """Compiles a call, for any batch size where the VM may run its
+        program so (``batch.rows_batched``): with ``jit(dynamic=True)``
+        from the first call on, else where the call missed only for its
+        batch size. The entry compiled for the other size is then left out
+        (the new one serves it), or, where the batch size stays in the
+        key, keeps its size too, with the same note."""
+        if self._options.get('dynamic'):
+            sibling, batched = None, batch.batch_of(key)
+        else:
+            sibling, batched = batch.rows_sibling(self.cache, key) or \
+                (None, None)
+            if batched is not None and \
+                    batched.size_of(key) < batch.MIN_SIZE:
+                batched = None
+        result = self._compile(key, leaves, instance, args, kwargs,
+                               batched=batched)
+        entry = self.last_entry
+        if sibling is None or entry is None:
+            return result
+        if isinstance(entry.symbolic, batch.RowsBatched):
+            if entry.symbolic.generalize(sibling.key) is not None:
+                self.cache.remove(sibling)
+        elif entry.batch_note is not None:
+            sibling.batch_note = entry.batch_note
         return result
 
     def _warn_batch_static(self, why):
@@ -427,6 +460,16 @@ class JitFunction(_calls.CachedCall):
         self.cache.eager_hits += hit
         return self._run(instance, args, kwargs)
 
+    def _check_eagerly(self, instance, args, kwargs, hit=False):
+        """:meth:`_eager`, for a check of a program at a new size: jitted
+        functions it calls that miss run as they are, not compiled for
+        the sizes of a call that only checks."""
+        _checking[0] += 1
+        try:
+            return self._eager(instance, args, kwargs, hit)
+        finally:
+            _checking[0] -= 1
+
     def _run(self, instance, args, kwargs):
         """The undecorated forward, called on the arguments."""
         if instance is not None:
@@ -435,13 +478,15 @@ class JitFunction(_calls.CachedCall):
 
     # --- compiling ----------------------------------------------------------
 
-    def _compile(self, key, leaves, instance, args, kwargs, packed=None):
-        """Compiles the call (``runtime.compile.compile_call``) and caches
-        its entry; returns the call's result. A call with packed lists
-        (see :meth:`call_key`) may get no entry: the function then records
-        those lists item by item from the next call on."""
+    def _compile(self, key, leaves, instance, args, kwargs, packed=None,
+                 batched=None):
+        """Compiles the call (``runtime.compile.compile_call``; ``batched``
+        as it takes it) and caches its entry; returns the call's result. A
+        call with packed lists (see :meth:`call_key`) may get no entry: the
+        function then records those lists item by item from the next call
+        on."""
         compiled = pipeline.compile_call(self._caller(instance), key, leaves,
-                                         args, kwargs, packed)
+                                         args, kwargs, packed, batched)
         if compiled.unpack is not None:
             self._unpacked.add(compiled.unpack)
         entry = compiled.entry
@@ -473,6 +518,7 @@ class JitFunction(_calls.CachedCall):
             warn_fallback=self._warn_fallback,
             warn_unrolled=self._warn_unrolled,
             warn_items=self._warn_items,
+            warn_batch=self._warn_batch_static,
             explain_miss=functools.partial(self._miss_reason,
                                            instance=instance),
             on_backprop_program=functools.partial(_note_jitted_link,
@@ -634,6 +680,7 @@ class JitFunction(_calls.CachedCall):
 
 _RAISED = object()  # a program that raised at a new length
 _NOT_WIDENED = object()  # no entry of another batch size serves the call
+_checking = [0]  # calls checking a program against eager, running
 
 
 def _size_to_check(entry, key, symbols):
@@ -642,7 +689,7 @@ def _size_to_check(entry, key, symbols):
     list items (``runtime.ragged``, at its first calls); else ``None``."""
     if isinstance(entry.symbolic, batch.Batched):
         return (entry.symbolic.size_of(key),)
-    if isinstance(entry.symbolic, ragged.Ragged):
+    if isinstance(entry.symbolic, (ragged.Ragged, batch.RowsBatched)):
         return entry.symbolic.to_check(key, entry.verified_lengths)
     return tuple(symbols) if symbols else None
 

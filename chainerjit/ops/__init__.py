@@ -238,6 +238,40 @@ _IMPURE_NAMES = frozenset([
     'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout'])
 
 
+def rows_follow(lower):
+    """Decorates a lowering whose kernels map each row of their one input
+    to a row of their output, and read the rows' number from the arrays
+    in their forward and gradient (element-wise ops, a softmax): their
+    :attr:`Kernel.lengths` rule is :func:`rows_follow_first`."""
+    @functools.wraps(lower)
+    def lowered(node, ctx):
+        kernel = lower(node, ctx)
+        return None if kernel is None else kernel._replace(
+            lengths=rows_follow_first)
+    return lowered
+
+
+def rows_broadcast(in_shapes, out_shape, kernel=None):
+    """A :attr:`Kernel.lengths` rule for an element-wise kernel whose
+    inputs broadcast together: the inputs whose rows vary have the
+    output's axes and all the same rows, which the output has; the fixed
+    ones broadcast along the rows (fewer axes, or one row). ``kernel``:
+    the kernel to run at any lengths (one whose gradient reads the rows'
+    number from its arrays), ``None`` where the node's does already."""
+    def lengths(rows):
+        varying = [r for r in rows if r is not None]
+        if any(r != varying[0] for r in varying):
+            return None
+        for r, shape in zip(rows, in_shapes):
+            if r is not None and len(shape) != len(out_shape):
+                return None
+            if r is None and len(shape) == len(out_shape) and \
+                    shape[0] != 1:
+                return None
+        return Follow((varying[0],), kernel)
+    return lengths
+
+
 def is_impure(label):
     """True for a node label (class name) that is random or stateful."""
     return label in _IMPURE_NAMES

@@ -26,6 +26,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_elementwise
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
@@ -132,6 +133,7 @@ def lower_tanh(node, ctx):
 
 
 @lowering(softmax.Softmax)
+@rows_follow
 def lower_softmax(node, ctx):
     exp = ctx.xp.exp
     axis = node.axis
@@ -181,6 +183,7 @@ def log_softmax_rows(x):
 
 
 @lowering(log_softmax.LogSoftmax)
+@rows_follow
 def lower_log_softmax(node, ctx):
     logsumexp = log_softmax.logsumexp
     axis = node.axis
@@ -198,6 +201,7 @@ def lower_log_softmax(node, ctx):
 
 
 @lowering(elu.ELU)
+@rows_follow
 def lower_elu(node, ctx):
     xp = ctx.xp
     alpha = node.alpha
@@ -228,6 +232,7 @@ def lower_elu(node, ctx):
 
 
 @lowering(softplus.Softplus)
+@rows_follow
 def lower_softplus(node, ctx):
     xp = ctx.xp
     beta, beta_inv = node.beta, node.beta_inv
@@ -256,6 +261,7 @@ def lower_softplus(node, ctx):
 
 
 @lowering(hard_sigmoid.HardSigmoid)
+@rows_follow
 def lower_hard_sigmoid(node, ctx):
     clip = ctx.xp.clip
     dtype = ctx.out_dtypes[0]
@@ -272,6 +278,7 @@ def lower_hard_sigmoid(node, ctx):
 
 
 @lowering(clipped_relu.ClippedReLU)
+@rows_follow
 def lower_clipped_relu(node, ctx):
     xp = ctx.xp
     cap = node.cap

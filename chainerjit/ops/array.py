@@ -70,16 +70,18 @@ def _grad_of_each(fn):
         fn(gys[0]) if wanted[0] else None,))
 
 
-def _sum_to_inputs(ctx):
+def _sum_to_inputs(ctx, any_rows=False):
     """A GradRule summing each output's gradient to its input's shape
-    (``chainer.functions.sum_to``); ``None`` where no gradient flows, as
+    (``chainer.functions.sum_to``; with ``any_rows``, to that shape with
+    the gradient's rows); ``None`` where no gradient flows, as
     ``Broadcast.backward`` gives."""
     sum_to = utils.sum_to
     shapes = ctx.in_shapes
 
     def grad(xs, ys, gys, wanted):
         return tuple(
-            None if not w or gy is None else sum_to(gy, shape)
+            None if not w or gy is None else sum_to(
+                gy, (len(gy),) + shape[1:] if any_rows else shape)
             for gy, shape, w in zip(gys, shapes, wanted))
     return GradRule(grad)
 
@@ -125,9 +127,27 @@ def lower_reshape(node, ctx):
     # ``expand_dims`` and ``squeeze`` are reshapes to the output shape.
     shape = ctx.out_shapes[0]
     in_shape = ctx.in_shapes[0]
-    return Kernel(lambda x: x.reshape(shape), {'shape': shape},
-                  grad=_grad_of_each(lambda gy: gy.reshape(in_shape)),
-                  onnx=_onnx_view(node, ctx))
+    kernel = Kernel(lambda x: x.reshape(shape), {'shape': shape},
+                    grad=_grad_of_each(lambda gy: gy.reshape(in_shape)),
+                    onnx=_onnx_view(node, ctx))
+    if not shape or not in_shape or shape[0] != in_shape[0]:
+        return kernel
+    return kernel._replace(lengths=_rows_reshaped(kernel, in_shape, shape))
+
+
+def _rows_reshaped(kernel, in_shape, shape):
+    """The ``Kernel.lengths`` rule of a reshape that keeps the first axis
+    (``(N, C, H, W)`` to ``(N, C * H * W)``): the rows stay, and at any
+    lengths the kernel reshapes each row."""
+    rest, in_rest = shape[1:], in_shape[1:]
+    any_lengths = kernel._replace(
+        fn=lambda x: x.reshape((len(x),) + rest),
+        grad=_grad_of_each(lambda gy: gy.reshape((len(gy),) + in_rest)),
+        lengths=None)
+
+    def lengths(rows):
+        return Follow(rows, any_lengths)
+    return lengths
 
 
 def _onnx_expand(b, x, in_shape, shape, out=None):
@@ -144,10 +164,18 @@ def _onnx_expand(b, x, in_shape, shape, out=None):
 def lower_broadcast_to(node, ctx):
     broadcast_to = ctx.xp.broadcast_to
     shape = ctx.out_shapes[0]
-    return Kernel(lambda x: broadcast_to(x, shape), {'shape': shape},
-                  grad=_sum_to_inputs(ctx),
-                  onnx=lambda b, ins, outs: _onnx_expand(
-                      b, ins[0], b.in_shapes[0], shape, outs))
+    kernel = Kernel(lambda x: broadcast_to(x, shape), {'shape': shape},
+                    grad=_sum_to_inputs(ctx),
+                    onnx=lambda b, ins, outs: _onnx_expand(
+                        b, ins[0], b.in_shapes[0], shape, outs))
+    in_shape = ctx.in_shapes[0]
+    if len(in_shape) != len(shape) or not shape or in_shape[0] != shape[0]:
+        return kernel
+    # Rows broadcast along other axes: at any lengths, to the rows of x.
+    any_lengths = kernel._replace(
+        fn=lambda x: broadcast_to(x, (len(x),) + shape[1:]),
+        grad=_sum_to_inputs(ctx, any_rows=True))
+    return kernel._replace(lengths=lambda rows: Follow(rows, any_lengths))
 
 
 @lowering(broadcast.Broadcast)
@@ -367,11 +395,31 @@ def lower_get_item(node, ctx):
         gx = xp.zeros(shape, gy.dtype)
         add_at(gx, slices, gy)
         return gx,
-    return Kernel(lambda x: utils.force_array(x[slices]),
-                  {'slices': '[%s]' % ', '.join(
-                      _format_index(s) for s in node.slices)},
-                  grad=GradRule(grad),
-                  onnx=_onnx_get_item(node.slices, len(shape)))
+    kernel = Kernel(lambda x: utils.force_array(x[slices]),
+                    {'slices': '[%s]' % ', '.join(
+                        _format_index(s) for s in node.slices)},
+                    grad=GradRule(grad),
+                    onnx=_onnx_get_item(node.slices, len(shape)))
+    if not _keeps_rows(slices):
+        return kernel
+
+    def any_lengths_grad(xs, ys, gys, wanted):
+        gy, = gys
+        gx = xp.zeros((len(gy),) + shape[1:], gy.dtype)
+        add_at(gx, slices, gy)
+        return gx,
+    any_lengths = kernel._replace(grad=GradRule(any_lengths_grad))
+    return kernel._replace(lengths=lambda rows: Follow(rows, any_lengths))
+
+
+def _keeps_rows(slices):
+    """Whether an index takes every row, in order, as the first axis of
+    its result, and basic indexes only after it (``x[:, 3]``,
+    ``x[:, :8]``)."""
+    index = slices if isinstance(slices, tuple) else (slices,)
+    return bool(index) and isinstance(index[0], slice) and \
+        index[0] == slice(None) and all(
+        isinstance(s, (slice, int)) or s is None for s in index[1:])
 
 
 @lowering(select_item.SelectItem)
@@ -421,10 +469,11 @@ def lower_where(node, ctx):
 
 # --- joining and splitting ---------------------------------------------------
 
-def _split_grad(ctx, axis, sizes):
+def _split_grad(ctx, axis, sizes, any_rows=False):
     """The gradient of a join along ``axis`` of pieces of ``sizes``: the
     output's gradient cut into pieces (``split_axis`` in Chainer's
-    backward), each reshaped to its input's shape."""
+    backward), each reshaped to its input's shape (with ``any_rows``, to
+    that shape with the rows of the output's gradient)."""
     ndim = len(ctx.out_shapes[0])
     points = numpy.cumsum([0] + list(sizes))
     pieces = [(_axis_index(axis, ndim, slice(int(start), int(stop))), shape)
@@ -433,8 +482,9 @@ def _split_grad(ctx, axis, sizes):
 
     def grad(xs, ys, gys, wanted):
         gy, = gys
-        return tuple(gy[index].reshape(shape) if w else None
-                     for (index, shape), w in zip(pieces, wanted))
+        rows = (len(gy),) if any_rows else ()
+        return tuple(gy[index].reshape(rows + shape[len(rows):]) if w
+                     else None for (index, shape), w in zip(pieces, wanted))
     return GradRule(grad)
 
 
@@ -447,8 +497,19 @@ def lower_concat(node, ctx):
                     grad=_split_grad(ctx, axis, sizes),
                     onnx=onnx_op('Concat', axis=axis))
     if _normalize_axis(axis, len(ctx.out_shapes[0])) != 0:
-        return kernel
+        return kernel._replace(lengths=_rows_side_by_side(
+            kernel._replace(grad=_split_grad(ctx, axis, sizes, True))))
     return kernel._replace(lengths=_rows_joined(kernel, sizes))
+
+
+def _rows_side_by_side(any_lengths):
+    """The ``Kernel.lengths`` rule of a join along another axis than the
+    rows: all inputs have the same rows, which the output has."""
+    def lengths(rows):
+        if rows[0] is None or any(r != rows[0] for r in rows):
+            return None
+        return Follow(rows[:1], any_lengths)
+    return lengths
 
 
 def _rows_joined(kernel, sizes):

@@ -249,13 +249,14 @@ def lower_convolution_2d(node, ctx):
         return None
     # The patches, a temporary of megabytes, in buffers kept from call to
     # call (see ops.scratch.Scratch), which the graph's kernels take turns
-    # with.
+    # with. The forward and the gradient read the number of images from
+    # the arrays.
     scratch = ctx.scratch or Scratch()
     return Kernel(_conv_forward(node, ctx, scratch),
                   attrs=_conv_attrs(node, cover_all=node.cover_all),
                   grad=GradRule(_conv_grad(node, ctx, scratch),
                                 inputs=(0, 1)),
-                  onnx=_conv_to_onnx(node))
+                  onnx=_conv_to_onnx(node), lengths=rows_follow_first)
 
 
 def _conv_forward(node, ctx, scratch):
@@ -342,7 +343,7 @@ def _dense_conv(node, ctx):
 
 def _windows_conv(node, ctx, scratch):
     """The forward without ``cover_all``, recorded for training."""
-    n, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
+    _, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
     col_args, _ = _conv_im2col_settings(node, ctx)
     k = c_in * kh * kw
 
@@ -353,7 +354,7 @@ def _windows_conv(node, ctx, scratch):
             col = patch_matrix(x, *col_args, dy=node.dy, dx=node.dx,
                                buffers=buffers)
             y = col.dot(W.reshape(c_out, k).T).astype(x.dtype, copy=False)
-        y = y.reshape(n, out_h, out_w, c_out)
+        y = y.reshape(len(x), out_h, out_w, c_out)
         if b is not None:
             _add_to_rows(y, b)
         return numpy.rollaxis(y, 3, 1)
@@ -363,17 +364,17 @@ def _windows_conv(node, ctx, scratch):
 def _grouped_conv(node, ctx):
     """The forward of a grouped convolution: im2col and a batched
     matmul, as Chainer's."""
-    n, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
+    _, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
     col_args, col_kwargs = _conv_im2col_settings(node, ctx)
     groups = node.groups
 
     def grouped(x, W, b=None):
         col = conv.im2col_cpu(x, *col_args, **col_kwargs)
         col = col.transpose(1, 2, 3, 0, 4, 5).reshape(
-            groups, c_in // groups * kh * kw, n * out_h * out_w)
+            groups, c_in // groups * kh * kw, len(x) * out_h * out_w)
         W = W.reshape(groups, c_out // groups, c_in // groups * kh * kw)
         y = numpy.matmul(W, col).astype(col.dtype, copy=False)
-        y = y.reshape(c_out, n, out_h, out_w).transpose(1, 0, 2, 3)
+        y = y.reshape(c_out, len(x), out_h, out_w).transpose(1, 0, 2, 3)
         if b is not None:
             y += b.reshape(1, b.size, 1, 1)
         return y
@@ -403,7 +404,7 @@ def lower_deconvolution_2d(node, ctx):
     col2im."""
     if ctx.xp is not numpy or node._use_ideep:
         return None
-    n, c_in, in_h, in_w = ctx.in_shapes[0]
+    _, c_in, in_h, in_w = ctx.in_shapes[0]
     _, c_out_g, kh, kw = ctx.in_shapes[1]
     out_h, out_w = ctx.out_shapes[0][2:]
     groups = node.groups
@@ -415,6 +416,7 @@ def lower_deconvolution_2d(node, ctx):
         return numpy.rollaxis(col, 3)
 
     def grouped_col(x, W):
+        n = len(x)
         x = x.transpose(1, 0, 2, 3).reshape(
             groups, c_in // groups, n * in_h * in_w)
         W = W.reshape(groups, c_in // groups, c_out_g * kh * kw)
@@ -451,7 +453,7 @@ def lower_deconvolution_2d(node, ctx):
 
     return Kernel(deconv, attrs=_conv_attrs(node, outsize=(out_h, out_w)),
                   grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_deconv_to_onnx(node))
+                  onnx=_deconv_to_onnx(node), lengths=rows_follow_first)
 
 
 @lowering(embed_id.EmbedIDFunction)

@@ -3,6 +3,7 @@
 from chainer.functions.evaluation import accuracy
 import numpy
 
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
@@ -22,19 +23,18 @@ def lower_accuracy(node, ctx):
     included)."""
     xp = ctx.xp
     ignore_label = node.ignore_label
-    t_shape = ctx.in_shapes[1]
     dtype = ctx.in_dtypes[0]
     if ignore_label is None:
         def fn(y, t):
-            pred = y.argmax(axis=1).reshape(t_shape)
+            pred = y.argmax(axis=1).reshape(t.shape)
             return xp.asarray((pred == t).mean(dtype=dtype))
-        to_onnx = _accuracy_to_onnx(t_shape, dtype)
+        to_onnx = _accuracy_to_onnx(dtype)
     elif xp is numpy:
         def fn(y, t):
             mask = t == ignore_label
             ignore_cnt = mask.sum()
             pred = numpy.where(mask, ignore_label,
-                               y.argmax(axis=1).reshape(t_shape))
+                               y.argmax(axis=1).reshape(t.shape))
             count = (pred == t).sum() - ignore_cnt
             total = t.size - ignore_cnt
             if total == 0:
@@ -44,14 +44,23 @@ def lower_accuracy(node, ctx):
     else:
         return None  # the generic path runs Accuracy's GPU formula
     return Kernel(fn, {'ignore_label': ignore_label},
-                  grad=GradRule(_no_gradient), onnx=to_onnx, fresh=True)
+                  grad=GradRule(_no_gradient), onnx=to_onnx, fresh=True,
+                  lengths=_rows_scored)
 
 
-def _accuracy_to_onnx(t_shape, dtype):
+def _rows_scored(rows):
+    """The ``Kernel.lengths`` rule of Accuracy: scores and labels of as
+    many rows give one number; the kernel reads the labels' shape."""
+    y_rows, t_rows = rows
+    return Follow((None,)) if y_rows is not None and y_rows == t_rows \
+        else None
+
+
+def _accuracy_to_onnx(dtype):
     def to_onnx(b, ins, outs):
         y, t = ins
         pred = b.op('ArgMax', [y], axis=1, keepdims=0)
-        pred = b.op('Reshape', pred + [b.int64s(t_shape)])
+        pred = b.op('Reshape', pred + b.op('Shape', [t]))
         hits = b.op('Equal', pred + b.op('Cast', [t], to=onnx_dtype(
             numpy.int64)))
         b.op('ReduceMean', b.op('Cast', hits, to=onnx_dtype(dtype)), outs,

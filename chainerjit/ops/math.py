@@ -43,6 +43,9 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
+from chainerjit.ops import rows_broadcast
+from chainerjit.ops import rows_follow
+from chainerjit.ops import rows_follow_first
 
 
 def grad_rule(ctx, fn, inputs=(), outputs=()):
@@ -238,6 +241,7 @@ def _unary_grad(cls, ctx):
 
 
 @lowering(*_UNARY)
+@rows_follow
 def lower_unary(node, ctx):
     fn, onnx = _UNARY[type(node)]
     fn = _resolve(fn, ctx.xp)
@@ -247,6 +251,7 @@ def lower_unary(node, ctx):
 
 
 @lowering(sqrt.RsqrtGPU)
+@rows_follow
 def lower_rsqrt_gpu(node, ctx):
     # Recorded on GPU only (``F.rsqrt`` is ``1 / sqrt(x)`` on CPU).
     rsqrt = cuda.cupyx.rsqrt
@@ -291,18 +296,44 @@ _BINARY_GRAD = {
 }
 
 
-def _sum_to_inputs(ctx, gx0_of, gx1_of):
+def _sum_to_inputs(ctx, gx0_of, gx1_of, rows=(None, None)):
     """The wanted gradients, summed to the input shapes as
-    ``chainer.functions.sum_to`` does."""
+    ``chainer.functions.sum_to`` does; where ``rows`` has an input's
+    ``ops.Rows``, to its shape with the output gradient's rows."""
     sum_to = utils.sum_to
     shape0, shape1 = ctx.in_shapes
     xp = ctx.xp
 
     def grad(xs, ys, gys, wanted):
-        args = (xp, xs[0], xs[1], ys[0], gys[0])
-        return (sum_to(gx0_of(*args), shape0) if wanted[0] else None,
-                sum_to(gx1_of(*args), shape1) if wanted[1] else None)
+        gy = gys[0]
+        args = (xp, xs[0], xs[1], ys[0], gy)
+        return (sum_to(gx0_of(*args), _with_rows(shape0, rows[0], gy))
+                if wanted[0] else None,
+                sum_to(gx1_of(*args), _with_rows(shape1, rows[1], gy))
+                if wanted[1] else None)
     return grad
+
+
+def _with_rows(shape, rows, gy):
+    """``shape``, or where it follows ``rows`` (``ops.Rows``, not
+    ``None``), ``shape`` with the rows of ``gy``."""
+    return shape if rows is None else (len(gy),) + shape[1:]
+
+
+def _sum_to_any_rows(kernel, ctx, grad_of, reads):
+    """The :attr:`Kernel.lengths` rule of a broadcasting binary op whose
+    gradient is ``grad_of(rows)`` (``_sum_to_inputs``'s, summed to the
+    input shapes with the rows of the output), read by a ``GradRule``
+    with ``reads`` (its ``inputs, outputs``)."""
+    def lengths(rows):
+        rule = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])
+        following = rule(rows)
+        if following is None or kernel.grad is None:
+            return following
+        grad = grad_rule(ctx, grad_of(tuple(rows)), *reads)
+        return following._replace(kernel=kernel._replace(
+            grad=grad, lengths=None))
+    return lengths
 
 
 _UFUNC_OF_OPERATOR = {operator.add: 'add', operator.sub: 'subtract',
@@ -328,17 +359,20 @@ def lower_binary(node, ctx):
     fn = _resolve(fn, ctx.xp)
     dtype = ctx.out_dtypes[0]
     reads_x, reads_y = _BINARY_GRAD[type(node)][:2]
+    reads = ((0, 1) if reads_x else (), (0,) if reads_y else ())
+
+    def grad_of(rows):
+        return _sum_to_inputs(ctx, *_BINARY_GRAD[type(node)][2:], rows=rows)
     grad = None
     if (type(node) not in (trigonometric.Arctan2, fmod.Fmod)
             or ctx.in_shapes[0] == ctx.in_shapes[1]):
-        grad = grad_rule(ctx, _sum_to_inputs(ctx, *_BINARY_GRAD[
-            type(node)][2:]),
-                         inputs=(0, 1) if reads_x else (),
-                         outputs=(0,) if reads_y else ())
+        grad = grad_rule(ctx, grad_of((None, None)), *reads)
     inplace, into = _binary_into(fn, ctx)
-    return Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
-                  grad=grad, onnx=_onnx(onnx), fresh=True,
-                  inplace=inplace, into=into)
+    kernel = Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
+                    grad=grad, onnx=_onnx(onnx), fresh=True,
+                    inplace=inplace, into=into)
+    return kernel._replace(lengths=_sum_to_any_rows(kernel, ctx, grad_of,
+                                                    reads))
 
 
 # The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
@@ -357,6 +391,7 @@ _WITH_CONSTANT_GRAD = {
 
 
 @lowering(*_WITH_CONSTANT)
+@rows_follow
 def lower_with_constant(node, ctx):
     if not numpy.isscalar(node.value):
         return None
@@ -392,16 +427,29 @@ def _constant_into(ufunc, value, first, ctx):
     return lambda out, x: ufunc(x, value, out=out)
 
 
-def _sum_to_each(ctx):
-    """The gradient of an addition: ``gy`` summed to each input's shape."""
+def _sum_to_each(ctx, rows=None):
+    """The gradient of an addition: ``gy`` summed to each input's shape
+    (with the rows of ``gy`` for those with ``rows``, ``ops.Rows``)."""
     sum_to = utils.sum_to
     shapes = ctx.in_shapes
+    rows = rows or (None,) * len(shapes)
 
     def grad(xs, ys, gys, wanted):
         gy, = gys
-        return tuple(sum_to(gy, shape) if w else None
-                     for shape, w in zip(shapes, wanted))
+        return tuple(sum_to(gy, _with_rows(shape, r, gy)) if w else None
+                     for shape, r, w in zip(shapes, rows, wanted))
     return grad_rule(ctx, grad)
+
+
+def _added_any_rows(kernel, ctx):
+    """The :attr:`Kernel.lengths` rule of ``MultiAdd``."""
+    def lengths(rows):
+        following = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])(rows)
+        if following is None:
+            return None
+        return following._replace(kernel=kernel._replace(
+            grad=_sum_to_each(ctx, tuple(rows)), lengths=None))
+    return lengths
 
 
 @lowering(basic_math.MultiAdd)
@@ -425,8 +473,9 @@ def lower_multi_add(node, ctx):
             else:
                 y = x + y
         return utils.force_array(y)
-    return Kernel(fn, {'n': len(ctx.in_shapes)}, grad=_sum_to_each(ctx),
-                  onnx=onnx_op('Sum'))
+    kernel = Kernel(fn, {'n': len(ctx.in_shapes)}, grad=_sum_to_each(ctx),
+                    onnx=onnx_op('Sum'))
+    return kernel._replace(lengths=_added_any_rows(kernel, ctx))
 
 
 @lowering(squared_error.SquaredError)
@@ -485,6 +534,7 @@ def lower_identity(node, ctx):
 
 
 @lowering(clip.Clip)
+@rows_follow
 def lower_clip(node, ctx):
     xp_clip = ctx.xp.clip
     x_min, x_max = node.x_min, node.x_max
@@ -521,9 +571,11 @@ def _kept_shape(node, ctx):
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def _broadcast_back(node, ctx, multiplier=None):
+def _broadcast_back(node, ctx, multiplier=None, any_rows=False):
     """Sum's and Mean's backward: ``gy`` (times ``multiplier``) reshaped
-    to keep the reduced axes and broadcast to the input shape."""
+    to keep the reduced axes and broadcast to the input shape; with
+    ``any_rows``, to the input shape with the rows of ``gy`` (axis 0 is
+    kept)."""
     broadcast_to = ctx.xp.broadcast_to
     shape = ctx.in_shapes[0]
     kept = _kept_shape(node, ctx)
@@ -532,9 +584,10 @@ def _broadcast_back(node, ctx, multiplier=None):
         gy, = gys
         if multiplier is not None:
             gy = gy.dtype.type(multiplier) * gy
+        rows = (len(gy),) if any_rows else ()
         if kept is not None:
-            gy = gy.reshape(kept)
-        return broadcast_to(gy, shape),
+            gy = gy.reshape(rows + kept[len(rows):])
+        return broadcast_to(gy, rows + shape[len(rows):]),
     return grad_rule(ctx, grad)
 
 
@@ -550,9 +603,25 @@ def lower_sum(node, ctx):
                     {'axis': axis, 'keepdims': keepdims},
                     grad=_broadcast_back(node, ctx), onnx=to_onnx, fresh=True)
     shape = ctx.in_shapes[0]
-    if not shape or (axis is not None and 0 not in _onnx_axes(axis, ctx)):
+    if not shape:
         return kernel
+    if axis is not None and 0 not in _onnx_axes(axis, ctx):
+        return kernel._replace(lengths=_rows_kept(kernel, node, ctx))
     return kernel._replace(lengths=_rows_summed(kernel, node, ctx))
+
+
+def _rows_kept(kernel, node, ctx, multiplier=None):
+    """The ``Kernel.lengths`` rule of a sum (or a mean: ``multiplier``)
+    over other axes than the rows: the output keeps them, and at any
+    lengths the gradient broadcasts back to the input's shape with the
+    rows of the output gradient."""
+    any_lengths = kernel._replace(
+        grad=_broadcast_back(node, ctx, multiplier, any_rows=True),
+        lengths=None)
+
+    def lengths(rows):
+        return rows_follow_first(rows) and Follow(rows[:1], any_lengths)
+    return lengths
 
 
 def _rows_summed(kernel, node, ctx, mean=False):
@@ -593,9 +662,11 @@ def lower_mean(node, ctx):
     kernel = Kernel(lambda x: x.mean(axis=axis, keepdims=keepdims),
                     {'axis': axis, 'keepdims': keepdims}, grad=grad,
                     onnx=_onnx_reduce('ReduceMean', axis, keepdims, ctx))
-    if grad is None or (axis is not None and
-                        0 not in _onnx_axes(axis, ctx)):
+    if grad is None or not shape:
         return kernel
+    if axis is not None and 0 not in _onnx_axes(axis, ctx):
+        return kernel._replace(lengths=_rows_kept(kernel, node, ctx,
+                                                  1.0 / divider))
     return kernel._replace(lengths=_rows_summed(kernel, node, ctx, True))
 
 

@@ -15,6 +15,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import LOOP_DTYPES
 from chainerjit.ops import _loops_normalization
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_follow_first
 from chainerjit.ops import state_lowering
 
 
@@ -200,7 +201,8 @@ def lower_fixed_batch_normalization(node, ctx):
     return Kernel(forward, attrs={'eps': eps, 'axis': axis},
                   grad=GradRule(_fixed_bn_grad(eps, expander, axis),
                                 inputs=(0, 1, 3, 4)),
-                  onnx=_fixed_bn_to_onnx(eps, axis, expander), fresh=folds)
+                  onnx=_fixed_bn_to_onnx(eps, axis, expander), fresh=folds,
+                  lengths=rows_follow_first)
 
 
 def _fixed_bn(eps, expander, axis):

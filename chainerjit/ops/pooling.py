@@ -19,6 +19,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_pooling
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_follow_first
 
 
 def _nd_attrs(node):
@@ -36,7 +37,7 @@ def lower_max_pooling_nd(node, ctx):
     return Kernel(forward, attrs=_nd_attrs(node),
                   grad=GradRule(_max_pool_grad(node, ctx, tiles),
                                 inputs=(0,)),
-                  onnx=_max_pool_to_onnx(node))
+                  onnx=_max_pool_to_onnx(node), lengths=rows_follow_first)
 
 
 def _max_pool_col_shape(node, ctx):
@@ -65,7 +66,7 @@ def _max_pool(node, ctx):
     def max_pool(x):
         col = conv_nd.im2col_nd_cpu(x, ksize, stride, pad,
                                     pval=-float('inf'), cover_all=cover_all)
-        return col.reshape(col_shape).max(axis=2)
+        return col.reshape((len(x),) + col_shape[1:]).max(axis=2)
     return max_pool
 
 
@@ -95,24 +96,26 @@ def _max_pool_grad(node, ctx, tiles):
     ndim = len(ksize)
     dims = ctx.in_shapes[0][2:]
     in_dtype = ctx.in_dtypes[0]
-    gcol_shape = ctx.out_shapes[0] + ksize
-    n_windows = functools.reduce(operator.mul, ctx.out_shapes[0])
     prod_ksize = col_shape[2]
-    offsets = numpy.arange(0, n_windows * prod_ksize, prod_ksize)
+    offsets = {}  # by number of images: the windows' first positions
 
     def grad(xs, ys, gys, wanted):
         if not wanted[0]:
             return None,
-        if tiles and ndim == 2 and type(xs[0]) is numpy.ndarray:
-            gx = numpy.empty(xs[0].shape, xs[0].dtype)
-            if _loops_pooling.max_pool_tiles_grad(xs[0], gys[0], gx, *ksize):
+        x, gy = xs[0], gys[0]
+        if tiles and ndim == 2 and type(x) is numpy.ndarray:
+            gx = numpy.empty(x.shape, x.dtype)
+            if _loops_pooling.max_pool_tiles_grad(x, gy, gx, *ksize):
                 return gx,
-        col = conv_nd.im2col_nd_cpu(xs[0], ksize, stride, pad,
+        col = conv_nd.im2col_nd_cpu(x, ksize, stride, pad,
                                     pval=-float('inf'), cover_all=cover_all)
-        indexes = col.reshape(col_shape).argmax(axis=2)
-        gcol = numpy.zeros(n_windows * prod_ksize, dtype=in_dtype)
-        gcol[indexes.ravel() + offsets] = gys[0].ravel()
-        gcol = gcol.reshape(gcol_shape)
+        indexes = col.reshape((len(x),) + col_shape[1:]).argmax(axis=2)
+        if len(x) not in offsets:
+            offsets[len(x)] = numpy.arange(0, gy.size * prod_ksize,
+                                           prod_ksize)
+        gcol = numpy.zeros(gy.size * prod_ksize, dtype=in_dtype)
+        gcol[indexes.ravel() + offsets[len(x)]] = gy.ravel()
+        gcol = gcol.reshape(gy.shape + ksize)
         for i in range(ndim):
             gcol = numpy.swapaxes(gcol, 2 + i, ndim + 2 + i)
         # col2im returns a view into its padded image: C-ordered, the
@@ -147,6 +150,7 @@ def lower_average_pooling_2d(node, ctx):
     return Kernel(average_pool, attrs={
         'ksize': (node.kh, node.kw), 'stride': (node.sy, node.sx),
         'pad': (node.ph, node.pw)}, grad=GradRule(grad),
+        lengths=rows_follow_first,
         onnx=_average_pool_to_onnx(
             'AveragePooling2D', (node.kh, node.kw), (node.sy, node.sx),
             (node.ph, node.pw), True))

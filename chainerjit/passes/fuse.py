@@ -302,7 +302,9 @@ def _conv_normalized(conv, bn):
 
     attrs = dict(conv.kernel.attrs)
     attrs['eps'] = dict(bn.kernel.attrs)['eps']
-    kernel = ops.Kernel(fn, attrs, onnx=_chained_onnx(conv, bn), fresh=True)
+    kernel = ops.Kernel(fn, attrs, onnx=_chained_onnx(conv, bn), fresh=True,
+                        lengths=_chained_lengths(conv.kernel.lengths,
+                                                 bn.kernel.lengths))
     return ir.Node('%s+%s' % (conv.op, bn.op), kernel,
                    conv.inputs + bn.inputs[1:], bn.outputs, conv.attrs,
                    loc=conv.loc)

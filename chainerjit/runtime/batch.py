@@ -1,4 +1,4 @@
-"""Automatic dynamic batch: one inference program for every batch size.
+"""Automatic dynamic batch: one program for every batch size.
 
 A call that misses only because its batch size changed (axis 0 of every
 array argument, one size for all of them) finds the entry compiled for
@@ -16,9 +16,15 @@ be built, the entry keeps its batch size and says why.
 With ``backend='auto'``, an entry whose program the VM runs (it measured
 faster at the recorded size) serves every batch size the same way where
 onnxruntime can run it: the VM at the recorded size, the dynamic session at
-the others (:func:`per_size`). Training programs, and everything with
-``backend='numpy'``, keep the batch size in the key: the VM's kernels and
-its memory plan are built for the recorded shapes.
+the others (:func:`per_size`).
+
+Where no session serves the sizes (training programs, ``backend='numpy'``,
+an op without a converter), the call that missed is recorded again and the
+VM's program compiled for any batch size, where every node reading the
+batch's rows takes their number from its arrays (:func:`rows_batched`, as
+``runtime.ragged`` serves sentences of any lengths); that entry
+(:class:`RowsBatched`) replaces the one of the other size. With
+``jit(dynamic=True)`` the first call is compiled so.
 """
 
 import collections
@@ -28,23 +34,32 @@ from chainerjit import ops
 from chainerjit.backend import ort
 from chainerjit.frontend import signature
 from chainerjit.runtime import backends
+from chainerjit.runtime import ragged
 
 #: The symbol of the batch axis in keys and signatures.
 BATCH = 'B'
 
+#: Batches smaller than this keep their size in the key of an entry the VM
+#: runs at any batch size.
+MIN_SIZE = 2
 
-class Batched(collections.namedtuple('Batched', 'leaves')):
-    """How an entry that serves every batch size reads a call's key:
-    ``leaves`` are the indexes of the arguments whose axis 0 is the batch
-    (every array argument)."""
+#: How many batch sizes other than the recorded one such an entry checks
+#: against eager, at their first calls.
+CHECKED_SIZES = 3
+
+
+class BatchAxis(object):
+    """Reading a call's key where axis 0 of the arrays ``self.leaves`` is
+    the batch (every array argument)."""
 
     __slots__ = ()
 
     def generalize(self, key):
         """``(the key with the batch axes as 'B', [])``, or ``None`` where
-        the call's batched arguments differ in batch size."""
+        the call's batched arguments differ in batch size, or its batch is
+        too small (:attr:`min_size`)."""
         size = self.size_of(key)
-        if size is None:
+        if size is None or size < self.min_size:
             return None
         specs = list(key[3])
         for leaf in self.leaves:
@@ -64,6 +79,40 @@ class Batched(collections.namedtuple('Batched', 'leaves')):
             sizes.add(specs[leaf][0][0])
         return sizes.pop() if len(sizes) == 1 else None
 
+    def signature_of(self, sig):
+        """``sig`` with axis 0 of the batched arguments shown as ``B``."""
+        return sig.with_symbols([(leaf, (0,)) for leaf in self.leaves],
+                                symbol=BATCH)
+
+
+class Batched(BatchAxis, collections.namedtuple('Batched', 'leaves')):
+    """How an entry that one onnxruntime session runs at every batch size
+    reads a call's key: ``leaves`` are the indexes of the arguments whose
+    axis 0 is the batch (every array argument)."""
+
+    __slots__ = ()
+    min_size = 0
+
+
+class RowsBatched(BatchAxis, collections.namedtuple(
+        'RowsBatched', 'leaves recorded')):
+    """How an entry whose VM program takes any batch size reads a call's
+    key (:func:`why_fixed`): ``leaves`` as :class:`Batched`'s,
+    ``recorded`` the batch size it was recorded at. A batch of one stays
+    in the key (a single row broadcasts where several do not)."""
+
+    __slots__ = ()
+    min_size = MIN_SIZE
+
+    def to_check(self, key, checked):
+        """The call's ``(batch size,)``, if it is to be checked against
+        eager: its first calls at :data:`CHECKED_SIZES` sizes other than
+        recorded; else ``None``."""
+        size = (self.size_of(key),)
+        if size in checked or len(checked) > CHECKED_SIZES:
+            return None
+        return size
+
 
 def sibling(cache, key, backend):
     """``(entry, Batched)``: a cached entry whose program may serve other
@@ -77,6 +126,63 @@ def sibling(cache, key, backend):
         if leaves:
             return entry, Batched(leaves)
     return None
+
+
+def rows_sibling(cache, key):
+    """``(entry, Batched)``: a compiled entry of the same mode whose key
+    differs from ``key`` only in the batch size of every array argument,
+    whose program the VM may come to run at any batch size
+    (:func:`rows_batched`); else ``None``."""
+    for entry in cache.entries():
+        if entry.program is None or entry.symbolic is not None or \
+                entry.batch_note is not None or \
+                entry.key[:3] != key[:3] or entry.key[4:] != key[4:]:
+            continue
+        leaves = _batched_leaves(entry.key[3], key[3])
+        if leaves:
+            return entry, Batched(leaves)
+    return None
+
+
+def batch_of(key):
+    """``Batched`` of a call's key whose array arguments all have one size
+    of axis 0, at least :data:`MIN_SIZE` (``jit(dynamic=True)`` makes it
+    symbolic from the first call); else ``None``."""
+    leaves = tuple(leaf for leaf, spec in enumerate(key[3])
+                   if signature.is_array_spec(spec))
+    if not leaves or any(not key[3][leaf][0] for leaf in leaves):
+        return None
+    batched = Batched(leaves)
+    size = batched.size_of(key)
+    return batched if size is not None and size >= MIN_SIZE else None
+
+
+def rows_batched(graph, batched, size, uses, names):
+    """``(RowsBatched, None)`` where the VM may run the program of
+    ``graph`` (recorded at batch ``size``) at any batch size, else
+    ``(None, why not)``: every node reading a value whose rows follow the
+    batch has a kernel that reads their number from its arrays, in its
+    forward and its gradient (``Kernel.lengths``, as for the items of a
+    list, ``runtime.ragged``: there all batched arguments share one
+    ``Rows``), and the forward's Python did not use the batch size."""
+    first = batched.leaves[0]
+    seeds = dict((leaf, ops.Rows.of_item(first, size))
+                 for leaf in batched.leaves)
+    why = ragged.why_fixed(graph, seeds, uses, names, label=rows_label,
+                           size='batch size')
+    if why is not None:
+        return None, why
+    return RowsBatched(batched.leaves, size), None
+
+
+def rows_label(rows):
+    """``'B'``, ``'2*B'`` or ``'B+1'``: the rows of a value that follow the
+    batch (all the batched arguments share one ``Rows``), as the printed IR
+    shows them."""
+    items, fixed = rows.count()
+    times = sum(n for _, n in items)
+    term = BATCH if times == 1 else '%d*%s' % (times, BATCH)
+    return term + ('+%d' % fixed if fixed else '')
 
 
 def _widens(entry, backend):

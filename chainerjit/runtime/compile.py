@@ -32,6 +32,7 @@ from chainerjit.frontend import trip_counts
 from chainerjit.ops import structural
 from chainerjit.passes import autodiff
 from chainerjit.runtime import backends
+from chainerjit.runtime import batch
 from chainerjit.runtime import cache
 from chainerjit.runtime import function
 from chainerjit.runtime import ragged
@@ -41,7 +42,8 @@ class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
         'on_backprop_program', 'backend', 'providers', 'freeze',
-        'warn_items'), defaults=('numpy', None, False, None))):
+        'warn_items', 'warn_batch'),
+        defaults=('numpy', None, False, None, None))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -66,6 +68,8 @@ class Caller(collections.namedtuple('Caller', (
         warn_items: ``warn_items(why)`` warns, once, that the lengths of
             the items of a list argument stay in the key
             (``runtime.ragged``).
+        warn_batch: ``warn_batch(why)`` warns, once, that the batch size
+            stays in the key (``runtime.batch``).
     """
 
     __slots__ = ()
@@ -87,8 +91,13 @@ class Compiled(collections.namedtuple('Compiled', (
     __slots__ = ()
 
 
-def compile_call(caller, key, leaves, args, kwargs, packed=None):
+def compile_call(caller, key, leaves, args, kwargs, packed=None,
+                 batched=None):
     """Records a call that missed the cache and builds its entry.
+
+    ``batched`` (a ``batch.Batched``): the call's batch size is to be left
+    out of the key where the VM may run the program at any batch size
+    (``batch.rows_batched``); the entry then serves every batch size.
 
     A call with packed lists (``packed`` is ``(paths, packed args, packed
     kwargs)``, see ``frontend.packing``) gets an entry only where packing
@@ -129,22 +138,27 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None):
         items, items_note = (None, None) if lengths is not None or \
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
+        rows, batch_note = (None, None) if lengths is not None or \
+            packed is not None or items is not None or batched is None \
+            else _batch_of_any_size(caller, graph, sig, batched, recording)
         _warn_unrolled_loops(caller, unrolled, items, sig)
-        program = codegen.compile_graph(graph, arena=items is None)
-        if items is not None:
-            key, sig = items.generalize(key)[0], items.signature_of(sig)
+        sizes = items or rows  # the entry's VM program takes any sizes
+        program = codegen.compile_graph(graph, arena=sizes is None)
+        if sizes is not None:
+            key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
-                                graph, program, lengths or items, symbols)
+                                graph, program, lengths or sizes, symbols)
         entry.length_note, entry.items_note = length_note, items_note
-        if items is not None:
-            entry.verified_lengths.add(items.recorded)
+        entry.batch_note = batch_note
+        if sizes is not None:
+            entry.verified_lengths.add(_sizes_checked(sizes))
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
-        if items is None:  # onnxruntime's sessions have fixed lengths
+        if sizes is None:  # onnxruntime's sessions have fixed sizes
             _choose_backend(caller, entry, leaves, recording, symbols)
         if key[1] and entry.program is not None:  # backprop enabled
             entry.training = _training_program(caller, graph, leaves,
-                                               recording, items is None)
+                                               recording, sizes is None)
             caller.on_backprop_program()
     if packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
@@ -292,8 +306,9 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
         return None, None
     leaves = sorted(leaf for items in lists.values() for leaf in items)
     names = [name for name, _ in sig.items[:n_leaves]]
-    why = ragged.why_fixed(graph, set(leaves), recording.length_uses,
-                           names)
+    why = ragged.why_fixed(graph, dict(
+        (leaf, ops.Rows.of_item(leaf, sig.items[leaf][1].shape[0]))
+        for leaf in leaves), recording.length_uses, names)
     if why is None and not _draws_only(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
         # NumPy's generator restored in between.
@@ -307,6 +322,33 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
                           'key (each new combination compiles again): %s' %
                           (', '.join(sorted(lists)), why))
     return None, why
+
+
+def _batch_of_any_size(caller, graph, sig, batched, recording):
+    """``(batch.RowsBatched or None, why the batch size stays in the key
+    or None)``: whether the VM may run the program at any batch size
+    (``batch.rows_batched``); warns once where it cannot."""
+    if caller.backend == 'onnxruntime':
+        return None, None  # runtime.batch widens its sessions instead
+    rows, why = None, 'the program has side effects (a state update, a ' \
+        'random draw other than dropout)'
+    if _draws_only(graph.nodes):
+        # Other sizes are checked by running the program and eagerly.
+        names = [name for name, _ in sig.items]
+        size = sig.items[batched.leaves[0]][1].shape[0]
+        rows, why = batch.rows_batched(graph, batched, size,
+                                       recording.length_uses, names)
+    if why is not None and caller.warn_batch is not None:
+        caller.warn_batch(why)
+    return rows, why
+
+
+def _sizes_checked(sizes):
+    """What a call at the recorded sizes checks against eager: the
+    items' lengths (``ragged.Ragged``) or ``(batch size,)``."""
+    if isinstance(sizes, ragged.Ragged):
+        return sizes.recorded
+    return (sizes.recorded,)
 
 
 def _draws_only(nodes):

@@ -128,18 +128,18 @@ def _alike_but_length(a, b):
         a.shape[1:] == b.shape[1:] and a[1:] == b[1:]
 
 
-def why_fixed(graph, leaves, uses, names):
-    """Why the program of ``graph`` cannot run at other lengths of the
-    items ``leaves`` (a line naming the use, or the node, and its line), or
-    ``None``; then the nodes run the kernels their rules name for any
-    lengths, and the values whose rows follow the items show ``L`` in the
+def why_fixed(graph, seeds, uses, names, label=str, size='length'):
+    """Why the program of ``graph`` cannot run at other numbers of rows of
+    the inputs ``seeds`` (``{leaf: ops.Rows of its first axis}``): a line
+    naming the use, or the node, and its line; or ``None``. Then the nodes
+    run the kernels their rules name for any numbers of rows, and the
+    values whose rows follow the inputs show ``label(rows)`` in the
     printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
-    the leaves' names."""
+    the leaves' names; ``size`` what the rows' number is, in the line."""
     for use in uses:
-        if any(axis == 0 and leaf in leaves for leaf, axis in use.origins):
+        if any(axis == 0 and leaf in seeds for leaf, axis in use.origins):
             return use.describe(names)
-    rows = {graph.inputs[leaf]: ops.Rows.of_item(
-        leaf, graph.inputs[leaf].shape[0]) for leaf in leaves}
+    rows = {graph.inputs[leaf]: r for leaf, r in seeds.items()}
     variants = {}
     for node in graph.nodes:
         found = [rows.get(v) for v in node.inputs]
@@ -149,8 +149,8 @@ def why_fixed(graph, leaves, uses, names):
         following = rule(found) if rule is not None else None
         if following is None:
             return '%s read by %s%s, which is compiled for its recorded ' \
-                'length' % (_read(found, node, names), node.label,
-                            _at(node.loc))
+                '%s' % (_read(found, node, names), node.label,
+                        _at(node.loc), size)
         for value, r in zip(node.outputs, following.outputs):
             if r is not None:
                 rows[value] = r
@@ -161,7 +161,7 @@ def why_fixed(graph, leaves, uses, names):
         node.inputs = node.inputs + [graph.inputs[leaf]
                                      for leaf in following.reads]
     for value, r in rows.items():
-        value.symbols = {0: str(r)}
+        value.symbols = {0: label(r)}
     return None
 
 

@@ -105,7 +105,8 @@ def test_values_that_repeat_keep_recording(rng):
 
 
 def test_shapes_stop_recording_past_what_the_cache_holds(rng):
-    f = chainerjit.jit(maxsize=4, recompile_limit=2)(lambda x: F.exp(x) * 2)
+    f = chainerjit.jit(maxsize=4, recompile_limit=2, dynamic=False)(
+        lambda x: F.exp(x) * 2)
     calls = [(rng.standard_normal((n, 3)).astype(numpy.float32),)
              for n in range(1, 9)]
     results, stops = _run(f, calls)
@@ -116,7 +117,8 @@ def test_shapes_stop_recording_past_what_the_cache_holds(rng):
 
 
 def test_new_shapes_beyond_the_value_limit_still_record(rng):
-    f = chainerjit.jit(recompile_limit=2)(lambda x: F.exp(x) * 2)
+    f = chainerjit.jit(recompile_limit=2, dynamic=False)(
+        lambda x: F.exp(x) * 2)
     calls = [(rng.standard_normal((n, 3)).astype(numpy.float32),)
              for n in range(1, 9)]
     _, stops = _run(f, calls)
@@ -162,7 +164,8 @@ def test_new_lengths_of_a_list_of_sequences_stop_recording(rng):
 def test_lists_of_alike_items_that_change_keep_recording(rng):
     # Items of one shape (a batch size changing for all of them) are no
     # sequences of different lengths.
-    f = chainerjit.jit(recompile_limit=2)(lambda xs: F.exp(xs[0]) + xs[1])
+    f = chainerjit.jit(recompile_limit=2, dynamic=False)(
+        lambda xs: F.exp(xs[0]) + xs[1])
     calls = [([rng.standard_normal((n, 3)).astype(numpy.float32)
                for _ in range(2)],) for n in range(1, 7)]
     _, stops = _run(f, calls)

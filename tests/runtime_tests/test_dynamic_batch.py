@@ -81,7 +81,8 @@ def test_the_vm_keeps_the_recorded_size_and_onnxruntime_the_others():
 
 
 @pytest.mark.parametrize('options', [
-    dict(backend='numpy'), dict(backend='onnxruntime', dynamic=False)])
+    dict(backend='numpy', dynamic=False),
+    dict(backend='onnxruntime', dynamic=False)])
 def test_batch_sizes_compile_on_their_own_where_asked(options):
     model = models.MLP()
     jitted = chainerjit.jit(model.forward, **options)

@@ -183,7 +183,7 @@ def test_a_one_entry_cache_with_alternating_batch_sizes(rng):
     numpy.random.seed(0)
     eager = MLP()
     jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(maxsize=1)(jitted.forward)
+    jitted.forward = chainerjit.jit(maxsize=1, dynamic=False)(jitted.forward)
     for n in [2, 3, 2, 2, 3, 3, 2]:
         x = _x(rng, n)
         ye, ve = _train_call(eager, x)

@@ -1,0 +1,273 @@
+"""Programs the VM runs at any batch size (``runtime.batch.rows_batched``):
+a call that misses only for its batch size is compiled once more with the
+batch symbolic, in training and inference, and that entry serves every
+batch size with values and gradients equal to eager's; where it cannot, a
+warning names the op or the use that keeps the size in the key."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+from tests import differential
+
+F32 = numpy.float32
+BATCHES = (3, 8, 17, 30, 8, 5, 17)
+
+
+class _Classifier(chainer.Chain):
+    """An MLP's loss and accuracy, as ``L.Classifier`` computes them."""
+
+    ratio = 0.0  # dropout's
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 16)
+            self.l2 = L.Linear(16, 4)
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        y = self.l2(F.dropout(h, self.ratio) if self.ratio else h)
+        return F.softmax_cross_entropy(y, t), F.accuracy(y, t)
+
+
+class _ConvNet(chainer.Chain):
+    """Convolutions, pooling of both kinds, a reshape keeping the images
+    and a linear layer over the flattened maps."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(3, 4, 3, pad=1)
+            self.c2 = L.Convolution2D(4, 4, 3, pad=1, groups=2)
+            self.fc = L.Linear(4 * 4 * 4, 4)
+
+    def forward(self, x, t):
+        h = F.max_pooling_2d(F.relu(self.c1(x)), 2)
+        h = F.average_pooling_2d(F.leaky_relu(self.c2(h)), 2)
+        h = F.reshape(h, (-1, 4 * 4 * 4))
+        return F.softmax_cross_entropy(self.fc(h), t)
+
+
+class _Branches(chainer.Chain):
+    """Element-wise arithmetic with broadcasting, slices of the features,
+    a join side by side and sums over the features."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 16)
+            self.l2 = L.Linear(16, 4)
+            self.scale = chainer.Parameter(numpy.linspace(
+                0.5, 1.5, 16).astype(F32))
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        g = F.tanh(h) * self.scale + F.sigmoid(h) * 2.0 - F.exp(-abs(h))
+        g = F.concat([g[:, :8], F.softmax(h)[:, 8:]], axis=1)
+        g = g + F.broadcast_to(F.sum(g, axis=1, keepdims=True), g.shape)
+        return F.softmax_cross_entropy(self.l2(g), t) + \
+            F.mean(F.sum(h * h, axis=1))
+
+
+class _BagOfWords(chainer.Chain):
+    """Token ids embedded and summed over each row's words."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 8)
+            self.fc = L.Linear(8, 4)
+
+    def forward(self, x, t):
+        return F.softmax_cross_entropy(self.fc(F.sum(self.embed(x),
+                                                     axis=1)), t)
+
+
+def _features(rng, batch):
+    return (rng.randn(batch, 12).astype(F32),
+            rng.randint(0, 4, batch).astype(numpy.int32))
+
+
+def _images(rng, batch):
+    return (rng.randn(batch, 3, 16, 16).astype(F32),
+            rng.randint(0, 4, batch).astype(numpy.int32))
+
+
+def _words(rng, batch):
+    return (rng.randint(0, 30, (batch, 6)).astype(numpy.int32),
+            rng.randint(0, 4, batch).astype(numpy.int32))
+
+
+def _model(cls):
+    numpy.random.seed(0)
+    return cls()
+
+
+def _calls(make, batches=BATCHES):
+    rng = numpy.random.RandomState(0)
+    return [make(rng, batch) for batch in batches]
+
+
+MODELS = [(_Classifier, _features), (_ConvNet, _images),
+          (_Branches, _features), (_BagOfWords, _words)]
+
+
+@pytest.mark.parametrize('cls, make', MODELS)
+def test_one_training_entry_for_every_batch_size(cls, make):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, _calls(make), model=_model(cls), method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: '), entry.signature
+    assert '[B' in str(entry.signature), entry.signature
+    assert entry.training is not None
+
+
+@pytest.mark.parametrize('cls, make', MODELS)
+@pytest.mark.parametrize('backend', ['numpy', 'auto'])
+def test_one_inference_entry_for_every_batch_size(cls, make, backend):
+    model = _model(cls)
+    jitted = chainerjit.jit(model.forward, backend=backend)
+    with chainer.using_config('train', False), \
+            chainer.using_config('enable_backprop', False), \
+            warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for args in _calls(make):
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args), 1e-4, 1e-5)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+def test_printed_signature_and_rows():
+    model = _model(_Classifier)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    for args in _calls(_features, (3, 8)):
+        jitted(*args)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'x: f32[B,12]@cpu (array), t: i32[B]@cpu (array)'), entry.signature
+    assert 'f32[B,16] = LinearFunction' in str(entry.graph) or \
+        'f32[B,16] = LinearFunction+ReLU' in str(entry.graph), entry.graph
+
+
+def _twice(x):
+    """Rows of two batches joined: the printed rows say so."""
+    return F.tanh(F.concat([x, x * 2.0], axis=0))
+
+
+def test_rows_of_a_join_of_batches():
+    jitted = chainerjit.jit(_twice, backend='numpy', dynamic=True)
+    rng = numpy.random.RandomState(0)
+    for batch in (4, 9, 6):
+        x = chainer.Variable(rng.randn(batch, 3).astype(F32))
+        testing.assert_results_equal(jitted(x), _twice(x))
+    entry, = jitted.cache_entries()
+    assert 'f32[2*B,3]' in str(entry.graph), entry.graph
+
+
+class _Dropped(_Classifier):
+    ratio = 0.25
+
+
+def test_dynamic_true_compiles_once_from_the_first_call():
+    model = _model(_Dropped)
+    jitted = chainerjit.jit(model.forward, dynamic=True)
+    differential_calls = _calls(_features, (5, 9, 17, 5))
+    with chainer.using_config('enable_backprop', False):
+        for args in differential_calls:
+            numpy.random.seed(1)
+            expected = model.forward(*args)
+            numpy.random.seed(1)
+            testing.assert_results_equal(jitted(*args), expected)
+    info = jitted.cache_info()
+    assert info.compiles == 1 and info.currsize == 1, jitted.cache_report()
+
+
+def test_dynamic_false_keeps_each_batch_size():
+    model = _model(_Classifier)
+    jitted = chainerjit.jit(model.forward, dynamic=False)
+    with chainer.using_config('train', False):
+        for args in _calls(_features, (3, 8, 17)):
+            jitted(*args)
+    assert jitted.cache_info().currsize == 3, jitted.cache_report()
+
+
+def test_a_batch_of_one_keeps_its_own_entry():
+    model = _model(_Classifier)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    with chainer.using_config('train', False):
+        for args in _calls(_features, (1, 8, 17, 1, 30)):
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args))
+    sizes = sorted(str(e.signature)[:8] for e in jitted.cache_entries())
+    assert sizes == ['x: f32[1', 'x: f32[B'], jitted.cache_report()
+
+
+class _NormalizedConvNet(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(3, 4, 3, pad=1)
+            self.bn = L.BatchNormalization(4)
+            self.fc = L.Linear(None, 4)
+
+    def forward(self, x, t):
+        return F.softmax_cross_entropy(
+            self.fc(F.relu(self.bn(self.c1(x)))), t)
+
+
+def test_batch_normalization_in_test_mode_serves_every_batch_size():
+    model = _model(_NormalizedConvNet)
+    model(*_calls(_images, (2,))[0])  # the linear layer's shape
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    with chainer.using_config('train', False), \
+            chainer.using_config('enable_backprop', False):
+        for args in _calls(_images):
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args), 1e-4, 1e-5)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+class _SquaredError(chainer.Chain):
+    """A loss without a rule for other batch sizes (it divides by the
+    recorded number of entries)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 3)
+
+    def forward(self, x, t):
+        return F.mean_squared_error(self.l1(x), self.l1(x) * 0.5)
+
+
+@pytest.mark.parametrize('cls, make, why', [
+    (_SquaredError, _features, 'a value computed from x read by '
+     'MeanSquaredError at test_batch_any_size.py'),
+    (_NormalizedConvNet, _images, 'the program has side effects'),
+])
+def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
+        cls, make, why):
+    model = _model(cls)
+    model(*make(numpy.random.RandomState(0), 2))
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential_calls = _calls(make, (3, 8, 17, 8))
+        for args in differential_calls:
+            jitted(*args)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('keeps the batch size in the cache key' in m and why in m
+               for m in messages), messages
+    assert jitted.cache_info().currsize == 3
+    assert why in jitted.explain(*make(numpy.random.RandomState(1), 5))
