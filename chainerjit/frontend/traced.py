@@ -259,19 +259,28 @@ def record_call(recorder, label, fn, args, kwargs, result):
     node = recorder.add_node(ir.Node(
         label, ops.Kernel(kernel_fn, multi=multi,
                           onnx=_numpy_to_onnx(fn, template),
-                          lengths=_rows_kept(label, args)),
+                          lengths=_rows_kept(label, fn, args, kwargs,
+                                             arrays, result)),
         in_values, recorder.bind_temps(outs), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
 
 
-def _rows_kept(label, args):
-    """The ``Kernel.lengths`` rule of ``x[::-1]`` and ``x[:]``, which
-    keep the rows of ``x`` at any lengths (``runtime.ragged``); else
-    ``None``."""
-    index = args[1] if label == 'ndarray.__getitem__' else None
-    if type(index) is slice and index.start is None and \
-            index.stop is None and index.step in (None, 1, -1):
-        return ops.rows_follow_first
+def _rows_kept(label, fn, args, kwargs, arrays, result):
+    """The ``Kernel.lengths`` rule of NumPy that keeps the rows of its
+    operands at any number of them (``runtime.ragged``, ``runtime.batch``):
+    ``x[::-1]``, ``x[:]``, ``x[:, 3]``, an element-wise ufunc; else
+    ``None``. (NumPy run on arrays has no gradient.)"""
+    if label == 'ndarray.__getitem__':
+        index = args[1]
+        if type(index) is slice and index.start is None and \
+                index.stop is None and index.step in (None, 1, -1) or \
+                ops.index_keeps_rows(index):
+            return ops.rows_follow_first
+        return None
+    if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
+            fn.__name__ == '__call__' and 'out' not in kwargs and \
+            isinstance(result, numpy.ndarray):
+        return ops.rows_broadcast([a.shape for a in arrays], result.shape)
     return None
 
 

@@ -238,6 +238,25 @@ _IMPURE_NAMES = frozenset([
     'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout'])
 
 
+def index_keeps_rows(index):
+    """Whether an index takes every row, in order, as the first axis of
+    its result, and basic indexes only after it (``x[:, 3]``,
+    ``x[:, :8]``)."""
+    index = index if isinstance(index, tuple) else (index,)
+    return bool(index) and isinstance(index[0], slice) and \
+        index[0] == slice(None) and all(
+            isinstance(s, (slice, int)) or s is None for s in index[1:])
+
+
+def rows_reduced(rows):
+    """A :attr:`Kernel.lengths` rule for a kernel whose inputs all have the
+    same rows and whose one output is fixed (a loss's mean, an accuracy),
+    reading their number from its arrays, in its forward and gradient."""
+    if rows[0] is None or any(r != rows[0] for r in rows):
+        return None
+    return Follow((None,))
+
+
 def rows_follow(lower):
     """Decorates a lowering whose kernels map each row of their one input
     to a row of their output, and read the rows' number from the arrays

@@ -40,6 +40,7 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.ops import Follow
+from chainerjit.ops import index_keeps_rows
 from chainerjit.ops import Rows
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -400,7 +401,7 @@ def lower_get_item(node, ctx):
                         _format_index(s) for s in node.slices)},
                     grad=GradRule(grad),
                     onnx=_onnx_get_item(node.slices, len(shape)))
-    if not _keeps_rows(slices):
+    if not index_keeps_rows(slices):
         return kernel
 
     def any_lengths_grad(xs, ys, gys, wanted):
@@ -410,16 +411,6 @@ def lower_get_item(node, ctx):
         return gx,
     any_lengths = kernel._replace(grad=GradRule(any_lengths_grad))
     return kernel._replace(lengths=lambda rows: Follow(rows, any_lengths))
-
-
-def _keeps_rows(slices):
-    """Whether an index takes every row, in order, as the first axis of
-    its result, and basic indexes only after it (``x[:, 3]``,
-    ``x[:, :8]``)."""
-    index = slices if isinstance(slices, tuple) else (slices,)
-    return bool(index) and isinstance(index[0], slice) and \
-        index[0] == slice(None) and all(
-        isinstance(s, (slice, int)) or s is None for s in index[1:])
 
 
 @lowering(select_item.SelectItem)

@@ -3,10 +3,10 @@
 from chainer.functions.evaluation import accuracy
 import numpy
 
-from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_reduced
 from chainerjit.ops.math import onnx_dtype
 
 
@@ -45,15 +45,7 @@ def lower_accuracy(node, ctx):
         return None  # the generic path runs Accuracy's GPU formula
     return Kernel(fn, {'ignore_label': ignore_label},
                   grad=GradRule(_no_gradient), onnx=to_onnx, fresh=True,
-                  lengths=_rows_scored)
-
-
-def _rows_scored(rows):
-    """The ``Kernel.lengths`` rule of Accuracy: scores and labels of as
-    many rows give one number; the kernel reads the labels' shape."""
-    y_rows, t_rows = rows
-    return Follow((None,)) if y_rows is not None and y_rows == t_rows \
-        else None
+                  lengths=rows_reduced)
 
 
 def _accuracy_to_onnx(dtype):

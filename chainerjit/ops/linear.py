@@ -33,19 +33,20 @@ def lower_linear(node, ctx):
     # on it is slower), where it gives the same bits (see
     # swapped_product_agrees); the transposed product is copied to C
     # order with the bias added in the same pass.
-    # (The test is inlined as ``len(x) == weight_first_rows``: the
-    # kernels' Python frames are a tenth of an MLP's call at batch 1.)
+    # Each number of rows is probed at its first call (a program for any
+    # batch size meets several), and looked up after (inlined as
+    # ``weight_first[len(x)]``: the kernels' Python frames are a tenth of
+    # an MLP's call at batch 1).
     rows = ctx.in_shapes[0][0] if len(ctx.in_shapes[0]) == 2 else 0
     swappable = ctx.xp is numpy and not unit_axis and \
-        len(set(ctx.in_dtypes)) == 1 and 0 < rows <= 64
-    weight_first_rows = rows if swappable and swapped_product_agrees(
-        rows, ctx.in_shapes[1][1], ctx.in_shapes[1][0],
-        ctx.in_dtypes[0]) else -1
-    product = _product(weight_first_rows, unit_axis, cast)
+        len(set(ctx.in_dtypes)) == 1 and rows > 0
+    weight_first = _WeightFirst((ctx.in_shapes[1][1], ctx.in_shapes[1][0],
+                                 ctx.in_dtypes[0]) if swappable else None)
+    product = _product(weight_first, unit_axis, cast)
 
     def linear_fn(x, W, b=None):
         y = product(x, W)
-        if len(x) == weight_first_rows:
+        if weight_first[len(x)]:
             if b is None:
                 return numpy.ascontiguousarray(y)
             return numpy.add(y, b, order='C')
@@ -55,7 +56,7 @@ def lower_linear(node, ctx):
 
     def linear_into(out, x, W, b=None):
         y = product(x, W, out)
-        if len(x) == weight_first_rows:
+        if weight_first[len(x)]:
             if b is None:
                 numpy.copyto(out, y)
                 return out
@@ -68,7 +69,8 @@ def lower_linear(node, ctx):
     # projection, hoisted, already rounds otherwise than eager's.
     linear_fn.product = product
     linear_fn.rounded_product = _product(
-        rows if swappable else -1, unit_axis, cast)
+        _WeightFirst(always=rows if swappable and rows <= 64 else None),
+        unit_axis, cast)
     into = None if cast or ctx.xp is not numpy or \
         len(ctx.in_shapes[0]) != 2 else linear_into
     if len(ctx.in_shapes) == 3 and ctx.in_dtypes[0] in _FUSED_DTYPES:
@@ -84,12 +86,31 @@ def lower_linear(node, ctx):
                   lengths=rows_follow_first)
 
 
-def _product(weight_first_rows, unit_axis, cast):
+class _WeightFirst(dict):
+    """``{rows: whether x W^T is taken as (W x^T)^T}`` for a linear layer:
+    where ``shapes`` (``(inner, cols, dtype)``) are given, for 1 to 64 rows
+    where the weight-first product gives the same bits
+    (:func:`swapped_product_agrees`, probed at each number's first call);
+    or for the number ``always`` only."""
+
+    def __init__(self, shapes=None, always=None):
+        super(_WeightFirst, self).__init__()
+        self.shapes, self.always = shapes, always
+
+    def __missing__(self, rows):
+        taken = rows == self.always or (
+            self.shapes is not None and 0 < rows <= 64 and
+            swapped_product_agrees(rows, *self.shapes))
+        self[rows] = taken
+        return taken
+
+
+def _product(weight_first, unit_axis, cast):
     def product(x, W, out=None):
         """``x W^T`` in ``x``'s dtype, into ``out`` if given; weight first
-        (then F-ordered, and ``out`` is not used) at ``weight_first_rows``
-        rows."""
-        if len(x) == weight_first_rows:
+        (then F-ordered, and ``out`` is not used) at the numbers of rows
+        ``weight_first`` says."""
+        if weight_first[len(x)]:
             return W.dot(x.T).T
         if unit_axis and not (x.flags.c_contiguous or
                               x.flags.f_contiguous):

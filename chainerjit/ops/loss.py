@@ -13,6 +13,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_reduced
 from chainerjit.ops.activation import log_softmax_rows
 
 
@@ -41,7 +42,7 @@ def lower_mean_squared_error(node, ctx):
         return (gx0 if wanted[0] else None,
                 utils.force_array(-gx0) if wanted[1] else None)
     return Kernel(mse, grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_mse_to_onnx)
+                  onnx=_mse_to_onnx, lengths=rows_reduced)
 
 
 @lowering(mean_absolute_error.MeanAbsoluteError)
@@ -74,7 +75,7 @@ def lower_mean_absolute_error(node, ctx):
         return (gx0 if wanted[0] else None,
                 utils.force_array(-gx0) if wanted[1] else None)
     return Kernel(mae, grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_mae_to_onnx(dtype))
+                  onnx=_mae_to_onnx(dtype), lengths=rows_reduced)
 
 
 @lowering(sigmoid_cross_entropy.SigmoidCrossEntropy)
@@ -117,7 +118,15 @@ def lower_sigmoid_cross_entropy(node, ctx):
     return Kernel(sigmoid_ce, attrs={'normalize': normalize,
                                      'reduce': reduce},
                   grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_sigmoid_ce_to_onnx(ignore_label, normalize, reduce))
+                  onnx=_sigmoid_ce_to_onnx(ignore_label, normalize, reduce),
+                  lengths=rows_reduced if reduce == 'mean' else
+                  _rows_kept_elementwise)
+
+
+def _rows_kept_elementwise(rows):
+    """The ``Kernel.lengths`` rule of a loss per element (``reduce='no'``)
+    of inputs with the same rows: the output has them."""
+    return rows_reduced(rows) and Follow(rows[:1])
 
 
 @lowering(softmax_cross_entropy.SoftmaxCrossEntropy)

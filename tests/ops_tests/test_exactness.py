@@ -102,8 +102,11 @@ def test_the_weight_first_order_follows_the_probe(rng, probes, monkeypatch,
         numpy.testing.assert_allclose(y, x.dot(W.T), rtol=1e-5, atol=1e-4)
     else:
         assert y.tobytes() == x.dot(W.T).tobytes()
-    # Other rows than the recorded ones go x first.
-    assert _linear_kernel(16).product(x[:9], W).flags.c_contiguous
+    # Other numbers of rows (a program for any batch size) are probed at
+    # their first call; from 65 rows on, x goes first.
+    assert _linear_kernel(16).product(x[:9], W).flags.f_contiguous == agrees
+    x = rng.randn(80, 128).astype(numpy.float32)
+    assert _linear_kernel(16).product(x, W).flags.c_contiguous
 
 
 def test_the_probe_compares_both_orders_in_both_layouts(probes):

@@ -91,6 +91,28 @@ class _BagOfWords(chainer.Chain):
                                                      axis=1)), t)
 
 
+class _Losses(chainer.Chain):
+    """Losses over the batch: squared and absolute errors, sigmoid cross
+    entropy, as a mean and per element."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 4)
+
+    def forward(self, x, t):
+        y = self.l1(x)
+        per_element = F.sigmoid_cross_entropy(y, t, reduce='no')
+        return F.mean_squared_error(y, x[:, :4]) + \
+            F.mean_absolute_error(y, x[:, 4:8]) + \
+            F.sigmoid_cross_entropy(y, t) + F.mean(per_element * y)
+
+
+def _binary_labels(rng, batch):
+    return (rng.randn(batch, 12).astype(F32),
+            rng.randint(0, 2, (batch, 4)).astype(numpy.int32))
+
+
 def _features(rng, batch):
     return (rng.randn(batch, 12).astype(F32),
             rng.randint(0, 4, batch).astype(numpy.int32))
@@ -117,7 +139,8 @@ def _calls(make, batches=BATCHES):
 
 
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
-          (_Branches, _features), (_BagOfWords, _words)]
+          (_Branches, _features), (_BagOfWords, _words),
+          (_Losses, _binary_labels)]
 
 
 @pytest.mark.parametrize('cls, make', MODELS)
@@ -237,9 +260,9 @@ def test_batch_normalization_in_test_mode_serves_every_batch_size():
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
-class _SquaredError(chainer.Chain):
-    """A loss without a rule for other batch sizes (it divides by the
-    recorded number of entries)."""
+class _Gram(chainer.Chain):
+    """Rows transposed into columns: the batch leaves axis 0, which no
+    rule follows."""
 
     def __init__(self):
         super().__init__()
@@ -247,12 +270,12 @@ class _SquaredError(chainer.Chain):
             self.l1 = L.Linear(12, 3)
 
     def forward(self, x, t):
-        return F.mean_squared_error(self.l1(x), self.l1(x) * 0.5)
+        h = self.l1(x)
+        return F.sum(F.matmul(F.transpose(h), h))
 
 
 @pytest.mark.parametrize('cls, make, why', [
-    (_SquaredError, _features, 'a value computed from x read by '
-     'MeanSquaredError at test_batch_any_size.py'),
+    (_Gram, _features, 'a value computed from x read by Transpose['),
     (_NormalizedConvNet, _images, 'the program has side effects'),
 ])
 def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
