@@ -245,6 +245,9 @@ class JitFunction(_calls.CachedCall):
         lengths (or batch sizes) symbolic. The call returns eager's
         result."""
         draws = numpy.random.get_state()  # dropout draws the same again
+        # and batch normalization updates its running averages once
+        updated = pipeline.state_params(entry.graph)
+        saved = [params[i].copy() for i in updated]
         try:
             outs = entry.program.run(signature.leaf_arrays(leaves) + params
                                      + symbols)
@@ -255,6 +258,8 @@ class JitFunction(_calls.CachedCall):
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
         numpy.random.set_state(draws)
+        for i, array in zip(updated, saved):
+            params[i][...] = array
         result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
             return result

@@ -308,6 +308,13 @@ def draws_only(label):
     return label in _GLOBAL_DRAWS
 
 
+def updates_inputs_only(label):
+    """True for a node label whose only side effect is updating model
+    arrays it takes as inputs (batch normalization's running averages):
+    saving and restoring them undoes a run."""
+    return label == 'BatchNormalization'
+
+
 _GENERIC_LENGTHS = {}
 
 

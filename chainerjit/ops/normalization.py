@@ -69,8 +69,13 @@ def lower_batch_normalization(node, ctx, state):
             axis, gamma, gys[0], x, None, numpy, expander, mean, inv_std,
             eps, None, None)
         return (gx, ggamma, gbeta) + (None,) * len(state)
+    # Statistics and gradient read the batch's size from x; the running
+    # averages of a check at another batch size are the model's, which the
+    # check puts back (``runtime.compile.state_params``).
     return Kernel(forward, attrs={'axis': axis, 'eps': eps, 'decay': decay},
-                  grad=GradRule(grad, inputs=(0, 1)))
+                  grad=GradRule(grad, inputs=(0, 1)),
+                  lengths=rows_follow_first if state and not multi_node
+                  else None)
 
 
 def _is_multi_node(impl):

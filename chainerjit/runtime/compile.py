@@ -312,8 +312,8 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     if why is None and not _draws_only(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
         # NumPy's generator restored in between.
-        why = 'the program has side effects (a state update, a random ' \
-            'draw other than dropout)'
+        why = 'the program has side effects (a state update other than ' \
+            'batch normalization\'s, a random draw other than dropout)'
     if why is None:
         return ragged.Ragged(tuple(leaves), tuple(
             sig.items[leaf][1].shape[0] for leaf in leaves)), None
@@ -330,9 +330,13 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
     (``batch.rows_batched``); warns once where it cannot."""
     if caller.backend == 'onnxruntime':
         return None, None  # runtime.batch widens its sessions instead
-    rows, why = None, 'the program has side effects (a state update, a ' \
-        'random draw other than dropout)'
-    if _draws_only(graph.nodes):
+    regions = [node for node in graph.nodes if node.region is not None]
+    rows, why = None, 'the program has side effects (a state update other ' \
+        'than batch normalization\'s, a random draw other than dropout)'
+    if regions:
+        why = 'a loop rolled into a region%s, whose steps are compiled ' \
+            'for the recorded batch size' % ragged.at(regions[0].loc)
+    elif _draws_only(graph.nodes):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
         size = sig.items[batched.leaves[0]][1].shape[0]
@@ -352,11 +356,21 @@ def _sizes_checked(sizes):
 
 
 def _draws_only(nodes):
-    """No node has side effects but guards and draws from NumPy's global
-    random generator (dropout)."""
+    """No node has side effects but guards, draws from NumPy's global
+    random generator (dropout) and updates of model arrays it takes
+    (batch normalization's running averages: ``state_params``)."""
     return all(node.region is None and (
-        node.pure or structural.is_guard(node) or ops.draws_only(node.op))
-        for node in nodes)
+        node.pure or structural.is_guard(node) or ops.draws_only(node.op)
+        or ops.updates_inputs_only(node.op)) for node in nodes)
+
+
+def state_params(graph):
+    """The indexes in ``graph.params`` of the model arrays its nodes update
+    (``ops.updates_inputs_only``), which a check at another size saves
+    before running the program and restores after."""
+    updated = set(v for node in graph.nodes
+                  if ops.updates_inputs_only(node.op) for v in node.inputs)
+    return [i for i, v in enumerate(graph.params) if v in updated]
 
 
 def _with_line(reason, loc):

@@ -150,7 +150,7 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
         if following is None:
             return '%s read by %s%s, which is compiled for its recorded ' \
                 '%s' % (_read(found, node, names), node.label,
-                        _at(node.loc), size)
+                        at(node.loc), size)
         for value, r in zip(node.outputs, following.outputs):
             if r is not None:
                 rows[value] = r
@@ -176,5 +176,6 @@ def _read(found, node, names):
     return 'an item'
 
 
-def _at(loc):
+def at(loc):
+    """``' at model.py:12'``, or ``''`` for no line."""
     return '' if loc is None else ' at ' + errors.short_location(loc)
