@@ -347,9 +347,14 @@ class JitFunction(_calls.CachedCall):
             if batched is not None and \
                     batched.size_of(key) < batch.MIN_SIZE:
                 batched = None
+        looped = None if batched is not None else batch.looped_sibling(
+            self.cache, key)
         result = self._compile(key, leaves, instance, args, kwargs,
                                batched=batched)
         entry = self.last_entry
+        if looped is not None and entry is not None:
+            looped[0].batch_note = entry.batch_note = looped[1]
+            self._warn_batch_static(looped[1])
         if sibling is None or entry is None:
             return result
         if isinstance(entry.symbolic, batch.RowsBatched):

@@ -144,6 +144,49 @@ def rows_sibling(cache, key):
     return None
 
 
+def looped_sibling(cache, key):
+    """Why a call that misses only for the size of one axis that an entry
+    with symbolic trip counts holds fixed (a batch size) compiles on its
+    own: that entry's loop, rolled into a region, has steps compiled for
+    the recorded size. ``(entry, why)``, or ``None`` where no such entry
+    is."""
+    for entry in cache.entries():
+        if entry.program is None or entry.symbolic is None or \
+                isinstance(entry.symbolic, (BatchAxis, ragged.Ragged)):
+            continue
+        general = entry.symbolic.generalize(key)
+        if general is None or general[0][:3] != entry.key[:3] or \
+                general[0][4:] != entry.key[4:]:
+            continue
+        axes = _differing_axes(entry.key[3], general[0][3])
+        regions = [n for n in entry.graph.nodes if n.region is not None]
+        if axes and regions:
+            leaf, axis = axes[0]
+            names = [name for name, _ in entry.signature.items]
+            return entry, '%s.shape[%d] changes, and the loop rolled into ' \
+                'a region%s has steps compiled for its recorded size' % (
+                    names[leaf], axis, ragged.at(regions[0].loc))
+    return None
+
+
+def _differing_axes(old, new):
+    """The ``(leaf, axis)`` where two keys' array specs differ in size, if
+    they differ in nothing else; else ``[]``."""
+    if len(old) != len(new):
+        return []
+    axes = []
+    for leaf, (a, b) in enumerate(zip(old, new)):
+        if not (signature.is_array_spec(a) and signature.is_array_spec(b)):
+            if a != b:
+                return []
+            continue
+        if a[1:] != b[1:] or len(a[0]) != len(b[0]):
+            return []
+        axes += [(leaf, axis) for axis, (m, n) in enumerate(zip(a[0], b[0]))
+                 if m != n]
+    return axes
+
+
 def batch_of(key):
     """``Batched`` of a call's key whose array arguments all have one size
     of axis 0, at least :data:`MIN_SIZE` (``jit(dynamic=True)`` makes it

@@ -329,3 +329,39 @@ def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
                for m in messages), messages
     assert jitted.cache_info().currsize == 3
     assert why in jitted.explain(*make(numpy.random.RandomState(1), 5))
+
+
+class _Recurrent(chainer.Chain):
+    """A loop over the steps of batch-first sequences, rolled into a
+    region with a symbolic trip count."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(4, 8)
+            self.h2h = L.Linear(8, 8, nobias=True)
+
+    def forward(self, x):
+        h = None
+        for t in range(x.shape[1]):
+            a = self.x2h(x[:, t])
+            h = F.tanh(a if h is None else a + self.h2h(h))
+        return F.sum(h)
+
+
+def test_a_loop_in_a_region_says_it_keeps_the_batch_size():
+    model = _model(_Recurrent)
+    jitted = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for batch, steps in [(3, 5), (3, 7), (8, 6), (8, 5)]:
+            x = rng.randn(batch, steps, 4).astype(F32)
+            testing.assert_results_equal(jitted(x), model.forward(x))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    why = 'x.shape[0] changes, and the loop rolled into a region at ' \
+        'test_batch_any_size.py'
+    assert any(why in m for m in messages), messages
+    assert jitted.cache_info().currsize == 2, jitted.cache_report()
+    assert why in jitted.explain(rng.randn(5, 5, 4).astype(F32))
