@@ -265,14 +265,21 @@ class JitFunction(_calls.CachedCall):
             return result
         if compiled is not _RAISED and \
                 pipeline.compare_results(result, compiled) is None:
-            entry.verified_lengths.add(checked)
+            entry.verified_lengths.update(
+                entry.symbolic.verified(checked) if isinstance(
+                    entry.symbolic, (batch.RowsBatched, batch.TripsAndBatch))
+                else [checked])
             return result
         self.cache.remove(entry)
-        if isinstance(entry.symbolic, batch.BatchAxis):
+        if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch)):
             self._batch_static = True
+            self._lengths_unsound |= isinstance(entry.symbolic,
+                                                batch.TripsAndBatch)
+            size = checked[-1][-1] if isinstance(
+                entry.symbolic, batch.TripsAndBatch) else checked[-1]
             self._warn_batch_static(
                 'at batch size %d its program gave another result than '
-                'eagerly' % checked[0])
+                'eagerly' % size)
             return result
         self._lengths_unsound = True
         if isinstance(entry.symbolic, ragged.Ragged):
@@ -357,8 +364,9 @@ class JitFunction(_calls.CachedCall):
             self._warn_batch_static(looped[1])
         if sibling is None or entry is None:
             return result
-        if isinstance(entry.symbolic, batch.RowsBatched):
-            if entry.symbolic.generalize(sibling.key) is not None:
+        served = batch.batch_part(entry.symbolic)
+        if served is not None:
+            if served.generalize(sibling.key) is not None:
                 self.cache.remove(sibling)
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note
@@ -699,7 +707,9 @@ def _size_to_check(entry, key, symbols):
     list items (``runtime.ragged``, at its first calls); else ``None``."""
     if isinstance(entry.symbolic, batch.Batched):
         return (entry.symbolic.size_of(key),)
-    if isinstance(entry.symbolic, (ragged.Ragged, batch.RowsBatched)):
+    if isinstance(entry.symbolic, (batch.RowsBatched, batch.TripsAndBatch)):
+        return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
+    if isinstance(entry.symbolic, ragged.Ragged):
         return entry.symbolic.to_check(key, entry.verified_lengths)
     return tuple(symbols) if symbols else None
 

@@ -374,12 +374,32 @@ def lower(node, ctx, state=None):
         kernel = None if fn is None else fn(node, ctx, tuple(state or ()))
     else:
         kernel = _LOWERINGS[cls](node, ctx)
-    if kernel is not None and () in ctx.out_shapes:
+    if kernel is None:
+        return None
+    if kernel.lengths is not None:
+        kernel = kernel._replace(lengths=_variants_forced(kernel.lengths,
+                                                          ctx))
+    return _forced(kernel, ctx)
+
+
+def _forced(kernel, ctx):
+    """The kernel, its 0-d results and gradients arrays as Chainer's."""
+    if () in ctx.out_shapes:
         kernel = _forcing_arrays(kernel)
-    if kernel is not None and kernel.grad is not None and \
-            () in ctx.in_shapes:
+    if kernel.grad is not None and () in ctx.in_shapes:
         kernel = kernel._replace(grad=_grad_forcing_arrays(kernel.grad))
     return kernel
+
+
+def _variants_forced(rule, ctx):
+    """A ``Kernel.lengths`` rule whose kernels for any lengths are
+    :func:`_forced` as the node's own."""
+    def lengths(rows):
+        found = rule(rows)
+        if found is None or found.kernel is None:
+            return found
+        return found._replace(kernel=_forced(found.kernel, ctx))
+    return lengths
 
 
 def _forcing_arrays(kernel):

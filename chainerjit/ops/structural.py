@@ -18,7 +18,9 @@ import numpy
 from chainerjit import errors
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
+from chainerjit.ops import index_keeps_rows
 from chainerjit.ops import onnx_op
+from chainerjit.ops import rows_follow_first
 from chainerjit.ops.scratch import Scratch
 
 LOOP = 'loop'
@@ -230,7 +232,9 @@ def index(slices, counters):
     grad.scatter = scatter
     n_inputs = 2 if counters else 1
     return Kernel(run, grad=GradRule(grad, range(n_inputs)),
-                  onnx=_index_to_onnx(slices, counters), structural=INDEX)
+                  onnx=_index_to_onnx(slices, counters), structural=INDEX,
+                  lengths=rows_follow_first if index_keeps_rows(
+                      tuple(slices)) else None)
 
 
 def _index_to_onnx(slices, counters):

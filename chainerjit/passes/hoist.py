@@ -110,12 +110,12 @@ def _linear_over_steps(index, linear, outer_of):
     # NumPy indexing (of an array, not a Variable) stops gradients to xs.
     to_xs = not index.op.startswith('ndarray.')
     return ir.Node(
-        linear.op, _over_steps(linear.kernel, to_xs),
+        linear.op, _over_steps(linear.kernel, to_xs, axis),
         [xs] + [outer_of[v] for v in linear.inputs[1:]], [ys],
         linear.attrs + (('steps', axis),), loc=linear.loc)
 
 
-def _over_steps(kernel, to_xs):
+def _over_steps(kernel, to_xs, axis):
     """A 2-D linear kernel applied to a 3-D ``x`` whose last axis holds
     the features: ``x`` is viewed as a matrix of rows, and the result
     folded back."""
@@ -134,7 +134,22 @@ def _over_steps(kernel, to_xs):
 
     return ops.Kernel(fn, grad=ops.GradRule(grad, kernel.grad.inputs,
                                             kernel.grad.outputs),
-                      onnx=_steps_to_onnx)
+                      onnx=_steps_to_onnx,
+                      lengths=_rows_over_steps(kernel.lengths, axis))
+
+
+def _rows_over_steps(rule, axis):
+    """The ``Kernel.lengths`` rule of a linear kernel over the steps on
+    ``axis``: the rows of x (a batch on axis 0, where the steps are not)
+    follow as the 2-D kernel's rows do, their number read from the
+    arrays."""
+    if rule is None or axis == 0:
+        return None
+
+    def lengths(rows):
+        found = rule(rows)
+        return found if found is not None and found.kernel is None else None
+    return lengths
 
 
 def _steps_to_onnx(b, ins, outs):

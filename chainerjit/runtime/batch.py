@@ -24,7 +24,9 @@ VM's program compiled for any batch size, where every node reading the
 batch's rows takes their number from its arrays (:func:`rows_batched`, as
 ``runtime.ragged`` serves sentences of any lengths); that entry
 (:class:`RowsBatched`) replaces the one of the other size. With
-``jit(dynamic=True)`` the first call is compiled so.
+``jit(dynamic=True)`` the first call is compiled so. Loops are followed
+into their bodies; an entry whose trip counts are symbolic too reads its
+key through :class:`TripsAndBatch`.
 """
 
 import collections
@@ -104,14 +106,67 @@ class RowsBatched(BatchAxis, collections.namedtuple(
     __slots__ = ()
     min_size = MIN_SIZE
 
-    def to_check(self, key, checked):
-        """The call's ``(batch size,)``, if it is to be checked against
+    def to_check(self, key, checked, symbols=()):
+        """The call's ``('B', batch size)``, if it is to be checked against
         eager: its first calls at :data:`CHECKED_SIZES` sizes other than
         recorded; else ``None``."""
-        size = (self.size_of(key),)
-        if size in checked or len(checked) > CHECKED_SIZES:
+        size = self.checked_as(self.size_of(key))
+        if size in checked or sum(
+                1 for c in checked if c[:1] == (BATCH,)) > CHECKED_SIZES:
             return None
         return size
+
+    @staticmethod
+    def checked_as(size):
+        """How a batch size checked against eager is noted."""
+        return (BATCH, size)
+
+    def verified(self, checked):
+        """What a check that passed adds to the entry's verified sizes."""
+        return [checked]
+
+
+class TripsAndBatch(collections.namedtuple('TripsAndBatch',
+                                           'trips batch')):
+    """How an entry with symbolic trip counts (``frontend.symbolic``) whose
+    VM program also takes any batch size (:class:`RowsBatched`) reads a
+    call's key."""
+
+    __slots__ = ()
+
+    @property
+    def conditions(self):
+        return getattr(self.trips, 'conditions', ())
+
+    def generalize(self, key):
+        """``(the key with both kinds of sizes open, the trip counts)``,
+        or ``None``."""
+        general = self.trips.generalize(key)
+        if general is None:
+            return None
+        batched = self.batch.generalize(general[0])
+        return None if batched is None else (batched[0], general[1])
+
+    def to_check(self, key, checked, symbols):
+        """``(trip counts, ('B', batch size))`` where either is to be
+        checked against eager (new trip counts, as a symbolic loop checks
+        them, or a batch size as :class:`RowsBatched` does); else
+        ``None``."""
+        trips = tuple(symbols)
+        size = self.batch.to_check(key, checked)
+        if trips in checked and size is None:
+            return None
+        return trips, self.batch.checked_as(self.batch.size_of(key))
+
+    def verified(self, checked):
+        return list(checked)
+
+
+def batch_part(symbolic):
+    """The :class:`RowsBatched` of an entry's symbolic sizes, or ``None``."""
+    if isinstance(symbolic, TripsAndBatch):
+        return symbolic.batch
+    return symbolic if isinstance(symbolic, RowsBatched) else None
 
 
 def sibling(cache, key, backend):
@@ -134,14 +189,24 @@ def rows_sibling(cache, key):
     whose program the VM may come to run at any batch size
     (:func:`rows_batched`); else ``None``."""
     for entry in cache.entries():
-        if entry.program is None or entry.symbolic is not None or \
-                entry.batch_note is not None or \
-                entry.key[:3] != key[:3] or entry.key[4:] != key[4:]:
+        if entry.program is None or entry.batch_note is not None or \
+                not (entry.symbolic is None or _trips_only(entry)):
             continue
-        leaves = _batched_leaves(entry.key[3], key[3])
+        general = entry.symbolic.generalize(key) if entry.symbolic \
+            else (key, [])
+        if general is None or entry.key[:3] != general[0][:3] or \
+                entry.key[4:] != general[0][4:]:
+            continue
+        leaves = _batched_leaves(entry.key[3], general[0][3])
         if leaves:
             return entry, Batched(leaves)
     return None
+
+
+def _trips_only(entry):
+    """An entry whose only symbolic sizes are trip counts."""
+    return not isinstance(entry.symbolic, (BatchAxis, TripsAndBatch,
+                                           ragged.Ragged))
 
 
 def looped_sibling(cache, key):
@@ -152,7 +217,7 @@ def looped_sibling(cache, key):
     is."""
     for entry in cache.entries():
         if entry.program is None or entry.symbolic is None or \
-                isinstance(entry.symbolic, (BatchAxis, ragged.Ragged)):
+                not _trips_only(entry):
             continue
         general = entry.symbolic.generalize(key)
         if general is None or general[0][:3] != entry.key[:3] or \

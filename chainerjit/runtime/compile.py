@@ -138,16 +138,18 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
         items, items_note = (None, None) if lengths is not None or \
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
-        rows, batch_note = (None, None) if lengths is not None or \
-            packed is not None or items is not None or batched is None \
+        rows, batch_note = (None, None) if packed is not None or \
+            items is not None or batched is None \
             else _batch_of_any_size(caller, graph, sig, batched, recording)
         _warn_unrolled_loops(caller, unrolled, items, sig)
         sizes = items or rows  # the entry's VM program takes any sizes
         program = codegen.compile_graph(graph, arena=sizes is None)
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
+        symbolic = batch.TripsAndBatch(lengths, rows) if lengths and rows \
+            else lengths or sizes
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
-                                graph, program, lengths or sizes, symbols)
+                                graph, program, symbolic, symbols)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
         if sizes is not None:
@@ -330,13 +332,9 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
     (``batch.rows_batched``); warns once where it cannot."""
     if caller.backend == 'onnxruntime':
         return None, None  # runtime.batch widens its sessions instead
-    regions = [node for node in graph.nodes if node.region is not None]
     rows, why = None, 'the program has side effects (a state update other ' \
         'than batch normalization\'s, a random draw other than dropout)'
-    if regions:
-        why = 'a loop rolled into a region%s, whose steps are compiled ' \
-            'for the recorded batch size' % ragged.at(regions[0].loc)
-    elif _draws_only(graph.nodes):
+    if _draws_only(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
         size = sig.items[batched.leaves[0]][1].shape[0]
@@ -349,19 +347,25 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
 
 def _sizes_checked(sizes):
     """What a call at the recorded sizes checks against eager: the
-    items' lengths (``ragged.Ragged``) or ``(batch size,)``."""
+    items' lengths (``ragged.Ragged``) or ``('B', batch size)``."""
     if isinstance(sizes, ragged.Ragged):
         return sizes.recorded
-    return (sizes.recorded,)
+    return sizes.checked_as(sizes.recorded)
 
 
-def _draws_only(nodes):
+def _draws_only(nodes, loops=False, in_loop=False):
     """No node has side effects but guards, draws from NumPy's global
     random generator (dropout) and updates of model arrays it takes
-    (batch normalization's running averages: ``state_params``)."""
-    return all(node.region is None and (
-        node.pure or structural.is_guard(node) or ops.draws_only(node.op)
-        or ops.updates_inputs_only(node.op)) for node in nodes)
+    (batch normalization's running averages, outside loops:
+    ``state_params``); with ``loops``, in the bodies of loop regions too
+    (else none may be)."""
+    return all(_draws_only(node.region.body.nodes, loops, True)
+               if node.region is not None and loops else
+               node.region is None and (
+                   node.pure or structural.is_guard(node) or
+                   ops.draws_only(node.op) or
+                   (ops.updates_inputs_only(node.op) and not in_loop))
+               for node in nodes)
 
 
 def state_params(graph):

@@ -141,13 +141,35 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
             return use.describe(names)
     rows = {graph.inputs[leaf]: r for leaf, r in seeds.items()}
     variants = {}
-    for node in graph.nodes:
+    why = _follow(graph.nodes, rows, variants, names, size)
+    if why is not None:
+        return why
+    for node, following in variants.items():
+        node.kernel = following.kernel
+        node.inputs = node.inputs + [graph.inputs[leaf]
+                                     for leaf in following.reads]
+    for value, r in rows.items():
+        value.symbols = {0: label(r)}
+    return None
+
+
+def _follow(nodes, rows, variants, names, size, in_loop=False):
+    """Follows ``rows`` (``{value: ops.Rows}``) through ``nodes`` by their
+    kernels' rules, and into loops' bodies, noting in ``variants`` the
+    kernels to run instead; why a node cannot take other rows, or
+    ``None``."""
+    for node in nodes:
         found = [rows.get(v) for v in node.inputs]
         if all(r is None for r in found):
             continue
+        if node.region is not None:
+            why = _follow_loop(node, found, rows, variants, names, size)
+            if why is not None:
+                return why
+            continue
         rule = node.kernel.lengths if node.kernel is not None else None
         following = rule(found) if rule is not None else None
-        if following is None:
+        if following is None or (in_loop and following.reads):
             return '%s read by %s%s, which is compiled for its recorded ' \
                 '%s' % (_read(found, node, names), node.label,
                         at(node.loc), size)
@@ -156,12 +178,33 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
                 rows[value] = r
         if following.kernel is not None:
             variants[node] = following
-    for node, following in variants.items():
-        node.kernel = following.kernel
-        node.inputs = node.inputs + [graph.inputs[leaf]
-                                     for leaf in following.reads]
-    for value, r in rows.items():
-        value.symbols = {0: label(r)}
+    return None
+
+
+def _follow_loop(node, found, rows, variants, names, size):
+    """:func:`_follow` through a loop region's body: the values it carries
+    from step to step keep their rows, and no per-step value collected in
+    a list has rows that vary."""
+    region, body = node.region, node.region.body
+    n_read = sum(region.carried_read)
+    for value, r in zip(body.inputs[1:], found[1:]):
+        if r is not None:
+            rows[value] = r
+    why = _follow(body.nodes, rows, variants, names, size, in_loop=True)
+    if why is not None:
+        return why
+    read = iter(body.inputs[1:1 + n_read])
+    for k, is_read in enumerate(region.carried_read):
+        after = rows.get(body.outputs[k])
+        if is_read and rows.get(next(read)) != after:
+            return 'a value the loop%s carries from step to step gets ' \
+                'rows that follow the %s at its first step, or loses them' \
+                % (at(region.loc), size)
+        if after is not None:
+            rows[node.outputs[k]] = after
+    if any(rows.get(v) is not None for v in body.outputs[region.n_carried:]):
+        return 'the per-step values the loop%s collects in a list have ' \
+            'rows that follow the %s' % (at(region.loc), size)
     return None
 
 

@@ -349,19 +349,72 @@ class _Recurrent(chainer.Chain):
         return F.sum(h)
 
 
-def test_a_loop_in_a_region_says_it_keeps_the_batch_size():
-    model = _model(_Recurrent)
+class _TimeMajor(_Recurrent):
+    """The same loop over time-major sequences: the batch is axis 1."""
+
+    def forward(self, x):
+        h = None
+        for t in range(x.shape[0]):
+            a = self.x2h(x[t])
+            h = F.tanh(a if h is None else a + self.h2h(h))
+        return F.sum(h)
+
+
+class _FixedSteps(_Recurrent):
+    """Six steps, always, and a loss over the batch."""
+
+    def forward(self, x, t):
+        h = None
+        for i in range(6):
+            a = self.x2h(x[:, i])
+            h = F.tanh(a if h is None else a + self.h2h(h))
+        return F.softmax_cross_entropy(h, t)
+
+
+def _sequences(rng, batch, steps):
+    return rng.randn(batch, steps, 4).astype(F32),
+
+
+SHAPES = [(3, 5), (3, 7), (8, 6), (8, 5), (17, 4), (5, 9), (17, 6)]
+
+
+def test_a_loop_serves_every_batch_size_and_length():
+    rng = numpy.random.RandomState(0)
+    calls = [_sequences(rng, *shape) for shape in SHAPES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_Recurrent), method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,T,4]'), \
+        entry.signature
+    assert 'f32[B,8] = Tanh' in str(entry.graph), entry.graph
+
+
+def test_a_loop_of_fixed_steps_serves_every_batch_size():
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.randn(batch, 6, 4).astype(F32),
+              rng.randint(0, 8, batch).astype(numpy.int32))
+             for batch in BATCHES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_FixedSteps), method='forward')
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+def test_a_loop_over_time_major_sequences_says_it_keeps_the_batch_size():
+    model = _model(_TimeMajor)
     jitted = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        for batch, steps in [(3, 5), (3, 7), (8, 6), (8, 5)]:
-            x = rng.randn(batch, steps, 4).astype(F32)
+        for steps, batch in SHAPES:
+            x = rng.randn(steps, batch, 4).astype(F32)
             testing.assert_results_equal(jitted(x), model.forward(x))
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
-    why = 'x.shape[0] changes, and the loop rolled into a region at ' \
+    why = 'x.shape[1] changes, and the loop rolled into a region at ' \
         'test_batch_any_size.py'
     assert any(why in m for m in messages), messages
-    assert jitted.cache_info().currsize == 2, jitted.cache_report()
-    assert why in jitted.explain(rng.randn(5, 5, 4).astype(F32))
+    assert why in jitted.explain(rng.randn(5, 11, 4).astype(F32))

@@ -144,9 +144,12 @@ class _DoublesLargeBatchesSecretly(chainer.Chain):
     (_AddsRowNumbers, 'keeps the batch size in the cache key'),
     (_DoublesLargeBatches, 'x.shape[0] compared at test_dynamic_batch.py'),
     (_DoublesLargeBatchesSecretly, 'gave another result than eagerly')])
-def test_a_program_that_cannot_stretch_keeps_the_batch_size(cls, why):
+@pytest.mark.parametrize('backend', ['onnxruntime', 'numpy'])
+def test_a_program_that_cannot_stretch_keeps_the_batch_size(
+        cls, why, backend, monkeypatch):
+    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
     model = cls()
-    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    jitted = chainerjit.jit(model.forward, backend=backend)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         _run(jitted, model.forward, lambda rng, b: (
