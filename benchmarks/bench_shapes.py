@@ -19,7 +19,10 @@ weights; every call's result is checked against eager's. Workloads:
   ``T, B, _ = xs.shape`` and ``for t in range(T)``, a random length on each
   call, a training step (forward, backward) per call;
 * ``bidirectional LSTM training, lengths 5 to 40``: a forward and a
-  ``reversed(range(T))`` loop, likewise.
+  ``reversed(range(T))`` loop, likewise;
+* ``batch-first LSTM training, batches 2 to 64, lengths 5 to 40``: the
+  steps read as ``xs[:, t]`` over ``range(xs.shape[1])``, the state made
+  by the first step, a random batch size and length on each call.
 
 For each: the total time of the sequence (recordings, compiles and the
 first call at each new size, which also runs eagerly, included) and its
@@ -92,7 +95,18 @@ def _lstm_models():
                 cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
             return self.out(h + hb)
 
-    return LSTM, BiLSTM
+    class BatchFirst(Steps):
+        def forward(self, xs):
+            h = c = None
+            for t in range(xs.shape[1]):
+                a = self.x2h(xs[:, t])
+                if h is None:  # the state made by the first step
+                    c, h = F.lstm(a[:, :H] * 0, a)
+                else:
+                    c, h = F.lstm(c, a + self.h2h(h))
+            return self.out(h)
+
+    return LSTM, BiLSTM, BatchFirst
 
 
 def _serving(make_model, make_input, jit_options):
@@ -122,7 +136,7 @@ def _serving(make_model, make_input, jit_options):
     return run
 
 
-def _training(model_class):
+def _training(model_class, batch_first=False):
     def run(jitted, calls, seed):
         import numpy
 
@@ -134,8 +148,9 @@ def _training(model_class):
         rng = numpy.random.RandomState(seed)
         times, results = [], []
         for _ in range(calls):
-            xs = rng.standard_normal((rng.randint(5, 41), 8, I)).astype(
-                numpy.float32)
+            shape = (rng.randint(5, 41), 8, I) if not batch_first else \
+                (rng.randint(2, 65), rng.randint(5, 41), I)
+            xs = rng.standard_normal(shape).astype(numpy.float32)
             start = time.perf_counter()
             loss = F.sum(fn(xs))
             model.cleargrads()
@@ -191,7 +206,7 @@ def workloads():
     import numpy
 
     from examples import models
-    LSTM, BiLSTM = _lstm_models()
+    LSTM, BiLSTM, BatchFirst = _lstm_models()
     mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
         numpy.float32))
     block = (models.EncoderBlock, lambda rng, b: rng.randn(
@@ -215,6 +230,8 @@ def workloads():
         ('LSTM training, lengths 5 to 40', 'chainerjit', _training(LSTM)),
         ('bidirectional LSTM training, lengths 5 to 40', 'chainerjit',
          _training(BiLSTM)),
+        ('batch-first LSTM training, batches 2 to 64, lengths 5 to 40',
+         'chainerjit', _training(BatchFirst, batch_first=True)),
     ]
 
 

@@ -3,6 +3,7 @@
 from chainer.functions.rnn import lstm
 import numpy
 
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_rnn
@@ -26,7 +27,21 @@ def lower_lstm(node, ctx):
         grad = _lstm_grad
     return Kernel(step, multi=True, grad=GradRule(grad, (0, 1), (0,)),
                   onnx=_lstm_to_onnx(ctx.in_shapes[1][0] <
-                                     ctx.in_shapes[0][0]), fresh=True)
+                                     ctx.in_shapes[0][0]), fresh=True,
+                  lengths=rows_of_step)
+
+
+def rows_of_step(rows, outputs=2):
+    """The ``Kernel.lengths`` rule of an LSTM step: its state and inputs
+    have the same rows (the step reads their number from the arrays, in
+    its forward and gradient), which ``c`` and ``h`` have; the first
+    ``outputs`` outputs have them (a fused step's gates do not: their
+    rows are axis 1, which only its gradient reads)."""
+    states = [r for r in rows if r is not None]
+    if len(states) < 2 or any(r != states[0] for r in states) or \
+            rows[0] is None:
+        return None
+    return Follow((states[0],) * 2 + (None,) * (outputs - 2))
 
 
 def _chainer_lstm_step(c_prev, x):

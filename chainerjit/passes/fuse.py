@@ -198,10 +198,19 @@ def _lstm_step(linear, add, lstm, rounded):
         gates.symbols = {1: x.symbols[0]}
     kernel = ops.Kernel(fn, multi=True, grad=ops.GradRule(
         grad, (0, 2, 3), (0, 2)), onnx=_lstm_step_onnx(linear, add, lstm),
-        fresh=True)
+        fresh=True, lengths=_step_rows)
     return ir.Node('%s+%s+%s' % (linear.op, add.op, lstm.op), kernel,
                    [lstm.inputs[0], u] + linear.inputs,
                    lstm.outputs + [gates], loc=lstm.loc)
+
+
+def _step_rows(rows):
+    """The ``Kernel.lengths`` rule of a fused LSTM step ``(c_prev, u, h,
+    W)``: the state, the input and ``h`` have the same rows; its gates
+    are read by its gradient only."""
+    if rows[3] is not None or None in rows[:3]:
+        return None
+    return rnn.rows_of_step(rows[:3], outputs=3)
 
 
 def _lstm_step_onnx(linear, add, lstm):

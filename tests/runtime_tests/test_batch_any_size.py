@@ -418,3 +418,38 @@ def test_a_loop_over_time_major_sequences_says_it_keeps_the_batch_size():
         'test_batch_any_size.py'
     assert any(why in m for m in messages), messages
     assert why in jitted.explain(rng.randn(5, 11, 4).astype(F32))
+
+
+class _LSTMSteps(chainer.Chain):
+    """LSTM steps over batch-first sequences, the state made by the first
+    step (the lateral product, the sum and the step fuse into one
+    kernel)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(4, 4 * 8)
+            self.h2h = L.Linear(8, 4 * 8, nobias=True)
+
+    def forward(self, x):
+        h = c = None
+        for t in range(x.shape[1]):
+            a = self.x2h(x[:, t])
+            if h is None:
+                c, h = F.lstm(a[:, :8] * 0, a)
+            else:
+                c, h = F.lstm(c, a + self.h2h(h))
+        return F.sum(h * h)
+
+
+def test_lstm_steps_serve_every_batch_size_and_length():
+    rng = numpy.random.RandomState(0)
+    calls = [_sequences(rng, *shape) for shape in SHAPES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_LSTMSteps), method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,T,4]'), \
+        entry.signature
+    assert '+LSTM' in str(entry.graph), entry.graph  # the fused step
