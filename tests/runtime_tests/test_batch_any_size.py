@@ -378,17 +378,21 @@ def _sequences(rng, batch, steps):
 SHAPES = [(3, 5), (3, 7), (8, 6), (8, 5), (17, 4), (5, 9), (17, 6)]
 
 
-def test_a_loop_serves_every_batch_size_and_length():
+@pytest.mark.parametrize('cls, printed', [
+    ('_Recurrent', 'f32[B,8] = Tanh'),
+    ('_LSTMSteps', '+LSTM'),  # the fused step
+])
+def test_a_loop_serves_every_batch_size_and_length(cls, printed):
     rng = numpy.random.RandomState(0)
     calls = [_sequences(rng, *shape) for shape in SHAPES]
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         jitted = differential.check_grads(
-            None, calls, model=_model(_Recurrent), method='forward')
+            None, calls, model=_model(globals()[cls]), method='forward')
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[B,T,4]'), \
         entry.signature
-    assert 'f32[B,8] = Tanh' in str(entry.graph), entry.graph
+    assert printed in str(entry.graph), entry.graph
 
 
 def test_a_loop_of_fixed_steps_serves_every_batch_size():
@@ -440,16 +444,3 @@ class _LSTMSteps(chainer.Chain):
             else:
                 c, h = F.lstm(c, a + self.h2h(h))
         return F.sum(h * h)
-
-
-def test_lstm_steps_serve_every_batch_size_and_length():
-    rng = numpy.random.RandomState(0)
-    calls = [_sequences(rng, *shape) for shape in SHAPES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(_LSTMSteps), method='forward')
-    entry, = jitted.cache_entries()
-    assert str(entry.signature).startswith('x: f32[B,T,4]'), \
-        entry.signature
-    assert '+LSTM' in str(entry.graph), entry.graph  # the fused step
