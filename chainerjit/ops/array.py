@@ -625,11 +625,24 @@ def lower_split_axis(node, ctx):
                  [y])
     kernel = Kernel(lambda x: tuple(x[index] for index in indexes),
                     {'axis': node.axis}, multi=True, grad=grad, onnx=to_onnx)
-    if ctx.xp is not numpy or axis != 0 or node.indices is None or \
-            grad is None:
+    if ctx.xp is not numpy or axis != 0 or grad is None:
         return kernel
-    return kernel._replace(lengths=_rows_cut(kernel, points, shape[1:],
-                                             ctx.in_dtypes[0]))
+    cut = _rows_cut(kernel, points, shape[1:], ctx.in_dtypes[0])
+    return kernel._replace(lengths=cut if node.indices is not None else
+                           _in_equal_sections(cut))
+
+
+def _in_equal_sections(cut):
+    """The ``Kernel.lengths`` rule of a cut into equal sections along the
+    first axis: :func:`_rows_cut`'s, where the rows are copies of one
+    item's (a join of batches, ``F.split_axis(h, 2, 0)`` after
+    ``F.concat([real, fake], 0)``): equal sections then fall where they
+    meet at any length."""
+    def lengths(rows):
+        leaves = set(leaf for leaf, _ in rows[0].parts)
+        return cut(rows) if len(leaves) == 1 and None not in leaves \
+            else None
+    return lengths
 
 
 def _rows_cut(kernel, points, trailing, dtype):

@@ -444,3 +444,60 @@ class _LSTMSteps(chainer.Chain):
             else:
                 c, h = F.lstm(c, a + self.h2h(h))
         return F.sum(h * h)
+
+
+class _Discriminator(chainer.Chain):
+    """A GAN discriminator over real and fake batches joined, its scores
+    cut in two equal sections."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 8)
+            self.l2 = L.Linear(8, 1)
+
+    def forward(self, real, fake):
+        h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
+        y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
+        return F.mean(F.softplus(-y_real)) + F.mean(F.softplus(y_fake))
+
+
+class _DividedByTheBatch(_Discriminator):
+    """The same loss divided by ``len(real)`` in Python: the program would
+    divide by the recorded size, which the check at a new size sees."""
+
+    def forward(self, real, fake):
+        h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
+        y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
+        return F.sum(F.softplus(-y_real) + F.softplus(y_fake)) / len(real)
+
+
+def _pairs(rng, batch):
+    return (rng.randn(batch, 6).astype(F32), rng.randn(batch, 6).astype(F32))
+
+
+def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, _calls(_pairs), model=_model(_Discriminator),
+            method='forward')
+    entry, = jitted.cache_entries()
+    assert 'f32[2*B,8]' in str(entry.graph), entry.graph
+
+
+def test_a_size_used_in_python_is_caught_at_a_new_size(monkeypatch):
+    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
+    model = _model(_DividedByTheBatch)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for args in _calls(_pairs):
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('gave another result than eagerly' in m
+               for m in messages), messages
+    for entry in jitted.cache_entries():
+        assert '[B' not in str(entry.signature), entry.signature
