@@ -28,6 +28,8 @@ runs eagerly too, and the results are compared (``api``).
 import collections
 import sys
 
+import numpy
+
 from chainerjit import errors
 from chainerjit.frontend import _keys
 from chainerjit.frontend import traced
@@ -200,6 +202,63 @@ def note_passed(what, args, kwargs, depth=1):
         for values in (args, kwargs):
             recorder.length_uses += uses_in(values, 'passed to %s' % what,
                                             loc)
+
+
+class MadeRows(collections.namedtuple(
+        'MadeRows', 'array leaf rest fill uses')):
+    """An array the forward made with NumPy (``numpy.zeros((len(x), H))``)
+    whose first axis is an argument's first axis: ``array``, made with
+    the argument ``leaf``'s size then ``rest``, filled with ``fill``; the
+    ``uses`` of that size its making noted. A program may make it again
+    at run time from that argument (``runtime.batch``)."""
+
+    __slots__ = ()
+
+
+# The makers whose arrays :class:`MadeRows` may make again: their fill.
+_FILLS = {'zeros': lambda args, kwargs: 0, 'ones': lambda args, kwargs: 1,
+          'full': lambda args, kwargs: args[1] if len(args) > 1 else
+          kwargs.get('fill_value')}
+
+
+def made_noting(name, fn, args, kwargs, depth=1):
+    """``fn(*args, **kwargs)`` for NumPy's array maker ``name``, its
+    argument sizes noted as passed to it (:func:`note_passed`); an array
+    made with an argument's first axis as its own, noted as
+    :class:`MadeRows`."""
+    recorder = _state.recorder
+    before = 0 if recorder is None else len(recorder.length_uses)
+    note_passed('numpy.' + name, args, kwargs, depth)
+    array = fn(*args, **kwargs)
+    if recorder is not None and len(recorder.length_uses) > before:
+        made = _made_rows(name, array, args, kwargs,
+                          tuple(recorder.length_uses[before:]))
+        if made is not None:
+            recorder.made_rows.append(made)
+    return array
+
+
+def _made_rows(name, array, args, kwargs, uses):
+    """The :class:`MadeRows` of an array made by ``name``, or ``None``:
+    its shape's first entry an argument's first axis, as read, and no
+    other size among its arguments."""
+    if name not in _FILLS:
+        return None
+    shape = args[0] if args else kwargs.get('shape')
+    shape = (shape,) if isinstance(shape, int) else shape
+    if not isinstance(shape, (tuple, list)) or not shape:
+        return None
+    first = shape[0]
+    if not isinstance(first, Length) or first.affine != (1, 0):
+        return None
+    (leaf, axis), = first.origins
+    others = [a for a in args[1:]] + [v for k, v in kwargs.items()
+                                      if k != 'shape']
+    if axis != 0 or contained(list(shape[1:])) or contained(others) or \
+            not isinstance(array, numpy.ndarray):
+        return None
+    return MadeRows(array, leaf, tuple(int(n) for n in shape[1:]),
+                    _FILLS[name](args, kwargs), uses)
 
 
 def contained(value, depth=3):

@@ -169,8 +169,7 @@ def _noting_lengths(name):
     to it by the forward are noted (``lengths.note_passed``)."""
     def make(fn, recorder):
         def noting(*args, **kwargs):
-            lengths.note_passed('numpy.' + name, args, kwargs, 2)
-            return fn(*args, **kwargs)
+            return lengths.made_noting(name, fn, args, kwargs, 3)
         noting.__wrapped__ = fn
         return noting
     return make

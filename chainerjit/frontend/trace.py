@@ -77,6 +77,7 @@ class Recording(object):
         # lengths.Use: what the forward did with its arguments' sizes
         self.length_uses = recorder.length_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
+        self.made_rows = recorder.made_rows if recorder else []
         self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
         self.generic_outputs = generic_outputs  # generic Node -> outputs
@@ -142,6 +143,7 @@ class _Recorder(object):
         self.length_leaves = {}
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
+        self.made_rows = []  # lengths.MadeRows: arrays made with a batch
 
     def note_escape(self, what, loc):
         if self.escape is None:

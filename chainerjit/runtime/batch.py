@@ -31,7 +31,10 @@ key through :class:`TripsAndBatch`.
 
 import collections
 
+import numpy
+
 from chainerjit import errors
+from chainerjit import ir
 from chainerjit import ops
 from chainerjit.backend import ort
 from chainerjit.frontend import signature
@@ -281,6 +284,60 @@ def rows_batched(graph, batched, size, uses, names):
     if why is not None:
         return None, why
     return RowsBatched(batched.leaves, size), None
+
+
+def remake_rows(graph, made_rows, batched):
+    """Makes again at run time, from the argument whose batch it has, each
+    array the forward made with NumPy with an argument's batch as its
+    first axis (``lengths.MadeRows``: ``numpy.zeros((len(x), H))``, an
+    RNN's first state), which the recording holds as a constant: a node
+    reading that argument replaces the constant, at any batch size, and
+    the uses of the size its making noted are returned, for
+    :func:`rows_batched` to leave out."""
+    consts = dict((id(v.data), v) for v in graph.consts
+                  if v.data is not None)
+    in_loops = _read_in_loops(graph.nodes)
+    made_again = set()
+    for made in made_rows:
+        value = consts.get(id(made.array))
+        if value is None or made.leaf not in batched.leaves or \
+                value in in_loops or not (made.array == made.fill).all():
+            continue  # (changed in place since it was made)
+        node = ir.Node('numpy.full', ops.Kernel(
+            _full_rows(made.rest, made.fill, made.array.dtype), fresh=True,
+            lengths=ops.rows_follow_first),
+            [graph.inputs[made.leaf]], [ir.Value('temp', value.shape,
+                                                 value.dtype)],
+            (('fill', made.fill),), loc=made.uses[0].loc)
+        _replace(graph, value, node.outputs[0])
+        graph.nodes.insert(0, node)
+        made_again.update(made.uses)
+    return made_again
+
+
+def _full_rows(rest, fill, dtype):
+    def full(x):
+        return numpy.full((len(x),) + rest, fill, dtype)
+    return full
+
+
+def _read_in_loops(nodes):
+    """The values that nodes of loop bodies read."""
+    found = set()
+    for node in nodes:
+        if node.region is not None:
+            found.update(v for inner in node.region.body.nodes
+                         for v in inner.inputs)
+            found |= _read_in_loops(node.region.body.nodes)
+    return found
+
+
+def _replace(graph, old, new):
+    """``new`` read where the graph read the constant ``old``."""
+    graph.consts.remove(old)
+    for node in graph.nodes:
+        node.inputs = [new if v is old else v for v in node.inputs]
+    graph.outputs = [new if v is old else v for v in graph.outputs]
 
 
 def rows_label(rows):

@@ -338,8 +338,10 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
         size = sig.items[batched.leaves[0]][1].shape[0]
-        rows, why = batch.rows_batched(graph, batched, size,
-                                       recording.length_uses, names)
+        made_again = batch.remake_rows(graph, recording.made_rows, batched)
+        rows, why = batch.rows_batched(
+            graph, batched, size, [use for use in recording.length_uses
+                                   if use not in made_again], names)
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why

@@ -501,3 +501,57 @@ def test_a_size_used_in_python_is_caught_at_a_new_size(monkeypatch):
                for m in messages), messages
     for entry in jitted.cache_entries():
         assert '[B' not in str(entry.signature), entry.signature
+
+
+class _StateFromTheShape(_LSTMSteps):
+    """The state made with NumPy from the batch the forward reads:
+    ``B, T, _ = xs.shape``, ``zeros((B, H))`` and ``zeros((len(x), H))``."""
+
+    def forward(self, x):
+        batch, steps, _ = x.shape
+        h = self.xp.zeros((batch, 8), dtype=x.dtype)
+        c = self.xp.zeros((len(x), 8), numpy.float32)
+        for t in range(steps):
+            c, h = F.lstm(c, self.x2h(x[:, t]) + self.h2h(h))
+        return F.sum(h * h)
+
+
+class _StateChangedInPlace(_LSTMSteps):
+    """A state made from the batch, then changed in Python: it stays a
+    constant, and the batch size in the key."""
+
+    def forward(self, x):
+        h = numpy.zeros((x.shape[0], 8), numpy.float32)
+        h[:, 0] = 1.0
+        c = numpy.zeros((x.shape[0], 8), numpy.float32)
+        for t in range(x.shape[1]):
+            c, h = F.lstm(c, self.x2h(x[:, t]) + self.h2h(h))
+        return F.sum(h * h)
+
+
+def test_a_state_made_from_the_batch_serves_every_batch_size():
+    rng = numpy.random.RandomState(0)
+    calls = [_sequences(rng, *shape) for shape in SHAPES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_StateFromTheShape), method='forward')
+    entry, = jitted.cache_entries()
+    assert 'f32[B,8] = numpy.full[fill=0](x)' in str(entry.graph), \
+        entry.graph
+
+
+def test_a_state_changed_in_place_keeps_the_batch_size(monkeypatch):
+    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
+    model = _model(_StateChangedInPlace)
+    jitted = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for shape in SHAPES:
+            x = _sequences(rng, *shape)[0]
+            testing.assert_results_equal(jitted(x), model.forward(x))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('x.shape[0] passed to numpy.zeros at' in m
+               for m in messages), messages
