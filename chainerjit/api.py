@@ -346,16 +346,16 @@ class JitFunction(_calls.CachedCall):
         batch size. The entry compiled for the other size is then left out
         (the new one serves it), or, where the batch size stays in the
         key, keeps its size too, with the same note."""
+        looped = None
         if self._options.get('dynamic'):
             sibling, batched = None, batch.batch_of(key)
         else:
             sibling, batched = batch.rows_sibling(self.cache, key) or \
                 (None, None)
-            if batched is not None and \
-                    batched.size_of(key) < batch.MIN_SIZE:
+            if batched is None:
+                looped = batch.looped_sibling(self.cache, key)
+            elif batched.size_of(key) < batch.MIN_SIZE:
                 batched = None
-        looped = None if batched is not None else batch.looped_sibling(
-            self.cache, key)
         result = self._compile(key, leaves, instance, args, kwargs,
                                batched=batched)
         entry = self.last_entry

@@ -205,12 +205,12 @@ def note_passed(what, args, kwargs, depth=1):
 
 
 class MadeRows(collections.namedtuple(
-        'MadeRows', 'array leaf rest fill uses')):
+        'MadeRows', 'array leaf axis rest fill uses')):
     """An array the forward made with NumPy (``numpy.zeros((len(x), H))``)
-    whose first axis is an argument's first axis: ``array``, made with
-    the argument ``leaf``'s size then ``rest``, filled with ``fill``; the
-    ``uses`` of that size its making noted. A program may make it again
-    at run time from that argument (``runtime.batch``)."""
+    whose first axis is an argument's size: ``array``, made with the size
+    of axis ``axis`` of the argument ``leaf``, then ``rest``, filled with
+    ``fill``; the ``uses`` of that size its making noted. A program may
+    make it again at run time from that argument (``runtime.batch``)."""
 
     __slots__ = ()
 
@@ -240,8 +240,8 @@ def made_noting(name, fn, args, kwargs, depth=1):
 
 def _made_rows(name, array, args, kwargs, uses):
     """The :class:`MadeRows` of an array made by ``name``, or ``None``:
-    its shape's first entry an argument's first axis, as read, and no
-    other size among its arguments."""
+    its shape's first entry an argument's size, as read, and no other size
+    among its arguments."""
     if name not in _FILLS:
         return None
     shape = args[0] if args else kwargs.get('shape')
@@ -254,10 +254,10 @@ def _made_rows(name, array, args, kwargs, uses):
     (leaf, axis), = first.origins
     others = [a for a in args[1:]] + [v for k, v in kwargs.items()
                                       if k != 'shape']
-    if axis != 0 or contained(list(shape[1:])) or contained(others) or \
+    if contained(list(shape[1:])) or contained(others) or \
             not isinstance(array, numpy.ndarray):
         return None
-    return MadeRows(array, leaf, tuple(int(n) for n in shape[1:]),
+    return MadeRows(array, leaf, axis, tuple(int(n) for n in shape[1:]),
                     _FILLS[name](args, kwargs), uses)
 
 

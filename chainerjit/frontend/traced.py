@@ -268,15 +268,15 @@ def record_call(recorder, label, fn, args, kwargs, result):
 def _rows_kept(label, fn, args, kwargs, arrays, result):
     """The ``Kernel.lengths`` rule of NumPy that keeps the rows of its
     operands at any number of them (``runtime.ragged``, ``runtime.batch``):
-    ``x[::-1]``, ``x[:]``, ``x[:, 3]``, an element-wise ufunc; else
+    ``x[::-1]``, ``x[:]``, ``x[:, 3]``, ``xs[0]`` of a time-major
+    ``xs``, an element-wise ufunc; else
     ``None``. (NumPy run on arrays has no gradient.)"""
     if label == 'ndarray.__getitem__':
         index = args[1]
         if type(index) is slice and index.start is None and \
-                index.stop is None and index.step in (None, 1, -1) or \
-                ops.index_keeps_rows(index):
+                index.stop is None and index.step in (None, 1, -1):
             return ops.rows_follow_first
-        return None
+        return ops.rows_indexed(index)
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__' and 'out' not in kwargs and \
             isinstance(result, numpy.ndarray):

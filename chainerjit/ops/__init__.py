@@ -74,11 +74,13 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into, structural, lengths)
 
 
-class Rows(collections.namedtuple('Rows', 'parts')):
+class Rows(collections.namedtuple('Rows', 'parts axis', defaults=(0,))):
     """The number of rows of a value that varies by call: the rows of list
     items and fixed numbers of rows, joined in order (``Kernel.lengths``).
     ``parts``: ``(leaf index, recorded length)`` for an item's rows,
-    ``(None, n)`` for ``n`` fixed rows."""
+    ``(None, n)`` for ``n`` fixed rows. ``axis``: the value's axis they
+    are, the first but for a time-major batch (``(T, B, I)``); only the
+    rules marked :func:`takes_axes` get rows on another axis."""
 
     __slots__ = ()
 
@@ -238,14 +240,46 @@ _IMPURE_NAMES = frozenset([
     'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout'])
 
 
+def takes_axes(rule):
+    """Marks a :attr:`Kernel.lengths` rule that reads ``Rows.axis``: the
+    others get rows on the first axis only."""
+    rule.takes_axes = True
+    return rule
+
+
+def index_rows(index, rows):
+    """The :class:`Rows` of ``x[index]`` for rows of ``x`` (on any axis),
+    where a basic index takes every row, in order (``x[:, 3]``, ``xs[t]``
+    of a time-major ``xs``); else ``None``."""
+    index = index if isinstance(index, tuple) else (index,)
+    if not all(isinstance(s, (slice, int, numpy.integer)) or
+               (s is None and k > rows.axis) for k, s in enumerate(index)):
+        return None
+    if rows.axis < len(index) and not (
+            isinstance(index[rows.axis], slice) and
+            index[rows.axis] == slice(None)):
+        return None
+    dropped = sum(1 for s in index[:rows.axis] if not isinstance(s, slice))
+    return rows._replace(axis=rows.axis - dropped)
+
+
+def rows_indexed(index):
+    """The :attr:`Kernel.lengths` rule of ``x[index]`` (:func:`index_rows`;
+    further inputs, a loop's counter, fixed), or ``None`` where no rows of
+    ``x`` can follow."""
+    def lengths(rows):
+        if any(r is not None for r in rows[1:]):
+            return None
+        found = index_rows(index, rows[0])
+        return None if found is None else Follow((found,))
+    return takes_axes(lengths)
+
+
 def index_keeps_rows(index):
     """Whether an index takes every row, in order, as the first axis of
-    its result, and basic indexes only after it (``x[:, 3]``,
-    ``x[:, :8]``)."""
-    index = index if isinstance(index, tuple) else (index,)
-    return bool(index) and isinstance(index[0], slice) and \
-        index[0] == slice(None) and all(
-            isinstance(s, (slice, int)) or s is None for s in index[1:])
+    its result (``x[:, 3]``, ``x[:, :8]``)."""
+    found = index_rows(index, Rows(()))
+    return found is not None and found.axis == 0
 
 
 def rows_reduced(rows):

@@ -40,12 +40,13 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.ops import Follow
-from chainerjit.ops import index_keeps_rows
+from chainerjit.ops import index_rows
 from chainerjit.ops import Rows
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
+from chainerjit.ops import takes_axes
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
 from chainerjit.ops.math import onnx_scalar
@@ -401,16 +402,19 @@ def lower_get_item(node, ctx):
                         _format_index(s) for s in node.slices)},
                     grad=GradRule(grad),
                     onnx=_onnx_get_item(node.slices, len(shape)))
-    if not index_keeps_rows(slices):
-        return kernel
 
     def any_lengths_grad(xs, ys, gys, wanted):
         gy, = gys
-        gx = xp.zeros((len(gy),) + shape[1:], gy.dtype)
+        gx = xp.zeros(xs[0].shape, gy.dtype)
         add_at(gx, slices, gy)
         return gx,
-    any_lengths = kernel._replace(grad=GradRule(any_lengths_grad))
-    return kernel._replace(lengths=lambda rows: Follow(rows, any_lengths))
+    any_lengths = kernel._replace(grad=GradRule(any_lengths_grad,
+                                                inputs=(0,)))
+
+    def lengths(rows):
+        found = index_rows(slices, rows[0])
+        return None if found is None else Follow((found,), any_lengths)
+    return kernel._replace(lengths=takes_axes(lengths))
 
 
 @lowering(select_item.SelectItem)

@@ -515,9 +515,11 @@ def lower_linear_interpolate(node, ctx):
         p, x, y = ins
         q = b.op('Sub', [b.constant(numpy.asarray(one)), p])
         b.op('Add', b.op('Mul', [p, x]) + b.op('Mul', q + [y]), outs)
+    # Inputs of one shape (as Chainer checks); no shape in the formulas.
     return Kernel(lambda p, x, y: utils.force_array(p * x + (one - p) * y),
                   grad=grad_rule(ctx, grad, inputs=(0, 1, 2)),
-                  onnx=to_onnx)
+                  onnx=to_onnx, lengths=rows_broadcast(ctx.in_shapes,
+                                                       ctx.out_shapes[0]))
 
 
 @lowering(identity.Identity)

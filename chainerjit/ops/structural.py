@@ -18,9 +18,8 @@ import numpy
 from chainerjit import errors
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
-from chainerjit.ops import index_keeps_rows
 from chainerjit.ops import onnx_op
-from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_indexed
 from chainerjit.ops.scratch import Scratch
 
 LOOP = 'loop'
@@ -233,8 +232,7 @@ def index(slices, counters):
     n_inputs = 2 if counters else 1
     return Kernel(run, grad=GradRule(grad, range(n_inputs)),
                   onnx=_index_to_onnx(slices, counters), structural=INDEX,
-                  lengths=rows_follow_first if index_keeps_rows(
-                      tuple(slices)) else None)
+                  lengths=rows_indexed(tuple(slices)))
 
 
 def _index_to_onnx(slices, counters):

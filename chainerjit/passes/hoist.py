@@ -140,16 +140,22 @@ def _over_steps(kernel, to_xs, axis):
 
 def _rows_over_steps(rule, axis):
     """The ``Kernel.lengths`` rule of a linear kernel over the steps on
-    ``axis``: the rows of x (a batch on axis 0, where the steps are not)
+    ``axis``: rows of x that are not the steps (a batch-first batch on
+    axis 0, a time-major one on axis 1, where the steps are on axis 0)
     follow as the 2-D kernel's rows do, their number read from the
     arrays."""
-    if rule is None or axis == 0:
+    if rule is None:
         return None
 
     def lengths(rows):
-        found = rule(rows)
-        return found if found is not None and found.kernel is None else None
-    return lengths
+        x = rows[0]
+        if x is None or not (x.axis == 0 < axis or x.axis == 1 > axis):
+            return None
+        found = rule([x._replace(axis=0)] + list(rows[1:]))
+        if found is None or found.kernel is not None:
+            return None
+        return ops.Follow((x,))
+    return ops.takes_axes(lengths)
 
 
 def _steps_to_onnx(b, ins, outs):

@@ -54,8 +54,8 @@ CHECKED_SIZES = 3
 
 
 class BatchAxis(object):
-    """Reading a call's key where axis 0 of the arrays ``self.leaves`` is
-    the batch (every array argument)."""
+    """Reading a call's key where an axis of the arrays ``self.leaves`` is
+    the batch (every array argument): the first, or ``self.axes`` each."""
 
     __slots__ = ()
 
@@ -67,30 +67,36 @@ class BatchAxis(object):
         if size is None or size < self.min_size:
             return None
         specs = list(key[3])
-        for leaf in self.leaves:
+        for leaf, axis in self.batch_axes():
             spec = specs[leaf]
-            specs[leaf] = ((BATCH,) + tuple(spec[0][1:]),) + tuple(spec[1:])
+            shape = spec[0][:axis] + (BATCH,) + spec[0][axis + 1:]
+            specs[leaf] = (shape,) + tuple(spec[1:])
         return key[:3] + (tuple(specs),) + key[4:], []
 
     def size_of(self, key):
         """The call's batch size, or ``None``."""
         specs = key[3]
         sizes = set()
-        for leaf in self.leaves:
+        for leaf, axis in self.batch_axes():
             if leaf >= len(specs) or not specs[leaf] or \
                     not signature.is_array_spec(specs[leaf]) or \
-                    not specs[leaf][0]:
+                    len(specs[leaf][0]) <= axis:
                 return None
-            sizes.add(specs[leaf][0][0])
+            sizes.add(specs[leaf][0][axis])
         return sizes.pop() if len(sizes) == 1 else None
 
     def signature_of(self, sig):
-        """``sig`` with axis 0 of the batched arguments shown as ``B``."""
-        return sig.with_symbols([(leaf, (0,)) for leaf in self.leaves],
-                                symbol=BATCH)
+        """``sig`` with the batch axes shown as ``B``."""
+        return sig.with_symbols([(leaf, (axis,)) for leaf, axis in
+                                 self.batch_axes()], symbol=BATCH)
+
+    def batch_axes(self):
+        """``[(leaf, axis), ...]``: where the batch is."""
+        return list(zip(self.leaves, self.axes or (0,) * len(self.leaves)))
 
 
-class Batched(BatchAxis, collections.namedtuple('Batched', 'leaves')):
+class Batched(BatchAxis, collections.namedtuple('Batched', 'leaves axes',
+                                                defaults=(None,))):
     """How an entry that one onnxruntime session runs at every batch size
     reads a call's key: ``leaves`` are the indexes of the arguments whose
     axis 0 is the batch (every array argument)."""
@@ -100,7 +106,7 @@ class Batched(BatchAxis, collections.namedtuple('Batched', 'leaves')):
 
 
 class RowsBatched(BatchAxis, collections.namedtuple(
-        'RowsBatched', 'leaves recorded')):
+        'RowsBatched', 'leaves recorded axes', defaults=(None,))):
     """How an entry whose VM program takes any batch size reads a call's
     key (:func:`why_fixed`): ``leaves`` as :class:`Batched`'s,
     ``recorded`` the batch size it was recorded at. A batch of one stays
@@ -200,10 +206,25 @@ def rows_sibling(cache, key):
         if general is None or entry.key[:3] != general[0][:3] or \
                 entry.key[4:] != general[0][4:]:
             continue
-        leaves = _batched_leaves(entry.key[3], general[0][3])
-        if leaves:
-            return entry, Batched(leaves)
+        found = _batched_axes(entry.key[3], general[0][3])
+        if found:
+            leaves, axes = zip(*found)
+            return entry, Batched(leaves, None if not any(axes) else axes)
     return None
+
+
+def _batched_axes(old, new):
+    """``[(leaf, axis), ...]``: the one axis of each array leaf whose size
+    differs between two keys, the same two sizes for all, if they differ in
+    nothing else; else ``[]``."""
+    found = []
+    for leaf, axes in _differing(old, new) or ():
+        if len(axes) != 1:
+            return []
+        found.append((leaf, axes[0]))
+    sizes = set((old[leaf][0][axis], new[leaf][0][axis])
+                for leaf, axis in found)
+    return found if len(sizes) == 1 else []
 
 
 def _trips_only(entry):
@@ -240,19 +261,26 @@ def looped_sibling(cache, key):
 def _differing_axes(old, new):
     """The ``(leaf, axis)`` where two keys' array specs differ in size, if
     they differ in nothing else; else ``[]``."""
+    return [(leaf, axis) for leaf, axes in _differing(old, new) or ()
+            for axis in axes]
+
+
+def _differing(old, new):
+    """``[(leaf, [axes whose sizes differ]), ...]`` for every array leaf of
+    two keys' specs, or ``None`` where they differ otherwise."""
     if len(old) != len(new):
-        return []
-    axes = []
+        return None
+    found = []
     for leaf, (a, b) in enumerate(zip(old, new)):
         if not (signature.is_array_spec(a) and signature.is_array_spec(b)):
             if a != b:
-                return []
+                return None
             continue
         if a[1:] != b[1:] or len(a[0]) != len(b[0]):
-            return []
-        axes += [(leaf, axis) for axis, (m, n) in enumerate(zip(a[0], b[0]))
-                 if m != n]
-    return axes
+            return None
+        found.append((leaf, [axis for axis, (m, n) in
+                             enumerate(zip(a[0], b[0])) if m != n]))
+    return found
 
 
 def batch_of(key):
@@ -277,13 +305,13 @@ def rows_batched(graph, batched, size, uses, names):
     list, ``runtime.ragged``: there all batched arguments share one
     ``Rows``), and the forward's Python did not use the batch size."""
     first = batched.leaves[0]
-    seeds = dict((leaf, ops.Rows.of_item(first, size))
-                 for leaf in batched.leaves)
+    seeds = dict((leaf, ops.Rows.of_item(first, size)._replace(axis=axis))
+                 for leaf, axis in batched.batch_axes())
     why = ragged.why_fixed(graph, seeds, uses, names, label=rows_label,
                            size='batch size')
     if why is not None:
         return None, why
-    return RowsBatched(batched.leaves, size), None
+    return RowsBatched(batched.leaves, size, batched.axes), None
 
 
 def remake_rows(graph, made_rows, batched):
@@ -298,14 +326,15 @@ def remake_rows(graph, made_rows, batched):
                   if v.data is not None)
     in_loops = _read_in_loops(graph.nodes)
     made_again = set()
+    axes = dict(batched.batch_axes())
     for made in made_rows:
         value = consts.get(id(made.array))
-        if value is None or made.leaf not in batched.leaves or \
+        if value is None or axes.get(made.leaf) != made.axis or \
                 value in in_loops or not (made.array == made.fill).all():
             continue  # (changed in place since it was made)
         node = ir.Node('numpy.full', ops.Kernel(
-            _full_rows(made.rest, made.fill, made.array.dtype), fresh=True,
-            lengths=ops.rows_follow_first),
+            _full_rows(made.axis, made.rest, made.fill, made.array.dtype),
+            fresh=True, lengths=_rows_made),
             [graph.inputs[made.leaf]], [ir.Value('temp', value.shape,
                                                  value.dtype)],
             (('fill', made.fill),), loc=made.uses[0].loc)
@@ -315,10 +344,17 @@ def remake_rows(graph, made_rows, batched):
     return made_again
 
 
-def _full_rows(rest, fill, dtype):
+def _full_rows(axis, rest, fill, dtype):
     def full(x):
-        return numpy.full((len(x),) + rest, fill, dtype)
+        return numpy.full((x.shape[axis],) + rest, fill, dtype)
     return full
+
+
+@ops.takes_axes
+def _rows_made(rows):
+    """An array made with an argument's batch has that batch as its first
+    axis."""
+    return ops.Follow((rows[0]._replace(axis=0),))
 
 
 def _read_in_loops(nodes):

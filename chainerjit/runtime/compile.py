@@ -139,7 +139,8 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
         rows, batch_note = (None, None) if packed is not None or \
-            items is not None or batched is None \
+            items is not None or batched is None or \
+            type(batched.size_of(key)) is not int \
             else _batch_of_any_size(caller, graph, sig, batched, recording)
         _warn_unrolled_loops(caller, unrolled, items, sig)
         sizes = items or rows  # the entry's VM program takes any sizes
@@ -337,7 +338,8 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
     if _draws_only(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
-        size = sig.items[batched.leaves[0]][1].shape[0]
+        leaf, axis = batched.batch_axes()[0]
+        size = sig.items[leaf][1].shape[axis]
         made_again = batch.remake_rows(graph, recording.made_rows, batched)
         rows, why = batch.rows_batched(
             graph, batched, size, [use for use in recording.length_uses

@@ -137,7 +137,8 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
     printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
     the leaves' names; ``size`` what the rows' number is, in the line."""
     for use in uses:
-        if any(axis == 0 and leaf in seeds for leaf, axis in use.origins):
+        if any(leaf in seeds and axis == seeds[leaf].axis
+               for leaf, axis in use.origins):
             return use.describe(names)
     rows = {graph.inputs[leaf]: r for leaf, r in seeds.items()}
     variants = {}
@@ -149,7 +150,7 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
         node.inputs = node.inputs + [graph.inputs[leaf]
                                      for leaf in following.reads]
     for value, r in rows.items():
-        value.symbols = {0: label(r)}
+        value.symbols = {r.axis: label(r)}
     return None
 
 
@@ -168,6 +169,9 @@ def _follow(nodes, rows, variants, names, size, in_loop=False):
                 return why
             continue
         rule = node.kernel.lengths if node.kernel is not None else None
+        if rule is not None and not getattr(rule, 'takes_axes', False) and \
+                any(r is not None and r.axis for r in found):
+            rule = None  # rows on another axis than the first
         following = rule(found) if rule is not None else None
         if following is None or (in_loop and following.reads):
             return '%s read by %s%s, which is compiled for its recorded ' \

@@ -349,17 +349,6 @@ class _Recurrent(chainer.Chain):
         return F.sum(h)
 
 
-class _TimeMajor(_Recurrent):
-    """The same loop over time-major sequences: the batch is axis 1."""
-
-    def forward(self, x):
-        h = None
-        for t in range(x.shape[0]):
-            a = self.x2h(x[t])
-            h = F.tanh(a if h is None else a + self.h2h(h))
-        return F.sum(h)
-
-
 class _FixedSteps(_Recurrent):
     """Six steps, always, and a loss over the batch."""
 
@@ -407,21 +396,34 @@ def test_a_loop_of_fixed_steps_serves_every_batch_size():
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
-def test_a_loop_over_time_major_sequences_says_it_keeps_the_batch_size():
-    model = _model(_TimeMajor)
+class _Weighted(_Recurrent):
+    """A loop over batch-first steps, and weights of another length."""
+
+    def forward(self, x, w):
+        h = None
+        for t in range(x.shape[1]):
+            a = self.x2h(x[:, t])
+            h = F.tanh(a if h is None else a + self.h2h(h))
+        return F.sum(h) * F.sum(w)
+
+
+def test_sizes_other_than_a_batch_with_a_loop_say_why(monkeypatch):
+    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
+    model = _model(_Weighted)
     jitted = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        for steps, batch in SHAPES:
-            x = rng.randn(steps, batch, 4).astype(F32)
-            testing.assert_results_equal(jitted(x), model.forward(x))
+        for batch, steps, n in [(3, 5, 2), (3, 7, 2), (8, 6, 5)]:
+            args = (rng.randn(batch, steps, 4).astype(F32),
+                    rng.randn(n).astype(F32))
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args))
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
-    why = 'x.shape[1] changes, and the loop rolled into a region at ' \
+    why = 'x.shape[0] changes, and the loop rolled into a region at ' \
         'test_batch_any_size.py'
     assert any(why in m for m in messages), messages
-    assert why in jitted.explain(rng.randn(5, 11, 4).astype(F32))
 
 
 class _LSTMSteps(chainer.Chain):
@@ -555,3 +557,80 @@ def test_a_state_changed_in_place_keeps_the_batch_size(monkeypatch):
                 if issubclass(w.category, errors.RecompileWarning)]
     assert any('x.shape[0] passed to numpy.zeros at' in m
                for m in messages), messages
+
+
+class _Steps(chainer.Chain):
+    """The RNN forwards over time-major sequences ``(T, B, 4)`` as people
+    write them: each keeps one entry for every length and batch size."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(4, 4 * 8)
+            self.h2h = L.Linear(8, 4 * 8, nobias=True)
+            self.back = L.Linear(4, 4 * 8)
+            self.gru = L.StatelessGRU(4, 8)
+            self.lstm = L.StatelessLSTM(4, 8)
+
+    def step(self, x, h, c):
+        c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+        return h, c
+
+    def shape_pair(self, xs):
+        T, B = xs.shape[0], xs.shape[1]
+        h = self.xp.zeros((B, 8), dtype=xs.dtype)
+        c = self.xp.zeros((B, 8), dtype=xs.dtype)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        return F.sum(h)
+
+    def each_step(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for x in xs:
+            h, c = self.step(x, h, c)
+        return F.sum(h * h)
+
+    def both_ways(self, xs):
+        T, B, _ = xs.shape
+        h = c = self.xp.zeros((B, 8), numpy.float32)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        hb = cb = self.xp.zeros((B, 8), numpy.float32)
+        for t in reversed(range(T)):
+            cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
+        return F.sum(h + hb)
+
+    def gru_link(self, xs):
+        h = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for t in range(xs.shape[0]):
+            h = self.gru(h, xs[t])
+        return F.sum(h)
+
+    def lstm_link(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for t in range(xs.shape[0]):
+            c, h = self.lstm(c, h, xs[t])
+        return F.sum(h)
+
+    def counter(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        t = 0
+        while t < xs.shape[0]:
+            h, c = self.step(xs[t], h, c)
+            t += 1
+        return F.sum(h)
+
+
+@pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
+                                    'gru_link', 'lstm_link', 'counter'])
+def test_time_major_forwards_serve_every_length_and_batch_size(method):
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.randn(steps, batch, 4).astype(F32),)
+             for batch, steps in SHAPES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_Steps), method=method)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: f32[T,B,4]'), \
+        entry.signature
