@@ -20,6 +20,8 @@ weights; every call's result is checked against eager's. Workloads:
   call, a training step (forward, backward) per call;
 * ``bidirectional LSTM training, lengths 5 to 40``: a forward and a
   ``reversed(range(T))`` loop, likewise;
+* ``LSTM training, lengths 5 to 40, batches 2 to 64``: the first, with a
+  random batch size on each call too;
 * ``batch-first LSTM training, batches 2 to 64, lengths 5 to 40``: the
   steps read as ``xs[:, t]`` over ``range(xs.shape[1])``, the state made
   by the first step, a random batch size and length on each call.
@@ -136,7 +138,7 @@ def _serving(make_model, make_input, jit_options):
     return run
 
 
-def _training(model_class, batch_first=False):
+def _training(model_class, batch_first=False, batches=False):
     def run(jitted, calls, seed):
         import numpy
 
@@ -148,8 +150,9 @@ def _training(model_class, batch_first=False):
         rng = numpy.random.RandomState(seed)
         times, results = [], []
         for _ in range(calls):
-            shape = (rng.randint(5, 41), 8, I) if not batch_first else \
-                (rng.randint(2, 65), rng.randint(5, 41), I)
+            batch = rng.randint(2, 65) if batches or batch_first else 8
+            shape = (batch, rng.randint(5, 41), I) if batch_first else \
+                (rng.randint(5, 41), batch, I)
             xs = rng.standard_normal(shape).astype(numpy.float32)
             start = time.perf_counter()
             loss = F.sum(fn(xs))
@@ -230,6 +233,8 @@ def workloads():
         ('LSTM training, lengths 5 to 40', 'chainerjit', _training(LSTM)),
         ('bidirectional LSTM training, lengths 5 to 40', 'chainerjit',
          _training(BiLSTM)),
+        ('LSTM training, lengths 5 to 40, batches 2 to 64', 'chainerjit',
+         _training(LSTM, batches=True)),
         ('batch-first LSTM training, batches 2 to 64, lengths 5 to 40',
          'chainerjit', _training(BatchFirst, batch_first=True)),
     ]
