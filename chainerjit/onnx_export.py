@@ -113,7 +113,7 @@ def _model_array(entry, value):
 def _symbols(builder, entry, names, key):
     """Trip counts that follow from the inputs (``T - 1`` for
     ``range(1, xs.shape[0])``), computed from the input's shape."""
-    symbolic = entry.symbolic
+    symbolic = getattr(entry.symbolic, 'trips', entry.symbolic)
     graph = entry.graph
     if not graph.symbols:  # no trip counts (any batch size or lengths)
         return

@@ -363,8 +363,11 @@ def _convert_test(builder, test, exit_node, names, renamed, cond):
 
 
 def _typed(name, value, scan=False):
+    """A body output's type: the axes that vary by call (``value.symbols``:
+    a batch of any size) named, not sized."""
     import onnx.helper
 
+    symbols = value.symbols or {}
     return onnx.helper.make_tensor_value_info(
         name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype),
-        list(value.shape))
+        [symbols.get(axis, n) for axis, n in enumerate(value.shape)])

@@ -332,22 +332,44 @@ def remake_rows(graph, made_rows, batched):
         if value is None or axes.get(made.leaf) != made.axis or \
                 value in in_loops or not (made.array == made.fill).all():
             continue  # (changed in place since it was made)
-        node = ir.Node('numpy.full', ops.Kernel(
-            _full_rows(made.axis, made.rest, made.fill, made.array.dtype),
-            fresh=True, lengths=_rows_made),
-            [graph.inputs[made.leaf]], [ir.Value('temp', value.shape,
-                                                 value.dtype)],
-            (('fill', made.fill),), loc=made.uses[0].loc)
+        node = _made_again(made, graph.inputs[made.leaf], value)
         _replace(graph, value, node.outputs[0])
         graph.nodes.insert(0, node)
         made_again.update(made.uses)
     return made_again
 
 
+def _made_again(made, argument, value):
+    """The node making ``made`` (``lengths.MadeRows``, the constant
+    ``value``) from ``argument`` at run time."""
+    settings = (made.axis, made.rest, made.fill, made.array.dtype)
+    kernel = ops.Kernel(_full_rows(*settings), fresh=True,
+                        lengths=_rows_made,
+                        onnx=_full_rows_to_onnx(*settings))
+    return ir.Node('numpy.full', kernel, [argument],
+                   [ir.Value('temp', value.shape, value.dtype)],
+                   (('fill', made.fill),), loc=made.uses[0].loc)
+
+
 def _full_rows(axis, rest, fill, dtype):
     def full(x):
         return numpy.full((x.shape[axis],) + rest, fill, dtype)
     return full
+
+
+def _full_rows_to_onnx(axis, rest, fill, dtype):
+    """``ConstantOfShape`` of the argument's batch, then ``rest``."""
+    def convert(b, ins, outs):
+        import onnx.helper
+
+        batch = b.op('Slice', [b.op('Shape', ins)[0], b.int64s([axis]),
+                               b.int64s([axis + 1])])[0]
+        shape = b.op('Concat', [batch, b.int64s(list(rest))], axis=0)
+        b.op('ConstantOfShape', shape, outs,
+             value=onnx.helper.make_tensor(
+                 'fill', onnx.helper.np_dtype_to_tensor_dtype(
+                     numpy.dtype(dtype)), [1], [fill]))
+    return convert
 
 
 @ops.takes_axes

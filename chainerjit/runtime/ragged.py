@@ -149,8 +149,9 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
         node.kernel = following.kernel
         node.inputs = node.inputs + [graph.inputs[leaf]
                                      for leaf in following.reads]
-    for value, r in rows.items():
-        value.symbols = {r.axis: label(r)}
+    for value, r in rows.items():  # (a trip count's kept)
+        value.symbols = dict(value.symbols or {})
+        value.symbols[r.axis] = label(r)
     return None
 
 

@@ -634,3 +634,26 @@ def test_time_major_forwards_serve_every_length_and_batch_size(method):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs: f32[T,B,4]'), \
         entry.signature
+
+
+def test_a_program_for_every_length_and_batch_size_exports_so():
+    ort = pytest.importorskip('onnxruntime')
+    model = _model(_Steps)
+    jitted = chainerjit.jit(model.shape_pair)
+    rng = numpy.random.RandomState(0)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for batch, steps in SHAPES[:3]:
+            jitted(rng.randn(steps, batch, 4).astype(F32))
+    exported = chainerjit.export_onnx(
+        jitted, (rng.randn(6, 8, 4).astype(F32),))
+    dims = [d.dim_param or d.dim_value for d in
+            exported.graph.input[0].type.tensor_type.shape.dim]
+    assert dims == ['T', 'B', 4], dims
+    session = ort.InferenceSession(exported.SerializeToString())
+    for steps, batch in [(6, 8), (9, 5), (3, 17)]:
+        x = rng.randn(steps, batch, 4).astype(F32)
+        with chainer.using_config('train', False):
+            expected = model.shape_pair(x).array
+        numpy.testing.assert_allclose(
+            session.run(None, {'xs': x})[0], expected, rtol=1e-5,
+            atol=1e-5)
