@@ -266,8 +266,7 @@ class JitFunction(_calls.CachedCall):
         if compiled is not _RAISED and \
                 pipeline.compare_results(result, compiled) is None:
             entry.verified_lengths.update(
-                entry.symbolic.verified(checked) if isinstance(
-                    entry.symbolic, (batch.RowsBatched, batch.TripsAndBatch))
+                checked if isinstance(entry.symbolic, batch.TripsAndBatch)
                 else [checked])
             return result
         self.cache.remove(entry)

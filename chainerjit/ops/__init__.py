@@ -275,20 +275,19 @@ def rows_indexed(index):
     return takes_axes(lengths)
 
 
-def index_keeps_rows(index):
-    """Whether an index takes every row, in order, as the first axis of
-    its result (``x[:, 3]``, ``x[:, :8]``)."""
-    found = index_rows(index, Rows(()))
-    return found is not None and found.axis == 0
+def same_rows(rows):
+    """The rows every input has, or ``None`` where one has other rows (or
+    fixed ones)."""
+    if rows[0] is None or any(r != rows[0] for r in rows):
+        return None
+    return rows[0]
 
 
 def rows_reduced(rows):
     """A :attr:`Kernel.lengths` rule for a kernel whose inputs all have the
     same rows and whose one output is fixed (a loss's mean, an accuracy),
     reading their number from its arrays, in its forward and gradient."""
-    if rows[0] is None or any(r != rows[0] for r in rows):
-        return None
-    return Follow((None,))
+    return None if same_rows(rows) is None else Follow((None,))
 
 
 def rows_follow(lower):

@@ -46,6 +46,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
+from chainerjit.ops import same_rows
 from chainerjit.ops import takes_axes
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
@@ -501,9 +502,8 @@ def _rows_side_by_side(any_lengths):
     """The ``Kernel.lengths`` rule of a join along another axis than the
     rows: all inputs have the same rows, which the output has."""
     def lengths(rows):
-        if rows[0] is None or any(r != rows[0] for r in rows):
-            return None
-        return Follow(rows[:1], any_lengths)
+        found = same_rows(rows)
+        return None if found is None else Follow((found,), any_lengths)
     return lengths
 
 

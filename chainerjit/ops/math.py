@@ -320,19 +320,19 @@ def _with_rows(shape, rows, gy):
     return shape if rows is None else (len(gy),) + shape[1:]
 
 
-def _sum_to_any_rows(kernel, ctx, grad_of, reads):
-    """The :attr:`Kernel.lengths` rule of a broadcasting binary op whose
-    gradient is ``grad_of(rows)`` (``_sum_to_inputs``'s, summed to the
-    input shapes with the rows of the output), read by a ``GradRule``
-    with ``reads`` (its ``inputs, outputs``)."""
+def _broadcast_any_rows(kernel, ctx, grad_of):
+    """The :attr:`Kernel.lengths` rule of a broadcasting op
+    (``rows_broadcast``) whose gradient at any lengths is
+    ``grad_of(rows)``, which sums to the input shapes with the rows of the
+    output's gradient."""
+    rule = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])
+
     def lengths(rows):
-        rule = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])
         following = rule(rows)
         if following is None or kernel.grad is None:
             return following
-        grad = grad_rule(ctx, grad_of(tuple(rows)), *reads)
         return following._replace(kernel=kernel._replace(
-            grad=grad, lengths=None))
+            grad=grad_of(tuple(rows)), lengths=None))
     return lengths
 
 
@@ -362,17 +362,18 @@ def lower_binary(node, ctx):
     reads = ((0, 1) if reads_x else (), (0,) if reads_y else ())
 
     def grad_of(rows):
-        return _sum_to_inputs(ctx, *_BINARY_GRAD[type(node)][2:], rows=rows)
+        return grad_rule(ctx, _sum_to_inputs(
+            ctx, *_BINARY_GRAD[type(node)][2:], rows=rows), *reads)
     grad = None
     if (type(node) not in (trigonometric.Arctan2, fmod.Fmod)
             or ctx.in_shapes[0] == ctx.in_shapes[1]):
-        grad = grad_rule(ctx, grad_of((None, None)), *reads)
+        grad = grad_of((None, None))
     inplace, into = _binary_into(fn, ctx)
     kernel = Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
                     grad=grad, onnx=_onnx(onnx), fresh=True,
                     inplace=inplace, into=into)
-    return kernel._replace(lengths=_sum_to_any_rows(kernel, ctx, grad_of,
-                                                    reads))
+    return kernel._replace(lengths=_broadcast_any_rows(kernel, ctx,
+                                                       grad_of))
 
 
 # The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
@@ -441,17 +442,6 @@ def _sum_to_each(ctx, rows=None):
     return grad_rule(ctx, grad)
 
 
-def _added_any_rows(kernel, ctx):
-    """The :attr:`Kernel.lengths` rule of ``MultiAdd``."""
-    def lengths(rows):
-        following = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])(rows)
-        if following is None:
-            return None
-        return following._replace(kernel=kernel._replace(
-            grad=_sum_to_each(ctx, tuple(rows)), lengths=None))
-    return lengths
-
-
 @lowering(basic_math.MultiAdd)
 def lower_multi_add(node, ctx):
     if len(ctx.in_shapes) == 1:
@@ -475,7 +465,8 @@ def lower_multi_add(node, ctx):
         return utils.force_array(y)
     kernel = Kernel(fn, {'n': len(ctx.in_shapes)}, grad=_sum_to_each(ctx),
                     onnx=onnx_op('Sum'))
-    return kernel._replace(lengths=_added_any_rows(kernel, ctx))
+    return kernel._replace(lengths=_broadcast_any_rows(
+        kernel, ctx, lambda rows: _sum_to_each(ctx, rows)))
 
 
 @lowering(squared_error.SquaredError)

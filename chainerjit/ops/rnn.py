@@ -8,6 +8,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_rnn
 from chainerjit.ops import lowering
+from chainerjit.ops import same_rows
 from chainerjit.ops.linear import grad_linear
 
 
@@ -37,11 +38,10 @@ def rows_of_step(rows, outputs=2):
     its forward and gradient), which ``c`` and ``h`` have; the first
     ``outputs`` outputs have them (a fused step's gates do not: their
     rows are axis 1, which only its gradient reads)."""
-    states = [r for r in rows if r is not None]
-    if len(states) < 2 or any(r != states[0] for r in states) or \
-            rows[0] is None:
+    found = same_rows(rows)
+    if found is None:
         return None
-    return Follow((states[0],) * 2 + (None,) * (outputs - 2))
+    return Follow((found,) * 2 + (None,) * (outputs - 2))
 
 
 def _chainer_lstm_step(c_prev, x):

@@ -208,7 +208,7 @@ def _step_rows(rows):
     """The ``Kernel.lengths`` rule of a fused LSTM step ``(c_prev, u, h,
     W)``: the state, the input and ``h`` have the same rows; its gates
     are read by its gradient only."""
-    if rows[3] is not None or None in rows[:3]:
+    if rows[3] is not None:
         return None
     return rnn.rows_of_step(rows[:3], outputs=3)
 

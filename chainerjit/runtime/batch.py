@@ -130,10 +130,6 @@ class RowsBatched(BatchAxis, collections.namedtuple(
         """How a batch size checked against eager is noted."""
         return (BATCH, size)
 
-    def verified(self, checked):
-        """What a check that passed adds to the entry's verified sizes."""
-        return [checked]
-
 
 class TripsAndBatch(collections.namedtuple('TripsAndBatch',
                                            'trips batch')):
@@ -160,15 +156,12 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
         """``(trip counts, ('B', batch size))`` where either is to be
         checked against eager (new trip counts, as a symbolic loop checks
         them, or a batch size as :class:`RowsBatched` does); else
-        ``None``."""
+        ``None``. A check that passes notes both as verified."""
         trips = tuple(symbols)
         size = self.batch.to_check(key, checked)
         if trips in checked and size is None:
             return None
         return trips, self.batch.checked_as(self.batch.size_of(key))
-
-    def verified(self, checked):
-        return list(checked)
 
 
 def batch_part(symbolic):
@@ -182,14 +175,27 @@ def sibling(cache, key, backend):
     """``(entry, Batched)``: a cached entry whose program may serve other
     batch sizes (:func:`_widens`) and whose key differs from ``key`` only
     in the batch size of every array argument; else ``None``."""
-    for entry in cache.entries():
-        if not _widens(entry, backend) or entry.key[:3] != key[:3] or \
-                entry.key[4:] != key[4:]:
-            continue
-        leaves = _batched_leaves(entry.key[3], key[3])
+    for entry, general in _alike_entries(
+            cache, key, lambda entry: _widens(entry, backend)):
+        leaves = _batched_leaves(entry.key[3], general[3])
         if leaves:
             return entry, Batched(leaves)
     return None
+
+
+def _alike_entries(cache, key, takes):
+    """``(entry, key as the entry reads it)`` for each cached entry that
+    ``takes(entry)`` accepts whose key, its symbolic sizes left open, is
+    ``key`` but for the arrays' specs (the same mode, the same Python
+    arguments)."""
+    for entry in cache.entries():
+        if not takes(entry):
+            continue
+        general = entry.symbolic.generalize(key) if entry.symbolic \
+            else (key, [])
+        if general is not None and entry.key[:3] == general[0][:3] and \
+                entry.key[4:] == general[0][4:]:
+            yield entry, general[0]
 
 
 def rows_sibling(cache, key):
@@ -197,16 +203,10 @@ def rows_sibling(cache, key):
     differs from ``key`` only in the batch size of every array argument,
     whose program the VM may come to run at any batch size
     (:func:`rows_batched`); else ``None``."""
-    for entry in cache.entries():
-        if entry.program is None or entry.batch_note is not None or \
-                not (entry.symbolic is None or _trips_only(entry)):
-            continue
-        general = entry.symbolic.generalize(key) if entry.symbolic \
-            else (key, [])
-        if general is None or entry.key[:3] != general[0][:3] or \
-                entry.key[4:] != general[0][4:]:
-            continue
-        found = _batched_axes(entry.key[3], general[0][3])
+    for entry, general in _alike_entries(cache, key, lambda entry: (
+            entry.program is not None and entry.batch_note is None and
+            (entry.symbolic is None or _trips_only(entry)))):
+        found = _batched_axes(entry.key[3], general[3])
         if found:
             leaves, axes = zip(*found)
             return entry, Batched(leaves, None if not any(axes) else axes)
@@ -239,15 +239,10 @@ def looped_sibling(cache, key):
     own: that entry's loop, rolled into a region, has steps compiled for
     the recorded size. ``(entry, why)``, or ``None`` where no such entry
     is."""
-    for entry in cache.entries():
-        if entry.program is None or entry.symbolic is None or \
-                not _trips_only(entry):
-            continue
-        general = entry.symbolic.generalize(key)
-        if general is None or general[0][:3] != entry.key[:3] or \
-                general[0][4:] != entry.key[4:]:
-            continue
-        axes = _differing_axes(entry.key[3], general[0][3])
+    for entry, general in _alike_entries(cache, key, lambda entry: (
+            entry.program is not None and entry.symbolic is not None and
+            _trips_only(entry))):
+        axes = _differing_axes(entry.key[3], general[3])
         regions = [n for n in entry.graph.nodes if n.region is not None]
         if axes and regions:
             leaf, axis = axes[0]
@@ -422,21 +417,11 @@ def _widens(entry, backend):
 
 def _batched_leaves(old, new):
     """The array leaves, if every one has one batch size in ``old`` and
-    another in ``new`` and is otherwise the same; else ``()``."""
-    if len(old) != len(new):
-        return ()
-    leaves, sizes = [], set()
-    for leaf, (a, b) in enumerate(zip(old, new)):
-        if not (signature.is_array_spec(a) and signature.is_array_spec(b)):
-            if a != b:
-                return ()
-            continue
-        if not a[0] or len(a[0]) != len(b[0]) or a[1:] != b[1:] or \
-                a[0][1:] != b[0][1:] or a[0][0] == b[0][0]:
-            return ()
-        leaves.append(leaf)
-        sizes.add((a[0][0], b[0][0]))
-    return tuple(leaves) if len(sizes) == 1 else ()
+    another in ``new`` on its first axis and is otherwise the same; else
+    ``()``."""
+    found = _batched_axes(old, new)
+    return () if any(axis for _, axis in found) else \
+        tuple(leaf for leaf, _ in found)
 
 
 def decision_on_batch(entry, batched):

@@ -315,8 +315,7 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     if why is None and not _draws_only(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
         # NumPy's generator restored in between.
-        why = 'the program has side effects (a state update other than ' \
-            'batch normalization\'s, a random draw other than dropout)'
+        why = _SIDE_EFFECTS
     if why is None:
         return ragged.Ragged(tuple(leaves), tuple(
             sig.items[leaf][1].shape[0] for leaf in leaves)), None
@@ -327,14 +326,19 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     return None, why
 
 
+#: Why sizes stay in the key of a program that a check at another size
+#: could not undo (``_draws_only``).
+_SIDE_EFFECTS = 'the program has side effects (a state update other than ' \
+    'batch normalization\'s, a random draw other than dropout)'
+
+
 def _batch_of_any_size(caller, graph, sig, batched, recording):
     """``(batch.RowsBatched or None, why the batch size stays in the key
     or None)``: whether the VM may run the program at any batch size
     (``batch.rows_batched``); warns once where it cannot."""
     if caller.backend == 'onnxruntime':
         return None, None  # runtime.batch widens its sessions instead
-    rows, why = None, 'the program has side effects (a state update other ' \
-        'than batch normalization\'s, a random draw other than dropout)'
+    rows, why = None, _SIDE_EFFECTS
     if _draws_only(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
