@@ -138,6 +138,25 @@ def _calls(make, batches=BATCHES):
     return [make(rng, batch) for batch in batches]
 
 
+def _recompile_warnings(jitted, calls, eager=None):
+    """Calls ``jitted`` on each argument tuple (comparing with ``eager``'s
+    results, if given); the messages of the ``RecompileWarning`` raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for args in calls:
+            result = jitted(*args)
+            if eager is not None:
+                testing.assert_results_equal(result, eager(*args))
+    return [str(w.message) for w in caught
+            if issubclass(w.category, errors.RecompileWarning)]
+
+
+@pytest.fixture
+def fresh_warnings(monkeypatch):
+    """Warnings warned once by the function's name warn again."""
+    monkeypatch.setattr(errors, '_warned', set())
+
+
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_Losses, _binary_labels)]
@@ -318,13 +337,7 @@ def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
     model = _model(cls)
     model(*make(numpy.random.RandomState(0), 2))
     jitted = chainerjit.jit(model.forward, backend='numpy')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        differential_calls = _calls(make, (3, 8, 17, 8))
-        for args in differential_calls:
-            jitted(*args)
-    messages = [str(w.message) for w in caught
-                if issubclass(w.category, errors.RecompileWarning)]
+    messages = _recompile_warnings(jitted, _calls(make, (3, 8, 17, 8)))
     assert any('keeps the batch size in the cache key' in m and why in m
                for m in messages), messages
     assert jitted.cache_info().currsize == 3
@@ -407,20 +420,13 @@ class _Weighted(_Recurrent):
         return F.sum(h) * F.sum(w)
 
 
-def test_sizes_other_than_a_batch_with_a_loop_say_why(monkeypatch):
-    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
+def test_sizes_other_than_a_batch_with_a_loop_say_why(fresh_warnings):
     model = _model(_Weighted)
-    jitted = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        for batch, steps, n in [(3, 5, 2), (3, 7, 2), (8, 6, 5)]:
-            args = (rng.randn(batch, steps, 4).astype(F32),
-                    rng.randn(n).astype(F32))
-            testing.assert_results_equal(jitted(*args),
-                                         model.forward(*args))
-    messages = [str(w.message) for w in caught
-                if issubclass(w.category, errors.RecompileWarning)]
+    messages = _recompile_warnings(chainerjit.jit(model.forward), [
+        (rng.randn(batch, steps, 4).astype(F32), rng.randn(n).astype(F32))
+        for batch, steps, n in [(3, 5, 2), (3, 7, 2), (8, 6, 5)]],
+        model.forward)
     why = 'x.shape[0] changes, and the loop rolled into a region at ' \
         'test_batch_any_size.py'
     assert any(why in m for m in messages), messages
@@ -488,17 +494,10 @@ def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
     assert 'f32[2*B,8]' in str(entry.graph), entry.graph
 
 
-def test_a_size_used_in_python_is_caught_at_a_new_size(monkeypatch):
-    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
+def test_a_size_used_in_python_is_caught_at_a_new_size(fresh_warnings):
     model = _model(_DividedByTheBatch)
     jitted = chainerjit.jit(model.forward, backend='numpy')
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        for args in _calls(_pairs):
-            testing.assert_results_equal(jitted(*args),
-                                         model.forward(*args))
-    messages = [str(w.message) for w in caught
-                if issubclass(w.category, errors.RecompileWarning)]
+    messages = _recompile_warnings(jitted, _calls(_pairs), model.forward)
     assert any('gave another result than eagerly' in m
                for m in messages), messages
     for entry in jitted.cache_entries():
@@ -543,18 +542,12 @@ def test_a_state_made_from_the_batch_serves_every_batch_size():
         entry.graph
 
 
-def test_a_state_changed_in_place_keeps_the_batch_size(monkeypatch):
-    monkeypatch.setattr(errors, '_warned', set())  # warned once by name
+def test_a_state_changed_in_place_keeps_the_batch_size(fresh_warnings):
     model = _model(_StateChangedInPlace)
-    jitted = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(0)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        for shape in SHAPES:
-            x = _sequences(rng, *shape)[0]
-            testing.assert_results_equal(jitted(x), model.forward(x))
-    messages = [str(w.message) for w in caught
-                if issubclass(w.category, errors.RecompileWarning)]
+    messages = _recompile_warnings(
+        chainerjit.jit(model.forward),
+        [_sequences(rng, *shape) for shape in SHAPES], model.forward)
     assert any('x.shape[0] passed to numpy.zeros at' in m
                for m in messages), messages
 
