@@ -165,30 +165,78 @@ def _forward_line(depth):
 
 
 def read_shape(array, shape, depth=1):
-    """``shape``, read from ``array`` by the code ``depth`` frames up: its
-    sizes as :class:`Length` ints if ``array`` is an argument's and that
-    code the forward's."""
+    """``shape``, read from ``array`` by the code ``depth`` frames up: the
+    sizes of its axes that are an argument's (all, for an argument's
+    array; those an index of one kept, :func:`note_indexed`) as
+    :class:`Length` ints, if that code is the forward's."""
     recorder = _state.recorder
-    leaf = None if recorder is None else \
+    origins = None if recorder is None else \
         recorder.length_leaves.get(id(array))
-    if leaf is None or _forward_line(depth) is None:
+    if origins is None or _forward_line(depth) is None:
         return shape
-    recorder.length_reads.update((leaf, axis) for axis in range(len(shape)))
-    return tuple(Length(n, frozenset([(leaf, axis)]), recorder.length_uses,
-                        (1, 0))
-                 for axis, n in enumerate(shape))
+    recorder.length_reads.update(o for o in origins if o is not None)
+    return tuple(n if origin is None else Length(
+        n, frozenset([origin]), recorder.length_uses, (1, 0))
+        for origin, n in zip(origins, shape))
 
 
 def read_size(array, size, depth=1):
     """``size`` (``x.size``) as :func:`read_shape` reads a shape: the
     product of all its axes' Lengths."""
     shape = read_shape(array, array.shape, depth + 1)
-    if not shape or not isinstance(shape[0], Length):
+    if not contained(shape):
         return size
-    total = shape[0]
-    for n in shape[1:]:
-        total = total * n
+    total = 1
+    for n in shape:
+        total = n * total
     return total
+
+
+def argument_axes(leaf, ndim):
+    """The origins of an argument's axes, for ``length_leaves``."""
+    return tuple((leaf, axis) for axis in range(ndim))
+
+
+def note_indexed(recorder, array, index, result):
+    """Notes ``result = array[index]`` in ``recorder``: the axes a basic
+    index keeps whole of an argument's array (or of such a result) are
+    the argument's, and their sizes read Lengths (``x.shape[0]`` of
+    ``x = xs[t]`` is the batch of a time-major ``xs``)."""
+    origins = recorder.length_leaves.get(id(array))
+    if origins is None:
+        return
+    kept = _kept_axes(index if isinstance(index, tuple) else (index,),
+                      origins)
+    if kept is not None and any(o is not None for o in kept):
+        recorder.length_leaves[id(result)] = kept
+
+
+def _kept_axes(index, origins):
+    """The origins of the axes of ``x[index]`` for those of ``x``'s axes:
+    an axis taken whole (``:``, ``::-1``) keeps its own, an inserted one
+    (``None``) or one sliced has none; ``None`` for an index that is not
+    basic."""
+    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
+    if ellipses:
+        at = ellipses[0]
+        named = sum(1 for i in index if i is not None and i is not Ellipsis)
+        index = index[:at] + (slice(None),) * (len(origins) - named) + \
+            index[at + 1:]
+    kept, source = [], iter(origins)
+    for item in index:
+        if item is None:
+            kept.append(None)
+        elif isinstance(item, slice):
+            whole = item.start is None and item.stop is None and \
+                item.step in (None, 1, -1)
+            origin = next(source, None)
+            kept.append(origin if whole else None)
+        elif isinstance(item, (int, numpy.integer)) and \
+                not isinstance(item, bool):
+            next(source, None)
+        else:
+            return None
+    return tuple(kept) + tuple(source)
 
 
 def note_passed(what, args, kwargs, depth=1):

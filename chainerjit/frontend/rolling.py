@@ -506,7 +506,8 @@ def _collect(graph, lst, values, inside):
                 graph.outputs or not loop_analysis.returned_directly(node.loc):
             continue
         prefix = len(node.inputs) - n
-        axis = dict(node.attrs)['axis']
+        ndim = len(values[0].shape) + (node.op == 'Stack')
+        axis = dict(node.attrs)['axis'] % ndim
         node.inputs = node.inputs[:prefix] + [lst]
         node.kernel = structural.join(node.op, axis, prefix)
 

@@ -25,6 +25,7 @@ and effects. Traced arrays and the NumPy recorded on them are
 import threading
 
 import chainer
+from chainer.functions.array import get_item
 import numpy
 
 from chainerjit import errors
@@ -168,6 +169,10 @@ class _Recorder(object):
             self.derived_memory.add(id(traced.memory_owner(array)))
         return value
 
+    def note_indexed(self, array, index, result):
+        """``result = array[index]``: see ``lengths.note_indexed``."""
+        lengths.note_indexed(self, array, index, result)
+
     def bind_temps(self, arrays):
         """Binds arrays a node computed to new temporary values."""
         return [self.bind(a, self.graph.add_value('temp', a.shape, a.dtype))
@@ -177,7 +182,8 @@ class _Recorder(object):
         """Binds the arrays of the arguments' proxies to input values."""
         for leaf, (proxy, name) in enumerate(zip(proxies, names)):
             array = signature.leaf_array(proxy)
-            self.length_leaves.setdefault(id(array), leaf)
+            self.length_leaves.setdefault(
+                id(array), lengths.argument_axes(leaf, array.ndim))
             self.note_variable(proxy, self.bind(
                 array, self.graph.add_value('input', array.shape,
                                             array.dtype, name)))
@@ -368,6 +374,8 @@ class _Recorder(object):
         if kernel is None:
             kernel = ops.generic_kernel(template, ctx, attrs, config)
         out_values = self.bind_temps(out_arrays)
+        if isinstance(template, get_item.GetItem):
+            self.note_indexed(in_arrays[0], template.slices, out_arrays[0])
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
             self.note_variable(y, value)

@@ -256,6 +256,8 @@ def record_call(recorder, label, fn, args, kwargs, result):
         # NumPy gives a scalar for a 0-d result
         kernel_fn = _as_array(kernel_fn)
     template = _split_arrays((args, kwargs), [])
+    if label == 'ndarray.__getitem__':
+        recorder.note_indexed(args[0], args[1], result)
     node = recorder.add_node(ir.Node(
         label, ops.Kernel(kernel_fn, multi=multi,
                           onnx=_numpy_to_onnx(fn, template),

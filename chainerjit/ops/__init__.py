@@ -283,6 +283,22 @@ def same_rows(rows):
     return rows[0]
 
 
+def rows_joined(op, axis):
+    """The :attr:`Kernel.lengths` rule of a stack or a concatenation at
+    ``axis`` (not negative) of arrays (and lists of arrays) that all have
+    the same rows: a stack puts its new axis among theirs, a join side by
+    side keeps them; a join of the rows themselves is refused."""
+    def lengths(rows):
+        found = same_rows(rows)
+        if found is None or axis < 0 or op == 'Concat' and \
+                axis == found.axis:
+            return None
+        if op == 'Stack' and axis <= found.axis:
+            found = found._replace(axis=found.axis + 1)
+        return Follow((found,))
+    return takes_axes(lengths)
+
+
 def rows_reduced(rows):
     """A :attr:`Kernel.lengths` rule for a kernel whose inputs all have the
     same rows and whose one output is fixed (a loss's mean, an accuracy),

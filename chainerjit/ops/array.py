@@ -46,6 +46,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
+from chainerjit.ops import rows_joined
 from chainerjit.ops import same_rows
 from chainerjit.ops import takes_axes
 from chainerjit.ops.math import grad_rule
@@ -546,7 +547,8 @@ def lower_stack(node, ctx):
                   grad=grad_rule(ctx, grad),
                   onnx=_onnx_unsqueeze_concat(
                       [[_normalize_axis(axis, ndim)]] * len(ctx.in_shapes),
-                      axis))
+                      axis),
+                  lengths=rows_joined('Stack', _normalize_axis(axis, ndim)))
 
 
 def _onnx_unsqueeze_concat(unsqueezed, axis):

@@ -16,10 +16,13 @@ from chainer import utils
 import numpy
 
 from chainerjit import errors
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_indexed
+from chainerjit.ops import rows_joined
+from chainerjit.ops import takes_axes
 from chainerjit.ops.scratch import Scratch
 
 LOOP = 'loop'
@@ -138,8 +141,13 @@ def unpack(n):
                      [b.fresh('part') for _ in range(n)], axis=0)
         for part, out in zip(parts, outs):
             b.op('Squeeze', [part, b.int64s([0])], [out])
+
+    def lengths(rows):
+        # A list's rows are its items'.
+        return Follow((rows[0],) * n)
     return Kernel(run, multi=True, grad=GradRule(_unpack_grad),
-                  onnx=to_onnx, structural=UNPACK)
+                  onnx=to_onnx, structural=UNPACK,
+                  lengths=takes_axes(lengths))
 
 
 def _unpack_grad(xs, ys, gys, wanted):
@@ -171,7 +179,8 @@ def join(op, axis, prefix):
         return tuple(parts[:prefix]) + (list(parts[prefix:]),)
     kept = () if op == 'Stack' else range(prefix + 1)
     return Kernel(run, {'axis': axis}, grad=GradRule(grad, kept),
-                  onnx=_join_to_onnx(op, axis, prefix), structural=JOIN)
+                  onnx=_join_to_onnx(op, axis, prefix), structural=JOIN,
+                  lengths=rows_joined(op, axis))
 
 
 def _join_to_onnx(op, axis, prefix):

@@ -188,8 +188,8 @@ def _follow(nodes, rows, variants, names, size, in_loop=False):
 
 def _follow_loop(node, found, rows, variants, names, size):
     """:func:`_follow` through a loop region's body: the values it carries
-    from step to step keep their rows, and no per-step value collected in
-    a list has rows that vary."""
+    from step to step keep their rows; the lists of per-step values have
+    their rows, for the rules of the nodes that read them."""
     region, body = node.region, node.region.body
     n_read = sum(region.carried_read)
     for value, r in zip(body.inputs[1:], found[1:]):
@@ -207,9 +207,10 @@ def _follow_loop(node, found, rows, variants, names, size):
                 % (at(region.loc), size)
         if after is not None:
             rows[node.outputs[k]] = after
-    if any(rows.get(v) is not None for v in body.outputs[region.n_carried:]):
-        return 'the per-step values the loop%s collects in a list have ' \
-            'rows that follow the %s' % (at(region.loc), size)
+    lists = node.outputs[region.n_carried + region.counts:]
+    for value, step in zip(lists, body.outputs[region.n_carried:]):
+        if rows.get(step) is not None:
+            rows[value] = rows[step]  # a list's rows are its items'
     return None
 
 

@@ -362,6 +362,20 @@ class _Recurrent(chainer.Chain):
         return F.sum(h)
 
 
+class _StateFromAStep(_Recurrent):
+    """The state made by the first step from its size (``len`` of the
+    step's ``x[:, t]``)."""
+
+    def forward(self, x):
+        h = None
+        for t in range(x.shape[1]):
+            x_t = x[:, t]
+            if h is None:
+                h = self.xp.zeros((len(x_t), 8), numpy.float32)
+            h = F.tanh(self.x2h(x_t) + self.h2h(h))
+        return F.sum(h)
+
+
 class _FixedSteps(_Recurrent):
     """Six steps, always, and a loss over the batch."""
 
@@ -383,6 +397,7 @@ SHAPES = [(3, 5), (3, 7), (8, 6), (8, 5), (17, 4), (5, 9), (17, 6)]
 @pytest.mark.parametrize('cls, printed', [
     ('_Recurrent', 'f32[B,8] = Tanh'),
     ('_LSTMSteps', '+LSTM'),  # the fused step
+    ('_StateFromAStep', 'f32[B,8] = Tanh'),
 ])
 def test_a_loop_serves_every_batch_size_and_length(cls, printed):
     rng = numpy.random.RandomState(0)
@@ -407,6 +422,31 @@ def test_a_loop_of_fixed_steps_serves_every_batch_size():
         jitted = differential.check_grads(
             None, calls, model=_model(_FixedSteps), method='forward')
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+class _CollectedSteps(_Recurrent):
+    """Six steps whose states are collected in a list, stacked and read
+    after the loop, and the last one's by itself."""
+
+    def forward(self, x):
+        h, hs = None, []
+        for i in range(6):
+            a = self.x2h(x[:, i])
+            h = F.tanh(a if h is None else a + self.h2h(h))
+            hs.append(h)
+        y = F.stack(hs, axis=1)
+        return F.sum(y * y, axis=(1, 2)) + hs[-1][:, 0]
+
+
+def test_per_step_values_collected_in_a_list_serve_every_batch_size():
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.randn(batch, 6, 4).astype(F32),) for batch in BATCHES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_CollectedSteps), method='forward')
+    entry, = jitted.cache_entries()
+    assert 'f32[B,6,8] = Stack' in str(entry.graph), entry.graph
 
 
 class _Weighted(_Recurrent):
@@ -613,9 +653,26 @@ class _Steps(chainer.Chain):
             t += 1
         return F.sum(h)
 
+    def lazy_state(self, xs):
+        h = c = None
+        for x in xs:
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], 8), numpy.float32)
+            h, c = self.step(x, h, c)
+        return F.sum(h * h)
+
+    def stacked(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return F.stack(hs)
+
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
-                                    'gru_link', 'lstm_link', 'counter'])
+                                    'gru_link', 'lstm_link', 'counter',
+                                    'lazy_state', 'stacked'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
     calls = [(rng.randn(steps, batch, 4).astype(F32),)
