@@ -39,7 +39,7 @@ _state = _keys.recording  # this thread's
 
 
 class Use(collections.namedtuple(
-        'Use', 'origins what loc condition', defaults=(None,))):
+        'Use', 'origins what loc condition rows_of', defaults=(None, None))):
     """A use of argument sizes that the recording depends on.
 
     ``origins``: the ``(leaf index, axis)`` of the sizes the number was
@@ -47,7 +47,9 @@ class Use(collections.namedtuple(
     ``(filename, line)`` of the forward's code that used it;
     ``condition``: for a comparison of ``a * size + b`` (one size) with an
     int, ``(a, b, op, the int, the result)``, which a program may keep as
-    a guard (:func:`holds`)."""
+    a guard (:func:`holds`); ``rows_of``: for a product of sizes given as
+    the first axis of a node's output shape (``F.reshape(xs, (T * B,
+    I))``), that node, whose kernel may infer it from its input's rows."""
 
     __slots__ = ()
 
@@ -65,12 +67,14 @@ class Length(int):
     """An argument's size, or an integer computed from sizes, read by the
     forward's code while it is recorded (see the module docstring)."""
 
-    def __new__(cls, value, origins, uses, affine=None):
+    def __new__(cls, value, origins, uses, affine=None, product=False):
         self = int.__new__(cls, value)
         self.origins = origins  # frozenset of (leaf, axis)
         self.uses = uses  # the recorder's list of Use
         # (a, b): the number is a * the size + b, for one origin
         self.affine = affine if len(origins) == 1 else None
+        # the number is an int times sizes (T * B, 4 * T)
+        self.product = product
         return self
 
     def use(self, what, loc, other=None, condition=None):
@@ -93,10 +97,12 @@ class Length(int):
                            type(other).__name__, other)
                 return getattr(int, op)(self, other)
             plain = type(other) is int and self.affine is not None
+            product = op in ('__mul__', '__rmul__') and self.product and \
+                getattr(other, 'product', type(other) is int)
             return Length(getattr(int, op)(self, other), self.origins |
                           getattr(other, 'origins', frozenset()), self.uses,
                           affine(*self.affine, other) if plain and affine
-                          else None)
+                          else None, product)
         apply.__name__ = op
         return apply
 
@@ -176,7 +182,7 @@ def read_shape(array, shape, depth=1):
         return shape
     recorder.length_reads.update(o for o in origins if o is not None)
     return tuple(n if origin is None else Length(
-        n, frozenset([origin]), recorder.length_uses, (1, 0))
+        n, frozenset([origin]), recorder.length_uses, (1, 0), True)
         for origin, n in zip(origins, shape))
 
 

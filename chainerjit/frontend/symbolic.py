@@ -15,6 +15,7 @@ from chainerjit.frontend import control
 from chainerjit.frontend import lengths
 from chainerjit.frontend import rolling
 from chainerjit.frontend import trip_counts
+from chainerjit import ops
 from chainerjit.ir.fingerprints import index_of
 from chainerjit.ops import structural
 
@@ -151,6 +152,7 @@ def symbolize(graph, rolled, input_names, length_names, recording,
     free = _FreeAxes(uses, input_names, length_names)
     try:
         if not sources:
+            free.settle((), None)
             _explain_untied(graph, rolled, free)
             return None
         return _symbolize(graph, rolled, sources, free, recording)
@@ -171,20 +173,24 @@ def _symbolize(graph, rolled, sources, free, recording):
         delta = length - dict(loop.attrs)['trip']
         deltas.append(delta)
         minimum = max(minimum, delta + (0 if _may_run_empty(loop) else 1))
-    outer_reads, wildcards = _counter_reads(
+    outer_reads, wildcards, steps = _counter_reads(
         graph, loops, free, wildcards,
         length if source.kind == 'dim' else None, recording.templates)
+    free.settle(steps.followed, source.where)
+    for leaf in wildcards:
+        free.check(leaf, wildcards[leaf], loops[0].loc)
     minimum = max([minimum] + [need for _, need in outer_reads])
     for leaf in wildcards:
         if graph.inputs[leaf] in graph.outputs:
             raise _KeepsLength('the forward returns %s itself' %
                                graph.inputs[leaf].name, loops[0].loc)
-    counted = _counted_from_end(loops, graph, wildcards)
+    counted = _counted_from_end(loops, graph, wildcards, steps)
     # Sound: rewrite the graph.
     for node, counters in counted:
         _count_from_end(node, counters)
     for node, _ in outer_reads:
         _make_shape_free(node, recording.templates)
+    steps.apply()
     symbols = _symbolic_trips(graph, loops, deltas)
     for leaf, axes in wildcards.items():
         graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
@@ -234,18 +240,23 @@ def _besides_own_tests(uses, rolled, sources):
 _MAX_OFFSET = 2
 
 
+def _counter_reads_of(loop, values):
+    """``(node, value)`` for each node of the loop's body that indexes
+    one of the outer ``values`` with the loop counter."""
+    outer = _body_sources(loop)
+    counter = loop.region.body.inputs[:1]
+    for node in loop.region.body.nodes:
+        if node.index is not None and node.inputs[1:] == counter and \
+                outer.get(node.inputs[0]) in values:
+            yield node, outer[node.inputs[0]]
+
+
 def _argument_counter_reads(graph, loop):
     """``(node, leaf)`` for each node of the loop's body that indexes
     argument ``leaf`` with the loop counter (``xs[t]``)."""
     position = dict((v, i) for i, v in enumerate(graph.inputs))
-    outer = _body_sources(loop)
-    counter = loop.region.body.inputs[:1]
-    for node in loop.region.body.nodes:
-        if node.index is None or node.inputs[1:] != counter:
-            continue
-        leaf = position.get(outer.get(node.inputs[0]))
-        if leaf is not None:
-            yield node, leaf
+    for node, value in _counter_reads_of(loop, position):
+        yield node, position[value]
 
 
 def _indexed_source(graph, loop, run):
@@ -283,27 +294,29 @@ def _counter_fits(start, step, size, delta):
     return False
 
 
-def _counted_from_end(loops, graph, wildcards):
+def _counted_from_end(loops, graph, wildcards, steps):
     """``[(node, counters)]``: the counter reads of the symbolic axes
+    (of the arguments, and of the values :class:`_Steps` the loops read)
     that count down (``xs[T - 1 - t]``), with their starts from the end
     (``xs[-1 - t]``), which hold at every length; raises where a counter
     read would leave the axis at another length."""
     found = []
     for loop in loops:
         trip = dict(loop.attrs)['trip']
-        for node, leaf in _argument_counter_reads(graph, loop):
-            if leaf not in wildcards:
-                continue
-            shape = graph.inputs[leaf].shape
+        varying = dict((graph.inputs[leaf], axes)
+                       for leaf, axes in wildcards.items())
+        varying.update(steps.read_by_loops.get(loop, {}))
+        for node, value in _counter_reads_of(loop, varying):
+            shape = value.shape
             counters = []
             for axis, start, step in node.counters:
-                if axis in wildcards[leaf]:
+                if axis in varying[value]:
                     if not _counter_fits(start, step, shape[axis],
                                          shape[axis] - trip):
                         raise _KeepsLength(
                             'the loop counter indexes %s beyond its '
                             'length at other lengths' %
-                            graph.inputs[leaf].name, node.loc)
+                            (value.name or 'a value'), node.loc)
                     if step == -1 and start >= 0:
                         start -= shape[axis]
                 counters.append((axis, start, step))
@@ -330,9 +343,18 @@ def length_uses(recording, graph):
     for node in _all_nodes(graph.nodes):
         template = recording.templates.get(node)
         attributes = getattr(template, '__dict__', template)
-        if attributes is not None and node.loc is not None:
-            uses += lengths.uses_in(attributes, 'passed to %s' % node.op,
-                                    node.loc)
+        if attributes is None or node.loc is None:
+            continue
+        what = 'passed to %s' % node.op
+        shape = attributes.get('shape') if isinstance(attributes, dict) \
+            else None
+        first = shape[0] if isinstance(shape, (tuple, list)) and shape \
+            else None
+        if getattr(first, 'product', False):
+            # The output's first axis: its rows, if they follow.
+            uses.append(first.use(what, node.loc)._replace(rows_of=node))
+            attributes = dict(attributes, shape=shape[1:])
+        uses += lengths.uses_in(attributes, what, node.loc)
     return uses
 
 
@@ -352,7 +374,11 @@ class _FreeAxes(object):
     def __init__(self, uses, input_names, length_names):
         self.first_use = {}
         self.conditions = collections.defaultdict(list)
+        self.pending = []  # uses by a node's rows: see settle
         for use in uses:
+            if use.rows_of is not None:
+                self.pending.append(use)
+                continue
             for origin in use.origins:
                 if use.condition is not None and \
                         not lengths.pins(use.condition):
@@ -390,6 +416,16 @@ class _FreeAxes(object):
             if use is not None:
                 raise _KeepsLength(use.describe(self.input_names),
                                    use.loc or loc)
+
+    def settle(self, followed, origin):
+        """Counts the uses of sizes as the rows of a node's output
+        (``Use.rows_of``), but that of ``origin``, the length, by a node
+        that ``followed`` has: its kernel infers them at any length."""
+        for use in self.pending:
+            for found in use.origins:
+                if found != origin or use.rows_of not in followed:
+                    self.first_use.setdefault(found, use)
+        self.pending = []
 
     def conditions_of(self, origin):
         """The guards on the length at ``origin``: ``Use.condition``."""
@@ -535,9 +571,10 @@ def _counter_reads(graph, loops, free, wildcards, length, templates):
     to ``wildcards`` the axes that only the counter indexes, of arguments
     the source uses only as sequences or, with the ``length`` of an
     argument's axis (``None`` for an int argument's), of that size.
-    Returns ``(outer reads, wildcards)``: the constant-index reads outside
-    the loops with the smallest length each needs; raises where another
-    op reads such an argument."""
+    Returns ``(outer reads, wildcards, steps)``: the constant-index reads
+    outside the loops with the smallest length each needs, and the
+    :class:`_Steps` of the arguments other ops read, whose first axis is
+    the length; raises where another op reads such an argument."""
     wildcards = dict((k, set(v)) for k, v in wildcards.items())
     for loop in loops:
         for node, leaf in _argument_counter_reads(graph, loop):
@@ -545,6 +582,7 @@ def _counter_reads(graph, loops, free, wildcards, length, templates):
             if axes and _same_length(graph, leaf, axes, length, free):
                 wildcards.setdefault(leaf, set()).update(axes)
     outer_reads = []
+    seeds = {}
     for leaf in wildcards:
         free.check(leaf, wildcards[leaf], loops[0].loc)
         value = graph.inputs[leaf]
@@ -558,12 +596,94 @@ def _counter_reads(graph, loops, free, wildcards, length, templates):
                         'counter' % value.name, node.loc)
                 continue
             need = _constant_read(node, wildcards[leaf], templates)
-            if need is None:
+            if need is not None:
+                outer_reads.append((node, need))
+            elif wildcards[leaf] == set([0]):
+                seeds[value] = ops.Rows.of_item(leaf, value.shape[0])
+            else:
                 raise _KeepsLength(
                     '%s is read by %s, not only indexed by the loop '
                     'counter' % (value.name, node.op), node.loc)
-            outer_reads.append((node, need))
-    return outer_reads, wildcards
+    steps = _Steps(graph, loops, seeds, set(n for n, _ in outer_reads),
+                   templates)
+    return outer_reads + steps.constant_reads, wildcards, steps
+
+
+class _Steps(object):
+    """The values whose first axis is the length, one row or more per
+    step (``ops.Rows`` of the argument ``xs``): the arguments the loops
+    index and other ops read, and what those ops compute from them
+    (``F.reshape(xs, (T * B, I))``, a linear layer over all steps), where
+    each op's kernel takes any number of rows (``Kernel.lengths``) and
+    the loops read them only indexed by their counter.
+
+    ``rows``: ``{value: ops.Rows}``; ``followed``: the nodes that read
+    them; ``variants``: ``{node: ops.Follow}`` of the kernels to run
+    instead (:meth:`apply`); ``constant_reads``: ``(node, the length it
+    needs)`` of the reads of one step at a constant index (``ys[0]``).
+    Raises ``_KeepsLength`` where an op cannot take another length."""
+
+    def __init__(self, graph, loops, seeds, argument_reads, templates):
+        self.names = [v.name for v in graph.inputs]
+        self.rows = dict(seeds)
+        self.followed = set()
+        self.variants = {}
+        self.read_by_loops = {}  # loop -> {value: set([0])}
+        self.constant_reads = []
+        for node in graph.nodes:
+            found = [self.rows.get(v) for v in node.inputs]
+            if node in argument_reads or all(r is None for r in found):
+                continue
+            need = _constant_read(node, set([0]), templates)
+            if node in loops:
+                self._read_by(node, found)
+            elif need is not None and self._one_per_step(found[0]):
+                self.constant_reads.append((node, need))
+            else:
+                self._follow(node, found)
+
+    @staticmethod
+    def _one_per_step(rows):
+        return rows is not None and rows.count()[1] == 0 and \
+            rows.count()[0] == ((rows.first_leaf, 1),)
+
+    def _read_by(self, loop, found):
+        for value, rows in zip(loop.inputs, found):
+            if rows is None or value.kind == 'input':
+                continue  # (the arguments' reads are checked as such)
+            if not self._one_per_step(rows) or \
+                    not _read_by_counter_only(loop, value, set([0])):
+                raise _KeepsLength(
+                    'the loop reads a value computed from %s otherwise '
+                    'than one step indexed by its counter'
+                    % self.names[rows.first_leaf], loop.loc)
+            self.read_by_loops.setdefault(loop, {})[value] = set([0])
+
+    def _follow(self, node, found):
+        following = ops.follow(node, found)
+        if following is None or following.reads:
+            raise _KeepsLength(
+                'a value computed from %s is read by %s, which is '
+                'compiled for its recorded length' % (self.names[next(
+                    r for r in found if r is not None).first_leaf],
+                    node.label), node.loc)
+        self.followed.add(node)
+        for value, rows in zip(node.outputs, following.outputs):
+            if rows is not None:
+                self.rows[value] = rows
+        if following.kernel is not None:
+            self.variants[node] = following
+
+    def apply(self):
+        """Gives the nodes their kernels for any length, and the values
+        their symbol (``T``, ``4*T``)."""
+        for node, following in self.variants.items():
+            node.kernel = following.kernel
+        for value, rows in self.rows.items():
+            if value.kind != 'input':
+                (_, times), = rows.count()[0]
+                value.symbols = dict(value.symbols or {})
+                value.symbols[0] = 'T' if times == 1 else '%d*T' % times
 
 
 def _same_length(graph, leaf, axes, length, free):

@@ -8,6 +8,7 @@ those can a trip count be symbolic in the cache key (:mod:`.symbolic`).
 import ast
 import collections
 
+from chainerjit.frontend import lengths
 from chainerjit.frontend import source
 
 
@@ -23,12 +24,17 @@ count its value minus ``offset``.
 
 def trip_source(site, frame, arguments):
     """Reads a ``for`` loop's iterable: ``range(E)``, ``range(a, E)``,
-    ``enumerate(X)``, ``zip(X, ...)`` or ``X``, where ``E`` is
-    ``len(X)``, ``X.shape[k]`` or an int argument and ``X`` a Variable or
-    array argument. Returns a :class:`TripSource` or ``None``."""
+    ``enumerate(X)``, ``zip(X, ...)`` or ``X`` (or ``reversed`` of one),
+    where ``E`` is ``len(X)``, ``X.shape[k]``, an int argument or a name
+    holding an argument's size (``T, B, _ = xs.shape``), and ``X`` a
+    Variable or array argument. Returns a :class:`TripSource` or
+    ``None``."""
     node = site.iter_expr
     if node is None:
         return None
+    if source.is_call(node, 'reversed') and len(node.args) == 1 and \
+            not node.keywords:
+        node = node.args[0]  # as many iterations
     if source.is_call(node, 'range') and 1 <= len(node.args) <= 2 and \
             not node.keywords:
         start = 0
@@ -59,10 +65,29 @@ def _length_source(node, frame, arguments, offset):
     where = _argument(node, frame, arguments)
     if where is not None and where[0] == 'static':
         return TripSource('static', (where[1], node.id), offset)
+    read = _read_length(node, frame, offset)
+    if read is not None:
+        return read
     length = _length_alias(node, frame.f_code)
     if length is not None:
         return _length_source(length, frame, arguments, offset)
     return None
+
+
+def _read_length(node, frame, offset):
+    """For a name holding an argument's size the forward read while
+    recorded (``T, B, _ = xs.shape``), or that size minus a few
+    (``lengths.Length``), its :class:`TripSource`; else ``None``."""
+    if not isinstance(node, ast.Name):
+        return None
+    value = frame.f_locals.get(node.id)
+    if not isinstance(value, lengths.Length) or value.affine is None:
+        return None
+    a, b = value.affine
+    (where,) = value.origins
+    if a != 1 or b > 0:
+        return None
+    return TripSource('dim', where, offset - b)
 
 
 def _length_alias(node, code):

@@ -21,6 +21,7 @@ own ``forward`` on every call.
 import collections
 import contextlib
 import copy
+import fractions
 import functools
 import weakref
 
@@ -105,6 +106,24 @@ class Rows(collections.namedtuple('Rows', 'parts axis', defaults=(0,))):
             leaf for leaf, _ in self.parts if leaf is not None)
         return (tuple(sorted(items.items())),
                 sum(n for leaf, n in self.parts if leaf is None))
+
+    def scaled(self, numerator, denominator):
+        """These rows times ``numerator / denominator`` (a reshape that
+        merges the rows' axis with the next or splits it), or ``None``
+        where that is not a whole number of each item's rows."""
+        factor = fractions.Fraction(numerator, denominator)
+        items, fixed = self.count()
+        recorded = dict((leaf, n) for leaf, n in self.parts)
+        parts = []
+        for leaf, times in items + ((None, fixed),):
+            if not times:
+                continue
+            scaled = times * factor
+            if scaled.denominator != 1 or scaled <= 0:
+                return None
+            parts += [(leaf, recorded[leaf])] * int(scaled) \
+                if leaf is not None else [(None, int(scaled))]
+        return Rows(tuple(parts), self.axis)
 
     @property
     def first_leaf(self):
@@ -238,6 +257,18 @@ def lowering(*classes):
 _IMPURE_NAMES = frozenset([
     'Dropout', 'Gaussian', 'SimplifiedDropconnect', 'Zoneout', 'RReLU',
     'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout'])
+
+
+def follow(node, rows):
+    """What ``node``'s ``Kernel.lengths`` rule gives for inputs with
+    ``rows`` (an :class:`Rows` or ``None`` each): a :class:`Follow`, or
+    ``None`` where it has no rule or the rule refuses; rows on another
+    axis than the first reach only the rules marked :func:`takes_axes`."""
+    rule = node.kernel.lengths if node.kernel is not None else None
+    if rule is None or not getattr(rule, 'takes_axes', False) and \
+            any(r is not None and r.axis for r in rows):
+        return None
+    return rule(rows)
 
 
 def takes_axes(rule):
@@ -448,6 +479,7 @@ def _variants_forced(rule, ctx):
         if found is None or found.kernel is None:
             return found
         return found._replace(kernel=_forced(found.kernel, ctx))
+    lengths.takes_axes = getattr(rule, 'takes_axes', False)
     return lengths
 
 

@@ -134,8 +134,11 @@ def lower_reshape(node, ctx):
     kernel = Kernel(lambda x: x.reshape(shape), {'shape': shape},
                     grad=_grad_of_each(lambda gy: gy.reshape(in_shape)),
                     onnx=_onnx_view(node, ctx))
-    if not shape or not in_shape or shape[0] != in_shape[0]:
+    if not shape or not in_shape or not shape[0] or not in_shape[0]:
         return kernel
+    if shape[0] != in_shape[0]:
+        return kernel._replace(lengths=_rows_rescaled(kernel, in_shape,
+                                                      shape))
     return kernel._replace(lengths=_rows_reshaped(kernel, in_shape, shape))
 
 
@@ -151,6 +154,25 @@ def _rows_reshaped(kernel, in_shape, shape):
 
     def lengths(rows):
         return Follow(rows, any_lengths)
+    return lengths
+
+
+def _rows_rescaled(kernel, in_shape, shape):
+    """The ``Kernel.lengths`` rule of a reshape that merges the first axis
+    with the next ones (``(T, B, I)`` to ``(T * B, I)``) or splits it
+    (back): the output has the input's rows times the ratio of their
+    first axes, and at any lengths the kernel infers its first axis."""
+    rest, in_rest = shape[1:], in_shape[1:]
+    any_lengths = kernel._replace(
+        fn=lambda x: x.reshape((-1,) + rest),
+        grad=_grad_of_each(lambda gy: gy.reshape((-1,) + in_rest)),
+        onnx=lambda b, ins, outs: b.op(
+            'Reshape', [ins[0], b.int64s((-1,) + rest)], outs),
+        lengths=None)
+
+    def lengths(rows):
+        found = rows[0].scaled(shape[0], in_shape[0])
+        return None if found is None else Follow((found,), any_lengths)
     return lengths
 
 

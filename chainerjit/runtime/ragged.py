@@ -169,11 +169,7 @@ def _follow(nodes, rows, variants, names, size, in_loop=False):
             if why is not None:
                 return why
             continue
-        rule = node.kernel.lengths if node.kernel is not None else None
-        if rule is not None and not getattr(rule, 'takes_axes', False) and \
-                any(r is not None and r.axis for r in found):
-            rule = None  # rows on another axis than the first
-        following = rule(found) if rule is not None else None
+        following = ops.follow(node, found)
         if following is None or (in_loop and following.reads):
             return '%s read by %s%s, which is compiled for its recorded ' \
                 '%s' % (_read(found, node, names), node.label,

@@ -137,6 +137,37 @@ def _calls(model, lengths=LENGTHS, seed=0):
     return calls
 
 
+class Projected(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        gx = F.reshape(self.x2h(F.reshape(xs, (T * batch, I))),
+                       (T, batch, 4 * H))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            c, h = F.lstm(c, gx[t] + self.h2h(h))
+        return self.out(h)
+
+
+class ReversedProjected(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        gx = F.reshape(self.back(F.reshape(xs, (T * batch, I))),
+                       (T, batch, 4 * H))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in reversed(range(T)):
+            c, h = F.lstm(c, gx[t] + self.h2h(h))
+        return self.out(h)
+
+
+class StepsComputedAtOnce(_Steps):
+    def forward(self, xs):
+        ys = F.tanh(xs) * 2
+        h = ys[0]
+        for t in range(1, len(xs)):
+            h = h + ys[t]
+        return self.out(F.tanh(self.x2h(h)[:, :H]))
+
+
 class CounterLoop(_Steps):
     def forward(self, xs):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
@@ -149,7 +180,8 @@ class CounterLoop(_Steps):
 
 @pytest.mark.parametrize('cls', [
     ShapeOfTwo, ShapeUnpacked, StateMadeInTheLoop, Bidirectional,
-    BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop])
+    BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop,
+    Projected, ReversedProjected, StepsComputedAtOnce])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -162,7 +194,7 @@ def test_one_entry_for_every_length_with_gradients(cls):
     assert 'trip=T' in str(entry.graph), entry.graph
 
 
-@pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional])
+@pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional, Projected])
 def test_one_entry_for_every_length_in_inference(cls):
     model = cls()
     with chainer.using_config('train', False):
@@ -182,15 +214,34 @@ def test_the_reversed_loop_counts_from_the_end():
 # --- lengths that stay in the key, and why -----------------------------------
 
 
-class Projected(_Steps):
+def test_the_steps_projected_at_once_follow_the_length():
+    model = Projected()
+    jf = chainerjit.jit(model)
+    jf(*_calls(model, (5,))[0])
+    graph = str(jf.cache_entries()[0].graph)
+    assert 'f32[4*T,6] = Reshape' in graph, graph
+    assert 'f32[T,4,32] = Reshape' in graph, graph
+
+
+class RowsOfAllSteps(_Steps):
     def forward(self, xs):
         T, batch, _ = xs.shape
-        gx = F.reshape(self.x2h(F.reshape(xs, (T * batch, I))),
-                       (T, batch, 4 * H))
+        gx = self.x2h(F.reshape(xs, (T * batch, I)))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):  # (reads the first T of the T * B rows)
+            c, h = F.lstm(c, F.broadcast_to(gx[t], (batch, 4 * H)) +
+                          self.h2h(h))
+        return self.out(h)
+
+
+class TimeFlattened(_Steps):
+    def forward(self, xs):
+        T, batch, _ = xs.shape
         h = c = self.xp.zeros((batch, H), numpy.float32)
         for t in range(T):
-            c, h = F.lstm(c, gx[t] + self.h2h(h))
-        return self.out(h)
+            h, c = self.step(xs[t], h, c)
+        flat = F.reshape(F.transpose(xs, (1, 0, 2)), (batch, T * I))
+        return self.out(h) + F.sum(flat, axis=1, keepdims=True)
 
 
 class LongSequencesDiffer(_Steps):
@@ -240,7 +291,9 @@ class MeanOverTime(_Steps):
 
 
 @pytest.mark.parametrize('cls, use', [
-    (Projected, 'xs.shape[0] * xs.shape[1] passed to Reshape'),
+    (TimeFlattened, 'xs.shape[0] passed to Reshape'),
+    (RowsOfAllSteps, 'the loop reads a value computed from xs otherwise '
+     'than one step indexed by its counter'),
     (MeanOverTime, 'used in float arithmetic'),
     # Recorded at 5, where the test holds: only 5 keeps its length; 9
     # records an entry guarded by "not T == 5", which serves 17 too.
@@ -261,14 +314,14 @@ def test_a_length_used_otherwise_stays_in_the_key_with_a_warning(cls, use):
 
 
 def test_explain_says_why_the_length_stays_in_the_key():
-    model = Projected()
+    model = TimeFlattened()
     jf = chainerjit.jit(model)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', errors.LoopWarning)
         jf(*_calls(model, (5,))[0])
     text = jf.explain(*_calls(model, (9,))[0])
-    assert 'the trip count stays in the cache key: xs.shape[0] * ' \
-        'xs.shape[1] passed to Reshape at test_loop_lengths.py' in text, text
+    assert 'the trip count stays in the cache key: xs.shape[0] passed ' \
+        'to Reshape at test_loop_lengths.py' in text, text
     assert 'passed to Reshape' in jf.cache_entries()[0].describe()
 
 
