@@ -164,7 +164,8 @@ def rows_follow_first(rows):
 LOOP_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 
 
-class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
+class GradRule(collections.namedtuple('GradRule',
+                                      'fn inputs outputs onnx')):
     """The gradient of an op, as array kernels (no Variables).
 
     ``fn(xs, ys, gys, wanted)`` returns a tuple with one gradient per
@@ -190,11 +191,18 @@ class GradRule(collections.namedtuple('GradRule', 'fn inputs outputs')):
     weight in the products of small batches): a loop's backward that
     reads such an invariant only through such rules gets an F-ordered
     copy of it, made once before the loop.
+
+    ``onnx(b, xs, ys, gys, wanted)``, where given, writes the gradient as
+    ONNX nodes with the builder ``b`` (``backend.onnx_graph.Builder``):
+    ``xs``, ``ys`` and ``gys`` are value names, ``None`` where not kept
+    or absent; it returns one name (or ``None``) per forward input, or
+    raises ``errors.ExportError``. A backward then runs in onnxruntime
+    (``jit(backend='onnxruntime')``).
     """
 
-    def __new__(cls, fn, inputs=(), outputs=()):
+    def __new__(cls, fn, inputs=(), outputs=(), onnx=None):
         return super(GradRule, cls).__new__(cls, fn, tuple(inputs),
-                                            tuple(outputs))
+                                            tuple(outputs), onnx)
 
 
 class _Factors(object):

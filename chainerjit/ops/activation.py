@@ -59,10 +59,22 @@ def lower_relu(node, ctx):
         return utils.force_array(gy * (y > 0)),  # as ReLUGrad2
     maximum, zero = xp.maximum, ctx.in_dtypes[0].type(0)
     return Kernel(lambda x: maximum(x, zero),
-                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Relu'),
+                  grad=GradRule(grad, outputs=(0,),
+                                onnx=_relu_grad_to_onnx(ctx.in_dtypes[0])),
+                  onnx=onnx_op('Relu'),
                   fresh=True, inplace={0: lambda x: maximum(x, zero, out=x)},
                   into=_on_cpu(ctx, lambda out, x: maximum(x, zero, out=out)),
                   lengths=rows_follow_first)
+
+
+def _relu_grad_to_onnx(dtype):
+    """``gy * (y > 0)``, as ReLUGrad2."""
+    def convert(b, xs, ys, gys, wanted):
+        positive = b.op('Greater', [ys[0], b.constant(numpy.zeros(
+            (), dtype))])[0]
+        return b.op('Mul', [gys[0], b.cast(positive, numpy.bool_,
+                                           dtype)])[0],
+    return convert
 
 
 @lowering(leaky_relu.LeakyReLU)
@@ -111,8 +123,15 @@ def lower_sigmoid(node, ctx):
         out *= half
         out += half
         return out
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        y = ys[0]
+        rest = b.op('Sub', [b.constant(numpy.ones((), ctx.in_dtypes[0])),
+                            y])[0]
+        return b.op('Mul', [b.op('Mul', [gys[0], y])[0], rest])[0],
     return Kernel(lambda x: utils.force_array(tanh_(x * half) * half + half),
-                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Sigmoid'),
+                  grad=GradRule(grad, outputs=(0,), onnx=grad_to_onnx),
+                  onnx=onnx_op('Sigmoid'),
                   fresh=True, inplace={0: lambda x: sigmoid_into(x, x)},
                   into=_on_cpu(ctx, sigmoid_into), lengths=rows_follow_first)
 
@@ -125,8 +144,15 @@ def lower_tanh(node, ctx):
     def grad(xs, ys, gys, wanted):
         y, = ys
         return utils.force_array(gys[0] * (one - y * y)),  # as TanhGrad
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        y = ys[0]
+        rest = b.op('Sub', [b.constant(numpy.ones((), ctx.in_dtypes[0])),
+                            b.op('Mul', [y, y])[0]])[0]
+        return b.op('Mul', [gys[0], rest])[0],
     return Kernel(lambda x: utils.force_array(tanh_(x)),
-                  grad=GradRule(grad, outputs=(0,)), onnx=onnx_op('Tanh'),
+                  grad=GradRule(grad, outputs=(0,), onnx=grad_to_onnx),
+                  onnx=onnx_op('Tanh'),
                   fresh=True, inplace={0: lambda x: tanh_(x, out=x)},
                   into=_on_cpu(ctx, lambda out, x: tanh_(x, out=out)),
                   lengths=rows_follow_first)

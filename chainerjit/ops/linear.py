@@ -81,9 +81,10 @@ def lower_linear(node, ctx):
     # The rows' number is read from x (``len(x)`` above), a unit axis of x
     # can only be another axis than the rows (``runtime.ragged`` keeps
     # lengths of 1 in the key), and ``into`` runs only with the arena.
-    return Kernel(linear_fn, grad=GradRule(grad_linear, inputs=(0, 1)),
-                  onnx=_linear_to_onnx, fresh=True, into=into,
-                  lengths=rows_follow_first)
+    return Kernel(linear_fn, grad=GradRule(
+        grad_linear, inputs=(0, 1), onnx=_grad_linear_to_onnx(ctx)),
+        onnx=_linear_to_onnx, fresh=True, into=into,
+        lengths=rows_follow_first)
 
 
 class _WeightFirst(dict):
@@ -279,6 +280,25 @@ def _probe_swapped_product(rows, inner, cols, dtype):
             if not numpy.array_equal(a_.dot(b_), b_.T.dot(a_.T).T):
                 return False
     return True
+
+
+def _grad_linear_to_onnx(ctx):
+    """The ONNX gradient of a linear layer of a 2-D ``x`` whose inputs
+    have one dtype: ``gy W``, ``gy^T x`` and the column sums of ``gy``."""
+    def convert(b, xs, ys, gys, wanted):
+        if len(ctx.in_shapes[0]) != 2 or len(set(ctx.in_dtypes)) != 1 \
+                or FACTORS in wanted:
+            raise errors.ExportError('this gradient of LinearFunction '
+                                     'cannot be exported')
+        x, W = xs[0], xs[1]
+        gy, = gys
+        found = [b.op('MatMul', [gy, W])[0] if wanted[0] else None,
+                 b.op('Gemm', [gy, x], transA=1)[0] if wanted[1] else None]
+        if len(wanted) == 3:
+            found.append(b.op('ReduceSum', [gy, b.int64s([0])],
+                              keepdims=0)[0] if wanted[2] else None)
+        return tuple(found)
+    return convert
 
 
 def _linear_to_onnx(b, ins, outs):

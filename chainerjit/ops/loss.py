@@ -8,6 +8,7 @@ from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer import utils
 
+from chainerjit import errors
 from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -136,7 +137,8 @@ def lower_softmax_cross_entropy(node, ctx):
     if ctx.xp is not numpy or node.class_weight is not None:
         return None
     attrs = {'reduce': node.reduce}
-    grad = GradRule(_softmax_ce_grad(node, ctx), inputs=(0, 1))
+    grad = GradRule(_softmax_ce_grad(node, ctx), inputs=(0, 1),
+                    onnx=_softmax_ce_grad_to_onnx(node, ctx))
     if ctx.in_dtypes[1].kind == 'f':
         attrs['soft_target_loss'] = node.soft_target_loss
         return Kernel(_soft_target_ce(node, ctx), attrs=attrs, grad=grad,
@@ -146,7 +148,7 @@ def lower_softmax_cross_entropy(node, ctx):
     # For passes/keep.py: the same loss and the softmax, which eager's
     # forward also computes and keeps (cache_score) for its gradient.
     label_ce.with_softmax = (label_ce.and_softmax, GradRule(
-        grad.fn, inputs=(1,), outputs=(1,)))
+        grad.fn, inputs=(1,), outputs=(1,), onnx=grad.onnx))
     return Kernel(label_ce, attrs=attrs, grad=grad,
                   onnx=_label_ce_to_onnx(node),
                   lengths=_label_ce_lengths(node, ctx))
@@ -181,6 +183,43 @@ def _softmax_ce_grad(node, ctx):
         ctx, soft_target, node.ignore_label, node.reduce == 'mean',
         _softmax_ce_coefficient(node, x_shape, soft_target),
         *_label_positions(x_shape, t_shape))
+
+
+def _softmax_ce_grad_to_onnx(node, ctx):
+    """The ONNX gradient of the mean loss of a 2-D ``x`` and its integer
+    labels: ``(softmax - one_hot(t))`` on the rows whose label is not
+    ignored, times the loss's gradient over the labels counted."""
+    x_shape, x_dtype = ctx.in_shapes[0], ctx.in_dtypes[0]
+    mean = node.reduce == 'mean'
+
+    def convert(b, xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None, None
+        if len(x_shape) != 2 or ctx.in_dtypes[1].kind == 'f' or not mean:
+            raise errors.ExportError('this gradient of SoftmaxCrossEntropy '
+                                     'cannot be exported')
+        x, t = xs
+        y = ys[1] if len(ys) > 1 and ys[1] is not None else \
+            b.op('Softmax', [x], axis=1)[0]
+        ignored = b.op('Equal', [t, b.constant(numpy.asarray(
+            node.ignore_label, ctx.in_dtypes[1]))])[0]
+        valid = b.cast(b.op('Not', [ignored])[0], numpy.bool_, x_dtype)
+        label = b.cast(b.op('Where', [ignored, b.constant(numpy.zeros(
+            (), ctx.in_dtypes[1])), t])[0], ctx.in_dtypes[1], numpy.int64)
+        one_hot = b.op('OneHot', [label, b.int64s([x_shape[1]]),
+                                  b.constant(numpy.asarray([0, 1], x_dtype))],
+                       axis=-1)[0]
+        rows = b.op('Unsqueeze', [valid, b.int64s([1])])[0]
+        gx = b.op('Mul', [b.op('Sub', [y, one_hot])[0], rows])[0]
+        if node.normalize:
+            count = b.op('Max', [b.op('ReduceSum', [valid], keepdims=0)[0],
+                                 b.constant(numpy.ones((), x_dtype))])[0]
+        else:
+            count = b.constant(numpy.asarray(max(x_shape[0], 1), x_dtype))
+        scale = b.op('Div', [b.cast(gys[0], ctx.in_dtypes[0], x_dtype),
+                             count])[0]
+        return b.op('Mul', [gx, scale])[0], None
+    return convert
 
 
 def _softmax_ce_coefficient(node, x_shape, soft_target):

@@ -120,6 +120,56 @@ def cut_backward(pair, cut_values, cut_nodes):
                                      for v in builder.saved_forward]
 
 
+def without_absent(pair, absent):
+    """The backward of ``pair`` for the calls where the output gradients
+    ``absent`` (backward inputs) are ``None`` (no gradient reached those
+    outputs), as the backward computes it then: a gradient node none of
+    whose output gradients is there gives none, a sum of two gradients
+    one of which is not there is the other.
+
+    Returns:
+        ``(graph, present)``: a graph whose inputs are the backward's but
+        the absent ones and whose outputs are those of the backward still
+        computed, at positions ``present``; ``None`` where a node reads
+        some of its gradients but not all, or a loop reads one absent.
+    """
+    backward = pair.backward
+    gone, alias = set(absent), {}
+    graph = ir.Graph(backward.name)
+    graph.inputs = [v for v in backward.inputs if v not in gone]
+    graph.params, graph.symbols = backward.params, backward.symbols
+    graph.consts = backward.consts
+    for node in backward.nodes:
+        inputs = [alias.get(v, v) for v in node.inputs]
+        missing = [v in gone for v in inputs]
+        if not any(missing):
+            if inputs != node.inputs:
+                node = ir.Node(node.op, node.kernel, inputs, node.outputs,
+                               node.attrs, node.generic, node.pure, node.loc)
+            graph.add_node(node)
+        elif structural.kind(node) == structural.ACCUMULATE:
+            if all(missing):
+                gone.update(node.outputs)
+            else:
+                alias[node.outputs[0]] = inputs[missing.index(False)]
+        elif node in pair.rules and _gradients_only(
+                missing, sum(pair.rules[node].has_gy)):
+            gone.update(node.outputs)
+        else:
+            return None
+    outputs = [alias.get(v, v) for v in backward.outputs]
+    present = [k for k, v in enumerate(outputs) if v not in gone]
+    graph.outputs = [outputs[k] for k in present]
+    return graph, present
+
+
+def _gradients_only(missing, n_gys):
+    """A gradient node's inputs end with its ``n_gys`` output gradients:
+    all of them, and nothing else, are missing."""
+    n_kept = len(missing) - n_gys
+    return not any(missing[:n_kept]) and all(missing[n_kept:])
+
+
 def ancestor_nodes(graph, values):
     """The nodes of ``graph`` that ``values`` were computed from."""
     producer = {v: n for n in graph.nodes for v in n.outputs}
@@ -318,7 +368,7 @@ class _BackwardBuilder(object):
         grads = [ir.Value('temp', v.shape, v.dtype) for v in targets]
         call = _RuleCall(rule.fn, len(node.inputs), len(node.outputs),
                          kept_inputs, kept_outputs,
-                         [g is not None for g in gys], wanted)
+                         [g is not None for g in gys], wanted, rule.onnx)
         grad_node = ir.Node(node.op + 'Grad', call.kernel(), args, grads,
                             loc=node.loc)
         self.backward.add_node(grad_node)
@@ -515,10 +565,11 @@ class _RuleCall(object):
     gradient and which inputs' gradients are wanted."""
 
     def __init__(self, fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,
-                 wanted):
+                 wanted, onnx=None):
         self.fn, self.n_in, self.n_out = fn, n_in, n_out
         self.kept_inputs, self.kept_outputs = kept_inputs, kept_outputs
         self.has_gy, self.wanted = has_gy, tuple(wanted)
+        self.onnx = onnx  # the rule's converter (GradRule.onnx)
 
     def input_of(self, k):
         """The forward input whose gradient is the node's output ``k``."""
@@ -531,7 +582,30 @@ class _RuleCall(object):
                        for i, w in enumerate(self.wanted))
         return ops.Kernel(_grad_kernel(
             self.fn, self.n_in, self.n_out, self.kept_inputs,
-            self.kept_outputs, self.has_gy, wanted), multi=True)
+            self.kept_outputs, self.has_gy, wanted), multi=True,
+            onnx=None if self.onnx is None or factors_of else
+            self._to_onnx)
+
+    def _to_onnx(self, b, ins, outs):
+        """Converts the gradient node: the rule's converter gets the kept
+        inputs and outputs and the output gradients where they are."""
+        names = iter(ins)
+        xs, ys, gys = [None] * self.n_in, [None] * self.n_out, \
+            [None] * self.n_out
+        for i in self.kept_inputs:
+            xs[i] = next(names)
+        for i in self.kept_outputs:
+            ys[i] = next(names)
+        for i, has in enumerate(self.has_gy):
+            if has:
+                gys[i] = next(names)
+        found = self.onnx(b, xs, ys, gys, self.wanted)
+        wanted = [g for g, w in zip(found, self.wanted) if w]
+        if any(g is None for g in wanted):
+            raise errors.ExportError('a gradient of %d inputs has no ONNX '
+                                     'form' % self.n_in)
+        for name, out in zip(wanted, outs):
+            b.op('Identity', [name], [out])
 
 
 def _grad_kernel(fn, n_in, n_out, kept_inputs, kept_outputs, has_gy,

@@ -260,11 +260,24 @@ def _fused(linear, act):
             setattr(grad, name, getattr(linear_grad.fn, name))
 
     kernel = ops.Kernel(fn, dict(linear.kernel.attrs), grad=ops.GradRule(
-        grad, linear_grad.inputs, act_grad.outputs),
+        grad, linear_grad.inputs, act_grad.outputs,
+        _chained_grad_onnx(linear_grad.onnx, act_grad.onnx)),
         onnx=_chained_onnx(linear, act), fresh=True, into=into,
         lengths=_chained_lengths(linear.kernel.lengths, act.kernel.lengths))
     return ir.Node('%s+%s' % (linear.op, act.op), kernel, linear.inputs,
                    act.outputs, linear.attrs, loc=linear.loc)
+
+
+def _chained_grad_onnx(linear, act):
+    """The ONNX gradient of a linear layer then an activation: the
+    activation's, then the linear layer's of it."""
+    if linear is None or act is None:
+        return None
+
+    def convert(b, xs, ys, gys, wanted):
+        g, = act(b, (None,), ys, gys, (True,))
+        return linear(b, xs, (None,), (g,), wanted)
+    return convert
 
 
 def _chained_lengths(first, then):

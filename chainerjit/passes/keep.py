@@ -43,6 +43,7 @@ def _keeping(node, fn, grad):
 
     def to_onnx(b, ins, outs):
         convert(b, ins, outs[:1])
+        b.op('Softmax', ins[:1], outs[1:], axis=1)
     kernel = node.kernel._replace(
         fn=fn, multi=True, grad=grad, onnx=convert and to_onnx,
         lengths=_with_softmax_rows(node.kernel.lengths))

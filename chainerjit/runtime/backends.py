@@ -26,6 +26,7 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.backend import ort
+from chainerjit.passes import autodiff
 from chainerjit.ops import structural
 
 BACKENDS = ('auto', 'numpy', 'onnxruntime')
@@ -124,6 +125,151 @@ def _session_program(graph, providers, frozen):
             sessions, 's' if sessions > 1 else '', ', '.join(left))
 
 
+def choose_training(backend, providers, training, inputs):
+    """The training program's forward and backward run in onnxruntime
+    (sessions for the runs of nodes that convert, gradients included, the
+    rest on the VM), each where its results on the recorded ``inputs``
+    agree with the VM program's within the self-check's tolerance and,
+    with ``'auto'``, it runs faster. Returns what runs where, for
+    ``describe()``."""
+    if backend == 'numpy':
+        return None
+    reason = why_not(training.graphs.forward, inputs, training.n_outputs)
+    if reason is not None:
+        return 'training on the VM: %s' % reason
+    outs = _copied(training.forward.run(list(inputs)))
+    gys = [_unit_gradient(v) for v in training.graphs.backward.inputs[
+        len(outs) - training.n_outputs:]]
+    notes = []
+    for part, part_inputs in (('forward', list(inputs)), ('backward', list(
+            outs[training.n_outputs:]) + gys)):
+        note = _part_in_session(backend, providers, training, part,
+                                part_inputs)
+        notes.append('%s %s' % (part, note))
+    return 'training: ' + '; '.join(notes)
+
+
+def _part_in_session(backend, providers, training, part, inputs):
+    """Puts a session's program in place of the training program's
+    ``part`` (``'forward'`` or ``'backward'``) where it agrees with the
+    VM's and, with ``'auto'``, runs faster; says where it runs."""
+    program = getattr(training, part)
+    try:  # (the VM's outputs may be buffers its next run writes)
+        expected = _copied(program.run(inputs))
+        session, split = _session_program(
+            getattr(training.graphs, part), providers, None)
+        problem = _differs(expected, session.run(inputs))
+    except Exception as error:  # no converter, or onnxruntime refused
+        problem = first_line(error)
+    if problem is not None:
+        return 'on the VM (onnxruntime not used: %s)' % problem
+    where = 'in onnxruntime%s' % ('' if split is None else ' ' + split)
+    if backend == 'auto':
+        times = (_median_seconds(program, inputs),
+                 _median_seconds(session, inputs))
+        where = '%s (%.0f us; the VM %.0f us)' % (
+            where, times[1] * 1e6, times[0] * 1e6)
+        if times[1] >= times[0]:
+            return 'on the VM (%.0f us; onnxruntime %.0f us)' % (
+                times[0] * 1e6, times[1] * 1e6)
+    setattr(training, part, _WhereGiven(session, program, training,
+                                        providers, part == 'backward'))
+    return where
+
+
+def _copied(arrays):
+    return [None if a is None else numpy.array(a) for a in arrays]
+
+
+def _unit_gradient(value):
+    """An output gradient for the check: ones of the value's type."""
+    return numpy.ones(value.shape, value.dtype)
+
+
+def _differs(expected, actual):
+    """What differs between two programs' outputs, or ``None``."""
+    for k, (e, a) in enumerate(zip(expected, actual)):
+        if e is None or a is None:
+            if e is not a:
+                return 'output %d is missing' % k
+            continue
+        if e.shape != a.shape or e.dtype != a.dtype:
+            return 'output %d has another type' % k
+        if not arrays_close(a, e):
+            return 'output %d differs from the VM\'s' % k
+    return None
+
+
+def arrays_close(actual, expected):
+    """The self-check's comparison of two host arrays of one type: floats
+    within its tolerance (relative to the largest finite value; NaN
+    equal to NaN), others equal."""
+    if expected.dtype.kind not in 'fc':
+        return bool((actual == expected).all())
+    finite = numpy.isfinite(expected)
+    scale = float(numpy.abs(expected[finite]).max()) \
+        if expected.size and bool(finite.any()) else 1.0
+    return bool(numpy.allclose(actual, expected, rtol=1e-4,
+                               atol=1e-5 * max(scale, 1.0), equal_nan=True))
+
+
+class _WhereGiven(object):
+    """A training program's part run by onnxruntime. A session cannot take
+    a ``None`` input (an output no gradient reached, such as
+    ``L.Classifier``'s accuracy): for each set of inputs that are
+    ``None``, a backward without them (``autodiff.without_absent``) runs
+    in sessions of its own, made at its first call, where they agree
+    with the VM's program there; else the VM's program runs."""
+
+    def __init__(self, session, vm, training, providers, backward):
+        self.session, self.vm = session, vm
+        self.training, self.providers = training, providers
+        self.backward = backward  # (only the backward's may be None)
+        self.absent = {}  # positions of None inputs -> (program, present)
+
+    def run(self, inputs):
+        missing = tuple(k for k, a in enumerate(inputs) if a is None)
+        if not missing:
+            return self.session.run(inputs)
+        if missing not in self.absent:
+            self.absent[missing] = self._without(missing, inputs)
+        found = self.absent[missing]
+        if found is None:
+            return self.vm.run(inputs)
+        program, present = found
+        outs = program.run([a for a in inputs if a is not None])
+        results = [None] * len(self.training.graphs.backward.outputs)
+        for k, out in zip(present, outs):
+            results[k] = out
+        return tuple(results)
+
+    def _without(self, missing, inputs):
+        """The program and the positions of its outputs for calls where
+        the inputs at ``missing`` are ``None``, or ``None``."""
+        pair = self.training.graphs
+        if not self.backward:
+            return None
+        found = autodiff.without_absent(
+            pair, [pair.backward.inputs[k] for k in missing])
+        if found is None:
+            return None
+        graph, present = found
+        try:
+            program, _ = _session_program(graph, self.providers, None)
+            expected = _copied(self.vm.run(inputs))
+            outs = program.run([a for a in inputs if a is not None])
+        except Exception:  # no converter, or onnxruntime refused
+            return None
+        if any(expected[k] is not None for k in range(len(expected))
+               if k not in present) or _differs(
+                   [expected[k] for k in present], outs) is not None:
+            return None
+        return program, present
+
+    def __getattr__(self, name):
+        return getattr(self.session, name)
+
+
 def _frozen(graph, inputs):
     """For each parameter, its array if a session may own it."""
     start = len(graph.inputs)
@@ -141,8 +287,10 @@ def first_line(error):
         type(error).__name__, text)
 
 
-def why_not(graph, inputs):
-    """Why onnxruntime cannot run ``graph`` on ``inputs``, or ``None``."""
+def why_not(graph, inputs, n_outputs=None):
+    """Why onnxruntime cannot run ``graph`` on ``inputs``, or ``None``;
+    ``n_outputs``: how many of its outputs the caller gets (a training
+    forward's others, kept for the backward, are only read)."""
     if not ort.available():
         return 'onnxruntime is not installed'
     if any(type(a) is not numpy.ndarray for a in inputs
@@ -151,13 +299,13 @@ def why_not(graph, inputs):
     if not structural.side_effect_free(graph.nodes, guards=False):
         return ('the program has random or stateful nodes, nodes run by '
                 'Chainer, or a branch on an array value')
-    if _may_return_views(graph):
+    if _may_return_views(graph, n_outputs):
         return ('an output may be a view of an argument or a parameter '
                 '(as eagerly), which a session would copy')
     return None
 
 
-def _may_return_views(graph):
+def _may_return_views(graph, n_outputs=None):
     """True where an output of ``graph`` may share memory with an input
     or a parameter: it is one, or kernels that may return a view of their
     input (``Kernel.fresh`` false: a reshape, an index) made it from
@@ -166,7 +314,7 @@ def _may_return_views(graph):
     write into."""
     maybe = set(graph.inputs) | set(graph.params)
     _spread_views(graph.nodes, maybe)
-    return any(v in maybe for v in graph.outputs)
+    return any(v in maybe for v in graph.outputs[:n_outputs])
 
 
 def _spread_views(nodes, maybe):

@@ -250,6 +250,9 @@ class Entry(object):
         self.backend = 'numpy'
         self.backend_times = {}
         self.backend_note = None
+        # Where the training program's forward and backward run
+        # (runtime.backends.choose_training), or None.
+        self.training_note = None
         # Why the program cannot serve other batch sizes, once tried
         # (runtime.batch); None: not tried, or it serves them.
         self.batch_note = None
@@ -439,6 +442,8 @@ class Entry(object):
                 for name, seconds in sorted(self.backend_times.items()))
         if self.backend_note:
             text += '; ' + self.backend_note
+        if self.training_note:
+            text += '; ' + self.training_note
         return text
 
 

@@ -163,6 +163,10 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
             entry.training = _training_program(caller, graph, leaves,
                                                recording, sizes is None)
             caller.on_backprop_program()
+            if entry.training is not None and sizes is None:
+                entry.training_note = backends.choose_training(
+                    caller.backend, caller.providers, entry.training,
+                    _recorded_inputs(graph, leaves, recording, symbols))
     if packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
     entry.compile_seconds = time.perf_counter() - start
@@ -488,16 +492,7 @@ def compare_results(expected, actual):
                 type(e).__name__, e.shape, e.dtype)
         # On the host: CuPy would compile kernels for these checks.
         e, a = (chainer.backend.CpuDevice().send(x) for x in (e, a))
-        if e.dtype.kind in 'fc':
-            finite = numpy.isfinite(e)
-            scale = float(numpy.abs(e[finite]).max()) \
-                if e.size and bool(finite.any()) else 1.0
-            ok = bool(numpy.allclose(a, e, rtol=1e-4,
-                                     atol=1e-5 * max(scale, 1.0),
-                                     equal_nan=True))
-        else:
-            ok = bool((a == e).all())
-        if not ok:
+        if not backends.arrays_close(a, e):
             return 'output %d: values differ' % i
     return None
 

@@ -199,6 +199,7 @@ def test_deconvolution_grads_bit_for_bit(x_shape, w_shape, kwargs, dtype):
         lowered=('Deconvolution2DFunction',))
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('kwargs', [
     dict(ksize=3, stride=2, pad=4), dict(ksize=(1, 3), nobias=True),

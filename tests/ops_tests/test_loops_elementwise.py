@@ -187,6 +187,7 @@ def test_whole_array_loops_take_dense_transposed_layouts(rng, axes):
     assert numpy.array_equal(w, expected, equal_nan=True)
 
 
+@pytest.mark.bit_exact
 def test_relu_gradient_of_a_convolution_matches_eager(monkeypatch, rng):
     """A ReLU after a convolution in training: its output keeps the
     convolution's transposed layout (as eager's, so that later reductions
@@ -220,6 +221,7 @@ def test_relu_on_transposed_inputs(perm):
                                          lowered=('ReLU',))
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 def test_relu_of_nhwc_conv_output():
     def f(x, W, b):
@@ -237,6 +239,7 @@ def test_relu_mixed_layouts_in_backward():
                                          0, 0)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('batch', [1, 63, 64, 65, 300])
 def test_linear_relu_batch_sizes(batch):
@@ -260,6 +263,7 @@ def test_linear_relu_pre_activation_also_returned(batch):
     testing.assert_jit_grads_match_eager(f, calls, 1e-5, 1e-5)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('batch', [1, 65, 300])
 def test_linear_relu_of_transposed_x(batch):
@@ -270,6 +274,7 @@ def test_linear_relu_of_transposed_x(batch):
     testing.assert_jit_grads_match_eager(f, calls, 1e-6, 1e-6)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('optimizer', [
     lambda: chainer.optimizers.SGD(lr=0.05),
@@ -286,6 +291,7 @@ def test_mlp_updates_bit_for_bit(optimizer, dtype):
                  optimizer=optimizer, rtol=0, atol=0)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('dtype', [F32, F64])
 def test_momentum_sgd_with_transposed_parameter_layouts(dtype):

@@ -173,6 +173,7 @@ def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
     assert bn.avg_var.tobytes() == bn_eager.avg_var.tobytes()
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_test_mode_normalization_of_a_convolution_is_one_loop(
         monkeypatch, rng, dtype):

@@ -200,6 +200,7 @@ def _assert_one_node(jitted):
                    for node in entry.graph.nodes), str(entry.graph)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('name', sorted(LINKS))
 @pytest.mark.parametrize('n_layers', [1, 2])
 @pytest.mark.parametrize('with_states', [False, True])

@@ -201,6 +201,7 @@ def test_max_pool_tiles_strided_slice_input_and_gy():
                                          0, 0)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 def test_max_pool_after_conv_relu_trains_exactly():
     numpy.random.seed(2)

@@ -88,6 +88,7 @@ def test_lstm_at_link_sizes_is_bit_for_bit(rng, dtype, batch):
                                          atol=0, lowered=['LSTM'])
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('dtype', DTYPES)
 def test_lstm_grads_are_bit_for_bit(rng, dtype):
     for c_shape, x_shape in SHAPES:
@@ -176,6 +177,7 @@ def _lstm_calls(rng, case, dtype, outputs, n=3):
     return calls
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('case', sorted(LSTM_CASES))
 def test_lstm_bit_for_bit_on_other_layouts(rng, case):
@@ -189,6 +191,7 @@ def test_lstm_bit_for_bit_on_other_layouts(rng, case):
     _assert_compiled(jitted, 4)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('output', ['c', 'h'])
 def test_lstm_gradient_through_one_output_equals_eagers_values(
@@ -216,6 +219,7 @@ def test_lstm_gradient_through_c_only_keeps_the_signs_of_zeros(rng, case):
         _bits_equal(actual[3], expected[3])
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('layout', [numpy.ascontiguousarray,
                                     numpy.asfortranarray])
@@ -258,6 +262,7 @@ def _three_steps(c, x1, x2, x3):
     [(4, 5), (4, 20), (3, 20), (2, 20)],
     [(4, 2, 3), (4, 8, 3), (3, 8, 3), (1, 8, 3)],
 ])
+@pytest.mark.bit_exact
 def test_lstm_steps_with_a_shrinking_batch_bit_for_bit(rng, shapes):
     jitted = chainerjit.jit(_three_steps)
     for step, dtype in enumerate([F32, F32, F32, F64, F64, F64]):
@@ -277,6 +282,7 @@ def test_lstm_steps_with_a_shrinking_batch_bit_for_bit(rng, shapes):
     _assert_compiled(jitted, 4)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 def test_lstm_with_one_plain_array_argument(rng):
     jitted = chainerjit.jit(_lstm)
@@ -313,6 +319,7 @@ class Sequence(chainer.Chain):
         return loss
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 @pytest.mark.parametrize('dtype, batches', [
     (F32, [4, 4, 4]), (F64, [4, 4, 4]), (F32, [4, 3, 1]), (F64, [5, 2, 2])])

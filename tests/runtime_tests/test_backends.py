@@ -164,21 +164,102 @@ def test_an_op_without_a_converter_runs_on_the_vm_between_sessions(rng):
     assert names.count('OnnxRuntime') == 2 and len(names) == 3
 
 
-def test_training_calls_run_the_vm_with_eager_gradients(rng):
-    eager = models.MLP(n_in=5, n_hidden=7, n_out=3)
-    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
+def _train_twins(model_class, make_batch, rng, steps=4, **jit_options):
+    """Trains a jitted model and its eager twin with SGD for ``steps``
+    steps of new batches (each update seen by the next call): their
+    losses and gradients must agree. Returns the jitted function."""
+    eager, model = model_class(), model_class()
     model.copyparams(eager)
-    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
-    for _ in range(3):
-        x = rng.randn(4, 5).astype(F32)
-        for m, fn in ((eager, eager.forward), (model, jitted)):
+    jitted = chainerjit.jit(model.forward, **jit_options)
+    optimizers = []
+    for m in (eager, model):
+        optimizer = chainer.optimizers.SGD(lr=0.1)
+        optimizer.setup(m)
+        optimizers.append(optimizer)
+    for _ in range(steps):
+        batch = make_batch(rng)
+        losses = []
+        for m, fn, optimizer in zip((eager, model), (eager.forward, jitted),
+                                    optimizers):
             m.cleargrads()
-            F.sum(fn(x) ** 2).backward()
+            loss = fn(*batch)
+            loss = loss[0] if isinstance(loss, tuple) else loss
+            loss.backward()
+            losses.append(float(loss.array))
+            optimizer.update()
+        numpy.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
         for (name, p), (_, q) in zip(sorted(eager.namedparams()),
                                      sorted(model.namedparams())):
-            numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-5,
+            numpy.testing.assert_allclose(q.array, p.array, rtol=1e-5,
                                           atol=1e-6, err_msg=name)
-    assert jitted.cache_info().compiled == 2
+    return jitted
+
+
+class _MLPLoss(chainer.Chain):
+    """An MLP's softmax cross entropy (a label ignored), and its logits,
+    which no gradient reaches."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.mlp = models.MLP(n_in=5, n_hidden=7, n_out=3)
+
+    def forward(self, x, t):
+        y = self.mlp(x)
+        return F.softmax_cross_entropy(y, t), y
+
+
+class _SinLoss(_MLPLoss):
+    """A hidden layer whose gradient has no ONNX form (sin's)."""
+
+    def forward(self, x, t):
+        h = F.sin(self.mlp.l1(x))
+        return F.softmax_cross_entropy(self.mlp.l3(self.mlp.l2(h)), t)
+
+
+def _labelled(rng):
+    t = rng.randint(0, 3, 6).astype(numpy.int32)
+    t[1] = -1
+    return rng.randn(6, 5).astype(F32), t
+
+
+def test_training_runs_in_onnxruntime_with_eager_gradients(rng):
+    jitted = _train_twins(_MLPLoss, _labelled, rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert jitted.cache_info().compiled == 3
+    assert 'training: forward in onnxruntime; backward in onnxruntime' \
+        in entry.describe(), entry.describe()
+    # The logits' gradient is None: a backward without it ran instead.
+    (program, present), = entry.training.backward.absent.values()
+    assert present == list(range(6))
+    assert 'OnnxRuntime' in program.kernel_names
+
+
+def test_a_classifier_trains_in_onnxruntime(rng):
+    # L.Classifier keeps its logits and accuracy (outputs no gradient
+    # reaches): its backward without them runs in one session.
+    def classifier():
+        return L.Classifier(models.MLP(n_in=5, n_hidden=7, n_out=3))
+    jitted = _train_twins(classifier, _labelled, rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    (program, present), = entry.training.backward.absent.values()
+    assert program.kernel_names == ['OnnxRuntime'], program.kernel_names
+    assert 'forward in onnxruntime' in entry.describe()
+
+
+def test_a_gradient_without_a_converter_runs_on_the_vm_in_training(rng):
+    jitted = _train_twins(_SinLoss, _labelled, rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert 'training: forward in onnxruntime; backward in onnxruntime in ' \
+        '2 sessions; on the VM: SinGrad' in entry.describe(), \
+        entry.describe()
+
+
+def test_numpy_backend_trains_on_the_vm(rng):
+    jitted = _train_twins(_MLPLoss, _labelled, rng, backend='numpy')
+    entry, = jitted.cache_entries()
+    assert entry.training_note is None
+    assert 'OnnxRuntime' not in entry.training.forward.kernel_names
 
 
 def test_an_unknown_backend_is_an_error():
