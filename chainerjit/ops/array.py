@@ -52,6 +52,7 @@ from chainerjit.ops import takes_axes
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
 from chainerjit.ops.math import onnx_scalar
+from chainerjit.ops.math import onnx_sum_to
 
 
 # ONNX Slice bounds meaning "to the end" for a positive and a negative step.
@@ -68,10 +69,12 @@ def _axis_index(axis, ndim, index):
     return (slice(None),) * _normalize_axis(axis, ndim) + (index,)
 
 
-def _grad_of_each(fn):
-    """A GradRule applying ``fn`` to the only output's gradient."""
+def _grad_of_each(fn, onnx=None):
+    """A GradRule applying ``fn`` to the only output's gradient (``onnx``:
+    its ONNX form, the name of ``fn(gy)`` from the name ``gy``)."""
     return GradRule(lambda xs, ys, gys, wanted: (
-        fn(gys[0]) if wanted[0] else None,))
+        fn(gys[0]) if wanted[0] else None,), onnx=onnx and (
+            lambda b, xs, ys, gys, wanted: (onnx(b, gys[0]),)))
 
 
 def _sum_to_inputs(ctx, any_rows=False):
@@ -87,7 +90,12 @@ def _sum_to_inputs(ctx, any_rows=False):
             None if not w or gy is None else sum_to(
                 gy, (len(gy),) + shape[1:] if any_rows else shape)
             for gy, shape, w in zip(gys, shapes, wanted))
-    return GradRule(grad)
+
+    def to_onnx(b, xs, ys, gys, wanted):
+        return tuple(onnx_sum_to(b, gy, out, shape) if w else None
+                     for gy, out, shape, w in zip(gys, ctx.out_shapes,
+                                                  shapes, wanted))
+    return GradRule(grad, onnx=None if any_rows else to_onnx)
 
 
 # --- views whose output shape is known ---------------------------------------
@@ -132,7 +140,10 @@ def lower_reshape(node, ctx):
     shape = ctx.out_shapes[0]
     in_shape = ctx.in_shapes[0]
     kernel = Kernel(lambda x: x.reshape(shape), {'shape': shape},
-                    grad=_grad_of_each(lambda gy: gy.reshape(in_shape)),
+                    grad=_grad_of_each(
+                        lambda gy: gy.reshape(in_shape),
+                        lambda b, gy: b.op('Reshape', [
+                            gy, b.int64s(list(in_shape))], allowzero=1)[0]),
                     onnx=_onnx_view(node, ctx))
     if not shape or not in_shape or not shape[0] or not in_shape[0]:
         return kernel

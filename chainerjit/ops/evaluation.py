@@ -16,6 +16,9 @@ def _no_gradient(xs, ys, gys, wanted):
     return None, None
 
 
+_no_gradient.passes_none = True  # (autodiff makes no node of it)
+
+
 @lowering(accuracy.Accuracy)
 def lower_accuracy(node, ctx):
     """The share of rows whose arg max is the label, as

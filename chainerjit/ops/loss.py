@@ -42,8 +42,17 @@ def lower_mean_squared_error(node, ctx):
             * diff.dtype.type(2. / diff.size))
         return (gx0 if wanted[0] else None,
                 utils.force_array(-gx0) if wanted[1] else None)
-    return Kernel(mse, grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_mse_to_onnx, lengths=rows_reduced)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        diff = b.op('Sub', xs)[0]
+        size = int(numpy.prod(ctx.in_shapes[0]))
+        gx0 = b.op('Mul', [b.op('Mul', [gys[0], diff])[0], b.constant(
+            numpy.asarray(2. / size, ctx.in_dtypes[0]))])[0]
+        return (gx0 if wanted[0] else None,
+                b.op('Neg', [gx0])[0] if wanted[1] else None)
+    return Kernel(mse, grad=GradRule(grad, inputs=(0, 1),
+                                     onnx=grad_to_onnx),
+                  onnx=_mse_to_onnx, fresh=True, lengths=rows_reduced)
 
 
 @lowering(mean_absolute_error.MeanAbsoluteError)

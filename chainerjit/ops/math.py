@@ -48,17 +48,32 @@ from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_follow_first
 
 
-def grad_rule(ctx, fn, inputs=(), outputs=()):
-    """A :class:`GradRule` of ``fn``; where an input is 0-d (NumPy then
-    returns scalars), its results are forced to arrays."""
+def grad_rule(ctx, fn, inputs=(), outputs=(), onnx=None):
+    """A :class:`GradRule` of ``fn`` (and its ONNX form ``onnx``); where an
+    input is 0-d (NumPy then returns scalars), its results are forced to
+    arrays."""
     if () not in ctx.in_shapes:
-        return GradRule(fn, inputs, outputs)
+        return GradRule(fn, inputs, outputs, onnx)
     force = utils.force_array
 
     def forced(xs, ys, gys, wanted):
         return tuple(None if g is None else force(g)
                      for g in fn(xs, ys, gys, wanted))
-    return GradRule(forced, inputs, outputs)
+    return GradRule(forced, inputs, outputs, onnx)
+
+
+def onnx_sum_to(b, name, shape, to):
+    """``name``, of ``shape``, summed to the broadcastable shape ``to`` as
+    ``chainer.functions.sum_to`` sums (ONNX ``ReduceSum``)."""
+    lead = len(shape) - len(to)
+    axes = list(range(lead)) + [lead + i for i, n in enumerate(to)
+                                if n == 1 and shape[lead + i] != 1]
+    if not axes:
+        return name
+    summed = b.op('ReduceSum', [name, b.int64s(axes)], keepdims=1)[0]
+    if lead:
+        summed = b.op('Reshape', [summed, b.int64s(list(to))])[0]
+    return summed
 
 
 def onnx_scalar(b, value, dtype):
@@ -296,6 +311,30 @@ _BINARY_GRAD = {
 }
 
 
+# The ONNX forms of some _BINARY_GRAD entries: ``(gx0, gx1)`` of the
+# names ``x0, x1, gy``, before they are summed to the input shapes.
+_BINARY_GRAD_ONNX = {
+    basic_math.Add: lambda b, x0, x1, gy: (gy, gy),
+    basic_math.Sub: lambda b, x0, x1, gy: (gy, b.op('Neg', [gy])[0]),
+    basic_math.Mul: lambda b, x0, x1, gy: (b.op('Mul', [gy, x1])[0],
+                                           b.op('Mul', [gy, x0])[0]),
+}
+
+
+def _binary_grad_to_onnx(node, ctx):
+    """The ONNX form of a _BINARY op's gradient, or ``None``."""
+    formula = _BINARY_GRAD_ONNX.get(type(node))
+    if formula is None or len(set(ctx.in_dtypes + ctx.out_dtypes)) != 1:
+        return None
+    out = ctx.out_shapes[0]
+
+    def convert(b, xs, ys, gys, wanted):
+        found = formula(b, xs[0], xs[1], gys[0])
+        return tuple(onnx_sum_to(b, g, out, shape) if w else None
+                     for g, shape, w in zip(found, ctx.in_shapes, wanted))
+    return convert
+
+
 def _sum_to_inputs(ctx, gx0_of, gx1_of, rows=(None, None)):
     """The wanted gradients, summed to the input shapes as
     ``chainer.functions.sum_to`` does; where ``rows`` has an input's
@@ -367,7 +406,8 @@ def lower_binary(node, ctx):
     grad = None
     if (type(node) not in (trigonometric.Arctan2, fmod.Fmod)
             or ctx.in_shapes[0] == ctx.in_shapes[1]):
-        grad = grad_of((None, None))
+        grad = grad_of((None, None))._replace(
+            onnx=_binary_grad_to_onnx(node, ctx))
     inplace, into = _binary_into(fn, ctx)
     kernel = Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
                     grad=grad, onnx=_onnx(onnx), fresh=True,
@@ -414,8 +454,45 @@ def lower_with_constant(node, ctx):
                   {'value': _attr_value(node.value)},
                   grad=grad_rule(ctx, grad,
                                  inputs=(0,) if uses == 'x' else (),
-                                 outputs=(0,) if uses == 'y' else ()),
+                                 outputs=(0,) if uses == 'y' else (),
+                                 onnx=_with_constant_grad_to_onnx(
+                                     node, ctx, value)),
                   onnx=to_onnx, fresh=True, into=into)
+
+
+# The ONNX forms of some _WITH_CONSTANT_GRAD entries: ``gx`` of the names
+# ``gy`` and ``value`` (an initializer typed as ``x``).
+_WITH_CONSTANT_GRAD_ONNX = {
+    basic_math.AddConstant: lambda b, gy, value: gy,
+    basic_math.SubFromConstant: lambda b, gy, value: b.op('Neg', [gy])[0],
+    basic_math.MulConstant: lambda b, gy, value: b.op('Mul',
+                                                      [value, gy])[0],
+}
+
+
+def _pow_const_grad_to_onnx(ctx, value):
+    """``value * x ** (value - 1) * gy``, as PowVarConst's backward."""
+    dtype = ctx.in_dtypes[0]
+
+    def convert(b, xs, ys, gys, wanted):
+        power = b.op('Pow', [xs[0], b.constant(numpy.asarray(
+            value - 1, dtype))])[0]
+        scaled = b.op('Mul', [b.constant(numpy.asarray(value, dtype)),
+                              power])[0]
+        return b.op('Mul', [scaled, gys[0]])[0],
+    return convert
+
+
+def _with_constant_grad_to_onnx(node, ctx, value):
+    if isinstance(node, basic_math.PowVarConst):
+        return _pow_const_grad_to_onnx(ctx, value)
+    formula = _WITH_CONSTANT_GRAD_ONNX.get(type(node))
+    if formula is None:
+        return None
+
+    def convert(b, xs, ys, gys, wanted):
+        return formula(b, gys[0], b.constant(numpy.asarray(value))),
+    return convert
 
 
 def _constant_into(ufunc, value, first, ctx):
@@ -581,7 +658,16 @@ def _broadcast_back(node, ctx, multiplier=None, any_rows=False):
         if kept is not None:
             gy = gy.reshape(rows + kept[len(rows):])
         return broadcast_to(gy, rows + shape[len(rows):]),
-    return grad_rule(ctx, grad)
+
+    def to_onnx(b, xs, ys, gys, wanted):
+        gy = gys[0]
+        if multiplier is not None:
+            gy = b.op('Mul', [b.constant(numpy.asarray(
+                multiplier, ctx.in_dtypes[0])), gy])[0]
+        if kept is not None:
+            gy = b.op('Reshape', [gy, b.int64s(list(kept))])[0]
+        return b.op('Expand', [gy, b.int64s(list(shape))])[0],
+    return grad_rule(ctx, grad, onnx=None if any_rows else to_onnx)
 
 
 @lowering(sum_.Sum)

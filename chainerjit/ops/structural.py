@@ -306,7 +306,16 @@ def _format_index(s):
 
 def accumulate():
     """The sum of two gradients, either of which may be ``None``."""
-    return Kernel(_accumulate, structural=ACCUMULATE)
+    return Kernel(_accumulate, structural=ACCUMULATE,
+                  onnx=_accumulate_to_onnx)
+
+
+def _accumulate_to_onnx(b, ins, outs):
+    """Both gradients there (a session takes no ``None``): their sum."""
+    if any(d == object for d in b.in_dtypes):
+        raise errors.ExportError('a sum of a loop\'s lists of gradients '
+                                 'cannot be exported')
+    b.op('Add', ins, outs)
 
 
 def _accumulate(a, b):

@@ -197,10 +197,13 @@ def _on_gradient_paths(graph, wrt):
 
 def _passes_gradients(node):
     """NumPy run outside Chainer functions stops gradients, as in eager
-    mode, and so does StopGradient (see ``trace``); every other node
-    passes them (or, without a rule, is an error when one reaches it)."""
+    mode, and so do StopGradient (see ``trace``) and a rule that never
+    gives one (``fn.passes_none``: accuracy's); every other node passes
+    them (or, without a rule, is an error when one reaches it)."""
+    rule = getattr(node.kernel, 'grad', None)
     return not (node.op.startswith(('numpy.', 'ndarray.')) or
-                structural.stops_gradient(node))
+                structural.stops_gradient(node) or
+                getattr(getattr(rule, 'fn', None), 'passes_none', False))
 
 
 def _training_forward(graph, reached):

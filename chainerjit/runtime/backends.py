@@ -230,7 +230,13 @@ class _WhereGiven(object):
     def run(self, inputs):
         missing = tuple(k for k, a in enumerate(inputs) if a is None)
         if not missing:
-            return self.session.run(inputs)
+            if self.session is None:
+                return self.vm.run(inputs)
+            try:
+                return self.session.run(inputs)
+            except Exception:  # a None within: the VM's from now on
+                self.session = None
+                return self.vm.run(inputs)
         if missing not in self.absent:
             self.absent[missing] = self._without(missing, inputs)
         found = self.absent[missing]
@@ -267,7 +273,7 @@ class _WhereGiven(object):
         return program, present
 
     def __getattr__(self, name):
-        return getattr(self.session, name)
+        return getattr(self.session or self.vm, name)
 
 
 def _frozen(graph, inputs):

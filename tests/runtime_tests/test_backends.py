@@ -255,6 +255,47 @@ def test_a_gradient_without_a_converter_runs_on_the_vm_in_training(rng):
         entry.describe()
 
 
+class _Parametric(chainer.Chain):
+    """A loss of ``x`` (4 x 6) and a parameter ``w`` (6,) through one
+    op's gradient (``op``)."""
+
+    def __init__(self, op):
+        super().__init__()
+        self.op = op
+        with self.init_scope():
+            self.w = chainer.Parameter(numpy.linspace(
+                -1, 1, 6).astype(F32))
+
+    def forward(self, x):
+        return self.op(x, self.w)
+
+
+# Ops whose gradients have ONNX forms, each in a loss of x and w.
+GRADIENT_FORMS = {
+    'add broadcast': lambda x, w: F.sum((x + w) ** 2),
+    'sub': lambda x, w: F.sum(x * x - F.broadcast_to(w, x.shape)),
+    'mul broadcast': lambda x, w: F.sum(F.tanh(x * w)),
+    'constants': lambda x, w: F.sum(F.sigmoid((x * 0.5 + 1) * w)),
+    'sum over axes': lambda x, w: F.sum(F.sum(x * w, axis=1) ** 2),
+    'mean': lambda x, w: F.mean(F.relu(x - w)) * 3,
+    'reshape': lambda x, w: F.sum(F.reshape(x * w, (3, 8)) ** 2),
+    'mean squared error': lambda x, w: F.mean_squared_error(
+        x * w, F.broadcast_to(w, x.shape)),
+}
+
+
+@pytest.mark.parametrize('name', sorted(GRADIENT_FORMS))
+def test_gradients_with_onnx_forms_train_in_onnxruntime(rng, name):
+    def model():
+        return _Parametric(GRADIENT_FORMS[name])
+    jitted = _train_twins(model, lambda rng: (rng.randn(4, 6).astype(
+        F32),), rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().endswith(
+        'forward in onnxruntime; backward in onnxruntime'), \
+        entry.describe_backend()
+
+
 def test_numpy_backend_trains_on_the_vm(rng):
     jitted = _train_twins(_MLPLoss, _labelled, rng, backend='numpy')
     entry, = jitted.cache_entries()
