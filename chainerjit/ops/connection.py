@@ -255,7 +255,8 @@ def lower_convolution_2d(node, ctx):
     return Kernel(_conv_forward(node, ctx, scratch),
                   attrs=_conv_attrs(node, cover_all=node.cover_all),
                   grad=GradRule(_conv_grad(node, ctx, scratch),
-                                inputs=(0, 1)),
+                                inputs=(0, 1),
+                                onnx=_conv_grad_to_onnx(node, ctx)),
                   onnx=_conv_to_onnx(node), lengths=rows_follow_first)
 
 
@@ -502,6 +503,53 @@ def lower_embed_id(node, ctx):
 def _export_error(message):
     from chainerjit.errors import ExportError
     return ExportError(message)
+
+
+def _conv_grad_to_onnx(node, ctx):
+    """A convolution's gradient in ONNX (one group, no ``cover_all``, one
+    dtype): ``gx`` the transposed convolution of ``gy`` by ``W``; ``gW``
+    the convolution of ``x`` by ``gy`` with images and channels swapped
+    (strides and dilations swapped too), cut to the kernel's size; ``gb``
+    the sums of ``gy`` over images and positions."""
+    x_shape, w_shape = ctx.in_shapes[0], ctx.in_shapes[1]
+    out_hw = ctx.out_shapes[0][2:]
+    strides, dilations = [node.sy, node.sx], [node.dy, node.dx]
+    pads = [node.ph, node.pw] * 2
+
+    def convert(b, xs, ys, gys, wanted):
+        if node.groups != 1 or node.cover_all or \
+                len(set(ctx.in_dtypes)) != 1:
+            raise _export_error('this gradient of Convolution2DFunction')
+        x, W = xs[0], xs[1]
+        gy, = gys
+        found = [None, None]
+        if wanted[0]:
+            extra = [x_shape[2 + a] - ((out_hw[a] - 1) * strides[a] -
+                                       2 * pads[a] + dilations[a] *
+                                       (w_shape[2 + a] - 1) + 1)
+                     for a in range(2)]
+            if any(not 0 <= e < max(s, d)
+                   for e, s, d in zip(extra, strides, dilations)):
+                raise _export_error('this gradient of Convolution2DFunction')
+            found[0] = b.op('ConvTranspose', [gy, W], strides=strides,
+                            pads=pads, dilations=dilations,
+                            kernel_shape=list(w_shape[2:]),
+                            output_padding=extra)[0]
+        if wanted[1]:
+            swapped = [b.op('Transpose', [v], perm=[1, 0, 2, 3])[0]
+                       for v in (x, gy)]
+            products = b.op('Conv', swapped, strides=dilations,
+                            dilations=strides, pads=pads,
+                            kernel_shape=list(out_hw))[0]
+            cut = b.op('Slice', [products, b.int64s([0, 0]),
+                                 b.int64s(list(w_shape[2:])),
+                                 b.int64s([2, 3])])[0]
+            found[1] = b.op('Transpose', [cut], perm=[1, 0, 2, 3])[0]
+        if len(wanted) == 3:
+            found.append(b.op('ReduceSum', [gy, b.int64s([0, 2, 3])],
+                              keepdims=0)[0] if wanted[2] else None)
+        return tuple(found)
+    return convert
 
 
 def _conv_to_onnx(node):

@@ -134,7 +134,11 @@ def choose_training(backend, providers, training, inputs):
     ``describe()``."""
     if backend == 'numpy':
         return None
-    reason = why_not(training.graphs.forward, inputs, training.n_outputs)
+    forward = training.graphs.forward
+    reason = why_not(forward, inputs, training.n_outputs)
+    if reason is None and any(v.dtype == numpy.float16 for v in
+                              forward.inputs + forward.params):
+        reason = 'float16 gradients sum otherwise in onnxruntime'
     if reason is not None:
         return 'training on the VM: %s' % reason
     outs = _copied(training.forward.run(list(inputs)))

@@ -296,6 +296,42 @@ def test_gradients_with_onnx_forms_train_in_onnxruntime(rng, name):
         entry.describe_backend()
 
 
+class _ConvLoss(chainer.Chain):
+    """Two convolutions (padding, a stride, a dilation), ReLU, a linear
+    layer and softmax cross entropy: no batch normalization."""
+
+    def __init__(self, stride=1, dilate=1):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(2, 4, 3, pad=1)
+            self.c2 = L.Convolution2D(4, 3, 3, stride=stride, pad=1,
+                                      dilate=dilate, nobias=True)
+            self.fc = L.Linear(None, 3)
+
+    def forward(self, x, t):
+        h = F.relu(self.c2(F.relu(self.c1(x))))
+        return F.softmax_cross_entropy(self.fc(h), t)
+
+
+@pytest.mark.parametrize('stride, dilate', [(1, 1), (2, 1), (1, 2),
+                                            (3, 2)])
+def test_convolutions_train_in_onnxruntime(rng, stride, dilate):
+    def model():
+        net = _ConvLoss(stride, dilate)
+        net(*_images(numpy.random.RandomState(0)))  # (the linear's size)
+        return net
+    jitted = _train_twins(model, _images, rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().endswith(
+        'forward in onnxruntime; backward in onnxruntime'), \
+        entry.describe_backend()
+
+
+def _images(rng):
+    return (rng.randn(3, 2, 7, 8).astype(F32),
+            rng.randint(0, 3, 3).astype(numpy.int32))
+
+
 def test_numpy_backend_trains_on_the_vm(rng):
     jitted = _train_twins(_MLPLoss, _labelled, rng, backend='numpy')
     entry, = jitted.cache_entries()
