@@ -686,6 +686,34 @@ def test_time_major_forwards_serve_every_length_and_batch_size(method):
         entry.signature
 
 
+class _Masked(_Steps):
+    """Padded sequences and their masks, a step kept where the mask is
+    0 (``h = m * h_new + (1 - m) * h``)."""
+
+    def forward(self, xs, ms):
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for t in range(len(xs)):
+            h_new, c_new = self.step(xs[t], h, c)
+            m = F.broadcast_to(F.expand_dims(ms[t], 1), h.shape)
+            h = m * h_new + (1 - m) * h
+            c = m * c_new + (1 - m) * c
+        return F.sum(h * h)
+
+
+def test_masked_padding_serves_every_length_and_batch_size():
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.randn(steps, batch, 4).astype(F32),
+              (rng.rand(steps, batch) > .3).astype(F32))
+             for batch, steps in SHAPES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_Masked), method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs: f32[T,B,4]@cpu grad, ms: f32[T,B]@cpu grad'), entry.signature
+
+
 def test_a_program_for_every_length_and_batch_size_exports_so():
     ort = pytest.importorskip('onnxruntime')
     model = _model(_Steps)
