@@ -194,8 +194,15 @@ def lower_softmax(node, ctx):
         gx = y * gys[0]
         gx -= y * gx.sum(axis=axis, keepdims=True)
         return gx,
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        y, = ys
+        gx = b.op('Mul', [y, gys[0]])[0]
+        total = b.op('ReduceSum', [gx, b.int64s([axis])], keepdims=1)[0]
+        return b.op('Sub', [gx, b.op('Mul', [y, total])[0]])[0],
     # opset 13+: Softmax normalizes along ``axis`` only.
-    return Kernel(fn, {'axis': axis}, grad=GradRule(grad, outputs=(0,)),
+    return Kernel(fn, {'axis': axis}, grad=GradRule(grad, outputs=(0,),
+                                                    onnx=grad_to_onnx),
                   onnx=onnx_op('Softmax', axis=axis), fresh=True,
                   into=_on_cpu(ctx, into))
 

@@ -275,7 +275,10 @@ def lower_transpose(node, ctx):
     axes = _permutation(node, len(ctx.in_shapes[0]))
     inverse = tuple(int(a) for a in numpy.argsort(axes))
     return Kernel(lambda x: x.transpose(axes), {'axes': axes},
-                  grad=_grad_of_each(lambda gy: gy.transpose(inverse)),
+                  grad=_grad_of_each(
+                      lambda gy: gy.transpose(inverse),
+                      lambda b, gy: b.op('Transpose', [gy],
+                                         perm=list(inverse))[0]),
                   onnx=onnx_op('Transpose', perm=list(axes)))
 
 
@@ -639,7 +642,15 @@ def _join_grad(ctx, join, axis):
     def grad(xs, ys, gys, wanted):
         return join([xp.zeros(shape, dtype) if gy is None else gy
                      for gy, shape in zip(gys, shapes)], axis),
-    return GradRule(grad)
+
+    def to_onnx(b, xs, ys, gys, wanted):
+        if join is not xp.concatenate:
+            raise errors.ExportError('this gradient cannot be exported')
+        return b.op('Concat', [b.constant(numpy.zeros(shape, dtype))
+                               if gy is None else gy
+                               for gy, shape in zip(gys, shapes)],
+                    axis=axis)[0],
+    return GradRule(grad, onnx=to_onnx)
 
 
 @lowering(split_axis.SplitAxis)

@@ -878,10 +878,45 @@ def lower_matmul(node, ctx):
         b.op('MatMul', [a, b_], outs)
     return Kernel(fn, {'transa': node.transa, 'transb': node.transb,
                        'transc': node.transc},
-                  grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1)),
+                  grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1),
+                                 onnx=_matmul_grad_to_onnx(node, ctx)),
                   onnx=to_onnx, fresh=True,
                   into=into if _all_alike(ctx) and 1 not in (a_ndim, b_ndim)
                   else None)
+
+
+def _matmul_grad_to_onnx(node, ctx):
+    """MatMul's gradient in ONNX, for operands of two axes or more and one
+    dtype: each operand's the product of the output gradient and the
+    other operand, transposed as MatMul.backward does, summed to its
+    shape over the batch axes it broadcast along."""
+    shapes = ctx.in_shapes
+    if min(len(s) for s in shapes) < 2 or \
+            len(set(ctx.in_dtypes + ctx.out_dtypes)) != 1:
+        return None
+    batch = ctx.out_shapes[0][:-2]
+    ta, tb, tc = node.transa, node.transb, node.transc
+
+    out_ndim = len(batch) + 2
+
+    def product(b, x, y, tx, ty, tout, ndims):
+        x = onnx_swap_last(b, x, ndims[0]) if tx else x
+        y = onnx_swap_last(b, y, ndims[1]) if ty else y
+        z = b.op('MatMul', [x, y])[0]
+        return onnx_swap_last(b, z, out_ndim) if tout else z
+
+    def convert(b, xs, ys, gys, wanted):
+        a, b_ = xs
+        gy, = gys
+        found = []
+        for k, (x, y, tx, ty, tout, ndims) in enumerate((
+                (gy, b_, tc, not tb, ta, (out_ndim, len(shapes[1]))),
+                (a, gy, not ta, tc, tb, (len(shapes[0]), out_ndim)))):
+            found.append(onnx_sum_to(
+                b, product(b, x, y, tx, ty, tout, ndims),
+                batch + shapes[k][-2:], shapes[k]) if wanted[k] else None)
+        return tuple(found)
+    return convert
 
 
 def _outer(u, v, trans, to_vector):

@@ -9,6 +9,7 @@ from chainer.functions.normalization import layer_normalization
 from chainer.functions.normalization import local_response_normalization
 from chainer import utils
 
+from chainerjit import errors
 from chainerjit.ops import ForwardMemo
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -294,7 +295,8 @@ def lower_layer_normalization(node, ctx):
         return layer_norm(x, gamma, beta, out)
     alike = xp is numpy and len(set(ctx.in_dtypes)) == 1
     return Kernel(layer_norm, attrs={'eps': eps},
-                  grad=GradRule(_layer_norm_grad(xp, eps), inputs=(0, 1)),
+                  grad=GradRule(_layer_norm_grad(xp, eps), inputs=(0, 1),
+                                onnx=_layer_norm_grad_to_onnx(eps, ctx)),
                   onnx=_layer_norm_to_onnx(eps), fresh=True,
                   into=into if alike else None)
 
@@ -358,6 +360,53 @@ def _layer_norm_grad(xp, eps):
         g_x_2 = g_mu * (1. / n_units)
         return g_x_1 + g_x_2, g_gamma, g_beta
     return grad
+
+
+def _layer_norm_grad_to_onnx(eps, ctx):
+    """:func:`_layer_norm_grad`'s formulas in ONNX, for a 2-D ``x`` and one
+    dtype."""
+    dtype = ctx.in_dtypes[0]
+    n_units = ctx.in_shapes[0][-1]
+
+    def convert(b, xs, ys, gys, wanted):
+        if len(ctx.in_shapes[0]) != 2 or len(set(ctx.in_dtypes)) != 1:
+            raise errors.ExportError('this gradient of LayerNormalization '
+                                     'cannot be exported')
+
+        def c(value):
+            return b.constant(numpy.asarray(value, dtype))
+
+        def op(op_type, *ins, **attrs):
+            return b.op(op_type, list(ins), **attrs)[0]
+
+        def rows_sum(v):
+            return op('ReduceSum', v, b.int64s([1]), keepdims=1)
+        x, gamma = xs[0], xs[1]
+        gy, = gys
+        columns = b.int64s([0])
+        g_beta = op('ReduceSum', gy, columns, keepdims=0) \
+            if wanted[2] else None
+        mu = op('ReduceMean', x, axes=[1], keepdims=1)
+        x_mu = op('Sub', x, mu)
+        var = op('ReduceMean', op('Mul', x_mu, x_mu), axes=[1], keepdims=1)
+        var_eps = op('Add', var, c(eps))
+        inv_std = op('Div', c(1), op('Sqrt', var_eps))
+        g_gamma = op('ReduceSum', op('Mul', gy, op('Mul', x_mu, inv_std)),
+                     columns, keepdims=0) if wanted[1] else None
+        if not wanted[0]:
+            return None, g_gamma, g_beta
+        g_x_hat = op('Mul', gy, gamma)
+        g_inv_std = rows_sum(op('Mul', g_x_hat, x_mu))
+        g_x_mu_1 = op('Mul', g_x_hat, inv_std)
+        g_std = op('Mul', g_inv_std, op('Div', c(-1), var_eps))
+        g_var = op('Mul', op('Mul', g_std, c(0.5)), inv_std)
+        g_squ_x_mu = op('Mul', g_var, c(1. / n_units))
+        g_x_mu_2 = op('Mul', op('Mul', g_squ_x_mu, c(2)), x_mu)
+        g_x_1 = op('Add', g_x_mu_1, g_x_mu_2)
+        g_mu = op('Mul', rows_sum(g_x_1), c(-1))
+        g_x_2 = op('Mul', g_mu, c(1. / n_units))
+        return op('Add', g_x_1, g_x_2), g_gamma, g_beta
+    return convert
 
 
 @lowering(l2_normalization.NormalizeL2)
