@@ -36,7 +36,8 @@ def lower_max_pooling_nd(node, ctx):
     forward = _max_pool_tiles(node.ksize) if tiles else _max_pool(node, ctx)
     return Kernel(forward, attrs=_nd_attrs(node),
                   grad=GradRule(_max_pool_grad(node, ctx, tiles),
-                                inputs=(0,)),
+                                inputs=(0,),
+                                onnx=_max_pool_grad_to_onnx(node, ctx)),
                   onnx=_max_pool_to_onnx(node), lengths=rows_follow_first)
 
 
@@ -211,18 +212,21 @@ def _export_error(message):
     return ExportError(message)
 
 
-def _grown_axes(b, ksize, stride, pad):
+def _grown_axes(b, ksize, stride, pad, shapes=None):
     """The axes where Chainer's ``cover_all`` added an output element
-    (checking that every other axis has the plain size)."""
+    (checking that every other axis has the plain size); ``shapes``: the
+    pooling's input and output shapes, if not the node's being
+    converted."""
+    in_shape, out_shape = shapes or (b.in_shapes[0], b.out_shapes[0])
     grown = []
     for i, (k, s, p) in enumerate(zip(ksize, stride, pad)):
-        d, out = b.in_shapes[0][2 + i], b.out_shapes[0][2 + i]
+        d, out = in_shape[2 + i], out_shape[2 + i]
         plain = (d + 2 * p - k) // s + 1
         if out == plain + 1 and out == (d + 2 * p - k + s - 1) // s + 1:
             grown.append(i)
         elif out != plain:
             raise _export_error('unexpected pooling output size %s'
-                                % (b.out_shapes[0],))
+                                % (out_shape,))
     return grown
 
 
@@ -231,22 +235,48 @@ def _max_pool_to_onnx(node):
     Where ``cover_all`` adds an output, that is ``ceil_mode=1``, unless
     the last window would start in the padding (onnxruntime drops it;
     Chainer gives ``-inf``)."""
-    ksize, stride, pad = list(node.ksize), list(node.stride), list(node.pad)
-
     def convert(b, ins, outs):
-        attrs = {}
-        grown = _grown_axes(b, ksize, stride, pad)
-        if grown:
-            attrs['ceil_mode'] = 1
-            for i, (s, p) in enumerate(zip(stride, pad)):
-                d, out = b.in_shapes[0][2 + i], b.out_shapes[0][2 + i]
-                if (out - 1) * s >= d + p:
-                    raise _export_error(
-                        'MaxPoolingND with cover_all=True: a window of '
-                        'only padding cannot be exported; use '
-                        'cover_all=False or a pad that avoids it')
-        b.op('MaxPool', ins, outs, kernel_shape=ksize, strides=stride,
-             pads=pad + pad, **attrs)
+        b.op('MaxPool', ins, outs, **_max_pool_attrs(
+            b, node, (b.in_shapes[0], b.out_shapes[0])))
+    return convert
+
+
+def _max_pool_attrs(b, node, shapes):
+    """The attributes of the ONNX MaxPool of ``node`` with its input and
+    output ``shapes`` (see :func:`_max_pool_to_onnx`)."""
+    ksize, stride, pad = list(node.ksize), list(node.stride), list(node.pad)
+    attrs = dict(kernel_shape=ksize, strides=stride, pads=pad + pad)
+    if _grown_axes(b, ksize, stride, pad, shapes):
+        attrs['ceil_mode'] = 1
+        for i, (s, p) in enumerate(zip(stride, pad)):
+            d, out = shapes[0][2 + i], shapes[1][2 + i]
+            if (out - 1) * s >= d + p:
+                raise _export_error(
+                    'MaxPoolingND with cover_all=True: a window of '
+                    'only padding cannot be exported; use '
+                    'cover_all=False or a pad that avoids it')
+    return attrs
+
+
+def _max_pool_grad_to_onnx(node, ctx):
+    """Max pooling's gradient in ONNX: each output's gradient added at the
+    position of its window's maximum, the first in the window's order
+    (MaxPool's ``Indices``, the position ``argmax`` picks in Chainer's
+    backward), into zeros of the input's shape."""
+    shapes = (ctx.in_shapes[0], ctx.out_shapes[0])
+    size = int(numpy.prod(shapes[0]))
+
+    def convert(b, xs, ys, gys, wanted):
+        _, indices = b.op('MaxPool', xs[:1], [b.fresh('maxima'),
+                                              b.fresh('argmax')],
+                          **_max_pool_attrs(b, node, shapes))
+        flat = b.int64s([-1])
+        zeros = b.constant(numpy.zeros(size, ctx.in_dtypes[0]))
+        added = b.op('ScatterElements', [
+            zeros, b.op('Reshape', [indices, flat])[0],
+            b.op('Reshape', [gys[0], flat])[0]], axis=0,
+            reduction='add')[0]
+        return b.op('Reshape', [added, b.int64s(list(shapes[0]))])[0],
     return convert
 
 

@@ -337,6 +337,33 @@ def test_convolutions_train_in_onnxruntime(rng, stride, dilate):
         entry.describe_backend()
 
 
+class _PooledLoss(_ConvLoss):
+    """A max pooling after a ReLU (windows of zeros: ties) before the
+    second convolution."""
+
+    def __init__(self, ksize, stride, pad):
+        super().__init__()
+        self.pooling = dict(ksize=ksize, stride=stride, pad=pad)
+
+    def forward(self, x, t):
+        h = F.max_pooling_2d(F.relu(self.c1(x)), **self.pooling)
+        return F.softmax_cross_entropy(self.fc(F.relu(self.c2(h))), t)
+
+
+@pytest.mark.parametrize('ksize, stride, pad', [(2, 2, 0), (3, 2, 1),
+                                                (3, 1, 0), (2, 1, 0)])
+def test_max_pooling_trains_in_onnxruntime(rng, ksize, stride, pad):
+    def model():
+        net = _PooledLoss(ksize, stride, pad)
+        net(*_images(numpy.random.RandomState(0)))
+        return net
+    jitted = _train_twins(model, _images, rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().endswith(
+        'forward in onnxruntime; backward in onnxruntime'), \
+        entry.describe_backend()
+
+
 def _images(rng):
     return (rng.randn(3, 2, 7, 8).astype(F32),
             rng.randint(0, 3, 3).astype(numpy.int32))
@@ -349,7 +376,7 @@ class _EncoderLoss(chainer.Chain):
             self.block = models.EncoderBlock(d_model=8, n_heads=2, d_ff=16)
 
     def forward(self, x):
-        return F.sum(self.block(x) ** 2)
+        return F.mean(self.block(x) ** 2)
 
 
 def test_a_transformer_block_trains_in_onnxruntime(rng):
