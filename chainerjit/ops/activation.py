@@ -90,8 +90,16 @@ def lower_leaky_relu(node, ctx):
         cond = xs[0] if on_input else ys[0]
         gy, = gys
         return where(cond <= 0, slope_t * gy, gy),
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        cond = xs[0] if on_input else ys[0]
+        gy, = gys
+        below = b.op('LessOrEqual', [cond, b.constant(numpy.zeros(
+            (), ctx.in_dtypes[0]))])[0]
+        sloped = b.op('Mul', [b.constant(numpy.asarray(slope_t)), gy])[0]
+        return b.op('Where', [below, sloped, gy])[0],
     grad = GradRule(grad, inputs=(0,) if on_input else (),
-                    outputs=() if on_input else (0,))
+                    outputs=() if on_input else (0,), onnx=grad_to_onnx)
     onnx = onnx_op('LeakyRelu', alpha=slope)
     if ctx.xp is not numpy:
         # forward_gpu: ``y = x <= 0 ? (T)(slope * x) : x``, no mask.
@@ -227,9 +235,15 @@ def lower_log_softmax(node, ctx):
         # As LogSoftmaxGrad.forward without cuDNN.
         gy, = gys
         return gy - exp(ys[0]) * gy.sum(axis=axis, keepdims=True),
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        gy, = gys
+        total = b.op('ReduceSum', [gy, b.int64s([axis])], keepdims=1)[0]
+        return b.op('Sub', [gy, b.op('Mul', [
+            b.op('Exp', ys)[0], total])[0]])[0],
     return Kernel(log_softmax_rows if rows else
                   lambda x: x - logsumexp(x, axis), {'axis': axis},
-                  grad=GradRule(grad, outputs=(0,)),
+                  grad=GradRule(grad, outputs=(0,), onnx=grad_to_onnx),
                   onnx=onnx_op('LogSoftmax', axis=axis))
 
 

@@ -285,6 +285,8 @@ GRADIENT_FORMS = {
     'transpose': lambda x, w: F.sum(F.transpose(x * w) * F.transpose(
         F.broadcast_to(w * w, x.shape))),
     'softmax': lambda x, w: F.sum(F.softmax(x * w, axis=1) * x),
+    'log_softmax': lambda x, w: F.sum(F.log_softmax(x * w) * x),
+    'leaky_relu': lambda x, w: F.sum(F.leaky_relu(x * w, 0.2) ** 2),
     'split_axis': lambda x, w: F.sum(F.split_axis(x * w, [2, 5], 1)[1] ** 2),
     'matmul': lambda x, w: F.sum(F.matmul(
         F.reshape(x * w, (2, 2, 6)), F.reshape(x, (2, 2, 6)),
