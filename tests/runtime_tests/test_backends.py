@@ -196,6 +196,17 @@ def _train_twins(model_class, make_batch, rng, steps=4, **jit_options):
     return jitted
 
 
+def _trains_whole_in_onnxruntime(model_class, make_batch, rng):
+    """:func:`_train_twins` with ``backend='onnxruntime'``, where the
+    training forward and backward each run in one session."""
+    jitted = _train_twins(model_class, make_batch, rng,
+                          backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().endswith(
+        'forward in onnxruntime; backward in onnxruntime'), \
+        entry.describe_backend()
+
+
 class _MLPLoss(chainer.Chain):
     """An MLP's softmax cross entropy (a label ignored), and its logits,
     which no gradient reaches."""
@@ -298,14 +309,9 @@ GRADIENT_FORMS = {
 
 @pytest.mark.parametrize('name', sorted(GRADIENT_FORMS))
 def test_gradients_with_onnx_forms_train_in_onnxruntime(rng, name):
-    def model():
-        return _Parametric(GRADIENT_FORMS[name])
-    jitted = _train_twins(model, lambda rng: (rng.randn(4, 6).astype(
-        F32),), rng, backend='onnxruntime')
-    entry, = jitted.cache_entries()
-    assert entry.describe_backend().endswith(
-        'forward in onnxruntime; backward in onnxruntime'), \
-        entry.describe_backend()
+    _trains_whole_in_onnxruntime(
+        lambda: _Parametric(GRADIENT_FORMS[name]),
+        lambda rng: (rng.randn(4, 6).astype(F32),), rng)
 
 
 class _ConvLoss(chainer.Chain):
@@ -328,15 +334,8 @@ class _ConvLoss(chainer.Chain):
 @pytest.mark.parametrize('stride, dilate', [(1, 1), (2, 1), (1, 2),
                                             (3, 2)])
 def test_convolutions_train_in_onnxruntime(rng, stride, dilate):
-    def model():
-        net = _ConvLoss(stride, dilate)
-        net(*_images(numpy.random.RandomState(0)))  # (the linear's size)
-        return net
-    jitted = _train_twins(model, _images, rng, backend='onnxruntime')
-    entry, = jitted.cache_entries()
-    assert entry.describe_backend().endswith(
-        'forward in onnxruntime; backward in onnxruntime'), \
-        entry.describe_backend()
+    _trains_whole_in_onnxruntime(
+        lambda: _sized(_ConvLoss(stride, dilate)), _images, rng)
 
 
 class _PooledLoss(_ConvLoss):
@@ -355,20 +354,19 @@ class _PooledLoss(_ConvLoss):
 @pytest.mark.parametrize('ksize, stride, pad', [(2, 2, 0), (3, 2, 1),
                                                 (3, 1, 0), (2, 1, 0)])
 def test_max_pooling_trains_in_onnxruntime(rng, ksize, stride, pad):
-    def model():
-        net = _PooledLoss(ksize, stride, pad)
-        net(*_images(numpy.random.RandomState(0)))
-        return net
-    jitted = _train_twins(model, _images, rng, backend='onnxruntime')
-    entry, = jitted.cache_entries()
-    assert entry.describe_backend().endswith(
-        'forward in onnxruntime; backward in onnxruntime'), \
-        entry.describe_backend()
+    _trains_whole_in_onnxruntime(
+        lambda: _sized(_PooledLoss(ksize, stride, pad)), _images, rng)
 
 
 def _images(rng):
     return (rng.randn(3, 2, 7, 8).astype(F32),
             rng.randint(0, 3, 3).astype(numpy.int32))
+
+
+def _sized(net):
+    """``net`` after one call, which sizes its linear layer."""
+    net(*_images(numpy.random.RandomState(0)))
+    return net
 
 
 class _EncoderLoss(chainer.Chain):
@@ -382,12 +380,8 @@ class _EncoderLoss(chainer.Chain):
 
 
 def test_a_transformer_block_trains_in_onnxruntime(rng):
-    jitted = _train_twins(_EncoderLoss, lambda rng: (rng.randn(
-        2, 5, 8).astype(F32),), rng, backend='onnxruntime')
-    entry, = jitted.cache_entries()
-    assert entry.describe_backend().endswith(
-        'forward in onnxruntime; backward in onnxruntime'), \
-        entry.describe_backend()
+    _trains_whole_in_onnxruntime(_EncoderLoss, lambda rng: (rng.randn(
+        2, 5, 8).astype(F32),), rng)
 
 
 def test_numpy_backend_trains_on_the_vm(rng):
