@@ -7,7 +7,6 @@ import os
 import weakref
 
 import chainer
-import numpy
 
 from chainerjit import errors
 from chainerjit import fastpaths
@@ -22,6 +21,7 @@ from chainerjit.runtime import budget
 from chainerjit.runtime import cache as cache_module
 from chainerjit.runtime import compile as pipeline
 from chainerjit.runtime import ragged
+from chainerjit.runtime import undo
 
 
 logger = logging.getLogger('chainerjit')
@@ -244,10 +244,9 @@ class JitFunction(_calls.CachedCall):
         make that length differ. On a difference the function stops making
         lengths (or batch sizes) symbolic. The call returns eager's
         result."""
-        draws = numpy.random.get_state()  # dropout draws the same again
-        # and batch normalization updates its running averages once
-        updated = pipeline.state_params(entry.graph)
-        saved = [params[i].copy() for i in updated]
+        # Dropout draws the same again and batch normalization updates its
+        # running averages once.
+        snapshot = undo.Snapshot(entry.graph, params)
         try:
             outs = entry.program.run(signature.leaf_arrays(leaves) + params
                                      + symbols)
@@ -257,9 +256,7 @@ class JitFunction(_calls.CachedCall):
             # as wrong as another result; a branch is the guard's to judge.
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
-        numpy.random.set_state(draws)
-        for i, array in zip(updated, saved):
-            params[i][...] = array
+        snapshot.restore()
         result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
             return result

@@ -73,7 +73,7 @@ def session_kernel(graph, providers=None, frozen=None, batch=None):
     inputs, parameters and symbols, and returns its outputs."""
     frozen = list(frozen or [None] * len(graph.params))
     model, input_names, output_names = to_onnx(graph, frozen, batch)
-    session = _session(model, providers)
+    run_session = _runner(_session(model, providers))
     n_args = len(graph.inputs)
     fed = list(range(n_args)) + [
         n_args + i for i, array in enumerate(frozen) if array is None]
@@ -89,22 +89,37 @@ def session_kernel(graph, providers=None, frozen=None, batch=None):
                     'a frozen parameter was replaced or made writable')
         feed = dict(zip(input_names, [arrays[i] for i in fed] + [
             numpy.asarray(arrays[i], numpy.int64) for i in symbols]))
-        return tuple(session.run(output_names, feed))
+        return tuple(run_session(output_names, feed))
 
     return ops.Kernel(run, multi=True)
 
 
-def region_program(graph, providers=None):
+def _runner(session):
+    """``session.run`` without its checks of the feed, which cost more
+    than a small model's whole run (a third of an MLP's at batch 1): the
+    kernels above always feed every input the session has, as NumPy
+    arrays. Falls back to ``session.run`` where onnxruntime has no
+    ``_sess`` (its binding) to call."""
+    binding = getattr(session, '_sess', None)
+    if binding is None or not hasattr(binding, 'run'):
+        return session.run
+    return lambda output_names, feed: binding.run(output_names, feed, None)
+
+
+def region_program(graph, providers=None, vm_when_faster=False):
     """A program running each longest run of consecutive nodes that
     convert to ONNX as an onnxruntime session of its own, and the nodes
-    between them (no converter) on the VM. Returns ``(program, number of
-    sessions, names of the nodes left to the VM)``.
+    between them (no converter) on the VM. With ``vm_when_faster``, the
+    nodes whose converter is marked ``ops.vm_faster_on_cpu`` run on the
+    VM too. Returns ``(program, number of sessions, names of the nodes
+    left to the VM)``.
 
     Raises:
         chainerjit.errors.ExportError: no node converts.
     """
     names = onnx_graph.names_of(graph)
-    converts = [_converts(node, names) for node in graph.nodes]
+    converts = [_converts(node, names) and not (
+        vm_when_faster and vm_faster_on_cpu(node)) for node in graph.nodes]
     if not any(converts):
         raise errors.ExportError('no node converts to ONNX')
     split = ir.Graph(graph.name)
@@ -127,6 +142,13 @@ def region_program(graph, providers=None):
     left = [node.op for nodes, on_ort in runs if not on_ort
             for node in nodes]
     return codegen.compile_graph(split), sum(1 for _, o in runs if o), left
+
+
+def vm_faster_on_cpu(node):
+    """Does the VM run ``node`` faster than onnxruntime on the CPU (its
+    converter is marked so: ``ops.vm_faster_on_cpu``)?"""
+    return node.kernel.onnx is not None and \
+        ops.is_vm_faster_on_cpu(node.kernel.onnx)
 
 
 def _converts(node, names):

@@ -160,6 +160,24 @@ def rows_follow_first(rows):
     return Follow((rows[0],))
 
 
+def vm_faster_on_cpu(convert):
+    """An ONNX converter doing what ``convert`` does, marked as one whose
+    form onnxruntime runs slower on the CPU than the VM runs the node's
+    own kernel (a max pooling's gradient: onnxruntime has no fast
+    scatter of window maxima). ``backend='auto'`` then also measures the
+    program with such nodes on the VM between sessions
+    (``runtime.backends``)."""
+    def marked(*args):
+        return convert(*args)
+    marked.vm_faster_on_cpu = True
+    return marked
+
+
+def is_vm_faster_on_cpu(convert):
+    """Was ``convert`` marked by :func:`vm_faster_on_cpu`?"""
+    return getattr(convert, 'vm_faster_on_cpu', False)
+
+
 #: The dtypes that the C loops (``chainerjit.ops._loops_*``) take.
 LOOP_DTYPES = (numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
 

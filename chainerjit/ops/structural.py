@@ -17,12 +17,14 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.ops import Follow
+from chainerjit.ops import draws_only
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_indexed
 from chainerjit.ops import rows_joined
 from chainerjit.ops import takes_axes
+from chainerjit.ops import updates_inputs_only
 from chainerjit.ops.scratch import Scratch
 
 LOOP = 'loop'
@@ -66,6 +68,30 @@ def side_effect_free(nodes, guards):
         elif not node.pure:
             return False
     return True
+
+
+def undoable(nodes, loops=False, guards=True, in_loop=False):
+    """No node has side effects but guards (where ``guards``), draws from
+    NumPy's global random generator (dropout) and updates of model
+    arrays it takes (batch normalization's running averages, outside
+    loops: :func:`state_params`): putting the generator's state and those
+    arrays back undoes a run. With ``loops``, in the bodies of loop
+    regions too (else none may be)."""
+    return all(undoable(node.region.body.nodes, loops, guards, True)
+               if node.region is not None and loops else
+               node.region is None and (
+                   node.pure or (guards and is_guard(node)) or
+                   draws_only(node.op) or
+                   (updates_inputs_only(node.op) and not in_loop))
+               for node in nodes)
+
+
+def state_params(graph):
+    """The indexes in ``graph.params`` of the model arrays its nodes update
+    (``ops.updates_inputs_only``)."""
+    updated = set(v for node in graph.nodes
+                  if updates_inputs_only(node.op) for v in node.inputs)
+    return [i for i, v in enumerate(graph.params) if v in updated]
 
 
 def is_exit(node):

@@ -583,11 +583,12 @@ class _RuleCall(object):
         the rule's ``fn.factors``) it returns the rule's factors."""
         wanted = tuple(ops.FACTORS if i in factors_of else w
                        for i, w in enumerate(self.wanted))
+        onnx = None if self.onnx is None or factors_of else self._to_onnx
+        if onnx is not None and ops.is_vm_faster_on_cpu(self.onnx):
+            onnx = ops.vm_faster_on_cpu(onnx)
         return ops.Kernel(_grad_kernel(
             self.fn, self.n_in, self.n_out, self.kept_inputs,
-            self.kept_outputs, self.has_gy, wanted), multi=True,
-            onnx=None if self.onnx is None or factors_of else
-            self._to_onnx)
+            self.kept_outputs, self.has_gy, wanted), multi=True, onnx=onnx)
 
     def _to_onnx(self, b, ins, outs):
         """Converts the gradient node: the rule's converter gets the kept

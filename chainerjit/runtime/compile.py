@@ -316,7 +316,7 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     why = ragged.why_fixed(graph, dict(
         (leaf, ops.Rows.of_item(leaf, sig.items[leaf][1].shape[0]))
         for leaf in leaves), recording.length_uses, names)
-    if why is None and not _draws_only(graph.nodes):
+    if why is None and not structural.undoable(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
         # NumPy's generator restored in between.
         why = _SIDE_EFFECTS
@@ -331,7 +331,7 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
 
 
 #: Why sizes stay in the key of a program that a check at another size
-#: could not undo (``_draws_only``).
+#: could not undo (``structural.undoable``).
 _SIDE_EFFECTS = 'the program has side effects (a state update other than ' \
     'batch normalization\'s, a random draw other than dropout)'
 
@@ -343,7 +343,7 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
     if caller.backend == 'onnxruntime':
         return None, None  # runtime.batch widens its sessions instead
     rows, why = None, _SIDE_EFFECTS
-    if _draws_only(graph.nodes, loops=True):
+    if structural.undoable(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
         leaf, axis = batched.batch_axes()[0]
@@ -363,30 +363,6 @@ def _sizes_checked(sizes):
     if isinstance(sizes, ragged.Ragged):
         return sizes.recorded
     return sizes.checked_as(sizes.recorded)
-
-
-def _draws_only(nodes, loops=False, in_loop=False):
-    """No node has side effects but guards, draws from NumPy's global
-    random generator (dropout) and updates of model arrays it takes
-    (batch normalization's running averages, outside loops:
-    ``state_params``); with ``loops``, in the bodies of loop regions too
-    (else none may be)."""
-    return all(_draws_only(node.region.body.nodes, loops, True)
-               if node.region is not None and loops else
-               node.region is None and (
-                   node.pure or structural.is_guard(node) or
-                   ops.draws_only(node.op) or
-                   (ops.updates_inputs_only(node.op) and not in_loop))
-               for node in nodes)
-
-
-def state_params(graph):
-    """The indexes in ``graph.params`` of the model arrays its nodes update
-    (``ops.updates_inputs_only``), which a check at another size saves
-    before running the program and restores after."""
-    updated = set(v for node in graph.nodes
-                  if ops.updates_inputs_only(node.op) for v in node.inputs)
-    return [i for i, v in enumerate(graph.params) if v in updated]
 
 
 def _with_line(reason, loc):

@@ -135,6 +135,7 @@ def test_channel_statistics_refuse_arrays_they_do_not_take(rng):
         x, mean, mean)  # one array
 
 
+@pytest.mark.bit_exact
 def test_batch_normalization_of_a_convolution_uses_the_channel_loops(
         monkeypatch, rng):
     """In training, a convolution's output (channels-last in memory) gets
@@ -201,6 +202,7 @@ def test_test_mode_normalization_of_a_convolution_is_one_loop(
     assert y.array.strides == block(*args[0]).array.strides
 
 
+@pytest.mark.bit_exact
 @pytest.mark.parametrize('channels', [1, 4])
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
 def test_a_pooled_convolution_block_trains_as_eager_bit_for_bit(

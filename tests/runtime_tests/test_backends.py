@@ -12,6 +12,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from chainerjit.backend import ort
 from examples import models
 
 pytest.importorskip('onnxruntime')
@@ -40,6 +41,28 @@ def test_mlp_runs_in_onnxruntime(rng, batch):
     _inference(jitted, model.forward, calls)
     assert _backends(jitted) == ['onnxruntime']
     assert jitted.cache_info().compiled == 3
+
+
+def test_inputs_that_are_not_contiguous_run_in_onnxruntime(rng):
+    # The session is called through onnxruntime's binding, without the
+    # checks of its Python wrapper: strided and Fortran-ordered inputs
+    # must still be read element for element.
+    model = models.MLP()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    calls = [(rng.randn(4, 2 * 784).astype(F32)[:, ::2],),
+             (numpy.asfortranarray(rng.randn(4, 784).astype(F32)),),
+             (rng.randn(784, 4).astype(F32).T,)]
+    _inference(jitted, model.forward, calls)
+    assert set(_backends(jitted)) == {'onnxruntime'}
+
+
+def test_a_session_without_a_binding_is_run_through_its_wrapper():
+    class Session(object):
+        def run(self, output_names, feed):
+            return [feed[name] for name in output_names]
+
+    run = ort._runner(Session())
+    assert run(['x'], {'x': 1}) == [1]
 
 
 def test_lenet_with_batch_normalization_runs_in_onnxruntime(rng):
@@ -358,6 +381,24 @@ def test_max_pooling_trains_in_onnxruntime(rng, ksize, stride, pad):
         lambda: _sized(_PooledLoss(ksize, stride, pad)), _images, rng)
 
 
+@pytest.mark.parametrize('ksize', [2, (2, 3), 3])
+def test_max_pooling_gradient_goes_to_each_windows_first_maximum(rng, ksize):
+    # Windows that tile the input (2x2, 2x3 and 3x3 on 6x6), of integers
+    # in three values: most windows hold ties, and the gradient of x
+    # shows which position each window's gradient went to.
+    def pooled(x):
+        return F.max_pooling_2d(x, ksize) * 1.5
+
+    jitted = chainerjit.jit(pooled, backend='onnxruntime')
+    calls = [(rng.randint(-1, 2, (2, 3, 6, 6)).astype(F32),)
+             for _ in range(3)]
+    testing.assert_jit_grads_match_eager(pooled, calls, rtol=0, atol=0,
+                                         jitted=jitted)
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().endswith('backward in onnxruntime'), \
+        entry.describe_backend()
+
+
 def _images(rng):
     return (rng.randn(3, 2, 7, 8).astype(F32),
             rng.randint(0, 3, 3).astype(numpy.int32))
@@ -536,6 +577,113 @@ def test_auto_keeps_whichever_side_measured_faster(rng, monkeypatch, faster):
     entry, = jitted.cache_entries()
     assert entry.backend == faster
     assert entry.backend_times[faster] == 1.0
+
+
+@pytest.mark.parametrize('fastest', ['all', 'split'])
+def test_auto_measures_max_pooling_gradients_on_the_vm_too(
+        rng, monkeypatch, fastest):
+    # The backward runs in one session (every gradient converts), or in
+    # sessions with the max pooling's gradient on the VM between them
+    # (onnxruntime has no fast form of it): the faster measured is kept.
+    from chainerjit.runtime import backends
+
+    def measured(program, inputs):
+        names = program.kernel_names
+        if 'OnnxRuntime' not in names:
+            return 3.0  # the VM's program
+        return 1.0 if (len(names) > 1) == (fastest == 'split') else 2.0
+    monkeypatch.setattr(backends, '_median_seconds', measured)
+    jitted = _train_twins(lambda: _sized(_PooledLoss(2, 2, 0)), _images,
+                          rng, backend='auto')
+    entry, = jitted.cache_entries()
+    backward = entry.describe_backend().split('backward ')[1]
+    assert backward.startswith('in onnxruntime')
+    assert ('on the VM: MaxPoolingNDGrad' in backward) == (
+        fastest == 'split'), backward
+
+
+class _NormalizedLoss(chainer.Chain):
+    """Convolutions with biases before batch normalizations in training
+    (running averages updated; a bias's gradient zero but for rounding),
+    and dropout."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(2, 4, 3, pad=1)
+            self.bn1 = L.BatchNormalization(4)
+            self.c2 = L.Convolution2D(4, 3, 3, pad=1)
+            self.bn2 = L.BatchNormalization(3)
+            self.fc = L.Linear(None, 3)
+
+    def forward(self, x, t):
+        h = F.max_pooling_2d(F.relu(self.bn1(self.c1(x))), 2)
+        h = F.dropout(F.relu(self.bn2(self.c2(h))), 0.25)
+        return F.softmax_cross_entropy(self.fc(h), t)
+
+
+def test_batch_normalization_trains_on_the_vm_between_sessions(rng):
+    # The forward's batch normalizations and dropout run on the VM, the
+    # rest in sessions; choosing runs the forward several times, which
+    # must leave the running averages as eager leaves them (and draw the
+    # dropout masks eager draws).
+    def images(rng):
+        return (rng.randn(4, 2, 8, 8).astype(F32),
+                rng.randint(0, 3, 4).astype(numpy.int32))
+
+    def model():
+        net = _NormalizedLoss()
+        net(*images(numpy.random.RandomState(0)))
+        return net
+
+    numpy.random.seed(3)
+    eager, twin = model(), model()
+    twin.copyparams(eager)
+    for name in ('bn1', 'bn2'):
+        for array in ('avg_mean', 'avg_var'):
+            getattr(twin[name], array)[...] = getattr(eager[name], array)
+    jitted = chainerjit.jit(twin.forward, backend='onnxruntime')
+    for step in range(4):
+        batch = images(rng)
+        losses = []
+        for m, fn in ((eager, eager.forward), (twin, jitted)):
+            numpy.random.seed(step)  # the same dropout masks
+            m.cleargrads()
+            loss = fn(*batch)
+            loss.backward()
+            losses.append(float(loss.array))
+        numpy.testing.assert_allclose(losses[1], losses[0], rtol=1e-4)
+        for (name, p), (_, q) in zip(sorted(eager.namedparams()),
+                                     sorted(twin.namedparams())):
+            numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-4,
+                                          atol=1e-5, err_msg=name)
+        for name in ('bn1', 'bn2'):
+            for array in ('avg_mean', 'avg_var'):
+                numpy.testing.assert_allclose(
+                    getattr(twin[name], array), getattr(eager[name], array),
+                    rtol=1e-5, err_msg=name + '.' + array)
+    entry, = jitted.cache_entries()
+    note = entry.describe_backend()
+    assert 'forward in onnxruntime in 4 sessions; on the VM: ' \
+        'BatchNormalization, BatchNormalization, Dropout' in note, note
+
+
+def test_rounding_noise_widens_the_tolerance_where_sums_cancel():
+    from chainerjit.runtime import backends
+    expected = numpy.array([2e-5, 1.0], F32)
+    actual = numpy.array([4e-5, 1.0], F32)
+    assert not backends.arrays_close(actual, expected)
+    assert backends.arrays_close(actual, expected,
+                                 numpy.array([1.5e-5, 1.0], F32))
+    assert not backends.arrays_close(actual, expected,
+                                     numpy.array([1.9e-5, 1.0], F32))
+    labels = numpy.arange(3, dtype=numpy.int32)
+    floats = numpy.ones(1000, F32)
+    nudged_labels, nudged = backends._nudged([labels, floats])
+    assert nudged_labels is labels
+    moved = numpy.abs(nudged - floats)
+    assert moved.max() <= backends.NUDGE * numpy.finfo(F32).eps
+    assert moved.max() > 0
 
 
 def test_a_classifier_in_evaluation_runs_in_onnxruntime(rng):
