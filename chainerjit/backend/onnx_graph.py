@@ -71,6 +71,10 @@ class Builder(object):
             op_type, list(inputs), list(outputs), **attrs))
         return list(outputs)
 
+    def single(self, op_type, *inputs, **attrs):
+        """Adds a node of one output on ``inputs``; returns its name."""
+        return self.op(op_type, inputs, **attrs)[0]
+
     def constant(self, array, name=None):
         """Adds an initializer holding ``array``; returns its name."""
         import onnx.numpy_helper

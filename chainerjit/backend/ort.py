@@ -119,7 +119,7 @@ def region_program(graph, providers=None, vm_when_faster=False):
     """
     names = onnx_graph.names_of(graph)
     converts = [_converts(node, names) and not (
-        vm_when_faster and vm_faster_on_cpu(node)) for node in graph.nodes]
+        vm_when_faster and runs_faster_on_vm(node)) for node in graph.nodes]
     if not any(converts):
         raise errors.ExportError('no node converts to ONNX')
     split = ir.Graph(graph.name)
@@ -144,7 +144,7 @@ def region_program(graph, providers=None, vm_when_faster=False):
     return codegen.compile_graph(split), sum(1 for _, o in runs if o), left
 
 
-def vm_faster_on_cpu(node):
+def runs_faster_on_vm(node):
     """Does the VM run ``node`` faster than onnxruntime on the CPU (its
     converter is marked so: ``ops.vm_faster_on_cpu``)?"""
     return node.kernel.onnx is not None and \

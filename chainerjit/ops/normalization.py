@@ -376,8 +376,7 @@ def _layer_norm_grad_to_onnx(eps, ctx):
         def c(value):
             return b.constant(numpy.asarray(value, dtype))
 
-        def op(op_type, *ins, **attrs):
-            return b.op(op_type, list(ins), **attrs)[0]
+        op = b.single
 
         def rows_sum(v):
             return op('ReduceSum', v, b.int64s([1]), keepdims=1)

@@ -307,9 +307,7 @@ def _tiled_max_pool_grad_to_onnx(node, ctx):
     windows = (int(numpy.prod(ksize)), int(numpy.prod(pooled)))
 
     def convert(b, xs, ys, gys, wanted):
-        def op(op_type, *inputs, **attrs):
-            return b.op(op_type, list(inputs), **attrs)[0]
-
+        op = b.single
         x = op('Reshape', op('Transpose', op('Reshape', xs[0],
                                              b.int64s(tiled)), perm=perm),
                b.int64s(windows))

@@ -13,7 +13,7 @@ kernels, or onnxruntime sessions (``backend.ort``).
 
 Only a program without side effects is run by onnxruntime: no random or
 stateful node, no node run through Chainer's own code, no branch on an
-array value; and only on the CPU (NumPy arrays). A training program's
+array value; and only on the CPU (NumPy arrays). A training program
 may draw from NumPy's generator (dropout) and update batch
 normalization's running averages: those nodes run on the VM between
 sessions, and the runs that choose are undone (``runtime.undo``). The
@@ -23,6 +23,7 @@ In serving mode (``jit(freeze=True)``) the session
 owns the parameters, which become read-only (``entry.frozen``).
 """
 
+import functools
 import time
 
 import numpy
@@ -120,12 +121,12 @@ def _session_program(graph, providers, frozen, vm_when_faster=False):
     nothing is frozen), sessions for the runs of nodes that do and the
     rest on the VM, with the nodes it runs faster where
     ``vm_when_faster`` (``ort.region_program``)."""
-    try:
-        if not vm_when_faster:
+    if not vm_when_faster:
+        try:
             return ort.session_program(graph, providers, frozen), None
-    except errors.ExportError:
-        if any(array is not None for array in frozen or ()):
-            raise
+        except errors.ExportError:
+            if any(array is not None for array in frozen or ()):
+                raise
     program, sessions, left = ort.region_program(graph, providers,
                                                  vm_when_faster)
     return program, 'in %d session%s; on the VM: %s' % (
@@ -179,6 +180,7 @@ def _part_in_session(backend, providers, training, part, inputs, rewind):
     except Exception as error:
         return 'on the VM (onnxruntime not used: %s)' % first_line(error)
 
+    @functools.lru_cache(maxsize=None)
     def rounding_noise():
         rewind()
         return _copied(program.run(_nudged(inputs)))
@@ -186,53 +188,44 @@ def _part_in_session(backend, providers, training, part, inputs, rewind):
                                         inputs, rewind, rounding_noise)
     if not found:
         return 'on the VM (onnxruntime not used: %s)' % problem
-    session, split, vm_when_faster = found[0]
-    where = 'in onnxruntime%s' % ('' if split is None else ' ' + split)
+    chosen, measured = 0, ''
     if backend == 'auto':
         vm_time = _median_seconds(program, inputs)
-        timed = sorted((_median_seconds(f[0], inputs), k)
-                       for k, f in enumerate(found))
-        best, k = timed[0]
+        best, chosen = min((_median_seconds(f[0], inputs), k)
+                           for k, f in enumerate(found))
         if best >= vm_time:
             return 'on the VM (%.0f us; onnxruntime %.0f us)' % (
                 vm_time * 1e6, best * 1e6)
-        session, split, vm_when_faster = found[k]
-        where = 'in onnxruntime%s (%.0f us; the VM %.0f us)' % (
-            '' if split is None else ' ' + split, best * 1e6, vm_time * 1e6)
-    setattr(training, part, _WhereGiven(
-        session, program, training, providers, part == 'backward',
-        structural.side_effect_free(graph.nodes, guards=False),
-        vm_when_faster))
-    return where
+        measured = ' (%.0f us; the VM %.0f us)' % (best * 1e6, vm_time * 1e6)
+    session, split, vm_when_faster = found[chosen]
+    setattr(training, part, _WhereGiven(session, program, training,
+                                        providers, part == 'backward',
+                                        vm_when_faster))
+    return 'in onnxruntime%s%s' % (
+        '' if split is None else ' ' + split, measured)
 
 
 def _sessions_agreeing(graph, providers, backend, expected, inputs, rewind,
                        rounding_noise):
     """``(programs, problem)``: the session programs of ``graph`` (as
     ``(program, split, vm_when_faster)``: see :func:`_session_program`)
-    whose outputs on ``inputs`` agree with
-    ``expected``; the first runs every node that converts in sessions,
-    and with ``'auto'`` on the CPU a second keeps on the VM the nodes
-    it runs faster (``ort.vm_faster_on_cpu``). ``problem``: why the last
-    tried did not agree, or ``None``. Where they do not, the outputs'
-    sensitivity to rounding (``rounding_noise()``: the VM's outputs on
-    inputs nudged by a few units in the last place) widens the
-    tolerance (:func:`_differs`)."""
-    found, problem, nudged = [], None, []
+    whose outputs on ``inputs`` agree with ``expected`` (:func:`_differs`,
+    with ``rounding_noise``); the first runs every node that converts in
+    sessions, and with ``'auto'`` on the CPU a second keeps on the VM the
+    nodes it runs faster (``ort.runs_faster_on_vm``). ``problem``: why
+    the last tried did not agree, or ``None``."""
+    found, problem = [], None
     splits = [False]
     if backend == 'auto' and _on_cpu(providers) and any(
-            ort.vm_faster_on_cpu(node) for node in graph.nodes):
+            ort.runs_faster_on_vm(node) for node in graph.nodes):
         splits.append(True)
     for vm_when_faster in splits:
         try:
             session, split = _session_program(graph, providers, None,
                                               vm_when_faster)
             rewind()
-            actual = session.run(inputs)
-            problem = _differs(expected, actual)
-            if problem is not None:
-                nudged = nudged or [rounding_noise()]
-                problem = _differs(expected, actual, nudged[0])
+            problem = _differs(expected, session.run(inputs),
+                               rounding_noise)
         except Exception as error:  # no converter, or onnxruntime refused
             problem = first_line(error)
         if problem is None:
@@ -277,13 +270,16 @@ NUDGE = 4
 NOISE_FACTOR = 4
 
 
-def _differs(expected, actual, nudged=None):
+def _differs(expected, actual, rounding_noise=None):
     """What differs between two programs' outputs, or ``None``. With
-    ``nudged`` (the first program's outputs on nudged inputs), an
-    element may also differ by :data:`NOISE_FACTOR` times what the nudge
-    changed it by: a sum that cancels (the gradient of a bias before a
-    batch normalization, zero but for rounding) differs by rounding
-    noise as large as itself between any two orders of adding."""
+    ``rounding_noise`` (a function giving the first program's outputs on
+    :func:`_nudged` inputs, called only where an output is outside the
+    tolerance), an element may also differ by :data:`NOISE_FACTOR` times
+    what the nudge changed it by: a sum that cancels (the gradient of a
+    bias before a batch normalization, zero but for rounding) differs by
+    rounding noise as large as itself between any two orders of
+    adding."""
+    noise = None
     for k, (e, a) in enumerate(zip(expected, actual)):
         if e is None or a is None:
             if e is not a:
@@ -293,7 +289,11 @@ def _differs(expected, actual, nudged=None):
             continue  # a node's Python objects, each run's own
         if e.shape != a.shape or e.dtype != a.dtype:
             return 'output %d has another type' % k
-        if not arrays_close(a, e, None if nudged is None else nudged[k]):
+        if arrays_close(a, e):
+            continue
+        if noise is None and rounding_noise is not None:
+            noise = rounding_noise()
+        if noise is None or not arrays_close(a, e, noise[k]):
             return 'output %d differs from the VM\'s' % k
     return None
 
@@ -323,13 +323,16 @@ class _WhereGiven(object):
     in sessions of its own, made at its first call, where they agree
     with the VM's program there; else the VM's program runs."""
 
-    def __init__(self, session, vm, training, providers, backward, pure,
+    def __init__(self, session, vm, training, providers, backward,
                  vm_when_faster):
         self.session, self.vm = session, vm
         self.training, self.providers = training, providers
         self.vm_when_faster = vm_when_faster  # how the session was split
         self.backward = backward  # (only the backward's may be None)
-        self.pure = pure  # can a failed run be run again on the VM?
+        graph = training.graphs.backward if backward else \
+            training.graphs.forward
+        # Can a failed run be run again on the VM?
+        self.pure = structural.side_effect_free(graph.nodes, guards=False)
         self.absent = {}  # positions of None inputs -> (program, present)
 
     def run(self, inputs):
@@ -367,6 +370,10 @@ class _WhereGiven(object):
         if found is None:
             return None
         graph, present = found
+
+        def rounding_noise():
+            noisy = self.vm.run(_nudged(inputs))
+            return [noisy[k] for k in present]
         try:
             program, _ = _session_program(graph, self.providers, None,
                                           self.vm_when_faster)
@@ -376,7 +383,8 @@ class _WhereGiven(object):
             return None
         if any(expected[k] is not None for k in range(len(expected))
                if k not in present) or _differs(
-                   [expected[k] for k in present], outs) is not None:
+                   [expected[k] for k in present], outs,
+                   rounding_noise) is not None:
             return None
         return program, present
 
@@ -414,13 +422,12 @@ def why_not(graph, inputs, n_outputs=None, undone=False):
     if any(type(a) is not numpy.ndarray for a in inputs
            if not isinstance(a, (int, numpy.integer))):
         return 'the inputs are not all NumPy arrays'
-    if undone and not structural.undoable(graph.nodes, loops=True,
-                                          guards=False):
-        return ('the program has stateful nodes other than batch '
-                'normalization, random ones other than dropout, nodes run '
-                'by Chainer, or a branch on an array value')
-    if not undone and not structural.side_effect_free(graph.nodes,
-                                                      guards=False):
+    if undone:
+        if not structural.undoable(graph.nodes, loops=True, guards=False):
+            return ('the program has stateful nodes other than batch '
+                    'normalization, random ones other than dropout, nodes '
+                    'run by Chainer, or a branch on an array value')
+    elif not structural.side_effect_free(graph.nodes, guards=False):
         return ('the program has random or stateful nodes, nodes run by '
                 'Chainer, or a branch on an array value')
     if _may_return_views(graph, n_outputs):

@@ -677,6 +677,18 @@ def test_rounding_noise_widens_the_tolerance_where_sums_cancel():
                                  numpy.array([1.5e-5, 1.0], F32))
     assert not backends.arrays_close(actual, expected,
                                      numpy.array([1.9e-5, 1.0], F32))
+    # The programs' outputs on nudged inputs are computed once, and only
+    # where an output is outside the tolerance.
+    runs = []
+
+    def rounding_noise():
+        runs.append(1)
+        return [numpy.array([1.5e-5, 1.0], F32)] * 2
+    assert backends._differs([expected] * 2, [expected.copy()] * 2,
+                             rounding_noise) is None and not runs
+    assert backends._differs([expected] * 2, [actual] * 2,
+                             rounding_noise) is None and len(runs) == 1
+    assert backends._differs([expected], [actual]) is not None
     labels = numpy.arange(3, dtype=numpy.int32)
     floats = numpy.ones(1000, F32)
     nudged_labels, nudged = backends._nudged([labels, floats])
