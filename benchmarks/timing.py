@@ -31,20 +31,22 @@ def thread_setting():
 
 
 def blas_info():
-    """Names the BLAS libraries numpy uses, the CPU kernels they chose
-    (OpenBLAS's ``architecture``: ``Prescott`` where it did not recognise
-    the CPU and fell back to SSE3 kernels) and their thread counts."""
+    """Names the BLAS libraries numpy uses and their thread counts, then
+    the kernels each OpenBLAS runs (``Prescott`` where it did not
+    recognise the CPU and fell back to SSE3 kernels, unless chainerjit
+    moved it: ``chainerjit.runtime.blas``)."""
     try:
         import threadpoolctl
     except ImportError:
         return 'unknown (threadpoolctl is not installed)'
     import numpy  # noqa: F401  (loads the BLAS threadpoolctl reports)
+    from chainerjit.runtime import blas
     pools = threadpoolctl.threadpool_info()
-    return '; '.join('%s %s%s (%s, %d threads)' % (
+    return '%s. Kernels: %s' % ('; '.join('%s %s (%s, %d threads)' % (
         pool.get('internal_api'), pool.get('version'),
-        ', %s kernels' % pool['architecture'] if pool.get('architecture')
-        else '', pool.get('threading_layer', pool.get('user_api')),
-        pool.get('num_threads', 0)) for pool in pools) or 'none found'
+        pool.get('threading_layer', pool.get('user_api')),
+        pool.get('num_threads', 0)) for pool in pools) or 'none found',
+        blas.report())
 
 
 def cpu_model():

@@ -17,6 +17,7 @@ from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
 from chainerjit.runtime import backends
 from chainerjit.runtime import batch
+from chainerjit.runtime import blas
 from chainerjit.runtime import budget
 from chainerjit.runtime import cache as cache_module
 from chainerjit.runtime import compile as pipeline
@@ -83,7 +84,7 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
         JitFunction: calls like ``fn`` and has ``cache_info()``,
         ``cache_clear()``, ``cache_entries()`` and ``explain(*args)``.
     """
-    fastpaths.install()
+    _install()
     if backend is None:
         backend = os.environ.get('CHAINERJIT_BACKEND', 'auto')
     backends.check_option(backend, freeze)
@@ -719,8 +720,16 @@ def _note_jitted_link(instance):
         optimizers.jitted_links.add(instance)
 
 
-def _rebuild(fn, instance, options):
+def _install():
+    """What the first use of :func:`jit` sets up for the process: the
+    fast paths into Chainer, and OpenBLAS's kernels for this CPU where it
+    fell back to older ones (``runtime.blas``)."""
     fastpaths.install()
+    blas.use_cpu_kernels()
+
+
+def _rebuild(fn, instance, options):
+    _install()
     return JitFunction(fn, None if instance is None else lambda: instance,
                        options)
 
