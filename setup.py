@@ -73,7 +73,8 @@ setuptools.setup(
          setuptools.Extension('chainerjit.frontend._keys',
                               ['chainerjit/frontend/_keys.pyx']),
          setuptools.Extension('chainerjit.runtime._calls',
-                              ['chainerjit/runtime/_calls.pyx']),
+                              ['chainerjit/runtime/_calls.pyx'],
+                              include_dirs=[numpy.get_include()]),
          setuptools.Extension('chainerjit.fastpaths._native',
                               ['chainerjit/fastpaths/_native.pyx'])] +
         [loops(family) for family in LOOP_FAMILIES],

@@ -4,7 +4,9 @@ Add ``@chainerjit.jit`` to a Chain's ``forward`` (or wrap a bound method
 or a function) and calls with a new input signature are recorded, compiled
 to bytecode and run on a Cython VM from then on. The first use of
 :func:`jit` installs chainerjit's fast paths into Chainer
-(:mod:`chainerjit.fastpaths`); importing chainerjit patches nothing.
+(:mod:`chainerjit.fastpaths`) and moves OpenBLAS off kernels it fell back
+to on a CPU it did not recognise (:mod:`chainerjit.runtime.blas`);
+importing chainerjit changes nothing.
 """
 
 from chainerjit.api import JitFunction  # NOQA

@@ -40,14 +40,17 @@ def available():
     return True
 
 
-def session_program(graph, providers=None, frozen=None, batch=None):
+def session_program(graph, providers=None, frozen=None, batch=None,
+                    read_only=True):
     """A program running ``graph`` as one onnxruntime session.
 
     ``frozen``: one array or ``None`` per parameter of ``graph``. The
     session owns a frozen parameter's values as an initializer (which
-    onnxruntime may fold and prepack); a call checks that the parameter is
-    still that array and still read-only (:func:`freeze` made it so), and
-    fails as a guard does otherwise, so that the call is recorded again.
+    onnxruntime may fold and prepack). With ``read_only``, a call checks
+    that the parameter is still that array and still read-only
+    (:func:`freeze` made it so), and fails as a guard does otherwise, so
+    that the call is recorded again; without, the caller checks that the
+    values did not change (``runtime.backends``).
 
     ``batch``: ``(input value, recorded batch size)`` makes axis 0 of the
     graph's inputs dynamic (``onnx_graph.Builder``'s ``dynamic_batch``,
@@ -58,7 +61,7 @@ def session_program(graph, providers=None, frozen=None, batch=None):
         chainerjit.errors.ExportError: a node has no ONNX converter, or is
             a guard (a branch on an array value).
     """
-    kernel = session_kernel(graph, providers, frozen, batch)
+    kernel = session_kernel(graph, providers, frozen, batch, read_only)
     return one_kernel_program(graph, kernel)
 
 
@@ -68,7 +71,8 @@ def one_kernel_program(graph, kernel):
     return codegen.compile_graph(_one_node_graph(graph, kernel))
 
 
-def session_kernel(graph, providers=None, frozen=None, batch=None):
+def session_kernel(graph, providers=None, frozen=None, batch=None,
+                   read_only=True):
     """The kernel of :func:`session_program`: it takes the graph's
     inputs, parameters and symbols, and returns its outputs."""
     frozen = list(frozen or [None] * len(graph.params))
@@ -78,7 +82,7 @@ def session_kernel(graph, providers=None, frozen=None, batch=None):
     fed = list(range(n_args)) + [
         n_args + i for i, array in enumerate(frozen) if array is None]
     checked = [(n_args + i, array) for i, array in enumerate(frozen)
-               if array is not None]
+               if array is not None and read_only]
     symbols = range(n_args + len(frozen), n_args + len(frozen) +
                     len(graph.symbols))
 

@@ -6,6 +6,8 @@ function that hits its cache (``api.JitFunction``'s base class,
 (``fastpaths.link_call``). Those modules document them."""
 
 from cpython.object cimport PyObject
+from libc.string cimport memcmp
+cimport numpy as cnp
 from cpython.object cimport PyTypeObject
 from cpython.object cimport Py_TYPE
 
@@ -23,6 +25,8 @@ from chainerjit.frontend._keys cimport config_holds
 from chainerjit.frontend._keys cimport leaf_arrays
 from chainerjit.frontend._keys cimport make_key
 from chainerjit.frontend._keys cimport read_params
+
+cnp.import_array()
 
 cdef object _ndarray = numpy.ndarray
 cdef object _Variable = chainer.Variable
@@ -607,3 +611,26 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
     return tuple(published)
 
 
+
+
+def first_changed(list inputs, tuple positions, list copies):
+    """The first of ``positions`` whose array in ``inputs`` no longer has
+    the bytes of its copy in ``copies`` (or is not a C-ordered NumPy array
+    of the copy's size, which counts as changed); ``-1`` where none
+    changed. One ``memcmp`` an array: the check of a program whose
+    session owns the parameters (``runtime.backends``)."""
+    cdef Py_ssize_t k
+    cdef object array
+    cdef cnp.ndarray a, copy
+    for k in range(len(positions)):
+        array = inputs[<Py_ssize_t>positions[k]]
+        copy = copies[k]
+        if type(array) is not _ndarray:
+            return positions[k]
+        a = array
+        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or \
+                cnp.PyArray_NBYTES(a) != cnp.PyArray_NBYTES(copy) or memcmp(
+                    cnp.PyArray_DATA(a), cnp.PyArray_DATA(copy),
+                    cnp.PyArray_NBYTES(copy)) != 0:
+            return positions[k]
+    return -1

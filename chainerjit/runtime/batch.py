@@ -410,8 +410,9 @@ def _widens(entry, backend):
     if entry.program is None or entry.symbolic is not None or \
             entry.key[1] or entry.batch_note is not None:
         return False
-    if entry.backend == 'onnxruntime':
-        return entry.backend_note is None
+    if entry.backend == 'onnxruntime':  # one session, not a split
+        return entry.backend_note is None or \
+            isinstance(entry.program, backends.WhileUnchanged)
     return backend == 'auto'
 
 

@@ -13,6 +13,8 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from chainerjit.backend import ort
+from chainerjit.runtime import _calls
+from chainerjit.runtime import backends
 from examples import models
 
 pytest.importorskip('onnxruntime')
@@ -115,8 +117,9 @@ def test_auto_keeps_the_faster_and_says_what_it_measured(rng):
     _inference(jitted, model.forward, calls)
     entry, = jitted.cache_entries()
     times = entry.backend_times
-    assert sorted(times) == ['numpy', 'onnxruntime']
-    faster = min(times, key=times.get)
+    assert sorted(times) == ['numpy', 'onnxruntime', backends.OWNED]
+    faster = min(times, key=times.get).replace(backends.OWNED,
+                                               'onnxruntime')
     assert entry.backend == faster
     assert 'backend: %s (numpy ' % faster in entry.describe()
     assert faster in jitted.cache_report().splitlines()[1]
@@ -707,3 +710,85 @@ def test_a_classifier_in_evaluation_runs_in_onnxruntime(rng):
               rng.randint(0, 3, 4).astype(numpy.int32)) for _ in range(3)]
     _inference(jitted, model.forward, calls)
     assert _backends(jitted) == ['onnxruntime']
+
+
+def _owning_measured_fastest(monkeypatch):
+    def measured(program, inputs):
+        return 1.0 if isinstance(program, backends.WhileUnchanged) else 2.0
+    monkeypatch.setattr(backends, '_median_seconds', measured)
+
+
+def _twins():
+    eager = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    model.copyparams(eager)
+    return eager, model, chainerjit.jit(model.forward, backend='auto')
+
+
+def test_auto_lets_a_session_own_parameters_while_they_do_not_change(
+        rng, monkeypatch):
+    _owning_measured_fastest(monkeypatch)
+    eager, model, jitted = _twins()
+    calls = [(rng.randn(2, 5).astype(F32),) for _ in range(3)]
+    _inference(jitted, eager.forward, calls)
+    entry, = jitted.cache_entries()
+    assert isinstance(entry.program, backends.WhileUnchanged)
+    assert entry.program.owned is not None
+    assert 'owns the parameters' in entry.describe()
+    assert all(p.array.flags.writeable for p in model.params())
+    model.l2.W.array = model.l2.W.array.copy()  # the same values
+    _inference(jitted, eager.forward, calls)
+    assert entry.program.owned is not None
+    for link in (model, eager):  # an update in place, as an optimizer's
+        link.l1.W.array[1, 2] += 0.5
+        link.l3.b.array[...] = 0.25
+    _inference(jitted, eager.forward, calls)
+    assert entry.program.owned is None  # the fallback's, for good
+    model.l1.W.array = rng.randn(7, 5).astype(F32)
+    eager.l1.W.array = model.l1.W.array.copy()
+    _inference(jitted, eager.forward, calls)
+    assert jitted.cache_info().compiles == 1
+
+
+def test_a_session_owning_parameters_serves_other_batch_sizes(
+        rng, monkeypatch):
+    _owning_measured_fastest(monkeypatch)
+    eager, model, jitted = _twins()
+    _inference(jitted, eager.forward, [
+        (rng.randn(n, 5).astype(F32),) for n in (2, 2, 3, 5, 3)])
+    entry, = jitted.cache_entries()
+    assert 'any batch size' in entry.describe()
+    for link in (model, eager):
+        link.l2.W.array *= 2
+    _inference(jitted, eager.forward, [
+        (rng.randn(n, 5).astype(F32),) for n in (2, 4)])
+
+
+def test_training_programs_and_large_parameters_are_not_owned(
+        rng, monkeypatch):
+    _owning_measured_fastest(monkeypatch)
+    eager, model, jitted = _twins()
+    x = rng.randn(2, 5).astype(F32)
+    jitted(x)  # backprop enabled: a training entry
+    monkeypatch.setattr(backends, 'OWNED_BYTES', 100)
+    _inference(jitted, eager.forward, [(x,)])
+    for entry in jitted.cache_entries():
+        assert backends.OWNED not in entry.backend_times
+        assert not isinstance(entry.program, backends.WhileUnchanged)
+
+
+def test_a_change_is_any_byte_or_an_array_laid_out_otherwise():
+    arrays = [numpy.arange(12, dtype=F32).reshape(3, 4),
+              numpy.array([numpy.nan, 1.0]), numpy.zeros(0, F32)]
+    copies = [a.copy() for a in arrays]
+    positions = (0, 1, 2)
+    assert _calls.first_changed(arrays, positions, copies) == -1
+    assert _calls.first_changed(arrays[::-1], (2, 1, 0), copies) == -1
+    changed = list(arrays)
+    changed[1] = arrays[1].copy()
+    changed[1].view(numpy.uint8)[0] ^= 1  # one bit of a NaN's payload
+    assert _calls.first_changed(changed, positions, copies) == 1
+    for other in (numpy.asfortranarray(arrays[0]), arrays[0][:2],
+                  arrays[0].tolist(), arrays[0].astype(numpy.float64)):
+        changed[0] = other
+        assert _calls.first_changed(changed, positions, copies) == 0
