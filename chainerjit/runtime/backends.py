@@ -37,18 +37,23 @@ from chainerjit.runtime import undo
 
 BACKENDS = ('auto', 'numpy', 'onnxruntime')
 #: Timed runs of each program when choosing (the median is compared),
-#: after one untimed run; fewer for a program whose first run took more
-#: than :data:`SLOW_RUN` seconds, so that choosing costs at most a few
-#: tenths of a second of compile time.
-TIMED_RUNS = 7
+#: in interleaved rounds after one untimed run; fewer where a first run
+#: took more than :data:`SLOW_RUN` seconds, so that choosing costs at most
+#: a few tenths of a second of compile time.
+TIMED_RUNS = 9
 SLOW_RUN = 0.005
 SLOW_TIMED_RUNS = 3
+#: A session is kept where it ran in at most this share of the VM's time.
+#: On a busy host two runs of one program differ by several per cent, and
+#: the VM gives eager's bits.
+FASTER_BY = 0.9
 #: The most bytes of parameters a session owns outside serving mode
 #: (``WhileUnchanged``: the session holds them, and a copy is compared
 #: with the model's arrays each call).
 OWNED_BYTES = 64 << 20
 #: The name of a session owning the parameters in ``entry.backend_times``.
 OWNED = 'onnxruntime owning the parameters'
+OWNED_NOTE = 'the session owns the parameters while they do not change'
 
 
 def check_option(backend, freeze=False):
@@ -88,9 +93,6 @@ def choose(backend, providers, entry, inputs, expected, build_result,
             unfreeze(made_read_only)
     if entry.backend != 'numpy':
         entry.frozen, entry.made_read_only = frozen, made_read_only
-    if backend == 'auto' and not freeze and not entry.key[1]:
-        _owned_if_faster(providers, entry, inputs, expected, build_result,
-                         compare)
 
 
 def unfreeze(arrays):
@@ -102,8 +104,11 @@ def unfreeze(arrays):
 def _session_if_faster(backend, providers, entry, inputs, expected,
                        build_result, compare, frozen):
     """The session's program, where it passes the self-check (and with
-    ``'auto'``, runs faster than the VM's), becomes the entry's; it owns
-    the ``frozen`` parameters (see ``ort.session_program``)."""
+    ``'auto'``, runs clearly faster than the VM's), becomes the entry's;
+    it owns the ``frozen`` parameters (see ``ort.session_program``).
+    With ``'auto'`` outside serving mode, an inference entry also races a
+    session owning the parameters while they do not change
+    (:class:`WhileUnchanged`)."""
     try:
         session, split = _session_program(entry.graph, providers, frozen)
         problem = compare(expected, build_result(session.run(inputs)))
@@ -114,49 +119,60 @@ def _session_if_faster(backend, providers, entry, inputs, expected,
         entry.backend_note = 'onnxruntime not used: %s' % reason
         return
     if backend == 'auto':
-        entry.backend_times = {
-            'numpy': _median_seconds(entry.program, inputs),
-            'onnxruntime': _median_seconds(session, inputs)}
-        if entry.backend_times['onnxruntime'] >= \
-                entry.backend_times['numpy']:
+        candidates = {'numpy': entry.program, 'onnxruntime': session}
+        if frozen is None and split is None and not entry.key[1]:
+            owning = _owning(providers, entry, inputs, expected,
+                             build_result, compare)
+            if owning is not None:
+                candidates[OWNED] = owning
+        times = entry.backend_times = dict(zip(
+            candidates, _medians(list(candidates.values()), inputs)))
+        kept = _kept(times)
+        if kept == 'numpy':
             return
+        if kept == OWNED:
+            owning = candidates[OWNED]
+            owning.fallback = entry.program if _kept(
+                {'numpy': times['numpy'], 'onnxruntime':
+                 times['onnxruntime']}) == 'numpy' else session
+            session, split = owning, OWNED_NOTE
     entry.program = session
     entry.backend = 'onnxruntime'
     entry.backend_note = split
 
 
-def _owned_if_faster(providers, entry, inputs, expected, build_result,
-                     compare):
-    """For an inference entry both backends ran (``'auto'``), a third
-    program is timed: a session owning the parameters, as in serving
-    mode, while the model's arrays stay writable (:class:`WhileUnchanged`
-    checks them each call). It becomes the entry's where it passes the
-    self-check and runs faster than the program chosen, which it falls
-    back to."""
-    if not entry.backend_times:  # no session passed, or not 'auto'
-        return
+def _kept(times):
+    """The name in ``times`` (seconds by program name, ``'numpy'`` the
+    VM's) to keep: the fastest session where it ran at most
+    :data:`FASTER_BY` of the VM's time, else the VM, whose results are
+    eager's bits (a session faster by less than the host's noise is no
+    gain)."""
+    best, name = min((seconds, name) for name, seconds in times.items()
+                     if name != 'numpy')
+    return name if best <= FASTER_BY * times['numpy'] else 'numpy'
+
+
+def _owning(providers, entry, inputs, expected, build_result, compare):
+    """A :class:`WhileUnchanged` program for an inference entry, its
+    fallback still to be set, where its session owns parameters (those
+    with their own memory, at most :data:`OWNED_BYTES` of them) and
+    passes the self-check; else ``None``."""
     per_param = _frozen(entry.graph, inputs)
     start = len(entry.graph.inputs)
     positions = tuple(start + k for k, array in enumerate(per_param)
                       if array is not None)
     if not positions or sum(inputs[k].nbytes for k in positions) > \
             OWNED_BYTES:
-        return
+        return None
     try:
         session = ort.session_program(entry.graph, providers, per_param,
                                       read_only=False)
-        program = WhileUnchanged(session, entry.program, positions, inputs)
-        if compare(expected, build_result(program.run(inputs))) is not None:
-            return
-        seconds = _median_seconds(program, inputs)
-    except Exception:  # no converter, or onnxruntime refused
-        return
-    fastest = min(entry.backend_times.values())
-    entry.backend_times[OWNED] = seconds
-    if seconds < fastest:
-        entry.program, entry.backend = program, 'onnxruntime'
-        entry.backend_note = 'the session owns the parameters while they ' \
-            'do not change'
+        program = WhileUnchanged(session, None, positions, inputs)
+        if compare(expected, build_result(program.run(inputs))) is None:
+            return program
+    except Exception:  # onnxruntime refused
+        pass
+    return None
 
 
 class WhileUnchanged(object):
@@ -261,10 +277,10 @@ def _part_in_session(backend, providers, training, part, inputs, rewind):
         return 'on the VM (onnxruntime not used: %s)' % problem
     chosen, measured = 0, ''
     if backend == 'auto':
-        vm_time = _median_seconds(program, inputs)
-        best, chosen = min((_median_seconds(f[0], inputs), k)
-                           for k, f in enumerate(found))
-        if best >= vm_time:
+        times = _medians([program] + [f[0] for f in found], inputs)
+        vm_time, (best, chosen) = times[0], min(
+            (seconds, k) for k, seconds in enumerate(times[1:]))
+        if _kept({'numpy': vm_time, 'onnxruntime': best}) == 'numpy':
             return 'on the VM (%.0f us; onnxruntime %.0f us)' % (
                 vm_time * 1e6, best * 1e6)
         measured = ' (%.0f us; the VM %.0f us)' % (best * 1e6, vm_time * 1e6)
@@ -559,13 +575,21 @@ def _spread_views_through_loop(node, maybe):
             maybe.add(node.outputs[k])
 
 
-def _median_seconds(program, inputs):
+def _medians(programs, inputs):
+    """The median seconds of a run of each of ``programs`` on ``inputs``,
+    timed in interleaved rounds (each program once a round, after an
+    untimed run each), so that a slow spell of the host weighs on all of
+    them alike; fewer rounds where a first run took over
+    :data:`SLOW_RUN`."""
+    slow = max(_seconds(program, inputs) for program in programs) > SLOW_RUN
+    times = [[] for _ in programs]
+    for _ in range(SLOW_TIMED_RUNS if slow else TIMED_RUNS):
+        for program, seconds in zip(programs, times):
+            seconds.append(_seconds(program, inputs))
+    return [sorted(seconds)[len(seconds) // 2] for seconds in times]
+
+
+def _seconds(program, inputs):
     start = time.perf_counter()
     program.run(inputs)
-    slow = time.perf_counter() - start > SLOW_RUN
-    times = []
-    for _ in range(SLOW_TIMED_RUNS if slow else TIMED_RUNS):
-        start = time.perf_counter()
-        program.run(inputs)
-        times.append(time.perf_counter() - start)
-    return sorted(times)[len(times) // 2]
+    return time.perf_counter() - start

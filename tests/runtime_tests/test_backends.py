@@ -118,11 +118,22 @@ def test_auto_keeps_the_faster_and_says_what_it_measured(rng):
     entry, = jitted.cache_entries()
     times = entry.backend_times
     assert sorted(times) == ['numpy', 'onnxruntime', backends.OWNED]
-    faster = min(times, key=times.get).replace(backends.OWNED,
-                                               'onnxruntime')
+    faster = 'numpy' if backends._kept(times) == 'numpy' else 'onnxruntime'
     assert entry.backend == faster
     assert 'backend: %s (numpy ' % faster in entry.describe()
     assert faster in jitted.cache_report().splitlines()[1]
+
+
+@pytest.mark.parametrize('session, owning, kept', [
+    (0.95, None, 'numpy'), (0.85, None, 'onnxruntime'),
+    (0.95, 0.85, backends.OWNED), (0.8, 0.85, 'onnxruntime'),
+    (0.95, 0.92, 'numpy')])
+def test_a_session_is_kept_where_clearly_faster_than_the_vm(
+        session, owning, kept):
+    times = {'numpy': 1.0, 'onnxruntime': session}
+    if owning is not None:
+        times[backends.OWNED] = owning
+    assert backends._kept(times) == kept
 
 
 def test_numpy_backend_keeps_the_vm(rng):
@@ -572,7 +583,7 @@ def test_auto_keeps_whichever_side_measured_faster(rng, monkeypatch, faster):
     def measured(program, inputs):
         on_ort = program.kernel_names == ['OnnxRuntime']
         return 1.0 if on_ort == (faster == 'onnxruntime') else 2.0
-    monkeypatch.setattr(backends, '_median_seconds', measured)
+    monkeypatch.setattr(backends, '_seconds', measured)
     model = models.MLP(n_in=5, n_hidden=7, n_out=3)
     jitted = chainerjit.jit(model.forward, backend='auto')
     _inference(jitted, model.forward,
@@ -595,7 +606,7 @@ def test_auto_measures_max_pooling_gradients_on_the_vm_too(
         if 'OnnxRuntime' not in names:
             return 3.0  # the VM's program
         return 1.0 if (len(names) > 1) == (fastest == 'split') else 2.0
-    monkeypatch.setattr(backends, '_median_seconds', measured)
+    monkeypatch.setattr(backends, '_seconds', measured)
     jitted = _train_twins(lambda: _sized(_PooledLoss(2, 2, 0)), _images,
                           rng, backend='auto')
     entry, = jitted.cache_entries()
@@ -715,7 +726,7 @@ def test_a_classifier_in_evaluation_runs_in_onnxruntime(rng):
 def _owning_measured_fastest(monkeypatch):
     def measured(program, inputs):
         return 1.0 if isinstance(program, backends.WhileUnchanged) else 2.0
-    monkeypatch.setattr(backends, '_median_seconds', measured)
+    monkeypatch.setattr(backends, '_seconds', measured)
 
 
 def _twins():
