@@ -25,6 +25,7 @@ features become matrix products, and LSTM gates and attention heads
 become contiguous blocks of rows.
 """
 
+import contextlib
 import math
 
 import numpy
@@ -571,14 +572,35 @@ def _torch_linear(link):
     return _copy_linear(torch.nn.Linear(n_in, n_out), link)
 
 
+#: Whether the twins built now run through ``torch.compile`` (set by
+#: :func:`compiled_torch`).
+_COMPILE = [False]
+
+
+@contextlib.contextmanager
+def compiled_torch():
+    """The PyTorch twins built in the block are ``torch.compile``-d (its
+    default, Inductor), for the ``torch_compile`` column."""
+    _COMPILE[0] = True
+    try:
+        yield
+    finally:
+        _COMPILE[0] = False
+
+
+def _maybe_compiled(torch, net):
+    return torch.compile(net) if _COMPILE[0] else net
+
+
 def _torch_inference(torch, net, *inputs):
     """An eval-mode, no-grad call of ``net`` on inputs converted once."""
     net.eval().to(TORCH_DEVICE)
     inputs = [torch.from_numpy(_copy(x)).to(TORCH_DEVICE) for x in inputs]
+    run = _maybe_compiled(torch, net)
 
     def call():
         with torch.no_grad():
-            return net(*inputs)
+            return run(*inputs)
 
     return call
 
@@ -589,10 +611,11 @@ def _torch_training(torch, net, parameters, x, t, lr, export):
     x = torch.from_numpy(_copy(x)).to(TORCH_DEVICE)
     t = torch.from_numpy(numpy.asarray(t, numpy.int64)).to(TORCH_DEVICE)
     optimizer = torch.optim.SGD(parameters, lr=lr)
+    run = _maybe_compiled(torch, net)
 
     def step():
         optimizer.zero_grad()
-        loss = torch.nn.functional.cross_entropy(net(x), t)
+        loss = torch.nn.functional.cross_entropy(run(x), t)
         loss.backward()
         optimizer.step()
         return loss

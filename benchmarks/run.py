@@ -5,7 +5,8 @@ chainerjit (its default backend, `auto`: the VM or onnxruntime, the
 faster measured per program), chainerjit_vm (`backend='numpy'`, the VM
 only) and chainerjit_frozen (`freeze=True`, serving mode: inference
 sessions own the weights); PyTorch eager with the same architecture and
-weights (if torch is installed); onnxruntime on the model chainerjit exports
+weights (if torch is installed), and with ``--torch-compile`` the same
+compiled by ``torch.compile``; onnxruntime on the model chainerjit exports
 (inference; if onnxruntime is installed); and a hand-written NumPy floor
 with preallocated buffers (``benchmarks/competitors.py``). Eager Chainer
 and ``static_graph`` run with Chainer's own methods where chainerjit's
@@ -36,7 +37,7 @@ Usage::
 
     python benchmarks/run.py [--rounds 15] [--target-ms 20]
         [--only MLP LSTM] [--output docs/benchmarks.md]
-        [--chart docs/benchmarks.png]
+        [--chart docs/benchmarks.png] [--torch-compile]
 """
 
 import argparse
@@ -83,6 +84,9 @@ def parse_args(argv=None):
                         help='skip the default-threads table')
     parser.add_argument('--output', help='write a Markdown report here')
     parser.add_argument('--chart', help='write a PNG chart here')
+    parser.add_argument('--torch-compile', action='store_true',
+                        help='add torch.compile\'s column (its first '
+                        'calls add minutes)')
     return parser.parse_args(argv)
 
 
@@ -258,6 +262,14 @@ def _build_competitor(model, workload, x, t, system):
     return timed_first_call(run)
 
 
+def build_torch_compile(model, workload, x, t):
+    """The PyTorch twin through ``torch.compile``; its first call
+    compiles."""
+    from benchmarks import competitors
+    with competitors.compiled_torch():
+        return _build_competitor(model, workload, x, t, 'torch')
+
+
 def build_onnxruntime(model, workload, x, t, threads=1):
     if workload.kind != 'inference':
         return Skipped('inference only')
@@ -290,6 +302,7 @@ BUILDERS = {
     'chainerjit_vm': functools.partial(build_chainerjit, backend='numpy'),
     'chainerjit_frozen': functools.partial(build_chainerjit, freeze=True),
     'torch': functools.partial(_build_competitor, system='torch'),
+    'torch_compile': build_torch_compile,
     'onnxruntime': build_onnxruntime,
     'numpy': functools.partial(_build_competitor, system='numpy'),
 }
@@ -356,7 +369,7 @@ def run_workload(workload, threads, args):
 
 def _build_check_and_time(workload, threads, args, model, x, t):
     builts = collections.OrderedDict()
-    for system in SYSTEMS:
+    for system in timed_systems(args):
         builder = BUILDERS[system]
         if system == 'onnxruntime':
             builder = functools.partial(builder, threads=threads)
@@ -416,10 +429,21 @@ def _torch():
 
 # --- reporting --------------------------------------------------------------
 
-def format_table(rows, systems=SYSTEMS, targets=True):
+def timed_systems(args):
+    """The systems a run times: :data:`SYSTEMS`, and ``torch_compile``
+    after ``torch`` with ``--torch-compile``."""
+    if not getattr(args, 'torch_compile', False):
+        return SYSTEMS
+    at = SYSTEMS.index('torch') + 1
+    return SYSTEMS[:at] + ('torch_compile',) + SYSTEMS[at:]
+
+
+def format_table(rows, systems=None, targets=True):
     """A Markdown table: per workload, each system's median in
     microseconds [interquartile range], its ratio to eager and its first
-    call; and the project's target for chainerjit, if ``targets``."""
+    call; and the project's target for chainerjit, if ``targets``. The
+    systems are the rows' own unless given."""
+    systems = systems or (list(rows[0].cells) if rows else SYSTEMS)
     columns = ['workload'] + list(systems) + (
         ['chainerjit target'] if targets else [])
     lines = ['| %s |' % ' | '.join(columns), '|---' * len(columns) + '|']
@@ -489,7 +513,7 @@ def draw_chart(rows, path):
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
 
-    systems = [s for s in SYSTEMS if s != 'eager']
+    systems = [s for s in rows[0].cells if s != 'eager']
     width = 0.8 / len(systems)
     fig, ax = plt.subplots(figsize=(11, 4.5))
     for k, system in enumerate(systems):
