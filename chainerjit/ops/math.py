@@ -19,18 +19,28 @@ from chainer.functions.math import arctanh
 from chainer.functions.math import average
 from chainer.functions.math import basic_math
 from chainer.functions.math import clip
+from chainer.functions.math import digamma
+from chainer.functions.math import erf
+from chainer.functions.math import erfc
+from chainer.functions.math import erfcinv
+from chainer.functions.math import erfcx
+from chainer.functions.math import erfinv
 from chainer.functions.math import exponential
 from chainer.functions.math import exponential_m1
 from chainer.functions.math import fmod
 from chainer.functions.math import hyperbolic
 from chainer.functions.math import identity
+from chainer.functions.math import lgamma
 from chainer.functions.math import linear_interpolate
+from chainer.functions.math import log_ndtr
 from chainer.functions.math import logarithm_1p
 from chainer.functions.math import logsumexp
 from chainer.functions.math import matmul
 from chainer.functions.math import maximum
 from chainer.functions.math import minimum
 from chainer.functions.math import minmax
+from chainer.functions.math import ndtr
+from chainer.functions.math import ndtri
 from chainer.functions.math import sqrt
 from chainer.functions.math import square
 from chainer.functions.math import sum as sum_
@@ -253,6 +263,70 @@ def _unary_grad(cls, ctx):
         return formula(xp, v, gys[0]),
     return grad_rule(ctx, grad, inputs=(0,) if uses == 'x' else (),
                      outputs=(0,) if uses == 'y' else ())
+
+
+def _special(name):
+    """``scipy.special``'s function ``name`` as Chainer's CPU forward
+    calls it (the result cast to the input's dtype)."""
+    from scipy import special
+    fn = getattr(special, name)
+    return lambda x: utils.force_array(fn(x), x.dtype)
+
+
+def _polygamma_1(x):
+    from scipy import special
+    return utils.force_array(special.polygamma(numpy.array(1), x), x.dtype)
+
+
+# Functions of SciPy's that Chainer calls on the CPU: the ``scipy.special``
+# name, the ONNX op type (or None), and the backward as ``gx = f(xp, v,
+# gy)`` in Chainer's own order of operations, ``v`` the input (``'x'``)
+# or the output (``'y'``).
+_SPECIAL = {
+    erf.Erf: ('erf', 'Erf', 'x', lambda xp, x, gy: _c(
+        x, 2 / numpy.pi ** 0.5) * xp.exp(-(x ** _c(x, 2))) * gy),
+    erfc.Erfc: ('erfc', None, 'x', lambda xp, x, gy: _c(
+        x, -2 / numpy.pi ** 0.5) * xp.exp(-(x ** _c(x, 2))) * gy),
+    ndtr.Ndtr: ('ndtr', None, 'x', lambda xp, x, gy: _c(
+        x, (2 * numpy.pi) ** -0.5) * xp.exp(
+            _c(x, -0.5) * x ** _c(x, 2)) * gy),
+    log_ndtr.LogNdtr: ('log_ndtr', None, 'x', lambda xp, x, gy: _c(
+        x, (2 / numpy.pi) ** 0.5) / _special('erfcx')(
+            _c(x, 1. / 2 ** 0.5) * -x) * gy),
+    erfcx.Erfcx: ('erfcx', None, 'x', lambda xp, x, gy: _c(x, 2) * (
+        x * _special('erfcx')(x) + _c(x, -numpy.pi ** -0.5)) * gy),
+    erfinv.ErfInv: ('erfinv', None, 'y', lambda xp, y, gy: _c(
+        y, erfinv.BACKWORDC) * xp.exp(y ** _c(y, 2)) * gy),
+    erfcinv.ErfcInv: ('erfcinv', None, 'y', lambda xp, y, gy: _c(
+        y, -erfcinv.BACKWORDC) * xp.exp(y ** _c(y, 2)) * gy),
+    ndtri.Ndtri: ('ndtri', None, 'y', lambda xp, y, gy: _c(
+        y, (2 * math.pi) ** 0.5) * xp.exp(_c(y, 0.5) * y ** _c(y, 2)) * gy),
+    lgamma.LGamma: ('gammaln', None, 'x', lambda xp, x, gy: _special(
+        'digamma')(x) * gy),
+    digamma.DiGamma: ('digamma', None, 'x', lambda xp, x, gy: _polygamma_1(
+        x) * gy),
+}
+
+
+@lowering(*_SPECIAL)
+@rows_follow
+def lower_special(node, ctx):
+    """A function of ``scipy.special`` and its gradient, on the CPU where
+    SciPy is installed (Chainer's CPU forward calls the same function;
+    without SciPy, it runs as Chainer's own code)."""
+    if ctx.xp is not numpy:
+        return None
+    try:
+        import scipy.special  # noqa: F401
+    except ImportError:
+        return None
+    name, onnx, uses, formula = _SPECIAL[type(node)]
+
+    def grad(xs, ys, gys, wanted):
+        return formula(numpy, xs[0] if uses == 'x' else ys[0], gys[0]),
+    return Kernel(_special(name), grad=grad_rule(
+        ctx, grad, inputs=(0,) if uses == 'x' else (),
+        outputs=(0,) if uses == 'y' else ()), onnx=_onnx(onnx))
 
 
 @lowering(*_UNARY)
