@@ -14,11 +14,14 @@ import math
 import operator
 
 from chainer.backends import cuda
+from chainer.functions.loss import absolute_error
 from chainer.functions.loss import squared_error
 from chainer.functions.math import arctanh
 from chainer.functions.math import average
 from chainer.functions.math import basic_math
+from chainer.functions.math import batch_l2_norm_squared
 from chainer.functions.math import clip
+from chainer.functions.math import cumsum
 from chainer.functions.math import digamma
 from chainer.functions.math import erf
 from chainer.functions.math import erfc
@@ -326,7 +329,17 @@ def lower_special(node, ctx):
         return formula(numpy, xs[0] if uses == 'x' else ys[0], gys[0]),
     return Kernel(_special(name), grad=grad_rule(
         ctx, grad, inputs=(0,) if uses == 'x' else (),
-        outputs=(0,) if uses == 'y' else ()), onnx=_onnx(onnx))
+        outputs=(0,) if uses == 'y' else (),
+        onnx=_erf_grad_to_onnx if isinstance(node, erf.Erf) else None),
+        onnx=_onnx(onnx))
+
+
+def _erf_grad_to_onnx(b, xs, ys, gys, wanted):
+    """``2 / sqrt(pi) * exp(-x ** 2) * gy``."""
+    x, = xs
+    c = onnx_scalar(b, 2 / numpy.pi ** 0.5, b.in_dtypes[0])
+    e = b.single('Exp', b.single('Neg', b.single('Mul', x, x)))
+    return b.single('Mul', b.single('Mul', c, e), gys[0]),
 
 
 @lowering(*_UNARY)
@@ -638,6 +651,87 @@ def lower_squared_error(node, ctx):
         b.op('Mul', b.op('Sub', ins) * 2, outs)
     return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0, 1)),
                   onnx=to_onnx)
+
+
+@lowering(absolute_error.AbsoluteError)
+def lower_absolute_error(node, ctx):
+    dtype, xp = ctx.out_dtypes[0], ctx.xp
+
+    def fn(x0, x1):
+        return utils.force_array(abs(x0 - x1), dtype)
+
+    def grad(xs, ys, gys, wanted):
+        x0, x1 = xs
+        gx = gys[0] * xp.sign(x0 - x1)
+        return gx if wanted[0] else None, -gx if wanted[1] else None
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        gx = b.single('Mul', gys[0], b.single('Sign', b.single('Sub', *xs)))
+        return gx, b.single('Neg', gx)
+    return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0, 1),
+                                     onnx=grad_to_onnx),
+                  onnx=lambda b, ins, outs: b.op(
+                      'Abs', b.op('Sub', ins), outs))
+
+
+@lowering(batch_l2_norm_squared.BatchL2NormSquared)
+def lower_batch_l2_norm_squared(node, ctx):
+    """The squared L2 norm of each row; its gradient as
+    ``BatchL2NormSquaredGrad``'s CPU forward."""
+    if ctx.xp is not numpy:  # CuPy's own reduction kernel sums otherwise
+        return None
+    ndim = len(ctx.in_shapes[0])
+
+    def fn(x):
+        x = x.reshape(len(x), -1)
+        return (x * x).sum(axis=1)
+
+    def grad(xs, ys, gys, wanted):
+        x, = xs
+        return 2 * x * gys[0].reshape((-1,) + (1,) * (ndim - 1)),
+
+    def to_onnx(b, ins, outs):
+        rows = b.single('Flatten', ins[0], axis=1)
+        b.op('ReduceSum', [b.single('Mul', rows, rows), b.int64s([1])],
+             outs, keepdims=0)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        two = onnx_scalar(b, 2, b.in_dtypes[0])
+        gy = b.single('Reshape', gys[0], b.int64s([-1] + [1] * (ndim - 1)))
+        return b.single('Mul', b.single('Mul', two, xs[0]), gy),
+    return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0,),
+                                     onnx=grad_to_onnx), onnx=to_onnx)
+
+
+@lowering(cumsum.Cumsum)
+def lower_cumsum(node, ctx):
+    """``numpy.cumsum`` along ``axis`` (``None``: the flattened array);
+    its gradient sums from the other end, as Chainer's (flip, cumsum,
+    flip)."""
+    if ctx.xp is not numpy:
+        return None
+    axis, shape = node.axis, ctx.in_shapes[0]
+    along = 0 if axis is None else axis
+
+    def fn(x):
+        return numpy.cumsum(x, axis=axis)
+
+    def grad(xs, ys, gys, wanted):
+        gy = gys[0]
+        gx = numpy.flip(numpy.cumsum(numpy.flip(gy, along), along), along)
+        return gx.reshape(shape) if axis is None else gx,
+
+    def to_onnx(b, ins, outs):
+        x = ins[0] if axis is not None else b.single(
+            'Reshape', ins[0], b.int64s([-1]))
+        b.op('CumSum', [x, b.int64s(along)], outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        gx = b.single('CumSum', gys[0], b.int64s(along), reverse=1)
+        return (b.single('Reshape', gx, b.int64s(shape)) if axis is None
+                else gx),
+    return Kernel(fn, attrs={'axis': axis}, grad=grad_rule(
+        ctx, grad, onnx=grad_to_onnx), onnx=to_onnx)
 
 
 @lowering(linear_interpolate.LinearInterpolate)

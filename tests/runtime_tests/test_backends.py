@@ -803,3 +803,24 @@ def test_a_change_is_any_byte_or_an_array_laid_out_otherwise():
                   arrays[0].tolist(), arrays[0].astype(numpy.float64)):
         changed[0] = other
         assert _calls.first_changed(changed, positions, copies) == 0
+
+
+@pytest.mark.parametrize('fn', [
+    lambda x, y: F.sum(F.erf(x) * y),
+    lambda x, y: F.sum(F.absolute_error(x, y) * y),
+    lambda x, y: F.sum(F.batch_l2_norm_squared(x * y)),
+    lambda x, y: F.sum(F.cumsum(x, axis=1) * y),
+], ids=['erf', 'absolute_error', 'batch_l2_norm_squared', 'cumsum'])
+def test_special_and_loss_functions_train_whole_in_onnxruntime(rng, fn):
+    jitted = chainerjit.jit(fn, backend='onnxruntime')
+    for _ in range(3):
+        x = rng.randn(3, 4).astype(F32)
+        y = rng.randn(3, 4).astype(F32)
+        compiled, eager = chainer.Variable(x), chainer.Variable(x.copy())
+        jitted(compiled, y).backward()
+        fn(eager, y).backward()
+        numpy.testing.assert_allclose(compiled.grad, eager.grad, rtol=1e-5,
+                                      atol=1e-6)
+    entry, = jitted.cache_entries()
+    assert 'forward in onnxruntime; backward in onnxruntime' in \
+        entry.describe_backend(), entry.describe_backend()
