@@ -12,6 +12,7 @@ from chainer.functions.activation import elu
 from chainer.functions.activation import hard_sigmoid
 from chainer.functions.activation import leaky_relu
 from chainer.functions.activation import log_softmax
+from chainer.functions.activation import prelu
 from chainer.functions.activation import relu
 from chainer.functions.activation import sigmoid
 from chainer.functions.activation import softmax
@@ -376,3 +377,45 @@ def lower_swish(node, ctx):
         bx = b.op('Mul', b.op('Reshape', [beta, b.int64s(shape)]) + [x])
         b.op('Mul', [x] + b.op('Sigmoid', bx), outs)
     return Kernel(fn, grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)
+
+
+@lowering(prelu.PReLUFunction)
+def lower_prelu(node, ctx):
+    """``x`` where ``x >= 0``, else ``x`` times its slope in ``W`` (over
+    the axes after the first); the gradient as ``PReLUFunctionGrad``'s
+    CPU forward."""
+    if ctx.xp is not numpy:
+        return None
+    x_shape, w_shape = ctx.in_shapes
+    ndim = len(x_shape)
+    shape = (1,) + w_shape + (1,) * (ndim - len(w_shape) - 1)
+    axes = (0,) + tuple(range(1 + len(w_shape), ndim))
+
+    def fn(x, W):
+        return numpy.where(x >= 0, x, x * W.reshape(shape))
+
+    def grad(xs, ys, gys, wanted):
+        x, W = xs
+        gy, = gys
+        kept = x >= 0
+        gW = numpy.where(kept, 0, x * gy).sum(axis=axes)
+        gx = numpy.where(kept, gy, gy * W.reshape(shape))
+        return gx, utils.force_array(gW)
+
+    def to_onnx(b, ins, outs):
+        x, W = ins
+        b.op('PRelu', [x, b.single('Reshape', W, b.int64s(shape))], outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        x, W = xs
+        gy, = gys
+        kept = b.single('GreaterOrEqual', x, onnx_scalar(
+            b, 0, b.in_dtypes[0]))
+        zero = onnx_scalar(b, 0, b.in_dtypes[0])
+        gW = b.single('ReduceSum', b.single('Where', kept, zero, b.single(
+            'Mul', x, gy)), b.int64s(axes), keepdims=0)
+        gx = b.single('Where', kept, gy, b.single('Mul', gy, b.single(
+            'Reshape', W, b.int64s(shape))))
+        return gx, gW
+    return Kernel(fn, grad=GradRule(grad, inputs=(0, 1), onnx=grad_to_onnx),
+                  onnx=to_onnx)

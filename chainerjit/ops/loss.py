@@ -2,6 +2,7 @@
 
 import numpy
 
+from chainer.functions.loss import huber_loss
 from chainer.functions.loss import mean_absolute_error
 from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import sigmoid_cross_entropy
@@ -86,6 +87,64 @@ def lower_mean_absolute_error(node, ctx):
                 utils.force_array(-gx0) if wanted[1] else None)
     return Kernel(mae, grad=GradRule(grad, inputs=(0, 1)),
                   onnx=_mae_to_onnx(dtype), lengths=rows_reduced)
+
+
+@lowering(huber_loss.HuberLoss)
+def lower_huber_loss(node, ctx):
+    """``HuberLoss``'s forward and backward, step by step as Chainer's
+    (summed along the second axis, or per element with ``reduce='no'``)."""
+    xp, reduce = ctx.xp, node.reduce == 'sum_along_second_axis'
+    delta_value = node.delta
+
+    def forward(x0, x1):
+        dtype = x0.dtype
+        linear_part = utils.force_array(x0 - x1, dtype)
+        delta = dtype.type(delta_value)
+        xp.abs(linear_part, out=linear_part)
+        square_part = utils.force_array(xp.square(linear_part), dtype)
+        linear_part *= 2 * delta
+        linear_part -= delta * delta
+        xp.maximum(linear_part, delta * delta, out=linear_part)
+        xp.minimum(square_part, linear_part, out=square_part)
+        square_part *= 0.5
+        return square_part.sum(axis=1) if reduce else square_part
+
+    def grad(xs, ys, gys, wanted):
+        diff = utils.force_array(xs[0] - xs[1])
+        gx = utils.force_array(
+            xp.clip(diff, -delta_value, delta_value), diff.dtype)
+        gy = gys[0][:, None] if reduce else gys[0]
+        gx = utils.force_array(xp.broadcast_to(gy, gx.shape) * gx)
+        return gx if wanted[0] else None, \
+            utils.force_array(-gx) if wanted[1] else None
+
+    def to_onnx(b, ins, outs):
+        dtype = b.in_dtypes[0]
+        delta = numpy.asarray(delta_value, dtype)
+        d = b.single('Abs', b.single('Sub', *ins))
+        linear = b.single('Max', b.single(
+            'Sub', b.single('Mul', d, _scalar(b, 2 * delta, dtype)),
+            _scalar(b, delta * delta, dtype)), _scalar(b, delta * delta,
+                                                       dtype))
+        y = b.single('Mul', b.single('Min', b.single('Mul', d, d), linear),
+                     _scalar(b, 0.5, dtype))
+        if reduce:
+            b.op('ReduceSum', [y, b.int64s([1])], outs, keepdims=0)
+        else:
+            b.op('Identity', [y], outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        dtype = b.in_dtypes[0]
+        clipped = b.single('Clip', b.single('Sub', *xs), _scalar(
+            b, -delta_value, dtype), _scalar(b, delta_value, dtype))
+        gy = b.single('Unsqueeze', gys[0], b.int64s([1])) if reduce \
+            else gys[0]
+        gx = b.single('Mul', gy, clipped)
+        return gx, b.single('Neg', gx)
+    return Kernel(forward, attrs={'delta': delta_value,
+                                  'reduce': node.reduce},
+                  grad=GradRule(grad, inputs=(0, 1), onnx=grad_to_onnx),
+                  onnx=to_onnx)
 
 
 @lowering(sigmoid_cross_entropy.SigmoidCrossEntropy)

@@ -32,6 +32,17 @@ def test_mean_absolute_error(rng, dtype, shape):
         expect_entries=1, lowered=['MeanAbsoluteError'])
 
 
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(3, 4), (2, 3, 5), (0, 4)])
+@pytest.mark.parametrize('delta', [1.0, 0.3])
+@pytest.mark.parametrize('reduce', ['sum_along_second_axis', 'no'])
+def test_huber_loss(rng, dtype, shape, delta, reduce):
+    testing.assert_jit_matches_eager(
+        lambda x0, x1: F.huber_loss(x0, x1, delta, reduce=reduce),
+        make_calls(rng, [shape, shape], dtype),
+        expect_entries=1, lowered=['HuberLoss'])
+
+
 SOFTMAX_CASES = [
     # x shape, t shape
     ((4, 3), (4,)),

@@ -111,3 +111,15 @@ def test_sigmoid_cross_entropy_grad(rng, dtype, normalize, reduce, shape):
             x, t, normalize=normalize, reduce=reduce),
         forward._label_calls(rng, shape, shape, dtype, 2),
         lowered=['SigmoidCrossEntropy'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize(
+    'shape', cases_of(forward.test_huber_loss, 'shape'))
+@pytest.mark.parametrize('delta', [1.0, 0.3])
+@pytest.mark.parametrize('reduce', ['sum_along_second_axis', 'no'])
+def test_huber_loss_grad(rng, dtype, shape, delta, reduce):
+    testing.assert_jit_grads_match_eager(
+        lambda x0, x1: F.huber_loss(x0, x1, delta, reduce=reduce),
+        make_calls(rng, [shape, shape], dtype),
+        lowered=['HuberLoss'], **tolerances(dtype))
