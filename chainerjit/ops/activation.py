@@ -8,6 +8,7 @@ runs without synchronizing.
 """
 
 from chainer.functions.activation import clipped_relu
+from chainer.functions.activation import crelu
 from chainer.functions.activation import elu
 from chainer.functions.activation import hard_sigmoid
 from chainer.functions.activation import leaky_relu
@@ -31,6 +32,7 @@ from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
+from chainerjit.ops.math import onnx_dtype
 from chainerjit.ops.math import onnx_scalar
 
 
@@ -419,3 +421,43 @@ def lower_prelu(node, ctx):
         return gx, gW
     return Kernel(fn, grad=GradRule(grad, inputs=(0, 1), onnx=grad_to_onnx),
                   onnx=to_onnx)
+
+
+@lowering(crelu.CReLU)
+def lower_crelu(node, ctx):
+    """``relu(x)`` and ``relu(-x)`` concatenated along ``axis``; the
+    gradient as ``CReLU.backward``'s (the masks cast to the gradient's
+    dtype, as Chainer casts an array it multiplies a Variable by)."""
+    xp, axis = ctx.xp, node.axis
+
+    def fn(x):
+        zero = x.dtype.type(0)
+        return xp.concatenate([xp.maximum(zero, x), xp.maximum(zero, -x)],
+                              axis=axis)
+
+    def grad(xs, ys, gys, wanted):
+        x, = xs
+        former, latter = xp.split(gys[0], 2, axis=axis)
+        return utils.force_array(
+            former * (x > 0).astype(x.dtype) -
+            latter * (x < 0).astype(x.dtype)),
+
+    def to_onnx(b, ins, outs):
+        x, = ins
+        b.op('Concat', b.op('Relu', [x]) + b.op('Relu', b.op('Neg', [x])),
+             outs, axis=axis)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        x, = xs
+        dtype = b.in_dtypes[0]
+        zero = onnx_scalar(b, 0, dtype)
+        former, latter = b.op('Split', [gys[0]], [
+            b.fresh('half'), b.fresh('half')], axis=axis)  # even halves
+        up = b.single('Cast', b.single('Greater', x, zero),
+                      to=onnx_dtype(dtype))
+        down = b.single('Cast', b.single('Less', x, zero),
+                        to=onnx_dtype(dtype))
+        return b.single('Sub', b.single('Mul', former, up),
+                        b.single('Mul', latter, down)),
+    return Kernel(fn, attrs={'axis': axis}, grad=grad_rule(
+        ctx, grad, inputs=(0,), onnx=grad_to_onnx), onnx=to_onnx)

@@ -44,10 +44,12 @@ from chainer.functions.math import minimum
 from chainer.functions.math import minmax
 from chainer.functions.math import ndtr
 from chainer.functions.math import ndtri
+from chainer.functions.math import polygamma
 from chainer.functions.math import sqrt
 from chainer.functions.math import square
 from chainer.functions.math import sum as sum_
 from chainer.functions.math import trigonometric
+from chainer.functions.math import zeta
 from chainer import utils
 import numpy
 
@@ -317,11 +319,7 @@ def lower_special(node, ctx):
     """A function of ``scipy.special`` and its gradient, on the CPU where
     SciPy is installed (Chainer's CPU forward calls the same function;
     without SciPy, it runs as Chainer's own code)."""
-    if ctx.xp is not numpy:
-        return None
-    try:
-        import scipy.special  # noqa: F401
-    except ImportError:
+    if not _scipy_on_cpu(ctx):
         return None
     name, onnx, uses, formula = _SPECIAL[type(node)]
 
@@ -340,6 +338,55 @@ def _erf_grad_to_onnx(b, xs, ys, gys, wanted):
     c = onnx_scalar(b, 2 / numpy.pi ** 0.5, b.in_dtypes[0])
     e = b.single('Exp', b.single('Neg', b.single('Mul', x, x)))
     return b.single('Mul', b.single('Mul', c, e), gys[0]),
+
+
+def _scipy_on_cpu(ctx):
+    """Whether a ``scipy.special`` function lowers: on the CPU, with SciPy
+    installed (else it runs as Chainer's own code)."""
+    if ctx.xp is not numpy:
+        return False
+    try:
+        import scipy.special  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+@lowering(polygamma.PolyGamma)
+def lower_polygamma(node, ctx):
+    """``polygamma(n, x)``; the gradient with respect to ``x`` is
+    ``polygamma(n + 1, x) * gy``, as Chainer's (none for ``n``)."""
+    if not _scipy_on_cpu(ctx):
+        return None
+    from scipy import special
+
+    def fn(n, x):
+        return utils.force_array(special.polygamma(n, x), x.dtype)
+
+    def grad(xs, ys, gys, wanted):
+        n, x = xs
+        return None, fn(utils.force_array(n + 1), x) * gys[0]
+    return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0, 1)))
+
+
+@lowering(zeta.Zeta)
+def lower_zeta(node, ctx):
+    """Hurwitz's ``zeta(x, q)`` for a constant ``x``; the gradient
+    ``gy * -x * zeta(x + 1, q)``, as Chainer's."""
+    if not _scipy_on_cpu(ctx):
+        return None
+    from scipy import special
+    x = node._x
+
+    def fn(q):
+        return utils.force_array(special.zeta(x, q), q.dtype)
+
+    def grad(xs, ys, gys, wanted):
+        q, = xs
+        return _c(q, -x) * gys[0] * utils.force_array(
+            special.zeta(x + 1, q), q.dtype),
+    return Kernel(fn, attrs={'x': x},
+                  grad=grad_rule(ctx, grad, inputs=(0,)))
 
 
 @lowering(*_UNARY)

@@ -45,6 +45,8 @@ CASES = [
     ('Swish', lambda x, beta: F.swish(x, beta),
      [[(3, 4), (4,)], [(0, 4), (4,)], [(2, 3, 5), (3,)],
       [(2, 3, 5), (3, 5)]]),
+    ('CReLU', lambda x: F.crelu(x), [[(3, 4)], [(0, 4)], [(2, 3, 5)]]),
+    ('CReLU', lambda x: F.crelu(x, axis=2), [[(2, 3, 5)]]),
     ('PReLUFunction', lambda x, W: F.prelu(x, W),
      [[(3, 4), (4,)], [(0, 4), (4,)], [(2, 3, 5), (3,)],
       [(2, 3, 5), (3, 5)]]),

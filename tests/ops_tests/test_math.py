@@ -200,3 +200,30 @@ def test_batch_matmul(rng, a_shape, b_shape, transa, transb):
         lambda a, b: F.batch_matmul(a, b, transa=transa, transb=transb),
         make_calls(rng, [a_shape, b_shape], numpy.float32),
         expect_entries=1, lowered=['BatchMatMul'])
+
+
+def _orders_and_points(rng, shape, dtype, n=3):
+    """Calls ``(n, x)``: integer orders 0 to 3 and points in [0.5, 3)."""
+    return [(rng.randint(0, 4, size=shape).astype(numpy.int32),
+             rng.uniform(0.5, 3, size=shape).astype(dtype))
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(3, 4), (0, 2), ()])
+def test_polygamma(rng, dtype, shape):
+    calls = _orders_and_points(rng, shape, dtype)
+    fn = lambda n, x: F.polygamma(n, x)  # noqa: E731
+    testing.assert_jit_matches_eager(fn, calls, lowered=['PolyGamma'])
+    testing.assert_jit_grads_match_eager(fn, calls, lowered=['PolyGamma'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(3, 4), (0, 2), ()])
+@pytest.mark.parametrize('x', [2.0, 3.5])
+def test_zeta(rng, dtype, shape, x):
+    calls = [(rng.uniform(0.5, 3, size=shape).astype(dtype),)
+             for _ in range(3)]
+    fn = lambda q: F.zeta(x, q)  # noqa: E731
+    testing.assert_jit_matches_eager(fn, calls, lowered=['Zeta'])
+    testing.assert_jit_grads_match_eager(fn, calls, lowered=['Zeta'])
