@@ -4,6 +4,7 @@ They mirror Chainer's im2col CPU implementations; on the GPU Chainer uses
 cuDNN or its own kernels, so those nodes stay on the generic path there.
 """
 
+import copy
 import functools
 import operator
 
@@ -12,6 +13,7 @@ import numpy
 from chainer.functions.pooling import average_pooling_2d
 from chainer.functions.pooling import average_pooling_nd
 from chainer.functions.pooling import max_pooling_nd
+from chainer.functions.pooling import unpooling_2d
 from chainer.utils import conv
 from chainer.utils import conv_nd
 
@@ -338,4 +340,60 @@ def _average_pool_to_onnx(label, ksize, stride, pad, include_pad):
                                 'exported; use cover_all=False' % label)
         b.op('AveragePool', ins, outs, kernel_shape=ksize, strides=stride,
              pads=pad + pad, count_include_pad=int(include_pad))
+    return convert
+
+
+@lowering(unpooling_2d.Unpooling2D)
+def lower_unpooling_2d(node, ctx):
+    """Each value spread over its window (``Unpooling2D``'s own forward,
+    on a copy of the recorded node, so every size and padding is
+    Chainer's); the gradient is ``Unpooling2DGrad``'s forward, the sum
+    over each window. Where the windows tile the output without padding,
+    both have ONNX forms (a broadcast and a sum)."""
+    if ctx.xp is not numpy:
+        return None
+    # The node's forward settles the output size and which form its
+    # gradient takes: once, here, on zeros of the input's shape.
+    settled = copy.copy(node)
+    settled.forward((numpy.zeros(ctx.in_shapes[0], ctx.in_dtypes[0]),))
+
+    def fn(x):
+        return copy.copy(settled).forward((x,))[0]
+
+    def grad(xs, ys, gys, wanted):
+        return unpooling_2d.Unpooling2DGrad(settled).forward(gys)
+    h, w = ctx.in_shapes[0][2:]
+    out_h, out_w = ctx.out_shapes[0][2:]
+    tiles = (node.ph == node.pw == 0 and (node.sy, node.sx) ==
+             (node.kh, node.kw) and (out_h, out_w) ==
+             (h * node.kh, w * node.kw))
+    return Kernel(fn, attrs={'ksize': (node.kh, node.kw),
+                             'stride': (node.sy, node.sx),
+                             'pad': (node.ph, node.pw)},
+                  grad=GradRule(grad, inputs=(0,), onnx=_unpool_grad_to_onnx(
+                      node, ctx) if tiles else None),
+                  onnx=_unpool_to_onnx(node, ctx) if tiles else None)
+
+
+def _unpool_to_onnx(node, ctx):
+    kh, kw = node.kh, node.kw
+    h, w = ctx.in_shapes[0][2:]
+
+    def convert(b, ins, outs):
+        # (0 in a shape: that axis of the input's, the batch's among them)
+        windows = b.single('Expand', b.single(
+            'Reshape', ins[0], b.int64s([0, 0, 0, 1, w, 1])),
+            b.int64s([1, 1, 1, kh, 1, kw]))
+        b.op('Reshape', [windows, b.int64s([0, 0, h * kh, w * kw])], outs)
+    return convert
+
+
+def _unpool_grad_to_onnx(node, ctx):
+    kh, kw = node.kh, node.kw
+    h, w = ctx.in_shapes[0][2:]
+
+    def convert(b, xs, ys, gys, wanted):
+        windows = b.single('Reshape', gys[0], b.int64s([0, 0, h, kh, w, kw]))
+        return b.single('ReduceSum', windows, b.int64s([3, 5]),
+                        keepdims=0),
     return convert

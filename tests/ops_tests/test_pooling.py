@@ -62,3 +62,26 @@ def test_average_pooling_nd(rng, dtype, pad_value, x_shape, ksize, options):
                                        **options),
         make_calls(rng, [x_shape], dtype),
         expect_entries=1, lowered=['AveragePoolingND'])
+
+
+UNPOOLING_CASES = [
+    # x shape, ksize, options: windows that tile the output (with an ONNX
+    # form), cover_all's sizes, strides unlike the window, padding, and
+    # an output size given
+    ((2, 3, 4, 5), 2, {'cover_all': False}),
+    ((2, 3, 4, 5), (2, 3), {'cover_all': False}),
+    ((2, 3, 4, 4), 2, {}),
+    ((2, 2, 3, 3), 3, {'stride': 2, 'cover_all': False}),
+    ((1, 2, 4, 4), 2, {'pad': 2, 'cover_all': False}),
+    ((2, 2, 3, 4), 2, {'outsize': (6, 8), 'cover_all': False}),
+    ((0, 2, 3, 3), 2, {'cover_all': False}),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', UNPOOLING_CASES)
+def test_unpooling_2d(rng, dtype, x_shape, ksize, options):
+    testing.assert_jit_matches_eager(
+        lambda x: F.unpooling_2d(x, ksize, **options),
+        make_calls(rng, [x_shape], dtype),
+        expect_entries=1, lowered=['Unpooling2D'])

@@ -208,3 +208,12 @@ def test_max_pool_after_conv_relu_trains_exactly():
     net = _Net(lambda m, x: F.max_pooling_2d(F.relu(m.c(x)), (2, 3)),
                c=L.Convolution2D(2, 4, 3, pad=1))
     _train_twins(net, _batches(23, (2, 2, 6, 9)), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', forward.UNPOOLING_CASES)
+def test_unpooling_2d_grad(rng, dtype, x_shape, ksize, options):
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.unpooling_2d(x, ksize, **options),
+        make_calls(rng, [x_shape], dtype),
+        lowered=['Unpooling2D'], **tolerances(dtype))
