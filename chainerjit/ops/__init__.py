@@ -561,6 +561,16 @@ def onnx_op(op_type, **attrs):
     return convert
 
 
+def own_forward(node):
+    """A kernel's ``fn`` computing what ``node``'s own ``forward`` computes
+    on the CPU: a copy of the node runs it on the arrays (Chainer's code
+    and bits, without Variables or a graph). For nodes whose one output
+    depends only on their inputs and plain attributes."""
+    def run(*arrays):
+        return copy.copy(node).forward(arrays)[0]
+    return run
+
+
 def generic_kernel(template, ctx, array_attrs=(), config=None):
     """A kernel that runs a fresh copy of ``template``'s own forward.
 

@@ -5,6 +5,8 @@ shapes alone (output shapes, axis permutations, index tuples) is computed
 once, at lowering time, for the forward and for the gradient alike.
 """
 
+import copy as copy_module
+
 import chainer
 from chainer.backends import cuda
 from chainer.functions.array import broadcast
@@ -12,6 +14,7 @@ from chainer.functions.array import cast
 from chainer.functions.array import concat
 from chainer.functions.array import copy
 from chainer.functions.array import depth2space
+from chainer.functions.array import diagonal
 from chainer.functions.array import dstack
 from chainer.functions.array import expand_dims
 from chainer.functions.array import flip
@@ -19,6 +22,7 @@ from chainer.functions.array import fliplr
 from chainer.functions.array import flipud
 from chainer.functions.array import get_item
 from chainer.functions.array import hstack
+from chainer.functions.array import im2col
 from chainer.functions.array import moveaxis
 from chainer.functions.array import pad
 from chainer.functions.array import repeat
@@ -45,6 +49,7 @@ from chainerjit.ops import Rows
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops import own_forward
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_joined
 from chainerjit.ops import same_rows
@@ -959,3 +964,34 @@ def lower_depth2space(node, ctx):
         lambda x: x.reshape(split).transpose(0, 3, 4, 1, 5, 2).reshape(shape),
         {'r': r}, grad=_unshuffle(ctx, split, (0, 3, 4, 1, 5, 2)),
         onnx=onnx_op('DepthToSpace', blocksize=r, mode='DCR'))
+
+
+def _own_with_grad_node(node, ctx, grad_node, attrs, fn=None):
+    """A kernel running ``fn`` (``node``'s own forward by default), whose
+    gradient is the forward of ``grad_node``, the node Chainer's
+    ``backward`` applies; on the CPU only."""
+    if ctx.xp is not numpy:
+        return None
+
+    def grad(xs, ys, gys, wanted):
+        return copy_module.copy(grad_node).forward(gys)
+    return Kernel(fn or own_forward(node), attrs=attrs, grad=GradRule(grad))
+
+
+@lowering(diagonal.Diagonal)
+def lower_diagonal(node, ctx):
+    """The diagonal, copied out (Chainer returns a read-only view); its
+    gradient, ``DiagonalGrad``'s forward, puts it back in zeros."""
+    where = dict(offset=node.offset, axis1=node.axis1, axis2=node.axis2)
+    return _own_with_grad_node(
+        node, ctx, diagonal.DiagonalGrad(ctx.in_shapes[0], **where), where,
+        lambda x: x.diagonal(**where).copy())
+
+
+@lowering(im2col.Im2Col)
+def lower_im2col(node, ctx):
+    settings = dict(ksize=(node.kh, node.kw), stride=(node.sy, node.sx),
+                    pad=(node.ph, node.pw), cover_all=node.cover_all,
+                    dilate=(node.dy, node.dx))
+    return _own_with_grad_node(node, ctx, im2col.Im2ColGrad(
+        in_shape=ctx.in_shapes[0], **settings), settings)

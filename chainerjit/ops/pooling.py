@@ -21,6 +21,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_pooling
 from chainerjit.ops import lowering
+from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import vm_faster_on_cpu
 from chainerjit.ops.math import onnx_dtype
@@ -357,9 +358,6 @@ def lower_unpooling_2d(node, ctx):
     settled = copy.copy(node)
     settled.forward((numpy.zeros(ctx.in_shapes[0], ctx.in_dtypes[0]),))
 
-    def fn(x):
-        return copy.copy(settled).forward((x,))[0]
-
     def grad(xs, ys, gys, wanted):
         return unpooling_2d.Unpooling2DGrad(settled).forward(gys)
     h, w = ctx.in_shapes[0][2:]
@@ -367,9 +365,9 @@ def lower_unpooling_2d(node, ctx):
     tiles = (node.ph == node.pw == 0 and (node.sy, node.sx) ==
              (node.kh, node.kw) and (out_h, out_w) ==
              (h * node.kh, w * node.kw))
-    return Kernel(fn, attrs={'ksize': (node.kh, node.kw),
-                             'stride': (node.sy, node.sx),
-                             'pad': (node.ph, node.pw)},
+    attrs = {'ksize': (node.kh, node.kw), 'stride': (node.sy, node.sx),
+             'pad': (node.ph, node.pw)}
+    return Kernel(own_forward(settled), attrs=attrs,
                   grad=GradRule(grad, inputs=(0,), onnx=_unpool_grad_to_onnx(
                       node, ctx) if tiles else None),
                   onnx=_unpool_to_onnx(node, ctx) if tiles else None)

@@ -91,6 +91,13 @@ CASES = [
      [[(2, 3, 4, 6)], [(0, 2, 2, 2)]]),
     ('Depth2Space', lambda x: F.depth2space(x, 2),
      [[(2, 12, 2, 3)], [(0, 4, 1, 1)]]),
+    ('Diagonal', lambda x: F.diagonal(x), [[(3, 4)], [(2, 3, 5)]]),
+    ('Diagonal', lambda x: F.diagonal(x, 1, 2, 0), [[(2, 3, 5)]]),
+    ('Diagonal', lambda x: F.diagonal(x, -1), [[(4, 3)]]),
+    ('Im2Col', lambda x: F.im2col(x, 3, pad=1), [[(2, 3, 4, 5)]]),
+    ('Im2Col', lambda x: F.im2col(x, (2, 3), stride=2, cover_all=True),
+     [[(1, 2, 5, 6)]]),
+    ('Im2Col', lambda x: F.im2col(x, 3, dilate=2), [[(1, 1, 7, 7)]]),
 ]
 
 
