@@ -10,14 +10,18 @@ Chainer's within rounding. On the GPU Chainer uses cuDNN, so those nodes
 stay on the generic path there.
 """
 
+import copy
 import math
+import types
 
 import chainer
 import numpy
 from numpy.lib.stride_tricks import sliding_window_view
 
 from chainer.functions.connection import convolution_2d
+from chainer.functions.connection import convolution_nd
 from chainer.functions.connection import deconvolution_2d
+from chainer.functions.connection import deconvolution_nd
 from chainer.functions.connection import embed_id
 from chainer.utils import conv
 
@@ -26,6 +30,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_convolution
 from chainerjit.ops import linear as linear_ops
 from chainerjit.ops import lowering
+from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops.scratch import Scratch
 
@@ -621,4 +626,97 @@ def _embed_to_onnx(ignore_label):
         row_mask, = b.op('Unsqueeze', [mask, b.int64s([-1])])
         zero = b.constant(numpy.zeros((), dtype=b.in_dtypes[1]))
         b.op('Where', [row_mask, zero, rows], outs)
+    return convert
+
+
+@lowering(convolution_nd.ConvolutionND)
+def lower_convolution_nd(node, ctx):
+    """An N-dimensional convolution (``convolution_1d``, ``_3d``, ``_nd``)
+    by its own forward (im2col and a product: Chainer's bits); the
+    gradient as Chainer's backward computes it: the input's by
+    ``DeconvolutionND``'s forward, the filter's by
+    ``ConvolutionNDGradW``'s, the bias's by a sum over all axes but the
+    channels."""
+    if ctx.xp is not numpy:
+        return None
+    grad_x = deconvolution_nd.DeconvolutionND(
+        node.ndim, node.stride, node.pad, ctx.in_shapes[0][2:],
+        dilate=node.dilate, groups=node.groups)
+    grad_w = _grad_w_node(node, ctx)
+    sum_bias = _bias_grad(ctx)
+
+    def grad(xs, ys, gys, wanted):
+        x, W = xs[:2]
+        gy, = gys
+        gx = copy.copy(grad_x).forward((gy, W))[0] if wanted[0] else None
+        gW = copy.copy(grad_w).forward((x, gy))[0] if wanted[1] else None
+        return (gx, gW) + sum_bias(gy, wanted)
+    return Kernel(own_forward(node), attrs={
+        'stride': node.stride, 'pad': node.pad, 'dilate': node.dilate,
+        'groups': node.groups, 'cover_all': node.cover_all},
+        grad=GradRule(grad, inputs=(0, 1)),
+        onnx=None if node.cover_all else _conv_nd_to_onnx(node))
+
+
+@lowering(deconvolution_nd.DeconvolutionND)
+def lower_deconvolution_nd(node, ctx):
+    """An N-dimensional transposed convolution (``deconvolution_1d``,
+    ``_3d``, ``_nd``) by its own forward; the gradient as Chainer's
+    backward computes it: the input's by ``ConvolutionND``'s forward, the
+    filter's by ``ConvolutionNDGradW``'s on ``(gy, x)``, the bias's by a
+    sum over all axes but the channels."""
+    if ctx.xp is not numpy:
+        return None
+    grad_x = convolution_nd.ConvolutionND(
+        node.ndim, node.stride, node.pad, node.cover_all,
+        dilate=node.dilate, groups=node.groups)
+    grad_w = _grad_w_node(node, ctx)
+    sum_bias = _bias_grad(ctx)
+
+    def grad(xs, ys, gys, wanted):
+        x, W = xs[:2]
+        gy, = gys
+        gx = copy.copy(grad_x).forward((gy, W))[0] if wanted[0] else None
+        gW = copy.copy(grad_w).forward((gy, x))[0] if wanted[1] else None
+        return (gx, gW) + sum_bias(gy, wanted)
+    return Kernel(own_forward(node), attrs={
+        'stride': node.stride, 'pad': node.pad, 'dilate': node.dilate,
+        'groups': node.groups, 'outsize': node.outs},
+        grad=GradRule(grad, inputs=(0, 1)))
+
+
+def _grad_w_node(node, ctx):
+    """``ConvolutionNDGradW`` as Chainer's backward makes it from the
+    (de)convolution ``node``: it reads the filter's shape and dtype from
+    the node's inputs, which the recorded types stand in for."""
+    return convolution_nd.ConvolutionNDGradW(types.SimpleNamespace(
+        inputs=(None, types.SimpleNamespace(
+            shape=ctx.in_shapes[1], dtype=numpy.dtype(ctx.in_dtypes[1]))),
+        ndim=node.ndim, stride=node.stride, pad=node.pad,
+        cover_all=node.cover_all, dilate=node.dilate, groups=node.groups))
+
+
+def _bias_grad(ctx):
+    """``sum_bias(gy, wanted)``: ``()`` without a bias, else the bias's
+    gradient as Chainer's backward makes it (a sum over all axes but the
+    channels, cast to the bias's dtype), in a 1-tuple."""
+    if len(ctx.in_dtypes) < 3:
+        return lambda gy, wanted: ()
+    axes = (0,) + tuple(range(2, len(ctx.in_shapes[0])))
+    dtype = ctx.in_dtypes[2]
+
+    def sum_bias(gy, wanted):
+        if not wanted[2]:
+            return None,
+        return numpy.asarray(gy.sum(axis=axes)).astype(dtype, copy=False),
+    return sum_bias
+
+
+def _conv_nd_to_onnx(node):
+    """Conv of any number of spatial axes, without ``cover_all``."""
+    def convert(b, ins, outs):
+        b.op('Conv', linear_ops.cast_to_x(b, ins), outs,
+             kernel_shape=list(b.in_shapes[1][2:]),
+             strides=list(node.stride), pads=list(node.pad) * 2,
+             dilations=list(node.dilate), group=node.groups)
     return convert

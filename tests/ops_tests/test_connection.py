@@ -54,6 +54,29 @@ def test_convolution_2d(rng, dtype, bias, x_shape, w_shape, options):
         expect_entries=1, lowered=['Convolution2DFunction'])
 
 
+CONV_ND_CASES = [
+    # x shape, W shape, options: one, two and three spatial axes
+    ((2, 3, 9), (4, 3, 3), {}),
+    ((2, 3, 10), (4, 3, 2), {'stride': 2, 'pad': 1, 'cover_all': True}),
+    ((1, 2, 9), (2, 2, 3), {'dilate': 2}),
+    ((2, 4, 6), (6, 2, 3), {'groups': 2, 'pad': 1}),
+    ((1, 2, 5, 6), (3, 2, 3, 3), {'pad': (1, 0)}),
+    ((1, 2, 4, 5, 4), (2, 2, 2, 3, 2), {'stride': (1, 2, 1)}),
+    ((0, 3, 5), (2, 3, 3), {}),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('x_shape,w_shape,options', CONV_ND_CASES)
+def test_convolution_nd(rng, dtype, bias, x_shape, w_shape, options):
+    shapes = [x_shape, w_shape] + ([(w_shape[0],)] if bias else [])
+    testing.assert_jit_matches_eager(
+        lambda *args: F.convolution_nd(*args, **options),
+        make_calls(rng, shapes, dtype), rtol=1e-4, atol=1e-5,
+        expect_entries=1, lowered=['ConvolutionND'])
+
+
 DECONV_CASES = [
     # x shape, W shape (in, out / groups, kh, kw), options
     ((2, 3, 4, 5), (3, 2, 3, 3), {}),
@@ -75,6 +98,30 @@ def test_deconvolution_2d(rng, dtype, bias, x_shape, w_shape, options):
         lambda *args: F.deconvolution_2d(*args, **options),
         make_calls(rng, shapes, dtype), rtol=1e-4, atol=1e-5,
         expect_entries=1, lowered=['Deconvolution2DFunction'])
+
+
+DECONV_ND_CASES = [
+    # x shape, W shape (in, out / groups, k...), options
+    ((2, 3, 5), (3, 2, 3), {}),
+    ((1, 3, 4), (3, 2, 2), {'stride': 2, 'pad': 1}),
+    ((2, 2, 4), (2, 3, 3), {'stride': 2, 'outsize': (10,)}),
+    ((1, 2, 5), (2, 2, 3), {'dilate': 2, 'pad': 1}),
+    ((2, 4, 3), (4, 3, 3), {'groups': 2, 'stride': 2}),
+    ((1, 2, 3, 4, 3), (2, 2, 2, 2, 2), {'stride': (1, 2, 1)}),
+    ((0, 3, 4), (3, 2, 3), {}),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('x_shape,w_shape,options', DECONV_ND_CASES)
+def test_deconvolution_nd(rng, dtype, bias, x_shape, w_shape, options):
+    out_channels = w_shape[1] * options.get('groups', 1)
+    shapes = [x_shape, w_shape] + ([(out_channels,)] if bias else [])
+    testing.assert_jit_matches_eager(
+        lambda *args: F.deconvolution_nd(*args, **options),
+        make_calls(rng, shapes, dtype), rtol=1e-4, atol=1e-5,
+        expect_entries=1, lowered=['DeconvolutionND'])
 
 
 def _embed_calls(rng, ids_shape, n_vocab, dtype, ignore_label):

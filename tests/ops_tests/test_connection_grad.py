@@ -65,6 +65,17 @@ def test_convolution_2d_grad(rng, dtype, bias, x_shape, w_shape, options):
 
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('x_shape,w_shape,options', forward.CONV_ND_CASES)
+def test_convolution_nd_grad(rng, dtype, bias, x_shape, w_shape, options):
+    shapes = [x_shape, w_shape] + ([(w_shape[0],)] if bias else [])
+    testing.assert_jit_grads_match_eager(
+        lambda *args: F.convolution_nd(*args, **options),
+        make_calls(rng, shapes, dtype),
+        lowered=['ConvolutionND'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('bias', [True, False])
 @pytest.mark.parametrize('x_shape,w_shape,options', forward.DECONV_CASES)
 def test_deconvolution_2d_grad(rng, dtype, bias, x_shape, w_shape,
                                options):
@@ -225,3 +236,15 @@ def test_convolution_of_a_transposed_input():
         return F.convolution_2d(F.transpose(x, (0, 3, 1, 2)), W, stride=2)
     testing.assert_jit_grads_match_eager(
         f, _calls(17, [(2, 6, 5, 3), (2, 3, 2, 2)]), 0, 0)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('bias', [True, False])
+@pytest.mark.parametrize('x_shape,w_shape,options', forward.DECONV_ND_CASES)
+def test_deconvolution_nd_grad(rng, dtype, bias, x_shape, w_shape, options):
+    out_channels = w_shape[1] * options.get('groups', 1)
+    shapes = [x_shape, w_shape] + ([(out_channels,)] if bias else [])
+    testing.assert_jit_grads_match_eager(
+        lambda *args: F.deconvolution_nd(*args, **options),
+        make_calls(rng, shapes, dtype),
+        lowered=['DeconvolutionND'], **tolerances(dtype))
