@@ -642,19 +642,10 @@ def lower_convolution_nd(node, ctx):
     grad_x = deconvolution_nd.DeconvolutionND(
         node.ndim, node.stride, node.pad, ctx.in_shapes[0][2:],
         dilate=node.dilate, groups=node.groups)
-    grad_w = _grad_w_node(node, ctx)
-    sum_bias = _bias_grad(ctx)
-
-    def grad(xs, ys, gys, wanted):
-        x, W = xs[:2]
-        gy, = gys
-        gx = copy.copy(grad_x).forward((gy, W))[0] if wanted[0] else None
-        gW = copy.copy(grad_w).forward((x, gy))[0] if wanted[1] else None
-        return (gx, gW) + sum_bias(gy, wanted)
     return Kernel(own_forward(node), attrs={
         'stride': node.stride, 'pad': node.pad, 'dilate': node.dilate,
         'groups': node.groups, 'cover_all': node.cover_all},
-        grad=GradRule(grad, inputs=(0, 1)),
+        grad=_nd_grad(node, ctx, grad_x, lambda x, gy: (x, gy)),
         onnx=None if node.cover_all else _conv_nd_to_onnx(node))
 
 
@@ -670,6 +661,17 @@ def lower_deconvolution_nd(node, ctx):
     grad_x = convolution_nd.ConvolutionND(
         node.ndim, node.stride, node.pad, node.cover_all,
         dilate=node.dilate, groups=node.groups)
+    return Kernel(own_forward(node), attrs={
+        'stride': node.stride, 'pad': node.pad, 'dilate': node.dilate,
+        'groups': node.groups, 'outsize': node.outs},
+        grad=_nd_grad(node, ctx, grad_x, lambda x, gy: (gy, x)))
+
+
+def _nd_grad(node, ctx, grad_x, grad_w_inputs):
+    """The gradient of an N-d (de)convolution ``node`` as Chainer's
+    backward computes it: the input's by ``grad_x``'s forward on ``(gy,
+    W)``, the filter's by ``ConvolutionNDGradW``'s on
+    ``grad_w_inputs(x, gy)``, and the bias's (:func:`_bias_grad`)."""
     grad_w = _grad_w_node(node, ctx)
     sum_bias = _bias_grad(ctx)
 
@@ -677,12 +679,10 @@ def lower_deconvolution_nd(node, ctx):
         x, W = xs[:2]
         gy, = gys
         gx = copy.copy(grad_x).forward((gy, W))[0] if wanted[0] else None
-        gW = copy.copy(grad_w).forward((gy, x))[0] if wanted[1] else None
+        gW = copy.copy(grad_w).forward(grad_w_inputs(x, gy))[0] \
+            if wanted[1] else None
         return (gx, gW) + sum_bias(gy, wanted)
-    return Kernel(own_forward(node), attrs={
-        'stride': node.stride, 'pad': node.pad, 'dilate': node.dilate,
-        'groups': node.groups, 'outsize': node.outs},
-        grad=GradRule(grad, inputs=(0, 1)))
+    return GradRule(grad, inputs=(0, 1))
 
 
 def _grad_w_node(node, ctx):

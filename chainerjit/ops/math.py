@@ -10,6 +10,7 @@ Gradient formulas keep Python constants typed as the arrays they meet
 0-d float32 array times a Python float to float64.
 """
 
+import functools
 import math
 import operator
 
@@ -270,9 +271,11 @@ def _unary_grad(cls, ctx):
                      outputs=(0,) if uses == 'y' else ())
 
 
+@functools.lru_cache(maxsize=None)
 def _special(name):
     """``scipy.special``'s function ``name`` as Chainer's CPU forward
-    calls it (the result cast to the input's dtype)."""
+    calls it (the result cast to the input's dtype); made once a name, as
+    the gradients call it on every run."""
     from scipy import special
     fn = getattr(special, name)
     return lambda x: utils.force_array(fn(x), x.dtype)

@@ -64,7 +64,7 @@ def report():
     where :func:`use_cpu_kernels` changed them, for benchmark headers and
     bug reports. Changes nothing."""
     found = _found if _found is not None else [
-        Kernels(library._name, _running(library), _running(library))
+        Kernels(library._name, *[_running(library)] * 2)
         for library in _openblas_libraries()]
     return '; '.join(
         '%s: %s kernels%s' % (
