@@ -2,7 +2,9 @@
 
 ``python -m chainerjit.ops.coverage`` prints the table (the README's
 ``docs/ops_coverage.md`` is its output). Each function is classified by
-the FunctionNode classes its module defines:
+the FunctionNode classes its module defines and applies outside backward
+passes (not the abstract bases of other nodes, nor the nodes only a
+``backward`` or a gradient node applies, such as ``...Grad`` classes):
 
 * ``lowered``: every such class has a lowering (a VM kernel of ours);
 * ``partly lowered``: some classes do; the others run generic;
@@ -16,6 +18,7 @@ array's values read into Python, a shape that depends on values) and
 makes that signature run eagerly with a warning naming the line.
 """
 
+import ast
 import inspect
 import sys
 
@@ -26,14 +29,37 @@ from chainerjit import ops
 
 
 def _node_classes(module):
-    """The forward FunctionNode classes a module defines (those named
-    ``...Grad...`` are applied only by backward passes)."""
+    """The forward FunctionNode classes a module defines: those its code
+    names outside ``backward`` methods, gradient nodes (``...Grad...``)
+    and the lists of base classes."""
     bases = (chainer.FunctionNode, chainer.Function)
+    forward_names = _names_outside_backward(ast.parse(
+        inspect.getsource(module)))
     return sorted(
         (c for c in vars(module).values()
          if isinstance(c, type) and issubclass(c, bases)
-         and c.__module__ == module.__name__ and 'Grad' not in c.__name__),
+         and c.__module__ == module.__name__ and 'Grad' not in c.__name__
+         and c.__name__ in forward_names),
         key=lambda c: c.__name__)
+
+
+def _names_outside_backward(node):
+    """The names read in ``node`` but in ``backward`` methods, classes
+    named ``...Grad...`` and the base classes of class definitions."""
+    if isinstance(node, ast.FunctionDef) and node.name == 'backward' or \
+            isinstance(node, ast.ClassDef) and 'Grad' in node.name:
+        return set()
+    if isinstance(node, ast.Name):
+        return {node.id}
+    if isinstance(node, ast.Attribute):
+        return {node.attr} | _names_outside_backward(node.value)
+    children = ast.iter_child_nodes(node)
+    if isinstance(node, ast.ClassDef):
+        children = node.body + node.decorator_list
+    names = set()
+    for child in children:
+        names |= _names_outside_backward(child)
+    return names
 
 
 def function_coverage():

@@ -40,3 +40,19 @@ def test_markdown_report():
     text = coverage.markdown()
     assert text.startswith('# Coverage of `chainer.functions`')
     assert '| `relu` | lowered | ReLU |' in text
+
+
+def test_classes_a_forward_never_applies_are_not_counted():
+    from chainer.functions.array import select_item
+    from chainer.functions.math import minmax
+    from chainer.functions.normalization import l2_normalization
+    from chainer.functions.pooling import max_pooling_nd
+
+    def names(module):
+        return [c.__name__ for c in coverage._node_classes(module)]
+    # Abstract bases of other nodes.
+    assert names(minmax) == ['ArgMax', 'ArgMin', 'Max', 'Min']
+    # Nodes that only a backward pass applies.
+    assert names(l2_normalization) == ['NormalizeL2']
+    assert names(select_item) == ['SelectItem']
+    assert names(max_pooling_nd) == ['MaxPoolingND']
