@@ -472,8 +472,11 @@ def lower(node, ctx, state=None):
     """Returns the kernel of a recorded node, or ``None`` if it has no
     lowering (the caller then uses :func:`generic_kernel`). ``state``:
     the ``(name, index)`` of attributes holding model arrays, for a
-    :func:`state_lowering`."""
+    :func:`state_lowering`. An old-style ``chainer.Function`` is recorded
+    as the ``FunctionAdapter`` around it; its lowering gets the Function."""
     _load_op_modules()
+    if isinstance(node, chainer.function.FunctionAdapter):
+        node = node._function
     cls = type(node)
     if state or cls not in _LOWERINGS:
         fn = _STATE_LOWERINGS.get(cls)

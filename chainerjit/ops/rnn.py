@@ -1,6 +1,8 @@
 """Lowerings of chainer.functions.rnn."""
 
 from chainer.functions.rnn import lstm
+from chainer.functions.rnn import slstm
+from chainer.functions.rnn import tree_lstm
 import numpy
 
 from chainerjit.ops import Follow
@@ -219,15 +221,92 @@ def _lstm_to_onnx(partial):
             raise ExportError('LSTM with a batch smaller than its state '
                               "(a shrinking batch) cannot be exported")
         c_prev, x = ins
-        units = b.in_shapes[0][1]
-        gates = b.op('Reshape', [x, b.int64s([0, units, 4, -1])])[0]
-        a, i, f, o = b.op('Split', [gates, b.int64s([1, 1, 1, 1])],
-                          [b.fresh('gate') for _ in range(4)], axis=2)
-        shape = b.int64s([0, units] + list(b.in_shapes[0][2:]))
-        a, i, f, o = [b.op('Reshape', [g, shape])[0] for g in (a, i, f, o)]
+        a, i, f, o = _onnx_gates(b, x, b.in_shapes[0], 4, interleaved=True)
         a = b.op('Tanh', [a])[0]
         i, f, o = [b.op('Sigmoid', [g])[0] for g in (i, f, o)]
         c = b.op('Add', [b.op('Mul', [a, i])[0],
                          b.op('Mul', [f, c_prev])[0]], [outs[0]])[0]
         b.op('Mul', [o, b.op('Tanh', [c])[0]], [outs[1]])
     return convert
+
+
+def _onnx_gates(b, x, state_shape, n, interleaved):
+    """ONNX values of the ``n`` gates of ``x``, each of ``state_shape``
+    but for its batch: element ``k`` of each group of ``n`` along axis 1
+    (``interleaved``, as ``lstm`` and ``slstm`` read them) or the ``k``-th
+    of ``n`` blocks (as ``tree_lstm`` does)."""
+    units = state_shape[1]
+    grouped = [0, units, n, -1] if interleaved else [0, n, units, -1]
+    gates = b.op('Reshape', [x, b.int64s(grouped)])[0]
+    parts = b.op('Split', [gates, b.int64s([1] * n)],
+                 [b.fresh('gate') for _ in range(n)],
+                 axis=2 if interleaved else 1)
+    shape = b.int64s([0, units] + list(state_shape[2:]))
+    return [b.op('Reshape', [g, shape])[0] for g in parts]
+
+
+def _onnx_sigmoid(b, x):
+    """Chainer's CPU sigmoid, ``tanh(x / 2) / 2 + 1 / 2``, in ONNX."""
+    dtype = b.in_dtypes[-1]
+    half = b.constant(numpy.asarray(0.5, dtype))
+    return b.single('Add', b.single('Mul', b.single(
+        'Tanh', b.single('Mul', x, half)), half), half)
+
+
+@lowering(slstm.SLSTM)
+def lower_slstm(node, ctx):
+    """An S-LSTM step, ``(c_prev1, c_prev2, x1, x2) -> (c, h)``: Chainer's
+    own forward, and its ``SLSTMGrad``'s for the gradient."""
+    def step(c_prev1, c_prev2, x1, x2):
+        return slstm.SLSTM().forward((c_prev1, c_prev2, x1, x2))
+
+    def grad(xs, ys, gys, wanted):
+        grads = slstm.SLSTMGrad().forward(tuple(xs) + (ys[0],) + tuple(gys))
+        return tuple(g if w else None for g, w in zip(grads, wanted))
+
+    def to_onnx(b, ins, outs):
+        c_prev1, c_prev2, x1, x2 = ins
+        a1, i1, f1, o1 = _onnx_gates(b, x1, b.in_shapes[0], 4, True)
+        a2, i2, f2, o2 = _onnx_gates(b, x2, b.in_shapes[1], 4, True)
+        terms = [b.single('Mul', b.single('Tanh', a), _onnx_sigmoid(b, i))
+                 for a, i in ((a1, i1), (a2, i2))]
+        terms += [b.single('Mul', _onnx_sigmoid(b, f), c)
+                  for f, c in ((f1, c_prev1), (f2, c_prev2))]
+        c = b.op('Add', [b.single('Add', b.single('Add', *terms[:2]),
+                                  terms[2]), terms[3]], [outs[0]])[0]
+        o = _onnx_sigmoid(b, b.single('Add', o1, o2))
+        b.op('Mul', [o, b.single('Tanh', c)], [outs[1]])
+    return Kernel(step, multi=True, grad=GradRule(grad, (0, 1, 2, 3), (0,)),
+                  onnx=to_onnx, fresh=True, lengths=rows_of_step)
+
+
+@lowering(tree_lstm.TreeLSTM)
+def lower_tree_lstm(node, ctx):
+    """A Tree-LSTM step over ``n`` children, ``(c_1, ..., c_n, x) -> (c,
+    h)``: Chainer's own forward, and for the gradient its backward after
+    that forward (which keeps the activated gates on the Function)."""
+    def step(*inputs):
+        return tree_lstm.TreeLSTM().forward(inputs)
+
+    def grad(xs, ys, gys, wanted):
+        function = tree_lstm.TreeLSTM()
+        function.forward(xs)
+        grads = function.backward(xs, gys)
+        return tuple(g if w else None for g, w in zip(grads, wanted))
+
+    def to_onnx(b, ins, outs):
+        cs, x = ins[:-1], ins[-1]
+        gates = _onnx_gates(b, x, b.in_shapes[0], 3 + len(cs), False)
+        a = b.single('Tanh', gates[0])
+        i, o = _onnx_sigmoid(b, gates[1]), _onnx_sigmoid(b, gates[2])
+        c = b.single('Mul', a, i)
+        for f, c_child in zip(gates[3:], cs):
+            c = b.single('Add', c, b.single('Mul', _onnx_sigmoid(b, f),
+                                            c_child))
+        c = b.op('Identity', [c], [outs[0]])[0]
+        b.op('Mul', [o, b.single('Tanh', c)], [outs[1]])
+    n_inputs = len(ctx.in_shapes)
+    return Kernel(step, multi=True,
+                  grad=GradRule(grad, tuple(range(n_inputs))),
+                  onnx=to_onnx, fresh=True,
+                  lengths=rows_of_step)

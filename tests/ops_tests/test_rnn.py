@@ -347,3 +347,82 @@ def test_lstm_link_stepped_in_a_loop_trains_like_eager(rng, dtype, batches):
         assert_allclose(jitted.lstm.c.array, eager.lstm.c.array, rtol=1e-6,
                         atol=1e-7)
     _assert_compiled(jitted.forward, 3)
+
+
+def _cell_calls(rng, c_shapes, x_shapes, dtype, n=3):
+    """Calls ``(c_1, ..., c_k, x_1, ..., x_m)`` with new values each."""
+    return [tuple(rng.randn(*shape).astype(dtype)
+                  for shape in c_shapes + x_shapes) for _ in range(n)]
+
+
+# (c shape, x shape) of one child: x has 4 gates per unit (slstm).
+SLSTM_SHAPES = [((3, 4), (3, 16)), ((2, 3, 5), (2, 12, 5)), ((0, 2), (0, 8))]
+
+
+@pytest.mark.bit_exact
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('c_shape, x_shape', SLSTM_SHAPES)
+def test_slstm(rng, c_shape, x_shape, dtype):
+    testing.assert_jit_matches_eager(
+        lambda c1, c2, x1, x2: F.slstm(c1, c2, x1, x2),
+        _cell_calls(rng, [c_shape] * 2, [x_shape] * 2, dtype),
+        rtol=0, atol=0, expect_entries=1, lowered=['SLSTM'])
+
+
+@pytest.mark.parametrize('output', [None, 0, 1])
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('c_shape, x_shape', SLSTM_SHAPES[:2])
+def test_slstm_grad(rng, c_shape, x_shape, dtype, output):
+    """Through both outputs, or one (the other's gradient is absent)."""
+    def fn(c1, c2, x1, x2):
+        c, h = F.slstm(c1, c2, x1, x2)
+        return (c, h) if output is None else (c, h)[output] * 2
+    testing.assert_jit_grads_match_eager(
+        fn, _cell_calls(rng, [c_shape] * 2, [x_shape] * 2, dtype),
+        lowered=['SLSTM'])
+
+
+def _tree_lstm_shapes(children, c_shape):
+    """The shapes of ``children`` states and of x, which holds ``3 +
+    children`` gates per unit."""
+    x_shape = (c_shape[0], (3 + children) * c_shape[1]) + c_shape[2:]
+    return [c_shape] * children, [x_shape]
+
+
+# Chainer's type check of TreeLSTM refuses states of more than two axes.
+TREE_LSTM_CASES = [(1, (3, 4)), (2, (3, 4)), (3, (2, 5)), (2, (0, 2))]
+
+
+@pytest.mark.bit_exact
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('children, c_shape', TREE_LSTM_CASES)
+def test_tree_lstm(rng, children, c_shape, dtype):
+    testing.assert_jit_matches_eager(
+        lambda *args: F.tree_lstm(*args),
+        _cell_calls(rng, *_tree_lstm_shapes(children, c_shape), dtype),
+        rtol=0, atol=0, expect_entries=1, lowered=['TreeLSTM'])
+
+
+@pytest.mark.parametrize('output', [None, 0, 1])
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('children, c_shape', TREE_LSTM_CASES[:3])
+def test_tree_lstm_grad(rng, children, c_shape, dtype, output):
+    def fn(*args):
+        c, h = F.tree_lstm(*args)
+        return (c, h) if output is None else (c, h)[output] * 2
+    testing.assert_jit_grads_match_eager(
+        fn, _cell_calls(rng, *_tree_lstm_shapes(children, c_shape), dtype),
+        lowered=['TreeLSTM'])
+
+
+@pytest.mark.parametrize('children', [1, 2])
+def test_tree_lstm_and_slstm_onnx(rng, children):
+    pytest.importorskip('onnxruntime')
+    testing.assert_onnx_matches_eager(
+        lambda *args: F.tree_lstm(*args), _cell_calls(
+            rng, *_tree_lstm_shapes(children, (3, 4)), numpy.float32),
+        rtol=1e-5, atol=1e-6)
+    testing.assert_onnx_matches_eager(
+        lambda c1, c2, x1, x2: F.slstm(c1, c2, x1, x2),
+        _cell_calls(rng, [(3, 4)] * 2, [(3, 16)] * 2, numpy.float32),
+        rtol=1e-5, atol=1e-6)
