@@ -4,6 +4,7 @@ import chainer
 import numpy
 
 from chainer.functions.normalization import batch_normalization
+from chainer.functions.normalization import group_normalization
 from chainer.functions.normalization import l2_normalization
 from chainer.functions.normalization import layer_normalization
 from chainer.functions.normalization import local_response_normalization
@@ -405,6 +406,136 @@ def _layer_norm_grad_to_onnx(eps, ctx):
         g_mu = op('Mul', rows_sum(g_x_1), c(-1))
         g_x_2 = op('Mul', g_mu, c(1. / n_units))
         return op('Add', g_x_1, g_x_2), g_gamma, g_beta
+    return convert
+
+
+@lowering(group_normalization.GroupNormalization)
+def lower_group_normalization(node, ctx):
+    """Normalizes each group of channels of each sample, then scales and
+    shifts each channel: GroupNormalization's CPU forward and backward,
+    for inputs of one dtype."""
+    if ctx.xp is not numpy or len(set(ctx.in_dtypes)) != 1:
+        return None
+    groups, eps = node.groups, node.eps
+    return Kernel(lambda x, gamma, beta: _group_norm(
+        x, gamma, beta, groups, eps), attrs={'groups': groups, 'eps': eps},
+        grad=GradRule(_group_norm_grad(groups, eps), inputs=(0, 1),
+                      onnx=_group_norm_grad_to_onnx(groups, eps, ctx)),
+        onnx=_group_norm_to_onnx(groups, eps, ctx), fresh=True)
+
+
+def _group_statistics(x, groups, eps):
+    """``(x as (B * groups, -1), mean, inv_std)``, as Chainer computes
+    them."""
+    x = x.reshape((x.shape[0] * groups, -1))
+    mean = x.mean(axis=1, dtype=x.dtype)
+    x_hat = x - mean[:, None]
+    inv_std = (x_hat * x_hat).mean(axis=1)
+    inv_std += eps
+    numpy.sqrt(inv_std, out=inv_std)
+    numpy.reciprocal(inv_std, out=inv_std)
+    return x, mean, inv_std
+
+
+def _group_norm(x, gamma, beta, groups, eps):
+    if x.shape[1] % groups != 0:
+        raise ValueError('The number of channels {} is not divisible by '
+                         "'groups' argument {}.".format(x.shape[1], groups))
+    rows, mean, inv_std = _group_statistics(x, groups, eps)
+    x_hat = rows - mean[:, None]
+    x_hat *= inv_std[:, None]
+    y = x_hat.reshape(x.shape[:2] + (-1,))
+    y *= gamma[:, None]
+    y += beta[:, None]
+    return y.reshape(x.shape)
+
+
+def _group_norm_grad(groups, eps):
+    """The gradients GroupNormalization's backward computes through its
+    ``_XHat``, ``_ScaleShiftGrad`` and ``_XHatGrad`` nodes."""
+    def grad(xs, ys, gys, wanted):
+        x, gamma = xs[0], xs[1]
+        rows, mean, inv_std = _group_statistics(x, groups, eps)
+        x_hat = rows - mean[:, None]
+        x_hat *= inv_std[:, None]
+        gy = gys[0].reshape(x.shape[:2] + (-1,))
+        per_channel = x_hat.reshape(gy.shape)
+        g_beta = gy.sum(axis=(0, 2)) if wanted[2] else None
+        g_gamma = (gy * per_channel).sum(axis=(0, 2)) if wanted[1] else None
+        if not wanted[0]:
+            return None, g_gamma, g_beta
+        gx_hat = (gy * gamma[:, None]).reshape(x_hat.shape)
+        gx_hat_avg = gx_hat.mean(axis=1, keepdims=True)
+        gx_hat_x_hat_avg = (gx_hat * x_hat).mean(axis=1, keepdims=True)
+        gx_std = gx_hat - gx_hat_avg - x_hat * gx_hat_x_hat_avg
+        return (inv_std[:, None] * gx_std).reshape(x.shape), g_gamma, g_beta
+    return grad
+
+
+def _onnx_group_rows(b, x, groups, eps, ctx):
+    """ONNX ``(x - its group's mean, 1 / its group's std)``, as ``(B *
+    groups, -1)`` (see :func:`_group_statistics`), for any batch size."""
+    op = b.single
+    shape = ctx.in_shapes[0]
+    rows = op('Reshape', x, b.int64s([-1, _size(shape[1:]) // groups]))
+    mean = op('ReduceMean', rows, axes=[1], keepdims=1)
+    centred = op('Sub', rows, mean)
+    var = op('ReduceMean', op('Mul', centred, centred), axes=[1], keepdims=1)
+    eps = b.constant(numpy.asarray(eps, ctx.in_dtypes[0]))
+    return centred, op('Reciprocal', op('Sqrt', op('Add', var, eps)))
+
+
+def _size(shape):
+    return int(numpy.prod(shape, dtype=numpy.int64))
+
+
+def _by_channel(b, ctx):
+    """The ONNX shape ``(B, C, -1)`` of Chainer's ``x``, any batch size."""
+    shape = ctx.in_shapes[0]
+    return b.int64s([-1, shape[1], _size(shape[2:])])
+
+
+def _per_channel(b, v):
+    """A per-channel vector ``(C,)`` as ``(C, 1)``."""
+    return b.single('Unsqueeze', v, b.int64s([1]))
+
+
+def _group_norm_to_onnx(groups, eps, ctx):
+    def convert(b, ins, outs):
+        x, gamma, beta = ins
+        op = b.single
+        centred, inv_std = _onnx_group_rows(b, x, groups, eps, ctx)
+        y = op('Add', op('Mul', op('Reshape', op('Mul', centred, inv_std),
+                                   _by_channel(b, ctx)),
+                         _per_channel(b, gamma)), _per_channel(b, beta))
+        b.op('Reshape', [y, op('Shape', x)], outs)
+    return convert
+
+
+def _group_norm_grad_to_onnx(groups, eps, ctx):
+    """:func:`_group_norm_grad`'s formulas in ONNX."""
+    def convert(b, xs, ys, gys, wanted):
+        op = b.single
+        x, gamma = xs[0], xs[1]
+        centred, inv_std = _onnx_group_rows(b, x, groups, eps, ctx)
+        x_hat = op('Mul', centred, inv_std)
+        gy = op('Reshape', gys[0], _by_channel(b, ctx))
+        axes = b.int64s([0, 2])
+        g_beta = op('ReduceSum', gy, axes, keepdims=0) if wanted[2] else None
+        g_gamma = op('ReduceSum', op('Mul', gy, op(
+            'Reshape', x_hat, _by_channel(b, ctx))), axes, keepdims=0) \
+            if wanted[1] else None
+        if not wanted[0]:
+            return None, g_gamma, g_beta
+        gx_hat = op('Reshape', op('Mul', gy, _per_channel(b, gamma)),
+                    op('Shape', x_hat))
+        avg = op('ReduceMean', gx_hat, axes=[1], keepdims=1)
+        x_hat_avg = op('ReduceMean', op('Mul', gx_hat, x_hat), axes=[1],
+                       keepdims=1)
+        gx_std = op('Sub', op('Sub', gx_hat, avg),
+                    op('Mul', x_hat, x_hat_avg))
+        gx = op('Reshape', op('Mul', inv_std, gx_std), op('Shape', x))
+        return gx, g_gamma, g_beta
     return convert
 
 

@@ -41,6 +41,16 @@ def test_batch_normalization_link_test_mode(rng, dtype):
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,groups', forward.GROUP_NORM_CASES)
+def test_group_normalization(rng, dtype, x_shape, groups):
+    channels = x_shape[1]
+    testing.assert_onnx_matches_eager(
+        lambda x, gamma, beta: F.group_normalization(x, groups, gamma, beta),
+        make_calls(rng, [x_shape, (channels,), (channels,)], dtype),
+        rtol=1e-5, atol=1e-5, lowered=['GroupNormalization'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('shape', cases_of(
     forward.test_layer_normalization, 'shape'))
 def test_layer_normalization(rng, dtype, shape):

@@ -43,6 +43,34 @@ def test_batch_normalization_link_test_mode(rng, dtype):
             expect_entries=1, lowered=['FixedBatchNormalization'])
 
 
+GROUP_NORM_CASES = [
+    # x shape, groups
+    ((2, 6, 4, 3), 3),
+    ((3, 4), 2),
+    ((2, 4, 5), 4),
+    ((1, 6, 2, 2), 1),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,groups', GROUP_NORM_CASES)
+def test_group_normalization(rng, dtype, x_shape, groups):
+    channels = x_shape[1]
+    testing.assert_jit_matches_eager(
+        lambda x, gamma, beta: F.group_normalization(x, groups, gamma, beta),
+        make_calls(rng, [x_shape, (channels,), (channels,)], dtype),
+        expect_entries=1, lowered=['GroupNormalization'])
+
+
+def test_group_normalization_link(rng):
+    link = L.GroupNormalization(2, 4)
+    link.gamma.array[...] = rng.standard_normal(4)
+    link.beta.array[...] = rng.standard_normal(4)
+    testing.assert_jit_matches_eager(
+        link, make_calls(rng, [(3, 4, 5, 5)], numpy.float32),
+        expect_entries=1, lowered=['GroupNormalization'])
+
+
 @pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize('shape', [(3, 5), (1, 7), (0, 4)])
 def test_layer_normalization(rng, dtype, shape):

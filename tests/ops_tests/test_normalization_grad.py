@@ -39,6 +39,16 @@ def test_fixed_batch_normalization_grad(rng, dtype, x_shape, param_shape,
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,groups', forward.GROUP_NORM_CASES)
+def test_group_normalization_grad(rng, dtype, x_shape, groups):
+    channels = x_shape[1]
+    testing.assert_jit_grads_match_eager(
+        lambda x, gamma, beta: F.group_normalization(x, groups, gamma, beta),
+        make_calls(rng, [x_shape, (channels,), (channels,)], dtype),
+        lowered=['GroupNormalization'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
 @pytest.mark.parametrize(
     'shape', cases_of(forward.test_layer_normalization, 'shape'))
 def test_layer_normalization_grad(rng, dtype, shape):

@@ -815,8 +815,11 @@ def test_a_change_is_any_byte_or_an_array_laid_out_otherwise():
     lambda x, y: F.sum(F.crelu(x) * F.concat([y, y], axis=1)),
     lambda x, y: F.sum(F.unpooling_2d(F.reshape(x, (1, 1, 3, 4)), 2,
                                       cover_all=False) ** 2),
+    lambda x, y: F.sum(F.group_normalization(
+        x, 2, F.sum(y, axis=0), F.mean(y, axis=0)) * y),
 ], ids=['erf', 'absolute_error', 'batch_l2_norm_squared', 'cumsum',
-        'huber_loss', 'prelu', 'crelu', 'unpooling_2d'])
+        'huber_loss', 'prelu', 'crelu', 'unpooling_2d',
+        'group_normalization'])
 def test_special_and_loss_functions_train_whole_in_onnxruntime(rng, fn):
     jitted = chainerjit.jit(fn, backend='onnxruntime')
     for _ in range(3):
