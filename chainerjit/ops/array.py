@@ -25,12 +25,14 @@ from chainer.functions.array import hstack
 from chainer.functions.array import im2col
 from chainer.functions.array import moveaxis
 from chainer.functions.array import pad
+from chainer.functions.array import permutate
 from chainer.functions.array import repeat
 from chainer.functions.array import reshape
 from chainer.functions.array import rollaxis
 from chainer.functions.array import select_item
 from chainer.functions.array import separate
 from chainer.functions.array import space2depth
+from chainer.functions.array import spatial_transformer_grid
 from chainer.functions.array import split_axis
 from chainer.functions.array import squeeze
 from chainer.functions.array import stack
@@ -50,6 +52,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import own_forward
+from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_joined
 from chainerjit.ops import same_rows
@@ -503,6 +506,39 @@ def lower_where(node, ctx):
         b.op('Where', [cond] + ins, outs)
     return Kernel(lambda x, y: xp_where(condition, x, y),
                   grad=GradRule(grad), onnx=to_onnx)
+
+
+@lowering(permutate.Permutate)
+def lower_permutate(node, ctx):
+    """``x`` taken along ``axis`` in the order of the node's indices (a
+    permutation), or of their inverse where ``inv``; the gradient takes
+    it in the other order, as ``Permutate.backward``. Chainer indexes
+    with ``(slice(None),) * axis``: a negative axis takes axis 0."""
+    indices = node.indices
+    if not isinstance(indices, chainer.get_array_types()) or \
+            not _is_permutation(cuda.to_cpu(indices)):
+        return None
+    axis = max(node.axis, 0)
+    inverse = permutate._inverse_indices(indices)
+    order, back = (inverse, indices) if node.inv else (indices, inverse)
+
+    def taken(order):
+        """``x`` taken in ``order`` along the axis, and the ONNX form."""
+        index = (slice(None),) * axis + (order,)
+        at = numpy.asarray(cuda.to_cpu(order), numpy.int64)
+        return (lambda x: x[index],
+                lambda b, x, out=None: b.op('Gather', [x, b.constant(at)],
+                                            out, axis=axis)[0])
+    forward, to_onnx = taken(order)
+    return Kernel(forward, {'axis': axis, 'inv': node.inv},
+                  grad=_grad_of_each(*taken(back)),
+                  onnx=lambda b, ins, outs: to_onnx(b, ins[0], outs),
+                  lengths=rows_follow_first if axis else None)
+
+
+def _is_permutation(indices):
+    return indices.ndim == 1 and indices.dtype.kind in 'iu' and \
+        numpy.array_equal(numpy.sort(indices), numpy.arange(len(indices)))
 
 
 # --- joining and splitting ---------------------------------------------------
@@ -995,3 +1031,44 @@ def lower_im2col(node, ctx):
                     dilate=(node.dy, node.dx))
     return _own_with_grad_node(node, ctx, im2col.Im2ColGrad(
         in_shape=ctx.in_shapes[0], **settings), settings)
+
+
+@lowering(spatial_transformer_grid.SpatialTransformerGrid)
+def lower_spatial_transformer_grid(node, ctx):
+    """The sampling grid: ``theta`` times the output's coordinates (``x``
+    and ``y`` in ``[-1, 1]``, and ones), computed once as Chainer's
+    forward computes them; the gradient is Chainer's CPU backward, the
+    grid's gradient times the transposed coordinates."""
+    if ctx.xp is not numpy:
+        return None
+    h, w = node.output_shape
+    coords = _grid_coordinates(h, w, ctx.in_dtypes[0])
+    coords_t = coords.transpose(1, 0)
+
+    def grid(theta):
+        return theta.dot(coords).reshape(len(theta), 2, h, w)
+
+    def grad(xs, ys, gys, wanted):
+        gy = gys[0]
+        return gy.reshape(len(gy), 2, h * w).dot(coords_t).reshape(
+            len(gy), 2, 3),
+
+    def to_onnx(b, ins, outs):
+        product = b.single('MatMul', ins[0], b.constant(coords))
+        b.op('Reshape', [product, b.int64s([0, 2, h, w])], outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        gy = b.single('Reshape', gys[0], b.int64s([0, 2, h * w]))
+        return b.single('MatMul', gy, b.constant(coords_t)),
+    return Kernel(grid, {'output_shape': (h, w)},
+                  grad=GradRule(grad, onnx=grad_to_onnx), onnx=to_onnx,
+                  lengths=rows_follow_first)
+
+
+def _grid_coordinates(h, w, dtype):
+    """``SpatialTransformerGrid``'s coordinates, ``(3, h * w)``."""
+    ys, xs = numpy.meshgrid(numpy.linspace(-1, 1, h, dtype=dtype),
+                            numpy.linspace(-1, 1, w, dtype=dtype),
+                            indexing='ij', copy=False)
+    return numpy.concatenate([xs[None], ys[None], numpy.ones(
+        (1, h, w), dtype=dtype)], axis=0).reshape(3, h * w)

@@ -23,6 +23,7 @@ from chainer.functions.connection import convolution_nd
 from chainer.functions.connection import deconvolution_2d
 from chainer.functions.connection import deconvolution_nd
 from chainer.functions.connection import embed_id
+from chainer.functions.connection import shift
 from chainer.utils import conv
 
 from chainerjit.ops import GradRule
@@ -720,3 +721,70 @@ def _conv_nd_to_onnx(node):
              strides=list(node.stride), pads=list(node.pad) * 2,
              dilations=list(node.dilate), group=node.groups)
     return convert
+
+
+@lowering(shift.Shift)
+def lower_shift(node, ctx):
+    """Each group of channels moved by its own offset, zeros moving in
+    (Chainer's CPU forward, with the groups' places in the padded input
+    found once); the gradient is the shift by the opposite offsets, as
+    ``Shift.backward``. Both have ONNX forms (a ``Pad`` and a ``Slice``
+    per group)."""
+    if ctx.xp is not numpy:
+        return None
+    ksize, dilate = (node.kh, node.kw), (node.dy, node.dx)
+    shape = ctx.in_shapes[0]
+    forward = _Shifted(shape, ksize, dilate)
+    backward = _Shifted(shape, ksize, (-node.dy, -node.dx))
+
+    def grad(xs, ys, gys, wanted):
+        return backward.run(gys[0]),
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        return backward.to_onnx(b, gys[0]),
+    return Kernel(forward.run, attrs={'ksize': ksize, 'dilate': dilate},
+                  grad=GradRule(grad, onnx=grad_to_onnx),
+                  onnx=lambda b, ins, outs: forward.to_onnx(b, ins[0], outs),
+                  lengths=rows_follow_first)
+
+
+class _Shifted(object):
+    """``F.shift`` of inputs of ``shape`` ``(N, C, H, W)``: the input
+    padded by ``(py, px)`` rows and columns of zeros, and each group of
+    channels, in order, its window of the padded input (Chainer's CPU
+    forward: the centre group and the last swap their offsets; the last
+    group also takes the channels left over)."""
+
+    def __init__(self, shape, ksize, dilate):
+        _, c, self.h, self.w = shape
+        (kh, kw), (dy, dx) = ksize, dilate
+        self.py, self.px = kh // 2 * abs(dy), kw // 2 * abs(dx)
+        last = kh * kw - 1
+        size = c // (last + 1)
+        self.windows = []
+        for i in range(last + 1):
+            group = {last // 2: last, last: last // 2}.get(i, i)
+            top = self.py - (group // kw - kh // 2) * dy
+            left = self.px - (group % kw - kw // 2) * dx
+            self.windows.append((i * size, (i + 1) * size if i < last else c,
+                                 top, left))
+
+    def run(self, x):
+        py, px, h, w = self.py, self.px, self.h, self.w
+        padded = numpy.zeros(x.shape[:2] + (h + 2 * py, w + 2 * px),
+                             x.dtype)
+        padded[:, :, py:py + h, px:px + w] = x
+        y = numpy.empty(x.shape, x.dtype)
+        for start, stop, top, left in self.windows:
+            y[:, start:stop] = padded[:, start:stop, top:top + h,
+                                      left:left + w]
+        return y
+
+    def to_onnx(self, b, x, outs=None):
+        py, px, h, w = self.py, self.px, self.h, self.w
+        padded = b.single('Pad', x, b.int64s([0, 0, py, px, 0, 0, py, px]))
+        axes = b.int64s([1, 2, 3])
+        groups = [b.single('Slice', padded, b.int64s([start, top, left]),
+                           b.int64s([stop, top + h, left + w]), axes)
+                  for start, stop, top, left in self.windows]
+        return b.op('Concat', groups, outs, axis=1)[0]

@@ -14,6 +14,8 @@ from chainer.functions.pooling import average_pooling_2d
 from chainer.functions.pooling import average_pooling_nd
 from chainer.functions.pooling import max_pooling_nd
 from chainer.functions.pooling import unpooling_2d
+from chainer.functions.pooling import unpooling_nd
+from chainer.functions.pooling import upsampling_2d
 from chainer.utils import conv
 from chainer.utils import conv_nd
 
@@ -346,52 +348,143 @@ def _average_pool_to_onnx(label, ksize, stride, pad, include_pad):
 
 @lowering(unpooling_2d.Unpooling2D)
 def lower_unpooling_2d(node, ctx):
-    """Each value spread over its window (``Unpooling2D``'s own forward,
-    on a copy of the recorded node, so every size and padding is
-    Chainer's); the gradient is ``Unpooling2DGrad``'s forward, the sum
-    over each window. Where the windows tile the output without padding,
-    both have ONNX forms (a broadcast and a sum)."""
+    """See :func:`_unpooling`."""
+    return _unpooling(node, ctx, unpooling_2d.Unpooling2DGrad,
+                      (node.kh, node.kw), (node.sy, node.sx),
+                      (node.ph, node.pw))
+
+
+@lowering(unpooling_nd.UnpoolingND)
+def lower_unpooling_nd(node, ctx):
+    """See :func:`_unpooling`."""
+    return _unpooling(node, ctx, unpooling_nd.UnpoolingNDGrad, node.ksize,
+                      node.stride, node.pad)
+
+
+def _unpooling(node, ctx, grad_class, ksize, stride, pad):
+    """Each value spread over its window (the node's own forward, on a
+    copy of the recorded node, so every size and padding is Chainer's);
+    the gradient is the forward of ``grad_class``, the node Chainer's
+    backward applies: the sum over each window. Where the windows tile
+    the output without padding, both have ONNX forms (a broadcast and a
+    sum)."""
     if ctx.xp is not numpy:
         return None
-    # The node's forward settles the output size and which form its
-    # gradient takes: once, here, on zeros of the input's shape.
-    settled = copy.copy(node)
-    settled.forward((numpy.zeros(ctx.in_shapes[0], ctx.in_dtypes[0]),))
+    settled = _settled(node, ctx)
 
     def grad(xs, ys, gys, wanted):
-        return unpooling_2d.Unpooling2DGrad(settled).forward(gys)
-    h, w = ctx.in_shapes[0][2:]
-    out_h, out_w = ctx.out_shapes[0][2:]
-    tiles = (node.ph == node.pw == 0 and (node.sy, node.sx) ==
-             (node.kh, node.kw) and (out_h, out_w) ==
-             (h * node.kh, w * node.kw))
-    attrs = {'ksize': (node.kh, node.kw), 'stride': (node.sy, node.sx),
-             'pad': (node.ph, node.pw)}
-    return Kernel(own_forward(settled), attrs=attrs,
-                  grad=GradRule(grad, inputs=(0,), onnx=_unpool_grad_to_onnx(
-                      node, ctx) if tiles else None),
-                  onnx=_unpool_to_onnx(node, ctx) if tiles else None)
+        return grad_class(settled).forward(gys)
+    dims = ctx.in_shapes[0][2:]
+    tiles = _windows_tile_output(ksize, stride, pad, ctx)
+    return Kernel(own_forward(settled), attrs={
+        'ksize': tuple(ksize), 'stride': tuple(stride), 'pad': tuple(pad)},
+        grad=GradRule(grad, onnx=_unpool_grad_to_onnx(ksize, dims)
+                      if tiles else None),
+        onnx=_unpool_to_onnx(ksize, dims) if tiles else None)
 
 
-def _unpool_to_onnx(node, ctx):
-    kh, kw = node.kh, node.kw
-    h, w = ctx.in_shapes[0][2:]
+def _settled(node, ctx):
+    """A copy of ``node`` whose forward ran once, here, on zeros of the
+    input's shape: that settles the output size (and for some nodes
+    which form the gradient takes), for the copies that run it again
+    and for the gradient node made from it."""
+    settled = copy.copy(node)
+    settled.forward((numpy.zeros(ctx.in_shapes[0], ctx.in_dtypes[0]),))
+    return settled
+
+
+def _windows_tile_output(ksize, stride, pad, ctx):
+    """Whether an unpooling's windows tile its output exactly (no
+    padding, strides of the windows' size, no rows or columns left
+    over)."""
+    dims = ctx.in_shapes[0][2:]
+    return not any(pad) and tuple(stride) == tuple(ksize) and \
+        ctx.out_shapes[0][2:] == tuple(d * k for d, k in zip(dims, ksize))
+
+
+def _unpool_to_onnx(ksize, dims):
+    """Unpooling where the windows tile the output: each value broadcast
+    over a new axis of its window's size after its own axis."""
+    # (0 in a shape: that axis of the input's, the batch's among them)
+    split = [0, 0, 0, 1] + [n for d in dims[1:] for n in (d, 1)]
+    windows = [1, 1] + [n for k in ksize for n in (1, k)]
+    shape = [0, 0] + [d * k for d, k in zip(dims, ksize)]
 
     def convert(b, ins, outs):
-        # (0 in a shape: that axis of the input's, the batch's among them)
-        windows = b.single('Expand', b.single(
-            'Reshape', ins[0], b.int64s([0, 0, 0, 1, w, 1])),
-            b.int64s([1, 1, 1, kh, 1, kw]))
-        b.op('Reshape', [windows, b.int64s([0, 0, h * kh, w * kw])], outs)
+        spread = b.single('Expand', b.single(
+            'Reshape', ins[0], b.int64s(split)), b.int64s(windows))
+        b.op('Reshape', [spread, b.int64s(shape)], outs)
     return convert
 
 
-def _unpool_grad_to_onnx(node, ctx):
-    kh, kw = node.kh, node.kw
-    h, w = ctx.in_shapes[0][2:]
+def _unpool_grad_to_onnx(ksize, dims):
+    """The gradient of :func:`_unpool_to_onnx`'s form: the sum over each
+    window."""
+    split = [0, 0] + [n for d, k in zip(dims, ksize) for n in (d, k)]
+    axes = [3 + 2 * i for i in range(len(dims))]
 
     def convert(b, xs, ys, gys, wanted):
-        windows = b.single('Reshape', gys[0], b.int64s([0, 0, h, kh, w, kw]))
-        return b.single('ReduceSum', windows, b.int64s([3, 5]),
-                        keepdims=0),
+        windows = b.single('Reshape', gys[0], b.int64s(split))
+        return b.single('ReduceSum', windows, b.int64s(axes), keepdims=0),
     return convert
+
+
+@lowering(upsampling_2d.Upsampling2D)
+def lower_upsampling_2d(node, ctx):
+    """Each value put at its place in its window, which the node's
+    indexes give (its own forward, on a copy of the recorded node); the
+    gradient is ``Upsampling2DGrad``'s forward, the gradient at that
+    place. The indexes are a constant here (indexes computed in the call
+    keep the node generic). Where the windows tile the output without
+    padding, both have ONNX forms (a ``Where`` on the windows' places)."""
+    if ctx.xp is not numpy or type(node.indexes) is not numpy.ndarray:
+        return None
+    settled = _settled(node, ctx)
+
+    def grad(xs, ys, gys, wanted):
+        return upsampling_2d.Upsampling2DGrad(settled).forward(gys)
+    ksize = (node.kh, node.kw)
+    places = None
+    if _windows_tile_output(ksize, (node.sy, node.sx), (node.ph, node.pw),
+                            ctx):
+        places = _OneOfEachWindow(node.indexes, ksize, ctx.in_dtypes[0])
+    return Kernel(own_forward(settled), attrs={
+        'ksize': ksize, 'stride': (node.sy, node.sx),
+        'pad': (node.ph, node.pw)},
+        grad=GradRule(grad, onnx=None if places is None
+                      else places.grad_to_onnx),
+        onnx=None if places is None else places.to_onnx)
+
+
+class _OneOfEachWindow(object):
+    """ONNX forms of an upsampling whose windows tile the output: the
+    output, ``(N, C, h, kh, w, kw)`` by window, is its input where the
+    window's place is the index's, zero elsewhere; the gradient, the sum
+    over each window of the output's gradient there."""
+
+    def __init__(self, indexes, ksize, dtype):
+        n, c, h, w = indexes.shape
+        kh, kw = ksize
+        self.windows = [n, c, h, kh, w, kw]
+        self.dtype = dtype
+        places = numpy.arange(kh * kw).reshape(1, 1, 1, kh, 1, kw)
+        self.taken = indexes.reshape(n, c, h, 1, w, 1) == places
+
+    def _where(self, b, values):
+        if b.dynamic_batch:
+            raise _export_error('Upsampling2D: its indexes are for a batch '
+                                'of %d; export it without a dynamic batch'
+                                % self.windows[0])
+        return b.single('Where', b.constant(self.taken), values,
+                        b.constant(numpy.zeros((), self.dtype)))
+
+    def to_onnx(self, b, ins, outs):
+        n, c, h, kh, w, kw = self.windows
+        spread = self._where(b, b.single('Reshape', ins[0], b.int64s(
+            [n, c, h, 1, w, 1])))
+        b.op('Reshape', [spread, b.int64s([n, c, h * kh, w * kw])], outs)
+
+    def grad_to_onnx(self, b, xs, ys, gys, wanted):
+        taken = self._where(b, b.single('Reshape', gys[0],
+                                        b.int64s(self.windows)))
+        return b.single('ReduceSum', taken, b.int64s([3, 5]), keepdims=0),

@@ -9,6 +9,7 @@ from chainerjit import testing
 from tests.ops_tests.common import make_calls
 from tests.ops_tests.test_connection import CONV_CASES
 from tests.ops_tests.test_connection import DECONV_CASES
+from tests.ops_tests.test_connection import SHIFT_CASES
 from tests.ops_tests.test_connection import _embed_calls
 
 
@@ -82,3 +83,21 @@ def test_connections_with_a_dynamic_batch(rng):
              for n in (2, 1, 3)]
     testing.assert_onnx_matches_eager(f, calls, rtol=1e-4, atol=1e-5,
                                       dynamic_batch=True)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,dilate',
+                         [case for case in SHIFT_CASES if case[0][0]])
+def test_shift(rng, dtype, x_shape, ksize, dilate):
+    testing.assert_onnx_matches_eager(
+        lambda x: F.shift(x, ksize, dilate),
+        make_calls(rng, [x_shape], dtype), rtol=0, atol=0,
+        lowered=['Shift'])
+
+
+def test_shift_with_a_dynamic_batch(rng):
+    calls = [make_calls(rng, [(n, 9, 4, 5)], numpy.float32, n=1)[0]
+             for n in (2, 1, 3)]
+    testing.assert_onnx_matches_eager(
+        lambda x: F.shift(x, 3, 2), calls, lowered=['Shift'],
+        dynamic_batch=True)

@@ -11,6 +11,7 @@ from tests.ops_tests.common import make_calls
 CONDITION = numpy.array([[True, False, True, True],
                          [False, False, True, False],
                          [True, True, False, True]])
+PERMUTATION = numpy.array([2, 0, 3, 1], numpy.int32)
 
 CASES = [
     # lowered op, function, argument shape sets
@@ -46,6 +47,13 @@ CASES = [
     ('Flip', lambda x: F.flip(x, -1), [[(3, 4)], [(2, 3, 5)]]),
     ('FlipLR', lambda x: F.fliplr(x), [[(3, 4)], [(2, 3, 5)]]),
     ('FlipUD', lambda x: F.flipud(x), [[(3, 4)], [(5,)]]),
+    ('Permutate', lambda x: F.permutate(x, PERMUTATION),
+     [[(4, 3)], [(4,)]]),
+    ('Permutate', lambda x: F.permutate(x, PERMUTATION, axis=1, inv=True),
+     [[(2, 4, 3)], [(0, 4)]]),
+    # Chainer indexes with ``(slice(None),) * axis``: axis 0 here.
+    ('Permutate', lambda x: F.permutate(x, PERMUTATION, axis=-1),
+     [[(4, 3)]]),
     ('Where', lambda x, y: F.where(CONDITION, x, y),
      [[(3, 4), (3, 4)], [(3, 1), (4,)]]),
     ('Concat', lambda x, y: F.concat((x, y)),
@@ -98,6 +106,11 @@ CASES = [
     ('Im2Col', lambda x: F.im2col(x, (2, 3), stride=2, cover_all=True),
      [[(1, 2, 5, 6)]]),
     ('Im2Col', lambda x: F.im2col(x, 3, dilate=2), [[(1, 1, 7, 7)]]),
+    ('SpatialTransformerGrid',
+     lambda theta: F.spatial_transformer_grid(theta, (4, 5)),
+     [[(2, 2, 3)], [(0, 2, 3)]]),
+    ('SpatialTransformerGrid',
+     lambda theta: F.spatial_transformer_grid(theta, (1, 3)), [[(3, 2, 3)]]),
 ]
 
 
@@ -108,6 +121,14 @@ def test_array(rng, case, dtype):
     testing.assert_jit_matches_eager(
         fn, calls_of(rng, shape_sets, dtype),
         expect_entries=len(shape_sets), lowered=[op])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+def test_spatial_transformer_grid_is_exact(rng, dtype):
+    testing.assert_jit_matches_eager(
+        lambda theta: F.spatial_transformer_grid(theta, (6, 7)),
+        make_calls(rng, [(3, 2, 3)], dtype), rtol=0, atol=0,
+        expect_entries=1, lowered=['SpatialTransformerGrid'])
 
 
 INDEX_ARRAY = numpy.array([[0, 1], [3, 2]])

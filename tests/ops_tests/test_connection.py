@@ -165,3 +165,26 @@ def test_links(rng):
             model.forward, calls, rtol=1e-4, atol=1e-5, expect_entries=1,
             lowered=['Convolution2DFunction', 'Deconvolution2DFunction',
                      'EmbedIDFunction', 'LinearFunction'])
+
+
+SHIFT_CASES = [
+    # x shape, ksize, dilate: channels left over for the last group,
+    # rectangular windows, negative dilations, shifts past the border,
+    # an empty batch
+    ((2, 9, 4, 5), 3, 1),
+    ((1, 11, 5, 6), 3, 2),
+    ((2, 16, 6, 7), (3, 5), (1, 2)),
+    ((2, 4, 3, 4), (1, 3), 1),
+    ((1, 9, 5, 5), 3, (-1, 2)),
+    ((1, 10, 3, 3), 3, 4),
+    ((0, 9, 4, 4), 3, 1),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,dilate', SHIFT_CASES)
+def test_shift(rng, dtype, x_shape, ksize, dilate):
+    testing.assert_jit_matches_eager(
+        lambda x: F.shift(x, ksize, dilate),
+        make_calls(rng, [x_shape], dtype), rtol=0, atol=0,
+        expect_entries=1, lowered=['Shift'])

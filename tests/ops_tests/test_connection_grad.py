@@ -248,3 +248,12 @@ def test_deconvolution_nd_grad(rng, dtype, bias, x_shape, w_shape, options):
         lambda *args: F.deconvolution_nd(*args, **options),
         make_calls(rng, shapes, dtype),
         lowered=['DeconvolutionND'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,dilate', forward.SHIFT_CASES)
+def test_shift_grad(rng, dtype, x_shape, ksize, dilate):
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.shift(x, ksize, dilate),
+        make_calls(rng, [x_shape], dtype), rtol=0, atol=0,
+        lowered=['Shift'])

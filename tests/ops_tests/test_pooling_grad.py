@@ -217,3 +217,22 @@ def test_unpooling_2d_grad(rng, dtype, x_shape, ksize, options):
         lambda x: F.unpooling_2d(x, ksize, **options),
         make_calls(rng, [x_shape], dtype),
         lowered=['Unpooling2D'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', forward.UNPOOLING_ND_CASES)
+def test_unpooling_nd_grad(rng, dtype, x_shape, ksize, options):
+    unpooling = forward.UNPOOLING_BY_NDIM[len(x_shape) - 2]
+    testing.assert_jit_grads_match_eager(
+        lambda x: unpooling(x, ksize, **options),
+        make_calls(rng, [x_shape], dtype),
+        lowered=['UnpoolingND'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape,ksize,options', forward.UPSAMPLING_CASES)
+def test_upsampling_2d_grad(rng, dtype, x_shape, ksize, options):
+    testing.assert_jit_grads_match_eager(
+        forward.upsampling(x_shape, ksize, options),
+        make_calls(rng, [x_shape], dtype), rtol=0, atol=0,
+        lowered=['Upsampling2D'])
