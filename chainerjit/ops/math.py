@@ -10,6 +10,7 @@ Gradient formulas keep Python constants typed as the arrays they meet
 0-d float32 array times a Python float to float64.
 """
 
+import collections.abc
 import functools
 import math
 import operator
@@ -22,7 +23,9 @@ from chainer.functions.math import average
 from chainer.functions.math import basic_math
 from chainer.functions.math import batch_l2_norm_squared
 from chainer.functions.math import clip
+from chainer.functions.math import cumprod
 from chainer.functions.math import cumsum
+from chainer.functions.math import det
 from chainer.functions.math import digamma
 from chainer.functions.math import erf
 from chainer.functions.math import erfc
@@ -31,9 +34,11 @@ from chainer.functions.math import erfcx
 from chainer.functions.math import erfinv
 from chainer.functions.math import exponential
 from chainer.functions.math import exponential_m1
+from chainer.functions.math import fft
 from chainer.functions.math import fmod
 from chainer.functions.math import hyperbolic
 from chainer.functions.math import identity
+from chainer.functions.math import inv
 from chainer.functions.math import lgamma
 from chainer.functions.math import linear_interpolate
 from chainer.functions.math import log_ndtr
@@ -46,9 +51,11 @@ from chainer.functions.math import minmax
 from chainer.functions.math import ndtr
 from chainer.functions.math import ndtri
 from chainer.functions.math import polygamma
+from chainer.functions.math import prod
 from chainer.functions.math import sqrt
 from chainer.functions.math import square
 from chainer.functions.math import sum as sum_
+from chainer.functions.math import tensordot
 from chainer.functions.math import trigonometric
 from chainer.functions.math import zeta
 from chainer import utils
@@ -907,6 +914,26 @@ def lower_sum(node, ctx):
     return kernel._replace(lengths=_rows_summed(kernel, node, ctx))
 
 
+@lowering(sum_.SumTo)
+def lower_sum_to(node, ctx):
+    """``utils.sum_to`` the node's shape; the gradient broadcasts back to
+    the input's shape, as SumTo's backward."""
+    to, shape = node._shape, ctx.in_shapes[0]
+    broadcast_to = ctx.xp.broadcast_to
+
+    def grad(xs, ys, gys, wanted):
+        return broadcast_to(gys[0], shape),
+
+    def to_onnx(b, ins, outs):
+        b.op('Identity', [onnx_sum_to(b, ins[0], shape, tuple(to))], outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        return b.single('Expand', gys[0], b.int64s(list(shape))),
+    return Kernel(lambda x: utils.sum_to(x, to), {'shape': tuple(to)},
+                  grad=grad_rule(ctx, grad, onnx=grad_to_onnx),
+                  onnx=to_onnx, fresh=shape != tuple(to))
+
+
 def _rows_kept(kernel, node, ctx, multiplier=None):
     """The ``Kernel.lengths`` rule of a sum (or a mean: ``multiplier``)
     over other axes than the rows: the output keeps them, and at any
@@ -965,6 +992,86 @@ def lower_mean(node, ctx):
         return kernel._replace(lengths=_rows_kept(kernel, node, ctx,
                                                   1.0 / divider))
     return kernel._replace(lengths=_rows_summed(kernel, node, ctx, True))
+
+
+@lowering(prod.Prod)
+def lower_prod(node, ctx):
+    """``x.prod``; its gradient, as Prod's backward, the product of the
+    elements before and of those after each along the reduced axes, times
+    the output gradient."""
+    xp = ctx.xp
+    axis, keepdims = node.axis, node.keepdims
+    shape = ctx.in_shapes[0]
+    axes = tuple(range(len(shape))) if axis is None else tuple(
+        a % len(shape) for a in axis)
+    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
+
+    def grad(xs, ys, gys, wanted):
+        gy = gys[0] if keepdims else gys[0].reshape(kept)
+        return _products_of_others(xp, xs[0], axes) * gy,
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        others = _onnx_products_of_others(b, xs[0], shape, axes,
+                                          ctx.in_dtypes[0])
+        return b.single('Mul', others, b.single(
+            'Reshape', gys[0], b.int64s(list(kept)), allowzero=1)),
+    return Kernel(lambda x: xp.asarray(x.prod(axis=axis, keepdims=keepdims)),
+                  {'axis': axis, 'keepdims': keepdims},
+                  grad=grad_rule(ctx, grad, inputs=(0,),
+                                 onnx=grad_to_onnx),
+                  onnx=_onnx_reduce('ReduceProd', axis, keepdims, ctx),
+                  fresh=True)
+
+
+def _products_of_others(xp, x, axes):
+    """For each element of ``x``, the product of the others along
+    ``axes``, step by step as Prod's backward: the reduced axes moved
+    first and merged, exclusive cumulative products from either end
+    multiplied."""
+    kept_axes = tuple(a for a in range(x.ndim) if a not in axes)
+    order = axes + kept_axes
+    x = x.transpose(order)
+    transposed_shape = x.shape
+    n_reduced = 1
+    for n in transposed_shape[:len(axes)]:
+        n_reduced *= n
+    x = x.reshape((n_reduced,) + transposed_shape[len(axes):])
+
+    def shifted_cumprod(a):
+        ones = xp.ones((1,) + a.shape[1:], a.dtype)
+        return xp.cumprod(xp.concatenate([ones, a])[:-1], 0)
+    others = utils.force_array(shifted_cumprod(x) * xp.flip(
+        shifted_cumprod(xp.flip(x, 0)), 0))
+    return others.reshape(transposed_shape).transpose(
+        list(numpy.argsort(order)))
+
+
+def _onnx_products_of_others(b, x, shape, axes, dtype):
+    """:func:`_products_of_others` in ONNX, which has no cumulative
+    product: the ``n`` reduced elements repeated ``n`` times, each copy
+    with its own element set to one, multiplied (``ReduceProd``)."""
+    kept_axes = tuple(a for a in range(len(shape)) if a not in axes)
+    order = axes + kept_axes
+    transposed = tuple(shape[a] for a in order)
+    n = int(numpy.prod(transposed[:len(axes)], dtype=int))
+    rows = b.single('Reshape', _onnx_transpose(b, x, order),
+                    b.int64s([1, n] + list(transposed[len(axes):])),
+                    allowzero=1)
+    own = numpy.eye(n, dtype=bool).reshape(
+        (n, n) + (1,) * len(kept_axes))
+    others = b.single('ReduceProd', b.single(
+        'Where', b.constant(own), onnx_scalar(b, 1, dtype), rows),
+        axes=[1], keepdims=0)
+    return _onnx_transpose(b, b.single(
+        'Reshape', others, b.int64s(list(transposed)), allowzero=1),
+        [int(a) for a in numpy.argsort(order)])
+
+
+def _onnx_transpose(b, x, perm):
+    """``x`` transposed by ``perm`` (itself where that moves nothing)."""
+    if list(perm) == sorted(perm):
+        return x
+    return b.single('Transpose', x, perm=list(perm))
 
 
 def _onnx_axes(axis, ctx):
@@ -1227,3 +1334,315 @@ def lower_batch_matmul(node, ctx):
         b.op('MatMul', [a, b_], outs)
     return Kernel(fn, {'transa': swap_a, 'transb': swap_b},
                   grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)
+
+
+def _along(axis, ndim, sl):
+    """An index taking the slice ``sl`` along ``axis`` of ``ndim`` axes."""
+    return (slice(None),) * axis + (sl,) + (slice(None),) * (
+        ndim - axis - 1)
+
+
+def _flip_cumprodsum(xp, xmul, xadd, axis):
+    """``_flipcumprodsum`` of Chainer's cumprod module: Cumprodsum's
+    forward from the other end along ``axis``."""
+    z, = cumprod.Cumprodsum(axis).forward(
+        (xp.flip(xmul, axis), xp.flip(xadd, axis)))
+    return xp.flip(z, axis)
+
+
+@lowering(cumprod.Cumprod)
+def lower_cumprod(node, ctx):
+    """``cumprod`` along ``axis`` (``None``: the flattened array); its
+    gradient as Cumprod's backward: the gradient summed from the other
+    end through the later factors (Cumprodsum), times the products
+    before each element."""
+    xp = ctx.xp
+    axis, shape = node.axis, ctx.in_shapes[0]
+    along = 0 if axis is None else axis % len(shape)
+
+    def grad(xs, ys, gys, wanted):
+        (x,), (y,), (gy,) = xs, ys, gys
+        if axis is None:
+            x = x.reshape(-1)
+        if y.shape[along] > 1:
+            ones = xp.ones_like(y[_along(along, y.ndim, slice(-1, None))])
+            before = xp.concatenate(
+                [ones, y[_along(along, y.ndim, slice(None, -1))]], along)
+            later = x[_along(along, x.ndim, slice(1, None))]
+            gy = utils.force_array(
+                _flip_cumprodsum(xp, later, gy, along) * before)
+        return gy.reshape(shape) if axis is None else gy,
+    return Kernel(lambda x: xp.cumprod(x, axis=axis), {'axis': axis},
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
+                  fresh=True)
+
+
+@lowering(cumprod.Cumprodsum)
+def lower_cumprodsum(node, ctx):
+    """Cumprodsum (applied by Cumprod's backward): ``y[0] = xadd[0]``,
+    ``y[i] = y[i - 1] * xmul[i - 1] + xadd[i]`` along ``axis``, by its own
+    forward; its gradient as its backward."""
+    xp, axis = ctx.xp, node.axis
+
+    def fn(xmul, xadd):
+        return cumprod.Cumprodsum(axis).forward((xmul, xadd))[0]
+
+    def grad(xs, ys, gys, wanted):
+        (xmul, _), (y,), (gy,) = xs, ys, gys
+        gxadd = _flip_cumprodsum(xp, xmul, gy, axis)
+        gxmul = None
+        if wanted[0]:
+            gxmul = utils.force_array(
+                gxadd[_along(axis, y.ndim, slice(1, None))] *
+                y[_along(axis, y.ndim, slice(None, -1))])
+        return gxmul, gxadd if wanted[1] else None
+    return Kernel(fn, {'axis': axis},
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
+                  fresh=True)
+
+
+def _tensordot_axes(node, a_ndim, b_ndim):
+    """``(a_axes, b_axes, c_axes)`` as TensorDot's forward settles them
+    for operands of these ranks; ``c_axes`` is ``None`` where the forward
+    transposes nothing."""
+    if node.a_axes is not None and node.b_axes is not None:
+        return node.a_axes, node.b_axes, node.c_axes
+    a_axes, b_axes = [[], []], [[], []]
+    if isinstance(node.axes, collections.abc.Sequence):
+        a_axes[1], b_axes[0] = node.axes
+        if numpy.isscalar(a_axes[1]):
+            a_axes[1] = a_axes[1],
+        if numpy.isscalar(b_axes[0]):
+            b_axes[0] = b_axes[0],
+    else:
+        a_axes[1] = range(a_ndim - node.axes, a_ndim)
+        b_axes[0] = range(node.axes)
+    a_axes[0] = [i for i in range(a_ndim) if i not in a_axes[1]]
+    b_axes[1] = [i for i in range(b_ndim) if i not in b_axes[0]]
+    return a_axes, b_axes, node.c_axes
+
+
+@lowering(tensordot.TensorDot)
+def lower_tensordot(node, ctx):
+    """``numpy.tensordot`` over the node's axes (and the transposition
+    to ``c_axes``); the gradients as the TensorDot nodes of its backward
+    compute them."""
+    a_axes, b_axes, c_axes = _tensordot_axes(
+        node, *(len(s) for s in ctx.in_shapes))
+    dot, dtype = tensordot._tensordot, node.dtype
+    a_dtype, b_dtype = ctx.in_dtypes
+    c_ndim = len(ctx.out_shapes[0])
+    settled_c = c_axes or [range(len(a_axes[0])),
+                           range(len(a_axes[0]), c_ndim)]
+
+    def grad(xs, ys, gys, wanted):
+        (a, b), (gc,) = xs, gys
+        return (utils.force_array(dot(
+                    gc, b, settled_c, [b_axes[1], b_axes[0]], a_axes),
+                    a_dtype) if wanted[0] else None,
+                utils.force_array(dot(
+                    a, gc, [a_axes[1], a_axes[0]], settled_c, b_axes),
+                    b_dtype) if wanted[1] else None)
+    return Kernel(
+        lambda a, b: utils.force_array(dot(a, b, a_axes, b_axes, c_axes),
+                                       dtype),
+        {'a_axes': _listed(a_axes), 'b_axes': _listed(b_axes)},
+        grad=grad_rule(ctx, grad, inputs=(0, 1),
+                       onnx=_tensordot_grad_to_onnx(
+                           ctx, a_axes, b_axes, settled_c)),
+        onnx=_tensordot_to_onnx(ctx, a_axes, b_axes, c_axes), fresh=True)
+
+
+def _listed(axes):
+    """Pairs of axis sequences as tuples (for printed IR)."""
+    return tuple(tuple(a) for a in axes)
+
+
+def _einsum_equation(a_ndim, b_ndim, a_axes, b_axes, c_axes):
+    """The ``numpy.einsum`` (and ONNX ``Einsum``) equation of
+    ``tensordot._tensordot``, or ``None`` beyond 26 subscripts."""
+    if a_ndim + b_ndim > 26:
+        return None
+    letters = iter('abcdefghijklmnopqrstuvwxyz')
+    a_sub, b_sub = [None] * a_ndim, [None] * b_ndim
+    for i, j in zip(a_axes[1], b_axes[0]):
+        a_sub[i] = b_sub[j] = next(letters)
+    a_sub = [s or next(letters) for s in a_sub]
+    b_sub = [s or next(letters) for s in b_sub]
+    if c_axes is None:  # numpy's order: a's free axes, then b's
+        out = [a_sub[i] for i in sorted(a_axes[0])] + [
+            b_sub[j] for j in sorted(b_axes[1])]
+    else:
+        out = [None] * (len(a_axes[0]) + len(b_axes[1]))
+        for c, i in zip(c_axes[0], a_axes[0]):
+            out[c] = a_sub[i]
+        for c, j in zip(c_axes[1], b_axes[1]):
+            out[c] = b_sub[j]
+    return '%s,%s->%s' % (''.join(a_sub), ''.join(b_sub), ''.join(out))
+
+
+def _tensordot_to_onnx(ctx, a_axes, b_axes, c_axes):
+    """TensorDot as ONNX ``Einsum`` on operands cast to the output's
+    dtype, or ``None``."""
+    (a_shape, b_shape), dtype = ctx.in_shapes, ctx.out_dtypes[0]
+    equation = _einsum_equation(len(a_shape), len(b_shape), a_axes, b_axes,
+                                c_axes)
+    if equation is None:
+        return None
+
+    def convert(b, ins, outs):
+        ins = [b.cast(x, t, dtype) for x, t in zip(ins, b.in_dtypes)]
+        b.op('Einsum', ins, outs, equation=equation)
+    return convert
+
+
+def _tensordot_grad_to_onnx(ctx, a_axes, b_axes, c_axes):
+    """TensorDot's gradient as two ONNX ``Einsum`` nodes, for operands
+    and output of one dtype; or ``None``."""
+    (a_shape, b_shape), c_ndim = ctx.in_shapes, len(ctx.out_shapes[0])
+    equations = (
+        _einsum_equation(c_ndim, len(b_shape), c_axes,
+                         [b_axes[1], b_axes[0]], a_axes),
+        _einsum_equation(len(a_shape), c_ndim, [a_axes[1], a_axes[0]],
+                         c_axes, b_axes))
+    if None in equations or len(set(ctx.in_dtypes + ctx.out_dtypes)) != 1:
+        return None
+
+    def convert(b, xs, ys, gys, wanted):
+        (a, b_), (gc,) = xs, gys
+        return (b.single('Einsum', gc, b_, equation=equations[0])
+                if wanted[0] else None,
+                b.single('Einsum', a, gc, equation=equations[1])
+                if wanted[1] else None)
+    return convert
+
+
+def _linalg_on_cpu(ctx):
+    """Whether a ``numpy.linalg`` op lowers: NumPy arrays of float32 or
+    float64 (Chainer computes float16 in float32, and CuPy otherwise)."""
+    return ctx.xp is numpy and ctx.in_dtypes[0] in (
+        numpy.dtype(numpy.float32), numpy.dtype(numpy.float64))
+
+
+def _inverse(x):
+    """``numpy.linalg.inv`` as Inv's and BatchInv's CPU forward calls it:
+    singular matrices raise ``ValueError``."""
+    try:
+        return utils.force_array(numpy.linalg.inv(x))
+    except numpy.linalg.LinAlgError:
+        raise ValueError('Input has singular matrices.')
+
+
+@lowering(inv.Inv, inv.BatchInv)
+def lower_inv(node, ctx):
+    """The inverse of a matrix (``Inv``) or of each of a batch
+    (``BatchInv``); the gradient ``-inv^T gy inv^T`` by the two matrix
+    products of their backward."""
+    if not _linalg_on_cpu(ctx):
+        return None
+    mm = matmul._matmul
+    batch = isinstance(node, inv.BatchInv)
+
+    def grad(xs, ys, gys, wanted):
+        (invx,), (gy,) = ys, gys
+        if batch:
+            return utils.force_array(mm(
+                utils.force_array(mm(-invx, gy, transa=True)), invx,
+                transb=True)),
+        invx_t = invx.T
+        return utils.force_array(mm(utils.force_array(mm(
+            utils.force_array(-invx_t), gy)), invx_t)),
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        invx_t = onnx_swap_last(b, ys[0], 3 if batch else 2)
+        return b.single('MatMul', b.single(
+            'MatMul', b.single('Neg', invx_t), gys[0]), invx_t),
+    return Kernel(_inverse, grad=grad_rule(ctx, grad, outputs=(0,),
+                                           onnx=grad_to_onnx), fresh=True)
+
+
+@lowering(det.BatchDet)
+def lower_batch_det(node, ctx):
+    """``numpy.linalg.det`` of each matrix; the gradient ``gy * det *
+    inv(x^T)``, as BatchDet's backward (ONNX ``Det`` for the forward)."""
+    if not _linalg_on_cpu(ctx):
+        return None
+    broadcast_to = numpy.broadcast_to
+
+    def grad(xs, ys, gys, wanted):
+        (x,), (detx,), (gy,) = xs, ys, gys
+        inv_x = _inverse(x.transpose(0, 2, 1))
+        return utils.force_array(utils.force_array(
+            broadcast_to(gy[:, None, None], inv_x.shape) *
+            broadcast_to(detx[:, None, None], inv_x.shape)) * inv_x),
+    return Kernel(lambda x: utils.force_array(numpy.linalg.det(x)),
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
+                  onnx=onnx_op('Det'), fresh=True)
+
+
+def _fourier(method):
+    """FFT's CPU forward: ``numpy.fft``'s ``method`` of ``real + imag *
+    1j``, its parts in the inputs' dtypes."""
+    transform = getattr(numpy.fft, method)
+
+    def fn(real, imag):
+        y = transform(real + imag * 1j)
+        return (y.real.astype(real.dtype, copy=False),
+                y.imag.astype(imag.dtype, copy=False))
+    return fn
+
+
+@lowering(fft.FFT)
+def lower_fft(node, ctx):
+    """``fft`` or ``ifft`` of ``real + imag * 1j`` over the last axis;
+    the gradient, as FFT's backward, the same transform of the output
+    gradients swapped (zeros for one not given)."""
+    if ctx.xp is not numpy:
+        return None
+    fn = _fourier(node._method)
+
+    def grad(xs, ys, gys, wanted):
+        gr, gi = gys
+        if gr is None:
+            gr = numpy.zeros_like(gi)
+        if gi is None:
+            gi = numpy.zeros_like(gr)
+        gxi, gxr = fn(gi, gr)
+        return gxr if wanted[0] else None, gxi if wanted[1] else None
+    ndim, inverse = len(ctx.in_shapes[0]), int(node._method == 'ifft')
+    dtype = ctx.in_dtypes[0]
+
+    def to_onnx(b, ins, outs):
+        _onnx_fourier(b, ins[0], ins[1], ndim, inverse, dtype, outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        zeros = [b.constant(numpy.zeros(shape, dtype)) for shape, dtype
+                 in zip(ctx.out_shapes, ctx.out_dtypes)]
+        gr, gi = (g if g is not None else z for g, z in zip(gys, zeros))
+        gxi, gxr = _onnx_fourier(b, gi, gr, ndim, inverse, dtype)
+        return gxr if wanted[0] else None, gxi if wanted[1] else None
+    return Kernel(fn, {'method': node._method}, multi=True,
+                  grad=grad_rule(ctx, grad, onnx=grad_to_onnx),
+                  onnx=to_onnx, fresh=True)
+
+
+def _onnx_fourier(b, real, imag, ndim, inverse, dtype, outs=None):
+    """The real and imaginary parts of the discrete Fourier transform
+    (``inverse``: the inverse, divided by the length) of ``real + imag *
+    1j`` over its last axis, by ONNX ``DFT`` (which wants a batch axis
+    first and the parts on a last axis of two), in float64 as NumPy
+    computes it, the parts cast back to ``dtype``."""
+    last = b.int64s([-1])
+    pair = b.single('Concat', b.single('Unsqueeze', real, last),
+                    b.single('Unsqueeze', imag, last), axis=-1)
+    if ndim == 1:
+        pair = b.single('Unsqueeze', pair, b.int64s([0]))
+    y = b.cast(b.single(
+        'DFT', b.cast(pair, dtype, numpy.float64), axis=max(ndim - 1, 1),
+        inverse=inverse), numpy.float64, dtype)
+    parts = b.op('Split', [y], [b.fresh('part') for _ in range(2)],
+                 axis=-1)
+    squeezed = b.int64s([0, -1] if ndim == 1 else [-1])
+    outs = outs or [b.fresh('part') for _ in range(2)]
+    return [b.op('Squeeze', [part, squeezed], [out])[0]
+            for part, out in zip(parts, outs)]

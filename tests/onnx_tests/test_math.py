@@ -1,12 +1,15 @@
 """Math ops exported to ONNX and run in onnxruntime, over the cases of
 the forward op tests."""
 
+import chainer
 import numpy
 import pytest
 
+from chainerjit import onnx_export
 from tests.onnx_tests.test_activation import check_onnx
 from tests.onnx_tests.test_activation import check_shape_sets
 from tests.ops_tests import test_math as cases
+from tests.ops_tests.common import cases_of
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import make_calls
 
@@ -107,3 +110,73 @@ def test_numpy_arithmetic_on_arrays(rng, name):
     def fn(x):
         return F.relu(numpy_fn(x))
     check_onnx(fn, make_calls(rng, [(3, 4)], numpy.float32, n=3), 'ReLU')
+
+
+def assert_no_converter(fn, calls, op):
+    """A lowered op without an ONNX form fails to export, naming
+    itself."""
+    args = tuple(chainer.Variable(a) for a in calls[0])
+    with pytest.raises(onnx_export.ExportError, match=op):
+        onnx_export.export_onnx(fn, args)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,to', cases_of(cases.test_sum_to,
+                                              'shape,to'))
+def test_sum_to(rng, shape, to, dtype):
+    check_shape_sets(rng, lambda x: F.sum_to(x, to), [[shape]], dtype,
+                     'SumTo')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,axis,keepdims', cases_of(
+    cases.test_prod, 'shape,axis,keepdims'))
+def test_prod(rng, shape, axis, keepdims, dtype):
+    check_shape_sets(
+        rng, lambda x: F.prod(x, axis=axis, keepdims=keepdims), [[shape]],
+        dtype, 'Prod')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('a_shape,b_shape,axes', cases.TENSORDOT_CASES)
+def test_tensordot(rng, a_shape, b_shape, axes, dtype):
+    check_shape_sets(
+        rng, lambda a, b: F.tensordot(a, b, axes=axes),
+        [[a_shape, b_shape]], dtype, 'TensorDot', atol=1e-5)
+
+
+def test_tensordot_mixed_dtypes(rng):
+    calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
+        rng, [(3, 4), (4, 2)], numpy.float32, n=2)]
+    check_onnx(lambda a, b: F.tensordot(a, b, axes=1), calls, 'TensorDot')
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('fn,shape', [
+    (F.det, (4, 4)), (F.batch_det, (3, 4, 4)), (F.batch_det, (2, 1, 1))])
+def test_det(rng, fn, shape, dtype):
+    check_onnx(fn, [tuple(chainer.Variable(a) for a in args) for args in
+                    cases.invertible_calls(rng, shape, dtype, n=2)],
+               'BatchDet', rtol=1e-4)
+
+
+@pytest.mark.parametrize('fn,op,shapes', [
+    (F.cumprod, 'Cumprod', [(3, 4)]),
+    (cases.apply_cumprodsum(0), 'Cumprodsum', [(3, 4), (4, 4)])])
+def test_without_converter(rng, fn, op, shapes):
+    assert_no_converter(fn, make_calls(rng, shapes, numpy.float32), op)
+
+
+@pytest.mark.parametrize('fn,op,shape', [(F.inv, 'Inv', (3, 3)),
+                                         (F.batch_inv, 'BatchInv', (2, 3, 3))])
+def test_inv_without_converter(rng, fn, op, shape):
+    assert_no_converter(
+        fn, cases.invertible_calls(rng, shape, numpy.float32), op)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('transform', [F.fft, F.ifft])
+@pytest.mark.parametrize('shape', cases_of(cases.test_fft, 'shape'))
+def test_fft(rng, transform, shape, dtype):
+    check_shape_sets(rng, lambda real, imag: transform((real, imag)),
+                     [[shape, shape]], dtype, 'FFT', atol=1e-5)

@@ -227,3 +227,141 @@ def test_zeta(rng, dtype, shape, x):
     fn = lambda q: F.zeta(x, q)  # noqa: E731
     testing.assert_jit_matches_eager(fn, calls, lowered=['Zeta'])
     testing.assert_jit_grads_match_eager(fn, calls, lowered=['Zeta'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,to', [
+    ((3, 4), (1, 4)), ((3, 4), (3, 1)), ((3, 4), (1, 1)), ((3, 4), ()),
+    ((2, 3, 4), (4,)), ((2, 3, 4), (3, 1)), ((2, 1, 4), (1, 1, 4)),
+    ((0, 4), (4,)), ((0, 4), (1, 4))])
+def test_sum_to(rng, shape, to, dtype):
+    testing.assert_jit_matches_eager(
+        lambda x: F.sum_to(x, to), make_calls(rng, [shape], dtype),
+        expect_entries=1, lowered=['SumTo'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,axis,keepdims', [
+    ((3, 4), None, False), ((3, 4), 1, False), ((2, 3, 5), -1, True),
+    ((2, 3, 5), (0, 2), False), ((2, 3, 5), (2, 0), True),
+    ((2, 3, 5), (-2, 0, 2), False), ((0, 3), 1, False), ((0, 3), 0, True),
+    ((4,), 0, False), ((), None, False), ((), None, True)])
+def test_prod(rng, shape, axis, keepdims, dtype):
+    testing.assert_jit_matches_eager(
+        lambda x: F.prod(x, axis=axis, keepdims=keepdims),
+        make_calls(rng, [shape], dtype), expect_entries=1,
+        lowered=['Prod'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,axis', [
+    ((3, 4), 1), ((2, 3, 5), -1), ((2, 3, 5), 0), ((3, 4), None),
+    ((5,), None), ((5,), -1), ((3, 1), 1), ((1, 3), 0), ((0, 4), 1),
+    ((0, 4), 0), ((), None)])
+def test_cumprod(rng, shape, axis, dtype):
+    testing.assert_jit_matches_eager(
+        lambda x: F.cumprod(x, axis=axis), make_calls(rng, [shape], dtype),
+        expect_entries=1, lowered=['Cumprod'])
+
+
+def apply_cumprodsum(axis):
+    """The node Cumprod's backward applies (``y[i] = y[i - 1] *
+    xmul[i - 1] + xadd[i]`` along ``axis``), applied directly."""
+    from chainer.functions.math import cumprod
+
+    def fn(xmul, xadd):
+        return cumprod.Cumprodsum(axis).apply((xmul, xadd))[0]
+    return fn
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('xmul_shape,xadd_shape,axis', [
+    ((3,), (4,), 0), ((3, 2), (4, 2), 0), ((2, 2, 3), (2, 3, 3), 1),
+    ((2, 4), (2, 5), 1), ((0, 3), (1, 3), 0), ((2, 0), (3, 0), 0)])
+def test_cumprodsum(rng, xmul_shape, xadd_shape, axis, dtype):
+    testing.assert_jit_matches_eager(
+        apply_cumprodsum(axis),
+        make_calls(rng, [xmul_shape, xadd_shape], dtype),
+        expect_entries=1, lowered=['Cumprodsum'])
+
+
+TENSORDOT_CASES = [
+    # a shape, b shape, axes
+    ((3, 4, 5), (4, 5, 2), 2),
+    ((3, 4), (4, 5), 1),
+    ((3, 4), (2, 5), 0),
+    ((2, 3, 4), (2, 3, 4), 3),
+    ((2, 3, 4), (4, 3, 5), ((1, 2), (1, 0))),
+    ((2, 3, 4), (5, 2), ((0,), (1,))),
+    ((3, 4), (5, 3), (0, 1)),
+    ((4,), (4,), 1),
+    ((0, 4), (4, 5), 1),
+    ((3, 0), (0, 5), 1),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('a_shape,b_shape,axes', TENSORDOT_CASES)
+def test_tensordot(rng, a_shape, b_shape, axes, dtype):
+    testing.assert_jit_matches_eager(
+        lambda a, b: F.tensordot(a, b, axes=axes),
+        make_calls(rng, [a_shape, b_shape], dtype), expect_entries=1,
+        lowered=['TensorDot'])
+
+
+def test_tensordot_mixed_dtypes(rng):
+    calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
+        rng, [(3, 4), (4, 2)], numpy.float32)]
+    testing.assert_jit_matches_eager(
+        lambda a, b: F.tensordot(a, b, axes=1), calls, expect_entries=1,
+        lowered=['TensorDot'])
+
+
+def invertible_calls(rng, shape, dtype, n=3):
+    """``n`` calls of one array of square matrices, each far from
+    singular (standard normal values plus three times the identity)."""
+    eye = 3 * numpy.eye(shape[-1]) if shape[-1] else 0
+    return [(numpy.asarray(rng.standard_normal(shape) + eye, dtype),)
+            for _ in range(n)]
+
+
+# function, op, shape
+LINALG_CASES = [
+    (F.inv, 'Inv', (4, 4)), (F.inv, 'Inv', (1, 1)),
+    (F.batch_inv, 'BatchInv', (3, 4, 4)),
+    (F.batch_inv, 'BatchInv', (2, 1, 1)),
+    (F.batch_inv, 'BatchInv', (0, 3, 3)),
+    (F.det, 'BatchDet', (4, 4)), (F.det, 'BatchDet', (1, 1)),
+    (F.batch_det, 'BatchDet', (3, 4, 4)),
+    (F.batch_det, 'BatchDet', (2, 1, 1)),
+    (F.batch_det, 'BatchDet', (0, 3, 3)),
+]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('fn,op,shape', LINALG_CASES)
+def test_linalg(rng, fn, op, shape, dtype):
+    testing.assert_jit_matches_eager(
+        fn, invertible_calls(rng, shape, dtype), expect_entries=1,
+        lowered=[op])
+
+
+@pytest.mark.parametrize('fn,op,shape', [(F.inv, 'Inv', (2, 2)),
+                                         (F.batch_inv, 'BatchInv', (1, 2, 2))])
+def test_inv_of_singular_matrices_fails_as_eager(rng, fn, op, shape):
+    jfn = testing.assert_jit_matches_eager(
+        fn, invertible_calls(rng, shape, numpy.float32), lowered=[op])
+    singular = numpy.zeros(shape, numpy.float32)
+    for f in (fn, jfn):
+        with pytest.raises(ValueError, match='singular'):
+            f(singular)
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('transform', [F.fft, F.ifft])
+@pytest.mark.parametrize('shape', [(3, 8), (2, 3, 5), (6,), (0, 4)])
+def test_fft(rng, transform, shape, dtype):
+    testing.assert_jit_matches_eager(
+        lambda real, imag: transform((real, imag)),
+        make_calls(rng, [shape, shape], dtype), expect_entries=1,
+        lowered=['FFT'])

@@ -184,3 +184,121 @@ def test_maximum_minimum_ties_grad(rng, op, fn):
     calls = [tuple(rng.randint(-1, 2, size=s).astype(numpy.float64)
                    for s in [(3, 4), (4,)]) for _ in range(3)]
     testing.assert_jit_grads_match_eager(fn, calls, lowered=[op])
+
+
+def tolerances(dtype):
+    """rtol and atol for a dtype."""
+    if dtype == numpy.float64:
+        return {'rtol': 1e-5, 'atol': 1e-6}
+    return {'rtol': 1e-4, 'atol': 1e-5}
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,to', cases_of(forward.test_sum_to,
+                                              'shape,to'))
+def test_sum_to_grad(rng, shape, to, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.sum_to(x, to), make_calls(rng, [shape], dtype),
+        lowered=['SumTo'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,axis,keepdims', cases_of(
+    forward.test_prod, 'shape,axis,keepdims'))
+def test_prod_grad(rng, shape, axis, keepdims, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.prod(x, axis=axis, keepdims=keepdims),
+        make_calls(rng, [shape], dtype), lowered=['Prod'],
+        **tolerances(dtype))
+
+
+def test_prod_with_zeros_grad(rng):
+    # Products of the others, not the product divided by each element.
+    calls = [(rng.randint(-1, 2, size=(4, 3)).astype(numpy.float64),)
+             for _ in range(3)]
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.prod(x, axis=0), calls, lowered=['Prod'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape,axis', cases_of(forward.test_cumprod,
+                                                'shape,axis'))
+def test_cumprod_grad(rng, shape, axis, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda x: F.cumprod(x, axis=axis), make_calls(rng, [shape], dtype),
+        lowered=['Cumprod'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('xmul_shape,xadd_shape,axis', cases_of(
+    forward.test_cumprodsum, 'xmul_shape,xadd_shape,axis'))
+def test_cumprodsum_grad(rng, xmul_shape, xadd_shape, axis, dtype):
+    testing.assert_jit_grads_match_eager(
+        forward.apply_cumprodsum(axis),
+        make_calls(rng, [xmul_shape, xadd_shape], dtype),
+        lowered=['Cumprodsum'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('index', [0, 1])
+def test_cumprodsum_partial_grad(rng, index):
+    constant, = make_calls(rng, [(3, 2), (4, 2)][index:index + 1],
+                           numpy.float64, n=1)[0]
+    fn = _with_constant(forward.apply_cumprodsum(0), index, constant)
+    testing.assert_jit_grads_match_eager(
+        fn, make_calls(rng, [(4, 2) if index == 0 else (3, 2)],
+                       numpy.float64), lowered=['Cumprodsum'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('a_shape,b_shape,axes', forward.TENSORDOT_CASES)
+def test_tensordot_grad(rng, a_shape, b_shape, axes, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda a, b: F.tensordot(a, b, axes=axes),
+        make_calls(rng, [a_shape, b_shape], dtype), lowered=['TensorDot'],
+        **tolerances(dtype))
+
+
+def test_tensordot_mixed_dtypes_grad(rng):
+    calls = [(a, b.astype(numpy.float64)) for a, b in make_calls(
+        rng, [(3, 4), (4, 2)], numpy.float32)]
+    testing.assert_jit_grads_match_eager(
+        lambda a, b: F.tensordot(a, b, axes=1), calls,
+        lowered=['TensorDot'], **tolerances(numpy.float32))
+
+
+@pytest.mark.parametrize('index', [0, 1])
+def test_tensordot_partial_grad(rng, index):
+    shapes = [(2, 3, 4), (4, 3, 5)]
+    constant, = make_calls(rng, shapes[index:index + 1], numpy.float64,
+                           n=1)[0]
+    fn = _with_constant(lambda a, b: F.tensordot(
+        a, b, axes=((1, 2), (1, 0))), index, constant)
+    testing.assert_jit_grads_match_eager(
+        fn, make_calls(rng, shapes[1 - index:2 - index], numpy.float64),
+        lowered=['TensorDot'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('fn,op,shape', forward.LINALG_CASES)
+def test_linalg_grad(rng, fn, op, shape, dtype):
+    testing.assert_jit_grads_match_eager(
+        fn, forward.invertible_calls(rng, shape, dtype), lowered=[op],
+        **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('transform', [F.fft, F.ifft])
+@pytest.mark.parametrize('shape', cases_of(forward.test_fft, 'shape'))
+def test_fft_grad(rng, transform, shape, dtype):
+    testing.assert_jit_grads_match_eager(
+        lambda real, imag: transform((real, imag)),
+        make_calls(rng, [shape, shape], dtype), lowered=['FFT'],
+        **tolerances(dtype))
+
+
+@pytest.mark.parametrize('part', [0, 1])
+def test_fft_of_one_part_grad(rng, part):
+    # The other output gets no gradient: FFT's backward takes zeros.
+    testing.assert_jit_grads_match_eager(
+        lambda real, imag: F.fft((real, imag))[part] * 2,
+        make_calls(rng, [(3, 8), (3, 8)], numpy.float64), lowered=['FFT'])
