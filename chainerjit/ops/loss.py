@@ -2,11 +2,16 @@
 
 import numpy
 
+from chainer.functions.loss import contrastive
+from chainer.functions.loss import cross_covariance
+from chainer.functions.loss import decov
+from chainer.functions.loss import hinge
 from chainer.functions.loss import huber_loss
 from chainer.functions.loss import mean_absolute_error
 from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
+from chainer.functions.loss import triplet
 from chainer import utils
 
 from chainerjit import errors
@@ -585,4 +590,514 @@ def _soft_target_ce_to_onnx(node):
         count = _element_count(
             b, ret, int(numpy.prod(shape)) // shape[1], dtype)
         b.op('Div', b.op('ReduceSum', [ret], keepdims=0) + [count], outs)
+    return convert
+
+
+@lowering(hinge.Hinge)
+def lower_hinge(node, ctx):
+    """``Hinge``'s CPU forward and backward: ``max(0, 1 + x)`` with the
+    label's entry of each row negated (``norm='L2'``: squared), its mean
+    over the rows or per element (``reduce='no'``)."""
+    if ctx.xp is not numpy:
+        return None  # the generic path runs Hinge's GPU kernels
+    squared, mean = node.norm == 'L2', node.reduce == 'mean'
+
+    def forward(x, t):
+        num = len(x)
+        loss = _hinge_margins(x, t)
+        if squared:
+            loss = loss ** 2
+        if mean:
+            loss = loss.sum() / num
+        return numpy.array(loss, dtype=x.dtype)
+
+    def grad(xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None, None
+        x, t = xs
+        gloss = gys[0].copy()
+        if mean:
+            gloss /= len(t)
+        bottom_diff = _hinge_margins(x, t)
+        bottom_diff[numpy.arange(len(t)), t] *= -1
+        if squared:
+            return 2 * gloss * bottom_diff, None
+        return gloss * numpy.sign(bottom_diff), None
+    return Kernel(forward, attrs={'norm': node.norm, 'reduce': node.reduce},
+                  grad=GradRule(grad, inputs=(0, 1),
+                                onnx=_hinge_grad_to_onnx(squared, mean)),
+                  onnx=_hinge_to_onnx(squared, mean),
+                  lengths=_rows_of_loss(mean))
+
+
+def _hinge_margins(x, t):
+    """``max(0, 1 + x)`` with ``x[n, t[n]]`` negated first, as Hinge
+    computes its ``bottom_diff``."""
+    bottom_diff = numpy.copy(x)
+    bottom_diff[numpy.arange(len(x)), t] *= -1
+    return numpy.maximum(0, 1 + bottom_diff)
+
+
+def _rows_of_loss(mean):
+    """The ``Kernel.lengths`` rule of a loss of inputs with the same rows,
+    averaged over them or kept per row (``reduce='no'``)."""
+    return rows_reduced if mean else _rows_kept_elementwise
+
+
+@lowering(contrastive.Contrastive)
+def lower_contrastive(node, ctx):
+    """``Contrastive``'s forward (in the dtype NumPy promotes the labels
+    and distances to) and its backward's formulas, on arrays."""
+    xp, margin, mean = ctx.xp, node.margin, node.reduce == 'mean'
+
+    def forward(x0, x1, y):
+        diff = x0 - x1
+        dist_sq = xp.sum(diff ** 2, axis=1)
+        dist = xp.sqrt(dist_sq)
+        mdist = margin - dist
+        dist = xp.maximum(mdist, 0)
+        loss = (y * dist_sq + (1 - y) * dist * dist) * .5
+        if mean:
+            loss = xp.sum(loss) / x0.shape[0]
+        return xp.array(loss, dtype=x0.dtype)
+
+    def grad(xs, ys, gys, wanted):
+        if not (wanted[0] or wanted[1]):
+            return None, None, None
+        gx0 = _contrastive_grad(xp, margin, mean, *(xs + tuple(gys)))
+        return (gx0 if wanted[0] else None,
+                utils.force_array(-gx0) if wanted[1] else None, None)
+    return Kernel(forward, attrs={'margin': margin, 'reduce': node.reduce},
+                  grad=GradRule(grad, inputs=(0, 1, 2),
+                                onnx=_contrastive_grad_to_onnx(margin, mean)),
+                  onnx=_contrastive_to_onnx(margin, mean),
+                  lengths=_rows_of_loss(mean))
+
+
+def _contrastive_grad(xp, margin, mean, x0, x1, y, gy):
+    """The gradient of ``x0``, as ``Contrastive.backward`` computes it
+    (each step one of the Chainer functions it applies)."""
+    dtype = x0.dtype
+    x_dim = x0.shape[1]
+    diff = utils.force_array(x0 - x1)
+    dist = xp.sqrt(utils.force_array(diff ** dtype.type(2), dtype).sum(
+        axis=1))
+    mdist = utils.force_array(dtype.type(margin) - dist)
+    y = xp.repeat(y[:, None], x_dim, axis=1)
+    alpha = utils.force_array(dtype.type(1. / y.shape[0]) * gy) if mean \
+        else gy[:, None]
+    alpha = xp.broadcast_to(alpha, y.shape)
+    eps = 5e-3 if dtype == numpy.float16 else 1e-7
+    dist = xp.maximum(xp.repeat(dist[:, None], x_dim, axis=1),
+                      xp.full(y.shape, eps, dtype=dtype))
+    similar = utils.force_array(alpha * y.astype(dtype)) * diff
+    mdist = xp.maximum(xp.repeat(mdist[:, None], x_dim, axis=1),
+                       xp.zeros(y.shape, dtype=dtype))
+    dissimilar = utils.force_array(alpha * (1 - y).astype(dtype)) * mdist
+    dissimilar = dissimilar * -utils.force_array(diff / dist)
+    return utils.force_array(similar + dissimilar)
+
+
+@lowering(triplet.Triplet)
+def lower_triplet(node, ctx):
+    """``Triplet``'s forward and its backward's formulas, on arrays, for
+    2-D inputs (the backward's masks are 2-D)."""
+    if len(ctx.in_shapes[0]) != 2:
+        return None
+    xp, margin, mean = ctx.xp, node.margin, node.reduce == 'mean'
+
+    def forward(anchor, positive, negative):
+        dist_hinge = _triplet_hinge(xp, margin, anchor, positive, negative)
+        loss = xp.sum(dist_hinge) / anchor.shape[0] if mean else dist_hinge
+        return xp.array(loss, dtype=anchor.dtype)
+
+    def grad(xs, ys, gys, wanted):
+        anchor, positive, negative = xs
+        dtype = anchor.dtype
+        mask = xp.array(xp.repeat(_triplet_hinge(
+            xp, margin, *xs)[:, None], anchor.shape[1], axis=1) > 0,
+            dtype=dtype)
+        gy, = gys
+        g = utils.force_array(dtype.type(1. / anchor.shape[0]) * gy) \
+            if mean else gy[:, None]
+        tmp = utils.force_array(
+            dtype.type(2) * xp.broadcast_to(g, mask.shape)) * mask
+        return tuple(
+            utils.force_array(tmp * (a - b)) if w else None
+            for w, (a, b) in zip(wanted, ((negative, positive),
+                                          (positive, anchor),
+                                          (anchor, negative))))
+    return Kernel(forward, attrs={'margin': margin, 'reduce': node.reduce},
+                  grad=GradRule(grad, inputs=(0, 1, 2),
+                                onnx=_triplet_grad_to_onnx(margin, mean)),
+                  onnx=_triplet_to_onnx(margin, mean),
+                  lengths=_rows_of_loss(mean))
+
+
+def _triplet_hinge(xp, margin, anchor, positive, negative):
+    """``max(0, |a - p|^2 - |a - n|^2 + margin)`` per row, as Triplet's
+    forward computes its ``dist_hinge``."""
+    dist = xp.sum(
+        (anchor - positive) ** 2 - (anchor - negative) ** 2,
+        axis=1) + margin
+    return xp.maximum(dist, 0)
+
+
+def _row_count(b, x, dtype):
+    """``len(x)`` as a 0-d ``dtype`` tensor."""
+    if not b.dynamic_batch:
+        return _scalar(b, b.in_shapes[0][0], dtype)
+    n, = b.op('Shape', [x], start=0, end=1)
+    return _cast(b, b.op('Squeeze', [n, b.int64s([0])])[0], dtype)
+
+
+def _mean_of_rows(b, loss, x, loss_dtype, outs):
+    """``sum(loss) / len(x)``, divided in float64 as NumPy divides a sum
+    by an int, written to ``outs`` in the output's dtype."""
+    total = b.cast(b.single('ReduceSum', loss, keepdims=0), loss_dtype,
+                   numpy.float64)
+    mean = b.single('Div', total, _row_count(b, x, numpy.float64))
+    _cast(b, mean, b.out_dtypes[0], outs)
+
+
+def _hinge_signs(b, t, n_classes, dtype):
+    """``-1`` at each row's label, ``1`` elsewhere: (N, K) in ``dtype``."""
+    label = b.cast(t, b.in_dtypes[1], numpy.int64)
+    # (onnxruntime's OneHot gives no float64 values.)
+    return b.cast(b.single('OneHot', label, b.int64s([n_classes]),
+                           b.int64s([1, -1]), axis=-1), numpy.int64, dtype)
+
+
+def _hinge_margins_onnx(b, x, t):
+    """``max(0, 1 + x * signs)`` and the signs (:func:`_hinge_signs`)."""
+    dtype = b.in_dtypes[0]
+    signs = _hinge_signs(b, t, b.in_shapes[0][1], dtype)
+    margins = b.single('Max', b.single('Add', b.single('Mul', x, signs),
+                                       _scalar(b, 1, dtype)),
+                       _scalar(b, 0, dtype))
+    return margins, signs
+
+
+def _hinge_to_onnx(squared, mean):
+    def convert(b, ins, outs):
+        x, t = ins
+        loss, _ = _hinge_margins_onnx(b, x, t)
+        if squared:
+            loss = b.single('Mul', loss, loss)
+        if mean:
+            _mean_of_rows(b, loss, x, b.in_dtypes[0], outs)
+        else:
+            b.op('Identity', [loss], outs)
+    return convert
+
+
+def _hinge_grad_to_onnx(squared, mean):
+    """``sign(d) * gy`` (``'L1'``) or ``2 * gy * d`` (``'L2'``) of the
+    margins ``d`` with the label's entries negated back, ``gy`` divided by
+    the rows for the mean."""
+    def convert(b, xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None, None
+        x, t = xs
+        dtype = b.in_dtypes[0]
+        margins, signs = _hinge_margins_onnx(b, x, t)
+        bottom_diff = b.single('Mul', margins, signs)
+        gloss = gys[0]
+        if mean:
+            gloss = b.single('Div', gloss, _row_count(b, x, dtype))
+        if squared:
+            return b.single('Mul', b.single(
+                'Mul', _scalar(b, 2, dtype), gloss), bottom_diff), None
+        return b.single('Mul', gloss, b.single('Sign', bottom_diff)), None
+    return convert
+
+
+def _contrastive_to_onnx(margin, mean):
+    """``(y * d^2 + (1 - y) * max(margin - d, 0)^2) * .5`` of the rows'
+    distances ``d``, in the dtype NumPy promotes labels and distances
+    to."""
+    def convert(b, ins, outs):
+        x0, x1, y = ins
+        dtype = b.in_dtypes[0]
+        loss_dtype = numpy.promote_types(b.in_dtypes[2], dtype)
+        dist_sq = b.single('ReduceSumSquare', b.single('Sub', x0, x1),
+                           axes=[1], keepdims=0)
+        mdist = b.single('Max', b.single(
+            'Sub', _scalar(b, margin, dtype), b.single('Sqrt', dist_sq)),
+            _scalar(b, 0, dtype))
+        dist_sq = b.cast(dist_sq, dtype, loss_dtype)
+        mdist = b.cast(mdist, dtype, loss_dtype)
+        labels = b.cast(y, b.in_dtypes[2], loss_dtype)
+        others = b.single('Sub', _scalar(b, 1, loss_dtype), labels)
+        loss = b.single('Mul', b.single('Add', b.single(
+            'Mul', labels, dist_sq), b.single('Mul', b.single(
+                'Mul', others, mdist), mdist)), _scalar(b, .5, loss_dtype))
+        if mean:
+            _mean_of_rows(b, loss, x0, loss_dtype, outs)
+        else:
+            _cast(b, loss, b.out_dtypes[0], outs)
+    return convert
+
+
+def _contrastive_grad_to_onnx(margin, mean):
+    """``alpha * (y * diff - (1 - y) * max(margin - d, 0) * diff /
+    max(d, eps))``, ``alpha`` the loss's gradient per row."""
+    def convert(b, xs, ys, gys, wanted):
+        if not (wanted[0] or wanted[1]):
+            return None, None, None
+        x0, x1, y = xs
+        dtype = b.in_dtypes[0]
+        diff = b.single('Sub', x0, x1)
+        dist = b.single('Sqrt', b.single('ReduceSumSquare', diff,
+                                         axes=[1], keepdims=1))
+        mdist = b.single('Max', b.single(
+            'Sub', _scalar(b, margin, dtype), dist), _scalar(b, 0, dtype))
+        eps = 5e-3 if dtype == numpy.float16 else 1e-7
+        dist = b.single('Max', dist, _scalar(b, eps, dtype))
+        axes = b.int64s([1])
+        labels = b.single('Unsqueeze', b.cast(y, b.in_dtypes[2], dtype),
+                          axes)
+        alpha = b.single('Div', gys[0], _row_count(b, x0, dtype)) if mean \
+            else b.single('Unsqueeze', gys[0], axes)
+        similar = b.single('Mul', b.single('Mul', alpha, labels), diff)
+        others = b.single('Sub', _scalar(b, 1, dtype), labels)
+        dissimilar = b.single('Mul', b.single('Mul', b.single(
+            'Mul', alpha, others), mdist), b.single(
+                'Neg', b.single('Div', diff, dist)))
+        gx0 = b.single('Add', similar, dissimilar)
+        return (gx0 if wanted[0] else None,
+                b.single('Neg', gx0) if wanted[1] else None, None)
+    return convert
+
+
+def _triplet_hinge_onnx(b, anchor, positive, negative, margin, keepdims):
+    dtype = b.in_dtypes[0]
+    axes = b.int64s([1])
+    near = b.single('Sub', anchor, positive)
+    far = b.single('Sub', anchor, negative)
+    dist = b.single('ReduceSum', b.single(
+        'Sub', b.single('Mul', near, near), b.single('Mul', far, far)),
+        axes, keepdims=keepdims)
+    return b.single('Max', b.single('Add', dist, _scalar(b, margin, dtype)),
+                    _scalar(b, 0, dtype))
+
+
+def _triplet_to_onnx(margin, mean):
+    """``max(0, |a - p|^2 - |a - n|^2 + margin)`` per row, or its mean."""
+    def convert(b, ins, outs):
+        hinge_ = _triplet_hinge_onnx(b, *ins, margin=margin, keepdims=0)
+        if mean:
+            _mean_of_rows(b, hinge_, ins[0], b.in_dtypes[0], outs)
+        else:
+            b.op('Identity', [hinge_], outs)
+    return convert
+
+
+def _triplet_grad_to_onnx(margin, mean):
+    """``2 * gy * [hinge > 0]`` times ``n - p``, ``p - a`` and ``a - n``."""
+    def convert(b, xs, ys, gys, wanted):
+        anchor, positive, negative = xs
+        dtype = b.in_dtypes[0]
+        hinge_ = _triplet_hinge_onnx(b, *xs, margin=margin, keepdims=1)
+        mask = b.cast(b.single('Greater', hinge_, _scalar(b, 0, dtype)),
+                      numpy.bool_, dtype)
+        g = b.single('Div', gys[0], _row_count(b, anchor, dtype)) if mean \
+            else b.single('Unsqueeze', gys[0], b.int64s([1]))
+        tmp = b.single('Mul', b.single('Mul', _scalar(b, 2, dtype), g), mask)
+        return tuple(
+            b.single('Mul', tmp, b.single('Sub', x, y)) if w else None
+            for w, (x, y) in zip(wanted, ((negative, positive),
+                                          (positive, anchor),
+                                          (anchor, negative))))
+    return convert
+
+
+@lowering(decov.DeCov)
+def lower_decov(node, ctx):
+    """``DeCov``'s forward and backward: the covariance of ``h``'s columns
+    off the diagonal, and half its squared sum (or itself, with
+    ``reduce='no'``)."""
+    xp, half = ctx.xp, node.reduce == 'half_squared_sum'
+
+    def forward(h):
+        covariance = _decov_covariance(xp, h)[1]
+        return _half_squared_sum(xp, covariance) if half else covariance
+
+    def grad(xs, ys, gys, wanted):
+        h, = xs
+        gcost, = gys
+        h_centered, covariance = _decov_covariance(xp, h)
+        gcost_div_n = gcost / gcost.dtype.type(len(h))
+        if half:
+            gh = 2.0 * h_centered.dot(covariance)
+            gh *= gcost_div_n
+        else:
+            xp.fill_diagonal(gcost_div_n, 0.0)
+            gh = h_centered.dot(gcost_div_n + gcost_div_n.T)
+        return gh,
+    return Kernel(forward, attrs={'reduce': node.reduce},
+                  grad=GradRule(grad, inputs=(0,),
+                                onnx=_decov_grad_to_onnx(half)),
+                  onnx=_decov_to_onnx(half), lengths=rows_reduced)
+
+
+def _decov_covariance(xp, h):
+    """``(h_centered, covariance)`` as DeCov's forward computes them."""
+    h_centered = h - h.mean(axis=0, keepdims=True)
+    covariance = h_centered.T.dot(h_centered)
+    xp.fill_diagonal(covariance, 0.0)
+    covariance /= len(h)
+    return h_centered, covariance
+
+
+def _half_squared_sum(xp, covariance):
+    cost = xp.vdot(covariance, covariance)
+    cost *= covariance.dtype.type(0.5)
+    return utils.force_array(cost)
+
+
+@lowering(cross_covariance.CrossCovariance)
+def lower_cross_covariance(node, ctx):
+    """``CrossCovariance``'s forward and its backward's formulas, on
+    arrays: the covariance of ``y``'s and ``z``'s columns, and half its
+    squared sum (or itself, with ``reduce='no'``)."""
+    xp, half = ctx.xp, node.reduce == 'half_squared_sum'
+
+    def forward(y, z):
+        y_centered = y - y.mean(axis=0, keepdims=True)
+        z_centered = z - z.mean(axis=0, keepdims=True)
+        covariance = y_centered.T.dot(z_centered)
+        covariance /= len(y)
+        return _half_squared_sum(xp, covariance) if half else covariance
+
+    def grad(xs, ys, gys, wanted):
+        y, z = xs
+        dtype = y.dtype
+        y_centered, z_centered = (_centered(xp, x) for x in xs)
+        gcost_div_n = _times(1. / dtype.type(len(y)), gys[0])
+        if half:
+            covariance = _times(1. / len(y), xp.matmul(y_centered.T,
+                                                       z_centered))
+            factors = ((z_centered, covariance.T), (y_centered, covariance))
+        else:
+            factors = ((z_centered, gcost_div_n.T), (y_centered, gcost_div_n))
+        gxs = []
+        for w, (a, b) in zip(wanted, factors):
+            g = xp.matmul(a, b) if w else None
+            if g is not None and half:
+                g = utils.force_array(
+                    g * xp.broadcast_to(gcost_div_n, g.shape))
+            gxs.append(g)
+        return tuple(gxs)
+    return Kernel(forward, attrs={'reduce': node.reduce},
+                  grad=GradRule(grad, inputs=(0, 1),
+                                onnx=_cross_covariance_grad_to_onnx(half)),
+                  onnx=_cross_covariance_to_onnx(half), lengths=rows_reduced)
+
+
+def _centered(xp, x):
+    """``x`` less its columns' means, as ``x - F.broadcast_to(F.mean(x,
+    axis=0, keepdims=True), x.shape)`` computes it."""
+    mean = utils.force_array(x.mean(axis=0, keepdims=True))
+    return utils.force_array(x - xp.broadcast_to(mean, x.shape))
+
+
+def _times(value, x):
+    """``value * x`` as ``F.basic_math.MulConstant`` computes it (the
+    scalar in ``x``'s dtype)."""
+    return utils.force_array(x.dtype.type(value) * x)
+
+
+def _centered_onnx(b, x):
+    return b.single('Sub', x, b.single('ReduceMean', x, axes=[0],
+                                       keepdims=1))
+
+
+def _covariance_onnx(b, a, c, rows, off_diagonal=False):
+    """``a^T c / rows``, with its diagonal zeroed first where asked."""
+    covariance = b.single('MatMul', b.single('Transpose', a), c)
+    if off_diagonal:
+        covariance = _zero_diagonal(b, covariance)
+    return b.single('Div', covariance, rows)
+
+
+def _zero_diagonal(b, square):
+    """``square`` with its diagonal set to 0 (as ``fill_diagonal``)."""
+    dtype, size = b.in_dtypes[0], b.in_shapes[0][1]
+    return b.single('Where', b.constant(numpy.eye(size, dtype=bool)),
+                    _scalar(b, 0, dtype), square)
+
+
+def _half_squared_sum_onnx(b, covariance, outs):
+    b.op('Mul', [b.single('ReduceSumSquare', covariance, keepdims=0),
+                 _scalar(b, 0.5, b.in_dtypes[0])], outs)
+
+
+def _decov_to_onnx(half):
+    def convert(b, ins, outs):
+        h, = ins
+        centered = _centered_onnx(b, h)
+        rows = _row_count(b, h, b.in_dtypes[0])
+        if half:
+            _half_squared_sum_onnx(b, _covariance_onnx(
+                b, centered, centered, rows, True), outs)
+        else:
+            b.op('Div', [_zero_diagonal(b, b.single('MatMul', b.single(
+                'Transpose', centered), centered)), rows], outs)
+    return convert
+
+
+def _decov_grad_to_onnx(half):
+    """``2 * h_centered @ covariance * gcost / N``, or ``h_centered @ (G
+    + G^T)`` of ``G = gcost / N`` with its diagonal zeroed."""
+    def convert(b, xs, ys, gys, wanted):
+        h, = xs
+        dtype = b.in_dtypes[0]
+        centered = _centered_onnx(b, h)
+        rows = _row_count(b, h, dtype)
+        gcost_div_n = b.single('Div', gys[0], rows)
+        if half:
+            covariance = _covariance_onnx(b, centered, centered, rows, True)
+            return b.single('Mul', b.single('Mul', _scalar(b, 2, dtype),
+                                            b.single('MatMul', centered,
+                                                     covariance)),
+                            gcost_div_n),
+        gcost_div_n = _zero_diagonal(b, gcost_div_n)
+        return b.single('MatMul', centered, b.single(
+            'Add', gcost_div_n, b.single('Transpose', gcost_div_n))),
+    return convert
+
+
+def _cross_covariance_to_onnx(half):
+    def convert(b, ins, outs):
+        y, z = ins
+        rows = _row_count(b, y, b.in_dtypes[0])
+        centered = [_centered_onnx(b, x) for x in ins]
+        if half:
+            _half_squared_sum_onnx(
+                b, _covariance_onnx(b, *centered, rows=rows), outs)
+        else:
+            b.op('Div', [b.single('MatMul', b.single(
+                'Transpose', centered[0]), centered[1]), rows], outs)
+    return convert
+
+
+def _cross_covariance_grad_to_onnx(half):
+    """``z_centered @ C^T`` and ``y_centered @ C`` times ``gcost / N``
+    (``C`` the covariance), or ``z_centered @ G^T`` and ``y_centered @
+    G`` of ``G = gcost / N`` (``reduce='no'``)."""
+    def convert(b, xs, ys, gys, wanted):
+        y, z = xs
+        rows = _row_count(b, y, b.in_dtypes[0])
+        y_centered, z_centered = (_centered_onnx(b, x) for x in xs)
+        gcost_div_n = b.single('Div', gys[0], rows)
+        right = _covariance_onnx(b, y_centered, z_centered, rows) if half \
+            else gcost_div_n
+        factors = ((z_centered, b.single('Transpose', right)),
+                   (y_centered, right))
+        gxs = []
+        for w, (a, c) in zip(wanted, factors):
+            g = b.single('MatMul', a, c) if w else None
+            gxs.append(b.single('Mul', g, gcost_div_n) if g and half else g)
+        return tuple(gxs)
     return convert

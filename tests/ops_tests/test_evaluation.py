@@ -1,5 +1,7 @@
 """chainer.functions.evaluation: accuracy, forward and gradients (none)."""
 
+import warnings
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -8,6 +10,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests.ops_tests.common import make_calls
 from tests.ops_tests.test_loss import _label_calls
 
 CASES = [((6, 4), (6,)), ((3, 5, 2), (3, 2)), ((4, 3, 1), (4,))]
@@ -101,3 +104,121 @@ def test_a_classifier_storing_its_results_is_not_checked_again(
     numpy.testing.assert_array_equal(model(x, t).array,
                                      F.softmax_cross_entropy(
                                          model.predictor(x), t).array)
+
+
+def _sign_label_calls(rng, shape, dtype, n=3):
+    """Calls ``(x, t)`` with labels 0, 1 and -1 (ignored) of x's shape."""
+    return [(rng.standard_normal(shape).astype(dtype),
+             rng.randint(-1, 2, size=shape).astype(numpy.int32))
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('shape', [(6, 3), (5,), (2, 3, 4), (0, 2)])
+def test_binary_accuracy(rng, dtype, shape):
+    testing.assert_jit_matches_eager(
+        lambda x, t: F.binary_accuracy(x, t),
+        _sign_label_calls(rng, shape, dtype),
+        expect_entries=1, lowered=['BinaryAccuracy'])
+
+
+def test_binary_accuracy_with_every_label_ignored(rng):
+    calls = [(x, numpy.full_like(t, -1)) for x, t in
+             _sign_label_calls(rng, (4, 2), numpy.float32)]
+    testing.assert_jit_matches_eager(
+        lambda x, t: F.binary_accuracy(x, t), calls,
+        expect_entries=1, lowered=['BinaryAccuracy'])
+
+
+@pytest.mark.parametrize('dtype', [numpy.float16, numpy.float32,
+                                   numpy.float64])
+@pytest.mark.parametrize('shape', [(7, 3), (6,), (4, 2, 3)])
+@pytest.mark.parametrize('multioutput', ['uniform_average', 'raw_values'])
+def test_r2_score(rng, dtype, shape, multioutput):
+    testing.assert_jit_matches_eager(
+        lambda pred, true: F.r2_score(pred, true, multioutput=multioutput),
+        make_calls(rng, [shape, shape], dtype),
+        expect_entries=1, lowered=['R2_score'])
+
+
+@pytest.mark.parametrize('multioutput', ['uniform_average', 'raw_values'])
+def test_r2_score_of_a_constant_truth(rng, multioutput):
+    # A constant column scores 0 (its total sum of squares is 0).
+    calls = [(pred, numpy.where(numpy.arange(3) == 1, 2.5, true))
+             for pred, true in make_calls(rng, [(5, 3), (5, 3)],
+                                          numpy.float64)]
+    testing.assert_jit_matches_eager(
+        lambda pred, true: F.r2_score(pred, true, multioutput=multioutput),
+        calls, expect_entries=1, lowered=['R2_score'])
+
+
+SUMMARY_CASES = [((8, 4), (8,)), ((3, 4, 2), (3, 2)), ((5, 3, 1), (5,))]
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('x_shape,t_shape', SUMMARY_CASES)
+@pytest.mark.parametrize('label_num', [None, 'classes', 'more'])
+@pytest.mark.parametrize('beta', [1.0, 0.5])
+@pytest.mark.parametrize('ignore_label', [-1, 0])
+def test_classification_summary(rng, dtype, x_shape, t_shape, label_num,
+                                beta, ignore_label):
+    n_classes = x_shape[1]
+    label_num = {'classes': n_classes, 'more': n_classes + 2}.get(
+        label_num, label_num)
+    calls = [(x, numpy.where(t == -1, ignore_label, t).astype(t.dtype))
+             for x, t in _label_calls(rng, x_shape, t_shape, dtype,
+                                      n_classes)]
+    # Every label once, so that the label count (label_num=None) is fixed.
+    for _, t in calls:
+        t.ravel()[:n_classes] = numpy.arange(n_classes)[:t.size]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)  # 0 / 0
+        testing.assert_jit_matches_eager(
+            lambda x, t: F.classification_summary(
+                x, t, label_num=label_num, beta=beta,
+                ignore_label=ignore_label),
+            calls, expect_entries=1, lowered=['ClassificationSummary'])
+
+
+@pytest.mark.parametrize('score', ['precision', 'recall', 'f1_score'])
+@pytest.mark.parametrize('label_num', [None, 4])
+def test_precision_recall_and_f1(rng, score, label_num):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        testing.assert_jit_matches_eager(
+            lambda x, t: getattr(F, score)(x, t, label_num=label_num),
+            _label_calls(rng, (12, 4), (12,), numpy.float32, 4),
+            expect_entries=1, lowered=['ClassificationSummary'])
+
+
+def test_classification_summary_counts_the_labels_of_each_call(rng):
+    # label_num=None: the outputs have one entry per label up to the
+    # largest of this call's labels, as eager's.
+    calls = [(rng.standard_normal((6, 5)).astype(numpy.float32),
+              rng.randint(0, high, 6).astype(numpy.int32))
+             for high in (5, 3, 2, 5)]
+    for (_, t), high in zip(calls, (5, 3, 2, 5)):
+        t[0] = high - 1
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        testing.assert_jit_matches_eager(
+            lambda x, t: F.classification_summary(x, t), calls,
+            expect_entries=1, lowered=['ClassificationSummary'])
+
+
+def test_evaluations_next_to_a_loss_pass_no_gradient(rng):
+    def f(x, t, b):
+        return (F.softmax_cross_entropy(x, t) + F.binary_accuracy(x, b) +
+                F.r2_score(x, x * 2) + F.precision(x, t, label_num=4)[0][0])
+    calls = [c + (rng.randint(0, 2, (6, 4)).astype(numpy.int32),)
+             for c in _label_calls(rng, (6, 4), (6,), numpy.float64, 4)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', RuntimeWarning)
+        jitted = testing.assert_jit_grads_match_eager(
+            f, calls, lowered=['SoftmaxCrossEntropy'])
+    entry, = jitted.cache_entries()
+    nodes = entry.training.graphs.forward.nodes
+    assert {'BinaryAccuracy', 'R2_score', 'ClassificationSummary'} <= set(
+        n.op for n in nodes)
+    assert not any(n.generic for n in nodes)

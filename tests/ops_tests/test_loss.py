@@ -96,3 +96,98 @@ def test_sigmoid_cross_entropy(rng, dtype, normalize, reduce, shape):
             x, t, normalize=normalize, reduce=reduce),
         _label_calls(rng, shape, shape, dtype, 2),
         expect_entries=1, lowered=['SigmoidCrossEntropy'])
+
+
+def _pair_label_calls(rng, shape, dtype, label_dtype=numpy.int32, n=3):
+    """Calls ``(x0, x1, y)`` of two arrays and 0/1 labels per row."""
+    return [tuple(make_calls(rng, [shape, shape], dtype, n=1)[0]) +
+            (rng.randint(0, 2, size=shape[:1]).astype(label_dtype),)
+            for _ in range(n)]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape', [(4, 3), (1, 5), (0, 3)])
+@pytest.mark.parametrize('norm', ['L1', 'L2'])
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_hinge(rng, dtype, x_shape, norm, reduce):
+    if reduce == 'mean' and not x_shape[0]:
+        pytest.skip('the mean of no rows divides by zero')
+    testing.assert_jit_matches_eager(
+        lambda x, t: F.hinge(x, t, norm=norm, reduce=reduce),
+        _label_calls(rng, x_shape, x_shape[:1], dtype, x_shape[1]),
+        expect_entries=1, lowered=['Hinge'])
+
+
+def test_hinge_with_int64_labels_and_large_scores(rng):
+    calls = [(rng.standard_normal((5, 4)).astype(numpy.float32) * 3,
+              rng.randint(0, 4, 5).astype(numpy.int64)) for _ in range(3)]
+    testing.assert_jit_matches_eager(
+        lambda x, t: F.hinge(x, t, norm='L2'), calls,
+        expect_entries=1, lowered=['Hinge'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(4, 3), (1, 2), (6, 1)])
+@pytest.mark.parametrize('margin', [1, 0.5, 3.0])
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_contrastive(rng, dtype, shape, margin, reduce):
+    testing.assert_jit_matches_eager(
+        lambda x0, x1, y: F.contrastive(x0, x1, y, margin, reduce),
+        _pair_label_calls(rng, shape, dtype),
+        expect_entries=1, lowered=['Contrastive'])
+
+
+@pytest.mark.parametrize('label_dtype', [numpy.int64, numpy.int16])
+def test_contrastive_label_dtypes(rng, label_dtype):
+    # int16 labels keep the loss in float32; int64 ones make it float64.
+    testing.assert_jit_matches_eager(
+        lambda x0, x1, y: F.contrastive(x0, x1, y, 2.0),
+        _pair_label_calls(rng, (5, 3), numpy.float32, label_dtype),
+        expect_entries=1, lowered=['Contrastive'])
+
+
+def test_contrastive_of_equal_pairs(rng):
+    calls = [(x0, x0.copy(), y) for x0, _, y in
+             _pair_label_calls(rng, (4, 3), numpy.float32)]
+    testing.assert_jit_matches_eager(
+        lambda x0, x1, y: F.contrastive(x0, x1, y, reduce='no'), calls,
+        expect_entries=1, lowered=['Contrastive'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(4, 3), (1, 5), (6, 1)])
+@pytest.mark.parametrize('margin', [0.2, 1.5])
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_triplet(rng, dtype, shape, margin, reduce):
+    testing.assert_jit_matches_eager(
+        lambda a, p, n: F.triplet(a, p, n, margin, reduce),
+        make_calls(rng, [shape] * 3, dtype),
+        expect_entries=1, lowered=['Triplet'])
+
+
+def test_triplet_of_three_axes_runs_generic(rng):
+    jitted = testing.assert_jit_matches_eager(
+        lambda a, p, n: F.triplet(a, p, n),
+        make_calls(rng, [(3, 4, 2)] * 3, numpy.float32), expect_entries=1)
+    entry, = jitted.cache_entries()
+    assert 'Triplet[generic]' in entry.program.dis()
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', [(5, 4), (1, 3), (6, 1)])
+@pytest.mark.parametrize('reduce', ['half_squared_sum', 'no'])
+def test_decov(rng, dtype, shape, reduce):
+    testing.assert_jit_matches_eager(
+        lambda h: F.decov(h, reduce), make_calls(rng, [shape], dtype),
+        expect_entries=1, lowered=['DeCov'])
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shapes', [((5, 4), (5, 3)), ((1, 2), (1, 2)),
+                                    ((6, 1), (6, 3))])
+@pytest.mark.parametrize('reduce', ['half_squared_sum', 'no'])
+def test_cross_covariance(rng, dtype, shapes, reduce):
+    testing.assert_jit_matches_eager(
+        lambda y, z: F.cross_covariance(y, z, reduce),
+        make_calls(rng, shapes, dtype),
+        expect_entries=1, lowered=['CrossCovariance'])

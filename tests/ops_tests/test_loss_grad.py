@@ -123,3 +123,112 @@ def test_huber_loss_grad(rng, dtype, shape, delta, reduce):
         lambda x0, x1: F.huber_loss(x0, x1, delta, reduce=reduce),
         make_calls(rng, [shape, shape], dtype),
         lowered=['HuberLoss'], **tolerances(dtype))
+
+
+def _away_from_hinge_kinks(calls):
+    """The calls with scores moved off ``|x| == 1``, where the hinge loss
+    has no derivative."""
+    return [(numpy.where(abs(abs(x) - 1) < 1e-2, x * 1.1, x).astype(x.dtype),
+             t) for x, t in calls]
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('x_shape', cases_of(forward.test_hinge, 'x_shape'))
+@pytest.mark.parametrize('norm', ['L1', 'L2'])
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_hinge_grad(rng, dtype, x_shape, norm, reduce):
+    if reduce == 'mean' and not x_shape[0]:
+        pytest.skip('the mean of no rows divides by zero')
+    calls = forward._label_calls(rng, x_shape, x_shape[:1], dtype,
+                                 x_shape[1])
+    testing.assert_jit_grads_match_eager(
+        lambda x, t: F.hinge(x, t, norm=norm, reduce=reduce),
+        _away_from_hinge_kinks(calls), lowered=['Hinge'],
+        **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', cases_of(forward.test_contrastive, 'shape'))
+@pytest.mark.parametrize('margin', [1, 3.0])
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_contrastive_grad(rng, dtype, shape, margin, reduce):
+    testing.assert_jit_grads_match_eager(
+        lambda x0, x1, y: F.contrastive(x0, x1, y, margin, reduce),
+        forward._pair_label_calls(rng, shape, dtype),
+        lowered=['Contrastive'], **tolerances(dtype))
+
+
+def test_contrastive_grad_of_equal_pairs(rng):
+    # The distance is clamped to eps where the pair is equal.
+    calls = [(x0, x0.copy(), y) for x0, _, y in
+             forward._pair_label_calls(rng, (4, 3), numpy.float32)]
+    testing.assert_jit_grads_match_eager(
+        lambda x0, x1, y: F.contrastive(x0, x1, y, reduce='no'), calls,
+        lowered=['Contrastive'], **tolerances(numpy.float32))
+
+
+def test_contrastive_grad_of_one_input(rng):
+    calls = [(x0, x1, y) for x0, x1, y in
+             forward._pair_label_calls(rng, (5, 3), numpy.float64)]
+    testing.assert_jit_grads_match_eager(
+        lambda x0, x1, y: F.contrastive(x0, x1.array, y, margin=2),
+        calls, lowered=['Contrastive'], **tolerances(numpy.float64))
+
+
+def _away_from_triplet_kinks(calls, margin):
+    """The calls with the positives moved where a row's hinge is 0 only
+    well away from its kink."""
+    moved = []
+    for a, p, n in calls:
+        dist = ((a - p) ** 2 - (a - n) ** 2).sum(axis=1) + margin
+        near = abs(dist) < 1e-2
+        p = numpy.where(near[:, None], p + 0.5, p).astype(p.dtype)
+        moved.append((a, p, n))
+    return moved
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', cases_of(forward.test_triplet, 'shape'))
+@pytest.mark.parametrize('margin', cases_of(forward.test_triplet, 'margin'))
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_triplet_grad(rng, dtype, shape, margin, reduce):
+    testing.assert_jit_grads_match_eager(
+        lambda a, p, n: F.triplet(a, p, n, margin, reduce),
+        _away_from_triplet_kinks(make_calls(rng, [shape] * 3, dtype),
+                                 margin),
+        lowered=['Triplet'], **tolerances(dtype))
+
+
+def test_triplet_grad_of_the_anchor_only(rng):
+    calls = make_calls(rng, [(5, 3)] * 3, numpy.float64)
+    testing.assert_jit_grads_match_eager(
+        lambda a, p, n: F.triplet(a, p.array, n.array, reduce='no'),
+        calls, lowered=['Triplet'], **tolerances(numpy.float64))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize('shape', cases_of(forward.test_decov, 'shape'))
+@pytest.mark.parametrize('reduce', ['half_squared_sum', 'no'])
+def test_decov_grad(rng, dtype, shape, reduce):
+    testing.assert_jit_grads_match_eager(
+        lambda h: F.decov(h, reduce), make_calls(rng, [shape], dtype),
+        lowered=['DeCov'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('dtype', DTYPES)
+@pytest.mark.parametrize(
+    'shapes', cases_of(forward.test_cross_covariance, 'shapes'))
+@pytest.mark.parametrize('reduce', ['half_squared_sum', 'no'])
+def test_cross_covariance_grad(rng, dtype, shapes, reduce):
+    testing.assert_jit_grads_match_eager(
+        lambda y, z: F.cross_covariance(y, z, reduce),
+        make_calls(rng, shapes, dtype),
+        lowered=['CrossCovariance'], **tolerances(dtype))
+
+
+@pytest.mark.parametrize('reduce', ['half_squared_sum', 'no'])
+def test_cross_covariance_grad_of_one_input(rng, reduce):
+    testing.assert_jit_grads_match_eager(
+        lambda y, z: F.cross_covariance(y.array, z, reduce),
+        make_calls(rng, [(5, 4), (5, 3)], numpy.float64),
+        lowered=['CrossCovariance'], **tolerances(numpy.float64))
