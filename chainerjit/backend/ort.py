@@ -85,14 +85,20 @@ def session_kernel(graph, providers=None, frozen=None, batch=None,
                if array is not None and read_only]
     symbols = range(n_args + len(frozen), n_args + len(frozen) +
                     len(graph.symbols))
+    symbol_dtypes = [value.dtype for value in graph.symbols]
+    fed_dtypes = [value.dtype for value in graph.inputs] + [
+        value.dtype for value, array in zip(graph.params, frozen)
+        if array is None]
 
     def run(*arrays):
         for i, array in checked:
             if arrays[i] is not array or array.flags.writeable:
                 raise errors.GuardFailed(
                     'a frozen parameter was replaced or made writable')
-        feed = dict(zip(input_names, [arrays[i] for i in fed] + [
-            numpy.asarray(arrays[i], numpy.int64) for i in symbols]))
+        feed = dict(zip(input_names, [_array(arrays[i], dtype) for i, dtype
+                                      in zip(fed, fed_dtypes)] + [
+            numpy.asarray(arrays[i], dtype)
+            for i, dtype in zip(symbols, symbol_dtypes)]))
         return tuple(run_session(output_names, feed))
 
     return ops.Kernel(run, multi=True)
@@ -249,9 +255,13 @@ def to_onnx(graph, frozen=None, batch=None):
     return model, [names[v] for v in inputs], outputs
 
 
+def _array(x, dtype):
+    """``x``, a Python number (a float a program computed) as a 0-d
+    array."""
+    return x if type(x) is numpy.ndarray else numpy.asarray(x, dtype)
+
+
 def _type(value):
-    if value.kind == 'sym':
-        return (), numpy.dtype(numpy.int64)
     return value.shape, value.dtype
 
 

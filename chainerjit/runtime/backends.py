@@ -243,9 +243,12 @@ def choose_training(backend, providers, training, inputs):
         outs = _copied(training.forward.run(list(inputs)))
         gys = [_unit_gradient(v) for v in training.graphs.backward.inputs[
             len(outs) - training.n_outputs:]]
+        symbols = list(inputs[len(inputs) - len(forward.symbols):]) \
+            if forward.symbols else []
         notes = []
         for part, part_inputs in (('forward', list(inputs)), (
-                'backward', list(outs[training.n_outputs:]) + gys)):
+                'backward', list(outs[training.n_outputs:]) + gys +
+                symbols)):
             note = _part_in_session(backend, providers, training, part,
                                     part_inputs, snapshot.restore)
             notes.append('%s %s' % (part, note))
@@ -507,7 +510,7 @@ def why_not(graph, inputs, n_outputs=None, undone=False):
     if not ort.available():
         return 'onnxruntime is not installed'
     if any(type(a) is not numpy.ndarray for a in inputs
-           if not isinstance(a, (int, numpy.integer))):
+           if not isinstance(a, (int, float, numpy.integer))):
         return 'the inputs are not all NumPy arrays'
     if undone:
         if not structural.undoable(graph.nodes, loops=True, guards=False):
