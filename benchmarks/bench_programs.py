@@ -23,8 +23,12 @@ against eager's. Workloads:
 * ``GAN discriminator, input noise``: a discriminator that adds
   ``xp.random.randn`` noise to its input, on real and fake batches, a
   training step per call;
-* ``new value every call``: a forward whose Python ``float`` argument
-  changes on every call;
+* ``new value every call``: a forward whose Python ``int`` argument
+  changes on every call (it stays in the key: the function stops
+  recording and runs its linear layer as a compiled segment);
+* ``new float every call``: the same forward with a ``float`` argument
+  that changes on every call (an annealed weight: an input of the
+  program);
 * ``text classifier, sentences of new lengths``: Chainer's text
   classification example's RNN encoder and classifier (``sequence_embed``
   with dropout 0.4, a one-layer ``L.NStepLSTM``, dropout, a linear layer)
@@ -61,6 +65,7 @@ from benchmarks import timing  # noqa: E402
 WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
              'GAN discriminator, input noise', 'new value every call',
+             'new float every call',
              'text classifier, sentences of new lengths',
              'seq2seq, sentences of new lengths')
 
@@ -350,7 +355,12 @@ def _scaled(jit):
 def _scaled_calls(n, rng):
     import numpy
     return [(rng.standard_normal((16, 64)).astype(numpy.float32),
-             1.0 + k / n) for k in range(n)]
+             k + 2) for k in range(n)]
+
+
+def _scaled_float_calls(n, rng):
+    return [(x, 1.0 + k / n) for k, (x, _) in enumerate(
+        _scaled_calls(n, rng))]
 
 
 def _text(jit):
@@ -393,6 +403,7 @@ WORKLOAD_DEFS = {
     'VAE, sampling': Workload(_vae, _vae_calls),
     'GAN discriminator, input noise': Workload(_gan, _gan_calls),
     'new value every call': Workload(_scaled, _scaled_calls),
+    'new float every call': Workload(_scaled, _scaled_float_calls),
     'text classifier, sentences of new lengths': Workload(_text,
                                                           _text_calls),
     'seq2seq, sentences of new lengths': Workload(_seq2seq, _seq2seq_calls),

@@ -12,6 +12,7 @@ from chainerjit import errors
 from chainerjit import fastpaths
 from chainerjit.fastpaths import optimizers
 from chainerjit.frontend import packing
+from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
@@ -122,6 +123,7 @@ class JitFunction(_calls.CachedCall):
         self._lengths_unsound = False  # a symbolic length gave another
         # result than eager: lengths stay in the key
         self._batch_static = False  # likewise for batch sizes
+        self._floats_static = False  # float arguments stay in the key
         self._unpacked = set()  # list arguments recorded item by item
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
@@ -196,6 +198,14 @@ class JitFunction(_calls.CachedCall):
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
+            varying, sibling = (None, None) if packed is not None else \
+                self._varying_floats(key)
+            if varying:
+                result = self._compile(key, leaves, instance, args, kwargs,
+                                       varying=varying)
+                if sibling is not None and not self._floats_static:
+                    self.cache.remove(sibling)  # the new entry serves it
+                return result
             dynamic = packed is None and not self._batch_static and \
                 self._options.get('dynamic') is not False
             if dynamic:
@@ -268,6 +278,14 @@ class JitFunction(_calls.CachedCall):
                 else [checked])
             return result
         self.cache.remove(entry)
+        if isinstance(entry.symbolic, scalars.VaryingScalars):
+            self._warn_varying(
+                'the float arguments %s stay in the cache key: at %s its '
+                'program gave another result than eagerly' % (', '.join(
+                    name for name, v in entry.signature.items
+                    if isinstance(v, signature.Varying)),
+                    ', '.join(repr(float.fromhex(v)) for v in checked)))
+            return result
         if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch)):
             self._batch_static = True
             self._lengths_unsound |= isinstance(entry.symbolic,
@@ -368,6 +386,31 @@ class JitFunction(_calls.CachedCall):
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note
         return result
+
+    def _varying_floats(self, key):
+        """``(paths, entry)``: the paths of the float arguments to record
+        as inputs of the program (``frontend.scalars``), with
+        ``jit(dynamic=True)`` all, else those whose values alone make the
+        call miss ``entry``, compiled for other values; or ``(None,
+        None)``."""
+        dynamic = self._options.get('dynamic')
+        if dynamic is False or self._floats_static:
+            return None, None
+        if dynamic:
+            return scalars.float_paths(key) or None, None
+        for entry in self.cache.entries():
+            if entry.symbolic is None and entry.fallback is None:
+                paths = scalars.varying_paths(key, entry.key)
+                if paths:
+                    return paths, entry
+        return None, None
+
+    def _warn_varying(self, why):
+        self._floats_static = True
+        errors.warn_once(
+            (self.__name__, 'floats', why), errors.RecompileWarning,
+            'chainerjit: %s: %s. Each new value compiles again.'
+            % (self.__name__, why))
 
     def _warn_batch_static(self, why):
         errors.warn_once(
@@ -494,14 +537,18 @@ class JitFunction(_calls.CachedCall):
     # --- compiling ----------------------------------------------------------
 
     def _compile(self, key, leaves, instance, args, kwargs, packed=None,
-                 batched=None):
+                 batched=None, varying=None):
         """Compiles the call (``runtime.compile.compile_call``; ``batched``
-        as it takes it) and caches its entry; returns the call's result. A
-        call with packed lists (see :meth:`call_key`) may get no entry: the
-        function then records those lists item by item from the next call
-        on."""
+        and ``varying`` as it takes them) and caches its entry; returns the
+        call's result. A call with packed lists (see :meth:`call_key`) may
+        get no entry: the function then records those lists item by item
+        from the next call on. Likewise a call with varying float
+        arguments: they stay in the key from then on."""
         compiled = pipeline.compile_call(self._caller(instance), key, leaves,
-                                         args, kwargs, packed, batched)
+                                         args, kwargs, packed, batched,
+                                         varying)
+        if varying is not None and compiled.entry is None:
+            self._floats_static = True
         if compiled.unpack is not None:
             self._unpacked.add(compiled.unpack)
         entry = compiled.entry
@@ -534,6 +581,7 @@ class JitFunction(_calls.CachedCall):
             warn_unrolled=self._warn_unrolled,
             warn_items=self._warn_items,
             warn_batch=self._warn_batch_static,
+            warn_varying=self._warn_varying,
             explain_miss=functools.partial(self._miss_reason,
                                            instance=instance),
             on_backprop_program=functools.partial(_note_jitted_link,
@@ -708,6 +756,8 @@ def _size_to_check(entry, key, symbols):
         return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
     if isinstance(entry.symbolic, ragged.Ragged):
         return entry.symbolic.to_check(key, entry.verified_lengths)
+    if isinstance(entry.symbolic, scalars.VaryingScalars):
+        return entry.symbolic.to_check(entry.verified_lengths, symbols)
     return tuple(symbols) if symbols else None
 
 

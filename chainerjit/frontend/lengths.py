@@ -32,6 +32,7 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.frontend import _keys
+from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
 
 
@@ -342,10 +343,13 @@ def plain(value, uses, what, loc=None, depth=3):
     """``value`` with each Length in it (in tuples, lists and dicts, to
     ``depth`` levels) an int again, noting each as a :class:`Use`: what
     the forward returns or assigns keeps no Length past the recording.
+    Likewise a ``scalars.Scalar`` becomes a float, its use noted.
     Lists and dicts are changed in place, tuples rebuilt."""
     if isinstance(value, Length):
         uses.append(value.use(what, loc))
         return int.__int__(value)
+    if isinstance(value, scalars.Scalar):
+        return value.baked(what, loc)
     if depth <= 0:
         return value
     if type(value) is tuple:

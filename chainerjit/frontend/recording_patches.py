@@ -20,6 +20,7 @@ what it replaces                   while recording
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
+``math``'s functions               note the varying floats passed
 the NStep links' ``forward``       one ``ops.nstep.NStepRNN`` node
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
@@ -31,6 +32,7 @@ The patches of the fast paths, installed for good, are the other table:
 import builtins
 import collections
 import contextlib
+import math
 import os
 import sys
 
@@ -360,6 +362,25 @@ def _gpu_fill_patches():
                  for name, fill in _GPU_FILLS.items())
 
 
+def _noting_floats(label):
+    """A function of the ``math`` module while recording: the varying
+    float arguments (``frontend.scalars``) passed to it are baked in (it
+    reads them in C, unseen by their own methods)."""
+    def make(fn, recorder):
+        def noting(*args, **kwargs):
+            if recorder.varying and _state.recorder is recorder:
+                recorder.note_constants((args, kwargs), 'passed to %s'
+                                        % label, traced.user_location(2))
+            return fn(*args, **kwargs)
+        return noting
+    return make
+
+
+_MATH_FUNCTIONS = tuple(name for name in dir(math)
+                        if not name.startswith('_') and
+                        callable(getattr(math, name)))
+
+
 RECORDING_PATCHES = (
     RecordingPatch(chainer.FunctionNode, 'apply', _recording_apply),
     RecordingPatch(chainer.Link, '__setattr__', _recording_setattr),
@@ -389,7 +410,8 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
-) + _gpu_fill_patches()
+) + tuple(RecordingPatch(math, name, _noting_floats('math.' + name))
+          for name in _MATH_FUNCTIONS) + _gpu_fill_patches()
 
 
 @contextlib.contextmanager

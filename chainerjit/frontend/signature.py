@@ -13,6 +13,7 @@ explain a cache miss.
 """
 
 import collections
+import functools
 import inspect
 
 import chainer
@@ -136,11 +137,42 @@ def _describe(obj, base, names, statics):
         statics.append((base, obj))
 
 
+def argument_name(fn, instance, path):
+    """The name of the argument at ``path`` (``('args', index)`` or
+    ``('kwargs', name)``) of a call of ``fn`` (bound to ``instance``, if
+    given), as :func:`describe_arguments` names it."""
+    if path[0] == 'kwargs':
+        return path[1]
+    try:
+        bound = fn if instance is None else functools.partial(fn, instance)
+        params = list(inspect.signature(bound).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    i = path[1]
+    if i < len(params) and params[i].kind in (
+            params[i].POSITIONAL_ONLY, params[i].POSITIONAL_OR_KEYWORD):
+        return params[i].name
+    return 'args[%d]' % i
+
+
 class Symbol(str):
     """A length that varies by call, printed as its name."""
 
     def __repr__(self):
         return str(self)
+
+
+class Varying(object):
+    """A float argument that varies by call, printed ``beta: float``."""
+
+    def __eq__(self, other):
+        return isinstance(other, Varying)
+
+    def __hash__(self):
+        return hash(Varying)
+
+    def __repr__(self):
+        return 'float'
 
 
 class Signature(object):
@@ -182,9 +214,16 @@ class Signature(object):
                      for n, v in items]
         return Signature(items)
 
+    def with_varying(self, names):
+        """This signature with the float arguments ``names`` shown as
+        varying by call."""
+        return Signature([(n, Varying() if n in names else v)
+                          for n, v in self.items])
+
     def __str__(self):
         return ', '.join(
             '%s: %s' % (name, describe_spec(v)) if isinstance(v, ArraySpec)
+            else '%s: float' % name if isinstance(v, Varying)
             else '%s=%r' % (name, v) for name, v in self.items)
 
     def diff(self, other):

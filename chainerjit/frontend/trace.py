@@ -37,8 +37,10 @@ from chainerjit.frontend import control
 from chainerjit.frontend import lengths
 from chainerjit.frontend import model_state
 from chainerjit.frontend import recording_patches
+from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.frontend import traced
+from chainerjit.ops import math as ops_math
 from chainerjit.ops import structural
 from chainerjit.ops.scratch import Scratch
 
@@ -77,6 +79,8 @@ class Recording(object):
         graph.templates = self.templates
         # lengths.Use: what the forward did with its arguments' sizes
         self.length_uses = recorder.length_uses if recorder else []
+        # scalars.Use: what baked in the varying float arguments
+        self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
         self.made_rows = recorder.made_rows if recorder else []
         self.values = recorder.values if recorder else {}  # id -> Value
@@ -145,10 +149,20 @@ class _Recorder(object):
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         self.made_rows = []  # lengths.MadeRows: arrays made with a batch
+        # Float arguments that vary by call, as scalars.Scalar, and the
+        # uses that bake them into the recording (scalars.Use).
+        self.varying = False
+        self.scalar_uses = []
 
     def note_escape(self, what, loc):
         if self.escape is None:
             self.escape = (what, loc)
+
+    def note_constants(self, obj, what, loc=None):
+        """Notes the varying float arguments (``scalars.Scalar``) in
+        ``obj`` as baked in: a recorded node holds them as constants."""
+        if self.varying:
+            scalars.note_baked_in(obj, what, loc)
 
     def note_effect(self, kind, target, name, value):
         """Notes an assignment to a link attribute or a ``chainer.report``
@@ -358,7 +372,13 @@ class _Recorder(object):
         # A lowering reads the configuration now, while it is the one the
         # node ran under; Chainer's own code, run later, gets it set.
         config = self.config_set_by_the_forward()
-        if data_attrs:  # the arrays are extra inputs
+        varying = scalars.varying_constant(
+            node, ops.node_label(node), user_location(3)) \
+            if self.varying else None
+        if varying is not None:  # the number is an input
+            kernel = ops_math.lower_varying_constant(node, ctx)
+            in_values.append(varying.value)
+        elif data_attrs:  # the arrays are extra inputs
             # Model arrays (running averages) may be lowered; computed
             # ones (F.where's condition) run generic.
             kernel = ops.lower(node, ctx, attrs) if all(
@@ -416,7 +436,7 @@ def _same_setting(a, b):
 
 
 def record(fn, instance, args, kwargs, leaves, name, input_names,
-           packed=None):
+           packed=None, varying=None):
     """Runs ``fn`` define-by-run and records it.
 
     Args:
@@ -429,6 +449,8 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
             stacked into ``args`` and ``kwargs``: ``(paths, the caller's
             args, the caller's kwargs)``. The forward then gets lists of
             the stacked arrays' rows.
+        varying: ``(paths, names)`` of float arguments the forward gets as
+            ``scalars.Scalar`` numbers held by symbols of the graph.
 
     Returns:
         Recording: the graph, where each parameter comes from, the
@@ -436,11 +458,11 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
     """
     with _recording_lock:
         return _record_locked(fn, instance, args, kwargs, leaves, name,
-                              input_names, packed)
+                              input_names, packed, varying)
 
 
 def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
-                   packed):
+                   packed, varying):
     """:func:`record`, one recording at a time: binds the model's arrays
     and the arguments' proxies, runs the forward with the recording
     patches in force and puts back what it changed in place."""
@@ -465,8 +487,14 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
                 call_args, call_kwargs = rows.unpack(
                     recorder.graph, call_args, call_kwargs, packed, proxies)
                 watcher.arguments.update(rows.arguments)
+            run_args, run_kwargs = call_args, call_kwargs
+            if varying is not None:  # the same objects, but the floats
+                recorder.varying = True
+                run_args, run_kwargs = scalars.proxies(
+                    call_args, call_kwargs, varying[0], recorder.graph,
+                    recorder.scalar_uses, varying[1])
             with watcher:
-                result = _run_forward(fn, instance, call_args, call_kwargs)
+                result = _run_forward(fn, instance, run_args, run_kwargs)
     finally:
         model_state.restore_arrays(restore)
     model_state.note_changed_python_state(instance, python_state, recorder)

@@ -120,6 +120,8 @@ def _record_numpy(label, fn, args, kwargs, result):
     recorder = _state.recorder
     if recorder is None or recorder.depth:
         return
+    recorder.note_constants((args, kwargs), 'passed to %s' % label,
+                            user_location(3))
     if not _is_arrays(result):
         test = _branch_test() if label in _TRUTH_REDUCTIONS else None
         if test is not None and isinstance(result, numpy.bool_):
@@ -295,6 +297,8 @@ def record_draw(label, draw, args, kwargs, result):
     recorder = _state.recorder
     if recorder is None or recorder.depth:
         return result
+    recorder.note_constants((args, kwargs), 'passed to %s' % label,
+                            user_location(3))
     if not isinstance(result, numpy.ndarray):
         recorder.note_escape('%s gives a Python value' % label,
                              user_location(3))

@@ -560,19 +560,40 @@ def lower_binary(node, ctx):
                                                        grad_of))
 
 
-# The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, value)``, with
-# ``value`` typed as ``x``, and what it reads (as in _UNARY_GRAD).
+# The backward of each _WITH_CONSTANT op as ``gx = f(v, gy, c, t)``, as
+# its gradient node computes it from the node's constant ``c`` (a Python
+# number) and ``t``, the dtype of ``x`` (``t(c)`` is the constant as the
+# node's forward casts it); and what it reads (as in _UNARY_GRAD).
 _WITH_CONSTANT_GRAD = {
-    basic_math.AddConstant: (None, lambda _, gy, value: gy),
-    basic_math.SubFromConstant: (None, lambda _, gy, value: -gy),
-    basic_math.MulConstant: (None, lambda _, gy, value: value * gy),
+    basic_math.AddConstant: (None, lambda _, gy, c, t: gy),
+    basic_math.SubFromConstant: (None, lambda _, gy, c, t: -gy),
+    basic_math.MulConstant: (None, lambda _, gy, c, t: t(c) * gy),
     basic_math.DivFromConstant: (
-        'x', lambda x, gy, value: -value * gy / (x ** 2)),
-    basic_math.PowVarConst: ('x', lambda x, gy, value: (
-        value * (x ** _c(x, value - 1)) * gy)),
-    basic_math.PowConstVar: ('y', lambda y, gy, value: (
-        _c(y, math.log(value)) * y * gy)),
+        'x', lambda x, gy, c, t: -t(c) * gy / (x ** 2)),
+    basic_math.PowVarConst: ('x', lambda x, gy, c, t: (
+        t(c) * (x ** t(c - 1)) * gy)),
+    basic_math.PowConstVar: ('y', lambda y, gy, c, t: (
+        t(math.log(c)) * y * gy)),
 }
+
+
+def _constant_grad(node, ctx, constant=None):
+    """The gradient rule of an op with a constant: ``node.value``, or, for
+    ``constant`` ``'varying'``, the number the kernel takes as its second
+    input (see :func:`lower_varying_constant`)."""
+    uses, formula = _WITH_CONSTANT_GRAD[type(node)]
+    dtype = ctx.in_dtypes[0].type
+    varying = constant == 'varying'
+
+    def grad(xs, ys, gys, wanted):
+        v = xs[0] if uses == 'x' else ys[0]
+        c = xs[1] if varying else node.value
+        gx = formula(v, gys[0], c, dtype)
+        return (gx, None) if varying else (gx,)
+    inputs = ((0,) if uses == 'x' else ()) + ((1,) if varying else ())
+    return grad_rule(ctx, grad, inputs=inputs,
+                     outputs=(0,) if uses == 'y' else (),
+                     onnx=_with_constant_grad_to_onnx(node, ctx, constant))
 
 
 @lowering(*_WITH_CONSTANT)
@@ -583,11 +604,6 @@ def lower_with_constant(node, ctx):
     fn, op_type, first = _WITH_CONSTANT[type(node)]
     value = ctx.in_dtypes[0].type(node.value)
     dtype = ctx.out_dtypes[0]
-    uses, formula = _WITH_CONSTANT_GRAD[type(node)]
-
-    def grad(xs, ys, gys, wanted):
-        v = xs[0] if uses == 'x' else ys[0]
-        return formula(v, gys[0], value),
 
     def to_onnx(b, ins, outs):
         c = b.constant(numpy.asarray(value))
@@ -596,16 +612,37 @@ def lower_with_constant(node, ctx):
                           first, ctx)
     return Kernel(lambda x: utils.force_array(fn(x, value), dtype),
                   {'value': _attr_value(node.value)},
-                  grad=grad_rule(ctx, grad,
-                                 inputs=(0,) if uses == 'x' else (),
-                                 outputs=(0,) if uses == 'y' else (),
-                                 onnx=_with_constant_grad_to_onnx(
-                                     node, ctx, value)),
-                  onnx=to_onnx, fresh=True, into=into)
+                  grad=_constant_grad(node, ctx), onnx=to_onnx, fresh=True,
+                  into=into)
+
+
+def lower_varying_constant(node, ctx):
+    """The kernel of an op with a constant whose constant is a Python
+    number that varies by call (``frontend.scalars``): it takes the
+    number as its second input, cast to the dtype of ``x`` on each call
+    as the node's forward casts it."""
+    fn, op_type, first = _WITH_CONSTANT[type(node)]
+    dtype, cast = ctx.out_dtypes[0], ctx.in_dtypes[0].type
+
+    def forward(x, number):
+        return utils.force_array(fn(x, cast(number)), dtype)
+
+    def to_onnx(b, ins, outs):
+        c = _onnx_cast(b, ins[1], ctx.in_dtypes[0])
+        b.op(op_type, [c, ins[0]] if first else [ins[0], c], outs)
+    return Kernel(forward, grad=_constant_grad(node, ctx, 'varying'),
+                  onnx=to_onnx, fresh=True)
+
+
+def _onnx_cast(b, name, dtype):
+    import onnx.helper
+
+    return b.single('Cast', name, to=onnx.helper.np_dtype_to_tensor_dtype(
+        numpy.dtype(dtype)))
 
 
 # The ONNX forms of some _WITH_CONSTANT_GRAD entries: ``gx`` of the names
-# ``gy`` and ``value`` (an initializer typed as ``x``).
+# ``gy`` and ``value`` (the constant typed as ``x``).
 _WITH_CONSTANT_GRAD_ONNX = {
     basic_math.AddConstant: lambda b, gy, value: gy,
     basic_math.SubFromConstant: lambda b, gy, value: b.op('Neg', [gy])[0],
@@ -627,15 +664,20 @@ def _pow_const_grad_to_onnx(ctx, value):
     return convert
 
 
-def _with_constant_grad_to_onnx(node, ctx, value):
-    if isinstance(node, basic_math.PowVarConst):
-        return _pow_const_grad_to_onnx(ctx, value)
+def _with_constant_grad_to_onnx(node, ctx, constant=None):
+    varying = constant == 'varying'
+    if isinstance(node, basic_math.PowVarConst) and not varying:
+        return _pow_const_grad_to_onnx(ctx, node.value)
     formula = _WITH_CONSTANT_GRAD_ONNX.get(type(node))
     if formula is None:
         return None
+    dtype = ctx.in_dtypes[0]
 
     def convert(b, xs, ys, gys, wanted):
-        return formula(b, gys[0], b.constant(numpy.asarray(value))),
+        value = _onnx_cast(b, xs[1], dtype) if varying else \
+            b.constant(numpy.asarray(dtype.type(node.value)))
+        gx = formula(b, gys[0], value)
+        return (gx, None) if varying else (gx,)
     return convert
 
 

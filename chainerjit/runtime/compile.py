@@ -25,6 +25,7 @@ from chainerjit import passes
 from chainerjit.backend import codegen
 from chainerjit.frontend import guards
 from chainerjit.frontend import rolling
+from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.frontend import symbolic
 from chainerjit.frontend import trace
@@ -42,8 +43,8 @@ class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
         'on_backprop_program', 'backend', 'providers', 'freeze',
-        'warn_items', 'warn_batch'),
-        defaults=('numpy', None, False, None, None))):
+        'warn_items', 'warn_batch', 'warn_varying'),
+        defaults=('numpy', None, False, None, None, None))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -70,6 +71,8 @@ class Caller(collections.namedtuple('Caller', (
             (``runtime.ragged``).
         warn_batch: ``warn_batch(why)`` warns, once, that the batch size
             stays in the key (``runtime.batch``).
+        warn_varying: ``warn_varying(why)`` warns, once, that float
+            arguments stay in the key (``frontend.scalars``).
     """
 
     __slots__ = ()
@@ -92,12 +95,17 @@ class Compiled(collections.namedtuple('Compiled', (
 
 
 def compile_call(caller, key, leaves, args, kwargs, packed=None,
-                 batched=None):
+                 batched=None, varying=None):
     """Records a call that missed the cache and builds its entry.
 
     ``batched`` (a ``batch.Batched``): the call's batch size is to be left
     out of the key where the VM may run the program at any batch size
     (``batch.rows_batched``); the entry then serves every batch size.
+
+    ``varying`` (paths of float arguments, see ``frontend.scalars``): the
+    call is recorded with those arguments as inputs of the program, and
+    gets an entry for all their values where the forward only computed
+    with them; otherwise no entry (``caller.warn_varying`` says why).
 
     A call with packed lists (``packed`` is ``(paths, packed args, packed
     kwargs)``, see ``frontend.packing``) gets an entry only where packing
@@ -117,12 +125,16 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
     model_state = cache.link_state(caller.instance)  # before the call
     py_guards = guards.python_guards(caller.fn, caller.instance)
     generators = guards.generator_states(py_guards)
+    varying = None if varying is None else scalars.VaryingScalars(varying)
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
-                                                     kwargs))
+                                                     kwargs), varying)
     fallback = _fallback_reason(caller, recording, py_guards, generators)
     if fallback is not None and packed is not None:
         return Compiled(recording.result, None, miss_reason, packed[0])
+    if varying is not None and (fallback is not None or _why_fixed(
+            caller, recording, varying) is not None):
+        return Compiled(recording.result, None, miss_reason, None)
     if fallback is not None:
         entry = cache.Entry(
             key, sig, model_state, py_guards=py_guards,
@@ -133,13 +145,20 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
     else:
         lengths, length_note, unrolled = _roll_loops(caller, recording,
                                                      sig, len(leaves))
-        key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
+        if varying is not None and lengths is not None:
+            caller.warn_varying('the float arguments %s stay in the cache '
+                                'key: the trip counts of its loops are '
+                                'symbolic too' % _names_of(caller, varying))
+            return Compiled(recording.result, None, miss_reason, None)
+        key, sig, symbols = _with_symbolic_lengths(key, sig, lengths) \
+            if varying is None else _with_varying(key, sig, varying, caller)
         graph = passes.run(recording.graph)
         items, items_note = (None, None) if lengths is not None or \
-            packed is not None else _items_of_any_length(
+            packed is not None or varying is not None \
+            else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
         rows, batch_note = (None, None) if packed is not None or \
-            items is not None or batched is None or \
+            items is not None or batched is None or varying is not None or \
             type(batched.size_of(key)) is not int \
             else _batch_of_any_size(caller, graph, sig, batched, recording)
         _warn_unrolled_loops(caller, unrolled, items, sig)
@@ -148,9 +167,11 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
         symbolic = batch.TripsAndBatch(lengths, rows) if lengths and rows \
-            else lengths or sizes
+            else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
+        if varying is not None:
+            entry.verified_lengths = {varying.checked(symbols)}
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
         if sizes is not None:
@@ -183,12 +204,46 @@ def call_signature(fn, instance, key, leaves, args, kwargs):
         bound, args, kwargs, key, leaves, cache.model_param_items(instance))
 
 
-def _record(caller, sig, leaves, args, kwargs, packed):
+def _record(caller, sig, leaves, args, kwargs, packed, varying=None):
     """Runs the call define-by-run and records it (``trace.record``);
-    ``packed`` is ``(paths, args, kwargs)`` as called, before packing."""
+    ``packed`` is ``(paths, args, kwargs)`` as called, before packing;
+    ``varying``, a ``scalars.VaryingScalars``."""
     input_names = [name for name, _ in sig.items[:len(leaves)]]
+    if varying is not None:
+        varying = (varying.paths, [signature.argument_name(
+            caller.fn, caller.instance, path) for path in varying.paths])
     return trace.record(caller.fn, caller.instance, args, kwargs, leaves,
-                        caller.name, input_names, packed)
+                        caller.name, input_names, packed, varying)
+
+
+# --- float arguments that vary by call --------------------------------------
+
+def _names_of(caller, varying):
+    """The names of the varying float arguments, joined by commas."""
+    return ', '.join(signature.argument_name(caller.fn, caller.instance,
+                                             path) for path in varying.paths)
+
+
+def _why_fixed(caller, recording, varying):
+    """Why the varying float arguments must stay in the key (the uses
+    that baked them into the recording, warned about), or ``None``."""
+    uses = recording.scalar_uses
+    if not uses:
+        return None
+    why = 'the float argument%s %s stay%s in the cache key: %s' % (
+        's' if len(varying.paths) > 1 else '', _names_of(caller, varying),
+        '' if len(varying.paths) > 1 else 's',
+        '; '.join(sorted(set(use.describe() for use in uses))[:3]))
+    caller.warn_varying(why)
+    return why
+
+
+def _with_varying(key, sig, varying, caller):
+    """``(key, sig, symbols)``: the key and signature of an entry for
+    every value of the varying float arguments, and their values."""
+    general, values = varying.generalize(key)
+    return general, sig.with_varying([signature.argument_name(
+        caller.fn, caller.instance, path) for path in varying.paths]), values
 
 
 # --- the fallback decision --------------------------------------------------

@@ -98,14 +98,19 @@ def test_variables_arrays_scalars_none_and_nesting(rng):
         f, [call() for _ in range(3)], expect_entries=1)
 
 
-def test_python_scalar_value_is_part_of_the_key(rng):
+@pytest.mark.parametrize('values, options', [
+    ((2, 3, 2), {}), ((2.0, 3.0, 2.0), {'dynamic': False})],
+    ids=['int', 'float, dynamic=False'])
+def test_python_scalar_value_is_part_of_the_key(rng, values, options):
+    """(A float that changes leaves the key by default: see
+    tests/frontend_tests/test_varying_floats.py.)"""
     def f(x, k):
         return x * k
 
-    jf = chainerjit.jit(f)
+    jf = chainerjit.jit(f, **options)
     x = chainer.Variable(_x(rng))
     with chainer.no_backprop_mode():
-        for k in (2.0, 3.0, 2.0):
+        for k in values:
             numpy.testing.assert_allclose(jf(x, k).array, x.array * k)
     assert jf.cache_info().currsize == 2
     assert jf.cache_info().hits == 1

@@ -68,7 +68,9 @@ def _twins(cls):
 
 
 def _scaled_calls(rng, values):
-    return [(rng.standard_normal((2, 4)).astype(numpy.float32), k)
+    """Calls with ``k`` an int (a float that changes leaves the key, see
+    ``frontend.scalars``; an int stays)."""
+    return [(rng.standard_normal((2, 4)).astype(numpy.float32), int(k))
             for k in values]
 
 

@@ -366,7 +366,7 @@ def test_recompile_warning_names_static_values():
     with chainer.no_backprop_mode(), pytest.warns(
             chainerjit.RecompileWarning, match=r'k: value \(2 times\)'):
         for k in range(4):
-            f(x, float(k))
+            f(x, k)  # an int: a float that changes leaves the key
 
 
 def test_a_jitted_link_inlined_into_an_outer_recording_is_no_eager_call(

@@ -1,0 +1,427 @@
+"""Python numbers that vary by call: float arguments as program inputs.
+
+A forward called with a float that changes from call to call (a KL weight
+annealed at each step, a temperature, a noise scale) would be recorded
+and compiled once per value. Where a call misses only because such
+arguments changed (or from the first call with ``jit(dynamic=True)``),
+it is recorded with each of them as a :class:`Scalar`: the number itself
+for Python, NumPy and Chainer, whose arithmetic with Python numbers
+(``0.5 * beta``, ``1.0 / tau``) records nodes doing that arithmetic at
+run time, and which Chainer's operators with a constant (``x * beta``,
+``x / tau``, ``x - b``, ``x ** p``) take as an input of their node
+(:func:`varying_constant`). Every other use bakes the number into the
+recording: a comparison (``if beta > 0:``), a conversion (``float(beta)``,
+a format), a Chainer function's attribute (``F.dropout(x, ratio)``),
+NumPy called with it, the result, an attribute assigned or a report.
+Each is noted as a :class:`Use` with its line; the argument then stays
+in the cache key, and a warning names the use.
+
+A use this misses (C code reading the number without converting it,
+``math.exp(beta)``) is caught where the first calls at new values also
+run eagerly and are compared (``api``).
+"""
+
+import collections
+import operator
+import sys
+
+from chainer.functions.math import basic_math
+import numpy
+
+from chainerjit import errors
+from chainerjit import ir
+from chainerjit import ops
+from chainerjit.frontend import _keys
+from chainerjit.frontend import traced
+
+
+_state = _keys.recording  # this thread's
+
+
+class Use(collections.namedtuple('Use', 'name what loc')):
+    """A use of a varying argument that the recording depends on:
+    ``name`` is the argument's, ``what`` the use (``'compared'``), ``loc``
+    ``(filename, line)`` of the code that made it, or ``None``."""
+
+    __slots__ = ()
+
+    def describe(self):
+        """``'beta compared at model.py:31'``."""
+        where = '' if self.loc is None else \
+            ' at ' + errors.short_location(self.loc)
+        return '%s %s%s' % (self.name, self.what, where)
+
+
+# The operators a Scalar records, and the Python function each applies.
+_ARITHMETIC = {
+    '__add__': operator.add, '__sub__': operator.sub,
+    '__mul__': operator.mul, '__truediv__': operator.truediv,
+    '__floordiv__': operator.floordiv, '__mod__': operator.mod,
+    '__pow__': pow,
+}
+
+# The conversions and decisions that bake a Scalar into the recording.
+_DECISIONS = (
+    ('__bool__', 'tested'), ('__float__', 'converted to float'),
+    ('__int__', 'converted with int()'), ('__round__', 'rounded'),
+    ('__trunc__', 'truncated'), ('__floor__', 'rounded down'),
+    ('__ceil__', 'rounded up'), ('__str__', 'formatted'),
+    ('__repr__', 'formatted'), ('__format__', 'formatted'),
+    ('__hash__', 'hashed'), ('__divmod__', 'divided with divmod()'),
+    ('__rdivmod__', 'divided with divmod()'),
+    ('is_integer', 'tested'), ('hex', 'formatted'),
+    ('as_integer_ratio', 'converted to a ratio'),
+    ('conjugate', 'conjugated'),
+    ('__eq__', 'compared'), ('__ne__', 'compared'), ('__lt__', 'compared'),
+    ('__le__', 'compared'), ('__gt__', 'compared'), ('__ge__', 'compared'))
+
+
+class Scalar(float):
+    """A varying float argument, or a number computed from such, while
+    the forward is recorded (see the module docstring). ``value`` is the
+    IR value holding it at run time; ``name`` names the argument it
+    comes from, for messages; ``uses`` is the recorder's list of
+    :class:`Use`."""
+
+    def __new__(cls, number, value, name, uses):
+        self = float.__new__(cls, number)
+        self.value, self.name, self.uses = value, name, uses
+        return self
+
+    def note(self, what, loc=None, depth=2):
+        """Notes a use that bakes this number in (at ``loc``, or at the
+        line of the code ``depth`` frames above the caller)."""
+        if loc is None:
+            loc = traced.user_location(depth + 1)
+        self.uses.append(Use(self.name, what, loc))
+
+    def baked(self, what, loc=None):
+        """This number as a plain float, noting the use."""
+        self.note(what, loc, depth=3)
+        return float.__float__(self)
+
+    def _operator(name, fn, reflected):
+        def apply(self, other):
+            if type(other) in (int, float) or isinstance(other, Scalar):
+                operands = (other, self) if reflected else (self, other)
+                return _record(fn, operands, name)
+            if not isinstance(other, (int, float)):
+                return NotImplemented
+            # A bool, a NumPy float or an argument's size: as Python
+            # computes it, the number baked in.
+            self.note('used in arithmetic with a %s' % type(other).__name__)
+            if isinstance(other, int) and type(other) is not bool:
+                other = int(other)  # an argument's size notes its use
+            number = float.__float__(self)
+            return fn(other, number) if reflected else fn(number, other)
+        apply.__name__ = name
+        return apply
+
+    for _name, _fn in _ARITHMETIC.items():
+        locals()[_name] = _operator(_name, _fn, False)
+        _reflected = '__r' + _name[2:]
+        locals()[_reflected] = _operator(_reflected, _fn, True)
+
+    def __neg__(self):
+        return _record(operator.neg, (self,), '__neg__')
+
+    def __pos__(self):
+        return self
+
+    def __abs__(self):
+        return _record(abs, (self,), '__abs__')
+
+    def _decision(name, what):
+        def apply(self, *args):
+            if not _made_by_chainers_operator(sys._getframe(1)):
+                self.note(what)
+            return getattr(float, name)(self, *args)
+        apply.__name__ = name
+        return apply
+
+    for _name, _what in _DECISIONS:
+        locals()[_name] = _decision(_name, _what)
+    del _name, _fn, _what, _reflected, _operator, _decision
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        for x in inputs:
+            if isinstance(x, Scalar):
+                x.note('passed to numpy.%s' % ufunc.__name__)
+        return getattr(ufunc, method)(*plain_numbers(inputs), **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        self.note('passed to numpy.%s' % func.__name__)
+        return func(*plain_numbers(args), **plain_numbers(kwargs))
+
+    def __reduce__(self):
+        return float, (float.__float__(self),)
+
+
+def _record(fn, operands, name):
+    """``fn(*operands)`` as Python computes it, and, where a float, a
+    Scalar computed by a node that applies ``fn`` to the Scalars among the
+    operands at run time (the other operands fixed)."""
+    numbers = [float.__float__(x) if isinstance(x, Scalar) else x
+               for x in operands]
+    result = fn(*numbers)
+    scalars = [x for x in operands if isinstance(x, Scalar)]
+    recorder = _state.recorder
+    if type(result) is not float or recorder is None:
+        if type(result) is not float:
+            scalars[0].note('gave a %s by %s' % (type(result).__name__,
+                                                 name.strip('_')))
+        return result
+    positions = [i for i, x in enumerate(operands) if isinstance(x, Scalar)]
+
+    def run(*values):
+        args = list(numbers)
+        for i, v in zip(positions, values):
+            args[i] = v
+        return fn(*args)
+    out = recorder.graph.add_value('temp', (), numpy.float64)
+    fixed = {'operand%d' % i: x for i, x in enumerate(numbers)
+             if i not in positions}
+    recorder.add_node(ir.Node(
+        'python.%s' % name.strip('_'), ops.Kernel(
+            run, fixed, onnx=_arithmetic_to_onnx(fn, numbers, positions)),
+        [x.value for x in scalars], [out], tuple(fixed.items()),
+        loc=traced.user_location(3)))
+    return Scalar(result, out, scalars[0].name, scalars[0].uses)
+
+
+# The operators with an ONNX form on doubles giving Python's result.
+_ONNX_ARITHMETIC = {operator.add: 'Add', operator.sub: 'Sub',
+                    operator.mul: 'Mul', operator.truediv: 'Div',
+                    operator.neg: 'Neg', abs: 'Abs'}
+
+
+def _arithmetic_to_onnx(fn, numbers, positions):
+    op_type = _ONNX_ARITHMETIC.get(fn)
+    if op_type is None:
+        return None
+
+    def convert(b, ins, outs):
+        args = list(numbers)
+        for i, name in zip(positions, ins):
+            args[i] = name
+        args = [a if isinstance(a, str) else b.constant(
+            numpy.asarray(a, numpy.float64)) for a in args]
+        b.op(op_type, args, outs)
+    return convert
+
+
+def plain_numbers(obj):
+    """``obj`` with each Scalar in it (in tuples, lists and dicts) a plain
+    float, without noting a use."""
+    if isinstance(obj, Scalar):
+        return float.__float__(obj)
+    if type(obj) in (tuple, list):
+        return type(obj)(plain_numbers(x) for x in obj)
+    if type(obj) is dict:
+        return {k: plain_numbers(v) for k, v in obj.items()}
+    return obj
+
+
+def note_baked_in(obj, what, loc=None, depth=4):
+    """Notes each Scalar in ``obj`` (in tuples, lists, dicts and object
+    attributes to ``depth`` levels) as used ``what``: a recorded node
+    holds it as a constant."""
+    if isinstance(obj, Scalar):
+        obj.note(what, loc)
+    elif depth > 0 and type(obj) in (tuple, list):
+        for x in obj:
+            note_baked_in(x, what, loc, depth - 1)
+    elif depth > 0 and type(obj) is dict:
+        for x in obj.values():
+            note_baked_in(x, what, loc, depth - 1)
+
+
+# Chainer's nodes of an operator with a constant, which take a varying
+# one as an input (``ops.math.lower_varying_constant``).
+VARYING_CONSTANT_NODES = (
+    basic_math.AddConstant, basic_math.SubFromConstant,
+    basic_math.MulConstant, basic_math.DivFromConstant,
+    basic_math.PowVarConst, basic_math.PowConstVar)
+
+
+def varying_constant(template, label, loc):
+    """The Scalar a recorded node of an operator with a constant takes as
+    its constant, or ``None``. Scalars in the attributes of any other
+    node (or in another attribute) are noted as baked in."""
+    function = getattr(template, '_function', template)
+    found = None
+    for name, attr in vars(function).items():
+        if isinstance(attr, Scalar) and name == 'value' and \
+                isinstance(function, VARYING_CONSTANT_NODES):
+            found = attr
+        else:
+            note_baked_in(attr, 'passed to %s (its %s)' % (label, name),
+                          loc)
+    return found
+
+
+# The code of Chainer's operators with a constant that reads it: the
+# conversion to the operand's dtype (which a node with a varying constant
+# repeats at run time) and the node's label.
+_OPERATOR_READS = (basic_math._preprocess_const.__code__,
+                   basic_math._convert_value_to_string.__code__)
+
+
+def _made_by_chainers_operator(frame):
+    """Whether ``frame``, past this module's own, is code of Chainer's
+    operators with a constant that only converts or shows it."""
+    while frame is not None and frame.f_code.co_filename == __file__:
+        frame = frame.f_back
+    return frame is not None and frame.f_code in _OPERATOR_READS
+
+
+class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
+    """How an entry compiled with varying float arguments follows from a
+    call's key: ``paths`` are where they are, ``('args', index)`` or
+    ``('kwargs', name)``; :meth:`generalize` leaves their values out of
+    the key and gives them as the program's symbols, in order."""
+
+    def generalize(self, key):
+        """``(general key, the arguments' values)``, or ``None`` where
+        one of them is not a float."""
+        train, backprop, structure, specs, alias = key
+        values = []
+        for path in self.paths:
+            item = _static_item(structure, path)
+            if item is None or item[1] is not float:
+                return None
+            values.append(item[2])  # the caller's float
+            structure = _with_static_item(structure, path, _MARKER)
+        return (train, backprop, structure, specs, alias), values
+
+    def to_check(self, verified, symbols):
+        """The values the call checks against eager (its first calls at
+        new values, :data:`CHECKED_VALUES` of them, told apart by their
+        bits: ``-0.0`` is new after ``0.0``), or ``None``."""
+        values = self.checked(symbols)
+        if len(verified) > CHECKED_VALUES or values in verified:
+            return None
+        return values
+
+    @staticmethod
+    def checked(values):
+        """How the values of a call are told apart: by their bits."""
+        return tuple(float.hex(v) for v in values)
+
+
+#: The calls at new values that are also run eagerly and compared, after
+#: the one recorded.
+CHECKED_VALUES = 2
+
+_MARKER = ('S', float, 'varying')
+
+
+def _parts(structure):
+    """The positional arguments' ``('tuple', items)`` and the keywords'
+    ``('dict', keys, items)`` (or ``None``) of a call's structure, as
+    ``signature.flatten`` gives it for ``(args, kwargs)``."""
+    if structure[0] == 'tuple':
+        return structure, None
+    return structure
+
+
+def _index(structure, path):
+    args, kwargs = _parts(structure)
+    if path[0] == 'args':
+        return path[1] if path[1] < len(args[1]) else None
+    if kwargs is None or path[1] not in kwargs[1]:
+        return None
+    return kwargs[1].index(path[1])
+
+
+def _static_item(structure, path):
+    """The ``('S', type, value, ...)`` item of a call's structure at
+    ``path``, or ``None``."""
+    index = _index(structure, path)
+    if index is None:
+        return None
+    args, kwargs = _parts(structure)
+    item = (args if path[0] == 'args' else kwargs)[-1][index]
+    if type(item) is tuple and len(item) >= 3 and item[0] == 'S':
+        return item
+    return None
+
+
+def _with_static_item(structure, path, item):
+    args, kwargs = _parts(structure)
+    part = args if path[0] == 'args' else kwargs
+    items = list(part[-1])
+    items[_index(structure, path)] = item
+    part = part[:-1] + (tuple(items),)
+    args, kwargs = (part, kwargs) if path[0] == 'args' else (args, part)
+    return args if kwargs is None else (args, kwargs)
+
+
+def varying_paths(key, other_key):
+    """The paths of the float arguments whose values alone make ``key``
+    differ from ``other_key`` (an entry's), or ``None`` where they differ
+    otherwise (or not at all)."""
+    if key[:2] != other_key[:2] or key[3:] != other_key[3:] or \
+            not _is_call_structure(key[2]) or \
+            not _is_call_structure(other_key[2]):
+        return None
+    paths = []
+    for mine, theirs, name in zip(_parts(key[2]), _parts(other_key[2]),
+                                  ('args', 'kwargs')):
+        if mine is None or theirs is None:
+            if mine != theirs:
+                return None
+            continue
+        if mine[:-1] != theirs[:-1] or len(mine[-1]) != len(theirs[-1]):
+            return None
+        for i, (a, b) in enumerate(zip(mine[-1], theirs[-1])):
+            if a == b:
+                continue
+            if not (_is_float(a) and _is_float(b)):
+                return None
+            paths.append((name, mine[1][i] if name == 'kwargs' else i))
+    return tuple(paths) or None
+
+
+def float_paths(key):
+    """The paths of all the float arguments of a call (top level)."""
+    if not _is_call_structure(key[2]):
+        return ()
+    args, kwargs = _parts(key[2])
+    found = [('args', i) for i, item in enumerate(args[1])
+             if _is_float(item)]
+    if kwargs is not None:
+        found += [('kwargs', k) for k, item in zip(kwargs[1], kwargs[2])
+                  if _is_float(item)]
+    return tuple(found)
+
+
+def _is_float(item):
+    return type(item) is tuple and len(item) >= 3 and item[0] == 'S' and \
+        item[1] is float
+
+
+def _is_call_structure(structure):
+    """A call's structure as ``signature.flatten`` gives it for ``(args,
+    kwargs)``: ``('tuple', items)``, or that and ``('dict', keys,
+    items)`` (not a packed call's)."""
+    if type(structure) is not tuple or not structure:
+        return False
+    if structure[0] == 'tuple':
+        return True
+    return len(structure) == 2 and type(structure[0]) is tuple and \
+        structure[0][:1] == ('tuple',) and \
+        type(structure[1]) is tuple and structure[1][:1] == ('dict',)
+
+
+def proxies(args, kwargs, paths, graph, uses, names):
+    """The call's arguments with a :class:`Scalar` at each of ``paths``,
+    held by a new symbol of ``graph`` (named by ``names``, the leaves'
+    names are the arguments'); returns ``(args, kwargs)``."""
+    args, kwargs = list(args), dict(kwargs)
+    for path, name in zip(paths, names):
+        holder = args if path[0] == 'args' else kwargs
+        number = holder[path[1]]
+        value = graph.add_value('sym', (), numpy.float64, name)
+        holder[path[1]] = Scalar(number, value, name, uses)
+    return tuple(args), kwargs
