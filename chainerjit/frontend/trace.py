@@ -134,6 +134,7 @@ class _Recorder(object):
         # StopGradient, as eager mode builds no graph there.
         self.grad_values = set()
         self.for_training = chainer.config.enable_backprop
+        graph.for_training = self.for_training
         # id(VariableNode) -> (value, id(array)): the value each Variable
         # holds. Variables are looked up by their node first: two
         # Variables around one array (``F.identity(x.array)``,

@@ -134,6 +134,7 @@ class Graph(object):
         self.outputs = []
         self.templates = {}  # node -> the FunctionNode it recorded (or a
         # description), for passes that compare nodes
+        self.for_training = False  # recorded with backprop enabled
 
     def add_value(self, kind, shape, dtype, name=None, data=None):
         value = Value(kind, shape, dtype, name, data)

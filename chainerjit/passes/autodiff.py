@@ -26,6 +26,7 @@ faster on Fortran order read is copied so once before it
 (``FortranCopy``).
 """
 
+import heapq
 import operator
 
 import numpy
@@ -206,6 +207,44 @@ def _passes_gradients(node):
                 getattr(getattr(rule, 'fn', None), 'passes_none', False))
 
 
+def backward_order(graph, reached):
+    """The nodes of ``graph`` that gradients reach, in the order Chainer's
+    backward pass runs the FunctionNodes they stand for, so that the
+    gradients of a value used several times are summed in Chainer's order:
+    the highest rank first (a node's rank is its inputs' highest; its
+    outputs' is one more), then the one pushed first (the creators of
+    the outputs in order, then of each node's inputs in order, as it is
+    run). A node fused from several (``LinearFunction+Tanh``) stands for
+    that many; NumPy, Python arithmetic and stop-gradient nodes make new
+    leaves (rank 0), as their arrays are new Variables in eager mode."""
+    producer = {v: n for n in graph.nodes for v in n.outputs}
+    value_rank, node_rank = {}, {}
+    for node in graph.nodes:
+        rank = max([value_rank.get(v, 0) for v in node.inputs] or [0])
+        depth = node.op.count('+') + 1
+        node_rank[node] = rank + depth - 1  # its last FunctionNode's
+        out_rank = rank + depth if _passes_gradients(node) and not \
+            node.op.startswith('python.') else 0
+        for v in node.outputs:
+            value_rank[v] = out_rank
+    index = {node: i for i, node in enumerate(graph.nodes)}
+    heap, seen, order = [], set(), []
+
+    def push(value):
+        node = producer.get(value)
+        if node is not None and value in reached and node not in seen:
+            seen.add(node)
+            heapq.heappush(heap, (-node_rank[node], len(seen), index[node]))
+    for value in graph.outputs:
+        push(value)
+    while heap:
+        node = graph.nodes[heapq.heappop(heap)[2]]
+        order.append(node)
+        for value in dict.fromkeys(node.inputs):
+            push(value)
+    return order
+
+
 def _training_forward(graph, reached):
     """A copy of ``graph`` where each generic node with an input on a
     gradient path runs through Chainer's ``apply`` and also outputs a
@@ -286,7 +325,7 @@ class _BackwardBuilder(object):
         for value, grad in zip(self.forward.outputs, self.output_grads):
             if value in self.forward.reached:
                 self.accumulate(value, grad)
-        for node in reversed(self.forward.nodes):
+        for node in backward_order(self.forward, self.forward.reached):
             if node in self.cut_nodes:
                 continue
             for v in node.outputs:

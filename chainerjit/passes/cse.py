@@ -23,12 +23,17 @@ def cse(graph):
         return (%1)
 
     Loop bodies are simplified too. Impure nodes (random draws, state
-    updates, guards) and nodes made by other passes are kept.
+    updates, guards) and nodes made by other passes are kept. So are, in
+    a graph recorded for training (``graph.for_training``), the nodes
+    that read a float value other than a constant: eager Chainer runs the
+    backward of each of them, and their gradients summed before one
+    backward would round otherwise.
     """
-    return graph, _cse(graph, fingerprints.exact_fingerprints(graph.templates))
+    return graph, _cse(graph, fingerprints.exact_fingerprints(
+        graph.templates), getattr(graph, 'for_training', False))
 
 
-def _cse(graph, key_of):
+def _cse(graph, key_of, training):
     seen = {}
     renamed = {}
     kept = []
@@ -36,8 +41,9 @@ def _cse(graph, key_of):
     for node in graph.nodes:
         node.inputs = [renamed.get(v, v) for v in node.inputs]
         if node.region is not None:
-            changed |= _cse(node.region.body, key_of)
-        key = _key(node, key_of)
+            changed |= _cse(node.region.body, key_of, training)
+        key = None if training and _may_pass_gradients(node) else \
+            _key(node, key_of)
         earlier = seen.get(key) if key is not None else None
         if earlier is not None:
             renamed.update(zip(node.outputs, earlier.outputs))
@@ -58,3 +64,8 @@ def _key(node, key_of):
     if fingerprint is None:
         return None
     return fingerprint, tuple(id(v) for v in node.inputs)
+
+
+def _may_pass_gradients(node):
+    return any(v.dtype.kind == 'f' and v.kind != 'const'
+               for v in node.inputs)

@@ -87,14 +87,26 @@ def test_either_operand_of_a_sum_can_take_the_result(rng):
     assert 'Add (into' in _program(jitted)
 
 
+def _reused_after(text, op):
+    """Whether a later instruction of a disassembly writes the register
+    that ``op``'s first instruction wrote."""
+    lines = [line for line in text.splitlines() if ' -> ' in line]
+    first = next(i for i, line in enumerate(lines) if op in line)
+    register = lines[first].split(' -> ')[1].split()[0]
+    return any(line.split(' -> ')[1].split()[0] == register
+               for line in lines[first + 1:])
+
+
 def test_gradients_through_reused_buffers_match_eager(rng):
     def f(x, w):
-        return F.sigmoid(F.tanh(F.matmul(x, w)) + F.matmul(x, w))
+        return F.sigmoid(F.exp(F.matmul(x, w)) * 2)
     jitted = testing.assert_jit_grads_match_eager(
         f, _calls(rng, (3, 4), (4, 4)))
     entry, = jitted.cache_entries()
-    # The training forward keeps what the backward reads: no reuse there.
-    assert 'Tanh (into' not in entry.training.forward.dis()
+    # Exp's gradient reads its result: the training forward keeps it,
+    # where the inference program reuses its buffer.
+    assert _reused_after(entry.program.dis(), 'k1:Exp')
+    assert not _reused_after(entry.training.forward.dis(), 'k1:Exp')
 
 
 def test_inside_loops(rng):

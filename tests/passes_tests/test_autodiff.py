@@ -11,6 +11,7 @@ import pytest
 
 import chainerjit
 from chainerjit import passes
+from chainerjit import testing
 from chainerjit.backend import codegen
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
@@ -178,3 +179,52 @@ def test_a_rolled_loop_with_a_symbolic_trip_count(rng):
         _assert_matches_eager(pair, _rnn_outputs, graph, _rnn_args(rng, n),
                               [_normal(rng, 2, 3)], symbols=[n],
                               rtol=1e-4, atol=1e-5)
+
+
+class _Shared(chainer.Chain):
+    """A value and a weight used three times and more, on paths of
+    different lengths, with NumPy and a stopped gradient on the way."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = chainer.links.Linear(4, 4)
+            self.l2 = chainer.links.Linear(4, 4)
+
+    def forward(self, x):
+        h = F.tanh(self.l1(x))
+        side = chainer.Variable(h.array * 2)  # a new leaf, as eagerly
+        y = self.l1(h) + self.l2(h * h) + F.sin(F.cos(h)) + side * h
+        return F.sum(y) + F.sum(h) * 0.5
+
+
+@pytest.mark.bit_exact
+@pytest.mark.parametrize('fn', [
+    lambda z: F.sum(z) + 0.5 * F.sum(z * z),
+    lambda z: F.sum(F.exp(z) + F.sin(F.cos(z)) + z * 2),
+    lambda z: F.sum(F.tanh(z) * z) + F.sum(z) - F.sum(F.tanh(F.tanh(z))),
+    lambda z: F.sum(F.concat([z, z * z, F.exp(z)], axis=1)) * F.sum(z),
+], ids=['sum and product', 'three depths', 'nested', 'concat'])
+def test_gradients_are_summed_in_chainers_order(rng, fn):
+    """Chainer sums the gradients of a value in the order its backward
+    runs the nodes (highest rank first, then the first pushed), which
+    rounds otherwise than the reverse of the recording where a value
+    has three gradients or more."""
+    testing.assert_jit_grads_match_eager(
+        fn, [(rng.randn(5, 6).astype(F32),) for _ in range(4)],
+        rtol=0, atol=0)
+
+
+@pytest.mark.bit_exact
+def test_a_model_trains_as_eagerly_bit_for_bit(rng):
+    numpy.random.seed(0)
+    eager = _Shared()
+    model = eager.copy(mode='copy')
+    forward = chainerjit.jit(model.forward, backend='numpy')
+    for _ in range(4):
+        x = rng.randn(3, 4).astype(F32)
+        for m, fn in ((eager, eager.forward), (model, forward)):
+            m.cleargrads()
+            fn(x).backward()
+        for a, b in zip(eager.params(), model.params()):
+            numpy.testing.assert_array_equal(a.grad, b.grad)
