@@ -551,11 +551,7 @@ def main(argv=None):
     args = parse_args(argv)
     chosen = [w for w in workloads() if args.only is None or any(
         w.name.startswith(prefix) for prefix in args.only)]
-    # What the first use of jit does for the process, done before any
-    # system runs, so that all of them (eager Chainer and the NumPy floor
-    # too) multiply with the same OpenBLAS kernels.
-    from chainerjit.runtime import blas
-    blas.use_cpu_kernels()
+    timing.same_kernels()
     main_rows, default_rows = [], []
     for threads, rows in ((1, main_rows), (None, default_rows)):
         if threads is None and args.no_default_threads:

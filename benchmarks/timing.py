@@ -79,12 +79,24 @@ def machine_info():
 
 def start(threads):
     """A benchmark's start: ``threads`` BLAS threads (``None`` or 0: as
-    they are), and the machine described, printed and returned."""
+    they are), the BLAS kernels the first use of ``jit`` would choose
+    (:func:`same_kernels`), and the machine described, printed and
+    returned."""
     limit_threads(threads or None)
+    same_kernels()
     info = machine_info()
     for key in ('date', 'machine', 'numpy', 'chainer', 'threads', 'blas'):
         print('%-8s %s' % (key + ':', info[key]))
     return info
+
+
+def same_kernels():
+    """What the first use of ``jit`` does for the process (OpenBLAS's
+    kernels chosen for this CPU, ``chainerjit.runtime.blas``), done before
+    any system runs, so that all of them, eager Chainer too, multiply with
+    the same kernels."""
+    from chainerjit.runtime import blas
+    blas.use_cpu_kernels()
 
 
 def publish(report, path=None):
