@@ -15,6 +15,7 @@ optimisation, sequential execution, and as many threads as NumPy's BLAS
 uses (one where the user set one), which sleep between calls.
 """
 
+import functools
 import os
 
 import chainer
@@ -125,18 +126,23 @@ def region_program(graph, providers=None, vm_when_faster=False):
     left to the VM)``.
 
     Raises:
-        chainerjit.errors.ExportError: no node converts.
+        chainerjit.errors.ExportError: no node converts, or the program
+            would take more than :data:`MAX_SESSIONS` sessions.
     """
     names = onnx_graph.names_of(graph)
     converts = [_converts(node, names) and not (
         vm_when_faster and runs_faster_on_vm(node)) for node in graph.nodes]
     if not any(converts):
         raise errors.ExportError('no node converts to ONNX')
+    runs = _runs(graph.nodes, converts)
+    n_sessions = sum(1 for _, on_ort in runs if on_ort)
+    if n_sessions > MAX_SESSIONS:
+        raise errors.ExportError(
+            'it would take %d sessions, the VM between them' % n_sessions)
     split = ir.Graph(graph.name)
     split.inputs, split.params = graph.inputs, graph.params
     split.symbols, split.consts = graph.symbols, graph.consts
     split.outputs = graph.outputs
-    runs = _runs(graph.nodes, converts)
     for k, (nodes, on_ort) in enumerate(runs):
         if not on_ort:
             for node in nodes:
@@ -151,7 +157,14 @@ def region_program(graph, providers=None, vm_when_faster=False):
             sub.inputs + sub.symbols, sub.outputs, pure=False))
     left = [node.op for nodes, on_ort in runs if not on_ort
             for node in nodes]
-    return codegen.compile_graph(split), sum(1 for _, o in runs if o), left
+    return codegen.compile_graph(split), n_sessions, left
+
+
+#: The most sessions a program runs in, the VM between them: each call of
+#: one costs tens of microseconds, and building one a millisecond or two
+#: when the program is compiled; a program split more finely stays on the
+#: VM.
+MAX_SESSIONS = 8
 
 
 def runs_faster_on_vm(node):
@@ -300,14 +313,24 @@ def thread_count():
 
 
 def _blas_threads():
+    controller = _blas_controller()
+    if controller is None:
+        return None
+    counts = [pool.get('num_threads') for pool in controller.info()
+              if pool.get('num_threads')]
+    return min(counts) if counts else None
+
+
+@functools.lru_cache(maxsize=None)
+def _blas_controller():
+    """``threadpoolctl``'s controller of the BLAS libraries loaded, found
+    once (finding them walks the process's libraries: a millisecond, for
+    every session built); asked for their threads on each use."""
     try:
         import threadpoolctl
     except ImportError:
         return None
-    counts = [pool.get('num_threads') for pool in
-              threadpoolctl.threadpool_info() if pool.get('user_api') ==
-              'blas' and pool.get('num_threads')]
-    return min(counts) if counts else None
+    return threadpoolctl.ThreadpoolController().select(user_api='blas')
 
 
 def _one_node_graph(graph, kernel):

@@ -607,7 +607,8 @@ def _leaf_spec(leaf, recorder, proxies, what):
             constant = constant[()]
         return 'const', constant, is_var, grad
     recorder.graph.outputs.append(value)
-    if traced.is_scalar(array) and not is_var:
+    if (traced.is_scalar(array) or isinstance(array, numpy.generic)) and \
+            not is_var:  # a session gives a 0-d array for it
         kind = 'scalar'
     elif grad and recorder.is_new_leaf(leaf, value):
         kind = 'leaf'

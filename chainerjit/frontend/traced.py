@@ -24,6 +24,7 @@ from chainerjit.frontend import _keys
 from chainerjit.frontend import control
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import source
+from chainerjit.ops import array as array_ops
 from chainerjit.ops import structural
 
 
@@ -262,7 +263,7 @@ def record_call(recorder, label, fn, args, kwargs, result):
         recorder.note_indexed(args[0], args[1], result)
     node = recorder.add_node(ir.Node(
         label, ops.Kernel(kernel_fn, multi=multi,
-                          onnx=_numpy_to_onnx(fn, template),
+                          onnx=_numpy_to_onnx(fn, template, label),
                           lengths=_rows_kept(label, fn, args, kwargs,
                                              arrays, result)),
         in_values, recorder.bind_temps(outs), loc=user_location(4)))
@@ -415,12 +416,17 @@ _ONNX_ARITHMETIC = {
     'maximum': 'Max', 'minimum': 'Min'}
 
 
-def _numpy_to_onnx(fn, template):
+def _numpy_to_onnx(fn, template, label=None):
     """The ONNX converter of a recorded NumPy call, or ``None``."""
+    args, kwargs = template
+    if label in _ONNX_METHODS and not kwargs:
+        return _ONNX_METHODS[label](args)
+    if label == 'numpy.sum' and args == (_Slot,) and set(kwargs) <= {
+            'axis'} and kwargs.get('axis') is None:
+        return _sum_to_onnx
     ufunc = getattr(fn, '__self__', None)
     if not isinstance(ufunc, numpy.ufunc):
         return None
-    args, kwargs = template
     name = ufunc.__name__
     if fn.__name__ == '__call__' and name in _ONNX_ELEMENTWISE and \
             not kwargs:
@@ -454,7 +460,8 @@ def _elementwise_to_onnx(name, args):
 def _arithmetic_to_onnx(op, args):
     def convert(b, ins, outs):
         dtype = b.out_dtypes[0]
-        if dtype.kind != 'f':
+        if dtype.kind not in 'fiu' or (dtype.kind != 'f' and
+                                       op not in _ONNX_INTEGER_ARITHMETIC):
             raise _export_error('numpy arithmetic on %s' % dtype)
         arrays = iter(zip(ins, b.in_dtypes))
         operands = []
@@ -466,6 +473,68 @@ def _arithmetic_to_onnx(op, args):
                 operands.append(b.constant(numpy.asarray(a, dtype)))
         b.op(op, operands, outs)
     return convert
+
+
+# Arithmetic that ONNX computes on integers as NumPy does (wrapping).
+_ONNX_INTEGER_ARITHMETIC = frozenset(['Add', 'Sub', 'Mul', 'Neg', 'Abs',
+                                      'Max', 'Min'])
+
+
+def _sum_to_onnx(b, ins, outs):
+    """``numpy.sum`` of all elements (booleans counted as NumPy's ints)."""
+    summed = b.cast(ins[0], b.in_dtypes[0], b.out_dtypes[0])
+    b.op('ReduceSum', [summed], outs, keepdims=0)
+
+
+def _reshape_to_onnx(args):
+    """``x.reshape(shape)`` (C order) as ONNX ``Reshape`` to the recorded
+    shape (with a dynamic batch, axis 0 follows it: ``ops.array``)."""
+    shape = args[1] if len(args) == 2 and isinstance(args[1], tuple) \
+        else args[1:]
+    if not all(type(n) is int for n in shape):
+        return None
+
+    def convert(b, ins, outs):
+        array_ops.onnx_reshape(b, ins[0], b.out_shapes[0], outs)
+    return convert
+
+
+def _basic_index_to_onnx(args):
+    """``x[index]`` with ints and slices of ints as ONNX ``Slice`` and
+    ``Gather`` (which drops the axis, as an int index does)."""
+    index = args[1] if isinstance(args[1], tuple) else (args[1],)
+    if len(args) != 2 or not all(
+            type(i) is int or (type(i) is slice and all(
+                type(v) in (int, type(None))
+                for v in (i.start, i.stop, i.step)) and i.step != 0)
+            for i in index):
+        return None
+
+    def convert(b, ins, outs):
+        x, axis = ins[0], 0
+        for i in index:
+            if type(i) is int:
+                x = b.single('Gather', x, b.constant(
+                    numpy.asarray(i, numpy.int64)), axis=axis)
+                continue
+            step = 1 if i.step is None else i.step
+            start = i.start if i.start is not None else \
+                (0 if step > 0 else _INT64_MAX)
+            stop = i.stop if i.stop is not None else \
+                (_INT64_MAX if step > 0 else -_INT64_MAX - 1)
+            x = b.single('Slice', x, b.int64s([start]), b.int64s([stop]),
+                         b.int64s([axis]), b.int64s([step]))
+            axis += 1
+        b.op('Identity', [x], outs)
+    return convert
+
+
+_INT64_MAX = 2 ** 63 - 1
+
+# ``ndarray`` methods recorded with an ONNX form: ``fn(args)`` gives the
+# converter of a call, or ``None``.
+_ONNX_METHODS = {'ndarray.reshape': _reshape_to_onnx,
+                 'ndarray.__getitem__': _basic_index_to_onnx}
 
 
 def _reduction_to_onnx(op):

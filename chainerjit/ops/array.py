@@ -59,8 +59,10 @@ from chainerjit.ops import same_rows
 from chainerjit.ops import takes_axes
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
+from chainerjit.ops.math import onnx_scatter_add
 from chainerjit.ops.math import onnx_scalar
 from chainerjit.ops.math import onnx_sum_to
+from chainerjit.ops.math import onnx_zeros
 
 
 # ONNX Slice bounds meaning "to the end" for a positive and a negative step.
@@ -108,7 +110,7 @@ def _sum_to_inputs(ctx, any_rows=False):
 
 # --- views whose output shape is known ---------------------------------------
 
-def _onnx_reshape(b, x, shape, out=None):
+def onnx_reshape(b, x, shape, out=None):
     """``x`` reshaped to ``shape`` (ONNX ``Reshape``). With a dynamic
     batch, axis 0 of the output is not baked in: where the reshape keeps
     axis 0 of ``x``, it is copied (0 in the target shape), elsewhere it is
@@ -139,7 +141,7 @@ def _onnx_view(node, ctx):
                 [_normalize_axis(a, len(in_shape)) for a in node.axis])
         return lambda b, ins, outs: b.op(
             'Squeeze', ins + [b.int64s(axes)], outs)
-    return lambda b, ins, outs: _onnx_reshape(b, ins[0], shape, outs)
+    return lambda b, ins, outs: onnx_reshape(b, ins[0], shape, outs)
 
 
 @lowering(reshape.Reshape, expand_dims.ExpandDims, squeeze.Squeeze)
@@ -345,12 +347,18 @@ def _onnx_get_item(slices, ndim):
 def _exportable_index(slices):
     """Whether ``_onnx_get_item`` converts the index ``slices``: no array
     among them, or one integer array among slices and Ellipses."""
-    arrays = [s for s in slices if isinstance(
-        s, (list, bool, numpy.bool_) + chainer.get_array_types())]
+    arrays = _index_arrays(slices)
     return not arrays or not (
         len(arrays) > 1 or getattr(arrays[0], 'dtype', numpy.asarray(
             arrays[0]).dtype).kind == 'b'
         or any(s is None or numpy.isscalar(s) for s in slices))
+
+
+def _index_arrays(slices):
+    """The arrays, lists and booleans among the index ``slices`` (all
+    else is ints, slices, ``None`` and Ellipses)."""
+    return [s for s in slices if isinstance(
+        s, (list, bool, numpy.bool_) + chainer.get_array_types())]
 
 
 def _unexportable_index(slices):
@@ -428,6 +436,67 @@ def _index_converter(bounds, squeezed, unsqueezed, gather):
     return convert
 
 
+def _get_item_grad_to_onnx(slices, shape):
+    """The ONNX form of GetItem's gradient: ``gy`` put into zeros of
+    ``shape`` where ``x[slices]`` took its elements, added where it took
+    one twice (as ``numpy.add.at``)."""
+    if _index_arrays(slices):
+        return _scatter_at_positions(slices, shape)
+    bounds, squeezed, unsqueezed, _ = _index_steps(slices, len(shape))
+
+    def convert(b, xs, ys, gys, wanted):
+        gy = gys[0]
+        if unsqueezed:
+            gy = b.single('Squeeze', gy, b.int64s(unsqueezed))
+        if squeezed:
+            gy = b.single('Unsqueeze', gy, b.int64s(squeezed))
+        picked = [range(shape[axis])[start:stop:step]
+                  for start, stop, axis, step in bounds]
+        sizes = list(shape)
+        for (_, _, axis, _), taken in zip(bounds, picked):
+            sizes[axis] = len(taken)
+        for (_, _, axis, _), taken in zip(bounds, picked):
+            gy = _onnx_unslice(b, gy, sizes, axis, shape[axis], taken,
+                               b.out_dtypes[0])
+            sizes[axis] = shape[axis]
+        return gy,
+    return convert
+
+
+def _onnx_unslice(b, gy, sizes, axis, n, picked, dtype):
+    """``gy``, of ``sizes``, spread along ``axis`` to ``n`` entries: those
+    ``picked`` get ``gy``'s in turn, the others zeros (a ``Gather`` from
+    ``gy`` with a slab of zeros after it)."""
+    if list(picked) == list(range(n)):
+        return gy
+    where = numpy.full(n, len(picked), numpy.int64)
+    where[list(picked)] = numpy.arange(len(picked))
+    slab = onnx_zeros(b, sizes[:axis] + [1] + sizes[axis + 1:], dtype)
+    return b.single('Gather', b.single('Concat', gy, slab, axis=axis),
+                    b.constant(where), axis=axis)
+
+
+def _scatter_at_positions(slices, shape):
+    """GetItem's gradient for any index in ONNX: ``gy`` added into zeros
+    at the flat positions ``x[slices]`` reads, computed now
+    (``ScatterND``)."""
+    cpu = chainer.backend.CpuDevice()
+    index = tuple(cpu.send(s) if isinstance(s, chainer.get_array_types())
+                  else s for s in slices)
+    size = int(numpy.prod(shape, dtype=int))
+
+    def convert(b, xs, ys, gys, wanted):
+        positions = numpy.arange(size).reshape(shape)[index]
+        gy = b.single('Reshape', gys[0], b.int64s([positions.size]),
+                      allowzero=1)
+        flat = onnx_scatter_add(
+            b, (size,), b.constant(positions.reshape(-1, 1).astype(
+                numpy.int64)), gy, b.out_dtypes[0])
+        return b.single('Reshape', flat, b.int64s(list(shape)),
+                        allowzero=1),
+    return convert
+
+
 @lowering(get_item.GetItem)
 def lower_get_item(node, ctx):
     if any(isinstance(s, chainer.Variable) for s in node.slices):
@@ -446,7 +515,8 @@ def lower_get_item(node, ctx):
     kernel = Kernel(lambda x: utils.force_array(x[slices]),
                     {'slices': '[%s]' % ', '.join(
                         _format_index(s) for s in node.slices)},
-                    grad=GradRule(grad),
+                    grad=GradRule(grad, onnx=_get_item_grad_to_onnx(
+                        node.slices, shape)),
                     onnx=_onnx_get_item(node.slices, len(shape)))
 
     def any_lengths_grad(xs, ys, gys, wanted):
@@ -482,7 +552,16 @@ def lower_select_item(node, ctx):
         picked = b.op('GatherElements', [x] + b.op('Unsqueeze', [t, axis]),
                       axis=1)
         b.op('Squeeze', picked + [axis], outs)
-    return Kernel(lambda x, t: x[rows, t], grad=GradRule(grad, inputs=(1,)),
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None, None
+        axis = b.int64s([1])
+        return b.single('ScatterElements', onnx_zeros(b, shape, dtype),
+                        b.single('Unsqueeze', xs[1], axis),
+                        b.single('Unsqueeze', gys[0], axis), axis=1), None
+    return Kernel(lambda x, t: x[rows, t],
+                  grad=GradRule(grad, inputs=(1,), onnx=grad_to_onnx),
                   onnx=to_onnx)
 
 
@@ -685,12 +764,12 @@ def _join_grad(ctx, join, axis):
                      for gy, shape in zip(gys, shapes)], axis),
 
     def to_onnx(b, xs, ys, gys, wanted):
-        if join is not xp.concatenate:
-            raise errors.ExportError('this gradient cannot be exported')
-        return b.op('Concat', [b.constant(numpy.zeros(shape, dtype))
-                               if gy is None else gy
-                               for gy, shape in zip(gys, shapes)],
-                    axis=axis)[0],
+        parts = [onnx_zeros(b, shape, dtype) if gy is None else gy
+                 for gy, shape in zip(gys, shapes)]
+        if join is not xp.concatenate:  # a stack: no such ONNX op
+            parts = [b.single('Unsqueeze', part, b.int64s([axis]))
+                     for part in parts]
+        return b.single('Concat', *parts, axis=axis),
     return GradRule(grad, onnx=to_onnx)
 
 

@@ -493,7 +493,10 @@ def _make_leaf(spec, outs, leaves, instance):
             resolve_owner(instance, where[1])
         return owner[0]
     if kind == 'scalar':  # a training call's output is a Variable
-        return signature.leaf_array(outs[where])[()]
+        array = signature.leaf_array(outs[where])
+        # (onnxruntime's int64 arrays are typed long long: the scalar
+        # eager gives is of the dtype's own type.)
+        return array.view(array.dtype.str)[()]
     leaf = outs[where] if kind in ('value', 'leaf') else where.copy()
     if is_var:
         return _as_variable(leaf, grad)

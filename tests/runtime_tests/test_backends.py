@@ -833,3 +833,39 @@ def test_special_and_loss_functions_train_whole_in_onnxruntime(rng, fn):
     entry, = jitted.cache_entries()
     assert 'forward in onnxruntime; backward in onnxruntime' in \
         entry.describe_backend(), entry.describe_backend()
+
+
+def test_sessions_take_the_blas_threads_in_force_when_built():
+    threadpoolctl = pytest.importorskip('threadpoolctl')
+    from chainerjit.backend import ort
+    with threadpoolctl.threadpool_limits(1, user_api='blas'):
+        assert ort.thread_count() == 1
+    with threadpoolctl.threadpool_limits(2, user_api='blas'):
+        assert ort.thread_count() == 2
+
+
+def test_numpy_indexing_reshapes_counts_and_int_arithmetic_convert(rng):
+    """NumPy run on a program's arrays in one session with the rest:
+    basic indexing, a reshape, a count of equal labels, arithmetic on
+    integer arrays."""
+    pytest.importorskip('onnxruntime')
+
+    def fn(x, t, s):
+        h = F.tanh(x).array
+        part = h[::-1, 1:3][0] + h.reshape(-1)[:2]
+        correct = numpy.sum(t * 3 - numpy.abs(s) == s * 2 + t)
+        return F.sigmoid(part), correct
+    jitted = chainerjit.jit(fn, backend='onnxruntime')
+    with chainer.no_backprop_mode():
+        for _ in range(3):
+            args = (rng.randn(4, 5).astype(F32),
+                    rng.randint(0, 3, 6).astype(numpy.int32),
+                    rng.randint(0, 3, 6).astype(numpy.int32))
+            got, expected = jitted(*args), fn(*args)
+            numpy.testing.assert_allclose(got[0].array, expected[0].array,
+                                          rtol=1e-5)
+            assert got[1] == expected[1] and type(got[1]) is \
+                type(expected[1])
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend() == 'onnxruntime', \
+        entry.describe_backend()
