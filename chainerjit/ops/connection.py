@@ -30,6 +30,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_convolution
 from chainerjit.ops import linear as linear_ops
+from chainerjit.ops import math as math_ops
 from chainerjit.ops import lowering
 from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
@@ -494,15 +495,16 @@ def lower_embed_id(node, ctx):
         add_at(gW, x, gy)
         return None, gW
 
+    rule = GradRule(grad, inputs=(0,),
+                    onnx=_embed_grad_to_onnx(ignore_label, w_shape))
     if ignore_label is None:
-        return Kernel(lambda x, W: W[x], grad=GradRule(grad, inputs=(0,)),
+        return Kernel(lambda x, W: W[x], grad=rule,
                       onnx=_embed_to_onnx(None), lengths=rows_follow_first)
 
     def embed(x, W):
         mask = x == ignore_label
         return xp.where(mask[..., None], 0, W[xp.where(mask, 0, x)])
-    return Kernel(embed, attrs={'ignore_label': ignore_label},
-                  grad=GradRule(grad, inputs=(0,)),
+    return Kernel(embed, attrs={'ignore_label': ignore_label}, grad=rule,
                   onnx=_embed_to_onnx(ignore_label), lengths=rows_follow_first)
 
 
@@ -628,6 +630,37 @@ def _embed_to_onnx(ignore_label):
         zero = b.constant(numpy.zeros((), dtype=b.in_dtypes[1]))
         b.op('Where', [row_mask, zero, rows], outs)
     return convert
+
+
+def _embed_grad_to_onnx(ignore_label, w_shape):
+    """The gradient of ``W`` as the VM's: rows of ``gy`` added into zeros
+    at their ids (``ScatterND``); rows of ``ignore_label`` ids are zeroed
+    first, and add to row 0."""
+    def convert(b, xs, ys, gys, wanted):
+        if not wanted[1]:
+            return None, None
+        ids = b.single('Reshape', xs[0], b.int64s([-1]))
+        gy = b.single('Reshape', gys[0], b.int64s(
+            [int(numpy.prod(b.in_shapes[0])), w_shape[1]]), allowzero=1)
+        if ignore_label is not None:
+            ids, gy = _embed_ignored(b, ids, gy, ignore_label)
+        ids = b.single('Unsqueeze', b.cast(ids, b.in_dtypes[0],
+                                           numpy.int64), b.int64s([1]))
+        return None, math_ops.onnx_scatter_add(b, w_shape, ids, gy,
+                                               b.out_dtypes[0])
+    return convert
+
+
+def _embed_ignored(b, ids, gy, ignore_label):
+    """``ids`` with those equal to ``ignore_label`` made 0, and ``gy``
+    with their rows zero."""
+    ignored = b.single('Equal', ids, b.constant(
+        numpy.asarray(ignore_label, dtype=b.in_dtypes[0])))
+    ids = b.single('Where', ignored, b.constant(
+        numpy.zeros((), b.in_dtypes[0])), ids)
+    gy = b.single('Where', b.single('Unsqueeze', ignored, b.int64s([1])),
+                  b.constant(numpy.zeros((), b.out_dtypes[0])), gy)
+    return ids, gy
 
 
 @lowering(convolution_nd.ConvolutionND)

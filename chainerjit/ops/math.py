@@ -111,6 +111,26 @@ def onnx_dtype(dtype):
     return onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype(dtype))
 
 
+def onnx_zeros(b, shape, dtype):
+    """Zeros of ``shape`` and ``dtype`` (ONNX ``ConstantOfShape``, not an
+    initializer of that size)."""
+    import onnx.numpy_helper
+    return b.single('ConstantOfShape', b.shape(tuple(shape)),
+                    value=onnx.numpy_helper.from_array(
+                        numpy.zeros(1, dtype)))
+
+
+def onnx_scatter_add(b, shape, indices, updates, dtype):
+    """Zeros of ``shape`` and ``dtype`` with ``updates`` added at the
+    int64 ``indices`` in turn, as ``numpy.add.at`` (ONNX ``ScatterND``,
+    reduction ``'add'``; float16 adds in float32, which onnxruntime's CPU
+    kernel needs)."""
+    wide = numpy.float32 if numpy.dtype(dtype) == numpy.float16 else dtype
+    summed = b.single('ScatterND', onnx_zeros(b, shape, wide), indices,
+                      b.cast(updates, dtype, wide), reduction='add')
+    return b.cast(summed, wide, dtype)
+
+
 def onnx_swap_last(b, x, ndim):
     """``x`` with its last two axes swapped (ONNX ``Transpose``)."""
     perm = list(range(ndim))
@@ -1193,8 +1213,15 @@ def lower_logsumexp(node, ctx):
         x, = xs
         y = xp.broadcast_to(ys[0].reshape(kept), shape)
         return xp.broadcast_to(gys[0].reshape(kept), shape) * xp.exp(x - y),
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):
+        y, gy = (b.single('Reshape', v, b.int64s(list(kept)), allowzero=1)
+                 for v in (ys[0], gys[0]))
+        return b.single('Mul', gy, b.single(
+            'Exp', b.single('Sub', xs[0], y))),
     return Kernel(fn, {'axis': axis},
-                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
+                  grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,),
+                                 onnx=grad_to_onnx),
                   onnx=_onnx_reduce('ReduceLogSumExp', axis, False, ctx))
 
 
