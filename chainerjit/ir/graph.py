@@ -199,8 +199,9 @@ class Graph(object):
         def binders(values):
             return ', '.join('%s: %s' % (names[v], v.type_str)
                              for v in values)
-        lines = ['graph %s(%s; %s):' % (self.name, binders(self.inputs),
-                                        binders(self.params))]
+        symbols = '; ' + binders(self.symbols) if self.symbols else ''
+        lines = ['graph %s(%s; %s%s):' % (self.name, binders(self.inputs),
+                                          binders(self.params), symbols)]
         for value in self.consts:
             lines.append('  %s: %s = const' % (names[value], value.type_str))
         _print_nodes(self.nodes, names, '  ', lines)
