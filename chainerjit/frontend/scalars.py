@@ -223,9 +223,9 @@ def plain_numbers(obj):
 
 
 def note_baked_in(obj, what, loc=None, depth=4):
-    """Notes each Scalar in ``obj`` (in tuples, lists, dicts and object
-    attributes to ``depth`` levels) as used ``what``: a recorded node
-    holds it as a constant."""
+    """Notes each Scalar in ``obj`` (in tuples, lists and dicts, to
+    ``depth`` levels) as used ``what``: a recorded node holds it as a
+    constant."""
     if isinstance(obj, Scalar):
         obj.note(what, loc)
     elif depth > 0 and type(obj) in (tuple, list):
