@@ -32,6 +32,7 @@ from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
 from chainerjit.frontend import _keys
+from chainerjit.frontend import signature
 from chainerjit.frontend import traced
 
 
@@ -287,11 +288,11 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
         train, backprop, structure, specs, alias = key
         values = []
         for path in self.paths:
-            item = _static_item(structure, path)
+            item = signature.static_item(structure, path)
             if item is None or item[1] is not float:
                 return None
             values.append(item[2])  # the caller's float
-            structure = _with_static_item(structure, path, _MARKER)
+            structure = signature.with_static_item(structure, path, _MARKER)
         return (train, backprop, structure, specs, alias), values
 
     def to_check(self, verified, symbols):
@@ -316,47 +317,6 @@ CHECKED_VALUES = 2
 _MARKER = ('S', float, 'varying')
 
 
-def _parts(structure):
-    """The positional arguments' ``('tuple', items)`` and the keywords'
-    ``('dict', keys, items)`` (or ``None``) of a call's structure, as
-    ``signature.flatten`` gives it for ``(args, kwargs)``."""
-    if structure[0] == 'tuple':
-        return structure, None
-    return structure
-
-
-def _index(structure, path):
-    args, kwargs = _parts(structure)
-    if path[0] == 'args':
-        return path[1] if path[1] < len(args[1]) else None
-    if kwargs is None or path[1] not in kwargs[1]:
-        return None
-    return kwargs[1].index(path[1])
-
-
-def _static_item(structure, path):
-    """The ``('S', type, value, ...)`` item of a call's structure at
-    ``path``, or ``None``."""
-    index = _index(structure, path)
-    if index is None:
-        return None
-    args, kwargs = _parts(structure)
-    item = (args if path[0] == 'args' else kwargs)[-1][index]
-    if type(item) is tuple and len(item) >= 3 and item[0] == 'S':
-        return item
-    return None
-
-
-def _with_static_item(structure, path, item):
-    args, kwargs = _parts(structure)
-    part = args if path[0] == 'args' else kwargs
-    items = list(part[-1])
-    items[_index(structure, path)] = item
-    part = part[:-1] + (tuple(items),)
-    args, kwargs = (part, kwargs) if path[0] == 'args' else (args, part)
-    return args if kwargs is None else (args, kwargs)
-
-
 def varying_paths(key, other_key):
     """The paths of the float arguments whose values alone make ``key``
     differ from ``other_key`` (an entry's), or ``None`` where they differ
@@ -366,7 +326,8 @@ def varying_paths(key, other_key):
             not _is_call_structure(other_key[2]):
         return None
     paths = []
-    for mine, theirs, name in zip(_parts(key[2]), _parts(other_key[2]),
+    for mine, theirs, name in zip(signature.argument_parts(key[2]),
+                                  signature.argument_parts(other_key[2]),
                                   ('args', 'kwargs')):
         if mine is None or theirs is None:
             if mine != theirs:
@@ -387,7 +348,7 @@ def float_paths(key):
     """The paths of all the float arguments of a call (top level)."""
     if not _is_call_structure(key[2]):
         return ()
-    args, kwargs = _parts(key[2])
+    args, kwargs = signature.argument_parts(key[2])
     found = [('args', i) for i, item in enumerate(args[1])
              if _is_float(item)]
     if kwargs is not None:

@@ -73,6 +73,56 @@ def _unflatten(structure, leaves):
     return items if tag == 'list' else tuple(items)
 
 
+# --- the call's own arguments in a structure --------------------------------
+#
+# A call's structure is ``flatten((args, kwargs))``: the positional
+# arguments' ``('tuple', items)``, and, when keywords were given, with the
+# keywords' ``('dict', keys, items)`` beside it. An argument is found at a
+# path ``('args', index)`` or ``('kwargs', name)``.
+
+def argument_parts(structure):
+    """``(positional part, keyword part or None)`` of a call's
+    structure."""
+    if structure[0] == 'tuple':
+        return structure, None
+    return structure
+
+
+def _argument_index(structure, path):
+    args, kwargs = argument_parts(structure)
+    if path[0] == 'args':
+        return path[1] if path[1] < len(args[1]) else None
+    if kwargs is None or path[1] not in kwargs[1]:
+        return None
+    return kwargs[1].index(path[1])
+
+
+def static_item(structure, path):
+    """The ``('S', type, value, ...)`` item of the argument at ``path`` of
+    a call's structure, or ``None`` (no such argument, or not a static
+    value)."""
+    index = _argument_index(structure, path)
+    if index is None:
+        return None
+    args, kwargs = argument_parts(structure)
+    item = (args if path[0] == 'args' else kwargs)[-1][index]
+    if type(item) is tuple and len(item) >= 3 and item[0] == 'S':
+        return item
+    return None
+
+
+def with_static_item(structure, path, item):
+    """A call's structure with ``item`` in place of the argument at
+    ``path`` (which must be there)."""
+    args, kwargs = argument_parts(structure)
+    part = args if path[0] == 'args' else kwargs
+    items = list(part[-1])
+    items[_argument_index(structure, path)] = item
+    part = part[:-1] + (tuple(items),)
+    args, kwargs = (part, kwargs) if path[0] == 'args' else (args, part)
+    return args if kwargs is None else (args, kwargs)
+
+
 ArraySpec = collections.namedtuple(
     'ArraySpec', 'shape dtype device requires_grad is_variable')
 

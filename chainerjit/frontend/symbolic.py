@@ -14,6 +14,7 @@ import numpy
 from chainerjit.frontend import control
 from chainerjit.frontend import lengths
 from chainerjit.frontend import rolling
+from chainerjit.frontend import signature
 from chainerjit.frontend import trip_counts
 from chainerjit import ops
 from chainerjit.ir.fingerprints import index_of
@@ -74,41 +75,14 @@ class Symbolic(collections.namedtuple(
                 [length - d for d in self.deltas])
 
 
-def _argument_structure(structure, path):
-    """The structure of the positional arguments or of the keywords."""
-    has_kwargs = structure[0] != 'tuple'
-    if path[0] == 'args':
-        return structure[0] if has_kwargs else structure
-    return structure[1] if has_kwargs else None
-
-
 def _static_at(structure, path):
-    part = _argument_structure(structure, path)
-    if part is None:
-        return None
-    if path[0] == 'args':
-        item = part[1][path[1]] if path[1] < len(part[1]) else None
-    else:
-        keys = part[1]
-        item = part[2][keys.index(path[1])] if path[1] in keys else None
-    if type(item) is tuple and len(item) == 3 and item[0] == 'S':
-        return item[2]
-    return None
+    """The int given at ``path`` (a 3-item static: not a float's)."""
+    item = signature.static_item(structure, path)
+    return item[2] if item is not None and len(item) == 3 else None
 
 
 def _replace_static(structure, path):
-    marker = ('S', int, 'T')
-    has_kwargs = structure[0] != 'tuple'
-    args, kwargs = (structure if has_kwargs else (structure, None))
-    if path[0] == 'args':
-        items = list(args[1])
-        items[path[1]] = marker
-        args = (args[0], tuple(items))
-    else:
-        items = list(kwargs[2])
-        items[kwargs[1].index(path[1])] = marker
-        kwargs = (kwargs[0], kwargs[1], tuple(items))
-    return (args, kwargs) if has_kwargs else args
+    return signature.with_static_item(structure, path, ('S', int, 'T'))
 
 
 class Concrete(collections.namedtuple('Concrete', 'reason loc')):
