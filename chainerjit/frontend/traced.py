@@ -500,36 +500,21 @@ def _reshape_to_onnx(args):
 
 
 def _basic_index_to_onnx(args):
-    """``x[index]`` with ints and slices of ints as ONNX ``Slice`` and
-    ``Gather`` (which drops the axis, as an int index does)."""
+    """``x[index]`` with ints, slices of ints, ``None`` and ``Ellipsis``,
+    as ``F.get_item``'s ONNX form (``ops.array.onnx_get_item``)."""
     index = args[1] if isinstance(args[1], tuple) else (args[1],)
     if len(args) != 2 or not all(
-            type(i) is int or (type(i) is slice and all(
-                type(v) in (int, type(None))
-                for v in (i.start, i.stop, i.step)) and i.step != 0)
+            type(i) is int or i is None or i is Ellipsis or (
+                type(i) is slice and all(
+                    type(v) in (int, type(None))
+                    for v in (i.start, i.stop, i.step)) and i.step != 0)
             for i in index):
         return None
 
     def convert(b, ins, outs):
-        x, axis = ins[0], 0
-        for i in index:
-            if type(i) is int:
-                x = b.single('Gather', x, b.constant(
-                    numpy.asarray(i, numpy.int64)), axis=axis)
-                continue
-            step = 1 if i.step is None else i.step
-            start = i.start if i.start is not None else \
-                (0 if step > 0 else _INT64_MAX)
-            stop = i.stop if i.stop is not None else \
-                (_INT64_MAX if step > 0 else -_INT64_MAX - 1)
-            x = b.single('Slice', x, b.int64s([start]), b.int64s([stop]),
-                         b.int64s([axis]), b.int64s([step]))
-            axis += 1
-        b.op('Identity', [x], outs)
+        array_ops.onnx_get_item(index, len(b.in_shapes[0]))(b, ins, outs)
     return convert
 
-
-_INT64_MAX = 2 ** 63 - 1
 
 # ``ndarray`` methods recorded with an ONNX form: ``fn(args)`` gives the
 # converter of a call, or ``None``.

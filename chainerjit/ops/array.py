@@ -334,7 +334,7 @@ def _export_error(message):
     return errors.ExportError(message)
 
 
-def _onnx_get_item(slices, ndim):
+def onnx_get_item(slices, ndim):
     """A converter for basic indexing (ints, slices, ``None``, an
     Ellipsis) as ``Slice``, ``Squeeze`` and ``Unsqueeze``, or for a single
     integer-array index among slices (its axes then replace the indexed
@@ -345,7 +345,7 @@ def _onnx_get_item(slices, ndim):
 
 
 def _exportable_index(slices):
-    """Whether ``_onnx_get_item`` converts the index ``slices``: no array
+    """Whether ``onnx_get_item`` converts the index ``slices``: no array
     among them, or one integer array among slices and Ellipses."""
     arrays = _index_arrays(slices)
     return not arrays or not (
@@ -517,7 +517,7 @@ def lower_get_item(node, ctx):
                         _format_index(s) for s in node.slices)},
                     grad=GradRule(grad, onnx=_get_item_grad_to_onnx(
                         node.slices, shape)),
-                    onnx=_onnx_get_item(node.slices, len(shape)))
+                    onnx=onnx_get_item(node.slices, len(shape)))
 
     def any_lengths_grad(xs, ys, gys, wanted):
         gy, = gys

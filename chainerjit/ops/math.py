@@ -648,17 +648,14 @@ def lower_varying_constant(node, ctx):
         return utils.force_array(fn(x, cast(number)), dtype)
 
     def to_onnx(b, ins, outs):
-        c = _onnx_cast(b, ins[1], ctx.in_dtypes[0])
+        c = b.cast(ins[1], _NUMBER, ctx.in_dtypes[0])
         b.op(op_type, [c, ins[0]] if first else [ins[0], c], outs)
     return Kernel(forward, grad=_constant_grad(node, ctx, 'varying'),
                   onnx=to_onnx, fresh=True)
 
 
-def _onnx_cast(b, name, dtype):
-    import onnx.helper
-
-    return b.single('Cast', name, to=onnx.helper.np_dtype_to_tensor_dtype(
-        numpy.dtype(dtype)))
+# The dtype of a varying Python number in a program (``frontend.scalars``).
+_NUMBER = numpy.dtype(numpy.float64)
 
 
 # The ONNX forms of some _WITH_CONSTANT_GRAD entries: ``gx`` of the names
@@ -694,7 +691,7 @@ def _with_constant_grad_to_onnx(node, ctx, constant=None):
     dtype = ctx.in_dtypes[0]
 
     def convert(b, xs, ys, gys, wanted):
-        value = _onnx_cast(b, xs[1], dtype) if varying else \
+        value = b.cast(xs[1], _NUMBER, dtype) if varying else \
             b.constant(numpy.asarray(dtype.type(node.value)))
         gx = formula(b, gys[0], value)
         return (gx, None) if varying else (gx,)
