@@ -80,26 +80,28 @@ def session_kernel(graph, providers=None, frozen=None, batch=None,
     model, input_names, output_names = to_onnx(graph, frozen, batch)
     run_session = _runner(_session(model, providers))
     n_args = len(graph.inputs)
+    n_params = len(frozen)
     fed = list(range(n_args)) + [
-        n_args + i for i, array in enumerate(frozen) if array is None]
+        n_args + i for i, array in enumerate(frozen) if array is None] + \
+        list(range(n_args + n_params, n_args + n_params + len(graph.symbols)))
     checked = [(n_args + i, array) for i, array in enumerate(frozen)
                if array is not None and read_only]
-    symbols = range(n_args + len(frozen), n_args + len(frozen) +
-                    len(graph.symbols))
-    symbol_dtypes = [value.dtype for value in graph.symbols]
-    fed_dtypes = [value.dtype for value in graph.inputs] + [
-        value.dtype for value, array in zip(graph.params, frozen)
-        if array is None]
+    fed_values = graph.inputs + [v for v, array in zip(graph.params, frozen)
+                                 if array is None] + graph.symbols
+    # A 0-d value may come as a Python number (a symbol, a number the
+    # program computed): fed as a 0-d array of its dtype.
+    numbers = [(k, v.dtype) for k, v in enumerate(fed_values)
+               if v.shape == ()]
 
     def run(*arrays):
         for i, array in checked:
             if arrays[i] is not array or array.flags.writeable:
                 raise errors.GuardFailed(
                     'a frozen parameter was replaced or made writable')
-        feed = dict(zip(input_names, [_array(arrays[i], dtype) for i, dtype
-                                      in zip(fed, fed_dtypes)] + [
-            numpy.asarray(arrays[i], dtype)
-            for i, dtype in zip(symbols, symbol_dtypes)]))
+        values = [arrays[i] for i in fed]
+        for k, dtype in numbers:
+            values[k] = numpy.asarray(values[k], dtype)
+        feed = dict(zip(input_names, values))
         return tuple(run_session(output_names, feed))
 
     return ops.Kernel(run, multi=True)
@@ -266,12 +268,6 @@ def to_onnx(graph, frozen=None, batch=None):
         [onnx_graph.value_info(_type(v), name, False, shaped=shaped)
          for v, name in zip(graph.outputs, outputs)])
     return model, [names[v] for v in inputs], outputs
-
-
-def _array(x, dtype):
-    """``x``, a Python number (a float a program computed) as a 0-d
-    array."""
-    return x if type(x) is numpy.ndarray else numpy.asarray(x, dtype)
 
 
 def _type(value):

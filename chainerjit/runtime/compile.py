@@ -125,15 +125,21 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
     model_state = cache.link_state(caller.instance)  # before the call
     py_guards = guards.python_guards(caller.fn, caller.instance)
     generators = guards.generator_states(py_guards)
-    varying = None if varying is None else scalars.VaryingScalars(varying)
+    varying_names = None
+    if varying is not None:
+        varying = scalars.VaryingScalars(varying)
+        varying_names = [signature.argument_name(
+            caller.fn, caller.instance, path) for path in varying.paths]
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
-                                                     kwargs), varying)
+                                                     kwargs),
+                        None if varying is None else (varying.paths,
+                                                      varying_names))
     fallback = _fallback_reason(caller, recording, py_guards, generators)
     if fallback is not None and packed is not None:
         return Compiled(recording.result, None, miss_reason, packed[0])
     if varying is not None and (fallback is not None or _why_fixed(
-            caller, recording, varying) is not None):
+            caller, recording, varying_names) is not None):
         return Compiled(recording.result, None, miss_reason, None)
     if fallback is not None:
         entry = cache.Entry(
@@ -148,10 +154,11 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
         if varying is not None and lengths is not None:
             caller.warn_varying('the float arguments %s stay in the cache '
                                 'key: the trip counts of its loops are '
-                                'symbolic too' % _names_of(caller, varying))
+                                'symbolic too' % ', '.join(varying_names))
             return Compiled(recording.result, None, miss_reason, None)
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths) \
-            if varying is None else _with_varying(key, sig, varying, caller)
+            if varying is None else _with_varying(key, sig, varying,
+                                                  varying_names)
         graph = passes.run(recording.graph)
         items, items_note = (None, None) if lengths is not None or \
             packed is not None or varying is not None \
@@ -207,43 +214,35 @@ def call_signature(fn, instance, key, leaves, args, kwargs):
 def _record(caller, sig, leaves, args, kwargs, packed, varying=None):
     """Runs the call define-by-run and records it (``trace.record``);
     ``packed`` is ``(paths, args, kwargs)`` as called, before packing;
-    ``varying``, a ``scalars.VaryingScalars``."""
+    ``varying``, ``(paths, names)`` of the varying float arguments."""
     input_names = [name for name, _ in sig.items[:len(leaves)]]
-    if varying is not None:
-        varying = (varying.paths, [signature.argument_name(
-            caller.fn, caller.instance, path) for path in varying.paths])
     return trace.record(caller.fn, caller.instance, args, kwargs, leaves,
                         caller.name, input_names, packed, varying)
 
 
 # --- float arguments that vary by call --------------------------------------
 
-def _names_of(caller, varying):
-    """The names of the varying float arguments, joined by commas."""
-    return ', '.join(signature.argument_name(caller.fn, caller.instance,
-                                             path) for path in varying.paths)
-
-
-def _why_fixed(caller, recording, varying):
-    """Why the varying float arguments must stay in the key (the uses
-    that baked them into the recording, warned about), or ``None``."""
+def _why_fixed(caller, recording, names):
+    """Why the varying float arguments ``names`` must stay in the key (the
+    uses that baked them into the recording, warned about), or
+    ``None``."""
     uses = recording.scalar_uses
     if not uses:
         return None
     why = 'the float argument%s %s stay%s in the cache key: %s' % (
-        's' if len(varying.paths) > 1 else '', _names_of(caller, varying),
-        '' if len(varying.paths) > 1 else 's',
+        's' if len(names) > 1 else '', ', '.join(names),
+        '' if len(names) > 1 else 's',
         '; '.join(sorted(set(use.describe() for use in uses))[:3]))
     caller.warn_varying(why)
     return why
 
 
-def _with_varying(key, sig, varying, caller):
+def _with_varying(key, sig, varying, names):
     """``(key, sig, symbols)``: the key and signature of an entry for
-    every value of the varying float arguments, and their values."""
+    every value of the varying float arguments (``names``), and their
+    values."""
     general, values = varying.generalize(key)
-    return general, sig.with_varying([signature.argument_name(
-        caller.fn, caller.instance, path) for path in varying.paths]), values
+    return general, sig.with_varying(names), values
 
 
 # --- the fallback decision --------------------------------------------------
