@@ -62,9 +62,11 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
             VM and kernels, bit for bit), ``'onnxruntime'`` (one
             onnxruntime session wherever the program converts and passes
             the self-check) or ``'auto'`` (the faster of the two,
-            measured on the recorded inputs when compiled). ``None``: the
-            ``CHAINERJIT_BACKEND`` environment variable, else ``'auto'``.
-            Training programs run on the VM (``runtime.backends``).
+            measured on a call's inputs once the program's calls have run
+            ``runtime.backends.CHOOSE_AFTER_SECONDS`` on the VM). ``None``:
+            the ``CHAINERJIT_BACKEND`` environment variable, else
+            ``'auto'``. A training step's forward and backward are chosen
+            each on its own (``runtime.backends``).
         providers: onnxruntime execution providers for its sessions (as
             ``onnxruntime.InferenceSession`` takes them; default the CPU's).
         freeze: serving mode. A program run by onnxruntime owns the
@@ -527,6 +529,21 @@ class JitFunction(_calls.CachedCall):
             return self._eager(instance, args, kwargs, hit)
         finally:
             _checking[0] -= 1
+
+    def _choose_backend(self, entry, inputs, training):
+        """Makes the choice of backend due for ``entry`` (``'auto'``, once
+        its calls have run for a while: ``runtime.backends.Deferred``) on
+        the program ``inputs`` of the call about to run. Where choosing
+        fails, the VM keeps the program."""
+        try:
+            entry.choice_seconds += backends.choose_deferred(
+                self._options.get('providers'), entry, inputs, training)
+        except Exception as error:  # the VM's program still runs the call
+            entry.backend_note = 'onnxruntime not used: %s' % (
+                backends.first_line(error))
+        logger.info('chainerjit: %s: %s runs on %s', self.__name__,
+                    'training' if training else 'inference',
+                    entry.describe_backend())
 
     def _run(self, instance, args, kwargs):
         """The undecorated forward, called on the arguments."""

@@ -39,3 +39,12 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def rng():
     return numpy.random.RandomState(0)
+
+
+@pytest.fixture
+def choose_soon(monkeypatch):
+    """``backend='auto'`` chooses at an entry's third call (once its
+    second has run), not after a tenth of a second of calls: the tests
+    call a few times."""
+    from chainerjit.runtime import backends
+    monkeypatch.setattr(backends, 'CHOOSE_AFTER_SECONDS', 1e-12)

@@ -11,6 +11,7 @@ cimport numpy as cnp
 from cpython.object cimport PyTypeObject
 from cpython.object cimport Py_TYPE
 
+import time
 import weakref
 
 import chainer
@@ -41,6 +42,7 @@ cdef list _link_epoch = _keys_module.link_epoch
 cdef object _FunctionNode = chainer.FunctionNode
 cdef object _init_unchecked = chainer.Variable._init_unchecked
 cdef object _weakref = weakref.ref
+cdef object _perf_counter = time.perf_counter
 
 
 cdef tuple _NO_LAYOUT = (None,)
@@ -455,7 +457,26 @@ cpdef object run_entry(object jitfn, object entry, list leaves, list params,
     node of Chainer's graph, with the model's Variables as inputs so that
     backprop reaches them, or its program; then replays its effects and
     returns the call's result. A kernel's error goes to
-    ``jitfn._after_vm_error``."""
+    ``jitfn._after_vm_error``. While the entry's backend is still to be
+    chosen (``entry.deferred``), the run is timed, and the call that finds
+    the choice due makes it first (``jitfn._choose_backend``)."""
+    cdef object deferred = entry.deferred
+    if deferred is None:
+        return _run_entry(jitfn, entry, leaves, params, symbols, instance,
+                          args, kwargs, training)
+    if deferred.due(training):
+        jitfn._choose_backend(entry, leaf_arrays(leaves) + params + symbols,
+                              training)
+    cdef double start = _perf_counter()
+    result = _run_entry(jitfn, entry, leaves, params, symbols, instance,
+                        args, kwargs, training)
+    deferred.ran(training, _perf_counter() - start)
+    return result
+
+
+cdef object _run_entry(object jitfn, object entry, list leaves, list params,
+                       list symbols, object instance, tuple args,
+                       object kwargs, bint training):
     try:
         if training:
             node = _nodes()[0](entry.training, symbols)

@@ -7,9 +7,10 @@ kernels, or onnxruntime sessions (``backend.ort``).
 * ``'onnxruntime'``: the session wherever the program converts and its
   result passes the self-check (sessions for the runs of nodes that
   convert, the VM between them, where some do not), else the VM;
-* ``'auto'``: both are run on the recorded inputs when the program is
-  compiled, and the faster is kept, where the session's result passes the
-  self-check.
+* ``'auto'``: the VM, until the program's calls have run
+  :data:`CHOOSE_AFTER_SECONDS` (:class:`Deferred`); then both are run on
+  a call's inputs and the faster is kept, where the session's outputs
+  agree with the VM's (:func:`choose_deferred`).
 
 Only a program without side effects is run by onnxruntime: no random or
 stateful node, no node run through Chainer's own code, no branch on an
@@ -47,6 +48,12 @@ SLOW_TIMED_RUNS = 3
 #: On a busy host two runs of one program differ by several per cent, and
 #: the VM gives eager's bits.
 FASTER_BY = 0.9
+#: ``'auto'`` times the backends once an entry's calls have run this long
+#: on the VM, about as long as timing them takes (the rule of renting
+#: skis until the rent paid would have bought them): a program called a
+#: few times never pays for sessions it would not keep. The call that
+#: finds it due takes that much longer. 0: when the program is compiled.
+CHOOSE_AFTER_SECONDS = 0.1
 #: The most bytes of parameters a session owns outside serving mode
 #: (``WhileUnchanged``: the session holds them, and a copy is compared
 #: with the model's arrays each call).
@@ -65,16 +72,65 @@ def check_option(backend, freeze=False):
                          "(backend='onnxruntime' or 'auto')")
 
 
-def choose(backend, providers, entry, inputs, expected, build_result,
-           compare, freeze=False):
+def defers(backend, freeze=False):
+    """Does ``backend`` choose once an entry has run for a while
+    (:class:`Deferred`) rather than when its program is compiled?"""
+    return backend == 'auto' and not freeze and CHOOSE_AFTER_SECONDS > 0
+
+
+class Deferred(object):
+    """The choices ``'auto'`` has still to make for an entry, one per call
+    mode (``False``: inference, ``True``: training): the mode's program
+    runs on the VM until its calls have taken :data:`CHOOSE_AFTER_SECONDS`
+    (``seconds``, by mode; a training call's forward only, as its
+    backward runs later, in Chainer's backprop)."""
+
+    def __init__(self, modes):
+        self.seconds = dict.fromkeys(modes, 0.0)
+
+    def due(self, training):
+        return self.seconds.get(training, -1.0) >= CHOOSE_AFTER_SECONDS
+
+    def ran(self, training, seconds):
+        if training in self.seconds:
+            self.seconds[training] += seconds
+
+    def __repr__(self):
+        return 'onnxruntime timed once the calls have run %.2f s (%s)' % (
+            CHOOSE_AFTER_SECONDS, ', '.join(
+                '%s %.3f s so far' % ('training' if mode else 'inference',
+                                      seconds)
+                for mode, seconds in sorted(self.seconds.items())))
+
+
+def choose_deferred(providers, entry, inputs, training):
+    """Makes the choice ``entry.deferred`` has due for the call mode
+    ``training`` on a call's program ``inputs`` (arguments, parameters,
+    symbols), before the call runs: a session must agree there with the
+    VM's outputs and run faster. Returns the seconds it took."""
+    start = time.perf_counter()
+    del entry.deferred.seconds[training]
+    if not entry.deferred.seconds:
+        entry.deferred = None
+    if training:
+        entry.training_note = choose_training('auto', providers,
+                                              entry.training, inputs)
+    else:
+        choose('auto', providers, entry, inputs)
+    return time.perf_counter() - start
+
+
+def choose(backend, providers, entry, inputs, problem_of=None,
+           freeze=False):
     """Sets ``entry.program`` to the backend's program for ``backend``
     (one of :data:`BACKENDS`), its sessions on onnxruntime's execution
-    ``providers`` (``None``: the CPU's). ``inputs`` are the recorded
-    inputs of the program, ``expected`` the eager result,
-    ``build_result(outs)`` a result from a program's outputs and
-    ``compare(expected, actual)`` the self-check's comparison (``None``
-    when they match). With ``freeze``, the session owns the parameters
-    (``ort.session_program``) and, once chosen, makes them read-only."""
+    ``providers`` (``None``: the CPU's). ``inputs`` are inputs of the
+    program (the recorded ones, or a call's), ``problem_of(program)``
+    what is wrong with a program's result there (``None`` if nothing: the
+    self-check's comparison with the eager result); by default, where it
+    differs from the VM's outputs. With ``freeze``, the session owns the
+    parameters (``ort.session_program``) and, once chosen, makes them
+    read-only."""
     entry.backend = 'numpy'
     if backend == 'numpy' or entry.program is None:
         return
@@ -82,12 +138,14 @@ def choose(backend, providers, entry, inputs, expected, build_result,
     if reason is not None:
         entry.backend_note = 'onnxruntime not used: %s' % reason
         return
+    if problem_of is None:
+        problem_of = _differing_from(entry.program, inputs)
     per_param = _frozen(entry.graph, inputs) if freeze else None
     frozen = [a for a in per_param or () if a is not None]
     made_read_only = ort.freeze(frozen)  # as the session's runs check
     try:
-        _session_if_faster(backend, providers, entry, inputs, expected,
-                           build_result, compare, per_param)
+        _session_if_faster(backend, providers, entry, inputs, problem_of,
+                           per_param)
     finally:
         if entry.backend == 'numpy':
             unfreeze(made_read_only)
@@ -101,8 +159,30 @@ def unfreeze(arrays):
         array.flags.writeable = True
 
 
-def _session_if_faster(backend, providers, entry, inputs, expected,
-                       build_result, compare, frozen):
+def _differing_from(vm, inputs):
+    """``problem_of(program)`` for :func:`choose`: how a program's outputs
+    on ``inputs`` differ from those of the VM's program ``vm`` (of a pure
+    graph), or ``None``."""
+    expected = _comparable(vm.run(inputs))
+
+    @functools.lru_cache(maxsize=None)
+    def rounding_noise():
+        return _comparable(vm.run(_nudged(inputs)))
+    return lambda program: _differs(
+        expected, _comparable(program.run(inputs)), rounding_noise)
+
+
+def _comparable(outputs):
+    """Program outputs as arrays to compare (:func:`_differs`): copies of
+    the arrays (the VM's may be buffers its next run writes), numbers as
+    0-d arrays."""
+    return [numpy.array(a) if isinstance(
+        a, (numpy.ndarray, numpy.generic, int, float)) else a
+        for a in outputs]
+
+
+def _session_if_faster(backend, providers, entry, inputs, problem_of,
+                       frozen):
     """The session's program, where it passes the self-check (and with
     ``'auto'``, runs clearly faster than the VM's), becomes the entry's;
     it owns the ``frozen`` parameters (see ``ort.session_program``).
@@ -111,8 +191,8 @@ def _session_if_faster(backend, providers, entry, inputs, expected,
     (:class:`WhileUnchanged`)."""
     try:
         session, split = _session_program(entry.graph, providers, frozen)
-        problem = compare(expected, build_result(session.run(inputs)))
-        reason = problem and 'its result differs from eager: %s' % problem
+        problem = problem_of(session)
+        reason = problem and 'its result differs: %s' % problem
     except Exception as error:  # no converter, or onnxruntime refused
         reason = first_line(error)
     if reason is not None:
@@ -121,8 +201,7 @@ def _session_if_faster(backend, providers, entry, inputs, expected,
     if backend == 'auto':
         candidates = {'numpy': entry.program, 'onnxruntime': session}
         if frozen is None and split is None and not entry.key[1]:
-            owning = _owning(providers, entry, inputs, expected,
-                             build_result, compare)
+            owning = _owning(providers, entry, inputs, problem_of)
             if owning is not None:
                 candidates[OWNED] = owning
         times = entry.backend_times = dict(zip(
@@ -152,7 +231,7 @@ def _kept(times):
     return name if best <= FASTER_BY * times['numpy'] else 'numpy'
 
 
-def _owning(providers, entry, inputs, expected, build_result, compare):
+def _owning(providers, entry, inputs, problem_of):
     """A :class:`WhileUnchanged` program for an inference entry, its
     fallback still to be set, where its session owns parameters (those
     with their own memory, at most :data:`OWNED_BYTES` of them) and
@@ -168,7 +247,7 @@ def _owning(providers, entry, inputs, expected, build_result, compare):
         session = ort.session_program(entry.graph, providers, per_param,
                                       read_only=False)
         program = WhileUnchanged(session, None, positions, inputs)
-        if compare(expected, build_result(program.run(inputs))) is None:
+        if problem_of(program) is None:
             return program
     except Exception:  # onnxruntime refused
         pass

@@ -485,6 +485,7 @@ def widen(cache, entry, batched, program, sizes):
     entry.signature = entry.signature.with_symbols(
         [(leaf, (0,)) for leaf in batched.leaves], symbol=BATCH)
     entry.verified_lengths.update((size,) for size in sizes)
+    entry.deferred = None  # sessions of other sizes chosen: no more
     entry.backend_note = 'any batch size B' if entry.backend == \
         'onnxruntime' else 'onnxruntime at batch sizes other than %d' % \
         sizes[0]

@@ -250,6 +250,10 @@ class Entry(object):
         self.backend = 'numpy'
         self.backend_times = {}
         self.backend_note = None
+        # runtime.backends.Deferred: the choices 'auto' makes once the
+        # entry has run for a while (None: made), and the seconds taken.
+        self.deferred = None
+        self.choice_seconds = 0.0
         # Where the training program's forward and backward run
         # (runtime.backends.choose_training), or None.
         self.training_note = None
@@ -444,6 +448,10 @@ class Entry(object):
             text += '; ' + self.backend_note
         if self.training_note:
             text += '; ' + self.training_note
+        if self.deferred is not None:
+            text += '; ' + repr(self.deferred)
+        if self.choice_seconds:
+            text += '; chosen in %.3f s' % self.choice_seconds
         return text
 
 

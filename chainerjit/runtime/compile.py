@@ -185,16 +185,23 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
             entry.verified_lengths.add(_sizes_checked(sizes))
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
-        if sizes is None:  # onnxruntime's sessions have fixed sizes
+        # onnxruntime's sessions have fixed sizes; 'auto' chooses later
+        choosing = sizes is None and entry.program is not None
+        deferred = choosing and backends.defers(caller.backend,
+                                                caller.freeze)
+        if choosing and not deferred:
             _choose_backend(caller, entry, leaves, recording, symbols)
         if key[1] and entry.program is not None:  # backprop enabled
             entry.training = _training_program(caller, graph, leaves,
                                                recording, sizes is None)
             caller.on_backprop_program()
-            if entry.training is not None and sizes is None:
+            if entry.training is not None and choosing and not deferred:
                 entry.training_note = backends.choose_training(
                     caller.backend, caller.providers, entry.training,
                     _recorded_inputs(graph, leaves, recording, symbols))
+        if deferred and entry.program is not None:
+            entry.deferred = backends.Deferred(
+                [False] + ([True] if entry.training is not None else []))
     if packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
     entry.compile_seconds = time.perf_counter() - start
@@ -488,12 +495,14 @@ def _choose_backend(caller, entry, leaves, recording, symbols):
     """Keeps the VM's program or takes onnxruntime's for the entry, as
     ``caller.backend`` says (``runtime.backends``), measured on the
     recorded inputs and checked against the eager result."""
-    backends.choose(
-        caller.backend, caller.providers, entry,
-        _recorded_inputs(entry.graph, leaves, recording, symbols),
-        recording.result,
-        lambda outs: entry.build_result(outs, leaves, caller.instance),
-        compare_results, caller.freeze)
+    inputs = _recorded_inputs(entry.graph, leaves, recording, symbols)
+
+    def problem_of(program):
+        problem = compare_results(recording.result, entry.build_result(
+            program.run(inputs), leaves, caller.instance))
+        return problem and '%s (against eager)' % problem
+    backends.choose(caller.backend, caller.providers, entry, inputs,
+                    problem_of, caller.freeze)
 
 
 def _close_enough(a, b):

@@ -22,6 +22,9 @@ from chainerjit import errors
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 
+# backend='auto' chooses at an entry's third call.
+pytestmark = pytest.mark.usefixtures('choose_soon')
+
 
 F32 = numpy.float32
 

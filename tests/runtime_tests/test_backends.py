@@ -19,6 +19,9 @@ from examples import models
 
 pytest.importorskip('onnxruntime')
 
+# backend='auto' chooses at an entry's third call.
+pytestmark = pytest.mark.usefixtures('choose_soon')
+
 F32 = numpy.float32
 
 
@@ -122,6 +125,66 @@ def test_auto_keeps_the_faster_and_says_what_it_measured(rng):
     assert entry.backend == faster
     assert 'backend: %s (numpy ' % faster in entry.describe()
     assert faster in jitted.cache_report().splitlines()[1]
+
+
+def test_auto_runs_the_vm_until_the_calls_have_run_a_while(
+        rng, monkeypatch):
+    # A program called a few times builds no session: 'auto' times the
+    # backends once its calls have run CHOOSE_AFTER_SECONDS on the VM.
+    monkeypatch.setattr(backends, 'CHOOSE_AFTER_SECONDS', 3600.0)
+    built = []
+    session_program = backends._session_program
+    monkeypatch.setattr(backends, '_session_program',
+                        lambda *a, **k: built.append(1) or
+                        session_program(*a, **k))
+    model = models.MLP(n_in=32, n_hidden=32, n_out=4)
+    jitted = chainerjit.jit(model.forward, backend='auto')
+    _inference(jitted, model.forward,
+               [(rng.randn(8, 32).astype(F32),) for _ in range(4)])
+    entry, = jitted.cache_entries()
+    assert not built and entry.backend == 'numpy'
+    assert 'onnxruntime timed once the calls have run 3600.00 s' in \
+        entry.describe_backend()
+    assert entry.deferred.seconds[False] > 0
+    monkeypatch.setattr(backends, 'CHOOSE_AFTER_SECONDS', 1e-12)
+    _inference(jitted, model.forward,  # chosen before the first of these
+               [(rng.randn(8, 32).astype(F32),) for _ in range(3)])
+    assert built and entry.deferred is None
+    assert sorted(entry.backend_times) == ['numpy', 'onnxruntime',
+                                           backends.OWNED]
+    assert 'chosen in' in entry.describe_backend()
+    assert jitted.cache_info().compiled == 6
+
+
+def test_auto_chooses_the_training_backend_at_a_later_step(rng):
+    jitted = _train_twins(_MLPLoss, _labelled, rng, steps=5,
+                          backend='auto')
+    entry, = jitted.cache_entries()
+    assert entry.training_note.startswith('training: forward '), \
+        entry.training_note
+    # The inference program, never called, is still to be chosen.
+    assert list(entry.deferred.seconds) == [False]
+    assert entry.backend_times == {}
+
+
+def _small_mlp_entry(rng, calls):
+    """The entry of a small MLP jitted with ``backend='auto'``, after
+    ``calls`` calls with new inputs, each checked against eager."""
+    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
+    jitted = chainerjit.jit(model.forward, backend='auto')
+    _inference(jitted, model.forward,
+               [(rng.randn(2, 5).astype(F32),) for _ in range(calls)])
+    entry, = jitted.cache_entries()
+    return entry
+
+
+def test_a_choice_that_fails_keeps_the_vm(rng, monkeypatch):
+    def failing(*args, **kwargs):
+        raise RuntimeError('no session today')
+    monkeypatch.setattr(backends, 'choose', failing)
+    entry = _small_mlp_entry(rng, calls=4)
+    assert entry.backend == 'numpy' and entry.deferred is None
+    assert 'RuntimeError: no session today' in entry.describe_backend()
 
 
 @pytest.mark.parametrize('session, owning, kept', [
@@ -584,11 +647,7 @@ def test_auto_keeps_whichever_side_measured_faster(rng, monkeypatch, faster):
         on_ort = program.kernel_names == ['OnnxRuntime']
         return 1.0 if on_ort == (faster == 'onnxruntime') else 2.0
     monkeypatch.setattr(backends, '_seconds', measured)
-    model = models.MLP(n_in=5, n_hidden=7, n_out=3)
-    jitted = chainerjit.jit(model.forward, backend='auto')
-    _inference(jitted, model.forward,
-               [(rng.randn(2, 5).astype(F32),) for _ in range(3)])
-    entry, = jitted.cache_entries()
+    entry = _small_mlp_entry(rng, calls=3)
     assert entry.backend == faster
     assert entry.backend_times[faster] == 1.0
 
@@ -765,8 +824,8 @@ def test_a_session_owning_parameters_serves_other_batch_sizes(
         rng, monkeypatch):
     _owning_measured_fastest(monkeypatch)
     eager, model, jitted = _twins()
-    _inference(jitted, eager.forward, [
-        (rng.randn(n, 5).astype(F32),) for n in (2, 2, 3, 5, 3)])
+    _inference(jitted, eager.forward, [  # chosen at the third call
+        (rng.randn(n, 5).astype(F32),) for n in (2, 2, 2, 3, 5, 3)])
     entry, = jitted.cache_entries()
     assert 'any batch size' in entry.describe()
     for link in (model, eager):
