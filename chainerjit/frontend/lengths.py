@@ -28,9 +28,12 @@ runs eagerly too, and the results are compared (``api``).
 import collections
 import sys
 
+import chainer
 import numpy
 
 from chainerjit import errors
+from chainerjit import ir
+from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
@@ -93,6 +96,8 @@ class Length(int):
 
     def _arithmetic(op, affine):
         def apply(self, other):
+            if isinstance(other, chainer.Variable):
+                return NotImplemented  # the Variable's operator takes it
             if not isinstance(other, int) or isinstance(other, bool):
                 self._note('used in arithmetic with a %s' %
                            type(other).__name__, other)
@@ -362,6 +367,85 @@ def plain(value, uses, what, loc=None, depth=3):
         for k in value:
             value[k] = plain(value[k], uses, what, loc, depth - 1)
     return value
+
+
+# --- sizes in float arithmetic with a Variable ----------------------------
+
+def as_scalar(length, recorder, frame):
+    """An argument's size in float arithmetic with a Variable (``loss /
+    T``, ``h * B`` in the forward's code at ``frame``) as a
+    ``scalars.Scalar`` computed at run time from the argument's shape by a
+    ``python.size`` node: Chainer's operator takes it as an input of its
+    node (``scalars.varying_constant``), and the program serves every
+    length. ``None`` where ``length`` is not ``a * size + b`` of one axis
+    of an array argument. The operation's place in the source is noted
+    (``recorder.size_operations``), as the source's own check of sizes
+    in float arithmetic (``trip_counts.float_size_uses``) would count it
+    as baked in."""
+    if length.affine is None:
+        return None
+    (leaf, axis), = length.origins
+    inputs = recorder.graph.inputs
+    if not 0 <= leaf < len(inputs) or axis >= len(inputs[leaf].shape):
+        return None
+    a, b = length.affine
+    out = recorder.graph.add_value('temp', (), numpy.float64)
+    attrs = {'axis': axis, 'a': a, 'b': b}
+    recorder.add_node(ir.Node(
+        'python.size', ops.Kernel(
+            _size_reader(axis, a, b), attrs, onnx=_size_to_onnx(axis, a, b),
+            lengths=_any_rows),
+        [inputs[leaf]], [out], tuple(sorted(attrs.items())),
+        loc=(frame.f_code.co_filename, frame.f_lineno)))
+    recorder.size_operations.add(operation_position(frame))
+    recorder.varying = True  # Scalars are about: note their uses
+    return scalars.Scalar(float(int.__int__(length)), out, 'size',
+                          _LengthUses(length))
+
+
+def operation_position(frame):
+    """``(filename, line, column)`` where the operation ``frame`` runs
+    starts in its source."""
+    positions = list(frame.f_code.co_positions())
+    line, _, column, _ = positions[frame.f_lasti // 2]
+    return frame.f_code.co_filename, line, column
+
+
+def _size_reader(axis, a, b):
+    def size(x):
+        return float(a * x.shape[axis] + b)
+    return size
+
+
+def _size_to_onnx(axis, a, b):
+    def convert(builder, ins, outs):
+        shape = builder.op('Shape', [ins[0]])[0]
+        size = builder.op('Gather', [shape, builder.constant(
+            numpy.asarray(axis, numpy.int64))], axis=0)[0]
+        value = builder.cast(size, numpy.int64, numpy.float64)
+        if a != 1:
+            value = builder.op('Mul', [value, builder.constant(
+                numpy.asarray(a, numpy.float64))])[0]
+        builder.op('Add', [value, builder.constant(
+            numpy.asarray(b, numpy.float64))], outs)
+    return convert
+
+
+def _any_rows(rows):
+    """A ``python.size`` node reads the number of rows from its input."""
+    return ops.Follow((None,))
+
+
+class _LengthUses(object):
+    """Where a Scalar made from a size (:func:`as_scalar`) notes the uses
+    that bake it in: as :class:`Use` of that size."""
+
+    def __init__(self, length):
+        self.length = length
+
+    def append(self, use):
+        self.length.uses.append(self.length.use(
+            '%s (as a float)' % use.what, use.loc))
 
 
 def pins(condition):

@@ -19,6 +19,7 @@ what it replaces                   while recording
 ``numpy.random``'s functions       a draw is recorded as an op
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
+``Variable`` ``/`` and ``*``       a size there: read at run time
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
 ``math``'s functions               note the varying floats passed
 the NStep links' ``forward``       one ``ops.nstep.NStepRNN`` node
@@ -180,6 +181,23 @@ def _noting_lengths(name):
 # NumPy's array makers whose arguments are sizes.
 _MAKERS = ('zeros', 'ones', 'empty', 'full', 'arange', 'eye', 'identity',
            'tri', 'linspace')
+
+
+def _sizes_as_scalars(operator, recorder):
+    """``Variable.__truediv__``, ``__mul__`` or ``__rmul__`` while
+    recording: an argument's size on the other side (``loss / T``) is a
+    ``scalars.Scalar`` read from the argument's shape at run time
+    (``lengths.as_scalar``), not a number Chainer would bake into its
+    node's attribute."""
+    def apply(self, other):
+        if type(other) is lengths.Length and _state.recorder is recorder \
+                and recorder.depth == 0:
+            scalar = lengths.as_scalar(other, recorder, sys._getframe(1))
+            if scalar is not None:
+                other = scalar
+        return operator(self, other)
+    apply.__name__ = operator.__name__
+    return apply
 
 
 def _noting_config_reads(config_getattr, recorder):
@@ -397,6 +415,9 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.Variable, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(chainer.Variable, 'size', _symbolic(lengths.read_size)),
+    RecordingPatch(chainer.Variable, '__truediv__', _sizes_as_scalars),
+    RecordingPatch(chainer.Variable, '__mul__', _sizes_as_scalars),
+    RecordingPatch(chainer.Variable, '__rmul__', _sizes_as_scalars),
     RecordingPatch(traced.TracedArray, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),

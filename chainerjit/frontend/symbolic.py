@@ -411,14 +411,19 @@ class _FreeAxes(object):
         return name in self.length_names
 
 
-def float_size_uses(code, input_names, graph):
+def float_size_uses(code, input_names, graph, read_at_run_time=()):
     """``trip_counts.float_size_uses`` of the forward's own source, as
     ``lengths.Use`` of the axes of ``graph``'s inputs (an axis of ``None``,
-    ``xs.size``, stands for all of the argument's)."""
+    ``xs.size``, stands for all of the argument's), but for the
+    operations ``read_at_run_time`` (``(filename, line, column)``: a
+    Variable's with a size, whose node reads it from the argument's shape,
+    ``lengths.as_scalar``)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
-    for name, axis, line in trip_counts.float_size_uses(code):
+    for name, axis, line, column in trip_counts.float_size_uses(code):
         leaf = leaves.get(name)
+        if (code.co_filename, line, column) in read_at_run_time:
+            continue
         if leaf is not None:
             axes = range(len(graph.inputs[leaf].shape or ())) \
                 if axis is None else [axis]

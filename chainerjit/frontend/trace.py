@@ -82,6 +82,8 @@ class Recording(object):
         # scalars.Use: what baked in the varying float arguments
         self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
+        self.size_operations = recorder.size_operations if recorder \
+            else set()
         self.made_rows = recorder.made_rows if recorder else []
         self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
@@ -154,6 +156,9 @@ class _Recorder(object):
         # uses that bake them into the recording (scalars.Use).
         self.varying = False
         self.scalar_uses = []
+        # (filename, line, column) of the forward's operations of a
+        # Variable with a size (lengths.as_scalar).
+        self.size_operations = set()
 
     def note_escape(self, what, loc):
         if self.escape is None:

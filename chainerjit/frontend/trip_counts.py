@@ -7,6 +7,7 @@ those can a trip count be symbolic in the cache key (:mod:`.symbolic`).
 
 import ast
 import collections
+import linecache
 
 from chainerjit.frontend import lengths
 from chainerjit.frontend import source
@@ -294,10 +295,11 @@ def _targets(target, name):
 # --- sizes in float arithmetic -----------------------------------------------
 
 def float_size_uses(code):
-    """``[(parameter, axis or None, line)]``: sizes of the function's
-    parameters (``xs.shape[k]``, ``len(xs)``, ``xs.size``) that its own
-    source puts into float arithmetic, directly or through a name assigned
-    from one: ``1.0 / xs.shape[1]``, ``h / len(xs)``, ``T / 2``.
+    """``[(parameter, axis or None, line, column)]``: sizes of the
+    function's parameters (``xs.shape[k]``, ``len(xs)``, ``xs.size``) that
+    its own source puts into float arithmetic, directly or through a name
+    assigned from one: ``1.0 / xs.shape[1]``, ``h / len(xs)``, ``T / 2``;
+    ``line`` and ``column`` are where the operation starts in the file.
 
     ``lengths.Length`` notes what Python does with a size, but not
     ``1.0 / T``: the float does the arithmetic, in C. ``axis`` ``None``
@@ -306,6 +308,8 @@ def float_size_uses(code):
     if found is None:
         return []
     function, offset, _ = found
+    header = linecache.getline(code.co_filename, function.lineno + offset)
+    indent = len(header) - len(header.lstrip())  # dedented away
     params = set(a.arg for a in function.args.args +
                  function.args.kwonlyargs)
     sizes = {}  # name assigned from sizes -> [(parameter, axis)]
@@ -325,7 +329,8 @@ def float_size_uses(code):
             isinstance(s, ast.Constant) and type(s.value) is float or
             source.is_call(s, 'float') for s in sides)
         if floats:
-            uses += [(p, axis, node.lineno + offset) for s in sides
+            uses += [(p, axis, node.lineno + offset,
+                      node.col_offset + indent) for s in sides
                      for p, axis in _sizes_read(s, params, sizes)]
     return uses
 

@@ -227,6 +227,9 @@ def _lstm_to_onnx(partial):
         c = b.op('Add', [b.op('Mul', [a, i])[0],
                          b.op('Mul', [f, c_prev])[0]], [outs[0]])[0]
         b.op('Mul', [o, b.op('Tanh', [c])[0]], [outs[1]])
+        if len(outs) > 2:  # a fused step's activated gates, (4, B, H)
+            b.op('Concat', [b.op('Unsqueeze', [g, b.int64s([0])])[0]
+                            for g in (a, i, f, o)], [outs[2]], axis=0)
     return convert
 
 

@@ -198,11 +198,13 @@ def _on_gradient_paths(graph, wrt):
 
 def _passes_gradients(node):
     """NumPy run outside Chainer functions stops gradients, as in eager
-    mode, and so do StopGradient (see ``trace``) and a rule that never
-    gives one (``fn.passes_none``: accuracy's); every other node passes
-    them (or, without a rule, is an error when one reaches it)."""
+    mode, and so do Python's numbers (an argument's size read as one,
+    ``frontend.lengths.as_scalar``), StopGradient (see ``trace``) and a
+    rule that never gives one (``fn.passes_none``: accuracy's); every
+    other node passes them (or, without a rule, is an error when one
+    reaches it)."""
     rule = getattr(node.kernel, 'grad', None)
-    return not (node.op.startswith(('numpy.', 'ndarray.')) or
+    return not (node.op.startswith(('numpy.', 'ndarray.', 'python.')) or
                 structural.stops_gradient(node) or
                 getattr(getattr(rule, 'fn', None), 'passes_none', False))
 
@@ -223,8 +225,7 @@ def backward_order(graph, reached):
         rank = max([value_rank.get(v, 0) for v in node.inputs] or [0])
         depth = node.op.count('+') + 1
         node_rank[node] = rank + depth - 1  # its last FunctionNode's
-        out_rank = rank + depth if _passes_gradients(node) and not \
-            node.op.startswith('python.') else 0
+        out_rank = rank + depth if _passes_gradients(node) else 0
         for v in node.outputs:
             value_rank[v] = out_rank
     index = {node: i for i, node in enumerate(graph.nodes)}

@@ -223,7 +223,7 @@ def _lstm_step_onnx(linear, add, lstm):
         b.convert(linear, [h, W], [product])
         b.convert(add, [product, u] if add.inputs[0] is linear.outputs[0]
                   else [u, product], [total])
-        b.convert(lstm, [c_prev, total], outs[:2])
+        b.convert(lstm, [c_prev, total], outs)  # c, h and the gates
     return convert
 
 

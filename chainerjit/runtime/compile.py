@@ -339,7 +339,8 @@ def _roll_loops(caller, recording, sig, n_leaves):
     found = symbolic.symbolize(
         recording.graph, rolled, input_names,
         trip_counts.length_only_names(code), recording,
-        symbolic.float_size_uses(code, input_names, recording.graph))
+        symbolic.float_size_uses(code, input_names, recording.graph,
+                                 recording.size_operations))
     if isinstance(found, symbolic.Concrete):
         caller.warn_unrolled(errors.UnrolledLoop(
             'this loop keeps its trip count in the cache key (each new '

@@ -290,6 +290,53 @@ class MeanOverTime(_Steps):
         return self.out(total * (1.0 / xs.shape[0]))
 
 
+class MeanByDivision(_Steps):
+    """The length in a Variable's division and products: each a node
+    reading it from ``xs``'s shape at run time."""
+
+    def forward(self, xs):
+        total = 0
+        for x in xs:
+            total = total + F.tanh(self.x2h(x))
+        T = len(xs)
+        y = self.out(total[:, :H] / T) * (T - 1)
+        return 2 * T * y + F.sum(y) * T
+
+
+def test_a_variable_divided_by_the_length_keeps_one_entry():
+    model = MeanByDivision()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model, (5, 9, 17, 9, 5, 17)), rtol=1e-5,
+            atol=1e-6)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    assert jf.cache_info().compiled >= 3
+    entry, = jf.cache_entries()
+    assert 'python.size[a=1, axis=0, b=-1](xs)' in str(entry.graph)
+    assert 'xs: f32[T,4,6]' in str(entry.signature)
+
+
+@pytest.mark.parametrize('backend', ['numpy', 'onnxruntime'])
+def test_the_batch_size_in_a_division_serves_every_batch_size(rng, backend):
+    if backend == 'onnxruntime':
+        pytest.importorskip('onnxruntime')
+    model = _Steps()
+
+    def mean(x):
+        return F.sum(model.x2h(x), axis=0) / x.shape[0]
+    jf = chainerjit.jit(mean, backend=backend)
+    tolerance = 0 if backend == 'numpy' else 1e-6
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for n in (3, 8, 17, 30, 8):
+            x = rng.standard_normal((n, I)).astype('f')
+            testing.assert_results_equal(jf(x), mean(x), tolerance,
+                                         tolerance)
+    entry, = jf.cache_entries()
+    assert entry.backend == backend, entry.describe_backend()
+    assert 'x: f32[B,6]' in str(entry.signature)
+
+
 @pytest.mark.parametrize('cls, use', [
     (TimeFlattened, 'xs.shape[0] passed to Reshape'),
     (RowsOfAllSteps, 'the loop reads a value computed from xs otherwise '

@@ -347,6 +347,38 @@ def test_training_runs_in_onnxruntime_with_eager_gradients(rng):
     assert 'OnnxRuntime' in program.kernel_names
 
 
+class _StepsLoss(chainer.Chain):
+    """Three LSTM steps (a loop over a tuple, unrolled) with a loss each:
+    the later steps are fused with their lateral products, and the
+    training forward keeps their activated gates for the backward."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.cell = L.LSTM(4, 6)
+            self.out = L.Linear(6, 3)
+
+    def forward(self, xs, ts):
+        self.cell.reset_state()
+        loss = 0
+        for x, t in ((xs[0], ts[0]), (xs[1], ts[1]), (xs[2], ts[2])):
+            loss += F.softmax_cross_entropy(self.out(self.cell(x)), t)
+        return loss
+
+
+def _steps(rng):
+    return (rng.randn(3, 2, 4).astype(F32),
+            rng.randint(0, 3, (3, 2)).astype(numpy.int32))
+
+
+def test_fused_lstm_steps_train_in_onnxruntime(rng):
+    jitted = _train_twins(_StepsLoss, _steps, rng, backend='onnxruntime')
+    entry, = jitted.cache_entries()
+    assert 'LinearFunction+Add+LSTM' in str(entry.graph)
+    assert 'training: forward in onnxruntime; backward in onnxruntime' \
+        in entry.describe_backend(), entry.describe_backend()
+
+
 def test_a_classifier_trains_in_onnxruntime(rng):
     # L.Classifier keeps its logits and accuracy (outputs no gradient
     # reaches): its backward without them runs in one session.

@@ -511,13 +511,25 @@ class _Discriminator(chainer.Chain):
 
 
 class _DividedByTheBatch(_Discriminator):
-    """The same loss divided by ``len(real)`` in Python: the program would
-    divide by the recorded size, which the check at a new size sees."""
+    """The same loss divided by ``len(real)``: its node reads the size
+    from ``real`` at run time."""
 
     def forward(self, real, fake):
         h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
         y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
         return F.sum(F.softplus(-y_real) + F.softplus(y_fake)) / len(real)
+
+
+class _ScaledByTheBatch(_Discriminator):
+    """The same loss scaled by ``1.0 / len(real)``, a float Python computes
+    in C, unseen: the program would scale by the recorded size, which the
+    check at a new size sees."""
+
+    def forward(self, real, fake):
+        h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
+        y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
+        loss = F.sum(F.softplus(-y_real) + F.softplus(y_fake))
+        return loss * (1.0 / len(real))
 
 
 def _pairs(rng, batch):
@@ -534,8 +546,18 @@ def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
     assert 'f32[2*B,8]' in str(entry.graph), entry.graph
 
 
+def test_a_loss_divided_by_the_batch_serves_every_batch_size():
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, _calls(_pairs), model=_model(_DividedByTheBatch),
+            method='forward')
+    entry, = jitted.cache_entries()
+    assert 'python.size[a=1, axis=0, b=0](real)' in str(entry.graph)
+
+
 def test_a_size_used_in_python_is_caught_at_a_new_size(fresh_warnings):
-    model = _model(_DividedByTheBatch)
+    model = _model(_ScaledByTheBatch)
     jitted = chainerjit.jit(model.forward, backend='numpy')
     messages = _recompile_warnings(jitted, _calls(_pairs), model.forward)
     assert any('gave another result than eagerly' in m
