@@ -31,7 +31,8 @@ weights, which also checks the gradients and updates in between). The
 main table runs with one BLAS/OpenMP thread; a second table repeats it
 with the default number of threads. Medians with interquartile ranges of
 interleaved rounds, ratios to eager Chainer's median, and each system's
-first call (chainerjit: recording, passes, codegen and self-check).
+first call (chainerjit: recording, passes, codegen, self-check and the
+choice of backend, made once its calls have run 0.1 s on the VM).
 
 Usage::
 

@@ -60,7 +60,8 @@ def session_program(graph, providers=None, frozen=None, batch=None,
 
     Raises:
         chainerjit.errors.ExportError: a node has no ONNX converter, or is
-            a guard (a branch on an array value).
+            a guard (a branch on an array value); or a Python object (a
+            loop's per-iteration lists) would be an input or an output.
     """
     kernel = session_kernel(graph, providers, frozen, batch, read_only)
     return one_kernel_program(graph, kernel)
@@ -257,6 +258,11 @@ def to_onnx(graph, frozen=None, batch=None):
         onnx_graph.convert_node(builder, node, names)
     inputs = graph.inputs + [v for v, array in zip(graph.params, frozen)
                              if array is None] + graph.symbols
+    if any(v.dtype == object for v in inputs + graph.outputs):
+        raise errors.ExportError(
+            'a Python object (the per-iteration values a loop keeps for '
+            'its backward, a gradient that is None) would be an input or '
+            'an output of the session')
     shaped = not graph.symbols and batch is None
     outputs = [builder.op('Identity', [names[v]], ['y%d' % i])[0]
                for i, v in enumerate(graph.outputs)]
