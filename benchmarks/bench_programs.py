@@ -24,11 +24,14 @@ against eager's. Workloads:
   ``xp.random.randn`` noise to its input, on real and fake batches, a
   training step per call;
 * ``new value every call``: a forward whose Python ``int`` argument
-  changes on every call (it stays in the key: the function stops
-  recording and runs its linear layer as a compiled segment);
+  changes on every call, scaling its output (an input of the program);
 * ``new float every call``: the same forward with a ``float`` argument
   that changes on every call (an annealed weight: an input of the
-  program);
+  program too);
+* ``new index every call``: a forward that indexes its output with an
+  ``int`` argument that changes on every call (it stays in the key: the
+  function stops recording and runs its linear layer as a compiled
+  segment; the per-call cost of the wrapper around eager code);
 * ``text classifier, sentences of new lengths``: Chainer's text
   classification example's RNN encoder and classifier (``sequence_embed``
   with dropout 0.4, a one-layer ``L.NStepLSTM``, dropout, a linear layer)
@@ -65,7 +68,7 @@ from benchmarks import timing  # noqa: E402
 WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
              'GAN discriminator, input noise', 'new value every call',
-             'new float every call',
+             'new float every call', 'new index every call',
              'text classifier, sentences of new lengths',
              'seq2seq, sentences of new lengths')
 
@@ -186,6 +189,10 @@ def models():
         def forward(self, x, k):
             return F.tanh(self.fc(x)) * k
 
+    class Picked(Scaled):
+        def forward(self, x, k):
+            return F.tanh(self.fc(x))[:, k % 64] * 2
+
     def sequence_embed(embed, xs, dropout=0.):
         x_len = [len(x) for x in xs]
         x_section = numpy.cumsum(x_len[:-1])
@@ -236,7 +243,7 @@ def models():
             return loss
 
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
-            Seq2seq)
+            Seq2seq, Picked)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -342,9 +349,9 @@ def _gan_calls(n, rng):
             for _ in range(n)]
 
 
-def _scaled(jit):
+def _scaled(jit, picked=False):
     import chainerjit
-    model = _twins(models()[4])[1 if jit else 0]
+    model = _twins(models()[7 if picked else 4])[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
 
     def step(n, args):
@@ -404,6 +411,8 @@ WORKLOAD_DEFS = {
     'GAN discriminator, input noise': Workload(_gan, _gan_calls),
     'new value every call': Workload(_scaled, _scaled_calls),
     'new float every call': Workload(_scaled, _scaled_float_calls),
+    'new index every call': Workload(lambda jit: _scaled(jit, True),
+                                     _scaled_calls),
     'text classifier, sentences of new lengths': Workload(_text,
                                                           _text_calls),
     'seq2seq, sentences of new lengths': Workload(_seq2seq, _seq2seq_calls),

@@ -15,6 +15,7 @@ from chainerjit.frontend import packing
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
+from chainerjit.frontend import trip_counts
 from chainerjit.runtime import _calls
 from chainerjit.runtime import backends
 from chainerjit.runtime import batch
@@ -126,6 +127,7 @@ class JitFunction(_calls.CachedCall):
         # result than eager: lengths stay in the key
         self._batch_static = False  # likewise for batch sizes
         self._floats_static = False  # float arguments stay in the key
+        self._arithmetic_only = None  # trip_counts.arithmetic_only_names
         self._unpacked = set()  # list arguments recorded item by item
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
@@ -282,11 +284,12 @@ class JitFunction(_calls.CachedCall):
         self.cache.remove(entry)
         if isinstance(entry.symbolic, scalars.VaryingScalars):
             self._warn_varying(
-                'the float arguments %s stay in the cache key: at %s its '
+                'the number arguments %s stay in the cache key: at %s its '
                 'program gave another result than eagerly' % (', '.join(
                     name for name, v in entry.signature.items
                     if isinstance(v, signature.Varying)),
-                    ', '.join(repr(float.fromhex(v)) for v in checked)))
+                    ', '.join(repr(float.fromhex(v) if isinstance(v, str)
+                                   else v) for v in checked)))
             return result
         if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch)):
             self._batch_static = True
@@ -390,8 +393,9 @@ class JitFunction(_calls.CachedCall):
         return result
 
     def _varying_floats(self, key):
-        """``(paths, entry)``: the paths of the float arguments to record
-        as inputs of the program (``frontend.scalars``), with
+        """``(paths, entry)``: the paths of the float arguments (and the
+        int ones :meth:`_int_varies` allows) to record as inputs of the
+        program (``frontend.scalars``), with
         ``jit(dynamic=True)`` all, else those whose values alone make the
         call miss ``entry``, compiled for other values; or ``(None,
         None)``."""
@@ -399,13 +403,25 @@ class JitFunction(_calls.CachedCall):
         if dynamic is False or self._floats_static:
             return None, None
         if dynamic:
-            return scalars.float_paths(key) or None, None
+            return scalars.number_paths(key, self._int_varies) or None, None
         for entry in self.cache.entries():
             if entry.symbolic is None and entry.fallback is None:
-                paths = scalars.varying_paths(key, entry.key)
+                paths = scalars.varying_paths(key, entry.key,
+                                              self._int_varies)
                 if paths:
                     return paths, entry
         return None, None
+
+    def _int_varies(self, path):
+        """May the int argument at ``path`` be an input of the program
+        (``scalars.IntScalar``)? Where the forward's source only computes
+        with it (``trip_counts.arithmetic_only_names``)."""
+        if self._arithmetic_only is None:
+            code = getattr(self._fn, '__code__', None)
+            self._arithmetic_only = frozenset() if code is None else \
+                trip_counts.arithmetic_only_names(code)
+        return signature.argument_name(self._fn, self._instance(), path) \
+            in self._arithmetic_only
 
     def _warn_varying(self, why):
         self._floats_static = True

@@ -96,11 +96,12 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         '--calls', '12', '--rounds', '1', '--target-ms', '1', '--threads',
         '0', '--only', 'tree net, whole traversal jitted',
         'VAE, sampling', 'new value every call', 'new float every call',
-        '--output', str(report)])
-    tree, vae, new_value, new_float = rows
-    assert tree['stopped'] and new_value['stopped']
+        'new index every call', '--output', str(report)])
+    tree, vae, new_value, new_float, new_index = rows
+    assert tree['stopped'] and new_index['stopped']
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
-    assert new_float['info'].compiles == 2 and not new_float['stopped']
+    for number in (new_value, new_float):
+        assert number['info'].compiles == 2 and not number['stopped']
     text = report.read_text()
     assert '| VAE, sampling |' in text and 'machine:' in text
 

@@ -98,6 +98,8 @@ class Length(int):
         def apply(self, other):
             if isinstance(other, chainer.Variable):
                 return NotImplemented  # the Variable's operator takes it
+            if scalars.is_varying(other):
+                other.note('used in arithmetic with a size')
             if not isinstance(other, int) or isinstance(other, bool):
                 self._note('used in arithmetic with a %s' %
                            type(other).__name__, other)
@@ -137,6 +139,8 @@ class Length(int):
 
     def _comparison(op):
         def apply(self, other):
+            if scalars.is_varying(other):
+                other.note('compared with a size')
             result = getattr(int, op)(self, other)
             condition = None
             if type(other) is int and self.affine is not None:
@@ -353,7 +357,7 @@ def plain(value, uses, what, loc=None, depth=3):
     if isinstance(value, Length):
         uses.append(value.use(what, loc))
         return int.__int__(value)
-    if isinstance(value, scalars.Scalar):
+    if scalars.is_varying(value):
         return value.baked(what, loc)
     if depth <= 0:
         return value

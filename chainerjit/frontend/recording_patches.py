@@ -48,6 +48,7 @@ from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
+from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
 
 _state = _keys.recording  # this thread's
@@ -183,21 +184,27 @@ _MAKERS = ('zeros', 'ones', 'empty', 'full', 'arange', 'eye', 'identity',
            'tri', 'linspace')
 
 
-def _sizes_as_scalars(operator, recorder):
-    """``Variable.__truediv__``, ``__mul__`` or ``__rmul__`` while
-    recording: an argument's size on the other side (``loss / T``) is a
-    ``scalars.Scalar`` read from the argument's shape at run time
-    (``lengths.as_scalar``), not a number Chainer would bake into its
-    node's attribute."""
-    def apply(self, other):
-        if type(other) is lengths.Length and _state.recorder is recorder \
-                and recorder.depth == 0:
-            scalar = lengths.as_scalar(other, recorder, sys._getframe(1))
-            if scalar is not None:
-                other = scalar
-        return operator(self, other)
-    apply.__name__ = operator.__name__
-    return apply
+def _sizes_as_scalars(divides):
+    """The patch of ``Variable.__truediv__`` (``divides``), ``__mul__`` or
+    ``__rmul__`` while recording: an argument's size on the other side
+    (``loss / T``) is a ``scalars.Scalar`` read from the argument's shape
+    at run time (``lengths.as_scalar``), not a number Chainer would bake
+    into its node's attribute. Likewise a varying int divides as a float
+    (``loss / k``: Chainer computes ``1. / k`` in C, unseen)."""
+    def make(operator, recorder):
+        def apply(self, other):
+            if type(other) is lengths.Length and \
+                    _state.recorder is recorder and recorder.depth == 0:
+                scalar = lengths.as_scalar(other, recorder,
+                                           sys._getframe(1))
+                if scalar is not None:
+                    other = scalar
+            elif divides and type(other) is scalars.IntScalar:
+                other = other.as_float()
+            return operator(self, other)
+        apply.__name__ = operator.__name__
+        return apply
+    return make
 
 
 def _noting_config_reads(config_getattr, recorder):
@@ -415,9 +422,9 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.Variable, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(chainer.Variable, 'size', _symbolic(lengths.read_size)),
-    RecordingPatch(chainer.Variable, '__truediv__', _sizes_as_scalars),
-    RecordingPatch(chainer.Variable, '__mul__', _sizes_as_scalars),
-    RecordingPatch(chainer.Variable, '__rmul__', _sizes_as_scalars),
+    RecordingPatch(chainer.Variable, '__truediv__', _sizes_as_scalars(True)),
+    RecordingPatch(chainer.Variable, '__mul__', _sizes_as_scalars(False)),
+    RecordingPatch(chainer.Variable, '__rmul__', _sizes_as_scalars(False)),
     RecordingPatch(traced.TracedArray, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),

@@ -1,4 +1,5 @@
-"""Python numbers that vary by call: float arguments as program inputs.
+"""Python numbers that vary by call: float and int arguments as program
+inputs.
 
 A forward called with a float that changes from call to call (a KL weight
 annealed at each step, a temperature, a noise scale) would be recorded
@@ -19,6 +20,10 @@ in the cache key, and a warning names the use.
 A use this misses (C code reading the number without converting it,
 ``math.exp(beta)``) is caught where the first calls at new values also
 run eagerly and are compared (``api``).
+
+An int argument is an :class:`IntScalar` likewise, where the forward's
+source never indexes, slices or counts with it
+(``trip_counts.arithmetic_only_names``): CPython reads ints in C there.
 """
 
 import collections
@@ -77,17 +82,14 @@ _DECISIONS = (
     ('__le__', 'compared'), ('__gt__', 'compared'), ('__ge__', 'compared'))
 
 
-class Scalar(float):
-    """A varying float argument, or a number computed from such, while
-    the forward is recorded (see the module docstring). ``value`` is the
-    IR value holding it at run time; ``name`` names the argument it
-    comes from, for messages; ``uses`` is the recorder's list of
-    :class:`Use`."""
+class _Proxy(object):
+    """What :class:`Scalar` and :class:`IntScalar` share: ``value`` is the
+    IR value holding the number at run time; ``name`` names the argument
+    it comes from, for messages; ``uses`` is the recorder's list of
+    :class:`Use`. ``_BASE`` is the number type."""
 
-    def __new__(cls, number, value, name, uses):
-        self = float.__new__(cls, number)
-        self.value, self.name, self.uses = value, name, uses
-        return self
+    __slots__ = ()
+    _BASE = float
 
     def note(self, what, loc=None, depth=2):
         """Notes a use that bakes this number in (at ``loc``, or at the
@@ -97,31 +99,9 @@ class Scalar(float):
         self.uses.append(Use(self.name, what, loc))
 
     def baked(self, what, loc=None):
-        """This number as a plain float, noting the use."""
+        """This number as a plain one, noting the use."""
         self.note(what, loc, depth=3)
-        return float.__float__(self)
-
-    def _operator(name, fn, reflected):
-        def apply(self, other):
-            if type(other) in (int, float) or isinstance(other, Scalar):
-                operands = (other, self) if reflected else (self, other)
-                return _record(fn, operands, name)
-            if not isinstance(other, (int, float)):
-                return NotImplemented
-            # A bool, a NumPy float or an argument's size: as Python
-            # computes it, the number baked in.
-            self.note('used in arithmetic with a %s' % type(other).__name__)
-            if isinstance(other, int) and type(other) is not bool:
-                other = int(other)  # an argument's size notes its use
-            number = float.__float__(self)
-            return fn(other, number) if reflected else fn(number, other)
-        apply.__name__ = name
-        return apply
-
-    for _name, _fn in _ARITHMETIC.items():
-        locals()[_name] = _operator(_name, _fn, False)
-        _reflected = '__r' + _name[2:]
-        locals()[_reflected] = _operator(_reflected, _fn, True)
+        return _plain(self)
 
     def __neg__(self):
         return _record(operator.neg, (self,), '__neg__')
@@ -132,21 +112,9 @@ class Scalar(float):
     def __abs__(self):
         return _record(abs, (self,), '__abs__')
 
-    def _decision(name, what):
-        def apply(self, *args):
-            if not _made_by_chainers_operator(sys._getframe(1)):
-                self.note(what)
-            return getattr(float, name)(self, *args)
-        apply.__name__ = name
-        return apply
-
-    for _name, _what in _DECISIONS:
-        locals()[_name] = _decision(_name, _what)
-    del _name, _fn, _what, _reflected, _operator, _decision
-
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         for x in inputs:
-            if isinstance(x, Scalar):
+            if isinstance(x, _VARYING):
                 x.note('passed to numpy.%s' % ufunc.__name__)
         return getattr(ufunc, method)(*plain_numbers(inputs), **kwargs)
 
@@ -155,67 +123,186 @@ class Scalar(float):
         return func(*plain_numbers(args), **plain_numbers(kwargs))
 
     def __reduce__(self):
-        return float, (float.__float__(self),)
+        return self._BASE, (_plain(self),)
+
+
+def _arithmetic(name, fn, reflected):
+    """A proxy's operator ``name`` applying ``fn``: recorded with Python
+    numbers and other proxies; as Python computes it, the number baked
+    in, with anything else that is a number."""
+    def apply(self, other):
+        if type(other) in (int, float) or isinstance(other, _VARYING):
+            operands = (other, self) if reflected else (self, other)
+            return _record(fn, operands, name)
+        if not isinstance(other, (int, float)):
+            return NotImplemented
+        # A bool, a NumPy float or an argument's size: as Python
+        # computes it, the number baked in.
+        self.note('used in arithmetic with a %s' % type(other).__name__)
+        if isinstance(other, int) and type(other) is not bool:
+            other = int(other)  # an argument's size notes its use
+        number = _plain(self)
+        return fn(other, number) if reflected else fn(number, other)
+    apply.__name__ = name
+    return apply
+
+
+def _decision(name, what, base):
+    """A proxy's method ``name`` of ``base`` that bakes it in (but where
+    Chainer's operators with a constant only convert or show it)."""
+    def apply(self, *args):
+        if not _made_by_chainers_operator(sys._getframe(1)):
+            self.note(what)
+        return getattr(base, name)(self, *args)
+    apply.__name__ = name
+    return apply
+
+
+def _with_methods(cls, decisions):
+    """``cls`` with the recorded operators and the noting methods."""
+    for name, fn in _ARITHMETIC.items():
+        setattr(cls, name, _arithmetic(name, fn, False))
+        reflected = '__r' + name[2:]
+        setattr(cls, reflected, _arithmetic(reflected, fn, True))
+    for name, what in decisions:
+        if hasattr(cls._BASE, name):
+            setattr(cls, name, _decision(name, what, cls._BASE))
+    return cls
+
+
+class Scalar(_Proxy, float):
+    """A varying float argument, or a number computed from such, while
+    the forward is recorded (see the module docstring)."""
+
+    _BASE = float
+
+    def __new__(cls, number, value, name, uses):
+        self = float.__new__(cls, number)
+        self.value, self.name, self.uses = value, name, uses
+        return self
+
+
+# The bitwise operators, which bake an IntScalar in.
+_BITWISE = ('__and__', '__rand__', '__or__', '__ror__', '__xor__',
+            '__rxor__', '__lshift__', '__rlshift__', '__rshift__',
+            '__rrshift__', '__invert__')
+
+
+class IntScalar(_Proxy, int):
+    """A varying int argument, or an int computed from such (``k + 1``),
+    while the forward is recorded: as :class:`Scalar`, for ints. Its true
+    division (``k / 2``) and arithmetic with floats give Scalars; its
+    integer arithmetic, IntScalars. Only where the forward's source does
+    not index, slice or count with the argument
+    (``trip_counts.arithmetic_only_names``) is an int recorded so: CPython
+    reads an int subclass in C without calling its methods there
+    (``range(k)``, ``x[:k]``)."""
+
+    _BASE = int
+
+    def __new__(cls, number, value, name, uses):
+        self = int.__new__(cls, number)
+        self.value, self.name, self.uses = value, name, uses
+        return self
+
+    def as_float(self):
+        """This number as a :class:`Scalar`, ``float(k)`` at run time."""
+        return _record(float, (self,), 'float')
+
+
+_with_methods(Scalar, _DECISIONS)
+_with_methods(IntScalar, _DECISIONS + tuple(
+    (name, 'used in bitwise arithmetic') for name in _BITWISE) + (
+    ('__index__', 'used as an index'), ('bit_length', 'measured'),
+    ('to_bytes', 'converted')))
+_VARYING = (Scalar, IntScalar)
+
+
+def is_varying(x):
+    """Is ``x`` a Scalar or an IntScalar?"""
+    return isinstance(x, _VARYING)
+
+
+def _plain(x):
+    """A Scalar or IntScalar as the number it stands for."""
+    if isinstance(x, Scalar):
+        return float.__float__(x)
+    if isinstance(x, IntScalar):
+        return int.__int__(x)
+    return x
 
 
 def _record(fn, operands, name):
-    """``fn(*operands)`` as Python computes it, and, where a float, a
-    Scalar computed by a node that applies ``fn`` to the Scalars among the
-    operands at run time (the other operands fixed)."""
-    numbers = [float.__float__(x) if isinstance(x, Scalar) else x
-               for x in operands]
+    """``fn(*operands)`` as Python computes it, and, where a float or an
+    int, a Scalar or IntScalar computed by a node that applies ``fn`` to
+    the varying numbers among the operands at run time (the other operands
+    fixed)."""
+    numbers = [_plain(x) for x in operands]
     result = fn(*numbers)
-    scalars = [x for x in operands if isinstance(x, Scalar)]
+    scalars = [x for x in operands if isinstance(x, _VARYING)]
     recorder = _state.recorder
-    if type(result) is not float or recorder is None:
-        if type(result) is not float:
+    kind = _KINDS.get(type(result))
+    if kind is None or recorder is None:
+        if kind is None:
             scalars[0].note('gave a %s by %s' % (type(result).__name__,
                                                  name.strip('_')))
         return result
-    positions = [i for i, x in enumerate(operands) if isinstance(x, Scalar)]
+    positions = [i for i, x in enumerate(operands)
+                 if isinstance(x, _VARYING)]
 
     def run(*values):
         args = list(numbers)
         for i, v in zip(positions, values):
             args[i] = v
         return fn(*args)
-    out = recorder.graph.add_value('temp', (), numpy.float64)
+    out = recorder.graph.add_value('temp', (), kind[1])
     fixed = {'operand%d' % i: x for i, x in enumerate(numbers)
              if i not in positions}
     recorder.add_node(ir.Node(
         'python.%s' % name.strip('_'), ops.Kernel(
-            run, fixed, onnx=_arithmetic_to_onnx(fn, numbers, positions)),
+            run, fixed, onnx=_arithmetic_to_onnx(
+                fn, numbers, positions, kind[1],
+                [x.value.dtype for x in scalars])),
         [x.value for x in scalars], [out], tuple(fixed.items()),
         loc=traced.user_location(3)))
-    return Scalar(result, out, scalars[0].name, scalars[0].uses)
+    return kind[0](result, out, scalars[0].name, scalars[0].uses)
 
 
-# The operators with an ONNX form on doubles giving Python's result.
+# The Python number types a recorded node may give, their proxy and the
+# dtype of its value in the program.
+_KINDS = {float: (Scalar, numpy.dtype(numpy.float64)),
+          int: (IntScalar, numpy.dtype(numpy.int64))}
+
+# The operators with an ONNX form giving Python's result (on doubles, and
+# on 64-bit ints for the integer ones).
 _ONNX_ARITHMETIC = {operator.add: 'Add', operator.sub: 'Sub',
                     operator.mul: 'Mul', operator.truediv: 'Div',
-                    operator.neg: 'Neg', abs: 'Abs'}
+                    operator.neg: 'Neg', abs: 'Abs', float: 'Identity'}
 
 
-def _arithmetic_to_onnx(fn, numbers, positions):
+def _arithmetic_to_onnx(fn, numbers, positions, dtype, in_dtypes):
+    """The ONNX form of a recorded Python operation giving ``dtype``: its
+    varying inputs (of ``in_dtypes``) and constants cast to ``dtype``
+    first (true division gives a float for ints, as Python's)."""
     op_type = _ONNX_ARITHMETIC.get(fn)
-    if op_type is None:
+    if op_type is None or (fn is operator.truediv and dtype.kind != 'f'):
         return None
 
     def convert(b, ins, outs):
         args = list(numbers)
-        for i, name in zip(positions, ins):
-            args[i] = name
+        for i, name, in_dtype in zip(positions, ins, in_dtypes):
+            args[i] = b.cast(name, in_dtype, dtype)
         args = [a if isinstance(a, str) else b.constant(
-            numpy.asarray(a, numpy.float64)) for a in args]
+            numpy.asarray(a, dtype)) for a in args]
         b.op(op_type, args, outs)
     return convert
 
 
 def plain_numbers(obj):
-    """``obj`` with each Scalar in it (in tuples, lists and dicts) a plain
-    float, without noting a use."""
-    if isinstance(obj, Scalar):
-        return float.__float__(obj)
+    """``obj`` with each Scalar and IntScalar in it (in tuples, lists and
+    dicts) a plain number, without noting a use."""
+    if isinstance(obj, _VARYING):
+        return _plain(obj)
     if type(obj) in (tuple, list):
         return type(obj)(plain_numbers(x) for x in obj)
     if type(obj) is dict:
@@ -227,7 +314,7 @@ def note_baked_in(obj, what, loc=None, depth=4):
     """Notes each Scalar in ``obj`` (in tuples, lists and dicts, to
     ``depth`` levels) as used ``what``: a recorded node holds it as a
     constant."""
-    if isinstance(obj, Scalar):
+    if isinstance(obj, _VARYING):
         obj.note(what, loc)
     elif depth > 0 and type(obj) in (tuple, list):
         for x in obj:
@@ -252,7 +339,7 @@ def varying_constant(template, label, loc):
     function = getattr(template, '_function', template)
     found = None
     for name, attr in vars(function).items():
-        if isinstance(attr, Scalar) and name == 'value' and \
+        if isinstance(attr, _VARYING) and name == 'value' and \
                 isinstance(function, VARYING_CONSTANT_NODES):
             found = attr
         else:
@@ -284,15 +371,17 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
 
     def generalize(self, key):
         """``(general key, the arguments' values)``, or ``None`` where
-        one of them is not a float."""
+        one of them is not a float or an int (each keeps its type in the
+        key)."""
         train, backprop, structure, specs, alias = key
         values = []
         for path in self.paths:
             item = signature.static_item(structure, path)
-            if item is None or item[1] is not float:
+            if item is None or item[1] not in _KINDS:
                 return None
-            values.append(item[2])  # the caller's float
-            structure = signature.with_static_item(structure, path, _MARKER)
+            values.append(item[2])  # the caller's number
+            structure = signature.with_static_item(
+                structure, path, ('S', item[1], 'varying'))
         return (train, backprop, structure, specs, alias), values
 
     def to_check(self, verified, symbols):
@@ -306,21 +395,22 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
 
     @staticmethod
     def checked(values):
-        """How the values of a call are told apart: by their bits."""
-        return tuple(float.hex(v) for v in values)
+        """How the values of a call are told apart: floats by their
+        bits."""
+        return tuple(float.hex(v) if isinstance(v, float) else v
+                     for v in values)
 
 
 #: The calls at new values that are also run eagerly and compared, after
 #: the one recorded.
 CHECKED_VALUES = 2
 
-_MARKER = ('S', float, 'varying')
 
-
-def varying_paths(key, other_key):
-    """The paths of the float arguments whose values alone make ``key``
+def varying_paths(key, other_key, int_varies):
+    """The paths of the number arguments whose values alone make ``key``
     differ from ``other_key`` (an entry's), or ``None`` where they differ
-    otherwise (or not at all)."""
+    otherwise (or not at all): floats, and ints at the paths where
+    ``int_varies(path)`` holds (both of the same type)."""
     if key[:2] != other_key[:2] or key[3:] != other_key[3:] or \
             not _is_call_structure(key[2]) or \
             not _is_call_structure(other_key[2]):
@@ -338,28 +428,37 @@ def varying_paths(key, other_key):
         for i, (a, b) in enumerate(zip(mine[-1], theirs[-1])):
             if a == b:
                 continue
-            if not (_is_float(a) and _is_float(b)):
+            path = (name, mine[1][i] if name == 'kwargs' else i)
+            if not (_number_type(a) is _number_type(b) is not None and
+                    (_number_type(a) is float or int_varies(path))):
                 return None
-            paths.append((name, mine[1][i] if name == 'kwargs' else i))
+            paths.append(path)
     return tuple(paths) or None
 
 
-def float_paths(key):
-    """The paths of all the float arguments of a call (top level)."""
+def number_paths(key, int_varies):
+    """The paths of all the float arguments of a call (top level), and of
+    the int ones where ``int_varies(path)`` holds."""
     if not _is_call_structure(key[2]):
         return ()
     args, kwargs = signature.argument_parts(key[2])
-    found = [('args', i) for i, item in enumerate(args[1])
-             if _is_float(item)]
+    found = [('args', i) for i, item in enumerate(args[1])]
+    items = list(args[1])
     if kwargs is not None:
-        found += [('kwargs', k) for k, item in zip(kwargs[1], kwargs[2])
-                  if _is_float(item)]
-    return tuple(found)
+        found += [('kwargs', k) for k in kwargs[1]]
+        items += list(kwargs[2])
+    return tuple(path for path, item in zip(found, items)
+                 if _number_type(item) is float or
+                 (_number_type(item) is int and int_varies(path)))
 
 
-def _is_float(item):
-    return type(item) is tuple and len(item) >= 3 and item[0] == 'S' and \
-        item[1] is float
+def _number_type(item):
+    """``float`` or ``int`` for a static float or int argument (not a
+    bool), else ``None``."""
+    if type(item) is tuple and len(item) >= 3 and item[0] == 'S' and \
+            item[1] in _KINDS:
+        return item[1]
+    return None
 
 
 def _is_call_structure(structure):
@@ -376,13 +475,15 @@ def _is_call_structure(structure):
 
 
 def proxies(args, kwargs, paths, graph, uses, names):
-    """The call's arguments with a :class:`Scalar` at each of ``paths``,
-    held by a new symbol of ``graph`` (named by ``names``, the leaves'
-    names are the arguments'); returns ``(args, kwargs)``."""
+    """The call's arguments with a :class:`Scalar` (:class:`IntScalar`
+    for an int) at each of ``paths``, held by a new symbol of ``graph``
+    (named by ``names``, the leaves' names are the arguments'); returns
+    ``(args, kwargs)``."""
     args, kwargs = list(args), dict(kwargs)
     for path, name in zip(paths, names):
         holder = args if path[0] == 'args' else kwargs
         number = holder[path[1]]
-        value = graph.add_value('sym', (), numpy.float64, name)
-        holder[path[1]] = Scalar(number, value, name, uses)
+        proxy, dtype = _KINDS[type(number)]
+        value = graph.add_value('sym', (), dtype, name)
+        holder[path[1]] = proxy(number, value, name, uses)
     return tuple(args), kwargs

@@ -213,16 +213,20 @@ class Symbol(str):
 
 
 class Varying(object):
-    """A float argument that varies by call, printed ``beta: float``."""
+    """A number argument that varies by call, printed ``beta: float`` (or
+    ``k: int``)."""
+
+    def __init__(self, kind='float'):
+        self.kind = kind
 
     def __eq__(self, other):
-        return isinstance(other, Varying)
+        return isinstance(other, Varying) and other.kind == self.kind
 
     def __hash__(self):
-        return hash(Varying)
+        return hash((Varying, self.kind))
 
     def __repr__(self):
-        return 'float'
+        return self.kind
 
 
 class Signature(object):
@@ -264,16 +268,17 @@ class Signature(object):
                      for n, v in items]
         return Signature(items)
 
-    def with_varying(self, names):
-        """This signature with the float arguments ``names`` shown as
-        varying by call."""
-        return Signature([(n, Varying() if n in names else v)
+    def with_varying(self, names, kinds):
+        """This signature with the number arguments ``names`` shown as
+        varying by call, each of its kind (``'float'``, ``'int'``)."""
+        kind_of = dict(zip(names, kinds))
+        return Signature([(n, Varying(kind_of[n]) if n in kind_of else v)
                           for n, v in self.items])
 
     def __str__(self):
         return ', '.join(
             '%s: %s' % (name, describe_spec(v)) if isinstance(v, ArraySpec)
-            else '%s: float' % name if isinstance(v, Varying)
+            else '%s: %r' % (name, v) if isinstance(v, Varying)
             else '%s=%r' % (name, v) for name, v in self.items)
 
     def diff(self, other):

@@ -382,7 +382,8 @@ class _Recorder(object):
             node, ops.node_label(node), user_location(3)) \
             if self.varying else None
         if varying is not None:  # the number is an input
-            kernel = ops_math.lower_varying_constant(node, ctx)
+            kernel = ops_math.lower_varying_constant(node, ctx,
+                                                     varying.value.dtype)
             in_values.append(varying.value)
         elif data_attrs:  # the arrays are extra inputs
             # Model arrays (running averages) may be lowered; computed

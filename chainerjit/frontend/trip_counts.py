@@ -182,6 +182,69 @@ def length_only_names(code):
     return found
 
 
+def arithmetic_only_names(code):
+    """The parameters of a function that its source never indexes or
+    slices with, nor passes to a builtin that reads an int in C
+    (:data:`C_INT_READERS`: ``range(k)``, ``x[:k]``, ``[0] * list(...)``),
+    directly, through arithmetic (``range(k + 1)``) or through names
+    assigned from them (``n = 2 * k``, then ``x[:n]``), and never assigns
+    to. CPython reads an int subclass there without calling its methods:
+    only such a parameter may be an ``IntScalar`` (``frontend.scalars``)
+    while recording, whose other uses its methods see."""
+    function = source.function_ast(code)
+    if function is None:
+        return frozenset()
+    parents = source.parents_of(function)
+    params = [a.arg for a in function.args.args + function.args.kwonlyargs]
+    return frozenset(name for name in params
+                     if _read_in_python_only(function, parents, name, set()))
+
+
+#: Builtins (and ``itertools`` functions) that read an int argument in C.
+C_INT_READERS = frozenset([
+    'range', 'list', 'tuple', 'bytes', 'bytearray', 'chr', 'hex', 'oct',
+    'bin', 'enumerate', 'zip', 'islice', 'repeat', 'str', 'format'])
+
+
+def _read_in_python_only(function, parents, name, seen):
+    """No use of ``name`` (nor of names assigned from it) is an index, a
+    slice or an argument of a :data:`C_INT_READERS` builtin, and none
+    assigns to it (to the parameter; ``seen`` empty)."""
+    derived = bool(seen)  # a name assigned from the parameter
+    seen.add(name)
+    for use in source.name_nodes(function, name):
+        if not isinstance(use.ctx, ast.Load):
+            if derived:
+                continue
+            return False
+        node, parent = use, parents.get(use)
+        while parent is not None and not isinstance(parent, ast.stmt):
+            if isinstance(parent, ast.Subscript) and node is parent.slice \
+                    or isinstance(parent, ast.Call) and node in parent.args \
+                    and _called_name(parent) in C_INT_READERS:
+                return False
+            node, parent = parent, parents.get(parent)
+        if isinstance(parent, (ast.Assign, ast.AugAssign)):
+            targets = parent.targets if isinstance(parent, ast.Assign) \
+                else [parent.target]
+            for target in ast.walk(ast.Tuple(elts=targets)):
+                if isinstance(target, ast.Name) and \
+                        target.id not in seen and \
+                        not _read_in_python_only(function, parents,
+                                                 target.id, seen):
+                    return False
+    return True
+
+
+def _called_name(call):
+    """``'range'`` for ``range(...)`` and ``itertools.islice`` for
+    ``'islice'``; else ``None``."""
+    func = call.func
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else None
+
+
 def _size_read(name, parents):
     """``k`` for ``name.shape[k]`` with ``k`` a non-negative int, else
     ``None``."""

@@ -597,13 +597,13 @@ _WITH_CONSTANT_GRAD = {
 }
 
 
-def _constant_grad(node, ctx, constant=None):
-    """The gradient rule of an op with a constant: ``node.value``, or, for
-    ``constant`` ``'varying'``, the number the kernel takes as its second
-    input (see :func:`lower_varying_constant`)."""
+def _constant_grad(node, ctx, number_dtype=None):
+    """The gradient rule of an op with a constant: ``node.value``, or,
+    given the ``number_dtype`` of a varying one, the number the kernel
+    takes as its second input (see :func:`lower_varying_constant`)."""
     uses, formula = _WITH_CONSTANT_GRAD[type(node)]
     dtype = ctx.in_dtypes[0].type
-    varying = constant == 'varying'
+    varying = number_dtype is not None
 
     def grad(xs, ys, gys, wanted):
         v = xs[0] if uses == 'x' else ys[0]
@@ -613,7 +613,8 @@ def _constant_grad(node, ctx, constant=None):
     inputs = ((0,) if uses == 'x' else ()) + ((1,) if varying else ())
     return grad_rule(ctx, grad, inputs=inputs,
                      outputs=(0,) if uses == 'y' else (),
-                     onnx=_with_constant_grad_to_onnx(node, ctx, constant))
+                     onnx=_with_constant_grad_to_onnx(node, ctx,
+                                                      number_dtype))
 
 
 @lowering(*_WITH_CONSTANT)
@@ -636,11 +637,13 @@ def lower_with_constant(node, ctx):
                   into=into)
 
 
-def lower_varying_constant(node, ctx):
+def lower_varying_constant(node, ctx,
+                           number_dtype=numpy.dtype(numpy.float64)):
     """The kernel of an op with a constant whose constant is a Python
     number that varies by call (``frontend.scalars``): it takes the
-    number as its second input, cast to the dtype of ``x`` on each call
-    as the node's forward casts it."""
+    number (a float, or an int: ``number_dtype`` in the program) as its
+    second input, cast to the dtype of ``x`` on each call as the node's
+    forward casts it."""
     fn, op_type, first = _WITH_CONSTANT[type(node)]
     dtype, cast = ctx.out_dtypes[0], ctx.in_dtypes[0].type
 
@@ -648,14 +651,10 @@ def lower_varying_constant(node, ctx):
         return utils.force_array(fn(x, cast(number)), dtype)
 
     def to_onnx(b, ins, outs):
-        c = b.cast(ins[1], _NUMBER, ctx.in_dtypes[0])
+        c = b.cast(ins[1], number_dtype, ctx.in_dtypes[0])
         b.op(op_type, [c, ins[0]] if first else [ins[0], c], outs)
-    return Kernel(forward, grad=_constant_grad(node, ctx, 'varying'),
+    return Kernel(forward, grad=_constant_grad(node, ctx, number_dtype),
                   onnx=to_onnx, fresh=True)
-
-
-# The dtype of a varying Python number in a program (``frontend.scalars``).
-_NUMBER = numpy.dtype(numpy.float64)
 
 
 # The ONNX forms of some _WITH_CONSTANT_GRAD entries: ``gx`` of the names
@@ -681,8 +680,8 @@ def _pow_const_grad_to_onnx(ctx, value):
     return convert
 
 
-def _with_constant_grad_to_onnx(node, ctx, constant=None):
-    varying = constant == 'varying'
+def _with_constant_grad_to_onnx(node, ctx, number_dtype=None):
+    varying = number_dtype is not None
     if isinstance(node, basic_math.PowVarConst) and not varying:
         return _pow_const_grad_to_onnx(ctx, node.value)
     formula = _WITH_CONSTANT_GRAD_ONNX.get(type(node))
@@ -691,7 +690,7 @@ def _with_constant_grad_to_onnx(node, ctx, constant=None):
     dtype = ctx.in_dtypes[0]
 
     def convert(b, xs, ys, gys, wanted):
-        value = b.cast(xs[1], _NUMBER, dtype) if varying else \
+        value = b.cast(xs[1], number_dtype, dtype) if varying else \
             b.constant(numpy.asarray(dtype.type(node.value)))
         gx = formula(b, gys[0], value)
         return (gx, None) if varying else (gx,)

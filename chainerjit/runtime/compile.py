@@ -152,7 +152,7 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
         lengths, length_note, unrolled = _roll_loops(caller, recording,
                                                      sig, len(leaves))
         if varying is not None and lengths is not None:
-            caller.warn_varying('the float arguments %s stay in the cache '
+            caller.warn_varying('the number arguments %s stay in the cache '
                                 'key: the trip counts of its loops are '
                                 'symbolic too' % ', '.join(varying_names))
             return Compiled(recording.result, None, miss_reason, None)
@@ -236,7 +236,7 @@ def _why_fixed(caller, recording, names):
     uses = recording.scalar_uses
     if not uses:
         return None
-    why = 'the float argument%s %s stay%s in the cache key: %s' % (
+    why = 'the number argument%s %s stay%s in the cache key: %s' % (
         's' if len(names) > 1 else '', ', '.join(names),
         '' if len(names) > 1 else 's',
         '; '.join(sorted(set(use.describe() for use in uses))[:3]))
@@ -249,7 +249,8 @@ def _with_varying(key, sig, varying, names):
     every value of the varying float arguments (``names``), and their
     values."""
     general, values = varying.generalize(key)
-    return general, sig.with_varying(names), values
+    return general, sig.with_varying(
+        names, [type(v).__name__ for v in values]), values
 
 
 # --- the fallback decision --------------------------------------------------

@@ -228,19 +228,29 @@ def test_the_key_leaves_out_the_values_only():
 
     def key(*args, **kwargs):
         return signature.make_key(args, kwargs, True, True)[0]
-    assert scalars.varying_paths(key(x, 1.0), key(x, 2.0)) == (('args', 1),)
-    assert scalars.varying_paths(key(x, 1.0, b=2.0), key(x, 1.0, b=3.0)) \
-        == (('kwargs', 'b'),)
-    assert scalars.varying_paths(key(x, 1.0), key(x, 1.0)) is None
-    assert scalars.varying_paths(key(x, 1.0), key(x, 1)) is None
-    assert scalars.varying_paths(key(x, 1.0), key(x[:1], 2.0)) is None
-    assert scalars.float_paths(key(x, 1.0, 2, b=3.0, c='s')) == (
-        ('args', 1), ('kwargs', 'b'))
+
+    def paths(a, b, ints=()):
+        return scalars.varying_paths(a, b, lambda path: path in ints)
+    assert paths(key(x, 1.0), key(x, 2.0)) == (('args', 1),)
+    assert paths(key(x, 1.0, b=2.0), key(x, 1.0, b=3.0)) == (
+        ('kwargs', 'b'),)
+    assert paths(key(x, 1.0), key(x, 1.0)) is None
+    assert paths(key(x, 1.0), key(x, 1)) is None
+    assert paths(key(x, 1.0), key(x[:1], 2.0)) is None
+    assert paths(key(x, 1), key(x, 2)) is None  # ints only where allowed
+    assert paths(key(x, 1), key(x, 2), [('args', 1)]) == (('args', 1),)
+    assert paths(key(x, True), key(x, False), [('args', 1)]) is None
+    assert scalars.number_paths(key(x, 1.0, 2, b=3.0, c='s', d=4),
+                                lambda path: path == ('kwargs', 'd')) == (
+        ('args', 1), ('kwargs', 'b'), ('kwargs', 'd'))
     varying = scalars.VaryingScalars((('args', 1), ('kwargs', 'b')))
     general, values = varying.generalize(key(x, 1.5, b=-2.0))
     assert values == [1.5, -2.0]
     assert general == varying.generalize(key(x, 7.0, b=0.0))[0]
-    assert varying.generalize(key(x, 1, b=0.0)) is None
+    # An int keeps its type in the key: it is another entry's.
+    as_int, values = varying.generalize(key(x, 1, b=0.0))
+    assert values == [1, 0.0] and as_int != general
+    assert varying.generalize(key(x, 'one', b=0.0)) is None
 
 
 _OPERATORS = [operator.add, operator.sub, operator.mul, operator.truediv,

@@ -62,14 +62,18 @@ def _run(fn, calls):
 
 
 def _twins(cls):
+    """The eager model and the jitted forward of its twin. ``Scaled``'s
+    with ``dynamic=False``: each value of ``k`` is an entry of its own (by
+    default a float or int that changes leaves the key, see
+    ``frontend.scalars``)."""
     eager, jitted = cls(), cls()
     jitted.copyparams(eager)
-    return eager, chainerjit.jit(jitted.forward, recompile_limit=3)
+    return eager, chainerjit.jit(jitted.forward, recompile_limit=3,
+                                 dynamic=False if cls is Scaled else None)
 
 
 def _scaled_calls(rng, values):
-    """Calls with ``k`` an int (a float that changes leaves the key, see
-    ``frontend.scalars``; an int stays)."""
+    """Calls with ``k`` an int."""
     return [(rng.standard_normal((2, 4)).astype(numpy.float32), int(k))
             for k in values]
 

@@ -1,0 +1,206 @@
+"""Int arguments that vary by call (``frontend.scalars.IntScalar``): an
+int the forward's source only computes with (never indexes, slices or
+counts with) is an input of the program, with eager's bits, gradients
+included; one it indexes with stays in the key; a use the recording
+cannot see is caught by the check of the first new values."""
+
+import linecache
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import numpy
+from numpy.testing import assert_array_equal
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit.frontend import scalars
+
+
+F32 = numpy.float32
+VALUES = [2, 3, 7, 1, 12, 5, -4]
+
+
+class _Scaled(chainer.Chain):
+    """A layer whose output an int argument scales and shifts, in every
+    way Chainer's operators take a constant."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 4)
+
+    def forward(self, x, k):
+        h = F.tanh(self.fc(x)) * k
+        y = h / k + k - F.sum(h) / (k + 1) + (2 * abs(k)) ** 0.5 * h
+        return y + (k - h) * (k // 3 - k % 3) + k / (h * h + 1) + h ** 2
+
+
+def _twins():
+    eager, model = _Scaled(), _Scaled()
+    model.copyparams(eager)
+    return eager, model
+
+
+def _steps(eager, model, jitted, rng, values):
+    """A forward and backward of both models on a new batch per value;
+    their outputs and weight gradients must be equal, bit for bit."""
+    for k in values:
+        x = rng.randn(3, 4).astype(F32)
+        outputs = []
+        for m, fn in ((eager, eager.forward), (model, jitted)):
+            m.cleargrads()
+            y = fn(x, k)
+            y.grad = numpy.ones_like(y.array)
+            y.backward()
+            outputs.append(y.array)
+        assert_array_equal(outputs[1], outputs[0])
+        assert_array_equal(model.fc.W.grad, eager.fc.W.grad)
+
+
+def test_an_int_new_on_every_call_compiles_twice(rng):
+    eager, model = _twins()
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    _steps(eager, model, jitted, rng, VALUES)
+    info = jitted.cache_info()
+    assert info.compiles == 2 and info.currsize == 1, jitted.cache_report()
+    assert info.compiled == len(VALUES) - 2 - scalars.CHECKED_VALUES
+    entry, = jitted.cache_entries()
+    assert 'k: int' in str(entry.signature)
+    assert 'python.floordiv' in str(entry.graph)
+
+
+def test_an_int_runs_in_onnxruntime(rng):
+    pytest.importorskip('onnxruntime')
+    eager, model = _twins()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for k in VALUES:
+            x = rng.randn(3, 4).astype(F32)
+            numpy.testing.assert_allclose(jitted(x, k).array,
+                                          eager.forward(x, k).array,
+                                          rtol=1e-5, atol=1e-6)
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().startswith('onnxruntime'), \
+        entry.describe_backend()
+
+
+def _sliced(x, k):
+    return F.tanh(x[:, :k]) * 2
+
+
+def _counted(x, k):
+    for _ in range(k):
+        x = F.tanh(x)
+    return x * k
+
+
+def _derived(x, k):
+    n = k + 1
+    return F.sum(x[:n]) * n
+
+
+@pytest.mark.parametrize('fn', [_sliced, _counted, _derived])
+def test_an_int_the_source_indexes_or_counts_with_stays_in_the_key(
+        rng, fn):
+    # CPython reads an int there in C, unseen: one entry per value.
+    jitted = chainerjit.jit(fn, backend='numpy')
+    values = [1, 2, 3]
+    for k in values:
+        x = rng.randn(4, 4).astype(F32)
+        assert_array_equal(jitted(x, k).array, fn(x, k).array)
+    assert jitted.cache_info().currsize == len(values)
+    assert all('k: int' not in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+def _compared(x, k):
+    if k > 2:
+        return x * 2
+    return x * k
+
+
+def _recompile_warnings(fn, rng):
+    """Runs ``fn`` jitted and eagerly at k = 1 to 4 (the results must be
+    equal, bit for bit); returns the jitted function and the texts of
+    its RecompileWarnings."""
+    jitted = chainerjit.jit(fn, backend='numpy')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for k in (1, 2, 3, 4):
+            x = chainer.Variable(rng.randn(2, 3).astype(F32))
+            assert_array_equal(jitted(x, k).array, fn(x, k).array)
+    return jitted, [str(w.message) for w in caught
+                    if issubclass(w.category, errors.RecompileWarning)]
+
+
+def test_a_comparison_keeps_it_in_the_key_with_a_warning(rng):
+    _, text = _recompile_warnings(_compared, rng)
+    assert any('k compared at' in t and 'test_varying_ints.py' in t
+               for t in text), text
+
+
+def _scaled_by_a_float(x, k):
+    return x * (0.5 * k)  # float.__mul__ reads k in C: no use noted
+
+
+def test_a_use_the_recording_cannot_see_is_caught_at_a_new_value(rng):
+    jitted, text = _recompile_warnings(_scaled_by_a_float, rng)
+    assert any('gave another result than eagerly' in t for t in text), text
+    assert all(not isinstance(e.symbolic, scalars.VaryingScalars)
+               for e in jitted.cache_entries())
+
+
+_OPERATIONS = ['+', '-', '*', '//', '%', '/']
+
+
+def _expressions():
+    """Python source of integer arithmetic over ``k`` and small ints."""
+    leaves = st.one_of(st.just('k'), st.integers(-4, 4).map(
+        lambda c: '(%d)' % c))
+    return st.recursive(leaves, lambda inner: st.builds(
+        lambda op, a, b: '(%s %s %s)' % (a, op, b),
+        st.sampled_from(_OPERATIONS), inner, inner), max_leaves=5)
+
+
+@settings(deadline=None, max_examples=40)
+@given(_expressions(), st.lists(st.integers(-6, 9), min_size=3,
+                                max_size=5, unique=True))
+def test_arithmetic_on_a_varying_int_gives_eagers_bits(expression, values):
+    fn = _function('def fn(x, k):\n    return F.sin(x) * %s\n' % expression)
+    x = chainer.Variable(numpy.linspace(-1, 1, 6, dtype=F32))
+    for k in values:
+        try:
+            c = eval(expression, {'k': k})
+        except ZeroDivisionError:
+            return
+        if abs(c) > 1e6:
+            return
+    # (A float on the left of k, ``(0 / 1) + k``, reads it in C unseen:
+    # the check of the first new values catches it, and k stays in the
+    # key. Every way, the results are eager's.)
+    jitted = chainerjit.jit(fn, backend='numpy')
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        for k in values:
+            assert_array_equal(jitted(x, k).array, fn(x, k).array)
+
+
+def _function(source):
+    """The function ``fn`` that ``source`` defines, its source readable
+    (by ``inspect``, through ``linecache``) as a file's would be."""
+    filename = '<test_varying_ints %d>' % len(_SOURCES)
+    _SOURCES.append(source)
+    linecache.cache[filename] = (len(source), None,
+                                 source.splitlines(True), filename)
+    namespace = {'F': F}
+    exec(compile(source, filename, 'exec'), namespace)
+    return namespace['fn']
+
+
+_SOURCES = []
