@@ -257,8 +257,11 @@ def _kept_axes(index, origins):
 
 def note_passed(what, args, kwargs, depth=1):
     """Notes the Lengths in a call's arguments as passed to ``what``, if
-    the code ``depth`` frames up is the forward's."""
+    the code ``depth`` frames up is the forward's; and the varying numbers
+    (``scalars``), which NumPy's makers read in C."""
     recorder = _state.recorder
+    if recorder is not None:
+        recorder.note_constants((args, kwargs), 'passed to %s' % what)
     if recorder is None or not (contained(args) or contained(kwargs)):
         return
     loc = _forward_line(depth)

@@ -139,10 +139,21 @@ def _recompile_warnings(fn, rng):
                     if issubclass(w.category, errors.RecompileWarning)]
 
 
-def test_a_comparison_keeps_it_in_the_key_with_a_warning(rng):
-    _, text = _recompile_warnings(_compared, rng)
-    assert any('k compared at' in t and 'test_varying_ints.py' in t
-               for t in text), text
+def _filled(x, k):
+    return x + numpy.full(x.shape, k, F32)
+
+
+def _shifted(x, k):
+    return x * (k << 1)
+
+
+@pytest.mark.parametrize('fn, use', [
+    (_compared, 'k compared at'), (_filled, 'k passed to numpy.full at'),
+    (_shifted, 'k used in bitwise arithmetic at')])
+def test_a_use_that_bakes_it_in_keeps_it_in_the_key_with_a_warning(
+        rng, fn, use):
+    _, text = _recompile_warnings(fn, rng)
+    assert any(use in t and 'test_varying_ints.py' in t for t in text), text
 
 
 def _scaled_by_a_float(x, k):
