@@ -186,11 +186,12 @@ def arithmetic_only_names(code):
     """The parameters of a function that its source never indexes or
     slices with, nor passes to a builtin that reads an int in C
     (:data:`C_INT_READERS`: ``range(k)``, ``x[:k]``, ``[0] * list(...)``),
-    directly, through arithmetic (``range(k + 1)``) or through names
-    assigned from them (``n = 2 * k``, then ``x[:n]``), and never assigns
-    to. CPython reads an int subclass there without calling its methods:
-    only such a parameter may be an ``IntScalar`` (``frontend.scalars``)
-    while recording, whose other uses its methods see."""
+    nor puts on the right of a float (``0.5 * k``), directly, through
+    arithmetic (``range(k + 1)``) or through names assigned from them
+    (``n = 2 * k``, then ``x[:n]``), and never assigns to. CPython reads
+    an int subclass there without calling its methods: only such a
+    parameter may be an ``IntScalar`` (``frontend.scalars``) while
+    recording, whose other uses its methods see."""
     function = source.function_ast(code)
     if function is None:
         return frozenset()
@@ -221,7 +222,9 @@ def _read_in_python_only(function, parents, name, seen):
         while parent is not None and not isinstance(parent, ast.stmt):
             if isinstance(parent, ast.Subscript) and node is parent.slice \
                     or isinstance(parent, ast.Call) and node in parent.args \
-                    and _called_name(parent) in C_INT_READERS:
+                    and _called_name(parent) in C_INT_READERS \
+                    or isinstance(parent, ast.BinOp) and \
+                    node is parent.right and _is_float(parent.left):
                 return False
             node, parent = parent, parents.get(parent)
         if isinstance(parent, (ast.Assign, ast.AugAssign)):
@@ -234,6 +237,13 @@ def _read_in_python_only(function, parents, name, seen):
                                                  target.id, seen):
                     return False
     return True
+
+
+def _is_float(node):
+    """A float literal or ``float(...)``: on the left of an int, Python's
+    float does the arithmetic, in C (``0.5 * k``)."""
+    return isinstance(node, ast.Constant) and type(node.value) is float \
+        or source.is_call(node, 'float')
 
 
 def _called_name(call):

@@ -105,10 +105,15 @@ def _derived(x, k):
     return F.sum(x[:n]) * n
 
 
-@pytest.mark.parametrize('fn', [_sliced, _counted, _derived])
+def _halved(x, k):
+    return F.tanh(x) * (0.5 * k)
+
+
+@pytest.mark.parametrize('fn', [_sliced, _counted, _derived, _halved])
 def test_an_int_the_source_indexes_or_counts_with_stays_in_the_key(
         rng, fn):
-    # CPython reads an int there in C, unseen: one entry per value.
+    # CPython reads an int there in C, unseen (and a float on its left
+    # multiplies in C): one entry per value.
     jitted = chainerjit.jit(fn, backend='numpy')
     values = [1, 2, 3]
     for k in values:
@@ -157,7 +162,7 @@ def test_a_use_that_bakes_it_in_keeps_it_in_the_key_with_a_warning(
 
 
 def _scaled_by_a_float(x, k):
-    return x * (0.5 * k)  # float.__mul__ reads k in C: no use noted
+    return x * ((1 / 2) * k)  # float.__mul__ reads k in C: no use noted
 
 
 def test_a_use_the_recording_cannot_see_is_caught_at_a_new_value(rng):
