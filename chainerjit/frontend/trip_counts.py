@@ -186,12 +186,14 @@ def arithmetic_only_names(code):
     """The parameters of a function that its source never indexes or
     slices with, nor passes to a builtin that reads an int in C
     (:data:`C_INT_READERS`: ``range(k)``, ``x[:k]``, ``[0] * list(...)``),
+    nor passes to a function as an int (``self.decode(x, max_len=k)``),
     nor puts on the right of a float (``0.5 * k``), directly, through
-    arithmetic (``range(k + 1)``) or through names assigned from them
-    (``n = 2 * k``, then ``x[:n]``), and never assigns to. CPython reads
-    an int subclass there without calling its methods: only such a
-    parameter may be an ``IntScalar`` (``frontend.scalars``) while
-    recording, whose other uses its methods see."""
+    integer arithmetic (``range(k + 1)``) or through names assigned such
+    arithmetic (``n = 2 * k``, then ``x[:n]``), and never assigns to.
+    CPython reads an int subclass there without calling its methods (a
+    function given one may too): only such a parameter may be an
+    ``IntScalar`` (``frontend.scalars``) while recording, whose other
+    uses its methods see."""
     function = source.function_ast(code)
     if function is None:
         return frozenset()
@@ -204,13 +206,22 @@ def arithmetic_only_names(code):
 #: Builtins (and ``itertools`` functions) that read an int argument in C.
 C_INT_READERS = frozenset([
     'range', 'list', 'tuple', 'bytes', 'bytearray', 'chr', 'hex', 'oct',
-    'bin', 'enumerate', 'zip', 'islice', 'repeat', 'str', 'format'])
+    'bin', 'enumerate', 'zip', 'islice', 'repeat'])
+
+#: Builtins that call an int argument's own methods (``abs(k)`` calls
+#: ``k.__abs__``), which an ``IntScalar`` records or notes.
+METHOD_CALLERS = frozenset([
+    'abs', 'round', 'divmod', 'pow', 'min', 'max', 'float', 'int', 'bool',
+    'hash', 'repr', 'str', 'format'])
 
 
 def _read_in_python_only(function, parents, name, seen):
     """No use of ``name`` (nor of names assigned from it) is an index, a
-    slice or an argument of a :data:`C_INT_READERS` builtin, and none
-    assigns to it (to the parameter; ``seen`` empty)."""
+    slice or an argument of a :data:`C_INT_READERS` builtin, none passes
+    it to a function as an int (``self.decode(x, max_len=k)``, whose
+    ``range(max_len)`` would read it in C; ``self.l(h * k)`` passes what
+    a Variable's arithmetic gave), and none assigns to it (to the
+    parameter; ``seen`` empty)."""
     derived = bool(seen)  # a name assigned from the parameter
     seen.add(name)
     for use in source.name_nodes(function, name):
@@ -220,14 +231,19 @@ def _read_in_python_only(function, parents, name, seen):
             return False
         node, parent = use, parents.get(use)
         while parent is not None and not isinstance(parent, ast.stmt):
+            passed = isinstance(parent, ast.keyword) or \
+                isinstance(parent, ast.Call) and node in parent.args and \
+                _called_name(parent) not in METHOD_CALLERS
             if isinstance(parent, ast.Subscript) and node is parent.slice \
+                    or passed and _int_arithmetic(node, seen) \
                     or isinstance(parent, ast.Call) and node in parent.args \
                     and _called_name(parent) in C_INT_READERS \
                     or isinstance(parent, ast.BinOp) and \
                     node is parent.right and _is_float(parent.left):
                 return False
             node, parent = parent, parents.get(parent)
-        if isinstance(parent, (ast.Assign, ast.AugAssign)):
+        if isinstance(parent, (ast.Assign, ast.AugAssign)) and \
+                _int_arithmetic(parent.value, seen):  # an int assigned
             targets = parent.targets if isinstance(parent, ast.Assign) \
                 else [parent.target]
             for target in ast.walk(ast.Tuple(elts=targets)):
@@ -237,6 +253,16 @@ def _read_in_python_only(function, parents, name, seen):
                                                  target.id, seen):
                     return False
     return True
+
+
+def _int_arithmetic(node, names):
+    """``node`` is arithmetic of ``names`` and int literals only: an int
+    where they are ints (``k``, ``k + 1``, ``2 * n``)."""
+    return all(isinstance(sub, (ast.BinOp, ast.UnaryOp, ast.operator,
+                                ast.unaryop, ast.Load)) or
+               isinstance(sub, ast.Name) and sub.id in names or
+               isinstance(sub, ast.Constant) and type(sub.value) is int
+               for sub in ast.walk(node))
 
 
 def _is_float(node):
