@@ -109,8 +109,10 @@ def choose_deferred(providers, entry, inputs, training):
     symbols), before the call runs: a session must agree there with the
     VM's outputs and run faster. Returns the seconds it took."""
     start = time.perf_counter()
-    del entry.deferred.seconds[training]
-    if not entry.deferred.seconds:
+    deferred = entry.deferred
+    if deferred is None or deferred.seconds.pop(training, None) is None:
+        return 0.0  # another thread's call made it
+    if not deferred.seconds:
         entry.deferred = None
     if training:
         entry.training_note = choose_training('auto', providers,
