@@ -575,7 +575,7 @@ class JitFunction(_calls.CachedCall):
         and ``varying`` as it takes them) and caches its entry; returns the
         call's result. A call with packed lists (see :meth:`call_key`) may
         get no entry: the function then records those lists item by item
-        from the next call on. Likewise a call with varying float
+        from the next call on. Likewise a call with varying number
         arguments: they stay in the key from then on."""
         compiled = pipeline.compile_call(self._caller(instance), key, leaves,
                                          args, kwargs, packed, batched,

@@ -21,7 +21,7 @@ what it replaces                   while recording
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
 ``Variable`` ``/`` and ``*``       a size there: read at run time
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
-``math``'s functions               note the varying floats passed
+``math``'s functions               note the varying numbers passed
 the NStep links' ``forward``       one ``ops.nstep.NStepRNN`` node
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================

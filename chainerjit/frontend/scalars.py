@@ -364,7 +364,7 @@ def _made_by_chainers_operator(frame):
 
 
 class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
-    """How an entry compiled with varying float arguments follows from a
+    """How an entry compiled with varying number arguments follows from a
     call's key: ``paths`` are where they are, ``('args', index)`` or
     ``('kwargs', name)``; :meth:`generalize` leaves their values out of
     the key and gives them as the program's symbols, in order."""

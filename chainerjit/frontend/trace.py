@@ -79,7 +79,7 @@ class Recording(object):
         graph.templates = self.templates
         # lengths.Use: what the forward did with its arguments' sizes
         self.length_uses = recorder.length_uses if recorder else []
-        # scalars.Use: what baked in the varying float arguments
+        # scalars.Use: what baked in the varying number arguments
         self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
         self.size_operations = recorder.size_operations if recorder \
@@ -165,7 +165,7 @@ class _Recorder(object):
             self.escape = (what, loc)
 
     def note_constants(self, obj, what, loc=None):
-        """Notes the varying float arguments (``scalars.Scalar``) in
+        """Notes the varying numbers (``scalars.Scalar``, ``IntScalar``) in
         ``obj`` as baked in: a recorded node holds them as constants."""
         if self.varying:
             scalars.note_baked_in(obj, what, loc)

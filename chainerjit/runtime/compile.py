@@ -199,7 +199,7 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
                 entry.training_note = backends.choose_training(
                     caller.backend, caller.providers, entry.training,
                     _recorded_inputs(graph, leaves, recording, symbols))
-        if deferred and entry.program is not None:
+        if deferred:
             entry.deferred = backends.Deferred(
                 [False] + ([True] if entry.training is not None else []))
     if packed is not None and not _packing_pays(entry, recording):
@@ -221,7 +221,7 @@ def call_signature(fn, instance, key, leaves, args, kwargs):
 def _record(caller, sig, leaves, args, kwargs, packed, varying=None):
     """Runs the call define-by-run and records it (``trace.record``);
     ``packed`` is ``(paths, args, kwargs)`` as called, before packing;
-    ``varying``, ``(paths, names)`` of the varying float arguments."""
+    ``varying``, ``(paths, names)`` of the varying number arguments."""
     input_names = [name for name, _ in sig.items[:len(leaves)]]
     return trace.record(caller.fn, caller.instance, args, kwargs, leaves,
                         caller.name, input_names, packed, varying)
@@ -230,7 +230,7 @@ def _record(caller, sig, leaves, args, kwargs, packed, varying=None):
 # --- float arguments that vary by call --------------------------------------
 
 def _why_fixed(caller, recording, names):
-    """Why the varying float arguments ``names`` must stay in the key (the
+    """Why the varying number arguments ``names`` must stay in the key (the
     uses that baked them into the recording, warned about), or
     ``None``."""
     uses = recording.scalar_uses
@@ -246,7 +246,7 @@ def _why_fixed(caller, recording, names):
 
 def _with_varying(key, sig, varying, names):
     """``(key, sig, symbols)``: the key and signature of an entry for
-    every value of the varying float arguments (``names``), and their
+    every value of the varying number arguments (``names``), and their
     values."""
     general, values = varying.generalize(key)
     return general, sig.with_varying(
