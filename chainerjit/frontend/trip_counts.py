@@ -231,15 +231,7 @@ def _read_in_python_only(function, parents, name, seen):
             return False
         node, parent = use, parents.get(use)
         while parent is not None and not isinstance(parent, ast.stmt):
-            passed = isinstance(parent, ast.keyword) or \
-                isinstance(parent, ast.Call) and node in parent.args and \
-                _called_name(parent) not in METHOD_CALLERS
-            if isinstance(parent, ast.Subscript) and node is parent.slice \
-                    or passed and _int_arithmetic(node, seen) \
-                    or isinstance(parent, ast.Call) and node in parent.args \
-                    and _called_name(parent) in C_INT_READERS \
-                    or isinstance(parent, ast.BinOp) and \
-                    node is parent.right and _is_float(parent.left):
+            if _read_in_c(node, parent, seen):
                 return False
             node, parent = parent, parents.get(parent)
         if isinstance(parent, (ast.Assign, ast.AugAssign)) and \
@@ -255,6 +247,25 @@ def _read_in_python_only(function, parents, name, seen):
     return True
 
 
+def _read_in_c(node, parent, names):
+    """May ``parent`` read ``node`` (an expression of the int ``names``)
+    in C: as an index or a slice, on the right of a float, as an argument
+    of a :data:`C_INT_READERS` builtin, or as an int (``node`` their
+    integer arithmetic) given to a function other than the
+    :data:`METHOD_CALLERS`?"""
+    if isinstance(parent, ast.Subscript):
+        return node is parent.slice
+    if isinstance(parent, ast.BinOp):
+        return node is parent.right and _is_float(parent.left)
+    if isinstance(parent, ast.keyword):
+        return _int_arithmetic(node, names)
+    if isinstance(parent, ast.Call) and node in parent.args:
+        called = _called_name(parent)
+        return called in C_INT_READERS or (
+            called not in METHOD_CALLERS and _int_arithmetic(node, names))
+    return False
+
+
 def _int_arithmetic(node, names):
     """``node`` is arithmetic of ``names`` and int literals only: an int
     where they are ints (``k``, ``k + 1``, ``2 * n``)."""
@@ -266,15 +277,16 @@ def _int_arithmetic(node, names):
 
 
 def _is_float(node):
-    """A float literal or ``float(...)``: on the left of an int, Python's
-    float does the arithmetic, in C (``0.5 * k``)."""
+    """A float literal or ``float(...)``: Python's float does arithmetic
+    with it in C, an int on the other side read unseen (``0.5 * k``,
+    ``1.0 / T``)."""
     return isinstance(node, ast.Constant) and type(node.value) is float \
         or source.is_call(node, 'float')
 
 
 def _called_name(call):
-    """``'range'`` for ``range(...)`` and ``itertools.islice`` for
-    ``'islice'``; else ``None``."""
+    """The name a call calls: ``'range'`` for ``range(...)``, ``'islice'``
+    for ``itertools.islice(...)``; else ``None``."""
     func = call.func
     if isinstance(func, ast.Name):
         return func.id
@@ -425,8 +437,7 @@ def float_size_uses(code):
             continue
         sides = (node.left, node.right)
         floats = isinstance(node.op, ast.Div) or any(
-            isinstance(s, ast.Constant) and type(s.value) is float or
-            source.is_call(s, 'float') for s in sides)
+            _is_float(s) for s in sides)
         if floats:
             uses += [(p, axis, node.lineno + offset,
                       node.col_offset + indent) for s in sides
