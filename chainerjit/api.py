@@ -126,7 +126,7 @@ class JitFunction(_calls.CachedCall):
         self._lengths_unsound = False  # a symbolic length gave another
         # result than eager: lengths stay in the key
         self._batch_static = False  # likewise for batch sizes
-        self._floats_static = False  # float arguments stay in the key
+        self._numbers_static = False  # float and int arguments stay in the key
         self._arithmetic_only = None  # trip_counts.arithmetic_only_names
         self._unpacked = set()  # list arguments recorded item by item
         # Parameter arrays its frozen programs made read-only (unfreeze()).
@@ -203,11 +203,11 @@ class JitFunction(_calls.CachedCall):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
             varying, sibling = (None, None) if packed is not None else \
-                self._varying_floats(key)
+                self._varying_numbers(key)
             if varying:
                 result = self._compile(key, leaves, instance, args, kwargs,
                                        varying=varying)
-                if sibling is not None and not self._floats_static:
+                if sibling is not None and not self._numbers_static:
                     self.cache.remove(sibling)  # the new entry serves it
                 return result
             dynamic = packed is None and not self._batch_static and \
@@ -392,7 +392,7 @@ class JitFunction(_calls.CachedCall):
             sibling.batch_note = entry.batch_note
         return result
 
-    def _varying_floats(self, key):
+    def _varying_numbers(self, key):
         """``(paths, entry)``: the paths of the float arguments (and the
         int ones :meth:`_int_varies` allows) to record as inputs of the
         program (``frontend.scalars``), with
@@ -400,7 +400,7 @@ class JitFunction(_calls.CachedCall):
         call miss ``entry``, compiled for other values; or ``(None,
         None)``."""
         dynamic = self._options.get('dynamic')
-        if dynamic is False or self._floats_static:
+        if dynamic is False or self._numbers_static:
             return None, None
         if dynamic:
             return scalars.number_paths(key, self._int_varies) or None, None
@@ -424,9 +424,9 @@ class JitFunction(_calls.CachedCall):
             in self._arithmetic_only
 
     def _warn_varying(self, why):
-        self._floats_static = True
+        self._numbers_static = True
         errors.warn_once(
-            (self.__name__, 'floats', why), errors.RecompileWarning,
+            (self.__name__, 'numbers', why), errors.RecompileWarning,
             'chainerjit: %s: %s. Each new value compiles again.'
             % (self.__name__, why))
 
@@ -581,7 +581,7 @@ class JitFunction(_calls.CachedCall):
                                          args, kwargs, packed, batched,
                                          varying)
         if varying is not None and compiled.entry is None:
-            self._floats_static = True
+            self._numbers_static = True
         if compiled.unpack is not None:
             self._unpacked.add(compiled.unpack)
         entry = compiled.entry

@@ -387,10 +387,10 @@ def _gpu_fill_patches():
                  for name, fill in _GPU_FILLS.items())
 
 
-def _noting_floats(label):
+def _noting_numbers(label):
     """A function of the ``math`` module while recording: the varying
-    float arguments (``frontend.scalars``) passed to it are baked in (it
-    reads them in C, unseen by their own methods)."""
+    numbers (``frontend.scalars``) passed to it are baked in (it reads
+    them in C, unseen by their own methods)."""
     def make(fn, recorder):
         def noting(*args, **kwargs):
             if recorder.varying and _state.recorder is recorder:
@@ -438,7 +438,7 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
-) + tuple(RecordingPatch(math, name, _noting_floats('math.' + name))
+) + tuple(RecordingPatch(math, name, _noting_numbers('math.' + name))
           for name in _MATH_FUNCTIONS) + _gpu_fill_patches()
 
 

@@ -152,8 +152,9 @@ class _Recorder(object):
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         self.made_rows = []  # lengths.MadeRows: arrays made with a batch
-        # Float arguments that vary by call, as scalars.Scalar, and the
-        # uses that bake them into the recording (scalars.Use).
+        # Number arguments that vary by call (scalars.Scalar, IntScalar)
+        # are about, and the uses that bake them into the recording
+        # (scalars.Use).
         self.varying = False
         self.scalar_uses = []
         # (filename, line, column) of the forward's operations of a
@@ -456,8 +457,9 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
             stacked into ``args`` and ``kwargs``: ``(paths, the caller's
             args, the caller's kwargs)``. The forward then gets lists of
             the stacked arrays' rows.
-        varying: ``(paths, names)`` of float arguments the forward gets as
-            ``scalars.Scalar`` numbers held by symbols of the graph.
+        varying: ``(paths, names)`` of number arguments the forward gets
+            as ``scalars.Scalar`` (``IntScalar``) numbers held by symbols
+            of the graph.
 
     Returns:
         Recording: the graph, where each parameter comes from, the
@@ -495,7 +497,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
                     recorder.graph, call_args, call_kwargs, packed, proxies)
                 watcher.arguments.update(rows.arguments)
             run_args, run_kwargs = call_args, call_kwargs
-            if varying is not None:  # the same objects, but the floats
+            if varying is not None:  # the same objects, but the numbers
                 recorder.varying = True
                 run_args, run_kwargs = scalars.proxies(
                     call_args, call_kwargs, varying[0], recorder.graph,

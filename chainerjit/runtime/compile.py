@@ -71,8 +71,8 @@ class Caller(collections.namedtuple('Caller', (
             (``runtime.ragged``).
         warn_batch: ``warn_batch(why)`` warns, once, that the batch size
             stays in the key (``runtime.batch``).
-        warn_varying: ``warn_varying(why)`` warns, once, that float
-            arguments stay in the key (``frontend.scalars``).
+        warn_varying: ``warn_varying(why)`` warns, once, that float or
+            int arguments stay in the key (``frontend.scalars``).
     """
 
     __slots__ = ()
@@ -102,7 +102,7 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
     out of the key where the VM may run the program at any batch size
     (``batch.rows_batched``); the entry then serves every batch size.
 
-    ``varying`` (paths of float arguments, see ``frontend.scalars``): the
+    ``varying`` (paths of number arguments, see ``frontend.scalars``): the
     call is recorded with those arguments as inputs of the program, and
     gets an entry for all their values where the forward only computed
     with them; otherwise no entry (``caller.warn_varying`` says why).
@@ -227,7 +227,7 @@ def _record(caller, sig, leaves, args, kwargs, packed, varying=None):
                         caller.name, input_names, packed, varying)
 
 
-# --- float arguments that vary by call --------------------------------------
+# --- number arguments that vary by call -------------------------------------
 
 def _why_fixed(caller, recording, names):
     """Why the varying number arguments ``names`` must stay in the key (the
