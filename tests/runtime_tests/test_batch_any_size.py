@@ -536,23 +536,26 @@ def _pairs(rng, batch):
     return (rng.randn(batch, 6).astype(F32), rng.randn(batch, 6).astype(F32))
 
 
-def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
+def _one_entry_for_every_batch_size(model_class):
+    """The one entry of ``model_class``'s jitted forward after calls at
+    several batch sizes, whose values and gradients are eager's, with no
+    RecompileWarning."""
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         jitted = differential.check_grads(
-            None, _calls(_pairs), model=_model(_Discriminator),
+            None, _calls(_pairs), model=_model(model_class),
             method='forward')
     entry, = jitted.cache_entries()
+    return entry
+
+
+def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
+    entry = _one_entry_for_every_batch_size(_Discriminator)
     assert 'f32[2*B,8]' in str(entry.graph), entry.graph
 
 
 def test_a_loss_divided_by_the_batch_serves_every_batch_size():
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, _calls(_pairs), model=_model(_DividedByTheBatch),
-            method='forward')
-    entry, = jitted.cache_entries()
+    entry = _one_entry_for_every_batch_size(_DividedByTheBatch)
     assert 'python.size[a=1, axis=0, b=0](real)' in str(entry.graph)
 
 
