@@ -29,7 +29,11 @@ against eager's. Workloads:
   that changes on every call (an annealed weight: an input of the
   program too);
 * ``new index every call``: a forward that indexes its output with an
-  ``int`` argument that changes on every call (it stays in the key: the
+  ``int`` argument that changes on every call (an input of the program,
+  read by its indexing node);
+* ``new list index every call``: a forward that scales its output by an
+  item of a Python list, indexed with an ``int`` argument that changes on
+  every call (CPython reads the int in C: it stays in the key, the
   function stops recording and runs its linear layer as a compiled
   segment; the per-call cost of the wrapper around eager code);
 * ``text classifier, sentences of new lengths``: Chainer's text
@@ -69,6 +73,7 @@ WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
              'GAN discriminator, input noise', 'new value every call',
              'new float every call', 'new index every call',
+             'new list index every call',
              'text classifier, sentences of new lengths',
              'seq2seq, sentences of new lengths')
 
@@ -94,7 +99,7 @@ def parse_args(argv=None):
 def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
-    Scaled, TextClassifier, Seq2seq)``."""
+    Scaled, TextClassifier, Seq2seq, Picked, Listed)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -193,6 +198,14 @@ def models():
         def forward(self, x, k):
             return F.tanh(self.fc(x))[:, k % 64] * 2
 
+    class Listed(Scaled):
+        def __init__(self):
+            super().__init__()
+            self.weights = [0.5 + i / 8 for i in range(8)]
+
+        def forward(self, x, k):
+            return F.tanh(self.fc(x)) * self.weights[k % 8]
+
     def sequence_embed(embed, xs, dropout=0.):
         x_len = [len(x) for x in xs]
         x_section = numpy.cumsum(x_len[:-1])
@@ -243,7 +256,7 @@ def models():
             return loss
 
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
-            Seq2seq, Picked)
+            Seq2seq, Picked, Listed)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -349,9 +362,10 @@ def _gan_calls(n, rng):
             for _ in range(n)]
 
 
-def _scaled(jit, picked=False):
+def _scaled(jit, which=4):
+    """A forward given a number: ``which`` model of :func:`models`."""
     import chainerjit
-    model = _twins(models()[7 if picked else 4])[1 if jit else 0]
+    model = _twins(models()[which])[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
 
     def step(n, args):
@@ -411,8 +425,10 @@ WORKLOAD_DEFS = {
     'GAN discriminator, input noise': Workload(_gan, _gan_calls),
     'new value every call': Workload(_scaled, _scaled_calls),
     'new float every call': Workload(_scaled, _scaled_float_calls),
-    'new index every call': Workload(lambda jit: _scaled(jit, True),
+    'new index every call': Workload(lambda jit: _scaled(jit, 7),
                                      _scaled_calls),
+    'new list index every call': Workload(lambda jit: _scaled(jit, 8),
+                                          _scaled_calls),
     'text classifier, sentences of new lengths': Workload(_text,
                                                           _text_calls),
     'seq2seq, sentences of new lengths': Workload(_seq2seq, _seq2seq_calls),
@@ -476,9 +492,29 @@ def format_table(rows):
     return '\n'.join(lines)
 
 
+def _warm_up():
+    """One jitted training step and one forward of a small model: the
+    process's one-time costs (imports, Chainer's patches) are paid before
+    the first workload, not by it."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    import chainerjit
+
+    model = L.Linear(3, 2)
+    forward = chainerjit.jit(model.forward)
+    x = numpy.ones((2, 3), numpy.float32)
+    F.sum(forward(x)).backward()
+    with chainer.no_backprop_mode():
+        forward(x)
+
+
 def main(argv=None):
     args = parse_args(argv)
     info = timing.start(args.threads)
+    _warm_up()
     rows = []
     for name in args.only or WORKLOADS:
         rows.append(run_workload(name, args))

@@ -96,11 +96,12 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         '--calls', '12', '--rounds', '1', '--target-ms', '1', '--threads',
         '0', '--only', 'tree net, whole traversal jitted',
         'VAE, sampling', 'new value every call', 'new float every call',
-        'new index every call', '--output', str(report)])
-    tree, vae, new_value, new_float, new_index = rows
-    assert tree['stopped'] and new_index['stopped']
+        'new index every call', 'new list index every call', '--output',
+        str(report)])
+    tree, vae, new_value, new_float, new_index, list_index = rows
+    assert tree['stopped'] and list_index['stopped']
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
-    for number in (new_value, new_float):
+    for number in (new_value, new_float, new_index):
         assert number['info'].compiles == 2 and not number['stopped']
     text = report.read_text()
     assert '| VAE, sampling |' in text and 'machine:' in text

@@ -217,6 +217,10 @@ class LoopWatcher(object):
         self.position = position
         self.top_code = top_code
         self.arguments = arguments
+        # The offsets of the jitted function's subscripts that index with
+        # a varying int, and how often each ran (see watch_indexes).
+        self.index_offsets = frozenset()
+        self.indexed = collections.Counter()
         self.runs = []  # LoopRuns, in order of their end
         self.no_source = []  # code objects with loops but no source
         self._open = {}  # id(frame) -> [LoopRun]: statement loops
@@ -234,7 +238,30 @@ class LoopWatcher(object):
             self._close_all(frame_id)
         self._comps.clear()
 
+    def watch_indexes(self, offsets):
+        """Counts the runs of the jitted function's instructions at
+        ``offsets`` (subscripts indexing with a varying int) in
+        :attr:`indexed`: the recording tells those it saw from those
+        CPython ran in C."""
+        self.index_offsets = frozenset(offsets)
+
     def _on_call(self, frame, event, arg):
+        local = self._local_tracer(frame, event)
+        if frame.f_code is not self.top_code or not self.index_offsets or \
+                event != 'call':
+            return local
+        frame.f_trace_opcodes = True
+
+        def on_event(frame, event, arg):
+            if event == 'opcode':
+                if frame.f_lasti in self.index_offsets:
+                    self.indexed[frame.f_lasti] += 1
+            elif local is not None:
+                local(frame, event, arg)
+            return on_event
+        return on_event
+
+    def _local_tracer(self, frame, event):
         code = frame.f_code
         if event != 'call' or not is_user_code(code):
             return None

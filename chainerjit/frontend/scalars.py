@@ -284,9 +284,12 @@ def _arithmetic_to_onnx(fn, numbers, positions, dtype, in_dtypes):
     """The ONNX form of a recorded Python operation giving ``dtype``: its
     varying inputs (of ``in_dtypes``) and constants cast to ``dtype``
     first (true division gives a float for ints, as Python's)."""
-    op_type = _ONNX_ARITHMETIC.get(fn)
-    if op_type is None or (fn is operator.truediv and dtype.kind != 'f'):
-        return None
+    integer = dtype.kind == 'i'
+    op_type = _ONNX_ARITHMETIC.get(fn) or (
+        _ONNX_INTEGER_ARITHMETIC.get(fn) if integer else None)
+    if op_type is None or (fn is operator.truediv and integer) or (
+            fn in _ONNX_INTEGER_ARITHMETIC and 1 in positions):
+        return None  # (a varying divisor may be 0: Python raises)
 
     def convert(b, ins, outs):
         args = list(numbers)
@@ -294,8 +297,18 @@ def _arithmetic_to_onnx(fn, numbers, positions, dtype, in_dtypes):
             args[i] = b.cast(name, in_dtype, dtype)
         args = [a if isinstance(a, str) else b.constant(
             numpy.asarray(a, dtype)) for a in args]
-        b.op(op_type, args, outs)
+        if fn is operator.floordiv:  # Python's floor: (a - a % b) / b
+            remainder = b.op('Mod', args)[0]
+            b.op('Div', [b.op('Sub', [args[0], remainder])[0], args[1]],
+                 outs)
+        else:
+            b.op(op_type, args, outs)
     return convert
+
+
+# Python's integer operators with an ONNX form on 64-bit ints: ``Mod``
+# takes the divisor's sign, as Python's ``%`` (``//`` is computed from it).
+_ONNX_INTEGER_ARITHMETIC = {operator.mod: 'Mod', operator.floordiv: 'Div'}
 
 
 def plain_numbers(obj):
@@ -346,6 +359,27 @@ def varying_constant(template, label, loc):
             note_baked_in(attr, 'passed to %s (its %s)' % (label, name),
                           loc)
     return found
+
+
+def varying_index(index):
+    """``(position, IntScalar)`` for an index (``F.get_item``'s, or
+    NumPy's) that holds one IntScalar as an integer (``y[k]``, ``y[:, k %
+    n]``), the rest plain ints, slices of them, ``None`` and ``...``;
+    else ``None``."""
+    items = index if type(index) is tuple else (index,)
+    found = [(j, s) for j, s in enumerate(items) if isinstance(s, _VARYING)]
+    if len(found) != 1 or not isinstance(found[0][1], IntScalar) or any(
+            not _plain_index(s) for j, s in enumerate(items)
+            if j != found[0][0]):
+        return None
+    return found[0]
+
+
+def _plain_index(item):
+    return item is None or item is Ellipsis or type(item) is int or (
+        type(item) is slice and all(type(v) in (int, type(None))
+                                    for v in (item.start, item.stop,
+                                              item.step)))
 
 
 # The code of Chainer's operators with a constant that reads it: the

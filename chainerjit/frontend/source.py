@@ -33,6 +33,19 @@ def parsed_source(code):
     return tree, (start - 1 if start else 0)
 
 
+def dedented_by(code):
+    """How many columns :func:`parsed_source` took off the start of each
+    line of a code object's source (a method's indentation): add them to
+    an ``ast`` node's columns to get the file's."""
+    try:
+        first = inspect.getsourcelines(code)[0][0]
+    except (OSError, TypeError):
+        return 0
+    indent = len(first) - len(first.lstrip())
+    return indent - (len(textwrap.dedent(first)) -
+                     len(textwrap.dedent(first).lstrip()))
+
+
 def function_ast(code):
     """The ``ast`` of a code object's function (its ``def``), or
     ``None``."""

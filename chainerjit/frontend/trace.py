@@ -22,6 +22,8 @@ and effects. Traced arrays and the NumPy recorded on them are
 :mod:`.model_state`'s; the arguments' proxies, :mod:`.arguments`'.
 """
 
+import collections
+import sys
 import threading
 
 import chainer
@@ -40,6 +42,7 @@ from chainerjit.frontend import recording_patches
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.frontend import traced
+from chainerjit.frontend import trip_counts
 from chainerjit.ops import math as ops_math
 from chainerjit.ops import structural
 from chainerjit.ops.scratch import Scratch
@@ -160,6 +163,10 @@ class _Recorder(object):
         # (filename, line, column) of the forward's operations of a
         # Variable with a size (lengths.as_scalar).
         self.size_operations = set()
+        # The jitted function's code, and how often an indexing with a
+        # varying int at each of its instruction offsets was recorded.
+        self.top_code = None
+        self.indexes_seen = collections.Counter()
 
     def note_escape(self, what, loc):
         if self.escape is None:
@@ -379,10 +386,15 @@ class _Recorder(object):
         # A lowering reads the configuration now, while it is the one the
         # node ran under; Chainer's own code, run later, gets it set.
         config = self.config_set_by_the_forward()
+        index = self.varying_index(node.slices) if isinstance(
+            template, get_item.GetItem) else None
         varying = scalars.varying_constant(
             node, ops.node_label(node), user_location(3)) \
-            if self.varying else None
-        if varying is not None:  # the number is an input
+            if self.varying and index is None else None
+        if index is not None:  # the int is an input
+            kernel = index[0]
+            in_values.append(index[1])
+        elif varying is not None:  # the number is an input
             kernel = ops_math.lower_varying_constant(node, ctx,
                                                      varying.value.dtype)
             in_values.append(varying.value)
@@ -420,6 +432,36 @@ class _Recorder(object):
         if not ir_node.pure:  # the self-check must not run it again
             self.generic_outputs[ir_node] = tuple(
                 traced.untag(a) for a in out_arrays)
+
+    def varying_index(self, index):
+        """For an index holding a varying int as an integer
+        (``scalars.varying_index``): ``(the kernel indexing with it, its
+        value)``, the indexing counted as seen; else ``None``."""
+        found = scalars.varying_index(index) if self.varying else None
+        if found is None:
+            return None
+        self._note_index_seen()
+        slices = index if type(index) is tuple else (index,)
+        return _varying_index_kernel(slices, found[0]), found[1].value
+
+    def _note_index_seen(self):
+        """Counts an indexing with a varying int by the jitted function's
+        own code (at its instruction) as seen (``control.LoopWatcher``
+        counts those that ran)."""
+        frame = sys._getframe(1)
+        while frame is not None and frame.f_code is not self.top_code:
+            frame = frame.f_back
+        if frame is not None:
+            self.indexes_seen[frame.f_lasti] += 1
+
+
+def _varying_index_kernel(slices, position):
+    """``y[..., k, ...]`` with ``k`` at ``position`` the node's second
+    input."""
+    kernel = structural.index(scalars.plain_numbers(slices),
+                              [(position, 0, 1)])
+    return kernel._replace(attrs=(('index', structural.index_pattern(
+        scalars.plain_numbers(slices), [(position, 0, 1)])),))
 
 
 _NOT_SET = object()
@@ -497,13 +539,18 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
                     recorder.graph, call_args, call_kwargs, packed, proxies)
                 watcher.arguments.update(rows.arguments)
             run_args, run_kwargs = call_args, call_kwargs
+            index_sites = {}
             if varying is not None:  # the same objects, but the numbers
                 recorder.varying = True
                 run_args, run_kwargs = scalars.proxies(
                     call_args, call_kwargs, varying[0], recorder.graph,
                     recorder.scalar_uses, varying[1])
+                index_sites = _index_sites(code, varying[1])
+                watcher.watch_indexes(index_sites)
+            recorder.top_code = code
             with watcher:
                 result = _run_forward(fn, instance, run_args, run_kwargs)
+            _note_indexes_unseen(recorder, watcher, index_sites)
     finally:
         model_state.restore_arrays(restore)
     model_state.note_changed_python_state(instance, python_state, recorder)
@@ -516,6 +563,36 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         (call_args, call_kwargs), stand_ins, originals, recorder)
     return _recording(instance, recorder, watcher, rows, result, proxies,
                       (stand_ins, originals))
+
+
+def _index_sites(code, names):
+    """``{offset: name}`` of the jitted function's subscripts that index
+    with the varying ints ``names`` (``trip_counts.arithmetic_only_names``)
+    or numbers computed from them."""
+    if code is None:
+        return {}
+    found = trip_counts.arithmetic_only_names(code)
+    return dict((offset, name) for name in names
+                for offset in found.get(name, ()))
+
+
+def _note_indexes_unseen(recorder, watcher, sites):
+    """A subscript indexing with a varying int more often than the
+    recording saw it there indexed something other than a Variable (a
+    list, a NumPy array), reading the int in C: that bakes it in."""
+    for offset, name in sorted(sites.items()):
+        if watcher.indexed[offset] != recorder.indexes_seen[offset]:
+            line = next((p[0] for start, p in _positions(recorder.top_code)
+                         if start == offset), None)
+            recorder.scalar_uses.append(scalars.Use(
+                name, 'used as an index of an object other than a Variable',
+                (recorder.top_code.co_filename, line)))
+
+
+def _positions(code):
+    """``(offset, (line, end line, column, end column))`` of each
+    instruction of ``code``."""
+    return ((2 * i, p) for i, p in enumerate(code.co_positions()))
 
 
 def _loop_watcher(recorder, fn, instance, args, kwargs, proxies):

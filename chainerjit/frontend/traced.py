@@ -121,6 +121,11 @@ def _record_numpy(label, fn, args, kwargs, result):
     recorder = _state.recorder
     if recorder is None or recorder.depth:
         return
+    index = recorder.varying_index(args[1]) \
+        if label == 'ndarray.__getitem__' and _is_arrays(result) else None
+    if index is not None:  # x[k] of a varying int k
+        record_call(recorder, label, fn, args, kwargs, result, index)
+        return
     recorder.note_constants((args, kwargs), 'passed to %s' % label,
                             user_location(3))
     if not _is_arrays(result):
@@ -247,8 +252,17 @@ def record_conversion(label, convert, a, args, kwargs):
     return result
 
 
-def record_call(recorder, label, fn, args, kwargs, result):
-    """Records NumPy run outside Chainer functions as a node."""
+def record_call(recorder, label, fn, args, kwargs, result, index=None):
+    """Records NumPy run outside Chainer functions as a node; ``index``:
+    ``x[k]`` of a varying int, ``(kernel, value of k)``."""
+    if index is not None:
+        node = recorder.add_node(ir.Node(
+            label, index[0], [recorder.value_of(args[0]), index[1]],
+            recorder.bind_temps([result]), index[0].attrs,
+            loc=user_location(4)))
+        recorder.templates[node] = ('numpy', fn, _split_arrays(
+            (args, kwargs), []))
+        return
     kernel_fn, arrays = numpy_kernel(fn, args, kwargs)
     in_values = [recorder.value_of(a) for a in arrays]
     multi = type(result) in (tuple, list)

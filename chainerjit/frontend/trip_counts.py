@@ -7,6 +7,7 @@ those can a trip count be symbolic in the cache key (:mod:`.symbolic`).
 
 import ast
 import collections
+import dis
 import linecache
 
 from chainerjit.frontend import lengths
@@ -183,8 +184,8 @@ def length_only_names(code):
 
 
 def arithmetic_only_names(code):
-    """The parameters of a function that its source never indexes or
-    slices with, nor passes to a builtin that reads an int in C
+    """The parameters of a function that its source never slices with,
+    nor passes to a builtin that reads an int in C
     (:data:`C_INT_READERS`: ``range(k)``, ``x[:k]``, ``[0] * list(...)``),
     nor passes to a function as an int (``self.decode(x, max_len=k)``),
     nor puts on the right of a float (``0.5 * k``), directly, through
@@ -193,14 +194,51 @@ def arithmetic_only_names(code):
     CPython reads an int subclass there without calling its methods (a
     function given one may too): only such a parameter may be an
     ``IntScalar`` (``frontend.scalars``) while recording, whose other
-    uses its methods see."""
+    uses its methods see.
+
+    An integer index (``y[k]``, ``y[:, k % n]``) is allowed where the
+    function's own code indexes: the recording sees it where ``y`` is a
+    Variable, and counts the other indexings there (a list's, read in C;
+    :func:`index_offsets`).
+
+    Returns:
+        dict: ``{name: the offsets of its index sites in code}``.
+    """
+    found = {}
     function = source.function_ast(code)
     if function is None:
-        return frozenset()
+        return found
     parents = source.parents_of(function)
     params = [a.arg for a in function.args.args + function.args.kwonlyargs]
-    return frozenset(name for name in params
-                     if _read_in_python_only(function, parents, name, set()))
+    for name in params:
+        sites = []
+        if _read_in_python_only(function, parents, name, set(), sites):
+            offsets = index_offsets(code, sites)
+            if offsets is not None:
+                found[name] = offsets
+    return found
+
+
+def index_offsets(code, sites):
+    """The offsets in ``code`` of the ``BINARY_SUBSCR`` instructions of
+    the ``ast.Subscript`` nodes ``sites`` (positions relative to the
+    function's source), or ``None`` where one is not in ``code`` itself
+    (in a comprehension or a lambda, code objects of their own)."""
+    if not sites:
+        return frozenset()
+    parsed = source.parsed_source(code)
+    if parsed is None:
+        return None
+    lines, columns = parsed[1], source.dedented_by(code)
+    wanted = set((s.lineno + lines, s.end_lineno + lines,
+                  s.col_offset + columns, s.end_col_offset + columns)
+                 for s in sites)
+    found = dict((tuple(i.positions), i.offset)
+                 for i in dis.get_instructions(code)
+                 if i.opname == 'BINARY_SUBSCR' and i.positions.lineno)
+    if not wanted <= set(found):
+        return None
+    return frozenset(found[w] for w in wanted)
 
 
 #: Builtins (and ``itertools`` functions) that read an int argument in C.
@@ -215,13 +253,14 @@ METHOD_CALLERS = frozenset([
     'hash', 'repr', 'str', 'format'])
 
 
-def _read_in_python_only(function, parents, name, seen):
-    """No use of ``name`` (nor of names assigned from it) is an index, a
-    slice or an argument of a :data:`C_INT_READERS` builtin, none passes
-    it to a function as an int (``self.decode(x, max_len=k)``, whose
+def _read_in_python_only(function, parents, name, seen, sites):
+    """No use of ``name`` (nor of names assigned from it) is a slice or an
+    argument of a :data:`C_INT_READERS` builtin, none passes it to a
+    function as an int (``self.decode(x, max_len=k)``, whose
     ``range(max_len)`` would read it in C; ``self.l(h * k)`` passes what
     a Variable's arithmetic gave), and none assigns to it (to the
-    parameter; ``seen`` empty)."""
+    parameter; ``seen`` empty). The subscripts indexing with it are added
+    to ``sites``."""
     derived = bool(seen)  # a name assigned from the parameter
     seen.add(name)
     for use in source.name_nodes(function, name):
@@ -231,8 +270,11 @@ def _read_in_python_only(function, parents, name, seen):
             return False
         node, parent = use, parents.get(use)
         while parent is not None and not isinstance(parent, ast.stmt):
-            if _read_in_c(node, parent, seen):
+            indexes = len(sites)
+            if _read_in_c(node, parent, seen, sites):
                 return False
+            if len(sites) > indexes:
+                break  # what follows reads the item indexed
             node, parent = parent, parents.get(parent)
         if isinstance(parent, (ast.Assign, ast.AugAssign)) and \
                 _int_arithmetic(parent.value, seen):  # an int assigned
@@ -242,19 +284,26 @@ def _read_in_python_only(function, parents, name, seen):
                 if isinstance(target, ast.Name) and \
                         target.id not in seen and \
                         not _read_in_python_only(function, parents,
-                                                 target.id, seen):
+                                                 target.id, seen, sites):
                     return False
     return True
 
 
-def _read_in_c(node, parent, names):
+def _read_in_c(node, parent, names, sites):
     """May ``parent`` read ``node`` (an expression of the int ``names``)
-    in C: as an index or a slice, on the right of a float, as an argument
-    of a :data:`C_INT_READERS` builtin, or as an int (``node`` their
-    integer arithmetic) given to a function other than the
+    in C: as a slice or an index other than an integer one (added to
+    ``sites``), on the right of a float, as an argument of a
+    :data:`C_INT_READERS` builtin, or as an int (``node`` their integer
+    arithmetic) given to a function other than the
     :data:`METHOD_CALLERS`?"""
     if isinstance(parent, ast.Subscript):
-        return node is parent.slice
+        if node is not parent.slice:
+            return False
+        if isinstance(parent.ctx, ast.Load) and \
+                _integer_index(node, names):
+            sites.append(parent)
+            return False
+        return True
     if isinstance(parent, ast.BinOp):
         return node is parent.right and _is_float(parent.left)
     if isinstance(parent, ast.keyword):
@@ -264,6 +313,16 @@ def _read_in_c(node, parent, names):
         return called in C_INT_READERS or (
             called not in METHOD_CALLERS and _int_arithmetic(node, names))
     return False
+
+
+def _integer_index(index, names):
+    """``index`` (a subscript's) holds one item computed from ``names``,
+    their integer arithmetic: ``k``, ``(slice, k % n)``; not ``k:``."""
+    items = index.elts if isinstance(index, ast.Tuple) else [index]
+    computed = [item for item in items if any(
+        isinstance(n, ast.Name) and n.id in names for n in ast.walk(item))]
+    return len(computed) == 1 and not isinstance(computed[0], ast.Slice) \
+        and _int_arithmetic(computed[0], names)
 
 
 def _int_arithmetic(node, names):

@@ -250,7 +250,7 @@ def index(slices, counters):
         gy, = gys
         xp = chainer.backend.get_array_module(gy)
         gx = xp.zeros(x.shape, gy.dtype)
-        gx[at(xs[1] if counters else None)] = gy
+        gx[at(xs[1] if counters else None)] += gy  # as add.at: -0.0 is 0.0
         return (gx, None)[:len(xs)]
 
     def scatter(total, x, *i_gy):
@@ -265,7 +265,9 @@ def index(slices, counters):
         return total
     grad.scatter = scatter
     n_inputs = 2 if counters else 1
-    return Kernel(run, grad=GradRule(grad, range(n_inputs)),
+    return Kernel(run, grad=GradRule(grad, range(n_inputs),
+                                     onnx=_index_grad_to_onnx(slices,
+                                                              counters)),
                   onnx=_index_to_onnx(slices, counters), structural=INDEX,
                   lengths=rows_indexed(tuple(slices)))
 
@@ -281,9 +283,7 @@ def _index_to_onnx(slices, counters):
         for j, item in enumerate(slices):
             if type(item) is int:
                 if j in starts:
-                    start, step = starts[j]
-                    position = b.op('Add', [b.int64s(start), b.op(
-                        'Mul', [ins[1], b.int64s(step)])[0]])[0]
+                    position = _counter_position(b, ins[1], *starts[j])
                 else:
                     position = b.int64s(item)
                 last = j == gathers[-1]
@@ -297,6 +297,36 @@ def _index_to_onnx(slices, counters):
                         item,))
         if not gathers:
             b.op('Identity', [x], outs)
+    return convert
+
+
+def _counter_position(b, counter, start, step):
+    """The ONNX value of ``start + step * counter``."""
+    return b.op('Add', [b.int64s(start), b.op(
+        'Mul', [counter, b.int64s(step)])[0]])[0]
+
+
+def _index_grad_to_onnx(slices, counters):
+    """The gradient of ``x[:, ..., i]`` (one integer, the counter's, after
+    whole axes) in ONNX: ``gy`` put into zeros of ``x``'s shape at ``i``
+    (``ScatterElements``); ``None`` for other indexes."""
+    ints = [j for j, s in enumerate(slices) if type(s) is int]
+    if len(counters) != 1 or ints != [counters[0][0]] or any(
+            s != slice(None) for j, s in enumerate(slices) if j != ints[0]):
+        return None
+    axis, start, step = counters[0]
+
+    def convert(b, xs, ys, gys, wanted):
+        import onnx.numpy_helper
+
+        update = b.single('Unsqueeze', gys[0], b.int64s([axis]))
+        where = b.single('Expand', b.single('Reshape', _counter_position(
+            b, xs[1], start, step), b.int64s([1])), b.single('Shape', update))
+        zeros = b.single('ConstantOfShape', b.single('Shape', xs[0]),
+                         value=onnx.numpy_helper.from_array(
+                             numpy.zeros(1, b.out_dtypes[0])))
+        return b.single('ScatterElements', zeros, where, update,
+                        axis=axis), None
     return convert
 
 

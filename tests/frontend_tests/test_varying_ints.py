@@ -1,8 +1,9 @@
 """Int arguments that vary by call (``frontend.scalars.IntScalar``): an
-int the forward's source only computes with (never indexes, slices or
-counts with) is an input of the program, with eager's bits, gradients
-included; one it indexes with stays in the key; a use the recording
-cannot see is caught by the check of the first new values."""
+int the forward's source only computes with or indexes Variables and
+arrays with (never slices or counts with) is an input of the program,
+with eager's bits, gradients included; one it slices with, or indexes a
+list with, stays in the key; a use the recording cannot see is caught by
+the check of the first new values."""
 
 import linecache
 import warnings
@@ -135,6 +136,125 @@ def test_an_int_the_source_indexes_or_counts_with_stays_in_the_key(
         x = rng.randn(4, 4).astype(F32)
         assert_array_equal(jitted(x, k).array, fn(x, k).array)
     assert jitted.cache_info().currsize == len(values)
+    assert all('k: int' not in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+class _Picked(chainer.Chain):
+    """Indexes Variables, a parameter and an argument's array with an
+    int argument and integer arithmetic of it."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 4)
+
+    def forward(self, xs, k):
+        h = F.tanh(self.fc(xs[k % 3]))
+        n = k + 1
+        return h[:, k % 4] * 2 + h[:, -(k % 4)] + h[n % 2] + \
+            self.fc.W[k % 4]
+
+
+def test_an_int_indexing_variables_and_arrays_is_an_input(rng):
+    eager, model = _Picked(), _Picked()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    for k in VALUES:
+        xs = rng.randn(3, 4, 4).astype(F32)
+        outputs = []
+        for m, fn in ((eager, eager.forward), (model, jitted)):
+            m.cleargrads()
+            y = fn(xs, k)
+            F.sum(y * y).backward()
+            outputs.append(y.array)
+        assert_array_equal(outputs[1], outputs[0])
+        assert_array_equal(model.fc.W.grad, eager.fc.W.grad)
+    info = jitted.cache_info()
+    assert info.compiles == 2 and info.currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert 'k: int' in str(entry.signature)
+    assert 'GetItem[index=[:, i]]' in str(entry.graph)
+    assert 'ndarray.__getitem__[index=[i]]' in str(entry.graph)
+
+
+def test_an_int_index_runs_in_onnxruntime(rng):
+    pytest.importorskip('onnxruntime')
+    eager, model = _Picked(), _Picked()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for k in VALUES:
+            xs = rng.randn(3, 4, 4).astype(F32)
+            numpy.testing.assert_allclose(jitted(xs, k).array,
+                                          eager.forward(xs, k).array,
+                                          rtol=1e-5, atol=1e-6)
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend() == 'onnxruntime', \
+        entry.describe_backend()
+
+
+def _columns(x, k):
+    h = F.tanh(x)
+    return h[:, k] + h[:, k + 1] * 2 + h[-k]
+
+
+def test_an_int_index_trains_in_onnxruntime(rng):
+    pytest.importorskip('onnxruntime')
+    jitted = chainerjit.jit(_columns, backend='onnxruntime')
+    for k in (1, 2, 0, -2, 1, -3):
+        grads = []
+        data = rng.randn(4, 4).astype(F32)
+        for fn in (jitted, _columns):
+            x = chainer.Variable(data.copy())
+            y = fn(x, k)
+            F.sum(y * y).backward()
+            grads.append((y.array, x.grad))
+        for a, b in zip(*grads):
+            numpy.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend() == 'onnxruntime; training: forward ' \
+        'in onnxruntime; backward in onnxruntime', entry.describe_backend()
+
+
+def test_an_int_index_out_of_range_raises_eagers_error(rng):
+    jitted = chainerjit.jit(_plain_index, backend='numpy')
+    for k in (0, 1, 2, 3):
+        x = rng.randn(4, 3).astype(F32)
+        assert_array_equal(jitted(x, k).array, _plain_index(x, k).array)
+    assert jitted.cache_info().currsize == 1
+    with pytest.raises(IndexError, match='index 9 is out of bounds'):
+        jitted(x, 9)
+
+
+def _plain_index(x, k):
+    return F.tanh(x)[k] * 3
+
+
+_SCALES = [1.5, 2.5, 3.5, 4.5, 5.5]
+_TABLE = numpy.arange(20, dtype=F32).reshape(5, 4)
+
+
+def _from_a_list(x, k):
+    return F.tanh(x)[k] * _SCALES[k]  # the list's index is read in C
+
+
+def _from_an_array(x, k):
+    return F.tanh(x)[k] + _TABLE[k]  # a plain array's too
+
+
+@pytest.mark.parametrize('fn', [_from_a_list, _from_an_array])
+def test_an_int_indexing_other_objects_stays_in_the_key(rng, fn):
+    jitted = chainerjit.jit(fn, backend='numpy')
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for k in (0, 1, 2, 3, 4):
+            x = rng.randn(5, 4).astype(F32)
+            assert_array_equal(jitted(x, k).array, fn(x, k).array)
+    text = [str(w.message) for w in caught
+            if issubclass(w.category, errors.RecompileWarning)]
+    assert any('k used as an index of an object other than a Variable '
+               'at test_varying_ints.py' in t for t in text), text
     assert all('k: int' not in str(e.signature)
                for e in jitted.cache_entries())
 
