@@ -14,6 +14,7 @@ from chainerjit.fastpaths import optimizers
 from chainerjit.frontend import packing
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
+from chainerjit.frontend import symbolic as symbolic_module
 from chainerjit.frontend import trace
 from chainerjit.frontend import trip_counts
 from chainerjit.runtime import _calls
@@ -282,7 +283,10 @@ class JitFunction(_calls.CachedCall):
                 else [checked])
             return result
         self.cache.remove(entry)
-        if isinstance(entry.symbolic, scalars.VaryingScalars):
+        if isinstance(entry.symbolic, (scalars.VaryingScalars,
+                                       scalars.TripsAndNumbers)):
+            if isinstance(entry.symbolic, scalars.TripsAndNumbers):
+                checked = checked[1]  # (trip counts, numbers)
             self._warn_varying(
                 'the number arguments %s stay in the cache key: at %s its '
                 'program gave another result than eagerly' % (', '.join(
@@ -405,8 +409,9 @@ class JitFunction(_calls.CachedCall):
         if dynamic:
             return scalars.number_paths(key, self._int_varies) or None, None
         for entry in self.cache.entries():
-            if entry.symbolic is None and entry.fallback is None:
-                paths = scalars.varying_paths(key, entry.key,
+            general = _trip_counts_open(entry, key)
+            if general is not None:
+                paths = scalars.varying_paths(general, entry.key,
                                               self._int_varies)
                 if paths:
                     return paths, entry
@@ -779,6 +784,20 @@ _NOT_WIDENED = object()  # no entry of another batch size serves the call
 _checking = [0]  # calls checking a program against eager, running
 
 
+def _trip_counts_open(entry, key):
+    """``key`` as a compiled entry with no symbolic sizes, or with
+    symbolic trip counts only, reads it (its trip counts left open); else
+    ``None``."""
+    if entry.fallback is not None:
+        return None
+    if entry.symbolic is None:
+        return key
+    if not isinstance(entry.symbolic, symbolic_module.Symbolic):
+        return None
+    general = entry.symbolic.generalize(key)
+    return None if general is None else general[0]
+
+
 def _size_to_check(entry, key, symbols):
     """What the first call at a new size of a symbolic entry checks
     against eager: its trip counts, ``(batch size,)``, or the lengths of
@@ -789,7 +808,8 @@ def _size_to_check(entry, key, symbols):
         return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
     if isinstance(entry.symbolic, ragged.Ragged):
         return entry.symbolic.to_check(key, entry.verified_lengths)
-    if isinstance(entry.symbolic, scalars.VaryingScalars):
+    if isinstance(entry.symbolic, (scalars.VaryingScalars,
+                                   scalars.TripsAndNumbers)):
         return entry.symbolic.to_check(entry.verified_lengths, symbols)
     return tuple(symbols) if symbols else None
 

@@ -16,6 +16,7 @@ The conversion of the IR itself, and the converters' ``Builder``, are
 import os
 
 import chainer
+import numpy
 
 from chainerjit import api
 from chainerjit.backend import onnx_graph
@@ -23,6 +24,7 @@ from chainerjit.backend.onnx_graph import Builder
 from chainerjit.backend.onnx_graph import IR_VERSION
 from chainerjit.backend.onnx_graph import OPSET
 from chainerjit.errors import ExportError
+from chainerjit.frontend import scalars
 
 __all__ = ['Builder', 'ExportError', 'IR_VERSION', 'OPSET', 'export_onnx']
 
@@ -111,24 +113,39 @@ def _model_array(entry, value):
 
 
 def _symbols(builder, entry, names, key):
-    """Trip counts that follow from the inputs (``T - 1`` for
+    """The program's symbols: number arguments that vary by call, the
+    example's values (constants of the model, as for a program compiled
+    for them); trip counts that follow from the inputs (``T - 1`` for
     ``range(1, xs.shape[0])``), computed from the input's shape."""
+    symbols = _trip_symbols(builder, entry, names, key)
     symbolic = getattr(entry.symbolic, 'trips', entry.symbolic)
-    graph = entry.graph
-    if not graph.symbols:  # no trip counts (any batch size or lengths)
+    if not symbols:  # no trip counts (any batch size or lengths)
         return
     if symbolic.kind != 'dim':  # an int argument: the example's count
         _, counts = symbolic.generalize(key)
         length = counts[0] + symbolic.deltas[0]
-        for value in graph.symbols:
+        for value in symbols:
             builder.int64s(length - _delta(value), names[value])
         return
     leaf, axis = symbolic.where
-    whole = builder.op('Shape', [names[graph.inputs[leaf]]])[0]
+    whole = builder.op('Shape', [names[entry.graph.inputs[leaf]]])[0]
     length = builder.op('Gather', [whole, builder.int64s(axis)], axis=0)[0]
-    for value in graph.symbols:
+    for value in symbols:
         builder.op('Sub', [length, builder.int64s(_delta(value))],
                    [names[value]])
+
+
+def _trip_symbols(builder, entry, names, key):
+    """The symbols of the program but the varying numbers', whose values
+    in the call of ``key`` it writes as constants."""
+    symbols = list(entry.graph.symbols)
+    numbers = getattr(entry.symbolic, 'numbers', entry.symbolic)
+    if not isinstance(numbers, scalars.VaryingScalars):
+        return symbols
+    values = entry.symbolic.generalize(key)[1][:len(numbers.paths)]
+    for value, number in zip(symbols, values):
+        builder.constant(numpy.asarray(number, value.dtype), names[value])
+    return symbols[len(values):]
 
 
 def _delta(symbol):

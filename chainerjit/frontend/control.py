@@ -387,6 +387,10 @@ def _summary(value, depth):
         small = isinstance(value, numpy.ndarray) and value.size <= 64
         return ('array', id(value)) + (  # the view does not read it as
             (value.view(numpy.ndarray).tobytes(),) if small else ())  # data
+    if isinstance(value, (int, float)) and type(value) not in (
+            bool, int, float):  # a proxy: its own repr notes a use
+        return ('scalar', type(value), (float if isinstance(
+            value, float) else int).__repr__(value))
     if value is None or isinstance(value, (bool, int, float, str,
                                            numpy.generic)):
         return ('scalar', type(value), repr(value))

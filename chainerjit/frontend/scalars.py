@@ -258,13 +258,17 @@ def _record(fn, operands, name):
     out = recorder.graph.add_value('temp', (), kind[1])
     fixed = {'operand%d' % i: x for i, x in enumerate(numbers)
              if i not in positions}
-    recorder.add_node(ir.Node(
+    node = recorder.add_node(ir.Node(
         'python.%s' % name.strip('_'), ops.Kernel(
             run, fixed, onnx=_arithmetic_to_onnx(
                 fn, numbers, positions, kind[1],
                 [x.value.dtype for x in scalars])),
         [x.value for x in scalars], [out], tuple(fixed.items()),
         loc=traced.user_location(3)))
+    # What makes two alike (ir.fingerprints): the operation, the fixed
+    # operands and where the varying ones are.
+    recorder.templates[node] = ('python', name, (
+        tuple(sorted(fixed.items())), tuple(positions)))
     return kind[0](result, out, scalars[0].name, scalars[0].uses)
 
 
@@ -438,6 +442,45 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
 #: The calls at new values that are also run eagerly and compared, after
 #: the one recorded.
 CHECKED_VALUES = 2
+
+
+class TripsAndNumbers(collections.namedtuple('TripsAndNumbers',
+                                             'trips numbers')):
+    """An entry whose loops' trip counts (``trips``, a
+    ``frontend.symbolic.Symbolic``) and number arguments (``numbers``, a
+    :class:`VaryingScalars`) both vary by call. The program takes the
+    numbers' symbols first (made when the recording started), then the
+    trip counts."""
+
+    def generalize(self, key):
+        """``(general key, the numbers' values and the trip counts)``, or
+        ``None``."""
+        trips = self.trips.generalize(key)
+        if trips is None:
+            return None
+        numbers = self.numbers.generalize(trips[0])
+        if numbers is None:
+            return None
+        return numbers[0], numbers[1] + list(trips[1])
+
+    def to_check(self, verified, symbols):
+        """What a call checks against eager, ``(trip counts, numbers as
+        checked)``: at trip counts no call checked, or at the first
+        :data:`CHECKED_VALUES` new values; else ``None``."""
+        checked = self.checked(symbols)
+        trips = set(t for t, _ in verified)
+        numbers = set(n for _, n in verified)
+        if checked[0] not in trips or (
+                checked[1] not in numbers and
+                len(numbers) <= CHECKED_VALUES):
+            return checked
+        return None
+
+    def checked(self, symbols):
+        """``(trip counts, numbers)`` of a call's symbols, as checked."""
+        n = len(self.numbers.paths)
+        return (tuple(symbols[n:]),
+                VaryingScalars.checked(symbols[:n]))
 
 
 def varying_paths(key, other_key, int_varies):

@@ -7,6 +7,8 @@ iterations of a loop by them; common subexpression elimination
 import chainer
 import numpy
 
+from chainerjit.ir.graph import Value
+
 
 def node_label(node):
     """The name printed for a node: Chainer's class name."""
@@ -100,6 +102,11 @@ def _value_key(value, mask_ints=False):
         return '#'
     if value is None or kind in (bool, int, float, str, complex):
         return (kind, repr(value))
+    if isinstance(value, (int, float)) and \
+            isinstance(getattr(value, 'value', None), Value):
+        # A number computed at run time (frontend.scalars): the node
+        # reads it as an input, whose source the data flow compares.
+        return (kind, 'varying')
     if kind in (tuple, list):
         return (kind, tuple(_value_key(v, mask_ints) for v in value))
     if kind is dict:

@@ -151,14 +151,11 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
     else:
         lengths, length_note, unrolled = _roll_loops(caller, recording,
                                                      sig, len(leaves))
-        if varying is not None and lengths is not None:
-            caller.warn_varying('the number arguments %s stay in the cache '
-                                'key: the trip counts of its loops are '
-                                'symbolic too' % ', '.join(varying_names))
-            return Compiled(recording.result, None, miss_reason, None)
-        key, sig, symbols = _with_symbolic_lengths(key, sig, lengths) \
-            if varying is None else _with_varying(key, sig, varying,
-                                                  varying_names)
+        key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
+        if varying is not None:  # their symbols come first
+            key, sig, numbers = _with_varying(key, sig, varying,
+                                              varying_names)
+            symbols = numbers + symbols
         graph = passes.run(recording.graph)
         items, items_note = (None, None) if lengths is not None or \
             packed is not None or varying is not None \
@@ -174,11 +171,12 @@ def compile_call(caller, key, leaves, args, kwargs, packed=None,
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
         symbolic = batch.TripsAndBatch(lengths, rows) if lengths and rows \
-            else lengths or sizes or varying
+            else scalars.TripsAndNumbers(lengths, varying) \
+            if lengths and varying else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
         if varying is not None:
-            entry.verified_lengths = {varying.checked(symbols)}
+            entry.verified_lengths = {symbolic.checked(symbols)}
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
         if sizes is not None:

@@ -217,6 +217,26 @@ def test_an_int_index_trains_in_onnxruntime(rng):
         'in onnxruntime; backward in onnxruntime', entry.describe_backend()
 
 
+def test_an_export_takes_the_examples_int(rng):
+    ort = pytest.importorskip('onnxruntime')
+    eager, model = _Picked(), _Picked()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for k in VALUES[:4]:  # an entry for every k
+            jitted(rng.randn(3, 4, 4).astype(F32), k)
+        assert isinstance(jitted.last_entry.symbolic,
+                          scalars.VaryingScalars)
+        xs = rng.randn(3, 4, 4).astype(F32)
+        model_proto = chainerjit.export_onnx(jitted, (xs, 5))
+        expected = eager.forward(xs, 5).array
+    session = ort.InferenceSession(model_proto.SerializeToString(),
+                                   providers=['CPUExecutionProvider'])
+    name = session.get_inputs()[0].name
+    numpy.testing.assert_allclose(session.run(None, {name: xs})[0],
+                                  expected, rtol=1e-5, atol=1e-6)
+
+
 def test_an_int_index_out_of_range_raises_eagers_error(rng):
     jitted = chainerjit.jit(_plain_index, backend='numpy')
     for k in (0, 1, 2, 3):
