@@ -47,6 +47,7 @@ from chainerjit import ops
 from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
+from chainerjit.frontend import control
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
@@ -67,13 +68,17 @@ def _recording_apply(apply, recorder):
         current = _state.recorder  # thread-local: other threads see None
         if current is None or current.depth:
             return apply(node, inputs)
-        template = ops.pristine_copy(node)
-        current.depth += 1
+        trace = control.pause_tracing()
         try:
-            outputs = apply(node, inputs)
+            template = ops.pristine_copy(node)
+            current.depth += 1
+            try:
+                outputs = apply(node, inputs)
+            finally:
+                current.depth -= 1
+            current.record_node(node, template, inputs, outputs)
         finally:
-            current.depth -= 1
-        current.record_node(node, template, inputs, outputs)
+            control.resume_tracing(trace)
         current.applied.append(node)
         return outputs
     return recording_apply

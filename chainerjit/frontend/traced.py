@@ -121,6 +121,14 @@ def _record_numpy(label, fn, args, kwargs, result):
     recorder = _state.recorder
     if recorder is None or recorder.depth:
         return
+    trace = control.pause_tracing()
+    try:
+        _record_numpy_call(recorder, label, fn, args, kwargs, result)
+    finally:
+        control.resume_tracing(trace)
+
+
+def _record_numpy_call(recorder, label, fn, args, kwargs, result):
     index = recorder.varying_index(args[1]) \
         if label == 'ndarray.__getitem__' and _is_arrays(result) else None
     if index is not None:  # x[k] of a varying int k

@@ -14,6 +14,7 @@ needs as a :class:`Caller` and caches the entry it gets back.
 
 import collections
 import functools
+import gc
 import time
 
 import chainer
@@ -96,6 +97,22 @@ class Compiled(collections.namedtuple('Compiled', (
 
 def compile_call(caller, key, leaves, args, kwargs, packed=None,
                  batched=None, varying=None):
+    """Records a call that missed the cache and builds its entry (see
+    :func:`_compile_call`), without the cyclic garbage collector: the
+    recording makes many objects that live until it ends, and collections
+    among them took a tenth of the time of compiling a CRF tagger."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _compile_call(caller, key, leaves, args, kwargs, packed,
+                             batched, varying)
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _compile_call(caller, key, leaves, args, kwargs, packed=None,
+                  batched=None, varying=None):
     """Records a call that missed the cache and builds its entry.
 
     ``batched`` (a ``batch.Batched``): the call's batch size is to be left
