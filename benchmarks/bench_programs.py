@@ -36,6 +36,11 @@ against eager's. Workloads:
   every call (CPython reads the int in C: it stays in the key, the
   function stops recording and runs its linear layer as a compiled
   segment; the per-call cost of the wrapper around eager code);
+* ``LSTM, new length and annealed weight every call``: an LSTM
+  classifier over a time-major batch of 16 sequences of 5 to 20 steps
+  whose loss adds a penalty on the hidden states weighted by a ``float``
+  argument annealed from 0 to 1 over the first 100 steps (a KL weight's
+  schedule): a training step per call;
 * ``text classifier, sentences of new lengths``: Chainer's text
   classification example's RNN encoder and classifier (``sequence_embed``
   with dropout 0.4, a one-layer ``L.NStepLSTM``, dropout, a linear layer)
@@ -74,6 +79,7 @@ WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
              'GAN discriminator, input noise', 'new value every call',
              'new float every call', 'new index every call',
              'new list index every call',
+             'LSTM, new length and annealed weight every call',
              'text classifier, sentences of new lengths',
              'seq2seq, sentences of new lengths')
 
@@ -99,7 +105,7 @@ def parse_args(argv=None):
 def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
-    Scaled, TextClassifier, Seq2seq, Picked, Listed)``."""
+    Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -206,6 +212,23 @@ def models():
         def forward(self, x, k):
             return F.tanh(self.fc(x)) * self.weights[k % 8]
 
+    class AnnealedRNN(chainer.Chain):
+        def __init__(self, n_in=32, units=64, classes=8):
+            super().__init__()
+            with self.init_scope():
+                self.lstm = L.LSTM(n_in, units)
+                self.out = L.Linear(units, classes)
+
+        def forward(self, xs, t, beta):
+            # xs: (T, B, n_in), time major; beta: a weight annealed by step.
+            self.lstm.reset_state()
+            penalty = 0
+            for x in xs:
+                h = self.lstm(x)
+                penalty += F.mean(h * h)
+            loss = F.softmax_cross_entropy(self.out(h), t)
+            return loss + beta * penalty / len(xs)
+
     def sequence_embed(embed, xs, dropout=0.):
         x_len = [len(x) for x in xs]
         x_section = numpy.cumsum(x_len[:-1])
@@ -256,7 +279,7 @@ def models():
             return loss
 
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
-            Seq2seq, Picked, Listed)
+            Seq2seq, Picked, Listed, AnnealedRNN)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -384,6 +407,20 @@ def _scaled_float_calls(n, rng):
         _scaled_calls(n, rng))]
 
 
+def _annealed(jit):
+    import chainerjit
+    model = _twins(models()[9])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _annealed_calls(n, rng):
+    import numpy
+    return [(rng.standard_normal((int(rng.randint(5, 21)), 16, 32)).astype(
+        numpy.float32), rng.randint(0, 8, 16).astype(numpy.int32),
+        min(1.0, k / 100)) for k in range(n)]
+
+
 def _text(jit):
     import chainerjit
     model = _twins(models()[5])[1 if jit else 0]
@@ -429,6 +466,8 @@ WORKLOAD_DEFS = {
                                      _scaled_calls),
     'new list index every call': Workload(lambda jit: _scaled(jit, 8),
                                           _scaled_calls),
+    'LSTM, new length and annealed weight every call': Workload(
+        _annealed, _annealed_calls),
     'text classifier, sentences of new lengths': Workload(_text,
                                                           _text_calls),
     'seq2seq, sentences of new lengths': Workload(_seq2seq, _seq2seq_calls),

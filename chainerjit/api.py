@@ -284,9 +284,9 @@ class JitFunction(_calls.CachedCall):
             return result
         self.cache.remove(entry)
         if isinstance(entry.symbolic, (scalars.VaryingScalars,
-                                       scalars.TripsAndNumbers)):
-            if isinstance(entry.symbolic, scalars.TripsAndNumbers):
-                checked = checked[1]  # (trip counts, numbers)
+                                       scalars.SizesAndNumbers)):
+            if isinstance(entry.symbolic, scalars.SizesAndNumbers):
+                checked = checked[1]  # (sizes, numbers)
             self._warn_varying(
                 'the number arguments %s stay in the cache key: at %s its '
                 'program gave another result than eagerly' % (', '.join(
@@ -409,7 +409,7 @@ class JitFunction(_calls.CachedCall):
         if dynamic:
             return scalars.number_paths(key, self._int_varies) or None, None
         for entry in self.cache.entries():
-            general = _trip_counts_open(entry, key)
+            general = _sizes_open(entry, key)
             if general is not None:
                 paths = scalars.varying_paths(general, entry.key,
                                               self._int_varies)
@@ -784,15 +784,16 @@ _NOT_WIDENED = object()  # no entry of another batch size serves the call
 _checking = [0]  # calls checking a program against eager, running
 
 
-def _trip_counts_open(entry, key):
+def _sizes_open(entry, key):
     """``key`` as a compiled entry with no symbolic sizes, or with
-    symbolic trip counts only, reads it (its trip counts left open); else
-    ``None``."""
+    symbolic trip counts or lengths of list items only, reads it (those
+    sizes left open); else ``None``."""
     if entry.fallback is not None:
         return None
     if entry.symbolic is None:
         return key
-    if not isinstance(entry.symbolic, symbolic_module.Symbolic):
+    if not isinstance(entry.symbolic, (symbolic_module.Symbolic,
+                                       ragged.Ragged)):
         return None
     general = entry.symbolic.generalize(key)
     return None if general is None else general[0]
@@ -808,9 +809,10 @@ def _size_to_check(entry, key, symbols):
         return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
     if isinstance(entry.symbolic, ragged.Ragged):
         return entry.symbolic.to_check(key, entry.verified_lengths)
-    if isinstance(entry.symbolic, (scalars.VaryingScalars,
-                                   scalars.TripsAndNumbers)):
+    if isinstance(entry.symbolic, scalars.VaryingScalars):
         return entry.symbolic.to_check(entry.verified_lengths, symbols)
+    if isinstance(entry.symbolic, scalars.SizesAndNumbers):
+        return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
     return tuple(symbols) if symbols else None
 
 

@@ -118,7 +118,8 @@ def _symbols(builder, entry, names, key):
     for them); trip counts that follow from the inputs (``T - 1`` for
     ``range(1, xs.shape[0])``), computed from the input's shape."""
     symbols = _trip_symbols(builder, entry, names, key)
-    symbolic = getattr(entry.symbolic, 'trips', entry.symbolic)
+    symbolic = getattr(entry.symbolic, 'trips', None) or getattr(
+        entry.symbolic, 'sizes', entry.symbolic)
     if not symbols:  # no trip counts (any batch size or lengths)
         return
     if symbolic.kind != 'dim':  # an int argument: the example's count

@@ -96,12 +96,13 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         '--calls', '12', '--rounds', '1', '--target-ms', '1', '--threads',
         '0', '--only', 'tree net, whole traversal jitted',
         'VAE, sampling', 'new value every call', 'new float every call',
-        'new index every call', 'new list index every call', '--output',
+        'new index every call', 'new list index every call',
+        'LSTM, new length and annealed weight every call', '--output',
         str(report)])
-    tree, vae, new_value, new_float, new_index, list_index = rows
+    tree, vae, new_value, new_float, new_index, list_index, annealed = rows
     assert tree['stopped'] and list_index['stopped']
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
-    for number in (new_value, new_float, new_index):
+    for number in (new_value, new_float, new_index, annealed):
         assert number['info'].compiles == 2 and not number['stopped']
     text = report.read_text()
     assert '| VAE, sampling |' in text and 'machine:' in text

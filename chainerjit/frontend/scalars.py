@@ -444,43 +444,55 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
 CHECKED_VALUES = 2
 
 
-class TripsAndNumbers(collections.namedtuple('TripsAndNumbers',
-                                             'trips numbers')):
-    """An entry whose loops' trip counts (``trips``, a
-    ``frontend.symbolic.Symbolic``) and number arguments (``numbers``, a
-    :class:`VaryingScalars`) both vary by call. The program takes the
-    numbers' symbols first (made when the recording started), then the
-    trip counts."""
+class SizesAndNumbers(collections.namedtuple('SizesAndNumbers',
+                                             'sizes numbers')):
+    """An entry whose sizes and number arguments (``numbers``, a
+    :class:`VaryingScalars`) both vary by call. ``sizes``: its loops' trip
+    counts (a ``frontend.symbolic.Symbolic``), which the program takes as
+    symbols after the numbers' (made when the recording started); or the
+    lengths of a list's items (a ``runtime.ragged.Ragged``, which reads
+    them from the key, ``lengths_of``), read from the arrays."""
 
     def generalize(self, key):
-        """``(general key, the numbers' values and the trip counts)``, or
-        ``None``."""
-        trips = self.trips.generalize(key)
-        if trips is None:
+        """``(general key, the numbers' values, then the trip counts)``,
+        or ``None``."""
+        sizes = self.sizes.generalize(key)
+        if sizes is None:
             return None
-        numbers = self.numbers.generalize(trips[0])
+        numbers = self.numbers.generalize(sizes[0])
         if numbers is None:
             return None
-        return numbers[0], numbers[1] + list(trips[1])
+        return numbers[0], numbers[1] + list(sizes[1])
 
-    def to_check(self, verified, symbols):
-        """What a call checks against eager, ``(trip counts, numbers as
-        checked)``: at trip counts no call checked, or at the first
+    def to_check(self, key, verified, symbols):
+        """What a call checks against eager, ``(sizes, numbers as
+        checked)``: at sizes its kind of sizes checks (new trip counts; an
+        item's first other lengths), or at the first
         :data:`CHECKED_VALUES` new values; else ``None``."""
-        checked = self.checked(symbols)
-        trips = set(t for t, _ in verified)
+        checked = self.checked(key, symbols)
+        sizes = [s for s, _ in verified]
         numbers = set(n for _, n in verified)
-        if checked[0] not in trips or (
+        if self._sizes_due(key, checked[0], sizes) or (
                 checked[1] not in numbers and
                 len(numbers) <= CHECKED_VALUES):
             return checked
         return None
 
-    def checked(self, symbols):
-        """``(trip counts, numbers)`` of a call's symbols, as checked."""
+    def _sizes_due(self, key, now, seen):
+        if hasattr(self.sizes, 'lengths_of'):  # a list's items
+            return self.sizes.to_check(key, seen) is not None
+        return now not in seen
+
+    def checked(self, key, symbols):
+        """``(sizes, numbers)`` of a call, as checked: its trip counts, or
+        its items' lengths (those recorded, for ``key`` ``None``)."""
         n = len(self.numbers.paths)
-        return (tuple(symbols[n:]),
-                VaryingScalars.checked(symbols[:n]))
+        if not hasattr(self.sizes, 'lengths_of'):
+            sizes = tuple(symbols[n:])
+        else:
+            sizes = self.sizes.recorded if key is None else \
+                self.sizes.lengths_of(key)
+        return sizes, VaryingScalars.checked(symbols[:n])
 
 
 def varying_paths(key, other_key, int_varies):

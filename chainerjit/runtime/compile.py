@@ -175,8 +175,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             symbols = numbers + symbols
         graph = passes.run(recording.graph)
         items, items_note = (None, None) if lengths is not None or \
-            packed is not None or varying is not None \
-            else _items_of_any_length(
+            packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
         rows, batch_note = (None, None) if packed is not None or \
             items is not None or batched is None or varying is not None or \
@@ -188,16 +187,19 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
         symbolic = batch.TripsAndBatch(lengths, rows) if lengths and rows \
-            else scalars.TripsAndNumbers(lengths, varying) \
-            if lengths and varying else lengths or sizes or varying
+            else scalars.SizesAndNumbers(lengths or items, varying) \
+            if (lengths or items) and varying \
+            else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
-        if varying is not None:
-            entry.verified_lengths = {symbolic.checked(symbols)}
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
         if sizes is not None:
             entry.verified_lengths.add(_sizes_checked(sizes))
+        if varying is not None:  # (their sizes, numbers) pairs
+            entry.verified_lengths = {
+                symbolic.checked(None, symbols) if symbolic is not varying
+                else varying.checked(symbols)}
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
         # onnxruntime's sessions have fixed sizes; 'auto' chooses later

@@ -1,6 +1,7 @@
 """Number arguments that vary by call in a forward whose loops have
-symbolic trip counts (``frontend.scalars.TripsAndNumbers``): one entry
-for every length and every value, with eager's results."""
+symbolic trip counts, or that takes a list of sequences of any lengths
+(``frontend.scalars.SizesAndNumbers``): one entry for every length and
+every value, with eager's results."""
 
 import warnings
 
@@ -83,7 +84,7 @@ def test_numbers_and_lengths_new_on_every_call_share_one_entry(rng):
     info = jitted.cache_info()
     assert info.compiles == 2 and info.currsize == 1, jitted.cache_report()
     entry, = jitted.cache_entries()
-    assert isinstance(entry.symbolic, scalars.TripsAndNumbers)
+    assert isinstance(entry.symbolic, scalars.SizesAndNumbers)
     text = str(entry.signature)
     assert 'xs: f32[T,2,4]' in text and 'beta: float' in text and \
         'k: int' in text, text
@@ -97,7 +98,7 @@ def test_a_guard_on_the_length_holds_with_varying_numbers(rng):
     jitted = _train(_Branching, 12, rng)
     entries = jitted.cache_entries()
     assert len(entries) == 2, jitted.cache_report()  # T > 8 and T <= 8
-    assert all(isinstance(e.symbolic, scalars.TripsAndNumbers)
+    assert all(isinstance(e.symbolic, scalars.SizesAndNumbers)
                for e in entries)
 
 
@@ -118,5 +119,47 @@ def test_a_number_the_loop_bakes_in_stays_in_the_key(rng):
     text = [str(w.message) for w in caught
             if issubclass(w.category, errors.RecompileWarning)]
     assert any('beta compared at' in t for t in text), text
-    assert not any(isinstance(e.symbolic, scalars.TripsAndNumbers)
+    assert not any(isinstance(e.symbolic, scalars.SizesAndNumbers)
                    for e in jitted.cache_entries())
+
+
+class _Sentences(chainer.Chain):
+    """Chainer's text classification example's encoder (``sequence_embed``
+    and ``L.NStepLSTM`` over a list of sentences), its loss weighted by a
+    float argument."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 8)
+            self.encoder = L.NStepLSTM(1, 8, 8, 0.0)
+            self.out = L.Linear(8, 3)
+
+    def forward(self, xs, t, beta):
+        sections = numpy.cumsum([len(x) for x in xs[:-1]])
+        exs = F.split_axis(self.embed(F.concat(xs, axis=0)), sections, 0)
+        last_h, _, _ = self.encoder(None, None, exs)
+        return F.softmax_cross_entropy(self.out(last_h[-1]), t) * beta
+
+
+def test_numbers_and_sentence_lengths_new_on_every_call(rng):
+    eager, model = _twins(_Sentences)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    for i in range(8):
+        xs = [rng.randint(0, 30, int(rng.randint(2, 12))).astype(numpy.int32)
+              for _ in range(4)]
+        t = rng.randint(0, 3, 4).astype(numpy.int32)
+        outputs = []
+        for m, fn in ((eager, eager.forward), (model, jitted)):
+            m.cleargrads()
+            y = fn(xs, t, 0.5 + i / 8)
+            y.backward()
+            outputs.append((y.array, m.embed.W.grad))
+        assert_array_equal(outputs[1][0], outputs[0][0])
+        assert_allclose(outputs[1][1], outputs[0][1], rtol=1e-5, atol=1e-7)
+    info = jitted.cache_info()
+    assert info.compiles == 2 and info.currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert isinstance(entry.symbolic, scalars.SizesAndNumbers)
+    assert 'xs[0]: i32[L0]' in str(entry.signature)
+    assert 'beta: float' in str(entry.signature)
