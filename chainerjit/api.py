@@ -203,12 +203,14 @@ class JitFunction(_calls.CachedCall):
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
-            varying, sibling = (None, None) if packed is not None else \
-                self._varying_numbers(key)
+            varying, sibling, batched = (None, None, None) \
+                if packed is not None else self._varying_numbers(key)
             if varying:
                 result = self._compile(key, leaves, instance, args, kwargs,
-                                       varying=varying)
-                if sibling is not None and not self._numbers_static:
+                                       batched=batched, varying=varying)
+                if sibling is not None and not self._numbers_static and (
+                        batched is None or _serves(self.last_entry,
+                                                   sibling)):
                     self.cache.remove(sibling)  # the new entry serves it
                 return result
             dynamic = packed is None and not self._batch_static and \
@@ -397,25 +399,30 @@ class JitFunction(_calls.CachedCall):
         return result
 
     def _varying_numbers(self, key):
-        """``(paths, entry)``: the paths of the float arguments (and the
-        int ones :meth:`_int_varies` allows) to record as inputs of the
-        program (``frontend.scalars``), with
-        ``jit(dynamic=True)`` all, else those whose values alone make the
-        call miss ``entry``, compiled for other values; or ``(None,
-        None)``."""
+        """``(paths, entry, batched)``: the paths of the float arguments
+        (and the int ones :meth:`_int_varies` allows) to record as inputs
+        of the program (``frontend.scalars``), with ``jit(dynamic=True)``
+        all, else those whose values alone make the call miss ``entry``,
+        compiled for other values, its symbolic sizes left open, or its
+        batch size too (``batched``, a ``batch.Batched``, else ``None``);
+        or ``(None, None, None)``."""
         dynamic = self._options.get('dynamic')
         if dynamic is False or self._numbers_static:
-            return None, None
+            return None, None, None
         if dynamic:
-            return scalars.number_paths(key, self._int_varies) or None, None
+            return scalars.number_paths(key, self._int_varies) or None, \
+                None, None
+        batched = None if self._batch_static else batch.batch_of(key)
         for entry in self.cache.entries():
-            general = _sizes_open(entry, key)
-            if general is not None:
-                paths = scalars.varying_paths(general, entry.key,
+            for by_batch in (None, batched) if batched else (None,):
+                general = _sizes_open(entry, key, by_batch)
+                if general is None:
+                    continue
+                paths = scalars.varying_paths(general[0], general[1],
                                               self._int_varies)
                 if paths:
-                    return paths, entry
-        return None, None
+                    return paths, entry, by_batch
+        return None, None, None
 
     def _int_varies(self, path):
         """May the int argument at ``path`` be an input of the program
@@ -784,19 +791,35 @@ _NOT_WIDENED = object()  # no entry of another batch size serves the call
 _checking = [0]  # calls checking a program against eager, running
 
 
-def _sizes_open(entry, key):
-    """``key`` as a compiled entry with no symbolic sizes, or with
-    symbolic trip counts or lengths of list items only, reads it (those
-    sizes left open); else ``None``."""
+def _serves(entry, other):
+    """Does ``entry``'s program serve the calls of ``other``'s key (a
+    concrete one)?"""
+    if entry is None or entry is other or entry.symbolic is None:
+        return False
+    general = entry.symbolic.generalize(other.key)
+    return general is not None and general[0] == entry.key
+
+
+def _sizes_open(entry, key, batched=None):
+    """``(key, the entry's key)`` as a compiled entry with no symbolic
+    sizes, or with symbolic trip counts or lengths of list items only,
+    reads them (those sizes left open; with ``batched``, a
+    ``batch.Batched``, an entry with no symbolic sizes reads both with
+    their batch size open); else ``None``."""
     if entry.fallback is not None:
         return None
+    if batched is not None:
+        if entry.symbolic is not None:
+            return None
+        general = batched.generalize(key), batched.generalize(entry.key)
+        return None if None in general else (general[0][0], general[1][0])
     if entry.symbolic is None:
-        return key
+        return key, entry.key
     if not isinstance(entry.symbolic, (symbolic_module.Symbolic,
                                        ragged.Ragged)):
         return None
     general = entry.symbolic.generalize(key)
-    return None if general is None else general[0]
+    return None if general is None else (general[0], entry.key)
 
 
 def _size_to_check(entry, key, symbols):

@@ -449,9 +449,10 @@ class SizesAndNumbers(collections.namedtuple('SizesAndNumbers',
     """An entry whose sizes and number arguments (``numbers``, a
     :class:`VaryingScalars`) both vary by call. ``sizes``: its loops' trip
     counts (a ``frontend.symbolic.Symbolic``), which the program takes as
-    symbols after the numbers' (made when the recording started); or the
-    lengths of a list's items (a ``runtime.ragged.Ragged``, which reads
-    them from the key, ``lengths_of``), read from the arrays."""
+    symbols after the numbers' (made when the recording started); or
+    sizes read from the arrays: the lengths of a list's items (a
+    ``runtime.ragged.Ragged``, ``lengths_of`` a key) or the batch size (a
+    ``runtime.batch.RowsBatched``, ``checked_as`` a size)."""
 
     def generalize(self, key):
         """``(general key, the numbers' values, then the trip counts)``,
@@ -479,19 +480,28 @@ class SizesAndNumbers(collections.namedtuple('SizesAndNumbers',
         return None
 
     def _sizes_due(self, key, now, seen):
-        if hasattr(self.sizes, 'lengths_of'):  # a list's items
+        if self._from_arrays():  # items' lengths, a batch size
             return self.sizes.to_check(key, seen) is not None
         return now not in seen
 
+    def _from_arrays(self):
+        return hasattr(self.sizes, 'lengths_of') or \
+            hasattr(self.sizes, 'checked_as')
+
     def checked(self, key, symbols):
-        """``(sizes, numbers)`` of a call, as checked: its trip counts, or
-        its items' lengths (those recorded, for ``key`` ``None``)."""
+        """``(sizes, numbers)`` of a call, as checked: its trip counts,
+        its items' lengths or its batch size (those recorded, for ``key``
+        ``None``)."""
         n = len(self.numbers.paths)
-        if not hasattr(self.sizes, 'lengths_of'):
+        if not self._from_arrays():
             sizes = tuple(symbols[n:])
-        else:
+        elif hasattr(self.sizes, 'lengths_of'):
             sizes = self.sizes.recorded if key is None else \
                 self.sizes.lengths_of(key)
+        else:
+            sizes = self.sizes.checked_as(
+                self.sizes.recorded if key is None
+                else self.sizes.size_of(key))
         return sizes, VaryingScalars.checked(symbols[:n])
 
 

@@ -654,7 +654,7 @@ def lower_varying_constant(node, ctx,
         c = b.cast(ins[1], number_dtype, ctx.in_dtypes[0])
         b.op(op_type, [c, ins[0]] if first else [ins[0], c], outs)
     return Kernel(forward, grad=_constant_grad(node, ctx, number_dtype),
-                  onnx=to_onnx, fresh=True)
+                  onnx=to_onnx, fresh=True, lengths=rows_follow_first)
 
 
 # The ONNX forms of some _WITH_CONSTANT_GRAD entries: ``gx`` of the names

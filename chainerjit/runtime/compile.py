@@ -178,7 +178,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
         rows, batch_note = (None, None) if packed is not None or \
-            items is not None or batched is None or varying is not None or \
+            items is not None or batched is None or (
+                varying is not None and lengths is not None) or \
             type(batched.size_of(key)) is not int \
             else _batch_of_any_size(caller, graph, sig, batched, recording)
         _warn_unrolled_loops(caller, unrolled, items, sig)
@@ -187,8 +188,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
         symbolic = batch.TripsAndBatch(lengths, rows) if lengths and rows \
-            else scalars.SizesAndNumbers(lengths or items, varying) \
-            if (lengths or items) and varying \
+            else scalars.SizesAndNumbers(lengths or sizes, varying) \
+            if (lengths or sizes) and varying \
             else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)

@@ -163,3 +163,55 @@ def test_numbers_and_sentence_lengths_new_on_every_call(rng):
     assert isinstance(entry.symbolic, scalars.SizesAndNumbers)
     assert 'xs[0]: i32[L0]' in str(entry.signature)
     assert 'beta: float' in str(entry.signature)
+
+
+class _Tempered(chainer.Chain):
+    """A classifier whose logits a temperature divides, and whose loss a
+    weight adds a penalty to."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.hidden = L.Linear(8, 6)
+            self.out = L.Linear(6, 3)
+
+    def forward(self, x, t, beta):
+        h = F.relu(self.hidden(x))
+        return F.softmax_cross_entropy(self.out(h) / beta, t) + \
+            beta * F.mean(h * h)
+
+
+def test_numbers_and_batch_sizes_new_on_every_call(rng):
+    eager, model = _twins(_Tempered)
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    for i in range(10):
+        n = int(rng.randint(2, 40))
+        x = rng.randn(n, 8).astype(F32)
+        t = rng.randint(0, 3, n).astype(numpy.int32)
+        outputs = []
+        for m, fn in ((eager, eager.forward), (model, jitted)):
+            m.cleargrads()
+            y = fn(x, t, 0.5 + i / 10)
+            y.backward()
+            outputs.append((y.array, m.hidden.W.grad))
+        assert_array_equal(outputs[1][0], outputs[0][0])
+        assert_array_equal(outputs[1][1], outputs[0][1])
+    info = jitted.cache_info()
+    assert info.compiles == 2 and info.currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert isinstance(entry.symbolic, scalars.SizesAndNumbers)
+    assert 'x: f32[B,8]' in str(entry.signature)
+
+
+def test_serving_at_any_batch_size_with_a_new_temperature(rng):
+    model = _Tempered()
+    jitted = chainerjit.jit(lambda x, tau: F.softmax(model.out(
+        F.relu(model.hidden(x))) / tau), backend='numpy')
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for i in range(10):
+            x = rng.randn(int(rng.randint(2, 40)), 8).astype(F32)
+            tau = 0.5 + i / 10
+            assert_array_equal(
+                jitted(x, tau).array,
+                F.softmax(model.out(F.relu(model.hidden(x))) / tau).array)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
