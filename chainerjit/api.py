@@ -414,14 +414,9 @@ class JitFunction(_calls.CachedCall):
                 None, None
         batched = None if self._batch_static else batch.batch_of(key)
         for entry in self.cache.entries():
-            for by_batch in (None, batched) if batched else (None,):
-                general = _sizes_open(entry, key, by_batch)
-                if general is None:
-                    continue
-                paths = scalars.varying_paths(general[0], general[1],
-                                              self._int_varies)
-                if paths:
-                    return paths, entry, by_batch
+            found = _numbers_missed(entry, key, batched, self._int_varies)
+            if found is not None:
+                return found[0], entry, found[1]
         return None, None, None
 
     def _int_varies(self, path):
@@ -792,12 +787,45 @@ _checking = [0]  # calls checking a program against eager, running
 
 
 def _serves(entry, other):
-    """Does ``entry``'s program serve the calls of ``other``'s key (a
-    concrete one)?"""
-    if entry is None or entry is other or entry.symbolic is None:
+    """Does ``entry``'s program serve the calls of ``other``'s key (one of
+    fixed sizes)?"""
+    if entry is None or entry is other or entry.symbolic is None or (
+            other.symbolic is not None and
+            not isinstance(other.symbolic, scalars.VaryingScalars)):
         return False
     general = entry.symbolic.generalize(other.key)
     return general is not None and general[0] == entry.key
+
+
+def _numbers_missed(entry, key, batched, int_varies):
+    """``(paths, batched)`` where ``key`` misses ``entry`` only for the
+    values of number arguments (at ``paths``), its sizes left open as the
+    entry leaves them; or for those and its batch size, ``batched`` (a
+    ``batch.Batched`` of the call, or the entry's batch): the call is to
+    be recorded with both open. Else ``None``."""
+    if entry.fallback is not None:
+        return None
+    symbolic = entry.symbolic
+    if isinstance(symbolic, batch.RowsBatched):  # any batch size already
+        general = symbolic.generalize(key)
+        paths = general and scalars.varying_paths(general[0], entry.key,
+                                                  int_varies)
+        return (paths, batch.Batched(symbolic.leaves, symbolic.axes)) \
+            if paths else None
+    if isinstance(symbolic, scalars.VaryingScalars):  # numbers already
+        numbers = symbolic.generalize(key) if batched else None
+        both = numbers and (batched.generalize(numbers[0]),
+                            batched.generalize(entry.key))
+        if both and None not in both and both[0][0] == both[1][0]:
+            return symbolic.paths, batched
+        return None
+    for by_batch in (None, batched) if batched else (None,):
+        general = _sizes_open(entry, key, by_batch)
+        paths = general and scalars.varying_paths(general[0], general[1],
+                                                  int_varies)
+        if paths:
+            return paths, by_batch
+    return None
 
 
 def _sizes_open(entry, key, batched=None):

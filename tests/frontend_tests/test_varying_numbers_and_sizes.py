@@ -11,6 +11,7 @@ import chainer.links as L
 import numpy
 from numpy.testing import assert_allclose
 from numpy.testing import assert_array_equal
+import pytest
 
 import chainerjit
 from chainerjit import errors
@@ -215,3 +216,26 @@ def test_serving_at_any_batch_size_with_a_new_temperature(rng):
                 jitted(x, tau).array,
                 F.softmax(model.out(F.relu(model.hidden(x))) / tau).array)
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+@pytest.mark.parametrize('first', ['numbers', 'batch sizes'])
+def test_numbers_then_batch_sizes_or_the_reverse_converge(rng, first):
+    # An entry made symbolic in one (new temperatures at one batch size,
+    # or new batch sizes at one temperature) is recorded again with both
+    # open once both change: three compiles in all.
+    model = _Tempered()
+
+    def forward(x, tau):
+        return F.softmax(model.out(F.relu(model.hidden(x))) / tau)
+    jitted = chainerjit.jit(forward, backend='numpy')
+    if first == 'numbers':
+        calls = [(8, 0.5 + i / 10) for i in range(5)]
+    else:
+        calls = [(int(rng.randint(2, 40)), 0.5) for i in range(5)]
+    calls += [(int(rng.randint(2, 40)), 1.5 + i / 10) for i in range(10)]
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for n, tau in calls:
+            x = rng.randn(n, 8).astype(F32)
+            assert_array_equal(jitted(x, tau).array, forward(x, tau).array)
+    assert jitted.cache_info().compiles == 3, jitted.cache_report()
+    assert isinstance(jitted.last_entry.symbolic, scalars.SizesAndNumbers)
