@@ -128,7 +128,6 @@ class JitFunction(_calls.CachedCall):
         # result than eager: lengths stay in the key
         self._batch_static = False  # likewise for batch sizes
         self._numbers_static = False  # float and int arguments stay in the key
-        self._arithmetic_only = None  # trip_counts.arithmetic_only_names
         self._unpacked = set()  # list arguments recorded item by item
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
@@ -423,12 +422,10 @@ class JitFunction(_calls.CachedCall):
         """May the int argument at ``path`` be an input of the program
         (``scalars.IntScalar``)? Where the forward's source only computes
         with it (``trip_counts.arithmetic_only_names``)."""
-        if self._arithmetic_only is None:
-            code = getattr(self._fn, '__code__', None)
-            self._arithmetic_only = frozenset() if code is None else \
-                trip_counts.arithmetic_only_names(code)
-        return signature.argument_name(self._fn, self._instance(), path) \
-            in self._arithmetic_only
+        code = getattr(self._fn, '__code__', None)
+        return code is not None and signature.argument_name(
+            self._fn, self._instance(), path) in \
+            trip_counts.arithmetic_only_names(code)
 
     def _warn_varying(self, why):
         self._numbers_static = True
@@ -806,12 +803,6 @@ def _numbers_missed(entry, key, batched, int_varies):
     if entry.fallback is not None:
         return None
     symbolic = entry.symbolic
-    if isinstance(symbolic, batch.RowsBatched):  # any batch size already
-        general = symbolic.generalize(key)
-        paths = general and scalars.varying_paths(general[0], entry.key,
-                                                  int_varies)
-        return (paths, batch.Batched(symbolic.leaves, symbolic.axes)) \
-            if paths else None
     if isinstance(symbolic, scalars.VaryingScalars):  # numbers already
         numbers = symbolic.generalize(key) if batched else None
         both = numbers and (batched.generalize(numbers[0]),
@@ -819,23 +810,23 @@ def _numbers_missed(entry, key, batched, int_varies):
         if both and None not in both and both[0][0] == both[1][0]:
             return symbolic.paths, batched
         return None
+    own = batch.Batched(symbolic.leaves, symbolic.axes) if isinstance(
+        symbolic, batch.RowsBatched) else None  # any batch size already
     for by_batch in (None, batched) if batched else (None,):
         general = _sizes_open(entry, key, by_batch)
         paths = general and scalars.varying_paths(general[0], general[1],
                                                   int_varies)
         if paths:
-            return paths, by_batch
+            return paths, by_batch or own
     return None
 
 
 def _sizes_open(entry, key, batched=None):
-    """``(key, the entry's key)`` as a compiled entry with no symbolic
-    sizes, or with symbolic trip counts or lengths of list items only,
-    reads them (those sizes left open; with ``batched``, a
+    """``(key, the entry's key)`` as an entry with no symbolic sizes, or
+    with symbolic trip counts, lengths of list items or batch size only
+    (the VM's), reads them (those sizes left open; with ``batched``, a
     ``batch.Batched``, an entry with no symbolic sizes reads both with
     their batch size open); else ``None``."""
-    if entry.fallback is not None:
-        return None
     if batched is not None:
         if entry.symbolic is not None:
             return None
@@ -844,7 +835,7 @@ def _sizes_open(entry, key, batched=None):
     if entry.symbolic is None:
         return key, entry.key
     if not isinstance(entry.symbolic, (symbolic_module.Symbolic,
-                                       ragged.Ragged)):
+                                       ragged.Ragged, batch.RowsBatched)):
         return None
     general = entry.symbolic.generalize(key)
     return None if general is None else (general[0], entry.key)
@@ -856,15 +847,15 @@ def _size_to_check(entry, key, symbols):
     list items (``runtime.ragged``, at its first calls); else ``None``."""
     if isinstance(entry.symbolic, batch.Batched):
         return (entry.symbolic.size_of(key),)
-    if isinstance(entry.symbolic, (batch.RowsBatched, batch.TripsAndBatch)):
-        return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
-    if isinstance(entry.symbolic, ragged.Ragged):
-        return entry.symbolic.to_check(key, entry.verified_lengths)
-    if isinstance(entry.symbolic, scalars.VaryingScalars):
-        return entry.symbolic.to_check(entry.verified_lengths, symbols)
-    if isinstance(entry.symbolic, scalars.SizesAndNumbers):
+    if isinstance(entry.symbolic, _CHECKING_SIZES):
         return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
     return tuple(symbols) if symbols else None
+
+
+# The symbolic sizes that say what a call checks (``to_check(key, checked,
+# symbols)``).
+_CHECKING_SIZES = (batch.RowsBatched, batch.TripsAndBatch, ragged.Ragged,
+                   scalars.VaryingScalars, scalars.SizesAndNumbers)
 
 
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording

@@ -422,17 +422,17 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
                 structure, path, ('S', item[1], 'varying'))
         return (train, backprop, structure, specs, alias), values
 
-    def to_check(self, verified, symbols):
+    def to_check(self, key, verified, symbols):
         """The values the call checks against eager (its first calls at
         new values, :data:`CHECKED_VALUES` of them, told apart by their
         bits: ``-0.0`` is new after ``0.0``), or ``None``."""
-        values = self.checked(symbols)
+        values = self.checked(key, symbols)
         if len(verified) > CHECKED_VALUES or values in verified:
             return None
         return values
 
     @staticmethod
-    def checked(values):
+    def checked(key, values):
         """How the values of a call are told apart: floats by their
         bits."""
         return tuple(float.hex(v) if isinstance(v, float) else v
@@ -450,9 +450,9 @@ class SizesAndNumbers(collections.namedtuple('SizesAndNumbers',
     :class:`VaryingScalars`) both vary by call. ``sizes``: its loops' trip
     counts (a ``frontend.symbolic.Symbolic``), which the program takes as
     symbols after the numbers' (made when the recording started); or
-    sizes read from the arrays: the lengths of a list's items (a
-    ``runtime.ragged.Ragged``, ``lengths_of`` a key) or the batch size (a
-    ``runtime.batch.RowsBatched``, ``checked_as`` a size)."""
+    sizes read from the arrays (``checked_at`` a key): the lengths of a
+    list's items (a ``runtime.ragged.Ragged``) or the batch size (a
+    ``runtime.batch.RowsBatched``)."""
 
     def generalize(self, key):
         """``(general key, the numbers' values, then the trip counts)``,
@@ -485,24 +485,16 @@ class SizesAndNumbers(collections.namedtuple('SizesAndNumbers',
         return now not in seen
 
     def _from_arrays(self):
-        return hasattr(self.sizes, 'lengths_of') or \
-            hasattr(self.sizes, 'checked_as')
+        return hasattr(self.sizes, 'checked_at')
 
     def checked(self, key, symbols):
         """``(sizes, numbers)`` of a call, as checked: its trip counts,
         its items' lengths or its batch size (those recorded, for ``key``
         ``None``)."""
         n = len(self.numbers.paths)
-        if not self._from_arrays():
-            sizes = tuple(symbols[n:])
-        elif hasattr(self.sizes, 'lengths_of'):
-            sizes = self.sizes.recorded if key is None else \
-                self.sizes.lengths_of(key)
-        else:
-            sizes = self.sizes.checked_as(
-                self.sizes.recorded if key is None
-                else self.sizes.size_of(key))
-        return sizes, VaryingScalars.checked(symbols[:n])
+        sizes = self.sizes.checked_at(key) if self._from_arrays() else \
+            tuple(symbols[n:])
+        return sizes, VaryingScalars.checked(key, symbols[:n])
 
 
 def varying_paths(key, other_key, int_varies):

@@ -202,8 +202,19 @@ def arithmetic_only_names(code):
     :func:`index_offsets`).
 
     Returns:
-        dict: ``{name: the offsets of its index sites in code}``.
+        dict: ``{name: the offsets of its index sites in code}``, found
+        once per code object.
     """
+    found = _ARITHMETIC_ONLY.get(code)
+    if found is None:
+        found = _ARITHMETIC_ONLY[code] = _arithmetic_only_names(code)
+    return found
+
+
+_ARITHMETIC_ONLY = {}  # code object -> arithmetic_only_names(code)
+
+
+def _arithmetic_only_names(code):
     found = {}
     function = source.function_ast(code)
     if function is None:

@@ -119,16 +119,17 @@ class RowsBatched(BatchAxis, collections.namedtuple(
         """The call's ``('B', batch size)``, if it is to be checked against
         eager: its first calls at :data:`CHECKED_SIZES` sizes other than
         recorded; else ``None``."""
-        size = self.checked_as(self.size_of(key))
+        size = self.checked_at(key)
         if size in checked or sum(
                 1 for c in checked if c[:1] == (BATCH,)) > CHECKED_SIZES:
             return None
         return size
 
-    @staticmethod
-    def checked_as(size):
-        """How a batch size checked against eager is noted."""
-        return (BATCH, size)
+    def checked_at(self, key):
+        """How a call's batch size is noted when checked against eager:
+        ``('B', size)`` of ``key`` (the recorded one for ``None``)."""
+        return (BATCH, self.recorded if key is None else
+                self.size_of(key))
 
 
 class TripsAndBatch(collections.namedtuple('TripsAndBatch',
@@ -161,7 +162,7 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
         size = self.batch.to_check(key, checked)
         if trips in checked and size is None:
             return None
-        return trips, self.batch.checked_as(self.batch.size_of(key))
+        return trips, self.batch.checked_at(key)
 
 
 def batch_part(symbolic):

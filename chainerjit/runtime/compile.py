@@ -195,12 +195,10 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                                 graph, program, symbolic, symbols)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
-        if sizes is not None:
-            entry.verified_lengths.add(_sizes_checked(sizes))
         if varying is not None:  # (their sizes, numbers) pairs
-            entry.verified_lengths = {
-                symbolic.checked(None, symbols) if symbolic is not varying
-                else varying.checked(symbols)}
+            entry.verified_lengths = {symbolic.checked(None, symbols)}
+        elif sizes is not None:
+            entry.verified_lengths.add(sizes.checked_at(None))
         if caller.check:
             _self_check(caller, entry, leaves, recording, symbols)
         # onnxruntime's sessions have fixed sizes; 'auto' chooses later
@@ -436,14 +434,6 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why
-
-
-def _sizes_checked(sizes):
-    """What a call at the recorded sizes checks against eager: the
-    items' lengths (``ragged.Ragged``) or ``('B', batch size)``."""
-    if isinstance(sizes, ragged.Ragged):
-        return sizes.recorded
-    return sizes.checked_as(sizes.recorded)
 
 
 def _with_line(reason, loc):

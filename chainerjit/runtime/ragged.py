@@ -49,7 +49,7 @@ class Ragged(collections.namedtuple('Ragged', 'leaves recorded')):
 
     __slots__ = ()
 
-    def to_check(self, key, checked):
+    def to_check(self, key, checked, symbols=()):
         """The call's lengths, if it is to be checked against eager: until
         every item has had another length than its recorded one in a call
         ``checked`` (a cut at a fixed offset that the recorded lengths
@@ -59,7 +59,12 @@ class Ragged(collections.namedtuple('Ragged', 'leaves recorded')):
                 any(lengths[k] != n for lengths in checked)
                 for k, n in enumerate(self.recorded)):
             return None
-        return self.lengths_of(key)
+        return self.checked_at(key)
+
+    def checked_at(self, key):
+        """How a call's sizes are noted when checked against eager: the
+        items' lengths in ``key`` (the recorded ones for ``None``)."""
+        return self.recorded if key is None else self.lengths_of(key)
 
     def generalize(self, key):
         """``(the key with the items' lengths as 'L', [])``, or ``None``
