@@ -220,6 +220,8 @@ def _batched_axes(old, new):
     nothing else; else ``[]``."""
     found = []
     for leaf, axes in _differing(old, new) or ():
+        if not old[leaf][0]:  # 0-d: no batch
+            continue
         if len(axes) != 1:
             return []
         found.append((leaf, axes[0]))
@@ -282,10 +284,11 @@ def _differing(old, new):
 def batch_of(key):
     """``Batched`` of a call's key whose array arguments all have one size
     of axis 0, at least :data:`MIN_SIZE` (``jit(dynamic=True)`` makes it
-    symbolic from the first call); else ``None``."""
+    symbolic from the first call), but for 0-d ones (a loss); else
+    ``None``."""
     leaves = tuple(leaf for leaf, spec in enumerate(key[3])
-                   if signature.is_array_spec(spec))
-    if not leaves or any(not key[3][leaf][0] for leaf in leaves):
+                   if signature.is_array_spec(spec) and spec[0])
+    if not leaves:
         return None
     batched = Batched(leaves)
     size = batched.size_of(key)
