@@ -14,6 +14,7 @@ from chainerjit.api import jit  # NOQA
 from chainerjit.errors import CompiledMismatch  # NOQA
 from chainerjit.errors import DataDependentValue  # NOQA
 from chainerjit.errors import FallbackWarning  # NOQA
+from chainerjit.errors import GraphBreakWarning  # NOQA
 from chainerjit.errors import RecompileWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA

@@ -1,6 +1,7 @@
 """The user-facing entry point, :func:`jit`."""
 
 import collections
+import contextlib
 import functools
 import logging
 import os
@@ -134,6 +135,9 @@ class JitFunction(_calls.CachedCall):
         # the links an eager call runs as compiled segments (_fallback)
         self._segments = weakref.WeakKeyDictionary()
         self._segment_links = weakref.WeakKeyDictionary()
+        # A graph break (breaks.Cut) calls run around, once a recording
+        # found one, its driver and its jitted pieces.
+        self._cut, self._driver, self._pieces = None, None, {}
         self.cache = cache_module.Cache(options['maxsize'])
         # when misses stop being recorded (runtime.budget)
         self.budget = budget.RecordingBudget(options['recompile_limit'],
@@ -190,6 +194,9 @@ class JitFunction(_calls.CachedCall):
         if chainer.get_function_hooks() or chainer._get_link_hooks() or \
                 chainer.config.debug:  # hooks and debug checks see each op
             return self._eager(instance, args, kwargs)
+        if self._cut is not None:  # every call runs around the break
+            self.cache.hits += 1
+            return self._run_cut(instance, args, kwargs, hit=True)
         train, backprop = signature.config_flags()
         try:
             key, leaves, packed = self.call_key(args, kwargs, train, backprop)
@@ -479,20 +486,74 @@ class JitFunction(_calls.CachedCall):
         return instance
 
     def _fallback(self, instance, args, kwargs, hit=False):
-        """Runs a call chainerjit does not compile eagerly, the links it
+        """Runs a call chainerjit does not compile whole: as compiled
+        segments around the statement where the forward reads a value into
+        Python (a graph break: :meth:`_run_cut`), or eagerly, the links it
         calls in compiled segments of their own: each link the model holds
         directly runs a jitted forward for the time of the call (as if
         jitted by the user; ``runtime._calls.segments``), so that what
         can be compiled is, around the construct that cannot. Counted as
         :meth:`_eager`."""
+        if self._cut is not None:
+            return self._run_cut(instance, args, kwargs, hit)
         forwards = self._segment_forwards(instance)
         if not forwards:
             return self._eager(instance, args, kwargs, hit)
-        before = _compiled_calls(forwards)
+        jitted = [fn for _, fn in forwards.values()]
+        before = _compiled_calls(jitted)
         with _calls.segments(forwards):
             result = self._eager(instance, args, kwargs, hit)
-        self.cache.segmented += _compiled_calls(forwards) > before
+        self.cache.segmented += _compiled_calls(jitted) > before
         return result
+
+    def _run_cut(self, instance, args, kwargs, hit):
+        """Runs a call as the forward cut at its graph break
+        (``frontend.breaks``): the statements before the break as one
+        jitted function, the break in Python, the statements after as
+        another. Counted as compiled where either piece ran compiled."""
+        before = _compiled_calls(self._pieces.values())
+        result = self._driver(instance, *args, **kwargs) \
+            if instance is not None else self._driver(*args, **kwargs)
+        self.cache.segmented += 1
+        if _compiled_calls(self._pieces.values()) == before:  # all eager
+            self.cache.eager += 1
+            self.cache.eager_hits += hit
+        return result
+
+    def _cut_at(self, cut):
+        """From now on, calls run as ``cut`` (a ``breaks.Cut``): its
+        driver calling the jitted pieces. Every call can: the cut
+        forward does what the forward does."""
+        self._pieces = dict((what, self._piece(fn, what)) for what, fn in (
+            ('prefix', cut.prefix), ('suffix', cut.suffix))
+            if fn is not None)
+        self._driver = cut.driver(self._pieces.get('prefix'),
+                                  self._pieces.get('suffix'),
+                                  self._eager_statement)
+        self._cut = cut
+
+    def _piece(self, fn, what):
+        """A piece of a cut forward, jitted as this function is."""
+        piece = JitFunction(fn, self._get_instance, self._options)
+        piece.__name__ = '%s<%s>' % (self.__name__, what)
+        return piece
+
+    def _eager_statement(self):
+        """The context a graph break's statement runs in: the links the
+        model holds run compiled, as segments (see :meth:`_fallback`)."""
+        forwards = self._segment_forwards(self._instance())
+        return _calls.segments(forwards) if forwards else _NO_CONTEXT
+
+    def graph_break(self):
+        """The graph break this function's calls run around, or ``None``:
+        ``(cut, pieces)``, where the cut (``frontend.breaks.Cut``) has
+        ``line``, ``reason`` and ``describe()``, and ``pieces`` is
+        ``{'prefix': JitFunction, 'suffix': JitFunction}`` (either may be
+        missing), each with ``cache_info()``, ``explain()`` and the rest;
+        the suffix may have a break of its own."""
+        if self._cut is None:
+            return None
+        return self._cut, dict(self._pieces)
 
     def _segment_forwards(self, instance):
         """``{id(link): (link, jitted forward)}`` for the links
@@ -592,6 +653,8 @@ class JitFunction(_calls.CachedCall):
         if entry is None:
             return compiled.result
         self.last_entry = entry
+        if entry.cut is not None and self._cut is None:
+            self._cut_at(entry.cut)
         self._made_read_only += entry.made_read_only
         self.cache.compiles += entry.fallback is None
         if entry.escaped and self.budget.note_fallback(entry.fallback):
@@ -669,7 +732,13 @@ class JitFunction(_calls.CachedCall):
         return ', '.join('%s (%d times)' % kv
                          for kv in self._changes.most_common(3))
 
-    def _warn_fallback(self, error, loc):
+    def _warn_fallback(self, error, loc, cut=None):
+        if cut is not None:
+            errors.warn_once((self.__name__, loc, 'break'),
+                             errors.GraphBreakWarning,
+                             errors.break_message(self.__name__, error, loc,
+                                                  cut.describe_lines()))
+            return
         errors.warn_once((self.__name__, loc, type(error)),
                          errors.FallbackWarning,
                          errors.fallback_message(self.__name__, error, loc))
@@ -680,9 +749,13 @@ class JitFunction(_calls.CachedCall):
         """``CacheInfo(hits, misses, maxsize, currsize, compiled, eager,
         compiles, segmented)``: ``functools.lru_cache``'s four, then the
         calls a compiled program answered, the calls that ran eagerly
-        besides recordings, the programs compiled, and the eager calls
-        whose links ran compiled (see ``runtime.cache.CacheInfo``)."""
-        return self.cache.info()
+        besides recordings, the programs compiled, and the calls that ran
+        in compiled segments (see ``runtime.cache.CacheInfo``)."""
+        info = self.cache.info()
+        if self._pieces:  # cut at a graph break
+            info = info._replace(compiles=info.compiles + sum(
+                p.cache_info().compiles for p in self._pieces.values()))
+        return info
 
     def cache_clear(self):
         """Forgets every compiled program and resets the statistics; the
@@ -690,6 +763,7 @@ class JitFunction(_calls.CachedCall):
         self.unfreeze()
         self.cache.clear()
         self.budget.clear()
+        self._cut, self._driver, self._pieces = None, None, {}
         self._warned_stopped = False
         self._changes.clear()
         self._warned_recompile = False
@@ -703,6 +777,8 @@ class JitFunction(_calls.CachedCall):
                 self.cache.remove(entry)
         backends.unfreeze(self._made_read_only)
         self._made_read_only = []
+        for piece in self._pieces.values():
+            piece.unfreeze()
 
     def cache_entries(self):
         """The cache entries, least recently used first. Each has
@@ -718,18 +794,27 @@ class JitFunction(_calls.CachedCall):
         if self.budget.stopped:
             report += ('\nNew signatures run eagerly, unrecorded: %s.'
                        % self.budget.stopped)
-        segments = self.segments()
+        segments = dict((name, fn) for name, fn in self.segments().items()
+                        if fn.cache_info().compiled)
         if segments:
             report += '\nCalls run eagerly ran these links compiled: %s.' % (
                 ', '.join('%s (%d compiled calls)' % (
                     name, fn.cache_info().compiled)
                     for name, fn in sorted(segments.items())))
+        if self._cut is not None:
+            report += '\nEvery call runs around a %s.%s' % (
+                self._cut.describe(), ''.join(
+                    '\n%s:\n%s' % (piece.__name__, _indented(
+                        piece.cache_report()))
+                    for _, piece in sorted(self._pieces.items())))
         return report
 
     def explain(self, *args, **kwargs):
         """Says which entry a call with these arguments would use, or, on
         a miss, how it differs from the closest entry. Runs nothing."""
         instance = self._instance()
+        if self._cut is not None:
+            return self._explain_cut(args, kwargs)
         config = chainer.config
         try:
             key, leaves, packed = self.call_key(
@@ -755,6 +840,20 @@ class JitFunction(_calls.CachedCall):
                 self.budget.stopped, self._explain_segments(instance))
             if self.budget.stopped else '')
 
+    def _explain_cut(self, args, kwargs):
+        """Explains a call of a function cut at a graph break: the break,
+        and the entry of the statements before it the call would use (those
+        after it take what the break gives, unknown until it runs)."""
+        text = '%s runs around a %s' % (self.__name__, self._cut.describe())
+        prefix = self._pieces.get('prefix')
+        if prefix is not None:
+            text += '\n' + prefix.explain(*args, **kwargs)
+        suffix = self._pieces.get('suffix')
+        if suffix is not None:
+            text += '\n%s has %d entries (cache_report())' % (
+                suffix.__name__, suffix.cache_info().currsize)
+        return text
+
     def _explain_segments(self, instance):
         forwards = self._segment_forwards(instance)
         if not forwards:
@@ -778,6 +877,7 @@ class JitFunction(_calls.CachedCall):
                       entries[nearest].size_notes())))
 
 
+_NO_CONTEXT = contextlib.nullcontext()
 _RAISED = object()  # a program that raised at a new length
 _NOT_WIDENED = object()  # no entry of another batch size serves the call
 _checking = [0]  # calls checking a program against eager, running
@@ -906,9 +1006,13 @@ def _named_links(instance):
             for name, link in instance.namedlinks(skipself=True)]
 
 
-def _compiled_calls(forwards):
-    """The compiled calls of the segments' jitted forwards so far."""
-    return sum(fn.cache.compiled for _, fn in forwards.values())
+def _indented(text):
+    return '\n'.join('  ' + line for line in text.splitlines())
+
+
+def _compiled_calls(functions):
+    """The compiled calls of jitted functions so far."""
+    return sum(fn.cache.compiled for fn in functions)
 
 
 def _rare_change(kinds, sig):

@@ -88,6 +88,11 @@ class FallbackWarning(UserWarning):
     """A call ran eagerly instead of compiled (shown once per site)."""
 
 
+class GraphBreakWarning(FallbackWarning):
+    """A value read into Python cuts a forward: the statement that reads it
+    runs in Python, the statements before and after it compiled."""
+
+
 class RecompileWarning(UserWarning):
     """A function keeps recompiling; the message says what changes."""
 
@@ -134,3 +139,11 @@ def fallback_message(func_name, error, loc):
             'signature (this warning is shown once).\n  See '
             'docs/errors.md#%s' % (
                 kind, error, source_excerpt(loc), func_name, kind))
+
+
+def break_message(func_name, error, loc, lines):
+    """The text of a one-time warning for a graph break."""
+    kind = type(error).__name__
+    return ('chainerjit: %s: %s\n%s\n  %s breaks its graph there: %s (this '
+            'warning is shown once).\n  See docs/errors.md#GraphBreak' % (
+                kind, error, source_excerpt(loc), func_name, lines))

@@ -15,7 +15,24 @@ cdef object _ndarray = numpy.ndarray
 cdef object _Variable = chainer.Variable
 cdef object _Parameter = chainer.Parameter
 cdef object _generic = numpy.generic
-cdef tuple _STATIC_TYPES = (type(None), bool, int, float, str, numpy.dtype)
+class Unbound(object):
+    """The type of :data:`UNBOUND`."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return 'UNBOUND'
+
+    def __reduce__(self):
+        return 'UNBOUND'
+
+
+#: What a name left unassigned passes as between the pieces of a forward
+#: cut at a graph break (``breaks``): a static value, as None is.
+UNBOUND = Unbound()
+
+cdef tuple _STATIC_TYPES = (type(None), bool, int, float, str, numpy.dtype,
+                            Unbound)
 cdef object _array_types = chainer.get_array_types()
 
 

@@ -20,13 +20,12 @@ recording, by the forward or by Chainer, are guarded too
 import ast
 import collections
 import functools
-import inspect
-import textwrap
 
 import chainer
 import numpy
 
 from chainerjit.frontend import _keys
+from chainerjit.frontend import source
 
 
 _SCALARS = (type(None), bool, int, float, str)
@@ -167,9 +166,8 @@ def _attribute_chains(fn):
     code = fn.__code__
     if not code.co_argcount:
         return set()
-    try:
-        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
-    except (OSError, TypeError, SyntaxError):
+    tree = source.function_ast(code)
+    if tree is None:
         return set()
     first = code.co_varnames[0]
     chains = set()

@@ -117,13 +117,33 @@ def _recording_report(report, recorder):
     reports, to replay."""
     def report_recorded(values, observer=None):
         if _state.recorder is recorder:
-            values = lengths.plain(dict(values), recorder.length_uses,
+            values, numbers = _reported_numbers(dict(values), recorder)
+            values = lengths.plain(values, recorder.length_uses,
                                    'reported', traced.user_location(2))
             recorder.note_effect('report', observer, None, values)
             # The reporter keeps what eager mode gives it.
-            values = dict((k, traced.as_eager(v)) for k, v in values.items())
+            values = dict((k, numbers.get(k, traced.as_eager(v)))
+                          for k, v in values.items())
         report(values, observer)
     return report_recorded
+
+
+def _reported_numbers(values, recorder):
+    """``values`` with each varying number (``scalars.Scalar``, a float
+    argument or the ``float()`` a graph break gave) as a 0-d array bound
+    to a node's output giving it (``recorder.numbers``), so
+    that a compiled call reports its own number; and ``{key: number}``
+    of those numbers, which eager's reporter gets."""
+    numbers = {}
+    for key, value in values.items():
+        if scalars.is_varying(value):
+            out, base = scalars.reported(value)
+            numbers[key] = base(scalars.plain_numbers(value))
+            marker = numpy.array(numbers[key])
+            recorder.bind(marker, out)
+            recorder.numbers[id(marker)] = base
+            values[key] = marker
+    return values, numbers
 
 
 def _escaping(what):

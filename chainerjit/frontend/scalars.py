@@ -218,6 +218,25 @@ _with_methods(IntScalar, _DECISIONS + tuple(
 _VARYING = (Scalar, IntScalar)
 
 
+def reported(number):
+    """``(value, base)`` for a varying number the forward reports: the IR
+    value of a node giving it as a 0-d array (a program output, which the
+    compiled call reports as a number again), and its number type."""
+    recorder = _state.recorder
+    dtype = number.value.dtype
+    out = recorder.graph.add_value('temp', (), dtype)
+    node = recorder.add_node(ir.Node(
+        'python.array', ops.Kernel(
+            lambda v: numpy.array(v, dtype), {}, onnx=_identity_to_onnx),
+        [number.value], [out], (), loc=traced.user_location(3)))
+    recorder.templates[node] = ('python', 'array', ())
+    return out, number._BASE
+
+
+def _identity_to_onnx(b, ins, outs):
+    b.op('Identity', ins, outs)
+
+
 def is_varying(x):
     """Is ``x`` a Scalar or an IntScalar?"""
     return isinstance(x, _VARYING)

@@ -4,13 +4,16 @@ few questions about ``ast`` nodes that :mod:`.control`,
 :mod:`.trip_counts` and :mod:`.loop_analysis` share.
 
 A function's source is read again with ``inspect`` at each question; a
-file's ``ast`` is parsed once and kept.
+file's ``ast`` is parsed once and kept. The functions :mod:`.breaks` makes
+from a forward's statements have no text of their own: their ``ast`` is
+registered (:func:`register`) and read from there.
 """
 
 import ast
 import inspect
 import linecache
 import textwrap
+import weakref
 
 
 # Comprehensions: each one is a code object of its own.
@@ -18,6 +21,16 @@ COMPREHENSION_NODES = (ast.ListComp, ast.SetComp, ast.DictComp,
                        ast.GeneratorExp)
 
 _FILES = {}  # file name -> its ast, or None (not parsable)
+# code object -> (its module's ast, its columns' dedent), for the
+# functions made from a forward's statements (lines already the file's)
+_MADE = weakref.WeakKeyDictionary()
+
+
+def register(code, tree, dedent):
+    """Registers the ``ast`` (a module holding one ``def``, in the file's
+    lines and columns less ``dedent``) of a function made from another's
+    statements, compiled to ``code``."""
+    _MADE[code] = (tree, dedent)
 
 
 def parsed_source(code):
@@ -25,6 +38,9 @@ def parsed_source(code):
     add to its line numbers to get the file's; ``None`` when the source
     cannot be read (a plain REPL, ``exec``) or parsed (a lambda inside an
     expression)."""
+    made = _MADE.get(code)
+    if made is not None:
+        return made[0], 0
     try:
         lines, start = inspect.getsourcelines(code)
         tree = ast.parse(textwrap.dedent(''.join(lines)))
@@ -37,6 +53,9 @@ def dedented_by(code):
     """How many columns :func:`parsed_source` took off the start of each
     line of a code object's source (a method's indentation): add them to
     an ``ast`` node's columns to get the file's."""
+    made = _MADE.get(code)
+    if made is not None:
+        return made[1]
     try:
         first = inspect.getsourcelines(code)[0][0]
     except (OSError, TypeError):

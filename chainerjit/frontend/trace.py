@@ -96,6 +96,9 @@ class Recording(object):
         self.outputs = outputs  # (structure, leaf specs) of the result
         self.result = result  # what the eager run returned
         self.escape = escape  # None or (description, loc)
+        # the line of the jitted function an escape cuts it at (breaks)
+        self.escape_line = recorder.escape_line if recorder else None
+        self.cut = None  # that cut, once made (runtime.compile)
         self.row_nodes = []  # nodes indexing packed lists' rows
         self.config_names = frozenset()  # chainer.config entries read
         self.rows_read = True  # each read by an op, none returned
@@ -167,10 +170,18 @@ class _Recorder(object):
         # varying int at each of its instruction offsets was recorded.
         self.top_code = None
         self.indexes_seen = collections.Counter()
+        # The line the jitted function's own frame (the outermost, if it
+        # recurses) was at when the escape was found: where a graph break
+        # cuts it (``breaks``); None after it returned.
+        self.escape_line = None
+        # id(0-d array) -> number type, for the varying numbers reported
+        # (recording_patches._reported_numbers)
+        self.numbers = {}
 
     def note_escape(self, what, loc):
         if self.escape is None:
             self.escape = (what, loc)
+            self.escape_line = _outermost_line(self.top_code)
 
     def note_constants(self, obj, what, loc=None):
         """Notes the varying numbers (``scalars.Scalar``, ``IntScalar``) in
@@ -512,6 +523,16 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
                               input_names, packed, varying)
 
 
+def _outermost_line(code):
+    """The line of the outermost running frame of ``code``, or ``None``."""
+    line, frame = None, sys._getframe(2)
+    while frame is not None:
+        if frame.f_code is code:
+            line = frame.f_lineno
+        frame = frame.f_back
+    return line
+
+
 def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
                    packed, varying):
     """:func:`record`, one recording at a time: binds the model's arrays
@@ -672,9 +693,14 @@ def _leaf_spec(leaf, recorder, proxies, what):
     argument leaf returned as is), ``'model'`` (a Variable of the model,
     such as a Parameter, returned as is; ``where`` is its source) or
     ``'const'`` (an array, or a NumPy scalar, that does not depend on the
-    inputs, copied)."""
+    inputs, copied) or ``'number'`` (a varying number reported: the
+    output as a Python number, of the type ``grad`` holds)."""
     is_var = isinstance(leaf, chainer.Variable)
     grad = leaf.requires_grad if is_var else False
+    base = recorder.numbers.get(id(leaf))
+    if base is not None:  # a varying number reported: ``grad`` its type
+        recorder.graph.outputs.append(recorder.values[id(leaf)])
+        return 'number', len(recorder.graph.outputs) - 1, False, base
     for i, proxy in enumerate(proxies):
         if leaf is proxy:
             return 'arg', i, is_var, grad

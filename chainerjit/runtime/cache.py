@@ -217,6 +217,8 @@ class Entry(object):
         escaped: whether it runs eagerly because of a construct of the
             forward (a value read into Python), which another signature
             would meet too.
+        cut: the ``frontend.breaks.Cut`` its calls run as, compiled
+            segments around the statement that escaped, or ``None``.
         hits: calls answered from this entry.
         compile_seconds: time spent recording, optimising and compiling.
     """
@@ -236,6 +238,7 @@ class Entry(object):
         self.config_reads = config_reads  # guards.config_reads
         self.fallback = fallback
         self.escaped = False
+        self.cut = None
         self.hits = 0
         self.compile_seconds = 0.0
         # frontend.symbolic.Symbolic: compiled for any length (or
@@ -418,7 +421,10 @@ class Entry(object):
         lines += self.size_notes()
         lines.append('hits: %d, compile: %.3f s' % (
             self.hits, self.compile_seconds))
-        if self.fallback:
+        if self.cut is not None:
+            lines.append('runs in compiled pieces around a %s'
+                         % self.cut.describe())
+        elif self.fallback:
             lines.append('runs eagerly: %s' % self.fallback)
         else:
             lines.append('instructions: %d' % self.n_instructions)
@@ -500,6 +506,8 @@ def _make_leaf(spec, outs, leaves, instance):
         owner = (where[1], None) if where[0] == 'object' else \
             resolve_owner(instance, where[1])
         return owner[0]
+    if kind == 'number':  # ``grad`` holds the number's type
+        return grad(signature.leaf_array(outs[where]))
     if kind == 'scalar':  # a training call's output is a Variable
         array = signature.leaf_array(outs[where])
         # (onnxruntime's int64 arrays are typed long long: the scalar
@@ -524,13 +532,16 @@ class CacheInfo(collections.namedtuple(
         hits: calls that found an entry; misses: calls that recorded one.
         maxsize, currsize: the bound on entries, and the entries there are.
         compiled: calls a compiled program answered (hits, less those that
-            ran eagerly).
+            ran eagerly), around a graph break too (where a piece before
+            or after it ran compiled).
         eager: calls that ran eagerly besides recordings: an entry that
             runs eagerly, hooks, debug mode, arguments it cannot take, the
             check of a new length.
-        compiles: programs compiled (an entry that runs eagerly is none).
-        segmented: calls that ran eagerly, but whose links ran compiled,
-            as segments (``JitFunction.segments()``).
+        compiles: programs compiled (an entry that runs eagerly is none),
+            and those of the pieces of a function cut at a graph break.
+        segmented: calls that ran in compiled segments: around a graph
+            break (``JitFunction.graph_break()``), or eagerly with the
+            links compiled (``JitFunction.segments()``).
     """
 
 
@@ -632,9 +643,12 @@ class Cache(object):
                 sig = sig[:47] + '...'
             rows.append('%3d  %-50s %6d %7.3f s %6s  %s' % (
                 i, sig, entry.hits, entry.compile_seconds,
-                'eager' if entry.fallback else entry.n_instructions,
+                'break' if entry.cut else 'eager' if entry.fallback
+                else entry.n_instructions,
                 '' if entry.fallback else entry.backend))
         rows += ['#%d runs eagerly: %s' % (i, entry.fallback)
+                 if entry.cut is None else '#%d runs in compiled pieces '
+                 'around a %s' % (i, entry.cut.describe())
                  for i, entry in enumerate(self.entries())
                  if entry.fallback]
         return '\n'.join(rows)

@@ -15,6 +15,7 @@ needs as a :class:`Caller` and caches the entry it gets back.
 import collections
 import functools
 import gc
+import logging
 import time
 
 import chainer
@@ -24,6 +25,7 @@ from chainerjit import errors
 from chainerjit import ops
 from chainerjit import passes
 from chainerjit.backend import codegen
+from chainerjit.frontend import breaks
 from chainerjit.frontend import guards
 from chainerjit.frontend import rolling
 from chainerjit.frontend import scalars
@@ -38,6 +40,9 @@ from chainerjit.runtime import batch
 from chainerjit.runtime import cache
 from chainerjit.runtime import function
 from chainerjit.runtime import ragged
+
+
+logger = logging.getLogger('chainerjit')
 
 
 class Caller(collections.namedtuple('Caller', (
@@ -55,8 +60,8 @@ class Caller(collections.namedtuple('Caller', (
         check: whether to self-check each new program (``jit(check=)``).
         lengths_unsound: a symbolic length once gave another result than
             eagerly: trip counts stay in the key.
-        warn_fallback: ``warn_fallback(error, loc)`` warns, once, that
-            the call runs eagerly.
+        warn_fallback: ``warn_fallback(error, loc, cut=None)`` warns, once,
+            that the call runs eagerly (or around ``cut``, a graph break).
         warn_unrolled: ``warn_unrolled(error, loc)`` warns, once, that a
             loop stays unrolled.
         explain_miss: ``explain_miss(sig, key)`` says how the call differs
@@ -164,6 +169,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             config_reads=guards.config_reads(recording.config_names),
             fallback=fallback)
         entry.escaped = recording.escape is not None
+        entry.cut = recording.cut
         entry.ignore_state(recording.written_first)
     else:
         lengths, length_note, unrolled = _roll_loops(caller, recording,
@@ -271,6 +277,22 @@ def _with_varying(key, sig, varying, names):
 
 # --- the fallback decision --------------------------------------------------
 
+def _graph_break(caller, recording):
+    """The ``breaks.Cut`` of the forward at the statement where the
+    recording found its escape, or ``None`` where it cannot be cut there
+    (logged)."""
+    if recording.escape_line is None:
+        return None
+    cut = breaks.cut(caller.fn, recording.escape_line,
+                     caller.instance is not None)
+    if isinstance(cut, str):
+        logger.info('chainerjit: %s is not cut at line %d: %s', caller.name,
+                    recording.escape_line, cut)
+        return None
+    cut.reason = recording.escape[0]
+    return cut
+
+
 def _fallback_reason(caller, recording, py_guards, generators):
     """Why this recording cannot be compiled, or ``None``: link hooks on
     the model, a value read into Python (or a guarded Python value the
@@ -289,7 +311,9 @@ def _fallback_reason(caller, recording, py_guards, generators):
         recording.escape = ('changing %s in place' % changed[0], None)
     if recording.escape is not None:
         what, loc = recording.escape
-        caller.warn_fallback(errors.DataDependentValue(what), loc)
+        recording.cut = _graph_break(caller, recording)
+        caller.warn_fallback(errors.DataDependentValue(what), loc,
+                             recording.cut)
         return '%s at %s' % (what, _format_loc(loc))
     if _has_guards(recording.graph.nodes) and \
             not pure_but_guards(recording.graph.nodes):

@@ -29,7 +29,8 @@ class _Reports(object):
         return pipeline.Caller(
             fn=fn, instance=instance, name=getattr(fn, '__name__', 'f'),
             check=check, lengths_unsound=False,
-            warn_fallback=lambda error, loc: self.fallbacks.append(error),
+            warn_fallback=lambda error, loc, cut=None: self.fallbacks.append(
+                error),
             warn_unrolled=lambda error, loc: self.unrolled.append(error),
             explain_miss=self._explain_miss,
             on_backprop_program=self._note_backprop_program)

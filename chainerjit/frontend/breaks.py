@@ -1,0 +1,504 @@
+"""Graph breaks: a forward cut around the statement that reads a value
+into Python.
+
+A recording that finds a value read into Python (``float(loss.array)``,
+``.item()``) at a line of the forward's own code cannot replay it; the
+forward is then cut at the statement of its body that holds that line:
+
+* the *prefix*: the statements before it, as a function of the forward's
+  parameters that returns the names they assign and later statements read;
+* the *break*: that statement, run by Python on every call;
+* the *suffix*: the statements after it, as a function of the names it
+  reads.
+
+The prefix and the suffix are jitted as functions of their own (by the
+api), and a suffix that reads a value into Python is cut in turn. A
+*driver* with the forward's signature runs the three::
+
+    def forward(self, x, t):
+        (h, y) = __prefix(self, x, t)
+        with __eager():                     # the links it calls compiled
+            if float(F.sum(y).array) > 0:
+                y = y * 2
+        return __suffix(self, h, y)
+
+Statements move as written, with their lines and columns, so that
+warnings, tracebacks and the loop analyses (:mod:`.source`) see the
+forward's own lines. A forward is not cut where moving statements could
+change what Python does: a generator, ``global`` or ``nonlocal``, calls
+that read the frame (``locals()``, ``vars()``, ``eval``, ``exec``), a
+``return`` or ``del`` before the break, a name the later statements read
+that the earlier ones may leave unassigned, or a name closures capture
+that more than one part assigns. :func:`cut` then says why.
+"""
+
+import ast
+import copy
+import inspect
+import os
+import symtable
+import types
+
+from chainerjit.frontend import source
+from chainerjit.frontend._keys import UNBOUND
+
+# Calls that see the frame: moving statements into other frames changes
+# what they give.
+_FRAME_READERS = frozenset(['locals', 'vars', 'eval', 'exec', 'dir'])
+_NOT_CUT_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
+                  inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE)
+_PREFIX, _SUFFIX, _EAGER = '__prefix', '__suffix', '__eager'
+_UNBOUND, _UNBOUND_ERROR = '__UNBOUND', '__UnboundLocalError'
+
+_UNBOUND_CELLS = {_UNBOUND: UNBOUND, _UNBOUND_ERROR: UnboundLocalError}
+
+
+class Cut(object):
+    """A forward cut at one statement.
+
+    Attributes:
+        line, end_line: the break statement's first and last lines.
+        filename: the forward's file.
+        prefix: the function of the statements before the break (the
+            forward's parameters; returns the tuple of ``prefix_names``),
+            or ``None`` where the break is the first statement.
+        suffix: the function of the statements after it (the instance
+            first, for a method, then ``suffix_names``), or ``None``.
+    """
+
+    def __init__(self, fn, function, index, method):
+        body = function.body
+        self.filename = fn.__code__.co_filename
+        self.line = body[index].lineno
+        self.end_line = body[index].end_lineno
+        self._fn, self._function, self._index = fn, function, index
+        self._method = method
+        self.reason = None  # what the break reads into Python
+        params = _parameters(function)
+        before, stmt, after = body[:index], body[index], body[index + 1:]
+        later = _names_read(after + [stmt])
+        self.prefix_names = sorted(_assigned(before) & later)
+        self.suffix_names = sorted(_names_read(after) & (
+            params | _assigned(before) | _assigned([stmt])))
+        self.suffix_names = [n for n in self.suffix_names
+                             if n not in self._instance_name()]
+        # Names that may be unassigned where a part ends (set in a loop,
+        # deleted) pass as UNBOUND, and are deleted where they arrive.
+        definite = _definitely_assigned(before, params)
+        self._maybe_prefix = set(self.prefix_names) - definite
+        self._maybe_suffix = set(self.suffix_names) - \
+            _definitely_assigned([stmt], definite)
+        self.prefix = self._piece('prefix', before, function.args,
+                                  self._returning()) \
+            if before else None
+        self.suffix = self._piece(
+            'suffix', self._unbinding(self._maybe_suffix) + after,
+            _plain_args(self._instance_name() + self.suffix_names)) \
+            if after else None
+
+    def describe_lines(self):
+        """Which lines run how: ``'line 31 runs in Python on every call,
+        lines 25-30 and 32-40 compiled'``."""
+        body, i = self._function.body, self._index
+        parts = [_lines(body[0].lineno, body[i - 1].end_lineno)] \
+            if self.prefix is not None else []
+        if self.suffix is not None:
+            parts.append(_lines(body[i + 1].lineno, body[-1].end_lineno))
+        return '%s run%s in Python on every call%s' % (
+            _lines(self.line, self.end_line),
+            's' if self.line == self.end_line else '',
+            ', %s compiled' % ' and '.join(parts) if parts else '')
+
+    def describe(self):
+        """The break, its reason and how the lines run."""
+        return 'graph break at %s:%d (%s): %s' % (
+            os.path.basename(self.filename), self.line, self.reason,
+            self.describe_lines())
+
+    def __repr__(self):
+        return '<Cut of %s at line %d>' % (self._fn.__qualname__, self.line)
+
+    def driver(self, prefix, suffix, eager):
+        """The forward as Python that calls ``prefix`` and ``suffix`` (the
+        jitted pieces; for a method, bound to the instance, so called
+        without it) and runs the break inside ``eager()``, a context
+        manager."""
+        first = self._function.body[0]
+        body = []
+        if self.prefix is not None:
+            call = _call(_PREFIX, self._forwarded_args())
+            body.append(_located(ast.Assign(
+                targets=[_names_tuple(self.prefix_names, ast.Store())],
+                value=call) if self.prefix_names else ast.Expr(call),
+                first))
+            body += self._unbinding(self._maybe_prefix)
+        stmt = self._function.body[self._index]
+        body.append(_located(ast.With(items=[ast.withitem(
+            context_expr=_call(_EAGER, ([], [])))], body=[]), stmt))
+        body[-1].body = [stmt]
+        if self.suffix is not None:
+            body += self._binding(self._maybe_suffix)
+            body.append(_located(ast.Return(_call(_SUFFIX, (
+                [ast.Name(n, ast.Load()) for n in self.suffix_names],
+                []))), stmt))
+        cells = dict(_UNBOUND_CELLS, **{
+            _PREFIX: prefix, _SUFFIX: suffix, _EAGER: eager})
+        return self._compile('', body, self._function.args, cells,
+                             defaults=True)
+
+    # --- the pieces -----------------------------------------------------
+
+    def _instance_name(self):
+        return params_in_order(self._function)[:1] if self._method else []
+
+    def _returning(self):
+        """The prefix's end, at the ``def`` line, which no loop and no
+        escape is at."""
+        return self._binding(self._maybe_prefix) + [_located(ast.Return(
+            _names_tuple(self.prefix_names, ast.Load())), self._function)]
+
+    def _binding(self, maybe):
+        """``try: name / except UnboundLocalError: name = __UNBOUND`` for
+        each of ``maybe``, at the ``def`` line (which no escape is found
+        at)."""
+        return [_located(ast.Try(
+            [ast.Expr(ast.Name(n, ast.Load()))],
+            [ast.ExceptHandler(ast.Name(_UNBOUND_ERROR, ast.Load()), None, [
+                ast.Assign([ast.Name(n, ast.Store())],
+                           ast.Name(_UNBOUND, ast.Load()))])], [], []),
+            self._function) for n in sorted(maybe)]
+
+    def _unbinding(self, maybe):
+        """``if name is __UNBOUND: del name`` for each of ``maybe``, at the
+        ``def`` line (which no escape is found at)."""
+        return [_located(ast.If(ast.Compare(
+            ast.Name(n, ast.Load()), [ast.Is()],
+            [ast.Name(_UNBOUND, ast.Load())]),
+            [ast.Delete([ast.Name(n, ast.Del())])], []), self._function)
+            for n in sorted(maybe)]
+
+    def _piece(self, what, stmts, args, ret=None):
+        body = list(stmts) + (ret or [])
+        return self._compile('<%s>' % what, body, args, _UNBOUND_CELLS,
+                             defaults=what == 'prefix', register=True)
+
+    def _forwarded_args(self):
+        """The driver's call of the prefix: the forward's parameters passed
+        on as they came (less the instance, for a method)."""
+        a = self._function.args
+        positional = [p.arg for p in a.posonlyargs + a.args]
+        if self._method:
+            positional = positional[1:]
+        args = [ast.Name(n, ast.Load()) for n in positional]
+        if a.vararg is not None:
+            args.append(ast.Starred(ast.Name(a.vararg.arg, ast.Load()),
+                                    ast.Load()))
+        keywords = [ast.keyword(p.arg, ast.Name(p.arg, ast.Load()))
+                    for p in a.kwonlyargs]
+        if a.kwarg is not None:
+            keywords.append(ast.keyword(None, ast.Name(a.kwarg.arg,
+                                                       ast.Load())))
+        return args, keywords
+
+    def _compile(self, qualifier, body, args, cells, defaults=False,
+                 register=False):
+        """A function of ``body`` with the forward's globals and closure
+        cells (``cells``: more free names and their values)."""
+        code_fn = self._fn.__code__
+        function = self._def(body, args)
+        compiled = function
+        if '__class__' in code_fn.co_freevars:  # zero-argument super()
+            compiled = self._def([_keep_class_cell(body[0])] + body, args)
+        code = self._code(compiled, sorted(cells))
+        outer = dict(zip(code_fn.co_freevars, self._fn.__closure__ or ()))
+        closure = tuple(outer[n] if n in outer else
+                        types.CellType(cells[n]) for n in code.co_freevars)
+        made = types.FunctionType(code, self._fn.__globals__,
+                                  self._fn.__name__, None, closure)
+        made.__qualname__ = self._fn.__qualname__ + qualifier
+        made.__module__ = self._fn.__module__
+        if defaults:
+            made.__defaults__ = self._fn.__defaults__
+            made.__kwdefaults__ = self._fn.__kwdefaults__
+        if register:
+            source.register(code, ast.Module(body=[function],
+                                             type_ignores=[]),
+                            source.dedented_by(code_fn))
+        return made
+
+    def _def(self, body, args):
+        function = ast.FunctionDef(
+            name=self._fn.__name__, args=_without_defaults(args),
+            body=list(body), decorator_list=[], returns=None,
+            type_comment=None)
+        ast.copy_location(function, self._function)
+        function.end_lineno = body[-1].end_lineno
+        return ast.fix_missing_locations(function)
+
+    def _code(self, function, more_free):
+        """The code of ``function`` compiled inside a factory whose
+        parameters are the forward's free names and ``more_free``, so that
+        they are free names of it too."""
+        code_fn = self._fn.__code__
+        factory = _located(ast.FunctionDef(
+            name='__factory', args=_plain_args(
+                list(code_fn.co_freevars) + more_free),
+            body=[function, ast.Return(ast.Name(function.name, ast.Load()))],
+            decorator_list=[], returns=None, type_comment=None),
+            self._function)
+        module = ast.Module(body=[_shifted(factory, source.dedented_by(
+            code_fn))], type_ignores=[])
+        factory_code = next(c for c in compile(
+            module, self.filename, 'exec').co_consts
+            if isinstance(c, types.CodeType))
+        return next(c for c in factory_code.co_consts
+                    if isinstance(c, types.CodeType))
+
+
+def cut(fn, line, method):
+    """The :class:`Cut` of ``fn`` at the statement of its body holding
+    ``line`` (of its file), or why it cannot be cut (a string).
+    ``method``: the jitted function gets the instance as its first
+    argument."""
+    code = getattr(fn, '__code__', None)
+    if code is None:
+        return 'it is no Python function'
+    if code.co_flags & _NOT_CUT_FLAGS:
+        return 'it is a generator or a coroutine'
+    found = source.function_and_offset(code)
+    if found is None:
+        return 'its source cannot be read'
+    function, offset, _ = found
+    function = copy.deepcopy(function)
+    ast.increment_lineno(function, offset)
+    body = function.body
+    index = next((i for i, stmt in enumerate(body)
+                  if stmt.lineno <= line <= stmt.end_lineno), None)
+    if index is None:
+        return 'line %d is not in its body' % line
+    if len(body) == 1:
+        return 'its body is that one statement'
+    why = _why_not_cut(function, index, method)
+    if why is not None:
+        return why
+    return Cut(fn, function, index, method)
+
+
+def _why_not_cut(function, index, method):
+    body = function.body
+    before, stmt, after = body[:index], body[index], body[index + 1:]
+    for node in _own_nodes(body):
+        if isinstance(node, (ast.Global, ast.Nonlocal)):
+            return 'it declares names global or nonlocal'
+        if isinstance(node, (ast.Yield, ast.YieldFrom, ast.Await)):
+            return 'it is a generator or a coroutine'
+    for node in ast.walk(function):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                and node.func.id in _FRAME_READERS:
+            return 'it calls %s()' % node.func.id
+    for node in _own_nodes(before):
+        if isinstance(node, ast.Return):
+            return 'it may return before line %d' % stmt.lineno
+    params = _parameters(function)
+    if method and not params_in_order(function):
+        return 'it takes no instance argument'
+    if method and params_in_order(function)[0] in _assigned(body):
+        return 'it assigns to %s' % params_in_order(function)[0]
+    why = _unbound_reads(before, stmt, after, params)
+    if why is not None:
+        return why
+    return _shared_cells(function, before, stmt, after, params)
+
+
+def _unbound_reads(before, stmt, after, params):
+    """Why a name a later part reads may be unassigned where the earlier
+    parts end (or is read by a part before one assigns it), or
+    ``None``."""
+    assigned_before = _assigned(before)
+    local = params | assigned_before | _assigned([stmt]) | _assigned(after)
+    checks = ((before, params | assigned_before),
+              ([stmt], params | assigned_before | _assigned([stmt])))
+    for part, bound in checks:
+        early = (_names_read(part) & local) - bound
+        if early:
+            return 'it reads %s before assigning it' % sorted(early)[0]
+    return None
+
+
+def _shared_cells(function, before, stmt, after, params):
+    """A name that closures capture (a cell) must be assigned by one part
+    only, or a closure made in one part would not see another's
+    assignment."""
+    cells = _cell_names(function)
+    parts = [params, _assigned(before), _assigned([stmt]), _assigned(after)]
+    for name in sorted(cells):
+        if sum(name in part for part in parts) > 1:
+            return ('%s, which a closure captures, is assigned on both '
+                    'sides of line %d' % (name, stmt.lineno))
+    return None
+
+
+# --- names ------------------------------------------------------------------
+
+def params_in_order(function):
+    a = function.args
+    return [p.arg for p in a.posonlyargs + a.args]
+
+
+def _parameters(function):
+    a = function.args
+    names = [p.arg for p in a.posonlyargs + a.args + a.kwonlyargs]
+    names += [p.arg for p in (a.vararg, a.kwarg) if p is not None]
+    return set(names)
+
+
+def _own_nodes(stmts):
+    """The nodes of ``stmts`` in the function's own scope (not inside the
+    functions, lambdas and classes they define)."""
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        yield node
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef, ast.Lambda)):
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+
+
+def _names_read(stmts):
+    """Every name the statements mention, in any scope (more than they
+    read from the function's: that only passes a name more)."""
+    return set(n.id for stmt in stmts for n in ast.walk(stmt)
+               if isinstance(n, ast.Name))
+
+
+def _assigned(stmts):
+    """The names the statements bind in the function's scope (assigned,
+    imported, defined, caught, walrus targets), from ``symtable``."""
+    if not stmts:
+        return set()
+    table = _table('def __part():\n' + ''.join(
+        _indented(ast.unparse(stmt)) for stmt in stmts))
+    return set(s.get_name() for s in table.get_symbols()
+               if s.is_assigned() or s.is_imported())
+
+
+def _cell_names(function):
+    """The function's names that closures capture."""
+    table = _table(ast.unparse(_without_decorators(function)))
+    return set(s.get_name() for s in table.get_symbols()
+               if s.is_local() and _captured(table, s.get_name()))
+
+
+def _captured(table, name):
+    for child in table.get_children():
+        frees = child.get_frees() if isinstance(
+            child, symtable.Function) else ()
+        if name in frees or _captured(child, name):
+            return True
+    return False
+
+
+def _table(text):
+    return symtable.symtable(text, '<cut>', 'exec').get_children()[0]
+
+
+def _indented(text):
+    return ''.join('    ' + line + '\n' for line in text.splitlines())
+
+
+def _definitely_assigned(stmts, bound):
+    """The names certainly bound after ``stmts`` run to their end, given
+    ``bound`` before: straight-line bindings, and those both sides of an
+    ``if`` make; loops, ``try`` and ``match`` are taken to bind none, and
+    a ``del`` anywhere in a statement to unbind its names."""
+    bound = set(bound)
+    for stmt in stmts:
+        bound -= _deleted(stmt)
+        if isinstance(stmt, ast.If):
+            bound |= _definitely_assigned(stmt.body, bound) & \
+                _definitely_assigned(stmt.orelse, bound)
+        elif isinstance(stmt, ast.With):
+            bound |= _assigned([ast.Assign(
+                targets=[item.optional_vars], value=ast.Constant(None))
+                for item in stmt.items if item.optional_vars is not None])
+            bound |= _definitely_assigned(stmt.body, bound)
+        elif isinstance(stmt, (ast.Assign, ast.AnnAssign, ast.AugAssign,
+                               ast.Import, ast.ImportFrom, ast.FunctionDef,
+                               ast.ClassDef, ast.Expr)):
+            if not isinstance(stmt, ast.AnnAssign) or stmt.value is not None:
+                bound |= _assigned([stmt])
+    return bound
+
+
+def _lines(first, last):
+    return 'line %d' % first if first >= last else 'lines %d-%d' % (
+        first, last)
+
+
+def _deleted(stmt):
+    return set(node.id for node in _own_nodes([stmt])
+               if isinstance(node, ast.Name) and
+               isinstance(node.ctx, ast.Del))
+
+
+# --- building ast ------------------------------------------------------------
+
+def _plain_args(names):
+    return ast.arguments(posonlyargs=[], args=[ast.arg(n) for n in names],
+                         vararg=None, kwonlyargs=[], kw_defaults=[],
+                         kwarg=None, defaults=[])
+
+
+def _without_defaults(args):
+    """The parameters without their defaults (the made function gets the
+    forward's values) and annotations."""
+    args = copy.deepcopy(args)
+    args.defaults = []
+    args.kw_defaults = [None] * len(args.kwonlyargs)
+    for p in args.posonlyargs + args.args + args.kwonlyargs + [
+            args.vararg, args.kwarg]:
+        if p is not None:
+            p.annotation = None
+    return args
+
+
+def _without_decorators(function):
+    function = copy.copy(function)
+    function.decorator_list = []
+    function.returns = None
+    function.args = _without_defaults(function.args)
+    return function
+
+
+def _names_tuple(names, ctx):
+    return ast.Tuple([ast.Name(n, ctx) for n in names], ctx)
+
+
+def _call(name, arguments):
+    args, keywords = arguments
+    return ast.Call(ast.Name(name, ast.Load()), args, keywords)
+
+
+def _located(node, where):
+    """``node`` and the nodes in it placed at ``where``'s lines."""
+    ast.copy_location(node, where)
+    return ast.fix_missing_locations(node)
+
+
+def _keep_class_cell(where):
+    """``if False: __class__``: keeps the ``__class__`` cell that a
+    zero-argument ``super()`` reads in the made function's free names."""
+    return _located(ast.If(ast.Constant(False), [ast.Expr(ast.Name(
+        '__class__', ast.Load()))], []), where)
+
+
+def _shifted(tree, columns):
+    """A copy of ``tree`` with its columns moved right by ``columns`` (the
+    file's, where the source was dedented)."""
+    tree = copy.deepcopy(tree)
+    for node in ast.walk(tree):
+        for attr in ('col_offset', 'end_col_offset'):
+            if getattr(node, attr, None) is not None:
+                setattr(node, attr, getattr(node, attr) + columns)
+    return tree

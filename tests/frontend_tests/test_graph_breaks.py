@@ -1,0 +1,403 @@
+"""Graph breaks (``frontend.breaks``): a forward that reads a value into
+Python runs as compiled pieces around the statement that reads it, that
+statement in Python. Each form against eager, outputs and gradients, over
+calls with new values; the pieces' calls compiled."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+from numpy.testing import assert_array_equal
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit.frontend import breaks
+
+from tests import differential
+
+
+F32 = numpy.float32
+
+
+class _Base(chainer.Chain):
+    def __init__(self, n_in=6, n_h=8, n_out=4):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(n_in, n_h)
+            self.l2 = L.Linear(n_h, n_out)
+            self.l3 = L.Linear(n_out, n_out)
+
+
+class Thresholded(_Base):
+    """``float()`` of the loss decides a branch."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        y = self.l2(h)
+        loss = F.softmax_cross_entropy(y, t)
+        if float(loss.array) > 1.4:
+            loss = loss * 0.5
+        z = F.tanh(self.l3(y))
+        return loss + F.sum(z) * 0.01
+
+
+class ItemWeighted(_Base):
+    """``.item()`` gives a number the rest computes with."""
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        w = F.sum(y).array.item()
+        loss = F.softmax_cross_entropy(y, t)
+        return loss * abs(w) + F.sum(self.l3(y)) * 0.1
+
+
+class TwoBreaks(_Base):
+    """Two reads, so the suffix is cut again."""
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        scale = 2.0 if bool(F.sum(y).array > 0) else 0.5
+        h = F.tanh(self.l3(y)) * scale
+        n = int(F.argmax(F.sum(h, axis=0)).array)
+        return F.softmax_cross_entropy(h, t) + h[:, n].array.sum() * 0.0 \
+            + F.sum(h[:, n])
+
+
+class EarlyReturn(_Base):
+    """The break statement returns on one side."""
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        loss = F.softmax_cross_entropy(y, t)
+        if float(loss.array) > 1.4:
+            return loss
+        return loss + F.sum(F.tanh(self.l3(y)))
+
+
+class LoopAround(_Base):
+    """A loop before and a loop after the break roll in their pieces."""
+
+    def __init__(self):
+        super().__init__(n_in=4, n_h=8, n_out=8)
+        with self.init_scope():
+            self.rnn = L.LSTM(4, 8)
+
+    def forward(self, xs, t):
+        self.rnn.reset_state()
+        for x in xs:
+            h = self.rnn(x)
+        norm = float(F.sum(h * h).array)
+        y = h / (norm ** 0.5 + 1)
+        for _ in range(3):
+            y = F.tanh(self.l3(y))
+        return F.softmax_cross_entropy(y, t)
+
+
+class BreakInLoop(_Base):
+    """A read inside a loop body: the loop runs in Python, the rest
+    compiled."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        y = self.l2(h)
+        for _ in range(2):
+            if float(F.max(y).array) > 0:
+                y = F.tanh(self.l3(y))
+        return F.softmax_cross_entropy(y, t)
+
+
+class Helper(_Base):
+    """The read is in a helper method the forward calls."""
+
+    def accuracy(self, y, t):
+        return float((y.array.argmax(axis=1) == t).mean())
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        acc = self.accuracy(y, t)
+        loss = F.softmax_cross_entropy(y, t)
+        chainer.report({'loss': loss, 'accuracy': acc}, self)
+        return loss * (2 - acc)
+
+
+class SuperCall(Thresholded):
+    """A zero-argument ``super()`` in a cut forward."""
+
+    def forward(self, x, t):
+        loss = super().forward(x, t)
+        if float(loss.array) > 1.5:
+            loss = loss * 0.25
+        h = self.l1(x)
+        return loss + F.sum(h * h) * 0.001
+
+
+class Closure(_Base):
+    """A comprehension and a lambda capture names across the break."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        scale = F.sum(h).array
+        ys = [self.l2(h * k) for k in (1, 2)]
+        if float(scale) > 1:
+            ys = ys[::-1]
+        act = lambda v: F.tanh(v) * 2  # noqa: E731
+        return F.softmax_cross_entropy(act(ys[0]) + ys[1], t)
+
+
+FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
+         SuperCall, Closure, BreakInLoop]
+
+
+def _calls(rng, n=6, batch=5, n_in=6):
+    return [(rng.standard_normal((batch, n_in)).astype(F32) * (1 + i),
+             rng.randint(0, 4, batch).astype(numpy.int32))
+            for i in range(n)]
+
+
+def _jitted_twin(cls):
+    """An eager model, its twin and the twin's jitted forward."""
+    eager, model = cls(), cls()
+    model.copyparams(eager)
+    return eager, model, chainerjit.jit(model.forward)
+
+
+def _cut_pieces(jitted):
+    return list(jitted.graph_break()[1].values())
+
+
+@pytest.mark.parametrize('cls', FORMS, ids=lambda c: c.__name__)
+def test_forms_match_eager_and_run_compiled_pieces(cls):
+    rng = numpy.random.RandomState(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.GraphBreakWarning)
+        jitted = differential.check_grads(None, _calls(rng), model=cls(),
+                                          method='forward',
+                                          fallback_ok=True)
+    assert jitted.graph_break(), 'the forward was not cut'
+    # the first call records, the next ones record the pieces (a suffix
+    # cut again, its own pieces), then they run compiled
+    assert jitted.cache_info().compiled >= 3
+    assert any(p.cache_info().compiled >= 3 for p in _cut_pieces(jitted))
+
+
+@pytest.mark.parametrize('cls', [Thresholded, TwoBreaks],
+                         ids=lambda c: c.__name__)
+def test_inference_at_new_batch_sizes(cls):
+    """Without backprop, at a new batch size per call: eager's bits, and
+    each piece serves every batch size from at most two entries."""
+    eager, model, jitted = _jitted_twin(cls)
+    rng = numpy.random.RandomState(1)
+    with warnings.catch_warnings(), chainer.no_backprop_mode():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for batch in (3, 5, 8, 4, 9, 6, 7, 3):
+            (x, t), = _calls(rng, n=1, batch=batch)
+            assert_array_equal(jitted(x, t).array, eager(x, t).array)
+    for piece in _cut_pieces(jitted):
+        assert piece.cache_info().currsize <= 2, piece.cache_report()
+
+
+def test_loop_before_the_break_rolls():
+    """A loop in the statements before the break rolls into one program
+    for every length; its values and gradients are eager's."""
+    rng = numpy.random.RandomState(2)
+    calls = [(rng.standard_normal((n, 2, 4)).astype(F32),
+              rng.randint(0, 8, 2).astype(numpy.int32))
+             for n in (3, 5, 8, 4, 9, 6)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.GraphBreakWarning)
+        jitted = differential.check_grads(None, calls, model=LoopAround(),
+                                          method='forward',
+                                          fallback_ok=True)
+    prefix = jitted.graph_break()[1]['prefix']
+    assert prefix.cache_info().currsize == 1, prefix.cache_report()
+    assert 'xs: f32[T,2,4]' in str(prefix.cache_entries()[0].signature)
+
+
+def test_a_name_left_unassigned_raises_as_in_eager():
+    """``h`` set only in a loop that does not run: the break reading it
+    raises eager's UnboundLocalError, before and after the cut."""
+    eager, model, jitted = _jitted_twin(LoopAround)
+    rng = numpy.random.RandomState(3)
+    t = numpy.zeros(2, numpy.int32)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for n in (4, 0, 6, 0, 5):
+            xs = rng.standard_normal((n, 2, 4)).astype(F32)
+            if n == 0:
+                for fn in (eager, jitted):
+                    with pytest.raises(UnboundLocalError):
+                        fn(xs, t)
+            else:
+                assert_array_equal(jitted(xs, t).array, eager(xs, t).array)
+    assert jitted.graph_break() is not None
+
+
+class Deleting(_Base):
+    def forward(self, x, t):
+        h = self.l1(x)
+        g = F.relu(h)
+        if x.shape[0] > 4:
+            del g
+        y = self.l2(h)
+        w = float(F.sum(y).array)
+        try:
+            y = y + g
+        except UnboundLocalError:
+            y = y * 2
+        return F.softmax_cross_entropy(y * w, t)
+
+
+def test_a_deleted_name_stays_deleted():
+    rng = numpy.random.RandomState(4)
+    calls = [(rng.standard_normal((b, 6)).astype(F32),
+              rng.randint(0, 4, b).astype(numpy.int32))
+             for b in (3, 6, 3, 6, 2, 8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.GraphBreakWarning)
+        jitted = differential.check_grads(None, calls, model=_Net(Deleting),
+                                          method='forward',
+                                          fallback_ok=True)
+    assert jitted.graph_break() is not None
+
+
+def _Net(cls):
+    return cls(n_h=4)
+
+
+def test_warning_report_and_explain_name_the_break(monkeypatch):
+    monkeypatch.setattr(errors, '_warned', set())  # warned once by line
+    model = Thresholded()
+    jitted = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(5)
+    calls = _calls(rng, n=3)
+    with pytest.warns(chainerjit.GraphBreakWarning) as record:
+        for x, t in calls:
+            jitted(x, t)
+    message = str(record[0].message)
+    assert 'if float(loss.array) > 1.4:' in message
+    assert 'run in Python on every call' in message
+    line = Thresholded.forward.__code__.co_firstlineno + 4
+    assert 'graph break at test_graph_breaks.py:%d' % line in \
+        jitted.cache_report()
+    explained = jitted.explain(*calls[0])
+    assert 'runs around a graph break' in explained
+    assert 'Thresholded.forward<prefix> would hit entry #0' in explained
+
+
+def _first(x):
+    return x
+
+
+def _generator(self, x):
+    y = x * 2
+    if float(y.sum()) > 0:
+        yield y
+
+
+def _global(self, x):
+    global _first
+    _first = x * 2
+    return float(_first.sum())
+
+
+def _frame(self, x):
+    y = x * 2
+    z = float(y.sum())
+    return locals()
+
+
+def _early(self, x):
+    if x.shape[0] > 3:
+        return x
+    y = x * 2
+    return float(y.sum())
+
+
+def _captured(self, x):
+    y = x * 2
+    f = lambda: y  # noqa: E731
+    z = float(y.sum())
+    y = y + z
+    return f()
+
+
+@pytest.mark.parametrize('fn,line,why', [
+    (_generator, 2, 'generator'),
+    (_global, 3, 'global'),
+    (_frame, 2, 'calls locals()'),
+    (_early, 4, 'may return before'),
+    (_captured, 3, 'closure captures'),
+])
+def test_forwards_that_are_not_cut_say_why(fn, line, why):
+    line += fn.__code__.co_firstlineno
+    found = breaks.cut(fn, line, True)
+    assert isinstance(found, str) and why in found, found
+
+
+def test_a_forward_that_is_not_cut_runs_eagerly_with_eager_values():
+    class Framed(_Base):
+        def forward(self, x, t):
+            y = self.l2(self.l1(x))
+            s = float(F.sum(y).array)
+            return dict(locals())['y'] * s
+
+    eager, model, jitted = _jitted_twin(Framed)
+    rng = numpy.random.RandomState(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for x, t in _calls(rng, n=4):
+            assert_array_equal(jitted(x, t).array, eager(x, t).array)
+    assert jitted.graph_break() is None
+
+
+def _observed(fn, model, *args):
+    reporter = chainer.Reporter()
+    reporter.add_observer('m', model)
+    observation = {}
+    with reporter.scope(observation):
+        result = fn(*args)
+    return result, observation
+
+
+def test_a_number_read_at_the_break_is_reported_as_eager_reports_it():
+    """``acc = float(...)`` reported after the break: the suffix takes it
+    as an input and reports each call's number (a Python float), from one
+    entry."""
+    eager, model, jitted = _jitted_twin(Helper)
+    rng = numpy.random.RandomState(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for x, t in _calls(rng, n=8):
+            expected, seen = _observed(eager.forward, eager, x, t)
+            actual, got = _observed(jitted, model, x, t)
+            assert_array_equal(actual.array, expected.array)
+            assert type(got['m/accuracy']) is float
+            assert got['m/accuracy'] == seen['m/accuracy']
+    suffix = jitted.graph_break()[1]['suffix']
+    assert suffix.cache_info().currsize == 1
+    assert suffix.cache_info().compiled >= 3
+
+
+def test_a_float_argument_reported_is_an_input_too():
+    class Annealed(_Base):
+        def forward(self, x, beta):
+            y = self.l2(F.relu(self.l1(x)))
+            chainer.report({'beta': beta, 'y': F.sum(y)}, self)
+            return y * beta
+
+    eager, model, jitted = _jitted_twin(Annealed)
+    rng = numpy.random.RandomState(8)
+    for i in range(8):
+        x = rng.standard_normal((3, 6)).astype(F32)
+        beta = 0.1 * i + 0.05
+        expected, seen = _observed(eager.forward, eager, x, beta)
+        actual, got = _observed(jitted, model, x, beta)
+        assert_array_equal(actual.array, expected.array)
+        assert type(got['m/beta']) is float and got['m/beta'] == beta
+        assert_array_equal(got['m/y'].array, seen['m/y'].array)
+    # two recordings, two checks of new values against eager, then compiled
+    assert jitted.cache_info().currsize == 1
+    assert jitted.cache_info().compiled == 4
