@@ -11,6 +11,11 @@ against eager's. Workloads:
   forward counts correct tags for its report with
   ``xp.sum(y == p)`` on ``F.argmax_crf1d``'s path (a value read into
   Python): a training step per call;
+* ``MLP, loss read into Python``: a three-layer MLP classifier (batches
+  of 32 x 100) whose forward reads its loss with ``float()`` to halve it
+  on hard batches, then reports it and the accuracy: a graph break, the
+  layers before it and the report after it compiled; a training step per
+  call;
 * ``tree net, whole traversal jitted`` / ``tree net, composition
   jitted``: a recursive network over a new random binary tree on every
   call (a tree of word ids, a ``tanh`` composition of the two children, a
@@ -74,7 +79,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 
 from benchmarks import timing  # noqa: E402
 
-WORKLOADS = ('CRF tagger, accuracy count', 'tree net, whole traversal jitted',
+WORKLOADS = ('CRF tagger, accuracy count', 'MLP, loss read into Python',
+             'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
              'GAN discriminator, input noise', 'new value every call',
              'new float every call', 'new index every call',
@@ -105,7 +111,8 @@ def parse_args(argv=None):
 def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
-    Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN)``."""
+    Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN,
+    LossReader)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -278,8 +285,27 @@ def models():
                 self.W(concat_os), concat_ys_out, reduce='no')) / batch
             return loss
 
+    class LossReader(chainer.Chain):
+        def __init__(self, n_in=100, n_h=100, classes=10):
+            super().__init__()
+            with self.init_scope():
+                self.l1 = L.Linear(n_in, n_h)
+                self.l2 = L.Linear(n_h, n_h)
+                self.l3 = L.Linear(n_h, classes)
+
+        def forward(self, x, t):
+            h = F.relu(self.l1(x))
+            h = F.relu(self.l2(h))
+            y = self.l3(h)
+            loss = F.softmax_cross_entropy(y, t)
+            if float(loss.array) > 2.3:  # a hard batch counts half
+                loss = loss * 0.5
+            chainer.report({'loss': loss, 'accuracy': F.accuracy(y, t)},
+                           self)
+            return loss
+
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
-            Seq2seq, Picked, Listed, AnnealedRNN)
+            Seq2seq, Picked, Listed, AnnealedRNN, LossReader)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -315,6 +341,19 @@ def _crf(jit):
     model = _twins(cls)[1 if jit else 0]
     forward = chainerjit.jit(model.forward) if jit else model.forward
     return _training_step(model, forward), forward
+
+
+def _loss_reader(jit):
+    import chainerjit
+    model = _twins(models()[10])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _loss_reader_calls(n, rng):
+    import numpy
+    return [(rng.standard_normal((32, 100)).astype(numpy.float32),
+             rng.randint(0, 10, 32).astype(numpy.int32)) for _ in range(n)]
 
 
 def _crf_calls(n, rng):
@@ -454,6 +493,8 @@ def _seq2seq_calls(n, rng):
 
 WORKLOAD_DEFS = {
     'CRF tagger, accuracy count': Workload(_crf, _crf_calls),
+    'MLP, loss read into Python': Workload(_loss_reader,
+                                           _loss_reader_calls),
     'tree net, whole traversal jitted': Workload(
         lambda jit: _tree(jit, 'whole'), _tree_calls),
     'tree net, composition jitted': Workload(

@@ -97,10 +97,16 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         '0', '--only', 'tree net, whole traversal jitted',
         'VAE, sampling', 'new value every call', 'new float every call',
         'new index every call', 'new list index every call',
-        'LSTM, new length and annealed weight every call', '--output',
-        str(report)])
-    tree, vae, new_value, new_float, new_index, list_index, annealed = rows
+        'LSTM, new length and annealed weight every call',
+        'MLP, loss read into Python', '--output', str(report)])
+    tree, vae, new_value, new_float, new_index, list_index, annealed, \
+        reader = rows
     assert tree['stopped'] and list_index['stopped']
+    # around its graph break: the first call eager, then the two pieces
+    # compiled once and every call compiled
+    info = reader['info']
+    assert (info.eager, info.compiles) == (1, 2) and not reader['stopped']
+    assert info.compiled == info.hits - 1
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
     for number in (new_value, new_float, new_index, annealed):
         assert number['info'].compiles == 2 and not number['stopped']
