@@ -89,6 +89,13 @@ def _entry_for(jitted, args, kwargs):
         if jitted.last_entry is None:  # it tried packing lists, kept none
             jitted(*args, **kwargs)
     entry = jitted.last_entry
+    cut = jitted.graph_break()
+    if cut is not None:
+        raise ExportError(
+            '%s runs around a %s. One ONNX graph cannot run Python between '
+            'its parts: export the piece before the break with the same '
+            'arguments (f.graph_break()[1][\'prefix\']), or move the read '
+            'out of the forward' % (jitted.__name__, cut[0].describe()))
     if entry is None or entry.program is None:
         raise ExportError(
             '%s runs eagerly for these arguments (%s), so there is no '

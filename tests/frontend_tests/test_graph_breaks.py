@@ -147,8 +147,40 @@ class Closure(_Base):
         return F.softmax_cross_entropy(act(ys[0]) + ys[1], t)
 
 
+class Masked(_Base):
+    """A shape that depends on values: boolean-mask indexing."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        keep = h[h.array.sum(axis=1) > 0.5]
+        y = self.l2(keep)
+        return F.sum(y * y) + F.sum(h)
+
+
+class ArgWhere(_Base):
+    """Rows picked with ``numpy.argwhere``."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        rows = numpy.argwhere(h.array.sum(axis=1) > 0.5)[:, 0]
+        y = self.l2(h[rows])
+        return F.softmax_cross_entropy(y, t[rows]) * len(rows)
+
+
+class Keywords(_Base):
+    """Defaults, keyword-only arguments and ``**kwargs`` reach the
+    pieces."""
+
+    def forward(self, x, t, scale=2.0, *extra, shift=0.5, **options):
+        h = self.l1(x) * scale + shift
+        y = self.l2(F.relu(h))
+        if options.get('check', True) and float(F.max(y).array) > 0:
+            y = y - shift
+        return F.softmax_cross_entropy(y, t) + len(extra)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
-         SuperCall, Closure, BreakInLoop]
+         SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
@@ -401,3 +433,17 @@ def test_a_float_argument_reported_is_an_input_too():
     # two recordings, two checks of new values against eager, then compiled
     assert jitted.cache_info().currsize == 1
     assert jitted.cache_info().compiled == 4
+
+
+def test_export_of_a_cut_forward_names_the_break_and_the_pieces():
+    onnx_export = pytest.importorskip('chainerjit.onnx_export')
+    model = Thresholded()
+    jitted = chainerjit.jit(model.forward)
+    x, t = _calls(numpy.random.RandomState(9), n=1)[0]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        jitted(x, t)
+        with pytest.raises(errors.ExportError, match='graph break at'):
+            onnx_export.export_onnx(jitted, (x, t))
+        prefix = jitted.graph_break()[1]['prefix']
+        assert onnx_export.export_onnx(prefix, (x, t)) is not None

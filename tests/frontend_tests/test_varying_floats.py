@@ -202,12 +202,27 @@ def test_each_use_that_bakes_it_in_keeps_it_in_the_key(rng, fn, use):
     assert use in text and 'test_varying_floats.py' in text, text
 
 
-def test_a_report_and_an_assignment_keep_it_in_the_key(rng):
+def test_an_assignment_keeps_it_in_the_key(rng):
     with chainer.using_config('train', False):
-        assert 'k reported' in _floats_stay(_reported, rng)
         model = _Assigns()
         assert 'k assigned to self.last' in _floats_stay(model.forward, rng)
         assert model.last == VALUES[3]
+
+
+def test_a_report_is_a_program_output_of_each_calls_number(rng):
+    """The reporter gets each call's float (a program output turned back
+    into a Python float), from one entry."""
+    jitted = chainerjit.jit(_reported, backend='numpy')
+    for x, k in _calls(rng, VALUES):
+        seen = []
+        for fn in (_reported, jitted):
+            observation = {}
+            with chainer.Reporter().scope(observation):
+                assert_array_equal(fn(x, k).array, (x * 2).array)
+            seen.append(observation['k'])
+        assert type(seen[1]) is float and seen == [k, k]
+    assert jitted.cache_info().currsize == 1
+    assert jitted.cache_info().compiled == len(VALUES) - 4
 
 
 def test_a_use_the_recording_cannot_see_is_caught_at_a_new_value(rng):
