@@ -16,20 +16,22 @@ api), and a suffix that reads a value into Python is cut in turn. A
 *driver* with the forward's signature runs the three::
 
     def forward(self, x, t):
-        (h, y) = __prefix(self, x, t)
+        (h, y) = __prefix(x, t)             # jitted, bound to the model
         with __eager():                     # the links it calls compiled
             if float(F.sum(y).array) > 0:
                 y = y * 2
-        return __suffix(self, h, y)
+        return __suffix(h, y)
 
 Statements move as written, with their lines and columns, so that
 warnings, tracebacks and the loop analyses (:mod:`.source`) see the
-forward's own lines. A forward is not cut where moving statements could
-change what Python does: a generator, ``global`` or ``nonlocal``, calls
-that read the frame (``locals()``, ``vars()``, ``eval``, ``exec``), a
-``return`` or ``del`` before the break, a name the later statements read
-that the earlier ones may leave unassigned, or a name closures capture
-that more than one part assigns. :func:`cut` then says why.
+forward's own lines. A name one part may leave unassigned (set in a loop
+that may not run, deleted) passes as :data:`UNBOUND` and is deleted where
+it arrives, so that Python raises where it would have. A forward is not
+cut where moving statements could change what Python does: a generator,
+``global`` or ``nonlocal``, calls that read the frame (``locals()``,
+``vars()``, ``eval``, ``exec``), a ``return`` before the break, a read of
+a name before a later part assigns it, or a name closures capture that
+more than one part assigns. :func:`cut` then says why.
 """
 
 import ast
