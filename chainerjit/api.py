@@ -524,12 +524,9 @@ class JitFunction(_calls.CachedCall):
         """From now on, calls run as ``cut`` (a ``breaks.Cut``): its
         driver calling the jitted pieces. Every call can: the cut
         forward does what the forward does."""
-        self._pieces = dict((what, self._piece(fn, what)) for what, fn in (
-            ('prefix', cut.prefix), ('suffix', cut.suffix))
-            if fn is not None)
-        self._driver = cut.driver(self._pieces.get('prefix'),
-                                  self._pieces.get('suffix'),
-                                  self._eager_statement)
+        self._pieces = dict((what, self._piece(fn, what))
+                            for what, fn in cut.pieces().items())
+        self._driver = cut.driver(self._pieces, self._eager_statement)
         self._cut = cut
 
     def _piece(self, fn, what):

@@ -50,6 +50,8 @@ _FRAME_READERS = frozenset(['locals', 'vars', 'eval', 'exec', 'dir'])
 _NOT_CUT_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
                   inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE)
 _PREFIX, _SUFFIX, _EAGER = '__prefix', '__suffix', '__eager'
+_BODY_PIECES = {'body prefix': '__body_prefix',
+                'body suffix': '__body_suffix'}
 _UNBOUND, _UNBOUND_ERROR = '__UNBOUND', '__UnboundLocalError'
 
 _UNBOUND_CELLS = {_UNBOUND: UNBOUND, _UNBOUND_ERROR: UnboundLocalError}
@@ -68,7 +70,7 @@ class Cut(object):
             first, for a method, then ``suffix_names``), or ``None``.
     """
 
-    def __init__(self, fn, function, index, method):
+    def __init__(self, fn, function, index, method, line):
         body = function.body
         self.filename = fn.__code__.co_filename
         self.line = body[index].lineno
@@ -97,6 +99,18 @@ class Cut(object):
             'suffix', self._unbinding(self._maybe_suffix) + after,
             _plain_args(self._instance_name() + self.suffix_names)) \
             if after else None
+        # A loop holding the read: its body cut too (a _LoopBody), or None
+        self.loop = _loop_body(self, stmt, line, params)
+
+    def pieces(self):
+        """``{name: function}`` of the pieces to jit: ``'prefix'``,
+        ``'suffix'``, and for a read in a loop's body, ``'body prefix'``
+        and ``'body suffix'`` (each iteration's statements before and
+        after the one that reads), where there are such statements."""
+        found = {'prefix': self.prefix, 'suffix': self.suffix}
+        if self.loop is not None:
+            found.update(self.loop.functions)
+        return dict((k, fn) for k, fn in found.items() if fn is not None)
 
     def describe_lines(self):
         """Which lines run how: ``'line 31 runs in Python on every call,
@@ -109,7 +123,8 @@ class Cut(object):
         return '%s run%s in Python on every call%s' % (
             _lines(self.line, self.end_line),
             's' if self.line == self.end_line else '',
-            ', %s compiled' % ' and '.join(parts) if parts else '')
+            ', %s compiled' % ' and '.join(parts) if parts else '') + (
+            self.loop.describe() if self.loop is not None else '')
 
     def describe(self):
         """The break, its reason and how the lines run."""
@@ -120,11 +135,11 @@ class Cut(object):
     def __repr__(self):
         return '<Cut of %s at line %d>' % (self._fn.__qualname__, self.line)
 
-    def driver(self, prefix, suffix, eager):
-        """The forward as Python that calls ``prefix`` and ``suffix`` (the
-        jitted pieces; for a method, bound to the instance, so called
-        without it) and runs the break inside ``eager()``, a context
-        manager."""
+    def driver(self, jitted, eager):
+        """The forward as Python that calls the jitted pieces (``jitted``,
+        as :meth:`pieces` names them; for a method, bound to the instance,
+        so called without it) and runs the break inside ``eager()``, a
+        context manager."""
         first = self._function.body[0]
         body = []
         if self.prefix is not None:
@@ -135,16 +150,20 @@ class Cut(object):
                 first))
             body += self._unbinding(self._maybe_prefix)
         stmt = self._function.body[self._index]
-        body.append(_located(ast.With(items=[ast.withitem(
-            context_expr=_call(_EAGER, ([], [])))], body=[]), stmt))
-        body[-1].body = [stmt]
+        if self.loop is not None:
+            body.append(self.loop.driven(stmt))
+        else:
+            body.append(_eagerly(stmt))
         if self.suffix is not None:
             body += self._binding(self._maybe_suffix)
             body.append(_located(ast.Return(_call(_SUFFIX, (
                 [ast.Name(n, ast.Load()) for n in self.suffix_names],
                 []))), stmt))
         cells = dict(_UNBOUND_CELLS, **{
-            _PREFIX: prefix, _SUFFIX: suffix, _EAGER: eager})
+            _PREFIX: jitted.get('prefix'), _SUFFIX: jitted.get('suffix'),
+            _EAGER: eager})
+        if self.loop is not None:
+            cells.update(self.loop.cells(jitted))
         return self._compile('', body, self._function.args, cells,
                              defaults=True)
 
@@ -183,6 +202,12 @@ class Cut(object):
         body = list(stmts) + (ret or [])
         return self._compile('<%s>' % what, body, args, _UNBOUND_CELLS,
                              defaults=what == 'prefix', register=True)
+
+    def _returning_names(self, names, maybe):
+        """A piece's end, at the ``def`` line: ``names`` returned as a
+        tuple, those in ``maybe`` as UNBOUND where unassigned."""
+        return self._binding(maybe) + [_located(ast.Return(
+            _names_tuple(names, ast.Load())), self._function)]
 
     def _forwarded_args(self):
         """The driver's call of the prefix: the forward's parameters passed
@@ -257,6 +282,138 @@ class Cut(object):
                     if isinstance(c, types.CodeType))
 
 
+class _LoopBody(object):
+    """The body of a loop holding the read, cut at the statement that
+    reads: the statements before it and after it, each a jitted function
+    called at every iteration (``functions``), of every name of the
+    forward they read and of those they may leave unassigned, returning
+    every name they assign. Each iteration passes the names in and takes
+    them back, so values carried from one iteration to the next go
+    through the driver's loop."""
+
+    def __init__(self, cut, loop, index, params):
+        self._cut, self._loop, self._index = cut, loop, index
+        self._params = params
+        local = params | _assigned(cut._function.body)
+        body = loop.body
+        self._parts = {}  # name -> (inputs, outputs, maybe unassigned)
+        self.functions = {}
+        for what, part in (('body prefix', body[:index]),
+                           ('body suffix', body[index + 1:])):
+            if part:
+                self._parts[what] = self._names(part, local)
+                self.functions[what] = self._function(what, part)
+
+    def _names(self, part, local):
+        outputs = sorted(_assigned(part) & local)
+        maybe = set(outputs) - _definitely_assigned(part, set())
+        inputs = sorted(((_names_read(part) | maybe) & local) -
+                        set(self._cut._instance_name()))
+        return inputs, outputs, maybe
+
+    def _function(self, what, part):
+        inputs, outputs, maybe = self._parts[what]
+        cut = self._cut
+        body = cut._unbinding(set(inputs) - self._params) + list(part) + \
+            cut._returning_names(outputs, maybe)
+        return cut._compile('<%s>' % what, body, _plain_args(
+            cut._instance_name() + inputs), _UNBOUND_CELLS, register=True)
+
+    def cells(self, jitted):
+        return dict((_BODY_PIECES[what], jitted[what])
+                    for what in self.functions)
+
+    def driven(self, loop):
+        """The loop as the driver runs it: each iteration calls the jitted
+        pieces, and runs the statement that reads inside ``eager()``."""
+        body = self._call('body prefix', loop)
+        body.append(_eagerly(loop.body[self._index]))
+        body += self._call('body suffix', loop)
+        driven = copy.copy(loop)
+        driven.body = body
+        return driven
+
+    def _call(self, what, loop):
+        """The driver's call of a piece (none where it has no statements):
+        its inputs bound (UNBOUND where unassigned), its outputs assigned
+        (deleted where UNBOUND)."""
+        if what not in self._parts:
+            return []
+        inputs, outputs, maybe = self._parts[what]
+        cut = self._cut
+        call = _call(_BODY_PIECES[what], (
+            [ast.Name(n, ast.Load()) for n in inputs], []))
+        stmt = ast.Assign(targets=[_names_tuple(outputs, ast.Store())],
+                          value=call) if outputs else ast.Expr(call)
+        return cut._binding(set(inputs) - self._params) + \
+            [_located(stmt, loop)] + cut._unbinding(maybe)
+
+    def describe(self):
+        lines = []
+        body, i = self._loop.body, self._index
+        if 'body prefix' in self.functions:
+            lines.append(_lines(body[0].lineno, body[i - 1].end_lineno))
+        if 'body suffix' in self.functions:
+            lines.append(_lines(body[i + 1].lineno, body[-1].end_lineno))
+        return '; in the loop, %s run in Python, %s compiled' % (
+            _lines(body[i].lineno, body[i].end_lineno), ' and '.join(lines))
+
+
+def _loop_body(cut, stmt, line, params):
+    """The :class:`_LoopBody` of ``stmt`` where it is a loop whose body
+    holds ``line`` at a statement with others around it whose moving
+    Python cannot tell (no ``break``, ``continue`` or ``return`` of the
+    loop among them, no name closures capture assigned in two parts);
+    else ``None``."""
+    if not isinstance(stmt, (ast.For, ast.While)):
+        return None
+    index = next((i for i, s in enumerate(stmt.body)
+                  if s.lineno <= line <= s.end_lineno), None)
+    if index is None or len(stmt.body) == 1:
+        return None
+    around = stmt.body[:index] + stmt.body[index + 1:]
+    if _exits(around):
+        return None
+    cells = _cell_names(cut._function)
+    parts = [_assigned(stmt.body[:index]), _assigned([stmt.body[index]]),
+             _assigned(stmt.body[index + 1:])]
+    if any(sum(name in part for part in parts) > 1 for name in cells):
+        return None
+    return _LoopBody(cut, stmt, index, params)
+
+
+def _exits(stmts):
+    """Do ``stmts`` leave their loop or function (``break`` or
+    ``continue`` outside their own loops, ``return``)?"""
+    stack = list(stmts)
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (ast.Break, ast.Continue, ast.Return)):
+            return True
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef,
+                             ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.For, ast.While)):
+            stack.extend(node.orelse)  # their body's exits are theirs
+            stack.extend(_returns_in(node.body))
+            continue
+        stack.extend(ast.iter_child_nodes(node))
+    return False
+
+
+def _returns_in(stmts):
+    return [node for node in _own_nodes(stmts)
+            if isinstance(node, ast.Return)]
+
+
+def _eagerly(stmt):
+    """``with __eager(): stmt``."""
+    made = _located(ast.With(items=[ast.withitem(
+        context_expr=_call(_EAGER, ([], [])))], body=[]), stmt)
+    made.body = [stmt]
+    return made
+
+
 def cut(fn, line, method):
     """The :class:`Cut` of ``fn`` at the statement of its body holding
     ``line`` (of its file), or why it cannot be cut (a string).
@@ -278,12 +435,13 @@ def cut(fn, line, method):
                   if stmt.lineno <= line <= stmt.end_lineno), None)
     if index is None:
         return 'line %d is not in its body' % line
-    if len(body) == 1:
-        return 'its body is that one statement'
     why = _why_not_cut(function, index, method)
     if why is not None:
         return why
-    return Cut(fn, function, index, method)
+    made = Cut(fn, function, index, method, line)
+    if len(body) == 1 and made.loop is None:
+        return 'its body is that one statement'
+    return made
 
 
 def _why_not_cut(function, index, method):

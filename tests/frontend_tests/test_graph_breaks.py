@@ -179,8 +179,41 @@ class Keywords(_Base):
         return F.softmax_cross_entropy(y, t) + len(extra)
 
 
+class Decoding(_Base):
+    """A read that may leave a loop, between statements compiled at each
+    iteration (the list the loop appends to kept by Python)."""
+
+    def forward(self, x, t):
+        h = F.tanh(self.l1(x))
+        ys, total = [], 0
+        for _ in range(5):
+            y = self.l2(h)
+            h = F.tanh(h + F.mean(y))
+            if float(F.max(y).array) < 0.9:
+                break
+            total = total + F.sum(y * y)
+            ys.append(y)
+        return F.softmax_cross_entropy(y, t) + total * 0.1 + len(ys)
+
+
+class Counting(_Base):
+    """A ``while`` loop whose counter a read advances."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        n = 0
+        while n < 4:
+            h = F.tanh(h) * 1.5
+            if float(F.sum(h).array) > 0:
+                n += 2
+            n += 1
+            h = h + n
+        return F.softmax_cross_entropy(self.l2(h), t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
-         SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords]
+         SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
+         Decoding, Counting]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
@@ -229,6 +262,25 @@ def test_inference_at_new_batch_sizes(cls):
             assert_array_equal(jitted(x, t).array, eager(x, t).array)
     for piece in _cut_pieces(jitted):
         assert piece.cache_info().currsize <= 2, piece.cache_report()
+
+
+def test_a_loop_holding_the_read_runs_its_other_statements_compiled():
+    rng = numpy.random.RandomState(10)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        jitted = differential.check_grads(None, _calls(rng, n=8),
+                                          model=Decoding(), method='forward',
+                                          fallback_ok=True)
+    cut, pieces = jitted.graph_break()
+    read = Decoding.forward.__code__.co_firstlineno + 6
+    assert 'in the loop, lines %d-%d run in Python' % (read, read + 1) in \
+        cut.describe()
+    assert sorted(pieces) == ['body prefix', 'body suffix', 'prefix',
+                              'suffix']
+    # each iteration's statements before the read compiled, after two
+    # recordings (``total`` is 0 at the first iteration, then a Variable)
+    info = pieces['body prefix'].cache_info()
+    assert info.compiled == info.hits >= 6 and info.currsize <= 2
 
 
 def test_loop_before_the_break_rolls():
