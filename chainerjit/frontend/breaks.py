@@ -35,6 +35,7 @@ more than one part assigns. :func:`cut` then says why.
 """
 
 import ast
+import collections
 import copy
 import inspect
 import os
@@ -52,6 +53,7 @@ _NOT_CUT_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
 _PREFIX, _SUFFIX, _EAGER = '__prefix', '__suffix', '__eager'
 _BODY_PIECES = {'body prefix': '__body_prefix',
                 'body suffix': '__body_suffix'}
+_APPENDED = '__appended_'
 _UNBOUND, _UNBOUND_ERROR = '__UNBOUND', '__UnboundLocalError'
 
 _UNBOUND_CELLS = {_UNBOUND: UNBOUND, _UNBOUND_ERROR: UnboundLocalError}
@@ -289,14 +291,18 @@ class _LoopBody(object):
     forward they read and of those they may leave unassigned, returning
     every name they assign. Each iteration passes the names in and takes
     them back, so values carried from one iteration to the next go
-    through the driver's loop."""
+    through the driver's loop. A list a piece only appends to
+    (``ys.append(y)``, no other use) is not passed in, which would change
+    an argument in place: the piece appends to a list of its own, which it
+    returns and the driver adds to the forward's."""
 
     def __init__(self, cut, loop, index, params):
         self._cut, self._loop, self._index = cut, loop, index
         self._params = params
         local = params | _assigned(cut._function.body)
         body = loop.body
-        self._parts = {}  # name -> (inputs, outputs, maybe unassigned)
+        # name -> (inputs, outputs, maybe unassigned, appended lists)
+        self._parts = {}
         self.functions = {}
         for what, part in (('body prefix', body[:index]),
                            ('body suffix', body[index + 1:])):
@@ -305,16 +311,22 @@ class _LoopBody(object):
                 self.functions[what] = self._function(what, part)
 
     def _names(self, part, local):
+        appended = _appended_only(part, local)
         outputs = sorted(_assigned(part) & local)
         maybe = set(outputs) - _definitely_assigned(part, set())
         inputs = sorted(((_names_read(part) | maybe) & local) -
-                        set(self._cut._instance_name()))
-        return inputs, outputs, maybe
+                        set(self._cut._instance_name()) - set(appended))
+        return inputs, outputs + [_APPENDED + n for n in appended], maybe, \
+            appended
 
     def _function(self, what, part):
-        inputs, outputs, maybe = self._parts[what]
+        inputs, outputs, maybe, appended = self._parts[what]
         cut = self._cut
-        body = cut._unbinding(set(inputs) - self._params) + list(part) + \
+        fresh = [_located(ast.Assign([ast.Name(_APPENDED + n, ast.Store())],
+                                     ast.List([], ast.Load())),
+                          cut._function) for n in appended]
+        body = cut._unbinding(set(inputs) - self._params) + fresh + \
+            _appending_to_own(part, appended) + \
             cut._returning_names(outputs, maybe)
         return cut._compile('<%s>' % what, body, _plain_args(
             cut._instance_name() + inputs), _UNBOUND_CELLS, register=True)
@@ -339,14 +351,18 @@ class _LoopBody(object):
         (deleted where UNBOUND)."""
         if what not in self._parts:
             return []
-        inputs, outputs, maybe = self._parts[what]
+        inputs, outputs, maybe, appended = self._parts[what]
         cut = self._cut
         call = _call(_BODY_PIECES[what], (
             [ast.Name(n, ast.Load()) for n in inputs], []))
         stmt = ast.Assign(targets=[_names_tuple(outputs, ast.Store())],
                           value=call) if outputs else ast.Expr(call)
+        extend = [_located(ast.Expr(ast.Call(ast.Attribute(
+            ast.Name(n, ast.Load()), 'extend', ast.Load()),
+            [ast.Name(_APPENDED + n, ast.Load())], [])), loop)
+            for n in appended]
         return cut._binding(set(inputs) - self._params) + \
-            [_located(stmt, loop)] + cut._unbinding(maybe)
+            [_located(stmt, loop)] + cut._unbinding(maybe) + extend
 
     def describe(self):
         lines = []
@@ -357,6 +373,39 @@ class _LoopBody(object):
             lines.append(_lines(body[i + 1].lineno, body[-1].end_lineno))
         return '; in the loop, %s run in Python, %s compiled' % (
             _lines(body[i].lineno, body[i].end_lineno), ' and '.join(lines))
+
+
+def _appended_only(part, local):
+    """The names of ``part`` used only as ``name.append(value)``
+    statements (in its own scope), which it does not assign."""
+    uses = collections.Counter(n.id for stmt in part for n in ast.walk(stmt)
+                               if isinstance(n, ast.Name))
+    appends = collections.Counter(
+        _appended(node) for node in _own_nodes(part) if _appended(node))
+    return sorted(n for n, count in appends.items()
+                  if count == uses[n] and n in local and
+                  n not in _assigned(part))
+
+
+def _appended(stmt):
+    """``name`` where ``stmt`` is ``name.append(value)``, else ``None``."""
+    call = stmt.value if isinstance(stmt, ast.Expr) else None
+    if isinstance(call, ast.Call) and isinstance(call.func, ast.Attribute) \
+            and call.func.attr == 'append' and isinstance(
+                call.func.value, ast.Name) and len(call.args) == 1 and \
+            not call.keywords and not isinstance(call.args[0], ast.Starred):
+        return call.func.value.id
+    return None
+
+
+def _appending_to_own(part, names):
+    """A copy of ``part`` whose ``name.append(value)`` statements append to
+    ``__appended_name`` instead, for each of ``names``."""
+    part = copy.deepcopy(part)
+    for node in _own_nodes(part):
+        if _appended(node) in names:
+            node.value.func.value.id = _APPENDED + node.value.func.value.id
+    return part
 
 
 def _loop_body(cut, stmt, line, params):
