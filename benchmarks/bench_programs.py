@@ -16,6 +16,11 @@ against eager's. Workloads:
   on hard batches, then reports it and the accuracy: a graph break, the
   layers before it and the report after it compiled; a training step per
   call;
+* ``decoder, reads its output at each step``: a greedy decoder (batch
+  16, 64 units, 20 words) that feeds its argmax back for up to 10 steps
+  and stops when the first sequence's token is 0, read with ``int()`` at
+  each step (a graph break in the loop: each step's other statements
+  compiled), a training step per call;
 * ``tree net, whole traversal jitted`` / ``tree net, composition
   jitted``: a recursive network over a new random binary tree on every
   call (a tree of word ids, a ``tanh`` composition of the two children, a
@@ -80,6 +85,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 from benchmarks import timing  # noqa: E402
 
 WORKLOADS = ('CRF tagger, accuracy count', 'MLP, loss read into Python',
+             'decoder, reads its output at each step',
              'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
              'GAN discriminator, input noise', 'new value every call',
@@ -112,7 +118,7 @@ def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
     Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN,
-    LossReader)``."""
+    LossReader, GreedyDecoder)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -304,8 +310,32 @@ def models():
                            self)
             return loss
 
+    class GreedyDecoder(chainer.Chain):
+        def __init__(self, n_in=32, units=64, words=20):
+            super().__init__()
+            with self.init_scope():
+                self.enc = L.Linear(n_in, units)
+                self.embed = L.EmbedID(words, units)
+                self.cell = L.Linear(2 * units, units)
+                self.out = L.Linear(units, words)
+
+        def forward(self, x, ts):
+            h = F.tanh(self.enc(x))
+            y = self.xp.zeros(len(x), numpy.int32)
+            loss, outs = 0, []
+            for t in ts:
+                e = self.embed(y)
+                h = F.tanh(self.cell(F.concat((h, e))))
+                logits = self.out(h)
+                loss += F.softmax_cross_entropy(logits, t)
+                y = logits.array.argmax(axis=1).astype(numpy.int32)
+                if int(y[0]) == 0:  # the first sequence has ended
+                    break
+                outs.append(y)
+            return loss / (len(outs) + 1)
+
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
-            Seq2seq, Picked, Listed, AnnealedRNN, LossReader)
+            Seq2seq, Picked, Listed, AnnealedRNN, LossReader, GreedyDecoder)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -354,6 +384,20 @@ def _loss_reader_calls(n, rng):
     import numpy
     return [(rng.standard_normal((32, 100)).astype(numpy.float32),
              rng.randint(0, 10, 32).astype(numpy.int32)) for _ in range(n)]
+
+
+def _decoder(jit):
+    import chainerjit
+    model = _twins(models()[11])[1 if jit else 0]
+    forward = chainerjit.jit(model.forward) if jit else model.forward
+    return _training_step(model, forward), forward
+
+
+def _decoder_calls(n, rng):
+    import numpy
+    return [(rng.standard_normal((16, 32)).astype(numpy.float32),
+             rng.randint(0, 20, (10, 16)).astype(numpy.int32))
+            for _ in range(n)]
 
 
 def _crf_calls(n, rng):
@@ -495,6 +539,8 @@ WORKLOAD_DEFS = {
     'CRF tagger, accuracy count': Workload(_crf, _crf_calls),
     'MLP, loss read into Python': Workload(_loss_reader,
                                            _loss_reader_calls),
+    'decoder, reads its output at each step': Workload(_decoder,
+                                                       _decoder_calls),
     'tree net, whole traversal jitted': Workload(
         lambda jit: _tree(jit, 'whole'), _tree_calls),
     'tree net, composition jitted': Workload(

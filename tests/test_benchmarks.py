@@ -98,9 +98,11 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         'VAE, sampling', 'new value every call', 'new float every call',
         'new index every call', 'new list index every call',
         'LSTM, new length and annealed weight every call',
-        'MLP, loss read into Python', '--output', str(report)])
+        'MLP, loss read into Python',
+        'decoder, reads its output at each step', '--output', str(report)])
     tree, vae, new_value, new_float, new_index, list_index, annealed, \
-        reader = rows
+        reader, decoder = rows
+    assert decoder['info'].compiled > 0 and decoder['info'].eager == 0
     assert tree['stopped'] and list_index['stopped']
     # around its graph break: the first call eager, then the two pieces
     # compiled once and every call compiled
