@@ -138,6 +138,7 @@ class JitFunction(_calls.CachedCall):
         # A graph break (breaks.Cut) calls run around, once a recording
         # found one, its driver and its jitted pieces.
         self._cut, self._driver, self._pieces = None, None, {}
+        self._uncut = None  # why calls no longer run around a break
         self.cache = cache_module.Cache(options['maxsize'])
         # when misses stop being recorded (runtime.budget)
         self.budget = budget.RecordingBudget(options['recompile_limit'],
@@ -518,7 +519,22 @@ class JitFunction(_calls.CachedCall):
         if _compiled_calls(self._pieces.values()) == before:  # all eager
             self.cache.eager += 1
             self.cache.eager_hits += hit
+        stopped = next((p for p in self._pieces.values()
+                        if _stopped_mostly_eager(p)), None)
+        if stopped is not None:
+            self._undo_cut(stopped)
         return result
+
+    def _undo_cut(self, piece):
+        """Calls no longer run around the graph break: ``piece`` stopped
+        recording and runs eagerly, so the driver would only add its own
+        cost to eager code. They run as a forward that cannot be cut does
+        (eagerly, the links compiled; see :meth:`_fallback`)."""
+        self._uncut = '%s stopped recording (%s)' % (
+            piece.__name__, piece.budget.stopped)
+        logger.info('chainerjit: %s no longer runs around its graph break: '
+                    '%s', self.__name__, self._uncut)
+        self._cut, self._driver, self._pieces = None, None, {}
 
     def _cut_at(self, cut):
         """From now on, calls run as ``cut`` (a ``breaks.Cut``): its
@@ -650,7 +666,7 @@ class JitFunction(_calls.CachedCall):
         if entry is None:
             return compiled.result
         self.last_entry = entry
-        if entry.cut is not None and self._cut is None:
+        if entry.cut is not None and self._cut is None and not self._uncut:
             self._cut_at(entry.cut)
         self._made_read_only += entry.made_read_only
         self.cache.compiles += entry.fallback is None
@@ -761,6 +777,7 @@ class JitFunction(_calls.CachedCall):
         self.cache.clear()
         self.budget.clear()
         self._cut, self._driver, self._pieces = None, None, {}
+        self._uncut = None
         self._warned_stopped = False
         self._changes.clear()
         self._warned_recompile = False
@@ -798,6 +815,9 @@ class JitFunction(_calls.CachedCall):
                 ', '.join('%s (%d compiled calls)' % (
                     name, fn.cache_info().compiled)
                     for name, fn in sorted(segments.items())))
+        if self._uncut:
+            report += '\nCalls no longer run around a graph break: %s.' % (
+                self._uncut)
         if self._cut is not None:
             report += '\nEvery call runs around a %s.%s' % (
                 self._cut.describe(), ''.join(
@@ -1005,6 +1025,14 @@ def _named_links(instance):
 
 def _indented(text):
     return '\n'.join('  ' + line for line in text.splitlines())
+
+
+def _stopped_mostly_eager(piece):
+    """Has a piece of a cut forward stopped recording, fewer than half its
+    calls compiled?"""
+    cache = piece.cache
+    return piece.budget.stopped is not None and \
+        2 * cache.compiled < cache.hits + cache.misses
 
 
 def _compiled_calls(functions):

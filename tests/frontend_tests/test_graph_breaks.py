@@ -501,3 +501,29 @@ def test_export_of_a_cut_forward_names_the_break_and_the_pieces():
             onnx_export.export_onnx(jitted, (x, t))
         prefix = jitted.graph_break()[1]['prefix']
         assert onnx_export.export_onnx(prefix, (x, t)) is not None
+
+
+def _sliced(x, k):
+    y = F.tanh(x[:k])
+    if float(y.array.sum()) > 0:
+        y = y * 2
+    return y + 1
+
+
+def test_a_cut_whose_piece_stops_recording_is_undone():
+    """The statements before the break slice with an int new on every
+    call: that piece stops recording and runs eagerly, and then so does
+    the whole forward (eagerly, unrecorded: never the driver's cost on
+    top of eager code)."""
+    jitted = chainerjit.jit(_sliced)
+    x = numpy.random.RandomState(11).standard_normal((40, 3)).astype(F32)
+    with warnings.catch_warnings(), chainer.no_backprop_mode():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        cut_seen = False
+        for k in range(1, 30):
+            assert_array_equal(jitted(x, k).array, _sliced(x, k).array)
+            cut_seen = cut_seen or jitted.graph_break() is not None
+    assert cut_seen and jitted.graph_break() is None
+    assert 'no longer run around a graph break' in jitted.cache_report()
+    assert jitted.budget.stopped is not None
