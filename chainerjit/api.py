@@ -534,6 +534,8 @@ class JitFunction(_calls.CachedCall):
             piece.__name__, piece.budget.stopped)
         logger.info('chainerjit: %s no longer runs around its graph break: '
                     '%s', self.__name__, self._uncut)
+        for each in self._pieces.values():
+            each.unfreeze()  # the parameters they own writable again
         self._cut, self._driver, self._pieces = None, None, {}
 
     def _cut_at(self, cut):
@@ -562,7 +564,8 @@ class JitFunction(_calls.CachedCall):
         ``(cut, pieces)``, where the cut (``frontend.breaks.Cut``) has
         ``line``, ``reason`` and ``describe()``, and ``pieces`` is
         ``{'prefix': JitFunction, 'suffix': JitFunction}`` (either may be
-        missing), each with ``cache_info()``, ``explain()`` and the rest;
+        missing; a read in a loop adds ``'body prefix'`` and ``'body
+        suffix'``), each with ``cache_info()``, ``explain()`` and the rest;
         the suffix may have a break of its own."""
         if self._cut is None:
             return None
@@ -867,7 +870,7 @@ class JitFunction(_calls.CachedCall):
             text += '\n' + prefix.explain(*args, **kwargs)
         suffix = self._pieces.get('suffix')
         if suffix is not None:
-            text += '\n%s has %d entries (cache_report())' % (
+            text += '\n%s: %d cache entries (see cache_report())' % (
                 suffix.__name__, suffix.cache_info().currsize)
         return text
 

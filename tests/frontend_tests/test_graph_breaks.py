@@ -527,3 +527,31 @@ def test_a_cut_whose_piece_stops_recording_is_undone():
     assert cut_seen and jitted.graph_break() is None
     assert 'no longer run around a graph break' in jitted.cache_report()
     assert jitted.budget.stopped is not None
+
+
+def test_serving_mode_pieces_own_and_give_back_the_parameters():
+    """``freeze=True``: the pieces' onnxruntime sessions own the weights
+    they read (read-only), and ``unfreeze()`` of the cut function gives
+    them back; values stay eager's, within onnxruntime's rounding."""
+    pytest.importorskip('onnxruntime')
+    eager, model = Thresholded(), Thresholded()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime',
+                            freeze=True)
+    rng = numpy.random.RandomState(12)
+
+    def check(n):
+        with warnings.catch_warnings(), chainer.no_backprop_mode():
+            warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+            for x, t in _calls(rng, n=n):
+                numpy.testing.assert_allclose(
+                    jitted(x, t).array, eager(x, t).array, rtol=1e-5,
+                    atol=1e-6)
+    check(5)
+    assert jitted.graph_break() is not None
+    assert not model.l1.W.array.flags.writeable  # the prefix's session's
+    jitted.unfreeze()
+    assert model.l1.W.array.flags.writeable
+    model.l1.W.array[...] += 1
+    eager.l1.W.array[...] += 1
+    check(4)
