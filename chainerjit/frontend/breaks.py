@@ -22,6 +22,11 @@ api), and a suffix that reads a value into Python is cut in turn. A
                 y = y * 2
         return __suffix(h, y)
 
+Where the read is inside a block of that statement (a loop's body, a
+``with``'s, a branch, at any depth), the block is cut the same way
+(:class:`_Block`): the driver runs the statement with jitted pieces for
+the block's statements around the read.
+
 Statements move as written, with their lines and columns, so that
 warnings, tracebacks and the loop analyses (:mod:`.source`) see the
 forward's own lines. A name one part may leave unassigned (set in a loop
@@ -51,8 +56,6 @@ _FRAME_READERS = frozenset(['locals', 'vars', 'eval', 'exec', 'dir'])
 _NOT_CUT_FLAGS = (inspect.CO_GENERATOR | inspect.CO_COROUTINE |
                   inspect.CO_ASYNC_GENERATOR | inspect.CO_ITERABLE_COROUTINE)
 _PREFIX, _SUFFIX, _EAGER = '__prefix', '__suffix', '__eager'
-_BODY_PIECES = {'body prefix': '__body_prefix',
-                'body suffix': '__body_suffix'}
 _APPENDED = '__appended_'
 _UNBOUND, _UNBOUND_ERROR = '__UNBOUND', '__UnboundLocalError'
 
@@ -101,17 +104,20 @@ class Cut(object):
             'suffix', self._unbinding(self._maybe_suffix) + after,
             _plain_args(self._instance_name() + self.suffix_names)) \
             if after else None
-        # A loop holding the read: its body cut too (a _LoopBody), or None
-        self.loop = _loop_body(self, stmt, line, params)
+        # A block of the statement holding the read (a loop's body, ...),
+        # cut too: (field, _Block), or None
+        self.inner = _inner_block(self, stmt, line, params,
+                                  params | _assigned(body))
 
     def pieces(self):
         """``{name: function}`` of the pieces to jit: ``'prefix'``,
-        ``'suffix'``, and for a read in a loop's body, ``'body prefix'``
-        and ``'body suffix'`` (each iteration's statements before and
-        after the one that reads), where there are such statements."""
+        ``'suffix'``, and for a read inside a block of the statement (a
+        loop's body, a ``with``'s, a branch), the block's statements
+        before and after the one that reads, named by their lines
+        (``'lines 17-18'``), where there are such statements."""
         found = {'prefix': self.prefix, 'suffix': self.suffix}
-        if self.loop is not None:
-            found.update(self.loop.functions)
+        if self.inner is not None:
+            found.update(self.inner[1].functions)
         return dict((k, fn) for k, fn in found.items() if fn is not None)
 
     def describe_lines(self):
@@ -126,7 +132,7 @@ class Cut(object):
             _lines(self.line, self.end_line),
             's' if self.line == self.end_line else '',
             ', %s compiled' % ' and '.join(parts) if parts else '') + (
-            self.loop.describe() if self.loop is not None else '')
+            self.inner[1].describe() if self.inner is not None else '')
 
     def describe(self):
         """The break, its reason and how the lines run."""
@@ -152,8 +158,11 @@ class Cut(object):
                 first))
             body += self._unbinding(self._maybe_prefix)
         stmt = self._function.body[self._index]
-        if self.loop is not None:
-            body.append(self.loop.driven(stmt))
+        if self.inner is not None:
+            field, block = self.inner
+            driven = copy.copy(stmt)
+            setattr(driven, field, block.driven())
+            body.append(driven)
         else:
             body.append(_eagerly(stmt))
         if self.suffix is not None:
@@ -164,8 +173,8 @@ class Cut(object):
         cells = dict(_UNBOUND_CELLS, **{
             _PREFIX: jitted.get('prefix'), _SUFFIX: jitted.get('suffix'),
             _EAGER: eager})
-        if self.loop is not None:
-            cells.update(self.loop.cells(jitted))
+        if self.inner is not None:
+            cells.update(self.inner[1].cells(jitted))
         return self._compile('', body, self._function.args, cells,
                              defaults=True)
 
@@ -284,31 +293,36 @@ class Cut(object):
                     if isinstance(c, types.CodeType))
 
 
-class _LoopBody(object):
-    """The body of a loop holding the read, cut at the statement that
-    reads: the statements before it and after it, each a jitted function
-    called at every iteration (``functions``), of every name of the
-    forward they read and of those they may leave unassigned, returning
-    every name they assign. Each iteration passes the names in and takes
-    them back, so values carried from one iteration to the next go
-    through the driver's loop. A list a piece only appends to
-    (``ys.append(y)``, no other use) is not passed in, which would change
-    an argument in place: the piece appends to a list of its own, which it
-    returns and the driver adds to the forward's."""
+class _Block(object):
+    """A block of the forward (a loop's, a ``with``'s or a branch's
+    statements) holding the read, cut at the statement that holds it: the
+    statements before it and after it, each a jitted function the driver
+    calls each time the block runs (``functions``, named by their lines),
+    of every name of the forward they read and of those they may leave
+    unassigned, returning every name they assign; the statement itself
+    runs in Python, or, where it holds a block of its own around the read,
+    is cut inside the same way. In a loop, values carried from one
+    iteration to the next go through the driver's names. A list a piece
+    only appends to (``ys.append(y)``, no other use) is not passed in,
+    which would change an argument in place: the piece appends to a list
+    of its own, which it returns and the driver adds to the forward's."""
 
-    def __init__(self, cut, loop, index, params):
-        self._cut, self._loop, self._index = cut, loop, index
-        self._params = params
-        local = params | _assigned(cut._function.body)
-        body = loop.body
+    def __init__(self, cut, stmts, index, inner, params, local):
+        self._cut, self._stmts, self._index = cut, stmts, index
+        self._inner, self._params = inner, params  # inner: (field, _Block)
         # name -> (inputs, outputs, maybe unassigned, appended lists)
         self._parts = {}
+        self._sides = []  # the names of the pieces before and after
         self.functions = {}
-        for what, part in (('body prefix', body[:index]),
-                           ('body suffix', body[index + 1:])):
+        for part in (stmts[:index], stmts[index + 1:]):
+            what = _lines(part[0].lineno, part[-1].end_lineno) \
+                if part else None
+            self._sides.append(what)
             if part:
                 self._parts[what] = self._names(part, local)
                 self.functions[what] = self._function(what, part)
+        if inner is not None:
+            self.functions.update(inner[1].functions)
 
     def _names(self, part, local):
         appended = _appended_only(part, local)
@@ -332,47 +346,62 @@ class _LoopBody(object):
             cut._instance_name() + inputs), _UNBOUND_CELLS, register=True)
 
     def cells(self, jitted):
-        return dict((_BODY_PIECES[what], jitted[what])
-                    for what in self.functions)
+        """The driver's free names of the jitted pieces, to ``jitted``'s
+        functions."""
+        return dict((_cell_of(what), jitted[what]) for what in self.functions)
 
-    def driven(self, loop):
-        """The loop as the driver runs it: each iteration calls the jitted
-        pieces, and runs the statement that reads inside ``eager()``."""
-        body = self._call('body prefix', loop)
-        body.append(_eagerly(loop.body[self._index]))
-        body += self._call('body suffix', loop)
-        driven = copy.copy(loop)
-        driven.body = body
-        return driven
+    def driven(self):
+        """The block as the driver runs it: the jitted pieces around the
+        statement that reads, which runs inside ``eager()`` (or is cut
+        inside)."""
+        stmt = self._stmts[self._index]
+        middle = _eagerly(stmt)
+        if self._inner is not None:
+            field, block = self._inner
+            middle = copy.copy(stmt)
+            setattr(middle, field, block.driven())
+        return self._call(self._sides[0], stmt) + [middle] + \
+            self._call(self._sides[1], stmt)
 
-    def _call(self, what, loop):
+    def _call(self, what, where):
         """The driver's call of a piece (none where it has no statements):
         its inputs bound (UNBOUND where unassigned), its outputs assigned
         (deleted where UNBOUND)."""
-        if what not in self._parts:
+        if what is None:
             return []
         inputs, outputs, maybe, appended = self._parts[what]
         cut = self._cut
-        call = _call(_BODY_PIECES[what], (
+        call = _call(_cell_of(what), (
             [ast.Name(n, ast.Load()) for n in inputs], []))
         stmt = ast.Assign(targets=[_names_tuple(outputs, ast.Store())],
                           value=call) if outputs else ast.Expr(call)
         extend = [_located(ast.Expr(ast.Call(ast.Attribute(
             ast.Name(n, ast.Load()), 'extend', ast.Load()),
-            [ast.Name(_APPENDED + n, ast.Load())], [])), loop)
+            [ast.Name(_APPENDED + n, ast.Load())], [])), where)
             for n in appended]
         return cut._binding(set(inputs) - self._params) + \
-            [_located(stmt, loop)] + cut._unbinding(maybe) + extend
+            [_located(stmt, where)] + cut._unbinding(maybe) + extend
+
+    def innermost(self):
+        """The statement that runs in Python."""
+        return self._inner[1].innermost() if self._inner is not None \
+            else self._stmts[self._index]
 
     def describe(self):
-        lines = []
-        body, i = self._loop.body, self._index
-        if 'body prefix' in self.functions:
-            lines.append(_lines(body[0].lineno, body[i - 1].end_lineno))
-        if 'body suffix' in self.functions:
-            lines.append(_lines(body[i + 1].lineno, body[-1].end_lineno))
-        return '; in the loop, %s run in Python, %s compiled' % (
-            _lines(body[i].lineno, body[i].end_lineno), ' and '.join(lines))
+        stmt = self.innermost()
+        return '; inside it, %s run%s in Python, %s compiled' % (
+            _lines(stmt.lineno, stmt.end_lineno),
+            's' if stmt.lineno == stmt.end_lineno else '',
+            ' and '.join(sorted(self.functions, key=_first_line)))
+
+
+def _cell_of(what):
+    """The driver's free name of the piece of lines ``what``."""
+    return '__piece_' + '_'.join(what.split()[-1].split('-'))
+
+
+def _first_line(what):
+    return int(what.split()[-1].split('-')[0])
 
 
 def _appended_only(part, local):
@@ -408,27 +437,42 @@ def _appending_to_own(part, names):
     return part
 
 
-def _loop_body(cut, stmt, line, params):
-    """The :class:`_LoopBody` of ``stmt`` where it is a loop whose body
-    holds ``line`` at a statement with others around it whose moving
-    Python cannot tell (no ``break``, ``continue`` or ``return`` of the
-    loop among them, no name closures capture assigned in two parts);
-    else ``None``."""
-    if not isinstance(stmt, (ast.For, ast.While)):
-        return None
-    index = next((i for i, s in enumerate(stmt.body)
-                  if s.lineno <= line <= s.end_lineno), None)
-    if index is None or len(stmt.body) == 1:
-        return None
-    around = stmt.body[:index] + stmt.body[index + 1:]
-    if _exits(around):
-        return None
+#: The compound statements cut inside, and their blocks.
+_BLOCKS = ((ast.For, ('body',)), (ast.While, ('body',)),
+           (ast.With, ('body',)), (ast.If, ('body', 'orelse')))
+
+
+def _inner_block(cut, stmt, line, params, local):
+    """``(field, _Block)`` where a block of ``stmt`` (a loop's, a
+    ``with``'s, a branch of an ``if``) holds ``line`` and can be cut
+    there: its statements around the one that holds it, if any, move
+    without Python telling (no ``break``, ``continue`` or ``return``
+    among them, no name closures capture assigned in two parts); else
+    ``None``."""
+    fields = next((f for kind, f in _BLOCKS if isinstance(stmt, kind)), ())
+    for field in fields:
+        stmts = getattr(stmt, field)
+        index = next((i for i, s in enumerate(stmts)
+                      if s.lineno <= line <= s.end_lineno), None)
+        if index is None:
+            continue
+        inner = _inner_block(cut, stmts[index], line, params, local)
+        if len(stmts) == 1 and inner is None:
+            return None  # nothing around it to compile
+        if _exits(stmts[:index] + stmts[index + 1:]) or _shared_in(
+                cut, stmts, index):
+            return None
+        return field, _Block(cut, stmts, index, inner, params, local)
+    return None
+
+
+def _shared_in(cut, stmts, index):
+    """Does a name closures capture get assigned in two of the parts of
+    ``stmts`` cut at ``index``?"""
     cells = _cell_names(cut._function)
-    parts = [_assigned(stmt.body[:index]), _assigned([stmt.body[index]]),
-             _assigned(stmt.body[index + 1:])]
-    if any(sum(name in part for part in parts) > 1 for name in cells):
-        return None
-    return _LoopBody(cut, stmt, index, params)
+    parts = [_assigned(stmts[:index]), _assigned([stmts[index]]),
+             _assigned(stmts[index + 1:])]
+    return any(sum(name in part for part in parts) > 1 for name in cells)
 
 
 def _exits(stmts):
@@ -488,7 +532,7 @@ def cut(fn, line, method):
     if why is not None:
         return why
     made = Cut(fn, function, index, method, line)
-    if len(body) == 1 and made.loop is None:
+    if len(body) == 1 and made.inner is None:
         return 'its body is that one statement'
     return made
 

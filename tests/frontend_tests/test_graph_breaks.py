@@ -211,9 +211,53 @@ class Counting(_Base):
         return F.softmax_cross_entropy(self.l2(h), t)
 
 
+class InWith(_Base):
+    """A decoding loop inside a ``with`` block."""
+
+    def forward(self, x, t):
+        h = F.tanh(self.l1(x))
+        with chainer.using_config('train', True):
+            h = h * 2
+            for _ in range(4):
+                y = self.l2(h)
+                h = F.tanh(h + F.mean(y))
+                if float(F.max(y).array) < 0.9:
+                    break
+                h = h * 1.1
+        return F.softmax_cross_entropy(y, t)
+
+
+class InBranch(_Base):
+    """The read inside a branch, a statement before and after it."""
+
+    def forward(self, x, t, mode='scaled'):
+        h = F.relu(self.l1(x))
+        if mode == 'scaled':
+            y = self.l2(h)
+            s = float(F.sum(y).array)
+            y = y * s
+        else:
+            y = self.l2(h * 2)
+        return F.softmax_cross_entropy(y, t)
+
+
+class Nested(_Base):
+    """The read in a loop in a loop."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        for _ in range(2):
+            for _ in range(2):
+                h = F.tanh(h)
+                if float(F.sum(h).array) > 0:
+                    h = h * 0.5
+                h = h + 0.1
+        return F.softmax_cross_entropy(self.l2(h), t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
          SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
-         Decoding, Counting]
+         Decoding, Counting, InWith, InBranch, Nested]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
@@ -273,16 +317,43 @@ def test_a_loop_holding_the_read_runs_its_other_statements_compiled():
                                           fallback_ok=True)
     cut, pieces = jitted.graph_break()
     read = Decoding.forward.__code__.co_firstlineno + 6
-    assert 'in the loop, lines %d-%d run in Python' % (read, read + 1) in \
+    assert 'inside it, lines %d-%d run in Python' % (read, read + 1) in \
         cut.describe()
-    assert sorted(pieces) == ['body prefix', 'body suffix', 'prefix',
-                              'suffix']
+    before, after = 'lines %d-%d' % (read - 2, read - 1), \
+        'lines %d-%d' % (read + 2, read + 3)
+    assert sorted(pieces) == sorted([before, after, 'prefix', 'suffix'])
     # each iteration's statements before and after the read compiled,
     # after two recordings (``total`` is 0 at the first iteration, then a
     # Variable); the list the loop appends to is the driver's
-    for what in ('body prefix', 'body suffix'):
+    for what in (before, after):
         info = pieces[what].cache_info()
         assert info.compiled == info.hits >= 6 and info.currsize <= 2, what
+
+
+@pytest.mark.parametrize('cls, around', [
+    (InWith, ((3, 3), (5, 6), (9, 9))),
+    (InBranch, ((3, 3), (5, 5))),
+    (Nested, ((4, 4), (7, 7))),
+])
+def test_blocks_holding_the_read_are_cut_inside(cls, around):
+    """The statements around the read in a ``with``, a branch or a nested
+    loop are jitted pieces (named by their lines, relative to ``def``)."""
+    rng = numpy.random.RandomState(13)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        jitted = differential.check_grads(None, _calls(rng, n=8),
+                                          model=cls(), method='forward',
+                                          fallback_ok=True)
+    first = cls.forward.__code__.co_firstlineno
+    names = [_lines(first + a, first + b) for a, b in around]
+    pieces = jitted.graph_break()[1]
+    for name in names:
+        assert pieces[name].cache_info().compiled >= 3, name
+
+
+def _lines(first, last):
+    return 'line %d' % first if first == last else 'lines %d-%d' % (
+        first, last)
 
 
 def test_loop_before_the_break_rolls():
