@@ -266,6 +266,15 @@ def _calls(rng, n=6, batch=5, n_in=6):
             for i in range(n)]
 
 
+def _checked(model, calls):
+    """``jit(model.forward)`` checked against eager on ``calls``: outputs
+    and gradients (see ``differential.check_grads``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        return differential.check_grads(
+            None, calls, model=model, method='forward', fallback_ok=True)
+
+
 def _jitted_twin(cls):
     """An eager model, its twin and the twin's jitted forward."""
     eager, model = cls(), cls()
@@ -280,11 +289,7 @@ def _cut_pieces(jitted):
 @pytest.mark.parametrize('cls', FORMS, ids=lambda c: c.__name__)
 def test_forms_match_eager_and_run_compiled_pieces(cls):
     rng = numpy.random.RandomState(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.GraphBreakWarning)
-        jitted = differential.check_grads(None, _calls(rng), model=cls(),
-                                          method='forward',
-                                          fallback_ok=True)
+    jitted = _checked(cls(), _calls(rng))
     assert jitted.graph_break(), 'the forward was not cut'
     # the first call records, the next ones record the pieces (a suffix
     # cut again, its own pieces), then they run compiled
@@ -310,11 +315,7 @@ def test_inference_at_new_batch_sizes(cls):
 
 def test_a_loop_holding_the_read_runs_its_other_statements_compiled():
     rng = numpy.random.RandomState(10)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
-        jitted = differential.check_grads(None, _calls(rng, n=8),
-                                          model=Decoding(), method='forward',
-                                          fallback_ok=True)
+    jitted = _checked(Decoding(), _calls(rng, n=8))
     cut, pieces = jitted.graph_break()
     read = Decoding.forward.__code__.co_firstlineno + 6
     assert 'inside it, lines %d-%d run in Python' % (read, read + 1) in \
@@ -339,11 +340,7 @@ def test_blocks_holding_the_read_are_cut_inside(cls, around):
     """The statements around the read in a ``with``, a branch or a nested
     loop are jitted pieces (named by their lines, relative to ``def``)."""
     rng = numpy.random.RandomState(13)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
-        jitted = differential.check_grads(None, _calls(rng, n=8),
-                                          model=cls(), method='forward',
-                                          fallback_ok=True)
+    jitted = _checked(cls(), _calls(rng, n=8))
     first = cls.forward.__code__.co_firstlineno
     names = [_lines(first + a, first + b) for a, b in around]
     pieces = jitted.graph_break()[1]
@@ -363,11 +360,7 @@ def test_loop_before_the_break_rolls():
     calls = [(rng.standard_normal((n, 2, 4)).astype(F32),
               rng.randint(0, 8, 2).astype(numpy.int32))
              for n in (3, 5, 8, 4, 9, 6)]
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.GraphBreakWarning)
-        jitted = differential.check_grads(None, calls, model=LoopAround(),
-                                          method='forward',
-                                          fallback_ok=True)
+    jitted = _checked(LoopAround(), calls)
     prefix = jitted.graph_break()[1]['prefix']
     assert prefix.cache_info().currsize == 1, prefix.cache_report()
     assert 'xs: f32[T,2,4]' in str(prefix.cache_entries()[0].signature)
@@ -412,11 +405,7 @@ def test_a_deleted_name_stays_deleted():
     calls = [(rng.standard_normal((b, 6)).astype(F32),
               rng.randint(0, 4, b).astype(numpy.int32))
              for b in (3, 6, 3, 6, 2, 8)]
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.GraphBreakWarning)
-        jitted = differential.check_grads(None, calls, model=_Net(Deleting),
-                                          method='forward',
-                                          fallback_ok=True)
+    jitted = _checked(_Net(Deleting), calls)
     assert jitted.graph_break() is not None
 
 
