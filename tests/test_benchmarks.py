@@ -104,10 +104,12 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         reader, decoder = rows
     assert decoder['info'].compiled > 0 and decoder['info'].eager == 0
     assert tree['stopped'] and list_index['stopped']
-    # around its graph break: the first call eager, then the two pieces
-    # compiled once and every call compiled
+    # around its graph break: the first call eager, then the pieces (before,
+    # after, and the branch where a batch takes it) compiled once and every
+    # call compiled
     info = reader['info']
-    assert (info.eager, info.compiles) == (1, 2) and not reader['stopped']
+    assert info.eager == 1 and 2 <= info.compiles <= 3
+    assert not reader['stopped']
     assert info.compiled == info.hits - 1
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
     for number in (new_value, new_float, new_index, annealed):

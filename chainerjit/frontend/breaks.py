@@ -104,10 +104,10 @@ class Cut(object):
             'suffix', self._unbinding(self._maybe_suffix) + after,
             _plain_args(self._instance_name() + self.suffix_names)) \
             if after else None
-        # A block of the statement holding the read (a loop's body, ...),
-        # cut too: (field, _Block), or None
-        self.inner = _inner_block(self, stmt, line, params,
-                                  params | _assigned(body))
+        # The blocks of the statement cut too (a loop's body holding the
+        # read, the branches of an if whose test reads): [(field, _Block)]
+        self.inner = _inner_blocks(self, stmt, line, params,
+                                   params | _assigned(body))
 
     def pieces(self):
         """``{name: function}`` of the pieces to jit: ``'prefix'``,
@@ -116,8 +116,8 @@ class Cut(object):
         before and after the one that reads, named by their lines
         (``'lines 17-18'``), where there are such statements."""
         found = {'prefix': self.prefix, 'suffix': self.suffix}
-        if self.inner is not None:
-            found.update(self.inner[1].functions)
+        for _, block in self.inner:
+            found.update(block.functions)
         return dict((k, fn) for k, fn in found.items() if fn is not None)
 
     def describe_lines(self):
@@ -132,7 +132,7 @@ class Cut(object):
             _lines(self.line, self.end_line),
             's' if self.line == self.end_line else '',
             ', %s compiled' % ' and '.join(parts) if parts else '') + (
-            self.inner[1].describe() if self.inner is not None else '')
+            _describe_inner(self.inner))
 
     def describe(self):
         """The break, its reason and how the lines run."""
@@ -158,13 +158,7 @@ class Cut(object):
                 first))
             body += self._unbinding(self._maybe_prefix)
         stmt = self._function.body[self._index]
-        if self.inner is not None:
-            field, block = self.inner
-            driven = copy.copy(stmt)
-            setattr(driven, field, block.driven())
-            body.append(driven)
-        else:
-            body.append(_eagerly(stmt))
+        body.append(_driven(stmt, self.inner))
         if self.suffix is not None:
             body += self._binding(self._maybe_suffix)
             body.append(_located(ast.Return(_call(_SUFFIX, (
@@ -173,8 +167,8 @@ class Cut(object):
         cells = dict(_UNBOUND_CELLS, **{
             _PREFIX: jitted.get('prefix'), _SUFFIX: jitted.get('suffix'),
             _EAGER: eager})
-        if self.inner is not None:
-            cells.update(self.inner[1].cells(jitted))
+        for _, block in self.inner:
+            cells.update(block.cells(jitted))
         return self._compile('', body, self._function.args, cells,
                              defaults=True)
 
@@ -309,20 +303,25 @@ class _Block(object):
 
     def __init__(self, cut, stmts, index, inner, params, local):
         self._cut, self._stmts, self._index = cut, stmts, index
-        self._inner, self._params = inner, params  # inner: (field, _Block)
+        # inner: [(field, _Block)] of the statement at index
+        self._inner, self._params = inner, params
         # name -> (inputs, outputs, maybe unassigned, appended lists)
         self._parts = {}
         self._sides = []  # the names of the pieces before and after
         self.functions = {}
-        for part in (stmts[:index], stmts[index + 1:]):
+        # index None: the whole block is one piece (a branch of an if
+        # whose test reads)
+        sides = (stmts, []) if index is None else (
+            stmts[:index], stmts[index + 1:])
+        for part in sides:
             what = _lines(part[0].lineno, part[-1].end_lineno) \
                 if part else None
             self._sides.append(what)
             if part:
                 self._parts[what] = self._names(part, local)
                 self.functions[what] = self._function(what, part)
-        if inner is not None:
-            self.functions.update(inner[1].functions)
+        for _, block in inner:
+            self.functions.update(block.functions)
 
     def _names(self, part, local):
         appended = _appended_only(part, local)
@@ -354,14 +353,11 @@ class _Block(object):
         """The block as the driver runs it: the jitted pieces around the
         statement that reads, which runs inside ``eager()`` (or is cut
         inside)."""
+        if self._index is None:
+            return self._call(self._sides[0], self._stmts[0])
         stmt = self._stmts[self._index]
-        middle = _eagerly(stmt)
-        if self._inner is not None:
-            field, block = self._inner
-            middle = copy.copy(stmt)
-            setattr(middle, field, block.driven())
-        return self._call(self._sides[0], stmt) + [middle] + \
-            self._call(self._sides[1], stmt)
+        return self._call(self._sides[0], stmt) + [
+            _driven(stmt, self._inner)] + self._call(self._sides[1], stmt)
 
     def _call(self, what, where):
         """The driver's call of a piece (none where it has no statements):
@@ -382,17 +378,22 @@ class _Block(object):
         return cut._binding(set(inputs) - self._params) + \
             [_located(stmt, where)] + cut._unbinding(maybe) + extend
 
-    def innermost(self):
-        """The statement that runs in Python."""
-        return self._inner[1].innermost() if self._inner is not None \
-            else self._stmts[self._index]
 
-    def describe(self):
-        stmt = self.innermost()
-        return '; inside it, %s run%s in Python, %s compiled' % (
-            _lines(stmt.lineno, stmt.end_lineno),
-            's' if stmt.lineno == stmt.end_lineno else '',
-            ' and '.join(sorted(self.functions, key=_first_line)))
+def _driven(stmt, inner):
+    """``stmt`` as the driver runs it: with its blocks in ``inner`` cut
+    (``[(field, _Block)]``), else inside ``eager()``."""
+    if not inner:
+        return _eagerly(stmt)
+    driven = copy.copy(stmt)
+    for field, block in inner:
+        setattr(driven, field, block.driven())
+    return driven
+
+
+def _describe_inner(inner):
+    names = [what for _, block in inner for what in block.functions]
+    return '; inside it, %s compiled' % ' and '.join(
+        sorted(names, key=_first_line)) if names else ''
 
 
 def _cell_of(what):
@@ -442,13 +443,20 @@ _BLOCKS = ((ast.For, ('body',)), (ast.While, ('body',)),
            (ast.With, ('body',)), (ast.If, ('body', 'orelse')))
 
 
-def _inner_block(cut, stmt, line, params, local):
-    """``(field, _Block)`` where a block of ``stmt`` (a loop's, a
-    ``with``'s, a branch of an ``if``) holds ``line`` and can be cut
-    there: its statements around the one that holds it, if any, move
-    without Python telling (no ``break``, ``continue`` or ``return``
-    among them, no name closures capture assigned in two parts); else
-    ``None``."""
+def _inner_blocks(cut, stmt, line, params, local):
+    """``[(field, _Block)]``: the block of ``stmt`` (a loop's, a
+    ``with``'s, a branch of an ``if``) holding ``line``, cut there; or,
+    where ``line`` is in an ``if``'s test, its branches, each one piece.
+    Only blocks whose statements around the read move without Python
+    telling (no ``break``, ``continue`` or ``return`` among them, no name
+    closures capture assigned in two parts); possibly none."""
+    if isinstance(stmt, ast.If) and \
+            stmt.test.lineno <= line <= stmt.test.end_lineno:
+        return [(field, _Block(cut, getattr(stmt, field), None, [], params,
+                               local))
+                for field in ('body', 'orelse') if getattr(stmt, field) and
+                not _exits(getattr(stmt, field)) and
+                not _shared_in(cut, getattr(stmt, field), None)]
     fields = next((f for kind, f in _BLOCKS if isinstance(stmt, kind)), ())
     for field in fields:
         stmts = getattr(stmt, field)
@@ -456,20 +464,23 @@ def _inner_block(cut, stmt, line, params, local):
                       if s.lineno <= line <= s.end_lineno), None)
         if index is None:
             continue
-        inner = _inner_block(cut, stmts[index], line, params, local)
-        if len(stmts) == 1 and inner is None:
-            return None  # nothing around it to compile
+        inner = _inner_blocks(cut, stmts[index], line, params, local)
+        if len(stmts) == 1 and not inner:
+            return []  # nothing around it to compile
         if _exits(stmts[:index] + stmts[index + 1:]) or _shared_in(
                 cut, stmts, index):
-            return None
-        return field, _Block(cut, stmts, index, inner, params, local)
-    return None
+            return []
+        return [(field, _Block(cut, stmts, index, inner, params, local))]
+    return []
 
 
 def _shared_in(cut, stmts, index):
     """Does a name closures capture get assigned in two of the parts of
-    ``stmts`` cut at ``index``?"""
+    ``stmts`` cut at ``index`` (for ``None``, in them and elsewhere in the
+    forward)?"""
     cells = _cell_names(cut._function)
+    if index is None:
+        return bool(cells & _assigned(stmts))
     parts = [_assigned(stmts[:index]), _assigned([stmts[index]]),
              _assigned(stmts[index + 1:])]
     return any(sum(name in part for part in parts) > 1 for name in cells)
@@ -532,7 +543,7 @@ def cut(fn, line, method):
     if why is not None:
         return why
     made = Cut(fn, function, index, method, line)
-    if len(body) == 1 and made.inner is None:
+    if len(body) == 1 and not made.inner:
         return 'its body is that one statement'
     return made
 

@@ -255,9 +255,22 @@ class Nested(_Base):
         return F.softmax_cross_entropy(self.l2(h), t)
 
 
+class BranchesOnTheRead(_Base):
+    """The read in an ``if``'s test: both branches are pieces."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        if float(F.sum(x).array) > 0:
+            y = self.l2(h / 2)
+            y = F.tanh(y) * 3
+        else:
+            y = self.l2(h) + 1
+        return F.softmax_cross_entropy(y, t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
          SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
-         Decoding, Counting, InWith, InBranch, Nested]
+         Decoding, Counting, InWith, InBranch, Nested, BranchesOnTheRead]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
@@ -318,8 +331,11 @@ def test_a_loop_holding_the_read_runs_its_other_statements_compiled():
     jitted = _checked(Decoding(), _calls(rng, n=8))
     cut, pieces = jitted.graph_break()
     read = Decoding.forward.__code__.co_firstlineno + 6
-    assert 'inside it, lines %d-%d run in Python' % (read, read + 1) in \
-        cut.describe()
+    assert 'lines %d-%d run in Python on every call' % (
+        read - 3, read + 3) in cut.describe()
+    assert cut.describe().endswith('inside it, lines %d-%d and lines %d-%d '
+                                   'compiled' % (read - 2, read - 1,
+                                                 read + 2, read + 3))
     before, after = 'lines %d-%d' % (read - 2, read - 1), \
         'lines %d-%d' % (read + 2, read + 3)
     assert sorted(pieces) == sorted([before, after, 'prefix', 'suffix'])
@@ -331,21 +347,24 @@ def test_a_loop_holding_the_read_runs_its_other_statements_compiled():
         assert info.compiled == info.hits >= 6 and info.currsize <= 2, what
 
 
-@pytest.mark.parametrize('cls, around', [
-    (InWith, ((3, 3), (5, 6), (9, 9))),
-    (InBranch, ((3, 3), (5, 5))),
-    (Nested, ((4, 4), (7, 7))),
+@pytest.mark.parametrize('cls, around, runs', [
+    (InWith, ((3, 3), (5, 6), (9, 9)), 3),
+    (InBranch, ((3, 3), (5, 5)), 3),
+    (Nested, ((4, 4), (7, 7)), 3),
+    # each branch runs in some of the calls (the sign of the input's sum)
+    (BranchesOnTheRead, ((3, 4), (6, 6)), 1),
 ])
-def test_blocks_holding_the_read_are_cut_inside(cls, around):
+def test_blocks_holding_the_read_are_cut_inside(cls, around, runs):
     """The statements around the read in a ``with``, a branch or a nested
-    loop are jitted pieces (named by their lines, relative to ``def``)."""
+    loop, and the branches of an ``if`` whose test reads, are jitted
+    pieces (named by their lines, relative to ``def``)."""
     rng = numpy.random.RandomState(13)
     jitted = _checked(cls(), _calls(rng, n=8))
     first = cls.forward.__code__.co_firstlineno
     names = [_lines(first + a, first + b) for a, b in around]
     pieces = jitted.graph_break()[1]
     for name in names:
-        assert pieces[name].cache_info().compiled >= 3, name
+        assert pieces[name].cache_info().compiled >= runs, name
 
 
 def _lines(first, last):
