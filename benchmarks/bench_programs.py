@@ -348,6 +348,23 @@ def _twins(cls):
     return eager, jitted
 
 
+def _model_and_forward(which, jit):
+    """The eager or the jitted twin (``jit``) of model ``which`` of
+    :func:`models`, and its forward (jitted for the latter)."""
+    import chainerjit
+    model = _twins(models()[which])[1 if jit else 0]
+    return model, chainerjit.jit(model.forward) if jit else model.forward
+
+
+def _trained(which):
+    """The workload's ``make(jit)``: training steps of model ``which``
+    through its forward."""
+    def make(jit):
+        model, forward = _model_and_forward(which, jit)
+        return _training_step(model, forward), forward
+    return make
+
+
 def _training_step(model, loss_of):
     """``step(n, args)``: a seeded training step (Adam) of ``model``."""
     import chainer
@@ -365,32 +382,10 @@ def _training_step(model, loss_of):
     return step
 
 
-def _crf(jit):
-    import chainerjit
-    cls = models()[0]
-    model = _twins(cls)[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
-
-
-def _loss_reader(jit):
-    import chainerjit
-    model = _twins(models()[10])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
-
-
 def _loss_reader_calls(n, rng):
     import numpy
     return [(rng.standard_normal((32, 100)).astype(numpy.float32),
              rng.randint(0, 10, 32).astype(numpy.int32)) for _ in range(n)]
-
-
-def _decoder(jit):
-    import chainerjit
-    model = _twins(models()[11])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
 
 
 def _decoder_calls(n, rng):
@@ -436,13 +431,6 @@ def _tree_calls(n, rng):
              rng.randint(0, 5, 1).astype(numpy.int32)) for _ in range(n)]
 
 
-def _vae(jit):
-    import chainerjit
-    model = _twins(models()[2])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
-
-
 def _vae_calls(n, rng):
     import numpy
     return [((rng.uniform(size=(32, 64)) > 0.5).astype(numpy.float32),)
@@ -451,9 +439,7 @@ def _vae_calls(n, rng):
 
 def _gan(jit):
     import chainer.functions as F
-    import chainerjit
-    model = _twins(models()[3])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
+    model, forward = _model_and_forward(3, jit)
 
     def loss_of(real, fake):
         return F.mean(F.softplus(-forward(real))) + \
@@ -470,9 +456,7 @@ def _gan_calls(n, rng):
 
 def _scaled(jit, which=4):
     """A forward given a number: ``which`` model of :func:`models`."""
-    import chainerjit
-    model = _twins(models()[which])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
+    _, forward = _model_and_forward(which, jit)
 
     def step(n, args):
         return forward(*args).array
@@ -490,13 +474,6 @@ def _scaled_float_calls(n, rng):
         _scaled_calls(n, rng))]
 
 
-def _annealed(jit):
-    import chainerjit
-    model = _twins(models()[9])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
-
-
 def _annealed_calls(n, rng):
     import numpy
     return [(rng.standard_normal((int(rng.randint(5, 21)), 16, 32)).astype(
@@ -504,25 +481,11 @@ def _annealed_calls(n, rng):
         min(1.0, k / 100)) for k in range(n)]
 
 
-def _text(jit):
-    import chainerjit
-    model = _twins(models()[5])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
-
-
 def _text_calls(n, rng):
     import numpy
     return [([rng.randint(0, 100, int(rng.randint(3, 21))).astype(
         numpy.int32) for _ in range(8)], rng.randint(0, 4, 8).astype(
             numpy.int32)) for _ in range(n)]
-
-
-def _seq2seq(jit):
-    import chainerjit
-    model = _twins(models()[6])[1 if jit else 0]
-    forward = chainerjit.jit(model.forward) if jit else model.forward
-    return _training_step(model, forward), forward
 
 
 def _sentences(rng):
@@ -536,16 +499,16 @@ def _seq2seq_calls(n, rng):
 
 
 WORKLOAD_DEFS = {
-    'CRF tagger, accuracy count': Workload(_crf, _crf_calls),
-    'MLP, loss read into Python': Workload(_loss_reader,
+    'CRF tagger, accuracy count': Workload(_trained(0), _crf_calls),
+    'MLP, loss read into Python': Workload(_trained(10),
                                            _loss_reader_calls),
-    'decoder, reads its output at each step': Workload(_decoder,
+    'decoder, reads its output at each step': Workload(_trained(11),
                                                        _decoder_calls),
     'tree net, whole traversal jitted': Workload(
         lambda jit: _tree(jit, 'whole'), _tree_calls),
     'tree net, composition jitted': Workload(
         lambda jit: _tree(jit, 'compose'), _tree_calls),
-    'VAE, sampling': Workload(_vae, _vae_calls),
+    'VAE, sampling': Workload(_trained(2), _vae_calls),
     'GAN discriminator, input noise': Workload(_gan, _gan_calls),
     'new value every call': Workload(_scaled, _scaled_calls),
     'new float every call': Workload(_scaled, _scaled_float_calls),
@@ -554,10 +517,10 @@ WORKLOAD_DEFS = {
     'new list index every call': Workload(lambda jit: _scaled(jit, 8),
                                           _scaled_calls),
     'LSTM, new length and annealed weight every call': Workload(
-        _annealed, _annealed_calls),
-    'text classifier, sentences of new lengths': Workload(_text,
+        _trained(9), _annealed_calls),
+    'text classifier, sentences of new lengths': Workload(_trained(5),
                                                           _text_calls),
-    'seq2seq, sentences of new lengths': Workload(_seq2seq, _seq2seq_calls),
+    'seq2seq, sentences of new lengths': Workload(_trained(6), _seq2seq_calls),
 }
 
 

@@ -97,8 +97,9 @@ class Cut(object):
         self._maybe_prefix = set(self.prefix_names) - definite
         self._maybe_suffix = set(self.suffix_names) - \
             _definitely_assigned([stmt], definite)
-        self.prefix = self._piece('prefix', before, function.args,
-                                  self._returning()) \
+        self.prefix = self._piece(
+            'prefix', before, function.args,
+            self._returning_names(self.prefix_names, self._maybe_prefix)) \
             if before else None
         self.suffix = self._piece(
             'suffix', self._unbinding(self._maybe_suffix) + after,
@@ -177,12 +178,6 @@ class Cut(object):
     def _instance_name(self):
         return params_in_order(self._function)[:1] if self._method else []
 
-    def _returning(self):
-        """The prefix's end, at the ``def`` line, which no loop and no
-        escape is at."""
-        return self._binding(self._maybe_prefix) + [_located(ast.Return(
-            _names_tuple(self.prefix_names, ast.Load())), self._function)]
-
     def _binding(self, maybe):
         """``try: name / except UnboundLocalError: name = __UNBOUND`` for
         each of ``maybe``, at the ``def`` line (which no escape is found
@@ -209,8 +204,9 @@ class Cut(object):
                              defaults=what == 'prefix', register=True)
 
     def _returning_names(self, names, maybe):
-        """A piece's end, at the ``def`` line: ``names`` returned as a
-        tuple, those in ``maybe`` as UNBOUND where unassigned."""
+        """A piece's end, at the ``def`` line (which no loop and no escape
+        is at): ``names`` returned as a tuple, those in ``maybe`` as
+        UNBOUND where unassigned."""
         return self._binding(maybe) + [_located(ast.Return(
             _names_tuple(names, ast.Load())), self._function)]
 
@@ -478,12 +474,11 @@ def _shared_in(cut, stmts, index):
     """Does a name closures capture get assigned in two of the parts of
     ``stmts`` cut at ``index`` (for ``None``, in them and elsewhere in the
     forward)?"""
-    cells = _cell_names(cut._function)
     if index is None:
-        return bool(cells & _assigned(stmts))
-    parts = [_assigned(stmts[:index]), _assigned([stmts[index]]),
-             _assigned(stmts[index + 1:])]
-    return any(sum(name in part for part in parts) > 1 for name in cells)
+        return bool(_cell_names(cut._function) & _assigned(stmts))
+    return _shared_cell(cut._function, [
+        _assigned(stmts[:index]), _assigned([stmts[index]]),
+        _assigned(stmts[index + 1:])]) is not None
 
 
 def _exits(stmts):
@@ -593,13 +588,19 @@ def _shared_cells(function, before, stmt, after, params):
     """A name that closures capture (a cell) must be assigned by one part
     only, or a closure made in one part would not see another's
     assignment."""
-    cells = _cell_names(function)
-    parts = [params, _assigned(before), _assigned([stmt]), _assigned(after)]
-    for name in sorted(cells):
-        if sum(name in part for part in parts) > 1:
-            return ('%s, which a closure captures, is assigned on both '
-                    'sides of line %d' % (name, stmt.lineno))
-    return None
+    name = _shared_cell(function, [params, _assigned(before),
+                                   _assigned([stmt]), _assigned(after)])
+    if name is None:
+        return None
+    return ('%s, which a closure captures, is assigned on both sides of '
+            'line %d' % (name, stmt.lineno))
+
+
+def _shared_cell(function, parts):
+    """The first name closures capture in ``function`` that more than one
+    of ``parts`` (sets of names assigned) assigns, or ``None``."""
+    return next((name for name in sorted(_cell_names(function))
+                 if sum(name in part for part in parts) > 1), None)
 
 
 # --- names ------------------------------------------------------------------
