@@ -10,10 +10,11 @@ pass through the loop header: the boundaries between iterations. The
 rolling stage (``rolling.py``) uses them to roll uniform iterations into
 one loop region.
 
-For a loop in the jitted function itself, the watcher also reads the
-trip-count expression (``range(len(xs))``, ``range(xs.shape[0])``,
-``range(n)``, ``for x in xs``; see :mod:`.trip_counts`) so that a trip
-count that comes from an argument can be symbolic in the cache key. How a
+For each loop, in the jitted function or in a function or method it
+calls, the watcher also reads the trip-count expression
+(``range(len(xs))``, ``range(xs.shape[0])``, ``range(n)``, ``for x in
+xs``; see :mod:`.trip_counts`) so that a trip count that comes from an
+argument can be symbolic in the cache key. How a
 loop can be left is read from its source by :mod:`.loop_analysis`.
 """
 
@@ -187,6 +188,7 @@ class LoopRun(object):
         self.bound = None  # how many iterations the loop allows at most
         self.snapshots = []  # the frame's locals at each pass
         self.code = None  # the code object the loop is in
+        self.global_kinds = {}  # see global_kinds
         self.targets = ()  # the names the loop statement binds
         self.defined = set()  # IR values its iterations computed
         self.python_safe = False  # see regions.python_unaware
@@ -200,6 +202,19 @@ class LoopRun(object):
     @property
     def loc(self):
         return self.site.filename, self.site.first
+
+    @property
+    def links(self):
+        """The names that held a link when the loop started."""
+        return frozenset(name for name, summary in
+                         (self.snapshots[0] if self.snapshots else {}).items()
+                         if summary[0] == 'link')
+
+    @property
+    def varies(self):
+        """Whether its trip count may change between calls
+        (:func:`may_vary`)."""
+        return may_vary(self.site, self.links)
 
 
 def pause_tracing():
@@ -321,10 +336,10 @@ class LoopWatcher(object):
 
     def _start(self, site, frame):
         top = frame.f_code is self.top_code
-        trip = trip_counts.trip_source(site, frame, self.arguments) \
-            if top else None
-        run = LoopRun(site, self.position(), top, trip)
+        run = LoopRun(site, self.position(), top,
+                      self._trip_source(site, frame, top))
         run.code = frame.f_code
+        run.global_kinds = global_kinds(frame.f_code, frame.f_globals)
         if site.kind != 'comp' and loop_analysis.only_array_exits(
                 frame.f_code, site.header):
             run.bound = iteration_bound(site, frame)
@@ -333,9 +348,9 @@ class LoopWatcher(object):
         return run
 
     def _start_comprehension(self, site, frame):
-        """A comprehension written in the jitted function itself gets its
-        trip count from its iterable, read in that function's frame, as a
-        ``for`` statement's does."""
+        """A comprehension gets its trip count from its iterable, read in
+        the frame of the function it is written in, as a ``for``
+        statement's does."""
         parent = frame.f_back
         found = loop_analysis.comprehension_and_parents(
             parent.f_code, site.header) if parent is not None else None
@@ -343,15 +358,25 @@ class LoopWatcher(object):
             return LoopRun(site, self.position(), False, None)
         generator = found[0].generators[0]
         site = site._replace(iter_expr=generator.iter)  # see may_vary
-        if parent.f_code is not self.top_code:
-            return LoopRun(site, self.position(), False, None)
-        trip = trip_counts.trip_source(site, parent, self.arguments)
-        run = LoopRun(site, self.position(), True, trip)
+        top = parent.f_code is self.top_code
+        run = LoopRun(site, self.position(), top,
+                      self._trip_source(site, parent, top))
         run.code = parent.f_code
         run.targets = tuple(n.id for n in ast.walk(generator.target)
                             if isinstance(n, ast.Name))
         run.snapshots.append(_locals_summary(frame))
         return run
+
+    def _trip_source(self, site, frame, top):
+        """How the trip count of a loop starting in ``frame`` follows from
+        the call: from an argument's size in any function (the same
+        Variable or array passed on, or a size read from it), from an int
+        argument only in the jitted function's own code (where its name
+        is the argument's)."""
+        trip = trip_counts.trip_source(site, frame, self.arguments)
+        if trip is not None and trip.kind == 'static' and not top:
+            return None
+        return trip
 
     def _on_comprehension_event(self, frame, event, arg):
         run = self._comps.get(id(frame))
@@ -393,8 +418,8 @@ def _locals_summary(frame):
     """What the Python state of a frame is at a loop header: scalars by
     value, arrays and Variables by the identity of their array (and small
     arrays by contents too), lists by length and items, dicts, sets and
-    the attributes of other objects (``self`` and its links) two levels
-    deep."""
+    the attributes of other objects two levels deep (of kind ``'link'``
+    for Chainer's links: ``self``, or a model passed in)."""
     return dict((name, _summary(value, 2))
                 for name, value in frame.f_locals.items())
 
@@ -426,8 +451,25 @@ def _summary(value, depth):
     attributes = getattr(value, '__dict__', None)
     if attributes is None:
         return ('object', id(value))
-    return ('object', id(value), tuple(
+    kind = 'link' if isinstance(value, chainer.Link) else 'object'
+    return (kind, id(value), tuple(
         (k, _summary(v, depth - 1)) for k, v in sorted(attributes.items())))
+
+
+def global_kinds(code, namespace):
+    """``{name: 'function' or 'link'}`` for the global names ``code``
+    reads that hold a function of user code (a helper ``step(model, x,
+    h)``) or a link: a loop body calls them as it calls the model's
+    methods and links."""
+    found = {}
+    for name in code.co_names:
+        value = namespace.get(name)
+        if isinstance(value, chainer.Link):
+            found[name] = 'link'
+        elif isinstance(value, types.FunctionType) and \
+                is_user_code(value.__code__):
+            found[name] = 'function'
+    return found
 
 
 def _has_loop(code):
@@ -453,11 +495,12 @@ _ITERATION_BUILTINS = frozenset(['range', 'len', 'zip', 'enumerate',
                                  'reversed', 'self'])
 
 
-def may_vary(site):
+def may_vary(site, links=()):
     """Whether a loop's trip count may change between calls: false for a
-    ``for`` over ``self``'s own lists and counts (``for layer in
-    self.layers``, ``range(self.n_layers)``) or over a tuple or list
-    written out (``for t in (q, k, v)``)."""
+    ``for`` over the model's own lists and counts (``for layer in
+    self.layers``, ``range(model.n_layers)``: ``self``, or ``links``, the
+    names holding a link) or over a tuple or list written out (``for t in
+    (q, k, v)``)."""
     if site.iter_expr is None:
         return True
     if isinstance(site.iter_expr, (ast.Tuple, ast.List)) and not any(
@@ -465,7 +508,7 @@ def may_vary(site):
         return False  # for t in (q, k, v)
     names = [n.id for n in ast.walk(site.iter_expr)
              if isinstance(n, ast.Name)]
-    return not all(n in _ITERATION_BUILTINS for n in names)
+    return not all(n in _ITERATION_BUILTINS or n in links for n in names)
 
 
 UNBOUNDED = 2 ** 62

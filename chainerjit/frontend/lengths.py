@@ -184,11 +184,16 @@ def read_shape(array, shape, depth=1):
     """``shape``, read from ``array`` by the code ``depth`` frames up: the
     sizes of its axes that are an argument's (all, for an argument's
     array; those an index of one kept, :func:`note_indexed`) as
-    :class:`Length` ints, if that code is the forward's."""
+    :class:`Length` ints, if that code is the forward's. The forward's
+    reads of other arrays' shapes are noted (``recorder.shapes_read``: a
+    loop's stacked values may take any length only where Python did not
+    read it)."""
     recorder = _state.recorder
-    origins = None if recorder is None else \
-        recorder.length_leaves.get(id(array))
-    if origins is None or _forward_line(depth) is None:
+    if recorder is None or _forward_line(depth) is None:
+        return shape
+    origins = recorder.length_leaves.get(id(array))
+    if origins is None:
+        recorder.shapes_read.add(id(array))  # a computed value's
         return shape
     recorder.length_reads.update(o for o in origins if o is not None)
     return tuple(n if origin is None else Length(
@@ -277,7 +282,9 @@ class MadeRows(collections.namedtuple(
     whose first axis is an argument's size: ``array``, made with the size
     of axis ``axis`` of the argument ``leaf``, then ``rest``, filled with
     ``fill``; the ``uses`` of that size its making noted. A program may
-    make it again at run time from that argument (``runtime.batch``)."""
+    make it again at run time from that argument (``runtime.batch``).
+    ``leaf`` is ``None`` for an array Chainer's code made, with a size
+    it read as a plain int."""
 
     __slots__ = ()
 
@@ -297,12 +304,31 @@ def made_noting(name, fn, args, kwargs, depth=1):
     before = 0 if recorder is None else len(recorder.length_uses)
     note_passed('numpy.' + name, args, kwargs, depth)
     array = fn(*args, **kwargs)
-    if recorder is not None and len(recorder.length_uses) > before:
+    if recorder is None:
+        return array
+    if len(recorder.length_uses) > before:
         made = _made_rows(name, array, args, kwargs,
                           tuple(recorder.length_uses[before:]))
-        if made is not None:
-            recorder.made_rows.append(made)
+    else:
+        made = _made_by_a_library(name, array, args, kwargs, depth)
+    if made is not None:
+        recorder.made_rows.append(made)
     return array
+
+
+def _made_by_a_library(name, array, args, kwargs, depth):
+    """The :class:`MadeRows` of an array that Chainer's code filled
+    (``L.LSTM``'s first cell state, ``zeros((batch, H))``), whose first
+    axis may be the batch of an argument it does not name (``leaf`` and
+    ``axis`` ``None``; ``runtime.batch`` takes it for one whose size it
+    has); else ``None``."""
+    if name not in _FILLS or _forward_line(depth) is not None or \
+            not isinstance(array, numpy.ndarray) or array.ndim < 1:
+        return None
+    fill = _FILLS[name](args, kwargs)
+    if not isinstance(fill, (int, float)):
+        return None
+    return MadeRows(array, None, None, array.shape[1:], fill, ())
 
 
 def _made_rows(name, array, args, kwargs, uses):

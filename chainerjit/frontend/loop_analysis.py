@@ -194,7 +194,8 @@ def symbolic_loop_problem(code, header, kinds=None):
     whole, by ``F.stack`` or ``F.concat``. Python state it could change
     out of sight (``next(it)``, ``d['n'] += 1``, ``rng.uniform()``) is
     not allowed either: ``kinds`` gives each local's kind at the loop's
-    start (``'array'``, ``'list'``, ...)."""
+    start (``'array'``, ``'list'``, ``'link'``, ...), and of the globals
+    it reads that hold a function of user code or a link."""
     found = _loop_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -240,8 +241,9 @@ def symbolic_loop_problem(code, header, kinds=None):
 
 
 # Calls a loop body may make: these builtins, functions of these modules,
-# ``self.name(...)`` (a link or a method), and methods of arrays and
-# Variables (and ``append`` of lists).
+# ``self.name(...)`` (a link or a method; ``self`` or a local holding a
+# link), functions of user code and links held by globals, and methods of
+# arrays and Variables (and ``append`` of lists).
 _PURE_BUILTINS = frozenset(['len', 'range', 'min', 'max', 'abs', 'zip',
                             'enumerate', 'isinstance', 'tuple', 'list'])
 _ARRAY_MODULES = frozenset(['F', 'L', 'chainer', 'functions', 'links',
@@ -258,7 +260,7 @@ def _hidden_state_change(inside, kinds):
             return 'the loop updates an item or attribute in place'
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, (ast.Subscript, ast.Attribute)) and
-                _root_name(t) != 'self' for t in node.targets):
+                not _is_model(_root_name(t), kinds) for t in node.targets):
             return 'the loop assigns an item or attribute'
         if isinstance(node, ast.Call):
             problem = _hidden_call(node, kinds)
@@ -270,16 +272,18 @@ def _hidden_state_change(inside, kinds):
 def _hidden_call(call, kinds):
     func = call.func
     if isinstance(func, ast.Name):
-        return None if func.id in _PURE_BUILTINS else \
+        return None if func.id in _PURE_BUILTINS or \
+            kinds.get(func.id) in ('function', 'link') else \
             'the loop calls %s()' % func.id
     if not isinstance(func, ast.Attribute):
         return 'the loop calls a computed function'
     root = _root_name(func)
     if root is None or root in _ARRAY_MODULES:
         return None  # a method of a value computed here, F.relu(...)
-    if root == 'self' and isinstance(func.value, ast.Name):
+    model = _is_model(root, kinds)
+    if model and isinstance(func.value, ast.Name):
         return None  # self.lstm(x), self.step(h)
-    if root == 'self' and isinstance(func.value, ast.Attribute) and \
+    if model and isinstance(func.value, ast.Attribute) and \
             func.value.attr == 'xp' and isinstance(func.value.value, ast.Name):
         return None  # self.xp.zeros(...): the link's array module
     kind = kinds.get(root)
@@ -287,6 +291,13 @@ def _hidden_call(call, kinds):
                            and isinstance(func.value, ast.Name)):
         return None  # h.reshape(...), y.array.all(), ys.append(h)
     return 'the loop calls %s()' % func.attr
+
+
+def _is_model(name, kinds):
+    """A name for the model: ``self``, or a local holding a link (a model
+    passed to a function, ``def step(model, x)``), whose own state the
+    loop watcher's snapshots see two levels deep."""
+    return name == 'self' or kinds.get(name) == 'link'
 
 
 def _root_name(node):

@@ -32,7 +32,6 @@ import collections
 import numpy
 
 from chainerjit import ir
-from chainerjit.frontend import control
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
 from chainerjit.ir import regions
@@ -86,7 +85,7 @@ def roll_loops(graph, recording):
             if run.n_iterations >= 3:  # else too few to tell
                 unrolled.append(Unrolled(run.loc,
                                          _why_not(chunks, fingerprints),
-                                         control.may_vary(run.site),
+                                         run.varies,
                                          run.n_iterations))
             continue
         span = [n for chunk in chunks for n in chunk]
@@ -94,7 +93,7 @@ def roll_loops(graph, recording):
             loop = _build(plan, run, graph, recording)
         except _Unrollable as e:
             unrolled.append(Unrolled(run.loc, str(e),
-                                     control.may_vary(run.site),
+                                     run.varies,
                                      run.n_iterations))
             continue
         replacement = plan.before + [loop] + plan.unpacks + plan.after
@@ -335,9 +334,14 @@ def _build(plan, run, graph, recording):
     body.outputs = [plan.iterations[0][p].outputs[q] for p, q in carried] + [
         plan.iterations[0][p].outputs[q] for p, q, _ in scans]
     loop = _loop_node(plan, run, graph, body, carried, invariants, scans)
+    loop.region.peeled = tuple(plan.before)
     _skip_when_the_first_leaves(plan, run, loop, recording.templates)
     lists = loop.outputs[len(loop.outputs) - len(scans):]
-    plan.unpacks = [_list_after_loop(graph, lst, scan, carried, rolled)
+    # A loop with exits makes lists of as many values as it runs: only
+    # one returned as it is may be joined for any number.
+    shapes_read = None if plan.exits else recording.shapes_read
+    plan.unpacks = [_list_after_loop(graph, lst, scan, carried, rolled,
+                                     shapes_read)
                     for lst, scan in zip(lists, scans)]
     _note_replays(plan, recording)
     return loop
@@ -441,7 +445,7 @@ def _loop_node(plan, run, graph, body, carried, invariants, scans):
     return loop
 
 
-def _list_after_loop(graph, lst, scan, carried, rolled):
+def _list_after_loop(graph, lst, scan, carried, rolled, shapes_read):
     """The ``Unpack`` of a per-iteration list for the reads after the
     loop."""
     p, q, values = scan
@@ -452,7 +456,7 @@ def _list_after_loop(graph, lst, scan, carried, rolled):
     _rename_uses(graph, values[0], fresh[0], rolled)
     unpack = _unpack(lst, fresh)
     # Read after the loop as: its last one, the carried value's.
-    _collect(graph, lst, fresh[:-1] + values[-1:], rolled)
+    _collect(graph, lst, fresh[:-1] + values[-1:], rolled, shapes_read)
     return unpack
 
 
@@ -491,23 +495,30 @@ def _rename_uses(graph, old, new, inside):
     graph.outputs = [new if v is old else v for v in graph.outputs]
 
 
-def _collect(graph, lst, values, inside):
+def _collect(graph, lst, values, inside, shapes_read):
     """``F.stack(ys)`` or ``F.concat(ys)`` of every value a loop appended
     (after values from before the loop) reads the loop's list itself, so
-    that it works for any number of iterations."""
+    that it works for any number of iterations: on axis 0 where the
+    forward's Python did not read its shape (``shapes_read``; ``None``:
+    all, for a loop that may stop early, which no op could follow), the ops
+    that read it then taking its length as the loop's trip count
+    (``symbolic``) or keeping that in the key; on any axis where the
+    forward returns it as it is."""
     n = len(values)
     used = set(v for node in graph.nodes for v in node.inputs)
     for node in graph.nodes:
         if node in inside or node.op not in ('Stack', 'Concat') or \
                 node.inputs[-n:] != values:
             continue
-        # Returned as it is: nothing reads its length, so it may vary.
-        if node.outputs[0] in used or node.outputs[0] not in \
-                graph.outputs or not loop_analysis.returned_directly(node.loc):
-            continue
         prefix = len(node.inputs) - n
         ndim = len(values[0].shape) + (node.op == 'Stack')
         axis = dict(node.attrs)['axis'] % ndim
+        out = node.outputs[0]
+        read = shapes_read is None or out in shapes_read
+        if not (axis == 0 and not read or
+                out not in used and out in graph.outputs and
+                loop_analysis.returned_directly(node.loc)):
+            continue
         node.inputs = node.inputs[:prefix] + [lst]
         node.kernel = structural.join(node.op, axis, prefix)
 
@@ -595,8 +606,10 @@ def python_unaware(run, values, rows=frozenset(), peel=0, counting=False):
     Only such a loop may run another number of iterations than recorded
     (a symbolic trip count, an exit)."""
     snapshots = run.snapshots[peel:]
-    kinds = dict((name, summary[0]) for name, summary in
-                 snapshots[0].items()) if snapshots else {}
+    kinds = dict(run.global_kinds)
+    if snapshots:
+        kinds.update((name, summary[0])
+                     for name, summary in snapshots[0].items())
     if run.code is None:
         return False
     comprehension = run.site.kind == 'comp'
@@ -672,7 +685,7 @@ def _unchanged(before, now, values, defined, may_grow=False):
         grown = now[2][:len(before[2])] == before[2]
         return grown and all(item[0] == 'array' and values.get(item[1])
                              in defined for item in now[2][len(before[2]):])
-    if now[0] in ('dict', 'object') and len(now) == 3 and \
+    if now[0] in ('dict', 'object', 'link') and len(now) == 3 and \
             len(before) == 3 and now[1] == before[1]:
         old, new = dict(before[2]), dict(now[2])
         return set(old) == set(new) and all(

@@ -11,7 +11,6 @@ import collections
 
 import numpy
 
-from chainerjit.frontend import control
 from chainerjit.frontend import lengths
 from chainerjit.frontend import rolling
 from chainerjit.frontend import signature
@@ -100,8 +99,9 @@ class _KeepsLength(Exception):
 
 def symbolize(graph, rolled, input_names, length_names, recording,
               source_uses=()):
-    """Makes the trip count of the jitted function's own loops symbolic
-    where that is sound, changing ``graph`` in place.
+    """Makes the trip count of the loops of the jitted function, and of
+    the functions and methods it calls, symbolic where that is sound,
+    changing ``graph`` in place.
 
     Sound means: the loop ran its whole iterable, an argument's axis (or
     an int argument); the forward's Python did nothing with that length
@@ -149,11 +149,12 @@ def _symbolize(graph, rolled, sources, free, recording):
         minimum = max(minimum, delta + (0 if _may_run_empty(loop) else 1))
     outer_reads, wildcards, steps = _counter_reads(
         graph, loops, free, wildcards,
-        length if source.kind == 'dim' else None, recording.templates)
+        length if source.kind == 'dim' else None, recording.templates,
+        _stacked_rows(graph, loops, source, length, deltas))
     free.settle(steps.followed, source.where)
     for leaf in wildcards:
         free.check(leaf, wildcards[leaf], loops[0].loc)
-    minimum = max([minimum] + [need for _, need in outer_reads])
+    minimum = max([minimum] + [need for _, need, _ in outer_reads])
     for leaf in wildcards:
         if graph.inputs[leaf] in graph.outputs:
             raise _KeepsLength('the forward returns %s itself' %
@@ -162,8 +163,8 @@ def _symbolize(graph, rolled, sources, free, recording):
     # Sound: rewrite the graph.
     for node, counters in counted:
         _count_from_end(node, counters)
-    for node, _ in outer_reads:
-        _make_shape_free(node, recording.templates)
+    for node, _, index in outer_reads:
+        _make_shape_free(node, recording.templates, index)
     steps.apply()
     symbols = _symbolic_trips(graph, loops, deltas)
     for leaf, axes in wildcards.items():
@@ -186,7 +187,7 @@ def _trip_sources(graph, rolled, reads):
     found = {}
     for loop in graph.nodes:
         run = rolled.get(loop)
-        if run is None or not run.in_top_frame or run.exit != 'done':
+        if run is None or run.code is None or run.exit != 'done':
             continue
         source = run.trip
         if source is None:
@@ -438,8 +439,8 @@ def _untied_loops(graph, rolled, sources):
     but is tied to no argument: with a count fixed in the program, which
     only the key keeps right."""
     return [loop for loop in graph.nodes if loop in rolled and
-            loop not in sources and rolled[loop].in_top_frame and
-            control.may_vary(rolled[loop].site)]
+            loop not in sources and rolled[loop].code is not None and
+            rolled[loop].varies]
 
 
 def _explain_untied(graph, rolled, free):
@@ -545,7 +546,8 @@ def _iterations(loop, rolled):
     return run.bound if loop.region.counts else run.n_iterations
 
 
-def _counter_reads(graph, loops, free, wildcards, length, templates):
+def _counter_reads(graph, loops, free, wildcards, length, templates,
+                   stacked):
     """Checks how the graph reads the arguments with symbolic axes, adding
     to ``wildcards`` the axes that only the counter indexes, of arguments
     the source uses only as sequences or, with the ``length`` of an
@@ -553,7 +555,8 @@ def _counter_reads(graph, loops, free, wildcards, length, templates):
     Returns ``(outer reads, wildcards, steps)``: the constant-index reads
     outside the loops with the smallest length each needs, and the
     :class:`_Steps` of the arguments other ops read, whose first axis is
-    the length; raises where another op reads such an argument."""
+    the length, and of the loops' ``stacked`` values (``{value:
+    ops.Rows}``); raises where another op reads such an argument."""
     wildcards = dict((k, set(v)) for k, v in wildcards.items())
     for loop in loops:
         for node, leaf in _argument_counter_reads(graph, loop):
@@ -561,7 +564,8 @@ def _counter_reads(graph, loops, free, wildcards, length, templates):
             if axes and _same_length(graph, leaf, axes, length, free):
                 wildcards.setdefault(leaf, set()).update(axes)
     outer_reads = []
-    seeds = {}
+    seeds = dict(stacked)
+    peeled = set(n for loop in loops for n in loop.region.peeled)
     for leaf in wildcards:
         free.check(leaf, wildcards[leaf], loops[0].loc)
         value = graph.inputs[leaf]
@@ -574,18 +578,54 @@ def _counter_reads(graph, loops, free, wildcards, length, templates):
                         'the loop reads %s otherwise than indexed by its '
                         'counter' % value.name, node.loc)
                 continue
-            need = _constant_read(node, wildcards[leaf], templates)
+            need, index = _constant_read(node, wildcards[leaf],
+                                         templates), None
+            if need is None and node in peeled and length is not None:
+                need, index = _read_from_end(node, wildcards[leaf],
+                                             templates, length)
             if need is not None:
-                outer_reads.append((node, need))
+                outer_reads.append((node, need, index))
             elif wildcards[leaf] == set([0]):
                 seeds[value] = ops.Rows.of_item(leaf, value.shape[0])
             else:
                 raise _KeepsLength(
                     '%s is read by %s, not only indexed by the loop '
                     'counter' % (value.name, node.op), node.loc)
-    steps = _Steps(graph, loops, seeds, set(n for n, _ in outer_reads),
+    steps = _Steps(graph, loops, seeds, set(r[0] for r in outer_reads),
                    templates)
     return outer_reads + steps.constant_reads, wildcards, steps
+
+
+def _stacked_rows(graph, loops, source, length, deltas):
+    """``{value: ops.Rows}`` of ``F.stack`` and ``F.concat`` of the loops'
+    lists on axis 0 (``rolling``) that other ops read: one row per step
+    (or the rows of each step's value), after the rows of the values
+    from before the loop, where the length is the first axis of an
+    argument and each of those loops runs its whole length. Raises where
+    such a value is read but its rows cannot follow the length."""
+    lists = dict((v, delta) for loop, delta in zip(loops, deltas)
+                 for v in loop.outputs if v.dtype == object)
+    used = set(v for node in graph.nodes for v in node.inputs)
+    found = {}
+    for node in graph.nodes:
+        read = [v for v in node.inputs if v in lists]
+        if not read or structural.kind(node) != structural.JOIN or \
+                node.outputs[0] not in used:
+            continue
+        prefix = node.inputs.index(read[0])
+        if source.kind != 'dim' or source.where[1] != 0 or \
+                lists[read[0]] != 0 or dict(node.attrs)['axis'] != 0:
+            raise _KeepsLength(
+                'the values the loop stacks are read by another op, and '
+                'their number is not an argument\'s first axis', node.loc)
+        step = ops.Rows.of_item(source.where[0], length)
+        if node.op == 'Concat':
+            step = step.scaled(node.outputs[0].shape[0] - sum(
+                v.shape[0] for v in node.inputs[:prefix]), length)
+        fixed = prefix if node.op == 'Stack' else sum(
+            v.shape[0] for v in node.inputs[:prefix])
+        found[node.outputs[0]] = fixed + step
+    return found
 
 
 class _Steps(object):
@@ -599,7 +639,8 @@ class _Steps(object):
     ``rows``: ``{value: ops.Rows}``; ``followed``: the nodes that read
     them; ``variants``: ``{node: ops.Follow}`` of the kernels to run
     instead (:meth:`apply`); ``constant_reads``: ``(node, the length it
-    needs)`` of the reads of one step at a constant index (``ys[0]``).
+    needs, None)`` of the reads of one step at a constant index
+    (``ys[0]``).
     Raises ``_KeepsLength`` where an op cannot take another length."""
 
     def __init__(self, graph, loops, seeds, argument_reads, templates):
@@ -617,7 +658,7 @@ class _Steps(object):
             if node in loops:
                 self._read_by(node, found)
             elif need is not None and self._one_per_step(found[0]):
-                self.constant_reads.append((node, need))
+                self.constant_reads.append((node, need, None))
             else:
                 self._follow(node, found)
 
@@ -721,7 +762,13 @@ def _constant_read(node, axes, templates):
     """The smallest length for which ``node``, an indexing with constant
     integers at the symbolic ``axes``, reads the same element; ``None``
     for any other node."""
-    index = index_of(templates.get(node))
+    return _index_need(index_of(templates.get(node)), axes)
+
+
+def _index_need(index, axes):
+    """The smallest length for which ``index`` reads the same element at
+    ``axes``; ``None`` for an index other than constant integers there
+    (:data:`trip_counts.CONSTANT_INDEXES`)."""
     if index is None or any(i is None or i is Ellipsis for i in index):
         return None
     need = 1
@@ -734,9 +781,27 @@ def _constant_read(node, axes, templates):
     return need
 
 
-def _make_shape_free(node, templates):
-    """Gives a constant-index read a kernel and gradient that do not
-    depend on the input's recorded shape."""
+def _read_from_end(node, axes, templates, length):
+    """For a read in a loop's peeled first step (``rolling``) at the
+    index a loop counting down starts from (``xs[t]`` with ``t = T - 1``
+    in ``reversed(range(T))``): ``(the smallest length it needs, its
+    index counted from the end)`` (``xs[-1]``); else ``(None, None)``."""
+    index = index_of(templates.get(node))
+    if index is None:
+        return None, None
+    index = list(index)
+    for axis in axes:
+        if axis < len(index) and type(index[axis]) is int and \
+                0 <= index[axis] and 1 <= length - index[axis] <= 2:
+            index[axis] -= length
+    need = _index_need(tuple(index), axes)
+    return (None, None) if need is None else (need, tuple(index))
+
+
+def _make_shape_free(node, templates, index=None):
+    """Gives a constant-index read (at ``index``, else as recorded) a
+    kernel and gradient that do not depend on the input's recorded
+    shape."""
     free = rolling.index_at(node, node.inputs[0], None, [],
-                            index_of(templates[node]))
-    node.kernel = free.kernel
+                            index or index_of(templates[node]))
+    node.kernel, node.attrs = free.kernel, free.attrs

@@ -85,6 +85,10 @@ class Recording(object):
         # scalars.Use: what baked in the varying number arguments
         self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
+        # the IR values whose shape the forward's Python read
+        self.shapes_read = set(
+            recorder.values[i] for i in recorder.shapes_read
+            if i in recorder.values) if recorder else set()
         self.size_operations = recorder.size_operations if recorder \
             else set()
         self.made_rows = recorder.made_rows if recorder else []
@@ -157,6 +161,8 @@ class _Recorder(object):
         self.length_leaves = {}
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
+        # id(array) of the computed arrays whose shape the forward read
+        self.shapes_read = set()
         self.made_rows = []  # lengths.MadeRows: arrays made with a batch
         # Number arguments that vary by call (scalars.Scalar, IntScalar)
         # are about, and the uses that bake them into the recording

@@ -32,6 +32,7 @@ class Region(object):
         self.counts = False  # has exits: the Loop node's output after the
         # carried values is the number of iterations run
         self.skip = None  # the SkipIf node giving the trip count, if any
+        self.peeled = ()  # the nodes of a first iteration run before it
 
     @property
     def n_carried(self):

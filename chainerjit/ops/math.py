@@ -69,6 +69,7 @@ from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_broadcast
 from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_follow_first
+from chainerjit.ops import takes_axes
 
 
 def grad_rule(ctx, fn, inputs=(), outputs=(), onnx=None):
@@ -924,11 +925,9 @@ def _kept_shape(node, ctx):
     return tuple(1 if i in axes else n for i, n in enumerate(shape))
 
 
-def _broadcast_back(node, ctx, multiplier=None, any_rows=False):
+def _broadcast_back(node, ctx, multiplier=None):
     """Sum's and Mean's backward: ``gy`` (times ``multiplier``) reshaped
-    to keep the reduced axes and broadcast to the input shape; with
-    ``any_rows``, to the input shape with the rows of ``gy`` (axis 0 is
-    kept)."""
+    to keep the reduced axes and broadcast to the input shape."""
     broadcast_to = ctx.xp.broadcast_to
     shape = ctx.in_shapes[0]
     kept = _kept_shape(node, ctx)
@@ -937,10 +936,9 @@ def _broadcast_back(node, ctx, multiplier=None, any_rows=False):
         gy, = gys
         if multiplier is not None:
             gy = gy.dtype.type(multiplier) * gy
-        rows = (len(gy),) if any_rows else ()
         if kept is not None:
-            gy = gy.reshape(rows + kept[len(rows):])
-        return broadcast_to(gy, rows + shape[len(rows):]),
+            gy = gy.reshape(kept)
+        return broadcast_to(gy, shape),
 
     def to_onnx(b, xs, ys, gys, wanted):
         gy = gys[0]
@@ -950,7 +948,7 @@ def _broadcast_back(node, ctx, multiplier=None, any_rows=False):
         if kept is not None:
             gy = b.op('Reshape', [gy, b.int64s(list(kept))])[0]
         return b.op('Expand', [gy, b.int64s(list(shape))])[0],
-    return grad_rule(ctx, grad, onnx=None if any_rows else to_onnx)
+    return grad_rule(ctx, grad, onnx=to_onnx)
 
 
 @lowering(sum_.Sum)
@@ -967,9 +965,7 @@ def lower_sum(node, ctx):
     shape = ctx.in_shapes[0]
     if not shape:
         return kernel
-    if axis is not None and 0 not in _onnx_axes(axis, ctx):
-        return kernel._replace(lengths=_rows_kept(kernel, node, ctx))
-    return kernel._replace(lengths=_rows_summed(kernel, node, ctx))
+    return kernel._replace(lengths=_reduction_rows(kernel, node, ctx))
 
 
 @lowering(sum_.SumTo)
@@ -992,43 +988,57 @@ def lower_sum_to(node, ctx):
                   onnx=to_onnx, fresh=shape != tuple(to))
 
 
-def _rows_kept(kernel, node, ctx, multiplier=None):
-    """The ``Kernel.lengths`` rule of a sum (or a mean: ``multiplier``)
-    over other axes than the rows: the output keeps them, and at any
-    lengths the gradient broadcasts back to the input's shape with the
-    rows of the output gradient."""
-    any_lengths = kernel._replace(
-        grad=_broadcast_back(node, ctx, multiplier, any_rows=True),
-        lengths=None)
-
-    def lengths(rows):
-        return rows_follow_first(rows) and Follow(rows[:1], any_lengths)
-    return lengths
-
-
-def _rows_summed(kernel, node, ctx, mean=False):
-    """The ``Kernel.lengths`` rule of a sum (or a ``mean``) over the rows
-    (and maybe other axes): its output is fixed, and at any lengths its
-    gradient broadcasts to the shape of the input it keeps (divided by
-    the number of entries averaged there, as Mean's backward)."""
-    broadcast_to = ctx.xp.broadcast_to
-    kept = _kept_shape(node, ctx)  # the rows' axis is 1 there
-    axes = range(len(ctx.in_shapes[0])) if node.axis is None else \
+def _reduction_rows(kernel, node, ctx, mean=False):
+    """The ``Kernel.lengths`` rule of a sum (or a ``mean``), for rows on
+    any axis: where that axis is reduced the output is fixed, else it
+    keeps the rows (on its own axis). The kernel for other lengths
+    broadcasts the gradient back to the input's shape, as Sum's and
+    Mean's backward (divided by the number of entries averaged): the
+    recorded shape with the rows of the output gradient, or, for a
+    kernel already taking other lengths (a loop's and a batch's, or the
+    rows summed), the input's shape at run time."""
+    shape = ctx.in_shapes[0]
+    axes = tuple(range(len(shape))) if node.axis is None else \
         _onnx_axes(node.axis, ctx)
+    keepdims, broadcast_to = node.keepdims, ctx.xp.broadcast_to
 
-    def grad(xs, ys, gys, wanted):
-        gy, = gys
+    def back(gy, x_shape):
         if mean:
             gy = gy.dtype.type(1.0 / numpy.prod(
-                [xs[0].shape[a] for a in axes], dtype=int)) * gy
-        return broadcast_to(gy if kept is None else gy.reshape(kept),
-                            xs[0].shape),
-    any_lengths = kernel._replace(
-        grad=grad_rule(ctx, grad, inputs=(0,)), lengths=None)
+                [x_shape[a] for a in axes], dtype=int)) * gy
+        if not keepdims:
+            gy = gy.reshape(tuple(1 if i in axes else n
+                                  for i, n in enumerate(x_shape)))
+        return broadcast_to(gy, x_shape)
 
-    def lengths(rows):
-        return Follow((None,), any_lengths)
-    return lengths
+    def grad_at_input_shape(xs, ys, gys, wanted):
+        return back(gys[0], xs[0].shape),
+
+    def grad_with_rows(axis, out_axis):
+        def grad(xs, ys, gys, wanted):
+            x_shape = list(shape)
+            x_shape[axis] = gys[0].shape[out_axis]
+            return back(gys[0], tuple(x_shape)),
+        return grad
+
+    def rule(first):
+        def lengths(rows):
+            found = rows[0]
+            if found is None or any(r is not None for r in rows[1:]):
+                return None
+            if found.axis in axes:
+                return Follow((None,), general)
+            out_axis = found.axis if keepdims else \
+                found.axis - sum(1 for a in axes if a < found.axis)
+            variant = general if not first else kernel._replace(
+                grad=grad_rule(ctx, grad_with_rows(found.axis, out_axis)),
+                lengths=rule(False))
+            return Follow((found._replace(axis=out_axis),), variant)
+        return takes_axes(lengths)
+    general = kernel._replace(
+        grad=grad_rule(ctx, grad_at_input_shape, inputs=(0,)),
+        lengths=rule(False))
+    return rule(True)
 
 
 @lowering(average.Mean)
@@ -1046,10 +1056,8 @@ def lower_mean(node, ctx):
                     onnx=_onnx_reduce('ReduceMean', axis, keepdims, ctx))
     if grad is None or not shape:
         return kernel
-    if axis is not None and 0 not in _onnx_axes(axis, ctx):
-        return kernel._replace(lengths=_rows_kept(kernel, node, ctx,
-                                                  1.0 / divider))
-    return kernel._replace(lengths=_rows_summed(kernel, node, ctx, True))
+    return kernel._replace(lengths=_reduction_rows(kernel, node, ctx,
+                                                   True))
 
 
 @lowering(prod.Prod)

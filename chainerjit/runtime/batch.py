@@ -317,7 +317,8 @@ def remake_rows(graph, made_rows, batched):
     """Makes again at run time, from the argument whose batch it has, each
     array the forward made with NumPy with an argument's batch as its
     first axis (``lengths.MadeRows``: ``numpy.zeros((len(x), H))``, an
-    RNN's first state), which the recording holds as a constant: a node
+    RNN's first state; or Chainer's code did, as many rows as the batch:
+    ``L.LSTM``'s), which the recording holds as a constant: a node
     reading that argument replaces the constant, at any batch size, and
     the uses of the size its making noted are returned, for
     :func:`rows_batched` to leave out."""
@@ -327,8 +328,10 @@ def remake_rows(graph, made_rows, batched):
     made_again = set()
     axes = dict(batched.batch_axes())
     for made in made_rows:
+        made = _of_the_batch(made, batched, graph)
         value = consts.get(id(made.array))
-        if value is None or axes.get(made.leaf) != made.axis or \
+        if value is None or made.leaf is None or \
+                axes.get(made.leaf) != made.axis or \
                 value in in_loops or not (made.array == made.fill).all():
             continue  # (changed in place since it was made)
         node = _made_again(made, graph.inputs[made.leaf], value)
@@ -336,6 +339,18 @@ def remake_rows(graph, made_rows, batched):
         graph.nodes.insert(0, node)
         made_again.update(made.uses)
     return made_again
+
+
+def _of_the_batch(made, batched, graph):
+    """``made``, where Chainer's code made it (``leaf`` ``None``) with as
+    many rows as the batch, as made from the first batched argument: the
+    first call at another batch size checks that against eager."""
+    if made.leaf is not None:
+        return made
+    leaf, axis = batched.batch_axes()[0]
+    if made.array.shape[0] != graph.inputs[leaf].shape[axis]:
+        return made
+    return made._replace(leaf=leaf, axis=axis)
 
 
 def _made_again(made, argument, value):
@@ -347,7 +362,8 @@ def _made_again(made, argument, value):
                         onnx=_full_rows_to_onnx(*settings))
     return ir.Node('numpy.full', kernel, [argument],
                    [ir.Value('temp', value.shape, value.dtype)],
-                   (('fill', made.fill),), loc=made.uses[0].loc)
+                   (('fill', made.fill),),
+                   loc=made.uses[0].loc if made.uses else None)
 
 
 def _full_rows(axis, rest, fill, dtype):

@@ -147,12 +147,15 @@ def test_a_training_programs_forward_and_backward(rng):
     jitted(xs, h, chainer.Variable(W)).backward()
     training = jitted.last_entry.training
     pair = training.graphs
-    for _ in range(3):
-        xs, h, W = _rnn_args(rng, 5)
-        outs = _outputs_agree(pair.forward, training.forward, [xs, h, W])
+    assert pair.forward.symbols  # the loop, written in a helper
+    for n in (5, 3, 7):
+        xs, h, W = _rnn_args(rng, n)
+        outs = _outputs_agree(pair.forward, training.forward,
+                              [xs, h, W, n])
         saved = list(outs[pair.n_outputs:])
         gy = numpy.asarray(rng.standard_normal(), F32)
-        gW, = _outputs_agree(pair.backward, training.backward, saved + [gy])
+        gW, = _outputs_agree(pair.backward, training.backward,
+                             saved + [gy, n])
         W_var = chainer.Variable(W)
         loss = forward(xs, h, W_var)
         loss.grad = gy

@@ -316,6 +316,16 @@ def _comprehension_with_a_filter(xs):
     return F.stack([F.tanh(x) for x in xs if x.shape[0] > 1])
 
 
+@pytest.mark.parametrize('fn', [
+    _alias_used_as_a_value, _comprehension_read_by_item,
+    _comprehension_with_a_filter])
+def test_lengths_the_python_can_see_stay_in_the_key(fn, rng):
+    calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 5)]
+    jf = testing.assert_jit_matches_eager(fn, calls)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+    assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
+
+
 def _comprehension_in_a_helper(xs):
     return _stack_of_squares(xs)
 
@@ -324,14 +334,11 @@ def _stack_of_squares(xs):
     return F.stack([x * x for x in xs])
 
 
-@pytest.mark.parametrize('fn', [
-    _alias_used_as_a_value, _comprehension_read_by_item,
-    _comprehension_with_a_filter, _comprehension_in_a_helper])
-def test_lengths_the_python_can_see_stay_in_the_key(fn, rng):
-    calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 5)]
-    jf = testing.assert_jit_matches_eager(fn, calls)
-    assert jf.cache_info().currsize == 2, jf.cache_report()
-    assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
+def test_comprehension_in_a_helper_takes_every_length(rng):
+    calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 8)]
+    jf = testing.assert_jit_matches_eager(_comprehension_in_a_helper, calls)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    assert 'f32[T,2,3]' in str(jf.cache_entries()[0].signature)
 
 
 # --- Python lists of arrays: packed into one array -------------------------
@@ -456,7 +463,7 @@ def _returns_a_step(xs):
 
 
 @pytest.mark.parametrize('fn', [
-    _read_after_the_loop, _over_a_slice, _reversed_list, _mean_by_length,
+    _read_after_the_loop, _over_a_slice, _mean_by_length,
     _returns_a_step, sum])
 def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
     calls = [(_steps(rng, n),) for n in (3, 3, 5, 5)]
@@ -465,6 +472,15 @@ def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
     if fn is _returns_a_step:  # the caller's own Variable, as eagerly
         xs = _steps(rng, 4)
         assert jf(xs) is xs[1]
+
+
+def test_reversed_list_loop_takes_every_length(rng):
+    # The first step (h is the int 0) is peeled: it reads the last item,
+    # counted from the end at every length.
+    calls = [(_steps(rng, n),) for n in (3, 3, 5, 8, 4)]
+    jf = testing.assert_jit_grads_match_eager(_reversed_list, calls,
+                                              rtol=1e-5, atol=1e-6)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
 def test_steps_no_op_reads_get_no_gradient_as_in_eager_mode(rng):
