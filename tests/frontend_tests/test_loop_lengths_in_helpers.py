@@ -1,0 +1,259 @@
+"""Sequence models written as they are in real code: the loop in a helper
+method, in a sub-chain's forward or in a function the forward calls; the
+model under another name than ``self``, or held by a global; the steps'
+outputs stacked and then reduced; a stateful ``L.LSTM`` link. Each keeps
+one cache entry for every sequence length and batch size, and its outputs
+and gradients equal eager Chainer's at each call, with new values.
+"""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+
+
+I, H = 6, 8
+# (length, batch): new lengths, then new batch sizes with new lengths
+SIZES = ((5, 4), (9, 4), (17, 3), (6, 7), (12, 2), (7, 5))
+
+
+class _Cells(chainer.Chain):
+    def __init__(self):
+        super(_Cells, self).__init__()
+        with self.init_scope():
+            self.x2h = L.Linear(I, 4 * H)
+            self.h2h = L.Linear(H, 4 * H, nobias=True)
+            self.out = L.Linear(H, 3)
+
+
+class Encoder(_Cells):
+    """The loop in a sub-chain's own forward."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), xs.dtype)
+        for t in range(T):
+            c, h = F.lstm(c, self.x2h(xs[t]) + self.h2h(h))
+        return h
+
+
+class Classifier(chainer.Chain):
+    def __init__(self):
+        super(Classifier, self).__init__()
+        with self.init_scope():
+            self.encoder = Encoder()
+            self.out = L.Linear(H, 3)
+
+    def forward(self, xs):
+        return self.out(self.encoder(xs))
+
+
+class EncodeMethod(_Cells):
+    """The loop in a helper method, over the steps themselves."""
+
+    def forward(self, xs):
+        return self.out(self.encode(xs))
+
+    def encode(self, xs):
+        h = c = None
+        for x in xs:
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+        return h
+
+
+def encode(model, xs):
+    """A function taking the model under another name than ``self``."""
+    h = c = model.xp.zeros((xs.shape[1], H), numpy.float32)
+    for t in range(len(xs)):
+        c, h = F.lstm(c, model.x2h(xs[t]) + model.h2h(h))
+    return h
+
+
+class EncodeFunction(_Cells):
+    def forward(self, xs):
+        return self.out(encode(self, xs))
+
+
+class MeanOfStackedSteps(_Cells):
+    """The steps' outputs stacked, then averaged over time."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        hs = []
+        for t in range(T):
+            c, h = F.lstm(c, self.x2h(xs[t]) + self.h2h(h))
+            hs.append(h)
+        return self.out(F.mean(F.stack(hs), axis=0))
+
+
+class BidirectionalFirstStepMade(_Cells):
+    """Each direction makes its state in its first step; the backward
+    one starts from the last item."""
+
+    def forward(self, xs):
+        forward = backward = None
+        for t in range(len(xs)):
+            gates = self.x2h(xs[t])
+            if forward is not None:
+                gates = gates + self.h2h(forward)
+            forward = F.tanh(gates[:, :H])
+        for t in reversed(range(len(xs))):
+            gates = self.x2h(xs[t])
+            if backward is not None:
+                gates = gates + self.h2h(backward)
+            backward = F.tanh(gates[:, :H])
+        return self.out(forward + backward)
+
+
+class StatefulLSTMLink(chainer.Chain):
+    """``L.LSTM`` keeps its state on the link and makes its first cell
+    state itself, as many rows as the batch."""
+
+    def __init__(self):
+        super(StatefulLSTMLink, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(I, H)
+            self.out = L.Linear(H, 3)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        for x in xs:
+            y = self.lstm(x)
+        return self.out(y)
+
+
+FORMS = [Classifier, EncodeMethod, EncodeFunction, MeanOfStackedSteps,
+         BidirectionalFirstStepMade, StatefulLSTMLink]
+
+
+def _calls(sizes=SIZES, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.standard_normal((n, b, I)).astype(numpy.float32),)
+            for n, b in sizes]
+
+
+def _twins(cls):
+    model, twin = cls(), cls()
+    twin.copyparams(model)
+    return model, twin
+
+
+def _matches_eager(cls, calls):
+    model, twin = _twins(cls)
+    jitted = chainerjit.jit(twin)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for (xs,) in calls:
+            model.cleargrads()
+            twin.cleargrads()
+            expected, actual = model(xs), jitted(xs)
+            testing.assert_results_equal(actual, expected, 1e-5, 1e-6)
+            if chainer.config.train:
+                F.sum(expected * expected).backward()
+                F.sum(actual * actual).backward()
+                for (name, p), (_, q) in zip(sorted(model.namedparams()),
+                                             sorted(twin.namedparams())):
+                    testing.assert_results_equal(q.grad, p.grad, 1e-4,
+                                                 1e-5)
+    return jitted
+
+
+@pytest.mark.parametrize('cls', FORMS)
+def test_one_entry_for_every_length_and_batch_size_in_training(cls):
+    jitted = _matches_eager(cls, _calls())
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert 'f32[T,B,6]' in str(entry.signature), str(entry.signature)
+    assert jitted.cache_info().hits >= 3
+
+
+@pytest.mark.parametrize('cls', FORMS)
+def test_one_entry_for_every_length_and_batch_size_in_inference(cls):
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        jitted = _matches_eager(cls, _calls(seed=1))
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+_MODEL = _Cells()
+
+
+def _encode_with_the_global_model(xs):
+    """A function jitted on its own, its links a global's."""
+    return _MODEL.out(encode(_MODEL, xs))
+
+
+def test_a_plain_function_reading_a_global_model():
+    jitted = testing.assert_jit_grads_match_eager(
+        _encode_with_the_global_model, _calls(), rtol=1e-4, atol=1e-5)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+class LengthInAHelper(_Cells):
+    """A helper that uses the length otherwise (a guard): it stays in the
+    key where the comparison cannot be a guard, with a warning naming the
+    helper's line."""
+
+    def forward(self, xs):
+        return self.out(self.encode(xs))
+
+    def encode(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(xs.shape[0] // 2):
+            c, h = F.lstm(c, self.x2h(xs[t]) + self.h2h(h))
+        return h
+
+
+def test_a_length_a_helper_uses_otherwise_is_named():
+    model, twin = _twins(LengthInAHelper)
+    jitted = chainerjit.jit(twin)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for (xs,) in _calls(((5, 4), (9, 4), (6, 4))):
+            testing.assert_results_equal(jitted(xs), model(xs))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.LoopWarning)]
+    assert any('test_loop_lengths_in_helpers.py' in m for m in messages), \
+        messages
+    assert jitted.cache_info().currsize == 3, jitted.cache_report()
+
+
+class SumOfConcatenatedSteps(_Cells):
+    """The steps joined on the batch's axis: ``T * B`` rows."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+            hs.append(h)
+        return self.out(F.sum(F.concat(hs, axis=0), axis=0, keepdims=True))
+
+
+def test_steps_joined_on_the_batch_axis_keep_the_batch_size():
+    # The length stays symbolic; the batch size, merged with it in one
+    # axis, stays in the key, with a warning naming the line.
+    model, twin = _twins(SumOfConcatenatedSteps)
+    jitted = chainerjit.jit(twin)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for (xs,) in _calls(((5, 4), (9, 4), (6, 3), (7, 3))):
+            testing.assert_results_equal(jitted(xs), model(xs))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('keeps the batch size' in m and 'Concat' in m and
+               'test_loop_lengths_in_helpers.py' in m
+               for m in messages), messages
+    assert jitted.cache_info().currsize == 2, jitted.cache_report()
+    assert all('f32[T,' in str(e.signature)
+               for e in jitted.cache_entries())
