@@ -24,7 +24,11 @@ weights; every call's result is checked against eager's. Workloads:
   random batch size on each call too;
 * ``batch-first LSTM training, batches 2 to 64, lengths 5 to 40``: the
   steps read as ``xs[:, t]`` over ``range(xs.shape[1])``, the state made
-  by the first step, a random batch size and length on each call.
+  by the first step, a random batch size and length on each call;
+* ``encoder sub-chain training, steps averaged, lengths 5 to 60, batches
+  2 to 64``: a classifier whose LSTM loop is in its encoder sub-chain's
+  forward, the steps' outputs stacked and averaged over time, a random
+  length and batch size on each call.
 
 For each: the total time of the sequence (recordings, compiles and the
 first call at each new size, which also runs eagerly, included) and its
@@ -108,7 +112,33 @@ def _lstm_models():
                     c, h = F.lstm(c, a + self.h2h(h))
             return self.out(h)
 
-    return LSTM, BiLSTM, BatchFirst
+    class Encoder(Steps):
+        def forward(self, xs):
+            T, batch, _ = xs.shape
+            h = c = self.xp.zeros((batch, H), numpy.float32)
+            hs = []
+            for t in range(T):
+                h, c = self.step(xs[t], h, c)
+                hs.append(h)
+            return F.mean(F.stack(hs), axis=0)
+
+    class EncoderClassifier(chainer.Chain):
+        """The loop in a sub-chain, its steps averaged over time."""
+
+        def __init__(self):
+            super(EncoderClassifier, self).__init__()
+            with self.init_scope():
+                self.encoder = Encoder()
+                self.out = L.Linear(H, 10)
+
+        @property
+        def x2h(self):
+            return self.encoder.x2h
+
+        def forward(self, xs):
+            return self.out(self.encoder(xs))
+
+    return LSTM, BiLSTM, BatchFirst, EncoderClassifier
 
 
 def _serving(make_model, make_input, jit_options):
@@ -138,7 +168,8 @@ def _serving(make_model, make_input, jit_options):
     return run
 
 
-def _training(model_class, batch_first=False, batches=False):
+def _training(model_class, batch_first=False, batches=False,
+              longest=40):
     def run(jitted, calls, seed):
         import numpy
 
@@ -151,8 +182,9 @@ def _training(model_class, batch_first=False, batches=False):
         times, results = [], []
         for _ in range(calls):
             batch = rng.randint(2, 65) if batches or batch_first else 8
-            shape = (batch, rng.randint(5, 41), I) if batch_first else \
-                (rng.randint(5, 41), batch, I)
+            length = rng.randint(5, longest + 1)
+            shape = (batch, length, I) if batch_first else \
+                (length, batch, I)
             xs = rng.standard_normal(shape).astype(numpy.float32)
             start = time.perf_counter()
             loss = F.sum(fn(xs))
@@ -209,7 +241,7 @@ def workloads():
     import numpy
 
     from examples import models
-    LSTM, BiLSTM, BatchFirst = _lstm_models()
+    LSTM, BiLSTM, BatchFirst, EncoderClassifier = _lstm_models()
     mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
         numpy.float32))
     block = (models.EncoderBlock, lambda rng, b: rng.randn(
@@ -237,6 +269,9 @@ def workloads():
          _training(LSTM, batches=True)),
         ('batch-first LSTM training, batches 2 to 64, lengths 5 to 40',
          'chainerjit', _training(BatchFirst, batch_first=True)),
+        ('encoder sub-chain training, steps averaged, lengths 5 to 60, '
+         'batches 2 to 64', 'chainerjit',
+         _training(EncoderClassifier, batches=True, longest=60)),
     ]
 
 

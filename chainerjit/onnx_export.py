@@ -25,11 +25,12 @@ from chainerjit.backend.onnx_graph import IR_VERSION
 from chainerjit.backend.onnx_graph import OPSET
 from chainerjit.errors import ExportError
 from chainerjit.frontend import scalars
+from chainerjit.runtime import batch
 
 __all__ = ['Builder', 'ExportError', 'IR_VERSION', 'OPSET', 'export_onnx']
 
 
-def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
+def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
                 opset=OPSET):
     """Writes the program ``f`` runs for ``args`` as an ONNX model.
 
@@ -37,7 +38,12 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
         f: a jitted function or method (or a plain one, jitted here).
         args: example arguments; shapes and dtypes come from them.
         path: where to write the ``.onnx`` file (``None``: don't write).
-        dynamic_batch: make axis 0 of every array input symbolic.
+        dynamic_batch: make axis 0 of every array input symbolic; by
+            default, where the program for ``args`` already serves every
+            batch size (its signature shows ``B`` on axis 0).
+            Symbolic trip counts and batches of a program compiled for
+            any sizes (``T``, ``B`` on other axes) are named axes
+            whatever this says.
         opset: the ONNX opset (17 or newer).
 
     Returns:
@@ -51,6 +57,8 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=False,
 
     jitted = f if isinstance(f, api.JitFunction) else api.jit(f)
     entry = _entry_for(jitted, args, kwargs or {})
+    if dynamic_batch is None:
+        dynamic_batch = _serves_every_batch_size(entry)
     graph = entry.graph
     names = onnx_graph.names_of(graph)
     batched = [v for v in graph.inputs if v.shape]
@@ -109,6 +117,15 @@ def _entry_for(jitted, args, kwargs):
         raise ExportError('%s: the model changed during the call'
                           % jitted.__name__)
     return entry
+
+
+def _serves_every_batch_size(entry):
+    """Whether the entry serves every batch size on axis 0 of its array
+    inputs, from a program recorded at one (``runtime.batch.Batched``; a
+    program compiled for any batch size names the axis itself)."""
+    symbolic = entry.symbolic
+    return isinstance(symbolic, batch.Batched) and all(
+        axis == 0 for _, axis in symbolic.batch_axes())
 
 
 def _model_array(entry, value):

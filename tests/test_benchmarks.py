@@ -125,5 +125,7 @@ def test_shapes_benchmark_checks_and_reports(tmp_path):
                               str(report)])
     entries = dict(((name, system), row[-1]) for name, system, *row in rows)
     assert entries['LSTM training, lengths 5 to 40', 'chainerjit'] == 1
+    assert entries['encoder sub-chain training, steps averaged, lengths 5 '
+                   'to 60, batches 2 to 64', 'chainerjit'] == 1
     text = report.read_text()
     assert '| LSTM training, lengths 5 to 40 | default |' in text

@@ -1,0 +1,84 @@
+"""Programs that serve every batch size and sequence length export with
+those axes dynamic: the ONNX model names them, and onnxruntime runs it at
+other sizes with eager Chainer's results."""
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from tests.frontend_tests import test_loop_lengths_in_helpers as forms
+
+
+onnxruntime = pytest.importorskip('onnxruntime')
+
+
+class MLP(chainer.Chain):
+    def __init__(self):
+        super(MLP, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 8)
+            self.l2 = L.Linear(8, 3)
+
+    def forward(self, x):
+        return self.l2(F.relu(self.l1(x)))
+
+
+def _served(model, inputs):
+    """``jit(model)`` after serving ``inputs`` (test mode, no backprop)."""
+    jitted = chainerjit.jit(model)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for x in inputs:
+            jitted(x)
+    return jitted
+
+
+def _dims(model):
+    return [d.dim_param or d.dim_value
+            for d in model.graph.input[0].type.tensor_type.shape.dim]
+
+
+def _runs_as_eager(onnx_model, model, inputs):
+    session = onnxruntime.InferenceSession(
+        onnx_model.SerializeToString(), providers=['CPUExecutionProvider'])
+    name = session.get_inputs()[0].name
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for x in inputs:
+            y, = session.run(None, {name: x})
+            numpy.testing.assert_allclose(y, model(x).array, rtol=1e-4,
+                                          atol=1e-5)
+
+
+def test_a_program_serving_every_batch_size_exports_a_dynamic_batch(rng):
+    model = MLP()
+    batches = [rng.standard_normal((n, 6)).astype('f') for n in (3, 5, 8)]
+    jitted = _served(model, batches)
+    assert 'x: f32[B,6]' in str(jitted.cache_entries()[0].signature)
+    exported = chainerjit.export_onnx(jitted, (batches[0],))
+    assert _dims(exported)[0] in ('B', 'batch'), _dims(exported)
+    _runs_as_eager(exported, model, [
+        rng.standard_normal((n, 6)).astype('f') for n in (1, 7, 30)])
+
+
+def test_a_program_of_one_batch_size_exports_it_unless_asked(rng):
+    model = MLP()
+    x = rng.standard_normal((3, 6)).astype('f')
+    assert _dims(chainerjit.export_onnx(_served(model, [x]), (x,))) == [3, 6]
+    exported = chainerjit.export_onnx(_served(model, [x]), (x,),
+                                      dynamic_batch=True)
+    assert _dims(exported) == ['batch', 6]
+
+
+@pytest.mark.parametrize('cls', [forms.Classifier, forms.EncodeMethod,
+                                 forms.MeanOfStackedSteps])
+def test_a_sequence_model_exports_its_length_and_batch(cls, rng):
+    model = cls()
+    calls = [rng.standard_normal((n, b, 6)).astype('f')
+             for n, b in ((5, 4), (9, 4), (6, 3))]
+    exported = chainerjit.export_onnx(_served(model, calls), (calls[0],))
+    assert _dims(exported) == ['T', 'B', 6]
+    _runs_as_eager(exported, model, [
+        rng.standard_normal((n, b, 6)).astype('f')
+        for n, b in ((12, 2), (3, 7), (20, 5))])
