@@ -288,8 +288,7 @@ class JitFunction(_calls.CachedCall):
         if compiled is not _RAISED and \
                 pipeline.compare_results(result, compiled) is None:
             entry.verified_lengths.update(
-                checked if isinstance(entry.symbolic, batch.TripsAndBatch)
-                else [checked])
+                checked if _checks_items(entry.symbolic) else [checked])
             return result
         self.cache.remove(entry)
         if isinstance(entry.symbolic, (scalars.VaryingScalars,
@@ -975,7 +974,16 @@ def _size_to_check(entry, key, symbols):
 # The symbolic sizes that say what a call checks (``to_check(key, checked,
 # symbols)``).
 _CHECKING_SIZES = (batch.RowsBatched, batch.TripsAndBatch, ragged.Ragged,
-                   scalars.VaryingScalars, scalars.SizesAndNumbers)
+                   scalars.VaryingScalars, scalars.SizesAndNumbers,
+                   symbolic_module.Symbolic)
+
+
+def _checks_items(sizes):
+    """Whether a call checked against eager at the sizes of ``sizes``
+    verifies several items (a trip count and a batch size, or the trip
+    counts of two lengths), each once."""
+    return isinstance(sizes, batch.TripsAndBatch) or \
+        isinstance(sizes, symbolic_module.Symbolic) and bool(sizes.more)
 
 
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording

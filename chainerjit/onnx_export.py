@@ -146,13 +146,24 @@ def _symbols(builder, entry, names, key):
         entry.symbolic, 'sizes', entry.symbolic)
     if not symbols:  # no trip counts (any batch size or lengths)
         return
-    if symbolic.kind != 'dim':  # an int argument: the example's count
-        _, counts = symbolic.generalize(key)
-        length = counts[0] + symbolic.deltas[0]
+    counts = symbolic.generalize(key)[1]
+    for part in symbolic.parts():  # each length's, in order
+        n = len(part.deltas)
+        _length_symbols(builder, entry, names, part, symbols[:n],
+                        counts[:n])
+        symbols, counts = symbols[n:], counts[n:]
+
+
+def _length_symbols(builder, entry, names, part, symbols, counts):
+    """The trip counts ``symbols`` of one length (``part``, a
+    ``symbolic.Symbolic``): the example's ``counts`` for an int argument,
+    else read from the input's shape."""
+    if part.kind != 'dim':
+        length = counts[0] + part.deltas[0]
         for value in symbols:
             builder.int64s(length - _delta(value), names[value])
         return
-    leaf, axis = symbolic.where
+    leaf, axis = part.where
     whole = builder.op('Shape', [names[entry.graph.inputs[leaf]]])[0]
     length = builder.op('Gather', [whole, builder.int64s(axis)], axis=0)[0]
     for value in symbols:
@@ -174,8 +185,8 @@ def _trip_symbols(builder, entry, names, key):
 
 
 def _delta(symbol):
-    """3 for the symbol ``T-3``."""
-    return int(symbol.name[2:]) if symbol.name != 'T' else 0
+    """3 for the symbol ``T-3`` (or ``U-3``), 0 for ``T``."""
+    return int(symbol.name[2:]) if '-' in symbol.name else 0
 
 
 def result_arrays(entry):

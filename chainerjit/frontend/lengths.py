@@ -464,8 +464,10 @@ def _size_to_onnx(axis, a, b):
     return convert
 
 
+@ops.takes_axes
 def _any_rows(rows):
-    """A ``python.size`` node reads the number of rows from its input."""
+    """A ``python.size`` node reads its size from its input at run time,
+    whichever axis the rows are on."""
     return ops.Follow((None,))
 
 

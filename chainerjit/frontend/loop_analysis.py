@@ -397,9 +397,7 @@ def counter_indexed_names(code, header):
     for use in ast.walk(loop):
         if isinstance(use, ast.Name) and use.id == counter and \
                 _index_use(use, parents):
-            parent = parents[use]
-            subscript = parents[parent] if isinstance(
-                parent, ast.Tuple) else parent
+            subscript = _indexed_by(use, parents)
             if not isinstance(subscript.value, ast.Name):
                 return None
             names.add(subscript.value.id)
@@ -407,13 +405,39 @@ def counter_indexed_names(code, header):
 
 
 def _index_use(name, parents):
-    """``xs[t]`` or ``xs[:, t]``: the name alone in an index."""
+    """``xs[t]`` or ``xs[:, t]``: the name alone in an index, or in a sum
+    or difference with constants and other names there (``ys[t + 1]``,
+    ``xs[T - 1 - t]``): Python computes an index from the counter, which
+    the recorded indexing reads as the loop counts."""
+    return _indexed_by(name, parents) is not None
+
+
+def _indexed_by(name, parents):
+    """The ``ast.Subscript`` whose index :func:`_index_use` finds
+    ``name`` in, or ``None``."""
     if not isinstance(name.ctx, ast.Load):
-        return False
-    parent = parents.get(name)
+        return None
+    node, parent = name, parents.get(name)
+    while _index_arithmetic(parent, node):
+        node, parent = parent, parents.get(parent)
     if isinstance(parent, ast.Tuple):
-        parent = parents.get(parent)
-    return isinstance(parent, ast.Subscript) and parent.value is not name
+        node, parent = parent, parents.get(parent)
+    return parent if isinstance(parent, ast.Subscript) and \
+        parent.slice is node else None
+
+
+def _index_arithmetic(parent, node):
+    """``parent`` adds or subtracts ``node`` and a constant or a name
+    (``t + 1``, ``T - 1 - t``), or negates it."""
+    if isinstance(parent, ast.UnaryOp):
+        return isinstance(parent.op, ast.USub)
+    if not isinstance(parent, ast.BinOp) or \
+            not isinstance(parent.op, (ast.Add, ast.Sub)):
+        return False
+    other = parent.right if parent.left is node else parent.left
+    return isinstance(other, (ast.Name, ast.Constant, ast.BinOp)) and all(
+        isinstance(n, (ast.Name, ast.Constant, ast.BinOp, ast.Load,
+                       ast.Add, ast.Sub)) for n in ast.walk(other))
 
 
 def appended_lists(code, header):

@@ -205,6 +205,11 @@ def argument_name(fn, instance, path):
     return 'args[%d]' % i
 
 
+#: The names of the symbolic lengths of loops' trip counts, in the order a
+#: program gets them (``frontend.symbolic``).
+TRIP_SYMBOLS = ('T', 'U', 'V', 'W')
+
+
 class Symbol(str):
     """A length that varies by call, printed as its name."""
 
@@ -256,7 +261,7 @@ class Signature(object):
         """This signature with the symbolic dimensions (``(leaf, axes)``
         pairs) shown as ``symbol`` and, for a length given as an int
         argument (``kind`` ``'static'``, ``where`` ``(path, name)``), that
-        argument shown as ``T``."""
+        argument shown as ``symbol``."""
         items = list(self.items)
         for leaf, axes in wildcards:
             name, spec = items[leaf]
@@ -264,7 +269,7 @@ class Signature(object):
                           for i, d in enumerate(spec.shape))
             items[leaf] = (name, spec._replace(shape=shape))
         if kind == 'static':
-            items = [(n, Symbol('T') if n == where[1] else v)
+            items = [(n, Symbol(symbol) if n == where[1] else v)
                      for n, v in items]
         return Signature(items)
 
@@ -313,7 +318,8 @@ def _diff_item(name, old, new):
             where = ' (ndim %d -> %d)' % (len(old.shape), len(new.shape))
         else:  # a symbolic length ('T') takes any size
             axes = [i for i, (a, b) in enumerate(zip(old.shape, new.shape))
-                    if a != b and 'T' not in (a, b)]
+                    if a != b and a not in TRIP_SYMBOLS and
+                    b not in TRIP_SYMBOLS]
             where = ' at axis %s' % ', '.join(str(a) for a in axes)
         if where != ' at axis ':
             lines.append('%s: shape %s -> %s%s' % (

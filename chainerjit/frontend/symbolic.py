@@ -20,9 +20,14 @@ from chainerjit.ir.fingerprints import index_of
 from chainerjit.ops import structural
 
 
+#: The symbols of the lengths of one program, in order (a sequence to
+#: sequence model's two).
+SYMBOLS = signature.TRIP_SYMBOLS
+
+
 class Symbolic(collections.namedtuple(
-        'Symbolic', 'kind where deltas wildcards minimum conditions',
-        defaults=((),))):
+        'Symbolic', 'kind where deltas wildcards minimum conditions symbol '
+        'more', defaults=((), 'T', ()))):
     """How an entry's trip counts follow from a call's key.
 
     ``kind`` and ``where`` say where the length ``T`` is read (see
@@ -32,15 +37,51 @@ class Symbolic(collections.namedtuple(
     and so are left out of the key; ``minimum`` is the smallest ``T`` the
     program is valid for; ``conditions`` are the comparisons of ``T`` the
     forward's Python made (``if T > 10:``, ``lengths.Use.condition``),
-    which must go the same way: guards of the key.
+    which must go the same way: guards of the key. ``symbol`` is the
+    length's name (``T``); ``more`` holds the other lengths of the
+    program, each a Symbolic of its own symbol (``U``: the target length
+    of a sequence to sequence model), whose trip counts follow.
     """
 
     def generalize(self, key, packed=False):
         """``(symbolic key, trip counts)`` of a concrete key, or ``None``
         if this program does not apply to it."""
+        general = self._generalize(key, packed)
+        for part in self.more:
+            further = None if general is None else \
+                part._generalize(general[0], packed)
+            general = None if further is None else \
+                (further[0], general[1] + further[1])
+        return general
+
+    def parts(self):
+        """One Symbolic for each length, in the order of the trip
+        counts."""
+        return (self._replace(more=()),) + self.more
+
+    def checks(self, symbols):
+        """What a call at the trip counts ``symbols`` checks against
+        eager: each length's trip counts, ``(its index, counts)``, checked
+        once whatever the others are; or, for one length, the counts."""
+        if not self.more:
+            return tuple(symbols)
+        found, at = [], 0
+        for i, part in enumerate(self.parts()):
+            found.append((i, tuple(symbols[at:at + len(part.deltas)])))
+            at += len(part.deltas)
+        return tuple(found)
+
+    def to_check(self, key, checked, symbols):
+        """:meth:`checks` of a call, unless each is in ``checked``."""
+        items = self.checks(symbols)
+        if not self.more:
+            return None if items in checked else items
+        return None if all(i in checked for i in items) else items
+
+    def _generalize(self, key, packed):
         train, backprop, structure, specs, alias = key
         if structure[0] == 'packed':  # see chainerjit.frontend.packing
-            general = self.generalize(
+            general = self._generalize(
                 (train, backprop, structure[2], specs, alias), True)
             if general is None:
                 return None
@@ -56,7 +97,8 @@ class Symbolic(collections.namedtuple(
             length = _static_at(structure, self.where[0])
             if type(length) is not int:
                 return None
-            structure = _replace_static(structure, self.where[0])
+            structure = _replace_static(structure, self.where[0],
+                                        self.symbol)
         if length < self.minimum or not all(
                 lengths.holds(c, length) for c in self.conditions):
             return None
@@ -68,7 +110,7 @@ class Symbolic(collections.namedtuple(
             if packed and any(shape[axis] != length for axis in axes):
                 return None  # a list item no iteration reads: see packing
             for axis in axes:
-                shape[axis] = 'T'
+                shape[axis] = self.symbol
             specs[leaf] = (tuple(shape),) + tuple(specs[leaf][1:])
         return ((train, backprop, structure, tuple(specs), alias),
                 [length - d for d in self.deltas])
@@ -80,8 +122,8 @@ def _static_at(structure, path):
     return item[2] if item is not None and len(item) == 3 else None
 
 
-def _replace_static(structure, path):
-    return signature.with_static_item(structure, path, ('S', int, 'T'))
+def _replace_static(structure, path, symbol):
+    return signature.with_static_item(structure, path, ('S', int, symbol))
 
 
 class Concrete(collections.namedtuple('Concrete', 'reason loc')):
@@ -115,27 +157,58 @@ def symbolize(graph, rolled, input_names, length_names, recording,
     ``source_uses`` are ``lengths.Use`` that the source shows and Length
     ints cannot see (``trip_counts.float_size_uses``).
 
+    Loops over different lengths (a source and a target sequence) get a
+    symbol each (:data:`SYMBOLS`); a length that cannot be symbolic stays
+    in the key while the others are.
+
     Returns:
-        Symbolic: how to read the trip counts from a key; or Concrete:
-        why a loop over such a length keeps it in the key; or None: no
-        loop's trip count follows the call.
+        ``(found, kept)``: ``found`` is a Symbolic, how to read the trip
+        counts from a key; or a Concrete, why a loop over such a length
+        keeps it in the key; or None: no loop's trip count follows the
+        call. ``kept``: the Concrete of each other length that stays in
+        the key.
     """
     sources = _trip_sources(graph, rolled, recording.length_reads)
     uses = _besides_own_tests(list(source_uses) + length_uses(
         recording, graph), rolled, sources)
-    free = _FreeAxes(uses, input_names, length_names)
-    try:
-        if not sources:
+    if not sources:
+        try:
+            free = _FreeAxes(uses, input_names, length_names)
             free.settle((), None)
             _explain_untied(graph, rolled, free)
-            return None
-        return _symbolize(graph, rolled, sources, free, recording)
-    except _KeepsLength as e:
-        return e.concrete
+        except _KeepsLength as e:
+            return e.concrete, []
+        return None, []
+    parts, kept = [], []
+    for chosen in _distinct_lengths(sources):
+        if len(parts) == len(SYMBOLS):
+            break
+        try:
+            parts.append(_symbolize(
+                graph, rolled, sources, chosen, SYMBOLS[len(parts)],
+                _FreeAxes(uses, input_names, length_names), recording))
+        except _KeepsLength as e:
+            kept.append(e.concrete)
+    if not parts:
+        return kept[0], kept[1:]
+    return parts[0]._replace(more=tuple(parts[1:])), kept
 
 
-def _symbolize(graph, rolled, sources, free, recording):
-    loops = _same_length_loops(graph, rolled, sources, free, recording)
+def _distinct_lengths(sources):
+    """One trip source for each length the loops of ``sources`` run
+    over, in the order of the loops."""
+    found = {}
+    for source in sources.values():
+        found.setdefault(source[:2], source)
+    return list(found.values())
+
+
+def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
+    """Makes the loops over the length of the trip source ``chosen``
+    symbolic, named ``symbol``; raises ``_KeepsLength`` (leaving the
+    graph as it was) where they cannot be."""
+    loops = _same_length_loops(graph, rolled, sources, chosen, free,
+                               recording)
     source = sources[loops[0]]
     length, wildcards = _length_and_wildcards(graph, loops, rolled, source)
     deltas = []
@@ -165,15 +238,16 @@ def _symbolize(graph, rolled, sources, free, recording):
         _count_from_end(node, counters)
     for node, _, index in outer_reads:
         _make_shape_free(node, recording.templates, index)
-    steps.apply()
-    symbols = _symbolic_trips(graph, loops, deltas)
+    steps.apply(symbol)
+    symbols = _symbolic_trips(graph, loops, deltas, symbol)
     for leaf, axes in wildcards.items():
-        graph.inputs[leaf].symbols = dict((a, 'T') for a in axes)
+        graph.inputs[leaf].symbols = dict(graph.inputs[leaf].symbols or {})
+        graph.inputs[leaf].symbols.update((a, symbol) for a in axes)
     # The trip counts in the order of the program's symbol inputs.
     return Symbolic(source.kind, source.where, tuple(symbols),
                     tuple((leaf, tuple(sorted(axes)))
                           for leaf, axes in sorted(wildcards.items())),
-                    minimum, free.conditions_of(free.guarded))
+                    minimum, free.conditions_of(free.guarded), symbol)
 
 
 # --- where a trip count comes from -------------------------------------------
@@ -458,13 +532,13 @@ def _explain_untied(graph, rolled, free):
                            'nor an int argument', loop.loc)
 
 
-def _same_length_loops(graph, rolled, sources, free, recording):
-    """The rolled loops over the first symbolic loop's length; raises
-    where their trip counts cannot vary: the length was used otherwise, a
-    loop over that length stayed unrolled, the loops' Python sees the
-    count, or values of a fixed count of iterations are read after."""
-    first = next(iter(sources))
-    source = sources[first]
+def _same_length_loops(graph, rolled, sources, source, free, recording):
+    """The rolled loops over the length of the trip source ``source``;
+    raises where their trip counts cannot vary: the length was used
+    otherwise, a loop over that length stayed unrolled, the loops' Python
+    sees the count, or values of a fixed count of iterations are read
+    after."""
+    first = next(n for n in sources if sources[n][:2] == source[:2])
     if source.kind == 'dim':
         free.guarded = source.where
         free.check(source.where[0], set([source.where[1]]), first.loc)
@@ -520,14 +594,16 @@ def _may_run_empty(loop):
         v.kind == 'temp' for v in loop.inputs[1:1 + n_read])
 
 
-def _symbolic_trips(graph, loops, deltas):
+def _symbolic_trips(graph, loops, deltas, symbol):
     """Gives each loop its trip count as a symbol input of the program,
-    ``T - delta``; returns ``{delta: symbol}`` in order."""
+    ``T - delta`` (the length named ``symbol``); returns ``{delta:
+    symbol input}`` in order."""
     symbols = {}
     for loop, delta in zip(loops, deltas):
         if delta not in symbols:
             symbols[delta] = graph.add_value(
-                'sym', (), numpy.int64, 'T' if delta == 0 else 'T-%d' % delta)
+                'sym', (), numpy.int64,
+                symbol if delta == 0 else '%s-%d' % (symbol, delta))
         holder = loop.region.skip or loop
         holder.inputs[holder.inputs.index(_recorded_trip(loop))] = \
             symbols[delta]
@@ -694,16 +770,17 @@ class _Steps(object):
         if following.kernel is not None:
             self.variants[node] = following
 
-    def apply(self):
+    def apply(self, symbol):
         """Gives the nodes their kernels for any length, and the values
-        their symbol (``T``, ``4*T``)."""
+        their symbol (``T``, ``4*T``: the length's ``symbol``)."""
         for node, following in self.variants.items():
             node.kernel = following.kernel
         for value, rows in self.rows.items():
             if value.kind != 'input':
                 (_, times), = rows.count()[0]
                 value.symbols = dict(value.symbols or {})
-                value.symbols[0] = 'T' if times == 1 else '%d*T' % times
+                value.symbols[0] = symbol if times == 1 else \
+                    '%d*%s' % (times, symbol)
 
 
 def _same_length(graph, leaf, axes, length, free):

@@ -154,15 +154,18 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
         return None if batched is None else (batched[0], general[1])
 
     def to_check(self, key, checked, symbols):
-        """``(trip counts, ('B', batch size))`` where either is to be
-        checked against eager (new trip counts, as a symbolic loop checks
-        them, or a batch size as :class:`RowsBatched` does); else
-        ``None``. A check that passes notes both as verified."""
-        trips = tuple(symbols)
+        """``(trip counts, ('B', batch size))`` (the trip counts of each
+        length, where there are several) where any is to be checked
+        against eager (new trip counts, as a symbolic loop checks them, or
+        a batch size as :class:`RowsBatched` does); else ``None``. A check
+        that passes notes each as verified."""
+        trips = self.trips.checks(symbols)
+        if not getattr(self.trips, 'more', ()):
+            trips = (trips,)  # the trip counts of one length
         size = self.batch.to_check(key, checked)
-        if trips in checked and size is None:
+        if all(t in checked for t in trips) and size is None:
             return None
-        return trips, self.batch.checked_at(key)
+        return trips + (self.batch.checked_at(key),)
 
 
 def batch_part(symbolic):

@@ -377,17 +377,21 @@ def _roll_loops(caller, recording, sig, n_leaves):
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return None, None, unrolled
-    found = symbolic.symbolize(
+    found, kept = symbolic.symbolize(
         recording.graph, rolled, input_names,
         trip_counts.length_only_names(code), recording,
         symbolic.float_size_uses(code, input_names, recording.graph,
                                  recording.size_operations))
-    if isinstance(found, symbolic.Concrete):
+    for concrete in kept + ([found] if isinstance(
+            found, symbolic.Concrete) else []):
         caller.warn_unrolled(errors.UnrolledLoop(
             'this loop keeps its trip count in the cache key (each new '
-            'length compiles again): %s' % found.reason), found.loc)
-        return None, _with_line(found.reason, found.loc), unrolled
-    return found, None, unrolled
+            'length compiles again): %s' % concrete.reason), concrete.loc)
+    note = '; '.join(_with_line(c.reason, c.loc) for c in kept + (
+        [found] if isinstance(found, symbolic.Concrete) else [])) or None
+    if isinstance(found, symbolic.Concrete):
+        return None, note, unrolled
+    return found, note, unrolled
 
 
 def _warn_unrolled_loops(caller, unrolled, items, sig):
@@ -460,6 +464,16 @@ def _batch_of_any_size(caller, graph, sig, batched, recording):
     return rows, why
 
 
+def _checks(symbolic_sizes, symbols):
+    """What the recorded call at trip counts ``symbols`` verified: each
+    length's counts, for trip counts of several lengths
+    (``symbolic.Symbolic.checks``)."""
+    trips = getattr(symbolic_sizes, 'trips', symbolic_sizes)
+    if isinstance(trips, symbolic.Symbolic) and trips.more:
+        return trips.checks(symbols)
+    return [tuple(symbols)]
+
+
 def _with_line(reason, loc):
     """``reason``, naming the line ``loc`` unless it does already."""
     if loc is None:
@@ -475,8 +489,10 @@ def _with_symbolic_lengths(key, sig, lengths):
     if lengths is None:
         return key, sig, []
     key, symbols = lengths.generalize(key)
-    return key, sig.with_symbols(lengths.wildcards, lengths.kind,
-                                 lengths.where), symbols
+    for part in lengths.parts():
+        sig = sig.with_symbols(part.wildcards, part.kind, part.where,
+                               part.symbol)
+    return key, sig, symbols
 
 
 # --- the entry, checked -----------------------------------------------------
@@ -492,7 +508,7 @@ def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
         config_reads=guards.config_reads(recording.config_names))
     entry.symbolic = lengths
     if symbols:
-        entry.verified_lengths.add(tuple(symbols))
+        entry.verified_lengths.update(_checks(lengths, symbols))
     entry.size_uses = list(recording.length_uses)
     entry.ignore_state(recording.written_first)
     return entry

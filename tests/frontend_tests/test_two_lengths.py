@@ -1,0 +1,171 @@
+"""Forwards over two sequences of lengths of their own (an encoder over
+the source, a decoder over the target): each length is a symbol of its
+own (``T``, ``U``), so one entry serves every pair of lengths, and every
+batch size; outputs and gradients equal eager Chainer's at each call,
+with new values. A length that cannot be symbolic stays in the key, with
+a warning, while the other is.
+"""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+
+
+I, H = 6, 8
+# (source length, target length, batch)
+SIZES = ((5, 4, 3), (7, 6, 3), (9, 3, 3), (4, 8, 5), (7, 4, 3),
+         (11, 9, 4), (6, 6, 2))
+
+
+class Seq2Seq(chainer.Chain):
+    def __init__(self):
+        super(Seq2Seq, self).__init__()
+        with self.init_scope():
+            self.enc = L.Linear(I, 4 * H)
+            self.enc_h = L.Linear(H, 4 * H, nobias=True)
+            self.dec = L.Linear(I, 4 * H)
+            self.dec_h = L.Linear(H, 4 * H, nobias=True)
+            self.out = L.Linear(H, 5)
+
+    def forward(self, xs, ys):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in xs:
+            c, h = F.lstm(c, self.enc(x) + self.enc_h(h))
+        return self.decode(ys, h, c)
+
+    def decode(self, ys, h, c):
+        loss = 0
+        for t in range(len(ys) - 1):
+            c, h = F.lstm(c, self.dec(ys[t]) + self.dec_h(h))
+            loss = loss + F.sum(self.out(h) * ys[t + 1][:, :5])
+        return loss / len(ys)
+
+
+class OutputsStacked(Seq2Seq):
+    """The decoder's outputs stacked and averaged; the source read
+    backwards."""
+
+    def forward(self, xs, ys):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in reversed(range(T)):
+            c, h = F.lstm(c, self.enc(xs[t]) + self.enc_h(h))
+        outs = []
+        for y in ys:
+            c, h = F.lstm(c, self.dec(y) + self.dec_h(h))
+            outs.append(self.out(h))
+        return F.mean(F.stack(outs), axis=0)
+
+
+class SourceLengthUsed(Seq2Seq):
+    """The source's length in Python (a float): it stays in the key; the
+    target's stays symbolic."""
+
+    def forward(self, xs, ys):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in xs:
+            c, h = F.lstm(c, self.enc(x) + self.enc_h(h))
+        return self.decode(ys, h * (1.0 / xs.shape[0]), c)
+
+
+def _calls(sizes=SIZES, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.standard_normal((t, b, I)).astype(numpy.float32),
+             rng.standard_normal((u, b, I)).astype(numpy.float32))
+            for t, u, b in sizes]
+
+
+def _twins(cls):
+    model, twin = cls(), cls()
+    twin.copyparams(model)
+    return model, twin
+
+
+def _matches_eager(model, twin, calls):
+    jitted = chainerjit.jit(twin)
+    for xs, ys in calls:
+        model.cleargrads()
+        twin.cleargrads()
+        expected, actual = model(xs, ys), jitted(xs, ys)
+        testing.assert_results_equal(actual, expected, 1e-5, 1e-6)
+        F.sum(expected).backward()
+        F.sum(actual).backward()
+        for (_, p), (_, q) in zip(sorted(model.namedparams()),
+                                  sorted(twin.namedparams())):
+            testing.assert_results_equal(q.grad, p.grad, 1e-4, 1e-5)
+    return jitted
+
+
+@pytest.mark.parametrize('cls', [Seq2Seq, OutputsStacked])
+def test_one_entry_for_every_pair_of_lengths_and_batch_size(cls):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        jitted = _matches_eager(*_twins(cls), _calls())
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    signature = str(entry.signature)
+    assert 'xs: f32[T,B,6]' in signature and 'ys: f32[U,B,6]' in signature, \
+        signature
+    assert jitted.cache_info().hits >= 3
+
+
+def test_each_length_is_checked_against_eager_once():
+    # New pairs of lengths seen before one by one are not checked again.
+    jitted = _matches_eager(*_twins(Seq2Seq), _calls(
+        ((5, 4, 3), (7, 6, 3), (5, 6, 3), (7, 4, 3), (5, 4, 3))))
+    assert jitted.cache_info().hits == 4
+    entry, = jitted.cache_entries()
+    # (the decoder's loop runs len(ys) - 1 steps, the first before it)
+    assert entry.verified_lengths == {(0, (5,)), (0, (7,)), (1, (2,)),
+                                      (1, (4,))}, entry.verified_lengths
+
+
+def test_a_length_python_uses_stays_in_the_key_and_the_other_not():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = _matches_eager(*_twins(SourceLengthUsed), _calls(
+            ((5, 4, 3), (5, 6, 3), (5, 9, 3), (7, 6, 3), (7, 3, 3))))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.LoopWarning)]
+    assert any('used in float arithmetic' in m and 'test_two_lengths.py'
+               in m for m in messages), messages
+    assert jitted.cache_info().currsize == 2, jitted.cache_report()
+    assert all('ys: f32[T,3,6]' in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+def test_the_printed_program_names_both_trip_counts():
+    jitted = chainerjit.jit(Seq2Seq())
+    jitted(*_calls(((5, 4, 3),))[0])
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'trip=T' in graph and 'trip=U-2' in graph, graph
+
+
+def test_onnx_export_has_both_lengths_dynamic():
+    onnxruntime = pytest.importorskip('onnxruntime')
+    model = OutputsStacked()
+    jitted = chainerjit.jit(model)
+    calls = _calls(((5, 4, 3), (7, 6, 2), (9, 3, 4)), seed=1)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for args in calls:
+            jitted(*args)
+        exported = chainerjit.export_onnx(jitted, calls[0])
+        dims = [[d.dim_param or d.dim_value
+                 for d in i.type.tensor_type.shape.dim]
+                for i in exported.graph.input[:2]]
+        assert dims == [['T', 'B', 6], ['U', 'B', 6]], dims
+        session = onnxruntime.InferenceSession(
+            exported.SerializeToString(),
+            providers=['CPUExecutionProvider'])
+        for xs, ys in _calls(((12, 2, 5), (3, 9, 2)), seed=2):
+            y, = session.run(None, {'xs': xs, 'ys': ys})
+            numpy.testing.assert_allclose(y, model(xs, ys).array,
+                                          rtol=1e-4, atol=1e-5)
