@@ -28,7 +28,11 @@ weights; every call's result is checked against eager's. Workloads:
 * ``encoder sub-chain training, steps averaged, lengths 5 to 60, batches
   2 to 64``: a classifier whose LSTM loop is in its encoder sub-chain's
   forward, the steps' outputs stacked and averaged over time, a random
-  length and batch size on each call.
+  length and batch size on each call;
+* ``sequence to sequence training, source and target lengths 5 to 60,
+  batches 2 to 64``: an LSTM encoder over the source and a teacher-forced
+  decoder over the target, each a length of its own, a random pair of
+  lengths and batch size on each call.
 
 For each: the total time of the sequence (recordings, compiles and the
 first call at each new size, which also runs eagerly, included) and its
@@ -138,7 +142,49 @@ def _lstm_models():
         def forward(self, xs):
             return self.out(self.encoder(xs))
 
-    return LSTM, BiLSTM, BatchFirst, EncoderClassifier
+    class Seq2Seq(Steps):
+        """An encoder over the source and a decoder over the target,
+        each of its own length, teacher-forced (``ys[t + 1]``)."""
+
+        def forward(self, xs, ys):
+            h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+            for x in xs:
+                h, c = self.step(x, h, c)
+            loss = 0
+            for t in range(len(ys) - 1):
+                c, h = F.lstm(c, self.back(ys[t]) + self.h2h(h))
+                loss = loss + F.sum(self.out(h) * ys[t + 1][:, :10])
+            return loss / len(ys)
+
+    return LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq
+
+
+def _seq2seq_training(model_class):
+    """``run(jit)``: a training step per call of a sequence to sequence
+    model on a random source length, target length (5 to 60 each) and
+    batch size (2 to 64)."""
+    def run(jitted, calls, seed):
+        import numpy
+
+        import chainerjit
+        numpy.random.seed(seed)
+        model = model_class()
+        fn = chainerjit.jit(model) if jitted else model
+        rng = numpy.random.RandomState(seed)
+        times, results = [], []
+        for _ in range(calls):
+            batch = rng.randint(2, 65)
+            xs, ys = (rng.standard_normal((rng.randint(5, 61), batch, I))
+                      .astype(numpy.float32) for _ in range(2))
+            start = time.perf_counter()
+            loss = fn(xs, ys)
+            model.cleargrads()
+            loss.backward()
+            times.append(time.perf_counter() - start)
+            results.append(model.x2h.W.grad.copy())
+        return times, results, (fn.cache_info().currsize if jitted
+                                else None)
+    return run
 
 
 def _serving(make_model, make_input, jit_options):
@@ -241,7 +287,7 @@ def workloads():
     import numpy
 
     from examples import models
-    LSTM, BiLSTM, BatchFirst, EncoderClassifier = _lstm_models()
+    LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq = _lstm_models()
     mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
         numpy.float32))
     block = (models.EncoderBlock, lambda rng, b: rng.randn(
@@ -272,6 +318,8 @@ def workloads():
         ('encoder sub-chain training, steps averaged, lengths 5 to 60, '
          'batches 2 to 64', 'chainerjit',
          _training(EncoderClassifier, batches=True, longest=60)),
+        ('sequence to sequence training, source and target lengths 5 to '
+         '60, batches 2 to 64', 'chainerjit', _seq2seq_training(Seq2Seq)),
     ]
 
 

@@ -127,5 +127,7 @@ def test_shapes_benchmark_checks_and_reports(tmp_path):
     assert entries['LSTM training, lengths 5 to 40', 'chainerjit'] == 1
     assert entries['encoder sub-chain training, steps averaged, lengths 5 '
                    'to 60, batches 2 to 64', 'chainerjit'] == 1
+    assert entries['sequence to sequence training, source and target '
+                   'lengths 5 to 60, batches 2 to 64', 'chainerjit'] == 1
     text = report.read_text()
     assert '| LSTM training, lengths 5 to 40 | default |' in text
