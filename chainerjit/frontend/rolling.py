@@ -520,7 +520,7 @@ def _collect(graph, lst, values, inside, shapes_read):
                 loop_analysis.returned_directly(node.loc)):
             continue
         node.inputs = node.inputs[:prefix] + [lst]
-        node.kernel = structural.join(node.op, axis, prefix)
+        node.kernel = structural.join(node.op, axis, prefix, prefix + n)
 
 
 class _Unrollable(Exception):

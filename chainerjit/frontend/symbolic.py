@@ -721,6 +721,7 @@ class _Steps(object):
 
     def __init__(self, graph, loops, seeds, argument_reads, templates):
         self.names = [v.name for v in graph.inputs]
+        self.inputs = graph.inputs
         self.rows = dict(seeds)
         self.followed = set()
         self.variants = {}
@@ -757,7 +758,7 @@ class _Steps(object):
 
     def _follow(self, node, found):
         following = ops.follow(node, found)
-        if following is None or following.reads:
+        if following is None:
             raise _KeepsLength(
                 'a value computed from %s is read by %s, which is '
                 'compiled for its recorded length' % (self.names[next(
@@ -771,10 +772,13 @@ class _Steps(object):
             self.variants[node] = following
 
     def apply(self, symbol):
-        """Gives the nodes their kernels for any length, and the values
-        their symbol (``T``, ``4*T``: the length's ``symbol``)."""
+        """Gives the nodes their kernels for any length (with the
+        arguments they read the length from), and the values their symbol
+        (``T``, ``4*T``: the length's ``symbol``)."""
         for node, following in self.variants.items():
             node.kernel = following.kernel
+            node.inputs = node.inputs + [self.inputs[leaf]
+                                         for leaf in following.reads]
         for value, rows in self.rows.items():
             if value.kind != 'input':
                 (_, times), = rows.count()[0]

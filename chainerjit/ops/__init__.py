@@ -340,16 +340,20 @@ def same_rows(rows):
     return rows[0]
 
 
-def rows_joined(op, axis):
+def rows_joined(op, axis, count=None):
     """The :attr:`Kernel.lengths` rule of a stack or a concatenation at
     ``axis`` (not negative) of arrays (and lists of arrays) that all have
     the same rows: a stack puts its new axis among theirs, a join side by
-    side keeps them; a join of the rows themselves is refused."""
+    side keeps them; a join of the rows themselves has ``count`` times
+    their rows (the arrays joined when recorded: a loop's steps, each a
+    batch), or is refused where that is not given."""
     def lengths(rows):
         found = same_rows(rows)
-        if found is None or axis < 0 or op == 'Concat' and \
-                axis == found.axis:
+        if found is None or axis < 0:
             return None
+        if op == 'Concat' and axis == found.axis:
+            joined = None if count is None else found.scaled(count, 1)
+            return None if joined is None else Follow((joined,))
         if op == 'Stack' and axis <= found.axis:
             found = found._replace(axis=found.axis + 1)
         return Follow((found,))

@@ -168,33 +168,105 @@ def _rows_reshaped(kernel, in_shape, shape):
     (``(N, C, H, W)`` to ``(N, C * H * W)``): the rows stay, and at any
     lengths the kernel reshapes each row."""
     rest, in_rest = shape[1:], in_shape[1:]
-    any_lengths = kernel._replace(
-        fn=lambda x: x.reshape((len(x),) + rest),
-        grad=_grad_of_each(lambda gy: gy.reshape((len(gy),) + in_rest)),
-        lengths=None)
 
     def lengths(rows):
         return Follow(rows, any_lengths)
+    any_lengths = kernel._replace(
+        fn=lambda x: x.reshape((len(x),) + rest),
+        grad=_grad_of_each(lambda gy: gy.reshape((len(gy),) + in_rest)),
+        lengths=lengths)
     return lengths
 
 
 def _rows_rescaled(kernel, in_shape, shape):
-    """The ``Kernel.lengths`` rule of a reshape that merges the first axis
-    with the next ones (``(T, B, I)`` to ``(T * B, I)``) or splits it
-    (back): the output has the input's rows times the ratio of their
-    first axes, and at any lengths the kernel infers its first axis."""
+    """The ``Kernel.lengths`` rule of a reshape that merges the leading
+    axes (``(T, B, I)`` to ``(T * B, I)``) or splits the first (back).
+
+    Merged: the output has the input's rows times the sizes of the axes
+    before them (a time-major batch: ``T`` times ``B`` rows), and the
+    kernel infers its first axis. Split: rows on the first axis stay
+    there where they divide by the other sizes; one row per item (the
+    steps of a symbolic length ``T``) then reads ``T`` from that item at
+    run time, so that a batch merged with the steps splits back to the
+    second axis at any size; other rows (a batch merged with a fixed
+    number of steps) go to the second axis."""
     rest, in_rest = shape[1:], in_shape[1:]
-    any_lengths = kernel._replace(
+    merging = shape[0] > in_shape[0]
+    split_rest = shape[2:]
+    splits_in_two = len(shape) >= 2 and not merging and \
+        shape[0] * shape[1] == in_shape[0] and split_rest == in_rest
+
+    @takes_axes
+    def lengths(rows):
+        found = rows[0]
+        if found is None:
+            return None
+        if found.axis:
+            return _merged_rows(found)
+        out = found.scaled(shape[0], in_shape[0])
+        if out is None:
+            return _split_to_second(found, fixed_first)
+        if splits_in_two and _one_row_per_item(out):
+            return Follow((out,), first_from_item, reads=(out.first_leaf,))
+        return Follow((out,), any_first)
+
+    def _merged_rows(found):
+        before = int(numpy.prod(in_shape[:found.axis], dtype=int))
+        if before * in_shape[found.axis] != shape[0] or \
+                tuple(in_shape[found.axis + 1:]) != tuple(rest):
+            return None
+        out = found.scaled(before, 1)
+        return None if out is None else \
+            Follow((out._replace(axis=0),), any_first)
+
+    @takes_axes
+    def split_lengths(rows):  # the steps' count read: the rest follow
+        found = rows[0]
+        if found is None or found.axis:
+            return None
+        return _split_to_second(found, None)
+
+    def _split_to_second(found, variant):
+        out = found.scaled(1, shape[0]) if splits_in_two else None
+        return None if out is None else \
+            Follow((out._replace(axis=1),), variant)
+
+    any_first = kernel._replace(
         fn=lambda x: x.reshape((-1,) + rest),
         grad=_grad_of_each(lambda gy: gy.reshape((-1,) + in_rest)),
         onnx=lambda b, ins, outs: b.op(
             'Reshape', [ins[0], b.int64s((-1,) + rest)], outs),
-        lengths=None)
-
-    def lengths(rows):
-        found = rows[0].scaled(shape[0], in_shape[0])
-        return None if found is None else Follow((found,), any_lengths)
+        lengths=lengths)
+    fixed_first = kernel._replace(
+        fn=lambda x: x.reshape((shape[0], -1) + split_rest),
+        grad=_grad_of_each(lambda gy: gy.reshape((-1,) + in_rest)),
+        onnx=lambda b, ins, outs: b.op('Reshape', [
+            ins[0], b.int64s((shape[0], -1) + split_rest)], outs),
+        lengths=split_lengths)
+    first_from_item = kernel._replace(
+        fn=lambda x, item: x.reshape((len(item), -1) + split_rest),
+        grad=GradRule(lambda xs, ys, gys, wanted: (
+            gys[0].reshape((-1,) + in_rest) if wanted[0] else None, None)),
+        onnx=_onnx_split_first(split_rest), lengths=split_lengths)
     return lengths
+
+
+def _one_row_per_item(rows):
+    """Rows that are those of one list item (or argument) once: ``T``."""
+    items, fixed = rows.count()
+    return not fixed and len(items) == 1 and items[0][1] == 1
+
+
+def _onnx_split_first(rest):
+    """``x.reshape((len(item), -1) + rest)``: the first axis read from
+    the second input's shape."""
+    def convert(b, ins, outs):
+        first = b.op('Slice', [b.op('Shape', [ins[1]])[0], b.int64s([0]),
+                               b.int64s([1])])[0]
+        shape = b.op('Concat', [first, b.int64s([-1] + list(rest))],
+                     axis=0)[0]
+        b.op('Reshape', [ins[0], shape], outs)
+    return convert
 
 
 def _onnx_expand(b, x, in_shape, shape, out=None):

@@ -180,9 +180,9 @@ def _unpack_grad(xs, ys, gys, wanted):
     return list(gys),
 
 
-def join(op, axis, prefix):
+def join(op, axis, prefix, count=None):
     """``op`` (``'Stack'`` or ``'Concat'``) of ``prefix`` arrays then a
-    loop's list of arrays."""
+    loop's list of arrays; ``count`` arrays in all when recorded."""
     def items(args):
         return list(args[:prefix]) + list(args[prefix])
 
@@ -206,7 +206,7 @@ def join(op, axis, prefix):
     kept = () if op == 'Stack' else range(prefix + 1)
     return Kernel(run, {'axis': axis}, grad=GradRule(grad, kept),
                   onnx=_join_to_onnx(op, axis, prefix), structural=JOIN,
-                  lengths=rows_joined(op, axis))
+                  lengths=rows_joined(op, axis, count))
 
 
 def _join_to_onnx(op, axis, prefix):

@@ -1,7 +1,8 @@
 """Sequence models written as they are in real code: the loop in a helper
 method, in a sub-chain's forward or in a function the forward calls; the
 model under another name than ``self``, or held by a global; the steps'
-outputs stacked and then reduced; a stateful ``L.LSTM`` link. Each keeps
+outputs stacked or joined and then reduced; a stateful ``L.LSTM`` link;
+the input projection of all steps at once (``T * B`` rows). Each keeps
 one cache entry for every sequence length and batch size, and its outputs
 and gradients equal eager Chainer's at each call, with new values.
 """
@@ -132,8 +133,35 @@ class StatefulLSTMLink(chainer.Chain):
         return self.out(y)
 
 
+class ProjectedAtOnce(_Cells):
+    """The input projection of all steps at once: ``T * B`` rows, then
+    split back into steps."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        gates = F.reshape(self.x2h(F.reshape(xs, (T * batch, I))),
+                          (T, batch, 4 * H))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            c, h = F.lstm(c, gates[t] + self.h2h(h))
+        return self.out(h)
+
+
+class SumOfConcatenatedSteps(_Cells):
+    """The steps joined on the batch's axis: ``T * B`` rows, summed."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+            hs.append(h)
+        return self.out(F.sum(F.concat(hs, axis=0), axis=0, keepdims=True))
+
+
 FORMS = [Classifier, EncodeMethod, EncodeFunction, MeanOfStackedSteps,
-         BidirectionalFirstStepMade, StatefulLSTMLink]
+         BidirectionalFirstStepMade, StatefulLSTMLink, ProjectedAtOnce,
+         SumOfConcatenatedSteps]
 
 
 def _calls(sizes=SIZES, seed=0):
@@ -228,22 +256,21 @@ def test_a_length_a_helper_uses_otherwise_is_named():
     assert jitted.cache_info().currsize == 3, jitted.cache_report()
 
 
-class SumOfConcatenatedSteps(_Cells):
-    """The steps joined on the batch's axis: ``T * B`` rows."""
+class BatchInPython(_Cells):
+    """The batch size in a shape Python computes: the batch flattened
+    into one row."""
 
     def forward(self, xs):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
-        hs = []
         for x in xs:
             c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
-            hs.append(h)
-        return self.out(F.sum(F.concat(hs, axis=0), axis=0, keepdims=True))
+        return F.sum(F.reshape(h, (1, xs.shape[1] * H)), axis=1)
 
 
-def test_steps_joined_on_the_batch_axis_keep_the_batch_size():
-    # The length stays symbolic; the batch size, merged with it in one
-    # axis, stays in the key, with a warning naming the line.
-    model, twin = _twins(SumOfConcatenatedSteps)
+def test_a_batch_size_python_uses_stays_in_the_key_with_a_warning():
+    # The length stays symbolic; the batch size stays in the key, with a
+    # warning naming the use and its line.
+    model, twin = _twins(BatchInPython)
     jitted = chainerjit.jit(twin)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -251,7 +278,7 @@ def test_steps_joined_on_the_batch_axis_keep_the_batch_size():
             testing.assert_results_equal(jitted(xs), model(xs))
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
-    assert any('keeps the batch size' in m and 'Concat' in m and
+    assert any('keeps the batch size' in m and 'Reshape' in m and
                'test_loop_lengths_in_helpers.py' in m
                for m in messages), messages
     assert jitted.cache_info().currsize == 2, jitted.cache_report()
