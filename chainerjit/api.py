@@ -675,6 +675,7 @@ class JitFunction(_calls.CachedCall):
         if entry.escaped and self.budget.note_fallback(entry.fallback):
             self._warn_stopped()
         evicted = self.cache.insert(entry)
+        self._note_item_counts(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, compiled.miss_reason,
                     'runs eagerly' if entry.fallback else 'compiled %d '
@@ -682,6 +683,26 @@ class JitFunction(_calls.CachedCall):
                     entry.compile_seconds,
                     '; evicted %s' % evicted.signature if evicted else '')
         return compiled.result
+
+    def _note_item_counts(self, entry):
+        """Warns, once, where a new entry serving any lengths of a list's
+        items (``runtime.ragged``) has another number of items than an
+        entry that does the same: that number stays in the key."""
+        counts = _item_counts(entry)
+        if not counts:
+            return
+        for other in self.cache.entries():
+            theirs = _item_counts(other) if other is not entry else {}
+            lists = sorted(name for name, n in counts.items()
+                           if theirs.get(name, n) != n)
+            if lists:
+                errors.warn_once(
+                    (self.__name__, 'item counts'), errors.RecompileWarning,
+                    'chainerjit: %s: the number of items of %s stays in the '
+                    'cache key (each new number compiles again): the '
+                    'program takes each item as an input of its own, at any '
+                    'length' % (self.__name__, ', '.join(lists)))
+                return
 
     def _caller(self, instance):
         """What the compile pipeline needs from this function, for a call
@@ -958,6 +979,16 @@ def _sizes_open(entry, key, batched=None):
         return None
     general = entry.symbolic.generalize(key)
     return None if general is None else (general[0], entry.key)
+
+
+def _item_counts(entry):
+    """``{list name: number of items}`` of the lists whose items' lengths
+    an entry takes at any value."""
+    sizes = getattr(entry.symbolic, 'sizes', entry.symbolic)
+    if not isinstance(sizes, ragged.Ragged):
+        return {}
+    return dict((name, len(leaves)) for name, leaves in ragged.items_by_list(
+        entry.signature, sizes.leaves).items())
 
 
 def _size_to_check(entry, key, symbols):

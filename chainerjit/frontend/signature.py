@@ -308,6 +308,13 @@ def _shape_text(shape):
     return '(%s)' % ', '.join(str(d) for d in shape)
 
 
+def _any_length(dim):
+    """A symbolic length of a signature, which takes any size (a batch,
+    ``B``, takes those from a smallest)."""
+    return dim in TRIP_SYMBOLS or isinstance(dim, str) and \
+        dim[:1] == 'L' and dim[1:].isdigit()
+
+
 def _diff_item(name, old, new):
     if not (isinstance(old, ArraySpec) and isinstance(new, ArraySpec)):
         return ['%s: %r -> %r' % (name, old, new)]
@@ -316,10 +323,10 @@ def _diff_item(name, old, new):
         where = ''
         if len(old.shape) != len(new.shape):
             where = ' (ndim %d -> %d)' % (len(old.shape), len(new.shape))
-        else:  # a symbolic length ('T') takes any size
+        else:  # a length ('T', an item's 'L0') takes any size
             axes = [i for i, (a, b) in enumerate(zip(old.shape, new.shape))
-                    if a != b and a not in TRIP_SYMBOLS and
-                    b not in TRIP_SYMBOLS]
+                    if a != b and not _any_length(a) and
+                    not _any_length(b)]
             where = ' at axis %s' % ', '.join(str(a) for a in axes)
         if where != ' at axis ':
             lines.append('%s: shape %s -> %s%s' % (

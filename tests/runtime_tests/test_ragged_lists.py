@@ -321,6 +321,34 @@ def test_short_items_and_other_counts_are_entries_of_their_own():
     assert len(jitted.cache_entries()) == 3
 
 
+class _OtherCounts(_PerItem):
+    def forward(self, xs):  # a name of its own: warnings show once a name
+        return [self.fc(self.embed(x)) for x in xs]
+
+
+def test_another_number_of_items_says_that_it_compiles_again():
+    rng = numpy.random.RandomState(4)
+    model = _model(_OtherCounts)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings(record=True) as caught, \
+            chainer.no_backprop_mode():
+        warnings.simplefilter('always')
+        for args in _calls(rng, 3) + _calls(rng, 2, n_items=6):
+            chainerjit.testing.assert_results_equal(jitted(*args),
+                                                    model.forward(*args))
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, chainerjit.RecompileWarning)]
+    assert messages == [
+        'chainerjit: _OtherCounts.forward: the number of items of xs stays '
+        'in '
+        'the cache key (each new number compiles again): the program takes '
+        'each item as an input of its own, at any length'], messages
+    assert len(jitted.cache_entries()) == 2
+    with chainer.no_backprop_mode():
+        text = jitted.explain(*_calls(rng, 1, n_items=5)[0])
+    assert 'xs[4]: added' in text and 'shape' not in text, text
+
+
 class _ReadsLength(_PerItem):
     def forward(self, xs):
         return [self.fc(self.embed(x)) * (2.0 if len(x) > 4 else 1.0)
