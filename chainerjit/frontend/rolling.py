@@ -498,12 +498,11 @@ def _rename_uses(graph, old, new, inside):
 def _collect(graph, lst, values, inside, shapes_read):
     """``F.stack(ys)`` or ``F.concat(ys)`` of every value a loop appended
     (after values from before the loop) reads the loop's list itself, so
-    that it works for any number of iterations: on axis 0 where the
-    forward's Python did not read its shape (``shapes_read``; ``None``:
-    all, for a loop that may stop early, which no op could follow), the ops
-    that read it then taking its length as the loop's trip count
-    (``symbolic``) or keeping that in the key; on any axis where the
-    forward returns it as it is."""
+    that it works for any number of iterations: where the forward's Python
+    did not read its shape (``shapes_read``; ``None``: all, for a loop
+    that may stop early, which no op could follow), the ops that read it
+    then taking its length as the loop's trip count (``symbolic``) or
+    keeping that in the key; or where the forward returns it as it is."""
     n = len(values)
     used = set(v for node in graph.nodes for v in node.inputs)
     for node in graph.nodes:
@@ -515,7 +514,7 @@ def _collect(graph, lst, values, inside, shapes_read):
         axis = dict(node.attrs)['axis'] % ndim
         out = node.outputs[0]
         read = shapes_read is None or out in shapes_read
-        if not (axis == 0 and not read or
+        if not (not read or
                 out not in used and out in graph.outputs and
                 loop_analysis.returned_directly(node.loc)):
             continue

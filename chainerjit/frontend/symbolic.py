@@ -674,11 +674,12 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
 
 def _stacked_rows(graph, loops, source, length, deltas):
     """``{value: ops.Rows}`` of ``F.stack`` and ``F.concat`` of the loops'
-    lists on axis 0 (``rolling``) that other ops read: one row per step
-    (or the rows of each step's value), after the rows of the values
-    from before the loop, where the length is the first axis of an
-    argument and each of those loops runs its whole length. Raises where
-    such a value is read but its rows cannot follow the length."""
+    lists (``rolling``) that other ops read: one row per step (or the
+    rows of each step's value) on the axis they were joined on, after the
+    rows of the values from before the loop, where the length is the
+    first axis of an argument and each of those loops runs its whole
+    length. Raises where such a value is read but its rows cannot follow
+    the length."""
     lists = dict((v, delta) for loop, delta in zip(loops, deltas)
                  for v in loop.outputs if v.dtype == object)
     used = set(v for node in graph.nodes for v in node.inputs)
@@ -690,17 +691,17 @@ def _stacked_rows(graph, loops, source, length, deltas):
             continue
         prefix = node.inputs.index(read[0])
         if source.kind != 'dim' or source.where[1] != 0 or \
-                lists[read[0]] != 0 or dict(node.attrs)['axis'] != 0:
+                lists[read[0]] != 0:
             raise _KeepsLength(
                 'the values the loop stacks are read by another op, and '
                 'their number is not an argument\'s first axis', node.loc)
+        axis = dict(node.attrs)['axis']
         step = ops.Rows.of_item(source.where[0], length)
-        if node.op == 'Concat':
-            step = step.scaled(node.outputs[0].shape[0] - sum(
-                v.shape[0] for v in node.inputs[:prefix]), length)
         fixed = prefix if node.op == 'Stack' else sum(
-            v.shape[0] for v in node.inputs[:prefix])
-        found[node.outputs[0]] = fixed + step
+            v.shape[axis] for v in node.inputs[:prefix])
+        if node.op == 'Concat':
+            step = step.scaled(node.outputs[0].shape[axis] - fixed, length)
+        found[node.outputs[0]] = (fixed + step)._replace(axis=axis)
     return found
 
 
@@ -731,7 +732,8 @@ class _Steps(object):
             found = [self.rows.get(v) for v in node.inputs]
             if node in argument_reads or all(r is None for r in found):
                 continue
-            need = _constant_read(node, set([0]), templates)
+            need = None if found[0] is None else _constant_read(
+                node, set([found[0].axis]), templates)
             if node in loops:
                 self._read_by(node, found)
             elif need is not None and self._one_per_step(found[0]):
@@ -748,13 +750,14 @@ class _Steps(object):
         for value, rows in zip(loop.inputs, found):
             if rows is None or value.kind == 'input':
                 continue  # (the arguments' reads are checked as such)
+            axes = set([rows.axis])
             if not self._one_per_step(rows) or \
-                    not _read_by_counter_only(loop, value, set([0])):
+                    not _read_by_counter_only(loop, value, axes):
                 raise _KeepsLength(
                     'the loop reads a value computed from %s otherwise '
                     'than one step indexed by its counter'
                     % self.names[rows.first_leaf], loop.loc)
-            self.read_by_loops.setdefault(loop, {})[value] = set([0])
+            self.read_by_loops.setdefault(loop, {})[value] = axes
 
     def _follow(self, node, found):
         following = ops.follow(node, found)
@@ -783,7 +786,7 @@ class _Steps(object):
             if value.kind != 'input':
                 (_, times), = rows.count()[0]
                 value.symbols = dict(value.symbols or {})
-                value.symbols[0] = symbol if times == 1 else \
+                value.symbols[rows.axis] = symbol if times == 1 else \
                     '%d*%s' % (times, symbol)
 
 

@@ -211,21 +211,23 @@ def join(op, axis, prefix, count=None):
 
 def _join_to_onnx(op, axis, prefix):
     """The loop's scan output is already stacked on axis 0: put the values
-    from before the loop in front (and, for ``concat``, merge axis 0 with
-    the next)."""
+    from before the loop in front, move the steps' axis to ``axis`` (and,
+    for ``concat``, merge it with the next)."""
     def convert(b, ins, outs):
-        if axis != 0:
-            raise errors.ExportError(
-                '%s of a loop\'s list on axis %d cannot be exported (only '
-                'axis 0)' % (op, axis))
         parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
                  for x in ins[:prefix]] + [ins[prefix]]
+        stacked = b.op('Concat', parts, axis=0)[0] if prefix else parts[0]
+        shape = list(b.out_shapes[0])
+        ndim = len(shape) - (op == 'Stack')  # of each step's value
+        if axis:
+            stacked = b.op('Transpose', [stacked], perm=list(
+                range(1, axis + 1)) + [0] + list(range(axis + 1,
+                                                       ndim + 1)))[0]
         if op == 'Stack':
-            b.op('Concat', parts, outs, axis=0)
+            b.op('Identity', [stacked], outs)
             return
-        stacked = b.op('Concat', parts, axis=0)[0]
-        b.op('Reshape', [stacked, b.int64s([-1] + list(
-            b.out_shapes[0][1:]))], outs)
+        b.op('Reshape', [stacked, b.int64s(
+            [0] * axis + [-1] + shape[axis + 1:])], outs)
     return convert
 
 

@@ -159,9 +159,22 @@ class SumOfConcatenatedSteps(_Cells):
         return self.out(F.sum(F.concat(hs, axis=0), axis=0, keepdims=True))
 
 
+class BatchFirstOutputs(_Cells):
+    """The steps' outputs stacked batch-first, ``(B, T, H)``, then summed
+    over time."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+            hs.append(h)
+        return self.out(F.sum(F.stack(hs, axis=1), axis=1))
+
+
 FORMS = [Classifier, EncodeMethod, EncodeFunction, MeanOfStackedSteps,
          BidirectionalFirstStepMade, StatefulLSTMLink, ProjectedAtOnce,
-         SumOfConcatenatedSteps]
+         SumOfConcatenatedSteps, BatchFirstOutputs]
 
 
 def _calls(sizes=SIZES, seed=0):

@@ -73,7 +73,9 @@ def test_a_program_of_one_batch_size_exports_it_unless_asked(rng):
 
 @pytest.mark.parametrize('cls', [forms.Classifier, forms.EncodeMethod,
                                  forms.MeanOfStackedSteps,
-                                 forms.ProjectedAtOnce])
+                                 forms.ProjectedAtOnce,
+                                 forms.SumOfConcatenatedSteps,
+                                 forms.BatchFirstOutputs])
 def test_a_sequence_model_exports_its_length_and_batch(cls, rng):
     model = cls()
     calls = [rng.standard_normal((n, b, 6)).astype('f')

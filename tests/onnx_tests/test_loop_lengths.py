@@ -399,18 +399,23 @@ def _export_args(fn):
         return (chainer.Variable(_a(rng, 3, 2, 4)),
                 chainer.Variable(_a(rng, 2, 4)),
                 chainer.Variable(_a(rng, 4, 4)))
-    if fn is concat_on_axis_1:
-        return (chainer.Variable(_a(rng, 4, 2, 3)),
-                chainer.Variable(_a(rng, 2, 3)))
     xs = numpy.ones((6, 2), numpy.float32)
     xs[4] = 10
     return (chainer.Variable(xs), chainer.Variable(
         numpy.zeros((2,), numpy.float32)))
 
 
+def test_steps_joined_on_another_axis_export():
+    # The scan output (steps first) moved to axis 1 and merged there.
+    rng = numpy.random.RandomState(5)
+    calls = _variables([(_a(rng, n, 2, 3), _a(rng, 2, 3))
+                        for n in (4, 4, 7, 2)])
+    _, runs = _onnx_runs(concat_on_axis_1, calls)
+    assert runs == ['ok'] * 4, runs
+
+
 @pytest.mark.parametrize('fn', [break_in_the_middle, guard_in_a_loop,
-                                nested_stacks_with_a_slice,
-                                concat_on_axis_1])
+                                nested_stacks_with_a_slice])
 def test_onnx_export_raises(fn):
     with pytest.raises(onnx_export.ExportError):
         chainerjit.export_onnx(fn, _export_args(fn))
