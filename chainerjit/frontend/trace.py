@@ -417,9 +417,10 @@ class _Recorder(object):
             in_values.append(varying.value)
         elif data_attrs:  # the arrays are extra inputs
             # Model arrays (running averages) may be lowered; computed
-            # ones (F.where's condition) run generic.
+            # ones where the lowering reads them (F.where's condition).
             kernel = ops.lower(node, ctx, attrs) if all(
-                v.kind == 'param' for _, v in data_attrs) else None
+                v.kind == 'param' for _, v in data_attrs) or \
+                ops.takes_computed_attributes(node) else None
             in_values += [value for _, value in data_attrs]
         else:
             kernel = ops.lower(node, ctx)
@@ -442,6 +443,7 @@ class _Recorder(object):
             generic=bool(generic),
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
+        ir_node.input_attrs = tuple(attrs)
         if ops.communicates(template):
             ir_node.forced_grads = tuple(
                 i for i, x in enumerate(inputs) if x.requires_grad)

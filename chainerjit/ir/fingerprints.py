@@ -86,10 +86,11 @@ class Fingerprints(object):
                      else _value_key(index, not exact))
         else:
             holder = state_holder(template)
+            inputs = set(name for name, _ in node.input_attrs)
             state = (type(holder), tuple(
                 (k, _value_key(v, k == 'slices' and not exact))
                 for k, v in sorted(vars(holder).items())
-                if k not in _GRAPH_FIELDS))
+                if k not in _GRAPH_FIELDS and k not in inputs))
         attrs = () if node.op == 'GetItem' and not exact else node.attrs
         return (node.op, attrs, node.generic, types, state)
 

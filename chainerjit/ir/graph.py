@@ -75,7 +75,7 @@ class Node(object):
 
     __slots__ = ('op', 'kernel', 'inputs', 'outputs', 'attrs', 'generic',
                  'pure', 'loc', 'region', 'index', 'counters',
-                 'forced_grads')
+                 'forced_grads', 'input_attrs')
 
     def __init__(self, op, kernel, inputs, outputs, attrs=(), generic=False,
                  pure=True, loc=None):
@@ -94,6 +94,10 @@ class Node(object):
         # where no gradient of the program needs them: a communicating
         # node's backward is a collective that every process runs.
         self.forced_grads = ()
+        # Attributes of the recorded FunctionNode that it takes as inputs
+        # (F.where's condition, running averages): the data flow compares
+        # them, not their contents.
+        self.input_attrs = ()
 
     @property
     def label(self):

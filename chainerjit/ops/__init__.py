@@ -459,17 +459,31 @@ def lowered_classes():
 _STATE_LOWERINGS = {}
 
 
-def state_lowering(*classes):
+def state_lowering(*classes, **options):
     """Registers the decorated function as the lowering of ``classes`` for
     a node holding model arrays as attributes (batch normalization's
     running averages): ``fn(node, ctx, state)`` gets the ``(name, index)``
     of those attributes, and its kernel takes their arrays after the
-    node's inputs (and may update them in place, as the node does)."""
+    node's inputs (and may update them in place, as the node does). With
+    ``computed=True`` the attributes may also be arrays the forward
+    computed (``F.where``'s condition), which the kernel only reads."""
     def register(fn):
         for cls in classes:
             _STATE_LOWERINGS[cls] = fn
+            if options.get('computed'):
+                _COMPUTED_ATTRIBUTES.add(cls)
         return fn
     return register
+
+
+def takes_computed_attributes(node):
+    """Whether the lowering of ``node`` takes array attributes the forward
+    computed as inputs (:func:`state_lowering` with ``computed``)."""
+    _load_op_modules()
+    return type(node) in _COMPUTED_ATTRIBUTES
+
+
+_COMPUTED_ATTRIBUTES = set()
 
 
 def lower(node, ctx, state=None):

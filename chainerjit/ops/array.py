@@ -56,6 +56,7 @@ from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_joined
 from chainerjit.ops import same_rows
+from chainerjit.ops import state_lowering
 from chainerjit.ops import takes_axes
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
@@ -657,6 +658,46 @@ def lower_where(node, ctx):
         b.op('Where', [cond] + ins, outs)
     return Kernel(lambda x, y: xp_where(condition, x, y),
                   grad=GradRule(grad), onnx=to_onnx)
+
+
+@state_lowering(where.Where, computed=True)
+def lower_where_of_an_input(node, ctx, state):
+    """``F.where`` whose condition the forward computed (``m.array >
+    0``): the condition is the node's third input, read at run time, so a
+    loop's steps roll and the program serves other values and sizes."""
+    if state != (('condition', None),):
+        return None
+    xp_where = ctx.xp.where
+    sum_to = utils.sum_to
+    x_shape, y_shape = ctx.in_shapes
+    alike = x_shape == y_shape == tuple(node.condition.shape)
+
+    def grad(xs, ys, gys, wanted):
+        g, condition = gys[0], xs[2]
+        zero = g.dtype.type(0)
+        return (sum_to(xp_where(condition, g, zero), x_shape)
+                if wanted[0] else None,
+                sum_to(xp_where(condition, zero, g), y_shape)
+                if wanted[1] else None, None)
+
+    @takes_axes
+    def lengths(rows):  # elementwise, where no input broadcasts
+        found = same_rows(rows)
+        return None if found is None or not alike else Follow(
+            (found,), kernel._replace(grad=GradRule(any_sizes, inputs=(2,))))
+
+    def any_sizes(xs, ys, gys, wanted):  # shapes from the gradient
+        g, condition = gys[0], xs[2]
+        zero = g.dtype.type(0)
+        return (xp_where(condition, g, zero) if wanted[0] else None,
+                xp_where(condition, zero, g) if wanted[1] else None, None)
+
+    kernel = Kernel(lambda x, y, condition: xp_where(condition, x, y),
+                    grad=GradRule(grad, inputs=(2,)),
+                    onnx=lambda b, ins, outs: b.op(
+                        'Where', [ins[2], ins[0], ins[1]], outs),
+                    lengths=lengths)
+    return kernel
 
 
 @lowering(permutate.Permutate)

@@ -297,3 +297,44 @@ def test_a_batch_size_python_uses_stays_in_the_key_with_a_warning():
     assert jitted.cache_info().currsize == 2, jitted.cache_report()
     assert all('f32[T,' in str(e.signature)
                for e in jitted.cache_entries())
+
+
+class MaskedWithWhere(_Cells):
+    """Padded steps kept out by ``F.where`` on a mask the forward
+    computes, the steps and masks read together with ``zip``."""
+
+    def forward(self, xs, ms):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x, m in zip(xs, ms):
+            c_new, h_new = F.lstm(c, self.x2h(x) + self.h2h(h))
+            keep = F.broadcast_to(F.expand_dims(m, 1), h.shape).array > 0
+            h = F.where(keep, h_new, h)
+            c = F.where(keep, c_new, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_masked_steps_with_where_keep_one_entry(train):
+    model, twin = _twins(MaskedWithWhere)
+    jitted = chainerjit.jit(twin)
+    rng = numpy.random.RandomState(3)
+    with chainer.using_config('train', train), \
+            chainer.using_config('enable_backprop', train), \
+            warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for n, b in SIZES:
+            xs = rng.standard_normal((n, b, I)).astype(numpy.float32)
+            ms = (rng.rand(n, b) > 0.3).astype(numpy.float32)
+            model.cleargrads()
+            twin.cleargrads()
+            expected, actual = model(xs, ms), jitted(xs, ms)
+            testing.assert_results_equal(actual, expected, 1e-5, 1e-6)
+            if train:
+                F.sum(expected * expected).backward()
+                F.sum(actual * actual).backward()
+                for (_, p), (_, q) in zip(sorted(model.namedparams()),
+                                          sorted(twin.namedparams())):
+                    testing.assert_results_equal(q.grad, p.grad, 1e-4, 1e-5)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+    assert 'Where' in str(jitted.cache_entries()[0].graph)
