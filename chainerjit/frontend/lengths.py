@@ -232,6 +232,30 @@ def note_indexed(recorder, array, index, result):
         recorder.length_leaves[id(result)] = kept
 
 
+def note_permuted(recorder, array, axes, result):
+    """Notes ``result``, ``array``'s axes in the order ``axes`` (a
+    transpose): the arguments' axes among them are ``result``'s too
+    (``xs.shape[0]`` of a batch-first ``xs`` made time-major is its
+    length)."""
+    origins = recorder.length_leaves.get(id(array))
+    if origins is not None and len(origins) == len(axes):
+        recorder.length_leaves[id(result)] = tuple(origins[a] for a in axes)
+
+
+def origin_of(value, axis):
+    """``(leaf, axis)`` of the argument whose axis is ``value``'s axis
+    ``axis`` (an argument's array, or one an index or a transpose of it
+    kept), while recording; else ``None``."""
+    recorder = _state.recorder
+    if recorder is None:
+        return None
+    array = value._data[0] if isinstance(value, chainer.Variable) else value
+    origins = recorder.length_leaves.get(id(array))
+    if origins is None or not 0 <= axis < len(origins):
+        return None
+    return origins[axis]
+
+
 def _kept_axes(index, origins):
     """The origins of the axes of ``x[index]`` for those of ``x``'s axes:
     an axis taken whole (``:``, ``::-1``) keeps its own, an inserted one

@@ -661,8 +661,10 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
                                              templates, length)
             if need is not None:
                 outer_reads.append((node, need, index))
-            elif wildcards[leaf] == set([0]):
-                seeds[value] = ops.Rows.of_item(leaf, value.shape[0])
+            elif len(wildcards[leaf]) == 1:  # one axis: follow its steps
+                axis, = wildcards[leaf]
+                seeds[value] = ops.Rows.of_item(
+                    leaf, value.shape[axis])._replace(axis=axis)
             else:
                 raise _KeepsLength(
                     '%s is read by %s, not only indexed by the loop '
@@ -724,6 +726,10 @@ class _Steps(object):
         self.names = [v.name for v in graph.inputs]
         self.inputs = graph.inputs
         self.rows = dict(seeds)
+        # leaf -> the axis of its length, as seeded
+        self.seed_axes = dict((graph.inputs.index(value), rows.axis)
+                              for value, rows in seeds.items()
+                              if value in graph.inputs)
         self.followed = set()
         self.variants = {}
         self.read_by_loops = {}  # loop -> {value: set([0])}
@@ -761,6 +767,9 @@ class _Steps(object):
 
     def _follow(self, node, found):
         following = ops.follow(node, found)
+        if following is not None and any(
+                self.seed_axes.get(leaf) for leaf in following.reads):
+            following = None  # (a kernel reads the length on axis 0)
         if following is None:
             raise _KeepsLength(
                 'a value computed from %s is read by %s, which is '

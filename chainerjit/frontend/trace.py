@@ -28,6 +28,10 @@ import threading
 
 import chainer
 from chainer.functions.array import get_item
+from chainer.functions.array import moveaxis
+from chainer.functions.array import rollaxis
+from chainer.functions.array import swapaxes
+from chainer.functions.array import transpose
 import numpy
 
 from chainerjit import errors
@@ -43,6 +47,7 @@ from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.frontend import traced
 from chainerjit.frontend import trip_counts
+from chainerjit.ops import array as ops_array
 from chainerjit.ops import math as ops_math
 from chainerjit.ops import structural
 from chainerjit.ops.scratch import Scratch
@@ -57,6 +62,10 @@ _UNFOLLOWED = ('an array derived from the inputs that the recording cannot '
                'follow (kept by a Chainer function besides its outputs, or '
                'made by NumPy code chainerjit does not record), when %s')
 
+
+# The nodes that reorder their input's axes (``lengths.note_permuted``).
+_PERMUTATIONS = (transpose.Transpose, swapaxes.Swapaxes, rollaxis.Rollaxis,
+                 moveaxis.Moveaxis)
 
 _state = _keys.recording  # this thread's; the hit path reads it in C
 # One recording at a time: the patches of Chainer are process-wide.
@@ -434,6 +443,9 @@ class _Recorder(object):
         out_values = self.bind_temps(out_arrays)
         if isinstance(template, get_item.GetItem):
             self.note_indexed(in_arrays[0], template.slices, out_arrays[0])
+        elif isinstance(template, _PERMUTATIONS):
+            lengths.note_permuted(self, in_arrays[0], ops_array.permutation(
+                template, in_arrays[0].ndim), out_arrays[0])
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
             self.note_variable(y, value)

@@ -63,7 +63,8 @@ def _length_source(node, frame, arguments, offset):
         where = _argument(node.value.value, frame, arguments)
         if where is not None and where[0] == 'leaf':
             return TripSource('dim', (where[1], node.slice.value), offset)
-        return None
+        return _axis_source(node.value.value, frame, node.slice.value,
+                            offset)
     where = _argument(node, frame, arguments)
     if where is not None and where[0] == 'static':
         return TripSource('static', (where[1], node.id), offset)
@@ -123,7 +124,16 @@ def _sequence_source(node, frame, arguments, offset):
     where = _argument(node, frame, arguments)
     if where is not None and where[0] == 'leaf':
         return TripSource('dim', (where[1], 0), offset)
-    return None
+    return _axis_source(node, frame, 0, offset)
+
+
+def _axis_source(node, frame, axis, offset):
+    """For a name holding a value whose axis ``axis`` is an argument's (a
+    transpose of one, ``lengths.origin_of``), its :class:`TripSource`."""
+    if not isinstance(node, ast.Name):
+        return None
+    origin = lengths.origin_of(frame.f_locals.get(node.id), axis)
+    return None if origin is None else TripSource('dim', origin, offset)
 
 
 def _argument(node, frame, arguments):

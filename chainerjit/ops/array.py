@@ -336,7 +336,9 @@ def _moveaxis_order(ndim, source, destination):
     return tuple(order)
 
 
-def _permutation(node, ndim):
+def permutation(node, ndim):
+    """The axes order of a transpose, ``swapaxes``, ``rollaxis`` or
+    ``moveaxis`` node of an ``ndim``-dimensional input."""
     if isinstance(node, transpose.Transpose):
         if node.axes is None:
             return tuple(range(ndim))[::-1]
@@ -355,14 +357,19 @@ def _permutation(node, ndim):
 @lowering(transpose.Transpose, swapaxes.Swapaxes, rollaxis.Rollaxis,
           moveaxis.Moveaxis)
 def lower_transpose(node, ctx):
-    axes = _permutation(node, len(ctx.in_shapes[0]))
+    axes = permutation(node, len(ctx.in_shapes[0]))
     inverse = tuple(int(a) for a in numpy.argsort(axes))
+
+    @takes_axes
+    def lengths(rows):  # the rows move with their axis
+        return Follow((rows[0]._replace(axis=axes.index(rows[0].axis)),))
     return Kernel(lambda x: x.transpose(axes), {'axes': axes},
                   grad=_grad_of_each(
                       lambda gy: gy.transpose(inverse),
                       lambda b, gy: b.op('Transpose', [gy],
                                          perm=list(inverse))[0]),
-                  onnx=onnx_op('Transpose', perm=list(axes)))
+                  onnx=onnx_op('Transpose', perm=list(axes)),
+                  lengths=lengths)
 
 
 # --- reversals ---------------------------------------------------------------

@@ -338,3 +338,35 @@ def test_masked_steps_with_where_keep_one_entry(train):
                     testing.assert_results_equal(q.grad, p.grad, 1e-4, 1e-5)
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
     assert 'Where' in str(jitted.cache_entries()[0].graph)
+
+
+class TransposedToTimeMajor(_Cells):
+    """Batch-first steps made time-major before the loop."""
+
+    def forward(self, xs):
+        xs = F.transpose(xs, (1, 0, 2))
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(xs.shape[0]):
+            c, h = F.lstm(c, self.x2h(xs[t]) + self.h2h(h))
+        return self.out(h)
+
+
+class SwappedToTimeMajor(_Cells):
+    def forward(self, xs):
+        steps = F.swapaxes(xs, 0, 1)
+        h = c = None
+        for x in steps:
+            gates = self.x2h(x)
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            c, h = F.lstm(c, gates + self.h2h(h))
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [TransposedToTimeMajor, SwappedToTimeMajor])
+def test_batch_first_steps_made_time_major(cls):
+    calls = [(xs.transpose(1, 0, 2).copy(),) for xs, in _calls()]
+    jitted = _matches_eager(cls, calls)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert 'f32[B,T,6]' in str(entry.signature), str(entry.signature)

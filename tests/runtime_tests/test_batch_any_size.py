@@ -280,8 +280,8 @@ def test_batch_normalization_in_test_mode_serves_every_batch_size():
 
 
 class _Gram(chainer.Chain):
-    """Rows transposed into columns: the batch leaves axis 0, which no
-    rule follows."""
+    """Rows transposed into columns: the batch moves to axis 1, and the
+    product sums over it, which no rule follows."""
 
     def __init__(self):
         super().__init__()
@@ -329,7 +329,7 @@ class _Sampled(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls, make, why', [
-    (_Gram, _features, 'a value computed from x read by Transpose['),
+    (_Gram, _features, 'a value computed from x read by MatMul['),
     (_Sampled, _features, 'the program has side effects'),
 ])
 def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
