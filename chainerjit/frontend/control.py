@@ -170,19 +170,17 @@ class LoopRun(object):
         exit: ``'done'`` when the loop ran out (its header was passed once
             more than it has iterations), else ``'left'`` (``break``,
             ``return`` or an exception).
-        in_top_frame: the loop is in the jitted function's own code.
         trip: how the trip count follows from the arguments (see
             :func:`trip_source`), or ``None``.
         reads: ``(position, description)`` of array values read into
             Python during the loop.
     """
 
-    def __init__(self, site, position, in_top_frame, trip):
+    def __init__(self, site, position, trip):
         self.site = site
         self.boundaries = [position]
         self.end = None
         self.exit = None
-        self.in_top_frame = in_top_frame
         self.trip = trip
         self.last_header = True  # the latest line event was the header
         self.bound = None  # how many iterations the loop allows at most
@@ -336,7 +334,7 @@ class LoopWatcher(object):
 
     def _start(self, site, frame):
         top = frame.f_code is self.top_code
-        run = LoopRun(site, self.position(), top,
+        run = LoopRun(site, self.position(),
                       self._trip_source(site, frame, top))
         run.code = frame.f_code
         run.global_kinds = global_kinds(frame.f_code, frame.f_globals)
@@ -355,11 +353,11 @@ class LoopWatcher(object):
         found = loop_analysis.comprehension_and_parents(
             parent.f_code, site.header) if parent is not None else None
         if found is None:
-            return LoopRun(site, self.position(), False, None)
+            return LoopRun(site, self.position(), None)
         generator = found[0].generators[0]
         site = site._replace(iter_expr=generator.iter)  # see may_vary
         top = parent.f_code is self.top_code
-        run = LoopRun(site, self.position(), top,
+        run = LoopRun(site, self.position(),
                       self._trip_source(site, parent, top))
         run.code = parent.f_code
         run.targets = tuple(n.id for n in ast.walk(generator.target)
