@@ -159,32 +159,26 @@ def _lstm_models():
     return LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq
 
 
-def _seq2seq_training(model_class):
-    """``run(jit)``: a training step per call of a sequence to sequence
-    model on a random source length, target length (5 to 60 each) and
-    batch size (2 to 64)."""
-    def run(jitted, calls, seed):
+def _steps(batch_first=False, batches=False, longest=40):
+    """``inputs(rng)``: one sequence argument of a random length of 5 to
+    ``longest`` (time-major, or batch-first), of 8 rows or a random batch
+    of 2 to 64."""
+    def inputs(rng):
         import numpy
+        batch = rng.randint(2, 65) if batches or batch_first else 8
+        length = rng.randint(5, longest + 1)
+        shape = (batch, length, I) if batch_first else (length, batch, I)
+        return rng.standard_normal(shape).astype(numpy.float32),
+    return inputs
 
-        import chainerjit
-        numpy.random.seed(seed)
-        model = model_class()
-        fn = chainerjit.jit(model) if jitted else model
-        rng = numpy.random.RandomState(seed)
-        times, results = [], []
-        for _ in range(calls):
-            batch = rng.randint(2, 65)
-            xs, ys = (rng.standard_normal((rng.randint(5, 61), batch, I))
-                      .astype(numpy.float32) for _ in range(2))
-            start = time.perf_counter()
-            loss = fn(xs, ys)
-            model.cleargrads()
-            loss.backward()
-            times.append(time.perf_counter() - start)
-            results.append(model.x2h.W.grad.copy())
-        return times, results, (fn.cache_info().currsize if jitted
-                                else None)
-    return run
+
+def _source_and_target(rng):
+    """A sequence to sequence model's arguments: a random batch size (2
+    to 64), source and target length (5 to 60 each)."""
+    import numpy
+    batch = rng.randint(2, 65)
+    return tuple(rng.standard_normal((rng.randint(5, 61), batch, I))
+                 .astype(numpy.float32) for _ in range(2))
 
 
 def _serving(make_model, make_input, jit_options):
@@ -214,8 +208,9 @@ def _serving(make_model, make_input, jit_options):
     return run
 
 
-def _training(model_class, batch_first=False, batches=False,
-              longest=40):
+def _training(model_class, inputs):
+    """``run(jit)``: a training step (the sum of the output, backward)
+    per call on the arguments ``inputs(rng)`` makes."""
     def run(jitted, calls, seed):
         import numpy
 
@@ -227,13 +222,9 @@ def _training(model_class, batch_first=False, batches=False,
         rng = numpy.random.RandomState(seed)
         times, results = [], []
         for _ in range(calls):
-            batch = rng.randint(2, 65) if batches or batch_first else 8
-            length = rng.randint(5, longest + 1)
-            shape = (batch, length, I) if batch_first else \
-                (length, batch, I)
-            xs = rng.standard_normal(shape).astype(numpy.float32)
+            args = inputs(rng)
             start = time.perf_counter()
-            loss = F.sum(fn(xs))
+            loss = F.sum(fn(*args))
             model.cleargrads()
             loss.backward()
             times.append(time.perf_counter() - start)
@@ -308,18 +299,20 @@ def workloads():
         ('serving a transformer block, batches 1 to 64',
          'chainerjit dynamic=False',
          _serving(*block, jit_options=dict(dynamic=False))),
-        ('LSTM training, lengths 5 to 40', 'chainerjit', _training(LSTM)),
+        ('LSTM training, lengths 5 to 40', 'chainerjit',
+         _training(LSTM, _steps())),
         ('bidirectional LSTM training, lengths 5 to 40', 'chainerjit',
-         _training(BiLSTM)),
+         _training(BiLSTM, _steps())),
         ('LSTM training, lengths 5 to 40, batches 2 to 64', 'chainerjit',
-         _training(LSTM, batches=True)),
+         _training(LSTM, _steps(batches=True))),
         ('batch-first LSTM training, batches 2 to 64, lengths 5 to 40',
-         'chainerjit', _training(BatchFirst, batch_first=True)),
+         'chainerjit', _training(BatchFirst, _steps(batch_first=True))),
         ('encoder sub-chain training, steps averaged, lengths 5 to 60, '
          'batches 2 to 64', 'chainerjit',
-         _training(EncoderClassifier, batches=True, longest=60)),
+         _training(EncoderClassifier, _steps(batches=True, longest=60))),
         ('sequence to sequence training, source and target lengths 5 to '
-         '60, batches 2 to 64', 'chainerjit', _seq2seq_training(Seq2Seq)),
+         '60, batches 2 to 64', 'chainerjit',
+         _training(Seq2Seq, _source_and_target)),
     ]
 
 
