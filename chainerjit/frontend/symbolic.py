@@ -182,7 +182,11 @@ def symbolize(graph, rolled, input_names, length_names, recording,
     parts, kept = [], []
     for chosen in _distinct_lengths(sources):
         if len(parts) == len(SYMBOLS):
-            break
+            kept.append(Concrete(
+                'the program has %d lengths already, all it names'
+                % len(SYMBOLS), next(loop.loc for loop in sources
+                                     if sources[loop][:2] == chosen[:2])))
+            continue
         try:
             parts.append(_symbolize(
                 graph, rolled, sources, chosen, SYMBOLS[len(parts)],

@@ -169,3 +169,28 @@ def test_onnx_export_has_both_lengths_dynamic():
             y, = session.run(None, {'xs': xs, 'ys': ys})
             numpy.testing.assert_allclose(y, model(xs, ys).array,
                                           rtol=1e-4, atol=1e-5)
+
+
+def _five_sequences(a, b, c, d, e):
+    total = 0
+    for xs in (a, b, c, d, e):
+        h = xs[0] * 0
+        for x in xs:
+            h = F.tanh(x + h)
+        total = total + h
+    return total
+
+
+def test_a_fifth_length_stays_in_the_key_with_a_warning():
+    rng = numpy.random.RandomState(6)
+    calls = [tuple(rng.standard_normal((n + k, 3)).astype(numpy.float32)
+                   for k in range(5)) for n in (2, 2, 4)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = testing.assert_jit_matches_eager(_five_sequences, calls)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.LoopWarning)]
+    assert any('has 4 lengths already' in m for m in messages), messages
+    signature = str(jitted.cache_entries()[-1].signature)
+    assert all(s in signature for s in ('[T,', '[U,', '[V,', '[W,')), \
+        signature
