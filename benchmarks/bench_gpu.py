@@ -141,9 +141,11 @@ def main(argv=None):
     table = run.format_table(rows, SYSTEMS, targets=False)
     report = '\n'.join([
         '# chainerjit on a GPU', '',
-        'GPU: %s; CuPy %s, NumPy %s, Chainer %s, cuDNN in Chainer: %s.'
-        % (gpu_name(), cupy.__version__, numpy.__version__,
-           chainer.__version__, chainer.backends.cuda.cudnn_enabled),
+        'GPU: %s; host CPU: %s, %d cores; CuPy %s, NumPy %s, Chainer %s, '
+        'cuDNN in Chainer: %s.'
+        % (gpu_name(), timing.cpu_model(), os.cpu_count(), cupy.__version__,
+           numpy.__version__, chainer.__version__,
+           chainer.backends.cuda.cudnn_enabled),
         'Each call ends with a device synchronization; medians of %d '
         'interleaved rounds (IQR), ratio to eager Chainer.' % args.rounds,
         '', table, ''])

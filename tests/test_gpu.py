@@ -10,6 +10,8 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from examples import models
+from tests.frontend_tests import test_loop_lengths_in_helpers as helpers
+from tests.frontend_tests import test_two_lengths as two_lengths
 from tests.test_training import _classification_batch
 from tests.test_training import DropCNN
 from tests.test_training import _train_side_by_side
@@ -273,3 +275,20 @@ def test_relu_gradient_on_gpu_is_chainers_kernel():
         assert float(grads[1][0, 0]) == 0
     assert jf.cache_info().hits >= 1
     assert jf.cache_entries()[0].training is not None
+
+
+@pytest.mark.parametrize('cls', helpers.FORMS)
+def test_sequence_models_keep_one_entry_for_every_length_and_batch_on_gpu(
+        cls):
+    """The trip count and the batch stay symbolic on the GPU: the same
+    forms as on the CPU, training with gradients, at new lengths, batch
+    sizes and values."""
+    jitted = helpers._matches_eager(cls, helpers._calls(), device='@cupy:0')
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+def test_two_lengths_keep_one_entry_on_gpu():
+    jitted = two_lengths._matches_eager(
+        *two_lengths._twins(two_lengths.Seq2Seq, '@cupy:0'),
+        two_lengths._calls())
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()

@@ -71,6 +71,8 @@ class Length(int):
     """An argument's size, or an integer computed from sizes, read by the
     forward's code while it is recorded (see the module docstring)."""
 
+    python_int = True  # given to NumPy as a plain int (traced.eager_numbers)
+
     def __new__(cls, value, origins, uses, affine=None, product=False):
         self = int.__new__(cls, value)
         self.origins = origins  # frozenset of (leaf, axis)
@@ -319,14 +321,14 @@ _FILLS = {'zeros': lambda args, kwargs: 0, 'ones': lambda args, kwargs: 1,
           kwargs.get('fill_value')}
 
 
-def made_noting(name, fn, args, kwargs, depth=1):
-    """``fn(*args, **kwargs)`` for NumPy's array maker ``name``, its
-    argument sizes noted as passed to it (:func:`note_passed`); an array
-    made with an argument's first axis as its own, noted as
-    :class:`MadeRows`."""
+def made_noting(name, fn, args, kwargs, depth=1, module='numpy'):
+    """``fn(*args, **kwargs)`` for the array maker ``name`` of NumPy (or
+    CuPy: ``module``), its argument sizes noted as passed to it
+    (:func:`note_passed`); an array made with an argument's first axis as
+    its own, noted as :class:`MadeRows`."""
     recorder = _state.recorder
     before = 0 if recorder is None else len(recorder.length_uses)
-    note_passed('numpy.' + name, args, kwargs, depth)
+    note_passed('%s.%s' % (module, name), args, kwargs, depth)
     array = fn(*args, **kwargs)
     if recorder is None:
         return array
@@ -347,7 +349,7 @@ def _made_by_a_library(name, array, args, kwargs, depth):
     ``axis`` ``None``; ``runtime.batch`` takes it for one whose size it
     has); else ``None``."""
     if name not in _FILLS or _forward_line(depth) is not None or \
-            not isinstance(array, numpy.ndarray) or array.ndim < 1:
+            not _is_array(array) or array.ndim < 1:
         return None
     fill = _FILLS[name](args, kwargs)
     if not isinstance(fill, (int, float)):
@@ -372,10 +374,15 @@ def _made_rows(name, array, args, kwargs, uses):
     others = [a for a in args[1:]] + [v for k, v in kwargs.items()
                                       if k != 'shape']
     if contained(list(shape[1:])) or contained(others) or \
-            not isinstance(array, numpy.ndarray):
+            not _is_array(array):
         return None
     return MadeRows(array, leaf, axis, tuple(int(n) for n in shape[1:]),
                     _FILLS[name](args, kwargs), uses)
+
+
+def _is_array(array):
+    """A NumPy or a CuPy array."""
+    return isinstance(array, (numpy.ndarray, chainer.backends.cuda.ndarray))
 
 
 def contained(value, depth=3):

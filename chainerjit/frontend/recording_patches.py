@@ -171,13 +171,15 @@ def _watching_gpu_reads(prop, recorder):
     return property(read, prop.fset, None, prop.__doc__)
 
 
-def _symbolic(read):
+def _symbolic(read, depth=2):
     """The patch of ``x.shape`` (``read``: ``lengths.read_shape``) or
     ``x.size`` (``lengths.read_size``) while recording: an argument's
-    sizes read by the forward are ``lengths.Length`` ints."""
+    sizes read by the forward are ``lengths.Length`` ints. ``depth``: the
+    frames from ``read`` up to the forward's (3 through a GpuArgument's
+    ``__getattribute__``)."""
     def make(prop, recorder):
         def get(x):
-            return read(_array_of(x), prop.__get__(x), 2)
+            return read(_array_of(x), prop.__get__(x), depth)
         return property(get, getattr(prop, '__set__', None))
     return make
 
@@ -301,13 +303,15 @@ _GPU_FILLS = {'zeros': 0, 'zeros_like': 0, 'ones': 1, 'ones_like': 1,
               'full': None, 'full_like': None}
 
 
-def _noting_fills(fill):
-    """The patch of a CuPy function making arrays of ``fill``: notes the
+def _noting_fills(name, fill):
+    """The patch of ``cupy.NAME``, making arrays of ``fill``: notes the
     arrays it makes for the recorder (``trace._Recorder._still_filled``
-    takes one still holding its fill value for a constant)."""
+    takes one still holding its fill value for a constant), and the
+    argument sizes passed to it and the arrays with the rows of a batch, as
+    for NumPy's makers (``lengths.made_noting``)."""
     def noting(make, recorder):
         def made(*args, **kwargs):
-            array = make(*args, **kwargs)
+            array = lengths.made_noting(name, make, args, kwargs, 3, 'cupy')
             value = fill
             if value is None:
                 value = kwargs.get('fill_value', args[1] if len(args) > 1
@@ -404,12 +408,17 @@ def _apply_nstep(link, cell, states, xs):
     return tuple(outputs[:n_states]) + (list(outputs[n_states:]),)
 
 
-def _gpu_fill_patches():
+def _gpu_patches():
+    """CuPy's makers of filled arrays, and a CuPy argument's shape and
+    size, where CuPy is installed."""
     if not chainer.backends.cuda.available:
         return ()
     cupy = chainer.backends.cuda.cupy
-    return tuple(RecordingPatch(cupy, name, _noting_fills(fill))
-                 for name, fill in _GPU_FILLS.items())
+    argument = traced.gpu_argument_type()
+    return tuple(RecordingPatch(cupy, name, _noting_fills(name, fill))
+                 for name, fill in _GPU_FILLS.items()) + (
+        RecordingPatch(argument, 'shape', _symbolic(lengths.read_shape, 3)),
+        RecordingPatch(argument, 'size', _symbolic(lengths.read_size, 3)))
 
 
 def _noting_numbers(label):
@@ -464,7 +473,7 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
 ) + tuple(RecordingPatch(math, name, _noting_numbers('math.' + name))
-          for name in _MATH_FUNCTIONS) + _gpu_fill_patches()
+          for name in _MATH_FUNCTIONS) + _gpu_patches()
 
 
 @contextlib.contextmanager

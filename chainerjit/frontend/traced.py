@@ -92,6 +92,18 @@ def untag(obj):
     return obj
 
 
+def eager_numbers(obj):
+    """``obj`` with the ints that stand for a Python int (``lengths.Length``:
+    its class sets ``python_int``), in lists and tuples too, as plain ints:
+    NumPy 2 takes a subclass of int for an int64 array, whose dtype would
+    win over float32 (``h / xs.shape[0]``), where a plain int does not."""
+    if getattr(type(obj), 'python_int', False):
+        return int(obj)
+    if type(obj) in (list, tuple):
+        return type(obj)(eager_numbers(x) for x in obj)
+    return obj
+
+
 def as_eager(obj):
     """What eager NumPy gave for ``obj``: a traced view as a plain array,
     one standing for a NumPy scalar (:func:`is_scalar`) as that scalar."""
@@ -590,7 +602,7 @@ def _split_arrays(obj, arrays):
         return type(obj)(_split_arrays(x, arrays) for x in obj)
     if type(obj) is dict:
         return {k: _split_arrays(v, arrays) for k, v in obj.items()}
-    return obj
+    return eager_numbers(obj)
 
 
 def _fill(template, arrays):
@@ -628,7 +640,7 @@ class TracedArray(numpy.ndarray):
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
         call = getattr(ufunc, method)
         untagged = {k: untag(v) for k, v in kwargs.items()}
-        result = call(*untag(inputs), **untagged)
+        result = call(*eager_numbers(untag(inputs)), **untagged)
         name = 'numpy.' + ufunc.__name__ + ('' if method == '__call__' else
                                             '.' + method)
         # An elementwise op on 0-d arrays, or a sum (``(y == t).sum()``):
@@ -643,7 +655,8 @@ class TracedArray(numpy.ndarray):
 
     def __array_function__(self, func, types, args, kwargs):
         untagged = {k: untag(v) for k, v in kwargs.items()}
-        result = _followed_scalar(func(*untag(args), **untagged),
+        result = _followed_scalar(func(*eager_numbers(untag(args)),
+                                       **untagged),
                                   func.__name__ in _SCALAR_REDUCTIONS)
         _record_numpy('numpy.' + func.__name__, func, args, kwargs, result)
         return result
@@ -710,7 +723,8 @@ class TracedArray(numpy.ndarray):
     for _name in ('__float__', '__int__', '__index__', '__bool__',
                   '__complex__', 'item', 'tolist', 'tobytes', 'tostring',
                   '__str__', '__repr__', '__format__'):
-        locals()[_name] = _read(_name)
+        if hasattr(numpy.ndarray, _name):  # NumPy 2 has no tostring
+            locals()[_name] = _read(_name)
     del _name, _read, _replayed
 
     def __setitem__(self, index, value):

@@ -178,21 +178,47 @@ cdef _UnaryLoop _tanh_loops[2]
 cdef void* _tanh_data[2]
 
 
+cdef extern from *:
+    """
+    #include "numpy/ufuncobject.h"
+    /* The first loop of a unary ufunc's table from type to type, and its
+       data; NULL where none is found. Only NumPy 1's table is read: NumPy
+       2 keeps loops as ArrayMethods, which the table need not list. */
+    static void *chainerjit_unary_loop(PyObject *ufunc, int type,
+                                       void **data) {
+    #if NPY_ABI_VERSION < 0x02000000
+        PyUFuncObject *u = (PyUFuncObject *)ufunc;
+        int k;
+        if (u->types == NULL || u->functions == NULL)
+            return NULL;
+        for (k = 0; k < u->ntypes; k++) {
+            if (u->types[2 * k] == type && u->types[2 * k + 1] == type) {
+                *data = u->data == NULL ? NULL : u->data[k];
+                return (void *)u->functions[k];
+            }
+        }
+    #endif
+        return NULL;
+    }
+    """
+    void* chainerjit_unary_loop(object ufunc, int type, void** data)
+
+
 cdef void _find_tanh_loops():
-    cdef cnp.ufunc tanh = numpy.tanh
-    cdef int k, slot
-    _tanh_loops[0] = _tanh_loops[1] = NULL
-    for k in range(tanh.ntypes):
-        if tanh.types[2 * k] != tanh.types[2 * k + 1]:
-            continue
-        slot = 0 if tanh.types[2 * k] == cnp.NPY_FLOAT else \
-            1 if tanh.types[2 * k] == cnp.NPY_DOUBLE else -1
-        if slot >= 0 and _tanh_loops[slot] == NULL:  # the one NumPy picks
-            _tanh_loops[slot] = <_UnaryLoop>tanh.functions[k]
-            _tanh_data[slot] = tanh.data[k]
+    _tanh_loops[0] = <_UnaryLoop>chainerjit_unary_loop(
+        numpy.tanh, cnp.NPY_FLOAT, &_tanh_data[0])
+    _tanh_loops[1] = <_UnaryLoop>chainerjit_unary_loop(
+        numpy.tanh, cnp.NPY_DOUBLE, &_tanh_data[1])
 
 
 _find_tanh_loops()
+
+
+def numpy_loops_found():
+    """True where NumPy's own tanh loops were found (NumPy 1): without
+    them, :func:`tanh` and :func:`lstm_step` take no arrays, and the LSTM
+    step runs NumPy's functions instead."""
+    return _tanh_loops[0] != NULL and _tanh_loops[1] != NULL
 
 
 cdef inline bint _tanh_found(int kind):

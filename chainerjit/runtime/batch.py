@@ -31,6 +31,7 @@ key through :class:`TripsAndBatch`.
 
 import collections
 
+import chainer
 import numpy
 
 from chainerjit import errors
@@ -371,7 +372,9 @@ def _made_again(made, argument, value):
 
 def _full_rows(axis, rest, fill, dtype):
     def full(x):
-        return numpy.full((x.shape[axis],) + rest, fill, dtype)
+        xp = numpy if isinstance(x, numpy.ndarray) else \
+            chainer.backend.get_array_module(x)
+        return xp.full((x.shape[axis],) + rest, fill, dtype)
     return full
 
 

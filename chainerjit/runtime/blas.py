@@ -82,10 +82,10 @@ def _kernels_allowed(features):
 
 
 def _cpu_features():
-    try:
-        from numpy.core._multiarray_umath import __cpu_features__
-    except ImportError:  # NumPy 2 moved it
+    try:  # NumPy 2 (its numpy.core warns that it moved)
         from numpy._core._multiarray_umath import __cpu_features__
+    except ImportError:
+        from numpy.core._multiarray_umath import __cpu_features__
     return __cpu_features__
 
 

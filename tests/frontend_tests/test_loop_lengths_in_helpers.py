@@ -183,19 +183,27 @@ def _calls(sizes=SIZES, seed=0):
             for n, b in sizes]
 
 
-def _twins(cls):
+def _twins(cls, device=None):
     model, twin = cls(), cls()
     twin.copyparams(model)
+    if device is not None:
+        model.to_device(device)
+        twin.to_device(device)
     return model, twin
 
 
-def _matches_eager(cls, calls):
-    model, twin = _twins(cls)
+def _matches_eager(cls, calls, device=None):
+    """The jitted twin of a ``cls`` model gives eager's outputs and
+    gradients at each of ``calls``; on ``device`` (``'@cupy:0'``), the
+    models and the arguments are sent there."""
+    model, twin = _twins(cls, device)
     jitted = chainerjit.jit(twin)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.LoopWarning)
         warnings.simplefilter('error', errors.RecompileWarning)
         for (xs,) in calls:
+            if device is not None:
+                xs = model.device.send(xs)
             model.cleargrads()
             twin.cleargrads()
             expected, actual = model(xs), jitted(xs)

@@ -83,15 +83,21 @@ def _calls(sizes=SIZES, seed=0):
             for t, u, b in sizes]
 
 
-def _twins(cls):
+def _twins(cls, device=None):
     model, twin = cls(), cls()
     twin.copyparams(model)
+    if device is not None:
+        model.to_device(device)
+        twin.to_device(device)
     return model, twin
 
 
 def _matches_eager(model, twin, calls):
+    """The jitted ``twin`` gives ``model``'s outputs and gradients at each
+    of ``calls``, sent to the models' device."""
     jitted = chainerjit.jit(twin)
     for xs, ys in calls:
+        xs, ys = model.device.send((xs, ys))
         model.cleargrads()
         twin.cleargrads()
         expected, actual = model(xs, ys), jitted(xs, ys)
