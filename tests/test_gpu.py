@@ -277,7 +277,12 @@ def test_relu_gradient_on_gpu_is_chainers_kernel():
     assert jf.cache_entries()[0].training is not None
 
 
-@pytest.mark.parametrize('cls', helpers.FORMS)
+@pytest.mark.parametrize('cls', [
+    pytest.param(cls, marks=pytest.mark.xfail(
+        strict=True, raises=chainerjit.RecompileWarning,
+        reason='on the GPU the batch size stays in the key, with a warning'))
+    if cls is helpers.LastOfAComprehension else cls
+    for cls in helpers.FORMS])
 def test_sequence_models_keep_one_entry_for_every_length_and_batch_on_gpu(
         cls):
     """The trip count and the batch stay symbolic on the GPU: the same

@@ -154,8 +154,9 @@ def comprehension_problem(code, header, kinds=None):
 
 def _whole_list_use(comp, parents):
     """``None`` if the comprehension's list is only passed whole to a
-    collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``
-    only)."""
+    collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``),
+    or read at constant indexes (``hs[-1]``: the graph's checks then ask
+    which steps those are, as for a list a loop appends to)."""
     holder = parents.get(comp)
     if _collected(comp, holder):
         return None
@@ -164,10 +165,23 @@ def _whole_list_use(comp, parents):
         function = _enclosing_function(holder, parents)
         uses = [n for n in source.name_nodes(function, holder.targets[0].id)
                 if n is not holder.targets[0]]
-        if all(isinstance(n.ctx, ast.Load) and
-               _collected(n, parents.get(n)) for n in uses):
+        if all(isinstance(n.ctx, ast.Load) and (
+                _collected(n, parents.get(n)) or
+                _constant_item(n, parents.get(n))) for n in uses):
             return None
     return 'the list the comprehension makes is used item by item'
+
+
+def _constant_item(node, subscript):
+    """``subscript`` reads one item of ``node`` at a constant index
+    (``hs[-1]``, ``hs[0]``)."""
+    if not isinstance(subscript, ast.Subscript) or \
+            subscript.value is not node:
+        return False
+    index = subscript.slice
+    if isinstance(index, ast.UnaryOp) and isinstance(index.op, ast.USub):
+        index = index.operand
+    return isinstance(index, ast.Constant) and type(index.value) is int
 
 
 def _collected(node, call):

@@ -696,19 +696,36 @@ def _stacked_rows(graph, loops, source, length, deltas):
                 node.outputs[0] not in used:
             continue
         prefix = node.inputs.index(read[0])
-        if source.kind != 'dim' or source.where[1] != 0 or \
-                lists[read[0]] != 0:
+        axis = dict(node.attrs)['axis']
+        fixed = prefix if node.op == 'Stack' else sum(
+            v.shape[axis] for v in node.inputs[:prefix])
+        rows = None
+        if source.kind == 'dim' and source.where[1] == 0:
+            rows = _joined_rows(node, axis, fixed, source.where[0], length,
+                                lists[read[0]])
+        if rows is None:
             raise _KeepsLength(
                 'the values the loop stacks are read by another op, and '
                 'their number is not an argument\'s first axis', node.loc)
-        axis = dict(node.attrs)['axis']
-        step = ops.Rows.of_item(source.where[0], length)
-        fixed = prefix if node.op == 'Stack' else sum(
-            v.shape[axis] for v in node.inputs[:prefix])
-        if node.op == 'Concat':
-            step = step.scaled(node.outputs[0].shape[axis] - fixed, length)
-        found[node.outputs[0]] = (fixed + step)._replace(axis=axis)
+        found[node.outputs[0]] = rows
     return found
+
+
+def _joined_rows(node, axis, fixed, leaf, length, delta):
+    """The rows of a join (``node``) of ``fixed`` rows from before the
+    loop, then the loop's list of ``length - delta`` steps (a loop after
+    a peeled first step runs ``T - 1`` times), each giving the same rows;
+    ``None`` where that is not the join's size, or where the rows from
+    before the loop are fewer than the steps it leaves out."""
+    steps = length - delta
+    joined = node.outputs[0].shape[axis] - fixed
+    if steps <= 0 or joined % steps or fixed < joined // steps * delta:
+        return None
+    per_step = joined // steps
+    rows = ops.Rows.of_item(leaf, length)
+    if per_step != 1:
+        rows = rows.scaled(per_step * length, length)
+    return (fixed - per_step * delta + rows)._replace(axis=axis)
 
 
 class _Steps(object):

@@ -470,7 +470,8 @@ def _numpy_to_onnx(fn, template, label=None):
         return _arithmetic_to_onnx(_ONNX_ARITHMETIC[name], args)
     if fn.__name__ == 'reduce' and name in _ONNX_REDUCTIONS and \
             args == (_Slot,) and kwargs.get('axis') is None and \
-            not kwargs.get('keepdims') and kwargs.get('dtype') is None:
+            not kwargs.get('keepdims') and kwargs.get('dtype') in (
+                None, numpy.dtype(bool)):  # (NumPy 2's x.all() names bool)
         return _reduction_to_onnx(_ONNX_REDUCTIONS[name])
     return None
 

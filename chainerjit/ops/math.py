@@ -1026,19 +1026,41 @@ def _reduction_rows(kernel, node, ctx, mean=False):
             found = rows[0]
             if found is None or any(r is not None for r in rows[1:]):
                 return None
-            if found.axis in axes:
+            out = _rows_through_reduction(found, axes, keepdims)
+            if out is None:
                 return Follow((None,), general)
-            out_axis = found.axis if keepdims else \
-                found.axis - sum(1 for a in axes if a < found.axis)
             variant = general if not first else kernel._replace(
-                grad=grad_rule(ctx, grad_with_rows(found.axis, out_axis)),
+                grad=grad_rule(ctx, grad_with_rows(found.axis, out.axis)),
                 lengths=rule(False))
-            return Follow((found._replace(axis=out_axis),), variant)
+            return Follow((out,), variant)
         return takes_axes(lengths)
     general = kernel._replace(
         grad=grad_rule(ctx, grad_at_input_shape, inputs=(0,)),
         lengths=rule(False))
     return rule(True)
+
+
+def _rows_through_reduction(rows, axes, keepdims):
+    """The rows of a reduction's output over ``axes`` of an input with
+    ``rows``: on their axis as the output numbers it, or ``None`` where
+    that axis is reduced (the output's shape is then fixed)."""
+    if rows.axis in axes:
+        return None
+    return rows._replace(axis=rows.axis if keepdims else rows.axis - sum(
+        1 for a in axes if a < rows.axis))
+
+
+def _reduced_rows(axes, keepdims):
+    """The ``Kernel.lengths`` rule of a reduction over ``axes`` whose
+    kernel and gradient take any shape: the rows of its input through
+    it."""
+    @takes_axes
+    def lengths(rows):
+        found = rows[0]
+        if found is None or any(r is not None for r in rows[1:]):
+            return None
+        return Follow((_rows_through_reduction(found, axes, keepdims),))
+    return lengths
 
 
 @lowering(average.Mean)
@@ -1163,20 +1185,21 @@ def lower_max_min(node, ctx):
     shape = ctx.in_shapes[0]
     axes = range(len(shape)) if axis is None else [
         a % len(shape) for a in axis]
-    kept = tuple(1 if i in axes else n for i, n in enumerate(shape))
 
     def grad(xs, ys, gys, wanted):
         # As SelectorBase.backward: every element equal to the extremum
-        # (ties included) gets the gradient.
+        # (ties included) gets the gradient. (The shapes are the input's
+        # at run time: a batch's or a loop's rows may change them.)
         x, = xs
+        kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
         cond = x == ys[0].reshape(kept)
-        return broadcast_to(gys[0].reshape(kept), shape) * cond,
+        return broadcast_to(gys[0].reshape(kept), x.shape) * cond,
     return Kernel(lambda x: fn(x, axis=axis, keepdims=keepdims),
                   {'axis': axis, 'keepdims': keepdims},
                   grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
                   onnx=_onnx_reduce('ReduceMax' if isinstance(
                       node, minmax.Max) else 'ReduceMin', axis, keepdims,
-                      ctx))
+                      ctx), lengths=_reduced_rows(axes, keepdims))
 
 
 @lowering(minmax.ArgMax, minmax.ArgMin)

@@ -133,6 +133,28 @@ class StatefulLSTMLink(chainer.Chain):
         return self.out(y)
 
 
+class StackedLSTMLinkSteps(StatefulLSTMLink):
+    """``L.LSTM``'s outputs collected and stacked batch-first, then
+    summed over time: its first step, which makes the state, is peeled
+    off the loop and joined before the loop's steps."""
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = []
+        for x in xs:
+            hs.append(self.lstm(x))
+        return self.out(F.sum(F.stack(hs, axis=1), axis=1))
+
+
+class LastOfAComprehension(StatefulLSTMLink):
+    """The last of ``L.LSTM``'s outputs made by a comprehension."""
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = [self.lstm(x) for x in xs]
+        return self.out(hs[-1])
+
+
 class ProjectedAtOnce(_Cells):
     """The input projection of all steps at once: ``T * B`` rows, then
     split back into steps."""
@@ -163,17 +185,27 @@ class BatchFirstOutputs(_Cells):
     """The steps' outputs stacked batch-first, ``(B, T, H)``, then summed
     over time."""
 
+    over_time = staticmethod(F.sum)
+
     def forward(self, xs):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
         hs = []
         for x in xs:
             c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
             hs.append(h)
-        return self.out(F.sum(F.stack(hs, axis=1), axis=1))
+        return self.out(self.over_time(F.stack(hs, axis=1), axis=1))
+
+
+class MaxOfStackedSteps(BatchFirstOutputs):
+    """The steps' outputs stacked batch-first, then their maximum over
+    time (``F.max``)."""
+
+    over_time = staticmethod(F.max)
 
 
 FORMS = [Classifier, EncodeMethod, EncodeFunction, MeanOfStackedSteps,
-         BidirectionalFirstStepMade, StatefulLSTMLink, ProjectedAtOnce,
+         MaxOfStackedSteps, BidirectionalFirstStepMade, StatefulLSTMLink,
+         StackedLSTMLinkSteps, LastOfAComprehension, ProjectedAtOnce,
          SumOfConcatenatedSteps, BatchFirstOutputs]
 
 

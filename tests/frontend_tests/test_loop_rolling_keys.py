@@ -309,7 +309,12 @@ def _alias_used_as_a_value(xs):
 
 def _comprehension_read_by_item(xs):
     hs = [F.tanh(x) for x in xs]
-    return hs[-1] * 2
+    return hs[len(hs) // 2] * 2
+
+
+def _comprehension_read_at_both_ends(xs):
+    hs = [F.tanh(x) for x in xs]
+    return hs[-1] * 2 + hs[0]  # the first step read after the loop
 
 
 def _comprehension_with_a_filter(xs):
@@ -318,12 +323,25 @@ def _comprehension_with_a_filter(xs):
 
 @pytest.mark.parametrize('fn', [
     _alias_used_as_a_value, _comprehension_read_by_item,
-    _comprehension_with_a_filter])
+    _comprehension_read_at_both_ends, _comprehension_with_a_filter])
 def test_lengths_the_python_can_see_stay_in_the_key(fn, rng):
     calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 5)]
     jf = testing.assert_jit_matches_eager(fn, calls)
     assert jf.cache_info().currsize == 2, jf.cache_report()
     assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
+
+
+def _comprehension_read_at_its_end(xs):
+    hs = [F.tanh(x) for x in xs]
+    return hs[-1] * 2
+
+
+def test_a_comprehension_read_at_its_end_takes_every_length(rng):
+    calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 8, 1, 4)]
+    jf = testing.assert_jit_matches_eager(_comprehension_read_at_its_end,
+                                          calls)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    assert 'f32[T,2,3]' in str(jf.cache_entries()[0].signature)
 
 
 def _comprehension_in_a_helper(xs):

@@ -91,6 +91,22 @@ class _BagOfWords(chainer.Chain):
                                                      axis=1)), t)
 
 
+class _TextCNN(chainer.Chain):
+    """A convolution over each row's embedded words, its maximum over the
+    words (``F.max``), as Chainer's text classification CNN encoder."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 8)
+            self.conv = L.Convolution2D(1, 5, (3, 8), pad=(1, 0))
+            self.fc = L.Linear(5, 4)
+
+    def forward(self, x, t):
+        h = F.relu(self.conv(F.expand_dims(self.embed(x), 1)))
+        return F.softmax_cross_entropy(self.fc(F.max(h, axis=2)), t)
+
+
 class _Losses(chainer.Chain):
     """Losses over the batch: squared and absolute errors, sigmoid cross
     entropy, as a mean and per element."""
@@ -159,7 +175,7 @@ def fresh_warnings(monkeypatch):
 
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_Branches, _features), (_BagOfWords, _words),
-          (_Losses, _binary_labels)]
+          (_TextCNN, _words), (_Losses, _binary_labels)]
 
 
 @pytest.mark.parametrize('cls, make', MODELS)
