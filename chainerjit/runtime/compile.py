@@ -187,7 +187,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             items is not None or batched is None or (
                 varying is not None and lengths is not None) or \
             type(batched.size_of(key)) is not int \
-            else _batch_of_any_size(caller, graph, sig, batched, recording)
+            else _batch_of_any_size(caller, graph, sig, batched, recording,
+                                    lengths is not None or key[1])
         _warn_unrolled_loops(caller, unrolled, items, sig)
         sizes = items or rows  # the entry's VM program takes any sizes
         program = codegen.compile_graph(graph, arena=sizes is None)
@@ -443,12 +444,27 @@ _SIDE_EFFECTS = 'the program has side effects (a state update other than ' \
     'batch normalization\'s, a random draw other than dropout)'
 
 
-def _batch_of_any_size(caller, graph, sig, batched, recording):
+_ONE_SIZE_PER_SESSION = (
+    "with backend='onnxruntime' its sessions are built for one batch size "
+    "(the default backend, 'auto', runs the VM at every batch size)")
+
+
+def _batch_of_any_size(caller, graph, sig, batched, recording,
+                       not_widened):
     """``(batch.RowsBatched or None, why the batch size stays in the key
     or None)``: whether the VM may run the program at any batch size
-    (``batch.rows_batched``); warns once where it cannot."""
+    (``batch.rows_batched``); warns once where it cannot. With
+    ``backend='onnxruntime'``, ``runtime.batch`` widens an inference
+    session to every batch size instead, where the batch is axis 0; the
+    sessions of other programs (training ones, and those with symbolic
+    trip counts: ``not_widened``) keep it, which this warns of."""
     if caller.backend == 'onnxruntime':
-        return None, None  # runtime.batch widens its sessions instead
+        why = None
+        if not_widened or any(axis for _, axis in batched.batch_axes()):
+            why = _ONE_SIZE_PER_SESSION
+            if caller.warn_batch is not None:
+                caller.warn_batch(why)
+        return None, why
     rows, why = None, _SIDE_EFFECTS
     if structural.undoable(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
