@@ -304,6 +304,14 @@ def takes_axes(rule):
     return rule
 
 
+@takes_axes
+def rows_in_place(rows):
+    """:func:`rows_follow_first` for a kernel whose output keeps the axes
+    of its first input where they are (a lookup ``W[ids]`` adds its own
+    after them): the rows may be on any axis."""
+    return rows_follow_first(rows)
+
+
 def index_rows(index, rows):
     """The :class:`Rows` of ``x[index]`` for rows of ``x`` (on any axis),
     where a basic index takes every row, in order (``x[:, 3]``, ``xs[t]``

@@ -34,6 +34,7 @@ from chainerjit.ops import math as math_ops
 from chainerjit.ops import lowering
 from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_in_place
 from chainerjit.ops.scratch import Scratch
 
 
@@ -499,13 +500,13 @@ def lower_embed_id(node, ctx):
                     onnx=_embed_grad_to_onnx(ignore_label, w_shape))
     if ignore_label is None:
         return Kernel(lambda x, W: W[x], grad=rule,
-                      onnx=_embed_to_onnx(None), lengths=rows_follow_first)
+                      onnx=_embed_to_onnx(None), lengths=rows_in_place)
 
     def embed(x, W):
         mask = x == ignore_label
         return xp.where(mask[..., None], 0, W[xp.where(mask, 0, x)])
     return Kernel(embed, attrs={'ignore_label': ignore_label}, grad=rule,
-                  onnx=_embed_to_onnx(ignore_label), lengths=rows_follow_first)
+                  onnx=_embed_to_onnx(ignore_label), lengths=rows_in_place)
 
 
 def _export_error(message):

@@ -221,14 +221,21 @@ def rows_sibling(cache, key):
 def _batched_axes(old, new):
     """``[(leaf, axis), ...]``: the one axis of each array leaf whose size
     differs between two keys, the same two sizes for all, if they differ in
-    nothing else; else ``[]``."""
-    found = []
+    nothing else; else ``[]``. Where that axis is not the first, leaves of
+    the same shape in both are left out (labels of a fixed batch next to
+    padded ids of another width); a batch on axis 0 is every array's."""
+    found, unchanged = [], False
     for leaf, axes in _differing(old, new) or ():
         if not old[leaf][0]:  # 0-d: no batch
+            continue
+        if not axes:
+            unchanged = True
             continue
         if len(axes) != 1:
             return []
         found.append((leaf, axes[0]))
+    if unchanged and any(axis == 0 for _, axis in found):
+        return []
     sizes = set((old[leaf][0][axis], new[leaf][0][axis])
                 for leaf, axis in found)
     return found if len(sizes) == 1 else []

@@ -776,3 +776,37 @@ def test_a_program_for_every_length_and_batch_size_exports_so():
         numpy.testing.assert_allclose(
             session.run(None, {'xs': x})[0], expected, rtol=1e-5,
             atol=1e-5)
+
+
+class _PaddedBagOfWords(chainer.Chain):
+    """Padded rows of token ids (``-1`` past each sentence's end, ignored
+    by the lookup), their embeddings averaged over the words."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 8, ignore_label=-1)
+            self.fc = L.Linear(8, 4)
+
+    def forward(self, x, t):
+        h = F.mean(self.embed(x), axis=1)
+        return F.softmax_cross_entropy(self.fc(h), t)
+
+
+def _padded_words(rng, words, batch=5):
+    ids = rng.randint(0, 30, (batch, words)).astype(numpy.int32)
+    ids[:, rng.randint(1, words + 1):] = -1
+    return ids, rng.randint(0, 4, batch).astype(numpy.int32)
+
+
+def test_padded_batches_of_every_sentence_length_share_one_entry():
+    """The number of words, axis 1 of the ids, varies by batch (a bucketed
+    iterator's padded batches) at a fixed batch size: the lookup keeps it
+    on its axis, the mean over the words gives fixed rows."""
+    rng = numpy.random.RandomState(3)
+    calls = [_padded_words(rng, words) for words in (6, 11, 4, 17, 11, 9)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(_PaddedBagOfWords), method='forward')
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
