@@ -64,6 +64,8 @@ def parse_args(argv=None):
     parser.add_argument('--calls', type=int, default=400)
     parser.add_argument('--threads', type=int, default=1)
     parser.add_argument('--output', default=None)
+    parser.add_argument('--only', nargs='+', default=None,
+                        help='workload name prefixes')
     return parser.parse_args(argv)
 
 
@@ -234,44 +236,87 @@ def _training(model_class, inputs):
     return run
 
 
-def _classifier_training(jit_options):
-    """``run(jit)``: a training step of the MLP's classifier loss per
-    call, each on a random batch size of 1 to 64."""
+def _loss_training(make_model, make_batch, grad_of, jit_options):
+    """``run(jit)``: a training step of the loss ``make_model()`` returns
+    per call, on ``make_batch(rng)``; ``grad_of(model)`` is the gradient
+    compared between the systems."""
     def run(jitted, calls, seed):
-        import chainer
-        import chainer.functions as F
         import numpy
 
         import chainerjit
-        from examples import models
-
-        class Loss(chainer.Chain):
-            def __init__(self):
-                super(Loss, self).__init__()
-                with self.init_scope():
-                    self.mlp = models.MLP()
-
-            def forward(self, x, t):
-                return F.softmax_cross_entropy(self.mlp(x), t)
         numpy.random.seed(seed)
-        model = Loss()
+        model = make_model()
         fn = chainerjit.jit(model.forward, **jit_options) if jitted \
             else model.forward
         rng = numpy.random.RandomState(seed)
         times, results = [], []
         for _ in range(calls):
-            batch = rng.randint(1, 65)
-            x = rng.randn(batch, 784).astype(numpy.float32)
-            t = rng.randint(0, 10, batch).astype(numpy.int32)
+            args = make_batch(rng)
             start = time.perf_counter()
-            loss = fn(x, t)
+            loss = fn(*args)
             model.cleargrads()
             loss.backward()
             times.append(time.perf_counter() - start)
-            results.append(model.mlp.l1.W.grad.copy())
+            results.append(grad_of(model).copy())
         return times, results, (fn.cache_info().currsize if jitted
                                 else None)
     return run
+
+
+def _classifier_training(jit_options):
+    """The MLP's classifier loss, each step on a random batch size of 1 to
+    64."""
+    import chainer
+    import chainer.functions as F
+    import numpy
+
+    from examples import models
+
+    class Loss(chainer.Chain):
+        def __init__(self):
+            super(Loss, self).__init__()
+            with self.init_scope():
+                self.mlp = models.MLP()
+
+        def forward(self, x, t):
+            return F.softmax_cross_entropy(self.mlp(x), t)
+
+    def batch(rng):
+        size = rng.randint(1, 65)
+        return (rng.randn(size, 784).astype(numpy.float32),
+                rng.randint(0, 10, size).astype(numpy.int32))
+    return _loss_training(Loss, batch, lambda m: m.mlp.l1.W.grad,
+                          jit_options)
+
+
+def _padded_text_training():
+    """A bag-of-words text classifier (embedding averaged over the words)
+    on padded batches of 32 sentences whose width, the longest sentence,
+    is 5 to 60 words: ids past a sentence's end are -1, ignored."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class BagOfWords(chainer.Chain):
+        def __init__(self):
+            super(BagOfWords, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(5000, 128, ignore_label=-1)
+                self.l1 = L.Linear(128, 128)
+                self.l2 = L.Linear(128, 5)
+
+        def forward(self, ids, t):
+            h = F.mean(self.embed(ids), axis=1)
+            return F.softmax_cross_entropy(self.l2(F.relu(self.l1(h))), t)
+
+    def batch(rng):
+        width = rng.randint(5, 61)
+        ids = rng.randint(0, 5000, (32, width)).astype(numpy.int32)
+        ends = rng.randint(1, width + 1, 32)
+        ids[numpy.arange(width) >= ends[:, None]] = -1
+        return ids, rng.randint(0, 5, 32).astype(numpy.int32)
+    return _loss_training(BagOfWords, batch, lambda m: m.l1.W.grad, {})
 
 
 def workloads():
@@ -294,6 +339,8 @@ def workloads():
          _classifier_training(jit_options={})),
         ('MLP training, batches 1 to 64', 'chainerjit dynamic=False',
          _classifier_training(jit_options=dict(dynamic=False))),
+        ('bag-of-words training, padded batches 5 to 60 words wide',
+         'chainerjit', _padded_text_training()),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',
@@ -329,6 +376,8 @@ def main(argv=None):
     rows = []
     eager_runs = {}
     for name, system, run in workloads():
+        if args.only and not any(name.startswith(p) for p in args.only):
+            continue
         if name not in eager_runs:
             eager_runs[name] = run(False, args.calls, 0)
         eager_times, eager_results, _ = eager_runs[name]
