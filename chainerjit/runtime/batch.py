@@ -368,7 +368,8 @@ def _made_again(made, argument, value):
     """The node making ``made`` (``lengths.MadeRows``, the constant
     ``value``) from ``argument`` at run time."""
     settings = (made.axis, made.rest, made.fill, made.array.dtype)
-    kernel = ops.Kernel(_full_rows(*settings), fresh=True,
+    kernel = ops.Kernel(_full_rows(*settings, xp=chainer.backend.
+                                   get_array_module(made.array)), fresh=True,
                         lengths=_rows_made,
                         onnx=_full_rows_to_onnx(*settings))
     return ir.Node('numpy.full', kernel, [argument],
@@ -377,10 +378,8 @@ def _made_again(made, argument, value):
                    loc=made.uses[0].loc if made.uses else None)
 
 
-def _full_rows(axis, rest, fill, dtype):
+def _full_rows(axis, rest, fill, dtype, xp):
     def full(x):
-        xp = numpy if isinstance(x, numpy.ndarray) else \
-            chainer.backend.get_array_module(x)
         return xp.full((x.shape[axis],) + rest, fill, dtype)
     return full
 

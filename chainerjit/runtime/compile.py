@@ -458,15 +458,11 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
     session to every batch size instead, where the batch is axis 0; the
     sessions of other programs (training ones, and those with symbolic
     trip counts: ``not_widened``) keep it, which this warns of."""
-    if caller.backend == 'onnxruntime':
-        why = None
-        if not_widened or any(axis for _, axis in batched.batch_axes()):
-            why = _ONE_SIZE_PER_SESSION
-            if caller.warn_batch is not None:
-                caller.warn_batch(why)
-        return None, why
     rows, why = None, _SIDE_EFFECTS
-    if structural.undoable(graph.nodes, loops=True):
+    if caller.backend == 'onnxruntime':
+        why = _ONE_SIZE_PER_SESSION if not_widened or any(
+            axis for _, axis in batched.batch_axes()) else None
+    elif structural.undoable(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
         leaf, axis = batched.batch_axes()[0]

@@ -17,6 +17,8 @@ import pytest
 import chainerjit
 from chainerjit import errors
 from chainerjit import testing
+from tests.frontend_tests.test_loop_lengths_in_helpers import _grads_match
+from tests.frontend_tests.test_loop_lengths_in_helpers import _twins
 
 
 I, H = 6, 8
@@ -83,15 +85,6 @@ def _calls(sizes=SIZES, seed=0):
             for t, u, b in sizes]
 
 
-def _twins(cls, device=None):
-    model, twin = cls(), cls()
-    twin.copyparams(model)
-    if device is not None:
-        model.to_device(device)
-        twin.to_device(device)
-    return model, twin
-
-
 def _matches_eager(model, twin, calls):
     """The jitted ``twin`` gives ``model``'s outputs and gradients at each
     of ``calls``, sent to the models' device."""
@@ -104,9 +97,7 @@ def _matches_eager(model, twin, calls):
         testing.assert_results_equal(actual, expected, 1e-5, 1e-6)
         F.sum(expected).backward()
         F.sum(actual).backward()
-        for (_, p), (_, q) in zip(sorted(model.namedparams()),
-                                  sorted(twin.namedparams())):
-            testing.assert_results_equal(q.grad, p.grad, 1e-4, 1e-5)
+        _grads_match(model, twin)
     return jitted
 
 

@@ -97,6 +97,40 @@ def test_training_programs_keep_the_batch_size():
     assert jitted.cache_info().currsize == 3, jitted.cache_report()
 
 
+class _TimeMajor(chainer.Chain):
+    """A loop over the steps of a time-major batch: its session has the
+    length dynamic, not the batch on axis 1."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = chainer.links.Linear(6, 8)
+
+    def forward(self, xs):
+        h = F.tanh(self.l1(xs[0]))
+        for t in range(1, len(xs)):
+            h = F.tanh(self.l1(xs[t]) + h)
+        return h
+
+
+@pytest.mark.parametrize('make_model, make, backprop', [
+    (models.MLP, _vectors, True),
+    (_TimeMajor, lambda rng, batch: (rng.randn(4, batch, 6).astype(F32),),
+     False)])
+def test_sessions_of_one_batch_size_say_so(make_model, make, backprop,
+                                           monkeypatch):
+    """Training sessions, and those of loops whose trip count is symbolic,
+    keep the batch size: a one-time warning says so."""
+    monkeypatch.setattr(errors, '_warned', set())
+    model = make_model()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    with pytest.warns(errors.RecompileWarning,
+                      match="with backend='onnxruntime' its sessions are "
+                            "built for one batch size"):
+        _run(jitted, model.forward, make, (3, 8, 17), backprop=backprop)
+    assert jitted.cache_info().currsize == 3, jitted.cache_report()
+
+
 def test_serving_mode_serves_every_batch_size():
     model = models.MLP()
     jitted = chainerjit.jit(model.forward, backend='onnxruntime',
