@@ -60,7 +60,13 @@ against eager's. Workloads:
   and forward (reversed sources, ``sequence_embed``, three-layer
   ``L.NStepLSTM`` encoder and decoder with dropout 0.1 between layers, the
   summed softmax cross entropy) over 8 sentence pairs of 3 to 20 tokens, a
-  training step per call.
+  training step per call;
+* ``CNN text classifier, sentences of new lengths`` and ``bag-of-words
+  text classifier, ...``: the example's CNN encoder (the sentences padded
+  by ``concat_examples``, convolutions 3, 4 and 5 words wide, their
+  maxima over the words, a linear layer) and its bag-of-words encoder
+  (the maximum of the padded embeddings over the words, a linear layer),
+  with dropout 0.1, over the same sentences, a training step per call.
 
 For each: the total time of the sequence (recordings and compiles
 included) and its ratio to eager's; the steady-state time per call over
@@ -118,7 +124,7 @@ def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
     Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN,
-    LossReader, GreedyDecoder)``."""
+    LossReader, GreedyDecoder, CNNTextClassifier, BOWTextClassifier)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -265,6 +271,59 @@ def models():
             h = F.dropout(last_h[-1], ratio=self.dropout)
             return F.softmax_cross_entropy(self.output(h), t)
 
+    def block_embed(embed, x, dropout=0.):
+        e = embed(x)
+        e = F.dropout(e, ratio=dropout)
+        e = F.transpose(e, (0, 2, 1))
+        return e[:, :, :, None]
+
+    class CNNTextClassifier(chainer.Chain):
+        def __init__(self, words=100, units=32, classes=4, dropout=0.1):
+            super().__init__()
+            out_units = units // 3
+            with self.init_scope():
+                self.embed = L.EmbedID(words, units, ignore_label=-1)
+                self.cnn_w3 = L.Convolution2D(units, out_units, (3, 1),
+                                              pad=(2, 0), nobias=True)
+                self.cnn_w4 = L.Convolution2D(units, out_units, (4, 1),
+                                              pad=(3, 0), nobias=True)
+                self.cnn_w5 = L.Convolution2D(units, out_units, (5, 1),
+                                              pad=(4, 0), nobias=True)
+                self.mlp = L.Linear(out_units * 3, out_units * 3)
+                self.output = L.Linear(out_units * 3, classes)
+            self.dropout = dropout
+
+        def forward(self, xs, t):
+            x_block = chainer.dataset.convert.concat_examples(xs,
+                                                              padding=-1)
+            ex_block = block_embed(self.embed, x_block, self.dropout)
+            h_w3 = F.max(self.cnn_w3(ex_block), axis=2)
+            h_w4 = F.max(self.cnn_w4(ex_block), axis=2)
+            h_w5 = F.max(self.cnn_w5(ex_block), axis=2)
+            h = F.dropout(F.relu(F.concat([h_w3, h_w4, h_w5], axis=1)),
+                          ratio=self.dropout)
+            h = F.relu(self.mlp(F.dropout(h, ratio=self.dropout)))
+            h = F.dropout(h, ratio=self.dropout)
+            return F.softmax_cross_entropy(self.output(h), t)
+
+    class BOWTextClassifier(chainer.Chain):
+        def __init__(self, words=100, units=32, classes=4, dropout=0.1):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(words, units, ignore_label=-1)
+                self.mlp = L.Linear(units, units)
+                self.output = L.Linear(units, classes)
+            self.dropout = dropout
+
+        def forward(self, xs, t):
+            x_block = chainer.dataset.convert.concat_examples(xs,
+                                                              padding=-1)
+            ex_block = F.dropout(self.embed(x_block), ratio=self.dropout)
+            h = F.max(ex_block, axis=1)
+            h = F.relu(self.mlp(F.dropout(h, ratio=self.dropout)))
+            h = F.dropout(h, ratio=self.dropout)
+            return F.softmax_cross_entropy(self.output(h), t)
+
     class Seq2seq(chainer.Chain):
         def __init__(self, words=100, units=32):
             super().__init__()
@@ -335,7 +394,8 @@ def models():
             return loss / (len(outs) + 1)
 
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
-            Seq2seq, Picked, Listed, AnnealedRNN, LossReader, GreedyDecoder)
+            Seq2seq, Picked, Listed, AnnealedRNN, LossReader, GreedyDecoder,
+            CNNTextClassifier, BOWTextClassifier)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -521,6 +581,10 @@ WORKLOAD_DEFS = {
     'text classifier, sentences of new lengths': Workload(_trained(5),
                                                           _text_calls),
     'seq2seq, sentences of new lengths': Workload(_trained(6), _seq2seq_calls),
+    'CNN text classifier, sentences of new lengths': Workload(
+        _trained(12), _text_calls),
+    'bag-of-words text classifier, sentences of new lengths': Workload(
+        _trained(13), _text_calls),
 }
 
 

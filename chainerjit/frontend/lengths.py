@@ -329,7 +329,7 @@ def made_noting(name, fn, args, kwargs, depth=1, module='numpy'):
     recorder = _state.recorder
     before = 0 if recorder is None else len(recorder.length_uses)
     note_passed('%s.%s' % (module, name), args, kwargs, depth)
-    array = fn(*args, **kwargs)
+    array = traced.made_view(fn(*args, **kwargs), depth)
     if recorder is None:
         return array
     if len(recorder.length_uses) > before:

@@ -206,6 +206,23 @@ def _noting_lengths(name):
     return make
 
 
+def _recording_padding(pad, recorder):
+    """``concat_examples(xs, padding=p)``'s padding of a batch while
+    recording: a batch of arrays computed from the inputs (a list
+    argument's items) is padded by one node, run again on every call,
+    instead of by writes into an array made by NumPy (an escape)."""
+    def padded(arrays, padding):
+        if _state.recorder is not recorder or recorder.depth or \
+                not traced.holds_traced(list(arrays)) or \
+                not all(isinstance(a, numpy.ndarray) for a in arrays):
+            return pad(arrays, padding)
+        return traced.record_library_call(
+            'concat_examples(padding=%r)' % (padding,),
+            lambda *items: pad(items, padding), tuple(arrays),
+            ops.rows_padded)
+    return padded
+
+
 # NumPy's array makers whose arguments are sizes.
 _MAKERS = ('zeros', 'ones', 'empty', 'full', 'arange', 'eye', 'identity',
            'tri', 'linspace')
@@ -265,7 +282,7 @@ def _recording_random(name):
             if name in _GENERATOR_STATE:
                 traced.escape('numpy.random.%s in the forward' % name)
                 return draw(*args, **kwargs)
-            result = draw(*args, **kwargs)
+            result = traced.as_library(draw, *args, **kwargs)
             if sys._getframe(1).f_code.co_filename.startswith(
                     _INITIALIZERS_DIR) or _state.recorder is not recorder:
                 return result
@@ -463,6 +480,8 @@ RECORDING_PATCHES = (
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),
     RecordingPatch(builtins, 'len', _symbolic_len),
+    RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
+                   _recording_padding),
 ) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))
           for name in _MAKERS) + tuple(
     RecordingPatch(numpy.random, name, _recording_random(name))

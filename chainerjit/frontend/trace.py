@@ -132,6 +132,7 @@ class _Recorder(object):
         # The memory of the arrays bound to inputs, parameters and results
         # (``traced.memory_owner``): a plain view of it is no constant.
         self.derived_memory = set()
+        self.constant_memory = set()
         self.effects = []  # ('setattr', link, name, value) and
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
@@ -219,9 +220,17 @@ class _Recorder(object):
     def bind(self, array, value):
         self.values[id(array)] = value
         self.alive.append(array)
-        if value.kind != 'const' and isinstance(array, numpy.ndarray):
-            self.derived_memory.add(id(traced.memory_owner(array)))
+        if isinstance(array, numpy.ndarray):
+            owner = id(traced.memory_owner(array))
+            if value.kind == 'const':
+                self.constant_memory.add(owner)
+            else:
+                self.derived_memory.add(owner)
         return value
+
+    def is_constant_memory(self, array):
+        """Is ``array``'s memory that of a constant of the program?"""
+        return id(traced.memory_owner(array)) in self.constant_memory
 
     def note_indexed(self, array, index, result):
         """``result = array[index]``: see ``lengths.note_indexed``."""
@@ -328,7 +337,17 @@ class _Recorder(object):
                              'functions used by a Chainer function',
                              user_location(3))
         return self.bind(array, self.graph.add_value(
-            'const', array.shape, array.dtype, data=array))
+            'const', array.shape, array.dtype, data=self._constant(array)))
+
+    def _constant(self, array):
+        """The data of a constant holding ``array`` (``traced.constant``),
+        which the arrays made with an argument's rows then name."""
+        data = traced.constant(array)
+        if data is not array:
+            self.made_rows[:] = [made._replace(array=data)
+                                 if made.array is array else made
+                                 for made in self.made_rows]
+        return data
 
     def _still_filled(self, array):
         """True for a CuPy array made while recording by ``cupy.zeros``,

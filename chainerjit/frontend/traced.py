@@ -81,9 +81,9 @@ def _as_tuple(fn):
 
 
 def untag(obj):
-    """``obj`` with traced views (in lists and tuples too) turned back
-    into plain arrays."""
-    if isinstance(obj, TracedArray):
+    """``obj`` with traced views and made arrays (:class:`MadeArray`; in
+    lists and tuples too) turned back into plain arrays."""
+    if isinstance(obj, (TracedArray, MadeArray)):
         return obj.view(numpy.ndarray)
     if _is_gpu_argument(obj):
         return obj.view(chainer.backends.cuda.ndarray)
@@ -272,6 +272,32 @@ def record_conversion(label, convert, a, args, kwargs):
     return result
 
 
+def record_library_call(label, fn, args, lengths=None):
+    """``fn(*args)``, a library function of NumPy arrays (Chainer's
+    padding of a batch), run on traced arrays as if it were one NumPy
+    function: its inside is not the forward's code (no made arrays, no
+    uses of sizes), and the call is recorded as a node calling it, whose
+    kernel has the ``Kernel.lengths`` rule ``lengths``."""
+    fn.lengths = lengths
+    result = _tag(as_library(fn, *untag(args)))
+    _record_numpy(label, fn, args, {}, result)
+    return result
+
+
+def as_library(fn, *args, **kwargs):
+    """``fn(*args, **kwargs)`` run as library code, not the forward's: the
+    arrays NumPy makes inside are its own (no :class:`MadeArray`), and
+    the sizes read are not the forward's uses."""
+    recorder = _state.recorder
+    if recorder is None:
+        return fn(*args, **kwargs)
+    recorder.depth += 1
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        recorder.depth -= 1
+
+
 def record_call(recorder, label, fn, args, kwargs, result, index=None):
     """Records NumPy run outside Chainer functions as a node; ``index``:
     ``x[k]`` of a varying int, ``(kernel, value of k)``."""
@@ -310,6 +336,8 @@ def _rows_kept(label, fn, args, kwargs, arrays, result):
     ``x[::-1]``, ``x[:]``, ``x[:, 3]``, ``xs[0]`` of a time-major
     ``xs``, an element-wise ufunc; else
     ``None``. (NumPy run on arrays has no gradient.)"""
+    if getattr(fn, 'lengths', None) is not None:
+        return fn.lengths
     if label == 'ndarray.__getitem__':
         index = args[1]
         if type(index) is slice and index.start is None and \
@@ -382,7 +410,7 @@ class RecordingGenerator(object):
 
         def draw(*args, **kwargs):
             return record_draw(label, attr, args, kwargs,
-                               attr(*args, **kwargs))
+                               as_library(attr, *args, **kwargs))
         return draw
 
     def __setattr__(self, name, value):
@@ -742,6 +770,99 @@ class TracedArray(numpy.ndarray):
         if self.ndim <= 1:
             escape('iterating over an array value')
         return numpy.ndarray.__iter__(self)
+
+
+class MadeArray(numpy.ndarray):
+    """An array the forward made with a NumPy maker (``numpy.full``,
+    ``zeros``, ...) while recording, and the views of it. It is a plain
+    array (NumPy run on it gives plain arrays), but for writes: one of a
+    value computed from the inputs (``block[i, :len(x)] = x``, as
+    ``concat_examples`` pads a batch), or at positions computed from them,
+    is an escape, since the array would otherwise be taken for a constant
+    holding the recorded values. So is any write once the array's memory
+    is a constant of the program."""
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        if 'out' in kwargs:
+            out = kwargs['out']
+            _note_write(out, inputs)
+            kwargs['out'] = tuple(_plain(x) for x in out)
+        return getattr(ufunc, method)(*_plain(inputs), **kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return func(*_plain(args), **_plain(kwargs))
+
+    def __setitem__(self, index, value):
+        _note_write((self,), (index, value))
+        numpy.ndarray.__setitem__(self.view(numpy.ndarray), index,
+                                  untag(value))
+
+
+def made_view(array, depth):
+    """``array``, just made by a NumPy maker called ``depth`` frames up,
+    seen as a :class:`MadeArray` where the forward's own code made it
+    (not Chainer's, NumPy's or chainerjit's: Chainer's padding of a batch
+    is recorded as one op, ``recording_patches._recording_padding``);
+    else as it is."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth or \
+            type(array) is not numpy.ndarray or is_library_file(
+                sys._getframe(depth).f_code.co_filename):
+        return array
+    return array.view(MadeArray)
+
+
+def constant(array):
+    """The data of a constant of the program holding ``array``: an array
+    the forward made, as it is now (the code after a graph break may
+    write into it once the recording is over), else ``array`` itself."""
+    if isinstance(array, MadeArray):
+        return array.view(numpy.ndarray).copy()
+    return array
+
+
+def _plain(obj):
+    """``obj`` with made arrays (in lists, tuples and dicts too) as plain
+    ones."""
+    if isinstance(obj, MadeArray):
+        return obj.view(numpy.ndarray)
+    if type(obj) in (list, tuple):
+        return type(obj)(_plain(x) for x in obj)
+    if type(obj) is dict:
+        return {k: _plain(v) for k, v in obj.items()}
+    return obj
+
+
+def _note_write(targets, written):
+    """Notes an escape where the arrays ``targets`` are written with (or
+    at positions given by) a value computed from the inputs in
+    ``written``, or where one's memory is a constant of the program."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth:
+        return
+    loc = user_location(3)
+    what = 'an index of a write into an array made by NumPy'
+    recorder.note_constants(written, what, loc)
+    recorder.length_uses += [n.use(what, loc) for n in _numbers_in(written)
+                             if getattr(type(n), 'python_int', False)]
+    if holds_traced(list(written)):
+        recorder.note_escape('writing an array computed from the inputs '
+                             'into an array made by NumPy', loc)
+    elif any(isinstance(t, numpy.ndarray) and recorder.is_constant_memory(t)
+             for t in targets):
+        recorder.note_escape('writing into an array the program already '
+                             'took as a constant', loc)
+
+
+def _numbers_in(obj):
+    """The ints in an index (its tuples and slices)."""
+    if isinstance(obj, int):
+        return [obj]
+    if type(obj) is slice:
+        obj = (obj.start, obj.stop, obj.step)
+    if type(obj) in (list, tuple):
+        return [n for x in obj for n in _numbers_in(x)]
+    return []
 
 
 def _is_self_copy(target, index, value):

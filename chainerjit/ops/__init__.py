@@ -75,13 +75,17 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into, structural, lengths)
 
 
-class Rows(collections.namedtuple('Rows', 'parts axis', defaults=(0,))):
+class Rows(collections.namedtuple('Rows', 'parts axis widest',
+                                  defaults=(0, False))):
     """The number of rows of a value that varies by call: the rows of list
     items and fixed numbers of rows, joined in order (``Kernel.lengths``).
     ``parts``: ``(leaf index, recorded length)`` for an item's rows,
     ``(None, n)`` for ``n`` fixed rows. ``axis``: the value's axis they
     are, the first but for a time-major batch (``(T, B, I)``); only the
-    rules marked :func:`takes_axes` get rows on another axis."""
+    rules marked :func:`takes_axes` get rows on another axis. ``widest``:
+    the rows are not the parts joined but as many as the longest item
+    has (a batch of items padded to one length); only the rules marked
+    :func:`takes_widest` get those."""
 
     __slots__ = ()
 
@@ -111,6 +115,8 @@ class Rows(collections.namedtuple('Rows', 'parts axis', defaults=(0,))):
         """These rows times ``numerator / denominator`` (a reshape that
         merges the rows' axis with the next or splits it), or ``None``
         where that is not a whole number of each item's rows."""
+        if self.widest:
+            return None
         factor = fractions.Fraction(numerator, denominator)
         items, fixed = self.count()
         recorded = dict((leaf, n) for leaf, n in self.parts)
@@ -137,6 +143,8 @@ class Rows(collections.namedtuple('Rows', 'parts axis', defaults=(0,))):
                  for leaf, n in items]
         if len(terms) > 3:
             terms = [terms[0], '...', terms[-1]]
+        if self.widest:
+            return 'max(%s)' % ','.join(terms)
         return '+'.join(terms + ([str(fixed)] if fixed else []))
 
 
@@ -294,6 +302,9 @@ def follow(node, rows):
     if rule is None or not getattr(rule, 'takes_axes', False) and \
             any(r is not None and r.axis for r in rows):
         return None
+    if not getattr(rule, 'takes_widest', False) and \
+            any(r is not None and r.widest for r in rows):
+        return None
     return rule(rows)
 
 
@@ -304,11 +315,31 @@ def takes_axes(rule):
     return rule
 
 
-@takes_axes
+def takes_widest(rule):
+    """Marks a :attr:`Kernel.lengths` rule (one that :func:`takes_axes`)
+    whose kernels neither join nor split the rows, so that rows as many
+    as the longest item's (``Rows.widest``) may reach it."""
+    rule.takes_axes = rule.takes_widest = True
+    return rule
+
+
+@takes_widest
+def rows_padded(rows):
+    """The :attr:`Kernel.lengths` rule of a batch of list items padded to
+    the longest (``concat_examples(xs, padding=p)``): its second axis has
+    as many rows as the longest item."""
+    if any(r is None or r.axis or r.widest or len(r.parts) != 1 or
+           r.parts[0][0] is None for r in rows):
+        return None
+    return Follow((Rows(tuple(r.parts[0] for r in rows), 1, True),))
+
+
+@takes_widest
 def rows_in_place(rows):
     """:func:`rows_follow_first` for a kernel whose output keeps the axes
-    of its first input where they are (a lookup ``W[ids]`` adds its own
-    after them): the rows may be on any axis."""
+    of its first input where they are (an element-wise activation; a
+    lookup ``W[ids]`` adds its own after them): the rows may be on any
+    axis."""
     return rows_follow_first(rows)
 
 
@@ -337,7 +368,7 @@ def rows_indexed(index):
             return None
         found = index_rows(index, rows[0])
         return None if found is None else Follow((found,))
-    return takes_axes(lengths)
+    return takes_widest(lengths)
 
 
 def same_rows(rows):
@@ -535,6 +566,7 @@ def _variants_forced(rule, ctx):
             return found
         return found._replace(kernel=_forced(found.kernel, ctx))
     lengths.takes_axes = getattr(rule, 'takes_axes', False)
+    lengths.takes_widest = getattr(rule, 'takes_widest', False)
     return lengths
 
 

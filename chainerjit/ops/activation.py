@@ -29,7 +29,7 @@ from chainerjit.ops import _loops_elementwise
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_follow
-from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_in_place
 from chainerjit.ops import onnx_op
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
@@ -67,7 +67,7 @@ def lower_relu(node, ctx):
                   onnx=onnx_op('Relu'),
                   fresh=True, inplace={0: lambda x: maximum(x, zero, out=x)},
                   into=_on_cpu(ctx, lambda out, x: maximum(x, zero, out=out)),
-                  lengths=rows_follow_first)
+                  lengths=rows_in_place)
 
 
 def _relu_grad_to_onnx(dtype):
@@ -108,14 +108,14 @@ def lower_leaky_relu(node, ctx):
         # forward_gpu: ``y = x <= 0 ? (T)(slope * x) : x``, no mask.
         return Kernel(lambda x: where(x <= 0, slope_t * x, x),
                       {'slope': slope}, grad=grad, onnx=onnx,
-                      lengths=rows_follow_first)
+                      lengths=rows_in_place)
 
     def fn(x):
         y = x.copy()
         y[x <= 0] *= slope
         return y
     return Kernel(fn, {'slope': slope}, grad=grad, onnx=onnx,
-                  lengths=rows_follow_first)
+                  lengths=rows_in_place)
 
 
 @lowering(sigmoid.Sigmoid)
@@ -144,7 +144,7 @@ def lower_sigmoid(node, ctx):
                   grad=GradRule(grad, outputs=(0,), onnx=grad_to_onnx),
                   onnx=onnx_op('Sigmoid'),
                   fresh=True, inplace={0: lambda x: sigmoid_into(x, x)},
-                  into=_on_cpu(ctx, sigmoid_into), lengths=rows_follow_first)
+                  into=_on_cpu(ctx, sigmoid_into), lengths=rows_in_place)
 
 
 @lowering(tanh.Tanh)
@@ -166,7 +166,7 @@ def lower_tanh(node, ctx):
                   onnx=onnx_op('Tanh'),
                   fresh=True, inplace={0: lambda x: tanh_(x, out=x)},
                   into=_on_cpu(ctx, lambda out, x: tanh_(x, out=out)),
-                  lengths=rows_follow_first)
+                  lengths=rows_in_place)
 
 
 @lowering(softmax.Softmax)

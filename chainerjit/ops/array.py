@@ -25,6 +25,7 @@ from chainer.functions.array import hstack
 from chainer.functions.array import im2col
 from chainer.functions.array import moveaxis
 from chainer.functions.array import pad
+from chainer.functions.array import pad_sequence
 from chainer.functions.array import permutate
 from chainer.functions.array import repeat
 from chainer.functions.array import reshape
@@ -55,9 +56,11 @@ from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_joined
+from chainerjit.ops import rows_padded
 from chainerjit.ops import same_rows
 from chainerjit.ops import state_lowering
 from chainerjit.ops import takes_axes
+from chainerjit.ops import takes_widest
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
 from chainerjit.ops.math import onnx_scatter_add
@@ -158,10 +161,58 @@ def lower_reshape(node, ctx):
                     onnx=_onnx_view(node, ctx))
     if not shape or not in_shape or not shape[0] or not in_shape[0]:
         return kernel
+    unit_axes = _unit_axes(node, shape, in_shape)
+    if unit_axes is not None:
+        return kernel._replace(lengths=_rows_past_unit_axes(
+            kernel, *unit_axes))
     if shape[0] != in_shape[0]:
         return kernel._replace(lengths=_rows_rescaled(kernel, in_shape,
                                                       shape))
     return kernel._replace(lengths=_rows_reshaped(kernel, in_shape, shape))
+
+
+def _unit_axes(node, shape, in_shape):
+    """``(axes added, axes removed)`` of an ``expand_dims`` or a
+    ``squeeze`` of given axes (numbered as the output's and as the
+    input's), or ``None``."""
+    if isinstance(node, expand_dims.ExpandDims):
+        axis = node.axis if node.axis >= 0 else node.axis + len(shape)
+        return (axis,), ()
+    if isinstance(node, squeeze.Squeeze) and node.axis is not None:
+        return (), tuple(sorted(a % len(in_shape) for a in node.axis))
+    return None
+
+
+def _rows_past_unit_axes(kernel, added, removed):
+    """The ``Kernel.lengths`` rule of a reshape that adds the unit axes
+    ``added`` or removes those ``removed``: rows on any other axis move
+    with it (a padded batch's words, on its second axis), and the kernel
+    takes any sizes."""
+    def moved(axis):
+        if axis in removed:
+            return None
+        axis -= sum(1 for a in removed if a < axis)
+        for a in added:
+            axis += a <= axis
+        return axis
+
+    def reshaped(x, added, removed):
+        sizes = [n for k, n in enumerate(x.shape) if k not in removed]
+        for a in added:
+            sizes.insert(a, 1)
+        return x.reshape(sizes)
+
+    @takes_widest
+    def lengths(rows):
+        found = rows[0]
+        axis = None if found is None else moved(found.axis)
+        return None if axis is None else \
+            Follow((found._replace(axis=axis),), any_sizes)
+    any_sizes = kernel._replace(
+        fn=lambda x: reshaped(x, added, removed),
+        grad=_grad_of_each(lambda gy: reshaped(gy, removed, added)),
+        lengths=lengths)
+    return lengths
 
 
 def _rows_reshaped(kernel, in_shape, shape):
@@ -360,7 +411,7 @@ def lower_transpose(node, ctx):
     axes = permutation(node, len(ctx.in_shapes[0]))
     inverse = tuple(int(a) for a in numpy.argsort(axes))
 
-    @takes_axes
+    @takes_widest
     def lengths(rows):  # the rows move with their axis
         return Follow((rows[0]._replace(axis=axes.index(rows[0].axis)),))
     return Kernel(lambda x: x.transpose(axes), {'axes': axes},
@@ -610,7 +661,7 @@ def lower_get_item(node, ctx):
     def lengths(rows):
         found = index_rows(slices, rows[0])
         return None if found is None else Follow((found,), any_lengths)
-    return kernel._replace(lengths=takes_axes(lengths))
+    return kernel._replace(lengths=takes_widest(lengths))
 
 
 @lowering(select_item.SelectItem)
@@ -1271,3 +1322,49 @@ def _grid_coordinates(h, w, dtype):
                             indexing='ij', copy=False)
     return numpy.concatenate([xs[None], ys[None], numpy.ones(
         (1, h, w), dtype=dtype)], axis=0).reshape(3, h * w)
+
+
+@lowering(pad_sequence.PadSequence)
+def lower_pad_sequence(node, ctx):
+    """``F.pad_sequence``: the items side by side, each padded to
+    ``length`` or, where it is not given, to the longest item (whose
+    rows it then has on its second axis: any lengths)."""
+    length, padding = node.length, node.padding
+
+    def run(*xs):
+        width = max(len(x) for x in xs) if length is None else length
+        y = cuda.get_array_module(xs[0]).full(
+            (len(xs), width) + xs[0].shape[1:], padding, xs[0].dtype)
+        for i, x in enumerate(xs):
+            y[i, :len(x)] = x
+        return y
+
+    def grad(xs, ys, gys, wanted):
+        return tuple(gys[0][i, :len(x)].copy() if w else None
+                     for i, (x, w) in enumerate(zip(xs, wanted)))
+
+    def to_onnx(b, ins, outs):
+        onnx_items_padded(b, ins, len(ctx.in_shapes[0]), 0, length,
+                          padding, ctx.in_dtypes[0], outs)
+    return Kernel(run, {'length': length, 'padding': padding},
+                  grad=GradRule(grad, inputs=range(len(ctx.in_shapes))),
+                  onnx=to_onnx, fresh=True,
+                  lengths=rows_padded if length is None else None)
+
+
+def onnx_items_padded(b, xs, ndim, axis, length=None, padding=None,
+                      dtype=None, out=None):
+    """``(padded, lengths)``: the ONNX items ``xs`` (of ``ndim`` axes)
+    padded on their first axis to ``length``, or to the longest, with
+    ``padding`` (zeros for ``None``), and stacked on a new ``axis``; the
+    items' lengths (1-d int64 names, read from their shapes)."""
+    lengths = [b.op('Slice', [b.op('Shape', [x])[0], b.int64s([0]),
+                              b.int64s([1])])[0] for x in xs]
+    longest = b.int64s([length]) if length is not None else b.op(
+        'ReduceMax', [b.op('Concat', lengths, axis=0)[0]], keepdims=1)[0]
+    value = [] if padding is None else [onnx_scalar(b, padding, dtype)]
+    columns = [b.op('Unsqueeze', [b.op('Pad', [x, b.op('Concat', [
+        b.int64s([0] * ndim), b.op('Sub', [longest, n])[0],
+        b.int64s([0] * (ndim - 1))], axis=0)[0]] + value)[0],
+        b.int64s([axis])])[0] for x, n in zip(xs, lengths)]
+    return b.op('Concat', columns, out, axis=axis)[0], lengths

@@ -26,7 +26,9 @@ from chainer.functions.connection import embed_id
 from chainer.functions.connection import shift
 from chainer.utils import conv
 
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
+from chainerjit.ops import generic_kernel
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_convolution
 from chainerjit.ops import linear as linear_ops
@@ -35,6 +37,7 @@ from chainerjit.ops import lowering
 from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import rows_in_place
+from chainerjit.ops import takes_widest
 from chainerjit.ops.scratch import Scratch
 
 
@@ -265,7 +268,38 @@ def lower_convolution_2d(node, ctx):
                   grad=GradRule(_conv_grad(node, ctx, scratch),
                                 inputs=(0, 1),
                                 onnx=_conv_grad_to_onnx(node, ctx)),
-                  onnx=_conv_to_onnx(node), lengths=rows_follow_first)
+                  onnx=_conv_to_onnx(node),
+                  lengths=_conv_lengths(node, ctx))
+
+
+def _conv_lengths(node, ctx):
+    """The ``Kernel.lengths`` rule of a convolution: its kernels take any
+    number of images; rows on a spatial axis (the words of a text CNN,
+    padded to the longest sentence) take Chainer's own forward and
+    backward at any size (``ops.generic_kernel``), where the stride is 1
+    and windows do not cover all: each output has as many rows as its
+    input, plus twice the padding, less the dilated window's extent
+    past its first row."""
+    @takes_widest
+    def lengths(rows):
+        found = rows[0]
+        if found is None or any(r is not None for r in rows[1:]):
+            return None
+        if found.axis == 0:
+            return None if found.widest else Follow((found,))
+        if found.axis not in (2, 3) or node.cover_all:
+            return None
+        k = ctx.in_shapes[1][found.axis]
+        stride, pad, dilate = ((node.sy, node.ph, node.dy) if
+                               found.axis == 2 else
+                               (node.sx, node.pw, node.dx))
+        if stride != 1:
+            return None
+        offset = 2 * pad - dilate * (k - 1)
+        out = found._replace(parts=found.parts + ((None, offset),)) \
+            if offset else found
+        return Follow((out,), generic_kernel(node, ctx))
+    return lengths
 
 
 def _conv_forward(node, ctx, scratch):

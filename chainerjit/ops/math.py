@@ -69,7 +69,7 @@ from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_broadcast
 from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_follow_first
-from chainerjit.ops import takes_axes
+from chainerjit.ops import takes_widest
 
 
 def grad_rule(ctx, fn, inputs=(), outputs=(), onnx=None):
@@ -1033,7 +1033,7 @@ def _reduction_rows(kernel, node, ctx, mean=False):
                 grad=grad_rule(ctx, grad_with_rows(found.axis, out.axis)),
                 lengths=rule(False))
             return Follow((out,), variant)
-        return takes_axes(lengths)
+        return takes_widest(lengths)
     general = kernel._replace(
         grad=grad_rule(ctx, grad_at_input_shape, inputs=(0,)),
         lengths=rule(False))
@@ -1054,7 +1054,7 @@ def _reduced_rows(axes, keepdims):
     """The ``Kernel.lengths`` rule of a reduction over ``axes`` whose
     kernel and gradient take any shape: the rows of its input through
     it."""
-    @takes_axes
+    @takes_widest
     def lengths(rows):
         found = rows[0]
         if found is None or any(r is not None for r in rows[1:]):

@@ -9,12 +9,12 @@ runs on the generic path, which draws a fresh mask as Chainer does.
 from chainer.functions.noise import dropout
 
 from chainerjit.ops import generic_lengths
-from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_in_place
 
 
 @generic_lengths(dropout.Dropout)
 def dropout_lengths(template):
     """A dropout with no mask given draws one of its input's shape on each
     call (``numpy.random.rand(*x.shape)``), and its backward multiplies by
-    that mask: it takes any number of rows."""
-    return rows_follow_first if template.mask is None else None
+    that mask: it takes any number of rows, on any axis."""
+    return rows_in_place if template.mask is None else None

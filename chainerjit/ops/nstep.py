@@ -28,6 +28,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import rnn
+from chainerjit.ops.array import onnx_items_padded
 from chainerjit.ops.linear import grad_linear
 
 
@@ -677,14 +678,7 @@ def _to_onnx(spec, b, ins, outs):
         attrs['activations'] = attrs['activations'] * spec.directions
     state_gates = [len(gates) + k for k in gates]
     hx, cx, xs, ws, bs = _split_inputs(spec, ins)
-    lengths = [b.op('Slice', [b.op('Shape', [x])[0], b.int64s([0]),
-                              b.int64s([1])])[0] for x in xs]
-    longest = b.op('ReduceMax', [b.op('Concat', lengths, axis=0)[0]],
-                   keepdims=1)[0]
-    columns = [b.op('Unsqueeze', [b.op('Pad', [x, b.op('Concat', [
-        b.int64s([0, 0]), b.op('Sub', [longest, n])[0], b.int64s([0])],
-        axis=0)[0]])[0], b.int64s([1])])[0] for x, n in zip(xs, lengths)]
-    inputs = b.op('Concat', columns, axis=1)[0]
+    inputs, lengths = onnx_items_padded(b, xs, 2, 1)
     seq_lens = b.op('Cast', [b.op('Concat', lengths, axis=0)[0]], to=6)[0]
     states = [[] for _ in range(spec.n_states)]
     for layer in range(spec.n_layers):

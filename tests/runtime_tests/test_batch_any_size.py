@@ -799,14 +799,16 @@ def _padded_words(rng, words, batch=5):
     return ids, rng.randint(0, 4, batch).astype(numpy.int32)
 
 
-def test_padded_batches_of_every_sentence_length_share_one_entry():
+@pytest.mark.parametrize('cls', [_PaddedBagOfWords, _TextCNN])
+def test_padded_batches_of_every_sentence_length_share_one_entry(cls):
     """The number of words, axis 1 of the ids, varies by batch (a bucketed
     iterator's padded batches) at a fixed batch size: the lookup keeps it
-    on its axis, the mean over the words gives fixed rows."""
+    on its axis, a convolution over the words follows it (Chainer's own
+    kernels), the mean or the maximum over the words gives fixed rows."""
     rng = numpy.random.RandomState(3)
     calls = [_padded_words(rng, words) for words in (6, 11, 4, 17, 11, 9)]
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         jitted = differential.check_grads(
-            None, calls, model=_model(_PaddedBagOfWords), method='forward')
+            None, calls, model=_model(cls), method='forward')
     assert jitted.cache_info().currsize == 1, jitted.cache_report()

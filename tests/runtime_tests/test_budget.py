@@ -136,9 +136,9 @@ def test_new_shapes_beyond_the_value_limit_still_record(rng):
 
 
 class Encoder(chainer.Chain):
-    """A bag of words over a list of sequences of different lengths, as
-    Chainer's text examples encode a batch: padded to the longest, which
-    keeps their lengths in the key (``runtime.ragged``)."""
+    """The first two words of each of a list of sequences of different
+    lengths padded to the longest: a cut of the padded words, which keeps
+    their lengths in the key (``runtime.ragged``)."""
 
     def __init__(self):
         super().__init__()
@@ -147,7 +147,8 @@ class Encoder(chainer.Chain):
             self.out = L.Linear(6, 3)
 
     def forward(self, xs, t):
-        h = F.sum(F.pad_sequence([self.embed(x) for x in xs]), axis=1)
+        padded = F.pad_sequence([self.embed(x) for x in xs])
+        h = F.sum(padded[:, :2], axis=1)
         return F.softmax_cross_entropy(self.out(h), t)
 
 

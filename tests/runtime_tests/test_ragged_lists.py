@@ -357,12 +357,30 @@ class _ReadsLength(_PerItem):
 
 class _PadsItems(_PerItem):
     def forward(self, xs):
-        return F.pad_sequence([self.embed(x) for x in xs])
+        padded = F.pad_sequence([self.embed(x) for x in xs])
+        return F.reshape(padded, (len(xs), -1))
+
+
+class _Strided(_PerItem):
+    """A convolution over the padded words with a stride of 2, whose
+    kernels are compiled for the recorded width."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.conv = L.Convolution2D(6, 4, (3, 1), stride=(2, 1),
+                                        pad=(1, 0))
+
+    def forward(self, xs):
+        block = F.pad_sequence([self.embed(x) for x in xs])
+        h = self.conv(F.transpose(block, (0, 2, 1))[:, :, :, None])
+        return F.max(h, axis=2)
 
 
 @pytest.mark.parametrize('cls, why', [
     (_ReadsLength, 'xs[0].shape[0] compared at test_ragged_lists.py:'),
-    (_PadsItems, 'a value computed from xs[0] read by PadSequence'),
+    (_PadsItems, 'a value computed from xs[0] read by Reshape'),
+    (_Strided, 'a value computed from xs[0] read by Convolution2D'),
 ])
 def test_a_length_the_program_depends_on_stays_in_the_key(cls, why):
     rng = numpy.random.RandomState(4)
@@ -485,3 +503,72 @@ def test_exported_n_step_links_run_at_other_lengths(make, n_states):
         numpy.random.RandomState(15), 5, n_items=3))
     assert {'LSTM', 'GRU', 'RNN'} & set(n.op_type
                                         for n in exported.graph.node)
+
+
+class _BagOfWords(chainer.Chain):
+    """Chainer's text classification example's bag-of-words encoder: the
+    sentences padded by ``concat_examples``, embedded, dropped out and
+    maxed over the words."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.out = L.Linear(6, 3)
+
+    def forward(self, xs, ys):
+        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        h = F.max(F.dropout(self.embed(x_block), 0.2), axis=1)
+        return F.softmax_cross_entropy(F.dropout(self.out(h), 0.1),
+                                       F.concat(ys, axis=0))
+
+
+class _PaddedSequences(_PerItem):
+    """The embedded items padded by ``F.pad_sequence``, their mean over
+    the words and their maximum."""
+
+    def forward(self, xs, ys):
+        padded = F.pad_sequence([self.embed(x) for x in xs], padding=-5.)
+        h = F.mean(padded, axis=1) + F.max(padded, axis=1)
+        return F.softmax_cross_entropy(self.fc(h), F.concat(ys, axis=0))
+
+
+class _Convolutions(chainer.Chain):
+    """Chainer's text classification example's CNN encoder: convolutions
+    of three widths over the padded words, their maxima over the words."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.cnn_w3 = L.Convolution2D(6, 4, (3, 1), pad=(2, 0),
+                                          nobias=True)
+            self.cnn_w4 = L.Convolution2D(6, 4, (4, 1), pad=(3, 0))
+            self.cnn_w5 = L.Convolution2D(6, 4, (5, 1), pad=(4, 0),
+                                          dilate=(2, 1))
+            self.out = L.Linear(12, 3)
+
+    def forward(self, xs, ys):
+        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        e = F.dropout(self.embed(x_block), 0.1)
+        e = F.transpose(e, (0, 2, 1))[:, :, :, None]
+        h = F.concat([F.max(self.cnn_w3(e), axis=2),
+                      F.max(self.cnn_w4(e), axis=2),
+                      F.max(self.cnn_w5(e), axis=2)], axis=1)
+        h = F.dropout(F.relu(h), 0.1)
+        return F.softmax_cross_entropy(self.out(F.reshape(h, (-1, 12))),
+                                       F.concat(ys, axis=0))
+
+
+@pytest.mark.parametrize('cls', [_BagOfWords, _PaddedSequences,
+                                 _Convolutions])
+def test_items_padded_to_the_longest_at_any_lengths(cls):
+    rng = numpy.random.RandomState(21)
+    calls = [(_tokens(rng), [rng.randint(0, 3, (1,)).astype(numpy.int32)
+                             for _ in range(4)]) for _ in range(10)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        jitted = _check_seeded(_model(cls), calls)
+    entry, = jitted.cache_entries()
+    assert '[4,max(L0,...,L3)' in str(entry.graph), entry.graph
+    assert jitted.cache_info().compiled >= 4
