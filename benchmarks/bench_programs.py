@@ -99,7 +99,9 @@ WORKLOADS = ('CRF tagger, accuracy count', 'MLP, loss read into Python',
              'new list index every call',
              'LSTM, new length and annealed weight every call',
              'text classifier, sentences of new lengths',
-             'seq2seq, sentences of new lengths')
+             'seq2seq, sentences of new lengths',
+             'CNN text classifier, sentences of new lengths',
+             'bag-of-words text classifier, sentences of new lengths')
 
 #: ``steps(jit)``: ``(step, jitted function)``; ``step(n, args)`` runs
 #: call ``n`` and returns what is compared.
