@@ -10,6 +10,7 @@ Chainer's within rounding. On the GPU Chainer uses cuDNN, so those nodes
 stay on the generic path there.
 """
 
+import collections
 import copy
 import math
 import types
@@ -28,7 +29,6 @@ from chainer.utils import conv
 
 from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
-from chainerjit.ops import generic_kernel
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_convolution
 from chainerjit.ops import linear as linear_ops
@@ -275,11 +275,11 @@ def lower_convolution_2d(node, ctx):
 def _conv_lengths(node, ctx):
     """The ``Kernel.lengths`` rule of a convolution: its kernels take any
     number of images; rows on a spatial axis (the words of a text CNN,
-    padded to the longest sentence) take Chainer's own forward and
-    backward at any size (``ops.generic_kernel``), where the stride is 1
-    and windows do not cover all: each output has as many rows as its
-    input, plus twice the padding, less the dilated window's extent
-    past its first row."""
+    padded to the longest sentence) take the kernels lowered for each
+    size met (:func:`_lowered_per_size`), where the stride is 1 and
+    windows do not cover all: each output has as many rows as its input,
+    plus twice the padding, less the dilated window's extent past its
+    first row."""
     @takes_widest
     def lengths(rows):
         found = rows[0]
@@ -298,8 +298,45 @@ def _conv_lengths(node, ctx):
         offset = 2 * pad - dilate * (k - 1)
         out = found._replace(parts=found.parts + ((None, offset),)) \
             if offset else found
-        return Follow((out,), generic_kernel(node, ctx))
+        return Follow((out,), _lowered_per_size(node, ctx, lengths))
     return lengths
+
+
+#: The most sizes :func:`_lowered_per_size` keeps kernels for.
+_SIZES_KEPT = 64
+
+
+def _lowered_per_size(node, ctx, lengths):
+    """The kernel of a convolution whose input's spatial size varies: on
+    each call, the forward and gradient lowered for that input's shape
+    (kept for the last :data:`_SIZES_KEPT` shapes met), so each size runs
+    the kernels a program recorded at it would."""
+    lowered = collections.OrderedDict()
+    k_h, k_w = ctx.in_shapes[1][2:]
+
+    def kernel_for(x):
+        kernel = lowered.get(x.shape)
+        if kernel is None:
+            n, _, h, w = x.shape
+            out = (n, ctx.out_shapes[0][1],
+                   conv.get_conv_outsize(h, k_h, node.sy, node.ph, d=node.dy),
+                   conv.get_conv_outsize(w, k_w, node.sx, node.pw, d=node.dx))
+            kernel = lower_convolution_2d(node, ctx._replace(
+                in_shapes=(x.shape,) + tuple(ctx.in_shapes[1:]),
+                out_shapes=(out,)))
+            if len(lowered) >= _SIZES_KEPT:
+                lowered.popitem(last=False)
+            lowered[x.shape] = kernel
+        return kernel
+
+    def run(x, *rest):
+        return kernel_for(x).fn(x, *rest)
+
+    def grad(xs, ys, gys, wanted):
+        return kernel_for(xs[0]).grad.fn(xs, ys, gys, wanted)
+    first = lower_convolution_2d(node, ctx)
+    return first._replace(fn=run, grad=first.grad._replace(fn=grad),
+                          lengths=lengths)
 
 
 def _conv_forward(node, ctx, scratch):
