@@ -787,6 +787,8 @@ class MadeArray(numpy.ndarray):
             out = kwargs['out']
             _note_write(out, inputs)
             kwargs['out'] = tuple(_plain(x) for x in out)
+        if method == 'at':  # ``numpy.add.at(a, index, b)`` writes into a
+            _note_write(inputs[:1], inputs[1:])
         return getattr(ufunc, method)(*_plain(inputs), **kwargs)
 
     def __array_function__(self, func, types, args, kwargs):
@@ -796,6 +798,52 @@ class MadeArray(numpy.ndarray):
         _note_write((self,), (index, value))
         numpy.ndarray.__setitem__(self.view(numpy.ndarray), index,
                                   untag(value))
+
+    def _writing(name):
+        write = getattr(numpy.ndarray, name)
+
+        def writing(self, *args, **kwargs):
+            _note_write((self,), (args, kwargs))
+            return write(self.view(numpy.ndarray), *untag(args), **kwargs)
+        writing.__name__ = name
+        return writing
+
+    for _name in ('put', 'itemset', 'setfield'):
+        if hasattr(numpy.ndarray, _name):  # NumPy 2 has no itemset
+            locals()[_name] = _writing(_name)
+    del _name, _writing
+
+    @property
+    def flat(self):
+        return _WatchedFlat(self)
+
+
+class _WatchedFlat(object):
+    """``made.flat`` of a :class:`MadeArray`: a write through it is
+    watched as one into the array."""
+
+    def __init__(self, array):
+        self._array = array
+        self._flat = array.view(numpy.ndarray).flat
+
+    def __setitem__(self, index, value):
+        _note_write((self._array,), (index, value))
+        self._flat[index] = untag(value)
+
+    def __getattr__(self, name):
+        return getattr(self._flat, name)
+
+    def __getitem__(self, index):
+        return self._flat[index]
+
+    def __iter__(self):
+        return iter(self._flat)
+
+    def __len__(self):
+        return len(self._flat)
+
+    def __array__(self, *args, **kwargs):
+        return self._flat.__array__(*args, **kwargs)
 
 
 def made_view(array, depth):
