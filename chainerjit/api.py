@@ -386,6 +386,8 @@ class JitFunction(_calls.CachedCall):
                 (None, None)
             if batched is None:
                 looped = batch.looped_sibling(self.cache, key)
+                if looped is None:
+                    self._warn_sizes(batch.sizes_sibling(self.cache, key))
             elif batched.size_of(key) < batch.MIN_SIZE:
                 batched = None
         result = self._compile(key, leaves, instance, args, kwargs,
@@ -446,6 +448,12 @@ class JitFunction(_calls.CachedCall):
             (self.__name__, 'batch'), errors.RecompileWarning,
             'chainerjit: %s keeps the batch size in the cache key (each '
             'batch size compiles again): %s' % (self.__name__, why))
+
+    def _warn_sizes(self, why):
+        if why is not None:
+            errors.warn_once((self.__name__, 'sizes'),
+                             errors.RecompileWarning,
+                             'chainerjit: %s: %s' % (self.__name__, why))
 
     def _warn_items(self, why):
         errors.warn_once((self.__name__, 'items'), errors.RecompileWarning,

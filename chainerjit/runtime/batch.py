@@ -267,6 +267,28 @@ def looped_sibling(cache, key):
     return None
 
 
+def sizes_sibling(cache, key):
+    """Why a call that misses a compiled entry of the same mode only for
+    the sizes of its arrays compiles an entry of its own, where those
+    sizes changed on more than one axis of an array at once (the batch
+    size and the padded width, the steps and the batch of a time-major
+    batch): an entry follows one changing axis. A line, or ``None``."""
+    for entry, general in _alike_entries(cache, key, lambda entry: (
+            entry.program is not None)):
+        changed = [(leaf, axes) for leaf, axes in
+                   _differing(entry.key[3], general[3]) or () if axes]
+        if any(len(axes) > 1 for _, axes in changed):
+            names = [name for name, _ in entry.signature.items]
+            return ', '.join(
+                ' and '.join('%s.shape[%d]' % (names[leaf], axis)
+                             for axis in axes)
+                for leaf, axes in changed if len(axes) > 1) + \
+                ' changed in one call, and an entry follows the sizes of ' \
+                'one axis (a batch, or the words of a padded batch) that ' \
+                'change: each new combination compiles again'
+    return None
+
+
 def _differing_axes(old, new):
     """The ``(leaf, axis)`` where two keys' array specs differ in size, if
     they differ in nothing else; else ``[]``."""

@@ -812,3 +812,34 @@ def test_padded_batches_of_every_sentence_length_share_one_entry(cls):
         jitted = differential.check_grads(
             None, calls, model=_model(cls), method='forward')
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+class _MeanOverSteps(chainer.Chain):
+    """A time-major batch projected at once and averaged over the steps."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 6)
+
+    def forward(self, xs):
+        steps, batch, width = xs.shape
+        h = F.tanh(self.fc(F.reshape(xs, (steps * batch, width))))
+        return F.mean(F.reshape(h, (steps, batch, 6)), axis=0)
+
+
+def test_two_axes_changing_at_once_say_that_they_compile_again():
+    rng = numpy.random.RandomState(8)
+    model = _model(_MeanOverSteps)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for steps, batch in [(6, 3), (9, 3), (7, 5), (4, 2)]:
+            xs = rng.randn(steps, batch, 4).astype(F32)
+            testing.assert_results_equal(jitted(xs), model.forward(xs),
+                                         1e-5, 1e-6)
+    messages = [str(w.message) for w in caught
+                if w.category is errors.RecompileWarning]
+    assert any('xs.shape[0] and xs.shape[1] changed in one call' in m
+               for m in messages), messages
+    assert jitted.cache_info().currsize == 3, jitted.cache_report()
