@@ -278,7 +278,7 @@ def record_library_call(label, fn, args, lengths=None):
     function: its inside is not the forward's code (no made arrays, no
     uses of sizes), and the call is recorded as a node calling it, whose
     kernel has the ``Kernel.lengths`` rule ``lengths``."""
-    fn.lengths = lengths
+    fn.lengths_rule = lengths
     result = _tag(as_library(fn, *untag(args)))
     _record_numpy(label, fn, args, {}, result)
     return result
@@ -336,8 +336,8 @@ def _rows_kept(label, fn, args, kwargs, arrays, result):
     ``x[::-1]``, ``x[:]``, ``x[:, 3]``, ``xs[0]`` of a time-major
     ``xs``, an element-wise ufunc; else
     ``None``. (NumPy run on arrays has no gradient.)"""
-    if getattr(fn, 'lengths', None) is not None:
-        return fn.lengths
+    if getattr(fn, 'lengths_rule', None) is not None:
+        return fn.lengths_rule
     if label == 'ndarray.__getitem__':
         index = args[1]
         if type(index) is slice and index.start is None and \
@@ -776,8 +776,8 @@ class MadeArray(numpy.ndarray):
     """An array the forward made with a NumPy maker (``numpy.full``,
     ``zeros``, ...) while recording, and the views of it. It is a plain
     array (NumPy run on it gives plain arrays), but for writes: one of a
-    value computed from the inputs (``block[i, :len(x)] = x``, as
-    ``concat_examples`` pads a batch), or at positions computed from them,
+    value computed from the inputs (``block[i, :len(x)] = x``, a batch
+    padded by hand), or at positions computed from them,
     is an escape, since the array would otherwise be taken for a constant
     holding the recorded values. So is any write once the array's memory
     is a constant of the program."""
