@@ -210,16 +210,24 @@ def _recording_padding(pad, recorder):
     """``concat_examples(xs, padding=p)``'s padding of a batch while
     recording: a batch of arrays computed from the inputs (a list
     argument's items) is padded by one node, run again on every call,
-    instead of by writes into an array made by NumPy (an escape)."""
+    instead of by writes into an array NumPy made (which the program
+    would take for a constant). Items alike but for their first axis are
+    padded by ``F.pad_sequence``, at any lengths; others by Chainer's
+    own code."""
     def padded(arrays, padding):
         if _state.recorder is not recorder or recorder.depth or \
                 not traced.holds_traced(list(arrays)) or \
                 not all(isinstance(a, numpy.ndarray) for a in arrays):
             return pad(arrays, padding)
+        first = arrays[0]
+        if first.ndim and isinstance(padding, (int, float)) and all(
+                a.shape[1:] == first.shape[1:] and a.dtype == first.dtype
+                for a in arrays):
+            return chainer.functions.pad_sequence(
+                list(arrays), padding=padding).array
         return traced.record_library_call(
             'concat_examples(padding=%r)' % (padding,),
-            lambda *items: pad(items, padding), tuple(arrays),
-            ops.rows_padded)
+            lambda *items: pad(items, padding), tuple(arrays))
     return padded
 
 

@@ -272,13 +272,11 @@ def record_conversion(label, convert, a, args, kwargs):
     return result
 
 
-def record_library_call(label, fn, args, lengths=None):
+def record_library_call(label, fn, args):
     """``fn(*args)``, a library function of NumPy arrays (Chainer's
     padding of a batch), run on traced arrays as if it were one NumPy
     function: its inside is not the forward's code (no made arrays, no
-    uses of sizes), and the call is recorded as a node calling it, whose
-    kernel has the ``Kernel.lengths`` rule ``lengths``."""
-    fn.lengths_rule = lengths
+    uses of sizes), and the call is recorded as a node calling it."""
     result = _tag(as_library(fn, *untag(args)))
     _record_numpy(label, fn, args, {}, result)
     return result
@@ -336,8 +334,6 @@ def _rows_kept(label, fn, args, kwargs, arrays, result):
     ``x[::-1]``, ``x[:]``, ``x[:, 3]``, ``xs[0]`` of a time-major
     ``xs``, an element-wise ufunc; else
     ``None``. (NumPy run on arrays has no gradient.)"""
-    if getattr(fn, 'lengths_rule', None) is not None:
-        return fn.lengths_rule
     if label == 'ndarray.__getitem__':
         index = args[1]
         if type(index) is slice and index.start is None and \

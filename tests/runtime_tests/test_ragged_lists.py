@@ -549,6 +549,9 @@ class _Convolutions(chainer.Chain):
             self.out = L.Linear(12, 3)
 
     def forward(self, xs, ys):
+        return F.softmax_cross_entropy(self.scores(xs), F.concat(ys, axis=0))
+
+    def scores(self, xs):
         x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
         e = F.dropout(self.embed(x_block), 0.1)
         e = F.transpose(e, (0, 2, 1))[:, :, :, None]
@@ -556,8 +559,7 @@ class _Convolutions(chainer.Chain):
                       F.max(self.cnn_w4(e), axis=2),
                       F.max(self.cnn_w5(e), axis=2)], axis=1)
         h = F.dropout(F.relu(h), 0.1)
-        return F.softmax_cross_entropy(self.out(F.reshape(h, (-1, 12))),
-                                       F.concat(ys, axis=0))
+        return self.out(F.reshape(h, (-1, 12)))
 
 
 @pytest.mark.parametrize('cls', [_BagOfWords, _PaddedSequences,
@@ -572,3 +574,29 @@ def test_items_padded_to_the_longest_at_any_lengths(cls):
     entry, = jitted.cache_entries()
     assert '[4,max(L0,...,L3)' in str(entry.graph), entry.graph
     assert jitted.cache_info().compiled >= 4
+
+
+class _ConvolutionScores(_Convolutions):
+    def forward(self, xs):
+        return self.scores(xs)
+
+
+def test_exported_cnn_text_classifier_runs_at_other_lengths():
+    _check_exported(_model(_ConvolutionScores),
+                    _calls(numpy.random.RandomState(17), 6))
+
+
+def _padded_features(xs):
+    return F.tanh(chainer.dataset.convert.concat_examples(xs, padding=0.5))
+
+
+def test_concat_examples_of_items_unlike_on_other_axes():
+    rng = numpy.random.RandomState(18)
+    jitted = chainerjit.jit(_padded_features)
+    for _ in range(4):
+        xs = [rng.randn(n, m).astype(numpy.float32)
+              for n, m in ((3, 2), (2, 4), (4, 1))]
+        chainerjit.testing.assert_results_equal(jitted(xs),
+                                                _padded_features(xs))
+    assert jitted.cache_info().compiled == 3
+    assert 'concat_examples(padding=0.5)' in str(jitted.last_entry.graph)
