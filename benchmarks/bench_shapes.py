@@ -13,6 +13,11 @@ weights; every call's result is checked against eager's. Workloads:
   of the MLP's softmax cross entropy loss, a random batch size of 1 to 64
   on each call; defaults (one entry for every batch size but 1) and
   ``dynamic=False``;
+* ``bag-of-words training, padded batches ...``: a text classifier
+  averaging its embeddings over the words of padded ids, batches of 32
+  sentences 5 to 60 words wide, and batches of 2 to 64 sentences too; a
+  text CNN (a convolution 3 words wide, its maximum over the words) on
+  the latter;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
@@ -289,10 +294,12 @@ def _classifier_training(jit_options):
                           jit_options)
 
 
-def _padded_text_training():
-    """A bag-of-words text classifier (embedding averaged over the words)
-    on padded batches of 32 sentences whose width, the longest sentence,
-    is 5 to 60 words: ids past a sentence's end are -1, ignored."""
+def _padded_text_training(batches=False, convolved=False):
+    """A text classifier on padded batches of 32 sentences (with
+    ``batches``, 2 to 64) whose width, the longest sentence, is 5 to 60
+    words: ids past a sentence's end are -1, ignored. Bag of words: the
+    embedding averaged over the words; ``convolved``: a convolution 3
+    words wide over them, its maximum over the words."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -310,13 +317,26 @@ def _padded_text_training():
             h = F.mean(self.embed(ids), axis=1)
             return F.softmax_cross_entropy(self.l2(F.relu(self.l1(h))), t)
 
+    class Convolved(BagOfWords):
+        def __init__(self):
+            super(Convolved, self).__init__()
+            with self.init_scope():
+                self.conv = L.Convolution2D(128, 128, (3, 1), pad=(1, 0))
+
+        def forward(self, ids, t):
+            e = F.transpose(self.embed(ids), (0, 2, 1))[:, :, :, None]
+            h = F.max(F.relu(self.conv(e)), axis=(2, 3))
+            return F.softmax_cross_entropy(self.l2(F.relu(self.l1(h))), t)
+
     def batch(rng):
+        size = rng.randint(2, 65) if batches else 32
         width = rng.randint(5, 61)
-        ids = rng.randint(0, 5000, (32, width)).astype(numpy.int32)
-        ends = rng.randint(1, width + 1, 32)
+        ids = rng.randint(0, 5000, (size, width)).astype(numpy.int32)
+        ends = rng.randint(1, width + 1, size)
         ids[numpy.arange(width) >= ends[:, None]] = -1
-        return ids, rng.randint(0, 5, 32).astype(numpy.int32)
-    return _loss_training(BagOfWords, batch, lambda m: m.l1.W.grad, {})
+        return ids, rng.randint(0, 5, size).astype(numpy.int32)
+    return _loss_training(Convolved if convolved else BagOfWords, batch,
+                          lambda m: m.l1.W.grad, {})
 
 
 def workloads():
@@ -341,6 +361,10 @@ def workloads():
          _classifier_training(jit_options=dict(dynamic=False))),
         ('bag-of-words training, padded batches 5 to 60 words wide',
          'chainerjit', _padded_text_training()),
+        ('bag-of-words training, padded batches of 2 to 64 sentences 5 to '
+         '60 words wide', 'chainerjit', _padded_text_training(True)),
+        ('text CNN training, padded batches of 2 to 64 sentences 5 to 60 '
+         'words wide', 'chainerjit', _padded_text_training(True, True)),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

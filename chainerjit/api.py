@@ -303,12 +303,14 @@ class JitFunction(_calls.CachedCall):
                     ', '.join(repr(float.fromhex(v) if isinstance(v, str)
                                    else v) for v in checked)))
             return result
-        if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch)):
+        if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch,
+                                       batch.TwoAxes)):
             self._batch_static = True
             self._lengths_unsound |= isinstance(entry.symbolic,
                                                 batch.TripsAndBatch)
             size = checked[-1][-1] if isinstance(
-                entry.symbolic, batch.TripsAndBatch) else checked[-1]
+                entry.symbolic, batch.TripsAndBatch) else checked[0][-1] \
+                if isinstance(entry.symbolic, batch.TwoAxes) else checked[-1]
             self._warn_batch_static(
                 'at batch size %d its program gave another result than '
                 'eagerly' % size)
@@ -383,7 +385,7 @@ class JitFunction(_calls.CachedCall):
             sibling, batched = None, batch.batch_of(key)
         else:
             sibling, batched = batch.rows_sibling(self.cache, key) or \
-                (None, None)
+                batch.width_sibling(self.cache, key) or (None, None)
             if batched is None:
                 looped = batch.looped_sibling(self.cache, key)
                 if looped is None:
@@ -399,8 +401,11 @@ class JitFunction(_calls.CachedCall):
         if sibling is None or entry is None:
             return result
         served = batch.batch_part(entry.symbolic)
-        if served is not None:
-            if served.generalize(sibling.key) is not None:
+        if isinstance(entry.symbolic, batch.TwoAxes):
+            self.cache.remove(sibling)  # it serves the sibling's calls
+        elif served is not None:
+            if batched.kept is None and \
+                    served.generalize(sibling.key) is not None:
                 self.cache.remove(sibling)
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note
@@ -726,6 +731,7 @@ class JitFunction(_calls.CachedCall):
             warn_items=self._warn_items,
             warn_batch=self._warn_batch_static,
             warn_varying=self._warn_varying,
+            warn_sizes=self._warn_sizes,
             explain_miss=functools.partial(self._miss_reason,
                                            instance=instance),
             on_backprop_program=functools.partial(_note_jitted_link,
@@ -1012,9 +1018,9 @@ def _size_to_check(entry, key, symbols):
 
 # The symbolic sizes that say what a call checks (``to_check(key, checked,
 # symbols)``).
-_CHECKING_SIZES = (batch.RowsBatched, batch.TripsAndBatch, ragged.Ragged,
-                   scalars.VaryingScalars, scalars.SizesAndNumbers,
-                   symbolic_module.Symbolic)
+_CHECKING_SIZES = (batch.RowsBatched, batch.TripsAndBatch, batch.TwoAxes,
+                   ragged.Ragged, scalars.VaryingScalars,
+                   scalars.SizesAndNumbers, symbolic_module.Symbolic)
 
 
 def _checks_items(sizes):

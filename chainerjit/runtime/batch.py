@@ -45,6 +45,10 @@ from chainerjit.runtime import ragged
 #: The symbol of the batch axis in keys and signatures.
 BATCH = 'B'
 
+#: The symbol of a second axis whose size changes (the words of a padded
+#: batch) where the batch's does too (:class:`TwoAxes`).
+WIDTH = 'W'
+
 #: Batches smaller than this keep their size in the key of an entry the VM
 #: runs at any batch size.
 MIN_SIZE = 2
@@ -65,12 +69,12 @@ class BatchAxis(object):
         the call's batched arguments differ in batch size, or its batch is
         too small (:attr:`min_size`)."""
         size = self.size_of(key)
-        if size is None or size < self.min_size:
+        if type(size) is not int or size < self.min_size:
             return None
         specs = list(key[3])
         for leaf, axis in self.batch_axes():
             spec = specs[leaf]
-            shape = spec[0][:axis] + (BATCH,) + spec[0][axis + 1:]
+            shape = spec[0][:axis] + (self.symbol,) + spec[0][axis + 1:]
             specs[leaf] = (shape,) + tuple(spec[1:])
         return key[:3] + (tuple(specs),) + key[4:], []
 
@@ -89,29 +93,34 @@ class BatchAxis(object):
     def signature_of(self, sig):
         """``sig`` with the batch axes shown as ``B``."""
         return sig.with_symbols([(leaf, (axis,)) for leaf, axis in
-                                 self.batch_axes()], symbol=BATCH)
+                                 self.batch_axes()], symbol=self.symbol)
 
     def batch_axes(self):
         """``[(leaf, axis), ...]``: where the batch is."""
         return list(zip(self.leaves, self.axes or (0,) * len(self.leaves)))
 
 
-class Batched(BatchAxis, collections.namedtuple('Batched', 'leaves axes',
-                                                defaults=(None,))):
+class Batched(BatchAxis, collections.namedtuple(
+        'Batched', 'leaves axes kept', defaults=(None, None))):
     """How an entry that one onnxruntime session runs at every batch size
     reads a call's key: ``leaves`` are the indexes of the arguments whose
-    axis 0 is the batch (every array argument)."""
+    axis 0 is the batch (every array argument). ``kept``: the
+    :class:`RowsBatched` of another axis whose size an entry compiled
+    before already took at any value (:func:`width_sibling`), to keep."""
 
     __slots__ = ()
     min_size = 0
+    symbol = BATCH
 
 
 class RowsBatched(BatchAxis, collections.namedtuple(
-        'RowsBatched', 'leaves recorded axes', defaults=(None,))):
+        'RowsBatched', 'leaves recorded axes symbol',
+        defaults=(None, BATCH))):
     """How an entry whose VM program takes any batch size reads a call's
     key (:func:`why_fixed`): ``leaves`` as :class:`Batched`'s,
-    ``recorded`` the batch size it was recorded at. A batch of one stays
-    in the key (a single row broadcasts where several do not)."""
+    ``recorded`` the batch size it was recorded at, ``symbol`` its name
+    in keys and signatures. A batch of one stays in the key (a single row
+    broadcasts where several do not)."""
 
     __slots__ = ()
     min_size = MIN_SIZE
@@ -122,15 +131,51 @@ class RowsBatched(BatchAxis, collections.namedtuple(
         recorded; else ``None``."""
         size = self.checked_at(key)
         if size in checked or sum(
-                1 for c in checked if c[:1] == (BATCH,)) > CHECKED_SIZES:
+                1 for c in checked if c[:1] == (self.symbol,)) > \
+                CHECKED_SIZES:
             return None
         return size
 
     def checked_at(self, key):
         """How a call's batch size is noted when checked against eager:
         ``('B', size)`` of ``key`` (the recorded one for ``None``)."""
-        return (BATCH, self.recorded if key is None else
+        return (self.symbol, self.recorded if key is None else
                 self.size_of(key))
+
+
+class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
+    """How an entry whose VM program takes any sizes of two axes reads a
+    call's key: the batch (:class:`RowsBatched`, ``B``) and another axis
+    of some of the arrays (``width``, ``W``: the words of padded ids).
+    The first calls at :data:`CHECKED_SIZES` new pairs of sizes are
+    checked against eager."""
+
+    __slots__ = ()
+
+    def generalize(self, key):
+        """``(the key with both axes open, [])``, or ``None``."""
+        general = self.batch.generalize(key)
+        return None if general is None else \
+            self.width.generalize(general[0])
+
+    def signature_of(self, sig):
+        return self.width.signature_of(self.batch.signature_of(sig))
+
+    def to_check(self, key, checked, symbols=()):
+        """The call's two sizes, if they are to be checked against eager;
+        else ``None``."""
+        sizes = self.checked_at(key)
+        if sizes in checked or len(checked) > CHECKED_SIZES:
+            return None
+        return sizes
+
+    def checked_at(self, key):
+        """A call's sizes as noted when checked: ``(('B', n), ('W', m))``
+        (the recorded ones for ``None``)."""
+        if key is None:
+            return self.batch.checked_at(None), self.width.checked_at(None)
+        return self.batch.checked_at(key), self.width.checked_at(
+            self.batch.generalize(key)[0])
 
 
 class TripsAndBatch(collections.namedtuple('TripsAndBatch',
@@ -218,6 +263,24 @@ def rows_sibling(cache, key):
     return None
 
 
+def width_sibling(cache, key):
+    """``(entry, Batched)``: a compiled entry of the same mode whose VM
+    program takes any size of one axis (:class:`RowsBatched`: the words
+    of padded ids) and whose key, that axis left open, differs from
+    ``key`` only in the batch size of every array argument, on other
+    axes; the ``Batched`` keeps that entry's axis. Else ``None``."""
+    for entry, general in _alike_entries(cache, key, lambda entry: (
+            entry.program is not None and entry.batch_note is None and
+            type(entry.symbolic) is RowsBatched)):
+        found = _batched_axes(entry.key[3], general[3])
+        kept = entry.symbolic
+        if found and not set(found) & set(kept.batch_axes()):
+            leaves, axes = zip(*found)
+            return entry, Batched(leaves, None if not any(axes) else axes,
+                                  kept._replace(symbol=WIDTH))
+    return None
+
+
 def _batched_axes(old, new):
     """``[(leaf, axis), ...]``: the one axis of each array leaf whose size
     differs between two keys, the same two sizes for all, if they differ in
@@ -244,7 +307,7 @@ def _batched_axes(old, new):
 def _trips_only(entry):
     """An entry whose only symbolic sizes are trip counts."""
     return not isinstance(entry.symbolic, (BatchAxis, TripsAndBatch,
-                                           ragged.Ragged))
+                                           TwoAxes, ragged.Ragged))
 
 
 def looped_sibling(cache, key):
@@ -328,7 +391,7 @@ def batch_of(key):
     return batched if size is not None and size >= MIN_SIZE else None
 
 
-def rows_batched(graph, batched, size, uses, names):
+def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
     """``(RowsBatched, None)`` where the VM may run the program of
     ``graph`` (recorded at batch ``size``) at any batch size, else
     ``(None, why not)``: every node reading a value whose rows follow the
@@ -339,11 +402,20 @@ def rows_batched(graph, batched, size, uses, names):
     first = batched.leaves[0]
     seeds = dict((leaf, ops.Rows.of_item(first, size)._replace(axis=axis))
                  for leaf, axis in batched.batch_axes())
-    why = ragged.why_fixed(graph, seeds, uses, names, label=rows_label,
-                           size='batch size')
+    why = ragged.why_fixed(graph, seeds, uses, names,
+                           label=lambda rows: rows_label(rows, symbol),
+                           size='batch size' if symbol == BATCH else
+                           'size of %s' % axes_named(batched, names))
     if why is not None:
         return None, why
-    return RowsBatched(batched.leaves, size, batched.axes), None
+    return RowsBatched(batched.leaves, size, batched.axes, symbol), None
+
+
+def axes_named(batched, names):
+    """``'x.shape[1]'``: the axes of ``batched``, as the forward reads
+    them."""
+    return ', '.join('%s.shape[%d]' % (names[leaf], axis)
+                     for leaf, axis in batched.batch_axes())
 
 
 def remake_rows(graph, made_rows, batched):
@@ -447,14 +519,14 @@ def _replace(graph, old, new):
     graph.outputs = [new if v is old else v for v in graph.outputs]
 
 
-def rows_label(rows):
+def rows_label(rows, symbol=BATCH):
     """``'B'``, ``'2*B'`` or ``'B+1'``: the rows of a value that follow the
     batch (all the batched arguments share one ``Rows``), as the printed IR
     shows them."""
     items, fixed = rows.count()
     times = sum(n for _, n in items)
-    term = BATCH if times == 1 else '%d*%s' % (times, BATCH)
-    return term + ('+%d' % fixed if fixed else '')
+    term = symbol if times == 1 else '%d*%s' % (times, symbol)
+    return term + ('%+d' % fixed if fixed else '')
 
 
 def _widens(entry, backend):

@@ -49,8 +49,8 @@ class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
         'on_backprop_program', 'backend', 'providers', 'freeze',
-        'warn_items', 'warn_batch', 'warn_varying'),
-        defaults=('numpy', None, False, None, None, None))):
+        'warn_items', 'warn_batch', 'warn_varying', 'warn_sizes'),
+        defaults=('numpy', None, False, None, None, None, None))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -79,6 +79,9 @@ class Caller(collections.namedtuple('Caller', (
             stays in the key (``runtime.batch``).
         warn_varying: ``warn_varying(why)`` warns, once, that float or
             int arguments stay in the key (``frontend.scalars``).
+        warn_sizes: ``warn_sizes(why)`` warns, once, that the sizes of an
+            axis other than the batch stay in the key where the batch's
+            size changes too (``runtime.batch.TwoAxes``).
     """
 
     __slots__ = ()
@@ -468,12 +471,34 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
         leaf, axis = batched.batch_axes()[0]
         size = sig.items[leaf][1].shape[axis]
         made_again = batch.remake_rows(graph, recording.made_rows, batched)
-        rows, why = batch.rows_batched(
-            graph, batched, size, [use for use in recording.length_uses
-                                   if use not in made_again], names)
+        uses = [use for use in recording.length_uses
+                if use not in made_again]
+        rows, why = batch.rows_batched(graph, batched, size, uses, names)
+        if rows is not None and batched.kept is not None:
+            rows = _with_width(caller, graph, sig, rows, batched.kept, uses,
+                               names)
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why
+
+
+def _with_width(caller, graph, sig, rows, kept, uses, names):
+    """``batch.TwoAxes`` of the batch's ``rows`` and the axis ``kept``
+    (``batch.width_sibling``), where the VM may run the program at any
+    sizes of both; else ``rows`` (that axis keeps its size, which this
+    warns of)."""
+    leaf, axis = kept.batch_axes()[0]
+    width, why = batch.rows_batched(
+        graph, kept, sig.items[leaf][1].shape[axis], uses, names,
+        batch.WIDTH)
+    if width is None:
+        if caller.warn_sizes is not None:
+            caller.warn_sizes(
+                'the batch size and %s changed in one call, and the '
+                'program takes any batch size but keeps the other: %s' % (
+                    batch.axes_named(kept, names), why))
+        return rows
+    return batch.TwoAxes(rows, width)
 
 
 def _checks(symbolic_sizes, symbols):

@@ -814,6 +814,25 @@ def test_padded_batches_of_every_sentence_length_share_one_entry(cls):
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
+@pytest.mark.parametrize('cls', [_PaddedBagOfWords, _TextCNN])
+def test_padded_batches_of_every_size_and_width_share_one_entry(cls):
+    """The batch size and the width change, alone and together (a bucketed
+    iterator's last, smaller batch; serving): after one entry per axis, one
+    serves both, ``x: i32[B,W]``."""
+    rng = numpy.random.RandomState(4)
+    calls = [_padded_words(rng, words, batch) for batch, words in
+             [(5, 6), (5, 11), (3, 4), (5, 17), (3, 9), (7, 8), (2, 12),
+              (5, 5), (6, 14)]]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(cls), method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'x: i32[B,W]@cpu (array), t: i32[B]@cpu (array)'), entry.signature
+    assert jitted.cache_info().compiled >= 2, jitted.cache_report()
+
+
 class _MeanOverSteps(chainer.Chain):
     """A time-major batch projected at once and averaged over the steps."""
 
@@ -834,12 +853,12 @@ def test_two_axes_changing_at_once_say_that_they_compile_again():
     jitted = chainerjit.jit(model.forward)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        for steps, batch in [(6, 3), (9, 3), (7, 5), (4, 2)]:
+        for steps, batch in [(6, 3), (9, 3), (7, 5), (4, 2), (8, 6), (5, 7),
+                             (3, 3), (10, 4)]:
             xs = rng.randn(steps, batch, 4).astype(F32)
             testing.assert_results_equal(jitted(xs), model.forward(xs),
                                          1e-5, 1e-6)
     messages = [str(w.message) for w in caught
                 if w.category is errors.RecompileWarning]
-    assert any('xs.shape[0] and xs.shape[1] changed in one call' in m
+    assert any('the batch size and xs.shape[0] changed in one call' in m
                for m in messages), messages
-    assert jitted.cache_info().currsize == 3, jitted.cache_report()
