@@ -655,13 +655,15 @@ def lower_get_item(node, ctx):
         gx = xp.zeros(xs[0].shape, gy.dtype)
         add_at(gx, slices, gy)
         return gx,
-    any_lengths = kernel._replace(grad=GradRule(any_lengths_grad,
-                                                inputs=(0,)))
 
+    @takes_widest
     def lengths(rows):
         found = index_rows(slices, rows[0])
         return None if found is None else Follow((found,), any_lengths)
-    return kernel._replace(lengths=takes_widest(lengths))
+    any_lengths = kernel._replace(grad=GradRule(any_lengths_grad,
+                                                inputs=(0,)),
+                                  lengths=lengths)
+    return kernel._replace(lengths=lengths)
 
 
 @lowering(select_item.SelectItem)

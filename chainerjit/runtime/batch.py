@@ -276,8 +276,10 @@ def width_sibling(cache, key):
         kept = entry.symbolic
         if found and not set(found) & set(kept.batch_axes()):
             leaves, axes = zip(*found)
+            batch_kept = not any(kept.axes or ())
             return entry, Batched(leaves, None if not any(axes) else axes,
-                                  kept._replace(symbol=WIDTH))
+                                  kept._replace(symbol=BATCH if batch_kept
+                                                else WIDTH))
     return None
 
 

@@ -473,32 +473,38 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
         made_again = batch.remake_rows(graph, recording.made_rows, batched)
         uses = [use for use in recording.length_uses
                 if use not in made_again]
-        rows, why = batch.rows_batched(graph, batched, size, uses, names)
-        if rows is not None and batched.kept is not None:
-            rows = _with_width(caller, graph, sig, rows, batched.kept, uses,
-                               names)
+        kept = batched.kept
+        rows, why = batch.rows_batched(
+            graph, batched, size, uses, names, batch.WIDTH
+            if kept is not None and kept.symbol == batch.BATCH
+            else batch.BATCH)
+        if rows is not None and kept is not None:
+            rows = _with_other_axis(caller, graph, sig, rows, kept, uses,
+                                    names)
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why
 
 
-def _with_width(caller, graph, sig, rows, kept, uses, names):
-    """``batch.TwoAxes`` of the batch's ``rows`` and the axis ``kept``
-    (``batch.width_sibling``), where the VM may run the program at any
-    sizes of both; else ``rows`` (that axis keeps its size, which this
-    warns of)."""
+def _with_other_axis(caller, graph, sig, rows, kept, uses, names):
+    """``batch.TwoAxes`` of the ``rows`` of one axis and those of the axis
+    ``kept`` (``batch.width_sibling``), where the VM may run the program
+    at any sizes of both; else ``rows`` (``kept`` keeps its size, which
+    this warns of)."""
     leaf, axis = kept.batch_axes()[0]
-    width, why = batch.rows_batched(
+    other, why = batch.rows_batched(
         graph, kept, sig.items[leaf][1].shape[axis], uses, names,
-        batch.WIDTH)
-    if width is None:
+        kept.symbol)
+    if other is None:
         if caller.warn_sizes is not None:
             caller.warn_sizes(
-                'the batch size and %s changed in one call, and the '
-                'program takes any batch size but keeps the other: %s' % (
+                '%s and %s changed in one call, and the program takes any '
+                'size of the first but not of the second: %s' % (
+                    batch.axes_named(rows, names),
                     batch.axes_named(kept, names), why))
         return rows
-    return batch.TwoAxes(rows, width)
+    return batch.TwoAxes(*sorted((rows, other),
+                                 key=lambda r: r.symbol != batch.BATCH))
 
 
 def _checks(symbolic_sizes, symbols):

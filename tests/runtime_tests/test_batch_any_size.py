@@ -860,5 +860,5 @@ def test_two_axes_changing_at_once_say_that_they_compile_again():
                                          1e-5, 1e-6)
     messages = [str(w.message) for w in caught
                 if w.category is errors.RecompileWarning]
-    assert any('the batch size and xs.shape[0] changed in one call' in m
+    assert any('xs.shape[1] and xs.shape[0] changed in one call' in m
                for m in messages), messages
