@@ -384,8 +384,8 @@ class JitFunction(_calls.CachedCall):
         if self._options.get('dynamic'):
             sibling, batched = None, batch.batch_of(key)
         else:
-            sibling, batched = batch.rows_sibling(self.cache, key) or \
-                batch.width_sibling(self.cache, key) or (None, None)
+            sibling, batched = batch.width_sibling(self.cache, key) or \
+                batch.rows_sibling(self.cache, key) or (None, None)
             if batched is None:
                 looped = batch.looped_sibling(self.cache, key)
                 if looped is None:
@@ -401,8 +401,9 @@ class JitFunction(_calls.CachedCall):
         if sibling is None or entry is None:
             return result
         served = batch.batch_part(entry.symbolic)
-        if isinstance(entry.symbolic, batch.TwoAxes):
-            self.cache.remove(sibling)  # it serves the sibling's calls
+        if type(entry.symbolic) in (batch.RowsBatched, batch.TwoAxes):
+            for other in batch.served_by(self.cache, entry):
+                self.cache.remove(other)  # the new entry serves its calls
         elif served is not None:
             if batched.kept is None and \
                     served.generalize(sibling.key) is not None:

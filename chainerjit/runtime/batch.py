@@ -263,23 +263,58 @@ def rows_sibling(cache, key):
     return None
 
 
+def served_by(cache, entry):
+    """The other entries of ``cache`` whose calls ``entry``, compiled for
+    any sizes of one or two axes (its key's ``B`` and ``W``), serves: of
+    the same mode, their keys alike but for the sizes at those axes
+    (fixed ones, of a batch of :data:`MIN_SIZE` or more, or open)."""
+    return [other for other in cache.entries() if other is not entry and
+            other.program is not None and type(other.symbolic) in (
+                type(None), RowsBatched, Batched) and
+            _covers(entry.key, other.key)]
+
+
+def _covers(general, key):
+    """Is ``key`` ``general`` but for the sizes ``general`` leaves open?"""
+    if general[:3] != key[:3] or general[4:] != key[4:] or \
+            len(general[3]) != len(key[3]):
+        return False
+    for open_spec, spec in zip(general[3], key[3]):
+        if open_spec == spec:
+            continue
+        if not (signature.is_array_spec(open_spec) and
+                signature.is_array_spec(spec)) or \
+                open_spec[1:] != spec[1:] or \
+                len(open_spec[0]) != len(spec[0]):
+            return False
+        for size, other in zip(open_spec[0], spec[0]):
+            if size == other:
+                continue
+            if size not in (BATCH, WIDTH) or \
+                    (type(other) is int and other < MIN_SIZE):
+                return False
+    return True
+
+
 def width_sibling(cache, key):
-    """``(entry, Batched)``: a compiled entry of the same mode whose VM
+    """``(entry, Batched)``: a compiled entry of the same mode whose
     program takes any size of one axis (:class:`RowsBatched`: the words
-    of padded ids) and whose key, that axis left open, differs from
+    of padded ids; or a batch, in an onnxruntime session:
+    :class:`Batched`) and whose key, that axis left open, differs from
     ``key`` only in the batch size of every array argument, on other
     axes; the ``Batched`` keeps that entry's axis. Else ``None``."""
     for entry, general in _alike_entries(cache, key, lambda entry: (
             entry.program is not None and entry.batch_note is None and
-            type(entry.symbolic) is RowsBatched)):
+            type(entry.symbolic) in (RowsBatched, Batched))):
         found = _batched_axes(entry.key[3], general[3])
         kept = entry.symbolic
         if found and not set(found) & set(kept.batch_axes()):
             leaves, axes = zip(*found)
             batch_kept = not any(kept.axes or ())
             return entry, Batched(leaves, None if not any(axes) else axes,
-                                  kept._replace(symbol=BATCH if batch_kept
-                                                else WIDTH))
+                                  RowsBatched(kept.leaves, None, kept.axes,
+                                              BATCH if batch_kept
+                                              else WIDTH))
     return None
 
 

@@ -833,6 +833,45 @@ def test_padded_batches_of_every_size_and_width_share_one_entry(cls):
     assert jitted.cache_info().compiled >= 2, jitted.cache_report()
 
 
+# Both sizes change on most calls: entries of fixed sizes first, then of
+# one open axis, then one for both, which takes their places.
+_BOTH_CHANGING = [(5, 9), (9, 10), (2, 12), (3, 8), (6, 7), (7, 14), (8, 14),
+                  (5, 10), (6, 15), (9, 14), (4, 6), (3, 13)]
+
+
+@pytest.mark.parametrize('cls', [_PaddedBagOfWords, _TextCNN])
+def test_one_training_entry_left_where_both_sizes_change_on_most_calls(cls):
+    rng = numpy.random.RandomState(5)
+    calls = [_padded_words(rng, words, batch)
+             for batch, words in _BOTH_CHANGING]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_model(cls), method='forward')
+    entry, = jitted.cache_entries()
+    assert '[B,W]' in str(entry.signature), jitted.cache_report()
+
+
+@pytest.mark.parametrize('cls', [_PaddedBagOfWords, _TextCNN])
+def test_one_inference_entry_left_where_both_sizes_change_on_most_calls(
+        cls):
+    """Inference entries of one open batch run in onnxruntime sessions;
+    the entry for both sizes runs on the VM."""
+    rng = numpy.random.RandomState(6)
+    model = _model(cls)
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', False), \
+            chainer.using_config('enable_backprop', False), \
+            warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        for batch, words in _BOTH_CHANGING:
+            args = _padded_words(rng, words, batch)
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args), 1e-4, 1e-5)
+    entry, = jitted.cache_entries()
+    assert '[B,W]' in str(entry.signature), jitted.cache_report()
+
+
 class _MeanOverSteps(chainer.Chain):
     """A time-major batch projected at once and averaged over the steps."""
 
