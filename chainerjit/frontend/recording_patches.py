@@ -71,11 +71,7 @@ def _recording_apply(apply, recorder):
         trace = control.pause_tracing()
         try:
             template = ops.pristine_copy(node)
-            current.depth += 1
-            try:
-                outputs = apply(node, inputs)
-            finally:
-                current.depth -= 1
+            outputs = traced.as_library(apply, node, inputs)
             current.record_node(node, template, inputs, outputs)
         finally:
             control.resume_tracing(trace)

@@ -228,6 +228,14 @@ class _Recorder(object):
                 self.derived_memory.add(owner)
         return value
 
+    def note_write(self, written, loc):
+        """Notes the varying numbers and argument sizes in ``written``
+        (an index and the value written into an array the forward made)
+        as baked into the recording."""
+        what = 'an index of a write into an array made by NumPy'
+        self.note_constants(written, what, loc)
+        self.length_uses += lengths.uses_in(written, what, loc)
+
     def is_constant_memory(self, array):
         """Is ``array``'s memory that of a constant of the program?"""
         return id(traced.memory_owner(array)) in self.constant_memory

@@ -885,10 +885,7 @@ def _note_write(targets, written):
     if recorder is None or recorder.depth:
         return
     loc = user_location(3)
-    what = 'an index of a write into an array made by NumPy'
-    recorder.note_constants(written, what, loc)
-    recorder.length_uses += [n.use(what, loc) for n in _numbers_in(written)
-                             if getattr(type(n), 'python_int', False)]
+    recorder.note_write(written, loc)
     if holds_traced(list(written)):
         recorder.note_escape('writing an array computed from the inputs '
                              'into an array made by NumPy', loc)
@@ -896,17 +893,6 @@ def _note_write(targets, written):
              for t in targets):
         recorder.note_escape('writing into an array the program already '
                              'took as a constant', loc)
-
-
-def _numbers_in(obj):
-    """The ints in an index (its tuples and slices)."""
-    if isinstance(obj, int):
-        return [obj]
-    if type(obj) is slice:
-        obj = (obj.start, obj.stop, obj.step)
-    if type(obj) in (list, tuple):
-        return [n for x in obj for n in _numbers_in(x)]
-    return []
 
 
 def _is_self_copy(target, index, value):

@@ -172,10 +172,7 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     def checked_at(self, key):
         """A call's sizes as noted when checked: ``(('B', n), ('W', m))``
         (the recorded ones for ``None``)."""
-        if key is None:
-            return self.batch.checked_at(None), self.width.checked_at(None)
-        return self.batch.checked_at(key), self.width.checked_at(
-            self.batch.generalize(key)[0])
+        return self.batch.checked_at(key), self.width.checked_at(key)
 
 
 class TripsAndBatch(collections.namedtuple('TripsAndBatch',
@@ -361,9 +358,10 @@ def looped_sibling(cache, key):
         if axes and regions:
             leaf, axis = axes[0]
             names = [name for name, _ in entry.signature.items]
-            return entry, '%s.shape[%d] changes, and the loop rolled into ' \
-                'a region%s has steps compiled for its recorded size' % (
-                    names[leaf], axis, ragged.at(regions[0].loc))
+            return entry, '%s changes, and the loop rolled into a region%s ' \
+                'has steps compiled for its recorded size' % (
+                    axes_named([(leaf, axis)], names),
+                    ragged.at(regions[0].loc))
     return None
 
 
@@ -380,8 +378,7 @@ def sizes_sibling(cache, key):
         if any(len(axes) > 1 for _, axes in changed):
             names = [name for name, _ in entry.signature.items]
             return ', '.join(
-                ' and '.join('%s.shape[%d]' % (names[leaf], axis)
-                             for axis in axes)
+                axes_named([(leaf, axis) for axis in axes], names, ' and ')
                 for leaf, axes in changed if len(axes) > 1) + \
                 ' changed in one call, and an entry follows the sizes of ' \
                 'one axis (a batch, or the words of a padded batch) that ' \
@@ -442,17 +439,18 @@ def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
     why = ragged.why_fixed(graph, seeds, uses, names,
                            label=lambda rows: rows_label(rows, symbol),
                            size='batch size' if symbol == BATCH else
-                           'size of %s' % axes_named(batched, names))
+                           'size of %s' % axes_named(batched.batch_axes(),
+                                                     names))
     if why is not None:
         return None, why
     return RowsBatched(batched.leaves, size, batched.axes, symbol), None
 
 
-def axes_named(batched, names):
-    """``'x.shape[1]'``: the axes of ``batched``, as the forward reads
-    them."""
-    return ', '.join('%s.shape[%d]' % (names[leaf], axis)
-                     for leaf, axis in batched.batch_axes())
+def axes_named(axes, names, joiner=', '):
+    """``'x.shape[1]'``: the ``(leaf, axis)`` pairs ``axes`` as the
+    forward reads them, ``names`` being the leaves'."""
+    return joiner.join('%s.shape[%d]' % (names[leaf], axis)
+                       for leaf, axis in axes)
 
 
 def remake_rows(graph, made_rows, batched):

@@ -468,14 +468,13 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
     elif structural.undoable(graph.nodes, loops=True):
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
-        leaf, axis = batched.batch_axes()[0]
-        size = sig.items[leaf][1].shape[axis]
         made_again = batch.remake_rows(graph, recording.made_rows, batched)
         uses = [use for use in recording.length_uses
                 if use not in made_again]
         kept = batched.kept
         rows, why = batch.rows_batched(
-            graph, batched, size, uses, names, batch.WIDTH
+            graph, batched, _recorded_size(sig, batched), uses, names,
+            batch.WIDTH
             if kept is not None and kept.symbol == batch.BATCH
             else batch.BATCH)
         if rows is not None and kept is not None:
@@ -486,22 +485,26 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
     return rows, why
 
 
+def _recorded_size(sig, batched):
+    """The size of the axes of ``batched`` in the recorded call."""
+    leaf, axis = batched.batch_axes()[0]
+    return sig.items[leaf][1].shape[axis]
+
+
 def _with_other_axis(caller, graph, sig, rows, kept, uses, names):
     """``batch.TwoAxes`` of the ``rows`` of one axis and those of the axis
     ``kept`` (``batch.width_sibling``), where the VM may run the program
     at any sizes of both; else ``rows`` (``kept`` keeps its size, which
     this warns of)."""
-    leaf, axis = kept.batch_axes()[0]
-    other, why = batch.rows_batched(
-        graph, kept, sig.items[leaf][1].shape[axis], uses, names,
-        kept.symbol)
+    other, why = batch.rows_batched(graph, kept, _recorded_size(sig, kept),
+                                    uses, names, kept.symbol)
     if other is None:
         if caller.warn_sizes is not None:
             caller.warn_sizes(
                 '%s and %s changed in one call, and the program takes any '
                 'size of the first but not of the second: %s' % (
-                    batch.axes_named(rows, names),
-                    batch.axes_named(kept, names), why))
+                    batch.axes_named(rows.batch_axes(), names),
+                    batch.axes_named(kept.batch_axes(), names), why))
         return rows
     return batch.TwoAxes(*sorted((rows, other),
                                  key=lambda r: r.symbol != batch.BATCH))
