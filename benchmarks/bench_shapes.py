@@ -18,6 +18,10 @@ weights; every call's result is checked against eager's. Workloads:
   sentences 5 to 60 words wide, and batches of 2 to 64 sentences too; a
   text CNN (a convolution 3 words wide, its maximum over the words) on
   the latter;
+* ``... training, lists of 2 to 64 sentences ...``: the bag of words and
+  the text CNN with the sentences given as lists of token arrays (and
+  the labels as a list), padded in the forward by ``concat_examples``,
+  as Chainer's text classification example does;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
@@ -294,12 +298,15 @@ def _classifier_training(jit_options):
                           jit_options)
 
 
-def _padded_text_training(batches=False, convolved=False):
+def _padded_text_training(batches=False, convolved=False, listed=False):
     """A text classifier on padded batches of 32 sentences (with
     ``batches``, 2 to 64) whose width, the longest sentence, is 5 to 60
     words: ids past a sentence's end are -1, ignored. Bag of words: the
     embedding averaged over the words; ``convolved``: a convolution 3
-    words wide over them, its maximum over the words."""
+    words wide over them, its maximum over the words. ``listed``: the
+    forward takes the sentences as a list of token arrays and the labels
+    as a list of one each, as Chainer's text classification example does,
+    and pads them with ``concat_examples``."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -335,6 +342,18 @@ def _padded_text_training(batches=False, convolved=False):
         ends = rng.randint(1, width + 1, size)
         ids[numpy.arange(width) >= ends[:, None]] = -1
         return ids, rng.randint(0, 5, size).astype(numpy.int32)
+
+    if listed:
+        class Listed(Convolved if convolved else BagOfWords):
+            def forward(self, xs, ys):
+                ids = chainer.dataset.convert.concat_examples(xs, padding=-1)
+                return super(Listed, self).forward(ids, F.concat(ys, axis=0))
+
+        def sentences(rng):
+            ids, t = batch(rng)
+            return ([row[row >= 0] for row in ids],
+                    [t[i:i + 1] for i in range(len(t))])
+        return _loss_training(Listed, sentences, lambda m: m.l1.W.grad, {})
     return _loss_training(Convolved if convolved else BagOfWords, batch,
                           lambda m: m.l1.W.grad, {})
 
@@ -365,6 +384,10 @@ def workloads():
          '60 words wide', 'chainerjit', _padded_text_training(True)),
         ('text CNN training, padded batches of 2 to 64 sentences 5 to 60 '
          'words wide', 'chainerjit', _padded_text_training(True, True)),
+        ('bag-of-words training, lists of 2 to 64 sentences of 1 to 60 '
+         'words', 'chainerjit', _padded_text_training(True, listed=True)),
+        ('text CNN training, lists of 2 to 64 sentences of 1 to 60 words',
+         'chainerjit', _padded_text_training(True, True, True)),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

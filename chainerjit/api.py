@@ -12,6 +12,7 @@ import chainer
 from chainerjit import errors
 from chainerjit import fastpaths
 from chainerjit.fastpaths import optimizers
+from chainerjit.frontend import joining
 from chainerjit.frontend import packing
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
@@ -130,6 +131,9 @@ class JitFunction(_calls.CachedCall):
         self._batch_static = False  # likewise for batch sizes
         self._numbers_static = False  # float and int arguments stay in the key
         self._unpacked = set()  # list arguments recorded item by item
+        # The joining.Join of the list arguments calls join: None until a
+        # recording says, () once they may not.
+        self._joins = None
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
         # the links an eager call runs as compiled segments (_fallback)
@@ -210,6 +214,9 @@ class JitFunction(_calls.CachedCall):
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
+            if isinstance(packed, joining.Joined):
+                return self._compile_joined(key, leaves, instance, args,
+                                            kwargs, packed)
             varying, sibling, batched = (None, None, None) \
                 if packed is not None else self._varying_numbers(key)
             if varying:
@@ -249,7 +256,15 @@ class JitFunction(_calls.CachedCall):
         too). List arguments of alike arrays are packed into one array
         each (``chainerjit.frontend.packing``) unless this function records
         them item by item; ``packed`` is then ``(paths, packed args,
-        packed kwargs)``, else ``None``."""
+        packed kwargs)``, else ``None``. Lists the function joins
+        (``chainerjit.frontend.joining``) are joined first; ``packed`` is
+        then a ``joining.Joined``."""
+        if self._joins:
+            joined = joining.join(args, kwargs, self._joins)
+            if joined is not None:
+                key, leaves = signature.make_key(joined.args, joined.kwargs,
+                                                 train, backprop)
+                return joining.mark_key(key, self._joins), leaves, joined
         paths = packing.list_paths(args, kwargs)
         if paths and paths not in self._unpacked:
             args, kwargs = packing.pack(args, kwargs, paths)
@@ -306,6 +321,8 @@ class JitFunction(_calls.CachedCall):
         if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch,
                                        batch.TwoAxes)):
             self._batch_static = True
+            if self._joins:
+                self._forget_joined()
             self._lengths_unsound |= isinstance(entry.symbolic,
                                                 batch.TripsAndBatch)
             size = checked[-1][-1] if isinstance(
@@ -412,6 +429,22 @@ class JitFunction(_calls.CachedCall):
             sibling.batch_note = entry.batch_note
         return result
 
+    def _compile_joined(self, key, leaves, instance, args, kwargs, joined):
+        """Compiles a call whose lists are joined (see :meth:`call_key`)
+        for any number of items and width of a padded list
+        (``batch.of_joined``)."""
+        batched = batch.of_joined(key, joining.joined_leaves(joined,
+                                                             leaves))
+        return self._compile(key, leaves, instance, args, kwargs, joined,
+                             batched=batched)
+
+    def _forget_joined(self):
+        """Stops joining lists, and drops the entries of joined calls."""
+        self._joins = ()
+        for entry in self.cache.entries():
+            if entry.key[2][:1] == ('joined',):
+                self.cache.remove(entry)
+
     def _varying_numbers(self, key):
         """``(paths, entry, batched)``: the paths of the float arguments
         (and the int ones :meth:`_int_varies` allows) to record as inputs
@@ -481,8 +514,10 @@ class JitFunction(_calls.CachedCall):
                 self.cache.eager_hits += 1  # this call records again
                 key, leaves, packed = self.call_key(
                     args, kwargs, *signature.config_flags())
-                replaced = self._compile(key, leaves, instance, args, kwargs,
-                                         packed)
+                replaced = self._compile_joined(
+                    key, leaves, instance, args, kwargs, packed) \
+                    if isinstance(packed, joining.Joined) else \
+                    self._compile(key, leaves, instance, args, kwargs, packed)
                 if self.last_entry is not None:
                     self.last_entry.branch_misses = entry.branch_misses
                 return replaced
@@ -678,6 +713,10 @@ class JitFunction(_calls.CachedCall):
             self._numbers_static = True
         if compiled.unpack is not None:
             self._unpacked.add(compiled.unpack)
+        if compiled.joins is not None:
+            self._joins = compiled.joins
+            if not compiled.joins:
+                self._forget_joined()
         entry = compiled.entry
         if entry is None:
             return compiled.result
@@ -733,6 +772,9 @@ class JitFunction(_calls.CachedCall):
             warn_batch=self._warn_batch_static,
             warn_varying=self._warn_varying,
             warn_sizes=self._warn_sizes,
+            join_lists=self._joins is None and not self._batch_static and
+            self._options.get('dynamic') is not False and
+            self._options.get('backend', 'auto') != 'onnxruntime',
             explain_miss=functools.partial(self._miss_reason,
                                            instance=instance),
             on_backprop_program=functools.partial(_note_jitted_link,

@@ -10,6 +10,7 @@ import chainer
 import numpy
 
 from chainerjit import errors
+from chainerjit.frontend import joining
 from chainerjit.frontend import packing
 from chainerjit.frontend import signature
 from chainerjit.frontend import traced
@@ -93,8 +94,14 @@ class Rows(object):
         its rows, indexed by recorded nodes."""
         paths, caller_args, caller_kwargs = packed
         first = len(graph.nodes)
-        args, kwargs, rows = packing.unpacked_arguments(
-            call_args, call_kwargs, paths)
+        joins = joining.is_joins(paths)
+        if joins:
+            args, kwargs, rows = joining.items_of(
+                call_args, call_kwargs, paths, caller_args, caller_kwargs)
+            paths = [j.path for j in paths]
+        else:
+            args, kwargs, rows = packing.unpacked_arguments(
+                call_args, call_kwargs, paths)
         self.nodes = graph.nodes[first:]
         for path, items in rows:
             proxy = packing.holder(call_args, call_kwargs, path)[path[1]]
@@ -107,8 +114,9 @@ class Rows(object):
             self.objects.extend(items)
             self.originals.extend(caller)
             self._lists.append((path, given, tuple(items), proxy))
-            leaf = next(i for i, p in enumerate(proxies) if p is proxy)
-            self.arguments[id(given)] = ('leaf', leaf)
+            if not joins:  # (a loop over a joined list's items unjoins it)
+                leaf = next(i for i, p in enumerate(proxies) if p is proxy)
+                self.arguments[id(given)] = ('leaf', leaf)
         return args, kwargs
 
     def note_unread(self, graph, sources, computed):

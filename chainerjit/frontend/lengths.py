@@ -92,7 +92,7 @@ class Length(int):
     def _note(self, what, other=None, condition=None):
         """Notes a use by the forward's code (not by Chainer's, NumPy's or
         chainerjit's own, which compare shapes all the time)."""
-        loc = _forward_line(2)
+        loc = forward_line(2)
         if loc is not None and _state.recorder is not None:
             self.uses.append(self.use(what, loc, other, condition))
 
@@ -172,7 +172,7 @@ class Length(int):
         return int, (int(self),)
 
 
-def _forward_line(depth):
+def forward_line(depth):
     """``(filename, line)`` of the code ``depth`` frames above the caller
     of this function, if that is the forward's (not a library's)."""
     frame = sys._getframe(depth + 1)
@@ -191,7 +191,7 @@ def read_shape(array, shape, depth=1):
     loop's stacked values may take any length only where Python did not
     read it)."""
     recorder = _state.recorder
-    if recorder is None or _forward_line(depth) is None:
+    if recorder is None or forward_line(depth) is None:
         return shape
     origins = recorder.length_leaves.get(id(array))
     if origins is None:
@@ -295,7 +295,7 @@ def note_passed(what, args, kwargs, depth=1):
         recorder.note_constants((args, kwargs), 'passed to %s' % what)
     if recorder is None or not (contained(args) or contained(kwargs)):
         return
-    loc = _forward_line(depth)
+    loc = forward_line(depth)
     if loc is not None:
         for values in (args, kwargs):
             recorder.length_uses += uses_in(values, 'passed to %s' % what,
@@ -348,7 +348,7 @@ def _made_by_a_library(name, array, args, kwargs, depth):
     axis may be the batch of an argument it does not name (``leaf`` and
     ``axis`` ``None``; ``runtime.batch`` takes it for one whose size it
     has); else ``None``."""
-    if name not in _FILLS or _forward_line(depth) is not None or \
+    if name not in _FILLS or forward_line(depth) is not None or \
             not _is_array(array) or array.ndim < 1:
         return None
     fill = _FILLS[name](args, kwargs)

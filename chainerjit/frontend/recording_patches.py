@@ -48,6 +48,7 @@ from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
 from chainerjit.frontend import control
+from chainerjit.frontend import joining
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
@@ -183,6 +184,8 @@ def _symbolic(read, depth=2):
 def _symbolic_len(builtin_len, recorder):
     """``len(x)`` while recording, as ``x.shape[0]`` (:func:`_symbolic`)."""
     def length(x):
+        if joining.is_joined(x):  # its count is the joined array's
+            return lengths.read_shape(x.joined, (builtin_len(x),), 2)[0]
         return lengths.read_shape(_array_of(x), (builtin_len(x),), 2)[0]
     return length
 

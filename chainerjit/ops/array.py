@@ -226,7 +226,9 @@ def _rows_reshaped(kernel, in_shape, shape):
     any_lengths = kernel._replace(
         fn=lambda x: x.reshape((len(x),) + rest),
         grad=_grad_of_each(lambda gy: gy.reshape((len(gy),) + in_rest)),
-        lengths=lengths)
+        lengths=lengths, onnx=kernel.onnx if 0 in rest else
+        lambda b, ins, outs: b.op(  # 0: the input's first axis
+            'Reshape', [ins[0], b.int64s([0] + list(rest))], outs))
     return lengths
 
 
@@ -1334,12 +1336,7 @@ def lower_pad_sequence(node, ctx):
     length, padding = node.length, node.padding
 
     def run(*xs):
-        width = max(len(x) for x in xs) if length is None else length
-        y = cuda.get_array_module(xs[0]).full(
-            (len(xs), width) + xs[0].shape[1:], padding, xs[0].dtype)
-        for i, x in enumerate(xs):
-            y[i, :len(x)] = x
-        return y
+        return items_padded(xs, length, padding)
 
     def grad(xs, ys, gys, wanted):
         return tuple(gys[0][i, :len(x)].copy() if w else None
@@ -1352,6 +1349,18 @@ def lower_pad_sequence(node, ctx):
                   grad=GradRule(grad, inputs=range(len(ctx.in_shapes))),
                   onnx=to_onnx, fresh=True,
                   lengths=rows_padded if length is None else None)
+
+
+def items_padded(xs, length, padding):
+    """``F.pad_sequence``'s array: the arrays ``xs``, alike but for their
+    first axis, side by side, each padded with ``padding`` to ``length``
+    or, where it is ``None``, to the longest."""
+    width = max(len(x) for x in xs) if length is None else length
+    y = cuda.get_array_module(xs[0]).full(
+        (len(xs), width) + xs[0].shape[1:], padding, xs[0].dtype)
+    for i, x in enumerate(xs):
+        y[i, :len(x)] = x
+    return y
 
 
 def onnx_items_padded(b, xs, ndim, axis, length=None, padding=None,

@@ -211,6 +211,35 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
         return trips + (self.batch.checked_at(key),)
 
 
+def open_axes(symbolic):
+    """The ``(leaf, axis)`` whose sizes an entry's symbolic sizes leave
+    open (those of :class:`BatchAxis` and :class:`TwoAxes`)."""
+    if isinstance(symbolic, TwoAxes):
+        return open_axes(symbolic.batch) | open_axes(symbolic.width)
+    if isinstance(symbolic, BatchAxis):
+        return set(symbolic.batch_axes())
+    return set()
+
+
+def of_joined(key, joined):
+    """The ``Batched`` of a call with joined lists (``{leaf: Join}``,
+    ``frontend.joining``): axis 0 of every array of the joined arrays'
+    first size (their number of items), and the words of a padded one
+    (:data:`WIDTH`, kept); ``None`` for fewer than :data:`MIN_SIZE`
+    items."""
+    specs = key[3]
+    size = specs[next(iter(joined))][0][0]
+    if size < MIN_SIZE:
+        return None
+    leaves = tuple(leaf for leaf, spec in enumerate(specs)
+                   if signature.is_array_spec(spec) and spec[0] and
+                   spec[0][0] == size)
+    padded = tuple(leaf for leaf, j in sorted(joined.items())
+                   if j.kind == 'pad')
+    return Batched(leaves, None, RowsBatched(
+        padded, None, (1,) * len(padded), WIDTH) if padded else None)
+
+
 def batch_part(symbolic):
     """The :class:`RowsBatched` of an entry's symbolic sizes, or ``None``."""
     if isinstance(symbolic, TripsAndBatch):

@@ -27,6 +27,8 @@ from chainerjit import passes
 from chainerjit.backend import codegen
 from chainerjit.frontend import breaks
 from chainerjit.frontend import guards
+from chainerjit.frontend import joining
+from chainerjit.frontend import packing
 from chainerjit.frontend import rolling
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
@@ -49,8 +51,9 @@ class Caller(collections.namedtuple('Caller', (
         'fn', 'instance', 'name', 'check', 'lengths_unsound',
         'warn_fallback', 'warn_unrolled', 'explain_miss',
         'on_backprop_program', 'backend', 'providers', 'freeze',
-        'warn_items', 'warn_batch', 'warn_varying', 'warn_sizes'),
-        defaults=('numpy', None, False, None, None, None, None))):
+        'warn_items', 'warn_batch', 'warn_varying', 'warn_sizes',
+        'join_lists'),
+        defaults=('numpy', None, False, None, None, None, None, False))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -82,13 +85,16 @@ class Caller(collections.namedtuple('Caller', (
         warn_sizes: ``warn_sizes(why)`` warns, once, that the sizes of an
             axis other than the batch stay in the key where the batch's
             size changes too (``runtime.batch.TwoAxes``).
+        join_lists: whether a recording that reads a list argument whole
+            (``frontend.joining``) is to say so, from the call after it.
     """
 
     __slots__ = ()
 
 
 class Compiled(collections.namedtuple('Compiled', (
-        'result', 'entry', 'miss_reason', 'unpack'))):
+        'result', 'entry', 'miss_reason', 'unpack', 'joins'),
+        defaults=(None,))):
     """What :func:`compile_call` gives back.
 
     Attributes:
@@ -98,6 +104,8 @@ class Compiled(collections.namedtuple('Compiled', (
         miss_reason: what :attr:`Caller.explain_miss` said.
         unpack: the paths of packed list arguments that the function
             records item by item from now on, or ``None``.
+        joins: the ``joining.Join`` of the list arguments the function
+            joins from now on (``()``: none, ever), or ``None``.
     """
 
     __slots__ = ()
@@ -138,6 +146,13 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     function is to record those lists item by item from the next call on
     (this call's recording already ran, and its result stands).
 
+    A call with joined lists (``packed`` is a ``joining.Joined``) gets an
+    entry where the recording reads each list whole and the VM's program
+    takes any number of items (and width of a padded list); otherwise no
+    entry, and the function stops joining lists. A recording of lists
+    item by item that reads them whole gets no entry either, where
+    ``caller.join_lists``: the function joins them from the next call on.
+
     Returns:
         Compiled: the call's result and its entry.
     """
@@ -160,9 +175,21 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                                                      kwargs),
                         None if varying is None else (varying.paths,
                                                       varying_names))
+    joined = isinstance(packed, joining.Joined)
+    why_unjoined = joining.take_joins(
+        recording.graph, recording.row_nodes, packed.joins,
+        recording.shapes_read) if joined else None
+    if why_unjoined is not None:
+        return _unjoined(caller, recording, miss_reason, why_unjoined)
     fallback = _fallback_reason(caller, recording, py_guards, generators)
     if fallback is not None and packed is not None:
-        return Compiled(recording.result, None, miss_reason, packed[0])
+        return Compiled(recording.result, None, miss_reason,
+                        None if joined else packed[0], () if joined else None)
+    joins = _joins_found(recording, packed, args, kwargs, leaves) \
+        if fallback is None and caller.join_lists else ()
+    if joins:
+        return Compiled(recording.result, None, miss_reason,
+                        None if packed is None else packed[0], joins)
     if varying is not None and (fallback is not None or _why_fixed(
             caller, recording, varying_names) is not None):
         return Compiled(recording.result, None, miss_reason, None)
@@ -186,7 +213,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         items, items_note = (None, None) if lengths is not None or \
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
-        rows, batch_note = (None, None) if packed is not None or \
+        rows, batch_note = (None, None) if (
+                packed is not None and not joined) or \
             items is not None or batched is None or (
                 varying is not None and lengths is not None) or \
             type(batched.size_of(key)) is not int \
@@ -194,6 +222,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                                     lengths is not None or key[1])
         _warn_unrolled_loops(caller, unrolled, items, sig)
         sizes = items or rows  # the entry's VM program takes any sizes
+        if rows is not None and rows.generalize(key) is None:
+            sizes = rows = None  # an axis too short to leave open
         program = codegen.compile_graph(graph, arena=sizes is None)
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
@@ -228,7 +258,11 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         if deferred:
             entry.deferred = backends.Deferred(
                 [False] + ([True] if entry.training is not None else []))
-    if packed is not None and not _packing_pays(entry, recording):
+    if joined:
+        why_unjoined = _why_joins_fixed(entry, packed, leaves)
+        if why_unjoined is not None:
+            return _unjoined(caller, recording, miss_reason, why_unjoined)
+    elif packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
     entry.compile_seconds = time.perf_counter() - start
     return Compiled(recording.result, entry, miss_reason, None)
@@ -666,3 +700,57 @@ def _packing_pays(entry, recording):
         recording.rows_read and not any(
             node.region is not None and node.region.counts
             for node in entry.graph.nodes)
+
+
+# --- joined lists -----------------------------------------------------------
+
+def _unjoined(caller, recording, miss_reason, why):
+    """What a joined call that gets no entry gives back: the function
+    records its lists item by item from now on, which this warns of."""
+    if caller.warn_items is not None:
+        caller.warn_items('the number of items of list arguments stays in '
+                          'the cache key (each new number compiles again): '
+                          '%s' % why)
+    return Compiled(recording.result, None, miss_reason, None, ())
+
+
+def _joins_found(recording, packed, args, kwargs, leaves):
+    """The ``joining.Join`` of the list arguments of a recording made item
+    by item (or packed: ``packed``) that the forward read whole, or
+    ``()``."""
+    lists, start = [], 0
+    paths = () if packed is None else packed[0]
+    found = joining.list_arguments(args, kwargs)
+    if len(found) != joining.n_lists_of_arrays(args, kwargs):
+        return ()  # one left item by item keeps the count in the key
+    for path, items in found:
+        if path in paths:  # its rows, taken from the stacked array
+            nodes = recording.row_nodes[start:start + len(items)]
+            start += len(items)
+            stacked = packing.holder(packed[1], packed[2], path)[path[1]]
+            lists.append((path, [node.outputs[0] for node in nodes], items,
+                          [i for i, leaf in enumerate(leaves)
+                           if leaf is stacked]))
+            continue
+        at = [next((i for i, leaf in enumerate(leaves) if leaf is item),
+                   None) for item in items]
+        if None not in at:
+            lists.append((path, [recording.graph.inputs[i] for i in at],
+                          items, at))
+    joins = joining.found_joins(recording.graph, lists,
+                                recording.length_reads, recording.shapes_read)
+    return joins if len(joins) == len(found) else ()
+
+
+def _why_joins_fixed(entry, joined, leaves):
+    """Why the entry of a joined call keeps the number of items (or the
+    width of a padded list) in its key, or ``None``."""
+    if entry.program is None:
+        return entry.fallback
+    wanted = set()
+    for leaf, j in joining.joined_leaves(joined, leaves).items():
+        wanted.update([(leaf, 0)] + ([(leaf, 1)] if j.kind == 'pad' else []))
+    if wanted <= batch.open_axes(entry.symbolic):
+        return None
+    return entry.batch_note or 'the program takes them at their recorded ' \
+        'sizes only'

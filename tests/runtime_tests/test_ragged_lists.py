@@ -442,10 +442,11 @@ class _Projected(_PerItem):
         return self.fc(F.concat([self.embed(x) for x in xs], axis=0))
 
 
-def _check_exported(model, calls):
+def _check_exported(model, calls, joined=None):
     """Exports ``jit(model.forward)`` after two calls (at two combinations
     of lengths) and runs the model in onnxruntime on the other calls,
-    against eager; returns the ONNX model."""
+    against eager; returns the ONNX model. ``joined(xs)``: the arrays the
+    model takes for a list argument, if not its items."""
     ort = pytest.importorskip('onnxruntime')
     jitted = chainerjit.jit(model.forward)
     with chainer.no_backprop_mode(), chainer.using_config('train', False):
@@ -456,7 +457,8 @@ def _check_exported(model, calls):
         names = [i.name for i in session.get_inputs()]
         for args in calls[2:]:
             arrays = [a for arg in args
-                      for a in (arg if type(arg) is list else [arg])]
+                      for a in ((joined or list)(arg) if type(arg) is list
+                                else [arg])]
             got = session.run(None, dict(zip(names, arrays)))
             expected = model.forward(*args)
             chainerjit.testing.assert_results_equal(
@@ -562,9 +564,11 @@ class _Convolutions(chainer.Chain):
         return self.out(F.reshape(h, (-1, 12)))
 
 
-@pytest.mark.parametrize('cls', [_BagOfWords, _PaddedSequences,
-                                 _Convolutions])
-def test_items_padded_to_the_longest_at_any_lengths(cls):
+@pytest.mark.parametrize('cls, padded', [
+    (_BagOfWords, 'xs: i32[B,W]'),  # the list joined (frontend.joining)
+    (_PaddedSequences, '[4,max(L0,...,L3)'),  # its items' embeddings
+    (_Convolutions, 'xs: i32[B,W]')])
+def test_items_padded_to_the_longest_at_any_lengths(cls, padded):
     rng = numpy.random.RandomState(21)
     calls = [(_tokens(rng), [rng.randint(0, 3, (1,)).astype(numpy.int32)
                              for _ in range(4)]) for _ in range(10)]
@@ -572,7 +576,7 @@ def test_items_padded_to_the_longest_at_any_lengths(cls):
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
         jitted = _check_seeded(_model(cls), calls)
     entry, = jitted.cache_entries()
-    assert '[4,max(L0,...,L3)' in str(entry.graph), entry.graph
+    assert padded in str(entry.graph), entry.graph
     assert jitted.cache_info().compiled >= 4
 
 
@@ -582,8 +586,19 @@ class _ConvolutionScores(_Convolutions):
 
 
 def test_exported_cnn_text_classifier_runs_at_other_lengths():
-    _check_exported(_model(_ConvolutionScores),
-                    _calls(numpy.random.RandomState(17), 6))
+    # The list is joined (frontend.joining): the model takes the block
+    # concat_examples pads, of any batch size and width.
+    exported = _check_exported(_model(_ConvolutionScores), [
+        (xs,) for xs in _tokens_of_new_counts(numpy.random.RandomState(17),
+                                              6)],
+        joined=lambda xs: [chainer.dataset.convert.concat_examples(
+            xs, padding=-1)])
+    assert [d.dim_param for d in exported.graph.input[0].type.tensor_type.
+            shape.dim] == ['B', 'W']
+
+
+def _tokens_of_new_counts(rng, n):
+    return [_tokens(rng, n_items=int(rng.randint(2, 7))) for _ in range(n)]
 
 
 def _padded_features(xs):

@@ -1,0 +1,331 @@
+"""Lists consumed whole: one array at the call boundary.
+
+A list argument of token arrays is, as Chainer's examples write it, often
+read by one op that takes all its items at once: ``concat_examples(xs,
+padding=-1)`` (``F.pad_sequence``) pads them into a block, ``F.concat(ys,
+axis=0)`` joins labels of one row each, ``F.stack(xs)`` stacks them.
+Recorded item by item, such a list makes the number of its items part of
+the key: each new batch size compiles again.
+
+Where a recording shows that every item of a list argument is read by
+that one op and by nothing else (not its length, in the forward's code,
+nor the block's shape), the jitted function *joins* the list from then
+on: each call makes the op's array itself (:meth:`Join.joined`, as the op
+would) before the key is made, and the program takes that array as an
+argument (``xs: i32[B,W]``), whose batch and width the VM's program takes
+at any size (``runtime.batch``). The forward still gets a list: its items
+are taken back from the joined array by recorded indexing, which the
+recording then finds read by the op alone (:func:`take_joins`); the op's
+value is the joined argument, and the indexing goes. ``len(xs)`` of that
+list is the joined array's first axis, a ``lengths.Length``.
+
+Only NumPy arrays are joined (no gradient reaches the items), lists of
+at least two items whose joined arrays all have one first axis (the
+number of items), and at most one padded list per call (one width).
+"""
+
+import collections
+
+import chainer
+import numpy
+
+from chainerjit import ops
+from chainerjit.frontend import _keys
+from chainerjit.frontend import lengths
+from chainerjit.frontend import packing
+
+#: Lists with fewer items, and padded lists narrower than this, are
+#: recorded item by item.
+MIN_ITEMS = 2
+
+
+class Join(collections.namedtuple('Join', 'path kind padding')):
+    """How a list argument is joined: ``path`` as ``packing.list_paths``
+    gives it; ``kind`` ``'pad'`` (``F.pad_sequence`` to the longest item,
+    with ``padding``), ``'concat'`` (``F.concat`` on axis 0 of items of
+    one row each) or ``'stack'`` (``F.stack`` on axis 0)."""
+
+    __slots__ = ()
+
+    def takes(self, items):
+        """Can a call's list ``items`` be joined so?"""
+        if type(items) is not (list if self.path[2] == 'list' else tuple) \
+                or len(items) < MIN_ITEMS or \
+                any(type(a) is not numpy.ndarray for a in items):
+            return False
+        first = items[0]
+        if first.ndim == 0 or any(a.dtype != first.dtype for a in items):
+            return False
+        if self.kind == 'stack':
+            return all(a.shape == first.shape for a in items)
+        if self.kind == 'pad' and max(len(a) for a in items) < MIN_ITEMS:
+            return False  # a width of one keeps its entry
+        return all(a.ndim == first.ndim and a.shape[1:] == first.shape[1:]
+                   and (self.kind == 'pad' or a.shape[0] == 1)
+                   for a in items)
+
+    def joined(self, items):
+        """The array the op makes of ``items``."""
+        if self.kind == 'pad':
+            return ops.array.items_padded(items, None, self.padding)
+        if self.kind == 'concat':
+            return numpy.concatenate(items)
+        return numpy.stack(items)
+
+    def item(self, joined, k, original):
+        """Item ``k`` of the list, taken from ``joined`` (a traced array) by
+        recorded indexing; ``original`` is the caller's."""
+        if self.kind == 'pad':
+            return joined[k, :len(original)]
+        if self.kind == 'concat':
+            return joined[k:k + 1]
+        return joined[k]
+
+    def matches(self, node):
+        """Is ``node`` the op this list is joined for?"""
+        return _join_of(self.path, node) == self
+
+
+def _join_of(path, node):
+    """The :class:`Join` of the list at ``path`` that ``node``, reading its
+    items, would be; else ``None``."""
+    attrs = dict(node.attrs)
+    if node.op == 'PadSequence' and attrs.get('length') is None:
+        return Join(path, 'pad', attrs.get('padding'))
+    if node.op in ('Concat', 'Stack') and attrs.get('axis') == 0:
+        return Join(path, node.op.lower(), None)
+    return None
+
+
+class JoinedList(list):
+    """The list the forward gets for a joined list argument: its items
+    taken from the joined array ``joined`` (a traced array), whose first
+    axis ``len()`` reads while recording. The forward's code iterating
+    over it is a use of that size (``lengths.Use``): a loop counting the
+    items would bake their number in."""
+
+    joined = None
+
+    def __iter__(self):
+        _note_iterated(self.joined)
+        return list.__iter__(self)
+
+
+class JoinedTuple(tuple):
+    """:class:`JoinedList` for a tuple argument."""
+
+    joined = None
+
+    def __iter__(self):
+        _note_iterated(self.joined)
+        return tuple.__iter__(self)
+
+
+def _note_iterated(joined):
+    recorder = _keys.recording.recorder
+    loc = lengths.forward_line(2)
+    origin = lengths.origin_of(joined, 0)
+    if recorder is not None and loc is not None and origin is not None:
+        recorder.length_uses.append(lengths.Use(
+            frozenset([origin]), 'counted by iterating over the list', loc))
+
+
+def is_joined(value):
+    """A list (or tuple) the forward got for a joined argument?"""
+    return type(value) in (JoinedList, JoinedTuple)
+
+
+def joined_list(items, joined, kind_name):
+    """``items`` as a :class:`JoinedList` (or tuple) of ``joined``."""
+    made = JoinedList(items) if kind_name == 'list' else JoinedTuple(items)
+    made.joined = joined
+    return made
+
+
+# --- at the call boundary ---------------------------------------------------
+
+class Joined(collections.namedtuple('Joined', 'joins args kwargs')):
+    """A call whose lists are joined: the ``Join`` of each, and the
+    arguments with the joined arrays in their place (read as a packed
+    call's, ``(paths, args, kwargs)``, by the compile pipeline)."""
+
+    __slots__ = ()
+
+
+def join(args, kwargs, joins):
+    """The call's :class:`Joined`, or ``None`` where a list is not there to
+    join (``Join.takes``) or the joined arrays differ in their first
+    axis."""
+    args, kwargs = list(args), dict(kwargs)
+    counts = set()
+    for j in joins:
+        arguments = packing.holder(args, kwargs, j.path)
+        key = j.path[1]
+        if (key >= len(arguments) if type(key) is int
+                else key not in arguments) or not j.takes(arguments[key]):
+            return None
+        counts.add(len(arguments[key]))
+        arguments[key] = j.joined(arguments[key])
+    if len(counts) != 1:
+        return None
+    return Joined(joins, tuple(args), kwargs)
+
+
+def is_joins(paths):
+    """Are ``paths`` (a packed call's, or a joined one's) joins?"""
+    return bool(paths) and isinstance(paths[0], Join)
+
+
+def mark_key(key, joins):
+    """The key of a joined call: its structure says which arguments were
+    joined lists, so that a call passing such an array does not share the
+    entry."""
+    train, backprop, structure, specs, alias = key
+    return (train, backprop, ('joined', joins, structure), specs, alias)
+
+
+def joined_leaves(joined, leaves):
+    """``{leaf index: Join}`` of the joined arrays among a joined call's
+    leaves."""
+    found = {}
+    for j in joined.joins:
+        array = packing.holder(joined.args, joined.kwargs, j.path)[j.path[1]]
+        found[next(i for i, leaf in enumerate(leaves) if leaf is array)] = j
+    return found
+
+
+# --- while recording --------------------------------------------------------
+
+def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
+    """What the recorded forward gets for a joined call: each joined
+    argument (a traced array) as a :class:`JoinedList` of its items, taken
+    by recorded indexing. Returns ``(args, kwargs, rows)`` as
+    ``packing.unpacked_arguments`` does."""
+    args, kwargs = list(call_args), dict(call_kwargs)
+    rows = []
+    for j in joins:
+        arguments = packing.holder(args, kwargs, j.path)
+        joined = arguments[j.path[1]]
+        originals = packing.holder(caller_args, caller_kwargs,
+                                   j.path)[j.path[1]]
+        items = [j.item(joined, k, item) for k, item in enumerate(originals)]
+        rows.append((j.path, items))
+        arguments[j.path[1]] = joined_list(items, joined, j.path[2])
+    return tuple(args), kwargs, rows
+
+
+def take_joins(graph, item_nodes, joins, shapes_read):
+    """Makes each joined argument of a joined call's recording the value
+    of the op it was joined for: that op and the indexing of the items go.
+    ``item_nodes`` are the indexing nodes, in the order of ``joins`` and
+    their items; ``shapes_read``, the values whose shape the forward's
+    Python read. Returns why the recording does not read each list whole,
+    or ``None``."""
+    users = graph.users()
+    n, found = len(item_nodes) // len(joins), []
+    for k, j in enumerate(joins):
+        nodes = item_nodes[k * n:(k + 1) * n]
+        joined = nodes[0].inputs[0]
+        if len(nodes) * len(joins) != len(item_nodes) or any(
+                node.inputs[0] is not joined for node in nodes):
+            return 'its items are not taken one by one from %s' % (
+                _name(j.path))
+        node, why = _reader_of([node.outputs[0] for node in nodes], users,
+                               j, shapes_read)
+        if why is not None:
+            return why
+        found.append((node, joined))
+    gone = set(item_nodes) | set(node for node, _ in found)
+    _substitute(graph, dict((node.outputs[0], joined)
+                            for node, joined in found))
+    graph.nodes = [node for node in graph.nodes if node not in gone]
+    return None
+
+
+def list_arguments(args, kwargs):
+    """``[(path, items), ...]``: the top-level list (and tuple) arguments
+    of :data:`MIN_ITEMS` or more NumPy arrays."""
+    found = []
+    named = [(('args', i), arg) for i, arg in enumerate(args)] + \
+        [(('kwargs', name), arg) for name, arg in kwargs.items()]
+    for (where, key), arg in named:
+        if type(arg) in (list, tuple) and len(arg) >= MIN_ITEMS and all(
+                type(a) is numpy.ndarray for a in arg):
+            found.append(((where, key, type(arg).__name__), arg))
+    return found
+
+
+def n_lists_of_arrays(args, kwargs):
+    """How many top-level arguments are lists (or tuples) holding arrays
+    or Variables."""
+    return sum(1 for arg in list(args) + list(kwargs.values())
+               if type(arg) in (list, tuple) and
+               any(isinstance(a, _ARRAY_TYPES) for a in arg))
+
+
+_ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
+    chainer.get_array_types())
+
+
+def found_joins(graph, lists, length_reads, shapes_read):
+    """The :class:`Join` of each list argument of an unjoined recording
+    that the forward reads whole, or ``()``: ``lists`` are ``(path, item
+    values, the caller's items, the items' leaves)``; ``length_reads``
+    the ``(leaf, axis)`` sizes the forward's code read."""
+    users = graph.users()
+    joins, pads = [], 0
+    for path, values, items, leaves in lists:
+        if any(leaf == origin[0] for origin in length_reads
+               for leaf in leaves):
+            continue
+        readers = users.get(values[0], [])
+        j = _join_of(path, readers[0]) if len(readers) == 1 and \
+            readers[0] is not None else None
+        if j is not None and j.takes(items) and \
+                _reader_of(values, users, j, shapes_read)[1] is None:
+            joins.append(j)
+            pads += j.kind == 'pad'
+    counts = set(len(items) for path, _, items, _ in lists
+                 if any(j.path == path for j in joins))
+    if pads > 1 or len(counts) > 1:
+        return ()
+    return tuple(joins)
+
+
+def _reader_of(values, users, j, shapes_read):
+    """``(node, None)``: the one node reading ``values``, every one once
+    and in order, the op ``j`` joins for; else ``(None, why)``."""
+    readers = set()
+    for value in values:
+        found = users.get(value, [])
+        if len(found) != 1 or found[0] is None or value in shapes_read:
+            return None, 'an item of %s is read otherwise than by one op ' \
+                'taking the whole list' % _name(j.path)
+        readers.add(found[0])
+    node, = readers if len(readers) == 1 else (None,)
+    if node is None or node.inputs != values or \
+            not j.matches(node) or \
+            node.outputs[0] in shapes_read:
+        return None, '%s is not read whole by one %s' % (
+            _name(j.path), {'pad': 'F.pad_sequence', 'concat': 'F.concat',
+                            'stack': 'F.stack'}[j.kind])
+    return node, None
+
+
+def _name(path):
+    return str(path[1]) if path[0] == 'kwargs' else 'argument %d' % path[1]
+
+
+def _substitute(graph, replacing):
+    """Reads ``replacing[v]`` wherever ``graph``'s nodes (and loop bodies)
+    and outputs read ``v``."""
+    def swap(values):
+        return [replacing.get(v, v) for v in values]
+    pending = [graph]
+    while pending:
+        g = pending.pop()
+        g.outputs = swap(g.outputs)
+        for node in g.nodes:
+            node.inputs = swap(node.inputs)
+            if node.region is not None:
+                pending.append(node.region.body)

@@ -1,0 +1,209 @@
+"""List arguments read whole (``frontend.joining``): joined into one array
+at the call boundary, so that one entry per mode serves any number of
+items and any lengths, with values and gradients equal to eager's; and
+where the forward reads a list otherwise, the number of items stays in
+the key, with a warning that says why."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+from tests.runtime_tests.test_ragged_lists import _BagOfWords
+from tests.runtime_tests.test_ragged_lists import _check_seeded
+from tests.runtime_tests.test_ragged_lists import _Convolutions
+from tests.runtime_tests.test_ragged_lists import _model
+from tests.runtime_tests.test_ragged_lists import _PerItem
+
+I32 = numpy.int32
+F32 = numpy.float32
+
+
+def _batches(rng, counts, low=2, high=12):
+    """Sentences and their labels, ``counts`` of them call by call."""
+    calls = []
+    for n in counts:
+        xs = [rng.randint(0, 30, int(rng.randint(low, high))).astype(I32)
+              for _ in range(n)]
+        calls.append((xs, [rng.randint(0, 3, (1,)).astype(I32)
+                           for _ in range(n)]))
+    return calls
+
+
+_COUNTS = (4, 4, 7, 2, 9, 4, 16, 3, 5)
+
+
+@pytest.mark.parametrize('cls', [_BagOfWords, _Convolutions])
+def test_text_classifier_trains_at_any_batch_size_and_lengths(cls):
+    calls = _batches(numpy.random.RandomState(3), _COUNTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = _check_seeded(_model(cls), calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'), entry.signature
+    assert jitted.cache_info().compiled >= 3
+
+
+def _scores(model, xs):
+    return model.scores(xs)
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_cnn_classifier_serves_any_batch_size_in_inference(train):
+    model = _model(_Convolutions)
+    jitted = chainerjit.jit(model.scores)
+    rng = numpy.random.RandomState(4)
+    with chainer.no_backprop_mode(), chainer.using_config('train', train):
+        for xs, _ in _batches(rng, (1, 3, 3, 8, 2, 64, 5, 1, 30)):
+            numpy.random.seed(len(xs))
+            expected = model.scores(xs)
+            numpy.random.seed(len(xs))
+            testing.assert_results_equal(jitted(xs), expected)
+    # a batch of one item is recorded item by item (its lengths at any
+    # value): one entry for it, one for the other sizes
+    assert len(jitted.cache_entries()) == 2
+    assert 'xs: i32[B,W]' in str(jitted.cache_entries()[-1].signature)
+
+
+class _Stacked(chainer.Chain):
+    """Feature vectors of one size stacked into a batch (``F.stack``)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = chainer.links.Linear(5, 3)
+
+    def forward(self, xs, ts):
+        h = self.fc(F.stack(xs))
+        return F.softmax_cross_entropy(h, F.concat(ts, axis=0)) + \
+            F.sum(h) / len(xs)
+
+
+def test_stacked_items_and_their_count_read_by_len():
+    rng = numpy.random.RandomState(5)
+    calls = [([rng.standard_normal(5).astype(F32) for _ in range(n)],
+              [rng.randint(0, 3, (1,)).astype(I32) for _ in range(n)])
+             for n in (3, 3, 6, 2, 11, 4, 8)]
+    jitted = _check_seeded(_model(_Stacked), calls)
+    entry, = jitted.cache_entries()
+    assert 'xs: f32[B,5]@cpu (array), ts: i32[B]' in str(entry.signature)
+
+
+class _LabelsRead(_PerItem):
+    """Labels joined by ``F.concat``, and the first label read again."""
+
+    def forward(self, xs, ys):
+        h = F.concat([F.sum(self.fc(self.embed(x)), axis=0, keepdims=True)
+                      for x in xs], axis=0)
+        return F.softmax_cross_entropy(h, F.concat(ys, axis=0)) + \
+            F.sum(h[0] * ys[0].astype(F32))
+
+
+class _Counted(_BagOfWords):
+    """The items counted by a Python loop over the list."""
+
+    def forward(self, xs, ys):
+        n = 0
+        for _ in xs:
+            n += 1
+        return super().forward(xs, ys) * (1. / n)
+
+
+class _ShapeRead(_BagOfWords):
+    """The padded block's width read by the forward's Python."""
+
+    def forward(self, xs, ys):
+        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        h = F.max(self.embed(x_block), axis=1) * (1. / x_block.shape[1])
+        return F.softmax_cross_entropy(self.out(h), F.concat(ys, axis=0))
+
+
+class _MeanOfWords(_BagOfWords):
+    """Chainer's example's bag of words: the sum over the words divided by
+    each sentence's length, read in Python."""
+
+    def forward(self, xs, ys):
+        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        x_len = numpy.array([len(x) for x in xs], I32)[:, None]
+        h = F.sum(self.embed(x_block), axis=1) / x_len.astype(F32)
+        return F.softmax_cross_entropy(self.out(h), F.concat(ys, axis=0))
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_LabelsRead, None),
+    (_Counted, 'counted by iterating over the list'),
+    (_ShapeRead, None),
+    (_MeanOfWords, None)])
+def test_a_list_read_otherwise_keeps_its_count_in_the_key(cls, why):
+    calls = _batches(numpy.random.RandomState(6), (3, 3, 5, 4, 5))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = _check_seeded(_model(cls), calls)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('number of items' in m for m in messages), messages
+    if why is not None:
+        assert any(why in m for m in messages), messages
+    assert all('xs: i32[B,W]' not in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+def test_a_function_that_may_not_vary_sizes_keeps_lists_item_by_item():
+    model = _model(_BagOfWords)
+    jitted = chainerjit.jit(model.forward, dynamic=False)
+    for xs, ys in _batches(numpy.random.RandomState(7), (3, 3, 4)):
+        numpy.random.seed(0)
+        expected = model.forward(xs, ys)
+        numpy.random.seed(0)
+        testing.assert_results_equal(jitted(xs, ys), expected)
+    assert all('xs[0]' in str(e.signature) for e in jitted.cache_entries())
+
+
+def test_explain_and_the_printed_program_show_the_joined_list():
+    model = _model(_BagOfWords)
+    jitted = chainerjit.jit(model.forward)
+    calls = _batches(numpy.random.RandomState(8), (3, 4, 5))
+    for xs, ys in calls:
+        jitted(xs, ys)
+    said = jitted.explain(*_batches(numpy.random.RandomState(9), (6,))[0])
+    assert 'would hit entry #0: xs: i32[B,W]' in said, said
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'PadSequence' not in graph and 'Concat' not in graph, graph
+
+
+@settings(deadline=None, max_examples=12)
+@given(st.sampled_from([_BagOfWords, _Convolutions]),
+       st.lists(st.lists(st.integers(1, 14), min_size=2, max_size=12),
+                min_size=3, max_size=6),
+       st.booleans(), st.integers(0, 2 ** 16))
+def test_any_counts_and_lengths_in_training_or_inference(
+        cls, batches, train, seed):
+    """Batches of random counts and lengths, through the padded text
+    classifiers, in training (losses, gradients, dropout's draws) or in
+    inference: eager's results, one entry."""
+    rng = numpy.random.RandomState(seed)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
+              [rng.randint(0, 3, (1,)).astype(I32) for _ in lengths])
+             for lengths in batches]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        if train:
+            jitted = _check_seeded(_model(cls), calls)
+        else:
+            model = _model(cls)
+            jitted = chainerjit.jit(model.forward)
+            with chainer.no_backprop_mode(), \
+                    chainer.using_config('train', False):
+                for xs, ys in calls:
+                    testing.assert_results_equal(jitted(xs, ys),
+                                                 model.forward(xs, ys))
+    assert len(jitted.cache_entries()) <= 1
