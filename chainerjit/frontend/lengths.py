@@ -467,6 +467,57 @@ def as_scalar(length, recorder, frame):
                           _LengthUses(length))
 
 
+def sizes_array(convert, sizes, args, kwargs, depth=1):
+    """``numpy.array([len(x) for x in xs], dtype)`` by the forward's code
+    (``depth`` frames up), each number the size of one axis of an array
+    argument (the items of a list: their lengths): an array made on every
+    call from those arguments' shapes by a ``python.sizes`` node, which
+    the program runs at any lengths. ``None`` where ``sizes`` are not so,
+    or the array is not one axis of ints or floats."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth or not sizes or \
+            forward_line(depth + 1) is None or not all(
+                type(n) is Length and n.affine == (1, 0) and
+                len(n.origins) == 1 for n in sizes):
+        return None
+    array = convert([int.__int__(n) for n in sizes], *args, **kwargs)
+    if not isinstance(array, numpy.ndarray) or array.ndim != 1 or \
+            array.dtype.kind not in 'iuf':
+        return None
+    origins = [next(iter(n.origins)) for n in sizes]
+    inputs = recorder.graph.inputs
+    if not all(0 <= leaf < len(inputs) for leaf, _ in origins):
+        return None
+    axes, dtype = tuple(axis for _, axis in origins), array.dtype
+    attrs = {'axes': axes, 'dtype': dtype}
+    result = traced.tagged(array)
+    recorder.add_node(ir.Node(
+        'python.sizes', ops.Kernel(
+            _sizes_reader(axes, dtype), attrs,
+            onnx=_sizes_to_onnx(axes, dtype), lengths=_any_rows),
+        [inputs[leaf] for leaf, _ in origins], recorder.bind_temps([result]),
+        tuple(sorted(attrs.items())), loc=forward_line(depth + 1)))
+    return result
+
+
+def _sizes_reader(axes, dtype):
+    def sizes(*xs):
+        return numpy.array([x.shape[a] for x, a in zip(xs, axes)], dtype)
+    return sizes
+
+
+def _sizes_to_onnx(axes, dtype):
+    def convert(builder, ins, outs):
+        sizes = [builder.op('Gather', [
+            builder.op('Shape', [x])[0],
+            builder.constant(numpy.asarray([axis], numpy.int64))],
+            axis=0)[0] for x, axis in zip(ins, axes)]
+        joined = builder.op('Concat', sizes, axis=0)[0]
+        builder.op('Identity', [builder.cast(joined, numpy.int64, dtype)],
+                   outs)
+    return convert
+
+
 def operation_position(frame):
     """``(filename, line, column)`` where the operation ``frame`` runs
     starts in its source."""

@@ -311,6 +311,12 @@ def _recording_conversion(name):
     by the forward's code is recorded (``traced.record_conversion``)."""
     def make(convert, recorder):
         def converted(a, *args, **kwargs):
+            if type(a) in (list, tuple) and a and \
+                    type(a[0]) is lengths.Length and \
+                    _state.recorder is recorder:  # [len(x) for x in xs]
+                sizes = lengths.sizes_array(convert, a, args, kwargs)
+                if sizes is not None:
+                    return sizes
             if _state.recorder is not recorder or recorder.depth or \
                     not traced.holds_traced(a):
                 return convert(a, *args, **kwargs)

@@ -112,6 +112,12 @@ def as_eager(obj):
     return untag(obj)
 
 
+def tagged(array):
+    """``array`` (a NumPy array) viewed as a :class:`TracedArray`, to bind
+    to a value the recording computes."""
+    return _tag(array)
+
+
 def _tag(obj):
     if type(obj) is numpy.ndarray:
         return obj.view(TracedArray)
@@ -479,6 +485,8 @@ def _numpy_to_onnx(fn, template, label=None):
     args, kwargs = template
     if label in _ONNX_METHODS and not kwargs:
         return _ONNX_METHODS[label](args)
+    if label == 'ndarray.astype' and set(kwargs) <= {'copy'}:
+        return _astype_to_onnx
     if label == 'numpy.sum' and args == (_Slot,) and set(kwargs) <= {
             'axis'} and kwargs.get('axis') is None:
         return _sum_to_onnx
@@ -543,6 +551,13 @@ def _sum_to_onnx(b, ins, outs):
     """``numpy.sum`` of all elements (booleans counted as NumPy's ints)."""
     summed = b.cast(ins[0], b.in_dtypes[0], b.out_dtypes[0])
     b.op('ReduceSum', [summed], outs, keepdims=0)
+
+
+def _astype_to_onnx(b, ins, outs):
+    """``x.astype(dtype)`` as ONNX ``Cast`` (an ``Identity`` where the
+    dtype is the same)."""
+    b.op('Identity', [b.cast(ins[0], b.in_dtypes[0], b.out_dtypes[0])],
+         outs)
 
 
 def _reshape_to_onnx(args):

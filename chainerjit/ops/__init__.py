@@ -348,15 +348,22 @@ def index_rows(index, rows):
     where a basic index takes every row, in order (``x[:, 3]``, ``xs[t]``
     of a time-major ``xs``); else ``None``."""
     index = index if isinstance(index, tuple) else (index,)
-    if not all(isinstance(s, (slice, int, numpy.integer)) or
-               (s is None and k > rows.axis) for k, s in enumerate(index)):
+    axis = out_axis = 0  # of x, and of the result, at each item
+    for s in index:
+        if s is None:  # a new axis of the result
+            out_axis += 1
+            continue
+        if not isinstance(s, (slice, int, numpy.integer)):
+            return None
+        if axis == rows.axis:
+            break
+        axis += 1
+        out_axis += isinstance(s, slice)
+    else:
+        return rows._replace(axis=out_axis + rows.axis - axis)
+    if s != slice(None):
         return None
-    if rows.axis < len(index) and not (
-            isinstance(index[rows.axis], slice) and
-            index[rows.axis] == slice(None)):
-        return None
-    dropped = sum(1 for s in index[:rows.axis] if not isinstance(s, slice))
-    return rows._replace(axis=rows.axis - dropped)
+    return rows._replace(axis=out_axis)
 
 
 def rows_indexed(index):

@@ -147,8 +147,10 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     """How an entry whose VM program takes any sizes of two axes reads a
     call's key: the batch (:class:`RowsBatched`, ``B``) and another axis
     of some of the arrays (``width``, ``W``: the words of padded ids).
-    The first calls at :data:`CHECKED_SIZES` new pairs of sizes are
-    checked against eager."""
+    The first calls at each of :data:`CHECKED_SIZES` new sizes of either
+    axis are checked against eager: a batch size that changes seldom (an
+    epoch's last batch) next to widths that change on every call is
+    checked too."""
 
     __slots__ = ()
 
@@ -165,9 +167,13 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
         """The call's two sizes, if they are to be checked against eager;
         else ``None``."""
         sizes = self.checked_at(key)
-        if sizes in checked or len(checked) > CHECKED_SIZES:
+        if sizes in checked:
             return None
-        return sizes
+        for axis, size in enumerate(sizes):
+            seen = set(c[axis] for c in checked)
+            if size not in seen and len(seen) <= CHECKED_SIZES:
+                return sizes
+        return None
 
     def checked_at(self, key):
         """A call's sizes as noted when checked: ``(('B', n), ('W', m))``

@@ -220,7 +220,9 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             type(batched.size_of(key)) is not int \
             else _batch_of_any_size(caller, graph, sig, batched, recording,
                                     lengths is not None or key[1])
-        _warn_unrolled_loops(caller, unrolled, items, sig)
+        # (A packed call whose packing does not pay is recorded again.)
+        if packed is None or joined:
+            _warn_unrolled_loops(caller, unrolled, items, sig)
         sizes = items or rows  # the entry's VM program takes any sizes
         if rows is not None and rows.generalize(key) is None:
             sizes = rows = None  # an axis too short to leave open

@@ -615,3 +615,49 @@ def test_concat_examples_of_items_unlike_on_other_axes():
                                                 _padded_features(xs))
     assert jitted.cache_info().compiled == 3
     assert 'concat_examples(padding=0.5)' in str(jitted.last_entry.graph)
+
+
+class _ExampleBagOfWords(chainer.Chain):
+    """Chainer's text classification example's bag-of-words encoder as
+    written there: the sum over the padded words divided by each
+    sentence's length, an array made from ``len(x)`` of each item."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.out = L.Linear(6, 3)
+
+    def forward(self, xs, ys):
+        return F.softmax_cross_entropy(self.scores(xs), F.concat(ys, axis=0))
+
+    def scores(self, xs):
+        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        e = F.dropout(self.embed(x_block), 0.1)
+        e = F.transpose(e, (0, 2, 1))[:, :, :, None]
+        x_len = self.xp.array([len(x) for x in xs], numpy.int32)[:, None,
+                                                                 None]
+        return self.out(F.sum(e, axis=2) / x_len)
+
+
+def test_an_array_of_the_items_lengths_is_made_on_every_call():
+    rng = numpy.random.RandomState(23)
+    calls = [(_tokens(rng), [rng.randint(0, 3, (1,)).astype(numpy.int32)
+                             for _ in range(4)]) for _ in range(8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        jitted = _check_seeded(_model(_ExampleBagOfWords), calls)
+    entry, = jitted.cache_entries()
+    assert "i32[4] = python.sizes[axes=(0, 0, 0, 0), dtype=int32](xs[0], " \
+        "xs[1], xs[2], xs[3])" in str(entry.graph), entry.graph
+    assert jitted.cache_info().compiled >= 4
+
+
+class _ExampleBagOfWordsScores(_ExampleBagOfWords):
+    def forward(self, xs):
+        return self.scores(xs)
+
+
+def test_exported_lengths_array_follows_the_items():
+    _check_exported(_model(_ExampleBagOfWordsScores),
+                    _calls(numpy.random.RandomState(29), 6))
