@@ -535,7 +535,23 @@ class _PaddedSequences(_PerItem):
         return F.softmax_cross_entropy(self.fc(h), F.concat(ys, axis=0))
 
 
-class _Convolutions(chainer.Chain):
+class _Classifier(chainer.Chain):
+    """The loss of the classes ``self.scores(xs)`` gives, labels in a list
+    of one each, as Chainer's text classification example has it."""
+
+    def forward(self, xs, ys):
+        return F.softmax_cross_entropy(self.scores(xs), F.concat(ys, axis=0))
+
+
+def _block_embed(embed, xs):
+    """The example's ``block_embed`` of the sentences padded by
+    ``concat_examples``: their embeddings, dropped out, words on axis 2."""
+    x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+    e = F.dropout(embed(x_block), 0.1)
+    return F.transpose(e, (0, 2, 1))[:, :, :, None]
+
+
+class _Convolutions(_Classifier):
     """Chainer's text classification example's CNN encoder: convolutions
     of three widths over the padded words, their maxima over the words."""
 
@@ -550,13 +566,8 @@ class _Convolutions(chainer.Chain):
                                           dilate=(2, 1))
             self.out = L.Linear(12, 3)
 
-    def forward(self, xs, ys):
-        return F.softmax_cross_entropy(self.scores(xs), F.concat(ys, axis=0))
-
     def scores(self, xs):
-        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
-        e = F.dropout(self.embed(x_block), 0.1)
-        e = F.transpose(e, (0, 2, 1))[:, :, :, None]
+        e = _block_embed(self.embed, xs)
         h = F.concat([F.max(self.cnn_w3(e), axis=2),
                       F.max(self.cnn_w4(e), axis=2),
                       F.max(self.cnn_w5(e), axis=2)], axis=1)
@@ -617,7 +628,7 @@ def test_concat_examples_of_items_unlike_on_other_axes():
     assert 'concat_examples(padding=0.5)' in str(jitted.last_entry.graph)
 
 
-class _ExampleBagOfWords(chainer.Chain):
+class _ExampleBagOfWords(_Classifier):
     """Chainer's text classification example's bag-of-words encoder as
     written there: the sum over the padded words divided by each
     sentence's length, an array made from ``len(x)`` of each item."""
@@ -628,13 +639,8 @@ class _ExampleBagOfWords(chainer.Chain):
             self.embed = L.EmbedID(30, 6, ignore_label=-1)
             self.out = L.Linear(6, 3)
 
-    def forward(self, xs, ys):
-        return F.softmax_cross_entropy(self.scores(xs), F.concat(ys, axis=0))
-
     def scores(self, xs):
-        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
-        e = F.dropout(self.embed(x_block), 0.1)
-        e = F.transpose(e, (0, 2, 1))[:, :, :, None]
+        e = _block_embed(self.embed, xs)
         x_len = self.xp.array([len(x) for x in xs], numpy.int32)[:, None,
                                                                  None]
         return self.out(F.sum(e, axis=2) / x_len)
