@@ -39,11 +39,15 @@ from chainerjit.frontend import packing
 MIN_ITEMS = 2
 
 
-class Join(collections.namedtuple('Join', 'path kind padding')):
+class Join(collections.namedtuple('Join', 'path kind padding lengths',
+                                  defaults=(False,))):
     """How a list argument is joined: ``path`` as ``packing.list_paths``
     gives it; ``kind`` ``'pad'`` (``F.pad_sequence`` to the longest item,
     with ``padding``), ``'concat'`` (``F.concat`` on axis 0 of items of
-    one row each) or ``'stack'`` (``F.stack`` on axis 0)."""
+    one row each) or ``'stack'`` (``F.stack`` on axis 0). ``lengths``: a
+    padded list whose items' lengths the forward also made an array of
+    (``xp.array([len(x) for x in xs])``, a ``python.sizes`` node): the
+    call passes ``(block, lengths)``."""
 
     __slots__ = ()
 
@@ -65,9 +69,12 @@ class Join(collections.namedtuple('Join', 'path kind padding')):
                    for a in items)
 
     def joined(self, items):
-        """The array the op makes of ``items``."""
+        """The array the op makes of ``items`` (with ``lengths``, and the
+        items' lengths)."""
         if self.kind == 'pad':
-            return ops.array.items_padded(items, None, self.padding)
+            block = ops.array.items_padded(items, None, self.padding)
+            return (block, numpy.array([len(a) for a in items])) \
+                if self.lengths else block
         if self.kind == 'concat':
             return numpy.concatenate(items)
         return numpy.stack(items)
@@ -76,14 +83,19 @@ class Join(collections.namedtuple('Join', 'path kind padding')):
         """Item ``k`` of the list, taken from ``joined`` (a traced array) by
         recorded indexing; ``original`` is the caller's."""
         if self.kind == 'pad':
-            return joined[k, :len(original)]
+            return _block(joined)[k, :len(original)]
         if self.kind == 'concat':
             return joined[k:k + 1]
         return joined[k]
 
     def matches(self, node):
         """Is ``node`` the op this list is joined for?"""
-        return _join_of(self.path, node) == self
+        return _join_of(self.path, node) == self._replace(lengths=False)
+
+
+def _block(joined):
+    """The joined array of what a call passes for a joined list."""
+    return joined[0] if type(joined) is tuple else joined
 
 
 def _join_of(path, node):
@@ -127,7 +139,7 @@ def _note_iterated(joined):
     origin = lengths.origin_of(joined, 0)
     if recorder is not None and loc is not None and origin is not None:
         recorder.length_uses.append(lengths.Use(
-            frozenset([origin]), 'counted by iterating over the list', loc))
+            frozenset([origin]), lengths.ITERATED, loc))
 
 
 def is_joined(value):
@@ -184,12 +196,20 @@ def mark_key(key, joins):
     return (train, backprop, ('joined', joins, structure), specs, alias)
 
 
+def counts(joined):
+    """The numbers of items of a joined call's lists."""
+    return set(len(_block(packing.holder(joined.args, joined.kwargs,
+                                         j.path)[j.path[1]]))
+               for j in joined.joins)
+
+
 def joined_leaves(joined, leaves):
     """``{leaf index: Join}`` of the joined arrays among a joined call's
     leaves."""
     found = {}
     for j in joined.joins:
-        array = packing.holder(joined.args, joined.kwargs, j.path)[j.path[1]]
+        array = _block(packing.holder(joined.args, joined.kwargs,
+                                      j.path)[j.path[1]])
         found[next(i for i, leaf in enumerate(leaves) if leaf is array)] = j
     return found
 
@@ -209,18 +229,30 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
         originals = packing.holder(caller_args, caller_kwargs,
                                    j.path)[j.path[1]]
         items = [j.item(joined, k, item) for k, item in enumerate(originals)]
+        if j.lengths:
+            lengths.note_item_lengths(items, joined[1])
         rows.append((j.path, items))
-        arguments[j.path[1]] = joined_list(items, joined, j.path[2])
+        arguments[j.path[1]] = joined_list(items, _block(joined), j.path[2])
     return tuple(args), kwargs, rows
 
 
-def take_joins(graph, item_nodes, joins, shapes_read):
+def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
+               names=(), item_length_reads=0):
     """Makes each joined argument of a joined call's recording the value
     of the op it was joined for: that op and the indexing of the items go.
     ``item_nodes`` are the indexing nodes, in the order of ``joins`` and
     their items; ``shapes_read``, the values whose shape the forward's
-    Python read. Returns why the recording does not read each list whole,
-    or ``None``."""
+    Python read; ``uses``, the recording's ``lengths.Use`` (of an item's
+    length, none may be: ``names`` the leaves'; nor may the forward read
+    an item's length but into an array of them all:
+    ``item_length_reads``). Returns why the recording does not read each
+    list whole, or ``None``."""
+    if item_length_reads:
+        return "the forward's Python reads the length of an item " \
+            "(len(x), x.shape) other than into an array of them all"
+    for use in uses:
+        if any(lengths.is_item_length(origin) for origin in use.origins):
+            return use.describe(names)
     users = graph.users()
     n, found = len(item_nodes) // len(joins), []
     for k, j in enumerate(joins):
@@ -267,22 +299,27 @@ _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
     chainer.get_array_types())
 
 
-def found_joins(graph, lists, length_reads, shapes_read):
+def found_joins(graph, lists, length_reads, shapes_read, uses):
     """The :class:`Join` of each list argument of an unjoined recording
     that the forward reads whole, or ``()``: ``lists`` are ``(path, item
     values, the caller's items, the items' leaves)``; ``length_reads``
-    the ``(leaf, axis)`` sizes the forward's code read."""
+    the ``(leaf, axis)`` sizes the forward's code read, ``uses`` its
+    ``lengths.Use`` of them."""
     users = graph.users()
     joins, pads = [], 0
     for path, values, items, leaves in lists:
-        if any(leaf == origin[0] for origin in length_reads
-               for leaf in leaves):
+        sized = _sizes_of(values, users)
+        if any(leaf == origin[0] for origin in (
+                [o for use in uses for o in use.origins] if sized
+                else length_reads) for leaf in leaves):
             continue
-        readers = users.get(values[0], [])
+        readers = [n for n in users.get(values[0], []) if n is not sized]
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
-        if j is not None and j.takes(items) and \
-                _reader_of(values, users, j, shapes_read)[1] is None:
+        if j is not None and sized is not None:
+            j = j._replace(lengths=True) if j.kind == 'pad' else None
+        if j is not None and j.takes(items) and _reader_of(
+                values, users, j, shapes_read, sized)[1] is None:
             joins.append(j)
             pads += j.kind == 'pad'
     counts = set(len(items) for path, _, items, _ in lists
@@ -292,12 +329,24 @@ def found_joins(graph, lists, length_reads, shapes_read):
     return tuple(joins)
 
 
-def _reader_of(values, users, j, shapes_read):
-    """``(node, None)``: the one node reading ``values``, every one once
-    and in order, the op ``j`` joins for; else ``(None, why)``."""
+def _sizes_of(values, users):
+    """The ``python.sizes`` node reading the first axis of each of
+    ``values``, in order, if one does; else ``None``."""
+    for node in users.get(values[0], []) if values else ():
+        if node is not None and node.op == 'python.sizes' and \
+                node.inputs == values and \
+                dict(node.attrs)['axes'] == (0,) * len(values):
+            return node
+    return None
+
+
+def _reader_of(values, users, j, shapes_read, sized=None):
+    """``(node, None)``: the one node reading ``values`` (but for
+    ``sized``, their lengths), every one once and in order, the op ``j``
+    joins for; else ``(None, why)``."""
     readers = set()
     for value in values:
-        found = users.get(value, [])
+        found = [n for n in users.get(value, []) if n is not sized]
         if len(found) != 1 or found[0] is None or value in shapes_read:
             return None, 'an item of %s is read otherwise than by one op ' \
                 'taking the whole list' % _name(j.path)

@@ -63,8 +63,16 @@ class Use(collections.namedtuple(
         where = '' if self.loc is None else \
             ' at ' + errors.short_location(self.loc)
         return '%s %s%s' % (' * '.join(
-            '%s.shape[%d]' % (names[leaf], axis)
+            _size_named(names[leaf], axis)
             for leaf, axis in self.origins), self.what, where)
+
+
+def _size_named(name, axis):
+    """``'xs.shape[1]'``; the length of an item of a joined list (its
+    lengths passed as ``name``, ``xs[1]``), ``'len(xs[k])'``."""
+    if axis >= 0:
+        return '%s.shape[%d]' % (name, axis)
+    return 'len(%s[%d])' % (name.rpartition('[')[0] or name, -1 - axis)
 
 
 class Length(int):
@@ -198,6 +206,8 @@ def read_shape(array, shape, depth=1):
         recorder.shapes_read.add(id(array))  # a computed value's
         return shape
     recorder.length_reads.update(o for o in origins if o is not None)
+    recorder.item_length_reads += sum(
+        1 for o in origins if o is not None and is_item_length(o))
     return tuple(n if origin is None else Length(
         n, frozenset([origin]), recorder.length_uses, (1, 0), True)
         for origin, n in zip(origins, shape))
@@ -450,7 +460,8 @@ def as_scalar(length, recorder, frame):
         return None
     (leaf, axis), = length.origins
     inputs = recorder.graph.inputs
-    if not 0 <= leaf < len(inputs) or axis >= len(inputs[leaf].shape):
+    if not 0 <= leaf < len(inputs) or \
+            not 0 <= axis < len(inputs[leaf].shape):  # (an item's length)
         return None
     a, b = length.affine
     out = recorder.graph.add_value('temp', (), numpy.float64)
@@ -465,6 +476,32 @@ def as_scalar(length, recorder, frame):
     recorder.varying = True  # Scalars are about: note their uses
     return scalars.Scalar(float(int.__int__(length)), out, 'size',
                           _LengthUses(length))
+
+
+#: How a use of a joined list's count by the forward iterating over it is
+#: described (``joining``).
+ITERATED = 'counted by iterating over the list'
+
+
+def note_item_lengths(items, lengths):
+    """Notes the first axis of each of a joined list's ``items`` (traced
+    arrays) as the item's length, held in ``lengths``, the traced array
+    of the items' lengths the call passes with the joined list
+    (``joining``): ``len(x)`` of item ``k`` is a :class:`Length` of origin
+    ``(the leaf of lengths, -1 - k)`` (:func:`is_item_length`), which an
+    array of all of them in order (:func:`sizes_array`) takes back."""
+    recorder = _state.recorder
+    leaf = recorder.graph.inputs.index(recorder.values[id(lengths)])
+    recorder.item_lengths[leaf] = lengths
+    for k, item in enumerate(items):
+        recorder.length_leaves[id(item)] = ((leaf, -1 - k),) + \
+            (None,) * (item.ndim - 1)
+
+
+def is_item_length(origin):
+    """Is ``origin`` a joined list item's length
+    (:func:`note_item_lengths`)?"""
+    return origin[1] < 0
 
 
 def sizes_array(convert, sizes, args, kwargs, depth=1):
@@ -485,6 +522,9 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
             array.dtype.kind not in 'iuf':
         return None
     origins = [next(iter(n.origins)) for n in sizes]
+    if any(is_item_length(origin) for origin in origins):
+        return _joined_lengths(convert, origins, args, kwargs,
+                               forward_line(depth + 1))
     inputs = recorder.graph.inputs
     if not all(0 <= leaf < len(inputs) for leaf, _ in origins):
         return None
@@ -498,6 +538,24 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
         [inputs[leaf] for leaf, _ in origins], recorder.bind_temps([result]),
         tuple(sorted(attrs.items())), loc=forward_line(depth + 1)))
     return result
+
+
+def _joined_lengths(convert, origins, args, kwargs, loc):
+    """:func:`sizes_array` of the lengths of every item of a joined list,
+    in order: the conversion of the array of them the call passed; the
+    forward's iterating over the list on that line made it, and is no use
+    of the count. ``None`` for other lengths."""
+    recorder = _state.recorder
+    leaf = origins[0][0]
+    if origins != [(leaf, -1 - k) for k in range(len(origins))] or \
+            len(origins) != len(recorder.item_lengths[leaf]):
+        return None
+    recorder.length_uses[:] = [use for use in recorder.length_uses
+                               if use.what != ITERATED or use.loc != loc]
+    recorder.item_length_reads -= len(origins)
+    return traced.record_conversion('numpy.array', convert,
+                                    recorder.item_lengths[leaf], args,
+                                    kwargs)
 
 
 def _sizes_reader(axes, dtype):

@@ -94,6 +94,8 @@ class Recording(object):
         # scalars.Use: what baked in the varying number arguments
         self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
+        self.item_length_reads = recorder.item_length_reads if recorder \
+            else 0
         # the IR values whose shape the forward's Python read
         self.shapes_read = set(
             recorder.values[i] for i in recorder.shapes_read
@@ -169,6 +171,11 @@ class _Recorder(object):
         # The arguments' arrays by identity -> leaf index, and the uses of
         # their sizes by the forward (see ``lengths``).
         self.length_leaves = {}
+        # {leaf: traced array}: the lengths of a joined list's items
+        # (lengths.note_item_lengths), and how many of them the forward
+        # read other than into an array of them all
+        self.item_lengths = {}
+        self.item_length_reads = 0
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         # id(array) of the computed arrays whose shape the forward read

@@ -346,11 +346,22 @@ def _rows_kept(label, fn, args, kwargs, arrays, result):
                 index.stop is None and index.step in (None, 1, -1):
             return ops.rows_follow_first
         return ops.rows_indexed(index)
+    if label in _SHAPE_KEEPING_CONVERSIONS and len(arrays) == 1 and \
+            isinstance(result, numpy.ndarray) and \
+            result.shape == arrays[0].shape:
+        return ops.rows_follow_first
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__' and 'out' not in kwargs and \
             isinstance(result, numpy.ndarray):
         return ops.rows_broadcast([a.shape for a in arrays], result.shape)
     return None
+
+
+# Conversions of one array that keep its shape (a copy, another dtype):
+# each row is the row of the input (``_rows_kept``).
+_SHAPE_KEEPING_CONVERSIONS = frozenset([
+    'numpy.array', 'numpy.asarray', 'numpy.ascontiguousarray',
+    'numpy.asfortranarray', 'ndarray.astype', 'ndarray.copy'])
 
 
 def record_draw(label, draw, args, kwargs, result):
@@ -485,7 +496,8 @@ def _numpy_to_onnx(fn, template, label=None):
     args, kwargs = template
     if label in _ONNX_METHODS and not kwargs:
         return _ONNX_METHODS[label](args)
-    if label == 'ndarray.astype' and set(kwargs) <= {'copy'}:
+    if label in _SHAPE_KEEPING_CONVERSIONS and \
+            set(kwargs) <= {'copy', 'dtype', 'order'}:
         return _astype_to_onnx
     if label == 'numpy.sum' and args == (_Slot,) and set(kwargs) <= {
             'axis'} and kwargs.get('axis') is None:
@@ -554,8 +566,8 @@ def _sum_to_onnx(b, ins, outs):
 
 
 def _astype_to_onnx(b, ins, outs):
-    """``x.astype(dtype)`` as ONNX ``Cast`` (an ``Identity`` where the
-    dtype is the same)."""
+    """``x.astype(dtype)``, ``numpy.array(x, dtype)`` and the like as ONNX
+    ``Cast`` (an ``Identity`` where the dtype is the same)."""
     b.op('Identity', [b.cast(ins[0], b.in_dtypes[0], b.out_dtypes[0])],
          outs)
 

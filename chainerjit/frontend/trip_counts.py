@@ -88,7 +88,7 @@ def _read_length(node, frame, offset):
         return None
     a, b = value.affine
     (where,) = value.origins
-    if a != 1 or b > 0:
+    if a != 1 or b > 0 or lengths.is_item_length(where):
         return None
     return TripSource('dim', where, offset - b)
 

@@ -428,11 +428,13 @@ def rows_follow(lower):
 
 def rows_broadcast(in_shapes, out_shape, kernel=None):
     """A :attr:`Kernel.lengths` rule for an element-wise kernel whose
-    inputs broadcast together: the inputs whose rows vary have the
-    output's axes and all the same rows, which the output has; the fixed
-    ones broadcast along the rows (fewer axes, or one row). ``kernel``:
+    inputs broadcast together: the inputs whose rows vary (on any axis)
+    have the output's axes and all the same rows, which the output has;
+    the fixed ones broadcast along the rows (fewer axes, or one row).
+    ``kernel``:
     the kernel to run at any lengths (one whose gradient reads the rows'
     number from its arrays), ``None`` where the node's does already."""
+    @takes_axes
     def lengths(rows):
         varying = [r for r in rows if r is not None]
         if any(r != varying[0] for r in varying):
@@ -440,8 +442,8 @@ def rows_broadcast(in_shapes, out_shape, kernel=None):
         for r, shape in zip(rows, in_shapes):
             if r is not None and len(shape) != len(out_shape):
                 return None
-            if r is None and len(shape) == len(out_shape) and \
-                    shape[0] != 1:
+            at = varying[0].axis - (len(out_shape) - len(shape))
+            if r is None and at >= 0 and shape[at] != 1:
                 return None
         return Follow((varying[0],), kernel)
     return lengths

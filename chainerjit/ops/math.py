@@ -69,6 +69,7 @@ from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_broadcast
 from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_follow_first
+from chainerjit.ops import takes_axes
 from chainerjit.ops import takes_widest
 
 
@@ -500,10 +501,10 @@ def _binary_grad_to_onnx(node, ctx):
     return convert
 
 
-def _sum_to_inputs(ctx, gx0_of, gx1_of, rows=(None, None)):
+def _sum_to_inputs(ctx, gx0_of, gx1_of, axes=((), ())):
     """The wanted gradients, summed to the input shapes as
-    ``chainer.functions.sum_to`` does; where ``rows`` has an input's
-    ``ops.Rows``, to its shape with the output gradient's rows."""
+    ``chainer.functions.sum_to`` does; to each input's shape with the
+    output gradient's sizes on its ``axes`` (those whose rows vary)."""
     sum_to = utils.sum_to
     shape0, shape1 = ctx.in_shapes
     xp = ctx.xp
@@ -511,32 +512,39 @@ def _sum_to_inputs(ctx, gx0_of, gx1_of, rows=(None, None)):
     def grad(xs, ys, gys, wanted):
         gy = gys[0]
         args = (xp, xs[0], xs[1], ys[0], gy)
-        return (sum_to(gx0_of(*args), _with_rows(shape0, rows[0], gy))
+        return (sum_to(gx0_of(*args), _with_rows(shape0, axes[0], gy))
                 if wanted[0] else None,
-                sum_to(gx1_of(*args), _with_rows(shape1, rows[1], gy))
+                sum_to(gx1_of(*args), _with_rows(shape1, axes[1], gy))
                 if wanted[1] else None)
     return grad
 
 
-def _with_rows(shape, rows, gy):
-    """``shape``, or where it follows ``rows`` (``ops.Rows``, not
-    ``None``), ``shape`` with the rows of ``gy``."""
-    return shape if rows is None else (len(gy),) + shape[1:]
+def _with_rows(shape, axes, gy):
+    """``shape`` with the sizes of ``gy`` on ``axes``."""
+    for axis in axes:
+        shape = shape[:axis] + (gy.shape[axis],) + shape[axis + 1:]
+    return shape
 
 
-def _broadcast_any_rows(kernel, ctx, grad_of):
+def _broadcast_any_rows(kernel, ctx, grad_of, taken=None):
     """The :attr:`Kernel.lengths` rule of a broadcasting op
     (``rows_broadcast``) whose gradient at any lengths is
-    ``grad_of(rows)``, which sums to the input shapes with the rows of the
-    output's gradient."""
+    ``grad_of(axes)``, which sums to the input shapes with the sizes of
+    the output's gradient on each input's ``axes`` whose rows vary: those
+    followed before (``taken``: a trip count's, then a batch's) and
+    these."""
     rule = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])
 
+    @takes_axes
     def lengths(rows):
         following = rule(rows)
         if following is None or kernel.grad is None:
             return following
+        axes = tuple(t + (() if r is None else (r.axis,))
+                     for t, r in zip(taken or ((),) * len(rows), rows))
         return following._replace(kernel=kernel._replace(
-            grad=grad_of(tuple(rows)), lengths=None))
+            grad=grad_of(axes),
+            lengths=_broadcast_any_rows(kernel, ctx, grad_of, axes)))
     return lengths
 
 
@@ -565,13 +573,13 @@ def lower_binary(node, ctx):
     reads_x, reads_y = _BINARY_GRAD[type(node)][:2]
     reads = ((0, 1) if reads_x else (), (0,) if reads_y else ())
 
-    def grad_of(rows):
+    def grad_of(axes):
         return grad_rule(ctx, _sum_to_inputs(
-            ctx, *_BINARY_GRAD[type(node)][2:], rows=rows), *reads)
+            ctx, *_BINARY_GRAD[type(node)][2:], axes=axes), *reads)
     grad = None
     if (type(node) not in (trigonometric.Arctan2, fmod.Fmod)
             or ctx.in_shapes[0] == ctx.in_shapes[1]):
-        grad = grad_of((None, None))._replace(
+        grad = grad_of(((), ()))._replace(
             onnx=_binary_grad_to_onnx(node, ctx))
     inplace, into = _binary_into(fn, ctx)
     kernel = Kernel(lambda x0, x1: utils.force_array(fn(x0, x1), dtype),
@@ -708,17 +716,17 @@ def _constant_into(ufunc, value, first, ctx):
     return lambda out, x: ufunc(x, value, out=out)
 
 
-def _sum_to_each(ctx, rows=None):
+def _sum_to_each(ctx, axes=None):
     """The gradient of an addition: ``gy`` summed to each input's shape
-    (with the rows of ``gy`` for those with ``rows``, ``ops.Rows``)."""
+    (with the sizes of ``gy`` on its ``axes`` whose rows vary)."""
     sum_to = utils.sum_to
     shapes = ctx.in_shapes
-    rows = rows or (None,) * len(shapes)
+    axes = axes or ((),) * len(shapes)
 
     def grad(xs, ys, gys, wanted):
         gy, = gys
-        return tuple(sum_to(gy, _with_rows(shape, r, gy)) if w else None
-                     for shape, r, w in zip(shapes, rows, wanted))
+        return tuple(sum_to(gy, _with_rows(shape, a, gy)) if w else None
+                     for shape, a, w in zip(shapes, axes, wanted))
     return grad_rule(ctx, grad)
 
 
@@ -959,7 +967,8 @@ def lower_sum(node, ctx):
         # opset 13+: the axes are an input.
         axes = [] if axis is None else [b.int64s(_onnx_axes(axis, ctx))]
         b.op('ReduceSum', ins + axes, outs, keepdims=int(keepdims))
-    kernel = Kernel(lambda x: x.sum(axis=axis, keepdims=keepdims),
+    kernel = Kernel(lambda x: utils.force_array(x.sum(axis=axis,
+                                                      keepdims=keepdims)),
                     {'axis': axis, 'keepdims': keepdims},
                     grad=_broadcast_back(node, ctx), onnx=to_onnx, fresh=True)
     shape = ctx.in_shapes[0]
@@ -1073,7 +1082,8 @@ def lower_mean(node, ctx):
     grad = None
     if divider:  # Mean.forward divides 1.0 by it
         grad = _broadcast_back(node, ctx, 1.0 / divider)
-    kernel = Kernel(lambda x: x.mean(axis=axis, keepdims=keepdims),
+    kernel = Kernel(lambda x: utils.force_array(x.mean(axis=axis,
+                                                       keepdims=keepdims)),
                     {'axis': axis, 'keepdims': keepdims}, grad=grad,
                     onnx=_onnx_reduce('ReduceMean', axis, keepdims, ctx))
     if grad is None or not shape:

@@ -178,7 +178,9 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     joined = isinstance(packed, joining.Joined)
     why_unjoined = joining.take_joins(
         recording.graph, recording.row_nodes, packed.joins,
-        recording.shapes_read) if joined else None
+        recording.shapes_read, recording.length_uses,
+        [name for name, _ in sig.items],
+        recording.item_length_reads) if joined else None
     if why_unjoined is not None:
         return _unjoined(caller, recording, miss_reason, why_unjoined)
     fallback = _fallback_reason(caller, recording, py_guards, generators)
@@ -222,7 +224,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                                     lengths is not None or key[1])
         # (A packed call whose packing does not pay is recorded again.)
         if packed is None or joined:
-            _warn_unrolled_loops(caller, unrolled, items, sig)
+            _warn_unrolled_loops(caller, unrolled, items, sig,
+                                 packed if joined else None)
         sizes = items or rows  # the entry's VM program takes any sizes
         if rows is not None and rows.generalize(key) is None:
             sizes = rows = None  # an axis too short to leave open
@@ -434,14 +437,17 @@ def _roll_loops(caller, recording, sig, n_leaves):
     return found, note, unrolled
 
 
-def _warn_unrolled_loops(caller, unrolled, items, sig):
+def _warn_unrolled_loops(caller, unrolled, items, sig, joined=None):
     """Warns once for each loop left unrolled whose trip count may vary,
     but for a loop over the items of a list whose lengths the entry takes
     at any value (``items``): its count is the number of items, which is
-    in the key as the list's structure is."""
+    in the key as the list's structure is; or over a list joined
+    (``joined``, a ``joining.Joined``), which no node of it read."""
     counts = set() if items is None else set(
         len(leaves) for leaves in ragged.items_by_list(
             sig, items.leaves).values())
+    if joined is not None:
+        counts.update(joining.counts(joined))
     for loop in unrolled:
         if loop.varies and loop.iterations not in counts:
             caller.warn_unrolled(errors.UnrolledLoop(
@@ -740,7 +746,8 @@ def _joins_found(recording, packed, args, kwargs, leaves):
             lists.append((path, [recording.graph.inputs[i] for i in at],
                           items, at))
     joins = joining.found_joins(recording.graph, lists,
-                                recording.length_reads, recording.shapes_read)
+                                recording.length_reads, recording.shapes_read,
+                                recording.length_uses)
     return joins if len(joins) == len(found) else ()
 
 

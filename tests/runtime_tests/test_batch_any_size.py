@@ -710,10 +710,20 @@ class _Steps(chainer.Chain):
             hs.append(h)
         return F.stack(hs)
 
+    def attended(self, xs):
+        # every step's output weighed by the last one, broadcast over the
+        # steps by a new axis (h[None]), as attention scores are
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return F.sum(F.stack(hs) * h[None], axis=2)
+
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
                                     'gru_link', 'lstm_link', 'counter',
-                                    'lazy_state', 'stacked'])
+                                    'lazy_state', 'stacked', 'attended'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
     calls = [(rng.randn(steps, batch, 4).astype(F32),)

@@ -20,6 +20,7 @@ from chainerjit import testing
 from tests.runtime_tests.test_ragged_lists import _BagOfWords
 from tests.runtime_tests.test_ragged_lists import _check_seeded
 from tests.runtime_tests.test_ragged_lists import _Convolutions
+from tests.runtime_tests.test_ragged_lists import _ExampleBagOfWords
 from tests.runtime_tests.test_ragged_lists import _model
 from tests.runtime_tests.test_ragged_lists import _PerItem
 
@@ -41,15 +42,30 @@ def _batches(rng, counts, low=2, high=12):
 _COUNTS = (4, 4, 7, 2, 9, 4, 16, 3, 5)
 
 
-@pytest.mark.parametrize('cls', [_BagOfWords, _Convolutions])
-def test_text_classifier_trains_at_any_batch_size_and_lengths(cls):
+class _PerSentence(_ExampleBagOfWords):
+    """The example's bag of words, its loss divided by the number of
+    sentences (a symbol)."""
+
+    def forward(self, xs, ys):
+        return super().forward(xs, ys) / len(xs)
+
+
+@pytest.mark.parametrize('cls, signature', [
+    (_BagOfWords, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
+    (_Convolutions, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
+    # the items' lengths too, for its xp.array([len(x) for x in xs])
+    (_ExampleBagOfWords, 'xs[0]: i32[B,W]@cpu (array), xs[1]: i64[B]@cpu '
+     '(array), ys: i32[B]@cpu (array)'),
+    (_PerSentence, 'xs[0]: i32[B,W]@cpu (array), xs[1]: i64[B]@cpu')])
+def test_text_classifier_trains_at_any_batch_size_and_lengths(cls,
+                                                              signature):
     calls = _batches(numpy.random.RandomState(3), _COUNTS)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.LoopWarning)
         jitted = _check_seeded(_model(cls), calls)
     entry, = jitted.cache_entries()
-    assert str(entry.signature).startswith(
-        'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'), entry.signature
+    assert str(entry.signature).startswith(signature), entry.signature
     assert jitted.cache_info().compiled >= 3
 
 
@@ -127,22 +143,32 @@ class _ShapeRead(_BagOfWords):
         return F.softmax_cross_entropy(self.out(h), F.concat(ys, axis=0))
 
 
-class _MeanOfWords(_BagOfWords):
-    """Chainer's example's bag of words: the sum over the words divided by
-    each sentence's length, read in Python."""
+class _LongestRead(_ExampleBagOfWords):
+    """The longest sentence's length, computed in Python, besides the
+    array of the lengths."""
 
     def forward(self, xs, ys):
-        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
-        x_len = numpy.array([len(x) for x in xs], I32)[:, None]
-        h = F.sum(self.embed(x_block), axis=1) / x_len.astype(F32)
-        return F.softmax_cross_entropy(self.out(h), F.concat(ys, axis=0))
+        return super().forward(xs, ys) * (1. / max(len(x) for x in xs))
+
+
+class _StepsOfTheFirst(_ExampleBagOfWords):
+    """A Python loop as long as the first sentence, besides the array of
+    the lengths."""
+
+    def forward(self, xs, ys):
+        loss = super().forward(xs, ys)
+        for _ in range(len(xs[0])):
+            loss = loss * 0.9
+        return loss
 
 
 @pytest.mark.parametrize('cls, why', [
+    (_StepsOfTheFirst, 'reads the length of an item'),
     (_LabelsRead, None),
-    (_Counted, 'counted by iterating over the list'),
+    (_Counted, 'xs.shape[0] counted by iterating over the list at '
+     'test_joined_lists.py:'),
     (_ShapeRead, None),
-    (_MeanOfWords, None)])
+    (_LongestRead, 'compared at test_joined_lists.py:')])
 def test_a_list_read_otherwise_keeps_its_count_in_the_key(cls, why):
     calls = _batches(numpy.random.RandomState(6), (3, 3, 5, 4, 5))
     with warnings.catch_warnings(record=True) as caught:
@@ -150,7 +176,8 @@ def test_a_list_read_otherwise_keeps_its_count_in_the_key(cls, why):
         jitted = _check_seeded(_model(cls), calls)
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
-    assert any('number of items' in m for m in messages), messages
+    assert any('number of items' in m or 'lengths of the items' in m
+               for m in messages), messages
     if why is not None:
         assert any(why in m for m in messages), messages
     assert all('xs: i32[B,W]' not in str(e.signature)
@@ -181,7 +208,7 @@ def test_explain_and_the_printed_program_show_the_joined_list():
 
 
 @settings(deadline=None, max_examples=12)
-@given(st.sampled_from([_BagOfWords, _Convolutions]),
+@given(st.sampled_from([_BagOfWords, _Convolutions, _ExampleBagOfWords]),
        st.lists(st.lists(st.integers(1, 14), min_size=2, max_size=12),
                 min_size=3, max_size=6),
        st.booleans(), st.integers(0, 2 ** 16))

@@ -186,12 +186,12 @@ class _Seq2seq(chainer.Chain):
                                        F.concat(ys_out, axis=0))
 
 
-def _check_seeded(model, calls):
-    """``jit(model.forward)`` of a twin against ``model.forward``, each
-    call seeded alike: losses, parameters' gradients, and as many random
-    numbers drawn."""
+def _check_seeded(model, calls, **options):
+    """``jit(model.forward, **options)`` of a twin against
+    ``model.forward``, each call seeded alike: losses, parameters'
+    gradients, and as many random numbers drawn."""
     twin = copy.deepcopy(model)
-    jitted = chainerjit.jit(twin.forward)
+    jitted = chainerjit.jit(twin.forward, **options)
     for seed, args in enumerate(calls):
         losses, grads, next_draws = [], [], []
         for m, forward in ((model, model.forward), (twin, jitted)):
@@ -652,7 +652,9 @@ def test_an_array_of_the_items_lengths_is_made_on_every_call():
                              for _ in range(4)]) for _ in range(8)]
     with warnings.catch_warnings():
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
-        jitted = _check_seeded(_model(_ExampleBagOfWords), calls)
+        # (with dynamic=False, not joined: frontend.joining)
+        jitted = _check_seeded(_model(_ExampleBagOfWords), calls,
+                               dynamic=False)
     entry, = jitted.cache_entries()
     assert "i32[4] = python.sizes[axes=(0, 0, 0, 0), dtype=int32](xs[0], " \
         "xs[1], xs[2], xs[3])" in str(entry.graph), entry.graph
@@ -665,5 +667,10 @@ class _ExampleBagOfWordsScores(_ExampleBagOfWords):
 
 
 def test_exported_lengths_array_follows_the_items():
-    _check_exported(_model(_ExampleBagOfWordsScores),
-                    _calls(numpy.random.RandomState(29), 6))
+    # The list is joined (frontend.joining), with its items' lengths.
+    _check_exported(_model(_ExampleBagOfWordsScores), [
+        (xs,) for xs in _tokens_of_new_counts(numpy.random.RandomState(29),
+                                              6)],
+        joined=lambda xs: [
+            chainer.dataset.convert.concat_examples(xs, padding=-1),
+            numpy.array([len(x) for x in xs])])
