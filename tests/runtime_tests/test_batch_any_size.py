@@ -713,12 +713,8 @@ class _Steps(chainer.Chain):
     def attended(self, xs):
         # every step's output weighed by the last one, broadcast over the
         # steps by a new axis (h[None]), as attention scores are
-        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
-        hs = []
-        for x in xs:
-            h, c = self.step(x, h, c)
-            hs.append(h)
-        return F.sum(F.stack(hs) * h[None], axis=2)
+        hs = self.stacked(xs)
+        return F.sum(hs * hs[-1][None], axis=2)
 
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
