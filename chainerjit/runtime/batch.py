@@ -282,13 +282,15 @@ def _alike_entries(cache, key, takes):
 
 def rows_sibling(cache, key):
     """``(entry, Batched)``: a compiled entry of the same mode whose key
-    differs from ``key`` only in the batch size of every array argument,
-    whose program the VM may come to run at any batch size
+    differs from ``key`` only in the batch size of some array arguments
+    (the others, of fixed shapes, keep them), whose program the VM may
+    come to run at any batch size
     (:func:`rows_batched`); else ``None``."""
     for entry, general in _alike_entries(cache, key, lambda entry: (
             entry.program is not None and entry.batch_note is None and
             (entry.symbolic is None or _trips_only(entry)))):
-        found = _batched_axes(entry.key[3], general[3])
+        found = _batched_axes(entry.key[3], general[3], [
+            name for name, _ in entry.signature.items])
         if found:
             leaves, axes = zip(*found)
             return entry, Batched(leaves, None if not any(axes) else axes)
@@ -338,7 +340,8 @@ def width_sibling(cache, key):
     for entry, general in _alike_entries(cache, key, lambda entry: (
             entry.program is not None and entry.batch_note is None and
             type(entry.symbolic) in (RowsBatched, Batched))):
-        found = _batched_axes(entry.key[3], general[3])
+        found = _batched_axes(entry.key[3], general[3], [
+            name for name, _ in entry.signature.items])
         kept = entry.symbolic
         if found and not set(found) & set(kept.batch_axes()):
             leaves, axes = zip(*found)
@@ -350,12 +353,16 @@ def width_sibling(cache, key):
     return None
 
 
-def _batched_axes(old, new):
+def _batched_axes(old, new, names=None):
     """``[(leaf, axis), ...]``: the one axis of each array leaf whose size
     differs between two keys, the same two sizes for all, if they differ in
     nothing else; else ``[]``. Where that axis is not the first, leaves of
     the same shape in both are left out (labels of a fixed batch next to
-    padded ids of another width); a batch on axis 0 is every array's."""
+    padded ids of another width); a batch on axis 0 is every array's, but
+    for a program the VM runs (``names``, the leaves', given), where a
+    leaf of a fixed shape may sit next to a batch (a table) unless the
+    leaves that changed are a list's items (whose lengths stay in the key
+    once they failed: ``runtime.ragged``)."""
     found, unchanged = [], False
     for leaf, axes in _differing(old, new) or ():
         if not old[leaf][0]:  # 0-d: no batch
@@ -366,7 +373,9 @@ def _batched_axes(old, new):
         if len(axes) != 1:
             return []
         found.append((leaf, axes[0]))
-    if unchanged and any(axis == 0 for _, axis in found):
+    if unchanged and any(axis == 0 for _, axis in found) and (
+            names is None or any(ragged.list_of(names[leaf]) is not None
+                                 for leaf, _ in found)):
         return []
     sizes = set((old[leaf][0][axis], new[leaf][0][axis])
                 for leaf, axis in found)

@@ -907,3 +907,22 @@ def test_two_axes_changing_at_once_say_that_they_compile_again():
                 if w.category is errors.RecompileWarning]
     assert any('xs.shape[1] and xs.shape[0] changed in one call' in m
                for m in messages), messages
+
+
+def _scored_by_a_table(x, table):
+    """A batch scored against a table of a fixed shape passed as an
+    argument, broadcast over the batch."""
+    return F.sum(F.tanh(x[:, None] * table), axis=(1, 2))
+
+
+def test_an_argument_of_a_fixed_shape_next_to_the_batch():
+    rng = numpy.random.RandomState(12)
+    table = rng.randn(3, 4).astype(F32)
+    calls = [(rng.randn(batch, 4).astype(F32), table * k)
+             for k, batch in enumerate((3, 5, 5, 9, 2, 17, 6))]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(_scored_by_a_table, calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'x: f32[B,4]@cpu grad, table: f32[3,4]@cpu grad'), entry.signature
