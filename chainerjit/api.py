@@ -717,6 +717,9 @@ class JitFunction(_calls.CachedCall):
             self._joins = compiled.joins
             if not compiled.joins:
                 self._forget_joined()
+            for entry in self.cache.entries():  # (calls join from now on)
+                if compiled.joins and entry.key[2][:1] != ('joined',):
+                    self.cache.remove(entry)
         entry = compiled.entry
         if entry is None:
             return compiled.result

@@ -19,9 +19,11 @@ recording then finds read by the op alone (:func:`take_joins`); the op's
 value is the joined argument, and the indexing goes. ``len(xs)`` of that
 list is the joined array's first axis, a ``lengths.Length``.
 
-Only NumPy arrays are joined (no gradient reaches the items), lists of
-at least two items whose joined arrays all have one first axis (the
-number of items), and at most one padded list per call (one width).
+Only NumPy arrays are joined (no gradient reaches the items), lists whose
+joined arrays all have one first axis (the number of items), and at most
+one padded list per call (one width). A single item keeps its batch of
+one in the key, as a batch of one does (``runtime.batch``), at any
+width.
 """
 
 import collections
@@ -34,8 +36,8 @@ from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
 from chainerjit.frontend import packing
 
-#: Lists with fewer items, and padded lists narrower than this, are
-#: recorded item by item.
+#: Lists with fewer items are not looked at for joining, and padded lists
+#: narrower than this are recorded item by item.
 MIN_ITEMS = 2
 
 
@@ -54,7 +56,7 @@ class Join(collections.namedtuple('Join', 'path kind padding lengths',
     def takes(self, items):
         """Can a call's list ``items`` be joined so?"""
         if type(items) is not (list if self.path[2] == 'list' else tuple) \
-                or len(items) < MIN_ITEMS or \
+                or not items or \
                 any(type(a) is not numpy.ndarray for a in items):
             return False
         first = items[0]

@@ -231,19 +231,25 @@ def of_joined(key, joined):
     """The ``Batched`` of a call with joined lists (``{leaf: Join}``,
     ``frontend.joining``): axis 0 of every array of the joined arrays'
     first size (their number of items), and the words of a padded one
-    (:data:`WIDTH`, kept); ``None`` for fewer than :data:`MIN_SIZE`
-    items."""
+    (:data:`WIDTH`, kept); the width alone for fewer than
+    :data:`MIN_SIZE` items, or ``None`` where no list is padded."""
     specs = key[3]
     size = specs[next(iter(joined))][0][0]
-    if size < MIN_SIZE:
-        return None
+    padded = tuple(leaf for leaf, j in sorted(joined.items())
+                   if j.kind == 'pad')
+    if size < MIN_SIZE:  # the width alone, if padded
+        return Batched(padded, (1,) * len(padded), _FIXED_BATCH) \
+            if padded else None
     leaves = tuple(leaf for leaf, spec in enumerate(specs)
                    if signature.is_array_spec(spec) and spec[0] and
                    spec[0][0] == size)
-    padded = tuple(leaf for leaf, j in sorted(joined.items())
-                   if j.kind == 'pad')
     return Batched(leaves, None, RowsBatched(
         padded, None, (1,) * len(padded), WIDTH) if padded else None)
+
+
+#: The ``Batched.kept`` of a call whose batch is fixed: the axis that
+#: changes is another (the width, ``W``).
+_FIXED_BATCH = RowsBatched((), None, (), BATCH)
 
 
 def batch_part(symbolic):

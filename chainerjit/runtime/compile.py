@@ -519,7 +519,7 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
             batch.WIDTH
             if kept is not None and kept.symbol == batch.BATCH
             else batch.BATCH)
-        if rows is not None and kept is not None:
+        if rows is not None and kept is not None and kept.leaves:
             rows = _with_other_axis(caller, graph, sig, rows, kept, uses,
                                     names)
     if why is not None and caller.warn_batch is not None:
@@ -757,8 +757,10 @@ def _why_joins_fixed(entry, joined, leaves):
     if entry.program is None:
         return entry.fallback
     wanted = set()
+    several = min(joining.counts(joined)) >= batch.MIN_SIZE
     for leaf, j in joining.joined_leaves(joined, leaves).items():
-        wanted.update([(leaf, 0)] + ([(leaf, 1)] if j.kind == 'pad' else []))
+        wanted.update(([(leaf, 0)] if several else []) +
+                      ([(leaf, 1)] if j.kind == 'pad' else []))
     if wanted <= batch.open_axes(entry.symbolic):
         return None
     return entry.batch_note or 'the program takes them at their recorded ' \
