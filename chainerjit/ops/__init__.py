@@ -426,6 +426,20 @@ def rows_follow(lower):
     return lowered
 
 
+def rows_elementwise(lower):
+    """Decorates a lowering of an element-wise kernel of one input (an
+    activation, a math function, an op with a constant), whose output
+    keeps its input's shape and whose gradient reads none: its
+    :attr:`Kernel.lengths` rule is :func:`rows_in_place`, rows on any
+    axis."""
+    @functools.wraps(lower)
+    def lowered(node, ctx):
+        kernel = lower(node, ctx)
+        return None if kernel is None else kernel._replace(
+            lengths=rows_in_place)
+    return lowered
+
+
 def rows_broadcast(in_shapes, out_shape, kernel=None):
     """A :attr:`Kernel.lengths` rule for an element-wise kernel whose
     inputs broadcast together: the inputs whose rows vary (on any axis)

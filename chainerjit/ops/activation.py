@@ -28,6 +28,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_elementwise
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_elementwise
 from chainerjit.ops import rows_follow
 from chainerjit.ops import rows_in_place
 from chainerjit.ops import onnx_op
@@ -251,7 +252,7 @@ def lower_log_softmax(node, ctx):
 
 
 @lowering(elu.ELU)
-@rows_follow
+@rows_elementwise
 def lower_elu(node, ctx):
     xp = ctx.xp
     alpha = node.alpha
@@ -282,7 +283,7 @@ def lower_elu(node, ctx):
 
 
 @lowering(softplus.Softplus)
-@rows_follow
+@rows_elementwise
 def lower_softplus(node, ctx):
     xp = ctx.xp
     beta, beta_inv = node.beta, node.beta_inv
@@ -311,7 +312,7 @@ def lower_softplus(node, ctx):
 
 
 @lowering(hard_sigmoid.HardSigmoid)
-@rows_follow
+@rows_elementwise
 def lower_hard_sigmoid(node, ctx):
     clip = ctx.xp.clip
     dtype = ctx.out_dtypes[0]
@@ -328,7 +329,7 @@ def lower_hard_sigmoid(node, ctx):
 
 
 @lowering(clipped_relu.ClippedReLU)
-@rows_follow
+@rows_elementwise
 def lower_clipped_relu(node, ctx):
     xp = ctx.xp
     cap = node.cap

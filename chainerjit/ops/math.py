@@ -67,7 +67,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_broadcast
-from chainerjit.ops import rows_follow
+from chainerjit.ops import rows_elementwise
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import takes_axes
 from chainerjit.ops import takes_widest
@@ -346,7 +346,7 @@ _SPECIAL = {
 
 
 @lowering(*_SPECIAL)
-@rows_follow
+@rows_elementwise
 def lower_special(node, ctx):
     """A function of ``scipy.special`` and its gradient, on the CPU where
     SciPy is installed (Chainer's CPU forward calls the same function;
@@ -422,7 +422,7 @@ def lower_zeta(node, ctx):
 
 
 @lowering(*_UNARY)
-@rows_follow
+@rows_elementwise
 def lower_unary(node, ctx):
     fn, onnx = _UNARY[type(node)]
     fn = _resolve(fn, ctx.xp)
@@ -432,7 +432,7 @@ def lower_unary(node, ctx):
 
 
 @lowering(sqrt.RsqrtGPU)
-@rows_follow
+@rows_elementwise
 def lower_rsqrt_gpu(node, ctx):
     # Recorded on GPU only (``F.rsqrt`` is ``1 / sqrt(x)`` on CPU).
     rsqrt = cuda.cupyx.rsqrt
@@ -627,7 +627,7 @@ def _constant_grad(node, ctx, number_dtype=None):
 
 
 @lowering(*_WITH_CONSTANT)
-@rows_follow
+@rows_elementwise
 def lower_with_constant(node, ctx):
     if not numpy.isscalar(node.value):
         return None
@@ -896,7 +896,7 @@ def lower_identity(node, ctx):
 
 
 @lowering(clip.Clip)
-@rows_follow
+@rows_elementwise
 def lower_clip(node, ctx):
     xp_clip = ctx.xp.clip
     x_min, x_max = node.x_min, node.x_max

@@ -702,13 +702,17 @@ class _Steps(chainer.Chain):
             h, c = self.step(x, h, c)
         return F.sum(h * h)
 
-    def stacked(self, xs):
+    def stacked(self, xs, axis=0):
         h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
         hs = []
         for x in xs:
             h, c = self.step(x, h, c)
             hs.append(h)
-        return F.stack(hs)
+        return F.stack(hs, axis)
+
+    def batch_first_outputs(self, xs):
+        # the steps' outputs stacked on axis 1, then element-wise ops
+        return F.exp(-self.stacked(xs, 1) ** 2) * 0.5
 
     def attended(self, xs):
         # every step's output weighed by the last one, broadcast over the
@@ -719,7 +723,8 @@ class _Steps(chainer.Chain):
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
                                     'gru_link', 'lstm_link', 'counter',
-                                    'lazy_state', 'stacked', 'attended'])
+                                    'lazy_state', 'stacked', 'attended',
+                                    'batch_first_outputs'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
     calls = [(rng.randn(steps, batch, 4).astype(F32),)
