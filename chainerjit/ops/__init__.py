@@ -416,14 +416,9 @@ def rows_reduced(rows):
 def rows_follow(lower):
     """Decorates a lowering whose kernels map each row of their one input
     to a row of their output, and read the rows' number from the arrays
-    in their forward and gradient (element-wise ops, a softmax): their
+    in their forward and gradient (a softmax): their
     :attr:`Kernel.lengths` rule is :func:`rows_follow_first`."""
-    @functools.wraps(lower)
-    def lowered(node, ctx):
-        kernel = lower(node, ctx)
-        return None if kernel is None else kernel._replace(
-            lengths=rows_follow_first)
-    return lowered
+    return _lowered_with_rule(lower, rows_follow_first)
 
 
 def rows_elementwise(lower):
@@ -432,11 +427,15 @@ def rows_elementwise(lower):
     keeps its input's shape and whose gradient reads none: its
     :attr:`Kernel.lengths` rule is :func:`rows_in_place`, rows on any
     axis."""
+    return _lowered_with_rule(lower, rows_in_place)
+
+
+def _lowered_with_rule(lower, rule):
+    """``lower`` whose kernels get the :attr:`Kernel.lengths` ``rule``."""
     @functools.wraps(lower)
     def lowered(node, ctx):
         kernel = lower(node, ctx)
-        return None if kernel is None else kernel._replace(
-            lengths=rows_in_place)
+        return None if kernel is None else kernel._replace(lengths=rule)
     return lowered
 
 
