@@ -75,8 +75,11 @@ def test_a_jitted_classifier_trains_as_eager_and_keeps_identities(rng):
         for key in e_obs:
             numpy.testing.assert_allclose(j_obs[key].array,
                                           e_obs[key].array, rtol=1e-6)
+    # (onnxruntime, where chosen, sums in another order: a weight near
+    # zero differs by a float32 rounding)
     numpy.testing.assert_allclose(jitted.predictor.W.array,
-                                  eager.predictor.W.array, rtol=1e-5)
+                                  eager.predictor.W.array, rtol=1e-5,
+                                  atol=1e-6)
     entry, = jitted.forward.cache_entries()
     assert 'Accuracy[generic]' not in entry.training.forward.dis()
 

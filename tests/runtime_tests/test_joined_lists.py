@@ -4,6 +4,7 @@ items and any lengths, with values and gradients equal to eager's; and
 where the forward reads a list otherwise, the number of items stays in
 the key, with a warning that says why."""
 
+import copy
 import warnings
 
 import chainer
@@ -237,3 +238,44 @@ def test_any_counts_and_lengths_in_training_or_inference(
                                                  model.forward(xs, ys))
     assert len(jitted.cache_entries()) <= 1 + any(
         len(lengths) == 1 for lengths in batches)
+
+
+class _Reported(_Convolutions):
+    """The example's classifier as it trains: its loss and accuracy
+    reported."""
+
+    def forward(self, xs, ys):
+        h, t = self.scores(xs), F.concat(ys, axis=0)
+        loss = F.softmax_cross_entropy(h, t)
+        chainer.report({'loss': loss, 'accuracy': F.accuracy(h, t)}, self)
+        return loss
+
+
+def _reported_step(model, forward, optimizer, seed, args):
+    """One training step: the loss, and what it reported."""
+    numpy.random.seed(seed)
+    observation = {}
+    with chainer.reporter.Reporter().scope(observation):
+        chainer.reporter.get_current_reporter().add_observer('main', model)
+        loss = forward(*args)
+    model.cleargrads()
+    loss.backward()
+    optimizer.update()
+    return loss.array, dict((k, v.array) for k, v in observation.items())
+
+
+def test_reports_and_updates_of_a_joined_classifier():
+    model = _model(_Reported)
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    optimizers = [chainer.optimizers.Adam(), chainer.optimizers.Adam()]
+    optimizers[0].setup(model)
+    optimizers[1].setup(twin)
+    calls = _batches(numpy.random.RandomState(10), (5, 5, 8, 3, 8, 8, 2))
+    for seed, args in enumerate(calls):
+        eager = _reported_step(model, model.forward, optimizers[0], seed,
+                               args)
+        compiled = _reported_step(twin, jitted, optimizers[1], seed, args)
+        testing.assert_results_equal(compiled, eager)
+    entry, = jitted.cache_entries()
+    assert 'xs: i32[B,W]' in str(entry.signature)
