@@ -8,16 +8,19 @@ Recorded item by item, such a list makes the number of its items part of
 the key: each new batch size compiles again.
 
 Where a recording shows that every item of a list argument is read by
-that one op and by nothing else (not its length, in the forward's code,
-nor the block's shape), the jitted function *joins* the list from then
-on: each call makes the op's array itself (:meth:`Join.joined`, as the op
-would) before the key is made, and the program takes that array as an
-argument (``xs: i32[B,W]``), whose batch and width the VM's program takes
-at any size (``runtime.batch``). The forward still gets a list: its items
-are taken back from the joined array by recorded indexing, which the
-recording then finds read by the op alone (:func:`take_joins`); the op's
-value is the joined argument, and the indexing goes. ``len(xs)`` of that
-list is the joined array's first axis, a ``lengths.Length``.
+that one op and by nothing else (not its length in the forward's code,
+but into an array of all of them, nor the block's shape), the jitted
+function *joins* the list from then on: each call makes the op's array
+itself (:meth:`Join.joined`, as the op would) before the key is made, and
+the program takes that array as an argument (``xs: i32[B,W]``), whose
+batch and width the VM's program takes at any size (``runtime.batch``).
+The forward still gets a list: its items are taken back from the joined
+array by recorded indexing, which the recording then finds read by the
+op alone (:func:`take_joins`); the op's value is the joined argument, and
+the indexing goes. ``len(xs)`` of that list is the joined array's first
+axis, a ``lengths.Length``; an array of its items' lengths
+(``xp.array([len(x) for x in xs])``) is the array of them the call passes
+with a padded list (``Join.lengths``).
 
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
 joined arrays all have one first axis (the number of items), and at most
