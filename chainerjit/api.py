@@ -441,8 +441,12 @@ class JitFunction(_calls.CachedCall):
     def _forget_joined(self):
         """Stops joining lists, and drops the entries of joined calls."""
         self._joins = ()
+        self._remove_entries(joined=True)
+
+    def _remove_entries(self, joined):
+        """Drops the entries of joined calls, or of the others."""
         for entry in self.cache.entries():
-            if entry.key[2][:1] == ('joined',):
+            if (entry.key[2][:1] == ('joined',)) == joined:
                 self.cache.remove(entry)
 
     def _varying_numbers(self, key):
@@ -713,13 +717,11 @@ class JitFunction(_calls.CachedCall):
             self._numbers_static = True
         if compiled.unpack is not None:
             self._unpacked.add(compiled.unpack)
-        if compiled.joins is not None:
+        if compiled.joins:  # calls join from now on: drop the others
             self._joins = compiled.joins
-            if not compiled.joins:
-                self._forget_joined()
-            for entry in self.cache.entries():  # (calls join from now on)
-                if compiled.joins and entry.key[2][:1] != ('joined',):
-                    self.cache.remove(entry)
+            self._remove_entries(joined=False)
+        elif compiled.joins is not None:
+            self._forget_joined()
         entry = compiled.entry
         if entry is None:
             return compiled.result

@@ -273,7 +273,7 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
             return why
         found.append((node, joined))
     gone = set(item_nodes) | set(node for node, _ in found)
-    _substitute(graph, dict((node.outputs[0], joined)
+    graph.read_instead(dict((node.outputs[0], joined)
                             for node, joined in found))
     graph.nodes = [node for node in graph.nodes if node not in gone]
     return None
@@ -368,18 +368,3 @@ def _reader_of(values, users, j, shapes_read, sized=None):
 
 def _name(path):
     return str(path[1]) if path[0] == 'kwargs' else 'argument %d' % path[1]
-
-
-def _substitute(graph, replacing):
-    """Reads ``replacing[v]`` wherever ``graph``'s nodes (and loop bodies)
-    and outputs read ``v``."""
-    def swap(values):
-        return [replacing.get(v, v) for v in values]
-    pending = [graph]
-    while pending:
-        g = pending.pop()
-        g.outputs = swap(g.outputs)
-        for node in g.nodes:
-            node.inputs = swap(node.inputs)
-            if node.region is not None:
-                pending.append(node.region.body)

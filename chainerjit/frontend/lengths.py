@@ -512,10 +512,10 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
     the program runs at any lengths. ``None`` where ``sizes`` are not so,
     or the array is not one axis of ints or floats."""
     recorder = _state.recorder
-    if recorder is None or recorder.depth or not sizes or \
-            forward_line(depth + 1) is None or not all(
-                type(n) is Length and n.affine == (1, 0) and
-                len(n.origins) == 1 for n in sizes):
+    loc = forward_line(depth + 1)
+    if recorder is None or recorder.depth or not sizes or loc is None or \
+            not all(type(n) is Length and n.affine == (1, 0) and
+                    len(n.origins) == 1 for n in sizes):
         return None
     array = convert([int.__int__(n) for n in sizes], *args, **kwargs)
     if not isinstance(array, numpy.ndarray) or array.ndim != 1 or \
@@ -523,8 +523,7 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
         return None
     origins = [next(iter(n.origins)) for n in sizes]
     if any(is_item_length(origin) for origin in origins):
-        return _joined_lengths(convert, origins, args, kwargs,
-                               forward_line(depth + 1))
+        return _joined_lengths(convert, origins, args, kwargs, loc)
     inputs = recorder.graph.inputs
     if not all(0 <= leaf < len(inputs) for leaf, _ in origins):
         return None
@@ -536,7 +535,7 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
             _sizes_reader(axes, dtype), attrs,
             onnx=_sizes_to_onnx(axes, dtype), lengths=_any_rows),
         [inputs[leaf] for leaf, _ in origins], recorder.bind_temps([result]),
-        tuple(sorted(attrs.items())), loc=forward_line(depth + 1)))
+        tuple(sorted(attrs.items())), loc=loc))
     return result
 
 

@@ -150,6 +150,13 @@ class Graph(object):
         self.nodes.append(node)
         return node
 
+    def read_instead(self, replacing):
+        """Makes this level's nodes (a loop's body reads values of its own)
+        and the outputs read ``replacing[v]`` wherever they read ``v``."""
+        for node in self.nodes:
+            node.inputs = [replacing.get(v, v) for v in node.inputs]
+        self.outputs = [replacing.get(v, v) for v in self.outputs]
+
     def users(self):
         """``{value: [nodes reading it]}`` at this level (a loop body's
         reads show as the Loop node's); ``None`` stands for the graph's

@@ -219,9 +219,12 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
 
 def open_axes(symbolic):
     """The ``(leaf, axis)`` whose sizes an entry's symbolic sizes leave
-    open (those of :class:`BatchAxis` and :class:`TwoAxes`)."""
+    open (those of :class:`BatchAxis` and :class:`TwoAxes`), or that a
+    :class:`Batched` asks to leave open, with the axis it keeps."""
     if isinstance(symbolic, TwoAxes):
         return open_axes(symbolic.batch) | open_axes(symbolic.width)
+    if isinstance(symbolic, Batched):
+        return set(symbolic.batch_axes()) | open_axes(symbolic.kept)
     if isinstance(symbolic, BatchAxis):
         return set(symbolic.batch_axes())
     return set()
@@ -599,9 +602,7 @@ def _read_in_loops(nodes):
 def _replace(graph, old, new):
     """``new`` read where the graph read the constant ``old``."""
     graph.consts.remove(old)
-    for node in graph.nodes:
-        node.inputs = [new if v is old else v for v in node.inputs]
-    graph.outputs = [new if v is old else v for v in graph.outputs]
+    graph.read_instead({old: new})
 
 
 def rows_label(rows, symbol=BATCH):

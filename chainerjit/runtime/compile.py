@@ -264,7 +264,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             entry.deferred = backends.Deferred(
                 [False] + ([True] if entry.training is not None else []))
     if joined:
-        why_unjoined = _why_joins_fixed(entry, packed, leaves)
+        why_unjoined = _why_joins_fixed(entry, batched)
         if why_unjoined is not None:
             return _unjoined(caller, recording, miss_reason, why_unjoined)
     elif packed is not None and not _packing_pays(entry, recording):
@@ -751,17 +751,13 @@ def _joins_found(recording, packed, args, kwargs, leaves):
     return joins if len(joins) == len(found) else ()
 
 
-def _why_joins_fixed(entry, joined, leaves):
-    """Why the entry of a joined call keeps the number of items (or the
-    width of a padded list) in its key, or ``None``."""
+def _why_joins_fixed(entry, batched):
+    """Why the entry of a joined call does not take the number of items
+    (or the width of a padded list) at any size, the axes ``batched``
+    (``batch.of_joined``) asked it to, or ``None``."""
     if entry.program is None:
         return entry.fallback
-    wanted = set()
-    several = min(joining.counts(joined)) >= batch.MIN_SIZE
-    for leaf, j in joining.joined_leaves(joined, leaves).items():
-        wanted.update(([(leaf, 0)] if several else []) +
-                      ([(leaf, 1)] if j.kind == 'pad' else []))
-    if wanted <= batch.open_axes(entry.symbolic):
+    if batch.open_axes(batched) <= batch.open_axes(entry.symbolic):
         return None
     return entry.batch_note or 'the program takes them at their recorded ' \
         'sizes only'
