@@ -178,12 +178,19 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_TextCNN, _words), (_Losses, _binary_labels)]
 
 
-@pytest.mark.parametrize('cls, make', MODELS)
-def test_one_training_entry_for_every_batch_size(cls, make):
+def _checked_without_recompiling(calls, model=None, method='forward',
+                                 fn=None):
+    """``differential.check_grads`` of ``model``'s ``method`` (or of
+    ``fn``) over ``calls``, a ``RecompileWarning`` an error."""
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, _calls(make), model=_model(cls), method='forward')
+        return differential.check_grads(fn, calls, model=model,
+                                        method=method)
+
+
+@pytest.mark.parametrize('cls, make', MODELS)
+def test_one_training_entry_for_every_batch_size(cls, make):
+    jitted = _checked_without_recompiling(_calls(make), _model(cls))
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: '), entry.signature
     assert '[B' in str(entry.signature), entry.signature
@@ -312,10 +319,7 @@ class _Gram(chainer.Chain):
 def test_batch_normalization_in_training_serves_every_batch_size():
     model = _model(_NormalizedConvNet)
     model(*_calls(_images, (2,))[0])  # the linear layer's shape
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, _calls(_images), model=model, method='forward')
+    jitted = _checked_without_recompiling(_calls(_images), model)
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
     # The running averages: updated once a call, as eagerly (the checks
     # at new sizes put back what the program's run updated).
@@ -418,10 +422,7 @@ SHAPES = [(3, 5), (3, 7), (8, 6), (8, 5), (17, 4), (5, 9), (17, 6)]
 def test_a_loop_serves_every_batch_size_and_length(cls, printed):
     rng = numpy.random.RandomState(0)
     calls = [_sequences(rng, *shape) for shape in SHAPES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(globals()[cls]), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(globals()[cls]))
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[B,T,4]'), \
         entry.signature
@@ -433,10 +434,7 @@ def test_a_loop_of_fixed_steps_serves_every_batch_size():
     calls = [(rng.randn(batch, 6, 4).astype(F32),
               rng.randint(0, 8, batch).astype(numpy.int32))
              for batch in BATCHES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(_FixedSteps), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(_FixedSteps))
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
@@ -457,10 +455,7 @@ class _CollectedSteps(_Recurrent):
 def test_per_step_values_collected_in_a_list_serve_every_batch_size():
     rng = numpy.random.RandomState(0)
     calls = [(rng.randn(batch, 6, 4).astype(F32),) for batch in BATCHES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(_CollectedSteps), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(_CollectedSteps))
     entry, = jitted.cache_entries()
     assert 'f32[B,6,8] = Stack' in str(entry.graph), entry.graph
 
@@ -556,11 +551,7 @@ def _one_entry_for_every_batch_size(model_class):
     """The one entry of ``model_class``'s jitted forward after calls at
     several batch sizes, whose values and gradients are eager's, with no
     RecompileWarning."""
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, _calls(_pairs), model=_model(model_class),
-            method='forward')
+    jitted = _checked_without_recompiling(_calls(_pairs), _model(model_class))
     entry, = jitted.cache_entries()
     return entry
 
@@ -614,10 +605,7 @@ class _StateChangedInPlace(_LSTMSteps):
 def test_a_state_made_from_the_batch_serves_every_batch_size():
     rng = numpy.random.RandomState(0)
     calls = [_sequences(rng, *shape) for shape in SHAPES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(_StateFromTheShape), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(_StateFromTheShape))
     entry, = jitted.cache_entries()
     assert 'f32[B,8] = numpy.full[fill=0](x)' in str(entry.graph), \
         entry.graph
@@ -729,10 +717,7 @@ def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
     calls = [(rng.randn(steps, batch, 4).astype(F32),)
              for batch, steps in SHAPES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(_Steps), method=method)
+    jitted = _checked_without_recompiling(calls, _model(_Steps), method)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs: f32[T,B,4]'), \
         entry.signature
@@ -757,10 +742,7 @@ def test_masked_padding_serves_every_length_and_batch_size():
     calls = [(rng.randn(steps, batch, 4).astype(F32),
               (rng.rand(steps, batch) > .3).astype(F32))
              for batch, steps in SHAPES]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(_Masked), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(_Masked))
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'xs: f32[T,B,4]@cpu grad, ms: f32[T,B]@cpu grad'), entry.signature
@@ -818,10 +800,7 @@ def test_padded_batches_of_every_sentence_length_share_one_entry(cls):
     kernels), the mean or the maximum over the words gives fixed rows."""
     rng = numpy.random.RandomState(3)
     calls = [_padded_words(rng, words) for words in (6, 11, 4, 17, 11, 9)]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(cls), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(cls))
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
@@ -834,10 +813,7 @@ def test_padded_batches_of_every_size_and_width_share_one_entry(cls):
     calls = [_padded_words(rng, words, batch) for batch, words in
              [(5, 6), (5, 11), (3, 4), (5, 17), (3, 9), (7, 8), (2, 12),
               (5, 5), (6, 14)]]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(
-            None, calls, model=_model(cls), method='forward')
+    jitted = _checked_without_recompiling(calls, _model(cls))
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'x: i32[B,W]@cpu (array), t: i32[B]@cpu (array)'), entry.signature
@@ -925,9 +901,7 @@ def test_an_argument_of_a_fixed_shape_next_to_the_batch():
     table = rng.randn(3, 4).astype(F32)
     calls = [(rng.randn(batch, 4).astype(F32), table * k)
              for k, batch in enumerate((3, 5, 5, 9, 2, 17, 6))]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_grads(_scored_by_a_table, calls)
+    jitted = _checked_without_recompiling(calls, fn=_scored_by_a_table)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'x: f32[B,4]@cpu grad, table: f32[3,4]@cpu grad'), entry.signature
