@@ -124,6 +124,19 @@ def parse_args(argv=None):
 
 # --- the models --------------------------------------------------------------
 
+def sequence_embed(embed, xs, dropout=0.):
+    """Chainer's text classification and seq2seq examples' embedding of a
+    list of sentences, as they write it."""
+    import chainer.functions as F
+    import numpy
+    x_len = [len(x) for x in xs]
+    x_section = numpy.cumsum(x_len[:-1])
+    ex = embed(F.concat(xs, axis=0))
+    ex = F.dropout(ex, ratio=dropout)
+    exs = F.split_axis(ex, x_section, 0)
+    return exs
+
+
 def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
@@ -251,14 +264,6 @@ def models():
                 penalty += F.mean(h * h)
             loss = F.softmax_cross_entropy(self.out(h), t)
             return loss + beta * penalty / len(xs)
-
-    def sequence_embed(embed, xs, dropout=0.):
-        x_len = [len(x) for x in xs]
-        x_section = numpy.cumsum(x_len[:-1])
-        ex = embed(F.concat(xs, axis=0))
-        ex = F.dropout(ex, ratio=dropout)
-        exs = F.split_axis(ex, x_section, 0)
-        return exs
 
     class TextClassifier(chainer.Chain):
         def __init__(self, words=100, units=32, classes=4, dropout=0.4):

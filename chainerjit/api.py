@@ -433,8 +433,9 @@ class JitFunction(_calls.CachedCall):
         """Compiles a call whose lists are joined (see :meth:`call_key`)
         for any number of items and width of a padded list
         (``batch.of_joined``)."""
-        batched = batch.of_joined(key, joining.joined_leaves(joined,
-                                                             leaves))
+        count, = joining.counts(joined)
+        batched = batch.of_joined(key, joining.joined_leaves(joined, leaves),
+                                  count)
         return self._compile(key, leaves, instance, args, kwargs, joined,
                              batched=batched)
 
@@ -498,9 +499,12 @@ class JitFunction(_calls.CachedCall):
                              errors.RecompileWarning,
                              'chainerjit: %s: %s' % (self.__name__, why))
 
-    def _warn_items(self, why):
-        errors.warn_once((self.__name__, 'items'), errors.RecompileWarning,
+    def _warn_items(self, why, about='items'):
+        errors.warn_once((self.__name__, about), errors.RecompileWarning,
                          'chainerjit: %s: %s' % (self.__name__, why))
+
+    def _warn_joins(self, why):
+        self._warn_items(why, 'joins')
 
     def _after_vm_error(self, entry, error, instance, args, kwargs):
         """A kernel raised (an index out of range, say) or a guard failed
@@ -774,6 +778,7 @@ class JitFunction(_calls.CachedCall):
             warn_fallback=self._warn_fallback,
             warn_unrolled=self._warn_unrolled,
             warn_items=self._warn_items,
+            warn_joins=self._warn_joins,
             warn_batch=self._warn_batch_static,
             warn_varying=self._warn_varying,
             warn_sizes=self._warn_sizes,

@@ -34,6 +34,7 @@ import collections
 import chainer
 import numpy
 
+from chainerjit import errors
 from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
@@ -69,8 +70,11 @@ class Join(collections.namedtuple('Join', 'path kind padding lengths',
             return all(a.shape == first.shape for a in items)
         if self.kind == 'pad' and max(len(a) for a in items) < MIN_ITEMS:
             return False  # a width of one keeps its entry
+        if self.kind == 'segments' and sum(map(len, items)) < MIN_ITEMS:
+            return False  # so do words of one
         return all(a.ndim == first.ndim and a.shape[1:] == first.shape[1:]
-                   and (self.kind == 'pad' or a.shape[0] == 1)
+                   and (self.kind != 'concat' or a.shape[0] == 1) and
+                   (self.kind != 'segments' or a.shape[0] >= 1)
                    for a in items)
 
     def joined(self, items):
@@ -80,27 +84,46 @@ class Join(collections.namedtuple('Join', 'path kind padding lengths',
             block = ops.array.items_padded(items, None, self.padding)
             return (block, numpy.array([len(a) for a in items])) \
                 if self.lengths else block
+        if self.kind == 'segments':
+            return (numpy.concatenate(items),
+                    numpy.array([len(a) for a in items]))
         if self.kind == 'concat':
             return numpy.concatenate(items)
         return numpy.stack(items)
 
-    def item(self, joined, k, original):
-        """Item ``k`` of the list, taken from ``joined`` (a traced array) by
-        recorded indexing; ``original`` is the caller's."""
+    def items(self, joined, originals):
+        """The items of the list, taken from ``joined`` (a traced array, or
+        a pair of them) by recorded indexing; ``originals`` are the
+        caller's."""
         if self.kind == 'pad':
-            return _block(joined)[k, :len(original)]
+            return [_block(joined)[k, :len(a)]
+                    for k, a in enumerate(originals)]
+        if self.kind == 'segments':
+            stops = numpy.cumsum([len(a) for a in originals]).tolist()
+            return [joined[0][stop - len(a):stop]
+                    for stop, a in zip(stops, originals)]
         if self.kind == 'concat':
-            return joined[k:k + 1]
-        return joined[k]
+            return [joined[k:k + 1] for k in range(len(originals))]
+        return [joined[k] for k in range(len(originals))]
 
     def matches(self, node):
         """Is ``node`` the op this list is joined for?"""
-        return _join_of(self.path, node) == self._replace(lengths=False)
+        found = _join_of(self.path, node)
+        return found is not None and found == self._replace(
+            kind='concat' if self.kind == 'segments' else self.kind,
+            lengths=False)
 
 
 def _block(joined):
     """The joined array of what a call passes for a joined list."""
     return joined[0] if type(joined) is tuple else joined
+
+
+def _counted(joined, j):
+    """The array of what a call passes for the joined list ``j`` whose
+    first axis is the number of items: the lengths of packed segments,
+    else the joined array."""
+    return joined[1] if j.kind == 'segments' else _block(joined)
 
 
 def _join_of(path, node):
@@ -138,6 +161,28 @@ class JoinedTuple(tuple):
         return tuple.__iter__(self)
 
 
+class Segments(JoinedTuple):
+    """The parts ``F.split_axis`` cut ``packed`` (a Variable) into, at the
+    offsets of a joined list's items (``lengths.offsets_array``), whose
+    lengths ``joined`` holds: the recurrent links take them whole as one
+    node (``ops.nstep.PackedNStepRNN``). The parts are recorded too; a
+    recording that reads one on its own is not joined (:func:`take_joins`:
+    they would be cut at their recorded offsets)."""
+
+    packed = None
+
+
+def segments(parts, packed, lengths):
+    """``parts`` of ``packed`` as :class:`Segments` of the joined items'
+    ``lengths``, their values noted for :func:`take_joins`."""
+    made = Segments(parts)
+    made.packed, made.joined = packed, lengths
+    recorder = _keys.recording.recorder
+    recorder.segment_parts.extend(
+        recorder.values[id(part.array)] for part in parts)
+    return made
+
+
 def _note_iterated(joined):
     recorder = _keys.recording.recorder
     loc = lengths.forward_line(2)
@@ -149,7 +194,7 @@ def _note_iterated(joined):
 
 def is_joined(value):
     """A list (or tuple) the forward got for a joined argument?"""
-    return type(value) in (JoinedList, JoinedTuple)
+    return isinstance(value, (JoinedList, JoinedTuple))
 
 
 def joined_list(items, joined, kind_name):
@@ -203,8 +248,8 @@ def mark_key(key, joins):
 
 def counts(joined):
     """The numbers of items of a joined call's lists."""
-    return set(len(_block(packing.holder(joined.args, joined.kwargs,
-                                         j.path)[j.path[1]]))
+    return set(len(_counted(packing.holder(joined.args, joined.kwargs,
+                                           j.path)[j.path[1]], j))
                for j in joined.joins)
 
 
@@ -233,16 +278,17 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
         joined = arguments[j.path[1]]
         originals = packing.holder(caller_args, caller_kwargs,
                                    j.path)[j.path[1]]
-        items = [j.item(joined, k, item) for k, item in enumerate(originals)]
+        items = j.items(joined, originals)
         if j.lengths:
             lengths.note_item_lengths(items, joined[1])
         rows.append((j.path, items))
-        arguments[j.path[1]] = joined_list(items, _block(joined), j.path[2])
+        arguments[j.path[1]] = joined_list(items, _counted(joined, j),
+                                           j.path[2])
     return tuple(args), kwargs, rows
 
 
 def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
-               names=(), item_length_reads=0):
+               names=(), item_length_reads=(), segment_parts=()):
     """Makes each joined argument of a joined call's recording the value
     of the op it was joined for: that op and the indexing of the items go.
     ``item_nodes`` are the indexing nodes, in the order of ``joins`` and
@@ -250,15 +296,22 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
     Python read; ``uses``, the recording's ``lengths.Use`` (of an item's
     length, none may be: ``names`` the leaves'; nor may the forward read
     an item's length but into an array of them all:
-    ``item_length_reads``). Returns why the recording does not read each
-    list whole, or ``None``."""
+    ``item_length_reads``, each with its line); ``segment_parts``, the
+    values of :class:`Segments`, none of which may be read. Returns why
+    the recording does not read each list whole, or ``None``."""
     if item_length_reads:
         return "the forward's Python reads the length of an item " \
-            "(len(x), x.shape) other than into an array of them all"
+            "(len(x), x.shape) other than into an array of them all, or " \
+            "the offsets of them all%s" % _at(item_length_reads[0][1])
     for use in uses:
         if any(lengths.is_item_length(origin) for origin in use.origins):
             return use.describe(names)
     users = graph.users()
+    for value in segment_parts:
+        if users.get(value):
+            return 'a part of a list cut by F.split_axis at its items\' ' \
+                'offsets is read on its own (not whole by an NStepLSTM, ' \
+                'NStepGRU or NStepRNN link)'
     n, found = len(item_nodes) // len(joins), []
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
@@ -304,29 +357,38 @@ _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
     chainer.get_array_types())
 
 
-def found_joins(graph, lists, length_reads, shapes_read, uses):
+def found_joins(graph, lists, length_reads, shapes_read, uses,
+                item_splits=0):
     """The :class:`Join` of each list argument of an unjoined recording
     that the forward reads whole, or ``()``: ``lists`` are ``(path, item
     values, the caller's items, the items' leaves)``; ``length_reads``
     the ``(leaf, axis)`` sizes the forward's code read, ``uses`` its
-    ``lengths.Use`` of them."""
+    ``lengths.Use`` of them; ``item_splits``, how many times it cut an
+    array at the offsets of the items of a list (``numpy.cumsum`` of
+    their lengths), which makes such a list's items, joined, segments."""
     users = graph.users()
     joins, pads = [], 0
     for path, values, items, leaves in lists:
         sized = _sizes_of(values, users)
-        if any(leaf == origin[0] for origin in (
-                [o for use in uses for o in use.origins] if sized
-                else length_reads) for leaf in leaves):
-            continue
+        lengths_read = any(leaf == origin[0] for origin in (
+            [o for use in uses for o in use.origins] if sized
+            else length_reads) for leaf in leaves)
         readers = [n for n in users.get(values[0], []) if n is not sized]
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
-        if j is not None and sized is not None:
+        if j is not None and j.kind == 'concat' and not j.takes(items):
+            # Segments whose lengths a split may read: the joined
+            # recording tells (take_joins).
+            j = j._replace(kind='segments', lengths=True) \
+                if item_splits else None
+        elif lengths_read:
+            continue
+        elif j is not None and sized is not None:
             j = j._replace(lengths=True) if j.kind == 'pad' else None
         if j is not None and j.takes(items) and _reader_of(
                 values, users, j, shapes_read, sized)[1] is None:
             joins.append(j)
-            pads += j.kind == 'pad'
+            pads += j.kind in ('pad', 'segments')
     counts = set(len(items) for path, _, items, _ in lists
                  if any(j.path == path for j in joins))
     if pads > 1 or len(counts) > 1:
@@ -364,6 +426,10 @@ def _reader_of(values, users, j, shapes_read, sized=None):
             _name(j.path), {'pad': 'F.pad_sequence', 'concat': 'F.concat',
                             'stack': 'F.stack'}[j.kind])
     return node, None
+
+
+def _at(loc):
+    return '' if loc is None else ' at ' + errors.short_location(loc)
 
 
 def _name(path):

@@ -199,15 +199,17 @@ def read_shape(array, shape, depth=1):
     loop's stacked values may take any length only where Python did not
     read it)."""
     recorder = _state.recorder
-    if recorder is None or forward_line(depth) is None:
+    loc = None if recorder is None else forward_line(depth)
+    if loc is None:
         return shape
     origins = recorder.length_leaves.get(id(array))
     if origins is None:
         recorder.shapes_read.add(id(array))  # a computed value's
         return shape
     recorder.length_reads.update(o for o in origins if o is not None)
-    recorder.item_length_reads += sum(
-        1 for o in origins if o is not None and is_item_length(o))
+    recorder.item_length_reads.extend(
+        (o, loc) for o in origins
+        if o is not None and is_item_length(o))
     return tuple(n if origin is None else Length(
         n, frozenset([origin]), recorder.length_uses, (1, 0), True)
         for origin, n in zip(origins, shape))
@@ -549,12 +551,109 @@ def _joined_lengths(convert, origins, args, kwargs, loc):
     if origins != [(leaf, -1 - k) for k in range(len(origins))] or \
             len(origins) != len(recorder.item_lengths[leaf]):
         return None
-    recorder.length_uses[:] = [use for use in recorder.length_uses
-                               if use.what != ITERATED or use.loc != loc]
-    recorder.item_length_reads -= len(origins)
+    _forget_iterated(recorder, [loc])
+    _forget_reads(recorder, origins)
     return traced.record_conversion('numpy.array', convert,
                                     recorder.item_lengths[leaf], args,
                                     kwargs)
+
+
+def _forget_iterated(recorder, locs):
+    """Forgets the forward's iterating over a joined list at ``locs``: it
+    made the items' lengths taken back as an array of them all."""
+    recorder.length_uses[:] = [use for use in recorder.length_uses
+                               if use.what != ITERATED or use.loc not in locs]
+
+
+def _forget_reads(recorder, origins):
+    """Forgets one read of each of the item lengths ``origins``."""
+    reads = recorder.item_length_reads
+    for origin in origins:
+        reads.remove(next(read for read in reads if read[0] == origin))
+
+
+def offsets_array(cumsum, sizes, args, kwargs, depth=1):
+    """``numpy.cumsum(x_len[:-1])`` by the forward's code (``depth`` frames
+    up), ``x_len`` the lengths of every item of a joined list, in order
+    (``[len(x) for x in xs]``; ``[]`` of the one joined list of a single
+    item): the offsets at which ``F.split_axis`` cuts the items joined
+    again, made on every call from the array of their lengths the call
+    passed, by a ``python.offsets`` node. The last length, read on the
+    same line as the others and left out, is taken for read into this
+    array too. ``None`` for other sizes."""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth or args or kwargs or \
+            forward_line(depth + 1) is None or \
+            not all(type(n) is Length and n.affine == (1, 0) and
+                    len(n.origins) == 1 for n in sizes):
+        return None
+    origins = [next(iter(n.origins)) for n in sizes]
+    leaf = origins[0][0] if origins else _single_item_list(recorder)
+    if leaf not in recorder.item_lengths:
+        return _items_offsets(cumsum, sizes, origins) if origins else None
+    count = len(recorder.item_lengths[leaf])
+    dropped = len(origins) == count - 1
+    counted = [(leaf, -1 - k) for k in range(len(origins) + dropped)]
+    lines = [loc for origin, loc in recorder.item_length_reads
+             if origin in counted]
+    if origins != counted[:len(origins)] or len(counted) != count or \
+            dropped and (len(lines) != count or len(set(lines)) != 1):
+        return None
+    _forget_reads(recorder, counted)
+    _forget_iterated(recorder, set(lines))
+    lengths = recorder.item_lengths[leaf]
+    array = cumsum([int.__int__(n) for n in sizes])
+    attrs = {'dropped': dropped, 'dtype': array.dtype}
+    result = traced.tagged(array)
+    recorder.add_node(ir.Node(
+        'python.offsets', ops.Kernel(
+            _offsets_reader(dropped, array.dtype), attrs,
+            onnx=_offsets_to_onnx(dropped, array.dtype)),
+        [recorder.values[id(lengths)]], recorder.bind_temps([result]),
+        tuple(sorted(attrs.items())), loc=forward_line(depth + 1)))
+    recorder.offsets[id(result)] = (result, leaf, array.tolist())
+    return result
+
+
+def _single_item_list(recorder):
+    """The leaf of the lengths of the one joined list of a single item,
+    or ``None``."""
+    leaves = [leaf for leaf, lengths in recorder.item_lengths.items()
+              if len(lengths) == 1]
+    return leaves[0] if len(leaves) == 1 else None
+
+
+def _items_offsets(cumsum, sizes, origins):
+    """:func:`offsets_array` of the first axes of arguments (the items of a
+    list recorded item by item): NumPy's array, noted (``recorder.offsets``,
+    without a leaf) for ``F.split_axis`` to tell a cut at them (``joining``
+    then joins the list); ``None`` for other sizes."""
+    if any(axis or not 0 <= leaf for leaf, axis in origins) or \
+            len(set(origins)) != len(origins):
+        return None
+    array = cumsum([int.__int__(n) for n in sizes])
+    _state.recorder.offsets[id(array)] = (array, None, array.tolist())
+    return array
+
+
+def _offsets_reader(dropped, dtype):
+    def offsets(lengths):
+        found = numpy.cumsum(lengths).astype(dtype)
+        return found[:-1] if dropped else found
+    return offsets
+
+
+def _offsets_to_onnx(dropped, dtype):
+    def convert(builder, ins, outs):
+        found = builder.op('CumSum', [ins[0], builder.constant(
+            numpy.asarray(0, numpy.int64))])[0]
+        if dropped:
+            found = builder.op('Slice', [found, builder.int64s([0]),
+                                         builder.int64s([-1]),
+                                         builder.int64s([0])])[0]
+        builder.op('Identity', [builder.cast(found, numpy.int64, dtype)],
+                   outs)
+    return convert
 
 
 def _sizes_reader(axes, dtype):

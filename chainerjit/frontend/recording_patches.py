@@ -38,6 +38,8 @@ import os
 import sys
 
 import chainer
+import chainer.functions
+from chainer.functions.array import split_axis as split_axis_module
 from chainer.links.rnn import n_step_gru
 from chainer.links.rnn import n_step_lstm
 from chainer.links.rnn import n_step_rnn
@@ -327,6 +329,41 @@ def _recording_conversion(name):
     return make
 
 
+def _recording_offsets(cumsum, recorder):
+    """``numpy.cumsum`` while recording: of the lengths of a joined list's
+    items, the offsets of the items joined (``lengths.offsets_array``)."""
+    def offsets(a, *args, **kwargs):
+        if type(a) is list and (not a or type(a[0]) is lengths.Length) \
+                and _state.recorder is recorder:  # numpy.cumsum(x_len[:-1])
+            found = lengths.offsets_array(cumsum, a, args, kwargs)
+            if found is not None:
+                return found
+        return cumsum(a, *args, **kwargs)
+    offsets.__wrapped__ = cumsum
+    return offsets
+
+
+def _recording_split(split, recorder):
+    """``F.split_axis`` while recording: a cut on the first axis at the
+    offsets of a joined list's items (``lengths.offsets_array``) gives
+    ``joining.Segments``, which the recurrent links take whole; one at
+    the offsets of a list's items recorded item by item is counted
+    (``joining.found_joins`` may join that list)."""
+    def split_axis(x, indices_or_sections, axis, force_tuple=True):
+        found = recorder.offsets.get(id(indices_or_sections)) \
+            if _state.recorder is recorder and not recorder.depth else None
+        if found is None or found[0] is not indices_or_sections or \
+                axis != 0 or not force_tuple:
+            return split(x, indices_or_sections, axis, force_tuple)
+        if found[1] is None:  # of a list recorded item by item
+            recorder.item_splits += 1
+            return split(x, indices_or_sections, axis, force_tuple)
+        return joining.segments(split(x, found[2], axis), x,
+                                recorder.item_lengths[found[1]])
+    split_axis.__wrapped__ = split
+    return split_axis
+
+
 # CuPy's functions that make arrays of one value, and that value (None:
 # their ``fill_value`` argument).
 _GPU_FILLS = {'zeros': 0, 'zeros_like': 0, 'ones': 1, 'ones_like': 1,
@@ -380,6 +417,10 @@ def _recording_nstep(n_states):
                     kwargs or len(xs) != 1 or cell is None or \
                     not _nstep_applies(link, states, xs[0]):
                 return forward(link, *args, **kwargs)
+            if type(xs[0]) is joining.Segments and (
+                    all(s is None for s in states) or
+                    not any(s is None for s in states)):
+                return _apply_packed_nstep(link, cell, states, xs[0])
             return _apply_nstep(link, cell, states, list(xs[0]))
         return nstep_forward
     return make
@@ -403,8 +444,7 @@ def _nstep_applies(link, states, xs):
     iDeep would)."""
     if not isinstance(xs, (list, tuple)) or not xs:
         return False
-    if link.dropout and chainer.config.train and \
-            chainer.config.use_ideep != 'never':
+    if _draws_dropout(link) and chainer.config.use_ideep != 'never':
         return False
     arrays = [_array_of(x) for x in xs] + \
         [_array_of(s) for s in states if s is not None] + \
@@ -418,16 +458,47 @@ def _nstep_applies(link, states, xs):
     return all(a.ndim == 2 and a.shape[0] > 0 for a in arrays[:len(xs)])
 
 
+def _draws_dropout(link):
+    """Does the link drop out the inputs of its layers after the first?
+    While training, at any ratio: ``F.dropout`` draws its mask at 0 too."""
+    return chainer.config.train and link.n_layers > 1
+
+
+def _apply_packed_nstep(link, cell, states, segments):
+    """The link's call over ``joining.Segments`` as one PackedNStepRNN
+    node, of any number of sequences of any lengths: ``(hy, cy, ys)`` or
+    ``(hy, ys)``, ``ys`` the Segments of the packed outputs."""
+    zero_states = states[0] is None
+    args = (link.n_layers, link.use_bi_direction, cell, zero_states)
+    if _draws_dropout(link):
+        node = nstep.PackedNStepRNNDropout(*args, dropout=link.dropout)
+    else:
+        node = nstep.PackedNStepRNN(*args)
+    outputs = node.apply(([] if zero_states else list(states)) + [
+        segments.packed, segments.joined] + _nstep_params(link))
+    stops = numpy.cumsum([len(part) for part in segments])
+    ys = joining.segments(split_axis_module.split_axis(
+        outputs[-1], stops[:-1].tolist(), 0), outputs[-1],
+        segments.joined)
+    return tuple(outputs[:-1]) + (list(ys),)
+
+
+def _nstep_params(link):
+    """The weights and biases of a stacked RNN link, as its ops take
+    them."""
+    params = []
+    for ws, bs in zip(link.ws, link.bs):
+        params += list(ws) + list(bs)
+    return params
+
+
 def _apply_nstep(link, cell, states, xs):
     """The link's call as one NStepRNN node: ``(hy, cy, ys)`` or ``(hy,
     ys)``, as the link returns them."""
     # The zero states of ``hx=None``, made as the link makes them.
     states = [link.init_hx(xs) if s is None else s for s in states]
-    params = []
-    for ws, bs in zip(link.ws, link.bs):
-        params += list(ws) + list(bs)
-    if link.dropout and chainer.config.train and link.n_layers > 1:
-        # Chainer drops out the inputs of the layers after the first.
+    params = _nstep_params(link)
+    if _draws_dropout(link):
         node = nstep.NStepRNNDropout(link.n_layers, link.use_bi_direction,
                                      cell, len(xs), True, link.dropout)
     else:
@@ -501,6 +572,8 @@ RECORDING_PATCHES = (
     for name in _GLOBAL_RANDOM) + tuple(
     RecordingPatch(numpy, name, _recording_conversion(name))
     for name in _CONVERSIONS) + (
+    RecordingPatch(numpy, 'cumsum', _recording_offsets),
+    RecordingPatch(chainer.functions, 'split_axis', _recording_split),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

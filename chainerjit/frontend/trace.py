@@ -95,7 +95,10 @@ class Recording(object):
         self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
         self.item_length_reads = recorder.item_length_reads if recorder \
-            else 0
+            else []
+        # the values of parts of a split of joined segments (joining)
+        self.segment_parts = recorder.segment_parts if recorder else []
+        self.item_splits = recorder.item_splits if recorder else 0
         # the IR values whose shape the forward's Python read
         self.shapes_read = set(
             recorder.values[i] for i in recorder.shapes_read
@@ -173,9 +176,15 @@ class _Recorder(object):
         self.length_leaves = {}
         # {leaf: traced array}: the lengths of a joined list's items
         # (lengths.note_item_lengths), and how many of them the forward
-        # read other than into an array of them all
+        # read other than into an array of them all, as ((leaf, -1 - k),
+        # the line that read it); the offsets of their items by id
+        # (lengths.offsets_array: the array, its leaf, its values), and the
+        # values of the parts split at them
         self.item_lengths = {}
-        self.item_length_reads = 0
+        self.item_length_reads = []
+        self.offsets = {}
+        self.segment_parts = []
+        self.item_splits = 0  # cuts at the offsets of unjoined items
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         # id(array) of the computed arrays whose shape the forward read

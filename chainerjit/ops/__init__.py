@@ -290,7 +290,8 @@ def lowering(*classes):
 # self-check it against eager.
 _IMPURE_NAMES = frozenset([
     'Dropout', 'Gaussian', 'SimplifiedDropconnect', 'Zoneout', 'RReLU',
-    'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout'])
+    'BatchNormalization', 'GumbelSoftmax', 'NStepRNNDropout',
+    'PackedNStepRNNDropout'])
 
 
 def follow(node, rows):
@@ -470,7 +471,8 @@ def is_impure(label):
 # Node labels whose only side effect is drawing from NumPy's global
 # generator (``numpy.random.rand``): running one again after restoring the
 # generator's state gives the same result.
-_GLOBAL_DRAWS = frozenset(['Dropout', 'NStepRNNDropout'])
+_GLOBAL_DRAWS = frozenset(['Dropout', 'NStepRNNDropout',
+                           'PackedNStepRNNDropout'])
 
 
 def draws_only(label):

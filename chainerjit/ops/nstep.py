@@ -27,6 +27,7 @@ from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
+from chainerjit.ops import takes_axes
 from chainerjit.ops import rnn
 from chainerjit.ops.array import onnx_items_padded
 from chainerjit.ops.linear import grad_linear
@@ -38,9 +39,11 @@ N_WEIGHTS = {'lstm': 8, 'gru': 6, 'tanh': 2, 'relu': 2}
 
 class Spec(collections.namedtuple(
         'Spec', 'n_layers bidirectional cell n_items permute dropout',
-        defaults=(0.0,))):
+        defaults=(None,))):
     """What an :class:`NStepRNN` node is, besides its arrays (``dropout``:
-    the ratio its layers after the first drop out of their inputs)."""
+    the ratio its layers after the first drop out of their inputs while
+    training, 0 included; ``None`` when not training, which draws
+    nothing)."""
 
     @property
     def directions(self):
@@ -73,7 +76,7 @@ class NStepRNN(chainer.FunctionNode):
         self.n_items = n_items
         self.permute = bool(permute)
 
-    dropout = 0.0
+    dropout = None  # no draws (not training)
 
     @property
     def spec(self):
@@ -130,6 +133,135 @@ class NStepRNNGrad(chainer.FunctionNode):
         raise NotImplementedError(
             'double backpropagation through an NStepRNN op (a whole '
             'NStepLSTM, NStepGRU or NStepRNN link call) is not supported')
+
+
+class PackedNStepRNN(chainer.FunctionNode):
+    """:class:`NStepRNN` over sequences given packed: their rows joined in
+    order (``packed``, as ``F.concat(xs, axis=0)`` joins them) and an
+    array of their lengths (``lengths``), so that one node takes any
+    number of sequences. Inputs: ``hx``, ``cx`` (LSTM only; neither for
+    ``zero_states``, the zeros of ``hx=None``), ``packed``, ``lengths``,
+    then the weights and biases as :class:`NStepRNN` takes them. Outputs:
+    ``hy``, ``cy`` (LSTM only), and the output sequences packed the same
+    way. Its forward and backward are :class:`NStepRNN`'s on the
+    sequences cut from ``packed``."""
+
+    dropout = None  # no draws (not training)
+
+    def __init__(self, n_layers, bidirectional, cell, zero_states):
+        if cell not in N_WEIGHTS:
+            raise ValueError('unknown cell: %r' % (cell,))
+        self.n_layers = n_layers
+        self.bidirectional = bool(bidirectional)
+        self.cell = cell
+        self.zero_states = bool(zero_states)
+
+    @property
+    def spec(self):
+        """The :class:`Spec` of the sequences (``n_items`` 0: by call)."""
+        return Spec(self.n_layers, self.bidirectional, self.cell, 0, True,
+                    self.dropout)
+
+    def forward(self, inputs):
+        outputs, self._record = packed_forward(self.spec, self.zero_states,
+                                               inputs)
+        return outputs
+
+    def backward(self, indexes, grad_outputs):
+        present = tuple(i for i, g in enumerate(grad_outputs)
+                        if g is not None)
+        return PackedNStepRNNGrad(self._record, self.zero_states, present,
+                                  indexes).apply(
+            [grad_outputs[i] for i in present])
+
+
+class PackedNStepRNNDropout(PackedNStepRNN):
+    """A :class:`PackedNStepRNN` that drops out the inputs of its layers
+    after the first, as :class:`NStepRNNDropout` does."""
+
+    def __init__(self, n_layers, bidirectional, cell, zero_states, dropout):
+        super().__init__(n_layers, bidirectional, cell, zero_states)
+        self.dropout = dropout
+
+
+class PackedNStepRNNGrad(chainer.FunctionNode):
+    """The gradients of a :class:`PackedNStepRNN`, as
+    :class:`NStepRNNGrad` computes those of an :class:`NStepRNN`."""
+
+    def __init__(self, record, zero_states, present, indexes):
+        self._record = record
+        self.zero_states = zero_states
+        self.present = present
+        self.indexes = tuple(indexes)
+
+    def forward(self, inputs):
+        spec = self._record.spec
+        n_outputs = spec.n_states + 1
+        gys = [None] * n_outputs
+        for i, g in zip(self.present, inputs):
+            gys[i] = g
+        wanted = [i in self.indexes
+                  for i in range(_packed_n_inputs(spec, self.zero_states))]
+        grads = packed_backward(self._record, self.zero_states, gys, wanted)
+        return tuple(grads[i] for i in self.indexes)
+
+    def backward(self, indexes, grad_outputs):
+        raise NotImplementedError(
+            'double backpropagation through a whole NStepLSTM, NStepGRU '
+            'or NStepRNN link call is not supported')
+
+
+def _packed_n_inputs(spec, zero_states):
+    """The number of inputs of a :class:`PackedNStepRNN` of ``spec``."""
+    return (0 if zero_states else spec.n_states) + 2 + \
+        2 * N_WEIGHTS[spec.cell] * spec.n_layers * spec.directions
+
+
+def packed_forward(spec, zero_states, arrays, masks=None):
+    """``(outputs, record)`` of a :class:`PackedNStepRNN`: ``run_forward``
+    over the sequences cut from the packed rows at their lengths, its
+    output sequences packed again (``masks`` as ``run_forward`` takes
+    them)."""
+    n_states = 0 if zero_states else spec.n_states
+    states, (packed, lengths) = list(arrays[:n_states]), \
+        arrays[n_states:n_states + 2]
+    params = list(arrays[n_states + 2:])
+    if lengths.ndim != 1 or len(lengths) == 0 or \
+            int(lengths.min()) < 1 or int(lengths.sum()) != len(packed):
+        raise ValueError('packed sequences of lengths %s do not make the '
+                         '%d rows given' % (lengths.tolist(), len(packed)))
+    spec = spec._replace(n_items=len(lengths))
+    xs = numpy.split(packed, numpy.cumsum(lengths)[:-1])
+    if zero_states:
+        units = params[0].shape[0]
+        shape = (spec.n_layers * spec.directions, len(lengths), units)
+        states = [numpy.zeros(shape, packed.dtype)] * spec.n_states
+    outputs, record = run_forward(spec, states + xs + params, masks)
+    ys = numpy.concatenate(outputs[spec.n_states:])
+    return tuple(outputs[:spec.n_states]) + (ys,), record
+
+
+def packed_backward(record, zero_states, gys, wanted):
+    """The gradients of a :class:`PackedNStepRNN`'s inputs (None where not
+    ``wanted``) from those of its outputs (``gys``, None for zeros)."""
+    spec = record.spec
+    n_states = 0 if zero_states else spec.n_states
+    g_packed = gys[spec.n_states]
+    lengths = [len(rows) for rows in record.rows]
+    if record.order is not None:
+        lengths = [lengths[i] for i in record.inverse]
+    g_items = [None] * spec.n_items if g_packed is None else \
+        numpy.split(g_packed, numpy.cumsum(lengths)[:-1])
+    want_xs = wanted[n_states]
+    item_wanted = [bool(n_states) and w for w in wanted[:n_states]] + \
+        [False] * (spec.n_states - n_states) + \
+        [want_xs] * spec.n_items + list(wanted[n_states + 2:])
+    grads = run_backward(record, list(gys[:spec.n_states]) + g_items,
+                         item_wanted)
+    g_xs = grads[spec.n_states:spec.n_states + spec.n_items]
+    return tuple(grads[:n_states]) + (
+        numpy.concatenate(g_xs) if want_xs else None, None) + \
+        tuple(grads[spec.n_states + spec.n_items:])
 
 
 # The record of a forward, for its backward: ``order`` and ``inverse``
@@ -399,8 +531,9 @@ def run_forward(spec, arrays, masks=None):
             if d == 1:
                 steps = steps[::-1]
             weights = cell.stack(ws[index], bs[index])
-            mask = None if not layer else _dropout_mask(
-                inputs, spec.dropout) if masks is None else next(masks)
+            mask = None if not layer or spec.dropout is None else \
+                _dropout_mask(inputs, spec.dropout) if masks is None \
+                else next(masks)
             dropped = inputs if mask is None else inputs * mask
             h, c, kept = _run_direction(
                 cell, dropped, bounds, steps, weights, hx[index],
@@ -431,10 +564,8 @@ def masks_of(record):
 def _dropout_mask(inputs, ratio):
     """``F.dropout``'s mask of each time step of a packed input, drawn as
     ``Dropout.forward_cpu`` draws it, step after step (one draw of all
-    the rows gives the same numbers in the same order); ``None`` for no
-    dropout."""
-    if not ratio:
-        return None
+    the rows gives the same numbers in the same order), even at a ratio of
+    0 (which draws and keeps every row)."""
     scale = inputs.dtype.type(1. / (1 - ratio))
     return scale * (numpy.random.rand(*inputs.shape) >= ratio)
 
@@ -609,14 +740,46 @@ def lower_nstep_rnn(node, ctx):
     attrs = {'cell': spec.cell, 'layers': spec.n_layers,
              'directions': spec.directions, 'items': spec.n_items,
              'permute': spec.permute}
-    if spec.dropout:
+    if spec.dropout is not None:
         attrs['dropout'] = spec.dropout
     return Kernel(forward, attrs, multi=True,
                   grad=GradRule(grad, inputs=range(spec.n_inputs),
                                 outputs=(0,)),
                   fresh=True, lengths=_items_lengths(spec),
-                  onnx=None if spec.dropout
+                  onnx=None if spec.dropout is not None
                   else functools.partial(_to_onnx, spec))
+
+
+@lowering(PackedNStepRNN, PackedNStepRNNDropout)
+def lower_packed_nstep_rnn(node, ctx):
+    """The whole link call over packed sequences: ``packed_forward`` and
+    ``packed_backward``, which read the number of sequences and their
+    lengths from the arrays of each call."""
+    if ctx.xp is not numpy:
+        return None
+    spec, zero_states = node.spec, node.zero_states
+    records = _Records()
+
+    def forward(*arrays):
+        outputs, record = packed_forward(spec, zero_states, arrays)
+        records.keep(outputs[0], record, spec.dropout)
+        return outputs
+
+    def grad(xs, ys, gys, wanted):
+        record, masks = records.take(ys[0])
+        if record is None:  # a forward long ago, or not this kernel's
+            record = packed_forward(spec, zero_states, xs, masks)[1]
+        return packed_backward(record, zero_states, gys, wanted)
+    attrs = {'cell': spec.cell, 'layers': spec.n_layers,
+             'directions': spec.directions, 'zero_states': zero_states}
+    if spec.dropout is not None:
+        attrs['dropout'] = spec.dropout
+    return Kernel(forward, attrs, multi=True,
+                  grad=GradRule(grad, inputs=range(
+                      _packed_n_inputs(spec, zero_states)), outputs=(0,)),
+                  fresh=True, lengths=_packed_rows(spec, zero_states),
+                  onnx=None if spec.dropout is not None else functools.partial(
+                      _packed_to_onnx, spec, zero_states))
 
 
 class _Records(object):
@@ -638,7 +801,7 @@ class _Records(object):
         self._records[key] = record
         while len(self._records) > self.KEPT:
             self._records.popitem(last=False)
-        if dropout:
+        if dropout is not None:
             self._masks[key] = masks_of(record)
         weakref.finalize(y, self._forget, key)
 
@@ -671,26 +834,75 @@ def _to_onnx(spec, b, ins, outs):
     (both directions in one): the items padded to the longest, one batch
     column each, with their lengths as ``sequence_lens``; each output item
     cut back to its length."""
+    hx, cx, xs, ws, bs = _split_inputs(spec, ins)
+    inputs, lengths = onnx_items_padded(b, xs, 2, 1)
+    seq_lens = b.op('Cast', [b.op('Concat', lengths, axis=0)[0]], to=6)[0]
+    inputs = _onnx_layers(spec, b, inputs, seq_lens, (hx, cx), ws, bs,
+                          outs[:spec.n_states])
+    for k, (n, y) in enumerate(zip(lengths, outs[spec.n_states:])):
+        column = b.op('Gather', [inputs, b.int64s(k)], axis=1)[0]
+        b.op('Slice', [column, b.int64s([0]), n, b.int64s([0])], [y])
+
+
+def _packed_to_onnx(spec, zero_states, b, ins, outs):
+    """:class:`PackedNStepRNN` as :func:`_to_onnx`'s layers: the packed
+    rows gathered into a time-major block (``(T, N, in_size)``, ``T`` the
+    longest length), and the output block's rows of each sequence
+    compressed back into packed rows, in order."""
+    n_states = 0 if zero_states else spec.n_states
+    states = list(ins[:n_states]) + [None] * (2 - n_states)
+    packed, lengths = ins[n_states:n_states + 2]
+    params = ins[n_states + 2:]
+    ws, bs = _split_inputs(spec._replace(n_items=0), [None] * spec.n_states
+                           + list(params))[3:]
+    lengths = b.op('Cast', [lengths], to=7)[0]  # int64
+    steps = b.op('Range', [b.constant(numpy.asarray(0, numpy.int64)),
+                           b.op('ReduceMax', [lengths], keepdims=0)[0],
+                           b.constant(numpy.asarray(1, numpy.int64))])[0]
+    steps = b.op('Unsqueeze', [steps, b.int64s([1])])[0]  # (T, 1)
+    starts = b.op('CumSum', [lengths, b.constant(
+        numpy.asarray(0, numpy.int64))], exclusive=1)[0]
+    inside = b.op('Less', [steps, lengths])[0]  # (T, N)
+    rows = b.op('Where', [inside, b.op('Add', [steps, starts])[0],
+                          b.constant(numpy.asarray(0, numpy.int64))])[0]
+    block = b.op('Gather', [packed, rows], axis=0)[0]
+    seq_lens = b.op('Cast', [lengths], to=6)[0]
+    block = _onnx_layers(spec, b, block, seq_lens, states, ws, bs,
+                         outs[:spec.n_states])
+    # (T, N, units) -> (N * T, units), compressed to the rows in sequences
+    by_item = b.op('Transpose', [block], perm=[1, 0, 2])[0]
+    flat = b.op('Reshape', [by_item, b.int64s([-1, 0])], allowzero=0)[0]
+    kept = b.op('Reshape', [b.op('Transpose', [inside], perm=[1, 0])[0],
+                            b.int64s([-1])])[0]
+    b.op('Compress', [flat, kept], [outs[spec.n_states]], axis=0)
+
+
+def _onnx_layers(spec, b, inputs, seq_lens, initial, ws, bs, outs):
+    """The layers of the op on a time-major block ``inputs``, each an
+    ONNX ``LSTM``, ``GRU`` or ``RNN`` node from the states ``initial``
+    (``(hx, cx)``, ``None`` for zeros): writes the last states into
+    ``outs`` and returns the last layer's output block. The number of
+    units is the first weight's rows."""
     op_type, gates, attrs = _ONNX_CELLS[spec.cell]
-    attrs = dict(attrs, hidden_size=b.in_shapes[0][2], direction=(
+    units = b.in_shapes[len(b.in_shapes) - 2 * N_WEIGHTS[spec.cell] *
+                        spec.n_layers * spec.directions][0]
+    attrs = dict(attrs, hidden_size=units, direction=(
         'bidirectional' if spec.bidirectional else 'forward'))
     if 'activations' in attrs:
         attrs['activations'] = attrs['activations'] * spec.directions
     state_gates = [len(gates) + k for k in gates]
-    hx, cx, xs, ws, bs = _split_inputs(spec, ins)
-    inputs, lengths = onnx_items_padded(b, xs, 2, 1)
-    seq_lens = b.op('Cast', [b.op('Concat', lengths, axis=0)[0]], to=6)[0]
     states = [[] for _ in range(spec.n_states)]
     for layer in range(spec.n_layers):
         first = layer * spec.directions
         index = range(first, first + spec.directions)
+        given = [_layer_state(b, state, first, spec.directions)
+                 for state in initial[:spec.n_states] if state is not None]
         found = b.op(op_type, [
             inputs, _stacked(b, ws, index, gates),
             _stacked(b, ws, index, state_gates),
-            _stacked(b, bs, index, list(gates) + state_gates), seq_lens] + [
-                _layer_state(b, state, first, spec.directions)
-                for state in (hx, cx)[:spec.n_states]],
-            [b.fresh('y')] + [b.fresh('state') for _ in states], **attrs)
+            _stacked(b, bs, index, list(gates) + state_gates), seq_lens] +
+            given, [b.fresh('y')] + [b.fresh('state') for _ in states],
+            **attrs)
         for kept, state in zip(states, found[1:]):
             kept.append(state)
         # (T, directions, N, units) -> (T, N, directions * units)
@@ -699,9 +911,7 @@ def _to_onnx(spec, b, ins, outs):
             b.int64s([0, 0, -1])])[0]
     for kept, out in zip(states, outs):
         b.op('Concat', kept, [out], axis=0)
-    for k, (n, y) in enumerate(zip(lengths, outs[spec.n_states:])):
-        column = b.op('Gather', [inputs, b.int64s(k)], axis=1)[0]
-        b.op('Slice', [column, b.int64s([0]), n, b.int64s([0])], [y])
+    return inputs
 
 
 def _stacked(b, arrays, directions, picks):
@@ -729,4 +939,26 @@ def _items_lengths(spec):
         if any(r is not None for r in rows[:items.start] + rows[items.stop:]):
             return None
         return Follow((None,) * spec.n_states + tuple(rows[items]))
+    return lengths
+
+
+def _packed_rows(spec, zero_states):
+    """The ``Kernel.lengths`` rule of a :class:`PackedNStepRNN`: any number
+    of sequences (the rows of ``lengths``, which the states have on their
+    second axis) and any lengths (the rows of ``packed``, which the
+    output sequences have); the weights fixed."""
+    n_states = 0 if zero_states else spec.n_states
+
+    @takes_axes
+    def lengths(rows):
+        states, (packed, counts) = rows[:n_states], rows[n_states:
+                                                         n_states + 2]
+        if any(r is not None for r in rows[n_states + 2:]) or \
+                (packed is not None and packed.axis) or \
+                (counts is not None and counts.axis):
+            return None
+        across = None if counts is None else counts._replace(axis=1)
+        if any(r != across for r in states):
+            return None
+        return Follow((across,) * spec.n_states + (packed,))
     return lengths

@@ -230,24 +230,24 @@ def open_axes(symbolic):
     return set()
 
 
-def of_joined(key, joined):
+def of_joined(key, joined, count):
     """The ``Batched`` of a call with joined lists (``{leaf: Join}``,
-    ``frontend.joining``): axis 0 of every array of the joined arrays'
-    first size (their number of items), and the words of a padded one
-    (:data:`WIDTH`, kept); the width alone for fewer than
+    ``frontend.joining``) of ``count`` items: axis 0 of every array of
+    that size (but joined segments), and the words of a padded list or of
+    segments (:data:`WIDTH`, kept); the width alone for fewer than
     :data:`MIN_SIZE` items, or ``None`` where no list is padded."""
     specs = key[3]
-    size = specs[next(iter(joined))][0][0]
-    padded = tuple(leaf for leaf, j in sorted(joined.items())
-                   if j.kind == 'pad')
-    if size < MIN_SIZE:  # the width alone, if padded
-        return Batched(padded, (1,) * len(padded), _FIXED_BATCH) \
-            if padded else None
+    widths = tuple(leaf for leaf, j in sorted(joined.items())
+                   if j.kind in ('pad', 'segments'))
+    axes = tuple(int(joined[leaf].kind == 'pad') for leaf in widths)
+    if count < MIN_SIZE:  # the width alone, if padded
+        return Batched(widths, axes, _FIXED_BATCH) if widths else None
     leaves = tuple(leaf for leaf, spec in enumerate(specs)
                    if signature.is_array_spec(spec) and spec[0] and
-                   spec[0][0] == size)
+                   spec[0][0] == count and (
+                       leaf not in joined or joined[leaf].kind != 'segments'))
     return Batched(leaves, None, RowsBatched(
-        padded, None, (1,) * len(padded), WIDTH) if padded else None)
+        widths, None, axes, WIDTH) if widths else None)
 
 
 #: The ``Batched.kept`` of a call whose batch is fixed: the axis that

@@ -52,8 +52,9 @@ class Caller(collections.namedtuple('Caller', (
         'warn_fallback', 'warn_unrolled', 'explain_miss',
         'on_backprop_program', 'backend', 'providers', 'freeze',
         'warn_items', 'warn_batch', 'warn_varying', 'warn_sizes',
-        'join_lists'),
-        defaults=('numpy', None, False, None, None, None, None, False))):
+        'join_lists', 'warn_joins'),
+        defaults=('numpy', None, False, None, None, None, None, False,
+                  None))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -87,6 +88,8 @@ class Caller(collections.namedtuple('Caller', (
             size changes too (``runtime.batch.TwoAxes``).
         join_lists: whether a recording that reads a list argument whole
             (``frontend.joining``) is to say so, from the call after it.
+        warn_joins: ``warn_joins(why)`` warns, once, that the function
+            stopped joining lists.
     """
 
     __slots__ = ()
@@ -180,7 +183,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         recording.graph, recording.row_nodes, packed.joins,
         recording.shapes_read, recording.length_uses,
         [name for name, _ in sig.items],
-        recording.item_length_reads) if joined else None
+        recording.item_length_reads, recording.segment_parts) \
+        if joined else None
     if why_unjoined is not None:
         return _unjoined(caller, recording, miss_reason, why_unjoined)
     fallback = _fallback_reason(caller, recording, py_guards, generators)
@@ -715,8 +719,8 @@ def _packing_pays(entry, recording):
 def _unjoined(caller, recording, miss_reason, why):
     """What a joined call that gets no entry gives back: the function
     records its lists item by item from now on, which this warns of."""
-    if caller.warn_items is not None:
-        caller.warn_items('the number of items of list arguments stays in '
+    if caller.warn_joins is not None:
+        caller.warn_joins('the number of items of list arguments stays in '
                           'the cache key (each new number compiles again): '
                           '%s' % why)
     return Compiled(recording.result, None, miss_reason, None, ())
@@ -747,7 +751,7 @@ def _joins_found(recording, packed, args, kwargs, leaves):
                           items, at))
     joins = joining.found_joins(recording.graph, lists,
                                 recording.length_reads, recording.shapes_read,
-                                recording.length_uses)
+                                recording.length_uses, recording.item_splits)
     return joins if len(joins) == len(found) else ()
 
 

@@ -2,8 +2,10 @@
 ``NStepRNN`` op (``ops/nstep.py``): the op alone against the link run
 eagerly (outputs bit for bit, gradients of inputs, states and every
 parameter), and a jitted text model calling a link, recorded as a single
-node, against the same model run eagerly; dropout while training falls
-back to the link's own forward."""
+node, against the same model run eagerly; while training, the op draws
+the dropout masks of the layers after the first as the link does, at a
+ratio of 0 too; the op over packed sequences (``PackedNStepRNN``) against
+the link."""
 
 import copy
 
@@ -123,6 +125,60 @@ def test_op_against_link(rng, name, n_layers, lengths):
             assert_allclose(a, e, rtol=1e-5, atol=1e-6)
 
 
+def _packed(link, states, xs, zero_states):
+    """As :func:`_op`, through one PackedNStepRNN node over the rows of
+    ``xs`` joined and their lengths (``states`` unused for
+    ``zero_states``): the outputs with the output sequences cut again,
+    and the gradients with that of the rows cut again."""
+    link.cleargrads()
+    cell = LINKS[type(link).__name__][1]
+    states = [chainer.Variable(s.copy()) for s in states]
+    packed = chainer.Variable(numpy.concatenate(xs))
+    lengths = numpy.array([len(x) for x in xs])
+    node = nstep.PackedNStepRNN(link.n_layers, link.use_bi_direction, cell,
+                                zero_states)
+    found = node.apply(([] if zero_states else states) +
+                       [packed, lengths] + _params(link))
+    ys = F.split_axis(found[-1], numpy.cumsum(lengths)[:-1], 0)
+    outputs = list(found[:-1]) + list(ys)
+    _backprop(outputs, 1)
+    gxs = numpy.split(packed.grad, numpy.cumsum(lengths)[:-1])
+    return outputs, [None if zero_states else v.grad for v in states] + \
+        gxs + [v.grad for v in _params(link)]
+
+
+@pytest.mark.parametrize('name', sorted(LINKS))
+@pytest.mark.parametrize('zero_states', [False, True])
+@pytest.mark.parametrize('lengths', [[2, 4, 1, 6], [3, 3, 3]])
+def test_packed_op_against_link(rng, name, zero_states, lengths):
+    link = _link(name, 2, rng)
+    xs = [rng.standard_normal((n, IN_SIZE)).astype(numpy.float32)
+          for n in lengths]
+    states = _states(link, len(xs), rng)
+    if zero_states:
+        states = [numpy.zeros_like(s) for s in states]
+    expected, expected_grads = _eager(link, states, xs)
+    actual, actual_grads = _packed(link, states, xs, zero_states)
+    for a, e in zip(actual, expected):
+        assert_array_equal(a.array, e.array)
+    for a, e in zip(actual_grads, expected_grads):
+        if a is None:  # the zero states of hx=None
+            continue
+        if _exact_grads(name, 2):
+            assert_array_equal(a, e)
+        else:
+            assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+
+
+def test_packed_op_refuses_lengths_that_do_not_make_the_rows(rng):
+    link = _link('NStepLSTM', 1, rng)
+    packed = rng.standard_normal((5, IN_SIZE)).astype(numpy.float32)
+    for lengths in ([2, 2], [5, 0], []):
+        with pytest.raises(ValueError, match='do not make'):
+            nstep.PackedNStepRNN(1, False, 'lstm', True).apply(
+                [packed, numpy.array(lengths, numpy.int64)] + _params(link))
+
+
 def test_op_without_permutation(rng):
     link = _link('NStepLSTM', 1, rng)
     xs = [rng.standard_normal((n, IN_SIZE)).astype(numpy.float32)
@@ -239,8 +295,9 @@ def test_jitted_lstm_forward_is_eager_bit_for_bit(rng):
 
 @pytest.mark.bit_exact
 @pytest.mark.parametrize('name', ['NStepLSTM', 'NStepBiGRU'])
-def test_dropout_while_training_draws_as_the_link(rng, name):
-    model = Classifier(name, 3, dropout=0.3)
+@pytest.mark.parametrize('dropout', [0.3, 0.0])  # 0.0 draws too
+def test_dropout_while_training_draws_as_the_link(rng, name, dropout):
+    model = Classifier(name, 3, dropout=dropout)
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.forward)
     for seed, (tokens,) in enumerate(_token_calls(rng, [5, 3, 3, 1], 0, 1,

@@ -61,10 +61,7 @@ class _PerSentence(_ExampleBagOfWords):
 def test_text_classifier_trains_at_any_batch_size_and_lengths(cls,
                                                               signature):
     calls = _batches(numpy.random.RandomState(3), _COUNTS)
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        warnings.simplefilter('error', errors.LoopWarning)
-        jitted = _check_seeded(_model(cls), calls)
+    jitted = checked_without_recompiling(lambda: _model(cls), calls, True)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(signature), entry.signature
     assert jitted.cache_info().compiled >= 3
@@ -224,20 +221,28 @@ def test_any_counts_and_lengths_in_training_or_inference(
     calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
               [rng.randint(0, 3, (1,)).astype(I32) for _ in lengths])
              for lengths in batches]
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.RecompileWarning)
-        if train:
-            jitted = _check_seeded(_model(cls), calls)
-        else:
-            model = _model(cls)
-            jitted = chainerjit.jit(model.forward)
-            with chainer.no_backprop_mode(), \
-                    chainer.using_config('train', False):
-                for xs, ys in calls:
-                    testing.assert_results_equal(jitted(xs, ys),
-                                                 model.forward(xs, ys))
+    jitted = checked_without_recompiling(lambda: _model(cls), calls, train)
     assert len(jitted.cache_entries()) <= 1 + any(
         len(lengths) == 1 for lengths in batches)
+
+
+def checked_without_recompiling(make_model, calls, train):
+    """``jit(model.forward)`` of ``make_model()`` against eager over
+    ``calls``, in training (``_check_seeded``) or in inference, with no
+    warning of a size kept in the key or a loop unrolled."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.LoopWarning)
+        if train:
+            return _check_seeded(make_model(), calls)
+        model = make_model()
+        jitted = chainerjit.jit(model.forward)
+        with chainer.no_backprop_mode(), \
+                chainer.using_config('train', False):
+            for args in calls:
+                testing.assert_results_equal(jitted(*args),
+                                             model.forward(*args))
+    return jitted
 
 
 class _Reported(_Convolutions):

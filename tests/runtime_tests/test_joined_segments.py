@@ -1,0 +1,206 @@
+"""Sentences joined, then cut at their offsets into a recurrent link, as
+Chainer's examples embed them (``sequence_embed``: ``F.concat(xs,
+axis=0)``, then ``F.split_axis`` at ``numpy.cumsum`` of their lengths into
+``L.NStepLSTM``): the list is joined at the call into its words and their
+lengths, and the link takes them packed (``ops.nstep.PackedNStepRNN``),
+so that one entry per mode serves any number and lengths of sentences,
+with values and gradients equal to eager's; where the forward reads a
+part or a length otherwise, the number of sentences stays in the key,
+with a warning that says why."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+from benchmarks.bench_programs import sequence_embed
+from tests.runtime_tests.test_joined_lists import \
+    checked_without_recompiling
+from tests.runtime_tests.test_ragged_lists import _check_seeded
+
+I32 = numpy.int32
+
+_COUNTS = (4, 4, 7, 2, 9, 3, 12, 5)
+
+
+def _batches(rng, counts, low=1, high=10):
+    """Sentences and their labels (one array), ``counts`` of them call by
+    call."""
+    return [([rng.randint(0, 30, int(rng.randint(low, high))).astype(I32)
+              for _ in range(n)], rng.randint(0, 3, n).astype(I32))
+            for n in counts]
+
+
+class _Encoder(chainer.Chain):
+    """The example's RNN text classifier, with any stacked RNN link."""
+
+    def __init__(self, link=None, n_states=2, dropout=0.3):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.encoder = link or L.NStepLSTM(2, 6, 5, dropout)
+            self.out = L.Linear(None, 3)
+        self.n_states = n_states  # hx, and cx for an LSTM
+        self.dropout = dropout
+
+    def forward(self, xs, t):
+        exs = sequence_embed(self.embed, xs, self.dropout)
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        h = F.dropout(hy[-1], ratio=self.dropout)
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+_LINKS = {
+    'lstm': (lambda: L.NStepLSTM(2, 6, 5, 0.3), 2),
+    'bilstm': (lambda: L.NStepBiLSTM(1, 6, 5, 0.0), 2),
+    'gru': (lambda: L.NStepGRU(2, 6, 5, 0.0), 1),
+    'birnn_tanh': (lambda: L.NStepBiRNNTanh(1, 6, 5, 0.0), 1),
+}
+
+
+def _encoder(name):
+    make, n_states = _LINKS[name]
+    numpy.random.seed(0)
+    return _Encoder(make(), n_states)
+
+
+@pytest.mark.parametrize('name', sorted(_LINKS))
+def test_rnn_classifier_trains_at_any_count_and_lengths(name):
+    calls = _batches(numpy.random.RandomState(1), _COUNTS)
+    jitted = checked_without_recompiling(lambda: _encoder(name), calls,
+                                         True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        't: i32[B]@cpu (array)'), entry.signature
+    assert entry.training is not None
+    assert jitted.cache_info().compiled >= 3
+
+
+def test_the_program_holds_one_packed_link_call():
+    model = _encoder('lstm')
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', False):
+        for xs, t in _batches(numpy.random.RandomState(2), (3, 5)):
+            jitted(xs, t)
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'PackedNStepRNN[cell=lstm' in graph, graph
+    for gone in ('Concat', 'SplitAxis', '= NStepRNN', 'python.offsets'):
+        assert gone not in graph, graph
+
+
+def test_serving_batches_of_one_to_many_sentences():
+    model = _encoder('gru')
+    jitted = chainerjit.jit(model.forward)
+    calls = _batches(numpy.random.RandomState(3), (1, 2, 17, 1, 5, 40, 3))
+    with chainer.no_backprop_mode(), chainer.using_config('train', False):
+        for xs, t in calls:
+            testing.assert_results_equal(jitted(xs, t), model.forward(xs, t))
+    # a single sentence has an entry of its own, at any length
+    assert sorted(str(e.signature)[:40] for e in jitted.cache_entries()) \
+        == ['xs[0]: i32[W]@cpu (array), xs[1]: i64[1]',
+            'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]']
+
+
+@settings(deadline=None, max_examples=10)
+@given(st.sampled_from(sorted(_LINKS)),
+       st.lists(st.lists(st.integers(1, 9), min_size=2, max_size=9),
+                min_size=3, max_size=5),
+       st.booleans(), st.integers(0, 2 ** 16))
+def test_any_counts_and_lengths_in_training_or_inference(
+        name, batches, train, seed):
+    """Batches of random counts and lengths through the RNN classifiers, in
+    training (losses, gradients, dropout's draws) or in inference: eager's
+    results, one entry."""
+    rng = numpy.random.RandomState(seed)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
+              rng.randint(0, 3, len(lengths)).astype(I32))
+             for lengths in batches]
+    jitted = checked_without_recompiling(lambda: _encoder(name), calls,
+                                         train)
+    assert len(jitted.cache_entries()) == 1
+
+
+class _OutputsPooled(_Encoder):
+    """The link's output sequences read one by one (their last rows)."""
+
+    def forward(self, xs, t):
+        ys = self.encoder(None, None, sequence_embed(self.embed, xs))[-1]
+        h = F.concat([y[-1:] for y in ys], axis=0)
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+class _PartRead(_Encoder):
+    """A part of the cut read besides the link's call."""
+
+    def forward(self, xs, t):
+        exs = sequence_embed(self.embed, xs)
+        hy = self.encoder(None, None, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t) + \
+            F.sum(exs[0]) * 0.01
+
+
+class _LongestWordsRead(_Encoder):
+    """The longest sentence's length, computed in Python, too."""
+
+    def forward(self, xs, t):
+        scale = 1. / max(len(x) for x in xs)
+        return super().forward(xs, t) * scale
+
+
+class _CutElsewhere(_Encoder):
+    """The embedded words cut at fixed offsets (not the sentences')."""
+
+    def forward(self, xs, t):
+        ex = self.embed(F.concat(xs, axis=0))
+        first, rest = F.split_axis(ex, [1], 0)
+        hy = self.encoder(None, None, [first, rest])[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t[:2])
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_OutputsPooled, 'read on its own'),
+    (_PartRead, 'read on its own'),
+    (_LongestWordsRead, 'reads the length of an item'),
+    (_CutElsewhere, None)])
+def test_a_cut_read_otherwise_keeps_the_count_in_the_key(cls, why):
+    calls = _batches(numpy.random.RandomState(4), (3, 3, 5, 4, 5),
+                     low=2)
+    numpy.random.seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = _check_seeded(cls(dropout=0.0), calls)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    if why is not None:
+        assert any('number of items' in m and why in m
+                   for m in messages), messages
+    assert all('i32[W]' not in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+def test_exported_model_takes_the_words_and_lengths():
+    ort = pytest.importorskip('onnxruntime')
+    model = _encoder('bilstm')
+    jitted = chainerjit.jit(model.forward)
+    calls = _batches(numpy.random.RandomState(5), (3, 4, 6, 2, 9))
+    with chainer.no_backprop_mode(), chainer.using_config('train', False):
+        for xs, t in calls[:2]:
+            jitted(xs, t)
+        exported = chainerjit.export_onnx(jitted, calls[0])
+        session = ort.InferenceSession(exported.SerializeToString())
+        names = [i.name for i in session.get_inputs()]
+        for xs, t in calls[2:]:
+            got, = session.run(None, dict(zip(names, [
+                numpy.concatenate(xs), numpy.array([len(x) for x in xs]),
+                t])))
+            testing.assert_results_equal(got, model.forward(xs, t).array)
