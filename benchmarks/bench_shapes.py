@@ -21,7 +21,8 @@ weights; every call's result is checked against eager's. Workloads:
 * ``... training, lists of 2 to 64 sentences ...``: the bag of words and
   the text CNN with the sentences given as lists of token arrays (and
   the labels as a list), padded in the forward by ``concat_examples``,
-  as Chainer's text classification example does;
+  as Chainer's text classification example does; and that example's RNN
+  encoder (``sequence_embed`` into a one-layer ``L.NStepLSTM``);
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
@@ -358,6 +359,40 @@ def _padded_text_training(batches=False, convolved=False, listed=False):
                           lambda m: m.l1.W.grad, {})
 
 
+def _rnn_text_training():
+    """Chainer's RNN text classifier (its ``sequence_embed``: the sentences
+    joined, embedded, dropped out and cut at their offsets; a one-layer
+    ``L.NStepLSTM`` over them; its last state dropped out, through a
+    linear layer) on lists of 2 to 64 sentences of 1 to 60 words."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    from benchmarks.bench_programs import sequence_embed
+
+    class RNNText(chainer.Chain):
+        def __init__(self):
+            super(RNNText, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(5000, 128)
+                self.encoder = L.NStepLSTM(1, 128, 128, 0.1)
+                self.l2 = L.Linear(128, 5)
+
+        def forward(self, xs, t):
+            exs = sequence_embed(self.embed, xs, 0.1)
+            last_h, last_c, ys = self.encoder(None, None, exs)
+            h = F.dropout(last_h[-1], ratio=0.1)
+            return F.softmax_cross_entropy(self.l2(h), t)
+
+    def sentences(rng):
+        size = rng.randint(2, 65)
+        return ([rng.randint(0, 5000, rng.randint(1, 61)).astype(
+            numpy.int32) for _ in range(size)],
+            rng.randint(0, 5, size).astype(numpy.int32))
+    return _loss_training(RNNText, sentences, lambda m: m.l2.W.grad, {})
+
+
 def workloads():
     import numpy
 
@@ -388,6 +423,8 @@ def workloads():
          'words', 'chainerjit', _padded_text_training(True, listed=True)),
         ('text CNN training, lists of 2 to 64 sentences of 1 to 60 words',
          'chainerjit', _padded_text_training(True, True, True)),
+        ('RNN text classifier training, lists of 2 to 64 sentences of 1 '
+         'to 60 words', 'chainerjit', _rnn_text_training()),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

@@ -22,9 +22,19 @@ axis, a ``lengths.Length``; an array of its items' lengths
 (``xp.array([len(x) for x in xs])``) is the array of them the call passes
 with a padded list (``Join.lengths``).
 
+Items of any lengths joined by ``F.concat(xs, axis=0)`` are passed as
+their rows and lengths (``xs[0]: i32[W], xs[1]: i64[B]``): their offsets
+(``numpy.cumsum(x_len[:-1])``) are made from the lengths
+(``lengths.offsets_array``), and ``F.split_axis`` at them gives
+:class:`Segments`, which an N-step link takes whole (the recording
+patches apply ``ops.nstep.PackedNStepRNN``), as Chainer's examples'
+``sequence_embed`` feeds ``L.NStepLSTM``. Lists cut so join where their
+items' lengths are the same (a tag per word: one width).
+
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
 joined arrays all have one first axis (the number of items), and at most
-one padded list per call (one width). A single item keeps its batch of
+one padded list per call, or lists cut at offsets of the same lengths
+(one width). A single item keeps its batch of
 one in the key, as a batch of one does (``runtime.batch``), at any
 width.
 """
@@ -50,10 +60,12 @@ class Join(collections.namedtuple('Join', 'path kind padding lengths',
     """How a list argument is joined: ``path`` as ``packing.list_paths``
     gives it; ``kind`` ``'pad'`` (``F.pad_sequence`` to the longest item,
     with ``padding``), ``'concat'`` (``F.concat`` on axis 0 of items of
-    one row each) or ``'stack'`` (``F.stack`` on axis 0). ``lengths``: a
-    padded list whose items' lengths the forward also made an array of
-    (``xp.array([len(x) for x in xs])``, a ``python.sizes`` node): the
-    call passes ``(block, lengths)``."""
+    one row each), ``'segments'`` (``F.concat`` on axis 0 of items of any
+    lengths, which the forward may cut again at their offsets:
+    :class:`Segments`) or ``'stack'`` (``F.stack`` on axis 0).
+    ``lengths``: a padded list whose items' lengths the forward also made
+    an array of (``xp.array([len(x) for x in xs])``, a ``python.sizes``
+    node), and segments: the call passes ``(joined array, lengths)``."""
 
     __slots__ = ()
 
@@ -165,17 +177,30 @@ class Segments(JoinedTuple):
     """The parts ``F.split_axis`` cut ``packed`` (a Variable) into, at the
     offsets of a joined list's items (``lengths.offsets_array``), whose
     lengths ``joined`` holds: the recurrent links take them whole as one
-    node (``ops.nstep.PackedNStepRNN``). The parts are recorded too; a
-    recording that reads one on its own is not joined (:func:`take_joins`:
-    they would be cut at their recorded offsets)."""
+    node (``ops.nstep.PackedNStepRNN``), and ``F.concat(parts, axis=0)``
+    is ``packed``. The parts are recorded too; a recording that reads one
+    on its own is not joined (:func:`take_joins`: they would be cut at
+    their recorded offsets)."""
 
     packed = None
 
 
-def segments(parts, packed, lengths):
-    """``parts`` of ``packed`` as :class:`Segments` of the joined items'
-    ``lengths``, their values noted for :func:`take_joins`."""
-    made = Segments(parts)
+class SegmentList(JoinedList):
+    """:class:`Segments` in a list: the output sequences of a link."""
+
+    packed = None
+
+
+def is_segments(value):
+    """Parts of joined items cut at their offsets (:class:`Segments`)?"""
+    return type(value) in (Segments, SegmentList)
+
+
+def segments(parts, packed, lengths, kind=Segments):
+    """``parts`` of ``packed`` as :class:`Segments` (or ``kind``) of the
+    joined items' ``lengths``, their values noted for
+    :func:`take_joins`."""
+    made = kind(parts)
     made.packed, made.joined = packed, lengths
     recorder = _keys.recording.recorder
     recorder.segment_parts.extend(
@@ -216,10 +241,10 @@ class Joined(collections.namedtuple('Joined', 'joins args kwargs')):
 
 def join(args, kwargs, joins):
     """The call's :class:`Joined`, or ``None`` where a list is not there to
-    join (``Join.takes``) or the joined arrays differ in their first
-    axis."""
+    join (``Join.takes``), the joined arrays differ in their first axis,
+    or lists cut at their offsets differ in their items' lengths."""
     args, kwargs = list(args), dict(kwargs)
-    counts = set()
+    counts, cut = set(), []
     for j in joins:
         arguments = packing.holder(args, kwargs, j.path)
         key = j.path[1]
@@ -228,7 +253,9 @@ def join(args, kwargs, joins):
             return None
         counts.add(len(arguments[key]))
         arguments[key] = j.joined(arguments[key])
-    if len(counts) != 1:
+        if j.kind == 'segments':
+            cut.append(arguments[key][1].tolist())
+    if len(counts) != 1 or not _one_width(0, cut):
         return None
     return Joined(joins, tuple(args), kwargs)
 
@@ -367,7 +394,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     array at the offsets of the items of a list (``numpy.cumsum`` of
     their lengths), which makes such a list's items, joined, segments."""
     users = graph.users()
-    joins, pads = [], 0
+    joins, pads, cut = [], 0, []
     for path, values, items, leaves in lists:
         sized = _sizes_of(values, users)
         lengths_read = any(leaf == origin[0] for origin in (
@@ -388,12 +415,23 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         if j is not None and j.takes(items) and _reader_of(
                 values, users, j, shapes_read, sized)[1] is None:
             joins.append(j)
-            pads += j.kind in ('pad', 'segments')
+            pads += j.kind == 'pad'
+            cut.append([len(a) for a in items] if j.kind == 'segments'
+                       else None)
     counts = set(len(items) for path, _, items, _ in lists
                  if any(j.path == path for j in joins))
-    if pads > 1 or len(counts) > 1:
+    if len(counts) > 1 or not _one_width(pads, cut):
         return ()
     return tuple(joins)
+
+
+def _one_width(pads, cut):
+    """Do the joined lists make one width: one padded list, or lists cut
+    at their offsets whose items have the same lengths (``cut``: those
+    lengths, for each list joined so; ``None`` for others)?"""
+    lengths = [n for n in cut if n is not None]
+    return pads + bool(lengths) <= 1 and all(n == lengths[0]
+                                             for n in lengths)
 
 
 def _sizes_of(values, users):
@@ -424,6 +462,7 @@ def _reader_of(values, users, j, shapes_read, sized=None):
             node.outputs[0] in shapes_read:
         return None, '%s is not read whole by one %s' % (
             _name(j.path), {'pad': 'F.pad_sequence', 'concat': 'F.concat',
+                            'segments': 'F.concat',
                             'stack': 'F.stack'}[j.kind])
     return node, None
 

@@ -358,10 +358,24 @@ def _recording_split(split, recorder):
         if found[1] is None:  # of a list recorded item by item
             recorder.item_splits += 1
             return split(x, indices_or_sections, axis, force_tuple)
-        return joining.segments(split(x, found[2], axis), x,
-                                recorder.item_lengths[found[1]])
+        lengths = recorder.item_lengths[found[1]]
+        if int(traced.untag(lengths).sum()) != len(x):  # not the items' rows
+            return split(x, found[2], axis)
+        return joining.segments(split(x, found[2], axis), x, lengths)
     split_axis.__wrapped__ = split
     return split_axis
+
+
+def _recording_concat(concat, recorder):
+    """``F.concat`` while recording: of ``joining.Segments`` on the first
+    axis, the array they were cut from (or a link made packed)."""
+    def concatenated(xs, axis=1):
+        if joining.is_segments(xs) and axis == 0 and \
+                _state.recorder is recorder and not recorder.depth:
+            return xs.packed
+        return concat(xs, axis)
+    concatenated.__wrapped__ = concat
+    return concatenated
 
 
 # CuPy's functions that make arrays of one value, and that value (None:
@@ -417,7 +431,7 @@ def _recording_nstep(n_states):
                     kwargs or len(xs) != 1 or cell is None or \
                     not _nstep_applies(link, states, xs[0]):
                 return forward(link, *args, **kwargs)
-            if type(xs[0]) is joining.Segments and (
+            if joining.is_segments(xs[0]) and (
                     all(s is None for s in states) or
                     not any(s is None for s in states)):
                 return _apply_packed_nstep(link, cell, states, xs[0])
@@ -479,8 +493,8 @@ def _apply_packed_nstep(link, cell, states, segments):
     stops = numpy.cumsum([len(part) for part in segments])
     ys = joining.segments(split_axis_module.split_axis(
         outputs[-1], stops[:-1].tolist(), 0), outputs[-1],
-        segments.joined)
-    return tuple(outputs[:-1]) + (list(ys),)
+        segments.joined, joining.SegmentList)
+    return tuple(outputs[:-1]) + (ys,)
 
 
 def _nstep_params(link):
@@ -574,6 +588,7 @@ RECORDING_PATCHES = (
     for name in _CONVERSIONS) + (
     RecordingPatch(numpy, 'cumsum', _recording_offsets),
     RecordingPatch(chainer.functions, 'split_axis', _recording_split),
+    RecordingPatch(chainer.functions, 'concat', _recording_concat),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

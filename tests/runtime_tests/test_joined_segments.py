@@ -130,6 +130,39 @@ def test_any_counts_and_lengths_in_training_or_inference(
     assert len(jitted.cache_entries()) == 1
 
 
+class _Tagger(_Encoder):
+    """A tag for each word: the link's output sequences joined
+    (``F.concat(ys, axis=0)``), scored against the tags joined."""
+
+    def __init__(self):
+        super().__init__(L.NStepBiLSTM(2, 6, 5, 0.2))
+
+    def forward(self, xs, ts):
+        exs = sequence_embed(self.embed, xs, self.dropout)
+        _, _, ys = self.encoder(None, None, exs)
+        h = self.out(F.concat(ys, axis=0))
+        return F.softmax_cross_entropy(h, F.concat(ts, axis=0))
+
+
+def test_tagger_trains_at_any_count_and_lengths():
+    # The tags, concatenated, are joined too: their lengths are the
+    # words', one W for both.
+    rng = numpy.random.RandomState(6)
+    calls = []
+    for n in _COUNTS:
+        lengths = rng.randint(1, 10, n)
+        calls.append(([rng.randint(0, 30, k).astype(I32) for k in lengths],
+                      [rng.randint(0, 3, k).astype(I32) for k in lengths]))
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_Tagger, calls, True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ts[0]: i32[W]@cpu (array), ts[1]: i64[B]@cpu (array)'), \
+        entry.signature
+    assert 'Concat' not in str(entry.graph)
+
+
 class _OutputsPooled(_Encoder):
     """The link's output sequences read one by one (their last rows)."""
 
