@@ -28,13 +28,14 @@ their rows and lengths (``xs[0]: i32[W], xs[1]: i64[B]``): their offsets
 (``lengths.offsets_array``), and ``F.split_axis`` at them gives
 :class:`Segments`, which an N-step link takes whole (the recording
 patches apply ``ops.nstep.PackedNStepRNN``), as Chainer's examples'
-``sequence_embed`` feeds ``L.NStepLSTM``. Lists cut so join where their
-items' lengths are the same (a tag per word: one width).
+``sequence_embed`` feeds ``L.NStepLSTM``. Lists whose items have the same
+lengths share a width (a tag per word).
 
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
 joined arrays all have one first axis (the number of items), and at most
-one padded list per call, or lists cut at offsets of the same lengths
-(one width). A single item keeps its batch of
+one padded list per call (one width), or lists cut at their offsets, a
+width for each lengths of their items (``W``, ``W2``: a source and a
+target sentence). A single item keeps its batch of
 one in the key, as a batch of one does (``runtime.batch``), at any
 width.
 """
@@ -55,8 +56,9 @@ from chainerjit.frontend import packing
 MIN_ITEMS = 2
 
 
-class Join(collections.namedtuple('Join', 'path kind padding lengths',
-                                  defaults=(False,))):
+class Join(collections.namedtuple('Join',
+                                  'path kind padding lengths width',
+                                  defaults=(False, 0))):
     """How a list argument is joined: ``path`` as ``packing.list_paths``
     gives it; ``kind`` ``'pad'`` (``F.pad_sequence`` to the longest item,
     with ``padding``), ``'concat'`` (``F.concat`` on axis 0 of items of
@@ -65,7 +67,9 @@ class Join(collections.namedtuple('Join', 'path kind padding lengths',
     :class:`Segments`) or ``'stack'`` (``F.stack`` on axis 0).
     ``lengths``: a padded list whose items' lengths the forward also made
     an array of (``xp.array([len(x) for x in xs])``, a ``python.sizes``
-    node), and segments: the call passes ``(joined array, lengths)``."""
+    node), and segments: the call passes ``(joined array, lengths)``.
+    ``width``: of segments, which of the call's widths their rows are
+    (lists of items of the same lengths share one)."""
 
     __slots__ = ()
 
@@ -123,7 +127,7 @@ class Join(collections.namedtuple('Join', 'path kind padding lengths',
         found = _join_of(self.path, node)
         return found is not None and found == self._replace(
             kind='concat' if self.kind == 'segments' else self.kind,
-            lengths=False)
+            lengths=False, width=0)
 
 
 def _block(joined):
@@ -242,9 +246,10 @@ class Joined(collections.namedtuple('Joined', 'joins args kwargs')):
 def join(args, kwargs, joins):
     """The call's :class:`Joined`, or ``None`` where a list is not there to
     join (``Join.takes``), the joined arrays differ in their first axis,
-    or lists cut at their offsets differ in their items' lengths."""
+    or lists cut at their offsets of one width differ in their items'
+    lengths."""
     args, kwargs = list(args), dict(kwargs)
-    counts, cut = set(), []
+    counts, cut = set(), {}  # cut: {width: the items' lengths}
     for j in joins:
         arguments = packing.holder(args, kwargs, j.path)
         key = j.path[1]
@@ -254,8 +259,9 @@ def join(args, kwargs, joins):
         counts.add(len(arguments[key]))
         arguments[key] = j.joined(arguments[key])
         if j.kind == 'segments':
-            cut.append(arguments[key][1].tolist())
-    if len(counts) != 1 or not _one_width(0, cut):
+            cut.setdefault(j.width, set()).add(
+                tuple(arguments[key][1].tolist()))
+    if len(counts) != 1 or any(len(n) > 1 for n in cut.values()):
         return None
     return Joined(joins, tuple(args), kwargs)
 
@@ -420,18 +426,20 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                        else None)
     counts = set(len(items) for path, _, items, _ in lists
                  if any(j.path == path for j in joins))
-    if len(counts) > 1 or not _one_width(pads, cut):
+    if len(counts) > 1 or pads > 1 or pads and any(cut):
         return ()
-    return tuple(joins)
+    return tuple(_with_widths(joins, cut))
 
 
-def _one_width(pads, cut):
-    """Do the joined lists make one width: one padded list, or lists cut
-    at their offsets whose items have the same lengths (``cut``: those
-    lengths, for each list joined so; ``None`` for others)?"""
-    lengths = [n for n in cut if n is not None]
-    return pads + bool(lengths) <= 1 and all(n == lengths[0]
-                                             for n in lengths)
+def _with_widths(joins, cut):
+    """``joins``, those of lists cut at their offsets with the width their
+    items' lengths (``cut``, ``None`` for other lists) share with other
+    such lists: one width for each lengths, in order."""
+    widths = []
+    for j, sizes in zip(joins, cut):
+        if sizes is not None and sizes not in widths:
+            widths.append(sizes)
+        yield j if sizes is None else j._replace(width=widths.index(sizes))
 
 
 def _sizes_of(values, users):

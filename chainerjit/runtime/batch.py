@@ -146,26 +146,41 @@ class RowsBatched(BatchAxis, collections.namedtuple(
 class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     """How an entry whose VM program takes any sizes of two axes reads a
     call's key: the batch (:class:`RowsBatched`, ``B``) and another axis
-    of some of the arrays (``width``, ``W``: the words of padded ids).
-    The first calls at each of :data:`CHECKED_SIZES` new sizes of either
-    axis are checked against eager: a batch size that changes seldom (an
-    epoch's last batch) next to widths that change on every call is
+    of some of the arrays (``width``, ``W``: the words of padded ids), or
+    several (a tuple: the words of lists joined apart, ``W``, ``W2``,
+    ...). The first calls at each of :data:`CHECKED_SIZES` new sizes of
+    any axis are checked against eager: a batch size that changes seldom
+    (an epoch's last batch) next to widths that change on every call is
     checked too."""
 
     __slots__ = ()
 
+    @property
+    def widths(self):
+        """The :class:`RowsBatched` of each axis besides the batch."""
+        return self.width if type(self.width) is tuple else (self.width,)
+
+    def with_width(self, other):
+        """These axes and the :class:`RowsBatched` ``other``."""
+        return self._replace(width=self.widths + (other,))
+
     def generalize(self, key):
-        """``(the key with both axes open, [])``, or ``None``."""
+        """``(the key with every axis open, [])``, or ``None``."""
         general = self.batch.generalize(key)
-        return None if general is None else \
-            self.width.generalize(general[0])
+        for width in self.widths:
+            if general is None:
+                return None
+            general = width.generalize(general[0])
+        return general
 
     def signature_of(self, sig):
-        return self.width.signature_of(self.batch.signature_of(sig))
+        for axes in (self.batch,) + self.widths:
+            sig = axes.signature_of(sig)
+        return sig
 
     def to_check(self, key, checked, symbols=()):
-        """The call's two sizes, if they are to be checked against eager;
-        else ``None``."""
+        """The call's sizes, if they are to be checked against eager; else
+        ``None``."""
         sizes = self.checked_at(key)
         if sizes in checked:
             return None
@@ -178,7 +193,8 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     def checked_at(self, key):
         """A call's sizes as noted when checked: ``(('B', n), ('W', m))``
         (the recorded ones for ``None``)."""
-        return self.batch.checked_at(key), self.width.checked_at(key)
+        return tuple(axes.checked_at(key)
+                     for axes in (self.batch,) + self.widths)
 
 
 class TripsAndBatch(collections.namedtuple('TripsAndBatch',
@@ -222,32 +238,51 @@ def open_axes(symbolic):
     open (those of :class:`BatchAxis` and :class:`TwoAxes`), or that a
     :class:`Batched` asks to leave open, with the axis it keeps."""
     if isinstance(symbolic, TwoAxes):
-        return open_axes(symbolic.batch) | open_axes(symbolic.width)
+        return set().union(*(open_axes(axes) for axes in
+                             (symbolic.batch,) + symbolic.widths))
     if isinstance(symbolic, Batched):
-        return set(symbolic.batch_axes()) | open_axes(symbolic.kept)
+        return set(symbolic.batch_axes()).union(*(
+            open_axes(kept) for kept in kept_axes(symbolic)))
     if isinstance(symbolic, BatchAxis):
         return set(symbolic.batch_axes())
     return set()
+
+
+def kept_axes(batched):
+    """The :class:`RowsBatched` a :class:`Batched` keeps (``kept``: one,
+    or a tuple of them), as a tuple."""
+    kept = batched.kept
+    return kept if type(kept) is tuple else () if kept is None else (kept,)
 
 
 def of_joined(key, joined, count):
     """The ``Batched`` of a call with joined lists (``{leaf: Join}``,
     ``frontend.joining``) of ``count`` items: axis 0 of every array of
     that size (but joined segments), and the words of a padded list or of
-    segments (:data:`WIDTH`, kept); the width alone for fewer than
-    :data:`MIN_SIZE` items, or ``None`` where no list is padded."""
+    segments (:data:`WIDTH`, kept; ``W2``, ... for segments of other
+    lengths); the width alone for fewer than :data:`MIN_SIZE` items, or
+    ``None`` where no list is padded or cut (or, then, several widths
+    are)."""
     specs = key[3]
-    widths = tuple(leaf for leaf, j in sorted(joined.items())
-                   if j.kind in ('pad', 'segments'))
-    axes = tuple(int(joined[leaf].kind == 'pad') for leaf in widths)
+    widths = collections.OrderedDict()  # by symbol: (leaves, axes)
+    for leaf, j in sorted(joined.items(), key=lambda item: item[1].width):
+        if j.kind in ('pad', 'segments'):
+            symbol = WIDTH if not j.width else '%s%d' % (WIDTH, j.width + 1)
+            leaves, axes = widths.get(symbol, ((), ()))
+            widths[symbol] = (leaves + (leaf,),
+                              axes + (int(j.kind == 'pad'),))
     if count < MIN_SIZE:  # the width alone, if padded
-        return Batched(widths, axes, _FIXED_BATCH) if widths else None
+        if len(widths) != 1:
+            return None
+        (leaves, axes), = widths.values()
+        return Batched(leaves, axes, _FIXED_BATCH)
     leaves = tuple(leaf for leaf, spec in enumerate(specs)
                    if signature.is_array_spec(spec) and spec[0] and
                    spec[0][0] == count and (
                        leaf not in joined or joined[leaf].kind != 'segments'))
-    return Batched(leaves, None, RowsBatched(
-        widths, None, axes, WIDTH) if widths else None)
+    kept = tuple(RowsBatched(width_leaves, None, axes, symbol)
+                 for symbol, (width_leaves, axes) in widths.items())
+    return Batched(leaves, None, kept[0] if len(kept) == 1 else kept or None)
 
 
 #: The ``Batched.kept`` of a call whose batch is fixed: the axis that

@@ -517,15 +517,15 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
         made_again = batch.remake_rows(graph, recording.made_rows, batched)
         uses = [use for use in recording.length_uses
                 if use not in made_again]
-        kept = batched.kept
+        kept = batch.kept_axes(batched)
         rows, why = batch.rows_batched(
             graph, batched, _recorded_size(sig, batched), uses, names,
-            batch.WIDTH
-            if kept is not None and kept.symbol == batch.BATCH
+            batch.WIDTH if kept and kept[0].symbol == batch.BATCH
             else batch.BATCH)
-        if rows is not None and kept is not None and kept.leaves:
-            rows = _with_other_axis(caller, graph, sig, rows, kept, uses,
-                                    names)
+        for other in kept if rows is not None else ():
+            if other.leaves:
+                rows = _with_other_axis(caller, graph, sig, rows, other,
+                                        uses, names)
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why
@@ -538,20 +538,23 @@ def _recorded_size(sig, batched):
 
 
 def _with_other_axis(caller, graph, sig, rows, kept, uses, names):
-    """``batch.TwoAxes`` of the ``rows`` of one axis and those of the axis
-    ``kept`` (``batch.width_sibling``), where the VM may run the program
-    at any sizes of both; else ``rows`` (``kept`` keeps its size, which
-    this warns of)."""
+    """``batch.TwoAxes`` of the ``rows`` of one axis (or of those axes)
+    and those of the axis ``kept`` (``batch.width_sibling``; a width of
+    joined lists), where the VM may run the program at any sizes of all;
+    else ``rows`` (``kept`` keeps its size, which this warns of)."""
     other, why = batch.rows_batched(graph, kept, _recorded_size(sig, kept),
                                     uses, names, kept.symbol)
+    batched = rows.batch if isinstance(rows, batch.TwoAxes) else rows
     if other is None:
         if caller.warn_sizes is not None:
             caller.warn_sizes(
                 '%s and %s changed in one call, and the program takes any '
                 'size of the first but not of the second: %s' % (
-                    batch.axes_named(rows.batch_axes(), names),
+                    batch.axes_named(batched.batch_axes(), names),
                     batch.axes_named(kept.batch_axes(), names), why))
         return rows
+    if isinstance(rows, batch.TwoAxes):  # a further width
+        return rows.with_width(other)
     return batch.TwoAxes(*sorted((rows, other),
                                  key=lambda r: r.symbol != batch.BATCH))
 

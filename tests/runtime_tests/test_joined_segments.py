@@ -163,6 +163,77 @@ def test_tagger_trains_at_any_count_and_lengths():
     assert 'Concat' not in str(entry.graph)
 
 
+class _Pair(_Encoder):
+    """Two sentences a pair (premise, hypothesis), each list encoded by
+    one link: two widths (``W``, ``W2``)."""
+
+    def __init__(self):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0), 1)
+
+    def forward(self, ps, hs, t):
+        hp = self.encoder(None, sequence_embed(self.embed, ps, 0.1))[0]
+        hh = self.encoder(None, sequence_embed(self.embed, hs, 0.1))[0]
+        h = F.concat([hp[-1], hh[-1]], axis=1)
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+class _Seq2seq(chainer.Chain):
+    """An encoder and a decoder over lists, as Chainer's seq2seq example,
+    its targets given with and without the end-of-sentence id (the
+    example makes them item by item, which keeps the count in the key)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed_x = L.EmbedID(30, 6)
+            self.embed_y = L.EmbedID(30, 6)
+            self.encoder = L.NStepLSTM(2, 6, 5, 0.1)
+            self.decoder = L.NStepLSTM(2, 6, 5, 0.1)
+            self.W = L.Linear(5, 30)
+
+    def forward(self, xs, ys_in, ys_out):
+        exs = sequence_embed(self.embed_x, xs)
+        eys = sequence_embed(self.embed_y, ys_in)
+        batch = len(xs)
+        hx, cx, _ = self.encoder(None, None, exs)
+        _, _, os = self.decoder(hx, cx, eys)
+        loss = F.sum(F.softmax_cross_entropy(
+            self.W(F.concat(os, axis=0)), F.concat(ys_out, axis=0),
+            reduce='no')) / batch
+        return loss
+
+
+def _pairs(rng, with_targets):
+    """Calls of two lists of sentences of their own lengths (and labels,
+    or the second list again, shifted, as targets)."""
+    calls = []
+    for n in _COUNTS + (6, 3, 8, 4):  # (checks at new sizes of 3 axes)
+        xs = [rng.randint(0, 30, k).astype(I32)
+              for k in rng.randint(1, 10, n)]
+        ys = [rng.randint(1, 30, k).astype(I32)
+              for k in rng.randint(1, 10, n)]
+        calls.append((xs, [numpy.insert(y, 0, 0) for y in ys],
+                      [numpy.append(y, 0).astype(I32) for y in ys])
+                     if with_targets else
+                     (xs, ys, rng.randint(0, 3, n).astype(I32)))
+    return calls
+
+
+@pytest.mark.parametrize('cls, signature', [
+    (_Pair, 'ps[0]: i32[W]@cpu (array), ps[1]: i64[B]@cpu (array), '
+     'hs[0]: i32[W2]@cpu (array), hs[1]: i64[B]@cpu (array), t: i32[B]'),
+    (_Seq2seq, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+     'ys_in[0]: i32[W2]@cpu (array), ys_in[1]: i64[B]@cpu (array), '
+     'ys_out[0]: i32[W2]@cpu (array), ys_out[1]: i64[B]')])
+def test_two_lists_of_their_own_lengths(cls, signature):
+    calls = _pairs(numpy.random.RandomState(7), cls is _Seq2seq)
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(cls, calls, True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(signature), entry.signature
+    assert jitted.cache_info().compiled >= 3
+
+
 class _OutputsPooled(_Encoder):
     """The link's output sequences read one by one (their last rows)."""
 
