@@ -247,7 +247,7 @@ def join(args, kwargs, joins):
     """The call's :class:`Joined`, or ``None`` where a list is not there to
     join (``Join.takes``), the joined arrays differ in their first axis,
     or lists cut at their offsets of one width differ in their items'
-    lengths."""
+    lengths, or several are cut, of one item each."""
     args, kwargs = list(args), dict(kwargs)
     counts, cut = set(), {}  # cut: {width: the items' lengths}
     for j in joins:
@@ -261,8 +261,9 @@ def join(args, kwargs, joins):
         if j.kind == 'segments':
             cut.setdefault(j.width, set()).add(
                 tuple(arguments[key][1].tolist()))
-    if len(counts) != 1 or any(len(n) > 1 for n in cut.values()):
-        return None
+    if len(counts) != 1 or any(len(n) > 1 for n in cut.values()) or \
+            counts == {1} and len(cut) > 1:
+        return None  # (no offsets tell a single item's list)
     return Joined(joins, tuple(args), kwargs)
 
 

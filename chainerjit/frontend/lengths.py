@@ -616,11 +616,12 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
 
 
 def _single_item_list(recorder):
-    """The leaf of the lengths of the one joined list of a single item,
-    or ``None``."""
-    leaves = [leaf for leaf, lengths in recorder.item_lengths.items()
-              if len(lengths) == 1]
-    return leaves[0] if len(leaves) == 1 else None
+    """The leaf of the lengths of the one joined list of a single item
+    whose item's length the forward read (and did not take into offsets
+    yet), or ``None``."""
+    leaves = set(origin[0] for origin, _ in recorder.item_length_reads
+                 if len(recorder.item_lengths[origin[0]]) == 1)
+    return leaves.pop() if len(leaves) == 1 else None
 
 
 def _items_offsets(cumsum, sizes, origins):

@@ -871,7 +871,7 @@ def _packed_to_onnx(spec, zero_states, b, ins, outs):
                          outs[:spec.n_states])
     # (T, N, units) -> (N * T, units), compressed to the rows in sequences
     by_item = b.op('Transpose', [block], perm=[1, 0, 2])[0]
-    flat = b.op('Reshape', [by_item, b.int64s([-1, 0])], allowzero=0)[0]
+    flat = b.op('Flatten', [by_item], axis=2)[0]
     kept = b.op('Reshape', [b.op('Transpose', [inside], perm=[1, 0])[0],
                             b.int64s([-1])])[0]
     b.op('Compress', [flat, kept], [outs[spec.n_states]], axis=0)

@@ -234,6 +234,25 @@ def test_two_lists_of_their_own_lengths(cls, signature):
     assert jitted.cache_info().compiled >= 3
 
 
+@settings(deadline=None, max_examples=8)
+@given(st.lists(st.tuples(st.integers(1, 8), st.integers(0, 2 ** 16)),
+                min_size=3, max_size=5),
+       st.booleans())
+def test_pairs_of_any_counts_and_lengths(batches, train):
+    """Sentence pairs of random counts, each sentence of a random length,
+    in training or inference: eager's results, one entry (and one for a
+    single pair, recorded item by item)."""
+    calls = []
+    for n, seed in batches:
+        rng = numpy.random.RandomState(seed)
+        calls.append(tuple([rng.randint(0, 30, k).astype(I32)
+                            for k in rng.randint(1, 7, n)] for _ in 'ph') +
+                     (rng.randint(0, 3, n).astype(I32),))
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_Pair, calls, train)
+    assert len(jitted.cache_entries()) <= 1 + any(n == 1 for n, _ in batches)
+
+
 class _OutputsPooled(_Encoder):
     """The link's output sequences read one by one (their last rows)."""
 
@@ -292,19 +311,34 @@ def test_a_cut_read_otherwise_keeps_the_count_in_the_key(cls, why):
                for e in jitted.cache_entries())
 
 
-def test_exported_model_takes_the_words_and_lengths():
+def _words_and_lengths(args):
+    """What an exported model of a joined call takes for ``args``."""
+    arrays = []
+    for arg in args:
+        arrays += [numpy.concatenate(arg), numpy.array(
+            [len(x) for x in arg])] if type(arg) is list else [arg]
+    return arrays
+
+
+@pytest.mark.parametrize('make, calls', [
+    (lambda: _encoder('bilstm'),
+     _batches(numpy.random.RandomState(5), (3, 4, 6, 2, 9))),
+    # the decoder's output sequences joined: the words' rows compressed
+    # back from its ONNX LSTM's time-major block
+    (_Seq2seq, _pairs(numpy.random.RandomState(8), True)[:5])],
+    ids=['classifier', 'seq2seq'])
+def test_exported_model_takes_the_words_and_lengths(make, calls):
     ort = pytest.importorskip('onnxruntime')
-    model = _encoder('bilstm')
+    numpy.random.seed(0)
+    model = make()
     jitted = chainerjit.jit(model.forward)
-    calls = _batches(numpy.random.RandomState(5), (3, 4, 6, 2, 9))
     with chainer.no_backprop_mode(), chainer.using_config('train', False):
-        for xs, t in calls[:2]:
-            jitted(xs, t)
+        for args in calls[:2]:
+            jitted(*args)
         exported = chainerjit.export_onnx(jitted, calls[0])
         session = ort.InferenceSession(exported.SerializeToString())
         names = [i.name for i in session.get_inputs()]
-        for xs, t in calls[2:]:
-            got, = session.run(None, dict(zip(names, [
-                numpy.concatenate(xs), numpy.array([len(x) for x in xs]),
-                t])))
-            testing.assert_results_equal(got, model.forward(xs, t).array)
+        for args in calls[2:]:
+            got, = session.run(None, dict(zip(names,
+                                              _words_and_lengths(args))))
+            testing.assert_results_equal(got, model.forward(*args).array)
