@@ -596,9 +596,11 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     counted = [(leaf, -1 - k) for k in range(len(origins) + dropped)]
     lines = [loc for origin, loc in recorder.item_length_reads
              if origin in counted]
+    read = set(origin for origin, _ in recorder.item_length_reads)
     if origins != counted[:len(origins)] or len(counted) != count or \
+            not read.issuperset(counted) or \
             dropped and (len(lines) != count or len(set(lines)) != 1):
-        return None
+        return None  # (not the lengths of all, or taken into offsets)
     _forget_reads(recorder, counted)
     _forget_iterated(recorder, set(lines))
     lengths = recorder.item_lengths[leaf]

@@ -220,9 +220,9 @@ def _read(found, node, names):
     xs[2]'``."""
     for value, r in zip(node.inputs, found):
         if r is not None:
-            name = names[r.first_leaf]
-            return name if value.kind == 'input' else \
-                'a value computed from %s' % name
+            if value.kind == 'input':
+                return value.name or names[r.first_leaf]
+            return 'a value computed from %s' % names[r.first_leaf]
     return 'an item'
 
 
