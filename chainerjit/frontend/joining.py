@@ -29,7 +29,10 @@ their rows and lengths (``xs[0]: i32[W], xs[1]: i64[B]``): their offsets
 :class:`Segments`, which an N-step link takes whole (the recording
 patches apply ``ops.nstep.PackedNStepRNN``), as Chainer's examples'
 ``sequence_embed`` feeds ``L.NStepLSTM``. Lists whose items have the same
-lengths share a width (a tag per word).
+lengths share a width (a tag per word). Items embedded each on their own
+(``[self.embed(x) for x in xs]``) into such a link are joined so too: each
+:data:`ROW_WISE` function applied to every item is applied once to the
+rows of all (:func:`applied_to_items`), and the link takes those rows.
 
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
 joined arrays all have one first axis (the number of items), and at most
@@ -50,6 +53,7 @@ from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
 from chainerjit.frontend import packing
+from chainerjit.frontend import traced
 
 #: Lists with fewer items are not looked at for joining, and padded lists
 #: narrower than this are recorded item by item.
@@ -200,16 +204,93 @@ def is_segments(value):
     return type(value) in (Segments, SegmentList)
 
 
-def segments(parts, packed, lengths, kind=Segments):
+def segments(parts, packed, lengths, kind=Segments, note=True):
     """``parts`` of ``packed`` as :class:`Segments` (or ``kind``) of the
-    joined items' ``lengths``, their values noted for
-    :func:`take_joins`."""
+    joined items' ``lengths``, their values noted for :func:`take_joins`
+    (but where ``note`` is false: noted already)."""
     made = kind(parts)
     made.packed, made.joined = packed, lengths
     recorder = _keys.recording.recorder
-    recorder.segment_parts.extend(
-        recorder.values[id(part.array)] for part in parts)
+    if note:
+        recorder.segment_parts.extend(
+            recorder.values[id(part.array)] for part in parts)
     return made
+
+
+# The Chainer functions that map each row of their first input to a row of
+# their output, with nothing random: applied to each item of a joined list
+# (or of a value made so), by name, they are applied once to the rows of all
+# (:func:`applied_to_items`).
+ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
+                      'Sigmoid', 'LeakyReLU'])
+
+
+def note_items(items, packed, lengths):
+    """Notes ``items`` (traced arrays or Variables) as the rows of
+    ``packed`` cut at the joined lengths ``lengths``, in order, for
+    :func:`applied_to_items` and :func:`items_whole`."""
+    recorder = _keys.recording.recorder
+    for k, item in enumerate(items):
+        recorder.segment_items[id(_array(item))] = (packed, k, lengths,
+                                                    item)
+
+
+def _array(x):
+    return x.array if isinstance(x, chainer.Variable) else x
+
+
+def applied_to_items(node, inputs):
+    """Where the forward applies a :data:`ROW_WISE` function ``node`` to an
+    item of a joined list (or of a value made so), and its other inputs
+    are none: the function applied once to the rows of all the items (the
+    same function with the same other inputs is applied to the rows once),
+    and the item's rows of that; else ``None``. A loop over the list that
+    only does so rolls into those ops (:func:`take_joins`)."""
+    recorder = _keys.recording.recorder
+    found = recorder.segment_items.get(id(_array(inputs[0])))
+    if found is None or type(node).__name__ not in ROW_WISE or any(
+            id(_array(x)) in recorder.segment_items for x in inputs[1:]):
+        return None
+    packed, k, lengths, _ = found
+    config = tuple(sorted((name, value) for name, value in vars(node).items()
+                          if isinstance(value, (int, float, str, type(None)))))
+    key = (type(node), config, id(packed)) + tuple(id(x) for x in inputs[1:])
+    rows = recorder.applied_rows.get(key)
+    if rows is None:
+        rows, = ops.pristine_copy(node).apply((packed,) + tuple(inputs[1:]))
+        recorder.applied_rows[key] = rows
+        recorder.iterated_lines.add(recorder.graph.nodes[-1].loc)
+        stops = numpy.cumsum(traced.untag(lengths)).tolist()
+        note_items([chainer.functions.get_item(rows, slice(stop - n, stop))
+                    for stop, n in zip(stops, traced.untag(lengths))],
+                   rows, lengths)
+        recorder.segment_parts.extend(
+            recorder.values[id(item.array)] for item in _items_of(rows))
+    return (_items_of(rows)[k],)
+
+
+def _items_of(rows):
+    """The items noted as the rows of ``rows``, in order."""
+    recorder = _keys.recording.recorder
+    found = sorted((k, item) for packed, k, _, item
+                   in recorder.segment_items.values() if packed is rows)
+    return [item for _, item in found]
+
+
+def items_whole(items):
+    """``Segments`` of ``items`` (a list a link takes) where they are all
+    the items of one value whose rows were applied to
+    (:func:`applied_to_items`), in order; else ``None``."""
+    recorder = _keys.recording.recorder
+    found = [recorder.segment_items.get(id(_array(x))) for x in items]
+    if not found or None in found:
+        return None
+    packed, _, lengths, _ = found[0]
+    if not isinstance(packed, chainer.Variable) or \
+            [f[0] is packed and f[1] for f in found] != list(
+                range(len(items))) or len(items) != len(lengths):
+        return None
+    return segments(items, packed, lengths, note=False)
 
 
 def _note_iterated(joined):
@@ -315,6 +396,8 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
         items = j.items(joined, originals)
         if j.lengths:
             lengths.note_item_lengths(items, joined[1])
+        if j.kind == 'segments':
+            note_items(items, joined[0], joined[1])
         rows.append((j.path, items))
         arguments[j.path[1]] = joined_list(items, _counted(joined, j),
                                            j.path[2])
@@ -322,7 +405,8 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
 
 
 def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
-               names=(), item_length_reads=(), segment_parts=()):
+               names=(), item_length_reads=(), segment_parts=(),
+               iterated_lines=()):
     """Makes each joined argument of a joined call's recording the value
     of the op it was joined for: that op and the indexing of the items go.
     ``item_nodes`` are the indexing nodes, in the order of ``joins`` and
@@ -331,8 +415,11 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
     length, none may be: ``names`` the leaves'; nor may the forward read
     an item's length but into an array of them all:
     ``item_length_reads``, each with its line); ``segment_parts``, the
-    values of :class:`Segments`, none of which may be read. Returns why
-    the recording does not read each list whole, or ``None``."""
+    values of :class:`Segments`, none of which may be read. The uses of
+    the count by loops over the items at ``iterated_lines``, whose every
+    function was applied to the items whole (:func:`applied_to_items`),
+    go from ``uses``. Returns why the recording does not read each list
+    whole, or ``None``."""
     if item_length_reads:
         return "the forward's Python reads the length of an item " \
             "(len(x), x.shape) other than into an array of them all, or " \
@@ -342,10 +429,13 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
             return use.describe(names)
     users = graph.users()
     for value in segment_parts:
-        if users.get(value):
-            return 'a part of a list cut by F.split_axis at its items\' ' \
-                'offsets is read on its own (not whole by an NStepLSTM, ' \
-                'NStepGRU or NStepRNN link)'
+        reader = next(iter(users.get(value) or ()), False)
+        if reader is not False:
+            return 'an item of the sentences joined (cut by F.split_axis ' \
+                'at their offsets, or of a function applied to all) is ' \
+                'read on its own%s, not whole by an N-step link' % (
+                    '' if reader is None else ' by %s%s' % (
+                        reader.op, _at(reader.loc)))
     n, found = len(item_nodes) // len(joins), []
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
@@ -354,8 +444,10 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
                 node.inputs[0] is not joined for node in nodes):
             return 'its items are not taken one by one from %s' % (
                 _name(j.path))
-        node, why = _reader_of([node.outputs[0] for node in nodes], users,
-                               j, shapes_read)
+        values = [node.outputs[0] for node in nodes]
+        if j.kind == 'segments' and not any(users.get(v) for v in values):
+            continue  # applied to whole (applied_to_items)
+        node, why = _reader_of(values, users, j, shapes_read)
         if why is not None:
             return why
         found.append((node, joined))
@@ -363,6 +455,9 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
     graph.read_instead(dict((node.outputs[0], joined)
                             for node, joined in found))
     graph.nodes = [node for node in graph.nodes if node not in gone]
+    if isinstance(uses, list):  # loops over the items applied to whole
+        uses[:] = [use for use in uses if use.what != lengths.ITERATED or
+                   use.loc not in iterated_lines]
     return None
 
 
@@ -410,6 +505,13 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         readers = [n for n in users.get(values[0], []) if n is not sized]
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
+        if j is None and not lengths_read and _applied_each(
+                graph, values, users):
+            j = Join(path, 'segments', None, True)
+            if j.takes(items):
+                joins.append(j)
+                cut.append([len(a) for a in items])
+            continue
         if j is not None and j.kind == 'concat' and not j.takes(items):
             # Segments whose lengths a split may read: the joined
             # recording tells (take_joins).
@@ -441,6 +543,28 @@ def _with_widths(joins, cut):
         if sizes is not None and sizes not in widths:
             widths.append(sizes)
         yield j if sizes is None else j._replace(width=widths.index(sizes))
+
+
+def _applied_each(graph, values, users):
+    """Is each of ``values`` (a list's items) read by one node, the same
+    :data:`ROW_WISE` function, in a recording where an N-step link takes
+    as many sequences (``[self.embed(x) for x in xs]`` into
+    ``L.NStepLSTM``), its states not arguments?"""
+    readers = [users.get(value, []) for value in values]
+    return all(len(r) == 1 and r[0] is not None and
+               r[0].op == readers[0][0].op and r[0].op in ROW_WISE
+               for r in readers) and any(
+        node.op in ('NStepRNN', 'NStepRNNDropout') and
+        dict(node.attrs).get('items') == len(values) and
+        not any(v.kind == 'input' for v in node.inputs[:_n_states(node)])
+        for node in graph.nodes)
+
+
+def _n_states(node):
+    """How many states (``hx``, and ``cx`` for an LSTM) an N-step link's
+    node takes first: given as arguments, they have the batch on their
+    second axis, which a joined call does not open."""
+    return 2 if dict(node.attrs).get('cell') == 'lstm' else 1
 
 
 def _sizes_of(values, users):

@@ -71,6 +71,10 @@ def _recording_apply(apply, recorder):
         current = _state.recorder  # thread-local: other threads see None
         if current is None or current.depth:
             return apply(node, inputs)
+        if current.segment_items:
+            outputs = joining.applied_to_items(node, inputs)
+            if outputs is not None:
+                return outputs
         trace = control.pause_tracing()
         try:
             template = ops.pristine_copy(node)
@@ -431,10 +435,13 @@ def _recording_nstep(n_states):
                     kwargs or len(xs) != 1 or cell is None or \
                     not _nstep_applies(link, states, xs[0]):
                 return forward(link, *args, **kwargs)
-            if joining.is_segments(xs[0]) and (
+            whole = xs[0] if joining.is_segments(xs[0]) else \
+                joining.items_whole(xs[0]) if recorder.segment_items \
+                else None
+            if whole is not None and (
                     all(s is None for s in states) or
                     not any(s is None for s in states)):
-                return _apply_packed_nstep(link, cell, states, xs[0])
+                return _apply_packed_nstep(link, cell, states, whole)
             return _apply_nstep(link, cell, states, list(xs[0]))
         return nstep_forward
     return make

@@ -99,6 +99,7 @@ class Recording(object):
         # the values of parts of a split of joined segments (joining)
         self.segment_parts = recorder.segment_parts if recorder else []
         self.item_splits = recorder.item_splits if recorder else 0
+        self.iterated_lines = recorder.iterated_lines if recorder else set()
         # the IR values whose shape the forward's Python read
         self.shapes_read = set(
             recorder.values[i] for i in recorder.shapes_read
@@ -185,6 +186,12 @@ class _Recorder(object):
         self.offsets = {}
         self.segment_parts = []
         self.item_splits = 0  # cuts at the offsets of unjoined items
+        # id(array) -> (packed, k, lengths, item): items of joined lists,
+        # and the rows of functions applied to all of them at once, with
+        # the lines of those loops over the items (joining.applied_to_items)
+        self.segment_items = {}
+        self.applied_rows = {}
+        self.iterated_lines = set()
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         # id(array) of the computed arrays whose shape the forward read

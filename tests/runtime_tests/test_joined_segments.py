@@ -253,6 +253,56 @@ def test_pairs_of_any_counts_and_lengths(batches, train):
     assert len(jitted.cache_entries()) <= 1 + any(n == 1 for n, _ in batches)
 
 
+class _EachEmbedded(_Encoder):
+    """Each sentence embedded on its own (``[self.embed(x) for x in xs]``),
+    as the N-step links' documentation writes it, then through ``tanh``."""
+
+    def forward(self, xs, t):
+        exs = [F.tanh(self.embed(x)) for x in xs]
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+@pytest.mark.parametrize('name', ['lstm', 'gru'])
+def test_sentences_embedded_each_are_joined(name):
+    # Each function a loop over the sentences applies to every one is
+    # applied once to the rows of all.
+    make, n_states = _LINKS[name]
+    calls = _batches(numpy.random.RandomState(9), _COUNTS)
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(
+        lambda: _EachEmbedded(make(), n_states), calls, True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array)')
+    ops = [node.op for node in entry.graph.nodes]
+    assert ops[:2] == ['EmbedIDFunction', 'Tanh'], ops
+    assert 'GetItem' not in ops[:3], ops
+
+
+class _EachDropped(_Encoder):
+    """Each sentence embedded and dropped out on its own: dropout draws
+    item by item, which one draw over all the rows would not equal where
+    two draws alternate, so such a loop is not applied whole."""
+
+    def forward(self, xs, t):
+        exs = [F.dropout(self.embed(x), 0.2) for x in xs]
+        hy = self.encoder(None, None, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+class _EachInALoop(_Encoder):
+    """Each sentence embedded in a ``for`` statement, not a comprehension:
+    the loop's count is used on another line than the embedding."""
+
+    def forward(self, xs, t):
+        exs = []
+        for x in xs:
+            exs.append(self.embed(x))
+        hy = self.encoder(None, None, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
 class _OutputsPooled(_Encoder):
     """The link's output sequences read one by one (their last rows)."""
 
@@ -291,6 +341,8 @@ class _CutElsewhere(_Encoder):
 
 
 @pytest.mark.parametrize('cls, why', [
+    (_EachDropped, 'read on its own by Dropout at test_joined_segments'),
+    (_EachInALoop, 'counted by iterating'),
     (_OutputsPooled, 'read on its own'),
     (_PartRead, 'read on its own'),
     (_LongestWordsRead, 'reads the length of an item'),

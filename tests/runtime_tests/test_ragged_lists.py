@@ -305,9 +305,12 @@ def test_text_classifier_over_sentences_of_new_lengths(make, n_states):
     jitted = differential.check_grads(None, calls, model=model,
                                       method='forward')
     entry, = jitted.cache_entries()
-    # (training: a link of two layers draws the masks of its dropout)
-    assert sum(n.op in ('NStepRNN', 'NStepRNNDropout')
+    # The sentences, each embedded, are joined at the call: the link's call
+    # is one node over their rows (which, training, draws the masks of the
+    # dropout of a link of two layers).
+    assert sum(n.op in ('PackedNStepRNN', 'PackedNStepRNNDropout')
                for n in entry.graph.nodes) == 1
+    assert str(entry.signature).startswith('xs[0]: i32[W]')
 
 
 def test_seq2seq_over_new_source_and_target_lengths():
@@ -509,9 +512,12 @@ class _Encoded(_PerItem):
     (lambda: L.NStepBiRNNReLU(1, 6, 5, 0.0), 1),
 ], ids=['bilstm', 'gru', 'birnn_relu'])
 def test_exported_n_step_links_run_at_other_lengths(make, n_states):
+    # Its sentences, each embedded, are joined: the model takes their words
+    # and lengths.
     numpy.random.seed(0)
     exported = _check_exported(_Encoded(make(), n_states), _calls(
-        numpy.random.RandomState(15), 5, n_items=3))
+        numpy.random.RandomState(15), 5, n_items=3), joined=lambda xs: [
+            numpy.concatenate(xs), numpy.array([len(x) for x in xs])])
     assert {'LSTM', 'GRU', 'RNN'} & set(n.op_type
                                         for n in exported.graph.node)
 
