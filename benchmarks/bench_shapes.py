@@ -22,7 +22,8 @@ weights; every call's result is checked against eager's. Workloads:
   the text CNN with the sentences given as lists of token arrays (and
   the labels as a list), padded in the forward by ``concat_examples``,
   as Chainer's text classification example does; and that example's RNN
-  encoder (``sequence_embed`` into a one-layer ``L.NStepLSTM``);
+  encoder (``sequence_embed`` into a one-layer ``L.NStepLSTM``), also
+  with each sentence embedded on its own;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
@@ -359,11 +360,13 @@ def _padded_text_training(batches=False, convolved=False, listed=False):
                           lambda m: m.l1.W.grad, {})
 
 
-def _rnn_text_training():
+def _rnn_text_training(each=False):
     """Chainer's RNN text classifier (its ``sequence_embed``: the sentences
     joined, embedded, dropped out and cut at their offsets; a one-layer
     ``L.NStepLSTM`` over them; its last state dropped out, through a
-    linear layer) on lists of 2 to 64 sentences of 1 to 60 words."""
+    linear layer) on lists of 2 to 64 sentences of 1 to 60 words.
+    ``each``: each sentence embedded on its own (``[self.embed(x) for x
+    in xs]``), as the N-step links' documentation writes it."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -380,7 +383,8 @@ def _rnn_text_training():
                 self.l2 = L.Linear(128, 5)
 
         def forward(self, xs, t):
-            exs = sequence_embed(self.embed, xs, 0.1)
+            exs = [self.embed(x) for x in xs] if each else \
+                sequence_embed(self.embed, xs, 0.1)
             last_h, last_c, ys = self.encoder(None, None, exs)
             h = F.dropout(last_h[-1], ratio=0.1)
             return F.softmax_cross_entropy(self.l2(h), t)
@@ -425,6 +429,9 @@ def workloads():
          'chainerjit', _padded_text_training(True, True, True)),
         ('RNN text classifier training, lists of 2 to 64 sentences of 1 '
          'to 60 words', 'chainerjit', _rnn_text_training()),
+        ('RNN text classifier training, each sentence embedded, lists of 2 '
+         'to 64 sentences of 1 to 60 words', 'chainerjit',
+         _rnn_text_training(each=True)),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',
