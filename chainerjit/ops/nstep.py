@@ -88,11 +88,10 @@ class NStepRNN(chainer.FunctionNode):
         return outputs
 
     def backward(self, indexes, grad_outputs):
-        present = tuple(i for i, g in enumerate(grad_outputs)
-                        if g is not None)
-        grads = NStepRNNGrad(self._record, present, indexes).apply(
-            [grad_outputs[i] for i in present])
-        return grads
+        spec = self._record.spec
+        return _grads_of(functools.partial(run_backward, self._record),
+                         spec.n_states + spec.n_items, spec.n_inputs,
+                         indexes, grad_outputs)
 
 
 class NStepRNNDropout(NStepRNN):
@@ -107,26 +106,35 @@ class NStepRNNDropout(NStepRNN):
         self.dropout = dropout
 
 
-class NStepRNNGrad(chainer.FunctionNode):
-    """The gradients of an :class:`NStepRNN` (of its inputs listed in
-    ``indexes``) from the gradients of its outputs listed in
-    ``present``, computed on the record its forward kept. Not
-    differentiable itself."""
+def _grads_of(backward, n_outputs, n_inputs, indexes, grad_outputs):
+    """A link op's ``backward``: its inputs' gradients by an
+    :class:`NStepRNNGrad` node running ``backward``."""
+    present = tuple(i for i, g in enumerate(grad_outputs) if g is not None)
+    return NStepRNNGrad(backward, n_outputs, n_inputs, present,
+                        indexes).apply([grad_outputs[i] for i in present])
 
-    def __init__(self, record, present, indexes):
-        self._record = record
+
+class NStepRNNGrad(chainer.FunctionNode):
+    """The gradients of an :class:`NStepRNN` or :class:`PackedNStepRNN`
+    (of its ``n_inputs`` inputs, those listed in ``indexes``) from the
+    gradients of its ``n_outputs`` outputs listed in ``present``, by
+    ``backward(gys, wanted)`` on the record its forward kept
+    (:func:`run_backward`, :func:`packed_backward`). Not differentiable
+    itself."""
+
+    def __init__(self, backward, n_outputs, n_inputs, present, indexes):
+        self._backward = backward
+        self.n_outputs = n_outputs
+        self.n_inputs = n_inputs
         self.present = present
         self.indexes = tuple(indexes)
 
     def forward(self, inputs):
-        n_outputs = self._record.spec.n_states + self._record.spec.n_items
-        gys = [None] * n_outputs
+        gys = [None] * self.n_outputs
         for i, g in zip(self.present, inputs):
             gys[i] = g
-        wanted = [False] * self._record.spec.n_inputs
-        for i in self.indexes:
-            wanted[i] = True
-        grads = run_backward(self._record, gys, wanted)
+        wanted = [i in self.indexes for i in range(self.n_inputs)]
+        grads = self._backward(gys, wanted)
         return tuple(grads[i] for i in self.indexes)
 
     def backward(self, indexes, grad_outputs):
@@ -168,11 +176,12 @@ class PackedNStepRNN(chainer.FunctionNode):
         return outputs
 
     def backward(self, indexes, grad_outputs):
-        present = tuple(i for i, g in enumerate(grad_outputs)
-                        if g is not None)
-        return PackedNStepRNNGrad(self._record, self.zero_states, present,
-                                  indexes).apply(
-            [grad_outputs[i] for i in present])
+        spec = self._record.spec
+        return _grads_of(functools.partial(packed_backward,
+                                           self.zero_states, self._record),
+                         spec.n_states + 1,
+                         _packed_n_inputs(spec, self.zero_states), indexes,
+                         grad_outputs)
 
 
 class PackedNStepRNNDropout(PackedNStepRNN):
@@ -182,33 +191,6 @@ class PackedNStepRNNDropout(PackedNStepRNN):
     def __init__(self, n_layers, bidirectional, cell, zero_states, dropout):
         super().__init__(n_layers, bidirectional, cell, zero_states)
         self.dropout = dropout
-
-
-class PackedNStepRNNGrad(chainer.FunctionNode):
-    """The gradients of a :class:`PackedNStepRNN`, as
-    :class:`NStepRNNGrad` computes those of an :class:`NStepRNN`."""
-
-    def __init__(self, record, zero_states, present, indexes):
-        self._record = record
-        self.zero_states = zero_states
-        self.present = present
-        self.indexes = tuple(indexes)
-
-    def forward(self, inputs):
-        spec = self._record.spec
-        n_outputs = spec.n_states + 1
-        gys = [None] * n_outputs
-        for i, g in zip(self.present, inputs):
-            gys[i] = g
-        wanted = [i in self.indexes
-                  for i in range(_packed_n_inputs(spec, self.zero_states))]
-        grads = packed_backward(self._record, self.zero_states, gys, wanted)
-        return tuple(grads[i] for i in self.indexes)
-
-    def backward(self, indexes, grad_outputs):
-        raise NotImplementedError(
-            'double backpropagation through a whole NStepLSTM, NStepGRU '
-            'or NStepRNN link call is not supported')
 
 
 def _packed_n_inputs(spec, zero_states):
@@ -241,7 +223,7 @@ def packed_forward(spec, zero_states, arrays, masks=None):
     return tuple(outputs[:spec.n_states]) + (ys,), record
 
 
-def packed_backward(record, zero_states, gys, wanted):
+def packed_backward(zero_states, record, gys, wanted):
     """The gradients of a :class:`PackedNStepRNN`'s inputs (None where not
     ``wanted``) from those of its outputs (``gys``, None for zeros)."""
     spec = record.spec
@@ -725,29 +707,11 @@ def lower_nstep_rnn(node, ctx):
     if ctx.xp is not numpy:
         return None
     spec = node.spec
-    records = _Records()
-
-    def forward(*arrays):
-        outputs, record = run_forward(spec, arrays)
-        records.keep(outputs[0], record, spec.dropout)
-        return outputs
-
-    def grad(xs, ys, gys, wanted):
-        record, masks = records.take(ys[0])
-        if record is None:  # a forward long ago, or not this kernel's
-            record = run_forward(spec, xs, masks)[1]
-        return run_backward(record, gys, wanted)
-    attrs = {'cell': spec.cell, 'layers': spec.n_layers,
-             'directions': spec.directions, 'items': spec.n_items,
-             'permute': spec.permute}
-    if spec.dropout is not None:
-        attrs['dropout'] = spec.dropout
-    return Kernel(forward, attrs, multi=True,
-                  grad=GradRule(grad, inputs=range(spec.n_inputs),
-                                outputs=(0,)),
-                  fresh=True, lengths=_items_lengths(spec),
-                  onnx=None if spec.dropout is not None
-                  else functools.partial(_to_onnx, spec))
+    return _link_kernel(
+        spec, lambda arrays, masks: run_forward(spec, arrays, masks),
+        run_backward, spec.n_inputs,
+        {'items': spec.n_items, 'permute': spec.permute},
+        _items_lengths(spec), functools.partial(_to_onnx, spec))
 
 
 @lowering(PackedNStepRNN, PackedNStepRNNDropout)
@@ -758,28 +722,41 @@ def lower_packed_nstep_rnn(node, ctx):
     if ctx.xp is not numpy:
         return None
     spec, zero_states = node.spec, node.zero_states
+    return _link_kernel(
+        spec, lambda arrays, masks: packed_forward(spec, zero_states, arrays,
+                                                   masks),
+        functools.partial(packed_backward, zero_states),
+        _packed_n_inputs(spec, zero_states), {'zero_states': zero_states},
+        _packed_rows(spec, zero_states),
+        functools.partial(_packed_to_onnx, spec, zero_states))
+
+
+def _link_kernel(spec, run, backward, n_inputs, attrs, rule, onnx):
+    """The kernel of a link op of ``spec`` whose forward is ``run(arrays,
+    masks)`` (``(outputs, record)``; the dropout masks of an earlier run,
+    or ``None`` to draw them) and whose gradients are ``backward(record,
+    gys, wanted)``; ``attrs`` besides the cell's, its ``Kernel.lengths``
+    ``rule``, its ONNX form (none where it drops out)."""
     records = _Records()
 
     def forward(*arrays):
-        outputs, record = packed_forward(spec, zero_states, arrays)
+        outputs, record = run(arrays, None)
         records.keep(outputs[0], record, spec.dropout)
         return outputs
 
     def grad(xs, ys, gys, wanted):
         record, masks = records.take(ys[0])
         if record is None:  # a forward long ago, or not this kernel's
-            record = packed_forward(spec, zero_states, xs, masks)[1]
-        return packed_backward(record, zero_states, gys, wanted)
-    attrs = {'cell': spec.cell, 'layers': spec.n_layers,
-             'directions': spec.directions, 'zero_states': zero_states}
+            record = run(xs, masks)[1]
+        return backward(record, gys, wanted)
+    attrs = dict(attrs, cell=spec.cell, layers=spec.n_layers,
+                 directions=spec.directions)
     if spec.dropout is not None:
         attrs['dropout'] = spec.dropout
     return Kernel(forward, attrs, multi=True,
-                  grad=GradRule(grad, inputs=range(
-                      _packed_n_inputs(spec, zero_states)), outputs=(0,)),
-                  fresh=True, lengths=_packed_rows(spec, zero_states),
-                  onnx=None if spec.dropout is not None else functools.partial(
-                      _packed_to_onnx, spec, zero_states))
+                  grad=GradRule(grad, inputs=range(n_inputs), outputs=(0,)),
+                  fresh=True, lengths=rule,
+                  onnx=None if spec.dropout is not None else onnx)
 
 
 class _Records(object):
