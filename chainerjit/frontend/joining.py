@@ -46,6 +46,7 @@ width.
 import collections
 
 import chainer
+from chainer.functions.array import split_axis as split_axis_module
 import numpy
 
 from chainerjit import errors
@@ -204,6 +205,15 @@ def is_segments(value):
     return type(value) in (Segments, SegmentList)
 
 
+def cut(rows, lengths, kind=Segments):
+    """``rows`` (a Variable of the joined items' rows, or of a function of
+    them) cut at the items' ``lengths`` by a recorded ``F.split_axis``, as
+    :func:`segments` (of ``kind``)."""
+    stops = numpy.cumsum(traced.untag(lengths)).tolist()
+    return segments(split_axis_module.split_axis(rows, stops[:-1], 0), rows,
+                    lengths, kind)
+
+
 def segments(parts, packed, lengths, kind=Segments, note=True):
     """``parts`` of ``packed`` as :class:`Segments` (or ``kind``) of the
     joined items' ``lengths``, their values noted for :func:`take_joins`
@@ -255,26 +265,13 @@ def applied_to_items(node, inputs):
     config = tuple(sorted((name, value) for name, value in vars(node).items()
                           if isinstance(value, (int, float, str, type(None)))))
     key = (type(node), config, id(packed)) + tuple(id(x) for x in inputs[1:])
-    rows = recorder.applied_rows.get(key)
-    if rows is None:
+    items = recorder.applied_rows.get(key)
+    if items is None:
         rows, = ops.pristine_copy(node).apply((packed,) + tuple(inputs[1:]))
-        recorder.applied_rows[key] = rows
         recorder.iterated_lines.add(recorder.graph.nodes[-1].loc)
-        stops = numpy.cumsum(traced.untag(lengths)).tolist()
-        note_items([chainer.functions.get_item(rows, slice(stop - n, stop))
-                    for stop, n in zip(stops, traced.untag(lengths))],
-                   rows, lengths)
-        recorder.segment_parts.extend(
-            recorder.values[id(item.array)] for item in _items_of(rows))
-    return (_items_of(rows)[k],)
-
-
-def _items_of(rows):
-    """The items noted as the rows of ``rows``, in order."""
-    recorder = _keys.recording.recorder
-    found = sorted((k, item) for packed, k, _, item
-                   in recorder.segment_items.values() if packed is rows)
-    return [item for _, item in found]
+        items = recorder.applied_rows[key] = cut(rows, lengths)
+        note_items(items, rows, lengths)
+    return (items[k],)
 
 
 def items_whole(items):

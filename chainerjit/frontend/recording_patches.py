@@ -39,7 +39,6 @@ import sys
 
 import chainer
 import chainer.functions
-from chainer.functions.array import split_axis as split_axis_module
 from chainer.links.rnn import n_step_gru
 from chainer.links.rnn import n_step_lstm
 from chainer.links.rnn import n_step_rnn
@@ -497,10 +496,7 @@ def _apply_packed_nstep(link, cell, states, segments):
         node = nstep.PackedNStepRNN(*args)
     outputs = node.apply(([] if zero_states else list(states)) + [
         segments.packed, segments.joined] + _nstep_params(link))
-    stops = numpy.cumsum([len(part) for part in segments])
-    ys = joining.segments(split_axis_module.split_axis(
-        outputs[-1], stops[:-1].tolist(), 0), outputs[-1],
-        segments.joined, joining.SegmentList)
+    ys = joining.cut(outputs[-1], segments.joined, joining.SegmentList)
     return tuple(outputs[:-1]) + (ys,)
 
 

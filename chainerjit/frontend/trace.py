@@ -187,8 +187,9 @@ class _Recorder(object):
         self.segment_parts = []
         self.item_splits = 0  # cuts at the offsets of unjoined items
         # id(array) -> (packed, k, lengths, item): items of joined lists,
-        # and the rows of functions applied to all of them at once, with
-        # the lines of those loops over the items (joining.applied_to_items)
+        # and by function and input the items of it applied to all of them
+        # at once, with the lines of those loops over the items
+        # (joining.applied_to_items)
         self.segment_items = {}
         self.applied_rows = {}
         self.iterated_lines = set()
