@@ -515,29 +515,45 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
     or the array is not one axis of ints or floats."""
     recorder = _state.recorder
     loc = forward_line(depth + 1)
+    origins = _origins_of_each(sizes)
     if recorder is None or recorder.depth or not sizes or loc is None or \
-            not all(type(n) is Length and n.affine == (1, 0) and
-                    len(n.origins) == 1 for n in sizes):
+            origins is None:
         return None
     array = convert([int.__int__(n) for n in sizes], *args, **kwargs)
     if not isinstance(array, numpy.ndarray) or array.ndim != 1 or \
             array.dtype.kind not in 'iuf':
         return None
-    origins = [next(iter(n.origins)) for n in sizes]
     if any(is_item_length(origin) for origin in origins):
         return _joined_lengths(convert, origins, args, kwargs, loc)
     inputs = recorder.graph.inputs
     if not all(0 <= leaf < len(inputs) for leaf, _ in origins):
         return None
     axes, dtype = tuple(axis for _, axis in origins), array.dtype
-    attrs = {'axes': axes, 'dtype': dtype}
+    return _made_by_a_node(
+        'python.sizes', _sizes_reader(axes, dtype),
+        {'axes': axes, 'dtype': dtype}, _sizes_to_onnx(axes, dtype),
+        [inputs[leaf] for leaf, _ in origins], array, loc, _any_rows)
+
+
+def _origins_of_each(sizes):
+    """The origin of each of ``sizes``, where each is one argument's size
+    as read (``len(x)``, ``x.shape[0]``); else ``None``."""
+    if not all(type(n) is Length and n.affine == (1, 0) and
+               len(n.origins) == 1 for n in sizes):
+        return None
+    return [next(iter(n.origins)) for n in sizes]
+
+
+def _made_by_a_node(op, fn, attrs, onnx, inputs, array, loc, rule=None):
+    """``array``, as the output of a node ``op`` recorded to make it on
+    every call from ``inputs`` by ``fn`` (with ``attrs``, its ONNX form
+    ``onnx`` and ``Kernel.lengths`` ``rule``)."""
+    recorder = _state.recorder
     result = traced.tagged(array)
     recorder.add_node(ir.Node(
-        'python.sizes', ops.Kernel(
-            _sizes_reader(axes, dtype), attrs,
-            onnx=_sizes_to_onnx(axes, dtype), lengths=_any_rows),
-        [inputs[leaf] for leaf, _ in origins], recorder.bind_temps([result]),
-        tuple(sorted(attrs.items())), loc=loc))
+        op, ops.Kernel(fn, attrs, onnx=onnx, lengths=rule), inputs,
+        recorder.bind_temps([result]), tuple(sorted(attrs.items())),
+        loc=loc))
     return result
 
 
@@ -582,12 +598,11 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     same line as the others and left out, is taken for read into this
     array too. ``None`` for other sizes."""
     recorder = _state.recorder
+    loc = forward_line(depth + 1)
+    origins = _origins_of_each(sizes)
     if recorder is None or recorder.depth or args or kwargs or \
-            forward_line(depth + 1) is None or \
-            not all(type(n) is Length and n.affine == (1, 0) and
-                    len(n.origins) == 1 for n in sizes):
+            loc is None or origins is None:
         return None
-    origins = [next(iter(n.origins)) for n in sizes]
     leaf = origins[0][0] if origins else _single_item_list(recorder)
     if leaf not in recorder.item_lengths:
         return _items_offsets(cumsum, sizes, origins) if origins else None
@@ -603,16 +618,12 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
         return None  # (not the lengths of all, or taken into offsets)
     _forget_reads(recorder, counted)
     _forget_iterated(recorder, set(lines))
-    lengths = recorder.item_lengths[leaf]
     array = cumsum([int.__int__(n) for n in sizes])
-    attrs = {'dropped': dropped, 'dtype': array.dtype}
-    result = traced.tagged(array)
-    recorder.add_node(ir.Node(
-        'python.offsets', ops.Kernel(
-            _offsets_reader(dropped, array.dtype), attrs,
-            onnx=_offsets_to_onnx(dropped, array.dtype)),
-        [recorder.values[id(lengths)]], recorder.bind_temps([result]),
-        tuple(sorted(attrs.items())), loc=forward_line(depth + 1)))
+    result = _made_by_a_node(
+        'python.offsets', _offsets_reader(dropped, array.dtype),
+        {'dropped': dropped, 'dtype': array.dtype},
+        _offsets_to_onnx(dropped, array.dtype),
+        [recorder.values[id(recorder.item_lengths[leaf])]], array, loc)
     recorder.offsets[id(result)] = (result, leaf, array.tolist())
     return result
 
