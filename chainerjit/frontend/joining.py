@@ -401,22 +401,23 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
     return tuple(args), kwargs, rows
 
 
-def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
-               names=(), item_length_reads=(), segment_parts=(),
-               iterated_lines=()):
-    """Makes each joined argument of a joined call's recording the value
-    of the op it was joined for: that op and the indexing of the items go.
-    ``item_nodes`` are the indexing nodes, in the order of ``joins`` and
-    their items; ``shapes_read``, the values whose shape the forward's
-    Python read; ``uses``, the recording's ``lengths.Use`` (of an item's
-    length, none may be: ``names`` the leaves'; nor may the forward read
-    an item's length but into an array of them all:
-    ``item_length_reads``, each with its line); ``segment_parts``, the
-    values of :class:`Segments`, none of which may be read. The uses of
-    the count by loops over the items at ``iterated_lines``, whose every
-    function was applied to the items whole (:func:`applied_to_items`),
-    go from ``uses``. Returns why the recording does not read each list
+def take_joins(recording, joins, names):
+    """Makes each joined argument of a joined call's ``recording``
+    (``trace.Recording``) the value of the op it was joined for: that op
+    and the indexing of the items (its ``row_nodes``, in the order of
+    ``joins`` and their items) go. None of these may be read otherwise:
+    the values whose shape the forward's Python read (``shapes_read``);
+    an item's length in its ``length_uses`` (``names`` are the leaves'),
+    or read but into an array of them all or their offsets
+    (``item_length_reads``, each with its line); the parts of
+    :class:`Segments` (``segment_parts``). The uses of the count by loops
+    over the items at its ``iterated_lines``, whose every function was
+    applied to the items whole (:func:`applied_to_items`), go from its
+    ``length_uses``. Returns why the recording does not read each list
     whole, or ``None``."""
+    graph, item_nodes = recording.graph, recording.row_nodes
+    uses, item_length_reads = recording.length_uses, \
+        recording.item_length_reads
     if item_length_reads:
         return "the forward's Python reads the length of an item " \
             "(len(x), x.shape) other than into an array of them all, or " \
@@ -425,7 +426,7 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
         if any(lengths.is_item_length(origin) for origin in use.origins):
             return use.describe(names)
     users = graph.users()
-    for value in segment_parts:
+    for value in recording.segment_parts:
         reader = next(iter(users.get(value) or ()), False)
         if reader is not False:
             return 'an item of the sentences joined (cut by F.split_axis ' \
@@ -444,7 +445,7 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
         values = [node.outputs[0] for node in nodes]
         if j.kind == 'segments' and not any(users.get(v) for v in values):
             continue  # applied to whole (applied_to_items)
-        node, why = _reader_of(values, users, j, shapes_read)
+        node, why = _reader_of(values, users, j, recording.shapes_read)
         if why is not None:
             return why
         found.append((node, joined))
@@ -452,9 +453,9 @@ def take_joins(graph, item_nodes, joins, shapes_read, uses=(),
     graph.read_instead(dict((node.outputs[0], joined)
                             for node, joined in found))
     graph.nodes = [node for node in graph.nodes if node not in gone]
-    if isinstance(uses, list):  # loops over the items applied to whole
-        uses[:] = [use for use in uses if use.what != lengths.ITERATED or
-                   use.loc not in iterated_lines]
+    uses[:] = [use for use in uses  # loops over items applied to whole
+               if use.what != lengths.ITERATED or
+               use.loc not in recording.iterated_lines]
     return None
 
 

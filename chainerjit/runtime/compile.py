@@ -180,11 +180,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                                                       varying_names))
     joined = isinstance(packed, joining.Joined)
     why_unjoined = joining.take_joins(
-        recording.graph, recording.row_nodes, packed.joins,
-        recording.shapes_read, recording.length_uses,
-        [name for name, _ in sig.items],
-        recording.item_length_reads, recording.segment_parts,
-        recording.iterated_lines) if joined else None
+        recording, packed.joins, [name for name, _ in sig.items]) \
+        if joined else None
     if why_unjoined is not None:
         return _unjoined(caller, recording, miss_reason, why_unjoined)
     fallback = _fallback_reason(caller, recording, py_guards, generators)
