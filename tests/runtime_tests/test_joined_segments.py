@@ -25,6 +25,7 @@ from chainerjit import testing
 from benchmarks.bench_programs import sequence_embed
 from tests.runtime_tests.test_joined_lists import \
     checked_without_recompiling
+from tests.runtime_tests import test_ragged_lists
 from tests.runtime_tests.test_ragged_lists import _check_seeded
 
 I32 = numpy.int32
@@ -177,19 +178,13 @@ class _Pair(_Encoder):
         return F.softmax_cross_entropy(self.out(h), t)
 
 
-class _Seq2seq(chainer.Chain):
+class _Seq2seq(test_ragged_lists._Seq2seq):
     """An encoder and a decoder over lists, as Chainer's seq2seq example,
     its targets given with and without the end-of-sentence id (the
     example makes them item by item, which keeps the count in the key)."""
 
     def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.embed_x = L.EmbedID(30, 6)
-            self.embed_y = L.EmbedID(30, 6)
-            self.encoder = L.NStepLSTM(2, 6, 5, 0.1)
-            self.decoder = L.NStepLSTM(2, 6, 5, 0.1)
-            self.W = L.Linear(5, 30)
+        super().__init__(2, 0.1)
 
     def forward(self, xs, ys_in, ys_out):
         exs = sequence_embed(self.embed_x, xs)

@@ -167,13 +167,13 @@ class _Seq2seq(chainer.Chain):
     """Chainer's seq2seq example's step, its sources and targets embedded
     item by item."""
 
-    def __init__(self):
+    def __init__(self, n_layers=1, dropout=0.0):
         super().__init__()
         with self.init_scope():
             self.embed_x = L.EmbedID(30, 6)
             self.embed_y = L.EmbedID(30, 6)
-            self.encoder = L.NStepLSTM(1, 6, 5, 0.0)
-            self.decoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.encoder = L.NStepLSTM(n_layers, 6, 5, dropout)
+            self.decoder = L.NStepLSTM(n_layers, 6, 5, dropout)
             self.W = L.Linear(5, 30)
 
     def forward(self, xs, ys):
