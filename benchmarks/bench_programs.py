@@ -359,6 +359,10 @@ def models():
             concat_ys_out = F.concat(ys_out, axis=0)
             loss = F.sum(F.softmax_cross_entropy(
                 self.W(concat_os), concat_ys_out, reduce='no')) / batch
+            chainer.report({'loss': loss}, self)
+            n_words = concat_ys_out.shape[0]
+            perp = self.xp.exp(loss.array * batch / n_words)
+            chainer.report({'perp': perp}, self)
             return loss
 
     class LossReader(chainer.Chain):

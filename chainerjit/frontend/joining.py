@@ -55,6 +55,7 @@ from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
 from chainerjit.frontend import packing
 from chainerjit.frontend import traced
+from chainerjit.ops import segments as segments_ops
 
 #: Lists with fewer items are not looked at for joining, and padded lists
 #: narrower than this are recorded item by item.
@@ -234,15 +235,30 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
 ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
                       'Sigmoid', 'LeakyReLU'])
 
+#: The slice that reverses an item (``x[::-1]``: :func:`reversed_item`).
+REVERSED = slice(None, None, -1)
 
-def note_items(items, packed, lengths):
+
+class Item(collections.namedtuple('Item', 'packed k lengths leaf shift')):
+    """An item of a joined list, or of a value made of all its items: part
+    ``k`` of ``packed`` (the rows of all) cut at ``lengths`` (a traced
+    array). ``leaf``: the argument holding the lengths of the list's
+    items, which these are each ``shift`` rows longer than."""
+
+    __slots__ = ()
+
+
+def note_items(items, packed, leaf, shift=0):
     """Notes ``items`` (traced arrays or Variables) as the rows of
-    ``packed`` cut at the joined lengths ``lengths``, in order, for
-    :func:`applied_to_items` and :func:`items_whole`."""
+    ``packed`` cut at the lengths of the joined list's items (the argument
+    ``leaf``) plus ``shift``, in order, for :func:`applied_to_items`,
+    :func:`items_whole`, and their lengths as read (``len(x)``)."""
     recorder = _keys.recording.recorder
+    lengths.note_item_lengths(items, recorder.item_lengths[leaf], shift)
+    items_lengths = lengths.shifted_lengths(leaf, shift)
     for k, item in enumerate(items):
-        recorder.segment_items[id(_array(item))] = (packed, k, lengths,
-                                                    item)
+        recorder.segment_items[id(_array(item))] = Item(
+            packed, k, items_lengths, leaf, shift)
 
 
 def _array(x):
@@ -250,44 +266,210 @@ def _array(x):
 
 
 def applied_to_items(node, inputs):
-    """Where the forward applies a :data:`ROW_WISE` function ``node`` to an
-    item of a joined list (or of a value made so), and its other inputs
-    are none: the function applied once to the rows of all the items (the
-    same function with the same other inputs is applied to the rows once),
-    and the item's rows of that; else ``None``. A loop over the list that
-    only does so rolls into those ops (:func:`take_joins`)."""
+    """Where the forward applies the Chainer function ``node`` to an item
+    of a joined list (or of a value made so), and the same function with
+    the same other inputs is applied to the rows of all the items at once
+    (once, the first time): the item's rows of that; else ``None``. Those
+    functions are the :data:`ROW_WISE` ones on the item, ``x[::-1]``
+    (:func:`reversed_item`) and ``F.concat([bos, x, eos], axis=0)`` of
+    fixed rows around it. A loop over the list that only does so rolls
+    into those ops (:func:`take_joins`)."""
     recorder = _keys.recording.recorder
-    found = recorder.segment_items.get(id(_array(inputs[0])))
-    if found is None or type(node).__name__ not in ROW_WISE or any(
-            id(_array(x)) in recorder.segment_items for x in inputs[1:]):
-        return None
-    packed, k, lengths, _ = found
+    noted = [recorder.segment_items.get(id(_array(x))) for x in inputs]
+    name = type(node).__name__
+    if name in ROW_WISE and noted[0] is not None and \
+            not any(noted[1:]):
+        return (_row_wise(node, inputs, noted[0]),)
+    if any(isinstance(x, chainer.Variable) and x.requires_grad
+           for x in inputs):
+        return None  # (the ops below have no gradient)
+    if name == 'GetItem' and noted[0] is not None and \
+            node.slices == (REVERSED,):
+        return (reversed_item(inputs[0], chainer.Variable),)
+    if name == 'Concat' and node.axis == 0 and len(inputs) > 1 and \
+            sum(n is not None for n in noted) == 1:
+        return _framed(inputs, noted)
+    return None
+
+
+def _row_wise(node, inputs, found):
+    """The item ``found``'s rows of the :data:`ROW_WISE` function ``node``
+    applied to the rows of all the items."""
     config = tuple(sorted((name, value) for name, value in vars(node).items()
                           if isinstance(value, (int, float, str, type(None)))))
-    key = (type(node), config, id(packed)) + tuple(id(x) for x in inputs[1:])
+    key = (type(node), config, id(found.packed)) + tuple(
+        id(x) for x in inputs[1:])
+
+    def whole():
+        rows, = ops.pristine_copy(node).apply(
+            (found.packed,) + tuple(inputs[1:]))
+        return rows, cut(rows, found.lengths)
+    return _applied(key, found, whole)
+
+
+def _applied(key, found, whole):
+    """Item ``found.k`` of the items made by ``whole()`` (``(rows, items)``)
+    of all of the items of ``found.packed``, made the first time asked
+    for ``key``; the line that asked is a loop over the items."""
+    recorder = _keys.recording.recorder
     items = recorder.applied_rows.get(key)
     if items is None:
-        rows, = ops.pristine_copy(node).apply((packed,) + tuple(inputs[1:]))
-        recorder.iterated_lines.add(recorder.graph.nodes[-1].loc)
-        items = recorder.applied_rows[key] = cut(rows, lengths)
-        note_items(items, rows, lengths)
-    return (items[k],)
+        rows, items = whole()
+        recorder.iterated_lines.add(traced.user_location())
+        recorder.applied_rows[key] = items
+        note_items(items, rows, found.leaf, found.shift)
+        lengths.note_joined_rows(_array(rows), recorder.words_of[found.leaf],
+                                 found.leaf, found.shift)
+    return items[found.k]
+
+
+def reversed_item(x, kind=None):
+    """``x[::-1]`` of ``x``, an item of a joined list (or of a value made
+    so), as the item's part of the rows of every item reversed, made once
+    (``ops.segments.reversed_rows``): a traced array, or a Variable of
+    one for ``kind`` ``chainer.Variable``. ``None`` where ``x`` is not
+    such an item."""
+    recorder = _keys.recording.recorder
+    found = recorder.segment_items.get(id(_array(x)))
+    if found is None:
+        return None
+
+    def whole():
+        rows = _whole_op('joined.reversed', segments_ops.reversed_rows, [
+            found.packed, found.lengths], {},
+            segments_ops.reversed_to_onnx(found.lengths.dtype),
+            segments_ops.reversed_lengths_rule)
+        if kind is not None:
+            rows = chainer.Variable(rows, requires_grad=False)
+            return rows, cut(rows, found.lengths)
+        stops = numpy.cumsum(traced.untag(found.lengths)).tolist()
+        parts = [rows[stop - n:stop] for stop, n in zip(
+            stops, traced.untag(found.lengths).tolist())]
+        recorder.segment_parts.extend(recorder.values[id(part)]
+                                      for part in parts)
+        return rows, parts
+    return _applied(('reversed', id(found.packed), kind), found, whole)
+
+
+def _framed(inputs, noted):
+    """``F.concat(inputs, axis=0)`` where one of ``inputs`` is an item of a
+    joined list (or of a value made so; ``noted`` holds its
+    :class:`Item`) and the others are constant arrays of rows alike: the
+    item's part of the rows of every item so framed, made once
+    (``ops.segments.framed_rows``), as ``FunctionNode.apply`` gives it;
+    else ``None``."""
+    recorder = _keys.recording.recorder
+    at = next(k for k, n in enumerate(noted) if n is not None)
+    found, arrays = noted[at], [_array(x) for x in inputs]
+    item = arrays[at]
+    if any(not _is_constant(a, recorder) or a.dtype != item.dtype or
+           a.ndim != item.ndim or a.shape[1:] != item.shape[1:]
+           for k, a in enumerate(arrays) if k != at):
+        return None
+    before = _rows_of(arrays[:at], item)
+    after = _rows_of(arrays[at + 1:], item)
+    n_extra = len(before) + len(after)
+
+    def whole():
+        rows = _whole_op(
+            'joined.framed', segments_ops.framed_rows,
+            [found.packed, found.lengths, before, after],
+            {'before': len(before), 'after': len(after)},
+            segments_ops.framed_to_onnx(found.lengths.dtype, len(before),
+                                        len(after)),
+            segments_ops.framed_lengths_rule(
+                len(_array(found.packed)), len(found.lengths), n_extra))
+        rows = chainer.Variable(rows, requires_grad=False)
+        return rows, cut(rows, lengths.shifted_lengths(
+            found.leaf, found.shift + n_extra))
+    key = ('framed', id(found.packed), at) + tuple(
+        id(a) for k, a in enumerate(arrays) if k != at)
+    framed = _applied(key, found._replace(shift=found.shift + n_extra), whole)
+    return (framed,)
+
+
+def _is_constant(array, recorder):
+    """Is ``array`` a NumPy array the recording holds as a constant (or
+    will, not being computed from the inputs)?"""
+    value = recorder.values.get(id(array))
+    if value is not None:
+        return value.kind == 'const'
+    return isinstance(array, numpy.ndarray) and \
+        not isinstance(array, traced.TracedArray)
+
+
+def _rows_of(arrays, like):
+    """The rows of the constant ``arrays`` joined (none: an array of no rows
+    alike ``like``'s)."""
+    if not arrays:
+        return numpy.empty((0,) + like.shape[1:], like.dtype)
+    return numpy.concatenate([traced.untag(a) for a in arrays])
+
+
+def _whole_op(op, fn, arrays, attrs, onnx, rule):
+    """The traced array ``fn`` makes of ``arrays`` (traced or constant),
+    recorded as a node ``op`` making it on every call."""
+    recorder = _keys.recording.recorder
+    plain = [traced.untag(_array(a)) for a in arrays]
+    return lengths.made_by_node(
+        op, fn, attrs, onnx, [recorder.value_of(a) for a in arrays],
+        fn(*plain), traced.user_location(), rule)
+
+
+def _whole(items):
+    """The :class:`Item` of the first of ``items`` where they are all the
+    items of one value of a joined list's items (:func:`note_items`), in
+    order; else ``None``."""
+    recorder = _keys.recording.recorder
+    if type(items) not in (list, tuple) or not items:
+        return None
+    found = [recorder.segment_items.get(id(_array(x))) for x in items]
+    if None in found:
+        return None
+    first = found[0]
+    # (no len(): the forward's, while recording, asks this of lists)
+    if any(f.packed is not first.packed or f.k != k
+           for k, f in enumerate(found)) or \
+            found[-1].k + 1 != traced.untag(first.lengths).shape[0]:
+        return None
+    return first
 
 
 def items_whole(items):
     """``Segments`` of ``items`` (a list a link takes) where they are all
     the items of one value whose rows were applied to
     (:func:`applied_to_items`), in order; else ``None``."""
-    recorder = _keys.recording.recorder
-    found = [recorder.segment_items.get(id(_array(x))) for x in items]
-    if not found or None in found:
+    found = _whole(items)
+    if found is None or not isinstance(found.packed, chainer.Variable):
         return None
-    packed, _, lengths, _ = found[0]
-    if not isinstance(packed, chainer.Variable) or \
-            [f[0] is packed and f[1] for f in found] != list(
-                range(len(items))) or len(items) != len(lengths):
+    return segments(items, found.packed, found.lengths, note=False)
+
+
+def concatenated(items):
+    """``F.concat(items, axis=0)`` where ``items`` are all the items of
+    one value made of a joined list's items (not the list's own, which
+    :func:`take_joins` joins), in order: that value, a Variable; else
+    ``None``."""
+    found = _whole(items)
+    if found is None:
         return None
-    return segments(items, packed, lengths, note=False)
+    if isinstance(found.packed, chainer.Variable):
+        return found.packed
+    value = _keys.recording.recorder.values.get(id(found.packed))
+    if value is None or value.kind == 'input':
+        return None
+    return chainer.Variable(found.packed, requires_grad=False)
+
+
+def count_of(items):
+    """The array of the lengths of a joined list's items (an argument,
+    whose first axis is their number) where ``items``, a list the forward
+    made, holds all the items of a value made of them, in order (``exs =
+    [self.embed(x) for x in xs]``: ``len(exs)`` is the batch size); else
+    ``None``."""
+    found = _whole(items) if type(items) is list else None
+    return None if found is None else \
+        _keys.recording.recorder.item_lengths[found.leaf]
 
 
 def _note_iterated(joined):
@@ -394,7 +576,10 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
         if j.lengths:
             lengths.note_item_lengths(items, joined[1])
         if j.kind == 'segments':
-            note_items(items, joined[0], joined[1])
+            leaf = lengths.leaf_of(joined[1])
+            _keys.recording.recorder.words_of[leaf] = lengths.leaf_of(
+                joined[0])
+            note_items(items, joined[0], leaf)
         rows.append((j.path, items))
         arguments[j.path[1]] = joined_list(items, _counted(joined, j),
                                            j.path[2])
@@ -503,8 +688,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         readers = [n for n in users.get(values[0], []) if n is not sized]
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
-        if j is None and not lengths_read and _applied_each(
-                graph, values, users):
+        if (not lengths_read or item_splits) and _applied_each(
+                graph, values, users, item_splits):
             j = Join(path, 'segments', None, True)
             if j.takes(items):
                 joins.append(j)
@@ -543,19 +728,55 @@ def _with_widths(joins, cut):
         yield j if sizes is None else j._replace(width=widths.index(sizes))
 
 
-def _applied_each(graph, values, users):
-    """Is each of ``values`` (a list's items) read by one node, the same
-    :data:`ROW_WISE` function, in a recording where an N-step link takes
-    as many sequences (``[self.embed(x) for x in xs]`` into
-    ``L.NStepLSTM``), its states not arguments?"""
-    readers = [users.get(value, []) for value in values]
-    return all(len(r) == 1 and r[0] is not None and
-               r[0].op == readers[0][0].op and r[0].op in ROW_WISE
-               for r in readers) and any(
+def _applied_each(graph, values, users, item_splits):
+    """Is each of ``values`` (a list's items) read only by functions a
+    joined call applies to the rows of all the items at once
+    (:func:`applied_to_items`: ``[self.embed(x) for x in xs]``,
+    ``x[::-1]``, ``F.concat([eos, y], axis=0)``), the same for every item,
+    in a recording that cuts an array at the items' offsets
+    (``item_splits``) or where an N-step link takes as many sequences,
+    its states not arguments?"""
+    made = None
+    for value in values:
+        readers = users.get(value, [])
+        if not readers or None in readers or not all(
+                _applied_to_item(graph, node, value, values)
+                for node in readers):
+            return False
+        ops_read = sorted(node.op for node in readers)
+        if made not in (None, ops_read):
+            return False
+        made = ops_read
+    return bool(item_splits) or any(
         node.op in ('NStepRNN', 'NStepRNNDropout') and
         dict(node.attrs).get('items') == len(values) and
         not any(v.kind == 'input' for v in node.inputs[:_n_states(node)])
         for node in graph.nodes)
+
+
+def _applied_to_item(graph, node, value, values):
+    """Is ``node`` a function of the item ``value`` alone (of ``values``,
+    a list's items) that :func:`applied_to_items` applies to the rows of
+    all: a :data:`ROW_WISE` function of it, ``x[::-1]`` of it, or
+    ``F.concat`` on the first axis of it and constants?"""
+    others = [v for v in node.inputs if v is not value]
+    if node.op in ROW_WISE:
+        return node.inputs[0] is value and not set(others) & set(values)
+    if node.op == 'ndarray.__getitem__':
+        index = _index_of(graph.templates.get(node))
+        return type(index) is slice and index == REVERSED
+    return node.op == 'Concat' and dict(node.attrs).get('axis') == 0 and \
+        len(others) == len(node.inputs) - 1 and \
+        all(v.kind == 'const' for v in others)
+
+
+def _index_of(template):
+    """The index of ``x[index]`` recorded with ``template`` (``('numpy',
+    fn, ((x, index), kwargs))``, ``traced.record_call``), or ``None``."""
+    if template is None or template[0] != 'numpy' or \
+            len(template[2][0]) != 2:
+        return None
+    return template[2][0][1]
 
 
 def _n_states(node):

@@ -67,6 +67,31 @@ class Use(collections.namedtuple(
             for leaf, axis in self.origins), self.what, where)
 
 
+def _linear(op, length, other):
+    """``Length.linear`` of ``length op other`` (``other`` an int or a
+    Length): sums and differences of sizes, and their multiples; else
+    ``None``."""
+    terms = length.linear
+    theirs = getattr(other, 'linear', None) if isinstance(other, Length) \
+        else ({}, int.__int__(other))
+    if terms is None or theirs is None:
+        return None
+    if op in ('__mul__', '__rmul__'):
+        if isinstance(other, Length):
+            return None
+        return (dict((o, a * other) for o, a in terms[0].items()),
+                terms[1] * other)
+    sign = {'__add__': 1, '__radd__': 1, '__sub__': -1}.get(op)
+    if sign is None:  # (other - length: the negation of length - other)
+        found = _linear('__sub__', length, other)
+        return None if found is None else \
+            (dict((o, -a) for o, a in found[0].items()), -found[1])
+    summed = dict(terms[0])
+    for origin, a in theirs[0].items():
+        summed[origin] = summed.get(origin, 0) + sign * a
+    return summed, terms[1] + sign * theirs[1]
+
+
 def _size_named(name, axis):
     """``'xs.shape[1]'``; the length of an item of a joined list (its
     lengths passed as ``name``, ``xs[1]``), ``'len(xs[k])'``."""
@@ -81,7 +106,8 @@ class Length(int):
 
     python_int = True  # given to NumPy as a plain int (traced.eager_numbers)
 
-    def __new__(cls, value, origins, uses, affine=None, product=False):
+    def __new__(cls, value, origins, uses, affine=None, product=False,
+                linear=None):
         self = int.__new__(cls, value)
         self.origins = origins  # frozenset of (leaf, axis)
         self.uses = uses  # the recorder's list of Use
@@ -89,6 +115,11 @@ class Length(int):
         self.affine = affine if len(origins) == 1 else None
         # the number is an int times sizes (T * B, 4 * T)
         self.product = product
+        # ({origin: a}, b): the number is the sum of a * each size, + b
+        if linear is None and self.affine is not None:
+            (origin,), (a, b) = origins, self.affine
+            linear = ({origin: a}, b)
+        self.linear = linear
         return self
 
     def use(self, what, loc, other=None, condition=None):
@@ -120,7 +151,7 @@ class Length(int):
             return Length(getattr(int, op)(self, other), self.origins |
                           getattr(other, 'origins', frozenset()), self.uses,
                           affine(*self.affine, other) if plain and affine
-                          else None, product)
+                          else None, product, _linear(op, self, other))
         apply.__name__ = op
         return apply
 
@@ -136,9 +167,7 @@ class Length(int):
         locals()[_op] = _arithmetic(_op, _affine)
 
     def __neg__(self):
-        return Length(-int.__int__(self), self.origins, self.uses,
-                      None if self.affine is None else
-                      (-self.affine[0], -self.affine[1]))
+        return self * -1
 
     def _decision(op, what):
         def apply(self, *args):
@@ -203,6 +232,9 @@ def read_shape(array, shape, depth=1):
     if loc is None:
         return shape
     origins = recorder.length_leaves.get(id(array))
+    if origins is None and id(array) in recorder.joined_rows:
+        return (_joined_rows(recorder, recorder.joined_rows[id(array)]),) + \
+            tuple(shape[1:])
     if origins is None:
         recorder.shapes_read.add(id(array))  # a computed value's
         return shape
@@ -210,9 +242,35 @@ def read_shape(array, shape, depth=1):
     recorder.item_length_reads.extend(
         (o, loc) for o in origins
         if o is not None and is_item_length(o))
+    shift = recorder.length_shifts.get(id(array), 0)
     return tuple(n if origin is None else Length(
-        n, frozenset([origin]), recorder.length_uses, (1, 0), True)
-        for origin, n in zip(origins, shape))
+        n, frozenset([origin]), recorder.length_uses,
+        (1, shift if axis == 0 else 0), not shift or axis > 0)
+        for axis, (origin, n) in enumerate(zip(origins, shape)))
+
+
+def note_joined_rows(array, words, items, shift):
+    """Notes the first axis of ``array`` as the rows of all the items of a
+    joined list, each ``shift`` rows longer (``F.concat([eos, y])`` of
+    each): as many as the words of the argument ``words`` plus ``shift``
+    times the number of items (the first axis of the argument ``items``,
+    their lengths), which reading its shape gives (a :class:`Length`)."""
+    recorder = _state.recorder
+    inputs = recorder.graph.inputs
+    recorder.joined_rows[id(array)] = tuple(
+        (leaf, inputs[leaf].shape[0]) for leaf in (words, items)) + (shift,)
+
+
+def _joined_rows(recorder, rows):
+    """The :class:`Length` of joined rows (:func:`note_joined_rows`)."""
+    (words, n_words), (items, n_items), shift = rows
+    recorder.length_reads.update([(words, 0)] + [(items, 0)] * bool(shift))
+    found = Length(n_words, frozenset([(words, 0)]), recorder.length_uses,
+                   (1, 0), True)
+    if shift:
+        found = found + Length(n_items, frozenset([(items, 0)]),
+                               recorder.length_uses, (1, 0), True) * shift
+    return found
 
 
 def read_size(array, size, depth=1):
@@ -480,24 +538,98 @@ def as_scalar(length, recorder, frame):
                           _LengthUses(length))
 
 
+def as_run_time_int(length, recorder, loc):
+    """``length`` computed at run time from the arguments' shapes, by a
+    ``python.size`` node giving a 0-d int64 array (which a NumPy call the
+    forward makes with it takes as a Python int again,
+    ``traced.AsInt``); ``None`` where ``length`` is not a sum of multiples
+    of the sizes of the arguments' axes (``Length.linear``)."""
+    if getattr(length, 'linear', None) is None:
+        return None
+    terms, b = length.linear
+    inputs = recorder.graph.inputs
+    terms = sorted((origin, a) for origin, a in terms.items() if a)
+    if any(not 0 <= leaf < len(inputs) or
+           not 0 <= axis < len(inputs[leaf].shape)
+           for (leaf, axis), _ in terms):
+        return None  # (an item's length)
+    axes = tuple((axis, a) for (_, axis), a in terms)
+    array = traced.tagged(numpy.array(int.__int__(length), numpy.int64))
+    made_by_node('python.size', _linear_reader(axes, b),
+                 {'axes': axes, 'b': b}, _linear_to_onnx(axes, b),
+                 [inputs[leaf] for (leaf, _), _ in terms], array, loc,
+                 _any_rows)
+    return traced.AsInt(array)
+
+
+def _linear_reader(axes, b):
+    def size(*xs):
+        return numpy.array(sum(a * x.shape[axis] for x, (axis, a) in
+                               zip(xs, axes)) + b, numpy.int64)
+    return size
+
+
+def _linear_to_onnx(axes, b):
+    def convert(builder, ins, outs):
+        total = builder.constant(numpy.asarray(b, numpy.int64))
+        for x, (axis, a) in zip(ins, axes):
+            size = builder.op('Gather', [
+                builder.op('Shape', [x])[0],
+                builder.constant(numpy.asarray(axis, numpy.int64))],
+                axis=0)[0]
+            total = builder.op('Add', [total, builder.op('Mul', [
+                size, builder.constant(numpy.asarray(a, numpy.int64))])[0]])[0]
+        builder.op('Identity', [total], outs)
+    return convert
+
+
 #: How a use of a joined list's count by the forward iterating over it is
 #: described (``joining``).
 ITERATED = 'counted by iterating over the list'
 
 
-def note_item_lengths(items, lengths):
+def note_item_lengths(items, lengths, shift=0):
     """Notes the first axis of each of a joined list's ``items`` (traced
-    arrays) as the item's length, held in ``lengths``, the traced array
-    of the items' lengths the call passes with the joined list
-    (``joining``): ``len(x)`` of item ``k`` is a :class:`Length` of origin
-    ``(the leaf of lengths, -1 - k)`` (:func:`is_item_length`), which an
-    array of all of them in order (:func:`sizes_array`) takes back."""
+    arrays or Variables) as the item's length, held in ``lengths``, the
+    traced array of the items' lengths the call passes with the joined
+    list (``joining``), plus ``shift`` (the items of ``F.concat([eos,
+    y])`` of each item ``y``): ``len(x)`` of item ``k`` is a
+    :class:`Length` of origin ``(the leaf of lengths, -1 - k)``
+    (:func:`is_item_length`), which an array of all of them in order
+    (:func:`sizes_array`) takes back."""
     recorder = _state.recorder
-    leaf = recorder.graph.inputs.index(recorder.values[id(lengths)])
+    leaf = leaf_of(lengths)
     recorder.item_lengths[leaf] = lengths
     for k, item in enumerate(items):
-        recorder.length_leaves[id(item)] = ((leaf, -1 - k),) + \
+        array = _array_of(item)
+        recorder.length_leaves[id(array)] = ((leaf, -1 - k),) + \
             (None,) * (item.ndim - 1)
+        if shift:
+            recorder.length_shifts[id(array)] = shift
+
+
+def _array_of(x):
+    return x.array if isinstance(x, chainer.Variable) else x
+
+
+def leaf_of(array):
+    """The index of the argument whose traced array ``array`` is."""
+    recorder = _state.recorder
+    return recorder.graph.inputs.index(recorder.values[id(array)])
+
+
+def shifted_lengths(leaf, shift):
+    """The traced array of the lengths of the items of the joined list
+    whose lengths are the argument ``leaf``, each plus ``shift``: that
+    argument, or its sum with ``shift`` (recorded once)."""
+    recorder = _state.recorder
+    lengths = recorder.item_lengths[leaf]
+    if not shift:
+        return lengths
+    found = recorder.shifted_lengths.get((leaf, shift))
+    if found is None:
+        found = recorder.shifted_lengths[(leaf, shift)] = lengths + shift
+    return found
 
 
 def is_item_length(origin):
@@ -515,7 +647,8 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
     or the array is not one axis of ints or floats."""
     recorder = _state.recorder
     loc = forward_line(depth + 1)
-    origins = _origins_of_each(sizes)
+    shift = _shift_of(sizes)
+    origins = _origins_of_each(sizes, shift)
     if recorder is None or recorder.depth or not sizes or loc is None or \
             origins is None:
         return None
@@ -524,27 +657,38 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
             array.dtype.kind not in 'iuf':
         return None
     if any(is_item_length(origin) for origin in origins):
-        return _joined_lengths(convert, origins, args, kwargs, loc)
+        return _joined_lengths(convert, origins, shift, args, kwargs, loc)
+    if shift:
+        return None
     inputs = recorder.graph.inputs
     if not all(0 <= leaf < len(inputs) for leaf, _ in origins):
         return None
     axes, dtype = tuple(axis for _, axis in origins), array.dtype
-    return _made_by_a_node(
+    return made_by_node(
         'python.sizes', _sizes_reader(axes, dtype),
         {'axes': axes, 'dtype': dtype}, _sizes_to_onnx(axes, dtype),
         [inputs[leaf] for leaf, _ in origins], array, loc, _any_rows)
 
 
-def _origins_of_each(sizes):
+def _origins_of_each(sizes, shift=0):
     """The origin of each of ``sizes``, where each is one argument's size
-    as read (``len(x)``, ``x.shape[0]``); else ``None``."""
-    if not all(type(n) is Length and n.affine == (1, 0) and
+    as read (``len(x)``, ``x.shape[0]``), plus ``shift``; else
+    ``None``."""
+    if not all(type(n) is Length and n.affine == (1, shift) and
                len(n.origins) == 1 for n in sizes):
         return None
     return [next(iter(n.origins)) for n in sizes]
 
 
-def _made_by_a_node(op, fn, attrs, onnx, inputs, array, loc, rule=None):
+def _shift_of(sizes):
+    """What the first of ``sizes`` adds to an argument's size it was read
+    from (``len(y) + 1`` of ``F.concat([eos, y])``), or 0."""
+    affine = getattr(sizes[0], 'affine', None) if sizes else None
+    return affine[1] if affine is not None and affine[0] == 1 and \
+        affine[1] > 0 else 0
+
+
+def made_by_node(op, fn, attrs, onnx, inputs, array, loc, rule=None):
     """``array``, as the output of a node ``op`` recorded to make it on
     every call from ``inputs`` by ``fn`` (with ``attrs``, its ONNX form
     ``onnx`` and ``Kernel.lengths`` ``rule``)."""
@@ -557,11 +701,11 @@ def _made_by_a_node(op, fn, attrs, onnx, inputs, array, loc, rule=None):
     return result
 
 
-def _joined_lengths(convert, origins, args, kwargs, loc):
-    """:func:`sizes_array` of the lengths of every item of a joined list,
-    in order: the conversion of the array of them the call passed; the
-    forward's iterating over the list on that line made it, and is no use
-    of the count. ``None`` for other lengths."""
+def _joined_lengths(convert, origins, shift, args, kwargs, loc):
+    """:func:`sizes_array` of the lengths of every item of a joined list
+    (each plus ``shift``), in order: the conversion of the array of them
+    the call passed; the forward's iterating over the list on that line
+    made it, and is no use of the count. ``None`` for other lengths."""
     recorder = _state.recorder
     leaf = origins[0][0]
     if origins != [(leaf, -1 - k) for k in range(len(origins))] or \
@@ -570,7 +714,7 @@ def _joined_lengths(convert, origins, args, kwargs, loc):
     _forget_iterated(recorder, [loc])
     _forget_reads(recorder, origins)
     return traced.record_conversion('numpy.array', convert,
-                                    recorder.item_lengths[leaf], args,
+                                    shifted_lengths(leaf, shift), args,
                                     kwargs)
 
 
@@ -599,13 +743,15 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     array too. ``None`` for other sizes."""
     recorder = _state.recorder
     loc = forward_line(depth + 1)
-    origins = _origins_of_each(sizes)
+    shift = _shift_of(sizes)
+    origins = _origins_of_each(sizes, shift)
     if recorder is None or recorder.depth or args or kwargs or \
             loc is None or origins is None:
         return None
     leaf = origins[0][0] if origins else _single_item_list(recorder)
     if leaf not in recorder.item_lengths:
-        return _items_offsets(cumsum, sizes, origins) if origins else None
+        return _items_offsets(cumsum, sizes, origins) \
+            if origins and not shift else None
     count = len(recorder.item_lengths[leaf])
     dropped = len(origins) == count - 1
     counted = [(leaf, -1 - k) for k in range(len(origins) + dropped)]
@@ -619,12 +765,13 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     _forget_reads(recorder, counted)
     _forget_iterated(recorder, set(lines))
     array = cumsum([int.__int__(n) for n in sizes])
-    result = _made_by_a_node(
+    lengths = shifted_lengths(leaf, shift)
+    result = made_by_node(
         'python.offsets', _offsets_reader(dropped, array.dtype),
         {'dropped': dropped, 'dtype': array.dtype},
         _offsets_to_onnx(dropped, array.dtype),
-        [recorder.values[id(recorder.item_lengths[leaf])]], array, loc)
-    recorder.offsets[id(result)] = (result, leaf, array.tolist())
+        [recorder.values[id(lengths)]], array, loc)
+    recorder.offsets[id(result)] = (result, lengths, array.tolist())
     return result
 
 

@@ -187,16 +187,37 @@ def _symbolic(read, depth=2):
 
 
 def _symbolic_len(builtin_len, recorder):
-    """``len(x)`` while recording, as ``x.shape[0]`` (:func:`_symbolic`)."""
+    """``len(x)`` while recording, as ``x.shape[0]`` (:func:`_symbolic`);
+    of a joined list, or a list of all the items of a value made of its
+    items, its number of items."""
     def length(x):
         if joining.is_joined(x):  # its count is the joined array's
             return lengths.read_shape(x.joined, (builtin_len(x),), 2)[0]
+        counted = joining.count_of(x) if recorder.segment_items and \
+            type(x) is list else None
+        if counted is not None:  # [f(x) for x in xs] of a joined xs
+            return lengths.read_shape(counted, (builtin_len(x),), 2)[0]
         return lengths.read_shape(_array_of(x), (builtin_len(x),), 2)[0]
     return length
 
 
 def _array_of(x):
     return x._data[0] if isinstance(x, chainer.Variable) else x
+
+
+def _recording_reversal(getitem, recorder):
+    """``TracedArray.__getitem__`` while recording: ``x[::-1]`` of an item
+    of a joined list is the item's part of all the items reversed
+    (``joining.reversed_item``)."""
+    def getitem_reversing(x, index):
+        if recorder.segment_items and type(index) is slice and \
+                index == joining.REVERSED and \
+                _state.recorder is recorder and not recorder.depth:
+            found = joining.reversed_item(x)
+            if found is not None:
+                return found
+        return getitem(x, index)
+    return getitem_reversing
 
 
 def _noting_lengths(name):
@@ -361,7 +382,7 @@ def _recording_split(split, recorder):
         if found[1] is None:  # of a list recorded item by item
             recorder.item_splits += 1
             return split(x, indices_or_sections, axis, force_tuple)
-        lengths = recorder.item_lengths[found[1]]
+        lengths = found[1]
         if int(traced.untag(lengths).sum()) != len(x):  # not the items' rows
             return split(x, found[2], axis)
         return joining.segments(split(x, found[2], axis), x, lengths)
@@ -371,11 +392,17 @@ def _recording_split(split, recorder):
 
 def _recording_concat(concat, recorder):
     """``F.concat`` while recording: of ``joining.Segments`` on the first
-    axis, the array they were cut from (or a link made packed)."""
+    axis, the array they were cut from (or a link made packed); of all the
+    items of a value made of a joined list's items, that value
+    (``joining.concatenated``)."""
     def concatenated(xs, axis=1):
-        if joining.is_segments(xs) and axis == 0 and \
-                _state.recorder is recorder and not recorder.depth:
-            return xs.packed
+        if axis == 0 and _state.recorder is recorder and not recorder.depth:
+            if joining.is_segments(xs):
+                return xs.packed
+            whole = joining.concatenated(xs) if recorder.segment_items \
+                else None
+            if whole is not None:
+                return whole
         return concat(xs, axis)
     concatenated.__wrapped__ = concat
     return concatenated
@@ -580,6 +607,7 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.TracedArray, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),
+    RecordingPatch(traced.TracedArray, '__getitem__', _recording_reversal),
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
                    _recording_padding),

@@ -179,9 +179,15 @@ class _Recorder(object):
         # (lengths.note_item_lengths), and how many of them the forward
         # read other than into an array of them all, as ((leaf, -1 - k),
         # the line that read it); the offsets of their items by id
-        # (lengths.offsets_array: the array, its leaf, its values), and the
-        # values of the parts split at them
+        # (lengths.offsets_array: the array, the items' lengths, its
+        # values), and the values of the parts split at them. Items whose
+        # rows are more than the list's items' by id(array): that many
+        # more, and the traced lengths of those by (leaf, that many)
         self.item_lengths = {}
+        self.length_shifts = {}
+        self.joined_rows = {}  # lengths.note_joined_rows
+        self.words_of = {}  # {leaf of lengths: leaf of their words}
+        self.shifted_lengths = {}
         self.item_length_reads = []
         self.offsets = {}
         self.segment_parts = []
@@ -224,10 +230,22 @@ class _Recorder(object):
             self.escape_line = _outermost_line(self.top_code)
 
     def note_constants(self, obj, what, loc=None):
-        """Notes the varying numbers (``scalars.Scalar``, ``IntScalar``) in
-        ``obj`` as baked in: a recorded node holds them as constants."""
+        """Notes the varying numbers (``scalars.Scalar``, ``IntScalar``) and
+        the argument sizes (``lengths.Length``) in ``obj`` as baked in: a
+        recorded node holds them as constants."""
         if self.varying:
             scalars.note_baked_in(obj, what, loc)
+        if loc is not None:
+            self.length_uses += lengths.uses_in(obj, what, loc)
+
+    def sizes_at_run_time(self, args, loc):
+        """``args`` of a NumPy function the forward calls, each argument
+        size among them (``lengths.Length``, ``loss.array * len(xs)``)
+        computed at run time where it can be
+        (``lengths.as_run_time_int``)."""
+        return tuple(
+            lengths.as_run_time_int(a, self, loc) or a
+            if isinstance(a, lengths.Length) else a for a in args)
 
     def note_effect(self, kind, target, name, value):
         """Notes an assignment to a link attribute or a ``chainer.report``

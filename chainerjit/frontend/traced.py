@@ -152,6 +152,9 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
     if index is not None:  # x[k] of a varying int k
         record_call(recorder, label, fn, args, kwargs, result, index)
         return
+    if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
+            fn.__name__ == '__call__':
+        args = recorder.sizes_at_run_time(args, user_location(3))
     recorder.note_constants((args, kwargs), 'passed to %s' % label,
                             user_location(3))
     if not _is_arrays(result):
@@ -524,7 +527,7 @@ def _elementwise_to_onnx(name, args):
     def convert(b, ins, outs):
         arrays = iter(ins)
         dtype = b.in_dtypes[0]
-        operands = [next(arrays) if a is _Slot else b.constant(
+        operands = [next(arrays) if a in (_Slot, _IntSlot) else b.constant(
             numpy.asarray(a, dtype)) for a in args]
         if name == 'not_equal':
             equal = b.op('Equal', operands)[0]
@@ -545,7 +548,7 @@ def _arithmetic_to_onnx(op, args):
         arrays = iter(zip(ins, b.in_dtypes))
         operands = []
         for a in args:
-            if a is _Slot:
+            if a in (_Slot, _IntSlot):
                 name, in_dtype = next(arrays)
                 operands.append(b.cast(name, in_dtype, dtype))
             else:
@@ -645,11 +648,28 @@ class _Slot(object):
     """Marks where an array goes in :func:`_split_arrays`' template."""
 
 
+class _IntSlot(object):
+    """Marks where an :class:`AsInt` array goes, as a Python int."""
+
+
+class AsInt(object):
+    """A 0-d int array a recorded NumPy call takes as a Python int (an
+    argument's size computed at run time: ``lengths.as_run_time_int``)."""
+
+    __slots__ = ('array',)
+
+    def __init__(self, array):
+        self.array = array
+
+
 def _split_arrays(obj, arrays):
     """Replaces the arrays in nested tuples, lists and dicts by slots."""
     if isinstance(obj, chainer.get_array_types()):
         arrays.append(obj)
         return _Slot
+    if type(obj) is AsInt:
+        arrays.append(obj.array)
+        return _IntSlot
     if type(obj) in (tuple, list):
         return type(obj)(_split_arrays(x, arrays) for x in obj)
     if type(obj) is dict:
@@ -661,6 +681,8 @@ def _fill(template, arrays):
     """Puts arrays (an iterator) back into :func:`_split_arrays`' slots."""
     if template is _Slot:
         return next(arrays)
+    if template is _IntSlot:
+        return int(next(arrays))
     if type(template) in (tuple, list):
         return type(template)(_fill(x, arrays) for x in template)
     if type(template) is dict:

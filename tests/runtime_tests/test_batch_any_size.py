@@ -905,3 +905,40 @@ def test_an_argument_of_a_fixed_shape_next_to_the_batch():
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'x: f32[B,4]@cpu grad, table: f32[3,4]@cpu grad'), entry.signature
+
+
+class _SummedLoss(_Classifier):
+    """The loss summed over the batch, reported per example with NumPy on
+    its array: ``loss.array / len(x)`` and ``loss.array * x.shape[0]``
+    take the batch size as a Python int."""
+
+    def forward(self, x, t):
+        loss = F.sum(F.softmax_cross_entropy(self.l2(F.relu(self.l1(x))), t,
+                                             reduce='no'))
+        chainer.report({'mean': loss.array / len(x),
+                        'scaled': numpy.exp(-loss.array / (x.shape[0] + 1)),
+                        'total': loss.array * x.shape[0]}, self)
+        return loss
+
+
+def _reports(model, forward, args):
+    observation = {}
+    with chainer.reporter.Reporter().scope(observation):
+        chainer.reporter.get_current_reporter().add_observer('main', model)
+        loss = forward(*args)
+    return loss.array, observation
+
+
+def test_a_batch_size_in_numpy_arithmetic_is_read_at_run_time():
+    # NumPy given the batch size as a number by the forward's code: the
+    # program computes it from the argument's shape, at any batch size.
+    model = _model(_SummedLoss)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for args in _calls(_features):
+            testing.assert_results_equal(_reports(model, jitted, args),
+                                         _reports(model, model.forward, args))
+    entry, = jitted.cache_entries()
+    assert 'x: f32[B,12]' in str(entry.signature)
+    assert 'python.size' in str(entry.graph)

@@ -256,7 +256,7 @@ class _Reported(_Convolutions):
         return loss
 
 
-def _reported_step(model, forward, optimizer, seed, args):
+def reported_step(model, forward, optimizer, seed, args):
     """One training step: the loss, and what it reported."""
     numpy.random.seed(seed)
     observation = {}
@@ -266,7 +266,8 @@ def _reported_step(model, forward, optimizer, seed, args):
     model.cleargrads()
     loss.backward()
     optimizer.update()
-    return loss.array, dict((k, v.array) for k, v in observation.items())
+    return loss.array, dict((k, getattr(v, 'array', v))
+                            for k, v in observation.items())
 
 
 def test_reports_and_updates_of_a_joined_classifier():
@@ -278,9 +279,9 @@ def test_reports_and_updates_of_a_joined_classifier():
     optimizers[1].setup(twin)
     calls = _batches(numpy.random.RandomState(10), (5, 5, 8, 3, 8, 8, 2))
     for seed, args in enumerate(calls):
-        eager = _reported_step(model, model.forward, optimizers[0], seed,
-                               args)
-        compiled = _reported_step(twin, jitted, optimizers[1], seed, args)
+        eager = reported_step(model, model.forward, optimizers[0], seed,
+                              args)
+        compiled = reported_step(twin, jitted, optimizers[1], seed, args)
         testing.assert_results_equal(compiled, eager)
     entry, = jitted.cache_entries()
     assert 'xs: i32[B,W]' in str(entry.signature)

@@ -8,6 +8,7 @@ with values and gradients equal to eager's; where the forward reads a
 part or a length otherwise, the number of sentences stays in the key,
 with a warning that says why."""
 
+import copy
 import warnings
 
 import chainer
@@ -25,6 +26,7 @@ from chainerjit import testing
 from benchmarks.bench_programs import sequence_embed
 from tests.runtime_tests.test_joined_lists import \
     checked_without_recompiling
+from tests.runtime_tests.test_joined_lists import reported_step
 from tests.runtime_tests import test_ragged_lists
 from tests.runtime_tests.test_ragged_lists import _check_seeded
 
@@ -372,8 +374,11 @@ def _words_and_lengths(args):
      _batches(numpy.random.RandomState(5), (3, 4, 6, 2, 9))),
     # the decoder's output sequences joined: the words' rows compressed
     # back from its ONNX LSTM's time-major block
-    (_Seq2seq, _pairs(numpy.random.RandomState(8), True)[:5])],
-    ids=['classifier', 'seq2seq'])
+    (_Seq2seq, _pairs(numpy.random.RandomState(8), True)[:5]),
+    # sentences reversed and framed item by item, as the example does
+    (lambda: _Framed(), _batches(numpy.random.RandomState(10),
+                                 (3, 4, 6, 2, 9)))],
+    ids=['classifier', 'seq2seq', 'framed'])
 def test_exported_model_takes_the_words_and_lengths(make, calls):
     ort = pytest.importorskip('onnxruntime')
     numpy.random.seed(0)
@@ -389,3 +394,138 @@ def test_exported_model_takes_the_words_and_lengths(make, calls):
             got, = session.run(None, dict(zip(names,
                                               _words_and_lengths(args))))
             testing.assert_results_equal(got, model.forward(*args).array)
+
+
+# --- ops on each item, run once on the rows of all ---------------------------
+
+class _Framed(_Encoder):
+    """Each sentence reversed and framed by a start and an end id in
+    Python, item by item (as Chainer's seq2seq example prepares its
+    sentences), then embedded joined; the batch size read from the
+    framed list."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0))
+
+    def forward(self, xs, t):
+        bos = numpy.array([1], I32)
+        eos = numpy.array([2, 2], I32)
+        xs = [F.concat([bos, x[::-1], eos], axis=0) for x in xs]
+        hy = self.encoder(None, None, sequence_embed(self.embed, xs))[0]
+        return F.sum(F.softmax_cross_entropy(
+            self.out(hy[-1]), t, reduce='no')) / len(xs)
+
+
+class _EachEmbeddedCounted(_EachEmbedded):
+    """Each sentence embedded on its own, the loss divided by the number
+    of embedded sentences (``len(exs)``)."""
+
+    def forward(self, xs, t):
+        exs = [self.embed(x) for x in xs]
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        return F.sum(F.softmax_cross_entropy(
+            self.out(hy[-1]), t, reduce='no')) / len(exs)
+
+
+@pytest.mark.parametrize('make', [
+    _Framed, lambda: _EachEmbeddedCounted(L.NStepGRU(1, 6, 5, 0.0), 1)],
+    ids=['framed', 'counted'])
+@pytest.mark.parametrize('train', [True, False])
+def test_ops_on_each_item_run_on_all_rows(make, train):
+    calls = _batches(numpy.random.RandomState(10), _COUNTS)
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(make, calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        't: i32[B]'), entry.signature
+    assert 'ndarray.__getitem__' not in str(entry.graph), entry.graph
+
+
+def test_the_framed_rows_are_one_node_each():
+    model = _Framed()
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', False):
+        for xs, t in _batches(numpy.random.RandomState(11), (3, 5)):
+            jitted(xs, t)
+    graph = str(jitted.cache_entries()[0].graph)
+    assert graph.count('joined.reversed') == 1, graph
+    assert graph.count('joined.framed') == 1, graph
+
+
+class _FramedItemRead(_Framed):
+    """A framed sentence read on its own besides the joined embedding."""
+
+    def forward(self, xs, t):
+        eos = numpy.array([2], I32)
+        ys = [F.concat([x, eos], axis=0) for x in xs]
+        hy = self.encoder(None, None, sequence_embed(self.embed, ys))[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t) + \
+            F.sum(self.embed(ys[0])) * 0.01
+
+
+def test_a_framed_item_read_on_its_own_keeps_the_count():
+    calls = _batches(numpy.random.RandomState(12), (3, 3, 5, 4))
+    numpy.random.seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = _check_seeded(_FramedItemRead(), calls)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('number of items' in m and 'read on its own by Sum at '
+               'test_joined_segments' in m for m in messages), messages
+    assert all('i32[W]' not in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+@settings(deadline=None, max_examples=12)
+@given(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=5),
+                min_size=1, max_size=4),
+       st.integers(0, 2), st.integers(0, 2), st.booleans(),
+       st.integers(0, 2 ** 16))
+def test_reversed_and_framed_rows_equal_each_item_s(
+        batches, n_before, n_after, reverse, seed):
+    """The kernels against each item reversed and framed on its own."""
+    from chainerjit.ops import segments
+    rng = numpy.random.RandomState(seed)
+    before = rng.randint(0, 9, (n_before, 2)).astype(I32)
+    after = rng.randint(0, 9, (n_after, 2)).astype(I32)
+    for lengths in batches:
+        items = [rng.randint(0, 9, (n, 2)).astype(I32) for n in lengths]
+        rows, sizes = numpy.concatenate(items), numpy.array(lengths)
+        if reverse:
+            got = segments.reversed_rows(rows, sizes)
+            items = [x[::-1] for x in items]
+        else:
+            got = segments.framed_rows(rows, sizes, before, after)
+            items = [numpy.concatenate([before, x, after]) for x in items]
+        numpy.testing.assert_array_equal(got, numpy.concatenate(items))
+
+
+def test_chainer_seq2seq_example_trains_with_its_reports():
+    # Chainer's seq2seq example's model as it is written, with its reports
+    # (the perplexity: NumPy on the loss's array, the number of sentences
+    # and the number of target words)
+    model = test_ragged_lists._example('seq2seq')
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    optimizers = [chainer.optimizers.Adam(), chainer.optimizers.Adam()]
+    optimizers[0].setup(model)
+    optimizers[1].setup(twin)
+    calls = [args[:2] for args in _pairs(numpy.random.RandomState(13), False)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.LoopWarning)
+        for seed, args in enumerate(calls):
+            eager = reported_step(model, model.forward, optimizers[0],
+                                  seed, args)
+            compiled = reported_step(twin, jitted, optimizers[1], seed,
+                                     args)
+            testing.assert_results_equal(compiled, eager)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]'), entry.signature
+    # the number of target words: W2 + B, read at run time
+    assert 'python.size[axes=((0, 1), (0, 1))' in str(entry.graph), \
+        entry.graph

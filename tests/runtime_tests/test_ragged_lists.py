@@ -232,15 +232,22 @@ def test_chainer_text_classification_example_with_dropout():
 
 
 def test_chainer_seq2seq_example_with_its_dropout():
+    # As the example writes it: each source reversed (x[::-1]) and each
+    # target framed by the end-of-sentence id (F.concat([eos, y])), item by
+    # item, then embedded joined. Both lists are joined at the call, and
+    # those per-item ops run once over all the rows: one entry for every
+    # number and length of sentences, without a warning.
     rng = numpy.random.RandomState(14)
+    calls = [(xs, _tokens(rng, n_items=len(xs)))
+             for xs in _tokens_of_new_counts(rng, 10)]
     with warnings.catch_warnings():
-        # Its loops over the sentences are unrolled, one entry for each
-        # number of sentences, without a word: lengths are not counts.
         warnings.simplefilter('error', chainerjit.errors.LoopWarning)
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
-        jitted = _check_seeded(_example('seq2seq'), [
-            (_tokens(rng), _tokens(rng)) for _ in range(6)])
-    assert len(jitted.cache_entries()) == 1
+        jitted = _check_seeded(_example('seq2seq'), calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]'), entry.signature
     assert jitted.cache_info().compiled >= 3
 
 
@@ -318,7 +325,13 @@ def test_seq2seq_over_new_source_and_target_lengths():
     calls = [(_tokens(rng), _tokens(rng)) for _ in range(6)]
     jitted = _trained(_Seq2seq, calls)
     entry, = jitted.cache_entries()
-    assert 'ys[3]: i32[L7]' in str(entry.signature)
+    # Targets framed by the end-of-sentence id item by item, each then
+    # embedded: joined, the framing and the embedding run once on all.
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]'), entry.signature
+    graph = str(entry.graph)
+    assert graph.count('joined.framed') == 2, graph
 
 
 def test_short_items_and_other_counts_are_entries_of_their_own():

@@ -1,0 +1,158 @@
+"""Kernels over the rows of joined items: each item's rows in order, one
+item after another, and the items' lengths (``frontend.joining``).
+
+What the forward does to each item of a joined list on its own, these do
+to the rows of all at once: ``x[::-1]`` (:func:`reversed_rows`) and
+``F.concat([bos, y, eos], axis=0)`` of fixed rows around each item
+(:func:`framed_rows`). Each has a ``Kernel.lengths`` rule for any number
+of items and any lengths, and an ONNX form. They run on NumPy arrays of
+the call's items, which no gradient reaches.
+"""
+
+import numpy
+
+from chainerjit.ops import Follow
+from chainerjit.ops import Rows
+
+
+def reversed_rows(rows, lengths):
+    """The rows of each item (``lengths`` of them, one item after another)
+    in reverse order."""
+    stops = numpy.cumsum(lengths)
+    last_and_first = numpy.repeat(stops - 1 + stops - lengths, lengths)
+    return rows[last_and_first - numpy.arange(len(rows))]
+
+
+def framed_rows(rows, lengths, before, after):
+    """The rows ``before``, then the rows of each item (``lengths`` of
+    them, one item after another), then the rows ``after``, for every
+    item: ``F.concat([before, x, after], axis=0)`` of each item ``x``,
+    joined."""
+    n_before, n_extra = len(before), len(before) + len(after)
+    item = numpy.repeat(numpy.arange(len(lengths)), lengths)
+    out = numpy.empty((len(rows) + n_extra * len(lengths),) + rows.shape[1:],
+                      rows.dtype)
+    out[numpy.arange(len(rows)) + item * n_extra + n_before] = rows
+    starts = numpy.cumsum(lengths + n_extra) - lengths - n_extra
+    for k, row in enumerate(before):
+        out[starts + k] = row
+    for k, row in enumerate(after):
+        out[starts + n_before + lengths + k] = row
+    return out
+
+
+def reversed_lengths_rule(rows):
+    """The ``Kernel.lengths`` rule of :func:`reversed_rows`: its rows are
+    its input's, at any lengths and number of items."""
+    if any(r is not None and r.axis for r in rows):
+        return None
+    return Follow((rows[0],))
+
+
+def framed_lengths_rule(recorded_rows, recorded_items, n_extra):
+    """The ``Kernel.lengths`` rule of :func:`framed_rows` recorded with
+    ``recorded_rows`` rows of ``recorded_items`` items: its rows are its
+    input's and ``n_extra`` for each item, at any lengths and number of
+    items."""
+    def lengths(rows):
+        if any(r is not None for r in rows[2:]) or \
+                any(r is not None and r.axis for r in rows[:2]):
+            return None
+        items_rows, counts = rows[:2]
+        extra = n_extra * recorded_items if counts is None else \
+            Rows(counts.parts * n_extra)
+        return Follow(((recorded_rows if items_rows is None
+                        else items_rows) + extra,))
+    return lengths
+
+
+def _rows_and_items(b, stops, n_rows):
+    """ONNX: ``(row, item)``, the index of each of ``n_rows`` rows (an
+    int64 name of shape ``[1]``) and of the item it is in, the items
+    ending at ``stops``."""
+    row = b.single('Range', b.int64s(0), b.single('Squeeze', n_rows),
+                   b.int64s(1))
+    ended = b.single('GreaterOrEqual',
+                     b.single('Unsqueeze', row, b.int64s([1])),
+                     b.single('Unsqueeze', stops, b.int64s([0])))
+    return row, b.single('ReduceSum', b.cast(ended, numpy.bool_, numpy.int64),
+                         b.int64s([1]), keepdims=0)
+
+
+def _cumsum(b, x):
+    return b.single('CumSum', x, b.constant(numpy.asarray(0, numpy.int64)))
+
+
+def _clipped(b, x, low, high):
+    return b.single('Clip', x, b.int64s(low), high)
+
+
+def reversed_to_onnx(lengths_dtype):
+    """The ONNX form of :func:`reversed_rows` (lengths of
+    ``lengths_dtype``)."""
+    def convert(b, ins, outs):
+        lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
+        stops = _cumsum(b, lengths)
+        row, item = _rows_and_items(
+            b, stops, b.single('Shape', ins[0], start=0, end=1))
+        last_and_first = b.single('Sub', b.single('Add', stops, stops),
+                                  b.single('Add', lengths, b.int64s(1)))
+        index = b.single('Sub', b.single('Gather', last_and_first, item,
+                                         axis=0), row)
+        b.op('Gather', [ins[0], index], outs, axis=0)
+    return convert
+
+
+def framed_to_onnx(lengths_dtype, n_before, n_after):
+    """The ONNX form of :func:`framed_rows` (lengths of
+    ``lengths_dtype``, ``n_before`` and ``n_after`` fixed rows)."""
+    n_extra = n_before + n_after
+
+    def convert(b, ins, outs):
+        rows, before, after = ins[0], ins[2], ins[3]
+        lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
+        framed = b.single('Add', lengths, b.int64s(n_extra))
+        stops = _cumsum(b, framed)
+        row, item = _rows_and_items(
+            b, stops, b.single('ReduceSum', framed, keepdims=1))
+        at = b.single('Sub', row, b.single(
+            'Gather', b.single('Sub', stops, framed), item, axis=0))
+        length = b.single('Gather', lengths, item, axis=0)
+        source = b.single('Sub', row, b.single('Add', b.single(
+            'Mul', item, b.int64s(n_extra)), b.int64s(n_before)))
+        last = b.single('Sub', b.single('Squeeze', b.single(
+            'Shape', rows, start=0, end=1)), b.int64s(1))
+        taken = b.single('Gather', rows, _clipped(b, source, 0, last),
+                         axis=0)
+        taken = _fixed_rows_where(b, taken, before, at, n_before)
+        after_item = b.single('Sub', at, b.single(
+            'Add', length, b.int64s(n_before)))
+        taken = _fixed_rows_where(b, taken, after, after_item, n_after)
+        b.op('Identity', [taken], outs)
+    return convert
+
+
+def _fixed_rows_where(b, taken, fixed, at, n):
+    """``taken`` with the row ``fixed[at]`` where ``0 <= at < n``."""
+    if not n:
+        return taken
+    inside = b.single('And', b.single('GreaterOrEqual', at, b.int64s(0)),
+                      b.single('Less', at, b.int64s(n)))
+    row = b.single('Gather', fixed, _clipped(b, at, 0, b.int64s(n - 1)),
+                   axis=0)
+    return b.single('Where', _expanded(b, inside, fixed), row, taken)
+
+
+def _expanded(b, mask, like):
+    """``mask`` (one bool per row) with an axis of size 1 for each axis
+    after the first of the rows ``like``."""
+    rank = b.single('Shape', b.single('Shape', like))
+    ones = b.single('ConstantOfShape', b.single('Sub', rank, b.int64s([1])),
+                    value=_one_int64())
+    return b.single('Reshape', mask, b.single(
+        'Concat', b.single('Shape', mask), ones, axis=0))
+
+
+def _one_int64():
+    import onnx.numpy_helper
+    return onnx.numpy_helper.from_array(numpy.ones(1, numpy.int64))
