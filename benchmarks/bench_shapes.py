@@ -23,7 +23,8 @@ weights; every call's result is checked against eager's. Workloads:
   the labels as a list), padded in the forward by ``concat_examples``,
   as Chainer's text classification example does; and that example's RNN
   encoder (``sequence_embed`` into a one-layer ``L.NStepLSTM``), also
-  with each sentence embedded on its own;
+  with each sentence embedded on its own; and Chainer's seq2seq example's
+  model as it is written, on lists of sentence pairs;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
@@ -397,6 +398,26 @@ def _rnn_text_training(each=False):
     return _loss_training(RNNText, sentences, lambda m: m.l2.W.grad, {})
 
 
+def _seq2seq_example_training():
+    """Chainer's seq2seq example's model as it is written (its sources
+    reversed and its targets framed by the end-of-sentence id item by
+    item, three-layer ``L.NStepLSTM`` encoder and decoder with dropout,
+    its perplexity reported) on lists of 2 to 64 sentence pairs of 1 to
+    60 words each."""
+    import numpy
+
+    from benchmarks.bench_programs import models
+
+    def make():
+        return models()[6](words=1000, units=64)
+
+    def pairs(rng):
+        size = rng.randint(2, 65)
+        return tuple([rng.randint(1, 1000, rng.randint(1, 61)).astype(
+            numpy.int32) for _ in range(size)] for _ in 'xy')
+    return _loss_training(make, pairs, lambda m: m.W.W.grad, {})
+
+
 def workloads():
     import numpy
 
@@ -432,6 +453,9 @@ def workloads():
         ('RNN text classifier training, each sentence embedded, lists of 2 '
          'to 64 sentences of 1 to 60 words', 'chainerjit',
          _rnn_text_training(each=True)),
+        ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
+         'pairs of 1 to 60 words', 'chainerjit',
+         _seq2seq_example_training()),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

@@ -53,6 +53,7 @@ from chainerjit import errors
 from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
+from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
 from chainerjit.frontend import traced
 from chainerjit.ops import segments as segments_ops
@@ -63,8 +64,8 @@ MIN_ITEMS = 2
 
 
 class Join(collections.namedtuple('Join',
-                                  'path kind padding lengths width',
-                                  defaults=(False, 0))):
+                                  'path kind padding lengths width draws',
+                                  defaults=(False, 0, False))):
     """How a list argument is joined: ``path`` as ``packing.list_paths``
     gives it; ``kind`` ``'pad'`` (``F.pad_sequence`` to the longest item,
     with ``padding``), ``'concat'`` (``F.concat`` on axis 0 of items of
@@ -75,7 +76,9 @@ class Join(collections.namedtuple('Join',
     an array of (``xp.array([len(x) for x in xs])``, a ``python.sizes``
     node), and segments: the call passes ``(joined array, lengths)``.
     ``width``: of segments, which of the call's widths their rows are
-    (lists of items of the same lengths share one)."""
+    (lists of items of the same lengths share one). ``draws``: a random
+    function (dropout) applied to each item on its own may draw for the
+    rows of all at once (:func:`_draws_as_one`)."""
 
     __slots__ = ()
 
@@ -229,11 +232,14 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
 
 
 # The Chainer functions that map each row of their first input to a row of
-# their output, with nothing random: applied to each item of a joined list
-# (or of a value made so), by name, they are applied once to the rows of all
-# (:func:`applied_to_items`).
+# their output: applied to each item of a joined list (or of a value made
+# so), by name, they are applied once to the rows of all
+# (:func:`applied_to_items`). Dropout draws its mask with one
+# ``numpy.random.rand`` of its input's shape, row after row: the draws of
+# the items one after another are the draw of all their rows, where nothing
+# else draws in between.
 ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
-                      'Sigmoid', 'LeakyReLU'])
+                      'Sigmoid', 'LeakyReLU', 'Dropout'])
 
 #: The slice that reverses an item (``x[::-1]``: :func:`reversed_item`).
 REVERSED = slice(None, None, -1)
@@ -278,7 +284,9 @@ def applied_to_items(node, inputs):
     noted = [recorder.segment_items.get(id(_array(x))) for x in inputs]
     name = type(node).__name__
     if name in ROW_WISE and noted[0] is not None and \
-            not any(noted[1:]):
+            not any(noted[1:]) and (
+                noted[0].leaf in recorder.drawing_lists or
+                not ops.is_impure(name)):
         return (_row_wise(node, inputs, noted[0]),)
     if any(isinstance(x, chainer.Variable) and x.requires_grad
            for x in inputs):
@@ -576,9 +584,11 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
         if j.lengths:
             lengths.note_item_lengths(items, joined[1])
         if j.kind == 'segments':
+            recorder = _keys.recording.recorder
             leaf = lengths.leaf_of(joined[1])
-            _keys.recording.recorder.words_of[leaf] = lengths.leaf_of(
-                joined[0])
+            recorder.words_of[leaf] = lengths.leaf_of(joined[0])
+            if j.draws:
+                recorder.drawing_lists.add(leaf)
             note_items(items, joined[0], leaf)
         rows.append((j.path, items))
         arguments[j.path[1]] = joined_list(items, _counted(joined, j),
@@ -640,8 +650,22 @@ def take_joins(recording, joins, names):
     graph.nodes = [node for node in graph.nodes if node not in gone]
     uses[:] = [use for use in uses  # loops over items applied to whole
                if use.what != lengths.ITERATED or
-               use.loc not in recording.iterated_lines]
+               not _applied_whole(use.loc, recording.iterated_lines)]
     return None
+
+
+def _applied_whole(loc, iterated_lines):
+    """Did the forward's loop over the items of a joined list at ``loc``
+    only apply functions to them that ran on the rows of all at once
+    (``iterated_lines``, :func:`applied_to_items`)? A comprehension there,
+    or a ``for`` statement whose every statement appends such a value to a
+    list."""
+    if loc in iterated_lines:
+        return True
+    statements = loop_analysis.appending_lines(loc)
+    return statements is not None and all(
+        any(line in iterated_lines for line in lines)
+        for lines in statements)
 
 
 def list_arguments(args, kwargs):
@@ -690,7 +714,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             readers[0] is not None else None
         if (not lengths_read or item_splits) and _applied_each(
                 graph, values, users, item_splits):
-            j = Join(path, 'segments', None, True)
+            j = Join(path, 'segments', None, True,
+                     draws=_draws_as_one(graph, values))
             if j.takes(items):
                 joins.append(j)
                 cut.append([len(a) for a in items])
@@ -752,6 +777,33 @@ def _applied_each(graph, values, users, item_splits):
         dict(node.attrs).get('items') == len(values) and
         not any(v.kind == 'input' for v in node.inputs[:_n_states(node)])
         for node in graph.nodes)
+
+
+def _draws_as_one(graph, values):
+    """Do the random functions (dropout) that a recording made item by item
+    applies to each of ``values`` (a list's items, or values made of each
+    alone) draw for one item after the other, nothing drawing in between
+    (``[F.dropout(self.embed(x)) for x in xs]``)? Then, joined, each may
+    draw for the rows of all at once: the same numbers, in the same order.
+    Two such functions alternate (``F.dropout(F.tanh(F.dropout(...)))``
+    of each item), which draws for all the rows would not."""
+    item_of = dict((v, k) for k, v in enumerate(values))
+    drawn = []  # the item (None: another value) of each random node
+    for node in graph.nodes:
+        found = set(item_of[v] for v in node.inputs if v in item_of)
+        k = found.pop() if len(found) == 1 else None
+        if k is not None:
+            item_of.update((out, k) for out in node.outputs)
+        if ops.is_impure(node.op):
+            drawn.append(k)
+    expected = None  # the item the run of draws has reached
+    for k in drawn:
+        if expected is not None and k != expected:
+            return False
+        if k is not None and k != (expected or 0):
+            return False
+        expected = None if k is None or k + 1 == len(values) else k + 1
+    return expected is None
 
 
 def _applied_to_item(graph, node, value, values):

@@ -454,6 +454,35 @@ def _index_arithmetic(parent, node):
                        ast.Add, ast.Sub)) for n in ast.walk(other))
 
 
+def appending_lines(loc):
+    """Where the ``for`` statement at ``loc`` (``(filename, line)``) only
+    appends to lists, one value each (``exs.append(self.embed(x))``), as a
+    comprehension makes a list: the ``(filename, line)`` spans of its
+    statements; else ``None``."""
+    filename, line = loc
+    tree = source.file_ast(filename)
+    loop = None if tree is None else next(
+        (n for n in ast.walk(tree)
+         if isinstance(n, ast.For) and n.lineno == line), None)
+    if loop is None or loop.orelse or not all(
+            _appends_one(statement) for statement in loop.body):
+        return None
+    return [[(filename, k) for k in range(
+        statement.lineno, statement.end_lineno + 1)]
+        for statement in loop.body]
+
+
+def _appends_one(statement):
+    """Is ``statement`` ``name.append(value)``, binding no name?"""
+    call = statement.value if isinstance(statement, ast.Expr) else None
+    return isinstance(call, ast.Call) and isinstance(
+        call.func, ast.Attribute) and call.func.attr == 'append' and \
+        isinstance(call.func.value, ast.Name) and len(call.args) == 1 and \
+        not call.keywords and not any(
+            isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
+                           ast.Await)) for n in ast.walk(call))
+
+
 def appended_lists(code, header):
     """The names of the lists a loop appends to (``ys.append(h)``,
     ``ys += [h]``)."""

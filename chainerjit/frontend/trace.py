@@ -198,6 +198,9 @@ class _Recorder(object):
         # (joining.applied_to_items)
         self.segment_items = {}
         self.applied_rows = {}
+        # the leaves of the lengths of the joined lists whose items' random
+        # functions may draw for the rows of all at once (joining.Join)
+        self.drawing_lists = set()
         self.iterated_lines = set()
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
@@ -274,9 +277,8 @@ class _Recorder(object):
         """Notes the varying numbers and argument sizes in ``written``
         (an index and the value written into an array the forward made)
         as baked into the recording."""
-        what = 'an index of a write into an array made by NumPy'
-        self.note_constants(written, what, loc)
-        self.length_uses += lengths.uses_in(written, what, loc)
+        self.note_constants(
+            written, 'an index of a write into an array made by NumPy', loc)
 
     def is_constant_memory(self, array):
         """Is ``array``'s memory that of a constant of the program?"""

@@ -51,11 +51,19 @@ def is_cupy_file(filename):
 def user_location(depth=1):
     """The innermost caller's ``(filename, lineno)`` outside Chainer,
     NumPy, CuPy and chainerjit itself."""
+    frame = user_frame(depth + 1)
+    return None if frame is None else (frame.f_code.co_filename,
+                                       frame.f_lineno)
+
+
+def user_frame(depth=1):
+    """The innermost caller's frame outside Chainer, NumPy, CuPy and
+    chainerjit itself, or ``None``."""
     frame = sys._getframe(depth)
     while frame is not None:
         filename = frame.f_code.co_filename
         if not (is_library_file(filename) or is_cupy_file(filename)):
-            return filename, frame.f_lineno
+            return frame
         frame = frame.f_back
     return None
 

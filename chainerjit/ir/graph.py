@@ -47,7 +47,8 @@ def format_type(shape, dtype):
 class Value(object):
     """An SSA value: defined once, by an argument, a constant or a node."""
 
-    __slots__ = ('kind', 'shape', 'dtype', 'name', 'data', 'symbols')
+    __slots__ = ('kind', 'shape', 'dtype', 'name', 'data', 'symbols',
+                 'symbol_terms')
 
     def __init__(self, kind, shape, dtype, name=None, data=None):
         self.kind = kind
@@ -56,6 +57,9 @@ class Value(object):
         self.name = name
         self.data = data  # a constant's array; a param's source
         self.symbols = None  # {axis: 'T'}: dimensions that vary by call
+        # {axis: ((term, its recorded size), ...)}: the symbols' terms of a
+        # dimension that sums several ('W2+B'), as runtime.ragged names it
+        self.symbol_terms = None
 
     @property
     def type_str(self):

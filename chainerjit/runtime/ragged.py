@@ -156,8 +156,29 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
                                      for leaf in following.reads]
     for value, r in rows.items():  # (a trip count's kept)
         value.symbols = dict(value.symbols or {})
-        value.symbols[r.axis] = label(r)
+        value.symbols[r.axis] = _named(value, r, label)
     return None
+
+
+def _named(value, rows, label):
+    """How the printed IR names the axis of ``value`` that has ``rows``:
+    ``label(rows)``, or, where another axis's symbols named it already
+    (``ys[0]: i32[W2]`` framed by a row for each of ``B`` items), the sum
+    of both, ``W2+B``, and what is fixed."""
+    if rows.widest or rows.axis >= len(value.shape):  # (a list's rows)
+        return label(rows)
+    items = ops.Rows(tuple(p for p in rows.parts if p[0] is not None),
+                     rows.axis)
+    term = (label(items), sum(n for _, n in items.parts))
+    terms = dict(value.symbol_terms or {})
+    named = tuple(t for t in terms.get(rows.axis, ()) if t[0] != term[0])
+    terms[rows.axis] = named + (term,)
+    value.symbol_terms = terms
+    if not named:
+        return label(rows)
+    fixed = value.shape[rows.axis] - sum(n for _, n in terms[rows.axis])
+    return '+'.join(t for t, _ in terms[rows.axis]) + (
+        '%+d' % fixed if fixed else '')
 
 
 def _follow(nodes, rows, variants, names, size, in_loop=False):

@@ -277,27 +277,29 @@ def test_sentences_embedded_each_are_joined(name):
     assert 'GetItem' not in ops[:3], ops
 
 
-class _EachDropped(_Encoder):
-    """Each sentence embedded and dropped out on its own: dropout draws
-    item by item, which one draw over all the rows would not equal where
-    two draws alternate, so such a loop is not applied whole."""
+class _EachDroppedTwice(_Encoder):
+    """Each sentence embedded and dropped out twice on its own: item by
+    item, the draws of the two dropouts alternate, which two draws over all
+    the rows would not give, so such a loop is not applied whole."""
 
     def forward(self, xs, t):
-        exs = [F.dropout(self.embed(x), 0.2) for x in xs]
+        exs = [F.dropout(F.tanh(F.dropout(self.embed(x), 0.2)), 0.1)
+               for x in xs]
         hy = self.encoder(None, None, exs)[0]
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
 class _EachInALoop(_Encoder):
-    """Each sentence embedded in a ``for`` statement, not a comprehension:
-    the loop's count is used on another line than the embedding."""
+    """Each sentence embedded in a ``for`` statement that counts them too:
+    its count is used on another line than the embedding."""
 
     def forward(self, xs, t):
-        exs = []
+        exs, n = [], 0
         for x in xs:
             exs.append(self.embed(x))
+            n += 1
         hy = self.encoder(None, None, exs)[0]
-        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+        return F.softmax_cross_entropy(self.out(hy[-1]), t) / n
 
 
 class _OutputsPooled(_Encoder):
@@ -338,7 +340,8 @@ class _CutElsewhere(_Encoder):
 
 
 @pytest.mark.parametrize('cls, why', [
-    (_EachDropped, 'read on its own by Dropout at test_joined_segments'),
+    (_EachDroppedTwice, 'read on its own by Dropout at '
+     'test_joined_segments'),
     (_EachInALoop, 'counted by iterating'),
     (_OutputsPooled, 'read on its own'),
     (_PartRead, 'read on its own'),
@@ -416,6 +419,28 @@ class _Framed(_Encoder):
             self.out(hy[-1]), t, reduce='no')) / len(xs)
 
 
+class _EachDropped(_EachEmbedded):
+    """Each sentence embedded and dropped out on its own: dropout draws
+    item by item, as one draw over all the rows does."""
+
+    def forward(self, xs, t):
+        exs = [F.dropout(self.embed(x), 0.2) for x in xs]
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+class _EachAppended(_EachEmbedded):
+    """Each sentence embedded and dropped out in a ``for`` statement that
+    only appends them to a list, as a comprehension makes it."""
+
+    def forward(self, xs, t):
+        exs = []
+        for x in xs:
+            exs.append(F.dropout(F.tanh(self.embed(x)), 0.1))
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
 class _EachEmbeddedCounted(_EachEmbedded):
     """Each sentence embedded on its own, the loss divided by the number
     of embedded sentences (``len(exs)``)."""
@@ -428,8 +453,10 @@ class _EachEmbeddedCounted(_EachEmbedded):
 
 
 @pytest.mark.parametrize('make', [
-    _Framed, lambda: _EachEmbeddedCounted(L.NStepGRU(1, 6, 5, 0.0), 1)],
-    ids=['framed', 'counted'])
+    _Framed, lambda: _EachEmbeddedCounted(L.NStepGRU(1, 6, 5, 0.0), 1),
+    lambda: _EachDropped(L.NStepLSTM(2, 6, 5, 0.3), 2),
+    lambda: _EachAppended(L.NStepGRU(1, 6, 5, 0.0), 1)],
+    ids=['framed', 'counted', 'dropped', 'appended'])
 @pytest.mark.parametrize('train', [True, False])
 def test_ops_on_each_item_run_on_all_rows(make, train):
     calls = _batches(numpy.random.RandomState(10), _COUNTS)
@@ -451,6 +478,8 @@ def test_the_framed_rows_are_one_node_each():
     graph = str(jitted.cache_entries()[0].graph)
     assert graph.count('joined.reversed') == 1, graph
     assert graph.count('joined.framed') == 1, graph
+    # a start and two end ids framing each of B sentences of W words
+    assert 'i32[3*B+W] = joined.framed[after=2, before=1]' in graph, graph
 
 
 class _FramedItemRead(_Framed):
