@@ -111,6 +111,28 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
     return JitFunction(fn, None, options)
 
 
+@contextlib.contextmanager
+def _reports_noted():
+    """Notes in the list it gives what the block reports to the current
+    reporter (``chainer.report``), as it reports it; ``None`` where no
+    reporter is current (a report then goes nowhere)."""
+    reporters = chainer.reporter._get_reporters()
+    if not reporters:
+        yield None
+        return
+    reporter, noted = reporters[-1], []
+    report = reporter.report
+
+    def noting(values, observer=None):
+        noted.append(dict(values))
+        return report(values, observer)
+    reporter.report = noting
+    try:
+        yield noted
+    finally:
+        del reporter.report
+
+
 class JitFunction(_calls.CachedCall):
     """A jitted function, or a jitted method bound to one model.
 
@@ -291,17 +313,21 @@ class JitFunction(_calls.CachedCall):
             outs = entry.program.run(signature.leaf_arrays(leaves) + params
                                      + symbols)
             compiled = entry.build_result(outs, leaves, instance)
+            reported = entry.reported(outs, leaves, instance)
         except errors.VMError as e:
             # A kernel that raised where eager Chainer does not (below) is
             # as wrong as another result; a branch is the guard's to judge.
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
         snapshot.restore()
-        result = self._check_eagerly(instance, args, kwargs, hit=True)
+        with _reports_noted() as eager_reports:
+            result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
             return result
         if compiled is not _RAISED and \
-                pipeline.compare_results(result, compiled) is None:
+                pipeline.compare_results(result, compiled) is None and (
+                    eager_reports is None or pipeline.compare_results(
+                        eager_reports, reported) is None):
             entry.verified_lengths.update(
                 checked if _checks_items(entry.symbolic) else [checked])
             return result

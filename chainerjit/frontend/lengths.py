@@ -629,6 +629,9 @@ def shifted_lengths(leaf, shift):
     found = recorder.shifted_lengths.get((leaf, shift))
     if found is None:
         found = recorder.shifted_lengths[(leaf, shift)] = lengths + shift
+        # (as many as the list's items: len() of segments cut at them)
+        recorder.length_leaves[id(found)] = recorder.length_leaves[
+            id(lengths)]
     return found
 
 

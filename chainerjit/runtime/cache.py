@@ -385,8 +385,7 @@ class Entry(object):
         checked = self._epoch == link_epoch[0]
         assigned = []
         for kind, path, name, structure, specs in self.effects:
-            value = signature.unflatten(structure, [
-                _make_leaf(s, outs, leaves, instance) for s in specs])
+            value = _effect_value(structure, specs, outs, leaves, instance)
             target = None if path is None else resolve_link(instance, path)
             if kind == 'setattr':
                 setattr(target, name, value)
@@ -400,6 +399,13 @@ class Entry(object):
             # LSTM's state): read where they are now on the next call.
             self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
+
+    def reported(self, outs, leaves, instance):
+        """The values the recorded forward reported (``chainer.report``),
+        in order, made of the program's outputs ``outs``."""
+        return [_effect_value(structure, specs, outs, leaves, instance)
+                for kind, _, _, structure, specs in self.effects
+                if kind == 'report']
 
     def _keeps_state(self, target, path, name):
         """Does an attribute :meth:`replay_effects` assigned keep what
@@ -495,6 +501,12 @@ def _output_requires_grad(outputs, effects):
 
 
 DETACHED, CONNECTED, NEW_LEAF = 0, 1, 2  # as _calls.publish reads them
+
+
+def _effect_value(structure, specs, outs, leaves, instance):
+    """The value an effect assigns or reports, made of program outputs."""
+    return signature.unflatten(structure, [
+        _make_leaf(s, outs, leaves, instance) for s in specs])
 
 
 def _make_leaf(spec, outs, leaves, instance):

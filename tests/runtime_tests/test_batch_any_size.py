@@ -942,3 +942,32 @@ def test_a_batch_size_in_numpy_arithmetic_is_read_at_run_time():
     entry, = jitted.cache_entries()
     assert 'x: f32[B,12]' in str(entry.signature)
     assert 'python.size' in str(entry.graph)
+
+
+class _RowsCounted(_SummedLoss):
+    """The batch size counted by iterating over the rows in Python, which
+    the recording does not see, into a report only."""
+
+    def forward(self, x, t):
+        loss = F.sum(F.softmax_cross_entropy(self.l2(F.relu(self.l1(x))), t,
+                                             reduce='no'))
+        n = sum(1 for _ in x)
+        chainer.report({'mean': loss.array / n}, self)
+        return loss
+
+
+def test_a_report_that_differs_at_a_new_batch_size_keeps_it_in_the_key(
+        fresh_warnings):
+    # The first call at a new batch size compares what it reports with
+    # eager's too, not only what it returns.
+    model = _model(_RowsCounted)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for args in _calls(_features):
+            testing.assert_results_equal(_reports(model, jitted, args),
+                                         _reports(model, model.forward, args))
+    assert any('batch size' in str(w.message) and 'another result' in
+               str(w.message) for w in caught), [str(w.message)
+                                                 for w in caught]
+    assert all('[B' not in str(e.signature) for e in jitted.cache_entries())
