@@ -312,16 +312,18 @@ def _row_wise(node, inputs, found):
         rows, = ops.pristine_copy(node).apply(
             (found.packed,) + tuple(inputs[1:]))
         return rows, cut(rows, found.lengths)
-    return _applied(key, found, whole)
+    return _applied(key, found, whole, ops.is_impure(type(node).__name__))
 
 
-def _applied(key, found, whole):
+def _applied(key, found, whole, drawn=False):
     """Item ``found.k`` of the items made by ``whole()`` (``(rows, items)``)
     of all of the items of ``found.packed``, made the first time asked
-    for ``key``; the line that asked is a loop over the items."""
+    for ``key`` (and, where it draws random numbers, ``drawn``, each time
+    asked for the first item: a loop over the items draws anew); the line
+    that asked is a loop over the items."""
     recorder = _keys.recording.recorder
     items = recorder.applied_rows.get(key)
-    if items is None:
+    if items is None or drawn and found.k == 0:
         rows, items = whole()
         recorder.iterated_lines.add(traced.user_location())
         recorder.applied_rows[key] = items

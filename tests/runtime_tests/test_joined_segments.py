@@ -441,6 +441,19 @@ class _EachAppended(_EachEmbedded):
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
+class _DroppedApart(_EachEmbedded):
+    """The same sentences, each embedded, dropped out by two loops over
+    them: each loop draws masks of its own."""
+
+    def forward(self, xs, t):
+        exs = [self.embed(x) for x in xs]
+        first = [F.dropout(e, 0.3) for e in exs]
+        second = [F.dropout(e, 0.3) for e in exs]
+        h = self.encoder(None, first)[0][-1] + \
+            self.encoder(None, second)[0][-1]
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
 class _EachEmbeddedCounted(_EachEmbedded):
     """Each sentence embedded on its own, the loss divided by the number
     of embedded sentences (``len(exs)``)."""
@@ -455,8 +468,9 @@ class _EachEmbeddedCounted(_EachEmbedded):
 @pytest.mark.parametrize('make', [
     _Framed, lambda: _EachEmbeddedCounted(L.NStepGRU(1, 6, 5, 0.0), 1),
     lambda: _EachDropped(L.NStepLSTM(2, 6, 5, 0.3), 2),
-    lambda: _EachAppended(L.NStepGRU(1, 6, 5, 0.0), 1)],
-    ids=['framed', 'counted', 'dropped', 'appended'])
+    lambda: _EachAppended(L.NStepGRU(1, 6, 5, 0.0), 1),
+    lambda: _DroppedApart(L.NStepGRU(1, 6, 5, 0.0), 1)],
+    ids=['framed', 'counted', 'dropped', 'appended', 'dropped apart'])
 @pytest.mark.parametrize('train', [True, False])
 def test_ops_on_each_item_run_on_all_rows(make, train):
     calls = _batches(numpy.random.RandomState(10), _COUNTS)
