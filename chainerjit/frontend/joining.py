@@ -431,7 +431,7 @@ def _whole(items):
     items of one value of a joined list's items (:func:`note_items`), in
     order; else ``None``."""
     recorder = _keys.recording.recorder
-    if type(items) not in (list, tuple) or not items:
+    if not isinstance(items, (list, tuple)) or not items:
         return None
     found = [recorder.segment_items.get(id(_array(x))) for x in items]
     if None in found:
@@ -447,10 +447,10 @@ def _whole(items):
 
 def items_whole(items):
     """``Segments`` of ``items`` (a list a link takes) where they are all
-    the items of one value whose rows were applied to
+    the items of a joined list, or of one value made of them
     (:func:`applied_to_items`), in order; else ``None``."""
     found = _whole(items)
-    if found is None or not isinstance(found.packed, chainer.Variable):
+    if found is None:
         return None
     return segments(items, found.packed, found.lengths, note=False)
 
@@ -714,8 +714,9 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         readers = [n for n in users.get(values[0], []) if n is not sized]
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
-        if (not lengths_read or item_splits) and _applied_each(
-                graph, values, users, item_splits):
+        if (not lengths_read or item_splits) and (_applied_each(
+                graph, values, users, item_splits) or _linked_whole(
+                    values, users)):
             j = Join(path, 'segments', None, True,
                      draws=_draws_as_one(graph, values))
             if j.takes(items):
@@ -779,6 +780,41 @@ def _applied_each(graph, values, users, item_splits):
         dict(node.attrs).get('items') == len(values) and
         not any(v.kind == 'input' for v in node.inputs[:_n_states(node)])
         for node in graph.nodes)
+
+
+def _linked_whole(values, users):
+    """Do ``values`` (a list's items) go, all of them in order and nothing
+    else, into one call of an N-step link, its states not arguments
+    (sequences of features: ``self.lstm(None, None, xs)``)?"""
+    readers = set(node for value in values for node in users.get(value, []))
+    if len(readers) != 1 or None in readers:
+        return False
+    node, = readers
+    n_states = _n_states(node) if node.op in (
+        'NStepRNN', 'NStepRNNDropout') else None
+    if n_states is None or \
+            node.inputs[n_states:n_states + len(values)] != list(values) or \
+            any(v.kind == 'input' for v in node.inputs[:n_states]):
+        return False
+    # its output sequences unread, or joined (F.concat(ys, axis=0))
+    readers = set(reader for out in node.outputs[n_states:]
+                  for reader in users.get(out, []))
+    return not readers or len(readers) == 1 and None not in readers and \
+        next(iter(readers)).op == 'Concat'
+
+
+def as_plain(value):
+    """``value`` (what the forward returns) with each joined list in it
+    (:class:`JoinedList`, :class:`Segments`, ...; in tuples, lists and
+    dicts) a plain list or tuple again."""
+    if is_joined(value):
+        return (list if isinstance(value, list) else tuple)(
+            as_plain(v) for v in value)
+    if type(value) in (list, tuple):
+        return type(value)(as_plain(v) for v in value)
+    if type(value) is dict:
+        return dict((k, as_plain(v)) for k, v in value.items())
+    return value
 
 
 def _draws_as_one(graph, values):

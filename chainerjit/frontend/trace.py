@@ -40,6 +40,7 @@ from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import arguments
 from chainerjit.frontend import control
+from chainerjit.frontend import joining
 from chainerjit.frontend import lengths
 from chainerjit.frontend import model_state
 from chainerjit.frontend import recording_patches
@@ -726,8 +727,8 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     ``callers`` are ``(stand-ins, the caller's objects they stand for)``,
     put back in the result and in the link attributes assigned."""
     traced.untag_graph(recorder.applied)
-    result = lengths.plain(result, recorder.length_uses, 'returned',
-                           recorder.forward_loc)
+    result = lengths.plain(joining.as_plain(result), recorder.length_uses,
+                           'returned', recorder.forward_loc)
     model_state.adopt_lazy_params(instance, recorder)
     outputs = _record_outputs(result, recorder, proxies)
     effects = _record_effects(instance, recorder, proxies)

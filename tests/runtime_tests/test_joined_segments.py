@@ -311,6 +311,27 @@ class _OutputsPooled(_Encoder):
         return F.softmax_cross_entropy(self.out(h), t)
 
 
+class _OutputsReturned(_Encoder):
+    """The link's output sequences returned with the loss."""
+
+    def forward(self, xs, t):
+        hy, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        return F.softmax_cross_entropy(self.out(hy[-1]), t), ys
+
+
+def test_output_sequences_returned_keep_the_count_in_the_key():
+    model = _OutputsReturned(dropout=0.0)
+    jitted = chainerjit.jit(model.forward)
+    calls = _batches(numpy.random.RandomState(4), (3, 3, 5, 4, 5), low=2)
+    with warnings.catch_warnings(record=True) as caught, \
+            chainer.using_config('train', False):
+        warnings.simplefilter('always')
+        for args in calls:
+            testing.assert_results_equal(jitted(*args), model.forward(*args))
+    assert any('number of items' in str(w.message) and 'read on its own'
+               in str(w.message) for w in caught)
+
+
 class _PartRead(_Encoder):
     """A part of the cut read besides the link's call."""
 
@@ -383,6 +404,12 @@ def _words_and_lengths(args):
                                  (3, 4, 6, 2, 9)))],
     ids=['classifier', 'seq2seq', 'framed'])
 def test_exported_model_takes_the_words_and_lengths(make, calls):
+    _exported_runs_at_other_counts(make, calls)
+
+
+def _exported_runs_at_other_counts(make, calls):
+    """The model ``make()`` exported after its first calls runs the others
+    in onnxruntime as eagerly."""
     ort = pytest.importorskip('onnxruntime')
     numpy.random.seed(0)
     model = make()
@@ -572,3 +599,55 @@ def test_chainer_seq2seq_example_trains_with_its_reports():
     # the number of target words: W2 + B, read at run time
     assert 'python.size[axes=((0, 1), (0, 1))' in str(entry.graph), \
         entry.graph
+
+
+# --- sequences of features straight into a link ------------------------------
+
+class _Features(chainer.Chain):
+    """Sequences of feature vectors (speech frames, sensor readings) of
+    their own lengths, straight into a stacked RNN link."""
+
+    def __init__(self, link, n_states):
+        super().__init__()
+        with self.init_scope():
+            self.encoder = link
+            self.out = L.Linear(None, 3)
+        self.n_states = n_states
+
+    def forward(self, xs, t):
+        hy = self.encoder(*[None] * self.n_states, xs)[0]
+        return F.softmax_cross_entropy(self.out(F.concat(
+            [hy[-1], hy[0]], axis=1)), t)
+
+
+_FEATURE_LINKS = {
+    'bilstm': (lambda: L.NStepBiLSTM(2, 5, 4, 0.2), 2),
+    'gru': (lambda: L.NStepGRU(1, 5, 4, 0.0), 1),
+}
+
+
+def _feature_batches(rng, counts):
+    return [([rng.randn(int(rng.randint(1, 9)), 5).astype(numpy.float32)
+              for _ in range(n)], rng.randint(0, 3, n).astype(I32))
+            for n in counts]
+
+
+@pytest.mark.parametrize('name', sorted(_FEATURE_LINKS))
+@pytest.mark.parametrize('train', [True, False])
+def test_feature_sequences_into_a_link_are_joined(name, train):
+    make, n_states = _FEATURE_LINKS[name]
+    calls = _feature_batches(numpy.random.RandomState(15), _COUNTS)
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(
+        lambda: _Features(make(), n_states), calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: f32[W,5]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        't: i32[B]'), entry.signature
+    assert 'PackedNStepRNN' in str(entry.graph)
+
+
+def test_exported_feature_sequences_model():
+    _exported_runs_at_other_counts(
+        lambda: _Features(_FEATURE_LINKS['bilstm'][0](), 2),
+        _feature_batches(numpy.random.RandomState(16), (3, 4, 6, 2, 9)))
