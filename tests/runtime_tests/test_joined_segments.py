@@ -260,16 +260,23 @@ class _EachEmbedded(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
+def _the_one_entry(make_model, calls, train):
+    """The one entry ``jit(model.forward)`` of ``make_model()`` holds after
+    ``calls``, each checked against eager, without a recompile warning."""
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(make_model, calls, train)
+    entry, = jitted.cache_entries()
+    return entry
+
+
 @pytest.mark.parametrize('name', ['lstm', 'gru'])
 def test_sentences_embedded_each_are_joined(name):
     # Each function a loop over the sentences applies to every one is
     # applied once to the rows of all.
     make, n_states = _LINKS[name]
-    calls = _batches(numpy.random.RandomState(9), _COUNTS)
-    numpy.random.seed(0)
-    jitted = checked_without_recompiling(
-        lambda: _EachEmbedded(make(), n_states), calls, True)
-    entry, = jitted.cache_entries()
+    entry = _the_one_entry(lambda: _EachEmbedded(make(), n_states),
+                           _batches(numpy.random.RandomState(9), _COUNTS),
+                           True)
     assert str(entry.signature).startswith(
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array)')
     ops = [node.op for node in entry.graph.nodes]
@@ -636,11 +643,9 @@ def _feature_batches(rng, counts):
 @pytest.mark.parametrize('train', [True, False])
 def test_feature_sequences_into_a_link_are_joined(name, train):
     make, n_states = _FEATURE_LINKS[name]
-    calls = _feature_batches(numpy.random.RandomState(15), _COUNTS)
-    numpy.random.seed(0)
-    jitted = checked_without_recompiling(
-        lambda: _Features(make(), n_states), calls, train)
-    entry, = jitted.cache_entries()
+    entry = _the_one_entry(
+        lambda: _Features(make(), n_states),
+        _feature_batches(numpy.random.RandomState(15), _COUNTS), train)
     assert str(entry.signature).startswith(
         'xs[0]: f32[W,5]@cpu (array), xs[1]: i64[B]@cpu (array), '
         't: i32[B]'), entry.signature
