@@ -391,13 +391,9 @@ def test_a_cut_read_otherwise_keeps_the_count_in_the_key(cls, why):
                for e in jitted.cache_entries())
 
 
-def _words_and_lengths(args):
-    """What an exported model of a joined call takes for ``args``."""
-    arrays = []
-    for arg in args:
-        arrays += [numpy.concatenate(arg), numpy.array(
-            [len(x) for x in arg])] if type(arg) is list else [arg]
-    return arrays
+def _words_and_lengths(xs):
+    """What an exported model of a joined call takes for the list ``xs``."""
+    return [numpy.concatenate(xs), numpy.array([len(x) for x in xs])]
 
 
 @pytest.mark.parametrize('make, calls', [
@@ -416,21 +412,9 @@ def test_exported_model_takes_the_words_and_lengths(make, calls):
 
 def _exported_runs_at_other_counts(make, calls):
     """The model ``make()`` exported after its first calls runs the others
-    in onnxruntime as eagerly."""
-    ort = pytest.importorskip('onnxruntime')
+    in onnxruntime as eagerly, given the words and lengths of its lists."""
     numpy.random.seed(0)
-    model = make()
-    jitted = chainerjit.jit(model.forward)
-    with chainer.no_backprop_mode(), chainer.using_config('train', False):
-        for args in calls[:2]:
-            jitted(*args)
-        exported = chainerjit.export_onnx(jitted, calls[0])
-        session = ort.InferenceSession(exported.SerializeToString())
-        names = [i.name for i in session.get_inputs()]
-        for args in calls[2:]:
-            got, = session.run(None, dict(zip(names,
-                                              _words_and_lengths(args))))
-            testing.assert_results_equal(got, model.forward(*args).array)
+    test_ragged_lists._check_exported(make(), calls, _words_and_lengths)
 
 
 # --- ops on each item, run once on the rows of all ---------------------------
