@@ -263,12 +263,15 @@ def note_items(items, packed, leaf, shift=0):
     lengths.note_item_lengths(items, recorder.item_lengths[leaf], shift)
     items_lengths = lengths.shifted_lengths(leaf, shift)
     for k, item in enumerate(items):
-        recorder.segment_items[id(_array(item))] = Item(
+        recorder.segment_items[id(lengths.array_of(item))] = Item(
             packed, k, items_lengths, leaf, shift)
 
 
-def _array(x):
-    return x.array if isinstance(x, chainer.Variable) else x
+def _item_of(x):
+    """The :class:`Item` ``x`` (a traced array or a Variable) is, or
+    ``None``."""
+    return _keys.recording.recorder.segment_items.get(
+        id(lengths.array_of(x)))
 
 
 def applied_to_items(node, inputs):
@@ -281,7 +284,7 @@ def applied_to_items(node, inputs):
     fixed rows around it. A loop over the list that only does so rolls
     into those ops (:func:`take_joins`)."""
     recorder = _keys.recording.recorder
-    noted = [recorder.segment_items.get(id(_array(x))) for x in inputs]
+    noted = [_item_of(x) for x in inputs]
     name = type(node).__name__
     if name in ROW_WISE and noted[0] is not None and \
             not any(noted[1:]) and (
@@ -328,8 +331,9 @@ def _applied(key, found, whole, drawn=False):
         recorder.iterated_lines.add(traced.user_location())
         recorder.applied_rows[key] = items
         note_items(items, rows, found.leaf, found.shift)
-        lengths.note_joined_rows(_array(rows), recorder.words_of[found.leaf],
-                                 found.leaf, found.shift)
+        lengths.note_joined_rows(lengths.array_of(rows),
+                                 recorder.words_of[found.leaf], found.leaf,
+                                 found.shift)
     return items[found.k]
 
 
@@ -340,7 +344,7 @@ def reversed_item(x, kind=None):
     one for ``kind`` ``chainer.Variable``. ``None`` where ``x`` is not
     such an item."""
     recorder = _keys.recording.recorder
-    found = recorder.segment_items.get(id(_array(x)))
+    found = _item_of(x)
     if found is None:
         return None
 
@@ -370,7 +374,7 @@ def _framed(inputs, noted):
     else ``None``."""
     recorder = _keys.recording.recorder
     at = next(k for k, n in enumerate(noted) if n is not None)
-    found, arrays = noted[at], [_array(x) for x in inputs]
+    found, arrays = noted[at], [lengths.array_of(x) for x in inputs]
     item = arrays[at]
     if any(not _is_constant(a, recorder) or a.dtype != item.dtype or
            a.ndim != item.ndim or a.shape[1:] != item.shape[1:]
@@ -388,7 +392,8 @@ def _framed(inputs, noted):
             segments_ops.framed_to_onnx(found.lengths.dtype, len(before),
                                         len(after)),
             segments_ops.framed_lengths_rule(
-                len(_array(found.packed)), len(found.lengths), n_extra))
+                len(lengths.array_of(found.packed)), len(found.lengths),
+                n_extra))
         rows = chainer.Variable(rows, requires_grad=False)
         return rows, cut(rows, lengths.shifted_lengths(
             found.leaf, found.shift + n_extra))
@@ -420,7 +425,7 @@ def _whole_op(op, fn, arrays, attrs, onnx, rule):
     """The traced array ``fn`` makes of ``arrays`` (traced or constant),
     recorded as a node ``op`` making it on every call."""
     recorder = _keys.recording.recorder
-    plain = [traced.untag(_array(a)) for a in arrays]
+    plain = [traced.untag(lengths.array_of(a)) for a in arrays]
     return lengths.made_by_node(
         op, fn, attrs, onnx, [recorder.value_of(a) for a in arrays],
         fn(*plain), traced.user_location(), rule)
@@ -430,10 +435,9 @@ def _whole(items):
     """The :class:`Item` of the first of ``items`` where they are all the
     items of one value of a joined list's items (:func:`note_items`), in
     order; else ``None``."""
-    recorder = _keys.recording.recorder
     if not isinstance(items, (list, tuple)) or not items:
         return None
-    found = [recorder.segment_items.get(id(_array(x))) for x in items]
+    found = [_item_of(x) for x in items]
     if None in found:
         return None
     first = found[0]
@@ -776,9 +780,8 @@ def _applied_each(graph, values, users, item_splits):
             return False
         made = ops_read
     return bool(item_splits) or any(
-        node.op in ('NStepRNN', 'NStepRNNDropout') and
-        dict(node.attrs).get('items') == len(values) and
-        not any(v.kind == 'input' for v in node.inputs[:_n_states(node)])
+        _link_of_own_states(node) and
+        dict(node.attrs).get('items') == len(values)
         for node in graph.nodes)
 
 
@@ -790,11 +793,10 @@ def _linked_whole(values, users):
     if len(readers) != 1 or None in readers:
         return False
     node, = readers
-    n_states = _n_states(node) if node.op in (
-        'NStepRNN', 'NStepRNNDropout') else None
-    if n_states is None or \
-            node.inputs[n_states:n_states + len(values)] != list(values) or \
-            any(v.kind == 'input' for v in node.inputs[:n_states]):
+    if not _link_of_own_states(node):
+        return False
+    n_states = _n_states(node)
+    if node.inputs[n_states:n_states + len(values)] != list(values):
         return False
     # its output sequences unread, or joined (F.concat(ys, axis=0))
     readers = set(reader for out in node.outputs[n_states:]
@@ -867,6 +869,14 @@ def _index_of(template):
             len(template[2][0]) != 2:
         return None
     return template[2][0][1]
+
+
+def _link_of_own_states(node):
+    """Is ``node`` an N-step link's call whose states are not arguments
+    (zeros, or computed): a joined call does not open their batch axis,
+    their second."""
+    return node.op in ('NStepRNN', 'NStepRNNDropout') and not any(
+        v.kind == 'input' for v in node.inputs[:_n_states(node)])
 
 
 def _n_states(node):

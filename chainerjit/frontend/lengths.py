@@ -528,7 +528,8 @@ def as_scalar(length, recorder, frame):
     attrs = {'axis': axis, 'a': a, 'b': b}
     recorder.add_node(ir.Node(
         'python.size', ops.Kernel(
-            _size_reader(axis, a, b), attrs, onnx=_size_to_onnx(axis, a, b),
+            _linear_reader(((axis, a),), b, float), attrs,
+            onnx=_linear_to_onnx(((axis, a),), b, numpy.float64),
             lengths=_any_rows),
         [inputs[leaf]], [out], tuple(sorted(attrs.items())),
         loc=(frame.f_code.co_filename, frame.f_lineno)))
@@ -555,32 +556,47 @@ def as_run_time_int(length, recorder, loc):
         return None  # (an item's length)
     axes = tuple((axis, a) for (_, axis), a in terms)
     array = traced.tagged(numpy.array(int.__int__(length), numpy.int64))
-    made_by_node('python.size', _linear_reader(axes, b),
-                 {'axes': axes, 'b': b}, _linear_to_onnx(axes, b),
+    made_by_node('python.size', _linear_reader(axes, b, _int64),
+                 {'axes': axes, 'b': b},
+                 _linear_to_onnx(axes, b, numpy.int64),
                  [inputs[leaf] for (leaf, _), _ in terms], array, loc,
                  _any_rows)
     return traced.AsInt(array)
 
 
-def _linear_reader(axes, b):
+def _int64(n):
+    return numpy.array(n, numpy.int64)
+
+
+def _linear_reader(axes, b, convert):
+    """The kernel of a ``python.size`` node: the sum of ``a`` times the
+    size of axis ``axis`` of each input (``axes``: ``(axis, a)`` each),
+    plus ``b``, given to ``convert`` (``float``: a Python number)."""
     def size(*xs):
-        return numpy.array(sum(a * x.shape[axis] for x, (axis, a) in
-                               zip(xs, axes)) + b, numpy.int64)
+        return convert(sum(a * x.shape[axis] for x, (axis, a) in
+                           zip(xs, axes)) + b)
     return size
 
 
-def _linear_to_onnx(axes, b):
+def _linear_to_onnx(axes, b, dtype):
+    """The ONNX form of :func:`_linear_reader`, its sum as ``dtype``."""
     def convert(builder, ins, outs):
         total = builder.constant(numpy.asarray(b, numpy.int64))
         for x, (axis, a) in zip(ins, axes):
-            size = builder.op('Gather', [
-                builder.op('Shape', [x])[0],
-                builder.constant(numpy.asarray(axis, numpy.int64))],
-                axis=0)[0]
             total = builder.op('Add', [total, builder.op('Mul', [
-                size, builder.constant(numpy.asarray(a, numpy.int64))])[0]])[0]
-        builder.op('Identity', [total], outs)
+                _onnx_size(builder, x, axis),
+                builder.constant(numpy.asarray(a, numpy.int64))])[0]])[0]
+        builder.op('Identity', [builder.cast(total, numpy.int64, dtype)],
+                   outs)
     return convert
+
+
+def _onnx_size(builder, x, axis, shape=()):
+    """ONNX: the size of axis ``axis`` of ``x``, an int64 of ``shape``
+    (``()``, or ``(1,)`` to be joined with others)."""
+    index = numpy.full(shape, axis, numpy.int64)
+    return builder.op('Gather', [builder.op('Shape', [x])[0],
+                                 builder.constant(index)], axis=0)[0]
 
 
 #: How a use of a joined list's count by the forward iterating over it is
@@ -601,14 +617,15 @@ def note_item_lengths(items, lengths, shift=0):
     leaf = leaf_of(lengths)
     recorder.item_lengths[leaf] = lengths
     for k, item in enumerate(items):
-        array = _array_of(item)
+        array = array_of(item)
         recorder.length_leaves[id(array)] = ((leaf, -1 - k),) + \
             (None,) * (item.ndim - 1)
         if shift:
             recorder.length_shifts[id(array)] = shift
 
 
-def _array_of(x):
+def array_of(x):
+    """The array of ``x``, a Variable or an array."""
     return x.array if isinstance(x, chainer.Variable) else x
 
 
@@ -828,10 +845,8 @@ def _sizes_reader(axes, dtype):
 
 def _sizes_to_onnx(axes, dtype):
     def convert(builder, ins, outs):
-        sizes = [builder.op('Gather', [
-            builder.op('Shape', [x])[0],
-            builder.constant(numpy.asarray([axis], numpy.int64))],
-            axis=0)[0] for x, axis in zip(ins, axes)]
+        sizes = [_onnx_size(builder, x, axis, (1,))
+                 for x, axis in zip(ins, axes)]
         joined = builder.op('Concat', sizes, axis=0)[0]
         builder.op('Identity', [builder.cast(joined, numpy.int64, dtype)],
                    outs)
@@ -844,26 +859,6 @@ def operation_position(frame):
     positions = list(frame.f_code.co_positions())
     line, _, column, _ = positions[frame.f_lasti // 2]
     return frame.f_code.co_filename, line, column
-
-
-def _size_reader(axis, a, b):
-    def size(x):
-        return float(a * x.shape[axis] + b)
-    return size
-
-
-def _size_to_onnx(axis, a, b):
-    def convert(builder, ins, outs):
-        shape = builder.op('Shape', [ins[0]])[0]
-        size = builder.op('Gather', [shape, builder.constant(
-            numpy.asarray(axis, numpy.int64))], axis=0)[0]
-        value = builder.cast(size, numpy.int64, numpy.float64)
-        if a != 1:
-            value = builder.op('Mul', [value, builder.constant(
-                numpy.asarray(a, numpy.float64))])[0]
-        builder.op('Add', [value, builder.constant(
-            numpy.asarray(b, numpy.float64))], outs)
-    return convert
 
 
 @ops.takes_axes

@@ -160,24 +160,23 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
     if index is not None:  # x[k] of a varying int k
         record_call(recorder, label, fn, args, kwargs, result, index)
         return
+    loc = user_location(3)
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__':
-        args = recorder.sizes_at_run_time(args, user_location(3))
-    recorder.note_constants((args, kwargs), 'passed to %s' % label,
-                            user_location(3))
+        args = recorder.sizes_at_run_time(args, loc)
+    recorder.note_constants((args, kwargs), 'passed to %s' % label, loc)
     if not _is_arrays(result):
         test = _branch_test() if label in _TRUTH_REDUCTIONS else None
         if test is not None and isinstance(result, numpy.bool_):
             record_branch(recorder, label, fn, args, kwargs, result, test)
             return
-        recorder.note_escape('%s gives a Python value' % label,
-                             user_location(3))
+        recorder.note_escape('%s gives a Python value' % label, loc)
     elif 'out' in kwargs:
         recorder.note_escape('%s with out= changes an array in place'
-                             % label, user_location(3))
+                             % label, loc)
     elif _value_shaped(label, args):
         recorder.note_escape('%s gives a shape that depends on the values'
-                             % label, user_location(3))
+                             % label, loc)
     else:
         record_call(recorder, label, fn, args, kwargs, result)
 
