@@ -816,8 +816,7 @@ class _Steps(object):
             if value.kind != 'input':
                 (_, times), = rows.count()[0]
                 value.symbols = dict(value.symbols or {})
-                value.symbols[rows.axis] = symbol if times == 1 else \
-                    '%d*%s' % (times, symbol)
+                value.symbols[rows.axis] = ops.times_label(times, symbol)
 
 
 def _same_length(graph, leaf, axes, length, free):

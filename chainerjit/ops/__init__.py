@@ -80,7 +80,9 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest',
     """The number of rows of a value that varies by call: the rows of list
     items and fixed numbers of rows, joined in order (``Kernel.lengths``).
     ``parts``: ``(leaf index, recorded length)`` for an item's rows,
-    ``(None, n)`` for ``n`` fixed rows. ``axis``: the value's axis they
+    ``(None, n)`` for ``n`` fixed rows; a part of an item's rows with a
+    negative recorded length is minus them (``x[1:]`` of each item: the
+    words less the number of items). ``axis``: the value's axis they
     are, the first but for a time-major batch (``(T, B, I)``); only the
     rules marked :func:`takes_axes` get rows on another axis. ``widest``:
     the rows are not the parts joined but as many as the longest item
@@ -106,16 +108,24 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest',
     def count(self):
         """``({leaf: times}, fixed rows)``: what the number of rows is at
         any lengths, whatever the order of the parts."""
-        items = collections.Counter(
-            leaf for leaf, _ in self.parts if leaf is not None)
-        return (tuple(sorted(items.items())),
+        items = collections.Counter()
+        for leaf, n in self.parts:
+            if leaf is not None:
+                items[leaf] += -1 if n < 0 else 1
+        return (tuple(sorted((leaf, times) for leaf, times in items.items()
+                             if times)),
                 sum(n for leaf, n in self.parts if leaf is None))
+
+    def negated(self):
+        """Minus these rows (of items recorded with some rows each)."""
+        return self._replace(parts=tuple((leaf, -n)
+                                         for leaf, n in self.parts))
 
     def scaled(self, numerator, denominator):
         """These rows times ``numerator / denominator`` (a reshape that
         merges the rows' axis with the next or splits it), or ``None``
         where that is not a whole number of each item's rows."""
-        if self.widest:
+        if self.widest or any(n < 0 for _, n in self.parts):
             return None
         factor = fractions.Fraction(numerator, denominator)
         items, fixed = self.count()
@@ -139,13 +149,24 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest',
         """``'L2'`` for the length of item (leaf) 2, ``'L0+...+L7+8'``
         for a sum, as printed IR shows it."""
         items, fixed = self.count()
-        terms = ['%sL%d' % ('' if n == 1 else '%d*' % n, leaf)
-                 for leaf, n in items]
+        terms = [times_label(n, 'L%d' % leaf) for leaf, n in items]
         if len(terms) > 3:
             terms = [terms[0], '...', terms[-1]]
         if self.widest:
             return 'max(%s)' % ','.join(terms)
-        return '+'.join(terms + ([str(fixed)] if fixed else []))
+        return sum_label(terms + ([str(fixed)] if fixed else []))
+
+
+def times_label(n, symbol):
+    """``'B'``, ``'-B'``, ``'2*B'``: ``n`` times ``symbol``, printed."""
+    return {1: symbol, -1: '-' + symbol}.get(n, '%d*%s' % (n, symbol))
+
+
+def sum_label(terms):
+    """``'W+B'``, ``'W-B'``: the printed ``terms`` added, those
+    subtracted last."""
+    return '+'.join(sorted(terms, key=lambda t: t.startswith('-'))
+                    ).replace('+-', '-')
 
 
 class Follow(collections.namedtuple('Follow', 'outputs kernel reads',

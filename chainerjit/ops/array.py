@@ -1017,6 +1017,8 @@ def _has_items(parts):
 def _pieces(parts, points):
     """The parts of each piece of a cut at ``points`` (recorded rows, from
     0 to the end), or ``None`` where a point falls inside a part."""
+    if any(n < 0 for _, n in parts):
+        return None
     pieces, piece, end, cuts = [], [], 0, iter(points[1:])
     cut = next(cuts)
     for part in parts:

@@ -2,10 +2,11 @@
 item after another, and the items' lengths (``frontend.joining``).
 
 What the forward does to each item of a joined list on its own, these do
-to the rows of all at once: ``x[::-1]`` (:func:`reversed_rows`) and
+to the rows of all at once: ``x[::-1]`` (:func:`reversed_rows`),
 ``F.concat([bos, y, eos], axis=0)`` of fixed rows around each item
-(:func:`framed_rows`). Each has a ``Kernel.lengths`` rule for any number
-of items and any lengths, and an ONNX form. They run on NumPy arrays of
+(:func:`framed_rows`) and ``x[1:]``, ``x[:-1]`` (:func:`sliced_rows`).
+Each has a ``Kernel.lengths`` rule for any number of items and any
+lengths, and an ONNX form. They run on NumPy arrays of
 the call's items, which no gradient reaches.
 """
 
@@ -41,6 +42,15 @@ def framed_rows(rows, lengths, before, after):
     return out
 
 
+def sliced_rows(rows, lengths, start, end):
+    """The rows of each item (``lengths`` of them, one item after another)
+    but its first ``start`` and its last ``end``: ``x[start:len(x) - end]``
+    of each item ``x``, joined (none of an item shorter than both)."""
+    stops = numpy.cumsum(lengths)
+    at = numpy.arange(len(rows)) - numpy.repeat(stops - lengths, lengths)
+    return rows[(at >= start) & (at < numpy.repeat(lengths, lengths) - end)]
+
+
 def reversed_lengths_rule(rows):
     """The ``Kernel.lengths`` rule of :func:`reversed_rows`: its rows are
     its input's, at any lengths and number of items."""
@@ -49,20 +59,25 @@ def reversed_lengths_rule(rows):
     return Follow((rows[0],))
 
 
-def framed_lengths_rule(recorded_rows, recorded_items, n_extra):
-    """The ``Kernel.lengths`` rule of :func:`framed_rows` recorded with
-    ``recorded_rows`` rows of ``recorded_items`` items: its rows are its
-    input's and ``n_extra`` for each item, at any lengths and number of
-    items."""
+def rows_per_item_rule(recorded_rows, recorded_items, change):
+    """The ``Kernel.lengths`` rule of a kernel making each item (recorded
+    with ``recorded_rows`` rows of ``recorded_items`` items) ``change``
+    rows longer (:func:`framed_rows`; shorter where negative,
+    :func:`sliced_rows` of items of no fewer rows than it cuts): its rows
+    are its input's and ``change`` for each item, at any lengths and
+    number of items."""
     def lengths(rows):
         if any(r is not None for r in rows[2:]) or \
                 any(r is not None and r.axis for r in rows[:2]):
             return None
         items_rows, counts = rows[:2]
-        extra = n_extra * recorded_items if counts is None else \
-            Rows(counts.parts * n_extra)
+        if counts is None:
+            changed = change * recorded_items
+        else:
+            changed = Rows(counts.parts * abs(change))
+            changed = changed if change > 0 else changed.negated()
         return Follow(((recorded_rows if items_rows is None
-                        else items_rows) + extra,))
+                        else items_rows) + changed,))
     return lengths
 
 
@@ -100,6 +115,24 @@ def reversed_to_onnx(lengths_dtype):
         index = b.single('Sub', b.single('Gather', last_and_first, item,
                                          axis=0), row)
         b.op('Gather', [ins[0], index], outs, axis=0)
+    return convert
+
+
+def sliced_to_onnx(lengths_dtype, start, end):
+    """The ONNX form of :func:`sliced_rows` (lengths of ``lengths_dtype``,
+    ``start`` and ``end`` rows cut from each item)."""
+    def convert(b, ins, outs):
+        lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
+        stops = _cumsum(b, lengths)
+        row, item = _rows_and_items(
+            b, stops, b.single('Shape', ins[0], start=0, end=1))
+        at = b.single('Sub', row, b.single(
+            'Gather', b.single('Sub', stops, lengths), item, axis=0))
+        length = b.single('Gather', lengths, item, axis=0)
+        kept = b.single('And', b.single(
+            'GreaterOrEqual', at, b.int64s(start)), b.single(
+            'Less', at, b.single('Sub', length, b.int64s(end))))
+        b.op('Compress', [ins[0], kept], outs, axis=0)
     return convert
 
 

@@ -646,8 +646,7 @@ def rows_label(rows, symbol=BATCH):
     shows them."""
     items, fixed = rows.count()
     times = sum(n for _, n in items)
-    term = symbol if times == 1 else '%d*%s' % (times, symbol)
-    return term + ('%+d' % fixed if fixed else '')
+    return ops.times_label(times, symbol) + ('%+d' % fixed if fixed else '')
 
 
 def _widens(entry, backend):

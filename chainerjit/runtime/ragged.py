@@ -177,7 +177,7 @@ def _named(value, rows, label):
     if not named:
         return label(rows)
     fixed = value.shape[rows.axis] - sum(n for _, n in terms[rows.axis])
-    return '+'.join(t for t, _ in terms[rows.axis]) + (
+    return ops.sum_label([t for t, _ in terms[rows.axis]]) + (
         '%+d' % fixed if fixed else '')
 
 
