@@ -44,6 +44,7 @@ width.
 """
 
 import collections
+import functools
 
 import chainer
 from chainer.functions.array import split_axis as split_axis_module
@@ -241,7 +242,7 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
 ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
                       'Sigmoid', 'LeakyReLU', 'Dropout'])
 
-#: The slice that reverses an item (``x[::-1]``: :func:`reversed_item`).
+#: The slice that reverses an item (``x[::-1]``: :func:`indexed_item`).
 REVERSED = slice(None, None, -1)
 
 
@@ -279,10 +280,10 @@ def applied_to_items(node, inputs):
     of a joined list (or of a value made so), and the same function with
     the same other inputs is applied to the rows of all the items at once
     (once, the first time): the item's rows of that; else ``None``. Those
-    functions are the :data:`ROW_WISE` ones on the item, ``x[::-1]``
-    (:func:`reversed_item`) and ``F.concat([bos, x, eos], axis=0)`` of
-    fixed rows around it. A loop over the list that only does so rolls
-    into those ops (:func:`take_joins`)."""
+    functions are the :data:`ROW_WISE` ones on the item, ``x[::-1]``,
+    ``x[1:]`` and the like (:func:`indexed_item`) and ``F.concat([bos, x,
+    eos], axis=0)`` of fixed rows around it. A loop over the list that
+    only does so rolls into those ops (:func:`take_joins`)."""
     recorder = _keys.recording.recorder
     noted = [_item_of(x) for x in inputs]
     name = type(node).__name__
@@ -295,8 +296,9 @@ def applied_to_items(node, inputs):
            for x in inputs):
         return None  # (the ops below have no gradient)
     if name == 'GetItem' and noted[0] is not None and \
-            node.slices == (REVERSED,):
-        return (reversed_item(inputs[0], chainer.Variable),)
+            len(node.slices) == 1:
+        found = indexed_item(inputs[0], node.slices[0], chainer.Variable)
+        return None if found is None else (found,)
     if name == 'Concat' and node.axis == 0 and len(inputs) > 1 and \
             sum(n is not None for n in noted) == 1:
         return _framed(inputs, noted)
@@ -337,32 +339,81 @@ def _applied(key, found, whole, drawn=False):
     return items[found.k]
 
 
-def reversed_item(x, kind=None):
-    """``x[::-1]`` of ``x``, an item of a joined list (or of a value made
-    so), as the item's part of the rows of every item reversed, made once
-    (``ops.segments.reversed_rows``): a traced array, or a Variable of
-    one for ``kind`` ``chainer.Variable``. ``None`` where ``x`` is not
-    such an item."""
-    recorder = _keys.recording.recorder
-    found = _item_of(x)
-    if found is None:
+def item_slice(index):
+    """``(start, end)`` where ``x[index]`` of an item keeps its rows but
+    its first ``start`` and its last ``end`` (``x[1:]``, ``x[:-1]``,
+    ``x[1:-1]``), any of them; else ``None``."""
+    if type(index) is not slice or index.step not in (None, 1):
         return None
+    start, stop = index.start or 0, index.stop
+    if type(start) is not int or start < 0 or stop is not None and (
+            type(stop) is not int or stop >= 0):
+        return None
+    end = -stop if stop is not None else 0
+    return (start, end) if start or end else None
+
+
+def is_item_index(index):
+    """Does ``x[index]`` of an item of a joined list have a whole form
+    (:func:`indexed_item`)?"""
+    return type(index) is slice and (
+        index == REVERSED or item_slice(index) is not None)
+
+
+def indexed_item(x, index, kind=None):
+    """``x[index]`` of ``x``, an item of a joined list (or of a value made
+    so), as the item's part of the rows of every item so indexed, made
+    once: ``x[::-1]`` (``ops.segments.reversed_rows``), or ``x[1:]``,
+    ``x[:-1]`` and the like (``ops.segments.sliced_rows``) where every
+    item has as many rows as they cut. A traced array, or a Variable of
+    one for ``kind`` ``chainer.Variable``; ``None`` where ``x`` is not
+    such an item or the index has no such form."""
+    found = _item_of(x)
+    if found is None or not is_item_index(index):
+        return None
+    dtype = found.lengths.dtype
+    if index == REVERSED:
+        key, shift = ('reversed',), found.shift
+        op = ('joined.reversed', segments_ops.reversed_rows, {},
+              segments_ops.reversed_to_onnx(dtype),
+              segments_ops.reversed_lengths_rule)
+    else:
+        start, end = item_slice(index)
+        if start + end > found.shift + 1:  # (the items have a row or more)
+            return None
+        key, shift = ('sliced', start, end), found.shift - start - end
+        op = ('joined.sliced', functools.partial(
+            segments_ops.sliced_rows, start=start, end=end),
+            {'start': start, 'end': end},
+            segments_ops.sliced_to_onnx(dtype, start, end),
+            segments_ops.rows_per_item_rule(
+                len(lengths.array_of(found.packed)), len(found.lengths),
+                -start - end))
 
     def whole():
-        rows = _whole_op('joined.reversed', segments_ops.reversed_rows, [
-            found.packed, found.lengths], {},
-            segments_ops.reversed_to_onnx(found.lengths.dtype),
-            segments_ops.reversed_lengths_rule)
-        if kind is not None:
-            rows = chainer.Variable(rows, requires_grad=False)
-            return rows, cut(rows, found.lengths)
-        stops = numpy.cumsum(traced.untag(found.lengths)).tolist()
-        parts = [rows[stop - n:stop] for stop, n in zip(
-            stops, traced.untag(found.lengths).tolist())]
-        recorder.segment_parts.extend(recorder.values[id(part)]
-                                      for part in parts)
-        return rows, parts
-    return _applied(('reversed', id(found.packed), kind), found, whole)
+        name, fn, attrs, onnx, rule = op
+        rows = _whole_op(name, fn, [found.packed, found.lengths], attrs,
+                         onnx, rule)
+        return _cut_as(rows, lengths.shifted_lengths(found.leaf, shift),
+                       kind)
+    return _applied(key + (id(found.packed), kind),
+                    found._replace(shift=shift), whole)
+
+
+def _cut_as(rows, items_lengths, kind):
+    """``(rows, the items' parts of them)``: the parts Variables cut by
+    :func:`cut` for ``kind`` ``chainer.Variable``, else traced arrays
+    taken by recorded indexing."""
+    if kind is not None:
+        rows = chainer.Variable(rows, requires_grad=False)
+        return rows, cut(rows, items_lengths)
+    recorder = _keys.recording.recorder
+    sizes = traced.untag(items_lengths).tolist()
+    stops = numpy.cumsum(sizes).tolist()
+    parts = [rows[stop - n:stop] for stop, n in zip(stops, sizes)]
+    recorder.segment_parts.extend(recorder.values[id(part)]
+                                  for part in parts)
+    return rows, parts
 
 
 def _framed(inputs, noted):
@@ -391,7 +442,7 @@ def _framed(inputs, noted):
             {'before': len(before), 'after': len(after)},
             segments_ops.framed_to_onnx(found.lengths.dtype, len(before),
                                         len(after)),
-            segments_ops.framed_lengths_rule(
+            segments_ops.rows_per_item_rule(
                 len(lengths.array_of(found.packed)), len(found.lengths),
                 n_extra))
         rows = chainer.Variable(rows, requires_grad=False)
@@ -856,7 +907,7 @@ def _applied_to_item(graph, node, value, values):
         return node.inputs[0] is value and not set(others) & set(values)
     if node.op == 'ndarray.__getitem__':
         index = _index_of(graph.templates.get(node))
-        return type(index) is slice and index == REVERSED
+        return is_item_index(index)
     return node.op == 'Concat' and dict(node.attrs).get('axis') == 0 and \
         len(others) == len(node.inputs) - 1 and \
         all(v.kind == 'const' for v in others)

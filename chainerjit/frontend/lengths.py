@@ -43,7 +43,8 @@ _state = _keys.recording  # this thread's
 
 
 class Use(collections.namedtuple(
-        'Use', 'origins what loc condition rows_of', defaults=(None, None))):
+        'Use', 'origins what loc condition rows_of terms',
+        defaults=(None, None, None))):
     """A use of argument sizes that the recording depends on.
 
     ``origins``: the ``(leaf index, axis)`` of the sizes the number was
@@ -53,7 +54,9 @@ class Use(collections.namedtuple(
     int, ``(a, b, op, the int, the result)``, which a program may keep as
     a guard (:func:`holds`); ``rows_of``: for a product of sizes given as
     the first axis of a node's output shape (``F.reshape(xs, (T * B,
-    I))``), that node, whose kernel may infer it from its input's rows."""
+    I))``), that node, whose kernel may infer it from its input's rows;
+    ``terms``: for a sum of several sizes (``W - B``), ``((origin, a),
+    ...)``, each size's multiple in it."""
 
     __slots__ = ()
 
@@ -62,9 +65,14 @@ class Use(collections.namedtuple(
         leaves'."""
         where = '' if self.loc is None else \
             ' at ' + errors.short_location(self.loc)
-        return '%s %s%s' % (' * '.join(
-            _size_named(names[leaf], axis)
-            for leaf, axis in self.origins), self.what, where)
+        if self.terms is None:
+            sizes = ' * '.join(_size_named(names[leaf], axis)
+                               for leaf, axis in self.origins)
+        else:
+            sizes = ops.sum_label([ops.times_label(
+                a, _size_named(names[leaf], axis))
+                for (leaf, axis), a in self.terms])
+        return '%s %s%s' % (sizes, self.what, where)
 
 
 def _linear(op, length, other):
@@ -100,6 +108,13 @@ def _size_named(name, axis):
     return 'len(%s[%d])' % (name.rpartition('[')[0] or name, -1 - axis)
 
 
+def _takes_sizes(other):
+    """Does ``other``'s reflected operator take a :class:`Length` (a
+    Variable's; a traced array's, reading it at run time,
+    ``trace.sizes_at_run_time``)?"""
+    return isinstance(other, (chainer.Variable, traced.TracedArray))
+
+
 class Length(int):
     """An argument's size, or an integer computed from sizes, read by the
     forward's code while it is recorded (see the module docstring)."""
@@ -126,7 +141,12 @@ class Length(int):
         """The :class:`Use` of this number (with ``other``, a Length or
         not) as ``what`` at ``loc``."""
         origins = self.origins | getattr(other, 'origins', frozenset())
-        return Use(tuple(sorted(origins)), what, loc, condition)
+        terms = None
+        if not isinstance(other, Length) and self.linear is not None and \
+                len(self.linear[0]) > 1:
+            terms = tuple(sorted(self.linear[0].items()))
+        return Use(tuple(sorted(origins)), what, loc, condition,
+                   terms=terms)
 
     def _note(self, what, other=None, condition=None):
         """Notes a use by the forward's code (not by Chainer's, NumPy's or
@@ -137,8 +157,8 @@ class Length(int):
 
     def _arithmetic(op, affine):
         def apply(self, other):
-            if isinstance(other, chainer.Variable):
-                return NotImplemented  # the Variable's operator takes it
+            if _takes_sizes(other):
+                return NotImplemented  # (its reflected operator)
             if scalars.is_varying(other):
                 other.note('used in arithmetic with a size')
             if not isinstance(other, int) or isinstance(other, bool):
@@ -171,6 +191,8 @@ class Length(int):
 
     def _decision(op, what):
         def apply(self, *args):
+            if args and _takes_sizes(args[0]) and op != '__pow__':
+                return NotImplemented
             self._note(what, args[0] if args else None)
             return getattr(int, op)(self, *args)
         apply.__name__ = op
@@ -178,6 +200,8 @@ class Length(int):
 
     def _comparison(op):
         def apply(self, other):
+            if _takes_sizes(other):
+                return NotImplemented
             if scalars.is_varying(other):
                 other.note('compared with a size')
             result = getattr(int, op)(self, other)
@@ -900,7 +924,7 @@ _OPERATORS = {'__lt__': '<', '__le__': '<=', '__gt__': '>', '__ge__': '>=',
 def describe_condition(condition, symbol='T'):
     """``'T - 1 > 10'`` or ``'not T > 10'``."""
     a, b, op, other, result = condition
-    value = symbol if a == 1 else '%d*%s' % (a, symbol)
+    value = ops.times_label(a, symbol)
     if b:
         value += ' %s %d' % ('+' if b > 0 else '-', abs(b))
     text = '%s %s %d' % (value, _OPERATORS[op], other)

@@ -205,19 +205,18 @@ def _array_of(x):
     return x._data[0] if isinstance(x, chainer.Variable) else x
 
 
-def _recording_reversal(getitem, recorder):
-    """``TracedArray.__getitem__`` while recording: ``x[::-1]`` of an item
-    of a joined list is the item's part of all the items reversed
-    (``joining.reversed_item``)."""
-    def getitem_reversing(x, index):
-        if recorder.segment_items and type(index) is slice and \
-                index == joining.REVERSED and \
+def _recording_item_index(getitem, recorder):
+    """``TracedArray.__getitem__`` while recording: ``x[::-1]``, ``x[1:]``
+    and the like of an item of a joined list are the item's part of all
+    the items so indexed (``joining.indexed_item``)."""
+    def getitem_of_items(x, index):
+        if recorder.segment_items and joining.is_item_index(index) and \
                 _state.recorder is recorder and not recorder.depth:
-            found = joining.reversed_item(x)
+            found = joining.indexed_item(x, index)
             if found is not None:
                 return found
         return getitem(x, index)
-    return getitem_reversing
+    return getitem_of_items
 
 
 def _noting_lengths(name):
@@ -607,7 +606,8 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.TracedArray, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),
-    RecordingPatch(traced.TracedArray, '__getitem__', _recording_reversal),
+    RecordingPatch(traced.TracedArray, '__getitem__',
+                   _recording_item_index),
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
                    _recording_padding),

@@ -539,14 +539,16 @@ def test_a_framed_item_read_on_its_own_keeps_the_count():
                for e in jitted.cache_entries())
 
 
-@settings(deadline=None, max_examples=12)
-@given(st.lists(st.lists(st.integers(1, 6), min_size=1, max_size=5),
+@settings(deadline=None, max_examples=20)
+@given(st.lists(st.lists(st.integers(0, 6), min_size=1, max_size=5),
                 min_size=1, max_size=4),
-       st.integers(0, 2), st.integers(0, 2), st.booleans(),
+       st.integers(0, 2), st.integers(0, 2),
+       st.sampled_from(['reversed', 'framed', 'sliced']),
        st.integers(0, 2 ** 16))
-def test_reversed_and_framed_rows_equal_each_item_s(
-        batches, n_before, n_after, reverse, seed):
-    """The kernels against each item reversed and framed on its own."""
+def test_reversed_framed_and_sliced_rows_equal_each_item_s(
+        batches, n_before, n_after, kind, seed):
+    """The kernels against each item reversed, framed or sliced on its
+    own (items of no rows too)."""
     from chainerjit.ops import segments
     rng = numpy.random.RandomState(seed)
     before = rng.randint(0, 9, (n_before, 2)).astype(I32)
@@ -554,26 +556,27 @@ def test_reversed_and_framed_rows_equal_each_item_s(
     for lengths in batches:
         items = [rng.randint(0, 9, (n, 2)).astype(I32) for n in lengths]
         rows, sizes = numpy.concatenate(items), numpy.array(lengths)
-        if reverse:
+        if kind == 'reversed':
             got = segments.reversed_rows(rows, sizes)
             items = [x[::-1] for x in items]
-        else:
+        elif kind == 'framed':
             got = segments.framed_rows(rows, sizes, before, after)
             items = [numpy.concatenate([before, x, after]) for x in items]
+        else:
+            got = segments.sliced_rows(rows, sizes, n_before, n_after)
+            items = [x[n_before:len(x) - n_after] for x in items]
         numpy.testing.assert_array_equal(got, numpy.concatenate(items))
 
 
-def test_chainer_seq2seq_example_trains_with_its_reports():
-    # Chainer's seq2seq example's model as it is written, with its reports
-    # (the perplexity: NumPy on the loss's array, the number of sentences
-    # and the number of target words)
-    model = test_ragged_lists._example('seq2seq')
+def _trained_with_one_entry(model, calls):
+    """Trains ``model`` and a jitted copy of it by Adam over ``calls``,
+    with their reports, and checks they give the same values, without a
+    warning; the copy's one cache entry."""
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.forward)
     optimizers = [chainer.optimizers.Adam(), chainer.optimizers.Adam()]
     optimizers[0].setup(model)
     optimizers[1].setup(twin)
-    calls = [args[:2] for args in _pairs(numpy.random.RandomState(13), False)]
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         warnings.simplefilter('error', errors.LoopWarning)
@@ -584,6 +587,16 @@ def test_chainer_seq2seq_example_trains_with_its_reports():
                                      args)
             testing.assert_results_equal(compiled, eager)
     entry, = jitted.cache_entries()
+    return entry
+
+
+def test_chainer_seq2seq_example_trains_with_its_reports():
+    # Chainer's seq2seq example's model as it is written, with its reports
+    # (the perplexity: NumPy on the loss's array, the number of sentences
+    # and the number of target words)
+    model = test_ragged_lists._example('seq2seq')
+    calls = [args[:2] for args in _pairs(numpy.random.RandomState(13), False)]
+    entry = _trained_with_one_entry(model, calls)
     assert str(entry.signature).startswith(
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
         'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]'), entry.signature
@@ -640,3 +653,121 @@ def test_exported_feature_sequences_model():
     _exported_runs_at_other_counts(
         lambda: _Features(_FEATURE_LINKS['bilstm'][0](), 2),
         _feature_batches(numpy.random.RandomState(16), (3, 4, 6, 2, 9)))
+
+
+# --- items sliced: x[1:], x[:-1] ---------------------------------------------
+
+class _NextWord(chainer.Chain):
+    """A language model over sentences of their own lengths: each
+    sentence but its last word predicts each but its first, its
+    perplexity reported over the number of target words."""
+
+    def __init__(self, link=None, n_states=2, reports=True):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = link or L.NStepLSTM(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 30)
+        self.n_states = n_states
+        self.reports = reports
+
+    def forward(self, xs):
+        inputs = [x[:-1] for x in xs]
+        targets = [x[1:] for x in xs]
+        hs = self.rnn(*[None] * self.n_states,
+                      [self.embed(x) for x in inputs])[-1]
+        t = F.concat(targets, axis=0)
+        loss = F.softmax_cross_entropy(self.out(F.concat(hs, axis=0)), t)
+        n_words = len(t)
+        if self.reports:
+            chainer.report({'loss': loss, 'perp': numpy.exp(
+                loss.array * n_words / n_words)}, self)
+        return loss
+
+
+class _FramedThenCut(_Encoder):
+    """Each sentence framed by a start and an end id, then its first and
+    last rows cut again: ``x[1:-1]`` of ``F.concat([bos, x, eos])``."""
+
+    def __init__(self):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0), 1)
+
+    def forward(self, xs, t):
+        bos, eos = numpy.array([1], I32), numpy.array([2], I32)
+        ys = [F.concat([bos, x, eos], axis=0) for x in xs]
+        ys = [y[1:-1] for y in ys]
+        hy = self.encoder(None, [self.embed(y) for y in ys])[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+def _sentences(rng, counts, low=2):
+    return [([rng.randint(0, 30, int(rng.randint(low, 10))).astype(I32)
+              for _ in range(n)],) for n in counts]
+
+
+@pytest.mark.parametrize('name', ['lstm', 'gru'])
+def test_a_language_model_over_sliced_sentences_trains_with_one_entry(name):
+    make, n_states = _LINKS[name]
+    numpy.random.seed(0)
+    model = _NextWord(make(), n_states)
+    entry = _trained_with_one_entry(
+        model, _sentences(numpy.random.RandomState(14), _COUNTS))
+    graph = str(entry.graph)
+    assert 'joined.sliced[end=1, start=0]' in graph, graph
+    assert 'joined.sliced[end=0, start=1]' in graph, graph
+    assert 'i32[W-B] = joined.sliced' in graph, graph
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_framed_items_cut_again_are_joined(train):
+    calls = _batches(numpy.random.RandomState(15), _COUNTS)
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_FramedThenCut, calls, train)
+    entry, = jitted.cache_entries()
+    assert 'ndarray.__getitem__' not in str(entry.graph), entry.graph
+
+
+class _CutTwice(chainer.Chain):
+    """``x[1:-1]`` of sentences of one word or more: a sentence of one
+    word has none left, so the rows are not the words less twice the
+    number of sentences."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+
+    def forward(self, xs):
+        cut = [x[1:-1] for x in xs]
+        return F.sum(F.tanh(self.embed(F.concat(cut, axis=0))))
+
+
+def test_a_slice_longer_than_some_items_stays_item_by_item():
+    calls = _sentences(numpy.random.RandomState(16), (3, 4, 3, 5), low=1)
+    calls[0][0][1] = calls[0][0][1][:1]  # (a sentence of one word)
+    numpy.random.seed(0)
+    model = _CutTwice()
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for args in calls:
+            model.cleargrads()
+            compiled = jitted(*args)
+            compiled.backward()
+            grad = model.embed.W.grad.copy()
+            model.cleargrads()
+            eager = model.forward(*args)
+            eager.backward()
+            testing.assert_results_equal(compiled, eager)
+            testing.assert_results_equal(grad, model.embed.W.grad)
+    assert any(issubclass(w.category, (errors.RecompileWarning,
+                                       errors.LoopWarning))
+               for w in caught), [str(w.message) for w in caught]
+    assert all('i32[W]' not in str(e.signature)
+               for e in jitted.cache_entries())
+
+
+def test_exported_language_model_takes_the_words_and_lengths():
+    _exported_runs_at_other_counts(
+        lambda: _NextWord(reports=False),
+        _sentences(numpy.random.RandomState(17), (3, 4, 6, 2, 9)))
