@@ -910,14 +910,16 @@ def test_an_argument_of_a_fixed_shape_next_to_the_batch():
 class _SummedLoss(_Classifier):
     """The loss summed over the batch, reported per example with NumPy on
     its array: ``loss.array / len(x)`` and ``loss.array * x.shape[0]``
-    take the batch size as a Python int."""
+    take the batch size as a Python int, on either side."""
 
     def forward(self, x, t):
         loss = F.sum(F.softmax_cross_entropy(self.l2(F.relu(self.l1(x))), t,
                                              reduce='no'))
         chainer.report({'mean': loss.array / len(x),
                         'scaled': numpy.exp(-loss.array / (x.shape[0] + 1)),
-                        'total': loss.array * x.shape[0]}, self)
+                        'total': loss.array * x.shape[0],
+                        'left': len(x) * loss.array - (len(x) - loss.array),
+                        'below': x.shape[0] < loss.array}, self)
         return loss
 
 
