@@ -328,6 +328,16 @@ def note_indexed(recorder, array, index, result):
         recorder.length_leaves[id(result)] = kept
 
 
+def note_separated(recorder, array, axis, items):
+    """Notes ``items``, a tuple of ``array``'s items along ``axis``
+    (``F.separate``): where that axis is an argument's, their number is
+    its size (``len(items)`` reads a :class:`Length`, and a loop over them
+    runs as many times as one over the argument)."""
+    recorder.length_leaves[id(items)] = (
+        recorder.length_leaves[id(array)][axis],)
+    recorder.separated.append(items)  # (its id stays its own)
+
+
 def note_permuted(recorder, array, axes, result):
     """Notes ``result``, ``array``'s axes in the order ``axes`` (a
     transpose): the arguments' axes among them are ``result``'s too

@@ -22,9 +22,13 @@ objects and no other argument (rows are new objects). Otherwise the
 function records those lists item by item from then on.
 """
 
+import collections
+
 import chainer
 import chainer.functions as F
 import numpy
+
+from chainerjit import ir
 
 
 def list_paths(args, kwargs):
@@ -157,18 +161,27 @@ def _row(packed, k):
                             requires_grad=packed.requires_grad)
 
 
-def move_items_into_loops(graph, runs, item_nodes):
+def move_items_into_loops(graph, runs, item_nodes, copied=()):
     """Moves each row-indexing node (recorded before the forward ran)
     that one node reads to just before that node, and shifts the loop
     runs' iteration boundaries to match, so that a loop's iterations each
-    index their own row."""
+    index their own row. Those of ``copied`` (``F.separate``'s items: no
+    object of the caller's stands for them) that several nodes read are
+    copied for each, so that two loops over the items each index their
+    own."""
     users = graph.users()
     before = {}
+    copied = set(copied)
     for node in item_nodes:
-        readers = set(users.get(node.outputs[0], []))
-        if len(readers) == 1 and None not in readers:
-            reader, = readers
-            before.setdefault(reader, []).append(node)
+        readers = list(collections.OrderedDict.fromkeys(
+            users.get(node.outputs[0], [])))
+        if None in readers or not readers or \
+                len(readers) > 1 and node not in copied:
+            continue
+        before.setdefault(readers[0], []).append(node)
+        for reader in readers[1:]:
+            before.setdefault(reader, []).append(
+                _index_copy(graph, node, reader))
     moved = set(n for group in before.values() for n in group)
     if not moved:
         return
@@ -187,3 +200,15 @@ def move_items_into_loops(graph, runs, item_nodes):
         run.boundaries = [start_of[b] for b in run.boundaries]
         run.end = start_of[run.end]
     graph.nodes = new
+
+
+def _index_copy(graph, node, reader):
+    """A copy of the indexing ``node`` whose output ``reader`` reads
+    instead of ``node``'s."""
+    value = node.outputs[0]
+    output = ir.Value(value.kind, value.shape, value.dtype, value.name)
+    copy = ir.Node(node.op, node.kernel, node.inputs, [output], node.attrs,
+                   node.generic, node.pure, node.loc)
+    graph.templates[copy] = graph.templates.get(node)
+    reader.inputs = [output if x is value else x for x in reader.inputs]
+    return copy

@@ -389,6 +389,30 @@ def _recording_split(split, recorder):
     return split_axis
 
 
+def _recording_separate(separate, recorder):
+    """``F.separate`` while recording, called by the forward's code on an
+    argument's axis (``lengths.origin_of``): its items taken one by one
+    (``F.get_item``, the same values and gradients), each indexing moved
+    to where its item is read (``rolling``), so that a loop over them
+    rolls as one over the argument does (``for x in F.separate(xs)``
+    as ``for x in xs``), and ``len()`` of them is that axis's size."""
+    def separating(x, axis=0):
+        if _state.recorder is not recorder or recorder.depth or \
+                type(axis) is not int or lengths.forward_line(1) is None:
+            return separate(x, axis)
+        at = axis + x.ndim if axis < 0 else axis
+        if not 0 <= at < x.ndim or lengths.origin_of(x, at) is None:
+            return separate(x, axis)
+        first = len(recorder.graph.nodes)
+        items = tuple(chainer.functions.get_item(x, (slice(None),) * at + (k,))
+                      for k in range(traced.untag(_array_of(x)).shape[at]))
+        recorder.separated_nodes.extend(recorder.graph.nodes[first:])
+        lengths.note_separated(recorder, _array_of(x), at, items)
+        return items
+    separating.__wrapped__ = separate
+    return separating
+
+
 def _recording_concat(concat, recorder):
     """``F.concat`` while recording: of ``joining.Segments`` on the first
     axis, the array they were cut from (or a link made packed); of all the
@@ -620,6 +644,7 @@ RECORDING_PATCHES = (
     RecordingPatch(numpy, 'cumsum', _recording_offsets),
     RecordingPatch(chainer.functions, 'split_axis', _recording_split),
     RecordingPatch(chainer.functions, 'concat', _recording_concat),
+    RecordingPatch(chainer.functions, 'separate', _recording_separate),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

@@ -56,10 +56,11 @@ def roll_loops(graph, recording):
         of :class:`Unrolled` for loops of two or more iterations left as
         they were.
     """
-    if recording.row_nodes:
-        packing.move_items_into_loops(graph, recording.loops,
-                                      recording.row_nodes)
-    rows = set(n.outputs[0] for n in recording.row_nodes)
+    item_nodes = recording.row_nodes + recording.separated_nodes
+    if item_nodes:
+        packing.move_items_into_loops(graph, recording.loops, item_nodes,
+                                      recording.separated_nodes)
+    rows = set(n.outputs[0] for n in item_nodes)
     nodes = list(graph.nodes)
     runs = [(run, _chunks(nodes, run)) for run in recording.loops]
     rolled, unrolled = {}, []

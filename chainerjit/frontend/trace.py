@@ -120,6 +120,7 @@ class Recording(object):
         self.escape_line = recorder.escape_line if recorder else None
         self.cut = None  # that cut, once made (runtime.compile)
         self.row_nodes = []  # nodes indexing packed lists' rows
+        self.separated_nodes = []  # nodes indexing F.separate's items
         self.config_names = frozenset()  # chainer.config entries read
         self.rows_read = True  # each read by an op, none returned
 
@@ -208,6 +209,10 @@ class _Recorder(object):
         # id(array) of the computed arrays whose shape the forward read
         self.shapes_read = set()
         self.made_rows = []  # lengths.MadeRows: arrays made with a batch
+        # the nodes indexing the items F.separate gave of an argument's
+        # axis, and those tuples of items (lengths.note_separated)
+        self.separated_nodes = []
+        self.separated = []
         # Number arguments that vary by call (scalars.Scalar, IntScalar)
         # are about, and the uses that bake them into the recording
         # (scalars.Use).
@@ -740,6 +745,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         recorder.param_owners, recorder, watcher,
         model_state.written_first(instance, recorder))
     recording.row_nodes = rows.nodes
+    recording.separated_nodes = recorder.separated_nodes
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),
         recorder.computed)

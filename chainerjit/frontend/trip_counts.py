@@ -9,6 +9,9 @@ import ast
 import collections
 import dis
 import linecache
+import types
+
+import chainer.functions
 
 from chainerjit.frontend import lengths
 from chainerjit.frontend import source
@@ -121,6 +124,9 @@ def _length_alias(node, code):
 
 
 def _sequence_source(node, frame, arguments, offset):
+    separated = _separated(node, frame)
+    if separated is not None:
+        return _axis_source(separated[0], frame, separated[1], offset)
     where = _argument(node, frame, arguments)
     if where is not None and where[0] == 'leaf':
         return TripSource('dim', (where[1], 0), offset)
@@ -132,8 +138,42 @@ def _axis_source(node, frame, axis, offset):
     transpose of one, ``lengths.origin_of``), its :class:`TripSource`."""
     if not isinstance(node, ast.Name):
         return None
-    origin = lengths.origin_of(frame.f_locals.get(node.id), axis)
+    value = frame.f_locals.get(node.id)
+    if value is None or axis < 0 and not hasattr(value, 'ndim'):
+        return None
+    origin = lengths.origin_of(value, axis + value.ndim if axis < 0
+                               else axis)
     return None if origin is None else TripSource('dim', origin, offset)
+
+
+def _separated(node, frame):
+    """``(X, axis)`` of a call ``F.separate(X, axis)`` (the function
+    ``chainer.functions.separate`` names while recording, named by the
+    forward as a module's attribute or a global), else ``None``."""
+    if not isinstance(node, ast.Call) or not 1 <= len(node.args) <= 2 or \
+            [k.arg for k in node.keywords] not in ([], ['axis']) or \
+            _named(node.func, frame) is not chainer.functions.separate:
+        return None
+    axis = node.args[1] if len(node.args) == 2 else \
+        node.keywords[0].value if node.keywords else ast.Constant(0)
+    if isinstance(axis, ast.UnaryOp) and isinstance(axis.op, ast.USub) and \
+            isinstance(axis.operand, ast.Constant):
+        axis = ast.Constant(-axis.operand.value)
+    if not isinstance(axis, ast.Constant) or type(axis.value) is not int:
+        return None
+    return node.args[0], axis.value
+
+
+def _named(node, frame):
+    """What a global name or a module's attribute of one (``F.separate``)
+    holds in ``frame``, without running any code; else ``None``."""
+    if isinstance(node, ast.Name) and node.id not in frame.f_locals:
+        return frame.f_globals.get(node.id)
+    if isinstance(node, ast.Attribute):
+        owner = _named(node.value, frame)
+        if isinstance(owner, types.ModuleType):
+            return getattr(owner, node.attr, None)
+    return None
 
 
 def _argument(node, frame, arguments):

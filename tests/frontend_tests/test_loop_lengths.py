@@ -89,6 +89,36 @@ class BatchFirst(_Steps):
         return self.out(h)
 
 
+class BatchFirstSeparated(BatchFirst):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[0], H), numpy.float32)
+        for x in F.separate(xs, axis=1):
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class Separated(_Steps):
+    def forward(self, xs):
+        h = c = None
+        for x in F.separate(xs):
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class SeparatedBothWays(_Steps):
+    def forward(self, xs):
+        steps = F.separate(xs, axis=0)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in steps:
+            h, c = self.step(x, h, c)
+        hb = cb = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in reversed(range(len(steps))):
+            cb, hb = F.lstm(cb, self.back(steps[t]) + self.h2h(hb))
+        return self.out(h + hb)
+
+
 class MaskedPadding(_Steps):
     def forward(self, xs, ms):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
@@ -181,7 +211,8 @@ class CounterLoop(_Steps):
 @pytest.mark.parametrize('cls', [
     ShapeOfTwo, ShapeUnpacked, StateMadeInTheLoop, Bidirectional,
     BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop,
-    Projected, ReversedProjected, StepsComputedAtOnce])
+    Projected, ReversedProjected, StepsComputedAtOnce, Separated,
+    SeparatedBothWays, BatchFirstSeparated])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -194,13 +225,40 @@ def test_one_entry_for_every_length_with_gradients(cls):
     assert 'trip=T' in str(entry.graph), entry.graph
 
 
-@pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional, Projected])
+@pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional, Projected,
+                                 SeparatedBothWays])
 def test_one_entry_for_every_length_in_inference(cls):
     model = cls()
     with chainer.using_config('train', False):
         jf = testing.assert_jit_matches_eager(
             model, _calls(model, seed=1), rtol=1e-4, atol=1e-5)
     assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+class SeparatedOtherwise(_Steps):
+    """F.separate's items read other than by a loop: by an index, unpacked,
+    returned."""
+
+    def __init__(self, how):
+        super(SeparatedOtherwise, self).__init__()
+        self.how = how
+
+    def forward(self, xs):
+        steps = F.separate(xs)
+        if self.how == 'ends':
+            return F.tanh(self.x2h(steps[0]) + self.back(steps[-1]))
+        if self.how == 'unpacked':
+            first, *rest, last = steps
+            return F.tanh(self.x2h(first) + self.back(last))
+        return steps
+
+
+@pytest.mark.parametrize('how', ['ends', 'unpacked', 'returned'])
+def test_separated_items_read_otherwise_match_eager(how):
+    model = SeparatedOtherwise(how)
+    jf = chainerjit.jit(model)
+    for xs, in _calls(model):
+        testing.assert_results_equal(jf(xs), model(xs))
 
 
 def test_the_reversed_loop_counts_from_the_end():

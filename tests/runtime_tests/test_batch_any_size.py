@@ -682,6 +682,12 @@ class _Steps(chainer.Chain):
             t += 1
         return F.sum(h)
 
+    def separated(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for x in F.separate(xs):
+            h, c = self.step(x, h, c)
+        return F.sum(h)
+
     def lazy_state(self, xs):
         h = c = None
         for x in xs:
@@ -711,7 +717,8 @@ class _Steps(chainer.Chain):
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
                                     'gru_link', 'lstm_link', 'counter',
-                                    'lazy_state', 'stacked', 'attended',
+                                    'separated', 'lazy_state', 'stacked',
+                                    'attended',
                                     'batch_first_outputs'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
