@@ -436,11 +436,12 @@ def rows_reduced(rows):
 
 
 def rows_follow(lower):
-    """Decorates a lowering whose kernels map each row of their one input
-    to a row of their output, and read the rows' number from the arrays
-    in their forward and gradient (a softmax): their
-    :attr:`Kernel.lengths` rule is :func:`rows_follow_first`."""
-    return _lowered_with_rule(lower, rows_follow_first)
+    """Decorates a lowering whose kernels keep the shape of their one
+    input, and read the rows' number from the arrays in their forward and
+    gradient (a softmax along any axis): their :attr:`Kernel.lengths`
+    rule is :func:`rows_in_place`, rows on any axis (a time-major batch's
+    scores normalized over the steps, ``F.softmax(scores, axis=0)``)."""
+    return _lowered_with_rule(lower, rows_in_place)
 
 
 def rows_elementwise(lower):
