@@ -189,7 +189,8 @@ class LoopRun(object):
         self.global_kinds = {}  # see global_kinds
         self.targets = ()  # the names the loop statement binds
         self.defined = set()  # IR values its iterations computed
-        self.python_safe = False  # see regions.python_unaware
+        self.python_safe = False  # see rolling.note_python_problem
+        self.python_problem = None
         self.previous_lasti = -1  # a comprehension's latest line event
         self.previous_line = None
 

@@ -70,7 +70,7 @@ def roll_loops(graph, recording):
             continue
         run.defined = set(v for chunk in chunks for n in chunk
                           for v in n.outputs)
-        run.python_safe = python_unaware(run, recording.values, rows)
+        note_python_problem(run, recording.values, rows)
         plan = None
         for peel in (0, 1):
             plan = _plan(chunks, peel, run, fingerprints)
@@ -79,9 +79,8 @@ def roll_loops(graph, recording):
         if plan is not None and not run.python_safe:
             # State that starts as None changes in the peeled iteration; a
             # while loop without exits counts as a for loop does.
-            run.python_safe = python_unaware(
-                run, recording.values, rows, plan.peel,
-                counting=not plan.exits)
+            note_python_problem(run, recording.values, rows, plan.peel,
+                                counting=not plan.exits)
         if plan is None:
             if run.n_iterations >= 3:  # else too few to tell
                 unrolled.append(Unrolled(run.loc,
@@ -597,34 +596,44 @@ def _leaf_nodes(node):
             yield leaf
 
 
-def python_unaware(run, values, rows=frozenset(), peel=0, counting=False):
-    """Whether the loop's Python cannot tell how many iterations ran: the
-    source rules of ``loop_analysis.symbolic_loop_problem``, the counter
-    indexing only arrays, and Python state unchanged between iterations
-    (from the end of the first ``peel`` iterations, which the program runs
-    before the loop; ``counting``: but for a ``while`` loop's counters).
-    Only such a loop may run another number of iterations than recorded
-    (a symbolic trip count, an exit)."""
+def note_python_problem(run, values, rows=frozenset(), peel=0,
+                        counting=False):
+    """Sets ``run.python_problem`` to how the loop's Python could tell how
+    many iterations ran, or ``None``, and ``run.python_safe`` to whether
+    it cannot: the source rules of ``loop_analysis.symbolic_loop_problem``,
+    the counter indexing only arrays, and Python state unchanged between
+    iterations (from the end of the first ``peel`` iterations, which the
+    program runs before the loop; ``counting``: but for a ``while`` loop's
+    counters). Only such a loop may run another number of iterations than
+    recorded (a symbolic trip count, an exit)."""
+    run.python_problem = _python_problem(run, values, rows, peel, counting)
+    run.python_safe = run.python_problem is None
+
+
+def _python_problem(run, values, rows, peel, counting):
     snapshots = run.snapshots[peel:]
     kinds = dict(run.global_kinds)
     if snapshots:
         kinds.update((name, summary[0])
                      for name, summary in snapshots[0].items())
     if run.code is None:
-        return False
+        return 'its source cannot be read'
     comprehension = run.site.kind == 'comp'
     problem = loop_analysis.comprehension_problem if comprehension else \
         loop_analysis.symbolic_loop_problem
-    if problem(run.code, run.site.header, kinds) is not None:
-        return False
+    found = problem(run.code, run.site.header, kinds)
+    if found is not None:
+        return found
     indexed = set() if comprehension else \
         loop_analysis.counter_indexed_names(run.code, run.site.header)
     if indexed is None or not all(
             _indexable(snapshots[0].get(name, ('missing',)), values,
                        rows) for name in indexed):
-        return False
+        return 'its counter indexes a value other than an array'
     counters = _while_counters(run, snapshots) if counting else ()
-    return _python_state_unchanged(run, snapshots, values, counters)
+    changed = _python_state_changed(run, snapshots, values, counters)
+    return None if changed is None else \
+        '%r changes between iterations' % changed
 
 
 def _indexable(summary, values, rows):
@@ -638,13 +647,14 @@ def _indexable(summary, values, rows):
         for item in summary[2])
 
 
-def _python_state_unchanged(run, snapshots, values, counters=()):
-    """Between passes through the header, the frame's Python state stays
-    the same but for values the loop computes: scalars keep their value,
-    other objects their identity and attributes, and arrays (also in lists
-    the loop appends to, or attributes it assigns) are the loop's own
-    results. Otherwise the recording saw Python state that a run of
-    another length would change."""
+def _python_state_changed(run, snapshots, values, counters=()):
+    """The name of the frame's Python state that changes between passes
+    through the header, else ``None``: it must stay the same but for
+    values the loop computes: scalars keep their value, other objects
+    their identity and attributes, and arrays (also in lists the loop
+    appends to, or attributes it assigns) are the loop's own results.
+    Otherwise the recording saw Python state that a run of another length
+    would change."""
     first = snapshots[0]
     growing = loop_analysis.appended_lists(run.code, run.site.header)
     for snapshot in snapshots[1:]:
@@ -653,8 +663,8 @@ def _python_state_unchanged(run, snapshots, values, counters=()):
                     not _unchanged(
                     first.get(name), now, values, run.defined,
                     name in growing):
-                return False
-    return True
+                return name
+    return None
 
 
 def _while_counters(run, snapshots):

@@ -407,8 +407,22 @@ def length_uses(recording, graph):
             # The output's first axis: its rows, if they follow.
             uses.append(first.use(what, node.loc)._replace(rows_of=node))
             attributes = dict(attributes, shape=shape[1:])
+        if node.op == 'BroadcastTo' and isinstance(attributes, dict):
+            attributes = dict(attributes, _shape=_broadcast_kept(
+                node.inputs[0].shape, attributes['_shape']))
         uses += lengths.uses_in(attributes, what, node.loc)
     return uses
+
+
+def _broadcast_kept(in_shape, shape):
+    """``shape``, a broadcast's target (``F.broadcast_to(m, h.shape)``),
+    with the sizes its input has there already as plain ints: the output
+    keeps the input's size there, whatever it is (which the kernels'
+    ``Kernel.lengths`` rules check), so they are not used."""
+    offset = len(shape) - len(in_shape)
+    return tuple(
+        int.__int__(n) if k >= offset and in_shape[k - offset] == n != 1
+        else n for k, n in enumerate(shape))
 
 
 def _all_nodes(nodes):
@@ -564,9 +578,8 @@ def _same_length_loops(graph, rolled, sources, source, free, recording):
     for loop in loops:
         if not rolled[loop].python_safe:
             raise _KeepsLength(
-                'the loop\'s Python could tell how many iterations ran '
-                '(state that changes between iterations, or a call it '
-                'cannot see into)', loop.loc)
+                'the loop\'s Python could tell how many iterations ran: '
+                '%s' % rolled[loop].python_problem, loop.loc)
     lists = set(v for loop in loops for v in loop.outputs
                 if v.dtype == object)
     used = rolling.uses_outside(graph, ())
