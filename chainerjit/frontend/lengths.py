@@ -338,6 +338,56 @@ def note_separated(recorder, array, axis, items):
     recorder.separated.append(items)  # (its id stays its own)
 
 
+#: Chainer functions whose outputs keep their inputs' axes: element-wise
+#: ones (broadcasting alike), a softmax along an axis, a normalization,
+#: an LSTM's step (its states' and its input's batch).
+SAME_AXES = frozenset([
+    'ReLU', 'Sigmoid', 'Tanh', 'LeakyReLU', 'ELU', 'ClippedReLU',
+    'Softplus', 'HardSigmoid', 'Softmax', 'LogSoftmax', 'Dropout', 'Add',
+    'AddConstant', 'Sub', 'SubFromConstant', 'Mul', 'MulConstant', 'Div',
+    'DivFromConstant', 'Neg', 'Absolute', 'PowVarConst', 'PowConstVar',
+    'PowVarVar', 'Exp', 'Log', 'Sqrt', 'Square', 'Clip', 'Sin', 'Cos',
+    'Maximum', 'Minimum', 'Cast', 'Copy', 'Identity', 'BatchNormalization',
+    'FixedBatchNormalization', 'LayerNormalization', 'LSTM'])
+
+
+def note_computed(recorder, name, in_arrays, out_arrays):
+    """Notes the axes of an argument's (not a list item's) that the
+    outputs of the Chainer function ``name`` keep from its inputs (of
+    :data:`SAME_AXES` where their sizes agree, an embedding's ids, a
+    linear layer's rows), so that their sizes read Lengths and a loop over
+    them (``exs = self.embed(xs)``, then ``for x in exs``) runs for that
+    argument's size: see :func:`origin_of`."""
+    origins = [recorder.length_leaves.get(id(a)) for a in in_arrays]
+    if not any(origins):
+        return
+    if name == 'EmbedIDFunction':
+        found = [tuple(origins[0] or ()) + (None,)]
+    elif name == 'LinearFunction' and in_arrays[0].ndim == 2:
+        found = [((origins[0] or (None,))[0], None)]
+    elif name in SAME_AXES:
+        found = [_same_axes(a.shape, in_arrays, origins) for a in out_arrays]
+    else:
+        return
+    for array, kept in zip(out_arrays, found):
+        kept = tuple(None if o is None or is_item_length(o) else o
+                     for o in kept)
+        if len(kept) == array.ndim and any(kept):
+            recorder.length_leaves[id(array)] = kept
+
+
+def _same_axes(shape, in_arrays, origins):
+    """The origins of an output of ``shape`` along each axis: those of
+    the inputs of as many axes and that size there, where they agree."""
+    kept = []
+    for axis, n in enumerate(shape):
+        found = set(o[axis] for a, o in zip(in_arrays, origins)
+                    if o is not None and a.ndim == len(shape) and
+                    a.shape[axis] == n)
+        kept.append(found.pop() if len(found) == 1 else None)
+    return kept
+
+
 def note_permuted(recorder, array, axes, result):
     """Notes ``result``, ``array``'s axes in the order ``axes`` (a
     transpose): the arguments' axes among them are ``result``'s too

@@ -523,6 +523,9 @@ class _Recorder(object):
         elif isinstance(template, _PERMUTATIONS):
             lengths.note_permuted(self, in_arrays[0], ops_array.permutation(
                 template, in_arrays[0].ndim), out_arrays[0])
+        else:
+            lengths.note_computed(self, type(template).__name__, in_arrays,
+                                  out_arrays)
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
             self.note_variable(y, value)

@@ -108,6 +108,9 @@ def _value_key(value, mask_ints=False):
         # A number computed at run time (frontend.scalars): the node
         # reads it as an input, whose source the data flow compares.
         return (kind, 'varying')
+    if isinstance(value, int) and not isinstance(value, bool):
+        # an argument's size read while recording (frontend.lengths)
+        return (int, int.__repr__(value))
     if kind in (tuple, list):
         return (kind, tuple(_value_key(v, mask_ints) for v in value))
     if kind is dict:
