@@ -413,9 +413,18 @@ def _roll_loops(caller, recording, sig, n_leaves):
             'entry of its own' % code.co_name),
             (code.co_filename, code.co_firstlineno))
     rolled, unrolled = rolling.roll_loops(recording.graph, recording)
-    if not rolled or caller.lengths_unsound or not pure_but_guards(
-            recording.graph.nodes):
-        # A length cannot be checked by running twice.
+    if not rolled or caller.lengths_unsound:
+        return None, None, unrolled
+    if not structural.undoable(recording.graph.nodes, loops=True):
+        # A new length is checked by running the program and eagerly,
+        # NumPy's generator and batch normalization's averages (outside
+        # loops) put back in between (api._verify_length).
+        varying = [run for run in rolled.values() if run.trip is not None]
+        if varying:
+            caller.warn_unrolled(errors.UnrolledLoop(
+                'this loop keeps its trip count in the cache key (each new '
+                'length compiles again): %s' % _SIDE_EFFECTS),
+                varying[0].loc)
         return None, None, unrolled
     input_names = [name for name, _ in sig.items[:n_leaves]]
     code = getattr(caller.fn, '__code__', None)
