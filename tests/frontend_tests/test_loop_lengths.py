@@ -328,6 +328,132 @@ def test_a_comparison_of_the_length_is_a_guard_taking_both_sides():
                          'for lengths where: not T > 10'], described
 
 
+# --- loops over a value computed from the argument ---------------------------
+
+V = 20  # the vocabulary of word ids
+
+
+class _Embedded(_Steps):
+    """Time-major word ids ``(T, B)`` embedded all at once before the
+    loop, which goes over the embedded steps."""
+
+    def __init__(self):
+        super(_Embedded, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(V, I)
+
+
+class EmbeddedEach(_Embedded):
+    def forward(self, ids):
+        h = c = None
+        exs = F.sigmoid(self.embed(ids))
+        for x in exs:
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class EmbeddedCounted(_Embedded):
+    def forward(self, ids):
+        exs = F.tanh(self.embed(ids))
+        h = c = self.xp.zeros((exs.shape[1], H), numpy.float32)
+        for t in range(len(exs)):
+            h, c = self.step(exs[t], h, c)
+        return self.out(h)
+
+
+class EmbeddedBatchFirst(_Embedded):
+    def forward(self, ids):  # (B, T)
+        exs = self.embed(ids)
+        h = c = self.xp.zeros((exs.shape[0], H), numpy.float32)
+        for t in range(exs.shape[1]):
+            h, c = self.step(exs[:, t], h, c)
+        return self.out(h)
+
+
+class EmbeddedLongOnesDiffer(_Embedded):
+    def forward(self, ids):
+        exs = self.embed(ids)
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        for x in exs:
+            h, c = self.step(x, h, c)
+        return self.out(h * 2 if len(exs) > 8 else h)
+
+
+def _id_calls(shapes, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.randint(0, V, shape).astype(numpy.int32),)
+            for shape in shapes]
+
+
+@pytest.mark.parametrize('cls', [EmbeddedEach, EmbeddedCounted,
+                                 EmbeddedBatchFirst])
+def test_a_loop_over_embedded_steps_serves_every_length_and_batch(cls):
+    # (lengths and batch sizes both change: a second compile makes both
+    # symbolic)
+    model = cls()
+    shapes = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
+    batch_first = cls is EmbeddedBatchFirst
+    calls = _id_calls([s[::-1] if batch_first else s for s in shapes])
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jf = testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
+                                                  atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    entry, = jf.cache_entries()
+    assert 'trip=T' in str(entry.graph), entry.graph
+    assert str(entry.signature).startswith(
+        'ids: i32[B,T]' if batch_first else 'ids: i32[T,B]'), entry.signature
+
+
+class EmbeddedWithDropout(_Embedded):
+    def forward(self, ids):
+        exs = F.dropout(self.embed(ids), 0.3)
+        h = c = None
+        for x in exs:
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            h, c = self.step(F.dropout(x, 0.2), h, c)
+        return self.out(F.dropout(h, 0.1))
+
+
+def test_dropout_in_and_before_the_loop_serves_every_length():
+    # The draws of the first call at a new length are put back between
+    # the program's run and eager's, which then draw the same.
+    model = EmbeddedWithDropout()
+    jf = chainerjit.jit(model)
+    calls = _id_calls([(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for seed, (ids,) in enumerate(calls):
+            results = []
+            for fn in (jf, model):
+                model.cleargrads()
+                numpy.random.seed(seed)
+                y = fn(ids)
+                F.sum(y * y).backward()
+                results.append((y.array, model.embed.W.grad.copy(),
+                                model.x2h.W.grad.copy(),
+                                numpy.random.rand()))
+            testing.assert_results_equal(*results)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    assert 'trip=T' in str(jf.cache_entries()[0].graph)
+
+
+def test_a_length_of_embedded_steps_compared_is_a_guard():
+    model = EmbeddedLongOnesDiffer()
+    calls = _id_calls([(5, 4), (9, 4), (17, 4), (3, 4), (12, 4), (8, 4)])
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        jf = testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
+                                                  atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
 class FiveIsSpecial(_Steps):
     def forward(self, xs):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
@@ -346,6 +472,22 @@ class MeanOverTime(_Steps):
             h, c = self.step(xs[t], h, c)
             total = total + h
         return self.out(total * (1.0 / xs.shape[0]))
+
+
+class StepsListReturned(_Steps):
+    """A helper returning the list of the steps' outputs, which the
+    caller could count or index: ``return F.stack(hs)`` rolls."""
+
+    def encode(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return hs
+
+    def forward(self, xs):
+        return self.out(F.sum(F.stack(self.encode(xs)), axis=0))
 
 
 class MeanByDivision(_Steps):
@@ -400,6 +542,8 @@ def test_the_batch_size_in_a_division_serves_every_batch_size(rng, backend):
     (RowsOfAllSteps, 'the loop reads a value computed from xs otherwise '
      'than one step indexed by its counter'),
     (MeanOverTime, 'used in float arithmetic'),
+    (StepsListReturned, "could tell how many iterations ran: the list 'hs' "
+     "is used after the loop"),
     # Recorded at 5, where the test holds: only 5 keeps its length; 9
     # records an entry guarded by "not T == 5", which serves 17 too.
     (FiveIsSpecial, 'xs.shape[0] compared'),

@@ -80,9 +80,11 @@ CASES = [
     ('SplitAxis', lambda x: F.split_axis(x, [], 0), [[(3, 4)]]),
     ('SplitAxis', lambda x: F.split_axis(x, 1, 0, force_tuple=False),
      [[(3, 4)]]),
-    # (of a computed value: an argument's items are taken one by one)
-    ('Separate', lambda x: F.separate(-x), [[(3, 4)], [(2,)]]),
-    ('Separate', lambda x: F.separate(-x, axis=-1), [[(2, 3, 4)], [(0, 2)]]),
+    # (of a value of no argument's axes: an argument's items are taken one
+    # by one)
+    ('Separate', lambda x: F.separate(F.flip(x, 0)), [[(3, 4)], [(2,)]]),
+    ('Separate', lambda x: F.separate(F.flip(x, 0), axis=-1),
+     [[(2, 3, 4)], [(0, 2)]]),
     ('GetItem', lambda x: F.separate(x, axis=-1), [[(2, 3, 4)], [(0, 2)]]),
     ('Tile', lambda x: F.tile(x, 2), [[(3, 4)], [()], [(0, 2)]]),
     ('Tile', lambda x: F.tile(x, (2, 1, 3)), [[(3, 4)], [(2,)]]),

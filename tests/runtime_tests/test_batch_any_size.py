@@ -714,11 +714,19 @@ class _Steps(chainer.Chain):
         hs = self.stacked(xs)
         return F.sum(hs * hs[-1][None], axis=2)
 
+    def attention(self, xs):
+        # the scores normalized over the steps' axis, and the steps'
+        # outputs weighed by them
+        hs = self.stacked(xs)
+        scores = F.softmax(F.sum(hs * hs[-1][None], axis=2), axis=0)
+        context = F.sum(hs * F.expand_dims(scores, 2), axis=0)
+        return context + F.log_softmax(hs, axis=0)[-1]
+
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
-                                    'attended',
+                                    'attended', 'attention',
                                     'batch_first_outputs'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
