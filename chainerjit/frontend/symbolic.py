@@ -27,7 +27,7 @@ SYMBOLS = signature.TRIP_SYMBOLS
 
 class Symbolic(collections.namedtuple(
         'Symbolic', 'kind where deltas wildcards minimum conditions symbol '
-        'more', defaults=((), 'T', ()))):
+        'more tied', defaults=((), 'T', (), ()))):
     """How an entry's trip counts follow from a call's key.
 
     ``kind`` and ``where`` say where the length ``T`` is read (see
@@ -40,7 +40,9 @@ class Symbolic(collections.namedtuple(
     which must go the same way: guards of the key. ``symbol`` is the
     length's name (``T``); ``more`` holds the other lengths of the
     program, each a Symbolic of its own symbol (``U``: the target length
-    of a sequence to sequence model), whose trip counts follow.
+    of a sequence to sequence model), whose trip counts follow. ``tied``:
+    ``(leaf, axis)`` of the wildcards that must be ``T`` (an argument of
+    as many steps that ops read along with the steps': the targets).
     """
 
     def generalize(self, key, packed=False):
@@ -101,6 +103,9 @@ class Symbolic(collections.namedtuple(
                                         self.symbol)
         if length < self.minimum or not all(
                 lengths.holds(c, length) for c in self.conditions):
+            return None
+        if any(leaf >= len(specs) or axis >= len(specs[leaf][0]) or
+               specs[leaf][0][axis] != length for leaf, axis in self.tied):
             return None
         specs = list(specs)
         for leaf, axes in self.wildcards:
@@ -227,7 +232,8 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
     outer_reads, wildcards, steps = _counter_reads(
         graph, loops, free, wildcards,
         length if source.kind == 'dim' else None, recording.templates,
-        _stacked_rows(graph, loops, source, length, deltas))
+        _stacked_rows(graph, loops, source, length, deltas),
+        source.where if source.kind == 'dim' else None)
     free.settle(steps.followed, source.where)
     for leaf in wildcards:
         free.check(leaf, wildcards[leaf], loops[0].loc)
@@ -251,7 +257,8 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
     return Symbolic(source.kind, source.where, tuple(symbols),
                     tuple((leaf, tuple(sorted(axes)))
                           for leaf, axes in sorted(wildcards.items())),
-                    minimum, free.conditions_of(free.guarded), symbol)
+                    minimum, free.conditions_of(free.guarded), symbol,
+                    tied=tuple(steps.tied))
 
 
 # --- where a trip count comes from -------------------------------------------
@@ -640,7 +647,7 @@ def _iterations(loop, rolled):
 
 
 def _counter_reads(graph, loops, free, wildcards, length, templates,
-                   stacked):
+                   stacked, dim=None):
     """Checks how the graph reads the arguments with symbolic axes, adding
     to ``wildcards`` the axes that only the counter indexes, of arguments
     the source uses only as sequences or, with the ``length`` of an
@@ -649,7 +656,8 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
     outside the loops with the smallest length each needs, and the
     :class:`_Steps` of the arguments other ops read, whose first axis is
     the length, and of the loops' ``stacked`` values (``{value:
-    ops.Rows}``); raises where another op reads such an argument."""
+    ops.Rows}``; ``dim``: the ``(leaf, axis)`` the length is, where it
+    is an argument's); raises where another op reads such an argument."""
     wildcards = dict((k, set(v)) for k, v in wildcards.items())
     for loop in loops:
         for node, leaf in _argument_counter_reads(graph, loop):
@@ -686,9 +694,38 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
                 raise _KeepsLength(
                     '%s is read by %s, not only indexed by the loop '
                     'counter' % (value.name, node.op), node.loc)
-    steps = _Steps(graph, loops, seeds, set(r[0] for r in outer_reads),
-                   templates)
+    reads = set(r[0] for r in outer_reads)
+    try:
+        steps = _Steps(graph, loops, seeds, reads, templates, dim)
+    except _KeepsLength:
+        tied = _tied_arguments(graph, wildcards, length, free, dim)
+        if not tied:
+            raise
+        # Another argument of as many steps (the targets of each step)
+        # read by the ops over them: its axis is the length too.
+        seeds = dict(seeds)
+        seeds.update((graph.inputs[leaf], ops.Rows.of_item(
+            dim[0], length)._replace(axis=axis)) for leaf, axis in tied)
+        steps = _Steps(graph, loops, seeds, reads, templates, dim)
+        for leaf, axis in tied:
+            wildcards.setdefault(leaf, set()).add(axis)
+        steps.tied = tied
     return outer_reads + steps.constant_reads, wildcards, steps
+
+
+def _tied_arguments(graph, wildcards, length, free, dim):
+    """``(leaf, axis)`` of the arguments but those with symbolic axes
+    (``wildcards``) that have one axis of the ``length`` of the argument
+    axis ``dim``, which the forward's Python did not use."""
+    if dim is None:
+        return []
+    tied = []
+    for leaf, value in enumerate(graph.inputs):
+        axes = [a for a, n in enumerate(value.shape) if n == length]
+        if leaf not in wildcards and leaf != dim[0] and len(axes) == 1 \
+                and free.is_free(leaf, set(axes)):
+            tied.append((leaf, axes[0]))
+    return tied
 
 
 def _stacked_rows(graph, loops, source, length, deltas):
@@ -713,13 +750,13 @@ def _stacked_rows(graph, loops, source, length, deltas):
         fixed = prefix if node.op == 'Stack' else sum(
             v.shape[axis] for v in node.inputs[:prefix])
         rows = None
-        if source.kind == 'dim' and source.where[1] == 0:
+        if source.kind == 'dim':
             rows = _joined_rows(node, axis, fixed, source.where[0], length,
                                 lists[read[0]])
         if rows is None:
             raise _KeepsLength(
                 'the values the loop stacks are read by another op, and '
-                'their number is not an argument\'s first axis', node.loc)
+                'their number is not an argument\'s size', node.loc)
         found[node.outputs[0]] = rows
     return found
 
@@ -756,18 +793,22 @@ class _Steps(object):
     (``ys[0]``).
     Raises ``_KeepsLength`` where an op cannot take another length."""
 
-    def __init__(self, graph, loops, seeds, argument_reads, templates):
+    def __init__(self, graph, loops, seeds, argument_reads, templates,
+                 dim=None):
         self.names = [v.name for v in graph.inputs]
         self.inputs = graph.inputs
         self.rows = dict(seeds)
-        # leaf -> the axis of its length, as seeded
+        # leaf -> the axis of its length, as seeded or as the length is
         self.seed_axes = dict((graph.inputs.index(value), rows.axis)
                               for value, rows in seeds.items()
                               if value in graph.inputs)
+        if dim is not None:
+            self.seed_axes.setdefault(*dim)
         self.followed = set()
         self.variants = {}
         self.read_by_loops = {}  # loop -> {value: set([0])}
         self.constant_reads = []
+        self.tied = []  # (leaf, axis) of arguments seeded as the length's
         for node in graph.nodes:
             found = [self.rows.get(v) for v in node.inputs]
             if node in argument_reads or all(r is None for r in found):

@@ -335,21 +335,26 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
     template = _split_arrays((args, kwargs), [])
     if label == 'ndarray.__getitem__':
         recorder.note_indexed(args[0], args[1], result)
+    kernel = ops.Kernel(kernel_fn, multi=multi,
+                        onnx=_numpy_to_onnx(fn, template, label))
     node = recorder.add_node(ir.Node(
-        label, ops.Kernel(kernel_fn, multi=multi,
-                          onnx=_numpy_to_onnx(fn, template, label),
-                          lengths=_rows_kept(label, fn, args, kwargs,
-                                             arrays, result)),
+        label, kernel._replace(lengths=_rows_kept(
+            label, fn, args, kwargs, arrays, result, kernel)),
         in_values, recorder.bind_temps(outs), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
 
 
-def _rows_kept(label, fn, args, kwargs, arrays, result):
-    """The ``Kernel.lengths`` rule of NumPy that keeps the rows of its
-    operands at any number of them (``runtime.ragged``, ``runtime.batch``):
-    ``x[::-1]``, ``x[:]``, ``x[:, 3]``, ``xs[0]`` of a time-major
-    ``xs``, an element-wise ufunc; else
-    ``None``. (NumPy run on arrays has no gradient.)"""
+def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
+    """The ``Kernel.lengths`` rule of NumPy (run by ``kernel``) that keeps
+    the rows of its operands at any number of them (``runtime.ragged``,
+    ``runtime.batch``): ``x[::-1]``, ``x[:]``, ``x[:, 3]``, ``xs[0]`` of
+    a time-major ``xs``, an element-wise ufunc, ``x.reshape(-1)`` as
+    ``F.reshape``; else ``None``. (NumPy run on arrays has no
+    gradient.)"""
+    if label == 'ndarray.reshape' and len(arrays) == 1 and \
+            args[0] is arrays[0] and isinstance(result, numpy.ndarray):
+        return array_ops.reshape_lengths(kernel, arrays[0].shape,
+                                         result.shape)
     if label == 'ndarray.__getitem__':
         index = args[1]
         if type(index) is slice and index.start is None and \

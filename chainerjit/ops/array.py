@@ -159,16 +159,23 @@ def lower_reshape(node, ctx):
                         lambda b, gy: b.op('Reshape', [
                             gy, b.int64s(list(in_shape))], allowzero=1)[0]),
                     onnx=_onnx_view(node, ctx))
-    if not shape or not in_shape or not shape[0] or not in_shape[0]:
-        return kernel
     unit_axes = _unit_axes(node, shape, in_shape)
-    if unit_axes is not None:
+    if unit_axes is not None and shape and in_shape and shape[0] and \
+            in_shape[0]:
         return kernel._replace(lengths=_rows_past_unit_axes(
             kernel, *unit_axes))
+    return kernel._replace(lengths=reshape_lengths(kernel, in_shape, shape))
+
+
+def reshape_lengths(kernel, in_shape, shape):
+    """The ``Kernel.lengths`` rule of ``kernel``, a reshape of
+    ``in_shape`` to ``shape`` (``F.reshape``, NumPy's ``x.reshape``), or
+    ``None``."""
+    if not shape or not in_shape or not shape[0] or not in_shape[0]:
+        return None
     if shape[0] != in_shape[0]:
-        return kernel._replace(lengths=_rows_rescaled(kernel, in_shape,
-                                                      shape))
-    return kernel._replace(lengths=_rows_reshaped(kernel, in_shape, shape))
+        return _rows_rescaled(kernel, in_shape, shape)
+    return _rows_reshaped(kernel, in_shape, shape)
 
 
 def _unit_axes(node, shape, in_shape):
