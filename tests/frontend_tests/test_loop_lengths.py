@@ -409,6 +409,64 @@ def test_a_loop_over_embedded_steps_serves_every_length_and_batch(cls):
         'ids: i32[B,T]' if batch_first else 'ids: i32[T,B]'), entry.signature
 
 
+class StepsProjectedAtOnce(_Embedded):
+    """A language model whose loop collects the steps' states and
+    projects all of them at once, its targets another argument of as many
+    steps (``F.concat(hs)``, ``ts.reshape(-1)``)."""
+
+    def __init__(self):
+        super(StepsProjectedAtOnce, self).__init__()
+        with self.init_scope():
+            self.words = L.Linear(H, V)
+
+    def forward(self, ids, ts):
+        exs = self.embed(ids)
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        hs = []
+        for x in exs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return F.softmax_cross_entropy(self.words(F.concat(hs, axis=0)),
+                                       ts.reshape(-1))
+
+
+class BatchFirstStepsProjectedAtOnce(StepsProjectedAtOnce):
+    """:class:`StepsProjectedAtOnce` of batch-first ids and targets
+    (``F.stack(hs, axis=1)``, ``F.reshape(ts, (-1,))``)."""
+
+    def forward(self, ids, ts):
+        exs = self.embed(ids)
+        h = c = self.xp.zeros((ids.shape[0], H), numpy.float32)
+        hs = []
+        for t in range(ids.shape[1]):
+            h, c = self.step(exs[:, t], h, c)
+            hs.append(h)
+        ys = self.words(F.reshape(F.stack(hs, axis=1), (-1, H)))
+        return F.softmax_cross_entropy(ys, F.reshape(ts, (-1,)))
+
+
+@pytest.mark.parametrize('batch_first', [False, True])
+def test_steps_projected_at_once_against_targets_serve_every_length(
+        batch_first):
+    model = BatchFirstStepsProjectedAtOnce() if batch_first else \
+        StepsProjectedAtOnce()
+    shapes = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
+    shapes = [s[::-1] if batch_first else s for s in shapes]
+    rng = numpy.random.RandomState(1)
+    calls = [(rng.randint(0, V, s).astype(numpy.int32),
+              rng.randint(0, V, s).astype(numpy.int32)) for s in shapes]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jf = testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
+                                                  atol=1e-5)
+    entry, = jf.cache_entries()
+    axes = 'B,T' if batch_first else 'T,B'
+    assert str(entry.signature).startswith(
+        'ids: i32[%s]@cpu (array), ts: i32[%s]' % (axes, axes)), \
+        entry.signature
+
+
 class EmbeddedWithDropout(_Embedded):
     def forward(self, ids):
         exs = F.dropout(self.embed(ids), 0.3)
