@@ -17,6 +17,7 @@ from chainerjit.frontend import signature
 from chainerjit.frontend import trip_counts
 from chainerjit import ops
 from chainerjit.ir.fingerprints import index_of
+from chainerjit.ops import array as array_ops
 from chainerjit.ops import structural
 
 
@@ -406,6 +407,8 @@ def length_uses(recording, graph):
         if attributes is None or node.loc is None:
             continue
         what = 'passed to %s' % node.op
+        if isinstance(attributes, dict):
+            attributes = _without_kept_sizes(node, attributes)
         shape = attributes.get('shape') if isinstance(attributes, dict) \
             else None
         first = shape[0] if isinstance(shape, (tuple, list)) and shape \
@@ -414,11 +417,24 @@ def length_uses(recording, graph):
             # The output's first axis: its rows, if they follow.
             uses.append(first.use(what, node.loc)._replace(rows_of=node))
             attributes = dict(attributes, shape=shape[1:])
-        if node.op == 'BroadcastTo' and isinstance(attributes, dict):
-            attributes = dict(attributes, _shape=_broadcast_kept(
-                node.inputs[0].shape, attributes['_shape']))
         uses += lengths.uses_in(attributes, what, node.loc)
     return uses
+
+
+def _without_kept_sizes(node, attributes):
+    """``attributes`` of ``node`` but the sizes its output keeps from its
+    input, whatever they are (which the kernels' ``Kernel.lengths`` rules
+    check), so that they are not used: a broadcast's target's axes the
+    input has already (``F.broadcast_to(m, h.shape)``), a reshape's that
+    only adds or removes axes of size one (``(B, T, 1)`` to ``(B, T)``)."""
+    in_shape = node.inputs[0].shape if node.inputs else ()
+    if node.op == 'BroadcastTo':
+        return dict(attributes, _shape=_broadcast_kept(
+            in_shape, attributes['_shape']))
+    if node.op == 'Reshape' and array_ops.unit_axes_of_reshape(
+            in_shape, tuple(int.__int__(n) for n in attributes['shape'])):
+        return dict(attributes, shape=())
+    return attributes
 
 
 def _broadcast_kept(in_shape, shape):

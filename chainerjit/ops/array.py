@@ -133,8 +133,14 @@ def onnx_reshape(b, x, shape, out=None):
 
 def _onnx_view(node, ctx):
     """A converter for ``expand_dims`` (``Unsqueeze``) and ``squeeze``
-    (``Squeeze`` of the recorded unit axes)."""
+    (``Squeeze`` of the recorded unit axes), and for a reshape: of one
+    that only adds and removes axes of size one, both, at any sizes of
+    the others."""
     in_shape, shape = ctx.in_shapes[0], ctx.out_shapes[0]
+    units = unit_axes_of_reshape(in_shape, shape) \
+        if isinstance(node, reshape.Reshape) else None
+    if units is not None:
+        return _onnx_unit_axes(*units)
     if isinstance(node, expand_dims.ExpandDims):
         axis = _normalize_axis(node.axis, len(shape))
         return lambda b, ins, outs: b.op(
@@ -181,13 +187,41 @@ def reshape_lengths(kernel, in_shape, shape):
 def _unit_axes(node, shape, in_shape):
     """``(axes added, axes removed)`` of an ``expand_dims`` or a
     ``squeeze`` of given axes (numbered as the output's and as the
-    input's), or ``None``."""
+    input's), or of a reshape that only adds and removes axes of size
+    one (``(B, T, 1)`` to ``(B, T)``: :func:`unit_axes_of_reshape`), or
+    ``None``."""
     if isinstance(node, expand_dims.ExpandDims):
         axis = node.axis if node.axis >= 0 else node.axis + len(shape)
         return (axis,), ()
     if isinstance(node, squeeze.Squeeze) and node.axis is not None:
         return (), tuple(sorted(a % len(in_shape) for a in node.axis))
+    if isinstance(node, reshape.Reshape):
+        return unit_axes_of_reshape(in_shape, shape)
     return None
+
+
+def unit_axes_of_reshape(in_shape, shape):
+    """``(axes of size one added, those removed)`` where reshaping
+    ``in_shape`` to ``shape`` keeps the other axes, in order; else
+    ``None``."""
+    if [n for n in in_shape if n != 1] != [n for n in shape if n != 1] \
+            or 1 not in tuple(in_shape) + tuple(shape):
+        return None
+    return (tuple(k for k, n in enumerate(shape) if n == 1),
+            tuple(k for k, n in enumerate(in_shape) if n == 1))
+
+
+def _onnx_unit_axes(added, removed):
+    """The ONNX form of adding the unit axes ``added`` to an array and
+    removing its ``removed`` (``Squeeze``, then ``Unsqueeze``)."""
+    def convert(b, ins, outs):
+        x = ins[0]
+        if removed:
+            x = b.op('Squeeze', [x, b.int64s(list(removed))],
+                     None if added else outs)[0]
+        if added:
+            b.op('Unsqueeze', [x, b.int64s(list(added))], outs)
+    return convert
 
 
 def _rows_past_unit_axes(kernel, added, removed):

@@ -1307,13 +1307,49 @@ def lower_matmul(node, ctx):
         if swap_b:
             b_ = onnx_swap_last(b, b_, b_ndim)
         b.op('MatMul', [a, b_], outs)
-    return Kernel(fn, {'transa': node.transa, 'transb': node.transb,
-                       'transc': node.transc},
-                  grad=grad_rule(ctx, _matmul_grad(node, ctx), inputs=(0, 1),
-                                 onnx=_matmul_grad_to_onnx(node, ctx)),
-                  onnx=to_onnx, fresh=True,
-                  into=into if _all_alike(ctx) and 1 not in (a_ndim, b_ndim)
-                  else None)
+    kernel = Kernel(fn, {'transa': node.transa, 'transb': node.transb,
+                         'transc': node.transc},
+                    grad=grad_rule(ctx, _matmul_grad(node, ctx),
+                                   inputs=(0, 1),
+                                   onnx=_matmul_grad_to_onnx(node, ctx)),
+                    onnx=to_onnx, fresh=True,
+                    into=into if _all_alike(ctx) and 1 not in (a_ndim, b_ndim)
+                    else None)
+    return kernel._replace(lengths=_matmul_rows(kernel, node, ctx))
+
+
+def _matmul_rows(kernel, node, ctx):
+    """The ``Kernel.lengths`` rule of a matrix product without
+    transpositions of operands of as many axes, two or more, and the same
+    batch axes (none broadcast): the rows of the first operand's
+    matrices (``(B, T, H) @ (B, H, 1)``: attention scores over ``T``
+    steps), or those of a batch axis both have, are the product's. At
+    any rows its gradient is the products of the output's gradient,
+    which have the operands' shapes."""
+    (a_shape, b_shape), dtypes = ctx.in_shapes, ctx.in_dtypes
+    ndim = len(a_shape)
+    if node.transa or node.transb or node.transc or ndim < 2 or \
+            len(b_shape) != ndim or a_shape[:-2] != b_shape[:-2]:
+        return None
+    product = matmul._matmul
+
+    @takes_axes
+    def lengths(rows):
+        a, b = rows
+        if a is None or (b is not None and (b != a or a.axis >= ndim - 2)) \
+                or (b is None and a.axis != ndim - 2):
+            return None
+        return Follow((a,), any_rows)
+
+    def grad(xs, ys, gys, wanted):
+        (a, b), (gy,) = xs, gys
+        return (utils.force_array(product(gy, b, False, True, False),
+                                  dtypes[0]) if wanted[0] else None,
+                utils.force_array(product(a, gy, True, False, False),
+                                  dtypes[1]) if wanted[1] else None)
+    any_rows = kernel._replace(grad=grad_rule(ctx, grad, inputs=(0, 1)),
+                               lengths=lengths)
+    return lengths
 
 
 def _matmul_grad_to_onnx(node, ctx):
