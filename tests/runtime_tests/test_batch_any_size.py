@@ -714,6 +714,20 @@ class _Steps(chainer.Chain):
         hs = self.stacked(xs)
         return F.sum(hs * hs[-1][None], axis=2)
 
+    def scored(self, xs):
+        # batch-first steps scored by a batched matrix product with the
+        # last state, the scores reshaped to (B, T) and normalized
+        T, B, _ = xs.shape
+        h = c = self.xp.zeros((B, 8), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        steps = F.stack(hs, axis=1)
+        scores = F.matmul(steps, F.expand_dims(h, 2))
+        weights = F.softmax(F.reshape(scores, (B, T)), axis=1)
+        return F.sum(steps * F.expand_dims(weights, 2), axis=1)
+
     def attention(self, xs):
         # the scores normalized over the steps' axis, and the steps'
         # outputs weighed by them
@@ -726,7 +740,7 @@ class _Steps(chainer.Chain):
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
-                                    'attended', 'attention',
+                                    'attended', 'attention', 'scored',
                                     'batch_first_outputs'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
