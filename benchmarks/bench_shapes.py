@@ -170,7 +170,41 @@ def _lstm_models():
                 loss = loss + F.sum(self.out(h) * ys[t + 1][:, :10])
             return loss / len(ys)
 
-    return LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq
+    class LanguageModel(Steps):
+        """Word ids embedded at once, the loop over the embedded steps,
+        the states of all steps projected at once against the targets
+        (another argument of as many steps)."""
+
+        def __init__(self):
+            super(LanguageModel, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(VOCABULARY, I)
+                self.words = L.Linear(H, VOCABULARY)
+
+        def forward(self, ids, targets):
+            exs = F.dropout(self.embed(ids), 0.1)
+            h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+            hs = []
+            for x in exs:
+                h, c = self.step(x, h, c)
+                hs.append(h)
+            return F.softmax_cross_entropy(
+                self.words(F.concat(hs, axis=0)), targets.reshape(-1))
+
+    return LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, \
+        LanguageModel
+
+
+VOCABULARY = 100
+
+
+def _words_and_targets(rng):
+    """A language model's arguments: time-major word ids and the next
+    words, of a random length (5 to 60) and batch size (2 to 64)."""
+    import numpy
+    shape = (rng.randint(5, 61), rng.randint(2, 65))
+    return tuple(rng.randint(0, VOCABULARY, shape).astype(numpy.int32)
+                 for _ in range(2))
 
 
 def _steps(batch_first=False, batches=False, longest=40):
@@ -422,7 +456,8 @@ def workloads():
     import numpy
 
     from examples import models
-    LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq = _lstm_models()
+    LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, LanguageModel = \
+        _lstm_models()
     mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
         numpy.float32))
     block = (models.EncoderBlock, lambda rng, b: rng.randn(
@@ -475,6 +510,9 @@ def workloads():
         ('sequence to sequence training, source and target lengths 5 to '
          '60, batches 2 to 64', 'chainerjit',
          _training(Seq2Seq, _source_and_target)),
+        ('RNN language model training, word ids embedded at once, all '
+         'steps projected, lengths 5 to 60, batches 2 to 64', 'chainerjit',
+         _training(LanguageModel, _words_and_targets)),
     ]
 
 
