@@ -35,6 +35,7 @@ from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
 from chainerjit.frontend import _keys
+from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
 
@@ -388,6 +389,36 @@ def _same_axes(shape, in_arrays, origins):
     return kept
 
 
+def note_stacked(recorder, items, axis, result, frame):
+    """Notes ``result``, ``F.stack(items, axis)`` in ``frame``, where
+    ``items`` is the list a loop that ran over an argument's axis
+    (``control.LoopRun.trip``) filled, one item per step: its ``axis``
+    is that argument's, and its other axes the items' where all have
+    them (``enc.shape`` of ``enc = F.stack(hs)`` then reads Lengths)."""
+    run = next((r for r in reversed(recorder.loop_runs)
+                if r.code is frame.f_code), None)
+    if run is None or run.exit != 'done' or run.trip is None or \
+            run.trip.kind != 'dim' or run.trip.offset or \
+            run.n_iterations != len(items) or not run.snapshots:
+        return
+    names = [name for name in loop_analysis.appended_lists(
+        run.code, run.site.header) if frame.f_locals.get(name) is items]
+    if not names or run.snapshots[0].get(names[0], ('list', list, (1,)))[
+            2:] != ((),):
+        return  # (not filled by that loop from empty)
+    kept = set(recorder.length_leaves.get(id(_data(x))) for x in items)
+    item = kept.pop() if len(kept) == 1 else None
+    item = item or (None,) * (_data(result).ndim - 1)
+    recorder.length_leaves[id(_data(result))] = \
+        tuple(item[:axis]) + (run.trip.where,) + tuple(item[axis:])
+
+
+def _data(x):
+    """The array of ``x``, a Variable (not read through its patched
+    ``array``) or an array."""
+    return x._data[0] if isinstance(x, chainer.Variable) else x
+
+
 def note_permuted(recorder, array, axes, result):
     """Notes ``result``, ``array``'s axes in the order ``axes`` (a
     transpose): the arguments' axes among them are ``result``'s too
@@ -405,8 +436,7 @@ def origin_of(value, axis):
     recorder = _state.recorder
     if recorder is None:
         return None
-    array = value._data[0] if isinstance(value, chainer.Variable) else value
-    origins = recorder.length_leaves.get(id(array))
+    origins = recorder.length_leaves.get(id(_data(value)))
     if origins is None or not 0 <= axis < len(origins):
         return None
     return origins[axis]

@@ -413,6 +413,22 @@ def _recording_separate(separate, recorder):
     return separating
 
 
+def _recording_stack(stack, recorder):
+    """``F.stack`` while recording, called by the forward's code: of the
+    list a loop over an argument's axis filled, its stacked axis is that
+    argument's (``lengths.note_stacked``)."""
+    def stacked(xs, axis=0):
+        result = stack(xs, axis)
+        if type(xs) is list and type(axis) is int and \
+                _state.recorder is recorder and not recorder.depth and \
+                lengths.forward_line(1) is not None:
+            lengths.note_stacked(recorder, xs, axis % result.ndim, result,
+                                 sys._getframe(1))
+        return result
+    stacked.__wrapped__ = stack
+    return stacked
+
+
 def _recording_concat(concat, recorder):
     """``F.concat`` while recording: of ``joining.Segments`` on the first
     axis, the array they were cut from (or a link made packed); of all the
@@ -645,6 +661,7 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.functions, 'split_axis', _recording_split),
     RecordingPatch(chainer.functions, 'concat', _recording_concat),
     RecordingPatch(chainer.functions, 'separate', _recording_separate),
+    RecordingPatch(chainer.functions, 'stack', _recording_stack),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

@@ -213,6 +213,7 @@ class _Recorder(object):
         # axis, and those tuples of items (lengths.note_separated)
         self.separated_nodes = []
         self.separated = []
+        self.loop_runs = []  # control.LoopRun of the loops ended so far
         # Number arguments that vary by call (scalars.Scalar, IntScalar)
         # are about, and the uses that bake them into the recording
         # (scalars.Use).
@@ -655,6 +656,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         with recording_patches.in_force(recorder):
             watcher = _loop_watcher(recorder, fn, instance, args, kwargs,
                                     proxies)
+            recorder.loop_runs = watcher.runs
             if packed is not None:
                 call_args, call_kwargs = rows.unpack(
                     recorder.graph, call_args, call_kwargs, packed, proxies)
@@ -749,6 +751,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         model_state.written_first(instance, recorder))
     recording.row_nodes = rows.nodes
     recording.separated_nodes = recorder.separated_nodes
+    recorder.separated = []  # (the items, kept only while recording)
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),
         recorder.computed)

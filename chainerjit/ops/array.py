@@ -91,25 +91,34 @@ def _grad_of_each(fn, onnx=None):
             lambda b, xs, ys, gys, wanted: (onnx(b, gys[0]),)))
 
 
-def _sum_to_inputs(ctx, any_rows=False):
+def _sum_to_inputs(ctx):
     """A GradRule summing each output's gradient to its input's shape
-    (``chainer.functions.sum_to``; with ``any_rows``, to that shape with
-    the gradient's rows); ``None`` where no gradient flows, as
+    (``chainer.functions.sum_to``); ``None`` where no gradient flows, as
     ``Broadcast.backward`` gives."""
     sum_to = utils.sum_to
     shapes = ctx.in_shapes
 
     def grad(xs, ys, gys, wanted):
-        return tuple(
-            None if not w or gy is None else sum_to(
-                gy, (len(gy),) + shape[1:] if any_rows else shape)
-            for gy, shape, w in zip(gys, shapes, wanted))
+        return tuple(None if not w or gy is None else sum_to(gy, shape)
+                     for gy, shape, w in zip(gys, shapes, wanted))
 
     def to_onnx(b, xs, ys, gys, wanted):
         return tuple(onnx_sum_to(b, gy, out, shape) if w else None
                      for gy, out, shape, w in zip(gys, ctx.out_shapes,
                                                   shapes, wanted))
-    return GradRule(grad, onnx=None if any_rows else to_onnx)
+    return GradRule(grad, onnx=to_onnx)
+
+
+def _sum_to_kept(in_shape, kept):
+    """A GradRule summing the gradient of a broadcast at any sizes to its
+    input's shape, whose axes ``kept`` whole have the gradient's sizes."""
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        if not wanted[0] or gy is None:
+            return None,
+        return utils.sum_to(gy, tuple(g if k else n for g, n, k in zip(
+            gy.shape, in_shape, kept))),
+    return GradRule(grad)
 
 
 # --- views whose output shape is known ---------------------------------------
@@ -383,13 +392,27 @@ def lower_broadcast_to(node, ctx):
                     onnx=lambda b, ins, outs: _onnx_expand(
                         b, ins[0], b.in_shapes[0], shape, outs))
     in_shape = ctx.in_shapes[0]
-    if len(in_shape) != len(shape) or not shape or in_shape[0] != shape[0]:
+    if len(in_shape) != len(shape) or not shape:
         return kernel
-    # Rows broadcast along other axes: at any lengths, to the rows of x.
+    # Rows on an axis x has whole, broadcast along the others: at any
+    # lengths, to x's sizes on the axes it has whole.
+    kept = tuple(a == b for a, b in zip(in_shape, shape))
+
+    def any_shape(sizes):
+        return tuple(n if k else s for n, s, k in zip(sizes, shape, kept))
+
+    @takes_axes
+    def lengths(rows):
+        found = rows[0]
+        return None if found is None or not kept[found.axis] else \
+            Follow(rows, any_lengths)
     any_lengths = kernel._replace(
-        fn=lambda x: broadcast_to(x, (len(x),) + shape[1:]),
-        grad=_sum_to_inputs(ctx, any_rows=True))
-    return kernel._replace(lengths=lambda rows: Follow(rows, any_lengths))
+        fn=lambda x: broadcast_to(x, any_shape(x.shape)),
+        grad=_sum_to_kept(in_shape, kept),
+        onnx=lambda b, ins, outs: b.op('Expand', [ins[0], b.shape(
+            [1 if k else n for n, k in zip(shape, kept)])], outs),
+        lengths=lengths)
+    return kernel._replace(lengths=lengths)
 
 
 @lowering(broadcast.Broadcast)
