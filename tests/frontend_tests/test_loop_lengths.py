@@ -467,6 +467,29 @@ def test_steps_projected_at_once_against_targets_serve_every_length(
         entry.signature
 
 
+class StackedLengthCompared(_Embedded):
+    def forward(self, ids):
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        hs = []
+        exs = self.embed(ids)
+        for x in exs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        steps = F.stack(hs)
+        if steps.shape[0] > 8:  # the stacked steps' length: a guard
+            return self.out(h) * 2
+        return self.out(F.sum(steps, axis=0))
+
+
+def test_a_decision_on_the_stacked_steps_length_is_a_guard():
+    model = StackedLengthCompared()
+    calls = _id_calls([(5, 4), (9, 4), (17, 4), (3, 4), (12, 4), (8, 4),
+                       (9, 4), (5, 4)])
+    jf = testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
+                                              atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
 class EmbeddedWithDropout(_Embedded):
     def forward(self, ids):
         exs = F.dropout(self.embed(ids), 0.3)

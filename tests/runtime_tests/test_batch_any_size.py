@@ -714,6 +714,14 @@ class _Steps(chainer.Chain):
         hs = self.stacked(xs)
         return F.sum(hs * hs[-1][None], axis=2)
 
+    def weighed(self, xs):
+        # the weights broadcast to the shape of the stacked steps, which
+        # the forward reads
+        hs = self.stacked(xs)
+        scores = F.softmax(F.sum(hs * hs[-1][None], axis=2), axis=0)
+        weights = F.broadcast_to(F.expand_dims(scores, 2), hs.shape)
+        return F.sum(hs * weights, axis=0)
+
     def scored(self, xs):
         # batch-first steps scored by a batched matrix product with the
         # last state, the scores reshaped to (B, T) and normalized
@@ -741,6 +749,7 @@ class _Steps(chainer.Chain):
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'attended', 'attention', 'scored',
+                                    'weighed',
                                     'batch_first_outputs'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
