@@ -364,7 +364,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     if label in _SHAPE_KEEPING_CONVERSIONS and len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:
-        return ops.rows_follow_first
+        return ops.rows_in_place  # (rows on any axis: a time-major mask)
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__' and 'out' not in kwargs and \
             isinstance(result, numpy.ndarray):
