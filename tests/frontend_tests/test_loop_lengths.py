@@ -372,6 +372,26 @@ class EmbeddedBatchFirst(_Embedded):
         return self.out(h)
 
 
+class EmbeddedMasked(_Embedded):
+    """Padded time-major ids (-1 after each sentence's end), each step
+    kept where the mask NumPy made from the ids is 0."""
+
+    def __init__(self):
+        super(EmbeddedMasked, self).__init__()
+        self.embed.ignore_label = -1
+
+    def forward(self, ids):
+        exs = self.embed(ids)
+        mask = (ids >= 0).astype(numpy.float32)
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        for t in range(len(exs)):
+            h_new, c_new = self.step(exs[t], h, c)
+            m = F.broadcast_to(mask[t][:, None], h.shape)
+            h = m * h_new + (1 - m) * h
+            c = m * c_new + (1 - m) * c
+        return self.out(h)
+
+
 class EmbeddedLongOnesDiffer(_Embedded):
     def forward(self, ids):
         exs = self.embed(ids)
@@ -381,21 +401,22 @@ class EmbeddedLongOnesDiffer(_Embedded):
         return self.out(h * 2 if len(exs) > 8 else h)
 
 
-def _id_calls(shapes, seed=0):
+def _id_calls(shapes, seed=0, padded=False):
     rng = numpy.random.RandomState(seed)
-    return [(rng.randint(0, V, shape).astype(numpy.int32),)
+    return [(rng.randint(-1 if padded else 0, V, shape).astype(numpy.int32),)
             for shape in shapes]
 
 
 @pytest.mark.parametrize('cls', [EmbeddedEach, EmbeddedCounted,
-                                 EmbeddedBatchFirst])
+                                 EmbeddedBatchFirst, EmbeddedMasked])
 def test_a_loop_over_embedded_steps_serves_every_length_and_batch(cls):
     # (lengths and batch sizes both change: a second compile makes both
     # symbolic)
     model = cls()
     shapes = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
     batch_first = cls is EmbeddedBatchFirst
-    calls = _id_calls([s[::-1] if batch_first else s for s in shapes])
+    calls = _id_calls([s[::-1] if batch_first else s for s in shapes],
+                      padded=cls is EmbeddedMasked)
     numpy.random.seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.LoopWarning)
