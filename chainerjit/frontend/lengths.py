@@ -360,8 +360,9 @@ def note_computed(recorder, name, in_arrays, out_arrays):
     them (``exs = self.embed(xs)``, then ``for x in exs``) runs for that
     argument's size: see :func:`origin_of`."""
     origins = [recorder.length_leaves.get(id(a)) for a in in_arrays]
-    if not any(origins):
-        return
+    if not any(origins) or any(recorder.length_shifts.get(id(a))
+                               for a in in_arrays):
+        return  # (sizes other than the argument's: not followed)
     if name == 'EmbedIDFunction':
         found = [tuple(origins[0] or ()) + (None,)]
     elif name == 'LinearFunction' and in_arrays[0].ndim == 2:
