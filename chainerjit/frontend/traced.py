@@ -361,7 +361,8 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
                 index.stop is None and index.step in (None, 1, -1):
             return ops.rows_follow_first
         return ops.rows_indexed(index)
-    if label in _SHAPE_KEEPING_CONVERSIONS and len(arrays) == 1 and \
+    if label in _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE and \
+            len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:
         return ops.rows_in_place  # (rows on any axis: a time-major mask)
@@ -373,10 +374,14 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
 
 
 # Conversions of one array that keep its shape (a copy, another dtype):
-# each row is the row of the input (``_rows_kept``).
+# each row is the row of the input (``_rows_kept``; ONNX ``Cast``).
 _SHAPE_KEEPING_CONVERSIONS = frozenset([
     'numpy.array', 'numpy.asarray', 'numpy.ascontiguousarray',
     'numpy.asfortranarray', 'ndarray.astype', 'ndarray.copy'])
+
+# Arrays made like one (of zeros): as many rows as it (``_rows_kept``).
+_MADE_LIKE = frozenset(['numpy.zeros_like', 'numpy.ones_like',
+                        'numpy.full_like'])
 
 
 def record_draw(label, draw, args, kwargs, result):
