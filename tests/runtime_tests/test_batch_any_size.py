@@ -688,6 +688,16 @@ class _Steps(chainer.Chain):
             h, c = self.step(x, h, c)
         return F.sum(h)
 
+    def state_like_a_step(self, xs):
+        # the states made like the first step's projection, in the loop
+        h = c = None
+        for x in xs:
+            a = self.x2h(x)
+            if h is None:
+                h = c = self.xp.zeros_like(a.array[:, :8])
+            c, h = F.lstm(c, a + self.h2h(h))
+        return F.sum(h)
+
     def lazy_state(self, xs):
         h = c = None
         for x in xs:
@@ -748,6 +758,7 @@ class _Steps(chainer.Chain):
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
+                                    'state_like_a_step',
                                     'attended', 'attention', 'scored',
                                     'weighed',
                                     'batch_first_outputs'])
