@@ -839,7 +839,9 @@ class JitFunction(_calls.CachedCall):
     def _differences(entry, sig, key, instance):
         if entry.key == key:
             return entry.guard_failures(instance)
-        return entry.signature.diff(sig)
+        untied = getattr(entry.symbolic, 'untied', None)
+        return entry.signature.diff(sig) + (untied(key, [
+            name for name, _ in sig.items]) if untied else [])
 
     def _warn_unrolled(self, error, loc):
         errors.warn_once((self.__name__, loc, 'unrolled'), errors.LoopWarning,

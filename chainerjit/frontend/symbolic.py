@@ -57,6 +57,23 @@ class Symbolic(collections.namedtuple(
                 (further[0], general[1] + further[1])
         return general
 
+    def untied(self, key, names):
+        """Lines saying where an argument of ``key`` (its leaves named
+        ``names``) tied to a length has another size than that length."""
+        specs, lines = key[3], []
+        for part in self.parts():
+            if part.kind != 'dim' or not part.tied:
+                continue
+            leaf, axis = part.where
+            length = specs[leaf][0][axis]
+            lines += ['%s: axis %d is %s, the length of %s (axis %d): %d '
+                      'against %d' % (names[other], at, part.symbol,
+                                      names[leaf], axis,
+                                      specs[other][0][at], length)
+                      for other, at in part.tied
+                      if specs[other][0][at] != length]
+        return lines
+
     def parts(self):
         """One Symbolic for each length, in the order of the trip
         counts."""

@@ -209,6 +209,10 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
     def conditions(self):
         return getattr(self.trips, 'conditions', ())
 
+    def untied(self, key, names):
+        """The trip counts' ``untied`` (``frontend.symbolic``)."""
+        return self.trips.untied(key, names)
+
     def generalize(self, key):
         """``(the key with both kinds of sizes open, the trip counts)``,
         or ``None``."""

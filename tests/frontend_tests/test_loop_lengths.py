@@ -511,6 +511,20 @@ def test_a_decision_on_the_stacked_steps_length_is_a_guard():
     assert jf.cache_info().currsize == 2, jf.cache_report()
 
 
+def test_explain_says_the_targets_have_another_length():
+    model = StepsProjectedAtOnce()
+    jf = chainerjit.jit(model)
+    rng = numpy.random.RandomState(2)
+
+    def ids(*shape):
+        return rng.randint(0, V, shape).astype(numpy.int32)
+    for T in (5, 7):
+        jf(ids(T, 3), ids(T, 3))
+    text = jf.explain(ids(9, 3), ids(8, 3))
+    assert 'ts: axis 0 is T, the length of ids (axis 0): 8 against 9' in \
+        text, text
+
+
 class EmbeddedWithDropout(_Embedded):
     def forward(self, ids):
         exs = F.dropout(self.embed(ids), 0.3)
