@@ -262,16 +262,33 @@ def read_shape(array, shape, depth=1):
             tuple(shape[1:])
     if origins is None:
         recorder.shapes_read.add(id(array))  # a computed value's
-        return shape
+        return _noted_shape(recorder, tuple(shape), array)
     recorder.length_reads.update(o for o in origins if o is not None)
     recorder.item_length_reads.extend(
         (o, loc) for o in origins
         if o is not None and is_item_length(o))
     shift = recorder.length_shifts.get(id(array), 0)
-    return tuple(n if origin is None else Length(
+    return _noted_shape(recorder, tuple(n if origin is None else Length(
         n, frozenset([origin]), recorder.length_uses,
         (1, shift if axis == 0 else 0), not shift or axis > 0)
-        for axis, (origin, n) in enumerate(zip(origins, shape)))
+        for axis, (origin, n) in enumerate(zip(origins, shape))), array)
+
+
+def _noted_shape(recorder, shape, array):
+    """``shape``, read of ``array`` by the forward's code, noted as its
+    (:func:`shape_source`)."""
+    recorder.shape_sources[id(shape)] = (shape, array)
+    return shape
+
+
+def shape_source(shape):
+    """The array whose shape ``shape`` is, as the forward's code read it
+    while recording (``F.broadcast_to(m, h.shape)``: ``h``'s); else
+    ``None``."""
+    recorder = _state.recorder
+    found = None if recorder is None else \
+        recorder.shape_sources.get(id(shape))
+    return found[1] if found is not None and found[0] is shape else None
 
 
 def note_joined_rows(array, words, items, shift):

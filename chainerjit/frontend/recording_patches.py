@@ -45,6 +45,7 @@ from chainer.links.rnn import n_step_rnn
 import numpy
 
 from chainerjit import ops
+from chainerjit.ops import array as array_ops
 from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
@@ -429,6 +430,32 @@ def _recording_stack(stack, recorder):
     return stacked
 
 
+def _recording_broadcast_to(broadcast_to, recorder):
+    """``F.broadcast_to`` while recording, called by the forward's code
+    with the shape it read of an array (``lengths.shape_source``):
+    recorded as a broadcast like that array (``ops.array.BroadcastLike``),
+    which follows its sizes at any lengths and batch sizes (``m`` to
+    ``h.shape`` in a masked step, a mean over the batch to ``h.shape``, a
+    query to the stacked steps' ``enc.shape``)."""
+    def broadcasting(x, shape):
+        source = lengths.shape_source(shape)
+        if source is None or _state.recorder is not recorder or \
+                recorder.depth or lengths.forward_line(1) is None or \
+                tuple(shape) != source.shape or \
+                tuple(traced.untag(_array_of(x)).shape) == tuple(shape) or \
+                not _broadcasts(traced.untag(_array_of(x)).shape, shape):
+            return broadcast_to(x, shape)
+        return array_ops.BroadcastLike().apply((x, source))[0]
+    broadcasting.__wrapped__ = broadcast_to
+    return broadcasting
+
+
+def _broadcasts(shape, target):
+    """Does an array of ``shape`` broadcast to ``target``?"""
+    return len(shape) <= len(target) and all(
+        n in (1, m) for n, m in zip(shape[::-1], target[::-1]))
+
+
 def _recording_concat(concat, recorder):
     """``F.concat`` while recording: of ``joining.Segments`` on the first
     axis, the array they were cut from (or a link made packed); of all the
@@ -662,6 +689,8 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.functions, 'concat', _recording_concat),
     RecordingPatch(chainer.functions, 'separate', _recording_separate),
     RecordingPatch(chainer.functions, 'stack', _recording_stack),
+    RecordingPatch(chainer.functions, 'broadcast_to',
+                   _recording_broadcast_to),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

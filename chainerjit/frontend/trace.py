@@ -214,6 +214,8 @@ class _Recorder(object):
         self.separated_nodes = []
         self.separated = []
         self.loop_runs = []  # control.LoopRun of the loops ended so far
+        # id(shape) -> (shape, array) of the forward's shape reads
+        self.shape_sources = {}
         # Number arguments that vary by call (scalars.Scalar, IntScalar)
         # are about, and the uses that bake them into the recording
         # (scalars.Use).
@@ -752,6 +754,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     recording.row_nodes = rows.nodes
     recording.separated_nodes = recorder.separated_nodes
     recorder.separated = []  # (the items, kept only while recording)
+    recorder.shape_sources = {}
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),
         recorder.computed)

@@ -383,6 +383,52 @@ def _onnx_expand(b, x, in_shape, shape, out=None):
     return b.op('Expand', [x, b.shape(shape)], out)
 
 
+class BroadcastLike(chainer.FunctionNode):
+    """``F.broadcast_to(x, a.shape)`` of a shape the forward read from
+    ``a``, recorded with ``a`` itself (``frontend.recording_patches``):
+    at any sizes, ``x`` broadcast to ``a``'s shape. Its values and
+    gradient are ``F.broadcast_to``'s; ``a`` gets none."""
+
+    def forward(self, inputs):
+        x, a = inputs
+        self._x_shape = x.shape
+        xp = chainer.backend.get_array_module(x)
+        return xp.broadcast_to(x, a.shape),
+
+    def backward(self, indexes, grad_outputs):
+        return chainer.functions.sum_to(grad_outputs[0], self._x_shape), \
+            None
+
+
+@lowering(BroadcastLike)
+def lower_broadcast_like(node, ctx):
+    broadcast_to, sum_to = ctx.xp.broadcast_to, utils.sum_to
+    offset = len(ctx.in_shapes[1]) - len(ctx.in_shapes[0])
+
+    def grad(xs, ys, gys, wanted):
+        x, gy = xs[0], gys[0]
+        return (sum_to(gy, x.shape) if wanted[0] and gy is not None
+                else None, None)
+
+    @takes_axes
+    def lengths(rows):
+        # the shape's source's rows; x's, where it has them, the same
+        x, a = rows
+        if a is None or x is not None and \
+                x._replace(axis=x.axis + offset) != a:
+            return None
+        return Follow((a,))
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):  # (of the recorded sizes)
+        return (onnx_sum_to(b, gys[0], ctx.out_shapes[0], ctx.in_shapes[0])
+                if wanted[0] else None, None)
+    return Kernel(lambda x, a: broadcast_to(x, a.shape),
+                  grad=GradRule(grad, inputs=(0,), onnx=grad_to_onnx),
+                  onnx=lambda b, ins, outs: b.op('Expand', [
+                      ins[0], b.single('Shape', ins[1])], outs),
+                  lengths=lengths)
+
+
 @lowering(broadcast.BroadcastTo)
 def lower_broadcast_to(node, ctx):
     broadcast_to = ctx.xp.broadcast_to

@@ -21,6 +21,7 @@ from chainerjit.ops import draws_only
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import onnx_op
+from chainerjit.ops import rows_in_place
 from chainerjit.ops import rows_indexed
 from chainerjit.ops import rows_joined
 from chainerjit.ops import takes_axes
@@ -119,7 +120,7 @@ def stop_gradient():
     """The identity, through which no gradient flows: a Variable the
     forward made from an input's array by hand (``Variable(x.array)``)."""
     return Kernel(_identity, onnx=onnx_op('Identity'),
-                  structural=STOP_GRADIENT)
+                  structural=STOP_GRADIENT, lengths=rows_in_place)
 
 
 def _identity(x):
