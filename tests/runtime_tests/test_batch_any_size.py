@@ -173,9 +173,24 @@ def fresh_warnings(monkeypatch):
     monkeypatch.setattr(errors, '_warned', set())
 
 
+class _Centered(_Classifier):
+    """The hidden features centered and scaled over the batch by hand,
+    broadcast back to their shape (``F.broadcast_to(m, h.shape)``)."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        mean = F.broadcast_to(F.mean(h, axis=0), h.shape)
+        scale = F.broadcast_to(F.sqrt(F.mean((h - mean) ** 2, axis=0,
+                                             keepdims=True) + 1e-5),
+                               h.shape)
+        y = self.l2((h - mean) / scale)
+        return F.softmax_cross_entropy(y, t), F.accuracy(y, t)
+
+
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_Branches, _features), (_BagOfWords, _words),
-          (_TextCNN, _words), (_Losses, _binary_labels)]
+          (_TextCNN, _words), (_Losses, _binary_labels),
+          (_Centered, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
@@ -732,6 +747,14 @@ class _Steps(chainer.Chain):
         weights = F.broadcast_to(F.expand_dims(scores, 2), hs.shape)
         return F.sum(hs * weights, axis=0)
 
+    def queried(self, xs):
+        # the last state broadcast as a query to the stacked steps' shape
+        hs = self.stacked(xs)
+        query = F.broadcast_to(hs[-1], hs.shape)
+        scores = F.softmax(F.sum(hs * query, axis=2), axis=0)
+        return F.sum(hs * F.broadcast_to(scores[:, :, None], hs.shape),
+                     axis=0)
+
     def scored(self, xs):
         # batch-first steps scored by a batched matrix product with the
         # last state, the scores reshaped to (B, T) and normalized
@@ -760,7 +783,7 @@ class _Steps(chainer.Chain):
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',
                                     'attended', 'attention', 'scored',
-                                    'weighed',
+                                    'weighed', 'queried',
                                     'batch_first_outputs'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
