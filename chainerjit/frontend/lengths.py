@@ -421,17 +421,17 @@ def note_stacked(recorder, items, axis, result, frame):
         return
     names = [name for name in loop_analysis.appended_lists(
         run.code, run.site.header) if frame.f_locals.get(name) is items]
-    if not names or run.snapshots[0].get(names[0], ('list', list, (1,)))[
-            2:] != ((),):
+    at_start = run.snapshots[0].get(names[0]) if names else None
+    if at_start is None or at_start[0] != 'list' or at_start[2]:
         return  # (not filled by that loop from empty)
-    kept = set(recorder.length_leaves.get(id(_data(x))) for x in items)
+    kept = set(recorder.length_leaves.get(id(data_of(x))) for x in items)
     item = kept.pop() if len(kept) == 1 else None
-    item = item or (None,) * (_data(result).ndim - 1)
-    recorder.length_leaves[id(_data(result))] = \
+    item = item or (None,) * (data_of(result).ndim - 1)
+    recorder.length_leaves[id(data_of(result))] = \
         tuple(item[:axis]) + (run.trip.where,) + tuple(item[axis:])
 
 
-def _data(x):
+def data_of(x):
     """The array of ``x``, a Variable (not read through its patched
     ``array``) or an array."""
     return x._data[0] if isinstance(x, chainer.Variable) else x
@@ -454,7 +454,7 @@ def origin_of(value, axis):
     recorder = _state.recorder
     if recorder is None:
         return None
-    origins = recorder.length_leaves.get(id(_data(value)))
+    origins = recorder.length_leaves.get(id(data_of(value)))
     if origins is None or not 0 <= axis < len(origins):
         return None
     return origins[axis]

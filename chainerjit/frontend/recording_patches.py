@@ -182,7 +182,7 @@ def _symbolic(read, depth=2):
     ``__getattribute__``)."""
     def make(prop, recorder):
         def get(x):
-            return read(_array_of(x), prop.__get__(x), depth)
+            return read(lengths.data_of(x), prop.__get__(x), depth)
         return property(get, getattr(prop, '__set__', None))
     return make
 
@@ -198,12 +198,8 @@ def _symbolic_len(builtin_len, recorder):
             type(x) is list else None
         if counted is not None:  # [f(x) for x in xs] of a joined xs
             return lengths.read_shape(counted, (builtin_len(x),), 2)[0]
-        return lengths.read_shape(_array_of(x), (builtin_len(x),), 2)[0]
+        return lengths.read_shape(lengths.data_of(x), (builtin_len(x),), 2)[0]
     return length
-
-
-def _array_of(x):
-    return x._data[0] if isinstance(x, chainer.Variable) else x
 
 
 def _recording_item_index(getitem, recorder):
@@ -404,11 +400,12 @@ def _recording_separate(separate, recorder):
         at = axis + x.ndim if axis < 0 else axis
         if not 0 <= at < x.ndim or lengths.origin_of(x, at) is None:
             return separate(x, axis)
+        array = lengths.data_of(x)
         first = len(recorder.graph.nodes)
         items = tuple(chainer.functions.get_item(x, (slice(None),) * at + (k,))
-                      for k in range(traced.untag(_array_of(x)).shape[at]))
+                      for k in range(traced.untag(array).shape[at]))
         recorder.separated_nodes.extend(recorder.graph.nodes[first:])
-        lengths.note_separated(recorder, _array_of(x), at, items)
+        lengths.note_separated(recorder, array, at, items)
         return items
     separating.__wrapped__ = separate
     return separating
@@ -441,9 +438,8 @@ def _recording_broadcast_to(broadcast_to, recorder):
         source = lengths.shape_source(shape)
         if source is None or _state.recorder is not recorder or \
                 recorder.depth or lengths.forward_line(1) is None or \
-                tuple(shape) != source.shape or \
-                tuple(traced.untag(_array_of(x)).shape) == tuple(shape) or \
-                not _broadcasts(traced.untag(_array_of(x)).shape, shape):
+                tuple(shape) != source.shape or not _broadcasts(
+                    traced.untag(lengths.data_of(x)).shape, shape):
             return broadcast_to(x, shape)
         return array_ops.BroadcastLike().apply((x, source))[0]
     broadcasting.__wrapped__ = broadcast_to
@@ -451,9 +447,10 @@ def _recording_broadcast_to(broadcast_to, recorder):
 
 
 def _broadcasts(shape, target):
-    """Does an array of ``shape`` broadcast to ``target``?"""
-    return len(shape) <= len(target) and all(
-        n in (1, m) for n, m in zip(shape[::-1], target[::-1]))
+    """Does an array of ``shape`` broadcast to ``target``, another
+    shape?"""
+    return tuple(shape) != tuple(target) and len(shape) <= len(target) and \
+        all(n in (1, m) for n, m in zip(shape[::-1], target[::-1]))
 
 
 def _recording_concat(concat, recorder):
@@ -559,8 +556,8 @@ def _nstep_applies(link, states, xs):
         return False
     if _draws_dropout(link) and chainer.config.use_ideep != 'never':
         return False
-    arrays = [_array_of(x) for x in xs] + \
-        [_array_of(s) for s in states if s is not None] + \
+    arrays = [lengths.data_of(x) for x in xs] + \
+        [lengths.data_of(s) for s in states if s is not None] + \
         [p.array for p in link.params()]
     if any(type(a) is not numpy.ndarray and
            not isinstance(a, traced.TracedArray) for a in arrays):

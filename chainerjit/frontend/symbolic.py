@@ -739,10 +739,9 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
         seeds = dict(seeds)
         seeds.update((graph.inputs[leaf], ops.Rows.of_item(
             dim[0], length)._replace(axis=axis)) for leaf, axis in tied)
-        steps = _Steps(graph, loops, seeds, reads, templates, dim)
+        steps = _Steps(graph, loops, seeds, reads, templates, dim, tied)
         for leaf, axis in tied:
             wildcards.setdefault(leaf, set()).add(axis)
-        steps.tied = tied
     return outer_reads + steps.constant_reads, wildcards, steps
 
 
@@ -827,7 +826,7 @@ class _Steps(object):
     Raises ``_KeepsLength`` where an op cannot take another length."""
 
     def __init__(self, graph, loops, seeds, argument_reads, templates,
-                 dim=None):
+                 dim=None, tied=()):
         self.names = [v.name for v in graph.inputs]
         self.inputs = graph.inputs
         self.rows = dict(seeds)
@@ -841,7 +840,7 @@ class _Steps(object):
         self.variants = {}
         self.read_by_loops = {}  # loop -> {value: set([0])}
         self.constant_reads = []
-        self.tied = []  # (leaf, axis) of arguments seeded as the length's
+        self.tied = tied  # (leaf, axis) of arguments seeded as the length
         for node in graph.nodes:
             found = [self.rows.get(v) for v in node.inputs]
             if node in argument_reads or all(r is None for r in found):

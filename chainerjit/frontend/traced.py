@@ -361,8 +361,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
                 index.stop is None and index.step in (None, 1, -1):
             return ops.rows_follow_first
         return ops.rows_indexed(index)
-    if label in _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE and \
-            len(arrays) == 1 and \
+    if label in _SHAPE_KEEPING and len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:
         return ops.rows_in_place  # (rows on any axis: a time-major mask)
@@ -382,6 +381,7 @@ _SHAPE_KEEPING_CONVERSIONS = frozenset([
 # Arrays made like one (of zeros): as many rows as it (``_rows_kept``).
 _MADE_LIKE = frozenset(['numpy.zeros_like', 'numpy.ones_like',
                         'numpy.full_like'])
+_SHAPE_KEEPING = _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE
 
 
 def record_draw(label, draw, args, kwargs, result):

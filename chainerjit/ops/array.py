@@ -174,9 +174,10 @@ def lower_reshape(node, ctx):
                         lambda b, gy: b.op('Reshape', [
                             gy, b.int64s(list(in_shape))], allowzero=1)[0]),
                     onnx=_onnx_view(node, ctx))
+    if not shape or not in_shape or not shape[0] or not in_shape[0]:
+        return kernel
     unit_axes = _unit_axes(node, shape, in_shape)
-    if unit_axes is not None and shape and in_shape and shape[0] and \
-            in_shape[0]:
+    if unit_axes is not None:
         return kernel._replace(lengths=_rows_past_unit_axes(
             kernel, *unit_axes))
     return kernel._replace(lengths=reshape_lengths(kernel, in_shape, shape))

@@ -1325,13 +1325,13 @@ def _matmul_rows(kernel, node, ctx):
     matrices (``(B, T, H) @ (B, H, 1)``: attention scores over ``T``
     steps), or those of a batch axis both have, are the product's. At
     any rows its gradient is the products of the output's gradient,
-    which have the operands' shapes."""
-    (a_shape, b_shape), dtypes = ctx.in_shapes, ctx.in_dtypes
+    which have the operands' shapes (:func:`_matmul_grad`, its ONNX form
+    that of the recorded sizes left out)."""
+    a_shape, b_shape = ctx.in_shapes
     ndim = len(a_shape)
     if node.transa or node.transb or node.transc or ndim < 2 or \
             len(b_shape) != ndim or a_shape[:-2] != b_shape[:-2]:
         return None
-    product = matmul._matmul
 
     @takes_axes
     def lengths(rows):
@@ -1340,14 +1340,7 @@ def _matmul_rows(kernel, node, ctx):
                 or (b is None and a.axis != ndim - 2):
             return None
         return Follow((a,), any_rows)
-
-    def grad(xs, ys, gys, wanted):
-        (a, b), (gy,) = xs, gys
-        return (utils.force_array(product(gy, b, False, True, False),
-                                  dtypes[0]) if wanted[0] else None,
-                utils.force_array(product(a, gy, True, False, False),
-                                  dtypes[1]) if wanted[1] else None)
-    any_rows = kernel._replace(grad=grad_rule(ctx, grad, inputs=(0, 1)),
+    any_rows = kernel._replace(grad=kernel.grad._replace(onnx=None),
                                lengths=lengths)
     return lengths
 
@@ -1424,7 +1417,7 @@ def _matmul_grad(node, ctx):
                     a_dtype, copy=False)
             else:
                 ga = sum_to(force(mm(gy, b, tc, not tb, ta), a_dtype),
-                            a_shape)
+                            a.shape)
         if wanted[1]:
             if a_vec:
                 gb = _outer(a, gy.astype(a_dtype, copy=False), tb, b_vec)
@@ -1435,7 +1428,7 @@ def _matmul_grad(node, ctx):
                     b_dtype, copy=False)
             else:
                 gb = sum_to(force(mm(a, gy, not ta, tc, tb), b_dtype),
-                            b_shape)
+                            b.shape)
         return ga, gb
     return grad
 
