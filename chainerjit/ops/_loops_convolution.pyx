@@ -8,6 +8,7 @@ cimport cython
 from cython cimport floating
 from libc.stdlib cimport free
 from libc.stdlib cimport malloc
+from libc.string cimport memcpy
 from libc.string cimport memset
 cimport numpy as cnp
 
@@ -76,6 +77,43 @@ cdef inline void _inside(Py_ssize_t start, Py_ssize_t step,
     hi[0] = min(count, max(lo[0], _ceil_div(limit - start, step)))
 
 
+cdef void _pad_image(floating* x, floating* image, Py_ssize_t n,
+                     Py_ssize_t* dims, Py_ssize_t* steps,
+                     Geometry g) noexcept nogil:
+    """Copies image ``n`` of ``x`` (element strides ``steps``) into the
+    interior of ``image``, its zero-padded C-ordered copy (C, H + 2 ph,
+    W + 2 pw), whose padding is left as it is."""
+    cdef Py_ssize_t channels = dims[1], height = dims[2], width = dims[3]
+    cdef Py_ssize_t padded_w = width + 2 * g.pw
+    cdef Py_ssize_t plane = (height + 2 * g.ph) * padded_w
+    cdef Py_ssize_t c, y, j
+    cdef floating* row
+    cdef floating* source
+    for c in range(channels):
+        for y in range(height):
+            row = image + c * plane + (y + g.ph) * padded_w + g.pw
+            source = x + n * steps[0] + c * steps[1] + y * steps[2]
+            if steps[3] == 1:
+                memcpy(row, source, width * sizeof(floating))
+            else:
+                for j in range(width):
+                    row[j] = source[j * steps[3]]
+
+
+cdef floating* _padded_buffer(floating* x, Py_ssize_t* dims,
+                              Geometry g) except NULL nogil:
+    """A zeroed buffer (C, H + 2 ph, W + 2 pw) of ``x``'s type for
+    :func:`_pad_image`, to ``free``."""
+    cdef Py_ssize_t size = dims[1] * (dims[2] + 2 * g.ph) * (
+        dims[3] + 2 * g.pw) * sizeof(floating)
+    cdef floating* image = <floating*>malloc(size)
+    if image == NULL:
+        with gil:
+            raise MemoryError()
+    memset(image, 0, size)
+    return image
+
+
 cdef int _patch_rows(floating* x, floating* out, Py_ssize_t* dims,
                      Py_ssize_t* steps, Geometry g) except -1 nogil:
     """``out`` as (N, out_h, out_w, C, kh, kw), from ``x`` with the
@@ -85,22 +123,11 @@ cdef int _patch_rows(floating* x, floating* out, Py_ssize_t* dims,
     cdef Py_ssize_t channels = dims[1], height = dims[2], width = dims[3]
     cdef Py_ssize_t padded_h = height + 2 * g.ph, padded_w = width + 2 * g.pw
     cdef Py_ssize_t plane = padded_h * padded_w
-    cdef Py_ssize_t n, oy, ox, c, i, j, y, x0
-    cdef floating* image = <floating*>malloc(
-        channels * plane * sizeof(floating))
-    cdef floating* source
+    cdef Py_ssize_t n, oy, ox, c, i, j, x0
+    cdef floating* image = _padded_buffer(x, dims, g)
     cdef floating* row
-    if image == NULL:
-        with gil:
-            raise MemoryError()
-    memset(image, 0, channels * plane * sizeof(floating))
     for n in range(dims[0]):
-        for c in range(channels):  # the image's interior
-            for y in range(height):
-                row = image + c * plane + (y + g.ph) * padded_w + g.pw
-                source = x + n * steps[0] + c * steps[1] + y * steps[2]
-                for j in range(width):
-                    row[j] = source[j * steps[3]]
+        _pad_image(x, image, n, dims, steps, g)
         for oy in range(dims[4]):
             for ox in range(dims[5]):
                 x0 = oy * g.sy * padded_w + ox * g.sx
@@ -125,108 +152,173 @@ cdef int _patch_rows(floating* x, floating* out, Py_ssize_t* dims,
     return 0
 
 
-cdef void _patch_columns(floating* x, floating* out, Py_ssize_t* dims,
-                         Geometry g) noexcept nogil:
-    """``out`` as (N, C, kh, kw, out_h, out_w), im2col's layout."""
-    cdef Py_ssize_t height = dims[2], width = dims[3], out_w = dims[5]
-    cdef Py_ssize_t n, oy, ox, c, i, j, iy, x0, lo, hi
-    cdef floating* plane
+cdef inline Py_ssize_t _block_start(
+        Py_ssize_t n, Py_ssize_t c, Py_ssize_t i, Py_ssize_t j,
+        Py_ssize_t* dims, Geometry g, bint images_inside) noexcept nogil:
+    """Where image ``n``'s (out_h, out_w) block of channel ``c`` and
+    kernel row and column ``i``, ``j`` starts in patches laid out (N, C,
+    kh, kw, out_h, out_w), im2col's layout, or with ``images_inside`` as
+    (C, kh, kw, N, out_h, out_w), col2im's."""
+    cdef Py_ssize_t position = (c * g.kh + i) * g.kw + j
+    cdef Py_ssize_t block = dims[4] * dims[5]
+    if images_inside:
+        return (position * dims[0] + n) * block
+    return (n * dims[1] * g.kh * g.kw + position) * block
+
+
+cdef int _patch_columns(floating* x, floating* patches, Py_ssize_t* dims,
+                        Py_ssize_t* steps, Geometry g,
+                        bint images_inside) except -1 nogil:
+    """``patches`` as (N, C, kh, kw, out_h, out_w), im2col's layout, or
+    with ``images_inside`` as (C, kh, kw, N, out_h, out_w), from a
+    zero-padded copy of each image of ``x`` (element strides ``steps``),
+    so that each row of out_w patch values is copied with no bounds to
+    test (2x faster than testing them)."""
+    cdef Py_ssize_t channels = dims[1], height = dims[2], width = dims[3]
+    cdef Py_ssize_t out_w = dims[5]
+    cdef Py_ssize_t padded_h = height + 2 * g.ph, padded_w = width + 2 * g.pw
+    cdef Py_ssize_t plane = padded_h * padded_w
+    cdef Py_ssize_t n, oy, ox, c, i, j
+    cdef floating* image = _padded_buffer(x, dims, g)
+    cdef floating* source
+    cdef floating* out
     for n in range(dims[0]):
-        for c in range(dims[1]):
-            plane = x + (n * dims[1] + c) * height * width
+        _pad_image(x, image, n, dims, steps, g)
+        for c in range(channels):
             for i in range(g.kh):
                 for j in range(g.kw):
-                    x0 = j * g.dx - g.pw
-                    _inside(x0, g.sx, out_w, width, &lo, &hi)
+                    out = patches + _block_start(n, c, i, j, dims, g,
+                                                 images_inside)
                     for oy in range(dims[4]):
-                        iy = oy * g.sy - g.ph + i * g.dy
-                        if iy < 0 or iy >= height:
-                            for ox in range(out_w):
-                                out[ox] = 0
+                        source = image + c * plane + (
+                            oy * g.sy + i * g.dy) * padded_w + j * g.dx
+                        if g.sx == 1:
+                            memcpy(out, source, out_w * sizeof(floating))
                         else:
-                            for ox in range(lo):
-                                out[ox] = 0
-                            for ox in range(lo, hi):
-                                out[ox] = plane[iy * width + x0 + ox * g.sx]
-                            for ox in range(hi, out_w):
-                                out[ox] = 0
+                            for ox in range(out_w):
+                                out[ox] = source[ox * g.sx]
                         out += out_w
+    free(image)
+    return 0
 
 
-def convolution_patches(x, out, tuple geometry, bint rows):
+#: The layouts of a convolution's patches: one patch a row, (N, out_h,
+#: out_w, C, kh, kw); im2col's columns, (N, C, kh, kw, out_h, out_w); and
+#: col2im's, the images inside the kernel positions, (C, kh, kw, N, out_h,
+#: out_w).
+ROWS, COLUMNS, IMAGES_INSIDE = 'rows', 'columns', 'images inside'
+
+
+cdef tuple _patches_shape(str layout, Py_ssize_t* dims, Geometry g):
+    if layout == ROWS:
+        return (dims[0], dims[4], dims[5], dims[1], g.kh, g.kw)
+    if layout == COLUMNS:
+        return (dims[0], dims[1], g.kh, g.kw, dims[4], dims[5])
+    return (dims[1], g.kh, g.kw, dims[0], dims[4], dims[5])
+
+
+def convolution_patches(x, out, tuple geometry, str layout):
     """Fills ``out`` with the patches of ``x`` (N, C, H, W) for a
-    convolution of ``geometry`` ``(kh, kw, sy, sx, ph, pw, dy, dx)``:
-    ``rows`` as a (N, out_h, out_w, C, kh, kw) array, else as im2col's
-    (N, C, kh, kw, out_h, out_w). Returns False, writing nothing, unless
-    ``x`` is a float32 or float64 array (C-ordered for im2col's layout;
-    for rows, any non-negative strides, as a convolution's transposed
-    output has) and ``out`` a writeable C-ordered array of its dtype and
-    of that shape, apart from it."""
+    convolution of ``geometry`` ``(kh, kw, sy, sx, ph, pw, dy, dx)``, laid
+    out as ``layout`` says (:data:`ROWS`, :data:`COLUMNS` or
+    :data:`IMAGES_INSIDE`). Returns False, writing nothing, unless
+    ``x`` is a float32 or float64 array with non-negative strides (such
+    as a convolution's transposed output) and ``out`` a writeable
+    C-ordered array of its dtype and of that shape, apart from it."""
     cdef Geometry g
     cdef Py_ssize_t dims[6]
     cdef Py_ssize_t steps[4]
     cdef int k
-    if not _read_geometry(geometry, &g):
+    cdef bint rows = layout == ROWS
+    cdef bint inside = layout == IMAGES_INSIDE
+    if not _read_geometry(geometry, &g) or \
+            layout not in (ROWS, COLUMNS, IMAGES_INSIDE):
         return False
-    cdef int kind = _image_and_patches(x, out, &g, dims, False, rows)
-    if kind < 0 or out.shape != ((dims[0], dims[4], dims[5], dims[1], g.kh,
-                                  g.kw) if rows else
-                                 (dims[0], dims[1], g.kh, g.kw, dims[4],
-                                  dims[5])):
+    cdef int kind = _image_and_patches(x, out, &g, dims, False, True)
+    if kind < 0 or out.shape != _patches_shape(layout, dims, g):
         return False
     for k in range(4):
         steps[k] = x.strides[k] // x.itemsize
     if kind == cnp.NPY_FLOAT and rows:
         _patch_rows(<float*>_data(x), <float*>_data(out), dims, steps, g)
     elif kind == cnp.NPY_FLOAT:
-        _patch_columns(<float*>_data(x), <float*>_data(out), dims, g)
+        _patch_columns(<float*>_data(x), <float*>_data(out), dims, steps, g,
+                       inside)
     elif rows:
         _patch_rows(<double*>_data(x), <double*>_data(out), dims, steps, g)
     else:
-        _patch_columns(<double*>_data(x), <double*>_data(out), dims, g)
+        _patch_columns(<double*>_data(x), <double*>_data(out), dims, steps,
+                       g, inside)
     return True
 
 
-cdef void _add_patches(floating* col, floating* img, Py_ssize_t* dims,
-                       Geometry g) noexcept nogil:
-    """``img += `` the patches ``col`` (C, kh, kw, N, out_h, out_w) put
-    back where they came from, kernel position by kernel position (j, i)
-    as ``col2im_cpu`` adds them, so each pixel sums in its order; patch
-    values that fall on the padding are dropped (col2im cuts it off)."""
+cdef void _add_patches(floating* patches, floating* img, Py_ssize_t* dims,
+                       Geometry g, bint images_inside) noexcept nogil:
+    """``img += `` the ``patches`` (with ``images_inside``, (C, kh, kw, N,
+    out_h, out_w), col2im's layout; else (N, C, kh, kw, out_h, out_w))
+    put back where they came from, kernel position by kernel position (j,
+    i) as ``col2im_cpu`` adds them, so each pixel sums in its order; patch
+    values that fall on the padding are dropped (col2im cuts it off).
+    Images are independent: the loops read the patches in their order
+    (images inside or outside the kernel positions)."""
+    cdef Py_ssize_t images = dims[0], channels = dims[1]
+    cdef Py_ssize_t c, j, i, n
+    if images_inside:
+        for c in range(channels):
+            for j in range(g.kh):
+                for i in range(g.kw):
+                    for n in range(images):
+                        _add_block(patches, img, n, c, j, i, dims, g, True)
+    else:
+        for n in range(images):
+            for c in range(channels):
+                for j in range(g.kh):
+                    for i in range(g.kw):
+                        _add_block(patches, img, n, c, j, i, dims, g, False)
+
+
+cdef inline void _add_block(floating* patches, floating* img, Py_ssize_t n,
+                            Py_ssize_t c, Py_ssize_t j, Py_ssize_t i,
+                            Py_ssize_t* dims, Geometry g,
+                            bint images_inside) noexcept nogil:
+    """``img +=`` image ``n``'s (out_h, out_w) block of patch values of
+    channel ``c`` at kernel row ``j`` and column ``i``."""
     cdef Py_ssize_t channels = dims[1], height = dims[2], width = dims[3]
-    cdef Py_ssize_t c, j, i, n, oy, iy, x0, lo, hi, k
+    cdef Py_ssize_t oy, iy, lo, hi, k
+    cdef Py_ssize_t x0 = i * g.dx - g.pw
     cdef floating* row
-    for c in range(channels):
-        for j in range(g.kh):
-            for i in range(g.kw):
-                x0 = i * g.dx - g.pw
-                _inside(x0, g.sx, dims[5], width, &lo, &hi)
-                for n in range(dims[0]):
-                    for oy in range(dims[4]):
-                        iy = oy * g.sy + j * g.dy - g.ph
-                        if 0 <= iy < height and lo < hi:
-                            row = img + ((n * channels + c) * height + iy) * \
-                                width + x0 + lo * g.sx
-                            for k in range(hi - lo):
-                                row[k * g.sx] = row[k * g.sx] + col[lo + k]
-                        col += dims[5]
+    cdef floating* col = patches + _block_start(n, c, j, i, dims, g,
+                                                images_inside)
+    _inside(x0, g.sx, dims[5], width, &lo, &hi)
+    for oy in range(dims[4]):
+        iy = oy * g.sy + j * g.dy - g.ph
+        if 0 <= iy < height and lo < hi:
+            row = img + ((n * channels + c) * height + iy) * width + x0 + \
+                lo * g.sx
+            for k in range(hi - lo):
+                row[k * g.sx] = row[k * g.sx] + col[lo + k]
+        col += dims[5]
 
 
-def add_convolution_patches(col, img, tuple geometry):
-    """``img`` (N, C, H, W), zeros, += the patches ``col`` (C, kh, kw, N,
-    out_h, out_w) of a convolution of ``geometry``: ``col2im_cpu``'s
-    result, bit for bit. Returns False, writing nothing, for arrays it
-    does not take (as ``convolution_patches``)."""
+def add_convolution_patches(col, img, tuple geometry,
+                            str layout=IMAGES_INSIDE):
+    """``img`` (N, C, H, W), zeros, += the patches ``col`` of a
+    convolution of ``geometry``, laid out as ``layout`` says
+    (:data:`IMAGES_INSIDE`, col2im's, or :data:`COLUMNS`, im2col's):
+    ``col2im_cpu``'s result, bit for bit. Returns False, writing nothing,
+    for arrays it does not take (as ``convolution_patches``)."""
     cdef Geometry g
     cdef Py_ssize_t dims[6]
-    if not _read_geometry(geometry, &g):
+    cdef bint inside = layout == IMAGES_INSIDE
+    if not _read_geometry(geometry, &g) or \
+            layout not in (COLUMNS, IMAGES_INSIDE):
         return False
     cdef int kind = _image_and_patches(img, col, &g, dims, True)
-    if kind < 0 or col.shape != (dims[1], g.kh, g.kw, dims[0], dims[4],
-                                 dims[5]):
+    if kind < 0 or col.shape != _patches_shape(layout, dims, g):
         return False
     if kind == cnp.NPY_FLOAT:
-        _add_patches(<float*>_data(col), <float*>_data(img), dims, g)
+        _add_patches(<float*>_data(col), <float*>_data(img), dims, g, inside)
     else:
-        _add_patches(<double*>_data(col), <double*>_data(img), dims, g)
+        _add_patches(<double*>_data(col), <double*>_data(img), dims, g,
+                     inside)
     return True

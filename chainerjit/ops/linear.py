@@ -228,12 +228,16 @@ def swapped_product_agrees(rows, inner, cols, dtype):
     remembered. ``CHAINERJIT_EXACT_BLAS=0`` (read at a shape's first
     probe) takes the faster order everywhere, with values then equal
     within rounding."""
-    return _remembered(_swap_taken, rows, inner, cols, dtype)
+    return faster_order_agrees(_probe_swapped_product, rows, inner, cols,
+                               dtype)
 
 
-def _swap_taken(rows, inner, cols, dtype):
-    return os.environ.get('CHAINERJIT_EXACT_BLAS', '1') == '0' or \
-        _probe_swapped_product(rows, inner, cols, dtype)
+def faster_order_agrees(probe, *args):
+    """``probe(*args)`` (sizes, then a dtype: does a faster order of a
+    product give this machine's BLAS's bits at those sizes?), probed once
+    per process and arguments; ``True`` without probing where
+    ``CHAINERJIT_EXACT_BLAS=0`` (read at the first call)."""
+    return _remembered(probe, *args, exact_blas_switch=True)
 
 
 def stacked_product_agrees(steps, rows, inner, cols, dtype):
@@ -247,19 +251,21 @@ def stacked_product_agrees(steps, rows, inner, cols, dtype):
                        dtype)
 
 
-def _remembered(probe, *args):
+def _remembered(probe, *args, exact_blas_switch=False):
     """``probe(*args)`` (sizes, then a dtype), computed once per process
-    and arguments, in ``_AGREES`` (keyed by the arguments: the two probes
-    take different numbers of them)."""
-    key = args[:-1] + (numpy.dtype(args[-1]),)
+    and arguments, in ``_AGREES`` (keyed by the probe's name and the
+    arguments); with ``exact_blas_switch``, ``True`` where
+    ``CHAINERJIT_EXACT_BLAS=0``."""
+    key = (probe.__name__,) + args[:-1] + (numpy.dtype(args[-1]),)
     agrees = _AGREES.get(key)
     if agrees is None:
-        agrees = _AGREES[key] = probe(*key)
+        agrees = _AGREES[key] = exact_blas_switch and os.environ.get(
+            'CHAINERJIT_EXACT_BLAS', '1') == '0' or probe(*key[1:])
     return agrees
 
 
 def _probe_stacked_product(steps, rows, inner, cols, dtype):
-    a, b = _probe_arrays(steps * rows, inner, cols, dtype)
+    a, b = probe_arrays(steps * rows, inner, cols, dtype)
     for b_ in (b, numpy.asfortranarray(b)):
         blocks = [a[k:k + rows].dot(b_) for k in range(0, len(a), rows)]
         if not numpy.array_equal(a.dot(b_), numpy.concatenate(blocks)):
@@ -267,14 +273,14 @@ def _probe_stacked_product(steps, rows, inner, cols, dtype):
     return True
 
 
-def _probe_arrays(rows, inner, cols, dtype):
+def probe_arrays(rows, inner, cols, dtype):
     rng = numpy.random.RandomState(0)
     return (rng.standard_normal((rows, inner)).astype(dtype),
             rng.standard_normal((inner, cols)).astype(dtype))
 
 
 def _probe_swapped_product(rows, inner, cols, dtype):
-    a, b = _probe_arrays(rows, inner, cols, dtype)
+    a, b = probe_arrays(rows, inner, cols, dtype)
     for a_ in (a, numpy.asfortranarray(a)):
         for b_ in (b, numpy.asfortranarray(b)):
             if not numpy.array_equal(a_.dot(b_), b_.T.dot(a_.T).T):

@@ -2,12 +2,15 @@
 Chainer's results bit for bit (so that long training runs do not drift
 apart from eager ones)."""
 
+import types
+
 import chainer.functions as F
 import numpy
 import pytest
 
 from chainerjit import ops
 from chainerjit import testing
+from chainerjit.ops import _loops_convolution
 from chainerjit.ops import connection
 from chainerjit.ops import linear as linear_ops
 from chainerjit.ops.scratch import Scratch
@@ -15,7 +18,8 @@ from chainerjit.ops.scratch import Scratch
 
 CONVOLUTIONS = [
     ((4, 3, 9, 9), (5, 3, 3, 3), dict(pad=1)),
-    ((2, 6, 14, 14), (16, 6, 5, 5), dict(pad=2)),
+    ((2, 6, 14, 14), (16, 6, 5, 5), dict(pad=2)),  # LeNet's layers
+    ((3, 1, 12, 12), (6, 1, 5, 5), dict(pad=2)),
     ((2, 2, 8, 8), (3, 2, 3, 3), dict(stride=2, dilate=2)),
     ((3, 1, 7, 5), (2, 1, 2, 3), dict(stride=(2, 1), pad=(0, 1))),
 ]
@@ -120,7 +124,8 @@ def test_the_probe_compares_both_orders_in_both_layouts(probes):
                    for b_ in (b, numpy.asfortranarray(b)))
         assert probes.swapped_product_agrees(rows, inner, cols,
                                              dtype) == same
-        assert (rows, inner, cols, numpy.dtype(dtype)) in probes._AGREES
+        assert ('_probe_swapped_product', rows, inner, cols,
+                numpy.dtype(dtype)) in probes._AGREES
 
 
 def test_exact_blas_off_takes_the_faster_order(probes, monkeypatch):
@@ -185,3 +190,92 @@ def test_a_linear_bias_gradient_is_numpys_column_sum(rng, dtype, shape):
     for array in (gy, numpy.asfortranarray(gy), gy[:, ::-1]):
         got = linear_ops._column_sums(array)
         assert got.tobytes() == array.sum(axis=0).tobytes()
+
+
+# --- a convolution's faster products: taken only where they give its bits ---
+
+LENET = [((3, 1, 12, 12), (6, 1, 5, 5)), ((3, 6, 6, 6), (16, 6, 5, 5))]
+_CONV_PROBES = ('_probe_forward_per_image', '_probe_products_per_image',
+                '_probe_transposed_grad_w')
+
+
+def _conv_paths_taken(monkeypatch):
+    """Counts the calls of each faster product of the convolutions."""
+    taken = dict.fromkeys(('_forward_per_image', '_products_per_image',
+                           '_columns_for_grad_w'), 0)
+    for name in taken:
+        def counted(*args, _name=name, _fn=getattr(connection, name)):
+            result = _fn(*args)
+            taken[_name] += result is not None
+            return result
+        monkeypatch.setattr(connection, name, counted)
+    return taken
+
+
+@pytest.mark.parametrize('x_shape, w_shape', LENET)
+@pytest.mark.parametrize('agrees', [False, True])
+def test_the_convolutions_faster_products_follow_the_probes(
+        rng, probes, monkeypatch, x_shape, w_shape, agrees):
+    for name in _CONV_PROBES:
+        monkeypatch.setattr(connection, name, lambda *key: agrees)
+    taken = _conv_paths_taken(monkeypatch)
+
+    def f(x, W, b):
+        return F.convolution_2d(x, W, b, pad=2)
+
+    calls = [(rng.randn(*x_shape).astype(numpy.float32),
+              rng.randn(*w_shape).astype(numpy.float32),
+              rng.randn(w_shape[0]).astype(numpy.float32))
+             for _ in range(3)]
+    if agrees:  # (a probe said so: values equal within rounding here)
+        testing.assert_jit_matches_eager(f, calls, rtol=1e-4, atol=1e-4,
+                                         no_backprop=False)
+        testing.assert_jit_grads_match_eager(f, calls, rtol=1e-4, atol=1e-4)
+    else:
+        testing.assert_jit_matches_eager(f, calls, rtol=0, atol=0,
+                                         no_backprop=False)
+        testing.assert_jit_grads_match_eager(f, calls, rtol=0, atol=0)
+    assert all((count > 0) == agrees for count in taken.values()), taken
+
+
+@pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
+@pytest.mark.parametrize('x_shape, w_shape', LENET)
+def test_each_convolution_probe_answers_for_its_kernels(
+        rng, probes, x_shape, w_shape, dtype):
+    """A probe says whether a kernel's faster product gives the bits of
+    Chainer's: run both on other values, they agree where it says so (the
+    order of a BLAS sum depends on shapes and layouts only; where it says
+    not, a few sums round otherwise, which other values may not show)."""
+    x = rng.randn(*x_shape).astype(dtype)
+    W = rng.randn(*w_shape).astype(dtype)
+    n, c_out, k = len(x), len(W), W.size // len(W)
+    block = x_shape[2] * x_shape[3]  # padded to keep the size
+    gy = rng.randn(n, c_out, *x_shape[2:]).astype(dtype)
+    gy_t = numpy.ascontiguousarray(gy.transpose(1, 0, 2, 3))
+    gy_t = gy_t.reshape(c_out, -1)
+    geometry = (5, 5, 1, 1, 2, 2, 1, 1)
+    rows = connection.patch_matrix(x, *geometry)
+    with Scratch().held() as buffers:
+        forward = connection._forward_per_image(
+            x, W, k, block, buffers, geometry[:6],
+            types.SimpleNamespace(dy=1, dx=1))
+        # (each result copied out of the kernels' shared buffers)
+        by_image = connection._products_per_image(W, gy, buffers).copy()
+        product = connection._tensordot_into(W, gy, buffers).copy()
+        columns = connection._gathered_patches(
+            x, geometry, _loops_convolution.IMAGES_INSIDE, buffers)
+        grad_w = columns.reshape(k, -1).dot(gy_t.T).T
+    same = {
+        '_probe_forward_per_image': numpy.array_equal(
+            forward, rows.dot(W.reshape(c_out, k).T)),
+        '_probe_products_per_image': numpy.array_equal(
+            by_image, product.transpose(3, 0, 1, 2, 4, 5)),
+        '_probe_transposed_grad_w': numpy.array_equal(grad_w,
+                                                      gy_t.dot(rows)),
+    }
+    args = {'_probe_forward_per_image': (n, block, k, c_out),
+            '_probe_products_per_image': (n, k, c_out, block),
+            '_probe_transposed_grad_w': (c_out, n * block, k)}
+    for name in _CONV_PROBES:
+        agrees = getattr(connection, name)(*args[name], dtype)
+        assert same[name] or not agrees, name

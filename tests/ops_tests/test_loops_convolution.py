@@ -1,8 +1,9 @@
 """The C loops of ``chainerjit/ops/_loops_convolution.pyx`` give the
 values of the NumPy code they replace, bit for bit: a convolution's
-patches are the strided view's values (in both layouts, from strided
-inputs too), patches added back into an image sum in col2im's order, and
-the loops refuse the arrays they do not take."""
+patches are the strided view's values (in each layout, from strided
+inputs too), patches added back into an image sum in col2im's order (from
+either layout of columns), and the loops refuse the arrays they do not
+take."""
 
 import numpy
 import pytest
@@ -10,6 +11,10 @@ import pytest
 from chainerjit.ops import _loops_convolution
 from chainerjit.ops import connection
 from tests.ops_tests.loop_inputs import _special
+
+ROWS = _loops_convolution.ROWS
+COLUMNS = _loops_convolution.COLUMNS
+IMAGES_INSIDE = _loops_convolution.IMAGES_INSIDE
 
 
 @pytest.mark.parametrize('geometry', [
@@ -25,24 +30,25 @@ def test_convolution_patches_are_the_strided_views_values(rng, geometry,
     kh, kw, sy, sx, ph, pw, dy, dx = geometry
     x = _special(rng, (2, 3, 7, 6), dtype)
     view = connection._patches(x, *geometry)  # (N, C, oh, ow, kh, kw)
-    for rows, axes in ((True, (0, 2, 3, 1, 4, 5)),
-                       (False, (0, 1, 4, 5, 2, 3))):
+    for layout, axes in ((ROWS, (0, 2, 3, 1, 4, 5)),
+                         (COLUMNS, (0, 1, 4, 5, 2, 3)),
+                         (IMAGES_INSIDE, (1, 4, 5, 0, 2, 3))):
         expected = numpy.ascontiguousarray(view.transpose(axes))
         out = numpy.full(expected.shape, 7, dtype)
-        assert _loops_convolution.convolution_patches(x, out, geometry, rows)
+        assert _loops_convolution.convolution_patches(x, out, geometry, layout)
         assert out.tobytes() == expected.tobytes()
-    # Rows also from other layouts: a convolution's transposed output
-    # (channels last in memory), a view with steps.
-    expected = numpy.ascontiguousarray(view.transpose(0, 2, 3, 1, 4, 5))
-    wide = numpy.zeros((2, 3, 7, 12), dtype)
-    wide[:, :, :, ::2] = x
-    channels_last = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1))
-    for strided in (channels_last.transpose(0, 3, 1, 2), wide[:, :, :, ::2]):
-        assert not strided.flags.c_contiguous
-        out = numpy.full(expected.shape, 7, dtype)
-        assert _loops_convolution.convolution_patches(strided, out, geometry,
-                                                      True)
-        assert out.tobytes() == expected.tobytes()
+        # Also from other layouts: a convolution's transposed output
+        # (channels last in memory), a view with steps.
+        wide = numpy.zeros((2, 3, 7, 12), dtype)
+        wide[:, :, :, ::2] = x
+        channels_last = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1))
+        for strided in (channels_last.transpose(0, 3, 1, 2),
+                        wide[:, :, :, ::2]):
+            assert not strided.flags.c_contiguous
+            out = numpy.full(expected.shape, 7, dtype)
+            assert _loops_convolution.convolution_patches(strided, out,
+                                                          geometry, layout)
+            assert out.tobytes() == expected.tobytes()
 
 
 def test_convolution_patches_refuse_arrays_they_do_not_take(rng):
@@ -50,19 +56,18 @@ def test_convolution_patches_refuse_arrays_they_do_not_take(rng):
     geometry = (3, 3, 1, 1, 1, 1, 1, 1)
     out = numpy.zeros((2, 7, 6, 3, 3, 3), numpy.float32)
     take = _loops_convolution.convolution_patches
-    assert not take(x, out, geometry, False)  # the other layout's shape
-    assert not take(x, out[:, :6], geometry, True)  # wrong output size
-    assert not take(x, out.astype(numpy.float64), geometry, True)
-    assert not take(x[:, :, ::-1], out, geometry, True)  # negative steps
-    assert not take(numpy.asfortranarray(x),
-                    numpy.zeros((2, 3, 3, 3, 7, 6), numpy.float32), geometry,
-                    False)  # im2col's layout wants a C-ordered image
+    assert not take(x, out, geometry, COLUMNS)  # another layout's shape
+    assert not take(x, out, geometry, IMAGES_INSIDE)
+    assert not take(x, out, geometry, 'diagonal')  # no such layout
+    assert not take(x, out[:, :6], geometry, ROWS)  # wrong output size
+    assert not take(x, out.astype(numpy.float64), geometry, ROWS)
+    assert not take(x[:, :, ::-1], out, geometry, ROWS)  # negative steps
     assert not take(x.astype(numpy.float16), out.astype(numpy.float16),
-                    geometry, True)
-    assert not take(x, out, (3, 3, 0, 1, 1, 1, 1, 1), True)  # stride 0
-    assert not take(x, out, (3, 3, 1, 1, -1, 1, 1, 1), True)  # negative pad
+                    geometry, ROWS)
+    assert not take(x, out, (3, 3, 0, 1, 1, 1, 1, 1), ROWS)  # stride 0
+    assert not take(x, out, (3, 3, 1, 1, -1, 1, 1, 1), ROWS)  # negative pad
     assert not out.any()
-    assert take(x, out, geometry, True)
+    assert take(x, out, geometry, ROWS)
 
 
 @pytest.mark.parametrize('geometry', [
@@ -85,8 +90,15 @@ def test_added_patches_are_col2ims_sums_bit_for_bit(rng, geometry, dtype):
                ).astype(dtype)
     expected = conv.col2im_cpu(patches.transpose(3, 0, 1, 2, 4, 5), sy, sx,
                                ph, pw, h, w, dy, dx)
+    expected = numpy.ascontiguousarray(expected).tobytes()
+    add = _loops_convolution.add_convolution_patches
     img = numpy.zeros((n, c, h, w), dtype)
-    assert _loops_convolution.add_convolution_patches(patches, img, geometry)
-    assert img.tobytes() == numpy.ascontiguousarray(expected).tobytes()
-    assert not _loops_convolution.add_convolution_patches(
-        patches[:, :, :, :1], img, geometry)  # another batch size
+    assert add(patches, img, geometry)  # col2im's layout by default
+    assert img.tobytes() == expected
+    by_image = numpy.ascontiguousarray(patches.transpose(3, 0, 1, 2, 4, 5))
+    img = numpy.zeros((n, c, h, w), dtype)
+    assert add(by_image, img, geometry, COLUMNS)
+    assert img.tobytes() == expected
+    assert not add(patches[:, :, :, :1], img, geometry)  # another batch size
+    assert not add(patches, img, geometry, COLUMNS)  # another layout's shape
+    assert not add(by_image, img, geometry, ROWS)  # not a layout it adds
