@@ -183,6 +183,8 @@ class LoopRun(object):
         self.exit = None
         self.trip = trip
         self.last_header = True  # the latest line event was the header
+        # a trip count to read once the header computed its iterable
+        self.iterable_pending = False
         self.bound = None  # how many iterations the loop allows at most
         self.snapshots = []  # the frame's locals at each pass
         self.code = None  # the code object the loop is in
@@ -244,12 +246,18 @@ class LoopWatcher(object):
         arguments: ``{id(object): ('leaf', index)}`` for the call's
             Variables and arrays and ``{('static', name): (path, value)}``
             for its int arguments, to resolve trip counts.
+        first_item: returns ``(position, origin, (filename, line))`` of
+            the latest node that took item 0 of a value's first axis,
+            that axis's origin (``lengths.origin_of``) and the user's
+            line, or ``None``: the trip count of a loop over a value its
+            header computes.
     """
 
-    def __init__(self, position, top_code, arguments):
+    def __init__(self, position, top_code, arguments, first_item=None):
         self.position = position
         self.top_code = top_code
         self.arguments = arguments
+        self.first_item = first_item
         # The offsets of the jitted function's subscripts that index with
         # a varying int, and how often each ran (see watch_indexes).
         self.index_offsets = frozenset()
@@ -321,6 +329,8 @@ class LoopWatcher(object):
                                  stack[-1].site.last):
                 self._close(stack.pop(), 'left')
             site = loop_sites(frame.f_code).get(line)
+            if stack and stack[-1].iterable_pending:
+                self._iterable_computed(stack[-1])
             if stack:
                 stack[-1].last_header = site is stack[-1].site
             if site is not None:
@@ -344,7 +354,26 @@ class LoopWatcher(object):
             run.bound = iteration_bound(site, frame)
         run.snapshots.append(_locals_summary(frame))
         run.targets = site.targets
+        run.iterable_pending = run.trip is None and \
+            self.first_item is not None and \
+            trip_counts.iterated_call(site) is not None
         return run
+
+    def _iterable_computed(self, run):
+        """For a loop over a value its header computes (``for x in
+        F.tanh(xs)``), at the first line of its body: the iterable's
+        nodes come before the loop, which starts at the node that took
+        its item 0, and runs as many times as the value's first axis
+        is long, where that is an argument's axis."""
+        run.iterable_pending = False
+        found = self.first_item()
+        if found is None or found[1] is None or \
+                found[0] != self.position() - 1 or \
+                found[0] < run.boundaries[0] or \
+                found[2] != (run.site.filename, run.site.header):
+            return  # (not the loop's own first item)
+        run.boundaries[0] = found[0]
+        run.trip = trip_counts.TripSource('dim', found[1], 0)
 
     def _start_comprehension(self, site, frame):
         """A comprehension gets its trip count from its iterable, read in

@@ -23,6 +23,7 @@ and effects. Traced arrays and the NumPy recorded on them are
 """
 
 import collections
+import functools
 import sys
 import threading
 
@@ -214,6 +215,11 @@ class _Recorder(object):
         self.separated_nodes = []
         self.separated = []
         self.loop_runs = []  # control.LoopRun of the loops ended so far
+        # (position, origin, loc): the nodes taking item 0 of a value's
+        # first axis, that axis's origin (lengths.origin_of) and the line,
+        # for a loop over a value computed in its header
+        # (control.LoopWatcher)
+        self.first_items = []
         # id(shape) -> (shape, array) of the forward's shape reads
         self.shape_sources = {}
         # Number arguments that vary by call (scalars.Scalar, IntScalar)
@@ -539,6 +545,11 @@ class _Recorder(object):
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
         ir_node.input_attrs = tuple(attrs)
+        if isinstance(template, get_item.GetItem) and \
+                _takes_first_item(template.slices):
+            self.first_items.append((len(self.graph.nodes) - 1,
+                                     lengths.origin_of(in_arrays[0], 0),
+                                     ir_node.loc))
         if ops.communicates(template):
             ir_node.forced_grads = tuple(
                 i for i, x in enumerate(inputs) if x.requires_grad)
@@ -724,7 +735,23 @@ def _loop_watcher(recorder, fn, instance, args, kwargs, proxies):
     """The watcher of the forward's loops (``control.LoopWatcher``)."""
     return control.LoopWatcher(
         lambda: len(recorder.graph.nodes), getattr(fn, '__code__', None),
-        arguments.loop_arguments(fn, instance, args, kwargs, proxies))
+        arguments.loop_arguments(fn, instance, args, kwargs, proxies),
+        first_item=functools.partial(_latest_first_item, recorder))
+
+
+def _takes_first_item(slices):
+    """Is ``x[slices]`` item 0 of ``x``'s first axis (as iterating over a
+    Variable takes it)?"""
+    return type(slices) in (tuple, list) and len(slices) == 1 and \
+        type(slices[0]) is int and slices[0] == 0 or \
+        type(slices) is int and slices == 0
+
+
+def _latest_first_item(recorder):
+    """``(position, origin, (filename, line))`` of the latest node that
+    took item 0 of a value's first axis, that axis's origin (or
+    ``None``) and the user's line; ``None`` if none did."""
+    return recorder.first_items[-1] if recorder.first_items else None
 
 
 def _run_forward(fn, instance, call_args, call_kwargs):

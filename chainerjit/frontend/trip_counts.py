@@ -55,6 +55,23 @@ def trip_source(site, frame, arguments):
     return _sequence_source(node, frame, arguments, 0)
 
 
+def iterated_call(site):
+    """The call a ``for`` loop's header iterates over the result of
+    (``for x in F.tanh(xs)``, ``enumerate(self.embed(xs))``), other than
+    ``range``, ``reversed``, ``zip`` or ``F.separate``; else ``None``."""
+    node = site.iter_expr
+    if source.is_call(node, 'enumerate') and len(node.args) == 1 and \
+            not node.keywords:
+        node = node.args[0]
+    if not isinstance(node, ast.Call) or any(
+            source.is_call(node, name) for name in
+            ('range', 'reversed', 'zip', 'enumerate', 'separate')) or \
+            isinstance(node.func, ast.Attribute) and \
+            node.func.attr == 'separate':
+        return None
+    return node
+
+
 def _length_source(node, frame, arguments, offset):
     if source.is_call(node, 'len') and len(node.args) == 1:
         return _sequence_source(node.args[0], frame, arguments, offset)

@@ -401,6 +401,31 @@ class EmbeddedLongOnesDiffer(_Embedded):
         return self.out(h * 2 if len(exs) > 8 else h)
 
 
+class EmbeddedInTheHeader(_Embedded):
+    """The loop's header computes the steps it goes over."""
+
+    def forward(self, ids):
+        h = c = None
+        for x in F.sigmoid(self.embed(ids)):
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class EnumeratedInTheHeader(_Embedded):
+    """The header computes the steps and numbers them; the states are
+    collected and stacked."""
+
+    def forward(self, ids):
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        hs = []
+        for t, x in enumerate(self.embed(ids)):
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return self.out(F.stack(hs)[-1])
+
+
 def _id_calls(shapes, seed=0, padded=False):
     rng = numpy.random.RandomState(seed)
     return [(rng.randint(-1 if padded else 0, V, shape).astype(numpy.int32),)
@@ -408,7 +433,8 @@ def _id_calls(shapes, seed=0, padded=False):
 
 
 @pytest.mark.parametrize('cls', [EmbeddedEach, EmbeddedCounted,
-                                 EmbeddedBatchFirst, EmbeddedMasked])
+                                 EmbeddedBatchFirst, EmbeddedMasked,
+                                 EmbeddedInTheHeader, EnumeratedInTheHeader])
 def test_a_loop_over_embedded_steps_serves_every_length_and_batch(cls):
     # (lengths and batch sizes both change: a second compile makes both
     # symbolic)
