@@ -185,6 +185,8 @@ class LoopRun(object):
         self.last_header = True  # the latest line event was the header
         # a trip count to read once the header computed its iterable
         self.iterable_pending = False
+        # (code, line) of the call of a helper whose loop this is
+        self.caller = None
         self.bound = None  # how many iterations the loop allows at most
         self.snapshots = []  # the frame's locals at each pass
         self.code = None  # the code object the loop is in
@@ -354,6 +356,8 @@ class LoopWatcher(object):
             run.bound = iteration_bound(site, frame)
         run.snapshots.append(_locals_summary(frame))
         run.targets = site.targets
+        if not top and frame.f_back is not None:  # a helper's loop
+            run.caller = (frame.f_back.f_code, frame.f_back.f_lineno)
         run.iterable_pending = run.trip is None and \
             self.first_item is not None and \
             trip_counts.iterated_call(site) is not None

@@ -157,19 +157,64 @@ def _whole_list_use(comp, parents):
     collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``),
     or read at constant indexes (``hs[-1]``: the graph's checks then ask
     which steps those are, as for a list a loop appends to)."""
-    holder = parents.get(comp)
-    if _collected(comp, holder):
+    if _used_whole(comp, parents):
         return None
-    if isinstance(holder, ast.Assign) and len(holder.targets) == 1 and \
-            isinstance(holder.targets[0], ast.Name):
-        function = _enclosing_function(holder, parents)
-        uses = [n for n in source.name_nodes(function, holder.targets[0].id)
-                if n is not holder.targets[0]]
-        if all(isinstance(n.ctx, ast.Load) and (
-                _collected(n, parents.get(n)) or
-                _constant_item(n, parents.get(n))) for n in uses):
-            return None
     return 'the list the comprehension makes is used item by item'
+
+
+def _used_whole(node, parents, index=None):
+    """Is the list ``node`` gives (or item ``index`` of the tuple it
+    gives) only passed whole to a collector (``F.stack(node)``, or ``hs =
+    node`` then ``F.stack(hs)``; ``hs, h = node`` for an item), or read
+    at constant indexes (``hs[-1]``)?"""
+    holder = parents.get(node)
+    if index is None and _collected(node, holder):
+        return True
+    if not isinstance(holder, ast.Assign) or len(holder.targets) != 1:
+        return False
+    target = holder.targets[0]
+    if index is not None:
+        if not isinstance(target, ast.Tuple) or index >= len(target.elts) \
+                or any(isinstance(e, ast.Starred) for e in target.elts):
+            return False
+        target = target.elts[index]
+    if not isinstance(target, ast.Name):
+        return False
+    function = _enclosing_function(holder, parents)
+    uses = [n for n in source.name_nodes(function, target.id)
+            if n is not target]
+    return all(isinstance(n.ctx, ast.Load) and (
+        _collected(n, parents.get(n)) or _constant_item(n, parents.get(n)))
+        for n in uses)
+
+
+def _returned(node, parents):
+    """``(True, None)`` where ``node`` is returned (``return hs``),
+    ``(True, k)`` where it is item ``k`` of the tuple returned (``return
+    hs, h``), else ``(False, None)``."""
+    holder = parents.get(node)
+    if isinstance(holder, ast.Return):
+        return True, None
+    if isinstance(holder, ast.Tuple) and \
+            isinstance(parents.get(holder), ast.Return):
+        return True, holder.elts.index(node)
+    return False, None
+
+
+def caller_uses_whole(caller, callee, index=None):
+    """Does the caller (``(code, line)`` of the frame that called
+    ``callee``'s function) use the list the call returns (item ``index``
+    of the tuple it returns) whole only (:func:`_used_whole`)?"""
+    code, line = caller
+    found = source.function_and_offset(code)
+    if found is None:
+        return False
+    function, offset, parents = found
+    local = line - offset
+    calls = [n for n in ast.walk(function) if isinstance(n, ast.Call) and
+             n.lineno <= local <= n.end_lineno and
+             _call_name(n) == callee.co_name]
+    return len(calls) == 1 and _used_whole(calls[0], parents, index)
 
 
 def _constant_item(node, subscript):
@@ -198,7 +243,7 @@ def _enclosing_function(node, parents):
     return node
 
 
-def symbolic_loop_problem(code, header, kinds=None):
+def symbolic_loop_problem(code, header, kinds=None, caller=None):
     """Why the loop at ``header`` of ``code`` cannot run for another trip
     count than the one recorded, read from the source; ``None`` if it
     can. Its Python must not see the count: the loop variable is used
@@ -209,7 +254,10 @@ def symbolic_loop_problem(code, header, kinds=None):
     out of sight (``next(it)``, ``d['n'] += 1``, ``rng.uniform()``) is
     not allowed either: ``kinds`` gives each local's kind at the loop's
     start (``'array'``, ``'list'``, ``'link'``, ...), and of the globals
-    it reads that hold a function of user code or a link."""
+    it reads that hold a function of user code or a link. A helper may
+    return such a list (``return hs``, ``return hs, h``) to a caller
+    (``caller``: ``(code, line)`` of the frame that called it) that
+    uses it whole."""
     found = _loop_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -249,8 +297,16 @@ def symbolic_loop_problem(code, header, kinds=None):
         for use in source.name_nodes(function, name):
             if use in inside or use.lineno <= loop.lineno:
                 continue
-            if not _collected(use, parents.get(use)):
-                return 'the list %r is used after the loop' % name
+            if _collected(use, parents.get(use)):
+                continue
+            returned, index = _returned(use, parents)
+            if returned and caller is not None and \
+                    caller_uses_whole(caller, code, index):
+                continue
+            if returned:
+                return 'the list %r is returned to a caller that uses it ' \
+                    'otherwise than whole' % name
+            return 'the list %r is used after the loop' % name
     return None
 
 

@@ -619,9 +619,10 @@ def _python_problem(run, values, rows, peel, counting):
     if run.code is None:
         return 'its source cannot be read'
     comprehension = run.site.kind == 'comp'
-    problem = loop_analysis.comprehension_problem if comprehension else \
-        loop_analysis.symbolic_loop_problem
-    found = problem(run.code, run.site.header, kinds)
+    found = loop_analysis.comprehension_problem(
+        run.code, run.site.header, kinds) if comprehension else \
+        loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
+                                            run.caller)
     if found is not None:
         return found
     indexed = set() if comprehension else \

@@ -208,11 +208,50 @@ class CounterLoop(_Steps):
         return self.out(h)
 
 
+class _Encoder(_Steps):
+    """A helper method runs the loop and returns the list of its
+    steps."""
+
+    def encode(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return hs
+
+
+class HelperReturnsSteps(_Encoder):
+    def forward(self, xs):
+        hs = self.encode(xs)
+        return self.out(F.concat(hs, axis=0))
+
+
+class HelperStepsStacked(_Encoder):
+    def forward(self, xs):
+        return self.out(F.max(F.stack(self.encode(xs)), axis=0))
+
+
+class HelperReturnsStepsAndState(_Steps):
+    def encode(self, xs):  # a GRU's states, and the last
+        states = []
+        h = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in xs:
+            states.append(self.gru(h, x))
+            h = states[-1]
+        return states, h
+
+    def forward(self, xs):
+        hs, h = self.encode(xs)
+        return self.out(F.sum(F.stack(hs), axis=0) + h)
+
+
 @pytest.mark.parametrize('cls', [
     ShapeOfTwo, ShapeUnpacked, StateMadeInTheLoop, Bidirectional,
     BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop,
     Projected, ReversedProjected, StepsComputedAtOnce, Separated,
-    SeparatedBothWays, BatchFirstSeparated])
+    SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
+    HelperStepsStacked, HelperReturnsStepsAndState])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -233,6 +272,23 @@ def test_one_entry_for_every_length_in_inference(cls):
         jf = testing.assert_jit_matches_eager(
             model, _calls(model, seed=1), rtol=1e-4, atol=1e-5)
     assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+class HelperStepsReadOneByOne(_Encoder):
+    def forward(self, xs):
+        y = 0
+        for h in self.encode(xs):
+            y = y + h
+        return self.out(y)
+
+
+def test_steps_a_helper_returns_read_one_by_one_keep_the_length():
+    model = HelperStepsReadOneByOne()
+    with pytest.warns(errors.LoopWarning, match="the list 'hs' is returned "
+                      "to a caller that uses it otherwise than whole"):
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == len(set(LENGTHS)), jf.cache_report()
 
 
 class SeparatedOtherwise(_Steps):
@@ -616,22 +672,6 @@ class MeanOverTime(_Steps):
         return self.out(total * (1.0 / xs.shape[0]))
 
 
-class StepsListReturned(_Steps):
-    """A helper returning the list of the steps' outputs, which the
-    caller could count or index: ``return F.stack(hs)`` rolls."""
-
-    def encode(self, xs):
-        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
-        hs = []
-        for x in xs:
-            h, c = self.step(x, h, c)
-            hs.append(h)
-        return hs
-
-    def forward(self, xs):
-        return self.out(F.sum(F.stack(self.encode(xs)), axis=0))
-
-
 class MeanByDivision(_Steps):
     """The length in a Variable's division and products: each a node
     reading it from ``xs``'s shape at run time."""
@@ -684,8 +724,6 @@ def test_the_batch_size_in_a_division_serves_every_batch_size(rng, backend):
     (RowsOfAllSteps, 'the loop reads a value computed from xs otherwise '
      'than one step indexed by its counter'),
     (MeanOverTime, 'used in float arithmetic'),
-    (StepsListReturned, "could tell how many iterations ran: the list 'hs' "
-     "is used after the loop"),
     # Recorded at 5, where the test holds: only 5 keeps its length; 9
     # records an entry guarded by "not T == 5", which serves 17 too.
     (FiveIsSpecial, 'xs.shape[0] compared'),
