@@ -340,10 +340,35 @@ def note_indexed(recorder, array, index, result):
     origins = recorder.length_leaves.get(id(array))
     if origins is None:
         return
-    kept = _kept_axes(index if isinstance(index, tuple) else (index,),
-                      origins)
+    index = index if isinstance(index, tuple) else (index,)
+    shift = recorder.length_shifts.get(id(array), 0)
+    cut = _first_axis_cut(index, origins)
+    if cut:  # xs[1:], xs[:-1]: the argument's axis, a few rows shorter
+        index, shift = (slice(None),) + index[1:], shift - cut
+    kept = _kept_axes(index, origins)
     if kept is not None and any(o is not None for o in kept):
         recorder.length_leaves[id(result)] = kept
+        if shift and kept[0] is origins[0] and \
+                not is_item_length(origins[0]):
+            recorder.length_shifts[id(result)] = shift
+
+
+def _first_axis_cut(index, origins):
+    """How many rows ``x[index]`` cuts off the first axis of an ``x``
+    whose first axis is an argument's (not a list item's length): ``k +
+    m`` for ``x[k:]``, ``x[:-m]`` or ``x[k:-m]`` (``k``, ``m`` ints of a
+    recorded index), else 0."""
+    if not index or origins[0] is None or is_item_length(origins[0]):
+        return 0
+    return ops.rows_cut(index[0]) or 0
+
+
+def shift_of(value):
+    """How many rows more (or, negative, fewer) the first axis of
+    ``value`` has than the argument's axis it follows (``xs[1:]``: -1)."""
+    recorder = _state.recorder
+    return 0 if recorder is None else recorder.length_shifts.get(
+        id(data_of(value)), 0)
 
 
 def note_separated(recorder, array, axis, items):
@@ -377,9 +402,12 @@ def note_computed(recorder, name, in_arrays, out_arrays):
     them (``exs = self.embed(xs)``, then ``for x in exs``) runs for that
     argument's size: see :func:`origin_of`."""
     origins = [recorder.length_leaves.get(id(a)) for a in in_arrays]
-    if not any(origins) or any(recorder.length_shifts.get(id(a))
-                               for a in in_arrays):
+    shifts = set(recorder.length_shifts.get(id(a), 0)
+                 for a, o in zip(in_arrays, origins) if o is not None)
+    if not any(origins) or len(shifts) > 1 or shifts != {0} and any(
+            o is not None and is_item_length(o[0]) for o in origins if o):
         return  # (sizes other than the argument's: not followed)
+    shift = shifts.pop()
     if name == 'EmbedIDFunction':
         found = [tuple(origins[0] or ()) + (None,)]
     elif name == 'LinearFunction' and in_arrays[0].ndim == 2:
@@ -388,11 +416,14 @@ def note_computed(recorder, name, in_arrays, out_arrays):
         found = [_same_axes(a.shape, in_arrays, origins) for a in out_arrays]
     else:
         return
+    first = next(o[0] for o in origins if o)  # a shifted input's
     for array, kept in zip(out_arrays, found):
         kept = tuple(None if o is None or is_item_length(o) else o
                      for o in kept)
         if len(kept) == array.ndim and any(kept):
             recorder.length_leaves[id(array)] = kept
+            if shift and kept[0] == first:
+                recorder.length_shifts[id(array)] = shift
 
 
 def _same_axes(shape, in_arrays, origins):

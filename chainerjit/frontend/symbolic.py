@@ -796,12 +796,12 @@ def _stacked_rows(graph, loops, source, length, deltas):
 def _joined_rows(node, axis, fixed, leaf, length, delta):
     """The rows of a join (``node``) of ``fixed`` rows from before the
     loop, then the loop's list of ``length - delta`` steps (a loop after
-    a peeled first step runs ``T - 1`` times), each giving the same rows;
-    ``None`` where that is not the join's size, or where the rows from
-    before the loop are fewer than the steps it leaves out."""
+    a peeled first step runs ``T - 1`` times, one over ``xs[1:]`` too),
+    each giving the same rows; ``None`` where that is not the join's
+    size."""
     steps = length - delta
     joined = node.outputs[0].shape[axis] - fixed
-    if steps <= 0 or joined % steps or fixed < joined // steps * delta:
+    if steps <= 0 or joined % steps:
         return None
     per_step = joined // steps
     rows = ops.Rows.of_item(leaf, length)
@@ -850,13 +850,17 @@ class _Steps(object):
             if node in loops:
                 self._read_by(node, found)
             elif need is not None and self._one_per_step(found[0]):
-                self.constant_reads.append((node, need, None))
+                # (of a value of a few rows fewer, xs[1:]: a longer length)
+                self.constant_reads.append(
+                    (node, need - found[0].count()[1], None))
             else:
                 self._follow(node, found)
 
     @staticmethod
     def _one_per_step(rows):
-        return rows is not None and rows.count()[1] == 0 and \
+        """One row a step, the length's, give or take a few fixed rows
+        (``exs[1:]``: the length less one)."""
+        return rows is not None and not rows.widest and \
             rows.count()[0] == ((rows.first_leaf, 1),)
 
     def _read_by(self, loop, found):

@@ -57,12 +57,15 @@ def trip_source(site, frame, arguments):
 
 def iterated_call(site):
     """The call a ``for`` loop's header iterates over the result of
-    (``for x in F.tanh(xs)``, ``enumerate(self.embed(xs))``), other than
+    (``for x in F.tanh(xs)``, ``enumerate(self.embed(xs))``, a few of
+    its first or last items cut, ``self.embed(xs)[1:]``), other than
     ``range``, ``reversed``, ``zip`` or ``F.separate``; else ``None``."""
     node = site.iter_expr
     if source.is_call(node, 'enumerate') and len(node.args) == 1 and \
             not node.keywords:
         node = node.args[0]
+    if _first_rows_cut(node) is not None:
+        node = node.value
     if not isinstance(node, ast.Call) or any(
             source.is_call(node, name) for name in
             ('range', 'reversed', 'zip', 'enumerate', 'separate')) or \
@@ -141,6 +144,9 @@ def _length_alias(node, code):
 
 
 def _sequence_source(node, frame, arguments, offset):
+    cut = _first_rows_cut(node)
+    if cut is not None:  # xs[1:], exs[:-1]: as many fewer iterations
+        return _sequence_source(node.value, frame, arguments, offset + cut)
     separated = _separated(node, frame)
     if separated is not None:
         return _axis_source(separated[0], frame, separated[1], offset)
@@ -148,6 +154,33 @@ def _sequence_source(node, frame, arguments, offset):
     if where is not None and where[0] == 'leaf':
         return TripSource('dim', (where[1], 0), offset)
     return _axis_source(node, frame, 0, offset)
+
+
+def _first_rows_cut(node):
+    """For ``X[k:]``, ``X[:-m]`` or ``X[k:-m]`` (int constants), ``k +
+    m``: how many fewer items it has than ``X``; else ``None``."""
+    if not isinstance(node, ast.Subscript) or \
+            not isinstance(node.slice, ast.Slice) or node.slice.step:
+        return None
+    start = _int_constant(node.slice.lower, 0)
+    stop = _int_constant(node.slice.upper, 0)
+    if start is None or stop is None or start < 0 or stop > 0 or \
+            stop == 0 and node.slice.upper is not None or \
+            (start, stop) == (0, 0):
+        return None  # (X[:0] is empty)
+    return start - stop
+
+
+def _int_constant(node, default):
+    """The int a constant (or its negation) is, ``default`` for no node,
+    else ``None``."""
+    if node is None:
+        return default
+    negated = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+    value = node.operand if negated else node
+    if not isinstance(value, ast.Constant) or type(value.value) is not int:
+        return None
+    return -value.value if negated else value.value
 
 
 def _axis_source(node, frame, axis, offset):
@@ -158,9 +191,13 @@ def _axis_source(node, frame, axis, offset):
     value = frame.f_locals.get(node.id)
     if value is None or axis < 0 and not hasattr(value, 'ndim'):
         return None
-    origin = lengths.origin_of(value, axis + value.ndim if axis < 0
-                               else axis)
-    return None if origin is None else TripSource('dim', origin, offset)
+    axis = axis + value.ndim if axis < 0 else axis
+    origin = lengths.origin_of(value, axis)
+    if origin is None:
+        return None
+    # (xs[1:]: one row fewer than the argument's axis)
+    return TripSource('dim', origin,
+                      offset - (lengths.shift_of(value) if axis == 0 else 0))
 
 
 def _separated(node, frame):

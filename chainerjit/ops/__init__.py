@@ -383,9 +383,25 @@ def index_rows(index, rows):
         out_axis += isinstance(s, slice)
     else:
         return rows._replace(axis=out_axis + rows.axis - axis)
-    if s != slice(None):
+    if s == slice(None):
+        return rows._replace(axis=out_axis)
+    cut = rows_cut(s)
+    if cut is None or rows.widest:
         return None
-    return rows._replace(axis=out_axis)
+    return (rows + -cut)._replace(axis=out_axis)
+
+
+def rows_cut(s):
+    """How many rows ``x[s]`` cuts off, for a slice ``x[k:]``, ``x[:-m]``
+    or ``x[k:-m]`` (ints ``k, m >= 0``): ``k + m``; else ``None``."""
+    if not isinstance(s, slice) or s.step not in (None, 1):
+        return None
+    start = 0 if s.start is None else s.start
+    stop = 0 if s.stop is None else s.stop
+    if type(start) is not int or type(stop) is not int or start < 0 or \
+            stop > 0 or stop == 0 and s.stop is not None:  # (x[:0])
+        return None
+    return start - stop
 
 
 def rows_indexed(index):

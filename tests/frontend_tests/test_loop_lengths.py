@@ -9,6 +9,7 @@ Each model runs jitted and eagerly over calls of several lengths, with new
 values each call; outputs and gradients must equal eager Chainer's.
 """
 
+import re
 import warnings
 
 import chainer
@@ -480,6 +481,80 @@ class EnumeratedInTheHeader(_Embedded):
             h, c = self.step(x, h, c)
             hs.append(h)
         return self.out(F.stack(hs)[-1])
+
+
+class NextWordsOfSlices(_Embedded):
+    """A language model whose inputs and targets are cut from one array
+    of time-major ids: ``ids[:-1]`` and ``ids[1:]``."""
+
+    def __init__(self):
+        super(NextWordsOfSlices, self).__init__()
+        with self.init_scope():
+            self.words = L.Linear(H, V)
+
+    def forward(self, ids):
+        inputs, targets = ids[:-1], ids[1:]
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        loss = 0
+        for x, t in zip(inputs, targets):
+            h, c = self.step(self.embed(x), h, c)
+            loss += F.softmax_cross_entropy(self.words(h), t)
+        return loss
+
+
+class NextWordsOfEmbeddedSlices(NextWordsOfSlices):
+    """The same, the inputs embedded at once and cut in the header."""
+
+    def forward(self, ids):
+        exs = self.embed(ids)
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        loss = 0
+        for x, t in zip(exs[:-1], ids[1:]):
+            h, c = self.step(x, h, c)
+            loss += F.softmax_cross_entropy(self.words(h), t)
+        return loss
+
+
+class CountedOverASlice(NextWordsOfSlices):
+    """The inputs cut before they are embedded, the loop counted over
+    them, each step's target read from the other cut."""
+
+    def forward(self, ids):
+        exs = F.tanh(self.embed(ids[:-1]))
+        targets = ids[1:]
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        hs = []
+        for t in range(len(exs)):
+            h, c = self.step(exs[t], h, c)
+            hs.append(F.softmax_cross_entropy(self.words(h), targets[t]))
+        return F.sum(F.stack(hs)) + F.sum(exs[0]) + F.sum(exs[-1])
+
+
+class StepsAfterTheFirst(_Embedded):
+    def forward(self, ids):
+        h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        for x in self.embed(ids)[1:]:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [NextWordsOfSlices,
+                                 NextWordsOfEmbeddedSlices,
+                                 CountedOverASlice, StepsAfterTheFirst])
+def test_a_loop_over_cut_steps_serves_every_length_and_batch(cls):
+    model = cls()
+    shapes = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jf = testing.assert_jit_grads_match_eager(
+            model, _id_calls(shapes), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+    entry, = jf.cache_entries()
+    # (T-2 where the first of the T-1 steps is peeled: loss = 0 + ...)
+    assert re.search(r'Loop\[trip=T-[12]\]', str(entry.graph)), entry.graph
+    assert str(entry.signature).startswith('ids: i32[T,B]'), entry.signature
 
 
 def _id_calls(shapes, seed=0, padded=False):

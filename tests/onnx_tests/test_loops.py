@@ -173,3 +173,18 @@ def test_loops_over_an_argument_axis_export_with_a_dynamic_length(
             numpy.float32),) for n in (5, 9, 2, 17)], rtol=1e-4, atol=1e-5)
     dims = exported.graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param == 'T'
+
+
+@pytest.mark.parametrize('name', ['NextWordsOfSlices', 'StepsAfterTheFirst',
+                                  'EmbeddedInTheHeader'])
+def test_loops_over_cut_or_computed_steps_export_with_a_dynamic_length(
+        name):
+    # xs[:-1] and xs[1:] cut in Python, F.embed(ids)[1:] and a value
+    # computed in the loop's header: Slice and a Loop of T less a few.
+    from tests.frontend_tests import test_loop_lengths as forms
+    model = getattr(forms, name)()
+    ids = [(forms._id_calls([(n, 4)], seed=n)[0][0],) for n in (5, 9, 3, 17)]
+    exported = testing.assert_onnx_matches_eager(
+        model.forward, ids, rtol=1e-4, atol=1e-5)
+    dims = exported.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == 'T'

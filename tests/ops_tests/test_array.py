@@ -2,6 +2,7 @@ import chainer.functions as F
 import numpy
 import pytest
 
+from chainerjit import ops
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
 from tests.ops_tests.common import calls_of
@@ -180,3 +181,24 @@ def test_select_item(rng, n, dtype):
     testing.assert_jit_matches_eager(
         lambda x, t: F.select_item(x, t), calls, expect_entries=1,
         lowered=['SelectItem'])
+
+
+# --- rows through an index: a cut of the first or last few ------------------
+
+@pytest.mark.parametrize('index, rows', [
+    ((slice(1, None),), 'L0-1'), ((slice(None, -1),), 'L0-1'),
+    ((slice(2, -1), 0), 'L0-3'), ((slice(None),), 'L0'),
+    ((slice(0, None),), 'L0'),
+])
+def test_a_cut_of_the_first_or_last_rows_follows_them(index, rows):
+    found = ops.index_rows(index, ops.Rows.of_item(0, 9))
+    assert str(found) == rows and found.axis == 0
+
+
+@pytest.mark.parametrize('index', [
+    (slice(None, 0),), (slice(1, 0),), (slice(None, 3),), (slice(-2, None),),
+    (slice(1, None, 2),), (0,), (slice(numpy.int64(1), None),)])
+def test_other_indexes_of_the_rows_are_not_followed(index):
+    assert ops.index_rows(index, ops.Rows.of_item(0, 9)) is None
+    assert ops.index_rows(index, ops.Rows.of_item(0, 9)._replace(
+        widest=True)) is None
