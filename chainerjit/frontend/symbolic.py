@@ -191,7 +191,8 @@ def symbolize(graph, rolled, input_names, length_names, recording,
         call. ``kept``: the Concrete of each other length that stays in
         the key.
     """
-    sources = _trip_sources(graph, rolled, recording.length_reads)
+    sources = _trip_sources(graph, rolled, recording.length_reads,
+                            recording.value_origins)
     uses = _besides_own_tests(list(source_uses) + length_uses(
         recording, graph), rolled, sources)
     if not sources:
@@ -281,11 +282,12 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
 
 # --- where a trip count comes from -------------------------------------------
 
-def _trip_sources(graph, rolled, reads):
+def _trip_sources(graph, rolled, reads, value_origins):
     """``{loop: TripSource}`` of the rolled loops that ran over all of an
     iterable the call gave: as their source reads it (``run.trip``), else
-    the argument axis their body indexes with the counter
-    (:func:`_indexed_source`) if the forward read that axis's size
+    the argument axis their body indexes with the counter, of the
+    argument or of a value computed from it (``value_origins``:
+    :func:`_indexed_source`), if the forward read that axis's size
     (``reads``: not ``range(5)`` over five items)."""
     found = {}
     for loop in graph.nodes:
@@ -294,7 +296,7 @@ def _trip_sources(graph, rolled, reads):
             continue
         source = run.trip
         if source is None:
-            source = _indexed_source(graph, loop, run)
+            source = _indexed_source(graph, loop, run, value_origins)
             if source is not None and source.where not in reads:
                 source = None
         if source is not None:
@@ -337,26 +339,36 @@ def _argument_counter_reads(graph, loop):
         yield node, position[value]
 
 
-def _indexed_source(graph, loop, run):
+def _indexed_source(graph, loop, run, value_origins=None):
     """For a loop whose body reads an argument with the counter
-    (``xs[t]``, ``xs[:, t]``, ``xs[T - 1 - t]``), one iteration per index
-    but at most :data:`_MAX_OFFSET`: ``TripSource('dim', (leaf, axis),
-    offset)``, whatever the source counts with (``T, B = xs.shape``,
-    ``reversed(range(T))``). ``None`` where no read fits, or reads of two
-    axes do."""
+    (``xs[t]``, ``xs[:, t]``, ``xs[T - 1 - t]``), or a value computed
+    with an argument's axis (``value_origins``: ``{value: (origins,
+    shift)}``; ``exs[t]`` of ``exs = F.tanh(xs)``: its own size bounds
+    the counter), one iteration per
+    index but at most :data:`_MAX_OFFSET`: ``TripSource('dim', (leaf,
+    axis), offset)``, whatever the source counts with (``T, B =
+    xs.shape``, ``reversed(range(T))``, ``while t < len(exs)``). ``None``
+    where no read fits, or reads of two axes do."""
     if loop.region.counts:
         return None
     n = run.n_iterations
     trip = dict(loop.attrs)['trip']
+    origins = dict(value_origins or {})
+    origins.update((value, (tuple((leaf, a) for a in range(
+        len(value.shape))), 0)) for leaf, value in enumerate(graph.inputs))
     found = set()
-    for node, leaf in _argument_counter_reads(graph, loop):
-        shape = graph.inputs[leaf].shape
+    for node, value in _counter_reads_of(loop, origins):
+        axes = origins[value][0]
         for axis, start, step in node.counters:
-            offset = shape[axis] - n
+            origin = axes[axis] if axis < len(axes) else None
+            if origin is None or origin[1] < 0:
+                continue  # (not an argument's axis; a list item's)
+            size = graph.inputs[origin[0]].shape[origin[1]]
+            offset = size - n
             if 0 <= offset <= _MAX_OFFSET and _counter_fits(
-                    start, step, shape[axis], shape[axis] - trip):
-                found.add(trip_counts.TripSource('dim', (leaf, axis),
-                                                 offset))
+                    start, step, value.shape[axis],
+                    value.shape[axis] - trip):
+                found.add(trip_counts.TripSource('dim', origin, offset))
     return found.pop() if len(found) == 1 else None
 
 

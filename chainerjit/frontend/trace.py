@@ -90,6 +90,7 @@ class Recording(object):
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
         self.templates = recorder.templates if recorder else {}
+        self.value_origins = recorder.value_origins if recorder else {}
         graph.templates = self.templates
         # lengths.Use: what the forward did with its arguments' sizes
         self.length_uses = recorder.length_uses if recorder else []
@@ -221,6 +222,10 @@ class _Recorder(object):
         # for a loop over a value computed in its header
         # (control.LoopWatcher)
         self.first_items = []
+        # {Value: (origins, shift)} of the computed values whose axes are
+        # arguments' (lengths.origin_of, shift_of): a loop indexing one
+        # with its counter runs for that axis (symbolic._indexed_source)
+        self.value_origins = {}
         # id(shape) -> (shape, array) of the forward's shape reads
         self.shape_sources = {}
         # Number arguments that vary by call (scalars.Scalar, IntScalar)
@@ -303,6 +308,15 @@ class _Recorder(object):
     def note_indexed(self, array, index, result):
         """``result = array[index]``: see ``lengths.note_indexed``."""
         lengths.note_indexed(self, array, index, result)
+
+    def note_value_origins(self, arrays, values):
+        """Notes the argument axes of computed ``values`` (their
+        ``arrays``'), in :attr:`value_origins`."""
+        for array, value in zip(arrays, values):
+            origins = self.length_leaves.get(id(array))
+            if origins is not None:
+                self.value_origins[value] = (
+                    origins, self.length_shifts.get(id(array), 0))
 
     def bind_temps(self, arrays):
         """Binds arrays a node computed to new temporary values."""
@@ -536,6 +550,7 @@ class _Recorder(object):
         else:
             lengths.note_computed(self, type(template).__name__, in_arrays,
                                   out_arrays)
+        self.note_value_origins(out_arrays, out_values)
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
             self.note_variable(y, value)

@@ -209,6 +209,20 @@ class CounterLoop(_Steps):
         return self.out(h)
 
 
+class CounterLoopOverComputedSteps(_Steps):
+    """A ``while`` loop counting over a value computed from the
+    argument, by its length."""
+
+    def forward(self, xs):
+        exs = F.tanh(xs)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = 0
+        while t < len(exs):
+            h, c = self.step(exs[t], h, c)
+            t += 1
+        return self.out(h)
+
+
 class _Encoder(_Steps):
     """A helper method runs the loop and returns the list of its
     steps."""
@@ -252,7 +266,8 @@ class HelperReturnsStepsAndState(_Steps):
     BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop,
     Projected, ReversedProjected, StepsComputedAtOnce, Separated,
     SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
-    HelperStepsStacked, HelperReturnsStepsAndState])
+    HelperStepsStacked, HelperReturnsStepsAndState,
+    CounterLoopOverComputedSteps])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
