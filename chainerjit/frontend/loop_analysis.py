@@ -280,7 +280,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
         for use in source.name_nodes(function, counter):
             target = _target_name(loop.target, counter)
             if use in inside and use is not target:
-                if not _index_use(use, parents):
+                if not _index_use(use, parents) and \
+                        not _number_use(use, parents):
                     return 'the loop variable %r is used in Python' % (
                         counter)
             elif use not in inside and use not in set(ast.walk(loop)):
@@ -494,6 +495,37 @@ def _indexed_by(name, parents):
         node, parent = parent, parents.get(parent)
     return parent if isinstance(parent, ast.Subscript) and \
         parent.slice is node else None
+
+
+def _number_use(name, parents):
+    """``h * (t + 1)``, ``y + 2 * t``: the name in a sum, difference or
+    product with int constants, which is an operand of an operator with
+    something else (a Variable's: the op takes the number as its
+    constant, which the rolled loop computes from its counter where the
+    recorded iterations gave it as a multiple of their count; a Python
+    number that changes between iterations is seen there)."""
+    if not isinstance(name.ctx, ast.Load):
+        return False
+    node, parent = name, parents.get(name)
+    while _int_arithmetic(parent, node):
+        node, parent = parent, parents.get(parent)
+    if not isinstance(parent, ast.BinOp) or not isinstance(
+            parent.op, (ast.Add, ast.Sub, ast.Mult)):
+        return False
+    other = parent.right if parent.left is node else parent.left
+    return not isinstance(other, ast.Constant)
+
+
+def _int_arithmetic(parent, node):
+    """``parent`` adds, subtracts or multiplies ``node`` and an int
+    constant, or negates it."""
+    if isinstance(parent, ast.UnaryOp):
+        return isinstance(parent.op, ast.USub)
+    if not isinstance(parent, ast.BinOp) or \
+            not isinstance(parent.op, (ast.Add, ast.Sub, ast.Mult)):
+        return False
+    other = parent.right if parent.left is node else parent.left
+    return isinstance(other, ast.Constant) and type(other.value) is int
 
 
 def _index_arithmetic(parent, node):

@@ -37,6 +37,8 @@ from chainerjit.frontend import packing
 from chainerjit.ir import regions
 from chainerjit.ir.fingerprints import Fingerprints
 from chainerjit.ir.fingerprints import index_of
+from chainerjit import ops
+from chainerjit.ops import math as ops_math
 from chainerjit.ops import structural
 
 
@@ -64,7 +66,8 @@ def roll_loops(graph, recording):
     nodes = list(graph.nodes)
     runs = [(run, _chunks(nodes, run)) for run in recording.loops]
     rolled, unrolled = {}, []
-    fingerprints = Fingerprints(recording.templates)
+    fingerprints = Fingerprints(recording.templates,
+                                ops_math.COUNTED_CONSTANTS)
     for index, (run, chunks) in enumerate(runs):
         if run.n_iterations < 2:
             continue
@@ -128,6 +131,11 @@ def _why_not(chunks, fingerprints):
     if len(set(len(c) for c in middle)) > 1:
         return 'its iterations record different numbers of operations'
     if all(_alike(middle[0], c, fingerprints) for c in middle[1:]):
+        uncounted = _uncounted_constant(middle, fingerprints)
+        if uncounted is not None:
+            return ('its iterations give %s a constant that changes '
+                    'otherwise than by a fixed int step (h * 2 ** t; h * '
+                    '(t + 1) rolls)' % uncounted.op)
         return ('its iterations are alike, but each reads a different '
                 'value made before the loop (the items of a Python list) '
                 'or one from two iterations back; to get one program for '
@@ -145,6 +153,7 @@ class _Plan(object):
         self.iterations = []  # rolled chunks
         self.sources = {}  # (p, q) input slot -> classification
         self.counters = {}  # p -> [(index position, start, step)]
+        self.numbers = {}  # p -> (start, step) of a counted constant
         self.unpacks = []
         self.partial = []  # the iteration an exit cut short
         self.exits = {}  # p -> the raw guard value that leaves
@@ -203,7 +212,42 @@ def _plan(chunks, peel, run, fingerprints):
                 return None
             if counters:
                 plan.counters[p] = counters
+        if type(fingerprints.templates.get(node)) in fingerprints.counted:
+            number = _counted_constant(
+                [fingerprints.templates[chunk[p]]
+                 for chunk in iterations + [partial] if p < len(chunk)])
+            if number is False:
+                return None
+            if number is not None:
+                plan.numbers[p] = number
     return plan
+
+
+def _uncounted_constant(iterations, fingerprints):
+    """The first node of alike ``iterations`` whose constant changes
+    otherwise than a counted one (:func:`_counted_constant`), or
+    ``None``."""
+    for p, node in enumerate(iterations[0]):
+        if type(fingerprints.templates.get(node)) in fingerprints.counted \
+                and _counted_constant([fingerprints.templates[chunk[p]]
+                                       for chunk in iterations]) is False:
+            return node
+    return None
+
+
+def _counted_constant(templates):
+    """For an op with a constant, one per iteration: ``(start, step)``
+    where its int constant is ``start + step * i`` (``h * (t + 1)``), not
+    the same in all; ``None`` where it is; ``False`` otherwise."""
+    values = [t.value for t in templates]
+    if all(v == values[0] and type(v) is type(values[0]) for v in values):
+        return None
+    if any(type(v) is not int for v in values):
+        return False
+    start, step = values[0], values[1] - values[0]
+    if any(v != start + step * k for k, v in enumerate(values)):
+        return False
+    return start, step
 
 
 def _exits(chunk, run, templates):
@@ -407,6 +451,9 @@ def _body(plan, carried, invariants, recording):
         if p in plan.counters:
             node = index_at(node, inputs[0], counter, plan.counters[p],
                             index_of(recording.templates[node]))
+        elif p in plan.numbers:
+            body.add_node(_counted(node, inputs, counter, plan.numbers[p],
+                                   recording.templates[node]))
         elif p in plan.exits:
             node = _exit(node, inputs[0], plan.exits[p], p == len(first) - 1)
         else:
@@ -415,6 +462,23 @@ def _body(plan, carried, invariants, recording):
     body.inputs = [counter] + [e[1] for e in carried.values()
                                if e[1] is not None] + list(invariants.values())
     return body
+
+
+def _counted(node, inputs, counter, number, template):
+    """Makes ``node``, an op with a constant that the iterations gave as
+    ``start + step * i``, take it as an input computed from the counter
+    (``ops.math.lower_varying_constant``); returns the node computing
+    it."""
+    start, step = number
+    value = ir.Value('temp', (), numpy.float64)
+    x, y = node.inputs[0], node.outputs[0]
+    node.kernel = ops_math.lower_varying_constant(template, ops.LowerContext(
+        numpy, (x.shape,), (x.dtype,), (y.shape,), (y.dtype,)))
+    node.inputs = inputs + [value]
+    node.attrs = (('value', '%d%+d*i' % number),)
+    kernel = structural.counted_number(start, step)
+    return ir.Node('CountedNumber', kernel, [counter], [value],
+                   kernel.attrs, loc=node.loc)
 
 
 def _body_input(source, carried, invariants, first):

@@ -48,10 +48,12 @@ class Fingerprints(object):
     """What makes two recorded nodes run the same computation: op,
     attributes, every setting the FunctionNode holds, and the types of
     inputs and outputs. Integers in ``F.get_item``'s index are left out
-    (``xs[t]``); :func:`_counter_indexes` checks them."""
+    (``xs[t]``), and the int constants of the FunctionNode classes
+    ``counted`` (``h * (t + 1)``); the loop rolling checks them."""
 
-    def __init__(self, templates):
+    def __init__(self, templates, counted=()):
         self.templates = templates
+        self.counted = frozenset(counted)
         self.cache = {}
 
     def note_region(self, loop):
@@ -87,11 +89,15 @@ class Fingerprints(object):
         else:
             holder = state_holder(template)
             inputs = set(name for name, _ in node.input_attrs)
+            counted = type(holder) in self.counted
             state = (type(holder), tuple(
-                (k, _value_key(v, k == 'slices' and not exact))
+                (k, _value_key(v, not exact and (
+                    k == 'slices' or counted and k == 'value')))
                 for k, v in sorted(vars(holder).items())
                 if k not in _GRAPH_FIELDS and k not in inputs))
-        attrs = () if node.op == 'GetItem' and not exact else node.attrs
+        attrs = () if not exact and (
+            node.op == 'GetItem' or type(template) in self.counted) \
+            else node.attrs
         return (node.op, attrs, node.generic, types, state)
 
 

@@ -222,6 +222,11 @@ _WITH_CONSTANT = {
 }
 
 
+#: The ops with a constant whose int constant a rolled loop may compute
+#: from its counter (``h * (t + 1)``: ``frontend.rolling``).
+COUNTED_CONSTANTS = frozenset(_WITH_CONSTANT)
+
+
 # The _WITH_CONSTANT ops whose ``fn`` is one ufunc call, as ``into``
 # writes it (not the powers: NumPy's ``x ** 2`` takes a faster path of
 # its own).

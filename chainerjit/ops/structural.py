@@ -275,6 +275,20 @@ def index(slices, counters):
                   lengths=rows_indexed(tuple(slices)))
 
 
+def counted_number(start, step):
+    """The number ``start + step * i`` of the loop counter ``i`` (ints), a
+    float64 scalar: the constant of an op that the recorded iterations
+    gave as a multiple of their count (``h * (t + 1)``)."""
+    def run(i):
+        return numpy.asarray(start + step * int(i), numpy.float64)
+
+    def to_onnx(b, ins, outs):
+        import onnx.helper
+        b.op('Cast', [_counter_position(b, ins[0], start, step)], outs,
+             to=onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype('f8')))
+    return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
+
+
 def _index_to_onnx(slices, counters):
     """``x[..., i, ...]`` as ONNX ``Gather`` nodes: one per integer index
     (the counter's computed from the Loop's iteration number)."""

@@ -223,6 +223,21 @@ class CounterLoopOverComputedSteps(_Steps):
         return self.out(h)
 
 
+class CounterWeighted(_Steps):
+    """The counter as a number: each step's state weighted by its
+    position (``h * (t + 1)``), and the enumerated inputs by theirs."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        total = 0
+        for t in range(len(xs)):
+            h, c = self.step(xs[t], h, c)
+            total = total + h * (t + 1)
+        for t, x in enumerate(xs):
+            total = total + F.sum(x, axis=1, keepdims=True) * (2 * t - 3)
+        return self.out(total)
+
+
 class _Encoder(_Steps):
     """A helper method runs the loop and returns the list of its
     steps."""
@@ -267,7 +282,7 @@ class HelperReturnsStepsAndState(_Steps):
     Projected, ReversedProjected, StepsComputedAtOnce, Separated,
     SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
     HelperStepsStacked, HelperReturnsStepsAndState,
-    CounterLoopOverComputedSteps])
+    CounterLoopOverComputedSteps, CounterWeighted])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -296,6 +311,23 @@ class HelperStepsReadOneByOne(_Encoder):
         for h in self.encode(xs):
             y = y + h
         return self.out(y)
+
+
+class CounterPowered(_Steps):
+    def forward(self, xs):
+        total = 0
+        for t in range(len(xs)):
+            total = total + xs[t] * 2 ** t
+        return self.out(self.x2h(total)[:, :H])
+
+
+def test_a_counter_used_otherwise_keeps_the_length_with_a_warning():
+    model = CounterPowered()
+    with pytest.warns(errors.LoopWarning,
+                      match="its iterations give MulConstant a constant "
+                      "that changes otherwise than by a fixed int step"):
+        testing.assert_jit_grads_match_eager(model, _calls(model),
+                                             rtol=1e-4, atol=1e-5)
 
 
 def test_steps_a_helper_returns_read_one_by_one_keep_the_length():
