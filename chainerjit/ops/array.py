@@ -266,14 +266,114 @@ def _rows_past_unit_axes(kernel, added, removed):
     return lengths
 
 
+def merged_runs(in_shape, shape):
+    """Where reshaping ``in_shape`` to ``shape`` only merges runs of
+    adjacent axes (``(B, T, H)`` to ``(B, T * H)``), no axis of size
+    one: the run of input axes of each output axis; else ``None``."""
+    if 1 in tuple(in_shape) + tuple(shape) or len(shape) > len(in_shape):
+        return None
+    runs, axis = [], 0
+    for n in shape:
+        run, size = [], 1
+        while axis < len(in_shape) and size < n:
+            size *= in_shape[axis]
+            run.append(axis)
+            axis += 1
+        if size != n:
+            return None
+        runs.append(tuple(run))
+    return tuple(runs) if axis == len(in_shape) else None
+
+
+def regrouped(in_shape, shape):
+    """How reshaping ``in_shape`` to ``shape`` regroups runs of adjacent
+    axes, no axis of size one: ``('merge', runs)`` where each output axis
+    merges a run of input axes (``(B, T, H)`` to ``(B, T * H)``),
+    ``('split', runs)`` where each input axis splits into a run of output
+    axes (back); ``runs`` as :func:`merged_runs` gives them. Else
+    ``None``."""
+    runs = merged_runs(in_shape, shape)
+    if runs is not None:
+        return 'merge', runs
+    runs = merged_runs(shape, in_shape)
+    return None if runs is None else ('split', runs)
+
+
+def _regrouped(how, runs, shape):
+    """A kernel's ``fn``, gradient and ONNX form regrouping the input's
+    axes as :func:`regrouped` found, at its sizes when run: a merged
+    axis their product; a split axis's first part its size over the
+    other parts', as ``shape`` (the recorded output) has them."""
+    def sizes(dims):
+        if how == 'merge':
+            return [int(numpy.prod([dims[a] for a in run])) for run in runs]
+        found = []
+        for j, run in enumerate(runs):
+            rest = [shape[a] for a in run[1:]]
+            found += [dims[j] // int(numpy.prod(rest, dtype=int))] + rest
+        return found
+
+    def fn(x):
+        return x.reshape(sizes(x.shape))
+
+    def grad(xs, ys, gys, wanted):
+        return (gys[0].reshape(xs[0].shape) if wanted[0] else None,)
+
+    def onnx(b, ins, outs):
+        dims = b.op('Shape', [ins[0]])[0]
+        parts = []
+        for j, run in enumerate(runs):
+            if how == 'merge':
+                parts.append(b.op('ReduceProd', [b.op('Gather', [
+                    dims, b.int64s(list(run))], axis=0)[0]], keepdims=1)[0])
+                continue
+            rest = [shape[a] for a in run[1:]]
+            first = b.op('Gather', [dims, b.int64s([j])], axis=0)[0]
+            if rest:
+                first = b.op('Div', [first, b.int64s([int(numpy.prod(
+                    rest, dtype=int))])])[0]
+            parts += [first] + ([b.int64s(rest)] if rest else [])
+        b.op('Reshape', [ins[0], b.op('Concat', parts, axis=0)[0]], outs)
+    return fn, GradRule(grad, inputs=(0,)), onnx
+
+
 def _rows_reshaped(kernel, in_shape, shape):
     """The ``Kernel.lengths`` rule of a reshape that keeps the first axis
     (``(N, C, H, W)`` to ``(N, C * H * W)``): the rows stay, and at any
-    lengths the kernel reshapes each row."""
+    lengths the kernel reshapes each row. Where it only merges runs of
+    axes (:func:`merged_runs`), rows on any axis follow into the axis
+    its run merges into (the steps of ``F.stack(hs, axis=1)``, ``(B, T,
+    H)`` to ``(B, T * H)``), and the kernel merges the axes at their
+    sizes when run."""
     rest, in_rest = shape[1:], in_shape[1:]
+    regrouping = regrouped(in_shape, shape)
 
+    @takes_widest
     def lengths(rows):
+        found = rows[0]
+        if regrouping is not None and found is not None:
+            return _regrouped_rows(found)
+        if found is not None and (found.axis or found.widest):
+            return None
         return Follow(rows, any_lengths)
+
+    def _regrouped_rows(found):
+        how, runs = regrouping
+        if how == 'merge':  # into the axis of its run
+            k = next(k for k, run in enumerate(runs) if found.axis in run)
+            out = found if len(runs[k]) == 1 else found.scaled(
+                int(numpy.prod([in_shape[a] for a in runs[k]])),
+                in_shape[found.axis])
+        else:  # into the first axis of its run
+            k = runs[found.axis][0]
+            out = found if len(runs[found.axis]) == 1 else found.scaled(
+                shape[k], in_shape[found.axis])
+        return None if out is None else \
+            Follow((out._replace(axis=k),), any_regrouped)
+    if regrouping is not None:
+        fn, grad, onnx = _regrouped(regrouping[0], regrouping[1], shape)
+        any_regrouped = kernel._replace(fn=fn, grad=grad, onnx=onnx,
+                                        lengths=lengths)
     any_lengths = kernel._replace(
         fn=lambda x: x.reshape((len(x),) + rest),
         grad=_grad_of_each(lambda gy: gy.reshape((len(gy),) + in_rest)),

@@ -238,6 +238,36 @@ class CounterWeighted(_Steps):
         return self.out(total)
 
 
+class StepsFlattenedByBatch(_Steps):
+    """The steps' states stacked batch-first and flattened with the
+    length, ``(B, T * H)``, then split back into steps."""
+
+    def forward(self, xs):
+        T, B = xs.shape[0], xs.shape[1]
+        h = c = self.xp.zeros((B, H), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        flat = F.reshape(F.stack(hs, axis=1), (B, T * H))
+        steps = F.reshape(F.tanh(flat), (B, T, H))
+        peak = F.max(flat, axis=1, keepdims=True)
+        return self.out(F.sum(steps, axis=1) + peak)
+
+
+class ArgumentFlattenedByBatch(_Steps):
+    """The steps made batch-first and flattened with the length beside
+    the loop, ``(B, T * I)``."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+        flat = F.reshape(F.transpose(xs, (1, 0, 2)), (batch, T * I))
+        return self.out(h) + F.sum(flat, axis=1, keepdims=True)
+
+
 class _Encoder(_Steps):
     """A helper method runs the loop and returns the list of its
     steps."""
@@ -282,7 +312,8 @@ class HelperReturnsStepsAndState(_Steps):
     Projected, ReversedProjected, StepsComputedAtOnce, Separated,
     SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
     HelperStepsStacked, HelperReturnsStepsAndState,
-    CounterLoopOverComputedSteps, CounterWeighted])
+    CounterLoopOverComputedSteps, CounterWeighted, StepsFlattenedByBatch,
+    ArgumentFlattenedByBatch])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -402,7 +433,8 @@ class TimeFlattened(_Steps):
         h = c = self.xp.zeros((batch, H), numpy.float32)
         for t in range(T):
             h, c = self.step(xs[t], h, c)
-        flat = F.reshape(F.transpose(xs, (1, 0, 2)), (batch, T * I))
+        # (the steps' values reshaped otherwise than by merging axes)
+        flat = F.reshape(xs, (batch, T * I))
         return self.out(h) + F.sum(flat, axis=1, keepdims=True)
 
 

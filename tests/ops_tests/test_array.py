@@ -202,3 +202,17 @@ def test_other_indexes_of_the_rows_are_not_followed(index):
     assert ops.index_rows(index, ops.Rows.of_item(0, 9)) is None
     assert ops.index_rows(index, ops.Rows.of_item(0, 9)._replace(
         widest=True)) is None
+
+
+@pytest.mark.parametrize('in_shape, shape, runs', [
+    ((3, 5, 4), (3, 20), ((0,), (1, 2))),
+    ((3, 5, 4), (15, 4), ((0, 1), (2,))),
+    ((3, 5, 4), (60,), ((0, 1, 2),)),
+    ((3, 5, 4), (3, 5, 4), ((0,), (1,), (2,))),
+    ((3, 5, 4), (3, 4, 5), None),  # not a merge
+    ((6, 4), (3, 8), None),  # a split and a merge
+    ((3, 1, 4), (3, 4), None),  # axes of one: the unit-axes rule's
+])
+def test_merged_runs(in_shape, shape, runs):
+    from chainerjit.ops import array as array_ops
+    assert array_ops.merged_runs(in_shape, shape) == runs
