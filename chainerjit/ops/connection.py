@@ -98,6 +98,12 @@ def _tensordot_into(W, gy, buffers):
     return product.reshape(W.shape[1:] + (gy.shape[0],) + gy.shape[2:])
 
 
+#: The faster products of a convolution are probed (and taken where they
+#: give the same bits) from the third call at a shape on: each probe runs
+#: products as large as the convolution's.
+PROBED_AFTER = 2
+
+
 def _products_per_image(W, gy, buffers):
     """The patches ``_tensordot_into`` gives, by image: (N, C, kh, kw,
     out_h, out_w), one product per image, with no transposed copy of
@@ -118,7 +124,7 @@ def _per_image_grad_agrees(W, gy):
     n, c_out = gy.shape[:2]
     return gy.size > 0 and W.size > 0 and linear_ops.faster_order_agrees(
         _probe_products_per_image, n, W.size // c_out, c_out,
-        gy.size // (n * c_out), gy.dtype)
+        gy.size // (n * c_out), gy.dtype, seen=PROBED_AFTER)
 
 
 def _probe_products_per_image(images, rows, inner, block, dtype):
@@ -278,7 +284,8 @@ def _columns_for_grad_w(x, gy_t, geometry, buffers):
     if type(x) is not numpy.ndarray or x.dtype != gy_t.dtype or \
             gy_t.size == 0 or not linear_ops.faster_order_agrees(
                 _probe_transposed_grad_w, len(gy_t), gy_t.shape[1],
-                x.shape[1] * geometry[0] * geometry[1], x.dtype):
+                x.shape[1] * geometry[0] * geometry[1], x.dtype,
+                seen=PROBED_AFTER):
         return None
     columns = _gathered_patches(x, geometry, _loops_convolution.IMAGES_INSIDE,
                                 buffers)
@@ -521,7 +528,8 @@ def _per_image_forward_agrees(x, W, k, block):
     rows by ``W^T`` (probed once per shape)?"""
     return type(x) is numpy.ndarray and x.dtype == W.dtype and \
         x.size > 0 and linear_ops.faster_order_agrees(
-            _probe_forward_per_image, len(x), block, k, len(W), x.dtype)
+            _probe_forward_per_image, len(x), block, k, len(W), x.dtype,
+            seen=PROBED_AFTER)
 
 
 def _forward_per_image(x, W, k, block, buffers, col_args, node):

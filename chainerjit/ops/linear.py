@@ -3,6 +3,7 @@ layer's forward (with a ReLU after it in one pass, where the fuse pass
 joined them), its gradient, and the checks that decide which of the
 equivalent products gives eager's bits on this machine."""
 
+import collections
 import os
 
 import chainer
@@ -232,12 +233,33 @@ def swapped_product_agrees(rows, inner, cols, dtype):
                                dtype)
 
 
-def faster_order_agrees(probe, *args):
+def faster_order_agrees(probe, *args, seen=0):
     """``probe(*args)`` (sizes, then a dtype: does a faster order of a
     product give this machine's BLAS's bits at those sizes?), probed once
     per process and arguments; ``True`` without probing where
-    ``CHAINERJIT_EXACT_BLAS=0`` (read at the first call)."""
+    ``CHAINERJIT_EXACT_BLAS=0`` (read at the first call). With ``seen``,
+    ``False`` until these arguments were asked about ``seen`` times
+    before: a probe of large products costs about as much as the
+    products, worth paying for sizes met again and again, not for each
+    of a stream of new ones (the padded batches of a text CNN)."""
+    if seen and _asked(probe, args) <= seen:
+        return False
     return _remembered(probe, *args, exact_blas_switch=True)
+
+
+_ASKED = collections.Counter()
+#: The most arguments :func:`_asked` counts (then it starts again).
+_ASKED_KEPT = 4096
+
+
+def _asked(probe, args):
+    """How many times ``faster_order_agrees`` was asked about ``args``
+    for ``probe``, this time included."""
+    key = (probe.__name__,) + args
+    if key not in _ASKED and len(_ASKED) >= _ASKED_KEPT:
+        _ASKED.clear()
+    _ASKED[key] += 1
+    return _ASKED[key]
 
 
 def stacked_product_agrees(steps, rows, inner, cols, dtype):

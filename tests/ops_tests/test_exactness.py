@@ -2,6 +2,7 @@
 Chainer's results bit for bit (so that long training runs do not drift
 apart from eager ones)."""
 
+import collections
 import types
 
 import chainer.functions as F
@@ -88,6 +89,7 @@ def _linear_kernel(rows, n_in=128, n_out=512, dtype=numpy.float32):
 def probes(monkeypatch):
     """A fresh memo of ``swapped_product_agrees``, restored after."""
     monkeypatch.setattr(linear_ops, '_AGREES', {})
+    monkeypatch.setattr(linear_ops, '_ASKED', collections.Counter())
     monkeypatch.delenv('CHAINERJIT_EXACT_BLAS', raising=False)
     return linear_ops
 
@@ -223,10 +225,11 @@ def test_the_convolutions_faster_products_follow_the_probes(
     def f(x, W, b):
         return F.convolution_2d(x, W, b, pad=2)
 
+    # (probed from the third call at a shape: connection.PROBED_AFTER)
     calls = [(rng.randn(*x_shape).astype(numpy.float32),
               rng.randn(*w_shape).astype(numpy.float32),
               rng.randn(w_shape[0]).astype(numpy.float32))
-             for _ in range(3)]
+             for _ in range(connection.PROBED_AFTER + 3)]
     if agrees:  # (a probe said so: values equal within rounding here)
         testing.assert_jit_matches_eager(f, calls, rtol=1e-4, atol=1e-4,
                                          no_backprop=False)
