@@ -249,11 +249,13 @@ class LoopWatcher(object):
             Variables and arrays and ``{('static', name): (path, value)}``
             for its int arguments, to resolve trip counts.
         first_item: returns ``(position, origin, (filename, line),
-            shift)`` of the latest node that took item 0 of a value's
-            first axis, that axis's origin (``lengths.origin_of``), the
-            user's line and the rows that axis has more than the origin
-            (``lengths.shift_of``), or ``None``: the trip count of a loop
-            over a value its header computes.
+            shift, start)`` of the latest node that took item 0 of a
+            value's first axis (or the last of ``F.separate``'s items),
+            that axis's origin (``lengths.origin_of``), the user's line,
+            the rows that axis has more than the origin
+            (``lengths.shift_of``) and the node a loop over the items
+            starts at, or ``None``: the trip count of a loop over a value
+            its header computes.
     """
 
     def __init__(self, position, top_code, arguments, first_item=None):
@@ -377,7 +379,7 @@ class LoopWatcher(object):
                 found[0] < run.boundaries[0] or \
                 found[2] != (run.site.filename, run.site.header):
             return  # (not the loop's own first item)
-        run.boundaries[0] = found[0]
+        run.boundaries[0] = found[4]
         run.trip = trip_counts.TripSource('dim', found[1], -found[3])
 
     def _start_comprehension(self, site, frame):

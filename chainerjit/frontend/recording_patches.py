@@ -406,6 +406,11 @@ def _recording_separate(separate, recorder):
                       for k in range(traced.untag(array).shape[at]))
         recorder.separated_nodes.extend(recorder.graph.nodes[first:])
         lengths.note_separated(recorder, array, at, items)
+        if items:  # (for a loop over them in its header: after them)
+            last = len(recorder.graph.nodes) - 1
+            recorder.first_items.append((
+                last, lengths.origin_of(x, at), recorder.graph.nodes[last].loc,
+                0, last + 1))
         return items
     separating.__wrapped__ = separate
     return separating

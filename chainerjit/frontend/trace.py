@@ -216,10 +216,11 @@ class _Recorder(object):
         self.separated_nodes = []
         self.separated = []
         self.loop_runs = []  # control.LoopRun of the loops ended so far
-        # (position, origin, loc, shift): the nodes taking item 0 of a
-        # value's first axis, that axis's origin (lengths.origin_of), the
-        # line, and the rows it has more than the origin (lengths.shift_of),
-        # for a loop over a value computed in its header
+        # (position, origin, loc, shift, start): the nodes taking item 0
+        # of a value's first axis (or the last of F.separate's items), that
+        # axis's origin (lengths.origin_of), the line, the rows it has more
+        # than the origin (lengths.shift_of), and where a loop over them
+        # starts, for a loop over a value computed in its header
         # (control.LoopWatcher)
         self.first_items = []
         # {Value: (origins, shift)} of the computed values whose axes are
@@ -563,9 +564,10 @@ class _Recorder(object):
         ir_node.input_attrs = tuple(attrs)
         if isinstance(template, get_item.GetItem) and \
                 _takes_first_item(template.slices):
+            position = len(self.graph.nodes) - 1
             self.first_items.append((
-                len(self.graph.nodes) - 1, lengths.origin_of(in_arrays[0], 0),
-                ir_node.loc, lengths.shift_of(in_arrays[0])))
+                position, lengths.origin_of(in_arrays[0], 0), ir_node.loc,
+                lengths.shift_of(in_arrays[0]), position))
         if ops.communicates(template):
             ir_node.forced_grads = tuple(
                 i for i, x in enumerate(inputs) if x.requires_grad)
@@ -764,10 +766,11 @@ def _takes_first_item(slices):
 
 
 def _latest_first_item(recorder):
-    """``(position, origin, (filename, line), shift)`` of the latest node
-    that took item 0 of a value's first axis, that axis's origin (or
-    ``None``), the user's line and how many rows more than the origin
-    that axis has; ``None`` if none did."""
+    """``(position, origin, (filename, line), shift, start)`` of the
+    latest node that took item 0 of a value's first axis (or the last of
+    the items ``F.separate`` gave), that axis's origin (or ``None``), the
+    user's line, how many rows more than the origin that axis has and
+    the node a loop over the items starts at; ``None`` if none did."""
     return recorder.first_items[-1] if recorder.first_items else None
 
 

@@ -68,10 +68,12 @@ def iterated_call(site):
         node = node.value
     if not isinstance(node, ast.Call) or any(
             source.is_call(node, name) for name in
-            ('range', 'reversed', 'zip', 'enumerate', 'separate')) or \
-            isinstance(node.func, ast.Attribute) and \
-            node.func.attr == 'separate':
+            ('range', 'reversed', 'zip', 'enumerate')):
         return None
+    separating = source.is_call(node, 'separate') or \
+        isinstance(node.func, ast.Attribute) and node.func.attr == 'separate'
+    if separating and (not node.args or isinstance(node.args[0], ast.Name)):
+        return None  # (F.separate(xs): read as its argument's axis)
     return node
 
 

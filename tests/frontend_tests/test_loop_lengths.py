@@ -98,6 +98,25 @@ class BatchFirstSeparated(BatchFirst):
         return self.out(h)
 
 
+class SeparatedInTheHeader(BatchFirst):
+    """The header makes batch-first steps time-major and separates
+    them."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[0], H), numpy.float32)
+        for x in F.separate(F.transpose(F.tanh(xs), (1, 0, 2))):
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class SeparatedOnTheSecondAxisInTheHeader(BatchFirst):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[0], H), numpy.float32)
+        for x in F.separate(F.tanh(xs), axis=1):
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
 class Separated(_Steps):
     def forward(self, xs):
         h = c = None
@@ -313,7 +332,8 @@ class HelperReturnsStepsAndState(_Steps):
     SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
     HelperStepsStacked, HelperReturnsStepsAndState,
     CounterLoopOverComputedSteps, CounterWeighted, StepsFlattenedByBatch,
-    ArgumentFlattenedByBatch])
+    ArgumentFlattenedByBatch, SeparatedInTheHeader,
+    SeparatedOnTheSecondAxisInTheHeader])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
