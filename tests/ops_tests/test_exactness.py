@@ -3,6 +3,7 @@ Chainer's results bit for bit (so that long training runs do not drift
 apart from eager ones)."""
 
 import collections
+import time
 import types
 
 import chainer.functions as F
@@ -90,6 +91,7 @@ def probes(monkeypatch):
     """A fresh memo of ``swapped_product_agrees``, restored after."""
     monkeypatch.setattr(linear_ops, '_AGREES', {})
     monkeypatch.setattr(linear_ops, '_ASKED', collections.Counter())
+    monkeypatch.setattr(connection, '_FASTER', {})
     monkeypatch.delenv('CHAINERJIT_EXACT_BLAS', raising=False)
     return linear_ops
 
@@ -220,6 +222,9 @@ def test_the_convolutions_faster_products_follow_the_probes(
         rng, probes, monkeypatch, x_shape, w_shape, agrees):
     for name in _CONV_PROBES:
         monkeypatch.setattr(connection, name, lambda *key: agrees)
+    # (and, where they agree, taken whichever runs faster here)
+    monkeypatch.setattr(connection, '_runs_faster',
+                        lambda key, other, usual: True)
     taken = _conv_paths_taken(monkeypatch)
 
     def f(x, W, b):
@@ -282,3 +287,20 @@ def test_each_convolution_probe_answers_for_its_kernels(
     for name in _CONV_PROBES:
         agrees = getattr(connection, name)(*args[name], dtype)
         assert same[name] or not agrees, name
+
+
+def test_a_product_giving_the_same_bits_is_taken_where_it_runs_faster(
+        probes):
+    calls = collections.Counter()
+
+    def sleeping(name, seconds):
+        def run():
+            calls[name] += 1
+            time.sleep(seconds)
+        return run
+    quick, slow = sleeping('quick', 0.001), sleeping('slow', 0.01)
+    assert connection._runs_faster(('a',), quick, slow)
+    assert not connection._runs_faster(('b',), slow, quick)
+    assert calls == {'quick': 4, 'slow': 4}  # timed twice each, per key
+    assert connection._runs_faster(('a',), slow, quick)  # remembered
+    assert calls == {'quick': 4, 'slow': 4}
