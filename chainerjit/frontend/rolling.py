@@ -244,10 +244,8 @@ def _counted_constant(templates):
         return None
     if any(type(v) is not int for v in values):
         return False
-    start, step = values[0], values[1] - values[0]
-    if any(v != start + step * k for k, v in enumerate(values)):
-        return False
-    return start, step
+    step = _int_step(values)
+    return False if step is None else (values[0], step)
 
 
 def _exits(chunk, run, templates):
@@ -350,19 +348,22 @@ def _counter_indexes(templates):
     for column in zip(*per_iteration):
         position = column[0][0]
         values = [v for _, v in column]
-        start = values[0]
-        if all(v == start for v in values):
+        step = _int_step(values)
+        if step == 0:
             continue
-        for step in (1, -1):
-            if all(v == start + step * k for k, v in enumerate(values)):
-                if any(v < 0 for v in values) and any(v >= 0
-                                                      for v in values):
-                    return None  # wraps around the end
-                found.append((position, start, step))
-                break
-        else:
+        if step not in (1, -1) or any(v < 0 for v in values) and any(
+                v >= 0 for v in values):  # (or wraps around the end)
             return None
+        found.append((position, values[0], step))
     return found
+
+
+def _int_step(values):
+    """``step`` where the ints ``values`` are ``values[0] + step * k`` in
+    turn (0 where they are all the same), else ``None``."""
+    step = values[1] - values[0] if len(values) > 1 else 0
+    return step if all(v == values[0] + step * k
+                       for k, v in enumerate(values)) else None
 
 
 # --- building ----------------------------------------------------------------

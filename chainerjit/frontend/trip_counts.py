@@ -210,14 +210,10 @@ def _separated(node, frame):
             [k.arg for k in node.keywords] not in ([], ['axis']) or \
             _named(node.func, frame) is not chainer.functions.separate:
         return None
-    axis = node.args[1] if len(node.args) == 2 else \
-        node.keywords[0].value if node.keywords else ast.Constant(0)
-    if isinstance(axis, ast.UnaryOp) and isinstance(axis.op, ast.USub) and \
-            isinstance(axis.operand, ast.Constant):
-        axis = ast.Constant(-axis.operand.value)
-    if not isinstance(axis, ast.Constant) or type(axis.value) is not int:
-        return None
-    return node.args[0], axis.value
+    axis = _int_constant(node.args[1] if len(node.args) == 2 else
+                         node.keywords[0].value if node.keywords else None,
+                         0)
+    return None if axis is None else (node.args[0], axis)
 
 
 def _named(node, frame):

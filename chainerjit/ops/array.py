@@ -6,6 +6,7 @@ once, at lowering time, for the forward and for the gradient alike.
 """
 
 import copy as copy_module
+import math
 
 import chainer
 from chainer.backends import cuda
@@ -304,13 +305,17 @@ def _regrouped(how, runs, shape):
     axes as :func:`regrouped` found, at its sizes when run: a merged
     axis their product; a split axis's first part its size over the
     other parts', as ``shape`` (the recorded output) has them."""
+    # A split axis's other parts, and their product (as recorded).
+    rests = [[shape[a] for a in run[1:]] for run in runs] \
+        if how == 'split' else []
+    parted = [math.prod(rest) for rest in rests]
+
     def sizes(dims):
         if how == 'merge':
-            return [int(numpy.prod([dims[a] for a in run])) for run in runs]
+            return [math.prod(dims[a] for a in run) for run in runs]
         found = []
-        for j, run in enumerate(runs):
-            rest = [shape[a] for a in run[1:]]
-            found += [dims[j] // int(numpy.prod(rest, dtype=int))] + rest
+        for j, rest in enumerate(rests):
+            found += [dims[j] // parted[j]] + rest
         return found
 
     def fn(x):
@@ -327,12 +332,10 @@ def _regrouped(how, runs, shape):
                 parts.append(b.op('ReduceProd', [b.op('Gather', [
                     dims, b.int64s(list(run))], axis=0)[0]], keepdims=1)[0])
                 continue
-            rest = [shape[a] for a in run[1:]]
             first = b.op('Gather', [dims, b.int64s([j])], axis=0)[0]
-            if rest:
-                first = b.op('Div', [first, b.int64s([int(numpy.prod(
-                    rest, dtype=int))])])[0]
-            parts += [first] + ([b.int64s(rest)] if rest else [])
+            if rests[j]:
+                first = b.op('Div', [first, b.int64s([parted[j]])])[0]
+            parts += [first] + ([b.int64s(rests[j])] if rests[j] else [])
         b.op('Reshape', [ins[0], b.op('Concat', parts, axis=0)[0]], outs)
     return fn, GradRule(grad, inputs=(0,)), onnx
 

@@ -26,6 +26,7 @@ from chainerjit.ops import rows_indexed
 from chainerjit.ops import rows_joined
 from chainerjit.ops import takes_axes
 from chainerjit.ops import updates_inputs_only
+from chainerjit.ops.math import onnx_dtype
 from chainerjit.ops.scratch import Scratch
 
 LOOP = 'loop'
@@ -283,9 +284,8 @@ def counted_number(start, step):
         return numpy.asarray(start + step * int(i), numpy.float64)
 
     def to_onnx(b, ins, outs):
-        import onnx.helper
         b.op('Cast', [_counter_position(b, ins[0], start, step)], outs,
-             to=onnx.helper.np_dtype_to_tensor_dtype(numpy.dtype('f8')))
+             to=onnx_dtype(numpy.float64))
     return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
 
 
