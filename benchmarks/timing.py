@@ -142,7 +142,10 @@ def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
     """Times several functions in interleaved rounds.
 
     Each round runs every function ``inner`` times in turn, so slow
-    drifts of the machine (frequency, other load) hit all of them alike.
+    drifts of the machine (frequency, other load) hit all of them alike;
+    each round starts one function later than the one before, so that no
+    function always runs after the same other one (whose data it would
+    find in the caches, or whose data would have evicted its own).
 
     Args:
         fns: a dict, name to zero-argument function.
@@ -168,9 +171,11 @@ def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
     if inner is None:
         inner = min(max(1, int(target_seconds / max(sample(name, 3), 1e-9)))
                     for name in fns)
-    samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name in fns:
+    names = list(fns)
+    samples = {name: [] for name in names}
+    for k in range(rounds):
+        shift = k % len(names)
+        for name in names[shift:] + names[:shift]:
             samples[name].append(sample(name, inner))
     return samples
 
