@@ -1,6 +1,8 @@
 # cython: language_level=3, boundscheck=False, wraparound=False
 """C loops of max pooling: the gradient over windows that tile the image,
-bit for bit as Chainer's im2col code.
+bit for bit as Chainer's im2col code, and that of a ReLU then such a
+pooling (``passes.fuse.fuse_relu_max_pooling``) as the two run one after
+the other.
 """
 
 from cython cimport floating
@@ -31,18 +33,26 @@ cdef bint _tiles(x, y, Py_ssize_t kh, Py_ssize_t kw):
         x.shape[3] == y.shape[3] * kw
 
 
+cdef inline floating _relu(floating v) noexcept nogil:
+    """NumPy's ``maximum(v, 0)``: ``v`` where ``v > 0`` or NaN, else
+    ``+0`` (for -0 too: of equals, NumPy takes the second)."""
+    return v if (v > 0) | (v != v) else 0
+
+
 cdef void _window_row_maxima(floating* x, Py_ssize_t row_step,
                              Py_ssize_t step, Py_ssize_t gx_width,
                              Py_ssize_t out_w, Py_ssize_t kh, Py_ssize_t kw,
-                             Py_ssize_t* at, Py_ssize_t* at_gx) noexcept nogil:
+                             Py_ssize_t* at, Py_ssize_t* at_gx,
+                             bint relu) noexcept nogil:
     """For the row of ``out_w`` windows starting at ``x`` (its rows
     ``row_step`` bytes apart, its elements ``step``): the byte offset
     ``at`` of each window's first maximum from its corner, and ``at_gx``,
     that position's offset in a C-ordered image ``gx_width`` wide; the
-    first NaN if there is one, as argmax. Window positions outside,
-    windows inside, and no branches: the windows are independent chains
-    of arithmetic, which pipeline (branches on the random signs of pooled
-    values, or one window at a time, ran 3x slower)."""
+    first NaN if there is one, as argmax; with ``relu``, of the ReLU of
+    the values. Window positions outside, windows inside, and no
+    branches: the windows are independent chains of arithmetic, which
+    pipeline (branches on the random signs of pooled values, or one
+    window at a time, ran 3x slower)."""
     cdef Py_ssize_t i, j, ox, offset, offset_gx, take
     cdef floating v, t
     cdef char* corner
@@ -57,6 +67,9 @@ cdef void _window_row_maxima(floating* x, Py_ssize_t row_step,
                 corner = <char*>x + ox * kw * step
                 v = (<floating*>(corner + offset))[0]
                 t = (<floating*>(corner + at[ox]))[0]
+                if relu:
+                    v = _relu(v)
+                    t = _relu(t)
                 # Greater, or the first NaN (nothing is taken after one).
                 take = (v > t) | ((v != v) & (t == t))
                 at[ox] += take * (offset - at[ox])
@@ -65,9 +78,13 @@ cdef void _window_row_maxima(floating* x, Py_ssize_t row_step,
 
 cdef int _max_pool_tiles_grad(floating* x, Py_ssize_t* strides,
                               floating* gy, floating* gx, Py_ssize_t* dims,
-                              Py_ssize_t kh, Py_ssize_t kw) except -1 nogil:
+                              Py_ssize_t kh, Py_ssize_t kw,
+                              bint relu) except -1 nogil:
     """``x`` of any strides (in bytes), ``gy`` and ``gx`` C-ordered;
-    ``dims``: N, C, H, W."""
+    ``dims``: N, C, H, W. With ``relu``, the gradient of the pooling of
+    ``relu(x)``, then that of the ReLU: ``gy * (maximum > 0)`` at the
+    maximum's position (ReLUGrad2's product by 1 or 0), +0 elsewhere."""
+    cdef floating g
     cdef Py_ssize_t n, c, oy, ox, i, start, k
     cdef Py_ssize_t height = dims[2], width = dims[3], out_h = height // kh
     cdef Py_ssize_t out_w = width // kw
@@ -84,12 +101,17 @@ cdef int _max_pool_tiles_grad(floating* x, Py_ssize_t* strides,
                 k = ((n * dims[1] + c) * out_h + oy) * out_w
                 _window_row_maxima(
                     <floating*>(plane + oy * kh * strides[2]), strides[2],
-                    strides[3], width, out_w, kh, kw, at, at + out_w)
+                    strides[3], width, out_w, kh, kw, at, at + out_w, relu)
                 for i in range(kh):
                     memset(gx + start + i * width, 0,
                            width * sizeof(floating))
                 for ox in range(out_w):
-                    gx[start + ox * kw + at[out_w + ox]] = gy[k + ox]
+                    g = gy[k + ox]
+                    if relu:
+                        g = g * (1 if (<floating*>(
+                            plane + oy * kh * strides[2] + ox * kw *
+                            strides[3] + at[ox]))[0] > 0 else 0)
+                    gx[start + ox * kw + at[out_w + ox]] = g
     free(at)
     return 0
 
@@ -100,8 +122,10 @@ cdef extern from *:
        time in SSE2 (x86-64's baseline): argmax's scan as masks (greater,
        or the first NaN, nothing taken after one), the gradients as
        masked copies of gy (+0 elsewhere). x and gx are C-ordered, 2 * rows
-       rows of width; gy C-ordered, rows rows of width / 2. Returns 0,
-       writing nothing, without SSE2. */
+       rows of width; gy C-ordered, rows rows of width / 2. With relu, of
+       the ReLU of x (maximum(x, 0): x if x > 0 or NaN, else +0), then
+       the ReLU's gradient: gy * (maximum > 0 ? 1 : 0). Returns 0, writing
+       nothing, without SSE2. */
     #if defined(__SSE2__)
     #include <emmintrin.h>
     static inline __m128 cj_takes(__m128 v, __m128 t) {
@@ -112,79 +136,128 @@ cdef extern from *:
     static inline __m128 cj_select(__m128 m, __m128 v, __m128 t) {
         return _mm_or_ps(_mm_and_ps(m, v), _mm_andnot_ps(m, t));
     }
-    static inline int cj_takes1(float v, float t) {
-        return (v > t) | ((v != v) & (t == t));
+    /* maximum(v, 0) as far as the scan can tell: v where v > 0 or NaN,
+       else a zero (-0 for -0, which compares as +0 does). */
+    static inline __m128 cj_relu(__m128 v) {
+        return _mm_max_ps(_mm_setzero_ps(), v);  /* v unless 0 > v */
     }
-    static int cj_pool_2x2_grad_f32(const float* x, const float* gy,
-                                    float* gx, Py_ssize_t rows,
-                                    Py_ssize_t width) {
-        Py_ssize_t out_w = width / 2, p, ox;
+
+    /* Four windows: rows r0 and r1 (8 values each) and their gradients
+       g_row (4), the window gradients into g0 and g1 (8 each). Inlined
+       into one copy per value of relu (a test of it in the loop made the
+       loop 2x slower). */
+    static inline __attribute__((always_inline)) void cj_pool_4_windows(
+            const float* r0, const float* r1, const float* g_row, float* g0,
+            float* g1, const int relu) {
+        __m128 lo = _mm_loadu_ps(r0);
+        __m128 hi = _mm_loadu_ps(r0 + 4);
+        __m128 a = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+        __m128 b = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+        __m128 c, d, t, tb, tc, td, g;
+        lo = _mm_loadu_ps(r1);
+        hi = _mm_loadu_ps(r1 + 4);
+        c = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
+        d = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
+        if (relu) {
+            a = cj_relu(a);
+            b = cj_relu(b);
+            c = cj_relu(c);
+            d = cj_relu(d);
+        }
+        tb = cj_takes(b, a);
+        t = cj_select(tb, b, a);
+        tc = cj_takes(c, t);
+        t = cj_select(tc, c, t);
+        td = cj_takes(d, t);
+        g = _mm_loadu_ps(g_row);
+        if (relu) {
+            t = cj_select(td, d, t);
+            g = _mm_mul_ps(g, _mm_and_ps(_mm_cmpgt_ps(t, _mm_setzero_ps()),
+                                         _mm_set1_ps(1.0f)));
+        }
+        /* The window's position taken last is its maximum. */
+        tc = _mm_andnot_ps(td, tc);
+        tb = _mm_andnot_ps(_mm_or_ps(tc, td), tb);
+        a = _mm_andnot_ps(_mm_or_ps(_mm_or_ps(tb, tc), td), g);
+        b = _mm_and_ps(tb, g);
+        c = _mm_and_ps(tc, g);
+        d = _mm_and_ps(td, g);
+        _mm_storeu_ps(g0, _mm_unpacklo_ps(a, b));
+        _mm_storeu_ps(g0 + 4, _mm_unpackhi_ps(a, b));
+        _mm_storeu_ps(g1, _mm_unpacklo_ps(c, d));
+        _mm_storeu_ps(g1 + 4, _mm_unpackhi_ps(c, d));
+    }
+    static inline __attribute__((always_inline)) void cj_pool_2x2_rows(
+            const float* x, const float* gy, float* gx, Py_ssize_t rows,
+            Py_ssize_t width, const int relu) {
+        Py_ssize_t out_w = width / 2, p, ox, left, i;
+        float in0[8], in1[8], g_in[4], out0[8], out1[8];
         for (p = 0; p < rows; p++) {
             const float* r0 = x + 2 * p * width;
             const float* r1 = r0 + width;
             float* g0 = gx + 2 * p * width;
             float* g1 = g0 + width;
             const float* g_row = gy + p * out_w;
-            for (ox = 0; ox + 4 <= out_w; ox += 4) {
-                __m128 lo = _mm_loadu_ps(r0 + 2 * ox);
-                __m128 hi = _mm_loadu_ps(r0 + 2 * ox + 4);
-                __m128 a = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-                __m128 b = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-                __m128 c, d, t, tb, tc, td, g;
-                lo = _mm_loadu_ps(r1 + 2 * ox);
-                hi = _mm_loadu_ps(r1 + 2 * ox + 4);
-                c = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(2, 0, 2, 0));
-                d = _mm_shuffle_ps(lo, hi, _MM_SHUFFLE(3, 1, 3, 1));
-                tb = cj_takes(b, a);
-                t = cj_select(tb, b, a);
-                tc = cj_takes(c, t);
-                t = cj_select(tc, c, t);
-                td = cj_takes(d, t);
-                g = _mm_loadu_ps(g_row + ox);
-                /* The window's position taken last is its maximum. */
-                tc = _mm_andnot_ps(td, tc);
-                tb = _mm_andnot_ps(_mm_or_ps(tc, td), tb);
-                a = _mm_andnot_ps(_mm_or_ps(_mm_or_ps(tb, tc), td), g);
-                b = _mm_and_ps(tb, g);
-                c = _mm_and_ps(tc, g);
-                d = _mm_and_ps(td, g);
-                _mm_storeu_ps(g0 + 2 * ox, _mm_unpacklo_ps(a, b));
-                _mm_storeu_ps(g0 + 2 * ox + 4, _mm_unpackhi_ps(a, b));
-                _mm_storeu_ps(g1 + 2 * ox, _mm_unpacklo_ps(c, d));
-                _mm_storeu_ps(g1 + 2 * ox + 4, _mm_unpackhi_ps(c, d));
-            }
-            for (; ox < out_w; ox++) {
-                float a = r0[2 * ox], b = r0[2 * ox + 1];
-                float c = r1[2 * ox], d = r1[2 * ox + 1], t = a;
-                int at = 0;
-                if (cj_takes1(b, t)) { at = 1; t = b; }
-                if (cj_takes1(c, t)) { at = 2; t = c; }
-                if (cj_takes1(d, t)) { at = 3; }
-                g0[2 * ox] = g0[2 * ox + 1] = 0;
-                g1[2 * ox] = g1[2 * ox + 1] = 0;
-                (at < 2 ? g0 : g1)[2 * ox + (at & 1)] = g_row[ox];
+            for (ox = 0; ox + 4 <= out_w; ox += 4)
+                cj_pool_4_windows(r0 + 2 * ox, r1 + 2 * ox, g_row + ox,
+                                  g0 + 2 * ox, g1 + 2 * ox, relu);
+            /* The last windows (a third of LeNet's): the row's last four
+               again, some of them a second time (the same values); in
+               rows of fewer, copied out, padded with windows whose
+               results are dropped. A scalar loop over them, branching on
+               the random signs of their values, took longer than the
+               rest of the row. */
+            left = out_w - ox;
+            if (left > 0 && out_w >= 4) {
+                ox = out_w - 4;
+                cj_pool_4_windows(r0 + 2 * ox, r1 + 2 * ox, g_row + ox,
+                                  g0 + 2 * ox, g1 + 2 * ox, relu);
+            } else if (left > 0) {
+                for (i = 0; i < 8; i++) {
+                    in0[i] = i < 2 * left ? r0[2 * ox + i] : 0;
+                    in1[i] = i < 2 * left ? r1[2 * ox + i] : 0;
+                }
+                for (i = 0; i < 4; i++)
+                    g_in[i] = i < left ? g_row[ox + i] : 0;
+                cj_pool_4_windows(in0, in1, g_in, out0, out1, relu);
+                for (i = 0; i < 2 * left; i++) {
+                    g0[2 * ox + i] = out0[i];
+                    g1[2 * ox + i] = out1[i];
+                }
             }
         }
+    }
+    static int cj_pool_2x2_grad_f32(const float* x, const float* gy,
+                                    float* gx, Py_ssize_t rows,
+                                    Py_ssize_t width, int relu) {
+        if (relu)
+            cj_pool_2x2_rows(x, gy, gx, rows, width, 1);
+        else
+            cj_pool_2x2_rows(x, gy, gx, rows, width, 0);
         return 1;
     }
     #else
     static int cj_pool_2x2_grad_f32(const float* x, const float* gy,
                                     float* gx, Py_ssize_t rows,
-                                    Py_ssize_t width) {
+                                    Py_ssize_t width, int relu) {
         return 0;
     }
     #endif
     """
     int cj_pool_2x2_grad_f32(const float* x, const float* gy, float* gx,
-                             Py_ssize_t rows, Py_ssize_t width) nogil
+                             Py_ssize_t rows, Py_ssize_t width,
+                             int relu) nogil
 
 
-def max_pool_tiles_grad(x, gy, gx, Py_ssize_t kh, Py_ssize_t kw):
+def max_pool_tiles_grad(x, gy, gx, Py_ssize_t kh, Py_ssize_t kw,
+                        bint relu=False):
     """``gx`` = ``gy`` at the first maximum of each window of ``x``, zero
     elsewhere; ``x`` (N, C, H, W) of any strides (a convolution's
     transposed output, say), ``gy`` (N, C, H / kh, W / kw) and ``gx``
-    C-ordered. Returns False, writing nothing, for arrays it does not
-    take."""
+    C-ordered. With ``relu``, the gradient of ``relu(x)``'s pooling then
+    of the ReLU, as the two give it one after the other: the windows'
+    maxima of ``maximum(x, 0)``, and ``gy * (maximum > 0)`` there.
+    Returns False, writing nothing, for arrays it does not take."""
     cdef int kind = _c_ordered(gy, -1, False)
     cdef Py_ssize_t dims[4]
     cdef Py_ssize_t strides[4]
@@ -203,15 +276,15 @@ def max_pool_tiles_grad(x, gy, gx, Py_ssize_t kh, Py_ssize_t kw):
         rows = numpy.ascontiguousarray(x)
         if cj_pool_2x2_grad_f32(<float*>_data(rows), <float*>_data(gy),
                                 <float*>_data(gx), cnp.PyArray_SIZE(gy) //
-                                gy.shape[3], x.shape[3]):
+                                gy.shape[3], x.shape[3], relu):
             return True
     for k in range(4):
         dims[k] = x.shape[k]
         strides[k] = x.strides[k]
     if kind == cnp.NPY_FLOAT:
         _max_pool_tiles_grad(<float*>_data(x), strides, <float*>_data(gy),
-                             <float*>_data(gx), dims, kh, kw)
+                             <float*>_data(gx), dims, kh, kw, relu)
     else:
         _max_pool_tiles_grad(<double*>_data(x), strides, <double*>_data(gy),
-                             <double*>_data(gx), dims, kh, kw)
+                             <double*>_data(gx), dims, kh, kw, relu)
     return True

@@ -41,8 +41,11 @@ def lower_max_pooling_nd(node, ctx):
         return None
     tiles = _windows_tile(node, ctx)
     forward = _max_pool_tiles(node.ksize) if tiles else _max_pool(node, ctx)
+    grad = _max_pool_grad(node, ctx, tiles)
+    if tiles:
+        forward.after_relu = _after_relu(node, ctx, forward, grad)
     return Kernel(forward, attrs=_nd_attrs(node),
-                  grad=GradRule(_max_pool_grad(node, ctx, tiles),
+                  grad=GradRule(grad,
                                 inputs=(0,),
                                 onnx=vm_faster_on_cpu((
                                     _tiled_max_pool_grad_to_onnx if tiles
@@ -94,6 +97,42 @@ def _max_pool_tiles(ksize):
             x = functools.reduce(numpy.maximum, [x[v] for v in views])
         return x
     return max_pool_tiles
+
+
+def _after_relu(node, ctx, max_pool_tiles, grad):
+    """``(forward, gradient)`` of this pooling of a ReLU's output, given
+    the ReLU's input ``x`` (``passes.fuse.fuse_relu_max_pooling``),
+    bit for bit as the two nodes give them.
+
+    The forward pools ``x``, then takes the ReLU of the maxima, a
+    window's size fewer: the same bits, since NumPy's ``maximum(v, 0)``
+    is monotonic, gives ``+0`` for every ``v <= 0`` (-0 included) and
+    keeps NaN, and the pooling's maxima of views keep the first NaN.
+
+    The gradient scans the ReLU of ``x`` for the maxima, in one C loop
+    with the ReLU's gradient (``_loops_pooling.max_pool_tiles_grad``);
+    else it runs the two gradients on the ReLU's output."""
+    zero = ctx.in_dtypes[0].type(0)
+    ndim = len(node.ksize)
+
+    def forward(x):
+        pooled = max_pool_tiles(x)
+        fresh = pooled is not x and pooled.flags.owndata  # not a view of x
+        return numpy.maximum(pooled, zero, out=pooled if fresh else None)
+
+    def relu_grad(xs, ys, gys, wanted):
+        if not wanted[0]:
+            return None,
+        x, gy = xs[0], gys[0]
+        if ndim == 2 and type(x) is numpy.ndarray:
+            gx = numpy.empty(x.shape, x.dtype)
+            if _loops_pooling.max_pool_tiles_grad(x, gy, gx, *node.ksize,
+                                                  relu=True):
+                return gx,
+        y = numpy.maximum(x, zero)
+        g, = grad((y,), (None,), gys, wanted)
+        return g * (y > 0),  # as ReLUGrad2
+    return forward, relu_grad
 
 
 def _max_pool_grad(node, ctx, tiles):

@@ -21,7 +21,7 @@ from chainerjit.passes import simplify
 PIPELINE = (fold.fold_constants, cse.cse, simplify.simplify, dce.dce,
             hoist.hoist_projections, fuse.fuse_conv_batchnorm,
             fuse.fuse_lstm_step, fuse.fuse_linear_activation,
-            keep.keep_softmax)
+            fuse.fuse_relu_max_pooling, keep.keep_softmax)
 
 
 def run(graph, pipeline=PIPELINE):

@@ -1,6 +1,7 @@
 """Fusing a linear layer with the activation after it, an LSTM step with
-the lateral product and sum before it, and an inference convolution with
-the test-mode batch normalization after it."""
+the lateral product and sum before it, an inference convolution with
+the test-mode batch normalization after it, and a ReLU with the max
+pooling after it."""
 
 from chainerjit import ir
 from chainerjit import ops
@@ -48,6 +49,25 @@ def fuse_conv_batchnorm(graph):
             x, W, b, g, b2, m, v)
     """
     return graph, _fuse(graph, _normalization_after, _conv_normalized)
+
+
+def fuse_relu_max_pooling(graph):
+    """Makes ``max_pooling(relu(x))`` one node when nothing else reads the
+    ReLU's output and the pooling's windows tile the image: its kernels
+    (the pooling's ``after_relu``) give the two nodes' bits, the forward
+    with the ReLU over the pooled values, a window's size fewer, the
+    gradient in one pass with the ReLU's.
+
+    Before::
+
+        %2: f32[32,6,28,28] = ReLU(%1)
+        %3: f32[32,6,14,14] = MaxPoolingND(%2)
+
+    After::
+
+        %3: f32[32,6,14,14] = ReLU+MaxPoolingND(%1)
+    """
+    return graph, _fuse(graph, _max_pooling_after, _relu_pooled)
 
 
 def _fuse(graph, find, make):
@@ -294,6 +314,48 @@ def _chained_lengths(first, then):
         after = then(found.outputs)
         return None if after is None or after.kernel is not None else after
     return lengths
+
+
+def _max_pooling_after(relu, users):
+    """``(pooling,)``: the max pooling that alone reads ``relu``'s output,
+    if its kernel has a form for a ReLU's input (``after_relu``); else
+    ``()``."""
+    if relu.op != 'ReLU' or relu.generic or relu.kernel.grad is None:
+        return ()
+    pool = _only_reader(relu, users)
+    if pool is None or pool.op != 'MaxPoolingND' or pool.generic or \
+            pool.kernel.grad is None or \
+            getattr(pool.kernel.fn, 'after_relu', None) is None or \
+            pool.inputs != [relu.outputs[0]]:
+        return ()
+    return (pool,)
+
+
+def _relu_pooled(relu, pool):
+    fn, grad = pool.kernel.fn.after_relu
+    onnx = _relu_pooled_grad_onnx(relu.kernel.grad.onnx,
+                                  pool.kernel.grad.onnx)
+    kernel = ops.Kernel(fn, dict(pool.kernel.attrs), grad=ops.GradRule(
+        grad, (0,), (), onnx),
+        onnx=_chained_onnx(relu, pool), fresh=True,
+        lengths=_chained_lengths(relu.kernel.lengths, pool.kernel.lengths))
+    return ir.Node('%s+%s' % (relu.op, pool.op), kernel, relu.inputs,
+                   pool.outputs, pool.attrs, loc=pool.loc)
+
+
+def _relu_pooled_grad_onnx(relu_grad, pool_grad):
+    """The ONNX gradient of a fused ReLU and max pooling, given ``x``: the
+    ReLU's output, the pooling's gradient of it, then the ReLU's."""
+    if relu_grad is None or pool_grad is None:
+        return None
+
+    def convert(b, xs, ys, gys, wanted):
+        y, = b.op('Relu', [xs[0]])
+        g, = pool_grad(b, (y,), (None,), gys, (True,))
+        return relu_grad(b, (None,), (y,), (g,), wanted)
+    if ops.is_vm_faster_on_cpu(pool_grad):
+        return ops.vm_faster_on_cpu(convert)
+    return convert
 
 
 def _normalization_after(conv, users):
