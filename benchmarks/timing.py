@@ -8,6 +8,7 @@ import contextlib
 import datetime
 import os
 import platform
+import random
 import statistics
 import time
 
@@ -143,9 +144,9 @@ def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
 
     Each round runs every function ``inner`` times in turn, so slow
     drifts of the machine (frequency, other load) hit all of them alike;
-    each round starts one function later than the one before, so that no
-    function always runs after the same other one (whose data it would
-    find in the caches, or whose data would have evicted its own).
+    each round in its own order (shuffled, the same from run to run), so
+    that no function always runs after the same other one (whose data it
+    would find in the caches, or whose data would have evicted its own).
 
     Args:
         fns: a dict, name to zero-argument function.
@@ -173,9 +174,10 @@ def interleaved(fns, rounds=15, inner=None, target_seconds=0.02,
                     for name in fns)
     names = list(fns)
     samples = {name: [] for name in names}
-    for k in range(rounds):
-        shift = k % len(names)
-        for name in names[shift:] + names[:shift]:
+    order = random.Random(0)
+    for _ in range(rounds):
+        order.shuffle(names)
+        for name in names:
             samples[name].append(sample(name, inner))
     return samples
 
