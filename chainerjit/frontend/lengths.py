@@ -383,7 +383,7 @@ def note_separated(recorder, array, axis, items):
 
 #: Chainer functions whose outputs keep their inputs' axes: element-wise
 #: ones (broadcasting alike), a softmax along an axis, a normalization,
-#: an LSTM's step (its states' and its input's batch).
+#: an LSTM's step (its states' and its input's batch), a reversal.
 SAME_AXES = frozenset([
     'ReLU', 'Sigmoid', 'Tanh', 'LeakyReLU', 'ELU', 'ClippedReLU',
     'Softplus', 'HardSigmoid', 'Softmax', 'LogSoftmax', 'Dropout', 'Add',
@@ -391,7 +391,8 @@ SAME_AXES = frozenset([
     'DivFromConstant', 'Neg', 'Absolute', 'PowVarConst', 'PowConstVar',
     'PowVarVar', 'Exp', 'Log', 'Sqrt', 'Square', 'Clip', 'Sin', 'Cos',
     'Maximum', 'Minimum', 'Cast', 'Copy', 'Identity', 'BatchNormalization',
-    'FixedBatchNormalization', 'LayerNormalization', 'LSTM'])
+    'FixedBatchNormalization', 'LayerNormalization', 'LSTM', 'Flip',
+    'FlipLR', 'FlipUD'])
 
 
 def note_computed(recorder, name, in_arrays, out_arrays):

@@ -168,7 +168,7 @@ def _used_whole(node, parents, index=None):
     node`` then ``F.stack(hs)``; ``hs, h = node`` for an item), or read
     at constant indexes (``hs[-1]``)?"""
     holder = parents.get(node)
-    if index is None and _collected(node, holder):
+    if index is None and _collected_whole(node, parents):
         return True
     if not isinstance(holder, ast.Assign) or len(holder.targets) != 1:
         return False
@@ -184,7 +184,7 @@ def _used_whole(node, parents, index=None):
     uses = [n for n in source.name_nodes(function, target.id)
             if n is not target]
     return all(isinstance(n.ctx, ast.Load) and (
-        _collected(n, parents.get(n)) or _constant_item(n, parents.get(n)))
+        _collected_whole(n, parents) or _constant_item(n, parents.get(n)))
         for n in uses)
 
 
@@ -233,6 +233,15 @@ def _collected(node, call):
     """``call`` passes ``node`` whole to ``F.stack``, ``F.concat``..."""
     return isinstance(call, ast.Call) and node in call.args and \
         _call_name(call) in _COLLECTORS
+
+
+def _collected_whole(node, parents):
+    """The list ``node`` is passed whole to a collector (:func:`_collected`),
+    or reversed (``F.stack(hs[::-1])``)."""
+    holder = parents.get(node)
+    if source.is_reversal(holder) and holder.value is node:
+        node, holder = holder, parents.get(holder)
+    return _collected(node, holder)
 
 
 def _enclosing_function(node, parents):
@@ -298,7 +307,7 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
         for use in source.name_nodes(function, name):
             if use in inside or use.lineno <= loop.lineno:
                 continue
-            if _collected(use, parents.get(use)):
+            if _collected_whole(use, parents):
                 continue
             returned, index = _returned(use, parents)
             if returned and caller is not None and \

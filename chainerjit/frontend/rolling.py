@@ -562,8 +562,9 @@ def _rename_uses(graph, old, new, inside):
 
 def _collect(graph, lst, values, inside, shapes_read):
     """``F.stack(ys)`` or ``F.concat(ys)`` of every value a loop appended
-    (after values from before the loop) reads the loop's list itself, so
-    that it works for any number of iterations: where the forward's Python
+    (after values from before the loop), or of all of them reversed
+    (``F.stack(ys[::-1])``), reads the loop's list itself, so that it
+    works for any number of iterations: where the forward's Python
     did not read its shape (``shapes_read``; ``None``: all, for a loop
     that may stop early, which no op could follow), the ops that read it
     then taking its length as the loop's trip count (``symbolic``) or
@@ -571,8 +572,10 @@ def _collect(graph, lst, values, inside, shapes_read):
     n = len(values)
     used = set(v for node in graph.nodes for v in node.inputs)
     for node in graph.nodes:
-        if node in inside or node.op not in ('Stack', 'Concat') or \
-                node.inputs[-n:] != values:
+        if node in inside or node.op not in ('Stack', 'Concat'):
+            continue
+        reverse = n > 1 and node.inputs == values[::-1]
+        if node.inputs[-n:] != values and not reverse:
             continue
         prefix = len(node.inputs) - n
         ndim = len(values[0].shape) + (node.op == 'Stack')
@@ -584,7 +587,8 @@ def _collect(graph, lst, values, inside, shapes_read):
                 loop_analysis.returned_directly(node.loc)):
             continue
         node.inputs = node.inputs[:prefix] + [lst]
-        node.kernel = structural.join(node.op, axis, prefix, prefix + n)
+        node.kernel = structural.join(node.op, axis, prefix, prefix + n,
+                                      reverse)
 
 
 class _Unrollable(Exception):

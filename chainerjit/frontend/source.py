@@ -124,6 +124,19 @@ def is_call(node, name):
         and node.func.id == name
 
 
+def is_reversal(node):
+    """``node`` is ``X[::-1]``."""
+    if not isinstance(node, ast.Subscript) or \
+            not isinstance(node.slice, ast.Slice):
+        return False
+    s = node.slice
+    step = s.step
+    return s.lower is None and s.upper is None and \
+        isinstance(step, ast.UnaryOp) and isinstance(step.op, ast.USub) and \
+        isinstance(step.operand, ast.Constant) and step.operand.value == 1 \
+        and type(step.operand.value) is int
+
+
 def name_nodes(function, name):
     """The ``ast.Name`` nodes of ``name`` in ``function``; none for the
     name ``None``."""

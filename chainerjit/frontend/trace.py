@@ -562,12 +562,8 @@ class _Recorder(object):
             pure=not generic and not ops.is_impure(label),
             loc=user_location(3)))
         ir_node.input_attrs = tuple(attrs)
-        if isinstance(template, get_item.GetItem) and \
-                _takes_first_item(template.slices):
-            position = len(self.graph.nodes) - 1
-            self.first_items.append((
-                position, lengths.origin_of(in_arrays[0], 0), ir_node.loc,
-                lengths.shift_of(in_arrays[0]), position))
+        if isinstance(template, get_item.GetItem):
+            self.note_first_item(in_arrays[0], template.slices, ir_node)
         if ops.communicates(template):
             ir_node.forced_grads = tuple(
                 i for i, x in enumerate(inputs) if x.requires_grad)
@@ -575,6 +571,16 @@ class _Recorder(object):
         if not ir_node.pure:  # the self-check must not run it again
             self.generic_outputs[ir_node] = tuple(
                 traced.untag(a) for a in out_arrays)
+
+    def note_first_item(self, array, index, node):
+        """Notes ``node``, the last one added, computing ``array[index]``,
+        in :attr:`first_items` where it takes item 0 of ``array``'s first
+        axis (as iterating over an array takes it)."""
+        if _takes_first_item(index):
+            position = len(self.graph.nodes) - 1
+            self.first_items.append((
+                position, lengths.origin_of(array, 0), node.loc,
+                lengths.shift_of(array), position))
 
     def varying_index(self, index):
         """For an index holding a varying int as an integer

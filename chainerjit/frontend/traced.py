@@ -342,6 +342,8 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
             label, fn, args, kwargs, arrays, result, kernel)),
         in_values, recorder.bind_temps(outs), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
+    if label == 'ndarray.__getitem__':
+        recorder.note_first_item(args[0], args[1], node)
 
 
 def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
@@ -356,11 +358,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
         return array_ops.reshape_lengths(kernel, arrays[0].shape,
                                          result.shape)
     if label == 'ndarray.__getitem__':
-        index = args[1]
-        if type(index) is slice and index.start is None and \
-                index.stop is None and index.step in (None, 1, -1):
-            return ops.rows_follow_first
-        return ops.rows_indexed(index)
+        return ops.rows_indexed(args[1])
     if label in _SHAPE_KEEPING and len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:

@@ -59,11 +59,15 @@ def iterated_call(site):
     """The call a ``for`` loop's header iterates over the result of
     (``for x in F.tanh(xs)``, ``enumerate(self.embed(xs))``, a few of
     its first or last items cut, ``self.embed(xs)[1:]``), other than
-    ``range``, ``reversed``, ``zip`` or ``F.separate``; else ``None``."""
+    ``range``, ``reversed``, ``zip`` or ``F.separate``; or the reversal
+    it iterates over (``xs[::-1]``, ``self.embed(xs)[::-1]``); else
+    ``None``."""
     node = site.iter_expr
     if source.is_call(node, 'enumerate') and len(node.args) == 1 and \
             not node.keywords:
         node = node.args[0]
+    if source.is_reversal(node):
+        return node
     if _first_rows_cut(node) is not None:
         node = node.value
     if not isinstance(node, ast.Call) or any(

@@ -367,8 +367,9 @@ def rows_in_place(rows):
 
 def index_rows(index, rows):
     """The :class:`Rows` of ``x[index]`` for rows of ``x`` (on any axis),
-    where a basic index takes every row, in order (``x[:, 3]``, ``xs[t]``
-    of a time-major ``xs``); else ``None``."""
+    where a basic index takes every row, in order or reversed (``x[:,
+    3]``, ``xs[t]`` of a time-major ``xs``, ``xs[::-1]``), or all but a
+    few first or last ones (``xs[1:]``); else ``None``."""
     index = index if isinstance(index, tuple) else (index,)
     axis = out_axis = 0  # of x, and of the result, at each item
     for s in index:
@@ -383,7 +384,7 @@ def index_rows(index, rows):
         out_axis += isinstance(s, slice)
     else:
         return rows._replace(axis=out_axis + rows.axis - axis)
-    if s == slice(None):
+    if s == slice(None) or s == slice(None, None, -1):
         return rows._replace(axis=out_axis)
     cut = rows_cut(s)
     if cut is None or rows.widest:

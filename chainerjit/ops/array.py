@@ -49,6 +49,7 @@ import numpy
 from chainerjit import errors
 from chainerjit.ops import Follow
 from chainerjit.ops import index_rows
+from chainerjit.ops import rows_in_place
 from chainerjit.ops import Rows
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -653,7 +654,8 @@ def lower_flip(node, ctx):
         b.op('Slice', ins + [b.int64s(v) for v in (
             [-1], [_INT64_MIN], [axis], [-1])], outs)
     return Kernel(lambda x: x[index], {'axis': axis},
-                  grad=_grad_of_each(lambda gy: gy[index]), onnx=to_onnx)
+                  grad=_grad_of_each(lambda gy: gy[index]), onnx=to_onnx,
+                  lengths=rows_in_place)
 
 
 # --- indexing ----------------------------------------------------------------
@@ -1038,18 +1040,25 @@ def lower_concat(node, ctx):
     kernel = Kernel(lambda *xs: concatenate(xs, axis), {'axis': axis},
                     grad=_split_grad(ctx, axis, sizes),
                     onnx=onnx_op('Concat', axis=axis))
-    if _normalize_axis(axis, len(ctx.out_shapes[0])) != 0:
+    at = _normalize_axis(axis, len(ctx.out_shapes[0]))
+    if at != 0:
         return kernel._replace(lengths=_rows_side_by_side(
-            kernel._replace(grad=_split_grad(ctx, axis, sizes, True))))
+            kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), at))
     return kernel._replace(lengths=_rows_joined(kernel, sizes))
 
 
-def _rows_side_by_side(any_lengths):
+def _rows_side_by_side(kernel, axis):
     """The ``Kernel.lengths`` rule of a join along another axis than the
-    rows: all inputs have the same rows, which the output has."""
+    rows (``axis``, not the first): all inputs have the same rows, on
+    any other axis, which the output has; ``kernel`` then runs, keeping
+    this rule for rows on another axis still (a batch after a length)."""
+    @takes_axes
     def lengths(rows):
         found = same_rows(rows)
-        return None if found is None else Follow((found,), any_lengths)
+        if found is None or found.axis == axis:
+            return None
+        return Follow((found,), any_lengths)
+    any_lengths = kernel._replace(lengths=lengths)
     return lengths
 
 

@@ -182,10 +182,15 @@ def _unpack_grad(xs, ys, gys, wanted):
     return list(gys),
 
 
-def join(op, axis, prefix, count=None):
+def join(op, axis, prefix, count=None, reverse=False):
     """``op`` (``'Stack'`` or ``'Concat'``) of ``prefix`` arrays then a
-    loop's list of arrays; ``count`` arrays in all when recorded."""
+    loop's list of arrays, or (``reverse``, with no ``prefix``) of that
+    list reversed; ``count`` arrays in all when recorded."""
+    assert not (reverse and prefix)
+
     def items(args):
+        if reverse:
+            return list(args[0])[::-1]
         return list(args[:prefix]) + list(args[prefix])
 
     def run(*args):
@@ -204,21 +209,27 @@ def join(op, axis, prefix, count=None):
         else:
             sizes = numpy.cumsum([x.shape[axis] for x in items(xs)])[:-1]
             parts = xp.split(gy, sizes, axis=axis)
+        if reverse:
+            return list(parts)[::-1],
         return tuple(parts[:prefix]) + (list(parts[prefix:]),)
     kept = () if op == 'Stack' else range(prefix + 1)
-    return Kernel(run, {'axis': axis}, grad=GradRule(grad, kept),
-                  onnx=_join_to_onnx(op, axis, prefix), structural=JOIN,
-                  lengths=rows_joined(op, axis, count))
+    attrs = {'axis': axis, 'reverse': True} if reverse else {'axis': axis}
+    return Kernel(run, attrs, grad=GradRule(grad, kept),
+                  onnx=_join_to_onnx(op, axis, prefix, reverse),
+                  structural=JOIN, lengths=rows_joined(op, axis, count))
 
 
-def _join_to_onnx(op, axis, prefix):
+def _join_to_onnx(op, axis, prefix, reverse=False):
     """The loop's scan output is already stacked on axis 0: put the values
-    from before the loop in front, move the steps' axis to ``axis`` (and,
-    for ``concat``, merge it with the next)."""
+    from before the loop in front (or reverse it), move the steps' axis
+    to ``axis`` (and, for ``concat``, merge it with the next)."""
     def convert(b, ins, outs):
         parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
                  for x in ins[:prefix]] + [ins[prefix]]
         stacked = b.op('Concat', parts, axis=0)[0] if prefix else parts[0]
+        if reverse:
+            stacked = b.op('Slice', [stacked] + [b.int64s(v) for v in (
+                [-1], [-2 ** 63], [0], [-1])])[0]
         shape = list(b.out_shapes[0])
         ndim = len(shape) - (op == 'Stack')  # of each step's value
         if axis:

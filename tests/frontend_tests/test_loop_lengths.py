@@ -641,19 +641,28 @@ class StepsAfterTheFirst(_Embedded):
                                  NextWordsOfEmbeddedSlices,
                                  CountedOverASlice, StepsAfterTheFirst])
 def test_a_loop_over_cut_steps_serves_every_length_and_batch(cls):
-    model = cls()
-    shapes = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
+    entry = _one_entry_with_gradients(cls(), _id_calls(SHAPES))
+    # (T-2 where the first of the T-1 steps is peeled: loss = 0 + ...)
+    assert re.search(r'Loop\[trip=T-[12]\]', str(entry.graph)), entry.graph
+    assert str(entry.signature).startswith('ids: i32[T,B]'), entry.signature
+
+
+#: (length, batch size) of each call
+SHAPES = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
+
+
+def _one_entry_with_gradients(model, calls):
+    """The one cache entry of ``model`` jitted, called with ``calls``, its
+    values and gradients equal to eager's, with no warning."""
     numpy.random.seed(0)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.LoopWarning)
         warnings.simplefilter('error', errors.RecompileWarning)
-        jf = testing.assert_jit_grads_match_eager(
-            model, _id_calls(shapes), rtol=1e-4, atol=1e-5)
+        jf = testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
+                                                  atol=1e-5)
     assert jf.cache_info().currsize == 1, jf.cache_report()
     entry, = jf.cache_entries()
-    # (T-2 where the first of the T-1 steps is peeled: loss = 0 + ...)
-    assert re.search(r'Loop\[trip=T-[12]\]', str(entry.graph)), entry.graph
-    assert str(entry.signature).startswith('ids: i32[T,B]'), entry.signature
+    return entry
 
 
 def _id_calls(shapes, seed=0, padded=False):
@@ -668,19 +677,10 @@ def _id_calls(shapes, seed=0, padded=False):
 def test_a_loop_over_embedded_steps_serves_every_length_and_batch(cls):
     # (lengths and batch sizes both change: a second compile makes both
     # symbolic)
-    model = cls()
-    shapes = [(5, 4), (9, 4), (17, 3), (9, 6), (3, 2), (12, 5)]
     batch_first = cls is EmbeddedBatchFirst
-    calls = _id_calls([s[::-1] if batch_first else s for s in shapes],
+    calls = _id_calls([s[::-1] if batch_first else s for s in SHAPES],
                       padded=cls is EmbeddedMasked)
-    numpy.random.seed(0)
-    with warnings.catch_warnings():
-        warnings.simplefilter('error', errors.LoopWarning)
-        warnings.simplefilter('error', errors.RecompileWarning)
-        jf = testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
-                                                  atol=1e-5)
-    assert jf.cache_info().currsize == 1, jf.cache_report()
-    entry, = jf.cache_entries()
+    entry = _one_entry_with_gradients(cls(), calls)
     assert 'trip=T' in str(entry.graph), entry.graph
     assert str(entry.signature).startswith(
         'ids: i32[B,T]' if batch_first else 'ids: i32[T,B]'), entry.signature
@@ -995,3 +995,69 @@ def test_sizes_returned_assigned_and_reported_are_ints():
     assert type(model.steps) is int and model.steps == 4
     assert all(type(n) is int for n in shape), shape
     assert all(type(v) is int for v in observation.values()), observation
+
+
+class ReversedSlice(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in xs[::-1]:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class ReversedSliceOfVariable(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in F.tanh(xs)[::-1]:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class Flipped(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in F.flip(xs, 0):
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class BidirectionalSteps(_Steps):
+    """Each step's state of a forward and of a backward loop, side by
+    side: the backward's list reversed to the steps' order."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        forward = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            forward.append(h)
+        hb = cb = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        backward = []
+        for x in xs[::-1]:
+            cb, hb = F.lstm(cb, self.back(x) + self.h2h(hb))
+            backward.append(hb)
+        both = F.concat([F.stack(forward), F.stack(backward[::-1])], axis=2)
+        return F.sum(both * both, axis=(0, 2))
+
+
+def _step_calls(shapes, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.standard_normal((n, b, I)).astype('f'),) for n, b in shapes]
+
+
+@pytest.mark.parametrize('cls', [ReversedSlice, ReversedSliceOfVariable,
+                                 Flipped, BidirectionalSteps])
+def test_reversed_steps_serve_every_length_and_batch(cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+    assert str(entry.signature).startswith('xs: f32[T,B,6]'), \
+        entry.signature
+
+
+def test_reversed_steps_in_inference():
+    model = BidirectionalSteps()
+    with chainer.using_config('train', False):
+        jf = testing.assert_jit_matches_eager(
+            model, _step_calls([(5, 4), (9, 4), (7, 3), (2, 6)], seed=1),
+            rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()

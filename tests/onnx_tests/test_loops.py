@@ -162,11 +162,13 @@ def test_a_greedy_decoder_is_exported_with_its_exit(rng, cls, extra):
 
 @pytest.mark.parametrize('name', [
     'ShapeUnpacked', 'Bidirectional', 'CounterLoop', 'StateMadeInTheLoop',
-    'CounterWeighted', 'StepsFlattenedByBatch'])
+    'CounterWeighted', 'StepsFlattenedByBatch', 'ReversedSlice', 'Flipped',
+    'BidirectionalSteps'])
 def test_loops_over_an_argument_axis_export_with_a_dynamic_length(
         rng, name):
     # The forms tied to the call by what their bodies index, whatever
-    # their source counts with; the reversed loop reads from the end.
+    # their source counts with; the reversed loop reads from the end, and
+    # a reversed list of steps is the loop's stacked steps reversed.
     from tests.frontend_tests import test_loop_lengths as forms
     model = getattr(forms, name)()
     exported = testing.assert_onnx_matches_eager(

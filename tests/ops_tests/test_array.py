@@ -83,8 +83,9 @@ CASES = [
      [[(3, 4)]]),
     # (of a value of no argument's axes: an argument's items are taken one
     # by one)
-    ('Separate', lambda x: F.separate(F.flip(x, 0)), [[(3, 4)], [(2,)]]),
-    ('Separate', lambda x: F.separate(F.flip(x, 0), axis=-1),
+    ('Separate', lambda x: F.separate(F.tile(F.flip(x, 0), 1)),
+     [[(3, 4)], [(2,)]]),
+    ('Separate', lambda x: F.separate(F.tile(F.flip(x, 0), 1), axis=-1),
      [[(2, 3, 4)], [(0, 2)]]),
     ('GetItem', lambda x: F.separate(x, axis=-1), [[(2, 3, 4)], [(0, 2)]]),
     ('Tile', lambda x: F.tile(x, 2), [[(3, 4)], [()], [(0, 2)]]),
