@@ -64,6 +64,8 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
     batched = [v for v in graph.inputs if v.shape]
     builder = Builder(dynamic_batch, names[batched[0]] if batched else None,
                       batched[0].shape[0] if batched else None)
+    if dynamic_batch:
+        _check_constants_batchless(graph, names, builder.batch_size)
     for value in graph.params + graph.all_consts():
         array = _model_array(entry, value)
         builder.constant(chainer.backend.CpuDevice().send(array),
@@ -126,6 +128,27 @@ def _serves_every_batch_size(entry):
     symbolic = entry.symbolic
     return isinstance(symbolic, batch.Batched) and all(
         axis == 0 for _, axis in symbolic.batch_axes())
+
+
+def _check_constants_batchless(graph, names, batch_size):
+    """Raises ExportError where a constant of the program is an array the
+    forward made with an input's batch size: given axis 0 of an input, or
+    with as many rows (more than one) as its example has
+    (``numpy.full(s.shape, -1e9)``, ``s`` a value computed from the
+    input): a model with a dynamic batch would hold it at the example's
+    size whatever the batch."""
+    for value in graph.all_consts():
+        made = value.made_with
+        if made is None:
+            continue
+        if any(axis == 0 for _, axis in made) or batch_size and \
+                batch_size > 1 and value.shape[:1] == (batch_size,):
+            raise ExportError(
+                'the constant %s is an array the forward made with the '
+                'batch size of the example on its first axis, which a '
+                'model with a dynamic batch would keep: export with '
+                'dynamic_batch=False, or make it from a value of the batch '
+                '(numpy.full_like(s.array, ...))' % names[value])
 
 
 def _model_array(entry, value):

@@ -439,28 +439,48 @@ def _same_axes(shape, in_arrays, origins):
     return kept
 
 
+def loop_filled(recorder, items, frame):
+    """The argument axis of the loop (``control.LoopRun.trip``) that filled
+    the list ``items`` of ``frame`` from empty, one item per step, if it
+    ran over one; else ``None``."""
+    run = next((r for r in reversed(recorder.loop_runs)
+                if r.code is frame.f_code), None)
+    if run is None or run.exit != 'done' or run.trip is None or \
+            run.trip.kind != 'dim' or run.trip.offset or \
+            run.n_iterations != len(items) or not run.snapshots:
+        return None
+    names = [name for name in loop_analysis.appended_lists(
+        run.code, run.site.header) if frame.f_locals.get(name) is items]
+    at_start = run.snapshots[0].get(names[0]) if names else None
+    if at_start is None or at_start[0] != 'list' or at_start[2]:
+        return None  # (not filled by that loop from empty)
+    return run.trip.where
+
+
+def note_loop_filled(recorder, items, frame):
+    """Notes the length of the list ``items`` of ``frame`` as the argument
+    axis of the loop that filled it (:func:`loop_filled`): ``len(hs)``
+    then reads a :class:`Length`."""
+    if type(items) is list and id(items) not in recorder.length_leaves:
+        where = loop_filled(recorder, items, frame)
+        if where is not None:
+            recorder.length_leaves[id(items)] = (where,)
+
+
 def note_stacked(recorder, items, axis, result, frame):
     """Notes ``result``, ``F.stack(items, axis)`` in ``frame``, where
     ``items`` is the list a loop that ran over an argument's axis
     (``control.LoopRun.trip``) filled, one item per step: its ``axis``
     is that argument's, and its other axes the items' where all have
     them (``enc.shape`` of ``enc = F.stack(hs)`` then reads Lengths)."""
-    run = next((r for r in reversed(recorder.loop_runs)
-                if r.code is frame.f_code), None)
-    if run is None or run.exit != 'done' or run.trip is None or \
-            run.trip.kind != 'dim' or run.trip.offset or \
-            run.n_iterations != len(items) or not run.snapshots:
+    where = loop_filled(recorder, items, frame)
+    if where is None:
         return
-    names = [name for name in loop_analysis.appended_lists(
-        run.code, run.site.header) if frame.f_locals.get(name) is items]
-    at_start = run.snapshots[0].get(names[0]) if names else None
-    if at_start is None or at_start[0] != 'list' or at_start[2]:
-        return  # (not filled by that loop from empty)
     kept = set(recorder.length_leaves.get(id(data_of(x))) for x in items)
     item = kept.pop() if len(kept) == 1 else None
     item = item or (None,) * (data_of(result).ndim - 1)
     recorder.length_leaves[id(data_of(result))] = \
-        tuple(item[:axis]) + (run.trip.where,) + tuple(item[axis:])
+        tuple(item[:axis]) + (where,) + tuple(item[axis:])
 
 
 def data_of(x):
@@ -566,6 +586,8 @@ def made_noting(name, fn, args, kwargs, depth=1, module='numpy'):
     array = traced.made_view(fn(*args, **kwargs), depth)
     if recorder is None:
         return array
+    recorder.made_arrays[id(array)] = (array, frozenset(
+        o for use in recorder.length_uses[before:] for o in use.origins))
     if len(recorder.length_uses) > before:
         made = _made_rows(name, array, args, kwargs,
                           tuple(recorder.length_uses[before:]))

@@ -244,6 +244,31 @@ def _collected_whole(node, parents):
     return _collected(node, holder)
 
 
+def _length_read(node, call):
+    """``call`` is ``len(node)``."""
+    return source.is_call(call, 'len') and call.args == [node] and \
+        not call.keywords
+
+
+def _one_item_per_step(loop, inside, name):
+    """Does the ``for`` loop append to the list ``name`` once in every
+    step, whatever the values: one ``name.append(...)`` statement of its
+    own body, and no ``break`` (its length is then the trip count)?"""
+    if not isinstance(loop, ast.For) or \
+            any(isinstance(n, ast.Break) for n in inside):
+        return False
+    writes = [n for n in inside if isinstance(n, ast.Call) and isinstance(
+        n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
+        n.func.value.id == name] + [
+        n for n in inside if isinstance(n, (ast.AugAssign, ast.Assign))
+        and any(isinstance(t, ast.Name) and t.id == name for t in (
+            n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    return len(writes) == 1 and isinstance(writes[0], ast.Call) and \
+        writes[0].func.attr == 'append' and any(
+            isinstance(s, ast.Expr) and s.value is writes[0]
+            for s in loop.body)
+
+
 def _enclosing_function(node, parents):
     """The function holding ``node`` (these very ast nodes)."""
     while node in parents and not isinstance(
@@ -307,7 +332,9 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
         for use in source.name_nodes(function, name):
             if use in inside or use.lineno <= loop.lineno:
                 continue
-            if _collected_whole(use, parents):
+            if _collected_whole(use, parents) or \
+                    _length_read(use, parents.get(use)) and \
+                    _one_item_per_step(loop, inside, name):
                 continue
             returned, index = _returned(use, parents)
             if returned and caller is not None and \

@@ -198,6 +198,9 @@ def _symbolic_len(builtin_len, recorder):
             type(x) is list else None
         if counted is not None:  # [f(x) for x in xs] of a joined xs
             return lengths.read_shape(counted, (builtin_len(x),), 2)[0]
+        if type(x) is list and _state.recorder is recorder and \
+                not recorder.depth:  # a loop's steps: its trip count
+            lengths.note_loop_filled(recorder, x, sys._getframe(1))
         return lengths.read_shape(lengths.data_of(x), (builtin_len(x),), 2)[0]
     return length
 
@@ -440,15 +443,41 @@ def _recording_broadcast_to(broadcast_to, recorder):
     ``h.shape`` in a masked step, a mean over the batch to ``h.shape``, a
     query to the stacked steps' ``enc.shape``)."""
     def broadcasting(x, shape):
-        source = lengths.shape_source(shape)
-        if source is None or _state.recorder is not recorder or \
-                recorder.depth or lengths.forward_line(1) is None or \
-                tuple(shape) != source.shape or not _broadcasts(
-                    traced.untag(lengths.data_of(x)).shape, shape):
+        source = _like_source(x, shape, recorder)
+        if source is None:
             return broadcast_to(x, shape)
         return array_ops.BroadcastLike().apply((x, source))[0]
     broadcasting.__wrapped__ = broadcast_to
     return broadcasting
+
+
+def _recording_numpy_broadcast_to(broadcast_to, recorder):
+    """``numpy.broadcast_to`` while recording, as ``F.broadcast_to`` (see
+    :func:`_recording_broadcast_to`): a mask broadcast to a step's
+    ``h.shape``, ``numpy.broadcast_to(m[:, None], h.shape)``, recorded as
+    a NumPy call broadcasting like ``h`` (``traced.broadcast_like``)."""
+    def broadcasting(x, shape, subok=False):
+        source = None if subok or not isinstance(x, numpy.ndarray) else \
+            _like_source(x, shape, recorder)
+        if source is None:
+            return broadcast_to(x, shape, subok=subok)
+        return traced.record_library_call(
+            traced.BROADCAST_LIKE, traced.broadcast_like,
+            (x, lengths.data_of(source)))
+    broadcasting.__wrapped__ = broadcast_to
+    return broadcasting
+
+
+def _like_source(x, shape, recorder):
+    """The array whose shape the forward's code read as ``shape``, where
+    ``x`` broadcasts to it (``lengths.shape_source``); else ``None``."""
+    source = lengths.shape_source(shape)
+    if source is None or _state.recorder is not recorder or \
+            recorder.depth or lengths.forward_line(2) is None or \
+            tuple(shape) != source.shape or not _broadcasts(
+                traced.untag(lengths.data_of(x)).shape, shape):
+        return None
+    return source
 
 
 def _broadcasts(shape, target):
@@ -693,6 +722,7 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.functions, 'stack', _recording_stack),
     RecordingPatch(chainer.functions, 'broadcast_to',
                    _recording_broadcast_to),
+    RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

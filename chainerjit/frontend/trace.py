@@ -223,6 +223,9 @@ class _Recorder(object):
         # starts, for a loop over a value computed in its header
         # (control.LoopWatcher)
         self.first_items = []
+        # id(array) -> (array, the (leaf, axis) of the argument sizes it
+        # was made with): the arrays the forward made with NumPy's makers
+        self.made_arrays = {}
         # {Value: (origins, shift)} of the computed values whose axes are
         # arguments' (lengths.origin_of, shift_of): a loop indexing one
         # with its counter runs for that axis (symbolic._indexed_source)
@@ -419,8 +422,12 @@ class _Recorder(object):
             self.note_escape('a CuPy array created outside Chainer '
                              'functions used by a Chainer function',
                              user_location(3))
-        return self.bind(array, self.graph.add_value(
-            'const', array.shape, array.dtype, data=self._constant(array)))
+        value = self.graph.add_value('const', array.shape, array.dtype,
+                                     data=self._constant(array))
+        made = self.made_arrays.get(id(array))
+        if made is not None and made[0] is array:
+            value.made_with = made[1]
+        return self.bind(array, value)
 
     def _constant(self, array):
         """The data of a constant holding ``array`` (``traced.constant``),

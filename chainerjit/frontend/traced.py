@@ -288,6 +288,16 @@ def record_conversion(label, convert, a, args, kwargs):
     return result
 
 
+#: The label of ``numpy.broadcast_to(x, a.shape)`` of a shape the forward
+#: read from ``a``, recorded as :func:`broadcast_like` (``x``, ``a``).
+BROADCAST_LIKE = 'numpy.broadcast_to(like)'
+
+
+def broadcast_like(x, a):
+    """``numpy.broadcast_to(x, a.shape)``."""
+    return numpy.broadcast_to(x, a.shape)
+
+
 def record_library_call(label, fn, args):
     """``fn(*args)``, a library function of NumPy arrays (Chainer's
     padding of a batch), run on traced arrays as if it were one NumPy
@@ -359,6 +369,8 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
                                          result.shape)
     if label == 'ndarray.__getitem__':
         return ops.rows_indexed(args[1])
+    if label == BROADCAST_LIKE:
+        return array_ops.rows_broadcast_like(args[1].ndim - args[0].ndim)
     if label in _SHAPE_KEEPING and len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:
@@ -623,7 +635,8 @@ def _basic_index_to_onnx(args):
 # ``ndarray`` methods recorded with an ONNX form: ``fn(args)`` gives the
 # converter of a call, or ``None``.
 _ONNX_METHODS = {'ndarray.reshape': _reshape_to_onnx,
-                 'ndarray.__getitem__': _basic_index_to_onnx}
+                 'ndarray.__getitem__': _basic_index_to_onnx,
+                 BROADCAST_LIKE: lambda args: array_ops.broadcast_like_to_onnx}
 
 
 def _reduction_to_onnx(op):

@@ -48,7 +48,7 @@ class Value(object):
     """An SSA value: defined once, by an argument, a constant or a node."""
 
     __slots__ = ('kind', 'shape', 'dtype', 'name', 'data', 'symbols',
-                 'symbol_terms')
+                 'symbol_terms', 'made_with')
 
     def __init__(self, kind, shape, dtype, name=None, data=None):
         self.kind = kind
@@ -60,6 +60,9 @@ class Value(object):
         # {axis: ((term, its recorded size), ...)}: the symbols' terms of a
         # dimension that sums several ('W2+B'), as runtime.ragged names it
         self.symbol_terms = None
+        # a constant the forward made with NumPy (numpy.full(s.shape,
+        # -1e9)): the (leaf, axis) of the argument sizes it was given
+        self.made_with = None
 
     @property
     def type_str(self):

@@ -508,30 +508,39 @@ class BroadcastLike(chainer.FunctionNode):
 @lowering(BroadcastLike)
 def lower_broadcast_like(node, ctx):
     broadcast_to, sum_to = ctx.xp.broadcast_to, utils.sum_to
-    offset = len(ctx.in_shapes[1]) - len(ctx.in_shapes[0])
 
     def grad(xs, ys, gys, wanted):
         x, gy = xs[0], gys[0]
         return (sum_to(gy, x.shape) if wanted[0] and gy is not None
                 else None, None)
 
-    @takes_axes
-    def lengths(rows):
-        # the shape's source's rows; x's, where it has them, the same
-        x, a = rows
-        if a is None or x is not None and \
-                x._replace(axis=x.axis + offset) != a:
-            return None
-        return Follow((a,))
-
     def grad_to_onnx(b, xs, ys, gys, wanted):  # (of the recorded sizes)
         return (onnx_sum_to(b, gys[0], ctx.out_shapes[0], ctx.in_shapes[0])
                 if wanted[0] else None, None)
     return Kernel(lambda x, a: broadcast_to(x, a.shape),
                   grad=GradRule(grad, inputs=(0,), onnx=grad_to_onnx),
-                  onnx=lambda b, ins, outs: b.op('Expand', [
-                      ins[0], b.single('Shape', ins[1])], outs),
-                  lengths=lengths)
+                  onnx=broadcast_like_to_onnx,
+                  lengths=rows_broadcast_like(len(ctx.in_shapes[1]) -
+                                              len(ctx.in_shapes[0])))
+
+
+def broadcast_like_to_onnx(b, ins, outs):
+    """``x`` broadcast to the shape of ``a``: ``Expand(x, Shape(a))``."""
+    b.op('Expand', [ins[0], b.single('Shape', ins[1])], outs)
+
+
+def rows_broadcast_like(offset):
+    """The ``Kernel.lengths`` rule of ``x`` broadcast to the shape of
+    ``a``, which has ``offset`` more axes: ``a``'s rows, where ``x``'s
+    (if it has them) are the same."""
+    @takes_axes
+    def lengths(rows):
+        x, a = rows
+        if a is None or x is not None and \
+                x._replace(axis=x.axis + offset) != a:
+            return None
+        return Follow((a,))
+    return lengths
 
 
 @lowering(broadcast.BroadcastTo)

@@ -1324,27 +1324,43 @@ def lower_matmul(node, ctx):
 
 
 def _matmul_rows(kernel, node, ctx):
-    """The ``Kernel.lengths`` rule of a matrix product without
-    transpositions of operands of as many axes, two or more, and the same
-    batch axes (none broadcast): the rows of the first operand's
-    matrices (``(B, T, H) @ (B, H, 1)``: attention scores over ``T``
-    steps), or those of a batch axis both have, are the product's. At
-    any rows its gradient is the products of the output's gradient,
-    which have the operands' shapes (:func:`_matmul_grad`, its ONNX form
-    that of the recorded sizes left out)."""
+    """The ``Kernel.lengths`` rule of a matrix product of operands of as
+    many axes, two or more, and the same batch axes (none broadcast):
+    the rows of a batch axis both have, or of the first operand's
+    matrices' rows (``(B, T, H) @ (B, H, 1)``: attention scores over
+    ``T`` steps), or of the second's columns, are the product's; rows
+    that both contract (``F.matmul(enc, a, transa=True)``: ``(B, T, H)``
+    and ``(B, T, 1)``, a context summed over the steps) are none of the
+    product's. At any rows its gradient is the products of the output's
+    gradient, which have the operands' shapes (:func:`_matmul_grad`, its
+    ONNX form that of the recorded sizes left out)."""
     a_shape, b_shape = ctx.in_shapes
     ndim = len(a_shape)
-    if node.transa or node.transb or node.transc or ndim < 2 or \
-            len(b_shape) != ndim or a_shape[:-2] != b_shape[:-2]:
+    if ndim < 2 or len(b_shape) != ndim or a_shape[:-2] != b_shape[:-2]:
         return None
+    # The axes of the matrices' rows, columns and contraction.
+    a_rows, a_inner = (ndim - 1, ndim - 2) if node.transa else \
+        (ndim - 2, ndim - 1)
+    b_inner, b_cols = (ndim - 1, ndim - 2) if node.transb else \
+        (ndim - 2, ndim - 1)
+    out_rows, out_cols = (ndim - 1, ndim - 2) if node.transc else \
+        (ndim - 2, ndim - 1)
+
+    def product_rows(a, b):
+        if a is not None and b is not None:
+            if a.axis < ndim - 2 and b == a:
+                return a  # a batch axis
+            if a.axis == a_inner and b == a._replace(axis=b_inner):
+                return None  # contracted
+            return False
+        if a is not None:
+            return a._replace(axis=out_rows) if a.axis == a_rows else False
+        return b._replace(axis=out_cols) if b.axis == b_cols else False
 
     @takes_axes
     def lengths(rows):
-        a, b = rows
-        if a is None or (b is not None and (b != a or a.axis >= ndim - 2)) \
-                or (b is None and a.axis != ndim - 2):
-            return None
-        return Follow((a,), any_rows)
+        found = product_rows(*rows)
+        return None if found is False else Follow((found,), any_rows)
     any_rows = kernel._replace(grad=kernel.grad._replace(onnx=None),
                                lengths=lengths)
     return lengths

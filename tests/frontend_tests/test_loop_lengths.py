@@ -1061,3 +1061,131 @@ def test_reversed_steps_in_inference():
             model, _step_calls([(5, 4), (9, 4), (7, 3), (2, 6)], seed=1),
             rtol=1e-4, atol=1e-5)
     assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+class MaskBroadcastByNumPy(_Steps):
+    """A padded batch's steps kept where the mask is off, the mask
+    broadcast by NumPy to the state's shape."""
+
+    def forward(self, xs, ms):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x, m in zip(xs, ms):
+            h_new, c_new = self.step(x, h, c)
+            keep = self.xp.broadcast_to(m[:, None] > 0, h_new.shape)
+            h = F.where(keep, h_new, h)
+            c = F.where(keep, c_new, c)
+        return self.out(h)
+
+
+def _masked_calls(shapes, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.standard_normal((n, b, I)).astype('f'),
+             (rng.rand(n, b) > .3).astype(numpy.int32)) for n, b in shapes]
+
+
+def test_a_mask_numpy_broadcasts_serves_every_length_and_batch():
+    entry = _one_entry_with_gradients(MaskBroadcastByNumPy(),
+                                      _masked_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+    assert 'numpy.broadcast_to(like)' in str(entry.graph), entry.graph
+
+
+class ContextOverSteps(_Encoder):
+    """Attention over batch-first steps whose context is the scores'
+    product with the steps, contracting the steps' axis."""
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        enc = F.stack(hs, axis=1)  # (B, T, H)
+        scores = F.softmax(F.matmul(enc, F.expand_dims(hs[-1], 2)), axis=1)
+        context = F.matmul(enc, scores, transa=True)  # (B, H, 1)
+        return self.out(F.squeeze(context, 2))
+
+
+class LossesAveraged(_Steps):
+    """A loss per step collected in a list, averaged over its length."""
+
+    def forward(self, xs, ts):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        losses = []
+        for x, t in zip(xs, ts):
+            h, c = self.step(x, h, c)
+            losses.append(F.softmax_cross_entropy(self.out(h), t))
+        return F.sum(F.stack(losses)) / len(losses)
+
+
+def _labeled_calls(shapes, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.standard_normal((n, b, I)).astype('f'),
+             rng.randint(0, 3, (n, b)).astype(numpy.int32))
+            for n, b in shapes]
+
+
+def test_a_context_contracting_the_steps_serves_every_length_and_batch():
+    entry = _one_entry_with_gradients(ContextOverSteps(),
+                                      _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+def test_the_length_of_a_loops_list_is_its_trip_count():
+    entry = _one_entry_with_gradients(LossesAveraged(),
+                                      _labeled_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class LossesOfSomeSteps(_Steps):
+    """Losses collected only at steps whose input passes a test of its
+    values: their number is not the trip count."""
+
+    def forward(self, xs, ts):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        losses = []
+        for x, t in zip(xs, ts):
+            h, c = self.step(x, h, c)
+            if (x.array > 1).all():
+                losses.append(F.softmax_cross_entropy(self.out(h), t))
+        return F.sum(h) + len(losses)
+
+
+def test_the_length_of_a_list_of_some_steps_is_counted():
+    model = LossesOfSomeSteps()
+    rng = numpy.random.RandomState(3)
+    calls = []
+    for n in (4, 4, 6, 4):
+        xs = rng.standard_normal((n, 2, I)).astype('f')
+        xs[rng.rand(n) > .5] = 5  # steps whose states are all positive
+        calls.append((xs, rng.randint(0, 3, (n, 2)).astype(numpy.int32)))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        testing.assert_jit_grads_match_eager(model, calls, rtol=1e-4,
+                                             atol=1e-5)
+
+
+class StepsUntilAnInputStops(_Steps):
+    """A loop that stops at an input whose values pass a test, the
+    number of its steps returned."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+            if (x.array > 1).all():
+                break
+        return F.sum(F.stack(hs)) * len(hs)
+
+
+def test_the_length_of_a_list_of_the_steps_before_a_break_is_counted():
+    rng = numpy.random.RandomState(4)
+    calls = []
+    for n, stop in ((6, 2), (6, 4), (6, 5), (6, 1)):
+        xs = rng.standard_normal((n, 2, I)).astype('f')
+        xs[stop] = 5
+        calls.append((xs,))
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        testing.assert_jit_grads_match_eager(StepsUntilAnInputStops(), calls,
+                                             rtol=1e-4, atol=1e-5)

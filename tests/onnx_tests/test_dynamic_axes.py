@@ -71,6 +71,23 @@ def test_a_program_of_one_batch_size_exports_it_unless_asked(rng):
     assert _dims(exported) == ['batch', 6]
 
 
+def _masked_scores(x):
+    """Scores masked with an array the forward makes at the scores' shape:
+    its batch size is the example's."""
+    s = F.matmul(x, x, transb=True)
+    keep = numpy.broadcast_to(numpy.eye(x.shape[1], dtype=bool), s.shape)
+    return F.where(keep, s, numpy.full(s.shape, -1e9, s.dtype))
+
+
+def test_a_constant_of_the_batch_size_refuses_a_dynamic_batch(rng):
+    x = rng.standard_normal((3, 4, 2)).astype('f')
+    with pytest.raises(chainerjit.errors.ExportError,
+                       match='made with the batch size of the example'):
+        chainerjit.export_onnx(_masked_scores, (x,), dynamic_batch=True)
+    exported = chainerjit.export_onnx(_masked_scores, (x,))
+    assert _dims(exported) == [3, 4, 2]
+
+
 @pytest.mark.parametrize('cls', [forms.Classifier, forms.EncodeMethod,
                                  forms.MeanOfStackedSteps,
                                  forms.ProjectedAtOnce,

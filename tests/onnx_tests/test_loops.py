@@ -163,7 +163,7 @@ def test_a_greedy_decoder_is_exported_with_its_exit(rng, cls, extra):
 @pytest.mark.parametrize('name', [
     'ShapeUnpacked', 'Bidirectional', 'CounterLoop', 'StateMadeInTheLoop',
     'CounterWeighted', 'StepsFlattenedByBatch', 'ReversedSlice', 'Flipped',
-    'BidirectionalSteps'])
+    'BidirectionalSteps', 'ContextOverSteps'])
 def test_loops_over_an_argument_axis_export_with_a_dynamic_length(
         rng, name):
     # The forms tied to the call by what their bodies index, whatever
@@ -189,5 +189,15 @@ def test_loops_over_cut_or_computed_steps_export_with_a_dynamic_length(
     ids = [(forms._id_calls([(n, 4)], seed=n)[0][0],) for n in (5, 9, 3, 17)]
     exported = testing.assert_onnx_matches_eager(
         model.forward, ids, rtol=1e-4, atol=1e-5)
+    dims = exported.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == 'T'
+
+
+def test_a_mask_numpy_broadcasts_exports_with_a_dynamic_length():
+    from tests.frontend_tests import test_loop_lengths as forms
+    model = forms.MaskBroadcastByNumPy()
+    exported = testing.assert_onnx_matches_eager(
+        model.forward, forms._masked_calls([(5, 4), (9, 4), (2, 4)]),
+        rtol=1e-4, atol=1e-5)
     dims = exported.graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param == 'T'

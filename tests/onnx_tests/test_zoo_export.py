@@ -48,7 +48,8 @@ EXAMPLES = {
 # ExportError messages that need not name an op.
 REASONS = ('runs eagerly', 'runs around a graph break',
            'assigns model attributes or reports values',
-           'returning a parameter of the model')
+           'returning a parameter of the model',
+           'made with the batch size of the example')
 
 # Cases that cannot run here: case name -> reason.
 BUGS = {

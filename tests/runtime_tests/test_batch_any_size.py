@@ -319,7 +319,7 @@ def test_batch_normalization_in_test_mode_serves_every_batch_size():
 
 class _Gram(chainer.Chain):
     """Rows transposed into columns: the batch moves to axis 1, and the
-    product sums over it, which no rule follows."""
+    product sums over it (its rows contracted)."""
 
     def __init__(self):
         super().__init__()
@@ -329,6 +329,20 @@ class _Gram(chainer.Chain):
     def forward(self, x, t):
         h = self.l1(x)
         return F.sum(F.matmul(F.transpose(h), h))
+
+
+class _Similarities(_Gram):
+    """Rows by rows transposed: the product has the batch on both axes,
+    which no rule follows."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        return F.sum(F.matmul(h, F.transpose(h)))
+
+
+def test_a_product_summing_over_the_batch_serves_every_batch_size():
+    jitted = _checked_without_recompiling(_calls(_features), _model(_Gram))
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
 def test_batch_normalization_in_training_serves_every_batch_size():
@@ -364,7 +378,7 @@ class _Sampled(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls, make, why', [
-    (_Gram, _features, 'a value computed from x read by MatMul['),
+    (_Similarities, _features, 'a value computed from x read by MatMul['),
     (_Sampled, _features, 'the program has side effects'),
 ])
 def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
