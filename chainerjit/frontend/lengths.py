@@ -449,6 +449,11 @@ def loop_filled(recorder, items, frame):
             run.trip.kind != 'dim' or run.trip.offset or \
             run.n_iterations != len(items) or not run.snapshots:
         return None
+    if run.site.kind == 'comp':  # hs = [f(x) for x in xs]
+        name = loop_analysis.comprehension_list_name(run.code,
+                                                     run.site.header)
+        found = name is not None and frame.f_locals.get(name) is items
+        return run.trip.where if found else None
     names = [name for name in loop_analysis.appended_lists(
         run.code, run.site.header) if frame.f_locals.get(name) is items]
     at_start = run.snapshots[0].get(names[0]) if names else None

@@ -157,16 +157,32 @@ def _whole_list_use(comp, parents):
     collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``),
     or read at constant indexes (``hs[-1]``: the graph's checks then ask
     which steps those are, as for a list a loop appends to)."""
-    if _used_whole(comp, parents):
+    if _used_whole(comp, parents, counted=True):
         return None
     return 'the list the comprehension makes is used item by item'
 
 
-def _used_whole(node, parents, index=None):
+def comprehension_list_name(code, header):
+    """The name a comprehension's list (its ``for`` clause on ``header``
+    of ``code``) is assigned to (``hs = [f(x) for x in xs]``), or
+    ``None``."""
+    found = comprehension_and_parents(code, header)
+    if found is None:
+        return None
+    comp, parents = found
+    holder = parents.get(comp)
+    if not isinstance(holder, ast.Assign) or len(holder.targets) != 1 or \
+            not isinstance(holder.targets[0], ast.Name):
+        return None
+    return holder.targets[0].id
+
+
+def _used_whole(node, parents, index=None, counted=False):
     """Is the list ``node`` gives (or item ``index`` of the tuple it
     gives) only passed whole to a collector (``F.stack(node)``, or ``hs =
     node`` then ``F.stack(hs)``; ``hs, h = node`` for an item), or read
-    at constant indexes (``hs[-1]``)?"""
+    at constant indexes (``hs[-1]``), or (``counted``: one item per step)
+    its length read (``len(hs)``)?"""
     holder = parents.get(node)
     if index is None and _collected_whole(node, parents):
         return True
@@ -184,8 +200,8 @@ def _used_whole(node, parents, index=None):
     uses = [n for n in source.name_nodes(function, target.id)
             if n is not target]
     return all(isinstance(n.ctx, ast.Load) and (
-        _collected_whole(n, parents) or _constant_item(n, parents.get(n)))
-        for n in uses)
+        _collected_whole(n, parents) or _constant_item(n, parents.get(n))
+        or counted and _length_read(n, parents.get(n))) for n in uses)
 
 
 def _returned(node, parents):
@@ -230,9 +246,11 @@ def _constant_item(node, subscript):
 
 
 def _collected(node, call):
-    """``call`` passes ``node`` whole to ``F.stack``, ``F.concat``..."""
+    """``call`` passes ``node`` whole to ``F.stack``, ``F.concat``..., or
+    to Python's ``sum``."""
     return isinstance(call, ast.Call) and node in call.args and \
-        _call_name(call) in _COLLECTORS
+        _call_name(call) in _COLLECTORS or source.is_call(call, 'sum') and \
+        call.args == [node] and not call.keywords
 
 
 def _collected_whole(node, parents):

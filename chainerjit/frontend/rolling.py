@@ -589,6 +589,36 @@ def _collect(graph, lst, values, inside, shapes_read):
         node.inputs = node.inputs[:prefix] + [lst]
         node.kernel = structural.join(node.op, axis, prefix, prefix + n,
                                       reverse)
+    _collect_python_sum(graph, lst, values, inside)
+
+
+def _collect_python_sum(graph, lst, values, inside):
+    """Python's ``sum()`` of every value a loop appended, ``((0 + v0) + v1)
+    + ...`` (an AddConstant of 0, then Adds, each read by the next alone),
+    or of values from before the loop and then those (``(t + v0) + v1
+    ...``), reads the loop's list (``structural.python_sum``), at any
+    number of iterations."""
+    first = next((node for node in graph.nodes if node not in inside and (
+        node.op == 'AddConstant' and node.inputs == values[:1] and
+        dict(node.attrs).get('value') == 0 or
+        node.op == 'Add' and node.inputs[1:] == values[:1])), None)
+    if first is None:
+        return
+    users = graph.users()
+    chain = [first]
+    for value in values[1:]:
+        readers = users.get(chain[-1].outputs[0], [])
+        if len(readers) != 1 or readers[0] is None or \
+                readers[0].op != 'Add' or \
+                readers[0].inputs != [chain[-1].outputs[0], value]:
+            return
+        chain.append(readers[0])
+    last = chain[-1]
+    start = first.inputs[:1] if first.op == 'Add' else []
+    summed = ir.Node('PythonSum', structural.python_sum(bool(start)),
+                     start + [lst], last.outputs, loc=last.loc)
+    graph.nodes = [summed if node is last else node for node in graph.nodes
+                   if node not in chain[:-1]]
 
 
 class _Unrollable(Exception):

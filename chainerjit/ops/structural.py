@@ -219,6 +219,43 @@ def join(op, axis, prefix, count=None, reverse=False):
                   structural=JOIN, lengths=rows_joined(op, axis, count))
 
 
+def python_sum(start):
+    """Python's ``sum()`` of a loop's list of arrays, ``((0 + l0) + l1) +
+    ...``, or (``start``) of a total of values from before the loop and
+    then the list's, ``(total + l0) + l1 ...``, as Chainer's AddConstant
+    and Adds compute it (the same bits); each item's gradient is the
+    output's, as theirs are."""
+    def run(*args):
+        items = args[-1]
+        if start:
+            total, rest = args[0], items
+        else:
+            total = utils.force_array(items[0] + items[0].dtype.type(0))
+            rest = items[1:]
+        for item in rest:
+            total = utils.force_array(total + item)
+        return total
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        return ((gy,) if start else ()) + ([gy] * len(xs[-1]),)
+
+    def to_onnx(b, ins, outs):  # the steps stacked on axis 0
+        if not start:
+            b.op('ReduceSum', [ins[0], b.int64s([0])], outs, keepdims=0)
+            return
+        b.op('Add', [ins[0], b.single('ReduceSum', ins[1], b.int64s([0]),
+                                      keepdims=0)], outs)
+
+    def lengths(rows):
+        # A list's rows are its items'.
+        if start and rows[0] != rows[1]:
+            return None
+        return Follow((rows[-1],))
+    return Kernel(run, grad=GradRule(grad, (1 if start else 0,)),
+                  onnx=to_onnx, lengths=takes_axes(lengths))
+
+
 def _join_to_onnx(op, axis, prefix, reverse=False):
     """The loop's scan output is already stacked on axis 0: put the values
     from before the loop in front (or reverse it), move the steps' axis

@@ -1103,7 +1103,10 @@ class ContextOverSteps(_Encoder):
 
 
 class LossesAveraged(_Steps):
-    """A loss per step collected in a list, averaged over its length."""
+    """A loss per step collected in a list, averaged over its length:
+    summed by ``F.sum`` of the stacked losses, or by Python's ``sum``."""
+
+    python_sum = False
 
     def forward(self, xs, ts):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
@@ -1111,7 +1114,8 @@ class LossesAveraged(_Steps):
         for x, t in zip(xs, ts):
             h, c = self.step(x, h, c)
             losses.append(F.softmax_cross_entropy(self.out(h), t))
-        return F.sum(F.stack(losses)) / len(losses)
+        total = sum(losses) if self.python_sum else F.sum(F.stack(losses))
+        return total / len(losses)
 
 
 def _labeled_calls(shapes, seed=0):
@@ -1189,3 +1193,38 @@ def test_the_length_of_a_list_of_the_steps_before_a_break_is_counted():
         warnings.simplefilter('ignore', errors.RecompileWarning)
         testing.assert_jit_grads_match_eager(StepsUntilAnInputStops(), calls,
                                              rtol=1e-4, atol=1e-5)
+
+
+class MeanOfComprehension(_Steps):
+    """Python's ``sum()`` of a comprehension's steps, over their count."""
+
+    def forward(self, xs):
+        hs = [F.tanh(self.x2h(x)) for x in xs]
+        return self.out(sum(hs)[:, :H] / len(hs))
+
+
+class LossesSummedByPython(LossesAveraged):
+    python_sum = True
+
+
+class StatefulLinkSummed(_Steps):
+    """A stateful LSTM link's steps (its first step, which makes the
+    state, recorded before the loop) summed by Python."""
+
+    def __init__(self):
+        super(StatefulLinkSummed, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(I, H)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = [self.lstm(x) for x in xs]
+        return self.out(sum(hs))
+
+
+@pytest.mark.parametrize('cls, calls', [
+    (MeanOfComprehension, _step_calls), (StatefulLinkSummed, _step_calls),
+    (LossesSummedByPython, _labeled_calls)])
+def test_a_python_sum_of_the_steps_serves_every_length_and_batch(cls, calls):
+    entry = _one_entry_with_gradients(cls(), calls(SHAPES))
+    assert 'PythonSum' in str(entry.graph), entry.graph
