@@ -444,11 +444,41 @@ def _recording_broadcast_to(broadcast_to, recorder):
     query to the stacked steps' ``enc.shape``)."""
     def broadcasting(x, shape):
         source = _like_source(x, shape, recorder)
-        if source is None:
-            return broadcast_to(x, shape)
-        return array_ops.BroadcastLike().apply((x, source))[0]
+        if source is not None:
+            return array_ops.BroadcastLike().apply((x, source))[0]
+        sized = _sizes_of_arguments(x, shape, recorder)
+        if sized is not None:
+            return array_ops.BroadcastSized(sized[0]).apply(
+                (x,) + sized[1])[0]
+        return broadcast_to(x, shape)
     broadcasting.__wrapped__ = broadcast_to
     return broadcasting
+
+
+def _sizes_of_arguments(x, shape, recorder):
+    """For a ``shape`` the forward's code made of arguments' sizes it read
+    and numbers (``(len(xs),) + h.shape``, ``(T, B, H)``) that ``x``
+    broadcasts to: ``(the sizes, as ops.array.BroadcastSized takes them,
+    the argument arrays they are read from)``; else ``None``."""
+    if _state.recorder is not recorder or recorder.depth or \
+            lengths.forward_line(2) is None or \
+            not isinstance(shape, (tuple, list)) or not _broadcasts(
+                traced.untag(lengths.data_of(x)).shape, shape):
+        return None
+    sizes, arrays = [], []
+    for n in shape:
+        if not isinstance(n, lengths.Length):
+            sizes.append(int(n))
+            continue
+        if n.affine != (1, 0):
+            return None
+        (leaf, axis), = n.origins
+        if lengths.is_item_length((leaf, axis)) or \
+                leaf >= len(recorder.input_arrays):
+            return None
+        sizes.append((len(arrays), axis))
+        arrays.append(recorder.input_arrays[leaf])
+    return (tuple(sizes), tuple(arrays)) if arrays else None
 
 
 def _recording_numpy_broadcast_to(broadcast_to, recorder):

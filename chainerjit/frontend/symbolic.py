@@ -985,7 +985,8 @@ def _read_by_counter_only(loop, value, axes):
         if body_value in region.body.outputs:
             return False
         for node in region.body.nodes:
-            if body_value not in node.inputs:
+            if body_value not in node.inputs or \
+                    _reads_shape_only(node, body_value, region.body):
                 continue
             if node.index is None or node.inputs[0] is not body_value or \
                     body_value in node.inputs[1:]:
@@ -994,6 +995,19 @@ def _read_by_counter_only(loop, value, axes):
             if counted is None or not axes <= counted:
                 return False
     return True
+
+
+def _reads_shape_only(node, value, body):
+    """Does ``node`` of ``body`` read only the shape of ``value``: a
+    broadcast to sizes read of arguments (``ops.array.BroadcastSized``, of
+    its inputs after the first), or a ``StopGradient`` that only such
+    broadcasts read?"""
+    if node.op == 'StopGradient':
+        out = node.outputs[0]
+        return out not in body.outputs and all(
+            _reads_shape_only(reader, out, body)
+            for reader in body.nodes if out in reader.inputs)
+    return node.op == 'BroadcastSized' and node.inputs[0] is not value
 
 
 def _constant_read(node, axes, templates):

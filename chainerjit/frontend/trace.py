@@ -226,6 +226,7 @@ class _Recorder(object):
         # id(array) -> (array, the (leaf, axis) of the argument sizes it
         # was made with): the arrays the forward made with NumPy's makers
         self.made_arrays = {}
+        self.input_arrays = []  # the arguments' arrays, by leaf
         # {Value: (origins, shift)} of the computed values whose axes are
         # arguments' (lengths.origin_of, shift_of): a loop indexing one
         # with its counter runs for that axis (symbolic._indexed_source)
@@ -331,6 +332,7 @@ class _Recorder(object):
         """Binds the arrays of the arguments' proxies to input values."""
         for leaf, (proxy, name) in enumerate(zip(proxies, names)):
             array = signature.leaf_array(proxy)
+            self.input_arrays.append(array)
             self.length_leaves.setdefault(
                 id(array), lengths.argument_axes(leaf, array.ndim))
             self.note_variable(proxy, self.bind(

@@ -524,6 +524,78 @@ def lower_broadcast_like(node, ctx):
                                               len(ctx.in_shapes[0])))
 
 
+class BroadcastSized(chainer.FunctionNode):
+    """``F.broadcast_to(x, shape)`` of a shape made of arguments' sizes the
+    forward read (``(len(xs),) + h.shape``), recorded with those
+    arguments (``frontend.recording_patches``): ``sizes`` has, per axis,
+    a number or ``(k, axis)``, the size of that axis of the ``k``-th
+    array after ``x``. Its values and gradient are ``F.broadcast_to``'s;
+    the arrays get none."""
+
+    def __init__(self, sizes):
+        self.sizes = sizes
+
+    def forward(self, inputs):
+        x = inputs[0]
+        self._x_shape = x.shape
+        xp = chainer.backend.get_array_module(x)
+        return xp.broadcast_to(x, sized_shape(self.sizes, inputs[1:])),
+
+    def backward(self, indexes, grad_outputs):
+        return (chainer.functions.sum_to(grad_outputs[0], self._x_shape),) \
+            + (None,) * (len(self.inputs) - 1)
+
+
+def sized_shape(sizes, arrays):
+    """The shape ``sizes`` (:class:`BroadcastSized`'s) gives for
+    ``arrays``."""
+    return tuple(n if isinstance(n, int) else arrays[n[0]].shape[n[1]]
+                 for n in sizes)
+
+
+@lowering(BroadcastSized)
+def lower_broadcast_sized(node, ctx):
+    broadcast_to, sum_to = ctx.xp.broadcast_to, utils.sum_to
+    sizes = node.sizes
+    offset = len(ctx.out_shapes[0]) - len(ctx.in_shapes[0])
+
+    def grad(xs, ys, gys, wanted):
+        x, gy = xs[0], gys[0]
+        return (sum_to(gy, x.shape) if wanted[0] and gy is not None
+                else None,) + (None,) * (len(xs) - 1)
+
+    @takes_axes
+    def lengths(rows):
+        # The output's rows are those of an axis a size is read from, on
+        # the axes sized so; x's, where it has them, the same.
+        x, found = rows[0], None
+        for axis, n in enumerate(sizes):
+            r = None if isinstance(n, int) else rows[1 + n[0]]
+            if r is not None and r.axis == n[1]:
+                if found is not None:
+                    return None
+                found = r._replace(axis=axis)
+        if x is not None and x._replace(axis=x.axis + offset) != found:
+            return None
+        return Follow((found,))
+
+    def to_onnx(b, ins, outs):
+        dims = [b.int64s([n]) if isinstance(n, int) else b.single(
+            'Slice', b.single('Shape', ins[1 + n[0]]), b.int64s([n[1]]),
+            b.int64s([n[1] + 1])) for n in sizes]
+        b.op('Expand', [ins[0], b.single('Concat', *dims, axis=0)], outs)
+
+    def grad_to_onnx(b, xs, ys, gys, wanted):  # (of the recorded sizes)
+        return (onnx_sum_to(b, gys[0], ctx.out_shapes[0], ctx.in_shapes[0])
+                if wanted[0] else None,) + (None,) * (len(xs) - 1)
+
+    def broadcast(x, *arrays):  # (of the arrays, their shapes only)
+        return broadcast_to(x, sized_shape(sizes, arrays))
+    return Kernel(broadcast, {'sizes': sizes},
+                  grad=GradRule(grad, inputs=(0,), onnx=grad_to_onnx),
+                  onnx=to_onnx, lengths=lengths)
+
+
 def broadcast_like_to_onnx(b, ins, outs):
     """``x`` broadcast to the shape of ``a``: ``Expand(x, Shape(a))``."""
     b.op('Expand', [ins[0], b.single('Shape', ins[1])], outs)

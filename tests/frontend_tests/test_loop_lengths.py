@@ -1228,3 +1228,51 @@ class StatefulLinkSummed(_Steps):
 def test_a_python_sum_of_the_steps_serves_every_length_and_batch(cls, calls):
     entry = _one_entry_with_gradients(cls(), calls(SHAPES))
     assert 'PythonSum' in str(entry.graph), entry.graph
+
+
+class QueryBroadcastToTheSteps(_Encoder):
+    """Attention whose query is broadcast to a shape made of the sizes the
+    forward read: ``(len(xs),) + h.shape``, or ``(T, B, H)`` unpacked."""
+
+    unpacked = False
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        enc, last = F.stack(hs), hs[-1]  # (T, B, H), (B, H)
+        q = F.expand_dims(last, 0)
+        if self.unpacked:
+            T, batch, _ = xs.shape
+            q = F.broadcast_to(q, (T, batch, H))
+        else:
+            q = F.broadcast_to(q, (len(xs),) + last.shape)
+        return self.out(F.sum(enc * q, axis=0))
+
+
+class QueryBroadcastToUnpackedSizes(QueryBroadcastToTheSteps):
+    unpacked = True
+
+
+@pytest.mark.parametrize('cls', [QueryBroadcastToTheSteps,
+                                 QueryBroadcastToUnpackedSizes])
+def test_a_broadcast_to_sizes_read_serves_every_length_and_batch(cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'BroadcastSized' in str(entry.graph), entry.graph
+
+
+class BiasBroadcastInTheLoop(_Steps):
+    """A bias broadcast in every step to the batch the forward read: the
+    loop reads the argument's batch size, not its steps."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+            h = h + F.broadcast_to(self.out.b[:1], (batch, H))
+        return self.out(h)
+
+
+def test_a_broadcast_in_the_loop_to_the_batch_read_serves_every_shape():
+    entry = _one_entry_with_gradients(BiasBroadcastInTheLoop(),
+                                      _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph

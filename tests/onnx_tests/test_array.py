@@ -81,7 +81,7 @@ DYNAMIC_CASES = [
     ('GetItem', lambda x: x[..., ::-2, None], [(4, 5)]),
     ('GetItem', lambda x: x[:, 2, :-1], [(4, 5)]),
     ('GetItem', lambda x: x[:, [2, 0]], [(4, 5)]),
-    ('BroadcastTo', lambda x: F.broadcast_to(x[:, None], (len(x), 3, 2)),
+    ('BroadcastSized', lambda x: F.broadcast_to(x[:, None], (len(x), 3, 2)),
      [(2,)]),
     ('Stack', lambda x, y: F.stack((x, y), axis=1), [(3,), (3,)]),
     ('SelectItem', lambda x, y: F.select_item(x, F.argmax(y, axis=1)),
