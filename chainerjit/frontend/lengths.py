@@ -439,6 +439,11 @@ def _same_axes(shape, in_arrays, origins):
     return kept
 
 
+#: Python's own ``len``: a recording patches the builtin, whose patch
+#: asks :func:`note_loop_filled`.
+_count = len
+
+
 def loop_filled(recorder, items, frame):
     """The argument axis of the loop (``control.LoopRun.trip``) that filled
     the list ``items`` of ``frame`` from empty, one item per step, if it
@@ -447,7 +452,7 @@ def loop_filled(recorder, items, frame):
                 if r.code is frame.f_code), None)
     if run is None or run.exit != 'done' or run.trip is None or \
             run.trip.kind != 'dim' or run.trip.offset or \
-            run.n_iterations != len(items) or not run.snapshots:
+            run.n_iterations != _count(items) or not run.snapshots:
         return None
     if run.site.kind == 'comp':  # hs = [f(x) for x in xs]
         name = loop_analysis.comprehension_list_name(run.code,
