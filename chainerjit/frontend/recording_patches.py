@@ -460,10 +460,8 @@ def _sizes_of_arguments(x, shape, recorder):
     and numbers (``(len(xs),) + h.shape``, ``(T, B, H)``) that ``x``
     broadcasts to: ``(the sizes, as ops.array.BroadcastSized takes them,
     the argument arrays they are read from)``; else ``None``."""
-    if _state.recorder is not recorder or recorder.depth or \
-            lengths.forward_line(2) is None or \
-            not isinstance(shape, (tuple, list)) or not _broadcasts(
-                traced.untag(lengths.data_of(x)).shape, shape):
+    if not isinstance(shape, (tuple, list)) or \
+            not _forward_broadcast(x, shape, recorder):
         return None
     sizes, arrays = [], []
     for n in shape:
@@ -502,12 +500,19 @@ def _like_source(x, shape, recorder):
     """The array whose shape the forward's code read as ``shape``, where
     ``x`` broadcasts to it (``lengths.shape_source``); else ``None``."""
     source = lengths.shape_source(shape)
-    if source is None or _state.recorder is not recorder or \
-            recorder.depth or lengths.forward_line(2) is None or \
-            tuple(shape) != source.shape or not _broadcasts(
-                traced.untag(lengths.data_of(x)).shape, shape):
+    if source is None or tuple(shape) != source.shape or \
+            not _forward_broadcast(x, shape, recorder):
         return None
     return source
+
+
+def _forward_broadcast(x, shape, recorder):
+    """Is this a broadcast of ``x`` to another ``shape`` that the forward's
+    own code asks ``recorder`` (the current recording) for, two frames
+    up?"""
+    return _state.recorder is recorder and not recorder.depth and \
+        lengths.forward_line(3) is not None and _broadcasts(
+            traced.untag(lengths.data_of(x)).shape, shape)
 
 
 def _broadcasts(shape, target):

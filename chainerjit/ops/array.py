@@ -507,21 +507,29 @@ class BroadcastLike(chainer.FunctionNode):
 
 @lowering(BroadcastLike)
 def lower_broadcast_like(node, ctx):
-    broadcast_to, sum_to = ctx.xp.broadcast_to, utils.sum_to
+    broadcast_to = ctx.xp.broadcast_to
+    return Kernel(lambda x, a: broadcast_to(x, a.shape),
+                  grad=_broadcast_grad(ctx), onnx=broadcast_like_to_onnx,
+                  lengths=rows_broadcast_like(len(ctx.in_shapes[1]) -
+                                              len(ctx.in_shapes[0])))
+
+
+def _broadcast_grad(ctx):
+    """The gradient rule of ``x`` broadcast to sizes its other inputs give
+    (:class:`BroadcastLike`, :class:`BroadcastSized`): ``gy`` summed to
+    ``x``'s shape; none for the others. Its ONNX form sums to the
+    recorded sizes."""
+    sum_to = utils.sum_to
 
     def grad(xs, ys, gys, wanted):
         x, gy = xs[0], gys[0]
         return (sum_to(gy, x.shape) if wanted[0] and gy is not None
-                else None, None)
+                else None,) + (None,) * (len(xs) - 1)
 
-    def grad_to_onnx(b, xs, ys, gys, wanted):  # (of the recorded sizes)
+    def grad_to_onnx(b, xs, ys, gys, wanted):
         return (onnx_sum_to(b, gys[0], ctx.out_shapes[0], ctx.in_shapes[0])
-                if wanted[0] else None, None)
-    return Kernel(lambda x, a: broadcast_to(x, a.shape),
-                  grad=GradRule(grad, inputs=(0,), onnx=grad_to_onnx),
-                  onnx=broadcast_like_to_onnx,
-                  lengths=rows_broadcast_like(len(ctx.in_shapes[1]) -
-                                              len(ctx.in_shapes[0])))
+                if wanted[0] else None,) + (None,) * (len(xs) - 1)
+    return GradRule(grad, inputs=(0,), onnx=grad_to_onnx)
 
 
 class BroadcastSized(chainer.FunctionNode):
@@ -555,14 +563,9 @@ def sized_shape(sizes, arrays):
 
 @lowering(BroadcastSized)
 def lower_broadcast_sized(node, ctx):
-    broadcast_to, sum_to = ctx.xp.broadcast_to, utils.sum_to
+    broadcast_to = ctx.xp.broadcast_to
     sizes = node.sizes
     offset = len(ctx.out_shapes[0]) - len(ctx.in_shapes[0])
-
-    def grad(xs, ys, gys, wanted):
-        x, gy = xs[0], gys[0]
-        return (sum_to(gy, x.shape) if wanted[0] and gy is not None
-                else None,) + (None,) * (len(xs) - 1)
 
     @takes_axes
     def lengths(rows):
@@ -585,14 +588,9 @@ def lower_broadcast_sized(node, ctx):
             b.int64s([n[1] + 1])) for n in sizes]
         b.op('Expand', [ins[0], b.single('Concat', *dims, axis=0)], outs)
 
-    def grad_to_onnx(b, xs, ys, gys, wanted):  # (of the recorded sizes)
-        return (onnx_sum_to(b, gys[0], ctx.out_shapes[0], ctx.in_shapes[0])
-                if wanted[0] else None,) + (None,) * (len(xs) - 1)
-
     def broadcast(x, *arrays):  # (of the arrays, their shapes only)
         return broadcast_to(x, sized_shape(sizes, arrays))
-    return Kernel(broadcast, {'sizes': sizes},
-                  grad=GradRule(grad, inputs=(0,), onnx=grad_to_onnx),
+    return Kernel(broadcast, {'sizes': sizes}, grad=_broadcast_grad(ctx),
                   onnx=to_onnx, lengths=lengths)
 
 
