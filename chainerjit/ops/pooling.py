@@ -43,7 +43,7 @@ def lower_max_pooling_nd(node, ctx):
     forward = _max_pool_tiles(node.ksize) if tiles else _max_pool(node, ctx)
     grad = _max_pool_grad(node, ctx, tiles)
     if tiles:
-        forward.after_relu = _after_relu(node, ctx, forward, grad)
+        forward.after_relu = _after_relu(node, forward, grad)
     return Kernel(forward, attrs=_nd_attrs(node),
                   grad=GradRule(grad,
                                 inputs=(0,),
@@ -99,10 +99,11 @@ def _max_pool_tiles(ksize):
     return max_pool_tiles
 
 
-def _after_relu(node, ctx, max_pool_tiles, grad):
-    """``(forward, gradient)`` of this pooling of a ReLU's output, given
-    the ReLU's input ``x`` (``passes.fuse.fuse_relu_max_pooling``),
-    bit for bit as the two nodes give them.
+def _after_relu(node, max_pool_tiles, grad):
+    """``relu -> (forward, gradient)``: of this pooling of the output of
+    the ReLU whose kernel is ``relu``, given the ReLU's input ``x``
+    (``passes.fuse.fuse_relu_max_pooling``), bit for bit as the two nodes
+    give them.
 
     The forward pools ``x``, then takes the ReLU of the maxima, a
     window's size fewer: the same bits, since NumPy's ``maximum(v, 0)``
@@ -111,28 +112,30 @@ def _after_relu(node, ctx, max_pool_tiles, grad):
 
     The gradient scans the ReLU of ``x`` for the maxima, in one C loop
     with the ReLU's gradient (``_loops_pooling.max_pool_tiles_grad``);
-    else it runs the two gradients on the ReLU's output."""
-    zero = ctx.in_dtypes[0].type(0)
+    else it runs the ReLU and the two gradients."""
     ndim = len(node.ksize)
 
-    def forward(x):
-        pooled = max_pool_tiles(x)
-        fresh = pooled is not x and pooled.flags.owndata  # not a view of x
-        return numpy.maximum(pooled, zero, out=pooled if fresh else None)
+    def fused(relu):
+        def forward(x):
+            pooled = max_pool_tiles(x)
+            if pooled is not x and pooled.flags.owndata:  # not a view of x
+                return relu.inplace[0](pooled)
+            return relu.fn(pooled)
 
-    def relu_grad(xs, ys, gys, wanted):
-        if not wanted[0]:
-            return None,
-        x, gy = xs[0], gys[0]
-        if ndim == 2 and type(x) is numpy.ndarray:
-            gx = numpy.empty(x.shape, x.dtype)
-            if _loops_pooling.max_pool_tiles_grad(x, gy, gx, *node.ksize,
-                                                  relu=True):
-                return gx,
-        y = numpy.maximum(x, zero)
-        g, = grad((y,), (None,), gys, wanted)
-        return g * (y > 0),  # as ReLUGrad2
-    return forward, relu_grad
+        def relu_grad(xs, ys, gys, wanted):
+            if not wanted[0]:
+                return None,
+            x, gy = xs[0], gys[0]
+            if ndim == 2 and type(x) is numpy.ndarray:
+                gx = numpy.empty(x.shape, x.dtype)
+                if _loops_pooling.max_pool_tiles_grad(
+                        x, gy, gx, *node.ksize, relu=True):
+                    return gx,
+            y = relu.fn(x)
+            g, = grad((y,), (None,), gys, wanted)
+            return relu.grad.fn((None,), (y,), (g,), (True,))
+        return forward, relu_grad
+    return fused
 
 
 def _max_pool_grad(node, ctx, tiles):

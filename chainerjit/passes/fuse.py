@@ -320,7 +320,8 @@ def _max_pooling_after(relu, users):
     """``(pooling,)``: the max pooling that alone reads ``relu``'s output,
     if its kernel has a form for a ReLU's input (``after_relu``); else
     ``()``."""
-    if relu.op != 'ReLU' or relu.generic or relu.kernel.grad is None:
+    if relu.op != 'ReLU' or relu.generic or relu.kernel.grad is None or \
+            not relu.kernel.inplace:
         return ()
     pool = _only_reader(relu, users)
     if pool is None or pool.op != 'MaxPoolingND' or pool.generic or \
@@ -332,7 +333,7 @@ def _max_pooling_after(relu, users):
 
 
 def _relu_pooled(relu, pool):
-    fn, grad = pool.kernel.fn.after_relu
+    fn, grad = pool.kernel.fn.after_relu(relu.kernel)
     onnx = _relu_pooled_grad_onnx(relu.kernel.grad.onnx,
                                   pool.kernel.grad.onnx)
     kernel = ops.Kernel(fn, dict(pool.kernel.attrs), grad=ops.GradRule(
