@@ -197,6 +197,9 @@ class LoopRun(object):
         self.python_problem = None
         self.previous_lasti = -1  # a comprehension's latest line event
         self.previous_line = None
+        # id -> length of the lists it filled from empty, one item per
+        # step, when it ran out (a helper may return one: lengths)
+        self.filled = {}
 
     @property
     def n_iterations(self):
@@ -332,7 +335,7 @@ class LoopWatcher(object):
             stack = self._open.setdefault(id(frame), [])
             while stack and not (stack[-1].site.first <= line <=
                                  stack[-1].site.last):
-                self._close(stack.pop(), 'left')
+                self._close(stack.pop(), 'left', frame)
             site = loop_sites(frame.f_code).get(line)
             if stack and stack[-1].iterable_pending:
                 self._iterable_computed(stack[-1])
@@ -345,7 +348,7 @@ class LoopWatcher(object):
                 else:
                     stack.append(self._start(site, frame))
         elif event == 'return':
-            self._close_all(id(frame))
+            self._close_all(id(frame), frame)
         return self._on_statement_event
 
     def _start(self, site, frame):
@@ -399,6 +402,8 @@ class LoopWatcher(object):
         run.code = parent.f_code
         run.targets = tuple(n.id for n in ast.walk(generator.target)
                             if isinstance(n, ast.Name))
+        if not top and parent.f_back is not None:  # a helper's list
+            run.caller = (parent.f_back.f_code, parent.f_back.f_lineno)
         run.snapshots.append(_locals_summary(frame))
         return run
 
@@ -431,18 +436,39 @@ class LoopWatcher(object):
             run.previous_line = frame.f_lineno
         elif event == 'return' and not _suspended(frame):
             del self._comps[id(frame)]
-            self._close(run, 'done')
+            self._close(run, 'done', result=arg)
         return self._on_comprehension_event
 
-    def _close(self, run, how):
+    def _close(self, run, how, frame=None, result=None):
         run.end = self.position()
         # Left right after passing the header: the loop ran out.
         run.exit = 'done' if how == 'done' or run.last_header else 'left'
+        if run.exit == 'done' and run.trip is not None:
+            run.filled = dict((id(items), len(items)) for items in
+                              _filled_lists(run, frame, result))
         self.runs.append(run)
 
-    def _close_all(self, frame_id):
+    def _close_all(self, frame_id, frame=None):
         for run in reversed(self._open.pop(frame_id, [])):
-            self._close(run, 'left')
+            self._close(run, 'left', frame)
+
+
+def _filled_lists(run, frame, result):
+    """The lists that ``run``, a loop that ran out, filled from empty
+    with one item per step: a comprehension's ``result``, or those its
+    body appends to, as ``frame`` holds them."""
+    if run.site.kind == 'comp':
+        found = [result]
+    elif frame is None or not run.snapshots:
+        found = []
+    else:
+        start = run.snapshots[0]
+        found = [frame.f_locals.get(name) for name in
+                 loop_analysis.appended_lists(run.code, run.site.header)
+                 if start.get(name, ('',))[0] == 'list' and
+                 not start[name][2]]
+    return [items for items in found if type(items) is list and
+            len(items) == run.n_iterations]
 
 
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,

@@ -447,7 +447,19 @@ _count = len
 def loop_filled(recorder, items, frame):
     """The argument axis of the loop (``control.LoopRun.trip``) that filled
     the list ``items`` of ``frame`` from empty, one item per step, if it
-    ran over one; else ``None``."""
+    ran over one; or of the loop of a helper that filled and returned it;
+    else ``None``."""
+    where = _filled_in_frame(recorder, items, frame)
+    if where is not None:
+        return where
+    run = next((r for r in reversed(recorder.loop_runs)
+                if r.filled.get(id(items)) == _count(items)), None)
+    return None if run is None or run.trip.kind != 'dim' or \
+        run.trip.offset else run.trip.where
+
+
+def _filled_in_frame(recorder, items, frame):
+    """:func:`loop_filled` of a loop of ``frame``'s own code."""
     run = next((r for r in reversed(recorder.loop_runs)
                 if r.code is frame.f_code), None)
     if run is None or run.exit != 'done' or run.trip is None or \
@@ -568,13 +580,13 @@ def note_passed(what, args, kwargs, depth=1):
 
 class MadeRows(collections.namedtuple(
         'MadeRows', 'array leaf axis rest fill uses')):
-    """An array the forward made with NumPy (``numpy.zeros((len(x), H))``)
-    whose first axis is an argument's size: ``array``, made with the size
-    of axis ``axis`` of the argument ``leaf``, then ``rest``, filled with
-    ``fill``; the ``uses`` of that size its making noted. A program may
-    make it again at run time from that argument (``runtime.batch``).
-    ``leaf`` is ``None`` for an array Chainer's code made, with a size
-    it read as a plain int."""
+    """An array the forward made with CuPy (``cupy.zeros((len(x), H))``;
+    NumPy's are :class:`MadeSized`) whose first axis is an argument's
+    size: ``array``, made with the size of axis ``axis`` of the argument
+    ``leaf``, then ``rest``, filled with ``fill``; the ``uses`` of that
+    size its making noted. A program may make it again at run time from
+    that argument (``runtime.batch``). ``leaf`` is ``None`` for an array
+    Chainer's code made, with a size it read as a plain int."""
 
     __slots__ = ()
 
@@ -588,8 +600,9 @@ _FILLS = {'zeros': lambda args, kwargs: 0, 'ones': lambda args, kwargs: 1,
 def made_noting(name, fn, args, kwargs, depth=1, module='numpy'):
     """``fn(*args, **kwargs)`` for the array maker ``name`` of NumPy (or
     CuPy: ``module``), its argument sizes noted as passed to it
-    (:func:`note_passed`); an array made with an argument's first axis as
-    its own, noted as :class:`MadeRows`."""
+    (:func:`note_passed`); an array made with arguments' sizes, noted as
+    :class:`MadeSized` (or with the first axis of one, by CuPy, as
+    :class:`MadeRows`)."""
     recorder = _state.recorder
     before = 0 if recorder is None else len(recorder.length_uses)
     note_passed('%s.%s' % (module, name), args, kwargs, depth)
@@ -599,8 +612,12 @@ def made_noting(name, fn, args, kwargs, depth=1, module='numpy'):
     recorder.made_arrays[id(array)] = (array, frozenset(
         o for use in recorder.length_uses[before:] for o in use.origins))
     if len(recorder.length_uses) > before:
-        made = _made_rows(name, array, args, kwargs,
-                          tuple(recorder.length_uses[before:]))
+        uses = tuple(recorder.length_uses[before:])
+        sized = _made_sized(name, array, args, kwargs, uses, recorder)
+        if sized is not None:
+            recorder.note_made_sized(sized)
+        made = None if sized is not None else \
+            _made_rows(name, array, args, kwargs, uses)
     else:
         made = _made_by_a_library(name, array, args, kwargs, depth)
     if made is not None:
@@ -644,6 +661,84 @@ def _made_rows(name, array, args, kwargs, uses):
         return None
     return MadeRows(array, leaf, axis, tuple(int(n) for n in shape[1:]),
                     _FILLS[name](args, kwargs), uses)
+
+
+class MadeSized(collections.namedtuple(
+        'MadeSized', 'array sizes leaves fill uses value')):
+    """An array the forward made with NumPy of a shape holding arguments'
+    sizes it read (``numpy.ones((len(xs), B, H))``): ``sizes`` as
+    ``ops.array.BroadcastSized`` has them, of the arguments ``leaves``,
+    filled with ``fill``; the ``uses`` of those sizes its making noted;
+    the ``value`` of a node making it again from those arguments, recorded
+    where it was made. Read by an op while it holds its fill, it is that
+    value (``trace.Recorder.value_of``), and the program follows their
+    sizes."""
+
+    __slots__ = ()
+
+
+def _made_sized(name, array, args, kwargs, uses, recorder):
+    """The :class:`MadeSized` of an array made by ``name``, or ``None``."""
+    if name not in _FILLS or type(array) is not traced.MadeArray:
+        return None
+    shape = args[0] if args else kwargs.get('shape')
+    shape = (shape,) if isinstance(shape, int) else shape
+    others = [a for a in args[1:]] + [v for k, v in kwargs.items()
+                                      if k != 'shape']
+    fill = _FILLS[name](args, kwargs)
+    if contained(others) or not isinstance(fill, (int, float)):
+        return None
+    sized = argument_sizes(shape, recorder)
+    return None if sized is None else \
+        MadeSized(array, sized[0], sized[1], fill, uses, None)
+
+
+def view_sizes(made, view):
+    """The sizes (as :class:`MadeSized` has them) of ``view``, the array
+    ``made`` made or a view of it, whose elements all hold the same fill
+    as long as it does: per axis, the made array's size on the axis it
+    steps through whole, else a number where that is one; ``None`` where
+    an axis is a part of one (``w[:3]``, ``w[::-1]``)."""
+    base = made.array
+    if view.dtype != base.dtype:
+        return None
+    sizes, taken = [], set()
+    for n, stride in zip(view.shape, view.strides):
+        axis = next((a for a in range(base.ndim) if a not in taken and
+                     base.shape[a] == n and base.strides[a] == stride), None)
+        if axis is None and n != 1:
+            return None
+        if axis is None:
+            sizes.append(1)
+            continue
+        taken.add(axis)
+        sizes.append(made.sizes[axis])
+    return tuple(sizes)
+
+
+def argument_sizes(shape, recorder):
+    """For a ``shape`` the forward made of numbers and arguments' sizes it
+    read, at least one (``(len(xs), B, H)``): ``(the sizes, as
+    ops.array.BroadcastSized takes them, the leaves of the arguments
+    they are read from)``; else ``None``. ``None`` in ``shape`` stays
+    (a broadcast's own size)."""
+    if not isinstance(shape, (tuple, list)):
+        return None
+    sizes, leaves = [], []
+    for n in shape:
+        if n is None or not isinstance(n, Length):
+            sizes.append(n if n is None else int(n))
+            continue
+        if n.affine != (1, 0):
+            return None
+        (leaf, axis), = n.origins
+        if is_item_length((leaf, axis)) or \
+                leaf >= len(recorder.input_arrays):
+            return None
+        if leaf not in leaves:
+            leaves.append(leaf)
+        sizes.append((leaves.index(leaf), axis))
+    return (tuple(sizes), tuple(leaves)) if leaves else None
 
 
 def _is_array(array):

@@ -122,7 +122,7 @@ def comprehension_and_parents(code, header):
     return innermost[0], parents
 
 
-def comprehension_problem(code, header, kinds=None):
+def comprehension_problem(code, header, kinds=None, caller=None):
     """As :func:`symbolic_loop_problem`, for a comprehension in ``code``
     whose ``for`` clause is on ``header``: one ``for`` clause without
     ``if``; a counter (``range``, ``enumerate``) used only to index; no
@@ -149,15 +149,21 @@ def comprehension_problem(code, header, kinds=None):
     hidden = _hidden_state_change(inside, kinds or {})
     if hidden:
         return hidden
-    return _whole_list_use(comp, parents)
+    return _whole_list_use(comp, parents, code, caller)
 
 
-def _whole_list_use(comp, parents):
+def _whole_list_use(comp, parents, code, caller):
     """``None`` if the comprehension's list is only passed whole to a
     collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``),
     or read at constant indexes (``hs[-1]``: the graph's checks then ask
-    which steps those are, as for a list a loop appends to)."""
+    which steps those are, as for a list a loop appends to), or its length
+    read; or if it is returned (``return [...]``) to a caller (``(code,
+    line)``) that uses it so."""
     if _used_whole(comp, parents, counted=True):
+        return None
+    returned, index = _returned(comp, parents)
+    if returned and caller is not None and \
+            caller_uses_whole(caller, code, index, counted=True):
         return None
     return 'the list the comprehension makes is used item by item'
 
@@ -217,10 +223,11 @@ def _returned(node, parents):
     return False, None
 
 
-def caller_uses_whole(caller, callee, index=None):
+def caller_uses_whole(caller, callee, index=None, counted=False):
     """Does the caller (``(code, line)`` of the frame that called
     ``callee``'s function) use the list the call returns (item ``index``
-    of the tuple it returns) whole only (:func:`_used_whole`)?"""
+    of the tuple it returns) whole only (:func:`_used_whole`; ``counted``:
+    it has one item per step, and its length may be read)?"""
     code, line = caller
     found = source.function_and_offset(code)
     if found is None:
@@ -230,7 +237,8 @@ def caller_uses_whole(caller, callee, index=None):
     calls = [n for n in ast.walk(function) if isinstance(n, ast.Call) and
              n.lineno <= local <= n.end_lineno and
              _call_name(n) == callee.co_name]
-    return len(calls) == 1 and _used_whole(calls[0], parents, index)
+    return len(calls) == 1 and _used_whole(calls[0], parents, index,
+                                           counted)
 
 
 def _constant_item(node, subscript):
@@ -355,8 +363,9 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
                     _one_item_per_step(loop, inside, name):
                 continue
             returned, index = _returned(use, parents)
-            if returned and caller is not None and \
-                    caller_uses_whole(caller, code, index):
+            if returned and caller is not None and caller_uses_whole(
+                    caller, code, index,
+                    _one_item_per_step(loop, inside, name)):
                 continue
             if returned:
                 return 'the list %r is returned to a caller that uses it ' \

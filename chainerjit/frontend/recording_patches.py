@@ -455,28 +455,60 @@ def _recording_broadcast_to(broadcast_to, recorder):
     return broadcasting
 
 
+def _recording_tile(tile, recorder):
+    """``F.tile`` while recording, called by the forward's code with
+    repetitions made of arguments' sizes it read on axes of ``x`` of size
+    one (``F.tile(F.expand_dims(h, 0), (len(xs), 1, 1))``): the same values
+    and gradient as a broadcast to those sizes, recorded as one
+    (``ops.array.BroadcastSized``), which follows the length and the
+    batch; else Chainer's tile."""
+    def tiling(x, reps):
+        shape = _tiled_shape(x, reps)
+        sized = None if shape is None else \
+            _sizes_of_arguments(x, shape, recorder)
+        if sized is None:
+            return tile(x, reps)
+        return array_ops.BroadcastSized(sized[0]).apply((x,) + sized[1])[0]
+    tiling.__wrapped__ = tile
+    return tiling
+
+
+def _tiled_shape(x, reps):
+    """The shape ``F.tile(x, reps)`` gives, where ``reps`` holds a size
+    the forward read (``lengths.Length``) and repeats only axes of size
+    one (a broadcast), with ``None`` on the axes it keeps as ``x`` has
+    them; else ``None``."""
+    if not isinstance(reps, tuple) or not lengths.contained(reps):
+        return None
+    shape = traced.untag(lengths.data_of(x)).shape
+    ndim = max(len(shape), len(reps))
+    shape = (1,) * (ndim - len(shape)) + tuple(shape)
+    reps = (1,) * (ndim - len(reps)) + reps
+    if any(not isinstance(r, int) or n != 1 and r != 1
+           for n, r in zip(shape, reps)):
+        return None
+    return tuple(None if r == 1 else r for r in reps)
+
+
 def _sizes_of_arguments(x, shape, recorder):
     """For a ``shape`` the forward's code made of arguments' sizes it read
     and numbers (``(len(xs),) + h.shape``, ``(T, B, H)``) that ``x``
     broadcasts to: ``(the sizes, as ops.array.BroadcastSized takes them,
-    the argument arrays they are read from)``; else ``None``."""
-    if not isinstance(shape, (tuple, list)) or \
-            not _forward_broadcast(x, shape, recorder):
+    the argument arrays they are read from)``; else ``None``. ``None`` in
+    ``shape`` stands for ``x``'s own size on that axis."""
+    if not isinstance(shape, (tuple, list)) or not _forward_broadcast(
+            x, array_ops.sized_shape(shape, (), _aligned_shape(x, shape)),
+            recorder):
         return None
-    sizes, arrays = [], []
-    for n in shape:
-        if not isinstance(n, lengths.Length):
-            sizes.append(int(n))
-            continue
-        if n.affine != (1, 0):
-            return None
-        (leaf, axis), = n.origins
-        if lengths.is_item_length((leaf, axis)) or \
-                leaf >= len(recorder.input_arrays):
-            return None
-        sizes.append((len(arrays), axis))
-        arrays.append(recorder.input_arrays[leaf])
-    return (tuple(sizes), tuple(arrays)) if arrays else None
+    sized = lengths.argument_sizes(shape, recorder)
+    return None if sized is None else (sized[0], tuple(
+        recorder.input_arrays[leaf] for leaf in sized[1]))
+
+
+def _aligned_shape(x, shape):
+    """The shape of ``x`` with as many axes as ``shape``."""
+    own = traced.untag(lengths.data_of(x)).shape
+    return (1,) * (len(shape) - len(own)) + tuple(own)
 
 
 def _recording_numpy_broadcast_to(broadcast_to, recorder):
@@ -758,6 +790,7 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.functions, 'broadcast_to',
                    _recording_broadcast_to),
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
+    RecordingPatch(chainer.functions, 'tile', _recording_tile),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

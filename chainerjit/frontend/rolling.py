@@ -719,7 +719,7 @@ def _python_problem(run, values, rows, peel, counting):
         return 'its source cannot be read'
     comprehension = run.site.kind == 'comp'
     found = loop_analysis.comprehension_problem(
-        run.code, run.site.header, kinds) if comprehension else \
+        run.code, run.site.header, kinds, run.caller) if comprehension else \
         loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
                                             run.caller)
     if found is not None:

@@ -211,6 +211,10 @@ class _Recorder(object):
         # id(array) of the computed arrays whose shape the forward read
         self.shapes_read = set()
         self.made_rows = []  # lengths.MadeRows: arrays made with a batch
+        # id(memory owner) -> lengths.MadeSized: arrays the forward made
+        # with arguments' sizes; those a constant holds part of
+        self.made_sized = {}
+        self.made_pinned = set()
         # the nodes indexing the items F.separate gave of an argument's
         # axis, and those tuples of items (lengths.note_separated)
         self.separated_nodes = []
@@ -417,6 +421,8 @@ class _Recorder(object):
         elif isinstance(x, chainer.Parameter):
             return self.bind_param(array, x.name or 'param', ('object', x),
                                    x)
+        elif self._as_made(array) is not None:
+            return self._made_again(array, self._as_made(array))
         elif not isinstance(array, numpy.ndarray) and \
                 not self._still_filled(array):
             # CuPy arrays cannot be traced: an unknown one may have been
@@ -430,6 +436,71 @@ class _Recorder(object):
         if made is not None and made[0] is array:
             value.made_with = made[1]
         return self.bind(array, value)
+
+    def _as_made(self, array):
+        """The ``lengths.MadeSized`` that ``array`` (the array made, or a
+        view of it) is, with its own sizes, where the array made holds its
+        fill still and they follow the arguments'; else ``None``, and a
+        constant will hold it: the sizes its making read are then uses of
+        them, as they were."""
+        if not isinstance(array, numpy.ndarray):
+            return None
+        made = self.made_sized.get(id(traced.memory_owner(array)))
+        if made is None or id(made) in self.made_pinned:
+            return None
+        sizes = lengths.view_sizes(made, array)
+        if sizes is None or not (made.array == made.fill).all():
+            self.made_pinned.add(id(made))
+            self.length_uses += [use for use in made.uses if not any(
+                use is u for u in self.length_uses)]
+            return None
+        return made._replace(array=array, sizes=sizes)
+
+    def note_made_sized(self, made):
+        """Notes an array the forward made with arguments' sizes
+        (``made``, a ``lengths.MadeSized``), recording a node that makes it
+        again from those arguments, here, where a loop's iteration made
+        it: its value, if an op reads the array (:meth:`value_of`)."""
+        self.made_sized[id(traced.memory_owner(made.array))] = \
+            made._replace(value=self._full_sized(made))
+
+    def _full_sized(self, made):
+        """A node making ``made.array`` (a ``lengths.MadeSized``) from its
+        arguments at run time, whose rows follow theirs: its output."""
+        array = made.array
+        out = self.graph.add_value('temp', array.shape, array.dtype)
+        self.add_node(ir.Node(
+            'numpy.full', ops_array.full_sized(made.sizes, made.fill,
+                                               array.dtype, numpy),
+            [self.value_of(self.input_arrays[leaf]) for leaf in made.leaves],
+            [out], (('shape', self._sizes_named(made)),
+                    ('fill', made.fill)),
+            loc=made.uses[0].loc))
+        return out
+
+    def _sizes_named(self, made):
+        """``'(x.shape[0], 8)'``: the shape of ``made`` (a
+        ``lengths.MadeSized``) as it is read."""
+        return '(%s)' % ', '.join(
+            str(n) if isinstance(n, int) else '%s.shape[%d]' % (
+                self.graph.inputs[made.leaves[n[0]]].name, n[1])
+            for n in made.sizes)
+
+    def _made_again(self, array, made):
+        """The value of ``array``, made by the forward with arguments'
+        sizes, or a view of it (``made``, a ``lengths.MadeSized`` of its
+        own sizes): the node making it again. The sizes its making read
+        are then no uses of them; a write into it after this is an
+        escape, as into a constant."""
+        whole = self.made_sized[id(traced.memory_owner(array))]
+        out = whole.value if array is whole.array else \
+            self._full_sized(made)
+        self.values[id(array)] = out
+        self.alive.append(array)
+        self.constant_memory.add(id(traced.memory_owner(array)))
+        self.length_uses[:] = [use for use in self.length_uses
+                               if not any(use is u for u in made.uses)]
+        return out
 
     def _constant(self, array):
         """The data of a constant holding ``array`` (``traced.constant``),
@@ -455,6 +526,8 @@ class _Recorder(object):
         found = []
         for name, index, array in ops.array_attributes(template):
             value = self.values.get(id(array))
+            if value is None and self._as_made(array) is not None:
+                value = self._made_again(array, self._as_made(array))
             if value is not None and value.kind != 'const':
                 if array.dtype == bool and ops.node_label(
                         template) == 'GetItem':

@@ -536,9 +536,10 @@ class BroadcastSized(chainer.FunctionNode):
     """``F.broadcast_to(x, shape)`` of a shape made of arguments' sizes the
     forward read (``(len(xs),) + h.shape``), recorded with those
     arguments (``frontend.recording_patches``): ``sizes`` has, per axis,
-    a number or ``(k, axis)``, the size of that axis of the ``k``-th
-    array after ``x``. Its values and gradient are ``F.broadcast_to``'s;
-    the arrays get none."""
+    a number, ``(k, axis)``, the size of that axis of the ``k``-th array
+    after ``x``, or ``None``, ``x``'s own size (a tile's axes it does not
+    repeat). Its values and gradient are ``F.broadcast_to``'s; the arrays
+    get none."""
 
     def __init__(self, sizes):
         self.sizes = sizes
@@ -547,18 +548,21 @@ class BroadcastSized(chainer.FunctionNode):
         x = inputs[0]
         self._x_shape = x.shape
         xp = chainer.backend.get_array_module(x)
-        return xp.broadcast_to(x, sized_shape(self.sizes, inputs[1:])),
+        return xp.broadcast_to(x, sized_shape(self.sizes, inputs[1:],
+                                              x.shape)),
 
     def backward(self, indexes, grad_outputs):
         return (chainer.functions.sum_to(grad_outputs[0], self._x_shape),) \
             + (None,) * (len(self.inputs) - 1)
 
 
-def sized_shape(sizes, arrays):
+def sized_shape(sizes, arrays, x_shape=()):
     """The shape ``sizes`` (:class:`BroadcastSized`'s) gives for
-    ``arrays``."""
-    return tuple(n if isinstance(n, int) else arrays[n[0]].shape[n[1]]
-                 for n in sizes)
+    ``arrays`` and ``x``, of shape ``x_shape``."""
+    x_shape = (1,) * (len(sizes) - len(x_shape)) + tuple(x_shape)
+    return tuple(x_shape[axis] if n is None else n if isinstance(n, int)
+                 else arrays[n[0]].shape[n[1]]
+                 for axis, n in enumerate(sizes))
 
 
 @lowering(BroadcastSized)
@@ -569,29 +573,73 @@ def lower_broadcast_sized(node, ctx):
 
     @takes_axes
     def lengths(rows):
-        # The output's rows are those of an axis a size is read from, on
-        # the axes sized so; x's, where it has them, the same.
-        x, found = rows[0], None
-        for axis, n in enumerate(sizes):
-            r = None if isinstance(n, int) else rows[1 + n[0]]
-            if r is not None and r.axis == n[1]:
-                if found is not None:
-                    return None
-                found = r._replace(axis=axis)
-        if x is not None and x._replace(axis=x.axis + offset) != found:
-            return None
-        return Follow((found,))
+        return _rows_sized(sizes, rows[1:], rows[0], offset)
 
     def to_onnx(b, ins, outs):
-        dims = [b.int64s([n]) if isinstance(n, int) else b.single(
-            'Slice', b.single('Shape', ins[1 + n[0]]), b.int64s([n[1]]),
-            b.int64s([n[1] + 1])) for n in sizes]
-        b.op('Expand', [ins[0], b.single('Concat', *dims, axis=0)], outs)
+        b.op('Expand', [ins[0], _onnx_sized_shape(b, sizes, ins[1:], ins[0],
+                                                  offset)], outs)
 
     def broadcast(x, *arrays):  # (of the arrays, their shapes only)
-        return broadcast_to(x, sized_shape(sizes, arrays))
+        return broadcast_to(x, sized_shape(sizes, arrays, x.shape))
     return Kernel(broadcast, {'sizes': sizes}, grad=_broadcast_grad(ctx),
                   onnx=to_onnx, lengths=lengths)
+
+
+def full_sized(sizes, fill, dtype, xp):
+    """The kernel of ``xp.full`` of a shape made of arguments' sizes the
+    forward read (``numpy.ones((len(xs), B, H))``): ``sizes`` as
+    :class:`BroadcastSized` has them, of the arrays it reads (their
+    shapes only). Its rows follow those of the axes sizes are read
+    from."""
+    dtype = numpy.dtype(dtype)
+
+    def full(*arrays):
+        return xp.full(sized_shape(sizes, arrays), fill, dtype)
+
+    def to_onnx(b, ins, outs):
+        import onnx.helper
+        b.op('ConstantOfShape', [_onnx_sized_shape(b, sizes, ins)], outs,
+             value=onnx.helper.make_tensor(
+                 'fill', onnx.helper.np_dtype_to_tensor_dtype(dtype), [1],
+                 [fill]))
+    return Kernel(full, {'sizes': sizes, 'fill': fill}, fresh=True,
+                  onnx=to_onnx, lengths=takes_axes(
+                      lambda rows: _rows_sized(sizes, rows)))
+
+
+def _rows_sized(sizes, rows, x=None, offset=0):
+    """The output's rows of a shape ``sizes`` (:class:`BroadcastSized`'s)
+    of arrays whose rows are ``rows``: those of an axis a size is read
+    from, on the axes sized so, or ``x``'s on an axis ``sizes`` keeps as
+    its (``x`` having ``offset`` fewer axes); ``x``'s, where it has them
+    elsewhere, the same."""
+    found = set()
+    for axis, n in enumerate(sizes):
+        r = None if not isinstance(n, tuple) else rows[n[0]]
+        if r is not None and r.axis == n[1]:
+            found.add(r._replace(axis=axis))
+    if x is not None:
+        x = x._replace(axis=x.axis + offset)
+        if sizes[x.axis] is None:
+            found.add(x)
+        elif x not in found:
+            return None
+    if len(found) > 1:
+        return None
+    return Follow(tuple(found) or (None,))
+
+
+def _onnx_sized_shape(b, sizes, arrays, x=None, offset=0):
+    """The ONNX shape that ``sizes`` (:class:`BroadcastSized`'s) give for
+    ``arrays`` and ``x``: their sizes read with ``Shape``."""
+    def size(n, axis):
+        array, axis = (x, axis - offset) if n is None else \
+            (arrays[n[0]], n[1])
+        return b.single('Slice', b.single('Shape', array),
+                        b.int64s([axis]), b.int64s([axis + 1]))
+    return b.single('Concat', *[
+        b.int64s([n]) if isinstance(n, int) else size(n, axis)
+        for axis, n in enumerate(sizes)], axis=0)
 
 
 def broadcast_like_to_onnx(b, ins, outs):

@@ -1276,3 +1276,134 @@ def test_a_broadcast_in_the_loop_to_the_batch_read_serves_every_shape():
     entry = _one_entry_with_gradients(BiasBroadcastInTheLoop(),
                                       _step_calls(SHAPES))
     assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class QueryTiledToTheSteps(_Encoder):
+    """``F.tile`` of the last state over the steps, ``(len(xs), 1, 1)``:
+    the same values and gradient as a broadcast to those sizes."""
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        q = F.tile(F.expand_dims(hs[-1], 0), (len(xs), 1, 1))
+        return self.out(F.sum(F.stack(hs) * q, axis=0))
+
+
+class BiasMadeWithTheSizes(_Encoder):
+    """An array NumPy makes of the length and the batch read, used whole:
+    ``numpy.ones((len(xs), B, H))``."""
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        bias = self.xp.ones((len(xs), xs.shape[1], H), numpy.float32)
+        return self.out(F.sum(F.stack(hs) + bias, axis=0))
+
+
+class WeightsMadeOfTheLength(_Encoder):
+    """An array made of the length, read through a view of it:
+    ``numpy.full((T, H), .5)[:, None, :]``."""
+
+    def forward(self, xs):
+        T = xs.shape[0]
+        hs = self.encode(xs)
+        weights = self.xp.full((T, H), .5, numpy.float32)
+        return self.out(F.sum(F.stack(hs) * F.broadcast_to(
+            weights[:, None, :], (T, xs.shape[1], H)), axis=0))
+
+
+class AttentionMaskMade(_Encoder):
+    """A batch-first attention mask and its fill made by NumPy of the
+    sizes read, as ``F.where``'s condition and other value."""
+
+    def forward(self, xs):
+        T, batch = len(xs), xs.shape[1]
+        enc = F.stack(self.encode(xs), axis=1)  # (B, T, H)
+        scores = F.sum(enc, axis=2)
+        keep = self.xp.ones((batch, T), dtype=bool)
+        scores = F.where(keep, scores, self.xp.full((batch, T), -1e9,
+                                                    numpy.float32))
+        weights = F.broadcast_to(F.softmax(scores)[:, :, None],
+                                 (batch, T, H))
+        return self.out(F.sum(enc * weights, axis=1))
+
+
+@pytest.mark.parametrize('cls', [QueryTiledToTheSteps, BiasMadeWithTheSizes,
+                                 WeightsMadeOfTheLength, AttentionMaskMade])
+def test_arrays_made_or_tiled_to_sizes_read_serve_every_length_and_batch(
+        cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+    assert str(entry.signature).startswith('xs: f32[T,B,6]'), \
+        entry.signature
+
+
+class MadeThenWritten(_Encoder):
+    """An array made of the length, then written in Python: a constant of
+    the recorded values, so the length stays in the key."""
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        weights = self.xp.ones((len(xs), 1, 1), numpy.float32)
+        weights[0] = 2
+        return self.out(F.sum(F.stack(hs) * weights, axis=0))
+
+
+class MadeThenCut(_Encoder):
+    """An array made of the length, read through a part of it: a constant
+    of the recorded size, so the length stays in the key."""
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        weights = self.xp.ones((len(xs), 1, 1), numpy.float32)
+        return self.out(F.sum(F.stack(hs)[1:] * weights[1:], axis=0))
+
+
+@pytest.mark.parametrize('cls', [MadeThenWritten, MadeThenCut])
+def test_an_array_made_of_the_length_and_changed_keeps_it(cls):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            cls(), _step_calls([(5, 4), (9, 4), (5, 4), (9, 4)]),
+            rtol=1e-4, atol=1e-5)
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.LoopWarning)]
+    assert any('passed to numpy.ones' in m for m in messages), messages
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
+class StepsOfAHelperStacked(_Encoder):
+    """The stacked steps a helper returned, their shape read:
+    ``enc = F.stack(self.encode(xs))``, ``F.broadcast_to(q, enc.shape)``."""
+
+    def forward(self, xs):
+        enc = F.stack(self.encode(xs))
+        q = F.broadcast_to(enc[-1], enc.shape)
+        return self.out(F.sum(enc * q, axis=0))
+
+
+class StepsOfAHelperCounted(_Encoder):
+    """The length and Python's sum of the list a helper's loop filled."""
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        return self.out(sum(hs) / len(hs))
+
+
+class ComprehensionOfAHelper(_Steps):
+    """A helper returns a comprehension's list; the caller stacks it, reads
+    the stack's sizes and the list's length."""
+
+    def encode(self, xs):
+        return [F.tanh(self.x2h(x)[:, :H]) for x in xs]
+
+    def forward(self, xs):
+        hs = self.encode(xs)
+        enc = F.stack(hs, axis=1)  # (B, T, H)
+        weights = self.xp.ones(enc.shape[:2], numpy.float32)
+        return self.out(F.sum(enc * F.broadcast_to(
+            weights[:, :, None], enc.shape), axis=1) / len(hs))
+
+
+@pytest.mark.parametrize('cls', [StepsOfAHelperStacked, StepsOfAHelperCounted,
+                                 ComprehensionOfAHelper])
+def test_a_list_a_helper_fills_serves_every_length_and_batch(cls):
+    _one_entry_with_gradients(cls(), _step_calls(SHAPES))

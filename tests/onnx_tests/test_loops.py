@@ -164,7 +164,8 @@ def test_a_greedy_decoder_is_exported_with_its_exit(rng, cls, extra):
     'ShapeUnpacked', 'Bidirectional', 'CounterLoop', 'StateMadeInTheLoop',
     'CounterWeighted', 'StepsFlattenedByBatch', 'ReversedSlice', 'Flipped',
     'BidirectionalSteps', 'ContextOverSteps', 'MeanOfComprehension',
-    'QueryBroadcastToTheSteps'])
+    'QueryBroadcastToTheSteps', 'QueryTiledToTheSteps', 'BiasMadeWithTheSizes',
+    'AttentionMaskMade'])
 def test_loops_over_an_argument_axis_export_with_a_dynamic_length(
         rng, name):
     # The forms tied to the call by what their bodies index, whatever

@@ -636,8 +636,8 @@ def test_a_state_made_from_the_batch_serves_every_batch_size():
     calls = [_sequences(rng, *shape) for shape in SHAPES]
     jitted = _checked_without_recompiling(calls, _model(_StateFromTheShape))
     entry, = jitted.cache_entries()
-    assert 'f32[B,8] = numpy.full[fill=0](x)' in str(entry.graph), \
-        entry.graph
+    assert 'f32[B,8] = numpy.full[fill=0, shape=(x.shape[0], 8)](x)' in \
+        str(entry.graph), entry.graph
 
 
 def test_a_state_changed_in_place_keeps_the_batch_size(fresh_warnings):
