@@ -392,7 +392,11 @@ SAME_AXES = frozenset([
     'PowVarVar', 'Exp', 'Log', 'Sqrt', 'Square', 'Clip', 'Sin', 'Cos',
     'Maximum', 'Minimum', 'Cast', 'Copy', 'Identity', 'BatchNormalization',
     'FixedBatchNormalization', 'LayerNormalization', 'LSTM', 'Flip',
-    'FlipLR', 'FlipUD'])
+    'FlipLR', 'FlipUD', 'LinearInterpolate', 'Where', 'Expm1', 'Log1p',
+    'Log2', 'Log10', 'Tan', 'Arcsin', 'Arccos', 'Arctan', 'Arctan2', 'Sinh',
+    'Cosh', 'Erf', 'Erfc', 'Fmod', 'NormalizeL2',
+    'LocalResponseNormalization', 'PReLUFunction', 'RReLU', 'Swish',
+    'Zoneout'])
 
 
 def note_computed(recorder, name, in_arrays, out_arrays):

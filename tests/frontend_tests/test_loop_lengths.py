@@ -1403,7 +1403,24 @@ class ComprehensionOfAHelper(_Steps):
             weights[:, :, None], enc.shape), axis=1) / len(hs))
 
 
+class GRUStepsWeighted(_Steps):
+    """``L.StatelessGRU`` steps stacked batch-first, weighted by an array
+    made of the stack's sizes: the GRU's outputs keep the batch's axis
+    (``LinearInterpolate`` among the functions that keep axes)."""
+
+    def forward(self, xs):
+        h = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            h = self.gru(h, x)
+            hs.append(h)
+        enc = F.stack(hs, axis=1)  # (B, T, H)
+        weights = self.xp.full(enc.shape[:2], .5, numpy.float32)
+        return self.out(F.sum(enc * F.broadcast_to(
+            weights[:, :, None], enc.shape), axis=1))
+
+
 @pytest.mark.parametrize('cls', [StepsOfAHelperStacked, StepsOfAHelperCounted,
-                                 ComprehensionOfAHelper])
+                                 ComprehensionOfAHelper, GRUStepsWeighted])
 def test_a_list_a_helper_fills_serves_every_length_and_batch(cls):
     _one_entry_with_gradients(cls(), _step_calls(SHAPES))
