@@ -34,6 +34,7 @@ import numpy
 from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit.ops import array as array_ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import scalars
@@ -419,6 +420,9 @@ def note_computed(recorder, name, in_arrays, out_arrays):
         found = [((origins[0] or (None,))[0], None)]
     elif name in SAME_AXES:
         found = [_same_axes(a.shape, in_arrays, origins) for a in out_arrays]
+    elif name in ('Squeeze', 'ExpandDims', 'Reshape'):
+        found = [_past_unit_axes(in_arrays[0].shape, out_arrays[0].shape,
+                                 origins[0])]
     else:
         return
     first = next(o[0] for o in origins if o)  # a shifted input's
@@ -429,6 +433,20 @@ def note_computed(recorder, name, in_arrays, out_arrays):
             recorder.length_leaves[id(array)] = kept
             if shift and kept[0] == first:
                 recorder.length_shifts[id(array)] = shift
+
+
+def _past_unit_axes(in_shape, shape, origins):
+    """The origins of the axes of a reshape of ``in_shape`` to ``shape``
+    that only adds and removes axes of size one (``F.squeeze(x, 0)``):
+    the other axes keep theirs."""
+    unit = array_ops.unit_axes_of_reshape(in_shape, shape)
+    if unit is None:
+        return ()
+    added, removed = unit
+    kept = [o for k, o in enumerate(origins) if k not in removed]
+    for axis in added:
+        kept.insert(axis, None)
+    return tuple(kept)
 
 
 def _same_axes(shape, in_arrays, origins):

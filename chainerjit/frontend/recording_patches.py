@@ -375,6 +375,9 @@ def _recording_split(split, recorder):
     def split_axis(x, indices_or_sections, axis, force_tuple=True):
         found = recorder.offsets.get(id(indices_or_sections)) \
             if _state.recorder is recorder and not recorder.depth else None
+        at = _into_its_rows(x, indices_or_sections, axis, recorder)
+        if at is not None and force_tuple:
+            return _items_one_by_one(x, at, (None,), recorder)
         if found is None or found[0] is not indices_or_sections or \
                 axis != 0 or not force_tuple:
             return split(x, indices_or_sections, axis, force_tuple)
@@ -387,6 +390,46 @@ def _recording_split(split, recorder):
         return joining.segments(split(x, found[2], axis), x, lengths)
     split_axis.__wrapped__ = split
     return split_axis
+
+
+def _into_its_rows(x, sections, axis, recorder):
+    """``F.split_axis(x, sections, axis)`` called by the forward's code
+    with ``sections`` the size it read of that axis, an argument's
+    (``F.split_axis(xs, len(xs), axis=0)``: its rows one by one): the
+    axis, else ``None``."""
+    if _state.recorder is not recorder or recorder.depth or \
+            type(axis) is not int or not isinstance(
+                sections, lengths.Length) or \
+            lengths.forward_line(2) is None:
+        return None
+    at = axis + x.ndim if axis < 0 else axis
+    origin = lengths.origin_of(x, at) if 0 <= at < x.ndim else None
+    if origin is None or sections.affine != (1, 0) or \
+            sections.origins != frozenset([origin]):
+        return None
+    return at
+
+
+def _items_one_by_one(x, at, kept, recorder):
+    """The items of ``x`` along its axis ``at``, an argument's, taken one
+    by one (``F.get_item``, the same values and gradients as Chainer's
+    ``F.separate``, or with ``kept`` ``(None,)``, ``F.split_axis``'s
+    rows), each indexing moved to where its item is read (``rolling``),
+    so that a loop over them rolls as one over the argument does, and
+    ``len()`` of them is that axis's size."""
+    array = lengths.data_of(x)
+    first = len(recorder.graph.nodes)
+    items = tuple(chainer.functions.get_item(
+        x, (slice(None),) * at + (k,) + kept)
+        for k in range(traced.untag(array).shape[at]))
+    recorder.separated_nodes.extend(recorder.graph.nodes[first:])
+    lengths.note_separated(recorder, array, at, items)
+    if items:  # (for a loop over them in its header: after them)
+        last = len(recorder.graph.nodes) - 1
+        recorder.first_items.append((
+            last, lengths.origin_of(x, at), recorder.graph.nodes[last].loc,
+            0, last + 1))
+    return items
 
 
 def _recording_separate(separate, recorder):
@@ -403,18 +446,7 @@ def _recording_separate(separate, recorder):
         at = axis + x.ndim if axis < 0 else axis
         if not 0 <= at < x.ndim or lengths.origin_of(x, at) is None:
             return separate(x, axis)
-        array = lengths.data_of(x)
-        first = len(recorder.graph.nodes)
-        items = tuple(chainer.functions.get_item(x, (slice(None),) * at + (k,))
-                      for k in range(traced.untag(array).shape[at]))
-        recorder.separated_nodes.extend(recorder.graph.nodes[first:])
-        lengths.note_separated(recorder, array, at, items)
-        if items:  # (for a loop over them in its header: after them)
-            last = len(recorder.graph.nodes) - 1
-            recorder.first_items.append((
-                last, lengths.origin_of(x, at), recorder.graph.nodes[last].loc,
-                0, last + 1))
-        return items
+        return _items_one_by_one(x, at, (), recorder)
     separating.__wrapped__ = separate
     return separating
 

@@ -966,12 +966,13 @@ def _body_sources(loop):
 
 
 def _counter_axes(node):
-    """The axes an ``IndexAt`` takes from the counter, or ``None`` when
-    its index has ``None`` or ``...`` (axes are not positions then)."""
+    """The axes an ``IndexAt`` takes from the counter (where its index has
+    ``None``, a new axis, its positions less the new axes before them), or
+    ``None`` when its index has ``...``."""
     index, positions = node.index
-    if any(i is None or i is Ellipsis for i in index):
+    if any(i is Ellipsis for i in index):
         return None
-    return set(positions)
+    return set(p - sum(i is None for i in index[:p]) for p in positions)
 
 
 def _read_by_counter_only(loop, value, axes):
@@ -1021,16 +1022,25 @@ def _index_need(index, axes):
     """The smallest length for which ``index`` reads the same element at
     ``axes``; ``None`` for an index other than constant integers there
     (:data:`trip_counts.CONSTANT_INDEXES`)."""
-    if index is None or any(i is None or i is Ellipsis for i in index):
+    if index is None or any(i is Ellipsis for i in index):
         return None
     need = 1
     for axis in axes:
-        if axis >= len(index) or type(index[axis]) is not int or \
-                index[axis] not in trip_counts.CONSTANT_INDEXES:
+        at = _position_of_axis(index, axis)
+        if at is None or type(index[at]) is not int or \
+                index[at] not in trip_counts.CONSTANT_INDEXES:
             return None
-        k = index[axis]
+        k = index[at]
         need = max(need, k + 1 if k >= 0 else -k)
     return need
+
+
+def _position_of_axis(index, axis):
+    """The position in ``index`` (with no ``...``) of the entry that
+    indexes the input's ``axis``, past the new axes (``None``); ``None``
+    where it has no such entry."""
+    positions = [p for p, i in enumerate(index) if i is not None]
+    return positions[axis] if axis < len(positions) else None
 
 
 def _read_from_end(node, axes, templates, length):
@@ -1043,9 +1053,11 @@ def _read_from_end(node, axes, templates, length):
         return None, None
     index = list(index)
     for axis in axes:
-        if axis < len(index) and type(index[axis]) is int and \
-                0 <= index[axis] and 1 <= length - index[axis] <= 2:
-            index[axis] -= length
+        at = None if any(i is Ellipsis for i in index) else \
+            _position_of_axis(index, axis)
+        if at is not None and type(index[at]) is int and \
+                0 <= index[at] and 1 <= length - index[at] <= 2:
+            index[at] -= length
     need = _index_need(tuple(index), axes)
     return (None, None) if need is None else (need, tuple(index))
 

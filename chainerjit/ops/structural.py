@@ -339,28 +339,31 @@ def counted_number(start, step):
 
 def _index_to_onnx(slices, counters):
     """``x[..., i, ...]`` as ONNX ``Gather`` nodes: one per integer index
-    (the counter's computed from the Loop's iteration number)."""
+    (the counter's computed from the Loop's iteration number), and an
+    ``Unsqueeze`` per new axis (``None``)."""
     starts = dict((c[0], c[1:]) for c in counters)
 
     def convert(b, ins, outs):
-        x, axis = ins[0], 0
-        gathers = [j for j, s in enumerate(slices) if type(s) is int]
+        steps, axis = [], 0
         for j, item in enumerate(slices):
             if type(item) is int:
-                if j in starts:
-                    position = _counter_position(b, ins[1], *starts[j])
-                else:
-                    position = b.int64s(item)
-                last = j == gathers[-1]
-                x = b.op('Gather', [x, position],
-                         outs if last else None, axis=axis)[0]
+                position = _counter_position(b, ins[1], *starts[j]) \
+                    if j in starts else b.int64s(item)
+                steps.append(('Gather', position, {'axis': axis}))
+            elif item is None:
+                steps.append(('Unsqueeze', b.int64s([axis]), {}))
+                axis += 1
             elif item == slice(None):
                 axis += 1
             else:
                 raise errors.ExportError(
                     'indexing with %r in a loop cannot be exported' % (
                         item,))
-        if not gathers:
+        x = ins[0]
+        for k, (op, argument, attrs) in enumerate(steps):
+            x = b.op(op, [x, argument],
+                     outs if k == len(steps) - 1 else None, **attrs)[0]
+        if not steps:
             b.op('Identity', [x], outs)
     return convert
 

@@ -1424,3 +1424,54 @@ class GRUStepsWeighted(_Steps):
                                  ComprehensionOfAHelper, GRUStepsWeighted])
 def test_a_list_a_helper_fills_serves_every_length_and_batch(cls):
     _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+
+
+class SplitIntoSteps(_Steps):
+    """A loop over ``F.split_axis(xs, len(xs), axis=0)``, each step's
+    leading axis of one squeezed, the first state made in the first
+    step."""
+
+    def forward(self, xs):
+        h = c = None
+        for x in F.split_axis(xs, len(xs), axis=0):
+            x = F.squeeze(x, 0)
+            if h is None:
+                h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class SplitIntoStepsBatchFirst(_Steps):
+    def forward(self, xs):
+        xs = F.transpose(xs, (1, 0, 2))  # (B, T, I)
+        batch, T, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for x in F.split_axis(xs, T, axis=1):
+            h, c = self.step(F.reshape(x, (batch, I)), h, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [SplitIntoSteps, SplitIntoStepsBatchFirst])
+def test_a_loop_over_the_steps_split_apart_serves_every_length_and_batch(
+        cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class SplitIntoFive(_Steps):
+    """Five parts, whatever the length: the length stays in the key."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in F.split_axis(xs, 5, axis=0):
+            h, c = self.step(F.sum(x, axis=0), h, c)
+        return self.out(h)
+
+
+def test_a_split_into_a_number_of_parts_keeps_the_length():
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            SplitIntoFive(), _step_calls([(5, 4), (10, 4), (5, 4), (10, 4)]),
+            rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
