@@ -257,7 +257,8 @@ def read_shape(array, shape, depth=1):
     loc = None if recorder is None else forward_line(depth)
     if loc is None:
         return shape
-    origins = recorder.length_leaves.get(id(array))
+    origins = recorder.length_leaves.get(id(array)) or \
+        _made_origins(recorder, array)
     if origins is None and id(array) in recorder.joined_rows:
         return (_joined_rows(recorder, recorder.joined_rows[id(array)]),) + \
             tuple(shape[1:])
@@ -273,6 +274,17 @@ def read_shape(array, shape, depth=1):
         n, frozenset([origin]), recorder.length_uses,
         (1, shift if axis == 0 else 0), not shift or axis > 0)
         for axis, (origin, n) in enumerate(zip(origins, shape))), array)
+
+
+def _made_origins(recorder, array):
+    """The arguments' axes whose sizes the forward made ``array`` of
+    (``lengths.MadeSized``), where it is the array made; else ``None``."""
+    made = recorder.made_sized.get(id(traced.memory_owner(array))) \
+        if isinstance(array, numpy.ndarray) else None
+    if made is None or made.array is not array:
+        return None
+    return tuple(None if not isinstance(n, tuple) else
+                 (made.leaves[n[0]], n[1]) for n in made.sizes)
 
 
 def _noted_shape(recorder, shape, array):

@@ -341,7 +341,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
             target = _target_name(loop.target, counter)
             if use in inside and use is not target:
                 if not _index_use(use, parents) and \
-                        not _number_use(use, parents):
+                        not _number_use(use, parents) and \
+                        not _compared(use, parents):
                     return 'the loop variable %r is used in Python' % (
                         counter)
             elif use not in inside and use not in set(ast.walk(loop)):
@@ -577,6 +578,20 @@ def _number_use(name, parents):
         return False
     other = parent.right if parent.left is node else parent.left
     return not isinstance(other, ast.Constant)
+
+
+def _compared(name, parents):
+    """``t == 0``, ``lengths > t``, ``t + 1 < n``: the name (in a sum,
+    difference or product with int constants) compared once. Where the
+    test's outcome changes between steps, the recorded steps differ (the
+    first, when it is ``t == 0``, is recorded before the loop), and a
+    NumPy comparison's int follows the counter (``rolling``)."""
+    if not isinstance(name.ctx, ast.Load):
+        return False
+    node, parent = name, parents.get(name)
+    while _int_arithmetic(parent, node):
+        node, parent = parent, parents.get(parent)
+    return isinstance(parent, ast.Compare) and len(parent.ops) == 1
 
 
 def _int_arithmetic(parent, node):

@@ -803,6 +803,7 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.TracedArray, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),
+    RecordingPatch(traced.MadeArray, 'shape', _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, '__getitem__',
                    _recording_item_index),
     RecordingPatch(builtins, 'len', _symbolic_len),

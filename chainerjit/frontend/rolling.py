@@ -34,9 +34,12 @@ import numpy
 from chainerjit import ir
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
+from chainerjit.frontend import traced
 from chainerjit.ir import regions
 from chainerjit.ir.fingerprints import Fingerprints
 from chainerjit.ir.fingerprints import index_of
+from chainerjit.ir.fingerprints import is_ufunc_call
+from chainerjit.ir.fingerprints import ufunc_ints
 from chainerjit import ops
 from chainerjit.ops import math as ops_math
 from chainerjit.ops import structural
@@ -154,6 +157,8 @@ class _Plan(object):
         self.sources = {}  # (p, q) input slot -> classification
         self.counters = {}  # p -> [(index position, start, step)]
         self.numbers = {}  # p -> (start, step) of a counted constant
+        # p -> [(argument position, start, step)] of a NumPy ufunc's ints
+        self.ints = {}
         self.unpacks = []
         self.partial = []  # the iteration an exit cut short
         self.exits = {}  # p -> the raw guard value that leaves
@@ -220,7 +225,34 @@ def _plan(chunks, peel, run, fingerprints):
                 return None
             if number is not None:
                 plan.numbers[p] = number
+        if _is_ufunc_call(fingerprints.templates.get(node)):
+            ints = _counted_ints(
+                [fingerprints.templates[chunk[p]]
+                 for chunk in iterations + [partial] if p < len(chunk)])
+            if ints is None:
+                return None
+            if ints:
+                plan.ints[p] = ints
     return plan
+
+
+def _is_ufunc_call(template):
+    return type(template) is tuple and template[0] == 'numpy' and \
+        is_ufunc_call(template)
+
+
+def _counted_ints(templates):
+    """For a NumPy ufunc's call, one per iteration: ``[(argument position,
+    start, step)]`` of its int arguments that follow the counter
+    (``lengths > t``); ``None`` where one changes otherwise."""
+    found = []
+    for column in zip(*[ufunc_ints(t) for t in templates]):
+        step = _int_step([n for _, n in column])
+        if step is None:
+            return None
+        if step:
+            found.append((column[0][0], column[0][1], step))
+    return found
 
 
 def _uncounted_constant(iterations, fingerprints):
@@ -228,9 +260,12 @@ def _uncounted_constant(iterations, fingerprints):
     otherwise than a counted one (:func:`_counted_constant`), or
     ``None``."""
     for p, node in enumerate(iterations[0]):
-        if type(fingerprints.templates.get(node)) in fingerprints.counted \
-                and _counted_constant([fingerprints.templates[chunk[p]]
-                                       for chunk in iterations]) is False:
+        templates = [fingerprints.templates.get(chunk[p])
+                     for chunk in iterations]
+        if type(templates[0]) in fingerprints.counted and \
+                _counted_constant(templates) is False or \
+                _is_ufunc_call(templates[0]) and \
+                _counted_ints(templates) is None:
             return node
     return None
 
@@ -455,6 +490,10 @@ def _body(plan, carried, invariants, recording):
         elif p in plan.numbers:
             body.add_node(_counted(node, inputs, counter, plan.numbers[p],
                                    recording.templates[node]))
+        elif p in plan.ints:
+            for extra in _counted_ufunc(node, inputs, counter, plan.ints[p],
+                                        recording.templates[node]):
+                body.add_node(extra)
         elif p in plan.exits:
             node = _exit(node, inputs[0], plan.exits[p], p == len(first) - 1)
         else:
@@ -480,6 +519,26 @@ def _counted(node, inputs, counter, number, template):
     kernel = structural.counted_number(start, step)
     return ir.Node('CountedNumber', kernel, [counter], [value],
                    kernel.attrs, loc=node.loc)
+
+
+def _counted_ufunc(node, inputs, counter, ints, template):
+    """Makes ``node``, a NumPy ufunc's call given ints that the iterations
+    gave as ``start + step * i`` (``ints``: ``(argument position, start,
+    step)`` each), take them as inputs computed from the counter; returns
+    the nodes computing them."""
+    made = []
+    for position, start, step in ints:
+        value = ir.Value('temp', (), numpy.int64)
+        kernel = structural.counted_int(start, step)
+        made.append(ir.Node('CountedInt', kernel, [counter], [value],
+                            kernel.attrs, loc=node.loc))
+    fn, onnx, node.inputs = traced.ufunc_taking_ints(
+        template, node.op, inputs, [(k, n.outputs[0]) for (k, _, _), n in
+                                    zip(ints, made)])
+    node.kernel = node.kernel._replace(fn=fn, onnx=onnx)
+    node.attrs = node.attrs + tuple(
+        ('arg%d' % k, '%d%+d*i' % (start, step)) for k, start, step in ints)
+    return made
 
 
 def _body_input(source, carried, invariants, first):

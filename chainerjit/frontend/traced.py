@@ -718,6 +718,41 @@ def _fill(template, arrays):
     return template
 
 
+def ufunc_taking_ints(template, label, inputs, ints):
+    """A recorded NumPy ufunc's call (``template``, ``label``, reading
+    ``inputs``) given instead the 0-d int arrays ``ints`` (``(argument
+    position, value)`` each) as its int arguments at those positions, as
+    Python ints: ``(kernel function, ONNX converter or None, its
+    inputs)``."""
+    _, fn, (args, kwargs) = template
+    at = dict(ints)
+    args = tuple(_IntSlot if k in at else a for k, a in enumerate(args))
+    recorded = iter(inputs)
+    taken = [at[k] if k in at else next(recorded)
+             for k, a in enumerate(args) if a is _Slot or a is _IntSlot]
+    taken += list(recorded)  # (those of the keyword arguments)
+    template = (args, kwargs)
+
+    def run(*arrays):
+        args, kwargs = _fill(template, iter(arrays))
+        return fn(*args, **kwargs)
+    convert = _numpy_to_onnx(fn, template, label)
+    return run, convert and _ints_cast(convert, [
+        n for n, v in enumerate(taken) if v in at.values()]), taken
+
+
+def _ints_cast(convert, positions):
+    """``convert``, an ONNX converter, given its inputs at ``positions``
+    (int64 counts) cast to the first other input's type."""
+    def cast(b, ins, outs):
+        dtype = next(d for n, d in enumerate(b.in_dtypes)
+                     if n not in positions)
+        ins = [b.cast(x, b.in_dtypes[n], dtype) if n in positions else x
+               for n, x in enumerate(ins)]
+        return convert(b, ins, outs)
+    return cast
+
+
 def numpy_kernel(fn, args, kwargs):
     """A kernel calling ``fn(*args, **kwargs)`` with new arrays in place of
     the recorded ones. Returns ``(kernel function, recorded arrays)``."""

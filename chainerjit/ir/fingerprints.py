@@ -49,7 +49,8 @@ class Fingerprints(object):
     attributes, every setting the FunctionNode holds, and the types of
     inputs and outputs. Integers in ``F.get_item``'s index are left out
     (``xs[t]``), and the int constants of the FunctionNode classes
-    ``counted`` (``h * (t + 1)``); the loop rolling checks them."""
+    ``counted`` (``h * (t + 1)``) and of NumPy's ufuncs (``lengths >
+    t``); the loop rolling checks them."""
 
     def __init__(self, templates, counted=()):
         self.templates = templates
@@ -84,8 +85,9 @@ class Fingerprints(object):
             return ('Guard', template[1], template[2] if exact else None)
         elif type(template) is tuple:  # NumPy called outside Chainer
             index = index_of(template)
-            state = (template[1], _value_key(template[2]) if index is None
-                     else _value_key(index, not exact))
+            state = (template[1], _value_key(
+                template[2], not exact and is_ufunc_call(template))
+                if index is None else _value_key(index, not exact))
         else:
             holder = state_holder(template)
             inputs = set(name for name, _ in node.input_attrs)
@@ -144,6 +146,20 @@ def _flow_signature(graph):
         for q, value in enumerate(node.outputs):
             where[value] = (p, q)
     return tuple(flow), tuple(where.get(v, ('?',)) for v in graph.outputs)
+
+
+def is_ufunc_call(template):
+    """Is ``template`` that of a NumPy ufunc called outside Chainer
+    (``lengths > t``), whose int arguments the loop rolling checks?"""
+    fn = template[1]
+    return isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
+        fn.__name__ == '__call__'
+
+
+def ufunc_ints(template):
+    """``[(position, int)]``: the Python ints among the arguments of a
+    NumPy ufunc's call (:func:`is_ufunc_call`)."""
+    return [(k, a) for k, a in enumerate(template[2][0]) if type(a) is int]
 
 
 def index_of(template):

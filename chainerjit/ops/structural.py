@@ -337,6 +337,18 @@ def counted_number(start, step):
     return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
 
 
+def counted_int(start, step):
+    """The int ``start + step * i`` of the loop counter ``i``, a 0-d int64
+    array: an int argument of a NumPy call that the recorded iterations
+    gave as a multiple of their count (``lengths > t``)."""
+    def run(i):
+        return numpy.asarray(start + step * int(i), numpy.int64)
+
+    def to_onnx(b, ins, outs):
+        b.op('Identity', [_counter_position(b, ins[0], start, step)], outs)
+    return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
+
+
 def _index_to_onnx(slices, counters):
     """``x[..., i, ...]`` as ONNX ``Gather`` nodes: one per integer index
     (the counter's computed from the Loop's iteration number), and an

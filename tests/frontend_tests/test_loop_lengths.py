@@ -1475,3 +1475,72 @@ def test_a_split_into_a_number_of_parts_keeps_the_length():
             SplitIntoFive(), _step_calls([(5, 4), (10, 4), (5, 4), (10, 4)]),
             rtol=1e-4, atol=1e-5)
     assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
+class MaskedByLengths(_Steps):
+    """A padded batch masked by its sequences' lengths compared with the
+    counter in NumPy (``lengths > t``), a comparison whose int follows
+    the counter."""
+
+    def forward(self, xs, lengths):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(len(xs)):
+            h_new, c_new = self.step(xs[t], h, c)
+            keep = self.xp.broadcast_to((lengths > t)[:, None], h.shape)
+            h = F.where(keep, h_new, h)
+            c = F.where(keep, c_new, c)
+        return self.out(h)
+
+
+def _length_calls(shapes, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.standard_normal((n, b, I)).astype('f'),
+             rng.randint(1, n + 1, b).astype(numpy.int32))
+            for n, b in shapes]
+
+
+def test_a_mask_of_lengths_against_the_counter_serves_every_shape():
+    entry = _one_entry_with_gradients(MaskedByLengths(),
+                                      _length_calls(SHAPES))
+    assert 'CountedInt' in str(entry.graph), entry.graph
+
+
+class FirstStepByTheCounter(_Steps):
+    """The first step told apart by the counter (``if t == 0:``): it is
+    recorded before the loop, which rolls the others."""
+
+    def forward(self, xs):
+        for t in range(len(xs)):
+            if t == 0:
+                h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+            h, c = self.step(xs[t], h, c)
+        return self.out(h)
+
+
+def test_a_first_step_told_apart_by_the_counter_serves_every_shape():
+    entry = _one_entry_with_gradients(FirstStepByTheCounter(),
+                                      _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class CounterComparedWithANumber(_Steps):
+    """Steps told apart by the counter compared with a number other than
+    the first step's: each length keeps its entry, with eager's
+    values."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(len(xs)):
+            x = xs[t] if t < 4 else 2 * xs[t]
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+def test_steps_told_apart_by_a_comparison_keep_eagers_results():
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            CounterComparedWithANumber(),
+            _step_calls([(5, 4), (9, 4), (5, 4), (9, 4)]), rtol=1e-4,
+            atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()

@@ -203,3 +203,12 @@ def test_a_mask_numpy_broadcasts_exports_with_a_dynamic_length():
         rtol=1e-4, atol=1e-5)
     dims = exported.graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param == 'T'
+
+
+def test_a_mask_of_lengths_against_the_counter_exports_with_a_length():
+    from tests.frontend_tests import test_loop_lengths as forms
+    exported = testing.assert_onnx_matches_eager(
+        forms.MaskedByLengths().forward,
+        forms._length_calls([(5, 4), (9, 4), (2, 4)]), rtol=1e-4, atol=1e-5)
+    dims = exported.graph.input[0].type.tensor_type.shape.dim
+    assert dims[0].dim_param == 'T'
