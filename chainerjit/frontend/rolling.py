@@ -370,8 +370,8 @@ def _same_constants(values):
 
 
 def _index_ints(template):
-    return [(j, s) for j, s in enumerate(index_of(template))
-            if type(s) is int]
+    return [(j, int.__int__(s)) for j, s in enumerate(index_of(template))
+            if isinstance(s, int) and type(s) is not bool]
 
 
 def _counter_indexes(templates):
@@ -827,17 +827,20 @@ def _python_state_changed(run, snapshots, values, counters=()):
 
 
 def _while_counters(run, snapshots):
-    """The names a ``while`` loop counts with (``t += 1`` each pass): ints
-    one more at each pass through its header, as a ``for`` loop's
-    target."""
+    """The names a ``while`` loop counts with (``t += 1`` or ``t -= 1``
+    each pass): ints one more, or one less, at each pass through its
+    header, as a ``for`` loop's target."""
     if run.site.kind != 'while' or len(snapshots) < 2:
         return frozenset()
     found = set()
     for name, summary in snapshots[0].items():
         passes = [s.get(name) for s in snapshots]
-        if all(p is not None and p[:2] == ('scalar', int) for p in passes) \
-                and [int(p[2]) for p in passes] == list(range(
-                    int(passes[0][2]), int(passes[0][2]) + len(passes))):
+        if not all(p is not None and p[0] == 'scalar' and
+                   issubclass(p[1], int) and p[1] is not bool
+                   for p in passes):
+            continue
+        counts = [int(p[2]) for p in passes]
+        if _int_step(counts) in (1, -1):
             found.add(name)
     return found
 

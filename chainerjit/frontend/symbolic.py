@@ -306,13 +306,23 @@ def _trip_sources(graph, rolled, reads, value_origins):
 
 def _besides_own_tests(uses, rolled, sources):
     """``uses`` but a ``while`` loop's own test of its length (``while t <
-    xs.shape[0]:``): with its counter (``rolling._while_counters``), that
-    test is the trip count."""
-    tests = set((run.code.co_filename, run.site.header)
-                for loop, run in rolled.items()
-                if loop in sources and run.site.kind == 'while' and
-                run.code is not None)
-    return [u for u in uses if not (u.what == 'compared' and u.loc in tests)]
+    xs.shape[0]:``, or ``t >= 0`` of a counter from ``len(xs) - 1``): with
+    its counter (``rolling._while_counters``), that test is the trip
+    count; and the counter's indexing in its body (``xs[t]`` of ``t`` made
+    of the length), which the rolling reads from the loop's counter."""
+    runs = [run for loop, run in rolled.items()
+            if loop in sources and run.site.kind == 'while' and
+            run.code is not None]
+    tests = set((run.code.co_filename, run.site.header) for run in runs)
+    bodies = set((run.code.co_filename, line) for run in runs
+                 for line in range(run.site.header + 1, run.site.last + 1))
+    return [u for u in uses if not (
+        u.what == 'compared' and u.loc in tests or
+        u.what in _INDEXING and u.loc in bodies)]
+
+
+#: How a size used as an index is noted (``lengths.Use.what``).
+_INDEXING = frozenset(['passed to ndarray.__getitem__', 'passed to GetItem'])
 
 
 #: How many iterations fewer than its iterable's items a loop whose

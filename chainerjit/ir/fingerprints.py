@@ -107,8 +107,8 @@ def _value_key(value, mask_ints=False):
     """A comparable key of a setting: scalars by value, containers by
     contents, small arrays by contents, other objects by identity."""
     kind = type(value)
-    if mask_ints and kind is int:
-        return '#'
+    if mask_ints and isinstance(value, int) and kind is not bool:
+        return '#'  # (also an argument's size: ``xs[t]`` of ``t = T - 1``)
     if value is None or kind in (bool, int, float, str, complex):
         return (kind, repr(value))
     if isinstance(value, (int, float)) and \

@@ -1544,3 +1544,40 @@ def test_steps_told_apart_by_a_comparison_keep_eagers_results():
             _step_calls([(5, 4), (9, 4), (5, 4), (9, 4)]), rtol=1e-4,
             atol=1e-5)
     assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
+class CounterLoopDown(_Steps):
+    """A ``while`` loop counting down from the last step: its counter,
+    made of the length, indexes the steps and is tested against 0."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = len(xs) - 1
+        while t >= 0:
+            h, c = self.step(xs[t], h, c)
+            t -= 1
+        return self.out(h)
+
+
+def test_a_while_loop_counting_down_serves_every_length_and_batch():
+    entry = _one_entry_with_gradients(CounterLoopDown(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class CountsDownByTwo(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = len(xs) - 1
+        while t >= 0:
+            h, c = self.step(xs[t], h, c)
+            t -= 2
+        return self.out(h)
+
+
+def test_a_while_loop_counting_down_by_two_keeps_eagers_results():
+    with warnings.catch_warnings(record=True):
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            CountsDownByTwo(), _step_calls([(5, 4), (8, 4), (5, 4), (8, 4)]),
+            rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()

@@ -165,7 +165,8 @@ def test_a_greedy_decoder_is_exported_with_its_exit(rng, cls, extra):
     'CounterWeighted', 'StepsFlattenedByBatch', 'ReversedSlice', 'Flipped',
     'BidirectionalSteps', 'ContextOverSteps', 'MeanOfComprehension',
     'QueryBroadcastToTheSteps', 'QueryTiledToTheSteps', 'BiasMadeWithTheSizes',
-    'AttentionMaskMade', 'SplitIntoSteps', 'StepsOfAHelperStacked'])
+    'AttentionMaskMade', 'SplitIntoSteps', 'StepsOfAHelperStacked',
+    'CounterLoopDown', 'FirstStepByTheCounter'])
 def test_loops_over_an_argument_axis_export_with_a_dynamic_length(
         rng, name):
     # The forms tied to the call by what their bodies index, whatever
