@@ -487,6 +487,28 @@ def _recording_broadcast_to(broadcast_to, recorder):
     return broadcasting
 
 
+def _recording_pad_sequence(pad_sequence, recorder):
+    """``F.pad_sequence`` while recording, of a joined list (``xs`` given
+    as its padded block, ``joining``), called by the forward's code: the
+    block it pads is that argument's, and its axes are the argument's
+    (``xp.shape[1]``, the width, reads a Length; a loop over it, ``for t
+    in range(xp.shape[1])``, runs for that size)."""
+    def padded(xs, length=None, padding=0):
+        result = pad_sequence(xs, length, padding)
+        if length is not None or not joining.is_joined(xs) or \
+                _state.recorder is not recorder or recorder.depth or \
+                lengths.forward_line(1) is None:
+            return result
+        block, array = xs.joined, lengths.data_of(result)
+        origins = recorder.length_leaves.get(id(block))
+        if origins is not None and array.shape == block.shape:
+            recorder.length_leaves[id(array)] = origins
+            recorder.note_value_origins([array], [recorder.value_of(result)])
+        return result
+    padded.__wrapped__ = pad_sequence
+    return padded
+
+
 def _recording_tile(tile, recorder):
     """``F.tile`` while recording, called by the forward's code with
     repetitions made of arguments' sizes it read on axes of ``x`` of size
@@ -824,6 +846,8 @@ RECORDING_PATCHES = (
                    _recording_broadcast_to),
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
+    RecordingPatch(chainer.functions, 'pad_sequence',
+                   _recording_pad_sequence),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),

@@ -233,7 +233,19 @@ def _plan(chunks, peel, run, fingerprints):
                 return None
             if ints:
                 plan.ints[p] = ints
+    if (plan.numbers or plan.ints) and any(
+            _holds_a_count(fingerprints, node) for node in after):
+        return None  # (recorded after the loop, it would keep its value)
     return plan
+
+
+def _holds_a_count(fingerprints, node):
+    """May ``node``, recorded after a loop whose steps count, hold a
+    number of that count: an op with a counted constant, or a NumPy
+    ufunc given an int?"""
+    template = fingerprints.templates.get(node)
+    return type(template) in fingerprints.counted or \
+        _is_ufunc_call(template) and bool(ufunc_ints(template))
 
 
 def _is_ufunc_call(template):

@@ -244,6 +244,8 @@ def open_axes(symbolic):
     if isinstance(symbolic, TwoAxes):
         return set().union(*(open_axes(axes) for axes in
                              (symbolic.batch,) + symbolic.widths))
+    if isinstance(symbolic, TripsAndBatch):
+        return open_axes(symbolic.batch)
     if isinstance(symbolic, Batched):
         return set(symbolic.batch_axes()).union(*(
             open_axes(kept) for kept in kept_axes(symbolic)))

@@ -529,12 +529,29 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
             batch.WIDTH if kept and kept[0].symbol == batch.BATCH
             else batch.BATCH)
         for other in kept if rows is not None else ():
-            if other.leaves:
+            if other.leaves and not _symbolic_already(graph, other):
                 rows = _with_other_axis(caller, graph, sig, rows, other,
                                         uses, names)
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why
+
+
+def _trip_axes(symbolic_sizes):
+    """The ``(leaf, axis)`` that an entry's symbolic trip counts leave
+    open (``symbolic.Symbolic``'s wildcards)."""
+    trips = getattr(symbolic_sizes, 'trips', symbolic_sizes)
+    if not isinstance(trips, symbolic.Symbolic):
+        return set()
+    return set((leaf, axis) for part in trips.parts()
+               for leaf, axes in part.wildcards for axis in axes)
+
+
+def _symbolic_already(graph, kept):
+    """Are the axes of ``kept`` (a padded list's width) a symbolic trip
+    count's already (``for t in range(xp.shape[1])`` over the block)?"""
+    return all(axis in (graph.inputs[leaf].symbols or {})
+               for leaf, axis in kept.batch_axes())
 
 
 def _recorded_size(sig, batched):
@@ -770,7 +787,8 @@ def _why_joins_fixed(entry, batched):
     (``batch.of_joined``) asked it to, or ``None``."""
     if entry.program is None:
         return entry.fallback
-    if batch.open_axes(batched) <= batch.open_axes(entry.symbolic):
+    if batch.open_axes(batched) <= batch.open_axes(entry.symbolic) | \
+            _trip_axes(entry.symbolic):
         return None
     return entry.batch_note or 'the program takes them at their recorded ' \
         'sizes only'

@@ -702,3 +702,59 @@ def test_exported_lengths_array_follows_the_items():
         joined=lambda xs: [
             chainer.dataset.convert.concat_examples(xs, padding=-1),
             numpy.array([len(x) for x in xs])])
+
+
+class _PaddedRNN(chainer.Chain):
+    """An RNN written by hand over a list of token arrays padded into a
+    block: ``F.pad_sequence(xs, padding=-1)``, embedded, then a loop over
+    the block's width (``range(block.shape[1])``, ``e[:, t]``); masked by
+    the items' lengths compared with the counter, or time-major."""
+
+    masked = time_major = False
+
+    def __init__(self):
+        super(_PaddedRNN, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.x2h = L.Linear(6, 5)
+            self.h2h = L.Linear(5, 5, nobias=True)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs):
+        lengths = self.xp.array([len(x) for x in xs], numpy.int32)
+        block = F.pad_sequence(xs, padding=-1)
+        e = self.embed(block)
+        h = self.xp.zeros((len(xs), 5), numpy.float32)
+        if self.time_major:
+            for x in F.transpose(e, (1, 0, 2)):
+                h = F.tanh(self.x2h(x) + self.h2h(h))
+            return F.sum(self.out(h))
+        for t in range(block.shape[1]):
+            h_new = F.tanh(self.x2h(e[:, t]) + self.h2h(h))
+            if self.masked:
+                keep = self.xp.broadcast_to((lengths > t)[:, None],
+                                            h_new.shape)
+                h_new = F.where(keep, h_new, h)
+            h = h_new
+        return F.sum(self.out(h))
+
+
+class _PaddedRNNMasked(_PaddedRNN):
+    masked = True
+
+
+class _PaddedRNNTimeMajor(_PaddedRNN):
+    time_major = True
+
+
+@pytest.mark.parametrize('cls', [_PaddedRNN, _PaddedRNNMasked,
+                                 _PaddedRNNTimeMajor])
+def test_a_loop_over_a_padded_blocks_width_serves_every_list(cls):
+    rng = numpy.random.RandomState(23)
+    calls = [(xs,) for xs in _tokens_of_new_counts(rng, 8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        warnings.simplefilter('error', chainerjit.errors.LoopWarning)
+        jitted = _check_seeded(_model(cls), calls)
+    entry, = jitted.cache_entries()
+    assert 'i32[B,T]' in str(entry.signature), entry.signature
