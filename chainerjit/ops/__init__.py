@@ -486,8 +486,10 @@ def rows_broadcast(in_shapes, out_shape, kernel=None):
     the fixed ones broadcast along the rows (fewer axes, or one row).
     ``kernel``:
     the kernel to run at any lengths (one whose gradient reads the rows'
-    number from its arrays), ``None`` where the node's does already."""
-    @takes_axes
+    number from its arrays), ``None`` where the node's does already. It
+    neither joins nor splits the rows: those of the longest of a list's
+    items may reach it."""
+    @takes_widest
     def lengths(rows):
         varying = [r for r in rows if r is not None]
         if any(r != varying[0] for r in varying):

@@ -650,8 +650,9 @@ def broadcast_like_to_onnx(b, ins, outs):
 def rows_broadcast_like(offset):
     """The ``Kernel.lengths`` rule of ``x`` broadcast to the shape of
     ``a``, which has ``offset`` more axes: ``a``'s rows, where ``x``'s
-    (if it has them) are the same."""
-    @takes_axes
+    (if it has them) are the same; also the rows of the longest of a
+    list's items, as it neither joins nor splits them."""
+    @takes_widest
     def lengths(rows):
         x, a = rows
         if a is None or x is not None and \

@@ -540,7 +540,7 @@ def _broadcast_any_rows(kernel, ctx, grad_of, taken=None):
     these."""
     rule = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])
 
-    @takes_axes
+    @takes_widest
     def lengths(rows):
         following = rule(rows)
         if following is None or kernel.grad is None:

@@ -758,3 +758,36 @@ def test_a_loop_over_a_padded_blocks_width_serves_every_list(cls):
         jitted = _check_seeded(_model(cls), calls)
     entry, = jitted.cache_entries()
     assert 'i32[B,T]' in str(entry.signature), entry.signature
+
+
+class _AttentionOverNStepOutputs(chainer.Chain):
+    """Attention of an N-step GRU's last state over its outputs padded
+    into a block: broadcasts and products of rows as many as the longest
+    item's (``Rows.widest``)."""
+
+    def __init__(self):
+        super(_AttentionOverNStepOutputs, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.gru = L.NStepGRU(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs):
+        hy, ys = self.gru(None, [self.embed(x) for x in xs])
+        enc = F.pad_sequence(ys)  # (B, W, 5)
+        q = F.broadcast_to(F.expand_dims(hy[-1], 1), enc.shape)
+        weights = F.softmax(F.sum(enc * q, axis=2), axis=1)
+        context = F.sum(enc * F.broadcast_to(weights[:, :, None], enc.shape),
+                        axis=1)
+        return F.sum(self.out(context))
+
+
+def test_attention_over_padded_n_step_outputs_at_any_lengths():
+    # (Four items each call: the items, read one by one by the padding,
+    # are not joined, and their number stays in the key.)
+    rng = numpy.random.RandomState(29)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.errors.RecompileWarning)
+        jitted = _check_seeded(_model(_AttentionOverNStepOutputs),
+                               _calls(rng, 6))
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
