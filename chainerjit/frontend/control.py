@@ -198,8 +198,11 @@ class LoopRun(object):
         self.previous_lasti = -1  # a comprehension's latest line event
         self.previous_line = None
         # id -> length of the lists it filled from empty, one item per
-        # step, when it ran out (a helper may return one: lengths)
+        # step, when it ran out (a helper may return one: lengths), and
+        # their names; the names of those an op took whole (F.crf1d)
         self.filled = {}
+        self.filled_names = {}
+        self.consumed = set()
 
     @property
     def n_iterations(self):
@@ -444,8 +447,9 @@ class LoopWatcher(object):
         # Left right after passing the header: the loop ran out.
         run.exit = 'done' if how == 'done' or run.last_header else 'left'
         if run.exit == 'done' and run.trip is not None:
-            run.filled = dict((id(items), len(items)) for items in
-                              _filled_lists(run, frame, result))
+            for name, items in _filled_lists(run, frame, result):
+                run.filled[id(items)] = len(items)
+                run.filled_names[id(items)] = name
         self.runs.append(run)
 
     def _close_all(self, frame_id, frame=None):
@@ -454,21 +458,22 @@ class LoopWatcher(object):
 
 
 def _filled_lists(run, frame, result):
-    """The lists that ``run``, a loop that ran out, filled from empty
-    with one item per step: a comprehension's ``result``, or those its
-    body appends to, as ``frame`` holds them."""
+    """``(name, list)`` of the lists that ``run``, a loop that ran out,
+    filled from empty with one item per step: a comprehension's
+    ``result`` (named ``None``), or those its body appends to, as
+    ``frame`` holds them."""
     if run.site.kind == 'comp':
-        found = [result]
+        found = [(None, result)]
     elif frame is None or not run.snapshots:
         found = []
     else:
         start = run.snapshots[0]
-        found = [frame.f_locals.get(name) for name in
+        found = [(name, frame.f_locals.get(name)) for name in
                  loop_analysis.appended_lists(run.code, run.site.header)
                  if start.get(name, ('',))[0] == 'list' and
                  not start[name][2]]
-    return [items for items in found if type(items) is list and
-            len(items) == run.n_iterations]
+    return [(name, items) for name, items in found
+            if type(items) is list and len(items) == run.n_iterations]
 
 
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,

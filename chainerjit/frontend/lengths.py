@@ -492,6 +492,16 @@ def loop_filled(recorder, items, frame):
         run.trip.offset else run.trip.where
 
 
+def note_consumed(recorder, items):
+    """Notes the list ``items``, which a loop filled, as taken whole by an
+    op (``F.crf1d`` of a loop's scores): the source's check of the loop
+    lets that use of the list's name be."""
+    for run in recorder.loop_runs:
+        name = run.filled_names.get(id(items))
+        if name is not None and run.filled.get(id(items)) == _count(items):
+            run.consumed.add(name)
+
+
 def _filled_in_frame(recorder, items, frame):
     """:func:`loop_filled` of a loop of ``frame``'s own code."""
     run = next((r for r in reversed(recorder.loop_runs)

@@ -270,6 +270,12 @@ def _collected_whole(node, parents):
     return _collected(node, holder)
 
 
+def _passed(node, parents):
+    """``node`` is an argument of a call (``self.crf(scores, ys)``)."""
+    call = parents.get(node)
+    return isinstance(call, ast.Call) and node in call.args
+
+
 def _length_read(node, call):
     """``call`` is ``len(node)``."""
     return source.is_call(call, 'len') and call.args == [node] and \
@@ -303,7 +309,8 @@ def _enclosing_function(node, parents):
     return node
 
 
-def symbolic_loop_problem(code, header, kinds=None, caller=None):
+def symbolic_loop_problem(code, header, kinds=None, caller=None,
+                          consumed=()):
     """Why the loop at ``header`` of ``code`` cannot run for another trip
     count than the one recorded, read from the source; ``None`` if it
     can. Its Python must not see the count: the loop variable is used
@@ -317,7 +324,9 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
     it reads that hold a function of user code or a link. A helper may
     return such a list (``return hs``, ``return hs, h``) to a caller
     (``caller``: ``(code, line)`` of the frame that called it) that
-    uses it whole."""
+    uses it whole. The lists named in ``consumed`` an op took whole while
+    recording (``F.crf1d``, ``lengths.note_consumed``): they may be passed
+    to a call."""
     found = _loop_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -361,7 +370,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None):
                 continue
             if _collected_whole(use, parents) or \
                     _length_read(use, parents.get(use)) and \
-                    _one_item_per_step(loop, inside, name):
+                    _one_item_per_step(loop, inside, name) or \
+                    name in consumed and _passed(use, parents):
                 continue
             returned, index = _returned(use, parents)
             if returned and caller is not None and caller_uses_whole(

@@ -168,13 +168,17 @@ def move_items_into_loops(graph, runs, item_nodes, copied=()):
     index their own row. Those of ``copied`` (``F.separate``'s items: no
     object of the caller's stands for them) that several nodes read are
     copied for each, so that two loops over the items each index their
-    own."""
+    own; those that none reads (an op took the array they were cut from
+    instead: ``F.crf1d``'s labels) go."""
     users = graph.users()
     before = {}
     copied = set(copied)
+    unread = set()
     for node in item_nodes:
         readers = list(collections.OrderedDict.fromkeys(
             users.get(node.outputs[0], [])))
+        if not readers and node in copied:
+            unread.add(node)
         if None in readers or not readers or \
                 len(readers) > 1 and node not in copied:
             continue
@@ -182,7 +186,7 @@ def move_items_into_loops(graph, runs, item_nodes, copied=()):
         for reader in readers[1:]:
             before.setdefault(reader, []).append(
                 _index_copy(graph, node, reader))
-    moved = set(n for group in before.values() for n in group)
+    moved = set(n for group in before.values() for n in group) | unread
     if not moved:
         return
     old = graph.nodes

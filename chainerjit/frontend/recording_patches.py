@@ -39,6 +39,7 @@ import sys
 
 import chainer
 import chainer.functions
+from chainer.functions.loss import crf1d as crf1d_module
 from chainer.links.rnn import n_step_gru
 from chainer.links.rnn import n_step_lstm
 from chainer.links.rnn import n_step_rnn
@@ -46,6 +47,7 @@ import numpy
 
 from chainerjit import ops
 from chainerjit.ops import array as array_ops
+from chainerjit.ops import loss as loss_ops
 from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
@@ -424,6 +426,8 @@ def _items_one_by_one(x, at, kept, recorder):
         for k in range(traced.untag(array).shape[at]))
     recorder.separated_nodes.extend(recorder.graph.nodes[first:])
     lengths.note_separated(recorder, array, at, items)
+    if not kept:  # (F.separate's)
+        recorder.separated_from[id(items)] = (items, x, at)
     if items:  # (for a loop over them in its header: after them)
         last = len(recorder.graph.nodes) - 1
         recorder.first_items.append((
@@ -507,6 +511,44 @@ def _recording_pad_sequence(pad_sequence, recorder):
         return result
     padded.__wrapped__ = pad_sequence
     return padded
+
+
+def _recording_crf1d(crf1d, recorder):
+    """``F.crf1d`` while recording (``L.CRF1d`` calls it), of a loop's
+    steps: ``xs`` the list a loop over an argument's axis filled, one
+    score per step, and ``ys`` an array of the labels of all steps, or
+    ``F.separate``'s rows of one. Recorded as one node on the scores
+    stacked (``ops.loss.CRF1dStacked``), whose kernel runs Chainer's own
+    crf1d on their rows: the loop rolls and the program serves every
+    length and batch size. Else Chainer's crf1d, step by step."""
+    def crf(cost, xs, ys, reduce='mean'):
+        labels = _labels_of_all_steps(ys, recorder)
+        if _state.recorder is not recorder or recorder.depth or \
+                type(xs) is not list or labels is None or \
+                reduce not in ('mean', 'no') or len(xs) < 2 or \
+                len(set(lengths.data_of(x).shape for x in xs)) != 1 or \
+                lengths.data_of(labels).shape != (
+                    len(xs),) + lengths.data_of(xs[0]).shape[:1] or \
+                lengths.loop_filled(recorder, xs, sys._getframe(1)) is None:
+            return crf1d(cost, xs, ys, reduce)
+        lengths.note_consumed(recorder, xs)
+        stacked = chainer.functions.stack(xs)
+        lengths.note_stacked(recorder, xs, 0, stacked, sys._getframe(1))
+        return loss_ops.CRF1dStacked(reduce).apply(
+            (cost, stacked, labels))[0]
+    crf.__wrapped__ = crf1d
+    return crf
+
+
+def _labels_of_all_steps(ys, recorder):
+    """The array (or Variable) of the labels of all steps that ``ys``
+    is, or whose rows ``F.separate`` gave as ``ys``; else ``None``."""
+    found = recorder.separated_from.get(id(ys))
+    if found is not None and found[0] is ys:
+        return found[1] if found[2] == 0 else None
+    array = lengths.data_of(ys) if isinstance(
+        ys, (chainer.Variable, numpy.ndarray)) else None
+    return ys if array is not None and array.ndim == 2 else None
 
 
 def _recording_tile(tile, recorder):
@@ -846,6 +888,8 @@ RECORDING_PATCHES = (
                    _recording_broadcast_to),
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
+    RecordingPatch(chainer.functions, 'crf1d', _recording_crf1d),
+    RecordingPatch(crf1d_module, 'crf1d', _recording_crf1d),
     RecordingPatch(chainer.functions, 'pad_sequence',
                    _recording_pad_sequence),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),

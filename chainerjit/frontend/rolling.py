@@ -792,7 +792,7 @@ def _python_problem(run, values, rows, peel, counting):
     found = loop_analysis.comprehension_problem(
         run.code, run.site.header, kinds, run.caller) if comprehension else \
         loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
-                                            run.caller)
+                                            run.caller, run.consumed)
     if found is not None:
         return found
     indexed = set() if comprehension else \

@@ -219,6 +219,8 @@ class _Recorder(object):
         # axis, and those tuples of items (lengths.note_separated)
         self.separated_nodes = []
         self.separated = []
+        # id(items) -> (items, what F.separate cut, the axis it cut)
+        self.separated_from = {}
         self.loop_runs = []  # control.LoopRun of the loops ended so far
         # (position, origin, loc, shift, start): the nodes taking item 0
         # of a value's first axis (or the last of F.separate's items), that

@@ -1,8 +1,10 @@
 """Lowerings of chainer.functions.loss."""
 
+import chainer
 import numpy
 
 from chainer.functions.loss import contrastive
+from chainer.functions.loss import crf1d
 from chainer.functions.loss import cross_covariance
 from chainer.functions.loss import decov
 from chainer.functions.loss import hinge
@@ -21,7 +23,73 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_reduced
+from chainerjit.ops import takes_axes
 from chainerjit.ops.activation import log_softmax_rows
+
+
+#: Chainer's crf1d itself (a recording patches the module's name).
+_CRF1D = crf1d.crf1d
+
+
+class CRF1dStacked(chainer.FunctionNode):
+    """``F.crf1d(cost, xs, ys, reduce)`` of steps stacked: ``xs`` as one
+    array ``(T, B, K)`` and ``ys`` as ``(T, B)``, recorded so where a loop
+    gave them (``frontend.recording_patches``). Chainer's own
+    ``crf1d`` runs on their rows, forward and backward, so its values and
+    gradients are eager's, at any length and batch size."""
+
+    def __init__(self, reduce):
+        self.reduce = reduce
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1, 2))
+        return crf1d_of_rows(self.reduce, *inputs),
+
+    def backward(self, indexes, grad_outputs):
+        cost, xs, ys = self.get_retained_inputs()
+        grads = crf1d_grads(self.reduce, cost.array, xs.array, ys.array,
+                            grad_outputs[0].array)
+        return tuple(chainer.Variable(g) for g in grads) + (None,)
+
+
+def crf1d_of_rows(reduce, cost, xs, ys):
+    """Chainer's ``crf1d`` of the rows of ``xs`` and ``ys``: an array."""
+    with chainer.no_backprop_mode():
+        return _CRF1D(cost, list(xs), list(ys), reduce).array
+
+
+def crf1d_grads(reduce, cost, xs, ys, gy):
+    """The gradients of ``cost`` and ``xs`` of :func:`crf1d_of_rows`, by
+    Chainer's backward of its own ``crf1d``."""
+    cost = chainer.Variable(cost)
+    xs = chainer.Variable(xs)
+    with chainer.force_backprop_mode():
+        loss = _CRF1D(cost, chainer.functions.separate(xs), list(ys), reduce)
+    return tuple(g.array for g in chainer.grad(
+        [loss], [cost, xs], grad_outputs=[chainer.Variable(gy)]))
+
+
+@lowering(CRF1dStacked)
+def lower_crf1d_stacked(node, ctx):
+    reduce = node.reduce
+
+    def grad(xs, ys, gys, wanted):
+        return crf1d_grads(reduce, xs[0], xs[1], xs[2], gys[0]) + (None,)
+
+    @takes_axes
+    def lengths(rows):
+        # The steps (axis 0) are summed over; the batch (axis 1) is the
+        # output's axis 0, or averaged over.
+        steps = rows[1]
+        if steps is None or rows[0] is not None or rows[2] != steps:
+            return None
+        if steps.axis == 0 or reduce == 'mean':
+            return Follow((None,))
+        return Follow((steps._replace(axis=0),)) if steps.axis == 1 \
+            else None
+    return Kernel(lambda cost, xs, ys: crf1d_of_rows(reduce, cost, xs, ys),
+                  {'reduce': reduce}, grad=GradRule(grad, inputs=(0, 1, 2)),
+                  lengths=lengths)
 
 
 @lowering(mean_squared_error.MeanSquaredError)

@@ -21,6 +21,7 @@ import pytest
 import chainerjit
 from chainerjit import errors
 from chainerjit import testing
+from tests import differential
 
 
 I, H, B = 6, 8, 4
@@ -1581,3 +1582,46 @@ def test_a_while_loop_counting_down_by_two_keeps_eagers_results():
             CountsDownByTwo(), _step_calls([(5, 4), (8, 4), (5, 4), (8, 4)]),
             rtol=1e-4, atol=1e-5)
     assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
+class CRFOverSteps(_Steps):
+    """A linear-chain CRF (``L.CRF1d``) over the scores a loop made, one
+    per step, and the labels' rows (``F.separate(ts)``): one node on the
+    scores stacked runs Chainer's crf1d. ``by_function``: ``F.crf1d`` of
+    the labels as one array, each sequence's loss."""
+
+    by_function = False
+
+    def __init__(self):
+        super(CRFOverSteps, self).__init__()
+        with self.init_scope():
+            self.crf = L.CRF1d(3, initial_cost=numpy.random.RandomState(
+                4).uniform(-1, 1, (3, 3)).astype(numpy.float32))
+
+    def forward(self, xs, ts):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        scores = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            scores.append(self.out(h))
+        if self.by_function:
+            return F.sum(F.crf1d(self.crf.cost, scores, ts, reduce='no') *
+                         0.5)
+        return self.crf(scores, F.separate(ts))
+
+
+class CRFFunctionOverSteps(CRFOverSteps):
+    by_function = True
+
+
+@pytest.mark.parametrize('cls', [CRFOverSteps, CRFFunctionOverSteps])
+def test_a_crf_over_a_loops_scores_serves_every_length_and_batch(cls):
+    entry = _one_entry_with_gradients(cls(), _labeled_calls(SHAPES))
+    assert 'CRF1dStacked' in str(entry.graph), entry.graph
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+def test_a_crfs_transition_costs_get_eagers_gradients():
+    jitted = differential.check_grads(None, _labeled_calls(SHAPES),
+                                      model=CRFOverSteps(), method='forward')
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
