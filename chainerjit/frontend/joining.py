@@ -704,26 +704,11 @@ def take_joins(recording, joins, names):
     gone = set(item_nodes) | set(node for node, _ in found)
     graph.read_instead(dict((node.outputs[0], joined)
                             for node, joined in found))
-    _drop_nodes(recording, gone)
+    packing.drop_nodes(graph, recording.loops, gone)
     uses[:] = [use for use in uses  # loops over items applied to whole
                if use.what != lengths.ITERATED or
                not _applied_whole(use.loc, recording.iterated_lines)]
     return None
-
-
-def _drop_nodes(recording, gone):
-    """Takes the nodes ``gone`` out of the recording's graph, shifting its
-    loop runs' iteration boundaries to match."""
-    kept, start_of = [], []
-    for node in recording.graph.nodes:
-        start_of.append(len(kept))
-        if node not in gone:
-            kept.append(node)
-    start_of.append(len(kept))
-    for run in recording.loops:
-        run.boundaries = [start_of[b] for b in run.boundaries]
-        run.end = start_of[run.end]
-    recording.graph.nodes = kept
 
 
 def _applied_whole(loc, iterated_lines):

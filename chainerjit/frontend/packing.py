@@ -168,17 +168,13 @@ def move_items_into_loops(graph, runs, item_nodes, copied=()):
     index their own row. Those of ``copied`` (``F.separate``'s items: no
     object of the caller's stands for them) that several nodes read are
     copied for each, so that two loops over the items each index their
-    own; those that none reads (an op took the array they were cut from
-    instead: ``F.crf1d``'s labels) go."""
+    own."""
     users = graph.users()
     before = {}
     copied = set(copied)
-    unread = set()
     for node in item_nodes:
         readers = list(collections.OrderedDict.fromkeys(
             users.get(node.outputs[0], [])))
-        if not readers and node in copied:
-            unread.add(node)
         if None in readers or not readers or \
                 len(readers) > 1 and node not in copied:
             continue
@@ -186,17 +182,21 @@ def move_items_into_loops(graph, runs, item_nodes, copied=()):
         for reader in readers[1:]:
             before.setdefault(reader, []).append(
                 _index_copy(graph, node, reader))
-    moved = set(n for group in before.values() for n in group) | unread
+    moved = set(n for group in before.values() for n in group)
     if not moved:
         return
     old = graph.nodes
     new, start_of = [], {}
+
+    def place(node):  # after the nodes moved before it, and theirs
+        for earlier in before.get(node, ()):
+            place(earlier)
+        new.append(node)
     for position, node in enumerate(old):
         if node in moved:
             continue
         start_of[position] = len(new)
-        new.extend(before.get(node, []))
-        new.append(node)
+        place(node)
     start_of[len(old)] = len(new)
     for position in range(len(old) - 1, -1, -1):
         start_of.setdefault(position, start_of[position + 1])
@@ -204,6 +204,33 @@ def move_items_into_loops(graph, runs, item_nodes, copied=()):
         run.boundaries = [start_of[b] for b in run.boundaries]
         run.end = start_of[run.end]
     graph.nodes = new
+
+
+def drop_unread(graph, runs, nodes):
+    """Takes out of ``graph`` those of ``nodes`` whose outputs no node
+    reads nor the graph returns (the rows ``F.separate`` cut of an array
+    an op took whole instead: ``F.crf1d``'s labels), shifting the loop
+    runs' iteration boundaries to match."""
+    users = graph.users()
+    gone = set(node for node in nodes
+               if not any(users.get(v) for v in node.outputs))
+    if gone:
+        drop_nodes(graph, runs, gone)
+
+
+def drop_nodes(graph, runs, gone):
+    """Takes the nodes ``gone`` out of ``graph``, shifting the loop runs'
+    iteration boundaries to match."""
+    kept, start_of = [], []
+    for node in graph.nodes:
+        start_of.append(len(kept))
+        if node not in gone:
+            kept.append(node)
+    start_of.append(len(kept))
+    for run in runs:
+        run.boundaries = [start_of[b] for b in run.boundaries]
+        run.end = start_of[run.end]
+    graph.nodes = kept
 
 
 def _index_copy(graph, node, reader):

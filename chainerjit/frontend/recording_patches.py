@@ -448,9 +448,13 @@ def _recording_separate(separate, recorder):
                 type(axis) is not int or lengths.forward_line(1) is None:
             return separate(x, axis)
         at = axis + x.ndim if axis < 0 else axis
-        if not 0 <= at < x.ndim or lengths.origin_of(x, at) is None:
-            return separate(x, axis)
-        return _items_one_by_one(x, at, (), recorder)
+        if 0 <= at < x.ndim and lengths.origin_of(x, at) is not None:
+            return _items_one_by_one(x, at, (), recorder)
+        first = len(recorder.graph.nodes)
+        items = separate(x, axis)
+        recorder.droppable.extend(recorder.graph.nodes[first:])
+        recorder.separated_from[id(items)] = (items, x, at)
+        return items
     separating.__wrapped__ = separate
     return separating
 
@@ -522,33 +526,72 @@ def _recording_crf1d(crf1d, recorder):
     crf1d on their rows: the loop rolls and the program serves every
     length and batch size. Else Chainer's crf1d, step by step."""
     def crf(cost, xs, ys, reduce='mean'):
-        labels = _labels_of_all_steps(ys, recorder)
         if _state.recorder is not recorder or recorder.depth or \
-                type(xs) is not list or labels is None or \
-                reduce not in ('mean', 'no') or len(xs) < 2 or \
-                len(set(lengths.data_of(x).shape for x in xs)) != 1 or \
-                lengths.data_of(labels).shape != (
-                    len(xs),) + lengths.data_of(xs[0]).shape[:1] or \
-                lengths.loop_filled(recorder, xs, sys._getframe(1)) is None:
+                reduce not in ('mean', 'no') or \
+                not isinstance(xs, (list, tuple)) or len(xs) < 2:
             return crf1d(cost, xs, ys, reduce)
-        lengths.note_consumed(recorder, xs)
-        stacked = chainer.functions.stack(xs)
-        lengths.note_stacked(recorder, xs, 0, stacked, sys._getframe(1))
+        labels = _all_steps(ys, recorder)
+        scores = _all_steps(xs, recorder)
+        if scores is None and _steps_of_a_loop(xs, recorder):
+            lengths.note_consumed(recorder, xs)
+            scores = chainer.functions.stack(xs)
+            lengths.note_stacked(recorder, xs, 0, scores, sys._getframe(1))
+        if scores is None or labels is None or lengths.data_of(
+                labels).shape != lengths.data_of(scores).shape[:2]:
+            return crf1d(cost, xs, ys, reduce)
         return loss_ops.CRF1dStacked(reduce).apply(
-            (cost, stacked, labels))[0]
+            (cost, scores, labels))[0]
     crf.__wrapped__ = crf1d
     return crf
 
 
-def _labels_of_all_steps(ys, recorder):
-    """The array (or Variable) of the labels of all steps that ``ys``
-    is, or whose rows ``F.separate`` gave as ``ys``; else ``None``."""
-    found = recorder.separated_from.get(id(ys))
-    if found is not None and found[0] is ys:
+def _steps_of_a_loop(xs, recorder):
+    """Is ``xs`` the list a loop over an argument's axis filled, one step
+    each, all of one shape?"""
+    return type(xs) is list and \
+        len(set(lengths.data_of(x).shape for x in xs)) == 1 and \
+        lengths.loop_filled(recorder, xs, sys._getframe(2)) is not None
+
+
+def _all_steps(items, recorder):
+    """The array (or Variable) whose rows ``items`` are, all of them, in
+    order: ``F.separate``'s of it, or NumPy's of an argument (``list(ts)``);
+    an array of two or more axes itself; else ``None``."""
+    found = recorder.separated_from.get(id(items))
+    if found is not None and found[0] is items:
         return found[1] if found[2] == 0 else None
-    array = lengths.data_of(ys) if isinstance(
-        ys, (chainer.Variable, numpy.ndarray)) else None
-    return ys if array is not None and array.ndim == 2 else None
+    if isinstance(items, (chainer.Variable, numpy.ndarray)):
+        return items if lengths.data_of(items).ndim >= 2 else None
+    if type(items) is not list or not all(
+            type(x) is traced.TracedArray for x in items):
+        return None
+    return _argument_rows(items, recorder)
+
+
+def _argument_rows(items, recorder):
+    """The argument array whose rows, in order, are the arrays ``items``
+    (views of it), or ``None``."""
+    owner = traced.memory_owner(items[0])
+    for array in recorder.input_arrays:
+        if not isinstance(array, numpy.ndarray) or \
+                traced.memory_owner(array) is not owner or \
+                array.shape != (len(items),) + items[0].shape:
+            continue
+        start = array.__array_interface__['data'][0]
+        if all(x.dtype == array.dtype and x.strides == array.strides[1:] and
+               x.__array_interface__['data'][0] ==
+               start + k * array.strides[0] for k, x in enumerate(items)):
+            _droppable_makers(items, recorder)
+            return array
+    return None
+
+
+def _droppable_makers(items, recorder):
+    """Notes the nodes that gave the arrays ``items`` (indexing an
+    argument's rows) as going if nothing reads them."""
+    values = set(recorder.values.get(id(x)) for x in items)
+    recorder.droppable.extend(node for node in recorder.graph.nodes
+                              if any(v in values for v in node.outputs))
 
 
 def _recording_tile(tile, recorder):

@@ -61,6 +61,8 @@ def roll_loops(graph, recording):
         of :class:`Unrolled` for loops of two or more iterations left as
         they were.
     """
+    packing.drop_unread(graph, recording.loops,
+                        recording.separated_nodes + recording.droppable)
     item_nodes = recording.row_nodes + recording.separated_nodes
     if item_nodes:
         packing.move_items_into_loops(graph, recording.loops, item_nodes,

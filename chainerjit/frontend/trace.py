@@ -123,6 +123,7 @@ class Recording(object):
         self.cut = None  # that cut, once made (runtime.compile)
         self.row_nodes = []  # nodes indexing packed lists' rows
         self.separated_nodes = []  # nodes indexing F.separate's items
+        self.droppable = []  # nodes that go if nothing reads them
         self.config_names = frozenset()  # chainer.config entries read
         self.rows_read = True  # each read by an op, none returned
 
@@ -221,6 +222,8 @@ class _Recorder(object):
         self.separated = []
         # id(items) -> (items, what F.separate cut, the axis it cut)
         self.separated_from = {}
+        # nodes that go if nothing reads them (packing.drop_unread)
+        self.droppable = []
         self.loop_runs = []  # control.LoopRun of the loops ended so far
         # (position, origin, loc, shift, start): the nodes taking item 0
         # of a value's first axis (or the last of F.separate's items), that
@@ -890,7 +893,9 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         model_state.written_first(instance, recorder))
     recording.row_nodes = rows.nodes
     recording.separated_nodes = recorder.separated_nodes
+    recording.droppable = recorder.droppable
     recorder.separated = []  # (the items, kept only while recording)
+    recorder.separated_from = {}
     recorder.shape_sources = {}
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),

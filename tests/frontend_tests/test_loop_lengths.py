@@ -1590,7 +1590,7 @@ class CRFOverSteps(_Steps):
     scores stacked runs Chainer's crf1d. ``by_function``: ``F.crf1d`` of
     the labels as one array, each sequence's loss."""
 
-    by_function = False
+    by_function = numpy_rows = False
 
     def __init__(self):
         super(CRFOverSteps, self).__init__()
@@ -1607,14 +1607,22 @@ class CRFOverSteps(_Steps):
         if self.by_function:
             return F.sum(F.crf1d(self.crf.cost, scores, ts, reduce='no') *
                          0.5)
-        return self.crf(scores, F.separate(ts))
+        return self.crf(scores, list(ts) if self.numpy_rows else
+                        F.separate(ts))
 
 
 class CRFFunctionOverSteps(CRFOverSteps):
     by_function = True
 
 
-@pytest.mark.parametrize('cls', [CRFOverSteps, CRFFunctionOverSteps])
+class CRFOverStepsAndRows(CRFOverSteps):
+    """The labels as the rows NumPy iterates over (``list(ts)``)."""
+
+    numpy_rows = True
+
+
+@pytest.mark.parametrize('cls', [CRFOverSteps, CRFFunctionOverSteps,
+                                 CRFOverStepsAndRows])
 def test_a_crf_over_a_loops_scores_serves_every_length_and_batch(cls):
     entry = _one_entry_with_gradients(cls(), _labeled_calls(SHAPES))
     assert 'CRF1dStacked' in str(entry.graph), entry.graph
@@ -1625,3 +1633,38 @@ def test_a_crfs_transition_costs_get_eagers_gradients():
     jitted = differential.check_grads(None, _labeled_calls(SHAPES),
                                       model=CRFOverSteps(), method='forward')
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class CRFTagger(chainer.Chain):
+    """A tagger scoring all steps at once, cut into steps by
+    ``F.separate`` (no loop), its labels the rows NumPy iterates over
+    (``list(ys)``), as Chainer's POS-tagging example writes it for
+    sentences of one length."""
+
+    def __init__(self):
+        super(CRFTagger, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 8)
+            self.fc = L.Linear(8, 3)
+            self.crf = L.CRF1d(3, initial_cost=numpy.random.RandomState(
+                5).uniform(-1, 1, (3, 3)).astype(numpy.float32))
+
+    def forward(self, xs, ys):
+        steps, batch = xs.shape
+        hs = self.fc(self.embed(xs.reshape(-1)))
+        hs = F.separate(F.reshape(hs, (steps, batch, -1)), axis=0)
+        return self.crf(hs, list(ys))
+
+
+def test_a_crf_over_steps_cut_from_one_array_serves_every_shape():
+    # (No loop: the steps are an axis like another, made symbolic when a
+    # call changes its size alone.)
+    rng = numpy.random.RandomState(6)
+    calls = [(rng.randint(0, 20, (n, b)).astype(numpy.int32),
+              rng.randint(0, 3, (n, b)).astype(numpy.int32))
+             for n, b in [(5, 4), (9, 4), (9, 3), (17, 3), (17, 6), (3, 6),
+                          (5, 4)]]
+    jitted = differential.check_grads(None, calls, model=CRFTagger(),
+                                      method='forward')
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+    assert 'CRF1dStacked' in str(jitted.cache_entries()[0].graph)

@@ -235,3 +235,21 @@ def test_a_numpy_scalar_equal_within_rounding_is_no_mismatch():
         batches=(1,), lengths=(1, 1, 1), grad=False, train=True,
         mutate=False, dtype='float32', special=None,
         layouts=(('c', 'c'), 'odd'), seed=1), events=False)
+
+
+# --- an item of F.separate of a list's item --------------------------------
+
+def test_an_item_of_a_list_items_parts_keeps_its_row():
+    """``F.separate(xs[-1], 0)[0]`` of a list argument's last item: the
+    row indexing (moved before the part that reads it) was lost when the
+    part itself moved before its reader, and the program read an
+    undefined value."""
+    runner.check(programs.Program(
+        template='ListStraight',
+        args=((('T', 'B'), 'list_array'), (('B',), 'array')), params=(),
+        pre=(('separate', 1, 0, 0), ('unary', 3, 'relu'),
+             ('unary', 4, 'relu')), body=(), carry=0, init=0, then=(),
+        orelse=(), tested=0, probe_sum=False, threshold=0.0, last=5,
+        outs=('one', ((5, 'same'),)), batches=(1, 2), lengths=(3, 3, 3),
+        grad=False, train=True, mutate=False, dtype='float32', special=None,
+        layouts=(('c', 'c'), 'odd'), seed=0), events=False)
