@@ -428,7 +428,8 @@ class JitFunction(_calls.CachedCall):
             sibling, batched = None, batch.batch_of(key)
         else:
             sibling, batched = batch.width_sibling(self.cache, key) or \
-                batch.rows_sibling(self.cache, key) or (None, None)
+                batch.rows_sibling(self.cache, key) or \
+                batch.two_axes_sibling(self.cache, key) or (None, None)
             if batched is None:
                 looped = batch.looped_sibling(self.cache, key)
                 if looped is None:

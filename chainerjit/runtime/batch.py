@@ -347,6 +347,46 @@ def rows_sibling(cache, key):
     return None
 
 
+def two_axes_sibling(cache, key):
+    """``(entry, Batched)``: a compiled entry of the same mode, of no
+    symbolic sizes, whose key differs from ``key`` in the sizes of two
+    axes of array arguments at once (the batch and the length of
+    sequences a program without a loop takes, ``x: f32[B,T,8]``), each
+    the same two sizes for all: the first axis asked as the batch, the
+    other kept as a width (:func:`width_sibling`'s), so that the VM's
+    program may come to take any sizes of both (:class:`TwoAxes`); else
+    ``None``."""
+    for entry, general in _alike_entries(cache, key, lambda entry: (
+            entry.program is not None and entry.batch_note is None and
+            entry.symbolic is None)):
+        found = _two_changed_axes(entry.key[3], general[3])
+        if found:
+            (leaves, axes), (kept, kept_axes) = [zip(*axes) for axes in found]
+            return entry, Batched(leaves, None if not any(axes) else axes,
+                                  RowsBatched(kept, None, kept_axes, WIDTH))
+    return None
+
+
+def _two_changed_axes(old, new):
+    """``([(leaf, first axis)], [(leaf, second axis)])`` where two keys
+    differ in nothing but the sizes of one or two axes of each array leaf,
+    two in one leaf at least, the same two sizes for all the first axes
+    and for all the second; else ``None``."""
+    firsts, seconds = [], []
+    for leaf, axes in _differing(old, new) or ():
+        if not axes:
+            continue
+        if len(axes) > 2:
+            return None
+        firsts.append((leaf, axes[0]))
+        seconds.extend((leaf, axis) for axis in axes[1:])
+    sizes = [set((old[leaf][0][axis], new[leaf][0][axis])
+                 for leaf, axis in group) for group in (firsts, seconds)]
+    if not seconds or len(sizes[0]) != 1 or len(sizes[1]) != 1:
+        return None
+    return firsts, seconds
+
+
 def served_by(cache, entry):
     """The other entries of ``cache`` whose calls ``entry``, compiled for
     any sizes of one or two axes (its key's ``B`` and ``W``), serves: of

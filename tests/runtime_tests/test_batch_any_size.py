@@ -1059,3 +1059,30 @@ def test_a_report_that_differs_at_a_new_batch_size_keeps_it_in_the_key(
                str(w.message) for w in caught), [str(w.message)
                                                  for w in caught]
     assert all('[B' not in str(e.signature) for e in jitted.cache_entries())
+
+
+class _PositionWise(chainer.Chain):
+    """A position-wise layer over a batch of sequences of one length,
+    ``(B, T, 8)``, averaged over the steps: no loop."""
+
+    def __init__(self):
+        super(_PositionWise, self).__init__()
+        with self.init_scope():
+            self.hidden = L.Linear(8, 8)
+            self.out = L.Linear(8, 3)
+
+    def forward(self, x, t):
+        h = F.relu(self.hidden(x, n_batch_axes=2))
+        return F.softmax_cross_entropy(self.out(F.mean(h, axis=1)), t)
+
+
+def test_the_batch_and_length_changed_in_one_call_open_both():
+    rng = numpy.random.RandomState(3)
+    calls = [(rng.standard_normal((b, n, 8)).astype(numpy.float32),
+              rng.randint(0, 3, b).astype(numpy.int32))
+             for b, n in [(2, 5), (3, 7), (4, 9), (2, 5), (5, 11), (3, 7)]]
+    jitted = differential.check_grads(None, calls, model=_PositionWise(),
+                                      method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,W,8]'), \
+        entry.signature
