@@ -395,6 +395,79 @@ def _padded_text_training(batches=False, convolved=False, listed=False):
                           lambda m: m.l1.W.grad, {})
 
 
+def _tagger_training():
+    """An LSTM-CRF tagger written by hand: word ids embedded, an LSTM loop
+    over the steps scoring each, and a linear-chain CRF (``L.CRF1d``) of
+    the scores and the tags' rows, on batches of 2 to 64 sentences of 5 to
+    40 words (time-major ids and tags)."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class Tagger(chainer.Chain):
+        def __init__(self):
+            super(Tagger, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(VOCABULARY, I)
+                self.x2h = L.Linear(I, 4 * H)
+                self.h2h = L.Linear(H, 4 * H, nobias=True)
+                self.out = L.Linear(H, 8)
+                self.crf = L.CRF1d(8)
+
+        def forward(self, ids, tags):
+            h = c = self.xp.zeros((ids.shape[1], H), numpy.float32)
+            scores = []
+            for x in self.embed(ids):
+                c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+                scores.append(self.out(h))
+            return self.crf(scores, F.separate(tags))
+
+    def batch(rng):
+        shape = (rng.randint(5, 41), rng.randint(2, 65))
+        return (rng.randint(0, VOCABULARY, shape).astype(numpy.int32),
+                rng.randint(0, 8, shape).astype(numpy.int32))
+    return _loss_training(Tagger, batch, lambda m: m.crf.cost.grad, {})
+
+
+def _padded_rnn_training():
+    """An RNN written by hand over lists of 2 to 64 sentences of 1 to 60
+    words padded into a block (``F.pad_sequence``), its state kept where a
+    sentence has ended (``lengths > t``), classified by its last state."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class PaddedRNN(chainer.Chain):
+        def __init__(self):
+            super(PaddedRNN, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(VOCABULARY, I, ignore_label=-1)
+                self.x2h = L.Linear(I, H)
+                self.h2h = L.Linear(H, H, nobias=True)
+                self.out = L.Linear(H, 5)
+
+        def forward(self, xs, t):
+            lengths = self.xp.array([len(x) for x in xs], numpy.int32)
+            block = F.pad_sequence(xs, padding=-1)
+            e = self.embed(block)
+            h = self.xp.zeros((len(xs), H), numpy.float32)
+            for k in range(block.shape[1]):
+                h_new = F.tanh(self.x2h(e[:, k]) + self.h2h(h))
+                keep = self.xp.broadcast_to((lengths > k)[:, None],
+                                            h_new.shape)
+                h = F.where(keep, h_new, h)
+            return F.softmax_cross_entropy(self.out(h), t)
+
+    def batch(rng):
+        size = rng.randint(2, 65)
+        return ([rng.randint(0, VOCABULARY, rng.randint(1, 61)).astype(
+            numpy.int32) for _ in range(size)],
+            rng.randint(0, 5, size).astype(numpy.int32))
+    return _loss_training(PaddedRNN, batch, lambda m: m.x2h.W.grad, {})
+
+
 def _rnn_text_training(each=False):
     """Chainer's RNN text classifier (its ``sequence_embed``: the sentences
     joined, embedded, dropped out and cut at their offsets; a one-layer
@@ -491,6 +564,11 @@ def workloads():
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),
+        ('RNN written by hand over padded lists of 2 to 64 sentences of 1 '
+         'to 60 words, masked by their lengths', 'chainerjit',
+         _padded_rnn_training()),
+        ('LSTM-CRF tagger training, lengths 5 to 40, batches 2 to 64',
+         'chainerjit', _tagger_training()),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

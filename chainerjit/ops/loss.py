@@ -58,23 +58,41 @@ def crf1d_of_rows(reduce, cost, xs, ys):
         return _CRF1D(cost, list(xs), list(ys), reduce).array
 
 
-def crf1d_grads(reduce, cost, xs, ys, gy):
+def crf1d_grads(reduce, cost, xs, ys, gy, graph=None):
     """The gradients of ``cost`` and ``xs`` of :func:`crf1d_of_rows`, by
-    Chainer's backward of its own ``crf1d``."""
-    cost = chainer.Variable(cost)
-    xs = chainer.Variable(xs)
-    with chainer.force_backprop_mode():
-        loss = _CRF1D(cost, chainer.functions.separate(xs), list(ys), reduce)
+    Chainer's backward of its own ``crf1d`` (of its ``graph``, kept by
+    the forward, if given)."""
+    loss, cost, xs = graph or _crf1d_graph(reduce, cost, xs, ys)
     return tuple(g.array for g in chainer.grad(
         [loss], [cost, xs], grad_outputs=[chainer.Variable(gy)]))
+
+
+def _crf1d_graph(reduce, cost, xs, ys):
+    """Chainer's ``crf1d`` of the rows of ``xs`` and ``ys`` with its graph,
+    for a backward: ``(loss, cost, xs)`` as Variables."""
+    cost, xs = chainer.Variable(cost), chainer.Variable(xs)
+    with chainer.force_backprop_mode():
+        loss = _CRF1D(cost, chainer.functions.separate(xs), list(ys), reduce)
+    return loss, cost, xs
 
 
 @lowering(CRF1dStacked)
 def lower_crf1d_stacked(node, ctx):
     reduce = node.reduce
+    # A training program's forward keeps the graph of its last call for
+    # the backward, which then need not run the forward again.
+    training, held = chainer.config.enable_backprop, []
+
+    def forward(cost, xs, ys):
+        if not training:
+            return crf1d_of_rows(reduce, cost, xs, ys)
+        held[:] = [_crf1d_graph(reduce, cost, xs, ys)]
+        return held[0][0].array
 
     def grad(xs, ys, gys, wanted):
-        return crf1d_grads(reduce, xs[0], xs[1], xs[2], gys[0]) + (None,)
+        graph = held.pop() if held and held[0][0].array is ys[0] else None
+        return crf1d_grads(reduce, xs[0], xs[1], xs[2], gys[0],
+                           graph) + (None,)
 
     @takes_axes
     def lengths(rows):
@@ -87,8 +105,8 @@ def lower_crf1d_stacked(node, ctx):
             return Follow((None,))
         return Follow((steps._replace(axis=0),)) if steps.axis == 1 \
             else None
-    return Kernel(lambda cost, xs, ys: crf1d_of_rows(reduce, cost, xs, ys),
-                  {'reduce': reduce}, grad=GradRule(grad, inputs=(0, 1, 2)),
+    return Kernel(forward, {'reduce': reduce},
+                  grad=GradRule(grad, inputs=(0, 1, 2), outputs=(0,)),
                   lengths=lengths)
 
 
