@@ -487,9 +487,15 @@ def loop_filled(recorder, items, frame):
     if where is not None:
         return where
     run = next((r for r in reversed(recorder.loop_runs)
-                if r.filled.get(id(items)) == _count(items)), None)
+                if _filled_by(r, items)), None)
     return None if run is None or run.trip.kind != 'dim' or \
         run.trip.offset else run.trip.where
+
+
+def _filled_by(run, items):
+    """Did ``run`` fill the list ``items``, as it is now
+    (``control.LoopRun.filled``)?"""
+    return run.filled.get(id(items)) == _count(items)
 
 
 def note_consumed(recorder, items):
@@ -498,7 +504,7 @@ def note_consumed(recorder, items):
     lets that use of the list's name be."""
     for run in recorder.loop_runs:
         name = run.filled_names.get(id(items))
-        if name is not None and run.filled.get(id(items)) == _count(items):
+        if name is not None and _filled_by(run, items):
             run.consumed.add(name)
 
 

@@ -227,7 +227,7 @@ def _plan(chunks, peel, run, fingerprints):
                 return None
             if number is not None:
                 plan.numbers[p] = number
-        if _is_ufunc_call(fingerprints.templates.get(node)):
+        if is_ufunc_call(fingerprints.templates.get(node)):
             ints = _counted_ints(
                 [fingerprints.templates[chunk[p]]
                  for chunk in iterations + [partial] if p < len(chunk)])
@@ -247,12 +247,7 @@ def _holds_a_count(fingerprints, node):
     ufunc given an int?"""
     template = fingerprints.templates.get(node)
     return type(template) in fingerprints.counted or \
-        _is_ufunc_call(template) and bool(ufunc_ints(template))
-
-
-def _is_ufunc_call(template):
-    return type(template) is tuple and template[0] == 'numpy' and \
-        is_ufunc_call(template)
+        is_ufunc_call(template) and bool(ufunc_ints(template))
 
 
 def _counted_ints(templates):
@@ -278,7 +273,7 @@ def _uncounted_constant(iterations, fingerprints):
                      for chunk in iterations]
         if type(templates[0]) in fingerprints.counted and \
                 _counted_constant(templates) is False or \
-                _is_ufunc_call(templates[0]) and \
+                is_ufunc_call(templates[0]) and \
                 _counted_ints(templates) is None:
             return node
     return None

@@ -426,8 +426,8 @@ class _Recorder(object):
         elif isinstance(x, chainer.Parameter):
             return self.bind_param(array, x.name or 'param', ('object', x),
                                    x)
-        elif self._as_made(array) is not None:
-            return self._made_again(array, self._as_made(array))
+        elif self._made_value(array) is not None:
+            return self.values[id(array)]
         elif not isinstance(array, numpy.ndarray) and \
                 not self._still_filled(array):
             # CuPy arrays cannot be traced: an unknown one may have been
@@ -441,6 +441,13 @@ class _Recorder(object):
         if made is not None and made[0] is array:
             value.made_with = made[1]
         return self.bind(array, value)
+
+    def _made_value(self, array):
+        """The value of ``array`` where the forward made it with arguments'
+        sizes, or it is a view of such an array, still holding its fill
+        (:meth:`_made_again`); else ``None``."""
+        made = self._as_made(array)
+        return None if made is None else self._made_again(array, made)
 
     def _as_made(self, array):
         """The ``lengths.MadeSized`` that ``array`` (the array made, or a
@@ -531,8 +538,8 @@ class _Recorder(object):
         found = []
         for name, index, array in ops.array_attributes(template):
             value = self.values.get(id(array))
-            if value is None and self._as_made(array) is not None:
-                value = self._made_again(array, self._as_made(array))
+            if value is None:
+                value = self._made_value(array)
             if value is not None and value.kind != 'const':
                 if array.dtype == bool and ops.node_label(
                         template) == 'GetItem':

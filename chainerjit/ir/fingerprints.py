@@ -151,6 +151,8 @@ def _flow_signature(graph):
 def is_ufunc_call(template):
     """Is ``template`` that of a NumPy ufunc called outside Chainer
     (``lengths > t``), whose int arguments the loop rolling checks?"""
+    if type(template) is not tuple or template[0] != 'numpy':
+        return False
     fn = template[1]
     return isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
         fn.__name__ == '__call__'

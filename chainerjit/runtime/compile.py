@@ -222,7 +222,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                 varying is not None and lengths is not None) or \
             type(batched.size_of(key)) is not int \
             else _batch_of_any_size(caller, graph, sig, batched, recording,
-                                    lengths is not None or key[1])
+                                    lengths is not None or key[1],
+                                    _trip_axes(lengths))
         # (A packed call whose packing does not pay is recorded again.)
         if packed is None or joined:
             _warn_unrolled_loops(caller, unrolled, items, sig,
@@ -505,7 +506,7 @@ _ONE_SIZE_PER_SESSION = (
 
 
 def _batch_of_any_size(caller, graph, sig, batched, recording,
-                       not_widened):
+                       not_widened, open_already=frozenset()):
     """``(batch.RowsBatched or None, why the batch size stays in the key
     or None)``: whether the VM may run the program at any batch size
     (``batch.rows_batched``); warns once where it cannot. With
@@ -529,7 +530,8 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
             batch.WIDTH if kept and kept[0].symbol == batch.BATCH
             else batch.BATCH)
         for other in kept if rows is not None else ():
-            if other.leaves and not _symbolic_already(graph, other):
+            if other.leaves and \
+                    not set(other.batch_axes()) <= open_already:
                 rows = _with_other_axis(caller, graph, sig, rows, other,
                                         uses, names)
     if why is not None and caller.warn_batch is not None:
@@ -545,13 +547,6 @@ def _trip_axes(symbolic_sizes):
         return set()
     return set((leaf, axis) for part in trips.parts()
                for leaf, axes in part.wildcards for axis in axes)
-
-
-def _symbolic_already(graph, kept):
-    """Are the axes of ``kept`` (a padded list's width) a symbolic trip
-    count's already (``for t in range(xp.shape[1])`` over the block)?"""
-    return all(axis in (graph.inputs[leaf].symbols or {})
-               for leaf, axis in kept.batch_axes())
 
 
 def _recorded_size(sig, batched):
