@@ -538,7 +538,7 @@ def _counted_ufunc(node, inputs, counter, ints, template):
     made = []
     for position, start, step in ints:
         value = ir.Value('temp', (), numpy.int64)
-        kernel = structural.counted_int(start, step)
+        kernel = structural.counted_number(start, step, numpy.int64)
         made.append(ir.Node('CountedInt', kernel, [counter], [value],
                             kernel.attrs, loc=node.loc))
     fn, onnx, node.inputs = traced.ufunc_taking_ints(

@@ -324,28 +324,18 @@ def index(slices, counters):
                   lengths=rows_indexed(tuple(slices)))
 
 
-def counted_number(start, step):
+def counted_number(start, step, dtype=numpy.float64):
     """The number ``start + step * i`` of the loop counter ``i`` (ints), a
-    float64 scalar: the constant of an op that the recorded iterations
-    gave as a multiple of their count (``h * (t + 1)``)."""
+    0-d array of ``dtype``: the constant of an op that the recorded
+    iterations gave as a multiple of their count (``h * (t + 1)``, a
+    float64), or an int argument of a NumPy call (``lengths > t``, an
+    int64)."""
     def run(i):
-        return numpy.asarray(start + step * int(i), numpy.float64)
+        return numpy.asarray(start + step * int(i), dtype)
 
     def to_onnx(b, ins, outs):
         b.op('Cast', [_counter_position(b, ins[0], start, step)], outs,
-             to=onnx_dtype(numpy.float64))
-    return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
-
-
-def counted_int(start, step):
-    """The int ``start + step * i`` of the loop counter ``i``, a 0-d int64
-    array: an int argument of a NumPy call that the recorded iterations
-    gave as a multiple of their count (``lengths > t``)."""
-    def run(i):
-        return numpy.asarray(start + step * int(i), numpy.int64)
-
-    def to_onnx(b, ins, outs):
-        b.op('Identity', [_counter_position(b, ins[0], start, step)], outs)
+             to=onnx_dtype(dtype))
     return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
 
 
