@@ -103,8 +103,9 @@ def test_transformer_encoder_block(rng, dtype):
             p.array = p.array.astype(numpy.float64)
     calls = _calls(rng, (2, 7, 16), dtype=dtype) + _calls(
         rng, (3, 5, 16), dtype=dtype)
+    # The batch and the steps changed in one call: one entry serves both.
     testing.assert_jit_matches_eager(
-        block.forward, calls, rtol=1e-4, atol=1e-5, expect_entries=2)
+        block.forward, calls, rtol=1e-4, atol=1e-5, expect_entries=1)
 
 
 def test_transformer_encoder_block_with_mask(rng):

@@ -370,7 +370,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     if label == 'ndarray.__getitem__':
         return ops.rows_indexed(args[1])
     if label == BROADCAST_LIKE:
-        return array_ops.rows_broadcast_like(args[1].ndim - args[0].ndim)
+        return array_ops.rows_broadcast_like(args[0].shape, args[1].ndim)
     if label in _SHAPE_KEEPING and len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:

@@ -75,8 +75,8 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into, structural, lengths)
 
 
-class Rows(collections.namedtuple('Rows', 'parts axis widest',
-                                  defaults=(0, False))):
+class Rows(collections.namedtuple('Rows', 'parts axis widest also',
+                                  defaults=(0, False, ()))):
     """The number of rows of a value that varies by call: the rows of list
     items and fixed numbers of rows, joined in order (``Kernel.lengths``).
     ``parts``: ``(leaf index, recorded length)`` for an item's rows,
@@ -87,7 +87,10 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest',
     rules marked :func:`takes_axes` get rows on another axis. ``widest``:
     the rows are not the parts joined but as many as the longest item
     has (a batch of items padded to one length); only the rules marked
-    :func:`takes_widest` get those."""
+    :func:`takes_widest` get those. ``also``: further axes, after
+    ``axis``, with the same rows (attention's scores over the steps,
+    ``(B, T, T)``); only the rules marked :func:`takes_square` get
+    those."""
 
     __slots__ = ()
 
@@ -125,7 +128,7 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest',
         """These rows times ``numerator / denominator`` (a reshape that
         merges the rows' axis with the next or splits it), or ``None``
         where that is not a whole number of each item's rows."""
-        if self.widest or any(n < 0 for _, n in self.parts):
+        if self.widest or self.also or any(n < 0 for _, n in self.parts):
             return None
         factor = fractions.Fraction(numerator, denominator)
         items, fixed = self.count()
@@ -140,6 +143,16 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest',
             parts += [(leaf, recorded[leaf])] * int(scaled) \
                 if leaf is not None else [(None, int(scaled))]
         return Rows(tuple(parts), self.axis)
+
+    @property
+    def axes(self):
+        """Every axis that has these rows, in order."""
+        return (self.axis,) + self.also
+
+    def on_axes(self, axes):
+        """These rows on ``axes`` (sorted, one at least)."""
+        axes = sorted(axes)
+        return self._replace(axis=axes[0], also=tuple(axes[1:]))
 
     @property
     def first_leaf(self):
@@ -327,6 +340,9 @@ def follow(node, rows):
     if not getattr(rule, 'takes_widest', False) and \
             any(r is not None and r.widest for r in rows):
         return None
+    if not getattr(rule, 'takes_square', False) and \
+            any(r is not None and r.also for r in rows):
+        return None
     return rule(rows)
 
 
@@ -334,6 +350,14 @@ def takes_axes(rule):
     """Marks a :attr:`Kernel.lengths` rule that reads ``Rows.axis``: the
     others get rows on the first axis only."""
     rule.takes_axes = True
+    return rule
+
+
+def takes_square(rule):
+    """Marks a :attr:`Kernel.lengths` rule (one that :func:`takes_axes`)
+    that reads ``Rows.also``: rows on several axes of a value at once
+    (attention's scores over the steps)."""
+    rule.takes_axes = rule.takes_square = True
     return rule
 
 
@@ -356,6 +380,7 @@ def rows_padded(rows):
     return Follow((Rows(tuple(r.parts[0] for r in rows), 1, True),))
 
 
+@takes_square
 @takes_widest
 def rows_in_place(rows):
     """:func:`rows_follow_first` for a kernel whose output keeps the axes
@@ -481,26 +506,33 @@ def _lowered_with_rule(lower, rule):
 
 def rows_broadcast(in_shapes, out_shape, kernel=None):
     """A :attr:`Kernel.lengths` rule for an element-wise kernel whose
-    inputs broadcast together: the inputs whose rows vary (on any axis)
-    have the output's axes and all the same rows, which the output has;
-    the fixed ones broadcast along the rows (fewer axes, or one row).
-    ``kernel``:
-    the kernel to run at any lengths (one whose gradient reads the rows'
-    number from its arrays), ``None`` where the node's does already. It
-    neither joins nor splits the rows: those of the longest of a list's
-    items may reach it."""
+    inputs broadcast together: the inputs whose rows vary (on any axes)
+    have the output's axes and all the same rows, which the output has on
+    every axis one of them has them (scores over the steps, ``(B, T,
+    T)``, plus a mask ``(B, 1, T)``); each input broadcasts along the
+    rows it lacks (fewer axes, or one row). ``kernel``: the kernel to run
+    at any lengths (one whose gradient reads the rows' number from its
+    arrays), ``None`` where the node's does already. It neither joins nor
+    splits the rows: those of the longest of a list's items may reach
+    it."""
+    @takes_square
     @takes_widest
     def lengths(rows):
         varying = [r for r in rows if r is not None]
-        if any(r != varying[0] for r in varying):
+        if any(r._replace(axis=0, also=()) !=
+               varying[0]._replace(axis=0, also=()) for r in varying):
             return None
+        if any(len(shape) != len(out_shape)
+               for r, shape in zip(rows, in_shapes) if r is not None):
+            return None
+        axes = set().union(*(r.axes for r in varying))
         for r, shape in zip(rows, in_shapes):
-            if r is not None and len(shape) != len(out_shape):
-                return None
-            at = varying[0].axis - (len(out_shape) - len(shape))
-            if r is None and at >= 0 and shape[at] != 1:
-                return None
-        return Follow((varying[0],), kernel)
+            own = r.axes if r is not None else ()
+            for axis in axes.difference(own):
+                at = axis - (len(out_shape) - len(shape))
+                if at >= 0 and shape[at] != 1:
+                    return None
+        return Follow((varying[0].on_axes(axes),), kernel)
     return lengths
 
 
@@ -630,8 +662,8 @@ def _variants_forced(rule, ctx):
         if found is None or found.kernel is None:
             return found
         return found._replace(kernel=_forced(found.kernel, ctx))
-    lengths.takes_axes = getattr(rule, 'takes_axes', False)
-    lengths.takes_widest = getattr(rule, 'takes_widest', False)
+    for mark in ('takes_axes', 'takes_widest', 'takes_square'):
+        setattr(lengths, mark, getattr(rule, mark, False))
     return lengths
 
 

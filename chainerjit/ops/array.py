@@ -5,6 +5,7 @@ shapes alone (output shapes, axis permutations, index tuples) is computed
 once, at lowering time, for the forward and for the gradient alike.
 """
 
+import collections
 import copy as copy_module
 import math
 
@@ -62,6 +63,7 @@ from chainerjit.ops import rows_padded
 from chainerjit.ops import same_rows
 from chainerjit.ops import state_lowering
 from chainerjit.ops import takes_axes
+from chainerjit.ops import takes_square
 from chainerjit.ops import takes_widest
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
@@ -319,11 +321,12 @@ def _regrouped(how, runs, shape):
             found += [dims[j] // parted[j]] + rest
         return found
 
-    def fn(x):
+    def fn(x, *read):  # (an item a kernel it replaces read)
         return x.reshape(sizes(x.shape))
 
     def grad(xs, ys, gys, wanted):
-        return (gys[0].reshape(xs[0].shape) if wanted[0] else None,)
+        return (gys[0].reshape(xs[0].shape) if wanted[0] else None,) + \
+            (None,) * (len(xs) - 1)
 
     def onnx(b, ins, outs):
         dims = b.op('Shape', [ins[0]])[0]
@@ -341,28 +344,26 @@ def _regrouped(how, runs, shape):
     return fn, GradRule(grad, inputs=(0,)), onnx
 
 
-def _rows_reshaped(kernel, in_shape, shape):
-    """The ``Kernel.lengths`` rule of a reshape that keeps the first axis
-    (``(N, C, H, W)`` to ``(N, C * H * W)``): the rows stay, and at any
-    lengths the kernel reshapes each row. Where it only merges runs of
-    axes (:func:`merged_runs`), rows on any axis follow into the axis
-    its run merges into (the steps of ``F.stack(hs, axis=1)``, ``(B, T,
-    H)`` to ``(B, T * H)``), and the kernel merges the axes at their
-    sizes when run."""
-    rest, in_rest = shape[1:], in_shape[1:]
-    regrouping = regrouped(in_shape, shape)
+def _regrouped_rows(kernel, in_shape, shape, regrouping, rule=None):
+    """``follow(rows)``: the :class:`Follow` of rows through a reshape
+    that only regroups runs of axes (:func:`regrouped`), or ``None``: a
+    merge takes them into the axis of their run, a split into the first
+    axis of theirs, as many as the rest of the run leaves; the kernel
+    then regroups the axes at their sizes when run, its
+    ``Kernel.lengths`` ``rule`` (by default, this one's)."""
+    how, runs = regrouping
 
-    @takes_widest
-    def lengths(rows):
-        found = rows[0]
-        if regrouping is not None and found is not None:
-            return _regrouped_rows(found)
-        if found is not None and (found.axis or found.widest):
-            return None
-        return Follow(rows, any_lengths)
+    def moved(axis):  # where a run of one axis takes it, else None
+        if how == 'merge':
+            k = next(k for k, run in enumerate(runs) if axis in run)
+            return k if len(runs[k]) == 1 else None
+        return runs[axis][0] if len(runs[axis]) == 1 else None
 
-    def _regrouped_rows(found):
-        how, runs = regrouping
+    def follow(found):
+        if found.also:  # a square: each of its axes a run of its own
+            axes = [moved(axis) for axis in found.axes]
+            return None if None in axes else \
+                Follow((found.on_axes(axes),), any_regrouped)
         if how == 'merge':  # into the axis of its run
             k = next(k for k, run in enumerate(runs) if found.axis in run)
             out = found if len(runs[k]) == 1 else found.scaled(
@@ -374,10 +375,39 @@ def _rows_reshaped(kernel, in_shape, shape):
                 shape[k], in_shape[found.axis])
         return None if out is None else \
             Follow((out._replace(axis=k),), any_regrouped)
+
+    @takes_square
+    def own(rows):
+        return None if rows[0] is None else follow(rows[0])
+    fn, grad, onnx = _regrouped(how, runs, shape)
+    any_regrouped = kernel._replace(fn=fn, grad=grad, onnx=onnx,
+                                    lengths=rule or own)
+    return follow
+
+
+def _rows_reshaped(kernel, in_shape, shape):
+    """The ``Kernel.lengths`` rule of a reshape that keeps the first axis
+    (``(N, C, H, W)`` to ``(N, C * H * W)``): the rows stay, and at any
+    lengths the kernel reshapes each row. Where it only merges runs of
+    axes (:func:`merged_runs`), rows on any axis follow into the axis
+    its run merges into (the steps of ``F.stack(hs, axis=1)``, ``(B, T,
+    H)`` to ``(B, T * H)``), and the kernel merges the axes at their
+    sizes when run."""
+    rest, in_rest = shape[1:], in_shape[1:]
+    regrouping = regrouped(in_shape, shape)
+
+    @takes_square
+    @takes_widest
+    def lengths(rows):
+        found = rows[0]
+        if regrouping is not None and found is not None:
+            return regrouped_rows(found)
+        if found is not None and (found.axis or found.widest or found.also):
+            return None
+        return Follow(rows, any_lengths)
     if regrouping is not None:
-        fn, grad, onnx = _regrouped(regrouping[0], regrouping[1], shape)
-        any_regrouped = kernel._replace(fn=fn, grad=grad, onnx=onnx,
-                                        lengths=lengths)
+        regrouped_rows = _regrouped_rows(kernel, in_shape, shape, regrouping,
+                                         lengths)
     any_lengths = kernel._replace(
         fn=lambda x: x.reshape((len(x),) + rest),
         grad=_grad_of_each(lambda gy: gy.reshape((len(gy),) + in_rest)),
@@ -398,18 +428,31 @@ def _rows_rescaled(kernel, in_shape, shape):
     steps of a symbolic length ``T``) then reads ``T`` from that item at
     run time, so that a batch merged with the steps splits back to the
     second axis at any size; other rows (a batch merged with a fixed
-    number of steps) go to the second axis."""
+    number of steps) go to the second axis. Otherwise, where it only
+    regroups runs of axes, rows elsewhere follow as :func:`_regrouped_rows`
+    takes them (the steps of attention's heads merged with the batch,
+    ``(B, H, T, D)`` to ``(B * H, T, D)``)."""
     rest, in_rest = shape[1:], in_shape[1:]
     merging = shape[0] > in_shape[0]
+    regrouping = regrouped(in_shape, shape)
+    regrouped_rows = None if regrouping is None else \
+        _regrouped_rows(kernel, in_shape, shape, regrouping)
     split_rest = shape[2:]
     splits_in_two = len(shape) >= 2 and not merging and \
-        shape[0] * shape[1] == in_shape[0] and split_rest == in_rest
+        shape[0] * shape[1] == in_shape[0] and _size(split_rest) == \
+        _size(in_rest)  # (the fixed axes after may split: into heads)
 
-    @takes_axes
+    @takes_square
     def lengths(rows):
         found = rows[0]
         if found is None:
             return None
+        following = None if found.also else _rescaled_rows(found)
+        if following is None and regrouped_rows is not None:
+            return regrouped_rows(found)  # (heads merged with the batch)
+        return following
+
+    def _rescaled_rows(found):
         if found.axis:
             return _merged_rows(found)
         out = found.scaled(shape[0], in_shape[0])
@@ -420,19 +463,21 @@ def _rows_rescaled(kernel, in_shape, shape):
         return Follow((out,), any_first)
 
     def _merged_rows(found):
-        before = int(numpy.prod(in_shape[:found.axis], dtype=int))
+        before = _size(in_shape[:found.axis])
         if before * in_shape[found.axis] != shape[0] or \
-                tuple(in_shape[found.axis + 1:]) != tuple(rest):
+                _size(in_shape[found.axis + 1:]) != _size(rest):
             return None
         out = found.scaled(before, 1)
         return None if out is None else \
-            Follow((out._replace(axis=0),), any_first)
+            Follow((out._replace(axis=0),), of_input_shape)
 
-    @takes_axes
+    @takes_square
     def split_lengths(rows):  # the steps' count read: the rest follow
         found = rows[0]
-        if found is None or found.axis:
+        if found is None:
             return None
+        if found.axis or found.also:
+            return None if regrouped_rows is None else regrouped_rows(found)
         return _split_to_second(found, None)
 
     def _split_to_second(found, variant):
@@ -446,6 +491,18 @@ def _rows_rescaled(kernel, in_shape, shape):
         onnx=lambda b, ins, outs: b.op(
             'Reshape', [ins[0], b.int64s((-1,) + rest)], outs),
         lengths=lengths)
+
+    @takes_axes
+    def input_shaped(rows):  # rows on two axes: the batch, then these
+        following = lengths(rows)
+        return following if following is None or \
+            following.kernel is not any_first else \
+            following._replace(kernel=of_input_shape)
+    # Rows merged from a later axis: a gradient of the input's shape.
+    of_input_shape = any_first._replace(
+        grad=GradRule(lambda xs, ys, gys, wanted: (
+            gys[0].reshape(xs[0].shape) if wanted[0] else None,),
+            inputs=(0,)), lengths=input_shaped)
     fixed_first = kernel._replace(
         fn=lambda x: x.reshape((shape[0], -1) + split_rest),
         grad=_grad_of_each(lambda gy: gy.reshape((-1,) + in_rest)),
@@ -458,6 +515,11 @@ def _rows_rescaled(kernel, in_shape, shape):
             gys[0].reshape((-1,) + in_rest) if wanted[0] else None, None)),
         onnx=_onnx_split_first(split_rest), lengths=split_lengths)
     return lengths
+
+
+def _size(shape):
+    """The number of elements of an array of ``shape``."""
+    return int(numpy.prod(shape, dtype=int))
 
 
 def _one_row_per_item(rows):
@@ -510,8 +572,8 @@ def lower_broadcast_like(node, ctx):
     broadcast_to = ctx.xp.broadcast_to
     return Kernel(lambda x, a: broadcast_to(x, a.shape),
                   grad=_broadcast_grad(ctx), onnx=broadcast_like_to_onnx,
-                  lengths=rows_broadcast_like(len(ctx.in_shapes[1]) -
-                                              len(ctx.in_shapes[0])))
+                  lengths=rows_broadcast_like(ctx.in_shapes[0],
+                                              len(ctx.in_shapes[1])))
 
 
 def _broadcast_grad(ctx):
@@ -571,7 +633,7 @@ def lower_broadcast_sized(node, ctx):
     sizes = node.sizes
     offset = len(ctx.out_shapes[0]) - len(ctx.in_shapes[0])
 
-    @takes_axes
+    @takes_square
     def lengths(rows):
         return _rows_sized(sizes, rows[1:], rows[0], offset)
 
@@ -603,30 +665,33 @@ def full_sized(sizes, fill, dtype, xp):
                  'fill', onnx.helper.np_dtype_to_tensor_dtype(dtype), [1],
                  [fill]))
     return Kernel(full, {'sizes': sizes, 'fill': fill}, fresh=True,
-                  onnx=to_onnx, lengths=takes_axes(
+                  onnx=to_onnx, lengths=takes_square(
                       lambda rows: _rows_sized(sizes, rows)))
 
 
 def _rows_sized(sizes, rows, x=None, offset=0):
     """The output's rows of a shape ``sizes`` (:class:`BroadcastSized`'s)
     of arrays whose rows are ``rows``: those of an axis a size is read
-    from, on the axes sized so, or ``x``'s on an axis ``sizes`` keeps as
-    its (``x`` having ``offset`` fewer axes); ``x``'s, where it has them
-    elsewhere, the same."""
-    found = set()
+    from, on the axes sized so (on two, a square: ``(B, T, T)``), or
+    ``x``'s on an axis ``sizes`` keeps as its (``x`` having ``offset``
+    fewer axes); ``x``'s, where it has them elsewhere, the same."""
+    found = collections.defaultdict(set)  # rows (on no axis): axes
     for axis, n in enumerate(sizes):
         r = None if not isinstance(n, tuple) else rows[n[0]]
-        if r is not None and r.axis == n[1]:
-            found.add(r._replace(axis=axis))
+        if r is not None and n[1] in r.axes:
+            found[r.on_axes([0])].add(axis)
     if x is not None:
-        x = x._replace(axis=x.axis + offset)
-        if sizes[x.axis] is None:
-            found.add(x)
-        elif x not in found:
-            return None
+        for axis in x.axes:
+            axis += offset
+            if sizes[axis] is None:
+                found[x.on_axes([0])].add(axis)
+            elif axis not in found[x.on_axes([0])]:
+                return None
+    found = dict((r, axes) for r, axes in found.items() if axes)
     if len(found) > 1:
         return None
-    return Follow(tuple(found) or (None,))
+    return Follow(tuple(r.on_axes(axes) for r, axes in found.items()) or
+                  (None,))
 
 
 def _onnx_sized_shape(b, sizes, arrays, x=None, offset=0):
@@ -647,17 +712,28 @@ def broadcast_like_to_onnx(b, ins, outs):
     b.op('Expand', [ins[0], b.single('Shape', ins[1])], outs)
 
 
-def rows_broadcast_like(offset):
-    """The ``Kernel.lengths`` rule of ``x`` broadcast to the shape of
-    ``a``, which has ``offset`` more axes: ``a``'s rows, where ``x``'s
-    (if it has them) are the same; also the rows of the longest of a
-    list's items, as it neither joins nor splits them."""
+def rows_broadcast_like(x_shape, ndim):
+    """The ``Kernel.lengths`` rule of ``x`` (of ``x_shape``) broadcast to
+    the shape of ``a`` (of ``ndim`` axes): ``a``'s rows, where ``x``'s
+    (if it has them) are the same, on some of ``a``'s axes, and ``x``
+    has one row (or none) on the others (a mask ``(B, 1, T)`` to scores
+    ``(B, T, T)``); also the rows of the longest of a list's items, as
+    it neither joins nor splits them."""
+    offset = ndim - len(x_shape)
+
+    @takes_square
     @takes_widest
     def lengths(rows):
         x, a = rows
-        if a is None or x is not None and \
-                x._replace(axis=x.axis + offset) != a:
+        if a is None:
             return None
+        if x is not None:
+            own = set(axis + offset for axis in x.axes)
+            if x.on_axes([0]) != a.on_axes([0]) or \
+                    not own <= set(a.axes) or any(
+                        axis >= offset and x_shape[axis - offset] != 1
+                        for axis in set(a.axes) - own):
+                return None
         return Follow((a,))
     return lengths
 
@@ -1086,7 +1162,7 @@ def lower_where_of_an_input(node, ctx, state):
                 sum_to(xp_where(condition, zero, g), y_shape)
                 if wanted[1] else None, None)
 
-    @takes_axes
+    @takes_square
     def lengths(rows):  # elementwise, where no input broadcasts
         found = same_rows(rows)
         return None if found is None or not alike else Follow(
@@ -1321,11 +1397,40 @@ def lower_split_axis(node, ctx):
                  [y])
     kernel = Kernel(lambda x: tuple(x[index] for index in indexes),
                     {'axis': node.axis}, multi=True, grad=grad, onnx=to_onnx)
-    if ctx.xp is not numpy or axis != 0 or grad is None:
+    if grad is None:
+        return kernel
+    if axis != 0:
+        return kernel._replace(lengths=_rows_beside_split(
+            kernel, ctx, axis, [s[axis] for s in ctx.out_shapes]))
+    if ctx.xp is not numpy:
         return kernel
     cut = _rows_cut(kernel, points, shape[1:], ctx.in_dtypes[0])
     return kernel._replace(lengths=cut if node.indices is not None else
                            _in_equal_sections(cut))
+
+
+def _rows_beside_split(kernel, ctx, axis, sizes):
+    """The ``Kernel.lengths`` rule of a cut along ``axis``, fixed, of an
+    array whose rows are on another axis (the queries, keys and values of
+    a batch's projection, ``F.split_axis(qkv, 3, axis=1)``): every piece
+    has its rows; at any rows its gradient makes the zeros of a piece
+    without one in the shape of the input's rows."""
+    xp, dtype = ctx.xp, ctx.in_dtypes[0]
+
+    def grad(xs, ys, gys, wanted):
+        rows = [gy.shape for gy in gys if gy is not None][0]
+        return xp.concatenate([
+            xp.zeros(rows[:axis] + (size,) + rows[axis + 1:], dtype)
+            if gy is None else gy for gy, size in zip(gys, sizes)], axis),
+
+    @takes_axes
+    def lengths(rows):
+        if rows[0] is None or rows[0].axis == axis:
+            return None
+        return Follow((rows[0],) * len(sizes), any_rows)
+    any_rows = kernel._replace(grad=kernel.grad._replace(fn=grad, onnx=None),
+                               lengths=lengths)
+    return lengths
 
 
 def _in_equal_sections(cut):

@@ -69,7 +69,7 @@ from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_broadcast
 from chainerjit.ops import rows_elementwise
 from chainerjit.ops import rows_follow_first
-from chainerjit.ops import takes_axes
+from chainerjit.ops import takes_square
 from chainerjit.ops import takes_widest
 
 
@@ -540,12 +540,13 @@ def _broadcast_any_rows(kernel, ctx, grad_of, taken=None):
     these."""
     rule = rows_broadcast(ctx.in_shapes, ctx.out_shapes[0])
 
+    @takes_square
     @takes_widest
     def lengths(rows):
         following = rule(rows)
         if following is None or kernel.grad is None:
             return following
-        axes = tuple(t + (() if r is None else (r.axis,))
+        axes = tuple(t + (() if r is None else r.axes)
                      for t, r in zip(taken or ((),) * len(rows), rows))
         return following._replace(kernel=kernel._replace(
             grad=grad_of(axes),
@@ -1043,11 +1044,12 @@ def _reduction_rows(kernel, node, ctx, mean=False):
             out = _rows_through_reduction(found, axes, keepdims)
             if out is None:
                 return Follow((None,), general)
-            variant = general if not first else kernel._replace(
-                grad=grad_rule(ctx, grad_with_rows(found.axis, out.axis)),
-                lengths=rule(False))
+            variant = general if not first or found.also else \
+                kernel._replace(grad=grad_rule(
+                    ctx, grad_with_rows(found.axis, out.axis)),
+                    lengths=rule(False))
             return Follow((out,), variant)
-        return takes_widest(lengths)
+        return takes_square(takes_widest(lengths))
     general = kernel._replace(
         grad=grad_rule(ctx, grad_at_input_shape, inputs=(0,)),
         lengths=rule(False))
@@ -1056,18 +1058,20 @@ def _reduction_rows(kernel, node, ctx, mean=False):
 
 def _rows_through_reduction(rows, axes, keepdims):
     """The rows of a reduction's output over ``axes`` of an input with
-    ``rows``: on their axis as the output numbers it, or ``None`` where
-    that axis is reduced (the output's shape is then fixed)."""
-    if rows.axis in axes:
+    ``rows``: on their axes not reduced, as the output numbers them, or
+    ``None`` where all are (the output's shape is then fixed)."""
+    kept = [a for a in rows.axes if a not in axes]
+    if not kept:
         return None
-    return rows._replace(axis=rows.axis if keepdims else rows.axis - sum(
-        1 for a in axes if a < rows.axis))
+    return rows.on_axes([a if keepdims else a - sum(1 for b in axes if b < a)
+                         for a in kept])
 
 
 def _reduced_rows(axes, keepdims):
     """The ``Kernel.lengths`` rule of a reduction over ``axes`` whose
     kernel and gradient take any shape: the rows of its input through
     it."""
+    @takes_square
     @takes_widest
     def lengths(rows):
         found = rows[0]
@@ -1328,12 +1332,14 @@ def _matmul_rows(kernel, node, ctx):
     many axes, two or more, and the same batch axes (none broadcast):
     the rows of a batch axis both have, or of the first operand's
     matrices' rows (``(B, T, H) @ (B, H, 1)``: attention scores over
-    ``T`` steps), or of the second's columns, are the product's; rows
-    that both contract (``F.matmul(enc, a, transa=True)``: ``(B, T, H)``
-    and ``(B, T, 1)``, a context summed over the steps) are none of the
-    product's. At any rows its gradient is the products of the output's
-    gradient, which have the operands' shapes (:func:`_matmul_grad`, its
-    ONNX form that of the recorded sizes left out)."""
+    ``T`` steps), or of the second's columns, are the product's, on both
+    where both are (queries by keys, ``(B, T, T)``); rows that both
+    contract (``F.matmul(enc, a, transa=True)``: ``(B, T, H)`` and ``(B,
+    T, 1)``, a context summed over the steps; the weights of those scores
+    by the values) are none of the product's. At any rows its gradient
+    is the products of the output's gradient, which have the operands'
+    shapes (:func:`_matmul_grad`, its ONNX form that of the recorded
+    sizes left out)."""
     a_shape, b_shape = ctx.in_shapes
     ndim = len(a_shape)
     if ndim < 2 or len(b_shape) != ndim or a_shape[:-2] != b_shape[:-2]:
@@ -1347,17 +1353,21 @@ def _matmul_rows(kernel, node, ctx):
         (ndim - 2, ndim - 1)
 
     def product_rows(a, b):
-        if a is not None and b is not None:
-            if a.axis < ndim - 2 and b == a:
-                return a  # a batch axis
-            if a.axis == a_inner and b == a._replace(axis=b_inner):
-                return None  # contracted
+        if a is not None and b is not None and \
+                a._replace(axis=0, also=()) != b._replace(axis=0, also=()):
             return False
-        if a is not None:
-            return a._replace(axis=out_rows) if a.axis == a_rows else False
-        return b._replace(axis=out_cols) if b.axis == b_cols else False
+        a_axes = set(a.axes) if a is not None else set()
+        b_axes = set(b.axes) if b is not None else set()
+        batch = set(range(ndim - 2))
+        if a_axes & batch != b_axes & batch or \
+                (a_inner in a_axes) != (b_inner in b_axes):
+            return False  # one operand's rows broadcast, or left alone
+        out = (a_axes & batch) | \
+            (set([out_rows]) if a_rows in a_axes else set()) | \
+            (set([out_cols]) if b_cols in b_axes else set())
+        return (a or b).on_axes(out) if out else None
 
-    @takes_axes
+    @takes_square
     def lengths(rows):
         found = product_rows(*rows)
         return None if found is False else Follow((found,), any_rows)

@@ -299,7 +299,7 @@ def lower_layer_normalization(node, ctx):
                   grad=GradRule(_layer_norm_grad(xp, eps), inputs=(0, 1),
                                 onnx=_layer_norm_grad_to_onnx(eps, ctx)),
                   onnx=_layer_norm_to_onnx(eps), fresh=True,
-                  into=into if alike else None)
+                  into=into if alike else None, lengths=rows_follow_first)
 
 
 def _layer_norm(xp, eps, one_pass):

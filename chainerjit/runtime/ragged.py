@@ -156,7 +156,9 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
                                      for leaf in following.reads]
     for value, r in rows.items():  # (a trip count's kept)
         value.symbols = dict(value.symbols or {})
-        value.symbols[r.axis] = _named(value, r, label)
+        for axis in r.axes:
+            value.symbols[axis] = _named(
+                value, r._replace(axis=axis, also=()), label)
     return None
 
 

@@ -332,16 +332,26 @@ class _Gram(chainer.Chain):
 
 
 class _Similarities(_Gram):
-    """Rows by rows transposed: the product has the batch on both axes,
-    which no rule follows."""
+    """Rows by rows transposed: the product has the batch on both axes
+    (``ops.Rows.also``), summed."""
 
     def forward(self, x, t):
         h = self.l1(x)
         return F.sum(F.matmul(h, F.transpose(h)))
 
 
-def test_a_product_summing_over_the_batch_serves_every_batch_size():
-    jitted = _checked_without_recompiling(_calls(_features), _model(_Gram))
+class _FirstSimilarities(_Gram):
+    """The similarities of the first row: a cut of the batch on one of
+    its two axes, which no rule follows."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        return F.sum(F.matmul(h, F.transpose(h))[0])
+
+
+@pytest.mark.parametrize('cls', [_Gram, _Similarities])
+def test_a_product_summing_over_the_batch_serves_every_batch_size(cls):
+    jitted = _checked_without_recompiling(_calls(_features), _model(cls))
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
@@ -378,7 +388,8 @@ class _Sampled(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls, make, why', [
-    (_Similarities, _features, 'a value computed from x read by MatMul['),
+    (_FirstSimilarities, _features,
+     'a value computed from x read by GetItem['),
     (_Sampled, _features, 'the program has side effects'),
 ])
 def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
