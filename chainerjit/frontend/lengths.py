@@ -281,7 +281,7 @@ def _made_origins(recorder, array):
     (``lengths.MadeSized``), where it is the array made; else ``None``."""
     made = recorder.made_sized.get(id(traced.memory_owner(array))) \
         if isinstance(array, numpy.ndarray) else None
-    if made is None or made.array is not array:
+    if made is None or made.array is not array or made.like is not None:
         return None
     return tuple(None if not isinstance(n, tuple) else
                  (made.leaves[n[0]], n[1]) for n in made.sizes)
@@ -668,8 +668,13 @@ def made_noting(name, fn, args, kwargs, depth=1, module='numpy'):
             recorder.note_made_sized(sized)
         made = None if sized is not None else \
             _made_rows(name, array, args, kwargs, uses)
-    else:
-        made = _made_by_a_library(name, array, args, kwargs, depth)
+    else:  # made of no argument's size: of a value's shape, or by Chainer
+        sized = _made_sized(name, array, args, kwargs, (), recorder) \
+            if forward_line(depth - 1) is not None else None
+        if sized is not None:
+            recorder.note_made_sized(sized)
+        made = None if sized is not None else \
+            _made_by_a_library(name, array, args, kwargs, depth)
     if made is not None:
         recorder.made_rows.append(made)
     return array
@@ -714,7 +719,8 @@ def _made_rows(name, array, args, kwargs, uses):
 
 
 class MadeSized(collections.namedtuple(
-        'MadeSized', 'array sizes leaves fill uses value')):
+        'MadeSized', 'array sizes leaves fill uses value like',
+        defaults=(None,))):
     """An array the forward made with NumPy of a shape holding arguments'
     sizes it read (``numpy.ones((len(xs), B, H))``): ``sizes`` as
     ``ops.array.BroadcastSized`` has them, of the arguments ``leaves``,
@@ -722,7 +728,9 @@ class MadeSized(collections.namedtuple(
     the ``value`` of a node making it again from those arguments, recorded
     where it was made. Read by an op while it holds its fill, it is that
     value (``trace.Recorder.value_of``), and the program follows their
-    sizes."""
+    sizes. ``like``: instead of arguments, the value whose whole shape the
+    forward read and made it of (``xp.full(scores.shape, -1e9)``), which
+    ``sizes`` then name as the first array's."""
 
     __slots__ = ()
 
@@ -739,8 +747,20 @@ def _made_sized(name, array, args, kwargs, uses, recorder):
     if contained(others) or not isinstance(fill, (int, float)):
         return None
     sized = argument_sizes(shape, recorder)
-    return None if sized is None else \
-        MadeSized(array, sized[0], sized[1], fill, uses, None)
+    if sized is None:
+        return _made_like(array, shape, fill, uses)
+    return MadeSized(array, sized[0], sized[1], fill, uses, None)
+
+
+def _made_like(array, shape, fill, uses):
+    """The :class:`MadeSized` of an array made of the whole shape the
+    forward read of a value it computed (:func:`shape_source`), or
+    ``None``."""
+    source = shape_source(shape) if isinstance(shape, tuple) else None
+    if source is None:
+        return None
+    return MadeSized(array, tuple((0, axis) for axis in range(len(shape))),
+                     (), fill, uses, None, data_of(source))
 
 
 def view_sizes(made, view):

@@ -484,15 +484,25 @@ class _Recorder(object):
         self.add_node(ir.Node(
             'numpy.full', ops_array.full_sized(made.sizes, made.fill,
                                                array.dtype, numpy),
-            [self.value_of(self.input_arrays[leaf]) for leaf in made.leaves],
+            self._made_of(made),
             [out], (('shape', self._sizes_named(made)),
                     ('fill', made.fill)),
-            loc=made.uses[0].loc))
+            loc=made.uses[0].loc if made.uses else user_location()))
         return out
+
+    def _made_of(self, made):
+        """The values whose sizes ``made`` (a ``lengths.MadeSized``) has:
+        the arguments', or that of the value it is made like."""
+        if made.like is not None:
+            return [self.value_of(made.like)]
+        return [self.value_of(self.input_arrays[leaf])
+                for leaf in made.leaves]
 
     def _sizes_named(self, made):
         """``'(x.shape[0], 8)'``: the shape of ``made`` (a
         ``lengths.MadeSized``) as it is read."""
+        if made.like is not None:
+            return 'like its input'
         return '(%s)' % ', '.join(
             str(n) if isinstance(n, int) else '%s.shape[%d]' % (
                 self.graph.inputs[made.leaves[n[0]]].name, n[1])

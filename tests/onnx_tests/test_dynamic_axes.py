@@ -72,19 +72,37 @@ def test_a_program_of_one_batch_size_exports_it_unless_asked(rng):
 
 
 def _masked_scores(x):
-    """Scores masked with an array the forward makes at the scores' shape:
-    its batch size is the example's."""
+    """Scores masked with arrays the forward makes of the scores' shape,
+    which the program makes again at any batch size."""
     s = F.matmul(x, x, transb=True)
     keep = numpy.broadcast_to(numpy.eye(x.shape[1], dtype=bool), s.shape)
     return F.where(keep, s, numpy.full(s.shape, -1e9, s.dtype))
+
+
+def _written_scores(x):
+    """:func:`_masked_scores`, the fill written into before it is used: a
+    constant of the example's batch size."""
+    s = F.matmul(x, x, transb=True)
+    minus = numpy.full(s.shape, -1e9, s.dtype)
+    minus[:, 0, 0] = 0
+    return F.where(numpy.eye(x.shape[1], dtype=bool)[None], s, minus)
+
+
+def test_an_array_of_the_scores_shape_exports_a_dynamic_batch(rng):
+    x = rng.standard_normal((3, 4, 2)).astype('f')
+    exported = chainerjit.export_onnx(_masked_scores, (x,),
+                                      dynamic_batch=True)
+    assert _dims(exported) == ['batch', 4, 2]
+    _runs_as_eager(exported, _masked_scores, [
+        rng.standard_normal((n, 4, 2)).astype('f') for n in (1, 5, 9)])
 
 
 def test_a_constant_of_the_batch_size_refuses_a_dynamic_batch(rng):
     x = rng.standard_normal((3, 4, 2)).astype('f')
     with pytest.raises(chainerjit.errors.ExportError,
                        match='made with the batch size of the example'):
-        chainerjit.export_onnx(_masked_scores, (x,), dynamic_batch=True)
-    exported = chainerjit.export_onnx(_masked_scores, (x,))
+        chainerjit.export_onnx(_written_scores, (x,), dynamic_batch=True)
+    exported = chainerjit.export_onnx(_written_scores, (x,))
     assert _dims(exported) == [3, 4, 2]
 
 

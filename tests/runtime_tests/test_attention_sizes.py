@@ -1,0 +1,207 @@
+"""Self-attention over padded batches (a transformer's encoder layer):
+one entry per mode for every batch size, every length, or both changing
+in one call, where the scores ``(B, T, T)`` have the steps on two axes
+(``ops.Rows.also``), with values and gradients equal to eager's, masked
+as people write it."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from tests import differential
+
+D = 8
+HEADS = 2
+
+
+class _Encoder(chainer.Chain):
+    """One encoder layer: queries, keys and values of one projection cut
+    apart, scaled dot-product attention over the steps (one head, or
+    ``heads``), masked by ``mask`` in one of the ways people write it,
+    a residual and layer normalization."""
+
+    def __init__(self, masking=None, heads=1):
+        super(_Encoder, self).__init__()
+        self.masking, self.heads = masking, heads
+        with self.init_scope():
+            self.qkv = L.Linear(D, 3 * D)
+            self.out = L.Linear(D, D)
+            self.norm = L.LayerNormalization(D)
+
+    def forward(self, x, mask):
+        B, T, _ = x.shape
+        h = F.reshape(x, (B * T, D))
+        q, k, v = (self._heads(a, B, T) for a in
+                   F.split_axis(self.qkv(h), 3, axis=1))
+        scores = F.matmul(q, k, transb=True) / numpy.sqrt(D // self.heads)
+        weights = F.softmax(self._masked(scores, mask), axis=-1)
+        context = F.matmul(weights, v)
+        if self.heads > 1:
+            context = F.transpose(context, (0, 2, 1, 3))
+        y = self.norm(h + self.out(F.reshape(context, (B * T, D))))
+        return F.reshape(y, (B, T, D))
+
+    def _heads(self, a, B, T):
+        if self.heads == 1:
+            return F.reshape(a, (B, T, D))
+        return F.transpose(F.reshape(a, (B, T, self.heads, D // self.heads)),
+                           (0, 2, 1, 3))
+
+    def _masked(self, scores, mask):
+        keys = mask[:, None, :] if self.heads == 1 else mask[:, None, None, :]
+        if self.masking == 'added':
+            return scores + (1 - keys) * -1e9
+        if self.masking == 'full_like':  # soskek's attention_is_all_you_need
+            minus = self.xp.full(scores.shape, -1e9, numpy.float32)
+            kept = chainer.as_array(keys) > 0
+            return F.where(F.broadcast_to(kept, scores.shape), scores, minus)
+        if self.masking == 'numpy_broadcast':
+            kept = self.xp.broadcast_to(chainer.as_array(keys) > 0,
+                                        scores.shape)
+            return F.where(kept, scores,
+                           self.xp.full(scores.shape, -1e9, numpy.float32))
+        return scores
+
+
+SIZES = {'batch': [(2, 7), (5, 7), (9, 7), (3, 7)],
+         'steps': [(4, 5), (4, 9), (4, 17), (4, 6)],
+         'both': [(2, 5), (3, 9), (5, 17), (4, 6)]}
+SIGNATURES = {'batch': 'x: f32[B,7,8]', 'steps': 'x: f32[4,B,8]',
+              'both': 'x: f32[B,W,8]'}
+
+
+def _calls(sizes, seed=0, features=D, mask_dtype=numpy.float32):
+    """Padded batches of ``sizes`` (and again the second and third) and
+    their masks, each with a sequence as long as the batch is wide."""
+    rng = numpy.random.RandomState(seed)
+    calls = []
+    for batch, steps in sizes + sizes[1:3]:
+        lengths = rng.randint(1, steps + 1, size=batch)
+        lengths[0] = steps
+        mask = (numpy.arange(steps)[None] < lengths[:, None])
+        calls.append((rng.standard_normal((batch, steps, features)).astype(
+            numpy.float32), mask.astype(mask_dtype)))
+    return calls
+
+
+def _one_entry_per_mode(model, calls):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, calls, model=model,
+                                          method='forward')
+        for args in calls[:2]:  # inference too
+            with chainer.no_backprop_mode():
+                numpy.testing.assert_allclose(
+                    jitted(*args).array, model.forward(*args).array,
+                    rtol=1e-4, atol=1e-5)
+    return jitted.cache_entries()
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+@pytest.mark.parametrize('masking', [None, 'added', 'full_like',
+                                     'numpy_broadcast'])
+def test_one_head_serves_every_size(changing, masking):
+    numpy.random.seed(0)
+    entries = _one_entry_per_mode(_Encoder(masking), _calls(SIZES[changing]))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
+    for entry in entries:
+        assert str(entry.signature).startswith(SIGNATURES[changing]), \
+            entry.signature
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+def test_heads_serve_every_size(changing):
+    numpy.random.seed(1)
+    entries = _one_entry_per_mode(_Encoder('added', heads=HEADS),
+                                  _calls(SIZES[changing], seed=1))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
+
+
+class _FirstScores(chainer.Chain):
+    """A cut of the scores on one of their axes of steps (the first
+    key's): no rule takes rows on two axes there, so the steps stay in
+    the key, with values equal to eager's."""
+
+    def forward(self, x):
+        scores = F.matmul(x, x, transb=True)
+        return F.softmax(scores[:, :, 0], axis=1)
+
+
+def test_a_cut_of_the_scores_keeps_the_steps_in_the_key():
+    calls = [(x,) for x, _ in _calls(SIZES['steps'])]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, calls, model=_FirstScores(),
+                                 method='forward')
+    assert any(issubclass(w.category, errors.RecompileWarning) and
+               'getitem' in str(w.message).lower() for w in caught), \
+        [str(w.message) for w in caught]
+
+
+class _KeysAndValues(chainer.Chain):
+    """Two pieces of three of a projection cut along its features: the
+    gradient of the one left out is zeros of the rows of the others, at
+    any batch size."""
+
+    def __init__(self):
+        super(_KeysAndValues, self).__init__()
+        with self.init_scope():
+            self.projection = L.Linear(D, 3 * D)
+
+    def forward(self, x):
+        k, _, v = F.split_axis(self.projection(x), 3, axis=1)
+        return k * v
+
+
+def test_a_piece_without_a_gradient_at_any_batch_size():
+    rng = numpy.random.RandomState(2)
+    calls = [(rng.standard_normal((n, D)).astype('f'),)
+             for n in (3, 8, 17, 5, 8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, calls,
+                                          model=_KeysAndValues(),
+                                          method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,8]'), entry.signature
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+@pytest.mark.parametrize('masked', [False, True])
+def test_the_example_encoder_block_serves_every_size(changing, masked):
+    # examples/models.py: heads merged with the batch, the mask broadcast
+    # to the scores and reshaped to their shape, filled with numpy.full.
+    import copy
+
+    from examples import models
+    numpy.random.seed(4)
+    model = models.EncoderBlock()
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for x, mask in _calls(SIZES[changing], 3, 16, bool):
+            kwargs = {'mask': mask} if masked else {}
+            with chainer.using_config('train', False), \
+                    chainer.no_backprop_mode():
+                numpy.testing.assert_allclose(
+                    jitted(x, **kwargs).array, model(x, **kwargs).array,
+                    rtol=1e-4, atol=1e-5)
+            grads = []
+            for fn, chain in ((model, model), (jitted, twin)):
+                chain.cleargrads()
+                variable = chainer.Variable(x.copy())
+                y = fn(variable, **kwargs)
+                F.sum(y * y).backward()
+                grads.append([variable.grad, chain.qkv.W.grad,
+                              chain.ln1.gamma.grad])
+            for got, expected in zip(grads[1], grads[0]):
+                numpy.testing.assert_allclose(got, expected, rtol=1e-4,
+                                              atol=1e-4)
+    assert len(jitted.cache_entries()) == 2, jitted.cache_report()
