@@ -84,8 +84,9 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
             once a second one is seen, where one onnxruntime session or
             the VM can run it so, its first calls at new sizes checked
             against eager (``runtime.batch``); ``True``: the VM's program
-            serves every batch size from the first call; ``False``: every
-            batch size compiles on its own.
+            serves every batch size from the first call, and every other
+            axis it takes at any size (``batch.every_axis_of``);
+            ``False``: every batch size compiles on its own.
 
     Returns:
         JitFunction: calls like ``fn`` and has ``cache_info()``,
@@ -418,24 +419,25 @@ class JitFunction(_calls.CachedCall):
 
     def _compile_any_batch(self, key, leaves, instance, args, kwargs):
         """Compiles a call, for any batch size where the VM may run its
-        program so (``batch.rows_batched``): with ``jit(dynamic=True)``
-        from the first call on, else where the call missed only for its
-        batch size. The entry compiled for the other size is then left out
-        (the new one serves it), or, where the batch size stays in the
-        key, keeps its size too, with the same note."""
+        program so (``batch.rows_batched``), where the call missed only for
+        the sizes of one or two axes, or, with ``jit(dynamic=True)``, from
+        the first call on, every other axis of its arrays too where the
+        program takes it at any size (``batch.every_axis_of``). The entry
+        compiled for the other size is then left out (the new one serves
+        it), or, where the batch size stays in the key, keeps its size
+        too, with the same note."""
         looped = None
-        if self._options.get('dynamic'):
-            sibling, batched = None, batch.batch_of(key)
-        else:
-            sibling, batched = batch.width_sibling(self.cache, key) or \
-                batch.rows_sibling(self.cache, key) or \
-                batch.two_axes_sibling(self.cache, key) or (None, None)
-            if batched is None:
-                looped = batch.looped_sibling(self.cache, key)
-                if looped is None:
-                    self._warn_sizes(batch.sizes_sibling(self.cache, key))
-            elif batched.size_of(key) < batch.MIN_SIZE:
-                batched = None
+        sibling, batched = batch.width_sibling(self.cache, key) or \
+            batch.rows_sibling(self.cache, key) or \
+            batch.two_axes_sibling(self.cache, key) or (None, None)
+        if batched is None and self._options.get('dynamic'):
+            batched = batch.every_axis_of(key)
+        elif batched is None:
+            looped = batch.looped_sibling(self.cache, key)
+            if looped is None:
+                self._warn_sizes(batch.sizes_sibling(self.cache, key))
+        elif batched.size_of(key) < batch.MIN_SIZE:
+            batched = None
         result = self._compile(key, leaves, instance, args, kwargs,
                                batched=batched)
         entry = self.last_entry

@@ -101,12 +101,15 @@ class BatchAxis(object):
 
 
 class Batched(BatchAxis, collections.namedtuple(
-        'Batched', 'leaves axes kept', defaults=(None, None))):
+        'Batched', 'leaves axes kept guessed', defaults=(None, None, False))):
     """How an entry that one onnxruntime session runs at every batch size
     reads a call's key: ``leaves`` are the indexes of the arguments whose
     axis 0 is the batch (every array argument). ``kept``: the
     :class:`RowsBatched` of another axis whose size an entry compiled
-    before already took at any value (:func:`width_sibling`), to keep."""
+    before already took at any value (:func:`width_sibling`), to keep.
+    ``guessed``: ``kept`` are the axes ``jit(dynamic=True)`` asks to open
+    from the first call (:func:`every_axis_of`), those the program cannot
+    take at any size staying in the key without a word."""
 
     __slots__ = ()
     min_size = 0
@@ -557,6 +560,30 @@ def batch_of(key):
     batched = Batched(leaves)
     size = batched.size_of(key)
     return batched if size is not None and size >= MIN_SIZE else None
+
+
+def every_axis_of(key):
+    """The ``Batched`` of a call's first call under ``jit(dynamic=True)``:
+    :func:`batch_of`'s, each other axis of its arrays kept open too
+    (:attr:`Batched.guessed`), those of one size as one (``W``, ``W2``,
+    ...: the steps of the inputs and of their mask), but where that size
+    is under :data:`MIN_SIZE` or an array has it on two axes; else
+    ``None``."""
+    batched = batch_of(key)
+    if batched is None:
+        return None
+    groups = collections.OrderedDict()  # by size: [(leaf, axis)]
+    for leaf in batched.leaves:
+        for axis, n in enumerate(key[3][leaf][0][1:], 1):
+            if type(n) is int and n >= MIN_SIZE:
+                groups.setdefault(n, []).append((leaf, axis))
+    kept = []
+    for axes in groups.values():
+        leaves, at = zip(*axes)
+        if len(set(leaves)) == len(leaves):
+            kept.append(RowsBatched(leaves, None, at, WIDTH if not kept
+                                    else '%s%d' % (WIDTH, len(kept) + 1)))
+    return batched._replace(kept=tuple(kept) or None, guessed=True)
 
 
 def rows_batched(graph, batched, size, uses, names, symbol=BATCH):

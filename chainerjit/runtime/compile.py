@@ -533,7 +533,7 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
             if other.leaves and \
                     not set(other.batch_axes()) <= open_already:
                 rows = _with_other_axis(caller, graph, sig, rows, other,
-                                        uses, names)
+                                        uses, names, batched.guessed)
     if why is not None and caller.warn_batch is not None:
         caller.warn_batch(why)
     return rows, why
@@ -555,16 +555,18 @@ def _recorded_size(sig, batched):
     return sig.items[leaf][1].shape[axis]
 
 
-def _with_other_axis(caller, graph, sig, rows, kept, uses, names):
+def _with_other_axis(caller, graph, sig, rows, kept, uses, names,
+                     guessed=False):
     """``batch.TwoAxes`` of the ``rows`` of one axis (or of those axes)
     and those of the axis ``kept`` (``batch.width_sibling``; a width of
-    joined lists), where the VM may run the program at any sizes of all;
-    else ``rows`` (``kept`` keeps its size, which this warns of)."""
+    joined lists; with ``guessed``, one ``jit(dynamic=True)`` asks for),
+    where the VM may run the program at any sizes of all; else ``rows``
+    (``kept`` keeps its size, which this warns of, unless guessed)."""
     other, why = batch.rows_batched(graph, kept, _recorded_size(sig, kept),
                                     uses, names, kept.symbol)
     batched = rows.batch if isinstance(rows, batch.TwoAxes) else rows
     if other is None:
-        if caller.warn_sizes is not None:
+        if caller.warn_sizes is not None and not guessed:
             caller.warn_sizes(
                 '%s and %s changed in one call, and the program takes any '
                 'size of the first but not of the second: %s' % (

@@ -205,3 +205,43 @@ def test_the_example_encoder_block_serves_every_size(changing, masked):
                 numpy.testing.assert_allclose(got, expected, rtol=1e-4,
                                               atol=1e-4)
     assert len(jitted.cache_entries()) == 2, jitted.cache_report()
+
+
+@pytest.mark.parametrize('changing', ['steps', 'both'])
+def test_dynamic_true_opens_the_steps_from_the_first_call(changing):
+    numpy.random.seed(5)
+    model = _Encoder('full_like')
+    jitted = chainerjit.jit(model.forward, dynamic=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        with chainer.no_backprop_mode():
+            for x, mask in _calls(SIZES[changing], seed=5):
+                numpy.testing.assert_allclose(
+                    jitted(x, mask).array, model.forward(x, mask).array,
+                    rtol=1e-4, atol=1e-5)
+    info = jitted.cache_info()
+    assert info.compiles == 1 and info.currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    # The features stay: no program takes them at any size.
+    assert str(entry.signature).startswith(
+        'x: f32[B,W,8]@cpu (array), mask: f32[B,W]'), entry.signature
+
+
+def test_dynamic_true_opens_axes_of_several_sizes():
+    # Two lengths (a source and a target), each its own symbol, and the
+    # features of both.
+    def pair(x, y):
+        return F.sum(x, axis=1) * F.sum(y, axis=1)
+
+    jitted = chainerjit.jit(pair, dynamic=True)
+    rng = numpy.random.RandomState(6)
+    for batch, n, m in [(3, 4, 6), (5, 7, 2), (2, 9, 9), (4, 3, 5)]:
+        x = rng.standard_normal((batch, n, 2)).astype(numpy.float32)
+        y = rng.standard_normal((batch, m, 2)).astype(numpy.float32)
+        numpy.testing.assert_allclose(jitted(x, y).array, pair(x, y).array,
+                                      rtol=1e-5)
+    assert jitted.cache_info().compiles == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    # Axes of one size in the first call are one symbol (the features).
+    assert str(entry.signature).startswith(
+        'x: f32[B,W,W2]@cpu (array), y: f32[B,W3,W2]'), entry.signature
