@@ -545,6 +545,42 @@ def _recording_crf1d(crf1d, recorder):
     return crf
 
 
+def _recording_crf1d_link(forward, recorder):
+    """``L.CRF1d.forward`` while recording, called with
+    ``transpose=True`` on lists of sequences (Chainer's POS tagging
+    example: ``self.crf(hs, ys, transpose=True)``): one node on the
+    sequences as they are (``ops.loss.CRF1dOfSequences``), whose kernel
+    runs Chainer's code on them, so that a program serves any lengths of
+    the items (``runtime.ragged``) instead of unrolling Chainer's loop
+    over the steps. Else the link's own forward."""
+    def crf(link, xs, ys, reduce='mean', transpose=False):
+        if _state.recorder is not recorder or recorder.depth or \
+                not transpose or reduce not in ('mean', 'no') or \
+                type(xs) is not list or type(ys) is not list or \
+                not xs or len(xs) != len(ys):
+            return forward(link, xs, ys, reduce, transpose)
+        return loss_ops.CRF1dOfSequences(reduce, len(xs)).apply(
+            [link.cost] + xs + ys)[0]
+    crf.__wrapped__ = forward
+    return crf
+
+
+def _recording_crf1d_argmax(argmax, recorder):
+    """``L.CRF1d.argmax`` while recording, with ``transpose=True`` on a
+    list of sequences: one node (``ops.loss.ArgmaxCRF1dOfSequences``)
+    running Chainer's code, as :func:`_recording_crf1d_link`; its paths
+    follow the sequences' lengths. Else the link's own."""
+    def best(link, xs, transpose=False):
+        if _state.recorder is not recorder or recorder.depth or \
+                not transpose or type(xs) is not list or not xs:
+            return argmax(link, xs, transpose)
+        found = loss_ops.ArgmaxCRF1dOfSequences(len(xs)).apply(
+            [link.cost] + xs)
+        return found[0], [path.array for path in found[1:]]
+    best.__wrapped__ = argmax
+    return best
+
+
 def _steps_of_a_loop(xs, recorder):
     """Is ``xs`` the list a loop over an argument's axis filled, one step
     each, all of one shape?"""
@@ -933,6 +969,8 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
     RecordingPatch(chainer.functions, 'crf1d', _recording_crf1d),
     RecordingPatch(crf1d_module, 'crf1d', _recording_crf1d),
+    RecordingPatch(chainer.links.CRF1d, 'forward', _recording_crf1d_link),
+    RecordingPatch(chainer.links.CRF1d, 'argmax', _recording_crf1d_argmax),
     RecordingPatch(chainer.functions, 'pad_sequence',
                    _recording_pad_sequence),
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),

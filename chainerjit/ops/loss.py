@@ -3,6 +3,7 @@
 import chainer
 import numpy
 
+from chainer.functions.array import transpose_sequence
 from chainer.functions.loss import contrastive
 from chainer.functions.loss import crf1d
 from chainer.functions.loss import cross_covariance
@@ -14,6 +15,7 @@ from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer.functions.loss import triplet
+from chainer.links.rnn import n_step_rnn
 from chainer import utils
 
 from chainerjit import errors
@@ -74,6 +76,128 @@ def _crf1d_graph(reduce, cost, xs, ys):
     with chainer.force_backprop_mode():
         loss = _CRF1D(cost, chainer.functions.separate(xs), list(ys), reduce)
     return loss, cost, xs
+
+
+class CRF1dOfSequences(chainer.FunctionNode):
+    """``L.CRF1d``'s ``forward(xs, ys, reduce, transpose=True)`` of ``n``
+    sequences of any lengths, in any order: the inputs are the link's
+    ``cost``, the scores ``xs`` (``(L_i, K)`` each) and the labels ``ys``
+    (``(L_i,)`` each). Chainer's own code runs on them (sorted by length,
+    transposed to steps of a shrinking batch, ``crf1d``), forward and
+    backward, so its values and gradients are eager's at any lengths
+    (Chainer's POS tagging example)."""
+
+    def __init__(self, reduce, n):
+        self.reduce, self.n = reduce, n
+
+    def forward(self, inputs):
+        self.retain_inputs(tuple(range(len(inputs))))
+        with chainer.no_backprop_mode():
+            return crf1d_of_sequences(self.reduce, self.n, *inputs).array,
+
+    def backward(self, indexes, grad_outputs):
+        inputs = [v.array for v in self.get_retained_inputs()]
+        grads = sequences_grads(self.reduce, self.n, inputs,
+                                grad_outputs[0].array)
+        return tuple(chainer.Variable(g) for g in grads) + \
+            (None,) * self.n
+
+
+def crf1d_of_sequences(reduce, n, cost, *arrays):
+    """``L.CRF1d.forward(xs, ys, reduce, transpose=True)`` of the link's
+    ``cost`` and ``arrays``, ``n`` scores then ``n`` labels (arrays or
+    Variables): a Variable."""
+    xs, ys = list(arrays[:n]), list(arrays[n:])
+    order = n_step_rnn.argsort_list_descent(xs)
+    xs = n_step_rnn.permutate_list(xs, order, inv=False)
+    ys = n_step_rnn.permutate_list(ys, order, inv=False)
+    return _CRF1D(cost, transpose_sequence.transpose_sequence(xs),
+                  transpose_sequence.transpose_sequence(ys), reduce)
+
+
+def _sequences_graph(reduce, n, inputs):
+    """:func:`crf1d_of_sequences` with its graph, for a backward: ``(loss,
+    [cost and the scores as Variables])``."""
+    wrt = [chainer.Variable(a) for a in inputs[:1 + n]]
+    with chainer.force_backprop_mode():
+        loss = crf1d_of_sequences(reduce, n, *(wrt + list(inputs[1 + n:])))
+    return loss, wrt
+
+
+def sequences_grads(reduce, n, inputs, gy, graph=None):
+    """The gradients of the cost and the scores of
+    :func:`crf1d_of_sequences` (of its ``graph``, if given), by Chainer's
+    backward."""
+    loss, wrt = graph or _sequences_graph(reduce, n, inputs)
+    return tuple(g.array for g in chainer.grad(
+        [loss], wrt, grad_outputs=[chainer.Variable(gy)]))
+
+
+@lowering(CRF1dOfSequences)
+def lower_crf1d_of_sequences(node, ctx):
+    reduce, n = node.reduce, node.n
+    training, held = chainer.config.enable_backprop, []
+
+    def forward(*inputs):
+        if not training:
+            with chainer.no_backprop_mode():
+                return crf1d_of_sequences(reduce, n, *inputs).array
+        held[:] = [_sequences_graph(reduce, n, inputs)]
+        return held[0][0].array
+
+    def grad(xs, ys, gys, wanted):
+        graph = held.pop() if held and held[0][0].array is ys[0] else None
+        return sequences_grads(reduce, n, xs, gys[0], graph) + (None,) * n
+
+    def lengths(rows):
+        # Each sequence's steps, scores and labels, summed over; the
+        # number of sequences is fixed.
+        if rows[0] is not None or any(
+                r is None or r.axis or r.widest or r.also for r in rows[1:]):
+            return None
+        return Follow((None,))
+    return Kernel(forward, {'reduce': reduce},
+                  grad=GradRule(grad, inputs=tuple(range(1 + 2 * n)),
+                                outputs=(0,)),
+                  lengths=lengths)
+
+
+class ArgmaxCRF1dOfSequences(chainer.FunctionNode):
+    """``L.CRF1d``'s ``argmax(xs, transpose=True)`` of ``n`` sequences of
+    scores ``xs`` of any lengths, in any order, by Chainer's own code: the
+    outputs are the best paths' scores (in the order of the sequences
+    sorted by length, as Chainer gives them) and each sequence's path.
+    Not differentiable: a gradient through it runs eagerly."""
+
+    def __init__(self, n):
+        self.n = n
+
+    def forward(self, inputs):
+        return argmax_of_sequences(*inputs)
+
+
+def argmax_of_sequences(cost, *xs):
+    """``L.CRF1d.argmax(xs, transpose=True)`` of the link's ``cost`` and
+    the arrays ``xs``: a tuple of arrays, the scores then the paths."""
+    with chainer.no_backprop_mode():
+        order = n_step_rnn.argsort_list_descent(xs)
+        xs = n_step_rnn.permutate_list(list(xs), order, inv=False)
+        score, path = crf1d.argmax_crf1d(
+            cost, transpose_sequence.transpose_sequence(xs))
+        path = [p.array for p in transpose_sequence.transpose_sequence(path)]
+        return (score.array,) + tuple(
+            n_step_rnn.permutate_list(path, order, inv=True))
+
+
+@lowering(ArgmaxCRF1dOfSequences)
+def lower_argmax_crf1d_of_sequences(node, ctx):
+    def lengths(rows):
+        # Each path has its sequence's steps; the scores, one a sequence.
+        if rows[0] is not None or any(
+                r is None or r.axis or r.widest or r.also for r in rows[1:]):
+            return None
+        return Follow((None,) + tuple(rows[1:]))
+    return Kernel(argmax_of_sequences, multi=True, lengths=lengths)
 
 
 @lowering(CRF1dStacked)

@@ -1,0 +1,160 @@
+"""A linear-chain CRF over sentences of any lengths as Chainer's POS
+tagging example writes it (``L.CRF1d`` with ``transpose=True``: the
+sentences sorted, transposed to steps of a shrinking batch): one entry
+for every length of the sentences, in training and prediction, with
+eager's values and gradients."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from tests import differential
+
+VOCABULARY, TAGS = 30, 5
+
+
+class _Tagger(chainer.Chain):
+    """Chainer's examples/pos ``CRF``: each word's tag scores looked up,
+    the CRF's loss over the sentences transposed, its best paths."""
+
+    def __init__(self, reduce='mean'):
+        super(_Tagger, self).__init__()
+        self.reduce = reduce
+        with self.init_scope():
+            self.feature = L.EmbedID(VOCABULARY, TAGS)
+            self.crf = L.CRF1d(TAGS)
+
+    def forward(self, xs, ys):
+        hs = [self.feature(x) for x in xs]
+        return self.crf(hs, ys, reduce=self.reduce, transpose=True)
+
+    def predict(self, xs):
+        hs = [self.feature(x) for x in xs]
+        return self.crf.argmax(hs, transpose=True)
+
+
+class _RecurrentTagger(_Tagger):
+    """Scores from a bidirectional N-step LSTM over the sentences."""
+
+    def __init__(self):
+        super(_RecurrentTagger, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(VOCABULARY, 6)
+            self.rnn = L.NStepBiLSTM(1, 6, 4, 0.0)
+            self.out = L.Linear(8, TAGS)
+
+    def forward(self, xs, ys):
+        _, _, hs = self.rnn(None, None, [self.embed(x) for x in xs])
+        return self.crf([self.out(h) for h in hs], ys, transpose=True)
+
+
+def _sentences(seed, n_calls=6, n_items=4):
+    """Calls of ``n_items`` sentences of 2 to 12 words in any order, with
+    their tags."""
+    rng = numpy.random.RandomState(seed)
+    calls = []
+    for _ in range(n_calls):
+        lengths = rng.randint(2, 13, size=n_items)
+        calls.append(([rng.randint(0, VOCABULARY, n).astype(numpy.int32)
+                       for n in lengths],
+                      [rng.randint(0, TAGS, n).astype(numpy.int32)
+                       for n in lengths]))
+    return calls
+
+
+def _one_entry(jitted):
+    entry, = jitted.cache_entries()
+    assert 'xs[0]: i32[L0]' in str(entry.signature), entry.signature
+    return entry
+
+
+@pytest.mark.parametrize('cls, reduce', [(_Tagger, 'mean'), (_Tagger, 'no'),
+                                         (_RecurrentTagger, 'mean')])
+def test_training_serves_every_length(cls, reduce):
+    numpy.random.seed(0)
+    model = cls() if cls is _RecurrentTagger else cls(reduce)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, _sentences(1), model=model,
+                                          method='forward')
+    _one_entry(jitted)
+
+
+def test_prediction_serves_every_length():
+    numpy.random.seed(0)
+    model = _Tagger()
+    jitted = chainerjit.jit(model.predict)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        with chainer.no_backprop_mode():
+            for xs, _ in _sentences(2):
+                score, paths = jitted(xs)
+                expected_score, expected = model.predict(xs)
+                numpy.testing.assert_allclose(score.array,
+                                              expected_score.array,
+                                              rtol=1e-5)
+                assert [p.tolist() for p in paths] == \
+                    [p.tolist() for p in expected]
+    _one_entry(jitted)
+
+
+def test_the_cost_learns_as_eagerly():
+    # A few steps of the example's optimizer: the transition costs and
+    # the embeddings follow eager's.
+    import copy
+
+    numpy.random.seed(3)
+    model = _Tagger()
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin)
+    optimizers = []
+    for chain in (model, twin):
+        optimizer = chainer.optimizers.Adam()
+        optimizer.setup(chain)
+        optimizers.append(optimizer)
+    for xs, ys in _sentences(4, n_calls=5):
+        for fn, optimizer in zip((model, jitted), optimizers):
+            optimizer.target.cleargrads()
+            fn(xs, ys).backward()
+            optimizer.update()
+    numpy.testing.assert_allclose(twin.crf.cost.array, model.crf.cost.array,
+                                  rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(twin.feature.W.array,
+                                  model.feature.W.array, rtol=1e-5,
+                                  atol=1e-6)
+    _one_entry(jitted)
+
+
+class _TransposedByHand(chainer.Chain):
+    """``F.crf1d`` over sentences the forward transposed itself: Chainer's
+    loop over the steps, whose batch shrinks, unrolls, so the lengths stay
+    in the key, with eager's values."""
+
+    def __init__(self):
+        super(_TransposedByHand, self).__init__()
+        with self.init_scope():
+            self.feature = L.EmbedID(VOCABULARY, TAGS)
+            self.crf = L.CRF1d(TAGS)
+
+    def forward(self, xs, ys):
+        hs = F.transpose_sequence([self.feature(x) for x in xs])
+        return F.crf1d(self.crf.cost, hs, F.transpose_sequence(ys))
+
+
+def test_a_crf_over_a_list_transposed_by_hand_keeps_the_lengths():
+    calls = []
+    for xs, ys in _sentences(5):
+        order = numpy.argsort([-len(x) for x in xs], kind='stable')
+        calls.append(([xs[k] for k in order], [ys[k] for k in order]))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, calls, model=_TransposedByHand(),
+                                 method='forward', fallback_ok=True)
+    assert any(issubclass(w.category, errors.RecompileWarning)
+               for w in caught), [str(w.message) for w in caught]
