@@ -257,12 +257,13 @@ def _rows_past_unit_axes(kernel, added, removed):
             sizes.insert(a, 1)
         return x.reshape(sizes)
 
+    @takes_square
     @takes_widest
     def lengths(rows):
         found = rows[0]
-        axis = None if found is None else moved(found.axis)
-        return None if axis is None else \
-            Follow((found._replace(axis=axis),), any_sizes)
+        axes = [] if found is None else [moved(axis) for axis in found.axes]
+        return None if not axes or None in axes else \
+            Follow((found.on_axes(axes),), any_sizes)
     any_sizes = kernel._replace(
         fn=lambda x: reshaped(x, added, removed),
         grad=_grad_of_each(lambda gy: reshaped(gy, removed, added)),

@@ -245,3 +245,23 @@ def test_dynamic_true_opens_axes_of_several_sizes():
     # Axes of one size in the first call are one symbol (the features).
     assert str(entry.signature).startswith(
         'x: f32[B,W,W2]@cpu (array), y: f32[B,W3,W2]'), entry.signature
+
+
+def test_a_batch_of_one_serves_every_length():
+    # A batch of one keeps an entry of its own, which takes every length:
+    # the heads' reshapes only add or drop its axis of one.
+    from examples import models
+    numpy.random.seed(7)
+    model = models.EncoderBlock()
+    jitted = chainerjit.jit(model)
+    sizes = [(1, 5), (1, 9), (1, 14), (1, 6)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        with chainer.no_backprop_mode():
+            for x, mask in _calls(sizes, 7, 16, bool):
+                numpy.testing.assert_allclose(
+                    jitted(x, mask).array, model(x, mask).array, rtol=1e-4,
+                    atol=1e-5)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[1,B,16]'), \
+        entry.signature
