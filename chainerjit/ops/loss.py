@@ -3,9 +3,7 @@
 import chainer
 import numpy
 
-from chainer.functions.array import transpose_sequence
 from chainer.functions.loss import contrastive
-from chainer.functions.loss import crf1d
 from chainer.functions.loss import cross_covariance
 from chainer.functions.loss import decov
 from chainer.functions.loss import hinge
@@ -15,7 +13,6 @@ from chainer.functions.loss import mean_squared_error
 from chainer.functions.loss import sigmoid_cross_entropy
 from chainer.functions.loss import softmax_cross_entropy
 from chainer.functions.loss import triplet
-from chainer.links.rnn import n_step_rnn
 from chainer import utils
 
 from chainerjit import errors
@@ -23,131 +20,109 @@ from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_softmax
+from chainerjit.ops import crf
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_reduced
 from chainerjit.ops import takes_axes
 from chainerjit.ops.activation import log_softmax_rows
 
 
-#: Chainer's crf1d itself (a recording patches the module's name).
-_CRF1D = crf1d.crf1d
-
-
 class CRF1dStacked(chainer.FunctionNode):
     """``F.crf1d(cost, xs, ys, reduce)`` of steps stacked: ``xs`` as one
     array ``(T, B, K)`` and ``ys`` as ``(T, B)``, recorded so where a loop
-    gave them (``frontend.recording_patches``). Chainer's own
-    ``crf1d`` runs on their rows, forward and backward, so its values and
-    gradients are eager's, at any length and batch size."""
+    gave them (``frontend.recording_patches``). Its values and gradients
+    are ``F.crf1d``'s (to rounding: ``ops.crf``) at any length and batch
+    size."""
 
     def __init__(self, reduce):
         self.reduce = reduce
 
     def forward(self, inputs):
         self.retain_inputs((0, 1, 2))
-        return crf1d_of_rows(self.reduce, *inputs),
+        cost, xs, ys = inputs
+        return crf.reduced(crf.forward(cost, list(xs), list(ys)).loss,
+                           self.reduce),
 
     def backward(self, indexes, grad_outputs):
-        cost, xs, ys = self.get_retained_inputs()
-        grads = crf1d_grads(self.reduce, cost.array, xs.array, ys.array,
-                            grad_outputs[0].array)
-        return tuple(chainer.Variable(g) for g in grads) + (None,)
+        inputs = [v.array for v in self.get_retained_inputs()]
+        return _variables(_stacked_grads(
+            self.reduce, inputs, grad_outputs[0].array)) + (None,)
 
 
-def crf1d_of_rows(reduce, cost, xs, ys):
-    """Chainer's ``crf1d`` of the rows of ``xs`` and ``ys``: an array."""
-    with chainer.no_backprop_mode():
-        return _CRF1D(cost, list(xs), list(ys), reduce).array
-
-
-def crf1d_grads(reduce, cost, xs, ys, gy, graph=None):
-    """The gradients of ``cost`` and ``xs`` of :func:`crf1d_of_rows`, by
-    Chainer's backward of its own ``crf1d`` (of its ``graph``, kept by
-    the forward, if given)."""
-    loss, cost, xs = graph or _crf1d_graph(reduce, cost, xs, ys)
-    return tuple(g.array for g in chainer.grad(
-        [loss], [cost, xs], grad_outputs=[chainer.Variable(gy)]))
-
-
-def _crf1d_graph(reduce, cost, xs, ys):
-    """Chainer's ``crf1d`` of the rows of ``xs`` and ``ys`` with its graph,
-    for a backward: ``(loss, cost, xs)`` as Variables."""
-    cost, xs = chainer.Variable(cost), chainer.Variable(xs)
-    with chainer.force_backprop_mode():
-        loss = _CRF1D(cost, chainer.functions.separate(xs), list(ys), reduce)
-    return loss, cost, xs
+def _stacked_grads(reduce, inputs, gy, run=None):
+    """The gradients of the cost and the scores of :class:`CRF1dStacked`
+    (of the forward's ``run``, if kept)."""
+    cost, xs, ys = inputs
+    xs, ys = list(xs), list(ys)
+    run = run or crf.forward(cost, xs, ys)
+    g_cost, g_xs = crf.backward(cost, xs, ys, run, crf.weights(
+        gy, reduce, len(ys[0]), cost.dtype))
+    return g_cost, chainer.backend.get_array_module(cost).stack(g_xs)
 
 
 class CRF1dOfSequences(chainer.FunctionNode):
     """``L.CRF1d``'s ``forward(xs, ys, reduce, transpose=True)`` of ``n``
     sequences of any lengths, in any order: the inputs are the link's
     ``cost``, the scores ``xs`` (``(L_i, K)`` each) and the labels ``ys``
-    (``(L_i,)`` each). Chainer's own code runs on them (sorted by length,
-    transposed to steps of a shrinking batch, ``crf1d``), forward and
-    backward, so its values and gradients are eager's at any lengths
-    (Chainer's POS tagging example)."""
+    (``(L_i,)`` each). As the link does, the sequences are sorted by
+    length and transposed to steps of a shrinking batch (the losses of
+    ``reduce='no'`` in that order); the values and gradients are
+    ``F.crf1d``'s (to rounding: ``ops.crf``) at any lengths (Chainer's
+    POS tagging example)."""
 
     def __init__(self, reduce, n):
         self.reduce, self.n = reduce, n
 
     def forward(self, inputs):
         self.retain_inputs(tuple(range(len(inputs))))
-        with chainer.no_backprop_mode():
-            return crf1d_of_sequences(self.reduce, self.n, *inputs).array,
+        return crf.reduced(_sequences_run(self.n, inputs)[0].loss,
+                           self.reduce),
 
     def backward(self, indexes, grad_outputs):
         inputs = [v.array for v in self.get_retained_inputs()]
-        grads = sequences_grads(self.reduce, self.n, inputs,
-                                grad_outputs[0].array)
-        return tuple(chainer.Variable(g) for g in grads) + \
-            (None,) * self.n
+        grads = _sequences_grads(self.reduce, self.n, inputs,
+                                 grad_outputs[0].array)
+        return _variables(grads) + (None,) * self.n
 
 
-def crf1d_of_sequences(reduce, n, cost, *arrays):
-    """``L.CRF1d.forward(xs, ys, reduce, transpose=True)`` of the link's
-    ``cost`` and ``arrays``, ``n`` scores then ``n`` labels (arrays or
-    Variables): a Variable."""
-    xs, ys = list(arrays[:n]), list(arrays[n:])
-    order = n_step_rnn.argsort_list_descent(xs)
-    xs = n_step_rnn.permutate_list(xs, order, inv=False)
-    ys = n_step_rnn.permutate_list(ys, order, inv=False)
-    return _CRF1D(cost, transpose_sequence.transpose_sequence(xs),
-                  transpose_sequence.transpose_sequence(ys), reduce)
+def _variables(arrays):
+    """Arrays as Variables, ``None`` as it is."""
+    return tuple(None if a is None else chainer.Variable(a) for a in arrays)
 
 
-def _sequences_graph(reduce, n, inputs):
-    """:func:`crf1d_of_sequences` with its graph, for a backward: ``(loss,
-    [cost and the scores as Variables])``."""
-    wrt = [chainer.Variable(a) for a in inputs[:1 + n]]
-    with chainer.force_backprop_mode():
-        loss = crf1d_of_sequences(reduce, n, *(wrt + list(inputs[1 + n:])))
-    return loss, wrt
+def _sequences_run(n, inputs):
+    """``(crf.Run, crf.Transposed, the steps' scores, their labels)`` of
+    :class:`CRF1dOfSequences`'s ``inputs``."""
+    cost, items = inputs[0], inputs[1:]
+    transposed = crf.Transposed.of(items[:n])
+    xs, ys = transposed.steps(items[:n]), transposed.steps(items[n:])
+    return crf.forward(cost, xs, ys), transposed, xs, ys
 
 
-def sequences_grads(reduce, n, inputs, gy, graph=None):
+def _sequences_grads(reduce, n, inputs, gy, found=None):
     """The gradients of the cost and the scores of
-    :func:`crf1d_of_sequences` (of its ``graph``, if given), by Chainer's
-    backward."""
-    loss, wrt = graph or _sequences_graph(reduce, n, inputs)
-    return tuple(g.array for g in chainer.grad(
-        [loss], wrt, grad_outputs=[chainer.Variable(gy)]))
+    :class:`CRF1dOfSequences` (of the forward's ``found``, if kept)."""
+    run, transposed, xs, ys = found or _sequences_run(n, inputs)
+    g_cost, g_xs = crf.backward(inputs[0], xs, ys, run, crf.weights(
+        gy, reduce, len(ys[0]), inputs[0].dtype))
+    return (g_cost,) + tuple(transposed.items(g_xs, inputs[1:1 + n]))
 
 
 @lowering(CRF1dOfSequences)
 def lower_crf1d_of_sequences(node, ctx):
     reduce, n = node.reduce, node.n
+    # A training program's forward keeps its run for the backward.
     training, held = chainer.config.enable_backprop, []
 
     def forward(*inputs):
-        if not training:
-            with chainer.no_backprop_mode():
-                return crf1d_of_sequences(reduce, n, *inputs).array
-        held[:] = [_sequences_graph(reduce, n, inputs)]
-        return held[0][0].array
+        found = _sequences_run(n, inputs)
+        loss = crf.reduced(found[0].loss, reduce)
+        held[:] = [(loss, found)] if training else []
+        return loss
 
     def grad(xs, ys, gys, wanted):
-        graph = held.pop() if held and held[0][0].array is ys[0] else None
-        return sequences_grads(reduce, n, xs, gys[0], graph) + (None,) * n
+        found = held.pop()[1] if held and held[0][0] is ys[0] else None
+        return _sequences_grads(reduce, n, xs, gys[0], found) + (None,) * n
 
     def lengths(rows):
         # Each sequence's steps, scores and labels, summed over; the
@@ -179,14 +154,9 @@ class ArgmaxCRF1dOfSequences(chainer.FunctionNode):
 def argmax_of_sequences(cost, *xs):
     """``L.CRF1d.argmax(xs, transpose=True)`` of the link's ``cost`` and
     the arrays ``xs``: a tuple of arrays, the scores then the paths."""
-    with chainer.no_backprop_mode():
-        order = n_step_rnn.argsort_list_descent(xs)
-        xs = n_step_rnn.permutate_list(list(xs), order, inv=False)
-        score, path = crf1d.argmax_crf1d(
-            cost, transpose_sequence.transpose_sequence(xs))
-        path = [p.array for p in transpose_sequence.transpose_sequence(path)]
-        return (score.array,) + tuple(
-            n_step_rnn.permutate_list(path, order, inv=True))
+    transposed = crf.Transposed.of(xs)
+    score, path = crf.best_paths(cost, transposed.steps(xs))
+    return (score,) + tuple(transposed.items(path, xs))
 
 
 @lowering(ArgmaxCRF1dOfSequences)
@@ -203,20 +173,18 @@ def lower_argmax_crf1d_of_sequences(node, ctx):
 @lowering(CRF1dStacked)
 def lower_crf1d_stacked(node, ctx):
     reduce = node.reduce
-    # A training program's forward keeps the graph of its last call for
-    # the backward, which then need not run the forward again.
+    # A training program's forward keeps its run for the backward.
     training, held = chainer.config.enable_backprop, []
 
     def forward(cost, xs, ys):
-        if not training:
-            return crf1d_of_rows(reduce, cost, xs, ys)
-        held[:] = [_crf1d_graph(reduce, cost, xs, ys)]
-        return held[0][0].array
+        run = crf.forward(cost, list(xs), list(ys))
+        loss = crf.reduced(run.loss, reduce)
+        held[:] = [(loss, run)] if training else []
+        return loss
 
     def grad(xs, ys, gys, wanted):
-        graph = held.pop() if held and held[0][0].array is ys[0] else None
-        return crf1d_grads(reduce, xs[0], xs[1], xs[2], gys[0],
-                           graph) + (None,)
+        run = held.pop()[1] if held and held[0][0] is ys[0] else None
+        return _stacked_grads(reduce, xs, gys[0], run) + (None,)
 
     @takes_axes
     def lengths(rows):
