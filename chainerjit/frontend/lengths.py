@@ -730,13 +730,34 @@ class MadeSized(collections.namedtuple(
     value (``trace.Recorder.value_of``), and the program follows their
     sizes. ``like``: instead of arguments, the value whose whole shape the
     forward read and made it of (``xp.full(scores.shape, -1e9)``), which
-    ``sizes`` then name as the first array's."""
+    ``sizes`` then name as the first array's. A ``fill`` of
+    :data:`ARANGE`: ``numpy.arange(T)``, the positions of the steps."""
 
     __slots__ = ()
+
+    def unchanged(self):
+        """Does the array made hold what it was made with still?"""
+        if self.fill is ARANGE:
+            return numpy.array_equal(self.array.reshape(-1),
+                                     numpy.arange(self.array.size))
+        return bool((self.array == self.fill).all())
+
+    def kernel(self):
+        """The kernel making it again."""
+        if self.fill is ARANGE:
+            return array_ops.arange_sized(self.sizes, self.array.dtype)
+        return array_ops.full_sized(self.sizes, self.fill, self.array.dtype,
+                                    numpy)
+
+
+#: The :attr:`MadeSized.fill` of ``numpy.arange(n)``.
+ARANGE = 'arange'
 
 
 def _made_sized(name, array, args, kwargs, uses, recorder):
     """The :class:`MadeSized` of an array made by ``name``, or ``None``."""
+    if name == 'arange' and type(array) is traced.MadeArray:
+        return _made_arange(array, args, kwargs, uses, recorder)
     if name not in _FILLS or type(array) is not traced.MadeArray:
         return None
     shape = args[0] if args else kwargs.get('shape')
@@ -750,6 +771,18 @@ def _made_sized(name, array, args, kwargs, uses, recorder):
     if sized is None:
         return _made_like(array, shape, fill, uses)
     return MadeSized(array, sized[0], sized[1], fill, uses, None)
+
+
+def _made_arange(array, args, kwargs, uses, recorder):
+    """The :class:`MadeSized` of ``numpy.arange(T)`` (or ``arange(0,
+    T)``, a ``dtype`` given or not) of an argument's size ``T``, or
+    ``None``."""
+    if set(kwargs) - set(['dtype']) or len(args) not in (1, 2) or \
+            len(args) == 2 and (isinstance(args[0], Length) or args[0] != 0):
+        return None
+    sized = argument_sizes(args[-1:], recorder)
+    return None if sized is None else \
+        MadeSized(array, sized[0], sized[1], ARANGE, uses, None)
 
 
 def _made_like(array, shape, fill, uses):
@@ -809,6 +842,52 @@ def argument_sizes(shape, recorder):
             leaves.append(leaf)
         sizes.append((leaves.index(leaf), axis))
     return (tuple(sizes), tuple(leaves)) if leaves else None
+
+
+def sized_index(index, recorder):
+    """For ``x[index]`` whose slices' bounds hold arguments' sizes the
+    forward read, each a size plus a number (``pe[:T]`` of a positional
+    encoding, ``pe[:, :T]``): ``(the index with those bounds as
+    ops.array.SizedBound, the leaves whose sizes they are)``; else
+    ``None`` (no such bound, or another use of a size in it)."""
+    entries = index if type(index) is tuple else (index,)
+    leaves, found = [], []
+    for entry in entries:
+        if not isinstance(entry, slice):
+            if entry is Ellipsis or contained(entry):
+                return None
+            found.append(entry)
+            continue
+        bounds = []
+        for bound in (entry.start, entry.stop):
+            sized = _sized_bound(bound, recorder, leaves)
+            if sized is False:
+                return None
+            bounds.append(bound if sized is None else sized)
+        if contained(entry.step):
+            return None
+        found.append(slice(bounds[0], bounds[1], entry.step))
+    if not leaves:
+        return None
+    return (tuple(found) if type(index) is tuple else found[0]), \
+        tuple(leaves)
+
+
+def _sized_bound(bound, recorder, leaves):
+    """A slice's bound as an ``ops.array.SizedBound`` (its leaf added to
+    ``leaves``), ``None`` where it is no size, or ``False`` where it is a
+    size the kernel cannot read (of an item, times a number)."""
+    if not isinstance(bound, Length):
+        return None
+    if bound.affine is None or bound.affine[0] != 1:
+        return False
+    (leaf, axis), = bound.origins
+    if is_item_length((leaf, axis)) or \
+            leaf >= len(recorder.input_arrays):
+        return False
+    if leaf not in leaves:
+        leaves.append(leaf)
+    return array_ops.SizedBound(leaves.index(leaf), axis, bound.affine[1])
 
 
 def _is_array(array):

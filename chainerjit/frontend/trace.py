@@ -461,7 +461,7 @@ class _Recorder(object):
         if made is None or id(made) in self.made_pinned:
             return None
         sizes = lengths.view_sizes(made, array)
-        if sizes is None or not (made.array == made.fill).all():
+        if sizes is None or not made.unchanged():
             self.made_pinned.add(id(made))
             self.length_uses += [use for use in made.uses if not any(
                 use is u for u in self.length_uses)]
@@ -482,8 +482,8 @@ class _Recorder(object):
         array = made.array
         out = self.graph.add_value('temp', array.shape, array.dtype)
         self.add_node(ir.Node(
-            'numpy.full', ops_array.full_sized(made.sizes, made.fill,
-                                               array.dtype, numpy),
+            'numpy.%s' % ('arange' if made.fill is lengths.ARANGE
+                          else 'full'), made.kernel(),
             self._made_of(made),
             [out], (('shape', self._sizes_named(made)),
                     ('fill', made.fill)),
@@ -620,12 +620,18 @@ class _Recorder(object):
         config = self.config_set_by_the_forward()
         index = self.varying_index(node.slices) if isinstance(
             template, get_item.GetItem) else None
+        sized = lengths.sized_index(node.slices, self) if isinstance(
+            template, get_item.GetItem) and index is None else None
         varying = scalars.varying_constant(
             node, ops.node_label(node), user_location(3)) \
             if self.varying and index is None else None
         if index is not None:  # the int is an input
             kernel = index[0]
             in_values.append(index[1])
+        elif sized is not None:  # the sizes' arrays are inputs (W[:T])
+            kernel = ops_array.cut_to_sizes(sized[0], ctx.xp)
+            in_values += [self.value_of(self.input_arrays[leaf])
+                          for leaf in sized[1]]
         elif varying is not None:  # the number is an input
             kernel = ops_math.lower_varying_constant(node, ctx,
                                                      varying.value.dtype)
@@ -671,7 +677,8 @@ class _Recorder(object):
         if ops.communicates(template):
             ir_node.forced_grads = tuple(
                 i for i, x in enumerate(inputs) if x.requires_grad)
-        self.templates[ir_node] = template
+        if sized is None:  # (its sizes are no uses: the node reads them)
+            self.templates[ir_node] = template
         if not ir_node.pure:  # the self-check must not run it again
             self.generic_outputs[ir_node] = tuple(
                 traced.untag(a) for a in out_arrays)
@@ -696,6 +703,22 @@ class _Recorder(object):
         self._note_index_seen()
         slices = index if type(index) is tuple else (index,)
         return _varying_index_kernel(slices, found[0]), found[1].value
+
+    def cut_to_sizes(self, x, index, result, loc):
+        """Records ``x[index]`` where its slices' bounds are arguments'
+        sizes the forward read (``pe[:T]``), as a node reading them on
+        every call (``ops.array.cut_to_sizes``), and returns ``True``;
+        ``False`` for another index."""
+        sized = lengths.sized_index(index, self)
+        if sized is None:
+            return False
+        index, leaves = sized
+        self.add_node(ir.Node(
+            'ndarray.__getitem__', ops_array.cut_to_sizes(index),
+            [self.value_of(x)] + [self.value_of(self.input_arrays[leaf])
+                                  for leaf in leaves],
+            self.bind_temps([result]), loc=loc))
+        return True
 
     def _note_index_seen(self):
         """Counts an indexing with a varying int by the jitted function's

@@ -161,6 +161,9 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
         record_call(recorder, label, fn, args, kwargs, result, index)
         return
     loc = user_location(3)
+    if label == 'ndarray.__getitem__' and isinstance(result, numpy.ndarray) \
+            and recorder.cut_to_sizes(args[0], args[1], result, loc):
+        return  # (pe[:T])
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__':
         args = recorder.sizes_at_run_time(args, loc)

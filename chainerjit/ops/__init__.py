@@ -507,28 +507,26 @@ def _lowered_with_rule(lower, rule):
 def rows_broadcast(in_shapes, out_shape, kernel=None):
     """A :attr:`Kernel.lengths` rule for an element-wise kernel whose
     inputs broadcast together: the inputs whose rows vary (on any axes)
-    have the output's axes and all the same rows, which the output has on
-    every axis one of them has them (scores over the steps, ``(B, T,
-    T)``, plus a mask ``(B, 1, T)``); each input broadcasts along the
-    rows it lacks (fewer axes, or one row). ``kernel``: the kernel to run
-    at any lengths (one whose gradient reads the rows' number from its
-    arrays), ``None`` where the node's does already. It neither joins nor
-    splits the rows: those of the longest of a list's items may reach
-    it."""
+    have all the same rows, which the output has on every axis one of
+    them has them (scores over the steps, ``(B, T, T)``, plus a mask
+    ``(B, 1, T)``; steps ``(B, T, D)`` plus positions ``(T, D)``); each
+    input broadcasts along the rows it lacks (fewer axes, or one row).
+    ``kernel``: the kernel to run at any lengths (one whose gradient
+    reads the rows' number from its arrays), ``None`` where the node's
+    does already. It neither joins nor splits the rows: those of the
+    longest of a list's items may reach it."""
     @takes_square
     @takes_widest
     def lengths(rows):
         varying = [r for r in rows if r is not None]
-        if any(r._replace(axis=0, also=()) !=
-               varying[0]._replace(axis=0, also=()) for r in varying):
+        if any(r.on_axes([0]) != varying[0].on_axes([0]) for r in varying):
             return None
-        if any(len(shape) != len(out_shape)
-               for r, shape in zip(rows, in_shapes) if r is not None):
-            return None
-        axes = set().union(*(r.axes for r in varying))
-        for r, shape in zip(rows, in_shapes):
-            own = r.axes if r is not None else ()
-            for axis in axes.difference(own):
+        own = [set() if r is None else set(
+            a + len(out_shape) - len(shape) for a in r.axes)
+            for r, shape in zip(rows, in_shapes)]
+        axes = set().union(*own)
+        for taken, shape in zip(own, in_shapes):
+            for axis in axes - taken:
                 at = axis - (len(out_shape) - len(shape))
                 if at >= 0 and shape[at] != 1:
                     return None

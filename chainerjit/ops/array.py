@@ -648,6 +648,177 @@ def lower_broadcast_sized(node, ctx):
                   onnx=to_onnx, lengths=lengths)
 
 
+class SizedBound(collections.namedtuple('SizedBound', 'k axis b')):
+    """A bound of a slice that is the size of ``axis`` of the ``k``-th
+    array a kernel reads besides ``x``, plus ``b`` (:func:`cut_to_sizes`).
+    """
+
+    __slots__ = ()
+
+    def of(self, arrays):
+        return arrays[self.k].shape[self.axis] + self.b
+
+
+def cut_to_sizes(index, xp=None):
+    """The kernel of ``x[index]`` where some slices' bounds are arguments'
+    sizes the forward read (:class:`SizedBound`: ``pe[:T]`` of a
+    positional encoding as long as the steps), taken from the arrays the
+    kernel reads after ``x`` on every call. A slice ``[:T]`` has the rows
+    of the axis ``T`` is read from (``x`` itself fixed). Given the array
+    module ``xp``, it has a gradient (``F.get_item``'s of a parameter:
+    ``self.pos.W[:T]``): the output's, in zeros of ``x``'s shape."""
+    entries = index if type(index) is tuple else (index,)
+
+    def grad(xs, ys, gys, wanted):
+        g = None
+        if wanted[0]:
+            g = xp.zeros_like(xs[0])
+            g[at_sizes(xs[1:])] = gys[0]
+        return (g,) + (None,) * (len(xs) - 1)
+
+    def bound(value, arrays):
+        return value.of(arrays) if isinstance(value, SizedBound) else value
+
+    def at_sizes(arrays):
+        found = tuple(slice(bound(e.start, arrays), bound(e.stop, arrays),
+                            e.step) if isinstance(e, slice) else e
+                      for e in entries)
+        return found if type(index) is tuple else found[0]
+
+    def cut(x, *arrays):
+        return x[at_sizes(arrays)]
+
+    @takes_square
+    def lengths(rows):
+        if rows[0] is not None:
+            return None
+        found = collections.defaultdict(set)  # rows (on no axis): axes
+        axis = 0  # of the result
+        for e in entries:
+            if isinstance(e, slice):
+                taken = _rows_of_cut(e, rows[1:])
+                if taken is False:
+                    return None
+                if taken is not None:
+                    found[taken.on_axes([0])].add(axis)
+            if e is None or isinstance(e, slice):
+                axis += 1
+        if len(found) > 1:
+            return None
+        return Follow(tuple(r.on_axes(axes) for r, axes in found.items())
+                      or (None,))
+
+    def to_onnx(b, ins, outs):
+        # Slice the input's axes (an int as a slice of one, then
+        # squeezed), then add the new ones.
+        parts = [[], [], [], []]  # starts, ends, axes, steps
+        dropped, added, axis = [], [], 0
+        for position, e in enumerate(entries):
+            if e is None:
+                added.append(position - len(dropped))
+                continue
+            if not isinstance(e, slice):
+                e, dropped = slice(e, e + 1 if e != -1 else None), \
+                    dropped + [axis]
+            if e != slice(None):
+                for part, value, default in ((parts[0], e.start, 0),
+                                             (parts[1], e.stop,
+                                              _INT64_MAX)):
+                    part.append(_onnx_bound(b, value, default, ins[1:]))
+                parts[2].append(b.int64s([axis]))
+                parts[3].append(b.int64s([e.step or 1]))
+            axis += 1
+        x = ins[0]
+        if parts[0]:
+            x = b.op('Slice', [x] + [b.op('Concat', part, axis=0)[0]
+                                     for part in parts])[0]
+        if dropped:
+            x = b.op('Squeeze', [x, b.int64s(dropped)])[0]
+        if added:
+            b.op('Unsqueeze', [x, b.int64s(added)], outs)
+        else:
+            b.op('Identity', [x], outs)
+    return Kernel(cut, {'index': _printed_index(entries)}, onnx=to_onnx,
+                  lengths=lengths, grad=None if xp is None else GradRule(
+                      grad, inputs=range(1 + len(_sized_arrays(entries)))))
+
+
+def _sized_arrays(entries):
+    """The arrays whose sizes the bounds of ``entries`` read (their
+    ``SizedBound.k``)."""
+    return set(v.k for e in entries if isinstance(e, slice)
+               for v in (e.start, e.stop) if isinstance(v, SizedBound))
+
+
+#: The end of a slice to the end of an axis, in ONNX.
+_INT64_MAX = 2 ** 63 - 1
+
+
+def _onnx_bound(b, value, default, arrays):
+    """A slice's bound as a 1-d int64 ONNX value."""
+    if not isinstance(value, SizedBound):
+        return b.int64s([default if value is None else value])
+    size = b.op('Slice', [b.op('Shape', [arrays[value.k]])[0],
+                          b.int64s([value.axis]),
+                          b.int64s([value.axis + 1])])[0]
+    return b.op('Add', [size, b.int64s([value.b])])[0] if value.b else size
+
+
+def _rows_of_cut(e, rows):
+    """The rows of a slice ``e`` of :func:`cut_to_sizes` whose arrays
+    have ``rows``: those of the axis its stop is read from, for
+    ``[:T]``; ``None`` where its length is fixed; ``False`` where it
+    follows rows otherwise (``[1:T]``, ``[:T + 1]``)."""
+    following = [(v, rows[v.k]) for v in (e.start, e.stop)
+                 if isinstance(v, SizedBound) and rows[v.k] is not None and
+                 v.axis in rows[v.k].axes]
+    if not following:
+        return None
+    stop, r = following[0]
+    if len(following) > 1 or stop is not e.stop or stop.b or \
+            e.start not in (None, 0) or e.step not in (None, 1):
+        return False
+    return r
+
+
+def _printed_index(entries):
+    """``'[:x.shape[1]]'``-like text of an index with sized bounds."""
+    def text(v):
+        if isinstance(v, SizedBound):
+            return 'size%d[%d]%s' % (v.k, v.axis,
+                                     '%+d' % v.b if v.b else '')
+        return '' if v is None else str(v)
+    return '[%s]' % ', '.join(
+        '%s:%s%s' % (text(e.start), text(e.stop),
+                     '' if e.step is None else ':%s' % e.step)
+        if isinstance(e, slice) else 'None' if e is None else str(e)
+        for e in entries)
+
+
+def arange_sized(sizes, dtype):
+    """The kernel of ``numpy.arange(T)`` of an argument's size ``T`` the
+    forward read (positions of the steps), or a view of it with axes of
+    one added: ``sizes`` as :func:`full_sized`'s. Its rows follow the
+    axis ``T`` is read from."""
+    dtype = numpy.dtype(dtype)
+
+    def arange(*arrays):
+        shape = sized_shape(sizes, arrays)
+        return numpy.arange(_size(shape), dtype=dtype).reshape(shape)
+
+    def to_onnx(b, ins, outs):
+        shape = _onnx_sized_shape(b, sizes, ins)
+        n = b.op('ReduceProd', [shape], keepdims=1)[0]
+        positions = b.op('Range', [b.constant(numpy.array(0, dtype)),
+                                   b.cast(b.op('Squeeze', [n])[0],
+                                          numpy.int64, dtype),
+                                   b.constant(numpy.array(1, dtype))])[0]
+        b.op('Reshape', [positions, shape], outs)
+    return Kernel(arange, {'sizes': sizes}, fresh=True, onnx=to_onnx,
+                  lengths=takes_square(lambda rows: _rows_sized(sizes,
+                                                                rows)))
+
+
 def full_sized(sizes, fill, dtype, xp):
     """The kernel of ``xp.full`` of a shape made of arguments' sizes the
     forward read (``numpy.ones((len(xs), B, H))``): ``sizes`` as

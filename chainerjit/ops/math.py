@@ -525,9 +525,11 @@ def _sum_to_inputs(ctx, gx0_of, gx1_of, axes=((), ())):
 
 
 def _with_rows(shape, axes, gy):
-    """``shape`` with the sizes of ``gy`` on ``axes``."""
+    """``shape`` with the sizes of ``gy`` on ``axes`` (``shape``'s, its
+    axes the last of ``gy``'s)."""
+    shift = gy.ndim - len(shape)
     for axis in axes:
-        shape = shape[:axis] + (gy.shape[axis],) + shape[axis + 1:]
+        shape = shape[:axis] + (gy.shape[axis + shift],) + shape[axis + 1:]
     return shape
 
 

@@ -120,3 +120,18 @@ def test_a_sequence_model_exports_its_length_and_batch(cls, rng):
     _runs_as_eager(exported, model, [
         rng.standard_normal((n, b, 6)).astype('f')
         for n, b in ((12, 2), (3, 7), (20, 5))])
+
+
+@pytest.mark.parametrize('how', ['table', 'broadcast_table', 'parameter',
+                                 'arange'])
+def test_positions_as_long_as_the_steps_export_the_steps(how, rng):
+    from tests.runtime_tests.test_attention_sizes import _Positions
+    numpy.random.seed(11)
+    model = _Positions(how)
+    calls = [rng.randint(0, 20, (b, n)).astype(numpy.int32)
+             for b, n in ((3, 5), (4, 9), (2, 7))]
+    exported = chainerjit.export_onnx(_served(model, calls), (calls[0],))
+    assert _dims(exported) == ['B', 'W'], _dims(exported)
+    _runs_as_eager(exported, model, [
+        rng.randint(0, 20, (b, n)).astype(numpy.int32)
+        for b, n in ((2, 11), (5, 3), (1, 20))])

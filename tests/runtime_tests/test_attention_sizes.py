@@ -265,3 +265,70 @@ def test_a_batch_of_one_serves_every_length():
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[1,B,16]'), \
         entry.signature
+
+
+class _Positions(chainer.Chain):
+    """Token embeddings plus positions as long as the steps, the ways
+    transformers add them: a table cut to the length (a persistent
+    array, or a parameter), or the positions ``xp.arange(T)`` looked
+    up."""
+
+    def __init__(self, how):
+        super(_Positions, self).__init__()
+        self.how = how
+        with self.init_scope():
+            self.embed = L.EmbedID(20, D)
+            self.positions = L.EmbedID(64, D)
+            self.out = L.Linear(D, 3)
+        table = numpy.random.RandomState(8).standard_normal((64, D))
+        self.add_persistent('table', table.astype(numpy.float32))
+
+    def forward(self, ids):
+        batch, steps = ids.shape
+        h = self.embed(ids)
+        if self.how == 'table':
+            h = h + self.table[:steps]
+        elif self.how == 'broadcast_table':
+            h = h + F.broadcast_to(self.table[None, :steps], h.shape)
+        elif self.how == 'parameter':
+            h = h + self.positions.W[:steps]
+        else:
+            h = h + self.positions(
+                self.xp.arange(steps, dtype=numpy.int32))[None]
+        return self.out(F.max(F.tanh(h), axis=1))
+
+
+@pytest.mark.parametrize('how', ['table', 'broadcast_table', 'parameter',
+                                 'arange'])
+def test_positions_as_long_as_the_steps_serve_every_length(how):
+    numpy.random.seed(9)
+    rng = numpy.random.RandomState(9)
+    calls = [(rng.randint(0, 20, (b, n)).astype(numpy.int32),)
+             for b, n in [(3, 5), (3, 9), (4, 12), (2, 7), (5, 6), (3, 11)]]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, calls,
+                                          model=_Positions(how),
+                                          method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('ids: i32[B,W]'), entry.signature
+
+
+def test_a_cut_past_the_length_keeps_it_in_the_key():
+    # pe[:T + 1] does not follow the steps: the length stays in the key,
+    # with eager's values.
+    class Longer(_Positions):
+        def forward(self, ids):
+            h = self.embed(ids)
+            return self.out(F.sum(h, axis=1)) + F.sum(
+                self.table[:ids.shape[1] + 1])
+
+    rng = numpy.random.RandomState(10)
+    calls = [(rng.randint(0, 20, (3, n)).astype(numpy.int32),)
+             for n in (4, 7, 9)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, calls, model=Longer('table'),
+                                 method='forward', fallback_ok=True)
+    assert any(issubclass(w.category, errors.RecompileWarning)
+               for w in caught), [str(w.message) for w in caught]

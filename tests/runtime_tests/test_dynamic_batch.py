@@ -143,12 +143,34 @@ def test_serving_mode_serves_every_batch_size():
 
 
 class _AddsRowNumbers(chainer.Chain):
-    """Adds an array made in Python with the batch size's rows: a constant
-    the dynamic session cannot stretch."""
+    """Adds the rows' numbers, ``numpy.arange`` of the batch size: made
+    again from the batch on every call."""
 
     def forward(self, x):
         rows = numpy.arange(x.shape[0], dtype=F32)[:, None]
         return F.tanh(x + rows)
+
+
+class _AddsWrittenRowNumbers(chainer.Chain):
+    """Adds an array made in Python with the batch size's rows, written
+    into: a constant the dynamic session cannot stretch."""
+
+    def forward(self, x):
+        rows = numpy.arange(x.shape[0], dtype=F32)[:, None]
+        rows[0] = 5
+        return F.tanh(x + rows)
+
+
+@pytest.mark.parametrize('backend', ['onnxruntime', 'numpy'])
+def test_row_numbers_made_of_the_batch_size_stretch(backend):
+    model = _AddsRowNumbers()
+    jitted = chainerjit.jit(model.forward, backend=backend)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        _run(jitted, model.forward, lambda rng, b: (
+            rng.randn(b, 4).astype(F32),), (3, 8, 17, 30, 17, 3))
+    entry, = jitted.cache_entries()
+    assert 'x: f32[B,4]' in str(entry.signature), entry.signature
 
 
 class _DoublesLargeBatches(chainer.Chain):
@@ -175,7 +197,7 @@ class _DoublesLargeBatchesSecretly(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls, why', [
-    (_AddsRowNumbers, 'keeps the batch size in the cache key'),
+    (_AddsWrittenRowNumbers, 'keeps the batch size in the cache key'),
     (_DoublesLargeBatches, 'x.shape[0] compared at test_dynamic_batch.py'),
     (_DoublesLargeBatchesSecretly, 'gave another result than eagerly')])
 @pytest.mark.parametrize('backend', ['onnxruntime', 'numpy'])
