@@ -737,10 +737,11 @@ class MadeSized(collections.namedtuple(
 
     def unchanged(self):
         """Does the array made hold what it was made with still?"""
+        array = self.array.view(numpy.ndarray)
         if self.fill is ARANGE:
-            return numpy.array_equal(self.array.reshape(-1),
-                                     numpy.arange(self.array.size))
-        return bool((self.array == self.fill).all())
+            return numpy.array_equal(array.reshape(-1),
+                                     numpy.arange(array.size))
+        return bool((array == self.fill).all())
 
     def kernel(self):
         """The kernel making it again."""

@@ -694,11 +694,18 @@ def _recording_numpy_broadcast_to(broadcast_to, recorder):
     def broadcasting(x, shape, subok=False):
         source = None if subok or not isinstance(x, numpy.ndarray) else \
             _like_source(x, shape, recorder)
-        if source is None:
-            return broadcast_to(x, shape, subok=subok)
-        return traced.record_library_call(
-            traced.BROADCAST_LIKE, traced.broadcast_like,
-            (x, lengths.data_of(source)))
+        if source is not None:
+            return traced.record_library_call(
+                traced.BROADCAST_LIKE, traced.broadcast_like,
+                (x, lengths.data_of(source)))
+        sized = _sizes_of_arguments(x, shape, recorder) if not subok and (
+            isinstance(x, traced.TracedArray) or type(x) is traced.MadeArray
+            and recorder.holds_made(x)) else None
+        if sized is not None:  # (a mask of positions to (B, T, T))
+            return traced.record_library_call(
+                traced.BROADCAST_SIZED, traced.broadcast_sized(sized[0]),
+                (x,) + sized[1])
+        return broadcast_to(x, shape, subok=subok)
     broadcasting.__wrapped__ = broadcast_to
     return broadcasting
 

@@ -442,6 +442,12 @@ class _Recorder(object):
             value.made_with = made[1]
         return self.bind(array, value)
 
+    def holds_made(self, array):
+        """Is ``array`` an array the forward made with arguments' sizes
+        (or a view of one) that a node makes again, holding its values
+        still (:meth:`_as_made`)?"""
+        return self._as_made(array) is not None
+
     def _made_value(self, array):
         """The value of ``array`` where the forward made it with arguments'
         sizes, or it is a view of such an array, still holding its fill

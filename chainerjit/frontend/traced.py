@@ -184,6 +184,19 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
         record_call(recorder, label, fn, args, kwargs, result)
 
 
+def _of_made(inputs):
+    """Does NumPy run by the forward on ``inputs`` read an array it made
+    with arguments' sizes that a node makes again (``trace.Recorder.
+    holds_made``), the others being numbers or arrays not computed from
+    the inputs?"""
+    recorder = _state.recorder
+    if recorder is None or recorder.depth or any(
+            isinstance(x, TracedArray) for x in inputs):
+        return False
+    return any(type(x) is MadeArray and recorder.holds_made(x)
+               for x in inputs)
+
+
 def holds_traced(obj):
     """Is ``obj`` a traced array, or a list or tuple holding one?"""
     if isinstance(obj, TracedArray):
@@ -301,6 +314,21 @@ def broadcast_like(x, a):
     return numpy.broadcast_to(x, a.shape)
 
 
+#: The label of :func:`broadcast_sized`'s calls.
+BROADCAST_SIZED = 'numpy.broadcast_to(sized)'
+
+
+def broadcast_sized(sizes):
+    """``(x, *arrays) -> numpy.broadcast_to(x, shape)`` of a shape made
+    of the arrays' sizes (``sizes`` as ``ops.array.BroadcastSized``
+    takes them): a mask broadcast to ``(B, T, T)``."""
+    def broadcast(x, *arrays):
+        return numpy.broadcast_to(x, array_ops.sized_shape(sizes, arrays,
+                                                           x.shape))
+    broadcast.sizes = sizes
+    return broadcast
+
+
 def record_library_call(label, fn, args):
     """``fn(*args)``, a library function of NumPy arrays (Chainer's
     padding of a batch), run on traced arrays as if it were one NumPy
@@ -374,6 +402,9 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
         return ops.rows_indexed(args[1])
     if label == BROADCAST_LIKE:
         return array_ops.rows_broadcast_like(args[0].shape, args[1].ndim)
+    if label == BROADCAST_SIZED:
+        return array_ops.rows_broadcast_sized(
+            fn.sizes, result.ndim - args[0].ndim)
     if label in _SHAPE_KEEPING and len(arrays) == 1 and \
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:
@@ -394,7 +425,10 @@ _SHAPE_KEEPING_CONVERSIONS = frozenset([
 # Arrays made like one (of zeros): as many rows as it (``_rows_kept``).
 _MADE_LIKE = frozenset(['numpy.zeros_like', 'numpy.ones_like',
                         'numpy.full_like'])
-_SHAPE_KEEPING = _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE
+# Masks made of one array, of its shape: a decoder's over the steps.
+_MASKS = frozenset(['tril', 'triu'])
+_SHAPE_KEEPING = _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE | frozenset(
+    'numpy.' + name for name in _MASKS)
 
 
 def record_draw(label, draw, args, kwargs, result):
@@ -900,10 +934,23 @@ class MadeArray(numpy.ndarray):
             kwargs['out'] = tuple(_plain(x) for x in out)
         if method == 'at':  # ``numpy.add.at(a, index, b)`` writes into a
             _note_write(inputs[:1], inputs[1:])
-        return getattr(ufunc, method)(*_plain(inputs), **kwargs)
+        result = getattr(ufunc, method)(*_plain(inputs), **kwargs)
+        if method == '__call__' and 'out' not in kwargs and \
+                type(result) is numpy.ndarray and _of_made(inputs):
+            # Of positions made of a size: ``pos[None] <= pos[:, None]``.
+            result = _tag(result)
+            _record_numpy('numpy.' + ufunc.__name__, ufunc.__call__, inputs,
+                          kwargs, result)
+        return result
 
     def __array_function__(self, func, types, args, kwargs):
-        return func(*_plain(args), **_plain(kwargs))
+        result = func(*_plain(args), **_plain(kwargs))
+        if func.__name__ in _MASKS and type(result) is numpy.ndarray and \
+                _of_made(args):  # ``numpy.tril(numpy.ones((T, T)))``
+            result = _tag(result)
+            _record_numpy('numpy.' + func.__name__, func, args, kwargs,
+                          result)
+        return result
 
     def __setitem__(self, index, value):
         _note_write((self,), (index, value))

@@ -437,9 +437,22 @@ def rows_indexed(index):
     def lengths(rows):
         if any(r is not None for r in rows[1:]):
             return None
-        found = index_rows(index, rows[0])
+        found = index_rows(index, rows[0]) if not rows[0].also else \
+            _square_indexed(index, rows[0])
         return None if found is None else Follow((found,))
-    return takes_widest(lengths)
+    return takes_square(takes_widest(lengths))
+
+
+def _square_indexed(index, rows):
+    """:func:`index_rows` of rows on several axes (a mask over the steps
+    made 3-d, ``m[None]``): each axis taken whole, or ``None``."""
+    axes = []
+    for axis in rows.axes:
+        found = index_rows(index, rows.on_axes([axis]))
+        if found is None or found.parts != rows.parts:
+            return None
+        axes.append(found.axis)
+    return rows.on_axes(axes)
 
 
 def same_rows(rows):

@@ -475,8 +475,9 @@ def _rows_rescaled(kernel, in_shape, shape):
     @takes_square
     def split_lengths(rows):  # the steps' count read: the rest follow
         found = rows[0]
-        if found is None:
-            return None
+        if found is None:  # rows of the item read, not of its length
+            return None if any(r is not None and 0 in r.axes
+                               for r in rows[1:]) else Follow((None,))
         if found.axis or found.also:
             return None if regrouped_rows is None else regrouped_rows(found)
         return _split_to_second(found, None)
@@ -628,15 +629,22 @@ def sized_shape(sizes, arrays, x_shape=()):
                  for axis, n in enumerate(sizes))
 
 
+def rows_broadcast_sized(sizes, offset):
+    """The ``Kernel.lengths`` rule of ``x`` (``offset`` axes fewer than
+    the result) broadcast to a shape of arguments' sizes (``sizes`` as
+    :class:`BroadcastSized`'s): :func:`_rows_sized`."""
+    @takes_square
+    def lengths(rows):
+        return _rows_sized(sizes, rows[1:], rows[0], offset)
+    return lengths
+
+
 @lowering(BroadcastSized)
 def lower_broadcast_sized(node, ctx):
     broadcast_to = ctx.xp.broadcast_to
     sizes = node.sizes
     offset = len(ctx.out_shapes[0]) - len(ctx.in_shapes[0])
-
-    @takes_square
-    def lengths(rows):
-        return _rows_sized(sizes, rows[1:], rows[0], offset)
+    lengths = rows_broadcast_sized(sizes, offset)
 
     def to_onnx(b, ins, outs):
         b.op('Expand', [ins[0], _onnx_sized_shape(b, sizes, ins[1:], ins[0],

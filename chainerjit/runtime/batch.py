@@ -350,44 +350,83 @@ def rows_sibling(cache, key):
     return None
 
 
-def two_axes_sibling(cache, key):
-    """``(entry, Batched)``: a compiled entry of the same mode, of no
-    symbolic sizes, whose key differs from ``key`` in the sizes of two
-    axes of array arguments at once (the batch and the length of
-    sequences a program without a loop takes, ``x: f32[B,T,8]``), each
-    the same two sizes for all: the first axis asked as the batch, the
-    other kept as a width (:func:`width_sibling`'s), so that the VM's
-    program may come to take any sizes of both (:class:`TwoAxes`); else
-    ``None``."""
+def axes_sibling(cache, key):
+    """``(entry, Batched)``: a compiled entry of the same mode, its program
+    the VM's, of no symbolic sizes or of sizes it takes at any value
+    (:class:`RowsBatched`, :class:`TwoAxes`), whose key differs from
+    ``key`` in the sizes of several axes of array arguments at once (the
+    batch and the length of sequences a program without a loop takes,
+    ``x: f32[B,W,8]``; a decoder's target and source lengths, ``y:
+    f32[B,W,8]``, ``enc: f32[B,W2,8]``), each group of axes that changed
+    from one size to another one symbol: the batch (axis 0) asked as the
+    batch where it changed, the others kept as widths
+    (:func:`width_sibling`'s), with those the entry takes already, so
+    that the VM's program may come to take any sizes of all
+    (:class:`TwoAxes`); else ``None``, and where the axes are a list's
+    items' (``runtime.ragged`` follows those)."""
     for entry, general in _alike_entries(cache, key, lambda entry: (
             entry.program is not None and entry.batch_note is None and
-            entry.symbolic is None)):
-        found = _two_changed_axes(entry.key[3], general[3])
-        if found:
-            (leaves, axes), (kept, kept_axes) = [zip(*axes) for axes in found]
-            return entry, Batched(leaves, None if not any(axes) else axes,
-                                  RowsBatched(kept, None, kept_axes, WIDTH))
+            type(entry.symbolic) in (type(None), RowsBatched, TwoAxes))):
+        groups = _changed_groups(entry.key[3], general[3])
+        if not groups or entry.symbolic is None and len(groups) < 2 or \
+                any(ragged.list_of(entry.signature.items[leaf][0])
+                    is not None for axes in groups for leaf, _ in axes):
+            continue  # (a list's items: runtime.ragged)
+        taken = [r.batch_axes() for r in _open_groups(entry.symbolic)]
+        groups = taken + groups
+        # The batch: the axes 0 that changed or are open, else the first
+        # axes that changed.
+        first = next((k for k, axes in enumerate(groups)
+                      if any(axis == 0 for _, axis in axes)), len(taken))
+        leaves, at = zip(*groups.pop(first))
+        kept = []
+        for axes in groups:
+            kept_leaves, kept_at = zip(*axes)
+            kept.append(RowsBatched(kept_leaves, None, kept_at, _free_symbol(
+                [r.symbol for r in kept])))
+        return entry, Batched(leaves, None if not any(at) else at,
+                              tuple(kept))
     return None
 
 
-def _two_changed_axes(old, new):
-    """``([(leaf, first axis)], [(leaf, second axis)])`` where two keys
-    differ in nothing but the sizes of one or two axes of each array leaf,
-    two in one leaf at least, the same two sizes for all the first axes
-    and for all the second; else ``None``."""
-    firsts, seconds = [], []
+def _changed_groups(old, new):
+    """The ``(leaf, axis)`` where two keys differ in nothing but the sizes
+    of axes of array leaves, grouped by the sizes they changed from and
+    to, each leaf once in a group: the group of first axes first, if
+    any. ``None`` where they differ otherwise, or a leaf changed two axes
+    alike (a square)."""
+    groups = collections.OrderedDict()
     for leaf, axes in _differing(old, new) or ():
-        if not axes:
-            continue
-        if len(axes) > 2:
-            return None
-        firsts.append((leaf, axes[0]))
-        seconds.extend((leaf, axis) for axis in axes[1:])
-    sizes = [set((old[leaf][0][axis], new[leaf][0][axis])
-                 for leaf, axis in group) for group in (firsts, seconds)]
-    if not seconds or len(sizes[0]) != 1 or len(sizes[1]) != 1:
+        for axis in axes:
+            groups.setdefault((old[leaf][0][axis], new[leaf][0][axis]),
+                              []).append((leaf, axis))
+    if any(len(set(leaf for leaf, _ in axes)) < len(axes)
+           for axes in groups.values()):
         return None
-    return firsts, seconds
+    return sorted(groups.values(),
+                  key=lambda axes: not any(axis == 0 for _, axis in axes))
+
+
+def _open_groups(symbolic):
+    """The :class:`RowsBatched` of the axes an entry takes at any size."""
+    if isinstance(symbolic, TwoAxes):
+        return [symbolic.batch] + list(symbolic.widths)
+    return [symbolic] if isinstance(symbolic, RowsBatched) else []
+
+
+def _free_symbol(symbols):
+    """The first of ``W``, ``W2``, ``W3``, ... not among ``symbols``."""
+    k = 1
+    while (WIDTH if k == 1 else '%s%d' % (WIDTH, k)) in symbols:
+        k += 1
+    return WIDTH if k == 1 else '%s%d' % (WIDTH, k)
+
+
+def free_symbol(kept):
+    """The symbol of the axis an entry asks for besides those it keeps
+    (``kept``, :class:`RowsBatched`): ``B`` unless one of them has it."""
+    symbols = [r.symbol for r in kept]
+    return BATCH if BATCH not in symbols else _free_symbol(symbols)
 
 
 def served_by(cache, entry):
@@ -397,7 +436,7 @@ def served_by(cache, entry):
     (fixed ones, of a batch of :data:`MIN_SIZE` or more, or open)."""
     return [other for other in cache.entries() if other is not entry and
             other.program is not None and type(other.symbolic) in (
-                type(None), RowsBatched, Batched) and
+                type(None), RowsBatched, Batched, TwoAxes) and
             _covers(entry.key, other.key)]
 
 
@@ -417,7 +456,7 @@ def _covers(general, key):
         for size, other in zip(open_spec[0], spec[0]):
             if size == other:
                 continue
-            if size not in (BATCH, WIDTH) or \
+            if type(size) is not str or \
                     (type(other) is int and other < MIN_SIZE):
                 return False
     return True

@@ -527,8 +527,7 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
         kept = batch.kept_axes(batched)
         rows, why = batch.rows_batched(
             graph, batched, _recorded_size(sig, batched), uses, names,
-            batch.WIDTH if kept and kept[0].symbol == batch.BATCH
-            else batch.BATCH)
+            batch.free_symbol(kept))
         for other in kept if rows is not None else ():
             if other.leaves and \
                     not set(other.batch_axes()) <= open_already:

@@ -332,3 +332,60 @@ def test_a_cut_past_the_length_keeps_it_in_the_key():
                                  method='forward', fallback_ok=True)
     assert any(issubclass(w.category, errors.RecompileWarning)
                for w in caught), [str(w.message) for w in caught]
+
+
+class _Decoder(chainer.Chain):
+    """A decoder layer: self-attention over the target steps under a
+    causal mask, made the ways people make it, or attention over the
+    source steps (a length of its own); batch-first, ``(B, T, D)`` and
+    ``(B, S, D)``."""
+
+    def __init__(self, how):
+        super(_Decoder, self).__init__()
+        self.how = how
+        with self.init_scope():
+            self.query = L.Linear(D, D)
+            self.keys_values = L.Linear(D, 2 * D)
+            self.out = L.Linear(D, D)
+
+    def forward(self, y, source):
+        batch, steps, _ = y.shape
+        q = self._projected(self.query, y)
+        keys = source if self.how == 'source' else y
+        k, v = (F.reshape(a, keys.shape) for a in F.split_axis(
+            self.keys_values(F.reshape(keys, (-1, D))), 2, axis=1))
+        scores = F.matmul(q, k, transb=True) / numpy.sqrt(D)
+        if self.how != 'source':
+            scores = F.where(self._history(batch, steps), scores,
+                             self.xp.full(scores.shape, -1e9, 'f'))
+        context = F.matmul(F.softmax(scores, axis=2), v)
+        return self._projected(self.out, context)
+
+    def _projected(self, link, x):
+        return F.reshape(link(F.reshape(x, (-1, D))), x.shape)
+
+    def _history(self, batch, steps):
+        xp = self.xp
+        if self.how == 'tril':
+            mask = xp.tril(xp.ones((steps, steps), dtype=bool))
+        else:  # soskek's make_history_mask
+            positions = xp.arange(steps)
+            mask = positions[None, ] <= positions[:, None]
+        return xp.broadcast_to(mask[None], (batch, steps, steps))
+
+
+@pytest.mark.parametrize('how', ['tril', 'arange', 'source'])
+def test_a_decoder_serves_every_batch_and_both_lengths(how):
+    numpy.random.seed(12)
+    rng = numpy.random.RandomState(12)
+    calls = [(rng.standard_normal((b, t, D)).astype(numpy.float32),
+              rng.standard_normal((b, s, D)).astype(numpy.float32))
+             for b, t, s in [(3, 5, 7), (3, 9, 4), (4, 12, 6), (2, 7, 9),
+                             (5, 6, 11), (3, 11, 5)]]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, calls, model=_Decoder(how),
+                                          method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'y: f32[B,W,8]@cpu grad, source: f32[B,W2,8]'), entry.signature
