@@ -26,7 +26,12 @@ weights; every call's result is checked against eager's. Workloads:
   with each sentence embedded on its own; and Chainer's seq2seq example's
   model as it is written, on lists of sentence pairs;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
-  (reshapes of the batch into other axes) over 5 tokens, likewise;
+  (reshapes of the batch into other axes) over 5 tokens, likewise; and
+  over padded batches of 5 to 60 tokens with their mask, served and
+  trained (on the squares of its outputs);
+* ``Chainer's POS tagging example training``: its ``CRF`` model
+  (``L.CRF1d`` with ``transpose=True``) on 30 sentences of 2 to 40
+  words a step;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
   ``T, B, _ = xs.shape`` and ``for t in range(T)``, a random length on each
   call, a training step (forward, backward) per call;
@@ -246,9 +251,10 @@ def _serving(make_model, make_input, jit_options):
         with chainer.using_config('train', False), \
                 chainer.no_backprop_mode():
             for _ in range(calls):
-                x = make_input(rng, rng.randint(1, 65))
+                args = make_input(rng, rng.randint(1, 65))
+                args = args if isinstance(args, tuple) else (args,)
                 start = time.perf_counter()
-                y = fn(x)
+                y = fn(*args)
                 times.append(time.perf_counter() - start)
                 results.append(y.array)
         return times, results, (fn.cache_info().currsize if jitted
@@ -333,6 +339,67 @@ def _classifier_training(jit_options):
                 rng.randint(0, 10, size).astype(numpy.int32))
     return _loss_training(Loss, batch, lambda m: m.mlp.l1.W.grad,
                           jit_options)
+
+
+def _padded_tokens(rng, batch):
+    """A transformer block's arguments: a padded batch of ``batch``
+    sentences of 5 to 60 tokens (their features) and its mask."""
+    import numpy
+    width = rng.randint(5, 61)
+    lengths = rng.randint(1, width + 1, size=batch)
+    lengths[0] = width
+    return (rng.standard_normal((batch, width, 16)).astype(numpy.float32),
+            numpy.arange(width)[None] < lengths[:, None])
+
+
+def _block_training():
+    """``examples/models.py``'s ``EncoderBlock``, masked, trained on the
+    squares of its outputs, each step on a padded batch of 2 to 64
+    sentences of 5 to 60 tokens."""
+    import chainer
+    import chainer.functions as F
+
+    from examples import models
+
+    class Loss(chainer.Chain):
+        def __init__(self):
+            super(Loss, self).__init__()
+            with self.init_scope():
+                self.block = models.EncoderBlock()
+
+        def forward(self, x, mask):
+            y = self.block(x, mask)
+            return F.sum(y * y) / len(x)
+
+    return _loss_training(Loss, lambda rng: _padded_tokens(
+        rng, rng.randint(2, 65)), lambda m: m.block.qkv.W.grad, {})
+
+
+def _pos_tagger_training():
+    """Chainer's POS tagging example's ``CRF`` (tag scores looked up,
+    ``L.CRF1d`` over the sentences with ``transpose=True``), each step on
+    30 sentences of 2 to 40 words, in any order."""
+    import chainer
+    import chainer.links as L
+    import numpy
+
+    class Tagger(chainer.Chain):
+        def __init__(self):
+            super(Tagger, self).__init__()
+            with self.init_scope():
+                self.feature = L.EmbedID(VOCABULARY, 20)
+                self.crf = L.CRF1d(20)
+
+        def forward(self, xs, ys):
+            hs = [self.feature(x) for x in xs]
+            return self.crf(hs, ys, transpose=True)
+
+    def sentences(rng):
+        lengths = rng.randint(2, 41, size=30)
+        return ([rng.randint(0, VOCABULARY, n).astype(numpy.int32)
+                 for n in lengths],
+                [rng.randint(0, 20, n).astype(numpy.int32) for n in lengths])
+    return _loss_training(Tagger, sentences, lambda m: m.crf.cost.grad, {})
 
 
 def _padded_text_training(batches=False, convolved=False, listed=False):
@@ -569,11 +636,18 @@ def workloads():
          _padded_rnn_training()),
         ('LSTM-CRF tagger training, lengths 5 to 40, batches 2 to 64',
          'chainerjit', _tagger_training()),
+        ("Chainer's POS tagging example training, lists of 30 sentences of "
+         '2 to 40 words', 'chainerjit', _pos_tagger_training()),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',
          'chainerjit dynamic=False',
          _serving(*block, jit_options=dict(dynamic=False))),
+        ('serving a transformer block, padded batches of 1 to 64 sentences '
+         'of 5 to 60 tokens, masked', 'chainerjit',
+         _serving(models.EncoderBlock, _padded_tokens, jit_options={})),
+        ('transformer block training, padded batches of 2 to 64 sentences '
+         'of 5 to 60 tokens, masked', 'chainerjit', _block_training()),
         ('LSTM training, lengths 5 to 40', 'chainerjit',
          _training(LSTM, _steps())),
         ('bidirectional LSTM training, lengths 5 to 40', 'chainerjit',
