@@ -23,8 +23,12 @@ an op without a converter), the call that missed is recorded again and the
 VM's program compiled for any batch size, where every node reading the
 batch's rows takes their number from its arrays (:func:`rows_batched`, as
 ``runtime.ragged`` serves sentences of any lengths); that entry
-(:class:`RowsBatched`) replaces the one of the other size. With
-``jit(dynamic=True)`` the first call is compiled so. Loops are followed
+(:class:`RowsBatched`) replaces the one of the other size. A call that
+changes several axes at once (the batch and the steps, a second length)
+is compiled for any sizes of all, each group of axes that changed alike
+one symbol (:func:`axes_sibling`, :class:`TwoAxes`). With
+``jit(dynamic=True)`` the first call is compiled so, every axis the
+program takes at any size open (:func:`every_axis_of`). Loops are followed
 into their bodies; an entry whose trip counts are symbolic too reads its
 key through :class:`TripsAndBatch`.
 """
@@ -276,7 +280,7 @@ def of_joined(key, joined, count):
     widths = collections.OrderedDict()  # by symbol: (leaves, axes)
     for leaf, j in sorted(joined.items(), key=lambda item: item[1].width):
         if j.kind in ('pad', 'segments'):
-            symbol = WIDTH if not j.width else '%s%d' % (WIDTH, j.width + 1)
+            symbol = width_symbol(j.width + 1)
             leaves, axes = widths.get(symbol, ((), ()))
             widths[symbol] = (leaves + (leaf,),
                               axes + (int(j.kind == 'pad'),))
@@ -414,12 +418,18 @@ def _open_groups(symbolic):
     return [symbolic] if isinstance(symbolic, RowsBatched) else []
 
 
+def width_symbol(k):
+    """The symbol of the ``k``-th axis besides the batch: ``W``, ``W2``,
+    ..."""
+    return WIDTH if k == 1 else '%s%d' % (WIDTH, k)
+
+
 def _free_symbol(symbols):
     """The first of ``W``, ``W2``, ``W3``, ... not among ``symbols``."""
     k = 1
-    while (WIDTH if k == 1 else '%s%d' % (WIDTH, k)) in symbols:
+    while width_symbol(k) in symbols:
         k += 1
-    return WIDTH if k == 1 else '%s%d' % (WIDTH, k)
+    return width_symbol(k)
 
 
 def free_symbol(kept):
@@ -620,8 +630,8 @@ def every_axis_of(key):
     for axes in groups.values():
         leaves, at = zip(*axes)
         if len(set(leaves)) == len(leaves):
-            kept.append(RowsBatched(leaves, None, at, WIDTH if not kept
-                                    else '%s%d' % (WIDTH, len(kept) + 1)))
+            kept.append(RowsBatched(leaves, None, at,
+                                    width_symbol(len(kept) + 1)))
     return batched._replace(kept=tuple(kept) or None, guessed=True)
 
 
