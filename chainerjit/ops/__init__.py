@@ -555,7 +555,7 @@ def is_impure(label):
 # Node labels whose only side effect is drawing from NumPy's global
 # generator (``numpy.random.rand``): running one again after restoring the
 # generator's state gives the same result.
-_GLOBAL_DRAWS = frozenset(['Dropout', 'NStepRNNDropout',
+_GLOBAL_DRAWS = frozenset(['Dropout', 'Gaussian', 'NStepRNNDropout',
                            'PackedNStepRNNDropout'])
 
 

@@ -477,8 +477,11 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
         return None, None
     leaves = sorted(leaf for items in lists.values() for leaf in items)
     names = [name for name, _ in sig.items[:n_leaves]]
+    ties = ragged.tied_items(sig, lists)
+    tied = dict(ties)
     why = ragged.why_fixed(graph, dict(
-        (leaf, ops.Rows.of_item(leaf, sig.items[leaf][1].shape[0]))
+        (leaf, ops.Rows.of_item(tied.get(leaf, leaf),
+                                sig.items[leaf][1].shape[0]))
         for leaf in leaves), recording.length_uses, names)
     if why is None and not structural.undoable(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
@@ -486,7 +489,7 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
         why = _SIDE_EFFECTS
     if why is None:
         return ragged.Ragged(tuple(leaves), tuple(
-            sig.items[leaf][1].shape[0] for leaf in leaves)), None
+            sig.items[leaf][1].shape[0] for leaf in leaves), ties), None
     if caller.warn_items is not None:
         caller.warn_items('the lengths of the items of %s stay in the cache '
                           'key (each new combination compiles again): %s' %
@@ -497,7 +500,8 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
 #: Why sizes stay in the key of a program that a check at another size
 #: could not undo (``structural.undoable``).
 _SIDE_EFFECTS = 'the program has side effects (a state update other than ' \
-    'batch normalization\'s, a random draw other than dropout)'
+    'batch normalization\'s, a random draw other than dropout\'s and ' \
+    'F.gaussian\'s)'
 
 
 _ONE_SIZE_PER_SESSION = (

@@ -42,10 +42,14 @@ MIN_LENGTH = 2
 CHECKED_CALLS = 8
 
 
-class Ragged(collections.namedtuple('Ragged', 'leaves recorded')):
+class Ragged(collections.namedtuple('Ragged', 'leaves recorded ties',
+                                    defaults=((),))):
     """How an entry that serves any lengths of the items of its list
     arguments reads a call's key: ``leaves`` are the indexes of those
-    items, ``recorded`` their lengths when recorded."""
+    items, ``recorded`` their lengths when recorded; ``ties``: ``(leaf,
+    leaf it is as long as)`` for the items of a list as long as another's,
+    item by item (a tagger's labels and its sentences), whose lengths a
+    call must give alike too."""
 
     __slots__ = ()
 
@@ -70,6 +74,12 @@ class Ragged(collections.namedtuple('Ragged', 'leaves recorded')):
         """``(the key with the items' lengths as 'L', [])``, or ``None``
         where an item is too short, or is not an array."""
         specs = list(key[3])
+        for leaf, other in self.ties:
+            if max(leaf, other) >= len(specs) or \
+                    not signature.is_array_spec(specs[leaf]) or \
+                    not signature.is_array_spec(specs[other]) or \
+                    specs[leaf][0][:1] != specs[other][0][:1]:
+                return None
         for leaf in self.leaves:
             if leaf >= len(specs):
                 return None
@@ -88,10 +98,30 @@ class Ragged(collections.namedtuple('Ragged', 'leaves recorded')):
     def signature_of(self, sig):
         """``sig`` with each item's length shown as ``L`` and its leaf's
         index (``xs[0]: i32[L0]``), as the printed IR names it."""
+        tied = dict(self.ties)
         for leaf in self.leaves:
-            sig = sig.with_symbols([(leaf, (0,))],
-                                   symbol=str(ops.Rows.of_item(leaf, 0)))
+            sig = sig.with_symbols([(leaf, (0,))], symbol=str(
+                ops.Rows.of_item(tied.get(leaf, leaf), 0)))
         return sig
+
+
+def tied_items(sig, lists):
+    """``(leaf, leaf it is as long as)`` for the items of each list of
+    ``lists`` (``{list name: [leaf, ...]}``, :func:`ragged_items`) as
+    long as another's, item by item, in the call ``sig``: the labels of a
+    tagger's sentences, tied to the sentences (the list given first)."""
+    def lengths(leaves):
+        return [sig.items[leaf][1].shape[0] for leaf in leaves]
+    ties, anchors = [], []
+    for name in sorted(lists, key=lambda name: min(lists[name])):
+        leaves = lists[name]
+        anchor = next((a for a in anchors if lengths(a) == lengths(leaves)),
+                      None)
+        if anchor is None:
+            anchors.append(leaves)
+        else:
+            ties.extend(zip(leaves, anchor))
+    return tuple(ties)
 
 
 def ragged_items(sig, n_leaves):

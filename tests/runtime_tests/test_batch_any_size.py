@@ -4,6 +4,7 @@ batch symbolic, in training and inference, and that entry serves every
 batch size with values and gradients equal to eager's; where it cannot, a
 warning names the op or the use that keeps the size in the key."""
 
+import copy
 import warnings
 
 import chainer
@@ -374,7 +375,7 @@ def _same_running_averages(model, twin):
 
 
 class _Sampled(chainer.Chain):
-    """A draw from a Gaussian, as a VAE samples: a side effect the check at
+    """A draw of randomized leaky ReLU's slopes: a side effect the check at
     a new size cannot undo."""
 
     def __init__(self):
@@ -383,8 +384,52 @@ class _Sampled(chainer.Chain):
             self.l1 = L.Linear(12, 3)
 
     def forward(self, x, t):
-        h = self.l1(x)
-        return F.sum(F.gaussian(h, h * 0.0))
+        return F.sum(F.rrelu(self.l1(x)))
+
+
+class _VAE(chainer.Chain):
+    """A variational autoencoder's loss: its sample drawn from NumPy's
+    generator, which a check at a new size puts back."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.encode = L.Linear(12, 6)
+            self.mean = L.Linear(6, 3)
+            self.ln_var = L.Linear(6, 3)
+            self.decode = L.Linear(3, 12)
+
+    def forward(self, x, t):
+        h = F.tanh(self.encode(x))
+        mean, ln_var = self.mean(h), self.ln_var(h)
+        z = F.gaussian(mean, ln_var)
+        return (F.bernoulli_nll(x, self.decode(z)) +
+                F.gaussian_kl_divergence(mean, ln_var)) / len(x)
+
+
+def test_a_vae_serves_every_batch_size_drawing_as_eagerly():
+    model = _model(_VAE)
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for seed, (x, t) in enumerate(_calls(_features)):
+            x = 1 / (1 + numpy.exp(-x))  # in [0, 1], as Bernoulli's
+            losses, grads, next_draws = [], [], []
+            for chain, forward in ((model, model.forward), (twin, jitted)):
+                numpy.random.seed(seed)
+                chain.cleargrads()
+                loss = forward(x, t)
+                loss.backward()
+                losses.append(loss.array)
+                grads.append(chain.encode.W.grad)
+                next_draws.append(numpy.random.rand())  # as many drawn
+            numpy.testing.assert_allclose(losses[1], losses[0], rtol=1e-5)
+            numpy.testing.assert_allclose(grads[1], grads[0], rtol=1e-4,
+                                          atol=1e-6)
+            assert next_draws[0] == next_draws[1]
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,12]'), entry.signature
 
 
 @pytest.mark.parametrize('cls, make, why', [

@@ -791,3 +791,45 @@ def test_attention_over_padded_n_step_outputs_at_any_lengths():
         jitted = _check_seeded(_model(_AttentionOverNStepOutputs),
                                _calls(rng, 6))
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class _Tagger(chainer.Chain):
+    """A tag for every word: an N-step GRU over each sentence embedded,
+    its outputs joined and scored against the labels joined; the labels
+    a list as long as the sentences, item by item."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = L.NStepGRU(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, ts):
+        _, ys = self.rnn(None, [self.embed(x) for x in xs])
+        return F.softmax_cross_entropy(self.out(F.concat(ys, axis=0)),
+                                       F.concat(ts, axis=0))
+
+
+def _tagged(rng, n_items=4):
+    xs = _tokens(rng, n_items)
+    return xs, [rng.randint(0, 3, len(x)).astype(numpy.int32) for x in xs]
+
+
+def test_labels_as_long_as_the_sentences_follow_their_lengths():
+    rng = numpy.random.RandomState(7)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        jitted = _trained(_Tagger, [_tagged(rng) for _ in range(6)])
+    entry, = jitted.cache_entries()
+    # The labels' lengths are the sentences': one symbol each.
+    assert 'xs[1]: i32[L1]' in str(entry.signature) and \
+        'ts[1]: i32[L1]' in str(entry.signature), entry.signature
+    # Labels of other lengths than their sentences fail as eagerly.
+    xs, ts = _tagged(rng)
+    ts[1] = ts[1][:-1]
+    model = _model(_Tagger)
+    with pytest.raises(Exception) as eager:
+        model.forward(xs, ts)
+    with pytest.raises(type(eager.value)):
+        jitted(xs, ts)
