@@ -130,3 +130,26 @@ def check_unchanged(fn, calls, **kw):
         for a, b in zip(call, original):
             numpy.testing.assert_array_equal(a, b)
     return jitted
+
+
+def check_seeded(model, calls, **options):
+    """``jit(model.forward, **options)`` of a twin against
+    ``model.forward``, each call seeded alike: losses, parameters'
+    gradients, and as many random numbers drawn."""
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward, **options)
+    for seed, args in enumerate(calls):
+        losses, grads, next_draws = [], [], []
+        for m, forward in ((model, model.forward), (twin, jitted)):
+            numpy.random.seed(seed)
+            m.cleargrads()
+            loss = forward(*args)
+            loss.backward()
+            losses.append(loss.array)
+            grads.append([p.grad for _, p in sorted(m.namedparams())])
+            next_draws.append(numpy.random.rand())  # as many draws made
+        chainerjit.testing.assert_results_equal(losses[1], losses[0])
+        for a, e in zip(*grads):
+            numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+        assert next_draws[0] == next_draws[1]
+    return jitted

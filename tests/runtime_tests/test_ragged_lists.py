@@ -2,7 +2,6 @@
 every length of the items of a list argument, with values and gradients
 equal to eager's, and where it cannot, a warning says why."""
 
-import copy
 import warnings
 
 import chainer
@@ -186,29 +185,6 @@ class _Seq2seq(chainer.Chain):
                                        F.concat(ys_out, axis=0))
 
 
-def _check_seeded(model, calls, **options):
-    """``jit(model.forward, **options)`` of a twin against
-    ``model.forward``, each call seeded alike: losses, parameters'
-    gradients, and as many random numbers drawn."""
-    twin = copy.deepcopy(model)
-    jitted = chainerjit.jit(twin.forward, **options)
-    for seed, args in enumerate(calls):
-        losses, grads, next_draws = [], [], []
-        for m, forward in ((model, model.forward), (twin, jitted)):
-            numpy.random.seed(seed)
-            m.cleargrads()
-            loss = forward(*args)
-            loss.backward()
-            losses.append(loss.array)
-            grads.append([p.grad for _, p in sorted(m.namedparams())])
-            next_draws.append(numpy.random.rand())  # as many draws made
-        chainerjit.testing.assert_results_equal(losses[1], losses[0])
-        for a, e in zip(*grads):
-            numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
-        assert next_draws[0] == next_draws[1]
-    return jitted
-
-
 def _example(name, **kw):
     """A model of Chainer's examples, as the benchmarks train it
     (``benchmarks/bench_programs.py``), small."""
@@ -226,7 +202,7 @@ def test_chainer_text_classification_example_with_dropout():
     calls = []
     for xs in _tokens_of_new_counts(rng, 10):
         calls.append((xs, rng.randint(0, 3, len(xs)).astype(numpy.int32)))
-    jitted = _check_seeded(_example('text classifier'), calls)
+    jitted = differential.check_seeded(_example('text classifier'), calls)
     assert len(jitted.cache_entries()) == 1
     assert jitted.cache_info().compiled >= 3
 
@@ -243,7 +219,7 @@ def test_chainer_seq2seq_example_with_its_dropout():
     with warnings.catch_warnings():
         warnings.simplefilter('error', chainerjit.errors.LoopWarning)
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
-        jitted = _check_seeded(_example('seq2seq'), calls)
+        jitted = differential.check_seeded(_example('seq2seq'), calls)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
@@ -613,7 +589,7 @@ def test_items_padded_to_the_longest_at_any_lengths(cls, padded):
                              for _ in range(4)]) for _ in range(10)]
     with warnings.catch_warnings():
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
-        jitted = _check_seeded(_model(cls), calls)
+        jitted = differential.check_seeded(_model(cls), calls)
     entry, = jitted.cache_entries()
     assert padded in str(entry.graph), entry.graph
     assert jitted.cache_info().compiled >= 4
@@ -681,8 +657,8 @@ def test_an_array_of_the_items_lengths_is_made_on_every_call():
     with warnings.catch_warnings():
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
         # (with dynamic=False, not joined: frontend.joining)
-        jitted = _check_seeded(_model(_ExampleBagOfWords), calls,
-                               dynamic=False)
+        jitted = differential.check_seeded(_model(_ExampleBagOfWords),
+                                           calls, dynamic=False)
     entry, = jitted.cache_entries()
     assert "i32[4] = python.sizes[axes=(0, 0, 0, 0), dtype=int32](xs[0], " \
         "xs[1], xs[2], xs[3])" in str(entry.graph), entry.graph
@@ -755,7 +731,7 @@ def test_a_loop_over_a_padded_blocks_width_serves_every_list(cls):
     with warnings.catch_warnings():
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
         warnings.simplefilter('error', chainerjit.errors.LoopWarning)
-        jitted = _check_seeded(_model(cls), calls)
+        jitted = differential.check_seeded(_model(cls), calls)
     entry, = jitted.cache_entries()
     assert 'i32[B,T]' in str(entry.signature), entry.signature
 
@@ -788,8 +764,8 @@ def test_attention_over_padded_n_step_outputs_at_any_lengths():
     rng = numpy.random.RandomState(29)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.errors.RecompileWarning)
-        jitted = _check_seeded(_model(_AttentionOverNStepOutputs),
-                               _calls(rng, 6))
+        jitted = differential.check_seeded(
+            _model(_AttentionOverNStepOutputs), _calls(rng, 6))
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
 
 
