@@ -14,8 +14,8 @@ import chainerjit
 from chainerjit import errors
 from chainerjit import testing
 from tests.runtime_tests.test_ragged_lists import _BagOfWords
-from tests.runtime_tests.test_ragged_lists import _check_seeded
 from tests.runtime_tests.test_ragged_lists import _model
+from tests import differential
 
 F32 = numpy.float32
 I32 = numpy.int32
@@ -29,7 +29,7 @@ def _sentences(rng, lengths):
 
 def test_a_batch_padded_by_concat_examples_is_read_on_every_call(rng):
     calls = [_sentences(rng, (3, 5, 4)) for _ in range(4)]
-    jitted = _check_seeded(_model(_BagOfWords), calls)
+    jitted = differential.check_seeded(_model(_BagOfWords), calls)
     entry, = jitted.cache_entries()
     # joined at the call boundary (frontend.joining), padded on each call
     assert 'xs: i32[B,W]' in str(entry.graph), entry.graph
@@ -39,7 +39,7 @@ def test_a_batch_padded_by_concat_examples_is_read_on_every_call(rng):
 def test_a_batch_padded_by_concat_examples_at_new_lengths(rng):
     calls = [_sentences(rng, lengths) for lengths in
              [(3, 5, 4), (3, 5, 4), (6, 2, 2), (2, 7, 3), (3, 5, 4)]]
-    _check_seeded(_model(_BagOfWords), calls)
+    differential.check_seeded(_model(_BagOfWords), calls)
 
 
 def _padded_by_hand(xs, w):

@@ -19,11 +19,11 @@ import chainerjit
 from chainerjit import errors
 from chainerjit import testing
 from tests.runtime_tests.test_ragged_lists import _BagOfWords
-from tests.runtime_tests.test_ragged_lists import _check_seeded
 from tests.runtime_tests.test_ragged_lists import _Convolutions
 from tests.runtime_tests.test_ragged_lists import _ExampleBagOfWords
 from tests.runtime_tests.test_ragged_lists import _model
 from tests.runtime_tests.test_ragged_lists import _PerItem
+from tests import differential
 
 I32 = numpy.int32
 F32 = numpy.float32
@@ -107,7 +107,7 @@ def test_stacked_items_and_their_count_read_by_len():
     calls = [([rng.standard_normal(5).astype(F32) for _ in range(n)],
               [rng.randint(0, 3, (1,)).astype(I32) for _ in range(n)])
              for n in (3, 3, 6, 2, 11, 4, 8)]
-    jitted = _check_seeded(_model(_Stacked), calls)
+    jitted = differential.check_seeded(_model(_Stacked), calls)
     entry, = jitted.cache_entries()
     assert 'xs: f32[B,5]@cpu (array), ts: i32[B]' in str(entry.signature)
 
@@ -171,7 +171,7 @@ def test_a_list_read_otherwise_keeps_its_count_in_the_key(cls, why):
     calls = _batches(numpy.random.RandomState(6), (3, 3, 5, 4, 5))
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        jitted = _check_seeded(_model(cls), calls)
+        jitted = differential.check_seeded(_model(cls), calls)
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
     assert any('number of items' in m or 'lengths of the items' in m
@@ -228,13 +228,14 @@ def test_any_counts_and_lengths_in_training_or_inference(
 
 def checked_without_recompiling(make_model, calls, train):
     """``jit(model.forward)`` of ``make_model()`` against eager over
-    ``calls``, in training (``_check_seeded``) or in inference, with no
-    warning of a size kept in the key or a loop unrolled."""
+    ``calls``, in training (``differential.check_seeded``) or in
+    inference, with no warning of a size kept in the key or a loop
+    unrolled."""
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         warnings.simplefilter('error', errors.LoopWarning)
         if train:
-            return _check_seeded(make_model(), calls)
+            return differential.check_seeded(make_model(), calls)
         model = make_model()
         jitted = chainerjit.jit(model.forward)
         with chainer.no_backprop_mode(), \

@@ -28,7 +28,7 @@ from tests.runtime_tests.test_joined_lists import \
     checked_without_recompiling
 from tests.runtime_tests.test_joined_lists import reported_step
 from tests.runtime_tests import test_ragged_lists
-from tests.runtime_tests.test_ragged_lists import _check_seeded
+from tests import differential
 
 I32 = numpy.int32
 
@@ -381,7 +381,7 @@ def test_a_cut_read_otherwise_keeps_the_count_in_the_key(cls, why):
     numpy.random.seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        jitted = _check_seeded(cls(dropout=0.0), calls)
+        jitted = differential.check_seeded(cls(dropout=0.0), calls)
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
     if why is not None:
@@ -530,7 +530,7 @@ def test_a_framed_item_read_on_its_own_keeps_the_count():
     numpy.random.seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        jitted = _check_seeded(_FramedItemRead(), calls)
+        jitted = differential.check_seeded(_FramedItemRead(), calls)
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
     assert any('number of items' in m and 'read on its own by Sum at '
