@@ -32,7 +32,10 @@ patches apply ``ops.nstep.PackedNStepRNN``), as Chainer's examples'
 lengths share a width (a tag per word). Items embedded each on their own
 (``[self.embed(x) for x in xs]``) into such a link are joined so too: each
 :data:`ROW_WISE` function applied to every item is applied once to the
-rows of all (:func:`applied_to_items`), and the link takes those rows.
+rows of all (:func:`applied_to_items`), and the link takes those rows;
+a list joined by ``F.concat(ts, axis=0)`` whose items are as long as
+theirs, item by item (a tagger's labels), is joined as segments of their
+width.
 
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
 joined arrays all have one first axis (the number of items), and at most
@@ -780,9 +783,11 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             continue
         if j is not None and j.kind == 'concat' and not j.takes(items):
             # Segments whose lengths a split may read: the joined
-            # recording tells (take_joins).
+            # recording tells (take_joins); or as long as another list's
+            # segments, item by item (a tagger's labels beside its
+            # sentences, F.concat(ts, axis=0)).
             j = j._replace(kind='segments', lengths=True) \
-                if item_splits else None
+                if item_splits or [len(a) for a in items] in cut else None
         elif lengths_read:
             continue
         elif j is not None and sized is not None:

@@ -792,11 +792,29 @@ def _tagged(rng, n_items=4):
     return xs, [rng.randint(0, 3, len(x)).astype(numpy.int32) for x in xs]
 
 
+def test_a_tagger_is_joined_with_its_labels():
+    # The sentences embedded each into the link, their outputs and their
+    # labels joined: one entry for every number and lengths of sentences.
+    rng = numpy.random.RandomState(7)
+    calls = [_tagged(rng, n) for n in (4, 3, 6, 4, 5, 2)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        jitted = _trained(_Tagger, calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), ts[0]: '
+        'i32[W]@cpu (array), ts[1]: i64[B]'), entry.signature
+
+
 def test_labels_as_long_as_the_sentences_follow_their_lengths():
+    # Not joined (dynamic=False): item by item, the labels' lengths are
+    # the sentences'.
     rng = numpy.random.RandomState(7)
     with warnings.catch_warnings():
         warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
-        jitted = _trained(_Tagger, [_tagged(rng) for _ in range(6)])
+        jitted = differential.check_seeded(
+            _model(_Tagger), [_tagged(rng) for _ in range(6)],
+            dynamic=False)
     entry, = jitted.cache_entries()
     # The labels' lengths are the sentences': one symbol each.
     assert 'xs[1]: i32[L1]' in str(entry.signature) and \
