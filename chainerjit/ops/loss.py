@@ -1,5 +1,7 @@
 """Lowerings of chainer.functions.loss."""
 
+import functools
+
 import chainer
 import numpy
 
@@ -39,9 +41,7 @@ class CRF1dStacked(chainer.FunctionNode):
 
     def forward(self, inputs):
         self.retain_inputs((0, 1, 2))
-        cost, xs, ys = inputs
-        return crf.reduced(crf.forward(cost, list(xs), list(ys)).loss,
-                           self.reduce),
+        return crf.reduced(_stacked_run(*inputs)[0].loss, self.reduce),
 
     def backward(self, indexes, grad_outputs):
         inputs = [v.array for v in self.get_retained_inputs()]
@@ -49,15 +49,20 @@ class CRF1dStacked(chainer.FunctionNode):
             self.reduce, inputs, grad_outputs[0].array)) + (None,)
 
 
-def _stacked_grads(reduce, inputs, gy, run=None):
-    """The gradients of the cost and the scores of :class:`CRF1dStacked`
-    (of the forward's ``run``, if kept)."""
-    cost, xs, ys = inputs
+def _stacked_run(cost, xs, ys):
+    """``(crf.Run, the steps' scores, their labels)`` of
+    :class:`CRF1dStacked`'s inputs."""
     xs, ys = list(xs), list(ys)
-    run = run or crf.forward(cost, xs, ys)
-    g_cost, g_xs = crf.backward(cost, xs, ys, run, crf.weights(
-        gy, reduce, len(ys[0]), cost.dtype))
-    return g_cost, chainer.backend.get_array_module(cost).stack(g_xs)
+    return crf.forward(cost, xs, ys), xs, ys
+
+
+def _stacked_grads(reduce, inputs, gy, found=None):
+    """The gradients of the cost and the scores of :class:`CRF1dStacked`
+    (of the forward's ``found``, if kept)."""
+    run, xs, ys = found or _stacked_run(*inputs)
+    g_cost, g_xs = crf.backward(inputs[0], xs, ys, run, crf.weights(
+        gy, reduce, len(ys[0]), inputs[0].dtype))
+    return g_cost, chainer.backend.get_array_module(g_xs[0]).stack(g_xs)
 
 
 class CRF1dOfSequences(chainer.FunctionNode):
@@ -75,7 +80,7 @@ class CRF1dOfSequences(chainer.FunctionNode):
 
     def forward(self, inputs):
         self.retain_inputs(tuple(range(len(inputs))))
-        return crf.reduced(_sequences_run(self.n, inputs)[0].loss,
+        return crf.reduced(_sequences_run(self.n, *inputs)[0].loss,
                            self.reduce),
 
     def backward(self, indexes, grad_outputs):
@@ -90,51 +95,66 @@ def _variables(arrays):
     return tuple(None if a is None else chainer.Variable(a) for a in arrays)
 
 
-def _sequences_run(n, inputs):
-    """``(crf.Run, crf.Transposed, the steps' scores, their labels)`` of
-    :class:`CRF1dOfSequences`'s ``inputs``."""
-    cost, items = inputs[0], inputs[1:]
+def _sequences_run(n, cost, *items):
+    """``(crf.Run, the steps' scores, their labels, crf.Transposed)`` of
+    :class:`CRF1dOfSequences`'s inputs."""
     transposed = crf.Transposed.of(items[:n])
     xs, ys = transposed.steps(items[:n]), transposed.steps(items[n:])
-    return crf.forward(cost, xs, ys), transposed, xs, ys
+    return crf.forward(cost, xs, ys), xs, ys, transposed
 
 
 def _sequences_grads(reduce, n, inputs, gy, found=None):
     """The gradients of the cost and the scores of
     :class:`CRF1dOfSequences` (of the forward's ``found``, if kept)."""
-    run, transposed, xs, ys = found or _sequences_run(n, inputs)
+    run, xs, ys, transposed = found or _sequences_run(n, *inputs)
     g_cost, g_xs = crf.backward(inputs[0], xs, ys, run, crf.weights(
         gy, reduce, len(ys[0]), inputs[0].dtype))
     return (g_cost,) + tuple(transposed.items(g_xs, inputs[1:1 + n]))
 
 
-@lowering(CRF1dOfSequences)
-def lower_crf1d_of_sequences(node, ctx):
-    reduce, n = node.reduce, node.n
-    # A training program's forward keeps its run for the backward.
+def _crf_kernel(reduce, run, grads, n_labels, lengths):
+    """The kernel of a CRF's loss: ``run(*inputs)`` gives its forward's
+    results (a ``crf.Run`` first), which a training program's forward
+    keeps for its backward; ``grads(reduce, inputs, gy, kept results or
+    None)`` the gradients of the cost and the scores, then none for the
+    ``n_labels`` labels' inputs."""
     training, held = chainer.config.enable_backprop, []
 
     def forward(*inputs):
-        found = _sequences_run(n, inputs)
+        found = run(*inputs)
         loss = crf.reduced(found[0].loss, reduce)
         held[:] = [(loss, found)] if training else []
         return loss
 
     def grad(xs, ys, gys, wanted):
         found = held.pop()[1] if held and held[0][0] is ys[0] else None
-        return _sequences_grads(reduce, n, xs, gys[0], found) + (None,) * n
+        return tuple(grads(reduce, xs, gys[0], found)) + (None,) * n_labels
+    return Kernel(forward, {'reduce': reduce},
+                  grad=GradRule(grad, inputs=range(1 + 2 * n_labels),
+                                outputs=(0,)),
+                  lengths=lengths)
+
+
+def _rows_of_each_sequence(rows):
+    """Do ``rows`` (of a CRF's inputs of :class:`CRF1dOfSequences`) give
+    each sequence's array rows of its own, on its first axis, and none to
+    the cost?"""
+    return rows[0] is None and not any(
+        r is None or r.axis or r.widest or r.also for r in rows[1:])
+
+
+@lowering(CRF1dOfSequences)
+def lower_crf1d_of_sequences(node, ctx):
+    n = node.n
 
     def lengths(rows):
         # Each sequence's steps, scores and labels, summed over; the
         # number of sequences is fixed.
-        if rows[0] is not None or any(
-                r is None or r.axis or r.widest or r.also for r in rows[1:]):
-            return None
-        return Follow((None,))
-    return Kernel(forward, {'reduce': reduce},
-                  grad=GradRule(grad, inputs=tuple(range(1 + 2 * n)),
-                                outputs=(0,)),
-                  lengths=lengths)
+        return Follow((None,)) if _rows_of_each_sequence(rows) else None
+    return _crf_kernel(
+        node.reduce, functools.partial(_sequences_run, n),
+        lambda reduce, inputs, gy, found: _sequences_grads(
+            reduce, n, inputs, gy, found), n, lengths)
 
 
 class ArgmaxCRF1dOfSequences(chainer.FunctionNode):
@@ -163,28 +183,14 @@ def argmax_of_sequences(cost, *xs):
 def lower_argmax_crf1d_of_sequences(node, ctx):
     def lengths(rows):
         # Each path has its sequence's steps; the scores, one a sequence.
-        if rows[0] is not None or any(
-                r is None or r.axis or r.widest or r.also for r in rows[1:]):
-            return None
-        return Follow((None,) + tuple(rows[1:]))
+        return Follow((None,) + tuple(rows[1:])) \
+            if _rows_of_each_sequence(rows) else None
     return Kernel(argmax_of_sequences, multi=True, lengths=lengths)
 
 
 @lowering(CRF1dStacked)
 def lower_crf1d_stacked(node, ctx):
     reduce = node.reduce
-    # A training program's forward keeps its run for the backward.
-    training, held = chainer.config.enable_backprop, []
-
-    def forward(cost, xs, ys):
-        run = crf.forward(cost, list(xs), list(ys))
-        loss = crf.reduced(run.loss, reduce)
-        held[:] = [(loss, run)] if training else []
-        return loss
-
-    def grad(xs, ys, gys, wanted):
-        run = held.pop()[1] if held and held[0][0] is ys[0] else None
-        return _stacked_grads(reduce, xs, gys[0], run) + (None,)
 
     @takes_axes
     def lengths(rows):
@@ -197,9 +203,7 @@ def lower_crf1d_stacked(node, ctx):
             return Follow((None,))
         return Follow((steps._replace(axis=0),)) if steps.axis == 1 \
             else None
-    return Kernel(forward, {'reduce': reduce},
-                  grad=GradRule(grad, inputs=(0, 1, 2), outputs=(0,)),
-                  lengths=lengths)
+    return _crf_kernel(reduce, _stacked_run, _stacked_grads, 1, lengths)
 
 
 @lowering(mean_squared_error.MeanSquaredError)
