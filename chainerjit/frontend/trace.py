@@ -501,8 +501,11 @@ class _Recorder(object):
         the arguments', or that of the value it is made like."""
         if made.like is not None:
             return [self.value_of(made.like)]
-        return [self.value_of(self.input_arrays[leaf])
-                for leaf in made.leaves]
+        return self.values_of_leaves(made.leaves)
+
+    def values_of_leaves(self, leaves):
+        """The values of the arguments ``leaves`` (their indexes)."""
+        return [self.value_of(self.input_arrays[leaf]) for leaf in leaves]
 
     def _sizes_named(self, made):
         """``'(x.shape[0], 8)'``: the shape of ``made`` (a
@@ -636,8 +639,7 @@ class _Recorder(object):
             in_values.append(index[1])
         elif sized is not None:  # the sizes' arrays are inputs (W[:T])
             kernel = ops_array.cut_to_sizes(sized[0], ctx.xp)
-            in_values += [self.value_of(self.input_arrays[leaf])
-                          for leaf in sized[1]]
+            in_values += self.values_of_leaves(sized[1])
         elif varying is not None:  # the number is an input
             kernel = ops_math.lower_varying_constant(node, ctx,
                                                      varying.value.dtype)
@@ -721,8 +723,7 @@ class _Recorder(object):
         index, leaves = sized
         self.add_node(ir.Node(
             'ndarray.__getitem__', ops_array.cut_to_sizes(index),
-            [self.value_of(x)] + [self.value_of(self.input_arrays[leaf])
-                                  for leaf in leaves],
+            [self.value_of(x)] + self.values_of_leaves(leaves),
             self.bind_temps([result]), loc=loc))
         return True
 

@@ -184,6 +184,18 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
         record_call(recorder, label, fn, args, kwargs, result)
 
 
+def _recorded_of_made(label, fn, args, kwargs, result):
+    """``result`` of NumPy's ``fn`` run by the forward on ``args``,
+    recorded as a node, and traced, where it reads an array the forward
+    made of sizes that a node makes again (:func:`_of_made`); else as it
+    is."""
+    if type(result) is not numpy.ndarray or not _of_made(args):
+        return result
+    result = _tag(result)
+    _record_numpy(label, fn, args, kwargs, result)
+    return result
+
+
 def _of_made(inputs):
     """Does NumPy run by the forward on ``inputs`` read an array it made
     with arguments' sizes that a node makes again (``trace.Recorder.
@@ -935,21 +947,17 @@ class MadeArray(numpy.ndarray):
         if method == 'at':  # ``numpy.add.at(a, index, b)`` writes into a
             _note_write(inputs[:1], inputs[1:])
         result = getattr(ufunc, method)(*_plain(inputs), **kwargs)
-        if method == '__call__' and 'out' not in kwargs and \
-                type(result) is numpy.ndarray and _of_made(inputs):
+        if method == '__call__' and 'out' not in kwargs:
             # Of positions made of a size: ``pos[None] <= pos[:, None]``.
-            result = _tag(result)
-            _record_numpy('numpy.' + ufunc.__name__, ufunc.__call__, inputs,
-                          kwargs, result)
+            return _recorded_of_made('numpy.' + ufunc.__name__,
+                                     ufunc.__call__, inputs, kwargs, result)
         return result
 
     def __array_function__(self, func, types, args, kwargs):
         result = func(*_plain(args), **_plain(kwargs))
-        if func.__name__ in _MASKS and type(result) is numpy.ndarray and \
-                _of_made(args):  # ``numpy.tril(numpy.ones((T, T)))``
-            result = _tag(result)
-            _record_numpy('numpy.' + func.__name__, func, args, kwargs,
-                          result)
+        if func.__name__ in _MASKS:  # ``numpy.tril(numpy.ones((T, T)))``
+            return _recorded_of_made('numpy.' + func.__name__, func, args,
+                                     kwargs, result)
         return result
 
     def __setitem__(self, index, value):

@@ -711,10 +711,7 @@ def cut_to_sizes(index, xp=None):
                     found[taken.on_axes([0])].add(axis)
             if e is None or isinstance(e, slice):
                 axis += 1
-        if len(found) > 1:
-            return None
-        return Follow(tuple(r.on_axes(axes) for r, axes in found.items())
-                      or (None,))
+        return _one_rows(found)
 
     def to_onnx(b, ins, outs):
         # Slice the input's axes (an int as a slice of one, then
@@ -867,7 +864,13 @@ def _rows_sized(sizes, rows, x=None, offset=0):
                 found[x.on_axes([0])].add(axis)
             elif axis not in found[x.on_axes([0])]:
                 return None
-    found = dict((r, axes) for r, axes in found.items() if axes)
+    return _one_rows(dict((r, axes) for r, axes in found.items() if axes))
+
+
+def _one_rows(found):
+    """The :class:`Follow` of one output with rows ``found`` (``{rows
+    on axis 0: the output's axes that have them}``): fixed where none,
+    ``None`` where rows of several kinds meet."""
     if len(found) > 1:
         return None
     return Follow(tuple(r.on_axes(axes) for r, axes in found.items()) or

@@ -1356,7 +1356,7 @@ def _matmul_rows(kernel, node, ctx):
 
     def product_rows(a, b):
         if a is not None and b is not None and \
-                a._replace(axis=0, also=()) != b._replace(axis=0, also=()):
+                a.on_axes([0]) != b.on_axes([0]):
             return False
         a_axes = set(a.axes) if a is not None else set()
         b_axes = set(b.axes) if b is not None else set()

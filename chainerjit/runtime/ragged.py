@@ -187,8 +187,7 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
     for value, r in rows.items():  # (a trip count's kept)
         value.symbols = dict(value.symbols or {})
         for axis in r.axes:
-            value.symbols[axis] = _named(
-                value, r._replace(axis=axis, also=()), label)
+            value.symbols[axis] = _named(value, r.on_axes([axis]), label)
     return None
 
 
