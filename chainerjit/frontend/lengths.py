@@ -833,16 +833,24 @@ def argument_sizes(shape, recorder):
         if n is None or not isinstance(n, Length):
             sizes.append(n if n is None else int(n))
             continue
-        if n.affine != (1, 0):
+        found = _argument_axis(n, recorder, leaves) \
+            if n.affine == (1, 0) else None
+        if found is None:
             return None
-        (leaf, axis), = n.origins
-        if is_item_length((leaf, axis)) or \
-                leaf >= len(recorder.input_arrays):
-            return None
-        if leaf not in leaves:
-            leaves.append(leaf)
-        sizes.append((leaves.index(leaf), axis))
+        sizes.append(found)
     return (tuple(sizes), tuple(leaves)) if leaves else None
+
+
+def _argument_axis(n, recorder, leaves):
+    """``(k, axis)``: the Length ``n`` (of one origin) is the size of
+    ``axis`` of the ``k``-th of ``leaves``, the argument added to them if
+    new; ``None`` where it is an item's length, or no argument's."""
+    (leaf, axis), = n.origins
+    if is_item_length((leaf, axis)) or leaf >= len(recorder.input_arrays):
+        return None
+    if leaf not in leaves:
+        leaves.append(leaf)
+    return leaves.index(leaf), axis
 
 
 def sized_index(index, recorder):
@@ -880,15 +888,10 @@ def _sized_bound(bound, recorder, leaves):
     size the kernel cannot read (of an item, times a number)."""
     if not isinstance(bound, Length):
         return None
-    if bound.affine is None or bound.affine[0] != 1:
-        return False
-    (leaf, axis), = bound.origins
-    if is_item_length((leaf, axis)) or \
-            leaf >= len(recorder.input_arrays):
-        return False
-    if leaf not in leaves:
-        leaves.append(leaf)
-    return array_ops.SizedBound(leaves.index(leaf), axis, bound.affine[1])
+    found = _argument_axis(bound, recorder, leaves) \
+        if bound.affine is not None and bound.affine[0] == 1 else None
+    return False if found is None else \
+        array_ops.SizedBound(found[0], found[1], bound.affine[1])
 
 
 def _is_array(array):
