@@ -487,11 +487,18 @@ def width_sibling(cache, key):
         kept = entry.symbolic
         if found and not set(found) & set(kept.batch_axes()):
             leaves, axes = zip(*found)
+            axes = None if not any(axes) else axes
             batch_kept = not any(kept.axes or ())
-            return entry, Batched(leaves, None if not any(axes) else axes,
-                                  RowsBatched(kept.leaves, None, kept.axes,
-                                              BATCH if batch_kept
-                                              else WIDTH))
+            if batch_kept and axes is not None:
+                # The batch open already stays the batch, the new axis
+                # its width: rows follow through a reshape that merges
+                # both (``(T, B, I)`` to ``(T * B, I)`` and back) from
+                # the outer axis first.
+                return entry, Batched(kept.leaves, kept.axes, RowsBatched(
+                    leaves, None, axes, WIDTH))
+            return entry, Batched(leaves, axes, RowsBatched(
+                kept.leaves, None, kept.axes,
+                BATCH if batch_kept else WIDTH))
     return None
 
 

@@ -993,27 +993,63 @@ class _MeanOverSteps(chainer.Chain):
         with self.init_scope():
             self.fc = L.Linear(4, 6)
 
+    projected = 'product'
+
     def forward(self, xs):
         steps, batch, width = xs.shape
-        h = F.tanh(self.fc(F.reshape(xs, (steps * batch, width))))
+        merged = (steps * batch, width) if self.projected == 'product' \
+            else (-1, width)
+        h = F.tanh(self.fc(F.reshape(xs, merged)))
         return F.mean(F.reshape(h, (steps, batch, 6)), axis=0)
 
 
-def test_two_axes_changing_at_once_say_that_they_compile_again():
+class _MeanOverStepsFlattened(_MeanOverSteps):
+    """The mean over the steps flattened into one row: the steps may take
+    any size, the batch, merged with the features, may not."""
+
+    def forward(self, xs):
+        return F.reshape(super().forward(xs), (1, -1))
+
+
+#: Time-major calls whose steps change first, then their batch.
+_STEPS_THEN_BATCH = [(6, 3), (9, 3), (7, 5), (4, 2), (8, 6), (5, 7), (3, 3),
+                     (10, 4)]
+
+
+def _time_major_calls(cls, projected):
+    """``cls``'s forward jitted against eager over
+    :data:`_STEPS_THEN_BATCH`, its input projected at once as
+    ``projected`` gives it; the jitted function and its warnings."""
     rng = numpy.random.RandomState(8)
-    model = _model(_MeanOverSteps)
+    model = _model(cls)
+    model.projected = projected
     jitted = chainerjit.jit(model.forward)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        for steps, batch in [(6, 3), (9, 3), (7, 5), (4, 2), (8, 6), (5, 7),
-                             (3, 3), (10, 4)]:
+        for steps, batch in _STEPS_THEN_BATCH:
             xs = rng.randn(steps, batch, 4).astype(F32)
             testing.assert_results_equal(jitted(xs), model.forward(xs),
                                          1e-5, 1e-6)
-    messages = [str(w.message) for w in caught
-                if w.category is errors.RecompileWarning]
-    assert any('xs.shape[1] and xs.shape[0] changed in one call' in m
-               for m in messages), messages
+    return jitted, [str(w.message) for w in caught
+                    if w.category is errors.RecompileWarning]
+
+
+@pytest.mark.parametrize('projected', ['product', 'inferred'])
+def test_the_steps_then_the_batch_open_both(projected):
+    """The steps open first (axis 0), then the batch: the batch, open
+    already, stays the batch, and the rows of both follow through the
+    reshapes that merge them and split them again."""
+    jitted, messages = _time_major_calls(_MeanOverSteps, projected)
+    assert not messages, messages
+    entry, = jitted.cache_entries()
+    assert 'xs: f32[B,W,4]' in str(entry.signature), entry.signature
+
+
+def test_two_axes_changing_at_once_say_that_they_compile_again():
+    jitted, messages = _time_major_calls(_MeanOverStepsFlattened, 'product')
+    assert any('xs.shape[0] and xs.shape[1] changed in one call, and the '
+               'program takes any size of the first but not of the second'
+               in m for m in messages), messages
 
 
 def _scored_by_a_table(x, table):
