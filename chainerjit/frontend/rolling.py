@@ -631,21 +631,26 @@ def _rename_uses(graph, old, new, inside):
 def _collect(graph, lst, values, inside, shapes_read):
     """``F.stack(ys)`` or ``F.concat(ys)`` of every value a loop appended
     (after values from before the loop), or of all of them reversed
-    (``F.stack(ys[::-1])``), reads the loop's list itself, so that it
-    works for any number of iterations: where the forward's Python
-    did not read its shape (``shapes_read``; ``None``: all, for a loop
-    that may stop early, which no op could follow), the ops that read it
-    then taking its length as the loop's trip count (``symbolic``) or
-    keeping that in the key; or where the forward returns it as it is."""
+    (``F.stack(ys[::-1])``; then those from before the loop:
+    ``ys.insert(0, h)`` after a peeled first step), reads the loop's
+    list itself, so that it works for any number of iterations: where
+    the forward's Python did not read its shape (``shapes_read``;
+    ``None``: all, for a loop that may stop early, which no op could
+    follow), the ops that read it then taking its length as the loop's
+    trip count (``symbolic``) or keeping that in the key; or where the
+    forward returns it as it is."""
     n = len(values)
     used = set(v for node in graph.nodes for v in node.inputs)
     for node in graph.nodes:
         if node in inside or node.op not in ('Stack', 'Concat'):
             continue
-        reverse = n > 1 and node.inputs == values[::-1]
+        # Reversed: ``ys[::-1]``, or ``ys.insert(0, h)`` after a peeled
+        # first step, whose value then comes last.
+        reverse = n > 1 and node.inputs[:n] == values[::-1]
         if node.inputs[-n:] != values and not reverse:
             continue
-        prefix = len(node.inputs) - n
+        prefix = 0 if reverse else len(node.inputs) - n
+        after = len(node.inputs) - n - prefix
         ndim = len(values[0].shape) + (node.op == 'Stack')
         axis = dict(node.attrs)['axis'] % ndim
         out = node.outputs[0]
@@ -654,9 +659,11 @@ def _collect(graph, lst, values, inside, shapes_read):
                 out not in used and out in graph.outputs and
                 loop_analysis.returned_directly(node.loc)):
             continue
-        node.inputs = node.inputs[:prefix] + [lst]
-        node.kernel = structural.join(node.op, axis, prefix, prefix + n,
-                                      reverse)
+        node.inputs = node.inputs[:prefix] + [lst] + \
+            node.inputs[prefix + n:]
+        node.kernel = structural.join(node.op, axis, prefix,
+                                      len(node.inputs) + n - 1, reverse,
+                                      after)
     _collect_python_sum(graph, lst, values, inside)
 
 

@@ -808,8 +808,8 @@ def _tied_arguments(graph, wildcards, length, free, dim):
 def _stacked_rows(graph, loops, source, length, deltas):
     """``{value: ops.Rows}`` of ``F.stack`` and ``F.concat`` of the loops'
     lists (``rolling``) that other ops read: one row per step (or the
-    rows of each step's value) on the axis they were joined on, after the
-    rows of the values from before the loop, where the length is the
+    rows of each step's value) on the axis they were joined on, beside
+    the rows of the values from before the loop, where the length is the
     first axis of an argument and each of those loops runs its whole
     length. Raises where such a value is read but its rows cannot follow
     the length."""
@@ -822,10 +822,10 @@ def _stacked_rows(graph, loops, source, length, deltas):
         if not read or structural.kind(node) != structural.JOIN or \
                 node.outputs[0] not in used:
             continue
-        prefix = node.inputs.index(read[0])
         axis = dict(node.attrs)['axis']
-        fixed = prefix if node.op == 'Stack' else sum(
-            v.shape[axis] for v in node.inputs[:prefix])
+        others = [v for v in node.inputs if v is not read[0]]
+        fixed = len(others) if node.op == 'Stack' else sum(
+            v.shape[axis] for v in others)
         rows = None
         if source.kind == 'dim':
             rows = _joined_rows(node, axis, fixed, source.where[0], length,

@@ -182,16 +182,16 @@ def _unpack_grad(xs, ys, gys, wanted):
     return list(gys),
 
 
-def join(op, axis, prefix, count=None, reverse=False):
-    """``op`` (``'Stack'`` or ``'Concat'``) of ``prefix`` arrays then a
-    loop's list of arrays, or (``reverse``, with no ``prefix``) of that
-    list reversed; ``count`` arrays in all when recorded."""
-    assert not (reverse and prefix)
-
+def join(op, axis, prefix, count=None, reverse=False, after=0):
+    """``op`` (``'Stack'`` or ``'Concat'``) of ``prefix`` arrays, then a
+    loop's list of arrays (``reverse``: that list reversed), then
+    ``after`` arrays (the first step's, peeled before a reversed loop
+    that inserts each step's value in front); ``count`` arrays in all
+    when recorded."""
     def items(args):
-        if reverse:
-            return list(args[0])[::-1]
-        return list(args[:prefix]) + list(args[prefix])
+        listed = list(args[prefix])
+        return list(args[:prefix]) + (listed[::-1] if reverse else listed) \
+            + list(args[prefix + 1:])
 
     def run(*args):
         found = items(args)
@@ -209,10 +209,11 @@ def join(op, axis, prefix, count=None, reverse=False):
         else:
             sizes = numpy.cumsum([x.shape[axis] for x in items(xs)])[:-1]
             parts = xp.split(gy, sizes, axis=axis)
-        if reverse:
-            return list(parts)[::-1],
-        return tuple(parts[:prefix]) + (list(parts[prefix:]),)
-    kept = () if op == 'Stack' else range(prefix + 1)
+        end = len(parts) - after
+        listed = list(parts[prefix:end])
+        return tuple(parts[:prefix]) + (
+            listed[::-1] if reverse else listed,) + tuple(parts[end:])
+    kept = () if op == 'Stack' else range(prefix + 1 + after)
     attrs = {'axis': axis, 'reverse': True} if reverse else {'axis': axis}
     return Kernel(run, attrs, grad=GradRule(grad, kept),
                   onnx=_join_to_onnx(op, axis, prefix, reverse),
@@ -261,12 +262,14 @@ def _join_to_onnx(op, axis, prefix, reverse=False):
     from before the loop in front (or reverse it), move the steps' axis
     to ``axis`` (and, for ``concat``, merge it with the next)."""
     def convert(b, ins, outs):
-        parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
-                 for x in ins[:prefix]] + [ins[prefix]]
-        stacked = b.op('Concat', parts, axis=0)[0] if prefix else parts[0]
+        steps = ins[prefix]
         if reverse:
-            stacked = b.op('Slice', [stacked] + [b.int64s(v) for v in (
+            steps = b.op('Slice', [steps] + [b.int64s(v) for v in (
                 [-1], [-2 ** 63], [0], [-1])])[0]
+        parts = [b.op('Unsqueeze', [x, b.int64s([0])])[0]
+                 if x is not ins[prefix] else steps for x in ins]
+        stacked = b.op('Concat', parts, axis=0)[0] if len(parts) > 1 \
+            else steps
         shape = list(b.out_shapes[0])
         ndim = len(shape) - (op == 'Stack')  # of each step's value
         if axis:

@@ -1041,13 +1041,45 @@ class BidirectionalSteps(_Steps):
         return F.sum(both * both, axis=(0, 2))
 
 
+class InsertedInFront(_Steps):
+    """A backward loop whose state starts in its first step, each step's
+    state inserted in front of those after it: the steps' order, the
+    first step's state last."""
+
+    def forward(self, xs):
+        hs, h = [], None
+        for t in reversed(range(len(xs))):
+            h = F.tanh(self.back(xs[t])[:, :H]) if h is None else \
+                self.gru(h, xs[t])
+            hs.insert(0, h)
+        return F.sum(F.stack(hs) ** 2, axis=(0, 2)), F.concat(hs, axis=1)
+
+
+class LinkInsertedInFront(_Steps):
+    """``L.LSTM`` over the steps backwards, its states inserted in front
+    (the link's first step differs: it has no state yet)."""
+
+    def __init__(self):
+        super(LinkInsertedInFront, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(I, H)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = []
+        for t in reversed(range(xs.shape[0])):
+            hs.insert(0, self.lstm(xs[t]))
+        return self.out(F.reshape(F.stack(hs), (-1, H)))
+
+
 def _step_calls(shapes, seed=0):
     rng = numpy.random.RandomState(seed)
     return [(rng.standard_normal((n, b, I)).astype('f'),) for n, b in shapes]
 
 
 @pytest.mark.parametrize('cls', [ReversedSlice, ReversedSliceOfVariable,
-                                 Flipped, BidirectionalSteps])
+                                 Flipped, BidirectionalSteps,
+                                 InsertedInFront, LinkInsertedInFront])
 def test_reversed_steps_serve_every_length_and_batch(cls):
     entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
     assert 'trip=T' in str(entry.graph), entry.graph

@@ -141,6 +141,21 @@ class BiGRU(GRU):
         return F.stack(forward), F.stack(backward), h + b
 
 
+class PeeledBackwardInserted(GRU):
+    """Backwards, the state made in the first step, each step's state
+    inserted in front: the loop's list reversed, then the first step's."""
+
+    def forward(self, xs):
+        h, ys = None, []
+        for t in reversed(range(xs.shape[0])):
+            if h is None:
+                h = F.tanh(self.wh(F.concat([xs[t], xs[t]])))
+            else:
+                h = self.step(h, xs[t])
+            ys.insert(0, h)
+        return F.concat(ys, axis=1)
+
+
 class TwoPasses(GRU):
     """Two loops over the same sequence: a GRU, then a gate from its last
     state."""
@@ -162,7 +177,8 @@ def _model(cls):
     return cls()
 
 
-@pytest.mark.parametrize('cls', [GRU, PeeledGRU, TwoPasses])
+@pytest.mark.parametrize('cls', [GRU, PeeledGRU, PeeledBackwardInserted,
+                                 TwoPasses])
 def test_onnx_runs_at_every_length(cls):
     model = _model(cls)
     onnx_model, runs = _onnx_runs(model.forward,
