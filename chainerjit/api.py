@@ -766,6 +766,8 @@ class JitFunction(_calls.CachedCall):
         if entry.escaped and self.budget.note_fallback(entry.fallback):
             self._warn_stopped()
         evicted = self.cache.insert(entry)
+        if evicted is not None:
+            self.budget.note_eviction(evicted)
         self._note_item_counts(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, compiled.miss_reason,

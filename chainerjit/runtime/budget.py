@@ -15,6 +15,12 @@ the entries compiled so far still serve the calls that hit them.
   recordings in a row than the cache holds (``maxsize``, at least
   ``limit``; never for an unbounded cache): calls that keep evicting
   each other's entries.
+* **Entries evicted unused.** ``limit`` evictions in a row, each of an
+  entry that served fewer calls than the cache holds entries: the calls
+  cycle through more signatures than the cache keeps (a stateful link
+  called on batches that shrink step by step, each pair of sizes a
+  signature), so that what is compiled is evicted before it pays back,
+  and recording would go on for ever.
 * **The same fallback again.** :data:`FALLBACK_REPEATS` signatures that
   ran eagerly because of the same construct at the same line (a value
   read into Python): the next signature would be recorded only to run
@@ -46,6 +52,7 @@ class RecordingBudget(object):
         self._rare_change = None  # what the latest of those changed
         self._hits_then = None  # the cache's hits at the latest miss
         self._fallbacks = collections.Counter()  # reason -> signatures
+        self._evicted_unused = 0  # in a row
 
     def may_record(self, hits):
         """Called on a miss, with the cache's hits so far: may this call
@@ -60,6 +67,12 @@ class RecordingBudget(object):
                 '%d calls in a row were recorded for %s, and no call reused '
                 'what was compiled' % (self._rare_in_a_row,
                                        self._rare_change))
+        elif self._evicted_unused >= self.limit:
+            self.stopped = (
+                '%d entries in a row were evicted having served fewer than '
+                '%d calls each: the calls cycle through more signatures '
+                'than the cache holds' % (self._evicted_unused,
+                                          self.any_limit))
         elif self._in_a_row >= self.any_limit:
             self.stopped = (
                 '%d calls in a row were recorded, more than the cache '
@@ -75,6 +88,11 @@ class RecordingBudget(object):
         self._rare_change = rare_change
         self._rare_in_a_row = (self._rare_in_a_row + 1
                                if rare_change else 0)
+
+    def note_eviction(self, entry):
+        """Notes that the cache evicted ``entry`` for a new one."""
+        self._evicted_unused = self._evicted_unused + 1 \
+            if entry.hits < self.any_limit else 0
 
     def note_fallback(self, reason):
         """Notes that a recording fell back to eager for ``reason`` (a

@@ -126,6 +126,40 @@ def test_shapes_stop_recording_past_what_the_cache_holds(rng):
     assert len(stops) == 1 and 'more than the cache holds' in stops[0]
 
 
+def _cycling(rng, sizes, repeats):
+    """Calls cycling through ``(n, 3)`` arrays of each of ``sizes``, each
+    size ``repeats`` times in a row."""
+    return [(rng.standard_normal((n, 3)).astype(numpy.float32),)
+            for _ in range(3) for n in sizes for _ in range(repeats)]
+
+
+def test_entries_evicted_unused_stop_recording(rng):
+    """Calls cycling through more shapes than the cache holds, a few
+    calls at each: what is compiled is evicted before it pays back."""
+    f = chainerjit.jit(maxsize=4, recompile_limit=3, dynamic=False)(
+        lambda x: F.exp(x) * 2)
+    calls = _cycling(rng, range(1, 9), 2)
+    results, stops = _run(f, calls)
+    for r, (x,) in zip(results, calls):
+        testing.assert_results_equal(r, F.exp(x) * 2)
+    assert len(stops) == 1 and 'were evicted having served fewer than 4 ' \
+        'calls each' in stops[0], stops
+    info = f.cache_info()
+    # Four entries filled the cache, three more evicted one each.
+    assert info.compiles == 7 and info.currsize == 4
+    assert info.compiled + info.eager == len(calls) - info.compiles
+
+
+def test_entries_evicted_after_serving_keep_recording(rng):
+    """Shapes that change seldom, each serving many calls before the next:
+    evicting them does not stop recording."""
+    f = chainerjit.jit(maxsize=4, recompile_limit=3, dynamic=False)(
+        lambda x: F.exp(x) * 2)
+    _, stops = _run(f, _cycling(rng, range(1, 9), 5))
+    assert not stops and f.budget.stopped is None
+    assert f.cache_info().compiles == 24
+
+
 def test_new_shapes_beyond_the_value_limit_still_record(rng):
     f = chainerjit.jit(recompile_limit=2, dynamic=False)(
         lambda x: F.exp(x) * 2)
