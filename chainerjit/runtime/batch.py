@@ -191,8 +191,11 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
         sizes = self.checked_at(key)
         if sizes in checked:
             return None
+        # (Beside a symbolic loop, ``checked`` holds trip counts too.)
+        mine = [c for c in checked if len(c) == len(sizes) and all(
+            type(p) is tuple and p[:1] == n[:1] for p, n in zip(c, sizes))]
         for axis, size in enumerate(sizes):
-            seen = set(c[axis] for c in checked)
+            seen = set(c[axis] for c in mine)
             if size not in seen and len(seen) <= CHECKED_SIZES:
                 return sizes
         return None

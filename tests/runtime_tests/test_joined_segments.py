@@ -166,6 +166,50 @@ def test_tagger_trains_at_any_count_and_lengths():
     assert 'Concat' not in str(entry.graph)
 
 
+class _DecoderOverPaddedTargets(_Encoder):
+    """Sentences joined into an N-step encoder, and a decoder loop over
+    the steps of padded targets (``-1`` past each target's end): the
+    batch, the source words and the target steps all change."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0))
+        del self.out  # (the classifier's)
+        with self.init_scope():
+            self.decoder = L.LSTM(6 + 5, 5)
+            self.target = L.EmbedID(30, 6, ignore_label=-1)
+            self.words = L.Linear(5, 30)
+
+    def forward(self, xs, ys):
+        hy = self.encoder(None, None, sequence_embed(self.embed, xs))[0]
+        self.decoder.reset_state()
+        h, loss = hy[-1], 0
+        for y in F.separate(ys, axis=1):
+            h = self.decoder(F.concat((self.target(y), h), axis=1))
+            loss += F.softmax_cross_entropy(self.words(h), y,
+                                            ignore_label=-1)
+        return loss
+
+
+def test_a_decoder_over_padded_targets_serves_every_shape():
+    # A new target length and a new batch with new words at once: each
+    # checked against eager, the trip counts and the sizes apart.
+    rng = numpy.random.RandomState(9)
+    calls = []
+    for count, steps in [(3, 4), (3, 6), (5, 6), (2, 3), (6, 8), (4, 5)]:
+        ys = rng.randint(0, 30, (count, steps)).astype(I32)
+        for row, end in zip(ys, rng.randint(1, steps + 1, count)):
+            row[end:] = -1
+        calls.append(([rng.randint(0, 30, int(n)).astype(I32)
+                       for n in rng.randint(1, 9, count)], ys))
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_DecoderOverPaddedTargets, calls,
+                                         True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys: i32[B,T]@cpu (array)'), entry.signature
+
+
 class _Pair(_Encoder):
     """Two sentences a pair (premise, hypothesis), each list encoded by
     one link: two widths (``W``, ``W2``)."""
