@@ -1369,6 +1369,7 @@ def _matmul_rows(kernel, node, ctx):
             (set([out_cols]) if b_cols in b_axes else set())
         return (a or b).on_axes(out) if out else None
 
+    @takes_widest  # (neither joins nor splits rows: pads stay pads)
     @takes_square
     def lengths(rows):
         found = product_rows(*rows)

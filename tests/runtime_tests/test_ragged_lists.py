@@ -758,14 +758,28 @@ class _AttentionOverNStepOutputs(chainer.Chain):
         return F.sum(self.out(context))
 
 
-def test_attention_over_padded_n_step_outputs_at_any_lengths():
+class _ProductAttentionOverNStepOutputs(_AttentionOverNStepOutputs):
+    """The same attention as matrix products (Luong's): the scores of
+    the steps, then the context contracting them."""
+
+    def forward(self, xs):
+        hy, ys = self.gru(None, [self.embed(x) for x in xs])
+        enc = F.pad_sequence(ys)  # (B, W, 5)
+        scores = F.matmul(enc, F.expand_dims(hy[-1], 2))  # (B, W, 1)
+        weights = F.softmax(scores, axis=1)
+        context = F.matmul(weights, enc, transa=True)  # (B, 1, 5)
+        return F.sum(self.out(F.squeeze(context, 1)))
+
+
+@pytest.mark.parametrize('cls', [_AttentionOverNStepOutputs,
+                                 _ProductAttentionOverNStepOutputs])
+def test_attention_over_padded_n_step_outputs_at_any_lengths(cls):
     # (Four items each call: the items, read one by one by the padding,
     # are not joined, and their number stays in the key.)
     rng = numpy.random.RandomState(29)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.errors.RecompileWarning)
-        jitted = differential.check_seeded(
-            _model(_AttentionOverNStepOutputs), _calls(rng, 6))
+        jitted = differential.check_seeded(_model(cls), _calls(rng, 6))
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
 
 
