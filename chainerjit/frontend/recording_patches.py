@@ -500,8 +500,14 @@ def _recording_pad_sequence(pad_sequence, recorder):
     as its padded block, ``joining``), called by the forward's code: the
     block it pads is that argument's, and its axes are the argument's
     (``xp.shape[1]``, the width, reads a Length; a loop over it, ``for t
-    in range(xp.shape[1])``, runs for that size)."""
+    in range(xp.shape[1])``, runs for that size). Of the parts of joined
+    items (an N-step link's outputs, ``joining.Segments``): one node
+    padding their rows at their lengths (``ops.array.PadSegments``)."""
     def padded(xs, length=None, padding=0):
+        if joining.is_segments(xs) and _state.recorder is recorder and \
+                not recorder.depth:  # (an N-step link's outputs)
+            return array_ops.PadSegments(length, padding).apply(
+                (xs.packed, xs.joined))[0]
         result = pad_sequence(xs, length, padding)
         if length is not None or not joining.is_joined(xs) or \
                 _state.recorder is not recorder or recorder.depth or \

@@ -71,6 +71,7 @@ from chainerjit.ops.math import onnx_scatter_add
 from chainerjit.ops.math import onnx_scalar
 from chainerjit.ops.math import onnx_sum_to
 from chainerjit.ops.math import onnx_zeros
+from chainerjit.ops import segments as segments_ops
 
 
 # ONNX Slice bounds meaning "to the end" for a positive and a negative step.
@@ -1990,6 +1991,59 @@ def lower_pad_sequence(node, ctx):
                   grad=GradRule(grad, inputs=range(len(ctx.in_shapes))),
                   onnx=to_onnx, fresh=True,
                   lengths=rows_padded if length is None else None)
+
+
+class PadSegments(chainer.FunctionNode):
+    """``F.pad_sequence(ys, length, padding)`` of the parts of joined
+    items (``frontend.joining.Segments``: an N-step link's outputs over
+    sentences joined): the inputs are the rows of all the items, one
+    item after another, and their lengths; the output and its gradient
+    ``F.pad_sequence``'s, at any number and lengths of the items."""
+
+    def __init__(self, length, padding):
+        self.length, self.padding = length, padding
+
+    def forward(self, inputs):
+        self.retain_inputs((1,))
+        rows, lengths = inputs
+        return segments_ops.padded_rows(rows, lengths, self.length,
+                                        self.padding),
+
+    def backward(self, indexes, grad_outputs):
+        lengths = self.get_retained_inputs()[0].array
+        return chainer.Variable(segments_ops.rows_of_padded(
+            grad_outputs[0].array, lengths)), None
+
+
+@lowering(PadSegments)
+def lower_pad_segments(node, ctx):
+    """Pads the items' rows at their lengths when run. The items are the
+    output's first axis; their rows, padded to the longest, its second
+    (``Rows.widest``), unless padded to a ``length`` given."""
+    length, padding = node.length, node.padding
+
+    def run(rows, item_lengths):
+        return segments_ops.padded_rows(rows, item_lengths, length, padding)
+
+    def grad(xs, ys, gys, wanted):
+        return (segments_ops.rows_of_padded(gys[0], xs[1])
+                if wanted[0] else None, None)
+
+    def lengths(rows):
+        words, items = rows
+        if words is not None and items is not None or any(
+                r is not None and (r.axis or r.widest or r.also)
+                for r in rows):
+            return None
+        if items is not None:  # the items' number
+            return Follow((items,))
+        return Follow((None if length is not None else
+                       words._replace(axis=1, widest=True),))
+    return Kernel(run, {'length': length, 'padding': padding},
+                  grad=GradRule(grad, inputs=(1,)), fresh=True,
+                  lengths=lengths, onnx=segments_ops.padded_to_onnx(
+                      ctx.in_dtypes[1], length, lambda b: onnx_scalar(
+                          b, padding, ctx.in_dtypes[0])))
 
 
 def items_padded(xs, length, padding):

@@ -7,9 +7,12 @@ to the rows of all at once: ``x[::-1]`` (:func:`reversed_rows`),
 (:func:`framed_rows`) and ``x[1:]``, ``x[:-1]`` (:func:`sliced_rows`).
 Each has a ``Kernel.lengths`` rule for any number of items and any
 lengths, and an ONNX form. They run on NumPy arrays of
-the call's items, which no gradient reaches.
+the call's items, which no gradient reaches. ``F.pad_sequence`` of the
+rows of joined items (:func:`padded_rows`), an N-step link's outputs,
+is ``ops.array.PadSegments``'s, with a gradient.
 """
 
+import chainer
 import numpy
 
 from chainerjit.ops import Follow
@@ -49,6 +52,38 @@ def sliced_rows(rows, lengths, start, end):
     stops = numpy.cumsum(lengths)
     at = numpy.arange(len(rows)) - numpy.repeat(stops - lengths, lengths)
     return rows[(at >= start) & (at < numpy.repeat(lengths, lengths) - end)]
+
+
+def _item_and_place(lengths, n_rows):
+    """For each of ``n_rows`` rows of items ``lengths`` long, one item
+    after another: its item, and its place in that item."""
+    lengths = numpy.asarray(lengths)
+    item = numpy.repeat(numpy.arange(len(lengths)), lengths)
+    starts = numpy.cumsum(lengths) - lengths
+    return item, numpy.arange(n_rows) - starts[item]
+
+
+def padded_rows(rows, lengths, length, padding):
+    """``F.pad_sequence`` of the items whose rows ``rows`` holds
+    (``lengths`` of them, one item after another): ``(items, length or
+    the longest, ...)``, each item's rows first, then ``padding``."""
+    xp = chainer.backend.get_array_module(rows)
+    width = int(numpy.max(lengths, initial=0)) if length is None \
+        else length
+    out = xp.full((len(lengths), width) + rows.shape[1:], padding,
+                  rows.dtype)
+    item, place = _item_and_place(chainer.backend.CpuDevice().send(
+        lengths), len(rows))
+    out[item, place] = rows
+    return out
+
+
+def rows_of_padded(padded, lengths):
+    """The rows of the items ``padded`` holds (:func:`padded_rows`), one
+    item after another: the gradient of their padding."""
+    item, place = _item_and_place(chainer.backend.CpuDevice().send(
+        lengths), int(numpy.sum(chainer.backend.CpuDevice().send(lengths))))
+    return padded[item, place]
 
 
 def reversed_lengths_rule(rows):
@@ -162,6 +197,33 @@ def framed_to_onnx(lengths_dtype, n_before, n_after):
             'Add', length, b.int64s(n_before)))
         taken = _fixed_rows_where(b, taken, after, after_item, n_after)
         b.op('Identity', [taken], outs)
+    return convert
+
+
+def padded_to_onnx(lengths_dtype, length, padding):
+    """The ONNX form of :func:`padded_rows` (lengths of
+    ``lengths_dtype``, a ``padding`` value of the rows' dtype): each
+    item's rows gathered at its start plus each place, where the place
+    is inside the item; ``padding`` elsewhere."""
+    def convert(b, ins, outs):
+        rows = ins[0]
+        lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
+        starts = b.single('Sub', _cumsum(b, lengths), lengths)
+        width = b.int64s(length) if length is not None else b.single(
+            'ReduceMax', b.single('Concat', lengths, b.int64s([0]),
+                                  axis=0), keepdims=0)
+        place = b.single('Unsqueeze', b.single(
+            'Range', b.int64s(0), width, b.int64s(1)), b.int64s([0]))
+        inside = b.single('Less', place, b.single(
+            'Unsqueeze', lengths, b.int64s([1])))  # (items, width)
+        last = b.single('Sub', b.single('Squeeze', b.single(
+            'Shape', rows, start=0, end=1)), b.int64s(1))
+        at = b.single('Add', b.single('Unsqueeze', starts, b.int64s([1])),
+                      place)
+        taken = b.single('Gather', rows, _clipped(
+            b, at, 0, b.single('Max', last, b.int64s(0))), axis=0)
+        b.op('Where', [_expanded(b, inside, rows), taken,
+                       padding(b)], outs)
     return convert
 
 

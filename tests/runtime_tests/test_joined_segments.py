@@ -190,24 +190,74 @@ class _DecoderOverPaddedTargets(_Encoder):
         return loss
 
 
-def test_a_decoder_over_padded_targets_serves_every_shape():
-    # A new target length and a new batch with new words at once: each
-    # checked against eager, the trip counts and the sizes apart.
-    rng = numpy.random.RandomState(9)
+class _AttentionDecoder(_DecoderOverPaddedTargets):
+    """Luong attention: the encoder's outputs padded into a block
+    (``F.pad_sequence`` of the link's output sequences), each decoder
+    step scoring them and reading their weighted sum."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.query = L.Linear(5, 5)
+
+    def forward(self, xs, ys):
+        hy, _, enc = self.encoder(None, None,
+                                  sequence_embed(self.embed, xs))
+        enc = F.pad_sequence(enc)  # (B, S, 5), zeros past each sentence
+        self.decoder.reset_state()
+        context, loss = hy[-1], 0
+        for y in F.separate(ys, axis=1):
+            h = self.decoder(F.concat((self.target(y), context), axis=1))
+            scores = F.matmul(enc, F.expand_dims(self.query(h), 2))
+            weights = F.softmax(scores, axis=1)  # (B, S, 1)
+            context = F.sum(enc * F.broadcast_to(weights, enc.shape),
+                            axis=1)
+            loss += F.softmax_cross_entropy(self.words(h + context), y,
+                                            ignore_label=-1)
+        return loss
+
+
+def _source_and_targets(rng, shapes):
+    """Sentences and padded targets (``-1`` past each end), ``(count,
+    target steps)`` call by call."""
     calls = []
-    for count, steps in [(3, 4), (3, 6), (5, 6), (2, 3), (6, 8), (4, 5)]:
+    for count, steps in shapes:
         ys = rng.randint(0, 30, (count, steps)).astype(I32)
         for row, end in zip(ys, rng.randint(1, steps + 1, count)):
             row[end:] = -1
         calls.append(([rng.randint(0, 30, int(n)).astype(I32)
                        for n in rng.randint(1, 9, count)], ys))
+    return calls
+
+
+_SHAPES = [(3, 4), (3, 6), (5, 6), (2, 3), (6, 8), (4, 5)]
+
+
+@pytest.mark.parametrize('cls', [_DecoderOverPaddedTargets,
+                                 _AttentionDecoder])
+@pytest.mark.parametrize('train', [True, False])
+def test_a_decoder_over_padded_targets_serves_every_shape(cls, train):
+    # A new target length and a new batch with new words at once: each
+    # checked against eager, the trip counts and the sizes apart.
+    calls = _source_and_targets(numpy.random.RandomState(9), _SHAPES)
     numpy.random.seed(0)
-    jitted = checked_without_recompiling(_DecoderOverPaddedTargets, calls,
-                                         True)
+    jitted = checked_without_recompiling(cls, calls, train)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
         'ys: i32[B,T]@cpu (array)'), entry.signature
+
+
+def test_the_encoders_outputs_are_padded_by_one_node():
+    model = _AttentionDecoder()
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', False):
+        for xs, ys in _source_and_targets(numpy.random.RandomState(4),
+                                          _SHAPES[:3]):
+            jitted(xs, ys)
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'PadSegments[length=None, padding=0]' in graph, graph
+    assert 'SplitAxis' not in graph and 'PadSequence' not in graph, graph
 
 
 class _Pair(_Encoder):

@@ -511,6 +511,29 @@ def test_exported_n_step_links_run_at_other_lengths(make, n_states):
                                         for n in exported.graph.node)
 
 
+class _EncodedAndPadded(_Encoded):
+    """The link's output sequences padded into a block
+    (``ops.array.PadSegments``), and a context of them by attention."""
+
+    def forward(self, xs):
+        hy, ys = self.encoder(None, [self.embed(x) for x in xs])
+        enc = F.pad_sequence(ys, padding=-0.5)
+        weights = F.softmax(F.matmul(enc, F.expand_dims(hy[-1], 2)), axis=1)
+        return enc, F.matmul(weights, enc, transa=True)
+
+
+def test_exported_padded_outputs_run_at_other_counts_and_lengths():
+    numpy.random.seed(0)
+    rng = numpy.random.RandomState(17)
+    exported = _check_exported(
+        _EncodedAndPadded(L.NStepGRU(1, 6, 5, 0.0), 1),
+        [(xs,) for xs in _tokens_of_new_counts(rng, 6)],
+        joined=lambda xs: [numpy.concatenate(xs),
+                           numpy.array([len(x) for x in xs])])
+    assert [[d.dim_param for d in i.type.tensor_type.shape.dim]
+            for i in exported.graph.input] == [['W'], ['B']]
+
+
 class _BagOfWords(chainer.Chain):
     """Chainer's text classification example's bag-of-words encoder: the
     sentences padded by ``concat_examples``, embedded, dropped out and

@@ -1,0 +1,44 @@
+"""``F.pad_sequence`` of the rows of joined items (``ops.array
+.PadSegments``, an N-step link's outputs over sentences joined): values
+and gradients equal to ``F.pad_sequence`` of the items cut apart, at any
+number and lengths of items, padded to the longest or to a length."""
+
+import chainer
+import chainer.functions as F
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+import numpy
+
+from chainerjit.ops import array as array_ops
+
+
+@settings(deadline=None, max_examples=40)
+@given(st.lists(st.integers(0, 6), min_size=1, max_size=7),
+       st.sampled_from([None, 8]), st.sampled_from([0., -1.5]),
+       st.sampled_from([numpy.float32, numpy.float64]),
+       st.integers(0, 2 ** 16))
+def test_pad_segments_is_pad_sequence_of_the_items(lengths, length, padding,
+                                                   dtype, seed):
+    rng = numpy.random.RandomState(seed)
+    lengths = numpy.array(lengths, numpy.int64)
+    rows = rng.standard_normal((int(lengths.sum()), 3)).astype(dtype)
+    gy_shape = (len(lengths), length or max(lengths.max(), 0), 3)
+    gy = rng.standard_normal(gy_shape).astype(dtype)
+
+    x = chainer.Variable(rows.copy())
+    y = array_ops.PadSegments(length, padding).apply(
+        (x, lengths.copy()))[0]
+    y.grad = gy.copy()
+    y.backward()
+
+    expected_x = chainer.Variable(rows.copy())
+    items = F.split_axis(expected_x, numpy.cumsum(lengths)[:-1].tolist(),
+                         0) if len(lengths) > 1 else [expected_x]
+    expected = F.pad_sequence(list(items), length, padding)
+    expected.grad = gy.copy()
+    expected.backward()
+
+    numpy.testing.assert_array_equal(y.array, expected.array)
+    assert y.dtype == dtype
+    numpy.testing.assert_array_equal(x.grad, expected_x.grad)
