@@ -359,7 +359,7 @@ class LoopWatcher(object):
         run = LoopRun(site, self.position(),
                       self._trip_source(site, frame, top))
         run.code = frame.f_code
-        run.global_kinds = global_kinds(frame.f_code, frame.f_globals)
+        run.global_kinds = global_kinds(frame.f_code, frame)
         if site.kind != 'comp' and loop_analysis.only_array_exits(
                 frame.f_code, site.header):
             run.bound = iteration_bound(site, frame)
@@ -522,14 +522,15 @@ def _summary(value, depth):
         (k, _summary(v, depth - 1)) for k, v in sorted(attributes.items())))
 
 
-def global_kinds(code, namespace):
+def global_kinds(code, frame):
     """``{name: 'function' or 'link'}`` for the global names ``code``
-    reads that hold a function of user code (a helper ``step(model, x,
-    h)``) or a link: a loop body calls them as it calls the model's
-    methods and links."""
+    reads in ``frame`` (and those of its enclosing function's) that hold
+    a function of user code (a helper ``step(model, x, h)``) or a link: a
+    loop body calls them as it calls the model's methods and links."""
     found = {}
-    for name in code.co_names:
-        value = namespace.get(name)
+    for name in code.co_names + code.co_freevars:
+        value = frame.f_locals.get(name) if name in code.co_freevars \
+            else frame.f_globals.get(name)
         if isinstance(value, chainer.Link):
             found[name] = 'link'
         elif isinstance(value, types.FunctionType) and \

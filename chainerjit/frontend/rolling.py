@@ -786,10 +786,12 @@ def note_python_problem(run, values, rows=frozenset(), peel=0,
 
 def _python_problem(run, values, rows, peel, counting):
     snapshots = run.snapshots[peel:]
-    kinds = dict(run.global_kinds)
+    kinds = {}
     if snapshots:
         kinds.update((name, summary[0])
                      for name, summary in snapshots[0].items())
+    # (The enclosing function's helpers are in both: functions there.)
+    kinds.update(run.global_kinds)
     if run.code is None:
         return 'its source cannot be read'
     comprehension = run.site.kind == 'comp'

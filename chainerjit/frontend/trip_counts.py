@@ -222,7 +222,11 @@ def _separated(node, frame):
 
 def _named(node, frame):
     """What a global name or a module's attribute of one (``F.separate``)
-    holds in ``frame``, without running any code; else ``None``."""
+    holds in ``frame``, without running any code; else ``None``. A name
+    of the enclosing function's (a model class defined in a function that
+    imports ``chainer.functions as F``) counts as a global."""
+    if isinstance(node, ast.Name) and node.id in frame.f_code.co_freevars:
+        return frame.f_locals.get(node.id)
     if isinstance(node, ast.Name) and node.id not in frame.f_locals:
         return frame.f_globals.get(node.id)
     if isinstance(node, ast.Attribute):

@@ -1072,6 +1072,32 @@ class LinkInsertedInFront(_Steps):
         return self.out(F.reshape(F.stack(hs), (-1, H)))
 
 
+def _defined_in_a_function():
+    """A model class a function defines, its forward reading the names of
+    that function: ``F`` imported there, a helper ``gated`` made there."""
+    import chainer.functions as F
+
+    def gated(h, x):
+        return F.sigmoid(x) * h
+
+    class Local(_Steps):
+        def forward(self, xs):
+            h = c = self.xp.zeros((xs.shape[0], H), numpy.float32)
+            for x in F.separate(xs, axis=1):
+                h, c = self.step(x, h, c)
+                h = gated(h, self.back(x)[:, :H])
+            return self.out(h)
+    return Local()
+
+
+def test_names_of_an_enclosing_function_serve_every_length_and_batch():
+    rng = numpy.random.RandomState(3)
+    calls = [(rng.standard_normal((b, n, I)).astype('f'),)
+             for n, b in SHAPES]
+    entry = _one_entry_with_gradients(_defined_in_a_function(), calls)
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
 def _step_calls(shapes, seed=0):
     rng = numpy.random.RandomState(seed)
     return [(rng.standard_normal((n, b, I)).astype('f'),) for n, b in shapes]
