@@ -592,6 +592,89 @@ def _seq2seq_example_training():
     return _loss_training(make, pairs, lambda m: m.W.W.grad, {})
 
 
+def _attention_seq2seq_training():
+    """An N-step LSTM encoder over lists of 2 to 64 sentences of 1 to 60
+    words, its outputs padded (``F.pad_sequence``), and an ``L.LSTM``
+    decoder with Luong attention over them, a step per target word
+    (targets padded with -1, 1 to 30 steps)."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    from benchmarks.bench_programs import sequence_embed
+
+    class Attention(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(1000, 32)
+                self.encoder = L.NStepLSTM(1, 32, 64, 0.1)
+                self.target = L.EmbedID(1000, 32, ignore_label=-1)
+                self.decoder = L.LSTM(32 + 64, 64)
+                self.query = L.Linear(64, 64)
+                self.words = L.Linear(64, 1000)
+
+        def forward(self, xs, ys):
+            hy, _, enc = self.encoder(None, None,
+                                      sequence_embed(self.embed, xs))
+            enc = F.pad_sequence(enc)
+            self.decoder.reset_state()
+            context, loss = hy[-1], 0
+            for y in F.separate(ys, axis=1):
+                h = self.decoder(F.concat((self.target(y), context), axis=1))
+                scores = F.matmul(enc, F.expand_dims(self.query(h), 2))
+                weights = F.softmax(scores, axis=1)
+                context = F.sum(enc * F.broadcast_to(weights, enc.shape),
+                                axis=1)
+                loss += F.softmax_cross_entropy(self.words(h + context), y,
+                                                ignore_label=-1)
+            return loss
+
+    def pairs(rng):
+        size, steps = rng.randint(2, 65), rng.randint(1, 31)
+        ys = rng.randint(0, 1000, (size, steps)).astype(numpy.int32)
+        for row, end in zip(ys, rng.randint(1, steps + 1, size)):
+            row[end:] = -1
+        return [rng.randint(0, 1000, rng.randint(1, 61)).astype(numpy.int32)
+                for _ in range(size)], ys
+    return _loss_training(Attention, pairs, lambda m: m.query.W.grad, {})
+
+
+def _transposed_by_hand_training():
+    """``L.LSTM`` over ``F.transpose_sequence`` of lists of 2 to 16
+    sentences of 2 to 30 words, sorted by length, its outputs transposed
+    back: a loop whose batch shrinks, which chainerjit does not compile
+    whole (it runs the links compiled, until their entries stop paying
+    back)."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class Transposed(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(1000, 32)
+                self.lstm = L.LSTM(32, 64)
+                self.out = L.Linear(64, 5)
+
+        def forward(self, xs):
+            self.lstm.reset_state()
+            steps = F.transpose_sequence([self.embed(x) for x in xs])
+            hs = F.transpose_sequence([self.lstm(x) for x in steps])
+            return F.sum(self.out(F.concat(hs, axis=0)))
+
+    def sentences(rng):
+        lengths = sorted(rng.randint(2, 31, rng.randint(2, 17)),
+                         reverse=True)
+        return [rng.randint(0, 1000, n).astype(numpy.int32)
+                for n in lengths],
+    return _loss_training(Transposed, sentences, lambda m: m.out.W.grad,
+                          {})
+
+
 def workloads():
     import numpy
 
@@ -631,9 +714,14 @@ def workloads():
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),
+        ('attention seq2seq training, lists of 2 to 64 sentences of 1 to '
+         '60 words, 1 to 30 target steps', 'chainerjit',
+         _attention_seq2seq_training()),
         ('RNN written by hand over padded lists of 2 to 64 sentences of 1 '
          'to 60 words, masked by their lengths', 'chainerjit',
          _padded_rnn_training()),
+        ('L.LSTM over F.transpose_sequence of lists of 2 to 16 sentences '
+         'of 2 to 30 words', 'chainerjit', _transposed_by_hand_training()),
         ('LSTM-CRF tagger training, lengths 5 to 40, batches 2 to 64',
          'chainerjit', _tagger_training()),
         ("Chainer's POS tagging example training, lists of 30 sentences of "
