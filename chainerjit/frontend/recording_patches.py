@@ -523,6 +523,31 @@ def _recording_pad_sequence(pad_sequence, recorder):
     return padded
 
 
+def _recording_transpose_sequence(transpose_sequence, recorder):
+    """``F.transpose_sequence`` while recording, called by the forward's
+    code on a list: notes the list its steps transpose, for ``F.crf1d``
+    of them (:func:`_recording_crf1d`); its node goes where nothing else
+    reads them."""
+    def transposed(xs):
+        first = len(recorder.graph.nodes)
+        steps = transpose_sequence(xs)
+        if type(xs) in (list, tuple) and _state.recorder is recorder and \
+                not recorder.depth and lengths.forward_line(1) is not None:
+            recorder.transposed_from[id(steps)] = (steps, list(xs))
+            # (gone where only such a crf1d reads them)
+            recorder.droppable.extend(recorder.graph.nodes[first:])
+        return steps
+    transposed.__wrapped__ = transpose_sequence
+    return transposed
+
+
+def _sequences_transposed(steps, recorder):
+    """The list of sequences ``F.transpose_sequence`` transposed into
+    ``steps``, as the forward passed them; else ``None``."""
+    found = recorder.transposed_from.get(id(steps))
+    return found[1] if found is not None and found[0] is steps else None
+
+
 def _recording_crf1d(crf1d, recorder):
     """``F.crf1d`` while recording (``L.CRF1d`` calls it), of a loop's
     steps: ``xs`` the list a loop over an argument's axis filled, one
@@ -530,12 +555,21 @@ def _recording_crf1d(crf1d, recorder):
     ``F.separate``'s rows of one. Recorded as one node on the scores
     stacked (``ops.loss.CRF1dStacked``), whose kernel runs Chainer's own
     crf1d on their rows: the loop rolls and the program serves every
-    length and batch size. Else Chainer's crf1d, step by step."""
+    length and batch size. Of sequences the forward sorted and transposed
+    itself (``F.crf1d(cost, F.transpose_sequence(hs),
+    F.transpose_sequence(ys))``), one node on the sequences as they are
+    (``ops.loss.CRF1dOfSequences``, as ``L.CRF1d`` with
+    ``transpose=True``). Else Chainer's crf1d, step by step."""
     def crf(cost, xs, ys, reduce='mean'):
         if _state.recorder is not recorder or recorder.depth or \
                 reduce not in ('mean', 'no') or \
                 not isinstance(xs, (list, tuple)) or len(xs) < 2:
             return crf1d(cost, xs, ys, reduce)
+        scores, labels = (_sequences_transposed(xs, recorder),
+                          _sequences_transposed(ys, recorder))
+        if scores and labels and len(scores) == len(labels):
+            return loss_ops.CRF1dOfSequences(reduce, len(scores)).apply(
+                [cost] + scores + labels)[0]
         labels = _all_steps(ys, recorder)
         scores = _all_steps(xs, recorder)
         if scores is None and _steps_of_a_loop(xs, recorder):
@@ -980,6 +1014,8 @@ RECORDING_PATCHES = (
                    _recording_broadcast_to),
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
+    RecordingPatch(chainer.functions, 'transpose_sequence',
+                   _recording_transpose_sequence),
     RecordingPatch(chainer.functions, 'crf1d', _recording_crf1d),
     RecordingPatch(crf1d_module, 'crf1d', _recording_crf1d),
     RecordingPatch(chainer.links.CRF1d, 'forward', _recording_crf1d_link),

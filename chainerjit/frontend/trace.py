@@ -222,6 +222,8 @@ class _Recorder(object):
         self.separated = []
         # id(items) -> (items, what F.separate cut, the axis it cut)
         self.separated_from = {}
+        # id(steps) -> (steps, the list F.transpose_sequence transposed)
+        self.transposed_from = {}
         # nodes that go if nothing reads them (packing.drop_unread)
         self.droppable = []
         self.loop_runs = []  # control.LoopRun of the loops ended so far
@@ -943,6 +945,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     recording.droppable = recorder.droppable
     recorder.separated = []  # (the items, kept only while recording)
     recorder.separated_from = {}
+    recorder.transposed_from = {}
     recorder.shape_sources = {}
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),

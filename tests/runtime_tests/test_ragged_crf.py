@@ -132,29 +132,33 @@ def test_the_cost_learns_as_eagerly():
 
 
 class _TransposedByHand(chainer.Chain):
-    """``F.crf1d`` over sentences the forward transposed itself: Chainer's
-    loop over the steps, whose batch shrinks, unrolls, so the lengths stay
-    in the key, with eager's values."""
+    """``F.crf1d`` over sentences the forward sorted and transposed
+    itself, as Chainer's POS tagging example did before ``L.CRF1d`` took
+    ``transpose=True``: one node on the sentences as they are."""
 
-    def __init__(self):
+    def __init__(self, reduce='mean'):
         super(_TransposedByHand, self).__init__()
+        self.reduce = reduce
         with self.init_scope():
             self.feature = L.EmbedID(VOCABULARY, TAGS)
             self.crf = L.CRF1d(TAGS)
 
     def forward(self, xs, ys):
         hs = F.transpose_sequence([self.feature(x) for x in xs])
-        return F.crf1d(self.crf.cost, hs, F.transpose_sequence(ys))
+        return F.crf1d(self.crf.cost, hs, F.transpose_sequence(ys),
+                       reduce=self.reduce)
 
 
-def test_a_crf_over_a_list_transposed_by_hand_keeps_the_lengths():
+@pytest.mark.parametrize('reduce', ['mean', 'no'])
+def test_a_crf_over_a_list_transposed_by_hand_serves_every_length(reduce):
     calls = []
     for xs, ys in _sentences(5):
         order = numpy.argsort([-len(x) for x in xs], kind='stable')
         calls.append(([xs[k] for k in order], [ys[k] for k in order]))
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        differential.check_grads(None, calls, model=_TransposedByHand(),
-                                 method='forward', fallback_ok=True)
-    assert any(issubclass(w.category, errors.RecompileWarning)
-               for w in caught), [str(w.message) for w in caught]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, calls, model=_TransposedByHand(reduce), method='forward')
+    entry = _one_entry(jitted)
+    assert 'CRF1dOfSequences' in str(entry.graph), entry.graph
+    assert 'TransposeSequence' not in str(entry.graph), entry.graph
