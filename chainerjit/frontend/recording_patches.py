@@ -529,13 +529,18 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
     of them (:func:`_recording_crf1d`); its node goes where nothing else
     reads them."""
     def transposed(xs):
+        if _state.recorder is not recorder or recorder.depth or \
+                type(xs) not in (list, tuple) or \
+                lengths.forward_line(1) is None:
+            return transpose_sequence(xs)
+        paths = _sequences_transposed(xs, recorder)
+        if paths is not None and _state.recorder is recorder:
+            return tuple(paths)  # (F.argmax_crf1d's, transposed back)
         first = len(recorder.graph.nodes)
         steps = transpose_sequence(xs)
-        if type(xs) in (list, tuple) and _state.recorder is recorder and \
-                not recorder.depth and lengths.forward_line(1) is not None:
-            recorder.transposed_from[id(steps)] = (steps, list(xs))
-            # (gone where only such a crf1d reads them)
-            recorder.droppable.extend(recorder.graph.nodes[first:])
+        recorder.transposed_from[id(steps)] = (steps, list(xs))
+        # (gone where only such a crf1d reads them)
+        recorder.droppable.extend(recorder.graph.nodes[first:])
         return steps
     transposed.__wrapped__ = transpose_sequence
     return transposed
@@ -546,6 +551,29 @@ def _sequences_transposed(steps, recorder):
     ``steps``, as the forward passed them; else ``None``."""
     found = recorder.transposed_from.get(id(steps))
     return found[1] if found is not None and found[0] is steps else None
+
+
+def _recording_argmax_crf1d(argmax_crf1d, recorder):
+    """``F.argmax_crf1d`` while recording, of sequences the forward sorted
+    and transposed itself: one node on the sequences
+    (``ops.loss.ArgmaxCRF1dOfSequences``), each's path transposed to
+    steps as Chainer returns them, which ``F.transpose_sequence`` gives
+    back as that node's paths. Else Chainer's, step by step."""
+    def best(cost, xs):
+        sequences = _sequences_transposed(xs, recorder) \
+            if _state.recorder is recorder and not recorder.depth else None
+        if not sequences:
+            return argmax_crf1d(cost, xs)
+        found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(
+            [cost] + sequences)
+        first = len(recorder.graph.nodes)
+        steps = [p.array for p in chainer.functions.transpose_sequence.
+                 __wrapped__([p.array for p in found[1:]])]
+        recorder.droppable.extend(recorder.graph.nodes[first:])
+        recorder.transposed_from[id(steps)] = (steps, list(found[1:]))
+        return found[0], steps
+    best.__wrapped__ = argmax_crf1d
+    return best
 
 
 def _recording_crf1d(crf1d, recorder):
@@ -1017,6 +1045,9 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.functions, 'transpose_sequence',
                    _recording_transpose_sequence),
     RecordingPatch(chainer.functions, 'crf1d', _recording_crf1d),
+    RecordingPatch(chainer.functions, 'argmax_crf1d',
+                   _recording_argmax_crf1d),
+    RecordingPatch(crf1d_module, 'argmax_crf1d', _recording_argmax_crf1d),
     RecordingPatch(crf1d_module, 'crf1d', _recording_crf1d),
     RecordingPatch(chainer.links.CRF1d, 'forward', _recording_crf1d_link),
     RecordingPatch(chainer.links.CRF1d, 'argmax', _recording_crf1d_argmax),

@@ -148,17 +148,46 @@ class _TransposedByHand(chainer.Chain):
         return F.crf1d(self.crf.cost, hs, F.transpose_sequence(ys),
                        reduce=self.reduce)
 
+    def predict(self, xs):
+        hs = F.transpose_sequence([self.feature(x) for x in xs])
+        score, path = F.argmax_crf1d(self.crf.cost, hs)
+        return score, F.transpose_sequence(path)
+
 
 @pytest.mark.parametrize('reduce', ['mean', 'no'])
 def test_a_crf_over_a_list_transposed_by_hand_serves_every_length(reduce):
-    calls = []
-    for xs, ys in _sentences(5):
-        order = numpy.argsort([-len(x) for x in xs], kind='stable')
-        calls.append(([xs[k] for k in order], [ys[k] for k in order]))
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         jitted = differential.check_grads(
-            None, calls, model=_TransposedByHand(reduce), method='forward')
+            None, _sorted_sentences(5), model=_TransposedByHand(reduce),
+            method='forward')
     entry = _one_entry(jitted)
     assert 'CRF1dOfSequences' in str(entry.graph), entry.graph
+    assert 'TransposeSequence' not in str(entry.graph), entry.graph
+
+
+def _sorted_sentences(seed):
+    calls = []
+    for xs, ys in _sentences(seed):
+        order = numpy.argsort([-len(x) for x in xs], kind='stable')
+        calls.append(([xs[k] for k in order], [ys[k] for k in order]))
+    return calls
+
+
+def test_best_paths_of_a_list_transposed_by_hand_serve_every_length():
+    model = _TransposedByHand()
+    jitted = chainerjit.jit(model.predict)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for xs, _ in _sorted_sentences(6):
+            (score, paths), (e_score, e_paths) = jitted(xs), \
+                model.predict(xs)
+            numpy.testing.assert_allclose(score.array, e_score.array,
+                                          rtol=1e-5, atol=1e-6)
+            assert len(paths) == len(e_paths)
+            for path, expected in zip(paths, e_paths):
+                assert path.dtype == expected.dtype
+                numpy.testing.assert_array_equal(path.array, expected.array)
+    entry = _one_entry(jitted)
+    assert 'ArgmaxCRF1dOfSequences' in str(entry.graph), entry.graph
     assert 'TransposeSequence' not in str(entry.graph), entry.graph
