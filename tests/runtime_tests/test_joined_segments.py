@@ -233,19 +233,27 @@ def _source_and_targets(rng, shapes):
 _SHAPES = [(3, 4), (3, 6), (5, 6), (2, 3), (6, 8), (4, 5)]
 
 
+def _one_joined_entry(make, calls, train, rest):
+    """The one entry of ``make()``'s forward checked against eager over
+    ``calls`` with no recompile (``checked_without_recompiling``), whose
+    signature is the words and lengths of ``xs`` joined, then ``rest``."""
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(make, calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), ' + rest), \
+        entry.signature
+    return entry
+
+
 @pytest.mark.parametrize('cls', [_DecoderOverPaddedTargets,
                                  _AttentionDecoder])
 @pytest.mark.parametrize('train', [True, False])
 def test_a_decoder_over_padded_targets_serves_every_shape(cls, train):
     # A new target length and a new batch with new words at once: each
     # checked against eager, the trip counts and the sizes apart.
-    calls = _source_and_targets(numpy.random.RandomState(9), _SHAPES)
-    numpy.random.seed(0)
-    jitted = checked_without_recompiling(cls, calls, train)
-    entry, = jitted.cache_entries()
-    assert str(entry.signature).startswith(
-        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
-        'ys: i32[B,T]@cpu (array)'), entry.signature
+    _one_joined_entry(cls, _source_and_targets(
+        numpy.random.RandomState(9), _SHAPES), train, 'ys: i32[B,T]')
 
 
 def test_the_encoders_outputs_are_padded_by_one_node():
@@ -585,13 +593,8 @@ class _EachEmbeddedCounted(_EachEmbedded):
     ids=['framed', 'counted', 'dropped', 'appended', 'dropped apart'])
 @pytest.mark.parametrize('train', [True, False])
 def test_ops_on_each_item_run_on_all_rows(make, train):
-    calls = _batches(numpy.random.RandomState(10), _COUNTS)
-    numpy.random.seed(0)
-    jitted = checked_without_recompiling(make, calls, train)
-    entry, = jitted.cache_entries()
-    assert str(entry.signature).startswith(
-        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
-        't: i32[B]'), entry.signature
+    entry = _one_joined_entry(make, _batches(
+        numpy.random.RandomState(10), _COUNTS), train, 't: i32[B]')
     assert 'ndarray.__getitem__' not in str(entry.graph), entry.graph
 
 
