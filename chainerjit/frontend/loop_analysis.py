@@ -572,16 +572,23 @@ def _indexed_by(name, parents):
 
 
 def _number_use(name, parents):
-    """``h * (t + 1)``, ``y + 2 * t``: the name in a sum, difference or
-    product with int constants, which is an operand of an operator with
-    something else (a Variable's: the op takes the number as its
-    constant, which the rolled loop computes from its counter where the
-    recorded iterations gave it as a multiple of their count; a Python
-    number that changes between iterations is seen there)."""
+    """``h * (t + 1)``, ``y + 2 * t``, ``h * 0.9 ** t``: the name in a
+    sum, difference or product with int constants, or a number constant
+    to its power, which is an operand of an operator with something else
+    (a Variable's: the op takes the number as its constant, which the
+    rolled loop computes from its counter where the recorded iterations
+    gave it as a multiple of their count or a power of a number; a
+    Python number that changes between iterations otherwise is seen
+    there)."""
     if not isinstance(name.ctx, ast.Load):
         return False
     node, parent = name, parents.get(name)
     while _int_arithmetic(parent, node):
+        node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.BinOp) and isinstance(parent.op, ast.Pow) \
+            and parent.right is node and \
+            isinstance(parent.left, ast.Constant) and \
+            type(parent.left.value) in (int, float):
         node, parent = parent, parents.get(parent)
     if not isinstance(parent, ast.BinOp) or not isinstance(
             parent.op, (ast.Add, ast.Sub, ast.Mult)):

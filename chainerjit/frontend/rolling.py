@@ -139,8 +139,9 @@ def _why_not(chunks, fingerprints):
         uncounted = _uncounted_constant(middle, fingerprints)
         if uncounted is not None:
             return ('its iterations give %s a constant that changes '
-                    'otherwise than by a fixed int step (h * 2 ** t; h * '
-                    '(t + 1) rolls)' % uncounted.op)
+                    'otherwise than by a fixed int step or ratio (h * t '
+                    '** 2; h * (t + 1) and h * 0.9 ** t roll)'
+                    % uncounted.op)
         return ('its iterations are alike, but each reads a different '
                 'value made before the loop (the items of a Python list) '
                 'or one from two iterations back; to get one program for '
@@ -281,15 +282,55 @@ def _uncounted_constant(iterations, fingerprints):
 
 def _counted_constant(templates):
     """For an op with a constant, one per iteration: ``(start, step)``
-    where its int constant is ``start + step * i`` (``h * (t + 1)``), not
-    the same in all; ``None`` where it is; ``False`` otherwise."""
+    where its int constant is ``start + step * i`` (``h * (t + 1)``), or
+    a :class:`structural.CountedPower` where it is a number to the power
+    of the count, as Python computes it (``h * 0.9 ** t``, ``0.9 ** (t +
+    1)``), not the same in all; ``None`` where it is; ``False``
+    otherwise."""
     values = [t.value for t in templates]
     if all(v == values[0] and type(v) is type(values[0]) for v in values):
         return None
+    power = _counted_power(values)
+    if power is not None:
+        return power
     if any(type(v) is not int for v in values):
         return False
     step = _int_step(values)
     return False if step is None else (values[0], step)
+
+
+#: The exponents a power of the counter may start at: of ``t`` or ``t +
+#: 1``, where the loop's first step may be recorded before it. (A size of
+#: the call in it, ``0.9 ** (t + T)``, starts further.)
+_POWER_STARTS = (0, 1, 2)
+
+
+def _counted_power(values):
+    """``structural.CountedPower(base, start)`` where every one of
+    ``values`` (plain Python numbers, one per iteration) is ``base **
+    (start + i)``, bit for bit, ``start`` one of :data:`_POWER_STARTS`;
+    else ``None``."""
+    kinds = set(type(v) for v in values)
+    if len(values) < 2 or not kinds <= {int, float} or len(kinds) > 1 or \
+            not values[0]:
+        return None
+    ratio = values[1] / values[0]
+    bases = [values[1], values[0], ratio, float('%.12g' % ratio)]
+    if kinds == {int}:
+        bases = [b for b in bases if b == int(b)]
+        bases = [int(b) for b in bases]
+    for base in bases:
+        for start in _POWER_STARTS:
+            if all(_same(base ** (start + i), v)
+                   for i, v in enumerate(values)):
+                return structural.CountedPower(base, start)
+    return None
+
+
+def _same(a, b):
+    """The same Python number, bit for bit (and type)?"""
+    return type(a) is type(b) and (a == b or a != a and b != b) and \
+        repr(a) == repr(b)
 
 
 def _exits(chunk, run, templates):
@@ -518,12 +559,17 @@ def _counted(node, inputs, counter, number, template):
     ``start + step * i``, take it as an input computed from the counter
     (``ops.math.lower_varying_constant``); returns the node computing
     it."""
-    start, step = number
     value = ir.Value('temp', (), numpy.float64)
     x, y = node.inputs[0], node.outputs[0]
     node.kernel = ops_math.lower_varying_constant(template, ops.LowerContext(
         numpy, (x.shape,), (x.dtype,), (y.shape,), (y.dtype,)))
     node.inputs = inputs + [value]
+    if isinstance(number, structural.CountedPower):
+        node.attrs = (('value', number.label()),)
+        kernel = number.kernel()
+        return ir.Node('CountedPower', kernel, [counter], [value],
+                       kernel.attrs, loc=node.loc)
+    start, step = number
     node.attrs = (('value', '%d%+d*i' % number),)
     kernel = structural.counted_number(start, step)
     return ir.Node('CountedNumber', kernel, [counter], [value],

@@ -48,9 +48,9 @@ class Fingerprints(object):
     """What makes two recorded nodes run the same computation: op,
     attributes, every setting the FunctionNode holds, and the types of
     inputs and outputs. Integers in ``F.get_item``'s index are left out
-    (``xs[t]``), and the int constants of the FunctionNode classes
-    ``counted`` (``h * (t + 1)``) and of NumPy's ufuncs (``lengths >
-    t``); the loop rolling checks them."""
+    (``xs[t]``), and the int and float constants of the FunctionNode
+    classes ``counted`` (``h * (t + 1)``, ``h * 0.9 ** t``) and the ints
+    of NumPy's ufuncs (``lengths > t``); the loop rolling checks them."""
 
     def __init__(self, templates, counted=()):
         self.templates = templates
@@ -94,7 +94,8 @@ class Fingerprints(object):
             counted = type(holder) in self.counted
             state = (type(holder), tuple(
                 (k, _value_key(v, not exact and (
-                    k == 'slices' or counted and k == 'value')))
+                    k == 'slices' or counted and k == 'value'),
+                    not exact and counted and k == 'value'))
                 for k, v in sorted(vars(holder).items())
                 if k not in _GRAPH_FIELDS and k not in inputs))
         attrs = () if not exact and (
@@ -103,12 +104,15 @@ class Fingerprints(object):
         return (node.op, attrs, node.generic, types, state)
 
 
-def _value_key(value, mask_ints=False):
+def _value_key(value, mask_ints=False, mask_floats=False):
     """A comparable key of a setting: scalars by value, containers by
-    contents, small arrays by contents, other objects by identity."""
+    contents, small arrays by contents, other objects by identity. With
+    ``mask_floats``, a plain float is any float (``h * 0.9 ** t``)."""
     kind = type(value)
     if mask_ints and isinstance(value, int) and kind is not bool:
         return '#'  # (also an argument's size: ``xs[t]`` of ``t = T - 1``)
+    if mask_floats and kind is float:
+        return '#.'
     if value is None or kind in (bool, int, float, str, complex):
         return (kind, repr(value))
     if isinstance(value, (int, float)) and \

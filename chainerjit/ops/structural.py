@@ -11,6 +11,8 @@ the constants below), and the stages ask :func:`kind` rather than testing
 op names.
 """
 
+import collections
+
 import chainer
 from chainer import utils
 import numpy
@@ -340,6 +342,32 @@ def counted_number(start, step, dtype=numpy.float64):
         b.op('Cast', [_counter_position(b, ins[0], start, step)], outs,
              to=onnx_dtype(dtype))
     return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
+
+
+class CountedPower(collections.namedtuple('CountedPower', 'base start')):
+    """The constant ``base ** (start + i)`` of the loop counter ``i``, as
+    Python computes it (an int or a float: ``h * 0.9 ** t``), that the
+    recorded iterations of a loop gave an op."""
+
+    __slots__ = ()
+
+    def label(self):
+        return '%r**(%d+i)' % (self.base, self.start)
+
+    def kernel(self):
+        """The number as a float64 0-d array, computed by Python as the
+        forward computes it."""
+        base, start = self.base, self.start
+
+        def run(i):
+            return numpy.asarray(base ** (start + int(i)), numpy.float64)
+
+        def to_onnx(b, ins, outs):
+            exponent = b.op('Cast', [_counter_position(b, ins[0], start, 1)],
+                            to=onnx_dtype(numpy.float64))[0]
+            b.op('Pow', [b.constant(numpy.asarray(base, numpy.float64)),
+                         exponent], outs)
+        return Kernel(run, {'base': base, 'start': start}, onnx=to_onnx)
 
 
 def _index_to_onnx(slices, counters):

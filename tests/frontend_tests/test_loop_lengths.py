@@ -258,6 +258,20 @@ class CounterWeighted(_Steps):
         return self.out(total)
 
 
+class CounterDecayed(_Steps):
+    """The counter as a power: each step's state discounted by ``0.9 **
+    t`` (the total made by the first step, which is recorded before the
+    loop), and doubled by ``2 ** (t + 1)``."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        total = 0
+        for t in range(len(xs)):
+            h, c = self.step(xs[t], h, c)
+            total = total + 0.9 ** t * h + h * 2 ** (t + 1)
+        return self.out(total)
+
+
 class StepsFlattenedByBatch(_Steps):
     """The steps' states stacked batch-first and flattened with the
     length, ``(B, T * H)``, then split back into steps."""
@@ -332,7 +346,8 @@ class HelperReturnsStepsAndState(_Steps):
     Projected, ReversedProjected, StepsComputedAtOnce, Separated,
     SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
     HelperStepsStacked, HelperReturnsStepsAndState,
-    CounterLoopOverComputedSteps, CounterWeighted, StepsFlattenedByBatch,
+    CounterLoopOverComputedSteps, CounterWeighted, CounterDecayed,
+    StepsFlattenedByBatch,
     ArgumentFlattenedByBatch, SeparatedInTheHeader,
     SeparatedOnTheSecondAxisInTheHeader])
 def test_one_entry_for_every_length_with_gradients(cls):
@@ -365,19 +380,20 @@ class HelperStepsReadOneByOne(_Encoder):
         return self.out(y)
 
 
-class CounterPowered(_Steps):
+class CounterSquared(_Steps):
     def forward(self, xs):
         total = 0
         for t in range(len(xs)):
-            total = total + xs[t] * 2 ** t
+            total = total + xs[t] * t ** 2
         return self.out(self.x2h(total)[:, :H])
 
 
 def test_a_counter_used_otherwise_keeps_the_length_with_a_warning():
-    model = CounterPowered()
+    model = CounterSquared()
     with pytest.warns(errors.LoopWarning,
                       match="its iterations give MulConstant a constant "
-                      "that changes otherwise than by a fixed int step"):
+                      "that changes otherwise than by a fixed int step or "
+                      "ratio"):
         testing.assert_jit_grads_match_eager(model, _calls(model),
                                              rtol=1e-4, atol=1e-5)
 

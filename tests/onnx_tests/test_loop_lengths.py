@@ -156,6 +156,17 @@ class PeeledBackwardInserted(GRU):
         return F.concat(ys, axis=1)
 
 
+class Discounted(GRU):
+    """Each step's state discounted by a power of the counter."""
+
+    def forward(self, xs):
+        h = total = xs[0] * 0
+        for t in range(xs.shape[0]):
+            h = self.step(h, xs[t])
+            total = total + 0.9 ** t * h
+        return total
+
+
 class TwoPasses(GRU):
     """Two loops over the same sequence: a GRU, then a gate from its last
     state."""
@@ -178,7 +189,7 @@ def _model(cls):
 
 
 @pytest.mark.parametrize('cls', [GRU, PeeledGRU, PeeledBackwardInserted,
-                                 TwoPasses])
+                                 Discounted, TwoPasses])
 def test_onnx_runs_at_every_length(cls):
     model = _model(cls)
     onnx_model, runs = _onnx_runs(model.forward,
