@@ -459,9 +459,10 @@ class LoopWatcher(object):
 
 def _filled_lists(run, frame, result):
     """``(name, list)`` of the lists that ``run``, a loop that ran out,
-    filled from empty with one item per step: a comprehension's
-    ``result`` (named ``None``), or those its body appends to, as
-    ``frame`` holds them."""
+    filled with one item per step: from empty, a comprehension's
+    ``result`` (named ``None``), or those its body appends to; or made of
+    as many ``None`` as it ran steps, those whose item at its counter it
+    assigns (``ys[t] = h``); as ``frame`` holds them."""
     if run.site.kind == 'comp':
         found = [(None, result)]
     elif frame is None or not run.snapshots:
@@ -470,10 +471,18 @@ def _filled_lists(run, frame, result):
         start = run.snapshots[0]
         found = [(name, frame.f_locals.get(name)) for name in
                  loop_analysis.appended_lists(run.code, run.site.header)
-                 if start.get(name, ('',))[0] == 'list' and
-                 not start[name][2]]
+                 if start.get(name, ('',))[0] == 'list' and (
+                     not start[name][2] or
+                     _all_none(start[name][2], run.n_iterations))]
     return [(name, items) for name, items in found
-            if type(items) is list and len(items) == run.n_iterations]
+            if type(items) is list and len(items) == run.n_iterations and
+            not any(item is None for item in items)]
+
+
+def _all_none(summaries, n):
+    """``n`` summaries of ``None`` (``[None] * n``)?"""
+    return len(summaries) == n and all(
+        s == ('scalar', type(None), 'None') for s in summaries)
 
 
 _FUNCTIONS = (types.FunctionType, types.MethodType, types.BuiltinFunctionType,

@@ -150,10 +150,11 @@ class Length(int):
         return Use(tuple(sorted(origins)), what, loc, condition,
                    terms=terms)
 
-    def _note(self, what, other=None, condition=None):
+    def _note(self, what, other=None, condition=None, depth=2):
         """Notes a use by the forward's code (not by Chainer's, NumPy's or
-        chainerjit's own, which compare shapes all the time)."""
-        loc = forward_line(2)
+        chainerjit's own, which compare shapes all the time), ``depth``
+        frames up."""
+        loc = forward_line(depth)
         if loc is not None and _state.recorder is not None:
             self.uses.append(self.use(what, loc, other, condition))
 
@@ -163,6 +164,8 @@ class Length(int):
                 return NotImplemented  # (its reflected operator)
             if scalars.is_varying(other):
                 other.note('used in arithmetic with a size')
+            if type(other) is list and op in ('__mul__', '__rmul__'):
+                return self._list_of_size(other)
             if not isinstance(other, int) or isinstance(other, bool):
                 self._note('used in arithmetic with a %s' %
                            type(other).__name__, other)
@@ -176,6 +179,19 @@ class Length(int):
                           else None, product, _linear(op, self, other))
         apply.__name__ = op
         return apply
+
+    def _list_of_size(self, items):
+        """``[None] * T``: the list, its use of the size noted, which a
+        loop over that size filling it one item per step forgives
+        (:func:`forgive_filled`)."""
+        before = len(self.uses)
+        self._note('used in arithmetic with a list', items, depth=3)
+        made = items * int(self)
+        recorder = _state.recorder
+        if len(self.uses) > before and recorder is not None and \
+                len(items) == 1 and self.affine == (1, 0):
+            recorder.sized_lists.append((made, self.uses[-1]))
+        return made
 
     for _op, _affine in (
             ('__add__', lambda a, b, n: (a, b + n)),
@@ -490,6 +506,22 @@ def loop_filled(recorder, items, frame):
                 if _filled_by(r, items)), None)
     return None if run is None or run.trip.kind != 'dim' or \
         run.trip.offset else run.trip.where
+
+
+def forgive_filled(recorder):
+    """Drops the use of an argument's size that made a list (``ys = [None]
+    * T``) which a loop over that axis then filled, one item per step
+    (``ys[t] = h``): its length is the loop's trip count, which ``len()``
+    of it then reads."""
+    for made, use in recorder.sized_lists:
+        run = next((r for r in recorder.loop_runs if _filled_by(r, made)),
+                   None)
+        if run is not None and run.trip is not None and \
+                run.trip.kind == 'dim' and not run.trip.offset and \
+                use.origins == (run.trip.where,):
+            recorder.length_uses[:] = [u for u in recorder.length_uses
+                                       if u is not use]
+            recorder.length_leaves[id(made)] = (run.trip.where,)
 
 
 def _filled_by(run, items):

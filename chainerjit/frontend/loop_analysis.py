@@ -285,10 +285,19 @@ def _length_read(node, call):
 def _one_item_per_step(loop, inside, name):
     """Does the ``for`` loop append to the list ``name`` once in every
     step, whatever the values: one ``name.append(...)`` statement of its
-    own body, and no ``break`` (its length is then the trip count)?"""
+    own body, and no ``break`` (its length is then the trip count)? Or
+    fill it in place, one ``name[t] = ...`` statement of its own body at
+    its counter ``t`` (its length that of ``[None] * T``)?"""
     if not isinstance(loop, ast.For) or \
             any(isinstance(n, ast.Break) for n in inside):
         return False
+    counter = _counter_name(loop)
+    filled = [n for n in loop.body if _assigns_at(n, counter) and
+              n.targets[0].value.id == name]
+    if filled and not any(isinstance(n, ast.Call) and isinstance(
+            n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
+            n.func.value.id == name for n in inside):
+        return len(filled) == 1
     writes = [n for n in inside if isinstance(n, ast.Call) and isinstance(
         n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
         n.func.value.id == name] + [
@@ -361,7 +370,9 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
                         counter)
     if _appends_elsewhere(inside):
         return 'the loop appends to a list held by an attribute or an item'
-    hidden = _hidden_state_change(inside, kinds or {})
+    hidden = _hidden_state_change(
+        inside, kinds or {},
+        _counter_name(loop) if isinstance(loop, ast.For) else None)
     if hidden:
         return hidden
     for name in _appended_lists(loop, inside):
@@ -396,13 +407,17 @@ _ARRAY_MODULES = frozenset(['F', 'L', 'chainer', 'functions', 'links',
 _LIST_METHODS = frozenset(['append', 'extend', 'insert'])
 
 
-def _hidden_state_change(inside, kinds):
+def _hidden_state_change(inside, kinds, counter=None):
     """What in a loop body could change Python state that the loop
-    watcher's snapshots do not see, or ``None``."""
+    watcher's snapshots do not see, or ``None``. A list's item at the
+    counter assigned (``ys[t] = h``) they see."""
     for node in inside:
         if isinstance(node, ast.AugAssign) and not isinstance(
                 node.target, ast.Name):
             return 'the loop updates an item or attribute in place'
+        if counter is not None and _assigns_at(node, counter) and \
+                kinds.get(node.targets[0].value.id) == 'list':
+            continue
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, (ast.Subscript, ast.Attribute)) and
                 not _is_model(_root_name(t), kinds) for t in node.targets):
@@ -529,8 +544,9 @@ def _target_name(target, name):
 
 
 def counter_indexed_names(code, header):
-    """The names a ``for`` loop's counter indexes (``xs`` in ``xs[t]``),
-    or ``None`` when one is not a plain name."""
+    """The names a ``for`` loop's counter indexes (``xs`` in ``xs[t]``;
+    not ``ys`` in ``ys[t] = h``, an item assigned), or ``None`` when one
+    is not a plain name."""
     found = _loop_and_parents(code, header)
     if found is None:
         return None
@@ -543,6 +559,8 @@ def counter_indexed_names(code, header):
         if isinstance(use, ast.Name) and use.id == counter and \
                 _index_use(use, parents):
             subscript = _indexed_by(use, parents)
+            if isinstance(subscript.ctx, ast.Store):
+                continue
             if not isinstance(subscript.value, ast.Name):
                 return None
             names.add(subscript.value.id)
@@ -686,7 +704,9 @@ def _appends_elsewhere(inside):
 
 
 def _appended_lists(loop, inside):
-    found = set()
+    """The lists the loop appends to, and those whose item at its counter
+    it assigns (``ys[t] = h`` of ``ys = [None] * T``)."""
+    found = set(_filled_at_the_counter(loop, inside))
     for node in inside:
         if isinstance(node, ast.Call) and isinstance(
                 node.func, ast.Attribute) and node.func.attr in (
@@ -698,6 +718,24 @@ def _appended_lists(loop, inside):
                     node.value, (ast.List, ast.ListComp, ast.Tuple)):
             found.add(node.target.id)  # ys += [h]
     return found
+
+
+def _filled_at_the_counter(loop, inside):
+    """The names ``ys`` of the assignments ``ys[t] = ...`` in the loop,
+    ``t`` its counter."""
+    counter = _counter_name(loop) if isinstance(loop, ast.For) else None
+    return [node.targets[0].value.id for node in inside
+            if counter is not None and _assigns_at(node, counter)]
+
+
+def _assigns_at(node, counter):
+    """``name[counter] = ...``?"""
+    if not isinstance(node, ast.Assign) or len(node.targets) != 1:
+        return False
+    target = node.targets[0]
+    return isinstance(target, ast.Subscript) and \
+        isinstance(target.value, ast.Name) and \
+        isinstance(target.slice, ast.Name) and target.slice.id == counter
 
 
 def _call_name(call):

@@ -917,6 +917,10 @@ def _unchanged(before, now, values, defined, may_grow=False):
         return values.get(now[1]) in defined
     if before is None or before[0] != now[0]:
         return False
+    if now[0] == 'list' and may_grow and len(now[2]) == len(before[2]):
+        # (filled in place: ys[t] = h)
+        return all(a == b or a[0] == 'array' and values.get(a[1]) in defined
+                   for a, b in zip(now[2], before[2]))
     if now[0] == 'list' and may_grow:
         grown = now[2][:len(before[2])] == before[2]
         return grown and all(item[0] == 'array' and values.get(item[1])

@@ -227,6 +227,8 @@ class _Recorder(object):
         # nodes that go if nothing reads them (packing.drop_unread)
         self.droppable = []
         self.loop_runs = []  # control.LoopRun of the loops ended so far
+        # ([None] * T, the use of T noted): lengths.forgive_filled
+        self.sized_lists = []
         # (position, origin, loc, shift, start): the nodes taking item 0
         # of a value's first axis (or the last of F.separate's items), that
         # axis's origin (lengths.origin_of), the line, the rows it has more
@@ -928,6 +930,8 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     ``callers`` are ``(stand-ins, the caller's objects they stand for)``,
     put back in the result and in the link attributes assigned."""
     traced.untag_graph(recorder.applied)
+    lengths.forgive_filled(recorder)
+    recorder.sized_lists = []  # (their items, kept only while recording)
     result = lengths.plain(joining.as_plain(result), recorder.length_uses,
                            'returned', recorder.forward_loc)
     model_state.adopt_lazy_params(instance, recorder)

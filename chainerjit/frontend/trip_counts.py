@@ -29,11 +29,11 @@ count its value minus ``offset``.
 
 def trip_source(site, frame, arguments):
     """Reads a ``for`` loop's iterable: ``range(E)``, ``range(a, E)``,
-    ``enumerate(X)``, ``zip(X, ...)`` or ``X`` (or ``reversed`` of one),
-    where ``E`` is ``len(X)``, ``X.shape[k]``, an int argument or a name
-    holding an argument's size (``T, B, _ = xs.shape``), and ``X`` a
-    Variable or array argument. Returns a :class:`TripSource` or
-    ``None``."""
+    ``range(E - 1, -1, -1)`` (:func:`_counted_down`), ``enumerate(X)``,
+    ``zip(X, ...)`` or ``X`` (or ``reversed`` of one), where ``E`` is
+    ``len(X)``, ``X.shape[k]``, an int argument or a name holding an
+    argument's size (``T, B, _ = xs.shape``), and ``X`` a Variable or
+    array argument. Returns a :class:`TripSource` or ``None``."""
     node = site.iter_expr
     if node is None:
         return None
@@ -49,10 +49,29 @@ def trip_source(site, frame, arguments):
                 return None
             start = node.args[0].value
         return _length_source(node.args[-1], frame, arguments, start)
+    if source.is_call(node, 'range') and len(node.args) == 3 and \
+            not node.keywords:
+        return _counted_down(node.args, frame, arguments)
     if (source.is_call(node, 'enumerate') or
             source.is_call(node, 'zip')) and node.args and not node.keywords:
         node = node.args[0]
     return _sequence_source(node, frame, arguments, 0)
+
+
+def _counted_down(args, frame, arguments):
+    """``range(E - k, stop, -1)``, ``E`` a length as :func:`trip_source`
+    reads it, ``k`` and ``stop`` ints (``range(T - 1, -1, -1)``: ``T``
+    steps): its :class:`TripSource`, else ``None``."""
+    first, stop = args[0], _int_constant(args[1], None)
+    if _int_constant(args[2], None) != -1 or stop is None:
+        return None
+    less = 0
+    if isinstance(first, ast.BinOp) and isinstance(first.op, ast.Sub):
+        less = _int_constant(first.right, None)
+        if less is None:
+            return None
+        first = first.left
+    return _length_source(first, frame, arguments, less + stop)
 
 
 def iterated_call(site):

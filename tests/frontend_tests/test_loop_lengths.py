@@ -1088,6 +1088,56 @@ class LinkInsertedInFront(_Steps):
         return self.out(F.reshape(F.stack(hs), (-1, H)))
 
 
+class FilledInPlace(_Steps):
+    """Each step's state put at its place in a list made as long as the
+    steps (``ys = [None] * T``), backwards then forwards."""
+
+    def __init__(self):
+        super(FilledInPlace, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(I, H)
+
+    def forward(self, xs):
+        T = xs.shape[0]
+        self.lstm.reset_state()
+        backward = [None] * T
+        for t in range(T - 1, -1, -1):
+            backward[t] = self.lstm(xs[t])
+        forward, h = [None] * len(xs), None
+        for t in range(len(xs)):
+            h = F.tanh(self.back(xs[t])[:, :H]) if h is None else \
+                self.gru(h, xs[t])
+            forward[t] = h
+        both = F.stack(backward) + F.stack(forward)
+        return F.sum(self.out(F.reshape(both, (-1, H)))) / len(forward)
+
+
+class RepeatedToTheLength(_Steps):
+    """A list made as long as the steps but not filled by a loop over
+    them (``[h] * T``): its number of items is the length, which stays in
+    the key, with a warning."""
+
+    def forward(self, xs):
+        h = F.tanh(F.sum(xs, axis=0))
+        return F.sum(F.stack([h] * xs.shape[0]) * xs, axis=0)
+
+
+def test_a_list_made_long_enough_and_filled_in_place_keeps_one_entry():
+    entry = _one_entry_with_gradients(FilledInPlace(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+def test_a_list_made_long_enough_otherwise_keeps_the_length():
+    model = RepeatedToTheLength()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            model, _step_calls(SHAPES[:2] * 2), rtol=1e-4, atol=1e-5)
+    assert len(jf.cache_entries()) == 2, jf.cache_report()
+    assert any(issubclass(w.category, errors.RecompileWarning)
+               for w in caught), [str(w.message) for w in caught]
+
+
 def _defined_in_a_function():
     """A model class a function defines, its forward reading the names of
     that function: ``F`` imported there, a helper ``gated`` made there."""
