@@ -772,19 +772,23 @@ def _onnx_bound(b, value, default, arrays):
 
 def _rows_of_cut(e, rows):
     """The rows of a slice ``e`` of :func:`cut_to_sizes` whose arrays
-    have ``rows``: those of the axis its stop is read from, for
-    ``[:T]``; ``None`` where its length is fixed; ``False`` where it
-    follows rows otherwise (``[1:T]``, ``[:T + 1]``)."""
+    have ``rows``: those of the axis its stop is read from, for ``[:T]``,
+    and as many more or fewer as the stop adds and a fixed start takes
+    (``[1:T + 1]``: as many; ``[:T + 1]``: one more); ``None`` where its
+    length is fixed; ``False`` where it follows rows otherwise (``[T:]``,
+    a step)."""
     following = [(v, rows[v.k]) for v in (e.start, e.stop)
                  if isinstance(v, SizedBound) and rows[v.k] is not None and
                  v.axis in rows[v.k].axes]
     if not following:
         return None
     stop, r = following[0]
-    if len(following) > 1 or stop is not e.stop or stop.b or \
-            e.start not in (None, 0) or e.step not in (None, 1):
+    start = e.start or 0
+    if len(following) > 1 or stop is not e.stop or \
+            type(start) is not int or start < 0 or \
+            e.step not in (None, 1) or r.also or r.widest:
         return False
-    return r
+    return r + (stop.b - start) if stop.b != start else r
 
 
 def _printed_index(entries):

@@ -123,11 +123,12 @@ def test_a_sequence_model_exports_its_length_and_batch(cls, rng):
 
 
 @pytest.mark.parametrize('how', ['table', 'broadcast_table', 'parameter',
-                                 'arange'])
+                                 'arange', 'shifted'])
 def test_positions_as_long_as_the_steps_export_the_steps(how, rng):
     from tests.runtime_tests.test_attention_sizes import _Positions
+    from tests.runtime_tests.test_attention_sizes import _Shifted
     numpy.random.seed(11)
-    model = _Positions(how)
+    model = _Shifted('table') if how == 'shifted' else _Positions(how)
     calls = [rng.randint(0, 20, (b, n)).astype(numpy.int32)
              for b, n in ((3, 5), (4, 9), (2, 7))]
     exported = chainerjit.export_onnx(_served(model, calls), (calls[0],))

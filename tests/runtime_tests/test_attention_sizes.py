@@ -314,22 +314,49 @@ def test_positions_as_long_as_the_steps_serve_every_length(how):
     assert str(entry.signature).startswith('ids: i32[B,W]'), entry.signature
 
 
-def test_a_cut_past_the_length_keeps_it_in_the_key():
-    # pe[:T + 1] does not follow the steps: the length stays in the key,
-    # with eager's values.
-    class Longer(_Positions):
-        def forward(self, ids):
-            h = self.embed(ids)
-            return self.out(F.sum(h, axis=1)) + F.sum(
-                self.table[:ids.shape[1] + 1])
+class _Shifted(_Positions):
+    """Positions counted from 1 (``pe[1:T + 1]``), and a sum over one
+    more row than the steps (``pe[:T + 1]``)."""
 
-    rng = numpy.random.RandomState(10)
-    calls = [(rng.randint(0, 20, (3, n)).astype(numpy.int32),)
-             for n in (4, 7, 9)]
+    def forward(self, ids):
+        steps = ids.shape[1]
+        h = self.embed(ids) + self.table[1:steps + 1]
+        return self.out(F.sum(h, axis=1)) + F.sum(self.table[:steps + 1])
+
+
+class _Doubled(_Positions):
+    """A cut twice as long as the steps (``pe[:2 * T]``)."""
+
+    def forward(self, ids):
+        h = self.embed(ids)
+        return self.out(F.sum(h, axis=1)) + F.sum(
+            self.table[:2 * ids.shape[1]])
+
+
+def _lengths_of(seed, lengths):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.randint(0, 20, (3, n)).astype(numpy.int32),)
+            for n in lengths]
+
+
+def test_a_cut_shifted_from_the_length_serves_every_length():
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(
+            None, _lengths_of(10, (4, 7, 9, 7, 5)), model=_Shifted('table'),
+            method='forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('ids: i32[3,B]'), entry.signature
+
+
+def test_a_cut_past_the_length_keeps_it_in_the_key():
+    # pe[:2 * T] does not follow the steps: the length stays in the key,
+    # with eager's values.
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        differential.check_grads(None, calls, model=Longer('table'),
-                                 method='forward', fallback_ok=True)
+        differential.check_grads(None, _lengths_of(11, (4, 7, 9)),
+                                 model=_Doubled('table'), method='forward',
+                                 fallback_ok=True)
     assert any(issubclass(w.category, errors.RecompileWarning)
                for w in caught), [str(w.message) for w in caught]
 
