@@ -135,7 +135,8 @@ def check_unchanged(fn, calls, **kw):
 def check_seeded(model, calls, **options):
     """``jit(model.forward, **options)`` of a twin against
     ``model.forward``, each call seeded alike: losses, parameters'
-    gradients, and as many random numbers drawn."""
+    gradients (``None`` where a parameter gets none), and as many random
+    numbers drawn."""
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.forward, **options)
     for seed, args in enumerate(calls):
@@ -150,6 +151,8 @@ def check_seeded(model, calls, **options):
             next_draws.append(numpy.random.rand())  # as many draws made
         chainerjit.testing.assert_results_equal(losses[1], losses[0])
         for a, e in zip(*grads):
-            numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+            assert (a is None) == (e is None), (a, e)
+            if e is not None:
+                numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
         assert next_draws[0] == next_draws[1]
     return jitted

@@ -51,6 +51,9 @@ import functools
 
 import chainer
 from chainer.functions.array import split_axis as split_axis_module
+from chainer.functions.math import average
+from chainer.functions.math import minmax
+from chainer.functions.math import sum as sum_module
 import numpy
 
 from chainerjit import errors
@@ -232,7 +235,46 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
     if note:
         recorder.segment_parts.extend(
             recorder.values[id(part.array)] for part in parts)
+    for k, part in enumerate(parts):
+        value = recorder.values.get(id(
+            part.array if isinstance(part, chainer.Variable) else part))
+        if value is not None:
+            recorder.part_of[id(value)] = (value, made, k)
     return made
+
+
+def _unread(nodes, users):
+    """The ``nodes`` whose outputs nothing reads (which then go)."""
+    return set(node for node in nodes
+               if not any(users.get(v) for v in node.outputs))
+
+
+def reduced_segments(xs, recorder):
+    """``(the Segments, the reduction)`` where ``xs`` are one reduction
+    (``F.max``, ``F.min``, ``F.sum``, ``F.mean``, ``F.average``) over the
+    first axis of each part of one :class:`Segments`, in order
+    (``[F.max(y, axis=0) for y in ys]`` of an N-step link's outputs);
+    else ``None``."""
+    found, kinds = None, set()
+    made_by = dict((id(v), node) for node in recorder.graph.nodes
+                   for v in node.outputs)
+    for k, x in enumerate(xs):
+        value = recorder.values.get(id(getattr(x, 'array', None)))
+        node = made_by.get(id(value))
+        template = recorder.templates.get(node)
+        kind = _REDUCTIONS.get(type(template))
+        if kind is None or tuple(template.axis or ()) != (0,) or \
+                template.keepdims:
+            return None
+        noted = recorder.part_of.get(id(node.inputs[0]))
+        if noted is None or noted[0] is not node.inputs[0] or \
+                noted[2] != k or found is not None and noted[1] is not found:
+            return None
+        found = noted[1]
+        kinds.add(kind)
+    if found is None or len(found) != len(xs) or len(kinds) != 1:
+        return None
+    return found, kinds.pop()
 
 
 # The Chainer functions that map each row of their first input to a row of
@@ -244,6 +286,11 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
 # else draws in between.
 ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
                       'Sigmoid', 'LeakyReLU', 'Dropout'])
+
+#: The reductions over an item's rows that :func:`reduced_segments`
+#: finds, by the FunctionNode that computes them.
+_REDUCTIONS = {minmax.Max: 'max', minmax.Min: 'min', sum_module.Sum: 'sum',
+               average.Mean: 'mean'}
 
 #: The slice that reverses an item (``x[::-1]``: :func:`indexed_item`).
 REVERSED = slice(None, None, -1)
@@ -681,8 +728,10 @@ def take_joins(recording, joins, names):
         if any(lengths.is_item_length(origin) for origin in use.origins):
             return use.describe(names)
     users = graph.users()
+    gone = _unread(recording.droppable, users)
     for value in recording.segment_parts:
-        reader = next(iter(users.get(value) or ()), False)
+        reader = next(iter(n for n in users.get(value) or ()
+                           if n not in gone), False)
         if reader is not False:
             return 'an item of the sentences joined (cut by F.split_axis ' \
                 'at their offsets, or of a function applied to all) is ' \

@@ -464,6 +464,11 @@ def _recording_stack(stack, recorder):
     list a loop over an argument's axis filled, its stacked axis is that
     argument's (``lengths.note_stacked``)."""
     def stacked(xs, axis=0):
+        reduced = joining.reduced_segments(xs, recorder) if axis == 0 and \
+            type(xs) is list and _state.recorder is recorder and \
+            not recorder.depth else None
+        if reduced is not None:
+            return _apply_reduced_segments(xs, *reduced, recorder)
         result = stack(xs, axis)
         if type(xs) is list and type(axis) is int and \
                 _state.recorder is recorder and not recorder.depth and \
@@ -473,6 +478,21 @@ def _recording_stack(stack, recorder):
         return result
     stacked.__wrapped__ = stack
     return stacked
+
+
+def _apply_reduced_segments(xs, segments, kind, recorder):
+    """``F.stack(xs)`` of a reduction of each part of ``segments``
+    (``joining.reduced_segments``) as one node on their rows
+    (``ops.array.ReduceSegments``); the nodes reducing each part go
+    where nothing else reads them."""
+    made = set(id(recorder.values[id(x.array)]) for x in xs)
+    each = [node for node in recorder.graph.nodes
+            if any(id(v) in made for v in node.outputs)]
+    recorder.droppable.extend(each)
+    # (A loop over the parts that only reduced them counts no items.)
+    recorder.iterated_lines.update(node.loc for node in each if node.loc)
+    return array_ops.ReduceSegments(kind).apply(
+        (segments.packed, segments.joined))[0]
 
 
 def _recording_broadcast_to(broadcast_to, recorder):

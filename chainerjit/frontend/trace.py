@@ -196,6 +196,8 @@ class _Recorder(object):
         self.item_length_reads = []
         self.offsets = {}
         self.segment_parts = []
+        # id(a part's value) -> (it, its joining.Segments, its index)
+        self.part_of = {}
         self.item_splits = 0  # cuts at the offsets of unjoined items
         # id(array) -> (packed, k, lengths, item): items of joined lists,
         # and by function and input the items of it applied to all of them

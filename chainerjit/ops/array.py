@@ -2050,6 +2050,59 @@ def lower_pad_segments(node, ctx):
                           b, padding, ctx.in_dtypes[0])))
 
 
+class ReduceSegments(chainer.FunctionNode):
+    """``F.stack([F.max(y, axis=0) for y in ys])`` (or ``F.sum``,
+    ``F.mean``, ``F.average``, ``F.min``) of the parts of joined items
+    (``frontend.joining.Segments``: an N-step link's outputs over
+    sentences joined): the inputs are the rows of all the items and their
+    lengths; each item's reduction over its rows, as the reduction of
+    that item gives it, values and gradient, at any number and lengths
+    of the items (max or mean pooling over the words)."""
+
+    def __init__(self, kind):
+        self.kind = kind
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1))
+        rows, lengths = inputs
+        y = segments_ops.reduced_rows(rows, lengths, self.kind)
+        self.retain_outputs((0,))
+        return y,
+
+    def backward(self, indexes, grad_outputs):
+        rows, lengths = (v.array for v in self.get_retained_inputs())
+        y = self.get_retained_outputs()[0].array
+        return chainer.Variable(segments_ops.reduced_rows_grad(
+            rows, lengths, self.kind, y, grad_outputs[0].array)), None
+
+
+@lowering(ReduceSegments)
+def lower_reduce_segments(node, ctx):
+    """Reduces each item's rows at their lengths when run: the output has
+    a row per item."""
+    kind = node.kind
+
+    def run(rows, item_lengths):
+        return segments_ops.reduced_rows(rows, item_lengths, kind)
+
+    def grad(xs, ys, gys, wanted):
+        return (segments_ops.reduced_rows_grad(xs[0], xs[1], kind, ys[0],
+                                               gys[0])
+                if wanted[0] else None, None)
+
+    def lengths(rows):
+        words, items = rows
+        if any(r is not None and (r.axis or r.widest or r.also)
+               for r in rows) or words is not None and items is not None:
+            return None
+        return Follow((items,))  # (the words' reduced: fixed)
+    return Kernel(run, {'kind': kind}, grad=GradRule(
+        grad, inputs=(0, 1), outputs=(0,) if kind in ('max', 'min') else ()),
+        fresh=True, lengths=lengths, onnx=segments_ops.reduced_to_onnx(
+            ctx.in_dtypes[1], kind, ctx.in_dtypes[0],
+            len(ctx.in_shapes[0])))
+
+
 def items_padded(xs, length, padding):
     """``F.pad_sequence``'s array: the arrays ``xs``, alike but for their
     first axis, side by side, each padded with ``padding`` to ``length``

@@ -86,6 +86,43 @@ def rows_of_padded(padded, lengths):
     return padded[item, place]
 
 
+#: The reductions of each item's rows :func:`reduced_rows` computes, as
+#: Chainer's ``Sum``, ``Mean``, ``Max`` and ``Min`` compute them.
+REDUCTIONS = {'sum': lambda x: x.sum(axis=0), 'mean': lambda x: x.mean(axis=0),
+              'max': lambda x: x.max(axis=0), 'min': lambda x: x.min(axis=0)}
+
+
+def reduced_rows(rows, lengths, kind):
+    """The reduction ``kind`` (:data:`REDUCTIONS`) of each item's rows
+    (``lengths`` of them, one item after another), one item at a time as
+    ``F.max(x, axis=0)`` of the item gives it (the same sums): ``(items,
+    ...)``."""
+    xp = chainer.backend.get_array_module(rows)
+    lengths = chainer.backend.CpuDevice().send(lengths)
+    fn = REDUCTIONS[kind]
+    found = [fn(rows[stop - n:stop]) for stop, n in
+             zip(numpy.cumsum(lengths).tolist(), lengths.tolist())]
+    return xp.stack(found) if found else xp.zeros(
+        (0,) + rows.shape[1:], rows.dtype)
+
+
+def reduced_rows_grad(rows, lengths, kind, y, gy):
+    """The gradient of :func:`reduced_rows` for its rows, as Chainer's
+    reductions give it to each item: the item's ``gy`` at every row
+    (times ``1 / len`` in the rows' dtype for a mean; where the row holds
+    the maximum, or minimum, for those)."""
+    lengths = chainer.backend.CpuDevice().send(lengths)
+    item = numpy.repeat(numpy.arange(len(lengths)), lengths)
+    if kind == 'mean':
+        gy = gy * numpy.asarray(
+            [rows.dtype.type(1.0 / n) for n in lengths.tolist()],
+            rows.dtype).reshape((-1,) + (1,) * (gy.ndim - 1))
+    g = gy[item]
+    if kind in ('max', 'min'):
+        g = g * (rows == y[item])
+    return g
+
+
 def reversed_lengths_rule(rows):
     """The ``Kernel.lengths`` rule of :func:`reversed_rows`: its rows are
     its input's, at any lengths and number of items."""
@@ -202,28 +239,57 @@ def framed_to_onnx(lengths_dtype, n_before, n_after):
 
 def padded_to_onnx(lengths_dtype, length, padding):
     """The ONNX form of :func:`padded_rows` (lengths of
-    ``lengths_dtype``, a ``padding`` value of the rows' dtype): each
-    item's rows gathered at its start plus each place, where the place
-    is inside the item; ``padding`` elsewhere."""
+    ``lengths_dtype``, ``padding(b)`` the name of the padding value)."""
     def convert(b, ins, outs):
-        rows = ins[0]
-        lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
-        starts = b.single('Sub', _cumsum(b, lengths), lengths)
-        width = b.int64s(length) if length is not None else b.single(
-            'ReduceMax', b.single('Concat', lengths, b.int64s([0]),
-                                  axis=0), keepdims=0)
-        place = b.single('Unsqueeze', b.single(
-            'Range', b.int64s(0), width, b.int64s(1)), b.int64s([0]))
-        inside = b.single('Less', place, b.single(
-            'Unsqueeze', lengths, b.int64s([1])))  # (items, width)
-        last = b.single('Sub', b.single('Squeeze', b.single(
-            'Shape', rows, start=0, end=1)), b.int64s(1))
-        at = b.single('Add', b.single('Unsqueeze', starts, b.int64s([1])),
-                      place)
-        taken = b.single('Gather', rows, _clipped(
-            b, at, 0, b.single('Max', last, b.int64s(0))), axis=0)
-        b.op('Where', [_expanded(b, inside, rows), taken,
-                       padding(b)], outs)
+        b.op('Identity', [onnx_padded(b, ins[0], ins[1], lengths_dtype,
+                                      length, padding(b))], outs)
+    return convert
+
+
+def onnx_padded(b, rows, item_lengths, lengths_dtype, length, padding):
+    """ONNX: the name of the rows of each item (``item_lengths`` of them)
+    padded with ``padding`` (a name) to ``length`` or to the longest:
+    each item's rows gathered at its start plus each place, where the
+    place is inside the item."""
+    lengths = b.cast(item_lengths, lengths_dtype, numpy.int64)
+    starts = b.single('Sub', _cumsum(b, lengths), lengths)
+    width = b.int64s(length) if length is not None else b.single(
+        'ReduceMax', b.single('Concat', lengths, b.int64s([0]), axis=0),
+        keepdims=0)
+    place = b.single('Unsqueeze', b.single(
+        'Range', b.int64s(0), width, b.int64s(1)), b.int64s([0]))
+    inside = b.single('Less', place, b.single(
+        'Unsqueeze', lengths, b.int64s([1])))  # (items, width)
+    last = b.single('Sub', b.single('Squeeze', b.single(
+        'Shape', rows, start=0, end=1)), b.int64s(1))
+    at = b.single('Add', b.single('Unsqueeze', starts, b.int64s([1])),
+                  place)
+    taken = b.single('Gather', rows, _clipped(
+        b, at, 0, b.single('Max', last, b.int64s(0))), axis=0)
+    return b.single('Where', _expanded(b, inside, rows), taken, padding)
+
+
+def reduced_to_onnx(lengths_dtype, kind, dtype, rank):
+    """The ONNX form of :func:`reduced_rows` (lengths of
+    ``lengths_dtype``, rows of ``dtype`` and ``rank``): the items padded
+    with what the reduction ignores, reduced over their rows (a mean
+    divided by each item's length)."""
+    fill = {'max': -numpy.inf, 'min': numpy.inf}.get(kind, 0)
+
+    def convert(b, ins, outs):
+        padded = onnx_padded(b, ins[0], ins[1], lengths_dtype, None,
+                             b.constant(numpy.asarray(fill, dtype)))
+        if kind in ('max', 'min'):
+            b.op('ReduceMax' if kind == 'max' else 'ReduceMin', [padded],
+                 outs, axes=[1], keepdims=0)
+            return
+        if kind == 'sum':
+            b.op('ReduceSum', [padded, b.int64s([1])], outs, keepdims=0)
+            return
+        total = b.single('ReduceSum', padded, b.int64s([1]), keepdims=0)
+        counts = b.single('Unsqueeze', b.cast(ins[1], lengths_dtype, dtype),
+                          b.int64s(list(range(1, rank))))
+        b.op('Div', [total, counts], outs)
     return convert
 
 

@@ -1,7 +1,9 @@
-"""``F.pad_sequence`` of the rows of joined items (``ops.array
-.PadSegments``, an N-step link's outputs over sentences joined): values
-and gradients equal to ``F.pad_sequence`` of the items cut apart, at any
-number and lengths of items, padded to the longest or to a length."""
+"""Ops on the rows of joined items (an N-step link's outputs over
+sentences joined), against Chainer's functions of the items cut apart, in
+values and gradients, at any number and lengths of items:
+``F.pad_sequence`` (``ops.array.PadSegments``), padded to the longest or
+to a length, and a reduction of each item over its rows
+(``ops.array.ReduceSegments``)."""
 
 import chainer
 import chainer.functions as F
@@ -9,6 +11,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 import numpy
+import pytest
 
 from chainerjit.ops import array as array_ops
 
@@ -41,4 +44,39 @@ def test_pad_segments_is_pad_sequence_of_the_items(lengths, length, padding,
 
     numpy.testing.assert_array_equal(y.array, expected.array)
     assert y.dtype == dtype
+    numpy.testing.assert_array_equal(x.grad, expected_x.grad)
+
+
+def _cut_apart(x, lengths):
+    return list(F.split_axis(x, numpy.cumsum(lengths)[:-1].tolist(), 0)) \
+        if len(lengths) > 1 else [x]
+
+
+@pytest.mark.parametrize('kind, reduce', [
+    ('max', F.max), ('min', F.min), ('sum', F.sum), ('mean', F.mean)])
+@settings(deadline=None, max_examples=25)
+@given(st.lists(st.integers(1, 6), min_size=1, max_size=7),
+       st.sampled_from([numpy.float32, numpy.float64]),
+       st.booleans(), st.integers(0, 2 ** 16))
+def test_reduce_segments_is_each_items_reduction(kind, reduce, lengths,
+                                                 dtype, ties, seed):
+    rng = numpy.random.RandomState(seed)
+    lengths = numpy.array(lengths, numpy.int64)
+    rows = rng.standard_normal((int(lengths.sum()), 3)).astype(dtype)
+    if ties:  # equal maxima share the gradient, as Chainer's Max does
+        rows = numpy.round(rows).astype(dtype)
+    gy = rng.standard_normal((len(lengths), 3)).astype(dtype)
+
+    x = chainer.Variable(rows.copy())
+    y = array_ops.ReduceSegments(kind).apply((x, lengths.copy()))[0]
+    y.grad = gy.copy()
+    y.backward()
+
+    expected_x = chainer.Variable(rows.copy())
+    expected = F.stack([reduce(part, axis=0)
+                        for part in _cut_apart(expected_x, lengths)])
+    expected.grad = gy.copy()
+    expected.backward()
+
+    numpy.testing.assert_array_equal(y.array, expected.array)
     numpy.testing.assert_array_equal(x.grad, expected_x.grad)

@@ -268,6 +268,48 @@ def test_the_encoders_outputs_are_padded_by_one_node():
     assert 'SplitAxis' not in graph and 'PadSequence' not in graph, graph
 
 
+class _Pooled(_Encoder):
+    """Max or mean pooling over each sentence's words: a reduction of
+    each of an N-step link's output sequences, stacked."""
+
+    def __init__(self, pool):
+        super().__init__(L.NStepBiLSTM(1, 6, 5, 0.0))
+        self.pool = pool
+
+    def forward(self, xs, t):
+        _, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
+        h = F.stack([self.pool(y, axis=0) for y in ys])
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+_POOLS = {'max': F.max, 'min': F.min, 'sum': F.sum, 'mean': F.mean,
+          'average': F.average}
+
+
+@pytest.mark.parametrize('pool', sorted(_POOLS))
+@pytest.mark.parametrize('train', [True, False])
+def test_pooling_over_the_words_serves_every_count_and_length(pool, train):
+    entry = _one_joined_entry(
+        lambda: _Pooled(_POOLS[pool]),
+        _batches(numpy.random.RandomState(12), _COUNTS), train, 't: i32[B]')
+    graph = str(entry.graph)
+    assert 'ReduceSegments' in graph and 'SplitAxis' not in graph, graph
+
+
+class _PooledScores(_Pooled):
+    def forward(self, xs):
+        _, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
+        return self.out(F.stack([self.pool(y, axis=0) for y in ys]))
+
+
+@pytest.mark.parametrize('pool', sorted(_POOLS))
+def test_exported_pooling_runs_at_other_counts_and_lengths(pool):
+    _exported_runs_at_other_counts(
+        lambda: _PooledScores(_POOLS[pool]),
+        [(xs,) for xs, _ in _batches(numpy.random.RandomState(17),
+                                     (3, 4, 6, 2, 9))])
+
+
 class _Pair(_Encoder):
     """Two sentences a pair (premise, hypothesis), each list encoded by
     one link: two widths (``W``, ``W2``)."""
