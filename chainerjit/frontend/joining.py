@@ -871,8 +871,9 @@ def _applied_each(graph, values, users, item_splits):
     (:func:`applied_to_items`: ``[self.embed(x) for x in xs]``,
     ``x[::-1]``, ``F.concat([eos, y], axis=0)``), the same for every item,
     in a recording that cuts an array at the items' offsets
-    (``item_splits``) or where an N-step link takes as many sequences,
-    its states not arguments?"""
+    (``item_splits``), where an N-step link takes as many sequences, its
+    states not arguments, or where each is then reduced over its rows
+    and stacked (:func:`_pooled_and_stacked`)?"""
     made = None
     for value in values:
         readers = users.get(value, [])
@@ -887,7 +888,49 @@ def _applied_each(graph, values, users, item_splits):
     return bool(item_splits) or any(
         _link_of_own_states(node) and
         dict(node.attrs).get('items') == len(values)
-        for node in graph.nodes)
+        for node in graph.nodes) or _pooled_and_stacked(graph, values, users)
+
+
+#: The reductions over an item's rows a joined call makes one op of
+#: (``ops.array.ReduceSegments``), by their recorded names.
+_POOLS = frozenset(['Max', 'Min', 'Sum', 'Mean'])
+
+
+def _pooled_and_stacked(graph, values, users):
+    """Does each of ``values`` (a list's items) go through functions
+    :func:`applied_to_items` applies to all the items alone into a
+    reduction over its rows (``F.max(x, axis=0)``), and all of those, in
+    order, into one ``F.stack`` (``F.stack([F.max(self.embed(x), axis=0)
+    for x in xs])``: max pooling over each sentence's embeddings)?"""
+    pooled = []
+    for value in values:
+        node = _pool_of(graph, value, values, users)
+        if node is None:
+            return False
+        pooled.append(node.outputs[0])
+    stacks = set(id(users[v][0]) for v in pooled)
+    stack = users[pooled[0]][0]
+    return len(stacks) == 1 and stack.inputs == pooled
+
+
+def _pool_of(graph, value, values, users):
+    """The reduction over the rows of the item ``value`` that the chain of
+    functions of it alone ends in, read by an ``F.stack`` alone; else
+    ``None``."""
+    while True:
+        readers = users.get(value, [])
+        if len(readers) != 1 or readers[0] is None:
+            return None
+        node = readers[0]
+        if node.op in _POOLS:
+            attrs, out = dict(node.attrs), users.get(node.outputs[0], [])
+            stacked = len(out) == 1 and out[0] is not None and \
+                out[0].op == 'Stack' and dict(out[0].attrs).get('axis') == 0
+            return node if stacked and attrs.get('axis') == (0,) and \
+                not attrs.get('keepdims') else None
+        if not _applied_to_item(graph, node, value, values):
+            return None
+        value = node.outputs[0]
 
 
 def _linked_whole(values, users):

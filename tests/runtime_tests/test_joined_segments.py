@@ -296,6 +296,44 @@ def test_pooling_over_the_words_serves_every_count_and_length(pool, train):
     assert 'ReduceSegments' in graph and 'SplitAxis' not in graph, graph
 
 
+class _PooledEmbeddings(_Encoder):
+    """Each sentence's words embedded, pooled over the words (a bag of
+    embeddings, max or mean), the pools stacked; or (``apart``) the
+    pools read on their own, which keeps the number of sentences in the
+    key."""
+
+    def __init__(self, pool, apart=False):
+        super().__init__()
+        self.pool, self.apart = pool, apart
+
+    def forward(self, xs, t):
+        pools = [self.pool(F.tanh(self.embed(x)), axis=0) for x in xs]
+        h = F.stack(pools) if not self.apart else \
+            F.stack([p * (k + 1) for k, p in enumerate(pools)])
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+@pytest.mark.parametrize('pool', ['max', 'mean'])
+@pytest.mark.parametrize('train', [True, False])
+def test_pooled_embeddings_serve_every_count_and_length(pool, train):
+    entry = _one_joined_entry(
+        lambda: _PooledEmbeddings(_POOLS[pool]),
+        _batches(numpy.random.RandomState(13), _COUNTS), train, 't: i32[B]')
+    assert 'ReduceSegments' in str(entry.graph), entry.graph
+
+
+def test_pools_read_on_their_own_keep_the_count():
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        jitted = differential.check_seeded(
+            _PooledEmbeddings(F.max, apart=True),
+            _batches(numpy.random.RandomState(14), (3, 3, 5, 3)))
+    assert all('xs[0]: i32[W]' not in str(e.signature)
+               for e in jitted.cache_entries()), jitted.cache_report()
+
+
 class _PooledScores(_Pooled):
     def forward(self, xs):
         _, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
