@@ -535,13 +535,14 @@ def _padded_rnn_training():
     return _loss_training(PaddedRNN, batch, lambda m: m.x2h.W.grad, {})
 
 
-def _rnn_text_training(each=False):
+def _rnn_text_training(each=False, pooled=False):
     """Chainer's RNN text classifier (its ``sequence_embed``: the sentences
     joined, embedded, dropped out and cut at their offsets; a one-layer
     ``L.NStepLSTM`` over them; its last state dropped out, through a
     linear layer) on lists of 2 to 64 sentences of 1 to 60 words.
     ``each``: each sentence embedded on its own (``[self.embed(x) for x
-    in xs]``), as the N-step links' documentation writes it."""
+    in xs]``), as the N-step links' documentation writes it; ``pooled``:
+    the maximum over each sentence's outputs instead of the last state."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -561,7 +562,9 @@ def _rnn_text_training(each=False):
             exs = [self.embed(x) for x in xs] if each else \
                 sequence_embed(self.embed, xs, 0.1)
             last_h, last_c, ys = self.encoder(None, None, exs)
-            h = F.dropout(last_h[-1], ratio=0.1)
+            h = F.stack([F.max(y, axis=0) for y in ys]) if pooled else \
+                last_h[-1]
+            h = F.dropout(h, ratio=0.1)
             return F.softmax_cross_entropy(self.l2(h), t)
 
     def sentences(rng):
@@ -711,6 +714,9 @@ def workloads():
         ('RNN text classifier training, each sentence embedded, lists of 2 '
          'to 64 sentences of 1 to 60 words', 'chainerjit',
          _rnn_text_training(each=True)),
+        ('RNN text classifier training, max pooling over the words, lists '
+         'of 2 to 64 sentences of 1 to 60 words', 'chainerjit',
+         _rnn_text_training(pooled=True)),
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),
