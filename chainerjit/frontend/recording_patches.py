@@ -39,6 +39,8 @@ import sys
 
 import chainer
 import chainer.functions
+from chainer.functions.array import transpose_sequence as \
+    transpose_sequence_module
 from chainer.functions.loss import crf1d as crf1d_module
 from chainer.links.rnn import n_step_gru
 from chainer.links.rnn import n_step_lstm
@@ -554,11 +556,11 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
                 lengths.forward_line(1) is None:
             return transpose_sequence(xs)
         paths = _sequences_transposed(xs, recorder)
-        if paths is not None and _state.recorder is recorder:
+        if paths is not None:
             return tuple(paths)  # (F.argmax_crf1d's, transposed back)
         first = len(recorder.graph.nodes)
         steps = transpose_sequence(xs)
-        recorder.transposed_from[id(steps)] = (steps, list(xs))
+        _note_transposed(steps, xs, recorder)
         # (gone where only such a crf1d reads them)
         recorder.droppable.extend(recorder.graph.nodes[first:])
         return steps
@@ -566,11 +568,22 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
     return transposed
 
 
+def _note_transposed(steps, sequences, recorder):
+    """Notes ``steps`` (a list or tuple) as ``sequences`` transposed."""
+    recorder.transposed_from[id(steps)] = (steps, list(steps),
+                                           list(sequences))
+
+
 def _sequences_transposed(steps, recorder):
     """The list of sequences ``F.transpose_sequence`` transposed into
-    ``steps``, as the forward passed them; else ``None``."""
+    ``steps``, as the forward passed them, where ``steps`` still holds
+    those steps; else ``None``."""
     found = recorder.transposed_from.get(id(steps))
-    return found[1] if found is not None and found[0] is steps else None
+    if found is None or found[0] is not steps or \
+            len(steps) != len(found[1]) or \
+            any(a is not b for a, b in zip(steps, found[1])):
+        return None
+    return found[2]
 
 
 def _recording_argmax_crf1d(argmax_crf1d, recorder):
@@ -587,10 +600,10 @@ def _recording_argmax_crf1d(argmax_crf1d, recorder):
         found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(
             [cost] + sequences)
         first = len(recorder.graph.nodes)
-        steps = [p.array for p in chainer.functions.transpose_sequence.
-                 __wrapped__([p.array for p in found[1:]])]
+        steps = [p.array for p in transpose_sequence_module.
+                 transpose_sequence([p.array for p in found[1:]])]
         recorder.droppable.extend(recorder.graph.nodes[first:])
-        recorder.transposed_from[id(steps)] = (steps, list(found[1:]))
+        _note_transposed(steps, found[1:], recorder)
         return found[0], steps
     best.__wrapped__ = argmax_crf1d
     return best

@@ -153,6 +153,14 @@ class _TransposedByHand(chainer.Chain):
         score, path = F.argmax_crf1d(self.crf.cost, hs)
         return score, F.transpose_sequence(path)
 
+    def predict_changed(self, xs):
+        """The first step's tags changed in the list of steps before they
+        are transposed back."""
+        hs = F.transpose_sequence([self.feature(x) for x in xs])
+        score, path = F.argmax_crf1d(self.crf.cost, hs)
+        path[0] = (path[0] + 1) % TAGS
+        return score, F.transpose_sequence(path)
+
 
 @pytest.mark.parametrize('reduce', ['mean', 'no'])
 def test_a_crf_over_a_list_transposed_by_hand_serves_every_length(reduce):
@@ -174,20 +182,32 @@ def _sorted_sentences(seed):
     return calls
 
 
+def _best_paths_as_eager(model, method, seed):
+    """``method`` of ``model`` jitted against eager: the scores and each
+    sentence's path; the jitted function."""
+    jitted = chainerjit.jit(getattr(model, method))
+    for xs, _ in _sorted_sentences(seed):
+        (score, paths), (e_score, e_paths) = jitted(xs), \
+            getattr(model, method)(xs)
+        numpy.testing.assert_allclose(score.array, e_score.array,
+                                      rtol=1e-5, atol=1e-6)
+        assert len(paths) == len(e_paths)
+        for path, expected in zip(paths, e_paths):
+            assert path.dtype == expected.dtype
+            numpy.testing.assert_array_equal(path.array, expected.array)
+    return jitted
+
+
 def test_best_paths_of_a_list_transposed_by_hand_serve_every_length():
-    model = _TransposedByHand()
-    jitted = chainerjit.jit(model.predict)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
-        for xs, _ in _sorted_sentences(6):
-            (score, paths), (e_score, e_paths) = jitted(xs), \
-                model.predict(xs)
-            numpy.testing.assert_allclose(score.array, e_score.array,
-                                          rtol=1e-5, atol=1e-6)
-            assert len(paths) == len(e_paths)
-            for path, expected in zip(paths, e_paths):
-                assert path.dtype == expected.dtype
-                numpy.testing.assert_array_equal(path.array, expected.array)
+        jitted = _best_paths_as_eager(_TransposedByHand(), 'predict', 6)
     entry = _one_entry(jitted)
     assert 'ArgmaxCRF1dOfSequences' in str(entry.graph), entry.graph
     assert 'TransposeSequence' not in str(entry.graph), entry.graph
+
+
+def test_steps_changed_before_they_are_transposed_back_stay_changed():
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        _best_paths_as_eager(_TransposedByHand(), 'predict_changed', 7)
