@@ -893,7 +893,7 @@ def _applied_each(graph, values, users, item_splits):
 
 #: The reductions over an item's rows a joined call makes one op of
 #: (``ops.array.ReduceSegments``), by their recorded names.
-_POOLS = frozenset(['Max', 'Min', 'Sum', 'Mean'])
+_POOLS = frozenset(kind.__name__ for kind in _REDUCTIONS)
 
 
 def _pooled_and_stacked(graph, values, users):
