@@ -428,13 +428,21 @@ SAME_AXES = frozenset([
     'Zoneout'])
 
 
-def note_computed(recorder, name, in_arrays, out_arrays):
+def note_computed(recorder, name, in_arrays, out_arrays, shape=None):
     """Notes the axes of an argument's (not a list item's) that the
     outputs of the Chainer function ``name`` keep from its inputs (of
     :data:`SAME_AXES` where their sizes agree, an embedding's ids, a
     linear layer's rows), so that their sizes read Lengths and a loop over
     them (``exs = self.embed(xs)``, then ``for x in exs``) runs for that
-    argument's size: see :func:`origin_of`."""
+    argument's size: see :func:`origin_of`. A reshape to a ``shape`` of
+    arguments' sizes (``(T, B, H)`` after the steps were merged with the
+    batch) gives its axes theirs."""
+    if name == 'Reshape' and shape is not None and \
+            recorder.length_leaves.get(id(in_arrays[0])) is None:
+        kept = _sized_axes(shape)
+        if any(kept) and len(kept) == out_arrays[0].ndim:
+            recorder.length_leaves[id(out_arrays[0])] = kept
+        return
     origins = [recorder.length_leaves.get(id(a)) for a in in_arrays]
     shifts = set(recorder.length_shifts.get(id(a), 0)
                  for a, o in zip(in_arrays, origins) if o is not None)
@@ -461,6 +469,15 @@ def note_computed(recorder, name, in_arrays, out_arrays):
             recorder.length_leaves[id(array)] = kept
             if shift and kept[0] == first:
                 recorder.length_shifts[id(array)] = shift
+
+
+def _sized_axes(shape):
+    """The origin of each size of ``shape`` that is an argument's size
+    itself (``T``, not ``T * B``), else ``None``."""
+    return tuple(next(iter(n.origins))
+                 if isinstance(n, Length) and n.affine == (1, 0) and
+                 not is_item_length(next(iter(n.origins))) else None
+                 for n in shape)
 
 
 def _past_unit_axes(in_shape, shape, origins):

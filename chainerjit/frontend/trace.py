@@ -674,7 +674,8 @@ class _Recorder(object):
                 template, in_arrays[0].ndim), out_arrays[0])
         else:
             lengths.note_computed(self, type(template).__name__, in_arrays,
-                                  out_arrays)
+                                  out_arrays, getattr(template, 'shape',
+                                                      None))
         self.note_value_origins(out_arrays, out_values)
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):

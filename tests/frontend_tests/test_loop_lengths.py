@@ -199,6 +199,19 @@ class Projected(_Steps):
         return self.out(h)
 
 
+class ProjectedIterated(_Steps):
+    """The steps projected at once, merged with the batch and split back
+    to the argument's sizes (``xs.shape[:2]``), then iterated over."""
+
+    def forward(self, xs):
+        gx = F.reshape(self.x2h(F.reshape(xs, (-1, I))),
+                       xs.shape[:2] + (4 * H,))
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for g in gx:
+            c, h = F.lstm(c, g + self.h2h(h))
+        return self.out(h)
+
+
 class ReversedProjected(_Steps):
     def forward(self, xs):
         T, batch, _ = xs.shape
@@ -347,7 +360,7 @@ class HelperReturnsStepsAndState(_Steps):
     SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
     HelperStepsStacked, HelperReturnsStepsAndState,
     CounterLoopOverComputedSteps, CounterWeighted, CounterDecayed,
-    StepsFlattenedByBatch,
+    StepsFlattenedByBatch, ProjectedIterated,
     ArgumentFlattenedByBatch, SeparatedInTheHeader,
     SeparatedOnTheSecondAxisInTheHeader])
 def test_one_entry_for_every_length_with_gradients(cls):
