@@ -250,16 +250,18 @@ def _unread(nodes, users):
 
 
 def reduced_segments(xs, recorder):
-    """``(the Segments, the reduction)`` where ``xs`` are one reduction
-    (``F.max``, ``F.min``, ``F.sum``, ``F.mean``, ``F.average``) over the
-    first axis of each part of one :class:`Segments`, in order
-    (``[F.max(y, axis=0) for y in ys]`` of an N-step link's outputs);
-    else ``None``."""
+    """``(the Segments, the reduction, the nodes reducing each part)``
+    where ``xs`` are one reduction (``F.max``, ``F.min``, ``F.sum``,
+    ``F.mean``, ``F.average``) over the first axis of each part of one
+    :class:`Segments`, in order (``[F.max(y, axis=0) for y in ys]`` of an
+    N-step link's outputs); else ``None``."""
+    if not recorder.part_of:  # (no Segments: nothing to look for)
+        return None
+    values = [recorder.values.get(id(getattr(x, 'array', None)))
+              for x in xs]
+    made_by = _nodes_making(recorder.graph, values)
     found, kinds = None, set()
-    made_by = dict((id(v), node) for node in recorder.graph.nodes
-                   for v in node.outputs)
-    for k, x in enumerate(xs):
-        value = recorder.values.get(id(getattr(x, 'array', None)))
+    for k, value in enumerate(values):
         node = made_by.get(id(value))
         template = recorder.templates.get(node)
         kind = _REDUCTIONS.get(type(template))
@@ -274,7 +276,21 @@ def reduced_segments(xs, recorder):
         kinds.add(kind)
     if found is None or len(found) != len(xs) or len(kinds) != 1:
         return None
-    return found, kinds.pop()
+    return found, kinds.pop(), [made_by[id(v)] for v in values]
+
+
+def _nodes_making(graph, values):
+    """``{id(value): the node of graph making it}`` for ``values``, found
+    from the latest node back."""
+    wanted = set(id(v) for v in values if v is not None)
+    found = {}
+    for node in reversed(graph.nodes):
+        for v in node.outputs:
+            if id(v) in wanted:
+                found[id(v)] = node
+        if len(found) == len(wanted):
+            break
+    return found
 
 
 # The Chainer functions that map each row of their first input to a row of

@@ -291,19 +291,17 @@ def _one_item_per_step(loop, inside, name):
     if not isinstance(loop, ast.For) or \
             any(isinstance(n, ast.Break) for n in inside):
         return False
-    counter = _counter_name(loop)
-    filled = [n for n in loop.body if _assigns_at(n, counter) and
-              n.targets[0].value.id == name]
-    if filled and not any(isinstance(n, ast.Call) and isinstance(
-            n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
-            n.func.value.id == name for n in inside):
-        return len(filled) == 1
     writes = [n for n in inside if isinstance(n, ast.Call) and isinstance(
         n.func, ast.Attribute) and isinstance(n.func.value, ast.Name) and
         n.func.value.id == name] + [
         n for n in inside if isinstance(n, (ast.AugAssign, ast.Assign))
         and any(isinstance(t, ast.Name) and t.id == name for t in (
             n.targets if isinstance(n, ast.Assign) else [n.target]))]
+    counter = _counter_name(loop)
+    filled = [n for n in inside if _assigns_at(n, counter) and
+              n.targets[0].value.id == name]
+    if filled:
+        return not writes and len(filled) == 1 and filled[0] in loop.body
     return len(writes) == 1 and isinstance(writes[0], ast.Call) and \
         writes[0].func.attr == 'append' and any(
             isinstance(s, ast.Expr) and s.value is writes[0]

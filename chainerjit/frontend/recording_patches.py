@@ -470,7 +470,7 @@ def _recording_stack(stack, recorder):
             type(xs) is list and _state.recorder is recorder and \
             not recorder.depth else None
         if reduced is not None:
-            return _apply_reduced_segments(xs, *reduced, recorder)
+            return _apply_reduced_segments(*reduced, recorder)
         result = stack(xs, axis)
         if type(xs) is list and type(axis) is int and \
                 _state.recorder is recorder and not recorder.depth and \
@@ -482,14 +482,11 @@ def _recording_stack(stack, recorder):
     return stacked
 
 
-def _apply_reduced_segments(xs, segments, kind, recorder):
+def _apply_reduced_segments(segments, kind, each, recorder):
     """``F.stack(xs)`` of a reduction of each part of ``segments``
     (``joining.reduced_segments``) as one node on their rows
-    (``ops.array.ReduceSegments``); the nodes reducing each part go
-    where nothing else reads them."""
-    made = set(id(recorder.values[id(x.array)]) for x in xs)
-    each = [node for node in recorder.graph.nodes
-            if any(id(v) in made for v in node.outputs)]
+    (``ops.array.ReduceSegments``); the nodes reducing each part
+    (``each``) go where nothing else reads them."""
     recorder.droppable.extend(each)
     # (A loop over the parts that only reduced them counts no items.)
     recorder.iterated_lines.update(node.loc for node in each if node.loc)

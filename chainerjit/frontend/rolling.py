@@ -328,9 +328,9 @@ def _counted_power(values):
 
 
 def _same(a, b):
-    """The same Python number, bit for bit (and type)?"""
-    return type(a) is type(b) and (a == b or a != a and b != b) and \
-        repr(a) == repr(b)
+    """The same Python number, bit for bit (and type)? (A float's repr
+    round-trips: ``-0.0`` and ``0.0`` differ.)"""
+    return type(a) is type(b) and repr(a) == repr(b)
 
 
 def _exits(chunk, run, templates):

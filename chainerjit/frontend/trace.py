@@ -934,7 +934,6 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     put back in the result and in the link attributes assigned."""
     traced.untag_graph(recorder.applied)
     lengths.forgive_filled(recorder)
-    recorder.sized_lists = []  # (their items, kept only while recording)
     result = lengths.plain(joining.as_plain(result), recorder.length_uses,
                            'returned', recorder.forward_loc)
     model_state.adopt_lazy_params(instance, recorder)
@@ -953,6 +952,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     recorder.separated = []  # (the items, kept only while recording)
     recorder.separated_from = {}
     recorder.transposed_from = {}
+    recorder.sized_lists = []
     recorder.shape_sources = {}
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),

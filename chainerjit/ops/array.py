@@ -2034,11 +2034,9 @@ def lower_pad_segments(node, ctx):
                 if wanted[0] else None, None)
 
     def lengths(rows):
-        words, items = rows
-        if words is not None and items is not None or any(
-                r is not None and (r.axis or r.widest or r.also)
-                for r in rows):
+        if not _rows_of_one_kind(rows):
             return None
+        words, items = rows
         if items is not None:  # the items' number
             return Follow((items,))
         return Follow((None if length is not None else
@@ -2063,17 +2061,20 @@ class ReduceSegments(chainer.FunctionNode):
         self.kind = kind
 
     def forward(self, inputs):
-        self.retain_inputs((0, 1))
+        extreme = self.kind in segments_ops.EXTREMES
+        self.retain_inputs((0, 1) if extreme else (1,))
+        if extreme:
+            self.retain_outputs((0,))
         rows, lengths = inputs
-        y = segments_ops.reduced_rows(rows, lengths, self.kind)
-        self.retain_outputs((0,))
-        return y,
+        return segments_ops.reduced_rows(rows, lengths, self.kind),
 
     def backward(self, indexes, grad_outputs):
-        rows, lengths = (v.array for v in self.get_retained_inputs())
-        y = self.get_retained_outputs()[0].array
+        kept = [v.array for v in self.get_retained_inputs()]
+        rows, y = None, None
+        if self.kind in segments_ops.EXTREMES:
+            rows, y = kept[0], self.get_retained_outputs()[0].array
         return chainer.Variable(segments_ops.reduced_rows_grad(
-            rows, lengths, self.kind, y, grad_outputs[0].array)), None
+            rows, kept[-1], self.kind, y, grad_outputs[0].array)), None
 
 
 @lowering(ReduceSegments)
@@ -2091,16 +2092,24 @@ def lower_reduce_segments(node, ctx):
                 if wanted[0] else None, None)
 
     def lengths(rows):
-        words, items = rows
-        if any(r is not None and (r.axis or r.widest or r.also)
-               for r in rows) or words is not None and items is not None:
-            return None
-        return Follow((items,))  # (the words' reduced: fixed)
+        # (The words' reduced: fixed.)
+        return Follow((rows[1],)) if _rows_of_one_kind(rows) else None
+    extreme = kind in segments_ops.EXTREMES
     return Kernel(run, {'kind': kind}, grad=GradRule(
-        grad, inputs=(0, 1), outputs=(0,) if kind in ('max', 'min') else ()),
+        grad, inputs=(0, 1) if extreme else (1,),
+        outputs=(0,) if extreme else ()),
         fresh=True, lengths=lengths, onnx=segments_ops.reduced_to_onnx(
             ctx.in_dtypes[1], kind, ctx.in_dtypes[0],
             len(ctx.in_shapes[0])))
+
+
+def _rows_of_one_kind(rows):
+    """For the ``(rows of all the items, their lengths)`` of
+    :class:`PadSegments` and :class:`ReduceSegments`: are rows followed
+    on one of them only, on the first axis, as the items' joined rows
+    or their number?"""
+    return sum(r is not None for r in rows) == 1 and not any(
+        r is not None and (r.axis or r.widest or r.also) for r in rows)
 
 
 def items_padded(xs, length, padding):

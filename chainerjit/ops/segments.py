@@ -68,12 +68,12 @@ def padded_rows(rows, lengths, length, padding):
     (``lengths`` of them, one item after another): ``(items, length or
     the longest, ...)``, each item's rows first, then ``padding``."""
     xp = chainer.backend.get_array_module(rows)
+    lengths = chainer.backend.CpuDevice().send(lengths)
     width = int(numpy.max(lengths, initial=0)) if length is None \
         else length
     out = xp.full((len(lengths), width) + rows.shape[1:], padding,
                   rows.dtype)
-    item, place = _item_and_place(chainer.backend.CpuDevice().send(
-        lengths), len(rows))
+    item, place = _item_and_place(lengths, len(rows))
     out[item, place] = rows
     return out
 
@@ -81,8 +81,8 @@ def padded_rows(rows, lengths, length, padding):
 def rows_of_padded(padded, lengths):
     """The rows of the items ``padded`` holds (:func:`padded_rows`), one
     item after another: the gradient of their padding."""
-    item, place = _item_and_place(chainer.backend.CpuDevice().send(
-        lengths), int(numpy.sum(chainer.backend.CpuDevice().send(lengths))))
+    lengths = chainer.backend.CpuDevice().send(lengths)
+    item, place = _item_and_place(lengths, int(numpy.sum(lengths)))
     return padded[item, place]
 
 
@@ -106,19 +106,25 @@ def reduced_rows(rows, lengths, kind):
         (0,) + rows.shape[1:], rows.dtype)
 
 
+#: The reductions whose gradient reads the rows and the reduction: the
+#: rows that hold it get the gradient.
+EXTREMES = frozenset(['max', 'min'])
+
+
 def reduced_rows_grad(rows, lengths, kind, y, gy):
     """The gradient of :func:`reduced_rows` for its rows, as Chainer's
     reductions give it to each item: the item's ``gy`` at every row
-    (times ``1 / len`` in the rows' dtype for a mean; where the row holds
-    the maximum, or minimum, for those)."""
+    (times ``1 / len`` in ``gy``'s dtype for a mean; where the row holds
+    the maximum, or minimum, for those of :data:`EXTREMES`, which alone
+    read ``rows`` and ``y``)."""
     lengths = chainer.backend.CpuDevice().send(lengths)
-    item = numpy.repeat(numpy.arange(len(lengths)), lengths)
+    item, _ = _item_and_place(lengths, int(numpy.sum(lengths)))
     if kind == 'mean':
         gy = gy * numpy.asarray(
-            [rows.dtype.type(1.0 / n) for n in lengths.tolist()],
-            rows.dtype).reshape((-1,) + (1,) * (gy.ndim - 1))
+            [gy.dtype.type(1.0 / n) for n in lengths.tolist()],
+            gy.dtype).reshape((-1,) + (1,) * (gy.ndim - 1))
     g = gy[item]
-    if kind in ('max', 'min'):
+    if kind in EXTREMES:
         g = g * (rows == y[item])
     return g
 
