@@ -288,3 +288,109 @@ def max_pool_tiles_grad(x, gy, gx, Py_ssize_t kh, Py_ssize_t kw,
         _max_pool_tiles_grad(<double*>_data(x), strides, <double*>_data(gy),
                              <double*>_data(gx), dims, kh, kw, relu)
     return True
+
+
+
+
+# --- ReLU after max pooling over windows that tile the image -------------
+# The forward that passes.fuse.fuse_relu_max_pooling runs: the windows'
+# maxima, then maximum(m, 0). NumPy's maximum keeps a NaN from either side,
+# so a window with a NaN gives NaN whatever the order of the comparisons,
+# and the ReLU gives +0 for every other maximum <= 0: the values the pooling
+# of strided views and the ReLU give, in one pass.
+
+cdef extern from *:
+    """
+    /* 2x2 windows of float32 images with unit channel strides (a
+       convolution's output, channels-last in memory): each window's four
+       corners are runs of channels, taken four channels at a time in
+       SSE2, the run's last four again where the channels are not a
+       multiple of four (the same values written twice). Branch-free:
+       branches on the random signs of the values ran 6x slower. The
+       first NaN of a window, in the order NumPy's maxima of views meet
+       them, is its value; else the maximum, -0 and +0 alike, then
+       maximum(m, 0) (+0 for every m <= 0). Strides in elements: x's and
+       y's of N, H, W. Returns 0, writing nothing, without SSE2 or for
+       fewer than four channels. */
+    #if defined(__SSE2__)
+    #include <emmintrin.h>
+    static inline __m128 cj_first_nan_or_max(__m128 a, __m128 b) {
+        __m128 a_nan = _mm_cmpunord_ps(a, a);
+        __m128 b_nan = _mm_cmpunord_ps(b, b);
+        __m128 m = _mm_max_ps(a, b);  /* b where either is NaN */
+        /* a where a is NaN; else m (b, NaN or not, where b is NaN). */
+        return _mm_or_ps(_mm_and_ps(a_nan, a), _mm_andnot_ps(a_nan,
+               _mm_or_ps(_mm_and_ps(b_nan, b), _mm_andnot_ps(b_nan, m))));
+    }
+    static inline void cj_relu_max_4(const float* r0, const float* r1,
+                                     Py_ssize_t right, float* out) {
+        __m128 m = cj_first_nan_or_max(
+            cj_first_nan_or_max(_mm_loadu_ps(r0), _mm_loadu_ps(r1)),
+            cj_first_nan_or_max(_mm_loadu_ps(r0 + right),
+                                _mm_loadu_ps(r1 + right)));
+        __m128 nan = _mm_cmpunord_ps(m, m);
+        m = _mm_or_ps(_mm_and_ps(nan, m),
+                      _mm_andnot_ps(nan, _mm_max_ps(m, _mm_setzero_ps())));
+        _mm_storeu_ps(out, m);
+    }
+    static int cj_relu_max_pool_2x2_f32(
+            const float* x, const Py_ssize_t* xs, float* y,
+            const Py_ssize_t* ys, const Py_ssize_t* dims) {
+        Py_ssize_t n, oy, ox, c, channels = dims[1];
+        if (channels < 4)
+            return 0;
+        for (n = 0; n < dims[0]; n++)
+            for (oy = 0; oy < dims[2]; oy++)
+                for (ox = 0; ox < dims[3]; ox++) {
+                    const float* r0 = x + n * xs[0] + 2 * oy * xs[1] +
+                                      2 * ox * xs[2];
+                    float* out = y + n * ys[0] + oy * ys[1] + ox * ys[2];
+                    for (c = 0; c + 4 <= channels; c += 4)
+                        cj_relu_max_4(r0 + c, r0 + xs[1] + c, xs[2],
+                                      out + c);
+                    if (c < channels) {
+                        c = channels - 4;
+                        cj_relu_max_4(r0 + c, r0 + xs[1] + c, xs[2],
+                                      out + c);
+                    }
+                }
+        return 1;
+    }
+    #else
+    static int cj_relu_max_pool_2x2_f32(
+            const float* x, const Py_ssize_t* xs, float* y,
+            const Py_ssize_t* ys, const Py_ssize_t* dims) {
+        return 0;
+    }
+    #endif
+    """
+    int cj_relu_max_pool_2x2_f32(const float* x, const Py_ssize_t* xs,
+                                 float* y, const Py_ssize_t* ys,
+                                 const Py_ssize_t* dims) nogil
+
+
+def relu_max_pool_tiles(x, y, Py_ssize_t kh, Py_ssize_t kw):
+    """``y`` = the ReLU of the maxima of ``x``'s 2x2 windows that tile
+    it, ``x`` (N, C, H, W) and ``y`` (N, C, H / 2, W / 2) float32 with
+    four channels or more, both channels-last in memory (unit channel
+    strides: a convolution's output, and ``numpy.empty_like`` of a
+    strided view of it), ``y`` writeable and apart from ``x``. Returns
+    False, writing nothing, for other arrays or windows."""
+    cdef Py_ssize_t x_steps[3]
+    cdef Py_ssize_t y_steps[3]
+    cdef Py_ssize_t dims[4]
+    cdef int k
+    if kh != 2 or kw != 2 or _strided_kind(x) != cnp.NPY_FLOAT or \
+            _strided_kind(y) != cnp.NPY_FLOAT or \
+            not cnp.PyArray_ISWRITEABLE(<cnp.ndarray>y) or \
+            not _tiles(x, y, kh, kw) or x.strides[1] != 4 or \
+            y.strides[1] != 4 or \
+            _shares_memory(<cnp.ndarray>x, <cnp.ndarray>y):
+        return False
+    for k in range(4):
+        dims[k] = y.shape[k]
+    for k, axis in enumerate((0, 2, 3)):
+        x_steps[k] = x.strides[axis] // 4
+        y_steps[k] = y.strides[axis] // 4
+    return bool(cj_relu_max_pool_2x2_f32(
+        <float*>_data(x), x_steps, <float*>_data(y), y_steps, dims))

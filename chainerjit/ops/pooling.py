@@ -108,7 +108,9 @@ def _after_relu(node, max_pool_tiles, grad):
     The forward pools ``x``, then takes the ReLU of the maxima, a
     window's size fewer: the same bits, since NumPy's ``maximum(v, 0)``
     is monotonic, gives ``+0`` for every ``v <= 0`` (-0 included) and
-    keeps NaN, and the pooling's maxima of views keep the first NaN.
+    keeps NaN, and the pooling's maxima of views keep the first NaN
+    (for 2x2 windows of a channels-last float32 image, in one C loop:
+    ``_loops_pooling.relu_max_pool_tiles``).
 
     The gradient scans the ReLU of ``x`` for the maxima, in one C loop
     with the ReLU's gradient (``_loops_pooling.max_pool_tiles_grad``);
@@ -117,6 +119,12 @@ def _after_relu(node, max_pool_tiles, grad):
 
     def fused(relu):
         def forward(x):
+            if ndim == 2 and type(x) is numpy.ndarray:
+                # One C loop over a convolution's channels-last output
+                # (2x faster), the layout NumPy's maxima of views give.
+                y = numpy.empty_like(x[:, :, ::2, ::2])
+                if _loops_pooling.relu_max_pool_tiles(x, y, *node.ksize):
+                    return y
             pooled = max_pool_tiles(x)
             if pooled is not x and pooled.flags.owndata:  # not a view of x
                 return relu.inplace[0](pooled)

@@ -127,6 +127,44 @@ def test_signed_zeros_bytes_as_the_two_nodes(shape, monkeypatch):
     assert got == expected
 
 
+@pytest.mark.parametrize('channels', [4, 5, 6, 16])
+def test_channels_last_loop_bytes_as_numpy(channels):
+    """The C loop over a channels-last image (four channels at a time,
+    the run's last four again) gives the bytes of NumPy's maxima of
+    views then its ReLU: 2x2 windows with NaNs, zeros of both signs and
+    ties. Where it does not apply (3 channels, C order) it says so."""
+    from chainerjit.ops import _loops_pooling
+    from chainerjit.ops.pooling import _max_pool_tiles
+    rng = numpy.random.default_rng(11)
+    for _ in range(3):
+        x = _signed_zeros(rng, (3, 6, 10, channels))
+        x[0, 1, 1, -1] = x[2, 4, 3, 0] = numpy.nan
+        x = x.transpose(0, 3, 1, 2)
+        y = numpy.empty_like(x[:, :, ::2, ::2])
+        assert _loops_pooling.relu_max_pool_tiles(x, y, 2, 2)
+        expected = numpy.maximum(_max_pool_tiles((2, 2))(x), 0)
+        assert y.strides == expected.strides
+        assert y.tobytes() == expected.tobytes()
+    c_ordered = numpy.ascontiguousarray(x)
+    assert not _loops_pooling.relu_max_pool_tiles(
+        c_ordered, numpy.empty_like(c_ordered[:, :, ::2, ::2]), 2, 2)
+    three = x[:, :3]
+    assert not _loops_pooling.relu_max_pool_tiles(
+        three, numpy.empty_like(three[:, :, ::2, ::2]), 2, 2)
+
+
+def test_after_a_convolution_of_six_channels():
+    """The loop in a program: a convolution's channels-last output of six
+    channels (LeNet's first layer)."""
+    W = numpy.random.default_rng(12).standard_normal((6, 2, 3, 3)).astype(
+        numpy.float32)
+
+    def conv_relu_pool(x):
+        return F.max_pooling_2d(F.relu(F.convolution_2d(x, W, pad=1)), 2)
+    _exact(conv_relu_pool, _calls(numpy.random.default_rng(13),
+                                  (3, 2, 8, 10)))
+
+
 def test_3d_pooling():
     def pool3d(x):
         return F.max_pooling_nd(F.relu(x), 2)
