@@ -536,8 +536,10 @@ def _windows_conv(node, ctx, scratch):
     _, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
     col_args, _ = _conv_im2col_settings(node, ctx)
     k = c_in * kh * kw
+    direct = _loops_convolution.direct_convolution_available() and \
+        (node.sy, node.sx, node.dy, node.dx) == (1, 1, 1, 1)
 
-    def windows(x, W, b=None):
+    def by_blas(x, W, b):
         # ``dense``'s product (the one tensordot makes), with the patches
         # gathered in one copy instead of im2col's and tensordot's two;
         # or one product per image, where it gives the same bits.
@@ -556,8 +558,61 @@ def _windows_conv(node, ctx, scratch):
         y = y.reshape(len(x), out_h, out_w, c_out)
         if b is not None:
             _add_to_rows(y, b)
-        return numpy.rollaxis(y, 3, 1)
+        return y
+
+    def windows(x, W, b=None):
+        # The direct convolution where it gives the same bits, and runs
+        # faster (2x to 3x on LeNet's layers).
+        if direct and _direct_agrees(x, W, b, node) and _runs_faster(
+                ('direct', x.shape, W.shape, x.dtype),
+                functools.partial(_direct_forward, x, W, b, node),
+                functools.partial(by_blas, x, W, b)):
+            y = _direct_forward(x, W, b, node)
+            if y is not None:
+                return numpy.rollaxis(y, 3, 1)
+        return numpy.rollaxis(by_blas(x, W, b), 3, 1)
     return windows
+
+
+def _direct_forward(x, W, b, node):
+    """The convolution's output (N, out_h, out_w, c_out) by
+    ``_loops_convolution.direct_convolution``, its bias added, or
+    ``None`` for arrays it does not take."""
+    n, _, h, w = x.shape
+    y = numpy.empty((n, h + 2 * node.ph - W.shape[2] + 1,
+                     w + 2 * node.pw - W.shape[3] + 1, len(W)), x.dtype)
+    if _loops_convolution.direct_convolution(x, W, b, y, node.ph, node.pw):
+        return y
+    return None
+
+
+def _direct_agrees(x, W, b, node):
+    """Does :func:`_direct_forward` take these arrays and give the bits
+    of the patches as rows by ``W^T`` (probed once per shape, from the
+    third call on, as the products per image)?"""
+    return type(x) is numpy.ndarray and x.dtype == W.dtype == \
+        numpy.float32 and (b is None or b.dtype == x.dtype) and \
+        x.size > 0 and W.flags.c_contiguous and \
+        linear_ops.faster_order_agrees(
+            _probe_direct_forward, x.shape, W.shape, node.ph, node.pw,
+            x.dtype, seen=PROBED_AFTER)
+
+
+def _probe_direct_forward(x_shape, w_shape, ph, pw, dtype):
+    rng = numpy.random.RandomState(0)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    W = rng.standard_normal(w_shape).astype(dtype)
+    node = _Geometry(1, 1, ph, pw, 1, 1)
+    y = _direct_forward(x, W, None, node)
+    kh, kw = w_shape[2:]
+    expected = _forward_as_rows(x, W, W[0].size, None, (kh, kw, 1, 1, ph, pw),
+                                node)
+    return y is not None and numpy.array_equal(y.reshape(expected.shape),
+                                               expected)
+
+
+#: A convolution's strides, padding and dilations, as its node has them.
+_Geometry = collections.namedtuple('_Geometry', 'sy sx ph pw dy dx')
 
 
 def _per_image_forward_agrees(x, W, k, block):

@@ -102,3 +102,75 @@ def test_added_patches_are_col2ims_sums_bit_for_bit(rng, geometry, dtype):
     assert not add(patches[:, :, :, :1], img, geometry)  # another batch size
     assert not add(patches, img, geometry, COLUMNS)  # another layout's shape
     assert not add(by_image, img, geometry, ROWS)  # not a layout it adds
+
+
+# --- the direct convolution ------------------------------------------------
+
+direct_only = pytest.mark.skipif(
+    not _loops_convolution.direct_convolution_available(),
+    reason='the direct convolution needs AVX-512 and FMA')
+
+
+def _direct(x, W, b, ph, pw):
+    n, _, h, w = x.shape
+    y = numpy.full((n, h + 2 * ph - W.shape[2] + 1,
+                    w + 2 * pw - W.shape[3] + 1, len(W)), 7, numpy.float32)
+    assert _loops_convolution.direct_convolution(x, W, b, y, ph, pw)
+    return y
+
+
+@direct_only
+@pytest.mark.parametrize('x_shape, w_shape, pad', [
+    ((3, 1, 28, 28), (6, 1, 5, 5), 2),  # LeNet's layers
+    ((3, 6, 14, 14), (16, 6, 5, 5), 2),
+    ((2, 3, 9, 40), (20, 3, 3, 3), 1),  # three column blocks, 20 outputs
+    ((2, 2, 5, 4), (3, 2, 3, 2), 0),
+    ((1, 4, 3, 3), (9, 4, 1, 1), 3),  # padding wider than the kernel
+])
+@pytest.mark.parametrize('layout', ['C', 'channels last', 'strided'])
+def test_direct_convolution_is_the_patches_product(rng, x_shape, w_shape,
+                                                   pad, layout):
+    """Within rounding of a float64 convolution, its bias added after;
+    and, where the probe says this machine's BLAS sums as it does, the
+    bits of the patches' product (Chainer's)."""
+    x = rng.standard_normal(x_shape).astype(numpy.float32)
+    if layout == 'channels last':
+        x = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+    elif layout == 'strided':
+        wide = numpy.zeros(x_shape[:3] + (2 * x_shape[3],), numpy.float32)
+        wide[..., ::2] = x
+        x = wide[..., ::2]
+    W = rng.standard_normal(w_shape).astype(numpy.float32)
+    b = rng.standard_normal(w_shape[0]).astype(numpy.float32)
+    kh, kw = w_shape[2:]
+    geometry = (kh, kw, 1, 1, pad, pad)
+    rows = connection.patch_matrix(x, *geometry)
+    exact = rows.astype(numpy.float64).dot(
+        W.reshape(len(W), -1).T.astype(numpy.float64))
+    y = _direct(x, W, None, pad, pad).reshape(exact.shape)
+    numpy.testing.assert_allclose(y, exact, rtol=1e-5, atol=1e-5)
+    with_bias = _direct(x, W, b, pad, pad).reshape(exact.shape)
+    assert with_bias.tobytes() == (y + b).tobytes()
+    if connection._probe_direct_forward(x_shape, w_shape, pad, pad,
+                                        numpy.float32):
+        product = rows.dot(W.reshape(len(W), -1).T)
+        assert y.tobytes() == product.tobytes()
+
+
+@direct_only
+def test_direct_convolution_refuses_arrays_it_does_not_take(rng):
+    x = rng.standard_normal((2, 3, 6, 6)).astype(numpy.float32)
+    W = rng.standard_normal((4, 3, 3, 3)).astype(numpy.float32)
+    y = numpy.zeros((2, 6, 6, 4), numpy.float32)
+    take = _loops_convolution.direct_convolution
+    assert take(x, W, None, y, 1, 1)
+    assert not take(x.astype(numpy.float64), W, None, y, 1, 1)
+    assert not take(x, W, None, y, 0, 0)  # y of another shape
+    assert not take(x, W[:, :2], None, y, 1, 1)  # other channels
+    assert not take(x, W, numpy.zeros(3, numpy.float32), y, 1, 1)
+    assert not take(x, numpy.asfortranarray(W), None, y, 1, 1)
+    assert not take(x, W, None, y.transpose(0, 2, 1, 3), 1, 1)
+    shared = numpy.zeros(2 * 4 * 6 * 6, numpy.float32)
+    assert not take(shared.reshape(2, 4, 6, 6)[:, :3], W, None,
+                    shared.reshape(2, 6, 6, 4), 1, 1)  # y over x

@@ -230,18 +230,22 @@ def test_a_pooled_convolution_block_trains_as_eager_bit_for_bit(
 
 
 @pytest.mark.parametrize('dtype', [numpy.float32, numpy.float64])
-def test_channel_affine_and_input_grad_are_chainers_formulas(rng, dtype):
-    shape = (4, 5, 6, 7)
+@pytest.mark.parametrize('shape', [(4, 5, 6, 7), (32, 6, 28, 28),
+                                   (2, 16, 3, 3), (3, 40, 5, 2)])
+def test_channel_affine_and_input_grad_are_chainers_formulas(rng, dtype,
+                                                             shape):
+    """Runs of whole positions and the last, shorter one; fewer positions
+    than a run; channels that fill a run alone."""
     x = _channels_last(rng, shape, dtype)
     gy = _channels_last(rng, shape, dtype)
     mean, scale, gamma, beta, ggamma, gbeta = (
-        rng.standard_normal(5).astype(dtype) for _ in range(6))
+        rng.standard_normal(shape[1]).astype(dtype) for _ in range(6))
     e = (None, slice(None), None, None)
     y, x_hat, gx = (numpy.empty_like(x) for _ in range(3))
     assert _loops_normalization.channel_affine(x, mean, scale, gamma, beta, y)
     assert _loops_normalization.channel_affine(x, mean, scale, None, None,
                                                x_hat)
-    inv_m = numpy.dtype(dtype).type(1. / 168)
+    inv_m = numpy.dtype(dtype).type(1. / (x.size // shape[1]))
     assert _loops_normalization.channel_input_grad(gy, x_hat, ggamma, gbeta,
                                                    inv_m, gamma * scale, gx)
     expected_hat = x - mean[e]
