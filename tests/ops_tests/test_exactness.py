@@ -200,18 +200,19 @@ def test_a_linear_bias_gradient_is_numpys_column_sum(rng, dtype, shape):
 
 LENET = [((3, 1, 12, 12), (6, 1, 5, 5)), ((3, 6, 6, 6), (16, 6, 5, 5))]
 _CONV_PROBES = ('_probe_forward_per_image', '_probe_products_per_image',
-                '_probe_transposed_grad_w', '_probe_direct_forward')
-#: The forward taken where every probe agrees and runs faster: the direct
-#: convolution where this CPU runs it, else the products per image.
-_FASTEST_FORWARD = '_direct_forward' if \
+                '_probe_transposed_grad_w', '_probe_direct_forward',
+                '_probe_direct_grad_x')
+#: The forward and input gradient taken where every probe agrees and runs
+#: faster: the direct convolutions where this CPU runs them, else the
+#: products per image.
+_FASTEST = ('_direct_forward', '_direct_grad_x') if \
     _loops_convolution.direct_convolution_available() else \
-    '_forward_per_image'
+    ('_forward_per_image', '_products_per_image')
 
 
 def _conv_paths_taken(monkeypatch):
     """Counts the calls of each faster product of the convolutions."""
-    taken = dict.fromkeys((_FASTEST_FORWARD, '_products_per_image',
-                           '_columns_for_grad_w'), 0)
+    taken = dict.fromkeys(_FASTEST + ('_columns_for_grad_w',), 0)
     for name in taken:
         def counted(*args, _name=name, _fn=getattr(connection, name)):
             result = _fn(*args)
@@ -280,9 +281,13 @@ def test_each_convolution_probe_answers_for_its_kernels(
         grad_w = columns.reshape(k, -1).dot(gy_t.T).T
     direct = connection._direct_forward(
         x, W, None, connection._Geometry(1, 1, 2, 2, 1, 1))
+    direct_gx = connection._direct_grad_x(gy, W, 2, 2, *x_shape[2:])
     same = {
         '_probe_direct_forward': direct is None or numpy.array_equal(
             direct.reshape(-1, c_out), rows.dot(W.reshape(c_out, k).T)),
+        '_probe_direct_grad_x': direct_gx is None or numpy.array_equal(
+            direct_gx, connection._conv_transpose_by_patches(
+                gy, W, 1, (1, 1, 2, 2) + x_shape[2:], dict(dy=1, dx=1))),
         '_probe_forward_per_image': numpy.array_equal(
             forward, rows.dot(W.reshape(c_out, k).T)),
         '_probe_products_per_image': numpy.array_equal(
@@ -293,7 +298,8 @@ def test_each_convolution_probe_answers_for_its_kernels(
     args = {'_probe_forward_per_image': (n, block, k, c_out),
             '_probe_products_per_image': (n, k, c_out, block),
             '_probe_transposed_grad_w': (c_out, n * block, k),
-            '_probe_direct_forward': (x_shape, w_shape, 2, 2)}
+            '_probe_direct_forward': (x_shape, w_shape, 2, 2),
+            '_probe_direct_grad_x': (gy.shape, w_shape, 2, 2) + x_shape[2:]}
     for name in _CONV_PROBES:
         agrees = getattr(connection, name)(*args[name], dtype)
         assert same[name] or not agrees, name

@@ -174,3 +174,55 @@ def test_direct_convolution_refuses_arrays_it_does_not_take(rng):
     shared = numpy.zeros(2 * 4 * 6 * 6, numpy.float32)
     assert not take(shared.reshape(2, 4, 6, 6)[:, :3], W, None,
                     shared.reshape(2, 6, 6, 4), 1, 1)  # y over x
+
+
+@direct_only
+@pytest.mark.parametrize('x_shape, w_shape, pad', [
+    ((3, 1, 28, 28), (6, 1, 5, 5), 2),  # LeNet's layers
+    ((3, 6, 14, 14), (16, 6, 5, 5), 2),
+    ((2, 9, 5, 40), (7, 9, 3, 3), 1),  # two channel blocks, three columns
+    ((2, 3, 7, 6), (4, 3, 3, 2), 0),
+    ((1, 4, 3, 3), (5, 4, 1, 1), 3),  # padding wider than the kernel
+])
+def test_direct_grad_x_is_chainers_product_and_col2im(rng, x_shape, w_shape,
+                                                      pad):
+    """Within rounding of float64, and where the probe says this machine's
+    BLAS sums as it does, the bits of Chainer's steps (the product of W^T
+    by gy, then col2im): an infinite weight's products too, which
+    col2im drops where a position reads no pixel."""
+    n, c, h, w = x_shape
+    kh, kw = w_shape[2:]
+    gy_shape = (n, w_shape[0], h + 2 * pad - kh + 1, w + 2 * pad - kw + 1)
+    args = ((1, 1, pad, pad, h, w), dict(dy=1, dx=1))
+    for with_inf in (False, True):
+        gy = rng.standard_normal(gy_shape).astype(numpy.float32)
+        W = rng.standard_normal(w_shape).astype(numpy.float32)
+        if with_inf:
+            W[0, 0, -1, -1] = numpy.inf
+        gx = numpy.full(x_shape, 7, numpy.float32)
+        assert _loops_convolution.direct_convolution_grad_x(gy, W, gx, pad,
+                                                            pad)
+        expected = connection._conv_transpose_by_patches(gy, W, 1, *args)
+        if not with_inf:
+            exact = connection._conv_transpose_by_patches(
+                gy.astype(numpy.float64), W.astype(numpy.float64), 1, *args)
+            numpy.testing.assert_allclose(gx, exact, rtol=1e-5, atol=1e-5)
+        if connection._probe_direct_grad_x(gy_shape, w_shape, pad, pad, h,
+                                           w, numpy.float32):
+            assert numpy.array_equal(gx, expected, equal_nan=True)
+
+
+@direct_only
+def test_direct_grad_x_refuses_arrays_it_does_not_take(rng):
+    gy = rng.standard_normal((2, 4, 6, 6)).astype(numpy.float32)
+    W = rng.standard_normal((4, 3, 3, 3)).astype(numpy.float32)
+    gx = numpy.zeros((2, 3, 6, 6), numpy.float32)
+    take = _loops_convolution.direct_convolution_grad_x
+    assert take(gy, W, gx, 1, 1)
+    assert not take(gy.astype(numpy.float64), W, gx, 1, 1)
+    assert not take(gy, W, gx, 0, 0)  # gx of another size
+    assert not take(gy[:, :3], W, gx, 1, 1)  # other channels
+    assert not take(gy.transpose(0, 1, 3, 2).copy().transpose(0, 1, 3, 2),
+                    W, gx, 1, 1)  # rows not contiguous
+    assert not take(gy, numpy.asfortranarray(W), gx, 1, 1)
+    assert not take(gy, W, gx.transpose(0, 1, 3, 2), 1, 1)
