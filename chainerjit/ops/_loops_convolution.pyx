@@ -589,6 +589,130 @@ cdef extern from *:
                                        kw, ph, pw, height, width,
                                        gx) == 0 ? 1 : -1;
     }
+    /* G (<= 8) taps' accumulators over the k in [k0, k1), 16 output
+       channels a vector: acc[g] += x's value at tap g times gy's 16
+       values at k, by FMAs in k's order; then added to total (the
+       taps' rows, total_step apart). Inlined with G constant, so that the accumulators
+       stay in registers. */
+    __attribute__((target("avx512f,fma"), always_inline))
+    static inline void cj_grad_w_taps(
+            const float* image, const Py_ssize_t* at, const Py_ssize_t* off,
+            const float* g, Py_ssize_t g_step, Py_ssize_t k0, Py_ssize_t k1,
+            const int G, float* total, Py_ssize_t total_step) {
+        __m512 acc[8];
+        Py_ssize_t k;
+        int t;
+        for (t = 0; t < G; t++)
+            acc[t] = _mm512_setzero_ps();
+        for (k = k0; k < k1; k++) {
+            __m512 v = _mm512_loadu_ps(g + k * g_step);
+            const float* base = image + at[k];
+            for (t = 0; t < G; t++)
+                acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(base[off[t]]), v,
+                                         acc[t]);
+        }
+        for (t = 0; t < G; t++)
+            _mm512_storeu_ps(total + total_step * t, _mm512_add_ps(
+                _mm512_loadu_ps(total + total_step * t), acc[t]));
+    }
+    /* gw (O, C, kh, kw) = the gradient of a convolution with respect to
+       its filter, as BLAS computes Chainer's product of gy (O, K) by the
+       patches (K, C * kh * kw), K = N * out_h * out_w in (n, y, x) order:
+       K cut into blocks as OpenBLAS's driver cuts a product's inner axis
+       (q at a time while 2q or more are left, then two halves rounded up
+       to unroll where more than q are), each block summed from +0 by
+       FMAs in order and added to the result (from +0). x (N, C, H, W)
+       of element strides steps, gy (N, O, out_h, out_w) of gsteps;
+       stride and dilation 1. */
+    __attribute__((target("avx512f,fma")))
+    static int cj_direct_grad_w_avx512(
+            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
+            const float* gy, const Py_ssize_t* gsteps, Py_ssize_t outs,
+            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
+            Py_ssize_t q, Py_ssize_t unroll, float* gw) {
+        Py_ssize_t channels = dims[1], height = dims[2], width = dims[3];
+        Py_ssize_t out_h = height + 2 * ph - kh + 1;
+        Py_ssize_t out_w = width + 2 * pw - kw + 1;
+        Py_ssize_t padded_w = width + 2 * pw;
+        Py_ssize_t plane = (height + 2 * ph) * padded_w;
+        Py_ssize_t taps = channels * kh * kw, o_pad = (outs + 15) / 16 * 16;
+        Py_ssize_t inner = dims[0] * out_h * out_w;
+        Py_ssize_t n, c, r, col, i, j, t, o, k, k0, k1, ob, y, xo;
+        float* image = (float*)calloc(dims[0] * channels * plane,
+                                      sizeof(float));
+        float* g = (float*)calloc(inner * o_pad, sizeof(float));
+        float* total = (float*)calloc(taps * o_pad, sizeof(float));
+        Py_ssize_t* at = (Py_ssize_t*)malloc(inner * sizeof(Py_ssize_t));
+        Py_ssize_t* off = (Py_ssize_t*)malloc((taps + 8) *
+                                              sizeof(Py_ssize_t));
+        int failed = image == NULL || g == NULL || total == NULL ||
+                     at == NULL || off == NULL;
+        if (!failed) {
+            for (n = 0; n < dims[0]; n++)
+                for (c = 0; c < channels; c++)
+                    for (r = 0; r < height; r++)
+                        for (col = 0; col < width; col++)
+                            image[(n * channels + c) * plane + (r + ph) *
+                                  padded_w + pw + col] =
+                                x[n * steps[0] + c * steps[1] +
+                                  r * steps[2] + col * steps[3]];
+            k = 0;
+            for (n = 0; n < dims[0]; n++)
+                for (y = 0; y < out_h; y++)
+                    for (xo = 0; xo < out_w; xo++, k++) {
+                        at[k] = n * channels * plane + y * padded_w + xo;
+                        for (o = 0; o < outs; o++)
+                            g[k * o_pad + o] = gy[n * gsteps[0] +
+                                                  o * gsteps[1] +
+                                                  y * gsteps[2] +
+                                                  xo * gsteps[3]];
+                    }
+            t = 0;
+            for (c = 0; c < channels; c++)
+                for (i = 0; i < kh; i++)
+                    for (j = 0; j < kw; j++)
+                        off[t++] = c * plane + i * padded_w + j;
+            for (k0 = 0; k0 < inner; k0 = k1) {
+                Py_ssize_t left = inner - k0, block = left;
+                if (left - q >= q)  /* (2 * q may overflow) */
+                    block = q;
+                else if (left > q)
+                    block = (left / 2 + unroll - 1) / unroll * unroll;
+                k1 = k0 + block;
+                for (ob = 0; ob < o_pad; ob += 16)
+                    for (t = 0; t < taps; t += 8) {
+                        #define CJ_TAPS(G) case G: cj_grad_w_taps( \
+                            image, at, off + t, g + ob, o_pad, k0, k1, G, \
+                            total + t * o_pad + ob, o_pad); break;
+                        switch (taps - t < 8 ? taps - t : 8) {
+                            CJ_TAPS(8) CJ_TAPS(7) CJ_TAPS(6) CJ_TAPS(5)
+                            CJ_TAPS(4) CJ_TAPS(3) CJ_TAPS(2) CJ_TAPS(1)
+                        }
+                        #undef CJ_TAPS
+                    }
+            }
+            for (o = 0; o < outs; o++)
+                for (t = 0; t < taps; t++)
+                    gw[o * taps + t] = total[t * o_pad + o];
+        }
+        free(image);
+        free(g);
+        free(total);
+        free(at);
+        free(off);
+        return failed ? -1 : 0;
+    }
+    static int cj_direct_grad_w_f32(
+            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
+            const float* gy, const Py_ssize_t* gsteps, Py_ssize_t outs,
+            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
+            Py_ssize_t q, Py_ssize_t unroll, float* gw) {
+        if (!cj_direct_conv_available())
+            return 0;
+        return cj_direct_grad_w_avx512(x, dims, steps, gy, gsteps, outs, kh,
+                                       kw, ph, pw, q, unroll,
+                                       gw) == 0 ? 1 : -1;
+    }
     #else
     static int cj_direct_conv_f32(
             const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
@@ -607,6 +731,13 @@ cdef extern from *:
             Py_ssize_t height, Py_ssize_t width, float* gx) {
         return 0;
     }
+    static int cj_direct_grad_w_f32(
+            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
+            const float* gy, const Py_ssize_t* gsteps, Py_ssize_t outs,
+            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
+            Py_ssize_t q, Py_ssize_t unroll, float* gw) {
+        return 0;
+    }
     #endif
     """
     int cj_direct_conv_f32(const float* x, const Py_ssize_t* dims,
@@ -621,6 +752,12 @@ cdef extern from *:
                              Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
                              Py_ssize_t height, Py_ssize_t width,
                              float* gx) nogil
+    int cj_direct_grad_w_f32(const float* x, const Py_ssize_t* dims,
+                             const Py_ssize_t* steps, const float* gy,
+                             const Py_ssize_t* gsteps, Py_ssize_t outs,
+                             Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph,
+                             Py_ssize_t pw, Py_ssize_t q, Py_ssize_t unroll,
+                             float* gw) nogil
 
 
 def direct_convolution_available():
@@ -697,6 +834,47 @@ def direct_convolution_grad_x(gy, W, gx, Py_ssize_t ph, Py_ssize_t pw):
         <float*>_data(gy), gdims, gsteps, <float*>_data(W), W.shape[1],
         W.shape[2], W.shape[3], ph, pw, gx.shape[2], gx.shape[3],
         <float*>_data(gx))
+    if done < 0:
+        raise MemoryError()
+    return done == 1
+
+
+def direct_convolution_grad_w(x, gy, gW, Py_ssize_t ph, Py_ssize_t pw,
+                              Py_ssize_t q, Py_ssize_t unroll):
+    """``gW`` (O, C, kh, kw), C-ordered = the gradient with respect to its
+    filter of the convolution of ``x`` (N, C, H, W), stride and dilation
+    1, padding ``ph`` and ``pw``, given ``gy`` (N, O, out_h, out_w): the
+    product of ``gy`` by the patches over (n, y, x) in blocks as
+    OpenBLAS's driver cuts its inner axis (``q`` a block, halves rounded
+    up to ``unroll``), each summed from +0 by fused multiply-adds in
+    order, the blocks added in turn. All float32, ``x`` and ``gy`` of
+    any non-negative strides, ``gW`` apart from them. Returns False,
+    writing nothing, for arrays it does not take or a CPU without
+    AVX-512."""
+    cdef Py_ssize_t dims[4]
+    cdef Py_ssize_t steps[4]
+    cdef Py_ssize_t gsteps[4]
+    cdef int k, done
+    if _strided_kind(x) != cnp.NPY_FLOAT or \
+            _strided_kind(gy) != cnp.NPY_FLOAT or \
+            _c_ordered(gW, cnp.NPY_FLOAT, True) < 0 or \
+            x.ndim != 4 or gy.ndim != 4 or gW.ndim != 4 or \
+            gy.shape[0] != x.shape[0] or gy.shape[1] != gW.shape[0] or \
+            gW.shape[1] != x.shape[1] or ph < 0 or pw < 0 or \
+            q < 1 or unroll < 1 or \
+            gy.shape[2] != x.shape[2] + 2 * ph - gW.shape[2] + 1 or \
+            gy.shape[3] != x.shape[3] + 2 * pw - gW.shape[3] + 1 or \
+            min(gy.shape) < 1 or min(x.shape) < 1 or min(gW.shape) < 1 or \
+            _shares_memory(gW, x) or _shares_memory(gW, gy):
+        return False
+    for k in range(4):
+        dims[k] = x.shape[k]
+        steps[k] = x.strides[k] // 4
+        gsteps[k] = gy.strides[k] // 4
+    done = cj_direct_grad_w_f32(
+        <float*>_data(x), dims, steps, <float*>_data(gy), gsteps,
+        gW.shape[0], gW.shape[2], gW.shape[3], ph, pw, q, unroll,
+        <float*>_data(gW))
     if done < 0:
         raise MemoryError()
     return done == 1

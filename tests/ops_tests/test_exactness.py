@@ -205,14 +205,14 @@ _CONV_PROBES = ('_probe_forward_per_image', '_probe_products_per_image',
 #: The forward and input gradient taken where every probe agrees and runs
 #: faster: the direct convolutions where this CPU runs them, else the
 #: products per image.
-_FASTEST = ('_direct_forward', '_direct_grad_x') if \
+_FASTEST = ('_direct_forward', '_direct_grad_x', '_direct_grad_w') if \
     _loops_convolution.direct_convolution_available() else \
-    ('_forward_per_image', '_products_per_image')
+    ('_forward_per_image', '_products_per_image', '_columns_for_grad_w')
 
 
 def _conv_paths_taken(monkeypatch):
     """Counts the calls of each faster product of the convolutions."""
-    taken = dict.fromkeys(_FASTEST + ('_columns_for_grad_w',), 0)
+    taken = dict.fromkeys(_FASTEST, 0)
     for name in taken:
         def counted(*args, _name=name, _fn=getattr(connection, name)):
             result = _fn(*args)
@@ -228,6 +228,8 @@ def test_the_convolutions_faster_products_follow_the_probes(
         rng, probes, monkeypatch, x_shape, w_shape, agrees):
     for name in _CONV_PROBES:
         monkeypatch.setattr(connection, name, lambda *key: agrees)
+    monkeypatch.setattr(connection, '_probe_grad_w_blocks',
+                        lambda *key: agrees and (448, 16))
     # (and, where they agree, taken whichever runs faster here)
     monkeypatch.setattr(connection, '_runs_faster',
                         lambda key, other, usual: True)

@@ -226,3 +226,68 @@ def test_direct_grad_x_refuses_arrays_it_does_not_take(rng):
                     W, gx, 1, 1)  # rows not contiguous
     assert not take(gy, numpy.asfortranarray(W), gx, 1, 1)
     assert not take(gy, W, gx.transpose(0, 1, 3, 2), 1, 1)
+
+
+@direct_only
+@pytest.mark.parametrize('x_shape, w_shape, pad', [
+    ((32, 1, 28, 28), (6, 1, 5, 5), 2),  # LeNet's layers
+    ((32, 6, 14, 14), (16, 6, 5, 5), 2),
+    ((50, 3, 30, 30), (4, 3, 2, 2), 1),  # the last two blocks halved
+    ((2, 9, 5, 40), (20, 9, 3, 3), 1),  # two output blocks, taps left over
+    ((3, 2, 4, 3), (5, 2, 3, 2), 0),
+])
+@pytest.mark.parametrize('layout', ['C', 'channels last'])
+def test_direct_grad_w_is_chainers_product(rng, x_shape, w_shape, pad,
+                                           layout):
+    """Within rounding of float64 whatever the blocks; and in the blocks
+    a probe finds (where it finds some), the bits of Chainer's product
+    of gy by the patches (``Convolution2DGradW``)."""
+    from chainer.utils import conv
+    n, c, h, w = x_shape
+    kh, kw = w_shape[2:]
+    gy_shape = (n, w_shape[0], h + 2 * pad - kh + 1, w + 2 * pad - kw + 1)
+    x = rng.standard_normal(x_shape).astype(numpy.float32)
+    gy = rng.standard_normal(gy_shape).astype(numpy.float32)
+    if layout == 'channels last':
+        x = numpy.ascontiguousarray(x.transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+        gy = numpy.ascontiguousarray(gy.transpose(0, 2, 3, 1)).transpose(
+            0, 3, 1, 2)
+
+    def chainers(x, gy):
+        return numpy.tensordot(gy, conv.im2col_cpu(x, kh, kw, 1, 1, pad,
+                                                   pad), ((0, 2, 3),
+                                                          (0, 4, 5)))
+    exact = chainers(x.astype(numpy.float64), gy.astype(numpy.float64))
+    for blocks in ((448, 16), (100, 8), (1 << 62, 1)):
+        gW = numpy.full(w_shape, 7, numpy.float32)
+        assert _loops_convolution.direct_convolution_grad_w(x, gy, gW, pad,
+                                                            pad, *blocks)
+        numpy.testing.assert_allclose(gW, exact, rtol=1e-4,
+                                      atol=1e-5 * numpy.abs(exact).max())
+    found = connection._probe_grad_w_blocks(x_shape, gy_shape, w_shape, pad,
+                                            pad, numpy.float32)
+    if gy.size // gy_shape[1] > 1000 and connection._probe_grad_w_blocks(
+            (32, 6, 14, 14), (32, 16, 14, 14), (16, 6, 5, 5), 2, 2,
+            numpy.float32):
+        # BLAS's blocks found at LeNet's second layer: found for another
+        # product of its blocked path too, where the last two are halves.
+        assert found
+        gW = numpy.empty(w_shape, numpy.float32)
+        assert _loops_convolution.direct_convolution_grad_w(x, gy, gW, pad,
+                                                            pad, *found)
+        assert gW.tobytes() == chainers(x, gy).tobytes()
+
+
+@direct_only
+def test_direct_grad_w_refuses_arrays_it_does_not_take(rng):
+    x = rng.standard_normal((2, 3, 6, 6)).astype(numpy.float32)
+    gy = rng.standard_normal((2, 4, 6, 6)).astype(numpy.float32)
+    gW = numpy.zeros((4, 3, 3, 3), numpy.float32)
+    take = _loops_convolution.direct_convolution_grad_w
+    assert take(x, gy, gW, 1, 1, 448, 16)
+    assert not take(x.astype(numpy.float64), gy, gW, 1, 1, 448, 16)
+    assert not take(x, gy, gW, 0, 0, 448, 16)  # gy of another size
+    assert not take(x, gy[:, :3], gW, 1, 1, 448, 16)  # other channels
+    assert not take(x, gy, gW, 1, 1, 0, 16)  # no blocks
+    assert not take(x, gy, gW.transpose(0, 1, 3, 2), 1, 1, 448, 16)
