@@ -369,7 +369,8 @@ cdef extern from *:
        for the last ones): the accumulators in registers (a loop over a
        variable count of them kept them in memory, 4x slower), each row
        of the padded image loaded once per kernel position; w: the 8
-       channels' filters, taps apart. */
+       channels' filters, taps apart. The loops over the 8 have a
+       constant count: the compiler unrolls them. */
     __attribute__((target("avx512f,fma")))
     static inline void cj_direct_16(
             const float* image, Py_ssize_t channels, Py_ssize_t plane,
@@ -377,27 +378,23 @@ cdef extern from *:
             __mmask16 mask, const float* w, Py_ssize_t taps,
             Py_ssize_t kh, Py_ssize_t kw, __m512* out) {
         Py_ssize_t c, i, j, k = 0;
-        __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0,
-               a4 = a0, a5 = a0, a6 = a0, a7 = a0;
+        __m512 a[8];
+        int o;
+        for (o = 0; o < 8; o++)
+            a[o] = _mm512_setzero_ps();
         for (c = 0; c < channels; c++)
             for (i = 0; i < kh; i++) {
                 const float* row = image + c * plane + (oy + i) * padded_w
                                    + ox;
                 for (j = 0; j < kw; j++, k++) {
                     __m512 v = _mm512_maskz_loadu_ps(mask, row + j);
-                    const float* t = w + k;
-                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(t[0]), v, a0);
-                    a1 = _mm512_fmadd_ps(_mm512_set1_ps(t[taps]), v, a1);
-                    a2 = _mm512_fmadd_ps(_mm512_set1_ps(t[2 * taps]), v, a2);
-                    a3 = _mm512_fmadd_ps(_mm512_set1_ps(t[3 * taps]), v, a3);
-                    a4 = _mm512_fmadd_ps(_mm512_set1_ps(t[4 * taps]), v, a4);
-                    a5 = _mm512_fmadd_ps(_mm512_set1_ps(t[5 * taps]), v, a5);
-                    a6 = _mm512_fmadd_ps(_mm512_set1_ps(t[6 * taps]), v, a6);
-                    a7 = _mm512_fmadd_ps(_mm512_set1_ps(t[7 * taps]), v, a7);
+                    for (o = 0; o < 8; o++)
+                        a[o] = _mm512_fmadd_ps(
+                            _mm512_set1_ps(w[o * taps + k]), v, a[o]);
                 }
             }
-        out[0] = a0; out[1] = a1; out[2] = a2; out[3] = a3;
-        out[4] = a4; out[5] = a5; out[6] = a6; out[7] = a7;
+        for (o = 0; o < 8; o++)
+            out[o] = a[o];
     }
     /* y (N, out_h, out_w, O), C-ordered, = the convolution of x (N, C,
        H, W; element strides steps), zero-padded by ph and pw, with w (O,
@@ -479,15 +476,6 @@ cdef extern from *:
         return __builtin_cpu_supports("avx512f") &&
                __builtin_cpu_supports("fma");
     }
-    static int cj_direct_conv_f32(
-            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
-            const float* w, Py_ssize_t outs, Py_ssize_t kh, Py_ssize_t kw,
-            Py_ssize_t ph, Py_ssize_t pw, const float* bias, float* y) {
-        if (!cj_direct_conv_available())
-            return 0;
-        return cj_direct_conv_avx512(x, dims, steps, w, outs, kh, kw, ph,
-                                     pw, bias, y) == 0 ? 1 : -1;
-    }
     /* gx (N, C, H, W), C-ordered, = the gradient of a convolution with
        respect to its input, as Chainer computes it: for each kernel
        position (j, i), each input channel's products summed over the
@@ -548,22 +536,9 @@ cdef extern from *:
                                     __m512 v = _mm512_maskz_loadu_ps(
                                         m, row + o * gsteps[1] + x);
                                     const float* wo = wt + o * 8;
-                                    p[0] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[0]), v, p[0]);
-                                    p[1] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[1]), v, p[1]);
-                                    p[2] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[2]), v, p[2]);
-                                    p[3] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[3]), v, p[3]);
-                                    p[4] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[4]), v, p[4]);
-                                    p[5] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[5]), v, p[5]);
-                                    p[6] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[6]), v, p[6]);
-                                    p[7] = _mm512_fmadd_ps(
-                                        _mm512_set1_ps(wo[7]), v, p[7]);
+                                    for (c = 0; c < 8; c++)
+                                        p[c] = _mm512_fmadd_ps(
+                                            _mm512_set1_ps(wo[c]), v, p[c]);
                                 }
                                 for (c = 0; c < 8; c++)
                                     s[c] = _mm512_mask_add_ps(s[c], m, s[c],
@@ -577,17 +552,6 @@ cdef extern from *:
                     }
         free(f);
         return 0;
-    }
-    static int cj_direct_grad_x_f32(
-            const float* gy, const Py_ssize_t* gdims,
-            const Py_ssize_t* gsteps, const float* w, Py_ssize_t channels,
-            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
-            Py_ssize_t height, Py_ssize_t width, float* gx) {
-        if (!cj_direct_conv_available())
-            return 0;
-        return cj_direct_grad_x_avx512(gy, gdims, gsteps, w, channels, kh,
-                                       kw, ph, pw, height, width,
-                                       gx) == 0 ? 1 : -1;
     }
     /* G (<= 8) taps' accumulators over the k in [k0, k1), 16 output
        channels a vector: acc[g] += x's value at tap g times gy's 16
@@ -702,43 +666,56 @@ cdef extern from *:
         free(off);
         return failed ? -1 : 0;
     }
-    static int cj_direct_grad_w_f32(
-            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
-            const float* gy, const Py_ssize_t* gsteps, Py_ssize_t outs,
-            Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
-            Py_ssize_t q, Py_ssize_t unroll, float* gw) {
-        if (!cj_direct_conv_available())
-            return 0;
-        return cj_direct_grad_w_avx512(x, dims, steps, gy, gsteps, outs, kh,
-                                       kw, ph, pw, q, unroll,
-                                       gw) == 0 ? 1 : -1;
-    }
     #else
-    static int cj_direct_conv_f32(
-            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
-            const float* w,
-            Py_ssize_t outs, Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph,
-            Py_ssize_t pw, const float* bias, float* y) {
-        return 0;
-    }
     static int cj_direct_conv_available(void) {
         return 0;
+    }
+    #endif
+    /* The entry points: 1 once done, 0 (nothing written) on a CPU
+       without AVX-512 and FMA, -1 where memory ran out. */
+    static int cj_direct_conv_f32(
+            const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
+            const float* w, Py_ssize_t outs, Py_ssize_t kh, Py_ssize_t kw,
+            Py_ssize_t ph, Py_ssize_t pw, const float* bias, float* y) {
+        #if defined(CJ_DIRECT)
+        if (!cj_direct_conv_available())
+            return 0;
+        return cj_direct_conv_avx512(x, dims, steps, w, outs, kh, kw, ph,
+                                     pw, bias, y) == 0 ? 1 : -1;
+        #else
+        return 0;
+        #endif
     }
     static int cj_direct_grad_x_f32(
             const float* gy, const Py_ssize_t* gdims,
             const Py_ssize_t* gsteps, const float* w, Py_ssize_t channels,
             Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
             Py_ssize_t height, Py_ssize_t width, float* gx) {
+        #if defined(CJ_DIRECT)
+        if (!cj_direct_conv_available())
+            return 0;
+        return cj_direct_grad_x_avx512(gy, gdims, gsteps, w, channels, kh,
+                                       kw, ph, pw, height, width,
+                                       gx) == 0 ? 1 : -1;
+        #else
         return 0;
+        #endif
     }
     static int cj_direct_grad_w_f32(
             const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
             const float* gy, const Py_ssize_t* gsteps, Py_ssize_t outs,
             Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
             Py_ssize_t q, Py_ssize_t unroll, float* gw) {
+        #if defined(CJ_DIRECT)
+        if (!cj_direct_conv_available())
+            return 0;
+        return cj_direct_grad_w_avx512(x, dims, steps, gy, gsteps, outs, kh,
+                                       kw, ph, pw, q, unroll,
+                                       gw) == 0 ? 1 : -1;
+        #else
         return 0;
+        #endif
     }
-    #endif
     """
     int cj_direct_conv_f32(const float* x, const Py_ssize_t* dims,
                            const Py_ssize_t* steps, const float* w,
