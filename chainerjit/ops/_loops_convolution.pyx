@@ -15,6 +15,7 @@ cimport numpy as cnp
 cnp.import_array()
 
 include "_arrays.pxi"
+include "_avx512.pxi"
 
 
 # --- convolution patches (im2col) --------------------------------------
@@ -362,9 +363,7 @@ def add_convolution_patches(col, img, tuple geometry,
 
 cdef extern from *:
     """
-    #if defined(__GNUC__) && defined(__x86_64__)
-    #include <immintrin.h>
-    #define CJ_DIRECT 1
+    #if defined(CJ_AVX512)
     /* One output row of 8 output channels, 16 columns from ox (a mask
        for the last ones): the accumulators in registers (a loop over a
        variable count of them kept them in memory, 4x slower), each row
@@ -470,11 +469,6 @@ cdef extern from *:
         free(image);
         free(filters);
         return 0;
-    }
-    static int cj_direct_conv_available(void) {
-        __builtin_cpu_init();
-        return __builtin_cpu_supports("avx512f") &&
-               __builtin_cpu_supports("fma");
     }
     /* gx (N, C, H, W), C-ordered, = the gradient of a convolution with
        respect to its input, as Chainer computes it: for each kernel
@@ -666,10 +660,6 @@ cdef extern from *:
         free(off);
         return failed ? -1 : 0;
     }
-    #else
-    static int cj_direct_conv_available(void) {
-        return 0;
-    }
     #endif
     /* The entry points: 1 once done, 0 (nothing written) on a CPU
        without AVX-512 and FMA, -1 where memory ran out. */
@@ -677,8 +667,8 @@ cdef extern from *:
             const float* x, const Py_ssize_t* dims, const Py_ssize_t* steps,
             const float* w, Py_ssize_t outs, Py_ssize_t kh, Py_ssize_t kw,
             Py_ssize_t ph, Py_ssize_t pw, const float* bias, float* y) {
-        #if defined(CJ_DIRECT)
-        if (!cj_direct_conv_available())
+        #if defined(CJ_AVX512)
+        if (!cj_avx512_fma())
             return 0;
         return cj_direct_conv_avx512(x, dims, steps, w, outs, kh, kw, ph,
                                      pw, bias, y) == 0 ? 1 : -1;
@@ -691,8 +681,8 @@ cdef extern from *:
             const Py_ssize_t* gsteps, const float* w, Py_ssize_t channels,
             Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
             Py_ssize_t height, Py_ssize_t width, float* gx) {
-        #if defined(CJ_DIRECT)
-        if (!cj_direct_conv_available())
+        #if defined(CJ_AVX512)
+        if (!cj_avx512_fma())
             return 0;
         return cj_direct_grad_x_avx512(gy, gdims, gsteps, w, channels, kh,
                                        kw, ph, pw, height, width,
@@ -706,8 +696,8 @@ cdef extern from *:
             const float* gy, const Py_ssize_t* gsteps, Py_ssize_t outs,
             Py_ssize_t kh, Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
             Py_ssize_t q, Py_ssize_t unroll, float* gw) {
-        #if defined(CJ_DIRECT)
-        if (!cj_direct_conv_available())
+        #if defined(CJ_AVX512)
+        if (!cj_avx512_fma())
             return 0;
         return cj_direct_grad_w_avx512(x, dims, steps, gy, gsteps, outs, kh,
                                        kw, ph, pw, q, unroll,
@@ -722,7 +712,6 @@ cdef extern from *:
                            Py_ssize_t outs, Py_ssize_t kh,
                            Py_ssize_t kw, Py_ssize_t ph, Py_ssize_t pw,
                            const float* bias, float* y) nogil
-    int cj_direct_conv_available() nogil
     int cj_direct_grad_x_f32(const float* gy, const Py_ssize_t* gdims,
                              const Py_ssize_t* gsteps, const float* w,
                              Py_ssize_t channels, Py_ssize_t kh,
@@ -739,7 +728,7 @@ cdef extern from *:
 
 def direct_convolution_available():
     """Does this CPU run :func:`direct_convolution` (AVX-512 and FMA)?"""
-    return bool(cj_direct_conv_available())
+    return bool(cj_avx512_fma())
 
 
 def direct_convolution(x, W, b, y, Py_ssize_t ph, Py_ssize_t pw):
