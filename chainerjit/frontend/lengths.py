@@ -280,7 +280,8 @@ def read_shape(array, shape, depth=1):
             tuple(shape[1:])
     if origins is None:
         recorder.shapes_read.add(id(array))  # a computed value's
-        return _noted_shape(recorder, tuple(shape), array)
+        return _noted_shape(recorder, _with_padded_width(
+            recorder, array, tuple(shape)), array)
     recorder.length_reads.update(o for o in origins if o is not None)
     recorder.item_length_reads.extend(
         (o, loc) for o in origins
@@ -290,6 +291,43 @@ def read_shape(array, shape, depth=1):
         n, frozenset([origin]), recorder.length_uses,
         (1, shift if axis == 0 else 0), not shift or axis > 0)
         for axis, (origin, n) in enumerate(zip(origins, shape))), array)
+
+
+class SizeOf(int):
+    """The size of ``axis`` of ``array``, a value the forward computed,
+    read by the forward's code: the width of a block of segments padded
+    to the longest (:func:`note_padded_width`), which varies with the
+    items' lengths. An array made of it (``xp.arange(enc.shape[1])``) is
+    made again of that value's size at run time (:func:`_made_sized`);
+    arithmetic with it gives plain ints."""
+
+    def __new__(cls, value, array, axis):
+        self = int.__new__(cls, value)
+        self.array, self.axis = array, axis
+        return self
+
+    def __reduce__(self):
+        return int, (int(self),)
+
+
+def note_padded_width(array, axis):
+    """Notes ``axis`` of ``array`` as the width of segments padded to the
+    longest (``ops.array.PadSegments``): the forward reads it as a
+    :class:`SizeOf`."""
+    recorder = _state.recorder
+    if recorder is not None:
+        recorder.padded_widths[id(array)] = (array, axis)
+
+
+def _with_padded_width(recorder, array, shape):
+    """``shape`` with the width :func:`note_padded_width` noted of
+    ``array`` as a :class:`SizeOf`."""
+    noted = recorder.padded_widths.get(id(array))
+    if noted is None or noted[0] is not array:
+        return shape
+    axis = noted[1]
+    return shape[:axis] + (SizeOf(shape[axis], array, axis),) + \
+        shape[axis + 1:]
 
 
 def _made_origins(recorder, array):
@@ -825,11 +863,14 @@ def _made_sized(name, array, args, kwargs, uses, recorder):
 
 def _made_arange(array, args, kwargs, uses, recorder):
     """The :class:`MadeSized` of ``numpy.arange(T)`` (or ``arange(0,
-    T)``, a ``dtype`` given or not) of an argument's size ``T``, or
-    ``None``."""
+    T)``, a ``dtype`` given or not) of an argument's size ``T``, or of a
+    padded block's width (a :class:`SizeOf`); or ``None``."""
     if set(kwargs) - set(['dtype']) or len(args) not in (1, 2) or \
             len(args) == 2 and (isinstance(args[0], Length) or args[0] != 0):
         return None
+    if type(args[-1]) is SizeOf:
+        return MadeSized(array, ((0, args[-1].axis),), (), ARANGE, uses,
+                         None, args[-1].array)
     sized = argument_sizes(args[-1:], recorder)
     return None if sized is None else \
         MadeSized(array, sized[0], sized[1], ARANGE, uses, None)

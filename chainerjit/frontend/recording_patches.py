@@ -525,8 +525,11 @@ def _recording_pad_sequence(pad_sequence, recorder):
     def padded(xs, length=None, padding=0):
         if joining.is_segments(xs) and _state.recorder is recorder and \
                 not recorder.depth:  # (an N-step link's outputs)
-            return array_ops.PadSegments(length, padding).apply(
+            block = array_ops.PadSegments(length, padding).apply(
                 (xs.packed, xs.joined))[0]
+            if length is None:
+                lengths.note_padded_width(lengths.data_of(block), 1)
+            return block
         result = pad_sequence(xs, length, padding)
         if length is not None or not joining.is_joined(xs) or \
                 _state.recorder is not recorder or recorder.depth or \

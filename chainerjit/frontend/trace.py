@@ -191,6 +191,7 @@ class _Recorder(object):
         self.item_lengths = {}
         self.length_shifts = {}
         self.joined_rows = {}  # lengths.note_joined_rows
+        self.padded_widths = {}  # lengths.note_padded_width
         self.words_of = {}  # {leaf of lengths: leaf of their words}
         self.shifted_lengths = {}
         self.item_length_reads = []
@@ -493,13 +494,17 @@ class _Recorder(object):
         arguments at run time, whose rows follow theirs: its output."""
         array = made.array
         out = self.graph.add_value('temp', array.shape, array.dtype)
-        self.add_node(ir.Node(
+        node = self.add_node(ir.Node(
             'numpy.%s' % ('arange' if made.fill is lengths.ARANGE
                           else 'full'), made.kernel(),
             self._made_of(made),
             [out], (('shape', self._sizes_named(made)),
                     ('fill', made.fill)),
             loc=made.uses[0].loc if made.uses else user_location()))
+        # What it computes, for the loop rolling's fingerprints: two such
+        # nodes of one loop's iterations run the same.
+        self.templates[node] = ('numpy', 'made', (
+            made.sizes, made.fill, str(array.dtype)))
         return out
 
     def _made_of(self, made):
@@ -954,6 +959,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     recorder.transposed_from = {}
     recorder.sized_lists = []
     recorder.shape_sources = {}
+    recorder.padded_widths = {}
     recording.rows_read = rows.note_unread(
         recorder.graph, _connected_outputs(recorder.graph, outputs, effects),
         recorder.computed)

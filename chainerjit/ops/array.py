@@ -825,8 +825,7 @@ def arange_sized(sizes, dtype):
                                    b.constant(numpy.array(1, dtype))])[0]
         b.op('Reshape', [positions, shape], outs)
     return Kernel(arange, {'sizes': sizes}, fresh=True, onnx=to_onnx,
-                  lengths=takes_square(lambda rows: _rows_sized(sizes,
-                                                                rows)))
+                  lengths=_sized_rows_rule(sizes))
 
 
 def full_sized(sizes, fill, dtype, xp):
@@ -847,8 +846,17 @@ def full_sized(sizes, fill, dtype, xp):
                  'fill', onnx.helper.np_dtype_to_tensor_dtype(dtype), [1],
                  [fill]))
     return Kernel(full, {'sizes': sizes, 'fill': fill}, fresh=True,
-                  onnx=to_onnx, lengths=takes_square(
-                      lambda rows: _rows_sized(sizes, rows)))
+                  onnx=to_onnx, lengths=_sized_rows_rule(sizes))
+
+
+def _sized_rows_rule(sizes):
+    """The ``Kernel.lengths`` rule of an array made of a shape ``sizes``
+    (:class:`BroadcastSized`'s) read at run time (:func:`_rows_sized`):
+    its axes are as long as the axes they are read from, those as long as
+    the longest item included (a padded block's width:
+    ``xp.arange(enc.shape[1])``, ``xp.full(s.shape, -1e9)`` of
+    attention's scores over it)."""
+    return takes_square(takes_widest(lambda rows: _rows_sized(sizes, rows)))
 
 
 def _rows_sized(sizes, rows, x=None, offset=0):
@@ -1351,6 +1359,7 @@ def lower_where_of_an_input(node, ctx, state):
                 if wanted[1] else None, None)
 
     @takes_square
+    @takes_widest
     def lengths(rows):  # elementwise, where no input broadcasts
         found = same_rows(rows)
         return None if found is None or not alike else Follow(

@@ -217,6 +217,51 @@ class _AttentionDecoder(_DecoderOverPaddedTargets):
         return loss
 
 
+class _FilledInTheLoop(_DecoderOverPaddedTargets):
+    """An array made of a step's shape in the decoder loop
+    (``xp.full(h.shape, 0.5)``): made again at each step, the loop
+    rolls."""
+
+    def forward(self, xs, ys):
+        hy = self.encoder(None, None, sequence_embed(self.embed, xs))[0]
+        self.decoder.reset_state()
+        h, loss = hy[-1], 0
+        for y in F.separate(ys, axis=1):
+            h = self.decoder(F.concat((self.target(y), h), axis=1))
+            h = F.where(h.array > 0, h, self.xp.full(h.shape, 0.5, h.dtype))
+            loss += F.softmax_cross_entropy(self.words(h), y,
+                                            ignore_label=-1)
+        return loss
+
+
+class _MaskedAttentionDecoder(_AttentionDecoder):
+    """The attention masked past each sentence's end: a mask of the
+    padded block's positions (``xp.arange(enc.shape[1])``, the width
+    read in Python) against the sentences' lengths, and ``F.where`` with
+    ``xp.full(scores.shape, -1e9)``, as attention models write it."""
+
+    def forward(self, xs, ys):
+        hy, _, enc = self.encoder(None, None,
+                                  sequence_embed(self.embed, xs))
+        enc = F.pad_sequence(enc)
+        xp = self.xp
+        lengths = xp.array([len(x) for x in xs])
+        valid = xp.arange(enc.shape[1])[None, :] < lengths[:, None]
+        self.decoder.reset_state()
+        context, loss = hy[-1], 0
+        for y in F.separate(ys, axis=1):
+            h = self.decoder(F.concat((self.target(y), context), axis=1))
+            scores = F.matmul(enc, F.expand_dims(self.query(h), 2))
+            scores = F.where(valid[:, :, None], scores,
+                             xp.full(scores.shape, -1e9, scores.dtype))
+            weights = F.softmax(scores, axis=1)
+            context = F.sum(enc * F.broadcast_to(weights, enc.shape),
+                            axis=1)
+            loss += F.softmax_cross_entropy(self.words(h + context), y,
+                                            ignore_label=-1)
+        return loss
+
+
 def _source_and_targets(rng, shapes):
     """Sentences and padded targets (``-1`` past each end), ``(count,
     target steps)`` call by call."""
@@ -247,7 +292,8 @@ def _one_joined_entry(make, calls, train, rest):
 
 
 @pytest.mark.parametrize('cls', [_DecoderOverPaddedTargets,
-                                 _AttentionDecoder])
+                                 _AttentionDecoder, _FilledInTheLoop,
+                                 _MaskedAttentionDecoder])
 @pytest.mark.parametrize('train', [True, False])
 def test_a_decoder_over_padded_targets_serves_every_shape(cls, train):
     # A new target length and a new batch with new words at once: each
@@ -338,6 +384,48 @@ class _PooledScores(_Pooled):
     def forward(self, xs):
         _, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
         return self.out(F.stack([self.pool(y, axis=0) for y in ys]))
+
+
+class _MaskedAttentionPool(_Encoder):
+    """Attention pooling of the encoder's padded outputs, masked past
+    each sentence's end by the lengths read in Python
+    (``xp.arange(enc.shape[1]) < lengths[:, None]``, ``F.where`` with
+    ``xp.full``), then the classifier; ``scores`` returns the logits."""
+
+    def __init__(self, scores=False):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0), dropout=0.0)
+        with self.init_scope():
+            self.query = L.Linear(5, 5)
+        self.scores = scores
+
+    def forward(self, xs, t=None):
+        hy, _, enc = self.encoder(None, None,
+                                  sequence_embed(self.embed, xs))
+        enc = F.pad_sequence(enc)
+        xp = self.xp
+        lengths = xp.array([len(x) for x in xs])
+        valid = xp.arange(enc.shape[1])[None, :] < lengths[:, None]
+        scores = F.matmul(enc, F.expand_dims(self.query(hy[-1]), 2))
+        scores = F.where(valid[:, :, None], scores,
+                         xp.full(scores.shape, -1e9, scores.dtype))
+        weights = F.broadcast_to(F.softmax(scores, axis=1), enc.shape)
+        logits = self.out(F.sum(enc * weights, axis=1))
+        return logits if self.scores else F.softmax_cross_entropy(logits, t)
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_masked_attention_pooling_serves_every_count_and_length(train):
+    entry = _one_joined_entry(_MaskedAttentionPool, _batches(
+        numpy.random.RandomState(18), _COUNTS), train, 't: i32[B]')
+    graph = str(entry.graph)
+    assert 'numpy.arange[fill=arange, shape=like its input]' in graph, graph
+
+
+def test_exported_masked_attention_runs_at_other_counts_and_lengths():
+    _exported_runs_at_other_counts(
+        lambda: _MaskedAttentionPool(scores=True),
+        [(xs,) for xs, _ in _batches(numpy.random.RandomState(19),
+                                     (3, 4, 6, 2, 9))])
 
 
 @pytest.mark.parametrize('pool', sorted(_POOLS))
