@@ -390,11 +390,19 @@ def rows_in_place(rows):
     return rows_follow_first(rows)
 
 
+#: What :func:`index_rows` gives where the index takes one position of a
+#: padded block's rows with an int (``enc[:, 0]``): the result has none.
+TAKEN = 'taken'
+
+
 def index_rows(index, rows):
     """The :class:`Rows` of ``x[index]`` for rows of ``x`` (on any axis),
     where a basic index takes every row, in order or reversed (``x[:,
     3]``, ``xs[t]`` of a time-major ``xs``, ``xs[::-1]``), or all but a
-    few first or last ones (``xs[1:]``); else ``None``."""
+    few first or last ones (``xs[1:]``); :data:`TAKEN` where it takes one
+    of rows as many as the longest item's (``Rows.widest``: a padded
+    block, whose positions are those eager code pads) with an int; else
+    ``None``."""
     index = index if isinstance(index, tuple) else (index,)
     axis = out_axis = 0  # of x, and of the result, at each item
     for s in index:
@@ -411,6 +419,9 @@ def index_rows(index, rows):
         return rows._replace(axis=out_axis + rows.axis - axis)
     if s == slice(None) or s == slice(None, None, -1):
         return rows._replace(axis=out_axis)
+    if isinstance(s, (int, numpy.integer)) and rows.widest and \
+            not rows.also:
+        return TAKEN
     cut = rows_cut(s)
     if cut is None or rows.widest:
         return None
@@ -439,6 +450,8 @@ def rows_indexed(index):
             return None
         found = index_rows(index, rows[0]) if not rows[0].also else \
             _square_indexed(index, rows[0])
+        if found is TAKEN:
+            return Follow((None,))
         return None if found is None else Follow((found,))
     return takes_square(takes_widest(lengths))
 
@@ -449,7 +462,7 @@ def _square_indexed(index, rows):
     axes = []
     for axis in rows.axes:
         found = index_rows(index, rows.on_axes([axis]))
-        if found is None or found.parts != rows.parts:
+        if found is None or found is TAKEN or found.parts != rows.parts:
             return None
         axes.append(found.axis)
     return rows.on_axes(axes)

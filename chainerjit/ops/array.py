@@ -65,6 +65,7 @@ from chainerjit.ops import state_lowering
 from chainerjit.ops import takes_axes
 from chainerjit.ops import takes_square
 from chainerjit.ops import takes_widest
+from chainerjit.ops import TAKEN
 from chainerjit.ops.math import grad_rule
 from chainerjit.ops.math import onnx_dtype
 from chainerjit.ops.math import onnx_scatter_add
@@ -1277,6 +1278,8 @@ def lower_get_item(node, ctx):
     @takes_widest
     def lengths(rows):
         found = index_rows(slices, rows[0])
+        if found is TAKEN:  # (enc[:, 0] of a padded block: no rows left)
+            return Follow((None,), any_lengths)
         return None if found is None else Follow((found,), any_lengths)
     any_lengths = kernel._replace(grad=GradRule(any_lengths_grad,
                                                 inputs=(0,)),

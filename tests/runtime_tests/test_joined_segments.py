@@ -428,6 +428,38 @@ def test_exported_masked_attention_runs_at_other_counts_and_lengths():
                                      (3, 4, 6, 2, 9))])
 
 
+class _PositionRead(_Encoder):
+    """One position of the encoder's padded outputs read for every
+    sentence (``enc[:, 0]``, the first word's; ``enc[:, -1]``, the
+    block's last, zeros past a shorter sentence's end, as eagerly)."""
+
+    def __init__(self, position=0, scores=False):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0), dropout=0.0)
+        self.position, self.scores = position, scores
+
+    def forward(self, xs, t=None):
+        hy, _, enc = self.encoder(None, None,
+                                  sequence_embed(self.embed, xs))
+        enc = F.pad_sequence(enc)
+        logits = self.out(enc[:, self.position] + hy[-1])
+        return logits if self.scores else F.softmax_cross_entropy(logits, t)
+
+
+@pytest.mark.parametrize('position', [0, -1])
+@pytest.mark.parametrize('train', [True, False])
+def test_a_position_of_the_padded_outputs_serves_every_shape(position,
+                                                             train):
+    _one_joined_entry(lambda: _PositionRead(position), _batches(
+        numpy.random.RandomState(20), _COUNTS), train, 't: i32[B]')
+
+
+def test_exported_position_read_runs_at_other_counts_and_lengths():
+    _exported_runs_at_other_counts(
+        lambda: _PositionRead(-1, scores=True),
+        [(xs,) for xs, _ in _batches(numpy.random.RandomState(21),
+                                     (3, 4, 6, 2, 9))])
+
+
 @pytest.mark.parametrize('pool', sorted(_POOLS))
 def test_exported_pooling_runs_at_other_counts_and_lengths(pool):
     _exported_runs_at_other_counts(
