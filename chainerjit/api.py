@@ -250,7 +250,7 @@ class JitFunction(_calls.CachedCall):
                                                    sibling)):
                     self.cache.remove(sibling)  # the new entry serves it
                 return result
-            dynamic = packed is None and not self._batch_static and \
+            dynamic = not self._batch_static and \
                 self._options.get('dynamic') is not False
             if dynamic:
                 result = self._widen_batch(key, leaves, instance, args,
@@ -258,7 +258,7 @@ class JitFunction(_calls.CachedCall):
                 if result is not _NOT_WIDENED:
                     return result
                 return self._compile_any_batch(key, leaves, instance, args,
-                                               kwargs)
+                                               kwargs, packed)
             return self._compile(key, leaves, instance, args, kwargs, packed)
         self.last_entry = entry
         self.cache.hits += 1
@@ -417,7 +417,8 @@ class JitFunction(_calls.CachedCall):
         self.last_entry = entry
         return result
 
-    def _compile_any_batch(self, key, leaves, instance, args, kwargs):
+    def _compile_any_batch(self, key, leaves, instance, args, kwargs,
+                           packed=None):
         """Compiles a call, for any batch size where the VM may run its
         program so (``batch.rows_batched``), where the call missed only for
         the sizes of one or two axes, or, with ``jit(dynamic=True)``, from
@@ -438,7 +439,7 @@ class JitFunction(_calls.CachedCall):
                 self._warn_sizes(batch.sizes_sibling(self.cache, key))
         elif batched.size_of(key) < batch.MIN_SIZE:
             batched = None
-        result = self._compile(key, leaves, instance, args, kwargs,
+        result = self._compile(key, leaves, instance, args, kwargs, packed,
                                batched=batched)
         entry = self.last_entry
         if looped is not None and entry is not None:

@@ -216,8 +216,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         items, items_note = (None, None) if lengths is not None or \
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
-        rows, batch_note = (None, None) if (
-                packed is not None and not joined) or \
+        rows, batch_note = (None, None) if \
             items is not None or batched is None or (
                 varying is not None and lengths is not None) or \
             type(batched.size_of(key)) is not int \

@@ -279,6 +279,32 @@ def test_a_plain_loop_is_packed_and_symbolic():
     assert len(packed) == 1  # and one entry per length under MIN_ITEMS
 
 
+#: (items, batch size) of lists of steps, the lengths and the batch
+#: changing apart and at once.
+_LENGTHS_AND_BATCHES = ((3, 2), (5, 2), (4, 2), (4, 5), (6, 3), (3, 7),
+                        (5, 4))
+
+
+@pytest.mark.parametrize('fn', [_plain_rnn, _first_outside, _stack_outputs,
+                                _peeled_sum])
+def test_lists_of_steps_serve_every_length_and_batch_size(fn):
+    """Each step a batch of rows: one packed entry, its batch size a
+    symbol too, with outputs and every item's gradient as eager's."""
+    rng = numpy.random.RandomState(20)
+    jf = chainerjit.jit(fn)
+    for n, batch in _LENGTHS_AND_BATCHES:
+        mine = _steps(rng, n, shape=(batch, 3))
+        theirs = _copies(mine)
+        expected, actual = fn(theirs), jf(mine)
+        testing.assert_results_equal(actual, expected, 1e-4, 1e-5)
+        F.sum(expected * expected).backward()
+        F.sum(actual * actual).backward()
+        _assert_grads_equal(mine, theirs)
+    signatures = [str(e.signature) for e in jf.cache_entries()]
+    assert signatures == ['xs: f32[T,B,3]@cpu grad, train=True, '
+                          'enable_backprop=True'], signatures
+
+
 def test_zip_of_lists_of_different_lengths_forward():
     rng = numpy.random.RandomState(4)
     calls = [(_steps(rng, n, as_variables=False),

@@ -220,3 +220,33 @@ def test_lists_of_variables_without_grad_train_the_parameters():
         F.sum(expected).backward()
         _assert_param_grads_equal(model, twin)
         assert all(x.grad is None for x in xs)
+
+
+@pytest.mark.parametrize('cls', [_StatefulLSTM, _StatelessLSTM,
+                                 _StatelessConcat])
+def test_lstm_training_over_lists_of_any_batch_size(cls):
+    """Lists of steps whose batch size changes too, as the last batch of
+    an epoch's does: one packed entry (``xs: f32[T,B,3]``), trained as
+    eagerly."""
+    rng = numpy.random.RandomState(31)
+    model, twin = _twins(cls)
+    model.forward = chainerjit.jit(model.forward)
+    mine, theirs = optimizers.SGD(0.1), optimizers.SGD(0.1)
+    mine.setup(model)
+    theirs.setup(twin)
+    for n, batch in ((3, 2), (5, 2), (4, 2), (4, 5), (6, 3), (3, 7)):
+        xs = _steps(rng, n, shape=(batch, 3))
+        ts = _copies(xs)
+        model.cleargrads()
+        twin.cleargrads()
+        actual, expected = model(xs), twin(ts)
+        testing.assert_results_equal(actual, expected, 1e-4, 1e-5)
+        F.sum(actual * actual).backward()
+        F.sum(expected * expected).backward()
+        _assert_param_grads_equal(model, twin)
+        _assert_grads_equal(xs, ts)
+        mine.update()
+        theirs.update()
+    entry, = model.forward.cache_entries()
+    assert str(entry.signature).startswith('xs: f32[T,B,3]'), \
+        entry.signature
