@@ -82,9 +82,18 @@ def _direct_grad_x_agrees(gy, W, ph, pw, h, w):
     call on)?"""
     return _DIRECT and type(gy) is numpy.ndarray and \
         gy.dtype == W.dtype == numpy.float32 and gy.size > 0 and \
-        W.flags.c_contiguous and linear_ops.faster_order_agrees(
+        W.flags.c_contiguous and _wide_enough(w) and \
+        linear_ops.faster_order_agrees(
             _probe_direct_grad_x, gy.shape, W.shape, ph, pw, h, w,
             gy.dtype, seen=PROBED_AFTER)
+
+
+def _wide_enough(width):
+    """Are rows of ``width`` (the image's, a direct loop's lanes run along
+    them, 16 at a time) wide enough for it to run faster than the
+    products? A text CNN's one-wide images would fill a lane in 16, and
+    only their probes and timings would cost."""
+    return width >= 8
 
 
 def _probe_direct_grad_x(gy_shape, w_shape, ph, pw, h, w, dtype):
@@ -380,19 +389,45 @@ def _probe_grad_w_blocks(x_shape, gy_shape, w_shape, ph, pw, dtype):
     gy = rng.standard_normal(gy_shape).astype(dtype)
     expected = numpy.tensordot(gy, conv.im2col_cpu(
         x, w_shape[2], w_shape[3], 1, 1, ph, pw), ((0, 2, 3), (0, 4, 5)))
-    inner = gy.size // gy_shape[1]
-    for size in _BLOCKS_TRIED:
-        left = inner
-        while left >= 2 * size:
-            left -= size
-        roundings = _ROUNDINGS_TRIED if left > size else (1,)
-        for rounding in roundings:
-            gW = _direct_grad_w(x, gy, w_shape, ph, pw, (size, rounding))
-            if gW is None:
-                return False
-            if numpy.array_equal(gW, expected):
-                return size, rounding
+    for blocks in _distinct_blocks(gy.size // gy_shape[1]):
+        gW = _direct_grad_w(x, gy, w_shape, ph, pw, blocks)
+        if gW is None:
+            return False
+        if numpy.array_equal(gW, expected):
+            return blocks
     return False
+
+
+def _distinct_blocks(inner):
+    """The (size, rounding) pairs of :data:`_BLOCKS_TRIED` and
+    :data:`_ROUNDINGS_TRIED` that cut an inner axis of ``inner`` into
+    different blocks, each the first that cuts it so (a size at least as
+    long as the axis cuts none, and a rounding matters only where the
+    last two blocks are halves)."""
+    seen = set()
+    for size in _BLOCKS_TRIED:
+        for rounding in _ROUNDINGS_TRIED:
+            cut = tuple(_blocks_of(inner, size, rounding))
+            if cut not in seen:
+                seen.add(cut)
+                yield size, rounding
+
+
+def _blocks_of(inner, size, rounding):
+    """The blocks' lengths in which OpenBLAS's driver cuts an inner axis
+    of ``inner`` (as ``_loops_convolution.direct_convolution_grad_w``
+    does): ``size`` at a time while two or more are left, then two
+    halves rounded up to ``rounding`` where more than one is."""
+    start = 0
+    while start < inner:
+        left = inner - start
+        block = left
+        if left >= 2 * size:
+            block = size
+        elif left > size:
+            block = (left // 2 + rounding - 1) // rounding * rounding
+        yield block
+        start += block
 
 
 def _conv_grad_w_by_patches(x, gy, w_shape, w_dtype, groups, im2col_args,
@@ -728,6 +763,7 @@ def _direct_agrees(x, W, b, node):
     return type(x) is numpy.ndarray and x.dtype == W.dtype == \
         numpy.float32 and (b is None or b.dtype == x.dtype) and \
         x.size > 0 and W.flags.c_contiguous and \
+        _wide_enough(x.shape[3] + 2 * node.pw - W.shape[3] + 1) and \
         linear_ops.faster_order_agrees(
             _probe_direct_forward, x.shape, W.shape, node.ph, node.pw,
             x.dtype, seen=PROBED_AFTER)

@@ -291,3 +291,16 @@ def test_direct_grad_w_refuses_arrays_it_does_not_take(rng):
     assert not take(x, gy[:, :3], gW, 1, 1, 448, 16)  # other channels
     assert not take(x, gy, gW, 1, 1, 0, 16)  # no blocks
     assert not take(x, gy, gW.transpose(0, 1, 3, 2), 1, 1, 448, 16)
+
+
+def test_the_blocks_tried_each_cut_the_inner_axis_otherwise():
+    """The probe of a filter gradient's blocks tries each way of cutting
+    the axis once: one for an axis shorter than any block."""
+    assert list(connection._distinct_blocks(100)) == [(448, 16)]
+    cuts = [tuple(connection._blocks_of(6272, *blocks))
+            for blocks in connection._distinct_blocks(6272)]
+    assert len(cuts) == len(set(cuts)) > 5
+    assert all(sum(cut) == 6272 for cut in cuts)
+    # 106 blocks of 448, then the 562 left as halves rounded up to 16
+    assert tuple(connection._blocks_of(48050, 448, 16)) == \
+        (448,) * 106 + (288, 274)
