@@ -376,11 +376,28 @@ def _direct_grad_w_blocks(x, gy, w_shape, ph, pw):
     ``False``."""
     if not (_DIRECT and type(x) is numpy.ndarray and
             type(gy) is numpy.ndarray and
-            x.dtype == gy.dtype == numpy.float32 and x.size and gy.size):
+            x.dtype == gy.dtype == numpy.float32 and x.size and gy.size) \
+            or _grad_w_copies(x.shape, gy.shape, ph, pw) > \
+            DIRECT_GRAD_W_BYTES:
         return False
     return linear_ops.probed(_probe_grad_w_blocks, x.shape, gy.shape,
                              tuple(w_shape), ph, pw, x.dtype,
                              seen=PROBED_AFTER)
+
+
+#: The most bytes the direct filter gradient's copies may take (beyond
+#: them, the products with the patches).
+DIRECT_GRAD_W_BYTES = 32 << 20
+
+
+def _grad_w_copies(x_shape, gy_shape, ph, pw):
+    """The bytes of the copies ``direct_convolution_grad_w`` makes: the
+    zero-padded images, and the output's gradient with the channels last
+    (rounded up to 16 of them)."""
+    n, c, h, w = x_shape
+    outs = -(-gy_shape[1] // 16) * 16
+    return 4 * (n * c * (h + 2 * ph) * (w + 2 * pw) +
+                n * gy_shape[2] * gy_shape[3] * outs)
 
 
 def _probe_grad_w_blocks(x_shape, gy_shape, w_shape, ph, pw, dtype):

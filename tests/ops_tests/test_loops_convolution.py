@@ -304,3 +304,15 @@ def test_the_blocks_tried_each_cut_the_inner_axis_otherwise():
     # 106 blocks of 448, then the 562 left as halves rounded up to 16
     assert tuple(connection._blocks_of(48050, 448, 16)) == \
         (448,) * 106 + (288, 274)
+
+
+def test_large_filter_gradients_keep_the_patches(monkeypatch):
+    """The direct filter gradient copies the images and the output's
+    gradient: beyond DIRECT_GRAD_W_BYTES of copies it is not tried."""
+    x = numpy.zeros((4, 3, 16, 16), numpy.float32)
+    gy = numpy.zeros((4, 8, 16, 16), numpy.float32)
+    assert connection._grad_w_copies(x.shape, gy.shape, 1, 1) == \
+        4 * (4 * 3 * 18 * 18 + 4 * 16 * 16 * 16)
+    monkeypatch.setattr(connection, 'DIRECT_GRAD_W_BYTES', 1000)
+    assert connection._direct_grad_w_blocks(x, gy, (8, 3, 3, 3), 1, 1) \
+        is False
