@@ -595,11 +595,13 @@ def _seq2seq_example_training():
     return _loss_training(make, pairs, lambda m: m.W.W.grad, {})
 
 
-def _attention_seq2seq_training():
+def _attention_seq2seq_training(masked=False):
     """An N-step LSTM encoder over lists of 2 to 64 sentences of 1 to 60
     words, its outputs padded (``F.pad_sequence``), and an ``L.LSTM``
     decoder with Luong attention over them, a step per target word
-    (targets padded with -1, 1 to 30 steps)."""
+    (targets padded with -1, 1 to 30 steps); with ``masked``, the
+    attention masked past each sentence's end by the lengths read in
+    Python."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -622,11 +624,19 @@ def _attention_seq2seq_training():
             hy, _, enc = self.encoder(None, None,
                                       sequence_embed(self.embed, xs))
             enc = F.pad_sequence(enc)
+            xp = self.xp
+            if masked:  # past each sentence's end
+                lengths = xp.array([len(x) for x in xs])
+                valid = (xp.arange(enc.shape[1])[None, :] <
+                         lengths[:, None])[:, :, None]
             self.decoder.reset_state()
             context, loss = hy[-1], 0
             for y in F.separate(ys, axis=1):
                 h = self.decoder(F.concat((self.target(y), context), axis=1))
                 scores = F.matmul(enc, F.expand_dims(self.query(h), 2))
+                if masked:
+                    scores = F.where(valid, scores, xp.full(
+                        scores.shape, -1e9, scores.dtype))
                 weights = F.softmax(scores, axis=1)
                 context = F.sum(enc * F.broadcast_to(weights, enc.shape),
                                 axis=1)
@@ -723,6 +733,9 @@ def workloads():
         ('attention seq2seq training, lists of 2 to 64 sentences of 1 to '
          '60 words, 1 to 30 target steps', 'chainerjit',
          _attention_seq2seq_training()),
+        ('attention seq2seq training, masked past each sentence\'s end, '
+         'lists of 2 to 64 sentences of 1 to 60 words, 1 to 30 target '
+         'steps', 'chainerjit', _attention_seq2seq_training(masked=True)),
         ('RNN written by hand over padded lists of 2 to 64 sentences of 1 '
          'to 60 words, masked by their lengths', 'chainerjit',
          _padded_rnn_training()),
