@@ -151,24 +151,30 @@ def test_lstm_training_over_lists(cls, optimizer):
     mine.setup(model)
     theirs.setup(twin)
     for n in LENGTHS:
-        xs = _steps(rng, n)
-        ts = _copies(xs)
-        model.cleargrads()
-        twin.cleargrads()
-        actual, expected = model(xs), twin(ts)
-        testing.assert_results_equal(actual, expected, 1e-4, 1e-5)
-        F.sum(actual * actual).backward()
-        F.sum(expected * expected).backward()
-        _assert_param_grads_equal(model, twin)
-        _assert_grads_equal(xs, ts)
-        mine.update()
-        theirs.update()
-        params = dict(model.namedparams())
-        for name, param in twin.namedparams():
-            numpy.testing.assert_allclose(params[name].array, param.array,
-                                          1e-4, 1e-5, err_msg=name)
+        _step_alike(model, twin, mine, theirs, _steps(rng, n))
     if cls is _CarriedLSTM:
         testing.assert_results_equal(model.lstm.h, twin.lstm.h, 1e-4, 1e-5)
+
+
+def _step_alike(model, twin, mine, theirs, xs):
+    """One training step of ``model`` (jitted) on ``xs`` and of ``twin``
+    on copies, with the optimizers ``mine`` and ``theirs``: outputs,
+    gradients and updated parameters equal."""
+    ts = _copies(xs)
+    model.cleargrads()
+    twin.cleargrads()
+    actual, expected = model(xs), twin(ts)
+    testing.assert_results_equal(actual, expected, 1e-4, 1e-5)
+    F.sum(actual * actual).backward()
+    F.sum(expected * expected).backward()
+    _assert_param_grads_equal(model, twin)
+    _assert_grads_equal(xs, ts)
+    mine.update()
+    theirs.update()
+    params = dict(model.namedparams())
+    for name, param in twin.namedparams():
+        numpy.testing.assert_allclose(params[name].array, param.array,
+                                      1e-4, 1e-5, err_msg=name)
 
 
 class _Embedder(chainer.Chain):
@@ -235,18 +241,8 @@ def test_lstm_training_over_lists_of_any_batch_size(cls):
     mine.setup(model)
     theirs.setup(twin)
     for n, batch in ((3, 2), (5, 2), (4, 2), (4, 5), (6, 3), (3, 7)):
-        xs = _steps(rng, n, shape=(batch, 3))
-        ts = _copies(xs)
-        model.cleargrads()
-        twin.cleargrads()
-        actual, expected = model(xs), twin(ts)
-        testing.assert_results_equal(actual, expected, 1e-4, 1e-5)
-        F.sum(actual * actual).backward()
-        F.sum(expected * expected).backward()
-        _assert_param_grads_equal(model, twin)
-        _assert_grads_equal(xs, ts)
-        mine.update()
-        theirs.update()
+        _step_alike(model, twin, mine, theirs,
+                    _steps(rng, n, shape=(batch, 3)))
     entry, = model.forward.cache_entries()
     assert str(entry.signature).startswith('xs: f32[T,B,3]'), \
         entry.signature

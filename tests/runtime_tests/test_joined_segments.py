@@ -184,10 +184,15 @@ class _DecoderOverPaddedTargets(_Encoder):
         self.decoder.reset_state()
         h, loss = hy[-1], 0
         for y in F.separate(ys, axis=1):
-            h = self.decoder(F.concat((self.target(y), h), axis=1))
+            h = self.stepped(self.decoder(F.concat((self.target(y), h),
+                                                   axis=1)))
             loss += F.softmax_cross_entropy(self.words(h), y,
                                             ignore_label=-1)
         return loss
+
+    def stepped(self, h):
+        """The decoder's output at a step, as the loop carries it."""
+        return h
 
 
 class _AttentionDecoder(_DecoderOverPaddedTargets):
@@ -222,16 +227,8 @@ class _FilledInTheLoop(_DecoderOverPaddedTargets):
     (``xp.full(h.shape, 0.5)``): made again at each step, the loop
     rolls."""
 
-    def forward(self, xs, ys):
-        hy = self.encoder(None, None, sequence_embed(self.embed, xs))[0]
-        self.decoder.reset_state()
-        h, loss = hy[-1], 0
-        for y in F.separate(ys, axis=1):
-            h = self.decoder(F.concat((self.target(y), h), axis=1))
-            h = F.where(h.array > 0, h, self.xp.full(h.shape, 0.5, h.dtype))
-            loss += F.softmax_cross_entropy(self.words(h), y,
-                                            ignore_label=-1)
-        return loss
+    def stepped(self, h):
+        return F.where(h.array > 0, h, self.xp.full(h.shape, 0.5, h.dtype))
 
 
 class _MaskedAttentionDecoder(_AttentionDecoder):
