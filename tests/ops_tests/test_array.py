@@ -1,7 +1,9 @@
+import chainer
 import chainer.functions as F
 import numpy
 import pytest
 
+import chainerjit
 from chainerjit import ops
 from chainerjit import testing
 from tests.ops_tests.common import DTYPES
@@ -163,6 +165,28 @@ def test_get_item(rng, slices, dtype):
         lambda x: F.get_item(x, slices),
         make_calls(rng, [(4, 5, 6)], dtype), expect_entries=1,
         lowered=['GetItem'])
+
+
+@pytest.mark.parametrize('slices', SLICES[:10])
+def test_get_item_gradient_of_basic_indexes_is_chainers_bytes(rng, slices):
+    """A basic index's gradient, added on the view of the zeros (no
+    position repeats), gives the bytes of Chainer's ``numpy.add.at``: an
+    output gradient's -0 gives +0."""
+    def fn(x):
+        return F.get_item(x, slices)
+    jitted = chainerjit.jit(fn)
+    for _ in range(3):
+        x = rng.standard_normal((4, 5, 6)).astype(numpy.float32)
+        gy = rng.standard_normal(fn(x).shape).astype(numpy.float32)
+        gy.reshape(-1)[:min(2, gy.size - 1)] = -0.0  # (one left as it is)
+        grads = []
+        for f in (fn, jitted):
+            v = chainer.Variable(x.copy())
+            y = f(v)
+            y.grad = gy.copy()
+            y.backward()
+            grads.append(v.grad.tobytes())
+        assert grads[0] == grads[1]
 
 
 @pytest.mark.parametrize('slices', [slice(0, 2), (slice(None), 1),
