@@ -298,7 +298,7 @@ class SizeOf(int):
     read by the forward's code: the width of a block of segments padded
     to the longest (:func:`note_padded_width`), which varies with the
     items' lengths. An array made of it (``xp.arange(enc.shape[1])``) is
-    made again of that value's size at run time (:func:`_made_sized`);
+    made again of that value's size at run time (:func:`_made_arange`);
     arithmetic with it gives plain ints."""
 
     def __new__(cls, value, array, axis):

