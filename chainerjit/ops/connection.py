@@ -51,12 +51,12 @@ def _conv_transpose(gy, W, groups, col2im_args, col2im_kwargs,
     directly where that gives the same bits and runs faster (1.6x on
     LeNet's second layer)."""
     sy, sx, ph, pw, h, w = col2im_args
+    key = ('direct grad_x', gy.shape, W.shape, gy.dtype)
     if groups == 1 and buffers is not None and \
             (sy, sx, col2im_kwargs['dy'], col2im_kwargs['dx']) == \
-            (1, 1, 1, 1) and _direct_grad_x_agrees(gy, W, ph, pw, h, w) \
-            and _runs_faster(
-                ('direct grad_x', gy.shape, W.shape, gy.dtype),
-                functools.partial(_direct_grad_x, gy, W, ph, pw, h, w),
+            (1, 1, 1, 1) and _may_run_faster(key) and \
+            _direct_grad_x_agrees(gy, W, ph, pw, h, w) and _runs_faster(
+                key, functools.partial(_direct_grad_x, gy, W, ph, pw, h, w),
                 functools.partial(_conv_transpose_by_patches, gy, W, 1,
                                   col2im_args, col2im_kwargs, buffers)):
         gx = _direct_grad_x(gy, W, ph, pw, h, w)
@@ -97,9 +97,8 @@ def _wide_enough(width):
 
 
 def _probe_direct_grad_x(gy_shape, w_shape, ph, pw, h, w, dtype):
-    rng = numpy.random.RandomState(0)
-    gy = rng.standard_normal(gy_shape).astype(dtype)
-    W = rng.standard_normal(w_shape).astype(dtype)
+    gy = linear_ops.probe_values(gy_shape, dtype, 0)
+    W = linear_ops.probe_values(w_shape, dtype, 1)
     gx = _direct_grad_x(gy, W, ph, pw, h, w)
     return gx is not None and numpy.array_equal(gx, _conv_transpose_by_patches(
         gy, W, 1, (1, 1, ph, pw, h, w), dict(dy=1, dx=1)))
@@ -114,8 +113,9 @@ def _conv_transpose_by_patches(gy, W, groups, col2im_args, col2im_kwargs,
             type(gy) is numpy.ndarray and W.dtype == gy.dtype:
         by_image = functools.partial(_products_per_image, W, gy, buffers)
         at_once = functools.partial(_tensordot_into, W, gy, buffers)
-        if _per_image_grad_agrees(W, gy) and _runs_faster(
-                ('grad_x', gy.shape, W.shape, gy.dtype), by_image, at_once):
+        key = ('grad_x', gy.shape, W.shape, gy.dtype)
+        if _may_run_faster(key) and _per_image_grad_agrees(W, gy) and \
+                _runs_faster(key, by_image, at_once):
             patches, layout = by_image(), _loops_convolution.COLUMNS
         else:
             patches = at_once()
@@ -171,24 +171,43 @@ _DIRECT = _loops_convolution.direct_convolution_available()
 #: products as large as the convolution's.
 PROBED_AFTER = 2
 
-#: ``{(kernel, shapes, dtype): whether its other product ran faster}``
-#: (:func:`_runs_faster`), and the most shapes it keeps (then it starts
-#: again).
+#: ``{(kernel, size classes, dtype): whether its other product ran
+#: faster}`` (:func:`_runs_faster`), and the most classes it keeps (then
+#: it starts again).
 _FASTER = {}
 _FASTER_KEPT = 4096
 
 
 def _runs_faster(key, other, usual):
     """Does ``other()`` run faster than ``usual()``, two ways to compute
-    the same bits, at ``key``? Timed once (the better of two runs each)
-    and remembered: one product per image is 2x faster on LeNet's layers
-    and 1.3x to 1.9x slower on a text CNN's 128 channels."""
+    the same bits, at ``key`` (a kernel's name, shapes and dtype)? Timed
+    once per class of sizes (:func:`_size_class`; the better of two runs
+    each) and remembered: one product per image is 2x faster on LeNet's
+    layers and 1.3x to 1.9x slower on a text CNN's 128 channels."""
+    key = _size_class(key)
     faster = _FASTER.get(key)
     if faster is None:
         if len(_FASTER) >= _FASTER_KEPT:
             _FASTER.clear()
         faster = _FASTER[key] = _best_time(other) < _best_time(usual)
     return faster
+
+
+def _may_run_faster(key):
+    """``False`` where :func:`_runs_faster` found the other way slower at
+    sizes of ``key``'s class: the exact probe of its bits at ``key``'s
+    shapes is then not worth its products (a text CNN's batches of every
+    size and width would each pay one, for a way it never takes)."""
+    return _FASTER.get(_size_class(key), True)
+
+
+def _size_class(key):
+    """``key`` with each size replaced by its bit length (32 to 63 are
+    one class): the speeds of two ways to compute a product change
+    little within such a class."""
+    if isinstance(key, tuple):
+        return tuple(_size_class(part) for part in key)
+    return key.bit_length() if isinstance(key, int) else key
 
 
 def _best_time(fn, runs=2):
@@ -334,11 +353,12 @@ def _conv_grad_w(x, gy, w_shape, w_dtype, groups, im2col_args,
             (sy, sx, im2col_kwargs['dy'], im2col_kwargs['dx']) == \
             (1, 1, 1, 1) and not im2col_kwargs['cover_all'] and \
             w_dtype == numpy.float32:
-        blocks = _direct_grad_w_blocks(x, gy, w_shape, ph, pw)
+        key = ('direct grad_w', x.shape, gy.shape, x.dtype)
+        blocks = _may_run_faster(key) and \
+            _direct_grad_w_blocks(x, gy, w_shape, ph, pw)
         if blocks and _runs_faster(
-                ('direct grad_w', x.shape, gy.shape, x.dtype),
-                functools.partial(_direct_grad_w, x, gy, w_shape, ph, pw,
-                                  blocks),
+                key, functools.partial(_direct_grad_w, x, gy, w_shape, ph,
+                                       pw, blocks),
                 functools.partial(_conv_grad_w_by_patches, x, gy, w_shape,
                                   w_dtype, groups, im2col_args,
                                   im2col_kwargs, buffers)):
@@ -401,9 +421,8 @@ def _grad_w_copies(x_shape, gy_shape, ph, pw):
 
 
 def _probe_grad_w_blocks(x_shape, gy_shape, w_shape, ph, pw, dtype):
-    rng = numpy.random.RandomState(0)
-    x = rng.standard_normal(x_shape).astype(dtype)
-    gy = rng.standard_normal(gy_shape).astype(dtype)
+    x = linear_ops.probe_values(x_shape, dtype, 0)
+    gy = linear_ops.probe_values(gy_shape, dtype, 1)
     expected = numpy.tensordot(gy, conv.im2col_cpu(
         x, w_shape[2], w_shape[3], 1, 1, ph, pw), ((0, 2, 3), (0, 4, 5)))
     for blocks in _distinct_blocks(gy.size // gy_shape[1]):
@@ -736,9 +755,10 @@ def _windows_conv(node, ctx, scratch):
                                          node)
             as_rows = functools.partial(_forward_as_rows, x, W, k, buffers,
                                         col_args, node)
-            if _per_image_forward_agrees(x, W, k, out_h * out_w) and \
-                    _runs_faster(('forward', x.shape, W.shape, x.dtype),
-                                 by_image, as_rows):
+            key = ('forward', x.shape, W.shape, x.dtype)
+            if _may_run_faster(key) and \
+                    _per_image_forward_agrees(x, W, k, out_h * out_w) and \
+                    _runs_faster(key, by_image, as_rows):
                 y = by_image()
             else:
                 y = as_rows()
@@ -751,10 +771,11 @@ def _windows_conv(node, ctx, scratch):
         # The direct convolution where it gives the same bits, and runs
         # faster (1.8x to 2.5x on LeNet's layers, its bias added in the
         # loop).
-        if direct and _direct_agrees(x, W, b, node) and _runs_faster(
-                ('direct', x.shape, W.shape, x.dtype),
-                functools.partial(_direct_forward, x, W, b, node),
-                functools.partial(by_blas, x, W, b)):
+        key = ('direct', x.shape, W.shape, x.dtype)
+        if direct and _may_run_faster(key) and \
+                _direct_agrees(x, W, b, node) and _runs_faster(
+                    key, functools.partial(_direct_forward, x, W, b, node),
+                    functools.partial(by_blas, x, W, b)):
             y = _direct_forward(x, W, b, node)
             if y is not None:
                 return numpy.rollaxis(y, 3, 1)
@@ -788,9 +809,8 @@ def _direct_agrees(x, W, b, node):
 
 
 def _probe_direct_forward(x_shape, w_shape, ph, pw, dtype):
-    rng = numpy.random.RandomState(0)
-    x = rng.standard_normal(x_shape).astype(dtype)
-    W = rng.standard_normal(w_shape).astype(dtype)
+    x = linear_ops.probe_values(x_shape, dtype, 0)
+    W = linear_ops.probe_values(w_shape, dtype, 1)
     node = _Geometry(1, 1, ph, pw, 1, 1)
     y = _direct_forward(x, W, None, node)
     kh, kw = w_shape[2:]

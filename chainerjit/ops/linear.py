@@ -307,9 +307,30 @@ def _probe_stacked_product(steps, rows, inner, cols, dtype):
 
 
 def probe_arrays(rows, inner, cols, dtype):
-    rng = numpy.random.RandomState(0)
-    return (rng.standard_normal((rows, inner)).astype(dtype),
-            rng.standard_normal((inner, cols)).astype(dtype))
+    return (probe_values((rows, inner), dtype, 0),
+            probe_values((inner, cols), dtype, 1))
+
+
+#: The length of the random values probes' arrays repeat (a prime, so
+#: that no BLAS block of a power of two lines up with it).
+_PROBE_PERIOD = 65537
+_PROBE_POOLS = {}
+
+
+def probe_values(shape, dtype, which=0):
+    """A C-ordered array of ``shape`` for a probe of summation orders:
+    standard normal values (drawn once per dtype) repeating every
+    :data:`_PROBE_PERIOD` elements, from the ``which``-th of a few
+    starting points, so that one probe's arrays differ. Each element of
+    a product still sums values of no pattern an order could keep the
+    bits of, and filling an array costs a copy, not a draw: 0.4 ms
+    instead of 22 for a text CNN's (3840, 384) patches."""
+    dtype = numpy.dtype(dtype)
+    pool = _PROBE_POOLS.get(dtype)
+    if pool is None:
+        pool = _PROBE_POOLS[dtype] = numpy.random.RandomState(0) \
+            .standard_normal(_PROBE_PERIOD).astype(dtype)
+    return numpy.resize(pool[which * 7919 % _PROBE_PERIOD:], shape)
 
 
 def _probe_swapped_product(rows, inner, cols, dtype):

@@ -322,3 +322,44 @@ def test_a_product_giving_the_same_bits_is_taken_where_it_runs_faster(
     assert calls == {'quick': 4, 'slow': 4}  # timed twice each, per key
     assert connection._runs_faster(('a',), slow, quick)  # remembered
     assert calls == {'quick': 4, 'slow': 4}
+
+
+def test_a_timing_serves_the_sizes_of_its_class(probes):
+    calls = collections.Counter()
+
+    def sleeping(name, seconds):
+        def run():
+            calls[name] += 1
+            time.sleep(seconds)
+        return run
+    quick, slow = sleeping('quick', 0.001), sleeping('slow', 0.01)
+    f32 = numpy.dtype(numpy.float32)
+    assert connection._may_run_faster(('forward', (40, 128, 33, 1), f32))
+    assert not connection._runs_faster(('forward', (40, 128, 33, 1), f32),
+                                       slow, quick)
+    # 32 to 63 wide, 32 to 63 images: one class, not timed again, and
+    # not worth probing for
+    assert not connection._runs_faster(('forward', (63, 128, 60, 1), f32),
+                                       quick, slow)
+    assert not connection._may_run_faster(('forward', (50, 128, 32, 1), f32))
+    assert calls == {'quick': 2, 'slow': 2}
+    # 64 wide: another class
+    assert connection._may_run_faster(('forward', (40, 128, 64, 1), f32))
+    assert connection._runs_faster(('forward', (40, 128, 64, 1), f32),
+                                   quick, slow)
+    assert calls == {'quick': 4, 'slow': 4}
+
+
+def test_probe_values_are_repeatable_random_and_distinct():
+    a = linear_ops.probe_values((300, 400), numpy.float32, 0)
+    b = linear_ops.probe_values((400, 30), numpy.float32, 1)
+    assert a.dtype == b.dtype == numpy.float32 and a.flags.c_contiguous
+    assert a.shape == (300, 400) and b.shape == (400, 30)
+    assert numpy.array_equal(
+        a, linear_ops.probe_values((300, 400), numpy.float32, 0))
+    assert not numpy.array_equal(a.ravel()[:1000], b.ravel()[:1000])
+    # no row of a repeats another: the period is not a multiple of 400
+    assert len(numpy.unique(a[:, :8], axis=0)) == 300
+    assert abs(float(a.mean())) < 0.05 and 0.9 < float(a.std()) < 1.1
+    assert linear_ops.probe_values((3, 4), numpy.float64).dtype == \
+        numpy.float64
