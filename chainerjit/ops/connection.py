@@ -138,9 +138,14 @@ def _conv_transpose_by_patches(gy, W, groups, col2im_args, col2im_kwargs,
         patches.transpose(3, 0, 1, 2, 4, 5)  # a view
     n, c, kh, kw = by_image.shape[:4]
     img = numpy.zeros((n, c, h, w), patches.dtype)
-    if _loops_convolution.add_convolution_patches(
-            patches, img, (kh, kw, sy, sx, ph, pw, col2im_kwargs['dy'],
-                           col2im_kwargs['dx']), layout):
+    geometry = (kh, kw, sy, sx, ph, pw, col2im_kwargs['dy'],
+                col2im_kwargs['dx'])
+    into, geometry = _rows_as_columns(img, geometry)
+    if patches.flags.c_contiguous and \
+            _loops_convolution.add_convolution_patches(
+                patches.reshape(_patches_shape(into.shape, geometry,
+                                               layout)),
+                into, geometry, layout):
         return img
     # C-ordered, not a view into col2im's padded image (its values and
     # order of axes, so the ops after it sum as they do in eager mode).
@@ -312,21 +317,46 @@ def _gathered_patches(x, geometry, layout, buffers=None):
     view of ``_patches``), or ``None`` for arrays it does not take."""
     if type(x) is not numpy.ndarray or x.ndim != 4:
         return None
+    shape = _patches_shape(x.shape, geometry, layout)
+    if shape is None:
+        return None
+    out = numpy.empty(shape, x.dtype) if buffers is None else \
+        buffers.array(0, shape, x.dtype)
+    x, geometry = _rows_as_columns(x, geometry)
+    if _loops_convolution.convolution_patches(
+            x, out.reshape(_patches_shape(x.shape, geometry, layout)),
+            geometry, layout):
+        return out
+    return None
+
+
+def _patches_shape(image_shape, geometry, layout):
+    """The shape of the patches of images of ``image_shape`` (N, C, H, W)
+    for a convolution of ``geometry`` in ``layout``; ``None`` where they
+    have no output."""
     kh, kw, sy, sx, ph, pw, dy, dx = geometry
-    n, c, h, w = x.shape
+    n, c, h, w = image_shape
     out_h = conv.get_conv_outsize(h, kh, sy, ph, d=dy)
     out_w = conv.get_conv_outsize(w, kw, sx, pw, d=dx)
     if out_h < 1 or out_w < 1:
         return None
-    shape = {_loops_convolution.ROWS: (n, out_h, out_w, c, kh, kw),
-             _loops_convolution.COLUMNS: (n, c, kh, kw, out_h, out_w),
-             _loops_convolution.IMAGES_INSIDE: (c, kh, kw, n, out_h, out_w)
-             }[layout]
-    out = numpy.empty(shape, x.dtype) if buffers is None else \
-        buffers.array(0, shape, x.dtype)
-    if _loops_convolution.convolution_patches(x, out, geometry, layout):
-        return out
-    return None
+    return {_loops_convolution.ROWS: (n, out_h, out_w, c, kh, kw),
+            _loops_convolution.COLUMNS: (n, c, kh, kw, out_h, out_w),
+            _loops_convolution.IMAGES_INSIDE: (c, kh, kw, n, out_h, out_w)
+            }[layout]
+
+
+def _rows_as_columns(x, geometry):
+    """``(x, geometry)``, or for images one pixel wide and a kernel one
+    wide (a text CNN's (3, 1) over its words) a view of them one pixel
+    high, whose columns are their rows, and the same convolution of it:
+    the same patches in the same order in every layout, while the C
+    loops over them run along the words instead of a pixel at a time (5x
+    to 10x faster for a text CNN's batch)."""
+    kh, kw, sy, sx, ph, pw, dy, dx = geometry
+    if x.shape[3] != 1 or kw != 1 or pw != 0:
+        return x, geometry
+    return x[:, :, :, 0][:, :, None, :], (1, kh, 1, sy, 0, ph, 1, dy)
 
 
 def _add_to_rows(y, b):
@@ -476,6 +506,12 @@ def _conv_grad_w_by_patches(x, gy, w_shape, w_dtype, groups, im2col_args,
     kh, kw = w_shape[2:]
     exact_patches = not im2col_kwargs['cover_all']
     dilate = dict(dy=im2col_kwargs['dy'], dx=im2col_kwargs['dx'])
+    # Chainer's copy of a non-contiguous gy with a unit axis (NumPy needs
+    # it, chainer/chainer#2744): then C-ordered, so is its product's
+    # operand (the output of a text CNN's convolution, one pixel wide).
+    if groups == 1 and not (gy.flags.c_contiguous or
+                            gy.flags.f_contiguous) and 1 in gy.shape:
+        gy = numpy.ascontiguousarray(gy)
     if groups == 1 and exact_patches and len(x) > 1:
         # The product tensordot(gy, col, ((0, 2, 3), (0, 4, 5))) makes: for
         # more than one image it copies the patches C-ordered. (For one it
@@ -493,11 +529,6 @@ def _conv_grad_w_by_patches(x, gy, w_shape, w_dtype, groups, im2col_args,
                            **dilate)
         return gy.dot(col).astype(w_dtype, copy=False).reshape(w_shape)
     if groups == 1:
-        # NumPy needs this copy for a non-contiguous gy with a unit axis
-        # (chainer/chainer#2744).
-        if (not (gy.flags.c_contiguous or gy.flags.f_contiguous)
-                and 1 in gy.shape):
-            gy = numpy.ascontiguousarray(gy)
         col = patch_columns(x, kh, kw, *im2col_args, **dilate) \
             if exact_patches else conv.im2col_cpu(x, kh, kw, *im2col_args,
                                                   **im2col_kwargs)

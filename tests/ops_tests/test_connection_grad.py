@@ -159,6 +159,10 @@ CONV_CASES = [
     ((1, 1, 3, 8), (2, 1, 1, 5), dict(pad=(0, 6), stride=(1, 2))),
     ((3, 2, 5, 4), (5, 2, 5, 4), dict()),
     ((2, 3, 6, 6), (4, 3, 2, 2), dict(stride=3, dilate=2, pad=1)),
+    # one pixel wide, a kernel one wide: gathered as rows one pixel high
+    ((3, 5, 9, 1), (4, 5, 3, 1), dict(pad=(1, 0))),
+    ((2, 3, 11, 1), (2, 3, 2, 1), dict(stride=(2, 3), dilate=(3, 2))),
+    ((2, 2, 6, 1), (3, 2, 4, 1), dict(pad=(4, 0), stride=2)),
 ]
 
 
@@ -236,6 +240,24 @@ def test_convolution_of_a_transposed_input():
         return F.convolution_2d(F.transpose(x, (0, 3, 1, 2)), W, stride=2)
     testing.assert_jit_grads_match_eager(
         f, _calls(17, [(2, 6, 5, 3), (2, 3, 2, 2)]), 0, 0)
+
+
+@pytest.mark.adversarial
+def test_a_text_cnn_convolution_over_words_bit_for_bit():
+    """A (3, 1) kernel over the transposed embeddings of padded words,
+    (N, C, words, 1), as Chainer's text classification example's CNN:
+    a batch and width of its own on each call."""
+    def f(e, W, b):
+        x = F.transpose(e, (0, 2, 1))[:, :, :, None]
+        return F.max(F.relu(F.convolution_2d(x, W, b, pad=(1, 0))),
+                     axis=(2, 3))
+    rng = numpy.random.RandomState(19)
+    calls = [(rng.standard_normal((n, words, 6)).astype(F32),
+              rng.standard_normal((5, 6, 3, 1)).astype(F32),
+              rng.standard_normal(5).astype(F32))
+             for n, words in [(3, 7), (4, 12), (4, 12), (4, 12), (2, 9),
+                              (3, 7), (3, 7), (5, 20)]]
+    testing.assert_jit_grads_match_eager(f, calls, 0, 0)
 
 
 @pytest.mark.parametrize('dtype', DTYPES)
