@@ -154,14 +154,20 @@ def _conv_transpose_by_patches(gy, W, groups, col2im_args, col2im_kwargs,
 
 
 def _tensordot_into(W, gy, buffers):
-    """``numpy.tensordot(W, gy, (0, 1))`` with its copy of ``gy`` and its
-    product in ``buffers``: the same transposes, reshapes and product
-    (the same bits)."""
+    """``numpy.tensordot(W, gy, (0, 1))`` with its copy of ``gy`` (where
+    it makes one) and its product in ``buffers``: the same transposes,
+    reshapes and product (the same bits). A ``gy`` with its channels
+    last (a convolution's output, as Chainer lays it out) is read as the
+    F-ordered matrix tensordot reads it, not copied."""
     c_out = W.shape[0]
     w_t = W.transpose(1, 2, 3, 0).reshape(-1, c_out)
-    gy_t = buffers.array(1, (c_out, gy.size // c_out), gy.dtype)
-    gy_t.reshape((c_out, gy.shape[0]) + gy.shape[2:])[...] = \
-        gy.transpose(1, 0, 2, 3)
+    gy_t = gy.transpose(1, 0, 2, 3).view()
+    try:
+        gy_t.shape = (c_out, gy.size // c_out)  # a view, as reshape's
+    except AttributeError:  # reshape would copy: into a buffer
+        gy_t = buffers.array(1, (c_out, gy.size // c_out), gy.dtype)
+        gy_t.reshape((c_out, gy.shape[0]) + gy.shape[2:])[...] = \
+            gy.transpose(1, 0, 2, 3)
     # Into buffer 0, the patches' (an input gradient gathers none).
     product = numpy.dot(w_t, gy_t, out=buffers.array(
         0, (len(w_t), gy_t.shape[1]), gy.dtype))
