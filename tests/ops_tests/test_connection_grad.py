@@ -242,6 +242,7 @@ def test_convolution_of_a_transposed_input():
         f, _calls(17, [(2, 6, 5, 3), (2, 3, 2, 2)]), 0, 0)
 
 
+@pytest.mark.bit_exact
 @pytest.mark.adversarial
 def test_a_text_cnn_convolution_over_words_bit_for_bit():
     """A (3, 1) kernel over the transposed embeddings of padded words,
