@@ -99,6 +99,25 @@ def link_state(instance, ignored=frozenset()):
     return _without(state, ignored) if ignored else state
 
 
+#: ``[model, link_epoch, its link_state()]``: the state of a watched
+#: model, computed once per :data:`link_epoch` (a stateful link called in
+#: a loop moves the count on every call, and each entry a lookup tries
+#: compares the model's state; its links' attributes are read once).
+_last_state = [None, None, None]
+
+
+def current_link_state(instance, ignored=frozenset()):
+    """:func:`link_state`, the same for a watched model until one of its
+    links is assigned to (:data:`link_epoch` moves)."""
+    if not isinstance(instance, chainer.Link) or instance not in _watched:
+        return link_state(instance, ignored)
+    model, epoch, state = _last_state
+    if model is None or model() is not instance or epoch != link_epoch[0]:
+        state = link_state(instance)
+        _last_state[:] = [weakref.ref(instance), link_epoch[0], state]
+    return _without(state, ignored) if ignored else state
+
+
 def _without(state, ignored):
     """A :func:`link_state` with the ``ignored`` attributes masked."""
     return dict(
@@ -306,7 +325,8 @@ class Entry(object):
         """The arrays the program reads from the model, or ``None`` if a
         guard fails (the call is then a miss)."""
         if self._epoch != link_epoch[0]:
-            if link_state(instance, self.ignored_state) != self.link_state:
+            if current_link_state(instance, self.ignored_state) != \
+                    self.link_state:
                 return None
             watch_model(instance)
             self._owners = self._resolve(instance)

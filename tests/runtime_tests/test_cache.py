@@ -190,6 +190,30 @@ def test_a_sublink_added_later_is_watched(net, rng):
     assert info.misses == 3  # the first call, and each change of extra
 
 
+def test_a_watched_models_state_is_read_once_per_change(net, rng,
+                                                       monkeypatch):
+    from chainerjit.runtime import cache
+    read = []
+    real = cache.link_state
+    monkeypatch.setattr(cache, 'link_state',
+                        lambda *a, **k: read.append(a[0]) or real(*a, **k))
+    assert cache.current_link_state(net) == real(net)  # not watched yet
+    cache.watch_model(net)
+    first = cache.current_link_state(net)
+    assert cache.current_link_state(net) is first
+    assert len(read) == 2
+    net.l1.scale = 2  # a watched link assigned to: read again
+    second = cache.current_link_state(net)
+    assert second != first and second == real(net)
+    assert cache.current_link_state(net) is second
+    other = MLP()
+    cache.watch_model(other)
+    assert cache.current_link_state(other) == real(other)  # its own
+    ignored = frozenset([('/l1', 'scale')])
+    assert cache.current_link_state(net, ignored) == real(net, ignored)
+    assert cache.current_link_state(net, ignored) != second
+
+
 class Predictor(chainer.Chain):
 
     def __init__(self):
