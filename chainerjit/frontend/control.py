@@ -494,12 +494,20 @@ def _locals_summary(frame):
     value, arrays and Variables by the identity of their array (and small
     arrays by contents too), lists by length and items, dicts, sets and
     the attributes of other objects two levels deep (of kind ``'link'``
-    for Chainer's links: ``self``, or a model passed in)."""
+    for Chainer's links: ``self``, or a model passed in), and those of
+    every link a link holds, down to :data:`LINK_LEVELS` links deep (a
+    loop may call them: ``self.encoder.lstm(x)``, ``self.lstm.upward(x)``).
+    """
     return dict((name, _summary(value, 2))
                 for name, value in frame.f_locals.items())
 
 
-def _summary(value, depth):
+#: How many links deep the summaries of a frame's state follow the links
+#: a link holds.
+LINK_LEVELS = 8
+
+
+def _summary(value, depth, links=LINK_LEVELS):
     if isinstance(value, chainer.Variable):
         return ('array', id(value._data[0]))
     if isinstance(value, chainer.get_array_types()):
@@ -526,9 +534,15 @@ def _summary(value, depth):
     attributes = getattr(value, '__dict__', None)
     if attributes is None:
         return ('object', id(value))
-    kind = 'link' if isinstance(value, chainer.Link) else 'object'
-    return (kind, id(value), tuple(
-        (k, _summary(v, depth - 1)) for k, v in sorted(attributes.items())))
+    if not isinstance(value, chainer.Link):
+        return ('object', id(value), tuple(
+            (k, _summary(v, depth - 1, links))
+            for k, v in sorted(attributes.items())))
+    return ('link', id(value), tuple(
+        (k, _summary(v, max(depth, 1), links - 1)
+         if isinstance(v, chainer.Link) and links > 0 else
+         _summary(v, depth - 1, links))
+        for k, v in sorted(attributes.items())))
 
 
 def global_kinds(code, frame):

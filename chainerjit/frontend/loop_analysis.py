@@ -441,6 +441,9 @@ def _hidden_call(call, kinds):
     model = _is_model(root, kinds)
     if model and isinstance(func.value, ast.Name):
         return None  # self.lstm(x), self.step(h)
+    if model and _attribute_chain(func.value) and \
+            func.value.attr != 'xp':
+        return None  # self.encoder.lstm(x), self.lstm.upward(x)
     if model and isinstance(func.value, ast.Attribute) and \
             func.value.attr == 'xp' and isinstance(func.value.value, ast.Name):
         return None  # self.xp.zeros(...): the link's array module
@@ -449,6 +452,13 @@ def _hidden_call(call, kinds):
                            and isinstance(func.value, ast.Name)):
         return None  # h.reshape(...), y.array.all(), ys.append(h)
     return 'the loop calls %s()' % func.attr
+
+
+def _attribute_chain(node):
+    """Is ``node`` a chain of attributes of a name (``self.a.b``)?"""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)
 
 
 def _is_model(name, kinds):

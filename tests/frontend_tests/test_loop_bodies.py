@@ -182,6 +182,80 @@ def test_loop_calling_a_helper_method():
     assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
+class Encoder(chainer.Chain):
+    def __init__(self):
+        super(Encoder, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(3, 3)
+
+
+class NestedLinks(chainer.Chain):
+    """Links called through the links that hold them."""
+
+    def __init__(self):
+        super(NestedLinks, self).__init__()
+        with self.init_scope():
+            self.enc = Encoder()
+            self.cell = L.LSTM(3, 3)
+
+    def forward(self, xs, h):  # the LSTM's own state, a link two deep
+        self.enc.lstm.reset_state()
+        for t in range(len(xs)):
+            h = self.enc.lstm(xs[t] + h)
+        return h
+
+    def forward_by_parts(self, xs, h):  # its linear layers, a step by hand
+        c = h * 0
+        for t in range(xs.shape[0]):
+            c, h = F.lstm(c, self.cell.upward(xs[t]) +
+                          self.cell.lateral(h))
+        return h, c
+
+
+def test_a_loop_calling_links_of_links_rolls():
+    for method in ('forward', 'forward_by_parts'):
+        _model_check(NestedLinks, _make_seq, False, method=method)
+        jf = _model_check(NestedLinks, _make_seq, True, SYMBOLIC,
+                          method=method)
+        assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+class Counting(chainer.Link):
+    def __init__(self):
+        super(Counting, self).__init__()
+        self.calls = 0
+
+    def forward(self, h):
+        self.calls += 1
+        return F.tanh(h)
+
+
+class CountingInside(chainer.Chain):
+    """A link of a link counting its calls in a Python attribute, read
+    after the loop: as many as its steps."""
+
+    def __init__(self):
+        super(CountingInside, self).__init__()
+        with self.init_scope():
+            self.enc = chainer.Chain()
+            with self.enc.init_scope():
+                self.enc.count = Counting()
+                self.enc.lin = L.Linear(3, 3)
+
+    def forward(self, xs, h):
+        self.enc.count.calls = 0
+        for t in range(len(xs)):
+            h = self.enc.count(self.enc.lin(xs[t]) + h)
+        return h * self.enc.count.calls
+
+
+def test_python_state_of_a_link_of_a_link_is_seen():
+    # (the counter's last value is in the key: lengths repeat to hit)
+    for grads in (False, True):
+        _model_check(CountingInside, _make_seq, grads, (5, 5, 9, 9, 2, 2),
+                     state=lambda model: model.enc.count.calls)
+
+
 # --- reverse and counter arithmetic ------------------------------------------
 
 def reverse_range(xs, h):
