@@ -746,8 +746,30 @@ class _PaddedRNNTimeMajor(_PaddedRNN):
     time_major = True
 
 
+class _PaddedLSTMByHand(_PaddedRNN):
+    """An LSTM step written by hand with an ``L.LSTM``'s own linear
+    layers (links of a link), its state and cell masked past each
+    item's end."""
+
+    def __init__(self):
+        super(_PaddedLSTMByHand, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(6, 5)
+
+    def forward(self, xs):
+        lengths = self.xp.array([len(x) for x in xs], numpy.int32)
+        e = self.embed(F.pad_sequence(xs, padding=-1))
+        h = c = self.xp.zeros((len(xs), 5), numpy.float32)
+        for t in range(e.shape[1]):
+            c_new, h_new = F.lstm(c, self.lstm.upward(e[:, t]) +
+                                  self.lstm.lateral(h))
+            keep = self.xp.broadcast_to((lengths > t)[:, None], h.shape)
+            h, c = F.where(keep, h_new, h), F.where(keep, c_new, c)
+        return F.sum(self.out(h))
+
+
 @pytest.mark.parametrize('cls', [_PaddedRNN, _PaddedRNNMasked,
-                                 _PaddedRNNTimeMajor])
+                                 _PaddedRNNTimeMajor, _PaddedLSTMByHand])
 def test_a_loop_over_a_padded_blocks_width_serves_every_list(cls):
     rng = numpy.random.RandomState(23)
     calls = [(xs,) for xs in _tokens_of_new_counts(rng, 8)]
