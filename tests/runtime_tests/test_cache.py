@@ -190,8 +190,7 @@ def test_a_sublink_added_later_is_watched(net, rng):
     assert info.misses == 3  # the first call, and each change of extra
 
 
-def test_a_watched_models_state_is_read_once_per_change(net, rng,
-                                                       monkeypatch):
+def test_a_watched_models_state_is_read_once_per_change(net, monkeypatch):
     from chainerjit.runtime import cache
     read = []
     real = cache.link_state
