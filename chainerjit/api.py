@@ -455,6 +455,8 @@ class JitFunction(_calls.CachedCall):
             if batched.kept is None and \
                     served.generalize(sibling.key) is not None:
                 self.cache.remove(sibling)
+            for other in batch.generalized_by(self.cache, entry):
+                self.cache.remove(other)  # the new entry serves its calls
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note
         return result

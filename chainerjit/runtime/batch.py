@@ -453,6 +453,21 @@ def served_by(cache, entry):
             _covers(entry.key, other.key)]
 
 
+def generalized_by(cache, entry):
+    """The other entries of ``cache`` of fixed sizes whose keys ``entry``'s
+    symbolic sizes map to its own (the first call's entry, of a length
+    and batch size, once a later one serves every length and batch
+    size)."""
+    return [other for other in cache.entries() if other is not entry and
+            other.symbolic is None and other.program is not None and
+            _maps_to(entry, other.key)]
+
+
+def _maps_to(entry, key):
+    general = entry.symbolic.generalize(key)
+    return general is not None and general[0] == entry.key
+
+
 def _covers(general, key):
     """Is ``key`` ``general`` but for the sizes ``general`` leaves open?"""
     if general[:3] != key[:3] or general[4:] != key[4:] or \

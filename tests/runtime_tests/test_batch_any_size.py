@@ -849,6 +849,42 @@ def test_time_major_forwards_serve_every_length_and_batch_size(method):
         entry.signature
 
 
+class _WordsModel(chainer.Chain):
+    """A language model: time-major word ids embedded at once, a loop
+    over the embedded steps, all states scored against the next words."""
+
+    def __init__(self):
+        super(_WordsModel, self).__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 4)
+            self.cell = L.Linear(4 + 6, 6)
+            self.words = L.Linear(6, 20)
+
+    def forward(self, ids, targets):
+        h = self.xp.zeros((ids.shape[1], 6), numpy.float32)
+        hs = []
+        for x in self.embed(ids):
+            h = F.tanh(self.cell(F.concat([x, h], axis=1)))
+            hs.append(h)
+        return F.softmax_cross_entropy(
+            self.words(F.concat(hs, axis=0)), targets.reshape(-1))
+
+
+def test_a_first_entry_served_by_a_later_one_is_dropped():
+    # the first call's length and batch size change together at the
+    # second: its entry, of fixed sizes, is served by the entry of every
+    # length and batch size that follows
+    rng = numpy.random.RandomState(1)
+    calls = [(rng.randint(0, 20, (steps, batch)).astype(numpy.int32),
+              rng.randint(0, 20, (steps, batch)).astype(numpy.int32))
+             for batch, steps in [(7, 7), (4, 9), (8, 5), (5, 6), (7, 7),
+                                  (4, 9), (3, 3)]]
+    jitted = _checked_without_recompiling(calls, _model(_WordsModel))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('ids: i32[T,B]'), \
+        entry.signature
+
+
 class _Masked(_Steps):
     """Padded sequences and their masks, a step kept where the mask is
     0 (``h = m * h_new + (1 - m) * h``)."""
