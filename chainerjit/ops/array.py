@@ -1437,8 +1437,10 @@ def _is_permutation(indices):
 def _split_grad(ctx, axis, sizes, any_rows=False):
     """The gradient of a join along ``axis`` of pieces of ``sizes``: the
     output's gradient cut into pieces (``split_axis`` in Chainer's
-    backward), each reshaped to its input's shape (with ``any_rows``, to
-    that shape with the rows of the output's gradient)."""
+    backward), each reshaped to its input's shape (with ``any_rows``, a
+    join of inputs with as many dimensions as its output, whose other
+    axes may have any sizes: the pieces as they are, views of the
+    gradient)."""
     ndim = len(ctx.out_shapes[0])
     points = numpy.cumsum([0] + list(sizes))
     pieces = [(_axis_index(axis, ndim, slice(int(start), int(stop))), shape)
@@ -1447,9 +1449,11 @@ def _split_grad(ctx, axis, sizes, any_rows=False):
 
     def grad(xs, ys, gys, wanted):
         gy, = gys
-        rows = (len(gy),) if any_rows else ()
-        return tuple(gy[index].reshape(rows + shape[len(rows):]) if w
-                     else None for (index, shape), w in zip(pieces, wanted))
+        if any_rows:
+            return tuple(gy[index] if w else None
+                         for (index, _), w in zip(pieces, wanted))
+        return tuple(gy[index].reshape(shape) if w else None
+                     for (index, shape), w in zip(pieces, wanted))
     return GradRule(grad)
 
 

@@ -731,6 +731,20 @@ class _Steps(chainer.Chain):
             cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
         return F.sum(h + hb)
 
+    def both_ways_joined(self, xs):
+        # each direction's states stacked, joined along their features
+        T, B, _ = xs.shape
+        h = c = hb = cb = self.xp.zeros((B, 8), numpy.float32)
+        forward, backward = [], []
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+            forward.append(h)
+        for t in reversed(range(T)):
+            cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
+            backward.append(hb)
+        hs = F.concat([F.stack(forward), F.stack(backward[::-1])], axis=2)
+        return F.sum(F.reshape(hs, (-1, 16)) ** 2)
+
     def gru_link(self, xs):
         h = self.xp.zeros((xs.shape[1], 8), numpy.float32)
         for t in range(xs.shape[0]):
@@ -833,6 +847,7 @@ class _Steps(chainer.Chain):
 
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
+                                    'both_ways_joined',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',
