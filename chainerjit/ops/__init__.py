@@ -75,8 +75,8 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into, structural, lengths)
 
 
-class Rows(collections.namedtuple('Rows', 'parts axis widest also',
-                                  defaults=(0, False, ()))):
+class Rows(collections.namedtuple('Rows', 'parts axis widest also inner',
+                                  defaults=(0, False, (), False))):
     """The number of rows of a value that varies by call: the rows of list
     items and fixed numbers of rows, joined in order (``Kernel.lengths``).
     ``parts``: ``(leaf index, recorded length)`` for an item's rows,
@@ -90,9 +90,23 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest also',
     :func:`takes_widest` get those. ``also``: further axes, after
     ``axis``, with the same rows (attention's scores over the steps,
     ``(B, T, T)``); only the rules marked :func:`takes_square` get
-    those."""
+    those. ``inner``: the rows of an axis merged into the first after
+    others (``(B * T, H)`` of a batch-first ``(B, T, H)``), so that a
+    reshape splitting the first axis again finds them second, whatever
+    the sizes recorded."""
 
     __slots__ = ()
+
+    def __eq__(self, other):
+        """The same rows on the same axes (``inner`` aside: what is known
+        of how they were merged, not what they are)."""
+        return isinstance(other, Rows) and self[:4] == other[:4]
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self[:4])
 
     @classmethod
     def of_item(cls, leaf, recorded):
@@ -395,6 +409,27 @@ def rows_in_place(rows):
 TAKEN = 'taken'
 
 
+def _basic(s):
+    """Is ``s`` an item of a basic index (a slice, an int, ``None`` or
+    ``...``), which leaves the axes it does not take in their order?"""
+    return s is None or s is Ellipsis or isinstance(s, slice) or \
+        isinstance(s, (int, numpy.integer)) and not isinstance(
+            s, (bool, numpy.bool_))
+
+
+def _rows_stay(index):
+    """Does ``index`` leave the axes it does not take in their order? A
+    basic index does; one array among slices too (``x[:, [1, 2]]``), but
+    with ints or other arrays, NumPy puts the axes of the advanced items
+    first where they are apart (``x[:, 0, :, [1, 2]]``)."""
+    advanced = [s for s in index if not _basic(s)]
+    if not advanced:
+        return True
+    return len(advanced) == 1 and numpy.ndim(advanced[0]) == 1 and \
+        numpy.asarray(advanced[0]).dtype.kind in 'iu' and not any(
+            isinstance(s, (int, numpy.integer)) for s in index)
+
+
 def index_rows(index, rows):
     """The :class:`Rows` of ``x[index]`` for rows of ``x`` (on any axis),
     where a basic index takes every row, in order or reversed (``x[:,
@@ -404,6 +439,8 @@ def index_rows(index, rows):
     block, whose positions are those eager code pads) with an int; else
     ``None``."""
     index = index if isinstance(index, tuple) else (index,)
+    if not _rows_stay(index):
+        return None
     axis = out_axis = 0  # of x, and of the result, at each item
     for s in index:
         if s is None:  # a new axis of the result
@@ -470,10 +507,12 @@ def _square_indexed(index, rows):
 
 def same_rows(rows):
     """The rows every input has, or ``None`` where one has other rows (or
-    fixed ones)."""
+    fixed ones). Rows known to be merged in after others
+    (``Rows.inner``) are those of an input that is not known so: for
+    element-wise arithmetic to pair them, both are laid out alike."""
     if rows[0] is None or any(r != rows[0] for r in rows):
         return None
-    return rows[0]
+    return rows[0]._replace(inner=any(r.inner for r in rows))
 
 
 def rows_joined(op, axis, count=None):

@@ -461,6 +461,8 @@ def _rows_rescaled(kernel, in_shape, shape):
         out = found.scaled(shape[0], in_shape[0])
         if out is None:
             return _split_to_second(found, fixed_first)
+        if found.inner:  # (B * T, H) to (B, T, H): the rows are T's
+            return _split_to_second(found, fixed_first)
         if splits_in_two and _one_row_per_item(out):
             return Follow((out,), first_from_item, reads=(out.first_leaf,))
         return Follow((out,), any_first)
@@ -472,7 +474,7 @@ def _rows_rescaled(kernel, in_shape, shape):
             return None
         out = found.scaled(before, 1)
         return None if out is None else \
-            Follow((out._replace(axis=0),), of_input_shape)
+            Follow((out._replace(axis=0, inner=True),), of_input_shape)
 
     @takes_square
     def split_lengths(rows):  # the steps' count read: the rest follow

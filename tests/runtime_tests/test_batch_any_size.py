@@ -1213,3 +1213,49 @@ def test_the_batch_and_length_changed_in_one_call_open_both():
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[B,W,8]'), \
         entry.signature
+
+
+# --- rows the gradients must find where the forward put them ------------
+
+def _advanced_apart(x):
+    # an int and a list apart: NumPy puts their axis first, (2, B, 4)
+    h = x[:, 0, :, [1, 2]]
+    return F.sum(h * h, axis=1)
+
+
+def test_an_index_moving_the_batch_keeps_its_gradient_right():
+    rng = numpy.random.RandomState(3)
+    calls = [(rng.randn(batch, 3, 4, 5).astype(F32),)
+             for batch in (2, 3, 4, 5, 6, 7, 8, 7)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        differential.check_grads(_advanced_apart, calls)
+
+
+class _MergedSteps(chainer.Chain):
+    """Batch-first steps merged with the batch for one linear layer and
+    split again, ``(B * T, D)`` to ``(B, T, 3)``."""
+
+    def __init__(self):
+        super(_MergedSteps, self).__init__()
+        with self.init_scope():
+            self.layer = L.Linear(5, 3)
+
+    def forward(self, x):
+        B, T, D = x.shape
+        h = F.reshape(self.layer(F.reshape(x, (B * T, D))), (B, T, 3))
+        return F.mean(h, axis=1) + F.sum(h * h, axis=1)
+
+
+@pytest.mark.parametrize('steps', [[2, 4, 3, 6, 5, 7, 6],
+                                   [3, 2, 5, 6, 7, 5]])
+def test_steps_merged_with_the_batch_split_again_at_any_length(steps):
+    # compiled for every length at the second call, where the length
+    # equals the batch size, or divides it: the rows of the merged axis
+    # are the steps', second after the split
+    rng = numpy.random.RandomState(4)
+    calls = [(rng.randn(4, n, 5).astype(F32),) for n in steps]
+    jitted = _checked_without_recompiling(calls, _model(_MergedSteps))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[4,B,5]'), \
+        entry.signature
