@@ -307,8 +307,9 @@ def test_each_convolution_probe_answers_for_its_kernels(
         assert same[name] or not agrees, name
 
 
-def test_a_product_giving_the_same_bits_is_taken_where_it_runs_faster(
-        probes):
+def _quick_and_slow():
+    """``(quick, slow, calls)``: two functions sleeping 1 and 10 ms, and
+    the count of calls of each."""
     calls = collections.Counter()
 
     def sleeping(name, seconds):
@@ -316,7 +317,12 @@ def test_a_product_giving_the_same_bits_is_taken_where_it_runs_faster(
             calls[name] += 1
             time.sleep(seconds)
         return run
-    quick, slow = sleeping('quick', 0.001), sleeping('slow', 0.01)
+    return sleeping('quick', 0.001), sleeping('slow', 0.01), calls
+
+
+def test_a_product_giving_the_same_bits_is_taken_where_it_runs_faster(
+        probes):
+    quick, slow, calls = _quick_and_slow()
     assert connection._runs_faster(('a',), quick, slow)
     assert not connection._runs_faster(('b',), slow, quick)
     assert calls == {'quick': 4, 'slow': 4}  # timed twice each, per key
@@ -325,14 +331,7 @@ def test_a_product_giving_the_same_bits_is_taken_where_it_runs_faster(
 
 
 def test_a_timing_serves_the_sizes_of_its_class(probes):
-    calls = collections.Counter()
-
-    def sleeping(name, seconds):
-        def run():
-            calls[name] += 1
-            time.sleep(seconds)
-        return run
-    quick, slow = sleeping('quick', 0.001), sleeping('slow', 0.01)
+    quick, slow, calls = _quick_and_slow()
     f32 = numpy.dtype(numpy.float32)
     assert connection._may_run_faster(('forward', (40, 128, 33, 1), f32))
     assert not connection._runs_faster(('forward', (40, 128, 33, 1), f32),
