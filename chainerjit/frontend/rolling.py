@@ -136,6 +136,11 @@ def _why_not(chunks, fingerprints):
     if len(set(len(c) for c in middle)) > 1:
         return 'its iterations record different numbers of operations'
     if all(_alike(middle[0], c, fingerprints) for c in middle[1:]):
+        stride = _strided_index(middle, fingerprints)
+        if stride is not None:
+            return ('its iterations index steps %d apart (a range with a '
+                    'step of %d): only loops over every step, forwards or '
+                    'backwards, roll' % (abs(stride), stride))
         uncounted = _uncounted_constant(middle, fingerprints)
         if uncounted is not None:
             return ('its iterations give %s a constant that changes '
@@ -441,6 +446,22 @@ def _counter_indexes(templates):
             return None
         found.append((position, values[0], step))
     return found
+
+
+def _strided_index(chunks, fingerprints):
+    """The step of an index that follows the counter by more than one
+    (``xs[t]`` of ``range(0, T, 2)``) in iterations that are otherwise
+    alike; else ``None``."""
+    for p, node in enumerate(chunks[0]):
+        if index_of(fingerprints.templates.get(node)) is None:
+            continue
+        per_iteration = [_index_ints(fingerprints.templates.get(c[p]))
+                         for c in chunks]
+        for column in zip(*per_iteration):
+            step = _int_step([v for _, v in column])
+            if step is not None and abs(step) > 1:
+                return step
+    return None
 
 
 def _int_step(values):

@@ -439,6 +439,19 @@ def test_unrolled_loop_warns_once():
         _fwd(unrolled_for_warning, _make_seq, (3, 3), jitted=jf)
 
 
+def strided(xs, h):
+    for t in range(0, xs.shape[0], 2):
+        h = F.tanh(xs[t] + h)
+    return h
+
+
+def test_a_strided_loop_says_so_and_equals_eager():
+    jf = chainerjit.jit(strided)
+    with pytest.warns(errors.LoopWarning, match='steps 2 apart'):
+        _fwd(strided, _make_seq, (5, 9, 5, 2), jitted=jf)
+    _grads(strided, _make_seq, (5, 9, 5, 2))
+
+
 class DifferentLayers(chainer.Chain):
     def __init__(self):
         super(DifferentLayers, self).__init__()
