@@ -321,6 +321,10 @@ class JitFunction(_calls.CachedCall):
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
         snapshot.restore()
+        trained = None
+        if compiled is not None and compiled is not _RAISED:
+            trained = self._training_result(entry, leaves, params, symbols,
+                                            instance, args, kwargs)
         with _reports_noted() as eager_reports:
             result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
@@ -328,7 +332,9 @@ class JitFunction(_calls.CachedCall):
         if compiled is not _RAISED and \
                 pipeline.compare_results(result, compiled) is None and (
                     eager_reports is None or pipeline.compare_results(
-                        eager_reports, reported) is None):
+                        eager_reports, reported) is None) and (
+                    trained is None or _gradients_agree(
+                        result, trained, (args, kwargs), instance)):
             entry.verified_lengths.update(
                 checked if _checks_items(entry.symbolic) else [checked])
             return result
@@ -704,6 +710,26 @@ class JitFunction(_calls.CachedCall):
         self.cache.eager += 1
         self.cache.eager_hits += hit
         return self._run(instance, args, kwargs)
+
+    def _training_result(self, entry, leaves, params, symbols, instance,
+                         args, kwargs):
+        """For the check of a training call at a new size: the result of
+        the entry's training program (a node of Chainer's graph, whose
+        gradients :func:`_gradients_agree` compares with eager's), its
+        effects on the model undone; ``None`` where it does not apply
+        (inference; a program that assigns model attributes, which eager
+        mode would then read) or raised."""
+        if not (chainer.config.enable_backprop and entry.needs_grad(leaves)
+                and entry.training is not None and not entry.effects):
+            return None
+        snapshot = undo.Snapshot(entry.graph, params)
+        try:
+            return _calls.run_entry(self, entry, leaves, params, symbols,
+                                    instance, args, kwargs, True)
+        except Exception:  # the forward's check has the last word
+            return None
+        finally:
+            snapshot.restore()
 
     def _check_eagerly(self, instance, args, kwargs, hit=False):
         """:meth:`_eager`, for a check of a program at a new size: jitted
@@ -1178,6 +1204,29 @@ def _stopped_mostly_eager(piece):
     cache = piece.cache
     return piece.budget.stopped is not None and \
         2 * cache.compiled < cache.hits + cache.misses
+
+
+def _gradients_agree(eager, trained, arguments, instance):
+    """Do eager's result and a training program's give the same gradients
+    of the Variables among the ``arguments`` (``(args, kwargs)``, as the
+    user gave them: the items of a list too) and of the model's
+    parameters that need them (``runtime.compile.gradients_differ``)?
+    Where the comparison itself fails, the forward's check has the last
+    word."""
+    try:
+        given = []
+        signature.flatten(arguments, given)
+        inputs = [v for v in given if isinstance(v, chainer.Variable) and
+                  v.requires_grad]
+        if isinstance(instance, chainer.Link):
+            inputs += [p for p in instance.params() if p.requires_grad and
+                       p.array is not None]
+        problem = pipeline.gradients_differ(eager, trained, inputs)
+    except Exception:
+        return True
+    if problem is not None:
+        logger.info('chainerjit: at a new size, %s', problem)
+    return problem is None
 
 
 def _compiled_calls(functions):

@@ -586,6 +586,15 @@ def _sequences_transposed(steps, recorder):
     return found[2]
 
 
+def _score_needs_grad(cost, xs):
+    """Would the best paths' score have a gradient (backprop on, and the
+    cost or a step a Variable that needs one)? The one node on the
+    sequences has none, so the score is then Chainer's, step by step."""
+    return chainer.config.enable_backprop and any(
+        isinstance(v, chainer.Variable) and v.requires_grad
+        for v in [cost] + list(xs))
+
+
 def _recording_argmax_crf1d(argmax_crf1d, recorder):
     """``F.argmax_crf1d`` while recording, of sequences the forward sorted
     and transposed itself: one node on the sequences
@@ -594,7 +603,8 @@ def _recording_argmax_crf1d(argmax_crf1d, recorder):
     back as that node's paths. Else Chainer's, step by step."""
     def best(cost, xs):
         sequences = _sequences_transposed(xs, recorder) \
-            if _state.recorder is recorder and not recorder.depth else None
+            if _state.recorder is recorder and not recorder.depth and \
+            not _score_needs_grad(cost, xs) else None
         if not sequences:
             return argmax_crf1d(cost, xs)
         found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(

@@ -703,6 +703,43 @@ def compare_results(expected, actual):
     return None
 
 
+def gradients_differ(expected, actual, inputs):
+    """Returns ``None`` if the gradients of two results (eager's and a
+    training program's, alike per :func:`compare_results`) with respect
+    to the Variables ``inputs`` match, for one random gradient of each
+    float output (the same for both), else what differs. Neither result's
+    graph is changed: ``chainer.grad`` sets no ``grad``."""
+    exp_leaves, act_leaves = [], []
+    signature.flatten(expected, exp_leaves)
+    signature.flatten(actual, act_leaves)
+    pairs = [(e, a) for e, a in zip(exp_leaves, act_leaves)
+             if isinstance(e, chainer.Variable) and
+             isinstance(a, chainer.Variable) and e.dtype.kind == 'f' and
+             e.creator is not None and a.creator is not None]
+    if not pairs or not inputs:
+        return None
+    rng = numpy.random.RandomState(0)
+    gys = [chainer.backend.get_device_from_array(e.array).send(
+        rng.standard_normal(e.shape).astype(e.dtype)) for e, _ in pairs]
+    found = [chainer.grad([e for e, _ in pairs], inputs,
+                          [chainer.Variable(gy) for gy in gys])]
+    try:
+        found.append(chainer.grad([a for _, a in pairs], inputs,
+                                  [chainer.Variable(gy) for gy in gys]))
+    except errors.VMError as error:  # where eager's gradient did not
+        return 'the gradient raised %s' % str(error).splitlines()[0]
+    for i, (e, a) in enumerate(zip(*found)):
+        if (e is None) != (a is None):
+            return 'gradient %d: %s' % (i, 'none' if a is None else
+                                        'none in eager mode')
+        if e is None:
+            continue
+        e, a = (chainer.backend.CpuDevice().send(v.array) for v in (e, a))
+        if e.shape != a.shape or not backends.arrays_close(a, e):
+            return 'gradient %d: values differ' % i
+    return None
+
+
 # --- autodiff ---------------------------------------------------------------
 
 def _training_program(caller, graph, leaves, recording, arena=True):

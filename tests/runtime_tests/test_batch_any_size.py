@@ -1259,3 +1259,25 @@ def test_steps_merged_with_the_batch_split_again_at_any_length(steps):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[4,B,5]'), \
         entry.signature
+
+
+def test_a_gradient_wrong_at_a_new_size_is_caught_by_its_check(monkeypatch):
+    # a join's gradient made to cut at the recorded sizes, as it once did:
+    # the first training call at a new size compares the gradients with
+    # eager's too, and the batch size stays in the key
+    from chainerjit.ops import array as array_ops
+
+    def recorded_shapes(ctx, axis, sizes, any_rows=False):
+        rule = real(ctx, axis, sizes)
+        return rule._replace(fn=lambda xs, ys, gys, wanted: tuple(
+            None if g is None else g.reshape(shape) for g, shape in zip(
+                rule.fn(xs, ys, (gys[0][:len(gys[0])],), wanted),
+                ctx.in_shapes)))
+    real = array_ops._split_grad
+    monkeypatch.setattr(array_ops, '_split_grad', recorded_shapes)
+    rng = numpy.random.RandomState(5)
+    calls = [(rng.randn(steps, batch, 4).astype(F32),)
+             for batch, steps in [(3, 4), (4, 3), (6, 2), (2, 6), (4, 3)]]
+    with pytest.warns(errors.RecompileWarning, match='another result'):
+        differential.check_grads(None, calls, model=_model(_Steps),
+                                 method='both_ways_joined')

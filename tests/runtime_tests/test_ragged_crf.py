@@ -4,6 +4,7 @@ sentences sorted, transposed to steps of a shrinking batch): one entry
 for every length of the sentences, in training and prediction, with
 eager's values and gradients."""
 
+import copy
 import warnings
 
 import chainer
@@ -199,12 +200,35 @@ def _best_paths_as_eager(model, method, seed):
 
 
 def test_best_paths_of_a_list_transposed_by_hand_serve_every_length():
-    with warnings.catch_warnings():
+    # predicting (no backprop): the best paths, one node for every length
+    with warnings.catch_warnings(), chainer.no_backprop_mode():
         warnings.simplefilter('error', errors.RecompileWarning)
         jitted = _best_paths_as_eager(_TransposedByHand(), 'predict', 6)
     entry = _one_entry(jitted)
     assert 'ArgmaxCRF1dOfSequences' in str(entry.graph), entry.graph
     assert 'TransposeSequence' not in str(entry.graph), entry.graph
+
+
+def test_the_best_paths_score_has_eagers_gradient():
+    # with backprop, the score is differentiable as eager's (the one node
+    # is not: Chainer's steps are recorded instead)
+    numpy.random.seed(2)
+    model = _TransposedByHand()
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.predict)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        for xs, _ in _sorted_sentences(8):
+            for m, fn in ((model, model.predict), (twin, jitted)):
+                m.cleargrads()
+                F.sum(fn(xs)[0]).backward()
+            for name in ('cost', 'W'):
+                link = 'crf' if name == 'cost' else 'feature'
+                expected = getattr(getattr(model, link), name).grad
+                actual = getattr(getattr(twin, link), name).grad
+                assert actual is not None, name
+                numpy.testing.assert_allclose(actual, expected, rtol=1e-5,
+                                              atol=1e-6)
 
 
 def test_steps_changed_before_they_are_transposed_back_stay_changed():
