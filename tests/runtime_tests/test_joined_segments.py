@@ -231,6 +231,18 @@ class _FilledInTheLoop(_DecoderOverPaddedTargets):
         return F.where(h.array > 0, h, self.xp.full(h.shape, 0.5, h.dtype))
 
 
+def _encoded_and_valid(model, xs):
+    """``(hy, enc, valid)``: the encoder's last states, its outputs
+    padded into a block, and which of the block's positions each
+    sentence has (``xp.arange(enc.shape[1]) < lengths[:, None]``, the
+    width read in Python), as attention models mask them."""
+    hy, _, enc = model.encoder(None, None, sequence_embed(model.embed, xs))
+    enc = F.pad_sequence(enc)
+    lengths = model.xp.array([len(x) for x in xs])
+    return hy, enc, model.xp.arange(enc.shape[1])[None, :] < \
+        lengths[:, None]
+
+
 class _MaskedAttentionDecoder(_AttentionDecoder):
     """The attention masked past each sentence's end: a mask of the
     padded block's positions (``xp.arange(enc.shape[1])``, the width
@@ -238,12 +250,8 @@ class _MaskedAttentionDecoder(_AttentionDecoder):
     ``xp.full(scores.shape, -1e9)``, as attention models write it."""
 
     def forward(self, xs, ys):
-        hy, _, enc = self.encoder(None, None,
-                                  sequence_embed(self.embed, xs))
-        enc = F.pad_sequence(enc)
+        hy, enc, valid = _encoded_and_valid(self, xs)
         xp = self.xp
-        lengths = xp.array([len(x) for x in xs])
-        valid = xp.arange(enc.shape[1])[None, :] < lengths[:, None]
         self.decoder.reset_state()
         context, loss = hy[-1], 0
         for y in F.separate(ys, axis=1):
@@ -396,12 +404,8 @@ class _MaskedAttentionPool(_Encoder):
         self.scores = scores
 
     def forward(self, xs, t=None):
-        hy, _, enc = self.encoder(None, None,
-                                  sequence_embed(self.embed, xs))
-        enc = F.pad_sequence(enc)
+        hy, enc, valid = _encoded_and_valid(self, xs)
         xp = self.xp
-        lengths = xp.array([len(x) for x in xs])
-        valid = xp.arange(enc.shape[1])[None, :] < lengths[:, None]
         scores = F.matmul(enc, F.expand_dims(self.query(hy[-1]), 2))
         scores = F.where(valid[:, :, None], scores,
                          xp.full(scores.shape, -1e9, scores.dtype))
