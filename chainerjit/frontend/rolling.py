@@ -429,16 +429,22 @@ def _index_ints(template):
             if isinstance(s, int) and type(s) is not bool]
 
 
+def _index_steps(templates):
+    """For ``F.get_item`` nodes, one per iteration: ``(position, values,
+    step)`` of each integer entry of the index, ``step`` as
+    :func:`_int_step` reads its values."""
+    per_iteration = [_index_ints(t) for t in templates]
+    for column in zip(*per_iteration):
+        values = [v for _, v in column]
+        yield column[0][0], values, _int_step(values)
+
+
 def _counter_indexes(templates):
     """For ``F.get_item`` nodes, one per iteration: the integer indexes
     that follow the counter (``start + step * i``, step 1 or -1), or
     ``None`` if an index changes otherwise."""
     found = []
-    per_iteration = [_index_ints(t) for t in templates]
-    for column in zip(*per_iteration):
-        position = column[0][0]
-        values = [v for _, v in column]
-        step = _int_step(values)
+    for position, values, step in _index_steps(templates):
         if step == 0:
             continue
         if step not in (1, -1) or any(v < 0 for v in values) and any(
@@ -455,10 +461,8 @@ def _strided_index(chunks, fingerprints):
     for p, node in enumerate(chunks[0]):
         if index_of(fingerprints.templates.get(node)) is None:
             continue
-        per_iteration = [_index_ints(fingerprints.templates.get(c[p]))
-                         for c in chunks]
-        for column in zip(*per_iteration):
-            step = _int_step([v for _, v in column])
+        for _, _, step in _index_steps(
+                [fingerprints.templates.get(c[p]) for c in chunks]):
             if step is not None and abs(step) > 1:
                 return step
     return None
