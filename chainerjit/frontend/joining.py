@@ -50,6 +50,7 @@ import collections
 import functools
 
 import chainer
+from chainer.functions.array import get_item
 from chainer.functions.array import split_axis as split_axis_module
 from chainer.functions.math import average
 from chainer.functions.math import minmax
@@ -249,12 +250,14 @@ def _unread(nodes, users):
                if not any(users.get(v) for v in node.outputs))
 
 
-def reduced_segments(xs, recorder):
+def reduced_segments(xs, recorder, joined_by='stack'):
     """``(the Segments, the reduction, the nodes reducing each part)``
     where ``xs`` are one reduction (``F.max``, ``F.min``, ``F.sum``,
     ``F.mean``, ``F.average``) over the first axis of each part of one
-    :class:`Segments`, in order (``[F.max(y, axis=0) for y in ys]`` of an
-    N-step link's outputs); else ``None``."""
+    :class:`Segments`, or its first or last row, in order (``[F.max(y,
+    axis=0) for y in ys]``, ``[y[-1] for y in ys]`` of an N-step link's
+    outputs), to be stacked; or, ``joined_by`` ``'concat'``, each keeping
+    that axis (``y[-1:]``) to be concatenated on it; else ``None``."""
     if not recorder.part_of:  # (no Segments: nothing to look for)
         return None
     values = [recorder.values.get(id(getattr(x, 'array', None)))
@@ -263,10 +266,9 @@ def reduced_segments(xs, recorder):
     found, kinds = None, set()
     for k, value in enumerate(values):
         node = made_by.get(id(value))
-        template = recorder.templates.get(node)
-        kind = _REDUCTIONS.get(type(template))
-        if kind is None or tuple(template.axis or ()) != (0,) or \
-                template.keepdims:
+        kind = _reduction_of(recorder.templates.get(node),
+                             joined_by == 'concat')
+        if kind is None:
             return None
         noted = recorder.part_of.get(id(node.inputs[0]))
         if noted is None or noted[0] is not node.inputs[0] or \
@@ -277,6 +279,22 @@ def reduced_segments(xs, recorder):
     if found is None or len(found) != len(xs) or len(kinds) != 1:
         return None
     return found, kinds.pop(), [made_by[id(v)] for v in values]
+
+
+def _reduction_of(template, keeps_axis):
+    """The kind of ``segments_ops.REDUCTIONS`` the Chainer function
+    ``template`` computes of an item, removing its first axis (or, where
+    ``keeps_axis``, keeping it as one row), or ``None``."""
+    if isinstance(template, get_item.GetItem):
+        index = tuple((s.start, s.stop) if isinstance(s, slice) and
+                      s.step is None else s for s in template.slices)
+        return _PICKED.get((index, keeps_axis)) if all(
+            isinstance(s, (int, tuple)) for s in index) else None
+    kind = _REDUCTIONS.get(type(template))
+    if kind is None or tuple(template.axis or ()) != (0,) or \
+            bool(template.keepdims) != keeps_axis:
+        return None
+    return kind
 
 
 def _nodes_making(graph, values):
@@ -307,6 +325,13 @@ ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
 #: finds, by the FunctionNode that computes them.
 _REDUCTIONS = {minmax.Max: 'max', minmax.Min: 'min', sum_module.Sum: 'sum',
                average.Mean: 'mean'}
+
+#: The indexes taking an item's first or last row, and whether they keep
+#: its first axis: ``(index, keeps)``: kind.
+#: (Slices are written ``(start, stop)``: they are not hashable.)
+_PICKED = {((0,), False): 'first', ((-1,), False): 'last',
+           (((None, 1),), True): 'first', (((0, 1),), True): 'first',
+           (((-1, None),), True): 'last'}
 
 #: The slice that reverses an item (``x[::-1]``: :func:`indexed_item`).
 REVERSED = slice(None, None, -1)
@@ -962,11 +987,53 @@ def _linked_whole(values, users):
     n_states = _n_states(node)
     if node.inputs[n_states:n_states + len(values)] != list(values):
         return False
-    # its output sequences unread, or joined (F.concat(ys, axis=0))
-    readers = set(reader for out in node.outputs[n_states:]
-                  for reader in users.get(out, []))
-    return not readers or len(readers) == 1 and None not in readers and \
-        next(iter(readers)).op == 'Concat'
+    return _read_whole(node.outputs[n_states:], users)
+
+
+def _read_whole(outs, users):
+    """Are an N-step link's output sequences ``outs`` unread, or read
+    together by one node a joined call makes of their rows
+    (``F.concat(ys, axis=0)``, ``F.pad_sequence(ys)``), or each by one
+    node reducing it over its rows or taking its first or last row, all
+    then stacked, or concatenated, in order (``[y[-1] for y in ys]``:
+    ``reduced_segments``)?"""
+    readers = set(reader for out in outs for reader in users.get(out, []))
+    if not readers:
+        return True
+    if None in readers:
+        return False
+    if len(readers) == 1:
+        return next(iter(readers)).op in ('Concat', 'PadSequence')
+    each = [users.get(out, []) for out in outs]
+    if any(len(r) != 1 for r in each):
+        return False
+    joined_by = set(_joined_by(r[0]) for r in each)
+    reduced = [r[0].outputs[0] for r in each]
+    joins = [users.get(v, []) for v in reduced]
+    if len(joined_by) != 1 or None in joined_by or \
+            any(len(j) != 1 or j[0] is not joins[0][0] for j in joins):
+        return False
+    join = joins[0][0]
+    return join is not None and join.op == joined_by.pop() and \
+        dict(join.attrs).get('axis') == 0 and join.inputs == reduced
+
+
+#: The index of a recorded GetItem that takes an item's first or last
+#: row, and the node joining the rows of all (``_PICKED``).
+_PICKED_READ = {'[0]': 'Stack', '[-1]': 'Stack', '[:1]': 'Concat',
+                '[0:1]': 'Concat', '[-1:]': 'Concat'}
+
+
+def _joined_by(node):
+    """``'Stack'`` or ``'Concat'``, the node that joins what ``node``
+    makes of one item where it reduces the item over its rows or takes
+    its first or last row (the axis kept: ``'Concat'``); else ``None``."""
+    attrs = dict(node.attrs)
+    if node.op == 'GetItem':
+        return _PICKED_READ.get(attrs.get('slices'))
+    if node.op not in _POOLS or attrs.get('axis') != (0,):
+        return None
+    return 'Concat' if attrs.get('keepdims') else 'Stack'
 
 
 def as_plain(value):

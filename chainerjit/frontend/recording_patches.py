@@ -483,13 +483,15 @@ def _recording_stack(stack, recorder):
 
 
 def _apply_reduced_segments(segments, kind, each, recorder):
-    """``F.stack(xs)`` of a reduction of each part of ``segments``
-    (``joining.reduced_segments``) as one node on their rows
+    """``F.stack(xs)`` (or ``F.concat``) of a reduction of each part of
+    ``segments`` (``joining.reduced_segments``) as one node on their rows
     (``ops.array.ReduceSegments``); the nodes reducing each part
     (``each``) go where nothing else reads them."""
     recorder.droppable.extend(each)
-    # (A loop over the parts that only reduced them counts no items.)
+    # (A loop over the parts that only reduced them counts no items: on
+    # their lines, or in the stack's, where a helper reduced each.)
     recorder.iterated_lines.update(node.loc for node in each if node.loc)
+    recorder.iterated_lines.add(traced.user_location())
     return array_ops.ReduceSegments(kind).apply(
         (segments.packed, segments.joined))[0]
 
@@ -849,13 +851,19 @@ def _broadcasts(shape, target):
 
 def _recording_concat(concat, recorder):
     """``F.concat`` while recording: of ``joining.Segments`` on the first
-    axis, the array they were cut from (or a link made packed); of all the
+    axis, the array they were cut from (or a link made packed); of one row
+    of each part of Segments (``[y[-1:] for y in ys]``), one node taking
+    them (``joining.reduced_segments``); of all the
     items of a value made of a joined list's items, that value
     (``joining.concatenated``)."""
     def concatenated(xs, axis=1):
         if axis == 0 and _state.recorder is recorder and not recorder.depth:
             if joining.is_segments(xs):
                 return xs.packed
+            reduced = joining.reduced_segments(xs, recorder, 'concat') \
+                if type(xs) is list else None
+            if reduced is not None:
+                return _apply_reduced_segments(*reduced, recorder)
             whole = joining.concatenated(xs) if recorder.segment_items \
                 else None
             if whole is not None:

@@ -168,6 +168,14 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest also inner',
         axes = sorted(axes)
         return self._replace(axis=axes[0], also=tuple(axes[1:]))
 
+    def least(self):
+        """The fewest rows these may be at any lengths: each length is one
+        row at least (a loop runs once, an item or a batch has one row),
+        or ``None`` where a part is minus some rows."""
+        if any(n < 0 for _, n in self.parts):
+            return None
+        return sum(1 if leaf is not None else n for leaf, n in self.parts)
+
     @property
     def first_leaf(self):
         return next(leaf for leaf, _ in self.parts if leaf is not None)
@@ -405,7 +413,8 @@ def rows_in_place(rows):
 
 
 #: What :func:`index_rows` gives where the index takes one position of a
-#: padded block's rows with an int (``enc[:, 0]``): the result has none.
+#: padded block's rows with an int (``enc[:, 0]``), or positions fixed at
+#: any lengths (``y[-1]``): the result has no rows.
 TAKEN = 'taken'
 
 
@@ -430,14 +439,16 @@ def _rows_stay(index):
             isinstance(s, (int, numpy.integer)) for s in index)
 
 
-def index_rows(index, rows):
+def index_rows(index, rows, constant=False):
     """The :class:`Rows` of ``x[index]`` for rows of ``x`` (on any axis),
     where a basic index takes every row, in order or reversed (``x[:,
     3]``, ``xs[t]`` of a time-major ``xs``, ``xs[::-1]``), or all but a
     few first or last ones (``xs[1:]``); :data:`TAKEN` where it takes one
     of rows as many as the longest item's (``Rows.widest``: a padded
-    block, whose positions are those eager code pads) with an int; else
-    ``None``."""
+    block, whose positions are those eager code pads) with an int, or,
+    for a ``constant`` index (not a loop's counter the recording saw at
+    one value), the same positions at any lengths (``y[-1]``,
+    ``y[:1]``); else ``None``."""
     index = index if isinstance(index, tuple) else (index,)
     if not _rows_stay(index):
         return None
@@ -457,12 +468,34 @@ def index_rows(index, rows):
     if s == slice(None) or s == slice(None, None, -1):
         return rows._replace(axis=out_axis)
     if isinstance(s, (int, numpy.integer)) and rows.widest and \
-            not rows.also:
+            not rows.also or constant and _fixed_at_any_length(s, rows):
         return TAKEN
     cut = rows_cut(s)
     if cut is None or rows.widest:
         return None
     return (rows + -cut)._replace(axis=out_axis)
+
+
+def _fixed_at_any_length(s, rows):
+    """Does ``x[s]``, on the axis of ``rows`` (an item's own, not a
+    padded block's), take the same positions at any lengths: an int or a
+    slice within the fewest rows there may be, counted from the start or
+    from the end (``y[-1]``, ``y[0]``, ``y[-1:]`` of each sentence)?"""
+    least = None if rows.widest or rows.also else rows.least()
+    if not least:
+        return False
+    if isinstance(s, (int, numpy.integer)):
+        return -least <= s < least
+    if not isinstance(s, slice) or s.step not in (None, 1):
+        return False
+    start = 0 if s.start is None else s.start
+    if type(start) is not int or s.stop is not None and \
+            type(s.stop) is not int:
+        return False
+    if start >= 0:  # x[a:b], b within the fewest rows
+        return s.stop is not None and start < s.stop <= least
+    stop = 0 if s.stop is None else s.stop  # x[-k:], x[-k:-m]
+    return -least <= start < stop <= 0 and (stop < 0 or s.stop is None)
 
 
 def rows_cut(s):

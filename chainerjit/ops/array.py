@@ -1296,8 +1296,8 @@ def lower_get_item(node, ctx):
 
     @takes_widest
     def lengths(rows):
-        found = index_rows(slices, rows[0])
-        if found is TAKEN:  # (enc[:, 0] of a padded block: no rows left)
+        found = index_rows(slices, rows[0], constant=True)
+        if found is TAKEN:  # (enc[:, 0] of a padded block, y[-1]: no rows)
             return Follow((None,), any_lengths)
         return None if found is None else Follow((found,), any_lengths)
     any_lengths = kernel._replace(grad=GradRule(any_lengths_grad,

@@ -86,10 +86,15 @@ def rows_of_padded(padded, lengths):
     return padded[item, place]
 
 
-#: The reductions of each item's rows :func:`reduced_rows` computes, as
-#: Chainer's ``Sum``, ``Mean``, ``Max`` and ``Min`` compute them.
+#: What :func:`reduced_rows` computes of each item's rows: a reduction,
+#: as Chainer's ``Sum``, ``Mean``, ``Max`` and ``Min`` compute them, or
+#: its first or last row (``y[0]``, ``y[-1]``).
 REDUCTIONS = {'sum': lambda x: x.sum(axis=0), 'mean': lambda x: x.mean(axis=0),
-              'max': lambda x: x.max(axis=0), 'min': lambda x: x.min(axis=0)}
+              'max': lambda x: x.max(axis=0), 'min': lambda x: x.min(axis=0),
+              'first': lambda x: x[0], 'last': lambda x: x[-1]}
+
+#: The kinds of :data:`REDUCTIONS` that take one row of each item.
+PICKS = frozenset(['first', 'last'])
 
 
 def reduced_rows(rows, lengths, kind):
@@ -118,6 +123,8 @@ def reduced_rows_grad(rows, lengths, kind, y, gy):
     the maximum, or minimum, for those of :data:`EXTREMES`, which alone
     read ``rows`` and ``y``)."""
     lengths = chainer.backend.CpuDevice().send(lengths)
+    if kind in PICKS:
+        return _picked_grad(lengths, kind, gy)
     item, _ = _item_and_place(lengths, int(numpy.sum(lengths)))
     if kind == 'mean':
         gy = gy * numpy.asarray(
@@ -127,6 +134,22 @@ def reduced_rows_grad(rows, lengths, kind, y, gy):
     if kind in EXTREMES:
         g = g * (rows == y[item])
     return g
+
+
+def _picked_grad(lengths, kind, gy):
+    """The gradient of the rows each item's first or last row was taken
+    from: ``gy``'s row of the item there, zeros elsewhere."""
+    xp = chainer.backend.get_array_module(gy)
+    g = xp.zeros((int(numpy.sum(lengths)),) + gy.shape[1:], gy.dtype)
+    g[picked_rows(lengths, kind)] = gy
+    return g
+
+
+def picked_rows(lengths, kind):
+    """Where each item's first (``kind`` ``'first'``) or last row is among
+    the rows of all."""
+    stops = numpy.cumsum(lengths)
+    return stops - lengths if kind == 'first' else stops - 1
 
 
 def reversed_lengths_rule(rows):
@@ -279,10 +302,17 @@ def reduced_to_onnx(lengths_dtype, kind, dtype, rank):
     """The ONNX form of :func:`reduced_rows` (lengths of
     ``lengths_dtype``, rows of ``dtype`` and ``rank``): the items padded
     with what the reduction ignores, reduced over their rows (a mean
-    divided by each item's length)."""
+    divided by each item's length); or the rows picked."""
     fill = {'max': -numpy.inf, 'min': numpy.inf}.get(kind, 0)
 
     def convert(b, ins, outs):
+        if kind in PICKS:
+            item_lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
+            stops = _cumsum(b, item_lengths)
+            at = b.single('Sub', stops, item_lengths if kind == 'first'
+                          else b.int64s([1]))
+            b.op('Gather', [ins[0], at], outs, axis=0)
+            return
         padded = onnx_padded(b, ins[0], ins[1], lengths_dtype, None,
                              b.constant(numpy.asarray(fill, dtype)))
         if kind in ('max', 'min'):

@@ -222,12 +222,31 @@ def test_a_cut_of_the_first_or_last_rows_follows_them(index, rows):
 
 @pytest.mark.parametrize('index', [
     (slice(None, 0),), (slice(1, 0),), (slice(None, 3),), (slice(-2, None),),
-    (slice(1, None, 2),), (0,), (slice(numpy.int64(1), None),)])
+    (slice(1, None, 2),), (1,), (-2,), (slice(-1, 0),),
+    (slice(numpy.int64(1), None),)])
 def test_other_indexes_of_the_rows_are_not_followed(index):
     """(One row taken with an int, of a padded block's: no rows left.)"""
-    assert ops.index_rows(index, ops.Rows.of_item(0, 9)) is None
+    assert ops.index_rows(index, ops.Rows.of_item(0, 9), True) is None
     assert ops.index_rows(index, ops.Rows.of_item(0, 9)._replace(
-        widest=True)) is (ops.TAKEN if index == (0,) else None)
+        widest=True)) is (ops.TAKEN if index in ((1,), (-2,)) else None)
+
+
+@pytest.mark.parametrize('index', [
+    (0,), (-1,), (slice(None, 1),), (slice(0, 1),), (slice(-1, None),)])
+def test_positions_every_length_has_leave_no_rows(index):
+    """An item of any length has a first and a last row (``y[-1]``)."""
+    assert ops.index_rows(index, ops.Rows.of_item(0, 9), True) is ops.TAKEN
+    assert ops.index_rows(index, ops.Rows.of_item(0, 9)) is None  # counter
+
+
+def test_positions_two_items_of_any_lengths_have_leave_no_rows():
+    rows = ops.Rows(((0, 9), (1, 4)))
+    assert ops.index_rows((-2,), rows, True) is ops.TAKEN
+    assert ops.index_rows((slice(None, 2),), rows, True) is ops.TAKEN
+    assert ops.index_rows((2,), rows, True) is None
+    assert ops.index_rows((-1,), rows.negated(), True) is None
+    assert ops.index_rows((slice(None), -1), rows._replace(axis=1),
+                          True) is ops.TAKEN
 
 
 @pytest.mark.parametrize('in_shape, shape, runs', [

@@ -53,7 +53,9 @@ def _cut_apart(x, lengths):
 
 
 @pytest.mark.parametrize('kind, reduce', [
-    ('max', F.max), ('min', F.min), ('sum', F.sum), ('mean', F.mean)])
+    ('max', F.max), ('min', F.min), ('sum', F.sum), ('mean', F.mean),
+    ('first', lambda part, axis: part[0]),
+    ('last', lambda part, axis: part[-1])])
 @settings(deadline=None, max_examples=25)
 @given(st.lists(st.integers(1, 6), min_size=1, max_size=7),
        st.sampled_from([numpy.float32, numpy.float64]),

@@ -337,13 +337,18 @@ _POOLS = {'max': F.max, 'min': F.min, 'sum': F.sum, 'mean': F.mean,
           'average': F.average}
 
 
+def _classifier_graph(make, seed, train):
+    """The printed graph of the one joined entry of the classifier
+    ``make()`` trained, or run, on batches of :data:`_COUNTS` sentences."""
+    return str(_one_joined_entry(
+        make, _batches(numpy.random.RandomState(seed), _COUNTS), train,
+        't: i32[B]').graph)
+
+
 @pytest.mark.parametrize('pool', sorted(_POOLS))
 @pytest.mark.parametrize('train', [True, False])
 def test_pooling_over_the_words_serves_every_count_and_length(pool, train):
-    entry = _one_joined_entry(
-        lambda: _Pooled(_POOLS[pool]),
-        _batches(numpy.random.RandomState(12), _COUNTS), train, 't: i32[B]')
-    graph = str(entry.graph)
+    graph = _classifier_graph(lambda: _Pooled(_POOLS[pool]), 12, train)
     assert 'ReduceSegments' in graph and 'SplitAxis' not in graph, graph
 
 
@@ -461,12 +466,80 @@ def test_exported_position_read_runs_at_other_counts_and_lengths():
                                      (3, 4, 6, 2, 9))])
 
 
-@pytest.mark.parametrize('pool', sorted(_POOLS))
+_ENDS_AS_POOLS = {'first': lambda y, axis: y[0],
+                  'last': lambda y, axis: y[-1]}
+
+
+@pytest.mark.parametrize('pool', sorted(_POOLS) + sorted(_ENDS_AS_POOLS))
 def test_exported_pooling_runs_at_other_counts_and_lengths(pool):
     _exported_runs_at_other_counts(
-        lambda: _PooledScores(_POOLS[pool]),
+        lambda: _PooledScores(dict(_POOLS, **_ENDS_AS_POOLS)[pool]),
         [(xs,) for xs, _ in _batches(numpy.random.RandomState(17),
                                      (3, 4, 6, 2, 9))])
+
+
+class _OutputEnds(_Encoder):
+    """Each output sequence's last (or first) row, stacked, or kept as a
+    row and concatenated: each sentence's state at its end (a
+    bidirectional link's backward direction ends at the first word)."""
+
+    def __init__(self, end):
+        super().__init__(L.NStepBiLSTM(1, 6, 5, 0.0))
+        self.end = end
+
+    def forward(self, xs, t):
+        _, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
+        return F.softmax_cross_entropy(self.out(self.end(ys)), t)
+
+
+_ENDS = {'last': lambda ys: F.stack([y[-1] for y in ys]),
+         'first': lambda ys: F.stack([y[0] for y in ys]),
+         'last row': lambda ys: F.concat([y[-1:] for y in ys], axis=0),
+         'first row': lambda ys: F.concat([y[:1] for y in ys], axis=0)}
+
+
+@pytest.mark.parametrize('end', sorted(_ENDS))
+@pytest.mark.parametrize('train', [True, False])
+def test_each_sequences_end_serves_every_count_and_length(end, train):
+    graph = _classifier_graph(lambda: _OutputEnds(_ENDS[end]), 15, train)
+    assert 'ReduceSegments' in graph and 'GetItem' not in graph, graph
+
+
+class _FeatureSequences(chainer.Chain):
+    """Sequences of features (not word ids) straight into the link, its
+    outputs read by ``read``, into a loss."""
+
+    def __init__(self, read):
+        super().__init__()
+        with self.init_scope():
+            self.encoder = L.NStepLSTM(1, 4, 5, 0.0)
+            self.out = L.Linear(5, 3)
+        self.read = read
+
+    def forward(self, xs):
+        _, _, ys = self.encoder(None, None, xs)
+        return F.sum(self.read(self, ys) ** 2)
+
+
+_READS = {
+    'padded': lambda model, ys: F.sum(F.pad_sequence(ys), axis=1),
+    'last': lambda model, ys: model.out(F.stack([y[-1] for y in ys])),
+    'max': lambda model, ys: model.out(
+        F.stack([F.max(y, axis=0) for y in ys])),
+    'mean row': lambda model, ys: F.concat(
+        [F.mean(y, axis=0, keepdims=True) for y in ys], axis=0)}
+
+
+@pytest.mark.parametrize('read', sorted(_READS))
+@pytest.mark.parametrize('train', [True, False])
+def test_feature_sequences_serve_every_count_and_length(read, train):
+    rng = numpy.random.RandomState(16)
+    calls = [([rng.standard_normal((int(rng.randint(2, 9)), 4)).astype(
+        numpy.float32) for _ in range(n)],) for n in _COUNTS]
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(
+        lambda: _FeatureSequences(_READS[read]), calls, train)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
 
 
 class _Pair(_Encoder):
@@ -612,13 +685,14 @@ class _EachInALoop(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1]), t) / n
 
 
-class _OutputsPooled(_Encoder):
-    """The link's output sequences read one by one (their last rows)."""
+class _OutputsReadApart(_Encoder):
+    """The link's output sequences read one by one (their last two
+    rows)."""
 
     def forward(self, xs, t):
         ys = self.encoder(None, None, sequence_embed(self.embed, xs))[-1]
-        h = F.concat([y[-1:] for y in ys], axis=0)
-        return F.softmax_cross_entropy(self.out(h), t)
+        h = F.concat([y[-2:] for y in ys], axis=0)
+        return F.softmax_cross_entropy(self.out(F.reshape(h, (-1, 10))), t)
 
 
 class _OutputsReturned(_Encoder):
@@ -674,7 +748,7 @@ class _CutElsewhere(_Encoder):
     (_EachDroppedTwice, 'read on its own by Dropout at '
      'test_joined_segments'),
     (_EachInALoop, 'counted by iterating'),
-    (_OutputsPooled, 'read on its own'),
+    (_OutputsReadApart, 'read on its own'),
     (_PartRead, 'read on its own'),
     (_LongestWordsRead, 'reads the length of an item'),
     (_CutElsewhere, None)])

@@ -128,6 +128,22 @@ def test_sums_and_means_over_the_rows_of_each_item(cls):
     assert len(jitted.cache_entries()) == 1
 
 
+class _Ends(_PerItem):
+    """Each sentence's last and first projected words: the same positions
+    at any lengths."""
+
+    def forward(self, xs):
+        hs = [self.fc(self.embed(x)) for x in xs]
+        return F.stack([h[-1] for h in hs]) + \
+            F.concat([h[:1] for h in hs], axis=0)
+
+
+def test_the_first_and_last_rows_of_each_item():
+    rng = numpy.random.RandomState(18)
+    jitted = _trained(_Ends, _calls(rng, 6))
+    assert len(jitted.cache_entries()) == 1
+
+
 class _Joined(_PerItem):
     """Items joined with an end-of-sentence id, embedded, joined along the
     rows and projected, as a decoder's targets and outputs are."""
@@ -358,6 +374,11 @@ class _PadsItems(_PerItem):
         return F.reshape(padded, (len(xs), -1))
 
 
+class _SecondLast(_PerItem):
+    def forward(self, xs):  # a row an item of two or more words has
+        return F.stack([self.embed(x)[-2] for x in xs])
+
+
 class _Strided(_PerItem):
     """A convolution over the padded words with a stride of 2, whose
     kernels are compiled for the recorded width."""
@@ -377,6 +398,7 @@ class _Strided(_PerItem):
 @pytest.mark.parametrize('cls, why', [
     (_ReadsLength, 'xs[0].shape[0] compared at test_ragged_lists.py:'),
     (_PadsItems, 'a value computed from xs[0] read by Reshape'),
+    (_SecondLast, 'a value computed from xs[0] read by GetItem'),
     (_Strided, 'a value computed from xs[0] read by Convolution2D'),
 ])
 def test_a_length_the_program_depends_on_stays_in_the_key(cls, why):
