@@ -189,9 +189,12 @@ def _used_whole(node, parents, index=None, counted=False):
     node`` then ``F.stack(hs)``; ``hs, h = node`` for an item), or read
     at constant indexes (``hs[-1]``), or (``counted``: one item per step)
     its length read (``len(hs)``)?"""
-    holder = parents.get(node)
     if index is None and _collected_whole(node, parents):
         return True
+    holder = parents.get(node)
+    if index is None and _through_reversal(node, parents) is not node:
+        node = _through_reversal(node, parents)  # hs = [...][::-1]
+        holder = parents.get(node)
     if not isinstance(holder, ast.Assign) or len(holder.targets) != 1:
         return False
     target = holder.targets[0]
@@ -205,9 +208,12 @@ def _used_whole(node, parents, index=None, counted=False):
     function = _enclosing_function(holder, parents)
     uses = [n for n in source.name_nodes(function, target.id)
             if n is not target]
-    return all(isinstance(n.ctx, ast.Load) and (
-        _collected_whole(n, parents) or _constant_item(n, parents.get(n))
-        or counted and _length_read(n, parents.get(n))) for n in uses)
+    return all(_reordered(n, parents, target.id) or
+               isinstance(n.ctx, ast.Load) and (
+                   _collected_whole(n, parents) or
+                   _constant_item(n, parents.get(n)) or
+                   counted and _length_read(n, parents.get(n)))
+               for n in uses)
 
 
 def _returned(node, parents):
@@ -263,11 +269,52 @@ def _collected(node, call):
 
 def _collected_whole(node, parents):
     """The list ``node`` is passed whole to a collector (:func:`_collected`),
-    or reversed (``F.stack(hs[::-1])``)."""
+    or reversed (``F.stack(hs[::-1])``, ``F.stack(list(reversed(hs)))``)."""
+    node = _through_reversal(node, parents)
+    return _collected(node, parents.get(node))
+
+
+def _through_reversal(node, parents):
+    """The reversal of ``node`` that holds it (``hs[::-1]``,
+    ``reversed(hs)``, ``list(reversed(hs))``), or ``node``."""
     holder = parents.get(node)
     if source.is_reversal(holder) and holder.value is node:
-        node, holder = holder, parents.get(holder)
-    return _collected(node, holder)
+        return holder
+    if _sole_argument(holder, 'reversed', node):
+        outer = parents.get(holder)
+        return outer if _sole_argument(outer, 'list', holder) else holder
+    return node
+
+
+def _sole_argument(call, name, node):
+    """``call`` is ``name(node)``."""
+    return source.is_call(call, name) and call.args == [node] and \
+        not call.keywords
+
+
+def _reordered(use, parents, name):
+    """Does ``use`` (of the list ``name``) only reverse it in place: the
+    statement ``name.reverse()``, or ``name = name[::-1]`` (either name of
+    it, or ``list(reversed(name))``)? Its later uses are checked as its
+    own."""
+    holder = parents.get(use)
+    if isinstance(holder, ast.Attribute) and holder.attr == 'reverse':
+        call = parents.get(holder)
+        return isinstance(call, ast.Call) and not call.args and \
+            not call.keywords and isinstance(parents.get(call), ast.Expr)
+    if isinstance(use.ctx, ast.Store):
+        assign = holder
+        value = getattr(assign, 'value', None)
+    else:
+        value = _through_reversal(use, parents)
+        assign = parents.get(value) if value is not use else None
+    if not isinstance(assign, ast.Assign) or len(assign.targets) != 1 or \
+            not isinstance(assign.targets[0], ast.Name) or \
+            assign.targets[0].id != name:
+        return False
+    inner = [n for n in ast.walk(value) if isinstance(n, ast.Name) and
+             n.id == name]
+    return len(inner) == 1 and _through_reversal(inner[0], parents) is value
 
 
 def _passed(node, parents):
@@ -378,7 +425,9 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
             if use in inside or use.lineno <= loop.lineno:
                 continue
             if _collected_whole(use, parents) or \
-                    _length_read(use, parents.get(use)) and \
+                    _reordered(use, parents, name) or \
+                    (_length_read(use, parents.get(use)) or
+                     _constant_item(use, parents.get(use))) and \
                     _one_item_per_step(loop, inside, name) or \
                     name in consumed and _passed(use, parents):
                 continue
@@ -532,9 +581,11 @@ def _is_array_break(jump, parents):
 
 def _counter_name(loop):
     """The name bound to the position: ``t`` in ``for t in range(...)``
-    and ``for t, x in enumerate(...)``; ``None`` when the loop binds
-    elements only (``for x in xs``)."""
+    (or ``reversed(range(...))``) and ``for t, x in enumerate(...)``;
+    ``None`` when the loop binds elements only (``for x in xs``)."""
     iterable = loop.iter
+    if source.is_call(iterable, 'reversed') and len(iterable.args) == 1:
+        iterable = iterable.args[0]
     if source.is_call(iterable, 'range') and isinstance(loop.target, ast.Name):
         return loop.target.id
     if source.is_call(iterable, 'enumerate') and isinstance(

@@ -321,9 +321,25 @@ def _comprehension_with_a_filter(xs):
     return F.stack([F.tanh(x) for x in xs if x.shape[0] > 1])
 
 
+def _appended_read_in_the_middle(xs):
+    hs = []
+    for x in xs:
+        hs.append(F.tanh(x))
+    return hs[1] * 2  # a step the recorded length decides
+
+
+def _reversed_under_another_name(xs):
+    hs = []
+    for x in xs:
+        hs.append(F.tanh(x))
+    rs = hs[::-1]
+    return F.stack(rs) * rs[0]
+
+
 @pytest.mark.parametrize('fn', [
     _alias_used_as_a_value, _comprehension_read_by_item,
-    _comprehension_read_at_both_ends, _comprehension_with_a_filter])
+    _comprehension_read_at_both_ends, _comprehension_with_a_filter,
+    _appended_read_in_the_middle, _reversed_under_another_name])
 def test_lengths_the_python_can_see_stay_in_the_key(fn, rng):
     calls = [(_rand(rng, n, 2, 3),) for n in (3, 3, 5, 5)]
     jf = testing.assert_jit_matches_eager(fn, calls)

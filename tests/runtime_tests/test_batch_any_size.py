@@ -745,6 +745,62 @@ class _Steps(chainer.Chain):
         hs = F.concat([F.stack(forward), F.stack(backward[::-1])], axis=2)
         return F.sum(F.reshape(hs, (-1, 16)) ** 2)
 
+    def _both_directions(self, xs):
+        """Each direction's states, the backward one's in the order of
+        its steps (last step first)."""
+        T, B, _ = xs.shape
+        h = c = hb = cb = self.xp.zeros((B, 8), numpy.float32)
+        forward, backward = [], []
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+            forward.append(h)
+        for t in reversed(range(T)):
+            cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
+            backward.append(hb)
+        return forward, backward
+
+    def reversed_in_place(self, xs):
+        forward, backward = self._both_directions(xs)
+        backward.reverse()
+        return F.sum(F.concat([F.stack(forward), F.stack(backward)],
+                              axis=2) ** 2)
+
+    def reversed_by_name(self, xs):
+        forward, backward = self._both_directions(xs)
+        backward = list(reversed(backward))
+        return F.sum((F.stack(forward) - F.stack(backward)) ** 2)
+
+    def reversed_comprehension(self, xs):
+        hs = [F.tanh(self.back(x)) for x in reversed(xs)][::-1]
+        return F.sum(F.stack(hs) * xs[:, :, :1])
+
+    def filled_backwards(self, xs):
+        T = len(xs)
+        hb = cb = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        hs = [None] * T
+        for t in reversed(range(T)):
+            cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
+            hs[t] = hb
+        return F.sum(F.stack(hs, axis=1) ** 2)
+
+    def reversed_and_read(self, xs):
+        # the backward direction's states reversed in place, its last
+        # step read from the list, first in position
+        hb = cb = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        backward = []
+        for x in xs[::-1]:
+            cb, hb = F.lstm(cb, self.back(x) + self.h2h(hb))
+            backward.append(hb)
+        backward.reverse()
+        return F.sum(F.stack(backward) * backward[0])
+
+    def ends_of_a_list(self, xs):
+        # each direction's last state read from its list after the loop,
+        # the backward one's first in position
+        forward, backward = self._both_directions(xs)
+        backward = backward[::-1]
+        return F.sum(forward[-1] * backward[0])
+
     def gru_link(self, xs):
         h = self.xp.zeros((xs.shape[1], 8), numpy.float32)
         for t in range(xs.shape[0]):
@@ -847,7 +903,11 @@ class _Steps(chainer.Chain):
 
 
 @pytest.mark.parametrize('method', ['shape_pair', 'each_step', 'both_ways',
-                                    'both_ways_joined',
+                                    'both_ways_joined', 'reversed_in_place',
+                                    'reversed_by_name',
+                                    'reversed_comprehension',
+                                    'filled_backwards', 'ends_of_a_list',
+                                    'reversed_and_read',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',
