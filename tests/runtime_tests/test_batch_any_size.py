@@ -733,15 +733,7 @@ class _Steps(chainer.Chain):
 
     def both_ways_joined(self, xs):
         # each direction's states stacked, joined along their features
-        T, B, _ = xs.shape
-        h = c = hb = cb = self.xp.zeros((B, 8), numpy.float32)
-        forward, backward = [], []
-        for t in range(T):
-            h, c = self.step(xs[t], h, c)
-            forward.append(h)
-        for t in reversed(range(T)):
-            cb, hb = F.lstm(cb, self.back(xs[t]) + self.h2h(hb))
-            backward.append(hb)
+        forward, backward = self._both_directions(xs)
         hs = F.concat([F.stack(forward), F.stack(backward[::-1])], axis=2)
         return F.sum(F.reshape(hs, (-1, 16)) ** 2)
 
