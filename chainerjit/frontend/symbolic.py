@@ -909,22 +909,38 @@ class _Steps(object):
             rows.count()[0] == ((rows.first_leaf, 1),)
 
     def _read_by(self, loop, found):
-        for value, rows in zip(loop.inputs, found):
+        """Notes the values with rows ``found`` that ``loop`` (one of the
+        length's) reads one step at a time, indexed by its counter; those
+        it reads otherwise must be read whole, by ops that take any rows
+        (the states of all steps, attended to at each step):
+        :meth:`_follow_loop`."""
+        whole = [None] * len(found)
+        for k, (value, rows) in enumerate(zip(loop.inputs, found)):
             if rows is None or value.kind == 'input':
                 continue  # (the arguments' reads are checked as such)
             axes = set([rows.axis])
-            if not self._one_per_step(rows) or \
-                    not _read_by_counter_only(loop, value, axes):
+            if self._one_per_step(rows) and \
+                    _read_by_counter_only(loop, value, axes):
+                self.read_by_loops.setdefault(loop, {})[value] = axes
+            else:
+                whole[k] = rows
+        if any(rows is not None for rows in whole):
+            try:
+                self._follow_loop(loop, whole)
+            except _KeepsLength:
+                rows = next(r for r in whole if r is not None)
                 raise _KeepsLength(
                     'the loop reads a value computed from %s otherwise '
                     'than one step indexed by its counter'
                     % self.names[rows.first_leaf], loop.loc)
-            self.read_by_loops.setdefault(loop, {})[value] = axes
 
-    def _follow(self, node, found):
+    def _follow(self, node, found, in_loop=False):
+        if node.region is not None:
+            self._follow_loop(node, found)
+            return
         following = ops.follow(node, found)
-        if following is not None and any(
-                self.seed_axes.get(leaf) for leaf in following.reads):
+        if following is not None and (in_loop and following.reads or any(
+                self.seed_axes.get(leaf) for leaf in following.reads)):
             following = None  # (a kernel reads the length on axis 0)
         if following is None:
             raise _KeepsLength(
@@ -939,6 +955,44 @@ class _Steps(object):
         if following.kernel is not None:
             self.variants[node] = following
 
+    def _follow_loop(self, loop, found):
+        """Follows the rows into the body of a loop over something else (a
+        decoder's steps reading the encoder's stacked states whole, each
+        step): the values it carries keep their rows, and its lists of
+        steps have their steps' rows."""
+        region, body = loop.region, loop.region.body
+        n_read = sum(region.carried_read)
+        for value, rows in zip(body.inputs[1:], found[1:]):
+            if rows is not None:
+                self.rows[value] = rows
+        for node in body.nodes:
+            inner = [self.rows.get(v) for v in node.inputs]
+            if any(r is not None for r in inner):
+                self._follow(node, inner, in_loop=True)
+        read = iter(body.inputs[1:1 + n_read])
+        for k, is_read in enumerate(region.carried_read):
+            after = self.rows.get(body.outputs[k])
+            if is_read and self.rows.get(next(read)) != after:
+                raise _KeepsLength(
+                    'a value the loop carries from step to step gets rows '
+                    'that follow the length at its first step, or loses '
+                    'them', region.loc)
+            if after is not None:
+                self._give_rows(loop.outputs[k], after, region)
+        lists = loop.outputs[region.n_carried + region.counts:]
+        for value, step in zip(lists, body.outputs[region.n_carried:]):
+            if self.rows.get(step) is not None:  # a list's: its items'
+                self._give_rows(value, self.rows[step], region)
+        self.followed.add(loop)
+
+    def _give_rows(self, value, rows, region):
+        """``value`` (a loop's output) has ``rows``, unless it has others
+        (the steps of a loop of the length, stacked)."""
+        if self.rows.setdefault(value, rows) != rows:
+            raise _KeepsLength(
+                'a list of the loop\'s steps has rows of its own and of '
+                'the length, in its steps', region.loc)
+
     def apply(self, symbol):
         """Gives the nodes their kernels for any length (with the
         arguments they read the length from), and the values their symbol
@@ -948,7 +1002,8 @@ class _Steps(object):
             node.inputs = node.inputs + [self.inputs[leaf]
                                          for leaf in following.reads]
         for value, rows in self.rows.items():
-            if value.kind != 'input':
+            # (A list of a loop's steps has its items' rows, not axes.)
+            if value.kind != 'input' and rows.axis < len(value.shape):
                 (_, times), = rows.count()[0]
                 value.symbols = dict(value.symbols or {})
                 value.symbols[rows.axis] = ops.times_label(times, symbol)

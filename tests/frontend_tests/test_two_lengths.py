@@ -67,6 +67,51 @@ class OutputsStacked(Seq2Seq):
         return F.mean(F.stack(outs), axis=0)
 
 
+class Attended(Seq2Seq):
+    """An attention decoder: at each target step, the encoder's states
+    of every source step scored against the decoder's state, and their
+    weighed sum added to it (the encoder's steps read whole by the
+    decoder's loop)."""
+
+    def forward(self, xs, ys):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        states = []
+        for x in xs:
+            c, h = F.lstm(c, self.enc(x) + self.enc_h(h))
+            states.append(h)
+        enc = F.stack(states)
+        loss = 0
+        for y in ys:
+            scores = F.sum(enc * F.broadcast_to(h, enc.shape), axis=2)
+            weights = F.expand_dims(F.softmax(scores, axis=0), 2)
+            context = F.sum(enc * F.broadcast_to(weights, enc.shape), axis=0)
+            c, h = F.lstm(c, self.dec(y) + self.dec_h(h + context))
+            loss = loss + F.sum(self.out(h))
+        return loss
+
+
+class AttendedBatchFirst(Seq2Seq):
+    """The same over batch-first sequences, the scores a batched matrix
+    product."""
+
+    def forward(self, xs, ys):
+        xs, ys = F.transpose(xs, (1, 0, 2)), F.transpose(ys, (1, 0, 2))
+        batch, steps, _ = xs.shape
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        states = []
+        for t in range(steps):
+            c, h = F.lstm(c, self.enc(xs[:, t]) + self.enc_h(h))
+            states.append(h)
+        enc = F.stack(states, axis=1)
+        outs = []
+        for u in range(ys.shape[1]):
+            weights = F.softmax(F.matmul(enc, F.expand_dims(h, 2)), axis=1)
+            context = F.sum(enc * F.broadcast_to(weights, enc.shape), axis=1)
+            c, h = F.lstm(c, self.dec(ys[:, u]) + self.dec_h(h + context))
+            outs.append(self.out(h))
+        return F.stack(outs, axis=1)
+
+
 class SourceLengthUsed(Seq2Seq):
     """The source's length in Python (a float): it stays in the key; the
     target's stays symbolic."""
@@ -101,7 +146,8 @@ def _matches_eager(model, twin, calls):
     return jitted
 
 
-@pytest.mark.parametrize('cls', [Seq2Seq, OutputsStacked])
+@pytest.mark.parametrize('cls', [Seq2Seq, OutputsStacked, Attended,
+                                 AttendedBatchFirst])
 def test_one_entry_for_every_pair_of_lengths_and_batch_size(cls):
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.LoopWarning)
@@ -146,9 +192,10 @@ def test_the_printed_program_names_both_trip_counts():
     assert 'trip=T' in graph and 'trip=U-2' in graph, graph
 
 
-def test_onnx_export_has_both_lengths_dynamic():
+@pytest.mark.parametrize('cls', [OutputsStacked, AttendedBatchFirst])
+def test_onnx_export_has_both_lengths_dynamic(cls):
     onnxruntime = pytest.importorskip('onnxruntime')
-    model = OutputsStacked()
+    model = cls()
     jitted = chainerjit.jit(model)
     calls = _calls(((5, 4, 3), (7, 6, 2), (9, 3, 4)), seed=1)
     with chainer.using_config('train', False), chainer.no_backprop_mode():

@@ -885,6 +885,19 @@ class _Steps(chainer.Chain):
         weights = F.softmax(F.reshape(scores, (B, T)), axis=1)
         return F.sum(steps * F.expand_dims(weights, 2), axis=1)
 
+    def attended_each_step(self, xs):
+        # a second loop over the steps attending to all of them at each
+        # (self-attention one step at a time), its weights kept too
+        hs = self.stacked(xs)
+        h, weights = hs[-1], []
+        for t in range(xs.shape[0]):
+            a = F.softmax(F.sum(hs * F.broadcast_to(h, hs.shape), axis=2),
+                          axis=0)
+            h = F.tanh(h + F.sum(
+                hs * F.broadcast_to(F.expand_dims(a, 2), hs.shape), axis=0))
+            weights.append(a)
+        return F.sum(h * h) + F.sum(F.stack(weights) ** 2)
+
     def attention(self, xs):
         # the scores normalized over the steps' axis, and the steps'
         # outputs weighed by them
@@ -899,7 +912,7 @@ class _Steps(chainer.Chain):
                                     'reversed_by_name',
                                     'reversed_comprehension',
                                     'filled_backwards', 'ends_of_a_list',
-                                    'reversed_and_read',
+                                    'reversed_and_read', 'attended_each_step',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',
