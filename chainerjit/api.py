@@ -154,6 +154,8 @@ class JitFunction(_calls.CachedCall):
         self._batch_static = False  # likewise for batch sizes
         self._numbers_static = False  # float and int arguments stay in the key
         self._unpacked = set()  # list arguments recorded item by item
+        # list arguments an entry serves item by item at any lengths
+        self._ragged_paths = set()
         # The joining.Join of the list arguments calls join: None until a
         # recording says, () once they may not.
         self._joins = None
@@ -289,7 +291,8 @@ class JitFunction(_calls.CachedCall):
                                                  train, backprop)
                 return joining.mark_key(key, self._joins), leaves, joined
         paths = packing.list_paths(args, kwargs)
-        if paths and paths not in self._unpacked:
+        if paths and paths not in self._unpacked and \
+                not self._ragged_paths.intersection(paths):
             args, kwargs = packing.pack(args, kwargs, paths)
             key, leaves = signature.make_key(args, kwargs, train, backprop)
             return packing.mark_key(key, paths), leaves, (paths, args,
@@ -787,6 +790,9 @@ class JitFunction(_calls.CachedCall):
         entry = compiled.entry
         if entry is None:
             return compiled.result
+        if isinstance(entry.symbolic, ragged.Ragged):
+            # (Items alike at a call are of lengths this entry serves.)
+            self._ragged_paths.update(_list_paths(args, kwargs))
         self.last_entry = entry
         if entry.cut is not None and self._cut is None and not self._uncut:
             self._cut_at(entry.cut)
@@ -1161,6 +1167,15 @@ def _install():
     fell back to older ones (``runtime.blas``)."""
     fastpaths.install()
     blas.use_cpu_kernels()
+
+
+def _list_paths(args, kwargs):
+    """The paths of the list (and tuple) arguments of a call, as
+    ``packing.list_paths`` names them."""
+    return [('args', i, type(arg).__name__) for i, arg in enumerate(args)
+            if type(arg) in (list, tuple)] + [
+        ('kwargs', name, type(arg).__name__) for name, arg in kwargs.items()
+        if type(arg) in (list, tuple)]
 
 
 def _rebuild(fn, instance, options):

@@ -203,6 +203,9 @@ class LoopRun(object):
         self.filled = {}
         self.filled_names = {}
         self.consumed = set()
+        # id -> (items before, length) of the lists it appended one item
+        # per step to, when it ran out, from empty or not (hs = [h0])
+        self.grown = {}
 
     @property
     def n_iterations(self):
@@ -419,7 +422,25 @@ class LoopWatcher(object):
         trip = trip_counts.trip_source(site, frame, self.arguments)
         if trip is not None and trip.kind == 'static' and not top:
             return None
-        return trip
+        return trip or self._filled_list_source(site, frame)
+
+    def _filled_list_source(self, site, frame):
+        """The trip source of a loop over a list (``for h in hs``,
+        ``zip(hf, reversed(hb))``: its first) that a loop over an
+        argument's axis filled, one item per step: that loop's, counting
+        the items the list had before (``hs = [h0]``)."""
+        name = trip_counts.iterated_name(site)
+        items = frame.f_locals.get(name) if name is not None else None
+        if type(items) is not list:
+            return None
+        for run in reversed(self.runs):
+            if run.trip is None or run.trip.kind != 'dim':
+                continue
+            before, length = run.grown.get(id(items), (0, None))
+            if run.filled.get(id(items)) == len(items) or length == \
+                    len(items) and run.trip.offset >= before:
+                return run.trip._replace(offset=run.trip.offset - before)
+        return None
 
     def _on_comprehension_event(self, frame, event, arg):
         run = self._comps.get(id(frame))
@@ -450,6 +471,8 @@ class LoopWatcher(object):
             for name, items in _filled_lists(run, frame, result):
                 run.filled[id(items)] = len(items)
                 run.filled_names[id(items)] = name
+            for items, before in _grown_lists(run, frame):
+                run.grown[id(items)] = (before, len(items))
         self.runs.append(run)
 
     def _close_all(self, frame_id, frame=None):
@@ -477,6 +500,21 @@ def _filled_lists(run, frame, result):
     return [(name, items) for name, items in found
             if type(items) is list and len(items) == run.n_iterations and
             not any(item is None for item in items)]
+
+
+def _grown_lists(run, frame):
+    """``(list, items before)`` of the lists that ``run``, a ``for`` loop
+    that ran out, appended one item per step to (``hs = [h0]``, then
+    ``hs.append(h)`` in the loop), as ``frame`` holds them."""
+    if run.site.kind == 'comp' or frame is None or not run.snapshots:
+        return []
+    start, found = run.snapshots[0], []
+    for name in loop_analysis.appended_lists(run.code, run.site.header):
+        items = frame.f_locals.get(name)
+        if type(items) is list and start.get(name, ('',))[0] == 'list' \
+                and len(items) == len(start[name][2]) + run.n_iterations:
+            found.append((items, len(start[name][2])))
+    return found
 
 
 def _all_none(summaries, n):

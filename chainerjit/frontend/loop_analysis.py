@@ -211,6 +211,7 @@ def _used_whole(node, parents, index=None, counted=False):
     return all(_reordered(n, parents, target.id) or
                isinstance(n.ctx, ast.Load) and (
                    _collected_whole(n, parents) or
+                   counted and _iterated(n, parents) or
                    _constant_item(n, parents.get(n)) or
                    counted and _length_read(n, parents.get(n)))
                for n in uses)
@@ -284,6 +285,20 @@ def _through_reversal(node, parents):
         outer = parents.get(holder)
         return outer if _sole_argument(outer, 'list', holder) else holder
     return node
+
+
+def _iterated(node, parents):
+    """Is the list ``node`` what a later loop iterates over (``for h in
+    hs``, ``[f(h) for h in hs]``; through ``reversed``, ``enumerate`` and
+    ``zip``: ``zip(hf, reversed(hb))``)? Its length is then that loop's
+    trip count, tied to this one's by the recording (``control``)."""
+    holder = parents.get(node)
+    while isinstance(holder, ast.Call) and node in holder.args and any(
+            source.is_call(holder, name)
+            for name in ('reversed', 'enumerate', 'zip')):
+        node, holder = holder, parents.get(holder)
+    return isinstance(holder, (ast.For, ast.comprehension)) and \
+        holder.iter is node
 
 
 def _sole_argument(call, name, node):
@@ -427,7 +442,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
             if _collected_whole(use, parents) or \
                     _reordered(use, parents, name) or \
                     (_length_read(use, parents.get(use)) or
-                     _constant_item(use, parents.get(use))) and \
+                     _constant_item(use, parents.get(use)) or
+                     _iterated(use, parents)) and \
                     _one_item_per_step(loop, inside, name) or \
                     name in consumed and _passed(use, parents):
                 continue

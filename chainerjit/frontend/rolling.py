@@ -71,6 +71,7 @@ def roll_loops(graph, recording):
     nodes = list(graph.nodes)
     runs = [(run, _chunks(nodes, run)) for run in recording.loops]
     rolled, unrolled = {}, []
+    items_read = {}  # Unpack node -> the items of its list, as read after
     fingerprints = Fingerprints(recording.templates,
                                 ops_math.COUNTED_CONSTANTS)
     for index, (run, chunks) in enumerate(runs):
@@ -80,8 +81,9 @@ def roll_loops(graph, recording):
                           for v in n.outputs)
         note_python_problem(run, recording.values, rows)
         plan = None
+        unpacked = _unpacked_items(graph.nodes, items_read)
         for peel in (0, 1):
-            plan = _plan(chunks, peel, run, fingerprints)
+            plan = _plan(chunks, peel, run, fingerprints, unpacked)
             if plan is not None:
                 break
         if plan is not None and not run.python_safe:
@@ -104,7 +106,9 @@ def roll_loops(graph, recording):
                                      run.varies,
                                      run.n_iterations))
             continue
-        replacement = plan.before + [loop] + plan.unpacks + plan.after
+        replacement = plan.before + plan.stacks + [loop] + plan.unpacks + \
+            plan.after
+        items_read.update(plan.items_read)
         fingerprints.note_region(loop)
         rolled[loop] = run
         graph.nodes = _substitute(graph.nodes, span, replacement)
@@ -168,15 +172,18 @@ class _Plan(object):
         # p -> [(argument position, start, step)] of a NumPy ufunc's ints
         self.ints = {}
         self.unpacks = []
+        self.stacks = []  # the earlier loops' lists it reads, stacked
+        self.items_read = {}  # its Unpack node -> its items, as read after
         self.partial = []  # the iteration an exit cut short
         self.exits = {}  # p -> the raw guard value that leaves
 
 
-def _plan(chunks, peel, run, fingerprints):
-    """Checks that chunks ``peel:`` are alike and classifies every input;
-    ``None`` if they are not. The last chunk may differ: it is recorded
-    after the loop, or, cut short by an exit (see :func:`_exits`), it is
-    the partial iteration that left the loop."""
+def _plan(chunks, peel, run, fingerprints, unpacked=None):
+    """Checks that chunks ``peel:`` are alike and classifies every input
+    (``unpacked``: the items of the lists of loops rolled before,
+    :func:`_unpacked_items`); ``None`` if they are not. The last chunk may
+    differ: it is recorded after the loop, or, cut short by an exit (see
+    :func:`_exits`), it is the partial iteration that left the loop."""
     iterations = chunks[peel:]
     if len(iterations) >= 2 and not iterations[-1]:
         iterations = iterations[:-1]  # the pass that found no more items
@@ -214,7 +221,7 @@ def _plan(chunks, peel, run, fingerprints):
     for p, node in enumerate(first):
         for q in range(len(node.inputs)):
             source = _classify([chunk[p].inputs[q] for chunk in iterations],
-                               defined)
+                               defined, unpacked or {})
             if source is None:
                 return None
             plan.sources[p, q] = source
@@ -385,8 +392,10 @@ def _alike(a, b, fingerprints):
     return all(fingerprints(x) == fingerprints(y) for x, y in zip(a, b))
 
 
-def _classify(values, defined):
-    """Where input slot ``values`` (one per iteration) comes from."""
+def _classify(values, defined, unpacked=None):
+    """Where input slot ``values`` (one per iteration) comes from: an
+    item of a list an earlier loop made, in order or reversed, at each
+    (``('items', ...)``: :func:`_items_in_order`)."""
     kinds = []
     for k, value in enumerate(values):
         d = defined.get(value)
@@ -403,6 +412,8 @@ def _classify(values, defined):
         if all(kind[0] == 'outer' for kind in kinds) and _same_constants(
                 [kind[1] for kind in kinds]):
             return ('invariant', values[0])
+        if all(kind[0] == 'outer' for kind in kinds):
+            return _items_in_order(values, unpacked or {})
         return None
     later, = rest
     if later[0] == 'prev' and kinds[0][0] == 'outer':
@@ -413,6 +424,56 @@ def _classify(values, defined):
         if later[0] == 'local':
             return later
     return None
+
+
+def _unpacked_items(nodes, items_read):
+    """``{value: (Unpack node, its position)}`` of the items of the lists
+    of the loops rolled so far, as the nodes after each loop read them
+    (``items_read``: its last one the loop's carried value, where it is
+    one)."""
+    return dict((value, (node, k)) for node in nodes if node.op == 'Unpack'
+                for k, value in enumerate(items_read.get(node,
+                                                         node.outputs)))
+
+
+#: The most values before a loop's list's items that a later loop may read
+#: with them (a first step peeled off the loop, ``hs = [h0]``).
+MAX_PREFIX = 2
+
+
+def _items_in_order(values, unpacked):
+    """``('items', Unpack node, start, step, prefix)`` where ``values``,
+    one per iteration, are the items of one loop's list, from its first
+    in order (``step`` 1, ``start`` 0) or from its last reversed
+    (``step`` -1, ``start`` -1), after (or, reversed, then) a few values
+    made before it (``prefix``, in the list's order: a first step peeled
+    off that loop), all alike in shape and dtype: a loop over the steps
+    of an earlier loop (``zip(hf, reversed(hb))``); else ``None``."""
+    found = [unpacked.get(v) for v in values]
+    known = [k for k, f in enumerate(found) if f is not None]
+    if len(known) < 2 or any(found[k][0] is not found[known[0]][0]
+                             for k in known):
+        return None
+    unpack = found[known[0]][0]
+    n, lo, hi = len(unpack.outputs), known[0], known[-1]
+    positions = [found[k][1] if found[k] else None
+                 for k in range(lo, hi + 1)]
+    step = positions[1] - positions[0] if None not in positions[:2] else 0
+    if step not in (1, -1) or any(
+            b != a + step for a, b in zip(positions, positions[1:])):
+        return None
+    if step == 1 and positions[0] == 0 and hi == len(values) - 1:
+        prefix = values[:lo]
+    elif step == -1 and positions[0] == n - 1 and lo == 0:
+        prefix = values[hi + 1:][::-1]
+    else:
+        return None
+    first = values[0]
+    if len(prefix) > MAX_PREFIX or any(
+            v.shape != first.shape or v.dtype != first.dtype
+            for v in list(unpack.outputs) + list(prefix)):
+        return None
+    return ('items', unpack, 0 if step == 1 else -1, step, tuple(prefix))
 
 
 def _same_constants(values):
@@ -495,9 +556,11 @@ def _build(plan, run, graph, recording):
     # A loop with exits makes lists of as many values as it runs: only
     # one returned as it is may be joined for any number.
     shapes_read = None if plan.exits else recording.shapes_read
-    plan.unpacks = [_list_after_loop(graph, lst, scan, carried, rolled,
-                                     shapes_read)
-                    for lst, scan in zip(lists, scans)]
+    unpacks = [_list_after_loop(graph, lst, scan, carried, rolled,
+                                shapes_read)
+               for lst, scan in zip(lists, scans)]
+    plan.unpacks = [unpack for unpack, _ in unpacks]
+    plan.items_read = dict(unpacks)
     _note_replays(plan, recording)
     return loop
 
@@ -522,7 +585,30 @@ def _carried_and_invariants(plan):
             v = source[1]
             if v not in invariants:
                 invariants[v] = ir.Value('input', v.shape, v.dtype, v.name)
+        elif source[0] == 'items':
+            v = _stacked_list(plan, source)
+            if v not in invariants:
+                invariants[v] = ir.Value('input', v.shape, v.dtype)
     return carried, invariants
+
+
+def _stacked_list(plan, source):
+    """The values a later loop's steps read one each (``source``:
+    ``('items', Unpack node, start, step, prefix)``): the ``prefix``
+    values, then the items of the list the Unpack node takes apart,
+    stacked on a new first axis by a node run before the loop
+    (``plan.stacks``), for the steps to read as they read an array's."""
+    _, unpack, _, _, prefix = source
+    inputs = list(prefix) + [unpack.inputs[0]]
+    for node in plan.stacks:
+        if node.inputs == inputs:
+            return node.outputs[0]
+    item, n = unpack.outputs[0], len(prefix) + len(unpack.outputs)
+    stacked = ir.Value('temp', (n,) + item.shape, item.dtype)
+    plan.stacks.append(ir.Node(
+        'Stack', structural.join('Stack', 0, len(prefix), n), inputs,
+        [stacked], (('axis', 0),), loc=unpack.loc))
+    return stacked
 
 
 def _used_after(plan, graph, rolled, carried):
@@ -556,8 +642,12 @@ def _body(plan, carried, invariants, recording):
     first = plan.iterations[0]
     body = ir.Graph('loop')
     counter = ir.Value('input', (), numpy.int64, 'i')
+    items = {}  # ('items', ...) source -> the step's item, read once
     for p, node in enumerate(first):
         inputs = [_body_input(plan.sources[p, q], carried, invariants, first)
+                  if plan.sources[p, q][0] != 'items' else
+                  _item_read(body, plan, plan.sources[p, q], invariants,
+                             counter, items)
                   for q in range(len(node.inputs))]
         if p in plan.counters:
             node = index_at(node, inputs[0], counter, plan.counters[p],
@@ -577,6 +667,21 @@ def _body(plan, carried, invariants, recording):
     body.inputs = [counter] + [e[1] for e in carried.values()
                                if e[1] is not None] + list(invariants.values())
     return body
+
+
+def _item_read(body, plan, source, invariants, counter, items):
+    """The item of an earlier loop's list that a step reads (``source``:
+    :func:`_items_in_order`), indexed by the counter in the list stacked
+    (:func:`_stacked_list`), as ``xs[t]`` of an array."""
+    if source not in items:
+        _, unpack, start, step, _ = source
+        item = unpack.outputs[0]
+        read = index_at(unpack, invariants[_stacked_list(plan, source)],
+                        counter, [(0, start, step)], (start,),
+                        [ir.Value('temp', item.shape, item.dtype)])
+        body.add_node(read)
+        items[source] = read.outputs[0]
+    return items[source]
 
 
 def _counted(node, inputs, counter, number, template):
@@ -661,7 +766,7 @@ def _list_after_loop(graph, lst, scan, carried, rolled, shapes_read):
     unpack = _unpack(lst, fresh)
     # Read after the loop as: its last one, the carried value's.
     _collect(graph, lst, fresh[:-1] + values[-1:], rolled, shapes_read)
-    return unpack
+    return unpack, fresh[:-1] + values[-1:]
 
 
 def _skip_when_the_first_leaves(plan, run, loop, templates):
@@ -795,17 +900,19 @@ def _unpack(lst, values):
     return ir.Node('Unpack', structural.unpack(len(values)), [lst], values)
 
 
-def index_at(node, x, counter, counters, slices):
+def index_at(node, x, counter, counters, slices, outputs=None):
     """``x[..., i, ...]``: an ``F.get_item`` (or NumPy indexing) whose
     index follows the loop counter, as a node reading the counter; with
     no ``counters``, a constant index whose kernel and gradient do not
-    depend on ``x``'s recorded shape."""
+    depend on ``x``'s recorded shape. It gives ``node``'s outputs, or
+    ``outputs``."""
     pattern = structural.index_pattern(slices, counters)
     # NumPy indexing stops gradients, as in eager mode: keep its label.
     op = node.op if node.op.startswith('ndarray.') else 'IndexAt'
     inputs = [x, counter] if counters else [x]
     indexed = ir.Node(op, structural.index(slices, counters), inputs,
-                      node.outputs, (('index', pattern),), loc=node.loc)
+                      outputs or node.outputs, (('index', pattern),),
+                      loc=node.loc)
     starts = set(c[0] for c in counters)
     indexed.index = (tuple(slices), tuple(sorted(starts)))
     indexed.counters = tuple(counters)

@@ -242,7 +242,7 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
     deltas = []
     minimum = 1
     for loop in loops:
-        if _iterations(loop, rolled) != length - source.offset:
+        if _iterations(loop, rolled) != length - sources[loop].offset:
             raise _KeepsLength('its trip count is not the length of what '
                                'it iterates over', loop.loc)
         delta = length - dict(loop.attrs)['trip']

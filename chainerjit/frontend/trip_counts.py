@@ -30,10 +30,11 @@ count its value minus ``offset``.
 def trip_source(site, frame, arguments):
     """Reads a ``for`` loop's iterable: ``range(E)``, ``range(a, E)``,
     ``range(E - 1, -1, -1)`` (:func:`_counted_down`), ``enumerate(X)``,
-    ``zip(X, ...)`` or ``X`` (or ``reversed`` of one), where ``E`` is
-    ``len(X)``, ``X.shape[k]``, an int argument or a name holding an
-    argument's size (``T, B, _ = xs.shape``), and ``X`` a Variable or
-    array argument. Returns a :class:`TripSource` or ``None``."""
+    ``zip(X, ...)`` or ``X`` (or ``reversed`` of one, or ``X[::-1]``),
+    where ``E`` is ``len(X)``, ``X.shape[k]``, an int argument or a name
+    holding an argument's size (``T, B, _ = xs.shape``), and ``X`` a
+    Variable or array argument. Returns a :class:`TripSource` or
+    ``None``."""
     node = site.iter_expr
     if node is None:
         return None
@@ -55,6 +56,8 @@ def trip_source(site, frame, arguments):
     if (source.is_call(node, 'enumerate') or
             source.is_call(node, 'zip')) and node.args and not node.keywords:
         node = node.args[0]
+    if source.is_reversal(node):
+        node = node.value  # (xs[::-1]: as many iterations)
     return _sequence_source(node, frame, arguments, 0)
 
 
@@ -72,6 +75,18 @@ def _counted_down(args, frame, arguments):
             return None
         first = first.left
     return _length_source(first, frame, arguments, less + stop)
+
+
+def iterated_name(site):
+    """The name a ``for`` loop's header iterates over (``for h in hs``),
+    through ``reversed``, ``enumerate`` and ``zip`` (its first); else
+    ``None``."""
+    node = site.iter_expr
+    while any(source.is_call(node, name) for name in
+              ('reversed', 'enumerate', 'zip')) and node.args and \
+            not node.keywords:
+        node = node.args[0]
+    return node.id if isinstance(node, ast.Name) else None
 
 
 def iterated_call(site):

@@ -786,6 +786,32 @@ class _Steps(chainer.Chain):
         backward.reverse()
         return F.sum(F.stack(backward) * backward[0])
 
+    def directions_joined_each_step(self, xs):
+        # a third loop over both directions' lists, joining each step's
+        forward, backward = self._both_directions(xs)
+        joined = [F.concat((f, b))
+                  for f, b in zip(forward, reversed(backward))]
+        return F.sum(F.stack(joined) ** 2)
+
+    def second_layer(self, xs):
+        # a second recurrent layer over the first one's states, the
+        # first step of the first layer made before its loop
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        h, c = self.step(xs[0], h, c)
+        first = [h]
+        for x in xs[1:]:
+            h, c = self.step(x, h, c)
+            first.append(h)
+        h2 = c2 = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for state in first:
+            c2, h2 = F.lstm(c2, self.h2h(state) + self.h2h(h2))
+        return F.sum(h2 * h2)
+
+    def over_the_reversed_steps(self, xs):
+        # a comprehension over the steps reversed in its header
+        hs = [F.tanh(self.back(x)) for x in xs[::-1]]
+        return F.sum(F.stack(hs[::-1]) * xs[:, :, :1])
+
     def ends_of_a_list(self, xs):
         # each direction's last state read from its list after the loop,
         # the backward one's first in position
@@ -913,6 +939,8 @@ class _Steps(chainer.Chain):
                                     'reversed_comprehension',
                                     'filled_backwards', 'ends_of_a_list',
                                     'reversed_and_read', 'attended_each_step',
+                                    'directions_joined_each_step',
+                                    'second_layer', 'over_the_reversed_steps',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',
