@@ -1469,13 +1469,17 @@ def _matmul_grad(node, ctx):
 
 @lowering(matmul.BatchMatMul)
 def lower_batch_matmul(node, ctx):
+    """The deprecated ``F.batch_matmul``: each operand made a batch of
+    matrices (``(B, N, -1)``, as Chainer's ``_as_batch_mat``: a batch of
+    vectors a batch of columns), then their products; at any sizes of
+    operands of three axes (:func:`_matmul_rows`, as ``F.matmul``)."""
     xp_matmul = ctx.xp.matmul
     a_shape, b_shape = (s[:2] + (-1,) for s in ctx.in_shapes)
     swap_a, swap_b = node.transa, node.transb
 
     def fn(a, b):
-        a = a.reshape(a_shape)
-        b = b.reshape(b_shape)
+        a = a.reshape(a.shape[:2] + (-1,))
+        b = b.reshape(b.shape[:2] + (-1,))
         if swap_a:
             a = a.swapaxes(-1, -2)
         if swap_b:
@@ -1493,16 +1497,24 @@ def lower_batch_matmul(node, ctx):
                 if wanted[1] else None)
 
     def to_onnx(b, ins, outs):
-        # Axis 0 (the batch) is copied, as 0 in the target shape.
-        a, b_ = (b.op('Reshape', [x, b.int64s((0, shape[1], -1))])[0]
-                 for x, shape in zip(ins, (a_shape, b_shape)))
+        # Axis 0 (the batch) is copied, as 0 in the target shape; batches
+        # of matrices are already.
+        a, b_ = (x if len(full) == 3 else
+                 b.op('Reshape', [x, b.int64s((0, shape[1], -1))])[0]
+                 for x, shape, full in zip(ins, (a_shape, b_shape),
+                                           ctx.in_shapes))
         if swap_a:
             a = onnx_swap_last(b, a, 3)
         if swap_b:
             b_ = onnx_swap_last(b, b_, 3)
         b.op('MatMul', [a, b_], outs)
-    return Kernel(fn, {'transa': swap_a, 'transb': swap_b},
-                  grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)
+    kernel = Kernel(fn, {'transa': swap_a, 'transb': swap_b},
+                    grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)
+    if any(len(shape) != 3 for shape in ctx.in_shapes):
+        return kernel
+    as_matmul = collections.namedtuple('AsMatMul', 'transa transb transc')(
+        swap_a, swap_b, False)
+    return kernel._replace(lengths=_matmul_rows(kernel, as_matmul, ctx))
 
 
 def _along(axis, ndim, sl):

@@ -897,7 +897,13 @@ class _Steps(chainer.Chain):
         return F.sum(hs * F.broadcast_to(scores[:, :, None], hs.shape),
                      axis=0)
 
-    def scored(self, xs):
+    def scored_by_batch_matmul(self, xs):
+        # as old code scores them, with the deprecated F.batch_matmul
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', DeprecationWarning)
+            return self.scored(xs, F.batch_matmul)
+
+    def scored(self, xs, product=F.matmul):
         # batch-first steps scored by a batched matrix product with the
         # last state, the scores reshaped to (B, T) and normalized
         T, B, _ = xs.shape
@@ -907,7 +913,7 @@ class _Steps(chainer.Chain):
             h, c = self.step(x, h, c)
             hs.append(h)
         steps = F.stack(hs, axis=1)
-        scores = F.matmul(steps, F.expand_dims(h, 2))
+        scores = product(steps, F.expand_dims(h, 2))
         weights = F.softmax(F.reshape(scores, (B, T)), axis=1)
         return F.sum(steps * F.expand_dims(weights, 2), axis=1)
 
@@ -941,6 +947,7 @@ class _Steps(chainer.Chain):
                                     'reversed_and_read', 'attended_each_step',
                                     'directions_joined_each_step',
                                     'second_layer', 'over_the_reversed_steps',
+                                    'scored_by_batch_matmul',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',
