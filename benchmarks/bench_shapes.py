@@ -49,7 +49,15 @@ weights; every call's result is checked against eager's. Workloads:
 * ``sequence to sequence training, source and target lengths 5 to 60,
   batches 2 to 64``: an LSTM encoder over the source and a teacher-forced
   decoder over the target, each a length of its own, a random pair of
-  lengths and batch size on each call.
+  lengths and batch size on each call;
+* ``bidirectional LSTM training, the directions joined step by step``:
+  both directions' states appended to lists, then joined step by step by
+  a comprehension over ``zip(forward, reversed(backward))``, a random
+  length and batch size on each call;
+* ``attention decoder training, written step by step``: the encoder's
+  states stacked, and the decoder's loop over the target scoring all of
+  them at each step (a softmax over the source steps, a context summed
+  over them), a random pair of lengths and batch size on each call.
 
 For each: the total time of the sequence (recordings, compiles and the
 first call at each new size, which also runs eagerly, included) and its
@@ -175,6 +183,44 @@ def _lstm_models():
                 loss = loss + F.sum(self.out(h) * ys[t + 1][:, :10])
             return loss / len(ys)
 
+    class BiLSTMJoined(Steps):
+        """Each step's two directions joined by a loop over both lists of
+        states, as a tagger's encoder writes it by hand."""
+
+        def forward(self, xs):
+            h = c = hb = cb = self.xp.zeros((xs.shape[1], H), numpy.float32)
+            forward, backward = [], []
+            for x in xs:
+                h, c = self.step(x, h, c)
+                forward.append(h)
+            for x in reversed(xs):
+                cb, hb = F.lstm(cb, self.back(x) + self.h2h(hb))
+                backward.append(hb)
+            joined = [F.concat((f, b))
+                      for f, b in zip(forward, reversed(backward))]
+            return F.stack(joined)
+
+    class AttentionSeq2Seq(Steps):
+        """An encoder over the source, its states stacked, and a decoder
+        over the target attending to all of them at each of its steps."""
+
+        def forward(self, xs, ys):
+            h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+            states = []
+            for x in xs:
+                h, c = self.step(x, h, c)
+                states.append(h)
+            enc = F.stack(states)
+            loss = 0
+            for y in ys:
+                scores = F.sum(enc * F.broadcast_to(h, enc.shape), axis=2)
+                weights = F.expand_dims(F.softmax(scores, axis=0), 2)
+                context = F.sum(enc * F.broadcast_to(weights, enc.shape),
+                                axis=0)
+                c, h = F.lstm(c, self.back(y) + self.h2h(h + context))
+                loss = loss + F.sum(self.out(h))
+            return loss
+
     class LanguageModel(Steps):
         """Word ids embedded at once, the loop over the embedded steps,
         the states of all steps projected at once against the targets
@@ -197,7 +243,7 @@ def _lstm_models():
                 self.words(F.concat(hs, axis=0)), targets.reshape(-1))
 
     return LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, \
-        LanguageModel
+        LanguageModel, BiLSTMJoined, AttentionSeq2Seq
 
 
 VOCABULARY = 100
@@ -692,8 +738,8 @@ def workloads():
     import numpy
 
     from examples import models
-    LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, LanguageModel = \
-        _lstm_models()
+    LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, LanguageModel, \
+        BiLSTMJoined, AttentionSeq2Seq = _lstm_models()
     mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
         numpy.float32))
     block = (models.EncoderBlock, lambda rng, b: rng.randn(
@@ -772,6 +818,12 @@ def workloads():
         ('RNN language model training, word ids embedded at once, all '
          'steps projected, lengths 5 to 60, batches 2 to 64', 'chainerjit',
          _training(LanguageModel, _words_and_targets)),
+        ('bidirectional LSTM training, the directions joined step by step, '
+         'lengths 5 to 40, batches 2 to 64', 'chainerjit',
+         _training(BiLSTMJoined, _steps(batches=True))),
+        ('attention decoder training, written step by step, source and '
+         'target lengths 5 to 60, batches 2 to 64', 'chainerjit',
+         _training(AttentionSeq2Seq, _source_and_target)),
     ]
 
 
