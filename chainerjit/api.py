@@ -719,13 +719,15 @@ class JitFunction(_calls.CachedCall):
         """For the check of a training call at a new size: the result of
         the entry's training program (a node of Chainer's graph, whose
         gradients :func:`_gradients_agree` compares with eager's), its
-        effects on the model undone; ``None`` where it does not apply
-        (inference; a program that assigns model attributes, which eager
-        mode would then read) or raised."""
+        effects on the model undone (the model attributes it assigns, an
+        ``L.LSTM``'s state, put back, so that eager mode reads them as
+        they were); ``None`` where it does not apply (inference) or
+        raised."""
         if not (chainer.config.enable_backprop and entry.needs_grad(leaves)
-                and entry.training is not None and not entry.effects):
+                and entry.training is not None):
             return None
         snapshot = undo.Snapshot(entry.graph, params)
+        assigned = _assigned_attributes(entry, instance)
         try:
             return _calls.run_entry(self, entry, leaves, params, symbols,
                                     instance, args, kwargs, True)
@@ -733,6 +735,7 @@ class JitFunction(_calls.CachedCall):
             return None
         finally:
             snapshot.restore()
+            _put_back(assigned)
 
     def _check_eagerly(self, instance, args, kwargs, hit=False):
         """:meth:`_eager`, for a check of a program at a new size: jitted
@@ -1219,6 +1222,30 @@ def _stopped_mostly_eager(piece):
     cache = piece.cache
     return piece.budget.stopped is not None and \
         2 * cache.compiled < cache.hits + cache.misses
+
+
+_ABSENT = object()
+
+
+def _assigned_attributes(entry, instance):
+    """``[(link, name, value now)]`` of the model attributes the entry's
+    effects assign (``_ABSENT`` where a link has none yet)."""
+    return [(link, name, getattr(link, name, _ABSENT))
+            for link, name in ((cache_module.resolve_link(instance, path),
+                                name)
+                               for kind, path, name, _, _ in entry.effects
+                               if kind == 'setattr' and path is not None)]
+
+
+def _put_back(assigned):
+    """Gives the attributes :func:`_assigned_attributes` read their values
+    again."""
+    for link, name, value in reversed(assigned):
+        if value is _ABSENT:
+            if hasattr(link, name):
+                delattr(link, name)
+        else:
+            setattr(link, name, value)
 
 
 def _gradients_agree(eager, trained, arguments, instance):
