@@ -726,8 +726,8 @@ class JitFunction(_calls.CachedCall):
         if not (chainer.config.enable_backprop and entry.needs_grad(leaves)
                 and entry.training is not None):
             return None
-        snapshot = undo.Snapshot(entry.graph, params)
-        assigned = _assigned_attributes(entry, instance)
+        snapshot = undo.Snapshot(entry.graph, params,
+                                 entry.assigned_attributes(instance))
         try:
             return _calls.run_entry(self, entry, leaves, params, symbols,
                                     instance, args, kwargs, True)
@@ -735,7 +735,6 @@ class JitFunction(_calls.CachedCall):
             return None
         finally:
             snapshot.restore()
-            _put_back(assigned)
 
     def _check_eagerly(self, instance, args, kwargs, hit=False):
         """:meth:`_eager`, for a check of a program at a new size: jitted
@@ -795,7 +794,7 @@ class JitFunction(_calls.CachedCall):
             return compiled.result
         if isinstance(entry.symbolic, ragged.Ragged):
             # (Items alike at a call are of lengths this entry serves.)
-            self._ragged_paths.update(_list_paths(args, kwargs))
+            self._ragged_paths.update(packing.sequence_paths(args, kwargs))
         self.last_entry = entry
         if entry.cut is not None and self._cut is None and not self._uncut:
             self._cut_at(entry.cut)
@@ -1172,15 +1171,6 @@ def _install():
     blas.use_cpu_kernels()
 
 
-def _list_paths(args, kwargs):
-    """The paths of the list (and tuple) arguments of a call, as
-    ``packing.list_paths`` names them."""
-    return [('args', i, type(arg).__name__) for i, arg in enumerate(args)
-            if type(arg) in (list, tuple)] + [
-        ('kwargs', name, type(arg).__name__) for name, arg in kwargs.items()
-        if type(arg) in (list, tuple)]
-
-
 def _rebuild(fn, instance, options):
     _install()
     return JitFunction(fn, None if instance is None else lambda: instance,
@@ -1222,30 +1212,6 @@ def _stopped_mostly_eager(piece):
     cache = piece.cache
     return piece.budget.stopped is not None and \
         2 * cache.compiled < cache.hits + cache.misses
-
-
-_ABSENT = object()
-
-
-def _assigned_attributes(entry, instance):
-    """``[(link, name, value now)]`` of the model attributes the entry's
-    effects assign (``_ABSENT`` where a link has none yet)."""
-    return [(link, name, getattr(link, name, _ABSENT))
-            for link, name in ((cache_module.resolve_link(instance, path),
-                                name)
-                               for kind, path, name, _, _ in entry.effects
-                               if kind == 'setattr' and path is not None)]
-
-
-def _put_back(assigned):
-    """Gives the attributes :func:`_assigned_attributes` read their values
-    again."""
-    for link, name, value in reversed(assigned):
-        if value is _ABSENT:
-            if hasattr(link, name):
-                delattr(link, name)
-        else:
-            setattr(link, name, value)
 
 
 def _gradients_agree(eager, trained, arguments, instance):

@@ -36,16 +36,23 @@ def list_paths(args, kwargs):
     :data:`MIN_ITEMS` or more alike NumPy arrays or Variables, as
     ``(where, key, type name)``: ``(('args', 0, 'list'), ('kwargs', 'xs',
     'tuple'))``."""
-    paths = []
-    for i, arg in enumerate(args):
-        if _alike_items(arg):
-            paths.append(('args', i, type(arg).__name__))
-    for name, arg in kwargs.items():
-        if _alike_items(arg):
-            paths.append(('kwargs', name, type(arg).__name__))
+    paths = _paths(args, kwargs, _alike_items)
     if paths and not _distinct(args, kwargs, paths):
         return ()
     return tuple(paths)
+
+
+def sequence_paths(args, kwargs):
+    """The paths, as :func:`list_paths` names them, of every top-level
+    list (or tuple) argument."""
+    return _paths(args, kwargs, lambda arg: type(arg) in (list, tuple))
+
+
+def _paths(args, kwargs, taken):
+    return [('args', i, type(arg).__name__)
+            for i, arg in enumerate(args) if taken(arg)] + [
+        ('kwargs', name, type(arg).__name__)
+        for name, arg in kwargs.items() if taken(arg)]
 
 
 def holder(args, kwargs, path):

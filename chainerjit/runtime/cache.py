@@ -393,6 +393,13 @@ class Entry(object):
                     outs[spec[1]] = _as_variable(outs[spec[1]], spec[3])
         return tuple(outs)
 
+    def assigned_attributes(self, instance):
+        """``(link, name)`` of the model attributes the effects assign
+        (for ``undo.Snapshot``)."""
+        return [(resolve_link(instance, path), name)
+                for kind, path, name, _, _ in self.effects
+                if kind == 'setattr' and path is not None]
+
     def replay_effects(self, instance, outs, leaves):
         """Assigns the link attributes and reports the values that the
         recorded forward assigned and reported.

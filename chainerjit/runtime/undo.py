@@ -1,8 +1,9 @@
-"""Running a program without leaving a trace: NumPy's global generator
-and the model arrays that the program's nodes update (batch
-normalization's running averages), saved before and put back after, for
-the runs that only check or time a program (a new length checked
-against eager, a backend measured against another).
+"""Running a program without leaving a trace: NumPy's global generator,
+the model arrays that the program's nodes update (batch normalization's
+running averages) and the model attributes its effects assign (an
+``L.LSTM``'s state), saved before and put back after, for the runs that
+only check or time a program (a new length checked against eager, a
+backend measured against another).
 
 Only a program whose side effects these are (``structural.undoable``)
 can be undone this way.
@@ -10,20 +11,26 @@ can be undone this way.
 
 import numpy
 
+from chainerjit import patching
 from chainerjit.ops import structural
 
 
 class Snapshot(object):
     """The state a run of ``graph``'s program on ``params`` (its
     parameters' arrays, in ``graph.params``' order) may change, as it is
-    now; :meth:`restore` puts it back, as often as needed."""
+    now, with the ``attributes`` (``(link, name)``) its effects assign;
+    :meth:`restore` puts it back, as often as needed."""
 
-    def __init__(self, graph, params):
+    def __init__(self, graph, params, attributes=()):
         self.draws = numpy.random.get_state()
         self.updated = [(params[i], params[i].copy())
                         for i in structural.state_params(graph)]
+        self.assigned = [(link, name, patching.own(link, name))
+                         for link, name in attributes]
 
     def restore(self):
         numpy.random.set_state(self.draws)
         for array, saved in self.updated:
             array[...] = saved
+        for link, name, held in reversed(self.assigned):
+            patching.put_back(link, name, held)
