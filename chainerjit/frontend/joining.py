@@ -64,6 +64,7 @@ from chainerjit.frontend import lengths
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
 from chainerjit.frontend import traced
+from chainerjit.ops import array as array_ops
 from chainerjit.ops import segments as segments_ops
 
 #: Lists with fewer items are not looked at for joining, and padded lists
@@ -286,8 +287,7 @@ def _reduction_of(template, keeps_axis):
     ``template`` computes of an item, removing its first axis (or, where
     ``keeps_axis``, keeping it as one row), or ``None``."""
     if isinstance(template, get_item.GetItem):
-        index = tuple((s.start, s.stop) if isinstance(s, slice) and
-                      s.step is None else s for s in template.slices)
+        index = _hashable(template.slices)
         return _PICKED.get((index, keeps_axis)) if all(
             isinstance(s, (int, tuple)) for s in index) else None
     kind = _REDUCTIONS.get(type(template))
@@ -326,12 +326,26 @@ ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
 _REDUCTIONS = {minmax.Max: 'max', minmax.Min: 'min', sum_module.Sum: 'sum',
                average.Mean: 'mean'}
 
-#: The indexes taking an item's first or last row, and whether they keep
-#: its first axis: ``(index, keeps)``: kind.
-#: (Slices are written ``(start, stop)``: they are not hashable.)
-_PICKED = {((0,), False): 'first', ((-1,), False): 'last',
-           (((None, 1),), True): 'first', (((0, 1),), True): 'first',
-           (((-1, None),), True): 'last'}
+#: The indexes taking an item's first or last row (keeping its first axis
+#: where they are slices), and which.
+_PICKS = (((0,), 'first'), ((-1,), 'last'), ((slice(None, 1),), 'first'),
+          ((slice(0, 1),), 'first'), ((slice(-1, None),), 'last'))
+
+
+def _hashable(index):
+    """``index`` with its slices as ``(start, stop)`` (unhashable
+    before Python 3.12)."""
+    return tuple((s.start, s.stop) if isinstance(s, slice) and
+                 s.step is None else s for s in index)
+
+
+def _keeps_axis(index):
+    return any(isinstance(s, slice) for s in index)
+
+
+#: :data:`_PICKS` by ``(hashable index, whether it keeps the axis)``.
+_PICKED = dict(((_hashable(index), _keeps_axis(index)), kind)
+               for index, kind in _PICKS)
 
 #: The slice that reverses an item (``x[::-1]``: :func:`indexed_item`).
 REVERSED = slice(None, None, -1)
@@ -1019,9 +1033,10 @@ def _read_whole(outs, users):
 
 
 #: The index of a recorded GetItem that takes an item's first or last
-#: row, and the node joining the rows of all (``_PICKED``).
-_PICKED_READ = {'[0]': 'Stack', '[-1]': 'Stack', '[:1]': 'Concat',
-                '[0:1]': 'Concat', '[-1:]': 'Concat'}
+#: row (:data:`_PICKS`, as printed), and the node joining the rows of all.
+_PICKED_READ = dict((array_ops.index_label(index),
+                     'Concat' if _keeps_axis(index) else 'Stack')
+                    for index, _ in _PICKS)
 
 
 def _joined_by(node):

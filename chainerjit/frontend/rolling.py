@@ -178,7 +178,7 @@ class _Plan(object):
         self.exits = {}  # p -> the raw guard value that leaves
 
 
-def _plan(chunks, peel, run, fingerprints, unpacked=None):
+def _plan(chunks, peel, run, fingerprints, unpacked):
     """Checks that chunks ``peel:`` are alike and classifies every input
     (``unpacked``: the items of the lists of loops rolled before,
     :func:`_unpacked_items`); ``None`` if they are not. The last chunk may
@@ -221,7 +221,7 @@ def _plan(chunks, peel, run, fingerprints, unpacked=None):
     for p, node in enumerate(first):
         for q in range(len(node.inputs)):
             source = _classify([chunk[p].inputs[q] for chunk in iterations],
-                               defined, unpacked or {})
+                               defined, unpacked)
             if source is None:
                 return None
             plan.sources[p, q] = source
@@ -392,7 +392,7 @@ def _alike(a, b, fingerprints):
     return all(fingerprints(x) == fingerprints(y) for x, y in zip(a, b))
 
 
-def _classify(values, defined, unpacked=None):
+def _classify(values, defined, unpacked):
     """Where input slot ``values`` (one per iteration) comes from: an
     item of a list an earlier loop made, in order or reversed, at each
     (``('items', ...)``: :func:`_items_in_order`)."""
@@ -409,12 +409,11 @@ def _classify(values, defined, unpacked=None):
             return None
     rest = set(kinds[1:])
     if len(rest) != 1:
-        if all(kind[0] == 'outer' for kind in kinds) and _same_constants(
-                [kind[1] for kind in kinds]):
+        if not all(kind[0] == 'outer' for kind in kinds):
+            return None
+        if _same_constants([kind[1] for kind in kinds]):
             return ('invariant', values[0])
-        if all(kind[0] == 'outer' for kind in kinds):
-            return _items_in_order(values, unpacked or {})
-        return None
+        return _items_in_order(values, unpacked)
     later, = rest
     if later[0] == 'prev' and kinds[0][0] == 'outer':
         return ('carried', kinds[0][1], later[1], later[2])

@@ -16,6 +16,7 @@ from chainerjit.frontend import rolling
 from chainerjit.frontend import signature
 from chainerjit.frontend import trip_counts
 from chainerjit import ops
+from chainerjit.ir import regions
 from chainerjit.ir.fingerprints import index_of
 from chainerjit.ops import array as array_ops
 from chainerjit.ops import structural
@@ -960,38 +961,26 @@ class _Steps(object):
         decoder's steps reading the encoder's stacked states whole, each
         step): the values it carries keep their rows, and its lists of
         steps have their steps' rows."""
-        region, body = loop.region, loop.region.body
-        n_read = sum(region.carried_read)
-        for value, rows in zip(body.inputs[1:], found[1:]):
-            if rows is not None:
-                self.rows[value] = rows
-        for node in body.nodes:
-            inner = [self.rows.get(v) for v in node.inputs]
-            if any(r is not None for r in inner):
-                self._follow(node, inner, in_loop=True)
-        read = iter(body.inputs[1:1 + n_read])
-        for k, is_read in enumerate(region.carried_read):
-            after = self.rows.get(body.outputs[k])
-            if is_read and self.rows.get(next(read)) != after:
-                raise _KeepsLength(
-                    'a value the loop carries from step to step gets rows '
-                    'that follow the length at its first step, or loses '
-                    'them', region.loc)
-            if after is not None:
-                self._give_rows(loop.outputs[k], after, region)
-        lists = loop.outputs[region.n_carried + region.counts:]
-        for value, step in zip(lists, body.outputs[region.n_carried:]):
-            if self.rows.get(step) is not None:  # a list's: its items'
-                self._give_rows(value, self.rows[step], region)
-        self.followed.add(loop)
-
-    def _give_rows(self, value, rows, region):
-        """``value`` (a loop's output) has ``rows``, unless it has others
-        (the steps of a loop of the length, stacked)."""
-        if self.rows.setdefault(value, rows) != rows:
+        region = loop.region
+        why = region.follow_rows(loop, found, self.rows, self._follow_body)
+        if why == regions.CARRIED_OTHERWISE:
+            raise _KeepsLength(
+                'a value the loop carries from step to step gets rows '
+                'that follow the length at its first step, or loses '
+                'them', region.loc)
+        if why == regions.ROWS_OF_ITS_OWN:
             raise _KeepsLength(
                 'a list of the loop\'s steps has rows of its own and of '
                 'the length, in its steps', region.loc)
+        self.followed.add(loop)
+
+    def _follow_body(self, nodes):
+        """:meth:`_follow` of the nodes of a loop's body that read rows
+        (raising where one cannot follow them)."""
+        for node in nodes:
+            inner = [self.rows.get(v) for v in node.inputs]
+            if any(r is not None for r in inner):
+                self._follow(node, inner, in_loop=True)
 
     def apply(self, symbol):
         """Gives the nodes their kernels for any length (with the

@@ -38,6 +38,48 @@ class Region(object):
     def n_carried(self):
         return len(self.carried_read)
 
+    def follow_rows(self, loop, found, rows, follow_body):
+        """Follows rows (``{value: rows}``, as ``ops.Rows`` or anything
+        compared with ``==``) from the inputs of ``loop``, this region's
+        Loop node, which have ``found`` (``None`` for none), into its body
+        (``follow_body(body nodes)``, which extends ``rows``) and out of
+        it: a value it carries keeps its rows from step to step, and a
+        list of its steps has its steps' rows. Returns ``None``; what
+        ``follow_body`` returned where that is not ``None``;
+        :data:`CARRIED_OTHERWISE` where a carried value's rows change
+        from step to step; :data:`ROWS_OF_ITS_OWN` where an output has
+        other rows already."""
+        body = self.body
+        for value, r in zip(body.inputs[1:], found[1:]):
+            if r is not None:
+                rows[value] = r
+        why = follow_body(body.nodes)
+        if why is not None:
+            return why
+        read = iter(body.inputs[1:1 + sum(self.carried_read)])
+        given = []
+        for k, is_read in enumerate(self.carried_read):
+            after = rows.get(body.outputs[k])
+            if is_read and rows.get(next(read)) != after:
+                return CARRIED_OTHERWISE
+            given.append((loop.outputs[k], after))
+        lists = loop.outputs[self.n_carried + self.counts:]
+        given += zip(lists, (rows.get(v) for v in body.outputs[
+            self.n_carried:]))  # a list's rows: its items'
+        for value, r in given:
+            if r is not None and rows.setdefault(value, r) != r:
+                return ROWS_OF_ITS_OWN
+        return None
+
+
+#: What :meth:`Region.follow_rows` gives where a value a loop carries
+#: gets rows at its first step, or loses them.
+CARRIED_OTHERWISE = 'carried otherwise'
+
+#: What :meth:`Region.follow_rows` gives where a loop's output has rows of
+#: its own already (the steps of a loop of that length, stacked).
+ROWS_OF_ITS_OWN = 'rows of its own'
+
 
 class PerIteration(list):
     """Recorded results of a body node, one per iteration."""

@@ -1063,6 +1063,11 @@ def lower_flip(node, ctx):
 
 # --- indexing ----------------------------------------------------------------
 
+def index_label(slices):
+    """How a recorded ``GetItem`` prints its index: ``'[-1:]'``."""
+    return '[%s]' % ', '.join(_format_index(s) for s in slices)
+
+
 def _format_index(s):
     if isinstance(s, slice):
         text = ':'.join('' if v is None else str(v)
@@ -1282,8 +1287,7 @@ def lower_get_item(node, ctx):
         add_at(gx, slices, gy)
         return gx,
     kernel = Kernel(lambda x: utils.force_array(x[slices]),
-                    {'slices': '[%s]' % ', '.join(
-                        _format_index(s) for s in node.slices)},
+                    {'slices': index_label(node.slices)},
                     grad=GradRule(grad, onnx=_get_item_grad_to_onnx(
                         node.slices, shape)),
                     onnx=onnx_get_item(node.slices, len(shape)))

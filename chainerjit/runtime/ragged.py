@@ -30,6 +30,7 @@ import collections
 
 from chainerjit import errors
 from chainerjit import ops
+from chainerjit.ir import regions
 from chainerjit.frontend import signature
 
 #: The symbol of the items' lengths in keys and signatures.
@@ -240,31 +241,19 @@ def _follow(nodes, rows, variants, names, size, in_loop=False):
 
 
 def _follow_loop(node, found, rows, variants, names, size):
-    """:func:`_follow` through a loop region's body: the values it carries
-    from step to step keep their rows; the lists of per-step values have
-    their rows, for the rules of the nodes that read them."""
-    region, body = node.region, node.region.body
-    n_read = sum(region.carried_read)
-    for value, r in zip(body.inputs[1:], found[1:]):
-        if r is not None:
-            rows[value] = r
-    why = _follow(body.nodes, rows, variants, names, size, in_loop=True)
-    if why is not None:
-        return why
-    read = iter(body.inputs[1:1 + n_read])
-    for k, is_read in enumerate(region.carried_read):
-        after = rows.get(body.outputs[k])
-        if is_read and rows.get(next(read)) != after:
-            return 'a value the loop%s carries from step to step gets ' \
-                'rows that follow the %s at its first step, or loses them' \
-                % (at(region.loc), size)
-        if after is not None:
-            rows[node.outputs[k]] = after
-    lists = node.outputs[region.n_carried + region.counts:]
-    for value, step in zip(lists, body.outputs[region.n_carried:]):
-        if rows.get(step) is not None:
-            rows[value] = rows[step]  # a list's rows are its items'
-    return None
+    """:func:`_follow` through a loop region's body
+    (``regions.Region.follow_rows``)."""
+    region = node.region
+    why = region.follow_rows(node, found, rows, lambda nodes: _follow(
+        nodes, rows, variants, names, size, in_loop=True))
+    if why == regions.CARRIED_OTHERWISE:
+        return 'a value the loop%s carries from step to step gets ' \
+            'rows that follow the %s at its first step, or loses them' \
+            % (at(region.loc), size)
+    if why == regions.ROWS_OF_ITS_OWN:
+        return 'a list of the steps of the loop%s has rows of its own ' \
+            'and of the %s, in its steps' % (at(region.loc), size)
+    return why
 
 
 def _read(found, node, names):
