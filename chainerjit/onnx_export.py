@@ -72,8 +72,7 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
                          names[value])
     _symbols(builder, entry, names,
              jitted.call_key(tuple(args), kwargs or {}, False, False)[0])
-    for node in graph.nodes:
-        onnx_graph.convert_node(builder, node, names)
+    onnx_graph.convert_nodes(builder, graph.nodes, names)
     outputs, sources = _output_names(builder, entry, names)
     types = {names[v]: (v.shape, v.dtype)
              for v in graph.inputs + graph.outputs}

@@ -15,6 +15,7 @@ import numpy
 
 from chainerjit import errors
 from chainerjit import ir
+from chainerjit.backend import onnx_rnn
 from chainerjit.errors import ExportError
 from chainerjit.ops import structural
 
@@ -44,6 +45,7 @@ class Builder(object):
         self._count = 0
         self._batch_input = batch_input
         self._batch_dim = None
+        self.producers = {}  # IR value -> the node giving it
 
     def convert(self, node, ins, outs):
         """Runs ``node``'s converter on the value names ``ins`` and
@@ -132,16 +134,55 @@ def model(builder, name, inputs, outputs, opset=OPSET):
     ``inputs`` and ``outputs`` (see :func:`value_info`)."""
     import onnx.helper
 
+    nodes = live_nodes(builder.nodes, [o.name for o in outputs])
+    read = set(_reads(nodes))
     return onnx.helper.make_model(
-        onnx.helper.make_graph(builder.nodes, name, inputs, outputs,
-                               builder.initializers),
+        onnx.helper.make_graph(nodes, name, inputs, outputs,
+                               [i for i in builder.initializers
+                                if i.name in read]),
         opset_imports=[onnx.helper.make_opsetid('', opset)],
         producer_name='chainerjit', ir_version=IR_VERSION)
 
 
+def live_nodes(nodes, outputs):
+    """The ONNX ``nodes`` that the names ``outputs`` need, in order: a
+    converter may give values nothing reads (a fused LSTM step's gates,
+    which only its gradient reads; a projection that an ``LSTM`` node
+    computes itself), which onnxruntime would compute at every call."""
+    needed = set(outputs)
+    live = []
+    for node in reversed(nodes):
+        if needed.intersection(node.output):
+            live.append(node)
+            needed.update(_reads([node]))
+    return live[::-1]
+
+
+def _reads(nodes):
+    """The names ``nodes`` read, in the graphs of their attributes
+    (a ``Loop``'s body) too."""
+    for node in nodes:
+        for name in node.input:
+            yield name
+        for attribute in node.attribute:
+            if attribute.HasField('g'):
+                for name in _reads(attribute.g.node):
+                    yield name
+
+
+def convert_nodes(builder, nodes, names):
+    """Converts ``nodes`` in order (a graph's, a loop body's)."""
+    builder.producers.update((v, node) for node in nodes
+                             for v in node.outputs)
+    for node in nodes:
+        convert_node(builder, node, names)
+
+
 def convert_node(builder, node, names):
     if node.region is not None:
-        return _convert_loop(builder, node, names)
+        if not onnx_rnn.convert_lstm_loop(builder, node, names):
+            _convert_loop(builder, node, names)
+        return
     if structural.is_guard(node):
         raise ExportError(
             'a branch on an array value cannot be exported (the ONNX model '
@@ -234,9 +275,10 @@ def _loop_body_graph(builder, node, names, exits, test):
             count_in, onnx.TensorProto.INT64, []))
         count_out = builder.op('Add', [count_in, builder.int64s(1)])
     body_nodes, builder.nodes = builder.nodes, outer_nodes
+    outputs = _body_outputs(region, cond_out, outs, count_out)
     graph = onnx.helper.make_graph(
-        body_nodes, builder.fresh('body'), start_inputs + body_inputs,
-        _body_outputs(region, cond_out, outs, count_out))
+        live_nodes(body_nodes, [o.name for o in outputs]),
+        builder.fresh('body'), start_inputs + body_inputs, outputs)
     return graph, initial
 
 
@@ -273,17 +315,15 @@ def _convert_body(builder, node, names, exits, test, cond_in, cond_out):
         # A ``while`` test at the top of the body: ONNX tests at the end,
         # so the test runs once before the loop, then after each body.
         n_read = sum(region.carried_read)
-        for inner in body.nodes[len(test) + 1:]:
-            convert_node(builder, inner, names)
+        convert_nodes(builder, body.nodes[len(test) + 1:], names)
         _convert_test(builder, test, exits[0], names, dict(zip(
             body.inputs[1:1 + n_read],
             [names[v] for v, read in zip(body.outputs[:region.n_carried],
                                          region.carried_read) if read])),
             cond_out)
         return
-    for inner in body.nodes:
-        if not structural.is_exit(inner):
-            convert_node(builder, inner, names)
+    convert_nodes(builder, [n for n in body.nodes
+                            if not structural.is_exit(n)], names)
     if exits:
         condition = names[exits[0].inputs[0]]
         leaves_on = dict(exits[0].attrs)['when']

@@ -254,8 +254,7 @@ def to_onnx(graph, frozen=None, batch=None):
     for value, array in zip(graph.params, frozen):
         if array is not None:
             builder.constant(array, names[value])
-    for node in graph.nodes:
-        onnx_graph.convert_node(builder, node, names)
+    onnx_graph.convert_nodes(builder, graph.nodes, names)
     inputs = graph.inputs + [v for v, array in zip(graph.params, frozen)
                              if array is None] + graph.symbols
     if any(v.dtype == object for v in inputs + graph.outputs):

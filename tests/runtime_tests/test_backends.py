@@ -84,7 +84,7 @@ def test_lenet_with_batch_normalization_runs_in_onnxruntime(rng):
     assert _backends(jitted) == ['onnxruntime']
 
 
-def test_a_loop_over_any_length_runs_as_an_onnx_loop(rng):
+def test_a_loop_over_any_length_runs_in_onnxruntime(rng):
     model = models.LSTMClassifier(n_in=6, n_hidden=8, n_out=3)
     jitted = chainerjit.jit(model.forward, backend='onnxruntime')
     calls = [(rng.randn(t, 2, 6).astype(F32),) for t in (5, 9, 5, 17)]
