@@ -4,7 +4,10 @@
 cache entry it already has) and writes its IR as a standard ONNX model:
 array arguments become graph inputs (named after the function's
 parameters), the model's parameters and persistent arrays become
-initializers (named ``l1.W``, ...), constants become initializers too, and
+initializers (named ``l1.W``, ...), constants become initializers too, the
+result's arrays are outputs ``y0, y1, ...`` followed by the model
+attributes the forward assigns (``lstm.h``) and the values it reports
+(``report.loss``), and
 each node is converted by the ONNX converter its lowering carries
 (``Kernel.onnx``, next to its forward and gradient in ``chainerjit/ops``).
 The model is checked with ``onnx.checker``.
@@ -110,10 +113,14 @@ def _entry_for(jitted, args, kwargs):
             '%s runs eagerly for these arguments (%s), so there is no '
             'program to export' % (jitted.__name__, entry.fallback if entry
                                    else 'not compiled'))
-    if entry.effects:
-        raise ExportError('%s assigns model attributes or reports values; '
-                          'ONNX models have no such side effects'
-                          % jitted.__name__)
+    carried = entry.carried_attributes()
+    if carried:
+        raise ExportError(
+            '%s carries model state from call to call (%s: assigned by one '
+            'call, read by the next); an ONNX model keeps no state. Assign '
+            'it in the forward before reading it (a link\'s '
+            'reset_state()) to export the model' % (
+                jitted.__name__, ', '.join(carried)))
     if entry.fetch_params(jitted._instance()) is None:  # reads the arrays
         raise ExportError('%s: the model changed during the call'
                           % jitted.__name__)
@@ -219,12 +226,43 @@ def result_arrays(entry):
 
 
 def _output_names(builder, entry, names):
-    """The model's outputs ``y0, y1, ...``: each array of the result, in
-    order, made by an Identity node (it may be an argument, a parameter,
-    a constant, or the same value twice)."""
+    """``(names, sources)`` of the model's outputs: ``y0, y1, ...``, each
+    array of the result in order, then the arrays of the model attributes
+    the forward assigns (``lstm.h``) and of the values it reports
+    (``report.accuracy``), each made by an Identity node (it may be an
+    argument, a parameter, a constant, or the same value twice)."""
+    sources = _sources(builder, entry, names, result_arrays(entry))
+    outputs = ['y%d' % i for i in range(len(sources))]
+    for output, specs in _effect_arrays(entry):
+        sources += _sources(builder, entry, names, specs)
+        outputs += [output] if len(specs) == 1 else [
+            '%s.%d' % (output, k) for k in range(len(specs))]
+    return [builder.op('Identity', [source], [output])[0]
+            for output, source in zip(outputs, sources)], sources
+
+
+def _effect_arrays(entry):
+    """``(name, [(kind, where), ...])`` of the arrays of each attribute
+    the forward assigns (its last value) and each value it reports."""
+    found = []
+    for kind, path, name, structure, specs in entry.effects:
+        specs = [(s[0], s[1]) for s in specs]
+        if kind == 'setattr':
+            found.append(('.'.join(path + (name,)), specs))
+        elif structure[0] == 'dict' and len(structure[1]) == len(specs):
+            found += [('report.%s' % key, [spec])
+                      for key, spec in zip(structure[1], specs)]
+        else:
+            found.append(('report', specs))
+    return [(name, specs) for name, specs in found if specs]
+
+
+def _sources(builder, entry, names, specs):
+    """The ONNX names of the arrays ``specs`` give (``trace._leaf_spec``'s
+    ``(kind, where)``; ``'same'`` repeats one of them)."""
     graph = entry.graph
     sources = []
-    for kind, where in result_arrays(entry):
+    for kind, where in specs:
         if kind in ('value', 'scalar', 'leaf'):
             sources.append(names[graph.outputs[where]])
         elif kind == 'arg':
@@ -237,5 +275,4 @@ def _output_names(builder, entry, names):
         else:  # 'model': a Variable of the model, returned as is
             raise ExportError('returning a parameter of the model as it '
                               'is cannot be exported; return a copy')
-    return [builder.op('Identity', [source], ['y%d' % i])[0]
-            for i, source in enumerate(sources)], sources
+    return sources

@@ -400,6 +400,17 @@ class Entry(object):
                 for kind, path, name, _, _ in self.effects
                 if kind == 'setattr' and path is not None]
 
+    def carried_attributes(self):
+        """``'link.name'`` of each model attribute the forward assigns and
+        also reads as the call found it: state carried from call to call
+        (an ``L.LSTM`` the forward does not ``reset_state()``), or an
+        attribute of an object outside the model (``'?.name'``)."""
+        return ['?.%s' % name if path is None else '.'.join(path + (name,))
+                for kind, path, name, _, _ in self.effects
+                if kind == 'setattr' and (
+                    path is None or (_state_path(path), name)
+                    not in self.ignored_state)]
+
     def replay_effects(self, instance, outs, leaves):
         """Assigns the link attributes and reports the values that the
         recorded forward assigned and reported.

@@ -63,3 +63,76 @@ def test_parameters_that_share_a_name_get_names_of_their_own(rng):
         lambda x: F.tanh(model.forward(x)), calls)
     names = [i.name for i in exported.graph.initializer]
     assert len(names) == len(set(names))
+
+
+def _session(model):
+    import onnxruntime
+    return onnxruntime.InferenceSession(model.SerializeToString(),
+                                        providers=['CPUExecutionProvider'])
+
+
+def test_the_state_a_forward_assigns_is_an_output(rng):
+    # L.LSTM reset at the start of the forward: the exported model gives
+    # the link's last state besides the result, at any length.
+    pytest.importorskip('onnxruntime')
+    from examples import models
+    model = models.LSTMClassifier(n_in=6, n_hidden=8, n_out=3)
+    example = rng.standard_normal((5, 2, 6)).astype(numpy.float32)
+    session = _session(chainerjit.export_onnx(model.forward, (example,)))
+    assert [o.name for o in session.get_outputs()] == [
+        'y0', 'lstm.c', 'lstm.h']
+    for length in (5, 9, 1):
+        xs = rng.standard_normal((length, 2, 6)).astype(numpy.float32)
+        y, c, h = session.run(None, {'xs': xs})
+        with chainer.using_config('train', False):
+            expected = model.forward(xs)
+        for got, want in ((y, expected), (c, model.lstm.c), (h, model.lstm.h)):
+            numpy.testing.assert_allclose(got, want.array, rtol=1e-4,
+                                          atol=1e-5)
+
+
+class _Reporting(chainer.Chain):
+    def __init__(self):
+        super(_Reporting, self).__init__()
+        with self.init_scope():
+            self.fc = chainer.links.Linear(3, 2)
+        self.last = None
+
+    def forward(self, x):
+        y = self.fc(x)
+        chainer.report({'mean': F.mean(y), 'top': F.max(y)}, self)
+        self.last = F.relu(y)
+        return y
+
+
+def test_reported_values_are_outputs_named_by_their_keys(rng):
+    pytest.importorskip('onnxruntime')
+    model = _Reporting()
+    example = rng.standard_normal((4, 3)).astype(numpy.float32)
+    session = _session(chainerjit.export_onnx(model.forward, (example,)))
+    assert [o.name for o in session.get_outputs()] == [
+        'y0', 'report.mean', 'report.top', 'last']
+    x = rng.standard_normal((4, 3)).astype(numpy.float32)
+    y, mean, top, last = session.run(None, {'x': x})
+    expected = model.fc(x).array
+    for got, want in ((y, expected), (mean, expected.mean()),
+                      (top, expected.max()), (last, numpy.maximum(expected,
+                                                                  0))):
+        numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def test_state_carried_from_call_to_call_cannot_be_exported(rng):
+    from examples import models
+
+    class Continuing(models.LSTMClassifier):
+        def forward(self, xs):  # no reset_state(): the state carries over
+            for t in range(xs.shape[0]):
+                h = self.lstm(xs[t])
+            return self.out(h)
+
+    model = Continuing(n_in=6, n_hidden=8, n_out=3)
+    with pytest.raises(onnx_export.ExportError,
+                       match=r'carries model state.*lstm\.c, lstm\.h.*'
+                             r'reset_state'):
+        chainerjit.export_onnx(model.forward, (
+            rng.standard_normal((5, 2, 6)).astype(numpy.float32),))

@@ -18,6 +18,7 @@ summary of exported and refused cases is printed at the end.
 """
 
 import collections
+import functools
 import copy
 import re
 import warnings
@@ -47,7 +48,7 @@ EXAMPLES = {
 
 # ExportError messages that need not name an op.
 REASONS = ('runs eagerly', 'runs around a graph break',
-           'assigns model attributes or reports values',
+           'carries model state from call to call',
            'returning a parameter of the model',
            'made with the batch size of the example')
 
@@ -92,12 +93,13 @@ def _mode():
 
 
 def _eager(model, args, kwargs):
-    """Eager test-mode result of a fresh copy of ``model``."""
+    """``(result, model)``: eager test-mode result of a fresh copy of
+    ``model``, and that copy after the call."""
     model = copy.deepcopy(model)
     args, kwargs = copy.deepcopy((args, kwargs))
     with _mode(), chainer.no_backprop_mode():
         numpy.random.seed(5)
-        return model(*args, **kwargs)
+        return model(*args, **kwargs), model
 
 
 def _build(c):
@@ -156,13 +158,14 @@ def _leaves(args, kwargs):
 
 def _check(proto, entry, model, calls, rtol, atol, where):
     """Runs ``proto`` on each ``(args, kwargs)`` of ``calls`` and compares
-    its outputs with the eager result's arrays."""
+    its outputs with the eager result's arrays, and the attributes the
+    forward assigns with the eager model's after the call."""
     session = onnxruntime.InferenceSession(
         proto.SerializeToString(), providers=['CPUExecutionProvider'])
     names = [i.name for i in session.get_inputs()]
     n_out = len(onnx_export.result_arrays(entry))
-    assert [o.name for o in session.get_outputs()] == [
-        'y%d' % i for i in range(n_out)]
+    output_names = [o.name for o in session.get_outputs()]
+    assert output_names[:n_out] == ['y%d' % i for i in range(n_out)]
     for k, (args, kwargs) in enumerate(calls):
         when = '%s, input %d' % (where, k)
         leaves = _leaves(args, kwargs)
@@ -171,11 +174,20 @@ def _check(proto, entry, model, calls, rtol, atol, where):
                 for n, a in zip(names, leaves)}
         outputs = session.run(None, feed)
         expected = []
-        signature.flatten(_eager(model, args, kwargs), expected)
-        assert len(outputs) == len(expected), when
-        for i, (out, e) in enumerate(zip(outputs, expected)):
+        result, after = _eager(model, args, kwargs)
+        signature.flatten(result, expected)
+        assert n_out == len(expected), when
+        attributes = [(name, out) for name, out in zip(
+            output_names[n_out:], outputs[n_out:])
+            if not name.startswith('report')]
+        for name, out in attributes:
+            expected.append(functools.reduce(getattr, name.split('.'),
+                                             after))
+        outputs = outputs[:n_out] + [out for _, out in attributes]
+        names_checked = output_names[:n_out] + [n for n, _ in attributes]
+        for out, e, name in zip(outputs, expected, names_checked):
             e = numpy.asarray(signature.leaf_array(e))
-            what = '%s, y%d' % (when, i)
+            what = '%s, %s' % (when, name)
             assert out.shape == e.shape, (what, out.shape, e.shape)
             assert out.dtype == e.dtype, (what, out.dtype, e.dtype)
             numpy.testing.assert_allclose(out, e, rtol=rtol, atol=atol,
