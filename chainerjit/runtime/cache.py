@@ -298,6 +298,8 @@ class Entry(object):
         self.link_state = model_state  # as it was before recording
         self.ignored_state = frozenset()
         self._assigned_state = _assigned_state(model_state, effects)
+        self._owners_assigned = _owners_assigned(self.param_sources,
+                                                 effects)
         self._owners = None
         self._epoch = -1  # check the model on first use
 
@@ -433,9 +435,10 @@ class Entry(object):
         if checked and link_epoch[0] == self._epoch + len(assigned) and all(
                 self._keeps_state(target, path, name)
                 for target, path, name in assigned):
-            # The assigned Variables may be ones the program reads (an
-            # LSTM's state): read where they are now on the next call.
-            self._owners = self._resolve(instance)
+            if self._owners_assigned:
+                # Assigned Variables the program reads (an LSTM's state):
+                # read where they are now on the next call.
+                self._owners = self._resolve(instance)
             self._epoch = link_epoch[0]
 
     def reported(self, outs, leaves, instance):
@@ -508,6 +511,17 @@ class Entry(object):
 def _state_path(path):
     """A link path as :func:`link_state` keys it."""
     return '/' + '/'.join(path)
+
+
+def _owners_assigned(param_sources, effects):
+    """Does the forward assign an attribute on the path to an array the
+    program reads from the model (``lstm.h`` itself, or a link holding
+    it)?"""
+    assigned = set(path + (name,) for kind, path, name, _, _ in effects
+                   if kind == 'setattr' and path is not None)
+    return any(kind == 'object' or any(
+        tuple(source[:k]) in assigned for k in range(1, len(source) + 1))
+        for kind, source in param_sources)
 
 
 def _assigned_state(model_state, effects):
