@@ -180,7 +180,7 @@ def convert_nodes(builder, nodes, names):
 
 def convert_node(builder, node, names):
     if node.region is not None:
-        if not onnx_rnn.convert_lstm_loop(builder, node, names):
+        if not onnx_rnn.convert_rnn_loop(builder, node, names):
             _convert_loop(builder, node, names)
         return
     if structural.is_guard(node):

@@ -1,19 +1,28 @@
-"""A loop that is one LSTM layer, converted to ONNX's ``LSTM`` operator.
+"""A loop that is one LSTM or GRU layer, converted to ONNX's ``LSTM`` or
+``GRU`` operator.
 
-An ``L.LSTM`` (or ``L.StatelessLSTM``, or ``F.lstm`` on a linear of
-``h``) called once per step of a time-major or batch-first array records
-as a Loop whose body takes one step: the step's input projection, hoisted
-before the loop (``passes.hoist``) and read by the counter, plus the
-lateral product of ``h``, into ``F.lstm``. As a generic ONNX ``Loop``
-onnxruntime runs each step as some twenty nodes of a subgraph;
-its ``LSTM`` operator runs the whole layer as one kernel, two to three
-times faster. :func:`convert_lstm_loop` converts such a loop so, and
-leaves any other to the generic conversion.
+An ``L.LSTM`` (``L.StatelessLSTM``, ``F.lstm`` on a linear of ``h``) or
+an ``L.GRU`` (``L.StatelessGRU``) called once per step of a time-major or
+batch-first array records as a Loop whose body takes one step. As a
+generic ONNX ``Loop`` onnxruntime runs each step as some twenty nodes of
+a subgraph; its ``LSTM`` and ``GRU`` operators run the whole layer as one
+kernel, about twice as fast. :func:`convert_rnn_loop` converts such a
+loop so, and leaves any other to the generic conversion.
 
-Chainer's gates are interleaved (unit ``j``'s gate ``k`` is column
-``4 j + k``, ``k`` for the input ``a``, then ``i``, ``f``, ``o``); ONNX
-wants blocks in the order ``i, o, f, c``: the weights are gathered in
-that order (onnxruntime folds it where they are initializers).
+An LSTM body is the step ``lstm(c, x_t + h U^T)`` on the step's input
+projection, hoisted before the loop (``passes.hoist``). Chainer's gates
+are interleaved (unit ``j``'s gate ``k`` is column ``4 j + k``, ``k`` for
+the input ``a``, then ``i``, ``f``, ``o``); ONNX wants blocks in the order
+``i, o, f, c``: the weights are gathered in that order.
+
+A GRU body is Chainer's ``GRUBase`` step: ``r = sigmoid(W_r x + U_r h)``,
+``z = sigmoid(W_z x + U_z h)``, ``h~ = tanh(W x + U (r h))``, ``h' = z h~ +
+(1 - z) h``. ONNX's ``z`` weighs the old state: it is Chainer's ``1 -
+z``, the sigmoid of the negated sum, so those weights are negated; ``r h``
+before ``U`` is ONNX's default (``linear_before_reset=0``).
+
+onnxruntime folds the gathers and negations where the weights are
+initializers (a session that owns them, an exported model).
 """
 
 import collections
@@ -22,37 +31,44 @@ import numpy
 
 from chainerjit.ops import structural
 
-#: ONNX's gate blocks (i, o, f, c) as Chainer's gate indexes.
+#: ONNX's LSTM gate blocks (i, o, f, c) as Chainer's gate indexes.
 ONNX_GATE_ORDER = (1, 3, 2, 0)
 
-#: What a matched loop is made of: the steps ``xs`` (on ``steps_axis``;
+#: A matched loop: the ONNX ``op``; the steps ``xs`` (on ``steps_axis``;
 #: the loop reads step ``start + step * i``, ``step`` 1 or -1, a reversed
-#: loop from the end), the input weight, bias (or ``None``) and lateral
-#: weight, as outer values; and the positions of ``h`` and ``c`` among
-#: the carried values. The scan outputs all are ``h``.
+#: loop from the end); the positions of the op's states (``h``, then
+#: ``c``) among the carried values; and ``weights(b, names)``, which gives
+#: the op's ``W``, ``R`` and ``B`` inputs. The scan outputs all are ``h``.
 Layer = collections.namedtuple(
-    'Layer', 'xs steps_axis start step W b U h_at c_at')
+    'Layer', 'op xs steps_axis start step carried weights')
 
 
-def convert_lstm_loop(builder, node, names):
-    """Converts the Loop ``node`` as one ONNX ``LSTM`` where its body is one
-    step of an LSTM layer (see the module); returns whether it did."""
-    layer = match_lstm_loop(node, builder.producers)
+def convert_rnn_loop(builder, node, names):
+    """Converts the Loop ``node`` as one ONNX ``LSTM`` or ``GRU`` node where
+    its body is one step of such a layer (see the module); returns
+    whether it did."""
+    layer = match_rnn_loop(node, builder.producers)
     if layer is None:
         return False
     _emit(builder, node, names, layer)
     return True
 
 
-def match_lstm_loop(node, producers):
-    """The :class:`Layer` the Loop ``node`` runs, or ``None`` where its
-    body is not one LSTM step on a hoisted input projection.
+def match_rnn_loop(node, producers):
+    """The :class:`Layer` the Loop ``node`` runs, or ``None``.
     ``producers``: the node that gives each outer value."""
     region = node.region
-    body = region.body
-    if region.counts or region.n_carried != 2 or \
-            not all(region.carried_read):
+    if region.counts or not all(region.carried_read) or \
+            region.n_carried not in (1, 2):
         return None
+    return (_match_lstm if region.n_carried == 2 else _match_gru)(
+        node, producers)
+
+
+# --- LSTM --------------------------------------------------------------------
+
+def _match_lstm(node, producers):
+    body = node.region.body
     step = _lstm_step(body)
     if step is None:
         return None
@@ -60,8 +76,7 @@ def match_lstm_loop(node, producers):
     carried = body.inputs[1:3]
     if set(carried) != {c_in, h_in} or \
             [body.outputs[carried.index(v)] for v in (c_in, h_in)] != \
-            [c_out, h_out] or \
-            any(v is not h_out for v in body.outputs[2:]):
+            [c_out, h_out] or not _scans_are(body, 2, h_out):
         return None
     outer = dict(zip(body.inputs, node.inputs))
     read = _counter_read(body, x_t, outer)
@@ -75,12 +90,17 @@ def match_lstm_loop(node, producers):
         return None
     xs, W = projection.inputs[:2]
     b = projection.inputs[2] if len(projection.inputs) > 2 else None
-    if len(xs.shape) != 3:
+    units = c_in.shape[-1]
+    if not _float32(xs, W, outer[U], c_in, h_in, b) or \
+            len(xs.shape) != 3 or len(c_in.shape) != 2 or \
+            h_in.shape != c_in.shape or \
+            W.shape != (4 * units, xs.shape[2]) or \
+            outer[U].shape != (4 * units, units) or \
+            (b is not None and b.shape != (4 * units,)):
         return None
-    if not _alike(node, xs, W, b, outer[U], c_in, h_in):
-        return None
-    return Layer(xs, steps_axis, start, step, W, b, outer[U],
-                 carried.index(h_in), carried.index(c_in))
+    return Layer('LSTM', xs, steps_axis, start, step,
+                 (carried.index(h_in), carried.index(c_in)),
+                 _lstm_weights(W, outer[U], b, units))
 
 
 def _lstm_step(body):
@@ -106,77 +126,231 @@ def _lstm_step(body):
     return (x_t, lstm.inputs[0], h_in, U) + tuple(lstm.outputs)
 
 
+def _lstm_weights(W, U, b, units):
+    def weights(builder, names):
+        order = builder.int64s([4 * j + k for k in ONNX_GATE_ORDER
+                                for j in range(units)])
+
+        def gathered(value):
+            return builder.single('Gather', names[value], order, axis=0)
+        bias = None
+        if b is not None:
+            bias = builder.single('Concat', gathered(b), builder.constant(
+                numpy.zeros(4 * units, b.dtype)), axis=0)
+        return gathered(W), gathered(U), bias
+    return weights
+
+
+# --- GRU ---------------------------------------------------------------------
+
+def _match_gru(node, producers):
+    body = node.region.body
+    h_in, h_out = body.inputs[1], body.outputs[0]
+    made = dict((v, n) for n in body.nodes for v in n.outputs)
+    step = _gru_step(made, h_in, h_out)
+    if step is None or not _scans_are(body, 1, h_out):
+        return None
+    x_t, used, linears = step
+    outer = dict(zip(body.inputs, node.inputs))
+    read = _counter_read(body, x_t, outer)
+    invariants = [v for pair in linears for v in pair if v is not None]
+    if read is None or set(used) | _index_nodes(body) != set(body.nodes) \
+            or not all(v in outer for v in invariants):
+        return None
+    xs, steps_axis, start, step_ = read
+    units = h_in.shape[-1]
+    shapes = [(units, xs.shape[2])] * 3 + [(units, units)] * 3
+    if not _float32(xs, h_in, *[outer[v] for v in invariants]) or \
+            len(xs.shape) != 3 or len(h_in.shape) != 2 or any(
+                outer[W].shape != shape or (b is not None and
+                                            outer[b].shape != (units,))
+                for (W, b), shape in zip(linears, shapes)):
+        return None
+    return Layer('GRU', xs, steps_axis, start, step_, (0,), _gru_weights(
+        [(outer[W], None if b is None else outer[b]) for W, b in linears],
+        units))
+
+
+def _gru_step(made, h_in, h_out):
+    """``(x_t, nodes, linears)`` where ``h_out`` is Chainer's GRU step on
+    ``h_in`` and the step's input ``x_t``: ``nodes`` the step's nodes,
+    ``linears`` the ``(W, b)`` (``b`` may be ``None``) of ``W_z``,
+    ``W_r``, ``W``, then of ``U_z``, ``U_r``, ``U``; else ``None``."""
+    mix = _made_by(made, h_out, 'LinearInterpolate')
+    if mix is None or mix.inputs[2] is not h_in:
+        return None
+    z, candidate = mix.inputs[:2]
+    gates = [_made_by(made, z, 'Sigmoid'), _made_by(made, candidate,
+                                                    'Tanh')]
+    if None in gates:
+        return None
+    update = _sum_of_linears(made, gates[0].inputs[0], h_in)
+    new = _sum_of_linears(made, gates[1].inputs[0], None)
+    if update is None or new is None:
+        return None
+    x_t = update[1][0]
+    scaled = new[2][0]  # r h, the input of U
+    product = _made_by(made, scaled, 'Mul')
+    if product is None or h_in not in product.inputs or new[1][0] is not x_t:
+        return None
+    r = product.inputs[1 if product.inputs[0] is h_in else 0]
+    reset_gate = _made_by(made, r, 'Sigmoid')
+    reset = reset_gate and _sum_of_linears(made, reset_gate.inputs[0], h_in)
+    if not reset or reset[1][0] is not x_t:
+        return None
+    nodes = [mix, product, reset_gate] + gates + [
+        n for found in (update, reset, new) for n in found[0]]
+    linears = [found[1][1:] for found in (update, reset, new)] + \
+        [found[2][1:] for found in (update, reset, new)]
+    return x_t, nodes, linears
+
+
+def _sum_of_linears(made, total, h_in):
+    """``(nodes, (x, W, b), (y, V, c))`` where ``total`` is the sum of a
+    linear of ``x`` and a linear of ``y``, ``y`` being ``h_in`` (given
+    ``None``: the one of the two that is not the step's input, which the
+    caller checks); else ``None``."""
+    add = _made_by(made, total, 'Add')
+    if add is None:
+        return None
+    linears = [_made_by(made, v, 'LinearFunction') for v in add.inputs]
+    if None in linears or len(set(add.inputs)) != 2:
+        return None
+    terms = [(n.inputs[0], n.inputs[1], n.inputs[2] if len(n.inputs) > 2
+              else None) for n in linears]
+    if h_in is not None:
+        if [t[0] is h_in for t in terms].count(True) != 1:
+            return None
+        if terms[0][0] is h_in:
+            terms.reverse()
+    elif terms[0][0] in made and made[terms[0][0]].op == 'Mul':
+        terms.reverse()  # U's input r h is the second term
+    return [add] + linears, terms[0], terms[1]
+
+
+def _made_by(made, value, op):
+    """The node of ``op`` that gives ``value``, or ``None``."""
+    node = made.get(value)
+    return node if node is not None and node.op == op and \
+        not node.generic else None
+
+
+def _gru_weights(linears, units):
+    def weights(builder, names):
+        def rows(k, negated):
+            W = names[linears[k][0]]
+            return builder.single('Neg', W) if negated else W
+
+        def bias(k, negated):
+            b = linears[k][1]
+            if b is None:
+                return builder.constant(numpy.zeros(units, numpy.float32))
+            return builder.single('Neg', names[b]) if negated else names[b]
+        # ONNX's gates are z, r, h: Chainer's z negated.
+        W = builder.single('Concat', *[rows(k, k == 0) for k in range(3)],
+                           axis=0)
+        R = builder.single('Concat', *[rows(k, k == 3)
+                                       for k in range(3, 6)], axis=0)
+        B = builder.single('Concat', *[bias(k, k in (0, 3))
+                                       for k in range(6)], axis=0)
+        return W, R, B
+    return weights
+
+
+# --- both --------------------------------------------------------------------
+
+def _index_nodes(body):
+    return set(n for n in body.nodes if structural.kind(n) ==
+               structural.INDEX)
+
+
+def _scans_are(body, n_carried, h_out):
+    """Is every scan output of ``body`` the step's ``h``?"""
+    return all(v is h_out for v in body.outputs[n_carried:])
+
+
+def _float32(*values):
+    """All float32 (onnxruntime's LSTM and GRU take no other dtype); a
+    ``None`` (no bias) counts as one."""
+    return all(v is None or v.dtype == numpy.float32 for v in values)
+
+
 def _counter_read(body, x_t, outer):
     """``(outer array, axis, start, step)`` where ``x_t`` is the step
     ``start + step * i`` of an outer array along ``axis`` (0 or 1), read
     by the body's counter ``i``, from the start forwards or from the end
-    backwards; else ``None``."""
-    index = [n for n in body.nodes if structural.kind(n) ==
-             structural.INDEX][0]
+    backwards, by the body's only index node; else ``None``."""
+    indexes = _index_nodes(body)
+    if len(indexes) != 1:
+        return None
+    index, = indexes
     if index.outputs != [x_t] or index.inputs[1:] != [body.inputs[0]] or \
-            index.inputs[0] not in outer or index.index is None:
+            index.inputs[0] not in outer or index.index is None or \
+            len(index.counters) != 1:
         return None
     slices, _ = index.index
     (axis, start, step), = index.counters
     if (step, start < 0) not in ((1, False), (-1, True)) or \
             axis not in (0, 1) or any(
-            s != slice(None) for j, s in enumerate(slices) if j != axis):
+                s != slice(None) for j, s in enumerate(slices) if j != axis):
         return None
     return outer[index.inputs[0]], axis, start, step
 
 
-def _alike(node, xs, W, b, U, c, h):
-    """All float32 (onnxruntime's ``LSTM`` takes no other dtype), 2-D
-    states of ``H`` units, and weights of ``4 H`` rows."""
-    units = c.shape[-1]
-    dtypes = set(v.dtype for v in (xs, W, U, c, h) + ((b,) if b else ()))
-    return dtypes == {numpy.dtype(numpy.float32)} and len(c.shape) == 2 and \
-        h.shape == c.shape and W.shape == (4 * units, xs.shape[2]) and \
-        U.shape == (4 * units, units) and \
-        (b is None or b.shape == (4 * units,))
-
-
 def _emit(b, node, names, layer):
-    """The ``LSTM`` node, and the loop's outputs from its results."""
-    region = node.region
-    body = region.body
-    units = body.inputs[1 + layer.h_at].shape[-1]
+    """The ``LSTM`` or ``GRU`` node, and the loop's outputs from its
+    results."""
+    body = node.region.body
+    units = body.inputs[1].shape[-1]
     trip = names[node.inputs[0]]
-    h0 = names[node.inputs[1 + layer.h_at]]
-    c0 = names[node.inputs[1 + layer.c_at]]
-    x = _steps(b, names[layer.xs], layer, trip)
     reverse = layer.step < 0
-    order = b.int64s([4 * j + k for k in ONNX_GATE_ORDER
-                      for j in range(units)])
-
-    def gathered(name):
-        rows = b.single('Gather', name, order, axis=0)
-        return b.single('Unsqueeze', rows, b.int64s([0]))
-    bias = ''
-    if layer.b is not None:
-        bias = b.single('Unsqueeze', b.single('Concat', b.single(
-            'Gather', names[layer.b], order, axis=0), b.constant(
-                numpy.zeros(4 * units, layer.b.dtype)), axis=0),
-            b.int64s([0]))
+    W, R, B = layer.weights(b, names)
     first = b.int64s([0])
-    ys, last_h, last_c = b.op('LSTM', [
-        x, gathered(names[layer.W]), gathered(names[layer.U]), bias, '',
-        b.single('Unsqueeze', h0, first), b.single('Unsqueeze', c0, first)],
-        [b.fresh('lstm_y'), b.fresh('lstm_h'), b.fresh('lstm_c')],
-        hidden_size=units, direction='reverse' if reverse else 'forward')
-    # With no step to take, ONNX's LSTM gives zeros: the loop keeps its
-    # initial state.
+    initial = [b.single('Unsqueeze', names[node.inputs[1 + at]], first)
+               for at in layer.carried]
+    inputs = [_steps(b, names[layer.xs], layer, trip)] + [
+        b.single('Unsqueeze', w, first) if w else ''
+        for w in (W, R, B)] + [''] + initial
     ran = b.single('Greater', trip, b.int64s(0))
+    ys, *lasts = _if(b, ran, lambda: b.op(
+        layer.op, inputs, [b.fresh(layer.op.lower())
+                           for _ in range(1 + len(initial))],
+        hidden_size=units, direction='reverse' if reverse else 'forward'),
+        lambda: [b.single('Slice', b.single('Unsqueeze', initial[0], first),
+                          first, first, first)] + [
+            b.single('Identity', state) for state in initial])
     outs = [names[v] for v in node.outputs]
-    for at, last, initial in ((layer.h_at, last_h, h0),
-                              (layer.c_at, last_c, c0)):
-        b.op('Where', [ran, b.single('Squeeze', last, first), initial],
-             [outs[at]])
-    if outs[2:] and reverse:  # ONNX gives them in the order of the steps
+    for at, last in zip(layer.carried, lasts):
+        b.op('Squeeze', [last, first], [outs[at]])
+    n_carried = len(layer.carried)
+    if outs[n_carried:] and reverse:  # ONNX gives them in the steps' order
         ys = b.single('Slice', ys, b.int64s([-1]), b.int64s([-2 ** 63]),
                       b.int64s([0]), b.int64s([-1]))
-    for out in outs[2:]:  # every step's h, in the loop's order
+    for out in outs[n_carried:]:  # every step's h, in the loop's order
         b.op('Squeeze', [ys, b.int64s([1])], [out])
+
+
+def _if(b, condition, then, otherwise):
+    """An ONNX ``If`` on ``condition`` whose branches are the nodes that
+    ``then()`` and ``otherwise()`` add (each returns its outputs' names);
+    returns the names of its outputs. onnxruntime's ``LSTM`` and ``GRU``
+    take no sequence of no steps (its GRU aborts the process): a loop
+    that takes none keeps its initial state by the other branch."""
+    import onnx.helper
+
+    branches = []
+    for make in (then, otherwise):
+        outer, b.nodes = b.nodes, []
+        results = make()
+        nodes, b.nodes = b.nodes, outer
+        branches.append(onnx.helper.make_graph(
+            nodes, b.fresh('branch'), [], [
+                onnx.helper.make_tensor_value_info(
+                    name, onnx.TensorProto.FLOAT, None)
+                for name in results]))
+    n = len(branches[0].output)
+    return b.op('If', [condition], [b.fresh('if') for _ in range(n)],
+                then_branch=branches[0], else_branch=branches[1])
 
 
 def _steps(b, xs, layer, trip):
