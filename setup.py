@@ -82,7 +82,8 @@ setuptools.setup(
     python_requires='>=3.8',
     install_requires=['chainer>=7,<8', 'numpy<2'],
     extras_require={
-        'test': ['pytest', 'onnx', 'onnxruntime', 'scikit-learn'],
+        'test': ['pytest', 'onnx', 'onnxruntime', 'xxhash', 'scikit-learn'],
+        'onnxruntime': ['onnx', 'onnxruntime', 'xxhash'],
         'cuda': ['cupy'],
     },
 )

@@ -21,7 +21,7 @@ if [ ! -x "$VENV/bin/python" ]; then
     "$PYTHON" -m venv "$VENV"
 fi
 PIP="$VENV/bin/python -m pip --disable-pip-version-check -q"
-if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, sklearn, pytest, flake8, hypothesis, nbclient, nbformat, ipykernel, sphinx, myst_parser, mpi4py' \
+if ! "$VENV/bin/python" -c 'import chainer, onnxruntime, xxhash, sklearn, pytest, flake8, hypothesis, nbclient, nbformat, ipykernel, sphinx, myst_parser, mpi4py' \
         2>/dev/null; then
     $PIP install --upgrade 'pip<25' 'setuptools<70' wheel
     $PIP install -r requirements/build.txt

@@ -6,7 +6,6 @@ function that hits its cache (``api.JitFunction``'s base class,
 (``fastpaths.link_call``). Those modules document them."""
 
 from cpython.object cimport PyObject
-from libc.string cimport memcmp
 cimport numpy as cnp
 from cpython.object cimport PyTypeObject
 from cpython.object cimport Py_TYPE
@@ -634,24 +633,19 @@ cpdef tuple publish(object node, tuple outputs, list requires_grad):
 
 
 
-def first_changed(list inputs, tuple positions, list copies):
+def first_changed(list inputs, tuple positions, list digests,
+                  object digest):
     """The first of ``positions`` whose array in ``inputs`` no longer has
-    the bytes of its copy in ``copies`` (or is not a C-ordered NumPy array
-    of the copy's size, which counts as changed); ``-1`` where none
-    changed. One ``memcmp`` an array: the check of a program whose
-    session owns the parameters (``runtime.backends``)."""
+    the digest of its bytes in ``digests`` (or is not a C-ordered NumPy
+    array, which counts as changed); ``-1`` where none changed.
+    ``digest``: the function of an array's bytes (``runtime.backends``,
+    whose program with a session owning the parameters checks them so)."""
     cdef Py_ssize_t k
     cdef object array
-    cdef cnp.ndarray a, copy
     for k in range(len(positions)):
         array = inputs[<Py_ssize_t>positions[k]]
-        copy = copies[k]
-        if type(array) is not _ndarray:
-            return positions[k]
-        a = array
-        if not cnp.PyArray_IS_C_CONTIGUOUS(a) or \
-                cnp.PyArray_NBYTES(a) != cnp.PyArray_NBYTES(copy) or memcmp(
-                    cnp.PyArray_DATA(a), cnp.PyArray_DATA(copy),
-                    cnp.PyArray_NBYTES(copy)) != 0:
+        if type(array) is not _ndarray or \
+                not cnp.PyArray_IS_C_CONTIGUOUS(<cnp.ndarray>array) or \
+                digest(array) != digests[k]:
             return positions[k]
     return -1

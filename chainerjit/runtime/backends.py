@@ -55,9 +55,29 @@ FASTER_BY = 0.9
 #: finds it due takes that much longer. 0: when the program is compiled.
 CHOOSE_AFTER_SECONDS = 0.1
 #: The most bytes of parameters a session owns outside serving mode
-#: (``WhileUnchanged``: the session holds them, and a copy is compared
-#: with the model's arrays each call).
+#: (``WhileUnchanged``: the session holds them, and each call hashes the
+#: model's arrays).
 OWNED_BYTES = 64 << 20
+
+
+def _digest_function():
+    """XXH3's 128-bit hash of an array's bytes (the ``xxhash`` package),
+    or ``None`` where that is not installed."""
+    try:
+        import xxhash
+    except ImportError:
+        return None
+    return xxhash.xxh3_128_intdigest
+
+
+#: How :class:`WhileUnchanged` sees a change of the parameters: a hash of
+#: their bytes, which reads them once (a comparison with copies reads
+#: twice as many bytes, and the copies take as much memory again); two
+#: different arrays hash alike with a chance of one in 2 ** 128.
+#: ``None`` (no ``xxhash``): no session owns the parameters outside
+#: serving mode.
+digest = _digest_function()
+
 #: The name of a session owning the parameters in ``entry.backend_times``.
 OWNED = 'onnxruntime owning the parameters'
 OWNED_NOTE = 'the session owns the parameters while they do not change'
@@ -238,6 +258,8 @@ def _owning(providers, entry, inputs, problem_of):
     fallback still to be set, where its session owns parameters (those
     with their own memory, at most :data:`OWNED_BYTES` of them) and
     passes the self-check; else ``None``."""
+    if digest is None:
+        return None
     per_param = _frozen(entry.graph, inputs)
     start = len(entry.graph.inputs)
     positions = tuple(start + k for k, array in enumerate(per_param)
@@ -260,23 +282,24 @@ class WhileUnchanged(object):
     """An inference program whose session owns the parameters at
     ``positions`` of the inputs (initializers, which onnxruntime folds
     and prepacks), though the model may still change them: each call
-    first compares their bytes with those the session was built from.
-    Once one differs (an optimizer's update, a snapshot loaded), that
-    call and every later one run ``fallback``, the program that takes the
-    parameters as inputs, and the session and the copies are dropped. A
-    parameter replaced by an array of the same bytes changes nothing."""
+    first hashes their bytes (:data:`digest`) and compares the hashes
+    with those of the arrays the session was built from. Once one differs
+    (an optimizer's update, a snapshot loaded), that call and every later
+    one run ``fallback``, the program that takes the parameters as
+    inputs, and the session is dropped. A parameter replaced by an array
+    of the same bytes changes nothing."""
 
     def __init__(self, owned, fallback, positions, inputs):
         self.owned, self.fallback = owned, fallback
         self.positions = positions
-        self.copies = [inputs[k].copy() for k in positions]
+        self.digests = [digest(inputs[k]) for k in positions]
 
     def run(self, inputs):
         if self.owned is not None:
-            if _calls.first_changed(inputs, self.positions,
-                                    self.copies) < 0:
+            if _calls.first_changed(inputs, self.positions, self.digests,
+                                    digest) < 0:
                 return self.owned.run(inputs)
-            self.owned = self.copies = None  # for good
+            self.owned = None  # for good
         return self.fallback.run(inputs)
 
     def __getattr__(self, name):

@@ -880,20 +880,38 @@ def test_training_programs_and_large_parameters_are_not_owned(
 
 
 def test_a_change_is_any_byte_or_an_array_laid_out_otherwise():
+    digest = backends.digest
     arrays = [numpy.arange(12, dtype=F32).reshape(3, 4),
               numpy.array([numpy.nan, 1.0]), numpy.zeros(0, F32)]
-    copies = [a.copy() for a in arrays]
+    digests = [digest(a) for a in arrays]
     positions = (0, 1, 2)
-    assert _calls.first_changed(arrays, positions, copies) == -1
-    assert _calls.first_changed(arrays[::-1], (2, 1, 0), copies) == -1
+
+    def first_changed(found, at=positions):
+        return _calls.first_changed(found, at, digests, digest)
+    assert first_changed(arrays) == -1
+    assert first_changed(arrays[::-1], (2, 1, 0)) == -1
+    assert first_changed([a.copy() for a in arrays]) == -1
     changed = list(arrays)
     changed[1] = arrays[1].copy()
     changed[1].view(numpy.uint8)[0] ^= 1  # one bit of a NaN's payload
-    assert _calls.first_changed(changed, positions, copies) == 1
+    assert first_changed(changed) == 1
     for other in (numpy.asfortranarray(arrays[0]), arrays[0][:2],
-                  arrays[0].tolist(), arrays[0].astype(numpy.float64)):
+                  arrays[0].tolist(), arrays[0].astype(numpy.float64),
+                  arrays[0] + numpy.float32(1e-7)):
         changed[0] = other
-        assert _calls.first_changed(changed, positions, copies) == 0
+        assert first_changed(changed) == 0
+
+
+def test_without_a_hash_function_no_session_owns_the_parameters(
+        rng, monkeypatch):
+    _owning_measured_fastest(monkeypatch)
+    monkeypatch.setattr(backends, 'digest', None)
+    eager, model, jitted = _twins()
+    _inference(jitted, eager.forward,
+               [(rng.randn(2, 5).astype(F32),) for _ in range(3)])
+    entry, = jitted.cache_entries()
+    assert backends.OWNED not in entry.backend_times
+    assert not isinstance(entry.program, backends.WhileUnchanged)
 
 
 @pytest.mark.parametrize('fn', [
