@@ -270,6 +270,8 @@ class JitFunction(_calls.CachedCall):
                 and entry.program is not None:
             return self._verify_length(entry, leaves, params, symbols,
                                        instance, args, kwargs, checked)
+        if entry.symbolic is not None and packed is None:
+            self.cache.remember_general(key, entry, symbols)
         training = backprop and entry.needs_grad(leaves)
         if (entry.training if training else entry.program) is None:
             return self._fallback(instance, args, kwargs, hit=True)

@@ -340,9 +340,11 @@ cdef bint _plain_call(tuple args, dict kwargs):
 
 
 cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
-    """``jitfn(*args, **kwargs)`` when its key's newest entry is found
-    and its model checked since the last change (``cache.Entry.
-    fetch_params``), else :data:`_MISS`, having done nothing. An entry
+    """``jitfn(*args, **kwargs)`` when its key's newest entry is found (or
+    the entry compiled for any size that answered the key before, with
+    its trip counts: ``cache.Cache.remember_general``) and its model
+    checked since the last change (``cache.Entry.fetch_params``), else
+    :data:`_MISS`, having done nothing. An entry
     without a program for the call runs it eagerly, as ``call_general``
     would."""
     if not _plain_call(args, kwargs):
@@ -366,13 +368,22 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
         _remember_key(jitfn, key, args, train, backprop)
     cache = jitfn.cache
     bucket = cache._buckets.get(key)
-    if not bucket:
-        if jitfn.budget.stopped is not None and not cache._symbolics:
-            cache.misses += 1  # a miss the function no longer records
-            return jitfn._fallback(instance, args, kwargs)
-        return _MISS
-    entry = bucket[0]
-    if entry.symbolic is not None or entry._epoch != _link_epoch[0] or \
+    cdef list symbols = []
+    if bucket:
+        entry = bucket[0]
+        if entry.symbolic is not None:
+            return _MISS
+    else:
+        # An entry compiled for any size that answered this key before.
+        general = cache._general.get(key)
+        if general is None:
+            if jitfn.budget.stopped is not None and not cache._symbolics:
+                cache.misses += 1  # a miss the function no longer records
+                return jitfn._fallback(instance, args, kwargs)
+            return _MISS
+        entry, found = general
+        symbols = list(found)
+    if entry._epoch != _link_epoch[0] or \
             entry._owners is None or entry.py_guards or \
             not config_holds(entry.config_reads):
         return _MISS
@@ -386,7 +397,7 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     jitfn.last_entry = entry
     if (entry.training if training else entry.program) is None:
         return jitfn._fallback(instance, args, kwargs, True)  # no program
-    return run_entry(jitfn, entry, leaves, params, [], instance, args,
+    return run_entry(jitfn, entry, leaves, params, symbols, instance, args,
                      kwargs, training)
 
 

@@ -618,6 +618,11 @@ class Cache(object):
         self._buckets = {}
         self._lru = collections.OrderedDict()
         self._symbolics = []  # frontend.symbolic.Symbolic of the entries
+        # {concrete key: (entry, trip counts)} of calls an entry compiled
+        # for any size answered, its check at that size done: the hit
+        # path in C (runtime._calls) finds them there. Emptied whenever
+        # an entry comes or goes.
+        self._general = {}
 
     def lookup(self, key, instance):
         """Returns ``(entry, param arrays, symbols)``, or ``(None, None,
@@ -646,8 +651,15 @@ class Cache(object):
                     return entry, arrays
         return None
 
+    def remember_general(self, key, entry, symbols):
+        """Notes that ``entry``, compiled for any size, answers calls of
+        the concrete ``key`` with the trip counts ``symbols``, once its
+        check at that size is done."""
+        self._general[key] = (entry, tuple(symbols))
+
     def insert(self, entry):
         """Adds an entry; returns the entry evicted, if any."""
+        self._general = {}
         self._buckets.setdefault(entry.key, []).insert(0, entry)
         self._lru[entry] = None
         evicted = None
@@ -662,6 +674,7 @@ class Cache(object):
 
     def remove(self, entry):
         """Forgets one entry."""
+        self._general = {}
         if entry in self._lru:
             del self._lru[entry]
             self._buckets[entry.key].remove(entry)
@@ -673,6 +686,7 @@ class Cache(object):
         return list(self._lru)
 
     def clear(self):
+        self._general = {}
         self._buckets.clear()
         self._lru.clear()
         self._symbolics = []

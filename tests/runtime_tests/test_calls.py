@@ -257,3 +257,59 @@ def test_new_variable_builds_what_init_unchecked_builds(rng):
         assert mine == theirs
         assert ours.requires_grad is requires_grad
         assert ours.node.shape == x.shape and ours.node.dtype == x.dtype
+
+
+class Recurrent(chainer.Chain):
+    """A loop over the steps of ``xs`` (T, B, 4): one program for every
+    length."""
+
+    def __init__(self):
+        super(Recurrent, self).__init__()
+        with self.init_scope():
+            self.lstm = L.StatelessLSTM(4, 5)
+
+    def forward(self, xs):
+        c = h = None
+        for t in range(xs.shape[0]):
+            c, h = self.lstm(c, h, xs[t])
+        return h
+
+
+def test_hits_of_a_program_for_any_length_skip_the_general_path(
+        rng, monkeypatch):
+    eager = Recurrent()
+    model = eager.copy(mode='copy')
+    model.forward = chainerjit.jit(model.forward)
+    spy = Spy(model.forward, monkeypatch)
+
+    def run(lengths, training=False):
+        for n in lengths:
+            xs = rng.randn(n, 2, 4).astype(numpy.float32)
+            with chainer.using_config('enable_backprop', training):
+                y, expected = model(xs), eager(xs)
+            numpy.testing.assert_allclose(y.array, expected.array,
+                                          rtol=1e-5, atol=1e-6)
+            if training:
+                for m, out in ((model, y), (eager, expected)):
+                    m.cleargrads()
+                    F.sum(out * out).backward()
+                numpy.testing.assert_allclose(
+                    model.lstm.upward.W.grad, eager.lstm.upward.W.grad,
+                    rtol=1e-5, atol=1e-6)
+    # Compiled at 5; each length's first call checked against eager, its
+    # second noted for the C path: all on the general path.
+    run([5, 5, 9, 9, 3, 3])
+    assert len(model.forward.cache_entries()) == 1
+    assert spy.calls == 6
+    run([9, 5, 3, 9, 3, 5])  # each length's own trip count, in C
+    assert spy.calls == 6
+    run([7, 7, 7])  # a new length
+    assert spy.calls == 8
+    model.forward.cache_clear()  # forgets which entry answered
+    run([5])
+    assert spy.calls == 9
+    # Training calls: an entry of their own, its hits in C too.
+    run([5, 5, 9, 9, 5], training=True)
+    before = spy.calls
+    run([9, 5], training=True)
+    assert spy.calls == before
