@@ -29,6 +29,7 @@ import collections
 
 import numpy
 
+from chainerjit.ops import array as array_ops
 from chainerjit.ops import structural
 
 #: ONNX's LSTM gate blocks (i, o, f, c) as Chainer's gate indexes.
@@ -37,10 +38,13 @@ ONNX_GATE_ORDER = (1, 3, 2, 0)
 #: A matched loop: the ONNX ``op``; the steps ``xs`` (on ``steps_axis``;
 #: the loop reads step ``start + step * i``, ``step`` 1 or -1, a reversed
 #: loop from the end); the positions of the op's states (``h``, then
-#: ``c``) among the carried values; and ``weights(b, names)``, which gives
-#: the op's ``W``, ``R`` and ``B`` inputs. The scan outputs all are ``h``.
+#: ``c``) among the carried values; ``weights(b, names)``, which gives the
+#: op's ``W``, ``R`` and ``B`` inputs; and ``peeled``: the loop's initial
+#: states are the same layer's step from zero states on the step before
+#: ``start`` (its first, peeled before the loop), which the node then
+#: takes. The scan outputs all are ``h``.
 Layer = collections.namedtuple(
-    'Layer', 'op xs steps_axis start step carried weights')
+    'Layer', 'op xs steps_axis start step carried weights peeled')
 
 
 def convert_rnn_loop(builder, node, names):
@@ -98,9 +102,11 @@ def _match_lstm(node, producers):
             outer[U].shape != (4 * units, units) or \
             (b is not None and b.shape != (4 * units,)):
         return None
-    return Layer('LSTM', xs, steps_axis, start, step,
-                 (carried.index(h_in), carried.index(c_in)),
-                 _lstm_weights(W, outer[U], b, units))
+    at = (carried.index(h_in), carried.index(c_in))
+    return Layer('LSTM', xs, steps_axis, start, step, at,
+                 _lstm_weights(W, outer[U], b, units), _peeled_step(
+                     producers, [node.inputs[1 + k] for k in at], xs, W, b,
+                     steps_axis, start - step))
 
 
 def _lstm_step(body):
@@ -124,6 +130,43 @@ def _lstm_step(body):
     x_t = add.inputs[1 if add.inputs[0] is linear.outputs[0] else 0]
     h_in, U = linear.inputs
     return (x_t, lstm.inputs[0], h_in, U) + tuple(lstm.outputs)
+
+
+def _peeled_step(producers, states, xs, W, b, axis, index):
+    """Are ``states`` (``h``, ``c``) the LSTM step ``lstm(0, x W^T + b)``
+    of ``x``, the step ``index`` of ``xs`` on ``axis`` (the first step of
+    ``L.LSTM`` or ``L.StatelessLSTM``, which has no ``h`` yet, peeled
+    before the loop)? That is the layer's step from zero states."""
+    step = producers.get(states[0])
+    if step is None or step.op != 'LSTM' or step.generic or \
+            step.outputs != [states[1], states[0]] or \
+            not _zeros(step.inputs[0], producers):
+        return False
+    linear = producers.get(step.inputs[1])
+    if linear is None or linear.op != 'LinearFunction' or linear.generic \
+            or linear.attrs or linear.inputs[1:] != [W] + (
+                [b] if b is not None else []):
+        return False
+    read = producers.get(linear.inputs[0])
+    slices = (index,) if axis == 0 else (slice(None), index)
+    return read is not None and read.inputs == [xs] and \
+        dict(read.attrs).get(_INDEX_ATTRIBUTES.get(read.op)) == \
+        array_ops.index_label(slices)
+
+
+#: Where a recorded index of a step prints its index: ``xs[0]`` of a
+#: Variable (``F.get_item``) and of an array.
+_INDEX_ATTRIBUTES = {'GetItem': 'slices', 'ndarray.__getitem__': 'index'}
+
+
+def _zeros(value, producers):
+    """Is ``value`` all zeros: a constant, or ``numpy.zeros``/``full``
+    of zeros made of a size while recording?"""
+    if value.kind == 'const':
+        return value.data is not None and not numpy.any(value.data)
+    made = producers.get(value)
+    return made is not None and made.op in ('numpy.full', 'numpy.zeros') \
+        and dict(made.attrs).get('fill', 0) == 0
 
 
 def _lstm_weights(W, U, b, units):
@@ -168,7 +211,7 @@ def _match_gru(node, producers):
         return None
     return Layer('GRU', xs, steps_axis, start, step_, (0,), _gru_weights(
         [(outer[W], None if b is None else outer[b]) for W, b in linears],
-        units))
+        units), False)
 
 
 def _gru_step(made, h_in, h_out):
@@ -308,26 +351,47 @@ def _emit(b, node, names, layer):
     first = b.int64s([0])
     initial = [b.single('Unsqueeze', names[node.inputs[1 + at]], first)
                for at in layer.carried]
+    if layer.peeled:  # the peeled step too, from zero states
+        trip = b.single('Add', trip, b.int64s(1))
+        layer = layer._replace(start=layer.start - layer.step)
     inputs = [_steps(b, names[layer.xs], layer, trip)] + [
         b.single('Unsqueeze', w, first) if w else ''
-        for w in (W, R, B)] + [''] + initial
-    ran = b.single('Greater', trip, b.int64s(0))
-    ys, *lasts = _if(b, ran, lambda: b.op(
-        layer.op, inputs, [b.fresh(layer.op.lower())
-                           for _ in range(1 + len(initial))],
-        hidden_size=units, direction='reverse' if reverse else 'forward'),
-        lambda: [b.single('Slice', b.single('Unsqueeze', initial[0], first),
-                          first, first, first)] + [
-            b.single('Identity', state) for state in initial])
+        for w in (W, R, B)] + ['']
+
+    def run():
+        return b.op(layer.op, inputs + ([] if layer.peeled else initial),
+                    [b.fresh(layer.op.lower())
+                     for _ in range(1 + len(initial))], hidden_size=units,
+                    direction='reverse' if reverse else 'forward')
+    if layer.peeled:  # at least one step
+        ys, *lasts = run()
+    else:
+        ys, *lasts = _if(b, b.single('Greater', trip, b.int64s(0)), run,
+                         lambda: [b.single('Slice', b.single(
+                             'Unsqueeze', initial[0], first), first, first,
+                             first)] + [b.single('Identity', state)
+                                        for state in initial])
     outs = [names[v] for v in node.outputs]
     for at, last in zip(layer.carried, lasts):
         b.op('Squeeze', [last, first], [outs[at]])
     n_carried = len(layer.carried)
-    if outs[n_carried:] and reverse:  # ONNX gives them in the steps' order
-        ys = b.single('Slice', ys, b.int64s([-1]), b.int64s([-2 ** 63]),
-                      b.int64s([0]), b.int64s([-1]))
+    if outs[n_carried:]:
+        ys = _loop_steps(b, ys, reverse, layer.peeled)
     for out in outs[n_carried:]:  # every step's h, in the loop's order
         b.op('Squeeze', [ys, b.int64s([1])], [out])
+
+
+def _loop_steps(b, ys, reverse, peeled):
+    """The rows of ``ys`` (ONNX's every step's ``h``, in the steps' order)
+    of the loop's steps, in the loop's order: without the peeled step,
+    the first taken; reversed where the loop runs backwards."""
+    if peeled:
+        ys = b.single('Slice', ys, *[b.int64s([v]) for v in (
+            (0, -1) if reverse else (1, 2 ** 63 - 1))] + [b.int64s([0])])
+    if reverse:
+        ys = b.single('Slice', ys, b.int64s([-1]), b.int64s([-2 ** 63]),
+                      b.int64s([0]), b.int64s([-1]))
+    return ys
 
 
 def _if(b, condition, then, otherwise):

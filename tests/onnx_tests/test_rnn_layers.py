@@ -251,3 +251,20 @@ def test_a_stateful_gru_runs_as_one_gru_node_in_onnxruntime(rng):
     entry, = jitted.cache_entries()
     assert entry.backend == 'onnxruntime'
     assert 'GRU' in _op_types(ort.to_onnx(entry.graph)[0])
+
+
+@pytest.mark.parametrize('make, shapes', [
+    (lambda: models.LSTMClassifier(n_in=N_IN, n_hidden=UNITS, n_out=3),
+     TIME_MAJOR),
+    (BatchFirst, BATCH_FIRST),
+])
+def test_the_step_peeled_from_zero_states_runs_in_the_lstm_node(
+        rng, make, shapes):
+    # L.LSTM's and L.StatelessLSTM's first step (no h yet) is the layer's
+    # step from zero states: the LSTM node takes it too, from the first
+    # step on, and nothing else computes gates.
+    model = testing.assert_onnx_matches_eager(
+        make().forward, _calls(rng, shapes), rtol=1e-4, atol=1e-5)
+    kinds = _op_types(model)
+    assert kinds.count('LSTM') == 1
+    assert not set(kinds) & {'If', 'Tanh', 'Sigmoid', 'Loop'}
