@@ -753,7 +753,8 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
             if value not in node.inputs:
                 continue
             if node in loops:
-                if not _read_by_counter_only(node, value, wildcards[leaf]):
+                if not _read_by_counter_only(node, value, wildcards[leaf],
+                                             templates, outer_reads):
                     raise _KeepsLength(
                         'the loop reads %s otherwise than indexed by its '
                         'counter' % value.name, node.loc)
@@ -1029,9 +1030,13 @@ def _counter_axes(node):
     return set(p - sum(i is None for i in index[:p]) for p in positions)
 
 
-def _read_by_counter_only(loop, value, axes):
+def _read_by_counter_only(loop, value, axes, templates=None,
+                          constant_reads=None):
     """In the loop body, ``value`` is only indexed by the counter, at
-    least at ``axes``."""
+    least at ``axes``; with ``templates``, or at a constant index there
+    (``xs[0]`` at each step of a loop over something else), each such
+    read appended to ``constant_reads`` as ``(node, the length it needs,
+    None)``."""
     region = loop.region
     if value in loop.inputs[1:1 + sum(region.carried_read)]:
         return False
@@ -1042,6 +1047,11 @@ def _read_by_counter_only(loop, value, axes):
         for node in region.body.nodes:
             if body_value not in node.inputs or \
                     _reads_shape_only(node, body_value, region.body):
+                continue
+            need = None if templates is None or node.inputs != [
+                body_value] else _constant_read(node, axes, templates)
+            if need is not None:
+                constant_reads.append((node, need, None))
                 continue
             if node.index is None or node.inputs[0] is not body_value or \
                     body_value in node.inputs[1:]:

@@ -807,6 +807,19 @@ class _Steps(chainer.Chain):
             c2, h2 = F.lstm(c2, self.h2h(state) + self.h2h(h2))
         return F.sum(h2 * h2)
 
+    def reading_constant_steps_each_step(self, xs):
+        # a loop over the first loop's states that reads the argument's
+        # first and last steps at each of its own
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        states = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            states.append(h)
+        outs = []
+        for state in states:
+            outs.append(F.tanh(self.x2h(xs[0] - xs[-1]) + self.h2h(state)))
+        return F.sum(F.stack(outs) ** 2)
+
     def over_the_reversed_steps(self, xs):
         # a comprehension over the steps reversed in its header
         hs = [F.tanh(self.back(x)) for x in xs[::-1]]
@@ -947,6 +960,7 @@ class _Steps(chainer.Chain):
                                     'reversed_and_read', 'attended_each_step',
                                     'directions_joined_each_step',
                                     'second_layer', 'over_the_reversed_steps',
+                                    'reading_constant_steps_each_step',
                                     'scored_by_batch_matmul',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
