@@ -426,10 +426,11 @@ class LoopWatcher(object):
 
     def _filled_list_source(self, site, frame):
         """The trip source of a loop over a list (``for h in hs``,
-        ``zip(hf, reversed(hb))``: its first) that a loop over an
-        argument's axis filled, one item per step: that loop's, counting
-        the items the list had before (``hs = [h0]``)."""
-        name = trip_counts.iterated_name(site)
+        ``zip(hf, reversed(hb))``: its first; ``hs[1:]``: all but its
+        first items) that a loop over an argument's axis filled, one item
+        per step: that loop's, counting the items the list had before
+        (``hs = [h0]``) and those skipped."""
+        name, skipped = trip_counts.iterated_name(site)
         items = frame.f_locals.get(name) if name is not None else None
         if type(items) is not list:
             return None
@@ -439,7 +440,8 @@ class LoopWatcher(object):
             before, length = run.grown.get(id(items), (0, None))
             if run.filled.get(id(items)) == len(items) or length == \
                     len(items) and run.trip.offset >= before:
-                return run.trip._replace(offset=run.trip.offset - before)
+                return run.trip._replace(
+                    offset=run.trip.offset - before + skipped)
         return None
 
     def _on_comprehension_event(self, frame, event, arg):

@@ -289,10 +289,14 @@ def _through_reversal(node, parents):
 
 def _iterated(node, parents):
     """Is the list ``node`` what a later loop iterates over (``for h in
-    hs``, ``[f(h) for h in hs]``; through ``reversed``, ``enumerate`` and
-    ``zip``: ``zip(hf, reversed(hb))``)? Its length is then that loop's
-    trip count, tied to this one's by the recording (``control``)."""
+    hs``, ``[f(h) for h in hs]``, all but its first items: ``hs[1:]``;
+    through ``reversed``, ``enumerate`` and ``zip``: ``zip(hf,
+    reversed(hb))``)? Its length is then that loop's trip count, tied to
+    this one's by the recording (``control``)."""
     holder = parents.get(node)
+    if isinstance(holder, ast.Subscript) and holder.value is node and \
+            source.first_items_skipped(holder):
+        node, holder = holder, parents.get(holder)
     while isinstance(holder, ast.Call) and node in holder.args and any(
             source.is_call(holder, name)
             for name in ('reversed', 'enumerate', 'zip')):

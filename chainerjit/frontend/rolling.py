@@ -221,7 +221,7 @@ def _plan(chunks, peel, run, fingerprints, unpacked):
     for p, node in enumerate(first):
         for q in range(len(node.inputs)):
             source = _classify([chunk[p].inputs[q] for chunk in iterations],
-                               defined, unpacked)
+                               defined, unpacked, peel > 0)
             if source is None:
                 return None
             plan.sources[p, q] = source
@@ -392,10 +392,11 @@ def _alike(a, b, fingerprints):
     return all(fingerprints(x) == fingerprints(y) for x, y in zip(a, b))
 
 
-def _classify(values, defined, unpacked):
+def _classify(values, defined, unpacked, peeled):
     """Where input slot ``values`` (one per iteration) comes from: an
     item of a list an earlier loop made, in order or reversed, at each
-    (``('items', ...)``: :func:`_items_in_order`)."""
+    (``('items', ...)``: :func:`_items_in_order`; ``peeled``: the loop's
+    first iteration is recorded before it)."""
     kinds = []
     for k, value in enumerate(values):
         d = defined.get(value)
@@ -413,7 +414,7 @@ def _classify(values, defined, unpacked):
             return None
         if _same_constants([kind[1] for kind in kinds]):
             return ('invariant', values[0])
-        return _items_in_order(values, unpacked)
+        return _items_in_order(values, unpacked, peeled)
     later, = rest
     if later[0] == 'prev' and kinds[0][0] == 'outer':
         return ('carried', kinds[0][1], later[1], later[2])
@@ -440,14 +441,16 @@ def _unpacked_items(nodes, items_read):
 MAX_PREFIX = 2
 
 
-def _items_in_order(values, unpacked):
+def _items_in_order(values, unpacked, peeled):
     """``('items', Unpack node, start, step, prefix)`` where ``values``,
     one per iteration, are the items of one loop's list, from its first
     in order (``step`` 1, ``start`` 0) or from its last reversed
     (``step`` -1, ``start`` -1), after (or, reversed, then) a few values
     made before it (``prefix``, in the list's order: a first step peeled
-    off that loop), all alike in shape and dtype: a loop over the steps
-    of an earlier loop (``zip(hf, reversed(hb))``); else ``None``."""
+    off that loop), or, where the loop has no ``peeled`` first iteration,
+    from its item ``start`` to its last (``hs[1:]``), all alike in shape
+    and dtype: a loop over the steps of an earlier loop (``zip(hf,
+    reversed(hb))``); else ``None``."""
     found = [unpacked.get(v) for v in values]
     known = [k for k, f in enumerate(found) if f is not None]
     if len(known) < 2 or any(found[k][0] is not found[known[0]][0]
@@ -461,10 +464,16 @@ def _items_in_order(values, unpacked):
     if step not in (1, -1) or any(
             b != a + step for a, b in zip(positions, positions[1:])):
         return None
+    start = 0 if step == 1 else -1
     if step == 1 and positions[0] == 0 and hi == len(values) - 1:
         prefix = values[:lo]
     elif step == -1 and positions[0] == n - 1 and lo == 0:
         prefix = values[hi + 1:][::-1]
+    elif step == 1 and not peeled and lo == 0 and \
+            hi == len(values) - 1 and positions[-1] == n - 1:
+        # all but the first few items (``hs[1:]``); a loop whose first
+        # iteration is peeled reads its first item there
+        start, prefix = positions[0], ()
     else:
         return None
     first = values[0]
@@ -472,7 +481,7 @@ def _items_in_order(values, unpacked):
             v.shape != first.shape or v.dtype != first.dtype
             for v in list(unpack.outputs) + list(prefix)):
         return None
-    return ('items', unpack, 0 if step == 1 else -1, step, tuple(prefix))
+    return ('items', unpack, start, step, tuple(prefix))
 
 
 def _same_constants(values):

@@ -173,3 +173,36 @@ def name_nodes(function, name):
         return []
     return [n for n in ast.walk(function)
             if isinstance(n, ast.Name) and n.id == name]
+
+
+def first_rows_cut(node):
+    """For ``X[k:]``, ``X[:-m]`` or ``X[k:-m]`` (int constants), ``k +
+    m``: how many fewer items it has than ``X``; else ``None``."""
+    if not isinstance(node, ast.Subscript) or \
+            not isinstance(node.slice, ast.Slice) or node.slice.step:
+        return None
+    start = int_constant(node.slice.lower, 0)
+    stop = int_constant(node.slice.upper, 0)
+    if start is None or stop is None or start < 0 or stop > 0 or \
+            stop == 0 and node.slice.upper is not None or \
+            (start, stop) == (0, 0):
+        return None  # (X[:0] is empty)
+    return start - stop
+
+
+def first_items_skipped(node):
+    """``k`` for ``X[k:]`` (an int constant, more than 0); else 0."""
+    cut = first_rows_cut(node)
+    return cut if cut is not None and node.slice.upper is None else 0
+
+
+def int_constant(node, default):
+    """The int a constant (or its negation) is, ``default`` for no node,
+    else ``None``."""
+    if node is None:
+        return default
+    negated = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
+    value = node.operand if negated else node
+    if not isinstance(value, ast.Constant) or type(value.value) is not int:
+        return None
+    return -value.value if negated else value.value

@@ -65,12 +65,12 @@ def _counted_down(args, frame, arguments):
     """``range(E - k, stop, -1)``, ``E`` a length as :func:`trip_source`
     reads it, ``k`` and ``stop`` ints (``range(T - 1, -1, -1)``: ``T``
     steps): its :class:`TripSource`, else ``None``."""
-    first, stop = args[0], _int_constant(args[1], None)
-    if _int_constant(args[2], None) != -1 or stop is None:
+    first, stop = args[0], source.int_constant(args[1], None)
+    if source.int_constant(args[2], None) != -1 or stop is None:
         return None
     less = 0
     if isinstance(first, ast.BinOp) and isinstance(first.op, ast.Sub):
-        less = _int_constant(first.right, None)
+        less = source.int_constant(first.right, None)
         if less is None:
             return None
         first = first.left
@@ -78,15 +78,19 @@ def _counted_down(args, frame, arguments):
 
 
 def iterated_name(site):
-    """The name a ``for`` loop's header iterates over (``for h in hs``),
-    through ``reversed``, ``enumerate`` and ``zip`` (its first); else
-    ``None``."""
+    """``(name, skipped)``: the name a ``for`` loop's header iterates over
+    (``for h in hs``), through ``reversed``, ``enumerate`` and ``zip``
+    (its first), and how many of its first items it skips (``hs[1:]``);
+    else ``(None, 0)``."""
     node = site.iter_expr
     while any(source.is_call(node, name) for name in
               ('reversed', 'enumerate', 'zip')) and node.args and \
             not node.keywords:
         node = node.args[0]
-    return node.id if isinstance(node, ast.Name) else None
+    skipped = source.first_items_skipped(node)
+    if skipped:
+        node = node.value
+    return (node.id, skipped) if isinstance(node, ast.Name) else (None, 0)
 
 
 def iterated_call(site):
@@ -102,7 +106,7 @@ def iterated_call(site):
         node = node.args[0]
     if source.is_reversal(node):
         return node
-    if _first_rows_cut(node) is not None:
+    if source.first_rows_cut(node) is not None:
         node = node.value
     if not isinstance(node, ast.Call) or any(
             source.is_call(node, name) for name in
@@ -184,7 +188,7 @@ def _length_alias(node, code):
 
 
 def _sequence_source(node, frame, arguments, offset):
-    cut = _first_rows_cut(node)
+    cut = source.first_rows_cut(node)
     if cut is not None:  # xs[1:], exs[:-1]: as many fewer iterations
         return _sequence_source(node.value, frame, arguments, offset + cut)
     separated = _separated(node, frame)
@@ -194,33 +198,6 @@ def _sequence_source(node, frame, arguments, offset):
     if where is not None and where[0] == 'leaf':
         return TripSource('dim', (where[1], 0), offset)
     return _axis_source(node, frame, 0, offset)
-
-
-def _first_rows_cut(node):
-    """For ``X[k:]``, ``X[:-m]`` or ``X[k:-m]`` (int constants), ``k +
-    m``: how many fewer items it has than ``X``; else ``None``."""
-    if not isinstance(node, ast.Subscript) or \
-            not isinstance(node.slice, ast.Slice) or node.slice.step:
-        return None
-    start = _int_constant(node.slice.lower, 0)
-    stop = _int_constant(node.slice.upper, 0)
-    if start is None or stop is None or start < 0 or stop > 0 or \
-            stop == 0 and node.slice.upper is not None or \
-            (start, stop) == (0, 0):
-        return None  # (X[:0] is empty)
-    return start - stop
-
-
-def _int_constant(node, default):
-    """The int a constant (or its negation) is, ``default`` for no node,
-    else ``None``."""
-    if node is None:
-        return default
-    negated = isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub)
-    value = node.operand if negated else node
-    if not isinstance(value, ast.Constant) or type(value.value) is not int:
-        return None
-    return -value.value if negated else value.value
 
 
 def _axis_source(node, frame, axis, offset):
@@ -248,9 +225,9 @@ def _separated(node, frame):
             [k.arg for k in node.keywords] not in ([], ['axis']) or \
             _named(node.func, frame) is not chainer.functions.separate:
         return None
-    axis = _int_constant(node.args[1] if len(node.args) == 2 else
-                         node.keywords[0].value if node.keywords else None,
-                         0)
+    axis = source.int_constant(
+        node.args[1] if len(node.args) == 2 else
+        node.keywords[0].value if node.keywords else None, 0)
     return None if axis is None else (node.args[0], axis)
 
 

@@ -820,6 +820,15 @@ class _Steps(chainer.Chain):
             outs.append(F.tanh(self.x2h(xs[0] - xs[-1]) + self.h2h(state)))
         return F.sum(F.stack(outs) ** 2)
 
+    def all_but_the_first_step(self, xs):
+        # a comprehension over the first loop's states but its first
+        h = c = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        states = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            states.append(h)
+        return F.sum(F.stack([F.tanh(self.h2h(s)) for s in states[1:]]))
+
     def over_the_reversed_steps(self, xs):
         # a comprehension over the steps reversed in its header
         hs = [F.tanh(self.back(x)) for x in xs[::-1]]
@@ -961,6 +970,7 @@ class _Steps(chainer.Chain):
                                     'directions_joined_each_step',
                                     'second_layer', 'over_the_reversed_steps',
                                     'reading_constant_steps_each_step',
+                                    'all_but_the_first_step',
                                     'scored_by_batch_matmul',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
