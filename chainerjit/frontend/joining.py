@@ -252,20 +252,21 @@ def _unread(nodes, users):
 
 
 def reduced_segments(xs, recorder, joined_by='stack'):
-    """``(the Segments, the reduction, the nodes reducing each part)``
-    where ``xs`` are one reduction (``F.max``, ``F.min``, ``F.sum``,
-    ``F.mean``, ``F.average``) over the first axis of each part of one
-    :class:`Segments`, or its first or last row, in order (``[F.max(y,
-    axis=0) for y in ys]``, ``[y[-1] for y in ys]`` of an N-step link's
-    outputs), to be stacked; or, ``joined_by`` ``'concat'``, each keeping
-    that axis (``y[-1:]``) to be concatenated on it; else ``None``."""
+    """``(the Segments, the reduction, the nodes reducing each part,
+    reversed)`` where ``xs`` are one reduction (``F.max``, ``F.min``,
+    ``F.sum``, ``F.mean``, ``F.average``) over the first axis of each part
+    of one :class:`Segments`, or its first or last row, in order (``[F.max(
+    y, axis=0) for y in ys]``, ``[y[-1] for y in ys]`` of an N-step link's
+    outputs) or in reverse order (``ys[::-1]``), to be stacked; or,
+    ``joined_by`` ``'concat'``, each keeping that axis (``y[-1:]``) to be
+    concatenated on it; else ``None``."""
     if not recorder.part_of:  # (no Segments: nothing to look for)
         return None
     values = [recorder.values.get(id(getattr(x, 'array', None)))
               for x in xs]
     made_by = _nodes_making(recorder.graph, values)
-    found, kinds = None, set()
-    for k, value in enumerate(values):
+    found, kinds, parts = None, set(), []
+    for value in values:
         node = made_by.get(id(value))
         kind = _reduction_of(recorder.templates.get(node),
                              joined_by == 'concat')
@@ -273,13 +274,18 @@ def reduced_segments(xs, recorder, joined_by='stack'):
             return None
         noted = recorder.part_of.get(id(node.inputs[0]))
         if noted is None or noted[0] is not node.inputs[0] or \
-                noted[2] != k or found is not None and noted[1] is not found:
+                found is not None and noted[1] is not found:
             return None
         found = noted[1]
         kinds.add(kind)
+        parts.append(noted[2])
     if found is None or len(found) != len(xs) or len(kinds) != 1:
         return None
-    return found, kinds.pop(), [made_by[id(v)] for v in values]
+    order = list(range(len(xs)))
+    if parts not in (order, order[::-1]):
+        return None
+    return (found, kinds.pop(), [made_by[id(v)] for v in values],
+            parts != order)
 
 
 def _reduction_of(template, keeps_axis):
@@ -1009,8 +1015,8 @@ def _read_whole(outs, users):
     together by one node a joined call makes of their rows
     (``F.concat(ys, axis=0)``, ``F.pad_sequence(ys)``), or each by one
     node reducing it over its rows or taking its first or last row, all
-    then stacked, or concatenated, in order (``[y[-1] for y in ys]``:
-    ``reduced_segments``)?"""
+    then stacked, or concatenated, in order or reversed (``[y[-1] for y in
+    ys]``: ``reduced_segments``)?"""
     readers = set(reader for out in outs for reader in users.get(out, []))
     if not readers:
         return True
@@ -1029,7 +1035,8 @@ def _read_whole(outs, users):
         return False
     join = joins[0][0]
     return join is not None and join.op == joined_by.pop() and \
-        dict(join.attrs).get('axis') == 0 and join.inputs == reduced
+        dict(join.attrs).get('axis') == 0 and \
+        join.inputs in (reduced, reduced[::-1])
 
 
 #: The index of a recorded GetItem that takes an item's first or last

@@ -482,18 +482,20 @@ def _recording_stack(stack, recorder):
     return stacked
 
 
-def _apply_reduced_segments(segments, kind, each, recorder):
+def _apply_reduced_segments(segments, kind, each, reverse, recorder):
     """``F.stack(xs)`` (or ``F.concat``) of a reduction of each part of
     ``segments`` (``joining.reduced_segments``) as one node on their rows
-    (``ops.array.ReduceSegments``); the nodes reducing each part
+    (``ops.array.ReduceSegments``), its rows flipped where ``xs`` took
+    the parts in ``reverse`` order; the nodes reducing each part
     (``each``) go where nothing else reads them."""
     recorder.droppable.extend(each)
     # (A loop over the parts that only reduced them counts no items: on
     # their lines, or in the stack's, where a helper reduced each.)
     recorder.iterated_lines.update(node.loc for node in each if node.loc)
     recorder.iterated_lines.add(traced.user_location())
-    return array_ops.ReduceSegments(kind).apply(
+    reduced = array_ops.ReduceSegments(kind).apply(
         (segments.packed, segments.joined))[0]
+    return chainer.functions.flip(reduced, 0) if reverse else reduced
 
 
 def _recording_broadcast_to(broadcast_to, recorder):

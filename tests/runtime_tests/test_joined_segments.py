@@ -493,6 +493,7 @@ class _OutputEnds(_Encoder):
 
 
 _ENDS = {'last': lambda ys: F.stack([y[-1] for y in ys]),
+         'last, reversed': lambda ys: F.stack([y[-1] for y in ys[::-1]]),
          'first': lambda ys: F.stack([y[0] for y in ys]),
          'last row': lambda ys: F.concat([y[-1:] for y in ys], axis=0),
          'first row': lambda ys: F.concat([y[:1] for y in ys], axis=0)}
@@ -524,10 +525,17 @@ class _FeatureSequences(chainer.Chain):
 _READS = {
     'padded': lambda model, ys: F.sum(F.pad_sequence(ys), axis=1),
     'last': lambda model, ys: model.out(F.stack([y[-1] for y in ys])),
+    # (the first row weighed more: the order of the rows matters)
+    'first row, reversed': lambda model, ys: _first_weighed(model.out(
+        F.concat([y[:1] for y in reversed(ys)], axis=0))),
     'max': lambda model, ys: model.out(
         F.stack([F.max(y, axis=0) for y in ys])),
     'mean row': lambda model, ys: F.concat(
         [F.mean(y, axis=0, keepdims=True) for y in ys], axis=0)}
+
+
+def _first_weighed(rows):
+    return rows[0] * 3 + F.sum(rows, axis=0)
 
 
 @pytest.mark.parametrize('read', sorted(_READS))
