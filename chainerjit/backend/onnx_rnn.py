@@ -98,6 +98,7 @@ def _match_lstm(node, producers):
     if not _float32(xs, W, outer[U], c_in, h_in, b) or \
             len(xs.shape) != 3 or len(c_in.shape) != 2 or \
             h_in.shape != c_in.shape or \
+            x_t.shape != (c_in.shape[0], 4 * units) or \
             W.shape != (4 * units, xs.shape[2]) or \
             outer[U].shape != (4 * units, units) or \
             (b is not None and b.shape != (4 * units,)):
@@ -204,7 +205,8 @@ def _match_gru(node, producers):
     units = h_in.shape[-1]
     shapes = [(units, xs.shape[2])] * 3 + [(units, units)] * 3
     if not _float32(xs, h_in, *[outer[v] for v in invariants]) or \
-            len(xs.shape) != 3 or len(h_in.shape) != 2 or any(
+            len(xs.shape) != 3 or len(h_in.shape) != 2 or \
+            x_t.shape != (h_in.shape[0], xs.shape[2]) or any(
                 outer[W].shape != shape or (b is not None and
                                             outer[b].shape != (units,))
                 for (W, b), shape in zip(linears, shapes)):
