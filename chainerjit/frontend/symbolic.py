@@ -994,9 +994,10 @@ class _Steps(object):
         for value, rows in self.rows.items():
             # (A list of a loop's steps has its items' rows, not axes.)
             if value.kind != 'input' and rows.axis < len(value.shape):
-                (_, times), = rows.count()[0]
+                ((_, times),), fixed = rows.count()
                 value.symbols = dict(value.symbols or {})
-                value.symbols[rows.axis] = ops.times_label(times, symbol)
+                value.symbols[rows.axis] = ops.times_label(times, symbol) + (
+                    '%+d' % fixed if fixed else '')
 
 
 def _same_length(graph, leaf, axes, length, free):

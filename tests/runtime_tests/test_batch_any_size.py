@@ -1426,3 +1426,13 @@ def test_a_gradient_wrong_at_a_new_size_is_caught_by_its_check(
              for batch, steps in [(3, 4), (4, 3), (6, 2), (2, 6), (4, 3)]]
     with pytest.warns(errors.RecompileWarning, match='another result'):
         differential.check_grads(None, calls, model=make(), method=method)
+
+
+def test_the_stacked_steps_of_all_but_the_first_are_printed_one_fewer():
+    rng = numpy.random.RandomState(1)
+    calls = [(rng.randn(steps, batch, 4).astype(F32),)
+             for batch, steps in SHAPES]
+    jitted = _checked_without_recompiling(calls, _model(_Steps),
+                                          'all_but_the_first_step')
+    entry, = jitted.cache_entries()
+    assert 'f32[T-1,B,32] = Stack' in str(entry.graph), entry.graph
