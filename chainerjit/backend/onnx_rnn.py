@@ -114,9 +114,9 @@ def _lstm_step(body):
     """``(x_t, c_in, h_in, U, c_out, h_out)`` where ``body``'s nodes are
     one step ``lstm(c_in, x_t + h_in U^T)`` and a read of ``x_t``: fused
     (``passes.fuse``) or as the linear, the sum and the step."""
-    nodes = [n for n in body.nodes if structural.kind(n) !=
-             structural.INDEX]
-    if len(body.nodes) - len(nodes) != 1:
+    indexes = _index_nodes(body)
+    nodes = [n for n in body.nodes if n not in indexes]
+    if len(indexes) != 1:
         return None
     if len(nodes) == 1 and nodes[0].op == 'LinearFunction+Add+LSTM':
         fused = nodes[0]
@@ -351,19 +351,21 @@ def _emit(b, node, names, layer):
     reverse = layer.step < 0
     W, R, B = layer.weights(b, names)
     first = b.int64s([0])
-    initial = [b.single('Unsqueeze', names[node.inputs[1 + at]], first)
-               for at in layer.carried]
+    initial = []  # the states the loop starts from; none: zeros
     if layer.peeled:  # the peeled step too, from zero states
         trip = b.single('Add', trip, b.int64s(1))
         layer = layer._replace(start=layer.start - layer.step)
+    else:
+        initial = [b.single('Unsqueeze', names[node.inputs[1 + at]], first)
+                   for at in layer.carried]
     inputs = [_steps(b, names[layer.xs], layer, trip)] + [
         b.single('Unsqueeze', w, first) if w else ''
-        for w in (W, R, B)] + ['']
+        for w in (W, R, B)] + [''] + initial
 
     def run():
-        return b.op(layer.op, inputs + ([] if layer.peeled else initial),
-                    [b.fresh(layer.op.lower())
-                     for _ in range(1 + len(initial))], hidden_size=units,
+        return b.op(layer.op, inputs, [b.fresh(layer.op.lower()) for _ in
+                                       range(1 + len(layer.carried))],
+                    hidden_size=units,
                     direction='reverse' if reverse else 'forward')
     if layer.peeled:  # at least one step
         ys, *lasts = run()
