@@ -243,18 +243,19 @@ def _output_names(builder, entry, names):
 
 def _effect_arrays(entry):
     """``(name, [(kind, where), ...])`` of the arrays of each attribute
-    the forward assigns (its last value) and each value it reports."""
-    found = []
+    the forward assigns (its last value) and each value it reports (the
+    last reported under a key, as a reporter's observation keeps it)."""
+    found = {}
     for kind, path, name, structure, specs in entry.effects:
         specs = [(s[0], s[1]) for s in specs]
         if kind == 'setattr':
-            found.append(('.'.join(path + (name,)), specs))
+            found['.'.join(path + (name,))] = specs
         elif structure[0] == 'dict' and len(structure[1]) == len(specs):
-            found += [('report.%s' % key, [spec])
-                      for key, spec in zip(structure[1], specs)]
+            found.update(('report.%s' % key, [spec])
+                         for key, spec in zip(structure[1], specs))
         else:
-            found.append(('report', specs))
-    return [(name, specs) for name, specs in found if specs]
+            found['report'] = specs
+    return [(name, specs) for name, specs in found.items() if specs]
 
 
 def _sources(builder, entry, names, specs):

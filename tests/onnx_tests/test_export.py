@@ -121,6 +121,27 @@ def test_reported_values_are_outputs_named_by_their_keys(rng):
         numpy.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+class _ReportingTwice(_Reporting):
+    def forward(self, x):
+        y = super(_ReportingTwice, self).forward(x)
+        chainer.report({'mean': F.min(y)}, self)  # replaces the first
+        return y
+
+
+def test_a_key_reported_twice_is_one_output_of_its_last_value(rng):
+    pytest.importorskip('onnxruntime')
+    model = _ReportingTwice()
+    example = rng.standard_normal((4, 3)).astype(numpy.float32)
+    session = _session(chainerjit.export_onnx(model.forward, (example,)))
+    assert [o.name for o in session.get_outputs()] == [
+        'y0', 'report.mean', 'report.top', 'last']
+    x = rng.standard_normal((4, 3)).astype(numpy.float32)
+    _, mean, top, _ = session.run(None, {'x': x})
+    expected = model.fc(x).array
+    numpy.testing.assert_allclose(mean, expected.min(), rtol=1e-6)
+    numpy.testing.assert_allclose(top, expected.max(), rtol=1e-6)
+
+
 def test_state_carried_from_call_to_call_cannot_be_exported(rng):
     from examples import models
 
