@@ -12,6 +12,7 @@ import chainer
 from chainerjit import errors
 from chainerjit import fastpaths
 from chainerjit.fastpaths import optimizers
+from chainerjit.frontend import epochs
 from chainerjit.frontend import joining
 from chainerjit.frontend import packing
 from chainerjit.frontend import scalars
@@ -676,15 +677,16 @@ class JitFunction(_calls.CachedCall):
         made once for each state of the model's links."""
         if not isinstance(instance, chainer.Link):
             return None
-        epoch, forwards = self._segments.get(instance, (None, None))
-        if epoch != cache_module.link_epoch[0]:
+        epoch = epochs.model_epoch(instance)
+        count, forwards = self._segments.get(instance, (None, None))
+        if count != epoch[0]:
+            epochs.watch_model(instance)
             forwards = dict(
                 (id(link), (link, self._segment_of(link)))
                 for link in instance.children()
                 if _runs_its_forward(link) and
                 not _calls.jitted_forward(link))
-            self._segments[instance] = (cache_module.link_epoch[0],
-                                        forwards)
+            self._segments[instance] = (epoch[0], forwards)
         return forwards
 
     def _segment_of(self, link):

@@ -36,7 +36,7 @@ from chainerjit.fastpaths import copies
 from chainerjit.fastpaths import link_call
 from chainerjit.fastpaths import losses
 from chainerjit.fastpaths import optimizers
-from chainerjit.runtime import cache
+from chainerjit.frontend import epochs
 
 _SoftmaxCrossEntropy = softmax_cross_entropy.SoftmaxCrossEntropy
 _MeanSquaredError = mean_squared_error.MeanSquaredError
@@ -53,11 +53,11 @@ def _is(replacement):
 
 
 PATCHES = (
-    Patch('watch', chainer.Link, '__setattr__', cache.watching),
-    Patch('watch', chainer.Link, '__delattr__', cache.watching),
-    Patch('watch', chainer.Link, 'add_hook', cache.watching),
-    Patch('watch', chainer.Link, 'delete_hook', cache.watching),
-    Patch('watch', chainer.ChainList, 'add_link', cache.watching),
+    Patch('watch', chainer.Link, '__setattr__', epochs.watching),
+    Patch('watch', chainer.Link, '__delattr__', epochs.watching),
+    Patch('watch', chainer.Link, 'add_hook', epochs.watching),
+    Patch('watch', chainer.Link, 'delete_hook', epochs.watching),
+    Patch('watch', chainer.ChainList, 'add_link', epochs.watching),
     Patch('copies', chainer.Link, '__copy__', _is(copies.copy_link)),
     Patch('link_call', chainer.Link, '__call__', _is(link_call.call)),
     Patch('backprop', chainer.Variable, 'backward', _is(backprop.backward)),

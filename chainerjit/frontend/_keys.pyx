@@ -50,10 +50,6 @@ class _Recording(threading.local):
 recording = _Recording()
 cdef object _recording = recording
 
-#: A count of attribute assignments on links (``cache``).
-link_epoch = [0]
-cdef list _link_epoch = link_epoch
-
 
 cdef object _config(str name):
     """``chainer.config.<name>``, read as ``chainer.configuration.

@@ -7,12 +7,15 @@ object it holds (``self.options.scale``). Each such value
 that the forward's own code names becomes a :class:`PythonGuard`, checked
 on every call; a changed value is a cache miss. Scalars are compared by
 value (``repr`` too, so that ``-0.0`` is not ``0.0``), arrays and
-Variables by identity (an array changed in place is read as it is), and
-lists, tuples, dicts and sets by their contents.
+Variables and functions by identity (an array changed in place is read as
+it is), lists, tuples, dicts and sets by their contents, and a link named
+outside the model by :class:`LinkGuard`.
 
-Names read only by functions the forward calls are not covered (see the
-README's known limits). Entries of ``chainer.config`` read while
-recording, by the forward or by Chainer, are guarded too
+The helpers the forward calls by name (a global function, a method, the
+``forward`` of a link of the user's own class) are read the same way, a
+few calls deep; deeper ones are not covered (see the known limits).
+Entries of ``chainer.config`` read while recording, by the forward or by
+Chainer, are guarded too
 (:func:`config_reads`): a forward that branches on
 ``chainer.config.some_flag`` is recorded again when the flag changes.
 """
@@ -20,11 +23,13 @@ recording, by the forward or by Chainer, are guarded too
 import ast
 import collections
 import functools
+import types
 
 import chainer
 import numpy
 
 from chainerjit.frontend import _keys
+from chainerjit.frontend import epochs
 from chainerjit.frontend import source
 
 
@@ -84,18 +89,65 @@ class PythonGuard(collections.namedtuple(
                            if self.kind == 'identity' else 'changed')
 
 
+class LinkGuard(object):
+    """A link the forward names outside its model (a global model, a
+    closure's, a plain object's attribute), whose parameters the program
+    reads as they were recorded: it must still be that link, holding
+    the same parameters and links and the same Python scalars. Compared
+    again only when one of its links was assigned to (its epoch moved:
+    ``frontend.epochs``)."""
+
+    kind = 'link'
+
+    def __init__(self, label, read, link):
+        self.label, self.read, self.expected = label, read, link
+        self.epoch = epochs.model_epoch(link)
+        self.facts, self.count = link_facts(link), self.epoch[0]
+
+    def holds(self):
+        if self.read() is not self.expected:
+            return False
+        if self.count == self.epoch[0]:
+            return True
+        epochs.watch_model(self.expected)  # links added since too
+        if link_facts(self.expected) != self.facts:
+            return False
+        self.count = self.epoch[0]
+        return True
+
+    def describe(self):
+        return '%s: %s' % (self.label, 'another object'
+                           if self.read() is not self.expected else
+                           'its links, parameters or attributes changed')
+
+
+def link_facts(link):
+    """What a program recorded with ``link`` outside its model assumes of
+    it: its :func:`link_state`, and which array or Variable (a parameter,
+    a persistent array such as a batch normalization's running mean)
+    each attribute holds, since the program holds those ones."""
+    arrays = (chainer.Variable,) + chainer.get_array_types()
+    return link_state(link), tuple(
+        (path, name, id(value)) for path, sub in link.namedlinks()
+        for name, value in sorted(vars(sub).items())
+        if isinstance(value, arrays))
+
+
 def _make(label, read, value, kinds=('value', 'identity', 'contents')):
     if is_scalar(value):
         kind = 'value'
     elif isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
-        if isinstance(value, chainer.Parameter):
-            return []  # a parameter is a program input
-        kind = 'identity'
+        kind = 'identity'  # a parameter too: the program reads this one
+    elif isinstance(value, chainer.Link):
+        return [LinkGuard(label, read, value)] if 'identity' in kinds \
+            else []  # the model's own links: the cache checks them
     elif type(value) in (list, tuple, dict, set):
         kind = 'contents'  # compared with a shallow copy taken now
         value = type(value)(value.items() if type(value) is dict else value)
     elif isinstance(value, GENERATORS):
         kind = 'identity'  # its state: see generator_states
+    elif isinstance(value, _FUNCTIONS):
+        kind = 'identity'  # a helper redefined: recorded again
     else:
         return []
     if kind not in kinds:
@@ -140,23 +192,67 @@ def python_guards(fn, instance):
     ``instance`` (for a Link only lists, dicts and sets; its scalars and
     arrays are guarded and read by the cache), attributes of plain
     objects it holds (``self.options.scale``), class attributes, module
-    globals, closure variables and default arguments."""
+    globals, closure variables and default arguments; a link named
+    outside the model (:class:`LinkGuard`) and a function by identity.
+    The same for the functions it calls that are named so (a helper
+    function, a method ``self.step``: their code read the same way, a few
+    calls deep), and for the ``forward`` of each link of the model whose
+    class is not Chainer's."""
+    guards, seen = [], set()
+    _function_guards(fn, instance, 'self', guards, seen, _CALLS_DEEP)
+    if isinstance(instance, chainer.Link):
+        for path, link in instance.namedlinks(skipself=True):
+            forward = getattr(type(link), 'forward', None)
+            if _users_function(forward):
+                _function_guards(forward, link, 'self' + path.replace(
+                    '/', '.'), guards, seen, _CALLS_DEEP - 1)
+    return guards
+
+
+_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType,
+              types.MethodType, functools.partial, type)
+
+#: How many calls deep :func:`python_guards` reads helpers' code.
+_CALLS_DEEP = 4
+
+#: Modules whose functions are taken as they are, not read for guards.
+_LIBRARIES = ('chainer', 'chainerjit', 'numpy', 'cupy', 'onnx', 'builtins')
+
+
+def _users_function(value):
+    """A Python function of the user's code, not a library's."""
+    return isinstance(value, types.FunctionType) and \
+        (value.__module__ or '').split('.')[0] not in _LIBRARIES
+
+
+def _function_guards(fn, instance, prefix, guards, seen, depth):
+    """Adds to ``guards`` those of ``fn``'s code (see
+    :func:`python_guards`), bound to ``instance`` (``prefix`` names it),
+    then of the functions they guard, ``depth`` calls deep; each
+    function's once (``seen``: ``(code, instance)`` ids)."""
     code = getattr(fn, '__code__', None)
-    if code is None:
-        return []
-    guards = []
+    if code is None or (id(code), id(instance)) in seen:
+        return
+    seen.add((id(code), id(instance)))
+    found = []  # (guard, the instance its calls are bound to)
     for name in sorted(_code_names(code)):
-        guards += _named(fn, instance, name)
+        found += _named(fn, instance, name, prefix)
     for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
         read = functools.partial(_cell_contents, cell)
-        guards += _make('closure %s' % name, read, read())
+        found += [(g, None) for g in _make('closure %s' % name, read, read())]
     for i, value in enumerate(fn.__defaults__ or ()):
-        guards += _make('default %d' % i, functools.partial(
-            _default, fn, i), value, ('contents',))
+        found += [(g, None) for g in _make('default %d' % i, functools.partial(
+            _default, fn, i), value, ('contents',))]
     if instance is not None:
         for chain in sorted(_attribute_chains(fn)):
-            guards += _chained(instance, chain)
-    return guards
+            found += [(g, None) for g in _chained(instance, chain, prefix)]
+    labels = set(g.label for g in guards)
+    guards += [g for g, _ in found if g.label not in labels]
+    if depth > 0:
+        for guard, bound in found:
+            if _users_function(guard.expected):
+                _function_guards(guard.expected, bound, prefix, guards,
+                                 seen, depth - 1)
 
 
 def _attribute_chains(fn):
@@ -182,7 +278,7 @@ def _attribute_chains(fn):
     return chains
 
 
-def _chained(instance, chain):
+def _chained(instance, chain, prefix='self'):
     """A guard on ``instance.a.b...`` where ``a`` is a plain object (not
     a link, whose scalars the cache guards, nor an array): read through
     the objects' ``__dict__`` on each call, so no property runs."""
@@ -193,7 +289,7 @@ def _chained(instance, chain):
             not hasattr(first, '__dict__'):
         return []
     read = functools.partial(_read_chain, instance, chain)
-    return _make('self.%s' % '.'.join(chain), read, read())
+    return _make('%s.%s' % (prefix, '.'.join(chain)), read, read())
 
 
 def _read_chain(obj, chain):
@@ -205,12 +301,17 @@ def _read_chain(obj, chain):
     return obj
 
 
-def _named(fn, instance, name):
+def _named(fn, instance, name, prefix='self'):
+    """``[(guard, instance)]``: the guard on what ``name`` in ``fn``'s
+    code may name (an attribute of ``instance``, a class attribute, a
+    global), each with the instance a function it holds is bound to (a
+    method's), else ``None``."""
     if instance is not None and name in vars(instance):
         link = isinstance(instance, chainer.Link)
-        return _make('self.%s' % name, functools.partial(
-            _attribute, instance, name), vars(instance)[name],
-            ('contents',) if link else ('value', 'identity', 'contents'))
+        return [(g, None) for g in _make(
+            '%s.%s' % (prefix, name), functools.partial(
+                _attribute, instance, name), vars(instance)[name],
+            ('contents',) if link else ('value', 'identity', 'contents'))]
     classes = [c for c in type(instance).__mro__
                if not c.__module__.startswith('chainer')] \
         if instance is not None else []
@@ -218,8 +319,10 @@ def _named(fn, instance, name):
     namespace = vars(owner) if owner is not None else fn.__globals__
     label = '%s.%s' % (owner.__name__, name) if owner is not None \
         else 'global %s' % name
-    return _make(label, functools.partial(namespace.get, name, ABSENT),
-                 namespace.get(name, ABSENT))
+    bound = instance if owner is not None else None
+    return [(g, bound) for g in _make(
+        label, functools.partial(namespace.get, name, ABSENT),
+        namespace.get(name, ABSENT))]
 
 
 def _attribute(obj, name):
@@ -235,6 +338,57 @@ def _cell_contents(cell):
         return cell.cell_contents
     except ValueError:  # an empty cell
         return ABSENT
+
+
+# --- what a program assumes of links -----------------------------------------
+
+def attribute_state(value):
+    """What a program assumes of one link attribute: its value for Python
+    scalars; its type for arrays and Variables (read on every call); the
+    device it names for a device; its identity for anything else (a
+    function, a link, an object)."""
+    if is_scalar(value):
+        return value
+    if isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
+        return '<%s>' % type(value).__name__
+    if isinstance(value, chainer.backend.Device):
+        return '<device %s>' % value
+    return '<%s at %#x>' % (type(value).__name__, id(value))
+
+
+ASSIGNED_FIRST = '<assigned before read>'
+
+
+def link_state(instance, ignored=frozenset()):
+    """What a compiled program assumes of a model: for each link, its
+    class and identity and the state of its attributes, but for the
+    ``ignored`` ``(link path, name)`` pairs (attributes the forward
+    assigns before reading: ``L.LSTM.reset_state()``)."""
+    if not isinstance(instance, chainer.Link):
+        return {}
+    state = {}
+    for path, link in instance.namedlinks():
+        attrs = tuple(sorted((k, attribute_state(v))
+                             for k, v in vars(link).items()
+                             if k != '_local_link_hooks'))
+        attrs += (('(link hooks)', tuple(link_hooks(link))),)
+        size = len(link) if isinstance(link, chainer.ChainList) else None
+        state[path or '/'] = (type(link).__name__, id(link), size, attrs)
+    return without_ignored(state, ignored) if ignored else state
+
+
+def without_ignored(state, ignored):
+    """A :func:`link_state` with the ``ignored`` attributes masked."""
+    return dict(
+        (path, value[:3] + (tuple(
+            (k, ASSIGNED_FIRST if (path, k) in ignored else v)
+            for k, v in value[3]),))
+        for path, value in state.items())
+
+
+def link_hooks(link):
+    """The names of the hooks registered on one link."""
+    return list(vars(link).get('_local_link_hooks') or ())
 
 
 def failures(guards):

@@ -33,7 +33,6 @@ cdef object _Variable = chainer.Variable
 cdef object _array_types = chainer.get_array_types()
 cdef object _chainer_local = chainer._thread_local
 cdef object _recording = _keys_module.recording
-cdef list _link_epoch = _keys_module.link_epoch
 
 
 # --- applying a chainerjit node (``function.lean_apply``) --------------------
@@ -343,7 +342,8 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     """``jitfn(*args, **kwargs)`` when its key's newest entry is found (or
     the entry compiled for any size that answered the key before, with
     its trip counts: ``cache.Cache.remember_general``) and its model
-    checked since the last change (``cache.Entry.fetch_params``), else
+    checked since the last change and its Python guards holding
+    (``cache.Entry.fetch_params``), else
     :data:`_MISS`, having done nothing. An entry
     without a program for the call runs it eagerly, as ``call_general``
     would."""
@@ -383,10 +383,14 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
             return _MISS
         entry, found = general
         symbols = list(found)
-    if entry._epoch != _link_epoch[0] or \
-            entry._owners is None or entry.py_guards or \
+    cdef list epoch = entry._model_epoch
+    if entry._epoch != epoch[0] or \
+            entry._owners is None or \
             not config_holds(entry.config_reads):
         return _MISS
+    for guard in entry.py_guards:
+        if not guard.holds():
+            return _MISS
     params = read_params(entry._owners, entry.param_specs)
     if params is None:
         return _MISS

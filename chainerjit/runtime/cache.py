@@ -6,18 +6,18 @@ the program reads must still exist with the recorded shape, dtype and
 device, and the model must still be the same tree of links with the same
 Python scalar attributes. The model check is cheap on a hit: chainerjit
 counts attribute assignments on the links of the models it checked
-(:data:`link_epoch`) and compares the model again only when that count
+(``frontend.epochs``) and compares the model again only when that count
 moved.
 """
 
 import collections
-import itertools
 import weakref
 
 import chainer
 import numpy
 
 from chainerjit.frontend import _keys
+from chainerjit.frontend import epochs
 from chainerjit.frontend import guards
 from chainerjit.frontend import lengths
 from chainerjit.frontend import signature
@@ -25,82 +25,8 @@ from chainerjit.frontend import trace
 from chainerjit.runtime import _calls
 
 
-# --- noticing changes to models ---------------------------------------------
-
-_epoch = itertools.count(1)
-link_epoch = _keys.link_epoch  # [count]; the hit path reads it in C
-
-
-#: The links of every model an entry checked (``Entry.fetch_params``):
-#: only a change to one of them can fail a model check, so only those
-#: move :data:`link_epoch`. (Assignments to other links, such as an
-#: ``L.Classifier`` around a jitted predictor setting ``self.y`` on each
-#: call, leave the hit path alone.) A link added to a watched model is
-#: assigned to one of its links, which moves the count; the model check
-#: that follows watches it too.
-_watched = weakref.WeakSet()
-
-
-def _bump():
-    link_epoch[0] = next(_epoch)  # one more than before
-
-
-def watch_model(instance):
-    """Watches the links of ``instance`` (see :data:`_watched`)."""
-    if isinstance(instance, chainer.Link):
-        _watched.update(instance.links())
-
-
-def watching(method):
-    """``method`` that first counts a change of a watched link (the
-    ``watch`` patches of ``chainerjit.fastpaths``)."""
-    def watched(self, *args, **kwargs):
-        if self in _watched:
-            _bump()
-        return method(self, *args, **kwargs)
-    watched.__name__ = method.__name__
-    watched.__doc__ = method.__doc__
-    watched.__wrapped__ = method
-    return watched
-
-
-def _attribute_state(value):
-    """What a program assumes of one link attribute: its value for Python
-    scalars; its type for arrays and Variables (read on every call); the
-    device it names for a device; its identity for anything else (a
-    function, a link, an object)."""
-    if guards.is_scalar(value):
-        return value
-    if isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
-        return '<%s>' % type(value).__name__
-    if isinstance(value, chainer.backend.Device):
-        return '<device %s>' % value
-    return '<%s at %#x>' % (type(value).__name__, id(value))
-
-
-_ASSIGNED_FIRST = '<assigned before read>'
-
-
-def link_state(instance, ignored=frozenset()):
-    """What a compiled program assumes of a model: for each link, its
-    class and identity and the state of its attributes, but for the
-    ``ignored`` ``(link path, name)`` pairs (attributes the forward
-    assigns before reading: ``L.LSTM.reset_state()``)."""
-    if not isinstance(instance, chainer.Link):
-        return {}
-    state = {}
-    for path, link in instance.namedlinks():
-        attrs = tuple(sorted((k, _attribute_state(v))
-                             for k, v in vars(link).items()
-                             if k != '_local_link_hooks'))
-        attrs += (('(link hooks)', tuple(link_hooks(link))),)
-        size = len(link) if isinstance(link, chainer.ChainList) else None
-        state[path or '/'] = (type(link).__name__, id(link), size, attrs)
-    return _without(state, ignored) if ignored else state
-
-
-#: ``[model, link_epoch, its link_state()]``: the state of a watched
-#: model, computed once per :data:`link_epoch` (a stateful link called in
+#: ``[model, its epoch's count, its link state]``: the state of a
+#: watched model, computed once per count (a stateful link called in
 #: a loop moves the count on every call, and each entry a lookup tries
 #: compares the model's state; its links' attributes are read once).
 _last_state = [None, None, None]
@@ -108,28 +34,15 @@ _last_state = [None, None, None]
 
 def current_link_state(instance, ignored=frozenset()):
     """:func:`link_state`, the same for a watched model until one of its
-    links is assigned to (:data:`link_epoch` moves)."""
-    if not isinstance(instance, chainer.Link) or instance not in _watched:
-        return link_state(instance, ignored)
-    model, epoch, state = _last_state
-    if model is None or model() is not instance or epoch != link_epoch[0]:
-        state = link_state(instance)
-        _last_state[:] = [weakref.ref(instance), link_epoch[0], state]
-    return _without(state, ignored) if ignored else state
-
-
-def _without(state, ignored):
-    """A :func:`link_state` with the ``ignored`` attributes masked."""
-    return dict(
-        (path, value[:3] + (tuple(
-            (k, _ASSIGNED_FIRST if (path, k) in ignored else v)
-            for k, v in value[3]),))
-        for path, value in state.items())
-
-
-def link_hooks(link):
-    """The names of the hooks registered on one link."""
-    return list(vars(link).get('_local_link_hooks') or ())
+    links is assigned to (its epoch moves: ``frontend.epochs``)."""
+    epoch = epochs.model_epoch_if_watched(instance)
+    if epoch is None:
+        return guards.link_state(instance, ignored)
+    model, count, state = _last_state
+    if model is None or model() is not instance or count != epoch[0]:
+        state = guards.link_state(instance)
+        _last_state[:] = [weakref.ref(instance), epoch[0], state]
+    return guards.without_ignored(state, ignored) if ignored else state
 
 
 def diff_link_state(old, new):
@@ -301,13 +214,15 @@ class Entry(object):
         self._owners_assigned = _owners_assigned(self.param_sources,
                                                  effects)
         self._owners = None
-        self._epoch = -1  # check the model on first use
+        # the epoch of the model and its count when last checked
+        self._model_epoch, self._epoch = epochs.UNWATCHED, -1  # check first
 
     def ignore_state(self, ignored):
         """Stops guarding the link attributes ``ignored`` (``(path,
         name)`` pairs the forward assigns before reading)."""
         self.ignored_state = frozenset(ignored)
-        self.link_state = _without(self.link_state, self.ignored_state)
+        self.link_state = guards.without_ignored(self.link_state,
+                                                 self.ignored_state)
 
     @property
     def n_instructions(self):
@@ -326,13 +241,14 @@ class Entry(object):
     def fetch_params(self, instance):
         """The arrays the program reads from the model, or ``None`` if a
         guard fails (the call is then a miss)."""
-        if self._epoch != link_epoch[0]:
+        if self._epoch != self._model_epoch[0]:
             if current_link_state(instance, self.ignored_state) != \
                     self.link_state:
                 return None
-            watch_model(instance)
+            self._model_epoch = epochs.model_epoch(instance)
+            epochs.watch_model(instance)  # links added since too
             self._owners = self._resolve(instance)
-            self._epoch = link_epoch[0]
+            self._epoch = self._model_epoch[0]
         if self._owners is None or not _keys.config_holds(
                 self.config_reads):
             return None
@@ -354,8 +270,8 @@ class Entry(object):
 
     def guard_failures(self, instance):
         """Lines saying why :meth:`fetch_params` fails, for ``explain``."""
-        lines = diff_link_state(self.link_state,
-                                link_state(instance, self.ignored_state))
+        lines = diff_link_state(self.link_state, guards.link_state(
+            instance, self.ignored_state))
         lines += guards.failures(self.py_guards)
         lines += guards.config_failures(self.config_reads)
         if lines:
@@ -417,12 +333,13 @@ class Entry(object):
         """Assigns the link attributes and reports the values that the
         recorded forward assigned and reported.
 
-        The assignments move :data:`link_epoch`; when nothing else moved
+        The assignments move the model's epoch; when nothing else moved
         it and each assigned attribute keeps the state this entry was
         compiled for (a Variable replaced by a Variable), the model is
         still the one the entry checked, so the next call skips
         comparing the whole model again."""
-        checked = self._epoch == link_epoch[0]
+        epoch = self._model_epoch
+        checked = self._epoch == epoch[0]
         assigned = []
         for kind, path, name, structure, specs in self.effects:
             value = _effect_value(structure, specs, outs, leaves, instance)
@@ -432,14 +349,14 @@ class Entry(object):
                 assigned.append((target, path, name))
             else:
                 chainer.reporter.report(value, target)
-        if checked and link_epoch[0] == self._epoch + len(assigned) and all(
+        if checked and epoch[0] == self._epoch + len(assigned) and all(
                 self._keeps_state(target, path, name)
                 for target, path, name in assigned):
             if self._owners_assigned:
                 # Assigned Variables the program reads (an LSTM's state):
                 # read where they are now on the next call.
                 self._owners = self._resolve(instance)
-            self._epoch = link_epoch[0]
+            self._epoch = epoch[0]
 
     def reported(self, outs, leaves, instance):
         """The values the recorded forward reported (``chainer.report``),
@@ -454,7 +371,7 @@ class Entry(object):
         or any value when the forward assigns it before reading it (as
         ``L.Classifier`` does ``self.y``)?"""
         return (_state_path(path), name) in self.ignored_state or \
-            self._assigned_state[path, name] == _attribute_state(
+            self._assigned_state[path, name] == guards.attribute_state(
                 getattr(target, name))
 
     def describe(self):

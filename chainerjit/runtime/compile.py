@@ -165,7 +165,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     sig = call_signature(caller.fn, caller.instance, key, leaves,
                          recorded_args, recorded_kwargs)
     miss_reason = caller.explain_miss(sig, key)
-    model_state = cache.link_state(caller.instance)  # before the call
+    model_state = guards.link_state(caller.instance)  # before the call
     py_guards = guards.python_guards(caller.fn, caller.instance)
     generators = guards.generator_states(py_guards)
     varying_names = None
@@ -343,7 +343,7 @@ def _fallback_reason(caller, recording, py_guards, generators):
     call changed), or a branch on an array value in a forward with side
     effects. The last two warn (once)."""
     hooked = [path for path, link in _links(caller.instance)
-              if cache.link_hooks(link)]
+              if guards.link_hooks(link)]
     if hooked:
         return 'link hooks on %s observe each call' % ', '.join(hooked)
     changed = _changed_by_the_call(py_guards, recording)

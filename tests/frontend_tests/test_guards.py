@@ -9,8 +9,14 @@ Silent mismatches (each must now be the eager result or a miss):
   2. A class attribute, module global or closure variable the forward
      names changed (a scalar by value, an array or Variable rebound), or
      an attribute of a plain object the model holds that the forward
-     reads (``self.options.scale``): a miss.
-  3. A link replaced, or a parameter reshaped: a miss.
+     reads (``self.options.scale``): a miss. The same for the helper
+     functions and methods it calls and the forwards of links of the
+     user's own classes (a few calls deep), and for a helper function
+     redefined.
+  3. A link replaced, or a parameter reshaped: a miss; likewise for a
+     link named outside the model (a global ``model``, a closure's, a
+     plain object's): a new link bound to the name, a parameter or
+     running statistics replaced.
   4. A parameter updated in place or rebound (an optimizer step): read on
      every call.
   5. Batch-normalization statistics changed: read on every call.
@@ -29,9 +35,10 @@ Eager fall-backs, with a one-time warning naming the line:
       state dict given a new Variable): the change reaches the caller's
       container, as in eager mode.
 
-Still frozen at recording time (documented in the README):
-  12. Globals and class attributes read only by helper functions the
-      forward calls (not by the forward's own code).
+Still frozen at recording time (documented in the limits):
+  12. Globals read by helpers more than a few calls deep, or by
+      functions reached other than by name (``getattr``, a dict of
+      functions).
 """
 
 import chainer
@@ -152,32 +159,6 @@ def test_optimizer_step_is_seen(rng):
     assert jitted.cache_info().hits == 1
 
 
-def helper_scale():
-    return SCALE
-
-
-def test_global_read_by_a_helper_is_frozen(rng):
-    """Footgun 11: documented, not guarded."""
-    global SCALE
-
-    def f(x):
-        return F.relu(x) * helper_scale()
-
-    jitted = chainerjit.jit(f)
-    x = _x(rng)
-    _same(jitted, f, x)
-    SCALE = 4.0
-    try:
-        with chainer.no_backprop_mode():
-            y = jitted(x)
-        # should be 4 * relu(x); the recording froze 2.0
-        numpy.testing.assert_allclose(y.array, 2.0 * numpy.maximum(x, 0))
-        jitted.cache_clear()  # the documented remedy
-        _same(jitted, f, x)
-    finally:
-        SCALE = 2.0
-
-
 def test_unkeyable_argument_warns(rng):
     with pytest.warns(chainerjit.FallbackWarning, match='UnsupportedArgument'):
         with chainer.no_backprop_mode():
@@ -264,3 +245,183 @@ def test_a_state_dict_argument_gets_the_new_variable(rng):
     mine['h'].grad = numpy.ones((2, 3), numpy.float32)
     mine['h'].backward()  # the caller's Variable is in Chainer's graph
     assert link.W.grad is not None
+
+
+def helper_scale():
+    return SCALE
+
+
+def test_global_read_by_a_helper_is_guarded(rng):
+    """A helper function the forward calls is read too: the globals it
+    names are guarded, a few calls deep."""
+    global SCALE
+
+    def f(x):
+        return F.relu(x) * helper_scale()
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    SCALE = 4.0
+    try:
+        _same(jitted, f, x)
+        x = _x(rng)
+        _same(jitted, f, x)
+    finally:
+        SCALE = 2.0
+    assert jitted.cache_info()[:2] == (1, 2)
+
+
+def activation(x):
+    return F.relu(x)
+
+
+def test_a_helper_function_redefined_is_a_miss(rng):
+    global activation
+    model = L.Linear(4, 3)
+
+    def f(x):
+        return activation(model(x))
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    old = activation
+    activation = F.tanh  # not the user's code: guarded by identity
+    try:
+        _same(jitted, f, x)
+        activation = lambda x: F.sigmoid(x) * 2  # noqa: E731
+        _same(jitted, f, _x(rng))
+        _same(jitted, f, _x(rng))
+    finally:
+        activation = old
+    _same(jitted, f, x)
+    assert jitted.cache_info().misses == 3
+
+
+class _HelperNet(chainer.Chain):
+    def __init__(self):
+        super(_HelperNet, self).__init__()
+        with self.init_scope():
+            self.lin = L.Linear(4, 4)
+            self.block = _Block()
+
+    def step(self, x):
+        return self.lin(x) * SCALE
+
+    def forward(self, x):
+        return self.block(self.step(x))
+
+
+class _Block(chainer.Chain):
+    """A link of the user's own class: its forward is read too."""
+
+    def __init__(self):
+        super(_Block, self).__init__()
+        with self.init_scope():
+            self.lin = L.Linear(4, 2)
+
+    def forward(self, x):
+        return self.lin(x) + SHIFT
+
+
+SHIFT = 0.5
+
+
+def test_globals_of_a_method_and_of_a_links_forward_are_guarded(rng):
+    global SCALE, SHIFT
+    net = _HelperNet()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    _same(jitted, net.forward, x)
+    labels = sorted(g.label for g in jitted.cache_entries()[0].py_guards)
+    assert labels == ['_HelperNet.step', 'global SCALE', 'global SHIFT']
+    try:
+        SCALE = 3.0
+        _same(jitted, net.forward, _x(rng))
+        SHIFT = -1.0
+        _same(jitted, net.forward, _x(rng))
+        _same(jitted, net.forward, _x(rng))
+    finally:
+        SCALE, SHIFT = 2.0, 0.5
+    assert jitted.cache_info()[:2] == (1, 3)
+
+
+model_outside = L.Linear(4, 3)
+
+
+def _predict(x):
+    return F.relu(model_outside(x))
+
+
+def test_a_global_model_rebound_or_changed_is_a_miss(rng):
+    """A link the forward names outside a model (a notebook's global
+    ``model``): its parameters are read as they are, and a new model
+    bound to the name, a parameter or running statistics replaced, or
+    a scalar attribute changed is a miss."""
+    global model_outside
+    old = model_outside
+    jitted = chainerjit.jit(_predict)
+    x = _x(rng)
+    try:
+        _same(jitted, _predict, x)
+        model_outside.W.array[...] *= 2  # in place: read as it is
+        _same(jitted, _predict, _x(rng))
+        model_outside = L.Linear(4, 3)
+        _same(jitted, _predict, _x(rng))
+        model_outside.W = chainer.Parameter(
+            rng.randn(3, 4).astype(numpy.float32))
+        _same(jitted, _predict, _x(rng))
+        _same(jitted, _predict, _x(rng))
+        assert jitted.cache_info()[:2] == (2, 3)
+        assert 'global model_outside: its links, parameters or attributes ' \
+            'changed' not in jitted.cache_entries()[0].guard_failures(None)
+        model_outside.b.array[...] = 1
+        _same(jitted, _predict, _x(rng))
+    finally:
+        model_outside = old
+
+
+def test_a_closure_models_statistics_replaced_is_a_miss(rng):
+    bn, lin = L.BatchNormalization(3), L.Linear(4, 3)
+
+    def predict(x):
+        return bn(lin(x))
+
+    jitted = chainerjit.jit(predict)
+    x = _x(rng)
+    with chainer.using_config('train', False):
+        _same(jitted, predict, x)
+        bn.avg_mean += 1  # in place
+        _same(jitted, predict, _x(rng))
+        bn.avg_var = numpy.full(3, 4, numpy.float32)  # replaced
+        failures = jitted.cache_entries()[0].guard_failures(None)
+        assert failures == ['closure bn: its links, parameters or '
+                            'attributes changed']
+        _same(jitted, predict, _x(rng))
+        bn.eps = 0.25
+        _same(jitted, predict, _x(rng))
+    assert jitted.cache_info().misses == 3
+
+
+class _Holder(object):
+    """A plain object holding a link, its method jitted."""
+
+    def __init__(self):
+        self.lin = L.Linear(4, 3)
+
+    def predict(self, x):
+        return self.lin(x)
+
+
+def test_a_link_held_by_a_plain_object_replaced_is_a_miss(rng):
+    holder = _Holder()
+    jitted = chainerjit.jit(holder.predict)
+    x = _x(rng)
+    _same(jitted, holder.predict, x)
+    holder.lin = L.Linear(4, 3)
+    _same(jitted, holder.predict, x)
+    holder.lin.b = chainer.Parameter(numpy.ones(3, numpy.float32))
+    _same(jitted, holder.predict, x)
+    _same(jitted, holder.predict, _x(rng))
+    assert jitted.cache_info()[:2] == (1, 3)

@@ -89,7 +89,7 @@ def test_a_classifier_storing_its_results_is_not_checked_again(
     # L.Classifier assigns self.y, self.loss and self.accuracy before
     # reading them: replaying those assignments keeps the model check
     # done, so later calls skip comparing the whole model.
-    from chainerjit.runtime import cache
+    from chainerjit.frontend import guards
     model = L.Classifier(L.Linear(8, 4))
     model.forward = chainerjit.jit(model.forward)
     x = rng.standard_normal((6, 8)).astype(numpy.float32)
@@ -97,8 +97,8 @@ def test_a_classifier_storing_its_results_is_not_checked_again(
     for _ in range(3):
         model(x, t)
     checks = []
-    original = cache.link_state
-    monkeypatch.setattr(cache, 'link_state', lambda *a: checks.append(a)
+    original = guards.link_state
+    monkeypatch.setattr(guards, 'link_state', lambda *a: checks.append(a)
                         or original(*a))
     for _ in range(3):
         model(x, t)

@@ -10,6 +10,9 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit.frontend import epochs
+from chainerjit.frontend import guards
+from chainerjit.runtime import cache
 
 
 class MLP(chainer.Chain):
@@ -159,21 +162,47 @@ def test_python_attribute_change_is_a_miss(net, rng):
     assert (info.misses, info.hits) == (2, 1)
 
 
-def test_only_the_checked_models_links_move_the_epoch(net, rng):
-    from chainerjit.runtime import cache
+def test_only_the_checked_models_links_move_its_epoch(net, rng):
     other = L.Linear(2, 3)
-    before = cache.link_epoch[0]
     other.tag = 1  # a link no entry checks
-    assert cache.link_epoch[0] == before
+    assert epochs.model_epoch_if_watched(other) is None
     _check(net, _x(rng))
     _check(net, _x(rng))  # the entry checked the model: its links watched
+    epoch = epochs.model_epoch_if_watched(net)
     for link in (net, net.l1, net.l2):
-        before = cache.link_epoch[0]
+        before = epoch[0]
         link.tag = 1
-        assert cache.link_epoch[0] > before
-    before = cache.link_epoch[0]
+        assert epoch[0] == before + 1
+    before = epoch[0]
     other.tag = 2
-    assert cache.link_epoch[0] == before
+    second = MLP()
+    _check(second, _x(rng))
+    _check(second, _x(rng))
+    second.l1.tag = 2  # another watched model
+    assert epoch[0] == before
+    assert epochs.model_epoch_if_watched(second)[0] > 1
+
+
+def test_a_change_to_another_model_does_not_compare_this_one_again(
+        net, rng, monkeypatch):
+    x = _x(rng)
+    second = MLP()
+    second.l1.tag = 1
+    for model in (net, net, second, second):
+        _check(model, x)
+    compared = []
+    real = guards.link_state
+    monkeypatch.setattr(guards, 'link_state',
+                        lambda *a, **k: compared.append(a[0]) or real(*a, **k))
+    for _ in range(3):
+        second.l1.tag = 1  # the same, as a stateful link's state
+        _check(second, x)
+        _check(net, x)
+    assert [m is net for m in compared] == [False] * 3
+    net.slope = 0.2  # the same value: compared again, still a hit
+    _check(net, x)
+    assert compared[3:] == [net]
+    assert net.forward.cache_info().misses == 1
 
 
 def test_a_sublink_added_later_is_watched(net, rng):
@@ -191,13 +220,12 @@ def test_a_sublink_added_later_is_watched(net, rng):
 
 
 def test_a_watched_models_state_is_read_once_per_change(net, monkeypatch):
-    from chainerjit.runtime import cache
     read = []
-    real = cache.link_state
-    monkeypatch.setattr(cache, 'link_state',
+    real = guards.link_state
+    monkeypatch.setattr(guards, 'link_state',
                         lambda *a, **k: read.append(a[0]) or real(*a, **k))
     assert cache.current_link_state(net) == real(net)  # not watched yet
-    cache.watch_model(net)
+    epochs.watch_model(net)
     first = cache.current_link_state(net)
     assert cache.current_link_state(net) is first
     assert len(read) == 2
@@ -206,7 +234,7 @@ def test_a_watched_models_state_is_read_once_per_change(net, monkeypatch):
     assert second != first and second == real(net)
     assert cache.current_link_state(net) is second
     other = MLP()
-    cache.watch_model(other)
+    epochs.watch_model(other)
     assert cache.current_link_state(other) == real(other)  # its own
     ignored = frozenset([('/l1', 'scale')])
     assert cache.current_link_state(net, ignored) == real(net, ignored)
