@@ -16,6 +16,7 @@ from chainerjit.errors import DataDependentValue  # NOQA
 from chainerjit.errors import FallbackWarning  # NOQA
 from chainerjit.errors import GraphBreakWarning  # NOQA
 from chainerjit.errors import RecompileWarning  # NOQA
+from chainerjit.errors import UnguardedWarning  # NOQA
 from chainerjit.errors import UnsupportedArgument  # NOQA
 from chainerjit.errors import VMError  # NOQA
 from chainerjit.profiler import profile  # NOQA

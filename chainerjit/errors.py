@@ -97,6 +97,12 @@ class RecompileWarning(UserWarning):
     """A function keeps recompiling; the message says what changes."""
 
 
+class UnguardedWarning(UserWarning):
+    """A compiled program reads a parameter it reached by a way no guard
+    follows: replacing the parameter or its link would not be noticed
+    (shown once per function)."""
+
+
 def source_excerpt(loc):
     """Formats ``(filename, lineno)`` as a traceback-style excerpt."""
     if loc is None:

@@ -121,6 +121,20 @@ class LinkGuard(object):
                            'its links, parameters or attributes changed')
 
 
+def unguarded(parameters, guards):
+    """The Parameters among ``parameters`` (those a program reads as they
+    were recorded, found outside its model) that no guard of ``guards``
+    follows: neither a link guard on a link holding one, nor an identity
+    guard on the parameter itself."""
+    followed = set()
+    for guard in guards:
+        if isinstance(guard, LinkGuard):
+            followed.update(id(p) for p in guard.expected.params())
+        elif isinstance(guard.expected, chainer.Parameter):
+            followed.add(id(guard.expected))
+    return [p for p in parameters if id(p) not in followed]
+
+
 def link_facts(link):
     """What a program recorded with ``link`` outside its model assumes of
     it: its :func:`link_state`, and which array or Variable (a parameter,
@@ -198,15 +212,15 @@ def python_guards(fn, instance):
     function, a method ``self.step``: their code read the same way, a few
     calls deep), and for the ``forward`` of each link of the model whose
     class is not Chainer's."""
-    guards, seen = [], set()
-    _function_guards(fn, instance, 'self', guards, seen, _CALLS_DEEP)
+    reading = _Reading(fn)
+    reading.read(fn, instance, 'self', _CALLS_DEEP)
     if isinstance(instance, chainer.Link):
         for path, link in instance.namedlinks(skipself=True):
             forward = getattr(type(link), 'forward', None)
             if _users_function(forward):
-                _function_guards(forward, link, 'self' + path.replace(
-                    '/', '.'), guards, seen, _CALLS_DEEP - 1)
-    return guards
+                reading.read(forward, link, 'self' + path.replace('/', '.'),
+                             _CALLS_DEEP - 1)
+    return reading.guards
 
 
 _FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType,
@@ -225,34 +239,78 @@ def _users_function(value):
         (value.__module__ or '').split('.')[0] not in _LIBRARIES
 
 
-def _function_guards(fn, instance, prefix, guards, seen, depth):
-    """Adds to ``guards`` those of ``fn``'s code (see
-    :func:`python_guards`), bound to ``instance`` (``prefix`` names it),
-    then of the functions they guard, ``depth`` calls deep; each
-    function's once (``seen``: ``(code, instance)`` ids)."""
-    code = getattr(fn, '__code__', None)
-    if code is None or (id(code), id(instance)) in seen:
-        return
-    seen.add((id(code), id(instance)))
-    found = []  # (guard, the instance its calls are bound to)
-    for name in sorted(_code_names(code)):
-        found += _named(fn, instance, name, prefix)
-    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
-        read = functools.partial(_cell_contents, cell)
-        found += [(g, None) for g in _make('closure %s' % name, read, read())]
-    for i, value in enumerate(fn.__defaults__ or ()):
-        found += [(g, None) for g in _make('default %d' % i, functools.partial(
-            _default, fn, i), value, ('contents',))]
-    if instance is not None:
-        for chain in sorted(_attribute_chains(fn)):
-            found += [(g, None) for g in _chained(instance, chain, prefix)]
-    labels = set(g.label for g in guards)
-    guards += [g for g, _ in found if g.label not in labels]
-    if depth > 0:
-        for guard, bound in found:
-            if _users_function(guard.expected):
-                _function_guards(guard.expected, bound, prefix, guards,
-                                 seen, depth - 1)
+class _Reading(object):
+    """The guards of :func:`python_guards`, gathered function by function
+    (each once), each value once: ``(namespace id, name)`` of a global
+    or class attribute, the cell of a closure variable, and so on."""
+
+    def __init__(self, top):
+        self.top, self.guards = top, []
+        self.seen, self.sources = set(), set()
+
+    def read(self, fn, instance, prefix, depth):
+        """Adds the guards of ``fn``'s code, bound to ``instance``
+        (``prefix`` names it), then of the functions they guard,
+        ``depth`` calls deep."""
+        code = getattr(fn, '__code__', None)
+        if code is None or (code, id(instance)) in self.seen:
+            return
+        self.seen.add((code, id(instance)))
+        found = []  # (source, guard, the instance its calls are bound to)
+        names = sorted(_code_names(code))
+        for name in names:
+            found += _named(fn, instance, name, prefix, self._module(fn))
+        for module in _users_modules(fn, names):
+            found += _module_attributes(module, names)
+        where = '' if fn is self.top else ' of %s' % fn.__qualname__
+        for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+            read = functools.partial(_cell_contents, cell)
+            found += [(id(cell), g, None) for g in _make(
+                'closure %s%s' % (name, where), read, read())]
+        for i, value in enumerate(fn.__defaults__ or ()):
+            found += [((id(fn), i), g, None) for g in _make(
+                'default %d%s' % (i, where),
+                functools.partial(_default, fn, i), value, ('contents',))]
+        if instance is not None:
+            for chain in sorted(_attribute_chains(fn)):
+                found += [((id(instance), chain), g, None)
+                          for g in _chained(instance, chain, prefix)]
+        for read_from, guard, _ in found:
+            if read_from not in self.sources:
+                self.sources.add(read_from)
+                self.guards.append(guard)
+        if depth > 0:
+            for _, guard, bound in found:
+                if _users_function(guard.expected):
+                    self.read(guard.expected, bound, prefix, depth - 1)
+
+    def _module(self, fn):
+        """How a global of ``fn`` is named: ``''`` in the jitted
+        function's module, else that module's name and a dot."""
+        if fn.__globals__ is getattr(self.top, '__globals__', None):
+            return ''
+        return '%s.' % fn.__globals__.get('__name__', '?')
+
+
+def _users_modules(fn, names):
+    """The modules of the user's code among the globals ``names`` and the
+    closure variables of ``fn`` (``utils`` of ``utils.helper(x)``)."""
+    values = [fn.__globals__.get(name) for name in names] + \
+        [_cell_contents(cell) for cell in fn.__closure__ or ()]
+    return [value for value in values
+            if isinstance(value, types.ModuleType) and
+            value.__name__.split('.')[0] not in _LIBRARIES]
+
+
+def _module_attributes(module, names):
+    """``[(source, guard, None)]`` on the attributes of a user's module
+    among ``names`` (the attribute names a function's code reads too)."""
+    namespace = vars(module)
+    return [((id(namespace), name), g, None) for name in names
+            if name in namespace for g in _make(
+                'global %s.%s' % (module.__name__, name),
+                functools.partial(namespace.get, name, ABSENT),
+                namespace[name])]
 
 
 def _attribute_chains(fn):
@@ -301,14 +359,15 @@ def _read_chain(obj, chain):
     return obj
 
 
-def _named(fn, instance, name, prefix='self'):
-    """``[(guard, instance)]``: the guard on what ``name`` in ``fn``'s
-    code may name (an attribute of ``instance``, a class attribute, a
-    global), each with the instance a function it holds is bound to (a
+def _named(fn, instance, name, prefix='self', module=''):
+    """``[(source, guard, instance)]``: the guard on what ``name`` in
+    ``fn``'s code may name (an attribute of ``instance``, a class
+    attribute, a global: ``'global %s%s' % (module, name)``), with what
+    it reads and the instance a function it holds is bound to (a
     method's), else ``None``."""
     if instance is not None and name in vars(instance):
         link = isinstance(instance, chainer.Link)
-        return [(g, None) for g in _make(
+        return [((id(instance), name), g, None) for g in _make(
             '%s.%s' % (prefix, name), functools.partial(
                 _attribute, instance, name), vars(instance)[name],
             ('contents',) if link else ('value', 'identity', 'contents'))]
@@ -318,9 +377,9 @@ def _named(fn, instance, name, prefix='self'):
     owner = next((c for c in classes if name in vars(c)), None)
     namespace = vars(owner) if owner is not None else fn.__globals__
     label = '%s.%s' % (owner.__name__, name) if owner is not None \
-        else 'global %s' % name
+        else 'global %s%s' % (module, name)
     bound = instance if owner is not None else None
-    return [(g, bound) for g in _make(
+    return [((id(namespace), name), g, bound) for g in _make(
         label, functools.partial(namespace.get, name, ABSENT),
         namespace.get(name, ABSENT))]
 

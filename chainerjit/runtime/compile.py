@@ -239,6 +239,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
+        _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
         if varying is not None:  # (their sizes, numbers) pairs
@@ -366,6 +367,29 @@ def _fallback_reason(caller, recording, py_guards, generators):
         caller.warn_fallback(errors.DataDependentValue(reason), None)
         return reason
     return None
+
+
+def _warn_unguarded(caller, graph, py_guards):
+    """Warns, once per function, where the program reads a parameter
+    outside the model that no guard follows (a link in a list the forward
+    indexes, one reached by ``getattr`` or deeper than the guards read)."""
+    reads = [v for v in graph.params if v.data[0] == 'object']
+    unguarded = guards.unguarded([v.data[1] for v in reads], py_guards)
+    if not unguarded:
+        return
+    value = next(v for v in reads if v.data[1] is unguarded[0])
+    loc = next((n.loc for n in graph.nodes if value in n.inputs and n.loc),
+               None)
+    errors.warn_once(
+        (caller.name, 'unguarded'), errors.UnguardedWarning,
+        'chainerjit: %s reads the parameter %s %s (%d parameters in all) '
+        'of a link it reaches outside its model by a way no guard follows '
+        '(a list or dict of links, getattr, a helper deeper than the guards '
+        'read), at %s: an update of its values is seen, but a new '
+        'parameter or link put in its place is not; call cache_clear() '
+        'after replacing one. See docs/errors.md#UnguardedWarning'
+        % (caller.name, value.name, tuple(value.shape), len(unguarded),
+           _format_loc(loc)))
 
 
 def _links(instance):

@@ -41,6 +41,8 @@ Still frozen at recording time (documented in the limits):
       functions).
 """
 
+import warnings
+
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -49,6 +51,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests.frontend_tests.guarded_helpers import scaled
 
 
 SCALE = 2.0
@@ -425,3 +428,82 @@ def test_a_link_held_by_a_plain_object_replaced_is_a_miss(rng):
     _same(jitted, holder.predict, x)
     _same(jitted, holder.predict, _x(rng))
     assert jitted.cache_info()[:2] == (1, 3)
+
+
+layers_outside = [L.Linear(4, 4), L.Linear(4, 3)]
+
+
+def _through_a_list(x):
+    for layer in layers_outside:
+        x = layer(x)
+    return x
+
+
+def _through_a_name(x):
+    return model_outside(x)
+
+
+def test_a_parameter_no_guard_follows_warns_once(rng):
+    """A link in a global list: an update in place is read, a parameter
+    replaced would not be noticed, and a warning says so once."""
+    jitted = chainerjit.jit(_through_a_list)
+    with pytest.warns(chainerjit.UnguardedWarning,
+                      match=r'parameter W \(4, 4\) \(4 parameters in all\)'
+                      r'.*test_guards.py:\d+'):
+        _same(jitted, _through_a_list, _x(rng))
+    layers_outside[1].W.array[...] = 3
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.UnguardedWarning)
+        _same(jitted, _through_a_list, _x(rng))
+        named = chainerjit.jit(_through_a_name)  # a guarded global link
+        _same(named, _through_a_name, _x(rng))
+        held = _Holder()  # a plain object's link
+        _same(chainerjit.jit(held.predict), held.predict, _x(rng))
+        net = Net()  # the model's own parameters
+        _same(chainerjit.jit(net.forward), net.forward, _x(rng))
+
+
+def test_globals_of_the_same_name_in_two_modules_are_both_guarded(rng):
+    global SCALE
+    from tests.frontend_tests import guarded_helpers
+
+    def f(x):
+        return scaled(x) * SCALE
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    labels = sorted(g.label for g in jitted.cache_entries()[0].py_guards)
+    assert labels == ['global SCALE', 'global scaled',
+                      'global tests.frontend_tests.guarded_helpers.SCALE']
+    try:
+        guarded_helpers.SCALE = 3.0
+        _same(jitted, f, x)
+        SCALE = 5.0
+        _same(jitted, f, x)
+    finally:
+        guarded_helpers.SCALE, SCALE = 10.0, 2.0
+    assert jitted.cache_info().misses == 3
+
+
+def test_a_helper_called_through_its_module_is_read(rng):
+    from tests.frontend_tests import guarded_helpers
+
+    def f(x):
+        return guarded_helpers.scaled(x)
+
+    jitted = chainerjit.jit(f)
+    x = _x(rng)
+    _same(jitted, f, x)
+    try:
+        guarded_helpers.SCALE = 3.0
+        _same(jitted, f, x)
+    finally:
+        guarded_helpers.SCALE = 10.0
+    old = guarded_helpers.scaled
+    try:
+        guarded_helpers.scaled = F.sigmoid
+        _same(jitted, f, x)
+    finally:
+        guarded_helpers.scaled = old
+    assert jitted.cache_info().misses == 3
