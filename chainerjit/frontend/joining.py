@@ -48,6 +48,7 @@ width.
 
 import collections
 import functools
+import re
 
 import chainer
 from chainer.functions.array import get_item
@@ -294,8 +295,11 @@ def _reduction_of(template, keeps_axis):
     ``keeps_axis``, keeping it as one row), or ``None``."""
     if isinstance(template, get_item.GetItem):
         index = _hashable(template.slices)
-        return _PICKED.get((index, keeps_axis)) if all(
-            isinstance(s, (int, tuple)) for s in index) else None
+        if not all(isinstance(s, (int, tuple)) for s in index):
+            return None
+        if len(index) == 1 and type(index[0]) is int and not keeps_axis:
+            return segments_ops.pick_kind(index[0])  # y[k]
+        return _PICKED.get((index, keeps_axis))
     kind = _REDUCTIONS.get(type(template))
     if kind is None or tuple(template.axis or ()) != (0,) or \
             bool(template.keepdims) != keeps_axis:
@@ -1011,12 +1015,13 @@ def _linked_whole(values, users):
 
 
 def _read_whole(outs, users):
-    """Are an N-step link's output sequences ``outs`` unread, or read
-    together by one node a joined call makes of their rows
+    """Are an N-step link's output sequences ``outs`` unread, or read only
+    by nodes a joined call makes of their rows: together by one node
     (``F.concat(ys, axis=0)``, ``F.pad_sequence(ys)``), or each by one
     node reducing it over its rows or taking its first or last row, all
     then stacked, or concatenated, in order or reversed (``[y[-1] for y in
-    ys]``: ``reduced_segments``)?"""
+    ys]``: ``reduced_segments``); or both ways (the rows padded for
+    attention and each last row)?"""
     readers = set(reader for out in outs for reader in users.get(out, []))
     if not readers:
         return True
@@ -1024,8 +1029,12 @@ def _read_whole(outs, users):
         return False
     if len(readers) == 1:
         return next(iter(readers)).op in ('Concat', 'PadSequence')
-    each = [users.get(out, []) for out in outs]
-    if any(len(r) != 1 for r in each):
+    together = set(reader for reader in readers
+                   if reader.op in ('Concat', 'PadSequence') and
+                   reader.inputs == list(outs))
+    each = [[r for r in users.get(out, []) if r not in together]
+            for out in outs]
+    if len(together) > 1 or any(len(r) != 1 for r in each):
         return False
     joined_by = set(_joined_by(r[0]) for r in each)
     reduced = [r[0].outputs[0] for r in each]
@@ -1038,6 +1047,10 @@ def _read_whole(outs, users):
         dict(join.attrs).get('axis') == 0 and \
         join.inputs in (reduced, reduced[::-1])
 
+
+#: The index of a recorded GetItem taking one row of an item, as printed
+#: (``y[-2]``: ``'[-2]'``).
+_ONE_ROW = re.compile(r'\[-?\d+\]$')
 
 #: The index of a recorded GetItem that takes an item's first or last
 #: row (:data:`_PICKS`, as printed), and the node joining the rows of all.
@@ -1052,7 +1065,9 @@ def _joined_by(node):
     its first or last row (the axis kept: ``'Concat'``); else ``None``."""
     attrs = dict(node.attrs)
     if node.op == 'GetItem':
-        return _PICKED_READ.get(attrs.get('slices'))
+        label = attrs.get('slices')
+        return 'Stack' if _ONE_ROW.match(label or '') else \
+            _PICKED_READ.get(label)
     if node.op not in _POOLS or attrs.get('axis') != (0,):
         return None
     return 'Concat' if attrs.get('keepdims') else 'Stack'

@@ -87,14 +87,30 @@ def rows_of_padded(padded, lengths):
 
 
 #: What :func:`reduced_rows` computes of each item's rows: a reduction,
-#: as Chainer's ``Sum``, ``Mean``, ``Max`` and ``Min`` compute them, or
-#: its first or last row (``y[0]``, ``y[-1]``).
+#: as Chainer's ``Sum``, ``Mean``, ``Max`` and ``Min`` compute them; or
+#: one row of it (a *pick*: ``'first'``, ``'last'``, ``'row 2'``, ``'row
+#: -2'``, for ``y[0]``, ``y[-1]``, ``y[2]``, ``y[-2]``).
 REDUCTIONS = {'sum': lambda x: x.sum(axis=0), 'mean': lambda x: x.mean(axis=0),
-              'max': lambda x: x.max(axis=0), 'min': lambda x: x.min(axis=0),
-              'first': lambda x: x[0], 'last': lambda x: x[-1]}
+              'max': lambda x: x.max(axis=0), 'min': lambda x: x.min(axis=0)}
 
-#: The kinds of :data:`REDUCTIONS` that take one row of each item.
-PICKS = frozenset(['first', 'last'])
+
+def picked_row(kind):
+    """The row of each item a pick ``kind`` takes (``0`` for ``'first'``,
+    ``-1`` for ``'last'``, ``k`` for ``'row k'``), or ``None`` for a
+    reduction."""
+    if kind in ('first', 'last'):
+        return 0 if kind == 'first' else -1
+    return int(kind[4:]) if kind.startswith('row ') else None
+
+
+def pick_kind(k):
+    """The pick kind taking row ``k`` of each item (:func:`picked_row`)."""
+    return {0: 'first', -1: 'last'}.get(k, 'row %d' % k)
+
+
+def _reduction(kind):
+    k = picked_row(kind)
+    return REDUCTIONS[kind] if k is None else lambda x: x[k]
 
 
 def reduced_rows(rows, lengths, kind):
@@ -104,7 +120,7 @@ def reduced_rows(rows, lengths, kind):
     ...)``."""
     xp = chainer.backend.get_array_module(rows)
     lengths = chainer.backend.CpuDevice().send(lengths)
-    fn = REDUCTIONS[kind]
+    fn = _reduction(kind)  # (a pick beyond an item raises IndexError)
     found = [fn(rows[stop - n:stop]) for stop, n in
              zip(numpy.cumsum(lengths).tolist(), lengths.tolist())]
     return xp.stack(found) if found else xp.zeros(
@@ -123,7 +139,7 @@ def reduced_rows_grad(rows, lengths, kind, y, gy):
     the maximum, or minimum, for those of :data:`EXTREMES`, which alone
     read ``rows`` and ``y``)."""
     lengths = chainer.backend.CpuDevice().send(lengths)
-    if kind in PICKS:
+    if picked_row(kind) is not None:
         return _picked_grad(lengths, kind, gy)
     item, _ = _item_and_place(lengths, int(numpy.sum(lengths)))
     if kind == 'mean':
@@ -137,8 +153,8 @@ def reduced_rows_grad(rows, lengths, kind, y, gy):
 
 
 def _picked_grad(lengths, kind, gy):
-    """The gradient of the rows each item's first or last row was taken
-    from: ``gy``'s row of the item there, zeros elsewhere."""
+    """The gradient of the rows each item's picked row was taken from:
+    ``gy``'s row of the item there, zeros elsewhere."""
     xp = chainer.backend.get_array_module(gy)
     g = xp.zeros((int(numpy.sum(lengths)),) + gy.shape[1:], gy.dtype)
     g[picked_rows(lengths, kind)] = gy
@@ -146,10 +162,10 @@ def _picked_grad(lengths, kind, gy):
 
 
 def picked_rows(lengths, kind):
-    """Where each item's first (``kind`` ``'first'``) or last row is among
-    the rows of all."""
-    stops = numpy.cumsum(lengths)
-    return stops - lengths if kind == 'first' else stops - 1
+    """Where the row each item's pick ``kind`` takes is among the rows of
+    all (:func:`picked_row`)."""
+    stops, k = numpy.cumsum(lengths), picked_row(kind)
+    return stops - lengths + k if k >= 0 else stops + k
 
 
 def reversed_lengths_rule(rows):
@@ -302,11 +318,16 @@ def reduced_to_onnx(lengths_dtype, kind, dtype, rank):
     """The ONNX form of :func:`reduced_rows` (lengths of
     ``lengths_dtype``, rows of ``dtype`` and ``rank``): the items padded
     with what the reduction ignores, reduced over their rows (a mean
-    divided by each item's length); or the rows picked."""
+    divided by each item's length); or the rows picked. ``None`` for a
+    pick of another row than the first or the last: an item too short for
+    it would be an IndexError eagerly, and ONNX has no way to raise one
+    (its ``Gather`` would take another item's row)."""
+    if picked_row(kind) not in (None, 0, -1):
+        return None
     fill = {'max': -numpy.inf, 'min': numpy.inf}.get(kind, 0)
 
     def convert(b, ins, outs):
-        if kind in PICKS:
+        if picked_row(kind) is not None:
             item_lengths = b.cast(ins[1], lengths_dtype, numpy.int64)
             stops = _cumsum(b, item_lengths)
             at = b.single('Sub', stops, item_lengths if kind == 'first'

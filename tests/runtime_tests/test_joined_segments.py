@@ -283,6 +283,27 @@ def _source_and_targets(rng, shapes):
 _SHAPES = [(3, 4), (3, 6), (5, 6), (2, 3), (6, 8), (4, 5)]
 
 
+@pytest.mark.parametrize('train', [True, False])
+def test_a_row_beyond_a_short_sequence_raises_as_eagerly(train):
+    """``y[-2]`` of a sequence of one row raises IndexError, eagerly and
+    from the program serving every count and length; and does not
+    export (ONNX's Gather would read another sequence's row)."""
+    rng = numpy.random.RandomState(17)
+    calls = [([rng.standard_normal((int(rng.randint(2, 9)), 4)).astype(
+        numpy.float32) for _ in range(n)],) for n in _COUNTS]
+    jitted = checked_without_recompiling(
+        lambda: _FeatureSequences(_READS['second last']), calls, train)
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'ReduceSegments[kind=row -2]' in graph, graph
+    short = [rng.standard_normal((n, 4)).astype(numpy.float32)
+             for n in (3, 1, 4)]
+    with chainer.using_config('train', train), pytest.raises(IndexError):
+        jitted(short)
+    with pytest.raises(chainerjit.errors.ExportError,
+                       match='ReduceSegments'):
+        chainerjit.export_onnx(jitted, (calls[0][0],))
+
+
 def _one_joined_entry(make, calls, train, rest):
     """The one entry of ``make()``'s forward checked against eager over
     ``calls`` with no recompile (``checked_without_recompiling``), whose
@@ -531,7 +552,13 @@ _READS = {
     'max': lambda model, ys: model.out(
         F.stack([F.max(y, axis=0) for y in ys])),
     'mean row': lambda model, ys: F.concat(
-        [F.mean(y, axis=0, keepdims=True) for y in ys], axis=0)}
+        [F.mean(y, axis=0, keepdims=True) for y in ys], axis=0),
+    'second last': lambda model, ys: model.out(F.stack([y[-2] for y in ys])),
+    'second': lambda model, ys: model.out(F.stack([y[1] for y in ys])),
+    # both: the rows padded (for attention) and each sequence's last row
+    'padded and last': lambda model, ys: F.sum(
+        F.pad_sequence(ys), axis=1) * model.out(F.stack([
+            y[-1] for y in ys]))[:, :1]}
 
 
 def _first_weighed(rows):
