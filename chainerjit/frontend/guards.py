@@ -23,6 +23,7 @@ Chainer, are guarded too
 import ast
 import collections
 import functools
+import sys
 import types
 
 import chainer
@@ -33,7 +34,8 @@ from chainerjit.frontend import epochs
 from chainerjit.frontend import source
 
 
-_SCALARS = (type(None), bool, int, float, str)
+#: Compared by value: Python's scalars and NumPy's (``numpy.float32(2)``).
+_SCALARS = (type(None), bool, int, float, str, numpy.generic)
 
 
 ABSENT = _keys.ABSENT  # a value that is not there
@@ -45,16 +47,29 @@ def is_scalar(value):
         type(value) is tuple and all(isinstance(x, _SCALARS) for x in value))
 
 
-_CONTAINERS = (list, tuple, dict, set)
+#: Compared by their contents (subclasses too: ``OrderedDict``, a
+#: namedtuple); a ``functools.partial`` by its function, arguments and
+#: keywords.
+_CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque,
+               functools.partial)
+
+#: Arrays of at most this many elements (a 0-d array: a number) are
+#: compared by value too: the forward may have read one into Python
+#: (``float(TEMPERATURE)``). Larger ones are compared by identity: the
+#: program reads one as it is when it runs.
+SMALL_ARRAY = 1
 
 
-def snapshot(container, depth=4):
-    """The contents of a list, tuple, dict or set: scalars by value,
-    nested containers by their contents (``depth`` levels down), other
-    objects by identity."""
-    if type(container) is dict:
+def snapshot(container, depth=8):
+    """The contents of a container (:data:`_CONTAINERS`): scalars by
+    value, nested containers by their contents (``depth`` levels down),
+    small arrays by value and identity, other objects by identity."""
+    if isinstance(container, functools.partial):
+        return [('id', id(container.func)), snapshot(container.args, depth),
+                snapshot(container.keywords, depth)]
+    if isinstance(container, dict):
         return [(k, _item(v, depth)) for k, v in container.items()]
-    if type(container) is set:
+    if isinstance(container, (set, frozenset)):
         return sorted(repr(_item(x, depth)) for x in container)
     return [_item(x, depth) for x in container]
 
@@ -62,25 +77,41 @@ def snapshot(container, depth=4):
 def _item(value, depth):
     if is_scalar(value):
         return 'value', type(value), repr(value)
-    if type(value) in _CONTAINERS and depth > 0:
-        return 'items', id(value), snapshot(value, depth - 1)
+    if isinstance(value, _CONTAINERS) and depth > 0:
+        return 'items', type(value), id(value), snapshot(value, depth - 1)
+    if _small_array(value):
+        return 'array', id(value), _array_value(value)
     return 'id', id(value)
 
 
+def _small_array(value):
+    return isinstance(value, numpy.ndarray) and value.size <= SMALL_ARRAY
+
+
+def _array_value(array):
+    return array.dtype.str, array.shape, array.tobytes()
+
+
 class PythonGuard(collections.namedtuple(
-        'PythonGuard', 'label read expected kind')):
+        'PythonGuard', 'label read expected kind shot', defaults=(None,))):
     """A value read by ``read()`` that must still be ``expected``; kind is
-    ``'value'``, ``'identity'`` or ``'contents'``."""
+    ``'value'``, ``'identity'``, ``'contents'`` (a container whose
+    :func:`snapshot` was ``shot``, taken when the guard was made) or
+    ``'array'`` (a small array, the same one holding the same values:
+    ``shot``)."""
 
     def holds(self):
         current = self.read()
         if self.kind == 'identity':
             return current is self.expected
+        if self.kind == 'array':
+            return current is self.expected and \
+                _array_value(current) == self.shot
         if type(current) is not type(self.expected):
             return False
         if self.kind == 'value':
             return repr(current) == repr(self.expected)
-        return snapshot(current) == snapshot(self.expected)
+        return snapshot(current) == self.shot
 
     def describe(self):
         if self.kind == 'value':
@@ -148,25 +179,28 @@ def link_facts(link):
 
 
 def _make(label, read, value, kinds=('value', 'identity', 'contents')):
+    shot = None
     if is_scalar(value):
         kind = 'value'
+    elif _small_array(value) and 'identity' in kinds:
+        kind, shot = 'array', _array_value(value)
     elif isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
         kind = 'identity'  # a parameter too: the program reads this one
     elif isinstance(value, chainer.Link):
         return [LinkGuard(label, read, value)] if 'identity' in kinds \
             else []  # the model's own links: the cache checks them
-    elif type(value) in (list, tuple, dict, set):
-        kind = 'contents'  # compared with a shallow copy taken now
-        value = type(value)(value.items() if type(value) is dict else value)
-    elif isinstance(value, GENERATORS):
-        kind = 'identity'  # its state: see generator_states
-    elif isinstance(value, _FUNCTIONS):
-        kind = 'identity'  # a helper redefined: recorded again
+    elif isinstance(value, _CONTAINERS):
+        kind, shot = 'contents', snapshot(value)  # taken now
+    elif isinstance(value, types.ModuleType) or value is ABSENT:
+        return []
     else:
+        # A generator (its state: see generator_states), a helper function
+        # (redefined: recorded again), any other object (an Enum member):
+        # by identity.
+        kind = 'identity'
+    if ('identity' if kind == 'array' else kind) not in kinds:
         return []
-    if kind not in kinds:
-        return []
-    return [PythonGuard(label, read, value, kind)]
+    return [PythonGuard(label, read, value, kind, shot)]
 
 
 GENERATORS = (numpy.random.RandomState, numpy.random.Generator)
@@ -223,9 +257,6 @@ def python_guards(fn, instance):
     return reading.guards
 
 
-_FUNCTIONS = (types.FunctionType, types.BuiltinFunctionType,
-              types.MethodType, functools.partial, type)
-
 #: How many calls deep :func:`python_guards` reads helpers' code.
 _CALLS_DEEP = 4
 
@@ -236,7 +267,18 @@ _LIBRARIES = ('chainer', 'chainerjit', 'numpy', 'cupy', 'onnx', 'builtins')
 def _users_function(value):
     """A Python function of the user's code, not a library's."""
     return isinstance(value, types.FunctionType) and \
-        (value.__module__ or '').split('.')[0] not in _LIBRARIES
+        _users_module(value.__module__ or '')
+
+
+def _users_module(name):
+    """Is the module ``name`` the user's code: not chainerjit's, Chainer's
+    or NumPy's (:data:`_LIBRARIES`), not Python's own, not one installed
+    in ``site-packages``?"""
+    top = name.split('.')[0]
+    if top in _LIBRARIES or top in sys.stdlib_module_names:
+        return False
+    path = getattr(sys.modules.get(name), '__file__', None) or ''
+    return 'site-packages' not in path and 'dist-packages' not in path
 
 
 class _Reading(object):
@@ -246,7 +288,7 @@ class _Reading(object):
 
     def __init__(self, top):
         self.top, self.guards = top, []
-        self.seen, self.sources = set(), set()
+        self.seen, self.sources, self.labels = set(), set(), set()
 
     def read(self, fn, instance, prefix, depth):
         """Adds the guards of ``fn``'s code, bound to ``instance``
@@ -262,6 +304,7 @@ class _Reading(object):
             found += _named(fn, instance, name, prefix, self._module(fn))
         for module in _users_modules(fn, names):
             found += _module_attributes(module, names)
+        found += _global_chains(fn, set(names))
         where = '' if fn is self.top else ' of %s' % fn.__qualname__
         for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
             read = functools.partial(_cell_contents, cell)
@@ -276,13 +319,18 @@ class _Reading(object):
                 found += [((id(instance), chain), g, None)
                           for g in _chained(instance, chain, prefix)]
         for read_from, guard, _ in found:
-            if read_from not in self.sources:
+            if read_from not in self.sources and \
+                    guard.label not in self.labels:
                 self.sources.add(read_from)
+                self.labels.add(guard.label)
                 self.guards.append(guard)
         if depth > 0:
             for _, guard, bound in found:
                 if _users_function(guard.expected):
                     self.read(guard.expected, bound, prefix, depth - 1)
+            for label, obj in _objects_held(fn, instance, prefix, names):
+                for method in _methods_called(obj, names):
+                    self.read(method, obj, label, depth - 1)
 
     def _module(self, fn):
         """How a global of ``fn`` is named: ``''`` in the jitted
@@ -299,7 +347,7 @@ def _users_modules(fn, names):
         [_cell_contents(cell) for cell in fn.__closure__ or ()]
     return [value for value in values
             if isinstance(value, types.ModuleType) and
-            value.__name__.split('.')[0] not in _LIBRARIES]
+            _users_module(value.__name__)]
 
 
 def _module_attributes(module, names):
@@ -316,35 +364,126 @@ def _module_attributes(module, names):
 def _attribute_chains(fn):
     """The attribute chains of two names or more on ``fn``'s first
     argument (``self.options.scale``: ``('options', 'scale')``) that its
-    source reads, from its AST; empty if the source cannot be read."""
+    source reads, from its AST (through a name bound to a part of one
+    too: ``o = self.options`` then ``o.scale``); empty if the source
+    cannot be read."""
     code = fn.__code__
     if not code.co_argcount:
         return set()
-    tree = source.function_ast(code)
+    chains = _name_chains(fn).get(code.co_varnames[0], ())
+    return set(chain for chain in chains if len(chain) >= 2)
+
+
+def _name_chains(fn):
+    """``{name: {attribute chain}}``: the attributes the source of ``fn``
+    reads on each name (``CFG.scale``: ``{'CFG': {('scale',)}}``), a
+    name bound to an attribute chain (``o = self.options``) read as that
+    chain; from its AST, empty if the source cannot be read."""
+    tree = source.function_ast(fn.__code__)
     if tree is None:
-        return set()
-    first = code.co_varnames[0]
-    chains = set()
+        return {}
+    aliases = {}
     for node in ast.walk(tree):
-        names = []
-        while isinstance(node, ast.Attribute):
-            names.append(node.attr)
-            node = node.value
-        if len(names) >= 2 and isinstance(node, ast.Name) and \
-                node.id == first:
-            chains.add(tuple(reversed(names)))
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name):
+            rooted = _rooted_chain(node.value)
+            if rooted is not None and rooted[1]:
+                aliases[node.targets[0].id] = rooted
+    chains = collections.defaultdict(set)
+    for node in ast.walk(tree):
+        rooted = _rooted_chain(node)
+        if rooted is None or not rooted[1]:
+            continue
+        root, chain = rooted
+        chains[root].add(chain)
+        if root in aliases:
+            alias_root, alias_chain = aliases[root]
+            chains[alias_root].add(alias_chain + chain)
     return chains
+
+
+def _rooted_chain(node):
+    """``(name, attributes)`` of an expression ``name.a.b``, else
+    ``None``."""
+    names = []
+    while isinstance(node, ast.Attribute):
+        names.append(node.attr)
+        node = node.value
+    if not isinstance(node, ast.Name):
+        return None
+    return node.id, tuple(reversed(names))
+
+
+def _global_chains(fn, names):
+    """``[(source, guard, None)]`` on the attributes the code of ``fn``
+    reads on plain objects (``CFG.scale`` of ``CFG =
+    argparse.Namespace(...)``, a dataclass) that the globals ``names``
+    and its closure variables hold, read through ``__dict__`` from the
+    global or the cell on each call."""
+    code = fn.__code__
+    cells = dict(zip(code.co_freevars, fn.__closure__ or ()))
+    found = []
+    for name, chains in sorted(_name_chains(fn).items()):
+        if name in cells:
+            get = functools.partial(_cell_contents, cells[name])
+        elif name in names and name not in code.co_varnames:
+            get = functools.partial(fn.__globals__.get, name, ABSENT)
+        else:
+            continue
+        if not _plain_object(get()):
+            continue
+        for chain in sorted(chains):
+            read = functools.partial(_read_after, get, chain)
+            found += [((id(get()), chain), g, None) for g in _make(
+                '%s %s.%s' % ('closure' if name in cells else 'global', name,
+                              '.'.join(chain)), read, read())]
+    return found
+
+
+def _objects_held(fn, instance, prefix, names):
+    """``[(label, object)]``: the plain objects (:func:`_plain_object`)
+    that ``names`` of ``fn``'s code may name: attributes of ``instance``,
+    globals, closure variables."""
+    found = []
+    held = vars(instance) if instance is not None else {}
+    code = fn.__code__
+    for name, cell in zip(code.co_freevars, fn.__closure__ or ()):
+        found.append(('closure %s' % name, _cell_contents(cell)))
+    for name in names:
+        if name in held:
+            found.append(('%s.%s' % (prefix, name), held[name]))
+        elif name in fn.__globals__:
+            found.append(('global %s' % name, fn.__globals__[name]))
+    return [(label, obj) for label, obj in found if _plain_object(obj)]
+
+
+def _methods_called(obj, names):
+    """The methods of the user's code on ``type(obj)`` that ``names`` may
+    call: those it names, and ``__call__`` (``self.scaler(h)``)."""
+    kind = type(obj)
+    methods = [getattr(kind, name, None) for name in names] + \
+        [getattr(kind, '__call__', None)]
+    return [m for m in methods if _users_function(m)]
+
+
+def _plain_object(value):
+    """An object of the user's own class holding attributes: not a link,
+    an array, a scalar, a container, a module, a class or a function."""
+    return hasattr(value, '__dict__') and not isinstance(
+        value, (chainer.Link, chainer.Variable, type, types.ModuleType,
+                types.FunctionType, types.MethodType) +
+        chainer.get_array_types() + _CONTAINERS) and not is_scalar(value)
+
+
+def _read_after(get, chain):
+    return _read_chain(get(), chain)
 
 
 def _chained(instance, chain, prefix='self'):
     """A guard on ``instance.a.b...`` where ``a`` is a plain object (not
     a link, whose scalars the cache guards, nor an array): read through
     the objects' ``__dict__`` on each call, so no property runs."""
-    first = vars(instance).get(chain[0])
-    if first is None or isinstance(first, (chainer.Link, chainer.Variable) +
-                                   chainer.get_array_types()) or \
-            is_scalar(first) or type(first) in _CONTAINERS or \
-            not hasattr(first, '__dict__'):
+    if not _plain_object(vars(instance).get(chain[0])):
         return []
     read = functools.partial(_read_chain, instance, chain)
     return _make('%s.%s' % (prefix, '.'.join(chain)), read, read())
@@ -403,13 +542,19 @@ def _cell_contents(cell):
 
 def attribute_state(value):
     """What a program assumes of one link attribute: its value for Python
-    scalars; its type for arrays and Variables (read on every call); the
+    scalars; its type for Variables (read on every call); its type,
+    dtype and shape for arrays (read on every call, but the forward may
+    have read the shape into Python: ``x[:, :self.w.shape[0]]``); the
     device it names for a device; its identity for anything else (a
-    function, a link, an object)."""
+    function, a link, an object, a container: those the forward names
+    are guarded by their contents, ``python_guards``)."""
     if is_scalar(value):
         return value
-    if isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
+    if isinstance(value, chainer.Variable):
         return '<%s>' % type(value).__name__
+    if isinstance(value, chainer.get_array_types()):
+        return '<%s %s%s>' % (type(value).__name__, value.dtype.name,
+                              list(value.shape))
     if isinstance(value, chainer.backend.Device):
         return '<device %s>' % value
     return '<%s at %#x>' % (type(value).__name__, id(value))

@@ -663,4 +663,4 @@ def model_param_items(instance):
     return [format_param_item(n.strip('/').replace('/', '.'), p.array,
                               p.requires_grad)
             for n, p in sorted(instance.namedparams())
-            if p.array is not None]
+            if p is not None and p.array is not None]  # (``l.b = None``)

@@ -12,7 +12,10 @@ Silent mismatches (each must now be the eager result or a miss):
      reads (``self.options.scale``): a miss. The same for the helper
      functions and methods it calls and the forwards of links of the
      user's own classes (a few calls deep), and for a helper function
-     redefined.
+     redefined; nested containers and their subclasses, NumPy scalars, a
+     0-d array read into Python, any other object rebound, the attributes
+     read of a plain object in a global or through a local name, what a
+     callable object's ``__call__`` reads.
   3. A link replaced, or a parameter reshaped: a miss; likewise for a
      link named outside the model (a global ``model``, a closure's, a
      plain object's): a new link bound to the name, a parameter or
@@ -41,6 +44,11 @@ Still frozen at recording time (documented in the limits):
       functions).
 """
 
+import collections
+import copy
+import enum
+import functools
+import types
 import warnings
 
 import chainer
@@ -137,7 +145,8 @@ def test_attributes_of_a_plain_object_the_model_holds_are_guarded(rng):
     x = _x(rng)
     _same(jitted, net.forward, x)
     labels = sorted(g.label for g in jitted.cache_entries()[0].py_guards)
-    assert labels == ['self.options.inner.shift', 'self.options.scale']
+    assert labels == ['self.options.inner', 'self.options.inner.shift',
+                      'self.options.scale']
     for name, value in (('scale', 3.0), ('shift', -1.0)):
         owner = net.options if name == 'scale' else net.options.inner
         setattr(owner, name, value)
@@ -507,3 +516,109 @@ def test_a_helper_called_through_its_module_is_read(rng):
     finally:
         guarded_helpers.scaled = old
     assert jitted.cache_info().misses == 3
+
+
+# --- values the forward reads that change in place or by rebinding ----------
+
+NESTED = {'head': {'scale': [2.0]}}
+NP_SCALE = numpy.float32(2.0)
+TEMPERATURE = numpy.array(2.0, numpy.float32)
+
+
+class _Mode(enum.Enum):
+    DOUBLE = 1
+    HALF = 2
+
+
+MODE = _Mode.DOUBLE
+SETTINGS = types.SimpleNamespace(scale=2.0, inner=types.SimpleNamespace(
+    shift=0.5))
+ORDERED = collections.OrderedDict(scale=2.0)
+
+
+def _reads_globals(x):
+    y = x * NESTED['head']['scale'][0] * NP_SCALE * float(TEMPERATURE)
+    y = y * (2.0 if MODE is _Mode.DOUBLE else 0.5)
+    return y * SETTINGS.scale + SETTINGS.inner.shift + ORDERED['scale']
+
+
+def _set_global(name, value):
+    globals()[name] = value
+
+
+@pytest.mark.parametrize('change', [
+    lambda: NESTED['head']['scale'].__setitem__(0, 3.0),  # nested, in place
+    lambda: _set_global('NP_SCALE', numpy.float32(3.0)),  # a NumPy scalar
+    lambda: TEMPERATURE.__setitem__((), 3.0),  # read with float()
+    lambda: _set_global('MODE', _Mode.HALF),  # any object: by identity
+    lambda: setattr(SETTINGS, 'scale', 3.0),  # a plain object's attribute
+    lambda: setattr(SETTINGS.inner, 'shift', 1.5),
+    lambda: ORDERED.__setitem__('scale', 3.0),  # a dict's subclass
+], ids=['nested', 'numpy scalar', '0-d array', 'enum', 'namespace',
+        'namespace, deeper', 'OrderedDict'])
+def test_a_global_changed_in_place_or_rebound_is_a_miss(rng, change):
+    saved = copy.deepcopy({name: globals()[name] for name in (
+        'NESTED', 'NP_SCALE', 'MODE', 'SETTINGS', 'ORDERED')})
+    saved_temperature = TEMPERATURE.copy()
+    jitted = chainerjit.jit(_reads_globals)
+    try:
+        _same(jitted, _reads_globals, _x(rng))
+        change()
+        _same(jitted, _reads_globals, _x(rng))
+        _same(jitted, _reads_globals, _x(rng))
+        assert jitted.cache_info()[:2] == (1, 2)
+    finally:
+        globals().update(saved)
+        TEMPERATURE[...] = saved_temperature
+
+
+class _Scaler(object):
+    """A callable plain object, its own attribute read by ``__call__``."""
+
+    def __init__(self):
+        self.k = 2.0
+
+    def __call__(self, h):
+        return h * self.k
+
+
+class _HoldsObjects(chainer.Chain):
+    def __init__(self):
+        super(_HoldsObjects, self).__init__()
+        with self.init_scope():
+            self.lin = L.Linear(4, 4)
+        self.scaler = _Scaler()
+        self.opts = types.SimpleNamespace(shift=0.5)
+        self.act = functools.partial(F.leaky_relu, slope=0.2)
+        self.cfg = {'head': {'scale': 2.0}}
+        self.width = numpy.zeros(3, numpy.float32)
+
+    def forward(self, x):
+        o = self.opts  # read through a name bound to it
+        h = self.act(self.scaler(self.lin(x))) * self.cfg['head']['scale']
+        return (h + o.shift)[:, :self.width.shape[0]]
+
+
+@pytest.mark.parametrize('change', [
+    lambda net: setattr(net.scaler, 'k', 3.0),
+    lambda net: setattr(net.opts, 'shift', 1.5),
+    lambda net: net.act.keywords.__setitem__('slope', 0.5),
+    lambda net: net.cfg['head'].__setitem__('scale', 3.0),
+    lambda net: setattr(net, 'width', numpy.zeros(2, numpy.float32)),
+], ids=['callable object', 'alias', 'partial', 'nested dict', 'shape read'])
+def test_what_the_model_holds_changed_is_a_miss(rng, change):
+    net = _HoldsObjects()
+    jitted = chainerjit.jit(net.forward)
+    _same(jitted, net.forward, _x(rng))
+    change(net)
+    _same(jitted, net.forward, _x(rng))
+    _same(jitted, net.forward, _x(rng))
+    assert jitted.cache_info()[:2] == (1, 2)
+
+
+def test_a_parameter_set_to_none_is_a_miss(rng):
+    net = Net()
+    jitted = chainerjit.jit(net.forward)
+    _same(jitted, net.forward, _x(rng))
+    net.lin.b = None  # (Chainer keeps the name among the parameters)
+    _same(jitted, net.forward, _x(rng))

@@ -310,16 +310,18 @@ def test_another_thread_calls_with_its_own_configuration(rng):
 
 class _Rendezvous(object):
     """Stops a forward being recorded (the first call while armed) until
-    the main thread lets it go."""
+    the main thread lets it go. (Its state is in events: an attribute the
+    forward's call assigned would be a change of a guarded value, which
+    makes the forward run eagerly.)"""
 
     def __init__(self):
         self.inside = threading.Event()
         self.go = threading.Event()
-        self.armed = False
+        self.armed = threading.Event()
 
     def __call__(self):
-        if self.armed:
-            self.armed = False
+        if self.armed.is_set():
+            self.armed.clear()
             self.inside.set()
             self.go.wait(10)
 
@@ -345,7 +347,7 @@ def _while_another_thread_records(jitted, x, action):
     ``jitted``'s first call."""
     global _RENDEZVOUS
     _RENDEZVOUS = _Rendezvous()
-    _RENDEZVOUS.armed = True
+    _RENDEZVOUS.armed.set()
 
     def worker():
         with chainer.no_backprop_mode():
