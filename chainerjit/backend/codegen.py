@@ -170,6 +170,10 @@ class _Emitter(object):
         """``SETI``/``FORI``, the body inline, and ``NEXT`` jumping back;
         the loop's jumps out land after it."""
         self.locs[len(self.code)] = node.loc
+        # The loop may keep its inputs in its lists (the first iteration's
+        # state, saved for the backward) or return them (no iteration):
+        # no later kernel may write into their buffers in place.
+        self.viewed.update(node.inputs)
         carried, count, lists = self._loop_registers(node)
         counter = self._fresh_reg()
         self.code += [opcodes.SETI, counter, 0]

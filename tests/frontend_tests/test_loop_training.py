@@ -131,3 +131,41 @@ def test_rnn_params_replaced_after_verification():
     model.u.W.array = rng.randn(6, 6).astype(numpy.float32)
     model.w.W.array = rng.randn(6, 3).astype(numpy.float32)
     check([8, 9, 9], 6)
+
+
+class _FirstAndLast(chainer.Chain):
+    """The first step's state (peeled before the loop: ``L.LSTM`` and
+    ``L.GRU`` have no state yet) read beside the last: the loop keeps
+    the first state for its backward, so nothing may then write the sum
+    into it in place."""
+
+    def __init__(self, link):
+        super(_FirstAndLast, self).__init__()
+        with self.init_scope():
+            self.rnn = link
+
+    def forward(self, xs):
+        self.rnn.reset_state()
+        hs = [self.rnn(xs[t]) for t in range(xs.shape[0])]
+        return hs[0] + hs[-1]
+
+
+@pytest.mark.parametrize('make', [lambda: L.LSTM(4, 5),
+                                  lambda: L.GRU(4, 5)], ids=['lstm', 'gru'])
+def test_gradients_of_the_first_and_last_states(make):
+    numpy.random.seed(0)
+    eager = _FirstAndLast(make())
+    jitted = _FirstAndLast(make())
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(1)
+    for length in (4, 4, 6, 4, 3, 6):
+        xs = rng.randn(length, 3, 4).astype(numpy.float32)
+        for model in (eager, jitted):
+            model.cleargrads()
+            y = model(xs)
+            F.sum(y * y).backward()
+        for (name, a), (_, b) in zip(sorted(eager.namedparams()),
+                                     sorted(jitted.namedparams())):
+            assert _max_diff(a.grad, b.grad) < 1e-5, name
+    assert len(jitted.forward.cache_entries()) == 1
