@@ -327,10 +327,13 @@ class JitFunction(_calls.CachedCall):
             compiled = None if isinstance(e.__cause__, errors.GuardFailed) \
                 else _RAISED
         snapshot.restore()
-        trained = None
+        trained = reference = None
         if compiled is not None and compiled is not _RAISED:
             trained = self._training_result(entry, leaves, params, symbols,
                                             instance, args, kwargs)
+        if trained is not None:
+            reference = self._eager_reference(entry, params, instance, args,
+                                              kwargs)
         with _reports_noted() as eager_reports:
             result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
@@ -339,8 +342,9 @@ class JitFunction(_calls.CachedCall):
                 pipeline.compare_results(result, compiled) is None and (
                     eager_reports is None or pipeline.compare_results(
                         eager_reports, reported) is None) and (
-                    trained is None or _gradients_agree(
-                        result, trained, (args, kwargs), instance)):
+                    trained is None or reference is None or
+                    _gradients_agree(reference, trained, (args, kwargs),
+                                     instance)):
             entry.verified_lengths.update(
                 checked if _checks_items(entry.symbolic) else [checked])
             return result
@@ -738,6 +742,23 @@ class JitFunction(_calls.CachedCall):
         except Exception:  # the forward's check has the last word
             return None
         finally:
+            snapshot.restore()
+
+    def _eager_reference(self, entry, params, instance, args, kwargs):
+        """An eager result of the call whose gradients a check compares
+        (``chainer.grad``), its effects on the model undone: not the one
+        the call returns, whose graph the user's backward then runs (a
+        Chainer function may run its backward once only: ``F.hinge``
+        scales its retained arrays in place); ``None`` where it raised."""
+        snapshot = undo.Snapshot(entry.graph, params,
+                                 entry.assigned_attributes(instance))
+        _checking[0] += 1
+        try:
+            return self._run(instance, args, kwargs)
+        except Exception:  # the forward's check has the last word
+            return None
+        finally:
+            _checking[0] -= 1
             snapshot.restore()
 
     def _check_eagerly(self, instance, args, kwargs, hit=False):

@@ -53,52 +53,90 @@ def is_scalar(value):
 _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque,
                functools.partial)
 
-#: Arrays of at most this many elements (a 0-d array: a number) are
-#: compared by value too: the forward may have read one into Python
-#: (``float(TEMPERATURE)``). Larger ones are compared by identity: the
-#: program reads one as it is when it runs.
-SMALL_ARRAY = 1
+#: NumPy arrays of at most this many bytes are compared by their values
+#: too (a hash of their bytes, where the ``xxhash`` package is installed,
+#: else a copy): the forward may have read one into Python
+#: (``float(TEMPERATURE)``) or computed with it while recording (``mask
+#: > 0``), and an onnxruntime session holds it as a constant. Larger ones
+#: are compared by identity only (``UnguardedWarning``).
+HASHED_BYTES = 1 << 20
 
 
-def snapshot(container, depth=8):
+def snapshot(container, depth=8, written=frozenset()):
     """The contents of a container (:data:`_CONTAINERS`): scalars by
     value, nested containers by their contents (``depth`` levels down),
-    small arrays by value and identity, other objects by identity."""
+    arrays of up to :data:`HASHED_BYTES` by value and identity (but those
+    the program itself writes, ``written``: their ids), other objects by
+    identity."""
     if isinstance(container, functools.partial):
-        return [('id', id(container.func)), snapshot(container.args, depth),
-                snapshot(container.keywords, depth)]
+        return [('id', id(container.func)),
+                snapshot(container.args, depth, written),
+                snapshot(container.keywords, depth, written)]
     if isinstance(container, dict):
-        return [(k, _item(v, depth)) for k, v in container.items()]
+        return [(k, _item(v, depth, written)) for k, v in container.items()]
     if isinstance(container, (set, frozenset)):
-        return sorted(repr(_item(x, depth)) for x in container)
-    return [_item(x, depth) for x in container]
+        return sorted(repr(_item(x, depth, written)) for x in container)
+    return [_item(x, depth, written) for x in container]
 
 
-def _item(value, depth):
+def _item(value, depth, written):
     if is_scalar(value):
         return 'value', type(value), repr(value)
     if isinstance(value, _CONTAINERS) and depth > 0:
-        return 'items', type(value), id(value), snapshot(value, depth - 1)
-    if _small_array(value):
+        return 'items', type(value), id(value), snapshot(value, depth - 1,
+                                                         written)
+    if _small_array(value) and id(value) not in written:
         return 'array', id(value), _array_value(value)
     return 'id', id(value)
 
 
+def _without_values(shot, written):
+    """A snapshot taken before with the arrays ``written`` compared by
+    identity only, as :func:`snapshot` with ``written`` takes them."""
+    if isinstance(shot, tuple) and len(shot) == 3 and shot[0] == 'array' \
+            and shot[1] in written:
+        return 'id', shot[1]
+    if isinstance(shot, (list, tuple)):
+        return type(shot)(_without_values(x, written) for x in shot)
+    return shot
+
+
 def _small_array(value):
-    return isinstance(value, numpy.ndarray) and value.size <= SMALL_ARRAY
+    return isinstance(value, numpy.ndarray) and \
+        value.nbytes <= HASHED_BYTES
 
 
 def _array_value(array):
-    return array.dtype.str, array.shape, array.tobytes()
+    """What :func:`_small_array`'s guard compares: dtype, shape and the
+    bytes' hash (or the bytes)."""
+    data = numpy.ascontiguousarray(array)
+    return array.dtype.str, array.shape, (
+        data.tobytes() if digest is None else digest(data))
+
+
+def _digest_function():
+    try:
+        import xxhash
+    except ImportError:
+        return None
+    return xxhash.xxh3_128_intdigest
+
+
+#: XXH3's 128-bit hash of an array's bytes (the ``xxhash`` package), or
+#: ``None`` where that is not installed.
+digest = _digest_function()
 
 
 class PythonGuard(collections.namedtuple(
-        'PythonGuard', 'label read expected kind shot', defaults=(None,))):
+        'PythonGuard', 'label read expected kind shot written',
+        defaults=(None, frozenset()))):
     """A value read by ``read()`` that must still be ``expected``; kind is
     ``'value'``, ``'identity'``, ``'contents'`` (a container whose
     :func:`snapshot` was ``shot``, taken when the guard was made) or
     ``'array'`` (a small array, the same one holding the same values:
-    ``shot``)."""
+    ``shot``). ``written``: the ids of arrays the program writes itself
+    (batch normalization's running averages), compared by identity only
+    (:func:`writes_replayed`)."""
 
     def holds(self):
         current = self.read()
@@ -111,13 +149,16 @@ class PythonGuard(collections.namedtuple(
             return False
         if self.kind == 'value':
             return repr(current) == repr(self.expected)
-        return snapshot(current) == self.shot
+        return snapshot(current, written=self.written) == self.shot
 
     def describe(self):
         if self.kind == 'value':
             return '%s: %r -> %r' % (self.label, self.expected, self.read())
+        if self.kind == 'array' and self.read() is self.expected:
+            return '%s: its values changed' % self.label
         return '%s: %s' % (self.label, 'another object'
-                           if self.kind == 'identity' else 'changed')
+                           if self.kind in ('identity', 'array')
+                           else 'changed')
 
 
 class LinkGuard(object):
@@ -164,6 +205,30 @@ def unguarded(parameters, guards):
         elif isinstance(guard.expected, chainer.Parameter):
             followed.add(id(guard.expected))
     return [p for p in parameters if id(p) not in followed]
+
+
+def writes_replayed(guards, written):
+    """``guards`` with the arrays the program writes itself (``written``:
+    their ids; batch normalization's running averages in a closure)
+    compared by identity only: the program's runs change their values as
+    the recorded call did, which is no change of what it assumed."""
+    found = []
+    for g in guards:
+        if getattr(g, 'kind', None) == 'array' and id(g.expected) in written:
+            g = g._replace(kind='identity', shot=None)
+        elif getattr(g, 'kind', None) == 'contents':
+            g = g._replace(shot=_without_values(g.shot, written),
+                           written=frozenset(written))
+        found.append(g)
+    return found
+
+
+def arrays_by_identity(guards):
+    """``[(label, array)]``: the NumPy arrays ``guards`` compare by
+    identity only (larger than :data:`HASHED_BYTES`)."""
+    return [(g.label, g.expected) for g in guards
+            if getattr(g, 'kind', None) == 'identity' and
+            isinstance(g.expected, numpy.ndarray)]
 
 
 def link_facts(link):

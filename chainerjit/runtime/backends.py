@@ -31,6 +31,7 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.backend import ort
+from chainerjit.frontend import guards
 from chainerjit.passes import autodiff
 from chainerjit.ops import structural
 from chainerjit.runtime import _calls
@@ -60,23 +61,13 @@ CHOOSE_AFTER_SECONDS = 0.1
 OWNED_BYTES = 64 << 20
 
 
-def _digest_function():
-    """XXH3's 128-bit hash of an array's bytes (the ``xxhash`` package),
-    or ``None`` where that is not installed."""
-    try:
-        import xxhash
-    except ImportError:
-        return None
-    return xxhash.xxh3_128_intdigest
-
-
 #: How :class:`WhileUnchanged` sees a change of the parameters: a hash of
 #: their bytes, which reads them once (a comparison with copies reads
 #: twice as many bytes, and the copies take as much memory again); two
 #: different arrays hash alike with a chance of one in 2 ** 128.
 #: ``None`` (no ``xxhash``): no session owns the parameters outside
 #: serving mode.
-digest = _digest_function()
+digest = guards.digest
 
 #: The name of a session owning the parameters in ``entry.backend_times``.
 OWNED = 'onnxruntime owning the parameters'

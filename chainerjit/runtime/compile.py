@@ -184,6 +184,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         if joined else None
     if why_unjoined is not None:
         return _unjoined(caller, recording, miss_reason, why_unjoined)
+    py_guards = guards.writes_replayed(py_guards,
+                                       _arrays_written(recording.templates))
     fallback = _fallback_reason(caller, recording, py_guards, generators)
     if fallback is not None and packed is not None:
         return Compiled(recording.result, None, miss_reason,
@@ -372,7 +374,20 @@ def _fallback_reason(caller, recording, py_guards, generators):
 def _warn_unguarded(caller, graph, py_guards):
     """Warns, once per function, where the program reads a parameter
     outside the model that no guard follows (a link in a list the forward
-    indexes, one reached by ``getattr`` or deeper than the guards read)."""
+    indexes, one reached by ``getattr`` or deeper than the guards read),
+    and where the forward names an array too large to hash."""
+    for label, array in guards.arrays_by_identity(py_guards)[:1]:
+        errors.warn_once(
+            (caller.name, 'unhashed'), errors.UnguardedWarning,
+            'chainerjit: %s reads %s, an array of %.1f MB, which is compared '
+            'by identity only (arrays of up to %d KB are hashed on each '
+            'call): a change of its values in place reaches the kernels '
+            'that read it, but not what the forward computed from it while '
+            'recording, nor an onnxruntime session, which holds it as a '
+            'constant; call cache_clear() after changing it in place. See '
+            'docs/errors.md#UnguardedWarning'
+            % (caller.name, label, array.nbytes / 1e6,
+               guards.HASHED_BYTES >> 10))
     reads = [v for v in graph.params if v.data[0] == 'object']
     unguarded = guards.unguarded([v.data[1] for v in reads], py_guards)
     if not unguarded:
@@ -390,6 +405,16 @@ def _warn_unguarded(caller, graph, py_guards):
         'after replacing one. See docs/errors.md#UnguardedWarning'
         % (caller.name, value.name, tuple(value.shape), len(unguarded),
            _format_loc(loc)))
+
+
+def _arrays_written(templates):
+    """The ids of the arrays that the Chainer functions of stateful nodes
+    hold (``templates``: the recording's, by node), which their programs
+    write as they did: batch normalization's running averages."""
+    return frozenset(
+        id(array) for node, template in templates.items()
+        if not node.pure and isinstance(template, chainer.FunctionNode)
+        for _, _, array in ops.array_attributes(template))
 
 
 def _links(instance):

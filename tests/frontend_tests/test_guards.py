@@ -192,11 +192,12 @@ def test_global_array_rebound_is_guarded(rng):
     old, MASK = MASK, numpy.zeros((3, 4), numpy.float32)
     try:
         _same(jitted, f, x)
-        MASK[...] = 2  # in place: the program reads the same object
+        MASK[...] = 2  # in place: hashed, a miss (see below)
+        _same(jitted, f, x)
         _same(jitted, f, x)
     finally:
         MASK = old
-    assert jitted.cache_info()[:2] == (1, 2)
+    assert jitted.cache_info()[:2] == (1, 3)
 
 
 def test_closure_values_are_guarded(rng):
@@ -622,3 +623,59 @@ def test_a_parameter_set_to_none_is_a_miss(rng):
     _same(jitted, net.forward, _x(rng))
     net.lin.b = None  # (Chainer keeps the name among the parameters)
     _same(jitted, net.forward, _x(rng))
+
+
+def test_an_array_computed_with_while_recording_changed_in_place(rng):
+    """What the forward computed with a closure's array while recording
+    (a mask) is a constant of the program: the array is hashed on each
+    call, so a change in place is a miss, on either backend."""
+    table = numpy.ones((3, 4), numpy.float32)
+
+    def f(x):
+        return F.where(table > 2, x, x * 0) + x * (table * 2)
+
+    for backend in ('numpy', 'onnxruntime'):
+        table[...] = 1
+        jitted = chainerjit.jit(f, backend=backend)
+        for _ in range(2):
+            _same(jitted, f, _x(rng))
+        table[0] = 5.0
+        _same(jitted, f, _x(rng))
+        _same(jitted, f, _x(rng))
+        assert jitted.cache_info()[:2] == (2, 2), backend
+
+
+BIG = numpy.ones(300000, numpy.float32)
+
+
+def test_an_array_too_large_to_hash_warns(rng):
+    def f(x):
+        return x * BIG[:4]
+
+    with pytest.warns(chainerjit.UnguardedWarning,
+                      match=r'global BIG, an array of 1\.2 MB'):
+        _same(chainerjit.jit(f), f, _x(rng))
+
+
+COUNTS = numpy.zeros(3, numpy.float32)
+
+
+def _counting(x):
+    COUNTS[...] += 1  # a write the program could not replay
+    return F.relu(x) * COUNTS[0]
+
+
+def test_a_forward_writing_a_global_array_runs_eagerly(rng):
+    jitted = chainerjit.jit(_counting)
+    eager_counts = []
+    with pytest.warns(chainerjit.FallbackWarning,
+                      match='changing global COUNTS in place'):
+        for _ in range(3):
+            x = _x(rng)
+            with chainer.no_backprop_mode():
+                y = jitted(x)
+            eager_counts.append(float(COUNTS[0]))
+            numpy.testing.assert_allclose(y.array,
+                                          numpy.maximum(x, 0) * COUNTS[0])
+    assert eager_counts == [1.0, 2.0, 3.0]
+    COUNTS[...] = 0

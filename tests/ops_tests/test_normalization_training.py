@@ -261,8 +261,13 @@ def test_bn_function_with_running_arrays_in_a_closure():
     stats['jit'] = tuple(a.copy() for a in stats['eager'])
 
     def make(key):
+        # (A dict of its own: one holding the eager twin's arrays too would
+        # change, as those are not the program's to write, at every eager
+        # call.)
+        held = {'stats': stats[key]}
+
         def f(x, gamma, beta):
-            mean, var = stats[key]
+            mean, var = held['stats']
             return F.batch_normalization(x, gamma, beta, running_mean=mean,
                                          running_var=var, decay=0.7)
         return f

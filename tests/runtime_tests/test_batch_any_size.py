@@ -1436,3 +1436,40 @@ def test_the_stacked_steps_of_all_but_the_first_are_printed_one_fewer():
                                           'all_but_the_first_step')
     entry, = jitted.cache_entries()
     assert 'f32[T-1,B,32] = Stack' in str(entry.graph), entry.graph
+
+
+class _HingeLoss(chainer.Chain):
+    """``F.hinge``, whose backward scales the arrays it retained in place:
+    it may run once per forward only."""
+
+    def __init__(self):
+        super(_HingeLoss, self).__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(4, 3)
+
+    def forward(self, x, t):
+        return F.hinge(self.l1(x), t)
+
+
+@pytest.mark.filterwarnings('ignore::chainerjit.RecompileWarning')
+def test_a_new_batch_size_checked_leaves_the_users_backward_as_eager():
+    # The check of gradients at a new size takes them of an eager result
+    # of its own, not of the one the call returns. (Here the check finds
+    # the program's gradient at another batch size differs, and the size
+    # stays in the key.)
+    numpy.random.seed(0)
+    eager = _HingeLoss()
+    jitted = _HingeLoss()
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(3)
+    for batch in BATCHES:
+        x = rng.randn(batch, 4).astype(F32)
+        t = rng.randint(0, 3, batch).astype(numpy.int32)
+        for model in (eager, jitted):
+            model.cleargrads()
+            model(x, t).backward()
+        for (name, a), (_, b) in zip(sorted(eager.namedparams()),
+                                     sorted(jitted.namedparams())):
+            numpy.testing.assert_allclose(b.grad, a.grad, rtol=1e-5,
+                                          atol=1e-6, err_msg=name)
