@@ -892,8 +892,7 @@ class JitFunction(_calls.CachedCall):
         kinds = [_change_kind(line) for line in lines]
         self._changes.update(kinds)
         self.budget.note_miss(_rare_change(kinds, sig))
-        if (self.cache.misses >= self._options['recompile_limit']
-                and not self._warned_recompile):
+        if self._keeps_recompiling() and not self._warned_recompile:
             self._warned_recompile = True
             errors.warn_once(
                 (self.__name__, 'recompile'), errors.RecompileWarning,
@@ -901,6 +900,15 @@ class JitFunction(_calls.CachedCall):
                 'changing: %s. Each new value is a new cache entry.'
                 % (self.__name__, self.cache.misses, self._what_changes()))
         return '; '.join(lines) or 'evicted earlier'
+
+    def _keeps_recompiling(self):
+        """Have the misses reached ``recompile_limit`` with more than half
+        as many entries made and kept (or evicted)? Misses that made
+        entries for any size, which replaced those of one size, or made
+        none, do not count so."""
+        limit = self._options['recompile_limit']
+        return self.cache.misses >= limit and \
+            len(self.cache.entries()) + self.cache.evictions > limit // 2
 
     @staticmethod
     def _differences(entry, sig, key, instance):

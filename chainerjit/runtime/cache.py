@@ -582,6 +582,7 @@ class Cache(object):
         evicted = None
         if self.maxsize is not None and len(self._lru) > self.maxsize:
             evicted, _ = self._lru.popitem(last=False)
+            self.evictions += 1
             self._buckets[evicted.key].remove(evicted)
             if not self._buckets[evicted.key]:
                 del self._buckets[evicted.key]
@@ -616,6 +617,7 @@ class Cache(object):
         self.eager_hits = 0
         self.compiles = 0
         self.segmented = 0
+        self.evictions = 0  # entries the LRU dropped
 
     @property
     def compiled(self):

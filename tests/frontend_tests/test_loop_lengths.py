@@ -9,6 +9,7 @@ Each model runs jitted and eagerly over calls of several lengths, with new
 values each call; outputs and gradients must equal eager Chainer's.
 """
 
+import copy
 import re
 import warnings
 
@@ -512,6 +513,27 @@ def test_a_comparison_of_the_length_is_a_guard_taking_both_sides():
                        for e in jf.cache_entries())
     assert described == ['for lengths where: T > 10',
                          'for lengths where: not T > 10'], described
+
+
+def test_entries_for_any_size_on_both_sides_do_not_warn_of_recompiling():
+    # Each side of the guard, in each mode, is compiled for one size and
+    # then for any: eight misses, four entries, no recompiling to warn of.
+    model = LongSequencesDiffer()
+    eager = copy.deepcopy(model)
+    model.forward = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for train in (False, True):
+            for n, batch in ((5, 3), (12, 4), (7, 2), (14, 5), (4, 6),
+                             (11, 3)):
+                xs = rng.standard_normal((n, batch, I)).astype('f')
+                with chainer.using_config('train', train):
+                    numpy.testing.assert_allclose(
+                        model(xs).array, eager(xs).array, rtol=1e-5,
+                        atol=1e-6)
+    info = model.forward.cache_info()
+    assert info.misses >= 8 and info.currsize == 4, info
 
 
 # --- loops over a value computed from the argument ---------------------------
