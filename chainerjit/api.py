@@ -734,15 +734,9 @@ class JitFunction(_calls.CachedCall):
         if not (chainer.config.enable_backprop and entry.needs_grad(leaves)
                 and entry.training is not None):
             return None
-        snapshot = undo.Snapshot(entry.graph, params,
-                                 entry.assigned_attributes(instance))
-        try:
-            return _calls.run_entry(self, entry, leaves, params, symbols,
-                                    instance, args, kwargs, True)
-        except Exception:  # the forward's check has the last word
-            return None
-        finally:
-            snapshot.restore()
+        return _undone(entry, params, instance, lambda: _calls.run_entry(
+            self, entry, leaves, params, symbols, instance, args, kwargs,
+            True))
 
     def _eager_reference(self, entry, params, instance, args, kwargs):
         """An eager result of the call whose gradients a check compares
@@ -750,16 +744,13 @@ class JitFunction(_calls.CachedCall):
         the call returns, whose graph the user's backward then runs (a
         Chainer function may run its backward once only: ``F.hinge``
         scales its retained arrays in place); ``None`` where it raised."""
-        snapshot = undo.Snapshot(entry.graph, params,
-                                 entry.assigned_attributes(instance))
-        _checking[0] += 1
-        try:
-            return self._run(instance, args, kwargs)
-        except Exception:  # the forward's check has the last word
-            return None
-        finally:
-            _checking[0] -= 1
-            snapshot.restore()
+        def run():
+            _checking[0] += 1
+            try:
+                return self._run(instance, args, kwargs)
+            finally:
+                _checking[0] -= 1
+        return _undone(entry, params, instance, run)
 
     def _check_eagerly(self, instance, args, kwargs, hit=False):
         """:meth:`_eager`, for a check of a program at a new size: jitted
@@ -1245,6 +1236,21 @@ def _stopped_mostly_eager(piece):
     cache = piece.cache
     return piece.budget.stopped is not None and \
         2 * cache.compiled < cache.hits + cache.misses
+
+
+def _undone(entry, params, instance, run):
+    """``run()`` for a check, its effects on the model put back (the
+    running averages and random draws of ``entry``'s program, and the
+    model attributes it assigns: ``runtime.undo``); ``None`` where it
+    raised (the forward's check then has the last word)."""
+    snapshot = undo.Snapshot(entry.graph, params,
+                             entry.assigned_attributes(instance))
+    try:
+        return run()
+    except Exception:
+        return None
+    finally:
+        snapshot.restore()
 
 
 def _gradients_agree(eager, trained, arguments, instance):

@@ -214,9 +214,9 @@ def writes_replayed(guards, written):
     the recorded call did, which is no change of what it assumed."""
     found = []
     for g in guards:
-        if getattr(g, 'kind', None) == 'array' and id(g.expected) in written:
+        if g.kind == 'array' and id(g.expected) in written:
             g = g._replace(kind='identity', shot=None)
-        elif getattr(g, 'kind', None) == 'contents':
+        elif g.kind == 'contents':
             g = g._replace(shot=_without_values(g.shot, written),
                            written=frozenset(written))
         found.append(g)
@@ -227,7 +227,7 @@ def arrays_by_identity(guards):
     """``[(label, array)]``: the NumPy arrays ``guards`` compare by
     identity only (larger than :data:`HASHED_BYTES`)."""
     return [(g.label, g.expected) for g in guards
-            if getattr(g, 'kind', None) == 'identity' and
+            if g.kind == 'identity' and
             isinstance(g.expected, numpy.ndarray)]
 
 
