@@ -102,6 +102,13 @@ def _linear(op, length, other):
     return summed, terms[1] + sign * theirs[1]
 
 
+#: The integer operators whose result is a step function of the size
+#: (``(B + 31) // 32``), as noted: the program is compiled for one value,
+#: and checking it against eager at a few new sizes may not see another.
+_STEPPED = {'__floordiv__': 'floor-divided', '__rfloordiv__': 'floor-divided',
+            '__mod__': 'taken modulo', '__rmod__': 'taken modulo'}
+
+
 def _size_named(name, axis):
     """``'xs.shape[1]'``; the length of an item of a joined list (its
     lengths passed as ``name``, ``xs[1]``), ``'len(xs[k])'``."""
@@ -173,6 +180,8 @@ class Length(int):
             plain = type(other) is int and self.affine is not None
             product = op in ('__mul__', '__rmul__') and self.product and \
                 getattr(other, 'product', type(other) is int)
+            if op in _STEPPED:  # (B // 32: the same at the sizes checked)
+                self._note(_STEPPED[op], other)
             return Length(getattr(int, op)(self, other), self.origins |
                           getattr(other, 'origins', frozenset()), self.uses,
                           affine(*self.affine, other) if plain and affine
@@ -207,6 +216,9 @@ class Length(int):
     def __neg__(self):
         return self * -1
 
+    def __pos__(self):
+        return self
+
     def _decision(op, what):
         def apply(self, *args):
             if args and _takes_sizes(args[0]) and op != '__pow__':
@@ -239,6 +251,22 @@ class Length(int):
                        ('__truediv__', 'divided'),
                        ('__rtruediv__', 'divided by'),
                        ('__pow__', 'raised to a power'),
+                       ('__rpow__', 'used as an exponent'),
+                       ('__divmod__', 'divided with divmod()'),
+                       ('__rdivmod__', 'divided with divmod()'),
+                       ('__lshift__', 'shifted'), ('__rlshift__', 'shifted'),
+                       ('__rshift__', 'shifted'), ('__rrshift__', 'shifted'),
+                       ('__and__', 'used in a bitwise and'),
+                       ('__rand__', 'used in a bitwise and'),
+                       ('__or__', 'used in a bitwise or'),
+                       ('__ror__', 'used in a bitwise or'),
+                       ('__xor__', 'used in a bitwise xor'),
+                       ('__rxor__', 'used in a bitwise xor'),
+                       ('__invert__', 'inverted'),
+                       ('__abs__', 'given to abs()'),
+                       ('__round__', 'rounded'), ('__trunc__', 'truncated'),
+                       ('__floor__', 'rounded down'),
+                       ('__ceil__', 'rounded up'),
                        ('__str__', 'formatted'),
                        ('__repr__', 'formatted'),
                        ('__format__', 'formatted')):

@@ -283,14 +283,19 @@ class _Recorder(object):
         if loc is not None:
             self.length_uses += lengths.uses_in(obj, what, loc)
 
-    def sizes_at_run_time(self, args, loc):
-        """``args`` of a NumPy function the forward calls, each argument
-        size among them (``lengths.Length``, ``loss.array * len(xs)``)
-        computed at run time where it can be
-        (``lengths.as_run_time_int``)."""
-        return tuple(
+    def sizes_at_run_time(self, args, loc, frame=None):
+        """``args`` of a NumPy function the forward calls (at ``frame``),
+        each argument size among them (``lengths.Length``, ``loss.array *
+        len(xs)``) computed at run time where it can be
+        (``lengths.as_run_time_int``), the operation's place noted as
+        ``lengths.as_scalar`` notes it."""
+        found = tuple(
             lengths.as_run_time_int(a, self, loc) or a
             if isinstance(a, lengths.Length) else a for a in args)
+        if frame is not None and any(a is not b
+                                     for a, b in zip(found, args)):
+            self.size_operations.add(lengths.operation_position(frame))
+        return found
 
     def note_effect(self, kind, target, name, value):
         """Notes an assignment to a link attribute or a ``chainer.report``

@@ -166,7 +166,7 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
         return  # (pe[:T])
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__':
-        args = recorder.sizes_at_run_time(args, loc)
+        args = recorder.sizes_at_run_time(args, loc, user_frame(3))
     recorder.note_constants((args, kwargs), 'passed to %s' % label, loc)
     if not _is_arrays(result):
         test = _branch_test() if label in _TRUTH_REDUCTIONS else None

@@ -8,6 +8,7 @@ those can a trip count be symbolic in the cache key (:mod:`.symbolic`).
 import ast
 import collections
 import dis
+import functools
 import linecache
 import types
 
@@ -596,6 +597,7 @@ def _targets(target, name):
 
 # --- sizes in float arithmetic -----------------------------------------------
 
+@functools.lru_cache(maxsize=256)  # (read at each recording)
 def float_size_uses(code):
     """``[(parameter, axis or None, line, column)]``: sizes of the
     function's parameters (``xs.shape[k]``, ``len(xs)``, ``xs.size``) that
@@ -608,7 +610,7 @@ def float_size_uses(code):
     stands for every axis (``xs.size``)."""
     found = source.function_and_offset(code)
     if found is None:
-        return []
+        return ()
     function, offset, _ = found
     header = linecache.getline(code.co_filename, function.lineno + offset)
     indent = len(header) - len(header.lstrip())  # dedented away
@@ -617,7 +619,15 @@ def float_size_uses(code):
     sizes = {}  # name assigned from sizes -> [(parameter, axis)]
     for node in ast.walk(function):
         if isinstance(node, ast.Assign):
-            read = _sizes_read(node.value, params, sizes)
+            unpacked = _unpacked_shape(node, params)
+            if unpacked is not None:  # T, B, _ = xs.shape
+                param, first = unpacked
+                for axis, name in enumerate(node.targets[0].elts, first):
+                    if isinstance(name, ast.Name):
+                        sizes.setdefault(name.id, []).append((param, axis))
+                continue
+            read = _sizes_read(node.value, params, sizes) \
+                if _of_sizes_only(node.value) else []
             for target in node.targets:
                 for name in ast.walk(target):
                     if isinstance(name, ast.Name) and read:
@@ -632,8 +642,9 @@ def float_size_uses(code):
         if floats:
             uses += [(p, axis, node.lineno + offset,
                       node.col_offset + indent) for s in sides
+                     if _of_sizes_only(s)
                      for p, axis in _sizes_read(s, params, sizes)]
-    return uses
+    return tuple(uses)
 
 
 def _sizes_read(node, params, sizes):
@@ -655,6 +666,52 @@ def _sizes_read(node, params, sizes):
                 sub.args[0].id in params:
             read.append((sub.args[0].id, 0))
     return read
+
+
+#: Calls that give a number of numbers.
+_NUMBER_CALLS = ('len', 'int', 'min', 'max', 'abs', 'round', 'float')
+
+
+def _of_sizes_only(node):
+    """Is ``node`` arithmetic of numbers, names, shapes and sizes
+    (``T * B``, ``len(xs) - 1``, ``xs.shape[0]``), not a value that
+    another call gives (``F.matmul(q, k)``, computed from sizes too)?"""
+    if isinstance(node, (ast.Name, ast.Constant)):
+        return True
+    if isinstance(node, ast.BinOp):
+        return _of_sizes_only(node.left) and _of_sizes_only(node.right)
+    if isinstance(node, ast.UnaryOp):
+        return _of_sizes_only(node.operand)
+    if isinstance(node, ast.Tuple):
+        return all(_of_sizes_only(e) for e in node.elts)
+    if isinstance(node, ast.Attribute):
+        return node.attr in ('shape', 'size') or _of_sizes_only(node.value)
+    if isinstance(node, ast.Subscript):
+        return _of_sizes_only(node.value)
+    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+        and node.func.id in _NUMBER_CALLS and \
+        all(_of_sizes_only(a) for a in node.args)
+
+
+def _unpacked_shape(assign, params):
+    """``(parameter, first axis)`` of ``a, b, c = xs.shape`` or ``a, b =
+    xs.shape[1:3]`` (each name one axis), else ``None``."""
+    target, value = assign.targets[0], assign.value
+    if len(assign.targets) != 1 or not isinstance(target, ast.Tuple) or \
+            any(isinstance(e, ast.Starred) for e in target.elts):
+        return None
+    first = 0
+    if isinstance(value, ast.Subscript) and \
+            isinstance(value.slice, ast.Slice) and value.slice.step is None:
+        lower = value.slice.lower
+        if lower is not None and not (isinstance(lower, ast.Constant) and
+                                      type(lower.value) is int and
+                                      lower.value >= 0):
+            return None
+        first, value = 0 if lower is None else lower.value, value.value
+    if not (_size_of(value, params) and value.attr == 'shape'):
+        return None
+    return value.value.id, first
 
 
 def _size_of(node, params):

@@ -81,13 +81,25 @@ def undoable(nodes, loops=False, guards=True, in_loop=False):
     loops: :func:`state_params`): putting the generator's state and those
     arrays back undoes a run. With ``loops``, in the bodies of loop
     regions too (else none may be)."""
-    return all(undoable(node.region.body.nodes, loops, guards, True)
-               if node.region is not None and loops else
-               node.region is None and (
-                   node.pure or (guards and is_guard(node)) or
-                   draws_only(node.op) or
-                   (updates_inputs_only(node.op) and not in_loop))
-               for node in nodes)
+    return not_undone(nodes, loops, guards, in_loop) is None
+
+
+def not_undone(nodes, loops=False, guards=True, in_loop=False):
+    """The first node that makes :func:`undoable` false (a loop node where
+    ``loops`` is false), or ``None``."""
+    for node in nodes:
+        if node.region is not None:
+            found = not_undone(node.region.body.nodes, loops, guards,
+                               True) if loops else node
+        elif node.pure or (guards and is_guard(node)) or \
+                draws_only(node.op) or \
+                (updates_inputs_only(node.op) and not in_loop):
+            found = None
+        else:
+            found = node
+        if found is not None:
+            return found
+    return None
 
 
 def state_params(graph):

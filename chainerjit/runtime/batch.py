@@ -58,7 +58,7 @@ WIDTH = 'W'
 MIN_SIZE = 2
 
 #: How many batch sizes other than the recorded one such an entry checks
-#: against eager, at their first calls.
+#: against eager, at their first calls (besides any size beyond those).
 CHECKED_SIZES = 3
 
 
@@ -134,20 +134,28 @@ class RowsBatched(BatchAxis, collections.namedtuple(
 
     def to_check(self, key, checked, symbols=()):
         """The call's ``('B', batch size)``, if it is to be checked against
-        eager: its first calls at :data:`CHECKED_SIZES` sizes other than
-        recorded; else ``None``."""
+        eager (:func:`_to_check`); else ``None``."""
         size = self.checked_at(key)
-        if size in checked or sum(
-                1 for c in checked if c[:1] == (self.symbol,)) > \
-                CHECKED_SIZES:
-            return None
-        return size
+        seen = [c[1] for c in checked if c[:1] == (self.symbol,)]
+        return size if _to_check(size[1], seen) else None
 
     def checked_at(self, key):
         """How a call's batch size is noted when checked against eager:
         ``('B', size)`` of ``key`` (the recorded one for ``None``)."""
         return (self.symbol, self.recorded if key is None else
                 self.size_of(key))
+
+
+def _to_check(size, seen):
+    """Is a call at ``size`` checked against eager, the sizes ``seen``
+    checked already: the first calls at :data:`CHECKED_SIZES` sizes other
+    than recorded, and at a size below or above all those checked (where
+    a step of the size in Python that Length ints do not see, ``1.0 * B
+    // 32`` in a helper, goes the other way first)."""
+    if size in seen:
+        return False
+    return len(seen) <= CHECKED_SIZES or not \
+        min(seen) <= size <= max(seen)
 
 
 class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
@@ -195,8 +203,7 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
         mine = [c for c in checked if len(c) == len(sizes) and all(
             type(p) is tuple and p[:1] == n[:1] for p, n in zip(c, sizes))]
         for axis, size in enumerate(sizes):
-            seen = set(c[axis] for c in mine)
-            if size not in seen and len(seen) <= CHECKED_SIZES:
+            if _to_check(size[1], set(c[axis][1] for c in mine)):
                 return sizes
         return None
 
@@ -369,15 +376,16 @@ def axes_sibling(cache, key):
     batch where it changed, the others kept as widths
     (:func:`width_sibling`'s), with those the entry takes already, so
     that the VM's program may come to take any sizes of all
-    (:class:`TwoAxes`); else ``None``, and where the axes are a list's
-    items' (``runtime.ragged`` follows those)."""
+    (:class:`TwoAxes`); else ``None``, and where the axes are the items'
+    of a list of several (``runtime.ragged`` follows those)."""
     for entry, general in _alike_entries(cache, key, lambda entry: (
             entry.program is not None and entry.batch_note is None and
             type(entry.symbolic) in (type(None), RowsBatched, TwoAxes))):
         groups = _changed_groups(entry.key[3], general[3])
+        lists = _lists_of_several(entry.signature)
         if not groups or entry.symbolic is None and len(groups) < 2 or \
-                any(ragged.list_of(entry.signature.items[leaf][0])
-                    is not None for axes in groups for leaf, _ in axes):
+                any(ragged.list_of(entry.signature.items[leaf][0]) in lists
+                    for axes in groups for leaf, _ in axes):
             continue  # (a list's items: runtime.ragged)
         taken = [r.batch_axes() for r in _open_groups(entry.symbolic)]
         groups = taken + groups
@@ -394,6 +402,15 @@ def axes_sibling(cache, key):
         return entry, Batched(leaves, None if not any(at) else at,
                               tuple(kept))
     return None
+
+
+def _lists_of_several(sig):
+    """The names of the list arguments of more than one item in ``sig``
+    (a batch of one sentence's item is as an array argument)."""
+    counts = collections.Counter(ragged.list_of(name)
+                                 for name, _ in sig.items)
+    return set(name for name, n in counts.items()
+               if name is not None and n > 1)
 
 
 def _changed_groups(old, new):
@@ -818,13 +835,14 @@ def _batched_leaves(old, new):
         tuple(leaf for leaf, _ in found)
 
 
-def decision_on_batch(entry, batched):
+def decision_on_batch(entry, batched, uses=None):
     """How the entry's forward used the batch size in Python, if it did
     otherwise than in an op's arguments (``'x.shape[0] compared at
     model.py:12'``, ``'... reported'``): a program for other sizes could go
-    the other way, or replay the recorded number."""
+    the other way, or replay the recorded number. ``uses``: those of
+    ``entry.size_uses`` to look at (all)."""
     names = [name for name, _ in entry.signature.items]
-    for use in entry.size_uses:
+    for use in entry.size_uses if uses is None else uses:
         if not use.what.startswith('passed to') and any(
                 axis == 0 and leaf in batched.leaves
                 for leaf, axis in use.origins):

@@ -207,6 +207,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         entry.cut = recording.cut
         entry.ignore_state(recording.written_first)
     else:
+        recording.length_uses += _float_size_uses(caller, recording, sig,
+                                                  len(leaves))
         lengths, length_note, unrolled = _roll_loops(caller, recording,
                                                      sig, len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
@@ -448,6 +450,18 @@ def pure_but_guards(nodes):
     return structural.side_effect_free(nodes, guards=True)
 
 
+def _float_size_uses(caller, recording, sig, n_leaves):
+    """The sizes of the arguments the forward's own source puts into
+    float arithmetic (``1.0 / x.shape[0]``: the float computes it, unseen
+    by ``lengths.Length``), as uses that keep them in the key."""
+    code = getattr(caller.fn, '__code__', None)
+    if code is None:
+        return []
+    return symbolic.float_size_uses(
+        code, [name for name, _ in sig.items[:n_leaves]], recording.graph,
+        recording.size_operations)
+
+
 # --- loops ------------------------------------------------------------------
 
 def _roll_loops(caller, recording, sig, n_leaves):
@@ -472,18 +486,17 @@ def _roll_loops(caller, recording, sig, n_leaves):
         if varying:
             caller.warn_unrolled(errors.UnrolledLoop(
                 'this loop keeps its trip count in the cache key (each new '
-                'length compiles again): %s' % _SIDE_EFFECTS),
+                'length compiles again): %s' % _side_effects(
+                    recording.graph)),
                 varying[0].loc)
         return None, None, unrolled
     input_names = [name for name, _ in sig.items[:n_leaves]]
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return None, None, unrolled
-    found, kept = symbolic.symbolize(
+    found, kept = symbolic.symbolize(  # (float uses in length_uses)
         recording.graph, rolled, input_names,
-        trip_counts.length_only_names(code), recording,
-        symbolic.float_size_uses(code, input_names, recording.graph,
-                                 recording.size_operations))
+        trip_counts.length_only_names(code), recording)
     for concrete in kept + ([found] if isinstance(
             found, symbolic.Concrete) else []):
         caller.warn_unrolled(errors.UnrolledLoop(
@@ -534,7 +547,7 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     if why is None and not structural.undoable(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
         # NumPy's generator restored in between.
-        why = _SIDE_EFFECTS
+        why = _side_effects(graph)
     if why is None:
         return ragged.Ragged(tuple(leaves), tuple(
             sig.items[leaf][1].shape[0] for leaf in leaves), ties), None
@@ -545,11 +558,20 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     return None, why
 
 
-#: Why sizes stay in the key of a program that a check at another size
-#: could not undo (``structural.undoable``).
-_SIDE_EFFECTS = 'the program has side effects (a state update other than ' \
-    'batch normalization\'s, a random draw other than dropout\'s and ' \
-    'F.gaussian\'s)'
+def _side_effects(graph):
+    """Why sizes stay in the key of a program that a check at another size
+    could not undo (``structural.not_undone``), naming the node."""
+    node = structural.not_undone(graph.nodes, loops=True)
+    where = '' if node is None else ' (%s%s)' % (node.op, ragged.at(
+        node.loc))
+    if node is not None and node.generic:
+        return '%s%s runs as Chainer\'s own function, whose effects (a ' \
+            'state, a random draw) chainerjit cannot undo after a check at ' \
+            'another size' % (
+                node.op, ragged.at(node.loc))
+    return 'the program has side effects%s: a state update other than ' \
+        'batch normalization\'s, or a random draw other than dropout\'s ' \
+        'and F.gaussian\'s' % where
 
 
 _ONE_SIZE_PER_SESSION = (
@@ -565,12 +587,16 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
     ``backend='onnxruntime'``, ``runtime.batch`` widens an inference
     session to every batch size instead, where the batch is axis 0; the
     sessions of other programs (training ones, and those with symbolic
-    trip counts: ``not_widened``) keep it, which this warns of."""
-    rows, why = None, _SIDE_EFFECTS
-    if caller.backend == 'onnxruntime':
+    trip counts: ``not_widened``) keep it, which this warns of. A program
+    onnxruntime cannot run (``backends.why_not``) is the VM's."""
+    rows, why = None, None
+    if caller.backend == 'onnxruntime' and \
+            backends.why_not(graph, ()) is None:  # (else the VM runs it)
         why = _ONE_SIZE_PER_SESSION if not_widened or any(
             axis for _, axis in batched.batch_axes()) else None
-    elif structural.undoable(graph.nodes, loops=True):
+    elif not structural.undoable(graph.nodes, loops=True):
+        why = _side_effects(graph)
+    else:
         # Other sizes are checked by running the program and eagerly.
         names = [name for name, _ in sig.items]
         made_again = batch.remake_rows(graph, recording.made_rows, batched)

@@ -109,7 +109,7 @@ def test_a_length_used_otherwise_stays_in_the_key():
         h = xs[0]
         for t in range(1, xs.shape[0]):
             h = h + xs[t]
-        return h / xs.shape[0]  # the length is baked into the program
+        return h / float(xs.shape[0])  # the length is baked into the program
 
     rng = numpy.random.RandomState(10)
     jf = testing.assert_jit_matches_eager(
@@ -117,6 +117,22 @@ def test_a_length_used_otherwise_stays_in_the_key():
             (_rand(rng, 5, 2),)])
     assert jf.cache_info().currsize == 2
     assert all('f32[T' not in str(e.signature) for e in jf.cache_entries())
+
+
+def test_a_length_numpy_divides_by_is_read_at_run_time():
+    def f(xs):
+        h = xs[0]
+        for t in range(1, xs.shape[0]):
+            h = h + xs[t]
+        return h / xs.shape[0]  # NumPy's division, of the size at run time
+
+    rng = numpy.random.RandomState(10)
+    jf = testing.assert_jit_matches_eager(
+        f, [(_rand(rng, 3, 2),), (_rand(rng, 3, 2),), (_rand(rng, 5, 2),),
+            (_rand(rng, 5, 2),), (_rand(rng, 9, 2),)])
+    entry, = jf.cache_entries()
+    assert 'f32[T' in str(entry.signature)
+    assert 'python.size' in str(entry.graph)
 
 
 # --- branches on array values ---------------------------------------------
@@ -304,7 +320,7 @@ def _alias_used_as_a_value(xs):
     h = xs[0]
     for t in range(1, T):
         h = h + xs[t]
-    return h / T  # the length is baked into the program
+    return h * (1.0 / T)  # the float divides: the length is baked in
 
 
 def _comprehension_read_by_item(xs):

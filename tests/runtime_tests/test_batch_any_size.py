@@ -4,6 +4,8 @@ batch symbolic, in training and inference, and that entry serves every
 batch size with values and gradients equal to eager's; where it cannot, a
 warning names the op or the use that keeps the size in the key."""
 
+import copy
+import math
 import warnings
 
 import chainer
@@ -386,6 +388,14 @@ class _Sampled(chainer.Chain):
         return F.sum(F.rrelu(self.l1(x)))
 
 
+class _Permuted(_Sampled):
+    """Rows picked by an array of ints (``h[numpy.argsort(t)]``): Chainer's
+    own function, run as it is."""
+
+    def forward(self, x, t):
+        return F.sum(self.l1(x)[numpy.argsort(t)] * 2)
+
+
 class _VAE(chainer.Chain):
     """A variational autoencoder's loss: its sample drawn from NumPy's
     generator, which a check at a new size puts back."""
@@ -419,7 +429,10 @@ def test_a_vae_serves_every_batch_size_drawing_as_eagerly():
 @pytest.mark.parametrize('cls, make, why', [
     (_FirstSimilarities, _features,
      'a value computed from x read by GetItem['),
-    (_Sampled, _features, 'the program has side effects'),
+    (_Sampled, _features, 'RReLU at test_batch_any_size.py:388 runs as '
+     'Chainer\'s own function'),
+    (_Permuted, _features, 'GetItem at test_batch_any_size.py:396 runs as '
+     'Chainer\'s own function'),
 ])
 def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
         cls, make, why):
@@ -600,10 +613,25 @@ class _DividedByTheBatch(_Discriminator):
         return F.sum(F.softplus(-y_real) + F.softplus(y_fake)) / len(real)
 
 
+def _inverse(n):
+    return 1.0 / n  # (the forward's own source is read; this is not)
+
+
 class _ScaledByTheBatch(_Discriminator):
     """The same loss scaled by ``1.0 / len(real)``, a float Python computes
-    in C, unseen: the program would scale by the recorded size, which the
-    check at a new size sees."""
+    in C, in a helper, unseen: the program would scale by the recorded
+    size, which the check at a new size sees."""
+
+    def forward(self, real, fake):
+        h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
+        y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
+        loss = F.sum(F.softplus(-y_real) + F.softplus(y_fake))
+        return loss * _inverse(len(real))
+
+
+class _ScaledInTheForward(_ScaledByTheBatch):
+    """As :class:`_ScaledByTheBatch`, in the forward's own source, which
+    says so."""
 
     def forward(self, real, fake):
         h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
@@ -635,12 +663,16 @@ def test_a_loss_divided_by_the_batch_serves_every_batch_size():
     assert 'python.size[a=1, axis=0, b=0](real)' in str(entry.graph)
 
 
-def test_a_size_used_in_python_is_caught_at_a_new_size(fresh_warnings):
-    model = _model(_ScaledByTheBatch)
+@pytest.mark.parametrize('cls, why', [
+    (_ScaledByTheBatch, 'gave another result than eagerly'),
+    (_ScaledInTheForward, 'real.shape[0] used in float arithmetic at '
+     'test_batch_any_size.py:')])
+def test_a_size_used_in_python_is_caught_at_a_new_size(
+        cls, why, fresh_warnings):
+    model = _model(cls)
     jitted = chainerjit.jit(model.forward, backend='numpy')
     messages = _recompile_warnings(jitted, _calls(_pairs), model.forward)
-    assert any('gave another result than eagerly' in m
-               for m in messages), messages
+    assert any(why in m for m in messages), messages
     for entry in jitted.cache_entries():
         assert '[B' not in str(entry.signature), entry.signature
 
@@ -1473,3 +1505,52 @@ def test_a_new_batch_size_checked_leaves_the_users_backward_as_eager():
                                      sorted(jitted.namedparams())):
             numpy.testing.assert_allclose(b.grad, a.grad, rtol=1e-5,
                                           atol=1e-6, err_msg=name)
+
+
+class _Chunked(chainer.Chain):
+    """A loss scaled by a step function of the batch size: the same at
+    every size up to 32, where the first sizes are checked."""
+
+    def __init__(self, scale):
+        super(_Chunked, self).__init__()
+        self.scale = scale
+        with self.init_scope():
+            self.l1 = L.Linear(6, 4)
+
+    def forward(self, x):
+        h = self.l1(x)
+        return F.sum(h * h) * self.scale(self.xp, len(x))
+
+
+STEPPED = [
+    lambda xp, b: 1.0 / ((b + 31) // 32),
+    lambda xp, b: -(-b // 32),
+    lambda xp, b: b % 32 + 1,
+    lambda xp, b: xp.asarray((b >> 5) + 1, F32),
+    lambda xp, b: sum([b // 32, 1]),
+    lambda xp, b: divmod(b, 32)[0] + 1,
+    lambda xp, b: (b & ~31) + 1,
+    # The float computes it, unseen: found by the check at a size beyond
+    # those checked.
+    lambda xp, b: math.ceil(1.0 * b / 32),
+]
+
+
+@pytest.mark.filterwarnings('ignore::chainerjit.RecompileWarning')
+@pytest.mark.parametrize('scale', STEPPED)
+def test_a_step_function_of_the_batch_size_keeps_it_in_the_key(scale):
+    # Checking the program against eager at the first new batch sizes
+    # (all up to 32 here, where the step is the same) could not see it.
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.randn(b, 6).astype(F32),)
+             for b in (3, 8, 17, 30, 5, 12, 64, 40, 64, 8)]
+    numpy.random.seed(0)
+    model = _Chunked(scale)
+    differential.check_grads(None, calls, model=model, method='forward')
+    jitted = chainerjit.jit(copy.deepcopy(model).forward, backend='numpy')
+    with chainer.using_config('train', False), \
+            chainer.using_config('enable_backprop', False):
+        for x, in calls:
+            testing.assert_results_equal(jitted(x), model(x), 1e-5, 1e-6)
+    assert not any('[B' in str(entry.signature)
+                   for entry in jitted.cache_entries()), jitted.cache_report()

@@ -184,10 +184,25 @@ class _DoublesLargeBatches(chainer.Chain):
         return h
 
 
+def _as_float(n):
+    return 1.0 * n  # (the float multiplies, in C; the source is not read)
+
+
 class _DoublesLargeBatchesSecretly(chainer.Chain):
     """As :class:`_DoublesLargeBatches`, with the decision in C code that
-    Length ints cannot see: the first call at a size that goes the other
-    way finds it."""
+    Length ints cannot see, in a helper: the first call at a size that goes
+    the other way finds it."""
+
+    def forward(self, x):
+        h = F.tanh(x)
+        if _as_float(x.shape[0]) > 10:
+            h = h * 2
+        return h
+
+
+class _DoublesLargeBatchesInFloats(chainer.Chain):
+    """As :class:`_DoublesLargeBatchesSecretly`, in the forward's own
+    source, which shows it."""
 
     def forward(self, x):
         h = F.tanh(x)
@@ -199,7 +214,8 @@ class _DoublesLargeBatchesSecretly(chainer.Chain):
 @pytest.mark.parametrize('cls, why', [
     (_AddsWrittenRowNumbers, 'keeps the batch size in the cache key'),
     (_DoublesLargeBatches, 'x.shape[0] compared at test_dynamic_batch.py'),
-    (_DoublesLargeBatchesSecretly, 'gave another result than eagerly')])
+    (_DoublesLargeBatchesSecretly, 'gave another result than eagerly'),
+    (_DoublesLargeBatchesInFloats, 'x.shape[0] used in float arithmetic')])
 @pytest.mark.parametrize('backend', ['onnxruntime', 'numpy'])
 def test_a_program_that_cannot_stretch_keeps_the_batch_size(
         cls, why, backend, monkeypatch):
@@ -219,3 +235,20 @@ def test_a_program_that_cannot_stretch_keeps_the_batch_size(
         explained = jitted.explain(numpy.zeros((5, 4), F32))
         assert 'the batch size stays in the cache key: x.shape[0] ' \
             'compared' in explained, explained
+
+
+def _views_and_features(x):
+    # A view of the argument as an output: onnxruntime would copy it, so
+    # the VM runs the program.
+    return x[:, :4], F.tanh(x) * 2
+
+
+def test_a_program_onnxruntime_does_not_run_serves_every_batch_size():
+    jitted = chainerjit.jit(_views_and_features, backend='onnxruntime')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        _run(jitted, _views_and_features, _tokens,
+             batches=(3, 8, 17, 30, 8, 64, 3))
+    entry, = jitted.cache_entries()
+    assert entry.backend == 'numpy', entry.describe_backend()
+    assert str(entry.signature).startswith('x: f32[B,5,16]')

@@ -64,7 +64,7 @@ def test_text_classifier_trains_at_any_batch_size_and_lengths(cls,
     jitted = checked_without_recompiling(lambda: _model(cls), calls, True)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(signature), entry.signature
-    assert jitted.cache_info().compiled >= 3
+    assert jitted.cache_info().compiled >= 2  # (new sizes check eagerly)
 
 
 def _scores(model, xs):

@@ -86,7 +86,7 @@ def test_rnn_classifier_trains_at_any_count_and_lengths(name):
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
         't: i32[B]@cpu (array)'), entry.signature
     assert entry.training is not None
-    assert jitted.cache_info().compiled >= 3
+    assert jitted.cache_info().compiled >= 2  # (new sizes check eagerly)
 
 
 def test_the_program_holds_one_packed_link_call():

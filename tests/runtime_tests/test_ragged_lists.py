@@ -2,6 +2,7 @@
 every length of the items of a list argument, with values and gradients
 equal to eager's, and where it cannot, a warning says why."""
 
+import copy
 import warnings
 
 import chainer
@@ -324,6 +325,28 @@ def test_seq2seq_over_new_source_and_target_lengths():
         'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]'), entry.signature
     graph = str(entry.graph)
     assert graph.count('joined.framed') == 2, graph
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_seq2seq_over_one_pair_of_sentences_of_any_lengths(train):
+    # A batch of one source and one target sentence: each list's one item
+    # is as an array argument, both lengths symbols of one entry.
+    rng = numpy.random.RandomState(9)
+    calls = [(_tokens(rng, 1), _tokens(rng, 1)) for _ in range(7)]
+    if train:
+        jitted = _trained(_Seq2seq, calls)
+    else:
+        model = _model(_Seq2seq)
+        jitted = chainerjit.jit(copy.deepcopy(model).forward)
+        with chainer.using_config('train', False), \
+                chainer.no_backprop_mode():
+            for args in calls:
+                chainerjit.testing.assert_results_equal(
+                    jitted(*args), model(*args))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[B]@cpu (array), ys[0]: i32[W]@cpu (array)'), \
+        entry.signature
 
 
 def test_short_items_and_other_counts_are_entries_of_their_own():
