@@ -23,12 +23,15 @@ import numpy
 
 from chainerjit import api
 from chainerjit.backend import onnx_graph
+from chainerjit.backend import ort
 from chainerjit.backend.onnx_graph import Builder
 from chainerjit.backend.onnx_graph import IR_VERSION
 from chainerjit.backend.onnx_graph import OPSET
 from chainerjit.errors import ExportError
 from chainerjit.frontend import scalars
+from chainerjit.frontend import signature
 from chainerjit.runtime import batch
+from chainerjit.runtime.backends import first_line
 
 __all__ = ['Builder', 'ExportError', 'IR_VERSION', 'OPSET', 'export_onnx']
 
@@ -68,6 +71,7 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
     builder = Builder(dynamic_batch, names[batched[0]] if batched else None,
                       batched[0].shape[0] if batched else None)
     if dynamic_batch:
+        _check_batch_unused(jitted, entry)
         _check_constants_batchless(graph, names, builder.batch_size)
     for value in graph.params + graph.all_consts():
         array = _model_array(entry, value)
@@ -86,9 +90,14 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
         [onnx_graph.value_info((v.shape, v.dtype), names[v], dynamic_batch,
                                v.symbols) for v in graph.inputs],
         [onnx_graph.value_info(types[source], name, dynamic_batch,
+                               _output_axes(types[source][0], name,
+                                            dynamic_batch and
+                                            builder.batch_size),
                                shaped=entry.symbolic is None)
          for source, name in zip(sources, outputs)], opset)
     onnx.checker.check_model(model)
+    if dynamic_batch and builder.batch_size:
+        _check_another_batch(model, jitted, args, kwargs or {}, entry)
     if path is not None:
         onnx.save(model, os.fspath(path))
     return model
@@ -155,6 +164,97 @@ def _check_constants_batchless(graph, names, batch_size):
                 'model with a dynamic batch would keep: export with '
                 'dynamic_batch=False, or make it from a value of the batch '
                 '(numpy.full_like(s.array, ...))' % names[value])
+
+
+#: Uses of a size the ONNX model holds no part of: the Python values the
+#: forward returns, assigns or reports.
+_NOT_IN_THE_MODEL = ('returned', 'assigned to', 'reported')
+
+
+def _check_batch_unused(jitted, entry):
+    """Raises ExportError where the forward's Python used the batch size
+    (``1.0 / x.shape[0]``, ``if len(x) > 8:``): the model would keep the
+    number, or the branch, of the example's batch."""
+    batched = batch.batch_of(entry.key)
+    decision = batched and batch.decision_on_batch(
+        entry, batched, [use for use in entry.size_uses
+                         if not use.what.startswith(_NOT_IN_THE_MODEL)])
+    if decision:
+        raise ExportError(
+            '%s uses the batch size in Python (%s), so a model with a '
+            'dynamic batch would keep the example\'s: export with '
+            'dynamic_batch=False, or compute it from a value of the batch '
+            'with Chainer functions' % (jitted.__name__, decision))
+
+
+def _check_another_batch(model, jitted, args, kwargs, entry):
+    """Runs the model with a dynamic batch in onnxruntime on the example's
+    rows twice over, and the forward eagerly on them (in test mode,
+    without backprop); raises ExportError where onnxruntime cannot run it
+    or the results differ (a converter kept the example's batch size). A
+    program that draws random numbers is not run."""
+    if any(not node.pure for node in entry.graph.nodes):
+        return
+    size = batch.batch_of(entry.key)
+    size = size and size.size_of(entry.key)
+    if not size:
+        return
+    args, kwargs = _rows_twice(args, size), _rows_twice(kwargs, size)
+    leaves = []
+    signature.flatten((args, kwargs), leaves)
+    with chainer.no_backprop_mode(), chainer.using_config('train', False):
+        expected = []
+        signature.flatten(jitted._run(jitted._instance(), args, kwargs),
+                          expected)
+    try:
+        session = ort.session(model)
+        feed = dict(zip([i.name for i in session.get_inputs()],
+                        [numpy.asarray(signature.leaf_array(a))
+                         for a in leaves]))
+        outputs = session.run(None, feed)
+    except Exception as error:  # onnxruntime refused the other batch size
+        raise ExportError(
+            '%s: the model with a dynamic batch does not run at batch size '
+            '%d (%s): export with dynamic_batch=False' % (
+                jitted.__name__, 2 * size, first_line(error)))
+    for i, (out, leaf) in enumerate(zip(outputs, expected)):
+        want = chainer.backend.CpuDevice().send(signature.leaf_array(leaf))
+        tolerance = 5e-2 if want.dtype == numpy.float16 else 1e-3
+        if out.shape != want.shape or not numpy.allclose(
+                out, want, rtol=tolerance, atol=tolerance / 10,
+                equal_nan=True):
+            raise ExportError(
+                '%s: the model with a dynamic batch gives another y%d than '
+                'Chainer at batch size %d (an op kept the example\'s batch '
+                'size %d): export with dynamic_batch=False' % (
+                    jitted.__name__, i, 2 * size, size))
+
+
+def _output_axes(shape, name, batch_size):
+    """With a dynamic batch (the example's ``batch_size``), how an output
+    declares its axes: axis 0 is the batch where it has the example's
+    size, other axes of that size are free (``F.stack``'s ``(2, B, 4)``),
+    the rest as recorded."""
+    if not batch_size:
+        return None
+    return dict((axis, n if n != batch_size else 'batch' if axis == 0 else
+                 '%s_%d' % (name, axis)) for axis, n in enumerate(shape))
+
+
+def _rows_twice(value, size):
+    """``value`` with each array whose first axis is ``size`` long given
+    its rows twice over, in tuples, lists and dicts."""
+    if isinstance(value, (tuple, list)):
+        return type(value)(_rows_twice(v, size) for v in value)
+    if isinstance(value, dict):
+        return dict((k, _rows_twice(v, size)) for k, v in value.items())
+    array = value.array if isinstance(value, chainer.Variable) else value
+    if not hasattr(array, 'shape') or not array.shape or \
+            array.shape[0] != size:
+        return value
+    xp = chainer.backend.get_array_module(array)
+    grown = xp.concatenate([array, array])
+    return chainer.Variable(grown) if array is not value else grown
 
 
 def _model_array(entry, value):

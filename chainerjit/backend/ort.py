@@ -79,7 +79,7 @@ def session_kernel(graph, providers=None, frozen=None, batch=None,
     inputs, parameters and symbols, and returns its outputs."""
     frozen = list(frozen or [None] * len(graph.params))
     model, input_names, output_names = to_onnx(graph, frozen, batch)
-    run_session = _runner(_session(model, providers))
+    run_session = _runner(session(model, providers))
     n_args = len(graph.inputs)
     n_params = len(frozen)
     fed = list(range(n_args)) + [
@@ -279,7 +279,9 @@ def _type(value):
     return value.shape, value.dtype
 
 
-def _session(model, providers):
+def session(model, providers=None):
+    """An onnxruntime session of the ONNX ``model`` set for low latency;
+    its errors come back as exceptions, not written to stderr."""
     import onnxruntime
 
     options = onnxruntime.SessionOptions()
@@ -288,7 +290,7 @@ def _session(model, providers):
     options.execution_mode = onnxruntime.ExecutionMode.ORT_SEQUENTIAL
     options.intra_op_num_threads = thread_count()
     options.inter_op_num_threads = 1
-    options.log_severity_level = 3  # errors only
+    options.log_severity_level = 4  # (errors are raised, and handled)
     # Its threads sleep when done instead of spinning: between two calls
     # the process runs other work (NumPy's BLAS threads, Chainer), which
     # spinning threads would slow down.

@@ -136,3 +136,44 @@ def test_positions_as_long_as_the_steps_export_the_steps(how, rng):
     _runs_as_eager(exported, model, [
         rng.randint(0, 20, (b, n)).astype(numpy.int32)
         for b, n in ((2, 11), (5, 3), (1, 20))])
+
+
+def _mean_over_the_batch(x):
+    return F.sum(F.tanh(x), axis=0) * (1.0 / x.shape[0])
+
+
+def _halves_apart(x):
+    a, b = F.split_axis(F.tanh(x), 2, axis=0)
+    return a - b * 2
+
+
+def _stacked(x):
+    return F.stack([F.tanh(x), F.relu(x)], axis=0)
+
+
+@pytest.mark.parametrize('fn, why', [
+    (_mean_over_the_batch,
+     r'uses the batch size in Python \(x.shape\[0\] used in float'),
+    (_halves_apart, 'does not run at batch size 8')])
+def test_a_model_kept_at_the_examples_batch_refuses_a_dynamic_one(
+        rng, fn, why):
+    x = rng.standard_normal((4, 3)).astype('f')
+    with pytest.raises(chainerjit.errors.ExportError, match=why):
+        chainerjit.export_onnx(fn, (x,), dynamic_batch=True)
+    _runs_as_eager(chainerjit.export_onnx(fn, (x,)), fn, [
+        rng.standard_normal((4, 3)).astype('f') for _ in range(2)])
+
+
+def test_outputs_declare_only_axis_zero_the_batch(rng):
+    # F.stack's (2, B, 3): axis 1 has the batch's size, not axis 0.
+    x = rng.standard_normal((3, 3)).astype('f')
+    exported = chainerjit.export_onnx(_stacked, (x,), dynamic_batch=True)
+    dims = [d.dim_param or d.dim_value
+            for d in exported.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == [2, 'y0_1', 'y0_2']
+    session = onnxruntime.InferenceSession(
+        exported.SerializeToString(), providers=['CPUExecutionProvider'])
+    for n in (1, 5):
+        x = rng.standard_normal((n, 3)).astype('f')
+        y, = session.run(None, {'x': x})
+        numpy.testing.assert_allclose(y, _stacked(x).array, rtol=1e-6)
