@@ -309,12 +309,15 @@ def _besides_own_tests(uses, rolled, sources):
     """``uses`` but a ``while`` loop's own test of its length (``while t <
     xs.shape[0]:``, or ``t >= 0`` of a counter from ``len(xs) - 1``): with
     its counter (``rolling._while_counters``), that test is the trip
-    count; and the counter's indexing in its body (``xs[t]`` of ``t`` made
-    of the length), which the rolling reads from the loop's counter."""
+    count; and the indexing with the length in the bodies of the loops
+    over it (``xs[t]`` of ``t`` made of the length, ``xs[T - 1 - t]``),
+    which the rolling reads from the loop's counter. (A read at an index
+    made of the length alone, ``xs[T - 1]`` in the body, is caught by the
+    check of every new length against eager.)"""
     runs = [run for loop, run in rolled.items()
-            if loop in sources and run.site.kind == 'while' and
-            run.code is not None]
-    tests = set((run.code.co_filename, run.site.header) for run in runs)
+            if loop in sources and run.code is not None]
+    tests = set((run.code.co_filename, run.site.header) for run in runs
+                if run.site.kind == 'while')
     bodies = set((run.code.co_filename, line) for run in runs
                  for line in range(run.site.header + 1, run.site.last + 1))
     return [u for u in uses if not (

@@ -15,6 +15,7 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from tests.differential import check_grads
+from tests.differential import check_seeded
 from tests.differential import sequences
 
 
@@ -221,6 +222,48 @@ def test_a_plain_comprehension_rolls_into_one_entry():
     for fn in (_comp_over_xs, _comp_multiline, _loop_len_alias):
         jitted = testing.assert_jit_matches_eager(fn, sequences(rng, W))
         assert len(jitted.cache_entries()) == 1, fn.__name__
+
+
+def _loop_len_alias_reversed_index(xs, W):
+    T = len(xs)
+    hs = []
+    h = xs[0] * 0
+    for t in range(T):
+        h = F.tanh(F.matmul(h, W) + xs[T - 1 - t] - xs[t])
+        hs.append(h)
+    return F.stack(hs)
+
+
+class _Backwards(chainer.Chain):
+    """``L.LSTM`` over the steps from the last, its first step peeled."""
+
+    def __init__(self):
+        super(_Backwards, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(4, 3)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        T = len(xs)
+        for t in range(T):
+            h = self.lstm(xs[T - 1 - t])
+        return F.sum(h * h)
+
+
+@pytest.mark.parametrize('fn', [_loop_shape_alias_reversed_index,
+                                _loop_len_alias_reversed_index, None])
+def test_an_index_counted_down_from_the_length_rolls_into_one_entry(fn):
+    # xs[T - 1 - t]: the length read in the body's indexes only.
+    rng = numpy.random.RandomState(33)
+    W = rng.standard_normal((4, 4)).astype(numpy.float32) * 0.5
+    lengths = (3, 3, 5, 8, 2, 8, 6)
+    if fn is None:
+        numpy.random.seed(0)
+        jitted = check_seeded(_Backwards(), sequences(rng, lengths=lengths))
+    else:
+        jitted = check_grads(fn, sequences(rng, W, lengths=lengths))
+    entry, = jitted.cache_entries()
+    assert 'f32[T,2,4]' in str(entry.signature), entry.signature
 
 
 class _Helpers(chainer.Chain):
