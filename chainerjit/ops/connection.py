@@ -1213,7 +1213,55 @@ def lower_convolution_nd(node, ctx):
         'stride': node.stride, 'pad': node.pad, 'dilate': node.dilate,
         'groups': node.groups, 'cover_all': node.cover_all},
         grad=_nd_grad(node, ctx, grad_x, lambda x, gy: (x, gy)),
-        onnx=None if node.cover_all else _conv_nd_to_onnx(node))
+        onnx=None if node.cover_all else _conv_nd_to_onnx(node),
+        lengths=_conv_nd_lengths(node, ctx))
+
+
+def _conv_nd_lengths(node, ctx):
+    """The ``Kernel.lengths`` rule of an N-d convolution, as
+    :func:`_conv_lengths`'s: its forward takes any number of images; rows
+    on a spatial axis (the words of a text CNN, ``L.Convolution1D`` over
+    the padded block) where the stride is 1 and windows do not cover all
+    take the input's gradient made for each size met
+    (:func:`_nd_grad_per_size`)."""
+    @takes_widest
+    def lengths(rows):
+        found = rows[0]
+        if found is None or any(r is not None for r in rows[1:]):
+            return None
+        if found.axis == 0:
+            return None if found.widest else Follow((found,))
+        spatial = found.axis - 2
+        if not 0 <= spatial < node.ndim or node.cover_all or \
+                node.stride[spatial] != 1:
+            return None
+        k = ctx.in_shapes[1][found.axis]
+        offset = 2 * node.pad[spatial] - node.dilate[spatial] * (k - 1)
+        out = found._replace(parts=found.parts + ((None, offset),)) \
+            if offset else found
+        return Follow((out,), _nd_grad_per_size(node, ctx, lengths))
+    return lengths
+
+
+def _nd_grad_per_size(node, ctx, lengths):
+    """The kernel of an N-d convolution whose input's spatial sizes vary:
+    its gradient made for each input shape met (the input's gradient, a
+    transposed convolution, is made for an output size), the last
+    :data:`_SIZES_KEPT` kept."""
+    made = collections.OrderedDict()
+
+    def grad(xs, ys, gys, wanted):
+        shape = xs[0].shape
+        rule = made.get(shape)
+        if rule is None:
+            rule = lower_convolution_nd(node, ctx._replace(
+                in_shapes=(shape,) + tuple(ctx.in_shapes[1:]))).grad
+            if len(made) >= _SIZES_KEPT:
+                made.popitem(last=False)
+            made[shape] = rule
+        return rule.fn(xs, ys, gys, wanted)
+    first = lower_convolution_nd(node, ctx)
+    return first._replace(grad=first.grad._replace(fn=grad), lengths=lengths)
 
 
 @lowering(deconvolution_nd.DeconvolutionND)

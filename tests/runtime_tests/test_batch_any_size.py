@@ -58,6 +58,25 @@ class _ConvNet(chainer.Chain):
         return F.softmax_cross_entropy(self.fc(h), t)
 
 
+class _VolumesAndSignals(chainer.Chain):
+    """N-dimensional convolutions: of signals (``L.Convolution1D``) and
+    of volumes (``L.Convolution3D``, strided)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution1D(3, 4, 3, pad=1)
+            self.c3 = L.Convolution3D(1, 2, 3, stride=2, pad=1)
+            self.fc = L.Linear(4 * 16 + 2 * 2 * 2 * 8, 4)
+
+    def forward(self, x, t):
+        signals = F.relu(self.c1(x[:, :, 0]))
+        volumes = F.relu(self.c3(F.expand_dims(x[:, :, :4], 1)))
+        h = F.concat([F.reshape(signals, (len(x), -1)),
+                      F.reshape(volumes, (len(x), -1))], axis=1)
+        return F.softmax_cross_entropy(self.fc(h), t)
+
+
 class _Branches(chainer.Chain):
     """Element-wise arithmetic with broadcasting, slices of the features,
     a join side by side and sums over the features."""
@@ -190,6 +209,7 @@ class _Centered(_Classifier):
 
 
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
+          (_VolumesAndSignals, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_TextCNN, _words), (_Losses, _binary_labels),
           (_Centered, _features)]

@@ -20,6 +20,7 @@ from chainerjit import errors
 from chainerjit import testing
 from tests.runtime_tests.test_ragged_lists import _BagOfWords
 from tests.runtime_tests.test_ragged_lists import _Convolutions
+from tests.runtime_tests.test_ragged_lists import _Convolutions1D
 from tests.runtime_tests.test_ragged_lists import _ExampleBagOfWords
 from tests.runtime_tests.test_ragged_lists import _model
 from tests.runtime_tests.test_ragged_lists import _PerItem
@@ -54,6 +55,7 @@ class _PerSentence(_ExampleBagOfWords):
 @pytest.mark.parametrize('cls, signature', [
     (_BagOfWords, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     (_Convolutions, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
+    (_Convolutions1D, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # the items' lengths too, for its xp.array([len(x) for x in xs])
     (_ExampleBagOfWords, 'xs[0]: i32[B,W]@cpu (array), xs[1]: i64[B]@cpu '
      '(array), ys: i32[B]@cpu (array)'),

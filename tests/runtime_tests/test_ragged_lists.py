@@ -647,10 +647,30 @@ class _Convolutions(_Classifier):
         return self.out(F.reshape(h, (-1, 12)))
 
 
+class _Convolutions1D(_Classifier):
+    """The same encoder written with ``L.Convolution1D`` over the words
+    on the last axis."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.cnn_w3 = L.Convolution1D(6, 4, 3, pad=2)
+            self.cnn_w5 = L.Convolution1D(6, 4, 5, pad=4, dilate=2)
+            self.out = L.Linear(8, 3)
+
+    def scores(self, xs):
+        e = _block_embed(self.embed, xs)[:, :, :, 0]
+        h = F.concat([F.max(self.cnn_w3(e), axis=2),
+                      F.max(self.cnn_w5(e), axis=2)], axis=1)
+        return self.out(F.relu(h))
+
+
 @pytest.mark.parametrize('cls, padded', [
     (_BagOfWords, 'xs: i32[B,W]'),  # the list joined (frontend.joining)
     (_PaddedSequences, '[4,max(L0,...,L3)'),  # its items' embeddings
-    (_Convolutions, 'xs: i32[B,W]')])
+    (_Convolutions, 'xs: i32[B,W]'),
+    (_Convolutions1D, 'xs: i32[B,W]')])
 def test_items_padded_to_the_longest_at_any_lengths(cls, padded):
     rng = numpy.random.RandomState(21)
     calls = [(_tokens(rng), [rng.randint(0, 3, (1,)).astype(numpy.int32)
