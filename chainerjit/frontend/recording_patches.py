@@ -167,7 +167,11 @@ def _escaping(what):
 
 def _watching_gpu_reads(prop, recorder):
     """``Variable.array`` (or ``.data``) while recording: reading a CuPy
-    array in user code is an escape, since CuPy arrays cannot be traced."""
+    array in user code is an escape, since CuPy arrays cannot be traced;
+    so is assigning one to a Variable that a node of the recording made
+    (``h.array = numpy.clip(h.array, -1, 1)``): Chainer's backward still
+    runs through ``h``'s creator, which the recorded graph would not (the
+    new array is data, with no gradient)."""
     def read(variable):
         array = prop.fget(variable)
         if array is not None and not isinstance(array, numpy.ndarray):
@@ -175,7 +179,15 @@ def _watching_gpu_reads(prop, recorder):
             if not frame.f_code.co_filename.startswith(traced.LIBRARY_DIRS):
                 traced.escape('reading a CuPy array of a Variable')
         return array
-    return property(read, prop.fset, None, prop.__doc__)
+
+    def write(variable, array):
+        if variable.creator_node is not None and \
+                not sys._getframe(1).f_code.co_filename.startswith(
+                    traced.LIBRARY_DIRS):
+            traced.escape('assigning the array of a Variable a function '
+                          'made (its gradient still reaches the function)')
+        prop.fset(variable, array)
+    return property(read, write, None, prop.__doc__)
 
 
 def _symbolic(read, depth=2):

@@ -268,9 +268,31 @@ class BranchesOnTheRead(_Base):
         return F.softmax_cross_entropy(y, t)
 
 
+class Clipped(_Base):
+    """A function's output given a new array (``h.array = ...``): its
+    gradient still reaches the function, as eagerly."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        h.array = numpy.clip(h.array, -0.5, 0.5)
+        y = self.l2(F.relu(h * 2))
+        return F.softmax_cross_entropy(y, t)
+
+
+class DataScaled(_Base):
+    """As :class:`Clipped`, by ``.data``, the old value read after."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        g = F.tanh(h)
+        h.data = h.data * 2
+        return F.softmax_cross_entropy(self.l2(h + g), t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
          SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
-         Decoding, Counting, InWith, InBranch, Nested, BranchesOnTheRead]
+         Decoding, Counting, InWith, InBranch, Nested, BranchesOnTheRead,
+         Clipped, DataScaled]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
