@@ -169,6 +169,8 @@ class JitFunction(_calls.CachedCall):
         # found one, its driver and its jitted pieces.
         self._cut, self._driver, self._pieces = None, None, {}
         self._uncut = None  # why calls no longer run around a break
+        # As a piece of a cut forward: what the whole assigns before reading
+        self._written_by_whole = frozenset()
         self.cache = cache_module.Cache(options['maxsize'])
         # when misses stop being recorded (runtime.budget)
         self.budget = budget.RecordingBudget(options['recompile_limit'],
@@ -642,19 +644,22 @@ class JitFunction(_calls.CachedCall):
             each.unfreeze()  # the parameters they own writable again
         self._cut, self._driver, self._pieces = None, None, {}
 
-    def _cut_at(self, cut):
+    def _cut_at(self, cut, written=frozenset()):
         """From now on, calls run as ``cut`` (a ``breaks.Cut``): its
         driver calling the jitted pieces. Every call can: the cut
-        forward does what the forward does."""
-        self._pieces = dict((what, self._piece(fn, what))
+        forward does what the forward does. ``written``: the link
+        attributes the forward assigns before reading them, which the
+        pieces do not guard (``Caller.written_by_whole``)."""
+        self._pieces = dict((what, self._piece(fn, what, written))
                             for what, fn in cut.pieces().items())
         self._driver = cut.driver(self._pieces, self._eager_statement)
         self._cut = cut
 
-    def _piece(self, fn, what):
+    def _piece(self, fn, what, written=frozenset()):
         """A piece of a cut forward, jitted as this function is."""
         piece = JitFunction(fn, self._get_instance, self._options)
         piece.__name__ = '%s<%s>' % (self.__name__, what)
+        piece._written_by_whole = self._written_by_whole | written
         return piece
 
     def _eager_statement(self):
@@ -813,7 +818,7 @@ class JitFunction(_calls.CachedCall):
             self._ragged_paths.update(packing.sequence_paths(args, kwargs))
         self.last_entry = entry
         if entry.cut is not None and self._cut is None and not self._uncut:
-            self._cut_at(entry.cut)
+            self._cut_at(entry.cut, entry.ignored_state)
         self._made_read_only += entry.made_read_only
         self.cache.compiles += entry.fallback is None
         if entry.escaped and self.budget.note_fallback(entry.fallback):
@@ -866,6 +871,7 @@ class JitFunction(_calls.CachedCall):
             warn_batch=self._warn_batch_static,
             warn_varying=self._warn_varying,
             warn_sizes=self._warn_sizes,
+            written_by_whole=self._written_by_whole,
             join_lists=self._joins is None and not self._batch_static and
             self._options.get('dynamic') is not False and
             self._options.get('backend', 'auto') != 'onnxruntime',
@@ -903,7 +909,10 @@ class JitFunction(_calls.CachedCall):
 
     @staticmethod
     def _differences(entry, sig, key, instance):
-        if entry.key == key:
+        general = entry.symbolic.generalize(key) if entry.symbolic and \
+            hasattr(entry.symbolic, 'generalize') else None
+        if entry.key == key or general is not None and \
+                general[0] == entry.key:  # (a key it serves: its guards)
             return entry.guard_failures(instance)
         untied = getattr(entry.symbolic, 'untied', None)
         return entry.signature.diff(sig) + (untied(key, [

@@ -97,7 +97,9 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
          for source, name in zip(sources, outputs)], opset)
     onnx.checker.check_model(model)
     if dynamic_batch and builder.batch_size:
-        _check_another_batch(model, jitted, args, kwargs or {}, entry)
+        _check_other_batches(model, jitted, args, kwargs or {}, entry,
+                             builder.batch_size,
+                             [types[source][0] for source in sources])
     if path is not None:
         onnx.save(model, os.fspath(path))
     return model
@@ -187,36 +189,45 @@ def _check_batch_unused(jitted, entry):
             'with Chainer functions' % (jitted.__name__, decision))
 
 
-def _check_another_batch(model, jitted, args, kwargs, entry):
+def _check_other_batches(model, jitted, args, kwargs, entry, size,
+                         shapes):
     """Runs the model with a dynamic batch in onnxruntime on the example's
-    rows twice over, and the forward eagerly on them (in test mode,
-    without backprop); raises ExportError where onnxruntime cannot run it
-    or the results differ (a converter kept the example's batch size). A
-    program that draws random numbers is not run."""
+    rows (``size`` of them) twice over, and on its first row alone, and
+    the forward eagerly on them (in test mode, without backprop); raises
+    ExportError where onnxruntime cannot run it or the results differ (a
+    converter kept the example's batch size; a batch of one squeezed or
+    broadcast as several are not). The outputs, of ``shapes`` at the
+    example's batch, then declare the axes that changed with the batch
+    (:func:`_declare_outputs`). A program that draws random numbers is
+    not run."""
     if any(not node.pure for node in entry.graph.nodes):
         return
-    size = batch.batch_of(entry.key)
-    size = size and size.size_of(entry.key)
-    if not size:
-        return
-    args, kwargs = _rows_twice(args, size), _rows_twice(kwargs, size)
-    leaves = []
+    session = ort.session(model)
+    twice = _run_at(session, jitted, args, kwargs, 2 * size,
+                    lambda a: _concatenate([a, a]), size)
+    if size != 1:
+        _run_at(session, jitted, args, kwargs, 1, lambda a: a[:1], size)
+    _declare_outputs(model, shapes, twice, size)
+
+
+def _run_at(session, jitted, args, kwargs, rows, cut, size):
+    """The session's outputs on the example's arrays of ``size`` rows made
+    ``rows`` long by ``cut``, checked against the eager forward's."""
+    args, kwargs = _with_rows(args, size, cut), _with_rows(kwargs, size, cut)
+    leaves, expected = [], []
     signature.flatten((args, kwargs), leaves)
     with chainer.no_backprop_mode(), chainer.using_config('train', False):
-        expected = []
         signature.flatten(jitted._run(jitted._instance(), args, kwargs),
                           expected)
     try:
-        session = ort.session(model)
-        feed = dict(zip([i.name for i in session.get_inputs()],
-                        [numpy.asarray(signature.leaf_array(a))
-                         for a in leaves]))
-        outputs = session.run(None, feed)
+        outputs = session.run(None, dict(zip(
+            [i.name for i in session.get_inputs()],
+            [numpy.asarray(signature.leaf_array(a)) for a in leaves])))
     except Exception as error:  # onnxruntime refused the other batch size
         raise ExportError(
             '%s: the model with a dynamic batch does not run at batch size '
             '%d (%s): export with dynamic_batch=False' % (
-                jitted.__name__, 2 * size, first_line(error)))
+                jitted.__name__, rows, first_line(error)))
     for i, (out, leaf) in enumerate(zip(outputs, expected)):
         want = chainer.backend.CpuDevice().send(signature.leaf_array(leaf))
         tolerance = 5e-2 if want.dtype == numpy.float16 else 1e-3
@@ -225,9 +236,35 @@ def _check_another_batch(model, jitted, args, kwargs, entry):
                 equal_nan=True):
             raise ExportError(
                 '%s: the model with a dynamic batch gives another y%d than '
-                'Chainer at batch size %d (an op kept the example\'s batch '
-                'size %d): export with dynamic_batch=False' % (
-                    jitted.__name__, i, 2 * size, size))
+                'Chainer at batch size %d (%s, the example\'s %d): export '
+                'with dynamic_batch=False' % (
+                    jitted.__name__, i, rows, 'shape %s, Chainer\'s %s' % (
+                        out.shape, want.shape) if out.shape != want.shape
+                    else 'an op kept the batch size', size))
+    return outputs
+
+
+def _declare_outputs(model, shapes, outputs, size):
+    """Declares each output's axes as the runs at the example's batch
+    ``size`` (``shapes``) and at twice it (``outputs``) found them: an axis
+    0 that doubled is ``batch``, another axis that changed is free
+    (``y0_1``), the others keep their size; the program's own symbols
+    (``T``) stay."""
+    for info, shape, out in zip(model.graph.output, shapes, outputs):
+        dims = info.type.tensor_type.shape.dim
+        if len(dims) != out.ndim or len(shape) != out.ndim:
+            continue
+        for axis, (dim, example, n) in enumerate(zip(dims, shape,
+                                                     out.shape)):
+            if dim.dim_param not in ('', 'batch', '%s_%d' % (info.name,
+                                                             axis)):
+                continue
+            dim.Clear()
+            if n == example:
+                dim.dim_value = example
+            else:
+                dim.dim_param = 'batch' if axis == 0 and example == size \
+                    and n == 2 * size else '%s_%d' % (info.name, axis)
 
 
 def _output_axes(shape, name, batch_size):
@@ -241,20 +278,23 @@ def _output_axes(shape, name, batch_size):
                  '%s_%d' % (name, axis)) for axis, n in enumerate(shape))
 
 
-def _rows_twice(value, size):
+def _with_rows(value, size, cut):
     """``value`` with each array whose first axis is ``size`` long given
-    its rows twice over, in tuples, lists and dicts."""
+    as ``cut(array)``, in tuples, lists and dicts."""
     if isinstance(value, (tuple, list)):
-        return type(value)(_rows_twice(v, size) for v in value)
+        return type(value)(_with_rows(v, size, cut) for v in value)
     if isinstance(value, dict):
-        return dict((k, _rows_twice(v, size)) for k, v in value.items())
+        return dict((k, _with_rows(v, size, cut)) for k, v in value.items())
     array = value.array if isinstance(value, chainer.Variable) else value
     if not hasattr(array, 'shape') or not array.shape or \
             array.shape[0] != size:
         return value
-    xp = chainer.backend.get_array_module(array)
-    grown = xp.concatenate([array, array])
+    grown = cut(array)
     return chainer.Variable(grown) if array is not value else grown
+
+
+def _concatenate(arrays):
+    return chainer.backend.get_array_module(arrays[0]).concatenate(arrays)
 
 
 def _model_array(entry, value):

@@ -17,6 +17,7 @@ what it replaces                   while recording
 ``Variable.array``, ``.data``      reading a CuPy array is an escape
 ``LocalConfig.__getattr__``        notes the config entries read
 ``numpy.random``'s functions       a draw is recorded as an op
+``random``'s, ``Random``'s draws   a draw is an escape
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
 ``Variable`` ``/`` and ``*``       a size there: read at run time
@@ -35,6 +36,7 @@ import collections
 import contextlib
 import math
 import os
+import random
 import sys
 
 import chainer
@@ -162,6 +164,34 @@ def _escaping(what):
             traced.escape('calling %s in the forward' % what)
             return fn(*args, **kwargs)
         return escaping
+    return make
+
+
+#: Python's ``random``: the module's functions (methods of its hidden
+#: generator, bound when it was imported) and the draws of
+#: ``random.Random`` that its other methods (``uniform``, ``choice``)
+#: make. A draw by the forward's code is an escape: the recording would
+#: replay the one it saw.
+_PYTHON_DRAWS = ('random', 'getrandbits', 'uniform', 'randint', 'randrange',
+                 'choice', 'choices', 'shuffle', 'sample', 'gauss',
+                 'normalvariate', 'lognormvariate', 'expovariate',
+                 'vonmisesvariate', 'gammavariate', 'betavariate',
+                 'paretovariate', 'weibullvariate', 'triangular', 'seed',
+                 'setstate')
+
+
+def _python_draw(name):
+    """The patch of ``random.NAME`` (or of ``random.Random.NAME``): a call
+    from the forward's code is an escape."""
+    def make(draw, recorder):
+        def drawn(*args, **kwargs):
+            if _state.recorder is recorder and not recorder.depth and \
+                    not sys._getframe(1).f_code.co_filename.startswith(
+                        traced.LIBRARY_DIRS + (random.__file__,)):
+                traced.escape('random.%s in the forward (Python\'s '
+                              'generator)' % name)
+            return draw(*args, **kwargs)
+        return drawn
     return make
 
 
@@ -1073,6 +1103,9 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer, 'report', _recording_report),
     RecordingPatch(chainer.Variable, 'backward', _escaping('backward()')),
     RecordingPatch(chainer, 'grad', _escaping('chainer.grad')),
+) + tuple(RecordingPatch(owner, name, _python_draw(name))
+          for name in _PYTHON_DRAWS
+          for owner in (random, random.Random) if hasattr(owner, name)) + (
     RecordingPatch(chainer.Variable, 'array', _watching_gpu_reads),
     RecordingPatch(chainer.Variable, 'data', _watching_gpu_reads),
     RecordingPatch(chainer.configuration.LocalConfig, '__getattr__',

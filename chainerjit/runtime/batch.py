@@ -650,7 +650,7 @@ def batch_of(key):
         return None
     batched = Batched(leaves)
     size = batched.size_of(key)
-    return batched if size is not None and size >= MIN_SIZE else None
+    return batched if type(size) is int and size >= MIN_SIZE else None
 
 
 def every_axis_of(key):
@@ -888,9 +888,13 @@ def per_size(graph, recorded, dynamic, leaf, size):
 
 def widen(cache, entry, batched, program, sizes):
     """Makes ``entry`` serve every batch size with ``program``; ``sizes``
-    are the batch sizes already checked against eager."""
+    are the batch sizes already checked against eager. (Another thread
+    may have widened it first: then it serves them already.)"""
+    general = batched.generalize(entry.key)
+    if general is None or entry.symbolic is not None:
+        return
     cache.remove(entry)
-    entry.key = batched.generalize(entry.key)[0]
+    entry.key = general[0]
     entry.symbolic = batched
     entry.program = program
     entry.signature = entry.signature.with_symbols(

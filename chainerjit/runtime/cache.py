@@ -586,8 +586,8 @@ class Cache(object):
             self._buckets[evicted.key].remove(evicted)
             if not self._buckets[evicted.key]:
                 del self._buckets[evicted.key]
-        self._symbolics = list(dict.fromkeys(
-            e.symbolic for e in self._lru if e.symbolic is not None))
+        self._symbolics = list(dict.fromkeys(  # (a copy: threads look up)
+            e.symbolic for e in list(self._lru) if e.symbolic is not None))
         return evicted
 
     def remove(self, entry):

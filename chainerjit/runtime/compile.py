@@ -52,9 +52,9 @@ class Caller(collections.namedtuple('Caller', (
         'warn_fallback', 'warn_unrolled', 'explain_miss',
         'on_backprop_program', 'backend', 'providers', 'freeze',
         'warn_items', 'warn_batch', 'warn_varying', 'warn_sizes',
-        'join_lists', 'warn_joins'),
+        'join_lists', 'warn_joins', 'written_by_whole'),
         defaults=('numpy', None, False, None, None, None, None, False,
-                  None))):
+                  None, frozenset()))):
     """What the pipeline needs from the jitted function it compiles for.
 
     Attributes:
@@ -90,6 +90,10 @@ class Caller(collections.namedtuple('Caller', (
             (``frontend.joining``) is to say so, from the call after it.
         warn_joins: ``warn_joins(why)`` warns, once, that the function
             stopped joining lists.
+        written_by_whole: for a piece of a forward cut at a graph break,
+            the link attributes the whole forward assigns before reading
+            them (``self.last = float(...)`` in the Python between the
+            pieces), which no piece reads first either: not guarded.
     """
 
     __slots__ = ()
@@ -205,7 +209,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             fallback=fallback)
         entry.escaped = recording.escape is not None
         entry.cut = recording.cut
-        entry.ignore_state(recording.written_first)
+        entry.ignore_state(set(recording.written_first) |
+                           caller.written_by_whole)
     else:
         recording.length_uses += _float_size_uses(caller, recording, sig,
                                                   len(leaves))
@@ -243,6 +248,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
+        if caller.written_by_whole:
+            entry.ignore_state(entry.ignored_state | caller.written_by_whole)
         _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note

@@ -289,10 +289,19 @@ class DataScaled(_Base):
         return F.softmax_cross_entropy(self.l2(h + g), t)
 
 
+class Stored(_Base):
+    """The value read kept on the model, which nothing reads."""
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        self.last = float(y.array.max())
+        return F.softmax_cross_entropy(self.l3(y), t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
          SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
          Decoding, Counting, InWith, InBranch, Nested, BranchesOnTheRead,
-         Clipped, DataScaled]
+         Clipped, DataScaled, Stored]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
@@ -330,6 +339,19 @@ def test_forms_match_eager_and_run_compiled_pieces(cls):
     # cut again, its own pieces), then they run compiled
     assert jitted.cache_info().compiled >= 3
     assert any(p.cache_info().compiled >= 3 for p in _cut_pieces(jitted))
+
+
+def test_a_value_stored_on_the_model_compiles_each_piece_once():
+    # The attribute the forward assigns changes on every call: no piece
+    # reads it first, so none guards it.
+    eager, model, jitted = _jitted_twin(Stored)
+    rng = numpy.random.RandomState(2)
+    for x, t in _calls(rng, n=8):
+        assert_array_equal(jitted(x, t).array, eager(x, t).array)
+        assert model.last == eager.last
+    for piece in _cut_pieces(jitted):
+        info = piece.cache_info()
+        assert info.compiles == 1 and info.hits >= 6, piece.cache_report()
 
 
 @pytest.mark.parametrize('cls', [Thresholded, TwoBreaks],

@@ -4,6 +4,7 @@ arguments as eager mode, so that results stay bit for bit eager's under
 the same seed. A generator the forward names (a global, a link attribute)
 that it draws from runs the forward eagerly, never frozen."""
 
+import random
 import warnings
 
 import chainer
@@ -224,6 +225,51 @@ def test_draws_into_python_run_in_python(rng, fn, what, cut):
     assert (jitted.graph_break() is not None) == cut
     # cut: the first call records the whole, the second the pieces
     assert jitted.cache_info().compiled == (1 if cut else 0)
+
+
+class _StochasticDepth(chainer.Chain):
+    """A block skipped by a draw of Python's generator, the input scaled
+    by another: of the module, and of a ``random.Random`` it holds."""
+
+    def __init__(self):
+        super().__init__()
+        self.generator = random.Random(5)
+        with self.init_scope():
+            self.block = L.Linear(3, 3)
+            self.out = L.Linear(3, 2)
+
+    def forward(self, x):
+        h = F.relu(x)
+        if random.random() < 0.5:
+            h = h + self.block(h)
+        h = h * self.generator.uniform(0.5, 1.5)
+        return F.sum(self.out(h))
+
+
+def test_draws_of_pythons_generator_run_in_python(rng):
+    # Each call draws anew, as eagerly: never the draw the recording saw.
+    model = _StochasticDepth()
+    twin = _StochasticDepth()
+    twin.copyparams(model)
+    jitted = chainerjit.jit(twin.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.FallbackWarning)
+        for seed in range(8):
+            x = rng.standard_normal((2, 3)).astype(F32)
+            losses = []
+            for m, forward in ((model, model.forward), (twin, jitted)):
+                random.seed(seed)
+                m.cleargrads()
+                loss = forward(x)
+                loss.backward()
+                losses.append(loss.array)
+            testing.assert_results_equal(losses[1], losses[0])
+            for (name, a), (_, b) in zip(sorted(model.namedparams()),
+                                         sorted(twin.namedparams())):
+                assert (a.grad is None) == (b.grad is None), name
+                if a.grad is not None:
+                    numpy.testing.assert_allclose(b.grad, a.grad, 1e-5,
+                                                  1e-6, err_msg=name)
 
 
 GENERATOR = numpy.random.default_rng(0)

@@ -151,10 +151,20 @@ def _stacked(x):
     return F.stack([F.tanh(x), F.relu(x)], axis=0)
 
 
+def _squeezed(x):
+    return F.squeeze(F.expand_dims(F.tanh(x), 2))
+
+
+def _tiled(x):
+    return F.tile(x, (2, 1))
+
+
 @pytest.mark.parametrize('fn, why', [
     (_mean_over_the_batch,
      r'uses the batch size in Python \(x.shape\[0\] used in float'),
-    (_halves_apart, 'does not run at batch size 8')])
+    (_halves_apart, 'does not run at batch size 8'),
+    # (a batch of one squeezed away, as eagerly: the model cannot)
+    (_squeezed, r'batch size 1 \(shape \(1, 3\), Chainer\'s \(3,\)')])
 def test_a_model_kept_at_the_examples_batch_refuses_a_dynamic_one(
         rng, fn, why):
     x = rng.standard_normal((4, 3)).astype('f')
@@ -170,10 +180,18 @@ def test_outputs_declare_only_axis_zero_the_batch(rng):
     exported = chainerjit.export_onnx(_stacked, (x,), dynamic_batch=True)
     dims = [d.dim_param or d.dim_value
             for d in exported.graph.output[0].type.tensor_type.shape.dim]
-    assert dims == [2, 'y0_1', 'y0_2']
+    assert dims == [2, 'y0_1', 3]
     session = onnxruntime.InferenceSession(
         exported.SerializeToString(), providers=['CPUExecutionProvider'])
     for n in (1, 5):
         x = rng.standard_normal((n, 3)).astype('f')
         y, = session.run(None, {'x': x})
         numpy.testing.assert_allclose(y, _stacked(x).array, rtol=1e-6)
+
+
+def test_an_output_of_twice_the_batch_declares_a_free_axis(rng):
+    x = rng.standard_normal((3, 4)).astype('f')
+    exported = chainerjit.export_onnx(_tiled, (x,), dynamic_batch=True)
+    dims = [d.dim_param or d.dim_value
+            for d in exported.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == ['y0_0', 4]

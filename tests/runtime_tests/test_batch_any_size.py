@@ -1576,3 +1576,32 @@ def test_a_step_function_of_the_batch_size_keeps_it_in_the_key(scale):
             testing.assert_results_equal(jitted(x), model(x), 1e-5, 1e-6)
     assert not any('[B' in str(entry.signature)
                    for entry in jitted.cache_entries()), jitted.cache_report()
+
+
+class _Stepped(_Classifier):
+    """A model attribute the forward reads, changed after every call."""
+
+    def __init__(self):
+        super().__init__()
+        self.step = 0
+
+    def forward(self, x, t):
+        return super().forward(x, t)[0] + self.step
+
+
+def test_a_miss_at_a_size_the_entry_serves_names_the_guard(fresh_warnings):
+    # The entry serves every batch size: what misses is its guard.
+    model = _model(_Stepped)
+    jitted = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for i in range(16):
+            x, t = _features(rng, 3 + i % 3)
+            testing.assert_results_equal(jitted(x, t), model.forward(x, t))
+            model.step += 1
+    messages = [str(w.message) for w in caught
+                if issubclass(w.category, errors.RecompileWarning)]
+    assert any('no longer records' in m and '(model).step: value' in m
+               for m in messages), messages
+    assert jitted.cache_info().compiles <= 10
