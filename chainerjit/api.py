@@ -158,8 +158,10 @@ class JitFunction(_calls.CachedCall):
         # list arguments an entry serves item by item at any lengths
         self._ragged_paths = set()
         # The joining.Join of the list arguments calls join: None until a
-        # recording says, () once they may not.
+        # recording says, () once they may not; lists of one item not, once
+        # such a call could not be.
         self._joins = None
+        self._single_unjoined = False
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
         # the links an eager call runs as compiled segments (_fallback)
@@ -291,7 +293,8 @@ class JitFunction(_calls.CachedCall):
         then a ``joining.Joined``."""
         if self._joins:
             joined = joining.join(args, kwargs, self._joins)
-            if joined is not None:
+            if joined is not None and not (self._single_unjoined and
+                                           joining.counts(joined) == {1}):
                 key, leaves = signature.make_key(joined.args, joined.kwargs,
                                                  train, backprop)
                 return joining.mark_key(key, self._joins), leaves, joined
@@ -810,6 +813,7 @@ class JitFunction(_calls.CachedCall):
             self._remove_entries(joined=False)
         elif compiled.joins is not None:
             self._forget_joined()
+        self._single_unjoined |= compiled.single_unjoined
         entry = compiled.entry
         if entry is None:
             return compiled.result

@@ -1266,8 +1266,7 @@ def _shift_of(sizes):
     """What the first of ``sizes`` adds to an argument's size it was read
     from (``len(y) + 1`` of ``F.concat([eos, y])``), or 0."""
     affine = getattr(sizes[0], 'affine', None) if sizes else None
-    return affine[1] if affine is not None and affine[0] == 1 and \
-        affine[1] > 0 else 0
+    return affine[1] if affine is not None and affine[0] == 1 else 0
 
 
 def made_by_node(op, fn, attrs, onnx, inputs, array, loc, rule=None):
@@ -1332,8 +1331,7 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
         return None
     leaf = origins[0][0] if origins else _single_item_list(recorder)
     if leaf not in recorder.item_lengths:
-        return _items_offsets(cumsum, sizes, origins) \
-            if origins and not shift else None
+        return _items_offsets(cumsum, sizes, origins) if origins else None
     count = len(recorder.item_lengths[leaf])
     dropped = len(origins) == count - 1
     counted = [(leaf, -1 - k) for k in range(len(origins) + dropped)]

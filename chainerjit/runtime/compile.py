@@ -100,8 +100,8 @@ class Caller(collections.namedtuple('Caller', (
 
 
 class Compiled(collections.namedtuple('Compiled', (
-        'result', 'entry', 'miss_reason', 'unpack', 'joins'),
-        defaults=(None,))):
+        'result', 'entry', 'miss_reason', 'unpack', 'joins',
+        'single_unjoined'), defaults=(None, False))):
     """What :func:`compile_call` gives back.
 
     Attributes:
@@ -113,6 +113,9 @@ class Compiled(collections.namedtuple('Compiled', (
             records item by item from now on, or ``None``.
         joins: the ``joining.Join`` of the list arguments the function
             joins from now on (``()``: none, ever), or ``None``.
+        single_unjoined: a joined call of lists of one item got no entry:
+            the function records such calls item by item from now on,
+            and joins the others still.
     """
 
     __slots__ = ()
@@ -187,7 +190,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         recording, packed.joins, [name for name, _ in sig.items]) \
         if joined else None
     if why_unjoined is not None:
-        return _unjoined(caller, recording, miss_reason, why_unjoined)
+        return _unjoined(caller, recording, miss_reason, why_unjoined,
+                         packed)
     py_guards = guards.writes_replayed(py_guards,
                                        _arrays_written(recording.templates))
     fallback = _fallback_reason(caller, recording, py_guards, generators)
@@ -279,7 +283,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     if joined:
         why_unjoined = _why_joins_fixed(entry, batched)
         if why_unjoined is not None:
-            return _unjoined(caller, recording, miss_reason, why_unjoined)
+            return _unjoined(caller, recording, miss_reason, why_unjoined,
+                             packed)
     elif packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
     entry.compile_seconds = time.perf_counter() - start
@@ -862,9 +867,14 @@ def _packing_pays(entry, recording):
 
 # --- joined lists -----------------------------------------------------------
 
-def _unjoined(caller, recording, miss_reason, why):
-    """What a joined call that gets no entry gives back: the function
-    records its lists item by item from now on, which this warns of."""
+def _unjoined(caller, recording, miss_reason, why, joined):
+    """What a joined call (``joined``) that gets no entry gives back: the
+    function records its lists item by item from now on, which this warns
+    of; calls of lists of one item only, where ``joined`` is one (a
+    sentence framed or cut at its ends alone)."""
+    if joining.counts(joined) == set([1]):
+        return Compiled(recording.result, None, miss_reason, None, None,
+                        True)
     if caller.warn_joins is not None:
         caller.warn_joins('the number of items of list arguments stays in '
                           'the cache key (each new number compiles again): '

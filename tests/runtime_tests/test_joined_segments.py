@@ -76,6 +76,39 @@ def _encoder(name):
     return _Encoder(make(), n_states)
 
 
+class _LanguageModel(chainer.Chain):
+    """Each sentence's words but its last in, its words but its first
+    predicted: the items cut at their ends, then embedded joined."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = L.NStepLSTM(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 30)
+
+    def forward(self, xs):
+        inputs = [x[:-1] for x in xs]
+        targets = [x[1:] for x in xs]
+        _, _, hs = self.rnn(None, None, sequence_embed(self.embed, inputs,
+                                                       0.0))
+        return F.softmax_cross_entropy(self.out(F.concat(hs, axis=0)),
+                                       F.concat(targets, axis=0))
+
+
+def test_sentences_cut_at_their_ends_are_joined():
+    # A batch of one sentence is not joined (its entry of its own), and
+    # the next batches are again.
+    rng = numpy.random.RandomState(5)
+    calls = [(xs,) for xs, _ in _batches(rng, (4, 4, 7, 1, 3, 1, 9, 5),
+                                         low=2)]
+    jitted = differential.check_seeded(_LanguageModel(), calls)
+    joined = [e for e in jitted.cache_entries()
+              if str(e.signature).startswith('xs[0]: i32[W]')]
+    assert len(joined) == 1, jitted.cache_report()
+    assert len(jitted.cache_entries()) == 2, jitted.cache_report()
+
+
 @pytest.mark.parametrize('name', sorted(_LINKS))
 def test_rnn_classifier_trains_at_any_count_and_lengths(name):
     calls = _batches(numpy.random.RandomState(1), _COUNTS)
