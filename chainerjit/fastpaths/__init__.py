@@ -58,6 +58,11 @@ PATCHES = (
     Patch('watch', chainer.Link, 'add_hook', epochs.watching),
     Patch('watch', chainer.Link, 'delete_hook', epochs.watching),
     Patch('watch', chainer.ChainList, 'add_link', epochs.watching),
+) + tuple(
+    # (append, extend, pop and remove go through these)
+    Patch('watch', owner, name, epochs.watching)
+    for owner in (chainer.ChainList, chainer.Sequential)
+    for name in ('__setitem__', '__delitem__', 'insert')) + (
     Patch('copies', chainer.Link, '__copy__', _is(copies.copy_link)),
     Patch('link_call', chainer.Link, '__call__', _is(link_call.call)),
     Patch('backprop', chainer.Variable, 'backward', _is(backprop.backward)),

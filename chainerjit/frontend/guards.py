@@ -641,9 +641,18 @@ def link_state(instance, ignored=frozenset()):
                              for k, v in vars(link).items()
                              if k != '_local_link_hooks'))
         attrs += (('(link hooks)', tuple(link_hooks(link))),)
-        size = len(link) if isinstance(link, chainer.ChainList) else None
-        state[path or '/'] = (type(link).__name__, id(link), size, attrs)
+        state[path or '/'] = (type(link).__name__, id(link),
+                              _items_of(link), attrs)
     return without_ignored(state, ignored) if ignored else state
+
+
+def _items_of(link):
+    """What a program assumes of a link's items: a ``ChainList``'s
+    number (its links are in the state), a ``chainer.Sequential``'s
+    layers, functions included, by identity."""
+    if isinstance(link, chainer.Sequential):
+        return tuple(id(layer) for layer in link._layers)
+    return len(link) if isinstance(link, chainer.ChainList) else None
 
 
 def without_ignored(state, ignored):

@@ -679,3 +679,44 @@ def test_a_forward_writing_a_global_array_runs_eagerly(rng):
                                           numpy.maximum(x, 0) * COUNTS[0])
     assert eager_counts == [1.0, 2.0, 3.0]
     COUNTS[...] = 0
+
+
+class _Layers(chainer.Chain):
+    """A ``ChainList`` of layers and a ``chainer.Sequential`` of links and
+    functions, both iterated by the forward."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.layers = chainer.ChainList(L.Linear(4, 4), L.Linear(4, 4))
+            self.head = chainer.Sequential(L.Linear(4, 3), F.relu)
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = F.tanh(layer(x))
+        return self.head(x)
+
+
+_CHANGES = {
+    'append': lambda m: m.layers.append(L.Linear(4, 4)),
+    'insert at the end': lambda m: m.layers.insert(2, L.Linear(4, 4)),
+    'replace': lambda m: m.layers.__setitem__(1, L.Linear(4, 4)),
+    'delete': lambda m: m.layers.__delitem__(0),
+    'a function replaced': lambda m: m.head.__setitem__(1, F.sigmoid),
+    'a function appended': lambda m: m.head.append(F.sigmoid),
+    'a function popped': lambda m: m.head.pop(),
+}
+
+
+@pytest.mark.parametrize('change', sorted(_CHANGES))
+def test_layers_of_a_chain_list_or_sequential_changed_are_a_miss(rng,
+                                                                  change):
+    numpy.random.seed(0)
+    model = _Layers()
+    jitted = chainerjit.jit(model.forward)
+    for step in range(4):
+        if step == 2:
+            _CHANGES[change](model)
+        x = rng.standard_normal((3, 4)).astype(numpy.float32)
+        testing.assert_results_equal(jitted(x), model.forward(x), 1e-5, 1e-6)
+    assert jitted.cache_info().compiles == 2, jitted.cache_report()
