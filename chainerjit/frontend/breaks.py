@@ -269,8 +269,9 @@ class Cut(object):
         they are free names of it too."""
         code_fn = self._fn.__code__
         factory = _located(ast.FunctionDef(
-            name='__factory', args=_plain_args(
-                list(code_fn.co_freevars) + more_free),
+            name='__factory', args=_plain_args(list(dict.fromkeys(
+                # (a piece cut again has the cells' names free already)
+                list(code_fn.co_freevars) + list(more_free)))),
             body=[function, ast.Return(ast.Name(function.name, ast.Load()))],
             decorator_list=[], returns=None, type_comment=None),
             self._function)

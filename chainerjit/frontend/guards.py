@@ -531,6 +531,44 @@ def _methods_called(obj, names):
     return [m for m in methods if _users_function(m)]
 
 
+def plain_objects(instance, depth=2):
+    """``[(label, object, {name: id(value)})]``: the plain objects
+    (:func:`_plain_object`) of the user's classes (not a jitted function
+    set on the model) the model's links hold as attributes, or in
+    lists, tuples and dicts of them (``depth`` deep), with what their
+    attributes hold now (:func:`assigned_since` compares)."""
+    found, seen = [], set()
+
+    def visit(label, value, left):
+        if id(value) in seen:
+            return
+        seen.add(id(value))
+        if _plain_object(value) and \
+                _users_module(type(value).__module__ or ''):
+            found.append((label, value, dict(
+                (k, id(v)) for k, v in vars(value).items())))
+        elif left and isinstance(value, (list, tuple)):
+            for i, item in enumerate(value):
+                visit('%s[%d]' % (label, i), item, left - 1)
+        elif left and isinstance(value, dict):
+            for k, item in list(value.items()):
+                visit('%s[%r]' % (label, k), item, left - 1)
+    if isinstance(instance, chainer.Link):
+        for path, link in instance.namedlinks():
+            for name, value in list(vars(link).items()):
+                visit('self%s.%s' % (path.rstrip('/').replace('/', '.'),
+                                     name), value, depth)
+    return found
+
+
+def assigned_since(objects):
+    """``label.name`` of each attribute of the :func:`plain_objects`
+    ``objects`` assigned since they were listed."""
+    return ['%s.%s' % (label, name) for label, obj, before in objects
+            for name, value in vars(obj).items()
+            if before.get(name) != id(value)]
+
+
 def _plain_object(value):
     """An object of the user's own class holding attributes: not a link,
     an array, a scalar, a container, a module, a class or a function."""

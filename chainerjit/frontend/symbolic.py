@@ -696,7 +696,7 @@ def _may_run_empty(loop):
     not as itself)."""
     region = loop.region
     n_read = sum(region.carried_read)
-    return all(region.carried_read) and not region.n_scans and all(
+    return all(region.carried_read) and all(
         v.kind == 'temp' for v in loop.inputs[1:1 + n_read])
 
 

@@ -173,6 +173,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                          recorded_args, recorded_kwargs)
     miss_reason = caller.explain_miss(sig, key)
     model_state = guards.link_state(caller.instance)  # before the call
+    held = guards.plain_objects(caller.instance)
     py_guards = guards.python_guards(caller.fn, caller.instance)
     generators = guards.generator_states(py_guards)
     varying_names = None
@@ -194,7 +195,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                          packed)
     py_guards = guards.writes_replayed(py_guards,
                                        _arrays_written(recording.templates))
-    fallback = _fallback_reason(caller, recording, py_guards, generators)
+    fallback = _fallback_reason(caller, recording, py_guards, generators,
+                                held)
     if fallback is not None and packed is not None:
         return Compiled(recording.result, None, miss_reason,
                         None if joined else packed[0], () if joined else None)
@@ -354,16 +356,23 @@ def _graph_break(caller, recording):
     return cut
 
 
-def _fallback_reason(caller, recording, py_guards, generators):
+def _fallback_reason(caller, recording, py_guards, generators,
+                     held=()):
     """Why this recording cannot be compiled, or ``None``: link hooks on
     the model, a value read into Python (or a guarded Python value the
-    call changed), or a branch on an array value in a forward with side
+    call changed, or an attribute it assigned of a plain object the model
+    holds, ``held``: ``guards.plain_objects``, which a program would not
+    assign), or a branch on an array value in a forward with side
     effects. The last two warn (once)."""
     hooked = [path for path, link in _links(caller.instance)
               if guards.link_hooks(link)]
     if hooked:
         return 'link hooks on %s observe each call' % ', '.join(hooked)
     changed = _changed_by_the_call(py_guards, recording)
+    assigned = guards.assigned_since(held)
+    if assigned and recording.escape is None:  # (links' are replayed)
+        recording.escape = ('assigning %s, an attribute of an object that '
+                            'is not a link' % assigned[0], None)
     drawn = guards.drawn_from(generators)
     if drawn and recording.escape is None:
         recording.escape = ('drawing from the random generator %s'

@@ -678,3 +678,44 @@ def test_serving_mode_pieces_own_and_give_back_the_parameters():
     model.l1.W.array[...] += 1
     eager.l1.W.array[...] += 1
     check(4)
+
+
+class _TreeCounting(chainer.Chain):
+    """Chainer's sentiment example's ``traverse``: recursive over a tree,
+    counting the nodes it labels right (a read into Python, in a branch
+    that binds a name the other does not)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(10, 4)
+            self.l = L.Linear(8, 4)
+            self.w = L.Linear(4, 3)
+
+    def traverse(self, node, evaluate):
+        label, content = node
+        if isinstance(content, int):
+            v = self.embed(numpy.array([content], numpy.int32))
+        else:
+            left = self.traverse(content[0], evaluate)
+            right = self.traverse(content[1], evaluate)
+            v = F.tanh(self.l(F.concat((left, right))))
+        y = self.w(v)
+        if y.array.argmax(1)[0] == label:
+            evaluate['correct'] += 1
+        return v
+
+
+def test_a_recursive_forward_cut_again_in_its_suffix_counts_as_eagerly():
+    eager, model = _TreeCounting(), _TreeCounting()
+    model.copyparams(eager)
+    model.traverse = chainerjit.jit(model.traverse)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for labels in numpy.ndindex(3, 3, 3):
+            tree = (labels[0], ((labels[1], 3), (labels[2], 5)))
+            counts = {'correct': 0}, {'correct': 0}
+            expected = eager.traverse(tree, counts[0])
+            actual = model.traverse(tree, counts[1])
+            assert_array_equal(actual.array, expected.array)
+            assert counts[1] == counts[0], labels

@@ -720,3 +720,44 @@ def test_layers_of_a_chain_list_or_sequential_changed_are_a_miss(rng,
         x = rng.standard_normal((3, 4)).astype(numpy.float32)
         testing.assert_results_equal(jitted(x), model.forward(x), 1e-5, 1e-6)
     assert jitted.cache_info().compiles == 2, jitted.cache_report()
+
+
+class _Memory(object):
+    """A plain object the model holds, whose attribute the forward sets
+    (memory networks' ``register_all``: ``self.m = self.encoder(x)``)."""
+
+    def __init__(self, encoder):
+        self.encoder = encoder
+
+    def register(self, x):
+        self.m = self.encoder(x)
+
+
+class _Memories(chainer.Chain):
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.encoder = L.Linear(3, 2)
+        self.memories = [_Memory(self.encoder), _Memory(self.encoder)]
+
+    def forward(self, x):
+        for memory in self.memories:
+            memory.register(x)
+        return F.sum(self.memories[0].m * self.memories[1].m)
+
+
+def test_an_attribute_of_a_plain_object_the_forward_sets_runs_eagerly(rng):
+    # A program would leave it as the recording set it.
+    numpy.random.seed(0)
+    model = _Memories()
+    jitted = chainerjit.jit(model.forward)
+    with pytest.warns(chainerjit.FallbackWarning, match=r'assigning '
+                      r'self\.memories\[0\]\.m, an attribute of an object'):
+        jitted(rng.standard_normal((2, 3)).astype(numpy.float32))
+    for _ in range(3):
+        x = rng.standard_normal((2, 3)).astype(numpy.float32)
+        testing.assert_results_equal(jitted(x), model.forward(x))
+        jitted(x)
+        numpy.testing.assert_array_equal(model.memories[0].m.array,
+                                         model.encoder(x).array)

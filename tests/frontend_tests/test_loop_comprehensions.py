@@ -354,3 +354,30 @@ def test_loss_over_stack_and_last_item_trains_like_eager():
             grads.append(W.grad)
         numpy.testing.assert_allclose(grads[1], grads[0], rtol=1e-5,
                                       atol=1e-6)
+
+
+class _Collected(chainer.Chain):
+    """``L.LSTM``'s states collected step by step and stacked: its first
+    step, where the link makes its state, is peeled off the loop."""
+
+    def __init__(self):
+        super(_Collected, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(4, 3)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = []
+        for x in xs:
+            hs.append(self.lstm(x))
+        return F.sum(F.stack(hs) ** 2)
+
+
+def test_a_peeled_loop_collecting_its_steps_serves_one_step_too():
+    # A sequence of one step runs the loop no time: its list is empty.
+    rng = numpy.random.RandomState(34)
+    numpy.random.seed(0)
+    jitted = check_seeded(_Collected(), sequences(
+        rng, lengths=(3, 5, 1, 4, 1, 2, 6)))
+    entry, = jitted.cache_entries()
+    assert 'f32[T,2,4]' in str(entry.signature), entry.signature
