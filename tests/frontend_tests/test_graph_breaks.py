@@ -689,7 +689,7 @@ class _TreeCounting(chainer.Chain):
         super().__init__()
         with self.init_scope():
             self.embed = L.EmbedID(10, 4)
-            self.l = L.Linear(8, 4)
+            self.compose = L.Linear(8, 4)
             self.w = L.Linear(4, 3)
 
     def traverse(self, node, evaluate):
@@ -699,7 +699,7 @@ class _TreeCounting(chainer.Chain):
         else:
             left = self.traverse(content[0], evaluate)
             right = self.traverse(content[1], evaluate)
-            v = F.tanh(self.l(F.concat((left, right))))
+            v = F.tanh(self.compose(F.concat((left, right))))
         y = self.w(v)
         if y.array.argmax(1)[0] == label:
             evaluate['correct'] += 1

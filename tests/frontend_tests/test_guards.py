@@ -709,8 +709,8 @@ _CHANGES = {
 
 
 @pytest.mark.parametrize('change', sorted(_CHANGES))
-def test_layers_of_a_chain_list_or_sequential_changed_are_a_miss(rng,
-                                                                  change):
+def test_layers_of_a_chain_list_or_sequential_changed_are_a_miss(
+        rng, change):
     numpy.random.seed(0)
     model = _Layers()
     jitted = chainerjit.jit(model.forward)
