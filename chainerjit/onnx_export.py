@@ -216,9 +216,17 @@ def _run_at(session, jitted, args, kwargs, rows, cut, size):
     args, kwargs = _with_rows(args, size, cut), _with_rows(kwargs, size, cut)
     leaves, expected = [], []
     signature.flatten((args, kwargs), leaves)
-    with chainer.no_backprop_mode(), chainer.using_config('train', False):
-        signature.flatten(jitted._run(jitted._instance(), args, kwargs),
-                          expected)
+    try:
+        with chainer.no_backprop_mode(), \
+                chainer.using_config('train', False):
+            signature.flatten(jitted._run(jitted._instance(), args, kwargs),
+                              expected)
+    except Exception as error:  # (axis 0 is not a batch: the steps)
+        raise ExportError(
+            '%s: the forward itself fails at %d rows on axis 0 (%s), so '
+            'that axis cannot be a dynamic batch: export with '
+            'dynamic_batch=False' % (jitted.__name__, rows,
+                                     first_line(error)))
     try:
         outputs = session.run(None, dict(zip(
             [i.name for i in session.get_inputs()],

@@ -1307,10 +1307,14 @@ def _forget_iterated(recorder, locs):
 
 
 def _forget_reads(recorder, origins):
-    """Forgets one read of each of the item lengths ``origins``."""
+    """Forgets one read of each of the item lengths ``origins``, if any
+    is left (a list of the lengths read once may make both their offsets
+    and their array)."""
     reads = recorder.item_length_reads
     for origin in origins:
-        reads.remove(next(read for read in reads if read[0] == origin))
+        read = next((r for r in reads if r[0] == origin), None)
+        if read is not None:
+            reads.remove(read)
 
 
 def offsets_array(cumsum, sizes, args, kwargs, depth=1):

@@ -601,10 +601,18 @@ def _numpy_to_onnx(fn, template, label=None):
 
 def _elementwise_to_onnx(name, args):
     def convert(b, ins, outs):
-        arrays = iter(ins)
-        dtype = b.in_dtypes[0]
-        operands = [next(arrays) if a in (_Slot, _IntSlot) else b.constant(
-            numpy.asarray(a, dtype)) for a in args]
+        arrays = iter(zip(ins, b.in_dtypes))
+        # The arrays compared in the type NumPy promotes them to (an int32
+        # input against an int64 arange), a Python number in theirs.
+        dtype = numpy.result_type(*list(b.in_dtypes) + [
+            a.dtype for a in args if isinstance(a, numpy.ndarray)])
+        operands = []
+        for a in args:
+            if a in (_Slot, _IntSlot):
+                array, in_dtype = next(arrays)
+                operands.append(b.cast(array, in_dtype, dtype))
+            else:
+                operands.append(b.constant(numpy.asarray(a, dtype)))
         if name == 'not_equal':
             equal = b.op('Equal', operands)[0]
             b.op('Not', [equal], outs)

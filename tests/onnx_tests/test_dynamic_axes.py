@@ -147,6 +147,10 @@ def _halves_apart(x):
     return a - b * 2
 
 
+def _per_gap(x):
+    return F.sum(F.tanh(x)) / (len(x) - 1)
+
+
 def _stacked(x):
     return F.stack([F.tanh(x), F.relu(x)], axis=0)
 
@@ -164,7 +168,9 @@ def _tiled(x):
      r'uses the batch size in Python \(x.shape\[0\] used in float'),
     (_halves_apart, 'does not run at batch size 8'),
     # (a batch of one squeezed away, as eagerly: the model cannot)
-    (_squeezed, r'batch size 1 \(shape \(1, 3\), Chainer\'s \(3,\)')])
+    (_squeezed, r'batch size 1 \(shape \(1, 3\), Chainer\'s \(3,\)'),
+    (_per_gap, 'the forward itself fails at 1 rows on axis 0 '
+     r'\(ZeroDivisionError')])
 def test_a_model_kept_at_the_examples_batch_refuses_a_dynamic_one(
         rng, fn, why):
     x = rng.standard_normal((4, 3)).astype('f')
@@ -195,3 +201,17 @@ def test_an_output_of_twice_the_batch_declares_a_free_axis(rng):
     dims = [d.dim_param or d.dim_value
             for d in exported.graph.output[0].type.tensor_type.shape.dim]
     assert dims == ['y0_0', 4]
+
+
+def _masked_by_lengths(x, lengths):
+    # An int32 argument against NumPy's int64 arange: compared as int64.
+    mask = numpy.arange(x.shape[1])[None, :] < lengths[:, None]
+    return F.where(mask, F.tanh(x), numpy.zeros(x.shape, x.dtype))
+
+
+@pytest.mark.parametrize('dtype', [numpy.int32, numpy.int64])
+def test_a_mask_of_lengths_of_either_int_type_exports(rng, dtype):
+    from chainerjit import testing
+    calls = [(rng.standard_normal((3, 5)).astype('f'),
+              rng.randint(0, 6, 3).astype(dtype)) for _ in range(3)]
+    testing.assert_onnx_matches_eager(_masked_by_lengths, calls)

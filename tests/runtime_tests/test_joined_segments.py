@@ -109,6 +109,28 @@ def test_sentences_cut_at_their_ends_are_joined():
     assert len(jitted.cache_entries()) == 2, jitted.cache_report()
 
 
+class _LengthsTwice(_Encoder):
+    """The list of the sentences' lengths made once and read twice: into
+    the offsets of the cut, and into an array."""
+
+    def forward(self, xs, t):
+        x_len = [len(x) for x in xs]
+        exs = F.split_axis(self.embed(F.concat(xs, axis=0)),
+                           numpy.cumsum(x_len[:-1]), 0)
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        scale = self.xp.array(x_len, numpy.float32)[:, None]
+        return F.softmax_cross_entropy(self.out(hy[-1] * scale), t)
+
+
+def test_lengths_read_into_offsets_and_an_array_are_joined():
+    jitted = checked_without_recompiling(
+        lambda: _LengthsTwice(L.NStepGRU(1, 6, 5, 0.0), 1),
+        _batches(numpy.random.RandomState(6), _COUNTS), True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
+
+
 @pytest.mark.parametrize('name', sorted(_LINKS))
 def test_rnn_classifier_trains_at_any_count_and_lengths(name):
     calls = _batches(numpy.random.RandomState(1), _COUNTS)
