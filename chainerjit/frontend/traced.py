@@ -603,9 +603,13 @@ def _elementwise_to_onnx(name, args):
     def convert(b, ins, outs):
         arrays = iter(zip(ins, b.in_dtypes))
         # The arrays compared in the type NumPy promotes them to (an int32
-        # input against an int64 arange), a Python number in theirs.
-        dtype = numpy.result_type(*list(b.in_dtypes) + [
-            a.dtype for a in args if isinstance(a, numpy.ndarray)])
+        # input against an int64 arange), a Python number (a loop's
+        # counter too) in theirs.
+        slots = [a for a in args if a in (_Slot, _IntSlot)]
+        dtype = numpy.result_type(*[
+            d for a, d in zip(slots, b.in_dtypes) if a is _Slot] + [
+            a.dtype for a in args if isinstance(a, numpy.ndarray)] or [
+            b.in_dtypes[0]])
         operands = []
         for a in args:
             if a in (_Slot, _IntSlot):
