@@ -580,15 +580,22 @@ _count = len
 def loop_filled(recorder, items, frame):
     """The argument axis of the loop (``control.LoopRun.trip``) that filled
     the list ``items`` of ``frame`` from empty, one item per step, if it
-    ran over one; or of the loop of a helper that filled and returned it;
-    else ``None``."""
-    where = _filled_in_frame(recorder, items, frame)
-    if where is not None:
-        return where
+    ran over all of one; or of the loop of a helper that filled and
+    returned it; else ``None``."""
+    trip = _filling_trip(recorder, items, frame)
+    return None if trip is None or trip.offset else trip.where
+
+
+def _filling_trip(recorder, items, frame):
+    """The ``TripSource`` of :func:`loop_filled`'s loop, which may run over
+    an argument's axis less a few steps (``for x in xs[1:]``), or
+    ``None``."""
+    trip = _filled_in_frame(recorder, items, frame)
+    if trip is not None:
+        return trip
     run = next((r for r in reversed(recorder.loop_runs)
                 if _filled_by(r, items)), None)
-    return None if run is None or run.trip.kind != 'dim' or \
-        run.trip.offset else run.trip.where
+    return None if run is None or run.trip.kind != 'dim' else run.trip
 
 
 def forgive_filled(recorder):
@@ -624,24 +631,24 @@ def note_consumed(recorder, items):
 
 
 def _filled_in_frame(recorder, items, frame):
-    """:func:`loop_filled` of a loop of ``frame``'s own code."""
+    """:func:`_filling_trip` of a loop of ``frame``'s own code."""
     run = next((r for r in reversed(recorder.loop_runs)
                 if r.code is frame.f_code), None)
     if run is None or run.exit != 'done' or run.trip is None or \
-            run.trip.kind != 'dim' or run.trip.offset or \
+            run.trip.kind != 'dim' or \
             run.n_iterations != _count(items) or not run.snapshots:
         return None
     if run.site.kind == 'comp':  # hs = [f(x) for x in xs]
         name = loop_analysis.comprehension_list_name(run.code,
                                                      run.site.header)
         found = name is not None and frame.f_locals.get(name) is items
-        return run.trip.where if found else None
+        return run.trip if found else None
     names = [name for name in loop_analysis.appended_lists(
         run.code, run.site.header) if frame.f_locals.get(name) is items]
     at_start = run.snapshots[0].get(names[0]) if names else None
     if at_start is None or at_start[0] != 'list' or at_start[2]:
         return None  # (not filled by that loop from empty)
-    return run.trip.where
+    return run.trip
 
 
 def note_loop_filled(recorder, items, frame):
@@ -649,9 +656,11 @@ def note_loop_filled(recorder, items, frame):
     axis of the loop that filled it (:func:`loop_filled`): ``len(hs)``
     then reads a :class:`Length`."""
     if type(items) is list and id(items) not in recorder.length_leaves:
-        where = loop_filled(recorder, items, frame)
-        if where is not None:
-            recorder.length_leaves[id(items)] = (where,)
+        trip = _filling_trip(recorder, items, frame)
+        if trip is not None:  # (xs[1:]: a step less)
+            recorder.length_leaves[id(items)] = (trip.where,)
+            if trip.offset:
+                recorder.length_shifts[id(items)] = -trip.offset
 
 
 def note_stacked(recorder, items, axis, result, frame):

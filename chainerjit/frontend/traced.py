@@ -610,13 +610,7 @@ def _elementwise_to_onnx(name, args):
             d for a, d in zip(slots, b.in_dtypes) if a is _Slot] + [
             a.dtype for a in args if isinstance(a, numpy.ndarray)] or [
             b.in_dtypes[0]])
-        operands = []
-        for a in args:
-            if a in (_Slot, _IntSlot):
-                array, in_dtype = next(arrays)
-                operands.append(b.cast(array, in_dtype, dtype))
-            else:
-                operands.append(b.constant(numpy.asarray(a, dtype)))
+        operands = _operands(b, arrays, args, dtype)
         if name == 'not_equal':
             equal = b.op('Equal', operands)[0]
             b.op('Not', [equal], outs)
@@ -633,16 +627,17 @@ def _arithmetic_to_onnx(op, args):
         if dtype.kind not in 'fiu' or (dtype.kind != 'f' and
                                        op not in _ONNX_INTEGER_ARITHMETIC):
             raise _export_error('numpy arithmetic on %s' % dtype)
-        arrays = iter(zip(ins, b.in_dtypes))
-        operands = []
-        for a in args:
-            if a in (_Slot, _IntSlot):
-                name, in_dtype = next(arrays)
-                operands.append(b.cast(name, in_dtype, dtype))
-            else:
-                operands.append(b.constant(numpy.asarray(a, dtype)))
-        b.op(op, operands, outs)
+        b.op(op, _operands(b, iter(zip(ins, b.in_dtypes)), args, dtype),
+             outs)
     return convert
+
+
+def _operands(b, arrays, args, dtype):
+    """The ONNX operands of a NumPy call's ``args``, each of ``dtype``: the
+    next of ``arrays`` (``(name, dtype)`` pairs) for each slot, cast; a
+    constant for the others."""
+    return [b.cast(*next(arrays), dtype) if a in (_Slot, _IntSlot) else
+            b.constant(numpy.asarray(a, dtype)) for a in args]
 
 
 # Arithmetic that ONNX computes on integers as NumPy does (wrapping).

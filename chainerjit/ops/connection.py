@@ -629,10 +629,21 @@ def _conv_lengths(node, ctx):
     """The ``Kernel.lengths`` rule of a convolution: its kernels take any
     number of images; rows on a spatial axis (the words of a text CNN,
     padded to the longest sentence) take the kernels lowered for each
-    size met (:func:`_lowered_per_size`), where the stride is 1 and
-    windows do not cover all: each output has as many rows as its input,
-    plus twice the padding, less the dilated window's extent past its
-    first row."""
+    size met (:func:`_lowered_per_size`) (:func:`_rows_of_convolution`)."""
+    def geometry(axis):
+        return (None if axis not in (2, 3) else
+                (node.sy, node.ph, node.dy) if axis == 2 else
+                (node.sx, node.pw, node.dx))
+    return _rows_of_convolution(node, ctx, geometry, _lowered_per_size)
+
+
+def _rows_of_convolution(node, ctx, geometry, per_size):
+    """The ``Kernel.lengths`` rule of a convolution whose ``geometry(axis)``
+    is ``(stride, pad, dilate)`` of a spatial axis (``None`` for another):
+    any number of images; rows on a spatial axis where the stride is 1 and
+    windows do not cover all, each output as many as its input, plus
+    twice the padding, less the dilated window's extent past its first
+    row, by the kernel ``per_size(node, ctx, rule)`` makes for any size."""
     @takes_widest
     def lengths(rows):
         found = rows[0]
@@ -640,18 +651,14 @@ def _conv_lengths(node, ctx):
             return None
         if found.axis == 0:
             return None if found.widest else Follow((found,))
-        if found.axis not in (2, 3) or node.cover_all:
+        spatial = geometry(found.axis)
+        if spatial is None or node.cover_all or spatial[0] != 1:
             return None
-        k = ctx.in_shapes[1][found.axis]
-        stride, pad, dilate = ((node.sy, node.ph, node.dy) if
-                               found.axis == 2 else
-                               (node.sx, node.pw, node.dx))
-        if stride != 1:
-            return None
-        offset = 2 * pad - dilate * (k - 1)
+        _, pad, dilate = spatial
+        offset = 2 * pad - dilate * (ctx.in_shapes[1][found.axis] - 1)
         out = found._replace(parts=found.parts + ((None, offset),)) \
             if offset else found
-        return Follow((out,), _lowered_per_size(node, ctx, lengths))
+        return Follow((out,), per_size(node, ctx, lengths))
     return lengths
 
 
@@ -1219,28 +1226,14 @@ def lower_convolution_nd(node, ctx):
 
 def _conv_nd_lengths(node, ctx):
     """The ``Kernel.lengths`` rule of an N-d convolution, as
-    :func:`_conv_lengths`'s: its forward takes any number of images; rows
-    on a spatial axis (the words of a text CNN, ``L.Convolution1D`` over
-    the padded block) where the stride is 1 and windows do not cover all
-    take the input's gradient made for each size met
+    :func:`_conv_lengths`'s (``L.Convolution1D`` over the padded words),
+    the input's gradient made for each size met
     (:func:`_nd_grad_per_size`)."""
-    @takes_widest
-    def lengths(rows):
-        found = rows[0]
-        if found is None or any(r is not None for r in rows[1:]):
-            return None
-        if found.axis == 0:
-            return None if found.widest else Follow((found,))
-        spatial = found.axis - 2
-        if not 0 <= spatial < node.ndim or node.cover_all or \
-                node.stride[spatial] != 1:
-            return None
-        k = ctx.in_shapes[1][found.axis]
-        offset = 2 * node.pad[spatial] - node.dilate[spatial] * (k - 1)
-        out = found._replace(parts=found.parts + ((None, offset),)) \
-            if offset else found
-        return Follow((out,), _nd_grad_per_size(node, ctx, lengths))
-    return lengths
+    def geometry(axis):
+        at = axis - 2
+        return (node.stride[at], node.pad[at], node.dilate[at]) \
+            if 0 <= at < node.ndim else None
+    return _rows_of_convolution(node, ctx, geometry, _nd_grad_per_size)
 
 
 def _nd_grad_per_size(node, ctx, lengths):

@@ -381,3 +381,34 @@ def test_a_peeled_loop_collecting_its_steps_serves_one_step_too():
         rng, lengths=(3, 5, 1, 4, 1, 2, 6)))
     entry, = jitted.cache_entries()
     assert 'f32[T,2,4]' in str(entry.signature), entry.signature
+
+
+def _mean_after_the_first(xs, W):
+    losses = []
+    for x in xs[1:]:
+        losses.append(F.sum(F.tanh(F.matmul(x, W))))
+    return sum(losses) / len(losses)
+
+
+def _mean_of_a_counted_range(xs, W):
+    losses = []
+    for t in range(1, len(xs)):
+        losses.append(F.sum(F.tanh(F.matmul(xs[t] - xs[t - 1], W))))
+    return F.sum(F.stack(losses)) / len(losses)
+
+
+def _mean_of_a_comprehension_but_the_last(xs, W):
+    losses = [F.sum(F.tanh(F.matmul(x, W))) for x in xs[:-1]]
+    return sum(losses) / len(losses)
+
+
+@pytest.mark.parametrize('fn', [_mean_after_the_first,
+                                _mean_of_a_counted_range,
+                                _mean_of_a_comprehension_but_the_last])
+def test_len_of_the_steps_of_a_cut_loop_is_read_at_run_time(fn):
+    # len(losses) is T - 1, not the recorded trip count.
+    rng = numpy.random.RandomState(35)
+    W = rng.standard_normal((4, 4)).astype(numpy.float32) * 0.5
+    jitted = check_grads(fn, sequences(rng, W, lengths=(5, 9, 4, 9, 6)))
+    entry, = jitted.cache_entries()
+    assert 'f32[T,2,4]' in str(entry.signature), entry.signature
