@@ -440,8 +440,10 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
     if hidden:
         return hidden
     for name in _appended_lists(loop, inside):
+        rebound = _rebound_after(function, loop, name)
         for use in source.name_nodes(function, name):
-            if use in inside or use.lineno <= loop.lineno:
+            if use in inside or use.lineno <= loop.lineno or \
+                    rebound is not None and _after_rebinding(use, rebound):
                 continue
             if _collected_whole(use, parents) or \
                     _reordered(use, parents, name) or \
@@ -461,6 +463,25 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
                     'otherwise than whole' % name
             return 'the list %r is used after the loop' % name
     return None
+
+
+def _rebound_after(function, loop, name):
+    """The first statement of ``function``'s own body after ``loop`` that
+    binds ``name`` anew (``hs = F.stack(hs)``), or ``None``: the uses of
+    ``name`` after it are of the new value."""
+    end = getattr(loop, 'end_lineno', None) or loop.lineno
+    return next((stmt for stmt in function.body
+                 if isinstance(stmt, ast.Assign) and stmt.lineno > end and
+                 any(isinstance(t, ast.Name) and t.id == name
+                     for t in stmt.targets)), None)
+
+
+def _after_rebinding(use, stmt):
+    """Is ``use`` (a ``Name`` node) the target ``stmt`` binds, or after
+    ``stmt``?"""
+    last = getattr(stmt, 'end_lineno', None) or stmt.lineno
+    return use.lineno > last or isinstance(use.ctx, ast.Store) and \
+        stmt.lineno <= use.lineno <= last
 
 
 # Calls a loop body may make: these builtins, functions of these modules,

@@ -412,3 +412,25 @@ def test_len_of_the_steps_of_a_cut_loop_is_read_at_run_time(fn):
     jitted = check_grads(fn, sequences(rng, W, lengths=(5, 9, 4, 9, 6)))
     entry, = jitted.cache_entries()
     assert 'f32[T,2,4]' in str(entry.signature), entry.signature
+
+
+def _steps_rebound_to_their_stack(xs, W):
+    hs = []
+    h = xs[0] * 0
+    for x in xs:
+        h = F.tanh(F.matmul(h, W) + x)
+        hs.append(h)
+    hs = F.stack(hs)  # the name holds the stack from here on
+    weights = F.softmax(F.sum(hs * F.broadcast_to(h, hs.shape), axis=2),
+                        axis=0)
+    return F.sum(hs * F.broadcast_to(F.expand_dims(weights, 2), hs.shape),
+                 axis=0)
+
+
+def test_a_list_rebound_to_its_stack_rolls_into_one_entry():
+    rng = numpy.random.RandomState(36)
+    W = rng.standard_normal((4, 4)).astype(numpy.float32) * 0.5
+    jitted = check_grads(_steps_rebound_to_their_stack,
+                         sequences(rng, W, lengths=(5, 9, 4, 9, 6)))
+    entry, = jitted.cache_entries()
+    assert 'f32[T,2,4]' in str(entry.signature), entry.signature
