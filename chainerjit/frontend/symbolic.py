@@ -163,8 +163,7 @@ class _KeepsLength(Exception):
         self.concrete = Concrete(reason, loc)
 
 
-def symbolize(graph, rolled, input_names, length_names, recording,
-              source_uses=()):
+def symbolize(graph, rolled, input_names, length_names, recording):
     """Makes the trip count of the loops of the jitted function, and of
     the functions and methods it calls, symbolic where that is sound,
     changing ``graph`` in place.
@@ -177,9 +176,6 @@ def symbolize(graph, rolled, input_names, length_names, recording,
     read only by the loops' counter indexing (``IndexAt``) and by a few
     constant indexes. The program then does the same for every length,
     and the first call at each new length checks it against eager.
-
-    ``source_uses`` are ``lengths.Use`` that the source shows and Length
-    ints cannot see (``trip_counts.float_size_uses``).
 
     Loops over different lengths (a source and a target sequence) get a
     symbol each (:data:`SYMBOLS`); a length that cannot be symbolic stays
@@ -194,8 +190,8 @@ def symbolize(graph, rolled, input_names, length_names, recording,
     """
     sources = _trip_sources(graph, rolled, recording.length_reads,
                             recording.value_origins)
-    uses = _besides_own_tests(list(source_uses) + length_uses(
-        recording, graph), rolled, sources)
+    uses = _besides_own_tests(length_uses(recording, graph), rolled,
+                              sources)
     if not sources:
         try:
             free = _FreeAxes(uses, input_names, length_names)
@@ -441,8 +437,9 @@ def _count_from_end(node, counters):
 def length_uses(recording, graph):
     """The ``lengths.Use`` of the arguments' sizes while recording: those
     the Length ints noted (also in what the forward returned or assigned:
-    ``lengths.plain``), and the Lengths found in the recorded ops'
-    attributes."""
+    ``lengths.plain``; and those its source puts into float arithmetic,
+    :func:`float_size_uses`, which the pipeline adds), and the Lengths
+    found in the recorded ops' attributes."""
     uses = list(recording.length_uses)
     for node in _all_nodes(graph.nodes):
         template = recording.templates.get(node)
@@ -693,7 +690,8 @@ def _length_and_wildcards(graph, loops, rolled, source):
 def _may_run_empty(loop):
     """No iteration is fine when the outputs are then the initial values,
     made by the program (an argument would come back as a new Variable,
-    not as itself)."""
+    not as itself), and the lists of the steps empty (a first step peeled
+    off is joined before them: ``F.stack(hs)`` of a sequence of one)."""
     region = loop.region
     n_read = sum(region.carried_read)
     return all(region.carried_read) and all(

@@ -668,7 +668,7 @@ def _sizes_read(node, params, sizes):
     return read
 
 
-#: Calls that give a number of numbers.
+#: Calls that give a number made of the numbers they are given.
 _NUMBER_CALLS = ('len', 'int', 'min', 'max', 'abs', 'round', 'float')
 
 

@@ -186,6 +186,9 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                                                      kwargs),
                         None if varying is None else (varying.paths,
                                                       varying_names))
+    # (a piece of a cut forward: what the whole assigns first, too)
+    recording.written_first = frozenset(recording.written_first) | \
+        caller.written_by_whole
     joined = isinstance(packed, joining.Joined)
     why_unjoined = joining.take_joins(
         recording, packed.joins, [name for name, _ in sig.items]) \
@@ -215,8 +218,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             fallback=fallback)
         entry.escaped = recording.escape is not None
         entry.cut = recording.cut
-        entry.ignore_state(set(recording.written_first) |
-                           caller.written_by_whole)
+        entry.ignore_state(recording.written_first)
     else:
         recording.length_uses += _float_size_uses(caller, recording, sig,
                                                   len(leaves))
@@ -254,8 +256,6 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
-        if caller.written_by_whole:
-            entry.ignore_state(entry.ignored_state | caller.written_by_whole)
         _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
@@ -515,7 +515,7 @@ def _roll_loops(caller, recording, sig, n_leaves):
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return None, None, unrolled
-    found, kept = symbolic.symbolize(  # (float uses in length_uses)
+    found, kept = symbolic.symbolize(
         recording.graph, rolled, input_names,
         trip_counts.length_only_names(code), recording)
     for concrete in kept + ([found] if isinstance(
