@@ -366,6 +366,16 @@ class JitFunction(_calls.CachedCall):
                     ', '.join(repr(float.fromhex(v) if isinstance(v, str)
                                    else v) for v in checked)))
             return result
+        narrowed = batch.without_one_row(entry.symbolic, checked)
+        if narrowed is not None:
+            entry.symbolic = narrowed
+            self.cache.insert(entry)
+            errors.warn_once(
+                (self.__name__, 'one row'), errors.RecompileWarning,
+                'chainerjit: %s: a batch of one keeps an entry of its own: '
+                'at one row its program gave another result than eagerly'
+                % self.__name__)
+            return result
         if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch,
                                        batch.TwoAxes)):
             self._batch_static = True

@@ -425,7 +425,45 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
             fn.__name__ == '__call__' and 'out' not in kwargs and \
             isinstance(result, numpy.ndarray):
         return ops.rows_broadcast([a.shape for a in arrays], result.shape)
+    reduced = _reduced_axes(label, fn, args, kwargs, arrays)
+    if reduced is not None:
+        return ops.rows_reduced_over(*reduced)
     return None
+
+
+# Reductions of one array with NumPy's ``axis`` and ``keepdims``, by the
+# label of their call: their kernel takes any shape.
+_REDUCTIONS = frozenset(
+    ['numpy.' + name for name in (
+        'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'amax', 'amin',
+        'ptp', 'count_nonzero', 'nansum', 'nanprod', 'nanmean', 'nanstd',
+        'nanvar', 'nanmax', 'nanmin', 'all', 'any')] +
+    ['ndarray.mean', 'ndarray.var', 'ndarray.std'])
+
+
+def _reduced_axes(label, fn, args, kwargs, arrays):
+    """``(axes, keepdims)`` of a NumPy reduction of one array (a ufunc's
+    ``reduce``, ``numpy.sum``, ``x.mean()``, ...) given its axis alone
+    (``x.sum(axis=1, keepdims=True)``), the axes non-negative; else
+    ``None``."""
+    if len(arrays) != 1 or args[0] is not arrays[0] or len(args) > 2 or \
+            set(kwargs) - set(['axis', 'keepdims', 'dtype', 'where']) or \
+            kwargs.get('where', True) is not True:
+        return None
+    if fn.__name__ == 'reduce' and isinstance(
+            getattr(fn, '__self__', None), numpy.ufunc):
+        axis = kwargs.get('axis', 0)  # (a ufunc's reduce: axis 0 unsaid)
+    elif label in _REDUCTIONS:
+        axis = args[1] if len(args) > 1 else kwargs.get('axis')
+    else:
+        return None
+    ndim = arrays[0].ndim
+    if axis is None:
+        return tuple(range(ndim)), bool(kwargs.get('keepdims', False))
+    axes = axis if isinstance(axis, tuple) else (axis,)
+    if not all(isinstance(a, int) for a in axes):
+        return None
+    return tuple(a % ndim for a in axes), bool(kwargs.get('keepdims', False))
 
 
 # Conversions of one array that keep its shape (a copy, another dtype):
@@ -862,7 +900,7 @@ class TracedArray(numpy.ndarray):
             result = base(plain, *args, **kwargs)
             if result is plain:  # a no-op: astype(same dtype, copy=False)
                 return self
-            result = _tag(result)
+            result = _followed_scalar(result, name in _SCALAR_REDUCTIONS)
             _record_numpy('ndarray.' + name, base, (self,) + args, kwargs,
                           result)
             return result

@@ -632,6 +632,31 @@ def rows_broadcast(in_shapes, out_shape, kernel=None):
     return lengths
 
 
+def rows_through_reduction(rows, axes, keepdims):
+    """The rows of a reduction's output over ``axes`` of an input with
+    ``rows``: on their axes not reduced, as the output numbers them, or
+    ``None`` where all are (the output's shape is then fixed)."""
+    kept = [a for a in rows.axes if a not in axes]
+    if not kept:
+        return None
+    return rows.on_axes([a if keepdims else a - sum(1 for b in axes if b < a)
+                         for a in kept])
+
+
+def rows_reduced_over(axes, keepdims):
+    """The ``Kernel.lengths`` rule of a reduction over ``axes`` whose
+    kernel and gradient take any shape: the rows of its input through
+    it."""
+    @takes_square
+    @takes_widest
+    def lengths(rows):
+        found = rows[0]
+        if found is None or any(r is not None for r in rows[1:]):
+            return None
+        return Follow((rows_through_reduction(found, axes, keepdims),))
+    return lengths
+
+
 def is_impure(label):
     """True for a node label (class name) that is random or stateful."""
     return label in _IMPURE_NAMES

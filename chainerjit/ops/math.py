@@ -67,6 +67,8 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_broadcast
+from chainerjit.ops import rows_reduced_over
+from chainerjit.ops import rows_through_reduction
 from chainerjit.ops import rows_elementwise
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import takes_square
@@ -1043,7 +1045,7 @@ def _reduction_rows(kernel, node, ctx, mean=False):
             found = rows[0]
             if found is None or any(r is not None for r in rows[1:]):
                 return None
-            out = _rows_through_reduction(found, axes, keepdims)
+            out = rows_through_reduction(found, axes, keepdims)
             if out is None:
                 return Follow((None,), general)
             variant = general if not first or found.also else \
@@ -1056,31 +1058,6 @@ def _reduction_rows(kernel, node, ctx, mean=False):
         grad=grad_rule(ctx, grad_at_input_shape, inputs=(0,)),
         lengths=rule(False))
     return rule(True)
-
-
-def _rows_through_reduction(rows, axes, keepdims):
-    """The rows of a reduction's output over ``axes`` of an input with
-    ``rows``: on their axes not reduced, as the output numbers them, or
-    ``None`` where all are (the output's shape is then fixed)."""
-    kept = [a for a in rows.axes if a not in axes]
-    if not kept:
-        return None
-    return rows.on_axes([a if keepdims else a - sum(1 for b in axes if b < a)
-                         for a in kept])
-
-
-def _reduced_rows(axes, keepdims):
-    """The ``Kernel.lengths`` rule of a reduction over ``axes`` whose
-    kernel and gradient take any shape: the rows of its input through
-    it."""
-    @takes_square
-    @takes_widest
-    def lengths(rows):
-        found = rows[0]
-        if found is None or any(r is not None for r in rows[1:]):
-            return None
-        return Follow((_rows_through_reduction(found, axes, keepdims),))
-    return lengths
 
 
 @lowering(average.Mean)
@@ -1220,7 +1197,7 @@ def lower_max_min(node, ctx):
                   grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
                   onnx=_onnx_reduce('ReduceMax' if isinstance(
                       node, minmax.Max) else 'ReduceMin', axis, keepdims,
-                      ctx), lengths=_reduced_rows(axes, keepdims))
+                      ctx), lengths=rows_reduced_over(axes, keepdims))
 
 
 @lowering(minmax.ArgMax, minmax.ArgMin)

@@ -53,8 +53,10 @@ BATCH = 'B'
 #: batch) where the batch's does too (:class:`TwoAxes`).
 WIDTH = 'W'
 
-#: Batches smaller than this keep their size in the key of an entry the VM
-#: runs at any batch size.
+#: A program is recorded for any batch size (or size of another axis)
+#: only at this size or more: a single row recorded broadcasts where
+#: several would not, so which values have the rows is not seen. It then
+#: serves a batch of one too, once the first such call agrees with eager.
 MIN_SIZE = 2
 
 #: How many batch sizes other than the recorded one such an entry checks
@@ -121,16 +123,20 @@ class Batched(BatchAxis, collections.namedtuple(
 
 
 class RowsBatched(BatchAxis, collections.namedtuple(
-        'RowsBatched', 'leaves recorded axes symbol',
-        defaults=(None, BATCH))):
+        'RowsBatched', 'leaves recorded axes symbol ones',
+        defaults=(None, BATCH, True))):
     """How an entry whose VM program takes any batch size reads a call's
     key (:func:`why_fixed`): ``leaves`` as :class:`Batched`'s,
     ``recorded`` the batch size it was recorded at, ``symbol`` its name
-    in keys and signatures. A batch of one stays in the key (a single row
-    broadcasts where several do not)."""
+    in keys and signatures. ``ones``: does it serve a single row too
+    (until a call of one row gives another result than eager:
+    :func:`without_one_row`)?"""
 
     __slots__ = ()
-    min_size = MIN_SIZE
+
+    @property
+    def min_size(self):
+        return 1 if self.ones else MIN_SIZE
 
     def to_check(self, key, checked, symbols=()):
         """The call's ``('B', batch size)``, if it is to be checked against
@@ -212,6 +218,54 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
         (the recorded ones for ``None``)."""
         return tuple(axes.checked_at(key)
                      for axes in (self.batch,) + self.widths)
+
+
+def records_open(sizes, key):
+    """May a program recorded at ``key``'s sizes leave the axes of
+    ``sizes`` (a :class:`RowsBatched` or :class:`TwoAxes`) open: each at
+    :data:`MIN_SIZE` or more?"""
+    axes = (sizes.batch,) + sizes.widths if isinstance(sizes, TwoAxes) \
+        else (sizes,)
+    return sizes.generalize(key) is not None and \
+        all(axis.size_of(key) >= MIN_SIZE for axis in axes)
+
+
+def without_one_row(symbolic, checked):
+    """``symbolic`` whose axes (:class:`RowsBatched`) that ``checked``, the
+    sizes of a call checked against eager, has at one row no longer serve
+    a single row; ``None`` where it has none at one row. A program that
+    gave another result than eager for one row (``F.squeeze`` of the
+    batch) then still serves the other sizes."""
+    ones = set(symbol for symbol, size in _sizes_noted(checked)
+               if size == 1)
+
+    def served(axes):
+        if type(axes) is RowsBatched:
+            return axes._replace(ones=False) if axes.ones and \
+                axes.symbol in ones else axes
+        if type(axes) is TwoAxes:
+            widths = tuple(served(w) for w in axes.widths)
+            return axes._replace(batch=served(axes.batch), width=widths if
+                                 type(axes.width) is tuple else widths[0])
+        if type(axes) is TripsAndBatch:
+            return axes._replace(batch=served(axes.batch))
+        return axes
+    narrowed = served(symbolic)
+    return None if narrowed == symbolic else narrowed
+
+
+def _sizes_noted(checked):
+    """The ``(symbol, size)`` pairs of axes in ``checked`` (as
+    ``to_check`` gives it: one pair, or tuples holding them beside trip
+    counts)."""
+    if type(checked) is not tuple:
+        return
+    if len(checked) == 2 and isinstance(checked[0], str) and \
+            type(checked[1]) is int:
+        yield checked
+        return
+    for part in checked:
+        yield from _sizes_noted(part)
 
 
 class TripsAndBatch(collections.namedtuple('TripsAndBatch',
@@ -463,7 +517,7 @@ def served_by(cache, entry):
     """The other entries of ``cache`` whose calls ``entry``, compiled for
     any sizes of one or two axes (its key's ``B`` and ``W``), serves: of
     the same mode, their keys alike but for the sizes at those axes
-    (fixed ones, of a batch of :data:`MIN_SIZE` or more, or open)."""
+    (fixed ones, of one row or more, or open)."""
     return [other for other in cache.entries() if other is not entry and
             other.program is not None and type(other.symbolic) in (
                 type(None), RowsBatched, Batched, TwoAxes) and
@@ -501,8 +555,7 @@ def _covers(general, key):
         for size, other in zip(open_spec[0], spec[0]):
             if size == other:
                 continue
-            if type(size) is not str or \
-                    (type(other) is int and other < MIN_SIZE):
+            if type(size) is not str or (type(other) is int and other < 1):
                 return False
     return True
 

@@ -245,7 +245,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             _warn_unrolled_loops(caller, unrolled, items, sig,
                                  packed if joined else None)
         sizes = items or rows  # the entry's VM program takes any sizes
-        if rows is not None and rows.generalize(key) is None:
+        if rows is not None and not batch.records_open(rows, key):
             sizes = rows = None  # an axis too short to leave open
         program = codegen.compile_graph(graph, arena=sizes is None)
         if sizes is not None:

@@ -303,15 +303,38 @@ def test_dynamic_false_keeps_each_batch_size():
     assert jitted.cache_info().currsize == 3, jitted.cache_report()
 
 
-def test_a_batch_of_one_keeps_its_own_entry():
+def test_a_batch_of_one_is_served_by_the_entry_of_every_size():
+    # (recorded first, its entry is replaced by the one of every size,
+    # checked against eager at its next call of one row)
     model = _model(_Classifier)
     jitted = chainerjit.jit(model.forward, backend='numpy')
     with chainer.using_config('train', False):
-        for args in _calls(_features, (1, 8, 17, 1, 30)):
+        for args in _calls(_features, (1, 8, 17, 1, 30, 1)):
             testing.assert_results_equal(jitted(*args),
                                          model.forward(*args))
+    sizes = [str(e.signature)[:8] for e in jitted.cache_entries()]
+    assert sizes == ['x: f32[B'], jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert ('B', 1) in entry.verified_lengths, entry.verified_lengths
+
+
+def _squeezed(x):
+    # one row: the batch's axis squeezed too
+    return F.squeeze(F.tanh(x[:, :1]))
+
+
+def test_a_batch_of_one_that_differs_keeps_an_entry_of_its_own():
+    jitted = chainerjit.jit(_squeezed)
+    rng = numpy.random.RandomState(7)
+    with pytest.warns(errors.RecompileWarning, match='a batch of one keeps '
+                      'an entry of its own: at one row its program gave '
+                      'another result than eagerly'):
+        for b in (4, 4, 7, 1, 1, 9, 1, 2):
+            x = rng.standard_normal((b, 3)).astype(F32)
+            testing.assert_results_equal(jitted(x), _squeezed(x))
     sizes = sorted(str(e.signature)[:8] for e in jitted.cache_entries())
     assert sizes == ['x: f32[1', 'x: f32[B'], jitted.cache_report()
+    assert jitted.cache_info().hits >= 4
 
 
 class _NormalizedConvNet(chainer.Chain):
