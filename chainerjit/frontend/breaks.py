@@ -125,15 +125,21 @@ class Cut(object):
         """Which lines run how: ``'line 31 runs in Python on every call,
         lines 25-30 and 32-40 compiled'``."""
         body, i = self._function.body, self._index
-        parts = [_lines(body[0].lineno, body[i - 1].end_lineno)] \
-            if self.prefix is not None else []
-        if self.suffix is not None:
-            parts.append(_lines(body[i + 1].lineno, body[-1].end_lineno))
+        parts = [_lines(stmts[0].lineno, stmts[-1].end_lineno) for stmts in (
+            self._written(body[:i]) if self.prefix is not None else [],
+            self._written(body[i + 1:]) if self.suffix is not None else [])
+            if stmts]
         return '%s run%s in Python on every call%s' % (
             _lines(self.line, self.end_line),
             's' if self.line == self.end_line else '',
             ', %s compiled' % ' and '.join(parts) if parts else '') + (
             _describe_inner(self.inner))
+
+    def _written(self, stmts):
+        """``stmts`` less those a cut made (placed over the whole forward,
+        in a piece cut again)."""
+        whole = (self._function.lineno, self._function.end_lineno)
+        return [s for s in stmts if (s.lineno, s.end_lineno) != whole]
 
     def describe(self):
         """The break, its reason and how the lines run."""
@@ -448,7 +454,9 @@ def _inner_blocks(cut, stmt, line, params, local):
     telling (no ``break``, ``continue`` or ``return`` among them, no name
     closures capture assigned in two parts); possibly none."""
     if isinstance(stmt, ast.If) and \
-            stmt.test.lineno <= line <= stmt.test.end_lineno:
+            stmt.test.lineno <= line <= stmt.test.end_lineno and not any(
+                s.lineno <= line <= s.end_lineno
+                for s in stmt.body + stmt.orelse):  # (not if t: n = int(x))
         return [(field, _Block(cut, getattr(stmt, field), None, [], params,
                                local))
                 for field in ('body', 'orelse') if getattr(stmt, field) and
@@ -531,8 +539,11 @@ def cut(fn, line, method):
     function = copy.deepcopy(function)
     ast.increment_lineno(function, offset)
     body = function.body
-    index = next((i for i, stmt in enumerate(body)
-                  if stmt.lineno <= line <= stmt.end_lineno), None)
+    # (the narrowest: a piece's own statements span the whole forward)
+    index = min((i for i, stmt in enumerate(body)
+                 if stmt.lineno <= line <= stmt.end_lineno),
+                key=lambda i: body[i].end_lineno - body[i].lineno,
+                default=None)
     if index is None:
         return 'line %d is not in its body' % line
     why = _why_not_cut(function, index, method)

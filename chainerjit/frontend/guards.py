@@ -22,6 +22,7 @@ Chainer, are guarded too
 
 import ast
 import collections
+import dis
 import functools
 import sys
 import types
@@ -445,8 +446,8 @@ def _name_chains(fn):
     name bound to an attribute chain (``o = self.options``) read as that
     chain; from its AST, empty if the source cannot be read."""
     tree = source.function_ast(fn.__code__)
-    if tree is None:
-        return {}
+    if tree is None:  # (a lambda, exec: by its bytecode)
+        return _bytecode_chains(fn.__code__)
     aliases = {}
     for node in ast.walk(tree):
         if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
@@ -464,6 +465,34 @@ def _name_chains(fn):
         if root in aliases:
             alias_root, alias_chain = aliases[root]
             chains[alias_root].add(alias_chain + chain)
+    return chains
+
+
+_LOADS = frozenset(['LOAD_GLOBAL', 'LOAD_DEREF', 'LOAD_FAST', 'LOAD_NAME',
+                    'LOAD_CLASSDEREF'])
+_ATTRIBUTE_LOADS = frozenset(['LOAD_ATTR', 'LOAD_METHOD'])
+
+
+def _bytecode_chains(code):
+    """:func:`_name_chains` of a function without readable source, from
+    its bytecode (and its comprehensions' and lambdas'): each name loaded
+    and the attributes loaded on it right after."""
+    chains = collections.defaultdict(set)
+    root, chain = None, ()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _ATTRIBUTE_LOADS and root is not None:
+            chain += (instruction.argval,)
+            continue
+        if root is not None and chain:
+            chains[root].add(chain)
+        root, chain = (instruction.argval, ()) \
+            if instruction.opname in _LOADS else (None, ())
+    if root is not None and chain:
+        chains[root].add(chain)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            for name, found in _bytecode_chains(const).items():
+                chains[name] |= found
     return chains
 
 

@@ -92,10 +92,12 @@ def _linear(op, length, other):
         return (dict((o, a * other) for o, a in terms[0].items()),
                 terms[1] * other)
     sign = {'__add__': 1, '__radd__': 1, '__sub__': -1}.get(op)
-    if sign is None:  # (other - length: the negation of length - other)
+    if op == '__rsub__':  # (other - length: the negation of length - other)
         found = _linear('__sub__', length, other)
         return None if found is None else \
             (dict((o, -a) for o, a in found[0].items()), -found[1])
+    if sign is None:  # (// and %: no sum of sizes)
+        return None
     summed = dict(terms[0])
     for origin, a in theirs[0].items():
         summed[origin] = summed.get(origin, 0) + sign * a

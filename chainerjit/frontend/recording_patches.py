@@ -35,6 +35,7 @@ import builtins
 import collections
 import contextlib
 import math
+import operator
 import os
 import random
 import sys
@@ -44,6 +45,8 @@ import chainer.functions
 from chainer.functions.array import transpose_sequence as \
     transpose_sequence_module
 from chainer.functions.loss import crf1d as crf1d_module
+from chainer.functions.math import bias as bias_module
+from chainer.functions.math import scale as scale_module
 from chainer.links.rnn import n_step_gru
 from chainer.links.rnn import n_step_lstm
 from chainer.links.rnn import n_step_rnn
@@ -787,6 +790,25 @@ def _droppable_makers(items, recorder):
                               if any(v in values for v in node.outputs))
 
 
+def _recording_bias_or_scale(combine):
+    """``F.bias`` (``combine``: an addition) or ``F.scale`` (a product)
+    while recording, as ``L.Bias`` and ``L.Scale`` call them: ``y``
+    broadcast like ``x`` (``ops.array.BroadcastLike``), which follows its
+    sizes at any lengths and batch sizes, where Chainer broadcasts it to
+    the shape it read. The same values and gradients."""
+    def make(original, recorder):
+        def applied(x, y, axis=1):
+            if _state.recorder is not recorder or recorder.depth:
+                return original(x, y, axis)
+            rank, y_shape = len(x.shape), tuple(y.shape)
+            y1 = chainer.functions.reshape(y, (1,) * axis + y_shape + (
+                1,) * (rank - axis - len(y_shape)))
+            return combine(x, array_ops.BroadcastLike().apply((y1, x))[0])
+        applied.__wrapped__ = original
+        return applied
+    return make
+
+
 def _recording_tile(tile, recorder):
     """``F.tile`` while recording, called by the forward's code with
     repetitions made of arguments' sizes it read on axes of ``x`` of size
@@ -1140,6 +1162,11 @@ RECORDING_PATCHES = (
                    _recording_broadcast_to),
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
+) + tuple(RecordingPatch(owner, name, _recording_bias_or_scale(combine))
+          for name, module, combine in (
+              ('bias', bias_module, operator.add),
+              ('scale', scale_module, operator.mul))
+          for owner in (chainer.functions, module)) + (
     RecordingPatch(chainer.functions, 'transpose_sequence',
                    _recording_transpose_sequence),
     RecordingPatch(chainer.functions, 'crf1d', _recording_crf1d),

@@ -1212,8 +1212,11 @@ def lower_arg_max_min(node, ctx):
             'Reshape', ins + [b.int64s([-1])])
         b.op('Cast', b.op(op_type, x, axis=axis or 0, keepdims=0), outs,
              to=onnx_dtype(numpy.int32))
+    ndim = len(ctx.in_shapes[0])
     return Kernel(lambda x: xp.asarray(fn(x, axis=axis).astype(numpy.int32)),
-                  {'axis': axis}, onnx=to_onnx)
+                  {'axis': axis}, onnx=to_onnx,
+                  lengths=rows_reduced_over(
+                      range(ndim) if axis is None else (axis % ndim,), False))
 
 
 @lowering(logsumexp.LogSumExp)

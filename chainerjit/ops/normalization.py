@@ -71,13 +71,15 @@ def lower_batch_normalization(node, ctx, state):
             axis, gamma, gys[0], x, None, numpy, expander, mean, inv_std,
             eps, None, None)
         return (gx, ggamma, gbeta) + (None,) * len(state)
+    # The running averages it updates besides its inputs, which a run
+    # that only checks or times the program puts back (``runtime.undo``).
+    forward.own_state = () if state else tuple(
+        a for a in own if a is not None)
     # Statistics and gradient read the batch's size from x; the running
-    # averages of a check at another batch size are the model's, which the
-    # check puts back (``runtime.compile.state_params``).
+    # averages of a check at another batch size are put back too.
     return Kernel(forward, attrs={'axis': axis, 'eps': eps, 'decay': decay},
                   grad=GradRule(grad, inputs=(0, 1)),
-                  lengths=rows_follow_first if state and not multi_node
-                  else None)
+                  lengths=None if multi_node else rows_follow_first)
 
 
 def _is_multi_node(impl):

@@ -110,6 +110,16 @@ def state_params(graph):
     return [i for i, v in enumerate(graph.params) if v in updated]
 
 
+def own_state(graph):
+    """The arrays ``graph``'s nodes update in place that are none of
+    their inputs (the running averages a batch normalization's node holds
+    where they are no model arrays: a link reached through a closure,
+    arrays the forward passed)."""
+    return [a for node in graph.nodes if updates_inputs_only(node.op) and
+            node.kernel is not None
+            for a in getattr(node.kernel.fn, 'own_state', ())]
+
+
 def is_exit(node):
     return kind(node) == EXIT
 

@@ -23,8 +23,9 @@ class Snapshot(object):
 
     def __init__(self, graph, params, attributes=()):
         self.draws = numpy.random.get_state()
-        self.updated = [(params[i], params[i].copy())
-                        for i in structural.state_params(graph)]
+        self.updated = [(array, array.copy()) for array in [
+            params[i] for i in structural.state_params(graph)] +
+            structural.own_state(graph)]
         self.assigned = [(link, name, patching.own(link, name))
                          for link, name in attributes]
 

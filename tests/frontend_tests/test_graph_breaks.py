@@ -298,10 +298,36 @@ class Stored(_Base):
         return F.softmax_cross_entropy(self.l3(y), t)
 
 
+class ReadInBothTestAndBranch(_Base):
+    """The read in an ``if``'s test and again in its branch."""
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        if float(F.sum(x).array) > 0:
+            k = float(F.max(h).array)
+            h = h * k
+        else:
+            h = h / 2
+        return F.softmax_cross_entropy(self.l2(h), t)
+
+
+class ReadOnTheLineOfItsIf(_Base):
+    """The read in an ``if``'s branch written on the line of its test."""
+
+    kind = 'scaled'
+
+    def forward(self, x, t):
+        h = F.relu(self.l1(x))
+        if self.kind == 'scaled': k = float(F.max(h).array)  # noqa: E701
+        elif self.kind == 'plain': k = 1.0  # noqa: E701
+        return F.softmax_cross_entropy(self.l2(h * k), t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
          SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
          Decoding, Counting, InWith, InBranch, Nested, BranchesOnTheRead,
-         Clipped, DataScaled, Stored]
+         Clipped, DataScaled, Stored, ReadInBothTestAndBranch,
+         ReadOnTheLineOfItsIf]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
@@ -339,6 +365,22 @@ def test_forms_match_eager_and_run_compiled_pieces(cls):
     # cut again, its own pieces), then they run compiled
     assert jitted.cache_info().compiled >= 3
     assert any(p.cache_info().compiled >= 3 for p in _cut_pieces(jitted))
+
+
+@pytest.mark.parametrize('cls', [ReadInBothTestAndBranch,
+                                 ReadOnTheLineOfItsIf],
+                         ids=lambda c: c.__name__)
+def test_a_piece_that_reads_again_is_cut_once(cls):
+    # A piece cut again at its own read, not at the statements the cut
+    # made for it: its pieces settle, one set for every call.
+    jitted = _checked(cls(), _calls(numpy.random.RandomState(3), n=10))
+
+    def cut_at_most_twice(jitted, depth=0):
+        cut = jitted.graph_break()
+        assert depth < 3, 'cut %d times' % depth
+        for piece in (cut[1].values() if cut else ()):
+            cut_at_most_twice(piece, depth + 1)
+    cut_at_most_twice(jitted)
 
 
 def test_a_value_stored_on_the_model_compiles_each_piece_once():

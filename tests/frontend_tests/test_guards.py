@@ -573,6 +573,30 @@ def test_a_global_changed_in_place_or_rebound_is_a_miss(rng, change):
         TEMPERATURE[...] = saved_temperature
 
 
+_EXECUTED = {'SETTINGS': SETTINGS}
+exec('def executed(x):\n    return x * SETTINGS.inner.shift\n', _EXECUTED)
+
+
+@pytest.mark.parametrize('fn', [
+    lambda x: x * SETTINGS.scale,
+    lambda x: [h * SETTINGS.inner.shift for h in x][0],
+    _EXECUTED['executed'],
+], ids=['lambda', 'comprehension in a lambda', 'exec'])
+def test_a_plain_objects_attribute_read_without_source_is_guarded(rng, fn):
+    # (read from the bytecode: the source cannot be)
+    saved = copy.deepcopy(vars(SETTINGS))
+    jitted = chainerjit.jit(fn)
+    try:
+        _same(jitted, fn, _x(rng))
+        _same(jitted, fn, _x(rng))
+        SETTINGS.scale = 5.0
+        SETTINGS.inner.shift = 3.5
+        _same(jitted, fn, _x(rng))
+        assert jitted.cache_info().misses == 2, jitted.cache_info()
+    finally:
+        vars(SETTINGS).update(saved)
+
+
 class _Scaler(object):
     """A callable plain object, its own attribute read by ``__call__``."""
 

@@ -303,3 +303,33 @@ def test_bn_function_without_running_arrays_float64():
     calls = [(_r(rng, (3, 2, 4, 4), F64), _r(rng, 2, F64), _r(rng, 2, F64))
              for _ in range(3)]
     testing.assert_jit_grads_match_eager(f, calls, 1e-12, 1e-12)
+
+
+@pytest.mark.parametrize('backend', ['onnxruntime', 'auto', 'numpy'])
+def test_bn_of_a_link_in_a_closure_updates_running_stats_once(
+        backend, monkeypatch):
+    # The link is no argument: its running averages are the node's own,
+    # which the runs that only check or time a program (onnxruntime's
+    # trials, a new batch size's check) put back too.
+    from chainerjit.runtime import backends
+    monkeypatch.setattr(backends, 'CHOOSE_AFTER_SECONDS', 0.0)
+
+    def make():
+        numpy.random.seed(0)
+        return chainer.Sequential(L.Linear(5, 4), L.BatchNormalization(4))
+    eager, held = make(), make()
+
+    def loss(x):
+        return F.relu(held(x))
+    jitted = chainerjit.jit(loss, backend=backend)
+    rng = numpy.random.RandomState(11)
+    for batch in (4, 4, 7, 4, 2, 9, 7):
+        x = _r(rng, (batch, 5)) * 3 + 1
+        expected = F.relu(eager(chainer.Variable(x)))
+        actual = jitted(chainer.Variable(x.copy()))
+        testing.assert_results_equal(actual, expected, 1e-5, 1e-5)
+        for name in ('avg_mean', 'avg_var'):
+            numpy.testing.assert_allclose(
+                getattr(held[1], name), getattr(eager[1], name),
+                rtol=1e-5, atol=1e-6, err_msg='%s at %d' % (name, batch))
+    assert jitted.cache_info().hits > 0

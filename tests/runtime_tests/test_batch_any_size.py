@@ -145,6 +145,23 @@ class _Losses(chainer.Chain):
             F.sigmoid_cross_entropy(y, t) + F.mean(per_element * y)
 
 
+class _BiasedAndScaled(chainer.Chain):
+    """``L.Bias`` and ``L.Scale`` (Caffe's layers, a tied language
+    model's output bias): their parameters broadcast to the batch."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 6, nobias=True)
+            self.bias = L.Bias(shape=(6,))
+            self.scale = L.Scale(W_shape=(6,), bias_term=True)
+
+    def forward(self, x, t):
+        h = self.scale(F.tanh(self.bias(self.l1(x))))
+        return F.softmax_cross_entropy(h[:, :4], t) + F.sum(
+            F.scale(h, self.bias.b, axis=1))
+
+
 def _binary_labels(rng, batch):
     return (rng.randn(batch, 12).astype(F32),
             rng.randint(0, 2, (batch, 4)).astype(numpy.int32))
@@ -212,7 +229,7 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_VolumesAndSignals, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_TextCNN, _words), (_Losses, _binary_labels),
-          (_Centered, _features)]
+          (_Centered, _features), (_BiasedAndScaled, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
@@ -701,6 +718,40 @@ def _one_entry_for_every_batch_size(model_class):
 def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
     entry = _one_entry_for_every_batch_size(_Discriminator)
     assert 'f32[2*B,8]' in str(entry.graph), entry.graph
+
+
+class _GreedyDecoder(chainer.Chain):
+    """Each step's most likely word (``F.argmax``) fed to the next."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(10, 6)
+            self.cell = L.StatelessGRU(6, 6)
+            self.out = L.Linear(6, 10)
+
+    def forward(self, h, steps):
+        y = self.xp.zeros((h.shape[0],), numpy.int32)
+        scores = []
+        for _ in range(steps):
+            h = self.cell(h, self.embed(y))
+            scores.append(self.out(h))
+            y = F.argmax(scores[-1], axis=1).array.astype(numpy.int32)
+        return F.stack(scores)
+
+
+def test_a_greedy_decoder_serves_every_batch_size_and_number_of_steps():
+    model = _model(_GreedyDecoder)
+    rng = numpy.random.RandomState(5)
+    calls = [(rng.randn(b, 6).astype(F32), n)
+             for b, n in ((3, 4), (8, 6), (3, 9), (16, 5), (5, 4), (1, 7))]
+    with chainer.using_config('train', False), warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.LoopWarning)
+        jitted = testing.assert_jit_matches_eager(model.forward, calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('h: f32[B,6]'), entry.signature
+    assert 'ArgMax' in str(entry.graph), entry.graph
 
 
 def test_a_loss_divided_by_the_batch_serves_every_batch_size():
@@ -1599,6 +1650,28 @@ def test_a_step_function_of_the_batch_size_keeps_it_in_the_key(scale):
             testing.assert_results_equal(jitted(x), model(x), 1e-5, 1e-6)
     assert not any('[B' in str(entry.signature)
                    for entry in jitted.cache_entries()), jitted.cache_report()
+
+
+SIZE_ARITHMETIC = [
+    lambda x: x * (len(x) % 3),
+    lambda x: x * (len(x) // 3),
+    lambda x: x * (10 // len(x)),
+    lambda x: x * (10 % len(x)),
+    lambda x: x * (numpy.arange(len(x)) < len(x) // 3)[:, None],
+    lambda x: x * (len(x) - len(x) // 2),
+]
+
+
+@pytest.mark.filterwarnings('ignore::chainerjit.RecompileWarning')
+@pytest.mark.parametrize('fn', SIZE_ARITHMETIC)
+def test_a_size_floor_divided_or_taken_modulo_is_computed_as_eager(fn):
+    # Unchecked programs (check=False): // and % of a size are no sum of
+    # sizes, whatever the number's form.
+    jitted = chainerjit.jit(fn, check=False)
+    with chainer.using_config('enable_backprop', False):
+        for b in (4, 4, 7, 4, 2, 7):
+            x = numpy.random.RandomState(b).randn(b, 2).astype(F32)
+            testing.assert_results_equal(jitted(x), fn(x))
 
 
 class _Stepped(_Classifier):
