@@ -1099,13 +1099,13 @@ def as_scalar(length, recorder, frame):
     a, b = length.affine
     out = recorder.graph.add_value('temp', (), numpy.float64)
     attrs = {'axis': axis, 'a': a, 'b': b}
-    recorder.add_node(ir.Node(
+    _noted_alike(recorder, recorder.add_node(ir.Node(
         'python.size', ops.Kernel(
             _linear_reader(((axis, a),), b, float), attrs,
             onnx=_linear_to_onnx(((axis, a),), b, numpy.float64),
             lengths=_any_rows),
         [inputs[leaf]], [out], tuple(sorted(attrs.items())),
-        loc=(frame.f_code.co_filename, frame.f_lineno)))
+        loc=(frame.f_code.co_filename, frame.f_lineno))), attrs)
     recorder.size_operations.add(operation_position(frame))
     recorder.varying = True  # Scalars are about: note their uses
     return scalars.Scalar(float(int.__int__(length)), out, 'size',
@@ -1286,11 +1286,20 @@ def made_by_node(op, fn, attrs, onnx, inputs, array, loc, rule=None):
     ``onnx`` and ``Kernel.lengths`` ``rule``)."""
     recorder = _state.recorder
     result = traced.tagged(array)
-    recorder.add_node(ir.Node(
+    _noted_alike(recorder, recorder.add_node(ir.Node(
         op, ops.Kernel(fn, attrs, onnx=onnx, lengths=rule), inputs,
         recorder.bind_temps([result]), tuple(sorted(attrs.items())),
-        loc=loc))
+        loc=loc)), attrs)
     return result
+
+
+def _noted_alike(recorder, node, attrs):
+    """Notes what makes ``node``, computing sizes from its inputs, run
+    the computation of another (``ir.fingerprints``): its op and
+    ``attrs``. The nodes two iterations of a loop record so are alike
+    (``loss += F.sum(h) / B`` in the body rolls)."""
+    recorder.templates[node] = ('python', node.op,
+                                tuple(sorted(attrs.items())))
 
 
 def _joined_lengths(convert, origins, shift, args, kwargs, loc):

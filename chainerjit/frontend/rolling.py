@@ -34,6 +34,7 @@ import numpy
 from chainerjit import ir
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
+from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
 from chainerjit.ir import regions
 from chainerjit.ir.fingerprints import Fingerprints
@@ -300,6 +301,8 @@ def _counted_constant(templates):
     1)``), not the same in all; ``None`` where it is; ``False``
     otherwise."""
     values = [t.value for t in templates]
+    if all(scalars.is_varying(v) for v in values):
+        return None  # (numbers computed at run time: inputs of the nodes)
     if all(v == values[0] and type(v) is type(values[0]) for v in values):
         return None
     power = _counted_power(values)

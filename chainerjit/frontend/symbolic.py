@@ -14,6 +14,7 @@ import numpy
 from chainerjit.frontend import lengths
 from chainerjit.frontend import rolling
 from chainerjit.frontend import signature
+from chainerjit.frontend import traced
 from chainerjit.frontend import trip_counts
 from chainerjit import ops
 from chainerjit.ir import regions
@@ -1064,17 +1065,29 @@ def _read_by_counter_only(loop, value, axes, templates=None,
     return True
 
 
+# Nodes computing numbers from their inputs' sizes alone, at run time
+# (``frontend.lengths``).
+_SIZE_READERS = frozenset(['python.size', 'python.sizes'])
+# Broadcasts of their first input to the sizes of the others.
+_BROADCASTS_BY_SIZE = frozenset([
+    'BroadcastSized', 'BroadcastLike', traced.BROADCAST_SIZED,
+    traced.BROADCAST_LIKE])
+
+
 def _reads_shape_only(node, value, body):
     """Does ``node`` of ``body`` read only the shape of ``value``: a
     broadcast to sizes read of arguments (``ops.array.BroadcastSized``, of
-    its inputs after the first), or a ``StopGradient`` that only such
-    broadcasts read?"""
+    its inputs after the first), a size computed at run time (``loss +=
+    F.sum(h) / B`` in the body: ``python.size``), or a ``StopGradient``
+    that only such nodes read?"""
+    if node.op in _SIZE_READERS:
+        return True
     if node.op == 'StopGradient':
         out = node.outputs[0]
         return out not in body.outputs and all(
             _reads_shape_only(reader, out, body)
             for reader in body.nodes if out in reader.inputs)
-    return node.op == 'BroadcastSized' and node.inputs[0] is not value
+    return node.op in _BROADCASTS_BY_SIZE and node.inputs[0] is not value
 
 
 def _constant_read(node, axes, templates):

@@ -11,6 +11,7 @@ a scalar) or making a shape depend on its values is a *data escape*
 """
 
 import ast
+import functools
 import operator
 import os
 import sys
@@ -330,10 +331,13 @@ def broadcast_like(x, a):
 BROADCAST_SIZED = 'numpy.broadcast_to(sized)'
 
 
+@functools.lru_cache(maxsize=None)
 def broadcast_sized(sizes):
     """``(x, *arrays) -> numpy.broadcast_to(x, shape)`` of a shape made
     of the arrays' sizes (``sizes`` as ``ops.array.BroadcastSized``
-    takes them): a mask broadcast to ``(B, T, T)``."""
+    takes them): a mask broadcast to ``(B, T, T)``. One function for
+    each ``sizes``: the broadcasts a loop's steps record are alike
+    (``ir.fingerprints``)."""
     def broadcast(x, *arrays):
         return numpy.broadcast_to(x, array_ops.sized_shape(sizes, arrays,
                                                            x.shape))

@@ -584,17 +584,18 @@ exec('def executed(x):\n    return x * SETTINGS.inner.shift\n', _EXECUTED)
 ], ids=['lambda', 'comprehension in a lambda', 'exec'])
 def test_a_plain_objects_attribute_read_without_source_is_guarded(rng, fn):
     # (read from the bytecode: the source cannot be)
-    saved = copy.deepcopy(vars(SETTINGS))
+    settings = fn.__globals__['SETTINGS']  # (the one it reads)
+    saved = copy.deepcopy(vars(settings))
     jitted = chainerjit.jit(fn)
     try:
         _same(jitted, fn, _x(rng))
         _same(jitted, fn, _x(rng))
-        SETTINGS.scale = 5.0
-        SETTINGS.inner.shift = 3.5
+        settings.scale = 5.0
+        settings.inner.shift = 3.5
         _same(jitted, fn, _x(rng))
         assert jitted.cache_info().misses == 2, jitted.cache_info()
     finally:
-        vars(SETTINGS).update(saved)
+        vars(settings).update(saved)
 
 
 class _Scaler(object):

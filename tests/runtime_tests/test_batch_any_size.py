@@ -1080,6 +1080,27 @@ class _Steps(chainer.Chain):
             weights.append(a)
         return F.sum(h * h) + F.sum(F.stack(weights) ** 2)
 
+    def divided_each_step(self, xs):
+        # each step's loss over the batch size, in the loop's body
+        B = xs.shape[1]
+        h = self.xp.zeros((B, 8), numpy.float32)
+        loss = 0
+        for x in xs:
+            h = self.gru(h, x)
+            loss += F.sum(h * h) / B
+        return loss
+
+    def masked_to_a_shape_made(self, xs):
+        # a mask of the first steps broadcast to a shape made of the
+        # batch's size, in the loop's body
+        T, B = xs.shape[:2]
+        mask = numpy.arange(T)[:, None] < numpy.arange(B)[None, :] + 2
+        h = numpy.zeros((B, 8), numpy.float32)
+        for t in range(T):
+            h = F.where(numpy.broadcast_to(mask[t][:, None], (B, 8)),
+                        self.gru(h, xs[t]), h)
+        return F.sum(h * h)
+
     def attention(self, xs):
         # the scores normalized over the steps' axis, and the steps'
         # outputs weighed by them
@@ -1105,7 +1126,9 @@ class _Steps(chainer.Chain):
                                     'state_like_a_step',
                                     'attended', 'attention', 'scored',
                                     'weighed', 'queried',
-                                    'batch_first_outputs'])
+                                    'batch_first_outputs',
+                                    'divided_each_step',
+                                    'masked_to_a_shape_made'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
     calls = [(rng.randn(steps, batch, 4).astype(F32),)
