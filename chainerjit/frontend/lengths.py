@@ -111,6 +111,11 @@ _STEPPED = {'__floordiv__': 'floor-divided', '__rfloordiv__': 'floor-divided',
             '__mod__': 'taken modulo', '__rmod__': 'taken modulo'}
 
 
+#: The divisions of a size giving a float, which :meth:`Length._in_float`
+#: computes at run time.
+_DIVISIONS = frozenset(['__truediv__', '__rtruediv__'])
+
+
 def _size_named(name, axis):
     """``'xs.shape[1]'``; the length of an item of a joined list (its
     lengths passed as ``name``, ``xs[1]``), ``'len(xs[k])'``."""
@@ -176,6 +181,10 @@ class Length(int):
             if type(other) is list and op in ('__mul__', '__rmul__'):
                 return self._list_of_size(other)
             if not isinstance(other, int) or isinstance(other, bool):
+                computed = self._in_float(op, other) \
+                    if type(other) is float else None
+                if computed is not None:
+                    return computed
                 self._note('used in arithmetic with a %s' %
                            type(other).__name__, other)
                 return getattr(int, op)(self, other)
@@ -190,6 +199,17 @@ class Length(int):
                           else None, product, _linear(op, self, other))
         apply.__name__ = op
         return apply
+
+    def _in_float(self, op, other):
+        """``self op other`` (a float, or an int dividing) computed at run
+        time as a ``scalars.Scalar`` (:func:`as_scalar`: ``acc * (1.0 /
+        T)``), where the forward's own code computes it; else ``None``.
+        Its uses that bake it in (a comparison) are this size's."""
+        recorder = _state.recorder
+        if recorder is None or recorder.depth or forward_line(2) is None:
+            return None
+        scalar = as_scalar(self, recorder, sys._getframe(2))
+        return None if scalar is None else getattr(scalar, op)(other)
 
     def _list_of_size(self, items):
         """``[None] * T``: the list, its use of the size noted, which a
@@ -225,6 +245,10 @@ class Length(int):
         def apply(self, *args):
             if args and _takes_sizes(args[0]) and op != '__pow__':
                 return NotImplemented
+            computed = self._in_float(op, args[0]) if op in _DIVISIONS and \
+                type(args[0]) in (int, float) else None
+            if computed is not None:
+                return computed
             self._note(what, args[0] if args else None)
             return getattr(int, op)(self, *args)
         apply.__name__ = op

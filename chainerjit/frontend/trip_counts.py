@@ -634,17 +634,22 @@ def float_size_uses(code):
                         sizes.setdefault(name.id, []).extend(read)
     uses = []
     for node in ast.walk(function):
-        if not isinstance(node, ast.BinOp):
+        if not isinstance(node, ast.BinOp) or not _in_floats(node):
             continue
-        sides = (node.left, node.right)
-        floats = isinstance(node.op, ast.Div) or any(
-            _is_float(s) for s in sides)
-        if floats:
-            uses += [(p, axis, node.lineno + offset,
-                      node.col_offset + indent) for s in sides
-                     if _of_sizes_only(s)
-                     for p, axis in _sizes_read(s, params, sizes)]
+        # (a side in float arithmetic itself is a use of its own)
+        uses += [(p, axis, node.lineno + offset, node.col_offset + indent)
+                 for s in (node.left, node.right)
+                 if _of_sizes_only(s) and not (
+                     isinstance(s, ast.BinOp) and _in_floats(s))
+                 for p, axis in _sizes_read(s, params, sizes)]
     return tuple(uses)
+
+
+def _in_floats(binop):
+    """Does the arithmetic ``binop`` give a float: a true division, or an
+    operation with a float literal?"""
+    return isinstance(binop.op, ast.Div) or any(
+        _is_float(s) for s in (binop.left, binop.right))
 
 
 def _sizes_read(node, params, sizes):

@@ -1675,6 +1675,23 @@ def test_a_step_function_of_the_batch_size_keeps_it_in_the_key(scale):
                    for entry in jitted.cache_entries()), jitted.cache_report()
 
 
+def _scaled_by_float_arithmetic_of_the_batch(x):
+    return F.tanh(x) * (len(x) / 4.0) + F.sum(x) / (x.shape[0] * 0.5)
+
+
+def test_a_size_in_float_arithmetic_first_is_computed_at_run_time():
+    # (the size on the left: its own operator gives a number the program
+    # computes; 1.0 / B, the float's, stays in the key)
+    rng = numpy.random.RandomState(8)
+    calls = [(rng.randn(b, 3).astype(F32),) for b in (4, 4, 7, 1, 12, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = testing.assert_jit_matches_eager(
+            _scaled_by_float_arithmetic_of_the_batch, calls)
+    entry, = jitted.cache_entries()
+    assert 'python.truediv[operand1=4.0]' in str(entry.graph), entry.graph
+
+
 SIZE_ARITHMETIC = [
     lambda x: x * (len(x) % 3),
     lambda x: x * (len(x) // 3),
