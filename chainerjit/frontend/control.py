@@ -375,16 +375,19 @@ class LoopWatcher(object):
             trip_counts.iterated_call(site) is not None
         return run
 
-    def _iterable_computed(self, run):
+    def _iterable_computed(self, run, taken_at=None):
         """For a loop over a value its header computes (``for x in
-        F.tanh(xs)``), at the first line of its body: the iterable's
-        nodes come before the loop, which starts at the node that took
-        its item 0, and runs as many times as the value's first axis
-        is long, where that is an argument's axis."""
+        F.tanh(xs)``), at the first line of its body (of a comprehension,
+        at the end of its first step, whose first node took the item:
+        ``taken_at``): the iterable's nodes come before the loop, which
+        starts at the node that took its item 0, and runs as many times
+        as the value's first axis is long, where that is an argument's
+        axis."""
         run.iterable_pending = False
         found = self.first_item()
-        if found is None or found[1] is None or \
-                found[0] != self.position() - 1 or \
+        if taken_at is None:
+            taken_at = self.position() - 1
+        if found is None or found[1] is None or found[0] != taken_at or \
                 found[0] < run.boundaries[0] or \
                 found[2] != (run.site.filename, run.site.header):
             return  # (not the loop's own first item)
@@ -411,6 +414,9 @@ class LoopWatcher(object):
         if not top and parent.f_back is not None:  # a helper's list
             run.caller = (parent.f_back.f_code, parent.f_back.f_lineno)
         run.snapshots.append(_locals_summary(frame))
+        run.iterable_pending = run.trip is None and \
+            self.first_item is not None and \
+            trip_counts.iterated_call(site) is not None
         return run
 
     def _trip_source(self, site, frame, top):
@@ -455,6 +461,8 @@ class LoopWatcher(object):
             if _at_for_iter(frame) and (
                     frame.f_lasti <= run.previous_lasti or
                     frame.f_lineno == run.previous_line):
+                if run.iterable_pending:  # ([f(x) for x in F.flip(xs)])
+                    self._iterable_computed(run, run.boundaries[0])
                 run.boundaries.append(self.position())  # a jump back
                 if run.code is not None:
                     run.snapshots.append(_locals_summary(frame))

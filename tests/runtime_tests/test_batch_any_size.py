@@ -830,6 +830,7 @@ class _Steps(chainer.Chain):
             self.back = L.Linear(4, 4 * 8)
             self.gru = L.StatelessGRU(4, 8)
             self.lstm = L.StatelessLSTM(4, 8)
+            self.rnn = L.LSTM(4, 8)
 
     def step(self, x, h, c):
         c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
@@ -892,6 +893,13 @@ class _Steps(chainer.Chain):
 
     def reversed_comprehension(self, xs):
         hs = [F.tanh(self.back(x)) for x in reversed(xs)][::-1]
+        return F.sum(F.stack(hs) * xs[:, :, :1])
+
+    def flipped_comprehension(self, xs):
+        # a comprehension over a value its header computes, with state
+        # carried by a link (L.LSTM's, made at the first step)
+        self.rnn.reset_state()
+        hs = [self.rnn(x) for x in F.flip(xs, 0)]
         return F.sum(F.stack(hs) * xs[:, :, :1])
 
     def filled_backwards(self, xs):
@@ -1128,6 +1136,7 @@ class _Steps(chainer.Chain):
                                     'weighed', 'queried',
                                     'batch_first_outputs',
                                     'divided_each_step',
+                                    'flipped_comprehension',
                                     'masked_to_a_shape_made'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
