@@ -987,6 +987,8 @@ def _recording_nstep(n_states):
     def make(forward, recorder):
         def nstep_forward(link, *args, **kwargs):
             states, xs = args[:n_states], args[n_states:]
+            states = tuple(None if _made_zeros(s, recorder) else s
+                           for s in states)
             cell = _nstep_cell(link, n_states)
             if _state.recorder is not recorder or recorder.depth or \
                     kwargs or len(xs) != 1 or cell is None or \
@@ -1002,6 +1004,18 @@ def _recording_nstep(n_states):
             return _apply_nstep(link, cell, states, list(xs[0]))
         return nstep_forward
     return make
+
+
+def _made_zeros(state, recorder):
+    """Is ``state`` an array of zeros the forward made (``xp.zeros((1,
+    len(xs), H))``), which a stacked RNN link takes as it takes ``None``?
+    The sizes it was made of are then no uses of them (as where a node
+    makes it again, ``trace.Recorder.value_of``)."""
+    if type(state) is not traced.MadeArray or state.any():
+        return False
+    if recorder.holds_made(state):
+        recorder.value_of(state)
+    return True
 
 
 def _nstep_cell(link, n_states):

@@ -108,6 +108,28 @@ def test_sentences_cut_at_their_ends_are_joined():
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
 
 
+class _ZeroStates(_Encoder):
+    """The first states given as zeros the forward makes for the batch
+    (``xp.zeros((n_layers, len(xs), units))``), as the link makes them
+    for ``None``."""
+
+    def forward(self, xs, t):
+        exs = sequence_embed(self.embed, xs, self.dropout)
+        zeros = self.xp.zeros((2, len(xs), 5), numpy.float32)
+        hy = self.encoder(*[zeros] * self.n_states, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_first_states_made_of_zeros_are_joined(train):
+    jitted = checked_without_recompiling(
+        lambda: _ZeroStates(L.NStepLSTM(2, 6, 5, 0.0), 2, 0.0),
+        _batches(numpy.random.RandomState(7), _COUNTS), train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
+
+
 class _LengthsTwice(_Encoder):
     """The list of the sentences' lengths made once and read twice: into
     the offsets of the cut, and into an array."""
