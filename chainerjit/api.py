@@ -222,6 +222,20 @@ class JitFunction(_calls.CachedCall):
     def call_general(self, args, kwargs):
         """The call in Python: misses, fallbacks, symbolic lengths, hooks,
         list arguments and guards to check again."""
+        try:
+            return self._call_general(args, kwargs)
+        except ValueError as e:
+            if not self._made_read_only or 'read-only' not in str(e) or \
+                    isinstance(e, errors.FrozenParameters):
+                raise
+            raise errors.FrozenParameters(
+                'chainerjit: %s was jitted with freeze=True: its serving '
+                'sessions own the model\'s parameters, which are read-only, '
+                'and this call wrote into one (%s). Call %s.unfreeze() '
+                'before training, or train with a function jitted without '
+                'freeze.' % (self.__name__, e, self.__name__)) from e
+
+    def _call_general(self, args, kwargs):
         self.last_entry = None
         instance = self._instance()
         if trace.is_recording() or _checking[0]:  # inlined into an outer

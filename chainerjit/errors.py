@@ -80,6 +80,14 @@ class ExportError(ChainerJitError):
     a value read into Python); the message names the op and the line."""
 
 
+class FrozenParameters(ChainerJitError, ValueError):
+    """A call of a function jitted with ``freeze=True`` wrote into a
+    parameter its serving sessions own, which is read-only (batch
+    normalization's running averages in training mode, an optimizer's
+    update). Fix: call ``f.unfreeze()`` before training, or train with a
+    function jitted without ``freeze``."""
+
+
 class LoopWarning(UserWarning):
     """A loop was unrolled (shown once per loop)."""
 

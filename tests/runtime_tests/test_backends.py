@@ -2,6 +2,7 @@
 or the faster of the two. Every model is compared with eager Chainer on
 several calls with new values."""
 
+import copy
 import warnings
 
 import chainer
@@ -11,6 +12,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import errors
 from chainerjit import testing
 from chainerjit.backend import ort
 from chainerjit.runtime import _calls
@@ -632,6 +634,35 @@ def test_a_replaced_parameter_is_recorded_again(rng):
     assert not new.flags.writeable
     jitted.cache_clear()
     assert all(p.array.flags.writeable for p in model.params())
+
+
+class _Normalized(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(5, 3)
+            self.bn = L.BatchNormalization(3)
+
+    def forward(self, x):
+        return self.bn(self.l1(x))
+
+
+def test_a_training_call_of_a_frozen_function_says_what_to_do(rng):
+    # Batch normalization in training mode updates its running averages,
+    # which the serving session owns: a clear error, not NumPy's.
+    model = _Normalized()
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime', freeze=True)
+    x = rng.randn(4, 5).astype(F32)
+    with chainer.no_backprop_mode():
+        with chainer.using_config('train', False):
+            jitted(x)
+        assert not model.bn.avg_mean.flags.writeable
+        with pytest.raises(errors.FrozenParameters,
+                           match=r'Call _Normalized.forward.unfreeze\(\)'):
+            jitted(x)
+        jitted.unfreeze()
+        expected = copy.deepcopy(model).forward(x)
+        testing.assert_results_equal(jitted(x), expected)
 
 
 def test_freeze_needs_onnxruntime():
