@@ -24,6 +24,7 @@ import ast
 import collections
 import dis
 import functools
+import inspect
 import sys
 import types
 
@@ -194,6 +195,21 @@ class LinkGuard(object):
                            'its links, parameters or attributes changed')
 
 
+def free_links(guards):
+    """``(name, link)`` of the links ``guards`` keep the same outside
+    the model (:class:`LinkGuard`: a global model, a closure's), named
+    as the forward names them (``model`` of ``global model``)."""
+    return [(_named_as(guard.label), guard.expected) for guard in guards
+            if isinstance(guard, LinkGuard)]
+
+
+def _named_as(label):
+    """``'model'`` of a guard's label ``'global model'``, ``'closure
+    model of helper'``; ``'default0'`` of ``'default 0'``."""
+    words = label.split(' of ')[0].split()
+    return ''.join(words[-2:]) if words[-1].isdigit() else words[-1]
+
+
 def unguarded(parameters, guards):
     """The Parameters among ``parameters`` (those a program reads as they
     were recorded, found outside its model) that no guard of ``guards``
@@ -253,8 +269,8 @@ def _make(label, read, value, kinds=('value', 'identity', 'contents')):
     elif isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
         kind = 'identity'  # a parameter too: the program reads this one
     elif isinstance(value, chainer.Link):
-        return [LinkGuard(label, read, value)] if 'identity' in kinds \
-            else []  # the model's own links: the cache checks them
+        return [LinkGuard(label, read, value)] if 'identity' in kinds or \
+            'link' in kinds else []  # the model's own: the cache's
     elif isinstance(value, _CONTAINERS):
         kind, shot = 'contents', snapshot(value)  # taken now
     elif isinstance(value, types.ModuleType) or value is ABSENT:
@@ -314,12 +330,14 @@ def python_guards(fn, instance):
     class is not Chainer's."""
     reading = _Reading(fn)
     reading.read(fn, instance, 'self', _CALLS_DEEP)
-    if isinstance(instance, chainer.Link):
-        for path, link in instance.namedlinks(skipself=True):
-            forward = getattr(type(link), 'forward', None)
-            if _users_function(forward):
-                reading.read(forward, link, 'self' + path.replace('/', '.'),
-                             _CALLS_DEEP - 1)
+    if isinstance(instance, chainer.Link):  # (its own too: self(x))
+        reading.read_forwards(instance, 'self')
+    read = 0
+    while read < len(reading.guards):  # links named outside the model
+        guard = reading.guards[read]
+        read += 1
+        if isinstance(guard, LinkGuard):
+            reading.read_forwards(guard.expected, guard.label)
     return reading.guards
 
 
@@ -334,6 +352,21 @@ def _users_function(value):
     """A Python function of the user's code, not a library's."""
     return isinstance(value, types.FunctionType) and \
         _users_module(value.__module__ or '')
+
+
+def _jitted(value):
+    """The function a jitted function (``api.JitFunction``) wraps, or
+    ``None``: another jitted function the forward calls is run inlined in
+    its recording, its Python read as the forward's."""
+    if not hasattr(value, 'cache_entries'):
+        return None
+    return getattr(value, '__wrapped__', None)
+
+
+def _jitted_instance(jitted):
+    """The model a jitted method is bound to, or ``None``."""
+    get = getattr(jitted, '_get_instance', None)
+    return None if get is None else get()
 
 
 def _users_module(name):
@@ -379,7 +412,8 @@ class _Reading(object):
         for i, value in enumerate(fn.__defaults__ or ()):
             found += [((id(fn), i), g, None) for g in _make(
                 'default %d%s' % (i, where),
-                functools.partial(_default, fn, i), value, ('contents',))]
+                functools.partial(_default, fn, i), value,
+                ('contents', 'link'))]
         if instance is not None:
             for chain in sorted(_attribute_chains(fn)):
                 found += [((id(instance), chain), g, None)
@@ -394,9 +428,23 @@ class _Reading(object):
             for _, guard, bound in found:
                 if _users_function(guard.expected):
                     self.read(guard.expected, bound, prefix, depth - 1)
+                elif _users_function(_jitted(guard.expected)):
+                    self.read(_jitted(guard.expected),
+                              _jitted_instance(guard.expected), prefix,
+                              depth - 1)
             for label, obj in _objects_held(fn, instance, prefix, names):
                 for method in _methods_called(obj, names):
                     self.read(method, obj, label, depth - 1)
+
+    def read_forwards(self, model, prefix):
+        """Adds the guards of the ``forward`` of each link of ``model``
+        (itself too) whose class is the user's, bound to that link."""
+        for path, link in model.namedlinks():
+            forward = getattr(type(link), 'forward', None)
+            forward = _jitted(forward) or forward  # (@jit on the class)
+            if _users_function(forward):
+                self.read(forward, link, prefix + path.replace('/', '.'),
+                          _CALLS_DEEP - 1)
 
     def _module(self, fn):
         """How a global of ``fn`` is named: ``''`` in the jitted
@@ -623,11 +671,27 @@ def _chained(instance, chain, prefix='self'):
 
 def _read_chain(obj, chain):
     for name in chain:
-        namespace = getattr(obj, '__dict__', None)
-        if namespace is None:
-            return ABSENT
-        obj = namespace.get(name, ABSENT)
+        obj = _plain_attribute(obj, name)
+        if obj is ABSENT:
+            break
     return obj
+
+
+def _plain_attribute(obj, name):
+    """``obj.name`` from its ``__dict__``, else from its class's (a
+    default the instance may shadow later); a property's value (its
+    getter run, as a data descriptor's: ``optimizer.lr``); ``ABSENT``
+    for an object without a ``__dict__`` or an attribute not found so."""
+    namespace = getattr(obj, '__dict__', None)
+    if namespace is None:
+        return ABSENT
+    held = inspect.getattr_static(type(obj), name, ABSENT)
+    if inspect.isdatadescriptor(held):  # (a property)
+        try:
+            return getattr(obj, name)
+        except Exception:
+            return ABSENT
+    return namespace.get(name, held)
 
 
 def _named(fn, instance, name, prefix='self', module=''):

@@ -11,10 +11,11 @@ from chainerjit.frontend import traced
 
 
 def _model_arrays(instance):
-    """Yields ``(path, owner)`` for each array a Link's forward may read:
-    initialized parameters (owner: the Parameter), and persistent arrays,
-    array attributes and Variable attributes such as ``L.LSTM``'s state
-    (owner: the Variable, or the Link holding the array)."""
+    """Yields ``(path, owner, link)`` for each array a Link's forward may
+    read: initialized parameters (owner: the Parameter), and persistent
+    arrays, array attributes and Variable attributes such as ``L.LSTM``'s
+    state (owner: the Variable, or the Link holding the array); ``link``
+    holds it."""
     if not isinstance(instance, chainer.Link):
         return
     arrays = chainer.get_array_types()
@@ -23,22 +24,31 @@ def _model_arrays(instance):
         for name, value in sorted(vars(link).items()):
             if isinstance(value, chainer.Variable):
                 if value._data[0] is not None:
-                    yield parts + (name,), value
+                    yield parts + (name,), value, link
             elif isinstance(value, arrays):
-                yield parts + (name,), link
+                yield parts + (name,), link, link
 
 
-def swap_model_arrays(instance, recorder):
-    """Binds the model's arrays to IR params and views them as traced.
+def swap_model_arrays(instance, recorder, free_links=()):
+    """Binds the model's arrays to IR params and views them as traced;
+    also those of ``free_links``, ``(label, link)`` the forward names
+    outside its model (a global model, a closure's), each read from the
+    link holding it on every call (``('attribute', (link, name))``).
     Returns the list of restore actions (see :func:`restore_arrays`)."""
     restore = []
-    for path, owner in _model_arrays(instance):
+    found = [(path, owner, ('path', path))
+             for path, owner, _ in _model_arrays(instance)]
+    for label, root in free_links:
+        found += [((label,) + path, owner, ('attribute', (link, path[-1])))
+                  for path, owner, link in _model_arrays(root)]
+    for path, owner, source in found:
         if isinstance(owner, chainer.Variable):
             array = owner._data[0]
         else:
             array = getattr(owner, path[-1])
-        value = recorder.bind_param(array, '.'.join(path), ('path', path),
-                                    owner)
+        if source[0] == 'attribute' and id(array) in recorder.values:
+            continue  # (the model's, or a link named twice)
+        value = recorder.bind_param(array, '.'.join(path), source, owner)
         if type(array) is numpy.ndarray:
             view = array.view(traced.TracedArray)
             _set_model_array(owner, path[-1], view)

@@ -223,6 +223,29 @@ def _watching_gpu_reads(prop, recorder):
     return property(read, write, None, prop.__doc__)
 
 
+def _reading_gradients(prop, recorder):
+    """``Variable.grad`` (or ``.grad_var``) while recording: the
+    gradient a forward's own code reads (a gradient's norm) is that of an
+    earlier backward, which no node computes: an escape."""
+    def read(variable):
+        if not sys._getframe(1).f_code.co_filename.startswith(
+                traced.LIBRARY_DIRS):
+            traced.escape('reading the gradient of a Variable')
+        return prop.fget(variable)
+    return property(read, prop.fset, prop.fdel, prop.__doc__)
+
+
+def _noting_made_variables(init, recorder):
+    """``Variable._init_impl`` while recording: notes each Variable
+    made (``trace.Recorder.made_variables``)."""
+    def noting(variable, *args):
+        init(variable, *args)
+        current = _state.recorder
+        if current is not None:
+            current.made_variables.add(id(variable))
+    return noting
+
+
 def _symbolic(read, depth=2):
     """The patch of ``x.shape`` (``read``: ``lengths.read_shape``) or
     ``x.size`` (``lengths.read_size``) while recording: an argument's
@@ -1138,6 +1161,16 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.reporter, 'report', _recording_report),
     RecordingPatch(chainer, 'report', _recording_report),
     RecordingPatch(chainer.Variable, 'backward', _escaping('backward()')),
+    RecordingPatch(chainer.Variable, 'grad', _reading_gradients),
+    RecordingPatch(chainer.Variable, '_init_impl', _noting_made_variables),
+    RecordingPatch(chainer.Variable, 'grad_var', _reading_gradients),
+) + tuple(RecordingPatch(owner, name, _escaping('%s()' % name))
+          for owner, name in (
+              (chainer.Link, 'cleargrads'), (chainer.Link, 'zerograds'),
+              (chainer.Link, 'addgrads'), (chainer.Variable, 'cleargrad'),
+              (chainer.Variable, 'zerograd'),
+              (chainer.Optimizer, 'update'),
+              (chainer.optimizer.GradientMethod, 'update'))) + (
     RecordingPatch(chainer, 'grad', _escaping('chainer.grad')),
 ) + tuple(RecordingPatch(owner, name, _python_draw(name))
           for name in _PYTHON_DRAWS

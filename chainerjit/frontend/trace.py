@@ -242,6 +242,9 @@ class _Recorder(object):
         # id(array) -> (array, the (leaf, axis) of the argument sizes it
         # was made with): the arrays the forward made with NumPy's makers
         self.made_arrays = {}
+        # ids of the Variables made while recording (the others held
+        # before it: read from the object on every call, as Parameters)
+        self.made_variables = set()
         self.input_arrays = []  # the arguments' arrays, by leaf
         # {Value: (origins, shift)} of the computed values whose axes are
         # arguments' (lengths.origin_of, shift_of): a loop indexing one
@@ -435,7 +438,9 @@ class _Recorder(object):
                 id(traced.memory_owner(array)) in self.derived_memory):
             self.note_escape(_UNFOLLOWED % 'used by a Chainer function',
                              user_location(3))
-        elif isinstance(x, chainer.Parameter):
+        elif isinstance(x, chainer.Parameter) or isinstance(
+                x, chainer.Variable) and x.creator_node is None and \
+                id(x) not in self.made_variables:  # (a global Variable)
             return self.bind_param(array, x.name or 'param', ('object', x),
                                    x)
         elif self._made_value(array) is not None:
@@ -786,7 +791,7 @@ def _same_setting(a, b):
 
 
 def record(fn, instance, args, kwargs, leaves, name, input_names,
-           packed=None, varying=None):
+           packed=None, varying=None, free_links=()):
     """Runs ``fn`` define-by-run and records it.
 
     Args:
@@ -802,6 +807,9 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
         varying: ``(paths, names)`` of number arguments the forward gets
             as ``scalars.Scalar`` (``IntScalar``) numbers held by symbols
             of the graph.
+        free_links: ``(name, link)`` of the links the forward names
+            outside ``instance`` (``guards.free_links``), whose arrays
+            are bound as the model's are.
 
     Returns:
         Recording: the graph, where each parameter comes from, the
@@ -809,7 +817,7 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
     """
     with _recording_lock:
         return _record_locked(fn, instance, args, kwargs, leaves, name,
-                              input_names, packed, varying)
+                              input_names, packed, varying, free_links)
 
 
 def _outermost_line(code):
@@ -823,7 +831,7 @@ def _outermost_line(code):
 
 
 def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
-                   packed, varying):
+                   packed, varying, free_links):
     """:func:`record`, one recording at a time: binds the model's arrays
     and the arguments' proxies, runs the forward with the recording
     patches in force and puts back what it changed in place."""
@@ -833,7 +841,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         recorder.forward_loc = (code.co_filename, code.co_firstlineno)
         recorder.follows_scalars = traced.follows_scalars(code)
     python_state = model_state.python_state(instance)
-    restore = model_state.swap_model_arrays(instance, recorder)
+    restore = model_state.swap_model_arrays(instance, recorder, free_links)
     restore += model_state.swap_generators(instance)
     proxies = arguments.proxies_of(leaves, restore)
     recorder.bind_inputs(proxies, input_names)

@@ -100,6 +100,23 @@ def resolve_owner(instance, path):
     return obj, path[-1]
 
 
+def source_owner(instance, source):
+    """The owner (:func:`resolve_owner`) of a program's parameter on a
+    call, by where the recording found it: ``('path', path)`` in the
+    model ``instance``; ``('object', parameter)`` that parameter itself;
+    ``('attribute', (link, name))`` that attribute of a link outside the
+    model (re-read, as a path is); or ``None``."""
+    kind, where = source
+    if kind == 'object':
+        return where, None
+    if kind == 'attribute':
+        link, name = where
+        held = getattr(link, name, None)
+        return (held, None) if isinstance(held, chainer.Variable) else \
+            (link, name)
+    return resolve_owner(instance, where)
+
+
 def read_owner(owner):
     obj, attr = owner
     return obj._data[0] if attr is None else getattr(obj, attr, None)
@@ -230,9 +247,8 @@ class Entry(object):
 
     def _resolve(self, instance):
         owners = []
-        for kind, source in self.param_sources:
-            owner = (source, None) if kind == 'object' else \
-                resolve_owner(instance, source)
+        for source in self.param_sources:
+            owner = source_owner(instance, source)
             if owner is None:
                 return None
             owners.append(owner)
@@ -278,8 +294,7 @@ class Entry(object):
             return lines
         for name, source, spec in zip(self.param_names, self.param_sources,
                                       self.param_specs):
-            owner = (source[1], None) if source[0] == 'object' else \
-                resolve_owner(instance, source[1])
+            owner = source_owner(instance, source)
             array = read_owner(owner) if owner else None
             if array is None or not matches(array, spec):
                 lines.append(describe_array_change(name, spec, array))
@@ -484,9 +499,7 @@ def _make_leaf(spec, outs, leaves, instance):
     if kind == 'arg':
         return leaves[where]
     if kind == 'model':
-        owner = (where[1], None) if where[0] == 'object' else \
-            resolve_owner(instance, where[1])
-        return owner[0]
+        return source_owner(instance, where)[0]
     if kind == 'number':  # ``grad`` holds the number's type
         return grad(signature.leaf_array(outs[where]))
     if kind == 'scalar':  # a training call's output is a Variable

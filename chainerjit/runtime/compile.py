@@ -185,7 +185,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                         None if packed is None else (packed[0], args,
                                                      kwargs),
                         None if varying is None else (varying.paths,
-                                                      varying_names))
+                                                      varying_names),
+                        guards.free_links(py_guards))
     # (a piece of a cut forward: what the whole assigns first, too)
     recording.written_first = frozenset(recording.written_first) | \
         caller.written_by_whole
@@ -303,13 +304,16 @@ def call_signature(fn, instance, key, leaves, args, kwargs):
         bound, args, kwargs, key, leaves, cache.model_param_items(instance))
 
 
-def _record(caller, sig, leaves, args, kwargs, packed, varying=None):
+def _record(caller, sig, leaves, args, kwargs, packed, varying=None,
+            free_links=()):
     """Runs the call define-by-run and records it (``trace.record``);
     ``packed`` is ``(paths, args, kwargs)`` as called, before packing;
-    ``varying``, ``(paths, names)`` of the varying number arguments."""
+    ``varying``, ``(paths, names)`` of the varying number arguments;
+    ``free_links``, the links it names outside its model."""
     input_names = [name for name, _ in sig.items[:len(leaves)]]
     return trace.record(caller.fn, caller.instance, args, kwargs, leaves,
-                        caller.name, input_names, packed, varying)
+                        caller.name, input_names, packed, varying,
+                        free_links)
 
 
 # --- number arguments that vary by call -------------------------------------

@@ -145,8 +145,8 @@ def test_attributes_of_a_plain_object_the_model_holds_are_guarded(rng):
     x = _x(rng)
     _same(jitted, net.forward, x)
     labels = sorted(g.label for g in jitted.cache_entries()[0].py_guards)
-    assert labels == ['self.options.inner', 'self.options.inner.shift',
-                      'self.options.scale']
+    assert labels == ['self.options.factor', 'self.options.inner',
+                      'self.options.inner.shift', 'self.options.scale']
     for name, value in (('scale', 3.0), ('shift', -1.0)):
         owner = net.options if name == 'scale' else net.options.inner
         setattr(owner, name, value)
@@ -596,6 +596,69 @@ def test_a_plain_objects_attribute_read_without_source_is_guarded(rng, fn):
         assert jitted.cache_info().misses == 2, jitted.cache_info()
     finally:
         vars(settings).update(saved)
+
+
+TEMPERATURE_OF_NET = 1.0
+
+
+class _Tempered(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(4, 3)
+
+    def forward(self, x):
+        return self.l1(x) / TEMPERATURE_OF_NET
+
+    def predict(self, x):
+        return F.softmax(self(x))
+
+
+class _JittedTempered(_Tempered):
+    @chainerjit.jit
+    def forward(self, x):
+        return self.l1(x) / TEMPERATURE_OF_NET
+
+
+_HELD = {}
+
+
+def _inner_tempered(x):
+    return F.tanh(_HELD['model'](x)) * TEMPERATURE_OF_NET
+
+
+_inner_jitted = chainerjit.jit(_inner_tempered)
+
+
+@pytest.mark.parametrize('form', [
+    'loss over a global model', 'its own method calling self(x)',
+    'a jitted forward called by a jitted loss',
+    'a jitted function called by a jitted function'])
+def test_a_global_a_model_called_by_the_function_reads_is_guarded(
+        rng, form):
+    # The forward of each link the jitted function reaches (through a
+    # global, its own instance, a jitted function) is read for guards.
+    global TEMPERATURE_OF_NET
+    model = (_JittedTempered if 'jitted forward' in form else _Tempered)()
+    _HELD['model'] = model
+    eager = {
+        'loss over a global model': lambda x: F.sum(model(x) ** 2),
+        'its own method calling self(x)': model.predict,
+        'a jitted forward called by a jitted loss':
+            lambda x: F.sum(model(x) ** 2),
+        'a jitted function called by a jitted function':
+            lambda x: _inner_tempered(x) + 1}[form]
+    fn = {'its own method calling self(x)': model.predict,
+          'a jitted function called by a jitted function':
+              lambda x: _inner_jitted(x) + 1}.get(form, eager)
+    jitted = chainerjit.jit(fn)
+    try:
+        for temperature in (1.0, 1.0, 0.25, 0.25):
+            TEMPERATURE_OF_NET = temperature
+            _same(jitted, eager, _x(rng))
+        assert jitted.cache_info().misses == 2, jitted.cache_info()
+    finally:
+        TEMPERATURE_OF_NET = 1.0
 
 
 class _Scaler(object):
