@@ -435,7 +435,7 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
     if _appends_elsewhere(inside):
         return 'the loop appends to a list held by an attribute or an item'
     hidden = _hidden_state_change(
-        inside, kinds or {},
+        inside, _with_inner_links(inside, kinds or {}),
         _counter_name(loop) if isinstance(loop, ast.For) else None)
     if hidden:
         return hidden
@@ -515,6 +515,46 @@ def _hidden_state_change(inside, kinds, counter=None):
             if problem:
                 return problem
     return None
+
+
+def _with_inner_links(inside, kinds):
+    """``kinds`` with the targets of the inner loops over the model's own
+    links (:func:`_inner_link_loops`) as links: a body calls them as it
+    calls ``self.lstm``."""
+    found = dict(kinds)
+    for name in _inner_link_loops(inside, kinds):
+        found.setdefault(name, 'link')
+    return found
+
+
+def _inner_link_loops(inside, kinds):
+    """The names the ``for`` loops among the nodes ``inside`` bind that
+    iterate over the model's own links (``for layer in self.layers:``,
+    ``for k, layer in enumerate(self.layers):``): the same links, in the
+    same order, at every pass of the loop around them."""
+    names = set()
+    for node in inside:
+        if not isinstance(node, ast.For):
+            continue
+        iterated = node.iter
+        if source.is_call(iterated, 'enumerate') and iterated.args:
+            iterated = iterated.args[0]
+        if _is_model(_root_name(iterated), kinds) and \
+                _attribute_chain(iterated):
+            names.update(name.id for name in ast.walk(node.target)
+                         if isinstance(name, ast.Name))
+    return names
+
+
+def inner_link_loop_targets(code, header):
+    """The names the loops inside the loop at ``header`` bind iterating
+    over the model's links (:func:`_inner_link_loops`): each pass binds
+    them anew, whatever an earlier pass left in them."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return set()
+    loop, _ = found
+    return _inner_link_loops(set(ast.walk(loop)) - {loop}, {})
 
 
 def _hidden_call(call, kinds):

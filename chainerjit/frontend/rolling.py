@@ -1023,9 +1023,12 @@ def _python_state_changed(run, snapshots, values, counters=()):
     would change."""
     first = snapshots[0]
     growing = loop_analysis.appended_lists(run.code, run.site.header)
+    rebound = loop_analysis.inner_link_loop_targets(run.code,
+                                                    run.site.header)
     for snapshot in snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and name not in counters and \
+                    name not in rebound and \
                     not _unchanged(
                     first.get(name), now, values, run.defined,
                     name in growing):
@@ -1068,6 +1071,10 @@ def _unchanged(before, now, values, defined, may_grow=False):
         grown = now[2][:len(before[2])] == before[2]
         return grown and all(item[0] == 'array' and values.get(item[1])
                              in defined for item in now[2][len(before[2]):])
+    if now[0] == 'list' and len(now[2]) == len(before[2]):
+        # (the links of a ChainList, their states the loop's own)
+        return all(_unchanged(a, b, values, defined)
+                   for a, b in zip(before[2], now[2]))
     if now[0] in ('dict', 'object', 'link') and len(now) == 3 and \
             len(before) == 3 and now[1] == before[1]:
         old, new = dict(before[2]), dict(now[2])

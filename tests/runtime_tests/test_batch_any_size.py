@@ -831,6 +831,9 @@ class _Steps(chainer.Chain):
             self.gru = L.StatelessGRU(4, 8)
             self.lstm = L.StatelessLSTM(4, 8)
             self.rnn = L.LSTM(4, 8)
+            self.layers = chainer.ChainList(L.LSTM(4, 4), L.LSTM(4, 4))
+            self.cells = chainer.ChainList(L.StatelessLSTM(4, 4),
+                                           L.StatelessLSTM(4, 4))
 
     def step(self, x, h, c):
         c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
@@ -894,6 +897,29 @@ class _Steps(chainer.Chain):
     def reversed_comprehension(self, xs):
         hs = [F.tanh(self.back(x)) for x in reversed(xs)][::-1]
         return F.sum(F.stack(hs) * xs[:, :, :1])
+
+    def stacked_links(self, xs):
+        # stateful layers of a ChainList, each step through them all
+        for layer in self.layers:
+            layer.reset_state()
+        hs = []
+        for x in xs:
+            for layer in self.layers:
+                x = layer(x)
+            hs.append(x)
+        return F.sum(F.stack(hs) ** 2)
+
+    def stacked_cells(self, xs):
+        # stateless cells of a ChainList, their states in lists by layer
+        B = xs.shape[1]
+        hs = [self.xp.zeros((B, 4), numpy.float32) for _ in self.cells]
+        cs = [self.xp.zeros((B, 4), numpy.float32) for _ in self.cells]
+        for t in range(xs.shape[0]):
+            z = xs[t]
+            for k, cell in enumerate(self.cells):
+                cs[k], hs[k] = cell(cs[k], hs[k], z)
+                z = hs[k]
+        return F.sum(hs[-1] * hs[0])
 
     def flipped_comprehension(self, xs):
         # a comprehension over a value its header computes, with state
@@ -1137,6 +1163,7 @@ class _Steps(chainer.Chain):
                                     'batch_first_outputs',
                                     'divided_each_step',
                                     'flipped_comprehension',
+                                    'stacked_links', 'stacked_cells',
                                     'masked_to_a_shape_made'])
 def test_time_major_forwards_serve_every_length_and_batch_size(method):
     rng = numpy.random.RandomState(0)
