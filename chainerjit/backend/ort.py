@@ -6,7 +6,8 @@ whose one instruction calls an onnxruntime session on the program's
 inputs: the arguments, the model's parameters, then the trip-count
 symbols. The parameters are inputs of the session, not initializers, so
 an update of a parameter between calls is seen; constants are
-initializers, which onnxruntime may fold and prepack. In serving mode
+initializers, which onnxruntime may fold and prepack, but for those that
+something outside the recording holds (:func:`held_constants`). In serving mode
 (``jit(freeze=True)``) the parameters are initializers too, made
 read-only in the model (:func:`freeze`).
 
@@ -87,8 +88,9 @@ def session_kernel(graph, providers=None, frozen=None, batch=None,
         list(range(n_args + n_params, n_args + n_params + len(graph.symbols)))
     checked = [(n_args + i, array) for i, array in enumerate(frozen)
                if array is not None and read_only]
+    held = held_constants(graph)
     fed_values = graph.inputs + [v for v, array in zip(graph.params, frozen)
-                                 if array is None] + graph.symbols
+                                 if array is None] + graph.symbols + held
     # A 0-d value may come as a Python number (a symbol, a number the
     # program computed): fed as a 0-d array of its dtype.
     numbers = [(k, v.dtype) for k, v in enumerate(fed_values)
@@ -99,7 +101,7 @@ def session_kernel(graph, providers=None, frozen=None, batch=None,
             if arrays[i] is not array or array.flags.writeable:
                 raise errors.GuardFailed(
                     'a frozen parameter was replaced or made writable')
-        values = [arrays[i] for i in fed]
+        values = [arrays[i] for i in fed] + [v.data for v in held]
         for k, dtype in numbers:
             values[k] = numpy.asarray(values[k], dtype)
         feed = dict(zip(input_names, values))
@@ -248,15 +250,17 @@ def to_onnx(graph, frozen=None, batch=None):
     builder = onnx_graph.Builder(False) if batch is None else \
         onnx_graph.Builder(True, names[batch[0]], batch[1])
     for value in graph.all_consts():
-        builder.constant(chainer.backend.CpuDevice().send(value.data),
-                         names[value])
+        if not value.held:
+            builder.constant(chainer.backend.CpuDevice().send(value.data),
+                             names[value])
     frozen = frozen or [None] * len(graph.params)
     for value, array in zip(graph.params, frozen):
         if array is not None:
             builder.constant(array, names[value])
     onnx_graph.convert_nodes(builder, graph.nodes, names)
     inputs = graph.inputs + [v for v, array in zip(graph.params, frozen)
-                             if array is None] + graph.symbols
+                             if array is None] + graph.symbols + \
+        held_constants(graph)
     if any(v.dtype == object for v in inputs + graph.outputs):
         raise errors.ExportError(
             'a Python object (the per-iteration values a loop keeps for '
@@ -273,6 +277,15 @@ def to_onnx(graph, frozen=None, batch=None):
         [onnx_graph.value_info(_type(v), name, False, shaped=shaped)
          for v, name in zip(graph.outputs, outputs)])
     return model, [names[v] for v in inputs], outputs
+
+
+def held_constants(graph):
+    """The constants of ``graph`` whose arrays something outside the
+    recording holds (``ir.Value.held``: a link out of the program's
+    reach, a global), which may change in place: inputs of a session,
+    fed as they are on each call (the VM reads them so), not
+    initializers it would copy."""
+    return [v for v in graph.all_consts() if v.held]
 
 
 def _type(value):

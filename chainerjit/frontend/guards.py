@@ -358,7 +358,7 @@ def _jitted(value):
     """The function a jitted function (``api.JitFunction``) wraps, or
     ``None``: another jitted function the forward calls is run inlined in
     its recording, its Python read as the forward's."""
-    if not hasattr(value, 'cache_entries'):
+    if not hasattr(type(value), 'cache_entries'):  # (no __getattr__ run)
         return None
     return getattr(value, '__wrapped__', None)
 

@@ -457,6 +457,10 @@ class _Recorder(object):
         made = self.made_arrays.get(id(array))
         if made is not None and made[0] is array:
             value.made_with = made[1]
+        # An array the program reads as it is on each call (the VM), held
+        # by something outside the recording (a link in a list, a global)
+        # that may change it in place.
+        value.held = value.data is array and made is None
         return self.bind(array, value)
 
     def holds_made(self, array):

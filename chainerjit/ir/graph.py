@@ -48,7 +48,7 @@ class Value(object):
     """An SSA value: defined once, by an argument, a constant or a node."""
 
     __slots__ = ('kind', 'shape', 'dtype', 'name', 'data', 'symbols',
-                 'symbol_terms', 'made_with')
+                 'symbol_terms', 'made_with', 'held')
 
     def __init__(self, kind, shape, dtype, name=None, data=None):
         self.kind = kind
@@ -63,6 +63,10 @@ class Value(object):
         # a constant the forward made with NumPy (numpy.full(s.shape,
         # -1e9)): the (leaf, axis) of the argument sizes it was given
         self.made_with = None
+        # a constant whose array something outside the recording holds
+        # (a link out of the program's reach, a global), which may change
+        # it in place: the VM reads it as it is, a session would copy it
+        self.held = False
 
     @property
     def type_str(self):

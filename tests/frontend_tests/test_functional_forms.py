@@ -181,3 +181,45 @@ def test_class_defaults_and_properties_of_a_global_object_are_guarded():
             config.temperature = 0.25
         with chainer.no_backprop_mode():
             testing.assert_results_equal(jitted(_x(call)), f(_x(call)))
+
+
+MODELS = {}
+
+
+@pytest.mark.parametrize('backend', ['onnxruntime', 'numpy'])
+@pytest.mark.parametrize('freeze', [False, True])
+def test_arrays_of_a_model_in_a_dict_changed_in_place_are_seen(
+        backend, freeze):
+    # A link reached through a dict is no free link: its arrays are the
+    # program's constants, which a session takes as inputs on every call
+    # (never a copy of the recording's values).
+    if freeze and backend == 'numpy':
+        pytest.skip('serving mode needs onnxruntime')
+    MODELS['net'] = model = _normalized_net()
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.UnguardedWarning)
+        evaluate = chainerjit.jit(lambda x: MODELS['net'](x),
+                                  backend=backend, freeze=freeze)
+        for call in range(4):
+            model[1].avg_mean += 1.0
+            model[1].avg_var *= 1.5
+            with chainer.using_config('train', False), \
+                    chainer.no_backprop_mode():
+                x = _x(call)
+                testing.assert_results_equal(evaluate(x), model(x))
+    assert evaluate.cache_info().hits > 0
+
+
+class _AttrDict(dict):
+    __getattr__ = dict.__getitem__  # (a KeyError, not an AttributeError)
+
+
+SETTINGS = _AttrDict(scale=2.0)
+
+
+def test_a_global_whose_getattr_raises_other_errors_is_read():
+    def f(x):
+        return F.tanh(x) * SETTINGS.scale
+    jitted = chainerjit.jit(f)
+    for call in range(3):
+        testing.assert_results_equal(jitted(_x(call)), f(_x(call)))
