@@ -64,29 +64,35 @@ _CONTAINERS = (list, tuple, dict, set, frozenset, collections.deque,
 HASHED_BYTES = 1 << 20
 
 
-def snapshot(container, depth=8, written=frozenset()):
+def snapshot(container, depth=8, written=frozenset(), objects=True):
     """The contents of a container (:data:`_CONTAINERS`): scalars by
-    value, nested containers by their contents (``depth`` levels down),
-    arrays of up to :data:`HASHED_BYTES` by value and identity (but those
-    the program itself writes, ``written``: their ids), other objects by
-    identity."""
+    value, nested containers and the attributes of plain objects by their
+    contents (``depth`` levels down), arrays of up to
+    :data:`HASHED_BYTES` by value and identity (but those the program
+    itself writes, ``written``: their ids), other objects by identity
+    (plain objects too, without ``objects``)."""
     if isinstance(container, functools.partial):
         return [('id', id(container.func)),
-                snapshot(container.args, depth, written),
-                snapshot(container.keywords, depth, written)]
+                snapshot(container.args, depth, written, objects),
+                snapshot(container.keywords, depth, written, objects)]
     if isinstance(container, dict):
-        return [(k, _item(v, depth, written)) for k, v in container.items()]
+        return [(k, _item(v, depth, written, objects))
+                for k, v in container.items()]
     if isinstance(container, (set, frozenset)):
-        return sorted(repr(_item(x, depth, written)) for x in container)
-    return [_item(x, depth, written) for x in container]
+        return sorted(repr(_item(x, depth, written, objects))
+                      for x in container)
+    return [_item(x, depth, written, objects) for x in container]
 
 
-def _item(value, depth, written):
+def _item(value, depth, written, objects):
     if is_scalar(value):
         return 'value', type(value), repr(value)
     if isinstance(value, _CONTAINERS) and depth > 0:
-        return 'items', type(value), id(value), snapshot(value, depth - 1,
-                                                         written)
+        return 'items', type(value), id(value), snapshot(
+            value, depth - 1, written, objects)
+    if objects and depth > 0 and _plain_object(value):  # (settings)
+        return 'object', id(value), snapshot(vars(value), depth - 1,
+                                             written, objects)
     if _small_array(value) and id(value) not in written:
         return 'array', id(value), _array_value(value)
     return 'id', id(value)
@@ -393,6 +399,9 @@ class _Reading(object):
         """Adds the guards of ``fn``'s code, bound to ``instance``
         (``prefix`` names it), then of the functions they guard,
         ``depth`` calls deep."""
+        if isinstance(fn, functools.partial):
+            self._read_partial(fn, instance, prefix, depth)
+            return
         code = getattr(fn, '__code__', None)
         if code is None or (code, id(instance)) in self.seen:
             return
@@ -413,6 +422,11 @@ class _Reading(object):
             found += [((id(fn), i), g, None) for g in _make(
                 'default %d%s' % (i, where),
                 functools.partial(_default, fn, i), value,
+                ('contents', 'link'))]
+        for name, value in sorted((fn.__kwdefaults__ or {}).items()):
+            found += [((id(fn), name), g, None) for g in _make(
+                'default %s%s' % (name, where),
+                functools.partial(_kwdefault, fn, name), value,
                 ('contents', 'link'))]
         if instance is not None:
             for chain in sorted(_attribute_chains(fn)):
@@ -435,6 +449,19 @@ class _Reading(object):
             for label, obj in _objects_held(fn, instance, prefix, names):
                 for method in _methods_called(obj, names):
                     self.read(method, obj, label, depth - 1)
+
+    def _read_partial(self, fn, instance, prefix, depth):
+        """A ``functools.partial``: its arguments (a model passed so, by
+        identity; others by contents), then its function."""
+        for key, value in list(enumerate(fn.args)) + sorted(
+                fn.keywords.items()):
+            for guard in _make('argument %s of the partial' % (key,),
+                               functools.partial(_bound_argument, fn, key),
+                               value, ('contents', 'link')):
+                if guard.label not in self.labels:
+                    self.labels.add(guard.label)
+                    self.guards.append(guard)
+        self.read(fn.func, instance, prefix, depth)
 
     def read_forwards(self, model, prefix):
         """Adds the guards of the ``forward`` of each link of ``model``
@@ -661,9 +688,14 @@ def _read_after(get, chain):
 
 def _chained(instance, chain, prefix='self'):
     """A guard on ``instance.a.b...`` where ``a`` is a plain object (not
-    a link, whose scalars the cache guards, nor an array): read through
-    the objects' ``__dict__`` on each call, so no property runs."""
-    if not _plain_object(vars(instance).get(chain[0])):
+    a link, whose scalars the cache guards, nor an array), or one a link
+    of the model holds (``self.l.cfg.t``): read through the objects'
+    ``__dict__`` on each call."""
+    holder, k = instance, 0
+    while k < len(chain) - 1 and isinstance(
+            vars(holder).get(chain[k]), chainer.Link):
+        holder, k = vars(holder)[chain[k]], k + 1
+    if not _plain_object(vars(holder).get(chain[k])):
         return []
     read = functools.partial(_read_chain, instance, chain)
     return _make('%s.%s' % (prefix, '.'.join(chain)), read, read())
@@ -680,17 +712,17 @@ def _read_chain(obj, chain):
 def _plain_attribute(obj, name):
     """``obj.name`` from its ``__dict__``, else from its class's (a
     default the instance may shadow later); a property's value (its
-    getter run, as a data descriptor's: ``optimizer.lr``); ``ABSENT``
-    for an object without a ``__dict__`` or an attribute not found so."""
-    namespace = getattr(obj, '__dict__', None)
-    if namespace is None:
-        return ABSENT
+    getter run, as a data descriptor's: ``optimizer.lr``, a namedtuple's
+    field); ``ABSENT`` for an attribute not found so."""
     held = inspect.getattr_static(type(obj), name, ABSENT)
-    if inspect.isdatadescriptor(held):  # (a property)
+    if inspect.isdatadescriptor(held):  # (a property, a namedtuple's field)
         try:
             return getattr(obj, name)
         except Exception:
             return ABSENT
+    namespace = getattr(obj, '__dict__', None)
+    if namespace is None:
+        return ABSENT
     return namespace.get(name, held)
 
 
@@ -725,6 +757,18 @@ def _attribute(obj, name):
 
 def _default(fn, i):
     return fn.__defaults__[i]
+
+
+def _kwdefault(fn, name):
+    return (fn.__kwdefaults__ or {}).get(name, ABSENT)
+
+
+def _bound_argument(partial, key):
+    """A ``functools.partial``'s argument ``key`` (a position or a
+    keyword)."""
+    if isinstance(key, int):
+        return partial.args[key] if key < len(partial.args) else ABSENT
+    return partial.keywords.get(key, ABSENT)
 
 
 def _cell_contents(cell):

@@ -105,7 +105,9 @@ def python_state(instance):
     for _, link in instance.namedlinks():
         for name, value in vars(link).items():
             if type(value) in (list, dict, set):
-                state[id(link), name] = guards.snapshot(value)
+                # (the plain objects in them: guards.plain_objects)
+                state[id(link), name] = guards.snapshot(value,
+                                                        objects=False)
     return state
 
 

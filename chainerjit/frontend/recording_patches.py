@@ -259,6 +259,30 @@ def _symbolic(read, depth=2):
     return make
 
 
+def _numpy_shape(shape, recorder):
+    """``numpy.shape(x)`` while recording, as ``x.shape`` (NumPy reads
+    the attribute itself, out of the forward's sight)."""
+    def shape_of(a):
+        return lengths.read_shape(lengths.data_of(a), shape(a), 2)
+    shape_of.__wrapped__ = shape
+    return shape_of
+
+
+def _numpy_size(size, recorder):
+    """``numpy.size(x, axis)`` while recording, as ``x.shape[axis]``
+    (``x.size`` without an axis)."""
+    def size_of(a, axis=None):
+        found = lengths.read_shape(lengths.data_of(a), numpy.shape(a), 2)
+        if axis is not None:
+            return found[axis]
+        total = 1
+        for n in found:
+            total = n * total
+        return total
+    size_of.__wrapped__ = size
+    return size_of
+
+
 def _symbolic_len(builtin_len, recorder):
     """``len(x)`` while recording, as ``x.shape[0]`` (:func:`_symbolic`);
     of a joined list, or a list of all the items of a value made of its
@@ -1192,6 +1216,8 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.TracedArray, '__getitem__',
                    _recording_item_index),
     RecordingPatch(builtins, 'len', _symbolic_len),
+    RecordingPatch(numpy, 'shape', _numpy_shape),
+    RecordingPatch(numpy, 'size', _numpy_size),
     RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
                    _recording_padding),
 ) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))

@@ -223,3 +223,29 @@ def test_a_global_whose_getattr_raises_other_errors_is_read():
     jitted = chainerjit.jit(f)
     for call in range(3):
         testing.assert_results_equal(jitted(_x(call)), f(_x(call)))
+
+
+def _sum_of(x, *, model):
+    return F.sum(model(x))
+
+
+@pytest.mark.parametrize('form', ['keyword-only default', 'partial'])
+def test_a_model_bound_by_default_or_partial_is_followed(form):
+    eager, twin = _normalized_net(), _normalized_net()
+    if form == 'partial':
+        import functools
+        jitted = chainerjit.jit(functools.partial(_sum_of, model=twin))
+    else:
+        def loss(x, *, model=twin):
+            return F.sum(model(x))
+        jitted = chainerjit.jit(loss)
+    for call in range(5):
+        if call == 2:  # a layer replaced, running averages reset
+            layer = L.Linear(8, 3)
+            eager[3], twin[3] = layer, copy.deepcopy(layer)
+            for m in (eager, twin):
+                m[1].avg_mean = numpy.zeros(8, F32)
+        x = _x(call)
+        testing.assert_results_equal(jitted(x), F.sum(eager(x)))
+        numpy.testing.assert_allclose(twin[1].avg_mean, eager[1].avg_mean,
+                                      rtol=1e-5, atol=1e-6)

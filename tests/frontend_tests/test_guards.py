@@ -661,6 +661,62 @@ def test_a_global_a_model_called_by_the_function_reads_is_guarded(
         TEMPERATURE_OF_NET = 1.0
 
 
+class _Setting(object):
+    def __init__(self):
+        self.t = 1.0
+
+
+HELD_SETTINGS = ([_Setting()], {'a': _Setting()})
+
+
+class _HoldsSettings(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.lin = L.Linear(4, 4)
+        self.lin.setting = _Setting()  # (on a link of the model)
+        self.settings = [_Setting()]
+
+    def forward(self, x):
+        h = self.lin(x) * self.lin.setting.t * self.settings[0].t
+        return h * HELD_SETTINGS[0][0].t + HELD_SETTINGS[1]['a'].t
+
+
+_Hyper = collections.namedtuple('_Hyper', 't')
+HYPER_CONFIG = types.SimpleNamespace(hyper=_Hyper(1.0))
+
+
+def _tempered_by_hyper(x):
+    return F.tanh(x) * HYPER_CONFIG.hyper.t
+
+
+def test_a_namedtuple_replaced_in_a_configuration_is_a_miss(rng):
+    jitted = chainerjit.jit(_tempered_by_hyper)
+    try:
+        for t in (1.0, 1.0, 3.0, 3.0):
+            HYPER_CONFIG.hyper = HYPER_CONFIG.hyper._replace(t=t)
+            _same(jitted, _tempered_by_hyper, _x(rng))
+        assert jitted.cache_info().misses == 2, jitted.cache_info()
+    finally:
+        HYPER_CONFIG.hyper = _Hyper(1.0)
+
+
+def test_plain_objects_in_containers_and_on_links_are_guarded(rng):
+    net = _HoldsSettings()
+    jitted = chainerjit.jit(net.forward)
+    held = [net.lin.setting, net.settings[0], HELD_SETTINGS[0][0],
+            HELD_SETTINGS[1]['a']]
+    try:
+        for setting in held:
+            _same(jitted, net.forward, _x(rng))
+            setting.t += 1.0
+            _same(jitted, net.forward, _x(rng))
+        assert jitted.cache_info().misses == 5, jitted.cache_info()
+    finally:
+        for setting in held:
+            setting.t = 1.0
+
+
 class _Scaler(object):
     """A callable plain object, its own attribute read by ``__call__``."""
 

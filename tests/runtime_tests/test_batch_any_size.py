@@ -1728,6 +1728,25 @@ def test_a_size_in_float_arithmetic_first_is_computed_at_run_time():
     assert 'python.truediv[operand1=4.0]' in str(entry.graph), entry.graph
 
 
+def _odd_rows_by_numpy(x):
+    return F.tanh(x) * (numpy.shape(x)[0] % 2) + x * (numpy.size(x, 0) % 2)
+
+
+def test_numpy_shape_of_a_variable_is_the_size_read():
+    # (odd sizes after even ones: the check of the first new sizes would
+    # not see a size baked in)
+    jitted = chainerjit.jit(_odd_rows_by_numpy)
+    rng = numpy.random.RandomState(9)
+    calls = [(rng.randn(b, 3).astype(F32),)
+             for b in (4, 6, 8, 10, 12, 2, 5, 7, 5)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        differential.check_grads(_odd_rows_by_numpy, calls)
+        for x, in calls:
+            testing.assert_results_equal(
+                jitted(chainer.Variable(x)), _odd_rows_by_numpy(x))
+
+
 SIZE_ARITHMETIC = [
     lambda x: x * (len(x) % 3),
     lambda x: x * (len(x) // 3),
