@@ -776,6 +776,13 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
                 raise _KeepsLength(
                     '%s is read by %s, not only indexed by the loop '
                     'counter' % (value.name, node.op), node.loc)
+    # An argument no op reads (targets passed in inference) is of any
+    # length: its axis of the length's size is the length too.
+    read = set(v for node in graph.nodes for v in node.inputs)
+    for leaf, axis in _tied_arguments(graph, wildcards, length, free, dim):
+        if graph.inputs[leaf] not in read and \
+                graph.inputs[leaf] not in graph.outputs:
+            wildcards.setdefault(leaf, set()).add(axis)
     reads = set(r[0] for r in outer_reads)
     try:
         steps = _Steps(graph, loops, seeds, reads, templates, dim)

@@ -1175,6 +1175,29 @@ def test_time_major_forwards_serve_every_length_and_batch_size(method):
         entry.signature
 
 
+class _TargetsUnread(_Steps):
+    """Targets passed with the steps, which inference does not read."""
+
+    def forward(self, xs, ts):
+        self.rnn.reset_state()
+        return F.stack([self.rnn(x) for x in xs])
+
+
+def test_an_argument_no_op_reads_is_of_any_length():
+    model = _model(_TargetsUnread)
+    rng = numpy.random.RandomState(2)
+    calls = [(rng.randn(steps, batch, 4).astype(F32),
+              rng.randint(0, 3, (steps, batch)).astype(numpy.int32))
+             for batch, steps in SHAPES]
+    with chainer.using_config('train', False), warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.LoopWarning)
+        jitted = testing.assert_jit_matches_eager(model.forward, calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: f32[T,B,4]'), \
+        entry.signature
+
+
 class _WordsModel(chainer.Chain):
     """A language model: time-major word ids embedded at once, a loop
     over the embedded steps, all states scored against the next words."""
