@@ -261,6 +261,8 @@ class JitFunction(_calls.CachedCall):
             if isinstance(packed, joining.Joined):
                 return self._compile_joined(key, leaves, instance, args,
                                             kwargs, packed)
+            if self.cache.entries():
+                self._warn_variable_lists(args, kwargs)
             varying, sibling, batched = (None, None, None) \
                 if packed is not None else self._varying_numbers(key)
             if varying:
@@ -569,6 +571,25 @@ class JitFunction(_calls.CachedCall):
             (self.__name__, 'batch'), errors.RecompileWarning,
             'chainerjit: %s keeps the batch size in the cache key (each '
             'batch size compiles again): %s' % (self.__name__, why))
+
+    def _warn_variable_lists(self, args, kwargs):
+        """Warns once, at a miss, where a list argument holds Variables:
+        only lists of arrays are joined (one entry for every number and
+        length of items), so each new one compiles again."""
+        for path in packing.sequence_paths(args, kwargs):
+            items = packing.holder(args, kwargs, path)[path[1]]
+            if any(isinstance(x, chainer.Variable) for x in items):
+                errors.warn_once(
+                    (self.__name__, 'variable lists'),
+                    errors.RecompileWarning,
+                    'chainerjit: %s: the list argument %s holds Variables: '
+                    'lists are joined into one entry for every number and '
+                    'length of their items where they hold NumPy arrays '
+                    '(pass [v.array for v in xs] where no gradient of the '
+                    'items is needed); each new number or length compiles '
+                    'again' % (self.__name__, signature.argument_name(
+                        self._fn, self._instance(), path[:2])))
+                return
 
     def _warn_sizes(self, why):
         if why is not None:

@@ -130,6 +130,29 @@ def test_first_states_made_of_zeros_are_joined(train):
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
 
 
+class _OverFeatures(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.encoder = L.NStepGRU(1, 4, 3, 0.0)
+
+    def forward(self, xs):
+        return self.encoder(None, xs)[0][-1]
+
+
+def test_a_list_of_variables_says_it_compiles_again(monkeypatch):
+    monkeypatch.setattr(errors, '_warned', set())  # (warned once a name)
+    # (features an upstream network computed: gradients reach them, so
+    # the list is recorded item by item, with a word)
+    model = _OverFeatures()
+    rng = numpy.random.RandomState(8)
+    calls = [[rng.randn(n, 4).astype(numpy.float32) for n in lengths]
+             for lengths in ((3, 2), (3, 2), (5, 4, 1), (2, 2, 2, 6))]
+    with pytest.warns(errors.RecompileWarning,
+                      match='the list argument xs holds Variables'):
+        differential.check_grads(model.forward, [(xs,) for xs in calls])
+
+
 class _LengthsTwice(_Encoder):
     """The list of the sentences' lengths made once and read twice: into
     the offsets of the cut, and into an array."""
