@@ -439,7 +439,7 @@ class _Recorder(object):
             self.note_escape(_UNFOLLOWED % 'used by a Chainer function',
                              user_location(3))
         elif isinstance(x, chainer.Parameter) or isinstance(
-                x, chainer.Variable) and x.creator_node is None and \
+                x, chainer.Variable) and \
                 id(x) not in self.made_variables:  # (a global Variable)
             return self.bind_param(array, x.name or 'param', ('object', x),
                                    x)

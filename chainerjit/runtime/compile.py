@@ -415,7 +415,8 @@ def _warn_unguarded(caller, graph, py_guards):
             'docs/errors.md#UnguardedWarning'
             % (caller.name, label, array.nbytes / 1e6,
                guards.HASHED_BYTES >> 10))
-    reads = [v for v in graph.params if v.data[0] == 'object']
+    reads = [v for v in graph.params if v.data[0] == 'object' and
+             isinstance(v.data[1], chainer.Parameter)]
     unguarded = guards.unguarded([v.data[1] for v in reads], py_guards)
     if not unguarded:
         return

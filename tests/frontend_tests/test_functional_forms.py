@@ -121,6 +121,27 @@ def test_a_training_step_inside_the_function_runs_every_part():
     assert optimizers[1].t == optimizers[0].t == 5
 
 
+def test_a_global_variable_a_function_made_passes_gradients_back():
+    # (made before the call by an op: its creator's parameters get their
+    # gradients through it on every call, and a new array is seen)
+    source = L.Linear(3, 5)
+    held = {'h': source(_x(5)[:, :3])}
+
+    def f(x):
+        return F.sum(F.tanh(x[:, :1] + held['h']))
+    jitted = chainerjit.jit(f)
+    for call in range(3):
+        x = _x(call)
+        source.cleargrads()
+        f(x).backward()
+        expected = source.W.grad.copy()
+        source.cleargrads()
+        jitted(x).backward()
+        numpy.testing.assert_allclose(source.W.grad, expected, rtol=1e-6)
+    held['h'].array = numpy.zeros((5, 5), F32)
+    testing.assert_results_equal(jitted(_x(9)), f(_x(9)))
+
+
 def test_gradients_read_by_the_function_are_the_latest():
     model = chainer.Sequential(L.Linear(4, 3))
 
