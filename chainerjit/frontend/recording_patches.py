@@ -223,6 +223,25 @@ def _watching_gpu_reads(prop, recorder):
     return property(read, write, None, prop.__doc__)
 
 
+def _eager_for(what):
+    """The patch making a call of ``what`` an escape that runs the whole
+    forward eagerly, not cut there: ``chainer.grad`` differentiates
+    through Variables the forward made before it (``gx`` of ``x =
+    Variable(x)``), which a compiled piece before the call would make
+    anew, out of the graph the gradients follow."""
+    def make(fn, recorder):
+        def escaping(*args, **kwargs):
+            current = _state.recorder
+            if current is not None and not current.depth:
+                current.note_escape('calling %s in the forward' % what,
+                                    traced.user_location(2))
+                current.escape_line = None  # (never cut: eagerly)
+            return fn(*args, **kwargs)
+        escaping.__wrapped__ = fn
+        return escaping
+    return make
+
+
 def _reading_gradients(prop, recorder):
     """``Variable.grad`` (or ``.grad_var``) while recording: the
     gradient a forward's own code reads (a gradient's norm) is that of an
@@ -1195,7 +1214,7 @@ RECORDING_PATCHES = (
               (chainer.Variable, 'zerograd'),
               (chainer.Optimizer, 'update'),
               (chainer.optimizer.GradientMethod, 'update'))) + (
-    RecordingPatch(chainer, 'grad', _escaping('chainer.grad')),
+    RecordingPatch(chainer, 'grad', _eager_for('chainer.grad')),
 ) + tuple(RecordingPatch(owner, name, _python_draw(name))
           for name in _PYTHON_DRAWS
           for owner in (random, random.Random) if hasattr(owner, name)) + (

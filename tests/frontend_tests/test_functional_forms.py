@@ -259,3 +259,36 @@ def test_a_model_bound_by_default_or_partial_is_followed(form):
         testing.assert_results_equal(jitted(x), F.sum(eager(x)))
         numpy.testing.assert_allclose(twin[1].avg_mean, eager[1].avg_mean,
                                       rtol=1e-5, atol=1e-6)
+
+
+class _Penalized(chainer.Chain):
+    """A gradient penalty: ``chainer.grad`` of the output by the input,
+    inside the forward."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 1)
+
+    def forward(self, x):
+        x = chainer.Variable(x)
+        y = self.fc(x)
+        gx, = chainer.grad([F.sum(y)], [x])
+        return F.sum(y) + F.sum(gx * gx)
+
+
+def test_a_gradient_penalty_in_the_forward_runs_eagerly():
+    model = _Penalized()
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin)
+    with pytest.warns(chainerjit.FallbackWarning, match='chainer.grad'):
+        for call in range(4):
+            x = _x(call)
+            model.cleargrads()
+            twin.cleargrads()
+            expected, actual = model(x), jitted(x)
+            testing.assert_results_equal(actual, expected)
+            expected.backward()
+            actual.backward()
+            numpy.testing.assert_allclose(twin.fc.W.grad, model.fc.W.grad,
+                                          rtol=1e-6)
