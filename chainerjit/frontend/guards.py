@@ -432,12 +432,7 @@ class _Reading(object):
             for chain in sorted(_attribute_chains(fn)):
                 found += [((id(instance), chain), g, None)
                           for g in _chained(instance, chain, prefix)]
-        for read_from, guard, _ in found:
-            if read_from not in self.sources and \
-                    guard.label not in self.labels:
-                self.sources.add(read_from)
-                self.labels.add(guard.label)
-                self.guards.append(guard)
+        self._add(found)
         if depth > 0:
             for _, guard, bound in found:
                 if _users_function(guard.expected):
@@ -450,17 +445,26 @@ class _Reading(object):
                 for method in _methods_called(obj, names):
                     self.read(method, obj, label, depth - 1)
 
+    def _add(self, found):
+        """Keeps the guards of ``found``, ``[(source, guard, _)]``, but
+        of a source or a label kept already."""
+        for read_from, guard, _ in found:
+            if read_from not in self.sources and \
+                    guard.label not in self.labels:
+                self.sources.add(read_from)
+                self.labels.add(guard.label)
+                self.guards.append(guard)
+
     def _read_partial(self, fn, instance, prefix, depth):
         """A ``functools.partial``: its arguments (a model passed so, by
         identity; others by contents), then its function."""
-        for key, value in list(enumerate(fn.args)) + sorted(
-                fn.keywords.items()):
-            for guard in _make('argument %s of the partial' % (key,),
-                               functools.partial(_bound_argument, fn, key),
-                               value, ('contents', 'link')):
-                if guard.label not in self.labels:
-                    self.labels.add(guard.label)
-                    self.guards.append(guard)
+        self._add([((id(fn), key), guard, None)
+                   for key, value in list(enumerate(fn.args)) +
+                   sorted(fn.keywords.items())
+                   for guard in _make(
+                       'argument %s of the partial' % (key,),
+                       functools.partial(_bound_argument, fn, key), value,
+                       ('contents', 'link'))])
         self.read(fn.func, instance, prefix, depth)
 
     def read_forwards(self, model, prefix):

@@ -158,16 +158,31 @@ def _reported_numbers(values, recorder):
     return values, numbers
 
 
-def _escaping(what):
+def _escaping(what, cut=True):
     """The patch making a call of ``what`` an escape (its effects, such
     as gradients written by backprop inside the forward, are not
-    recorded)."""
+    recorded). Without ``cut``, the forward is not cut there but runs
+    eagerly: ``chainer.grad`` differentiates through Variables the
+    forward made before it (``gx`` of ``x = Variable(x)``), which a
+    compiled piece before the call would make anew, out of the graph the
+    gradients follow."""
     def make(fn, recorder):
         def escaping(*args, **kwargs):
             traced.escape('calling %s in the forward' % what)
+            current = _state.recorder
+            if not cut and current is not None and not current.depth:
+                current.escape_line = None  # (never cut: eagerly)
             return fn(*args, **kwargs)
         return escaping
     return make
+
+
+def _called_by_user(also=()):
+    """Is the caller of the patched function calling this the user's
+    code: not Chainer's, NumPy's or chainerjit's (nor in the files
+    ``also``)?"""
+    return not sys._getframe(2).f_code.co_filename.startswith(
+        traced.LIBRARY_DIRS + also)
 
 
 #: Python's ``random``: the module's functions (methods of its hidden
@@ -189,8 +204,7 @@ def _python_draw(name):
     def make(draw, recorder):
         def drawn(*args, **kwargs):
             if _state.recorder is recorder and not recorder.depth and \
-                    not sys._getframe(1).f_code.co_filename.startswith(
-                        traced.LIBRARY_DIRS + (random.__file__,)):
+                    _called_by_user((random.__file__,)):
                 traced.escape('random.%s in the forward (Python\'s '
                               'generator)' % name)
             return draw(*args, **kwargs)
@@ -207,39 +221,17 @@ def _watching_gpu_reads(prop, recorder):
     new array is data, with no gradient)."""
     def read(variable):
         array = prop.fget(variable)
-        if array is not None and not isinstance(array, numpy.ndarray):
-            frame = sys._getframe(1)
-            if not frame.f_code.co_filename.startswith(traced.LIBRARY_DIRS):
-                traced.escape('reading a CuPy array of a Variable')
+        if array is not None and not isinstance(array, numpy.ndarray) and \
+                _called_by_user():
+            traced.escape('reading a CuPy array of a Variable')
         return array
 
     def write(variable, array):
-        if variable.creator_node is not None and \
-                not sys._getframe(1).f_code.co_filename.startswith(
-                    traced.LIBRARY_DIRS):
+        if variable.creator_node is not None and _called_by_user():
             traced.escape('assigning the array of a Variable a function '
                           'made (its gradient still reaches the function)')
         prop.fset(variable, array)
     return property(read, write, None, prop.__doc__)
-
-
-def _eager_for(what):
-    """The patch making a call of ``what`` an escape that runs the whole
-    forward eagerly, not cut there: ``chainer.grad`` differentiates
-    through Variables the forward made before it (``gx`` of ``x =
-    Variable(x)``), which a compiled piece before the call would make
-    anew, out of the graph the gradients follow."""
-    def make(fn, recorder):
-        def escaping(*args, **kwargs):
-            current = _state.recorder
-            if current is not None and not current.depth:
-                current.note_escape('calling %s in the forward' % what,
-                                    traced.user_location(2))
-                current.escape_line = None  # (never cut: eagerly)
-            return fn(*args, **kwargs)
-        escaping.__wrapped__ = fn
-        return escaping
-    return make
 
 
 def _reading_gradients(prop, recorder):
@@ -247,8 +239,7 @@ def _reading_gradients(prop, recorder):
     gradient a forward's own code reads (a gradient's norm) is that of an
     earlier backward, which no node computes: an escape."""
     def read(variable):
-        if not sys._getframe(1).f_code.co_filename.startswith(
-                traced.LIBRARY_DIRS):
+        if _called_by_user():
             traced.escape('reading the gradient of a Variable')
         return prop.fget(variable)
     return property(read, prop.fset, prop.fdel, prop.__doc__)
@@ -291,13 +282,10 @@ def _numpy_size(size, recorder):
     """``numpy.size(x, axis)`` while recording, as ``x.shape[axis]``
     (``x.size`` without an axis)."""
     def size_of(a, axis=None):
-        found = lengths.read_shape(lengths.data_of(a), numpy.shape(a), 2)
-        if axis is not None:
-            return found[axis]
-        total = 1
-        for n in found:
-            total = n * total
-        return total
+        if axis is None:
+            return lengths.read_size(lengths.data_of(a), size(a), 2)
+        return lengths.read_shape(lengths.data_of(a), numpy.shape(a),
+                                  2)[axis]
     size_of.__wrapped__ = size
     return size_of
 
@@ -1214,7 +1202,7 @@ RECORDING_PATCHES = (
               (chainer.Variable, 'zerograd'),
               (chainer.Optimizer, 'update'),
               (chainer.optimizer.GradientMethod, 'update'))) + (
-    RecordingPatch(chainer, 'grad', _eager_for('chainer.grad')),
+    RecordingPatch(chainer, 'grad', _escaping('chainer.grad', cut=False)),
 ) + tuple(RecordingPatch(owner, name, _python_draw(name))
           for name in _PYTHON_DRAWS
           for owner in (random, random.Random) if hasattr(owner, name)) + (

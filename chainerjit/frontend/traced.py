@@ -285,12 +285,15 @@ def _followed_scalar(result, followed):
     return result
 
 
+# NumPy's reductions of one array along ``axis`` (with ``keepdims``).
+_AXIS_REDUCTIONS = frozenset([
+    'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'amax', 'amin',
+    'ptp', 'count_nonzero', 'nansum', 'nanprod', 'nanmean', 'nanstd',
+    'nanvar', 'nanmax', 'nanmin'])
+
 # NumPy functions whose scalar result is followed (see _followed_scalar).
-_SCALAR_REDUCTIONS = frozenset([
-    'sum', 'prod', 'mean', 'average', 'std', 'var', 'max', 'min', 'amax',
-    'amin', 'ptp', 'count_nonzero', 'nansum', 'nanprod', 'nanmean',
-    'nanstd', 'nanvar', 'nanmax', 'nanmin', 'dot', 'vdot', 'inner',
-    'trace'])
+_SCALAR_REDUCTIONS = _AXIS_REDUCTIONS | frozenset([
+    'average', 'dot', 'vdot', 'inner', 'trace'])
 
 
 def is_scalar(array):
@@ -438,10 +441,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
 # Reductions of one array with NumPy's ``axis`` and ``keepdims``, by the
 # label of their call: their kernel takes any shape.
 _REDUCTIONS = frozenset(
-    ['numpy.' + name for name in (
-        'sum', 'prod', 'mean', 'std', 'var', 'max', 'min', 'amax', 'amin',
-        'ptp', 'count_nonzero', 'nansum', 'nanprod', 'nanmean', 'nanstd',
-        'nanvar', 'nanmax', 'nanmin', 'all', 'any')] +
+    ['numpy.' + name for name in _AXIS_REDUCTIONS | {'all', 'any'}] +
     ['ndarray.mean', 'ndarray.var', 'ndarray.std'])
 
 
