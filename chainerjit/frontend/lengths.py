@@ -182,7 +182,7 @@ class Length(int):
                 return self._list_of_size(other)
             if not isinstance(other, int) or isinstance(other, bool):
                 computed = self._in_float(op, other) \
-                    if type(other) is float else None
+                    if type(other) in _FLOATS else None
                 if computed is not None:
                     return computed
                 self._note('used in arithmetic with a %s' %
@@ -209,7 +209,8 @@ class Length(int):
         if recorder is None or recorder.depth or forward_line(2) is None:
             return None
         scalar = as_scalar(self, recorder, sys._getframe(2))
-        return None if scalar is None else getattr(scalar, op)(other)
+        return None if scalar is None else getattr(scalar, op)(
+            scalars.plain_literal(other))
 
     def _list_of_size(self, items):
         """``[None] * T``: the list, its use of the size noted, which a
@@ -246,7 +247,7 @@ class Length(int):
             if args and _takes_sizes(args[0]) and op != '__pow__':
                 return NotImplemented
             computed = self._in_float(op, args[0]) if op in _DIVISIONS and \
-                type(args[0]) in (int, float) else None
+                type(args[0]) in (int,) + _FLOATS else None
             if computed is not None:
                 return computed
             self._note(what, args[0] if args else None)
@@ -303,6 +304,10 @@ class Length(int):
 
     def __reduce__(self):
         return int, (int(self),)
+
+
+#: The floats a :class:`Length`'s arithmetic computes at run time with.
+_FLOATS = (float, scalars.Literal)
 
 
 def forward_line(depth):

@@ -126,11 +126,50 @@ class _Proxy(object):
         return self._BASE, (_plain(self),)
 
 
+class Literal(float):
+    """A float literal of the forward's code that its source puts into
+    arithmetic with sizes (``1.0 / T``), while recording
+    (``trip_counts.literals_watched``). Its arithmetic with a number that
+    computes it at run time itself (``lengths.Length._in_float``, as in
+    ``T / 2.0``), which the float would do in C, unseen, is that
+    number's; any other is a float's."""
+
+    def _arithmetic(op, reflected):
+        def apply(self, other):
+            in_float = getattr(type(other), '_in_float', None)
+            if in_float is not None:
+                computed = in_float(other, reflected, float(self))
+                if computed is not None:
+                    return computed
+            return getattr(float, op)(float(self), other)
+        apply.__name__ = op
+        return apply
+
+    for _op, _reflected in (('__add__', '__radd__'), ('__radd__', '__add__'),
+                            ('__sub__', '__rsub__'), ('__rsub__', '__sub__'),
+                            ('__mul__', '__rmul__'), ('__rmul__', '__mul__'),
+                            ('__truediv__', '__rtruediv__'),
+                            ('__rtruediv__', '__truediv__')):
+        locals()[_op] = _arithmetic(_op, _reflected)
+    del _op, _reflected, _arithmetic
+
+    __hash__ = float.__hash__
+
+    def __reduce__(self):
+        return float, (float(self),)
+
+
+def plain_literal(x):
+    """``x``, a :class:`Literal` as a plain float."""
+    return float(x) if type(x) is Literal else x
+
+
 def _arithmetic(name, fn, reflected):
     """A proxy's operator ``name`` applying ``fn``: recorded with Python
     numbers and other proxies; as Python computes it, the number baked
     in, with anything else that is a number."""
     def apply(self, other):
+        other = plain_literal(other)
         if type(other) in (int, float) or isinstance(other, _VARYING):
             operands = (other, self) if reflected else (self, other)
             return _record(fn, operands, name)

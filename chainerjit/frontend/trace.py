@@ -819,7 +819,7 @@ def record(fn, instance, args, kwargs, leaves, name, input_names,
         Recording: the graph, where each parameter comes from, the
         result's structure, the eager result and any data escape.
     """
-    with _recording_lock:
+    with _recording_lock, trip_counts.literals_watched(fn):
         return _record_locked(fn, instance, args, kwargs, leaves, name,
                               input_names, packed, varying, free_links)
 
@@ -861,6 +861,9 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
                 call_args, call_kwargs = rows.unpack(
                     recorder.graph, call_args, call_kwargs, packed, proxies)
                 watcher.arguments.update(rows.arguments)
+                for listed, (_, leaf) in rows.arguments.items():
+                    # (len(xs) is the packed array's first size)
+                    recorder.length_leaves[listed] = ((leaf, 0),)
             run_args, run_kwargs = call_args, call_kwargs
             index_sites = {}
             if varying is not None:  # the same objects, but the numbers

@@ -7,6 +7,7 @@ those can a trip count be symbolic in the cache key (:mod:`.symbolic`).
 
 import ast
 import collections
+import contextlib
 import dis
 import functools
 import linecache
@@ -15,6 +16,7 @@ import types
 import chainer.functions
 
 from chainerjit.frontend import lengths
+from chainerjit.frontend import scalars
 from chainerjit.frontend import source
 
 
@@ -472,8 +474,7 @@ def _is_float(node):
     """A float literal or ``float(...)``: Python's float does arithmetic
     with it in C, an int on the other side read unseen (``0.5 * k``,
     ``1.0 / T``)."""
-    return isinstance(node, ast.Constant) and type(node.value) is float \
-        or source.is_call(node, 'float')
+    return _literal_value(node) is not None or source.is_call(node, 'float')
 
 
 def _called_name(call):
@@ -606,17 +607,51 @@ def float_size_uses(code):
     ``line`` and ``column`` are where the operation starts in the file.
 
     ``lengths.Length`` notes what Python does with a size, but not
-    ``1.0 / T``: the float does the arithmetic, in C. ``axis`` ``None``
-    stands for every axis (``xs.size``)."""
-    found = source.function_and_offset(code)
+    ``1.0 / T``: the float does the arithmetic, in C (unless the float is
+    a literal :func:`literals_watched` gives a Length's arithmetic).
+    ``axis`` ``None`` stands for every axis (``xs.size``)."""
+    found = _float_operations(code)
     if found is None:
         return ()
+    offset, indent, operations = found
+    return tuple((p, axis, node.lineno + offset, node.col_offset + indent)
+                 for node, sides in operations
+                 for side, read in sides for p, axis in read)
+
+
+def _float_operations(code):
+    """``(line offset, indent, [(binop, ((side, the (parameter, axis)
+    sizes it reads), ...))])`` of the function's float arithmetic with
+    sizes (:func:`float_size_uses`); ``None`` without source."""
+    found = source.function_and_offset(code)
+    if found is None:
+        return None
     function, offset, _ = found
     header = linecache.getline(code.co_filename, function.lineno + offset)
     indent = len(header) - len(header.lstrip())  # dedented away
     params = set(a.arg for a in function.args.args +
                  function.args.kwonlyargs)
-    sizes = {}  # name assigned from sizes -> [(parameter, axis)]
+    sizes = _names_of_sizes(function, params)
+    operations = []
+    for node in ast.walk(function):
+        if not isinstance(node, ast.BinOp) or not _in_floats(node):
+            continue
+        # (a side in float arithmetic itself is a use of its own)
+        sides = tuple((s, _sizes_read(s, params, sizes))
+                      for s in (node.left, node.right)
+                      if _of_sizes_only(s) and not (
+                          isinstance(s, ast.BinOp) and _in_floats(s)))
+        sides = tuple(side for side in sides if side[1])
+        if sides:
+            operations.append((node, sides))
+    return offset, indent, operations
+
+
+def _names_of_sizes(function, params):
+    """``{name: [(parameter, axis)]}`` of the names the function assigns
+    from its parameters' sizes (``T, B, _ = xs.shape``, ``n = len(xs) -
+    1``)."""
+    sizes = {}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign):
             unpacked = _unpacked_shape(node, params)
@@ -632,17 +667,57 @@ def float_size_uses(code):
                 for name in ast.walk(target):
                     if isinstance(name, ast.Name) and read:
                         sizes.setdefault(name.id, []).extend(read)
-    uses = []
-    for node in ast.walk(function):
-        if not isinstance(node, ast.BinOp) or not _in_floats(node):
-            continue
-        # (a side in float arithmetic itself is a use of its own)
-        uses += [(p, axis, node.lineno + offset, node.col_offset + indent)
-                 for s in (node.left, node.right)
-                 if _of_sizes_only(s) and not (
-                     isinstance(s, ast.BinOp) and _in_floats(s))
-                 for p, axis in _sizes_read(s, params, sizes)]
-    return tuple(uses)
+    return sizes
+
+
+@contextlib.contextmanager
+def literals_watched(fn):
+    """While recording ``fn``: the float literals its source puts into
+    arithmetic with sizes (``1.0 / T``, ``0.5 * xs.shape[0]``) are
+    ``scalars.Literal`` floats, whose arithmetic with a Length the
+    float would do in C, unseen, computes at run time as the size's own
+    does (``Length._in_float``). ``fn``'s code is swapped for one with
+    those constants meanwhile."""
+    code = getattr(fn, '__code__', None)
+    watched = None if code is None else _with_watched_literals(code)
+    if watched is None:
+        yield
+        return
+    fn.__code__ = watched
+    try:
+        yield
+    finally:
+        fn.__code__ = code
+
+
+@functools.lru_cache(maxsize=64)  # (one code object per function)
+def _with_watched_literals(code):
+    """``code`` with the float literals of :func:`literals_watched` (in
+    its nested functions too) as ``scalars.Literal``; ``None`` if
+    it has none."""
+    found = _float_operations(code)
+    values = set() if found is None else set(
+        _literal_value(s) for node, sides in found[2]
+        for s in (node.left, node.right)) - set([None])
+    return _watching(code, values) if values else None
+
+
+def _literal_value(node):
+    """The float of a float literal (``-0.5`` too), else ``None``."""
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):
+        value = _literal_value(node.operand)
+        return None if value is None else -value
+    if isinstance(node, ast.Constant) and type(node.value) is float:
+        return node.value
+    return None
+
+
+def _watching(code, values):
+    consts = tuple(
+        scalars.Literal(c) if type(c) is float and c in values
+        else _watching(c, values) if isinstance(c, types.CodeType)
+        else c for c in code.co_consts)
+    return code.replace(co_consts=consts)
 
 
 def _in_floats(binop):

@@ -1452,7 +1452,8 @@ def lower_batch_matmul(node, ctx):
     """The deprecated ``F.batch_matmul``: each operand made a batch of
     matrices (``(B, N, -1)``, as Chainer's ``_as_batch_mat``: a batch of
     vectors a batch of columns), then their products; at any sizes of
-    operands of three axes (:func:`_matmul_rows`, as ``F.matmul``)."""
+    operands of two or three axes (:func:`_matmul_rows`, as ``F.matmul``
+    of the vectors as columns)."""
     xp_matmul = ctx.xp.matmul
     a_shape, b_shape = (s[:2] + (-1,) for s in ctx.in_shapes)
     swap_a, swap_b = node.transa, node.transb
@@ -1480,7 +1481,8 @@ def lower_batch_matmul(node, ctx):
         # Axis 0 (the batch) is copied, as 0 in the target shape; batches
         # of matrices are already.
         a, b_ = (x if len(full) == 3 else
-                 b.op('Reshape', [x, b.int64s((0, shape[1], -1))])[0]
+                 b.op('Unsqueeze', [x, b.int64s((2,))])[0] if len(full) == 2
+                 else b.op('Reshape', [x, b.int64s((0, shape[1], -1))])[0]
                  for x, shape, full in zip(ins, (a_shape, b_shape),
                                            ctx.in_shapes))
         if swap_a:
@@ -1490,11 +1492,14 @@ def lower_batch_matmul(node, ctx):
         b.op('MatMul', [a, b_], outs)
     kernel = Kernel(fn, {'transa': swap_a, 'transb': swap_b},
                     grad=GradRule(grad, inputs=(0, 1)), onnx=to_onnx)
-    if any(len(shape) != 3 for shape in ctx.in_shapes):
+    if any(len(shape) not in (2, 3) for shape in ctx.in_shapes):
         return kernel
     as_matmul = collections.namedtuple('AsMatMul', 'transa transb transc')(
         swap_a, swap_b, False)
-    return kernel._replace(lengths=_matmul_rows(kernel, as_matmul, ctx))
+    as_matrices = ctx._replace(in_shapes=tuple(  # (a vector's axes kept)
+        shape + (1,) * (3 - len(shape)) for shape in ctx.in_shapes))
+    return kernel._replace(lengths=_matmul_rows(kernel, as_matmul,
+                                                as_matrices))
 
 
 def _along(axis, ndim, sl):

@@ -513,8 +513,7 @@ def _returns_a_step(xs):
 
 
 @pytest.mark.parametrize('fn', [
-    _read_after_the_loop, _over_a_slice, _mean_by_length,
-    _returns_a_step, sum])
+    _read_after_the_loop, _over_a_slice, _returns_a_step, sum])
 def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
     calls = [(_steps(rng, n),) for n in (3, 3, 5, 5)]
     jf = testing.assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6)
@@ -522,6 +521,14 @@ def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
     if fn is _returns_a_step:  # the caller's own Variable, as eagerly
         xs = _steps(rng, 4)
         assert jf(xs) is xs[1]
+
+
+def test_a_list_loops_mean_by_its_length_takes_every_length(rng):
+    # (len(xs) of the packed list: its array's size, read when run)
+    calls = [(_steps(rng, n),) for n in (3, 3, 5, 8, 4)]
+    jf = testing.assert_jit_grads_match_eager(_mean_by_length, calls,
+                                              rtol=1e-5, atol=1e-6)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
 def test_reversed_list_loop_takes_every_length(rng):

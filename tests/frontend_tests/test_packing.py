@@ -346,6 +346,24 @@ def test_range_over_another_lists_length():
     testing.assert_jit_matches_eager(_range_over_other, calls)
 
 
+def _mean_over_the_items(xs):
+    h = 0
+    for t in range(len(xs)):
+        h = F.tanh(h + xs[t])
+    return h / len(xs) + (h * 2 if len(xs) > 4 else h)
+
+
+def test_the_number_of_items_is_a_size_read_when_run():
+    """``len(xs)`` of a packed list is its array's first size: divided
+    by, it is read from the array when run; compared, it is a guard
+    (an entry on each side)."""
+    rng = numpy.random.RandomState(9)
+    jf = _check_grads(_mean_over_the_items, (3, 5, 4, 7, 3, 6), rng)
+    signatures = sorted(str(e.signature) for e in jf.cache_entries())
+    assert len(signatures) == 2 and all(
+        s.startswith('xs: f32[T,2,3]') for s in signatures), signatures
+
+
 def test_index_error_like_eager():
     rng = numpy.random.RandomState(8)
     jf = chainerjit.jit(_range_over_other)

@@ -139,7 +139,7 @@ def test_positions_as_long_as_the_steps_export_the_steps(how, rng):
 
 
 def _mean_over_the_batch(x):
-    return F.sum(F.tanh(x), axis=0) * (1.0 / x.shape[0])
+    return F.sum(F.tanh(x), axis=0) * (1.0 / float(x.shape[0]))
 
 
 def _halves_apart(x):
@@ -165,7 +165,7 @@ def _tiled(x):
 
 @pytest.mark.parametrize('fn, why', [
     (_mean_over_the_batch,
-     r'uses the batch size in Python \(x.shape\[0\] used in float'),
+     r'uses the batch size in Python \(x.shape\[0\] converted to float'),
     (_halves_apart, 'does not run at batch size 8'),
     # (a batch of one squeezed away, as eagerly: the model cannot)
     (_squeezed, r'batch size 1 \(shape \(1, 3\), Chainer\'s \(3,\)'),

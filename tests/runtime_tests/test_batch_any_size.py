@@ -699,7 +699,7 @@ class _ScaledInTheForward(_ScaledByTheBatch):
         h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
         y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
         loss = F.sum(F.softplus(-y_real) + F.softplus(y_fake))
-        return loss * (1.0 / len(real))
+        return loss * (1.0 / float(len(real)))
 
 
 def _pairs(rng, batch):
@@ -761,7 +761,7 @@ def test_a_loss_divided_by_the_batch_serves_every_batch_size():
 
 @pytest.mark.parametrize('cls, why', [
     (_ScaledByTheBatch, 'gave another result than eagerly'),
-    (_ScaledInTheForward, 'real.shape[0] used in float arithmetic at '
+    (_ScaledInTheForward, 'real.shape[0] converted to float at '
      'test_batch_any_size.py:')])
 def test_a_size_used_in_python_is_caught_at_a_new_size(
         cls, why, fresh_warnings):
@@ -1087,16 +1087,31 @@ class _Steps(chainer.Chain):
             warnings.simplefilter('ignore', DeprecationWarning)
             return self.scored(xs, F.batch_matmul)
 
-    def scored(self, xs, product=F.matmul):
-        # batch-first steps scored by a batched matrix product with the
-        # last state, the scores reshaped to (B, T) and normalized
+    def scored_by_batch_matmul_of_vectors(self, xs):
+        # F.batch_matmul takes a batch of vectors as one of columns:
+        # scores (B, T, 1) of the last state, and the context of weights
+        # (B, T) contracting the steps
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore', DeprecationWarning)
+            steps, h = self.batch_first_steps(xs)
+            scores = F.batch_matmul(steps, h)
+            weights = F.softmax(scores[:, :, 0], axis=1)
+            return F.batch_matmul(steps, weights, transa=True)[:, :, 0]
+
+    def batch_first_steps(self, xs):
         T, B, _ = xs.shape
         h = c = self.xp.zeros((B, 8), numpy.float32)
         hs = []
         for x in xs:
             h, c = self.step(x, h, c)
             hs.append(h)
-        steps = F.stack(hs, axis=1)
+        return F.stack(hs, axis=1), h
+
+    def scored(self, xs, product=F.matmul):
+        # batch-first steps scored by a batched matrix product with the
+        # last state, the scores reshaped to (B, T) and normalized
+        T, B, _ = xs.shape
+        steps, h = self.batch_first_steps(xs)
         scores = product(steps, F.expand_dims(h, 2))
         weights = F.softmax(F.reshape(scores, (B, T)), axis=1)
         return F.sum(steps * F.expand_dims(weights, 2), axis=1)
@@ -1155,6 +1170,7 @@ class _Steps(chainer.Chain):
                                     'reading_constant_steps_each_step',
                                     'all_but_the_first_step',
                                     'scored_by_batch_matmul',
+                                    'scored_by_batch_matmul_of_vectors',
                                     'gru_link', 'lstm_link', 'counter',
                                     'separated', 'lazy_state', 'stacked',
                                     'state_like_a_step',

@@ -215,7 +215,7 @@ class _DoublesLargeBatchesInFloats(chainer.Chain):
     (_AddsWrittenRowNumbers, 'keeps the batch size in the cache key'),
     (_DoublesLargeBatches, 'x.shape[0] compared at test_dynamic_batch.py'),
     (_DoublesLargeBatchesSecretly, 'gave another result than eagerly'),
-    (_DoublesLargeBatchesInFloats, 'x.shape[0] used in float arithmetic')])
+    (_DoublesLargeBatchesInFloats, 'x.shape[0] compared (as a float)')])
 @pytest.mark.parametrize('backend', ['onnxruntime', 'numpy'])
 def test_a_program_that_cannot_stretch_keeps_the_batch_size(
         cls, why, backend, monkeypatch):
