@@ -392,9 +392,9 @@ class JitFunction(_calls.CachedCall):
                 'at one row its program gave another result than eagerly'
                 % self.__name__)
             return result
-        if isinstance(entry.symbolic, (batch.BatchAxis, batch.TripsAndBatch,
-                                       batch.TwoAxes)):
+        if isinstance(entry.symbolic, _BATCHES):
             self._batch_static = True
+            self._drop_symbolic(_BATCHES)
             if self._joins:
                 self._forget_joined()
             self._lengths_unsound |= isinstance(entry.symbolic,
@@ -407,6 +407,7 @@ class JitFunction(_calls.CachedCall):
                 'eagerly' % size)
             return result
         self._lengths_unsound = True
+        self._drop_symbolic(_LENGTHS)
         if isinstance(entry.symbolic, ragged.Ragged):
             entry.items_note = 'at other lengths its program gave another ' \
                 'result than eagerly'
@@ -419,6 +420,15 @@ class JitFunction(_calls.CachedCall):
             'see): each length compiles on its own from now on'),
             entry.graph.nodes[0].loc if entry.graph.nodes else None)
         return result
+
+    def _drop_symbolic(self, kinds):
+        """Removes the entries that serve any sizes of ``kinds``: a size
+        dependence one entry's check found at new sizes is the other
+        mode's too (the forward's Python is the same)."""
+        for entry in self.cache.entries():
+            if isinstance(getattr(entry.symbolic, 'sizes', entry.symbolic),
+                          kinds):
+                self.cache.remove(entry)
 
     def _widen_batch(self, key, leaves, instance, args, kwargs):
         """A call that missed only for its batch size, where the entry of
@@ -1235,6 +1245,11 @@ def _checks_items(sizes):
     return isinstance(sizes, batch.TripsAndBatch) or \
         isinstance(sizes, symbolic_module.Symbolic) and bool(sizes.more)
 
+
+#: The symbolic sizes of entries serving every batch size, and of those
+#: serving every length.
+_BATCHES = (batch.BatchAxis, batch.TripsAndBatch, batch.TwoAxes)
+_LENGTHS = (symbolic_module.Symbolic, batch.TripsAndBatch, ragged.Ragged)
 
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording
 

@@ -789,6 +789,10 @@ def take_joins(recording, joins, names):
         return "the forward's Python reads the length of an item " \
             "(len(x), x.shape) other than into an array of them all, or " \
             "the offsets of them all%s" % _at(item_length_reads[0][1])
+    if recording.width_uses:
+        what, loc = recording.width_uses[0]
+        return "the width of the padded sequences (enc.shape[1]) is %s " \
+            "by the forward's Python%s" % (what, _at(loc))
     for use in uses:
         if any(lengths.is_item_length(origin) for origin in use.origins):
             return use.describe(names)

@@ -104,6 +104,21 @@ def _linear(op, length, other):
     return summed, terms[1] + sign * theirs[1]
 
 
+def _monomial(op, length, other):
+    """``Length.monomial`` of ``length op other`` (``other`` an int or a
+    Length): products of sizes and ints (``x.shape[0] * x.shape[1]``,
+    ``x.size``); else ``None``."""
+    theirs = getattr(other, 'monomial', None) if isinstance(other, Length) \
+        else ({}, int.__int__(other))
+    if op not in ('__mul__', '__rmul__') or length.monomial is None or \
+            theirs is None:
+        return None
+    powers = dict(length.monomial[0])
+    for origin, power in theirs[0].items():
+        powers[origin] = powers.get(origin, 0) + power
+    return powers, length.monomial[1] * theirs[1]
+
+
 #: The integer operators whose result is a step function of the size
 #: (``(B + 31) // 32``), as noted: the program is compiled for one value,
 #: and checking it against eager at a few new sizes may not see another.
@@ -138,7 +153,7 @@ class Length(int):
     python_int = True  # given to NumPy as a plain int (traced.eager_numbers)
 
     def __new__(cls, value, origins, uses, affine=None, product=False,
-                linear=None):
+                linear=None, monomial=None):
         self = int.__new__(cls, value)
         self.origins = origins  # frozenset of (leaf, axis)
         self.uses = uses  # the recorder's list of Use
@@ -151,6 +166,11 @@ class Length(int):
             (origin,), (a, b) = origins, self.affine
             linear = ({origin: a}, b)
         self.linear = linear
+        # ({origin: power}, c): the number is c times a product of sizes
+        if monomial is None and self.affine is not None and \
+                self.affine[1] == 0:
+            monomial = ({next(iter(origins)): 1}, self.affine[0])
+        self.monomial = monomial
         return self
 
     def use(self, what, loc, other=None, condition=None):
@@ -196,7 +216,8 @@ class Length(int):
             return Length(getattr(int, op)(self, other), self.origins |
                           getattr(other, 'origins', frozenset()), self.uses,
                           affine(*self.affine, other) if plain and affine
-                          else None, product, _linear(op, self, other))
+                          else None, product, _linear(op, self, other),
+                          _monomial(op, self, other))
         apply.__name__ = op
         return apply
 
@@ -262,6 +283,9 @@ class Length(int):
             if scalars.is_varying(other):
                 other.note('compared with a size')
             result = getattr(int, op)(self, other)
+            if isinstance(other, Length) and self.linear is not None and \
+                    self.linear == other.linear:
+                return result  # (the same number at every size)
             condition = None
             if type(other) is int and self.affine is not None:
                 condition = self.affine + (op, other, result)
@@ -300,7 +324,9 @@ class Length(int):
         locals()[_op] = _decision(_op, _what)
     del _op, _what, _affine, _arithmetic, _decision, _comparison
 
-    __hash__ = int.__hash__
+    def __hash__(self):  # (a dict's key, a set's member: a decision)
+        self._note('used as a dict key or set member')
+        return int.__hash__(self)
 
     def __reduce__(self):
         return int, (int(self),)
@@ -346,10 +372,11 @@ def read_shape(array, shape, depth=1):
         (o, loc) for o in origins
         if o is not None and is_item_length(o))
     shift = recorder.length_shifts.get(id(array), 0)
-    return _noted_shape(recorder, tuple(n if origin is None else Length(
-        n, frozenset([origin]), recorder.length_uses,
-        (1, shift if axis == 0 else 0), not shift or axis > 0)
-        for axis, (origin, n) in enumerate(zip(origins, shape))), array)
+    return _noted_shape(recorder, _with_padded_width(recorder, array, tuple(
+        n if origin is None else Length(
+            n, frozenset([origin]), recorder.length_uses,
+            (1, shift if axis == 0 else 0), not shift or axis > 0)
+        for axis, (origin, n) in enumerate(zip(origins, shape)))), array)
 
 
 class SizeOf(int):
@@ -357,13 +384,44 @@ class SizeOf(int):
     read by the forward's code: the width of a block of segments padded
     to the longest (:func:`note_padded_width`), which varies with the
     items' lengths. An array made of it (``xp.arange(enc.shape[1])``) is
-    made again of that value's size at run time (:func:`_made_arange`);
-    arithmetic with it gives plain ints."""
+    made again of that value's size at run time (:func:`_made_arange`),
+    and so is a Variable multiplied or divided by it
+    (:func:`width_as_scalar`); any other use by the forward's code (int
+    arithmetic, a comparison, a float) is noted
+    (``recorder.width_uses``): the recording then does not read its lists
+    whole (``joining.take_joins``)."""
 
     def __new__(cls, value, array, axis):
         self = int.__new__(cls, value)
         self.array, self.axis = array, axis
         return self
+
+    def _noting(op, what):
+        def apply(self, *args):
+            if args and _takes_sizes(args[0]):
+                return NotImplemented  # (its reflected operator)
+            loc, recorder = forward_line(1), _state.recorder
+            if loc is not None and recorder is not None:
+                recorder.width_uses.append((what, loc))
+            return getattr(int, op)(self, *args)
+        apply.__name__ = op
+        return apply
+
+    for _op in ('__add__', '__radd__', '__sub__', '__rsub__', '__mul__',
+                '__rmul__', '__floordiv__', '__rfloordiv__', '__mod__',
+                '__rmod__', '__truediv__', '__rtruediv__', '__pow__',
+                '__rpow__', '__neg__', '__divmod__', '__rdivmod__'):
+        locals()[_op] = _noting(_op, 'used in arithmetic')
+    for _op in ('__lt__', '__le__', '__gt__', '__ge__', '__eq__', '__ne__'):
+        locals()[_op] = _noting(_op, 'compared')
+    for _op, _what in (('__bool__', 'tested'),
+                       ('__float__', 'converted to float'),
+                       ('__int__', 'converted with int()'),
+                       ('__hash__', 'used as a dict key or set member'),
+                       ('__str__', 'formatted'), ('__repr__', 'formatted'),
+                       ('__format__', 'formatted')):
+        locals()[_op] = _noting(_op, _what)
+    del _op, _what, _noting
 
     def __reduce__(self):
         return int, (int(self),)
@@ -525,7 +583,8 @@ SAME_AXES = frozenset([
     'Zoneout'])
 
 
-def note_computed(recorder, name, in_arrays, out_arrays, shape=None):
+def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
+                  kernel=None):
     """Notes the axes of an argument's (not a list item's) that the
     outputs of the Chainer function ``name`` keep from its inputs (of
     :data:`SAME_AXES` where their sizes agree, an embedding's ids, a
@@ -556,6 +615,8 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None):
     elif name in ('Squeeze', 'ExpandDims', 'Reshape'):
         found = [_past_unit_axes(in_arrays[0].shape, out_arrays[0].shape,
                                  origins[0])]
+    elif shift == 0 and kernel is not None:
+        found = _followed_axes(kernel, in_arrays, origins, out_arrays)
     else:
         return
     first = next(o[0] for o in origins if o)  # a shifted input's
@@ -566,6 +627,27 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None):
             recorder.length_leaves[id(array)] = kept
             if shift and kept[0] == first:
                 recorder.length_shifts[id(array)] = shift
+
+
+def _followed_axes(kernel, in_arrays, origins, out_arrays):
+    """The origins of each output's axes, as the kernel's rule for other
+    rows (``Kernel.lengths``, which a program serving every size follows:
+    a convolution's or a pooling's batch, a reduction's kept axes) maps
+    its inputs' axes of each origin to them, one to one."""
+    found = [[None] * array.ndim for array in out_arrays]
+    for origin in set(o for axes in origins if axes for o in axes
+                      if o is not None and not is_item_length(o)):
+        rows = []
+        for array, axes in zip(in_arrays, origins):
+            on = [k for k, o in enumerate(axes or ()) if o == origin]
+            rows.append(ops.Rows(((origin[0], array.shape[on[0]]),),
+                                 on[0], also=tuple(on[1:])) if on else None)
+        following = ops.follow_kernel(kernel, rows)
+        for kept, r in zip(found, following.outputs if following else ()):
+            if r is not None and r.count() == (((origin[0], 1),), 0):
+                for axis in r.axes:
+                    kept[axis] = origin
+    return found
 
 
 def _sized_axes(shape):
@@ -923,9 +1005,11 @@ def _made_sized(name, array, args, kwargs, uses, recorder):
     fill = _FILLS[name](args, kwargs)
     if contained(others) or not isinstance(fill, (int, float)):
         return None
-    sized = argument_sizes(shape, recorder)
+    like = None if all(isinstance(n, Length) for n in shape) else \
+        _made_like(array, shape, fill, uses)  # (its other axes too)
+    sized = None if like is not None else argument_sizes(shape, recorder)
     if sized is None:
-        return _made_like(array, shape, fill, uses)
+        return like or _made_like(array, shape, fill, uses)
     return MadeSized(array, sized[0], sized[1], fill, uses, None)
 
 
@@ -1113,32 +1197,115 @@ def as_scalar(length, recorder, frame):
     ``scalars.Scalar`` computed at run time from the argument's shape by a
     ``python.size`` node: Chainer's operator takes it as an input of its
     node (``scalars.varying_constant``), and the program serves every
-    length. ``None`` where ``length`` is not ``a * size + b`` of one axis
-    of an array argument. The operation's place in the source is noted
+    length. ``None`` where ``length`` is neither ``a * size + b`` of one
+    axis of an array argument nor an int times a product of such sizes
+    (``x.size``). The operation's place in the source is noted
     (``recorder.size_operations``), as the source's own check of sizes
     in float arithmetic (``trip_counts.float_size_uses``) would count it
     as baked in."""
-    if length.affine is None:
+    found = _affine_size(length, recorder.graph.inputs) or \
+        _product_size(length, recorder.graph.inputs)
+    if found is None:
         return None
-    (leaf, axis), = length.origins
-    inputs = recorder.graph.inputs
-    if not 0 <= leaf < len(inputs) or \
-            not 0 <= axis < len(inputs[leaf].shape):  # (an item's length)
+    kernel, inputs = found
+    return _size_scalar(kernel, inputs, length, recorder, frame,
+                        _LengthUses(length))
+
+
+def width_as_scalar(width, recorder, frame):
+    """A padded block's width (a :class:`SizeOf`) in float arithmetic with
+    a Variable (``F.sum(h) / enc.shape[1]``) as a ``scalars.Scalar`` read
+    from that block's shape at run time, as :func:`as_scalar` reads an
+    argument's size; ``None`` where the block is not a recorded value."""
+    value = recorder.values.get(id(width.array))
+    if value is None:
         return None
-    a, b = length.affine
+    axes = ((width.axis, 1),)
+    kernel = ops.Kernel(_linear_reader(axes, 0, float),
+                        {'axis': width.axis, 'a': 1, 'b': 0},
+                        onnx=_linear_to_onnx(axes, 0, numpy.float64),
+                        lengths=_any_rows)
+    return _size_scalar(kernel, [value], width, recorder, frame,
+                        _WidthUses(recorder))
+
+
+def _size_scalar(kernel, inputs, number, recorder, frame, uses):
+    """The ``scalars.Scalar`` of ``number`` computed by a ``python.size``
+    node of ``kernel`` from ``inputs``' shapes, its uses noted into
+    ``uses``."""
     out = recorder.graph.add_value('temp', (), numpy.float64)
-    attrs = {'axis': axis, 'a': a, 'b': b}
     _noted_alike(recorder, recorder.add_node(ir.Node(
-        'python.size', ops.Kernel(
-            _linear_reader(((axis, a),), b, float), attrs,
-            onnx=_linear_to_onnx(((axis, a),), b, numpy.float64),
-            lengths=_any_rows),
-        [inputs[leaf]], [out], tuple(sorted(attrs.items())),
-        loc=(frame.f_code.co_filename, frame.f_lineno))), attrs)
+        'python.size', kernel, inputs, [out], kernel.attrs,
+        loc=(frame.f_code.co_filename, frame.f_lineno))),
+        dict(kernel.attrs))
     recorder.size_operations.add(operation_position(frame))
     recorder.varying = True  # Scalars are about: note their uses
-    return scalars.Scalar(float(int.__int__(length)), out, 'size',
-                          _LengthUses(length))
+    return scalars.Scalar(float(int.__int__(number)), out, 'size', uses)
+
+
+def _is_argument_axis(origin, inputs):
+    """Is ``origin`` an axis of an array argument (not an item's
+    length)?"""
+    leaf, axis = origin
+    return 0 <= leaf < len(inputs) and 0 <= axis < len(inputs[leaf].shape)
+
+
+def _affine_size(length, inputs):
+    """``(the python.size kernel, its inputs)`` of ``a * size + b`` of one
+    argument axis, as a float; else ``None``."""
+    if length.affine is None or \
+            not _is_argument_axis(next(iter(length.origins)), inputs):
+        return None
+    (leaf, axis), = length.origins
+    a, b = length.affine
+    return ops.Kernel(
+        _linear_reader(((axis, a),), b, float), {'axis': axis, 'a': a,
+                                                 'b': b},
+        onnx=_linear_to_onnx(((axis, a),), b, numpy.float64),
+        lengths=_any_rows), [inputs[leaf]]
+
+
+def _product_size(length, inputs):
+    """:func:`_affine_size` of an int times a product of argument axes'
+    sizes."""
+    monomial = getattr(length, 'monomial', None)
+    if monomial is None or not all(
+            _is_argument_axis(o, inputs) for o in monomial[0]):
+        return None
+    powers, c = monomial
+    leaves = sorted(set(leaf for leaf, _ in powers))
+    factors = tuple((leaves.index(leaf), axis, power)
+                    for (leaf, axis), power in sorted(powers.items())
+                    if power)
+    return ops.Kernel(
+        _product_reader(factors, c), {'factors': factors, 'c': c},
+        onnx=_product_to_onnx(factors, c), lengths=_any_rows), [
+            inputs[leaf] for leaf in leaves]
+
+
+def _product_reader(factors, c):
+    """The kernel of a ``python.size`` node: ``c`` times the product of
+    the sizes of axis ``axis`` of input ``k`` to the ``power`` (``(k,
+    axis, power)`` each ``factors``), as a float."""
+    def size(*xs):
+        total = c
+        for k, axis, power in factors:
+            total *= xs[k].shape[axis] ** power
+        return float(total)
+    return size
+
+
+def _product_to_onnx(factors, c):
+    """The ONNX form of :func:`_product_reader`, a float64."""
+    def convert(builder, ins, outs):
+        total = builder.constant(numpy.asarray(c, numpy.int64))
+        for k, axis, power in factors:
+            for _ in range(power):
+                total = builder.op('Mul', [total, _onnx_size(
+                    builder, ins[k], axis)])[0]
+        builder.op('Identity', [builder.cast(total, numpy.int64,
+                                             numpy.float64)], outs)
+    return convert
 
 
 def as_run_time_int(length, recorder, loc):
@@ -1474,10 +1641,11 @@ def operation_position(frame):
     return frame.f_code.co_filename, line, column
 
 
-@ops.takes_axes
+@ops.takes_widest
+@ops.takes_square
 def _any_rows(rows):
     """A ``python.size`` node reads its size from its input at run time,
-    whichever axis the rows are on."""
+    whichever axes the rows are on (a padded block's width too)."""
     return ops.Follow((None,))
 
 
@@ -1491,6 +1659,18 @@ class _LengthUses(object):
     def append(self, use):
         self.length.uses.append(self.length.use(
             '%s (as a float)' % use.what, use.loc))
+
+
+class _WidthUses(object):
+    """Where a Scalar made from a padded block's width
+    (:func:`width_as_scalar`) notes the uses that bake it in."""
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+
+    def append(self, use):
+        self.recorder.width_uses.append(('%s (as a float)' % use.what,
+                                         use.loc))
 
 
 def pins(condition):

@@ -39,6 +39,7 @@ import operator
 import os
 import random
 import sys
+import sysconfig
 
 import chainer
 import chainer.functions
@@ -290,6 +291,23 @@ def _numpy_size(size, recorder):
     return size_of
 
 
+def _numpy_prod(prod, recorder):
+    """``numpy.prod(x.shape)`` by the forward's code while recording: the
+    product of the sizes, a Length (NumPy multiplies them in C,
+    unseen)."""
+    def product(a, *args, **kwargs):
+        if args or kwargs or type(a) not in (tuple, list) or \
+                not lengths.contained(a) or lengths.forward_line(1) is None \
+                or not all(isinstance(n, int) for n in a):
+            return prod(a, *args, **kwargs)
+        total = 1
+        for n in a:
+            total = n * total
+        return total
+    product.__wrapped__ = prod
+    return product
+
+
 def _symbolic_len(builtin_len, recorder):
     """``len(x)`` while recording, as ``x.shape[0]`` (:func:`_symbolic`);
     of a joined list, or a list of all the items of a value made of its
@@ -372,10 +390,11 @@ def _sizes_as_scalars(divides):
     (``loss / k``: Chainer computes ``1. / k`` in C, unseen)."""
     def make(operator, recorder):
         def apply(self, other):
-            if type(other) is lengths.Length and \
+            if type(other) in (lengths.Length, lengths.SizeOf) and \
                     _state.recorder is recorder and recorder.depth == 0:
-                scalar = lengths.as_scalar(other, recorder,
-                                           sys._getframe(1))
+                scalar = (lengths.as_scalar if type(other) is lengths.Length
+                          else lengths.width_as_scalar)(
+                              other, recorder, sys._getframe(1))
                 if scalar is not None:
                     other = scalar
             elif divides and type(other) is scalars.IntScalar:
@@ -904,7 +923,9 @@ def _sizes_of_arguments(x, shape, recorder):
     broadcasts to: ``(the sizes, as ops.array.BroadcastSized takes them,
     the argument arrays they are read from)``; else ``None``. ``None`` in
     ``shape`` stands for ``x``'s own size on that axis."""
-    if not isinstance(shape, (tuple, list)) or not _forward_broadcast(
+    if not isinstance(shape, (tuple, list)) or any(
+            n is not None and not isinstance(n, int) for n in shape) or \
+            not _forward_broadcast(
             x, array_ops.sized_shape(shape, (), _aligned_shape(x, shape)),
             recorder):
         return None
@@ -1225,6 +1246,7 @@ RECORDING_PATCHES = (
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(numpy, 'shape', _numpy_shape),
     RecordingPatch(numpy, 'size', _numpy_size),
+    RecordingPatch(numpy, 'prod', _numpy_prod),
     RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
                    _recording_padding),
 ) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))
@@ -1265,23 +1287,59 @@ RECORDING_PATCHES = (
           for name in _MATH_FUNCTIONS) + _gpu_patches()
 
 
+#: The installed libraries' and the standard library's folders.
+_INSTALLED = tuple(set(sysconfig.get_paths()[k] + os.sep for k in (
+    'stdlib', 'platstdlib', 'purelib', 'platlib')))
+
+
+def user_namespaces(fn):
+    """The module globals where the forward's code may hold a patched
+    function under a name of its own (``from numpy import asarray``):
+    ``fn``'s, and those of the loaded modules outside the installed
+    libraries (the user's helpers)."""
+    found = [fn.__globals__] if hasattr(fn, '__globals__') else []
+    for module in list(sys.modules.values()):
+        filename = getattr(module, '__file__', None)
+        if filename and not filename.startswith(_INSTALLED) and \
+                not traced.is_library_file(filename) and \
+                not traced.is_cupy_file(filename) and \
+                all(vars(module) is not names for names in found):
+            found.append(vars(module))
+    return found
+
+
 @contextlib.contextmanager
-def in_force(recorder):
+def in_force(recorder, namespaces=()):
     """Makes ``recorder`` this thread's recording, with every patch of
     :data:`RECORDING_PATCHES` applied, for the block. When it ends, even
     by an exception, each owner gets back what it held itself: an
     attribute it only inherits (``Link.__getattribute__``) is deleted
     again, since an explicit one, even object's own, would make every
-    attribute read of every Link go through a slower slot."""
+    attribute read of every Link go through a slower slot.
+
+    ``namespaces``: module globals (:func:`user_namespaces`) where a name
+    bound to a patched function (``from numpy import asarray``) is bound
+    to its patch too, for the block."""
     held = []  # (patch, what its owner's own __dict__ held)
+    aliases = []  # (globals, name, the function it held)
     try:
+        made = {}  # id(original) -> (original, its patch)
         for patch in RECORDING_PATCHES:
             original = getattr(patch.owner, patch.name)
+            made[id(original)] = (original, patch.make(original, recorder))
             held.append((patch, patching.replace(
-                patch.owner, patch.name, patch.make(original, recorder))))
+                patch.owner, patch.name, made[id(original)][1])))
+        for names in namespaces:
+            for name, value in list(names.items()):
+                found = made.get(id(value))
+                if found is not None and found[0] is value:
+                    aliases.append((names, name, value))
+                    names[name] = found[1]
         _state.recorder = recorder
         yield
     finally:
         _state.recorder = None
+        for names, name, value in aliases:
+            names[name] = value
         for patch, own in reversed(held):
             patching.put_back(patch.owner, patch.name, own)

@@ -99,6 +99,7 @@ class Recording(object):
         self.length_reads = recorder.length_reads if recorder else set()
         self.item_length_reads = recorder.item_length_reads if recorder \
             else []
+        self.width_uses = recorder.width_uses if recorder else []
         # the values of parts of a split of joined segments (joining)
         self.segment_parts = recorder.segment_parts if recorder else []
         self.item_splits = recorder.item_splits if recorder else 0
@@ -192,6 +193,7 @@ class _Recorder(object):
         self.length_shifts = {}
         self.joined_rows = {}  # lengths.note_joined_rows
         self.padded_widths = {}  # lengths.note_padded_width
+        self.width_uses = []  # (what, loc): lengths.SizeOf
         self.words_of = {}  # {leaf of lengths: leaf of their words}
         self.shifted_lengths = {}
         self.item_length_reads = []
@@ -694,7 +696,7 @@ class _Recorder(object):
         else:
             lengths.note_computed(self, type(template).__name__, in_arrays,
                                   out_arrays, getattr(template, 'shape',
-                                                      None))
+                                                      None), kernel)
         self.note_value_origins(out_arrays, out_values)
         self.computed.update(out_values)
         for y, value in zip(outputs, out_values):
@@ -853,7 +855,8 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     call_args, call_kwargs = signature.unflatten(passed, proxies)
     rows = arguments.Rows()
     try:
-        with recording_patches.in_force(recorder):
+        with recording_patches.in_force(
+                recorder, recording_patches.user_namespaces(fn)):
             watcher = _loop_watcher(recorder, fn, instance, args, kwargs,
                                     proxies)
             recorder.loop_runs = watcher.runs

@@ -720,6 +720,26 @@ def _watching(code, values):
     return code.replace(co_consts=consts)
 
 
+def reads_first_size(node):
+    """Does the expression ``node`` (a loop's iterable) read a first axis's
+    size: ``len(...)``, ``X.shape[0]`` (``range(0, len(xs), 2)``)?"""
+    return node is not None and any(
+        source.is_call(sub, 'len') or isinstance(sub, ast.Subscript) and
+        isinstance(sub.value, ast.Attribute) and sub.value.attr == 'shape'
+        and isinstance(sub.slice, ast.Constant) and sub.slice.value == 0
+        for sub in ast.walk(node))
+
+
+def parameters_read(node, code):
+    """The parameters of ``code``'s function the expression ``node`` (a
+    loop's iterable) names (``zip(xs, ms)``: ``{'xs', 'ms'}``)."""
+    params = set(code.co_varnames[:code.co_argcount +
+                                  code.co_kwonlyargcount])
+    return set() if node is None else set(
+        sub.id for sub in ast.walk(node)
+        if isinstance(sub, ast.Name) and sub.id in params)
+
+
 def _in_floats(binop):
     """Does the arithmetic ``binop`` give a float: a true division, or an
     operation with a float literal?"""

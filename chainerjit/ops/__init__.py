@@ -355,7 +355,12 @@ def follow(node, rows):
     ``rows`` (an :class:`Rows` or ``None`` each): a :class:`Follow`, or
     ``None`` where it has no rule or the rule refuses; rows on another
     axis than the first reach only the rules marked :func:`takes_axes`."""
-    rule = node.kernel.lengths if node.kernel is not None else None
+    return follow_kernel(node.kernel, rows)
+
+
+def follow_kernel(kernel, rows):
+    """:func:`follow` of a kernel (``None`` too)."""
+    rule = kernel.lengths if kernel is not None else None
     if rule is None or not getattr(rule, 'takes_axes', False) and \
             any(r is not None and r.axis for r in rows):
         return None

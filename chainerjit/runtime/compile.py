@@ -28,6 +28,7 @@ from chainerjit.backend import codegen
 from chainerjit.frontend import breaks
 from chainerjit.frontend import guards
 from chainerjit.frontend import joining
+from chainerjit.frontend import lengths
 from chainerjit.frontend import packing
 from chainerjit.frontend import rolling
 from chainerjit.frontend import scalars
@@ -257,6 +258,9 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             else lengths or sizes or varying
         entry = _compiled_entry(key, sig, model_state, py_guards, recording,
                                 graph, program, symbolic, symbols)
+        entry.size_uses += _loop_uses(
+            recording, getattr(caller.fn, '__code__', None),
+            [name for name, _ in sig.items])
         _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
@@ -576,7 +580,8 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
         why = _side_effects(graph)
     if why is None:
         return ragged.Ragged(tuple(leaves), tuple(
-            sig.items[leaf][1].shape[0] for leaf in leaves), ties), None
+            sig.items[leaf][1].shape[0] for leaf in leaves), ties,
+            bool(recording.shapes_read)), None
     if caller.warn_items is not None:
         caller.warn_items('the lengths of the items of %s stay in the cache '
                           'key (each new combination compiles again): %s' %
@@ -730,6 +735,32 @@ def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
     entry.size_uses = list(recording.length_uses)
     entry.ignore_state(recording.written_first)
     return entry
+
+
+def _loop_uses(recording, code, names):
+    """A ``lengths.Use`` of each argument's axis a loop of the recording
+    ran over (``for x in xs``, a time-major batch's steps), or may have (a
+    loop over an iterable naming array arguments, ``enumerate(zip(xs,
+    ms))``, that ran as many times as their first axes have rows, or over
+    a range of a first axis's size, ``range(0, len(xs), 2)``): a program
+    serving other sizes of it must have rolled that loop (an unrolled one
+    runs its recorded steps), which ``batch.decision_on_batch`` asks.
+    ``names`` are the leaves'."""
+    found = []
+    for run in recording.loops:
+        if run.trip is not None and run.trip.kind == 'dim':
+            found.append(lengths.Use((run.trip.where,), 'counted by a loop',
+                                     run.loc))
+            continue
+        read = set() if run.trip is not None or code is None else \
+            trip_counts.parameters_read(run.site.iter_expr, code)
+        counted = trip_counts.reads_first_size(run.site.iter_expr)
+        found += [lengths.Use(((leaf, 0),), 'maybe counted by a loop',
+                              run.loc)
+                  for leaf, value in enumerate(recording.graph.inputs)
+                  if names[leaf] in read and value.shape and (
+                      counted or value.shape[0] == run.n_iterations)]
+    return found
 
 
 def _self_check(caller, entry, leaves, recording, symbols):

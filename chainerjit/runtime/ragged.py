@@ -43,14 +43,18 @@ MIN_LENGTH = 2
 CHECKED_CALLS = 8
 
 
-class Ragged(collections.namedtuple('Ragged', 'leaves recorded ties',
-                                    defaults=((),))):
+class Ragged(collections.namedtuple('Ragged',
+                                    'leaves recorded ties reads_shapes',
+                                    defaults=((), False))):
     """How an entry that serves any lengths of the items of its list
     arguments reads a call's key: ``leaves`` are the indexes of those
     items, ``recorded`` their lengths when recorded; ``ties``: ``(leaf,
     leaf it is as long as)`` for the items of a list as long as another's,
     item by item (a tagger's labels and its sentences), whose lengths a
-    call must give alike too."""
+    call must give alike too; ``reads_shapes``: the forward's Python read
+    the shape of a value computed from the items (``F.pad_sequence(ys)``'s
+    width, ``F.concat(xs)``'s words), a size that other lengths may give
+    again (the same longest, the same total)."""
 
     __slots__ = ()
 
@@ -58,13 +62,15 @@ class Ragged(collections.namedtuple('Ragged', 'leaves recorded ties',
         """The call's lengths, if it is to be checked against eager: until
         every item has had another length than its recorded one in a call
         ``checked`` (a cut at a fixed offset that the recorded lengths
-        happened to meet shows then), at most :data:`CHECKED_CALLS`; else
+        happened to meet shows then), or, where it :attr:`reads_shapes`,
+        at each new lengths; at most :data:`CHECKED_CALLS`; else
         ``None``."""
-        if len(checked) > CHECKED_CALLS or all(
+        if len(checked) > CHECKED_CALLS or not self.reads_shapes and all(
                 any(lengths[k] != n for lengths in checked)
                 for k, n in enumerate(self.recorded)):
             return None
-        return self.checked_at(key)
+        sizes = self.checked_at(key)
+        return None if sizes in checked else sizes
 
     def checked_at(self, key):
         """How a call's sizes are noted when checked against eager: the

@@ -161,17 +161,33 @@ def _early_bound(x):
     return F.relu(chainer.Variable(_asarray(x)))
 
 
+def _held_in_a_dict(x):
+    return F.relu(chainer.Variable(_CONVERSIONS['array'](x)))
+
+
 _asarray = numpy.asarray  # bound before any recording patches it
+_CONVERSIONS = {'array': numpy.asarray}  # out of the recording's reach
 
 
-def test_a_view_made_by_an_early_bound_conversion_is_never_a_constant(rng):
+def test_an_early_bound_conversion_records_as_numpys_own(rng):
     """``from numpy import asarray`` is bound before a recording patches
-    NumPy: the plain view it gives of a traced array is noticed by its
-    base, and the call runs eagerly with a warning instead of freezing
-    it."""
+    NumPy: the name is bound to the patch too while recording."""
     jitted = chainerjit.jit(_early_bound)
+    calls = _calls(rng)
+    for (x,) in calls:
+        numpy.testing.assert_array_equal(jitted(x).array,
+                                         _early_bound(x).array)
+    assert jitted.cache_info().hits == len(calls) - 1
+
+
+def test_a_view_made_by_an_unpatched_conversion_is_never_a_constant(rng):
+    """A conversion the recording cannot reach: the plain view it gives of
+    a traced array is noticed by its base, and the call runs eagerly with
+    a warning instead of freezing it."""
+    jitted = chainerjit.jit(_held_in_a_dict)
     calls = _calls(rng)
     with pytest.warns(errors.FallbackWarning, match='derived from the'):
         results = [jitted(x) for (x,) in calls]
     for (x,), got in zip(calls, results):
-        numpy.testing.assert_array_equal(got.array, _early_bound(x).array)
+        numpy.testing.assert_array_equal(got.array,
+                                         _held_in_a_dict(x).array)

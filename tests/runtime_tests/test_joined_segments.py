@@ -1277,3 +1277,61 @@ def test_exported_language_model_takes_the_words_and_lengths():
     _exported_runs_at_other_counts(
         lambda: _NextWord(reports=False),
         _sentences(numpy.random.RandomState(17), (3, 4, 6, 2, 9)))
+
+
+class _ScaledByTheWidth(_Encoder):
+    """The padded block's width (the longest sentence) in float
+    arithmetic with Variables: read from the block when run."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0), dropout=0.0)
+
+    def forward(self, xs, t):
+        _, enc, _ = _encoded_and_valid(self, xs)
+        width = enc.shape[1]
+        return F.sum(enc * enc) / width + F.sum(F.average(enc, axis=1)) * \
+            width
+
+
+class _WidthInPython(_ScaledByTheWidth):
+    """The width in int arithmetic: the lists stay item by item."""
+
+    def forward(self, xs, t):
+        _, enc, _ = _encoded_and_valid(self, xs)
+        return F.sum(enc) * (enc.shape[1] - 1)
+
+
+def _truncated(rng, counts, longest=6):
+    """Sentences cut at ``longest`` words, every batch holding one that
+    long until the last ones, which hold none."""
+    calls = []
+    for k, n in enumerate(counts):
+        sizes = list(rng.randint(1, longest, n))
+        if k < len(counts) - 3:
+            sizes[0] = longest
+        calls.append(([rng.randint(0, 30, int(m)).astype(I32)
+                       for m in sizes], rng.randint(0, 3, n).astype(I32)))
+    return calls
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_the_padded_width_in_float_arithmetic_is_read_when_run(train):
+    # (batches holding the longest sentence first: a width baked in
+    # would pass the first checks)
+    entry = _one_joined_entry(_ScaledByTheWidth, _truncated(
+        numpy.random.RandomState(19), (4, 3, 5, 6, 2, 4, 3, 5, 4)), train,
+        't: i32[B]')
+    assert 'python.size' in str(entry.graph), entry.graph
+
+
+def test_the_padded_width_in_python_keeps_the_lists_item_by_item():
+    calls = _truncated(numpy.random.RandomState(20), (4, 3, 5, 4, 3, 5))
+    numpy.random.seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = differential.check_seeded(_WidthInPython(), calls)
+    assert any('the width of the padded sequences (enc.shape[1]) is used '
+               'in arithmetic' in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+    assert all('i32[W]' not in str(e.signature)
+               for e in jitted.cache_entries())

@@ -1,0 +1,210 @@
+"""Sizes the forward's own code reads of values it computed, or hands to
+code that reads them unseen, against eager Chainer at batch sizes and
+lengths that a baked-in size would get wrong (odd after even ones, sizes
+inside the range first checked).
+
+A size read of a convolution's or a reduction's output is its argument's
+(the ops' rules for other rows say so); its uses are noted as the
+argument's own: a division reads it when run, a decision keeps it in the
+key with a warning naming the line."""
+
+import math
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from chainerjit import testing
+from tests import differential
+
+F32 = numpy.float32
+
+#: Even batch sizes first (each checked), then odd ones inside their range.
+BATCHES = (4, 6, 8, 10, 12, 2, 5, 7, 9, 3)
+
+
+class _Convolved(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.conv = L.Convolution2D(2, 3, 3, pad=1)
+            self.out = L.Linear(12, 4)
+            self.reduced = L.Linear(3, 4)
+
+
+class _DividedByTheConvolvedRows(_Convolved):
+    def forward(self, x):
+        h = F.relu(self.conv(x))
+        pooled = F.max_pooling_2d(h, 2)
+        return F.sum(h * h) / h.shape[0] + \
+            F.sum(self.out(pooled)) / len(pooled)
+
+
+class _ParityOfTheReducedRows(_Convolved):
+    def forward(self, x):
+        h = F.sum(F.relu(self.conv(x)), axis=(2, 3))
+        return self.reduced(h) * (h.shape[0] % 2 + 1)
+
+
+def _images(batches, seed=0):
+    rng = numpy.random.RandomState(seed)
+    return [(rng.randn(b, 2, 4, 4).astype(F32),) for b in batches]
+
+
+def test_a_division_by_a_computed_values_rows_serves_every_batch():
+    model = _DividedByTheConvolvedRows()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, _images(BATCHES), model,
+                                          'forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,2,4,4]'), \
+        entry.signature
+
+
+def test_a_decision_on_a_computed_values_rows_keeps_the_batch_size():
+    model = _ParityOfTheReducedRows()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, _images(BATCHES + (5, 7)), model,
+                                 'forward')
+    assert any('x.shape[0] taken modulo at test_sizes_read.py' in
+               str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+
+
+def _mean_of_all(x):
+    return F.sum(F.tanh(x)) / x.size + F.sum(x) / numpy.prod(x.shape)
+
+
+def _mean_of_rows_and_steps(x):
+    return F.sum(F.tanh(x)) * (1.0 / (x.shape[0] * x.shape[1]))
+
+
+@pytest.mark.parametrize('fn', [_mean_of_all, _mean_of_rows_and_steps])
+def test_a_product_of_sizes_is_read_when_run(fn):
+    rng = numpy.random.RandomState(1)
+    calls = [(rng.randn(b, 3, 2).astype(F32),) for b in BATCHES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(fn, calls)
+    entry, = jitted.cache_entries()
+    assert 'python.size[c=1, factors=' in str(entry.graph), entry.graph
+
+
+def test_a_product_of_sizes_runs_in_onnxruntime():
+    pytest.importorskip('onnxruntime')
+    jitted = chainerjit.jit(_mean_of_all, backend='onnxruntime')
+    rng = numpy.random.RandomState(2)
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for b in BATCHES:
+            x = rng.randn(b, 3, 2).astype(F32)
+            testing.assert_results_equal(jitted(x), _mean_of_all(x), 1e-6,
+                                         1e-6)
+    entry, = jitted.cache_entries()
+    assert entry.backend == 'onnxruntime', entry.describe_backend()
+
+
+_WEIGHTS = {5: 3.0, 7: 2.0}
+
+
+def _weighted_by_a_table(x):
+    return F.tanh(x) * _WEIGHTS.get(len(x), 1.0)
+
+
+def _weighted_by_a_set(x):
+    return F.tanh(x) * (2.0 if x.shape[0] in {5, 9} else 1.0)
+
+
+@pytest.mark.parametrize('fn', [_weighted_by_a_table, _weighted_by_a_set])
+def test_a_size_used_as_a_key_stays_in_the_key(fn):
+    rng = numpy.random.RandomState(3)
+    calls = [(rng.randn(b, 3).astype(F32),) for b in BATCHES + (5, 9)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(fn, calls)
+    assert any('used as a dict key or set member at test_sizes_read.py'
+               in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
+
+
+_ROW = chainer.Variable(numpy.arange(3, dtype=F32))
+
+
+def _broadcast_to_a_numpy_int(x):
+    return x * F.broadcast_to(_ROW, (numpy.int64(x.shape[0]), 3))
+
+
+def test_a_shape_of_numpy_ints_broadcasts_as_eagerly():
+    rng = numpy.random.RandomState(4)
+    calls = [(rng.randn(b, 3).astype(F32),) for b in (3, 5, 3, 8)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        differential.check_grads(_broadcast_to_a_numpy_int, calls)
+
+
+def _odd_batches_weighed_in_c(x):
+    # (the float's C code reads the size, unseen by the recording)
+    return F.tanh(x) * (1.0 + math.fmod(len(x), 2))
+
+
+def test_a_size_dependence_one_mode_finds_drops_the_others_entry():
+    jitted = chainerjit.jit(_odd_batches_weighed_in_c)
+    rng = numpy.random.RandomState(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        for b in (2, 4, 6, 8, 10, 12, 14):  # a training entry, checked
+            x = chainer.Variable(rng.randn(b, 3).astype(F32))
+            F.sum(jitted(x)).backward()
+        with chainer.using_config('train', False), \
+                chainer.no_backprop_mode():
+            for b in (2, 4, 5):  # inference finds the odd size out
+                x = rng.randn(b, 3).astype(F32)
+                testing.assert_results_equal(
+                    jitted(x), _odd_batches_weighed_in_c(x))
+        for b in (7, 9, 11):  # training at sizes it no longer checks
+            x = rng.randn(b, 3).astype(F32)
+            testing.assert_results_equal(
+                jitted(x), _odd_batches_weighed_in_c(x))
+    assert not any('B' in str(e.signature) for e in jitted.cache_entries())
+
+
+class _MaskedSteps(chainer.Chain):
+    """A time-major masked RNN whose steps a first call of two unrolls:
+    the padding past them would hide a program that runs only those."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.cell = L.Linear(4, 4)
+
+    def forward(self, xs, ms):
+        h = self.xp.zeros(xs.shape[1:], F32)
+        for x, m in zip(xs, ms):
+            h = m[:, None] * F.tanh(self.cell(x) + h) + \
+                (1 - m[:, None]) * h
+        return h
+
+
+@pytest.mark.parametrize('backend', ['auto', 'onnxruntime'])
+def test_a_loop_unrolled_over_the_first_axis_is_not_widened(backend):
+    if backend == 'onnxruntime':
+        pytest.importorskip('onnxruntime')
+    model = _MaskedSteps()
+    jitted = chainerjit.jit(model.forward, backend=backend)
+    rng = numpy.random.RandomState(6)
+    with warnings.catch_warnings(), \
+            chainer.using_config('train', False), chainer.no_backprop_mode():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        for steps, real in ((2, 2), (9, 2), (9, 9), (9, 6)):
+            xs = rng.randn(steps, 3, 4).astype(F32)
+            ms = numpy.zeros((steps, 3), F32)
+            ms[:real] = 1
+            testing.assert_results_equal(jitted(xs, ms),
+                                         model.forward(xs, ms), 1e-5, 1e-6)
