@@ -286,6 +286,9 @@ class JitFunction(_calls.CachedCall):
         self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
+        if not entry.values_checked:
+            return self._verify_values(entry, leaves, params, symbols,
+                                       instance, args, kwargs)
         checked = _size_to_check(entry, key, symbols)
         if checked is not None and checked not in entry.verified_lengths \
                 and entry.program is not None:
@@ -334,6 +337,45 @@ class JitFunction(_calls.CachedCall):
         make that length differ. On a difference the function stops making
         lengths (or batch sizes) symbolic. The call returns eager's
         result."""
+        result, agrees = self._compared_with_eager(
+            entry, leaves, params, symbols, instance, args, kwargs)
+        if agrees is None:
+            return result
+        if agrees:
+            entry.verified_lengths.update(
+                checked if _checks_items(entry.symbolic) else [checked])
+            return result
+        return self._length_mismatch(entry, checked, result)
+
+    def _verify_values(self, entry, leaves, params, symbols, instance, args,
+                       kwargs):
+        """The first hit of an entry whose program holds arrays the
+        recording computed (``cache.Entry.values_checked``) runs the
+        program and eagerly, and compares (as :meth:`_verify_length`): an
+        array made from an argument's values out of the recording's sight
+        (a conversion it cannot reach) would be a constant of the first
+        call. On a difference the entry runs eagerly from now on, with a
+        warning. The call returns eager's result."""
+        entry.values_checked = True
+        result, agrees = self._compared_with_eager(
+            entry, leaves, params, symbols, instance, args, kwargs)
+        if agrees is False:
+            why = 'at new argument values its program gave another ' \
+                'result than eagerly (an array computed from the ' \
+                'arguments out of the recording\'s sight is a constant of ' \
+                'the first call)'
+            entry.fallback = why
+            entry.program = entry.training = None
+            self._warn_fallback(errors.CompiledMismatch(why),
+                                entry.graph.nodes[0].loc
+                                if entry.graph.nodes else None)
+        return result
+
+    def _compared_with_eager(self, entry, leaves, params, symbols,
+                             instance, args, kwargs):
+        """``(eager's result, whether the entry's program agrees with it)``
+        for a call (``None``: the program did not run, as a failed guard
+        says), its effects undone in between; see :meth:`_verify_length`."""
         # Dropout draws the same again and batch normalization updates its
         # running averages once.
         snapshot = undo.Snapshot(entry.graph, params)
@@ -358,17 +400,19 @@ class JitFunction(_calls.CachedCall):
         with _reports_noted() as eager_reports:
             result = self._check_eagerly(instance, args, kwargs, hit=True)
         if compiled is None:
-            return result
-        if compiled is not _RAISED and \
-                pipeline.compare_results(result, compiled) is None and (
-                    eager_reports is None or pipeline.compare_results(
-                        eager_reports, reported) is None) and (
-                    trained is None or reference is None or
-                    _gradients_agree(reference, trained, (args, kwargs),
-                                     instance)):
-            entry.verified_lengths.update(
-                checked if _checks_items(entry.symbolic) else [checked])
-            return result
+            return result, None
+        return result, compiled is not _RAISED and \
+            pipeline.compare_results(result, compiled) is None and (
+                eager_reports is None or pipeline.compare_results(
+                    eager_reports, reported) is None) and (
+                trained is None or reference is None or
+                _gradients_agree(reference, trained, (args, kwargs),
+                                 instance))
+
+    def _length_mismatch(self, entry, checked, result):
+        """What a check at new sizes (``checked``) that found another result
+        than eager's does: the sizes stay in the key from now on, with a
+        warning. Returns eager's ``result``."""
         self.cache.remove(entry)
         if isinstance(entry.symbolic, (scalars.VaryingScalars,
                                        scalars.SizesAndNumbers)):

@@ -800,18 +800,29 @@ def _recording_crf1d_link(forward, recorder):
 
 def _recording_crf1d_argmax(argmax, recorder):
     """``L.CRF1d.argmax`` while recording, with ``transpose=True`` on a
-    list of sequences: one node (``ops.loss.ArgmaxCRF1dOfSequences``)
-    running Chainer's code, as :func:`_recording_crf1d_link`; its paths
-    follow the sequences' lengths. Else the link's own."""
+    list of sequences, where no gradient is wanted of the scores: one node
+    (``ops.loss.ArgmaxCRF1dOfSequences``) running Chainer's code, as
+    :func:`_recording_crf1d_link`; its paths follow the sequences'
+    lengths. Else the link's own."""
     def best(link, xs, transpose=False):
         if _state.recorder is not recorder or recorder.depth or \
-                not transpose or type(xs) is not list or not xs:
+                not transpose or type(xs) is not list or not xs or \
+                _scores_need_grad(link, xs):
             return argmax(link, xs, transpose)
         found = loss_ops.ArgmaxCRF1dOfSequences(len(xs)).apply(
             [link.cost] + xs)
         return found[0], [path.array for path in found[1:]]
     best.__wrapped__ = argmax
     return best
+
+
+def _scores_need_grad(link, xs):
+    """Would the best paths' scores of ``link.argmax(xs)`` need a gradient
+    (``ops.loss.ArgmaxCRF1dOfSequences`` has none: Chainer's own ops are
+    recorded then)?"""
+    return chainer.config.enable_backprop and (
+        link.cost.requires_grad or any(
+            isinstance(x, chainer.Variable) and x.requires_grad for x in xs))
 
 
 def _steps_of_a_loop(xs, recorder):

@@ -162,7 +162,7 @@ class ArgmaxCRF1dOfSequences(chainer.FunctionNode):
     scores ``xs`` of any lengths, in any order, by Chainer's own code: the
     outputs are the best paths' scores (in the order of the sequences
     sorted by length, as Chainer gives them) and each sequence's path.
-    Not differentiable: a gradient through it runs eagerly."""
+    Not differentiable: recorded only where no gradient is wanted."""
 
     def __init__(self, n):
         self.n = n

@@ -371,7 +371,7 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
     cdef list symbols = []
     if bucket:
         entry = bucket[0]
-        if entry.symbolic is not None:
+        if entry.symbolic is not None or not entry.values_checked:
             return _MISS
     else:
         # An entry compiled for any size that answered this key before.

@@ -194,6 +194,8 @@ class Entry(object):
         # runtime.batch.Batched, runtime.ragged.Ragged)
         self.symbolic = None
         self.verified_lengths = set()  # trip counts checked against eager
+        # False: its first hit is checked against eager (api._verify_values)
+        self.values_checked = True
         self.branch_misses = 0  # calls where a branch on an array value
         # went the other way (each ran eagerly)
         # What runs the program (runtime.backends): 'numpy' or

@@ -261,6 +261,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         entry.size_uses += _loop_uses(
             recording, getattr(caller.fn, '__code__', None),
             [name for name, _ in sig.items])
+        entry.values_checked = not caller.check or not _holds_arrays(
+            graph, recording.outputs)
         _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note
@@ -735,6 +737,25 @@ def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
     entry.size_uses = list(recording.length_uses)
     entry.ignore_state(recording.written_first)
     return entry
+
+
+def _holds_arrays(graph, outputs):
+    """Does ``graph``, or the result (``outputs``, ``(structure, leaf
+    specs)``), hold an array constant of several values (not one filled
+    with one number, a first state of zeros)? One computed from the
+    arguments out of the recording's sight would be the first call's; the
+    entry's first hit is checked (``api``)."""
+    arrays = [v.data for v in graph.consts] + [
+        spec[1] for spec in (outputs[1] if outputs else ())
+        if spec[0] == 'const']
+    return any(getattr(a, 'size', 1) > 1 and not _filled(a) for a in arrays)
+
+
+def _filled(array):
+    """Is ``array`` one number throughout?"""
+    array = chainer.backend.CpuDevice().send(array)
+    first = array.flat[0]
+    return bool((array == first).all()) or bool(numpy.isnan(array).all())
 
 
 def _loop_uses(recording, code, names):

@@ -191,3 +191,23 @@ def test_a_view_made_by_an_unpatched_conversion_is_never_a_constant(rng):
     for (x,), got in zip(calls, results):
         numpy.testing.assert_array_equal(got.array,
                                          _held_in_a_dict(x).array)
+
+
+def _copied_out_of_sight(x):
+    return F.relu(chainer.Variable(_CONVERSIONS['array'](x) * 1.0))
+
+
+def test_a_copy_made_out_of_the_recordings_sight_is_caught_at_new_values(
+        rng):
+    """An array computed from an argument by code the recording cannot
+    reach is a constant of the first call: the entry's first hit, at new
+    values, runs eagerly too, finds the difference, and the function runs
+    eagerly from then on, with a warning."""
+    jitted = chainerjit.jit(_copied_out_of_sight)
+    calls = _calls(rng)
+    with pytest.warns(errors.FallbackWarning, match='at new argument '
+                      'values its program gave another result'):
+        results = [jitted(x) for (x,) in calls]
+    for (x,), got in zip(calls, results):
+        numpy.testing.assert_array_equal(got.array,
+                                         _copied_out_of_sight(x).array)

@@ -209,11 +209,13 @@ def test_best_paths_of_a_list_transposed_by_hand_serve_every_length():
     assert 'TransposeSequence' not in str(entry.graph), entry.graph
 
 
-def test_the_best_paths_score_has_eagers_gradient():
+@pytest.mark.parametrize('cls', [_TransposedByHand, _Tagger])
+def test_the_best_paths_score_has_eagers_gradient(cls):
     # with backprop, the score is differentiable as eager's (the one node
-    # is not: Chainer's steps are recorded instead)
+    # is not: Chainer's steps are recorded instead), transposed by hand
+    # or by L.CRF1d.argmax(hs, transpose=True)
     numpy.random.seed(2)
-    model = _TransposedByHand()
+    model = cls()
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.predict)
     with warnings.catch_warnings():

@@ -208,3 +208,23 @@ def test_a_loop_unrolled_over_the_first_axis_is_not_widened(backend):
             ms[:real] = 1
             testing.assert_results_equal(jitted(xs, ms),
                                          model.forward(xs, ms), 1e-5, 1e-6)
+
+
+class _Asserted(_Convolved):
+    """Chainer's text classification example asserts its state's shape:
+    two sizes of the same batch compared hold at every size."""
+
+    def forward(self, x):
+        h = F.sum(F.relu(self.conv(x)), axis=(2, 3))
+        assert h.shape == (len(x), 3)
+        return self.reduced(h)
+
+
+def test_a_size_compared_with_itself_serves_every_batch():
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(None, _images(BATCHES),
+                                          _Asserted(), 'forward')
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,2,4,4]'), \
+        entry.signature
