@@ -868,15 +868,14 @@ def rows_label(rows, symbol=BATCH):
 
 def _widens(entry, backend):
     """An entry whose program may serve other batch sizes: inference (no
-    backprop), no symbolic lengths, run by one onnxruntime session, or by
-    the VM where ``backend`` is ``'auto'``."""
+    backprop), no symbolic lengths, run by onnxruntime (sessions split
+    around ops it lacks cannot be one session of any batch size, which
+    the attempt finds and, with ``backend='onnxruntime'``, warns of), or
+    by the VM where ``backend`` is ``'auto'``."""
     if entry.program is None or entry.symbolic is not None or \
             entry.key[1] or entry.batch_note is not None:
         return False
-    if entry.backend == 'onnxruntime':  # one session, not a split
-        return entry.backend_note is None or \
-            isinstance(entry.program, backends.WhileUnchanged)
-    return backend == 'auto'
+    return entry.backend == 'onnxruntime' or backend == 'auto'
 
 
 def _batched_leaves(old, new):
