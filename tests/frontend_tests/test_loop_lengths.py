@@ -890,12 +890,15 @@ class FiveIsSpecial(_Steps):
 
 class MeanOverTime(_Steps):
     def forward(self, xs):
+        return self.out(self.summed(xs) * (1.0 / xs.shape[0]))
+
+    def summed(self, xs):
         h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
         total = 0
         for t in range(xs.shape[0]):
             h, c = self.step(xs[t], h, c)
             total = total + h
-        return self.out(total * (1.0 / xs.shape[0]))
+        return total
 
 
 class MeanOverTimeByLiterals(_Steps):
@@ -912,18 +915,13 @@ class MeanOverTimeByLiterals(_Steps):
         return y * (-0.25 * B) + (2.0 - T) * F.sum(y)
 
 
-class MeanOverTimeScaled(_Steps):
+class MeanOverTimeScaled(MeanOverTime):
     """A float attribute divided by the length: the float computes it in
     C, unseen."""
     scale = 1.0
 
     def forward(self, xs):
-        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
-        total = 0
-        for t in range(xs.shape[0]):
-            h, c = self.step(xs[t], h, c)
-            total = total + h
-        return self.out(total * (self.scale / xs.shape[0]))
+        return self.out(self.summed(xs) * (self.scale / xs.shape[0]))
 
 
 class MeanByDivision(_Steps):
