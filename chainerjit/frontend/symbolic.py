@@ -784,20 +784,28 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
                 graph.inputs[leaf] not in graph.outputs:
             wildcards.setdefault(leaf, set()).add(axis)
     reads = set(r[0] for r in outer_reads)
+    tied = _tied_arguments(graph, wildcards, length, free, dim)
     try:
         steps = _Steps(graph, loops, seeds, reads, templates, dim)
     except _KeepsLength:
-        tied = _tied_arguments(graph, wildcards, length, free, dim)
         if not tied:
             raise
-        # Another argument of as many steps (the targets of each step)
-        # read by the ops over them: its axis is the length too.
-        seeds = dict(seeds)
-        seeds.update((graph.inputs[leaf], ops.Rows.of_item(
+        steps = None
+    if tied:
+        # Another argument of as many steps (the targets of each step, a
+        # mask summed over the steps) read by the ops over them: its axis
+        # is the length too, where those ops take it at any size.
+        tied_seeds = dict(seeds)
+        tied_seeds.update((graph.inputs[leaf], ops.Rows.of_item(
             dim[0], length)._replace(axis=axis)) for leaf, axis in tied)
-        steps = _Steps(graph, loops, seeds, reads, templates, dim, tied)
-        for leaf, axis in tied:
-            wildcards.setdefault(leaf, set()).add(axis)
+        try:
+            steps = _Steps(graph, loops, tied_seeds, reads, templates, dim,
+                           tied)
+            for leaf, axis in tied:
+                wildcards.setdefault(leaf, set()).add(axis)
+        except _KeepsLength:
+            if steps is None:
+                raise
     return outer_reads + steps.constant_reads, wildcards, steps
 
 

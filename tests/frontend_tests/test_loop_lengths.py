@@ -1279,6 +1279,29 @@ def test_a_mask_numpy_broadcasts_serves_every_length_and_batch():
     assert 'numpy.broadcast_to(like)' in str(entry.graph), entry.graph
 
 
+class LengthsOfTheMask(_Steps):
+    """Each sequence's length summed from the padding mask, compared with
+    the counter at each step: the mask's axis of steps is the length
+    too."""
+
+    def forward(self, xs, ms):
+        lengths = ms.sum(axis=0)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(xs.shape[0]):
+            h_new, c_new = self.step(xs[t], h, c)
+            keep = (lengths > t)[:, None].astype(numpy.float32)
+            h = keep * h_new + (1 - keep) * h
+            c = keep * c_new + (1 - keep) * c
+        return self.out(h)
+
+
+def test_lengths_summed_from_the_mask_serve_every_length_and_batch():
+    entry = _one_entry_with_gradients(LengthsOfTheMask(),
+                                      _masked_calls(SHAPES))
+    assert str(entry.signature).startswith(
+        'xs: f32[T,B,6]@cpu grad, ms: i32[T,B]'), entry.signature
+
+
 class ContextOverSteps(_Encoder):
     """Attention over batch-first steps whose context is the scores'
     product with the steps, contracting the steps' axis."""
