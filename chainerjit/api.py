@@ -929,6 +929,10 @@ class JitFunction(_calls.CachedCall):
         evicted = self.cache.insert(entry)
         if evicted is not None:
             self.budget.note_eviction(evicted)
+        if isinstance(entry.symbolic, (symbolic_module.Symbolic,
+                                       batch.TripsAndBatch)):
+            for other in batch.generalized_by(self.cache, entry):
+                self.cache.remove(other)  # (a first call of a few steps)
         self._note_item_counts(entry)
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, compiled.miss_reason,

@@ -76,7 +76,8 @@ def roll_loops(graph, recording):
     fingerprints = Fingerprints(recording.templates,
                                 ops_math.COUNTED_CONSTANTS)
     for index, (run, chunks) in enumerate(runs):
-        if run.n_iterations < 2:
+        if run.n_iterations < 2 or _around_loops_of_any_length(
+                run, chunks, rolled):
             continue
         run.defined = set(v for chunk in chunks for n in chunk
                           for v in n.outputs)
@@ -117,6 +118,23 @@ def roll_loops(graph, recording):
             later_chunks[:] = [_substitute(c, span, replacement)
                                for c in later_chunks]
     return rolled, unrolled
+
+
+#: The most passes of a loop of a fixed count left unrolled around loops
+#: over an argument's axis (:func:`_around_loops_of_any_length`).
+_PASSES_AROUND = 8
+
+
+def _around_loops_of_any_length(run, chunks, rolled):
+    """Is ``run`` a loop of a fixed count (``for it in range(3)``, a few
+    refinement passes) around loops rolled over an argument's axis? It is
+    left unrolled: its passes' loops, each of the argument's length, may
+    then take any length (``frontend.symbolic``), which loops nested in a
+    rolled loop do not."""
+    return run.trip is None and run.n_iterations <= _PASSES_AROUND and any(
+        node in rolled and rolled[node].trip is not None and
+        rolled[node].trip.kind == 'dim'
+        for chunk in chunks for node in chunk)
 
 
 def _chunks(nodes, run):

@@ -402,7 +402,7 @@ def test_two_loops_over_the_same_sequence_grads():
 
 
 def test_two_loops_over_the_same_sequence_variables():
-    _fwd(same_sequence_twice, _as_variable_args(_make_seq), (2, 3, 7))
+    _fwd(same_sequence_twice, _as_variable_args(_make_seq), (2, 3, 7, 3, 7))
 
 
 def test_two_loops_over_the_same_sequence_long():

@@ -1302,6 +1302,36 @@ def test_lengths_summed_from_the_mask_serve_every_length_and_batch():
         'xs: f32[T,B,6]@cpu grad, ms: i32[T,B]'), entry.signature
 
 
+class RefinedInPasses(_Steps):
+    """A few passes over the steps, each from the last's state (a fixed
+    loop around the time loop, left unrolled: each pass's loop serves
+    every length)."""
+
+    def forward(self, xs):
+        state = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for _ in range(3):
+            h, c = state, state
+            for x in xs:
+                h, c = self.step(x, h, c)
+            state = h
+        return self.out(state)
+
+
+def test_passes_around_the_time_loop_serve_every_length():
+    entry = _one_entry_with_gradients(RefinedInPasses(), _calls(
+        RefinedInPasses(), (5, 9, 17, 9, 5, 12)))
+    assert str(entry.graph).count('trip=T') == 3, entry.graph
+
+
+def test_a_first_call_too_short_to_roll_is_served_by_the_next_entry():
+    # (one step: its entry unrolled; the entry for every length serves
+    # it afterwards, and takes its place)
+    model = StackedOutputs()
+    jf = testing.assert_jit_grads_match_eager(
+        model, _calls(model, (1, 9, 17, 1, 5, 12)), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
 class ContextOverSteps(_Encoder):
     """Attention over batch-first steps whose context is the scores'
     product with the steps, contracting the steps' axis."""
