@@ -98,8 +98,7 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
     onnx.checker.check_model(model)
     if dynamic_batch and builder.batch_size:
         _check_other_batches(model, jitted, args, kwargs or {}, entry,
-                             builder.batch_size,
-                             [types[source][0] for source in sources])
+                             _example_rows(args, kwargs or {}))
     if path is not None:
         onnx.save(model, os.fspath(path))
     return model
@@ -189,25 +188,34 @@ def _check_batch_unused(jitted, entry):
             'with Chainer functions' % (jitted.__name__, decision))
 
 
-def _check_other_batches(model, jitted, args, kwargs, entry, size,
-                         shapes):
+def _check_other_batches(model, jitted, args, kwargs, entry, size):
     """Runs the model with a dynamic batch in onnxruntime on the example's
-    rows (``size`` of them) twice over, and on its first row alone, and
-    the forward eagerly on them (in test mode, without backprop); raises
-    ExportError where onnxruntime cannot run it or the results differ (a
-    converter kept the example's batch size; a batch of one squeezed or
-    broadcast as several are not). The outputs, of ``shapes`` at the
-    example's batch, then declare the axes that changed with the batch
+    rows (``size`` of them; the entry may have been recorded at another
+    batch size), twice over, and on its first row alone, and the forward
+    eagerly on them (in test mode, without backprop); raises ExportError
+    where onnxruntime cannot run it or the results differ (a converter
+    kept the example's batch size; a batch of one squeezed or broadcast
+    as several are not). The outputs at the example's batch and at twice
+    it then declare the axes that changed with the batch
     (:func:`_declare_outputs`). A program that draws random numbers is
     not run."""
     if any(not node.pure for node in entry.graph.nodes):
         return
     session = ort.session(model)
+    once = _run_at(session, jitted, args, kwargs, size, lambda a: a, size)
     twice = _run_at(session, jitted, args, kwargs, 2 * size,
                     lambda a: _concatenate([a, a]), size)
     if size != 1:
         _run_at(session, jitted, args, kwargs, 1, lambda a: a[:1], size)
-    _declare_outputs(model, shapes, twice, size)
+    _declare_outputs(model, [out.shape for out in once], twice, size)
+
+
+def _example_rows(args, kwargs):
+    """The first axis's size of the example's first array (the batch)."""
+    leaves = []
+    signature.flatten((args, kwargs), leaves)
+    return next(signature.leaf_array(leaf).shape[0] for leaf in leaves
+                if signature.leaf_array(leaf).ndim)
 
 
 def _run_at(session, jitted, args, kwargs, rows, cut, size):

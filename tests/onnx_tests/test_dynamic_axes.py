@@ -62,6 +62,22 @@ def test_a_program_serving_every_batch_size_exports_a_dynamic_batch(rng):
         rng.standard_normal((n, 6)).astype('f') for n in (1, 7, 30)])
 
 
+def test_an_example_of_another_batch_names_the_outputs_batch(rng):
+    # (the entry recorded at 3 rows, the example 4: its batch is the
+    # output's too, checked at 4 and 8 rows)
+    model = MLP()
+    jitted = chainerjit.jit(model, backend='onnxruntime')
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for n in (3, 5):  # one session widened to every batch size
+            jitted(rng.standard_normal((n, 6)).astype('f'))
+    exported = chainerjit.export_onnx(
+        jitted, (rng.standard_normal((4, 6)).astype('f'),))
+    dims = [d.dim_param or d.dim_value
+            for d in exported.graph.output[0].type.tensor_type.shape.dim]
+    assert dims == ['batch', 3] and _dims(exported) == ['batch', 6], \
+        (dims, _dims(exported))
+
+
 def test_a_program_of_one_batch_size_exports_it_unless_asked(rng):
     model = MLP()
     x = rng.standard_normal((3, 6)).astype('f')
