@@ -598,9 +598,9 @@ def _side_effects(graph):
     where = '' if node is None else ' (%s%s)' % (node.op, ragged.at(
         node.loc))
     if node is not None and node.generic:
-        return '%s%s runs as Chainer\'s own function, whose effects (a ' \
-            'state, a random draw) chainerjit cannot undo after a check at ' \
-            'another size' % (
+        return '%s%s runs as Chainer\'s own function (chainerjit has no ' \
+            'kernel of its own for it), which might keep a state or draw ' \
+            'random numbers that a check at another size could not undo' % (
                 node.op, ragged.at(node.loc))
     return 'the program has side effects%s: a state update other than ' \
         'batch normalization\'s, or a random draw other than dropout\'s ' \
