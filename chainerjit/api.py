@@ -1432,7 +1432,8 @@ def _change_kind(line):
     name, _, rest = line.partition(': ')
     what = rest.split(' ')[0] if rest else ''
     if what not in ('shape', 'dtype', 'device', 'requires_grad',
-                    'is_variable', 'link', 'length', 'missing'):
+                    'is_variable', 'link', 'length', 'missing', 'added',
+                    'removed'):
         what = 'value'  # a static argument, a setting: 'k: 2.0 -> 3.0'
     where = rest[rest.index(' at axis'):] if ' at axis' in rest else ''
     return '%s: %s%s' % (name, what, where)

@@ -9,6 +9,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import api
 from chainerjit import testing
 from tests import threads
 
@@ -287,3 +288,13 @@ def test_hooks_observe_eager_calls(rng):
     hooked, plain = net.forward.cache_entries()  # least recent first
     assert 'link hooks on /l1' in hooked.fallback
     assert plain.fallback is None and plain.hits == 2
+
+
+@pytest.mark.parametrize('line, kind', [
+    ('x: shape (32, 784) -> (17, 784) at axis 0', 'x: shape at axis 0'),
+    ('xs[2]: added', 'xs[2]: added'),
+    ('xs[3]: removed', 'xs[3]: removed'),
+    ('k: 2.0 -> 3.0', 'k: value')])
+def test_what_keeps_changing_names_the_kind_of_change(line, kind):
+    # (an item added to a list is no value of the key)
+    assert api._change_kind(line) == kind
