@@ -1405,11 +1405,13 @@ def _compiled_calls(functions):
 def _rare_change(kinds, sig):
     """What the changes of a miss (``kinds``, see :func:`_change_kind`)
     changed if that rarely comes back, else ``None``: a Python argument's
-    value, or the shapes of the items of a list of arrays whose shapes
-    differ (sequences of different lengths, whose combinations rarely
-    repeat)."""
+    value, the items of a list or dict argument, or the shapes of the
+    items of a list of arrays whose shapes differ (sequences of different
+    lengths, whose combinations rarely repeat)."""
     if any(kind.endswith(': value') for kind in kinds):
         return 'a new value of a Python argument'
+    if any(kind.endswith((': added', ': removed')) for kind in kinds):
+        return 'a new structure of the arguments (items added or removed)'
     lists = _ragged_lists(sig)
     for kind in kinds:
         name, _, what = kind.partition(': ')
