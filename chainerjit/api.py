@@ -105,8 +105,10 @@ def jit(fn=None, maxsize=64, check=True, recompile_limit=8, backend=None,
                    providers=providers, freeze=freeze, dynamic=dynamic)
     if fn is None:
         return lambda f: jit(f, **options)
-    if isinstance(fn, chainer.Link):
-        return JitFunction(type(fn).forward, lambda: fn, options)
+    if isinstance(fn, chainer.Link):  # (its class's forward, unjitted)
+        forward = type(fn).forward
+        return JitFunction(forward._fn if isinstance(forward, JitFunction)
+                           else forward, lambda: fn, options)
     if hasattr(fn, '__self__') and hasattr(fn, '__func__'):
         instance = fn.__self__
         return JitFunction(fn.__func__, lambda: instance, options)

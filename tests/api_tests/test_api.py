@@ -298,3 +298,24 @@ def test_hooks_observe_eager_calls(rng):
 def test_what_keeps_changing_names_the_kind_of_change(line, kind):
     # (an item added to a list is no value of the key)
     assert api._change_kind(line) == kind
+
+
+class _DecoratedForward(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(4, 3)
+
+    @chainerjit.jit
+    def forward(self, x):
+        return F.relu(self.l1(x))
+
+
+def test_jit_of_a_model_whose_forward_is_jitted_runs_that_forward():
+    model = _DecoratedForward()
+    jitted = chainerjit.jit(model)
+    for n in (2, 3, 2):
+        x = numpy.random.RandomState(n).randn(n, 4).astype(numpy.float32)
+        testing.assert_results_equal(jitted(x),
+                                     _DecoratedForward.forward._fn(model, x))
+    assert jitted.cache_info().hits >= 1
