@@ -503,10 +503,14 @@ def read_size(array, size, depth=1):
     """``size`` (``x.size``) as :func:`read_shape` reads a shape: the
     product of all its axes' Lengths."""
     shape = read_shape(array, array.shape, depth + 1)
-    if not contained(shape):
-        return size
+    return product_of(shape) if contained(shape) else size
+
+
+def product_of(sizes):
+    """The product of ``sizes``, Lengths among them (a Length itself,
+    ``Length.monomial``, where one is)."""
     total = 1
-    for n in shape:
+    for n in sizes:
         total = n * total
     return total
 
@@ -1005,11 +1009,12 @@ def _made_sized(name, array, args, kwargs, uses, recorder):
     fill = _FILLS[name](args, kwargs)
     if contained(others) or not isinstance(fill, (int, float)):
         return None
-    like = None if all(isinstance(n, Length) for n in shape) else \
-        _made_like(array, shape, fill, uses)  # (its other axes too)
-    sized = None if like is not None else argument_sizes(shape, recorder)
+    like = _made_like(array, shape, fill, uses)
+    if like is not None and not all(isinstance(n, Length) for n in shape):
+        return like  # (a value's shape: its other axes too)
+    sized = argument_sizes(shape, recorder)
     if sized is None:
-        return like or _made_like(array, shape, fill, uses)
+        return like
     return MadeSized(array, sized[0], sized[1], fill, uses, None)
 
 
@@ -1220,13 +1225,8 @@ def width_as_scalar(width, recorder, frame):
     value = recorder.values.get(id(width.array))
     if value is None:
         return None
-    axes = ((width.axis, 1),)
-    kernel = ops.Kernel(_linear_reader(axes, 0, float),
-                        {'axis': width.axis, 'a': 1, 'b': 0},
-                        onnx=_linear_to_onnx(axes, 0, numpy.float64),
-                        lengths=_any_rows)
-    return _size_scalar(kernel, [value], width, recorder, frame,
-                        _WidthUses(recorder))
+    return _size_scalar(_linear_size(width.axis, 1, 0), [value], width,
+                        recorder, frame, _WidthUses(recorder))
 
 
 def _size_scalar(kernel, inputs, number, recorder, frame, uses):
@@ -1257,12 +1257,17 @@ def _affine_size(length, inputs):
             not _is_argument_axis(next(iter(length.origins)), inputs):
         return None
     (leaf, axis), = length.origins
-    a, b = length.affine
+    return _linear_size(axis, *length.affine), [inputs[leaf]]
+
+
+def _linear_size(axis, a, b):
+    """The ``python.size`` kernel of ``a`` times the size of its input's
+    ``axis``, plus ``b``, as a float."""
     return ops.Kernel(
         _linear_reader(((axis, a),), b, float), {'axis': axis, 'a': a,
                                                  'b': b},
         onnx=_linear_to_onnx(((axis, a),), b, numpy.float64),
-        lengths=_any_rows), [inputs[leaf]]
+        lengths=_any_rows)
 
 
 def _product_size(length, inputs):

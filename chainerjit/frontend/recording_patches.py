@@ -300,10 +300,7 @@ def _numpy_prod(prod, recorder):
                 not lengths.contained(a) or lengths.forward_line(1) is None \
                 or not all(isinstance(n, int) for n in a):
             return prod(a, *args, **kwargs)
-        total = 1
-        for n in a:
-            total = n * total
-        return total
+        return lengths.product_of(a)
     product.__wrapped__ = prod
     return product
 

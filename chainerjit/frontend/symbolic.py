@@ -785,12 +785,7 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
             wildcards.setdefault(leaf, set()).add(axis)
     reads = set(r[0] for r in outer_reads)
     tied = _tied_arguments(graph, wildcards, length, free, dim)
-    try:
-        steps = _Steps(graph, loops, seeds, reads, templates, dim)
-    except _KeepsLength:
-        if not tied:
-            raise
-        steps = None
+    steps = why = None
     if tied:
         # Another argument of as many steps (the targets of each step, a
         # mask summed over the steps) read by the ops over them: its axis
@@ -801,11 +796,18 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
         try:
             steps = _Steps(graph, loops, tied_seeds, reads, templates, dim,
                            tied)
+        except _KeepsLength as e:
+            why = e
+        else:
             for leaf, axis in tied:
                 wildcards.setdefault(leaf, set()).add(axis)
+    if steps is None:
+        try:
+            steps = _Steps(graph, loops, seeds, reads, templates, dim)
         except _KeepsLength:
-            if steps is None:
-                raise
+            if why is not None:
+                raise why
+            raise
     return outer_reads + steps.constant_reads, wildcards, steps
 
 

@@ -754,8 +754,8 @@ def _holds_arrays(graph, outputs):
 def _filled(array):
     """Is ``array`` one number throughout?"""
     array = chainer.backend.CpuDevice().send(array)
-    first = array.flat[0]
-    return bool((array == first).all()) or bool(numpy.isnan(array).all())
+    return bool((array == array.flat[0]).all()) or \
+        array.dtype.kind in 'fc' and bool(numpy.isnan(array).all())
 
 
 def _loop_uses(recording, code, names):
