@@ -492,9 +492,12 @@ class JitFunction(_calls.CachedCall):
         if params is None:
             return _NOT_WIDENED
         decision = batch.decision_on_batch(entry, batched)
+        sizes = batch.axes_named(batched.batch_axes(),
+                                 [name for name, _ in entry.signature.items],
+                                 ' and ')
         if decision is not None:
             entry.batch_note = decision
-            self._warn_batch_static(decision)
+            self._warn_batch_static(decision, sizes)
             return _NOT_WIDENED
         inputs = signature.leaf_arrays(leaves) + params
         try:
@@ -506,14 +509,14 @@ class JitFunction(_calls.CachedCall):
             if self._options['backend'] != 'onnxruntime':
                 return _NOT_WIDENED  # the VM may serve every batch size
             entry.batch_note = backends.first_line(error)
-            self._warn_batch_static(entry.batch_note)
+            self._warn_batch_static(entry.batch_note, sizes)
             return _NOT_WIDENED
         result = self._check_eagerly(instance, args, kwargs)
         problem = pipeline.compare_results(result, compiled)
         if problem is not None:
             entry.batch_note = 'at batch size %d its program gave another ' \
                 'result than eagerly: %s' % (batched.size_of(key), problem)
-            self._warn_batch_static(entry.batch_note)
+            self._warn_batch_static(entry.batch_note, sizes)
             return result
         batch.widen(self.cache, entry, batched, program, [
             batched.size_of(entry.key), batched.size_of(key)])
@@ -622,11 +625,16 @@ class JitFunction(_calls.CachedCall):
             'chainerjit: %s: %s. Each new value compiles again.'
             % (self.__name__, why))
 
-    def _warn_batch_static(self, why):
+    def _warn_batch_static(self, why, sizes=None):
+        """Warns once that the batch size (``sizes``: the axes that
+        changed, as the forward reads them, ``x.shape[0]``) stays in the
+        key, and why."""
+        what = 'the batch size' if sizes is None else \
+            'the size of %s' % sizes
         errors.warn_once(
             (self.__name__, 'batch'), errors.RecompileWarning,
-            'chainerjit: %s keeps the batch size in the cache key (each '
-            'batch size compiles again): %s' % (self.__name__, why))
+            'chainerjit: %s keeps %s in the cache key (each new size '
+            'compiles again): %s' % (self.__name__, what, why))
 
     def _warn_variable_lists(self, args, kwargs):
         """Warns once, at a miss, where a list argument holds Variables:

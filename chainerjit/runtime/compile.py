@@ -80,7 +80,8 @@ class Caller(collections.namedtuple('Caller', (
         warn_items: ``warn_items(why)`` warns, once, that the lengths of
             the items of a list argument stay in the key
             (``runtime.ragged``).
-        warn_batch: ``warn_batch(why)`` warns, once, that the batch size
+        warn_batch: ``warn_batch(why, sizes)`` warns, once, that the
+            batch size (``sizes``: the axes that changed, ``x.shape[0]``)
             stays in the key (``runtime.batch``).
         warn_varying: ``warn_varying(why)`` warns, once, that float or
             int arguments stay in the key (``frontend.scalars``).
@@ -623,6 +624,7 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
     trip counts: ``not_widened``) keep it, which this warns of. A program
     onnxruntime cannot run (``backends.why_not``) is the VM's."""
     rows, why = None, None
+    names = [name for name, _ in sig.items]
     if caller.backend == 'onnxruntime' and \
             backends.why_not(graph, ()) is None:  # (else the VM runs it)
         why = _ONE_SIZE_PER_SESSION if not_widened or any(
@@ -631,7 +633,6 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
         why = _side_effects(graph)
     else:
         # Other sizes are checked by running the program and eagerly.
-        names = [name for name, _ in sig.items]
         made_again = batch.remake_rows(graph, recording.made_rows, batched)
         uses = [use for use in recording.length_uses
                 if use not in made_again]
@@ -645,7 +646,8 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
                 rows = _with_other_axis(caller, graph, sig, rows, other,
                                         uses, names, batched.guessed)
     if why is not None and caller.warn_batch is not None:
-        caller.warn_batch(why)
+        changed = batch.axes_named(batched.batch_axes(), names, ' and ')
+        caller.warn_batch(why, changed)
     return rows, why
 
 

@@ -502,7 +502,7 @@ def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
     model(*make(numpy.random.RandomState(0), 2))
     jitted = chainerjit.jit(model.forward, backend='numpy')
     messages = _recompile_warnings(jitted, _calls(make, (3, 8, 17, 8)))
-    assert any('keeps the batch size in the cache key' in m and why in m
+    assert any('keeps the size of x.shape[0]' in m and why in m
                for m in messages), messages
     assert jitted.cache_info().currsize == 3
     assert why in jitted.explain(*make(numpy.random.RandomState(1), 5))

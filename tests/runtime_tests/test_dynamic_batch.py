@@ -220,7 +220,7 @@ class _SplitAroundRemainder(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls, why', [
-    (_AddsWrittenRowNumbers, 'keeps the batch size in the cache key'),
+    (_AddsWrittenRowNumbers, 'keeps the size of x.shape[0] in the cache key'),
     (_SplitAroundRemainder, 'numpy.remainder has no ONNX converter'),
     (_DoublesLargeBatches, 'x.shape[0] compared at test_dynamic_batch.py'),
     (_DoublesLargeBatchesSecretly, 'gave another result than eagerly'),
