@@ -156,3 +156,25 @@ def check_seeded(model, calls, **options):
                 numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
         assert next_draws[0] == next_draws[1]
     return jitted
+
+
+def check_on_arrays(model, calls, rtol=1e-4, atol=1e-5):
+    """``jit(twin.forward)`` of a copy of ``model`` against
+    ``model.forward``, given the arguments as they are (NumPy arrays, not
+    Variables: NumPy code of the forward runs on them): outputs, and
+    parameters' gradients of a weighted sum of the output."""
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    for k, args in enumerate(calls):
+        results = []
+        for forward, owner in ((model.forward, model), (jitted, twin)):
+            owner.cleargrads()
+            y = forward(*args)
+            weights = numpy.arange(y.size, dtype=y.dtype).reshape(y.shape)
+            chainer.functions.sum(y * weights).backward()
+            results.append(([y.array], [p.grad for _, p in sorted(
+                owner.namedparams())]))
+        (expected, e_grads), (actual, j_grads) = results
+        _same(actual, expected, 'call %d output' % k, rtol, atol)
+        _same(j_grads, e_grads, 'call %d grad' % k, rtol, atol)
+    return jitted

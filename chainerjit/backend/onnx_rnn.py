@@ -336,8 +336,8 @@ def _counter_read(body, x_t, outer):
     slices, _ = index.index
     (axis, start, step), = index.counters
     if (step, start < 0) not in ((1, False), (-1, True)) or \
-            axis not in (0, 1) or any(
-                s != slice(None) for j, s in enumerate(slices) if j != axis):
+            axis not in (0, 1) or structural.counted_slice(slices[axis]) or \
+            any(s != slice(None) for j, s in enumerate(slices) if j != axis):
         return None
     return outer[index.inputs[0]], axis, start, step
 

@@ -1100,6 +1100,48 @@ def _argument_axis(n, recorder, leaves):
     return leaves.index(leaf), axis
 
 
+def index_from_the_end(x, index):
+    """``x[index]`` where an int of the index, or a slice's bound, is the
+    size of the axis it indexes plus a number (``xs[T - 1]``, ``xs[:T -
+    1]``, ``h[:, len(ws) - 2]`` where that axis follows ``T``'s
+    argument's): the index counted from the end instead (``xs[-1]``,
+    ``xs[:-1]``), which reads the same at every size and uses no size;
+    else ``index`` as it is."""
+    entries = index if type(index) is tuple else (index,)
+    if not contained(entries) or any(e is Ellipsis for e in entries):
+        return index
+    found, axis = [], 0
+    for entry in entries:
+        if entry is None:
+            found.append(entry)
+            continue
+        if isinstance(entry, slice):
+            entry = slice(_from_the_end(x, axis, entry.start, False),
+                          _from_the_end(x, axis, entry.stop, True),
+                          entry.step)
+        else:
+            entry = _from_the_end(x, axis, entry, False)
+        found.append(entry)
+        axis += 1
+    return tuple(found) if type(index) is tuple else found[0]
+
+
+def _from_the_end(x, axis, n, stop):
+    """``n`` counted from the end of ``x``'s ``axis`` where it is that
+    axis's size less some (or, a slice's ``stop``, the size itself:
+    ``None``); else ``n``."""
+    array = data_of(x)
+    if not isinstance(n, Length) or n.affine is None or \
+            n.affine[0] != 1 or axis >= array.ndim:
+        return n
+    (origin,), size = n.origins, array.shape[axis]
+    less = n.affine[1] - (shift_of(x) if axis == 0 else 0)
+    if origin_of(x, axis) != origin or int.__int__(n) != size + less or \
+            less > 0 or less == 0 and not stop:
+        return n
+    return None if less == 0 else less
+
+
 def sized_index(index, recorder):
     """For ``x[index]`` whose slices' bounds hold arguments' sizes the
     forward read, each a size plus a number (``pe[:T]`` of a positional

@@ -363,8 +363,7 @@ def _one_item_per_step(loop, inside, name):
         n for n in inside if isinstance(n, (ast.AugAssign, ast.Assign))
         and any(isinstance(t, ast.Name) and t.id == name for t in (
             n.targets if isinstance(n, ast.Assign) else [n.target]))]
-    counter = _counter_name(loop)
-    filled = [n for n in inside if _assigns_at(n, counter) and
+    filled = [n for n in inside if _assigns_at(n, _counters(loop)) and
               n.targets[0].value.id == name]
     if filled:
         return not writes and len(filled) == 1 and filled[0] in loop.body
@@ -418,25 +417,16 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
                         not _rebound_by_a_loop(use, target, parents):
                     return 'the loop variable %r is used after the loop' % (
                         target)
-        counter = _counter_name(loop)
-        for use in source.name_nodes(function, counter):
-            target = _target_name(loop.target, counter)
-            if use in inside and use is not target:
-                if not _index_use(use, parents) and \
-                        not _number_use(use, parents) and \
-                        not _compared(use, parents):
-                    return 'the loop variable %r is used in Python' % (
-                        counter)
-            elif use not in inside and use not in set(ast.walk(loop)):
-                if use.lineno > loop.lineno and not _rebound_by_a_loop(
-                        use, counter, parents):
-                    return 'the loop variable %r is used after the loop' % (
-                        counter)
+        derived = _derived_counters(loop)
+        for counter in [_counter_name(loop)] + sorted(derived):
+            problem = _counter_use_problem(loop, function, parents, inside,
+                                           counter, derived)
+            if problem:
+                return problem
     if _appends_elsewhere(inside):
         return 'the loop appends to a list held by an attribute or an item'
     hidden = _hidden_state_change(
-        inside, _with_inner_links(inside, kinds or {}),
-        _counter_name(loop) if isinstance(loop, ast.For) else None)
+        inside, _with_inner_links(inside, kinds or {}), _counters(loop))
     if hidden:
         return hidden
     for name in _appended_lists(loop, inside):
@@ -463,6 +453,95 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
                     'otherwise than whole' % name
             return 'the list %r is used after the loop' % name
     return None
+
+
+def _counter_use_problem(loop, function, parents, inside, counter,
+                         derived):
+    """Why a use of the loop's counter (or of a name ``derived`` from it)
+    lets the loop's Python see the trip count, or ``None``: it may index,
+    be an operand with a Variable, be compared, or make a derived name
+    (``t = T - 1 - i``), and is not used after the loop."""
+    target = _target_name(loop.target, counter)
+    for use in source.name_nodes(function, counter):
+        if use in inside and use is not target:
+            if not _index_use(use, parents) and \
+                    not _number_use(use, parents) and \
+                    not _compared(use, parents) and \
+                    not _derives(use, parents, derived):
+                return 'the loop variable %r is used in Python' % counter
+        elif use not in inside and use not in set(ast.walk(loop)):
+            if use.lineno > loop.lineno and not _rebound_by_a_loop(
+                    use, counter, parents):
+                return 'the loop variable %r is used after the loop' % (
+                    counter)
+    return None
+
+
+def _derived_counters(loop):
+    """``{name: its assignment}`` of the names a ``for`` loop's own body
+    assigns once, from its counter in a sum or difference with constants
+    and names (``t = T - 1 - i``), and reads only after that: each step's
+    value follows the counter, as an index of it written in place (``xs[T
+    - 1 - i]``) does."""
+    counter = _counter_name(loop)
+    if counter is None:
+        return {}
+    found = {}
+    for statement in loop.body:
+        if not isinstance(statement, ast.Assign) or \
+                len(statement.targets) != 1 or \
+                not isinstance(statement.targets[0], ast.Name):
+            continue
+        name = statement.targets[0].id
+        if name != counter and _counter_arithmetic(statement.value,
+                                                   counter) and \
+                _assigned_before_read(loop, name, statement):
+            found[name] = statement
+    return found
+
+
+def _assigned_before_read(loop, name, statement):
+    uses = [n for n in ast.walk(loop)
+            if isinstance(n, ast.Name) and n.id == name]
+    return all(use is statement.targets[0] or
+               isinstance(use.ctx, ast.Load) and
+               use.lineno > statement.end_lineno for use in uses)
+
+
+def _counters(loop):
+    """The ``for`` loop's counter and the names derived from it."""
+    counter = _counter_name(loop) if isinstance(loop, ast.For) else None
+    if counter is None:
+        return frozenset()
+    return frozenset([counter]) | frozenset(_derived_counters(loop))
+
+
+def _counter_arithmetic(expression, counter):
+    """``expression`` adds or subtracts (or negates) the name ``counter``
+    once, and int constants and other names (``T - 1 - i``)."""
+    names = [n for n in ast.walk(expression) if isinstance(n, ast.Name)]
+    return sum(n.id == counter for n in names) == 1 and \
+        _plain_int_terms(expression) and not any(
+            isinstance(n, ast.Constant) and type(n.value) is not int
+            for n in ast.walk(expression))
+
+
+def _derives(use, parents, derived):
+    """Is ``use`` in the value of one of the ``derived`` assignments?"""
+    node = use
+    while node in parents and not isinstance(node, ast.stmt):
+        node = parents[node]
+    return any(node is statement for statement in derived.values())
+
+
+def derived_counters(code, header):
+    """The names the ``for`` loop at ``header`` of ``code`` computes from
+    its counter (:func:`_derived_counters`): they change between steps as
+    the counter does."""
+    found = _loop_and_parents(code, header)
+    if found is None or not isinstance(found[0], ast.For):
+        return frozenset()
+    return frozenset(_derived_counters(found[0]))
 
 
 def _rebound_after(function, loop, name):
@@ -495,7 +574,7 @@ _ARRAY_MODULES = frozenset(['F', 'L', 'chainer', 'functions', 'links',
 _LIST_METHODS = frozenset(['append', 'extend', 'insert'])
 
 
-def _hidden_state_change(inside, kinds, counter=None):
+def _hidden_state_change(inside, kinds, counters=frozenset()):
     """What in a loop body could change Python state that the loop
     watcher's snapshots do not see, or ``None``. A list's item at the
     counter assigned (``ys[t] = h``) they see."""
@@ -503,7 +582,7 @@ def _hidden_state_change(inside, kinds, counter=None):
         if isinstance(node, ast.AugAssign) and not isinstance(
                 node.target, ast.Name):
             return 'the loop updates an item or attribute in place'
-        if counter is not None and _assigns_at(node, counter) and \
+        if _assigns_at(node, counters) and \
                 kinds.get(node.targets[0].value.id) == 'list':
             continue
         if isinstance(node, ast.Assign) and any(
@@ -693,10 +772,10 @@ def counter_indexed_names(code, header):
     loop, parents = found
     if not isinstance(loop, ast.For):
         return set()
-    counter = _counter_name(loop)
+    counters = _counters(loop)
     names = set()
     for use in ast.walk(loop):
-        if isinstance(use, ast.Name) and use.id == counter and \
+        if isinstance(use, ast.Name) and use.id in counters and \
                 _index_use(use, parents):
             subscript = _indexed_by(use, parents)
             if isinstance(subscript.ctx, ast.Store):
@@ -723,6 +802,9 @@ def _indexed_by(name, parents):
     node, parent = name, parents.get(name)
     while _index_arithmetic(parent, node):
         node, parent = parent, parents.get(parent)
+    if isinstance(parent, ast.Slice) and parent.step is None and \
+            node in (parent.lower, parent.upper):
+        node, parent = parent, parents.get(parent)  # (xs[t:t+1])
     if isinstance(parent, ast.Tuple):
         node, parent = parent, parents.get(parent)
     return parent if isinstance(parent, ast.Subscript) and \
@@ -790,9 +872,29 @@ def _index_arithmetic(parent, node):
             not isinstance(parent.op, (ast.Add, ast.Sub)):
         return False
     other = parent.right if parent.left is node else parent.left
-    return isinstance(other, (ast.Name, ast.Constant, ast.BinOp)) and all(
-        isinstance(n, (ast.Name, ast.Constant, ast.BinOp, ast.Load,
-                       ast.Add, ast.Sub)) for n in ast.walk(other))
+    return _plain_int_terms(other)
+
+
+def _plain_int_terms(expression):
+    """``T - 1``, ``len(xs)``, ``xs.shape[0] - 1``: a sum or difference
+    of constants, names, their lengths and their shapes' items."""
+    return all(isinstance(n, (ast.Name, ast.Constant, ast.BinOp, ast.Load,
+                              ast.Add, ast.Sub, ast.UnaryOp, ast.USub)) or
+               _length_term(n) for n in ast.walk(expression))
+
+
+def _length_term(node):
+    """``len``, ``len(xs)``, ``xs.shape`` or ``xs.shape[0]``."""
+    if isinstance(node, ast.Call):
+        return source.is_call(node, 'len') and len(node.args) == 1 and \
+            not node.keywords
+    if isinstance(node, ast.Attribute):
+        return node.attr == 'shape'
+    if isinstance(node, ast.Subscript):
+        return isinstance(node.value, ast.Attribute) and \
+            node.value.attr == 'shape' and isinstance(node.slice,
+                                                      ast.Constant)
+    return False
 
 
 def appending_lines(loc):
@@ -863,19 +965,19 @@ def _appended_lists(loop, inside):
 def _filled_at_the_counter(loop, inside):
     """The names ``ys`` of the assignments ``ys[t] = ...`` in the loop,
     ``t`` its counter."""
-    counter = _counter_name(loop) if isinstance(loop, ast.For) else None
+    counters = _counters(loop)
     return [node.targets[0].value.id for node in inside
-            if counter is not None and _assigns_at(node, counter)]
+            if _assigns_at(node, counters)]
 
 
-def _assigns_at(node, counter):
-    """``name[counter] = ...``?"""
+def _assigns_at(node, counters):
+    """``name[t] = ...``, ``t`` one of ``counters``?"""
     if not isinstance(node, ast.Assign) or len(node.targets) != 1:
         return False
     target = node.targets[0]
     return isinstance(target, ast.Subscript) and \
         isinstance(target.value, ast.Name) and \
-        isinstance(target.slice, ast.Name) and target.slice.id == counter
+        isinstance(target.slice, ast.Name) and target.slice.id in counters
 
 
 def _call_name(call):

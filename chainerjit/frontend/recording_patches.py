@@ -326,15 +326,29 @@ def _symbolic_len(builtin_len, recorder):
 def _recording_item_index(getitem, recorder):
     """``TracedArray.__getitem__`` while recording: ``x[::-1]``, ``x[1:]``
     and the like of an item of a joined list are the item's part of all
-    the items so indexed (``joining.indexed_item``)."""
+    the items so indexed (``joining.indexed_item``); an index holding the
+    size of the axis it indexes counts from the end (``xs[-1]``:
+    :func:`_from_the_end`)."""
     def getitem_of_items(x, index):
-        if recorder.segment_items and joining.is_item_index(index) and \
-                _state.recorder is recorder and not recorder.depth:
-            found = joining.indexed_item(x, index)
-            if found is not None:
-                return found
+        if _state.recorder is recorder and not recorder.depth:
+            index = lengths.index_from_the_end(x, index)
+            if recorder.segment_items and joining.is_item_index(index):
+                found = joining.indexed_item(x, index)
+                if found is not None:
+                    return found
         return getitem(x, index)
     return getitem_of_items
+
+
+def _from_the_end(getitem, recorder):
+    """``Variable.__getitem__`` while recording: an index holding the size
+    of the axis it indexes (``h[T - 1]``) counts from the end (``h[-1]``:
+    ``lengths.index_from_the_end``), the same at every size."""
+    def getitem_from_the_end(x, index):
+        if _state.recorder is recorder and not recorder.depth:
+            index = lengths.index_from_the_end(x, index)
+        return getitem(x, index)
+    return getitem_from_the_end
 
 
 def _noting_lengths(name):
@@ -908,6 +922,36 @@ def _recording_tile(tile, recorder):
     return tiling
 
 
+def _recording_repeat(repeat, recorder):
+    """``F.repeat`` while recording, called by the forward's code with a
+    size it read as the count, along an axis of ``x`` of size one
+    (``F.repeat(self.h0, B, axis=0)``): a broadcast to that size, as
+    ``F.tile`` of it is (:func:`_recording_tile`); else Chainer's
+    repeat."""
+    def repeating(x, repeats, axis=None):
+        shape = _repeated_shape(x, repeats, axis)
+        sized = None if shape is None else \
+            _sizes_of_arguments(x, shape, recorder)
+        if sized is None:
+            return repeat(x, repeats, axis)
+        return array_ops.BroadcastSized(sized[0]).apply((x,) + sized[1])[0]
+    repeating.__wrapped__ = repeat
+    return repeating
+
+
+def _repeated_shape(x, repeats, axis):
+    """As :func:`_tiled_shape`, of ``F.repeat(x, repeats, axis)``: the
+    size ``repeats`` at ``axis`` of ``x``, where ``x`` has one item."""
+    if not isinstance(repeats, lengths.Length) or type(axis) is not int:
+        return None
+    shape = traced.untag(lengths.data_of(x)).shape
+    if not -len(shape) <= axis < len(shape) or shape[axis] != 1:
+        return None
+    found = [None] * len(shape)
+    found[axis] = repeats
+    return tuple(found)
+
+
 def _tiled_shape(x, reps):
     """The shape ``F.tile(x, reps)`` gives, where ``reps`` holds a size
     the forward read (``lengths.Length``) and repeats only axes of size
@@ -1251,6 +1295,7 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.MadeArray, 'shape', _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, '__getitem__',
                    _recording_item_index),
+    RecordingPatch(chainer.Variable, '__getitem__', _from_the_end),
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(numpy, 'shape', _numpy_shape),
     RecordingPatch(numpy, 'size', _numpy_size),
@@ -1272,6 +1317,7 @@ RECORDING_PATCHES = (
                    _recording_broadcast_to),
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
+    RecordingPatch(chainer.functions, 'repeat', _recording_repeat),
 ) + tuple(RecordingPatch(owner, name, _recording_bias_or_scale(combine))
           for name, module, combine in (
               ('bias', bias_module, operator.add),

@@ -38,7 +38,7 @@ from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
 from chainerjit.ir import regions
 from chainerjit.ir.fingerprints import Fingerprints
-from chainerjit.ir.fingerprints import index_of
+from chainerjit.ir.fingerprints import index_at_rank, index_of, one_step_slice
 from chainerjit.ir.fingerprints import is_ufunc_call
 from chainerjit.ir.fingerprints import ufunc_ints
 from chainerjit import ops
@@ -246,7 +246,8 @@ def _plan(chunks, peel, run, fingerprints, unpacked):
             plan.sources[p, q] = source
         if index_of(fingerprints.templates.get(node)) is not None:
             counters = _counter_indexes(
-                [fingerprints.templates[chunk[p]] for chunk in iterations])
+                [fingerprints.templates[chunk[p]] for chunk in iterations],
+                _rank(node))
             if counters is None:
                 return None
             if counters:
@@ -514,27 +515,40 @@ def _same_constants(values):
         for v in values)
 
 
-def _index_ints(template):
-    return [(j, int.__int__(s)) for j, s in enumerate(index_of(template))
-            if isinstance(s, int) and type(s) is not bool]
+def _rank(node):
+    """The number of axes of the array ``node`` indexes."""
+    return len(node.inputs[0].shape)
 
 
-def _index_steps(templates):
-    """For ``F.get_item`` nodes, one per iteration: ``(position, values,
-    step)`` of each integer entry of the index, ``step`` as
-    :func:`_int_step` reads its values."""
-    per_iteration = [_index_ints(t) for t in templates]
+def _index_ints(template, ndim):
+    """``[(position, int)]`` of the index's ints, and of the starts of
+    its slices of one (``xs[t:t+1]``)."""
+    found = []
+    for j, s in enumerate(index_at_rank(template, ndim)):
+        if one_step_slice(s):
+            s = s.start
+        if isinstance(s, int) and type(s) is not bool:
+            found.append((j, int.__int__(s)))
+    return found
+
+
+def _index_steps(templates, ndim):
+    """For ``F.get_item`` nodes, one per iteration, of an array of
+    ``ndim`` axes: ``(position, values, step)`` of each integer entry of
+    the index, ``step`` as :func:`_int_step` reads its values."""
+    per_iteration = [_index_ints(t, ndim) for t in templates]
     for column in zip(*per_iteration):
         values = [v for _, v in column]
         yield column[0][0], values, _int_step(values)
 
 
-def _counter_indexes(templates):
-    """For ``F.get_item`` nodes, one per iteration: the integer indexes
-    that follow the counter (``start + step * i``, step 1 or -1), or
-    ``None`` if an index changes otherwise."""
+def _counter_indexes(templates, ndim):
+    """For ``F.get_item`` nodes, one per iteration, of an array of
+    ``ndim`` axes: the integer indexes that follow the counter (``start +
+    step * i``, step 1 or -1), or ``None`` if an index changes
+    otherwise."""
     found = []
-    for position, values, step in _index_steps(templates):
+    for position, values, step in _index_steps(templates, ndim):
         if step == 0:
             continue
         if step not in (1, -1) or any(v < 0 for v in values) and any(
@@ -552,7 +566,8 @@ def _strided_index(chunks, fingerprints):
         if index_of(fingerprints.templates.get(node)) is None:
             continue
         for _, _, step in _index_steps(
-                [fingerprints.templates.get(c[p]) for c in chunks]):
+                [fingerprints.templates.get(c[p]) for c in chunks],
+                _rank(node)):
             if step is not None and abs(step) > 1:
                 return step
     return None
@@ -680,7 +695,8 @@ def _body(plan, carried, invariants, recording):
                   for q in range(len(node.inputs))]
         if p in plan.counters:
             node = index_at(node, inputs[0], counter, plan.counters[p],
-                            index_of(recording.templates[node]))
+                            index_at_rank(recording.templates[node],
+                                          _rank(node)))
         elif p in plan.numbers:
             body.add_node(_counted(node, inputs, counter, plan.numbers[p],
                                    recording.templates[node]))
@@ -1014,7 +1030,8 @@ def _python_problem(run, values, rows, peel, counting):
             _indexable(snapshots[0].get(name, ('missing',)), values,
                        rows) for name in indexed):
         return 'its counter indexes a value other than an array'
-    counters = _while_counters(run, snapshots) if counting else ()
+    counters = _while_counters(run, snapshots) if counting else \
+        loop_analysis.derived_counters(run.code, run.site.header)
     changed = _python_state_changed(run, snapshots, values, counters)
     return None if changed is None else \
         '%r changes between iterations' % changed

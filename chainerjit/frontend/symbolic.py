@@ -18,7 +18,7 @@ from chainerjit.frontend import traced
 from chainerjit.frontend import trip_counts
 from chainerjit import ops
 from chainerjit.ir import regions
-from chainerjit.ir.fingerprints import index_of
+from chainerjit.ir.fingerprints import index_at_rank
 from chainerjit.ops import array as array_ops
 from chainerjit.ops import structural
 
@@ -370,7 +370,8 @@ def _indexed_source(graph, loop, run, value_origins=None):
     found = set()
     for node, value in _counter_reads_of(loop, origins):
         axes = origins[value][0]
-        for axis, start, step in node.counters:
+        for position, start, step in node.counters:
+            axis = _axis_at(node, position)
             origin = axes[axis] if axis < len(axes) else None
             if origin is None or origin[1] < 0:
                 continue  # (not an argument's axis; a list item's)
@@ -410,7 +411,8 @@ def _counted_from_end(loops, graph, wildcards, steps):
         for node, value in _counter_reads_of(loop, varying):
             shape = value.shape
             counters = []
-            for axis, start, step in node.counters:
+            for position, start, step in node.counters:
+                axis = _axis_at(node, position)
                 if axis in varying[value]:
                     if not _counter_fits(start, step, shape[axis],
                                          shape[axis] - trip):
@@ -420,7 +422,7 @@ def _counted_from_end(loops, graph, wildcards, steps):
                             (value.name or 'a value'), node.loc)
                     if step == -1 and start >= 0:
                         start -= shape[axis]
-                counters.append((axis, start, step))
+                counters.append((position, start, step))
             if tuple(counters) != node.counters:
                 found.append((node, tuple(counters)))
     return found
@@ -1041,13 +1043,19 @@ def _body_sources(loop):
 
 
 def _counter_axes(node):
-    """The axes an ``IndexAt`` takes from the counter (where its index has
-    ``None``, a new axis, its positions less the new axes before them), or
-    ``None`` when its index has ``...``."""
+    """The axes an ``IndexAt`` takes from the counter, or ``None`` when
+    its index has ``...``."""
     index, positions = node.index
     if any(i is Ellipsis for i in index):
         return None
-    return set(p - sum(i is None for i in index[:p]) for p in positions)
+    return set(_axis_at(node, p) for p in positions)
+
+
+def _axis_at(node, position):
+    """The input's axis that the entry at ``position`` of an ``IndexAt``'s
+    index takes: the position less the new axes (``None``) before it."""
+    index = node.index[0]
+    return position - sum(i is None for i in index[:position])
 
 
 def _read_by_counter_only(loop, value, axes, templates=None,
@@ -1111,7 +1119,13 @@ def _constant_read(node, axes, templates):
     """The smallest length for which ``node``, an indexing with constant
     integers at the symbolic ``axes``, reads the same element; ``None``
     for any other node."""
-    return _index_need(index_of(templates.get(node)), axes)
+    return _index_need(_index_of(node, templates), axes)
+
+
+def _index_of(node, templates):
+    """The recorded index of ``node``, ``...`` written out
+    (``fingerprints.index_at_rank``)."""
+    return index_at_rank(templates.get(node), len(node.inputs[0].shape))
 
 
 def _index_need(index, axes):
@@ -1144,7 +1158,7 @@ def _read_from_end(node, axes, templates, length):
     index a loop counting down starts from (``xs[t]`` with ``t = T - 1``
     in ``reversed(range(T))``): ``(the smallest length it needs, its
     index counted from the end)`` (``xs[-1]``); else ``(None, None)``."""
-    index = index_of(templates.get(node))
+    index = _index_of(node, templates)
     if index is None:
         return None, None
     index = list(index)
@@ -1163,5 +1177,5 @@ def _make_shape_free(node, templates, index=None):
     kernel and gradient that do not depend on the input's recorded
     shape."""
     free = rolling.index_at(node, node.inputs[0], None, [],
-                            index or index_of(templates[node]))
+                            index or _index_of(node, templates))
     node.kernel, node.attrs = free.kernel, free.attrs

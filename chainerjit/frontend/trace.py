@@ -340,6 +340,11 @@ class _Recorder(object):
         """``result = array[index]``: see ``lengths.note_indexed``."""
         lengths.note_indexed(self, array, index, result)
 
+    def note_permuted(self, array, axes, result):
+        """``result``, ``array``'s axes in the order ``axes``: see
+        ``lengths.note_permuted``."""
+        lengths.note_permuted(self, array, axes, result)
+
     def note_value_origins(self, arrays, values):
         """Notes the argument axes of computed ``values`` (their
         ``arrays``'), in :attr:`value_origins`."""
@@ -691,7 +696,7 @@ class _Recorder(object):
         if isinstance(template, get_item.GetItem):
             self.note_indexed(in_arrays[0], template.slices, out_arrays[0])
         elif isinstance(template, _PERMUTATIONS):
-            lengths.note_permuted(self, in_arrays[0], ops_array.permutation(
+            self.note_permuted(in_arrays[0], ops_array.permutation(
                 template, in_arrays[0].ndim), out_arrays[0])
         else:
             lengths.note_computed(self, type(template).__name__, in_arrays,

@@ -393,17 +393,54 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
         # NumPy gives a scalar for a 0-d result
         kernel_fn = _as_array(kernel_fn)
     template = _split_arrays((args, kwargs), [])
+    axes = _permutation(label, fn, args, kwargs, result)
     if label == 'ndarray.__getitem__':
         recorder.note_indexed(args[0], args[1], result)
+    elif axes is not None:
+        recorder.note_permuted(args[0], axes, result)
     kernel = ops.Kernel(kernel_fn, multi=multi,
                         onnx=_numpy_to_onnx(fn, template, label))
+    rows_rule = array_ops.rows_permuted(axes) if axes is not None else \
+        _rows_kept(label, fn, args, kwargs, arrays, result, kernel)
     node = recorder.add_node(ir.Node(
-        label, kernel._replace(lengths=_rows_kept(
-            label, fn, args, kwargs, arrays, result, kernel)),
-        in_values, recorder.bind_temps(outs), loc=user_location(4)))
+        label, kernel._replace(lengths=rows_rule), in_values,
+        recorder.bind_temps(outs), _printed_settings(label, args),
+        loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
     if label == 'ndarray.__getitem__':
         recorder.note_first_item(args[0], args[1], node)
+
+
+# NumPy's functions and methods that reorder an array's axes.
+_PERMUTATIONS = frozenset([
+    'ndarray.transpose', 'numpy.transpose', 'ndarray.swapaxes',
+    'numpy.swapaxes', 'numpy.moveaxis', 'numpy.rollaxis'])
+
+
+def _permutation(label, fn, args, kwargs, result):
+    """The axes order of ``result``, the array ``args[0]`` transposed by
+    one of :data:`_PERMUTATIONS` (``xs.transpose(1, 0, 2)``), as the same
+    call gives it on an array whose sizes tell its axes apart; else
+    ``None``."""
+    if label not in _PERMUTATIONS or not isinstance(args[0], numpy.ndarray) \
+            or not isinstance(result, numpy.ndarray) or \
+            result.ndim != args[0].ndim or args[0].ndim > 6:
+        return None
+    probe = numpy.empty(tuple(range(2, 2 + args[0].ndim)), numpy.int8)
+    try:
+        shape = fn(probe, *args[1:], **kwargs).shape
+    except (TypeError, ValueError):
+        return None
+    return tuple(n - 2 for n in shape)
+
+
+def _printed_settings(label, args):
+    """The node's attributes, as the IR prints them: the index of
+    ``x[index]`` (``ndarray.__getitem__[index=[-1]]``)."""
+    if label != 'ndarray.__getitem__':
+        return ()
+    index = args[1] if type(args[1]) is tuple else (args[1],)
+    return (('index', array_ops.index_label(index)),)
 
 
 def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
@@ -417,8 +454,8 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
             args[0] is arrays[0] and isinstance(result, numpy.ndarray):
         return array_ops.reshape_lengths(kernel, arrays[0].shape,
                                          result.shape)
-    if label == 'ndarray.__getitem__':
-        return ops.rows_indexed(args[1])
+    if label == 'ndarray.__getitem__':  # (xs[-1]: at any number of rows)
+        return ops.rows_indexed(args[1], constant=True)
     if label == BROADCAST_LIKE:
         return array_ops.rows_broadcast_like(args[0].shape, args[1].ndim)
     if label == BROADCAST_SIZED:

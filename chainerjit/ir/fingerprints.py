@@ -99,9 +99,14 @@ class Fingerprints(object):
                 for k, v in sorted(vars(holder).items())
                 if k not in _GRAPH_FIELDS and k not in inputs))
         attrs = () if not exact and (
-            node.op == 'GetItem' or type(template) in self.counted) \
+            node.op in _INDEXES or type(template) in self.counted) \
             else node.attrs
         return (node.op, attrs, node.generic, types, state)
+
+
+# Indexings, whose printed index (``attrs``) the loose fingerprint leaves
+# out as it does the ints in it.
+_INDEXES = frozenset(['GetItem', 'ndarray.__getitem__'])
 
 
 def _value_key(value, mask_ints=False, mask_floats=False):
@@ -129,6 +134,8 @@ def _value_key(value, mask_ints=False, mask_floats=False):
         return (kind, tuple((k, _value_key(v)) for k, v in
                             sorted(value.items(), key=repr)))
     if kind is slice:
+        if mask_ints and one_step_slice(value):
+            return (kind, '#:#+1')  # (xs[t:t+1])
         return (kind, repr(value))
     if isinstance(value, (numpy.dtype, type)):
         return ('type', repr(value))
@@ -179,3 +186,38 @@ def index_of(template):
     if node_label(template) == 'GetItem':
         return tuple(template.slices)
     return None
+
+
+def one_step_slice(entry):
+    """Is the index entry ``entry`` a slice of one item at an int
+    (``xs[t:t+1]``), which a loop counter may follow as it does an int
+    (``ops.structural.counted_slice``)?"""
+    if type(entry) is not slice or entry.step not in (None, 1):
+        return False
+    start, stop = entry.start, entry.stop
+    if stop is None:  # (xs[-1:], the last)
+        return _plain_int(start) and int.__int__(start) == -1
+    return _plain_int(start) and _plain_int(stop) and \
+        int.__int__(stop) - int.__int__(start) == 1 and \
+        int.__int__(stop) != 0
+
+
+def _plain_int(value):
+    return isinstance(value, int) and type(value) is not bool
+
+
+def index_at_rank(template, ndim):
+    """:func:`index_of`, its ``...`` written out as the ``:`` it stands
+    for in an input of ``ndim`` axes (``xs[t, ...]``: ``xs[t, :, :]``),
+    so that each entry's position is fixed whatever the sizes."""
+    index = index_of(template)
+    if index is None:
+        return None
+    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
+    if len(ellipses) != 1 or not all(
+            i is None or i is Ellipsis or isinstance(i, (int, slice))
+            for i in index):
+        return index
+    named = sum(1 for i in index if i is not None and i is not Ellipsis)
+    at = ellipses[0]
+    return index[:at] + (slice(None),) * (ndim - named) + index[at + 1:]

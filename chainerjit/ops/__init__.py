@@ -516,15 +516,15 @@ def rows_cut(s):
     return start - stop
 
 
-def rows_indexed(index):
-    """The :attr:`Kernel.lengths` rule of ``x[index]`` (:func:`index_rows`;
-    further inputs, a loop's counter, fixed), or ``None`` where no rows of
-    ``x`` can follow."""
+def rows_indexed(index, constant=False):
+    """The :attr:`Kernel.lengths` rule of ``x[index]`` (:func:`index_rows`,
+    ``constant`` as there; further inputs, a loop's counter, fixed), or
+    ``None`` where no rows of ``x`` can follow."""
     def lengths(rows):
         if any(r is not None for r in rows[1:]):
             return None
-        found = index_rows(index, rows[0]) if not rows[0].also else \
-            _square_indexed(index, rows[0])
+        found = _square_indexed(index, rows[0]) if rows[0].also else \
+            index_rows(index, rows[0], constant)
         if found is TAKEN:
             return Follow((None,))
         return None if found is None else Follow((found,))

@@ -1030,17 +1030,22 @@ def permutation(node, ndim):
 def lower_transpose(node, ctx):
     axes = permutation(node, len(ctx.in_shapes[0]))
     inverse = tuple(int(a) for a in numpy.argsort(axes))
-
-    @takes_widest
-    def lengths(rows):  # the rows move with their axis
-        return Follow((rows[0]._replace(axis=axes.index(rows[0].axis)),))
     return Kernel(lambda x: x.transpose(axes), {'axes': axes},
                   grad=_grad_of_each(
                       lambda gy: gy.transpose(inverse),
                       lambda b, gy: b.op('Transpose', [gy],
                                          perm=list(inverse))[0]),
                   onnx=onnx_op('Transpose', perm=list(axes)),
-                  lengths=lengths)
+                  lengths=rows_permuted(axes))
+
+
+def rows_permuted(axes):
+    """The :attr:`Kernel.lengths` rule of a transpose to the axes order
+    ``axes``: the rows move with their axis."""
+    @takes_widest
+    def lengths(rows):
+        return Follow((rows[0]._replace(axis=axes.index(rows[0].axis)),))
+    return lengths
 
 
 # --- reversals ---------------------------------------------------------------

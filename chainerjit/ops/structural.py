@@ -318,7 +318,8 @@ def index(slices, counters):
     def at(i):
         found = list(slices)
         for position, start, step in counters:
-            found[position] = start + step * i
+            found[position] = _counted_entry(slices[position],
+                                             start + step * i)
         return tuple(found)
 
     def run(x, i=None):
@@ -349,6 +350,22 @@ def index(slices, counters):
                                                               counters)),
                   onnx=_index_to_onnx(slices, counters), structural=INDEX,
                   lengths=rows_indexed(tuple(slices)))
+
+
+def _counted_entry(recorded, k):
+    """The index entry a counter gives at ``k``: the int ``k``, or for a
+    step recorded as a slice of one (``xs[t:t+1]``), ``k:k+1``."""
+    if type(recorded) is not slice:
+        return k
+    return slice(k, k + 1 if k != -1 else None)
+
+
+def counted_slice(entry):
+    """Does a counter read one step of an axis as the index entry
+    ``entry`` gives it, keeping the axis (``xs[t:t+1]``, a slice of one:
+    ``fingerprints.one_step_slice``)? Else it takes the axis away
+    (``xs[t]``)."""
+    return type(entry) is slice
 
 
 def counted_number(start, step, dtype=numpy.float64):
@@ -401,10 +418,13 @@ def _index_to_onnx(slices, counters):
     def convert(b, ins, outs):
         steps, axis = [], 0
         for j, item in enumerate(slices):
-            if type(item) is int:
+            if type(item) is int or j in starts:
                 position = _counter_position(b, ins[1], *starts[j]) \
                     if j in starts else b.int64s(item)
                 steps.append(('Gather', position, {'axis': axis}))
+                if counted_slice(item):  # (x[i:i+1] keeps the axis)
+                    steps.append(('Unsqueeze', b.int64s([axis]), {}))
+                    axis += 1
             elif item is None:
                 steps.append(('Unsqueeze', b.int64s([axis]), {}))
                 axis += 1
@@ -458,14 +478,15 @@ def index_pattern(slices, counters):
     ``[2+i]``, ``[-1-i]``."""
     starts = dict((c[0], c[1:]) for c in counters)
     return '[%s]' % ', '.join(
-        _format_counter(*starts[j]) if j in starts else _format_index(s)
-        for j, s in enumerate(slices))
+        _format_counter(*starts[j], kept=counted_slice(s)) if j in starts
+        else _format_index(s) for j, s in enumerate(slices))
 
 
-def _format_counter(start, step):
+def _format_counter(start, step, kept=False):
     sign = '' if step == 1 else '-'
-    return '%si' % sign if start == 0 else '%d%s%si' % (
+    at = '%si' % sign if start == 0 else '%d%s%si' % (
         start, '+' if step == 1 else '', sign)
+    return '%s:%s+1' % (at, at) if kept else at
 
 
 def _format_index(s):

@@ -2,6 +2,7 @@
 
 from chainerjit import ir
 from chainerjit import ops
+from chainerjit.ops import structural
 
 
 def hoist_projections(graph):
@@ -83,8 +84,10 @@ def _projection(index, counter, invariant, users):
         return None
     slices, counters = index.index
     if len(index.inputs[0].shape) != 3 or len(counters) != 1 or \
-            counters[0] == 2 or any(s != slice(None) for j, s in
-                                    enumerate(slices) if j != counters[0]):
+            counters[0] == 2 or \
+            structural.counted_slice(slices[counters[0]]) or \
+            any(s != slice(None) for j, s in enumerate(slices)
+                if j != counters[0]):
         return None
     step = index.outputs[0]
     readers = users.get(step, [])

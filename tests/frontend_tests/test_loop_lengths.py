@@ -1909,3 +1909,165 @@ def test_a_crf_over_steps_cut_from_one_array_serves_every_shape():
                                       method='forward')
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
     assert 'CRF1dStacked' in str(jitted.cache_entries()[0].graph)
+
+
+class CounterDerived(_Steps):
+    """The step read at a name computed from the counter (``t = T - 1 -
+    i``), each state put at its place (``ys[t] = h``)."""
+
+    def forward(self, xs):
+        T = xs.shape[0]
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = [None] * T
+        for i in range(T):
+            t = T - 1 - i
+            h, c = self.step(xs[t], h, c)
+            hs[t] = h
+        return self.out(F.reshape(F.stack(hs), (-1, H)))
+
+
+class CounterDerivedFromLen(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for i in range(len(xs)):
+            t = len(xs) - i - 1
+            h, c = self.step(xs[t], h, c)
+        return self.out(h)
+
+
+class OneStepSlices(_Steps):
+    """Each step read as a slice of one, its axis kept (``xs[t:t+1]``)."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(xs.shape[0]):
+            h, c = self.step(F.squeeze(xs[t:t + 1], axis=0), h, c)
+        return self.out(h)
+
+
+class OneStepSlicesBackwards(_Steps):
+    def forward(self, xs):
+        T = xs.shape[0]
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for i in range(T):
+            t = T - 1 - i
+            h, c = self.step(xs[t:t + 1][0], h, c)
+        return self.out(h)
+
+
+class StepsWithEllipsis(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(xs.shape[0]):
+            h, c = self.step(xs[t, ...], h, c)
+        return self.out(h)
+
+
+class BatchFirstWithEllipsis(_Steps):
+    def forward(self, xs):
+        xs = F.transpose(xs, (1, 0, 2))
+        h = c = self.xp.zeros((xs.shape[0], H), numpy.float32)
+        for t in range(xs.shape[1]):
+            h, c = self.step(xs[:, t, ...], h, c)
+        return self.out(h)
+
+
+class LearnedInitialState(_Steps):
+    """A learned first state repeated for each sequence of the batch."""
+
+    def __init__(self):
+        super(LearnedInitialState, self).__init__()
+        with self.init_scope():
+            self.h0 = chainer.Parameter(numpy.random.RandomState(
+                4).standard_normal((1, H)).astype('f'))
+
+    def forward(self, xs):
+        B = xs.shape[1]
+        h = F.repeat(self.h0, B, axis=0)
+        c = F.tile(self.h0, (B, 1))
+        for x in xs:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [CounterDerived, CounterDerivedFromLen,
+                                 OneStepSlices, OneStepSlicesBackwards,
+                                 StepsWithEllipsis, BatchFirstWithEllipsis,
+                                 LearnedInitialState])
+def test_steps_read_at_other_spellings_serve_every_length_and_batch(cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class CounterDerivedUsedAfter(_Steps):
+    """A name computed from the counter read after the loop: the loop's
+    Python sees the count, which stays in the key."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for i in range(xs.shape[0]):
+            t = i + 1
+            h, c = self.step(xs[i], h, c)
+        return self.out(h) * t
+
+
+class CounterDoubled(_Steps):
+    """``t = 2 * i``, then ``xs[t // 2]``: not a sum with the counter."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for i in range(xs.shape[0]):
+            t = 2 * i
+            h, c = self.step(xs[t // 2], h, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [CounterDerivedUsedAfter, CounterDoubled])
+def test_a_name_computed_otherwise_from_the_counter_keeps_the_length(cls):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jf = testing.assert_jit_grads_match_eager(
+            cls(), _step_calls([(5, 4), (9, 4), (5, 4), (7, 4)]),
+            rtol=1e-4, atol=1e-5)
+    assert len(jf.cache_entries()) == 3, jf.cache_report()
+    assert any(issubclass(w.category, errors.LoopWarning)
+               for w in caught), [str(w.message) for w in caught]
+
+
+class _NumPyTransposed(_Steps):
+    """Batch-first NumPy steps made time-major by NumPy, then iterated."""
+
+    def forward(self, xs):
+        xs = self.transposed(xs)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in xs:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class NumPyTransposed(_NumPyTransposed):
+    def transposed(self, xs):
+        return xs.transpose(1, 0, 2)
+
+
+class NumPySwapped(_NumPyTransposed):
+    def transposed(self, xs):
+        return numpy.swapaxes(xs, 0, 1)
+
+
+class NumPyMoved(_NumPyTransposed):
+    def transposed(self, xs):
+        return numpy.moveaxis(xs, 1, 0)
+
+
+@pytest.mark.parametrize('cls', [NumPyTransposed, NumPySwapped, NumPyMoved])
+def test_steps_transposed_by_numpy_serve_every_length_and_batch(cls):
+    rng = numpy.random.RandomState(7)
+    calls = [(rng.standard_normal((b, n, I)).astype('f'),)
+             for n, b in SHAPES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_on_arrays(cls(), calls)
+    entry, = jitted.cache_entries()
+    assert 'trip=T' in str(entry.graph), entry.graph
