@@ -536,7 +536,8 @@ class JitFunction(_calls.CachedCall):
         looped = None
         sibling, batched = batch.width_sibling(self.cache, key) or \
             batch.rows_sibling(self.cache, key) or \
-            batch.axes_sibling(self.cache, key) or (None, None)
+            batch.axes_sibling(self.cache, key) or \
+            batch.trips_sibling(self.cache, key) or (None, None)
         if batched is None and self._options.get('dynamic'):
             batched = batch.every_axis_of(key)
         elif batched is None:

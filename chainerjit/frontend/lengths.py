@@ -358,6 +358,7 @@ def read_shape(array, shape, depth=1):
     loc = None if recorder is None else forward_line(depth)
     if loc is None:
         return shape
+    recorder.size_read_lines.add(loc)
     origins = recorder.length_leaves.get(id(array)) or \
         _made_origins(recorder, array)
     if origins is None and id(array) in recorder.joined_rows:
@@ -610,16 +611,19 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
             o is not None and is_item_length(o[0]) for o in origins if o):
         return  # (sizes other than the argument's: not followed)
     shift = shifts.pop()
+    unit = _past_unit_axes(in_arrays[0].shape, out_arrays[0].shape,
+                           origins[0]) \
+        if name in ('Squeeze', 'ExpandDims', 'Reshape') and origins[0] \
+        else ()
     if name == 'EmbedIDFunction':
         found = [tuple(origins[0] or ()) + (None,)]
     elif name == 'LinearFunction' and in_arrays[0].ndim == 2:
         found = [((origins[0] or (None,))[0], None)]
     elif name in SAME_AXES:
         found = [_same_axes(a.shape, in_arrays, origins) for a in out_arrays]
-    elif name in ('Squeeze', 'ExpandDims', 'Reshape'):
-        found = [_past_unit_axes(in_arrays[0].shape, out_arrays[0].shape,
-                                 origins[0])]
-    elif shift == 0 and kernel is not None:
+    elif any(unit):
+        found = [unit]
+    elif shift == 0 and kernel is not None:  # (x.reshape(len(x), -1))
         found = _followed_axes(kernel, in_arrays, origins, out_arrays)
     else:
         return
@@ -1102,42 +1106,69 @@ def _argument_axis(n, recorder, leaves):
 
 def index_from_the_end(x, index):
     """``x[index]`` where an int of the index, or a slice's bound, is the
-    size of the axis it indexes plus a number (``xs[T - 1]``, ``xs[:T -
-    1]``, ``h[:, len(ws) - 2]`` where that axis follows ``T``'s
-    argument's): the index counted from the end instead (``xs[-1]``,
-    ``xs[:-1]``), which reads the same at every size and uses no size;
+    size of the axis it indexes less a number, not negative (``xs[T -
+    1]``, ``xs[:T - 1]``, ``h[:, len(ws) - 2]`` where that axis follows
+    ``T``'s argument's), or a slice's stop is that size (``xs[1:T]``):
+    the index counted from the end instead (``xs[-1]``, ``xs[:-1]``,
+    ``xs[1:]``), which reads the same at every size and uses no size;
     else ``index`` as it is."""
     entries = index if type(index) is tuple else (index,)
-    if not contained(entries) or any(e is Ellipsis for e in entries):
+    if not contained(entries):
         return index
-    found, axis = [], 0
-    for entry in entries:
-        if entry is None:
-            found.append(entry)
-            continue
+    axes = _axes_indexed(entries, data_of(x).ndim)
+    if axes is None:
+        return index
+    found = []
+    for entry, axis in zip(entries, axes):
         if isinstance(entry, slice):
+            forwards = entry.step is None or (
+                isinstance(entry.step, int) and entry.step > 0)
             entry = slice(_from_the_end(x, axis, entry.start, False),
-                          _from_the_end(x, axis, entry.stop, True),
+                          _from_the_end(x, axis, entry.stop, forwards),
                           entry.step)
-        else:
+        elif axis is not None:
             entry = _from_the_end(x, axis, entry, False)
         found.append(entry)
-        axis += 1
     return tuple(found) if type(index) is tuple else found[0]
 
 
-def _from_the_end(x, axis, n, stop):
+def _axes_indexed(entries, ndim):
+    """The axis of an array of ``ndim`` axes that each entry of a basic
+    index takes (``None`` for ``None`` and ``...``), or ``None`` where
+    the index is not one."""
+    ellipses = [k for k, e in enumerate(entries) if e is Ellipsis]
+    if len(ellipses) > 1 or any(
+            e is not None and e is not Ellipsis and
+            not isinstance(e, (int, slice)) for e in entries):
+        return None
+    named = sum(1 for e in entries if e is not None and e is not Ellipsis)
+    axes, axis = [], 0
+    for e in entries:
+        if e is Ellipsis:
+            axis += ndim - named
+            axes.append(None)
+        elif e is None:
+            axes.append(None)
+        else:
+            axes.append(axis)
+            axis += 1
+    return axes
+
+
+def _from_the_end(x, axis, n, may_be_whole):
     """``n`` counted from the end of ``x``'s ``axis`` where it is that
-    axis's size less some (or, a slice's ``stop``, the size itself:
-    ``None``); else ``n``."""
+    axis's size less some, and not negative (a negative one counts from
+    the end already, another number from it at other sizes); where
+    ``may_be_whole`` (a forward slice's stop), the size itself is
+    ``None``. Else ``n``."""
     array = data_of(x)
     if not isinstance(n, Length) or n.affine is None or \
-            n.affine[0] != 1 or axis >= array.ndim:
+            n.affine[0] != 1 or axis >= array.ndim or int.__int__(n) < 0:
         return n
     (origin,), size = n.origins, array.shape[axis]
     less = n.affine[1] - (shift_of(x) if axis == 0 else 0)
     if origin_of(x, axis) != origin or int.__int__(n) != size + less or \
-            less > 0 or less == 0 and not stop:
+            less > 0 or less == 0 and not may_be_whole:
         return n
     return None if less == 0 else less
 

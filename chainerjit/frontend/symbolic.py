@@ -593,25 +593,33 @@ class _FreeAxes(object):
         return name in self.length_names
 
 
-def float_size_uses(code, input_names, graph, read_at_run_time=()):
+def float_size_uses(code, input_names, graph, read_at_run_time=(),
+                    read_lines=None):
     """``trip_counts.float_size_uses`` of the forward's own source, as
     ``lengths.Use`` of the axes of ``graph``'s inputs (an axis of ``None``,
     ``xs.size``, stands for all of the argument's), but for the
     operations ``read_at_run_time`` (``(filename, line, column)``: a
     Variable's with a size, whose node reads it from the argument's shape,
-    ``lengths.as_scalar``)."""
+    ``lengths.as_scalar``) and, where ``read_lines`` (the ``(filename,
+    line)`` where the forward read sizes) is given, those that read their
+    sizes themselves on lines where none was read: they did not run (a
+    branch not taken)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
-    for name, axis, line, column in trip_counts.float_size_uses(code):
+    for name, axis, lines, column, direct in \
+            trip_counts.float_size_uses(code):
         leaf = leaves.get(name)
-        if (code.co_filename, line, column) in read_at_run_time:
+        if (code.co_filename, lines[0], column) in read_at_run_time or \
+                direct and read_lines is not None and not any(
+                    (code.co_filename, line) in read_lines
+                    for line in range(lines[0], lines[1] + 1)):
             continue
         if leaf is not None:
             axes = range(len(graph.inputs[leaf].shape or ())) \
                 if axis is None else [axis]
             found.append(lengths.Use(tuple((leaf, a) for a in axes),
                                      'used in float arithmetic',
-                                     (code.co_filename, line)))
+                                     (code.co_filename, lines[0])))
     return found
 
 
@@ -1137,12 +1145,30 @@ def _index_need(index, axes):
     need = 1
     for axis in axes:
         at = _position_of_axis(index, axis)
-        if at is None or type(index[at]) is not int or \
-                index[at] not in trip_counts.CONSTANT_INDEXES:
+        found = None if at is None else _entry_need(index[at])
+        if found is None:
             return None
-        k = index[at]
-        need = max(need, k + 1 if k >= 0 else -k)
+        need = max(need, found)
     return need
+
+
+def _entry_need(entry):
+    """The smallest length at which the index entry ``entry`` reads the
+    same rows: a few first or last (``xs[0]``, ``xs[-1]``, ``xs[:1]``,
+    ``xs[-2:]``); else ``None``."""
+    if type(entry) is int:
+        return None if entry not in trip_counts.CONSTANT_INDEXES else \
+            entry + 1 if entry >= 0 else -entry
+    if type(entry) is not slice or entry.step not in (None, 1):
+        return None
+    start, stop = entry.start or 0, entry.stop
+    if type(start) is not int or stop is not None and type(stop) is not int:
+        return None
+    if start >= 0 and stop is not None and start < stop:  # xs[a:b]
+        return _entry_need(stop - 1)
+    if start < 0 and (stop is None or start < stop < 0):  # xs[-k:-m]
+        return _entry_need(start)
+    return None
 
 
 def _position_of_axis(index, axis):

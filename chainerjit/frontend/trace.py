@@ -110,6 +110,8 @@ class Recording(object):
             if i in recorder.values) if recorder else set()
         self.size_operations = recorder.size_operations if recorder \
             else set()
+        self.size_read_lines = recorder.size_read_lines if recorder \
+            else None
         self.made_rows = recorder.made_rows if recorder else []
         self.values = recorder.values if recorder else {}  # id -> Value
         self.param_owners = param_owners  # param Value -> Variable or link
@@ -262,6 +264,8 @@ class _Recorder(object):
         # (filename, line, column) of the forward's operations of a
         # Variable with a size (lengths.as_scalar).
         self.size_operations = set()
+        # (filename, line) where the forward's code read a shape or len().
+        self.size_read_lines = set()
         # The jitted function's code, and how often an indexing with a
         # varying int at each of its instruction offsets was recorded.
         self.top_code = None
@@ -339,6 +343,13 @@ class _Recorder(object):
     def note_indexed(self, array, index, result):
         """``result = array[index]``: see ``lengths.note_indexed``."""
         lengths.note_indexed(self, array, index, result)
+
+    def note_computed(self, name, in_arrays, out_arrays, kernel):
+        """The axes of arguments' that ``out_arrays``, computed by the
+        kernel ``kernel`` (a NumPy call's), keep from ``in_arrays``: see
+        ``lengths.note_computed``."""
+        lengths.note_computed(self, name, in_arrays, out_arrays,
+                              kernel=kernel)
 
     def note_permuted(self, array, axes, result):
         """``result``, ``array``'s axes in the order ``axes``: see

@@ -402,10 +402,13 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
                         onnx=_numpy_to_onnx(fn, template, label))
     rows_rule = array_ops.rows_permuted(axes) if axes is not None else \
         _rows_kept(label, fn, args, kwargs, arrays, result, kernel)
+    kernel = kernel._replace(lengths=rows_rule)
+    if rows_rule is not None and axes is None and \
+            label != 'ndarray.__getitem__':  # (x.reshape(len(x), -1))
+        recorder.note_computed(label, arrays, outs, kernel)
     node = recorder.add_node(ir.Node(
-        label, kernel._replace(lengths=rows_rule), in_values,
-        recorder.bind_temps(outs), _printed_settings(label, args),
-        loc=user_location(4)))
+        label, kernel, in_values, recorder.bind_temps(outs),
+        _printed_settings(label, args), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
     if label == 'ndarray.__getitem__':
         recorder.note_first_item(args[0], args[1], node)

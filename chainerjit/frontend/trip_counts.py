@@ -600,11 +600,12 @@ def _targets(target, name):
 
 @functools.lru_cache(maxsize=256)  # (read at each recording)
 def float_size_uses(code):
-    """``[(parameter, axis or None, line, column)]``: sizes of the
-    function's parameters (``xs.shape[k]``, ``len(xs)``, ``xs.size``) that
-    its own source puts into float arithmetic, directly or through a name
-    assigned from one: ``1.0 / xs.shape[1]``, ``h / len(xs)``, ``T / 2``;
-    ``line`` and ``column`` are where the operation starts in the file.
+    """``[(parameter, axis or None, (line, end line), column, direct)]``:
+    sizes of the function's parameters (``xs.shape[k]``, ``len(xs)``,
+    ``xs.size``) that its own source puts into float arithmetic, directly
+    (``direct``: ``1.0 / xs.shape[1]``, ``h / len(xs)``) or through a name
+    assigned from one (``T / 2``); the lines and the column are where the
+    operation is in the file.
 
     ``lengths.Length`` notes what Python does with a size, but not
     ``1.0 / T``: the float does the arithmetic, in C (unless the float is
@@ -614,15 +615,17 @@ def float_size_uses(code):
     if found is None:
         return ()
     offset, indent, operations = found
-    return tuple((p, axis, node.lineno + offset, node.col_offset + indent)
+    return tuple((p, axis, (node.lineno + offset, node.end_lineno + offset),
+                  node.col_offset + indent, not named)
                  for node, sides in operations
-                 for side, read in sides for p, axis in read)
+                 for side, read, named in sides for p, axis in read)
 
 
 def _float_operations(code):
     """``(line offset, indent, [(binop, ((side, the (parameter, axis)
-    sizes it reads), ...))])`` of the function's float arithmetic with
-    sizes (:func:`float_size_uses`); ``None`` without source."""
+    sizes it reads, whether through names), ...))])`` of the function's
+    float arithmetic with sizes (:func:`float_size_uses`); ``None``
+    without source."""
     found = source.function_and_offset(code)
     if found is None:
         return None
@@ -637,7 +640,8 @@ def _float_operations(code):
         if not isinstance(node, ast.BinOp) or not _in_floats(node):
             continue
         # (a side in float arithmetic itself is a use of its own)
-        sides = tuple((s, _sizes_read(s, params, sizes))
+        sides = tuple((s, _sizes_read(s, params, sizes),
+                       _reads_names(s, sizes))
                       for s in (node.left, node.right)
                       if _of_sizes_only(s) and not (
                           isinstance(s, ast.BinOp) and _in_floats(s)))
@@ -645,6 +649,11 @@ def _float_operations(code):
         if sides:
             operations.append((node, sides))
     return offset, indent, operations
+
+
+def _reads_names(node, names):
+    return any(isinstance(sub, ast.Name) and sub.id in names
+               for sub in ast.walk(node))
 
 
 def _names_of_sizes(function, params):

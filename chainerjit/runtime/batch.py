@@ -525,13 +525,37 @@ def served_by(cache, entry):
 
 
 def generalized_by(cache, entry):
-    """The other entries of ``cache`` of fixed sizes whose keys ``entry``'s
-    symbolic sizes map to its own (the first call's entry, of a length
-    and batch size, once a later one serves every length and batch
-    size)."""
+    """The other entries of ``cache`` of fixed sizes (or of symbolic trip
+    counts only) whose keys ``entry``'s symbolic sizes map to its own (the
+    first call's entry, of a length and batch size, once a later one
+    serves every length and batch size)."""
     return [other for other in cache.entries() if other is not entry and
-            other.symbolic is None and other.program is not None and
-            _maps_to(entry, other.key)]
+            other.program is not None and (
+                other.symbolic is None and _maps_to(entry, other.key) or
+                _unguarded_trips(other) and _unguarded_trips(entry) and
+                _same_guards(other, entry) and
+                _covers(entry.key, other.key))]
+
+
+def _same_guards(a, b):
+    """Do entries ``a`` and ``b`` guard the same Python values alike (an
+    entry serves the calls its guards hold for only)?"""
+    return _guarded(a) == _guarded(b)
+
+
+def _guarded(entry):
+    return sorted(((g.label, g.kind, repr(g.expected) if g.kind == 'value'
+                    else id(g.expected), repr(getattr(g, 'shot', None)))
+                   for g in entry.py_guards), key=repr)
+
+
+def _unguarded_trips(entry):
+    """An entry whose symbolic sizes are trip counts (and maybe a batch),
+    for lengths of no condition (not one side of ``if T > 10:``)."""
+    trips = getattr(entry.symbolic, 'trips', entry.symbolic)
+    return trips is not None and not isinstance(
+        trips, (BatchAxis, TwoAxes, ragged.Ragged)) and \
+        not getattr(trips, 'conditions', ())
 
 
 def _maps_to(entry, key):
@@ -623,6 +647,34 @@ def _trips_only(entry):
     """An entry whose only symbolic sizes are trip counts."""
     return not isinstance(entry.symbolic, (BatchAxis, TripsAndBatch,
                                            TwoAxes, ragged.Ragged))
+
+
+def trips_sibling(cache, key):
+    """``(entry, Batched)``: a compiled entry of the same mode whose only
+    symbolic sizes are trip counts, and whose key differs from ``key`` in
+    one axis of every array argument that changed, from one size to
+    another alike (the batch), and in other axes of some (a length the
+    entry's recording kept: a decoder too short to roll then); the call
+    is compiled with that batch open. Else ``None``, and where two groups
+    of axes could be the batch."""
+    for entry, general in _alike_entries(cache, key, lambda entry: (
+            entry.program is not None and entry.batch_note is None and
+            entry.symbolic is not None and _trips_only(entry))):
+        changed = [(leaf, axes) for leaf, axes in
+                   _differing(entry.key[3], general[3]) or () if axes]
+        old, new = entry.key[3], general[3]
+        groups = collections.defaultdict(list)
+        for leaf, axes in changed:
+            for axis in axes:
+                groups[old[leaf][0][axis], new[leaf][0][axis]].append(
+                    (leaf, axis))
+        batches = [axes for axes in groups.values()
+                   if len(set(leaf for leaf, _ in axes)) == len(axes) ==
+                   len(changed)]
+        if len(batches) == 1 and len(groups) > 1:
+            leaves, at = zip(*batches[0])
+            return entry, Batched(leaves, None if not any(at) else at)
+    return None
 
 
 def looped_sibling(cache, key):

@@ -486,13 +486,14 @@ def pure_but_guards(nodes):
 def _float_size_uses(caller, recording, sig, n_leaves):
     """The sizes of the arguments the forward's own source puts into
     float arithmetic (``1.0 / x.shape[0]``: the float computes it, unseen
-    by ``lengths.Length``), as uses that keep them in the key."""
+    by ``lengths.Length``), but those that did not run, as uses that keep
+    them in the key."""
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return []
     return symbolic.float_size_uses(
         code, [name for name, _ in sig.items[:n_leaves]], recording.graph,
-        recording.size_operations)
+        recording.size_operations, recording.size_read_lines)
 
 
 # --- loops ------------------------------------------------------------------

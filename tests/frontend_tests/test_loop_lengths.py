@@ -1990,10 +1990,39 @@ class LearnedInitialState(_Steps):
         return self.out(h)
 
 
+class FirstStepPeeledWithEllipsis(_Steps):
+    """The state made by the first step (recorded before the loop), each
+    step read as ``xs[t, ...]`` counting down."""
+
+    def forward(self, xs):
+        h = c = None
+        for i in range(len(xs)):
+            t = len(xs) - i - 1
+            if h is None:
+                h = F.tanh(self.back(xs[t, ...])[:, :H])
+                c = h * 0.5
+            h, c = self.step(xs[t, ...], h, c)
+        return self.out(h)
+
+
+class ConstantSlicesInTheBody(_Steps):
+    """Each step reads the last and the first step too, as slices of
+    one (``xs[-1:]``, ``xs[:1]``)."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(len(xs)):
+            x = xs[t] + F.squeeze(xs[-1:], 0) * F.squeeze(xs[:1], 0)
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
 @pytest.mark.parametrize('cls', [CounterDerived, CounterDerivedFromLen,
                                  OneStepSlices, OneStepSlicesBackwards,
                                  StepsWithEllipsis, BatchFirstWithEllipsis,
-                                 LearnedInitialState])
+                                 LearnedInitialState,
+                                 FirstStepPeeledWithEllipsis,
+                                 ConstantSlicesInTheBody])
 def test_steps_read_at_other_spellings_serve_every_length_and_batch(cls):
     entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
     assert 'trip=T' in str(entry.graph), entry.graph

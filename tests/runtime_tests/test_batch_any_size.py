@@ -162,6 +162,34 @@ class _BiasedAndScaled(chainer.Chain):
             F.scale(h, self.bias.b, axis=1))
 
 
+class _DiscriminatorLoss(chainer.Chain):
+    """DCGAN's loss: a linear layer flattening images (its input reshaped
+    by Chainer, ``x.reshape(len(x), -1)``), summed and divided by the
+    length of its output."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(3 * 16 * 16, 1)
+
+    def forward(self, x, t):
+        y = self.l1(x)
+        return F.sum(F.softplus(-y)) / len(y) + F.sum(y * t[:, None]) / 4
+
+
+class _UnusedAverage(_Classifier):
+    """A division of a float by the batch size on a line that does not
+    run (``average`` off): it uses no size."""
+
+    average = False
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        if not self.average:
+            return F.softmax_cross_entropy(y, t)
+        return F.sum(y) * (1.0 / len(x))
+
+
 def _binary_labels(rng, batch):
     return (rng.randn(batch, 12).astype(F32),
             rng.randint(0, 2, (batch, 4)).astype(numpy.int32))
@@ -229,7 +257,8 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_VolumesAndSignals, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_TextCNN, _words), (_Losses, _binary_labels),
-          (_Centered, _features), (_BiasedAndScaled, _features)]
+          (_Centered, _features), (_BiasedAndScaled, _features),
+          (_DiscriminatorLoss, _images), (_UnusedAverage, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
@@ -571,6 +600,46 @@ def test_a_loop_serves_every_batch_size_and_length(cls, printed):
     assert str(entry.signature).startswith('x: f32[B,T,4]'), \
         entry.signature
     assert printed in str(entry.graph), entry.graph
+
+
+class _EncoderDecoder(chainer.Chain):
+    """Time-major source ids encoded, then a decoder fed the target's
+    previous word (teacher forcing), its loss averaged over the steps."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 6)
+            self.encoder = L.Linear(6 + 8, 8)
+            self.decoder = L.Linear(6 + 8, 8)
+            self.out = L.Linear(8, 20)
+
+    def forward(self, xs, ys):
+        h = self.xp.zeros((xs.shape[1], 8), numpy.float32)
+        for x in xs:
+            h = F.tanh(self.encoder(F.concat([self.embed(x), h])))
+        loss = 0
+        for t in range(len(ys) - 1):
+            h = F.tanh(self.decoder(F.concat([self.embed(ys[t]), h])))
+            loss += F.softmax_cross_entropy(self.out(h), ys[t + 1])
+        return loss / len(ys)
+
+
+@pytest.mark.parametrize('shapes', [
+    # (source length, target length, batch): the first target of two
+    # words, a decoder of one step, too short to roll
+    [(5, 2, 4), (7, 5, 3), (9, 8, 4), (6, 6, 2), (8, 3, 5), (4, 9, 4)],
+    [(5, 2, 4), (7, 5, 4), (9, 8, 3), (6, 6, 2), (8, 3, 5), (4, 2, 4)]])
+def test_a_decoder_too_short_to_roll_at_first_leaves_one_entry(shapes):
+    rng = numpy.random.RandomState(2)
+    calls = [(rng.randint(0, 20, (n, b)).astype(numpy.int32),
+              rng.randint(0, 20, (m, b)).astype(numpy.int32))
+             for n, m, b in shapes]
+    jitted = differential.check_grads(None, calls, model=_EncoderDecoder(),
+                                      method='forward')
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: i32[T,B]'), entry.signature
 
 
 def test_a_loop_of_fixed_steps_serves_every_batch_size():

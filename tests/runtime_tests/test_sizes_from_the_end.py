@@ -147,3 +147,48 @@ def test_an_index_from_the_end_is_printed_as_such():
         jitted(*args)
     entry, = jitted.cache_entries()
     assert '[-1]' in str(entry.graph), entry.graph
+
+
+def _cut_from_a_size(xs):
+    """``xs[T - 3:]``: at ``T < 3`` a negative start, which NumPy counts
+    from the end (``xs[-1:]`` at ``T = 2``), not ``xs[-3:]``."""
+    T = len(xs)
+    return F.sum(xs[T - 3:], axis=0) + F.sum(xs[:T - 3], axis=0) * 2
+
+
+def _stop_of_a_backward_slice(xs):
+    """``xs[:T:-1]`` is empty (the stop is past the start), not
+    ``xs[::-1]``."""
+    T = xs.shape[0]
+    return F.concat([xs[:T:-1], xs[T - 1::-1]], axis=0) * 3
+
+
+@pytest.mark.parametrize('fn', [_cut_from_a_size, _stop_of_a_backward_slice])
+@pytest.mark.parametrize('lengths', [(5, 2, 7, 1, 3, 5, 2),
+                                     (2, 5, 1, 4, 2, 1)])
+def test_an_index_that_is_not_the_same_from_the_end_reads_as_eager(
+        fn, lengths):
+    rng = numpy.random.RandomState(3)
+    calls = [(rng.standard_normal((n, 2)).astype('f'),) for n in lengths]
+    differential.check_grads(fn, calls)
+
+
+class BackwardDifferences(_Last):
+    """``xs[t] - xs[t - 1]`` counting down: the last step's ``t - 1`` is
+    -1, the last row, as NumPy reads it."""
+
+    def forward(self, xs):
+        T = len(xs)
+        h = 0
+        for i in range(T):
+            t = T - 1 - i
+            h = F.tanh(self.inner(xs[t] - xs[t - 1]) + h)
+        return self.out(h)
+
+
+def test_a_step_before_the_first_reads_the_last_as_eager():
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.LoopWarning)
+        differential.check_grads(None, _calls(SHAPES[:3] * 2),
+                                 model=BackwardDifferences(),
+                                 method='forward')
