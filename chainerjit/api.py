@@ -559,8 +559,8 @@ class JitFunction(_calls.CachedCall):
             for other in batch.served_by(self.cache, entry):
                 self.cache.remove(other)  # the new entry serves its calls
         elif served is not None:
-            if batched.kept is None and \
-                    served.generalize(sibling.key) is not None:
+            if batched.kept is None and batch.same_guards(sibling, entry) \
+                    and served.generalize(sibling.key) is not None:
                 self.cache.remove(sibling)
             for other in batch.generalized_by(self.cache, entry):
                 self.cache.remove(other)  # the new entry serves its calls

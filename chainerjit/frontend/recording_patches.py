@@ -331,7 +331,7 @@ def _recording_item_index(getitem, recorder):
     :func:`_from_the_end`)."""
     def getitem_of_items(x, index):
         if _state.recorder is recorder and not recorder.depth:
-            index = lengths.index_from_the_end(x, index)
+            index = _sized_index_seen(x, index, recorder)
             if recorder.segment_items and joining.is_item_index(index):
                 found = joining.indexed_item(x, index)
                 if found is not None:
@@ -346,9 +346,21 @@ def _from_the_end(getitem, recorder):
     ``lengths.index_from_the_end``), the same at every size."""
     def getitem_from_the_end(x, index):
         if _state.recorder is recorder and not recorder.depth:
-            index = lengths.index_from_the_end(x, index)
+            index = _sized_index_seen(x, index, recorder)
         return getitem(x, index)
     return getitem_from_the_end
+
+
+def _sized_index_seen(x, index, recorder):
+    """``lengths.index_from_the_end`` of ``x[index]``, where the index
+    holds sizes: the forward's indexing (two frames up) noted as one the
+    recording saw (not a list's, in C: ``trip_counts.index_size_uses``).
+    """
+    if not lengths.contained(index):
+        return index
+    recorder.size_operations.add(lengths.operation_position(
+        sys._getframe(2)))
+    return lengths.index_from_the_end(x, index)
 
 
 def _noting_lengths(name):

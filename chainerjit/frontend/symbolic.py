@@ -594,31 +594,36 @@ class _FreeAxes(object):
 
 
 def float_size_uses(code, input_names, graph, read_at_run_time=(),
-                    read_lines=None):
-    """``trip_counts.float_size_uses`` of the forward's own source, as
-    ``lengths.Use`` of the axes of ``graph``'s inputs (an axis of ``None``,
-    ``xs.size``, stands for all of the argument's), but for the
-    operations ``read_at_run_time`` (``(filename, line, column)``: a
-    Variable's with a size, whose node reads it from the argument's shape,
-    ``lengths.as_scalar``) and, where ``read_lines`` (the ``(filename,
-    line)`` where the forward read sizes) is given, those that read their
-    sizes themselves on lines where none was read: they did not run (a
-    branch not taken)."""
+                    read_lines=None, ran_lines=None):
+    """``trip_counts.float_size_uses`` and ``index_size_uses`` of the
+    forward's own source, as ``lengths.Use`` of the axes of ``graph``'s
+    inputs (an axis of ``None``, ``xs.size``, stands for all of the
+    argument's), but for the operations ``read_at_run_time`` (``(filename,
+    line, column)``: a Variable's with a size, whose node reads it from
+    the argument's shape, ``lengths.as_scalar``; an array's indexing) and
+    those that did not run (a branch not taken), as far as the recording
+    tells: an operation reading its sizes itself on a line where none was
+    read (``read_lines``: ``(filename, line)``), an index on a line where
+    no size was read and no node recorded either (``ran_lines``)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
-    for name, axis, lines, column, direct in \
-            trip_counts.float_size_uses(code):
-        leaf = leaves.get(name)
-        if (code.co_filename, lines[0], column) in read_at_run_time or \
-                direct and read_lines is not None and not any(
-                    (code.co_filename, line) in read_lines
-                    for line in range(lines[0], lines[1] + 1)):
-            continue
-        if leaf is not None:
+    for what, uses, ran in (
+            ('used in float arithmetic', trip_counts.float_size_uses(code),
+             None),
+            ('used as an index of a list or tuple',
+             trip_counts.index_size_uses(code), ran_lines)):
+        for name, axis, lines, column, direct in uses:
+            seen = read_lines if direct else ran
+            leaf = leaves.get(name)
+            if leaf is None or \
+                    (code.co_filename, lines[0], column) in \
+                    read_at_run_time or seen is not None and not any(
+                        (code.co_filename, line) in seen
+                        for line in range(lines[0], lines[1] + 1)):
+                continue
             axes = range(len(graph.inputs[leaf].shape or ())) \
                 if axis is None else [axis]
-            found.append(lengths.Use(tuple((leaf, a) for a in axes),
-                                     'used in float arithmetic',
+            found.append(lengths.Use(tuple((leaf, a) for a in axes), what,
                                      (code.co_filename, lines[0])))
     return found
 

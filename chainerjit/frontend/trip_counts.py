@@ -621,20 +621,19 @@ def float_size_uses(code):
                  for side, read, named in sides for p, axis in read)
 
 
-def _float_operations(code):
+def _float_operations(code, of_any_array=False):
     """``(line offset, indent, [(binop, ((side, the (parameter, axis)
     sizes it reads, whether through names), ...))])`` of the function's
-    float arithmetic with sizes (:func:`float_size_uses`); ``None``
-    without source."""
-    found = source.function_and_offset(code)
+    float arithmetic with sizes (:func:`float_size_uses`): of the
+    parameters, or ``of_any_array`` named (``len(y)`` of ``y = x``);
+    ``None`` without source."""
+    found = _function_parts(code)
     if found is None:
         return None
-    function, offset, _ = found
-    header = linecache.getline(code.co_filename, function.lineno + offset)
-    indent = len(header) - len(header.lstrip())  # dedented away
-    params = set(a.arg for a in function.args.args +
-                 function.args.kwonlyargs)
-    sizes = _names_of_sizes(function, params)
+    function, offset, indent, params, sizes = found
+    if of_any_array:
+        params = set(n.id for n in ast.walk(function)
+                     if isinstance(n, ast.Name))
     operations = []
     for node in ast.walk(function):
         if not isinstance(node, ast.BinOp) or not _in_floats(node):
@@ -649,6 +648,40 @@ def _float_operations(code):
         if sides:
             operations.append((node, sides))
     return offset, indent, operations
+
+
+def _function_parts(code):
+    """``(function's ast, line offset, indent, its parameters, the names
+    it assigns from their sizes: _names_of_sizes)``; ``None`` without
+    source."""
+    found = source.function_and_offset(code)
+    if found is None:
+        return None
+    function, offset, _ = found
+    header = linecache.getline(code.co_filename, function.lineno + offset)
+    indent = len(header) - len(header.lstrip())  # dedented away
+    params = set(a.arg for a in function.args.args +
+                 function.args.kwonlyargs)
+    return function, offset, indent, params, _names_of_sizes(function,
+                                                             params)
+
+
+@functools.lru_cache(maxsize=256)  # (read at each recording)
+def index_size_uses(code):
+    """As :func:`float_size_uses`, of the sizes the function's own source
+    indexes with (``SCALES[len(xs)]``, ``table[T - 1]``, ``ys[T] = h``,
+    ``pe[:T]``). An array's indexing sees the size (the recording notes
+    where: ``lengths.operation_position``); a list's or a tuple's reads
+    it in C, unseen."""
+    found = _function_parts(code)
+    if found is None:
+        return ()
+    function, offset, indent, params, sizes = found
+    return tuple(
+        (p, axis, (node.lineno + offset, node.end_lineno + offset),
+         node.col_offset + indent, not _reads_names(node.slice, sizes))
+        for node in ast.walk(function) if isinstance(node, ast.Subscript)
+        for p, axis in _sizes_read(node.slice, params, sizes))
 
 
 def _reads_names(node, names):
@@ -704,7 +737,7 @@ def _with_watched_literals(code):
     """``code`` with the float literals of :func:`literals_watched` (in
     its nested functions too) as ``scalars.Literal``; ``None`` if
     it has none."""
-    found = _float_operations(code)
+    found = _float_operations(code, of_any_array=True)
     values = set() if found is None else set(
         _literal_value(s) for node, sides in found[2]
         for s in (node.left, node.right)) - set([None])

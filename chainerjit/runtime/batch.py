@@ -516,12 +516,12 @@ def free_symbol(kept):
 def served_by(cache, entry):
     """The other entries of ``cache`` whose calls ``entry``, compiled for
     any sizes of one or two axes (its key's ``B`` and ``W``), serves: of
-    the same mode, their keys alike but for the sizes at those axes
-    (fixed ones, of one row or more, or open)."""
+    the same mode and guards, their keys alike but for the sizes at those
+    axes (fixed ones, of one row or more, or open)."""
     return [other for other in cache.entries() if other is not entry and
             other.program is not None and type(other.symbolic) in (
                 type(None), RowsBatched, Batched, TwoAxes) and
-            _covers(entry.key, other.key)]
+            same_guards(other, entry) and _covers(entry.key, other.key)]
 
 
 def generalized_by(cache, entry):
@@ -530,17 +530,18 @@ def generalized_by(cache, entry):
     first call's entry, of a length and batch size, once a later one
     serves every length and batch size)."""
     return [other for other in cache.entries() if other is not entry and
-            other.program is not None and (
+            other.program is not None and same_guards(other, entry) and (
                 other.symbolic is None and _maps_to(entry, other.key) or
                 _unguarded_trips(other) and _unguarded_trips(entry) and
-                _same_guards(other, entry) and
                 _covers(entry.key, other.key))]
 
 
-def _same_guards(a, b):
-    """Do entries ``a`` and ``b`` guard the same Python values alike (an
-    entry serves the calls its guards hold for only)?"""
-    return _guarded(a) == _guarded(b)
+def same_guards(a, b):
+    """Do entries ``a`` and ``b`` guard the same Python values alike: the
+    model's state, the configuration read, the values the forward names
+    (an entry serves the calls its guards hold for only)?"""
+    return a.link_state == b.link_state and \
+        a.config_reads == b.config_reads and _guarded(a) == _guarded(b)
 
 
 def _guarded(entry):

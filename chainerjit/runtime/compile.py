@@ -486,14 +486,27 @@ def pure_but_guards(nodes):
 def _float_size_uses(caller, recording, sig, n_leaves):
     """The sizes of the arguments the forward's own source puts into
     float arithmetic (``1.0 / x.shape[0]``: the float computes it, unseen
-    by ``lengths.Length``), but those that did not run, as uses that keep
-    them in the key."""
+    by ``lengths.Length``), or index a list with (in C too), but those
+    that did not run, as uses that keep them in the key."""
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return []
+    read = recording.size_read_lines
     return symbolic.float_size_uses(
         code, [name for name, _ in sig.items[:n_leaves]], recording.graph,
-        recording.size_operations, recording.size_read_lines)
+        recording.size_operations, read,
+        None if read is None else read | _lines_of(recording.graph.nodes))
+
+
+def _lines_of(nodes):
+    """The ``(filename, line)`` that recorded ``nodes`` (and their loops'
+    bodies' nodes)."""
+    found = set()
+    for node in nodes:
+        found.add(node.loc)
+        if node.region is not None:
+            found |= _lines_of(node.region.body.nodes)
+    return found
 
 
 # --- loops ------------------------------------------------------------------

@@ -133,6 +133,47 @@ def test_a_size_used_as_a_key_stays_in_the_key(fn):
         [str(w.message) for w in caught]
 
 
+#: A weight per batch size: the same for the sizes first checked, then not.
+_SCALES = (1.0,) * 13 + (2.0,) * 20
+
+
+def _scaled_by_a_tuple(x):
+    return F.tanh(x) * _SCALES[len(x)]
+
+
+def _scaled_by_a_tuple_named(x):
+    B = x.shape[0]
+    return F.tanh(x) * _SCALES[B - 1] + x[B - 1]
+
+
+def test_a_size_indexing_a_tuple_stays_in_the_key():
+    # (the tuple reads it in C; the same size indexing the argument, an
+    # array, is seen)
+    rng = numpy.random.RandomState(3)
+    calls = [(rng.randn(b, 3).astype(F32),) for b in BATCHES + (13, 15, 4)]
+    for fn in (_scaled_by_a_tuple, _scaled_by_a_tuple_named):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            differential.check_grads(fn, calls)
+        assert any('used as an index of a list or tuple at '
+                   'test_sizes_read.py' in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
+
+
+def _last_row_weighed(x):
+    B = len(x)
+    return F.tanh(x[:B]) * x[B - 1]
+
+
+def test_a_size_indexing_an_array_serves_every_batch():
+    rng = numpy.random.RandomState(6)
+    calls = [(rng.randn(b, 3).astype(F32),) for b in BATCHES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(_last_row_weighed, calls)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
 _ROW = chainer.Variable(numpy.arange(3, dtype=F32))
 
 
@@ -228,3 +269,52 @@ def test_a_size_compared_with_itself_serves_every_batch():
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[B,2,4,4]'), \
         entry.signature
+
+
+def _mean_of_an_alias(x):
+    y = x
+    return F.sum(F.tanh(y)) * (1.0 / len(y)) + F.sum(y) * (0.5 * y.shape[0])
+
+
+def test_a_literal_over_a_size_of_another_name_is_read_when_run():
+    # (y is x: its size is the argument's, and 1.0 / len(y) a float of C's
+    # unless the literal is the recording's own)
+    rng = numpy.random.RandomState(7)
+    calls = [(rng.randn(b, 3).astype(F32),) for b in BATCHES]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = differential.check_grads(_mean_of_an_alias, calls)
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+class _Averaged(chainer.Chain):
+    """A mean or a doubled sum, as the model's flag says."""
+
+    average = False
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(3, 4)
+
+    def forward(self, x):
+        if self.average:
+            return F.sum(self.l1(x)) / len(x)
+        return F.sum(self.l1(x)) * float(x.shape[0])
+
+
+def test_an_entry_for_every_size_leaves_those_of_another_state():
+    model = _Averaged()
+    jitted = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(8)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        for b, average in [(4, False), (3, False), (6, True), (5, True),
+                           (4, False), (3, False), (7, True)]:
+            model.average = average
+            x = rng.randn(b, 3).astype(F32)
+            with chainer.using_config('train', False):
+                testing.assert_results_equal(jitted(x), model.forward(x),
+                                             rtol=1e-5, atol=1e-5)
+    info = jitted.cache_info()
+    assert info.misses == 4, jitted.cache_report()  # (both flags' sizes)
