@@ -132,13 +132,14 @@ def check_unchanged(fn, calls, **kw):
     return jitted
 
 
-def check_seeded(model, calls, **options):
-    """``jit(model.forward, **options)`` of a twin against
-    ``model.forward``, each call seeded alike: losses, parameters'
-    gradients (``None`` where a parameter gets none), and as many random
-    numbers drawn."""
-    twin = copy.deepcopy(model)
-    jitted = chainerjit.jit(twin.forward, **options)
+def check_seeded(model, calls, twin=None, jitted=None, **options):
+    """``jit(model.forward, **options)`` of a twin (or ``jitted``, the
+    forward of ``twin`` jitted) against ``model.forward``, each call seeded
+    alike: losses, parameters' gradients (``None`` where a parameter gets
+    none), and as many random numbers drawn."""
+    if jitted is None:
+        twin = copy.deepcopy(model)
+        jitted = chainerjit.jit(twin.forward, **options)
     for seed, args in enumerate(calls):
         losses, grads, next_draws = [], [], []
         for m, forward in ((model, model.forward), (twin, jitted)):

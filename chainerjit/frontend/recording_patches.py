@@ -964,6 +964,24 @@ def _repeated_shape(x, repeats, axis):
     return tuple(found)
 
 
+def _recording_normal_sample(sample_n, recorder):
+    """``chainer.distributions.Normal.sample_n`` while recording, on the
+    CPU: Chainer's own arithmetic on a draw of the distribution's shape
+    that follows its rows (``traced.record_draw_like``), so that a VAE's
+    sample takes any batch size; else Chainer's."""
+    def sampling(self, n):
+        if _state.recorder is not recorder or recorder.depth or \
+                type(n) is not int or not isinstance(
+                    lengths.data_of(self.loc), numpy.ndarray):
+            return sample_n(self, n)
+        eps = traced.record_draw_like(
+            'numpy.random.standard_normal',
+            numpy.random.mtrand._rand.standard_normal, self.loc, (n,))
+        return self.loc + self.scale * eps.astype(self.loc.dtype)
+    sampling.__wrapped__ = sample_n
+    return sampling
+
+
 def _tiled_shape(x, reps):
     """The shape ``F.tile(x, reps)`` gives, where ``reps`` holds a size
     the forward read (``lengths.Length``) and repeats only axes of size
@@ -1330,6 +1348,8 @@ RECORDING_PATCHES = (
     RecordingPatch(numpy, 'broadcast_to', _recording_numpy_broadcast_to),
     RecordingPatch(chainer.functions, 'tile', _recording_tile),
     RecordingPatch(chainer.functions, 'repeat', _recording_repeat),
+    RecordingPatch(chainer.distributions.Normal, 'sample_n',
+                   _recording_normal_sample),
 ) + tuple(RecordingPatch(owner, name, _recording_bias_or_scale(combine))
           for name, module, combine in (
               ('bias', bias_module, operator.add),

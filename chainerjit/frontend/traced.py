@@ -556,6 +556,39 @@ def record_draw(label, draw, args, kwargs, result):
     return result
 
 
+def record_draw_like(label, draw, like, lead):
+    """``draw(lead + like.shape)``: a draw of the shape of ``like`` (a
+    distribution's mean), ``n`` times over (``lead``: ``(n,)``), from
+    NumPy's global generator, recorded as an impure node reading
+    ``like``'s shape on every call: the axes after ``lead`` follow
+    ``like``'s rows (a VAE's sample at any batch size)."""
+    array = like._data[0] if isinstance(like, chainer.Variable) else like
+    result = draw(lead + tuple(untag(array).shape))
+    recorder = _state.recorder
+    if recorder is None or recorder.depth:
+        return result
+    result = _tag(result)
+
+    def drawn(x):
+        return draw(lead + x.shape)
+    node = recorder.add_node(ir.Node(
+        label, ops.Kernel(drawn, lengths=_rows_after(len(lead))),
+        [recorder.value_of(like)], recorder.bind_temps([result]),
+        pure=False, loc=user_location(3)))
+    recorder.templates[node] = ('numpy', draw, ((lead,), {}))
+    recorder.generic_outputs[node] = (untag(result),)
+    return result
+
+
+def _rows_after(k):
+    """The ``Kernel.lengths`` rule of an array whose axes after its first
+    ``k`` are its input's: the rows move ``k`` axes on."""
+    @ops.takes_widest
+    def lengths(rows):
+        return ops.Follow((rows[0]._replace(axis=rows[0].axis + k),))
+    return lengths
+
+
 # A generator's methods that set, read or copy its state, or change an
 # array in place: escapes when the forward calls them.
 GENERATOR_STATE = frozenset([

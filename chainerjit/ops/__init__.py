@@ -676,8 +676,9 @@ _GLOBAL_DRAWS = frozenset(['Dropout', 'Gaussian', 'NStepRNNDropout',
 
 def draws_only(label):
     """True for a node label whose only side effect is a draw from
-    NumPy's global random generator."""
-    return label in _GLOBAL_DRAWS
+    NumPy's global random generator (a Chainer function's, or one the
+    forward makes: ``numpy.random.standard_normal``)."""
+    return label in _GLOBAL_DRAWS or label.startswith('numpy.random.')
 
 
 def updates_inputs_only(label):
@@ -1003,6 +1004,7 @@ def _load_op_modules():
     from chainerjit.ops import activation  # NOQA
     from chainerjit.ops import array  # NOQA
     from chainerjit.ops import connection  # NOQA
+    from chainerjit.ops import distributions  # NOQA
     from chainerjit.ops import linear  # NOQA
     from chainerjit.ops import evaluation  # NOQA
     from chainerjit.ops import loss  # NOQA

@@ -618,8 +618,8 @@ def _side_effects(graph):
             'random numbers that a check at another size could not undo' % (
                 node.op, ragged.at(node.loc))
     return 'the program has side effects%s: a state update other than ' \
-        'batch normalization\'s, or a random draw other than dropout\'s ' \
-        'and F.gaussian\'s' % where
+        'batch normalization\'s, or a random draw other than from ' \
+        'NumPy\'s global generator' % where
 
 
 _ONE_SIZE_PER_SESSION = (

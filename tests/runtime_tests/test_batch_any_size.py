@@ -9,6 +9,7 @@ import math
 import warnings
 
 import chainer
+import chainer.distributions as D
 import chainer.functions as F
 import chainer.links as L
 import numpy
@@ -505,14 +506,36 @@ class _VAE(chainer.Chain):
                 F.gaussian_kl_divergence(mean, ln_var)) / len(x)
 
 
-def test_a_vae_serves_every_batch_size_drawing_as_eagerly():
-    calls = [(1 / (1 + numpy.exp(-x)), t)  # in [0, 1], as Bernoulli's
-             for x, t in _calls(_features)]
+class _DistributionsVAE(_VAE):
+    """Chainer's VAE example: a ``Normal`` posterior sampled ``k`` times,
+    a ``Bernoulli`` decoder over the samples, the KL divergence to a
+    standard ``Normal`` prior (``chainer.distributions``)."""
+
+    k = 2
+
+    def forward(self, x, t):
+        h = F.tanh(self.encode(x))
+        q_z = D.Normal(loc=self.mean(h), log_scale=self.ln_var(h))
+        z = q_z.sample(self.k)
+        p_x = D.Bernoulli(logit=self.decode(z, n_batch_axes=2))
+        p_z = D.Normal(self.xp.zeros(3, F32), scale=self.xp.ones(3, F32))
+        reconstructed = F.mean(p_x.log_prob(
+            F.broadcast_to(x[None, :], (self.k,) + x.shape)))
+        return F.mean(chainer.kl_divergence(q_z, p_z)) - reconstructed
+
+
+@pytest.mark.parametrize('cls', [_VAE, _DistributionsVAE])
+def test_a_vae_serves_every_batch_size_in_both_modes(cls):
+    calls = [((x > 0).astype(F32), t) for x, t in _calls(_features)]
+    model = _model(cls)
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
-        jitted = differential.check_seeded(_model(_VAE), calls)
-    entry, = jitted.cache_entries()
-    assert str(entry.signature).startswith('x: f32[B,12]'), entry.signature
+        differential.check_seeded(model, calls, twin, jitted)
+        with chainer.using_config('train', False):
+            differential.check_seeded(model, calls, twin, jitted)
+    assert jitted.cache_info().currsize == 2, jitted.cache_report()
 
 
 @pytest.mark.parametrize('cls, make, why', [
