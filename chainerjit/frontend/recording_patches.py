@@ -953,7 +953,10 @@ def _recording_repeat(repeat, recorder):
 
 def _repeated_shape(x, repeats, axis):
     """As :func:`_tiled_shape`, of ``F.repeat(x, repeats, axis)``: the
-    size ``repeats`` at ``axis`` of ``x``, where ``x`` has one item."""
+    size ``repeats`` (or ``(repeats,)``) at ``axis`` of ``x``, where ``x``
+    has one item."""
+    if type(repeats) in (tuple, list) and len(repeats) == 1:
+        repeats = repeats[0]
     if not isinstance(repeats, lengths.Length) or type(axis) is not int:
         return None
     shape = traced.untag(lengths.data_of(x)).shape

@@ -603,17 +603,18 @@ def float_size_uses(code, input_names, graph, read_at_run_time=(),
     the argument's shape, ``lengths.as_scalar``; an array's indexing) and
     those that did not run (a branch not taken), as far as the recording
     tells: an operation reading its sizes itself on a line where none was
-    read (``read_lines``: ``(filename, line)``), an index on a line where
-    no size was read and no node recorded either (``ran_lines``)."""
+    read (``read_lines``: ``(filename, line)``), an index of one of the
+    model's arrays on a line where no size was read and no node recorded
+    either (``ran_lines``)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
-    for what, uses, ran in (
-            ('used in float arithmetic', trip_counts.float_size_uses(code),
-             None),
+    lines_seen = {'read': read_lines, 'ran': ran_lines, None: None}
+    for what, uses in (
+            ('used in float arithmetic', trip_counts.float_size_uses(code)),
             ('used as an index of a list or tuple',
-             trip_counts.index_size_uses(code), ran_lines)):
-        for name, axis, lines, column, direct in uses:
-            seen = read_lines if direct else ran
+             trip_counts.index_size_uses(code))):
+        for name, axis, lines, column, kind in uses:
+            seen = lines_seen[kind]
             leaf = leaves.get(name)
             if leaf is None or \
                     (code.co_filename, lines[0], column) in \

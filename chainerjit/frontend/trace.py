@@ -612,7 +612,23 @@ class _Recorder(object):
             elif isinstance(array, TracedArray):
                 self.note_escape(_UNFOLLOWED % 'passed to a Chainer function',
                                  user_location(4))
+        self._note_held_variables(template)
         return found
+
+    def _note_held_variables(self, template):
+        """A Chainer function holding a Variable the forward computed as an
+        attribute, not an input (``ModifiedXLogX`` of a distribution's
+        entropy holds ``log x``), would run again with the recorded one:
+        an escape."""
+        for name, value in sorted(vars(ops.state_holder(template)).items()):
+            if not isinstance(value, chainer.Variable):
+                continue
+            held = self.values.get(id(value._data[0]))
+            if held is not None and not self.is_constant(held):
+                self.note_escape('%s holds a Variable the forward computed '
+                                 '(%s), not as an input' % (
+                                     ops.node_label(template), name),
+                                 user_location(5))
 
     def add_node(self, node):
         """Adds a node; a pure node of constants computes a constant."""

@@ -600,12 +600,13 @@ def _targets(target, name):
 
 @functools.lru_cache(maxsize=256)  # (read at each recording)
 def float_size_uses(code):
-    """``[(parameter, axis or None, (line, end line), column, direct)]``:
+    """``[(parameter, axis or None, (line, end line), column, seen)]``:
     sizes of the function's parameters (``xs.shape[k]``, ``len(xs)``,
     ``xs.size``) that its own source puts into float arithmetic, directly
-    (``direct``: ``1.0 / xs.shape[1]``, ``h / len(xs)``) or through a name
-    assigned from one (``T / 2``); the lines and the column are where the
-    operation is in the file.
+    (``1.0 / xs.shape[1]``, ``h / len(xs)``: ``seen`` is ``'read'``, the
+    recording reads the size on the operation's lines where it runs) or
+    through a name assigned from one (``T / 2``: ``None``); the lines and
+    the column are where the operation is in the file.
 
     ``lengths.Length`` notes what Python does with a size, but not
     ``1.0 / T``: the float does the arithmetic, in C (unless the float is
@@ -616,7 +617,7 @@ def float_size_uses(code):
         return ()
     offset, indent, operations = found
     return tuple((p, axis, (node.lineno + offset, node.end_lineno + offset),
-                  node.col_offset + indent, not named)
+                  node.col_offset + indent, None if named else 'read')
                  for node, sides in operations
                  for side, read, named in sides for p, axis in read)
 
@@ -669,19 +670,33 @@ def _function_parts(code):
 @functools.lru_cache(maxsize=256)  # (read at each recording)
 def index_size_uses(code):
     """As :func:`float_size_uses`, of the sizes the function's own source
-    indexes with (``SCALES[len(xs)]``, ``table[T - 1]``, ``ys[T] = h``,
-    ``pe[:T]``). An array's indexing sees the size (the recording notes
-    where: ``lengths.operation_position``); a list's or a tuple's reads
-    it in C, unseen."""
+    reads at (``SCALES[len(xs)]``, ``table[T - 1]``, ``pe[:T]``). An
+    array's indexing sees the size (the recording notes where:
+    ``lengths.operation_position``); a list's or a tuple's reads it in C,
+    unseen. ``seen``: ``'read'`` for an index reading its sizes
+    itself, ``'ran'`` for one of the model's arrays, whose line records
+    nodes where it runs, else ``None``."""
     found = _function_parts(code)
     if found is None:
         return ()
     function, offset, indent, params, sizes = found
     return tuple(
         (p, axis, (node.lineno + offset, node.end_lineno + offset),
-         node.col_offset + indent, not _reads_names(node.slice, sizes))
+         node.col_offset + indent, 'read'
+         if not _reads_names(node.slice, sizes) else 'ran'
+         if _of_the_model(node.value) else None)
         for node in ast.walk(function) if isinstance(node, ast.Subscript)
+        and isinstance(node.ctx, ast.Load)  # (not ys[t] = h of a loop)
         for p, axis in _sizes_read(node.slice, params, sizes))
+
+
+def _of_the_model(node):
+    """``self.table``, ``self.embed.W``: an attribute of ``self`` (a
+    model's array, traced while recording, whose indexing is seen)."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name) and node.id == 'self' \
+        and not isinstance(node, ast.Subscript)
 
 
 def _reads_names(node, names):
@@ -703,9 +718,14 @@ def _names_of_sizes(function, params):
                     if isinstance(name, ast.Name):
                         sizes.setdefault(name.id, []).append((param, axis))
                 continue
+        # n = ..., n += ..., n: int = ...
+        if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) \
+                and node.value is not None:
             read = _sizes_read(node.value, params, sizes) \
                 if _of_sizes_only(node.value) else []
-            for target in node.targets:
+            targets = node.targets if isinstance(node, ast.Assign) else \
+                [node.target]
+            for target in targets:
                 for name in ast.walk(target):
                     if isinstance(name, ast.Name) and read:
                         sizes.setdefault(name.id, []).extend(read)

@@ -1983,7 +1983,7 @@ class LearnedInitialState(_Steps):
 
     def forward(self, xs):
         B = xs.shape[1]
-        h = F.repeat(self.h0, B, axis=0)
+        h = F.repeat(self.h0, B, axis=0) + F.repeat(self.h0, (B,), axis=0)
         c = F.tile(self.h0, (B, 1))
         for x in xs:
             h, c = self.step(x, h, c)

@@ -12,6 +12,7 @@ import math
 import warnings
 
 import chainer
+import chainer.distributions as D
 import chainer.functions as F
 import chainer.links as L
 import numpy
@@ -146,12 +147,20 @@ def _scaled_by_a_tuple_named(x):
     return F.tanh(x) * _SCALES[B - 1] + x[B - 1]
 
 
+def _scaled_on_a_line_of_its_own(x):
+    n: int = x.shape[0]
+    n += 0
+    w = _SCALES[n]
+    return F.tanh(x) * w
+
+
 def test_a_size_indexing_a_tuple_stays_in_the_key():
     # (the tuple reads it in C; the same size indexing the argument, an
     # array, is seen)
     rng = numpy.random.RandomState(3)
     calls = [(rng.randn(b, 3).astype(F32),) for b in BATCHES + (13, 15, 4)]
-    for fn in (_scaled_by_a_tuple, _scaled_by_a_tuple_named):
+    for fn in (_scaled_by_a_tuple, _scaled_by_a_tuple_named,
+               _scaled_on_a_line_of_its_own):
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter('always')
             differential.check_grads(fn, calls)
@@ -318,3 +327,17 @@ def test_an_entry_for_every_size_leaves_those_of_another_state():
                                              rtol=1e-5, atol=1e-5)
     info = jitted.cache_info()
     assert info.misses == 4, jitted.cache_report()  # (both flags' sizes)
+
+
+def _bernoulli_entropy(x):
+    # (Chainer's ModifiedXLogX holds log(p) as an attribute, not an input)
+    return F.sum(D.Bernoulli(logit=x).entropy) * 2
+
+
+def test_a_function_holding_a_computed_variable_runs_eagerly():
+    rng = numpy.random.RandomState(9)
+    calls = [(rng.randn(3, 4).astype(F32),) for _ in range(3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        differential.check_grads(_bernoulli_entropy, calls,
+                                 fallback_ok=True)
