@@ -33,6 +33,7 @@ import numpy
 
 from chainerjit import errors
 from chainerjit import ir
+from chainerjit.ir import fingerprints
 from chainerjit import ops
 from chainerjit.ops import array as array_ops
 from chainerjit.frontend import _keys
@@ -834,12 +835,7 @@ def _kept_axes(index, origins):
     an axis taken whole (``:``, ``::-1``) keeps its own, an inserted one
     (``None``) or one sliced has none; ``None`` for an index that is not
     basic."""
-    ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
-    if ellipses:
-        at = ellipses[0]
-        named = sum(1 for i in index if i is not None and i is not Ellipsis)
-        index = index[:at] + (slice(None),) * (len(origins) - named) + \
-            index[at + 1:]
+    index = fingerprints.written_out(index, len(origins))
     kept, source = [], iter(origins)
     for item in index:
         if item is None:
@@ -1115,7 +1111,8 @@ def index_from_the_end(x, index):
     entries = index if type(index) is tuple else (index,)
     if not contained(entries):
         return index
-    axes = _axes_indexed(entries, data_of(x).ndim)
+    entries = fingerprints.written_out(entries, data_of(x).ndim)
+    axes = _axes_indexed(entries)
     if axes is None:
         return index
     found = []
@@ -1132,26 +1129,16 @@ def index_from_the_end(x, index):
     return tuple(found) if type(index) is tuple else found[0]
 
 
-def _axes_indexed(entries, ndim):
-    """The axis of an array of ``ndim`` axes that each entry of a basic
-    index takes (``None`` for ``None`` and ``...``), or ``None`` where
-    the index is not one."""
-    ellipses = [k for k, e in enumerate(entries) if e is Ellipsis]
-    if len(ellipses) > 1 or any(
-            e is not None and e is not Ellipsis and
-            not isinstance(e, (int, slice)) for e in entries):
+def _axes_indexed(entries):
+    """The axis that each entry of a basic index with no ``...`` takes
+    (``None`` for ``None``), or ``None`` where the index is not one."""
+    if any(e is not None and not isinstance(e, (int, slice))
+           for e in entries):
         return None
-    named = sum(1 for e in entries if e is not None and e is not Ellipsis)
     axes, axis = [], 0
     for e in entries:
-        if e is Ellipsis:
-            axis += ndim - named
-            axes.append(None)
-        elif e is None:
-            axes.append(None)
-        else:
-            axes.append(axis)
-            axis += 1
+        axes.append(None if e is None else axis)
+        axis += e is not None
     return axes
 
 

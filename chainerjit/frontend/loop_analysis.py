@@ -363,7 +363,8 @@ def _one_item_per_step(loop, inside, name):
         n for n in inside if isinstance(n, (ast.AugAssign, ast.Assign))
         and any(isinstance(t, ast.Name) and t.id == name for t in (
             n.targets if isinstance(n, ast.Assign) else [n.target]))]
-    filled = [n for n in inside if _assigns_at(n, _counters(loop)) and
+    counters = _counters(loop)
+    filled = [n for n in inside if _assigns_at(n, counters) and
               n.targets[0].value.id == name]
     if filled:
         return not writes and len(filled) == 1 and filled[0] in loop.body

@@ -650,11 +650,8 @@ def _recording_broadcast_to(broadcast_to, recorder):
         source = _like_source(x, shape, recorder)
         if source is not None:
             return array_ops.BroadcastLike().apply((x, source))[0]
-        sized = _sizes_of_arguments(x, shape, recorder)
-        if sized is not None:
-            return array_ops.BroadcastSized(sized[0]).apply(
-                (x,) + sized[1])[0]
-        return broadcast_to(x, shape)
+        sized = _sized_broadcast(x, shape, recorder)
+        return broadcast_to(x, shape) if sized is None else sized
     broadcasting.__wrapped__ = broadcast_to
     return broadcasting
 
@@ -924,14 +921,21 @@ def _recording_tile(tile, recorder):
     (``ops.array.BroadcastSized``), which follows the length and the
     batch; else Chainer's tile."""
     def tiling(x, reps):
-        shape = _tiled_shape(x, reps)
-        sized = None if shape is None else \
-            _sizes_of_arguments(x, shape, recorder)
-        if sized is None:
-            return tile(x, reps)
-        return array_ops.BroadcastSized(sized[0]).apply((x,) + sized[1])[0]
+        sized = _sized_broadcast(x, _tiled_shape(x, reps), recorder)
+        return tile(x, reps) if sized is None else sized
     tiling.__wrapped__ = tile
     return tiling
+
+
+def _sized_broadcast(x, shape, recorder):
+    """``x`` broadcast to ``shape``, made of arguments' sizes the forward
+    read (``None`` on axes ``x`` keeps), as one
+    ``ops.array.BroadcastSized`` reading them on every call
+    (:func:`_sizes_of_arguments`); ``None`` where it cannot be."""
+    sized = None if shape is None else \
+        _sizes_of_arguments(x, shape, recorder, depth=1)
+    return None if sized is None else \
+        array_ops.BroadcastSized(sized[0]).apply((x,) + sized[1])[0]
 
 
 def _recording_repeat(repeat, recorder):
@@ -941,12 +945,9 @@ def _recording_repeat(repeat, recorder):
     ``F.tile`` of it is (:func:`_recording_tile`); else Chainer's
     repeat."""
     def repeating(x, repeats, axis=None):
-        shape = _repeated_shape(x, repeats, axis)
-        sized = None if shape is None else \
-            _sizes_of_arguments(x, shape, recorder)
-        if sized is None:
-            return repeat(x, repeats, axis)
-        return array_ops.BroadcastSized(sized[0]).apply((x,) + sized[1])[0]
+        sized = _sized_broadcast(x, _repeated_shape(x, repeats, axis),
+                                 recorder)
+        return repeat(x, repeats, axis) if sized is None else sized
     repeating.__wrapped__ = repeat
     return repeating
 
@@ -1002,17 +1003,19 @@ def _tiled_shape(x, reps):
     return tuple(None if r == 1 else r for r in reps)
 
 
-def _sizes_of_arguments(x, shape, recorder):
+def _sizes_of_arguments(x, shape, recorder, depth=0):
     """For a ``shape`` the forward's code made of arguments' sizes it read
     and numbers (``(len(xs),) + h.shape``, ``(T, B, H)``) that ``x``
     broadcasts to: ``(the sizes, as ops.array.BroadcastSized takes them,
     the argument arrays they are read from)``; else ``None``. ``None`` in
-    ``shape`` stands for ``x``'s own size on that axis."""
+    ``shape`` stands for ``x``'s own size on that axis. ``depth``: the
+    frames between the patch the forward called and this function, as
+    :func:`_forward_broadcast` counts them."""
     if not isinstance(shape, (tuple, list)) or any(
             n is not None and not isinstance(n, int) for n in shape) or \
             not _forward_broadcast(
             x, array_ops.sized_shape(shape, (), _aligned_shape(x, shape)),
-            recorder):
+            recorder, depth):
         return None
     sized = lengths.argument_sizes(shape, recorder)
     return None if sized is None else (sized[0], tuple(
@@ -1059,12 +1062,12 @@ def _like_source(x, shape, recorder):
     return source
 
 
-def _forward_broadcast(x, shape, recorder):
+def _forward_broadcast(x, shape, recorder, depth=0):
     """Is this a broadcast of ``x`` to another ``shape`` that the forward's
     own code asks ``recorder`` (the current recording) for, two frames
-    up?"""
+    up (and ``depth`` more)?"""
     return _state.recorder is recorder and not recorder.depth and \
-        lengths.forward_line(3) is not None and _broadcasts(
+        lengths.forward_line(3 + depth) is not None and _broadcasts(
             traced.untag(lengths.data_of(x)).shape, shape)
 
 

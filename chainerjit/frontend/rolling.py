@@ -520,6 +520,12 @@ def _rank(node):
     return len(node.inputs[0].shape)
 
 
+def recorded_index(node, templates):
+    """The index ``node`` (an indexing) was recorded with, ``...`` written
+    out (``fingerprints.index_at_rank``); ``None`` for another node."""
+    return index_at_rank(templates.get(node), _rank(node))
+
+
 def _index_ints(template, ndim):
     """``[(position, int)]`` of the index's ints, and of the starts of
     its slices of one (``xs[t:t+1]``)."""
@@ -695,8 +701,7 @@ def _body(plan, carried, invariants, recording):
                   for q in range(len(node.inputs))]
         if p in plan.counters:
             node = index_at(node, inputs[0], counter, plan.counters[p],
-                            index_at_rank(recording.templates[node],
-                                          _rank(node)))
+                            recorded_index(node, recording.templates))
         elif p in plan.numbers:
             body.add_node(_counted(node, inputs, counter, plan.numbers[p],
                                    recording.templates[node]))

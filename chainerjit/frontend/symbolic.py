@@ -18,7 +18,6 @@ from chainerjit.frontend import traced
 from chainerjit.frontend import trip_counts
 from chainerjit import ops
 from chainerjit.ir import regions
-from chainerjit.ir.fingerprints import index_at_rank
 from chainerjit.ops import array as array_ops
 from chainerjit.ops import structural
 
@@ -441,7 +440,7 @@ def length_uses(recording, graph):
     """The ``lengths.Use`` of the arguments' sizes while recording: those
     the Length ints noted (also in what the forward returned or assigned:
     ``lengths.plain``; and those its source puts into float arithmetic,
-    :func:`float_size_uses`, which the pipeline adds), and the Lengths
+    :func:`size_uses_in_c`, which the pipeline adds), and the Lengths
     found in the recorded ops' attributes."""
     uses = list(recording.length_uses)
     for node in _all_nodes(graph.nodes):
@@ -593,8 +592,8 @@ class _FreeAxes(object):
         return name in self.length_names
 
 
-def float_size_uses(code, input_names, graph, read_at_run_time=(),
-                    read_lines=None, ran_lines=None):
+def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
+                   read_lines=None, ran_lines=None):
     """``trip_counts.float_size_uses`` and ``index_size_uses`` of the
     forward's own source, as ``lengths.Use`` of the axes of ``graph``'s
     inputs (an axis of ``None``, ``xs.size``, stands for all of the
@@ -1133,13 +1132,7 @@ def _constant_read(node, axes, templates):
     """The smallest length for which ``node``, an indexing with constant
     integers at the symbolic ``axes``, reads the same element; ``None``
     for any other node."""
-    return _index_need(_index_of(node, templates), axes)
-
-
-def _index_of(node, templates):
-    """The recorded index of ``node``, ``...`` written out
-    (``fingerprints.index_at_rank``)."""
-    return index_at_rank(templates.get(node), len(node.inputs[0].shape))
+    return _index_need(rolling.recorded_index(node, templates), axes)
 
 
 def _index_need(index, axes):
@@ -1161,20 +1154,16 @@ def _index_need(index, axes):
 def _entry_need(entry):
     """The smallest length at which the index entry ``entry`` reads the
     same rows: a few first or last (``xs[0]``, ``xs[-1]``, ``xs[:1]``,
-    ``xs[-2:]``); else ``None``."""
-    if type(entry) is int:
-        return None if entry not in trip_counts.CONSTANT_INDEXES else \
-            entry + 1 if entry >= 0 else -entry
-    if type(entry) is not slice or entry.step not in (None, 1):
+    ``xs[-2:]``, ``ops.rows_needed``); else ``None``."""
+    if type(entry) is not int and type(entry) is not slice:
         return None
-    start, stop = entry.start or 0, entry.stop
-    if type(start) is not int or stop is not None and type(stop) is not int:
-        return None
-    if start >= 0 and stop is not None and start < stop:  # xs[a:b]
-        return _entry_need(stop - 1)
-    if start < 0 and (stop is None or start < stop < 0):  # xs[-k:-m]
-        return _entry_need(start)
-    return None
+    need = ops.rows_needed(entry)
+    return need if need in _CONSTANT_NEEDS else None
+
+
+#: The lengths the constant indexes of steps need (``xs[-2]``: 2).
+_CONSTANT_NEEDS = frozenset(ops.rows_needed(k)
+                            for k in trip_counts.CONSTANT_INDEXES)
 
 
 def _position_of_axis(index, axis):
@@ -1190,7 +1179,7 @@ def _read_from_end(node, axes, templates, length):
     index a loop counting down starts from (``xs[t]`` with ``t = T - 1``
     in ``reversed(range(T))``): ``(the smallest length it needs, its
     index counted from the end)`` (``xs[-1]``); else ``(None, None)``."""
-    index = _index_of(node, templates)
+    index = rolling.recorded_index(node, templates)
     if index is None:
         return None, None
     index = list(index)
@@ -1209,5 +1198,5 @@ def _make_shape_free(node, templates, index=None):
     kernel and gradient that do not depend on the input's recorded
     shape."""
     free = rolling.index_at(node, node.inputs[0], None, [],
-                            index or _index_of(node, templates))
+                            index or rolling.recorded_index(node, templates))
     node.kernel, node.attrs = free.kernel, free.attrs

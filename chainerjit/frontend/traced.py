@@ -544,12 +544,19 @@ def record_draw(label, draw, args, kwargs, result):
     in_values = [recorder.value_of(a) for a in arrays]
     if result.ndim == 0:
         kernel_fn = _as_array(kernel_fn)
+    return _draw_node(recorder, label, ops.Kernel(kernel_fn), in_values,
+                      result, ('numpy', draw, _split_arrays((args, kwargs),
+                                                            [])))
+
+
+def _draw_node(recorder, label, kernel, in_values, result, template):
+    """Records the impure node of a draw that gave ``result``; returns the
+    result, traced."""
     result = _tag(result)
     node = recorder.add_node(ir.Node(
-        label, ops.Kernel(kernel_fn), in_values, recorder.bind_temps(
-            [result]), pure=False, loc=user_location(3)))
-    recorder.templates[node] = ('numpy', draw, _split_arrays(
-        (args, kwargs), []))
+        label, kernel, in_values, recorder.bind_temps([result]), pure=False,
+        loc=user_location(4)))
+    recorder.templates[node] = template
     # The self-check runs the program without drawing again: it reads
     # what this draw gave.
     recorder.generic_outputs[node] = (untag(result),)
@@ -567,17 +574,12 @@ def record_draw_like(label, draw, like, lead):
     recorder = _state.recorder
     if recorder is None or recorder.depth:
         return result
-    result = _tag(result)
 
     def drawn(x):
         return draw(lead + x.shape)
-    node = recorder.add_node(ir.Node(
-        label, ops.Kernel(drawn, lengths=_rows_after(len(lead))),
-        [recorder.value_of(like)], recorder.bind_temps([result]),
-        pure=False, loc=user_location(3)))
-    recorder.templates[node] = ('numpy', draw, ((lead,), {}))
-    recorder.generic_outputs[node] = (untag(result),)
-    return result
+    return _draw_node(recorder, label, ops.Kernel(
+        drawn, lengths=_rows_after(len(lead))), [recorder.value_of(like)],
+        result, ('numpy', draw, ((lead,), {})))
 
 
 def _rows_after(k):

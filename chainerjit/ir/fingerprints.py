@@ -207,12 +207,17 @@ def _plain_int(value):
 
 
 def index_at_rank(template, ndim):
-    """:func:`index_of`, its ``...`` written out as the ``:`` it stands
-    for in an input of ``ndim`` axes (``xs[t, ...]``: ``xs[t, :, :]``),
-    so that each entry's position is fixed whatever the sizes."""
+    """:func:`index_of`, its ``...`` written out (:func:`written_out`), so
+    that each entry's position is fixed whatever the sizes."""
     index = index_of(template)
-    if index is None:
-        return None
+    return None if index is None else written_out(index, ndim)
+
+
+def written_out(index, ndim):
+    """The tuple ``index`` of a basic indexing of an array of ``ndim``
+    axes, its ``...`` written out as the ``:`` it stands for (``xs[t,
+    ...]``: ``xs[t, :, :]``); ``index`` itself where it has no ``...``
+    or is not basic."""
     ellipses = [k for k, i in enumerate(index) if i is Ellipsis]
     if len(ellipses) != 1 or not all(
             i is None or i is Ellipsis or isinstance(i, (int, slice))

@@ -487,20 +487,28 @@ def _fixed_at_any_length(s, rows):
     slice within the fewest rows there may be, counted from the start or
     from the end (``y[-1]``, ``y[0]``, ``y[-1:]`` of each sentence)?"""
     least = None if rows.widest or rows.also else rows.least()
-    if not least:
-        return False
+    need = rows_needed(s)
+    return bool(least) and need is not None and need <= least
+
+
+def rows_needed(s):
+    """The fewest rows at which the index entry ``s`` takes the same
+    positions at any number of rows, counted from the start or from the
+    end (``y[0]``: 1, ``y[-2]``: 2, ``y[:3]``: 3, ``y[-2:]``: 2); ``None``
+    for an entry whose positions depend on the number (``y[1:]``)."""
     if isinstance(s, (int, numpy.integer)):
-        return -least <= s < least
+        return s + 1 if s >= 0 else -s
     if not isinstance(s, slice) or s.step not in (None, 1):
-        return False
+        return None
     start = 0 if s.start is None else s.start
     if type(start) is not int or s.stop is not None and \
             type(s.stop) is not int:
-        return False
-    if start >= 0:  # x[a:b], b within the fewest rows
-        return s.stop is not None and start < s.stop <= least
+        return None
+    if start >= 0:  # x[a:b]
+        return s.stop if s.stop is not None and start < s.stop else None
     stop = 0 if s.stop is None else s.stop  # x[-k:], x[-k:-m]
-    return -least <= start < stop <= 0 and (stop < 0 or s.stop is None)
+    return -start if start < stop <= 0 and (stop < 0 or s.stop is None) \
+        else None
 
 
 def rows_cut(s):

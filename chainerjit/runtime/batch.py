@@ -661,17 +661,9 @@ def trips_sibling(cache, key):
     for entry, general in _alike_entries(cache, key, lambda entry: (
             entry.program is not None and entry.batch_note is None and
             entry.symbolic is not None and _trips_only(entry))):
-        changed = [(leaf, axes) for leaf, axes in
-                   _differing(entry.key[3], general[3]) or () if axes]
-        old, new = entry.key[3], general[3]
-        groups = collections.defaultdict(list)
-        for leaf, axes in changed:
-            for axis in axes:
-                groups[old[leaf][0][axis], new[leaf][0][axis]].append(
-                    (leaf, axis))
-        batches = [axes for axes in groups.values()
-                   if len(set(leaf for leaf, _ in axes)) == len(axes) ==
-                   len(changed)]
+        groups = _changed_groups(entry.key[3], general[3]) or []
+        changed = set(leaf for axes in groups for leaf, _ in axes)
+        batches = [axes for axes in groups if len(axes) == len(changed)]
         if len(batches) == 1 and len(groups) > 1:
             leaves, at = zip(*batches[0])
             return entry, Batched(leaves, None if not any(at) else at)

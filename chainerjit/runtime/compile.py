@@ -223,8 +223,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         entry.cut = recording.cut
         entry.ignore_state(recording.written_first)
     else:
-        recording.length_uses += _float_size_uses(caller, recording, sig,
-                                                  len(leaves))
+        recording.length_uses += _size_uses_in_c(caller, recording, sig,
+                                                 len(leaves))
         lengths, length_note, unrolled = _roll_loops(caller, recording,
                                                      sig, len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
@@ -483,7 +483,7 @@ def pure_but_guards(nodes):
     return structural.side_effect_free(nodes, guards=True)
 
 
-def _float_size_uses(caller, recording, sig, n_leaves):
+def _size_uses_in_c(caller, recording, sig, n_leaves):
     """The sizes of the arguments the forward's own source puts into
     float arithmetic (``1.0 / x.shape[0]``: the float computes it, unseen
     by ``lengths.Length``), or index a list with (in C too), but those
@@ -492,7 +492,7 @@ def _float_size_uses(caller, recording, sig, n_leaves):
     if code is None:
         return []
     read = recording.size_read_lines
-    return symbolic.float_size_uses(
+    return symbolic.size_uses_in_c(
         code, [name for name, _ in sig.items[:n_leaves]], recording.graph,
         recording.size_operations, read,
         None if read is None else read | _lines_of(recording.graph.nodes))
