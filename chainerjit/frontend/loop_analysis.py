@@ -456,6 +456,38 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
     return None
 
 
+def first_item_read(code, header):
+    """Does code after the loop at ``header`` of ``code`` read the first
+    item (``hs[0]``) of a list the loop appends to once a step? Recorded
+    before the loop (peeled off it), that item is then a value of its own
+    at any trip count. (A list that held items before the loop, ``hs =
+    [h0]``, has them first: the graph then reads no iteration's value.)"""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return False
+    loop, parents = found
+    function = _enclosing_function(loop, parents)
+    inside = set(ast.walk(loop))
+    for name in _appended_lists(loop, inside):
+        if not _one_item_per_step(loop, inside, name) or \
+                _filled_at_the_counter(loop, inside):
+            continue
+        rebound = _rebound_after(function, loop, name)
+        if any(use not in inside and use.lineno > loop.lineno and
+               not (rebound is not None and _after_rebinding(use, rebound))
+               and _first_item(use, parents.get(use))
+               for use in source.name_nodes(function, name)):
+            return True
+    return False
+
+
+def _first_item(node, subscript):
+    """``subscript`` is ``node[0]``."""
+    return _constant_item(node, subscript) and \
+        isinstance(subscript.slice, ast.Constant) and \
+        subscript.slice.value == 0
+
+
 def _counter_use_problem(loop, function, parents, inside, counter,
                          derived):
     """Why a use of the loop's counter (or of a name ``derived`` from it)

@@ -84,10 +84,9 @@ def roll_loops(graph, recording):
         note_python_problem(run, recording.values, rows)
         plan = None
         unpacked = _unpacked_items(graph.nodes, items_read)
-        for peel in (0, 1):
-            plan = _plan(chunks, peel, run, fingerprints, unpacked)
-            if plan is not None:
-                break
+        plan = _plan(chunks, 0, run, fingerprints, unpacked)
+        if plan is None or _first_item_read_after(plan, run, graph, chunks):
+            plan = _plan(chunks, 1, run, fingerprints, unpacked) or plan
         if plan is not None and not run.python_safe:
             # State that starts as None changes in the peeled iteration; a
             # while loop without exits counts as a for loop does.
@@ -118,6 +117,21 @@ def roll_loops(graph, recording):
             later_chunks[:] = [_substitute(c, span, replacement)
                                for c in later_chunks]
     return rolled, unrolled
+
+
+def _first_item_read_after(plan, run, graph, chunks):
+    """Is a value of the first rolled iteration read after the loop as
+    the first item of a list it appends to (``hs[0]``)? Peeled off, the
+    loop then runs one step fewer, and that item is a value of its own
+    at any trip count."""
+    if run.code is None or not loop_analysis.first_item_read(
+            run.code, run.site.header):
+        return False
+    first = set(v for node in plan.iterations[0] for v in node.outputs)
+    span = set(node for chunk in chunks for node in chunk)
+    return any(v in first for v in graph.outputs) or any(
+        v in first for node in graph.nodes if node not in span
+        for v in node.inputs)
 
 
 #: The most passes of a loop of a fixed count left unrolled around loops

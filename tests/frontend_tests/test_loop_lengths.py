@@ -174,6 +174,36 @@ class StackedOutputs(_Steps):
         return F.stack(ys)
 
 
+class FirstAndLastOutputs(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for t in range(len(xs)):
+            h, c = self.step(xs[t], h, c)
+            hs.append(h)
+        return self.out(hs[0] * hs[-1])
+
+
+class FirstOutputOfTheReversedLoop(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for t in reversed(range(len(xs))):
+            h, c = self.step(xs[t], h, c)
+            hs.append(h)
+        return F.concat([self.out(hs[0]), self.out(hs[-1])])
+
+
+class StackedTimesTheFirst(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return F.stack(hs) * F.broadcast_to(hs[0], (len(hs),) + h.shape)
+
+
 def _calls(model, lengths=LENGTHS, seed=0):
     rng = numpy.random.RandomState(seed)
     calls = []
@@ -363,7 +393,8 @@ class HelperReturnsStepsAndState(_Steps):
     CounterLoopOverComputedSteps, CounterWeighted, CounterDecayed,
     StepsFlattenedByBatch, ProjectedIterated,
     ArgumentFlattenedByBatch, SeparatedInTheHeader,
-    SeparatedOnTheSecondAxisInTheHeader])
+    SeparatedOnTheSecondAxisInTheHeader, FirstAndLastOutputs,
+    FirstOutputOfTheReversedLoop, StackedTimesTheFirst])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
@@ -377,12 +408,25 @@ def test_one_entry_for_every_length_with_gradients(cls):
 
 
 @pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional, Projected,
-                                 SeparatedBothWays])
+                                 SeparatedBothWays, FirstAndLastOutputs])
 def test_one_entry_for_every_length_in_inference(cls):
     model = cls()
     with chainer.using_config('train', False):
         jf = testing.assert_jit_matches_eager(
             model, _calls(model, seed=1), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+@pytest.mark.parametrize('cls', [FirstAndLastOutputs, StackedTimesTheFirst])
+def test_the_first_output_is_peeled_off_and_serves_one_step(cls):
+    """``hs[0]`` after the loop: its first step is recorded before it, so
+    one entry serves every length, one step included."""
+    model = cls()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model, lengths=(5, 1, 9, 2, 4)), rtol=1e-4,
+            atol=1e-5)
     assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
