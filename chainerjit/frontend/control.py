@@ -191,6 +191,7 @@ class LoopRun(object):
         self.snapshots = []  # the frame's locals at each pass
         self.code = None  # the code object the loop is in
         self.global_kinds = {}  # see global_kinds
+        self.links = frozenset()  # see links_held
         self.targets = ()  # the names the loop statement binds
         self.defined = set()  # IR values its iterations computed
         self.python_safe = False  # see rolling.note_python_problem
@@ -216,17 +217,23 @@ class LoopRun(object):
         return self.site.filename, self.site.first
 
     @property
-    def links(self):
-        """The names that held a link when the loop started."""
-        return frozenset(name for name, summary in
-                         (self.snapshots[0] if self.snapshots else {}).items()
-                         if summary[0] == 'link')
-
-    @property
     def varies(self):
         """Whether its trip count may change between calls
         (:func:`may_vary`)."""
         return may_vary(self.site, self.links)
+
+
+def links_held(code, frame):
+    """The names of ``frame`` (running ``code``) that hold a link, or a
+    list of links the function writes out (``cells = [self.c0,
+    self.c1]``, :func:`source.written_out_lists`): a loop over them runs
+    as many times at every call."""
+    written = source.written_out_lists(code)
+    return frozenset(
+        name for name, value in frame.f_locals.items()
+        if isinstance(value, chainer.Link) or name in written and
+        type(value) in (list, tuple) and value and
+        all(isinstance(v, chainer.Link) for v in value))
 
 
 def pause_tracing():
@@ -363,6 +370,7 @@ class LoopWatcher(object):
                       self._trip_source(site, frame, top))
         run.code = frame.f_code
         run.global_kinds = global_kinds(frame.f_code, frame)
+        run.links = links_held(frame.f_code, frame)
         if site.kind != 'comp' and loop_analysis.only_array_exits(
                 frame.f_code, site.header):
             run.bound = iteration_bound(site, frame)
@@ -409,6 +417,7 @@ class LoopWatcher(object):
         run = LoopRun(site, self.position(),
                       self._trip_source(site, parent, top))
         run.code = parent.f_code
+        run.links = links_held(parent.f_code, parent)
         run.targets = tuple(n.id for n in ast.walk(generator.target)
                             if isinstance(n, ast.Name))
         if not top and parent.f_back is not None:  # a helper's list
@@ -595,12 +604,15 @@ def _summary(value, depth, links=LINK_LEVELS):
 
 def global_kinds(code, frame):
     """``{name: 'function' or 'link'}`` for the global names ``code``
-    reads in ``frame`` (and those of its enclosing function's) that hold
-    a function of user code (a helper ``step(model, x, h)``) or a link: a
-    loop body calls them as it calls the model's methods and links."""
+    reads in ``frame`` (and those of its enclosing function's, and its
+    own locals) that hold a function of user code (a helper
+    ``step(model, x, h)``, or a closure ``def step(x, h):`` the forward
+    defines) or a link: a loop body calls them as it calls the model's
+    methods and links."""
     found = {}
-    for name in code.co_names + code.co_freevars:
-        value = frame.f_locals.get(name) if name in code.co_freevars \
+    own = code.co_freevars + code.co_varnames + code.co_cellvars
+    for name in code.co_names + own:
+        value = frame.f_locals.get(name) if name in own \
             else frame.f_globals.get(name)
         if isinstance(value, chainer.Link):
             found[name] = 'link'

@@ -620,13 +620,23 @@ def _hidden_state_change(inside, kinds, counters=frozenset()):
             continue
         if isinstance(node, ast.Assign) and any(
                 isinstance(t, (ast.Subscript, ast.Attribute)) and
-                not _is_model(_root_name(t), kinds) for t in node.targets):
+                not _is_model(_root_name(t), kinds) and
+                not _item_of_local_list(t, kinds) for t in node.targets):
             return 'the loop assigns an item or attribute'
         if isinstance(node, ast.Call):
             problem = _hidden_call(node, kinds)
             if problem:
                 return problem
     return None
+
+
+def _item_of_local_list(target, kinds):
+    """``target`` is an item of a local list (``states[k] = h``, a state
+    per layer): the loop watcher's snapshots see the list's items."""
+    return isinstance(target, ast.Subscript) and \
+        isinstance(target.value, ast.Name) and \
+        kinds.get(target.value.id) == 'list' and \
+        not isinstance(target.slice, ast.Slice)
 
 
 def _with_inner_links(inside, kinds):
@@ -658,15 +668,31 @@ def _inner_link_loops(inside, kinds):
     return names
 
 
-def inner_link_loop_targets(code, header):
+def inner_link_loop_targets(code, header, links=()):
     """The names the loops inside the loop at ``header`` bind iterating
-    over the model's links (:func:`_inner_link_loops`): each pass binds
-    them anew, whatever an earlier pass left in them."""
+    over the model's links (:func:`_inner_link_loops`; or over the names
+    ``links``, lists of them): each pass binds them anew, whatever an
+    earlier pass left in them."""
     found = _loop_and_parents(code, header)
     if found is None:
         return set()
     loop, _ = found
-    return _inner_link_loops(set(ast.walk(loop)) - {loop}, {})
+    inside = set(ast.walk(loop)) - {loop}
+    kinds = dict.fromkeys(links, 'link')
+    return _inner_link_loops(inside, kinds) | set(
+        name.id for node in inside if isinstance(node, ast.For) and
+        _fixed_range(node.iter, kinds) for name in ast.walk(node.target)
+        if isinstance(name, ast.Name))
+
+
+def _fixed_range(node, kinds):
+    """``range(...)`` of int constants and the model's attributes
+    (``range(2)``, ``range(self.n_layers)``): as many steps at every
+    pass of a loop around it."""
+    return source.is_call(node, 'range') and not node.keywords and all(
+        isinstance(a, ast.Constant) and type(a.value) is int or
+        isinstance(a, ast.Attribute) and _attribute_chain(a) and
+        _is_model(_root_name(a), kinds) for a in node.args)
 
 
 def _hidden_call(call, kinds):
@@ -675,6 +701,9 @@ def _hidden_call(call, kinds):
         return None if func.id in _PURE_BUILTINS or \
             kinds.get(func.id) in ('function', 'link') else \
             'the loop calls %s()' % func.id
+    if isinstance(func, ast.Subscript) and _attribute_chain(func.value) and \
+            _is_model(_root_name(func), kinds):
+        return None  # self.layers[k](h), cells[k](h, x)
     if not isinstance(func, ast.Attribute):
         return 'the loop calls a computed function'
     root = _root_name(func)

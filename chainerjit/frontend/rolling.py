@@ -1034,6 +1034,9 @@ def _python_problem(run, values, rows, peel, counting):
                      for name, summary in snapshots[0].items())
     # (The enclosing function's helpers are in both: functions there.)
     kinds.update(run.global_kinds)
+    # A list of links written out (``cells = [self.c0, self.c1]``) is
+    # called as the model's links are.
+    kinds.update((name, 'link') for name in run.links)
     if run.code is None:
         return 'its source cannot be read'
     comprehension = run.site.kind == 'comp'
@@ -1077,8 +1080,8 @@ def _python_state_changed(run, snapshots, values, counters=()):
     would change."""
     first = snapshots[0]
     growing = loop_analysis.appended_lists(run.code, run.site.header)
-    rebound = loop_analysis.inner_link_loop_targets(run.code,
-                                                    run.site.header)
+    rebound = loop_analysis.inner_link_loop_targets(
+        run.code, run.site.header, run.links)
     for snapshot in snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and name not in counters and \

@@ -10,6 +10,7 @@ registered (:func:`register`) and read from there.
 """
 
 import ast
+import collections
 import inspect
 import linecache
 import re
@@ -139,6 +140,26 @@ def file_ast(filename):
         except SyntaxError:
             _FILES[filename] = None
     return _FILES[filename]
+
+
+def written_out_lists(code):
+    """The names ``code``'s function binds once only, to a list or tuple
+    written out (``cells = [self.c0, self.c1]``): they hold as many items
+    at every call."""
+    function = function_ast(code)
+    if function is None:
+        return frozenset()
+    bound = collections.Counter()
+    written = set()
+    for node in ast.walk(function):
+        if isinstance(node, ast.Name) and not isinstance(node.ctx, ast.Load):
+            bound[node.id] += 1
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and \
+                isinstance(node.targets[0], ast.Name) and \
+                isinstance(node.value, (ast.List, ast.Tuple)) and not any(
+                    isinstance(e, ast.Starred) for e in node.value.elts):
+            written.add(node.targets[0].id)
+    return frozenset(name for name in written if bound[name] == 1)
 
 
 def header_line(loop):

@@ -204,6 +204,64 @@ class StackedTimesTheFirst(_Steps):
         return F.stack(hs) * F.broadcast_to(hs[0], (len(hs),) + h.shape)
 
 
+class StepOfAClosure(_Steps):
+    def forward(self, xs):
+        def step(x, h, c):
+            c, h = F.lstm(c, self.x2h(x) + self.h2h(h))
+            return h, c
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for x in xs:
+            h, c = step(x, h, c)
+        return self.out(h)
+
+
+class _Layers(_Steps):
+    def __init__(self):
+        super(_Layers, self).__init__()
+        with self.init_scope():
+            self.upper = L.StatelessGRU(H, H)
+
+
+class LayersWrittenOut(_Layers):
+    def forward(self, xs):
+        cells = [self.gru, self.upper]
+        states = [numpy.zeros((xs.shape[1], H), 'f') for _ in cells]
+        for x in xs:
+            h = x
+            for k, cell in enumerate(cells):
+                states[k] = cell(states[k], h)
+                h = states[k]
+        return self.out(h)
+
+
+class LayersStartedInTheLoop(_Layers):
+    def forward(self, xs):
+        cells = (self.gru, self.upper)
+        states = [None, None]
+        for x in xs:
+            h = x
+            for k, cell in enumerate(cells):
+                if states[k] is None:
+                    states[k] = self.xp.zeros((x.shape[0], H), 'f')
+                states[k] = cell(states[k], h)
+                h = states[k]
+        return self.out(states[0] * states[1])
+
+
+class LayersIndexed(_Layers):
+    def forward(self, xs):
+        cells = [self.gru, self.upper]
+        states = [self.xp.zeros((xs.shape[1], H), 'f')] * 2
+        hs = []
+        for t in range(len(xs)):
+            h = xs[t]
+            for k in range(2):
+                states[k] = cells[k](states[k], h)
+                h = states[k]
+            hs.append(h)
+        return self.out(F.mean(F.stack(hs), axis=0))
+
+
 def _calls(model, lengths=LENGTHS, seed=0):
     rng = numpy.random.RandomState(seed)
     calls = []
@@ -394,7 +452,8 @@ class HelperReturnsStepsAndState(_Steps):
     StepsFlattenedByBatch, ProjectedIterated,
     ArgumentFlattenedByBatch, SeparatedInTheHeader,
     SeparatedOnTheSecondAxisInTheHeader, FirstAndLastOutputs,
-    FirstOutputOfTheReversedLoop, StackedTimesTheFirst])
+    FirstOutputOfTheReversedLoop, StackedTimesTheFirst, StepOfAClosure,
+    LayersWrittenOut, LayersStartedInTheLoop, LayersIndexed])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
