@@ -659,6 +659,43 @@ def _followed_axes(kernel, in_arrays, origins, out_arrays):
     return found
 
 
+def inferred_sizes(in_shape, shape):
+    """The sizes in ``shape``, a reshape's target, that its kernel infers
+    from its input's rows where they follow: a product of sizes on the
+    first axis; where the reshape (of ``in_shape``, if given) only
+    regroups runs of axes (``array_ops.regrouped``), each merged axis,
+    and the first part of each split one (its kernel then reads them
+    from its input when run)."""
+    if not isinstance(shape, (tuple, list)) or not shape:
+        return []
+    found = regrouped = None
+    if in_shape is not None:
+        regrouped = array_ops.regrouped(
+            in_shape, tuple(int.__int__(n) for n in shape))
+    if regrouped is not None and regrouped[0] == 'merge':
+        found = list(shape)
+    elif regrouped is not None:
+        found = [shape[run[0]] for run in regrouped[1]]
+    else:
+        found = [shape[0]] if getattr(shape[0], 'product', False) else []
+    return [n for n in found if isinstance(n, Length)]
+
+
+def note_reshaped(recorder, array, shape, node, what, loc):
+    """Notes the sizes in ``shape``, the target of NumPy's reshape of
+    ``array`` (``node``: ``x.reshape(len(x), -1)``): those its kernel
+    infers from the rows of ``array``'s own axes (:func:`inferred_sizes`)
+    as the rows of ``node`` (``Use.rows_of``, as an ``F.reshape``'s),
+    the others as used."""
+    own = set(recorder.length_leaves.get(id(array)) or ())
+    inferred = inferred_sizes(array.shape, shape)
+    for n in contained(shape):
+        use = n.use(what, loc)
+        if any(n is m for m in inferred) and set(use.origins) <= own:
+            use = use._replace(rows_of=node)
+        recorder.length_uses.append(use)
+
+
 def _sized_axes(shape):
     """The origin of each size of ``shape`` that is an argument's size
     itself (``T``, not ``T * B``), else ``None``."""

@@ -453,7 +453,8 @@ def length_uses(recording, graph):
             attributes = _without_kept_sizes(node, attributes)
         shape = attributes.get('shape') if isinstance(attributes, dict) \
             else None
-        inferred = _inferred_sizes(node, shape)
+        inferred = lengths.inferred_sizes(
+            node.inputs[0].shape if node.op == 'Reshape' else None, shape)
         for n in inferred:
             # An output axis the kernel infers from its input's rows.
             uses.append(n.use(what, node.loc)._replace(rows_of=node))
@@ -462,28 +463,6 @@ def length_uses(recording, graph):
                 n for n in shape if not any(n is m for m in inferred)))
         uses += lengths.uses_in(attributes, what, node.loc)
     return uses
-
-
-def _inferred_sizes(node, shape):
-    """The sizes in ``shape``, a reshape's target, that its kernel infers
-    from its input's rows where they follow: a product of sizes on the
-    first axis; where the reshape only regroups runs of axes
-    (``array_ops.regrouped``), each merged axis, and the first part of
-    each split one (its kernel then reads them from its input when
-    run)."""
-    if not isinstance(shape, (tuple, list)) or not shape:
-        return []
-    found = regrouped = None
-    if node.op == 'Reshape':
-        regrouped = array_ops.regrouped(
-            node.inputs[0].shape, tuple(int.__int__(n) for n in shape))
-    if regrouped is not None and regrouped[0] == 'merge':
-        found = list(shape)
-    elif regrouped is not None:
-        found = [shape[run[0]] for run in regrouped[1]]
-    else:
-        found = [shape[0]] if getattr(shape[0], 'product', False) else []
-    return [n for n in found if isinstance(n, lengths.Length)]
 
 
 def _without_kept_sizes(node, attributes):

@@ -329,6 +329,11 @@ class _Recorder(object):
                 self.derived_memory.add(owner)
         return value
 
+    def note_reshaped(self, array, shape, node, what, loc):
+        """NumPy's reshape of ``array`` to ``shape`` (``node``): see
+        ``lengths.note_reshaped``."""
+        lengths.note_reshaped(self, array, shape, node, what, loc)
+
     def note_write(self, written, loc):
         """Notes the varying numbers and argument sizes in ``written``
         (an index and the value written into an array the forward made)

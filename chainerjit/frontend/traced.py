@@ -168,6 +168,13 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__':
         args = recorder.sizes_at_run_time(args, loc, user_frame(3))
+    target = _reshape_target(label, args, kwargs, result)
+    if target is not None:  # (noted once its node is recorded)
+        recorder.note_constants(kwargs, 'passed to %s' % label, loc)
+        node = record_call(recorder, label, fn, args, kwargs, result)
+        recorder.note_reshaped(args[0], target, node,
+                               'passed to %s' % label, loc)
+        return
     recorder.note_constants((args, kwargs), 'passed to %s' % label, loc)
     if not _is_arrays(result):
         test = _branch_test() if label in _TRUTH_REDUCTIONS else None
@@ -372,9 +379,20 @@ def as_library(fn, *args, **kwargs):
         recorder.depth -= 1
 
 
+def _reshape_target(label, args, kwargs, result):
+    """The target shape of ``x.reshape(...)`` of an array, as given (its
+    sizes may be argument sizes), or ``None`` for another call."""
+    if label != 'ndarray.reshape' or kwargs or len(args) < 2 or \
+            not isinstance(args[0], numpy.ndarray) or \
+            not isinstance(result, numpy.ndarray):
+        return None
+    shape = args[1] if len(args) == 2 else args[1:]
+    return tuple(shape) if type(shape) in (tuple, list) else (shape,)
+
+
 def record_call(recorder, label, fn, args, kwargs, result, index=None):
-    """Records NumPy run outside Chainer functions as a node; ``index``:
-    ``x[k]`` of a varying int, ``(kernel, value of k)``."""
+    """Records NumPy run outside Chainer functions as a node, and returns
+    it; ``index``: ``x[k]`` of a varying int, ``(kernel, value of k)``."""
     if index is not None:
         node = recorder.add_node(ir.Node(
             label, index[0], [recorder.value_of(args[0]), index[1]],
@@ -382,7 +400,7 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
             loc=user_location(4)))
         recorder.templates[node] = ('numpy', fn, _split_arrays(
             (args, kwargs), []))
-        return
+        return node
     kernel_fn, arrays = numpy_kernel(fn, args, kwargs)
     in_values = [recorder.value_of(a) for a in arrays]
     multi = type(result) in (tuple, list)
@@ -412,6 +430,7 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
     recorder.templates[node] = ('numpy', fn, template)
     if label == 'ndarray.__getitem__':
         recorder.note_first_item(args[0], args[1], node)
+    return node
 
 
 # NumPy's functions and methods that reorder an array's axes.

@@ -72,6 +72,7 @@ from chainerjit.ops.math import onnx_scatter_add
 from chainerjit.ops.math import onnx_scalar
 from chainerjit.ops.math import onnx_sum_to
 from chainerjit.ops.math import onnx_zeros
+from chainerjit.ops.math import rows_of_each_row
 from chainerjit.ops import segments as segments_ops
 
 
@@ -1317,15 +1318,19 @@ def lower_get_item(node, ctx):
 
 @lowering(select_item.SelectItem)
 def lower_select_item(node, ctx):
+    """``x[arange(len(t)), t]``, at any number of rows."""
     xp = ctx.xp
-    rows = xp.arange(ctx.in_shapes[1][0])
-    shape, dtype = ctx.in_shapes[0], ctx.in_dtypes[0]
+    classes, dtype = ctx.in_shapes[0][1:], ctx.in_dtypes[0]
+
+    def select(x, t):
+        return x[xp.arange(len(t)), t]
 
     def grad(xs, ys, gys, wanted):
         if not wanted[0]:
             return None, None
-        gx = xp.zeros(shape, dtype)  # as Assign
-        gx[rows, xs[1]] = gys[0]
+        t = xs[1]
+        gx = xp.zeros((len(t),) + classes, dtype)  # as Assign
+        gx[xp.arange(len(t)), t] = gys[0]
         return gx, None
 
     def to_onnx(b, ins, outs):
@@ -1339,12 +1344,13 @@ def lower_select_item(node, ctx):
         if not wanted[0]:
             return None, None
         axis = b.int64s([1])
-        return b.single('ScatterElements', onnx_zeros(b, shape, dtype),
+        return b.single('ScatterElements',
+                        onnx_zeros(b, ctx.in_shapes[0], dtype),
                         b.single('Unsqueeze', xs[1], axis),
                         b.single('Unsqueeze', gys[0], axis), axis=1), None
-    return Kernel(lambda x, t: x[rows, t],
+    return Kernel(select,
                   grad=GradRule(grad, inputs=(1,), onnx=grad_to_onnx),
-                  onnx=to_onnx)
+                  onnx=to_onnx, lengths=rows_of_each_row)
 
 
 @lowering(where.Where)

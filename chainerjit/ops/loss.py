@@ -412,11 +412,9 @@ def lower_softmax_cross_entropy(node, ctx):
 def _label_ce_lengths(node, ctx):
     """The ``Kernel.lengths`` rule of the loss of a 2-D ``x`` and its
     labels: any number of rows where ``x`` and ``t`` have the same, as the
-    kernel and its gradient count the labels (``normalize``) and index
-    the rows of the arrays they get; ``None`` for a mean over the recorded
-    number of rows."""
-    if len(ctx.in_shapes[0]) != 2 or (node.reduce == 'mean' and
-                                      not node.normalize):
+    kernel and its gradient count the labels (``normalize``) or the rows
+    and index the rows of the arrays they get."""
+    if len(ctx.in_shapes[0]) != 2:
         return None
 
     def lengths(rows):
@@ -470,7 +468,7 @@ def _softmax_ce_grad_to_onnx(node, ctx):
             count = b.op('Max', [b.op('ReduceSum', [valid], keepdims=0)[0],
                                  b.constant(numpy.ones((), x_dtype))])[0]
         else:
-            count = b.constant(numpy.asarray(max(x_shape[0], 1), x_dtype))
+            count = _batch_count(b, t, x_dtype)
         scale = b.op('Div', [b.cast(gys[0], ctx.in_dtypes[0], x_dtype),
                              count])[0]
         return b.op('Mul', [gx, scale])[0], None
@@ -479,12 +477,27 @@ def _softmax_ce_grad_to_onnx(node, ctx):
 
 def _softmax_ce_coefficient(node, x_shape, soft_target):
     """The mean loss's coefficient as the forward computes it, or
-    ``None`` where the forward counts it from the labels."""
+    ``None`` where the forward counts it from the labels, or
+    :data:`PER_ROW` where from the rows of ``x``."""
     if soft_target:
         return 1.0 / (int(numpy.prod(x_shape)) / x_shape[1])
     if not node.normalize:
-        return 1.0 / max(x_shape[0], 1)
+        return PER_ROW
     return None  # counted from t
+
+
+#: The coefficient of a mean over the rows of ``x`` (``normalize=False``),
+#: ``1.0 / max(len(x), 1)``, however many there are (as many as the
+#: labels ``t`` have).
+PER_ROW = 'per row'
+
+
+def _coefficient_of(coeff, t, ignore_label):
+    """The mean loss's coefficient (:func:`_softmax_ce_coefficient`) for
+    the labels ``t``."""
+    if coeff is None:
+        return _coefficient(t, ignore_label)
+    return 1.0 / max(len(t), 1) if coeff is PER_ROW else coeff
 
 
 def _label_positions(x_shape, t_shape):
@@ -518,9 +531,10 @@ def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff,
             numpy.exp(y, out=y)
         if not soft_target and mean and len(x_shape) == 2 and \
                 _loops_softmax.softmax_ce_grad(y, t, ignore_label, float(
-                    gloss * (_coefficient(t, ignore_label) if coeff is None
-                             else coeff))):
+                    gloss * _coefficient_of(coeff, t, ignore_label))):
             return y, None  # the passes below in one C loop
+        coefficient = _coefficient_of(coeff, t, ignore_label) if mean \
+            else None
         t_valid = t != ignore_label
         t = t * t_valid
         if soft_target:
@@ -537,7 +551,7 @@ def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff,
         if not mean:
             gx *= gloss[:, None]
         else:
-            gx *= gloss * (_coefficient(t_valid) if coeff is None else coeff)
+            gx *= gloss * coefficient
         return gx, None
     return grad
 
@@ -554,7 +568,6 @@ def _label_ce(node, ctx):
     x_shape = ctx.in_shapes[0]
     ignore_label, reduce = node.ignore_label, node.reduce
     n_classes = x_shape[1]
-    batch_count = None if node.normalize else x_shape[0]
     reduc_dtype = softmax_cross_entropy._reduction_dtype(ctx.in_dtypes[0])
 
     def label_ce(x, t):
@@ -576,7 +589,7 @@ def _label_ce(node, ctx):
         log_p *= t_valid.ravel()
         if reduce != 'mean':
             return -log_p.reshape(t.shape)
-        count = t_valid.sum() if batch_count is None else batch_count
+        count = t_valid.sum() if node.normalize else len(log_y)
         return _mean_of(log_p.sum(keepdims=True, dtype=reduc_dtype),
                         1.0 / max(count, 1), log_y.dtype)
     label_ce.and_softmax = and_softmax

@@ -71,6 +71,7 @@ from chainerjit.ops import rows_reduced_over
 from chainerjit.ops import rows_through_reduction
 from chainerjit.ops import rows_elementwise
 from chainerjit.ops import rows_follow_first
+from chainerjit.ops import same_rows
 from chainerjit.ops import takes_square
 from chainerjit.ops import takes_widest
 
@@ -834,7 +835,19 @@ def lower_batch_l2_norm_squared(node, ctx):
         gy = b.single('Reshape', gys[0], b.int64s([-1] + [1] * (ndim - 1)))
         return b.single('Mul', b.single('Mul', two, xs[0]), gy),
     return Kernel(fn, grad=grad_rule(ctx, grad, inputs=(0,),
-                                     onnx=grad_to_onnx), onnx=to_onnx)
+                                     onnx=grad_to_onnx), onnx=to_onnx,
+                  lengths=rows_of_each_row)
+
+
+def rows_of_each_row(rows):
+    """A :attr:`Kernel.lengths` rule for a kernel giving one value per row
+    of its inputs' first axis, which all have the same rows there (a norm
+    of each row, a row's item picked), reading their number from the
+    arrays."""
+    found = same_rows(rows)
+    if found is None or found.axis or found.also:
+        return None
+    return Follow((found,))
 
 
 @lowering(cumsum.Cumsum)

@@ -18,6 +18,7 @@ from chainerjit.ops import LOOP_DTYPES
 from chainerjit.ops import _loops_normalization
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_in_place
 from chainerjit.ops import state_lowering
 
 
@@ -573,7 +574,8 @@ def lower_normalize_l2(node, ctx):
         return utils.force_array(gx / norm ** 2),
     return Kernel(normalize, attrs={'eps': node.eps, 'axis': axis},
                   grad=GradRule(grad, inputs=(0,)),
-                  onnx=_normalize_l2_to_onnx(node.eps, axis))
+                  onnx=_normalize_l2_to_onnx(node.eps, axis),
+                  lengths=rows_in_place)
 
 
 @lowering(local_response_normalization.LocalResponseNormalization)

@@ -483,21 +483,28 @@ def _differs(expected, actual, rounding_noise=None):
     return None
 
 
-def arrays_close(actual, expected, nudged=None):
+def arrays_close(actual, expected, nudged=None, scale=1.0):
     """The self-check's comparison of two host arrays of one type: floats
-    within its tolerance (relative to the largest finite value; NaN
-    equal to NaN), others equal. With ``nudged``, see :func:`_differs`."""
+    within its tolerance (relative to the largest finite value, or to
+    ``scale`` where larger; NaN equal to NaN), others equal. With
+    ``nudged``, see :func:`_differs`."""
     if expected.dtype.kind not in 'fc':
         return bool((actual == expected).all())
-    finite = numpy.isfinite(expected)
-    scale = float(numpy.abs(expected[finite]).max()) \
-        if expected.size and bool(finite.any()) else 1.0
     close = numpy.isclose(actual, expected, rtol=1e-4,
-                          atol=1e-5 * max(scale, 1.0), equal_nan=True)
+                          atol=1e-5 * max(largest(expected), scale),
+                          equal_nan=True)
     if nudged is not None:
         close |= numpy.abs(actual - expected) <= \
             NOISE_FACTOR * numpy.abs(nudged - expected)
     return bool(close.all())
+
+
+def largest(array):
+    """The largest magnitude of a host array's finite values (1.0 for
+    none)."""
+    finite = numpy.isfinite(array)
+    return float(numpy.abs(array[finite]).max()) \
+        if array.size and bool(finite.any()) else 1.0
 
 
 class _WhereGiven(object):

@@ -179,8 +179,11 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
     printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
     the leaves' names; ``size`` what the rows' number is, in the line."""
     for use in uses:
-        if any(leaf in seeds and axis == seeds[leaf].axis
-               for leaf, axis in use.origins):
+        # (A size a reshape infers from its input's rows, where it is of
+        # that input's axes, is followed with that node's rows.)
+        if use.rows_of is None and any(
+                leaf in seeds and axis == seeds[leaf].axis
+                for leaf, axis in use.origins):
             return use.describe(names)
     rows = {graph.inputs[leaf]: r for leaf, r in seeds.items()}
     variants = {}

@@ -146,6 +146,38 @@ class _Losses(chainer.Chain):
             F.sigmoid_cross_entropy(y, t) + F.mean(per_element * y)
 
 
+class _RowWise(chainer.Chain):
+    """Ops of each row: a loss summed over the batch and divided by its
+    size (``normalize=False``), an item picked, a row normalized, a row's
+    squared norm."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 4)
+
+    def forward(self, x, t):
+        y = self.l1(x)
+        return F.softmax_cross_entropy(y, t, normalize=False) + F.sum(
+            F.select_item(F.normalize(y), t) *
+            F.batch_l2_norm_squared(y))
+
+
+class _ReshapedByNumPy(chainer.Chain):
+    """NumPy's reshape of an argument to its rows, ``x.reshape(len(x),
+    -1)``, and to the batch size read once (``B, _, _ = x.shape``)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(12, 4)
+
+    def forward(self, x, t):
+        B = x.shape[0]
+        y = self.l1(x.reshape(len(x), -1)) + self.l1((x * 2).reshape(B, 12))
+        return F.softmax_cross_entropy(y, t)
+
+
 class _BiasedAndScaled(chainer.Chain):
     """``L.Bias`` and ``L.Scale`` (Caffe's layers, a tied language
     model's output bias): their parameters broadcast to the batch."""
@@ -259,7 +291,8 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_TextCNN, _words), (_Losses, _binary_labels),
           (_Centered, _features), (_BiasedAndScaled, _features),
-          (_DiscriminatorLoss, _images), (_UnusedAverage, _features)]
+          (_DiscriminatorLoss, _images), (_UnusedAverage, _features),
+          (_RowWise, _features), (_ReshapedByNumPy, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
@@ -455,6 +488,30 @@ def test_batch_normalization_in_training_serves_every_batch_size():
     # The running averages: updated once a call, as eagerly (the checks
     # at new sizes put back what the program's run updated).
     _same_running_averages(jitted._instance(), model)
+
+
+class _BiasBeforeNormalization(chainer.Chain):
+    """A linear layer's bias before a batch normalization: its gradient is
+    zero but for rounding, which differs between any two orders of
+    summing."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.c1 = L.Convolution2D(3, 8, 3, pad=1)
+            self.fc = L.Linear(8, 4)
+            self.bn = L.BatchNormalization(4)
+
+    def forward(self, x, t):
+        h = F.max_pooling_2d(F.relu(self.c1(x)), 2)
+        return self.bn(self.fc(F.mean(h, axis=(2, 3)))) * 10
+
+
+def test_a_bias_before_batch_normalization_serves_every_batch_size():
+    jitted = _checked_without_recompiling(
+        _calls(_images, (3, 8, 17, 30, 64, 5)),
+        _model(_BiasBeforeNormalization))
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
 
 
 def _same_running_averages(model, twin):
