@@ -487,14 +487,33 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
             isinstance(result, numpy.ndarray) and \
             result.shape == arrays[0].shape:
         return ops.rows_in_place  # (rows on any axis: a time-major mask)
-    if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
-            fn.__name__ == '__call__' and 'out' not in kwargs and \
+    if (isinstance(getattr(fn, '__self__', None), numpy.ufunc) and
+            fn.__name__ == '__call__' and 'out' not in kwargs or
+            label == 'numpy.where' and len(args) == 3 and not kwargs) and \
             isinstance(result, numpy.ndarray):
         return ops.rows_broadcast([a.shape for a in arrays], result.shape)
     reduced = _reduced_axes(label, fn, args, kwargs, arrays)
     if reduced is not None:
         return ops.rows_reduced_over(*reduced)
+    joined = _JOINS.get(label)
+    if joined is not None and isinstance(result, numpy.ndarray) and \
+            type(args[0]) in (list, tuple) and len(args[0]) > 1 and \
+            _the_same(args[0], arrays):
+        axis = kwargs.get('axis', args[1] if len(args) > 1 else 0)
+        if type(axis) is int and set(kwargs) <= {'axis'}:
+            return ops.rows_joined(joined, axis % result.ndim)
     return None
+
+
+def _the_same(items, arrays):
+    """Are ``items`` the very ``arrays``, in order?"""
+    return len(items) == len(arrays) and all(
+        a is b for a, b in zip(items, arrays))
+
+
+# NumPy's joins of a list of arrays along ``axis``, by their Chainer op's
+# name (``ops.rows_joined``): side by side, they keep the rows.
+_JOINS = {'numpy.concatenate': 'Concat', 'numpy.stack': 'Stack'}
 
 
 # Reductions of one array with NumPy's ``axis`` and ``keepdims``, by the

@@ -70,7 +70,7 @@ from chainerjit.ops import rows_broadcast
 from chainerjit.ops import rows_reduced_over
 from chainerjit.ops import rows_through_reduction
 from chainerjit.ops import rows_elementwise
-from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_in_place
 from chainerjit.ops import same_rows
 from chainerjit.ops import takes_square
 from chainerjit.ops import takes_widest
@@ -674,7 +674,7 @@ def lower_varying_constant(node, ctx,
         c = b.cast(ins[1], number_dtype, ctx.in_dtypes[0])
         b.op(op_type, [c, ins[0]] if first else [ins[0], c], outs)
     return Kernel(forward, grad=_constant_grad(node, ctx, number_dtype),
-                  onnx=to_onnx, fresh=True, lengths=rows_follow_first)
+                  onnx=to_onnx, fresh=True, lengths=rows_in_place)
 
 
 # The ONNX forms of some _WITH_CONSTANT_GRAD entries: ``gx`` of the names

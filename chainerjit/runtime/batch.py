@@ -42,6 +42,7 @@ from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
 from chainerjit.backend import ort
+from chainerjit.frontend import lengths
 from chainerjit.frontend import signature
 from chainerjit.runtime import backends
 from chainerjit.runtime import ragged
@@ -123,20 +124,33 @@ class Batched(BatchAxis, collections.namedtuple(
 
 
 class RowsBatched(BatchAxis, collections.namedtuple(
-        'RowsBatched', 'leaves recorded axes symbol ones',
-        defaults=(None, BATCH, True))):
+        'RowsBatched', 'leaves recorded axes symbol ones conditions',
+        defaults=(None, BATCH, True, ()))):
     """How an entry whose VM program takes any batch size reads a call's
     key (:func:`why_fixed`): ``leaves`` as :class:`Batched`'s,
     ``recorded`` the batch size it was recorded at, ``symbol`` its name
     in keys and signatures. ``ones``: does it serve a single row too
     (until a call of one row gives another result than eager:
-    :func:`without_one_row`)?"""
+    :func:`without_one_row`)? ``conditions``: the comparisons of the size
+    the forward's Python made (``lengths.Use.condition``: ``if T > 10:``),
+    which a size it serves gives as recorded."""
 
     __slots__ = ()
 
     @property
     def min_size(self):
         return 1 if self.ones else MIN_SIZE
+
+    def generalize(self, key):
+        size = self.size_of(key)
+        if type(size) is int and not all(
+                lengths.holds(c, size) for c in self.conditions):
+            return None
+        return BatchAxis.generalize(self, key)
+
+    def conditions_described(self):
+        return [lengths.describe_condition(c, self.symbol)
+                for c in self.conditions]
 
     def to_check(self, key, checked, symbols=()):
         """The call's ``('B', batch size)``, if it is to be checked against
@@ -150,6 +164,12 @@ class RowsBatched(BatchAxis, collections.namedtuple(
         ``('B', size)`` of ``key`` (the recorded one for ``None``)."""
         return (self.symbol, self.recorded if key is None else
                 self.size_of(key))
+
+
+def _described(axes):
+    """The conditions of ``axes`` (a :class:`RowsBatched`, or another
+    kind, of none) as printed: ``'W > 10'``."""
+    return axes.conditions_described() if type(axes) is RowsBatched else []
 
 
 def _to_check(size, seen):
@@ -184,6 +204,16 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     def with_width(self, other):
         """These axes and the :class:`RowsBatched` ``other``."""
         return self._replace(width=self.widths + (other,))
+
+    @property
+    def conditions(self):
+        """The comparisons of the sizes of every axis (``if T > 10:``)."""
+        return sum((axes.conditions for axes in (self.batch,) + self.widths
+                    if type(axes) is RowsBatched), ())
+
+    def conditions_described(self):
+        return sum((_described(axes) for axes in (self.batch,) +
+                    self.widths), [])
 
     def generalize(self, key):
         """``(the key with every axis open, [])``, or ``None``."""
@@ -278,7 +308,12 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
 
     @property
     def conditions(self):
-        return getattr(self.trips, 'conditions', ())
+        return getattr(self.trips, 'conditions', ()) + getattr(
+            self.batch, 'conditions', ())
+
+    def conditions_described(self):
+        return [lengths.describe_condition(c) for c in getattr(
+            self.trips, 'conditions', ())] + _described(self.batch)
 
     def untied(self, key, names):
         """The trip counts' ``untied`` (``frontend.symbolic``)."""
@@ -521,7 +556,18 @@ def served_by(cache, entry):
     return [other for other in cache.entries() if other is not entry and
             other.program is not None and type(other.symbolic) in (
                 type(None), RowsBatched, Batched, TwoAxes) and
-            same_guards(other, entry) and _covers(entry.key, other.key)]
+            same_guards(other, entry) and _covers(entry.key, other.key) and
+            _conditions_hold(entry, other)]
+
+
+def _conditions_hold(entry, other):
+    """Do the comparisons of sizes that ``entry`` is guarded by (``if T >
+    10:``) go as recorded at the sizes of ``other``'s key, or guard
+    ``other`` alike?"""
+    conditions = getattr(entry.symbolic, 'conditions', ())
+    return not conditions or set(conditions) == set(
+        getattr(other.symbolic, 'conditions', ())) or \
+        entry.symbolic.generalize(other.key) is not None
 
 
 def generalized_by(cache, entry):
@@ -786,6 +832,7 @@ def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
     first = batched.leaves[0]
     seeds = dict((leaf, ops.Rows.of_item(first, size)._replace(axis=axis))
                  for leaf, axis in batched.batch_axes())
+    conditions, uses = _guards_on(batched, uses)
     why = ragged.why_fixed(graph, seeds, uses, names,
                            label=lambda rows: rows_label(rows, symbol),
                            size='batch size' if symbol == BATCH else
@@ -793,7 +840,25 @@ def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
                                                      names))
     if why is not None:
         return None, why
-    return RowsBatched(batched.leaves, size, batched.axes, symbol), None
+    return RowsBatched(batched.leaves, size, batched.axes, symbol,
+                       conditions=conditions), None
+
+
+def _guards_on(batched, uses):
+    """``(conditions, the other uses)``: the comparisons among ``uses`` of
+    the size of one of the axes of ``batched`` (``if T > 10:``, not ``T ==
+    5`` that holds at one size only), which become the entry's guards
+    (:attr:`RowsBatched.conditions`), as a symbolic loop's length's do."""
+    axes = set(batched.batch_axes())
+    conditions, others = [], []
+    for use in uses:
+        if use.condition is not None and not lengths.pins(use.condition) \
+                and len(use.origins) == 1 and use.origins[0] in axes:
+            if use.condition not in conditions:
+                conditions.append(use.condition)
+        else:
+            others.append(use)
+    return tuple(conditions), others
 
 
 def axes_named(axes, names, joiner=', '):

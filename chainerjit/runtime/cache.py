@@ -395,10 +395,9 @@ class Entry(object):
         """A multi-line report of this entry: signature, stats, IR and
         bytecode."""
         lines = ['signature: %s' % self.signature]
-        conditions = getattr(self.symbolic, 'conditions', ())
+        conditions = _conditions_described(self.symbolic)
         if conditions:
-            lines.append('for lengths where: %s' % ', '.join(
-                lengths.describe_condition(c) for c in conditions))
+            lines.append('for sizes where: %s' % ', '.join(conditions))
         lines += self.size_notes()
         lines.append('hits: %d, compile: %.3f s' % (
             self.hits, self.compile_seconds))
@@ -440,6 +439,16 @@ class Entry(object):
         if self.choice_seconds:
             text += '; chosen in %.3f s' % self.choice_seconds
         return text
+
+
+def _conditions_described(symbolic):
+    """The comparisons of sizes an entry's symbolic sizes are guarded by,
+    as printed (``'T > 10'``, ``'not W > 10'``)."""
+    described = getattr(symbolic, 'conditions_described', None)
+    if described is not None:
+        return described()
+    return [lengths.describe_condition(c)
+            for c in getattr(symbolic, 'conditions', ())]
 
 
 def _state_path(path):

@@ -614,8 +614,8 @@ def test_a_comparison_of_the_length_is_a_guard_taking_both_sides():
     assert jf.cache_info().currsize == 2, jf.cache_report()
     described = sorted(e.describe().split('\n')[1]
                        for e in jf.cache_entries())
-    assert described == ['for lengths where: T > 10',
-                         'for lengths where: not T > 10'], described
+    assert described == ['for sizes where: T > 10',
+                         'for sizes where: not T > 10'], described
 
 
 def test_entries_for_any_size_on_both_sides_do_not_warn_of_recompiling():

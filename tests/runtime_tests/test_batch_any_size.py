@@ -1984,3 +1984,74 @@ def test_a_miss_at_a_size_the_entry_serves_names_the_guard(fresh_warnings):
     assert any('no longer records' in m and '(model).step: value' in m
                for m in messages), messages
     assert jitted.cache_info().compiles <= 10
+
+
+class _Positions(chainer.Chain):
+    """A transformer's input of batch-first steps: the steps' number read
+    from the shape, its positions' encoding made by NumPy."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(8, 8)
+
+    def encoding(self, positions, d):
+        xp = self.xp
+        angles = positions / 10000 ** (
+            2 * xp.arange(d // 2, dtype=F32)[None, :] / d)
+        return xp.concatenate([xp.sin(angles), xp.cos(angles)], axis=1)
+
+    def forward(self, x):
+        _, T, d = x.shape
+        positions = self.xp.arange(T, dtype=F32)[:, None]
+        h = self.l1(x, n_batch_axes=2) + self.encoding(positions, d)
+        return h * (T - 1)
+
+
+class _PositionsSelected(_Positions):
+    def encoding(self, positions, d):
+        xp = self.xp
+        i = xp.arange(d, dtype=F32)[None, :]
+        angles = positions / 10000 ** (2 * (i // 2) / d)
+        return xp.where(i % 2 == 0, xp.sin(angles), xp.cos(angles))
+
+
+@pytest.mark.parametrize('cls', [_Positions, _PositionsSelected])
+def test_positions_made_by_numpy_serve_every_length_and_batch(cls):
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.randn(batch, steps, 8).astype(F32),) for batch, steps in
+             [(4, 5), (4, 9), (4, 17), (4, 3), (2, 6), (7, 6), (5, 11)]]
+    jitted = _checked_without_recompiling(calls, _model(cls))
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+class _LongOnesScaled(chainer.Chain):
+    """A decision on the steps' number of batch-first steps, with no
+    loop."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(8, 8)
+
+    def forward(self, x):
+        _, T, _ = x.shape
+        h = self.l1(x, n_batch_axes=2)
+        if T > 10:
+            h = h * 2
+        return F.sum(h, axis=1)
+
+
+@pytest.mark.parametrize('batches', [(4,) * 8, (4, 4, 3, 5, 2, 6, 3, 7)])
+def test_a_decision_on_a_size_is_a_guard_taking_both_sides(batches):
+    rng = numpy.random.RandomState(0)
+    steps = (5, 9, 17, 12, 3, 6, 14, 11)
+    model = _model(_LongOnesScaled)
+    jitted = _checked_without_recompiling(
+        [(rng.randn(b, t, 8).astype(F32),) for b, t in zip(batches, steps)],
+        model)
+    described = sorted(e.describe().splitlines()[1]
+                       for e in jitted.cache_entries())
+    symbol = 'W' if len(set(batches)) > 1 else 'B'
+    assert described == ['for sizes where: %s > 10' % symbol,
+                         'for sizes where: not %s > 10' % symbol], described

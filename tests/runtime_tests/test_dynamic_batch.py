@@ -237,8 +237,9 @@ def test_a_program_that_cannot_stretch_keeps_the_batch_size(
             rng.randn(b, 4).astype(F32),), (3, 8, 17, 30, 17, 3))
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
-    if cls is _SplitAroundRemainder and backend == 'numpy':
-        return  # (the VM runs it at any batch size)
+    if cls in (_SplitAroundRemainder, _DoublesLargeBatches) and \
+            backend == 'numpy':
+        return  # (the VM runs it at any batch size: a comparison guards)
     assert any(why in m for m in messages), messages
     for entry in jitted.cache_entries():
         assert 'B' not in str(entry.signature), entry.signature
@@ -246,6 +247,19 @@ def test_a_program_that_cannot_stretch_keeps_the_batch_size(
         explained = jitted.explain(numpy.zeros((5, 4), F32))
         assert 'the batch size stays in the cache key: x.shape[0] ' \
             'compared' in explained, explained
+
+
+def test_on_the_vm_a_decision_on_the_batch_size_guards_an_entry_a_side():
+    model = _DoublesLargeBatches()
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        _run(jitted, model.forward, lambda rng, b: (
+            rng.randn(b, 4).astype(F32),), (3, 8, 17, 30, 17, 3, 5, 12))
+    described = sorted(e.describe().splitlines()[1]
+                       for e in jitted.cache_entries())
+    assert described == ['for sizes where: B > 10',
+                         'for sizes where: not B > 10'], described
 
 
 def _views_and_features(x):
