@@ -664,8 +664,9 @@ def inferred_sizes(in_shape, shape):
     from its input's rows where they follow: a product of sizes on the
     first axis; where the reshape (of ``in_shape``, if given) only
     regroups runs of axes (``array_ops.regrouped``), each merged axis,
-    and the first part of each split one (its kernel then reads them
-    from its input when run)."""
+    and each part of a split one (its kernel then reads them from its
+    input when run: the first part, or the second where the rows were
+    merged in after the first, ``(B * T, H)`` to ``(B, T, H)``)."""
     if not isinstance(shape, (tuple, list)) or not shape:
         return []
     found = regrouped = None
@@ -675,7 +676,7 @@ def inferred_sizes(in_shape, shape):
     if regrouped is not None and regrouped[0] == 'merge':
         found = list(shape)
     elif regrouped is not None:
-        found = [shape[run[0]] for run in regrouped[1]]
+        found = [shape[a] for run in regrouped[1] for a in run]
     else:
         found = [shape[0]] if getattr(shape[0], 'product', False) else []
     return [n for n in found if isinstance(n, Length)]

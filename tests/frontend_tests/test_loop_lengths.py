@@ -262,6 +262,17 @@ class LayersIndexed(_Layers):
         return self.out(F.mean(F.stack(hs), axis=0))
 
 
+class BatchFirstProjectedAtOnce(BatchFirst):
+    def forward(self, xs):
+        batch, T, _ = xs.shape
+        gx = F.reshape(self.x2h(F.reshape(xs, (batch * T, I))),
+                       (batch, T, 4 * H))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for t in range(T):
+            c, h = F.lstm(c, gx[:, t] + self.h2h(h))
+        return self.out(h)
+
+
 def _calls(model, lengths=LENGTHS, seed=0):
     rng = numpy.random.RandomState(seed)
     calls = []
@@ -453,7 +464,8 @@ class HelperReturnsStepsAndState(_Steps):
     ArgumentFlattenedByBatch, SeparatedInTheHeader,
     SeparatedOnTheSecondAxisInTheHeader, FirstAndLastOutputs,
     FirstOutputOfTheReversedLoop, StackedTimesTheFirst, StepOfAClosure,
-    LayersWrittenOut, LayersStartedInTheLoop, LayersIndexed])
+    LayersWrittenOut, LayersStartedInTheLoop, LayersIndexed,
+    BatchFirstProjectedAtOnce])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
