@@ -183,6 +183,10 @@ class JitFunction(_calls.CachedCall):
         self.last_entry = None  # the entry the latest call used
         functools.update_wrapper(self, fn)
         self.__name__ = getattr(fn, '__qualname__', repr(fn))
+        # A warning is shown once per function: its name and its code (two
+        # classes of one name, a notebook's cell run again, warn apart).
+        self._warn_site = (self.__name__, getattr(
+            getattr(fn, '__func__', fn), '__code__', None))
 
     def __get__(self, instance, owner=None):
         if instance is None or self._get_instance is not None:
@@ -433,7 +437,7 @@ class JitFunction(_calls.CachedCall):
             entry.symbolic = narrowed
             self.cache.insert(entry)
             errors.warn_once(
-                (self.__name__, 'one row'), errors.RecompileWarning,
+                (self._warn_site, 'one row'), errors.RecompileWarning,
                 'chainerjit: %s: a batch of one keeps an entry of its own: '
                 'at one row its program gave another result than eagerly'
                 % self.__name__)
@@ -622,7 +626,7 @@ class JitFunction(_calls.CachedCall):
     def _warn_varying(self, why):
         self._numbers_static = True
         errors.warn_once(
-            (self.__name__, 'numbers', why), errors.RecompileWarning,
+            (self._warn_site, 'numbers', why), errors.RecompileWarning,
             'chainerjit: %s: %s. Each new value compiles again.'
             % (self.__name__, why))
 
@@ -633,7 +637,7 @@ class JitFunction(_calls.CachedCall):
         what = 'the batch size' if sizes is None else \
             'the size of %s' % sizes
         errors.warn_once(
-            (self.__name__, 'batch'), errors.RecompileWarning,
+            (self._warn_site, 'batch'), errors.RecompileWarning,
             'chainerjit: %s keeps %s in the cache key (each new size '
             'compiles again): %s' % (self.__name__, what, why))
 
@@ -645,7 +649,7 @@ class JitFunction(_calls.CachedCall):
             items = packing.holder(args, kwargs, path)[path[1]]
             if any(isinstance(x, chainer.Variable) for x in items):
                 errors.warn_once(
-                    (self.__name__, 'variable lists'),
+                    (self._warn_site, 'variable lists'),
                     errors.RecompileWarning,
                     'chainerjit: %s: the list argument %s holds Variables: '
                     'lists are joined into one entry for every number and '
@@ -658,12 +662,12 @@ class JitFunction(_calls.CachedCall):
 
     def _warn_sizes(self, why):
         if why is not None:
-            errors.warn_once((self.__name__, 'sizes'),
+            errors.warn_once((self._warn_site, 'sizes'),
                              errors.RecompileWarning,
                              'chainerjit: %s: %s' % (self.__name__, why))
 
     def _warn_items(self, why, about='items'):
-        errors.warn_once((self.__name__, about), errors.RecompileWarning,
+        errors.warn_once((self._warn_site, about), errors.RecompileWarning,
                          'chainerjit: %s: %s' % (self.__name__, why))
 
     def _warn_joins(self, why):
@@ -966,7 +970,7 @@ class JitFunction(_calls.CachedCall):
                            if theirs.get(name, n) != n)
             if lists:
                 errors.warn_once(
-                    (self.__name__, 'item counts'), errors.RecompileWarning,
+                    (self._warn_site, 'item counts'), errors.RecompileWarning,
                     'chainerjit: %s: the number of items of %s stays in the '
                     'cache key (each new number compiles again): the '
                     'program takes each item as an input of its own, at any '
@@ -1010,7 +1014,7 @@ class JitFunction(_calls.CachedCall):
         if self._keeps_recompiling() and not self._warned_recompile:
             self._warned_recompile = True
             errors.warn_once(
-                (self.__name__, 'recompile'), errors.RecompileWarning,
+                (self._warn_site, 'recompile'), errors.RecompileWarning,
                 'chainerjit: %s has compiled %d times; what keeps '
                 'changing: %s. Each new value is a new cache entry.'
                 % (self.__name__, self.cache.misses, self._what_changes()))
@@ -1037,7 +1041,8 @@ class JitFunction(_calls.CachedCall):
             name for name, _ in sig.items]) if untied else [])
 
     def _warn_unrolled(self, error, loc):
-        errors.warn_once((self.__name__, loc, 'unrolled'), errors.LoopWarning,
+        errors.warn_once((self._warn_site, loc, 'unrolled'),
+                         errors.LoopWarning,
                          errors.unrolled_message(self.__name__, error, loc))
 
     def _warn_stopped(self):
@@ -1045,7 +1050,7 @@ class JitFunction(_calls.CachedCall):
             return
         self._warned_stopped = True
         errors.warn_once(
-            (self.__name__, 'stopped'), errors.RecompileWarning,
+            (self._warn_site, 'stopped'), errors.RecompileWarning,
             'chainerjit: %s no longer records new signatures: %s. They run '
             'eagerly from now on; the entries compiled so far still run. '
             'cache_clear() starts recording again. What changed between '
@@ -1058,12 +1063,12 @@ class JitFunction(_calls.CachedCall):
 
     def _warn_fallback(self, error, loc, cut=None):
         if cut is not None:
-            errors.warn_once((self.__name__, loc, 'break'),
+            errors.warn_once((self._warn_site, loc, 'break'),
                              errors.GraphBreakWarning,
                              errors.break_message(self.__name__, error, loc,
                                                   cut.describe_lines()))
             return
-        errors.warn_once((self.__name__, loc, type(error)),
+        errors.warn_once((self._warn_site, loc, type(error)),
                          errors.FallbackWarning,
                          errors.fallback_message(self.__name__, error, loc))
 
