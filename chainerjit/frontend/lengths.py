@@ -268,8 +268,9 @@ class Length(int):
         def apply(self, *args):
             if args and _takes_sizes(args[0]) and op != '__pow__':
                 return NotImplemented
-            computed = self._in_float(op, args[0]) if op in _DIVISIONS and \
-                type(args[0]) in (int,) + _FLOATS else None
+            computed = self._in_float(op, args[0]) if (
+                op in _DIVISIONS and type(args[0]) in (int,) + _FLOATS or
+                op == '__pow__' and type(args[0]) in _FLOATS) else None
             if computed is not None:
                 return computed
             self._note(what, args[0] if args else None)

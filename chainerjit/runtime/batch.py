@@ -562,12 +562,14 @@ def served_by(cache, entry):
 
 def _conditions_hold(entry, other):
     """Do the comparisons of sizes that ``entry`` is guarded by (``if T >
-    10:``) go as recorded at the sizes of ``other``'s key, or guard
-    ``other`` alike?"""
+    10:``) go as recorded at the sizes of ``other``'s key (of fixed
+    sizes), or guard ``other`` too (of symbolic ones)?"""
     conditions = getattr(entry.symbolic, 'conditions', ())
-    return not conditions or set(conditions) == set(
-        getattr(other.symbolic, 'conditions', ())) or \
-        entry.symbolic.generalize(other.key) is not None
+    if not conditions:
+        return True
+    if other.symbolic is None:
+        return entry.symbolic.generalize(other.key) is not None
+    return set(conditions) <= set(getattr(other.symbolic, 'conditions', ()))
 
 
 def generalized_by(cache, entry):
@@ -578,8 +580,9 @@ def generalized_by(cache, entry):
     return [other for other in cache.entries() if other is not entry and
             other.program is not None and same_guards(other, entry) and (
                 other.symbolic is None and _maps_to(entry, other.key) or
-                _unguarded_trips(other) and _unguarded_trips(entry) and
-                _covers(entry.key, other.key))]
+                _with_trips(other) and _with_trips(entry) and
+                _covers(entry.key, other.key) and
+                _conditions_hold(entry, other))]
 
 
 def same_guards(a, b):
@@ -596,13 +599,12 @@ def _guarded(entry):
                    for g in entry.py_guards), key=repr)
 
 
-def _unguarded_trips(entry):
-    """An entry whose symbolic sizes are trip counts (and maybe a batch),
-    for lengths of no condition (not one side of ``if T > 10:``)."""
+def _with_trips(entry):
+    """An entry whose symbolic sizes are trip counts (and maybe a
+    batch)."""
     trips = getattr(entry.symbolic, 'trips', entry.symbolic)
     return trips is not None and not isinstance(
-        trips, (BatchAxis, TwoAxes, ragged.Ragged)) and \
-        not getattr(trips, 'conditions', ())
+        trips, (BatchAxis, TwoAxes, ragged.Ragged))
 
 
 def _maps_to(entry, key):

@@ -630,6 +630,20 @@ def test_a_comparison_of_the_length_is_a_guard_taking_both_sides():
                          'for sizes where: not T > 10'], described
 
 
+def test_a_side_first_met_with_one_row_keeps_one_entry():
+    # A side recorded at a batch of one takes any length at that batch;
+    # the entry of every batch size then met serves its calls.
+    model = LongSequencesDiffer()
+    rng = numpy.random.RandomState(0)
+    calls = [(rng.standard_normal((n, b, I)).astype('f'),) for n, b in
+             [(5, 4), (9, 3), (17, 8), (12, 1), (3, 5), (13, 2), (14, 6),
+              (12, 1)]]
+    with chainer.using_config('train', False):
+        jf = testing.assert_jit_matches_eager(model, calls, rtol=1e-4,
+                                              atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
 def test_entries_for_any_size_on_both_sides_do_not_warn_of_recompiling():
     # Each side of the guard, in each mode, is compiled for one size and
     # then for any: eight misses, four entries, no recompiling to warn of.

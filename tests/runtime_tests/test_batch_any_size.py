@@ -2005,7 +2005,7 @@ class _Positions(chainer.Chain):
         _, T, d = x.shape
         positions = self.xp.arange(T, dtype=F32)[:, None]
         h = self.l1(x, n_batch_axes=2) + self.encoding(positions, d)
-        return h * (T - 1)
+        return h * (T - 1) * T ** -0.5
 
 
 class _PositionsSelected(_Positions):
