@@ -305,6 +305,22 @@ def _iterated(node, parents):
         holder.iter is node
 
 
+def _at_a_later_counter(node, parents):
+    """Is the list ``node`` read at the counter of a later loop around it
+    (``for t in range(T): ... hs[t]``), one item a step, as a loop
+    iterating over it reads them?"""
+    subscript = parents.get(node)
+    if not isinstance(subscript, ast.Subscript) or \
+            subscript.value is not node or \
+            not isinstance(subscript.slice, ast.Name) or \
+            not isinstance(subscript.ctx, ast.Load):
+        return False
+    loop = _enclosing_loop(node, parents)
+    return isinstance(loop, ast.For) and \
+        _counter_name(loop) == subscript.slice.id and \
+        not source.is_call(loop.iter, 'enumerate')
+
+
 def _sole_argument(call, name, node):
     """``call`` is ``name(node)``."""
     return source.is_call(call, name) and call.args == [node] and \
@@ -440,7 +456,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
                     _reordered(use, parents, name) or \
                     (_length_read(use, parents.get(use)) or
                      _constant_item(use, parents.get(use)) or
-                     _iterated(use, parents)) and \
+                     _iterated(use, parents) or
+                     _at_a_later_counter(use, parents)) and \
                     _one_item_per_step(loop, inside, name) or \
                     name in consumed and _passed(use, parents):
                 continue
@@ -457,25 +474,36 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
 
 
 def first_item_read(code, header):
-    """Does code after the loop at ``header`` of ``code`` read the first
-    item (``hs[0]``) of a list the loop appends to once a step? Recorded
+    """Does code after the loop (or the comprehension) at ``header`` of
+    ``code`` read the first item (``hs[0]``) of a list the loop appends
+    to once a step, or iterate over it (``for h in hs``, or ``hs[t]`` at a
+    later loop's counter: whose first step may be peeled off)? Recorded
     before the loop (peeled off it), that item is then a value of its own
     at any trip count. (A list that held items before the loop, ``hs =
     [h0]``, has them first: the graph then reads no iteration's value.)"""
     found = _loop_and_parents(code, header)
-    if found is None:
-        return False
-    loop, parents = found
+    if found is not None:
+        loop, parents = found
+        inside = set(ast.walk(loop))
+        names = [name for name in _appended_lists(loop, inside)
+                 if _one_item_per_step(loop, inside, name) and
+                 not _filled_at_the_counter(loop, inside)]
+    else:
+        found = comprehension_and_parents(code, header)
+        name = comprehension_list_name(code, header)
+        if found is None or name is None:
+            return False
+        loop, parents = found[0], found[1]
+        loop = parents.get(loop)  # (the assignment)
+        inside, names = set(ast.walk(loop)), [name]
     function = _enclosing_function(loop, parents)
-    inside = set(ast.walk(loop))
-    for name in _appended_lists(loop, inside):
-        if not _one_item_per_step(loop, inside, name) or \
-                _filled_at_the_counter(loop, inside):
-            continue
+    for name in names:
         rebound = _rebound_after(function, loop, name)
-        if any(use not in inside and use.lineno > loop.lineno and
+        if any(use not in inside and use.lineno >= loop.lineno and
                not (rebound is not None and _after_rebinding(use, rebound))
-               and _first_item(use, parents.get(use))
+               and (_first_item(use, parents.get(use)) or
+                    _iterated(use, parents) or
+                    _at_a_later_counter(use, parents))
                for use in source.name_nodes(function, name)):
             return True
     return False
@@ -600,8 +628,9 @@ def _after_rebinding(use, stmt):
 # ``self.name(...)`` (a link or a method; ``self`` or a local holding a
 # link), functions of user code and links held by globals, and methods of
 # arrays and Variables (and ``append`` of lists).
-_PURE_BUILTINS = frozenset(['len', 'range', 'min', 'max', 'abs', 'zip',
-                            'enumerate', 'isinstance', 'tuple', 'list'])
+_PURE_BUILTINS = frozenset(['len', 'range', 'min', 'max', 'abs', 'zip', 'sum',
+                            'enumerate', 'reversed', 'isinstance', 'tuple',
+                            'list'])
 _ARRAY_MODULES = frozenset(['F', 'L', 'chainer', 'functions', 'links',
                             'numpy', 'np', 'xp', 'cupy', 'math'])
 _LIST_METHODS = frozenset(['append', 'extend', 'insert'])

@@ -75,13 +75,16 @@ def roll_loops(graph, recording):
     items_read = {}  # Unpack node -> the items of its list, as read after
     fingerprints = Fingerprints(recording.templates,
                                 ops_math.COUNTED_CONSTANTS)
+    made_by_loops = set()  # the values the loops before computed
     for index, (run, chunks) in enumerate(runs):
         if run.n_iterations < 2 or _around_loops_of_any_length(
                 run, chunks, rolled):
             continue
         run.defined = set(v for chunk in chunks for n in chunk
                           for v in n.outputs)
-        note_python_problem(run, recording.values, rows)
+        note_python_problem(run, recording.values, rows,
+                            made_by_loops=made_by_loops)
+        made_by_loops |= run.defined
         plan = None
         unpacked = _unpacked_items(graph.nodes, items_read)
         plan = _plan(chunks, 0, run, fingerprints, unpacked)
@@ -91,7 +94,8 @@ def roll_loops(graph, recording):
             # State that starts as None changes in the peeled iteration; a
             # while loop without exits counts as a for loop does.
             note_python_problem(run, recording.values, rows, plan.peel,
-                                counting=not plan.exits)
+                                counting=not plan.exits,
+                                made_by_loops=made_by_loops - run.defined)
         if plan is None:
             if run.n_iterations >= 3:  # else too few to tell
                 unrolled.append(Unrolled(run.loc,
@@ -510,6 +514,10 @@ def _items_in_order(values, unpacked, peeled):
         # all but the first few items (``hs[1:]``); a loop whose first
         # iteration is peeled reads its first item there
         start, prefix = positions[0], ()
+    elif step == -1 and peeled and lo == 0 and positions[0] == n - 2:
+        # reversed, after a first step peeled off that read the last item
+        # (the loop's carried value at any length)
+        start, prefix = -2, values[hi + 1:][::-1]
     else:
         return None
     first = values[0]
@@ -1013,7 +1021,7 @@ def _leaf_nodes(node):
 
 
 def note_python_problem(run, values, rows=frozenset(), peel=0,
-                        counting=False):
+                        counting=False, made_by_loops=frozenset()):
     """Sets ``run.python_problem`` to how the loop's Python could tell how
     many iterations ran, or ``None``, and ``run.python_safe`` to whether
     it cannot: the source rules of ``loop_analysis.symbolic_loop_problem``,
@@ -1022,11 +1030,12 @@ def note_python_problem(run, values, rows=frozenset(), peel=0,
     program runs before the loop; ``counting``: but for a ``while`` loop's
     counters). Only such a loop may run another number of iterations than
     recorded (a symbolic trip count, an exit)."""
-    run.python_problem = _python_problem(run, values, rows, peel, counting)
+    run.python_problem = _python_problem(run, values, rows, peel, counting,
+                                         made_by_loops)
     run.python_safe = run.python_problem is None
 
 
-def _python_problem(run, values, rows, peel, counting):
+def _python_problem(run, values, rows, peel, counting, made_by_loops):
     snapshots = run.snapshots[peel:]
     kinds = {}
     if snapshots:
@@ -1050,7 +1059,7 @@ def _python_problem(run, values, rows, peel, counting):
         loop_analysis.counter_indexed_names(run.code, run.site.header)
     if indexed is None or not all(
             _indexable(snapshots[0].get(name, ('missing',)), values,
-                       rows) for name in indexed):
+                       rows, made_by_loops) for name in indexed):
         return 'its counter indexes a value other than an array'
     counters = _while_counters(run, snapshots) if counting else \
         loop_analysis.derived_counters(run.code, run.site.header)
@@ -1059,15 +1068,19 @@ def _python_problem(run, values, rows, peel, counting):
         '%r changes between iterations' % changed
 
 
-def _indexable(summary, values, rows):
+def _indexable(summary, values, rows, made_by_loops):
     """May the counter index this local (its summary at the loop's
-    start)? An array the recording follows, or a packed list's rows
-    (``rows``: their values; see ``chainerjit.frontend.packing``)."""
+    start)? An array the recording follows, a packed list's rows
+    (``rows``: their values; see ``chainerjit.frontend.packing``), or a
+    list of values earlier loops computed (``made_by_loops``: its steps,
+    which the rolling reads in order, as a loop over that list does)."""
     if summary[0] == 'array':
         return values.get(summary[1]) is not None
-    return summary[0] == 'list' and bool(summary[2]) and all(
+    return summary[0] == 'list' and bool(summary[2]) and (all(
         item[0] == 'array' and values.get(item[1]) in rows
-        for item in summary[2])
+        for item in summary[2]) or all(
+        item[0] == 'array' and values.get(item[1]) in made_by_loops
+        for item in summary[2]))
 
 
 def _python_state_changed(run, snapshots, values, counters=()):

@@ -244,7 +244,8 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
                                'it iterates over', loop.loc)
         delta = length - dict(loop.attrs)['trip']
         deltas.append(delta)
-        minimum = max(minimum, delta + (0 if _may_run_empty(loop) else 1))
+        minimum = max(minimum, delta + (0 if _may_run_empty(loop, graph)
+                                        else 1))
     outer_reads, wildcards, steps = _counter_reads(
         graph, loops, free, wildcards,
         length if source.kind == 'dim' else None, recording.templates,
@@ -682,15 +683,19 @@ def _length_and_wildcards(graph, loops, rolled, source):
     return _iterations(loops[0], rolled) + source.offset, {}
 
 
-def _may_run_empty(loop):
+def _may_run_empty(loop, graph):
     """No iteration is fine when the outputs are then the initial values,
     made by the program (an argument would come back as a new Variable,
     not as itself), and the lists of the steps empty (a first step peeled
-    off is joined before them: ``F.stack(hs)`` of a sequence of one)."""
+    off is joined before them: ``F.stack(hs)`` of a sequence of one; not
+    a list joined alone, for a later loop to read its steps)."""
     region = loop.region
     n_read = sum(region.carried_read)
+    lists = [v for v in loop.outputs if v.dtype == object]
     return all(region.carried_read) and all(
-        v.kind == 'temp' for v in loop.inputs[1:1 + n_read])
+        v.kind == 'temp' for v in loop.inputs[1:1 + n_read]) and not any(
+        structural.kind(node) == structural.JOIN and node.inputs == [v]
+        for node in graph.nodes for v in lists)
 
 
 def _symbolic_trips(graph, loops, deltas, symbol):

@@ -273,6 +273,53 @@ class BatchFirstProjectedAtOnce(BatchFirst):
         return self.out(h)
 
 
+class StepsReadByASecondLoop(_Steps):
+    def forward(self, xs):
+        T = len(xs)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for t in range(T):
+            h, c = self.step(xs[t], h, c)
+            hs.append(h)
+        y = 0
+        for t in range(T):
+            y = y + F.tanh(hs[t])
+        return self.out(y)
+
+
+class BackwardStepsReadInOrder(_Steps):
+    def forward(self, xs):
+        T = len(xs)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hb = [None] * T
+        for t in reversed(range(T)):
+            h, c = self.step(xs[t], h, c)
+            hb[t] = h
+        y = 0
+        for t in range(T):
+            y = y + hb[t] * (t + 1)
+        return self.out(y)
+
+
+class BothDirectionsZipped(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hf = []
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hf.append(h)
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hb = []
+        for t in reversed(range(len(xs))):
+            c, h = F.lstm(c, self.back(xs[t]) + self.h2h(h))
+            hb.append(h)
+        joined = [F.concat((f, b)) for f, b in zip(hf, reversed(hb))]
+        y = 0
+        for h in joined:
+            y = y + F.sum(h * h, axis=1, keepdims=True)
+        return y
+
+
 def _calls(model, lengths=LENGTHS, seed=0):
     rng = numpy.random.RandomState(seed)
     calls = []
@@ -465,7 +512,8 @@ class HelperReturnsStepsAndState(_Steps):
     SeparatedOnTheSecondAxisInTheHeader, FirstAndLastOutputs,
     FirstOutputOfTheReversedLoop, StackedTimesTheFirst, StepOfAClosure,
     LayersWrittenOut, LayersStartedInTheLoop, LayersIndexed,
-    BatchFirstProjectedAtOnce])
+    BatchFirstProjectedAtOnce, StepsReadByASecondLoop,
+    BackwardStepsReadInOrder, BothDirectionsZipped])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
