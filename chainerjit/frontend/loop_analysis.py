@@ -678,11 +678,13 @@ def _with_inner_links(inside, kinds):
     return found
 
 
-def _inner_link_loops(inside, kinds):
+def _inner_link_loops(inside, kinds, every_target=False):
     """The names the ``for`` loops among the nodes ``inside`` bind that
     iterate over the model's own links (``for layer in self.layers:``,
-    ``for k, layer in enumerate(self.layers):``): the same links, in the
-    same order, at every pass of the loop around them."""
+    ``for k, layer in enumerate(self.layers):``, the layer of ``for
+    layer, h in zip(self.layers, hs)``; ``every_target``: ``h`` too): the
+    same links, in the same order, at every pass of the loop around
+    them."""
     names = set()
     for node in inside:
         if not isinstance(node, ast.For):
@@ -690,11 +692,57 @@ def _inner_link_loops(inside, kinds):
         iterated = node.iter
         if source.is_call(iterated, 'enumerate') and iterated.args:
             iterated = iterated.args[0]
-        if _is_model(_root_name(iterated), kinds) and \
-                _attribute_chain(iterated):
+        if source.is_call(iterated, 'zip') and \
+                isinstance(node.target, ast.Tuple) and \
+                len(node.target.elts) == len(iterated.args):
+            # (for layer, h in zip(self.layers, hs): the layer)
+            linked = [_links_of_the_model(arg, kinds)
+                      for arg in iterated.args]
+            names.update(
+                name.id for at, target in zip(linked, node.target.elts)
+                if any(linked) and (at or every_target)
+                for name in ast.walk(target) if isinstance(name, ast.Name))
+        elif _links_of_the_model(iterated, kinds):
             names.update(name.id for name in ast.walk(node.target)
                          if isinstance(name, ast.Name))
     return names
+
+
+def _links_of_the_model(node, kinds):
+    """``self.layers``, or a local list of links (``cells``)."""
+    return _is_model(_root_name(node), kinds) and _attribute_chain(node)
+
+
+def fresh_lists(code, header):
+    """The names the body of the loop at ``header`` of ``code`` binds to a
+    new empty list at its top (``new = []``), before any other use: each
+    pass makes its own, which the body may append to (a layer's states
+    for the next step: ``hs = new``)."""
+    found = _loop_and_parents(code, header)
+    if found is None:
+        return frozenset()
+    loop, _ = found
+    names = set()
+    for k, stmt in enumerate(loop.body):
+        for name in _bound_to_empty_lists(stmt):
+            if not any(isinstance(n, ast.Name) and n.id == name
+                       for s in loop.body[:k] for n in ast.walk(s)):
+                names.add(name)
+    return frozenset(names)
+
+
+def _bound_to_empty_lists(stmt):
+    """The names ``stmt`` binds to ``[]`` (``new = []``, ``h, new = x,
+    []``)."""
+    if not isinstance(stmt, ast.Assign) or len(stmt.targets) != 1:
+        return []
+    target, value = stmt.targets[0], stmt.value
+    pairs = [(target, value)]
+    if isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and \
+            len(target.elts) == len(value.elts):
+        pairs = list(zip(target.elts, value.elts))
+    return [t.id for t, v in pairs if isinstance(t, ast.Name) and
+            isinstance(v, ast.List) and not v.elts]
 
 
 def inner_link_loop_targets(code, header, links=()):
@@ -708,7 +756,7 @@ def inner_link_loop_targets(code, header, links=()):
     loop, _ = found
     inside = set(ast.walk(loop)) - {loop}
     kinds = dict.fromkeys(links, 'link')
-    return _inner_link_loops(inside, kinds) | set(
+    return _inner_link_loops(inside, kinds, every_target=True) | set(
         name.id for node in inside if isinstance(node, ast.For) and
         _fixed_range(node.iter, kinds) for name in ast.walk(node.target)
         if isinstance(name, ast.Name))

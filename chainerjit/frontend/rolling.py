@@ -1044,8 +1044,12 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
     # (The enclosing function's helpers are in both: functions there.)
     kinds.update(run.global_kinds)
     # A list of links written out (``cells = [self.c0, self.c1]``) is
-    # called as the model's links are.
+    # called as the model's links are; a list each pass makes anew is the
+    # body's own.
     kinds.update((name, 'link') for name in run.links)
+    if run.code is not None and run.site.kind != 'comp':
+        kinds.update((name, 'list') for name in loop_analysis.fresh_lists(
+            run.code, run.site.header))
     if run.code is None:
         return 'its source cannot be read'
     comprehension = run.site.kind == 'comp'
@@ -1094,7 +1098,8 @@ def _python_state_changed(run, snapshots, values, counters=()):
     first = snapshots[0]
     growing = loop_analysis.appended_lists(run.code, run.site.header)
     rebound = loop_analysis.inner_link_loop_targets(
-        run.code, run.site.header, run.links)
+        run.code, run.site.header, run.links) | \
+        loop_analysis.fresh_lists(run.code, run.site.header)
     for snapshot in snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and name not in counters and \

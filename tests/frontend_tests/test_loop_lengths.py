@@ -320,6 +320,24 @@ class BothDirectionsZipped(_Steps):
         return y
 
 
+class LayersOfAChainListRebuiltEachStep(_Steps):
+    def __init__(self):
+        super(LayersOfAChainListRebuiltEachStep, self).__init__()
+        with self.init_scope():
+            self.cells = chainer.ChainList(L.Linear(I + H, H),
+                                           L.Linear(2 * H, H))
+
+    def forward(self, xs):
+        hs = [self.xp.zeros((xs.shape[1], H), 'f')] * len(self.cells)
+        for t in range(len(xs)):
+            h, new = xs[t], []
+            for cell, state in zip(self.cells, hs):
+                h = F.tanh(cell(F.concat((h, state))))
+                new.append(h)
+            hs = new
+        return self.out(hs[-1])
+
+
 def _calls(model, lengths=LENGTHS, seed=0):
     rng = numpy.random.RandomState(seed)
     calls = []
@@ -513,7 +531,8 @@ class HelperReturnsStepsAndState(_Steps):
     FirstOutputOfTheReversedLoop, StackedTimesTheFirst, StepOfAClosure,
     LayersWrittenOut, LayersStartedInTheLoop, LayersIndexed,
     BatchFirstProjectedAtOnce, StepsReadByASecondLoop,
-    BackwardStepsReadInOrder, BothDirectionsZipped])
+    BackwardStepsReadInOrder, BothDirectionsZipped,
+    LayersOfAChainListRebuiltEachStep])
 def test_one_entry_for_every_length_with_gradients(cls):
     model = cls()
     with warnings.catch_warnings():
