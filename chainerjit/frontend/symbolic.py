@@ -686,16 +686,20 @@ def _length_and_wildcards(graph, loops, rolled, source):
 def _may_run_empty(loop, graph):
     """No iteration is fine when the outputs are then the initial values,
     made by the program (an argument would come back as a new Variable,
-    not as itself), and the lists of the steps empty (a first step peeled
-    off is joined before them: ``F.stack(hs)`` of a sequence of one; not
-    a list joined alone, for a later loop to read its steps)."""
+    not as itself; a first step peeled off and returned, ``return hs[0],
+    hs[-1]``, would come back twice), and the lists of the steps empty (a
+    first step peeled off is joined before them: ``F.stack(hs)`` of a
+    sequence of one; not a list joined alone, for a later loop to read
+    its steps)."""
     region = loop.region
     n_read = sum(region.carried_read)
+    initial = loop.inputs[1:1 + n_read]
     lists = [v for v in loop.outputs if v.dtype == object]
     return all(region.carried_read) and all(
-        v.kind == 'temp' for v in loop.inputs[1:1 + n_read]) and not any(
+        v.kind == 'temp' for v in initial) and not any(
         structural.kind(node) == structural.JOIN and node.inputs == [v]
-        for node in graph.nodes for v in lists)
+        for node in graph.nodes for v in lists) and \
+        not set(initial) & set(graph.outputs)
 
 
 def _symbolic_trips(graph, loops, deltas, symbol):

@@ -555,6 +555,28 @@ def test_one_entry_for_every_length_in_inference(cls):
     assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
+class FirstAndLastReturned(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        hs = []
+        for t in range(len(xs)):
+            h, c = self.step(xs[t], h, c)
+            hs.append(h)
+        return hs[0], hs[-1]
+
+
+def test_the_first_output_returned_keeps_one_step_apart():
+    # With one step, hs[0] is hs[-1]: that call keeps an entry of its own
+    # (the entry of every other length gives two outputs).
+    model = FirstAndLastReturned()
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        jf = testing.assert_jit_grads_match_eager(
+            model, _calls(model, lengths=(5, 1, 5, 7, 9, 11, 1)),
+            rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 2, jf.cache_report()
+
+
 @pytest.mark.parametrize('cls', [FirstAndLastOutputs, StackedTimesTheFirst])
 def test_the_first_output_is_peeled_off_and_serves_one_step(cls):
     """``hs[0]`` after the loop: its first step is recorded before it, so
