@@ -804,9 +804,12 @@ def parameters_read(node, code):
 
 def _in_floats(binop):
     """Does the arithmetic ``binop`` give a float: a true division, or an
-    operation with a float literal?"""
+    operation with a float literal? Or format a string (``'%d' % T``),
+    which reads an int in C too?"""
     return isinstance(binop.op, ast.Div) or any(
-        _is_float(s) for s in (binop.left, binop.right))
+        _is_float(s) for s in (binop.left, binop.right)) or \
+        isinstance(binop.op, ast.Mod) and isinstance(
+            binop.left, ast.Constant) and type(binop.left.value) is str
 
 
 def _sizes_read(node, params, sizes):
