@@ -146,15 +146,10 @@ class _Losses(chainer.Chain):
             F.sigmoid_cross_entropy(y, t) + F.mean(per_element * y)
 
 
-class _RowWise(chainer.Chain):
+class _RowWise(_Losses):
     """Ops of each row: a loss summed over the batch and divided by its
     size (``normalize=False``), an item picked, a row normalized, a row's
     squared norm."""
-
-    def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(12, 4)
 
     def forward(self, x, t):
         y = self.l1(x)
@@ -163,14 +158,9 @@ class _RowWise(chainer.Chain):
             F.batch_l2_norm_squared(y))
 
 
-class _ReshapedByNumPy(chainer.Chain):
+class _ReshapedByNumPy(_Losses):
     """NumPy's reshape of an argument to its rows, ``x.reshape(len(x),
-    -1)``, and to the batch size read once (``B, _, _ = x.shape``)."""
-
-    def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.l1 = L.Linear(12, 4)
+    -1)``, and to the batch size read once (``B = x.shape[0]``)."""
 
     def forward(self, x, t):
         B = x.shape[0]
