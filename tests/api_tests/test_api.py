@@ -319,3 +319,35 @@ def test_jit_of_a_model_whose_forward_is_jitted_runs_that_forward():
         testing.assert_results_equal(jitted(x),
                                      _DecoratedForward.forward._fn(model, x))
     assert jitted.cache_info().hits >= 1
+
+
+class _OddBatchesScaled(chainer.Chain):
+    def forward(self, x):
+        return F.tanh(x) * (x.shape[0] % 2 + 1)
+
+
+class _OddBatchesShifted(chainer.Chain):
+    def forward(self, x):
+        return F.sigmoid(x) + x.shape[0] % 2
+
+
+# Two classes of one name, as a notebook cell defining ``Net`` run again.
+_OddBatchesScaled.forward.__qualname__ = 'Net.forward'
+_OddBatchesShifted.forward.__qualname__ = 'Net.forward'
+
+
+def test_functions_of_one_name_and_other_code_each_warn(monkeypatch):
+    from chainerjit import errors
+    monkeypatch.setattr(errors, '_warned', set())
+    rng = numpy.random.RandomState(0)
+    for cls in (_OddBatchesScaled, _OddBatchesShifted):
+        model = cls()
+        jitted = chainerjit.jit(model.forward)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter('always')
+            for batch in (3, 8, 17, 8):
+                x = rng.randn(batch, 4).astype(numpy.float32)
+                testing.assert_results_equal(jitted(x), model.forward(x))
+        assert any('Net.forward keeps the size of x.shape[0]' in
+                   str(w.message) and 'taken modulo' in str(w.message)
+                   for w in caught), [str(w.message) for w in caught]
