@@ -574,22 +574,23 @@ class _FreeAxes(object):
 
 def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
                    read_lines=None, ran_lines=None):
-    """``trip_counts.float_size_uses`` and ``index_size_uses`` of the
-    forward's own source, as ``lengths.Use`` of the axes of ``graph``'s
-    inputs (an axis of ``None``, ``xs.size``, stands for all of the
-    argument's), but for the operations ``read_at_run_time`` (``(filename,
-    line, column)``: a Variable's with a size, whose node reads it from
-    the argument's shape, ``lengths.as_scalar``; an array's indexing) and
-    those that did not run (a branch not taken), as far as the recording
-    tells: an operation reading its sizes itself on a line where none was
-    read (``read_lines``: ``(filename, line)``), an index of one of the
-    model's arrays on a line where no size was read and no node recorded
-    either (``ran_lines``)."""
+    """``trip_counts.float_size_uses``, ``format_size_uses`` and
+    ``index_size_uses`` of the forward's own source, as ``lengths.Use`` of
+    the axes of ``graph``'s inputs (an axis of ``None``, ``xs.size``,
+    stands for all of the argument's), but for the operations
+    ``read_at_run_time`` (``(filename, line, column)``: a Variable's with
+    a size, whose node reads it from the argument's shape,
+    ``lengths.as_scalar``; an array's indexing) and those that did not run
+    (a branch not taken), as far as the recording tells: an operation
+    reading its sizes itself on a line where none was read (``read_lines``:
+    ``(filename, line)``), an index of one of the model's arrays on a line
+    where no size was read and no node recorded either (``ran_lines``)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
     lines_seen = {'read': read_lines, 'ran': ran_lines, None: None}
     for what, uses in (
             ('used in float arithmetic', trip_counts.float_size_uses(code)),
+            ("formatted by str's %", trip_counts.format_size_uses(code)),
             ('used as an index of a list or tuple',
              trip_counts.index_size_uses(code))):
         for name, axis, lines, column, kind in uses:

@@ -612,7 +612,20 @@ def float_size_uses(code):
     ``1.0 / T``: the float does the arithmetic, in C (unless the float is
     a literal :func:`literals_watched` gives a Length's arithmetic).
     ``axis`` ``None`` stands for every axis (``xs.size``)."""
-    found = _float_operations(code)
+    return _size_uses(_operations(code, _in_floats))
+
+
+@functools.lru_cache(maxsize=256)  # (read at each recording)
+def format_size_uses(code):
+    """As :func:`float_size_uses`, of the sizes the function's own source
+    formats with ``str``'s ``%`` (``'%d' % T``), which reads the int in C
+    too, unseen."""
+    return _size_uses(_operations(code, _formats))
+
+
+def _size_uses(found):
+    """The uses of :func:`float_size_uses` in the operations
+    :func:`_operations` found."""
     if found is None:
         return ()
     offset, indent, operations = found
@@ -622,10 +635,11 @@ def float_size_uses(code):
                  for side, read, named in sides for p, axis in read)
 
 
-def _float_operations(code, of_any_array=False):
+def _operations(code, test, of_any_array=False):
     """``(line offset, indent, [(binop, ((side, the (parameter, axis)
     sizes it reads, whether through names), ...))])`` of the function's
-    float arithmetic with sizes (:func:`float_size_uses`): of the
+    arithmetic with sizes that ``test`` picks (:func:`_in_floats`, as
+    :func:`float_size_uses` reads it; :func:`_formats`): of the
     parameters, or ``of_any_array`` named (``len(y)`` of ``y = x``);
     ``None`` without source."""
     found = _function_parts(code)
@@ -637,14 +651,14 @@ def _float_operations(code, of_any_array=False):
                      if isinstance(n, ast.Name))
     operations = []
     for node in ast.walk(function):
-        if not isinstance(node, ast.BinOp) or not _in_floats(node):
+        if not isinstance(node, ast.BinOp) or not test(node):
             continue
-        # (a side in float arithmetic itself is a use of its own)
+        # (a side that is such an operation itself is a use of its own)
         sides = tuple((s, _sizes_read(s, params, sizes),
                        _reads_names(s, sizes))
                       for s in (node.left, node.right)
                       if _of_sizes_only(s) and not (
-                          isinstance(s, ast.BinOp) and _in_floats(s)))
+                          isinstance(s, ast.BinOp) and test(s)))
         sides = tuple(side for side in sides if side[1])
         if sides:
             operations.append((node, sides))
@@ -757,7 +771,7 @@ def _with_watched_literals(code):
     """``code`` with the float literals of :func:`literals_watched` (in
     its nested functions too) as ``scalars.Literal``; ``None`` if
     it has none."""
-    found = _float_operations(code, of_any_array=True)
+    found = _operations(code, _in_floats, of_any_array=True)
     values = set() if found is None else set(
         _literal_value(s) for node, sides in found[2]
         for s in (node.left, node.right)) - set([None])
@@ -804,12 +818,15 @@ def parameters_read(node, code):
 
 def _in_floats(binop):
     """Does the arithmetic ``binop`` give a float: a true division, or an
-    operation with a float literal? Or format a string (``'%d' % T``),
-    which reads an int in C too?"""
+    operation with a float literal?"""
     return isinstance(binop.op, ast.Div) or any(
-        _is_float(s) for s in (binop.left, binop.right)) or \
-        isinstance(binop.op, ast.Mod) and isinstance(
-            binop.left, ast.Constant) and type(binop.left.value) is str
+        _is_float(s) for s in (binop.left, binop.right))
+
+
+def _formats(binop):
+    """Does ``binop`` format a string literal with ``%`` (``'%d' % T``)?"""
+    return isinstance(binop.op, ast.Mod) and isinstance(
+        binop.left, ast.Constant) and type(binop.left.value) is str
 
 
 def _sizes_read(node, params, sizes):
