@@ -178,18 +178,22 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
     values whose rows follow the inputs show ``label(rows)`` in the
     printed IR. ``uses`` are the recording's ``lengths.Use``; ``names``
     the leaves' names; ``size`` what the rows' number is, in the line."""
-    for use in uses:
-        # (A size a reshape infers from its input's rows, where it is of
-        # that input's axes, is followed with that node's rows.)
-        if use.rows_of is None and any(
-                leaf in seeds and axis == seeds[leaf].axis
-                for leaf, axis in use.origins):
+    seeded = [use for use in uses if any(
+        leaf in seeds and axis == seeds[leaf].axis
+        for leaf, axis in use.origins)]
+    for use in seeded:
+        if use.rows_of is None:
             return use.describe(names)
     rows = {graph.inputs[leaf]: r for leaf, r in seeds.items()}
     variants = {}
     why = _follow(graph.nodes, rows, variants, names, size)
     if why is not None:
         return why
+    for use in seeded:
+        # A size a reshape infers from its input's rows (``Use.rows_of``)
+        # is its kernel's to read, where the rows reached that node.
+        if not any(v in rows for v in use.rows_of.outputs):
+            return use.describe(names)
     for node, following in variants.items():
         node.kernel = following.kernel
         node.inputs = node.inputs + [graph.inputs[leaf]
