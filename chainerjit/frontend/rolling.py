@@ -128,14 +128,13 @@ def _first_item_read_after(plan, run, graph, chunks):
     the first item of a list it appends to (``hs[0]``)? Peeled off, the
     loop then runs one step fewer, and that item is a value of its own
     at any trip count."""
-    if run.code is None or not loop_analysis.first_item_read(
-            run.code, run.site.header):
-        return False
     first = set(v for node in plan.iterations[0] for v in node.outputs)
     span = set(node for chunk in chunks for node in chunk)
-    return any(v in first for v in graph.outputs) or any(
+    read = any(v in first for v in graph.outputs) or any(
         v in first for node in graph.nodes if node not in span
         for v in node.inputs)
+    return read and run.code is not None and loop_analysis.first_item_read(
+        run.code, run.site.header)
 
 
 #: The most passes of a loop of a fixed count left unrolled around loops
@@ -1043,16 +1042,16 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
                      for name, summary in snapshots[0].items())
     # (The enclosing function's helpers are in both: functions there.)
     kinds.update(run.global_kinds)
+    if run.code is None:
+        return 'its source cannot be read'
+    comprehension = run.site.kind == 'comp'
     # A list of links written out (``cells = [self.c0, self.c1]``) is
     # called as the model's links are; a list each pass makes anew is the
     # body's own.
     kinds.update((name, 'link') for name in run.links)
-    if run.code is not None and run.site.kind != 'comp':
-        kinds.update((name, 'list') for name in loop_analysis.fresh_lists(
-            run.code, run.site.header))
-    if run.code is None:
-        return 'its source cannot be read'
-    comprehension = run.site.kind == 'comp'
+    fresh = frozenset() if comprehension else \
+        loop_analysis.fresh_lists(run.code, run.site.header)
+    kinds.update((name, 'list') for name in fresh)
     found = loop_analysis.comprehension_problem(
         run.code, run.site.header, kinds, run.caller) if comprehension else \
         loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
@@ -1067,7 +1066,8 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
         return 'its counter indexes a value other than an array'
     counters = _while_counters(run, snapshots) if counting else \
         loop_analysis.derived_counters(run.code, run.site.header)
-    changed = _python_state_changed(run, snapshots, values, counters)
+    changed = _python_state_changed(run, snapshots, values, counters,
+                                    fresh)
     return None if changed is None else \
         '%r changes between iterations' % changed
 
@@ -1087,19 +1087,20 @@ def _indexable(summary, values, rows, made_by_loops):
         for item in summary[2]))
 
 
-def _python_state_changed(run, snapshots, values, counters=()):
+def _python_state_changed(run, snapshots, values, counters=(),
+                          fresh=frozenset()):
     """The name of the frame's Python state that changes between passes
     through the header, else ``None``: it must stay the same but for
     values the loop computes: scalars keep their value, other objects
     their identity and attributes, and arrays (also in lists the loop
     appends to, or attributes it assigns) are the loop's own results.
     Otherwise the recording saw Python state that a run of another length
-    would change."""
+    would change. ``fresh``: the lists each pass makes anew
+    (``loop_analysis.fresh_lists``), bound again before any use."""
     first = snapshots[0]
     growing = loop_analysis.appended_lists(run.code, run.site.header)
     rebound = loop_analysis.inner_link_loop_targets(
-        run.code, run.site.header, run.links) | \
-        loop_analysis.fresh_lists(run.code, run.site.header)
+        run.code, run.site.header, run.links) | fresh
     for snapshot in snapshots[1:]:
         for name, now in snapshot.items():
             if name not in run.targets and name not in counters and \

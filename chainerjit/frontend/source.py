@@ -11,6 +11,7 @@ registered (:func:`register`) and read from there.
 
 import ast
 import collections
+import functools
 import inspect
 import linecache
 import re
@@ -142,6 +143,7 @@ def file_ast(filename):
     return _FILES[filename]
 
 
+@functools.lru_cache(maxsize=256)  # (read at each loop's start)
 def written_out_lists(code):
     """The names ``code``'s function binds once only, to a list or tuple
     written out (``cells = [self.c0, self.c1]``): they hold as many items
