@@ -499,6 +499,9 @@ class JitFunction(_calls.CachedCall):
         sizes = batch.axes_named(batched.batch_axes(),
                                  [name for name, _ in entry.signature.items],
                                  ' and ')
+        if decision is not None and self._options['backend'] != \
+                'onnxruntime':
+            return _NOT_WIDENED  # (the VM's program may guard the size)
         if decision is not None:
             entry.batch_note = decision
             self._warn_batch_static(decision, sizes)

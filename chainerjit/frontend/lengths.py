@@ -600,9 +600,11 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
     argument's size: see :func:`origin_of`. A reshape to a ``shape`` of
     arguments' sizes (``(T, B, H)`` after the steps were merged with the
     batch) gives its axes theirs."""
+    note_merged(recorder, name, in_arrays, out_arrays)
     if name == 'Reshape' and shape is not None and \
             recorder.length_leaves.get(id(in_arrays[0])) is None:
-        kept = _sized_axes(shape)
+        kept = _split_again(recorder, in_arrays[0], out_arrays[0].shape,
+                            _sized_axes(shape))
         if any(kept) and len(kept) == out_arrays[0].ndim:
             recorder.length_leaves[id(out_arrays[0])] = kept
         return
@@ -637,6 +639,74 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
             recorder.length_leaves[id(array)] = kept
             if shift and kept[0] == first:
                 recorder.length_shifts[id(array)] = shift
+
+
+def note_merged(recorder, name, in_arrays, out_arrays):
+    """Notes the axes of an output of the Chainer function ``name`` that
+    merge a run of arguments' axes (``F.reshape(xs, (-1, I))`` of a
+    time-major ``xs``: ``T`` then ``B``), with the origins of the run, in
+    ``recorder.merged_axes``: a reshape merging them, or a linear layer
+    or an op of :data:`SAME_AXES` keeping such an axis of its first
+    input. A reshape splitting such an axis again gives the parts their
+    origins (:func:`_split_again`: ``(T, -1, H)``), and ``F.split_axis``
+    into the first's size cuts it as that reshape's rows
+    (``recording_patches``)."""
+    x, y = in_arrays[0], out_arrays[0]
+    if name == 'Reshape':
+        merged = _merged_of_reshape(recorder, x, y.shape)
+    elif name == 'LinearFunction' and x.ndim == 2 or \
+            name in SAME_AXES and x.shape == y.shape:
+        merged = recorder.merged_axes.get(id(x), {})
+        merged = dict((k, run) for k, run in merged.items() if k == 0) \
+            if name == 'LinearFunction' else merged
+    else:
+        return
+    if merged:
+        recorder.merged_axes[id(y)] = merged
+
+
+def _merged_of_reshape(recorder, x, shape):
+    """``{axis: origins of the run it merges}`` of a reshape of ``x`` to
+    ``shape`` that merges runs of arguments' axes."""
+    origins = recorder.length_leaves.get(id(x))
+    regrouped = array_ops.regrouped(x.shape, tuple(shape))
+    if origins is None or regrouped is None or regrouped[0] != 'merge':
+        return {}
+    return dict((k, tuple(origins[a] for a in run))
+                for k, run in enumerate(regrouped[1]) if len(run) > 1 and
+                all(origins[a] is not None and not is_item_length(origins[a])
+                    for a in run))
+
+
+def merged_origins(x, axis):
+    """The origins of the run of arguments' axes that ``x``'s ``axis``
+    merges (:func:`note_merged`), while recording; else ``None``."""
+    recorder = _state.recorder
+    if recorder is None:
+        return None
+    return recorder.merged_axes.get(id(data_of(x)), {}).get(axis)
+
+
+def _split_again(recorder, x, shape, kept):
+    """``kept``, the origins of the axes of a reshape of ``x`` to
+    ``shape``, with those of the parts of an axis of ``x`` that merged a
+    run of arguments' axes (:func:`note_merged`) where the reshape splits
+    it into as many parts, the first of the run's size where it is a
+    Length: ``(T, -1, H)`` of ``(T * B, H)``."""
+    merged = recorder.merged_axes.get(id(x))
+    regrouped = array_ops.regrouped(x.shape, tuple(shape))
+    if not merged or regrouped is None or regrouped[0] != 'split':
+        return kept
+    kept = list(kept)
+    for axis, run in enumerate(regrouped[1]):
+        origins = merged.get(axis)
+        if origins is None or len(origins) != len(run) or any(
+                kept[k] not in (None, o) for k, o in zip(run, origins)) or \
+                kept[run[0]] is None:
+            continue  # (the first part's size not read of its origin)
+        for k, origin in zip(run, origins):
+            kept[k] = origin
+    return tuple(kept)
 
 
 def _followed_axes(kernel, in_arrays, origins, out_arrays):

@@ -356,11 +356,7 @@ def _sized_index_seen(x, index, recorder):
     holds sizes: the forward's indexing (two frames up) noted as one the
     recording saw (not a list's, in C: ``trip_counts.index_size_uses``).
     """
-    if not lengths.contained(index):
-        return index
-    recorder.size_operations.add(lengths.operation_position(
-        sys._getframe(2)))
-    return lengths.index_from_the_end(x, index)
+    return recorder.index_from_the_end(x, index, sys._getframe(2))
 
 
 def _noting_lengths(name):
@@ -523,6 +519,10 @@ def _recording_split(split, recorder):
         at = _into_its_rows(x, indices_or_sections, axis, recorder)
         if at is not None and force_tuple:
             return _items_one_by_one(x, at, (None,), recorder)
+        at = _into_merged_rows(x, indices_or_sections, axis, recorder)
+        if at is not None and force_tuple:
+            return _items_one_by_one(_merged_split(x, at, recorder), at, (),
+                                     recorder)
         if found is None or found[0] is not indices_or_sections or \
                 axis != 0 or not force_tuple:
             return split(x, indices_or_sections, axis, force_tuple)
@@ -542,17 +542,60 @@ def _into_its_rows(x, sections, axis, recorder):
     with ``sections`` the size it read of that axis, an argument's
     (``F.split_axis(xs, len(xs), axis=0)``: its rows one by one): the
     axis, else ``None``."""
+    at = _split_by_a_size(x, sections, axis, recorder)
+    origin = None if at is None else lengths.origin_of(x, at)
+    return at if origin is not None and \
+        sections.origins == frozenset([origin]) else None
+
+
+def _into_merged_rows(x, sections, axis, recorder):
+    """``F.split_axis(x, sections, axis)`` called by the forward's code
+    where that axis of ``x`` merges a run of arguments' axes, the first
+    of size ``sections`` (``F.split_axis(gx, T, axis=0)`` of the steps'
+    projection ``(T * B, H)``: each part a step's rows): the axis, else
+    ``None``."""
+    at = _split_by_a_size(x, sections, axis, recorder)
+    run = None if at is None else lengths.merged_origins(x, at)
+    if run is None or sections.origins != frozenset([run[0]]) or \
+            math.prod(_run_sizes(run, recorder)) != \
+            traced.untag(lengths.data_of(x)).shape[at]:
+        return None
+    return at
+
+
+def _split_by_a_size(x, sections, axis, recorder):
+    """The axis (not negative) of ``F.split_axis(x, sections, axis)``
+    called by the forward's code with ``sections`` an argument's size the
+    forward read (``len(xs)``), else ``None``."""
     if _state.recorder is not recorder or recorder.depth or \
             type(axis) is not int or not isinstance(
                 sections, lengths.Length) or \
-            lengths.forward_line(2) is None:
+            sections.affine != (1, 0) or lengths.forward_line(3) is None:
         return None
     at = axis + x.ndim if axis < 0 else axis
-    origin = lengths.origin_of(x, at) if 0 <= at < x.ndim else None
-    if origin is None or sections.affine != (1, 0) or \
-            sections.origins != frozenset([origin]):
-        return None
-    return at
+    return at if 0 <= at < x.ndim else None
+
+
+def _merged_split(x, at, recorder):
+    """``x`` with its axis ``at``, which merges a run of arguments' axes,
+    split into that run (the same values: ``F.split_axis`` into as many
+    parts as the first's size cuts them as its rows), those axes theirs
+    (``lengths.note_merged``)."""
+    array = lengths.data_of(x)
+    shape = traced.untag(array).shape
+    run = lengths.merged_origins(x, at)
+    split = chainer.functions.reshape(
+        x, shape[:at] + _run_sizes(run, recorder) + shape[at + 1:])
+    origins = recorder.length_leaves.get(id(array)) or (None,) * x.ndim
+    recorder.length_leaves[id(lengths.data_of(split))] = \
+        tuple(origins[:at]) + tuple(run) + tuple(origins[at + 1:])
+    return split
+
+
+def _run_sizes(run, recorder):
+    """The recorded sizes of the arguments' axes ``run``."""
+    return tuple(traced.untag(recorder.input_arrays[leaf]).shape[axis]
+                 for leaf, axis in run)
 
 
 def _items_one_by_one(x, at, kept, recorder):

@@ -150,17 +150,20 @@ def _replace_static(structure, path, symbol):
     return signature.with_static_item(structure, path, ('S', int, symbol))
 
 
-class Concrete(collections.namedtuple('Concrete', 'reason loc')):
+class Concrete(collections.namedtuple('Concrete', 'reason loc origins',
+                                      defaults=(None,))):
     """Why a loop whose trip count follows the call's sizes keeps it in the
-    key (each length compiles again), and the line to name."""
+    key (each length compiles again), and the line to name; ``origins``:
+    the ``(leaf, axis)`` whose size it keeps, where known (none, for a
+    trip count tied to no argument's size)."""
 
     __slots__ = ()
 
 
 class _KeepsLength(Exception):
-    def __init__(self, reason, loc):
+    def __init__(self, reason, loc, origins=None):
         super(_KeepsLength, self).__init__(reason)
-        self.concrete = Concrete(reason, loc)
+        self.concrete = Concrete(reason, loc, origins)
 
 
 def symbolize(graph, rolled, input_names, length_names, recording):
@@ -213,10 +216,18 @@ def symbolize(graph, rolled, input_names, length_names, recording):
                 graph, rolled, sources, chosen, SYMBOLS[len(parts)],
                 _FreeAxes(uses, input_names, length_names), recording))
         except _KeepsLength as e:
-            kept.append(e.concrete)
+            kept.append(_with_origin(e.concrete, chosen))
     if not parts:
         return kept[0], kept[1:]
     return parts[0]._replace(more=tuple(parts[1:])), kept
+
+
+def _with_origin(concrete, source):
+    """``concrete``, its origins the trip source's axis where it names
+    none."""
+    if concrete.origins is not None or source.kind != 'dim':
+        return concrete
+    return concrete._replace(origins=frozenset([source.where]))
 
 
 def _distinct_lengths(sources):
@@ -550,7 +561,7 @@ class _FreeAxes(object):
                            None)
             if use is not None:
                 raise _KeepsLength(use.describe(self.input_names),
-                                   use.loc or loc)
+                                   use.loc or loc, frozenset(use.origins))
 
     def settle(self, followed, origin):
         """Counts the uses of sizes as the rows of a node's output
@@ -583,8 +594,9 @@ def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
     ``lengths.as_scalar``; an array's indexing) and those that did not run
     (a branch not taken), as far as the recording tells: an operation
     reading its sizes itself on a line where none was read (``read_lines``:
-    ``(filename, line)``), an index of one of the model's arrays on a line
-    where no size was read and no node recorded either (``ran_lines``)."""
+    ``(filename, line)``), an index of one of the model's arrays or of an
+    array argument on a line where no size was read and no node recorded
+    either (``ran_lines``)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
     lines_seen = {'read': read_lines, 'ran': ran_lines, None: None}
@@ -594,6 +606,8 @@ def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
             ('used as an index of a list or tuple',
              trip_counts.index_size_uses(code))):
         for name, axis, lines, column, kind in uses:
+            if type(kind) is tuple:  # (an argument's: an array's, traced)
+                kind = kind[0] if kind[1] in leaves else None
             seen = lines_seen[kind]
             leaf = leaves.get(name)
             if leaf is None or \
@@ -624,13 +638,15 @@ def _explain_untied(graph, rolled, free):
     if the forward made one (``F.reshape(xs, (T * B, I))``)."""
     for loop in _untied_loops(graph, rolled, {}):
         n = rolled[loop].n_iterations
+        near = set()
         for leaf, value in enumerate(graph.inputs):
             for axis, size in enumerate(value.shape or ()):
                 if 0 <= size - n <= _MAX_OFFSET:
                     free.check(leaf, set([axis]), loop.loc)
+                    near.add((leaf, axis))
         raise _KeepsLength('its trip count is not the length of an '
                            'argument the loop indexes with its counter, '
-                           'nor an int argument', loop.loc)
+                           'nor an int argument', loop.loc, frozenset(near))
 
 
 def _same_length_loops(graph, rolled, sources, source, free, recording):
@@ -964,9 +980,8 @@ class _Steps(object):
             self._follow_loop(node, found)
             return
         following = ops.follow(node, found)
-        if following is not None and (in_loop and following.reads or any(
-                self.seed_axes.get(leaf) for leaf in following.reads)):
-            following = None  # (a kernel reads the length on axis 0)
+        if following is not None and in_loop and following.reads:
+            following = None  # (a kernel reads the length of an argument)
         if following is None:
             raise _KeepsLength(
                 'a value computed from %s is read by %s, which is '
@@ -1011,7 +1026,10 @@ class _Steps(object):
         arguments they read the length from), and the values their symbol
         (``T``, ``4*T``: the length's ``symbol``)."""
         for node, following in self.variants.items():
-            node.kernel = following.kernel
+            node.kernel = ops.reading_at_axes(
+                following.kernel, len(node.inputs),
+                [(self.seed_axes.get(leaf, 0), len(self.inputs[leaf].shape))
+                 for leaf in following.reads])
             node.inputs = node.inputs + [self.inputs[leaf]
                                          for leaf in following.reads]
         for value, rows in self.rows.items():

@@ -193,6 +193,7 @@ class _Recorder(object):
         # more, and the traced lengths of those by (leaf, that many)
         self.item_lengths = {}
         self.length_shifts = {}
+        self.merged_axes = {}  # lengths.note_merged
         self.joined_rows = {}  # lengths.note_joined_rows
         self.padded_widths = {}  # lengths.note_padded_width
         self.width_uses = []  # (what, loc): lengths.SizeOf
@@ -305,6 +306,16 @@ class _Recorder(object):
                                      for a, b in zip(found, args)):
             self.size_operations.add(lengths.operation_position(frame))
         return found
+
+    def index_from_the_end(self, x, index, frame):
+        """``lengths.index_from_the_end`` of ``x[index]``, where the index
+        holds sizes: the forward's indexing (at ``frame``) noted as one the
+        recording saw (not a list's, in C: ``trip_counts.index_size_uses``).
+        """
+        if not lengths.contained(index):
+            return index
+        self.size_operations.add(lengths.operation_position(frame))
+        return lengths.index_from_the_end(x, index)
 
     def note_effect(self, kind, target, name, value):
         """Notes an assignment to a link attribute or a ``chainer.report``

@@ -165,6 +165,9 @@ def _record_numpy_call(recorder, label, fn, args, kwargs, result):
     if label == 'ndarray.__getitem__' and isinstance(result, numpy.ndarray) \
             and recorder.cut_to_sizes(args[0], args[1], result, loc):
         return  # (pe[:T])
+    if label == 'ndarray.__getitem__':  # (xs[T - 10:] as xs[-10:])
+        args = (args[0], recorder.index_from_the_end(
+            args[0], args[1], user_frame(3)))
     if isinstance(getattr(fn, '__self__', None), numpy.ufunc) and \
             fn.__name__ == '__call__':
         args = recorder.sizes_at_run_time(args, loc, user_frame(3))

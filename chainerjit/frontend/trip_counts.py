@@ -689,7 +689,9 @@ def index_size_uses(code):
     ``lengths.operation_position``); a list's or a tuple's reads it in C,
     unseen. ``seen``: ``'read'`` for an index reading its sizes
     itself, ``'ran'`` for one of the model's arrays, whose line records
-    nodes where it runs, else ``None``."""
+    nodes where it runs, ``('ran', name)`` for the parameter ``name``'s,
+    as that where its argument is an array and the function binds it to
+    nothing but cuts of itself, else ``None``."""
     found = _function_parts(code)
     if found is None:
         return ()
@@ -698,10 +700,35 @@ def index_size_uses(code):
         (p, axis, (node.lineno + offset, node.end_lineno + offset),
          node.col_offset + indent, 'read'
          if not _reads_names(node.slice, sizes) else 'ran'
-         if _of_the_model(node.value) else None)
+         if _of_the_model(node.value) else ('ran', node.value.id)
+         if isinstance(node.value, ast.Name) and node.value.id in params
+         and _cut_only(function, node.value.id) else None)
         for node in ast.walk(function) if isinstance(node, ast.Subscript)
         and isinstance(node.ctx, ast.Load)  # (not ys[t] = h of a loop)
         for p, axis in _sizes_read(node.slice, params, sizes))
+
+
+def _cut_only(function, name):
+    """Does ``function`` bind ``name`` to nothing but an index of itself
+    (``xs = xs[-10:]``: an array argument stays an array)?"""
+    for node in ast.walk(function):
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, (
+                ast.AugAssign, ast.AnnAssign, ast.For, ast.NamedExpr,
+                ast.comprehension)) else \
+            [item.optional_vars for item in node.items
+             if item.optional_vars is not None] \
+            if isinstance(node, ast.With) else []
+        for target in targets:
+            if any(isinstance(sub, ast.Name) and sub.id == name
+                   for sub in ast.walk(target)) and not (
+                    isinstance(node, ast.Assign) and
+                    isinstance(target, ast.Name) and
+                    isinstance(node.value, ast.Subscript) and
+                    isinstance(node.value.value, ast.Name) and
+                    node.value.value.id == name):
+                return False
+    return True
 
 
 def _of_the_model(node):

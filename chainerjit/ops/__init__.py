@@ -75,8 +75,9 @@ class Kernel(collections.namedtuple('Kernel',
             onnx, fresh, inplace, into, structural, lengths)
 
 
-class Rows(collections.namedtuple('Rows', 'parts axis widest also inner',
-                                  defaults=(0, False, (), False))):
+class Rows(collections.namedtuple('Rows',
+                                  'parts axis widest also inner lows',
+                                  defaults=(0, False, (), False, ()))):
     """The number of rows of a value that varies by call: the rows of list
     items and fixed numbers of rows, joined in order (``Kernel.lengths``).
     ``parts``: ``(leaf index, recorded length)`` for an item's rows,
@@ -93,7 +94,9 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest also inner',
     those. ``inner``: the rows of an axis merged into the first after
     others (``(B * T, H)`` of a batch-first ``(B, T, H)``), so that a
     reshape splitting the first axis again finds them second, whatever
-    the sizes recorded."""
+    the sizes recorded. ``lows``: ``(leaf, the fewest rows it has)``
+    where that is more than one (the forward's ``if T > 10:`` guards
+    the program), for :meth:`least`."""
 
     __slots__ = ()
 
@@ -170,11 +173,14 @@ class Rows(collections.namedtuple('Rows', 'parts axis widest also inner',
 
     def least(self):
         """The fewest rows these may be at any lengths: each length is one
-        row at least (a loop runs once, an item or a batch has one row),
-        or ``None`` where a part is minus some rows."""
+        row at least (a loop runs once, an item or a batch has one row)
+        or its :attr:`lows`, or ``None`` where a part is minus some
+        rows."""
         if any(n < 0 for _, n in self.parts):
             return None
-        return sum(1 if leaf is not None else n for leaf, n in self.parts)
+        lows = dict(self.lows)
+        return sum(lows.get(leaf, 1) if leaf is not None else n
+                   for leaf, n in self.parts)
 
     @property
     def first_leaf(self):
@@ -212,6 +218,43 @@ class Follow(collections.namedtuple('Follow', 'outputs kernel reads',
     arrays that kernel takes after the node's inputs, for their lengths."""
 
     __slots__ = ()
+
+
+def reading_at_axes(kernel, first, axes):
+    """``kernel``, whose inputs from ``first`` on are arguments it reads
+    the rows' number of as their first axis's size (``Follow.reads``),
+    reading each at its axis of ``axes`` (``(axis, ndim)`` each) instead
+    (the batch of a batch-first argument made time-major): that axis
+    swapped with the first."""
+    perms = dict((first + k, _swapped_first(axis, ndim))
+                 for k, (axis, ndim) in enumerate(axes) if axis)
+    if not perms:
+        return kernel
+
+    def swapped(xs):
+        return [x.transpose(perms[k]) if k in perms and x is not None
+                else x for k, x in enumerate(xs)]
+
+    def fn(*xs):
+        return kernel.fn(*swapped(xs))
+
+    def onnx(b, ins, outs):
+        return kernel.onnx(b, [b.op('Transpose', [name], perm=perms[k])[0]
+                               if k in perms else name
+                               for k, name in enumerate(ins)], outs)
+
+    grad = kernel.grad and kernel.grad._replace(
+        fn=lambda xs, ys, gys, wanted: kernel.grad.fn(
+            swapped(xs), ys, gys, wanted), onnx=None)
+    return kernel._replace(fn=fn, grad=grad, onnx=kernel.onnx and onnx)
+
+
+def _swapped_first(axis, ndim):
+    """The permutation of ``ndim`` axes swapping ``axis`` and the
+    first."""
+    perm = list(range(ndim))
+    perm[0], perm[axis] = axis, 0
+    return perm
 
 
 def rows_follow_first(rows):

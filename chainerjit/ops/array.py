@@ -464,9 +464,7 @@ def _rows_rescaled(kernel, in_shape, shape):
             return _split_to_second(found, fixed_first)
         if found.inner:  # (B * T, H) to (B, T, H): the rows are T's
             return _split_to_second(found, fixed_first)
-        if splits_in_two and _one_row_per_item(out):
-            return Follow((out,), first_from_item, reads=(out.first_leaf,))
-        return Follow((out,), any_first)
+        return _split_to_first(found) or Follow((out,), any_first)
 
     def _merged_rows(found):
         before = _size(in_shape[:found.axis])
@@ -485,7 +483,14 @@ def _rows_rescaled(kernel, in_shape, shape):
                                for r in rows[1:]) else Follow((None,))
         if found.axis or found.also:
             return None if regrouped_rows is None else regrouped_rows(found)
-        return _split_to_second(found, None)
+        return _split_to_second(found, None) or _split_to_first(found)
+
+    def _split_to_first(found):
+        # (B * T, H) to (B, T, H) where T is the steps' count and B's rows
+        # come: the first axis read from the batch's argument
+        out = found.scaled(shape[0], in_shape[0]) if splits_in_two else None
+        return None if out is None or not _one_row_per_item(out) else \
+            Follow((out,), first_from_item, reads=(out.first_leaf,))
 
     def _split_to_second(found, variant):
         out = found.scaled(1, shape[0]) if splits_in_two else None

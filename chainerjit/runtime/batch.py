@@ -832,9 +832,10 @@ def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
     list, ``runtime.ragged``: there all batched arguments share one
     ``Rows``), and the forward's Python did not use the batch size."""
     first = batched.leaves[0]
-    seeds = dict((leaf, ops.Rows.of_item(first, size)._replace(axis=axis))
-                 for leaf, axis in batched.batch_axes())
     conditions, uses = _guards_on(batched, uses)
+    lows = ((first, _least_size(conditions, size)),)
+    seeds = dict((leaf, ops.Rows.of_item(first, size)._replace(
+        axis=axis, lows=lows)) for leaf, axis in batched.batch_axes())
     why = ragged.why_fixed(graph, seeds, uses, names,
                            label=lambda rows: rows_label(rows, symbol),
                            size='batch size' if symbol == BATCH else
@@ -844,6 +845,13 @@ def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
         return None, why
     return RowsBatched(batched.leaves, size, batched.axes, symbol,
                        conditions=conditions), None
+
+
+def _least_size(conditions, size):
+    """The fewest rows a program guarded by ``conditions`` (recorded at
+    ``size``, where they hold) takes: ``11`` for ``T > 10``."""
+    return next(n for n in range(1, size + 1)
+                if all(lengths.holds(c, n) for c in conditions))
 
 
 def _guards_on(batched, uses):

@@ -225,8 +225,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     else:
         recording.length_uses += _size_uses_in_c(caller, recording, sig,
                                                  len(leaves))
-        lengths, length_note, unrolled = _roll_loops(caller, recording,
-                                                     sig, len(leaves))
+        lengths, length_note, unrolled, kept = _roll_loops(
+            caller, recording, sig, len(leaves))
         key, sig, symbols = _with_symbolic_lengths(key, sig, lengths)
         if varying is not None:  # their symbols come first
             key, sig, numbers = _with_varying(key, sig, varying,
@@ -250,6 +250,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         sizes = items or rows  # the entry's VM program takes any sizes
         if rows is not None and not batch.records_open(rows, key):
             sizes = rows = None  # an axis too short to leave open
+        _warn_kept_lengths(caller, kept, rows)
         program = codegen.compile_graph(graph, arena=sizes is None)
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
@@ -515,7 +516,8 @@ def _roll_loops(caller, recording, sig, n_leaves):
     """Rolls the recorded loops into regions and makes trip counts
     symbolic where sound. Returns ``(the entry's symbolic.Symbolic or
     None, why a length stays in the key or None, the loops left unrolled,
-    rolling.Unrolled)``, having warned once of the second."""
+    rolling.Unrolled, and the symbolic.Concrete of each length kept in
+    the key, to warn of: _warn_kept_lengths)``."""
     for code in recording.no_source:
         caller.warn_unrolled(errors.UnrolledLoop(
             'a loop in %s, whose source cannot be read (a lambda, exec '
@@ -524,7 +526,7 @@ def _roll_loops(caller, recording, sig, n_leaves):
             (code.co_filename, code.co_firstlineno))
     rolled, unrolled = rolling.roll_loops(recording.graph, recording)
     if not rolled or caller.lengths_unsound:
-        return None, None, unrolled
+        return None, None, unrolled, []
     if not structural.undoable(recording.graph.nodes, loops=True):
         # A new length is checked by running the program and eagerly,
         # NumPy's generator and batch normalization's averages (outside
@@ -536,24 +538,36 @@ def _roll_loops(caller, recording, sig, n_leaves):
                 'length compiles again): %s' % _side_effects(
                     recording.graph)),
                 varying[0].loc)
-        return None, None, unrolled
+        return None, None, unrolled, []
     input_names = [name for name, _ in sig.items[:n_leaves]]
     code = getattr(caller.fn, '__code__', None)
     if code is None:
-        return None, None, unrolled
+        return None, None, unrolled, []
     found, kept = symbolic.symbolize(
         recording.graph, rolled, input_names,
         trip_counts.length_only_names(code), recording)
-    for concrete in kept + ([found] if isinstance(
-            found, symbolic.Concrete) else []):
-        caller.warn_unrolled(errors.UnrolledLoop(
-            'this loop keeps its trip count in the cache key (each new '
-            'length compiles again): %s' % concrete.reason), concrete.loc)
-    note = '; '.join(_with_line(c.reason, c.loc) for c in kept + (
-        [found] if isinstance(found, symbolic.Concrete) else [])) or None
+    concrete = kept + ([found] if isinstance(found, symbolic.Concrete)
+                       else [])
+    note = '; '.join(_with_line(c.reason, c.loc) for c in concrete) or None
     if isinstance(found, symbolic.Concrete):
-        return None, note, unrolled
-    return found, note, unrolled
+        return None, note, unrolled, concrete
+    return found, note, unrolled, concrete
+
+
+def _warn_kept_lengths(caller, kept, sizes):
+    """Warns once for each loop that keeps its trip count in the key
+    (``kept``, ``symbolic.Concrete``), but where that length is the size
+    of an axis the entry's program takes at any size (``sizes``, of
+    ``runtime.batch``), or tied to no argument's size where the program
+    takes some at any size: then no length compiles again."""
+    open_axes = batch.open_axes(sizes)
+    for concrete in kept:
+        if not (open_axes and concrete.origins is not None and
+                concrete.origins <= open_axes):
+            caller.warn_unrolled(errors.UnrolledLoop(
+                'this loop keeps its trip count in the cache key (each '
+                'new length compiles again): %s' % concrete.reason),
+                concrete.loc)
 
 
 def _warn_unrolled_loops(caller, unrolled, items, sig, joined=None):

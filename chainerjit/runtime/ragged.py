@@ -195,7 +195,10 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
         if not any(v in rows for v in use.rows_of.outputs):
             return use.describe(names)
     for node, following in variants.items():
-        node.kernel = following.kernel
+        node.kernel = ops.reading_at_axes(
+            following.kernel, len(node.inputs),
+            [(seeds[leaf].axis, len(graph.inputs[leaf].shape))
+             for leaf in following.reads])
         node.inputs = node.inputs + [graph.inputs[leaf]
                                      for leaf in following.reads]
     for value, r in rows.items():  # (a trip count's kept)

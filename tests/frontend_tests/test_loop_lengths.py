@@ -1918,6 +1918,139 @@ def test_a_loop_over_the_steps_split_apart_serves_every_length_and_batch(
     assert 'trip=T' in str(entry.graph), entry.graph
 
 
+class ProjectionSplitIntoSteps(_Steps):
+    """The steps projected at once, then ``F.split_axis`` of the
+    projection into as many parts as steps (each a step's rows)."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        gx = self.x2h(F.reshape(xs, (T * batch, I)))
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        for g in F.split_axis(gx, T, axis=0):
+            c, h = F.lstm(c, g + self.h2h(h))
+        return self.out(h)
+
+
+class ProjectionSplitIntoStepsLazily(_Steps):
+    """:class:`ProjectionSplitIntoSteps` reshaped back to ``(T, -1, 4 *
+    H)`` first, the state made from a step's rows in the first step."""
+
+    def forward(self, xs):
+        T = xs.shape[0]
+        gx = F.reshape(self.x2h(F.reshape(xs, (-1, I))), (T, -1, 4 * H))
+        h = c = None
+        for g in F.split_axis(gx, T, axis=0):
+            g = F.squeeze(g, 0)
+            if h is None:
+                h = c = self.xp.zeros((g.shape[0], H), 'f')
+            c, h = F.lstm(c, g + self.h2h(h))
+        return self.out(h)
+
+
+class ProjectionIndexedLazily(_Steps):
+    def forward(self, xs):
+        T = xs.shape[0]
+        gx = F.reshape(self.x2h(F.reshape(xs, (-1, I))), (T, -1, 4 * H))
+        h = c = None
+        for t in range(T):
+            g = gx[t]
+            if h is None:
+                h = c = self.xp.zeros((g.shape[0], H), 'f')
+            c, h = F.lstm(c, g + self.h2h(h))
+        return self.out(h)
+
+
+class BatchFirstMadeTimeMajorThenProjected(_Steps):
+    """Batch-first steps transposed to time-major, then projected at
+    once: the reshape back reads the steps' number of the batch-first
+    argument's second axis."""
+
+    def forward(self, xs):
+        batch, T, D = xs.shape
+        tm = F.transpose(xs, (1, 0, 2))
+        gx = F.reshape(self.x2h(F.reshape(tm, (T * batch, D))),
+                       (T, batch, 4 * H))
+        h = c = self.xp.zeros((batch, H), 'f')
+        for t in range(T):
+            c, h = F.lstm(c, gx[t] + self.h2h(h))
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [
+    ProjectionSplitIntoSteps, ProjectionSplitIntoStepsLazily,
+    ProjectionIndexedLazily, BatchFirstMadeTimeMajorThenProjected,
+    BatchFirstProjectedAtOnce])
+def test_steps_projected_at_once_serve_every_length_and_batch(cls):
+    # (lengths and batch sizes both change)
+    batch_first = cls in (BatchFirstMadeTimeMajorThenProjected,
+                          BatchFirstProjectedAtOnce)
+
+    def calls(shapes, seed):
+        return [(xs.transpose(1, 0, 2).copy() if batch_first else xs,)
+                for xs, in _step_calls(shapes, seed)]
+    entry = _one_entry_with_gradients(cls(), calls(SHAPES, 0))
+    assert 'trip=T' in str(entry.graph), entry.graph
+    with chainer.using_config('train', False):
+        jf = testing.assert_jit_matches_eager(cls(), calls(SHAPES[::-1], 1),
+                                              rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
+class LastStepsUnderAGuard(_Steps):
+    """The last ten steps of longer sequences: ``xs[T - 10:]`` under ``if
+    T > 10:``."""
+
+    def forward(self, xs):
+        T = len(xs)
+        if T > 10:
+            xs = xs[T - 10:]
+        h = c = self.xp.zeros((xs.shape[1], H), 'f')
+        for x in xs:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class LastStepsCountedFromTheEnd(_Steps):
+    def forward(self, xs):
+        if len(xs) > 10:
+            xs = xs[-10:]
+        h = c = self.xp.zeros((xs.shape[1], H), 'f')
+        for t in range(len(xs)):
+            h, c = self.step(xs[t], h, c)
+        return self.out(h)
+
+
+class LastStepsOfBatchFirst(BatchFirst):
+    def forward(self, xs):
+        T = xs.shape[1]
+        if T > 10:
+            xs = xs[:, T - 10:]
+        h = c = self.xp.zeros((xs.shape[0], H), 'f')
+        for t in range(xs.shape[1]):
+            h, c = self.step(xs[:, t], h, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [LastStepsUnderAGuard,
+                                 LastStepsCountedFromTheEnd,
+                                 LastStepsOfBatchFirst])
+def test_steps_cut_under_a_guard_keep_an_entry_for_each_side(cls):
+    # A loop of T steps on one side, of ten steps of any longer sequence
+    # on the other.
+    shapes = [(5, 4), (12, 4), (17, 4), (9, 4), (3, 4), (14, 4), (11, 4)]
+    calls = [(xs.transpose(1, 0, 2).copy() if cls is LastStepsOfBatchFirst
+              else xs,) for xs, in _step_calls(shapes)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jf = testing.assert_jit_grads_match_eager(cls(), calls, rtol=1e-4,
+                                                  atol=1e-5)
+    described = sorted(e.describe().splitlines()[1]
+                       for e in jf.cache_entries())
+    assert len(described) == 2, jf.cache_report()
+    assert described[0].endswith('> 10'), described
+    assert described[1].startswith('for sizes where: not '), described
+
+
 class SplitIntoFive(_Steps):
     """Five parts, whatever the length: the length stays in the key."""
 

@@ -249,9 +249,12 @@ def test_a_program_that_cannot_stretch_keeps_the_batch_size(
             'compared' in explained, explained
 
 
-def test_on_the_vm_a_decision_on_the_batch_size_guards_an_entry_a_side():
+@pytest.mark.parametrize('backend', ['numpy', 'auto'])
+def test_on_the_vm_a_decision_on_the_batch_size_guards_an_entry_a_side(
+        backend):
+    # (with 'auto', onnxruntime's session cannot guard it: the VM does)
     model = _DoublesLargeBatches()
-    jitted = chainerjit.jit(model.forward, backend='numpy')
+    jitted = chainerjit.jit(model.forward, backend=backend)
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         _run(jitted, model.forward, lambda rng, b: (
