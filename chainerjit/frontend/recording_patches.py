@@ -426,13 +426,25 @@ def _sizes_as_scalars(divides):
 
 def _noting_config_reads(config_getattr, recorder):
     """``chainer.config.<name>`` while recording: notes ``name`` for the
-    recording made in this thread (``guards.config_reads``)."""
+    recording made in this thread (``guards.config_reads``), but where
+    Chainer's initializers read it, filling a parameter a link makes at
+    its first call (``L.Linear(None, 16)``), which later calls do not."""
     def config_read(config, name):
         current = _state.recorder
-        if current is not None:
+        if current is not None and not _initializing(sys._getframe(1)):
             current.config_names.add(name)
         return config_getattr(config, name)
     return config_read
+
+
+def _initializing(frame, depth=4):
+    """Is the code at ``frame``, or up to ``depth`` frames above it, in
+    Chainer's initializers?"""
+    while frame is not None and depth:
+        if frame.f_code.co_filename.startswith(_INITIALIZERS_DIR):
+            return True
+        frame, depth = frame.f_back, depth - 1
+    return False
 
 
 _INITIALIZERS_DIR = os.path.join(
@@ -1319,11 +1331,15 @@ def _gpu_patches():
 
 def _noting_numbers(label):
     """A function of the ``math`` module while recording: the varying
-    numbers (``frontend.scalars``) passed to it are baked in (it reads
-    them in C, unseen by their own methods)."""
+    numbers (``frontend.scalars``) and the sizes (``lengths.Length``)
+    the forward's code passes to it are baked in (it reads them in C,
+    unseen by their own methods: ``math.sqrt(T)``)."""
     def make(fn, recorder):
         def noting(*args, **kwargs):
-            if recorder.varying and _state.recorder is recorder:
+            if _state.recorder is recorder and (
+                    recorder.varying or not recorder.depth and
+                    lengths.contained((args, kwargs)) and
+                    lengths.forward_line(1) is not None):
                 recorder.note_constants((args, kwargs), 'passed to %s'
                                         % label, traced.user_location(2))
             return fn(*args, **kwargs)

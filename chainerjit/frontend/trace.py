@@ -340,6 +340,11 @@ class _Recorder(object):
                 self.derived_memory.add(owner)
         return value
 
+    def draw_of_sizes(self, draw, args, kwargs, result):
+        """A random draw of an argument's size: see
+        ``lengths.draw_of_sizes``."""
+        return lengths.draw_of_sizes(self, draw, args, kwargs, result)
+
     def note_reshaped(self, array, shape, node, what, loc):
         """NumPy's reshape of ``array`` to ``shape`` (``node``): see
         ``lengths.note_reshaped``."""

@@ -498,6 +498,9 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     reduced = _reduced_axes(label, fn, args, kwargs, arrays)
     if reduced is not None:
         return ops.rows_reduced_over(*reduced)
+    repeated = _repeated_axis(label, args, kwargs, arrays)
+    if repeated is not None:  # (a mask for each of attention's heads)
+        return ops.rows_repeated(*repeated)
     joined = _JOINS.get(label)
     if joined is not None and isinstance(result, numpy.ndarray) and \
             type(args[0]) in (list, tuple) and len(args[0]) > 1 and \
@@ -506,6 +509,21 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
         if type(axis) is int and set(kwargs) <= {'axis'}:
             return ops.rows_joined(joined, axis % result.ndim)
     return None
+
+
+def _repeated_axis(label, args, kwargs, arrays):
+    """``(count, axis)`` of NumPy's ``repeat`` of one array by an int
+    count along an axis (``numpy.repeat(mask, H, axis=0)``), else
+    ``None``."""
+    if label not in ('numpy.repeat', 'ndarray.repeat') or \
+            len(arrays) != 1 or args[0] is not arrays[0]:
+        return None
+    named = dict(zip(('repeats', 'axis'), args[1:]), **kwargs)
+    repeats, axis = named.get('repeats'), named.get('axis')
+    if type(repeats) is not int or type(axis) is not int or \
+            set(named) != {'repeats', 'axis'} or repeats < 1:
+        return None
+    return repeats, axis % arrays[0].ndim
 
 
 def _the_same(items, arrays):
@@ -575,6 +593,10 @@ def record_draw(label, draw, args, kwargs, result):
     recorder = _state.recorder
     if recorder is None or recorder.depth:
         return result
+    sized = recorder.draw_of_sizes(draw, args, kwargs, result) \
+        if isinstance(result, numpy.ndarray) else None
+    if sized is not None:
+        return _sized_draw(recorder, label, draw, sized, result)
     recorder.note_constants((args, kwargs), 'passed to %s' % label,
                             user_location(3))
     if not isinstance(result, numpy.ndarray):
@@ -588,6 +610,38 @@ def record_draw(label, draw, args, kwargs, result):
     return _draw_node(recorder, label, ops.Kernel(kernel_fn), in_values,
                       result, ('numpy', draw, _split_arrays((args, kwargs),
                                                             [])))
+
+
+def _sized_draw(recorder, label, draw, sized, result):
+    """Records a draw whose shape holds an argument's size
+    (``recorder.draw_of_sizes``: ``sized``) as an impure node reading that
+    argument's size on every call: the result's axes of that size follow
+    its rows (a GAN's noise at any batch size)."""
+    drawn, leaf, axes, rest = sized
+    recorder.note_constants(rest, 'passed to %s' % label, user_location(4))
+    result = _draw_node(recorder, label, ops.Kernel(
+        drawn, lengths=_rows_drawn(axes)),
+        [recorder.value_of(recorder.input_arrays[leaf])], result,
+        ('numpy', draw, _split_arrays(rest, [])))
+    origins = [None] * result.ndim  # (the sizes it read are the draw's)
+    for axis, positions in axes.items():
+        for k in positions:
+            origins[k] = (leaf, axis)
+    recorder.length_leaves[id(result)] = tuple(origins)
+    return result
+
+
+def _rows_drawn(axes):
+    """The ``Kernel.lengths`` rule of a draw whose axes ``axes[a]`` are
+    the size of its input's axis ``a``: its rows there."""
+    @ops.takes_axes
+    def lengths(rows):
+        found = rows[0]
+        if found is None or found.axis not in axes or found.also or \
+                found.widest:
+            return None
+        return ops.Follow((found.on_axes(axes[found.axis]),))
+    return lengths
 
 
 def _draw_node(recorder, label, kernel, in_values, result, template):

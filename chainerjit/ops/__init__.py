@@ -699,6 +699,23 @@ def rows_through_reduction(rows, axes, keepdims):
                          for a in kept])
 
 
+def rows_repeated(repeats, axis):
+    """The ``Kernel.lengths`` rule of ``repeat(x, repeats, axis)`` (an int
+    count, ``axis`` not negative) whose kernel takes any shape: rows on
+    that axis ``repeats`` times over, on another axis as they are."""
+    @takes_axes
+    def lengths(rows):
+        found = rows[0]
+        if found is None or any(r is not None for r in rows[1:]) or \
+                found.also or found.widest:
+            return None
+        if found.axis != axis:
+            return Follow((found,))
+        repeated = found.scaled(repeats, 1)
+        return None if repeated is None else Follow((repeated,))
+    return lengths
+
+
 def rows_reduced_over(axes, keepdims):
     """The ``Kernel.lengths`` rule of a reduction over ``axes`` whose
     kernel and gradient take any shape: the rows of its input through

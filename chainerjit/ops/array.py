@@ -1577,11 +1577,17 @@ def lower_hvdstack(node, ctx):
     sizes = [s[axis] if len(s) >= least else 1 for s in ctx.in_shapes]
     # ``atleast_1d``, ``_2d`` or ``_3d``, by the number of dimensions.
     promote = _STACK_PROMOTIONS[least]
-    return Kernel(lambda *xs: fn(xs),
-                  grad=_split_grad(ctx, axis, sizes),
-                  onnx=_onnx_unsqueeze_concat(
-                      [promote[len(s)] if len(s) < least else []
-                       for s in ctx.in_shapes], axis))
+    kernel = Kernel(lambda *xs: fn(xs),
+                    grad=_split_grad(ctx, axis, sizes),
+                    onnx=_onnx_unsqueeze_concat(
+                        [promote[len(s)] if len(s) < least else []
+                         for s in ctx.in_shapes], axis))
+    if axis == 0 or any(len(s) != len(ctx.out_shapes[0])
+                        for s in ctx.in_shapes):
+        return kernel
+    # (F.hstack of a batch's features: a join beside the rows)
+    return kernel._replace(lengths=_rows_side_by_side(
+        kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), axis))
 
 
 # The axes ``numpy.atleast_{1,2,3}d`` insert in an array of 0, 1 or 2

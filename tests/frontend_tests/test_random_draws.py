@@ -70,9 +70,10 @@ def _twins(cls):
     return eager, jitted
 
 
-def _train_side_by_side(cls, rng, steps=4):
-    """Adam steps of both twins from the same seeds: losses, parameters
-    and the generator's state stay bit for bit equal."""
+def _train_side_by_side(cls, rng, steps=4, batches=(4,)):
+    """Adam steps of both twins from the same seeds (of the batch sizes
+    ``batches`` in turn): losses, parameters and the generator's state
+    stay bit for bit equal."""
     eager, jitted = _twins(cls)
     optimizers = []
     for model in (eager, jitted):
@@ -80,7 +81,8 @@ def _train_side_by_side(cls, rng, steps=4):
         opt.setup(model)
         optimizers.append(opt)
     for step in range(steps):
-        x = rng.standard_normal((4, 6)).astype(F32)
+        x = rng.standard_normal((batches[step % len(batches)], 6)).astype(
+            F32)
         losses = []
         for model, opt in zip((eager, jitted), optimizers):
             numpy.random.seed(step)
@@ -105,6 +107,39 @@ def test_a_model_that_draws_trains_bit_for_bit(rng, cls):
     assert info.compiled >= 2 and info.eager == 0, info
     graph = str(jitted.forward.last_entry.graph)
     assert 'numpy.random.' in graph
+
+
+class NoiseOfTheBatch(chainer.Chain):
+    """A generator's noise drawn in the forward, as many rows as the
+    batch: ``normal(size=(len(x), 4))``, ``randn(B, 4)`` and ``uniform(-1,
+    1, (B, 4))``; a discriminator's, of its input's shape (``randn(*
+    x.shape)``, ``uniform(-1, 1, x.shape)``)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6 + 12, 8)
+            self.l2 = L.Linear(8, 1)
+
+    def forward(self, x):
+        xp = chainer.backend.get_array_module(x)
+        B = x.shape[0]
+        x = x + 0.1 * (xp.random.randn(*x.shape) + xp.random.uniform(
+            -1, 1, x.shape)).astype(F32)
+        z = xp.concatenate([
+            xp.random.normal(size=(len(x), 4)),
+            xp.random.randn(B, 4),
+            xp.random.uniform(-1, 1, (B, 4))], axis=1).astype(F32)
+        return self.l2(F.relu(self.l1(F.concat([x, z], axis=1))))
+
+
+def test_noise_of_the_batch_serves_every_batch_size_bit_for_bit(rng):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jitted = _train_side_by_side(NoiseOfTheBatch, rng, steps=12,
+                                     batches=(4, 7, 2, 9, 4, 3))
+    entry, = jitted.forward.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,6]'), entry.signature
 
 
 def draws_in_a_loop(xs):

@@ -168,6 +168,45 @@ class _ReshapedByNumPy(_Losses):
         return F.softmax_cross_entropy(y, t)
 
 
+class _FeaturesSideBySide(_Losses):
+    """Features joined beside the batch's rows by ``F.hstack`` and
+    ``F.dstack``."""
+
+    def forward(self, x, t):
+        y = self.l1(x)
+        both = F.hstack([y, F.tanh(y)])
+        deep = F.dstack([F.expand_dims(y, 2), F.expand_dims(y * y, 2)])
+        return F.softmax_cross_entropy(both[:, :4] + F.sum(deep, axis=2), t)
+
+
+class _SizedAtTheFirstCall(_Losses):
+    """A link whose weight is made at its first call (``L.Linear(None,
+    4)``): the recording of that call is the program's. (A constant
+    weight: the eager twin makes its own.)"""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l2 = L.Linear(None, 4,
+                               initialW=chainer.initializers.Constant(0.1))
+
+    def forward(self, x, t):
+        return F.softmax_cross_entropy(self.l2(F.tanh(self.l1(x))), t)
+
+
+class _MaskedForEachHead(_Losses):
+    """Two heads merged with the batch (``(B * 2, 4)``), each masked by
+    its row's mask repeated by NumPy (``numpy.repeat(m, 2, axis=0)``, as
+    multi-head attention repeats a padding mask)."""
+
+    def forward(self, x, t):
+        y = self.l1(x)
+        heads = F.reshape(F.concat([y, y * 2], axis=1), (-1, 4))
+        mask = numpy.repeat(chainer.as_array(x)[:, :4] > 0, 2, axis=0)
+        h = F.reshape(F.where(mask, heads, -heads), (-1, 8))
+        return F.softmax_cross_entropy(h[:, :4] + h[:, 4:], t)
+
+
 class _BiasedAndScaled(chainer.Chain):
     """``L.Bias`` and ``L.Scale`` (Caffe's layers, a tied language
     model's output bias): their parameters broadcast to the batch."""
@@ -282,7 +321,10 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_TextCNN, _words), (_Losses, _binary_labels),
           (_Centered, _features), (_BiasedAndScaled, _features),
           (_DiscriminatorLoss, _images), (_UnusedAverage, _features),
-          (_RowWise, _features), (_ReshapedByNumPy, _features)]
+          (_RowWise, _features), (_ReshapedByNumPy, _features),
+          (_FeaturesSideBySide, _features),
+          (_SizedAtTheFirstCall, _features),
+          (_MaskedForEachHead, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
@@ -841,6 +883,17 @@ class _ScaledInTheForward(_ScaledByTheBatch):
         return loss * (1.0 / float(len(real)))
 
 
+class _ScaledByASquareRoot(_ScaledByTheBatch):
+    """As :class:`_ScaledInTheForward`, by ``math.sqrt`` of the batch
+    size, which reads it in C."""
+
+    def forward(self, real, fake):
+        h = F.leaky_relu(self.l1(F.concat([real, fake], axis=0)))
+        y_real, y_fake = F.split_axis(self.l2(h), 2, axis=0)
+        loss = F.sum(F.softplus(-y_real) + F.softplus(y_fake))
+        return loss * (1.0 / math.sqrt(real.shape[0]))
+
+
 def _pairs(rng, batch):
     return (rng.randn(batch, 6).astype(F32), rng.randn(batch, 6).astype(F32))
 
@@ -901,6 +954,8 @@ def test_a_loss_divided_by_the_batch_serves_every_batch_size():
 @pytest.mark.parametrize('cls, why', [
     (_ScaledByTheBatch, 'gave another result than eagerly'),
     (_ScaledInTheForward, 'real.shape[0] converted to float at '
+     'test_batch_any_size.py:'),
+    (_ScaledByASquareRoot, 'real.shape[0] passed to math.sqrt at '
      'test_batch_any_size.py:')])
 def test_a_size_used_in_python_is_caught_at_a_new_size(
         cls, why, fresh_warnings):
