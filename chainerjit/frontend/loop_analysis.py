@@ -270,7 +270,13 @@ def _collected(node, call):
 
 def _collected_whole(node, parents):
     """The list ``node`` is passed whole to a collector (:func:`_collected`),
-    or reversed (``F.stack(hs[::-1])``, ``F.stack(list(reversed(hs)))``)."""
+    or reversed (``F.stack(hs[::-1])``, ``F.stack(list(reversed(hs)))``),
+    or all but its first items (``F.stack(hs[1:])`` of ``hs = [h0]``
+    that the loop appended to)."""
+    holder = parents.get(node)
+    if isinstance(holder, ast.Subscript) and holder.value is node and \
+            source.first_items_skipped(holder):
+        node = holder
     node = _through_reversal(node, parents)
     return _collected(node, parents.get(node))
 

@@ -790,8 +790,7 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
                 outer_reads.append((node, need, index))
             elif len(wildcards[leaf]) == 1:  # one axis: follow its steps
                 axis, = wildcards[leaf]
-                seeds[value] = ops.Rows.of_item(
-                    leaf, value.shape[axis])._replace(axis=axis)
+                seeds[value] = _steps_of(leaf, axis, value, length, dim)
             else:
                 raise _KeepsLength(
                     '%s is read by %s, not only indexed by the loop '
@@ -829,6 +828,17 @@ def _counter_reads(graph, loops, free, wildcards, length, templates,
                 raise why
             raise
     return outer_reads + steps.constant_reads, wildcards, steps
+
+
+def _steps_of(leaf, axis, value, length, dim):
+    """The rows of the steps of ``value``, the argument ``leaf`` whose
+    ``axis`` the loops index with their counter: where that axis is as
+    long as the length's own argument axis ``dim``, that argument's rows
+    (a mask of as many steps as ``xs``, read whole beside ``xs``'s steps:
+    the same rows), else its own."""
+    if dim is not None and value.shape[axis] == length:
+        return ops.Rows.of_item(dim[0], length)._replace(axis=axis)
+    return ops.Rows.of_item(leaf, value.shape[axis])._replace(axis=axis)
 
 
 def _tied_arguments(graph, wildcards, length, free, dim):

@@ -431,6 +431,9 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
         label, kernel, in_values, recorder.bind_temps(outs),
         _printed_settings(label, args), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
+    # (the argument's axes of ``steps = xs[:-1]``, whose steps a while
+    # loop indexes with its counter)
+    recorder.note_value_origins(outs, node.outputs)
     if label == 'ndarray.__getitem__':
         recorder.note_first_item(args[0], args[1], node)
     return node

@@ -1996,6 +1996,114 @@ def test_steps_projected_at_once_serve_every_length_and_batch(cls):
     assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
+class MaskedAttention(chainer.Chain):
+    """An encoder over padded steps with their mask, and a decoder
+    attending to the encoder's steps, its scores masked by the same mask
+    read whole (``s + (ms - 1) * 1e4``, or ``F.where(ms > 0, s, ...)``)."""
+
+    def __init__(self, where=False):
+        super().__init__()
+        self.where = where
+        with self.init_scope():
+            self.enc = L.StatelessGRU(I, H)
+            self.dec = L.StatelessGRU(5, H)
+            self.embed = L.EmbedID(5, 5)
+            self.out = L.Linear(2 * H, 5)
+
+    def forward(self, xs, ms, ys):
+        T, batch = xs.shape[:2]
+        h = self.xp.zeros((batch, H), 'f')
+        hs = []
+        for t in range(T):
+            m = ms[t][:, None]
+            h = m * self.enc(h, xs[t]) + (1 - m) * h
+            hs.append(h)
+        enc = F.stack(hs)
+        loss = 0
+        prev = self.xp.zeros((batch,), numpy.int32)
+        for t in range(len(ys)):
+            h = self.dec(h, self.embed(prev))
+            s = F.sum(enc * F.broadcast_to(h, enc.shape), axis=2)
+            if self.where:
+                s = F.where(chainer.as_array(ms) > 0, s,
+                            self.xp.full(s.shape, -1e4, 'f'))
+            else:
+                s = s + (ms - 1) * 1e4
+            a = F.softmax(s, axis=0)
+            context = F.sum(enc * F.broadcast_to(a[:, :, None], enc.shape),
+                            axis=0)
+            loss += F.softmax_cross_entropy(
+                self.out(F.concat((h, context))), ys[t])
+            prev = ys[t]
+        return loss / len(ys)
+
+
+@pytest.mark.parametrize('where', [False, True])
+def test_attention_masked_by_an_argument_serves_every_length(where):
+    # (the mask is as long as the steps: the same rows as theirs)
+    rng = numpy.random.RandomState(3)
+    calls = []
+    for T, batch, U in [(5, 4, 7), (9, 4, 4), (17, 3, 6), (9, 6, 3),
+                        (3, 2, 8), (12, 5, 5)]:
+        ms = (rng.rand(T, batch) > 0.3).astype('f')
+        ms[0] = 1
+        calls.append((rng.standard_normal((T, batch, I)).astype('f'), ms,
+                      rng.randint(0, 5, (U, batch)).astype(numpy.int32)))
+    entry = _one_entry_with_gradients(MaskedAttention(where), calls)
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class CounterOverACut(_Steps):
+    """A ``while`` loop over all but the last step (``steps = xs[:-1]``,
+    ``while t < len(steps):``)."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), 'f')
+        steps = xs[:-1]
+        t = 0
+        while t < len(steps):
+            h, c = self.step(steps[t], h, c)
+            t += 1
+        return self.out(h)
+
+
+class FirstStateListed(_Steps):
+    """The first state first in the list the loop appends to, the steps
+    read after it without it (``F.stack(hs[1:])``)."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), 'f')
+        hs = [h]
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return self.out(F.sum(F.stack(hs[1:]), axis=0))
+
+
+class FirstStatesSummedWithout(_Steps):
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], H), 'f')
+        hs = [h, h]
+        for x in xs:
+            h, c = self.step(x, h, c)
+            hs.append(h)
+        return self.out(sum(hs[2:]) + F.concat(hs[1:], axis=0)[:1])
+
+
+@pytest.mark.parametrize('cls', [CounterOverACut, FirstStateListed,
+                                 FirstStatesSummedWithout])
+def test_steps_of_a_cut_or_after_a_first_state_serve_every_length(cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+    # (arrays: NumPy cuts them)
+    with chainer.using_config('train', False), warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        jf = testing.assert_jit_matches_eager(
+            cls(), _step_calls(SHAPES, seed=1), rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
 class LastStepsUnderAGuard(_Steps):
     """The last ten steps of longer sequences: ``xs[T - 10:]`` under ``if
     T > 10:``."""
