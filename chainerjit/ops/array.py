@@ -51,6 +51,7 @@ from chainerjit import errors
 from chainerjit.ops import Follow
 from chainerjit.ops import index_rows
 from chainerjit.ops import rows_in_place
+from chainerjit.ops import rows_repeated
 from chainerjit.ops import Rows
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
@@ -1834,9 +1835,37 @@ def lower_repeat(node, ctx):
         x = ins if axis is not None else b.op(
             'Reshape', ins + [b.int64s([-1])])
         b.op('Gather', x + [b.constant(taken)], outs, axis=axis or 0)
-    return Kernel(lambda x: xp_repeat(x, repeats, axis),
-                  {'repeats': node.repeats, 'axis': axis},
-                  grad=grad_rule(ctx, _repeat_grad(node, ctx)), onnx=to_onnx)
+    kernel = Kernel(lambda x: xp_repeat(x, repeats, axis),
+                    {'repeats': node.repeats, 'axis': axis},
+                    grad=grad_rule(ctx, _repeat_grad(node, ctx)),
+                    onnx=to_onnx)
+    if len(node.repeats) != 1 or axis is None or not shape:
+        return kernel
+    return kernel._replace(lengths=_rows_repeated(
+        kernel, int(node.repeats[0]), _normalize_axis(axis, len(shape))))
+
+
+def _rows_repeated(kernel, r, axis):
+    """The ``Kernel.lengths`` rule of ``F.repeat(x, r, axis)``
+    (``ops.rows_repeated``), its kernel's gradient summing each ``r``
+    rows at any sizes; its ONNX form, which gathers the recorded rows,
+    left out where the rows are on that axis."""
+    rule = rows_repeated(r, axis)
+
+    def grad(xs, ys, gys, wanted):
+        gy, = gys
+        return gy.reshape(gy.shape[:axis] + (gy.shape[axis] // r, r) +
+                          gy.shape[axis + 1:]).sum(axis=axis + 1),
+
+    @takes_axes
+    def lengths(rows):
+        following = rule(rows)
+        if following is None:
+            return None
+        return following._replace(kernel=any_sizes._replace(
+            onnx=None) if rows[0].axis == axis else any_sizes)
+    any_sizes = kernel._replace(grad=GradRule(grad), lengths=lengths)
+    return lengths
 
 
 def _repeat_grad(node, ctx):

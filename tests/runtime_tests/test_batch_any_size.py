@@ -197,14 +197,16 @@ class _SizedAtTheFirstCall(_Losses):
 class _MaskedForEachHead(_Losses):
     """Two heads merged with the batch (``(B * 2, 4)``), each masked by
     its row's mask repeated by NumPy (``numpy.repeat(m, 2, axis=0)``, as
-    multi-head attention repeats a padding mask)."""
+    multi-head attention repeats a padding mask); each row repeated by
+    ``F.repeat``."""
 
     def forward(self, x, t):
         y = self.l1(x)
         heads = F.reshape(F.concat([y, y * 2], axis=1), (-1, 4))
         mask = numpy.repeat(chainer.as_array(x)[:, :4] > 0, 2, axis=0)
         h = F.reshape(F.where(mask, heads, -heads), (-1, 8))
-        return F.softmax_cross_entropy(h[:, :4] + h[:, 4:], t)
+        twice = F.reshape(F.repeat(y, 2, axis=0), (-1, 8))
+        return F.softmax_cross_entropy(h[:, :4] + h[:, 4:] + twice[:, 4:], t)
 
 
 class _BiasedAndScaled(chainer.Chain):
