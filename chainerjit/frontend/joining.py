@@ -957,7 +957,8 @@ def _applied_each(graph, values, users, item_splits):
     return bool(item_splits) or any(
         _link_of_own_states(node) and
         dict(node.attrs).get('items') == len(values)
-        for node in graph.nodes) or _pooled_and_stacked(graph, values, users)
+        for node in graph.nodes) or _pooled_and_stacked(graph, values, users) \
+        or _padded_whole(graph, values, users)
 
 
 #: The reductions over an item's rows a joined call makes one op of
@@ -980,6 +981,27 @@ def _pooled_and_stacked(graph, values, users):
     stacks = set(id(users[v][0]) for v in pooled)
     stack = users[pooled[0]][0]
     return len(stacks) == 1 and stack.inputs == pooled
+
+
+def _padded_whole(graph, values, users):
+    """Does each of ``values`` (a list's items) go through functions
+    :func:`applied_to_items` applies to all the items alone into one
+    ``F.pad_sequence`` of all of them, in order (``F.pad_sequence([
+    self.embed(x) for x in xs])``)?"""
+    ends = []
+    for value in values:
+        while True:
+            readers = users.get(value, [])
+            if len(readers) != 1 or readers[0] is None:
+                return False
+            if readers[0].op == 'PadSequence':
+                break
+            if not _applied_to_item(graph, readers[0], value, values):
+                return False
+            value = readers[0].outputs[0]
+        ends.append(value)
+    pad = users[ends[0]][0]
+    return pad.inputs == ends
 
 
 def _pool_of(graph, value, values, users):

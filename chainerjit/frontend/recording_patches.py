@@ -717,13 +717,16 @@ def _recording_pad_sequence(pad_sequence, recorder):
     block it pads is that argument's, and its axes are the argument's
     (``xp.shape[1]``, the width, reads a Length; a loop over it, ``for t
     in range(xp.shape[1])``, runs for that size). Of the parts of joined
-    items (an N-step link's outputs, ``joining.Segments``): one node
-    padding their rows at their lengths (``ops.array.PadSegments``)."""
+    items (an N-step link's outputs, ``joining.Segments``; the items each
+    embedded, ``[self.embed(x) for x in xs]``): one node padding their
+    rows at their lengths (``ops.array.PadSegments``)."""
     def padded(xs, length=None, padding=0):
-        if joining.is_segments(xs) and _state.recorder is recorder and \
-                not recorder.depth:  # (an N-step link's outputs)
+        whole = None if _state.recorder is not recorder or \
+            recorder.depth else xs if joining.is_segments(xs) else \
+            joining.items_whole(xs) if recorder.segment_items else None
+        if whole is not None:  # (an N-step link's outputs; embedded items)
             block = array_ops.PadSegments(length, padding).apply(
-                (xs.packed, xs.joined))[0]
+                (whole.packed, whole.joined))[0]
             if length is None:
                 lengths.note_padded_width(lengths.data_of(block), 1)
             return block

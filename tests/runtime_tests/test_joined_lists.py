@@ -23,6 +23,7 @@ from tests.runtime_tests.test_ragged_lists import _Convolutions
 from tests.runtime_tests.test_ragged_lists import _Convolutions1D
 from tests.runtime_tests.test_ragged_lists import _ExampleBagOfWords
 from tests.runtime_tests.test_ragged_lists import _model
+from tests.runtime_tests.test_ragged_lists import _PaddedSequences
 from tests.runtime_tests.test_ragged_lists import _PerItem
 from tests import differential
 
@@ -52,8 +53,26 @@ class _PerSentence(_ExampleBagOfWords):
         return super().forward(xs, ys) / len(xs)
 
 
+class _EmbeddedThenPadded(_PerItem):
+    """Each sentence embedded, then padded by ``F.pad_sequence``, a
+    convolution over the words and their maximum."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.conv = chainer.links.Convolution1D(6, 4, 3, pad=1)
+
+    def forward(self, xs, ys):
+        h = F.pad_sequence([self.embed(x) for x in xs], padding=0.)
+        h = F.max(F.relu(self.conv(F.transpose(h, (0, 2, 1)))), axis=2)
+        return F.softmax_cross_entropy(h, F.concat(ys, axis=0))
+
+
 @pytest.mark.parametrize('cls, signature', [
     (_BagOfWords, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
+    # each item embedded, then padded: the words and their lengths
+    (_PaddedSequences, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
+    (_EmbeddedThenPadded, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_Convolutions, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     (_Convolutions1D, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # the items' lengths too, for its xp.array([len(x) for x in xs])

@@ -668,7 +668,8 @@ class _Convolutions1D(_Classifier):
 
 @pytest.mark.parametrize('cls, padded', [
     (_BagOfWords, 'xs: i32[B,W]'),  # the list joined (frontend.joining)
-    (_PaddedSequences, '[4,max(L0,...,L3)'),  # its items' embeddings
+    # its items' embeddings: the list joined, the rows padded at once
+    (_PaddedSequences, 'PadSegments'),
     (_Convolutions, 'xs: i32[B,W]'),
     (_Convolutions1D, 'xs: i32[B,W]')])
 def test_items_padded_to_the_longest_at_any_lengths(cls, padded):
