@@ -847,7 +847,10 @@ def main(argv=None):
         eager_times, eager_results, _ = eager_runs[name]
         times, results, entries = run(True, args.calls, 0)
         for k, (a, e) in enumerate(zip(results, eager_results)):
-            if not numpy.allclose(a, e, rtol=1e-4, atol=1e-5):
+            # (within the rounding of the largest value: a gradient summed
+            # over thousands of rows rounds its near-zero entries so)
+            scale = max(1.0, float(numpy.abs(e).max()))
+            if not numpy.allclose(a, e, rtol=1e-4, atol=1e-5 * scale):
                 raise AssertionError('%s, %s: call %d differs from eager '
                                      'by %g' % (name, system, k, abs(
                                          a - e).max()))
