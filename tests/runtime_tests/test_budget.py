@@ -201,9 +201,11 @@ def test_new_lengths_of_a_list_of_sequences_stop_recording(rng):
     mine = [s for s in stops if 'Encoder.forward' in s]
     assert len(mine) == 1 and 'new lengths of the items of xs' in mine[0]
     info = jitted.cache_info()
-    assert info.compiles == 4 and info.eager == 8
-    # Eagerly the links still run compiled, as segments.
-    assert jitted.segments()['out'].cache_info().compiled >= 7
+    # (The first two calls find the list joinable, padded whole, then
+    # not: the cut of the padded words takes the recorded width only.)
+    assert info.compiles == 4 and info.eager == 6
+    # Eagerly the links still run compiled, as segments (but the first).
+    assert jitted.segments()['out'].cache_info().compiled >= info.eager - 1
 
 
 def test_lists_of_alike_items_that_change_keep_recording(rng):
