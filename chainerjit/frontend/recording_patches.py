@@ -563,12 +563,13 @@ def _into_its_rows(x, sections, axis, recorder):
 def _into_merged_rows(x, sections, axis, recorder):
     """``F.split_axis(x, sections, axis)`` called by the forward's code
     where that axis of ``x`` merges a run of arguments' axes, the first
-    of size ``sections`` (``F.split_axis(gx, T, axis=0)`` of the steps'
-    projection ``(T * B, H)``: each part a step's rows): the axis, else
-    ``None``."""
+    of size ``sections`` and one other (``F.split_axis(gx, T, axis=0)``
+    of the steps' projection ``(T * B, H)``: each part a step's rows, of
+    the other's shape): the axis, else ``None``."""
     at = _split_by_a_size(x, sections, axis, recorder)
     run = None if at is None else lengths.merged_origins(x, at)
-    if run is None or sections.origins != frozenset([run[0]]) or \
+    if run is None or len(run) != 2 or \
+            sections.origins != frozenset([run[0]]) or \
             math.prod(_run_sizes(run, recorder)) != \
             traced.untag(lengths.data_of(x)).shape[at]:
         return None

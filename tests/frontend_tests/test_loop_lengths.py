@@ -1947,6 +1947,26 @@ class ProjectionSplitIntoStepsLazily(_Steps):
         return self.out(h)
 
 
+class SplitOfAllAxesMerged(_Steps):
+    """``F.split_axis`` by the length of the steps merged with all other
+    axes (``(T * B * I,)``): each part is flat, as Chainer cuts it."""
+
+    def forward(self, xs):
+        T = xs.shape[0]
+        h = 0
+        for part in F.split_axis(F.reshape(xs, (-1,)), T, axis=0):
+            h = h + F.sum(part * part, axis=0)
+        return h
+
+
+def test_a_split_of_more_than_two_axes_merged_keeps_its_parts_flat():
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        testing.assert_jit_grads_match_eager(  # (each shape twice)
+            SplitOfAllAxesMerged(), _step_calls(SHAPES[:3] * 2),
+            rtol=1e-4, atol=1e-5)
+
+
 class ProjectionIndexedLazily(_Steps):
     def forward(self, xs):
         T = xs.shape[0]
