@@ -988,37 +988,41 @@ def _padded_whole(graph, values, users):
     :func:`applied_to_items` applies to all the items alone into one
     ``F.pad_sequence`` of all of them, in order (``F.pad_sequence([
     self.embed(x) for x in xs])``)?"""
-    ends = []
-    for value in values:
-        while True:
-            readers = users.get(value, [])
-            if len(readers) != 1 or readers[0] is None:
-                return False
-            if readers[0].op == 'PadSequence':
-                break
-            if not _applied_to_item(graph, readers[0], value, values):
-                return False
-            value = readers[0].outputs[0]
-        ends.append(value)
-    pad = users[ends[0]][0]
-    return pad.inputs == ends
+    ends = [_chain_end(graph, value, values, users,
+                       lambda node: node.op == 'PadSequence')
+            for value in values]
+    return None not in ends and \
+        users[ends[0][1]][0].inputs == [value for _, value in ends]
 
 
 def _pool_of(graph, value, values, users):
     """The reduction over the rows of the item ``value`` that the chain of
     functions of it alone ends in, read by an ``F.stack`` alone; else
     ``None``."""
+    end = _chain_end(graph, value, values, users,
+                     lambda node: node.op in _POOLS)
+    if end is None:
+        return None
+    node = end[0]
+    attrs, out = dict(node.attrs), users.get(node.outputs[0], [])
+    stacked = len(out) == 1 and out[0] is not None and \
+        out[0].op == 'Stack' and dict(out[0].attrs).get('axis') == 0
+    return node if stacked and attrs.get('axis') == (0,) and \
+        not attrs.get('keepdims') else None
+
+
+def _chain_end(graph, value, values, users, ends):
+    """``(node, its input)``: the one reader that ``ends(node)`` accepts
+    that the chain of functions of the item ``value`` alone
+    (:func:`_applied_to_item`, each its one reader) ends in; else
+    ``None``."""
     while True:
         readers = users.get(value, [])
         if len(readers) != 1 or readers[0] is None:
             return None
         node = readers[0]
-        if node.op in _POOLS:
-            attrs, out = dict(node.attrs), users.get(node.outputs[0], [])
-            stacked = len(out) == 1 and out[0] is not None and \
-                out[0].op == 'Stack' and dict(out[0].attrs).get('axis') == 0
-            return node if stacked and attrs.get('axis') == (0,) and \
-                not attrs.get('keepdims') else None
+        if ends(node):
+            return node, value
         if not _applied_to_item(graph, node, value, values):
             return None
         value = node.outputs[0]

@@ -710,39 +710,33 @@ def _split_again(recorder, x, shape, kept):
 
 
 def draw_of_sizes(recorder, draw, args, kwargs, result):
-    """For a random draw whose shape holds sizes of one argument, and no
-    array (``numpy.random.normal(size=(len(x), 8))``, ``randn(B, H)``,
-    ``randn(*x.shape)``): ``(fn, leaf, axes, rest)``, ``fn(x)`` drawing
+    """For a random draw of no array whose shape holds sizes of one
+    argument (``numpy.random.normal(size=(len(x), 8))``, ``randn(B, H)``,
+    ``randn(*x.shape)``): ``(fn, leaf, origins, rest)``, ``fn(x)`` drawing
     again with those sizes read from the argument ``x`` (the ``leaf``),
-    ``axes`` the result's axis of each of its axes read (``{axis:
-    [positions]}``); ``rest`` the draw's arguments with the sizes as
+    ``origins`` the ``(leaf, axis)`` of each of the result's axes that is
+    one (else ``None``), ``rest`` the draw's arguments with the sizes as
     recorded, as ``(args, kwargs)``. Else ``None``."""
     shape, placed = _draw_shape(draw, args, kwargs)
-    if shape is None or len(shape) != result.ndim or \
-            _holds_arrays((args, kwargs)):
+    if shape is None or len(shape) != result.ndim:
         return None
-    read = dict((k, n) for k, n in enumerate(shape) if isinstance(n, Length))
+    read = [n for n in shape if isinstance(n, Length)]
     if not read or any(n.affine != (1, 0) or len(n.origins) != 1 or
-                       is_item_length(next(iter(n.origins)))
-                       for n in read.values()):
+                       is_item_length(next(iter(n.origins))) for n in read):
         return None
-    origins = dict((k, next(iter(n.origins))) for k, n in read.items())
-    leaves = set(leaf for leaf, _ in origins.values())
+    origins = tuple(next(iter(n.origins)) if isinstance(n, Length) else None
+                    for n in shape)
+    leaves = set(o[0] for o in origins if o is not None)
     leaf = leaves.pop()
     if leaves or leaf >= len(recorder.input_arrays):
         return None
     recorded = tuple(int.__int__(n) for n in shape)
-    axes = collections.defaultdict(list)
-    for k, (_, axis) in sorted(origins.items()):
-        axes[axis].append(k)
 
     def drawn(x):
-        sizes = list(recorded)
-        for k, (_, axis) in origins.items():
-            sizes[k] = x.shape[axis]
-        again, kw = placed(tuple(sizes))
+        again, kw = placed(tuple(n if o is None else x.shape[o[1]]
+                                 for n, o in zip(recorded, origins)))
         return draw(*again, **kw)
-    return drawn, leaf, dict(axes), placed(recorded)
+    return drawn, leaf, origins, placed(recorded)
 
 
 def _draw_shape(draw, args, kwargs):
@@ -763,16 +757,6 @@ def _draw_shape(draw, args, kwargs):
             all(type(n) is int or isinstance(n, Length) for n in args):
         return tuple(args), lambda s: (s, kwargs)
     return None, None
-
-
-def _holds_arrays(value, depth=3):
-    if _is_array(value):
-        return True
-    if depth <= 0:
-        return False
-    items = value.values() if isinstance(value, dict) else value \
-        if isinstance(value, (tuple, list)) else ()
-    return any(_holds_arrays(item, depth - 1) for item in items)
 
 
 def _followed_axes(kernel, in_arrays, origins, out_arrays):

@@ -273,12 +273,18 @@ def _collected_whole(node, parents):
     or reversed (``F.stack(hs[::-1])``, ``F.stack(list(reversed(hs)))``),
     or all but its first items (``F.stack(hs[1:])`` of ``hs = [h0]``
     that the loop appended to)."""
+    node = _through_reversal(_through_first_cut(node, parents), parents)
+    return _collected(node, parents.get(node))
+
+
+def _through_first_cut(node, parents):
+    """The cut of the first items of ``node`` that holds it (``hs[1:]``),
+    or ``node``."""
     holder = parents.get(node)
     if isinstance(holder, ast.Subscript) and holder.value is node and \
             source.first_items_skipped(holder):
-        node = holder
-    node = _through_reversal(node, parents)
-    return _collected(node, parents.get(node))
+        return holder
+    return node
 
 
 def _through_reversal(node, parents):
@@ -299,10 +305,8 @@ def _iterated(node, parents):
     through ``reversed``, ``enumerate`` and ``zip``: ``zip(hf,
     reversed(hb))``)? Its length is then that loop's trip count, tied to
     this one's by the recording (``control``)."""
+    node = _through_first_cut(node, parents)
     holder = parents.get(node)
-    if isinstance(holder, ast.Subscript) and holder.value is node and \
-            source.first_items_skipped(holder):
-        node, holder = holder, parents.get(holder)
     while isinstance(holder, ast.Call) and node in holder.args and any(
             source.is_call(holder, name)
             for name in ('reversed', 'enumerate', 'zip')):

@@ -1036,12 +1036,7 @@ class _Steps(object):
         arguments they read the length from), and the values their symbol
         (``T``, ``4*T``: the length's ``symbol``)."""
         for node, following in self.variants.items():
-            node.kernel = ops.reading_at_axes(
-                following.kernel, len(node.inputs),
-                [(self.seed_axes.get(leaf, 0), len(self.inputs[leaf].shape))
-                 for leaf in following.reads])
-            node.inputs = node.inputs + [self.inputs[leaf]
-                                         for leaf in following.reads]
+            ops.take_following(node, following, self.inputs, self.seed_axes)
         for value, rows in self.rows.items():
             # (A list of a loop's steps has its items' rows, not axes.)
             if value.kind != 'input' and rows.axis < len(value.shape):

@@ -597,7 +597,8 @@ def record_draw(label, draw, args, kwargs, result):
     if recorder is None or recorder.depth:
         return result
     sized = recorder.draw_of_sizes(draw, args, kwargs, result) \
-        if isinstance(result, numpy.ndarray) else None
+        if isinstance(result, numpy.ndarray) and \
+        not numpy_kernel(draw, args, kwargs)[1] else None
     if sized is not None:
         return _sized_draw(recorder, label, draw, sized, result)
     recorder.note_constants((args, kwargs), 'passed to %s' % label,
@@ -620,30 +621,28 @@ def _sized_draw(recorder, label, draw, sized, result):
     (``recorder.draw_of_sizes``: ``sized``) as an impure node reading that
     argument's size on every call: the result's axes of that size follow
     its rows (a GAN's noise at any batch size)."""
-    drawn, leaf, axes, rest = sized
+    drawn, leaf, origins, rest = sized
     recorder.note_constants(rest, 'passed to %s' % label, user_location(4))
     result = _draw_node(recorder, label, ops.Kernel(
-        drawn, lengths=_rows_drawn(axes)),
+        drawn, lengths=_rows_drawn(origins)),
         [recorder.value_of(recorder.input_arrays[leaf])], result,
         ('numpy', draw, _split_arrays(rest, [])))
-    origins = [None] * result.ndim  # (the sizes it read are the draw's)
-    for axis, positions in axes.items():
-        for k in positions:
-            origins[k] = (leaf, axis)
-    recorder.length_leaves[id(result)] = tuple(origins)
+    recorder.length_leaves[id(result)] = origins  # (its sizes are those)
     return result
 
 
-def _rows_drawn(axes):
-    """The ``Kernel.lengths`` rule of a draw whose axes ``axes[a]`` are
-    the size of its input's axis ``a``: its rows there."""
+def _rows_drawn(origins):
+    """The ``Kernel.lengths`` rule of a draw whose axes are the sizes of
+    its input's axes ``origins`` (``(leaf, axis)`` or ``None`` each): its
+    rows there."""
     @ops.takes_axes
     def lengths(rows):
         found = rows[0]
-        if found is None or found.axis not in axes or found.also or \
-                found.widest:
+        if found is None or found.also or found.widest:
             return None
-        return ops.Follow((found.on_axes(axes[found.axis]),))
+        axes = [k for k, o in enumerate(origins)
+                if o is not None and o[1] == found.axis]
+        return ops.Follow((found.on_axes(axes),)) if axes else None
     return lengths
 
 

@@ -220,12 +220,23 @@ class Follow(collections.namedtuple('Follow', 'outputs kernel reads',
     __slots__ = ()
 
 
-def reading_at_axes(kernel, first, axes):
+def take_following(node, following, inputs, axes):
+    """Gives ``node`` the kernel of ``following`` (its :class:`Follow`),
+    with the arguments it reads the rows' number of (``Follow.reads``,
+    leaves of ``inputs``) as further inputs, each read at its axis of
+    ``axes`` (``{leaf: axis}``, the first by default)."""
+    node.kernel = _reading_at_axes(following.kernel, len(node.inputs), [
+        (axes.get(leaf, 0), len(inputs[leaf].shape))
+        for leaf in following.reads])
+    node.inputs = node.inputs + [inputs[leaf] for leaf in following.reads]
+
+
+def _reading_at_axes(kernel, first, axes):
     """``kernel``, whose inputs from ``first`` on are arguments it reads
-    the rows' number of as their first axis's size (``Follow.reads``),
-    reading each at its axis of ``axes`` (``(axis, ndim)`` each) instead
-    (the batch of a batch-first argument made time-major): that axis
-    swapped with the first."""
+    the rows' number of as their first axis's size, reading each at its
+    axis of ``axes`` (``(axis, ndim)`` each) instead (the batch of a
+    batch-first argument made time-major): that axis swapped with the
+    first."""
     perms = dict((first + k, _swapped_first(axis, ndim))
                  for k, (axis, ndim) in enumerate(axes) if axis)
     if not perms:

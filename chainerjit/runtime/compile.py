@@ -549,9 +549,8 @@ def _roll_loops(caller, recording, sig, n_leaves):
     concrete = kept + ([found] if isinstance(found, symbolic.Concrete)
                        else [])
     note = '; '.join(_with_line(c.reason, c.loc) for c in concrete) or None
-    if isinstance(found, symbolic.Concrete):
-        return None, note, unrolled, concrete
-    return found, note, unrolled, concrete
+    return None if isinstance(found, symbolic.Concrete) else found, note, \
+        unrolled, concrete
 
 
 def _warn_kept_lengths(caller, kept, sizes):

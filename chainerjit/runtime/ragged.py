@@ -194,13 +194,9 @@ def why_fixed(graph, seeds, uses, names, label=str, size='length'):
         # is its kernel's to read, where the rows reached that node.
         if not any(v in rows for v in use.rows_of.outputs):
             return use.describe(names)
+    axes = dict((leaf, r.axis) for leaf, r in seeds.items())
     for node, following in variants.items():
-        node.kernel = ops.reading_at_axes(
-            following.kernel, len(node.inputs),
-            [(seeds[leaf].axis, len(graph.inputs[leaf].shape))
-             for leaf in following.reads])
-        node.inputs = node.inputs + [graph.inputs[leaf]
-                                     for leaf in following.reads]
+        ops.take_following(node, following, graph.inputs, axes)
     for value, r in rows.items():  # (a trip count's kept)
         value.symbols = dict(value.symbols or {})
         for axis in r.axes:
