@@ -978,12 +978,37 @@ def _recording_tile(tile, recorder):
     one (``F.tile(F.expand_dims(h, 0), (len(xs), 1, 1))``): the same values
     and gradient as a broadcast to those sizes, recorded as one
     (``ops.array.BroadcastSized``), which follows the length and the
-    batch; else Chainer's tile."""
+    batch, after a tile by the numbers on other axes (``F.tile(b, (B,
+    2))``); else Chainer's tile."""
     def tiling(x, reps):
-        sized = _sized_broadcast(x, _tiled_shape(x, reps), recorder)
+        split = _split_repetitions(x, reps)
+        if split is None:
+            return tile(x, reps)
+        numbers, sizes = split
+        y = x if all(r == 1 for r in numbers) else tile(x, numbers)
+        sized = _sized_broadcast(y, _tiled_shape(y, sizes), recorder)
         return tile(x, reps) if sized is None else sized
     tiling.__wrapped__ = tile
     return tiling
+
+
+def _split_repetitions(x, reps):
+    """The repetitions ``reps`` of ``F.tile(x, reps)`` in two, where they
+    hold sizes the forward read (``lengths.Length``) only on axes of ``x``
+    of size one: ``(the numbers, a tile of their own, the sizes, a
+    broadcast after it)``; else ``None``."""
+    if not isinstance(reps, tuple) or not lengths.contained(reps) or any(
+            not isinstance(r, int) for r in reps):
+        return None
+    shape = traced.untag(lengths.data_of(x)).shape
+    ndim = max(len(shape), len(reps))
+    shape = (1,) * (ndim - len(shape)) + tuple(shape)
+    reps = (1,) * (ndim - len(reps)) + reps
+    read = [isinstance(r, lengths.Length) for r in reps]
+    if any(is_read and n != 1 for is_read, n in zip(read, shape)):
+        return None
+    return (tuple(1 if is_read else r for is_read, r in zip(read, reps)),
+            tuple(r if is_read else 1 for is_read, r in zip(read, reps)))
 
 
 def _sized_broadcast(x, shape, recorder):

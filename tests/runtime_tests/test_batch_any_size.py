@@ -209,6 +209,22 @@ class _MaskedForEachHead(_Losses):
         return F.softmax_cross_entropy(h[:, :4] + h[:, 4:] + twice[:, 4:], t)
 
 
+class _TiledBias(_Losses):
+    """A learned row tiled to the batch and along its features at once
+    (``F.tile(self.b, (len(x), 2))``), then cut in halves."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.b = chainer.Parameter(
+                numpy.linspace(-1, 1, 4, dtype=F32)[None])
+
+    def forward(self, x, t):
+        tiled = F.tile(self.b, (len(x), 2))
+        y = self.l1(x) + tiled[:, :4] * tiled[:, 4:]
+        return F.sigmoid_cross_entropy(y, t) + F.sum(tiled) / 8
+
+
 class _BiasedAndScaled(chainer.Chain):
     """``L.Bias`` and ``L.Scale`` (Caffe's layers, a tied language
     model's output bias): their parameters broadcast to the batch."""
@@ -326,7 +342,7 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_RowWise, _features), (_ReshapedByNumPy, _features),
           (_FeaturesSideBySide, _features),
           (_SizedAtTheFirstCall, _features),
-          (_MaskedForEachHead, _features)]
+          (_MaskedForEachHead, _features), (_TiledBias, _binary_labels)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
