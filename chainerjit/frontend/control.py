@@ -283,6 +283,8 @@ class LoopWatcher(object):
         # a varying int, and how often each ran (see watch_indexes).
         self.index_offsets = frozenset()
         self.indexed = collections.Counter()
+        # The lines of the jitted function that ran (its line events).
+        self.lines_run = set()
         self.runs = []  # LoopRuns, in order of their end
         self.no_source = []  # code objects with loops but no source
         self._open = {}  # id(frame) -> [LoopRun]: statement loops
@@ -309,16 +311,19 @@ class LoopWatcher(object):
 
     def _on_call(self, frame, event, arg):
         local = self._local_tracer(frame, event)
-        if frame.f_code is not self.top_code or not self.index_offsets or \
-                event != 'call':
+        if frame.f_code is not self.top_code or event != 'call':
             return local
-        frame.f_trace_opcodes = True
+        frame.f_trace_opcodes = bool(self.index_offsets)
+        lines_run = self.lines_run
 
         def on_event(frame, event, arg):
             if event == 'opcode':
                 if frame.f_lasti in self.index_offsets:
                     self.indexed[frame.f_lasti] += 1
-            elif local is not None:
+                return on_event
+            if event == 'line':
+                lines_run.add(frame.f_lineno)
+            if local is not None:
                 local(frame, event, arg)
             return on_event
         return on_event

@@ -584,7 +584,7 @@ class _FreeAxes(object):
 
 
 def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
-                   read_lines=None, ran_lines=None):
+                   read_lines=None, ran_lines=None, lines_run=None):
     """``trip_counts.float_size_uses``, ``format_size_uses`` and
     ``index_size_uses`` of the forward's own source, as ``lengths.Use`` of
     the axes of ``graph``'s inputs (an axis of ``None``, ``xs.size``,
@@ -596,7 +596,8 @@ def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
     reading its sizes itself on a line where none was read (``read_lines``:
     ``(filename, line)``), an index of one of the model's arrays or of an
     array argument on a line where no size was read and no node recorded
-    either (``ran_lines``)."""
+    either (``ran_lines``), a line of the function that did not run
+    (``lines_run``: the lines that did, where they were watched)."""
     leaves = dict((name, leaf) for leaf, name in enumerate(input_names))
     found = []
     lines_seen = {'read': read_lines, 'ran': ran_lines, None: None}
@@ -610,7 +611,9 @@ def size_uses_in_c(code, input_names, graph, read_at_run_time=(),
                 kind = kind[0] if kind[1] in leaves else None
             seen = lines_seen[kind]
             leaf = leaves.get(name)
-            if leaf is None or \
+            if leaf is None or lines_run and not any(
+                    line in lines_run
+                    for line in range(lines[0], lines[1] + 1)) or \
                     (code.co_filename, lines[0], column) in \
                     read_at_run_time or seen is not None and not any(
                         (code.co_filename, line) in seen

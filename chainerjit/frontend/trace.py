@@ -89,6 +89,8 @@ class Recording(object):
         self.written_first = written_first  # {(link path, name)}
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
+        # the lines of the jitted function that ran, if it was watched
+        self.lines_run = watcher.lines_run if watcher else None
         self.templates = recorder.templates if recorder else {}
         self.value_origins = recorder.value_origins if recorder else {}
         graph.templates = self.templates

@@ -487,8 +487,8 @@ def pure_but_guards(nodes):
 def _size_uses_in_c(caller, recording, sig, n_leaves):
     """The sizes of the arguments the forward's own source puts into
     float arithmetic (``1.0 / x.shape[0]``: the float computes it, unseen
-    by ``lengths.Length``), or index a list with (in C too), but those
-    that did not run, as uses that keep them in the key."""
+    by ``lengths.Length``), or index a list with (in C too), but those on
+    lines that did not run, as uses that keep them in the key."""
     code = getattr(caller.fn, '__code__', None)
     if code is None:
         return []
@@ -496,7 +496,8 @@ def _size_uses_in_c(caller, recording, sig, n_leaves):
     return symbolic.size_uses_in_c(
         code, [name for name, _ in sig.items[:n_leaves]], recording.graph,
         recording.size_operations, read,
-        None if read is None else read | _lines_of(recording.graph.nodes))
+        None if read is None else read | _lines_of(recording.graph.nodes),
+        recording.lines_run)
 
 
 def _lines_of(nodes):

@@ -208,6 +208,21 @@ def test_a_size_indexing_an_array_serves_every_batch():
     _one_entry_for_every_batch(_last_row_weighed, 6)
 
 
+_PICKED = [False]
+
+
+def _picked_on_a_line_not_run(x):
+    B, n = x.shape
+    h = F.tanh(x)
+    if _PICKED[0]:
+        return (h, h)[B - 1]  # (reads B in C, but only where it runs)
+    return h * n
+
+
+def test_a_size_indexing_a_tuple_on_a_line_not_run_serves_every_batch():
+    _one_entry_for_every_batch(_picked_on_a_line_not_run, 7)
+
+
 _ROW = chainer.Variable(numpy.arange(3, dtype=F32))
 
 
