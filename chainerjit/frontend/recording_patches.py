@@ -1376,6 +1376,50 @@ def _noting_numbers(label):
     return make
 
 
+def _array_function(name):
+    """A function of NumPy's over arrays (``numpy.argmax``,
+    ``numpy.sort``) while recording, called by the forward's code with a
+    list of sizes it read (``numpy.argsort([len(x) for x in xs])``): of
+    that list as an array made on every call (``lengths.sizes_array``, as
+    ``numpy.asarray`` of it gives), whose uses the recording follows.
+    Other sizes in its arguments are baked in, as :func:`_noting_numbers`
+    bakes those of ``math``: NumPy reads them in C, unseen."""
+    label = 'numpy.' + name
+
+    def make(fn, recorder):
+        def calling(*args, **kwargs):
+            if _state.recorder is recorder and not recorder.depth and \
+                    lengths.contained((args, kwargs)) and \
+                    lengths.forward_line(1) is not None:
+                args = tuple(_sizes_as_an_array(a) for a in args)
+                if lengths.contained((args, kwargs)):
+                    recorder.note_constants((args, kwargs), 'passed to %s'
+                                            % label, traced.user_location(2))
+            return fn(*args, **kwargs)
+        calling.__wrapped__ = fn
+        return calling
+    return make
+
+
+def _sizes_as_an_array(value):
+    """A list or tuple of sizes the forward read, two frames up, as the
+    array of them ``numpy.asarray`` gives while recording; else
+    ``value``."""
+    if type(value) not in (list, tuple) or not value or \
+            any(type(n) is not lengths.Length for n in value):
+        return value
+    array = lengths.sizes_array(numpy.asarray.__wrapped__, value, (), {}, 2)
+    return value if array is None else array
+
+
+#: NumPy's functions of arrays that no other patch of the table holds.
+_ARRAY_FUNCTIONS = tuple(
+    name for name in dir(numpy) if not name.startswith('_') and
+    hasattr(getattr(numpy, name), '_implementation') and
+    name not in _CONVERSIONS + _MAKERS + (
+        'shape', 'size', 'prod', 'cumsum', 'broadcast_to'))
+
+
 _MATH_FUNCTIONS = tuple(name for name in dir(math)
                         if not name.startswith('_') and
                         callable(getattr(math, name)))
@@ -1464,7 +1508,9 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
 ) + tuple(RecordingPatch(math, name, _noting_numbers('math.' + name))
-          for name in _MATH_FUNCTIONS) + _gpu_patches()
+          for name in _MATH_FUNCTIONS) + tuple(
+    RecordingPatch(numpy, name, _array_function(name))
+    for name in _ARRAY_FUNCTIONS) + _gpu_patches()
 
 
 #: The installed libraries' and the standard library's folders.

@@ -443,6 +443,35 @@ def test_a_length_the_program_depends_on_stays_in_the_key(cls, why):
     assert why in '\n'.join(jitted.cache_entries()[0].size_notes())
 
 
+class _Longest(_PerItem):
+    """The longest sentence picked by NumPy (``numpy.argmax`` of the
+    lengths, read in C), and the sentences ordered by ``numpy.argsort``:
+    the picks follow the lengths of every call."""
+
+    def forward(self, xs):
+        longest = xs[int(numpy.argmax([len(x) for x in xs]))]
+        order = numpy.argsort([-x.shape[0] for x in xs])
+        return [F.sum(self.embed(longest), axis=0)] + [
+            self.fc(self.embed(xs[i])) for i in order.tolist()]
+
+
+def test_an_item_picked_by_numpy_of_the_lengths_follows_them():
+    # (the longest first in the calls the program is checked with)
+    order = [[9, 5, 2], [10, 6, 3], [8, 7, 2], [12, 4, 2], [11, 9, 5],
+             [7, 3, 2], [9, 8, 7], [6, 5, 4], [10, 3, 2], [2, 5, 9],
+             [3, 9, 6], [4, 8, 2]]
+    rng = numpy.random.RandomState(6)
+    calls = [([rng.randint(0, 30, n).astype(numpy.int32) for n in lengths],)
+             for lengths in order + order]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, calls, model=_model(_Longest),
+                                 method='forward')
+    messages = [str(w.message) for w in caught]
+    assert any('passed to numpy.argmax at test_ragged_lists.py' in m
+               for m in messages), messages
+
+
 class _Baked(chainer.FunctionNode):
     """Doubles its rows; its (wrong) lowering below returns as many rows as
     it was recorded with."""
