@@ -225,6 +225,14 @@ class _TiledBias(_Losses):
         return F.sigmoid_cross_entropy(y, t) + F.sum(tiled) / 8
 
 
+class _Hinged(_Classifier):
+    """``F.hinge``, whose Chainer backward divides its gradient in place
+    by the batch size."""
+
+    def forward(self, x, t):
+        return F.hinge(self.l2(F.relu(self.l1(x))), t)
+
+
 class _BiasedAndScaled(chainer.Chain):
     """``L.Bias`` and ``L.Scale`` (Caffe's layers, a tied language
     model's output bias): their parameters broadcast to the batch."""
@@ -342,7 +350,8 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_RowWise, _features), (_ReshapedByNumPy, _features),
           (_FeaturesSideBySide, _features),
           (_SizedAtTheFirstCall, _features),
-          (_MaskedForEachHead, _features), (_TiledBias, _binary_labels)]
+          (_MaskedForEachHead, _features), (_TiledBias, _binary_labels),
+          (_Hinged, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
