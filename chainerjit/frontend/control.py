@@ -54,6 +54,7 @@ _INTERNAL_DIRS = tuple(
     os.path.dirname(os.path.dirname(os.path.abspath(__file__))) +
     os.sep,) + tuple(
     set(sysconfig.get_paths()[k] + os.sep for k in ('stdlib', 'platstdlib')))
+_NUMPY_DIR = os.path.dirname(numpy.__file__) + os.sep
 _COMPREHENSIONS = ('<listcomp>', '<genexpr>', '<setcomp>', '<dictcomp>')
 _SITES = {}  # code object -> {header line: LoopSite} (or None: no source)
 
@@ -274,11 +275,13 @@ class LoopWatcher(object):
             its header computes.
     """
 
-    def __init__(self, position, top_code, arguments, first_item=None):
+    def __init__(self, position, top_code, arguments, first_item=None,
+                 numpy_call=None):
         self.position = position
         self.top_code = top_code
         self.arguments = arguments
         self.first_item = first_item
+        self.numpy_call = numpy_call
         # The offsets of the jitted function's subscripts that index with
         # a varying int, and how often each ran (see watch_indexes).
         self.index_offsets = frozenset()
@@ -310,6 +313,9 @@ class LoopWatcher(object):
         self.index_offsets = frozenset(offsets)
 
     def _on_call(self, frame, event, arg):
+        if self.numpy_call is not None and event == 'call' and \
+                frame.f_code.co_filename.startswith(_NUMPY_DIR):
+            self._numpy_called(frame)
         local = self._local_tracer(frame, event)
         if frame.f_code is not self.top_code or event != 'call':
             return local
@@ -327,6 +333,17 @@ class LoopWatcher(object):
                 local(frame, event, arg)
             return on_event
         return on_event
+
+    def _numpy_called(self, frame):
+        """A NumPy function in Python (or the Python function that
+        collects the arguments of one in C: ``numpy.argmax``'s
+        ``_argmax_dispatcher``, ``numpy.concatenate``'s) that user code
+        called: ``numpy_call(name, arguments, caller frame)``."""
+        caller, name = frame.f_back, frame.f_code.co_name
+        if caller is not None and is_user_code(caller.f_code):
+            if name.startswith('_') and name.endswith('_dispatcher'):
+                name = name[1:-len('_dispatcher')]
+            self.numpy_call(name, tuple(frame.f_locals.values()), caller)
 
     def _local_tracer(self, frame, event):
         code = frame.f_code

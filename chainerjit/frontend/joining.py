@@ -891,7 +891,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
         if (not lengths_read or item_splits) and (_applied_each(
-                graph, values, users, item_splits) or _linked_whole(
+                graph, values, users, item_splits, sized) or _linked_whole(
                     values, users)):
             j = Join(path, 'segments', None, True,
                      draws=_draws_as_one(graph, values))
@@ -934,7 +934,7 @@ def _with_widths(joins, cut):
         yield j if sizes is None else j._replace(width=widths.index(sizes))
 
 
-def _applied_each(graph, values, users, item_splits):
+def _applied_each(graph, values, users, item_splits, sized=None):
     """Is each of ``values`` (a list's items) read only by functions a
     joined call applies to the rows of all the items at once
     (:func:`applied_to_items`: ``[self.embed(x) for x in xs]``,
@@ -942,10 +942,11 @@ def _applied_each(graph, values, users, item_splits):
     in a recording that cuts an array at the items' offsets
     (``item_splits``), where an N-step link takes as many sequences, its
     states not arguments, or where each is then reduced over its rows
-    and stacked (:func:`_pooled_and_stacked`)?"""
+    and stacked (:func:`_pooled_and_stacked`)? ``sized``: the node
+    reading their lengths into an array, another reader they may have."""
     made = None
     for value in values:
-        readers = users.get(value, [])
+        readers = [n for n in users.get(value, []) if n is not sized]
         if not readers or None in readers or not all(
                 _applied_to_item(graph, node, value, values)
                 for node in readers):
@@ -957,8 +958,9 @@ def _applied_each(graph, values, users, item_splits):
     return bool(item_splits) or any(
         _link_of_own_states(node) and
         dict(node.attrs).get('items') == len(values)
-        for node in graph.nodes) or _pooled_and_stacked(graph, values, users) \
-        or _padded_whole(graph, values, users)
+        for node in graph.nodes) or \
+        _pooled_and_stacked(graph, values, users, sized) or \
+        _padded_whole(graph, values, users, sized)
 
 
 #: The reductions over an item's rows a joined call makes one op of
@@ -966,7 +968,7 @@ def _applied_each(graph, values, users, item_splits):
 _POOLS = frozenset(kind.__name__ for kind in _REDUCTIONS)
 
 
-def _pooled_and_stacked(graph, values, users):
+def _pooled_and_stacked(graph, values, users, sized=None):
     """Does each of ``values`` (a list's items) go through functions
     :func:`applied_to_items` applies to all the items alone into a
     reduction over its rows (``F.max(x, axis=0)``), and all of those, in
@@ -974,7 +976,7 @@ def _pooled_and_stacked(graph, values, users):
     for x in xs])``: max pooling over each sentence's embeddings)?"""
     pooled = []
     for value in values:
-        node = _pool_of(graph, value, values, users)
+        node = _pool_of(graph, value, values, users, sized)
         if node is None:
             return False
         pooled.append(node.outputs[0])
@@ -983,24 +985,24 @@ def _pooled_and_stacked(graph, values, users):
     return len(stacks) == 1 and stack.inputs == pooled
 
 
-def _padded_whole(graph, values, users):
+def _padded_whole(graph, values, users, sized=None):
     """Does each of ``values`` (a list's items) go through functions
     :func:`applied_to_items` applies to all the items alone into one
     ``F.pad_sequence`` of all of them, in order (``F.pad_sequence([
     self.embed(x) for x in xs])``)?"""
     ends = [_chain_end(graph, value, values, users,
-                       lambda node: node.op == 'PadSequence')
+                       lambda node: node.op == 'PadSequence', sized)
             for value in values]
     return None not in ends and \
         users[ends[0][1]][0].inputs == [value for _, value in ends]
 
 
-def _pool_of(graph, value, values, users):
+def _pool_of(graph, value, values, users, sized=None):
     """The reduction over the rows of the item ``value`` that the chain of
     functions of it alone ends in, read by an ``F.stack`` alone; else
     ``None``."""
     end = _chain_end(graph, value, values, users,
-                     lambda node: node.op in _POOLS)
+                     lambda node: node.op in _POOLS, sized)
     if end is None:
         return None
     node = end[0]
@@ -1011,13 +1013,13 @@ def _pool_of(graph, value, values, users):
         not attrs.get('keepdims') else None
 
 
-def _chain_end(graph, value, values, users, ends):
+def _chain_end(graph, value, values, users, ends, sized=None):
     """``(node, its input)``: the one reader that ``ends(node)`` accepts
     that the chain of functions of the item ``value`` alone
-    (:func:`_applied_to_item`, each its one reader) ends in; else
-    ``None``."""
+    (:func:`_applied_to_item`, each its one reader, but for ``sized``,
+    reading the items' lengths) ends in; else ``None``."""
     while True:
-        readers = users.get(value, [])
+        readers = [n for n in users.get(value, []) if n is not sized]
         if len(readers) != 1 or readers[0] is None:
             return None
         node = readers[0]

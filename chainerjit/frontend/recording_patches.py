@@ -397,7 +397,26 @@ def _recording_padding(pad, recorder):
 
 # NumPy's array makers whose arguments are sizes.
 _MAKERS = ('zeros', 'ones', 'empty', 'full', 'arange', 'eye', 'identity',
-           'tri', 'linspace')
+           'linspace')
+
+
+def _recording_tri(tri, recorder):
+    """``numpy.tri`` while recording, called by the forward's code with
+    sizes it read (a decoder's causal mask, ``numpy.tri(T)``): the same
+    array as ``numpy.tril`` of ones of that shape, made so (ones of sizes
+    and their lower triangle follow the steps); else as ``numpy.zeros``
+    and the other makers are (:func:`_noting_lengths`)."""
+    def lower_triangle(N, M=None, k=0, dtype=float, **kwargs):
+        if kwargs or _state.recorder is not recorder or \
+                not lengths.contained((N, M)) or \
+                lengths.contained(k) or lengths.forward_line(1) is None:
+            return lengths.made_noting('tri', tri, (N, M, k, dtype),
+                                       kwargs, 3)
+        ones = lengths.made_noting('ones', numpy.ones.__wrapped__, (
+            (N, N if M is None else M),), {'dtype': dtype}, 3)
+        return numpy.tril(ones, k)
+    lower_triangle.__wrapped__ = tri
+    return lower_triangle
 
 
 def _sizes_as_scalars(divides):
@@ -1376,50 +1395,6 @@ def _noting_numbers(label):
     return make
 
 
-def _array_function(name):
-    """A function of NumPy's over arrays (``numpy.argmax``,
-    ``numpy.sort``) while recording, called by the forward's code with a
-    list of sizes it read (``numpy.argsort([len(x) for x in xs])``): of
-    that list as an array made on every call (``lengths.sizes_array``, as
-    ``numpy.asarray`` of it gives), whose uses the recording follows.
-    Other sizes in its arguments are baked in, as :func:`_noting_numbers`
-    bakes those of ``math``: NumPy reads them in C, unseen."""
-    label = 'numpy.' + name
-
-    def make(fn, recorder):
-        def calling(*args, **kwargs):
-            if _state.recorder is recorder and not recorder.depth and \
-                    lengths.contained((args, kwargs)) and \
-                    lengths.forward_line(1) is not None:
-                args = tuple(_sizes_as_an_array(a) for a in args)
-                if lengths.contained((args, kwargs)):
-                    recorder.note_constants((args, kwargs), 'passed to %s'
-                                            % label, traced.user_location(2))
-            return fn(*args, **kwargs)
-        calling.__wrapped__ = fn
-        return calling
-    return make
-
-
-def _sizes_as_an_array(value):
-    """A list or tuple of sizes the forward read, two frames up, as the
-    array of them ``numpy.asarray`` gives while recording; else
-    ``value``."""
-    if type(value) not in (list, tuple) or not value or \
-            any(type(n) is not lengths.Length for n in value):
-        return value
-    array = lengths.sizes_array(numpy.asarray.__wrapped__, value, (), {}, 2)
-    return value if array is None else array
-
-
-#: NumPy's functions of arrays that no other patch of the table holds.
-_ARRAY_FUNCTIONS = tuple(
-    name for name in dir(numpy) if not name.startswith('_') and
-    hasattr(getattr(numpy, name), '_implementation') and
-    name not in _CONVERSIONS + _MAKERS + (
-        'shape', 'size', 'prod', 'cumsum', 'broadcast_to'))
-
-
 _MATH_FUNCTIONS = tuple(name for name in dir(math)
                         if not name.startswith('_') and
                         callable(getattr(math, name)))
@@ -1471,7 +1446,8 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
                    _recording_padding),
 ) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))
-          for name in _MAKERS) + tuple(
+          for name in _MAKERS) + (
+    RecordingPatch(numpy, 'tri', _recording_tri),) + tuple(
     RecordingPatch(numpy.random, name, _recording_random(name))
     for name in _GLOBAL_RANDOM) + tuple(
     RecordingPatch(numpy, name, _recording_conversion(name))
@@ -1508,9 +1484,7 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
 ) + tuple(RecordingPatch(math, name, _noting_numbers('math.' + name))
-          for name in _MATH_FUNCTIONS) + tuple(
-    RecordingPatch(numpy, name, _array_function(name))
-    for name in _ARRAY_FUNCTIONS) + _gpu_patches()
+          for name in _MATH_FUNCTIONS) + _gpu_patches()
 
 
 #: The installed libraries' and the standard library's folders.

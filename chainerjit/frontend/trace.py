@@ -984,7 +984,32 @@ def _loop_watcher(recorder, fn, instance, args, kwargs, proxies):
     return control.LoopWatcher(
         lambda: len(recorder.graph.nodes), getattr(fn, '__code__', None),
         arguments.loop_arguments(fn, instance, args, kwargs, proxies),
-        first_item=functools.partial(_latest_first_item, recorder))
+        first_item=functools.partial(_latest_first_item, recorder),
+        numpy_call=functools.partial(_sizes_into_numpy, recorder))
+
+
+def _sizes_into_numpy(recorder, name, args, caller):
+    """The forward's code, at ``caller``, called ``numpy.NAME`` with
+    ``args``: sizes among them (``numpy.argmax([len(x) for x in xs])``)
+    are baked in, where no traced array goes along (whose recorded node
+    follows them, ``traced.TracedArray``). NumPy reads them in C, unseen
+    by their own methods."""
+    if lengths.contained(args) and not _holds_traced(args):
+        recorder.note_constants(args, 'passed to numpy.%s' % name,
+                                (caller.f_code.co_filename, caller.f_lineno))
+
+
+def _holds_traced(values, depth=3):
+    """Does ``values`` hold a traced array (in lists, tuples and dicts, to
+    ``depth`` levels)?"""
+    for value in values:
+        if isinstance(value, traced.TracedArray):
+            return True
+        if depth and type(value) in (list, tuple, dict):
+            items = value.values() if type(value) is dict else value
+            if _holds_traced(items, depth - 1):
+                return True
+    return False
 
 
 def _takes_first_item(slices):

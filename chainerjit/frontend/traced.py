@@ -483,7 +483,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
         return array_ops.reshape_lengths(kernel, arrays[0].shape,
                                          result.shape)
     if label == 'ndarray.__getitem__':  # (xs[-1]: at any number of rows)
-        return ops.rows_indexed(args[1], constant=True)
+        return ops.rows_indexed(args[1], constant=True, ndim=args[0].ndim)
     if label == BROADCAST_LIKE:
         return array_ops.rows_broadcast_like(args[0].shape, args[1].ndim)
     if label == BROADCAST_SIZED:
@@ -1181,6 +1181,17 @@ class MadeArray(numpy.ndarray):
                                      kwargs, result)
         return result
 
+    def astype(self, *args, **kwargs):
+        # (positions of a size as ids: numpy.arange(T).astype('i'))
+        plain = self.view(numpy.ndarray)
+        result = plain.astype(*args, **kwargs)
+        if result is plain:
+            return self
+        recorded = _recorded_of_made('ndarray.astype', numpy.ndarray.astype,
+                                     (self,) + args, kwargs, result)
+        return recorded if recorded is not result else \
+            result.view(MadeArray)
+
     def __setitem__(self, index, value):
         _note_write((self,), (index, value))
         numpy.ndarray.__setitem__(self.view(numpy.ndarray), index,
@@ -1317,7 +1328,12 @@ def untag_graph(nodes):
         if node._retained_output_data is not None:
             node._retained_output_data = tuple(
                 untag(a) for a in node._retained_output_data)
-        for variable_node in node.inputs or ():
+        # (an output nothing read, alive still, is what the backward
+        # retains of it: F.slstm's cell state when only h is returned)
+        for variable_node in list(node.inputs or ()) + [
+                ref() for ref in getattr(node, 'outputs', None) or ()]:
+            if variable_node is None:
+                continue
             plain = untag(variable_node.data)
             if plain is not variable_node.data:
                 variable_node.data = plain

@@ -578,10 +578,26 @@ def rows_cut(s):
     return start - stop
 
 
-def rows_indexed(index, constant=False):
+def spelled_out(index, ndim):
+    """``index`` of an array of ``ndim`` axes with its ``...`` spelled as
+    the whole axes it stands for (``m[..., None]`` as ``m[:, :, None]``
+    of a matrix)."""
+    index = index if isinstance(index, tuple) else (index,)
+    at = next((i for i, s in enumerate(index) if s is Ellipsis), None)
+    if at is None:
+        return index
+    taken = sum(1 for s in index if s is not None and s is not Ellipsis)
+    return index[:at] + (slice(None),) * (ndim - taken) + index[at + 1:]
+
+
+def rows_indexed(index, constant=False, ndim=None):
     """The :attr:`Kernel.lengths` rule of ``x[index]`` (:func:`index_rows`,
     ``constant`` as there; further inputs, a loop's counter, fixed), or
-    ``None`` where no rows of ``x`` can follow."""
+    ``None`` where no rows of ``x`` can follow. ``ndim``: ``x``'s number
+    of axes, where ``index`` may hold ``...``."""
+    if ndim is not None:
+        index = spelled_out(index, ndim)
+
     def lengths(rows):
         if any(r is not None for r in rows[1:]):
             return None

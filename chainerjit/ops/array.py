@@ -63,6 +63,7 @@ from chainerjit.ops import rows_joined
 from chainerjit.ops import rows_padded
 from chainerjit.ops import same_rows
 from chainerjit.ops import state_lowering
+from chainerjit.ops import spelled_out
 from chainerjit.ops import takes_axes
 from chainerjit.ops import takes_square
 from chainerjit.ops import takes_widest
@@ -933,13 +934,13 @@ def rows_broadcast_like(x_shape, ndim):
         x, a = rows
         if a is None:
             return None
-        if x is not None:
-            own = set(axis + offset for axis in x.axes)
-            if x.on_axes([0]) != a.on_axes([0]) or \
-                    not own <= set(a.axes) or any(
-                        axis >= offset and x_shape[axis - offset] != 1
-                        for axis in set(a.axes) - own):
-                return None
+        own = set() if x is None else set(axis + offset for axis in x.axes)
+        if x is not None and (x.on_axes([0]) != a.on_axes([0]) or
+                              not own <= set(a.axes)):
+            return None
+        if any(axis >= offset and x_shape[axis - offset] != 1
+               for axis in set(a.axes) - own):
+            return None  # (x's recorded rows there: a constant, a mask)
         return Follow((a,))
     return lengths
 
@@ -1312,7 +1313,8 @@ def lower_get_item(node, ctx):
 
     @takes_widest
     def lengths(rows):
-        found = index_rows(slices, rows[0], constant=True)
+        found = index_rows(spelled_out(slices, len(shape)), rows[0],
+                           constant=True)
         if found is TAKEN:  # (enc[:, 0] of a padded block, y[-1]: no rows)
             return Follow((None,), any_lengths)
         return None if found is None else Follow((found,), any_lengths)
@@ -1604,21 +1606,22 @@ def _split_points(node, size):
     return [i * step for i in range(node.sections + 1)]
 
 
-def _join_grad(ctx, join, axis):
+def _join_grad(ctx, axis, stacked=False):
     """The gradient of a split: the outputs' gradients joined along
-    ``axis`` by ``join`` (``concatenate`` or ``stack``), zeros for those
-    without one."""
+    ``axis`` (concatenated, or ``stacked`` there), zeros for those without
+    one."""
     xp = ctx.xp
     shapes, dtype = ctx.out_shapes, ctx.in_dtypes[0]
 
     def grad(xs, ys, gys, wanted):
+        join = xp.stack if stacked else xp.concatenate
         return join([xp.zeros(shape, dtype) if gy is None else gy
                      for gy, shape in zip(gys, shapes)], axis),
 
     def to_onnx(b, xs, ys, gys, wanted):
         parts = [onnx_zeros(b, shape, dtype) if gy is None else gy
                  for gy, shape in zip(gys, shapes)]
-        if join is not xp.concatenate:  # a stack: no such ONNX op
+        if stacked:  # (no such ONNX op)
             parts = [b.single('Unsqueeze', part, b.int64s([axis]))
                      for part in parts]
         return b.single('Concat', *parts, axis=axis),
@@ -1635,7 +1638,7 @@ def lower_split_axis(node, ctx):
     sizes = [s[axis] for s in ctx.out_shapes]
     grad = None  # pieces that overlap: Chainer's backward fails
     if sum(sizes) == shape[axis]:
-        grad = _join_grad(ctx, ctx.xp.concatenate, axis)
+        grad = _join_grad(ctx, axis)
 
     def to_onnx(b, ins, outs):
         if sum(sizes) == shape[axis] and len(sizes) > 1 and all(sizes):
@@ -1786,7 +1789,7 @@ def lower_separate(node, ctx):
             b.op('Gather', ins + [b.int64s(i)], [y], axis=axis)
     return Kernel(lambda x: tuple(x[index] for index in indexes),
                   {'axis': node.axis}, multi=True,
-                  grad=_join_grad(ctx, ctx.xp.stack, axis), onnx=to_onnx)
+                  grad=_join_grad(ctx, axis, stacked=True), onnx=to_onnx)
 
 
 # --- repetition and padding --------------------------------------------------

@@ -57,6 +57,8 @@ class _Encoder(chainer.Chain):
         keys = mask[:, None, :] if self.heads == 1 else mask[:, None, None, :]
         if self.masking == 'added':
             return scores + (1 - keys) * -1e9
+        if self.masking == 'ellipsis':  # (the keys' axis last)
+            return scores + (1 - mask[..., None, :]) * -1e9
         if self.masking == 'full_like':  # soskek's attention_is_all_you_need
             minus = self.xp.full(scores.shape, -1e9, numpy.float32)
             kept = chainer.as_array(keys) > 0
@@ -105,7 +107,7 @@ def _one_entry_per_mode(model, calls):
 
 @pytest.mark.parametrize('changing', sorted(SIZES))
 @pytest.mark.parametrize('masking', [None, 'added', 'full_like',
-                                     'numpy_broadcast'])
+                                     'numpy_broadcast', 'ellipsis'])
 def test_one_head_serves_every_size(changing, masking):
     numpy.random.seed(0)
     entries = _one_entry_per_mode(_Encoder(masking), _calls(SIZES[changing]))
@@ -292,6 +294,8 @@ class _Positions(chainer.Chain):
             h = h + F.broadcast_to(self.table[None, :steps], h.shape)
         elif self.how == 'parameter':
             h = h + self.positions.W[:steps]
+        elif self.how == 'astype':
+            h = h + self.positions(self.xp.arange(steps).astype('i'))[None]
         else:
             h = h + self.positions(
                 self.xp.arange(steps, dtype=numpy.int32))[None]
@@ -299,7 +303,7 @@ class _Positions(chainer.Chain):
 
 
 @pytest.mark.parametrize('how', ['table', 'broadcast_table', 'parameter',
-                                 'arange'])
+                                 'arange', 'astype'])
 def test_positions_as_long_as_the_steps_serve_every_length(how):
     numpy.random.seed(9)
     rng = numpy.random.RandomState(9)
@@ -395,13 +399,15 @@ class _Decoder(chainer.Chain):
         xp = self.xp
         if self.how == 'tril':
             mask = xp.tril(xp.ones((steps, steps), dtype=bool))
+        elif self.how == 'tri':
+            mask = xp.tri(steps, dtype=bool)
         else:  # soskek's make_history_mask
             positions = xp.arange(steps)
             mask = positions[None, ] <= positions[:, None]
         return xp.broadcast_to(mask[None], (batch, steps, steps))
 
 
-@pytest.mark.parametrize('how', ['tril', 'arange', 'source'])
+@pytest.mark.parametrize('how', ['tril', 'tri', 'arange', 'source'])
 def test_a_decoder_serves_every_batch_and_both_lengths(how):
     numpy.random.seed(12)
     rng = numpy.random.RandomState(12)

@@ -68,11 +68,25 @@ class _EmbeddedThenPadded(_PerItem):
         return F.softmax_cross_entropy(h, F.concat(ys, axis=0))
 
 
+class _MaskedMean(_PerItem):
+    """Each sentence embedded, then padded, and its mean over its words
+    by a mask made of the lengths (``arange(W) < lengths``)."""
+
+    def forward(self, xs, ys):
+        lengths = self.xp.array([len(x) for x in xs], 'i')
+        h = F.pad_sequence([self.embed(x) for x in xs], padding=0.)
+        mask = self.xp.arange(h.shape[1])[None, :] < lengths[:, None]
+        mask = F.broadcast_to(mask[:, :, None].astype('f'), h.shape)
+        h = F.sum(h * mask, axis=1) / lengths[:, None].astype('f')
+        return F.softmax_cross_entropy(h[:, :3], F.concat(ys, axis=0))
+
+
 @pytest.mark.parametrize('cls, signature', [
     (_BagOfWords, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # each item embedded, then padded: the words and their lengths
     (_PaddedSequences, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_EmbeddedThenPadded, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
+    (_MaskedMean, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_Convolutions, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     (_Convolutions1D, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # the items' lengths too, for its xp.array([len(x) for x in xs])

@@ -418,8 +418,22 @@ class _Strided(_PerItem):
         return F.max(h, axis=2)
 
 
+class _MaskedByTheWidth(_PerItem):
+    """A mask made of the padded width the forward read (a number, the
+    items recorded one by one) broadcast like the padded words."""
+
+    def forward(self, xs):
+        words = [self.embed(x) for x in xs]
+        h = F.pad_sequence(words)
+        mask = self.xp.arange(h.shape[1])[None, :] < numpy.array(
+            [len(x) for x in xs])[:, None]
+        h = h * F.broadcast_to(mask[:, :, None].astype('f'), h.shape)
+        return [F.sum(h, axis=1)] + words
+
+
 @pytest.mark.parametrize('cls, why', [
     (_ReadsLength, 'xs[0].shape[0] compared at test_ragged_lists.py:'),
+    (_MaskedByTheWidth, 'a value computed from xs[0] read by BroadcastLike'),
     (_PadsItems, 'a value computed from xs[0] read by Reshape'),
     (_SecondLast, 'a value computed from xs[0] read by GetItem'),
     (_Strided, 'a value computed from xs[0] read by Convolution2D'),
