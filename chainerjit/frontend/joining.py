@@ -886,7 +886,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         sized = _sizes_of(values, users)
         lengths_read = any(leaf == origin[0] for origin in (
             [o for use in uses for o in use.origins] if sized
-            else length_reads) for leaf in leaves)
+            else length_reads) for leaf in leaves) and not (
+                _means_of_items(graph, values, users, sized))
         readers = [n for n in users.get(values[0], []) if n is not sized]
         j = _join_of(path, readers[0]) if len(readers) == 1 and \
             readers[0] is not None else None
@@ -946,7 +947,7 @@ def _applied_each(graph, values, users, item_splits, sized=None):
     reading their lengths into an array, another reader they may have."""
     made = None
     for value in values:
-        readers = [n for n in users.get(value, []) if n is not sized]
+        readers = _item_readers(users, value, sized)
         if not readers or None in readers or not all(
                 _applied_to_item(graph, node, value, values)
                 for node in readers):
@@ -976,10 +977,10 @@ def _pooled_and_stacked(graph, values, users, sized=None):
     for x in xs])``: max pooling over each sentence's embeddings)?"""
     pooled = []
     for value in values:
-        node = _pool_of(graph, value, values, users, sized)
-        if node is None:
+        found = _pool_of(graph, value, values, users, sized)
+        if found is None:
             return False
-        pooled.append(node.outputs[0])
+        pooled.append(found[1])
     stacks = set(id(users[v][0]) for v in pooled)
     stack = users[pooled[0]][0]
     return len(stacks) == 1 and stack.inputs == pooled
@@ -998,19 +999,86 @@ def _padded_whole(graph, values, users, sized=None):
 
 
 def _pool_of(graph, value, values, users, sized=None):
-    """The reduction over the rows of the item ``value`` that the chain of
-    functions of it alone ends in, read by an ``F.stack`` alone; else
+    """``(the reduction over the rows of the item ``value`` that the chain
+    of functions of it alone ends in, its value stacked)``: its own, or
+    that of a sum of the rows divided by the item's length
+    (:func:`_divided_by_length`), read by an ``F.stack`` alone; else
     ``None``."""
     end = _chain_end(graph, value, values, users,
                      lambda node: node.op in _POOLS, sized)
     if end is None:
         return None
     node = end[0]
-    attrs, out = dict(node.attrs), users.get(node.outputs[0], [])
+    pooled = node.outputs[0]
+    attrs, out = dict(node.attrs), users.get(pooled, [])
+    if node.op == 'Sum' and len(out) == 1 and out[0] is not None:
+        divided = _divided_by_length(graph, out[0], pooled, value)
+        if divided is not None:
+            pooled = divided.outputs[0]
+            out = users.get(pooled, [])
     stacked = len(out) == 1 and out[0] is not None and \
         out[0].op == 'Stack' and dict(out[0].attrs).get('axis') == 0
-    return node if stacked and attrs.get('axis') == (0,) and \
+    return (node, pooled) if stacked and attrs.get('axis') == (0,) and \
         not attrs.get('keepdims') else None
+
+
+def _divided_by_length(graph, node, total, item):
+    """``node`` where it divides ``total`` by the length of ``item``, an
+    argument (``F.sum(self.embed(x), axis=0) / len(x)``: the node of
+    ``total`` times one over the ``python.size`` of the item's first
+    axis); else ``None``. Joined, it is the mean over the item's rows
+    (:func:`mean_of_item`)."""
+    if node.op != 'MulConstant' or len(node.inputs) != 2 or \
+            node.inputs[0] is not total:
+        return None
+    made = dict((v, n) for n in graph.nodes for v in n.outputs)
+    inverse = made.get(node.inputs[1])
+    size = made.get(inverse.inputs[0]) if inverse is not None and \
+        inverse.op == 'python.rtruediv' and \
+        dict(inverse.attrs).get('operand0') == 1.0 else None
+    if size is None or size.op != 'python.size' or \
+            size.inputs != [item] or dict(size.attrs) != dict(
+                a=1, axis=0, b=0):
+        return None
+    return node
+
+
+def mean_of_item(total, length):
+    """``total / length`` where ``total`` is the sum over its rows of an
+    item of a joined list, or of a value made of the items row by row
+    (``F.sum(self.embed(x), axis=0)``), and ``length`` that item's length
+    (``len(x)``): their mean, ``F.mean`` of the item, which a stack of all
+    of them joins (:func:`reduced_segments`); the sum goes where nothing
+    else reads it, and the length is read for it. Else ``None``."""
+    recorder = _keys.recording.recorder
+    creator = getattr(total, 'creator', None)
+    if not recorder.segment_items or type(length) is not lengths.Length \
+            or type(creator) is not sum_module.Sum or \
+            tuple(creator.axis or ()) != (0,) or creator.keepdims:
+        return None
+    rows = creator.inputs[0].get_variable()
+    found = _item_of(rows)
+    if found is None or length.affine != (1, found.shift) or \
+            length.origins != frozenset([(found.leaf, -1 - found.k)]):
+        return None
+    value = recorder.values.get(id(total.array))
+    made_by = _nodes_making(recorder.graph, [value]).get(id(value))
+    if made_by is not None:
+        recorder.droppable.append(made_by)
+    lengths.forget_reads(recorder, length.origins)
+    return chainer.functions.mean(rows, axis=0)
+
+
+def _means_of_items(graph, values, users, sized):
+    """Are ``values`` (a list's items) each pooled by a sum over its rows
+    divided by its length (:func:`_divided_by_length`) and stacked? Their
+    lengths are then read for that alone, as the mean joined reads
+    them, or the joined recording tells otherwise (:func:`take_joins`)."""
+    for value in values:
+        found = _pool_of(graph, value, values, users, sized)
+        if found is None or found[1] is found[0].outputs[0]:
+            return False
+    return True
 
 
 def _chain_end(graph, value, values, users, ends, sized=None):
@@ -1019,7 +1087,7 @@ def _chain_end(graph, value, values, users, ends, sized=None):
     (:func:`_applied_to_item`, each its one reader, but for ``sized``,
     reading the items' lengths) ends in; else ``None``."""
     while True:
-        readers = [n for n in users.get(value, []) if n is not sized]
+        readers = _item_readers(users, value, sized)
         if len(readers) != 1 or readers[0] is None:
             return None
         node = readers[0]
@@ -1028,6 +1096,15 @@ def _chain_end(graph, value, values, users, ends, sized=None):
         if not _applied_to_item(graph, node, value, values):
             return None
         value = node.outputs[0]
+
+
+def _item_readers(users, value, sized):
+    """The nodes reading ``value`` but ``sized`` (reading the lengths of a
+    list's items into an array) and those reading its length alone
+    (``python.size``: ``len(x)``, which the joined recording reads as the
+    item's, or refuses)."""
+    return [n for n in users.get(value, []) if n is not sized and not (
+        n is not None and n.op == 'python.size')]
 
 
 def _linked_whole(values, users):

@@ -1733,7 +1733,7 @@ def _joined_lengths(convert, origins, shift, args, kwargs, loc):
             len(origins) != len(recorder.item_lengths[leaf]):
         return None
     _forget_iterated(recorder, [loc])
-    _forget_reads(recorder, origins)
+    forget_reads(recorder, origins)
     return traced.record_conversion('numpy.array', convert,
                                     shifted_lengths(leaf, shift), args,
                                     kwargs)
@@ -1746,7 +1746,7 @@ def _forget_iterated(recorder, locs):
                                if use.what != ITERATED or use.loc not in locs]
 
 
-def _forget_reads(recorder, origins):
+def forget_reads(recorder, origins):
     """Forgets one read of each of the item lengths ``origins``, if any
     is left (a list of the lengths read once may make both their offsets
     and their array)."""
@@ -1786,7 +1786,7 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
             not read.issuperset(counted) or \
             dropped and (len(lines) != count or len(set(lines)) != 1):
         return None  # (not the lengths of all, or taken into offsets)
-    _forget_reads(recorder, counted)
+    forget_reads(recorder, counted)
     _forget_iterated(recorder, set(lines))
     array = cumsum([int.__int__(n) for n in sizes])
     lengths = shifted_lengths(leaf, shift)

@@ -1049,15 +1049,17 @@ def _length_term(node):
 def appending_lines(loc):
     """Where the ``for`` statement at ``loc`` (``(filename, line)``) only
     appends to lists, one value each (``exs.append(self.embed(x))``), as a
-    comprehension makes a list: the ``(filename, line)`` spans of its
-    statements; else ``None``."""
+    comprehension makes a list, or names a value on the way (``e =
+    self.embed(x)``): the ``(filename, line)`` spans of its statements;
+    else ``None``."""
     filename, line = loc
     tree = source.file_ast(filename)
     loop = None if tree is None else next(
         (n for n in ast.walk(tree)
          if isinstance(n, ast.For) and n.lineno == line), None)
     if loop is None or loop.orelse or not all(
-            _appends_one(statement) for statement in loop.body):
+            _appends_one(statement) or _names_one(statement)
+            for statement in loop.body):
         return None
     return [[(filename, k) for k in range(
         statement.lineno, statement.end_lineno + 1)]
@@ -1073,6 +1075,15 @@ def _appends_one(statement):
         not call.keywords and not any(
             isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
                            ast.Await)) for n in ast.walk(call))
+
+
+def _names_one(statement):
+    """Is ``statement`` ``name = value``, one name bound to one value?"""
+    return isinstance(statement, ast.Assign) and \
+        len(statement.targets) == 1 and \
+        isinstance(statement.targets[0], ast.Name) and not any(
+            isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
+                           ast.Await)) for n in ast.walk(statement.value))
 
 
 def appended_lists(code, header):

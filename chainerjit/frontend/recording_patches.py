@@ -428,6 +428,10 @@ def _sizes_as_scalars(divides):
     (``loss / k``: Chainer computes ``1. / k`` in C, unseen)."""
     def make(operator, recorder):
         def apply(self, other):
+            mean = joining.mean_of_item(self, other) if divides and \
+                _state.recorder is recorder and not recorder.depth else None
+            if mean is not None:  # (F.sum(x, axis=0) / len(x), joined)
+                return mean
             if type(other) in (lengths.Length, lengths.SizeOf) and \
                     _state.recorder is recorder and recorder.depth == 0:
                 scalar = (lengths.as_scalar if type(other) is lengths.Length

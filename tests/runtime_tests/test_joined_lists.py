@@ -81,12 +81,36 @@ class _MaskedMean(_PerItem):
         return F.softmax_cross_entropy(h[:, :3], F.concat(ys, axis=0))
 
 
+class _MeanByLength(_PerItem):
+    """A bag of words as people write it by hand: each sentence's
+    embeddings summed and divided by its length, stacked."""
+
+    def forward(self, xs, ys):
+        h = F.stack([F.sum(self.embed(x), axis=0) / len(x) for x in xs])
+        return F.softmax_cross_entropy(self.fc(h), F.concat(ys, axis=0))
+
+
+class _MeanByLengthInALoop(_PerItem):
+    """The same in a loop naming each sentence's embeddings, divided by
+    ``x.shape[0]``."""
+
+    def forward(self, xs, ys):
+        hs = []
+        for x in xs:
+            e = F.tanh(self.embed(x))
+            hs.append(F.sum(e, axis=0) / x.shape[0])
+        return F.softmax_cross_entropy(self.fc(F.stack(hs)),
+                                       F.concat(ys, axis=0))
+
+
 @pytest.mark.parametrize('cls, signature', [
     (_BagOfWords, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # each item embedded, then padded: the words and their lengths
     (_PaddedSequences, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_EmbeddedThenPadded, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_MaskedMean, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
+    (_MeanByLength, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
+    (_MeanByLengthInALoop, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_Convolutions, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     (_Convolutions1D, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # the items' lengths too, for its xp.array([len(x) for x in xs])
@@ -321,3 +345,21 @@ def test_reports_and_updates_of_a_joined_classifier():
         testing.assert_results_equal(compiled, eager)
     entry, = jitted.cache_entries()
     assert 'xs: i32[B,W]' in str(entry.signature)
+
+
+class _SumOfACutByLength(_PerItem):
+    """Each sentence but its first word summed, divided by its whole
+    length: no mean of the rows summed."""
+
+    def forward(self, xs, ys):
+        h = F.stack([F.sum(self.embed(x[1:]), axis=0) / len(x) for x in xs])
+        return F.softmax_cross_entropy(self.fc(h), F.concat(ys, axis=0))
+
+
+def test_a_sum_divided_by_another_length_is_not_a_mean():
+    calls = _batches(numpy.random.RandomState(8), _COUNTS)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        differential.check_grads(None, calls,
+                                 model=_model(_SumOfACutByLength),
+                                 method='forward', fallback_ok=True)
