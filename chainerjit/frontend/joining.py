@@ -531,13 +531,34 @@ def _cut_as(rows, items_lengths, kind):
     return rows, parts
 
 
-def _framed(inputs, noted):
+def framed_item(arrays):
+    """``numpy.concatenate(arrays)`` (axis 0) where one of ``arrays`` is an
+    item of a joined list and the others constant arrays of rows alike
+    (``xp.concatenate([eos, y])``): as ``F.concat`` of them
+    (:func:`_framed`), a traced array; where ``arrays`` are all the items
+    of one, in order, the rows of all; else ``None``."""
+    recorder = _keys.recording.recorder
+    if recorder is None or not recorder.segment_items or \
+            type(arrays) not in (list, tuple) or not arrays[1:]:
+        return None
+    whole = _whole(list(arrays))
+    if whole is not None and isinstance(whole.packed, numpy.ndarray):
+        return whole.packed  # (all the items, in order: their rows)
+    noted = [_item_of(a) if isinstance(a, numpy.ndarray) else None
+             for a in arrays]
+    if sum(n is not None for n in noted) != 1:
+        return None
+    found = _framed(arrays, noted, None)
+    return None if found is None else found[0]
+
+
+def _framed(inputs, noted, kind=chainer.Variable):
     """``F.concat(inputs, axis=0)`` where one of ``inputs`` is an item of a
     joined list (or of a value made so; ``noted`` holds its
     :class:`Item`) and the others are constant arrays of rows alike: the
     item's part of the rows of every item so framed, made once
-    (``ops.segments.framed_rows``), as ``FunctionNode.apply`` gives it;
-    else ``None``."""
+    (``ops.segments.framed_rows``), as ``FunctionNode.apply`` gives it
+    (a Variable; for ``kind`` ``None``, a traced array); else ``None``."""
     recorder = _keys.recording.recorder
     at = next(k for k, n in enumerate(noted) if n is not None)
     found, arrays = noted[at], [lengths.array_of(x) for x in inputs]
@@ -560,10 +581,9 @@ def _framed(inputs, noted):
             segments_ops.rows_per_item_rule(
                 len(lengths.array_of(found.packed)), len(found.lengths),
                 n_extra))
-        rows = chainer.Variable(rows, requires_grad=False)
-        return rows, cut(rows, lengths.shifted_lengths(
-            found.leaf, found.shift + n_extra))
-    key = ('framed', id(found.packed), at) + tuple(
+        return _cut_as(rows, lengths.shifted_lengths(
+            found.leaf, found.shift + n_extra), kind)
+    key = ('framed', id(found.packed), at, kind) + tuple(
         id(a) for k, a in enumerate(arrays) if k != at)
     framed = _applied(key, found._replace(shift=found.shift + n_extra), whole)
     return (framed,)
@@ -1234,9 +1254,20 @@ def _applied_to_item(graph, node, value, values):
     if node.op == 'ndarray.__getitem__':
         index = _index_of(graph.templates.get(node))
         return is_item_index(index)
-    return node.op == 'Concat' and dict(node.attrs).get('axis') == 0 and \
+    if node.op == 'numpy.concatenate' and \
+            not _on_the_first_axis(graph.templates.get(node)):
+        return False
+    return node.op in ('Concat', 'numpy.concatenate') and \
+        dict(node.attrs).get('axis', 0) == 0 and \
         len(others) == len(node.inputs) - 1 and \
         all(v.kind == 'const' for v in others)
+
+
+def _on_the_first_axis(template):
+    """Is ``template`` (``traced.record_call``'s) that of
+    ``numpy.concatenate(arrays)`` on the first axis?"""
+    return template is not None and template[0] == 'numpy' and \
+        len(template[2][0]) == 1 and template[2][1] in ({}, {'axis': 0})
 
 
 def _index_of(template):

@@ -340,6 +340,26 @@ def _recording_item_index(getitem, recorder):
     return getitem_of_items
 
 
+def _recording_array_function(array_function, recorder):
+    """``TracedArray.__array_function__`` while recording: of the
+    forward's ``numpy.concatenate`` (on the first axis) of an item of a
+    joined list between constant rows (``xp.concatenate([eos, y])``), the
+    item's part of all the items so framed (``joining.framed_item``), as
+    ``F.concat`` of them gives; else the traced call."""
+    def dispatched(self, func, types, args, kwargs):
+        if func is _CONCATENATE and _state.recorder is recorder and \
+                not recorder.depth and len(args) == 1 and \
+                kwargs in ({}, {'axis': 0}):
+            found = joining.framed_item(args[0])
+            if found is not None:
+                return found
+        return array_function(self, func, types, args, kwargs)
+    return dispatched
+
+
+_CONCATENATE = numpy.concatenate
+
+
 def _from_the_end(getitem, recorder):
     """``Variable.__getitem__`` while recording: an index holding the size
     of the axis it indexes (``h[T - 1]``) counts from the end (``h[-1]``:
@@ -1442,6 +1462,8 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.MadeArray, 'shape', _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, '__getitem__',
                    _recording_item_index),
+    RecordingPatch(traced.TracedArray, '__array_function__',
+                   _recording_array_function),
     RecordingPatch(chainer.Variable, '__getitem__', _from_the_end),
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(numpy, 'shape', _numpy_shape),

@@ -327,6 +327,33 @@ def test_seq2seq_over_new_source_and_target_lengths():
     assert graph.count('joined.framed') == 2, graph
 
 
+class _Seq2seqFramedByNumPy(_Seq2seq):
+    """The targets framed by NumPy (``xp.concatenate([eos, y])``), the
+    loss per word summed and divided by the number of sentences."""
+
+    def forward(self, xs, ys):
+        eos = self.xp.array([0], numpy.int32)
+        ys_in = [self.xp.concatenate([eos, y]) for y in ys]
+        ys_out = [self.xp.concatenate([y, eos]) for y in ys]
+        hx, cx, _ = self.encoder(None, None, [self.embed_x(x) for x in xs])
+        _, _, os = self.decoder(hx, cx, [self.embed_y(y) for y in ys_in])
+        loss = F.softmax_cross_entropy(self.W(F.concat(os, axis=0)),
+                                       self.xp.concatenate(ys_out),
+                                       reduce='no')
+        return F.sum(loss) / len(xs)
+
+
+def test_seq2seq_framed_by_numpy_over_new_counts_and_lengths():
+    rng = numpy.random.RandomState(10)
+    calls = [(_tokens(rng, n), _tokens(rng, n)) for n in (4, 4, 6, 3, 6, 5)]
+    jitted = _trained(_Seq2seqFramedByNumPy, calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]'), entry.signature
+    assert str(entry.graph).count('joined.framed') == 2, entry.graph
+
+
 @pytest.mark.parametrize('train', [True, False])
 def test_seq2seq_over_one_pair_of_sentences_of_any_lengths(train):
     # A batch of one source and one target sentence: each list's one item
