@@ -322,7 +322,11 @@ class Length(int):
                        ('__ceil__', 'rounded up'),
                        ('__str__', 'formatted'),
                        ('__repr__', 'formatted'),
-                       ('__format__', 'formatted')):
+                       ('__format__', 'formatted'),
+                       ('bit_length', 'counted in bits'),
+                       ('bit_count', 'counted in bits'),
+                       ('to_bytes', 'written in bytes'),
+                       ('as_integer_ratio', 'written as a ratio')):
         locals()[_op] = _decision(_op, _what)
     del _op, _what, _affine, _arithmetic, _decision, _comparison
 
@@ -1883,6 +1887,14 @@ class _LengthUses(object):
     def append(self, use):
         self.length.uses.append(self.length.use(
             '%s (as a float)' % use.what, use.loc))
+
+    def operated(self, frame):
+        """Notes the forward's operation at ``frame`` on the Scalar as one
+        computed at run time (``1.0 - 1.0 / T``), where it was
+        recorded."""
+        recorder = _state.recorder
+        if frame is not None and recorder is not None:
+            recorder.size_operations.add(operation_position(frame))
 
 
 class _WidthUses(object):

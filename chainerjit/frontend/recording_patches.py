@@ -1402,10 +1402,11 @@ def _gpu_patches():
 
 
 def _noting_numbers(label):
-    """A function of the ``math`` module while recording: the varying
-    numbers (``frontend.scalars``) and the sizes (``lengths.Length``)
-    the forward's code passes to it are baked in (it reads them in C,
-    unseen by their own methods: ``math.sqrt(T)``)."""
+    """A function of the ``math`` module (or ``bin``, ``hex``, ``oct``)
+    while recording: the varying numbers (``frontend.scalars``) and the
+    sizes (``lengths.Length``) the forward's code passes to it are baked
+    in (it reads them in C, unseen by their own methods: ``math.sqrt(T)``,
+    ``bin(B)``)."""
     def make(fn, recorder):
         def noting(*args, **kwargs):
             if _state.recorder is recorder and (
@@ -1418,6 +1419,9 @@ def _noting_numbers(label):
         return noting
     return make
 
+
+#: The builtins that write an int in another base, reading it in C.
+_BASE_WRITERS = ('bin', 'hex', 'oct')
 
 _MATH_FUNCTIONS = tuple(name for name in dir(math)
                         if not name.startswith('_') and
@@ -1510,7 +1514,9 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
 ) + tuple(RecordingPatch(math, name, _noting_numbers('math.' + name))
-          for name in _MATH_FUNCTIONS) + _gpu_patches()
+          for name in _MATH_FUNCTIONS) + tuple(
+    RecordingPatch(builtins, name, _noting_numbers(name))
+    for name in _BASE_WRITERS) + _gpu_patches()
 
 
 #: The installed libraries' and the standard library's folders.

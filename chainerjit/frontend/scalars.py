@@ -136,6 +136,8 @@ class Literal(float):
 
     def _arithmetic(op, reflected):
         def apply(self, other):
+            if isinstance(other, _VARYING):  # (1.0 - 1.0 / T: recorded)
+                return getattr(other, reflected)(float(self))
             in_float = getattr(type(other), '_in_float', None)
             if in_float is not None:
                 computed = in_float(other, reflected, float(self))
@@ -327,6 +329,9 @@ def _record(fn, operands, name):
     # operands and where the varying ones are.
     recorder.templates[node] = ('python', name, (
         tuple(sorted(fixed.items())), tuple(positions)))
+    operated = getattr(scalars[0].uses, 'operated', None)
+    if operated is not None:  # (a size's: the operation is seen)
+        operated(traced.user_frame())
     return kind[0](result, out, scalars[0].name, scalars[0].uses)
 
 

@@ -175,13 +175,15 @@ def _described(axes):
 def _to_check(size, seen):
     """Is a call at ``size`` checked against eager, the sizes ``seen``
     checked already: the first calls at :data:`CHECKED_SIZES` sizes other
-    than recorded, and at a size below or above all those checked (where
-    a step of the size in Python that Length ints do not see, ``1.0 * B
-    // 32`` in a helper, goes the other way first)."""
+    than recorded, at a size below or above all those checked (where a
+    step of the size in Python that Length ints do not see, ``1.0 * B //
+    32`` in a helper, goes the other way first), and at the first odd or
+    even size (where such a use tells them apart, ``B % 2`` in C)."""
     if size in seen:
         return False
     return len(seen) <= CHECKED_SIZES or not \
-        min(seen) <= size <= max(seen)
+        min(seen) <= size <= max(seen) or \
+        size % 2 not in set(n % 2 for n in seen)
 
 
 class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):

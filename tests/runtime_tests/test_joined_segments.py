@@ -177,7 +177,7 @@ def test_lengths_read_into_offsets_and_an_array_are_joined():
 
 @pytest.mark.parametrize('name', sorted(_LINKS))
 def test_rnn_classifier_trains_at_any_count_and_lengths(name):
-    calls = _batches(numpy.random.RandomState(1), _COUNTS)
+    calls = _batches(numpy.random.RandomState(1), _COUNTS + _COUNTS[2:5])
     jitted = checked_without_recompiling(lambda: _encoder(name), calls,
                                          True)
     entry, = jitted.cache_entries()

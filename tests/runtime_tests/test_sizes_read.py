@@ -376,3 +376,56 @@ def test_a_function_holding_a_computed_variable_runs_eagerly():
         warnings.simplefilter('ignore', chainerjit.FallbackWarning)
         differential.check_grads(_bernoulli_entropy, calls,
                                  fallback_ok=True)
+
+
+class _WeighedByParity(chainer.Chain):
+    """An LSTM over the steps whose output is weighed by the parity of the
+    batch size, read in C: written in binary by ``bin`` or taken as a
+    plain int first (``int.__index__``), which no Length sees."""
+
+    def __init__(self, read):
+        super().__init__()
+        self.read = read
+        with self.init_scope():
+            self.cell = L.StatelessLSTM(3, 4)
+
+    def forward(self, xs):
+        T, B, _ = xs.shape
+        c = h = None
+        for t in range(T):
+            c, h = self.cell(c, h, xs[t])
+        odd = bin(B).endswith('1') if self.read == 'bin' else \
+            int.__index__(B) % 2 == 1
+        return h * (0.5 if odd else 1.0)
+
+
+@pytest.mark.parametrize('read', ['bin', 'index'])
+def test_a_parity_read_in_c_never_reaches_another_batch(read):
+    # even batch sizes first, then odd ones inside their range
+    rng = numpy.random.RandomState(12)
+    calls = [(rng.randn(t, b, 3).astype(F32),) for t, b in [
+        (5, 4), (7, 2), (9, 6), (6, 8), (8, 10), (7, 5), (9, 3), (5, 7),
+        (7, 5), (9, 3)]]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, calls, model=_WeighedByParity(read),
+                                 method='forward', fallback_ok=True)
+    if read == 'bin':
+        assert any('xs.shape[1] passed to bin at test_sizes_read.py' in
+                   str(w.message) for w in caught), \
+            [str(w.message) for w in caught]
+
+
+def _less_a_share(x):
+    return F.tanh(x) * (1.0 - 1.0 / x.shape[0])
+
+
+def _less_a_named_share(x):
+    share = 1.0 / len(x)
+    return F.tanh(x) * (1.0 - share)
+
+
+@pytest.mark.parametrize('fn', [_less_a_share, _less_a_named_share])
+def test_a_literal_less_a_share_of_the_size_serves_every_batch(fn):
+    # (the literal's arithmetic with the Scalar of 1.0 / B is recorded)
+    _one_entry_for_every_batch(fn, 13)
