@@ -471,6 +471,21 @@ def _printed_settings(label, args):
     return (('index', array_ops.index_label(index)),)
 
 
+def _rows_concatenated(args, kwargs, arrays, result):
+    """``ops.array.rows_concatenated`` of ``numpy.concatenate(args[0],
+    axis)``, a list of the arrays ``arrays`` alone; else ``None``."""
+    axis = args[1] if len(args) == 2 else kwargs.get('axis', 0)
+    if not 1 <= len(args) <= 2 or set(kwargs) - set(['axis']) or \
+            type(args[0]) not in (list, tuple) or type(axis) is not int or \
+            len(arrays) != len(args[0]) or any(
+                a is not b for a, b in zip(arrays, args[0])) or \
+            not isinstance(result, numpy.ndarray) or not result.ndim:
+        return None
+    axis %= result.ndim
+    return array_ops.rows_concatenated(axis,
+                                       [a.shape[axis] for a in arrays])
+
+
 def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     """The ``Kernel.lengths`` rule of NumPy (run by ``kernel``) that keeps
     the rows of its operands at any number of them (``runtime.ragged``,
@@ -486,6 +501,8 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
         return ops.rows_indexed(args[1], constant=True, ndim=args[0].ndim)
     if label == BROADCAST_LIKE:
         return array_ops.rows_broadcast_like(args[0].shape, args[1].ndim)
+    if label == 'numpy.concatenate':
+        return _rows_concatenated(args, kwargs, arrays, result)
     if label == BROADCAST_SIZED:
         return array_ops.rows_broadcast_sized(
             fn.sizes, result.ndim - args[0].ndim)

@@ -136,6 +136,19 @@ class Rows(collections.namedtuple('Rows',
                              if times)),
                 sum(n for leaf, n in self.parts if leaf is None))
 
+    def cancelled(self):
+        """These rows, one item's rows and fixed ones that cancel out
+        (``x[:-1]`` padded by a row back) as that item's rows alone; else
+        as they are."""
+        items, fixed = self.count()
+        if fixed or len(items) != 1 or items[0][1] != 1 or self.widest:
+            return self
+        leaf = items[0][0]
+        recorded = next((n for part, n in self.parts
+                         if part == leaf and n > 0), None)
+        return self if recorded is None else \
+            self._replace(parts=((leaf, recorded),))
+
     def negated(self):
         """Minus these rows (of items recorded with some rows each)."""
         return self._replace(parts=tuple((leaf, -n)

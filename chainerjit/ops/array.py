@@ -7,6 +7,7 @@ once, at lowering time, for the forward and for the gradient alike.
 
 import collections
 import copy as copy_module
+import functools
 import math
 
 import chainer
@@ -1493,23 +1494,62 @@ def lower_concat(node, ctx):
     at = _normalize_axis(axis, len(ctx.out_shapes[0]))
     if at != 0:
         return kernel._replace(lengths=_rows_side_by_side(
-            kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), at))
+            kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), at,
+            sizes))
     return kernel._replace(lengths=_rows_joined(kernel, sizes))
 
 
-def _rows_side_by_side(kernel, axis):
+def _rows_side_by_side(kernel, axis, sizes):
     """The ``Kernel.lengths`` rule of a join along another axis than the
     rows (``axis``, not the first): all inputs have the same rows, on
     any other axis, which the output has; ``kernel`` then runs, keeping
-    this rule for rows on another axis still (a batch after a length)."""
+    this rule for rows on another axis still (a batch after a length).
+    Where the rows are on ``axis`` itself, of some inputs alike, the others
+    fixed (a learned first step before the steps, ``F.concat([cls, h],
+    axis=1)``), the output has them all in order
+    (:func:`_rows_along`), and the gradient cuts at the inputs' sizes."""
     @takes_axes
     def lengths(rows):
         found = same_rows(rows)
-        if found is None or found.axis == axis:
-            return None
-        return Follow((found,), any_lengths)
+        if found is not None and found.axis != axis:
+            return Follow((found,), any_lengths)
+        joined = _rows_along(rows, sizes, axis)
+        return None if joined is None else Follow((joined,), any_joined)
     any_lengths = kernel._replace(lengths=lengths)
+    any_joined = kernel._replace(lengths=lengths, grad=GradRule(
+        functools.partial(_split_at_input_sizes, axis=axis),
+        inputs=tuple(range(len(sizes)))))
     return lengths
+
+
+def rows_concatenated(axis, sizes):
+    """The ``Kernel.lengths`` rule of NumPy's join along ``axis`` of arrays
+    of ``sizes`` there (``numpy.concatenate([ones((B, 1)), mask],
+    axis=1)``), which reads their sizes when run: the rows they all have
+    on another axis, or all of theirs in order on that one
+    (:func:`_rows_along`)."""
+    @takes_axes
+    def lengths(rows):
+        found = same_rows(rows)
+        if found is not None and found.axis != axis:
+            return Follow((found,))
+        joined = _rows_along(rows, sizes, axis)
+        return None if joined is None else Follow((joined,))
+    return lengths
+
+
+def _rows_along(rows, sizes, axis):
+    """The rows of a join along ``axis`` of inputs whose rows (where they
+    have any) are alike and on that axis, one item's or a batch's, the
+    others of fixed ``sizes`` there: all of them in order; else
+    ``None``."""
+    found = [r for r in rows if r is not None]
+    if not found or any(r != found[0] for r in found) or \
+            found[0].axis != axis or found[0].widest or found[0].also:
+        return None
+    total = sum((size if r is None else r._replace(axis=0)
+                 for r, size in zip(rows, sizes)), 0)
+    return total._replace(axis=axis)
 
 
 def _rows_joined(kernel, sizes):
@@ -1526,13 +1566,14 @@ def _rows_joined(kernel, sizes):
     return lengths
 
 
-def _split_at_input_sizes(xs, ys, gys, wanted):
-    """The gradient of a join along the first axis, cut at the sizes of
-    its inputs (views of ``gy``, as Chainer's ``split_axis``)."""
+def _split_at_input_sizes(xs, ys, gys, wanted, axis=0):
+    """The gradient of a join along ``axis``, cut at the sizes of its
+    inputs there (views of ``gy``, as Chainer's ``split_axis``)."""
     gy, = gys
-    stops = numpy.cumsum([len(x) for x in xs])
-    return tuple(gy[stop - len(x):stop] if w else None
-                 for x, stop, w in zip(xs, stops, wanted))
+    sizes = [x.shape[axis] for x in xs]
+    stops = numpy.cumsum(sizes)
+    return tuple(gy[(slice(None),) * axis + (slice(stop - n, stop),)]
+                 if w else None for n, stop, w in zip(sizes, stops, wanted))
 
 
 @lowering(stack.Stack)
@@ -1929,8 +1970,44 @@ def lower_pad(node, ctx):
         pads = [int(w) for w in widths[:, 0]] + [int(w) for w in widths[:, 1]]
         b.op('Pad', ins + [b.int64s(pads), onnx_scalar(b, value, dtype)],
              outs, mode='constant')
-    return Kernel(fn, {'mode': 'constant', 'value': value},
-                  grad=_grad_of_each(lambda gy: gy[inner]), onnx=to_onnx)
+    kernel = Kernel(fn, {'mode': 'constant', 'value': value},
+                    grad=_grad_of_each(lambda gy: gy[inner]), onnx=to_onnx)
+    return kernel._replace(lengths=_rows_padded_by(kernel, widths, value,
+                                                   dtype, xp))
+
+
+def _rows_padded_by(kernel, widths, value, dtype, xp):
+    """The ``Kernel.lengths`` rule of ``F.pad`` by ``widths`` (a row before
+    the steps: a decoder's inputs shifted right, ``F.pad(h[:, :-1], ((0,
+    0), (1, 0), (0, 0)))``): the rows, and those added on their axis; at
+    any rows, the kernel pads the shape it is given."""
+    widths = [(int(before), int(after)) for before, after in widths]
+
+    def inner(shape):
+        return tuple(slice(before, before + n)
+                     for n, (before, _) in zip(shape, widths))
+
+    def padded(x):
+        y = xp.full(tuple(n + before + after for n, (before, after) in zip(
+            x.shape, widths)), value, dtype)
+        y[inner(x.shape)] = x
+        return y
+
+    def grad(xs, ys, gys, wanted):
+        return gys[0][inner(xs[0].shape)],
+
+    @takes_axes
+    def lengths(rows):
+        found = rows[0]
+        if found is None or found.widest or any(
+                widths[axis] != (0, 0) for axis in found.also):
+            return None
+        before, after = widths[found.axis]
+        out = (before + found._replace(axis=0) + after).cancelled()
+        return Follow((out._replace(axis=found.axis),), any_rows)
+    any_rows = kernel._replace(fn=padded, lengths=lengths, grad=GradRule(
+        grad, inputs=(0,)))
+    return lengths
 
 
 # --- element types and devices -----------------------------------------------

@@ -422,3 +422,61 @@ def test_a_decoder_serves_every_batch_and_both_lengths(how):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'y: f32[B,W,8]@cpu grad, source: f32[B,W2,8]'), entry.signature
+
+
+class _WithAFirstStep(chainer.Chain):
+    """A learned first step before the steps (a classifier's token,
+    ``F.concat([cls, h], axis=1)``), its mask joined before the mask by
+    NumPy, attention over all, and the first step's context."""
+
+    def __init__(self):
+        super(_WithAFirstStep, self).__init__()
+        with self.init_scope():
+            self.embed = L.Linear(D, D)
+            self.first = chainer.Parameter(
+                numpy.linspace(-1, 1, D, dtype=numpy.float32)[None, None])
+
+    def forward(self, x, mask):
+        batch = x.shape[0]
+        h = self.embed(x, n_batch_axes=2)
+        h = F.concat([F.broadcast_to(self.first, (batch, 1, D)), h], axis=1)
+        mask = self.xp.concatenate([self.xp.ones((batch, 1), numpy.float32),
+                                    chainer.as_array(mask)], axis=1)
+        scores = F.matmul(h, h, transb=True) / numpy.sqrt(D)
+        scores = scores + (1 - mask[:, None, :]) * -1e9
+        return F.matmul(F.softmax(scores, axis=2), h)[:, 0]
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+def test_a_learned_first_step_serves_every_size(changing):
+    entries = _one_entry_per_mode(_WithAFirstStep(),
+                                  _calls(SIZES[changing], seed=14))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
+
+
+class _ShiftedRight(chainer.Chain):
+    """A decoder's inputs shifted right by a row of zeros (``F.pad(h[:,
+    :-1], ((0, 0), (1, 0), (0, 0)))``), attended over under a causal
+    mask, and added to the steps."""
+
+    def __init__(self):
+        super(_ShiftedRight, self).__init__()
+        with self.init_scope():
+            self.embed = L.Linear(D, D)
+
+    def forward(self, x, mask):
+        h = self.embed(x, n_batch_axes=2)
+        shifted = F.pad(h[:, :-1], ((0, 0), (1, 0), (0, 0)), 'constant')
+        steps = x.shape[1]
+        causal = self.xp.tril(self.xp.ones((steps, steps), dtype=bool))
+        scores = F.matmul(h, shifted, transb=True)
+        scores = F.where(self.xp.broadcast_to(causal[None], scores.shape),
+                         scores, self.xp.full(scores.shape, -1e9, 'f'))
+        return h + F.matmul(F.softmax(scores, axis=2), shifted)
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+def test_inputs_shifted_right_serve_every_size(changing):
+    entries = _one_entry_per_mode(_ShiftedRight(),
+                                  _calls(SIZES[changing], seed=15))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
