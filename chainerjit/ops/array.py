@@ -1828,9 +1828,35 @@ def lower_separate(node, ctx):
     def to_onnx(b, ins, outs):
         for i, y in enumerate(outs):
             b.op('Gather', ins + [b.int64s(i)], [y], axis=axis)
-    return Kernel(lambda x: tuple(x[index] for index in indexes),
-                  {'axis': node.axis}, multi=True,
-                  grad=_join_grad(ctx, axis, stacked=True), onnx=to_onnx)
+    kernel = Kernel(lambda x: tuple(x[index] for index in indexes),
+                    {'axis': node.axis}, multi=True,
+                    grad=_join_grad(ctx, axis, stacked=True), onnx=to_onnx)
+    return kernel._replace(lengths=_rows_beside_separated(
+        kernel, axis, len(indexes), ctx.xp, ctx.in_dtypes[0]))
+
+
+def _rows_beside_separated(kernel, axis, n_items, xp, dtype):
+    """The ``Kernel.lengths`` rule of ``F.separate`` along ``axis``, fixed,
+    of an array whose rows are on other axes (queries, keys and values
+    apart, ``F.separate(qkv, axis=0)`` of ``(3, B, H, T, d)``): each item
+    has them, an axis lower past ``axis``; at any rows, the gradient makes
+    the zeros of an item without one in the shape of the others'."""
+    def grad(xs, ys, gys, wanted):
+        shape = next(gy.shape for gy in gys if gy is not None)
+        return xp.stack([xp.zeros(shape, dtype) if gy is None else gy
+                         for gy in gys], axis),
+
+    @takes_square
+    @takes_widest
+    @takes_axes
+    def lengths(rows):
+        found = rows[0]
+        if found is None or axis in found.axes:
+            return None
+        moved = found.on_axes([a - (a > axis) for a in found.axes])
+        return Follow((moved,) * n_items, any_rows)
+    any_rows = kernel._replace(lengths=lengths, grad=GradRule(grad))
+    return lengths
 
 
 # --- repetition and padding --------------------------------------------------

@@ -480,3 +480,47 @@ def test_inputs_shifted_right_serve_every_size(changing):
     entries = _one_entry_per_mode(_ShiftedRight(),
                                   _calls(SIZES[changing], seed=15))
     assert len(entries) == 2, [str(e.signature) for e in entries]
+
+
+class _HeadsSeparated(chainer.Chain):
+    """Queries, keys and values of one projection reshaped to ``(B, T, 3,
+    heads, d)``, moved first and taken apart by ``F.separate(axis=0)``."""
+
+    def __init__(self):
+        super(_HeadsSeparated, self).__init__()
+        with self.init_scope():
+            self.qkv = L.Linear(D, 3 * D)
+
+    def forward(self, x, mask):
+        batch, steps, _ = x.shape
+        qkv = F.reshape(self.qkv(x, n_batch_axes=2),
+                        (batch, steps, 3, HEADS, D // HEADS))
+        q, k, v = F.separate(F.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)
+        scores = F.matmul(q, k, transb=True) / numpy.sqrt(D // HEADS)
+        context = F.matmul(F.softmax(scores, axis=-1), v)
+        return F.reshape(F.transpose(context, (0, 2, 1, 3)), x.shape)
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+def test_heads_taken_apart_by_separate_serve_every_size(changing):
+    entries = _one_entry_per_mode(_HeadsSeparated(),
+                                  _calls(SIZES[changing], seed=16))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
+
+
+class _OneHeadPartUnused(_HeadsSeparated):
+    """The keys taken apart but not read: their gradient is zeros."""
+
+    def forward(self, x, mask):
+        batch, steps, _ = x.shape
+        qkv = F.reshape(self.qkv(x, n_batch_axes=2),
+                        (batch, steps, 3, HEADS, D // HEADS))
+        q, k, v = F.separate(F.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)
+        return F.tanh(q) * v
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+def test_a_part_taken_apart_and_not_read_at_every_size(changing):
+    entries = _one_entry_per_mode(_OneHeadPartUnused(),
+                                  _calls(SIZES[changing], seed=17))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
