@@ -157,8 +157,11 @@ class Rows(collections.namedtuple('Rows',
     def scaled(self, numerator, denominator):
         """These rows times ``numerator / denominator`` (a reshape that
         merges the rows' axis with the next or splits it), or ``None``
-        where that is not a whole number of each item's rows."""
-        if self.widest or self.also or any(n < 0 for _, n in self.parts):
+        where that is not a whole number of each item's rows. Fixed rows
+        may be fewer than none (the steps less one, ``xs[:, :-1]``, merged
+        with the batch: ``B`` times the steps, less ``B``)."""
+        if self.widest or self.also or any(
+                leaf is not None and n < 0 for leaf, n in self.parts):
             return None
         factor = fractions.Fraction(numerator, denominator)
         items, fixed = self.count()
@@ -168,7 +171,7 @@ class Rows(collections.namedtuple('Rows',
             if not times:
                 continue
             scaled = times * factor
-            if scaled.denominator != 1 or scaled <= 0:
+            if scaled.denominator != 1 or scaled <= 0 and leaf is not None:
                 return None
             parts += [(leaf, recorded[leaf])] * int(scaled) \
                 if leaf is not None else [(None, int(scaled))]
@@ -669,6 +672,14 @@ def rows_reduced(rows):
     same rows and whose one output is fixed (a loss's mean, an accuracy),
     reading their number from its arrays, in its forward and gradient."""
     return None if same_rows(rows) is None else Follow((None,))
+
+
+@takes_axes
+def rows_averaged(rows):
+    """:func:`rows_reduced` of a kernel averaging over all its elements (a
+    mean squared error), whatever axis the rows are on (a batch's steps,
+    ``(B, T, D)``)."""
+    return rows_reduced(rows)
 
 
 def rows_follow(lower):

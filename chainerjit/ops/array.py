@@ -1631,7 +1631,8 @@ def lower_hvdstack(node, ctx):
         return kernel
     # (F.hstack of a batch's features: a join beside the rows)
     return kernel._replace(lengths=_rows_side_by_side(
-        kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), axis))
+        kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), axis,
+        sizes))
 
 
 # The axes ``numpy.atleast_{1,2,3}d`` insert in an array of 0, 1 or 2

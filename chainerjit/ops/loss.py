@@ -24,6 +24,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import crf
 from chainerjit.ops import lowering
+from chainerjit.ops import rows_averaged
 from chainerjit.ops import rows_reduced
 from chainerjit.ops import takes_axes
 from chainerjit.ops.activation import log_softmax_rows
@@ -240,7 +241,7 @@ def lower_mean_squared_error(node, ctx):
                 b.op('Neg', [gx0])[0] if wanted[1] else None)
     return Kernel(mse, grad=GradRule(grad, inputs=(0, 1),
                                      onnx=grad_to_onnx),
-                  onnx=_mse_to_onnx, fresh=True, lengths=rows_reduced)
+                  onnx=_mse_to_onnx, fresh=True, lengths=rows_averaged)
 
 
 @lowering(mean_absolute_error.MeanAbsoluteError)
@@ -273,7 +274,7 @@ def lower_mean_absolute_error(node, ctx):
         return (gx0 if wanted[0] else None,
                 utils.force_array(-gx0) if wanted[1] else None)
     return Kernel(mae, grad=GradRule(grad, inputs=(0, 1)),
-                  onnx=_mae_to_onnx(dtype), lengths=rows_reduced)
+                  onnx=_mae_to_onnx(dtype), lengths=rows_averaged)
 
 
 @lowering(huber_loss.HuberLoss)

@@ -524,3 +524,29 @@ def test_a_part_taken_apart_and_not_read_at_every_size(changing):
     entries = _one_entry_per_mode(_OneHeadPartUnused(),
                                   _calls(SIZES[changing], seed=17))
     assert len(entries) == 2, [str(e.signature) for e in entries]
+
+
+class _NextStepPredicted(chainer.Chain):
+    """A language model's inputs and targets cut from one batch (``x[:,
+    :-1]``, ``x[:, 1:]``), the inputs projected with the batch and the
+    steps merged (``n_batch_axes=2``), positions as long as the inputs
+    (``W[:T - 1]``)."""
+
+    def __init__(self):
+        super(_NextStepPredicted, self).__init__()
+        with self.init_scope():
+            self.embed = L.Linear(D, D)
+            self.positions = L.EmbedID(64, D)
+
+    def forward(self, x, mask):
+        steps = x.shape[1]
+        h = self.embed(x[:, :-1], n_batch_axes=2) + \
+            self.positions.W[:steps - 1]
+        return F.mean_squared_error(F.tanh(h), x[:, 1:])
+
+
+@pytest.mark.parametrize('changing', sorted(SIZES))
+def test_inputs_and_targets_cut_from_the_steps_serve_every_size(changing):
+    entries = _one_entry_per_mode(_NextStepPredicted(),
+                                  _calls(SIZES[changing], seed=18))
+    assert len(entries) == 2, [str(e.signature) for e in entries]
