@@ -447,13 +447,6 @@ class _WithAFirstStep(chainer.Chain):
         return F.matmul(F.softmax(scores, axis=2), h)[:, 0]
 
 
-@pytest.mark.parametrize('changing', sorted(SIZES))
-def test_a_learned_first_step_serves_every_size(changing):
-    entries = _one_entry_per_mode(_WithAFirstStep(),
-                                  _calls(SIZES[changing], seed=14))
-    assert len(entries) == 2, [str(e.signature) for e in entries]
-
-
 class _ShiftedRight(chainer.Chain):
     """A decoder's inputs shifted right by a row of zeros (``F.pad(h[:,
     :-1], ((0, 0), (1, 0), (0, 0)))``), attended over under a causal
@@ -475,13 +468,6 @@ class _ShiftedRight(chainer.Chain):
         return h + F.matmul(F.softmax(scores, axis=2), shifted)
 
 
-@pytest.mark.parametrize('changing', sorted(SIZES))
-def test_inputs_shifted_right_serve_every_size(changing):
-    entries = _one_entry_per_mode(_ShiftedRight(),
-                                  _calls(SIZES[changing], seed=15))
-    assert len(entries) == 2, [str(e.signature) for e in entries]
-
-
 class _HeadsSeparated(chainer.Chain):
     """Queries, keys and values of one projection reshaped to ``(B, T, 3,
     heads, d)``, moved first and taken apart by ``F.separate(axis=0)``."""
@@ -501,13 +487,6 @@ class _HeadsSeparated(chainer.Chain):
         return F.reshape(F.transpose(context, (0, 2, 1, 3)), x.shape)
 
 
-@pytest.mark.parametrize('changing', sorted(SIZES))
-def test_heads_taken_apart_by_separate_serve_every_size(changing):
-    entries = _one_entry_per_mode(_HeadsSeparated(),
-                                  _calls(SIZES[changing], seed=16))
-    assert len(entries) == 2, [str(e.signature) for e in entries]
-
-
 class _OneHeadPartUnused(_HeadsSeparated):
     """The keys taken apart but not read: their gradient is zeros."""
 
@@ -517,13 +496,6 @@ class _OneHeadPartUnused(_HeadsSeparated):
                         (batch, steps, 3, HEADS, D // HEADS))
         q, k, v = F.separate(F.transpose(qkv, (2, 0, 3, 1, 4)), axis=0)
         return F.tanh(q) * v
-
-
-@pytest.mark.parametrize('changing', sorted(SIZES))
-def test_a_part_taken_apart_and_not_read_at_every_size(changing):
-    entries = _one_entry_per_mode(_OneHeadPartUnused(),
-                                  _calls(SIZES[changing], seed=17))
-    assert len(entries) == 2, [str(e.signature) for e in entries]
 
 
 class _NextStepPredicted(chainer.Chain):
@@ -546,7 +518,10 @@ class _NextStepPredicted(chainer.Chain):
 
 
 @pytest.mark.parametrize('changing', sorted(SIZES))
-def test_inputs_and_targets_cut_from_the_steps_serve_every_size(changing):
-    entries = _one_entry_per_mode(_NextStepPredicted(),
-                                  _calls(SIZES[changing], seed=18))
+@pytest.mark.parametrize('cls, seed', [
+    (_WithAFirstStep, 14), (_ShiftedRight, 15), (_HeadsSeparated, 16),
+    (_OneHeadPartUnused, 17), (_NextStepPredicted, 18)])
+def test_steps_joined_padded_taken_apart_or_cut_serve_every_size(
+        cls, seed, changing):
+    entries = _one_entry_per_mode(cls(), _calls(SIZES[changing], seed=seed))
     assert len(entries) == 2, [str(e.signature) for e in entries]
