@@ -600,8 +600,12 @@ _MADE_LIKE = frozenset(['numpy.zeros_like', 'numpy.ones_like',
                         'numpy.full_like'])
 # Masks made of one array, of its shape: a decoder's over the steps.
 _MASKS = frozenset(['tril', 'triu'])
-_SHAPE_KEEPING = _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE | frozenset(
-    'numpy.' + name for name in _MASKS)
+# Element-wise functions of one array and numbers (``numpy.clip(r, -4,
+# 4)`` of relative positions).
+_ELEMENTWISE = frozenset(['numpy.clip', 'numpy.around', 'numpy.round',
+                          'numpy.round_', 'numpy.nan_to_num'])
+_SHAPE_KEEPING = _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE | _ELEMENTWISE | \
+    frozenset('numpy.' + name for name in _MASKS)
 
 
 def record_draw(label, draw, args, kwargs, result):

@@ -617,12 +617,18 @@ def rows_indexed(index, constant=False, ndim=None):
     def lengths(rows):
         if any(r is not None for r in rows[1:]):
             return None
-        found = _square_indexed(index, rows[0]) if rows[0].also else \
-            index_rows(index, rows[0], constant)
+        found = rows_of_index(index, rows[0], constant)
         if found is TAKEN:
             return Follow((None,))
         return None if found is None else Follow((found,))
     return takes_square(takes_widest(lengths))
+
+
+def rows_of_index(index, rows, constant=False):
+    """:func:`index_rows`, of rows on one axis or several
+    (:func:`_square_indexed`)."""
+    return _square_indexed(index, rows) if rows.also else \
+        index_rows(index, rows, constant)
 
 
 def _square_indexed(index, rows):

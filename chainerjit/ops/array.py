@@ -50,7 +50,6 @@ import numpy
 
 from chainerjit import errors
 from chainerjit.ops import Follow
-from chainerjit.ops import index_rows
 from chainerjit.ops import rows_in_place
 from chainerjit.ops import rows_repeated
 from chainerjit.ops import Rows
@@ -61,6 +60,7 @@ from chainerjit.ops import own_forward
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import onnx_op
 from chainerjit.ops import rows_joined
+from chainerjit.ops import rows_of_index
 from chainerjit.ops import rows_padded
 from chainerjit.ops import same_rows
 from chainerjit.ops import state_lowering
@@ -1312,10 +1312,11 @@ def lower_get_item(node, ctx):
         add_at(gx, slices, gy)
         return gx,
 
+    @takes_square
     @takes_widest
     def lengths(rows):
-        found = index_rows(spelled_out(slices, len(shape)), rows[0],
-                           constant=True)
+        found = rows_of_index(spelled_out(slices, len(shape)), rows[0],
+                              constant=True)
         if found is TAKEN:  # (enc[:, 0] of a padded block, y[-1]: no rows)
             return Follow((None,), any_lengths)
         return None if found is None else Follow((found,), any_lengths)

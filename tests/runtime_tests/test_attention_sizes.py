@@ -517,10 +517,31 @@ class _NextStepPredicted(chainer.Chain):
         return F.mean_squared_error(F.tanh(h), x[:, 1:])
 
 
+class _RelativePositions(chainer.Chain):
+    """Scores biased by the steps' distance, clipped (``numpy.clip(r[None]
+    - r[:, None], -4, 4)`` of ``r = arange(T)``) and looked up, ``(T, T,
+    1)`` cut to ``(T, T)``."""
+
+    def __init__(self):
+        super(_RelativePositions, self).__init__()
+        with self.init_scope():
+            self.embed = L.Linear(D, D)
+            self.distance = L.EmbedID(9, 1)
+
+    def forward(self, x, mask):
+        h = self.embed(x, n_batch_axes=2)
+        r = self.xp.arange(x.shape[1])
+        apart = self.xp.clip(r[None, :] - r[:, None], -4, 4) + 4
+        scores = F.matmul(h, h, transb=True) + \
+            self.distance(apart.astype(numpy.int32))[:, :, 0]
+        return F.matmul(F.softmax(scores, axis=2), h)
+
+
 @pytest.mark.parametrize('changing', sorted(SIZES))
 @pytest.mark.parametrize('cls, seed', [
     (_WithAFirstStep, 14), (_ShiftedRight, 15), (_HeadsSeparated, 16),
-    (_OneHeadPartUnused, 17), (_NextStepPredicted, 18)])
+    (_OneHeadPartUnused, 17), (_NextStepPredicted, 18),
+    (_RelativePositions, 19)])
 def test_steps_joined_padded_taken_apart_or_cut_serve_every_size(
         cls, seed, changing):
     entries = _one_entry_per_mode(cls(), _calls(SIZES[changing], seed=seed))
