@@ -448,7 +448,8 @@ def _pos_tagger_training():
     return _loss_training(Tagger, sentences, lambda m: m.crf.cost.grad, {})
 
 
-def _padded_text_training(batches=False, convolved=False, listed=False):
+def _padded_text_training(batches=False, convolved=False, listed=False,
+                          by_hand=False):
     """A text classifier on padded batches of 32 sentences (with
     ``batches``, 2 to 64) whose width, the longest sentence, is 5 to 60
     words: ids past a sentence's end are -1, ignored. Bag of words: the
@@ -456,7 +457,9 @@ def _padded_text_training(batches=False, convolved=False, listed=False):
     words wide over them, its maximum over the words. ``listed``: the
     forward takes the sentences as a list of token arrays and the labels
     as a list of one each, as Chainer's text classification example does,
-    and pads them with ``concat_examples``."""
+    and pads them with ``concat_examples``; ``by_hand``: averages each
+    sentence's embeddings itself, ``F.sum(self.embed(x), axis=0) /
+    len(x)``, and stacks them."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -499,11 +502,19 @@ def _padded_text_training(batches=False, convolved=False, listed=False):
                 ids = chainer.dataset.convert.concat_examples(xs, padding=-1)
                 return super(Listed, self).forward(ids, F.concat(ys, axis=0))
 
+        class ByHand(BagOfWords):
+            def forward(self, xs, ys):
+                h = F.stack([F.sum(self.embed(x), axis=0) / len(x)
+                             for x in xs])
+                return F.softmax_cross_entropy(self.l2(F.relu(self.l1(h))),
+                                               F.concat(ys, axis=0))
+
         def sentences(rng):
             ids, t = batch(rng)
             return ([row[row >= 0] for row in ids],
                     [t[i:i + 1] for i in range(len(t))])
-        return _loss_training(Listed, sentences, lambda m: m.l1.W.grad, {})
+        return _loss_training(ByHand if by_hand else Listed, sentences,
+                              lambda m: m.l1.W.grad, {})
     return _loss_training(Convolved if convolved else BagOfWords, batch,
                           lambda m: m.l1.W.grad, {})
 
@@ -763,6 +774,9 @@ def workloads():
          'words wide', 'chainerjit', _padded_text_training(True, True)),
         ('bag-of-words training, lists of 2 to 64 sentences of 1 to 60 '
          'words', 'chainerjit', _padded_text_training(True, listed=True)),
+        ('bag of words written by hand (each sentence averaged, stacked), '
+         'lists of 2 to 64 sentences of 1 to 60 words', 'chainerjit',
+         _padded_text_training(True, listed=True, by_hand=True)),
         ('text CNN training, lists of 2 to 64 sentences of 1 to 60 words',
          'chainerjit', _padded_text_training(True, True, True)),
         ('RNN text classifier training, lists of 2 to 64 sentences of 1 '
