@@ -1197,21 +1197,34 @@ class MadeArray(numpy.ndarray):
 
     def __array_function__(self, func, types, args, kwargs):
         result = func(*_plain(args), **_plain(kwargs))
-        if func.__name__ in _MASKS:  # ``numpy.tril(numpy.ones((T, T)))``
-            return _recorded_of_made('numpy.' + func.__name__, func, args,
-                                     kwargs, result)
+        label = 'numpy.' + func.__name__
+        if func.__name__ in _MASKS or label in _MADE_LIKE:
+            # (numpy.tril(numpy.ones((T, T))), a state's zeros_like(h))
+            return _recorded_of_made(label, func, args, kwargs, result)
         return result
 
-    def astype(self, *args, **kwargs):
-        # (positions of a size as ids: numpy.arange(T).astype('i'))
-        plain = self.view(numpy.ndarray)
-        result = plain.astype(*args, **kwargs)
-        if result is plain:
-            return self
-        recorded = _recorded_of_made('ndarray.astype', numpy.ndarray.astype,
-                                     (self,) + args, kwargs, result)
-        return recorded if recorded is not result else \
-            result.view(MadeArray)
+    def _followed(name):
+        """The method ``name`` of a copy (``made.astype('i')``: positions
+        of a size as ids; ``h.copy()``: a second state), recorded where
+        the array is made of sizes a node makes again; else a made array
+        of its own."""
+        method = getattr(numpy.ndarray, name)
+
+        def followed(self, *args, **kwargs):
+            plain = self.view(numpy.ndarray)
+            result = method(plain, *args, **kwargs)
+            if result is plain:
+                return self
+            recorded = _recorded_of_made('ndarray.' + name, method,
+                                         (self,) + args, kwargs, result)
+            return recorded if recorded is not result else \
+                result.view(MadeArray)
+        followed.__name__ = name
+        return followed
+
+    astype = _followed('astype')
+    copy = _followed('copy')
+    del _followed
 
     def __setitem__(self, index, value):
         _note_write((self,), (index, value))

@@ -907,6 +907,34 @@ class StepsAfterTheFirst(_Embedded):
         return self.out(h)
 
 
+class CellStateZerosLike(_Embedded):
+    """The cell state made like the hidden one (``xp.zeros_like(h)``)."""
+
+    def forward(self, ids):
+        h = self.xp.zeros((ids.shape[1], H), numpy.float32)
+        c = self.xp.zeros_like(h)
+        for x in self.embed(ids):
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+class CellStateCopied(_Embedded):
+    """The cell state a copy of the hidden one (``h.copy()``)."""
+
+    def forward(self, ids):
+        h = self.xp.zeros((len(ids[0]), H), numpy.float32)
+        c = h.copy()
+        for x in self.embed(ids):
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [CellStateZerosLike, CellStateCopied])
+def test_a_state_made_like_another_serves_every_length_and_batch(cls):
+    entry = _one_entry_with_gradients(cls(), _id_calls(SHAPES))
+    assert str(entry.signature).startswith('ids: i32[T,B]'), entry.signature
+
+
 @pytest.mark.parametrize('cls', [NextWordsOfSlices,
                                  NextWordsOfEmbeddedSlices,
                                  CountedOverASlice, StepsAfterTheFirst])
