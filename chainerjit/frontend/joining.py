@@ -1022,24 +1022,24 @@ def _pool_of(graph, value, values, users, sized=None):
     """``(the reduction over the rows of the item ``value`` that the chain
     of functions of it alone ends in, its value stacked)``: its own, or
     that of a sum of the rows divided by the item's length
-    (:func:`_divided_by_length`), read by an ``F.stack`` alone; else
-    ``None``."""
+    (:func:`_divided_by_length`), read by an ``F.stack`` alone (or, the
+    axis kept, an ``F.concat`` on the first axis); else ``None``."""
     end = _chain_end(graph, value, values, users,
                      lambda node: node.op in _POOLS, sized)
     if end is None:
         return None
     node = end[0]
     pooled = node.outputs[0]
-    attrs, out = dict(node.attrs), users.get(pooled, [])
+    out = users.get(pooled, [])
     if node.op == 'Sum' and len(out) == 1 and out[0] is not None:
         divided = _divided_by_length(graph, out[0], pooled, value)
         if divided is not None:
             pooled = divided.outputs[0]
             out = users.get(pooled, [])
     stacked = len(out) == 1 and out[0] is not None and \
-        out[0].op == 'Stack' and dict(out[0].attrs).get('axis') == 0
-    return (node, pooled) if stacked and attrs.get('axis') == (0,) and \
-        not attrs.get('keepdims') else None
+        out[0].op == _joined_by(node) and \
+        dict(out[0].attrs).get('axis') == 0
+    return (node, pooled) if stacked else None
 
 
 def _divided_by_length(graph, node, total, item):
@@ -1074,7 +1074,7 @@ def mean_of_item(total, length):
     creator = getattr(total, 'creator', None)
     if not recorder.segment_items or type(length) is not lengths.Length \
             or type(creator) is not sum_module.Sum or \
-            tuple(creator.axis or ()) != (0,) or creator.keepdims:
+            tuple(creator.axis or ()) != (0,):
         return None
     rows = creator.inputs[0].get_variable()
     found = _item_of(rows)
@@ -1086,7 +1086,7 @@ def mean_of_item(total, length):
     if made_by is not None:
         recorder.droppable.append(made_by)
     lengths.forget_reads(recorder, length.origins)
-    return chainer.functions.mean(rows, axis=0)
+    return chainer.functions.mean(rows, axis=0, keepdims=creator.keepdims)
 
 
 def _means_of_items(graph, values, users, sized):

@@ -103,6 +103,16 @@ class _MeanByLengthInALoop(_PerItem):
                                        F.concat(ys, axis=0))
 
 
+class _MeanKeptAndJoined(_PerItem):
+    """Each sentence's mean by hand with its axis kept, joined by
+    ``F.concat(..., axis=0)``."""
+
+    def forward(self, xs, ys):
+        means = F.concat([F.sum(self.embed(x), axis=0, keepdims=True) /
+                          len(x) for x in xs], axis=0)
+        return F.softmax_cross_entropy(self.fc(means), F.concat(ys, axis=0))
+
+
 @pytest.mark.parametrize('cls, signature', [
     (_BagOfWords, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # each item embedded, then padded: the words and their lengths
@@ -111,6 +121,7 @@ class _MeanByLengthInALoop(_PerItem):
     (_MaskedMean, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_MeanByLength, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_MeanByLengthInALoop, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
+    (_MeanKeptAndJoined, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'),
     (_Convolutions, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     (_Convolutions1D, 'xs: i32[B,W]@cpu (array), ys: i32[B]@cpu (array)'),
     # the items' lengths too, for its xp.array([len(x) for x in xs])
