@@ -1071,22 +1071,36 @@ def mean_of_item(total, length):
     of them joins (:func:`reduced_segments`); the sum goes where nothing
     else reads it, and the length is read for it. Else ``None``."""
     recorder = _keys.recording.recorder
-    creator = getattr(total, 'creator', None)
     if not recorder.segment_items or type(length) is not lengths.Length \
-            or type(creator) is not sum_module.Sum or \
-            tuple(creator.axis or ()) != (0,):
-        return None
-    rows = creator.inputs[0].get_variable()
-    found = _item_of(rows)
-    if found is None or length.affine != (1, found.shift) or \
-            length.origins != frozenset([(found.leaf, -1 - found.k)]):
+            or not isinstance(total, chainer.Variable):
         return None
     value = recorder.values.get(id(total.array))
     made_by = _nodes_making(recorder.graph, [value]).get(id(value))
-    if made_by is not None:
-        recorder.droppable.append(made_by)
+    summed = recorder.templates.get(made_by)
+    if type(summed) is not sum_module.Sum or \
+            tuple(summed.axis or ()) != (0,):
+        return None
+    rows = _summed_rows(recorder, made_by, total)
+    found = None if rows is None else _item_of(rows)
+    if found is None or length.affine != (1, found.shift) or \
+            length.origins != frozenset([(found.leaf, -1 - found.k)]):
+        return None
+    recorder.droppable.append(made_by)
     lengths.forget_reads(recorder, length.origins)
-    return chainer.functions.mean(rows, axis=0, keepdims=creator.keepdims)
+    return chainer.functions.mean(rows, axis=0, keepdims=summed.keepdims)
+
+
+def _summed_rows(recorder, node, total):
+    """The Variable ``node``, a sum making ``total``, summed: its creator's
+    input, or, where backprop was off, one of the array the recording
+    holds for the node's input; ``None`` if it holds none."""
+    if total.creator is not None:
+        return total.creator.inputs[0].get_variable()
+    wanted = node.inputs[0]
+    array = next((a for a in reversed(recorder.alive)
+                  if recorder.values.get(id(a)) is wanted), None)
+    return None if array is None else \
+        chainer.Variable(array, requires_grad=False)
 
 
 def _means_of_items(graph, values, users, sized):

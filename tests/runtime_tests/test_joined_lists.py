@@ -374,3 +374,13 @@ def test_a_sum_divided_by_another_length_is_not_a_mean():
         differential.check_grads(None, calls,
                                  model=_model(_SumOfACutByLength),
                                  method='forward', fallback_ok=True)
+
+
+@pytest.mark.parametrize('cls', [_MeanByLength, _MeanKeptAndJoined])
+def test_a_mean_by_hand_is_joined_in_inference_too(cls):
+    # (no backprop: the sum's node has no creator to take its rows from)
+    calls = _batches(numpy.random.RandomState(9), _COUNTS)
+    jitted = checked_without_recompiling(lambda: _model(cls), calls, False)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs[0]: i32[W]@cpu (array)'), \
+        entry.signature
