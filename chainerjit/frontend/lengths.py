@@ -1793,7 +1793,14 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     forget_reads(recorder, counted)
     _forget_iterated(recorder, set(lines))
     array = cumsum([int.__int__(n) for n in sizes])
-    lengths = shifted_lengths(leaf, shift)
+    return _offsets_made(shifted_lengths(leaf, shift), array, dropped, loc)
+
+
+def _offsets_made(lengths, array, dropped, loc):
+    """``array``, the offsets of items of ``lengths`` (a traced array; but
+    the last item's, ``dropped``), as made on every call from them by a
+    ``python.offsets`` node, noted for ``F.split_axis``."""
+    recorder = _state.recorder
     result = made_by_node(
         'python.offsets', _offsets_reader(dropped, array.dtype),
         {'dropped': dropped, 'dtype': array.dtype},
@@ -1801,6 +1808,40 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
         [recorder.values[id(lengths)]], array, loc)
     recorder.offsets[id(result)] = (result, lengths, array.tolist())
     return result
+
+
+def offsets_but_the_last(offsets, index, depth=1):
+    """``offsets[:-1]`` by the forward's code (``depth`` frames up) of the
+    offsets of every item of a joined list (``numpy.cumsum(x_len)[:-1]``):
+    those offsets made without the last, as ``numpy.cumsum(x_len[:-1])``
+    gives them; else ``None``."""
+    recorder = _state.recorder
+    found = None if recorder is None else recorder.offsets.get(id(offsets))
+    if found is None or found[0] is not offsets or found[1] is None or \
+            index != slice(None, -1) or \
+            len(found[2]) != len(traced.untag(found[1])):
+        return None
+    loc = forward_line(depth + 1)
+    return None if loc is None else _offsets_made(
+        found[1], traced.untag(offsets)[:-1].copy(), True, loc)
+
+
+def noted_offsets(indices):
+    """What ``recorder.offsets`` notes of ``indices``, or of the offsets
+    it is all but the last of (``numpy.cumsum(x_len)[:-1]`` of a list's
+    items recorded one by one: NumPy's slice of them); else ``None``."""
+    recorder = _state.recorder
+    found = recorder.offsets.get(id(indices))
+    base = getattr(indices, 'base', None)
+    if found is not None or not isinstance(indices, numpy.ndarray) or \
+            base is None:
+        return found
+    whole = recorder.offsets.get(id(base))
+    if whole is None or whole[0] is not base or whole[1] is not None or \
+            indices.ndim != 1 or len(indices) != len(base) - 1 or \
+            indices.ctypes.data != base.ctypes.data:
+        return None
+    return (indices, None, whole[2][:-1])
 
 
 def _single_item_list(recorder):

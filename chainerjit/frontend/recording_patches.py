@@ -331,6 +331,9 @@ def _recording_item_index(getitem, recorder):
     :func:`_from_the_end`)."""
     def getitem_of_items(x, index):
         if _state.recorder is recorder and not recorder.depth:
+            cut = lengths.offsets_but_the_last(x, index)
+            if cut is not None:  # (numpy.cumsum(x_len)[:-1])
+                return cut
             index = _sized_index_seen(x, index, recorder)
             if recorder.segment_items and joining.is_item_index(index):
                 found = joining.indexed_item(x, index)
@@ -569,7 +572,7 @@ def _recording_split(split, recorder):
     the offsets of a list's items recorded item by item is counted
     (``joining.found_joins`` may join that list)."""
     def split_axis(x, indices_or_sections, axis, force_tuple=True):
-        found = recorder.offsets.get(id(indices_or_sections)) \
+        found = lengths.noted_offsets(indices_or_sections) \
             if _state.recorder is recorder and not recorder.depth else None
         at = _into_its_rows(x, indices_or_sections, axis, recorder)
         if at is not None and force_tuple:
@@ -584,10 +587,10 @@ def _recording_split(split, recorder):
         if found[1] is None:  # of a list recorded item by item
             recorder.item_splits += 1
             return split(x, indices_or_sections, axis, force_tuple)
-        lengths = found[1]
-        if int(traced.untag(lengths).sum()) != len(x):  # not the items' rows
-            return split(x, found[2], axis)
-        return joining.segments(split(x, found[2], axis), x, lengths)
+        items_lengths = found[1]
+        if int(traced.untag(items_lengths).sum()) != len(x):
+            return split(x, found[2], axis)  # (not the items' rows)
+        return joining.segments(split(x, found[2], axis), x, items_lengths)
     split_axis.__wrapped__ = split
     return split_axis
 

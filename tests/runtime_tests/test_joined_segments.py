@@ -166,6 +166,27 @@ class _LengthsTwice(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1] * scale), t)
 
 
+class _OffsetsCutAfter(_Encoder):
+    """The offsets of the cut as the cumulative sums of all the lengths
+    less the last (``numpy.cumsum(x_len)[:-1]``)."""
+
+    def forward(self, xs, t):
+        x_len = [len(x) for x in xs]
+        exs = F.split_axis(self.embed(F.concat(xs, axis=0)),
+                           numpy.cumsum(x_len)[:-1], 0)
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+def test_offsets_less_the_last_sum_are_joined():
+    jitted = checked_without_recompiling(
+        lambda: _OffsetsCutAfter(L.NStepGRU(1, 6, 5, 0.0), 1),
+        _batches(numpy.random.RandomState(7), _COUNTS), True)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
+
+
 def test_lengths_read_into_offsets_and_an_array_are_joined():
     jitted = checked_without_recompiling(
         lambda: _LengthsTwice(L.NStepGRU(1, 6, 5, 0.0), 1),
