@@ -471,6 +471,12 @@ def _printed_settings(label, args):
     return (('index', array_ops.index_label(index)),)
 
 
+#: NumPy's reshapes, and its flattenings (``tags.ravel()``, a reshape to
+#: one axis), whose rows ``ops.array.reshape_lengths`` follows.
+_RESHAPES = frozenset(['ndarray.reshape', 'ndarray.ravel', 'ndarray.flatten',
+                       'numpy.ravel'])
+
+
 def _rows_concatenated(args, kwargs, arrays, result):
     """``ops.array.rows_concatenated`` of ``numpy.concatenate(args[0],
     axis)``, a list of the arrays ``arrays`` alone; else ``None``."""
@@ -493,7 +499,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     a time-major ``xs``, an element-wise ufunc, ``x.reshape(-1)`` as
     ``F.reshape``; else ``None``. (NumPy run on arrays has no
     gradient.)"""
-    if label == 'ndarray.reshape' and len(arrays) == 1 and \
+    if label in _RESHAPES and len(arrays) == 1 and \
             args[0] is arrays[0] and isinstance(result, numpy.ndarray):
         return array_ops.reshape_lengths(kernel, arrays[0].shape,
                                          result.shape)

@@ -168,6 +168,18 @@ class _ReshapedByNumPy(_Losses):
         return F.softmax_cross_entropy(y, t)
 
 
+class _LabelsFlattened(_Losses):
+    """Labels flattened by NumPy (``t.ravel()``, ``t.flatten()``,
+    ``numpy.ravel(t)``) against the scores flattened."""
+
+    def forward(self, x, t):
+        labels = chainer.as_array(t)
+        y = F.reshape(self.l1(x), (-1,))
+        return F.sigmoid_cross_entropy(y, labels.ravel()) + \
+            F.sigmoid_cross_entropy(y, labels.flatten()) + \
+            F.sigmoid_cross_entropy(y, numpy.ravel(labels))
+
+
 class _FeaturesSideBySide(_Losses):
     """Features joined beside the batch's rows by ``F.hstack`` and
     ``F.dstack``."""
@@ -351,7 +363,7 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_FeaturesSideBySide, _features),
           (_SizedAtTheFirstCall, _features),
           (_MaskedForEachHead, _features), (_TiledBias, _binary_labels),
-          (_Hinged, _features)]
+          (_Hinged, _features), (_LabelsFlattened, _binary_labels)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
