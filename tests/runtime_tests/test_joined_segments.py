@@ -178,19 +178,12 @@ class _OffsetsCutAfter(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
-def test_offsets_less_the_last_sum_are_joined():
+@pytest.mark.parametrize('cls, seed', [(_LengthsTwice, 6),
+                                       (_OffsetsCutAfter, 7)])
+def test_lengths_read_into_offsets_otherwise_are_joined(cls, seed):
     jitted = checked_without_recompiling(
-        lambda: _OffsetsCutAfter(L.NStepGRU(1, 6, 5, 0.0), 1),
-        _batches(numpy.random.RandomState(7), _COUNTS), True)
-    entry, = jitted.cache_entries()
-    assert str(entry.signature).startswith(
-        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
-
-
-def test_lengths_read_into_offsets_and_an_array_are_joined():
-    jitted = checked_without_recompiling(
-        lambda: _LengthsTwice(L.NStepGRU(1, 6, 5, 0.0), 1),
-        _batches(numpy.random.RandomState(6), _COUNTS), True)
+        lambda: cls(L.NStepGRU(1, 6, 5, 0.0), 1),
+        _batches(numpy.random.RandomState(seed), _COUNTS), True)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
