@@ -321,6 +321,12 @@ def _nodes_making(graph, values):
     return found
 
 
+def _node_making(graph, value):
+    """The node of ``graph`` making ``value`` (:func:`_nodes_making`), or
+    ``None``."""
+    return _nodes_making(graph, [value]).get(id(value))
+
+
 # The Chainer functions that map each row of their first input to a row of
 # their output: applied to each item of a joined list (or of a value made
 # so), by name, they are applied once to the rows of all
@@ -1051,10 +1057,9 @@ def _divided_by_length(graph, node, total, item):
     if node.op != 'MulConstant' or len(node.inputs) != 2 or \
             node.inputs[0] is not total:
         return None
-    made = dict((v, n) for n in graph.nodes for v in n.outputs)
-    inverse = made.get(node.inputs[1])
-    size = made.get(inverse.inputs[0]) if inverse is not None and \
-        inverse.op == 'python.rtruediv' and \
+    inverse = _node_making(graph, node.inputs[1])
+    size = _node_making(graph, inverse.inputs[0]) \
+        if inverse is not None and inverse.op == 'python.rtruediv' and \
         dict(inverse.attrs).get('operand0') == 1.0 else None
     if size is None or size.op != 'python.size' or \
             size.inputs != [item] or dict(size.attrs) != dict(
@@ -1074,8 +1079,8 @@ def mean_of_item(total, length):
     if not recorder.segment_items or type(length) is not lengths.Length \
             or not isinstance(total, chainer.Variable):
         return None
-    value = recorder.values.get(id(total.array))
-    made_by = _nodes_making(recorder.graph, [value]).get(id(value))
+    made_by = _node_making(recorder.graph,
+                           recorder.values.get(id(total.array)))
     summed = recorder.templates.get(made_by)
     if type(summed) is not sum_module.Sum or \
             tuple(summed.axis or ()) != (0,):
