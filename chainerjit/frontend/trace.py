@@ -994,22 +994,9 @@ def _sizes_into_numpy(recorder, name, args, caller):
     are baked in, where no traced array goes along (whose recorded node
     follows them, ``traced.TracedArray``). NumPy reads them in C, unseen
     by their own methods."""
-    if lengths.contained(args) and not _holds_traced(args):
+    if lengths.contained(args) and not traced.holds_traced(args):
         recorder.note_constants(args, 'passed to numpy.%s' % name,
                                 (caller.f_code.co_filename, caller.f_lineno))
-
-
-def _holds_traced(values, depth=3):
-    """Does ``values`` hold a traced array (in lists, tuples and dicts, to
-    ``depth`` levels)?"""
-    for value in values:
-        if isinstance(value, traced.TracedArray):
-            return True
-        if depth and type(value) in (list, tuple, dict):
-            items = value.values() if type(value) is dict else value
-            if _holds_traced(items, depth - 1):
-                return True
-    return False
 
 
 def _takes_first_item(slices):

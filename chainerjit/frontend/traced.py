@@ -221,11 +221,12 @@ def _of_made(inputs):
 
 
 def holds_traced(obj):
-    """Is ``obj`` a traced array, or a list or tuple holding one?"""
+    """Is ``obj`` a traced array, or a list, tuple or dict holding one?"""
     if isinstance(obj, TracedArray):
         return True
-    if type(obj) in (list, tuple):
-        return any(holds_traced(x) for x in obj)
+    if type(obj) in (list, tuple, dict):
+        return any(holds_traced(x) for x in (
+            obj.values() if type(obj) is dict else obj))
     return False
 
 

@@ -1494,48 +1494,34 @@ def lower_concat(node, ctx):
                     onnx=onnx_op('Concat', axis=axis))
     at = _normalize_axis(axis, len(ctx.out_shapes[0]))
     if at != 0:
-        return kernel._replace(lengths=_rows_side_by_side(
-            kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), at,
-            sizes))
+        return kernel._replace(lengths=rows_concatenated(
+            at, sizes,
+            kernel._replace(grad=_split_grad(ctx, axis, sizes, True))))
     return kernel._replace(lengths=_rows_joined(kernel, sizes))
 
 
-def _rows_side_by_side(kernel, axis, sizes):
-    """The ``Kernel.lengths`` rule of a join along another axis than the
-    rows (``axis``, not the first): all inputs have the same rows, on
-    any other axis, which the output has; ``kernel`` then runs, keeping
-    this rule for rows on another axis still (a batch after a length).
-    Where the rows are on ``axis`` itself, of some inputs alike, the others
-    fixed (a learned first step before the steps, ``F.concat([cls, h],
-    axis=1)``), the output has them all in order
-    (:func:`_rows_along`), and the gradient cuts at the inputs' sizes."""
+def rows_concatenated(axis, sizes, kernel=None):
+    """The ``Kernel.lengths`` rule of a join along ``axis`` (not the
+    first) of arrays of ``sizes`` there, whose kernel reads their sizes
+    when run: the rows they all have on another axis (a batch's features
+    side by side), or, on that one, all of theirs in order
+    (:func:`_rows_along`: a learned first step before the steps,
+    ``F.concat([cls, h], axis=1)``, its mask by ``numpy.concatenate``).
+    With ``kernel`` (a Chainer function's), that kernel runs at any rows,
+    its gradient cutting at the inputs' sizes where they join rows."""
     @takes_axes
     def lengths(rows):
         found = same_rows(rows)
         if found is not None and found.axis != axis:
-            return Follow((found,), any_lengths)
+            return Follow((found,), side_by_side)
         joined = _rows_along(rows, sizes, axis)
-        return None if joined is None else Follow((joined,), any_joined)
-    any_lengths = kernel._replace(lengths=lengths)
-    any_joined = kernel._replace(lengths=lengths, grad=GradRule(
-        functools.partial(_split_at_input_sizes, axis=axis),
-        inputs=tuple(range(len(sizes)))))
-    return lengths
-
-
-def rows_concatenated(axis, sizes):
-    """The ``Kernel.lengths`` rule of NumPy's join along ``axis`` of arrays
-    of ``sizes`` there (``numpy.concatenate([ones((B, 1)), mask],
-    axis=1)``), which reads their sizes when run: the rows they all have
-    on another axis, or all of theirs in order on that one
-    (:func:`_rows_along`)."""
-    @takes_axes
-    def lengths(rows):
-        found = same_rows(rows)
-        if found is not None and found.axis != axis:
-            return Follow((found,))
-        joined = _rows_along(rows, sizes, axis)
-        return None if joined is None else Follow((joined,))
+        return None if joined is None else Follow((joined,), along)
+    side_by_side = along = None
+    if kernel is not None:
+        side_by_side = kernel._replace(lengths=lengths)
+        along = kernel._replace(lengths=lengths, grad=GradRule(
+            functools.partial(_split_at_input_sizes, axis=axis),
+            inputs=tuple(range(len(sizes)))))
     return lengths
 
 
@@ -1631,9 +1617,9 @@ def lower_hvdstack(node, ctx):
                         for s in ctx.in_shapes):
         return kernel
     # (F.hstack of a batch's features: a join beside the rows)
-    return kernel._replace(lengths=_rows_side_by_side(
-        kernel._replace(grad=_split_grad(ctx, axis, sizes, True)), axis,
-        sizes))
+    return kernel._replace(lengths=rows_concatenated(
+        axis, sizes, kernel._replace(grad=_split_grad(ctx, axis, sizes,
+                                                      True))))
 
 
 # The axes ``numpy.atleast_{1,2,3}d`` insert in an array of 0, 1 or 2
