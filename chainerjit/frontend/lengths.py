@@ -791,17 +791,22 @@ def inferred_sizes(in_shape, shape):
     regroups runs of axes (``array_ops.regrouped``), each merged axis,
     and each part of a split one (its kernel then reads them from its
     input when run: the first part, or the second where the rows were
-    merged in after the first, ``(B * T, H)`` to ``(B, T, H)``)."""
+    merged in after the first, ``(B * T, H)`` to ``(B, T, H)``); both
+    parts of a split first axis where axes of size one keep it from
+    regrouping only (``(B * T, 1)`` to ``(B, T, 1)``)."""
     if not isinstance(shape, (tuple, list)) or not shape:
         return []
     found = regrouped = None
+    ints = tuple(int.__int__(n) for n in shape)
     if in_shape is not None:
-        regrouped = array_ops.regrouped(
-            in_shape, tuple(int.__int__(n) for n in shape))
+        regrouped = array_ops.regrouped(in_shape, ints)
     if regrouped is not None and regrouped[0] == 'merge':
         found = list(shape)
     elif regrouped is not None:
         found = [shape[a] for run in regrouped[1] for a in run]
+    elif in_shape is not None and \
+            array_ops.splits_first_in_two(in_shape, ints):
+        found = list(shape[:2])
     else:
         found = [shape[0]] if getattr(shape[0], 'product', False) else []
     return [n for n in found if isinstance(n, Length)]

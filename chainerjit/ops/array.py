@@ -440,14 +440,11 @@ def _rows_rescaled(kernel, in_shape, shape):
     takes them (the steps of attention's heads merged with the batch,
     ``(B, H, T, D)`` to ``(B * H, T, D)``)."""
     rest, in_rest = shape[1:], in_shape[1:]
-    merging = shape[0] > in_shape[0]
     regrouping = regrouped(in_shape, shape)
     regrouped_rows = None if regrouping is None else \
         _regrouped_rows(kernel, in_shape, shape, regrouping)
     split_rest = shape[2:]
-    splits_in_two = len(shape) >= 2 and not merging and \
-        shape[0] * shape[1] == in_shape[0] and _size(split_rest) == \
-        _size(in_rest)  # (the fixed axes after may split: into heads)
+    splits_in_two = splits_first_in_two(in_shape, shape)
 
     @takes_square
     def lengths(rows):
@@ -486,7 +483,10 @@ def _rows_rescaled(kernel, in_shape, shape):
                                for r in rows[1:]) else Follow((None,))
         if found.axis or found.also:
             return None if regrouped_rows is None else regrouped_rows(found)
-        return _split_to_second(found, None) or _split_to_first(found)
+        if found.inner:  # (merged in after the first axis: the second's)
+            return _split_to_second(found, None)
+        # (a batch-first batch merged before the steps: the first axis's)
+        return _split_to_first(found) or _split_to_second(found, None)
 
     def _split_to_first(found):
         # (B * T, H) to (B, T, H) where T is the steps' count and B's rows
@@ -530,6 +530,15 @@ def _rows_rescaled(kernel, in_shape, shape):
             gys[0].reshape((-1,) + in_rest) if wanted[0] else None, None)),
         onnx=_onnx_split_first(split_rest), lengths=split_lengths)
     return lengths
+
+
+def splits_first_in_two(in_shape, shape):
+    """Whether reshaping ``in_shape`` to ``shape`` splits the first axis
+    in two (``(B * T, 1)`` to ``(B, T, 1)``), whatever the axes after
+    become (they may split too: into heads)."""
+    return len(shape) >= 2 and shape[0] <= in_shape[0] and \
+        shape[0] * shape[1] == in_shape[0] and \
+        _size(shape[2:]) == _size(in_shape[1:])
 
 
 def _size(shape):

@@ -2044,6 +2044,54 @@ def test_steps_projected_at_once_serve_every_length_and_batch(cls):
     assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
+class BatchFirstAttention(_Steps):
+    """Attention pooling over batch-first states: the stacked states
+    ``(B, T, H)`` merged to ``(B * T, H)`` for a linear scoring layer, its
+    scores split back, written as people write it (``how``)."""
+
+    def __init__(self, how):
+        super(BatchFirstAttention, self).__init__()
+        self.how = how
+        with self.init_scope():
+            self.score = L.Linear(H, 1)
+
+    def forward(self, xs):
+        batch, T, _ = xs.shape
+        h = self.xp.zeros((batch, H), numpy.float32)
+        hs = []
+        for t in range(T):
+            h = self.gru(h, xs[:, t])
+            hs.append(h)
+        enc = F.stack(hs, axis=1)
+        if self.how == 'sizes':
+            s = F.reshape(self.score(F.reshape(enc, (batch * T, H))),
+                          (batch, T, 1))
+        elif self.how == 'inferred':
+            s = F.reshape(self.score(F.reshape(enc, (-1, H))),
+                          (batch, -1))[:, :, None]
+        else:  # Variable.reshape, a weighted sum by matmul
+            s = self.score(enc.reshape(batch * T, H)).reshape(batch, T)
+            a = F.softmax(s)
+            return self.out(F.matmul(a[:, None, :], enc)[:, 0])
+        a = F.softmax(s, axis=1)
+        return self.out(F.sum(enc * F.broadcast_to(a, enc.shape), axis=1))
+
+
+@pytest.mark.parametrize('how', ['sizes', 'inferred', 'method'])
+def test_batch_first_attention_serves_every_length_and_batch(how):
+    # (the lengths change first, then the batch sizes, then both)
+    shapes = [(5, 4), (9, 4), (12, 3), (7, 6), (3, 2)]
+    calls = [(xs.transpose(1, 0, 2).copy(),)
+             for xs, in _step_calls(shapes)]
+    entry = _one_entry_with_gradients(BatchFirstAttention(how), calls)
+    assert str(entry.signature).startswith('xs: f32[B,T,6]'), \
+        entry.signature
+    with chainer.using_config('train', False):
+        jf = testing.assert_jit_matches_eager(
+            BatchFirstAttention(how), calls[::-1], rtol=1e-4, atol=1e-5)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
+
+
 class MaskedAttention(chainer.Chain):
     """An encoder over padded steps with their mask, and a decoder
     attending to the encoder's steps, its scores masked by the same mask

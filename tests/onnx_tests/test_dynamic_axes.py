@@ -128,14 +128,27 @@ def test_a_constant_of_the_batch_size_refuses_a_dynamic_batch(rng):
                                  forms.SumOfConcatenatedSteps,
                                  forms.BatchFirstOutputs])
 def test_a_sequence_model_exports_its_length_and_batch(cls, rng):
-    model = cls()
-    calls = [rng.standard_normal((n, b, 6)).astype('f')
-             for n, b in ((5, 4), (9, 4), (6, 3))]
+    _exports_steps_and_batch(cls(), rng, batch_first=False)
+
+
+def _exports_steps_and_batch(model, rng, batch_first):
+    """``model`` served sequences of several lengths and batch sizes
+    exports both axes dynamic, and runs as eager at others."""
+    def steps(shapes):
+        return [rng.standard_normal((b, n, 6) if batch_first else
+                                    (n, b, 6)).astype('f')
+                for n, b in shapes]
+    calls = steps(((5, 4), (9, 4), (6, 3)))
     exported = chainerjit.export_onnx(_served(model, calls), (calls[0],))
-    assert _dims(exported) == ['T', 'B', 6]
-    _runs_as_eager(exported, model, [
-        rng.standard_normal((n, b, 6)).astype('f')
-        for n, b in ((12, 2), (3, 7), (20, 5))])
+    assert _dims(exported) == (['B', 'T', 6] if batch_first else
+                               ['T', 'B', 6])
+    _runs_as_eager(exported, model, steps(((12, 2), (3, 7), (20, 5))))
+
+
+@pytest.mark.parametrize('how', ['sizes', 'inferred', 'method'])
+def test_batch_first_attention_exports_its_batch_and_length(how, rng):
+    from tests.frontend_tests.test_loop_lengths import BatchFirstAttention
+    _exports_steps_and_batch(BatchFirstAttention(how), rng, batch_first=True)
 
 
 @pytest.mark.parametrize('how', ['table', 'broadcast_table', 'parameter',
