@@ -376,10 +376,11 @@ def _length_read(node, call):
 
 def _one_item_per_step(loop, inside, name):
     """Does the ``for`` loop append to the list ``name`` once in every
-    step, whatever the values: one ``name.append(...)`` statement of its
-    own body, and no ``break`` (its length is then the trip count)? Or
-    fill it in place, one ``name[t] = ...`` statement of its own body at
-    its counter ``t`` (its length that of ``[None] * T``)?"""
+    step, whatever the values: one ``name.append(...)`` (or
+    ``name.insert(0, ...)``) statement of its own body, and no ``break``
+    (its length is then the trip count)? Or fill it in place, one
+    ``name[t] = ...`` statement of its own body at its counter ``t`` (its
+    length that of ``[None] * T``)?"""
     if not isinstance(loop, ast.For) or \
             any(isinstance(n, ast.Break) for n in inside):
         return False
@@ -395,9 +396,18 @@ def _one_item_per_step(loop, inside, name):
     if filled:
         return not writes and len(filled) == 1 and filled[0] in loop.body
     return len(writes) == 1 and isinstance(writes[0], ast.Call) and \
-        writes[0].func.attr == 'append' and any(
+        _adds_one_item(writes[0]) and any(
             isinstance(s, ast.Expr) and s.value is writes[0]
             for s in loop.body)
+
+
+def _adds_one_item(call):
+    """Is ``call`` (of a list's method) ``append(...)`` or
+    ``insert(0, ...)``, one item added at an end?"""
+    if call.func.attr == 'append':
+        return True
+    return call.func.attr == 'insert' and len(call.args) == 2 and \
+        isinstance(call.args[0], ast.Constant) and call.args[0].value == 0
 
 
 def _enclosing_function(node, parents):

@@ -1398,6 +1398,46 @@ class LinkInsertedInFront(_Steps):
         return self.out(F.reshape(F.stack(hs), (-1, H)))
 
 
+class InsertedInFrontThenZipped(_Steps):
+    """A bidirectional encoder as people write it: the forward states by
+    a comprehension, the backward ones inserted in front, the two lists
+    zipped into one output a step."""
+
+    def __init__(self):
+        super(InsertedInFrontThenZipped, self).__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(I, H)
+            self.both = L.Linear(2 * H, 3)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        h = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        fs = []
+        for x in xs:
+            h = self.gru(h, x)
+            fs.append(h)
+        bs = []
+        for t in reversed(range(len(xs))):
+            bs.insert(0, self.lstm(xs[t]))
+        return F.stack([self.both(F.concat((f, b)))
+                        for f, b in zip(fs, bs)])
+
+
+class InsertedInFrontThenRead(_Steps):
+    """States inserted in front, then read first and last (the last and
+    the first step's), and one a step at a later loop's counter."""
+
+    def forward(self, xs):
+        hs, h = [], self.xp.zeros((xs.shape[1], H), numpy.float32)
+        for t in range(xs.shape[0] - 1, -1, -1):
+            h = self.gru(h, xs[t])
+            hs.insert(0, h)
+        ys = []
+        for t in range(xs.shape[0]):
+            ys.append(F.tanh(hs[t]) * (t + 1))
+        return F.stack(ys), hs[0] * 2, hs[-1]
+
+
 class FilledInPlace(_Steps):
     """Each step's state put at its place in a list made as long as the
     steps (``ys = [None] * T``), backwards then forwards."""
@@ -1481,7 +1521,9 @@ def _step_calls(shapes, seed=0):
 
 @pytest.mark.parametrize('cls', [ReversedSlice, ReversedSliceOfVariable,
                                  Flipped, BidirectionalSteps,
-                                 InsertedInFront, LinkInsertedInFront])
+                                 InsertedInFront, LinkInsertedInFront,
+                                 InsertedInFrontThenZipped,
+                                 InsertedInFrontThenRead])
 def test_reversed_steps_serve_every_length_and_batch(cls):
     entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
     assert 'trip=T' in str(entry.graph), entry.graph
