@@ -296,8 +296,9 @@ def _trip_sources(graph, rolled, reads, value_origins):
     iterable the call gave: as their source reads it (``run.trip``), else
     the argument axis their body indexes with the counter, of the
     argument or of a value computed from it (``value_origins``:
-    :func:`_indexed_source`), if the forward read that axis's size
-    (``reads``: not ``range(5)`` over five items)."""
+    :func:`_indexed_sources`), if the forward read that axis's size, and
+    no other's so indexed (``reads``: not ``range(5)`` over five items;
+    ``while t < xs.shape[0]`` reading ``xs[t]`` and ``mask[t]``)."""
     found = {}
     for loop in graph.nodes:
         run = rolled.get(loop)
@@ -305,9 +306,9 @@ def _trip_sources(graph, rolled, reads, value_origins):
             continue
         source = run.trip
         if source is None:
-            source = _indexed_source(graph, loop, run, value_origins)
-            if source is not None and source.where not in reads:
-                source = None
+            read = [found for found in _indexed_sources(
+                graph, loop, run, value_origins) if found.where in reads]
+            source = read[0] if len(read) == 1 else None
         if source is not None:
             found[loop] = source
     return found
@@ -361,18 +362,18 @@ def _argument_counter_reads(graph, loop):
         yield node, position[value]
 
 
-def _indexed_source(graph, loop, run, value_origins=None):
+def _indexed_sources(graph, loop, run, value_origins=None):
     """For a loop whose body reads an argument with the counter
     (``xs[t]``, ``xs[:, t]``, ``xs[T - 1 - t]``), or a value computed
     with an argument's axis (``value_origins``: ``{value: (origins,
     shift)}``; ``exs[t]`` of ``exs = F.tanh(xs)``: its own size bounds
     the counter), one iteration per
-    index but at most :data:`_MAX_OFFSET`: ``TripSource('dim', (leaf,
-    axis), offset)``, whatever the source counts with (``T, B =
-    xs.shape``, ``reversed(range(T))``, ``while t < len(exs)``). ``None``
-    where no read fits, or reads of two axes do."""
+    index but at most :data:`_MAX_OFFSET`: the set of ``TripSource('dim',
+    (leaf, axis), offset)`` of the axes so read (``xs`` and its mask),
+    whatever the source counts with (``T, B = xs.shape``,
+    ``reversed(range(T))``, ``while t < len(exs)``)."""
     if loop.region.counts:
-        return None
+        return set()
     n = run.n_iterations
     trip = dict(loop.attrs)['trip']
     origins = dict(value_origins or {})
@@ -392,7 +393,7 @@ def _indexed_source(graph, loop, run, value_origins=None):
                     start, step, value.shape[axis],
                     value.shape[axis] - trip):
                 found.add(trip_counts.TripSource('dim', origin, offset))
-    return found.pop() if len(found) == 1 else None
+    return found
 
 
 def _counter_fits(start, step, size, delta):

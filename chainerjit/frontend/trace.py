@@ -255,7 +255,7 @@ class _Recorder(object):
         self.input_arrays = []  # the arguments' arrays, by leaf
         # {Value: (origins, shift)} of the computed values whose axes are
         # arguments' (lengths.origin_of, shift_of): a loop indexing one
-        # with its counter runs for that axis (symbolic._indexed_source)
+        # with its counter runs for that axis (symbolic._indexed_sources)
         self.value_origins = {}
         # id(shape) -> (shape, array) of the forward's shape reads
         self.shape_sources = {}

@@ -154,6 +154,46 @@ class MaskedPadding(_Steps):
         return self.out(h)
 
 
+class MaskedPaddingCounted(_Steps):
+    """A ``while`` counter over the steps, reading each step's mask
+    beside the step (batch-first: ``mask[:, t]``), as NumPy booleans."""
+
+    def __init__(self, batch_first=False):
+        super(MaskedPaddingCounted, self).__init__()
+        self.batch_first = batch_first
+
+    def forward(self, xs, mask):
+        batch = xs.shape[0 if self.batch_first else 1]
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        t = 0
+        while t < xs.shape[1 if self.batch_first else 0]:
+            if self.batch_first:
+                x, m = xs[:, t], mask[:, t][:, None].astype(xs.dtype)
+            else:
+                x, m = xs[t], mask[t][:, None].astype(xs.dtype)
+            h_new, c_new = self.step(x, h, c)
+            h = m * h_new + (1 - m) * h
+            c = m * c_new + (1 - m) * c
+            t += 1
+        return self.out(h)
+
+
+@pytest.mark.parametrize('batch_first', [False, True])
+def test_a_counter_loop_reading_a_mask_serves_every_length(batch_first):
+    rng = numpy.random.RandomState(2)
+    calls = []
+    for T, batch in SHAPES:
+        xs = rng.standard_normal((T, batch, I)).astype('f')
+        mask = rng.rand(T, batch) > .3
+        mask[0] = True
+        if batch_first:
+            xs, mask = xs.transpose(1, 0, 2).copy(), mask.T.copy()
+        calls.append((xs, mask))
+    entry = _one_entry_with_gradients(MaskedPaddingCounted(batch_first),
+                                      calls)
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
 class GruLink(_Steps):
     def forward(self, xs):
         T, batch, _ = xs.shape
