@@ -208,11 +208,13 @@ def _recorded_of_made(label, fn, args, kwargs, result):
 
 
 def _of_made(inputs):
-    """Does NumPy run by the forward on ``inputs`` read an array it made
-    with arguments' sizes that a node makes again (``trace.Recorder.
-    holds_made``), the others being numbers or arrays not computed from
-    the inputs?"""
+    """Does NumPy run by the forward on ``inputs`` (or on the lists among
+    them: a join's) read an array it made with arguments' sizes that a
+    node makes again (``trace.Recorder.holds_made``), the others being
+    numbers or arrays not computed from the inputs?"""
     recorder = _state.recorder
+    inputs = [x for found in inputs for x in (
+        found if type(found) in (list, tuple) else (found,))]
     if recorder is None or recorder.depth or any(
             isinstance(x, TracedArray) for x in inputs):
         return False
@@ -1205,8 +1207,10 @@ class MadeArray(numpy.ndarray):
     def __array_function__(self, func, types, args, kwargs):
         result = func(*_plain(args), **_plain(kwargs))
         label = 'numpy.' + func.__name__
-        if func.__name__ in _MASKS or label in _MADE_LIKE:
-            # (numpy.tril(numpy.ones((T, T))), a state's zeros_like(h))
+        if func.__name__ in _MASKS or label in _MADE_LIKE or \
+                label in _JOINS:
+            # (numpy.tril(numpy.ones((T, T))), a state's zeros_like(h),
+            # labels joined: concatenate([ones((B, 1)), zeros((B, 1))]))
             return _recorded_of_made(label, func, args, kwargs, result)
         return result
 

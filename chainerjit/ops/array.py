@@ -721,7 +721,7 @@ def cut_to_sizes(index, xp=None):
     @takes_square
     def lengths(rows):
         if rows[0] is not None:
-            return None
+            return _rows_cut_at_a_size(entries, rows[0], rows[1:])
         found = collections.defaultdict(set)  # rows (on no axis): axes
         axis = 0  # of the result
         for e in entries:
@@ -810,6 +810,34 @@ def _rows_of_cut(e, rows):
             e.step not in (None, 1) or r.also or r.widest:
         return False
     return r + (stop.b - start) if stop.b != start else r
+
+
+def _rows_cut_at_a_size(entries, rows, sized):
+    """The :class:`Follow` of ``x[:S]`` or ``x[S:]``, where ``x`` has
+    ``rows`` on the axis cut and ``S`` is the size of an array whose rows
+    (of ``sized``, the arrays the bounds read) are the first of ``x``'s:
+    a batch of real and generated examples joined, ``y[:len(x)]`` and
+    ``y[len(x):]`` of the discriminator's output. ``None`` otherwise."""
+    if rows.also or rows.widest or len(entries) <= rows.axis or any(
+            e != slice(None) for k, e in enumerate(entries)
+            if k != rows.axis):
+        return None
+    e = entries[rows.axis]
+    if not isinstance(e, slice) or e.step is not None or \
+            None not in (e.start, e.stop):
+        return None
+    bound = e.stop if e.start is None else e.start
+    if not isinstance(bound, SizedBound) or bound.b:
+        return None
+    first = sized[bound.k]
+    if first is None or first.also or first.widest or \
+            bound.axis not in first.axes:
+        return None
+    count = len(first.parts)
+    if rows.parts[:count] != first.parts or len(rows.parts) == count:
+        return None
+    parts = rows.parts[:count] if e.start is None else rows.parts[count:]
+    return Follow((rows._replace(parts=parts),))
 
 
 def _printed_index(entries):

@@ -895,6 +895,28 @@ class _DividedByTheBatch(_Discriminator):
         return F.sum(F.softplus(-y_real) + F.softplus(y_fake)) / len(real)
 
 
+class _CutAtTheRealBatch(_Discriminator):
+    """The scores of the joined batches cut at the real batch's size,
+    ``y[:len(real)]`` and ``y[len(real):]``: the cut reads the size from
+    ``real`` at run time."""
+
+    def forward(self, real, fake):
+        y = self.l2(F.leaky_relu(self.l1(F.concat([real, fake], axis=0))))
+        y_real, y_fake = y[:len(real)], y[len(real):]
+        return F.mean(F.softplus(-y_real)) + F.mean(F.softplus(y_fake))
+
+
+class _LabelsJoinedByNumPy(_Discriminator):
+    """The joined batches' labels made by NumPy, ones for the real
+    examples and zeros for the fake, joined as the batches are."""
+
+    def forward(self, real, fake):
+        y = self.l2(F.leaky_relu(self.l1(F.concat([real, fake], axis=0))))
+        t = self.xp.concatenate([self.xp.ones((len(real), 1), numpy.int32),
+                                 self.xp.zeros((len(fake), 1), numpy.int32)])
+        return F.sigmoid_cross_entropy(y, t)
+
+
 def _inverse(n):
     return 1.0 / n  # (the forward's own source is read; this is not)
 
@@ -946,8 +968,10 @@ def _one_entry_for_every_batch_size(model_class):
     return entry
 
 
-def test_a_join_of_batches_cut_in_sections_serves_every_batch_size():
-    entry = _one_entry_for_every_batch_size(_Discriminator)
+@pytest.mark.parametrize('cls', [_Discriminator, _CutAtTheRealBatch,
+                                 _LabelsJoinedByNumPy])
+def test_a_join_of_batches_cut_in_sections_serves_every_batch_size(cls):
+    entry = _one_entry_for_every_batch_size(cls)
     assert 'f32[2*B,8]' in str(entry.graph), entry.graph
 
 
