@@ -38,10 +38,10 @@ theirs, item by item (a tagger's labels), is joined as segments of their
 width.
 
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
-joined arrays all have one first axis (the number of items), and at most
-one padded list per call (one width), or lists cut at their offsets, a
-width for each lengths of their items (``W``, ``W2``: a source and a
-target sentence). A single item keeps its batch of
+joined arrays all have one first axis (the number of items), and padded
+lists or lists cut at their offsets (not both in one call), a width for
+each lengths of their items (``W``, ``W2``: a source and a target
+sentence). A single item keeps its batch of
 one in the key, as a batch of one does (``runtime.batch``), at any
 width.
 """
@@ -712,8 +712,8 @@ class Joined(collections.namedtuple('Joined', 'joins args kwargs')):
 def join(args, kwargs, joins):
     """The call's :class:`Joined`, or ``None`` where a list is not there to
     join (``Join.takes``), the joined arrays differ in their first axis,
-    or lists cut at their offsets of one width differ in their items'
-    lengths, or several are cut, of one item each."""
+    or lists padded or cut at their offsets of one width differ in their
+    items' lengths, or several are, of one item each."""
     args, kwargs = list(args), dict(kwargs)
     counts, cut = set(), {}  # cut: {width: the items' lengths}
     for j in joins:
@@ -722,11 +722,11 @@ def join(args, kwargs, joins):
         if (key >= len(arguments) if type(key) is int
                 else key not in arguments) or not j.takes(arguments[key]):
             return None
-        counts.add(len(arguments[key]))
-        arguments[key] = j.joined(arguments[key])
-        if j.kind == 'segments':
-            cut.setdefault(j.width, set()).add(
-                tuple(arguments[key][1].tolist()))
+        items = arguments[key]
+        counts.add(len(items))
+        arguments[key] = j.joined(items)
+        if j.kind in ('segments', 'pad'):
+            cut.setdefault(j.width, set()).add(tuple(len(a) for a in items))
     if len(counts) != 1 or any(len(n) > 1 for n in cut.values()) or \
             counts == {1} and len(cut) > 1:
         return None  # (no offsets tell a single item's list)
@@ -941,19 +941,21 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                 values, users, j, shapes_read, sized)[1] is None:
             joins.append(j)
             pads += j.kind == 'pad'
-            cut.append([len(a) for a in items] if j.kind == 'segments'
-                       else None)
+            cut.append([len(a) for a in items]
+                       if j.kind in ('segments', 'pad') else None)
     counts = set(len(items) for path, _, items, _ in lists
                  if any(j.path == path for j in joins))
-    if len(counts) > 1 or pads > 1 or pads and any(cut):
-        return ()
+    if len(counts) > 1 or pads and any(c is not None and j.kind != 'pad'
+                                       for j, c in zip(joins, cut)):
+        return ()  # (padded lists and lists cut at offsets do not mix)
     return tuple(_with_widths(joins, cut))
 
 
 def _with_widths(joins, cut):
-    """``joins``, those of lists cut at their offsets with the width their
-    items' lengths (``cut``, ``None`` for other lists) share with other
-    such lists: one width for each lengths, in order."""
+    """``joins``, those of lists padded or cut at their offsets with the
+    width their items' lengths (``cut``, ``None`` for other lists) share
+    with other such lists: one width for each lengths, in order (a
+    source's and a target's, ``W`` and ``W2``)."""
     widths = []
     for j, sizes in zip(joins, cut):
         if sizes is not None and sizes not in widths:

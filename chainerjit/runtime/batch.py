@@ -373,8 +373,8 @@ def of_joined(key, joined, count):
     """The ``Batched`` of a call with joined lists (``{leaf: Join}``,
     ``frontend.joining``) of ``count`` items: axis 0 of every array of
     that size (but joined segments), and the words of a padded list or of
-    segments (:data:`WIDTH`, kept; ``W2``, ... for segments of other
-    lengths); the width alone for fewer than :data:`MIN_SIZE` items, or
+    segments (:data:`WIDTH`, kept; ``W2``, ... for lists of items of
+    other lengths); the width alone for fewer than :data:`MIN_SIZE` items, or
     ``None`` where no list is padded or cut (or, then, several widths
     are)."""
     specs = key[3]

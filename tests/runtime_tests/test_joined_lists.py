@@ -9,6 +9,7 @@ import warnings
 
 import chainer
 import chainer.functions as F
+import chainer.links as L
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -384,3 +385,61 @@ def test_a_mean_by_hand_is_joined_in_inference_too(cls):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs[0]: i32[W]@cpu (array)'), \
         entry.signature
+
+
+class _Pairs(chainer.Chain):
+    """Pairs of sentences, each list padded on its own (``concat_examples``
+    of the premises and of the hypotheses): a width for each."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.out = L.Linear(12, 3)
+
+    def forward(self, xs, ys):
+        xb = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        yb = chainer.dataset.convert.concat_examples(ys, padding=-1)
+        h = F.concat((F.sum(self.embed(xb), axis=1),
+                      F.max(F.dropout(self.embed(yb), 0.2), axis=1)))
+        return self.out(h)
+
+
+class _AttendedAcross(_Pairs):
+    """A target list attending to a source list, both padded, its scores
+    ``(B, W2, W)`` masked past each source's end, a loss per target word
+    of the target cut by one (``yb[:, 1:]``, a class of three per word;
+    the padding, ``-1``, stays ignored)."""
+
+    def forward(self, xs, ys):
+        xb = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        yb = chainer.dataset.convert.concat_examples(ys, padding=-1)
+        hx, hy = self.embed(xb), self.embed(yb[:, :-1])
+        scores = F.matmul(hy, hx, transb=True)
+        scores = F.where(F.broadcast_to((xb >= 0)[:, None, :], scores.shape),
+                         scores, self.xp.full(scores.shape, -1e9, F32))
+        context = F.matmul(F.softmax(scores, axis=2), hx)
+        batch, width = hy.shape[:2]
+        y = self.out(F.reshape(F.concat((context, hy), axis=2),
+                               (batch * width, 12)))
+        return F.softmax_cross_entropy(y, yb[:, 1:].reshape(-1) // 10)
+
+
+class _PairsScored(_Pairs):
+    def forward(self, xs, ys):
+        return F.sum(super().forward(xs, ys) ** 2)
+
+
+@pytest.mark.parametrize('cls, train', [
+    (_Pairs, False), (_PairsScored, True), (_AttendedAcross, False),
+    (_AttendedAcross, True)])
+def test_two_padded_lists_have_a_width_each(cls, train):
+    rng = numpy.random.RandomState(4)
+    calls = [([rng.randint(0, 30, int(rng.randint(1, 9))).astype(I32)
+               for _ in range(n)],
+              [rng.randint(0, 30, int(rng.randint(2, 14))).astype(I32)
+               for _ in range(n)]) for n in _COUNTS]
+    jitted = checked_without_recompiling(lambda: _model(cls), calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs: i32[B,W]@cpu (array), ys: i32[B,W2]@cpu'), entry.signature
