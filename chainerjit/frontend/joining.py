@@ -1018,12 +1018,25 @@ def _padded_whole(graph, values, users, sized=None):
     """Does each of ``values`` (a list's items) go through functions
     :func:`applied_to_items` applies to all the items alone into one
     ``F.pad_sequence`` of all of them, in order (``F.pad_sequence([
-    self.embed(x) for x in xs])``)?"""
-    ends = [_chain_end(graph, value, values, users,
-                       lambda node: node.op == 'PadSequence', sized)
-            for value in values]
-    return None not in ends and \
-        users[ends[0][1]][0].inputs == [value for _, value in ends]
+    self.embed(x) for x in xs])``), or, read several times, into one
+    each time (a target framed two ways, each padded: the decoder's
+    inputs after a first word, its targets before a last)?"""
+    pads = collections.defaultdict(list)  # pad node: the items' ends
+    for value in values:
+        readers = _item_readers(users, value, sized)
+        if not readers or None in readers:
+            return False
+        for node in readers:
+            end = node, value
+            if node.op != 'PadSequence':
+                if not _applied_to_item(graph, node, value, values):
+                    return False
+                end = _chain_end(graph, node.outputs[0], values, users,
+                                 lambda n: n.op == 'PadSequence', sized)
+            if end is None:
+                return False
+            pads[end[0]].append(end[1])
+    return all(pad.inputs == ends for pad, ends in pads.items())
 
 
 def _pool_of(graph, value, values, users, sized=None):

@@ -2255,9 +2255,15 @@ def lower_pad_segments(node, ctx):
                 if wanted[0] else None, None)
 
     def lengths(rows):
+        words, items = rows
+        if items is not None and words is not None and \
+                _rows_of_one_kind((words, None)) and \
+                _rows_of_one_kind((None, items)):
+            # (the items' number, and as many rows framing each item: a
+            # first word joined to each, concatenate([bos, y]))
+            return Follow((items,))
         if not _rows_of_one_kind(rows):
             return None
-        words, items = rows
         if items is not None:  # the items' number
             return Follow((items,))
         return Follow((None if length is not None else

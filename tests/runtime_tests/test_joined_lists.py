@@ -443,3 +443,45 @@ def test_two_padded_lists_have_a_width_each(cls, train):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'xs: i32[B,W]@cpu (array), ys: i32[B,W2]@cpu'), entry.signature
+
+
+class _FramedThenPadded(chainer.Chain):
+    """Targets after a first word, padded (a decoder's inputs): the first
+    word joined by ``F.concat`` or by NumPy; or both the inputs and the
+    targets before a last word, each padded (the items framed twice)."""
+
+    def __init__(self, how='concat'):
+        super().__init__()
+        self.how = how
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+
+    def forward(self, ys):
+        bos = self.xp.array([1], I32)
+        if self.how == 'concat':
+            framed = [F.concat([bos, y], axis=0) for y in ys]
+        else:
+            framed = [self.xp.concatenate([bos, y]) for y in ys]
+        block = F.pad_sequence(framed, padding=-1).array
+        if self.how == 'both':  # (the targets, before a last word)
+            eos = self.xp.array([0], I32)
+            targets = chainer.dataset.convert.concat_examples(
+                [self.xp.concatenate([y, eos]) for y in ys], padding=-1)
+            return F.sum(self.embed(block) * self.embed(targets), axis=(1, 2))
+        return F.sum(F.tanh(self.embed(block)) ** 2, axis=(1, 2))
+
+
+@pytest.mark.parametrize('how', ['concat', 'numpy', 'both'])
+@pytest.mark.parametrize('train', [False, True])
+def test_items_framed_then_padded_serve_every_count_and_length(how, train):
+    rng = numpy.random.RandomState(6)
+    calls = [([rng.randint(0, 30, int(rng.randint(1, 12))).astype(I32)
+               for _ in range(n)],) for n in _COUNTS]
+
+    class Summed(_FramedThenPadded):  # (a loss to train on)
+        def forward(self, ys):
+            return F.sum(super().forward(ys))
+    cls = Summed if train else _FramedThenPadded
+    jitted = checked_without_recompiling(
+        lambda: _model(lambda: cls(how)), calls, train)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
