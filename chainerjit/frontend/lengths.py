@@ -197,6 +197,8 @@ class Length(int):
         def apply(self, other):
             if _takes_sizes(other):
                 return NotImplemented  # (its reflected operator)
+            if type(other) is SizeOf:  # (a padded width: not a constant)
+                other.noted('used in arithmetic', depth=2)
             if scalars.is_varying(other):
                 other.note('used in arithmetic with a size')
             if type(other) is list and op in ('__mul__', '__rmul__'):
@@ -403,13 +405,18 @@ class SizeOf(int):
         self.array, self.axis = array, axis
         return self
 
+    def noted(self, what, depth):
+        """Notes the use ``what`` of this width by the forward's code
+        ``depth`` frames above this method (``recorder.width_uses``)."""
+        loc, recorder = forward_line(depth), _state.recorder
+        if loc is not None and recorder is not None:
+            recorder.width_uses.append((what, loc))
+
     def _noting(op, what):
         def apply(self, *args):
             if args and _takes_sizes(args[0]):
                 return NotImplemented  # (its reflected operator)
-            loc, recorder = forward_line(1), _state.recorder
-            if loc is not None and recorder is not None:
-                recorder.width_uses.append((what, loc))
+            self.noted(what, depth=2)
             return getattr(int, op)(self, *args)
         apply.__name__ = op
         return apply

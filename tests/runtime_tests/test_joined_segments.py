@@ -1315,6 +1315,15 @@ class _WidthInPython(_ScaledByTheWidth):
         return F.sum(enc) * (enc.shape[1] - 1)
 
 
+class _WidthTimesTheCount(_ScaledByTheWidth):
+    """The width times the number of sentences (a size on the left): not
+    the recorded width in a product of sizes."""
+
+    def forward(self, xs, t):
+        _, enc, _ = _encoded_and_valid(self, xs)
+        return F.sum(enc) / (len(xs) * enc.shape[1])
+
+
 def _truncated(rng, counts, longest=6):
     """Sentences cut at ``longest`` words, every batch holding one that
     long until the last ones, which hold none."""
@@ -1338,12 +1347,13 @@ def test_the_padded_width_in_float_arithmetic_is_read_when_run(train):
     assert 'python.size' in str(entry.graph), entry.graph
 
 
-def test_the_padded_width_in_python_keeps_the_lists_item_by_item():
+@pytest.mark.parametrize('cls', [_WidthInPython, _WidthTimesTheCount])
+def test_the_padded_width_in_python_keeps_the_lists_item_by_item(cls):
     calls = _truncated(numpy.random.RandomState(20), (4, 3, 5, 4, 3, 5))
     numpy.random.seed(0)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        jitted = differential.check_seeded(_WidthInPython(), calls)
+        jitted = differential.check_seeded(cls(), calls)
     assert any('the width of the padded sequences (enc.shape[1]) is used '
                'in arithmetic' in str(w.message) for w in caught), \
         [str(w.message) for w in caught]
