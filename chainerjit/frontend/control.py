@@ -399,7 +399,7 @@ class LoopWatcher(object):
         run.snapshots.append(_locals_summary(frame))
         run.targets = site.targets
         if not top and frame.f_back is not None:  # a helper's loop
-            run.caller = (frame.f_back.f_code, frame.f_back.f_lineno)
+            run.caller = _call_site(frame.f_back)
         run.iterable_pending = run.trip is None and \
             self.first_item is not None and \
             trip_counts.iterated_call(site) is not None
@@ -443,7 +443,7 @@ class LoopWatcher(object):
         run.targets = tuple(n.id for n in ast.walk(generator.target)
                             if isinstance(n, ast.Name))
         if not top and parent.f_back is not None:  # a helper's list
-            run.caller = (parent.f_back.f_code, parent.f_back.f_lineno)
+            run.caller = _call_site(parent.f_back)
         run.snapshots.append(_locals_summary(frame))
         run.iterable_pending = run.trip is None and \
             self.first_item is not None and \
@@ -749,3 +749,9 @@ def _while_test(site, code):
                 node.test.lineno + offset == site.header:
             return node.test
     return None
+
+
+def _call_site(frame):
+    """``(code, line, instruction offset)`` of the call ``frame`` is in
+    (``loop_analysis.caller_uses_whole``: which of two calls on a line)."""
+    return frame.f_code, frame.f_lineno, frame.f_lasti

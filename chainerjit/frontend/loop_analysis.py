@@ -158,7 +158,7 @@ def _whole_list_use(comp, parents, code, caller):
     or read at constant indexes (``hs[-1]``: the graph's checks then ask
     which steps those are, as for a list a loop appends to), or its length
     read; or if it is returned (``return [...]``) to a caller (``(code,
-    line)``) that uses it so."""
+    line, instruction offset)``) that uses it so."""
     if _used_whole(comp, parents, counted=True):
         return None
     returned, index = _returned(comp, parents)
@@ -231,11 +231,11 @@ def _returned(node, parents):
 
 
 def caller_uses_whole(caller, callee, index=None, counted=False):
-    """Does the caller (``(code, line)`` of the frame that called
-    ``callee``'s function) use the list the call returns (item ``index``
-    of the tuple it returns) whole only (:func:`_used_whole`; ``counted``:
-    it has one item per step, and its length may be read)?"""
-    code, line = caller
+    """Does the caller (``(code, line, instruction offset)`` of the frame
+    that called ``callee``'s function) use the list the call returns (item
+    ``index`` of the tuple it returns) whole only (:func:`_used_whole`;
+    ``counted``: it has one item per step, and its length may be read)?"""
+    code, line, lasti = caller
     found = source.function_and_offset(code)
     if found is None:
         return False
@@ -244,6 +244,9 @@ def caller_uses_whole(caller, callee, index=None, counted=False):
     calls = [n for n in ast.walk(function) if isinstance(n, ast.Call) and
              n.lineno <= local <= n.end_lineno and
              _call_name(n) == callee.co_name]
+    if len(calls) > 1:  # (f = enc(a, xs); b = enc(b, xs))
+        calls = [n for n in calls if source.at_instruction(
+            n, code, lasti, offset)]
     return len(calls) == 1 and _used_whole(calls[0], parents, index,
                                            counted)
 

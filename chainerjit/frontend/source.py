@@ -117,6 +117,32 @@ def function_and_offset(code):
     return function, offset, parents_of(function)
 
 
+def at_instruction(node, code, lasti, offset):
+    """Is ``node`` (of the dedented source of ``code``'s function, whose
+    line numbers are the file's less ``offset``) the expression of the
+    instruction at ``lasti`` (a call's, as the frame running it has it)?"""
+    positions = list(code.co_positions())
+    if not 0 <= lasti // 2 < len(positions):
+        return False
+    line, end_line, column, end_column = positions[lasti // 2]
+    if None in (line, end_line, column, end_column):
+        return False
+    indent = _indentation(code)
+    return (node.lineno + offset, node.end_lineno + offset,
+            node.col_offset + indent, node.end_col_offset + indent) == \
+        (line, end_line, column, end_column)
+
+
+def _indentation(code):
+    """How far ``textwrap.dedent`` moved the source of ``code``'s
+    function left (:func:`parsed_source`)."""
+    if code in _MADE:
+        return 0
+    lines, _ = source_lines(code)
+    return min(len(line) - len(line.lstrip()) for line in lines
+               if line.strip())
+
+
 def _first_function(tree):
     return next((n for n in ast.walk(tree) if isinstance(
         n, (ast.FunctionDef, ast.AsyncFunctionDef))), None)

@@ -414,3 +414,26 @@ def test_batch_first_steps_made_time_major(cls):
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
     entry, = jitted.cache_entries()
     assert 'f32[B,T,6]' in str(entry.signature), str(entry.signature)
+
+
+def _directed(cell, xs):
+    h = cell.xp.zeros((xs.shape[1], 4 * H), numpy.float32)
+    hs = []
+    for t in range(len(xs)):
+        h = F.tanh(cell(xs[t]) + h)
+        hs.append(h)
+    return hs
+
+
+class BothDirectionsOnOneLine(_Cells):
+    """A helper's loop called twice on one line: each call's list is
+    used whole (stacked), which the line alone does not tell."""
+
+    def forward(self, xs):
+        f = _directed(self.x2h, xs); b = _directed(self.x2h, xs[::-1])  # noqa: E702,E501
+        return F.sum(F.stack(f) * F.stack(b[::-1]), axis=(0, 2))
+
+
+def test_a_helper_called_twice_on_one_line():
+    jitted = _matches_eager(BothDirectionsOnOneLine, _calls())
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
