@@ -711,6 +711,50 @@ def _attention_seq2seq_training(masked=False):
     return _loss_training(Attention, pairs, lambda m: m.query.W.grad, {})
 
 
+def _transformer_step_training():
+    """A transformer's training step as such scripts write it, on lists of
+    2 to 64 sentence pairs of 1 to 60 words: the sources padded by
+    ``concat_examples``, the targets framed by a first and a last word
+    (``xp.concatenate``) and padded, the targets attending to the sources
+    (masked past each source's end), the target block merged with the
+    batch for the words' scores and the loss."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class Step(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.source = L.EmbedID(1000, 64, ignore_label=-1)
+                self.target = L.EmbedID(1000, 64, ignore_label=-1)
+                self.query = L.Linear(64, 64)
+                self.words = L.Linear(64, 1000)
+
+        def forward(self, xs, ys):
+            xp, pad = self.xp, chainer.dataset.convert.concat_examples
+            bos, eos = xp.array([1], numpy.int32), xp.array([0], numpy.int32)
+            x_block = pad(xs, padding=-1)
+            y_in = pad([xp.concatenate([bos, y]) for y in ys], padding=-1)
+            y_out = pad([xp.concatenate([y, eos]) for y in ys], padding=-1)
+            hx, hy = self.source(x_block), self.target(y_in)
+            scores = F.matmul(self.query(hy, n_batch_axes=2), hx,
+                              transb=True)
+            scores = F.where(F.broadcast_to(
+                (x_block >= 0)[:, None, :], scores.shape), scores,
+                xp.full(scores.shape, -1e9, numpy.float32))
+            h = F.matmul(F.softmax(scores, axis=2), hx) + hy
+            return F.softmax_cross_entropy(
+                self.words(F.reshape(h, (-1, 64))), y_out.reshape(-1))
+
+    def pairs(rng):
+        size = rng.randint(2, 65)
+        return tuple([rng.randint(2, 1000, rng.randint(1, 61)).astype(
+            numpy.int32) for _ in range(size)] for _ in 'xy')
+    return _loss_training(Step, pairs, lambda m: m.query.W.grad, {})
+
+
 def _transposed_by_hand_training():
     """``L.LSTM`` over ``F.transpose_sequence`` of lists of 2 to 16
     sentences of 2 to 30 words, sorted by length, its outputs transposed
@@ -796,6 +840,9 @@ def workloads():
         ('attention seq2seq training, masked past each sentence\'s end, '
          'lists of 2 to 64 sentences of 1 to 60 words, 1 to 30 target '
          'steps', 'chainerjit', _attention_seq2seq_training(masked=True)),
+        ("a transformer's training step, sources padded and targets framed "
+         'and padded, lists of 2 to 64 sentence pairs of 1 to 60 words',
+         'chainerjit', _transformer_step_training()),
         ('RNN written by hand over padded lists of 2 to 64 sentences of 1 '
          'to 60 words, masked by their lengths', 'chainerjit',
          _padded_rnn_training()),

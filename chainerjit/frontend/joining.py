@@ -38,10 +38,10 @@ theirs, item by item (a tagger's labels), is joined as segments of their
 width.
 
 Only NumPy arrays are joined (no gradient reaches the items), lists whose
-joined arrays all have one first axis (the number of items), and padded
-lists or lists cut at their offsets (not both in one call), a width for
-each lengths of their items (``W``, ``W2``: a source and a target
-sentence). A single item keeps its batch of
+joined arrays all have one first axis (the number of items), a width for
+each lengths of the items of lists padded, and another for those of lists
+cut at their offsets (``W``, ``W2``: a source and a target sentence). A
+single item keeps its batch of
 one in the key, as a batch of one does (``runtime.batch``), at any
 width.
 """
@@ -907,7 +907,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     array at the offsets of the items of a list (``numpy.cumsum`` of
     their lengths), which makes such a list's items, joined, segments."""
     users = graph.users()
-    joins, pads, cut = [], 0, []
+    joins, cut = [], []
     for path, values, items, leaves in lists:
         sized = _sizes_of(values, users)
         lengths_read = any(leaf == origin[0] for origin in (
@@ -924,7 +924,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                      draws=_draws_as_one(graph, values))
             if j.takes(items):
                 joins.append(j)
-                cut.append([len(a) for a in items])
+                cut.append((False, [len(a) for a in items]))
             continue
         if j is not None and j.kind == 'concat' and not j.takes(items):
             # Segments whose lengths a split may read: the joined
@@ -932,7 +932,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             # segments, item by item (a tagger's labels beside its
             # sentences, F.concat(ts, axis=0)).
             j = j._replace(kind='segments', lengths=True) \
-                if item_splits or [len(a) for a in items] in cut else None
+                if item_splits or (False, [len(a) for a in items]) in cut \
+                else None
         elif lengths_read:
             continue
         elif j is not None and sized is not None:
@@ -940,22 +941,22 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         if j is not None and j.takes(items) and _reader_of(
                 values, users, j, shapes_read, sized)[1] is None:
             joins.append(j)
-            pads += j.kind == 'pad'
-            cut.append([len(a) for a in items]
+            cut.append((j.kind == 'pad', [len(a) for a in items])
                        if j.kind in ('segments', 'pad') else None)
     counts = set(len(items) for path, _, items, _ in lists
                  if any(j.path == path for j in joins))
-    if len(counts) > 1 or pads and any(c is not None and j.kind != 'pad'
-                                       for j, c in zip(joins, cut)):
-        return ()  # (padded lists and lists cut at offsets do not mix)
+    if len(counts) > 1:
+        return ()
     return tuple(_with_widths(joins, cut))
 
 
 def _with_widths(joins, cut):
     """``joins``, those of lists padded or cut at their offsets with the
-    width their items' lengths (``cut``, ``None`` for other lists) share
-    with other such lists: one width for each lengths, in order (a
-    source's and a target's, ``W`` and ``W2``)."""
+    width their items' lengths (``cut``: whether padded, and the lengths;
+    ``None`` for other lists) share with other such lists: one width for
+    each lengths, in order (a source's and a target's, ``W`` and ``W2``),
+    padded lists apart from cut ones (the longest item's words, not all
+    the items')."""
     widths = []
     for j, sizes in zip(joins, cut):
         if sizes is not None and sizes not in widths:

@@ -159,8 +159,10 @@ class Rows(collections.namedtuple('Rows',
         merges the rows' axis with the next or splits it), or ``None``
         where that is not a whole number of each item's rows. Fixed rows
         may be fewer than none (the steps less one, ``xs[:, :-1]``, merged
-        with the batch: ``B`` times the steps, less ``B``)."""
-        if self.widest or self.also or any(
+        with the batch: ``B`` times the steps, less ``B``). Rows as many
+        as the longest item's (:attr:`widest`) so scaled stay so: ``B``
+        times the longest, of a padded block merged with its batch."""
+        if self.also or any(
                 leaf is not None and n < 0 for leaf, n in self.parts):
             return None
         factor = fractions.Fraction(numerator, denominator)
@@ -175,7 +177,7 @@ class Rows(collections.namedtuple('Rows',
                 return None
             parts += [(leaf, recorded[leaf])] * int(scaled) \
                 if leaf is not None else [(None, int(scaled))]
-        return Rows(tuple(parts), self.axis)
+        return Rows(tuple(parts), self.axis, self.widest)
 
     @property
     def axes(self):
@@ -484,6 +486,17 @@ def rows_in_place(rows):
     of its first input where they are (an element-wise activation; a
     lookup ``W[ids]`` adds its own after them): the rows may be on any
     axis."""
+    return rows_follow_first(rows)
+
+
+@takes_widest
+def rows_row_wise(rows):
+    """:func:`rows_follow_first` for a kernel that maps each row of its
+    first input alone (a linear layer), on the first axis only, also
+    where they are as many as the longest item's times a batch
+    (``Rows.widest``: a padded block merged with its batch)."""
+    if any(r is not None and r.axis for r in rows):
+        return None
     return rows_follow_first(rows)
 
 
@@ -914,9 +927,16 @@ def _variants_forced(rule, ctx):
         if found is None or found.kernel is None:
             return found
         return found._replace(kernel=_forced(found.kernel, ctx))
+    return marked_like(lengths, rule)
+
+
+def marked_like(rule, like):
+    """``rule``, a ``Kernel.lengths`` rule wrapping ``like``, marked as
+    ``like`` is (:func:`takes_axes`, :func:`takes_widest`,
+    :func:`takes_square`)."""
     for mark in ('takes_axes', 'takes_widest', 'takes_square'):
-        setattr(lengths, mark, getattr(rule, mark, False))
-    return lengths
+        setattr(rule, mark, getattr(like, mark, False))
+    return rule
 
 
 def _forcing_arrays(kernel):

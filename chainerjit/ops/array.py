@@ -447,6 +447,7 @@ def _rows_rescaled(kernel, in_shape, shape):
     splits_in_two = splits_first_in_two(in_shape, shape)
 
     @takes_square
+    @takes_widest
     def lengths(rows):
         found = rows[0]
         if found is None:
@@ -464,6 +465,8 @@ def _rows_rescaled(kernel, in_shape, shape):
             return _split_to_second(found, fixed_first)
         if found.inner:  # (B * T, H) to (B, T, H): the rows are T's
             return _split_to_second(found, fixed_first)
+        if found.widest:  # (no item is as long as the longest)
+            return Follow((out,), any_first)
         return _split_to_first(found) or Follow((out,), any_first)
 
     def _merged_rows(found):

@@ -18,7 +18,7 @@ from chainerjit.ops import LOOP_DTYPES
 from chainerjit.ops import _loops_elementwise
 from chainerjit.ops import _loops_normalization
 from chainerjit.ops import lowering
-from chainerjit.ops import rows_follow_first
+from chainerjit.ops import rows_row_wise
 
 
 @lowering(linear.LinearFunction)
@@ -85,7 +85,7 @@ def lower_linear(node, ctx):
     return Kernel(linear_fn, grad=GradRule(
         grad_linear, inputs=(0, 1), onnx=_grad_linear_to_onnx(ctx)),
         onnx=_linear_to_onnx, fresh=True, into=into,
-        lengths=rows_follow_first)
+        lengths=rows_row_wise)
 
 
 class _WeightFirst(dict):

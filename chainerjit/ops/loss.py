@@ -27,6 +27,7 @@ from chainerjit.ops import lowering
 from chainerjit.ops import rows_averaged
 from chainerjit.ops import rows_reduced
 from chainerjit.ops import takes_axes
+from chainerjit.ops import takes_widest
 from chainerjit.ops.activation import log_softmax_rows
 
 
@@ -418,8 +419,10 @@ def _label_ce_lengths(node, ctx):
     if len(ctx.in_shapes[0]) != 2:
         return None
 
+    @takes_widest  # (the first axis's alone: a padded block merged)
     def lengths(rows):
-        if None in rows or rows[0].count() != rows[1].count():
+        if None in rows or rows[0].count() != rows[1].count() or any(
+                r.axis or r.widest != rows[0].widest for r in rows):
             return None
         return Follow((rows[0] if node.reduce == 'no' else None,))
     return lengths

@@ -1,6 +1,7 @@
 """Keeping for the gradient what a forward op computes anyway."""
 
 from chainerjit import ir
+from chainerjit import ops
 
 
 def keep_softmax(graph):
@@ -62,4 +63,4 @@ def _with_softmax_rows(rule):
         if found is None or found.kernel is not None:
             return None
         return found._replace(outputs=found.outputs + (rows[0],))
-    return lengths
+    return ops.marked_like(lengths, rule)

@@ -485,3 +485,46 @@ def test_items_framed_then_padded_serve_every_count_and_length(how, train):
     jitted = checked_without_recompiling(
         lambda: _model(lambda: cls(how)), calls, train)
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class _SourceAndFramedTargets(chainer.Chain):
+    """A source list padded, and targets framed two ways and padded (the
+    decoder's inputs after a first word, its targets before a last), as
+    a transformer's training step writes them: the targets' block merged
+    with the batch, ``(-1, E)``, for the words' scores and their loss."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.words = L.Linear(6, 30)
+
+    def forward(self, xs, ys):
+        xp = self.xp
+        x_block = chainer.dataset.convert.concat_examples(xs, padding=-1)
+        y_in = chainer.dataset.convert.concat_examples(
+            [xp.concatenate([xp.array([1], I32), y]) for y in ys], padding=-1)
+        y_out = chainer.dataset.convert.concat_examples(
+            [xp.concatenate([y, xp.array([0], I32)]) for y in ys], padding=-1)
+        hx, hy = self.embed(x_block), self.embed(y_in)
+        scores = F.matmul(hy, hx, transb=True)
+        scores = F.where(F.broadcast_to((x_block >= 0)[:, None, :],
+                                        scores.shape),
+                         scores, xp.full(scores.shape, -1e9, F32))
+        h = F.matmul(F.softmax(scores, axis=2), hx) + hy
+        logits = self.words(F.reshape(h, (-1, 6)))
+        return F.softmax_cross_entropy(logits, y_out.reshape(-1))
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_a_source_and_framed_targets_serve_every_count_and_length(train):
+    rng = numpy.random.RandomState(8)
+    calls = [([rng.randint(0, 30, int(rng.randint(1, 9))).astype(I32)
+               for _ in range(n)],
+              [rng.randint(2, 30, int(rng.randint(1, 12))).astype(I32)
+               for _ in range(n)]) for n in _COUNTS]
+    jitted = checked_without_recompiling(
+        lambda: _model(_SourceAndFramedTargets), calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: i32[B,W]@cpu'), \
+        entry.signature
