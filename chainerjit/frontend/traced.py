@@ -1237,6 +1237,20 @@ class MadeArray(numpy.ndarray):
     copy = _followed('copy')
     del _followed
 
+    def __getitem__(self, index):
+        """A view or copy of a made array, as NumPy's; indexed by a
+        traced array (one-hot rows, ``numpy.eye(n)[t]`` of the labels),
+        a node reading the index."""
+        if not holds_traced(index):
+            return numpy.ndarray.__getitem__(self, index)
+        label, getitem = 'ndarray.__getitem__', numpy.ndarray.__getitem__
+        result = getitem(self.view(numpy.ndarray), untag(index))
+        if type(result) is not numpy.ndarray:
+            return result
+        result = _tag(result)
+        _record_numpy(label, getitem, (self, index), {}, result)
+        return result
+
     def __setitem__(self, index, value):
         _note_write((self,), (index, value))
         numpy.ndarray.__setitem__(self.view(numpy.ndarray), index,

@@ -628,6 +628,8 @@ def rows_indexed(index, constant=False, ndim=None):
         index = spelled_out(index, ndim)
 
     def lengths(rows):
+        if rows[0] is None and len(rows) == 2 and _by_ids(index):
+            return Follow(rows[1:])  # (numpy.eye(n)[t]: the ids' rows)
         if any(r is not None for r in rows[1:]):
             return None
         found = rows_of_index(index, rows[0], constant)
@@ -635,6 +637,15 @@ def rows_indexed(index, constant=False, ndim=None):
             return Follow((None,))
         return None if found is None else Follow((found,))
     return takes_square(takes_widest(lengths))
+
+
+def _by_ids(index):
+    """Is ``index`` one array of ints, the rest of the axes whole (``x[t]``:
+    a row of ``x`` for each of ``t``'s ids, in ``t``'s shape)?"""
+    index = index if type(index) is tuple else (index,)
+    return bool(index) and isinstance(index[0], numpy.ndarray) and \
+        index[0].dtype.kind in 'iu' and \
+        all(type(s) is slice and s == slice(None) for s in index[1:])
 
 
 def rows_of_index(index, rows, constant=False):

@@ -2163,3 +2163,19 @@ def test_a_decision_on_a_size_is_a_guard_taking_both_sides(batches):
     symbol = 'W' if len(set(batches)) > 1 else 'B'
     assert described == ['for sizes where: %s > 10' % symbol,
                          'for sizes where: not %s > 10' % symbol], described
+
+
+class _OneHot(_Classifier):
+    """Labels made one-hot by indexing an identity the forward makes
+    (``numpy.eye(4)[t]``), for a squared error against the softmax."""
+
+    def forward(self, x, t):
+        p = F.softmax(self.l2(F.relu(self.l1(x))))
+        return F.mean_squared_error(p, numpy.eye(4, dtype=F32)[t])
+
+
+def test_labels_made_one_hot_serve_every_batch_size():
+    jitted = _checked_without_recompiling(_calls(_features),
+                                          _model(_OneHot))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,12]'), entry.signature
