@@ -479,11 +479,14 @@ def _rows_rescaled(kernel, in_shape, shape):
             Follow((out._replace(axis=0, inner=True),), of_input_shape)
 
     @takes_square
+    @takes_widest
     def split_lengths(rows):  # the steps' count read: the rest follow
         found = rows[0]
         if found is None:  # rows of the item read, not of its length
             return None if any(r is not None and 0 in r.axes
                                for r in rows[1:]) else Follow((None,))
+        if found.widest and (found.axis or not found.inner):
+            return None
         if found.axis or found.also:
             return None if regrouped_rows is None else regrouped_rows(found)
         if found.inner:  # (merged in after the first axis: the second's)
@@ -510,7 +513,7 @@ def _rows_rescaled(kernel, in_shape, shape):
             'Reshape', [ins[0], b.int64s((-1,) + rest)], outs),
         lengths=lengths)
 
-    @takes_axes
+    @takes_widest
     def input_shaped(rows):  # rows on two axes: the batch, then these
         following = lengths(rows)
         return following if following is None or \

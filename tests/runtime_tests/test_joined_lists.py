@@ -491,12 +491,14 @@ class _SourceAndFramedTargets(chainer.Chain):
     """A source list padded, and targets framed two ways and padded (the
     decoder's inputs after a first word, its targets before a last), as
     a transformer's training step writes them: the targets' block merged
-    with the batch, ``(-1, E)``, for the words' scores and their loss."""
+    with the batch, by a linear layer over two batch axes and by
+    ``(-1, E)``, for the words' scores and their loss."""
 
     def __init__(self):
         super().__init__()
         with self.init_scope():
             self.embed = L.EmbedID(30, 6, ignore_label=-1)
+            self.query = L.Linear(6, 6)
             self.words = L.Linear(6, 30)
 
     def forward(self, xs, ys):
@@ -507,7 +509,7 @@ class _SourceAndFramedTargets(chainer.Chain):
         y_out = chainer.dataset.convert.concat_examples(
             [xp.concatenate([y, xp.array([0], I32)]) for y in ys], padding=-1)
         hx, hy = self.embed(x_block), self.embed(y_in)
-        scores = F.matmul(hy, hx, transb=True)
+        scores = F.matmul(self.query(hy, n_batch_axes=2), hx, transb=True)
         scores = F.where(F.broadcast_to((x_block >= 0)[:, None, :],
                                         scores.shape),
                          scores, xp.full(scores.shape, -1e9, F32))
