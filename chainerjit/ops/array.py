@@ -2012,34 +2012,27 @@ def lower_pad(node, ctx):
     if (node.mode != 'constant' or set(node.keywords) - {'constant_values'}
             or not numpy.isscalar(value)):
         return None
-    xp = ctx.xp
     shape, dtype = ctx.out_shapes[0], ctx.out_dtypes[0]
-    widths = numpy.broadcast_to(node.pad_width, (len(shape), 2))
-    inner = tuple(slice(int(before), int(before) + n)
-                  for (before, _), n in zip(widths, ctx.in_shapes[0]))
-
-    def fn(x):
-        y = xp.full(shape, value, dtype)
-        y[inner] = x
-        return y
+    widths = [(int(before), int(after)) for before, after in
+              numpy.broadcast_to(node.pad_width, (len(shape), 2))]
+    padded, inner = _padding(widths, value, dtype, ctx.xp)
+    kept = inner(ctx.in_shapes[0])
 
     def to_onnx(b, ins, outs):
-        pads = [int(w) for w in widths[:, 0]] + [int(w) for w in widths[:, 1]]
+        pads = [before for before, _ in widths] + \
+            [after for _, after in widths]
         b.op('Pad', ins + [b.int64s(pads), onnx_scalar(b, value, dtype)],
              outs, mode='constant')
-    kernel = Kernel(fn, {'mode': 'constant', 'value': value},
-                    grad=_grad_of_each(lambda gy: gy[inner]), onnx=to_onnx)
-    return kernel._replace(lengths=_rows_padded_by(kernel, widths, value,
-                                                   dtype, xp))
+    kernel = Kernel(padded, {'mode': 'constant', 'value': value},
+                    grad=_grad_of_each(lambda gy: gy[kept]), onnx=to_onnx)
+    return kernel._replace(lengths=_rows_padded_by(kernel, widths, inner))
 
 
-def _rows_padded_by(kernel, widths, value, dtype, xp):
-    """The ``Kernel.lengths`` rule of ``F.pad`` by ``widths`` (a row before
-    the steps: a decoder's inputs shifted right, ``F.pad(h[:, :-1], ((0,
-    0), (1, 0), (0, 0)))``): the rows, and those added on their axis; at
-    any rows, the kernel pads the shape it is given."""
-    widths = [(int(before), int(after)) for before, after in widths]
-
+def _padding(widths, value, dtype, xp):
+    """``(padded, inner)``: ``F.pad``'s array of an array by ``widths``
+    (``(before, after)`` an axis) with ``value``, at the shape it is
+    given, and ``inner(shape)``, the slices of a padded array that hold
+    one of ``shape``."""
     def inner(shape):
         return tuple(slice(before, before + n)
                      for n, (before, _) in zip(shape, widths))
@@ -2049,7 +2042,15 @@ def _rows_padded_by(kernel, widths, value, dtype, xp):
             x.shape, widths)), value, dtype)
         y[inner(x.shape)] = x
         return y
+    return padded, inner
 
+
+def _rows_padded_by(kernel, widths, inner):
+    """The ``Kernel.lengths`` rule of ``F.pad`` by ``widths`` (a row before
+    the steps: a decoder's inputs shifted right, ``F.pad(h[:, :-1], ((0,
+    0), (1, 0), (0, 0)))``): the rows, and those added on their axis; at
+    any rows, the kernel pads the shape it is given, and its gradient
+    takes the ``inner(shape)`` of its input's."""
     def grad(xs, ys, gys, wanted):
         return gys[0][inner(xs[0].shape)],
 
@@ -2062,7 +2063,7 @@ def _rows_padded_by(kernel, widths, value, dtype, xp):
         before, after = widths[found.axis]
         out = (before + found._replace(axis=0) + after).cancelled()
         return Follow((out._replace(axis=found.axis),), any_rows)
-    any_rows = kernel._replace(fn=padded, lengths=lengths, grad=GradRule(
+    any_rows = kernel._replace(lengths=lengths, grad=GradRule(
         grad, inputs=(0,)))
     return lengths
 
@@ -2262,16 +2263,11 @@ def lower_pad_segments(node, ctx):
 
     def lengths(rows):
         words, items = rows
-        if items is not None and words is not None and \
-                _rows_of_one_kind((words, None)) and \
-                _rows_of_one_kind((None, items)):
-            # (the items' number, and as many rows framing each item: a
-            # first word joined to each, concatenate([bos, y]))
-            return Follow((items,))
-        if not _rows_of_one_kind(rows):
+        if rows == (None, None) or not all(
+                _on_the_first_axis(r) for r in rows if r is not None):
             return None
-        if items is not None:  # the items' number
-            return Follow((items,))
+        if items is not None:  # the items' number (and the words' rows
+            return Follow((items,))  # framing each: concatenate([bos, y]))
         return Follow((None if length is not None else
                        words._replace(axis=1, widest=True),))
     return Kernel(run, {'length': length, 'padding': padding},
@@ -2338,11 +2334,16 @@ def lower_reduce_segments(node, ctx):
 
 def _rows_of_one_kind(rows):
     """For the ``(rows of all the items, their lengths)`` of
-    :class:`PadSegments` and :class:`ReduceSegments`: are rows followed
-    on one of them only, on the first axis, as the items' joined rows
-    or their number?"""
-    return sum(r is not None for r in rows) == 1 and not any(
-        r is not None and (r.axis or r.widest or r.also) for r in rows)
+    :class:`ReduceSegments`: are rows followed on one of them only, on
+    the first axis, as the items' joined rows or their number?"""
+    found = [r for r in rows if r is not None]
+    return len(found) == 1 and _on_the_first_axis(found[0])
+
+
+def _on_the_first_axis(rows):
+    """Are ``rows`` on the first axis alone, each item's own (not the
+    longest's)?"""
+    return not (rows.axis or rows.widest or rows.also)
 
 
 def items_padded(xs, length, padding):
