@@ -924,16 +924,16 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                      draws=_draws_as_one(graph, values))
             if j.takes(items):
                 joins.append(j)
-                cut.append((False, [len(a) for a in items]))
+                cut.append(_width_key(j, items))
             continue
         if j is not None and j.kind == 'concat' and not j.takes(items):
             # Segments whose lengths a split may read: the joined
             # recording tells (take_joins); or as long as another list's
             # segments, item by item (a tagger's labels beside its
             # sentences, F.concat(ts, axis=0)).
-            j = j._replace(kind='segments', lengths=True) \
-                if item_splits or (False, [len(a) for a in items]) in cut \
-                else None
+            segments = j._replace(kind='segments', lengths=True)
+            j = segments if item_splits or \
+                _width_key(segments, items) in cut else None
         elif lengths_read:
             continue
         elif j is not None and sized is not None:
@@ -941,8 +941,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         if j is not None and j.takes(items) and _reader_of(
                 values, users, j, shapes_read, sized)[1] is None:
             joins.append(j)
-            cut.append((j.kind == 'pad', [len(a) for a in items])
-                       if j.kind in ('segments', 'pad') else None)
+            cut.append(_width_key(j, items))
     counts = set(len(items) for path, _, items, _ in lists
                  if any(j.path == path for j in joins))
     if len(counts) > 1:
@@ -950,13 +949,21 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     return tuple(_with_widths(joins, cut))
 
 
+def _width_key(j, items):
+    """What the list ``items``, joined as ``j``, shares a width by with
+    other lists (:func:`_with_widths`): for a padded list or segments,
+    whether padded (the longest item's words, not all the items') and
+    its items' lengths; else ``None``."""
+    if j.kind not in ('segments', 'pad'):
+        return None
+    return j.kind == 'pad', [len(a) for a in items]
+
+
 def _with_widths(joins, cut):
     """``joins``, those of lists padded or cut at their offsets with the
-    width their items' lengths (``cut``: whether padded, and the lengths;
-    ``None`` for other lists) share with other such lists: one width for
-    each lengths, in order (a source's and a target's, ``W`` and ``W2``),
-    padded lists apart from cut ones (the longest item's words, not all
-    the items')."""
+    width their :func:`_width_key` (``cut``) shares with other such lists:
+    one width for each, in order (a source's and a target's, ``W`` and
+    ``W2``)."""
     widths = []
     for j, sizes in zip(joins, cut):
         if sizes is not None and sizes not in widths:
