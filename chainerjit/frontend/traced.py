@@ -202,6 +202,12 @@ def _recorded_of_made(label, fn, args, kwargs, result):
     is."""
     if type(result) is not numpy.ndarray or not _of_made(args):
         return result
+    return _recorded(label, fn, args, kwargs, result)
+
+
+def _recorded(label, fn, args, kwargs, result):
+    """``result``, an array NumPy's ``fn`` gave the forward, traced and
+    recorded as a node."""
     result = _tag(result)
     _record_numpy(label, fn, args, kwargs, result)
     return result
@@ -1241,15 +1247,14 @@ class MadeArray(numpy.ndarray):
         """A view or copy of a made array, as NumPy's; indexed by a
         traced array (one-hot rows, ``numpy.eye(n)[t]`` of the labels),
         a node reading the index."""
+        getitem = numpy.ndarray.__getitem__
         if not holds_traced(index):
-            return numpy.ndarray.__getitem__(self, index)
-        label, getitem = 'ndarray.__getitem__', numpy.ndarray.__getitem__
+            return getitem(self, index)
         result = getitem(self.view(numpy.ndarray), untag(index))
         if type(result) is not numpy.ndarray:
             return result
-        result = _tag(result)
-        _record_numpy(label, getitem, (self, index), {}, result)
-        return result
+        return _recorded('ndarray.__getitem__', getitem, (self, index), {},
+                         result)
 
     def __setitem__(self, index, value):
         _note_write((self,), (index, value))
