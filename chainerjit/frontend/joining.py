@@ -167,12 +167,13 @@ def _join_of(path, node):
     attrs = dict(node.attrs)
     if node.op == 'PadSequence' and attrs.get('length') is None:
         return Join(path, 'pad', attrs.get('padding'))
-    if node.op in ('Concat', 'Stack') and attrs.get('axis') == 0:
-        return Join(path, node.op.lower(), None)
+    op = traced.JOINS.get(node.op, node.op)  # (or NumPy's)
+    if op in ('Concat', 'Stack') and attrs.get('axis') == 0:
+        return Join(path, op.lower(), None)
     return None
 
 
-class JoinedList(list):
+class JoinedList(traced.ItemsOfJoined, list):
     """The list the forward gets for a joined list argument: its items
     taken from the joined array ``joined`` (a traced array), whose first
     axis ``len()`` reads while recording. The forward's code iterating
@@ -180,20 +181,28 @@ class JoinedList(list):
     items would bake their number in."""
 
     joined = None
+    iterated = None  # (the last use noted)
 
     def __iter__(self):
-        _note_iterated(self.joined)
+        self.iterated = _note_iterated(self.joined)
         return list.__iter__(self)
 
+    def dispatched(self):
+        _forget_iterated(self.iterated)
 
-class JoinedTuple(tuple):
+
+class JoinedTuple(traced.ItemsOfJoined, tuple):
     """:class:`JoinedList` for a tuple argument."""
 
     joined = None
+    iterated = None
 
     def __iter__(self):
-        _note_iterated(self.joined)
+        self.iterated = _note_iterated(self.joined)
         return tuple.__iter__(self)
+
+    def dispatched(self):
+        _forget_iterated(self.iterated)
 
 
 class Segments(JoinedTuple):
@@ -387,6 +396,35 @@ def note_items(items, packed, leaf, shift=0):
     for k, item in enumerate(items):
         recorder.segment_items[id(lengths.array_of(item))] = Item(
             packed, k, items_lengths, leaf, shift)
+
+
+def note_outputs(parts, packed, like):
+    """Notes ``parts`` of ``packed`` (a link's output sequences, cut at the
+    lengths of ``like``, the :class:`Segments` it took) as items of the
+    joined list ``like``'s parts are items of, where they are
+    (:func:`note_items`): a function applied to each of them is applied
+    to ``packed`` (``[self.out(h) for h in hs]``)."""
+    found = _lengths_of_items(like.joined)
+    if found is not None:
+        leaf, shift = found
+        note_items(parts, packed, leaf, shift)
+        lengths.note_joined_rows(lengths.array_of(packed),
+                                 _keys.recording.recorder.words_of[leaf],
+                                 leaf, shift)
+
+
+def _lengths_of_items(array):
+    """``(leaf, shift)`` where ``array`` is the lengths of a joined list's
+    items, the argument ``leaf``, each plus ``shift``
+    (``lengths.shifted_lengths``); else ``None``."""
+    recorder = _keys.recording.recorder
+    for leaf, found in recorder.item_lengths.items():
+        if found is array:
+            return leaf, 0
+    for (leaf, shift), found in recorder.shifted_lengths.items():
+        if found is array:
+            return leaf, shift
+    return None
 
 
 def _item_of(x):
@@ -679,12 +717,26 @@ def count_of(items):
 
 
 def _note_iterated(joined):
+    """Notes the forward's code iterating over the items of ``joined``,
+    and returns the ``lengths.Use`` (or ``None``)."""
     recorder = _keys.recording.recorder
     loc = lengths.forward_line(2)
     origin = lengths.origin_of(joined, 0)
-    if recorder is not None and loc is not None and origin is not None:
-        recorder.length_uses.append(lengths.Use(
-            frozenset([origin]), lengths.ITERATED, loc))
+    if recorder is None or loc is None or origin is None:
+        return None
+    use = lengths.Use(frozenset([origin]), lengths.ITERATED, loc)
+    recorder.length_uses.append(use)
+    return use
+
+
+def _forget_iterated(use):
+    """Takes back ``use``, the iteration of a joined list last noted, if
+    it is the last use the recording noted: NumPy's dispatch iterated it
+    (``xp.concatenate(ts)``), not the forward's code."""
+    recorder = _keys.recording.recorder
+    if use is not None and recorder is not None and \
+            recorder.length_uses and recorder.length_uses[-1] is use:
+        recorder.length_uses.pop()
 
 
 def is_joined(value):

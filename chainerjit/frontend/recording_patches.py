@@ -1362,6 +1362,7 @@ def _apply_packed_nstep(link, cell, states, segments):
     outputs = node.apply(([] if zero_states else list(states)) + [
         segments.packed, segments.joined] + _nstep_params(link))
     ys = joining.cut(outputs[-1], segments.joined, joining.SegmentList)
+    joining.note_outputs(ys, outputs[-1], segments)
     return tuple(outputs[:-1]) + (ys,)
 
 

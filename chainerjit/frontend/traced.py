@@ -229,8 +229,9 @@ def _of_made(inputs):
 
 
 def holds_traced(obj):
-    """Is ``obj`` a traced array, or a list, tuple or dict holding one?"""
-    if isinstance(obj, TracedArray):
+    """Is ``obj`` a traced array, or a list, tuple or dict holding one (the
+    items of a joined list are)?"""
+    if isinstance(obj, (TracedArray, ItemsOfJoined)):
         return True
     if type(obj) in (list, tuple, dict):
         return any(holds_traced(x) for x in (
@@ -333,7 +334,14 @@ def memory_owner(array):
 def record_conversion(label, convert, a, args, kwargs):
     """``convert(a, *args, **kwargs)`` (``numpy.asarray``, ``numpy.array``,
     ...) of a traced array, recorded as a node: a conversion or copy of an
-    argument is read from the argument on every call."""
+    argument is read from the argument on every call. Of a list of arrays
+    alone, it is their stack (``numpy.asarray(xs)``), which ``joining``
+    joins as it joins ``numpy.stack(xs)``."""
+    if isinstance(a, ItemsOfJoined):
+        a = a.plain()
+    if type(a) in (list, tuple) and a and not args and not kwargs and all(
+            isinstance(x, numpy.ndarray) for x in a):
+        label, convert = 'numpy.stack', numpy.stack
     result = _tag(convert(untag(a), *args, **kwargs))
     _record_numpy(label, convert, (a,) + args, kwargs, result)
     return result
@@ -438,7 +446,7 @@ def record_call(recorder, label, fn, args, kwargs, result, index=None):
         recorder.note_computed(label, arrays, outs, kernel)
     node = recorder.add_node(ir.Node(
         label, kernel, in_values, recorder.bind_temps(outs),
-        _printed_settings(label, args), loc=user_location(4)))
+        _printed_settings(label, args, kwargs), loc=user_location(4)))
     recorder.templates[node] = ('numpy', fn, template)
     # (the argument's axes of ``steps = xs[:-1]``, whose steps a while
     # loop indexes with its counter)
@@ -471,9 +479,13 @@ def _permutation(label, fn, args, kwargs, result):
     return tuple(n - 2 for n in shape)
 
 
-def _printed_settings(label, args):
+def _printed_settings(label, args, kwargs):
     """The node's attributes, as the IR prints them: the index of
-    ``x[index]`` (``ndarray.__getitem__[index=[-1]]``)."""
+    ``x[index]`` (``ndarray.__getitem__[index=[-1]]``), the axis of a
+    join (``numpy.concatenate[axis=0]``)."""
+    if label in JOINS:
+        axis = args[1] if len(args) > 1 else kwargs.get('axis', 0)
+        return (('axis', axis),) if type(axis) is int else ()
     if label != 'ndarray.__getitem__':
         return ()
     index = args[1] if type(args[1]) is tuple else (args[1],)
@@ -536,7 +548,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     repeated = _repeated_axis(label, args, kwargs, arrays)
     if repeated is not None:  # (a mask for each of attention's heads)
         return ops.rows_repeated(*repeated)
-    joined = _JOINS.get(label)
+    joined = JOINS.get(label)
     if joined is not None and isinstance(result, numpy.ndarray) and \
             type(args[0]) in (list, tuple) and len(args[0]) > 1 and \
             _the_same(args[0], arrays):
@@ -567,9 +579,10 @@ def _the_same(items, arrays):
         a is b for a, b in zip(items, arrays))
 
 
-# NumPy's joins of a list of arrays along ``axis``, by their Chainer op's
-# name (``ops.rows_joined``): side by side, they keep the rows.
-_JOINS = {'numpy.concatenate': 'Concat', 'numpy.stack': 'Stack'}
+#: NumPy's joins of a list of arrays along ``axis``, by their Chainer op's
+#: name (``ops.rows_joined``; ``joining``): side by side, they keep the
+#: rows.
+JOINS = {'numpy.concatenate': 'Concat', 'numpy.stack': 'Stack'}
 
 
 # Reductions of one array with NumPy's ``axis`` and ``keepdims``, by the
@@ -1059,6 +1072,31 @@ def _ints_cast(convert, positions):
     return cast
 
 
+class ItemsOfJoined:
+    """Base of the lists the forward gets for a joined list argument
+    (``joining.JoinedList``), which note the forward iterating over them.
+    NumPy's dispatch iterates a list passed to its functions itself, in C
+    (``xp.concatenate(ts)``): :meth:`dispatched` takes that back."""
+
+    def dispatched(self):
+        raise NotImplementedError
+
+    def plain(self):
+        """The items in a plain list (or tuple), not iterated."""
+        kind = list if isinstance(self, list) else tuple
+        return kind(kind.__iter__(self))
+
+
+def _undispatched(args):
+    """``args`` of a NumPy function, a list of a joined argument's items
+    first (``xp.concatenate(ts)``, ``xp.stack(xs)``) as a plain one, its
+    iteration by NumPy's dispatch not the forward's."""
+    if not args or not isinstance(args[0], ItemsOfJoined):
+        return args
+    args[0].dispatched()
+    return (args[0].plain(),) + tuple(args[1:])
+
+
 def numpy_kernel(fn, args, kwargs):
     """A kernel calling ``fn(*args, **kwargs)`` with new arrays in place of
     the recorded ones. Returns ``(kernel function, recorded arrays)``."""
@@ -1097,6 +1135,7 @@ class TracedArray(numpy.ndarray):
         return result
 
     def __array_function__(self, func, types, args, kwargs):
+        args = _undispatched(args)
         untagged = {k: untag(v) for k, v in kwargs.items()}
         result = _followed_scalar(func(*eager_numbers(untag(args)),
                                        **untagged),
@@ -1214,7 +1253,7 @@ class MadeArray(numpy.ndarray):
         result = func(*_plain(args), **_plain(kwargs))
         label = 'numpy.' + func.__name__
         if func.__name__ in _MASKS or label in _MADE_LIKE or \
-                label in _JOINS:
+                label in JOINS:
             # (numpy.tril(numpy.ones((T, T))), a state's zeros_like(h),
             # labels joined: concatenate([ones((B, 1)), zeros((B, 1))]))
             return _recorded_of_made(label, func, args, kwargs, result)

@@ -530,3 +530,35 @@ def test_a_source_and_framed_targets_serve_every_count_and_length(train):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs: i32[B,W]@cpu'), \
         entry.signature
+
+
+class _StackedByNumPy(_Stacked):
+    """Feature vectors stacked by NumPy (``xp.stack(xs)``), their labels
+    joined by NumPy (``xp.concatenate(ts)``)."""
+
+    def forward(self, xs, ts):
+        h = self.fc(self.xp.stack(xs))
+        return F.softmax_cross_entropy(h, self.xp.concatenate(ts))
+
+
+class _ConvertedByNumPy(_Stacked):
+    """Feature vectors made one array by ``numpy.asarray(xs)``, their
+    labels by ``numpy.concatenate(ts, axis=0)``."""
+
+    def forward(self, xs, ts):
+        h = self.fc(numpy.asarray(xs))
+        return F.softmax_cross_entropy(h, numpy.concatenate(ts, axis=0))
+
+
+@pytest.mark.parametrize('cls', [_StackedByNumPy, _ConvertedByNumPy])
+@pytest.mark.parametrize('train', [True, False])
+def test_lists_joined_by_numpy_serve_every_count(cls, train):
+    # (NumPy's dispatch iterating over the list is not a loop counting
+    # its items)
+    rng = numpy.random.RandomState(9)
+    calls = [([rng.standard_normal(5).astype(F32) for _ in range(n)],
+              [rng.randint(0, 3, (1,)).astype(I32) for _ in range(n)])
+             for n in (3, 3, 6, 2, 11, 4, 8)]
+    jitted = checked_without_recompiling(lambda: _model(cls), calls, train)
+    entry, = jitted.cache_entries()
+    assert 'xs: f32[B,5]@cpu (array), ts: i32[B]' in str(entry.signature)

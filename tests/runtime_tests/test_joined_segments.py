@@ -1359,3 +1359,48 @@ def test_the_padded_width_in_python_keeps_the_lists_item_by_item(cls):
         [str(w.message) for w in caught]
     assert all('i32[W]' not in str(e.signature)
                for e in jitted.cache_entries())
+
+
+class _TaggerOfNumPyTags(_Tagger):
+    """A tagger whose tags NumPy joins (``xp.concatenate(ts)``), its
+    accuracy reported."""
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        h, t = self.out(F.concat(ys, axis=0)), self.xp.concatenate(ts)
+        chainer.report({'accuracy': F.accuracy(h, t)}, self)
+        return F.softmax_cross_entropy(h, t)
+
+
+class _TaggerScoringEach(_Tagger):
+    """A tagger scoring each output sequence on its own (``[self.out(y)
+    for y in ys]``), then joining the scores."""
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
+        scores = [self.out(y) for y in ys]
+        return F.softmax_cross_entropy(F.concat(scores, axis=0),
+                                       F.concat(ts, axis=0))
+
+
+def _tagged(rng, counts):
+    calls = []
+    for n in counts:
+        lengths = rng.randint(1, 10, n)
+        calls.append(([rng.randint(0, 30, k).astype(I32) for k in lengths],
+                      [rng.randint(0, 3, k).astype(I32) for k in lengths]))
+    return calls
+
+
+@pytest.mark.parametrize('cls', [_TaggerOfNumPyTags, _TaggerScoringEach])
+@pytest.mark.parametrize('train', [True, False])
+def test_taggers_as_scripts_write_them_serve_every_count_and_length(
+        cls, train):
+    entry = _the_one_entry(cls, _tagged(numpy.random.RandomState(21),
+                                        _COUNTS), train)
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ts[0]: i32[W]@cpu (array), ts[1]: i64[B]@cpu (array)'), \
+        entry.signature
+    ops = [node.op for node in entry.graph.nodes]
+    assert ops.count('LinearFunction') == 1, ops
