@@ -412,20 +412,26 @@ def lower_softmax_cross_entropy(node, ctx):
 
 
 def _label_ce_lengths(node, ctx):
-    """The ``Kernel.lengths`` rule of the loss of a 2-D ``x`` and its
-    labels: any number of rows where ``x`` and ``t`` have the same, as the
-    kernel and its gradient count the labels (``normalize``) or the rows
-    and index the rows of the arrays they get."""
-    if len(ctx.in_shapes[0]) != 2:
-        return None
-
-    @takes_widest  # (the first axis's alone: a padded block merged)
+    """The ``Kernel.lengths`` rule of the loss of ``x`` and its labels: any
+    number of rows where ``x`` and ``t`` have the same, as the kernel and
+    its gradient count the labels (``normalize``) or the batch and index
+    the rows of the arrays they get: on the first
+    axis, or of ``x`` of more than two axes, on an axis after the
+    classes' (``(B, C, T)``, ``t`` of ``(B, T)``)."""
+    @takes_widest  # (a padded block merged, or its words)
     def lengths(rows):
-        if None in rows or rows[0].count() != rows[1].count() or any(
-                r.axis or r.widest != rows[0].widest for r in rows):
+        if None in rows or rows[0].count() != rows[1].count() or \
+                rows[0].widest != rows[1].widest or \
+                _labels_axis(rows[0].axis) != rows[1].axis:
             return None
-        return Follow((rows[0] if node.reduce == 'no' else None,))
+        return Follow((rows[1] if node.reduce == 'no' else None,))
     return lengths
+
+
+def _labels_axis(axis):
+    """The axis of the labels of the classes' scores' ``axis`` (their
+    axis 1 is the classes')."""
+    return 0 if axis == 0 else -1 if axis == 1 else axis - 1
 
 
 def _softmax_ce_grad(node, ctx):
@@ -434,12 +440,11 @@ def _softmax_ce_grad(node, ctx):
     the softmax the forward kept (its second output, ``passes/keep.py``)
     or recomputed as the forward computes it, and the coefficient
     computed as the forward does."""
-    x_shape, t_shape = ctx.in_shapes
+    x_shape = ctx.in_shapes[0]
     soft_target = ctx.in_dtypes[1].kind == 'f'
     return _softmax_ce_grad_fn(
         ctx, soft_target, node.ignore_label, node.reduce == 'mean',
-        _softmax_ce_coefficient(node, x_shape, soft_target),
-        *_label_positions(x_shape, t_shape))
+        _softmax_ce_coefficient(node, x_shape, soft_target))
 
 
 def _softmax_ce_grad_to_onnx(node, ctx):
@@ -504,10 +509,12 @@ def _coefficient_of(coeff, t, ignore_label):
     return 1.0 / max(len(t), 1) if coeff is PER_ROW else coeff
 
 
+@functools.lru_cache(maxsize=16)
 def _label_positions(x_shape, t_shape):
     """``(fst_index, trd_index)``: where the labels pick their classes'
     entries of the softmax, for an ``x`` of more than two axes; ``None``
-    for a 2-D ``x``, whose rows are counted from the labels."""
+    for a 2-D ``x``, whose rows are counted from the labels. (Read
+    only.)"""
     t_size = int(numpy.prod(t_shape))
     if len(x_shape) == 2 or not t_size:
         return None, None
@@ -515,20 +522,21 @@ def _label_positions(x_shape, t_shape):
     return numpy.arange(t_size) // n_unit, numpy.arange(t_size) % n_unit
 
 
-def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff,
-                        fst_index, trd_index):
-    """``grad(xs, ys, gys, wanted)`` of :func:`_softmax_ce_grad`."""
+def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff):
+    """``grad(xs, ys, gys, wanted)`` of :func:`_softmax_ce_grad`, at any
+    shape of ``x`` (but for ``coeff``)."""
     x_shape = ctx.in_shapes[0]
-    x_size = int(numpy.prod(x_shape))
 
     def grad(xs, ys, gys, wanted):
         if not wanted[0]:
             return None, None
         x, t = xs
         gloss = gys[0]
-        if x_size == 0:
-            return numpy.zeros(x_shape, dtype=ctx.in_dtypes[0]), None
-        if len(ys) == 2:  # the softmax kept
+        kept = len(ys) == 2  # the softmax kept (x not given)
+        shape = (ys[1] if kept else x).shape
+        if 0 in shape:
+            return numpy.zeros(shape, dtype=ctx.in_dtypes[0]), None
+        if kept:
             y = ys[1].copy()
         else:
             y = log_softmax_rows(x)
@@ -548,6 +556,7 @@ def _softmax_ce_grad_fn(ctx, soft_target, ignore_label, mean, coeff,
             gx[numpy.arange(len(t)), t] -= 1
             gx *= t_valid.reshape((len(t), 1))
         else:
+            fst_index, trd_index = _label_positions(shape, t.shape)
             gx = y.reshape(y.shape[0], y.shape[1], -1)
             gx[fst_index, t.ravel(), trd_index] -= 1
             gx *= t_valid.reshape((len(t), 1, -1))

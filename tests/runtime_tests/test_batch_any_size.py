@@ -2179,3 +2179,41 @@ def test_labels_made_one_hot_serve_every_batch_size():
                                           _model(_OneHot))
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('x: f32[B,12]'), entry.signature
+
+
+class _TagsOverTime(chainer.Chain):
+    """A tag for each step of a batch-first block: scores of ``(B, C, T)``
+    from a convolution over the steps, the loss over the tags ``(B, T)``
+    (padded with -1)."""
+
+    def __init__(self, reduce='mean', normalize=True):
+        super().__init__()
+        with self.init_scope():
+            self.conv = L.Convolution1D(5, 4, 3, pad=1)
+        self.reduce, self.normalize = reduce, normalize
+
+    def forward(self, x, t):
+        scores = self.conv(F.transpose(x, (0, 2, 1)))
+        return F.softmax_cross_entropy(scores, t, normalize=self.normalize,
+                                       reduce=self.reduce)
+
+
+def _tagged_steps(rng, shapes):
+    calls = []
+    for batch, steps in shapes:
+        t = rng.randint(0, 4, (batch, steps)).astype(numpy.int32)
+        t[rng.rand(batch, steps) < 0.2] = -1
+        calls.append((rng.randn(batch, steps, 5).astype(F32), t))
+    return calls
+
+
+@pytest.mark.parametrize('reduce, normalize', [
+    ('mean', True), ('mean', False), ('no', True)])
+def test_a_loss_over_classes_and_steps_serves_every_batch_and_length(
+        reduce, normalize):
+    # (the batch and the steps change, also both at once)
+    calls = _tagged_steps(numpy.random.RandomState(3), [
+        (4, 6), (4, 6), (7, 6), (7, 11), (3, 5), (9, 2), (4, 13)])
+    jitted = _checked_without_recompiling(
+        calls, _TagsOverTime(reduce, normalize))
+    assert len(jitted.cache_entries()) == 1
