@@ -26,6 +26,7 @@ runs eagerly too, and the results are compared (``api``).
 """
 
 import collections
+import os
 import sys
 
 import chainer
@@ -615,7 +616,7 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
     if name == 'Reshape' and shape is not None and \
             recorder.length_leaves.get(id(in_arrays[0])) is None:
         kept = _split_again(recorder, in_arrays[0], out_arrays[0].shape,
-                            _sized_axes(shape))
+                            _sized_axes(shape), _reshaped_by_chainer())
         if any(kept) and len(kept) == out_arrays[0].ndim:
             recorder.length_leaves[id(out_arrays[0])] = kept
         return
@@ -663,7 +664,7 @@ def note_merged(recorder, name, in_arrays, out_arrays):
     into the first's size cuts it as that reshape's rows
     (``recording_patches``)."""
     x, y = in_arrays[0], out_arrays[0]
-    if name == 'Reshape':
+    if name in ('Reshape', 'ndarray.reshape'):  # (or NumPy's, of an array)
         merged = _merged_of_reshape(recorder, x, y.shape)
     elif name == 'LinearFunction' and x.ndim == 2 or \
             name in SAME_AXES and x.shape == y.shape:
@@ -698,12 +699,13 @@ def merged_origins(x, axis):
     return recorder.merged_axes.get(id(data_of(x)), {}).get(axis)
 
 
-def _split_again(recorder, x, shape, kept):
+def _split_again(recorder, x, shape, kept, by_chainer=False):
     """``kept``, the origins of the axes of a reshape of ``x`` to
     ``shape``, with those of the parts of an axis of ``x`` that merged a
     run of arguments' axes (:func:`note_merged`) where the reshape splits
     it into as many parts, the first of the run's size where it is a
-    Length: ``(T, -1, H)`` of ``(T * B, H)``."""
+    Length (``(T, -1, H)`` of ``(T * B, H)``), or where a link's code
+    split it (``by_chainer``) into the sizes the run's axes have."""
     merged = recorder.merged_axes.get(id(x))
     regrouped = array_ops.regrouped(x.shape, tuple(shape))
     if not merged or regrouped is None or regrouped[0] != 'split':
@@ -713,11 +715,35 @@ def _split_again(recorder, x, shape, kept):
         origins = merged.get(axis)
         if origins is None or len(origins) != len(run) or any(
                 kept[k] not in (None, o) for k, o in zip(run, origins)) or \
-                kept[run[0]] is None:
+                kept[run[0]] is None and not (by_chainer and all(
+                    shape[k] == recorder.input_arrays[leaf].shape[a]
+                    for k, (leaf, a) in zip(run, origins))):
             continue  # (the first part's size not read of its origin)
         for k, origin in zip(run, origins):
             kept[k] = origin
     return tuple(kept)
+
+
+def _reshaped_by_chainer():
+    """Is the reshape being recorded asked for by Chainer's code
+    (``F.linear(x, W, n_batch_axes=2)`` splitting its rows back into the
+    axes it read of ``x``), not by the forward's? Its sizes are then read
+    from its input at every call."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code not in _RESHAPES:
+        frame = frame.f_back
+    while frame is not None and frame.f_code in _RESHAPES:
+        frame = frame.f_back
+    return frame is not None and \
+        frame.f_code.co_filename.startswith(_CHAINER_DIR)
+
+
+#: ``F.reshape`` and ``Variable.reshape``, whose caller asks for a reshape.
+_RESHAPES = (chainer.functions.reshape.__code__,
+             chainer.Variable.reshape.__code__)
+
+#: Where Chainer's code is.
+_CHAINER_DIR = os.path.dirname(chainer.__file__) + os.sep
 
 
 def draw_of_sizes(recorder, draw, args, kwargs, result):
@@ -785,7 +811,8 @@ def _followed_axes(kernel, in_arrays, origins, out_arrays):
                                  on[0], also=tuple(on[1:])) if on else None)
         following = ops.follow_kernel(kernel, rows)
         for kept, r in zip(found, following.outputs if following else ()):
-            if r is not None and r.count() == (((origin[0], 1),), 0):
+            if r is not None and r.count() == (((origin[0], 1),), 0) and \
+                    not r.widest:  # (the longest item's rows: not its)
                 for axis in r.axes:
                     kept[axis] = origin
     return found

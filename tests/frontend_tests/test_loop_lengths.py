@@ -2737,3 +2737,59 @@ def test_steps_transposed_by_numpy_serve_every_length_and_batch(cls):
         jitted = differential.check_on_arrays(cls(), calls)
     entry, = jitted.cache_entries()
     assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class WhileOverProjectedSteps(_Steps):
+    """A ``while`` loop over the steps projected at once by a linear layer
+    over two batch axes, whose own reshapes merge and split the steps and
+    the batch."""
+
+    def forward(self, xs):
+        T, batch, _ = xs.shape
+        gx = self.x2h(xs, n_batch_axes=2)
+        h = c = self.xp.zeros((batch, H), dtype=xs.dtype)
+        t = 0
+        while t < T:
+            c, h = F.lstm(c, gx[t] + self.h2h(h))
+            t += 1
+        return self.out(h)
+
+
+class WhileOverProjectedFunction(WhileOverProjectedSteps):
+    """The same by ``F.linear``, over the batch-first steps."""
+
+    def forward(self, xs):
+        xs = F.transpose(xs, (1, 0, 2))
+        gx = F.linear(xs, self.x2h.W, self.x2h.b, n_batch_axes=2)
+        h = c = self.xp.zeros((xs.shape[0], H), dtype=xs.dtype)
+        t = 0
+        while t < xs.shape[1]:
+            c, h = F.lstm(c, gx[:, t] + self.h2h(h))
+            t += 1
+        return self.out(h)
+
+
+@pytest.mark.parametrize('cls', [WhileOverProjectedSteps,
+                                 WhileOverProjectedFunction])
+def test_a_while_loop_over_steps_projected_at_once_serves_every_shape(cls):
+    entry = _one_entry_with_gradients(cls(), _step_calls(SHAPES))
+    assert 'trip=T' in str(entry.graph), entry.graph
+
+
+class LazyStateOfAProjectedStep(_Steps):
+    """The state made in the loop's first step, of the size of the step
+    projected (``len(z)``)."""
+
+    def forward(self, xs):
+        h = c = None
+        for x in xs:
+            z = self.x2h(x)
+            if h is None:
+                h = c = self.xp.zeros((len(z), H), dtype=z.dtype)
+            c, h = F.lstm(c, z + self.h2h(h))
+        return self.out(h)
+
+
+def test_a_state_made_lazily_of_a_projected_step_serves_every_shape():
+    _one_entry_with_gradients(LazyStateOfAProjectedStep(),
+                              _step_calls(SHAPES))
