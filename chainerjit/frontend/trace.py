@@ -1108,6 +1108,8 @@ def _leaf_spec(leaf, recorder, proxies, what):
             return 'arg', i, is_var, grad
     array = signature.leaf_array(leaf)
     value = recorder.values.get(id(array))
+    if value is None and recorder.holds_made(array):  # (zeros(h.shape))
+        value = recorder.value_of(array)
     if value is not None and value.kind == 'param' and \
             recorder.param_owners.get(value) is leaf:
         return 'model', value.data, is_var, grad

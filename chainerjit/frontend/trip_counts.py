@@ -646,9 +646,10 @@ def _operations(code, test, of_any_array=False):
     if found is None:
         return None
     function, offset, indent, params, sizes = found
-    if of_any_array:
+    if of_any_array:  # (B, T = x.shape of a value x the forward made)
         params = set(n.id for n in ast.walk(function)
                      if isinstance(n, ast.Name))
+        sizes = _names_of_sizes(function, params)
     operations = []
     for node in ast.walk(function):
         if not isinstance(node, ast.BinOp) or not test(node):
