@@ -593,8 +593,12 @@ class JitFunction(_calls.CachedCall):
     def _remove_entries(self, joined):
         """Drops the entries of joined calls, or of the others."""
         for entry in self.cache.entries():
-            if (entry.key[2][:1] == ('joined',)) == joined:
+            if _is_joined(entry) == joined:
                 self.cache.remove(entry)
+
+    def _holds_joined(self):
+        """Does the cache hold an entry of joined calls?"""
+        return any(_is_joined(entry) for entry in self.cache.entries())
 
     def _varying_numbers(self, key):
         """``(paths, entry, batched)``: the paths of the float arguments
@@ -930,7 +934,9 @@ class JitFunction(_calls.CachedCall):
             self._remove_entries(joined=False)
         elif compiled.joins is not None:
             self._forget_joined()
-        self._single_unjoined |= compiled.single_unjoined
+        if compiled.single_unjoined is True or \
+                compiled.single_unjoined and self._holds_joined():
+            self._single_unjoined = True
         entry = compiled.entry
         if entry is None:
             return compiled.result
@@ -1275,6 +1281,11 @@ def _sizes_open(entry, key, batched=None):
         return None
     general = entry.symbolic.generalize(key)
     return None if general is None else (general[0], entry.key)
+
+
+def _is_joined(entry):
+    """Is ``entry`` one of joined calls (``frontend.joining.mark_key``)?"""
+    return entry.key[2][:1] == ('joined',)
 
 
 def _item_counts(entry):

@@ -103,10 +103,6 @@ class Join(collections.namedtuple('Join',
             return False
         if self.kind == 'stack':
             return all(a.shape == first.shape for a in items)
-        if self.kind == 'pad' and max(len(a) for a in items) < MIN_ITEMS:
-            return False  # a width of one keeps its entry
-        if self.kind == 'segments' and sum(map(len, items)) < MIN_ITEMS:
-            return False  # so do words of one
         return all(a.ndim == first.ndim and a.shape[1:] == first.shape[1:]
                    and (self.kind != 'concat' or a.shape[0] == 1) and
                    (self.kind != 'segments' or a.shape[0] >= 1)
@@ -779,9 +775,8 @@ def join(args, kwargs, joins):
         arguments[key] = j.joined(items)
         if j.kind in ('segments', 'pad'):
             cut.setdefault(j.width, set()).add(tuple(len(a) for a in items))
-    if len(counts) != 1 or any(len(n) > 1 for n in cut.values()) or \
-            counts == {1} and len(cut) > 1:
-        return None  # (no offsets tell a single item's list)
+    if len(counts) != 1 or any(len(n) > 1 for n in cut.values()):
+        return None
     return Joined(joins, tuple(args), kwargs)
 
 

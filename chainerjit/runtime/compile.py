@@ -117,7 +117,9 @@ class Compiled(collections.namedtuple('Compiled', (
             joins from now on (``()``: none, ever), or ``None``.
         single_unjoined: a joined call of lists of one item got no entry:
             the function records such calls item by item from now on,
-            and joins the others still.
+            and joins the others still; ``'sizes'`` where the program
+            could not leave its sizes open at that call's (a sentence of
+            one word): only once an entry of joined calls serves others.
     """
 
     __slots__ = ()
@@ -295,7 +297,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         why_unjoined = _why_joins_fixed(entry, batched)
         if why_unjoined is not None:
             return _unjoined(caller, recording, miss_reason, why_unjoined,
-                             packed)
+                             packed, sized=entry.program is not None)
     elif packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
     entry.compile_seconds = time.perf_counter() - start
@@ -977,14 +979,15 @@ def _packing_pays(entry, recording):
 
 # --- joined lists -----------------------------------------------------------
 
-def _unjoined(caller, recording, miss_reason, why, joined):
+def _unjoined(caller, recording, miss_reason, why, joined, sized=False):
     """What a joined call (``joined``) that gets no entry gives back: the
     function records its lists item by item from now on, which this warns
     of; calls of lists of one item only, where ``joined`` is one (a
-    sentence framed or cut at its ends alone)."""
+    sentence framed or cut at its ends alone; ``sized``: its program
+    compiled, but at sizes too small to leave open)."""
     if joining.counts(joined) == set([1]):
         return Compiled(recording.result, None, miss_reason, None, None,
-                        True)
+                        'sizes' if sized else True)
     if caller.warn_joins is not None:
         caller.warn_joins('the number of items of list arguments stays in '
                           'the cache key (each new number compiles again): '

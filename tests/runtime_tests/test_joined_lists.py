@@ -562,3 +562,30 @@ def test_lists_joined_by_numpy_serve_every_count(cls, train):
     jitted = checked_without_recompiling(lambda: _model(cls), calls, train)
     entry, = jitted.cache_entries()
     assert 'xs: f32[B,5]@cpu (array), ts: i32[B]' in str(entry.signature)
+
+
+class _ShapeOfThePaddedBlock(_PerItem):
+    """The padded block's shape unpacked (``B, T = x.shape``), its width
+    dividing a Variable, its batch size scaling a float literal; in
+    inference, an array of its shape returned too (``xp.zeros(x.shape)``).
+    """
+
+    def forward(self, xs, ys):
+        x = F.pad_sequence(xs, padding=-1)
+        B, T = x.shape
+        h = F.sum(self.embed(x), axis=1) / T
+        loss = F.softmax_cross_entropy(self.fc(h), F.concat(ys, axis=0)) + \
+            0.01 * B
+        if chainer.config.train:
+            return loss
+        return loss, self.xp.zeros(x.shape, F32)
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_sizes_of_the_padded_block_in_python_serve_every_shape(train):
+    calls = _batches(numpy.random.RandomState(12), _COUNTS)
+    jitted = checked_without_recompiling(
+        lambda: _model(_ShapeOfThePaddedBlock), calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: i32[B,W]@cpu'), \
+        entry.signature

@@ -1404,3 +1404,37 @@ def test_taggers_as_scripts_write_them_serve_every_count_and_length(
         entry.signature
     ops = [node.op for node in entry.graph.nodes]
     assert ops.count('LinearFunction') == 1, ops
+
+
+class _SummedScoresMasked(_MaskedAttentionPool):
+    """Sentences embedded each; attention scores summed over the features
+    (``(B, W)``), masked by ``xp.full(scores.shape, ...)``: the scores'
+    width is the longest sentence's, not the words'."""
+
+    def forward(self, xs, t=None):
+        _, _, enc = self.encoder(None, None, [self.embed(x) for x in xs])
+        enc = F.pad_sequence(enc)
+        scores = F.sum(enc, axis=2)
+        scores = F.where(scores.array > 0, scores,
+                         self.xp.full(scores.shape, -1e9, scores.dtype))
+        weights = F.broadcast_to(F.softmax(scores)[:, :, None], enc.shape)
+        return F.softmax_cross_entropy(
+            self.out(F.sum(enc * weights, axis=1)), t)
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_a_mask_as_wide_as_summed_scores_serves_every_count_and_length(
+        train):
+    _one_joined_entry(_SummedScoresMasked, _batches(
+        numpy.random.RandomState(22), _COUNTS), train, 't: i32[B]')
+
+
+def test_a_sentence_of_one_word_alone_is_served_by_the_joined_entry():
+    # (a batch of one sentence, of one word, among others)
+    rng = numpy.random.RandomState(23)
+    calls = _tagged(rng, (4, 1, 3, 1, 5, 2, 1))
+    calls[1] = ([numpy.array([3], I32)], [numpy.array([1], I32)])
+    calls[4][0][2], calls[4][1][2] = calls[1][0][0], calls[1][1][0]
+    entry = _the_one_entry(_TaggerOfNumPyTags, calls, True)
+    assert str(entry.signature).startswith('xs[0]: i32[W]@cpu'), \
+        entry.signature
