@@ -311,6 +311,9 @@ _AXIS_REDUCTIONS = frozenset([
     'ptp', 'count_nonzero', 'nansum', 'nanprod', 'nanmean', 'nanstd',
     'nanvar', 'nanmax', 'nanmin'])
 
+# NumPy's positions of the greatest or least values along ``axis``.
+_ARG_REDUCTIONS = frozenset(['argmax', 'argmin', 'nanargmax', 'nanargmin'])
+
 # NumPy functions whose scalar result is followed (see _followed_scalar).
 _SCALAR_REDUCTIONS = _AXIS_REDUCTIONS | frozenset([
     'average', 'dot', 'vdot', 'inner', 'trace'])
@@ -588,8 +591,9 @@ JOINS = {'numpy.concatenate': 'Concat', 'numpy.stack': 'Stack'}
 # Reductions of one array with NumPy's ``axis`` and ``keepdims``, by the
 # label of their call: their kernel takes any shape.
 _REDUCTIONS = frozenset(
-    ['numpy.' + name for name in _AXIS_REDUCTIONS | {'all', 'any'}] +
-    ['ndarray.mean', 'ndarray.var', 'ndarray.std'])
+    ['numpy.' + name for name in _AXIS_REDUCTIONS | {'all', 'any'} |
+     _ARG_REDUCTIONS] +
+    ['ndarray.' + name for name in {'mean', 'var', 'std'} | _ARG_REDUCTIONS])
 
 
 def _reduced_axes(label, fn, args, kwargs, arrays):
@@ -632,8 +636,11 @@ _MASKS = frozenset(['tril', 'triu'])
 # 4)`` of relative positions).
 _ELEMENTWISE = frozenset(['numpy.clip', 'numpy.around', 'numpy.round',
                           'numpy.round_', 'numpy.nan_to_num'])
+# Orders of an array's values along an axis, of its shape (``h[numpy.
+# argsort(t)]``: each row's place).
+_ORDERS = frozenset(['numpy.argsort', 'ndarray.argsort', 'numpy.sort'])
 _SHAPE_KEEPING = _SHAPE_KEEPING_CONVERSIONS | _MADE_LIKE | _ELEMENTWISE | \
-    frozenset('numpy.' + name for name in _MASKS)
+    _ORDERS | frozenset('numpy.' + name for name in _MASKS)
 
 
 def record_draw(label, draw, args, kwargs, result):
@@ -1161,8 +1168,8 @@ class TracedArray(numpy.ndarray):
     # mean, var and std divide with out= inside: one op each instead.
     for _name in ('astype', 'reshape', 'transpose', 'swapaxes', 'copy',
                   'ravel', 'flatten', 'squeeze', 'argmax', 'argmin',
-                  'nonzero', '__getitem__', 'repeat', 'take', 'dot',
-                  'mean', 'var', 'std'):
+                  'argsort', 'nonzero', '__getitem__', 'repeat', 'take',
+                  'dot', 'mean', 'var', 'std'):
         locals()[_name] = _replayed(_name)
 
     @property

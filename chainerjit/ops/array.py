@@ -727,7 +727,8 @@ def cut_to_sizes(index, xp=None):
     @takes_square
     def lengths(rows):
         if rows[0] is not None:
-            return _rows_cut_at_a_size(entries, rows[0], rows[1:])
+            return _rows_cut_at_a_size(entries, rows[0], rows[1:]) or \
+                _rows_past_a_fixed_cut(entries, rows[0], rows[1:])
         found = collections.defaultdict(set)  # rows (on no axis): axes
         axis = 0  # of the result
         for e in entries:
@@ -844,6 +845,24 @@ def _rows_cut_at_a_size(entries, rows, sized):
         return None
     parts = rows.parts[:count] if e.start is None else rows.parts[count:]
     return Follow((rows._replace(parts=parts),))
+
+
+def _rows_past_a_fixed_cut(entries, rows, sized):
+    """The :class:`Follow` of ``x[:, :, :S]``, a cut of slices alone where
+    ``x`` has ``rows`` on axes the index takes whole and each bound is
+    the size of an axis without rows (of ``sized``, the arrays the bounds
+    read): a causal convolution's output cut to its input's length, its
+    batch any size. ``None`` otherwise."""
+    if not all(isinstance(e, slice) for e in entries) or any(
+            k < len(entries) and entries[k] != slice(None)
+            for k in rows.axes):
+        return None
+    bounds = [v for e in entries for v in (e.start, e.stop, e.step)
+              if isinstance(v, SizedBound)]
+    if any(sized[v.k] is not None and v.axis in sized[v.k].axes
+           for v in bounds):
+        return None
+    return Follow((rows,))
 
 
 def _printed_index(entries):
@@ -1367,6 +1386,49 @@ def lower_get_item(node, ctx):
                                                 inputs=(0,)),
                                   lengths=lengths)
     return kernel._replace(lengths=lengths)
+
+
+@state_lowering(get_item.GetItem, computed=True)
+def lower_get_item_at_arrays(node, ctx, state):
+    """``x[i, j]`` of integer arrays the forward computed, first (``enc[
+    xp.arange(len(xs)), lengths - 1]``: each sentence's last output of a
+    padded block): the arrays are the node's further inputs, read at run
+    time; the gradient adds the output's at the positions taken (repeated
+    ones too, as ``GetItemGrad``). At any number of rows of the indexes
+    (the batch), and of the axes they take (the width)."""
+    slices = node.slices if type(node.slices) is tuple else (node.slices,)
+    at = [index for name, index in state]
+    taken = len(at)
+    if any(name != 'slices' for name, _ in state) or \
+            at != list(range(taken)) or ctx.xp is not numpy or any(
+                s != slice(None) for s in slices[taken:]) or any(
+                s.dtype.kind not in 'iu' or s.ndim != 1
+                for s in slices[:taken]):
+        return None
+
+    def get(x, *indexes):
+        return utils.force_array(x[indexes])
+
+    def grad(xs, ys, gys, wanted):
+        gx = numpy.zeros(xs[0].shape, gys[0].dtype)
+        numpy.add.at(gx, tuple(xs[1:]), gys[0])
+        return (gx,) + (None,) * taken
+
+    @takes_widest
+    def lengths(rows):
+        x, indexes = rows[0], rows[1:]
+        if all(r is None for r in indexes):  # (the axes taken vary alone)
+            return None if x is not None and (
+                x.also or x.axis >= taken) else Follow((None,))
+        first = indexes[0]
+        if any(r != first for r in indexes) or first.axis or first.also or \
+                first.widest or x is not None and (
+                    x.axis or x.also or x.count() != first.count()):
+            return None
+        return Follow((first,))
+    return Kernel(get, {'slices': index_label(node.slices)},
+                  grad=GradRule(grad, inputs=range(1 + taken)),  # (x's shape)
+                  lengths=lengths)
 
 
 @lowering(select_item.SelectItem)

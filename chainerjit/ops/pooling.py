@@ -416,11 +416,11 @@ def lower_unpooling_nd(node, ctx):
 
 def _unpooling(node, ctx, grad_class, ksize, stride, pad):
     """Each value spread over its window (the node's own forward, on a
-    copy of the recorded node, so every size and padding is Chainer's);
-    the gradient is the forward of ``grad_class``, the node Chainer's
-    backward applies: the sum over each window. Where the windows tile
-    the output without padding, both have ONNX forms (a broadcast and a
-    sum)."""
+    copy of the recorded node, so every size and padding is Chainer's; at
+    any batch size); the gradient is the forward of ``grad_class``, the
+    node Chainer's backward applies: the sum over each window. Where the
+    windows tile the output without padding, both have ONNX forms (a
+    broadcast and a sum)."""
     if ctx.xp is not numpy:
         return None
     settled = _settled(node, ctx)
@@ -433,7 +433,8 @@ def _unpooling(node, ctx, grad_class, ksize, stride, pad):
         'ksize': tuple(ksize), 'stride': tuple(stride), 'pad': tuple(pad)},
         grad=GradRule(grad, onnx=_unpool_grad_to_onnx(ksize, dims)
                       if tiles else None),
-        onnx=_unpool_to_onnx(ksize, dims) if tiles else None)
+        onnx=_unpool_to_onnx(ksize, dims) if tiles else None,
+        lengths=rows_follow_first)  # (its sizes settled are the image's)
 
 
 def _settled(node, ctx):

@@ -607,8 +607,8 @@ class _Sampled(chainer.Chain):
 
 
 class _Permuted(_Sampled):
-    """Rows picked by an array of ints (``h[numpy.argsort(t)]``): Chainer's
-    own function, run as it is."""
+    """Rows picked by an array of ints the forward computed
+    (``h[numpy.argsort(t)]``)."""
 
     def forward(self, x, t):
         return F.sum(self.l1(x)[numpy.argsort(t)] * 2)
@@ -671,9 +671,6 @@ def test_a_vae_serves_every_batch_size_in_both_modes(cls):
      'a value computed from x read by GetItem['),
     (_Sampled, _features, 'RReLU at test_batch_any_size.py:%d runs as '
      'Chainer\'s own function' % (_Sampled.forward.__code__.co_firstlineno
-                                  + 1)),
-    (_Permuted, _features, 'GetItem at test_batch_any_size.py:%d runs as '
-     'Chainer\'s own function' % (_Permuted.forward.__code__.co_firstlineno
                                   + 1)),
 ])
 def test_where_the_batch_size_stays_in_the_key_a_warning_says_why(
@@ -2216,4 +2213,62 @@ def test_a_loss_over_classes_and_steps_serves_every_batch_and_length(
         (4, 6), (4, 6), (7, 6), (7, 11), (3, 5), (9, 2), (4, 13)])
     jitted = _checked_without_recompiling(
         calls, _TagsOverTime(reduce, normalize))
+    assert len(jitted.cache_entries()) == 1
+
+
+class _Predicted(_Classifier):
+    """The classes predicted by NumPy's ``argmax`` of the scores' array
+    (``predict(argmax=True)`` of Chainer's text classifier example)."""
+
+    def forward(self, x, t=None):
+        y = self.l2(F.relu(self.l1(x)))
+        return self.xp.argmax(y.array, axis=1), y.array.argmin(axis=1)
+
+
+def test_classes_predicted_by_numpy_serve_every_batch_size():
+    model = _model(_Predicted)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for x, _ in _calls(_features):
+            testing.assert_results_equal(jitted(x), model.forward(x))
+    assert len(jitted.cache_entries()) == 1
+
+
+class _Upsampled(chainer.Chain):
+    """Signals spread by ``F.unpooling_2d`` (a vocoder's upsampling), cut
+    by a causal convolution back to their length (``h[:, :, :length]``
+    of ``length = x.shape[2]``), as WaveNet does."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.conv = L.Convolution2D(3, 4, (2, 1), pad=(1, 0))
+
+    def forward(self, x, t):
+        x = F.unpooling_2d(x, (2, 1), cover_all=False)
+        length = x.shape[2]
+        h = self.conv(x)[:, :, :length, :]
+        return F.softmax_cross_entropy(F.sum(h, axis=(2, 3)), t)
+
+
+def test_upsampled_and_causally_cut_signals_serve_every_batch_size():
+    calls = [(x[:, :, :, :1], t) for x, t in _calls(_images)]
+    jitted = _checked_without_recompiling(calls, _model(_Upsampled))
+    assert len(jitted.cache_entries()) == 1
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_rows_picked_by_computed_ints_serve_every_batch_size(train):
+    calls = _calls(_features)
+    model = _model(_Permuted)
+    if train:
+        jitted = _checked_without_recompiling(calls, model)
+    else:
+        jitted = chainerjit.jit(model.forward)
+        with warnings.catch_warnings(), chainer.using_config('train', False):
+            warnings.simplefilter('error', errors.RecompileWarning)
+            for args in calls:
+                testing.assert_results_equal(jitted(*args),
+                                             model.forward(*args))
     assert len(jitted.cache_entries()) == 1
