@@ -891,10 +891,10 @@ def take_joins(recording, joins, names):
         values = [node.outputs[0] for node in nodes]
         if j.kind == 'segments' and not any(users.get(v) for v in values):
             continue  # applied to whole (applied_to_items)
-        node, why = _reader_of(values, users, j, recording.shapes_read)
+        nodes, why = _reader_of(values, users, j, recording.shapes_read)
         if why is not None:
             return why
-        found.append((node, joined))
+        found += [(node, joined) for node in nodes]
     gone = set(item_nodes) | set(node for node, _ in found)
     graph.read_instead(dict((node.outputs[0], joined)
                             for node, joined in found))
@@ -961,9 +961,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             [o for use in uses for o in use.origins] if sized
             else length_reads) for leaf in leaves) and not (
                 _means_of_items(graph, values, users, sized))
-        readers = [n for n in users.get(values[0], []) if n is not sized]
-        j = _join_of(path, readers[0]) if len(readers) == 1 and \
-            readers[0] is not None else None
+        j = _join_of_readers(path, [n for n in users.get(values[0], [])
+                                    if n is not sized])
         if (not lengths_read or item_splits) and (_applied_each(
                 graph, values, users, item_splits, sized) or _linked_whole(
                     values, users)):
@@ -1394,26 +1393,36 @@ def _sizes_of(values, users):
     return None
 
 
+def _join_of_readers(path, readers):
+    """The :class:`Join` of the list at ``path`` that each of ``readers``
+    (of its first item), reading it whole, would be, the same for all
+    (``xp.concatenate(ts)`` and ``F.concat(ts, axis=0)`` of one list);
+    else ``None``."""
+    found = set(None if node is None else _join_of(path, node)
+                for node in readers)
+    return found.pop() if len(found) == 1 else None
+
+
 def _reader_of(values, users, j, shapes_read, sized=None):
-    """``(node, None)``: the one node reading ``values`` (but for
-    ``sized``, their lengths), every one once and in order, the op ``j``
-    joins for; else ``(None, why)``."""
-    readers = set()
+    """``(nodes, None)``: the nodes reading ``values`` (but for ``sized``,
+    their lengths), each every one once and in order, the op ``j`` joins
+    for (the same op, once or more); else ``(None, why)``."""
+    readers = None
     for value in values:
         found = [n for n in users.get(value, []) if n is not sized]
-        if len(found) != 1 or found[0] is None or value in shapes_read:
+        if not found or None in found or value in shapes_read or \
+                readers not in (None, set(found)):
             return None, 'an item of %s is read otherwise than by one op ' \
                 'taking the whole list' % _name(j.path)
-        readers.add(found[0])
-    node, = readers if len(readers) == 1 else (None,)
-    if node is None or node.inputs != values or \
-            not j.matches(node) or \
-            node.outputs[0] in shapes_read and j.kind != 'pad':
+        readers = set(found)
+    if any(node.inputs != values or not j.matches(node) or
+           node.outputs[0] in shapes_read and j.kind != 'pad'
+           for node in readers):
         return None, '%s is not read whole by one %s' % (
             _name(j.path), {'pad': 'F.pad_sequence', 'concat': 'F.concat',
                             'segments': 'F.concat',
                             'stack': 'F.stack'}[j.kind])
-    return node, None
+    return sorted(readers, key=id), None
 
 
 def _at(loc):

@@ -1438,3 +1438,42 @@ def test_a_sentence_of_one_word_alone_is_served_by_the_joined_entry():
     entry = _the_one_entry(_TaggerOfNumPyTags, calls, True)
     assert str(entry.signature).startswith('xs[0]: i32[W]@cpu'), \
         entry.signature
+
+
+class _LastOfEachPadded(_Encoder):
+    """Each sentence's last output, read from the padded block by the
+    sentences' positions and lengths (``enc[xp.arange(len(xs)), lengths
+    - 1]``)."""
+
+    def forward(self, xs, t):
+        _, _, enc = self.encoder(None, None, [self.embed(x) for x in xs])
+        enc = F.pad_sequence(enc)
+        lengths = self.xp.array([len(x) for x in xs])
+        last = enc[self.xp.arange(len(xs)), lengths - 1]
+        return F.softmax_cross_entropy(self.out(last), t)
+
+
+class _TagsReadTwice(_Tagger):
+    """The tags joined twice, by NumPy for the loss and by ``F.concat``
+    for the accuracy reported."""
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        h = self.out(F.concat(ys, axis=0))
+        chainer.report({'accuracy': F.accuracy(h, F.concat(ts, axis=0))},
+                       self)
+        return F.softmax_cross_entropy(h, self.xp.concatenate(ts))
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_the_last_output_of_each_padded_sentence_serves_every_shape(train):
+    entry = _one_joined_entry(lambda: _LastOfEachPadded(dropout=0.0),
+                              _batches(numpy.random.RandomState(24),
+                                       _COUNTS), train, 't: i32[B]')
+    assert 'GetItem[generic]' not in str(entry.graph), entry.graph
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_tags_joined_twice_serve_every_count_and_length(train):
+    _the_one_entry(_TagsReadTwice, _tagged(numpy.random.RandomState(25),
+                                           _COUNTS), train)
