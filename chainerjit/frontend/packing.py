@@ -22,7 +22,6 @@ objects and no other argument (rows are new objects). Otherwise the
 function records those lists item by item from then on.
 """
 
-import collections
 
 import chainer
 import chainer.functions as F
@@ -169,24 +168,24 @@ def _row(packed, k):
 
 
 def move_items_into_loops(graph, runs, item_nodes, copied=()):
-    """Moves each row-indexing node (recorded before the forward ran)
-    that one node reads to just before that node, and shifts the loop
-    runs' iteration boundaries to match, so that a loop's iterations each
-    index their own row. Those of ``copied`` (``F.separate``'s items: no
-    object of the caller's stands for them) that several nodes read are
-    copied for each, so that two loops over the items each index their
-    own."""
+    """Moves each row-indexing node (recorded before the forward ran) to
+    just before the first node reading it, and shifts the loop runs'
+    iteration boundaries to match, so that a loop's iterations each index
+    their own row (read once or more: ``x`` in the three products of a
+    GRU's step). Those of ``copied`` (``F.separate``'s items: no object
+    of the caller's stands for them) that several nodes read are copied
+    for each, so that two loops over the items each index their own."""
     users = graph.users()
+    position = dict((node, k) for k, node in enumerate(graph.nodes))
     before = {}
     copied = set(copied)
     for node in item_nodes:
-        readers = list(collections.OrderedDict.fromkeys(
-            users.get(node.outputs[0], [])))
-        if None in readers or not readers or \
-                len(readers) > 1 and node not in copied:
+        readers = sorted(set(users.get(node.outputs[0], [])),
+                         key=lambda n: position.get(n, -1))
+        if None in readers or not readers:
             continue
         before.setdefault(readers[0], []).append(node)
-        for reader in readers[1:]:
+        for reader in readers[1:] if node in copied else ():
             before.setdefault(reader, []).append(
                 _index_copy(graph, node, reader))
     moved = set(n for group in before.values() for n in group)

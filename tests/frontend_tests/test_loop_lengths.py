@@ -2793,3 +2793,22 @@ class LazyStateOfAProjectedStep(_Steps):
 def test_a_state_made_lazily_of_a_projected_step_serves_every_shape():
     _one_entry_with_gradients(LazyStateOfAProjectedStep(),
                               _step_calls(SHAPES))
+
+
+class GRUOverAListOfSteps(_Steps):
+    """``L.StatelessGRU`` over a list of steps (each step read by three
+    of the link's products), its state made in the first step."""
+
+    def forward(self, xs):
+        h = None
+        for x in xs:
+            if h is None:
+                h = self.xp.zeros((x.shape[0], H), dtype=x.dtype)
+            h = self.gru(h, x)
+        return self.out(h)
+
+
+def test_a_gru_over_a_list_of_steps_serves_every_shape():
+    calls = [([x for x in xs],) for xs, in _step_calls(SHAPES, seed=4)]
+    entry = _one_entry_with_gradients(GRUOverAListOfSteps(), calls)
+    assert 'trip=T' in str(entry.graph), entry.graph

@@ -515,8 +515,7 @@ def _returns_a_step(xs):
     return xs[1]
 
 
-@pytest.mark.parametrize('fn', [
-    _read_after_the_loop, _over_a_slice, _returns_a_step, sum])
+@pytest.mark.parametrize('fn', [_over_a_slice, _returns_a_step, sum])
 def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
     calls = [(_steps(rng, n),) for n in (3, 3, 5, 5)]
     jf = testing.assert_jit_matches_eager(fn, calls, rtol=1e-5, atol=1e-6)
@@ -524,6 +523,15 @@ def test_list_loops_the_python_can_see_keep_lengths_in_the_key(fn, rng):
     if fn is _returns_a_step:  # the caller's own Variable, as eagerly
         xs = _steps(rng, 4)
         assert jf(xs) is xs[1]
+
+
+def test_a_step_read_in_the_loop_and_after_it_takes_every_length(rng):
+    # (the last step's row, taken where the last iteration reads it, is
+    # that iteration's value after the loop)
+    calls = [(_steps(rng, n),) for n in (3, 3, 5, 8, 4)]
+    jf = testing.assert_jit_grads_match_eager(_read_after_the_loop, calls,
+                                              rtol=1e-5, atol=1e-6)
+    assert jf.cache_info().currsize == 1, jf.cache_report()
 
 
 def test_a_list_loops_mean_by_its_length_takes_every_length(rng):
