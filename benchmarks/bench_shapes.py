@@ -632,6 +632,41 @@ def _rnn_text_training(each=False, pooled=False):
     return _loss_training(RNNText, sentences, lambda m: m.l2.W.grad, {})
 
 
+def _rnn_tagger_training():
+    """A tag for each word as scripts write it: each sentence embedded on
+    its own, a bidirectional ``L.NStepBiLSTM``, each output sequence
+    scored on its own (``[self.out(y) for y in ys]``), the tags joined by
+    NumPy for the loss (``xp.concatenate(ts)``) and by ``F.concat`` for
+    the accuracy reported, on lists of 2 to 64 sentences of 1 to 60
+    words."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class RNNTagger(chainer.Chain):
+        def __init__(self):
+            super(RNNTagger, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(5000, 64)
+                self.encoder = L.NStepBiLSTM(1, 64, 64, 0.1)
+                self.out = L.Linear(128, 12)
+
+        def forward(self, xs, ts):
+            _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+            scores = F.concat([self.out(y) for y in ys], axis=0)
+            chainer.report({'accuracy': F.accuracy(
+                scores, F.concat(ts, axis=0))}, self)
+            return F.softmax_cross_entropy(scores, self.xp.concatenate(ts))
+
+    def sentences(rng):
+        lengths = rng.randint(1, 61, rng.randint(2, 65))
+        return ([rng.randint(0, 5000, n).astype(numpy.int32)
+                 for n in lengths],
+                [rng.randint(0, 12, n).astype(numpy.int32) for n in lengths])
+    return _loss_training(RNNTagger, sentences, lambda m: m.out.W.grad, {})
+
+
 def _seq2seq_example_training():
     """Chainer's seq2seq example's model as it is written (its sources
     reversed and its targets framed by the end-of-sentence id item by
@@ -831,6 +866,9 @@ def workloads():
         ('RNN text classifier training, max pooling over the words, lists '
          'of 2 to 64 sentences of 1 to 60 words', 'chainerjit',
          _rnn_text_training(pooled=True)),
+        ('bidirectional RNN tagger training, each output scored, tags '
+         'joined by NumPy, lists of 2 to 64 sentences of 1 to 60 words',
+         'chainerjit', _rnn_tagger_training()),
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),
