@@ -295,7 +295,8 @@ class JitFunction(_calls.CachedCall):
         if not entry.values_checked:
             return self._verify_values(entry, leaves, params, symbols,
                                        instance, args, kwargs)
-        checked = _size_to_check(entry, key, symbols)
+        checked = _size_to_check(entry, key, symbols) or \
+            _longest_to_check(entry, packed)
         if checked is not None and checked not in entry.verified_lengths \
                 and entry.program is not None:
             return self._verify_length(entry, leaves, params, symbols,
@@ -420,6 +421,13 @@ class JitFunction(_calls.CachedCall):
         than eager's does: the sizes stay in the key from now on, with a
         warning. Returns eager's ``result``."""
         self.cache.remove(entry)
+        if checked[:1] == (_LONGEST,):
+            self._forget_joined()
+            self._warn_joins('the number of items of list arguments stays in '
+                             'the cache key (each new number compiles '
+                             'again): at a new length of the longest item, '
+                             'its program gave another result than eagerly')
+            return result
         if isinstance(entry.symbolic, (scalars.VaryingScalars,
                                        scalars.SizesAndNumbers)):
             if isinstance(entry.symbolic, scalars.SizesAndNumbers):
@@ -1307,6 +1315,32 @@ def _size_to_check(entry, key, symbols):
     if isinstance(entry.symbolic, _CHECKING_SIZES):
         return entry.symbolic.to_check(key, entry.verified_lengths, symbols)
     return tuple(symbols) if symbols else None
+
+
+#: How the lengths of the longest items of a joined call's lists are
+#: noted when checked against eager (:func:`_longest_to_check`).
+_LONGEST = 'longest'
+
+
+def _longest_to_check(entry, joined):
+    """``('longest', lengths)``: the lengths of the longest items of the
+    lists of a joined call (``joined``) that were cut at their offsets,
+    where the call is to be checked against eager at them (as a batch
+    size is: ``batch.to_check_size``) because the forward read the shape
+    of a value it computed; else ``None``. No key holds them, but a block
+    padded to the longest has that width: a size of it the forward's
+    Python baked in shows at a new one."""
+    if not entry.reads_shapes or not isinstance(joined, joining.Joined):
+        return None
+    longest = joining.longest_items(joined)
+    if not longest:
+        return None
+    seen = [c[1] for c in entry.verified_lengths
+            if type(c) is tuple and c[:1] == (_LONGEST,)]
+    if any(batch.to_check_size(n, set(s[k] for s in seen))
+           for k, n in enumerate(longest)):
+        return (_LONGEST, longest)
+    return None
 
 
 # The symbolic sizes that say what a call checks (``to_check(key, checked,

@@ -780,6 +780,13 @@ def join(args, kwargs, joins):
     return Joined(joins, tuple(args), kwargs)
 
 
+def longest_items(joined):
+    """The length of the longest item of each list of a joined call
+    (``Joined``) cut at its offsets, in order; ``()`` where none is."""
+    return tuple(int(packing.holder(joined.args, joined.kwargs, j.path)[
+        j.path[1]][1].max()) for j in joined.joins if j.kind == 'segments')
+
+
 def is_joins(paths):
     """Are ``paths`` (a packed call's, or a joined one's) joins?"""
     return bool(paths) and isinstance(paths[0], Join)

@@ -451,6 +451,25 @@ def note_padded_width(array, axis):
         recorder.padded_widths[id(array)] = (array, axis)
 
 
+def _note_widths_followed(recorder, kernel, in_arrays, out_arrays):
+    """Notes the axis of each output that keeps the width of an input
+    padded to the longest item (:func:`note_padded_width`), as the
+    kernel's rule for other rows maps it (``F.sum(enc, axis=2)`` of the
+    block ``enc``: its second axis): the forward reads it as a
+    :class:`SizeOf` too, not a size to bake in."""
+    noted = [recorder.padded_widths.get(id(a)) for a in in_arrays]
+    if kernel is None or not any(n is not None and n[0] is a
+                                 for n, a in zip(noted, in_arrays)):
+        return
+    rows = [ops.Rows(((None, a.shape[n[1]]),), n[1], True)
+            if n is not None and n[0] is a else None
+            for n, a in zip(noted, in_arrays)]
+    following = ops.follow_kernel(kernel, rows)
+    for array, r in zip(out_arrays, following.outputs if following else ()):
+        if r is not None and r.widest and not r.also:
+            note_padded_width(array, r.axis)
+
+
 def _with_padded_width(recorder, array, shape):
     """``shape`` with the width :func:`note_padded_width` noted of
     ``array`` as a :class:`SizeOf`."""
@@ -613,6 +632,7 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
     arguments' sizes (``(T, B, H)`` after the steps were merged with the
     batch) gives its axes theirs."""
     note_merged(recorder, name, in_arrays, out_arrays)
+    _note_widths_followed(recorder, kernel, in_arrays, out_arrays)
     if name == 'Reshape' and shape is not None and \
             recorder.length_leaves.get(id(in_arrays[0])) is None:
         kept = _split_again(recorder, in_arrays[0], out_arrays[0].shape,

@@ -154,10 +154,10 @@ class RowsBatched(BatchAxis, collections.namedtuple(
 
     def to_check(self, key, checked, symbols=()):
         """The call's ``('B', batch size)``, if it is to be checked against
-        eager (:func:`_to_check`); else ``None``."""
+        eager (:func:`to_check_size`); else ``None``."""
         size = self.checked_at(key)
         seen = [c[1] for c in checked if c[:1] == (self.symbol,)]
-        return size if _to_check(size[1], seen) else None
+        return size if to_check_size(size[1], seen) else None
 
     def checked_at(self, key):
         """How a call's batch size is noted when checked against eager:
@@ -172,7 +172,7 @@ def _described(axes):
     return axes.conditions_described() if type(axes) is RowsBatched else []
 
 
-def _to_check(size, seen):
+def to_check_size(size, seen):
     """Is a call at ``size`` checked against eager, the sizes ``seen``
     checked already: the first calls at :data:`CHECKED_SIZES` sizes other
     than recorded, at a size below or above all those checked (where a
@@ -241,7 +241,7 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
         mine = [c for c in checked if len(c) == len(sizes) and all(
             type(p) is tuple and p[:1] == n[:1] for p, n in zip(c, sizes))]
         for axis, size in enumerate(sizes):
-            if _to_check(size[1], set(c[axis][1] for c in mine)):
+            if to_check_size(size[1], set(c[axis][1] for c in mine)):
                 return sizes
         return None
 

@@ -267,6 +267,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             [name for name, _ in sig.items])
         entry.values_checked = not caller.check or not _holds_arrays(
             graph, recording.outputs)
+        entry.reads_shapes = bool(recording.shapes_read)
         _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note
         entry.batch_note = batch_note

@@ -63,14 +63,21 @@ class Ragged(collections.namedtuple('Ragged',
         every item has had another length than its recorded one in a call
         ``checked`` (a cut at a fixed offset that the recorded lengths
         happened to meet shows then), or, where it :attr:`reads_shapes`,
-        at each new lengths; at most :data:`CHECKED_CALLS`; else
-        ``None``."""
+        at each new lengths; at most :data:`CHECKED_CALLS`; and where it
+        reads shapes, at each new length of the longest item (a padded
+        block's width, which sentences clipped to a length may keep the
+        same over many calls); else ``None``."""
+        sizes = self.checked_at(key)
+        if sizes in checked:
+            return None
+        if self.reads_shapes and sizes and \
+                max(sizes) not in set(max(c) for c in checked if c):
+            return sizes
         if len(checked) > CHECKED_CALLS or not self.reads_shapes and all(
                 any(lengths[k] != n for lengths in checked)
                 for k, n in enumerate(self.recorded)):
             return None
-        sizes = self.checked_at(key)
-        return None if sizes in checked else sizes
+        return sizes
 
     def checked_at(self, key):
         """How a call's sizes are noted when checked against eager: the

@@ -1477,3 +1477,34 @@ def test_the_last_output_of_each_padded_sentence_serves_every_shape(train):
 def test_tags_joined_twice_serve_every_count_and_length(train):
     _the_one_entry(_TagsReadTwice, _tagged(numpy.random.RandomState(25),
                                            _COUNTS), train)
+
+
+class _ScaledByTheWidthOfScores(_Encoder):
+    """Attention over the link's padded outputs, a term scaled by the
+    scores' width (``sc.shape[1]``, the longest sentence's) in training."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0), dropout=0.0)
+
+    def forward(self, xs, t):
+        _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        enc = F.pad_sequence(ys)
+        sc = F.sum(enc, axis=2)
+        a = F.softmax(sc)
+        ctx = F.sum(enc * F.broadcast_to(a[:, :, None], enc.shape), axis=1)
+        return F.softmax_cross_entropy(self.out(ctx), t) + \
+            F.sum(a * a) * sc.shape[1]
+
+
+def test_a_width_of_padded_outputs_in_arithmetic_serves_every_length():
+    # (each batch of the first calls holds a 12-word sentence, as a data
+    # set clipped at 12 words gives; then shorter ones)
+    rng = numpy.random.RandomState(26)
+    calls = []
+    for k, n in enumerate((4, 2, 6) * 9):
+        lengths = list(rng.randint(1, 12, n))
+        if k < 18:
+            lengths[rng.randint(n)] = 12
+        calls.append(([rng.randint(0, 30, m).astype(I32) for m in lengths],
+                      rng.randint(0, 3, n).astype(I32)))
+    _the_one_entry(_ScaledByTheWidthOfScores, calls, True)

@@ -13,6 +13,7 @@ import pytest
 
 import chainerjit
 from chainerjit import ops
+from chainerjit import testing
 from chainerjit.ops import Kernel
 from chainerjit.ops import rows_follow_first
 from tests import differential
@@ -1030,3 +1031,45 @@ def test_labels_as_long_as_the_sentences_follow_their_lengths():
         model.forward(xs, ts)
     with pytest.raises(type(eager.value)):
         jitted(xs, ts)
+
+
+class _SizesOfThePaddedBlock(chainer.Chain):
+    """A padded block's batch size converted to a float (which keeps the
+    number of sentences in the key) and its width in Python arithmetic."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 4, ignore_label=-1)
+
+    def forward(self, xs):
+        x = F.pad_sequence(xs, padding=-1)
+        B, T = x.shape
+        e = self.embed(x)
+        return F.sum(e) * float(B), F.sum(e) / (B * T)
+
+
+def _clipped(rng, n_calls, items=3, longest=12, then=((2, 3, 4), (4, 5, 6),
+                                                      (1, 1, 1), (15, 1, 2))):
+    """Calls of sentences clipped at ``longest`` words, each batch holding
+    one that long, as a data set clipped at a length gives; then sentences
+    of the lengths ``then``."""
+    lengths = []
+    for _ in range(n_calls):
+        sizes = list(rng.randint(1, longest, items))
+        sizes[rng.randint(items)] = longest
+        lengths.append(sizes)
+    return [([rng.randint(0, 20, n).astype(numpy.int32) for n in sizes],)
+            for sizes in lengths + [list(t) for t in then]]
+
+
+def test_a_padded_width_baked_in_is_caught_at_a_new_longest_sentence():
+    # (every call's result is eager's: the width is in no key, and the
+    # calls at the first new lengths all hold a 12-word sentence)
+    model = _SizesOfThePaddedBlock()
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings(), chainer.using_config('train', False):
+        warnings.simplefilter('ignore')
+        for args in _clipped(numpy.random.RandomState(3), 24):
+            testing.assert_results_equal(jitted(*args),
+                                         model.forward(*args))
