@@ -706,7 +706,20 @@ def index_size_uses(code):
          and _cut_only(function, node.value.id) else None)
         for node in ast.walk(function) if isinstance(node, ast.Subscript)
         and isinstance(node.ctx, ast.Load)  # (not ys[t] = h of a loop)
-        for p, axis in _sizes_read(node.slice, params, sizes))
+        for part in _index_parts(node.slice)
+        for p, axis in _sizes_read(part, params, sizes))
+
+
+def _index_parts(index):
+    """The parts of an index (``x[i, :T]``: ``i``, ``T``) that are
+    arithmetic of sizes (:func:`_of_sizes_only`), not an array a call
+    makes of them (``h[xp.zeros(B, 'i')]``)."""
+    if isinstance(index, ast.Tuple):
+        return [part for e in index.elts for part in _index_parts(e)]
+    if isinstance(index, ast.Slice):
+        return [part for e in (index.lower, index.upper, index.step)
+                if e is not None for part in _index_parts(e)]
+    return [index] if _of_sizes_only(index) else []
 
 
 def _cut_only(function, name):

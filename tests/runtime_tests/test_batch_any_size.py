@@ -2272,3 +2272,18 @@ def test_rows_picked_by_computed_ints_serve_every_batch_size(train):
                 testing.assert_results_equal(jitted(*args),
                                              model.forward(*args))
     assert len(jitted.cache_entries()) == 1
+
+
+class _FirstRowRepeated(_Sampled):
+    """Every row replaced by the first (``h[xp.zeros(len(x), 'i')]``: an
+    index array made of the batch size, its gradient accumulated)."""
+
+    def forward(self, x, t):
+        h = self.l1(x)
+        return F.sum(h[self.xp.zeros(len(x), 'i')] * h)
+
+
+def test_rows_picked_by_an_index_made_of_the_batch_size():
+    jitted = _checked_without_recompiling(_calls(_features),
+                                          _model(_FirstRowRepeated))
+    assert len(jitted.cache_entries()) == 1
