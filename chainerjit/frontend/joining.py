@@ -68,8 +68,7 @@ from chainerjit.frontend import traced
 from chainerjit.ops import array as array_ops
 from chainerjit.ops import segments as segments_ops
 
-#: Lists with fewer items are not looked at for joining, and padded lists
-#: narrower than this are recorded item by item.
+#: Lists with fewer items are not looked at for joining.
 MIN_ITEMS = 2
 
 
@@ -169,36 +168,31 @@ def _join_of(path, node):
     return None
 
 
-class JoinedList(traced.ItemsOfJoined, list):
-    """The list the forward gets for a joined list argument: its items
-    taken from the joined array ``joined`` (a traced array), whose first
-    axis ``len()`` reads while recording. The forward's code iterating
-    over it is a use of that size (``lengths.Use``): a loop counting the
-    items would bake their number in."""
+class _Iterated(traced.ItemsOfJoined):
+    """The items of a joined list argument, taken from the joined array
+    ``joined`` (a traced array), whose first axis ``len()`` reads while
+    recording. The forward's code iterating over them is a use of that
+    size (``lengths.Use``): a loop counting the items would bake their
+    number in."""
 
     joined = None
     iterated = None  # (the last use noted)
 
     def __iter__(self):
         self.iterated = _note_iterated(self.joined)
-        return list.__iter__(self)
+        return super().__iter__()
 
     def dispatched(self):
         _forget_iterated(self.iterated)
 
 
-class JoinedTuple(traced.ItemsOfJoined, tuple):
+class JoinedList(_Iterated, list):
+    """The list the forward gets for a joined list argument
+    (:class:`_Iterated`)."""
+
+
+class JoinedTuple(_Iterated, tuple):
     """:class:`JoinedList` for a tuple argument."""
-
-    joined = None
-    iterated = None
-
-    def __iter__(self):
-        self.iterated = _note_iterated(self.joined)
-        return tuple.__iter__(self)
-
-    def dispatched(self):
-        _forget_iterated(self.iterated)
 
 
 class Segments(JoinedTuple):
