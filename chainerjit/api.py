@@ -296,7 +296,7 @@ class JitFunction(_calls.CachedCall):
             return self._verify_values(entry, leaves, params, symbols,
                                        instance, args, kwargs)
         checked = _size_to_check(entry, key, symbols) or \
-            _longest_to_check(entry, packed)
+            _derived_to_check(entry, packed, args, kwargs)
         if checked is not None and checked not in entry.verified_lengths \
                 and entry.program is not None:
             return self._verify_length(entry, leaves, params, symbols,
@@ -421,12 +421,13 @@ class JitFunction(_calls.CachedCall):
         than eager's does: the sizes stay in the key from now on, with a
         warning. Returns eager's ``result``."""
         self.cache.remove(entry)
-        if checked[:1] == (_LONGEST,):
+        if checked[:1] == (_DERIVED,):
             self._forget_joined()
             self._warn_joins('the number of items of list arguments stays in '
                              'the cache key (each new number compiles '
-                             'again): at a new length of the longest item, '
-                             'its program gave another result than eagerly')
+                             'again): at new lengths of the longest item or '
+                             'new totals of the items, its program gave '
+                             'another result than eagerly')
             return result
         if isinstance(entry.symbolic, (scalars.VaryingScalars,
                                        scalars.SizesAndNumbers)):
@@ -1317,29 +1318,29 @@ def _size_to_check(entry, key, symbols):
     return tuple(symbols) if symbols else None
 
 
-#: How the lengths of the longest items of a joined call's lists are
-#: noted when checked against eager (:func:`_longest_to_check`).
-_LONGEST = 'longest'
+#: How the sizes of a joined call's lists that no key holds are noted
+#: when checked against eager (:func:`_derived_to_check`).
+_DERIVED = 'derived'
 
 
-def _longest_to_check(entry, joined):
-    """``('longest', lengths)``: the lengths of the longest items of the
-    lists of a joined call (``joined``) that were cut at their offsets,
-    where the call is to be checked against eager at them (as a batch
-    size is: ``batch.to_check_size``) because the forward read the shape
-    of a value it computed; else ``None``. No key holds them, but a block
-    padded to the longest has that width: a size of it the forward's
-    Python baked in shows at a new one."""
+def _derived_to_check(entry, joined, args, kwargs):
+    """``('derived', sizes)``: the lengths of the longest items and the
+    items' totals of the lists of a joined call (``joined``; ``args`` and
+    ``kwargs`` the caller's), where the call is to be checked against
+    eager at them (``ragged.to_check_size``, each as a batch size is)
+    because the forward read the shape of a value it computed; else
+    ``None``. No key holds them, but a block padded to the longest has
+    that width, and the items joined that many rows: a size the
+    forward's Python baked in shows at another."""
     if not entry.reads_shapes or not isinstance(joined, joining.Joined):
         return None
-    longest = joining.longest_items(joined)
-    if not longest:
-        return None
+    sizes = tuple(n for j in joined.joins for n in ragged.derived_sizes(
+        [len(a) for a in packing.holder(args, kwargs, j.path)[j.path[1]]]))
     seen = [c[1] for c in entry.verified_lengths
-            if type(c) is tuple and c[:1] == (_LONGEST,)]
-    if any(batch.to_check_size(n, set(s[k] for s in seen))
-           for k, n in enumerate(longest)):
-        return (_LONGEST, longest)
+            if type(c) is tuple and c[:1] == (_DERIVED,)]
+    if any(ragged.to_check_size(n, set(s[k] for s in seen))
+           for k, n in enumerate(sizes)):
+        return (_DERIVED, sizes)
     return None
 
 

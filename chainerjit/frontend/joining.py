@@ -334,7 +334,11 @@ def _node_making(graph, value):
 # the items one after another are the draw of all their rows, where nothing
 # else draws in between.
 ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
-                      'Sigmoid', 'LeakyReLU', 'Dropout'])
+                      'Sigmoid', 'LeakyReLU', 'Dropout', 'ELU', 'Softplus',
+                      'ClippedReLU', 'HardSigmoid', 'Exp', 'Log', 'Sqrt',
+                      'Square', 'Absolute', 'Neg', 'AddConstant',
+                      'MulConstant', 'SubFromConstant', 'DivFromConstant',
+                      'PowVarConst'])
 
 #: The reductions over an item's rows that :func:`reduced_segments`
 #: finds, by the FunctionNode that computes them.
@@ -454,11 +458,16 @@ def applied_to_items(node, inputs):
     return None
 
 
+#: The kinds of a node's attributes that are its settings (a constant's
+#: value, a slope): nodes alike in them compute alike.
+_SETTINGS = (int, float, str, type(None), numpy.generic)
+
+
 def _row_wise(node, inputs, found):
     """The item ``found``'s rows of the :data:`ROW_WISE` function ``node``
     applied to the rows of all the items."""
     config = tuple(sorted((name, value) for name, value in vars(node).items()
-                          if isinstance(value, (int, float, str, type(None)))))
+                          if isinstance(value, _SETTINGS)))
     key = (type(node), config, id(found.packed)) + tuple(
         id(x) for x in inputs[1:])
 
@@ -774,13 +783,6 @@ def join(args, kwargs, joins):
     return Joined(joins, tuple(args), kwargs)
 
 
-def longest_items(joined):
-    """The length of the longest item of each list of a joined call
-    (``Joined``) cut at its offsets, in order; ``()`` where none is."""
-    return tuple(int(packing.holder(joined.args, joined.kwargs, j.path)[
-        j.path[1]][1].max()) for j in joined.joins if j.kind == 'segments')
-
-
 def is_joins(paths):
     """Are ``paths`` (a packed call's, or a joined one's) joins?"""
     return bool(paths) and isinstance(paths[0], Join)
@@ -909,10 +911,12 @@ def take_joins(recording, joins, names):
 def _applied_whole(loc, iterated_lines):
     """Did the forward's loop over the items of a joined list at ``loc``
     only apply functions to them that ran on the rows of all at once
-    (``iterated_lines``, :func:`applied_to_items`)? A comprehension there,
-    or a ``for`` statement whose every statement appends such a value to a
-    list."""
-    if loc in iterated_lines:
+    (``iterated_lines``, :func:`applied_to_items`)? A comprehension there
+    (on one line or several), or a ``for`` statement whose every statement
+    appends such a value to a list."""
+    if loc in iterated_lines or any(
+            line in iterated_lines
+            for line in loop_analysis.comprehension_lines(loc)):
         return True
     statements = loop_analysis.appending_lines(loc)
     return statements is not None and all(

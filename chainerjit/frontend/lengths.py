@@ -1491,7 +1491,8 @@ def as_scalar(length, recorder, frame):
     in float arithmetic (``trip_counts.float_size_uses``) would count it
     as baked in."""
     found = _affine_size(length, recorder.graph.inputs) or \
-        _product_size(length, recorder.graph.inputs)
+        _product_size(length, recorder.graph.inputs) or \
+        _sum_size(length, recorder.graph.inputs)
     if found is None:
         return None
     kernel, inputs = found
@@ -1601,23 +1602,46 @@ def as_run_time_int(length, recorder, loc):
     forward makes with it takes as a Python int again,
     ``traced.AsInt``); ``None`` where ``length`` is not a sum of multiples
     of the sizes of the arguments' axes (``Length.linear``)."""
-    if getattr(length, 'linear', None) is None:
+    found = _linear_terms(length, recorder.graph.inputs)
+    if found is None:
         return None
-    terms, b = length.linear
-    inputs = recorder.graph.inputs
-    terms = sorted((origin, a) for origin, a in terms.items() if a)
-    if any(not 0 <= leaf < len(inputs) or
-           not 0 <= axis < len(inputs[leaf].shape)
-           for (leaf, axis), _ in terms):
-        return None  # (an item's length)
-    axes = tuple((axis, a) for (_, axis), a in terms)
+    axes, b, inputs = found
     array = traced.tagged(numpy.array(int.__int__(length), numpy.int64))
     made_by_node('python.size', _linear_reader(axes, b, _int64),
                  {'axes': axes, 'b': b},
-                 _linear_to_onnx(axes, b, numpy.int64),
-                 [inputs[leaf] for (leaf, _), _ in terms], array, loc,
+                 _linear_to_onnx(axes, b, numpy.int64), inputs, array, loc,
                  _any_rows)
     return traced.AsInt(array)
+
+
+def _linear_terms(length, inputs):
+    """``((axis, a) of each term, b, the input of each term)`` of
+    ``length``, a sum of multiples of the sizes of arguments' axes plus
+    ``b`` (``Length.linear``: ``len(x0) + len(x1)`` of items recorded
+    each as an input); ``None`` for another."""
+    if getattr(length, 'linear', None) is None:
+        return None
+    terms, b = length.linear
+    terms = sorted((origin, a) for origin, a in terms.items() if a)
+    if not terms or any(not 0 <= leaf < len(inputs) or
+                        not 0 <= axis < len(inputs[leaf].shape)
+                        for (leaf, axis), _ in terms):
+        return None  # (an item's length)
+    return tuple((axis, a) for (_, axis), a in terms), b, [
+        inputs[leaf] for (leaf, _), _ in terms]
+
+
+def _sum_size(length, inputs):
+    """:func:`_affine_size` of a sum of multiples of argument axes' sizes
+    (:func:`_linear_terms`: the words of items recorded each as an input,
+    ``sum(len(x) for x in xs)``)."""
+    found = _linear_terms(length, inputs)
+    if found is None:
+        return None
+    axes, b, inputs = found
+    return ops.Kernel(_linear_reader(axes, b, float), {'axes': axes, 'b': b},
+                      onnx=_linear_to_onnx(axes, b, numpy.float64),
+                      lengths=_any_rows), inputs
 
 
 def _int64(n):

@@ -1079,6 +1079,22 @@ def appending_lines(loc):
         for statement in loop.body]
 
 
+def comprehension_lines(loc):
+    """The ``(filename, line)`` lines of the innermost comprehension on the
+    line of ``loc`` (one written over several lines: ``[\n f(x) for x in
+    xs]``), or ``()``."""
+    filename, line = loc
+    tree = source.file_ast(filename)
+    found = [] if tree is None else [
+        n for n in ast.walk(tree)
+        if isinstance(n, (ast.ListComp, ast.GeneratorExp, ast.SetComp,
+                          ast.DictComp)) and n.lineno <= line <= n.end_lineno]
+    if not found:
+        return ()
+    inner = min(found, key=lambda n: n.end_lineno - n.lineno)
+    return [(filename, k) for k in range(inner.lineno, inner.end_lineno + 1)]
+
+
 def _appends_one(statement):
     """Is ``statement`` ``name.append(value)``, binding no name?"""
     call = statement.value if isinstance(statement, ast.Expr) else None

@@ -462,6 +462,10 @@ def _sizes_as_scalars(divides):
                               other, recorder, sys._getframe(1))
                 if scalar is not None:
                     other = scalar
+                elif type(other) is lengths.Length:  # (a constant of it)
+                    other._note('used in arithmetic with a Variable')
+                else:
+                    other.noted('used in arithmetic with a Variable', 2)
             elif divides and type(other) is scalars.IntScalar:
                 other = other.as_float()
             return operator(self, other)

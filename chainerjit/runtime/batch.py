@@ -60,10 +60,6 @@ WIDTH = 'W'
 #: serves a batch of one too, once the first such call agrees with eager.
 MIN_SIZE = 2
 
-#: How many batch sizes other than the recorded one such an entry checks
-#: against eager, at their first calls (besides any size beyond those).
-CHECKED_SIZES = 3
-
 
 class BatchAxis(object):
     """Reading a call's key where an axis of the arrays ``self.leaves`` is
@@ -172,18 +168,8 @@ def _described(axes):
     return axes.conditions_described() if type(axes) is RowsBatched else []
 
 
-def to_check_size(size, seen):
-    """Is a call at ``size`` checked against eager, the sizes ``seen``
-    checked already: the first calls at :data:`CHECKED_SIZES` sizes other
-    than recorded, at a size below or above all those checked (where a
-    step of the size in Python that Length ints do not see, ``1.0 * B //
-    32`` in a helper, goes the other way first), and at the first odd or
-    even size (where such a use tells them apart, ``B % 2`` in C)."""
-    if size in seen:
-        return False
-    return len(seen) <= CHECKED_SIZES or not \
-        min(seen) <= size <= max(seen) or \
-        size % 2 not in set(n % 2 for n in seen)
+#: :func:`ragged.to_check_size`: is a call at a size checked against eager?
+to_check_size = ragged.to_check_size
 
 
 class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
@@ -191,7 +177,7 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     call's key: the batch (:class:`RowsBatched`, ``B``) and another axis
     of some of the arrays (``width``, ``W``: the words of padded ids), or
     several (a tuple: the words of lists joined apart, ``W``, ``W2``,
-    ...). The first calls at each of :data:`CHECKED_SIZES` new sizes of
+    ...). The first calls at each of :data:`ragged.CHECKED_SIZES` new sizes of
     any axis are checked against eager: a batch size that changes seldom
     (an epoch's last batch) next to widths that change on every call is
     checked too."""

@@ -1508,3 +1508,42 @@ def test_a_width_of_padded_outputs_in_arithmetic_serves_every_length():
         calls.append(([rng.randint(0, 30, m).astype(I32) for m in lengths],
                       rng.randint(0, 3, n).astype(I32)))
     _the_one_entry(_ScaledByTheWidthOfScores, calls, True)
+
+
+class _EachScaled(_Tagger):
+    """Element-wise functions and constants applied to each sentence and
+    to each output sequence (``F.exp(e) * 0.5``, ``F.elu(y) + 1``)."""
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [
+            F.exp(self.embed(x)) * numpy.float32(0.5) for x in xs])
+        h = F.concat([F.elu(y) + 1 for y in ys], axis=0)
+        return F.softmax_cross_entropy(self.out(h), F.concat(ts, axis=0))
+
+
+class _EachScaledApart(_EachScaled):
+    """Each sentence scaled by a constant of its own (``e * (k + 1)``):
+    not one function of all the rows."""
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [
+            self.embed(x) * (k + 1) for k, x in enumerate(xs)])
+        h = F.concat(ys, axis=0)
+        return F.softmax_cross_entropy(self.out(h), F.concat(ts, axis=0))
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_element_wise_functions_of_each_item_run_on_all_rows(train):
+    entry = _the_one_entry(_EachScaled, _tagged(
+        numpy.random.RandomState(27), _COUNTS), train)
+    ops = [node.op for node in entry.graph.nodes]
+    assert ops.count('Exp') == ops.count('ELU') == 1, ops
+
+
+def test_constants_of_each_items_own_keep_eagers_values():
+    numpy.random.seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_seeded(_EachScaledApart(), _tagged(
+            numpy.random.RandomState(28), (4, 4, 5)))
+    assert any('number of items' in str(w.message) for w in caught)

@@ -1073,3 +1073,49 @@ def test_a_padded_width_baked_in_is_caught_at_a_new_longest_sentence():
         for args in _clipped(numpy.random.RandomState(3), 24):
             testing.assert_results_equal(jitted(*args),
                                          model.forward(*args))
+
+
+class _PerWord(chainer.Chain):
+    """A loss per word: over a padded block, divided by the number of
+    words counted in Python (``sum(len(x) for x in xs)``), or over the
+    words joined, by their count (``len(y)``)."""
+
+    def __init__(self, joined):
+        super().__init__()
+        self.joined = joined
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 6, ignore_label=-1)
+            self.fc = L.Linear(6, 5)
+
+    def forward(self, xs):
+        if self.joined:
+            y = F.concat([self.embed(x) for x in xs], axis=0)
+            return F.sum(F.tanh(self.fc(y))) / len(y)
+        x = F.pad_sequence(xs, padding=-1)
+        h = F.tanh(self.fc(self.embed(x), n_batch_axes=2))
+        mask = (x.array >= 0)[:, :, None].astype(numpy.float32)
+        return F.sum(h * mask) / sum(len(s) for s in xs)
+
+
+def _of_one_total(rng, n_calls, total=24, then=((2, 7, 2, 8), (6, 5, 6, 3),
+                                                (9, 9, 9, 9), (3, 3, 3, 3))):
+    """Calls of four sentences of ``total`` words each, then of the
+    lengths ``then``."""
+    lengths = []
+    while len(lengths) < n_calls:
+        sizes = rng.randint(2, 11, 4)
+        if sizes.sum() == total:
+            lengths.append(list(sizes))
+    return [([rng.randint(0, 20, n).astype(numpy.int32) for n in sizes],)
+            for sizes in lengths + [list(t) for t in then]]
+
+
+@pytest.mark.parametrize('joined', [False, True])
+def test_a_count_of_the_words_is_read_when_run(joined):
+    # (the first calls all hold 24 words: a count baked in would pass
+    # the checks at new lengths)
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        differential.check_seeded(_PerWord(joined), _of_one_total(
+            numpy.random.RandomState(4), 12))
