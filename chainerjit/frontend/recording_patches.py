@@ -547,6 +547,10 @@ def _recording_conversion(name):
                     return sizes
             if _state.recorder is not recorder or recorder.depth or \
                     not traced.holds_traced(a):
+                # (a size made an array: NumPy's arithmetic on it is no
+                # Length's, numpy.asarray(T) % 4, so the size is a use)
+                lengths.note_passed('numpy.' + name, (a,) + args, kwargs,
+                                    depth=2)
                 return convert(a, *args, **kwargs)
             return traced.record_conversion('numpy.' + name, convert, a,
                                             args, kwargs)

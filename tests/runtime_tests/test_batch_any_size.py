@@ -2287,3 +2287,34 @@ def test_rows_picked_by_an_index_made_of_the_batch_size():
     jitted = _checked_without_recompiling(_calls(_features),
                                           _model(_FirstRowRepeated))
     assert len(jitted.cache_entries()) == 1
+
+
+class _PaddedToFour(chainer.Chain):
+    """A mean over the steps padded to a multiple of four, the padding
+    computed by NumPy from the number of steps (``numpy.asarray(T) %
+    4``): NumPy's arithmetic, not a size's."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(4, 5)
+
+    def forward(self, x):
+        T = x.shape[1]
+        pad = int(-numpy.asarray(T) % 4)
+        return F.sum(self.fc(x, n_batch_axes=2), axis=1) / (T + pad)
+
+
+def test_a_size_made_an_array_by_numpy_stays_in_the_key():
+    # (the steps are multiples of four at the first new sizes, where a
+    # padding baked in would pass the checks against eager)
+    rng = numpy.random.RandomState(5)
+    calls = [(rng.randn(3, t, 4).astype(F32),)
+             for t in [4, 8, 12, 16, 20] * 2 + [6, 10, 14, 18]]
+    model = _model(_PaddedToFour)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for args in calls:
+            testing.assert_results_equal(jitted(*args), model.forward(*args))
+    assert any('passed to numpy.asarray' in str(w.message) for w in caught)
