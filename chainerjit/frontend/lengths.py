@@ -1428,6 +1428,29 @@ def _is_array(array):
     return isinstance(array, (numpy.ndarray, chainer.backends.cuda.ndarray))
 
 
+#: How many sizes other than the recorded one an entry checks against
+#: eager, at their first calls (besides any size beyond those): a batch
+#: size, the longest item's length, the items' total, the sum of two
+#: lengths.
+CHECKED_SIZES = 3
+
+
+def to_check_size(size, seen):
+    """Is a call at ``size`` checked against eager, the sizes ``seen``
+    checked already: the first calls at :data:`CHECKED_SIZES` sizes other
+    than recorded, at a size below or above all those checked (where a
+    step of the size in Python that Length ints do not see, ``1.0 * B //
+    32`` in a helper, goes the other way first), and at the first odd or
+    even size (where such a use tells them apart, ``B % 2`` in C). A size
+    baked into a program gives another result at any other size: the
+    first other one is checked."""
+    if size in seen:
+        return False
+    return len(seen) <= CHECKED_SIZES or not \
+        min(seen) <= size <= max(seen) or \
+        size % 2 not in set(n % 2 for n in seen)
+
+
 def contained(value, depth=3):
     """The Lengths in ``value``: a Length, or one in a tuple, list, dict or
     slice (to ``depth`` levels)."""

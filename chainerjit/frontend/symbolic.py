@@ -93,11 +93,35 @@ class Symbolic(collections.namedtuple(
         return tuple(found)
 
     def to_check(self, key, checked, symbols):
-        """:meth:`checks` of a call, unless each is in ``checked``."""
+        """:meth:`checks` of a call, unless each is in ``checked``; of
+        several lengths, also where their sum or their difference is one
+        to check (``lengths.to_check_size``): a number of both the
+        forward's Python computed after their loops (``t + u`` of two
+        ``while`` loops' counters, ``t > u``) is in no key."""
         items = self.checks(symbols)
         if not self.more:
             return None if items in checked else items
-        return None if all(i in checked for i in items) else items
+        if all(i in checked for i in items) and \
+                not self.both_to_check(items, checked):
+            return None
+        return items + self.both(items)
+
+    def both(self, items):
+        """``(('sum', n), ('difference', d))`` of the first two lengths'
+        trip counts among :meth:`checks` ``items``; ``()`` of one
+        length."""
+        if not self.more:
+            return ()
+        first, second = (counts[0] if counts else 0
+                         for _, counts in items[:2])
+        return (('sum', first + second), ('difference', first - second))
+
+    def both_to_check(self, items, checked):
+        """Is :meth:`both` of ``items`` one to check against eager, the
+        sizes ``checked`` checked already?"""
+        return any(lengths.to_check_size(n, set(
+            c[1] for c in checked if c[:1] == (name,)))
+            for name, n in self.both(items))
 
     def _generalize(self, key, packed):
         train, backprop, structure, specs, alias = key

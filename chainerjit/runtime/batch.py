@@ -168,8 +168,8 @@ def _described(axes):
     return axes.conditions_described() if type(axes) is RowsBatched else []
 
 
-#: :func:`ragged.to_check_size`: is a call at a size checked against eager?
-to_check_size = ragged.to_check_size
+#: ``lengths.to_check_size``: is a call at a size checked against eager?
+to_check_size = lengths.to_check_size
 
 
 class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
@@ -177,7 +177,7 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
     call's key: the batch (:class:`RowsBatched`, ``B``) and another axis
     of some of the arrays (``width``, ``W``: the words of padded ids), or
     several (a tuple: the words of lists joined apart, ``W``, ``W2``,
-    ...). The first calls at each of :data:`ragged.CHECKED_SIZES` new sizes of
+    ...). The first calls at each of ``lengths.CHECKED_SIZES`` new sizes of
     any axis are checked against eager: a batch size that changes seldom
     (an epoch's last batch) next to widths that change on every call is
     checked too."""
@@ -326,9 +326,10 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
         if not getattr(self.trips, 'more', ()):
             trips = (trips,)  # the trip counts of one length
         size = self.batch.to_check(key, checked)
-        if all(t in checked for t in trips) and size is None:
+        if all(t in checked for t in trips) and size is None and \
+                not self.trips.both_to_check(trips, checked):
             return None
-        return trips + (self.batch.checked_at(key),)
+        return trips + self.trips.both(trips) + (self.batch.checked_at(key),)
 
 
 def open_axes(symbolic):

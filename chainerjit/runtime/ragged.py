@@ -31,6 +31,7 @@ import collections
 from chainerjit import errors
 from chainerjit import ops
 from chainerjit.ir import regions
+from chainerjit.frontend import lengths
 from chainerjit.frontend import signature
 
 #: The symbol of the items' lengths in keys and signatures.
@@ -42,33 +43,12 @@ MIN_LENGTH = 2
 #: The most calls at other lengths checked against eager.
 CHECKED_CALLS = 8
 
-#: How many sizes other than the recorded one an entry checks against
-#: eager, at their first calls (besides any size beyond those): a batch
-#: size, the longest item's length, the items' total.
-CHECKED_SIZES = 3
 
-
-def to_check_size(size, seen):
-    """Is a call at ``size`` checked against eager, the sizes ``seen``
-    checked already: the first calls at :data:`CHECKED_SIZES` sizes other
-    than recorded, at a size below or above all those checked (where a
-    step of the size in Python that Length ints do not see, ``1.0 * B //
-    32`` in a helper, goes the other way first), and at the first odd or
-    even size (where such a use tells them apart, ``B % 2`` in C). A size
-    baked into a program gives another result at any other size: the
-    first other one is checked."""
-    if size in seen:
-        return False
-    return len(seen) <= CHECKED_SIZES or not \
-        min(seen) <= size <= max(seen) or \
-        size % 2 not in set(n % 2 for n in seen)
-
-
-def derived_sizes(lengths):
-    """``(longest, total)`` of items' ``lengths``: sizes no key holds (a
-    block padded to the longest has that width, the items joined that
+def derived_sizes(sizes):
+    """``(longest, total)`` of items' lengths ``sizes``: sizes no key holds
+    (a block padded to the longest has that width, the items joined that
     many rows), which the forward's Python may read and bake in."""
-    return (max(lengths), sum(lengths)) if lengths else ()
+    return (max(sizes), sum(sizes)) if sizes else ()
 
 
 class Ragged(collections.namedtuple('Ragged',
@@ -93,7 +73,7 @@ class Ragged(collections.namedtuple('Ragged',
         happened to meet shows then), or, where it :attr:`reads_shapes`,
         at each new lengths; at most :data:`CHECKED_CALLS`; and where it
         reads shapes, at new lengths of the longest item or new totals
-        (:func:`derived_sizes`, :func:`to_check_size`: sentences clipped
+        (:func:`derived_sizes`, ``lengths.to_check_size``: sentences clipped
         to a length may keep them the same over many calls); else
         ``None``."""
         sizes = self.checked_at(key)
@@ -101,11 +81,11 @@ class Ragged(collections.namedtuple('Ragged',
             return None
         derived = [derived_sizes(c) for c in checked]
         if self.reads_shapes and any(
-                to_check_size(n, set(d[k] for d in derived if d))
+                lengths.to_check_size(n, set(d[k] for d in derived if d))
                 for k, n in enumerate(derived_sizes(sizes))):
             return sizes
         if len(checked) > CHECKED_CALLS or not self.reads_shapes and all(
-                any(lengths[k] != n for lengths in checked)
+                any(c[k] != n for c in checked)
                 for k, n in enumerate(self.recorded)):
             return None
         return sizes

@@ -160,15 +160,48 @@ def test_one_entry_for_every_pair_of_lengths_and_batch_size(cls):
     assert jitted.cache_info().hits >= 3
 
 
-def test_each_length_is_checked_against_eager_once():
-    # New pairs of lengths seen before one by one are not checked again.
+def test_each_length_and_their_sum_and_difference_are_checked():
+    # New pairs of lengths seen before one by one are checked again where
+    # their sum or difference is new as a batch size would be (a number
+    # of both in Python, ``t + u`` of two loops' counters, is in no key);
+    # the pairs seen are not.
     jitted = _matches_eager(*_twins(Seq2Seq), _calls(
-        ((5, 4, 3), (7, 6, 3), (5, 6, 3), (7, 4, 3), (5, 4, 3))))
-    assert jitted.cache_info().hits == 4
+        ((5, 4, 3), (7, 6, 3), (5, 6, 3), (7, 4, 3), (5, 4, 3),
+         (7, 6, 3))))
+    assert jitted.cache_info().hits == 5
     entry, = jitted.cache_entries()
     # (the decoder's loop runs len(ys) - 1 steps, the first before it)
-    assert entry.verified_lengths == {(0, (5,)), (0, (7,)), (1, (2,)),
-                                      (1, (4,))}, entry.verified_lengths
+    assert entry.verified_lengths == {
+        (0, (5,)), (0, (7,)), (1, (2,)), (1, (4,)), ('sum', 7), ('sum', 9),
+        ('sum', 11), ('difference', 1), ('difference', 3),
+        ('difference', 5)}, entry.verified_lengths
+
+
+class _CountersAdded(Seq2Seq):
+    """The loss divided by the steps of both loops, counted in Python
+    after them (``t + u``)."""
+
+    def forward(self, xs, ys):
+        h = c = self.xp.zeros((xs.shape[1], H), numpy.float32)
+        t = 0
+        while t < len(xs):
+            c, h = F.lstm(c, self.enc(xs[t]) + self.enc_h(h))
+            t += 1
+        loss, u = 0, 0
+        while u < len(ys):
+            c, h = F.lstm(c, self.dec(ys[u]) + self.dec_h(h))
+            loss = loss + F.sum(self.out(h))
+            u += 1
+        return loss / (t + u)
+
+
+def test_a_number_of_both_lengths_is_caught_at_a_new_sum():
+    # (the sums are 10 at every call checked one length at a time)
+    pairs = [(4, 6), (6, 4), (3, 7), (7, 3)] * 3 + [(4, 4), (6, 6), (3, 3)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        _matches_eager(*_twins(_CountersAdded), _calls(
+            tuple((t, u, 2) for t, u in pairs)))
 
 
 def test_a_length_python_uses_stays_in_the_key_and_the_other_not():
