@@ -487,7 +487,7 @@ def _printed_settings(label, args, kwargs):
     ``x[index]`` (``ndarray.__getitem__[index=[-1]]``), the axis of a
     join (``numpy.concatenate[axis=0]``)."""
     if label in JOINS:
-        axis = args[1] if len(args) > 1 else kwargs.get('axis', 0)
+        axis = _join_axis(args, kwargs)
         return (('axis', axis),) if type(axis) is int else ()
     if label != 'ndarray.__getitem__':
         return ()
@@ -501,10 +501,16 @@ _RESHAPES = frozenset(['ndarray.reshape', 'ndarray.ravel', 'ndarray.flatten',
                        'numpy.ravel'])
 
 
+def _join_axis(args, kwargs):
+    """The axis a NumPy join (``numpy.concatenate(arrays, axis)``,
+    ``numpy.stack``) is given, as given: 0 where it is not."""
+    return args[1] if len(args) > 1 else kwargs.get('axis', 0)
+
+
 def _rows_concatenated(args, kwargs, arrays, result):
     """``ops.array.rows_concatenated`` of ``numpy.concatenate(args[0],
     axis)``, a list of the arrays ``arrays`` alone; else ``None``."""
-    axis = args[1] if len(args) == 2 else kwargs.get('axis', 0)
+    axis = _join_axis(args, kwargs)
     if not 1 <= len(args) <= 2 or set(kwargs) - set(['axis']) or \
             type(args[0]) not in (list, tuple) or type(axis) is not int or \
             len(arrays) != len(args[0]) or any(
@@ -555,7 +561,7 @@ def _rows_kept(label, fn, args, kwargs, arrays, result, kernel):
     if joined is not None and isinstance(result, numpy.ndarray) and \
             type(args[0]) in (list, tuple) and len(args[0]) > 1 and \
             _the_same(args[0], arrays):
-        axis = kwargs.get('axis', args[1] if len(args) > 1 else 0)
+        axis = _join_axis(args, kwargs)
         if type(axis) is int and set(kwargs) <= {'axis'}:
             return ops.rows_joined(joined, axis % result.ndim)
     return None
