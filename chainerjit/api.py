@@ -14,6 +14,7 @@ from chainerjit import fastpaths
 from chainerjit.fastpaths import optimizers
 from chainerjit.frontend import epochs
 from chainerjit.frontend import joining
+from chainerjit.frontend import lengths
 from chainerjit.frontend import packing
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
@@ -1327,7 +1328,7 @@ def _derived_to_check(entry, joined, args, kwargs):
     """``('derived', sizes)``: the lengths of the longest items and the
     items' totals of the lists of a joined call (``joined``; ``args`` and
     ``kwargs`` the caller's), where the call is to be checked against
-    eager at them (``lengths.to_check_size``, each as a batch size is)
+    eager at them (``lengths.to_check_sizes``, each as a batch size is)
     because the forward read the shape of a value it computed; else
     ``None``. No key holds them, but a block padded to the longest has
     that width, and the items joined that many rows: a size the
@@ -1338,10 +1339,8 @@ def _derived_to_check(entry, joined, args, kwargs):
         [len(a) for a in packing.holder(args, kwargs, j.path)[j.path[1]]]))
     seen = [c[1] for c in entry.verified_lengths
             if type(c) is tuple and c[:1] == (_DERIVED,)]
-    if any(batch.to_check_size(n, set(s[k] for s in seen))
-           for k, n in enumerate(sizes)):
-        return (_DERIVED, sizes)
-    return None
+    return (_DERIVED, sizes) if lengths.to_check_sizes(sizes, seen) \
+        else None
 
 
 # The symbolic sizes that say what a call checks (``to_check(key, checked,

@@ -1451,6 +1451,14 @@ def to_check_size(size, seen):
         size % 2 not in set(n % 2 for n in seen)
 
 
+def to_check_sizes(sizes, seen):
+    """Is any of ``sizes`` (a tuple) one to check against eager
+    (:func:`to_check_size`), ``seen`` the tuples of such sizes checked
+    already, position by position?"""
+    return any(to_check_size(n, set(s[k] for s in seen))
+               for k, n in enumerate(sizes))
+
+
 def contained(value, depth=3):
     """The Lengths in ``value``: a Length, or one in a tuple, list, dict or
     slice (to ``depth`` levels)."""

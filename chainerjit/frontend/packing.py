@@ -22,7 +22,6 @@ objects and no other argument (rows are new objects). Otherwise the
 function records those lists item by item from then on.
 """
 
-
 import chainer
 import chainer.functions as F
 import numpy

@@ -150,10 +150,10 @@ class RowsBatched(BatchAxis, collections.namedtuple(
 
     def to_check(self, key, checked, symbols=()):
         """The call's ``('B', batch size)``, if it is to be checked against
-        eager (:func:`to_check_size`); else ``None``."""
+        eager (``lengths.to_check_size``); else ``None``."""
         size = self.checked_at(key)
         seen = [c[1] for c in checked if c[:1] == (self.symbol,)]
-        return size if to_check_size(size[1], seen) else None
+        return size if lengths.to_check_size(size[1], seen) else None
 
     def checked_at(self, key):
         """How a call's batch size is noted when checked against eager:
@@ -166,10 +166,6 @@ def _described(axes):
     """The conditions of ``axes`` (a :class:`RowsBatched`, or another
     kind, of none) as printed: ``'W > 10'``."""
     return axes.conditions_described() if type(axes) is RowsBatched else []
-
-
-#: ``lengths.to_check_size``: is a call at a size checked against eager?
-to_check_size = lengths.to_check_size
 
 
 class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
@@ -227,7 +223,8 @@ class TwoAxes(collections.namedtuple('TwoAxes', 'batch width')):
         mine = [c for c in checked if len(c) == len(sizes) and all(
             type(p) is tuple and p[:1] == n[:1] for p, n in zip(c, sizes))]
         for axis, size in enumerate(sizes):
-            if to_check_size(size[1], set(c[axis][1] for c in mine)):
+            if lengths.to_check_size(size[1],
+                                     set(c[axis][1] for c in mine)):
                 return sizes
         return None
 

@@ -197,7 +197,7 @@ class Entry(object):
         # False: its first hit is checked against eager (api._verify_values)
         self.values_checked = True
         # the forward's Python read the shape of a value it computed (a
-        # padded block's width: api._longest_to_check)
+        # padded block's width: api._derived_to_check)
         self.reads_shapes = False
         self.branch_misses = 0  # calls where a branch on an array value
         # went the other way (each ran eagerly)

@@ -73,16 +73,15 @@ class Ragged(collections.namedtuple('Ragged',
         happened to meet shows then), or, where it :attr:`reads_shapes`,
         at each new lengths; at most :data:`CHECKED_CALLS`; and where it
         reads shapes, at new lengths of the longest item or new totals
-        (:func:`derived_sizes`, ``lengths.to_check_size``: sentences clipped
+        (:func:`derived_sizes`, ``lengths.to_check_sizes``: sentences clipped
         to a length may keep them the same over many calls); else
         ``None``."""
         sizes = self.checked_at(key)
         if sizes in checked:
             return None
-        derived = [derived_sizes(c) for c in checked]
-        if self.reads_shapes and any(
-                lengths.to_check_size(n, set(d[k] for d in derived if d))
-                for k, n in enumerate(derived_sizes(sizes))):
+        if self.reads_shapes and lengths.to_check_sizes(
+                derived_sizes(sizes),
+                [derived_sizes(c) for c in checked if c]):
             return sizes
         if len(checked) > CHECKED_CALLS or not self.reads_shapes and all(
                 any(c[k] != n for c in checked)
