@@ -632,13 +632,14 @@ def _rnn_text_training(each=False, pooled=False):
     return _loss_training(RNNText, sentences, lambda m: m.l2.W.grad, {})
 
 
-def _rnn_tagger_training():
+def _rnn_tagger_training(summed=False):
     """A tag for each word as scripts write it: each sentence embedded on
     its own, a bidirectional ``L.NStepBiLSTM``, each output sequence
     scored on its own (``[self.out(y) for y in ys]``), the tags joined by
     NumPy for the loss (``xp.concatenate(ts)``) and by ``F.concat`` for
     the accuracy reported, on lists of 2 to 64 sentences of 1 to 60
-    words."""
+    words; ``summed``, each sentence's loss and accuracy added up in a
+    loop over the sentences and their tags instead."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -659,12 +660,24 @@ def _rnn_tagger_training():
                 scores, F.concat(ts, axis=0))}, self)
             return F.softmax_cross_entropy(scores, self.xp.concatenate(ts))
 
+    class SummedTagger(RNNTagger):
+        def forward(self, xs, ts):
+            _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+            loss, accuracy = 0, 0
+            for y, t in zip(ys, ts):
+                scores = self.out(y)
+                loss += F.softmax_cross_entropy(scores, t)
+                accuracy += F.accuracy(scores, t)
+            chainer.report({'accuracy': accuracy / len(xs)}, self)
+            return loss / len(xs)
+
     def sentences(rng):
         lengths = rng.randint(1, 61, rng.randint(2, 65))
         return ([rng.randint(0, 5000, n).astype(numpy.int32)
                  for n in lengths],
                 [rng.randint(0, 12, n).astype(numpy.int32) for n in lengths])
-    return _loss_training(RNNTagger, sentences, lambda m: m.out.W.grad, {})
+    return _loss_training(SummedTagger if summed else RNNTagger, sentences,
+                          lambda m: m.out.W.grad, {})
 
 
 def _seq2seq_example_training():
@@ -869,6 +882,9 @@ def workloads():
         ('bidirectional RNN tagger training, each output scored, tags '
          'joined by NumPy, lists of 2 to 64 sentences of 1 to 60 words',
          'chainerjit', _rnn_tagger_training()),
+        ("bidirectional RNN tagger training, each sentence's loss and "
+         'accuracy added up in a loop, lists of 2 to 64 sentences of 1 to '
+         '60 words', 'chainerjit', _rnn_tagger_training(summed=True)),
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),

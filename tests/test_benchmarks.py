@@ -129,5 +129,8 @@ def test_shapes_benchmark_checks_and_reports(tmp_path):
                    'to 60, batches 2 to 64', 'chainerjit'] == 1
     assert entries['sequence to sequence training, source and target '
                    'lengths 5 to 60, batches 2 to 64', 'chainerjit'] == 1
+    assert entries["bidirectional RNN tagger training, each sentence's "
+                   'loss and accuracy added up in a loop, lists of 2 to 64 '
+                   'sentences of 1 to 60 words', 'chainerjit'] == 1
     text = report.read_text()
     assert '| LSTM training, lengths 5 to 40 | default |' in text

@@ -720,6 +720,10 @@ def iteration_bound(site, frame):
 
 _SIZED = (range, list, tuple, chainer.Variable) + chainer.get_array_types()
 
+#: The file name of a loop's header evaluated again to learn its trip
+#: count: chainerjit's code, not the forward's (``traced.is_library_file``).
+LOOP_BOUND = '<loop bound>'
+
 
 def _sized_length(node, frame):
     """``len`` of what a side-effect-free expression gives, or None."""
@@ -732,7 +736,7 @@ def _sized_length(node, frame):
                 part.func.id in _SAFE_CALLS - {'zip', 'enumerate'}):
             return None
     try:
-        value = eval(compile(expression, '<loop bound>', 'eval'),
+        value = eval(compile(expression, LOOP_BOUND, 'eval'),
                      frame.f_globals, dict(frame.f_locals))
         return len(value) if isinstance(value, _SIZED) else None
     except Exception:

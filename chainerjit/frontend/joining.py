@@ -182,6 +182,11 @@ class _Iterated(traced.ItemsOfJoined):
         self.iterated = _note_iterated(self.joined)
         return super().__iter__()
 
+    def __getitem__(self, index):
+        if type(index) is slice and index not in (slice(None), REVERSED):
+            _note_iterated(self.joined, SLICED)  # (ys[:3]: some of them)
+        return super().__getitem__(index)
+
     def dispatched(self):
         _forget_iterated(self.iterated)
 
@@ -243,12 +248,6 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
         if value is not None:
             recorder.part_of[id(value)] = (value, made, k)
     return made
-
-
-def _unread(nodes, users):
-    """The ``nodes`` whose outputs nothing reads (which then go)."""
-    return set(node for node in nodes
-               if not any(users.get(v) for v in node.outputs))
 
 
 def reduced_segments(xs, recorder, joined_by='stack'):
@@ -421,11 +420,25 @@ def _lengths_of_items(array):
     return None
 
 
-def _item_of(x):
+def item_of(x):
     """The :class:`Item` ``x`` (a traced array or a Variable) is, or
     ``None``."""
     return _keys.recording.recorder.segment_items.get(
         id(lengths.array_of(x)))
+
+
+def paired(noted):
+    """Are the :class:`Item` ``noted`` (``None`` for an input of no item)
+    all item ``k`` of values as long, item by item: of one joined list,
+    or of lists that share a width (whose items a joined call checks are
+    as long, ``join``), as many rows more each?"""
+    found = [n for n in noted if n is not None]
+    widths = _keys.recording.recorder.item_widths
+    first = found[0]
+    return all(n.k == first.k and n.shift == first.shift and (
+        n.leaf == first.leaf or
+        widths.get(n.leaf, -1) == widths.get(first.leaf, -2))
+        for n in found[1:])
 
 
 def applied_to_items(node, inputs):
@@ -438,13 +451,17 @@ def applied_to_items(node, inputs):
     eos], axis=0)`` of fixed rows around it. A loop over the list that
     only does so rolls into those ops (:func:`take_joins`)."""
     recorder = _keys.recording.recorder
-    noted = [_item_of(x) for x in inputs]
+    noted = [item_of(x) for x in inputs]
     name = type(node).__name__
     if name in ROW_WISE and noted[0] is not None and \
             not any(noted[1:]) and (
                 noted[0].leaf in recorder.drawing_lists or
                 not ops.is_impure(name)):
-        return (_row_wise(node, inputs, noted[0]),)
+        return (_row_wise(node, inputs, noted),)
+    if name in PAIRED_ROW_WISE and None not in noted and paired(noted) and \
+            PAIRED_ROW_WISE[name](node, [lengths.array_of(x)
+                                         for x in inputs]):
+        return (_row_wise(node, inputs, noted),)
     if any(isinstance(x, chainer.Variable) and x.requires_grad
            for x in inputs):
         return None  # (the ops below have no gradient)
@@ -463,19 +480,42 @@ def applied_to_items(node, inputs):
 _SETTINGS = (int, float, str, type(None), numpy.generic)
 
 
-def _row_wise(node, inputs, found):
-    """The item ``found``'s rows of the :data:`ROW_WISE` function ``node``
-    applied to the rows of all the items."""
+def _row_wise(node, inputs, noted):
+    """The item's rows of the :data:`ROW_WISE` (or
+    :data:`PAIRED_ROW_WISE`) function ``node`` applied to the rows of all
+    the items: its inputs that are items (``noted``, their
+    :class:`Item`), those rows, the others as they are."""
     config = tuple(sorted((name, value) for name, value in vars(node).items()
                           if isinstance(value, _SETTINGS)))
-    key = (type(node), config, id(found.packed)) + tuple(
-        id(x) for x in inputs[1:])
+    whole_inputs = tuple(x if n is None else n.packed
+                         for x, n in zip(inputs, noted))
+    key = (type(node), config) + tuple(id(x) for x in whole_inputs)
+    found = noted[0]
 
     def whole():
-        rows, = ops.pristine_copy(node).apply(
-            (found.packed,) + tuple(inputs[1:]))
+        rows, = ops.pristine_copy(node).apply(whole_inputs)
         return rows, cut(rows, found.lengths)
     return _applied(key, found, whole, ops.is_impure(type(node).__name__))
+
+
+def _alike(node, arrays):
+    return all(a.shape == arrays[0].shape for a in arrays[1:])
+
+
+def _rows_scored(node, arrays):
+    scores, tags = arrays
+    return node.reduce == 'no' and node.class_weight is None and \
+        tags.dtype.kind == 'i' and scores.ndim == 2
+
+
+#: The Chainer functions of several items of joined lists, as long, item
+#: by item (``paired``), that map their rows to rows (by name, whether
+#: they do so given the node and its inputs' arrays): the rows of all the
+#: items of each, applied once (a loss of each word, ``reduce='no'``;
+#: an element-wise sum of two sequences of outputs).
+PAIRED_ROW_WISE = {'Add': _alike, 'Sub': _alike, 'Mul': _alike,
+                   'Maximum': _alike, 'Minimum': _alike,
+                   'SoftmaxCrossEntropy': _rows_scored}
 
 
 def _applied(key, found, whole, drawn=False):
@@ -488,12 +528,12 @@ def _applied(key, found, whole, drawn=False):
     items = recorder.applied_rows.get(key)
     if items is None or drawn and found.k == 0:
         rows, items = whole()
-        recorder.iterated_lines.add(traced.user_location())
         recorder.applied_rows[key] = items
         note_items(items, rows, found.leaf, found.shift)
         lengths.note_joined_rows(lengths.array_of(rows),
                                  recorder.words_of[found.leaf], found.leaf,
                                  found.shift)
+    recorder.iterated_lines.add(traced.user_location())
     return items[found.k]
 
 
@@ -526,7 +566,7 @@ def indexed_item(x, index, kind=None):
     item has as many rows as they cut. A traced array, or a Variable of
     one for ``kind`` ``chainer.Variable``; ``None`` where ``x`` is not
     such an item or the index has no such form."""
-    found = _item_of(x)
+    found = item_of(x)
     if found is None or not is_item_index(index):
         return None
     dtype = found.lengths.dtype
@@ -587,7 +627,7 @@ def framed_item(arrays):
     whole = _whole(list(arrays))
     if whole is not None and isinstance(whole.packed, numpy.ndarray):
         return whole.packed  # (all the items, in order: their rows)
-    noted = [_item_of(a) if isinstance(a, numpy.ndarray) else None
+    noted = [item_of(a) if isinstance(a, numpy.ndarray) else None
              for a in arrays]
     if sum(n is not None for n in noted) != 1:
         return None
@@ -666,7 +706,7 @@ def _whole(items):
     order; else ``None``."""
     if not isinstance(items, (list, tuple)) or not items:
         return None
-    found = [_item_of(x) for x in items]
+    found = [item_of(x) for x in items]
     if None in found:
         return None
     first = found[0]
@@ -715,15 +755,21 @@ def count_of(items):
         _keys.recording.recorder.item_lengths[found.leaf]
 
 
-def _note_iterated(joined):
-    """Notes the forward's code iterating over the items of ``joined``,
-    and returns the ``lengths.Use`` (or ``None``)."""
+#: The use of the number of a joined list's items a slice of them makes
+#: (but all of them, or all reversed).
+SLICED = 'read by slicing the list'
+
+
+def _note_iterated(joined, what=lengths.ITERATED):
+    """Notes the forward's code iterating over the items of ``joined`` (or
+    ``what`` else it did with them), and returns the ``lengths.Use`` (or
+    ``None``)."""
     recorder = _keys.recording.recorder
     loc = lengths.forward_line(2)
     origin = lengths.origin_of(joined, 0)
     if recorder is None or loc is None or origin is None:
         return None
-    use = lengths.Use(frozenset([origin]), lengths.ITERATED, loc)
+    use = lengths.Use(frozenset([origin]), what, loc)
     recorder.length_uses.append(use)
     return use
 
@@ -835,6 +881,7 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
             recorder = _keys.recording.recorder
             leaf = lengths.leaf_of(joined[1])
             recorder.words_of[leaf] = lengths.leaf_of(joined[0])
+            recorder.item_widths[leaf] = j.width
             if j.draws:
                 recorder.drawing_lists.add(leaf)
             note_items(items, joined[0], leaf)
@@ -873,16 +920,21 @@ def take_joins(recording, joins, names):
         if any(lengths.is_item_length(origin) for origin in use.origins):
             return use.describe(names)
     users = graph.users()
-    gone = _unread(recording.droppable, users)
+    gone = packing.unread_nodes(users, recording.droppable)
     for value in recording.segment_parts:
-        reader = next(iter(n for n in users.get(value) or ()
-                           if n not in gone), False)
+        reader = _reader_left(value, users, gone)
         if reader is not False:
             return 'an item of the sentences joined (cut by F.split_axis ' \
                 'at their offsets, or of a function applied to all) is ' \
                 'read on its own%s, not whole by an N-step link' % (
-                    '' if reader is None else ' by %s%s' % (
-                        reader.op, _at(reader.loc)))
+                    _by(reader))
+    for value in recording.item_sum_values:
+        reader = _reader_left(value, users, gone)
+        if reader is not False:
+            return "a value of one item of the sentences joined (an " \
+                "item's loss), or a sum of some of them, is read%s: " \
+                "only a sum over all the items is computed for all at " \
+                "once" % _by(reader)
     n, found = len(item_nodes) // len(joins), []
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
@@ -906,6 +958,21 @@ def take_joins(recording, joins, names):
                if use.what != lengths.ITERATED or
                not _applied_whole(use.loc, recording.iterated_lines)]
     return None
+
+
+def _reader_left(value, users, gone):
+    """A node reading ``value`` that does not go (``None``: the graph
+    returns it), or ``False``."""
+    return next(iter(n for n in users.get(value) or () if n not in gone),
+                False)
+
+
+def _by(reader):
+    """Where a read by ``reader`` is, for a message (``None``: the graph
+    returns it)."""
+    if reader is None:
+        return ''
+    return ' by %s%s' % (reader.op, _at(reader.loc))
 
 
 def _applied_whole(loc, iterated_lines):
@@ -970,7 +1037,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                                     if n is not sized])
         if (not lengths_read or item_splits) and (_applied_each(
                 graph, values, users, item_splits, sized) or _linked_whole(
-                    values, users)):
+                    values, users) or _scored_each(values, users, sized) or
+                not any(users.get(v) for v in values)):  # (unread)
             j = Join(path, 'segments', None, True,
                      draws=_draws_as_one(graph, values))
             if j.takes(items):
@@ -1048,7 +1116,31 @@ def _applied_each(graph, values, users, item_splits, sized=None):
         dict(node.attrs).get('items') == len(values)
         for node in graph.nodes) or \
         _pooled_and_stacked(graph, values, users, sized) or \
-        _padded_whole(graph, values, users, sized)
+        _padded_whole(graph, values, users, sized) or \
+        _reduced_each(graph, values, users, sized)
+
+
+def _scored_each(values, users, sized=None):
+    """Is each of ``values`` (a list's items) read, but for its length, by
+    ``F.softmax_cross_entropy`` and ``F.accuracy`` alone (:data:`_SCORES`),
+    as their labels, each alike for all (the tags of each sentence scoring
+    its outputs)? Joined, the scores of all the items are computed at once
+    where theirs are the items of a value made of another joined list's
+    items, as long (``item_sums``), or the joined recording tells
+    otherwise (:func:`take_joins`)."""
+    made = set()
+    for value in values:
+        readers = _item_readers(users, value, sized)
+        if not readers or None in readers or any(
+                node.op not in _SCORES or node.inputs[1:] != [value]
+                for node in readers):
+            return False
+        made.update((node.op, repr(node.attrs)) for node in readers)
+    return len(made) == len(set(op for op, _ in made))
+
+
+#: The functions scoring an item by its tags (``item_sums``).
+_SCORES = frozenset(['SoftmaxCrossEntropy', 'Accuracy'])
 
 
 #: The reductions over an item's rows a joined call makes one op of
@@ -1071,6 +1163,23 @@ def _pooled_and_stacked(graph, values, users, sized=None):
     stacks = set(id(users[v][0]) for v in pooled)
     stack = users[pooled[0]][0]
     return len(stacks) == 1 and stack.inputs == pooled
+
+
+def _reduced_each(graph, values, users, sized=None):
+    """Does each of ``values`` (a list's items) go through functions
+    :func:`applied_to_items` applies to all the items alone into a
+    reduction to one value that a joined call computes for all the items
+    at once (``F.sum`` of all its elements, ``F.softmax_cross_entropy``
+    of its scores: ``item_sums``)? Whether the forward then adds up all of
+    them, the joined recording tells (:func:`take_joins`)."""
+    return all(_chain_end(graph, value, values, users, _reduces_item,
+                          sized) is not None for value in values)
+
+
+def _reduces_item(node):
+    attrs = dict(node.attrs)
+    return node.op == 'Sum' and attrs.get('axis') is None or \
+        node.op == 'SoftmaxCrossEntropy' and attrs.get('reduce') == 'mean'
 
 
 def _padded_whole(graph, values, users, sized=None):
@@ -1160,7 +1269,7 @@ def mean_of_item(total, length):
             tuple(summed.axis or ()) != (0,):
         return None
     rows = _summed_rows(recorder, made_by, total)
-    found = None if rows is None else _item_of(rows)
+    found = None if rows is None else item_of(rows)
     if found is None or length.affine != (1, found.shift) or \
             length.origins != frozenset([(found.leaf, -1 - found.k)]):
         return None

@@ -1062,7 +1062,8 @@ def _length_term(node):
 def appending_lines(loc):
     """Where the ``for`` statement at ``loc`` (``(filename, line)``) only
     appends to lists, one value each (``exs.append(self.embed(x))``), as a
-    comprehension makes a list, or names a value on the way (``e =
+    comprehension makes a list, adds one value to a name (``loss +=
+    F.softmax_cross_entropy(y, t)``), or names a value on the way (``e =
     self.embed(x)``): the ``(filename, line)`` spans of its statements;
     else ``None``."""
     filename, line = loc
@@ -1071,8 +1072,8 @@ def appending_lines(loc):
         (n for n in ast.walk(tree)
          if isinstance(n, ast.For) and n.lineno == line), None)
     if loop is None or loop.orelse or not all(
-            _appends_one(statement) or _names_one(statement)
-            for statement in loop.body):
+            _appends_one(statement) or _names_one(statement) or
+            _adds_one(statement) for statement in loop.body):
         return None
     return [[(filename, k) for k in range(
         statement.lineno, statement.end_lineno + 1)]
@@ -1101,18 +1102,30 @@ def _appends_one(statement):
     return isinstance(call, ast.Call) and isinstance(
         call.func, ast.Attribute) and call.func.attr == 'append' and \
         isinstance(call.func.value, ast.Name) and len(call.args) == 1 and \
-        not call.keywords and not any(
-            isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
-                           ast.Await)) for n in ast.walk(call))
+        not call.keywords and _binds_nothing(call)
 
 
 def _names_one(statement):
     """Is ``statement`` ``name = value``, one name bound to one value?"""
     return isinstance(statement, ast.Assign) and \
         len(statement.targets) == 1 and \
-        isinstance(statement.targets[0], ast.Name) and not any(
-            isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
-                           ast.Await)) for n in ast.walk(statement.value))
+        isinstance(statement.targets[0], ast.Name) and \
+        _binds_nothing(statement.value)
+
+
+def _adds_one(statement):
+    """Is ``statement`` ``name += value``?"""
+    return isinstance(statement, ast.AugAssign) and \
+        isinstance(statement.op, ast.Add) and \
+        isinstance(statement.target, ast.Name) and \
+        _binds_nothing(statement.value)
+
+
+def _binds_nothing(expression):
+    """Does ``expression`` bind no name nor yield (no ``:=``, ``yield``,
+    ``await``)?"""
+    return not any(isinstance(n, (ast.NamedExpr, ast.Yield, ast.YieldFrom,
+                                  ast.Await)) for n in ast.walk(expression))
 
 
 def appended_lists(code, header):

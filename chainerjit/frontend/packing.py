@@ -216,11 +216,25 @@ def drop_unread(graph, runs, nodes):
     reads nor the graph returns (the rows ``F.separate`` cut of an array
     an op took whole instead: ``F.crf1d``'s labels), shifting the loop
     runs' iteration boundaries to match."""
-    users = graph.users()
-    gone = set(node for node in nodes
-               if not any(users.get(v) for v in node.outputs))
+    gone = unread_nodes(graph.users(), nodes)
     if gone:
         drop_nodes(graph, runs, gone)
+
+
+def unread_nodes(users, nodes):
+    """Those of ``nodes`` whose outputs nothing reads (``users``, as
+    ``graph.users()`` gives them) but others of them that go: a chain of
+    them, the last unread, goes whole."""
+    gone, more = set(), True
+    while more:  # (latest first: a chain goes in one pass)
+        more = False
+        for node in reversed(nodes):
+            if node not in gone and all(
+                    reader in gone for v in node.outputs
+                    for reader in users.get(v, ())):
+                gone.add(node)
+                more = True
+    return gone
 
 
 def drop_nodes(graph, runs, gone):

@@ -60,6 +60,7 @@ from chainerjit.ops import nstep
 from chainerjit import patching
 from chainerjit.frontend import _keys
 from chainerjit.frontend import control
+from chainerjit.frontend import item_sums
 from chainerjit.frontend import joining
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
@@ -82,7 +83,8 @@ def _recording_apply(apply, recorder):
         if current is None or current.depth:
             return apply(node, inputs)
         if current.segment_items:
-            outputs = joining.applied_to_items(node, inputs)
+            outputs = joining.applied_to_items(node, inputs) or \
+                item_sums.applied(node, inputs)
             if outputs is not None:
                 return outputs
         trace = control.pause_tracing()
@@ -722,6 +724,11 @@ def _recording_stack(stack, recorder):
             not recorder.depth else None
         if reduced is not None:
             return _apply_reduced_segments(*reduced, recorder)
+        whole = item_sums.stacked(xs) if axis == 0 and \
+            recorder.item_sums and _state.recorder is recorder and \
+            not recorder.depth else None
+        if whole is not None:
+            return whole
         result = stack(xs, axis)
         if type(xs) is list and type(axis) is int and \
                 _state.recorder is recorder and not recorder.depth and \

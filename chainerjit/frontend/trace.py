@@ -105,6 +105,8 @@ class Recording(object):
         # the values of parts of a split of joined segments (joining)
         self.segment_parts = recorder.segment_parts if recorder else []
         self.item_splits = recorder.item_splits if recorder else 0
+        # values of single items, or their partial sums (item_sums)
+        self.item_sum_values = recorder.item_sum_values if recorder else []
         self.iterated_lines = recorder.iterated_lines if recorder else set()
         # the IR values whose shape the forward's Python read
         self.shapes_read = set(
@@ -213,6 +215,12 @@ class _Recorder(object):
         # (joining.applied_to_items)
         self.segment_items = {}
         self.applied_rows = {}
+        # {leaf of a joined list's items' lengths: the width of its rows}
+        self.item_widths = {}
+        # id(array) -> item_sums.Summed: the values of items and their
+        # partial sums the forward got, and their IR values
+        self.item_sums = {}
+        self.item_sum_values = []
         # the leaves of the lengths of the joined lists whose items' random
         # functions may draw for the rows of all at once (joining.Join)
         self.drawing_lists = set()

@@ -42,7 +42,8 @@ _state = _keys.recording  # this thread's; the hit path reads it in C
 def is_library_file(filename):
     """Chainer's, NumPy's, chainerjit's or a frozen module's code (CuPy's
     is told apart by :func:`is_cupy_file`)."""
-    return filename.startswith(LIBRARY_DIRS + ('<frozen',))
+    return filename.startswith(LIBRARY_DIRS + ('<frozen',
+                                               control.LOOP_BOUND))
 
 
 def is_cupy_file(filename):

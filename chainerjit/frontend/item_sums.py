@@ -1,0 +1,283 @@
+"""Values of each item of a joined list, summed over all the items.
+
+A forward over a list of sentences often scores each sentence on its own
+and adds the scores up in Python::
+
+    loss = 0
+    for y, t in zip(ys, ts):
+        loss += F.softmax_cross_entropy(self.out(y), t)
+
+Recorded item by item, that loop bakes the number of items in: each new
+batch size compiles again. Where the items are those of joined lists
+(``joining``: ``y`` an output sequence of an N-step link over them, ``t``
+the item of a list of tags as long as its sentence), each item's score
+is a reduction of its rows, which a joined call computes once for all
+the items: a vector of one value per item (:func:`reduced_item`). What
+the forward gets for an item's score is that vector's element, and what
+it gets for a sum of such elements is a :class:`Summed` of them; a sum
+of all of them, however the forward adds them up (``loss += v`` in a
+loop, ``sum(...)``, ``F.sum(F.stack(vs))``), is the vector's sum, one
+op at any number of items (:func:`accumulated`).
+
+The elements and the partial sums are recorded (their values are the
+forward's), as nodes that go where nothing but a further step of the sum
+reads them; a recording that reads one otherwise (an item's loss
+printed, scaled on its own, returned) keeps the number of items in the
+key (``joining.take_joins`` says so).
+"""
+
+import collections
+
+import chainer
+import numpy
+
+from chainerjit.frontend import _keys
+from chainerjit.frontend import joining
+from chainerjit.frontend import lengths
+from chainerjit.frontend import traced
+from chainerjit.ops import array as array_ops
+
+
+class Summed(collections.namedtuple('Summed', 'vector ks init')):
+    """What the forward holds: the elements ``ks`` (a frozenset) of
+    ``vector`` (one value per item of a joined list) summed, plus
+    ``init``: ``None`` (nothing), a number or a Variable (``loss = 0``,
+    or a loss the forward computed before the loop). An item's value is
+    ``Summed(vector, {k}, None)``."""
+
+    __slots__ = ()
+
+    def n_items(self):
+        return self.vector.shape[0]
+
+
+def _summed_of(x):
+    """The :class:`Summed` the Variable ``x`` is, or ``None``."""
+    recorder = _keys.recording.recorder
+    array = getattr(x, 'array', None)
+    return None if array is None else recorder.item_sums.get(id(array))
+
+
+def applied(node, inputs):
+    """Where the Chainer function ``node`` applied to ``inputs`` reduces
+    an item of a joined list to one value (:func:`reduced_item`), or adds
+    up such values (:func:`accumulated`): its outputs, as the forward
+    gets them; else ``None``."""
+    name = type(node).__name__
+    if name in _REDUCERS:
+        return reduced_item(node, inputs)
+    if name in ('Add', 'AddConstant'):
+        return accumulated(node, inputs)
+    return None
+
+
+def reduced_item(node, inputs):
+    """Item ``k``'s value of the reduction ``node`` of the rows of items
+    of joined lists, computed for all the items at once, the first time
+    (:data:`_REDUCERS`): ``F.softmax_cross_entropy(y, t)`` of an output
+    sequence ``y`` and tags ``t`` as long, ``F.sum(y)``; else ``None``."""
+    noted = [joining.item_of(x) for x in inputs]
+    reducer = _REDUCERS[type(node).__name__]
+    if noted[0] is None or not joining.paired(noted) or \
+            not reducer.takes(node, inputs, noted):
+        return None
+    recorder = _keys.recording.recorder
+    key = ('item sums', type(node).__name__, reducer.settings(node)) + \
+        tuple(id(n.packed) for n in noted)
+    vector = recorder.applied_rows.get(key)
+    if vector is None:
+        vector = reducer.whole(node, noted)
+        recorder.applied_rows[key] = vector
+    return (_noted(vector, frozenset([noted[0].k]), None),)
+
+
+def accumulated(node, inputs):
+    """``a + b`` (or ``a + c`` of a number ``c``) where ``a`` is an item's
+    value (:func:`reduced_item`) or a sum of such values
+    (:class:`Summed`), and ``b`` another of the same vector's items,
+    or a value of no item (the sum's start): the sum of those items, the
+    vector's sum where they are all of them; else ``None``."""
+    found = [_summed_of(x) for x in inputs]
+    if type(node).__name__ == 'AddConstant':
+        if found[0] is None or not _is_number(node.value):
+            return None
+        return (_summed(found[0]._replace(
+            init=_plus(found[0].init, node.value))),)
+    a, b = found
+    if a is None and b is None:
+        return None
+    if a is not None and b is not None:
+        if a.vector is not b.vector or a.ks & b.ks or \
+                not (_is_number(a.init) or _is_number(b.init)):
+            return None
+        return (_summed(Summed(a.vector, a.ks | b.ks,
+                               _plus(a.init, b.init))),)
+    summed, other = (a, inputs[1]) if a is not None else (b, inputs[0])
+    if summed.init is not None:
+        return None  # (a Variable started it already)
+    return (_summed(summed._replace(init=other)),)
+
+
+def stacked(xs):
+    """``F.stack(xs)`` where ``xs`` are the values of all the items of one
+    vector (:func:`reduced_item`), in order: that vector; else ``None``."""
+    found = [_summed_of(x) for x in xs]
+    if not found or None in found:
+        return None
+    vector = found[0].vector
+    if any(f.vector is not vector or f.init is not None or
+           f.ks != frozenset([k]) for k, f in enumerate(found)) or \
+            len(found) != found[0].n_items():
+        return None
+    recorder = _keys.recording.recorder
+    recorder.iterated_lines.add(traced.user_location())
+    return vector
+
+
+def _is_number(value):
+    return value is None or isinstance(value, (int, float, numpy.generic))
+
+
+def _plus(a, b):
+    """``a + b`` of two starts of a sum (``None`` for none)."""
+    if a is None or b is None:
+        return b if a is None else a
+    return a + b
+
+
+def _summed(summed):
+    """The value the forward gets for ``summed``: the vector's sum plus its
+    start where it holds all the items (kept), else a value noted as
+    :class:`Summed` (which goes where a further step alone reads it)."""
+    recorder = _keys.recording.recorder
+    recorder.iterated_lines.add(traced.user_location())
+    if len(summed.ks) < summed.n_items():
+        return _noted(summed.vector, summed.ks, summed.init)
+    total = chainer.functions.sum(summed.vector)
+    if summed.init is None or (_is_number(summed.init) and
+                               summed.init == 0):
+        return total
+    return summed.init + total
+
+
+def _noted(vector, ks, init):
+    """The Variable of the elements ``ks`` of ``vector`` summed, plus
+    ``init``, recorded by nodes that go where nothing else reads it, and
+    noted as :class:`Summed`."""
+    recorder = _keys.recording.recorder
+    first = len(recorder.graph.nodes)
+    order = sorted(ks)
+    value = vector[order[0]] if len(order) == 1 else \
+        chainer.functions.sum(vector[numpy.array(order)])
+    if init is not None:
+        value = value + init
+    recorder.droppable.extend(recorder.graph.nodes[first:])
+    recorder.item_sums[id(value.array)] = Summed(vector, ks, init)
+    recorder.item_sum_values.append(recorder.values[id(value.array)])
+    recorder.iterated_lines.add(traced.user_location())
+    return value
+
+
+# --- the reductions of an item ---------------------------------------------
+
+class _SoftmaxCrossEntropy(object):
+    """``F.softmax_cross_entropy(y, t)`` of an item's scores ``y`` and
+    its tags ``t`` (an item of a list as long, item by item), averaged
+    over the item's rows (``reduce='mean'``): for all the items, the
+    rows' losses summed over each item (``ops.array.ReduceSegments``)
+    over the count of its tags not ignored (``normalize``) or its rows,
+    at least one, as Chainer's function divides."""
+
+    @staticmethod
+    def takes(node, inputs, noted):
+        scores, tags = (lengths.array_of(x) for x in inputs)
+        return len(noted) == 2 and noted[1] is not None and \
+            node.reduce == 'mean' and node.class_weight is None and \
+            scores.ndim == 2 and tags.dtype.kind == 'i' and \
+            not getattr(node, 'soft_target', False)
+
+    @staticmethod
+    def settings(node):
+        return bool(node.normalize), node.ignore_label
+
+    @staticmethod
+    def whole(node, noted):
+        scores, tags = noted[0].packed, lengths.array_of(noted[1].packed)
+        losses = chainer.functions.softmax_cross_entropy(
+            scores, tags, normalize=node.normalize,
+            ignore_label=node.ignore_label, reduce='no')
+        item_lengths = noted[0].lengths
+        total = array_ops.ReduceSegments('sum').apply(
+            (losses, item_lengths))[0]
+        dtype = total.dtype
+        if node.normalize:
+            counted = array_ops.ReduceSegments('sum').apply(
+                ((tags != node.ignore_label).astype(dtype),
+                 item_lengths))[0].array
+        else:
+            counted = item_lengths.astype(dtype)
+        return total / numpy.maximum(counted, dtype.type(1))
+
+
+class _Sum(object):
+    """``F.sum(y)`` of all of an item's elements: for all the items, each
+    row's sum summed over each item."""
+
+    @staticmethod
+    def takes(node, inputs, noted):
+        return len(noted) == 1 and node.axis is None and not node.keepdims
+
+    @staticmethod
+    def settings(node):
+        return ()
+
+    @staticmethod
+    def whole(node, noted):
+        rows = noted[0].packed
+        ndim = lengths.array_of(rows).ndim
+        if ndim > 1:
+            rows = chainer.functions.sum(rows, axis=tuple(range(1, ndim)))
+        return array_ops.ReduceSegments('sum').apply(
+            (rows, noted[0].lengths))[0]
+
+
+class _Accuracy(object):
+    """``F.accuracy(y, t)`` of an item's scores ``y`` and its tags ``t``:
+    for all the items, the rows whose highest score is at their tag,
+    counted over each item, over the count of its tags not ignored (``0``
+    where none is, as Chainer's function gives)."""
+
+    @staticmethod
+    def takes(node, inputs, noted):
+        scores, tags = (lengths.array_of(x) for x in inputs)
+        return len(noted) == 2 and noted[1] is not None and \
+            scores.ndim == 2 and tags.dtype.kind == 'i'
+
+    @staticmethod
+    def settings(node):
+        return node.ignore_label
+
+    @staticmethod
+    def whole(node, noted):
+        scores = lengths.array_of(noted[0].packed)
+        tags = lengths.array_of(noted[1].packed)
+        dtype = scores.dtype
+        hits = scores.argmax(axis=1) == tags
+        if node.ignore_label is not None:
+            valid = tags != node.ignore_label
+            hits = hits & valid
+        else:
+            valid = numpy.ones_like(hits)
+        counts = [array_ops.ReduceSegments('sum').apply(
+            (a.astype(dtype), noted[0].lengths))[0].array
+            for a in (hits, valid)]
+        correct, total = counts
+        return chainer.Variable(numpy.where(
+            total > 0, correct / numpy.maximum(total, dtype.type(1)),
+            dtype.type(0)).astype(dtype), requires_grad=False)
+
+
+#: The reductions of an item to one value :func:`reduced_item` computes
+#: for all the items at once, by the name of their FunctionNode.
+_REDUCERS = {'SoftmaxCrossEntropy': _SoftmaxCrossEntropy, 'Sum': _Sum,
+             'Accuracy': _Accuracy}
