@@ -31,6 +31,7 @@ import collections
 import chainer
 import numpy
 
+from chainerjit import ops
 from chainerjit.frontend import _keys
 from chainerjit.frontend import joining
 from chainerjit.frontend import lengths
@@ -38,12 +39,12 @@ from chainerjit.frontend import traced
 from chainerjit.ops import array as array_ops
 
 
-class Summed(collections.namedtuple('Summed', 'vector ks init')):
+class Summed(collections.namedtuple('Summed', 'vector ks init leaf')):
     """What the forward holds: the elements ``ks`` (a frozenset) of
-    ``vector`` (one value per item of a joined list) summed, plus
-    ``init``: ``None`` (nothing), a number or a Variable (``loss = 0``,
-    or a loss the forward computed before the loop). An item's value is
-    ``Summed(vector, {k}, None)``."""
+    ``vector`` (one value per item of a joined list, whose lengths are the
+    argument ``leaf``) summed, plus ``init``: ``None`` (nothing), a number
+    or a Variable (``loss = 0``, or a loss the forward computed before the
+    loop). An item's value is ``Summed(vector, {k}, None, leaf)``."""
 
     __slots__ = ()
 
@@ -67,8 +68,35 @@ def applied(node, inputs):
     if name in _REDUCERS:
         return reduced_item(node, inputs)
     if name in ('Add', 'AddConstant'):
-        return accumulated(node, inputs)
+        found = accumulated(node, inputs)
+        if found is not None:
+            return found
+    if name in _ELEMENT_WISE:
+        return element_wise(node, inputs)
     return None
+
+
+def element_wise(node, inputs):
+    """Item ``k``'s value of an element-wise function of item ``k``'s
+    values alone (:func:`reduced_item`, of different vectors:
+    ``F.softmax_cross_entropy(y, t) * 0.5``, ``a + b`` of two losses of a
+    sentence), that function of their vectors, applied once; else
+    ``None``."""
+    items = [_summed_of(x) for x in inputs]
+    if None in items or any(
+            f.init is not None or len(f.ks) != 1 or f.ks != items[0].ks or
+            f.leaf != items[0].leaf for f in items) or \
+            len(set(id(f.vector) for f in items)) != len(items):
+        return None
+    whole_inputs = tuple(f.vector for f in items)
+    key = ('item sums', type(node), joining.settings_of(node)) + tuple(
+        id(x) for x in whole_inputs)
+    recorder = _keys.recording.recorder
+    vector = recorder.applied_rows.get(key)
+    if vector is None:
+        vector, = ops.pristine_copy(node).apply(whole_inputs)
+        recorder.applied_rows[key] = vector
+    return (_noted(items[0]._replace(vector=vector)),)
 
 
 def reduced_item(node, inputs):
@@ -88,7 +116,8 @@ def reduced_item(node, inputs):
     if vector is None:
         vector = reducer.whole(node, noted)
         recorder.applied_rows[key] = vector
-    return (_noted(vector, frozenset([noted[0].k]), None),)
+    return (_noted(Summed(vector, frozenset([noted[0].k]), None,
+                          noted[0].leaf)),)
 
 
 def accumulated(node, inputs):
@@ -110,8 +139,8 @@ def accumulated(node, inputs):
         if a.vector is not b.vector or a.ks & b.ks or \
                 not (_is_number(a.init) or _is_number(b.init)):
             return None
-        return (_summed(Summed(a.vector, a.ks | b.ks,
-                               _plus(a.init, b.init))),)
+        return (_summed(a._replace(ks=a.ks | b.ks,
+                                   init=_plus(a.init, b.init))),)
     summed, other = (a, inputs[1]) if a is not None else (b, inputs[0])
     if summed.init is not None:
         return None  # (a Variable started it already)
@@ -121,6 +150,29 @@ def accumulated(node, inputs):
 def stacked(xs):
     """``F.stack(xs)`` where ``xs`` are the values of all the items of one
     vector (:func:`reduced_item`), in order: that vector; else ``None``."""
+    found = _all_items(xs)
+    if found is None:
+        return None
+    recorder = _keys.recording.recorder
+    recorder.iterated_lines.add(traced.user_location())
+    return found.vector
+
+
+def count_of(xs):
+    """The array of the lengths of a joined list's items (an argument,
+    whose first axis is their number) where ``xs``, a list the forward
+    made, holds the values of all of them (:func:`reduced_item`), in order
+    (``losses.append(F.softmax_cross_entropy(...))`` in a loop:
+    ``len(losses)`` is the batch size); else ``None``."""
+    found = _all_items(xs)
+    if found is None:
+        return None
+    return _keys.recording.recorder.item_lengths[found.leaf]
+
+
+def _all_items(xs):
+    """The :class:`Summed` of the first of ``xs`` where they are the values
+    of all the items of one vector, in order; else ``None``."""
     found = [_summed_of(x) for x in xs]
     if not found or None in found:
         return None
@@ -129,9 +181,7 @@ def stacked(xs):
            f.ks != frozenset([k]) for k, f in enumerate(found)) or \
             len(found) != found[0].n_items():
         return None
-    recorder = _keys.recording.recorder
-    recorder.iterated_lines.add(traced.user_location())
-    return vector
+    return found[0]
 
 
 def _is_number(value):
@@ -152,7 +202,7 @@ def _summed(summed):
     recorder = _keys.recording.recorder
     recorder.iterated_lines.add(traced.user_location())
     if len(summed.ks) < summed.n_items():
-        return _noted(summed.vector, summed.ks, summed.init)
+        return _noted(summed)
     total = chainer.functions.sum(summed.vector)
     if summed.init is None or (_is_number(summed.init) and
                                summed.init == 0):
@@ -160,19 +210,19 @@ def _summed(summed):
     return summed.init + total
 
 
-def _noted(vector, ks, init):
-    """The Variable of the elements ``ks`` of ``vector`` summed, plus
-    ``init``, recorded by nodes that go where nothing else reads it, and
-    noted as :class:`Summed`."""
+def _noted(summed):
+    """The Variable of ``summed`` (its elements of its vector summed, plus
+    its start), recorded by nodes that go where nothing else reads it,
+    and noted as that :class:`Summed`."""
     recorder = _keys.recording.recorder
     first = len(recorder.graph.nodes)
-    order = sorted(ks)
-    value = vector[order[0]] if len(order) == 1 else \
-        chainer.functions.sum(vector[numpy.array(order)])
-    if init is not None:
-        value = value + init
+    order = sorted(summed.ks)
+    value = summed.vector[order[0]] if len(order) == 1 else \
+        chainer.functions.sum(summed.vector[numpy.array(order)])
+    if summed.init is not None:
+        value = value + summed.init
     recorder.droppable.extend(recorder.graph.nodes[first:])
-    recorder.item_sums[id(value.array)] = Summed(vector, ks, init)
+    recorder.item_sums[id(value.array)] = summed
     recorder.item_sum_values.append(recorder.values[id(value.array)])
     recorder.iterated_lines.add(traced.user_location())
     return value
@@ -234,11 +284,23 @@ class _Sum(object):
     @staticmethod
     def whole(node, noted):
         rows = noted[0].packed
-        ndim = lengths.array_of(rows).ndim
-        if ndim > 1:
-            rows = chainer.functions.sum(rows, axis=tuple(range(1, ndim)))
+        shape = lengths.array_of(rows).shape
+        if len(shape) > 1:
+            rows = chainer.functions.sum(
+                rows, axis=tuple(range(1, len(shape))))
         return array_ops.ReduceSegments('sum').apply(
             (rows, noted[0].lengths))[0]
+
+
+class _Mean(_Sum):
+    """``F.mean(y)`` of all of an item's elements: :class:`_Sum`'s over
+    the item's rows times the elements of a row."""
+
+    @staticmethod
+    def whole(node, noted):
+        total = _Sum.whole(node, noted)
+        row = int(numpy.prod(lengths.array_of(noted[0].packed).shape[1:]))
+        return total / (noted[0].lengths * row).astype(total.dtype)
 
 
 class _Accuracy(object):
@@ -277,7 +339,15 @@ class _Accuracy(object):
             dtype.type(0)).astype(dtype), requires_grad=False)
 
 
+#: The element-wise functions :func:`element_wise` applies to the vectors
+#: of items' values, by the name of their FunctionNode.
+_ELEMENT_WISE = frozenset([
+    'Add', 'Sub', 'Mul', 'Div', 'Maximum', 'Minimum', 'AddConstant',
+    'MulConstant', 'SubFromConstant', 'DivFromConstant', 'PowVarConst',
+    'Neg', 'Exp', 'Log', 'Sqrt', 'Square', 'Absolute', 'Tanh',
+    'Sigmoid'])
+
 #: The reductions of an item to one value :func:`reduced_item` computes
 #: for all the items at once, by the name of their FunctionNode.
 _REDUCERS = {'SoftmaxCrossEntropy': _SoftmaxCrossEntropy, 'Sum': _Sum,
-             'Accuracy': _Accuracy}
+             'Mean': _Mean, 'Accuracy': _Accuracy}

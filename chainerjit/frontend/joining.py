@@ -480,13 +480,19 @@ def applied_to_items(node, inputs):
 _SETTINGS = (int, float, str, type(None), numpy.generic)
 
 
+def settings_of(node):
+    """The settings of the FunctionNode ``node`` (:data:`_SETTINGS`), in a
+    hashable tuple: nodes alike in them compute alike."""
+    return tuple(sorted((name, value) for name, value in vars(node).items()
+                        if isinstance(value, _SETTINGS)))
+
+
 def _row_wise(node, inputs, noted):
     """The item's rows of the :data:`ROW_WISE` (or
     :data:`PAIRED_ROW_WISE`) function ``node`` applied to the rows of all
     the items: its inputs that are items (``noted``, their
     :class:`Item`), those rows, the others as they are."""
-    config = tuple(sorted((name, value) for name, value in vars(node).items()
-                          if isinstance(value, _SETTINGS)))
+    config = settings_of(node)
     whole_inputs = tuple(x if n is None else n.packed
                          for x, n in zip(inputs, noted))
     key = (type(node), config) + tuple(id(x) for x in whole_inputs)
@@ -932,9 +938,10 @@ def take_joins(recording, joins, names):
         reader = _reader_left(value, users, gone)
         if reader is not False:
             return "a value of one item of the sentences joined (an " \
-                "item's loss), or a sum of some of them, is read%s: " \
-                "only a sum over all the items is computed for all at " \
-                "once" % _by(reader)
+                "item's loss), or a sum of some of them, is %s: only a " \
+                "sum over all the items is computed for all at once" % (
+                    'read' + _by(reader) if reader is not None else
+                    'returned' + _by(_node_making(graph, value)))
     n, found = len(item_nodes) // len(joins), []
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
@@ -967,12 +974,12 @@ def _reader_left(value, users, gone):
                 False)
 
 
-def _by(reader):
-    """Where a read by ``reader`` is, for a message (``None``: the graph
-    returns it)."""
-    if reader is None:
+def _by(node):
+    """Where a read by ``node`` (or the value ``node`` made) is, for a
+    message (``None``: the graph returns it)."""
+    if node is None:
         return ''
-    return ' by %s%s' % (reader.op, _at(reader.loc))
+    return ' by %s%s' % (node.op, _at(node.loc))
 
 
 def _applied_whole(loc, iterated_lines):
@@ -1178,7 +1185,7 @@ def _reduced_each(graph, values, users, sized=None):
 
 def _reduces_item(node):
     attrs = dict(node.attrs)
-    return node.op == 'Sum' and attrs.get('axis') is None or \
+    return node.op in ('Sum', 'Mean') and attrs.get('axis') is None or \
         node.op == 'SoftmaxCrossEntropy' and attrs.get('reduce') == 'mean'
 
 

@@ -47,8 +47,8 @@ _state = _keys.recording  # this thread's
 
 
 class Use(collections.namedtuple(
-        'Use', 'origins what loc condition rows_of terms',
-        defaults=(None, None, None))):
+        'Use', 'origins what loc condition rows_of terms sides',
+        defaults=(None, None, None, None))):
     """A use of argument sizes that the recording depends on.
 
     ``origins``: the ``(leaf index, axis)`` of the sizes the number was
@@ -60,7 +60,9 @@ class Use(collections.namedtuple(
     the first axis of a node's output shape (``F.reshape(xs, (T * B,
     I))``), that node, whose kernel may infer it from its input's rows;
     ``terms``: for a sum of several sizes (``W - B``), ``((origin, a),
-    ...)``, each size's multiple in it."""
+    ...)``, each size's multiple in it. ``sides``: for a use of two
+    numbers of sizes together (``T > B``, ``max(len(x) for x in xs)``),
+    the :func:`_described` form of each."""
 
     __slots__ = ()
 
@@ -69,14 +71,20 @@ class Use(collections.namedtuple(
         leaves'."""
         where = '' if self.loc is None else \
             ' at ' + errors.short_location(self.loc)
-        if self.terms is None:
-            sizes = ' * '.join(_size_named(names[leaf], axis)
-                               for leaf, axis in self.origins)
-        else:
-            sizes = ops.sum_label([ops.times_label(
-                a, _size_named(names[leaf], axis))
-                for (leaf, axis), a in self.terms])
+        sides = self.sides or ((self.origins, self.terms),)
+        sizes = ' and '.join(_sizes_named(origins, terms, names)
+                             for origins, terms in sides)
         return '%s %s%s' % (sizes, self.what, where)
+
+
+def _sizes_named(origins, terms, names):
+    """``'x.shape[0] * x.shape[1]'`` of a product of sizes (``terms``
+    ``None``), ``'W - B'`` of a sum of their multiples (``terms``)."""
+    if terms is None:
+        return ' * '.join(_size_named(names[leaf], axis)
+                          for leaf, axis in origins)
+    return ops.sum_label([ops.times_label(a, _size_named(names[leaf], axis))
+                          for (leaf, axis), a in terms])
 
 
 def _linear(op, length, other):
@@ -179,12 +187,20 @@ class Length(int):
         """The :class:`Use` of this number (with ``other``, a Length or
         not) as ``what`` at ``loc``."""
         origins = self.origins | getattr(other, 'origins', frozenset())
-        terms = None
-        if not isinstance(other, Length) and self.linear is not None and \
-                len(self.linear[0]) > 1:
-            terms = tuple(sorted(self.linear[0].items()))
+        if isinstance(other, Length):  # (two sizes: T > B)
+            return Use(tuple(sorted(origins)), what, loc, condition,
+                       sides=(self._described(), other._described()))
         return Use(tuple(sorted(origins)), what, loc, condition,
-                   terms=terms)
+                   terms=self._described()[1])
+
+    def _described(self):
+        """``(origins, terms)`` as :meth:`Use.describe` names this number:
+        ``terms`` for a sum of multiples of several sizes, else ``None``
+        (a product of its origins)."""
+        terms = None
+        if self.linear is not None and len(self.linear[0]) > 1:
+            terms = tuple(sorted(self.linear[0].items()))
+        return tuple(sorted(self.origins)), terms
 
     def _note(self, what, other=None, condition=None, depth=2):
         """Notes a use by the forward's code (not by Chainer's, NumPy's or

@@ -314,7 +314,7 @@ def _symbolic_len(builtin_len, recorder):
     def length(x):
         if joining.is_joined(x):  # its count is the joined array's
             return lengths.read_shape(x.joined, (builtin_len(x),), 2)[0]
-        counted = joining.count_of(x) if recorder.segment_items and \
+        counted = _count_of(x) if recorder.segment_items and \
             type(x) is list else None
         if counted is not None:  # [f(x) for x in xs] of a joined xs
             return lengths.read_shape(counted, (builtin_len(x),), 2)[0]
@@ -323,6 +323,14 @@ def _symbolic_len(builtin_len, recorder):
             lengths.note_loop_filled(recorder, x, sys._getframe(1))
         return lengths.read_shape(lengths.data_of(x), (builtin_len(x),), 2)[0]
     return length
+
+
+def _count_of(xs):
+    """The lengths of a joined list's items whose number ``len(xs)`` of the
+    list ``xs`` the forward made is (``joining.count_of``,
+    ``item_sums.count_of``), or ``None``."""
+    counted = joining.count_of(xs)
+    return item_sums.count_of(xs) if counted is None else counted
 
 
 def _recording_item_index(getitem, recorder):

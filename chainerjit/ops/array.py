@@ -2383,8 +2383,9 @@ def lower_reduce_segments(node, ctx):
                 if wanted[0] else None, None)
 
     def lengths(rows):
-        # (The words' reduced: fixed.)
-        return Follow((rows[1],)) if _rows_of_one_kind(rows) else None
+        # (a row per item, however many rows the items have)
+        return Follow((rows[1],)) if all(
+            r is None or _on_the_first_axis(r) for r in rows) else None
     extreme = kind in segments_ops.EXTREMES
     return Kernel(run, {'kind': kind}, grad=GradRule(
         grad, inputs=(0, 1) if extreme else (1,),
@@ -2392,14 +2393,6 @@ def lower_reduce_segments(node, ctx):
         fresh=True, lengths=lengths, onnx=segments_ops.reduced_to_onnx(
             ctx.in_dtypes[1], kind, ctx.in_dtypes[0],
             len(ctx.in_shapes[0])))
-
-
-def _rows_of_one_kind(rows):
-    """For the ``(rows of all the items, their lengths)`` of
-    :class:`ReduceSegments`: are rows followed on one of them only, on
-    the first axis, as the items' joined rows or their number?"""
-    found = [r for r in rows if r is not None]
-    return len(found) == 1 and _on_the_first_axis(found[0])
 
 
 def _on_the_first_axis(rows):

@@ -244,3 +244,87 @@ def test_accuracies_added_up_with_the_losses():
     jitted = checked_without_recompiling(_Scored, calls, False)
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
     assert str(jitted.cache_entries()[0].graph).count('Accuracy') == 0
+
+
+class _Appended(_Tagger):
+    """The losses appended to a list, then averaged by its length."""
+
+    def forward(self, xs, ts):
+        losses = []
+        for y, t in zip(self.outputs(xs), ts):
+            losses.append(F.softmax_cross_entropy(self.out(y), t))
+        return sum(losses) / len(losses)
+
+
+def test_losses_appended_and_averaged_by_their_count():
+    # (len(losses) was the recorded count, baked in)
+    _one_entry_per_mode(_Appended, _with_ignored(9))
+
+
+class _Seq2seq(chainer.Chain):
+    """Chainer's seq2seq example, its loss added up target by target: the
+    decoder's outputs over each target framed by an end of sentence."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed_x = L.EmbedID(30, 6)
+            self.embed_y = L.EmbedID(8, 6)
+            self.encoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.decoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 8)
+
+    def forward(self, xs, ys):
+        eos = numpy.array([0], I32)
+        ys_in = [numpy.concatenate([eos, y]) for y in ys]
+        ys_out = [numpy.concatenate([y, eos]) for y in ys]
+        h, c, _ = self.encoder(None, None, [self.embed_x(x) for x in xs])
+        _, _, os = self.decoder(h, c, [self.embed_y(y) for y in ys_in])
+        loss = 0
+        for o, t in zip(os, ys_out):
+            loss += F.softmax_cross_entropy(self.out(o), t)
+        return loss / len(xs)
+
+
+def test_a_decoder_loss_added_up_target_by_target():
+    rng = numpy.random.RandomState(10)
+    calls = [([rng.randint(0, 30, k).astype(I32)
+               for k in rng.randint(1, 8, n)],
+              [rng.randint(1, 8, k).astype(I32)
+               for k in rng.randint(1, 6, n)]) for n in _COUNTS]
+    jitted = _one_entry_per_mode(_Seq2seq, calls)
+    assert 'i32[W2]' in str(jitted.cache_entries()[0].signature)
+
+
+class _Means(_Tagger):
+    """The mean of each output sequence's elements, added up."""
+
+    def forward(self, xs, ts):
+        return sum(F.mean(F.tanh(y)) for y in self.outputs(xs)) + \
+            F.softmax_cross_entropy(self.out(F.concat(self.outputs(xs),
+                                                      axis=0)),
+                                    F.concat(ts, axis=0))
+
+
+def test_means_of_each_sentence_added_up():
+    _one_entry_per_mode(_Means, _with_ignored(11))
+
+
+class _Weighted(_Tagger):
+    """Each sentence's loss scaled and added to a penalty on its scores,
+    then a soft minimum of the sentences' losses."""
+
+    def forward(self, xs, ts):
+        loss = 0
+        for y, t in zip(self.outputs(xs), ts):
+            scores = self.out(y)
+            loss += F.softmax_cross_entropy(scores, t) * 0.5 + \
+                0.1 * F.sum(scores * scores)
+        return loss - F.log(sum(
+            F.exp(-F.softmax_cross_entropy(self.out(y), t))
+            for y, t in zip(self.outputs(xs), ts)))
+
+
+def test_losses_of_each_sentence_scaled_and_combined():
+    jitted = _one_entry_per_mode(_Weighted, _with_ignored(12))
+    assert 'Exp' in str(jitted.cache_entries()[0].graph)

@@ -237,7 +237,9 @@ class _StepsOfTheFirst(_ExampleBagOfWords):
     (_Counted, 'xs.shape[0] counted by iterating over the list at '
      'test_joined_lists.py:'),
     (_ShapeRead, None),
-    (_LongestRead, 'compared at test_joined_lists.py:')])
+    # (two sizes compared with each other, not their product)
+    (_LongestRead, 'xs[1].shape[0] and xs[0].shape[0] compared at '
+     'test_joined_lists.py:')])
 def test_a_list_read_otherwise_keeps_its_count_in_the_key(cls, why):
     calls = _batches(numpy.random.RandomState(6), (3, 3, 5, 4, 5))
     with warnings.catch_warnings(record=True) as caught:

@@ -1054,9 +1054,9 @@ def test_a_framed_item_read_on_its_own_keeps_the_count():
     messages = [str(w.message) for w in caught
                 if issubclass(w.category, errors.RecompileWarning)]
     # (the sum of its rows is computed for all the items at once: their
-    # sum alone is joined, not one item's read on its own)
+    # sum alone is joined, not one item's returned, scaled, in the loss)
     assert any('number of items' in m and 'a value of one item' in m and
-               'is read by MulConstant at test_joined_segments' in m
+               'is returned by Add at test_joined_segments' in m
                for m in messages), messages
     assert all('i32[W]' not in str(e.signature)
                for e in jitted.cache_entries())
