@@ -592,8 +592,16 @@ class JitFunction(_calls.CachedCall):
         count, = joining.counts(joined)
         batched = batch.of_joined(key, joining.joined_leaves(joined, leaves),
                                   count)
-        return self._compile(key, leaves, instance, args, kwargs, joined,
-                             batched=batched)
+        varying, sibling, _ = self._varying_numbers(key)
+        result = self._compile(key, leaves, instance, args, kwargs, joined,
+                               batched=batched, varying=varying)
+        entry = self.last_entry
+        if sibling is not None and entry is not None and \
+                isinstance(entry.symbolic, scalars.SizesAndNumbers) and \
+                batch.open_axes(entry.symbolic) >= batch.open_axes(
+                    sibling.symbolic):
+            self.cache.remove(sibling)  # (the new entry takes its numbers)
+        return result
 
     def _forget_joined(self):
         """Stops joining lists, and drops the entries of joined calls."""
@@ -1287,7 +1295,8 @@ def _sizes_open(entry, key, batched=None):
     if entry.symbolic is None:
         return key, entry.key
     if not isinstance(entry.symbolic, (symbolic_module.Symbolic,
-                                       ragged.Ragged, batch.RowsBatched)):
+                                       ragged.Ragged, batch.RowsBatched,
+                                       batch.TwoAxes)):
         return None
     general = entry.symbolic.generalize(key)
     return None if general is None else (general[0], entry.key)

@@ -184,7 +184,7 @@ class _Iterated(traced.ItemsOfJoined):
 
     def __getitem__(self, index):
         if type(index) is slice and index not in (slice(None), REVERSED):
-            _note_iterated(self.joined, SLICED)  # (ys[:3]: some of them)
+            _note_iterated(self.joined, lengths.SLICED)  # (ys[:3])
         return super().__getitem__(index)
 
     def dispatched(self):
@@ -735,18 +735,15 @@ def items_whole(items):
 
 
 def concatenated(items):
-    """``F.concat(items, axis=0)`` where ``items`` are all the items of
-    one value made of a joined list's items (not the list's own, which
-    :func:`take_joins` joins), in order: that value, a Variable; else
-    ``None``."""
+    """``F.concat(items, axis=0)`` where ``items`` are all the items of a
+    joined list cut at their offsets, or of one value made of them, in
+    order: that value (the joined rows the call passed, whose length is
+    the words' symbol), a Variable; else ``None``."""
     found = _whole(items)
     if found is None:
         return None
     if isinstance(found.packed, chainer.Variable):
         return found.packed
-    value = _keys.recording.recorder.values.get(id(found.packed))
-    if value is None or value.kind == 'input':
-        return None
     return chainer.Variable(found.packed, requires_grad=False)
 
 
@@ -759,11 +756,6 @@ def count_of(items):
     found = _whole(items) if type(items) is list else None
     return None if found is None else \
         _keys.recording.recorder.item_lengths[found.leaf]
-
-
-#: The use of the number of a joined list's items a slice of them makes
-#: (but all of them, or all reversed).
-SLICED = 'read by slicing the list'
 
 
 def _note_iterated(joined, what=lengths.ITERATED):
@@ -1065,7 +1057,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
         elif j is not None and sized is not None:
             j = j._replace(lengths=True) if j.kind == 'pad' else None
         if j is not None and j.takes(items) and _reader_of(
-                values, users, j, shapes_read, sized)[1] is None:
+                values, users, j, shapes_read, sized,
+                rows_read=j.kind == 'segments')[1] is None:
             joins.append(j)
             cut.append(_width_key(j, items))
     counts = set(len(items) for path, _, items, _ in lists
@@ -1456,7 +1449,8 @@ def _applied_to_item(graph, node, value, values):
     """Is ``node`` a function of the item ``value`` alone (of ``values``,
     a list's items) that :func:`applied_to_items` applies to the rows of
     all: a :data:`ROW_WISE` function of it, ``x[::-1]`` of it, or
-    ``F.concat`` on the first axis of it and constants?"""
+    ``F.concat`` on the first axis of it and constants (``numpy.hstack``
+    of a 1-d item)?"""
     others = [v for v in node.inputs if v is not value]
     if node.op in ROW_WISE:
         return node.inputs[0] is value and not set(others) & set(values)
@@ -1464,9 +1458,10 @@ def _applied_to_item(graph, node, value, values):
         index = _index_of(graph.templates.get(node))
         return is_item_index(index)
     if node.op == 'numpy.concatenate' and \
-            not _on_the_first_axis(graph.templates.get(node)):
+            not _on_the_first_axis(graph.templates.get(node)) or \
+            node.op == 'numpy.hstack' and len(value.shape) != 1:
         return False
-    return node.op in ('Concat', 'numpy.concatenate') and \
+    return node.op in ('Concat', 'numpy.concatenate', 'numpy.hstack') and \
         dict(node.attrs).get('axis', 0) == 0 and \
         len(others) == len(node.inputs) - 1 and \
         all(v.kind == 'const' for v in others)
@@ -1524,10 +1519,13 @@ def _join_of_readers(path, readers):
     return found.pop() if len(found) == 1 else None
 
 
-def _reader_of(values, users, j, shapes_read, sized=None):
+def _reader_of(values, users, j, shapes_read, sized=None, rows_read=False):
     """``(nodes, None)``: the nodes reading ``values`` (but for ``sized``,
     their lengths), each every one once and in order, the op ``j`` joins
-    for (the same op, once or more); else ``(None, why)``."""
+    for (the same op, once or more), whose shape the forward's Python did
+    not read (but, ``rows_read``, of segments joined: a joined recording
+    gets the rows the call passed for them, whose length is a symbol,
+    ``len(xp.concatenate(ts))``); else ``(None, why)``."""
     readers = None
     for value in values:
         found = [n for n in users.get(value, []) if n is not sized]
@@ -1537,8 +1535,8 @@ def _reader_of(values, users, j, shapes_read, sized=None):
                 'taking the whole list' % _name(j.path)
         readers = set(found)
     if any(node.inputs != values or not j.matches(node) or
-           node.outputs[0] in shapes_read and j.kind != 'pad'
-           for node in readers):
+           node.outputs[0] in shapes_read and j.kind != 'pad' and
+           not rows_read for node in readers):
         return None, '%s is not read whole by one %s' % (
             _name(j.path), {'pad': 'F.pad_sequence', 'concat': 'F.concat',
                             'segments': 'F.concat',

@@ -1730,6 +1730,10 @@ def _onnx_size(builder, x, axis, shape=()):
 #: described (``joining``).
 ITERATED = 'counted by iterating over the list'
 
+#: The use of the number of a joined list's items a slice of them makes
+#: (but all of them, or all reversed).
+SLICED = 'read by slicing the list'
+
 
 def note_item_lengths(items, lengths, shift=0):
     """Notes the first axis of each of a joined list's ``items`` (traced
@@ -1873,11 +1877,13 @@ def _joined_lengths(convert, origins, shift, args, kwargs, loc):
                                     kwargs)
 
 
-def _forget_iterated(recorder, locs):
-    """Forgets the forward's iterating over a joined list at ``locs``: it
-    made the items' lengths taken back as an array of them all."""
+def _forget_iterated(recorder, locs, what=(ITERATED,)):
+    """Forgets the forward's iterating over a joined list at ``locs`` (or
+    slicing it: ``what``): it made the items' lengths taken back as an
+    array of them all."""
     recorder.length_uses[:] = [use for use in recorder.length_uses
-                               if use.what != ITERATED or use.loc not in locs]
+                               if use.what not in what or
+                               use.loc not in locs]
 
 
 def forget_reads(recorder, origins):
@@ -1916,12 +1922,17 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     lines = [loc for origin, loc in recorder.item_length_reads
              if origin in counted]
     read = set(origin for origin, _ in recorder.item_length_reads)
+    # (the last length read and left out: x_len[:-1]; or not read, of
+    # the items but the last: [len(x) for x in xs[:-1]])
+    last_read = not dropped or counted[-1] in read
     if origins != counted[:len(origins)] or len(counted) != count or \
-            not read.issuperset(counted) or \
-            dropped and (len(lines) != count or len(set(lines)) != 1):
+            not read.issuperset(counted[:len(origins)]) or \
+            dropped and (len(lines) != count - (not last_read) or
+                         len(set(lines)) != 1):
         return None  # (not the lengths of all, or taken into offsets)
     forget_reads(recorder, counted)
-    _forget_iterated(recorder, set(lines))
+    _forget_iterated(recorder, set(lines),
+                     (ITERATED,) if last_read else (ITERATED, SLICED))
     array = cumsum([int.__int__(n) for n in sizes])
     return _offsets_made(shifted_lengths(leaf, shift), array, dropped, loc)
 

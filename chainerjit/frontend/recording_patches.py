@@ -19,6 +19,7 @@ what it replaces                   while recording
 ``numpy.random``'s functions       a draw is recorded as an op
 ``random``'s, ``Random``'s draws   a draw is an escape
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
+``concat_examples``' stack, pad    of traced arrays: one op each
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
 ``Variable`` ``/`` and ``*``       a size there: read at run time
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
@@ -175,7 +176,8 @@ def _escaping(what, cut=True):
             current = _state.recorder
             if not cut and current is not None and not current.depth:
                 current.escape_line = None  # (never cut: eagerly)
-            return fn(*args, **kwargs)
+            # (the gradient nodes backprop applies are not the forward's)
+            return traced.as_library(fn, *args, **kwargs)
         return escaping
     return make
 
@@ -353,17 +355,27 @@ def _recording_item_index(getitem, recorder):
     return getitem_of_items
 
 
+def _joins_rows(func, arrays, kwargs):
+    """Does NumPy's ``func`` join ``arrays`` on their first axis
+    (``numpy.concatenate``, on axis 0; ``numpy.hstack`` of 1-d arrays)?"""
+    if func is _CONCATENATE:
+        return kwargs in ({}, {'axis': 0})
+    return func is numpy.hstack and not kwargs and \
+        type(arrays) in (list, tuple) and \
+        all(isinstance(a, numpy.ndarray) and a.ndim == 1 for a in arrays)
+
+
 def _recording_array_function(array_function, recorder):
     """``TracedArray.__array_function__`` while recording: of the
     forward's ``numpy.concatenate`` (on the first axis) of an item of a
-    joined list between constant rows (``xp.concatenate([eos, y])``), the
+    joined list between constant rows (``xp.concatenate([eos, y])``,
+    ``numpy.hstack`` of 1-d ones), the
     item's part of all the items so framed (``joining.framed_item``), as
     ``F.concat`` of them gives; else the traced call."""
     def dispatched(self, func, types, args, kwargs):
-        if func is _CONCATENATE and _state.recorder is recorder and \
-                not recorder.depth and len(args) == 1 and \
-                kwargs in ({}, {'axis': 0}):
-            found = joining.framed_item(args[0])
+        if _state.recorder is recorder and not recorder.depth and \
+                len(args) == 1 and _joins_rows(func, args[0], kwargs):
+            found = joining.framed_item(traced.undispatched(args)[0])
             if found is not None:
                 return found
         return array_function(self, func, types, args, kwargs)
@@ -426,6 +438,27 @@ def _recording_padding(pad, recorder):
             'concat_examples(padding=%r)' % (padding,),
             lambda *items: pad(items, padding), tuple(arrays))
     return padded
+
+
+def _recording_stacking(concat, recorder):
+    """``concat_examples(xs)``'s stack of a batch of arrays alike, computed
+    from the inputs (a list argument's labels of one row each), while
+    recording: ``numpy.stack`` of them, as Chainer's own code computes it
+    (``concatenate([x[None] for x in xs])``), which ``joining`` joins;
+    else Chainer's code."""
+    def stacked(arrays, padding):
+        if padding is not None or _state.recorder is not recorder or \
+                recorder.depth or type(arrays) not in (
+                    list, tuple, joining.JoinedList, joining.JoinedTuple) or \
+                not arrays or not traced.holds_traced(list(arrays)):
+            return concat(arrays, padding)
+        first = arrays[0]
+        if not all(isinstance(a, numpy.ndarray) and a.shape == first.shape
+                   and a.dtype == first.dtype for a in arrays):
+            return concat(arrays, padding)
+        return numpy.stack(arrays)
+    stacked.__wrapped__ = concat
+    return stacked
 
 
 # NumPy's array makers whose arguments are sizes.
@@ -1324,9 +1357,13 @@ def _recording_nstep(n_states):
 
 def _made_zeros(state, recorder):
     """Is ``state`` an array of zeros the forward made (``xp.zeros((1,
-    len(xs), H))``), which a stacked RNN link takes as it takes ``None``?
-    The sizes it was made of are then no uses of them (as where a node
-    makes it again, ``trace.Recorder.value_of``)."""
+    len(xs), H))``, or a Variable it made of one), which a stacked RNN
+    link takes as it takes ``None``? The sizes it was made of are then no
+    uses of them (as where a node makes it again,
+    ``trace.Recorder.value_of``)."""
+    if isinstance(state, chainer.Variable) and \
+            id(state) in recorder.made_variables:
+        state = state.array  # (its gradient: read by no one)
     if type(state) is not traced.MadeArray or state.any():
         return False
     if recorder.holds_made(state):
@@ -1502,6 +1539,8 @@ RECORDING_PATCHES = (
     RecordingPatch(numpy, 'prod', _numpy_prod),
     RecordingPatch(chainer.dataset.convert, '_concat_arrays_with_padding',
                    _recording_padding),
+    RecordingPatch(chainer.dataset.convert, '_concat_arrays',
+                   _recording_stacking),
 ) + tuple(RecordingPatch(numpy, name, _noting_lengths(name))
           for name in _MAKERS) + (
     RecordingPatch(numpy, 'tri', _recording_tri),) + tuple(

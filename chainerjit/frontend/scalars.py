@@ -475,6 +475,7 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
         one of them is not a float or an int (each keeps its type in the
         key)."""
         train, backprop, structure, specs, alias = key
+        joins, structure = _joined_and_structure(structure)
         values = []
         for path in self.paths:
             item = signature.static_item(structure, path)
@@ -483,6 +484,8 @@ class VaryingScalars(collections.namedtuple('VaryingScalars', 'paths')):
             values.append(item[2])  # the caller's number
             structure = signature.with_static_item(
                 structure, path, ('S', item[1], 'varying'))
+        if joins is not None:
+            structure = ('joined', joins, structure)
         return (train, backprop, structure, specs, alias), values
 
     def to_check(self, key, verified, symbols):
@@ -565,13 +568,15 @@ def varying_paths(key, other_key, int_varies):
     differ from ``other_key`` (an entry's), or ``None`` where they differ
     otherwise (or not at all): floats, and ints at the paths where
     ``int_varies(path)`` holds (both of the same type)."""
+    (joins, structure), (other_joins, other) = (
+        _joined_and_structure(key[2]), _joined_and_structure(other_key[2]))
     if key[:2] != other_key[:2] or key[3:] != other_key[3:] or \
-            not _is_call_structure(key[2]) or \
-            not _is_call_structure(other_key[2]):
+            joins != other_joins or not _is_call_structure(structure) or \
+            not _is_call_structure(other):
         return None
     paths = []
-    for mine, theirs, name in zip(signature.argument_parts(key[2]),
-                                  signature.argument_parts(other_key[2]),
+    for mine, theirs, name in zip(signature.argument_parts(structure),
+                                  signature.argument_parts(other),
                                   ('args', 'kwargs')):
         if mine is None or theirs is None:
             if mine != theirs:
@@ -588,6 +593,16 @@ def varying_paths(key, other_key, int_varies):
                 return None
             paths.append(path)
     return tuple(paths) or None
+
+
+def _joined_and_structure(structure):
+    """``(the joins, the call's structure)`` of a joined call's key
+    structure (``joining.mark_key``: its lists joined), else ``(None,
+    structure)``."""
+    if type(structure) is tuple and len(structure) == 3 and \
+            structure[0] == 'joined':
+        return structure[1], structure[2]
+    return None, structure
 
 
 def number_paths(key, int_varies):

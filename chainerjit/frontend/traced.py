@@ -1101,7 +1101,7 @@ class ItemsOfJoined:
         return kind(kind.__iter__(self))
 
 
-def _undispatched(args):
+def undispatched(args):
     """``args`` of a NumPy function, a list of a joined argument's items
     first (``xp.concatenate(ts)``, ``xp.stack(xs)``) as a plain one, its
     iteration by NumPy's dispatch not the forward's."""
@@ -1149,7 +1149,7 @@ class TracedArray(numpy.ndarray):
         return result
 
     def __array_function__(self, func, types, args, kwargs):
-        args = _undispatched(args)
+        args = undispatched(args)
         untagged = {k: untag(v) for k, v in kwargs.items()}
         result = _followed_scalar(func(*eager_numbers(untag(args)),
                                        **untagged),

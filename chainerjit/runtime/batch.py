@@ -43,6 +43,7 @@ from chainerjit import ir
 from chainerjit import ops
 from chainerjit.backend import ort
 from chainerjit.frontend import lengths
+from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
 from chainerjit.runtime import backends
 from chainerjit.runtime import ragged
@@ -331,13 +332,16 @@ class TripsAndBatch(collections.namedtuple('TripsAndBatch',
 
 def open_axes(symbolic):
     """The ``(leaf, axis)`` whose sizes an entry's symbolic sizes leave
-    open (those of :class:`BatchAxis` and :class:`TwoAxes`), or that a
+    open (those of :class:`BatchAxis` and :class:`TwoAxes`, also beside
+    number arguments), or that a
     :class:`Batched` asks to leave open, with the axis it keeps."""
     if isinstance(symbolic, TwoAxes):
         return set().union(*(open_axes(axes) for axes in
                              (symbolic.batch,) + symbolic.widths))
     if isinstance(symbolic, TripsAndBatch):
         return open_axes(symbolic.batch)
+    if isinstance(symbolic, scalars.SizesAndNumbers):  # (and numbers)
+        return open_axes(symbolic.sizes)
     if isinstance(symbolic, Batched):
         return set(symbolic.batch_axes()).union(*(
             open_axes(kept) for kept in kept_axes(symbolic)))

@@ -578,12 +578,13 @@ def _warn_unrolled_loops(caller, unrolled, items, sig, joined=None):
     but for a loop over the items of a list whose lengths the entry takes
     at any value (``items``): its count is the number of items, which is
     in the key as the list's structure is; or over a list joined
-    (``joined``, a ``joining.Joined``), which no node of it read."""
+    (``joined``, a ``joining.Joined``), or all its items but the last
+    (``[len(x) for x in xs[:-1]]``), which no node of it read."""
     counts = set() if items is None else set(
         len(leaves) for leaves in ragged.items_by_list(
             sig, items.leaves).values())
     if joined is not None:
-        counts.update(joining.counts(joined))
+        counts.update(n - d for n in joining.counts(joined) for d in (0, 1))
     for loop in unrolled:
         if loop.varies and loop.iterations not in counts:
             caller.warn_unrolled(errors.UnrolledLoop(

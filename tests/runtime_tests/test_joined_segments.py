@@ -1550,3 +1550,87 @@ def test_constants_of_each_items_own_keep_eagers_values():
         differential.check_seeded(_EachScaledApart(), _tagged(
             numpy.random.RandomState(28), (4, 4, 5)))
     assert any('number of items' in str(w.message) for w in caught)
+
+
+class _ZeroStatesAndLabels(_Encoder):
+    """The link's initial states made of the batch size, zeros wrapped in
+    Variables, and the labels, a list of one row each, stacked by
+    ``concat_examples``."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0))
+
+    def forward(self, xs, ys):
+        zeros = self.xp.zeros((1, len(xs), 5), numpy.float32)
+        hy = self.encoder(chainer.Variable(zeros), chainer.Variable(zeros),
+                          [self.embed(x) for x in xs])[0]
+        t = chainer.dataset.concat_examples(ys).ravel()
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+def test_zero_states_of_the_batch_size_and_stacked_labels():
+    rng = numpy.random.RandomState(14)
+    calls = [(xs, [t[k:k + 1] for k in range(len(t))])
+             for xs, t in _batches(rng, _COUNTS)]
+    for train in (True, False):
+        jitted = checked_without_recompiling(_ZeroStatesAndLabels, calls,
+                                             train)
+        entry, = jitted.cache_entries()
+        assert 'ys: i32[B,1]' in str(entry.signature), entry.signature
+
+
+class _StackedTargets(_Encoder):
+    """Targets framed by ``numpy.hstack`` (a start of sentence before
+    each, an end after), decoded after the sources' encoder."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0))
+        with self.init_scope():
+            self.decoder = L.NStepLSTM(1, 6, 5, 0.0)
+
+    def forward(self, xs, ys):
+        eos = numpy.array([2], I32)
+        ys_in = [numpy.hstack([eos, y]) for y in ys]
+        ys_out = [numpy.hstack([y, eos]) for y in ys]
+        h, c, _ = self.encoder(None, None, [self.embed(x) for x in xs])
+        _, _, os = self.decoder(h, c, [self.embed(y) for y in ys_in])
+        return F.softmax_cross_entropy(self.out(F.concat(os, axis=0)),
+                                       numpy.concatenate(ys_out))
+
+
+def test_targets_framed_by_hstack():
+    rng = numpy.random.RandomState(15)
+    calls = [(xs, [rng.randint(0, 3, k).astype(I32)
+                   for k in rng.randint(1, 6, len(xs))])
+             for xs, _ in _batches(rng, _COUNTS)]
+    for train in (True, False):
+        jitted = checked_without_recompiling(_StackedTargets, calls, train)
+        entry, = jitted.cache_entries()
+        assert 'joined.framed' in str(entry.graph)
+
+
+class _CountedTagger(_Encoder):
+    """Chainer's ``sequence_embed`` with the lengths of all the sentences
+    but the last, and the accuracy counted by NumPy over the tags joined,
+    over their number."""
+
+    def __init__(self):
+        super().__init__(L.NStepBiLSTM(1, 6, 5, 0.0))
+
+    def forward(self, xs, ts):
+        sections = numpy.cumsum([len(x) for x in xs[:-1]])
+        exs = F.split_axis(self.embed(F.concat(xs, axis=0)), sections, 0)
+        _, _, hs = self.encoder(None, None, exs)
+        y = self.out(F.concat(hs, axis=0))
+        t = numpy.concatenate(ts)
+        accuracy = (y.array.argmax(axis=1) == t).sum() / len(t)
+        return F.softmax_cross_entropy(y, t), accuracy
+
+
+def test_offsets_of_all_but_the_last_and_the_words_counted():
+    rng = numpy.random.RandomState(16)
+    calls = [(xs, [rng.randint(0, 3, len(x)).astype(I32) for x in xs])
+             for xs, _ in _batches(rng, _COUNTS)]
+    jitted = checked_without_recompiling(_CountedTagger, calls, False)
+    entry, = jitted.cache_entries()
+    assert 'ts[0]: i32[W]' in str(entry.signature), entry.signature
