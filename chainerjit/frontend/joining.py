@@ -919,21 +919,19 @@ def take_joins(recording, joins, names):
             return use.describe(names)
     users = graph.users()
     gone = packing.unread_nodes(users, recording.droppable)
-    for value in recording.segment_parts:
-        reader = _reader_left(value, users, gone)
-        if reader is not False:
-            return 'an item of the sentences joined (cut by F.split_axis ' \
-                'at their offsets, or of a function applied to all) is ' \
-                'read on its own%s, not whole by an N-step link' % (
-                    _by(reader))
-    for value in recording.item_sum_values:
-        reader = _reader_left(value, users, gone)
-        if reader is not False:
-            return "a value of one item of the sentences joined (an " \
-                "item's loss), or a sum of some of them, is %s: only a " \
-                "sum over all the items is computed for all at once" % (
-                    'read' + _by(reader) if reader is not None else
-                    'returned' + _by(_node_making(graph, value)))
+    read = _read_left(recording.segment_parts, users, gone)
+    if read is not None:
+        return 'an item of the sentences joined (cut by F.split_axis at ' \
+            'their offsets, or of a function applied to all) is read on ' \
+            'its own%s, not whole by an N-step link' % _by(read[1])
+    read = _read_left(recording.item_sum_values, users, gone)
+    if read is not None:
+        value, reader = read
+        return "a value of one item of the sentences joined (an item's " \
+            "loss), or a sum of some of them, is %s: only a sum over all " \
+            "the items is computed for all at once" % (
+                'read' + _by(reader) if reader is not None else
+                'returned' + _by(_node_making(graph, value)))
     n, found = len(item_nodes) // len(joins), []
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
@@ -959,11 +957,16 @@ def take_joins(recording, joins, names):
     return None
 
 
-def _reader_left(value, users, gone):
-    """A node reading ``value`` that does not go (``None``: the graph
-    returns it), or ``False``."""
-    return next(iter(n for n in users.get(value) or () if n not in gone),
-                False)
+def _read_left(values, users, gone):
+    """``(value, a node reading it that does not go)`` of the first of
+    ``values`` so read (the node ``None``: the graph returns it), or
+    ``None``."""
+    for value in values:
+        reader = next(iter(n for n in users.get(value) or ()
+                           if n not in gone), False)
+        if reader is not False:
+            return value, reader
+    return None
 
 
 def _by(node):
