@@ -430,10 +430,12 @@ class JitFunction(_calls.CachedCall):
                              'new totals of the items, its program gave '
                              'another result than eagerly')
             return result
-        if isinstance(entry.symbolic, (scalars.VaryingScalars,
-                                       scalars.SizesAndNumbers)):
+        if isinstance(entry.symbolic, _NUMBERS):
             if isinstance(entry.symbolic, scalars.SizesAndNumbers):
                 checked = checked[1]  # (sizes, numbers)
+            for other in self.cache.entries():  # (the other mode's too)
+                if isinstance(other.symbolic, _NUMBERS):
+                    self.cache.remove(other)
             self._warn_varying(
                 'the number arguments %s stay in the cache key: at %s its '
                 'program gave another result than eagerly' % (', '.join(
@@ -1370,6 +1372,7 @@ def _checks_items(sizes):
 #: The symbolic sizes of entries serving every batch size, and of those
 #: serving every length.
 _BATCHES = (batch.BatchAxis, batch.TripsAndBatch, batch.TwoAxes)
+_NUMBERS = (scalars.VaryingScalars, scalars.SizesAndNumbers)
 _LENGTHS = (symbolic_module.Symbolic, batch.TripsAndBatch, ragged.Ragged)
 
 _RERECORD_LIMIT = 3  # guard failures after which an entry stops recording

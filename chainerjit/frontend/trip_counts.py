@@ -623,6 +623,22 @@ def format_size_uses(code):
     return _size_uses(_operations(code, _formats))
 
 
+@functools.lru_cache(maxsize=256)  # (read at each recording)
+def formatted_names(code):
+    """``((name, line), ...)``: the names the function's own source
+    formats with ``str``'s ``%`` (``'%.0f' % beta``), which reads a
+    number in C, unseen by the number the recording passes (a varying
+    argument: ``frontend.scalars``); ``()`` without source."""
+    found = source.function_and_offset(code)
+    if found is None:
+        return ()
+    function, offset, _ = found
+    return tuple(sorted(set(
+        (name.id, node.lineno + offset) for node in ast.walk(function)
+        if isinstance(node, ast.BinOp) and _formats(node)
+        for name in ast.walk(node.right) if isinstance(name, ast.Name))))
+
+
 def _size_uses(found):
     """The uses of :func:`float_size_uses` in the operations
     :func:`_operations` found."""

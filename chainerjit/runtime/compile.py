@@ -333,7 +333,7 @@ def _why_fixed(caller, recording, names):
     """Why the varying number arguments ``names`` must stay in the key (the
     uses that baked them into the recording, warned about), or
     ``None``."""
-    uses = recording.scalar_uses
+    uses = recording.scalar_uses + _formatted(caller, names)
     if not uses:
         return None
     why = 'the number argument%s %s stay%s in the cache key: %s' % (
@@ -342,6 +342,17 @@ def _why_fixed(caller, recording, names):
         '; '.join(sorted(set(use.describe() for use in uses))[:3]))
     caller.warn_varying(why)
     return why
+
+
+def _formatted(caller, names):
+    """The ``scalars.Use`` of the varying number arguments ``names`` that
+    the forward's source formats with ``%`` (in C: no use noted)."""
+    code = getattr(caller.fn, '__code__', None)
+    if code is None:
+        return []
+    return [scalars.Use(name, 'formatted with %', (code.co_filename, line))
+            for name, line in trip_counts.formatted_names(code)
+            if name in names]
 
 
 def _with_varying(key, sig, varying, names):

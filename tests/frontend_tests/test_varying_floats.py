@@ -4,6 +4,7 @@ gradients equal to eager's; the uses that keep them in the key, each
 named with its line; a use the recording cannot see, caught by the check
 of the first new values."""
 
+import cmath
 import math
 import operator
 import warnings
@@ -227,7 +228,7 @@ def test_a_report_is_a_program_output_of_each_calls_number(rng):
 
 def test_a_use_the_recording_cannot_see_is_caught_at_a_new_value(rng):
     def fn(x, k):
-        return x * float('%.3f' % k)  # read in C: no use noted
+        return x * cmath.exp(k).real  # read in C: no use noted
     jitted = chainerjit.jit(fn, backend='numpy')
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
@@ -309,3 +310,49 @@ def test_arithmetic_on_a_varying_float_gives_eagers_bits(expression,
         calls.append((x, k))
     jitted = chainerjit.jit(fn, backend='numpy')
     _run_both(jitted, fn, calls)
+
+
+class _Rounded(chainer.Chain):
+    """A loss weighted by a test of a function of its argument computed
+    in C (``cmath``: no use noted), which the first values pass."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 2)
+
+    def forward(self, x, k):
+        weight = 1.0 if cmath.sqrt(k).real > 0.5 else 0.0
+        return F.sum(self.fc(x)) * weight
+
+
+def test_a_value_caught_in_one_mode_is_kept_in_the_key_in_both(rng):
+    """The training entry, taking ``k`` at any value, is checked at its
+    first new values; the inference entry's check at ``k = 0.0`` catches
+    the weight baked in: the training entry goes too (its program bakes
+    the same weight)."""
+    model = _Rounded()
+    jitted = chainerjit.jit(model.forward, backend='numpy')
+    x = rng.randn(4, 3).astype(F32)
+    calls = [(k, True) for k in (0.6, 0.7, 0.8, 0.9, 0.95)] + \
+        [(0.6, False), (0.7, False), (0.0, False), (0.0, True), (0.1, True)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for k, train in calls:
+            with chainer.using_config('train', train):
+                assert_array_equal(jitted(x, k).array,
+                                   model.forward(x, k).array)
+    assert any('gave another result than eagerly' in str(w.message)
+               for w in caught)
+
+
+def test_a_number_formatted_with_percent_stays_in_the_key(rng):
+    def fn(x, k):
+        return x * float('%.0f' % k)  # (read in C)
+    jitted = chainerjit.jit(fn, backend='numpy')
+    x = rng.randn(2, 3).astype(F32)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        _run_both(jitted, fn, [(x, k) for k in (0.6, 0.7, 0.8, 0.9, 0.0)])
+    assert any('k formatted with % at test_varying_floats' in str(w.message)
+               for w in caught)
