@@ -53,10 +53,10 @@ class Summed(collections.namedtuple('Summed', 'vector ks init leaf')):
 
 
 def _summed_of(x):
-    """The :class:`Summed` the Variable ``x`` is, or ``None``."""
+    """The :class:`Summed` the Variable (or traced array) ``x`` is, or
+    ``None``."""
     recorder = _keys.recording.recorder
-    array = getattr(x, 'array', None)
-    return None if array is None else recorder.item_sums.get(id(array))
+    return recorder.item_sums.get(id(lengths.array_of(x)))
 
 
 def applied(node, inputs):
@@ -74,6 +74,49 @@ def applied(node, inputs):
     if name in _ELEMENT_WISE:
         return element_wise(node, inputs)
     return None
+
+
+def numpy_applied(ufunc, method, inputs, kwargs):
+    """NumPy's ``x.sum()`` of an item's array (:func:`numpy_summed`), or
+    ``a + b`` of such sums (:func:`_added`: ``correct += (y == t).sum()``
+    in a loop over the items), as the forward gets it; else ``None``."""
+    if ufunc is not numpy.add:
+        return None
+    if method == 'reduce' and len(inputs) == 1 and all(
+            type(v) is type(_SUM_OF_ALL.get(k)) and v == _SUM_OF_ALL[k]
+            for k, v in kwargs.items()):
+        return numpy_summed(inputs[0])
+    if method == '__call__' and len(inputs) == 2 and not kwargs:
+        return _added(*inputs)
+    return None
+
+
+#: The settings of ``x.sum()`` (``numpy.add.reduce`` of all the elements,
+#: as NumPy gives them to ``__array_ufunc__``).
+_SUM_OF_ALL = {'axis': None, 'dtype': None, 'keepdims': False,
+               'where': True}
+
+
+def numpy_summed(array):
+    """Item ``k``'s value of the sums of all the elements of each item's
+    array (``(y.array.argmax(axis=1) == t).sum()``), computed for all the
+    items at once: a traced 0-d array standing for the NumPy scalar eager
+    gives, where the recording follows those (``traced.is_scalar``);
+    else ``None``."""
+    recorder = _keys.recording.recorder
+    found = joining.item_of(array)
+    if found is None or not recorder.follows_scalars:
+        return None
+    key = ('item sums', 'numpy.sum', id(found.packed))
+    vector = recorder.applied_rows.get(key)
+    if vector is None:
+        rows = lengths.array_of(found.packed)
+        if rows.ndim > 1:
+            rows = rows.sum(axis=tuple(range(1, rows.ndim)))
+        vector = array_ops.ReduceSegments('sum').apply(
+            (rows, found.lengths))[0].array
+        recorder.applied_rows[key] = vector
+    return _noted(Summed(vector, frozenset([found.k]), None, found.leaf))
 
 
 def element_wise(node, inputs):
@@ -126,25 +169,33 @@ def accumulated(node, inputs):
     (:class:`Summed`), and ``b`` another of the same vector's items,
     or a value of no item (the sum's start): the sum of those items, the
     vector's sum where they are all of them; else ``None``."""
-    found = [_summed_of(x) for x in inputs]
     if type(node).__name__ == 'AddConstant':
-        if found[0] is None or not _is_number(node.value):
-            return None
-        return (_summed(found[0]._replace(
-            init=_plus(found[0].init, node.value))),)
-    a, b = found
-    if a is None and b is None:
+        inputs = (inputs[0], node.value)
+    found = _added(*inputs)
+    return None if found is None else (found,)
+
+
+def _added(a, b):
+    """``a + b`` where one is an item's value or a sum of such values
+    (:class:`Summed`) and the other another of the same vector's items,
+    or a value of no item (a number, or a Variable or array: the sum's
+    start): what the forward gets (:func:`_summed`); else ``None``."""
+    found = [_summed_of(x) if not _is_number(x) else None for x in (a, b)]
+    if found == [None, None]:
         return None
-    if a is not None and b is not None:
+    if None not in found:
+        a, b = found
         if a.vector is not b.vector or a.ks & b.ks or \
                 not (_is_number(a.init) or _is_number(b.init)):
             return None
-        return (_summed(a._replace(ks=a.ks | b.ks,
-                                   init=_plus(a.init, b.init))),)
-    summed, other = (a, inputs[1]) if a is not None else (b, inputs[0])
+        return _summed(a._replace(ks=a.ks | b.ks, init=_plus(a.init,
+                                                             b.init)))
+    summed, other = (found[0], b) if found[0] is not None else (found[1], a)
+    if _is_number(other):
+        return _summed(summed._replace(init=_plus(summed.init, other)))
     if summed.init is not None:
         return None  # (a Variable started it already)
-    return (_summed(summed._replace(init=other)),)
+    return _summed(summed._replace(init=other))
 
 
 def stacked(xs):
@@ -203,11 +254,23 @@ def _summed(summed):
     recorder.iterated_lines.add(traced.user_location())
     if len(summed.ks) < summed.n_items():
         return _noted(summed)
-    total = chainer.functions.sum(summed.vector)
+    total = _sum_of(summed.vector, None)
     if summed.init is None or (_is_number(summed.init) and
                                summed.init == 0):
         return total
     return summed.init + total
+
+
+def _sum_of(vector, order):
+    """The sum of the elements ``order`` of ``vector`` (all: ``None``), a
+    Variable of a Variable's, else a traced 0-d array standing for the
+    NumPy scalar eager gives (``(y == t).sum()``)."""
+    if isinstance(vector, chainer.Variable):
+        if order is None:
+            return chainer.functions.sum(vector)
+        return vector[order[0]] if len(order) == 1 else \
+            chainer.functions.sum(vector[numpy.array(order)])
+    return (vector if order is None else vector[numpy.array(order)]).sum()
 
 
 def _noted(summed):
@@ -216,14 +279,13 @@ def _noted(summed):
     and noted as that :class:`Summed`."""
     recorder = _keys.recording.recorder
     first = len(recorder.graph.nodes)
-    order = sorted(summed.ks)
-    value = summed.vector[order[0]] if len(order) == 1 else \
-        chainer.functions.sum(summed.vector[numpy.array(order)])
+    value = _sum_of(summed.vector, sorted(summed.ks))
     if summed.init is not None:
         value = value + summed.init
     recorder.droppable.extend(recorder.graph.nodes[first:])
-    recorder.item_sums[id(value.array)] = summed
-    recorder.item_sum_values.append(recorder.values[id(value.array)])
+    array = lengths.array_of(value)
+    recorder.item_sums[id(array)] = summed
+    recorder.item_sum_values.append(recorder.values[id(array)])
     recorder.iterated_lines.add(traced.user_location())
     return value
 

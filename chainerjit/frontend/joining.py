@@ -504,6 +504,67 @@ def _row_wise(node, inputs, noted):
     return _applied(key, found, whole, ops.is_impure(type(node).__name__))
 
 
+#: NumPy's element-wise functions that :func:`numpy_applied_to_items`
+#: applies to the rows of all the items at once.
+ROW_WISE_UFUNCS = frozenset([
+    'equal', 'not_equal', 'less', 'less_equal', 'greater', 'greater_equal',
+    'logical_and', 'logical_or', 'logical_xor', 'logical_not'])
+
+#: NumPy's methods of an item's array that map its rows to rows (given
+#: their settings, by name: ``y.array.argmax(axis=1)``).
+ROW_WISE_METHODS = {
+    'argmax': lambda a, args, kwargs: _on_rows(a, args, kwargs),
+    'argmin': lambda a, args, kwargs: _on_rows(a, args, kwargs),
+    'astype': lambda a, args, kwargs: True}
+
+
+def _on_rows(array, args, kwargs):
+    """Do ``args`` and ``kwargs`` of ``argmax`` pick along each row of a
+    2-d ``array`` (``axis=1``)?"""
+    axis = args[0] if args and not kwargs else kwargs.get('axis') \
+        if not args and set(kwargs) == {'axis'} else None
+    return array.ndim == 2 and axis in (1, -1)
+
+
+def numpy_applied_to_items(ufunc, inputs):
+    """Where the forward applies NumPy's element-wise ``ufunc`` to items
+    as long, item by item (:func:`paired`; ``y.array.argmax(axis=1) ==
+    t``), and numbers: the item's rows of it applied to the rows of all
+    once (:data:`ROW_WISE_UFUNCS`); else ``None``."""
+    if ufunc.__name__ not in ROW_WISE_UFUNCS:
+        return None
+    noted = [item_of(x) if isinstance(x, numpy.ndarray) else None
+             for x in inputs]
+    items = [x for x, n in zip(inputs, noted) if n is not None]
+    if not items or not paired(noted) or any(
+            n is None and not isinstance(x, (int, float, numpy.generic))
+            for x, n in zip(inputs, noted)) or any(
+                a.shape != items[0].shape for a in items):
+        return None
+    found = next(n for n in noted if n is not None)
+    whole_inputs = [x if n is None else lengths.array_of(n.packed)
+                    for x, n in zip(inputs, noted)]
+    key = ('numpy', ufunc.__name__) + tuple(
+        repr(x) if n is None else id(n.packed)
+        for x, n in zip(inputs, noted))
+    return _applied(key, found, lambda: _cut_as(
+        ufunc(*whole_inputs), found.lengths, None))
+
+
+def numpy_method_on_item(name, method, array, args, kwargs):
+    """``array.name(*args, **kwargs)`` of an item's array that maps its
+    rows to rows (:data:`ROW_WISE_METHODS`), as the item's rows of it
+    applied to the rows of all once; else ``None``."""
+    found = item_of(array)
+    if found is None or not ROW_WISE_METHODS[name](array, args, kwargs):
+        return None
+    key = ('numpy', name, repr(args), repr(sorted(kwargs.items())),
+           id(found.packed))
+    return _applied(key, found, lambda: _cut_as(method(
+        lengths.array_of(found.packed), *args, **kwargs), found.lengths,
+        None))
+
+
 def _alike(node, arrays):
     return all(a.shape == arrays[0].shape for a in arrays[1:])
 
@@ -1019,21 +1080,26 @@ _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
 
 
 def found_joins(graph, lists, length_reads, shapes_read, uses,
-                item_splits=0):
+                item_splits=0, totals=()):
     """The :class:`Join` of each list argument of an unjoined recording
     that the forward reads whole, or ``()``: ``lists`` are ``(path, item
     values, the caller's items, the items' leaves)``; ``length_reads``
     the ``(leaf, axis)`` sizes the forward's code read, ``uses`` its
     ``lengths.Use`` of them; ``item_splits``, how many times it cut an
     array at the offsets of the items of a list (``numpy.cumsum`` of
-    their lengths), which makes such a list's items, joined, segments."""
+    their lengths), which makes such a list's items, joined, segments;
+    ``totals``, the sums of items' lengths the forward made
+    (``lengths._totaled``): the reads of a list's lengths for a sum of
+    all of them are the words' number joined."""
     users = graph.users()
     joins, cut = [], []
     for path, values, items, leaves in lists:
         sized = _sizes_of(values, users)
+        reads = length_reads if frozenset(
+            (leaf, 0) for leaf in leaves) not in totals else ()
         lengths_read = any(leaf == origin[0] for origin in (
             [o for use in uses for o in use.origins] if sized
-            else length_reads) for leaf in leaves) and not (
+            else reads) for leaf in leaves) and not (
                 _means_of_items(graph, values, users, sized))
         j = _join_of_readers(path, [n for n in users.get(values[0], [])
                                     if n is not sized])
@@ -1135,15 +1201,20 @@ def _scored_each(values, users, sized=None):
     for value in values:
         readers = _item_readers(users, value, sized)
         if not readers or None in readers or any(
-                node.op not in _SCORES or node.inputs[1:] != [value]
+                node.op not in _SCORES or node.inputs[1:] != [value] and (
+                    node.op not in _COMPARED or value not in node.inputs)
                 for node in readers):
             return False
         made.update((node.op, repr(node.attrs)) for node in readers)
     return len(made) == len(set(op for op, _ in made))
 
 
+#: NumPy's comparisons that score an item by its tags (an accuracy
+#: counted, ``y.array.argmax(axis=1) == t``), on either side.
+_COMPARED = frozenset(['numpy.equal', 'numpy.not_equal'])
+
 #: The functions scoring an item by its tags (``item_sums``).
-_SCORES = frozenset(['SoftmaxCrossEntropy', 'Accuracy'])
+_SCORES = frozenset(['SoftmaxCrossEntropy', 'Accuracy']) | _COMPARED
 
 
 #: The reductions over an item's rows a joined call makes one op of

@@ -87,6 +87,37 @@ def _sizes_named(origins, terms, names):
                           for (leaf, axis), a in terms])
 
 
+def _totaled(length):
+    """``length``, or where it is the sum of the lengths of every item of a
+    joined list cut at their offsets (``total += len(t)`` in a loop over
+    them), those items' words: the joined rows' number, a size of the
+    argument the call passes (the items' lengths read for it alone). Of
+    items recorded one by one, a sum of their lengths is noted
+    (``recorder.length_totals``: ``joining.found_joins`` may join their
+    list)."""
+    recorder = _state.recorder
+    terms = None if length.linear is None or length.linear[1] else \
+        length.linear[0]
+    if recorder is None or not terms or len(terms) < 2 or \
+            any(a != 1 for a in terms.values()):
+        return length
+    origins = frozenset(terms)
+    leaves = set(leaf for leaf, _ in origins)
+    if len(leaves) > 1:
+        if all(axis == 0 for _, axis in origins):
+            recorder.length_totals.add(origins)
+        return length
+    leaf, = leaves
+    words = recorder.words_of.get(leaf)
+    if words is None or origins != frozenset(
+            (leaf, -1 - k) for k in range(traced.untag(
+                recorder.item_lengths[leaf]).shape[0])):
+        return length
+    forget_reads(recorder, sorted(origins))
+    recorder.iterated_lines.add(traced.user_location())
+    return Length(int(length), frozenset([(words, 0)]), length.uses, (1, 0))
+
+
 def _linear(op, length, other):
     """``Length.linear`` of ``length op other`` (``other`` an int or a
     Length): sums and differences of sizes, and their multiples; else
@@ -233,11 +264,12 @@ class Length(int):
                 getattr(other, 'product', type(other) is int)
             if op in _STEPPED:  # (B // 32: the same at the sizes checked)
                 self._note(_STEPPED[op], other)
-            return Length(getattr(int, op)(self, other), self.origins |
-                          getattr(other, 'origins', frozenset()), self.uses,
-                          affine(*self.affine, other) if plain and affine
-                          else None, product, _linear(op, self, other),
-                          _monomial(op, self, other))
+            return _totaled(Length(
+                getattr(int, op)(self, other), self.origins |
+                getattr(other, 'origins', frozenset()), self.uses,
+                affine(*self.affine, other) if plain and affine else None,
+                product, _linear(op, self, other),
+                _monomial(op, self, other)))
         apply.__name__ = op
         return apply
 

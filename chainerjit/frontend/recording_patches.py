@@ -20,6 +20,7 @@ what it replaces                   while recording
 ``random``'s, ``Random``'s draws   a draw is an escape
 ``numpy.asarray``, ``array``, ...  a traced array's: recorded as ops
 ``concat_examples``' stack, pad    of traced arrays: one op each
+NumPy on items of joined lists     once for all items, and sums
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
 ``Variable`` ``/`` and ``*``       a size there: read at run time
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
@@ -355,6 +356,45 @@ def _recording_item_index(getitem, recorder):
     return getitem_of_items
 
 
+def _recording_array_ufunc(array_ufunc, recorder):
+    """``TracedArray.__array_ufunc__`` while recording: NumPy's element-wise
+    functions of the items of joined lists (``y.array.argmax(axis=1) ==
+    t``: ``joining.numpy_applied_to_items``), the sum of an item's
+    elements and the sums of those (``correct += (...).sum()``:
+    ``item_sums.numpy_applied``), each for all the items at once; else
+    the traced call."""
+    def dispatched(self, ufunc, method, *inputs, **kwargs):
+        if recorder.segment_items and _state.recorder is recorder and \
+                not recorder.depth:
+            found = (joining.numpy_applied_to_items(ufunc, inputs)
+                     if method == '__call__' and not kwargs else None)
+            if found is None:
+                found = item_sums.numpy_applied(ufunc, method, inputs,
+                                                kwargs)
+            if found is not None:
+                return found
+        return array_ufunc(self, ufunc, method, *inputs, **kwargs)
+    return dispatched
+
+
+def _recording_item_method(name):
+    """A row-wise method of traced arrays (``joining.ROW_WISE_METHODS``)
+    while recording: of an item of a joined list, the item's rows of it
+    applied to the rows of all at once; else the traced call."""
+    def make(method, recorder):
+        def on_item(self, *args, **kwargs):
+            if recorder.segment_items and _state.recorder is recorder and \
+                    not recorder.depth:
+                found = joining.numpy_method_on_item(name, method, self,
+                                                     args, kwargs)
+                if found is not None:
+                    return found
+            return method(self, *args, **kwargs)
+        on_item.__wrapped__ = method
+        return on_item
+    return make
+
+
 def _joins_rows(func, arrays, kwargs):
     """Does NumPy's ``func`` join ``arrays`` on their first axis
     (``numpy.concatenate``, on axis 0; ``numpy.hstack`` of 1-d arrays)?"""
@@ -371,11 +411,19 @@ def _recording_array_function(array_function, recorder):
     joined list between constant rows (``xp.concatenate([eos, y])``,
     ``numpy.hstack`` of 1-d ones), the
     item's part of all the items so framed (``joining.framed_item``), as
-    ``F.concat`` of them gives; else the traced call."""
+    ``F.concat`` of them gives; of ``numpy.sum`` of an item's elements,
+    the sums of all the items' at once (``item_sums.numpy_summed``); else
+    the traced call."""
     def dispatched(self, func, types, args, kwargs):
         if _state.recorder is recorder and not recorder.depth and \
                 len(args) == 1 and _joins_rows(func, args[0], kwargs):
             found = joining.framed_item(traced.undispatched(args)[0])
+            if found is not None:
+                return found
+        if func is numpy.sum and recorder.segment_items and \
+                _state.recorder is recorder and not recorder.depth and \
+                len(args) == 1 and not kwargs:  # (xp.sum(y == t))
+            found = item_sums.numpy_summed(args[0])
             if found is not None:
                 return found
         return array_function(self, func, types, args, kwargs)
@@ -1530,6 +1578,11 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.MadeArray, 'shape', _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, '__getitem__',
                    _recording_item_index),
+    RecordingPatch(traced.TracedArray, '__array_ufunc__',
+                   _recording_array_ufunc),
+) + tuple(RecordingPatch(traced.TracedArray, name,
+                         _recording_item_method(name))
+          for name in joining.ROW_WISE_METHODS) + (
     RecordingPatch(traced.TracedArray, '__array_function__',
                    _recording_array_function),
     RecordingPatch(chainer.Variable, '__getitem__', _from_the_end),

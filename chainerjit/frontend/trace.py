@@ -99,6 +99,7 @@ class Recording(object):
         # scalars.Use: what baked in the varying number arguments
         self.scalar_uses = recorder.scalar_uses if recorder else []
         self.length_reads = recorder.length_reads if recorder else set()
+        self.length_totals = recorder.length_totals if recorder else set()
         self.item_length_reads = recorder.item_length_reads if recorder \
             else []
         self.width_uses = recorder.width_uses if recorder else []
@@ -227,6 +228,9 @@ class _Recorder(object):
         self.iterated_lines = set()
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
+        # frozensets of the (leaf, 0) of items recorded one by one whose
+        # lengths the forward added up (lengths._totaled)
+        self.length_totals = set()
         # id(array) of the computed arrays whose shape the forward read
         self.shapes_read = set()
         self.made_rows = []  # lengths.MadeRows: arrays made with a batch

@@ -1033,7 +1033,8 @@ def _joins_found(recording, packed, args, kwargs, leaves):
                           items, at))
     joins = joining.found_joins(recording.graph, lists,
                                 recording.length_reads, recording.shapes_read,
-                                recording.length_uses, recording.item_splits)
+                                recording.length_uses, recording.item_splits,
+                                recording.length_totals)
     return joins if len(joins) == len(found) else ()
 
 

@@ -328,3 +328,46 @@ class _Weighted(_Tagger):
 def test_losses_of_each_sentence_scaled_and_combined():
     jitted = _one_entry_per_mode(_Weighted, _with_ignored(12))
     assert 'Exp' in str(jitted.cache_entries()[0].graph)
+
+
+class _CountedByNumPy(_Tagger):
+    """The words tagged right counted by NumPy sentence by sentence, over
+    the words counted in Python, beside the losses added up."""
+
+    def forward(self, xs, ts):
+        loss, correct, total = 0, 0, 0
+        for y, t in zip(self.outputs(xs), ts):
+            scores = self.out(y)
+            loss += F.softmax_cross_entropy(scores, t)
+            correct += (scores.array.argmax(axis=1) == t).sum()
+            total += len(t)
+        accuracy = correct / total
+        chainer.report({'accuracy': accuracy}, self)
+        return loss if chainer.config.train else (loss, accuracy)
+
+
+def test_an_accuracy_counted_by_numpy_sentence_by_sentence():
+    calls = _with_ignored(13)
+    jitted = _one_entry_per_mode(_CountedByNumPy, calls)
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'numpy.argmax' in graph or 'ndarray.argmax' in graph, graph
+    assert graph.count('ndarray.argmax') + graph.count('numpy.argmax') == 1
+
+
+class _CountedByXpSum(_Tagger):
+    """The count as the POS tagging example writes it, ``xp.sum(y ==
+    p)``, the predictions made by NumPy beforehand."""
+
+    def forward(self, xs, ts):
+        loss, correct = 0, 0
+        for y, t in zip(self.outputs(xs), ts):
+            scores = self.out(y)
+            loss += F.softmax_cross_entropy(scores, t)
+            p = scores.array.argmax(axis=1)
+            correct += self.xp.sum(t == p)
+        chainer.report({'correct': correct}, self)
+        return loss if chainer.config.train else (loss, correct)
+
+
+def test_a_count_by_xp_sum_sentence_by_sentence():
+    _one_entry_per_mode(_CountedByXpSum, _with_ignored(14))
