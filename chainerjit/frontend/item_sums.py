@@ -107,15 +107,13 @@ def numpy_summed(array):
     found = joining.item_of(array)
     if found is None or not recorder.follows_scalars:
         return None
-    key = ('item sums', 'numpy.sum', id(found.packed))
-    vector = recorder.applied_rows.get(key)
-    if vector is None:
+
+    def sums():
         rows = lengths.array_of(found.packed)
         if rows.ndim > 1:
             rows = rows.sum(axis=tuple(range(1, rows.ndim)))
-        vector = array_ops.ReduceSegments('sum').apply(
-            (rows, found.lengths))[0].array
-        recorder.applied_rows[key] = vector
+        return _sums(rows, found.lengths).array
+    vector = _vector(('numpy.sum', id(found.packed)), sums)
     return _noted(Summed(vector, frozenset([found.k]), None, found.leaf))
 
 
@@ -132,13 +130,9 @@ def element_wise(node, inputs):
             len(set(id(f.vector) for f in items)) != len(items):
         return None
     whole_inputs = tuple(f.vector for f in items)
-    key = ('item sums', type(node), joining.settings_of(node)) + tuple(
-        id(x) for x in whole_inputs)
-    recorder = _keys.recording.recorder
-    vector = recorder.applied_rows.get(key)
-    if vector is None:
-        vector, = ops.pristine_copy(node).apply(whole_inputs)
-        recorder.applied_rows[key] = vector
+    vector = _vector((type(node), joining.settings_of(node)) + tuple(
+        id(x) for x in whole_inputs),
+        lambda: ops.pristine_copy(node).apply(whole_inputs)[0])
     return (_noted(items[0]._replace(vector=vector)),)
 
 
@@ -152,15 +146,21 @@ def reduced_item(node, inputs):
     if noted[0] is None or not joining.paired(noted) or \
             not reducer.takes(node, inputs, noted):
         return None
-    recorder = _keys.recording.recorder
-    key = ('item sums', type(node).__name__, reducer.settings(node)) + \
-        tuple(id(n.packed) for n in noted)
-    vector = recorder.applied_rows.get(key)
-    if vector is None:
-        vector = reducer.whole(node, noted)
-        recorder.applied_rows[key] = vector
+    vector = _vector((type(node).__name__, reducer.settings(node)) + tuple(
+        id(n.packed) for n in noted), lambda: reducer.whole(node, noted))
     return (_noted(Summed(vector, frozenset([noted[0].k]), None,
                           noted[0].leaf)),)
+
+
+def _vector(key, make):
+    """The vector of one value per item that ``make()`` computes for all
+    the items, made the first time asked for ``key`` (a loop over the
+    items asks once per item)."""
+    made = _keys.recording.recorder.applied_rows
+    found = made.get(('item sums',) + key)
+    if found is None:
+        found = made[('item sums',) + key] = make()
+    return found
 
 
 def accumulated(node, inputs):
@@ -236,6 +236,8 @@ def _all_items(xs):
 
 
 def _is_number(value):
+    """Is ``value`` a start of a sum that holds no array: none, or a
+    number?"""
     return value is None or isinstance(value, (int, float, numpy.generic))
 
 
@@ -319,13 +321,11 @@ class _SoftmaxCrossEntropy(object):
             scores, tags, normalize=node.normalize,
             ignore_label=node.ignore_label, reduce='no')
         item_lengths = noted[0].lengths
-        total = array_ops.ReduceSegments('sum').apply(
-            (losses, item_lengths))[0]
+        total = _sums(losses, item_lengths)
         dtype = total.dtype
         if node.normalize:
-            counted = array_ops.ReduceSegments('sum').apply(
-                ((tags != node.ignore_label).astype(dtype),
-                 item_lengths))[0].array
+            counted = _sums((tags != node.ignore_label).astype(dtype),
+                            item_lengths).array
         else:
             counted = item_lengths.astype(dtype)
         return total / numpy.maximum(counted, dtype.type(1))
@@ -350,8 +350,7 @@ class _Sum(object):
         if len(shape) > 1:
             rows = chainer.functions.sum(
                 rows, axis=tuple(range(1, len(shape))))
-        return array_ops.ReduceSegments('sum').apply(
-            (rows, noted[0].lengths))[0]
+        return _sums(rows, noted[0].lengths)
 
 
 class _Mean(_Sum):
@@ -392,10 +391,8 @@ class _Accuracy(object):
             hits = hits & valid
         else:
             valid = numpy.ones_like(hits)
-        counts = [array_ops.ReduceSegments('sum').apply(
-            (a.astype(dtype), noted[0].lengths))[0].array
-            for a in (hits, valid)]
-        correct, total = counts
+        correct, total = (_sums(a.astype(dtype), noted[0].lengths).array
+                          for a in (hits, valid))
         return chainer.Variable(numpy.where(
             total > 0, correct / numpy.maximum(total, dtype.type(1)),
             dtype.type(0)).astype(dtype), requires_grad=False)
@@ -408,6 +405,13 @@ _ELEMENT_WISE = frozenset([
     'MulConstant', 'SubFromConstant', 'DivFromConstant', 'PowVarConst',
     'Neg', 'Exp', 'Log', 'Sqrt', 'Square', 'Absolute', 'Tanh',
     'Sigmoid'])
+
+
+def _sums(rows, item_lengths):
+    """The Variable of the sums of each item's ``rows`` (its
+    ``item_lengths`` of them, item after item): ``ReduceSegments``."""
+    return array_ops.ReduceSegments('sum').apply((rows, item_lengths))[0]
+
 
 #: The reductions of an item to one value :func:`reduced_item` computes
 #: for all the items at once, by the name of their FunctionNode.

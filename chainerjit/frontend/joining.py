@@ -510,20 +510,21 @@ ROW_WISE_UFUNCS = frozenset([
     'equal', 'not_equal', 'less', 'less_equal', 'greater', 'greater_equal',
     'logical_and', 'logical_or', 'logical_xor', 'logical_not'])
 
-#: NumPy's methods of an item's array that map its rows to rows (given
-#: their settings, by name: ``y.array.argmax(axis=1)``).
-ROW_WISE_METHODS = {
-    'argmax': lambda a, args, kwargs: _on_rows(a, args, kwargs),
-    'argmin': lambda a, args, kwargs: _on_rows(a, args, kwargs),
-    'astype': lambda a, args, kwargs: True}
-
 
 def _on_rows(array, args, kwargs):
     """Do ``args`` and ``kwargs`` of ``argmax`` pick along each row of a
     2-d ``array`` (``axis=1``)?"""
-    axis = args[0] if args and not kwargs else kwargs.get('axis') \
-        if not args and set(kwargs) == {'axis'} else None
+    if args:
+        axis = None if kwargs else args[0]
+    else:
+        axis = kwargs.get('axis') if set(kwargs) == {'axis'} else None
     return array.ndim == 2 and axis in (1, -1)
+
+
+#: NumPy's methods of an item's array that map its rows to rows (given
+#: their settings, by name: ``y.array.argmax(axis=1)``).
+ROW_WISE_METHODS = {'argmax': _on_rows, 'argmin': _on_rows,
+                    'astype': lambda array, args, kwargs: True}
 
 
 def numpy_applied_to_items(ufunc, inputs):

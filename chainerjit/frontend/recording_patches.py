@@ -364,8 +364,7 @@ def _recording_array_ufunc(array_ufunc, recorder):
     ``item_sums.numpy_applied``), each for all the items at once; else
     the traced call."""
     def dispatched(self, ufunc, method, *inputs, **kwargs):
-        if recorder.segment_items and _state.recorder is recorder and \
-                not recorder.depth:
+        if _records_items(recorder):
             found = (joining.numpy_applied_to_items(ufunc, inputs)
                      if method == '__call__' and not kwargs else None)
             if found is None:
@@ -377,14 +376,20 @@ def _recording_array_ufunc(array_ufunc, recorder):
     return dispatched
 
 
+def _records_items(recorder):
+    """Is ``recorder`` recording this thread's forward's own code (not a
+    function's inside) where it holds items of joined lists?"""
+    return bool(recorder.segment_items) and _state.recorder is recorder \
+        and not recorder.depth
+
+
 def _recording_item_method(name):
     """A row-wise method of traced arrays (``joining.ROW_WISE_METHODS``)
     while recording: of an item of a joined list, the item's rows of it
     applied to the rows of all at once; else the traced call."""
     def make(method, recorder):
         def on_item(self, *args, **kwargs):
-            if recorder.segment_items and _state.recorder is recorder and \
-                    not recorder.depth:
+            if _records_items(recorder):
                 found = joining.numpy_method_on_item(name, method, self,
                                                      args, kwargs)
                 if found is not None:
@@ -420,8 +425,7 @@ def _recording_array_function(array_function, recorder):
             found = joining.framed_item(traced.undispatched(args)[0])
             if found is not None:
                 return found
-        if func is numpy.sum and recorder.segment_items and \
-                _state.recorder is recorder and not recorder.depth and \
+        if func is numpy.sum and _records_items(recorder) and \
                 len(args) == 1 and not kwargs:  # (xp.sum(y == t))
             found = item_sums.numpy_summed(args[0])
             if found is not None:
@@ -496,8 +500,7 @@ def _recording_stacking(concat, recorder):
     else Chainer's code."""
     def stacked(arrays, padding):
         if padding is not None or _state.recorder is not recorder or \
-                recorder.depth or type(arrays) not in (
-                    list, tuple, joining.JoinedList, joining.JoinedTuple) or \
+                recorder.depth or not isinstance(arrays, (list, tuple)) or \
                 not arrays or not traced.holds_traced(list(arrays)):
             return concat(arrays, padding)
         first = arrays[0]
@@ -814,8 +817,7 @@ def _recording_stack(stack, recorder):
         if reduced is not None:
             return _apply_reduced_segments(*reduced, recorder)
         whole = item_sums.stacked(xs) if axis == 0 and \
-            recorder.item_sums and _state.recorder is recorder and \
-            not recorder.depth else None
+            _records_items(recorder) else None
         if whole is not None:
             return whole
         result = stack(xs, axis)
@@ -1411,7 +1413,7 @@ def _made_zeros(state, recorder):
     ``trace.Recorder.value_of``)."""
     if isinstance(state, chainer.Variable) and \
             id(state) in recorder.made_variables:
-        state = state.array  # (its gradient: read by no one)
+        state = state.array  # (its gradient is not kept: docs/limits.md)
     if type(state) is not traced.MadeArray or state.any():
         return False
     if recorder.holds_made(state):
