@@ -80,6 +80,16 @@ class Use(collections.namedtuple(
 def _sizes_named(origins, terms, names):
     """``'x.shape[0] * x.shape[1]'`` of a product of sizes (``terms``
     ``None``), ``'W - B'`` of a sum of their multiples (``terms``)."""
+    if terms == LONGEST:
+        leaf, axis = origins[0]
+        return 'max(len(x) for x in %s)' % _list_named(names[leaf])
+    if terms == COMPUTED:
+        lists = sorted(set(_list_named(names[leaf]) for leaf, _ in origins))
+        if len(lists) == 1 and all(axis <= 0 for _, axis in origins):
+            return 'a number computed from the lengths of the items of %s' \
+                % lists[0]
+        return 'a number computed from %s' % ', '.join(
+            _size_named(names[leaf], axis) for leaf, axis in origins)
     if terms is None:
         return ' * '.join(_size_named(names[leaf], axis)
                           for leaf, axis in origins)
@@ -177,7 +187,12 @@ def _size_named(name, axis):
     lengths passed as ``name``, ``xs[1]``), ``'len(xs[k])'``."""
     if axis >= 0:
         return '%s.shape[%d]' % (name, axis)
-    return 'len(%s[%d])' % (name.rpartition('[')[0] or name, -1 - axis)
+    return 'len(%s[%d])' % (_list_named(name), -1 - axis)
+
+
+def _list_named(name):
+    """``'xs'`` of the name of an item of the list ``xs`` (``'xs[1]'``)."""
+    return name.rpartition('[')[0] or name
 
 
 def _takes_sizes(other):
@@ -231,6 +246,9 @@ class Length(int):
         terms = None
         if self.linear is not None and len(self.linear[0]) > 1:
             terms = tuple(sorted(self.linear[0].items()))
+        elif self.linear is None and self.monomial is None and \
+                len(self.origins) > 1:
+            terms = COMPUTED
         return tuple(sorted(self.origins)), terms
 
     def _note(self, what, other=None, condition=None, depth=2):
@@ -389,14 +407,124 @@ class Length(int):
         return int, (int(self),)
 
 
+#: ``Use.terms`` of a :class:`Longest`: named as ``max(len(x) for x in
+#: xs)``; of a number computed of several sizes otherwise than as a sum
+#: or a product of them (``max(len(x) for x in xs) + 2``).
+LONGEST, COMPUTED = 'longest', 'computed'
+
+
+class Longest(Length):
+    """The longest of the lengths of all the items of a list argument, as
+    the forward's code takes it (``max(len(x) for x in xs)``,
+    :func:`longest_of`): a Length of all those lengths, no sum or product
+    of them, each of whose uses is one of all of them. Given as the
+    ``length`` of ``F.pad_sequence`` of items as long, item by item, it
+    pads to the longest, as no ``length`` does, without a use
+    (:func:`pads_to_longest`); of a joined list, the block so padded is
+    the one whose width it then is (``array``, ``axis``: an array made of
+    it, ``xp.arange(T)``, is made again of that width at run time, as of
+    a :class:`SizeOf`)."""
+
+    def __new__(cls, value, origins, uses, shift):
+        self = Length.__new__(cls, value, origins, uses)
+        self.shift = shift  # (each item's length plus shift)
+        self.array = self.axis = None
+        return self
+
+    def _described(self):
+        return tuple(sorted(self.origins)), LONGEST
+
+    def noted(self, what, depth):
+        """Notes the use ``what`` by the forward's code ``depth`` frames
+        above this method (as :meth:`SizeOf.noted`)."""
+        self._note(what, depth=depth + 1)
+
+    def pads(self, block, axis):
+        """Notes axis ``axis`` of ``block`` as the items padded to this
+        length (:func:`pads_to_longest`)."""
+        self.array, self.axis = data_of(block), axis
+
+
+def width_of(n):
+    """``(array, axis)`` of the padded block whose width ``n`` is (a
+    :class:`SizeOf`, or a :class:`Longest` padded to), or ``None``."""
+    if type(n) is SizeOf or type(n) is Longest and n.array is not None:
+        return n.array, n.axis
+    return None
+
+
+def longest_of(values):
+    """``max(values)`` where ``values`` are the lengths the forward read of
+    all the items of one list (plus one shift for all): a
+    :class:`Longest`, of a joined list's items, or of items recorded one
+    by one (the reads of whose lengths ``joining.found_joins`` then
+    forgives, ``recorder.length_totals``); else ``None``."""
+    recorder = _state.recorder
+    if recorder is None or len(values) < 2 or not all(
+            type(n) is Length and n.affine is not None and
+            n.affine[0] == 1 for n in values) or \
+            len(set(n.affine[1] for n in values)) > 1:
+        return None
+    origins = frozenset(next(iter(n.origins)) for n in values)
+    leaves = set(leaf for leaf, _ in origins)
+    if len(origins) != len(values):
+        return None
+    if len(leaves) == 1:
+        leaf, = leaves
+        if leaf not in recorder.words_of or origins != frozenset(
+                (leaf, -1 - k) for k in range(traced.untag(
+                    recorder.item_lengths[leaf]).shape[0])):
+            return None
+        forget_reads(recorder, sorted(origins))
+        recorder.iterated_lines.add(traced.user_location())
+    elif all(axis == 0 for _, axis in origins):
+        recorder.length_totals.add(origins)
+    else:
+        return None
+    return Longest(max(int.__int__(n) for n in values), origins,
+                   recorder.length_uses, values[0].affine[1])
+
+
+def pads_to_longest(length, items):
+    """Is ``length``, given to ``F.pad_sequence`` of ``items`` (a list of
+    Variables or arrays), the longest of their lengths at every size: a
+    :class:`Longest` of the lengths of items as long as these, item by
+    item (of one joined list, ``shift`` and all; or of the arguments
+    whose first axes these items' are)?"""
+    recorder = _state.recorder
+    if type(length) is not Longest or recorder is None:
+        return False
+    origins = [origin_of(x, 0) for x in items]
+    return len(set(origins)) == len(items) and \
+        frozenset(origins) == length.origins and \
+        all(recorder.length_shifts.get(id(data_of(x)), 0) == length.shift
+            for x in items)
+
+
 #: The floats a :class:`Length`'s arithmetic computes at run time with.
 _FLOATS = (float, scalars.Literal)
+
+
+#: The code of the patches that call on the forward's behalf (:func:`for_the
+#: forward`).
+_ON_BEHALF = set()
+
+
+def for_the_forward(fn):
+    """Makes ``fn``, a patch of a builtin that calls back into what it is
+    given (``max(map(len, xs))``, ``max(xs, key=len)``), the forward's
+    own code for :func:`forward_line`: what it calls is called by the
+    forward."""
+    _ON_BEHALF.add(fn.__code__)
+    return fn
 
 
 def forward_line(depth):
     """``(filename, line)`` of the code ``depth`` frames above the caller
     of this function, if that is the forward's (not a library's)."""
     frame = sys._getframe(depth + 1)
+    while frame.f_code in _ON_BEHALF:
+        frame = frame.f_back
     filename = frame.f_code.co_filename
     if traced.is_library_file(filename) or traced.is_cupy_file(filename):
         return None
@@ -1295,9 +1423,10 @@ def _made_arange(array, args, kwargs, uses, recorder):
     if set(kwargs) - set(['dtype']) or len(args) not in (1, 2) or \
             len(args) == 2 and (isinstance(args[0], Length) or args[0] != 0):
         return None
-    if type(args[-1]) is SizeOf:
-        return MadeSized(array, ((0, args[-1].axis),), (), ARANGE, uses,
-                         None, args[-1].array)
+    width = width_of(args[-1])
+    if width is not None:
+        return MadeSized(array, ((0, width[1]),), (), ARANGE, uses, None,
+                         width[0])
     sized = argument_sizes(args[-1:], recorder)
     return None if sized is None else \
         MadeSized(array, sized[0], sized[1], ARANGE, uses, None)
@@ -1584,10 +1713,11 @@ def width_as_scalar(width, recorder, frame):
     a Variable (``F.sum(h) / enc.shape[1]``) as a ``scalars.Scalar`` read
     from that block's shape at run time, as :func:`as_scalar` reads an
     argument's size; ``None`` where the block is not a recorded value."""
-    value = recorder.values.get(id(width.array))
+    block, axis = width_of(width) or (None, None)
+    value = recorder.values.get(id(block))
     if value is None:
         return None
-    return _size_scalar(_linear_size(width.axis, 1, 0), [value], width,
+    return _size_scalar(_linear_size(axis, 1, 0), [value], width,
                         recorder, frame, _WidthUses(recorder))
 
 

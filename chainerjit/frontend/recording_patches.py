@@ -67,6 +67,7 @@ from chainerjit.frontend import joining
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
 from chainerjit.frontend import traced
+from chainerjit.frontend import trip_counts
 
 _state = _keys.recording  # this thread's
 
@@ -549,7 +550,8 @@ def _sizes_as_scalars(divides):
                 _state.recorder is recorder and not recorder.depth else None
             if mean is not None:  # (F.sum(x, axis=0) / len(x), joined)
                 return mean
-            if type(other) in (lengths.Length, lengths.SizeOf) and \
+            if type(other) in (lengths.Length, lengths.SizeOf,
+                               lengths.Longest) and \
                     _state.recorder is recorder and recorder.depth == 0:
                 scalar = (lengths.as_scalar if type(other) is lengths.Length
                           else lengths.width_as_scalar)(
@@ -877,13 +879,21 @@ def _recording_pad_sequence(pad_sequence, recorder):
         whole = None if _state.recorder is not recorder or \
             recorder.depth else xs if joining.is_segments(xs) else \
             joining.items_whole(xs) if recorder.segment_items else None
+        longest = length if lengths.pads_to_longest(length, xs) else None
+        if longest is not None:  # (max(len(x) for x in xs): the longest)
+            length = None
         if whole is not None:  # (an N-step link's outputs; embedded items)
+            _note_length_passed(length)
             block = array_ops.PadSegments(length, padding).apply(
                 (whole.packed, whole.joined))[0]
             if length is None:
                 lengths.note_padded_width(lengths.data_of(block), 1)
+            if longest is not None:
+                longest.pads(block, 1)
             return block
         result = pad_sequence(xs, length, padding)
+        if longest is not None:
+            longest.pads(result, 1)
         if length is not None or not joining.is_joined(xs) or \
                 _state.recorder is not recorder or recorder.depth or \
                 lengths.forward_line(1) is None:
@@ -896,6 +906,17 @@ def _recording_pad_sequence(pad_sequence, recorder):
         return result
     padded.__wrapped__ = pad_sequence
     return padded
+
+
+def _note_length_passed(length):
+    """Notes ``F.pad_sequence``'s ``length`` (of a joined list's items),
+    where the forward computed it of sizes, as used so: the node padding
+    them holds it."""
+    what = 'passed to F.pad_sequence'
+    if isinstance(length, lengths.SizeOf):
+        length.noted(what, 3)
+    elif isinstance(length, lengths.Length):
+        length._note(what, depth=3)
 
 
 def _recording_transpose_sequence(transpose_sequence, recorder):
@@ -1534,6 +1555,28 @@ def _noting_numbers(label):
     return make
 
 
+def _recording_max(builtin_max, recorder):
+    """``max()`` while recording, called by the forward's code: of the
+    lengths of all the items of a list (``max(len(x) for x in xs)``), a
+    ``lengths.Longest``, where the jitted function's own code calls it
+    and does not read what it gives in C (``1.0 / T``, unseen by a
+    Length: ``trip_counts.maximum_read_in_c``); else ``max()``'s,
+    comparing as the forward's code (``lengths.for_the_forward``: the
+    uses of sizes are noted)."""
+    @lengths.for_the_forward
+    def maximum(*args, **kwargs):
+        if _state.recorder is not recorder or recorder.depth or \
+                len(args) != 1 or kwargs or lengths.forward_line(1) is None:
+            return builtin_max(*args, **kwargs)
+        values = list(args[0])
+        code = sys._getframe(1).f_code
+        found = None if code is not recorder.forward_code or \
+            trip_counts.maximum_read_in_c(code) else \
+            lengths.longest_of(values)
+        return builtin_max(values) if found is None else found
+    return maximum
+
+
 #: The builtins that write an int in another base, reading it in C.
 _BASE_WRITERS = ('bin', 'hex', 'oct')
 
@@ -1589,6 +1632,7 @@ RECORDING_PATCHES = (
                    _recording_array_function),
     RecordingPatch(chainer.Variable, '__getitem__', _from_the_end),
     RecordingPatch(builtins, 'len', _symbolic_len),
+    RecordingPatch(builtins, 'max', _recording_max),
     RecordingPatch(numpy, 'shape', _numpy_shape),
     RecordingPatch(numpy, 'size', _numpy_size),
     RecordingPatch(numpy, 'prod', _numpy_prod),

@@ -165,6 +165,7 @@ class _Recorder(object):
         # Where the forward is defined: the line an escape found after it
         # returned (what it returns, what it changed) is reported at.
         self.forward_loc = None
+        self.forward_code = None  # the jitted function's
         # NumPy scalars the forward computes are followed as 0-d arrays
         # where traced.follows_scalars says its code allows it.
         self.follows_scalars = False
@@ -912,6 +913,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
     code = getattr(fn, '__code__', None)
     if code is not None:
         recorder.forward_loc = (code.co_filename, code.co_firstlineno)
+        recorder.forward_code = code
         recorder.follows_scalars = traced.follows_scalars(code)
     python_state = model_state.python_state(instance)
     restore = model_state.swap_model_arrays(instance, recorder, free_links)

@@ -873,6 +873,53 @@ def parameters_read(node, code):
         if isinstance(sub, ast.Name) and sub.id in params)
 
 
+@functools.lru_cache(maxsize=256)  # (read at each recording)
+def maximum_read_in_c(code):
+    """Does the function's own source read what a ``max()`` call gives
+    (``T = max(len(x) for x in xs)``, or a name computed from one) where
+    C code reads it unseen by a ``lengths.Length``: in float arithmetic
+    (``1.0 / T``), formatted with ``%``, or as an index (``hs[T - 1]``)?
+    True without source."""
+    found = source.function_and_offset(code)
+    if found is None:
+        return True
+    function = found[0]
+    names = _names_given_by(function, 'max')
+    for node in ast.walk(function):
+        sides = (node.left, node.right) if isinstance(node, ast.BinOp) and (
+            _in_floats(node) or _formats(node)) else (node.slice,) \
+            if isinstance(node, ast.Subscript) else ()
+        if any(_reads_call(side, 'max', names) for side in sides):
+            return True
+    return False
+
+
+def _names_given_by(function, call):
+    """The names ``function`` assigns from what a call of ``call`` gives,
+    or from names so assigned (``T = max(...) + 2``)."""
+    names, before = set(), None
+    while names != before:
+        before = set(names)
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
+                                 ast.NamedExpr)) and node.value is not None \
+                    and _reads_call(node.value, call, names):
+                targets = node.targets if isinstance(node, ast.Assign) \
+                    else [node.target]
+                names.update(sub.id for target in targets
+                             for sub in ast.walk(target)
+                             if isinstance(sub, ast.Name))
+    return names
+
+
+def _reads_call(node, call, names):
+    """Does the expression ``node`` call ``call`` or read one of
+    ``names``?"""
+    return any(source.is_call(sub, call) or
+               isinstance(sub, ast.Name) and sub.id in names
+               for sub in ast.walk(node))
+
+
 def _in_floats(binop):
     """Does the arithmetic ``binop`` give a float: a true division, or an
     operation with a float literal?"""

@@ -1634,3 +1634,100 @@ def test_offsets_of_all_but_the_last_and_the_words_counted():
     jitted = checked_without_recompiling(_CountedTagger, calls, False)
     entry, = jitted.cache_entries()
     assert 'ts[0]: i32[W]' in str(entry.signature), entry.signature
+
+
+# --- the longest item's length read in Python -----------------------------
+
+class _PaddedToTheLongest(_Encoder):
+    """The embedded words padded to the longest sentence's length, as
+    computed in Python (``max(len(x) for x in xs)``, a mask of ``arange``
+    of it against the lengths) and every position scored at once
+    (``F.reshape(h, (B * T, H))``), then summed over the sentence's
+    words."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0), dropout=0.0)
+
+    def forward(self, xs, t):
+        longest = max(len(x) for x in xs)
+        return self.scored(xs, t, longest)
+
+    def scored(self, xs, t, longest):
+        h = F.pad_sequence([self.embed(x) for x in xs], length=longest)
+        valid = self.xp.arange(longest)[None, :] < \
+            self.xp.array([len(x) for x in xs])[:, None]
+        scores = F.reshape(self.out(F.reshape(h, (len(xs) * longest, 6))),
+                           (len(xs), longest, 3))
+        scores = scores * valid[:, :, None].astype(numpy.float32)
+        return F.softmax_cross_entropy(F.sum(scores, axis=1), t)
+
+
+class _LongestOfAList(_PaddedToTheLongest):
+    def forward(self, xs, t):
+        longest = max([x.shape[0] for x in xs])
+        return self.scored(xs, t, longest)
+
+
+class _LongestMapped(_PaddedToTheLongest):
+    def forward(self, xs, t):
+        return self.scored(xs, t, max(map(len, xs)))
+
+
+_LONGEST = {'generator': _PaddedToTheLongest, 'list': _LongestOfAList,
+            'map': _LongestMapped}
+
+
+@pytest.mark.parametrize('longest', sorted(_LONGEST))
+@pytest.mark.parametrize('train', [True, False])
+def test_padding_to_the_longest_length_read_serves_every_shape(longest,
+                                                               train):
+    calls = _batches(numpy.random.RandomState(20), _COUNTS)
+    entry = _one_joined_entry(_LONGEST[longest], calls, train, 't: i32[B]')
+    graph = str(entry.graph)
+    assert 'PadSegments' in graph and 'PadSequence' not in graph, graph
+
+
+class _PaddedLonger(_PaddedToTheLongest):
+    """Padded two words past the longest sentence: that length, computed
+    of all the lengths, is the node's."""
+
+    def forward(self, xs, t):
+        h = F.pad_sequence([self.embed(x) for x in xs],
+                           length=max(len(x) for x in xs) + 2)
+        return F.softmax_cross_entropy(self.out(F.sum(h, axis=1)), t)
+
+
+class _LongestOfTwo(_PaddedToTheLongest):
+    """The longer of the first two sentences, compared in Python."""
+
+    def forward(self, xs, t):
+        h = F.pad_sequence([self.embed(x) for x in xs],
+                           length=max(len(x) for x in xs) +
+                           max(len(xs[0]), len(xs[1])))
+        return F.softmax_cross_entropy(self.out(F.sum(h, axis=1)), t)
+
+
+class _PaddedThenScaled(_PaddedToTheLongest):
+    """The longest length padded to, then in float arithmetic (``1.0 /
+    T``, which the float computes in C)."""
+
+    def forward(self, xs, t):
+        longest = max(len(x) for x in xs)
+        return self.scored(xs, t, longest) * (1.0 / longest)
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_PaddedThenScaled, 'compared'),
+    (_PaddedLonger, 'a number computed from the lengths of the items of xs '
+                    'passed to F.pad_sequence'),
+    (_LongestOfTwo, 'compared')])
+def test_other_uses_of_the_longest_length_keep_the_lengths(cls, why):
+    calls = _batches(numpy.random.RandomState(21), (4, 4, 5, 3, 4))
+    numpy.random.seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = differential.check_seeded(cls(), calls)
+    said = ' '.join(str(w.message) for w in caught
+                    if issubclass(w.category, errors.RecompileWarning))
+    assert why in said, said
+    assert jitted.cache_info().currsize > 1
