@@ -553,10 +553,7 @@ class JitFunction(_calls.CachedCall):
         it), or, where the batch size stays in the key, keeps its size
         too, with the same note."""
         looped = None
-        sibling, batched = batch.width_sibling(self.cache, key) or \
-            batch.rows_sibling(self.cache, key) or \
-            batch.axes_sibling(self.cache, key) or \
-            batch.trips_sibling(self.cache, key) or (None, None)
+        sibling, batched = batch.widened_sibling(self.cache, key)
         if batched is None and self._options.get('dynamic'):
             batched = batch.every_axis_of(key)
         elif batched is None:
@@ -581,7 +578,8 @@ class JitFunction(_calls.CachedCall):
             if batched.kept is None and batch.same_guards(sibling, entry) \
                     and served.generalize(sibling.key) is not None:
                 self.cache.remove(sibling)
-            for other in batch.generalized_by(self.cache, entry):
+            for other in batch.generalized_by(self.cache, entry) + \
+                    batch.short_ones_served_by(self.cache, entry):
                 self.cache.remove(other)  # the new entry serves its calls
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note

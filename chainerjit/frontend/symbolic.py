@@ -744,7 +744,28 @@ def _may_run_empty(loop, graph):
         v.kind == 'temp' for v in initial) and not any(
         structural.kind(node) == structural.JOIN and node.inputs == [v]
         for node in graph.nodes for v in lists) and \
-        not set(initial) & set(graph.outputs)
+        not set(initial) & set(graph.outputs) and \
+        _peeled_only_starts(loop, graph.users())
+
+
+def _peeled_only_starts(loop, users):
+    """Does the first step peeled off ``loop`` (if any) compute only what
+    the loop starts from, so that with no iteration the values read
+    after the loop are its own? Not where it computes something else, read
+    after the loop or by no one (``h = h * 2`` at ``i == 0``, appended:
+    ``hs[-1]`` of one step is that, not the state the loop starts
+    from)."""
+    peeled = set(loop.region.peeled)
+    starts = set(loop.inputs)
+    made = set(v for node in peeled for v in node.outputs)
+    for node in peeled:
+        readers = [users.get(v, []) for v in node.outputs]
+        if not any(readers) and made & set(node.inputs):
+            return False  # (a value of the first step alone)
+        if any(v not in starts and any(r not in peeled for r in read)
+               for v, read in zip(node.outputs, readers)):
+            return False
+    return True
 
 
 def _symbolic_trips(graph, loops, deltas, symbol):

@@ -887,8 +887,9 @@ def maximum_read_in_c(code):
     names = _names_given_by(function, 'max')
     for node in ast.walk(function):
         sides = (node.left, node.right) if isinstance(node, ast.BinOp) and (
-            _in_floats(node) or _formats(node)) else (node.slice,) \
-            if isinstance(node, ast.Subscript) else ()
+            _in_floats(node) or _formats(node)) else \
+            _index_parts(node.slice) if isinstance(node, ast.Subscript) \
+            else ()
         if any(_reads_call(side, 'max', names) for side in sides):
             return True
     return False
@@ -896,14 +897,16 @@ def maximum_read_in_c(code):
 
 def _names_given_by(function, call):
     """The names ``function`` assigns from what a call of ``call`` gives,
-    or from names so assigned (``T = max(...) + 2``)."""
+    or from arithmetic of names so assigned (``T = max(...) + 2``)."""
     names, before = set(), None
     while names != before:
         before = set(names)
         for node in ast.walk(function):
             if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign,
                                  ast.NamedExpr)) and node.value is not None \
-                    and _reads_call(node.value, call, names):
+                    and (source.is_call(node.value, call) or
+                         _of_sizes_only(node.value)) and \
+                    _reads_call(node.value, call, names):
                 targets = node.targets if isinstance(node, ast.Assign) \
                     else [node.target]
                 names.update(sub.id for target in targets
@@ -915,9 +918,10 @@ def _names_given_by(function, call):
 def _reads_call(node, call, names):
     """Does the expression ``node`` call ``call`` or read one of
     ``names``?"""
-    return any(source.is_call(sub, call) or
-               isinstance(sub, ast.Name) and sub.id in names
-               for sub in ast.walk(node))
+    return (source.is_call(node, call) or _of_sizes_only(node)) and any(
+        source.is_call(sub, call) or
+        isinstance(sub, ast.Name) and sub.id in names
+        for sub in ast.walk(node))
 
 
 def _in_floats(binop):

@@ -45,6 +45,7 @@ from chainerjit.backend import ort
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
+from chainerjit.frontend import symbolic
 from chainerjit.runtime import backends
 from chainerjit.runtime import ragged
 
@@ -426,6 +427,22 @@ def _alike_entries(cache, key, takes):
             yield entry, general[0]
 
 
+def widened_sibling(cache, key):
+    """``(entry, Batched)`` of the entry a call that missed for the sizes
+    of some axes of its arrays widens (:func:`width_sibling`,
+    :func:`rows_sibling`, :func:`axes_sibling`, :func:`trips_sibling`),
+    one whose loops rolled with symbolic trip counts first: opening its
+    batch keeps both (an entry of a length too short to roll, of the
+    batch open, would take the length for the batch). Else ``(None,
+    None)``."""
+    found = [f for f in (finder(cache, key) for finder in (
+        width_sibling, rows_sibling, axes_sibling, trips_sibling))
+        if f is not None]
+    return next((f for f in found
+                 if isinstance(f[0].symbolic, symbolic.Symbolic)),
+                found[0] if found else (None, None))
+
+
 def rows_sibling(cache, key):
     """``(entry, Batched)``: a compiled entry of the same mode whose key
     differs from ``key`` only in the batch size of some array arguments
@@ -573,6 +590,35 @@ def generalized_by(cache, entry):
                 _with_trips(other) and _with_trips(entry) and
                 _covers(entry.key, other.key) and
                 _conditions_hold(entry, other))]
+
+
+def short_ones_served_by(cache, entry):
+    """The entries of ``cache`` of a batch open (:class:`RowsBatched`) at
+    a length too short for their loops to roll that ``entry``, of
+    symbolic trip counts and a batch open (:class:`TripsAndBatch`),
+    serves: of the same mode and guards, their keys alike but for the
+    sizes ``entry`` leaves open, their lengths not below its least."""
+    trips = getattr(entry.symbolic, 'trips', None)
+    if not isinstance(trips, symbolic.Symbolic):
+        return []
+    return [other for other in cache.entries() if other is not entry and
+            other.program is not None and
+            type(other.symbolic) is RowsBatched and
+            same_guards(other, entry) and _covers(entry.key, other.key) and
+            _long_enough(entry.key, other.key, trips) and
+            _conditions_hold(entry, other)]
+
+
+def _long_enough(general, key, trips):
+    """Are the sizes of ``key`` at the axes ``general`` gives the trip
+    counts' symbol at least ``trips.minimum``?"""
+    return not any(
+        size == trips.symbol and type(other) is int and
+        other < trips.minimum
+        for open_spec, spec in zip(general[3], key[3])
+        if signature.is_array_spec(open_spec) and
+        signature.is_array_spec(spec)
+        for size, other in zip(open_spec[0], spec[0]))
 
 
 def same_guards(a, b):

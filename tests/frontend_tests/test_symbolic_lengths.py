@@ -539,3 +539,81 @@ def test_was_bug_zero_iterations_return_a_copy_of_the_argument():
         xs, h = [chainer.Variable(a) for a in cases.seq(rng, 1)]
         assert offset_range(xs, h) is h
         assert jf(xs, h) is h
+
+
+class _FirstStepScaled(chainer.Chain):
+    """A first step that differs from the others (``h * 2`` at ``i ==
+    0``), peeled off the loop; its output appended with the others', the
+    last of them returned (``hs[-1]``: at one step, that first one)."""
+
+    def __init__(self, joined):
+        super().__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(3, 4)
+        self.joined = joined
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = []
+        for i, x in enumerate(xs):
+            h = self.lstm(x)
+            if i == 0:
+                h = h * 2
+            hs.append(h)
+        return (F.concat(hs, axis=0), hs[-1]) if self.joined else hs[-1]
+
+
+@pytest.mark.parametrize('joined', [True, False])
+def test_was_bug_a_first_step_of_its_own_returned_at_one_step(joined):
+    # The loop left with no iteration gave the state it starts from, not
+    # the first step's value appended: the check against eager at one
+    # step caught it, and every size then stayed in the key.
+    rng = numpy.random.RandomState(0)
+    model = _FirstStepScaled(joined)
+    jitted = chainerjit.jit(model.forward)
+    shapes = [(5, 4), (9, 4), (1, 4), (2, 3), (7, 5), (1, 4), (3, 2)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        with chainer.using_config('train', False):
+            for n, batch in shapes:
+                xs = rng.standard_normal((n, batch, 3)).astype(
+                    numpy.float32)
+                testing.assert_results_equal(jitted(xs), model.forward(xs))
+    said = [str(w.message) for w in caught
+            if issubclass(w.category, errors.RecompileWarning)]
+    assert not any('another result' in m for m in said), said
+    # One entry for one step, one for every other length and batch size
+    # (the first batch change came at a length too short to roll: that
+    # entry goes once one takes both).
+    signatures = sorted(str(e.signature)[:15] for e in jitted.cache_entries())
+    assert signatures == ['xs: f32[1,4,3]@', 'xs: f32[T,B,3]@'], signatures
+
+
+class _LSTMSteps(chainer.Chain):
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.lstm = L.LSTM(3, 4)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        hs = [self.lstm(x) for x in xs]
+        return F.stack(hs), hs[-1]
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_a_batch_changed_first_at_a_length_too_short_to_roll(train):
+    # At two steps the loop does not roll: the entry of that length takes
+    # any batch; the next batch change widens the entry of any length,
+    # which then serves both.
+    rng = numpy.random.RandomState(1)
+    model = _LSTMSteps()
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', train):
+        for n, batch in [(5, 4), (9, 4), (1, 4), (2, 3), (1, 2), (7, 5),
+                         (3, 2), (1, 6)]:
+            xs = rng.standard_normal((n, batch, 3)).astype(numpy.float32)
+            testing.assert_results_equal(jitted(xs), model.forward(xs))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: f32[T,B,3]@'), \
+        entry.signature
