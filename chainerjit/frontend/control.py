@@ -20,6 +20,7 @@ loop can be left is read from its source by :mod:`.loop_analysis`.
 
 import ast
 import collections
+import ctypes
 import dis
 import os
 import sys
@@ -208,6 +209,8 @@ class LoopRun(object):
         # id -> (items before, length) of the lists it appended one item
         # per step to, when it ran out, from empty or not (hs = [h0])
         self.grown = {}
+        # the names counting its steps (n += 1), its trip count's after it
+        self.counted = frozenset()
 
     @property
     def n_iterations(self):
@@ -273,15 +276,21 @@ class LoopWatcher(object):
             (``lengths.shift_of``) and the node a loop over the items
             starts at, or ``None``: the trip count of a loop over a value
             its header computes.
+        numpy_call: called with ``(name, arguments, caller frame)`` for
+            a NumPy function user code calls.
+        trip_length: returns the trip count ``n`` of a loop over an
+            argument's axis (its ``trip_counts.TripSource``) as a size of
+            that axis (``lengths.Length``), or ``None``.
     """
 
     def __init__(self, position, top_code, arguments, first_item=None,
-                 numpy_call=None):
+                 numpy_call=None, trip_length=None):
         self.position = position
         self.top_code = top_code
         self.arguments = arguments
         self.first_item = first_item
         self.numpy_call = numpy_call
+        self.trip_length = trip_length
         # The offsets of the jitted function's subscripts that index with
         # a varying int, and how often each ran (see watch_indexes).
         self.index_offsets = frozenset()
@@ -514,11 +523,47 @@ class LoopWatcher(object):
                 run.filled_names[id(items)] = name
             for items, before in _grown_lists(run, frame):
                 run.grown[id(items)] = (before, len(items))
+            self._count_steps(run, frame)
         self.runs.append(run)
+
+    def _count_steps(self, run, frame):
+        """After a ``for`` loop over an argument's axis that ran out, the
+        names counting its steps (``loop_analysis.step_counters``: ``n +=
+        1``) hold their value before plus the trip count, as a size of
+        that axis (``trip_length``), times their step: as ``len(xs)``
+        would, what the forward does with them is followed, and they are
+        the same at any trip count (``run.counted``)."""
+        if run.site.kind == 'comp' or frame is None or \
+                self.trip_length is None or run.trip.kind != 'dim' or \
+                not run.snapshots:
+            return
+        counted = set()
+        for name, step in loop_analysis.step_counters(
+                run.code, run.site.header).items():
+            before = run.snapshots[0].get(name)
+            now = frame.f_locals.get(name)
+            if before is None or before[:2] != ('scalar', int) or \
+                    type(now) is not int or \
+                    now != int(before[2]) + step * run.n_iterations:
+                continue
+            trips = self.trip_length(run.trip, run.n_iterations)
+            if trips is not None:
+                _rebind(frame, name, trips * step + int(before[2]))
+                counted.add(name)
+        run.counted = frozenset(counted)
 
     def _close_all(self, frame_id, frame=None):
         for run in reversed(self._open.pop(frame_id, [])):
             self._close(run, 'left', frame)
+
+
+def _rebind(frame, name, value):
+    """Binds the local ``name`` of ``frame`` (a function's, being traced)
+    to ``value`` at once (``frame.f_locals`` is a copy of the frame's
+    locals, which any later read of it refreshes)."""
+    frame.f_locals[name] = value
+    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame),
+                                          ctypes.c_int(0))
 
 
 def _filled_lists(run, frame, result):

@@ -584,6 +584,48 @@ def _derived_counters(loop):
     return found
 
 
+def step_counters(code, header):
+    """``{name: step}`` of the names the ``for`` loop at ``header`` of
+    ``code`` counts its steps with (``n += 1`` once in its own body, an
+    int constant each step, and read nowhere else in the loop), where
+    every step runs to its end (no ``break`` or ``continue``): after the
+    loop, each is its value before plus the trip count times its step."""
+    found = _loop_and_parents(code, header)
+    if found is None or not isinstance(found[0], ast.For):
+        return {}
+    return counted_steps(found[0])
+
+
+def counted_steps(loop):
+    """:func:`step_counters` of the ``ast.For`` ``loop``."""
+    inside = list(ast.walk(loop))
+    if any(isinstance(n, (ast.Break, ast.Continue)) for n in inside):
+        return {}
+    counted = {}
+    for statement in loop.body:
+        step = _int_step_of(statement)
+        if step is not None:
+            name = statement.target.id
+            uses = [n for n in inside
+                    if isinstance(n, ast.Name) and n.id == name]
+            if uses == [statement.target] and name not in counted:
+                counted[name] = step
+    return counted
+
+
+def _int_step_of(statement):
+    """``c`` of ``name += c`` (``-c`` of ``name -= c``), an int constant;
+    else ``None``."""
+    if not isinstance(statement, ast.AugAssign) or \
+            not isinstance(statement.target, ast.Name) or \
+            not isinstance(statement.op, (ast.Add, ast.Sub)):
+        return None
+    step = source.int_constant(statement.value, None)
+    if step is None or type(step) is bool:
+        return None
+    return step if isinstance(statement.op, ast.Add) else -step
+
+
 def _assigned_before_read(loop, name, statement):
     uses = [n for n in ast.walk(loop)
             if isinstance(n, ast.Name) and n.id == name]

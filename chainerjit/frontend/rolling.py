@@ -1065,7 +1065,8 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
                        rows, made_by_loops) for name in indexed):
         return 'its counter indexes a value other than an array'
     counters = _while_counters(run, snapshots) if counting else \
-        loop_analysis.derived_counters(run.code, run.site.header)
+        loop_analysis.derived_counters(run.code, run.site.header) | \
+        run.counted
     changed = _python_state_changed(run, snapshots, values, counters,
                                     fresh)
     return None if changed is None else \

@@ -999,7 +999,16 @@ def _loop_watcher(recorder, fn, instance, args, kwargs, proxies):
         lambda: len(recorder.graph.nodes), getattr(fn, '__code__', None),
         arguments.loop_arguments(fn, instance, args, kwargs, proxies),
         first_item=functools.partial(_latest_first_item, recorder),
-        numpy_call=functools.partial(_sizes_into_numpy, recorder))
+        numpy_call=functools.partial(_sizes_into_numpy, recorder),
+        trip_length=functools.partial(_trip_length, recorder))
+
+
+def _trip_length(recorder, trip, n):
+    """The trip count ``n`` of a loop over the axis ``trip.where`` of an
+    argument (``trip_counts.TripSource`` of kind ``'dim'``), less
+    ``trip.offset``, as a ``lengths.Length`` of that size."""
+    return lengths.Length(n, frozenset([trip.where]), recorder.length_uses,
+                          (1, -trip.offset), trip.offset == 0)
 
 
 def _sizes_into_numpy(recorder, name, args, caller):

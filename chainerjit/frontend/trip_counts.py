@@ -16,6 +16,7 @@ import types
 import chainer.functions
 
 from chainerjit.frontend import lengths
+from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import scalars
 from chainerjit.frontend import source
 
@@ -295,6 +296,7 @@ def length_only_names(code):
         return {}
     parents = source.parents_of(function)
     params = [a.arg for a in function.args.args + function.args.kwonlyargs]
+    counted = _counted_elsewhere(function)
     found = {}
     for name in params:
         uses = source.name_nodes(function, name)
@@ -302,8 +304,25 @@ def length_only_names(code):
         for use in uses:
             if not _length_use(use, parents, function):
                 sizes.add(_size_read(use, parents))
-        if uses and None not in sizes:
+        if uses and None not in sizes and name not in counted:
             found[name] = frozenset(sizes)
+    return found
+
+
+def _counted_elsewhere(function):
+    """The names in the iterables of ``function``'s ``for`` loops whose
+    steps a name counts (``n += 1``, ``loop_analysis.counted_steps``)
+    that is read after the loop: that count is the length, used as its
+    uses tell."""
+    found = set()
+    for loop in ast.walk(function):
+        if not isinstance(loop, ast.For):
+            continue
+        inside = set(ast.walk(loop))
+        if any(use not in inside for name in loop_analysis.counted_steps(
+                loop) for use in source.name_nodes(function, name)):
+            found.update(n.id for n in ast.walk(loop.iter)
+                         if isinstance(n, ast.Name))
     return found
 
 
@@ -789,6 +808,10 @@ def _names_of_sizes(function, params):
                     if isinstance(name, ast.Name):
                         sizes.setdefault(name.id, []).append((param, axis))
                 continue
+        if isinstance(node, ast.For):  # n += 1 counting its steps
+            read = _iterated_sizes(node.iter, params, sizes)
+            for name in loop_analysis.counted_steps(node) if read else ():
+                sizes.setdefault(name, []).extend(read)
         # n = ..., n += ..., n: int = ...
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) \
                 and node.value is not None:
@@ -935,6 +958,15 @@ def _formats(binop):
     """Does ``binop`` format a string literal with ``%`` (``'%d' % T``)?"""
     return isinstance(binop.op, ast.Mod) and isinstance(
         binop.left, ast.Constant) and type(binop.left.value) is str
+
+
+def _iterated_sizes(node, params, sizes):
+    """The ``(parameter, axis)`` sizes a loop's iterable ``node`` reads
+    (``range(xs.shape[0])``), or of the parameters it iterates over
+    (``for x in xs``, ``zip(xs, ms)``: their first axes)."""
+    return _sizes_read(node, params, sizes) or [
+        (n.id, 0) for n in ast.walk(node)
+        if isinstance(n, ast.Name) and n.id in params]
 
 
 def _sizes_read(node, params, sizes):

@@ -21,6 +21,7 @@ import pytest
 
 import chainerjit
 from chainerjit import testing
+from tests import differential
 
 
 pytestmark = [
@@ -761,3 +762,66 @@ def test_link_dict_item_mutation(name):
                                   'loop_helper'])
 def test_nested_container_mutation(name):
     _deep(name)
+
+
+# --- a counter of the steps --------------------------------------------------
+
+class _CountedSteps(chainer.Chain):
+    """A loss averaged over the steps a Python counter counted (``steps +=
+    1`` in the loop, as training loops count): after the loop the counter
+    is the trip count, a size of ``xs``, divided by as the forward writes
+    it."""
+
+    def __init__(self, divide):
+        super().__init__()
+        with self.init_scope():
+            self.cell = L.StatelessLSTM(3, 4)
+            self.out = L.Linear(4, 2)
+        self.divide = divide
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 4), numpy.float32)
+        loss, steps = 0.0, 0
+        for x in xs:
+            c, h = self.cell(c, h, x)
+            loss += F.sum(self.out(h) ** 2)
+            steps += 1
+        if self.divide == 'by the count':
+            return loss / steps
+        if self.divide == 'by its inverse':
+            return loss * (1.0 / steps)
+        return loss / float(steps)  # (a float made of it: kept)
+
+
+_STEP_SHAPES = [(5, 4), (9, 4), (3, 3), (9, 6), (1, 2), (12, 5), (4, 1)]
+
+
+def _step_calls(seed):
+    rng = numpy.random.RandomState(seed)
+    return [(_a(rng, n, batch, 3),) for n, batch in _STEP_SHAPES]
+
+
+@pytest.mark.parametrize('divide', ['by the count', 'by its inverse'])
+def test_a_counter_of_the_steps_is_the_trip_count(divide):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        warnings.simplefilter('error', chainerjit.errors.LoopWarning)
+        jitted = differential.check_seeded(_CountedSteps(divide),
+                                           _step_calls(1))
+        model = _CountedSteps(divide)
+        inference = chainerjit.jit(model.forward)
+        with chainer.using_config('train', False):
+            for xs, in _step_calls(2):
+                testing.assert_results_equal(inference(xs),
+                                             model.forward(xs))
+    assert jitted.cache_info().currsize == 1
+    assert inference.cache_info().currsize == 1
+
+
+def test_a_counter_of_the_steps_made_a_float_keeps_the_length():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_seeded(_CountedSteps('float'), _step_calls(3))
+    said = [str(w.message) for w in caught]
+    assert any('xs.shape[0] converted to float' in m for m in said), said
+    assert not any('another result' in m for m in said), said
