@@ -420,7 +420,7 @@ def _sources(builder, entry, names, specs):
     graph = entry.graph
     sources = []
     for kind, where in specs:
-        if kind in ('value', 'scalar', 'leaf'):
+        if kind in ('value', 'scalar', 'leaf', 'steps'):
             sources.append(names[graph.outputs[where]])
         elif kind == 'arg':
             sources.append(names[graph.inputs[where]])

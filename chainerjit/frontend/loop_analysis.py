@@ -230,6 +230,19 @@ def _returned(node, parents):
     return False, None
 
 
+def _returned_once(function, name):
+    """Is the list ``name`` returned by ``function``'s last statement, as
+    it is or in the tuple it returns, and by no other ``return``? (The
+    jitted function returns it to its caller as the steps stacked, cut
+    apart again: ``trace``.)"""
+    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
+    last = function.body[-1] if function.body else None
+    return returns == [last] and last.value is not None and any(
+        isinstance(item, ast.Name) and item.id == name
+        for item in (last.value.elts if isinstance(last.value, ast.Tuple)
+                     else [last.value]))
+
+
 def caller_uses_whole(caller, callee, index=None, counted=False):
     """Does the caller (``(code, line, instruction offset)`` of the frame
     that called ``callee``'s function) use the list the call returns (item
@@ -489,6 +502,10 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
                     caller, code, index,
                     _one_item_per_step(loop, inside, name)):
                 continue
+            if returned and caller is None and \
+                    _one_item_per_step(loop, inside, name) and \
+                    _returned_once(function, name):
+                continue  # (to the user: stacked, then cut apart again)
             if returned:
                 return 'the list %r is returned to a caller that uses it ' \
                     'otherwise than whole' % name

@@ -166,6 +166,7 @@ class _Recorder(object):
         # returned (what it returns, what it changed) is reported at.
         self.forward_loc = None
         self.forward_code = None  # the jitted function's
+        self.returned_steps = {}  # see _stacked_steps
         # NumPy scalars the forward computes are followed as 0-d arrays
         # where traced.follows_scalars says its code allows it.
         self.follows_scalars = False
@@ -948,6 +949,7 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
             recorder.top_code = code
             with watcher:
                 result = _run_forward(fn, instance, run_args, run_kwargs)
+            recorder.returned_steps = _stacked_steps(result, watcher)
             _note_indexes_unseen(recorder, watcher, index_sites)
     finally:
         model_state.restore_arrays(restore)
@@ -1094,7 +1096,7 @@ def _connected_outputs(graph, outputs, effects):
     out connected to the graph (backprop may start from them)."""
     return set(graph.outputs[where]
                for kind, where, is_var, grad in leaf_specs(outputs, effects)
-               if kind == 'value' and is_var and grad)
+               if kind in ('value', 'steps') and is_var and grad)
 
 
 def _untag_effect_values(recorder, stand_ins, originals):
@@ -1156,10 +1158,14 @@ def _leaf_spec(leaf, recorder, proxies, what):
 
 
 def _record_outputs(result, recorder, proxies):
-    """Returns ``(structure, leaf specs)`` of the result."""
+    """Returns ``(structure, leaf specs)`` of the result: a list of steps
+    it returns (:func:`_stacked_steps`) as one leaf of kind ``'steps'``,
+    the steps stacked."""
     out_leaves = []
+    stacked = recorder.returned_steps
     try:
-        structure = signature.flatten(result, out_leaves)
+        structure = signature.flatten(_steps_stacked(result, stacked),
+                                      out_leaves)
     except errors.UnsupportedArgument as e:
         recorder.note_escape('returning %s' % e, recorder.forward_loc)
         return None
@@ -1168,9 +1174,46 @@ def _record_outputs(result, recorder, proxies):
         same = [j for j in range(i) if out_leaves[j] is leaf]
         specs.append(('same', same[0], False, False) if same else
                      _leaf_spec(leaf, recorder, proxies, 'returning'))
-        if not same and isinstance(leaf, chainer.Variable):
+        if any(leaf is steps for _, steps in stacked.values()):
+            specs[-1] = ('steps',) + specs[-1][1:]
+        elif not same and isinstance(leaf, chainer.Variable):
             recorder.output_specs[id(leaf)] = (leaf, specs[-1])
     return structure, specs
+
+
+def _stacked_steps(result, watcher):
+    """``{id(list): (list, its items stacked)}`` of the lists the forward
+    returns (as its result, or in the tuple it is) that a loop over an
+    argument's axis filled with one Variable per step (``hs.append(h)``):
+    the program returns their items stacked (``F.stack``, recorded here),
+    which each call cuts apart again (``cache``), so that the loop's
+    steps may be as many as the axis is long."""
+    lists = [result] if type(result) is list else \
+        [r for r in result if type(r) is list] \
+        if type(result) is tuple else []
+    filled = dict((i, n) for run in watcher.runs
+                  if run.exit == 'done' and run.trip is not None and
+                  run.trip.kind == 'dim' for i, n in run.filled.items())
+    found = {}
+    for items in lists:
+        if filled.get(id(items)) == len(items) > 1 and all(
+                isinstance(v, chainer.Variable) for v in items) and \
+                len(set((v.shape, v.dtype) for v in items)) == 1:
+            found[id(items)] = (items, chainer.functions.stack(items))
+    return found
+
+
+def _steps_stacked(result, stacked):
+    """``result``, each list of :func:`_stacked_steps` in it (or a copy:
+    the same items) its items stacked."""
+    if type(result) is list:
+        return next((steps for items, steps in stacked.values()
+                     if len(items) == len(result) and
+                     all(a is b for a, b in zip(items, result))), result)
+    if type(result) is tuple:
+        return tuple(_steps_stacked(r, stacked) if type(r) is list else r
+                     for r in result)
+    return result
 
 
 def _effect_leaf_spec(leaf, recorder, proxies, what):

@@ -491,7 +491,7 @@ def _output_requires_grad(outputs, effects):
     for kind, where, is_var, grad in trace.leaf_specs(outputs, effects):
         if kind == 'leaf':
             flags[where] = NEW_LEAF
-        elif kind in ('value', 'scalar'):
+        elif kind in ('value', 'scalar', 'steps'):
             flags[where] = max(flags.get(where, DETACHED),
                                CONNECTED if grad else DETACHED)
     return [flags.get(i, DETACHED)
@@ -521,6 +521,8 @@ def _make_leaf(spec, outs, leaves, instance):
         # (onnxruntime's int64 arrays are typed long long: the scalar
         # eager gives is of the dtype's own type.)
         return array.view(array.dtype.str)[()]
+    if kind == 'steps':  # a loop's steps, stacked: a list of each again
+        return _separated(_as_variable(outs[where], grad))
     leaf = outs[where] if kind in ('value', 'leaf') else where.copy()
     if is_var:
         return _as_variable(leaf, grad)
@@ -528,6 +530,13 @@ def _make_leaf(spec, outs, leaves, instance):
 
 
 _as_variable = _calls.as_variable
+
+
+def _separated(steps):
+    """The list of the Variables ``F.separate`` cuts ``steps`` into, along
+    its first axis, connected to its graph where it needs a gradient."""
+    with chainer.using_config('enable_backprop', steps.requires_grad):
+        return list(chainer.functions.separate(steps, axis=0))
 
 
 class CacheInfo(collections.namedtuple(

@@ -14,6 +14,7 @@ The ``test_was_bug_*`` tests were silently wrong (or crashed) before the
 fix they name; they stay as regression tests.
 """
 
+import copy
 import warnings
 
 import chainer
@@ -614,6 +615,100 @@ def test_a_batch_changed_first_at_a_length_too_short_to_roll(train):
                          (3, 2), (1, 6)]:
             xs = rng.standard_normal((n, batch, 3)).astype(numpy.float32)
             testing.assert_results_equal(jitted(xs), model.forward(xs))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs: f32[T,B,3]@'), \
+        entry.signature
+
+
+# --- a list of the steps returned --------------------------------------------
+
+class _LazyStateSteps(chainer.Chain):
+    """A forward that returns the list of its steps' outputs, as a model
+    whose loss is computed outside it does: the program returns them
+    stacked, and each call cuts them apart again. Its state made at the
+    first step."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.gru = L.StatelessGRU(3, 4)
+            self.lstm = L.LSTM(3, 4)
+            self.out = L.Linear(4, 2)
+
+    def forward(self, xs):
+        h, hs = None, []
+        for x in xs:
+            if h is None:
+                h = self.xp.zeros((len(x), 4), x.dtype)
+            h = self.gru(h, x)
+            hs.append(h)
+        return hs
+
+
+class _LinkStateSteps(_LazyStateSteps):
+    """``L.LSTM``'s outputs scored, returned with its last state."""
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        ys = []
+        for x in xs:
+            ys.append(self.out(self.lstm(x)))
+        return ys, self.lstm.h
+
+
+class _IndexedSteps(_LazyStateSteps):
+    """``F.lstm`` over ``xs[t]``, its states made of zeros."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 4), numpy.float32)
+        ys = []
+        for t in range(xs.shape[0]):
+            c, h = F.lstm(c, self.lstm.upward(xs[t]) + self.lstm.lateral(h))
+            ys.append(self.out(h))
+        return ys
+
+
+_STEPS_RETURNED = {'lazy state': _LazyStateSteps,
+                   'link state': _LinkStateSteps, 'indexed': _IndexedSteps}
+
+
+def _steps_and_gradients(model, result, seed):
+    """The outputs of ``result`` (its lists' items each) and the model's
+    parameters' gradients of a random weighting of them."""
+    steps = [v for part in (result if isinstance(result, tuple)
+                            else (result,))
+             for v in (part if isinstance(part, list) else [part])]
+    rng = numpy.random.RandomState(seed)
+    model.cleargrads()
+    sum(F.sum(v * rng.standard_normal(v.shape).astype(numpy.float32))
+        for v in steps).backward()
+    return [v.array for v in steps], [p.grad for _, p in
+                                      sorted(model.namedparams())]
+
+
+@pytest.mark.parametrize('form', sorted(_STEPS_RETURNED))
+def test_a_list_of_the_steps_returned_serves_every_length(form):
+    rng = numpy.random.RandomState(4)
+    model = _STEPS_RETURNED[form]()
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    shapes = [(5, 4), (9, 4), (3, 3), (9, 6), (2, 2), (12, 5)]
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.LoopWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for seed, (n, batch) in enumerate(shapes):
+            xs = rng.standard_normal((n, batch, 3)).astype(numpy.float32)
+            expected = _steps_and_gradients(model, model.forward(xs), seed)
+            result = jitted(xs)
+            assert isinstance(result if form != 'link state' else result[0],
+                              list)
+            actual = _steps_and_gradients(twin, result, seed)
+            assert len(actual[0]) == len(expected[0]) == n + (
+                form == 'link state')
+            for a, e in zip(actual[0] + actual[1], expected[0] + expected[1]):
+                assert (a is None) == (e is None)
+                if e is not None:
+                    numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs: f32[T,B,3]@'), \
         entry.signature
