@@ -189,6 +189,7 @@ class LoopRun(object):
         self.iterable_pending = False
         # (code, line) of the call of a helper whose loop this is
         self.caller = None
+        self.caller_top = False  # the jitted function is the caller
         self.bound = None  # how many iterations the loop allows at most
         self.snapshots = []  # the frame's locals at each pass
         self.code = None  # the code object the loop is in
@@ -409,6 +410,7 @@ class LoopWatcher(object):
         run.targets = site.targets
         if not top and frame.f_back is not None:  # a helper's loop
             run.caller = _call_site(frame.f_back)
+            run.caller_top = frame.f_back.f_code is self.top_code
         run.iterable_pending = run.trip is None and \
             self.first_item is not None and \
             trip_counts.iterated_call(site) is not None

@@ -235,19 +235,37 @@ def _returned_once(function, name):
     it is or in the tuple it returns, and by no other ``return``? (The
     jitted function returns it to its caller as the steps stacked, cut
     apart again: ``trace``.)"""
-    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
-    last = function.body[-1] if function.body else None
-    return returns == [last] and last.value is not None and any(
+    last = _only_return(function)
+    return last is not None and last.value is not None and any(
         isinstance(item, ast.Name) and item.id == name
         for item in (last.value.elts if isinstance(last.value, ast.Tuple)
                      else [last.value]))
 
 
-def caller_uses_whole(caller, callee, index=None, counted=False):
+def _returned_last(function, node, parents):
+    """Does ``function`` return ``node`` itself by its last statement, its
+    only ``return``?"""
+    last = _only_return(function)
+    return last is not None and parents.get(node) is last
+
+
+def _only_return(function):
+    """``function``'s last statement, where it is its only ``return``;
+    else ``None``."""
+    returns = [n for n in ast.walk(function) if isinstance(n, ast.Return)]
+    last = function.body[-1] if function.body else None
+    return last if returns == [last] else None
+
+
+def caller_uses_whole(caller, callee, index=None, counted=False,
+                      to_user=False):
     """Does the caller (``(code, line, instruction offset)`` of the frame
     that called ``callee``'s function) use the list the call returns (item
     ``index`` of the tuple it returns) whole only (:func:`_used_whole`;
-    ``counted``: it has one item per step, and its length may be read)?"""
+    ``counted``: it has one item per step, and its length may be read)?
+    ``to_user``: the caller is the jitted function, which may return the
+    list as it is to the user by its last statement (``return
+    self.encode(xs)``: ``trace`` stacks it)."""
     code, line, lasti = caller
     found = source.function_and_offset(code)
     if found is None:
@@ -260,8 +278,10 @@ def caller_uses_whole(caller, callee, index=None, counted=False):
     if len(calls) > 1:  # (f = enc(a, xs); b = enc(b, xs))
         calls = [n for n in calls if source.at_instruction(
             n, code, lasti, offset)]
-    return len(calls) == 1 and _used_whole(calls[0], parents, index,
-                                           counted)
+    return len(calls) == 1 and (
+        _used_whole(calls[0], parents, index, counted) or
+        to_user and counted and index is None and
+        _returned_last(function, calls[0], parents))
 
 
 def _constant_item(node, subscript):
@@ -435,7 +455,7 @@ def _enclosing_function(node, parents):
 
 
 def symbolic_loop_problem(code, header, kinds=None, caller=None,
-                          consumed=()):
+                          consumed=(), caller_top=False):
     """Why the loop at ``header`` of ``code`` cannot run for another trip
     count than the one recorded, read from the source; ``None`` if it
     can. Its Python must not see the count: the loop variable is used
@@ -449,9 +469,11 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
     it reads that hold a function of user code or a link. A helper may
     return such a list (``return hs``, ``return hs, h``) to a caller
     (``caller``: ``(code, line)`` of the frame that called it) that
-    uses it whole. The lists named in ``consumed`` an op took whole while
-    recording (``F.crf1d``, ``lengths.note_consumed``): they may be passed
-    to a call."""
+    uses it whole, or, the jitted function (``caller_top``), returns it as
+    it is; the jitted function may return it itself (``trace`` stacks it).
+    The lists named in ``consumed`` an op took whole while recording
+    (``F.crf1d``, ``lengths.note_consumed``): they may be passed to a
+    call."""
     found = _loop_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -500,7 +522,7 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
             returned, index = _returned(use, parents)
             if returned and caller is not None and caller_uses_whole(
                     caller, code, index,
-                    _one_item_per_step(loop, inside, name)):
+                    _one_item_per_step(loop, inside, name), caller_top):
                 continue
             if returned and caller is None and \
                     _one_item_per_step(loop, inside, name) and \

@@ -1055,7 +1055,8 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
     found = loop_analysis.comprehension_problem(
         run.code, run.site.header, kinds, run.caller) if comprehension else \
         loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
-                                            run.caller, run.consumed)
+                                            run.caller, run.consumed,
+                                            run.caller_top)
     if found is not None:
         return found
     indexed = set() if comprehension else \

@@ -668,8 +668,24 @@ class _IndexedSteps(_LazyStateSteps):
         return ys
 
 
+class _HelpersSteps(_LazyStateSteps):
+    """The loop in a helper method, whose list the forward returns."""
+
+    def forward(self, xs):
+        return self.scored_steps(xs)
+
+    def scored_steps(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 4), numpy.float32)
+        ys = []
+        for x in xs:
+            c, h = F.lstm(c, self.lstm.upward(x) + self.lstm.lateral(h))
+            ys.append(self.out(h))
+        return ys
+
+
 _STEPS_RETURNED = {'lazy state': _LazyStateSteps,
-                   'link state': _LinkStateSteps, 'indexed': _IndexedSteps}
+                   'link state': _LinkStateSteps, 'indexed': _IndexedSteps,
+                   "a helper's": _HelpersSteps}
 
 
 def _steps_and_gradients(model, result, seed):
