@@ -499,7 +499,10 @@ class JitFunction(_calls.CachedCall):
         the call, as does eager Chainer. If they agree, the entry serves
         every batch size and the call returns eager's result; otherwise
         (or where no such entry is) :data:`_NOT_WIDENED`, and the call is
-        compiled, or, if the session ran, returns eager's result."""
+        compiled, or, if the session ran, returns eager's result. A session
+        that gave another result keeps the batch size in the key only with
+        ``backend='onnxruntime'``; else the VM's program may take any batch
+        size at the next call of a new one (``Entry.session_note``)."""
         found = batch.sibling(self.cache, key, self._options['backend'])
         if found is None:
             return _NOT_WIDENED
@@ -533,8 +536,12 @@ class JitFunction(_calls.CachedCall):
         result = self._check_eagerly(instance, args, kwargs)
         problem = pipeline.compare_results(result, compiled)
         if problem is not None:
-            entry.batch_note = 'at batch size %d its program gave another ' \
-                'result than eagerly: %s' % (batched.size_of(key), problem)
+            note = 'at batch size %d its program gave another result than ' \
+                'eagerly: %s' % (batched.size_of(key), problem)
+            if self._options['backend'] != 'onnxruntime':
+                entry.session_note = note  # the VM's may serve every batch
+                return result
+            entry.batch_note = note
             self._warn_batch_static(entry.batch_note, sizes)
             return result
         batch.widen(self.cache, entry, batched, program, [

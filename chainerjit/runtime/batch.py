@@ -1030,7 +1030,8 @@ def _widens(entry, backend):
     the attempt finds and, with ``backend='onnxruntime'``, warns of), or
     by the VM where ``backend`` is ``'auto'``."""
     if entry.program is None or entry.symbolic is not None or \
-            entry.key[1] or entry.batch_note is not None:
+            entry.key[1] or entry.batch_note is not None or \
+            entry.session_note is not None:
         return False
     return entry.backend == 'onnxruntime' or backend == 'auto'
 

@@ -217,6 +217,9 @@ class Entry(object):
         # Why the program cannot serve other batch sizes, once tried
         # (runtime.batch); None: not tried, or it serves them.
         self.batch_note = None
+        # why one onnxruntime session of any batch size does not serve it
+        # (the VM's program may, where the backend is 'auto')
+        self.session_note = None
         # Why a loop's trip count stays in the key (frontend.symbolic)
         self.length_note = None
         # Why the lengths of a list argument's items do (runtime.ragged)

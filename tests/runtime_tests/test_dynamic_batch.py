@@ -280,3 +280,38 @@ def test_a_program_onnxruntime_does_not_run_serves_every_batch_size():
     entry, = jitted.cache_entries()
     assert entry.backend == 'numpy', entry.describe_backend()
     assert str(entry.signature).startswith('x: f32[B,5,16]')
+
+
+class _OneStepScored(chainer.Chain):
+    """``L.LSTM`` over the steps of a batch-first sequence, each scored:
+    at one step no loop rolls, and the LSTM's first state is an array
+    Chainer made of the recorded batch, which one onnxruntime session of
+    any batch size holds as a constant (it gives the recorded batch's
+    rows), while the VM's program makes it again of each call's."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.lstm = chainer.links.LSTM(6, 8)
+            self.out = chainer.links.Linear(8, 5)
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        ys = []
+        for t in range(xs.shape[1]):
+            ys.append(F.log_softmax(self.out(self.lstm(xs[:, t]))))
+        return ys
+
+
+def test_a_session_of_another_result_leaves_the_batch_to_the_vm():
+    model = _OneStepScored()
+    jitted = chainerjit.jit(model.forward, backend='auto')
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        _run(jitted, model.forward, lambda rng, shape: (
+            rng.randn(*shape).astype(F32),),
+             batches=[(4, 5, 6), (4, 1, 6), (1, 1, 6), (3, 1, 6),
+                      (6, 1, 6), (2, 7, 6), (5, 1, 6)])
+    signatures = sorted(str(e.signature)[:15]
+                        for e in jitted.cache_entries())
+    assert signatures == ['xs: f32[B,1,6]@', 'xs: f32[B,T,6]@'], signatures
