@@ -532,25 +532,33 @@ class LoopWatcher(object):
         """After a ``for`` loop over an argument's axis that ran out, the
         names counting its steps (``loop_analysis.step_counters``: ``n +=
         1``) hold their value before plus the trip count, as a size of
-        that axis (``trip_length``), times their step: as ``len(xs)``
-        would, what the forward does with them is followed, and they are
-        the same at any trip count (``run.counted``)."""
+        that axis (``trip_length``), times their step, and its counter
+        (``loop_analysis.counter_start``: ``i`` of ``enumerate``) its
+        start plus the trip count less one: as ``len(xs)`` would, what
+        the forward does with them is followed, and they are the same at
+        any trip count (``run.counted``)."""
         if run.site.kind == 'comp' or frame is None or \
                 self.trip_length is None or run.trip.kind != 'dim' or \
                 not run.snapshots:
             return
-        counted = set()
+        found = {}  # name: (its value now, step, start)
         for name, step in loop_analysis.step_counters(
                 run.code, run.site.header).items():
             before = run.snapshots[0].get(name)
+            if before is not None and before[:2] == ('scalar', int):
+                found[name] = (int(before[2]) + step * run.n_iterations,
+                               step, int(before[2]))
+        counter = loop_analysis.counter_start(run.code, run.site.header)
+        if counter is not None and run.n_iterations:
+            name, start = counter  # (it ends at start + n - 1)
+            found[name] = (start + run.n_iterations - 1, 1, start - 1)
+        counted = set()
+        for name, (value, step, start) in found.items():
             now = frame.f_locals.get(name)
-            if before is None or before[:2] != ('scalar', int) or \
-                    type(now) is not int or \
-                    now != int(before[2]) + step * run.n_iterations:
-                continue
-            trips = self.trip_length(run.trip, run.n_iterations)
+            trips = self.trip_length(run.trip, run.n_iterations) \
+                if type(now) is int and now == value else None
             if trips is not None:
-                _rebind(frame, name, trips * step + int(before[2]))
+                _rebind(frame, name, trips * step + start)
                 counted.add(name)
         run.counted = frozenset(counted)
 

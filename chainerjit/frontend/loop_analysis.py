@@ -455,7 +455,7 @@ def _enclosing_function(node, parents):
 
 
 def symbolic_loop_problem(code, header, kinds=None, caller=None,
-                          consumed=(), caller_top=False):
+                          consumed=(), caller_top=False, counted=()):
     """Why the loop at ``header`` of ``code`` cannot run for another trip
     count than the one recorded, read from the source; ``None`` if it
     can. Its Python must not see the count: the loop variable is used
@@ -473,7 +473,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
     it is; the jitted function may return it itself (``trace`` stacks it).
     The lists named in ``consumed`` an op took whole while recording
     (``F.crf1d``, ``lengths.note_consumed``): they may be passed to a
-    call."""
+    call. The names in ``counted`` hold the trip count after the loop
+    (``control``: a size of the call), which they may be used as."""
     found = _loop_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -485,7 +486,7 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
         return 'the body has a %s' % type(jump).__name__.lower()
     if isinstance(loop, ast.For):
         for target in set(n.id for n in ast.walk(loop.target)
-                          if isinstance(n, ast.Name)):
+                          if isinstance(n, ast.Name)) - set(counted):
             for use in source.name_nodes(function, target):
                 if use not in set(ast.walk(loop)) and \
                         use.lineno > loop.lineno and \
@@ -495,7 +496,8 @@ def symbolic_loop_problem(code, header, kinds=None, caller=None,
         derived = _derived_counters(loop)
         for counter in [_counter_name(loop)] + sorted(derived):
             problem = _counter_use_problem(loop, function, parents, inside,
-                                           counter, derived)
+                                           counter, derived,
+                                           counter in counted)
             if problem:
                 return problem
     if _appends_elsewhere(inside):
@@ -579,11 +581,12 @@ def _first_item(node, subscript):
 
 
 def _counter_use_problem(loop, function, parents, inside, counter,
-                         derived):
+                         derived, after=False):
     """Why a use of the loop's counter (or of a name ``derived`` from it)
     lets the loop's Python see the trip count, or ``None``: it may index,
     be an operand with a Variable, be compared, or make a derived name
-    (``t = T - 1 - i``), and is not used after the loop."""
+    (``t = T - 1 - i``), and is not used after the loop (but ``after``:
+    it then holds a size of the call)."""
     target = _target_name(loop.target, counter)
     for use in source.name_nodes(function, counter):
         if use in inside and use is not target:
@@ -592,7 +595,8 @@ def _counter_use_problem(loop, function, parents, inside, counter,
                     not _compared(use, parents) and \
                     not _derives(use, parents, derived):
                 return 'the loop variable %r is used in Python' % counter
-        elif use not in inside and use not in set(ast.walk(loop)):
+        elif use not in inside and use not in set(ast.walk(loop)) and \
+                not after:
             if use.lineno > loop.lineno and not _rebound_by_a_loop(
                     use, counter, parents):
                 return 'the loop variable %r is used after the loop' % (
@@ -996,6 +1000,34 @@ def _counter_name(loop):
                                                    ast.Name):
         return loop.target.elts[0].id
     return None
+
+
+def counter_start(code, header):
+    """``(name, start)`` of the counter of the ``for`` loop at ``header``
+    of ``code`` that counts up by one from an int constant: ``t`` of
+    ``for t in range(E)`` (from 0) or ``range(a, E)`` (from ``a``), ``i``
+    of ``for i, x in enumerate(X)`` (from 0, or its ``start``); else
+    ``None``. Where the loop runs out, the counter ends one short of the
+    start plus the trip count."""
+    found = _loop_and_parents(code, header)
+    if found is None or not isinstance(found[0], ast.For):
+        return None
+    return counting_up(found[0])
+
+
+def counting_up(loop):
+    """:func:`counter_start` of the ``ast.For`` ``loop``."""
+    name, iterable = _counter_name(loop), loop.iter
+    if name is None or source.is_call(iterable, 'reversed'):
+        return None
+    starts = iterable.args[:-1] if source.is_call(iterable, 'range') else \
+        iterable.args[1:] + [k.value for k in iterable.keywords
+                             if k.arg == 'start']
+    if len(starts) > 1 or source.is_call(iterable, 'range') and \
+            len(iterable.args) > 2:
+        return None
+    start = source.int_constant(starts[0], None) if starts else 0
+    return None if start is None else (name, start)
 
 
 def _target_name(target, name):

@@ -1056,7 +1056,7 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
         run.code, run.site.header, kinds, run.caller) if comprehension else \
         loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
                                             run.caller, run.consumed,
-                                            run.caller_top)
+                                            run.caller_top, run.counted)
     if found is not None:
         return found
     indexed = set() if comprehension else \

@@ -311,16 +311,20 @@ def length_only_names(code):
 
 def _counted_elsewhere(function):
     """The names in the iterables of ``function``'s ``for`` loops whose
-    steps a name counts (``n += 1``, ``loop_analysis.counted_steps``)
-    that is read after the loop: that count is the length, used as its
-    uses tell."""
+    steps a name counts (``n += 1``, ``loop_analysis.counted_steps``; or
+    its counter, ``loop_analysis.counting_up``) that is read after the
+    loop: that count is the length, used as its uses tell."""
     found = set()
     for loop in ast.walk(function):
         if not isinstance(loop, ast.For):
             continue
         inside = set(ast.walk(loop))
-        if any(use not in inside for name in loop_analysis.counted_steps(
-                loop) for use in source.name_nodes(function, name)):
+        counter = loop_analysis.counting_up(loop)
+        names = list(loop_analysis.counted_steps(loop)) + (
+            [counter[0]] if counter else [])
+        if any(use not in inside and use.lineno > loop.end_lineno
+               for name in names
+               for use in source.name_nodes(function, name)):
             found.update(n.id for n in ast.walk(loop.iter)
                          if isinstance(n, ast.Name))
     return found
@@ -794,10 +798,17 @@ def _reads_names(node, names):
                for sub in ast.walk(node))
 
 
+#: The key of a loop counter among :func:`_names_of_sizes`: a size after
+#: its loop only.
+AFTER = 'after'
+
+
 def _names_of_sizes(function, params):
     """``{name: [(parameter, axis)]}`` of the names the function assigns
     from its parameters' sizes (``T, B, _ = xs.shape``, ``n = len(xs) -
-    1``)."""
+    1``, a counter of a loop's steps); and ``{(name, AFTER): (line,
+    [(parameter, axis)])}`` of a loop's counter, which is one after the
+    loop, whose last line that is (``control``)."""
     sizes = {}
     for node in ast.walk(function):
         if isinstance(node, ast.Assign):
@@ -812,6 +823,9 @@ def _names_of_sizes(function, params):
             read = _iterated_sizes(node.iter, params, sizes)
             for name in loop_analysis.counted_steps(node) if read else ():
                 sizes.setdefault(name, []).extend(read)
+            counter = loop_analysis.counting_up(node)
+            if counter is not None and read:  # its counter, after it
+                sizes[counter[0], AFTER] = (node.end_lineno, read)
         # n = ..., n += ..., n: int = ...
         if isinstance(node, (ast.Assign, ast.AugAssign, ast.AnnAssign)) \
                 and node.value is not None:
@@ -907,13 +921,20 @@ def maximum_read_in_c(code):
     if found is None:
         return True
     function = found[0]
-    names = _names_given_by(function, 'max')
+    return _given_read_in_c(function, 'max',
+                            _names_given_by(function, 'max'))
+
+
+def _given_read_in_c(function, call, names):
+    """Does ``function`` read what a call of ``call`` gives, or one of
+    ``names``, where C code reads it unseen by a ``lengths.Length``
+    (:func:`maximum_read_in_c`)?"""
     for node in ast.walk(function):
         sides = (node.left, node.right) if isinstance(node, ast.BinOp) and (
             _in_floats(node) or _formats(node)) else \
             _index_parts(node.slice) if isinstance(node, ast.Subscript) \
             else ()
-        if any(_reads_call(side, 'max', names) for side in sides):
+        if any(_reads_call(side, call, names) for side in sides):
             return True
     return False
 
@@ -976,6 +997,10 @@ def _sizes_read(node, params, sizes):
     for sub in ast.walk(node):
         if isinstance(sub, ast.Name) and sub.id in sizes:
             read += sizes[sub.id]
+        after = sizes.get((sub.id, AFTER)) if isinstance(sub, ast.Name) \
+            else None
+        if after is not None and sub.lineno > after[0]:
+            read += after[1]
         if isinstance(sub, ast.Subscript) and _size_of(sub.value, params) \
                 and isinstance(sub.slice, ast.Constant) and \
                 type(sub.slice.value) is int and sub.slice.value >= 0:

@@ -825,3 +825,43 @@ def test_a_counter_of_the_steps_made_a_float_keeps_the_length():
     said = [str(w.message) for w in caught]
     assert any('xs.shape[0] converted to float' in m for m in said), said
     assert not any('another result' in m for m in said), said
+
+
+class _CounterAfterTheLoop(_CountedSteps):
+    """The loop's own counter read after it (``enumerate``'s, ``range``'s):
+    the trip count less one plus its start."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 4), numpy.float32)
+        loss = 0
+        if self.divide == 'from one':
+            for t, x in enumerate(xs, 1):
+                c, h = self.cell(c, h, x)
+                loss += F.sum(self.out(h) ** 2)
+            return loss / t
+        for t in range(xs.shape[0]):
+            c, h = self.cell(c, h, xs[t])
+            loss += F.sum(self.out(h) ** 2)
+        if self.divide == 'by its inverse':
+            return loss * (1.0 / (t + 1))
+        return loss / float(t + 1)  # (a float made of it: kept)
+
+
+@pytest.mark.parametrize('divide', ['from one', 'by its inverse'])
+def test_the_counter_after_the_loop_is_the_trip_count(divide):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.errors.RecompileWarning)
+        warnings.simplefilter('error', chainerjit.errors.LoopWarning)
+        jitted = differential.check_seeded(_CounterAfterTheLoop(divide),
+                                           _step_calls(4))
+    assert jitted.cache_info().currsize == 1
+
+
+def test_the_counter_after_the_loop_made_a_float_keeps_the_length():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_seeded(_CounterAfterTheLoop('float'),
+                                  _step_calls(5))
+    said = [str(w.message) for w in caught]
+    assert any('xs.shape[0] converted to float' in m for m in said), said
+    assert not any('another result' in m for m in said), said
