@@ -818,13 +818,6 @@ def test_a_counter_of_the_steps_is_the_trip_count(divide):
     assert inference.cache_info().currsize == 1
 
 
-def test_a_counter_of_the_steps_made_a_float_keeps_the_length():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter('always')
-        differential.check_seeded(_CountedSteps('float'), _step_calls(3))
-    said = [str(w.message) for w in caught]
-    assert any('xs.shape[0] converted to float' in m for m in said), said
-    assert not any('another result' in m for m in said), said
 
 
 class _CounterAfterTheLoop(_CountedSteps):
@@ -857,11 +850,11 @@ def test_the_counter_after_the_loop_is_the_trip_count(divide):
     assert jitted.cache_info().currsize == 1
 
 
-def test_the_counter_after_the_loop_made_a_float_keeps_the_length():
+@pytest.mark.parametrize('cls', [_CountedSteps, _CounterAfterTheLoop])
+def test_a_count_of_the_steps_made_a_float_keeps_the_length(cls):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
-        differential.check_seeded(_CounterAfterTheLoop('float'),
-                                  _step_calls(5))
+        differential.check_seeded(cls('float'), _step_calls(3))
     said = [str(w.message) for w in caught]
     assert any('xs.shape[0] converted to float' in m for m in said), said
     assert not any('another result' in m for m in said), said
