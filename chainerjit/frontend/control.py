@@ -455,6 +455,7 @@ class LoopWatcher(object):
                             if isinstance(n, ast.Name))
         if not top and parent.f_back is not None:  # a helper's list
             run.caller = _call_site(parent.f_back)
+            run.caller_top = parent.f_back.f_code is self.top_code
         run.snapshots.append(_locals_summary(frame))
         run.iterable_pending = run.trip is None and \
             self.first_item is not None and \

@@ -122,13 +122,15 @@ def comprehension_and_parents(code, header):
     return innermost[0], parents
 
 
-def comprehension_problem(code, header, kinds=None, caller=None):
+def comprehension_problem(code, header, kinds=None, caller=None,
+                          caller_top=False):
     """As :func:`symbolic_loop_problem`, for a comprehension in ``code``
     whose ``for`` clause is on ``header``: one ``for`` clause without
     ``if``; a counter (``range``, ``enumerate``) used only to index; no
     ``:=`` and no hidden Python state change; and the list it makes is
     used only whole, by ``F.stack`` or ``F.concat``, directly or through
-    a name assigned once."""
+    a name assigned once, or returned to the user (``caller_top``: by a
+    helper whose list the jitted function returns)."""
     found = comprehension_and_parents(code, header)
     if found is None:
         return 'no source'
@@ -149,21 +151,25 @@ def comprehension_problem(code, header, kinds=None, caller=None):
     hidden = _hidden_state_change(inside, kinds or {})
     if hidden:
         return hidden
-    return _whole_list_use(comp, parents, code, caller)
+    return _whole_list_use(comp, parents, code, caller, caller_top)
 
 
-def _whole_list_use(comp, parents, code, caller):
+def _whole_list_use(comp, parents, code, caller, caller_top=False):
     """``None`` if the comprehension's list is only passed whole to a
     collector (``F.stack([...])``, or ``hs = [...]`` then ``F.stack(hs)``),
     or read at constant indexes (``hs[-1]``: the graph's checks then ask
     which steps those are, as for a list a loop appends to), or its length
     read; or if it is returned (``return [...]``) to a caller (``(code,
-    line, instruction offset)``) that uses it so."""
+    line, instruction offset)``) that uses it so, or by the jitted
+    function's last statement to the user (``trace`` stacks it)."""
     if _used_whole(comp, parents, counted=True):
         return None
     returned, index = _returned(comp, parents)
-    if returned and caller is not None and \
-            caller_uses_whole(caller, code, index, counted=True):
+    if returned and caller is not None and caller_uses_whole(
+            caller, code, index, counted=True, to_user=caller_top):
+        return None
+    if returned and caller is None and index is None and _returned_last(
+            _enclosing_function(comp, parents), comp, parents):
         return None
     return 'the list the comprehension makes is used item by item'
 

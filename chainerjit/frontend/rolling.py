@@ -1053,7 +1053,8 @@ def _python_problem(run, values, rows, peel, counting, made_by_loops):
         loop_analysis.fresh_lists(run.code, run.site.header)
     kinds.update((name, 'list') for name in fresh)
     found = loop_analysis.comprehension_problem(
-        run.code, run.site.header, kinds, run.caller) if comprehension else \
+        run.code, run.site.header, kinds, run.caller, run.caller_top) \
+        if comprehension else \
         loop_analysis.symbolic_loop_problem(run.code, run.site.header, kinds,
                                             run.caller, run.consumed,
                                             run.caller_top, run.counted)

@@ -683,9 +683,18 @@ class _HelpersSteps(_LazyStateSteps):
         return ys
 
 
+class _ComprehendedSteps(_LazyStateSteps):
+    """The steps' list a comprehension makes, returned as it is."""
+
+    def forward(self, xs):
+        self.lstm.reset_state()
+        return [self.out(self.lstm(x)) for x in xs]
+
+
 _STEPS_RETURNED = {'lazy state': _LazyStateSteps,
                    'link state': _LinkStateSteps, 'indexed': _IndexedSteps,
-                   "a helper's": _HelpersSteps}
+                   "a helper's": _HelpersSteps,
+                   "a comprehension's": _ComprehendedSteps}
 
 
 def _steps_and_gradients(model, result, seed):
