@@ -57,9 +57,10 @@ def trip_source(site, frame, arguments):
     if source.is_call(node, 'range') and len(node.args) == 3 and \
             not node.keywords:
         return _counted_down(node.args, frame, arguments)
-    if (source.is_call(node, 'enumerate') or
-            source.is_call(node, 'zip')) and node.args and not node.keywords:
-        node = node.args[0]
+    while (source.is_call(node, 'enumerate') or
+           source.is_call(node, 'zip')) and node.args and \
+            not (source.is_call(node, 'zip') and node.keywords):
+        node = node.args[0]  # (enumerate(zip(xs, ts), 1): over xs)
     if source.is_reversal(node):
         node = node.value  # (xs[::-1]: as many iterations)
     return _sequence_source(node, frame, arguments, 0)

@@ -839,6 +839,11 @@ class _CounterAfterTheLoop(_CountedSteps):
                 c, h = self.cell(c, h, x)
                 loss += F.sum(self.out(h) ** 2)
             return loss / t
+        if self.divide == 'zipped':  # (over xs, as zip's first)
+            for t, (x, y) in enumerate(zip(xs, xs[::-1]), start=1):
+                c, h = self.cell(c, h, x - y)
+                loss += F.sum(self.out(h) ** 2)
+            return loss / t
         for t in range(xs.shape[0]):
             c, h = self.cell(c, h, xs[t])
             loss += F.sum(self.out(h) ** 2)
@@ -847,7 +852,7 @@ class _CounterAfterTheLoop(_CountedSteps):
         return loss / float(t + 1)  # (a float made of it: kept)
 
 
-@pytest.mark.parametrize('divide', ['from one', 'by its inverse'])
+@pytest.mark.parametrize('divide', ['from one', 'zipped', 'by its inverse'])
 def test_the_counter_after_the_loop_is_the_trip_count(divide):
     jitted = _trained_without_recompiling(_CounterAfterTheLoop(divide),
                                           _step_calls(4))
