@@ -558,8 +558,8 @@ class LoopWatcher(object):
             now = frame.f_locals.get(name)
             trips = self.trip_length(run.trip, run.n_iterations) \
                 if type(now) is int and now == value else None
-            if trips is not None:
-                _rebind(frame, name, trips * step + start)
+            if trips is not None and _rebound(frame, name,
+                                              trips * step + start):
                 counted.add(name)
         run.counted = frozenset(counted)
 
@@ -568,13 +568,17 @@ class LoopWatcher(object):
             self._close(run, 'left', frame)
 
 
-def _rebind(frame, name, value):
+def _rebound(frame, name, value):
     """Binds the local ``name`` of ``frame`` (a function's, being traced)
     to ``value`` at once (``frame.f_locals`` is a copy of the frame's
-    locals, which any later read of it refreshes)."""
+    locals, which any later read of it refreshes); ``False`` where this
+    Python cannot."""
+    to_fast = getattr(ctypes.pythonapi, 'PyFrame_LocalsToFast', None)
+    if to_fast is None:
+        return False
     frame.f_locals[name] = value
-    ctypes.pythonapi.PyFrame_LocalsToFast(ctypes.py_object(frame),
-                                          ctypes.c_int(0))
+    to_fast(ctypes.py_object(frame), ctypes.c_int(0))
+    return True
 
 
 def _filled_lists(run, frame, result):

@@ -1174,7 +1174,7 @@ def _record_outputs(result, recorder, proxies):
         same = [j for j in range(i) if out_leaves[j] is leaf]
         specs.append(('same', same[0], False, False) if same else
                      _leaf_spec(leaf, recorder, proxies, 'returning'))
-        if any(leaf is steps for _, steps in stacked.values()):
+        if not same and any(leaf is steps for _, steps in stacked.values()):
             specs[-1] = ('steps',) + specs[-1][1:]
         elif not same and isinstance(leaf, chainer.Variable):
             recorder.output_specs[id(leaf)] = (leaf, specs[-1])

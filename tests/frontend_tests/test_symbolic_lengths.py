@@ -737,3 +737,24 @@ def test_a_list_of_the_steps_returned_serves_every_length(form):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs: f32[T,B,3]@'), \
         entry.signature
+
+
+class _StepsTwice(_LazyStateSteps):
+    def forward(self, xs):
+        hs = []
+        for x in xs:
+            hs.append(F.tanh(self.out(self.lstm.upward(x)[:, :4])))
+        return hs, hs
+
+
+def test_a_list_of_the_steps_returned_twice_is_one_list():
+    rng = numpy.random.RandomState(6)
+    model = _StepsTwice()
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', False):
+        for n in (5, 7, 3, 9):
+            xs = rng.standard_normal((n, 2, 3)).astype(numpy.float32)
+            first, second = jitted(xs)
+            testing.assert_results_equal(first, model.forward(xs)[0])
+            assert second is first or n == 5  # (the recording's: eager's)
+    assert jitted.cache_info().currsize == 1
