@@ -281,7 +281,9 @@ class LoopWatcher(object):
             a NumPy function user code calls.
         trip_length: returns the trip count ``n`` of a loop over an
             argument's axis (its ``trip_counts.TripSource``) as a size of
-            that axis (``lengths.Length``), or ``None``.
+            that axis (``lengths.Length``), or, as a float (for a count
+            in a float, in ``frame``), a number computed of it at run
+            time (``scalars.Scalar``); or ``None``.
     """
 
     def __init__(self, position, top_code, arguments, first_item=None,
@@ -546,9 +548,10 @@ class LoopWatcher(object):
         for name, step in loop_analysis.step_counters(
                 run.code, run.site.header).items():
             before = run.snapshots[0].get(name)
-            if before is not None and before[:2] == ('scalar', int):
-                found[name] = (int(before[2]) + step * run.n_iterations,
-                               step, int(before[2]))
+            start = _whole_number(before)
+            if start is not None:
+                found[name] = (before[1](start + step * run.n_iterations),
+                               step, start)
         counter = loop_analysis.counter_start(run.code, run.site.header)
         if counter is not None and run.n_iterations:
             name, start = counter  # (it ends at start + n - 1)
@@ -556,8 +559,9 @@ class LoopWatcher(object):
         counted = set()
         for name, (value, step, start) in found.items():
             now = frame.f_locals.get(name)
-            trips = self.trip_length(run.trip, run.n_iterations) \
-                if type(now) is int and now == value else None
+            trips = self.trip_length(run.trip, run.n_iterations, frame,
+                                     type(value) is float) \
+                if type(now) is type(value) and now == value else None
             if trips is not None and _rebound(frame, name,
                                               trips * step + start):
                 counted.add(name)
@@ -566,6 +570,17 @@ class LoopWatcher(object):
     def _close_all(self, frame_id, frame=None):
         for run in reversed(self._open.pop(frame_id, [])):
             self._close(run, 'left', frame)
+
+
+def _whole_number(summary):
+    """The int a local's summary (``_summary``) at a loop's start holds:
+    an int's, or a float's that is a whole number (``steps = 0.``);
+    else ``None``."""
+    if summary is None or summary[0] != 'scalar' or \
+            summary[1] not in (int, float):
+        return None
+    number = summary[1](summary[2])
+    return int(number) if number == int(number) else None
 
 
 def _rebound(frame, name, value):

@@ -1005,12 +1005,17 @@ def _loop_watcher(recorder, fn, instance, args, kwargs, proxies):
         trip_length=functools.partial(_trip_length, recorder))
 
 
-def _trip_length(recorder, trip, n):
+def _trip_length(recorder, trip, n, frame, in_float=False):
     """The trip count ``n`` of a loop over the axis ``trip.where`` of an
     argument (``trip_counts.TripSource`` of kind ``'dim'``), less
-    ``trip.offset``, as a ``lengths.Length`` of that size."""
-    return lengths.Length(n, frozenset([trip.where]), recorder.length_uses,
-                          (1, -trip.offset), trip.offset == 0)
+    ``trip.offset``, as a ``lengths.Length`` of that size; ``in_float``:
+    as the ``scalars.Scalar`` computed of it at run time
+    (``lengths.as_scalar``, at ``frame``), or ``None``."""
+    length = lengths.Length(n, frozenset([trip.where]),
+                            recorder.length_uses, (1, -trip.offset),
+                            trip.offset == 0)
+    return lengths.as_scalar(length, recorder, frame) if in_float \
+        else length
 
 
 def _sizes_into_numpy(recorder, name, args, caller):

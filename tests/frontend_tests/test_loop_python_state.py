@@ -827,6 +827,24 @@ def test_a_counter_of_the_steps_is_the_trip_count(divide):
     assert inference.cache_info().currsize == 1
 
 
+class _CountedInAFloat(_CountedSteps):
+    """The steps counted in a float (``steps = 0.``): after the loop, the
+    trip count as a float computed at run time."""
+
+    def forward(self, xs):
+        h = c = self.xp.zeros((xs.shape[1], 4), numpy.float32)
+        loss = 0
+        steps = 0.
+        for x in xs:
+            c, h = self.cell(c, h, x)
+            loss += F.sum(self.out(h) ** 2)
+            steps += 1
+        loss = loss + F.sum(h)
+        if self.divide == 'by the count':
+            return loss / steps
+        return loss * ('%.0f' % steps == '5')  # (formatted: kept)
+
+
 class _CounterAfterTheLoop(_CountedSteps):
     """The loop's own counter read after it (``enumerate``'s, ``range``'s):
     the trip count less one plus its start."""
@@ -859,11 +877,20 @@ def test_the_counter_after_the_loop_is_the_trip_count(divide):
     assert jitted.cache_info().currsize == 1
 
 
-@pytest.mark.parametrize('cls', [_CountedSteps, _CounterAfterTheLoop])
-def test_a_count_of_the_steps_made_a_float_keeps_the_length(cls):
+def test_the_steps_counted_in_a_float_are_the_trip_count():
+    jitted = _trained_without_recompiling(_CountedInAFloat('by the count'),
+                                          _step_calls(6))
+    assert jitted.cache_info().currsize == 1
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_CountedSteps, 'xs.shape[0] converted to float'),
+    (_CounterAfterTheLoop, 'xs.shape[0] converted to float'),
+    (_CountedInAFloat, 'formatted')])
+def test_a_count_of_the_steps_made_a_float_keeps_the_length(cls, why):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter('always')
         differential.check_seeded(cls('float'), _step_calls(3))
     said = [str(w.message) for w in caught]
-    assert any('xs.shape[0] converted to float' in m for m in said), said
+    assert any(why in m for m in said), said
     assert not any('another result' in m for m in said), said
