@@ -639,10 +639,8 @@ def step_counters(code, header):
     int constant each step, and read nowhere else in the loop), where
     every step runs to its end (no ``break`` or ``continue``): after the
     loop, each is its value before plus the trip count times its step."""
-    found = _loop_and_parents(code, header)
-    if found is None or not isinstance(found[0], ast.For):
-        return {}
-    return counted_steps(found[0])
+    loop = _for_loop(code, header)
+    return {} if loop is None else counted_steps(loop)
 
 
 def counted_steps(loop):
@@ -657,7 +655,7 @@ def counted_steps(loop):
             name = statement.target.id
             uses = [n for n in inside
                     if isinstance(n, ast.Name) and n.id == name]
-            if uses == [statement.target] and name not in counted:
+            if uses == [statement.target]:  # (once, and only there)
                 counted[name] = step
     return counted
 
@@ -713,10 +711,8 @@ def derived_counters(code, header):
     """The names the ``for`` loop at ``header`` of ``code`` computes from
     its counter (:func:`_derived_counters`): they change between steps as
     the counter does."""
-    found = _loop_and_parents(code, header)
-    if found is None or not isinstance(found[0], ast.For):
-        return frozenset()
-    return frozenset(_derived_counters(found[0]))
+    loop = _for_loop(code, header)
+    return frozenset() if loop is None else frozenset(_derived_counters(loop))
 
 
 def _rebound_after(function, loop, name):
@@ -1015,10 +1011,16 @@ def counter_start(code, header):
     of ``for i, x in enumerate(X)`` (from 0, or its ``start``); else
     ``None``. Where the loop runs out, the counter ends one short of the
     start plus the trip count."""
+    loop = _for_loop(code, header)
+    return None if loop is None else counting_up(loop)
+
+
+def _for_loop(code, header):
+    """The ``ast.For`` at ``header`` of ``code``, or ``None`` (no source,
+    another kind of loop)."""
     found = _loop_and_parents(code, header)
-    if found is None or not isinstance(found[0], ast.For):
-        return None
-    return counting_up(found[0])
+    return found[0] if found is not None and \
+        isinstance(found[0], ast.For) else None
 
 
 def counting_up(loop):

@@ -922,22 +922,14 @@ def maximum_read_in_c(code):
     if found is None:
         return True
     function = found[0]
-    return _given_read_in_c(function, 'max',
-                            _names_given_by(function, 'max'))
-
-
-def _given_read_in_c(function, call, names):
-    """Does ``function`` read what a call of ``call`` gives, or one of
-    ``names``, where C code reads it unseen by a ``lengths.Length``
-    (:func:`maximum_read_in_c`)?"""
-    for node in ast.walk(function):
-        sides = (node.left, node.right) if isinstance(node, ast.BinOp) and (
-            _in_floats(node) or _formats(node)) else \
-            _index_parts(node.slice) if isinstance(node, ast.Subscript) \
-            else ()
-        if any(_reads_call(side, call, names) for side in sides):
-            return True
-    return False
+    names = _names_given_by(function, 'max')
+    return any(_reads_call(side, 'max', names)
+               for node in ast.walk(function)
+               for side in ((node.left, node.right)
+                            if isinstance(node, ast.BinOp) and (
+                                _in_floats(node) or _formats(node)) else
+                            _index_parts(node.slice)
+                            if isinstance(node, ast.Subscript) else ()))
 
 
 def _names_given_by(function, call):

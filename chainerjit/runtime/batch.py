@@ -601,12 +601,9 @@ def short_ones_served_by(cache, entry):
     trips = getattr(entry.symbolic, 'trips', None)
     if not isinstance(trips, symbolic.Symbolic):
         return []
-    return [other for other in cache.entries() if other is not entry and
-            other.program is not None and
-            type(other.symbolic) is RowsBatched and
-            same_guards(other, entry) and _covers(entry.key, other.key) and
-            _long_enough(entry.key, other.key, trips) and
-            _conditions_hold(entry, other)]
+    return [other for other in served_by(cache, entry)
+            if type(other.symbolic) is RowsBatched and
+            _long_enough(entry.key, other.key, trips)]
 
 
 def _long_enough(general, key, trips):
