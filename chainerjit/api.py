@@ -621,9 +621,11 @@ class JitFunction(_calls.CachedCall):
             if _is_joined(entry) == joined:
                 self.cache.remove(entry)
 
-    def _holds_joined(self):
-        """Does the cache hold an entry of joined calls?"""
-        return any(_is_joined(entry) for entry in self.cache.entries())
+    def _holds_joined(self, key):
+        """Does the cache hold an entry of joined calls in the mode
+        (``train``, backprop) of ``key``?"""
+        return any(_is_joined(entry) and entry.key[:2] == key[:2]
+                   for entry in self.cache.entries())
 
     def _varying_numbers(self, key):
         """``(paths, entry, batched)``: the paths of the float arguments
@@ -960,7 +962,7 @@ class JitFunction(_calls.CachedCall):
         elif compiled.joins is not None:
             self._forget_joined()
         if compiled.single_unjoined is True or \
-                compiled.single_unjoined and self._holds_joined():
+                compiled.single_unjoined and self._holds_joined(key):
             self._single_unjoined = True
         entry = compiled.entry
         if entry is None:

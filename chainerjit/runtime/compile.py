@@ -119,7 +119,8 @@ class Compiled(collections.namedtuple('Compiled', (
             the function records such calls item by item from now on,
             and joins the others still; ``'sizes'`` where the program
             could not leave its sizes open at that call's (a sentence of
-            one word): only once an entry of joined calls serves others.
+            one word): only once an entry of joined calls in that mode
+            (training or not) serves others.
     """
 
     __slots__ = ()

@@ -1443,6 +1443,40 @@ def test_a_sentence_of_one_word_alone_is_served_by_the_joined_entry():
         entry.signature
 
 
+def test_a_sentence_of_one_word_alone_first_in_one_mode_leaves_the_others():
+    # Evaluation between training steps: a batch of one sentence of one
+    # word is inference's first joined call, after training's entry; it
+    # runs eagerly, and later batches of one sentence are joined still, in
+    # both modes: one entry each.
+    rng = numpy.random.RandomState(24)
+    calls = _batches(rng, (4, 1, 3, 1, 5, 1))
+    calls[1][0][0] = calls[1][0][0][:1]
+    numpy.random.seed(0)
+    model = _EachEmbedded(L.NStepGRU(1, 6, 5, 0.0), 1)
+    model.forward(*calls[0])  # (its output layer's weights made)
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    for xs, t in calls:
+        with chainer.using_config('train', False), \
+                chainer.no_backprop_mode():
+            testing.assert_results_equal(jitted(xs, t), model.forward(xs, t))
+        model.cleargrads()
+        twin.cleargrads()
+        loss = jitted(xs, t)
+        expected = model.forward(xs, t)
+        testing.assert_results_equal(loss, expected)
+        loss.backward()
+        expected.backward()
+        for (name, p), (_, q) in zip(sorted(model.namedparams()),
+                                     sorted(twin.namedparams())):
+            numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-4,
+                                          atol=1e-6, err_msg=name)
+    signatures = [str(e.signature) for e in jitted.cache_entries()]
+    assert len(signatures) == 2, jitted.cache_report()
+    assert all(s.startswith('xs[0]: i32[W]@cpu (array), xs[1]: i64[B]')
+               for s in signatures), signatures
+
+
 class _LastOfEachPadded(_Encoder):
     """Each sentence's last output, read from the padded block by the
     sentences' positions and lengths (``enc[xp.arange(len(xs)), lengths
