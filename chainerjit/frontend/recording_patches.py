@@ -26,6 +26,7 @@ NumPy on items of joined lists     once for all items, and sums
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
 ``math``'s functions               note the varying numbers passed
 the NStep links' ``forward``       one ``ops.nstep.NStepRNN`` node
+``F.n_step_lstm`` and its kin      on transposed sequences: so too
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
 
@@ -929,9 +930,9 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
                 type(xs) not in (list, tuple) or \
                 lengths.forward_line(1) is None:
             return transpose_sequence(xs)
-        paths = _sequences_transposed(xs, recorder)
-        if paths is not None:
-            return tuple(paths)  # (F.argmax_crf1d's, transposed back)
+        sequences = _sequences_transposed(xs, recorder)
+        if sequences is not None:  # (a node's outputs, transposed back)
+            return tuple(sequences)
         first = len(recorder.graph.nodes)
         steps = transpose_sequence(xs)
         _note_transposed(steps, xs, recorder)
@@ -1396,6 +1397,70 @@ _NSTEP_CELLS = {
 }
 
 
+class _NStep(collections.namedtuple(
+        '_NStep', 'n_layers bidirectional cell dropout params')):
+    """A stacked RNN's call as the ops take it: a link's, or one of the
+    functions ``F.n_step_lstm`` and its kin (``params``: the weights and
+    biases of each layer and direction, in Chainer's order)."""
+
+    __slots__ = ()
+
+    @property
+    def draws(self):
+        """Does the call drop out the inputs of its layers after the
+        first? While training, at any ratio: ``F.dropout`` draws its mask
+        at 0 too."""
+        return chainer.config.train and self.n_layers > 1
+
+    def applies(self, states, xs):
+        """Does :class:`~chainerjit.ops.nstep.NStepRNN` compute this call
+        on the sequences ``xs``? NumPy arrays of one float dtype and
+        sequences of at least one step (the op draws the dropout Chainer
+        draws while training, but not as iDeep would)."""
+        if not isinstance(xs, (list, tuple)) or not xs:
+            return False
+        if self.draws and chainer.config.use_ideep != 'never':
+            return False
+        arrays = [lengths.data_of(a) for a in list(xs) + [
+            s for s in states if s is not None] + self.params]
+        if any(type(a) is not numpy.ndarray and
+               not isinstance(a, traced.TracedArray) for a in arrays):
+            return False
+        if len(set(a.dtype for a in arrays)) != 1 or \
+                arrays[0].dtype.kind != 'f':
+            return False
+        return all(a.ndim == 2 and a.shape[0] > 0 for a in arrays[:len(xs)])
+
+    def packed(self, states, segments, permute=True):
+        """The call over ``joining.Segments`` as one PackedNStepRNN node,
+        of any number of sequences of any lengths: ``(hy, cy, ys)`` or
+        ``(hy, ys)``, ``ys`` the Segments of the packed outputs; states
+        ``None`` for zeros (all or none)."""
+        zero_states = states[0] is None
+        args = (self.n_layers, self.bidirectional, self.cell, zero_states)
+        if self.draws:
+            node = nstep.PackedNStepRNNDropout(*args, dropout=self.dropout,
+                                               permute=permute)
+        else:
+            node = nstep.PackedNStepRNN(*args, permute=permute)
+        outputs = node.apply(([] if zero_states else list(states)) + [
+            segments.packed, segments.joined] + self.params)
+        ys = joining.cut(outputs[-1], segments.joined, joining.SegmentList)
+        joining.note_outputs(ys, outputs[-1], segments)
+        return tuple(outputs[:-1]) + (ys,)
+
+    def on_items(self, states, xs, permute=True):
+        """The call as one NStepRNN node: ``(hy, cy, ys)`` or ``(hy,
+        ys)``."""
+        args = (self.n_layers, self.bidirectional, self.cell, len(xs),
+                permute)
+        node = nstep.NStepRNNDropout(*args, dropout=self.dropout) \
+            if self.draws else nstep.NStepRNN(*args)
+        outputs = node.apply(list(states) + list(xs) + self.params)
+        n_states = len(states)
+        return tuple(outputs[:n_states]) + (list(outputs[n_states:]),)
+
+
 def _recording_nstep(n_states):
     """The patch of ``forward`` of the stacked RNN links (``n_states``: 2
     for ``NStepLSTMBase.forward(hx, cx, xs)``, 1 for
@@ -1410,20 +1475,35 @@ def _recording_nstep(n_states):
             states = tuple(None if _made_zeros(s, recorder) else s
                            for s in states)
             cell = _nstep_cell(link, n_states)
+            call = None if cell is None else _NStep(
+                link.n_layers, link.use_bi_direction, cell, link.dropout,
+                _nstep_params(link))
             if _state.recorder is not recorder or recorder.depth or \
-                    kwargs or len(xs) != 1 or cell is None or \
-                    not _nstep_applies(link, states, xs[0]):
+                    kwargs or len(xs) != 1 or call is None or \
+                    not call.applies(states, xs[0]):
                 return forward(link, *args, **kwargs)
-            whole = xs[0] if joining.is_segments(xs[0]) else \
-                joining.items_whole(xs[0]) if recorder.segment_items \
-                else None
-            if whole is not None and (
-                    all(s is None for s in states) or
-                    not any(s is None for s in states)):
-                return _apply_packed_nstep(link, cell, states, whole)
-            return _apply_nstep(link, cell, states, list(xs[0]))
+            whole = _whole_sequences(xs[0], recorder)
+            if whole is not None and _all_or_none(states):
+                return call.packed(states, whole)
+            # The zero states of ``hx=None``, made as the link makes them.
+            return call.on_items(
+                [link.init_hx(xs[0]) if s is None else s for s in states],
+                list(xs[0]))
         return nstep_forward
     return make
+
+
+def _whole_sequences(xs, recorder):
+    """``xs`` as ``joining.Segments`` where they are joined items (cut
+    at their offsets, or made each of one), else ``None``."""
+    return xs if joining.is_segments(xs) else \
+        joining.items_whole(xs) if recorder.segment_items else None
+
+
+def _all_or_none(states):
+    """Are ``states`` all ``None`` (zeros), or none of them?"""
+    return all(s is None for s in states) or \
+        not any(s is None for s in states)
 
 
 def _made_zeros(state, recorder):
@@ -1453,74 +1533,107 @@ def _nstep_cell(link, n_states):
     return cell
 
 
-def _nstep_applies(link, states, xs):
-    """Does :class:`~chainerjit.ops.nstep.NStepRNN` compute this call?
-    NumPy arrays of one float dtype and sequences of at least one step
-    (the op draws the dropout the link draws while training, but not as
-    iDeep would)."""
-    if not isinstance(xs, (list, tuple)) or not xs:
-        return False
-    if _draws_dropout(link) and chainer.config.use_ideep != 'never':
-        return False
-    arrays = [lengths.data_of(x) for x in xs] + \
-        [lengths.data_of(s) for s in states if s is not None] + \
-        [p.array for p in link.params()]
-    if any(type(a) is not numpy.ndarray and
-           not isinstance(a, traced.TracedArray) for a in arrays):
-        return False
-    if len(set(a.dtype for a in arrays)) != 1 or \
-            arrays[0].dtype.kind != 'f':
-        return False
-    return all(a.ndim == 2 and a.shape[0] > 0 for a in arrays[:len(xs)])
-
-
-def _draws_dropout(link):
-    """Does the link drop out the inputs of its layers after the first?
-    While training, at any ratio: ``F.dropout`` draws its mask at 0 too."""
-    return chainer.config.train and link.n_layers > 1
-
-
-def _apply_packed_nstep(link, cell, states, segments):
-    """The link's call over ``joining.Segments`` as one PackedNStepRNN
-    node, of any number of sequences of any lengths: ``(hy, cy, ys)`` or
-    ``(hy, ys)``, ``ys`` the Segments of the packed outputs."""
-    zero_states = states[0] is None
-    args = (link.n_layers, link.use_bi_direction, cell, zero_states)
-    if _draws_dropout(link):
-        node = nstep.PackedNStepRNNDropout(*args, dropout=link.dropout)
-    else:
-        node = nstep.PackedNStepRNN(*args)
-    outputs = node.apply(([] if zero_states else list(states)) + [
-        segments.packed, segments.joined] + _nstep_params(link))
-    ys = joining.cut(outputs[-1], segments.joined, joining.SegmentList)
-    joining.note_outputs(ys, outputs[-1], segments)
-    return tuple(outputs[:-1]) + (ys,)
-
-
 def _nstep_params(link):
     """The weights and biases of a stacked RNN link, as its ops take
     them."""
+    return _layers_params(link.ws, link.bs)
+
+
+def _layers_params(ws, bs):
+    """The weights and biases ``ws[i]``, ``bs[i]`` of each layer and
+    direction ``i``, in one list as the N-step ops take them."""
     params = []
-    for ws, bs in zip(link.ws, link.bs):
-        params += list(ws) + list(bs)
+    for w, b in zip(ws, bs):
+        params += list(w) + list(b)
     return params
 
 
-def _apply_nstep(link, cell, states, xs):
-    """The link's call as one NStepRNN node: ``(hy, cy, ys)`` or ``(hy,
-    ys)``, as the link returns them."""
-    # The zero states of ``hx=None``, made as the link makes them.
-    states = [link.init_hx(xs) if s is None else s for s in states]
-    params = _nstep_params(link)
-    if _draws_dropout(link):
-        node = nstep.NStepRNNDropout(link.n_layers, link.use_bi_direction,
-                                     cell, len(xs), True, link.dropout)
-    else:
-        node = nstep.NStepRNN(link.n_layers, link.use_bi_direction, cell,
-                              len(xs), permute=True)
-    outputs = node.apply(list(states) + xs + params)
-    n_states = len(states)
-    return tuple(outputs[:n_states]) + (list(outputs[n_states:]),)
+#: The functions ``F.n_step_lstm`` and its kin: their cell (``None``:
+#: the ``activation`` argument's), whether bidirectional, their states.
+_NSTEP_FUNCTIONS = {
+    'n_step_lstm': ('lstm', False, 2), 'n_step_bilstm': ('lstm', True, 2),
+    'n_step_gru': ('gru', False, 1), 'n_step_bigru': ('gru', True, 1),
+    'n_step_rnn': (None, False, 1), 'n_step_birnn': (None, True, 1),
+}
+
+
+def _recording_nstep_function(name):
+    """The patch of ``F.n_step_lstm`` (or one of its kin, ``name``)
+    called by the forward's code on steps ``F.transpose_sequence`` made of
+    sequences (``F.n_step_gru(1, 0., hx, ws, bs,
+    F.transpose_sequence(xs))``): the whole call is one node on the
+    sequences as they are, as a link's call is (:func:`_recording_nstep`),
+    and its output steps, transposed back by ``F.transpose_sequence``, are
+    that node's output sequences. The sequences must come sorted by
+    decreasing length, as Chainer's take them. Else Chainer's own."""
+    cell, bidirectional, n_states = _NSTEP_FUNCTIONS[name]
+
+    def make(function, recorder):
+        def nstep_function(*args, **kwargs):
+            found = _nstep_function_call(
+                args, kwargs, cell, bidirectional, n_states, recorder)
+            if found is None:
+                return function(*args, **kwargs)
+            call, states, zeros, sequences = found
+            whole = _whole_sequences(sequences, recorder)
+            if whole is not None and _all_or_none(zeros):
+                outputs = call.packed(zeros, whole, permute=False)
+            else:
+                outputs = call.on_items(states, sequences, permute=False)
+            return outputs[:-1] + (
+                _steps_noted(outputs[-1], recorder),)
+        nstep_function.__wrapped__ = function
+        return nstep_function
+    return make
+
+
+def _nstep_function_call(args, kwargs, cell, bidirectional, n_states,
+                         recorder):
+    """``(the _NStep call, its states, they or None for zeros the forward
+    made, the sequences its steps were transposed from)`` of a call of an
+    N-step function with ``args`` and ``kwargs`` that one node computes;
+    else ``None``."""
+    if _state.recorder is not recorder or recorder.depth or \
+            lengths.forward_line(2) is None:
+        return None
+    kwargs = dict(kwargs)
+    if cell is None and len(args) == n_states + 6:
+        args, kwargs['activation'] = args[:-1], args[-1]
+    activation = kwargs.pop('activation', 'tanh') if cell is None else None
+    if kwargs or len(args) != n_states + 5 or \
+            activation not in (None, 'tanh', 'relu'):
+        return None
+    n_layers, ratio = args[:2]
+    states, (ws, bs, xs) = args[2:2 + n_states], args[2 + n_states:]
+    sequences = _sequences_transposed(xs, recorder) \
+        if isinstance(xs, (list, tuple)) else None
+    cell = cell or activation
+    n_weights = nstep.N_WEIGHTS[cell]
+    directions = 2 if bidirectional else 1
+    if not sequences or any(s is None for s in states) or \
+            type(n_layers) is not int or \
+            len(ws) != n_layers * directions or len(bs) != len(ws) or \
+            any(len(w) != n_weights or len(b) != n_weights
+                for w, b in zip(ws, bs)):
+        return None
+    call = _NStep(n_layers, bidirectional, cell, ratio,
+                  _layers_params(ws, bs))
+    zeros = tuple(None if _made_zeros(s, recorder) else s for s in states)
+    if not call.applies(zeros, sequences):
+        return None
+    return call, states, zeros, sequences
+
+
+def _steps_noted(sequences, recorder):
+    """The steps of ``sequences`` (an N-step node's outputs) as
+    ``F.transpose_sequence`` makes them, noted as transposed (so that it
+    gives back ``sequences``); recorded, they go where nothing else reads
+    them."""
+    first = len(recorder.graph.nodes)
+    steps = transpose_sequence_module.transpose_sequence(sequences)
+    recorder.droppable.extend(recorder.graph.nodes[first:])
+    _note_transposed(steps, sequences, recorder)
+    return steps
 
 
 def _gpu_patches():
@@ -1678,8 +1791,11 @@ RECORDING_PATCHES = (
     RecordingPatch(n_step_rnn.NStepRNNBase, 'forward', _recording_nstep(1)),
     RecordingPatch(n_step_lstm.NStepLSTMBase, 'forward',
                    _recording_nstep(2)),
-) + tuple(RecordingPatch(math, name, _noting_numbers('math.' + name))
-          for name in _MATH_FUNCTIONS) + tuple(
+) + tuple(RecordingPatch(chainer.functions, name,
+                         _recording_nstep_function(name))
+          for name in _NSTEP_FUNCTIONS) + tuple(
+    RecordingPatch(math, name, _noting_numbers('math.' + name))
+    for name in _MATH_FUNCTIONS) + tuple(
     RecordingPatch(builtins, name, _noting_numbers(name))
     for name in _BASE_WRITERS) + _gpu_patches()
 

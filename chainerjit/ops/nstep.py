@@ -152,23 +152,27 @@ class PackedNStepRNN(chainer.FunctionNode):
     then the weights and biases as :class:`NStepRNN` takes them. Outputs:
     ``hy``, ``cy`` (LSTM only), and the output sequences packed the same
     way. Its forward and backward are :class:`NStepRNN`'s on the
-    sequences cut from ``packed``."""
+    sequences cut from ``packed``; ``permute`` as :class:`NStepRNN`'s
+    (false where the sequences must come sorted, as ``F.n_step_lstm``
+    takes them)."""
 
     dropout = None  # no draws (not training)
 
-    def __init__(self, n_layers, bidirectional, cell, zero_states):
+    def __init__(self, n_layers, bidirectional, cell, zero_states,
+                 permute=True):
         if cell not in N_WEIGHTS:
             raise ValueError('unknown cell: %r' % (cell,))
         self.n_layers = n_layers
         self.bidirectional = bool(bidirectional)
         self.cell = cell
         self.zero_states = bool(zero_states)
+        self.permute = bool(permute)
 
     @property
     def spec(self):
         """The :class:`Spec` of the sequences (``n_items`` 0: by call)."""
-        return Spec(self.n_layers, self.bidirectional, self.cell, 0, True,
-                    self.dropout)
+        return Spec(self.n_layers, self.bidirectional, self.cell, 0,
+                    self.permute, self.dropout)
 
     def forward(self, inputs):
         outputs, self._record = packed_forward(self.spec, self.zero_states,
@@ -188,8 +192,9 @@ class PackedNStepRNNDropout(PackedNStepRNN):
     """A :class:`PackedNStepRNN` that drops out the inputs of its layers
     after the first, as :class:`NStepRNNDropout` does."""
 
-    def __init__(self, n_layers, bidirectional, cell, zero_states, dropout):
-        super().__init__(n_layers, bidirectional, cell, zero_states)
+    def __init__(self, n_layers, bidirectional, cell, zero_states, dropout,
+                 permute=True):
+        super().__init__(n_layers, bidirectional, cell, zero_states, permute)
         self.dropout = dropout
 
 
@@ -284,8 +289,10 @@ def _sorting(spec, xs):
     if not spec.permute:
         lengths = [len(x) for x in xs]
         if any(a < b for a, b in zip(lengths, lengths[1:])):
-            raise ValueError('NStepRNN without permute needs sequences '
-                             'sorted by decreasing length: %r' % lengths)
+            raise ValueError('the sequences of F.n_step_lstm (and its kin) '
+                             'must come sorted by decreasing length, as '
+                             'F.transpose_sequence takes them: %r'
+                             % lengths)
         return None, None
     order = n_step_rnn_link.argsort_list_descent(xs)
     inverse = numpy.empty_like(order)
@@ -726,7 +733,8 @@ def lower_packed_nstep_rnn(node, ctx):
         spec, lambda arrays, masks: packed_forward(spec, zero_states, arrays,
                                                    masks),
         functools.partial(packed_backward, zero_states),
-        _packed_n_inputs(spec, zero_states), {'zero_states': zero_states},
+        _packed_n_inputs(spec, zero_states),
+        {'zero_states': zero_states, 'permute': spec.permute},
         _packed_rows(spec, zero_states),
         functools.partial(_packed_to_onnx, spec, zero_states))
 
