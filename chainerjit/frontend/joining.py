@@ -642,7 +642,7 @@ def indexed_item(x, index, kind=None):
         key, shift = ('reversed',), found.shift
         op = ('joined.reversed', segments_ops.reversed_rows, {},
               segments_ops.reversed_to_onnx(dtype),
-              segments_ops.reversed_lengths_rule)
+              segments_ops.same_rows_rule)
     else:
         start, end = item_slice(index)
         if start + end > found.shift + 1:  # (the items have a row or more)
@@ -995,6 +995,7 @@ def take_joins(recording, joins, names):
                 'read' + _by(reader) if reader is not None else
                 'returned' + _by(_node_making(graph, value)))
     n, found = len(item_nodes) // len(joins), []
+    users = _without(users, gone)
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
         joined = nodes[0].inputs[0]
@@ -1081,7 +1082,7 @@ _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
 
 
 def found_joins(graph, lists, length_reads, shapes_read, uses,
-                item_splits=0, totals=()):
+                item_splits=0, totals=(), droppable=()):
     """The :class:`Join` of each list argument of an unjoined recording
     that the forward reads whole, or ``()``: ``lists`` are ``(path, item
     values, the caller's items, the items' leaves)``; ``length_reads``
@@ -1091,8 +1092,11 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     their lengths), which makes such a list's items, joined, segments;
     ``totals``, the sums of items' lengths the forward made
     (``lengths._totaled``): the reads of a list's lengths for a sum of
-    all of them are the words' number joined."""
+    all of them are the words' number joined; ``droppable``, nodes that
+    go where nothing reads them (``F.transpose_sequence``'s steps read
+    transposed back), which read nothing then."""
     users = graph.users()
+    users = _without(users, packing.unread_nodes(users, droppable))
     joins, cut = [], []
     for path, values, items, leaves in lists:
         sized = _sizes_of(values, users)
@@ -1104,6 +1108,12 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                 _means_of_items(graph, values, users, sized))
         j = _join_of_readers(path, [n for n in users.get(values[0], [])
                                     if n is not sized])
+        if _read_time_major(values, users):
+            j = Join(path, 'segments', None, True)
+            if j.takes(items):
+                joins.append(j)
+                cut.append(_width_key(j, items))
+            continue
         if (not lengths_read or item_splits) and (_applied_each(
                 graph, values, users, item_splits, sized) or _linked_whole(
                     values, users) or _scored_each(values, users, sized) or
@@ -1136,6 +1146,27 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     if len(counts) > 1:
         return ()
     return tuple(_with_widths(joins, cut))
+
+
+def _read_time_major(values, users):
+    """Are ``values`` (a list's items) read, all in order and but by that,
+    by one ``ops.array.TimeMajorItems`` (``F.concat`` of their steps
+    ``F.transpose_sequence`` made), whose node on the joined rows
+    (``TimeMajorSegments``) a joined call records instead?"""
+    readers = set(node for value in values for node in users.get(value, []))
+    if len(readers) != 1 or None in readers:
+        return False
+    node, = readers
+    return node.op == 'TimeMajorItems' and node.inputs == list(values)
+
+
+def _without(users, gone):
+    """``users`` (as ``graph.users()`` gives them) but the nodes ``gone``
+    (``packing.unread_nodes``)."""
+    if not gone:
+        return users
+    return dict((value, [n for n in readers if n not in gone])
+                for value, readers in users.items())
 
 
 def _width_key(j, items):
@@ -1420,6 +1451,11 @@ def _linked_whole(values, users):
     return _read_whole(node.outputs[n_states:], users)
 
 
+#: The nodes reading an N-step link's output sequences whole, each
+#: such node of a joined call's segments.
+_WHOLE_READERS = ('Concat', 'PadSequence', 'TimeMajorItems')
+
+
 def _read_whole(outs, users):
     """Are an N-step link's output sequences ``outs`` unread, or read only
     by nodes a joined call makes of their rows: together by one node
@@ -1434,9 +1470,9 @@ def _read_whole(outs, users):
     if None in readers:
         return False
     if len(readers) == 1:
-        return next(iter(readers)).op in ('Concat', 'PadSequence')
+        return next(iter(readers)).op in _WHOLE_READERS
     together = set(reader for reader in readers
-                   if reader.op in ('Concat', 'PadSequence') and
+                   if reader.op in _WHOLE_READERS and
                    reader.inputs == list(outs))
     each = [[r for r in users.get(out, []) if r not in together]
             for out in outs]

@@ -927,7 +927,7 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
     reads them."""
     def transposed(xs):
         if _state.recorder is not recorder or recorder.depth or \
-                type(xs) not in (list, tuple) or \
+                not isinstance(xs, (list, tuple)) or \
                 lengths.forward_line(1) is None:
             return transpose_sequence(xs)
         sequences = _sequences_transposed(xs, recorder)
@@ -945,8 +945,9 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
 
 def _note_transposed(steps, sequences, recorder):
     """Notes ``steps`` (a list or tuple) as ``sequences`` transposed."""
-    recorder.transposed_from[id(steps)] = (steps, list(steps),
-                                           list(sequences))
+    recorder.transposed_from[id(steps)] = (
+        steps, list(steps),
+        sequences if joining.is_segments(sequences) else list(sequences))
 
 
 def _sequences_transposed(steps, recorder):
@@ -1342,11 +1343,16 @@ def _recording_concat(concat, recorder):
     of each part of Segments (``[y[-1:] for y in ys]``), one node taking
     them (``joining.reduced_segments``); of all the
     items of a value made of a joined list's items, that value
-    (``joining.concatenated``)."""
+    (``joining.concatenated``); of steps ``F.transpose_sequence`` made of
+    sequences, their rows time-major (:func:`_time_major`)."""
     def concatenated(xs, axis=1):
         if axis == 0 and _state.recorder is recorder and not recorder.depth:
             if joining.is_segments(xs):
                 return xs.packed
+            sequences = _sequences_transposed(xs, recorder) \
+                if isinstance(xs, (list, tuple)) else None
+            if sequences:
+                return _time_major(sequences, recorder)
             reduced = joining.reduced_segments(xs, recorder, 'concat') \
                 if type(xs) is list else None
             if reduced is not None:
@@ -1358,6 +1364,19 @@ def _recording_concat(concat, recorder):
         return concat(xs, axis)
     concatenated.__wrapped__ = concat
     return concatenated
+
+
+def _time_major(sequences, recorder):
+    """``F.concat(F.transpose_sequence(sequences), axis=0)``: the rows of
+    the sequences joined, in time-major order, one node on the rows and
+    lengths of joined items (``ops.array.TimeMajorSegments``), or on the
+    items (``ops.array.TimeMajorItems``, which a joined call reads
+    whole)."""
+    whole = _whole_sequences(sequences, recorder)
+    if whole is None:
+        return array_ops.TimeMajorItems().apply(sequences)[0]
+    return array_ops.TimeMajorSegments().apply(
+        (whole.packed, whole.joined))[0]
 
 
 # CuPy's functions that make arrays of one value, and that value (None:
@@ -1630,7 +1649,7 @@ def _steps_noted(sequences, recorder):
     gives back ``sequences``); recorded, they go where nothing else reads
     them."""
     first = len(recorder.graph.nodes)
-    steps = transpose_sequence_module.transpose_sequence(sequences)
+    steps = array_ops.StepsOfSequences(len(sequences[0])).apply(sequences)
     recorder.droppable.extend(recorder.graph.nodes[first:])
     _note_transposed(steps, sequences, recorder)
     return steps

@@ -43,6 +43,7 @@ from chainer.functions.array import stack
 from chainer.functions.array import swapaxes
 from chainer.functions.array import tile
 from chainer.functions.array import transpose
+from chainer.functions.array import transpose_sequence
 from chainer.functions.array import vstack
 from chainer.functions.array import where
 from chainer import utils
@@ -2337,6 +2338,116 @@ def lower_pad_segments(node, ctx):
                   lengths=lengths, onnx=segments_ops.padded_to_onnx(
                       ctx.in_dtypes[1], length, lambda b: onnx_scalar(
                           b, padding, ctx.in_dtypes[0])))
+
+
+class TimeMajorSegments(chainer.FunctionNode):
+    """``F.concat(F.transpose_sequence(ys), axis=0)`` of the parts of
+    joined items sorted by decreasing length (an N-step function's output
+    steps, a tagger's labels, read time-major): the inputs are the rows of
+    all the items and their lengths; the output their rows in time-major
+    order (``segments_ops.time_major_order``), and its gradient theirs
+    put back, at any number and lengths of the items."""
+
+    def forward(self, inputs):
+        rows, lengths = inputs
+        self._order = segments_ops.time_major_order(lengths)
+        return rows[self._order],
+
+    def backward(self, indexes, grad_outputs):
+        return _rows_in_place(self._order, grad_outputs[0]), None
+
+
+class _RowsInPlace(chainer.FunctionNode):
+    """The gradient of :class:`TimeMajorSegments`: each row back at its
+    place (``order``); its own gradient the rows taken again."""
+
+    def __init__(self, order):
+        self.order = order
+
+    def forward(self, inputs):
+        return _put_back(self.order, inputs[0]),
+
+    def backward(self, indexes, grad_outputs):
+        return chainer.functions.get_item(grad_outputs[0], self.order),
+
+
+def _put_back(order, gy):
+    g = numpy.empty_like(gy)
+    g[order] = gy
+    return g
+
+
+def _rows_in_place(order, gy):
+    return _RowsInPlace(order).apply((gy,))[0]
+
+
+@lowering(TimeMajorSegments)
+def lower_time_major_segments(node, ctx):
+    """Orders the items' rows time-major when run, at the lengths of each
+    call; its rows are its input's."""
+    def run(rows, item_lengths):
+        return rows[segments_ops.time_major_order(item_lengths)]
+
+    def grad(xs, ys, gys, wanted):
+        return (_put_back(segments_ops.time_major_order(xs[1]), gys[0])
+                if wanted[0] else None, None)
+
+    return Kernel(run, {}, grad=GradRule(grad, inputs=(1,)), fresh=True,
+                  lengths=segments_ops.same_rows_rule)
+
+
+class StepsOfSequences(transpose_sequence.TransposeSequence):
+    """``F.transpose_sequence`` of sequences into steps, whose backward
+    takes a step no gradient reached as zeros: an N-step function's output
+    steps, made of the sequences its node computes, where the forward
+    reads some of them alone (``ys[-1]``) as Chainer's own steps."""
+
+    def forward(self, xs):
+        steps = super().forward(xs)
+        self._like = [(step.shape, step.dtype) for step in steps]
+        return steps
+
+    def backward(self, indexes, grad_outputs):
+        xp = chainer.backend.get_array_module(*[
+            g for g in grad_outputs if g is not None])
+        return super().backward(indexes, tuple(
+            chainer.Variable(xp.zeros(shape, dtype)) if g is None else g
+            for g, (shape, dtype) in zip(grad_outputs, self._like)))
+
+
+class TimeMajorItems(chainer.FunctionNode):
+    """:class:`TimeMajorSegments` of items each an input of its own (a
+    recording item by item): their rows joined, in time-major order, and
+    each's gradient its rows of the output's, at the lengths recorded."""
+
+    def forward(self, inputs):
+        self._sizes = [len(x) for x in inputs]
+        self._order = segments_ops.time_major_order(self._sizes)
+        return numpy.concatenate(inputs)[self._order],
+
+    def backward(self, indexes, grad_outputs):
+        g = _rows_in_place(self._order, grad_outputs[0])
+        parts = chainer.functions.split_axis(
+            g, numpy.cumsum(self._sizes)[:-1].tolist(), 0, force_tuple=True)
+        return tuple(parts[i] for i in indexes)
+
+
+@lowering(TimeMajorItems)
+def lower_time_major_items(node, ctx):
+    """Orders the items' rows time-major when run (no lengths rule: the
+    items' lengths stay in the key)."""
+    def run(*items):
+        return numpy.concatenate(items)[
+            segments_ops.time_major_order([len(x) for x in items])]
+
+    def grad(xs, ys, gys, wanted):
+        sizes = [len(x) for x in xs]
+        g = _put_back(segments_ops.time_major_order(sizes), gys[0])
+        return tuple(part if w else None for part, w in zip(
+            numpy.split(g, numpy.cumsum(sizes)[:-1]), wanted))
+
+    return Kernel(run, {}, grad=GradRule(grad, inputs=tuple(
+        range(len(ctx.in_shapes)))), fresh=True)
 
 
 class ReduceSegments(chainer.FunctionNode):

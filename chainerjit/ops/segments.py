@@ -4,7 +4,8 @@ item after another, and the items' lengths (``frontend.joining``).
 What the forward does to each item of a joined list on its own, these do
 to the rows of all at once: ``x[::-1]`` (:func:`reversed_rows`),
 ``F.concat([bos, y, eos], axis=0)`` of fixed rows around each item
-(:func:`framed_rows`) and ``x[1:]``, ``x[:-1]`` (:func:`sliced_rows`).
+(:func:`framed_rows`) and ``x[1:]``, ``x[:-1]`` (:func:`sliced_rows`);
+the rows of all in time-major order (:func:`time_major_order`).
 Each has a ``Kernel.lengths`` rule for any number of items and any
 lengths, and an ONNX form. They run on NumPy arrays of
 the call's items, which no gradient reaches. ``F.pad_sequence`` of the
@@ -52,6 +53,20 @@ def sliced_rows(rows, lengths, start, end):
     stops = numpy.cumsum(lengths)
     at = numpy.arange(len(rows)) - numpy.repeat(stops - lengths, lengths)
     return rows[(at >= start) & (at < numpy.repeat(lengths, lengths) - end)]
+
+
+def time_major_order(lengths):
+    """Where each row of ``F.concat(F.transpose_sequence(items), axis=0)``
+    is among the rows of the ``items`` (``lengths`` rows each, one item
+    after another), sorted by decreasing length as
+    ``F.transpose_sequence`` wants them: every item's first row, then
+    every second row, and so on."""
+    lengths = numpy.asarray(lengths)
+    if numpy.any(lengths[1:] > lengths[:-1]):
+        raise ValueError('F.transpose_sequence takes sequences sorted by '
+                         'decreasing length: %r' % lengths.tolist())
+    item, place = _item_and_place(lengths, int(lengths.sum()))
+    return numpy.lexsort((item, place))
 
 
 def _item_and_place(lengths, n_rows):
@@ -168,9 +183,10 @@ def picked_rows(lengths, kind):
     return stops - lengths + k if k >= 0 else stops + k
 
 
-def reversed_lengths_rule(rows):
-    """The ``Kernel.lengths`` rule of :func:`reversed_rows`: its rows are
-    its input's, at any lengths and number of items."""
+def same_rows_rule(rows):
+    """The ``Kernel.lengths`` rule of :func:`reversed_rows` (and of the
+    rows in time-major order): its rows are its input's, at any lengths
+    and number of items."""
     if any(r is not None and r.axis for r in rows):
         return None
     return Follow((rows[0],))

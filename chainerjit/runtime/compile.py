@@ -1035,7 +1035,7 @@ def _joins_found(recording, packed, args, kwargs, leaves):
     joins = joining.found_joins(recording.graph, lists,
                                 recording.length_reads, recording.shapes_read,
                                 recording.length_uses, recording.item_splits,
-                                recording.length_totals)
+                                recording.length_totals, recording.droppable)
     return joins if len(joins) == len(found) else ()
 
 

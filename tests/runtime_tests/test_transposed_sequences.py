@@ -5,8 +5,6 @@ that node's outputs, so that a list of sentences is joined and one entry
 per mode serves every number and length of them, with values and
 gradients equal to eager's."""
 
-import warnings
-
 import chainer
 import chainer.functions as F
 import chainer.links as L
@@ -14,6 +12,8 @@ import numpy
 import pytest
 
 import chainerjit
+from benchmarks.bench_programs import sequence_embed
+from tests import differential
 from tests.runtime_tests.test_joined_lists import \
     checked_without_recompiling
 
@@ -82,6 +82,27 @@ class _FunctionalBiLSTM(chainer.Chain):
             self.out(F.concat((hy[0], hy[1]), axis=1)), t)
 
 
+class _FunctionalLSTMOfSegments(chainer.Chain):
+    """``F.n_step_lstm`` of two layers, with dropout, on the sentences as
+    Chainer's examples embed them (``sequence_embed``: joined, embedded,
+    cut at their offsets); a tagger of its outputs transposed back."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = L.NStepLSTM(2, 6, 5, 0.3)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, t):
+        hx = self.xp.zeros((2, len(xs), 5), 'f')
+        _, _, ys = F.n_step_lstm(
+            2, 0.3, hx, hx, self.rnn.ws, self.rnn.bs,
+            F.transpose_sequence(sequence_embed(self.embed, xs, 0.1)))
+        words = self.out(F.concat(F.transpose_sequence(ys), axis=0))
+        return F.sum(words * words) * 0.01
+
+
 class _FunctionalRNN(chainer.Chain):
     """``F.n_step_rnn`` of ReLU units (``activation=`` given) over
     sentences' features made of their embeddings, one a word."""
@@ -102,7 +123,7 @@ class _FunctionalRNN(chainer.Chain):
 
 
 @pytest.mark.parametrize('cls', [_FunctionalGRU, _FunctionalBiLSTM,
-                                 _FunctionalRNN])
+                                 _FunctionalLSTMOfSegments, _FunctionalRNN])
 @pytest.mark.parametrize('train', [True, False])
 def test_a_functional_nstep_call_serves_every_batch_of_sentences(cls, train):
     numpy.random.seed(0)
@@ -118,26 +139,121 @@ def test_a_functional_nstep_call_serves_every_batch_of_sentences(cls, train):
     assert 'TransposeSequence' not in ops, ops
 
 
-def test_the_steps_read_otherwise_keep_chainers_call():
-    # The outputs' steps concatenated as they are (time-major): Chainer's
-    # own call, its values equal to eager's.
-    class StepsJoined(_FunctionalGRU):
+class _TimeMajorTagger(chainer.Chain):
+    """A tagger of ``F.n_step_bilstm``'s output steps read time-major, as
+    they are (``F.concat(ys, axis=0)``), and its tags transposed alike."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = L.NStepBiLSTM(1, 6, 4, 0.0)
+            self.out = L.Linear(8, 3)
+
+    def forward(self, xs, ts):
+        hx = self.xp.zeros((2, len(xs), 4), 'f')
+        steps = F.transpose_sequence([self.embed(x) for x in xs])
+        _, _, ys = F.n_step_bilstm(1, 0.0, hx, hx, self.rnn.ws, self.rnn.bs,
+                                   steps)
+        return F.softmax_cross_entropy(
+            self.out(F.concat(ys, axis=0)),
+            F.concat(F.transpose_sequence(ts), axis=0))
+
+
+class _TimeMajorFeatures(chainer.Chain):
+    """``F.n_step_gru`` on sequences of features given as they are, its
+    output steps read time-major."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.rnn = L.NStepGRU(1, 4, 5, 0.0)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, ts):
+        hx = self.xp.zeros((1, len(xs), 5), 'f')
+        _, ys = F.n_step_gru(1, 0.0, hx, self.rnn.ws, self.rnn.bs,
+                             F.transpose_sequence(xs))
+        return F.softmax_cross_entropy(
+            self.out(F.concat(ys, axis=0)),
+            F.concat(F.transpose_sequence(ts), axis=0))
+
+
+def _of_features(calls):
+    """The sentences of ``calls`` as features, four a word."""
+    rng = numpy.random.RandomState(10)
+    return [([rng.standard_normal((len(x), 4)).astype(numpy.float32)
+              for x in xs], ts) for xs, ts in calls]
+
+
+def _tagged(calls):
+    """The sentences of ``calls`` with a tag for each word."""
+    rng = numpy.random.RandomState(7)
+    return [(xs, [rng.randint(0, 3, len(x)).astype(I32) for x in xs])
+            for xs, _ in calls]
+
+
+@pytest.mark.parametrize('cls, words', [
+    (_TimeMajorTagger, 'i32[W]'), (_TimeMajorFeatures, 'f32[W,4]')])
+@pytest.mark.parametrize('train', [True, False])
+def test_steps_read_time_major_are_the_rows_reordered(cls, words, train):
+    # One node orders the rows of the joined sentences time-major, the
+    # outputs' and the tags', at every number and length of them.
+    numpy.random.seed(0)
+    calls = _tagged(_sorted_batches(numpy.random.RandomState(8), _SHAPES))
+    if cls is _TimeMajorFeatures:
+        calls = _of_features(calls)
+    jitted = checked_without_recompiling(cls, calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: %s@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ts[0]: i32[W]@cpu (array), ts[1]: i64[B]@cpu (array)' % words), \
+        entry.signature
+    ops = [node.op for node in entry.graph.nodes]
+    assert ops.count('TimeMajorSegments') == 2, ops
+
+
+def test_an_output_step_read_alone_keeps_chainers_steps():
+    # ys[0], each sentence's first output, read as it is: the steps are
+    # Chainer's, whose gradient takes the steps not read as zeros, the
+    # lengths in the key.
+    class FirstStep(_FunctionalGRU):
         def forward(self, xs, t):
             hx = self.xp.zeros((2, len(xs), 5), 'f')
             hy, ys = F.n_step_gru(2, 0.0, hx, self.rnn.ws, self.rnn.bs,
                                   F.transpose_sequence(
                                       [self.embed(x) for x in xs]))
-            return F.sum(self.out(F.concat(ys, axis=0)))
+            return F.softmax_cross_entropy(self.out(ys[0] + hy[-1]), t)
 
-    calls = _sorted_batches(numpy.random.RandomState(4), ((3, 4), (3, 4)))
-    model = StepsJoined()
-    jitted = chainerjit.jit(model.forward)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore')
-        for args in calls:
-            numpy.testing.assert_allclose(jitted(*args).array,
-                                          model.forward(*args).array,
-                                          rtol=1e-5)
+    rng = numpy.random.RandomState(11)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
+              rng.randint(0, 3, len(lengths)).astype(I32))
+             for lengths in ((5, 3, 2),) * 3 + ((4, 4), (5, 3, 2))]
+    numpy.random.seed(0)
+    jitted = differential.check_seeded(FirstStep(), calls)
+    assert jitted.cache_info().hits > 0
+
+
+def test_steps_of_sequences_of_variables_keep_their_lengths_in_the_key():
+    # Variables are not joined: one node on the items, at their lengths,
+    # values and gradients equal to eager's.
+    def tagger(xs, ts):
+        steps = F.transpose_sequence([F.tanh(x) for x in xs])
+        return F.sum(F.concat(steps, axis=0) * F.concat(
+            F.transpose_sequence(ts), axis=0)[:, None])
+
+    rng = numpy.random.RandomState(9)
+    calls = []
+    for lengths in ((4, 2, 2), (5, 3, 1), (4, 2, 2)):
+        calls.append(([rng.standard_normal((n, 3)).astype(numpy.float32)
+                       for n in lengths],
+                      [rng.standard_normal(n).astype(numpy.float32)
+                       for n in lengths]))
+    jitted = differential.check_grads(tagger, calls)
+    graph = str(jitted.cache_entries()[0].graph)
+    assert 'TimeMajorItems' in graph and 'TransposeSequence' not in graph, \
+        graph
+    assert len(jitted.cache_entries()) == 2, jitted.cache_report()
 
 
 def test_sentences_not_sorted_are_refused_as_eagerly():
