@@ -141,7 +141,7 @@ class Join(collections.namedtuple('Join',
         found = _join_of(self.path, node)
         return found is not None and found == self._replace(
             kind='concat' if self.kind == 'segments' else self.kind,
-            lengths=False, width=0)
+            lengths=False, width=0, draws=False)
 
 
 def _block(joined):
@@ -247,6 +247,19 @@ def segments(parts, packed, lengths, kind=Segments, note=True):
             part.array if isinstance(part, chainer.Variable) else part))
         if value is not None:
             recorder.part_of[id(value)] = (value, made, k)
+    return made
+
+
+def cut_at_items(parts, packed, items_lengths):
+    """:func:`segments` of ``parts`` of ``packed`` cut at the lengths of a
+    joined list's items, noted as its items are (:func:`note_items`), so
+    that a function applied to each part is applied to ``packed`` once
+    (``[F.tanh(e) for e in exs]`` of ``sequence_embed``'s parts)."""
+    made = segments(parts, packed, items_lengths)
+    found = _lengths_of_items(items_lengths)
+    if found is not None:
+        leaf, shift = found
+        note_items(parts, packed, leaf, shift)
     return made
 
 
@@ -1129,7 +1142,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             # recording tells (take_joins); or as long as another list's
             # segments, item by item (a tagger's labels beside its
             # sentences, F.concat(ts, axis=0)).
-            segments = j._replace(kind='segments', lengths=True)
+            segments = j._replace(kind='segments', lengths=True,
+                                  draws=_parts_draw_as_one(graph, values))
             j = segments if item_splits or \
                 _width_key(segments, items) in cut else None
         elif lengths_read:
@@ -1554,6 +1568,18 @@ def _draws_as_one(graph, values):
             return False
         expected = None if k is None or k + 1 == len(values) else k + 1
     return expected is None
+
+
+def _parts_draw_as_one(graph, values):
+    """Do the random functions a recording made item by item applies to
+    the parts ``F.split_axis`` cut of as many rows as ``values`` (a list's
+    items, joined by ``F.concat``) draw for one part after the other
+    (:func:`_draws_as_one`: ``[F.dropout(e) for e in exs]`` of
+    ``sequence_embed``'s parts), and the items' own as well?"""
+    splits = [node for node in graph.nodes if node.op == 'SplitAxis' and
+              len(node.outputs) == len(values)]
+    return bool(splits) and _draws_as_one(graph, values) and all(
+        _draws_as_one(graph, split.outputs) for split in splits)
 
 
 def _applied_to_item(graph, node, value, values):

@@ -695,7 +695,8 @@ def _recording_split(split, recorder):
         items_lengths = found[1]
         if int(traced.untag(items_lengths).sum()) != len(x):
             return split(x, found[2], axis)  # (not the items' rows)
-        return joining.segments(split(x, found[2], axis), x, items_lengths)
+        return joining.cut_at_items(split(x, found[2], axis), x,
+                                    items_lengths)
     split_axis.__wrapped__ = split
     return split_axis
 

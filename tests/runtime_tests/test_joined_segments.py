@@ -820,6 +820,17 @@ class _EachDroppedTwice(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
+class _PartsDroppedTwice(_Encoder):
+    """``sequence_embed``'s parts each dropped out twice on its own: the
+    draws alternate, as :class:`_EachDroppedTwice`'s."""
+
+    def forward(self, xs, t):
+        exs = [F.dropout(F.tanh(F.dropout(e, 0.2)), 0.1)
+               for e in sequence_embed(self.embed, xs)]
+        hy = self.encoder(None, None, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
 class _EachInALoop(_Encoder):
     """Each sentence embedded in a ``for`` statement that counts them too:
     its count is used on another line than the embedding."""
@@ -895,9 +906,11 @@ class _CutElsewhere(_Encoder):
 @pytest.mark.parametrize('cls, why', [
     (_EachDroppedTwice, 'read on its own by Dropout at '
      'test_joined_segments'),
+    (_PartsDroppedTwice, 'read on its own by Dropout at '
+     'test_joined_segments'),
     (_EachInALoop, 'counted by iterating'),
     (_OutputsReadApart, 'read on its own'),
-    (_PartRead, 'read on its own'),
+    (_PartRead, 'a value of one item'),
     (_LongestWordsRead, 'reads the length of an item'),
     (_CutElsewhere, None)])
 def test_a_cut_read_otherwise_keeps_the_count_in_the_key(cls, why):
@@ -972,6 +985,18 @@ class _EachDropped(_EachEmbedded):
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
+class _PartsEachActivated(_EachEmbedded):
+    """``sequence_embed``'s parts each through ``tanh`` and dropout on its
+    own: applied once to the rows of all, dropout drawing for the parts
+    one after the other as one draw over all the rows does."""
+
+    def forward(self, xs, t):
+        exs = [F.dropout(F.tanh(e), 0.1)
+               for e in sequence_embed(self.embed, xs, 0.2)]
+        hy = self.encoder(*[None] * self.n_states, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
 class _EachAppended(_EachEmbedded):
     """Each sentence embedded and dropped out in a ``for`` statement that
     only appends them to a list, as a comprehension makes it."""
@@ -1011,9 +1036,11 @@ class _EachEmbeddedCounted(_EachEmbedded):
 @pytest.mark.parametrize('make', [
     _Framed, lambda: _EachEmbeddedCounted(L.NStepGRU(1, 6, 5, 0.0), 1),
     lambda: _EachDropped(L.NStepLSTM(2, 6, 5, 0.3), 2),
+    lambda: _PartsEachActivated(L.NStepBiLSTM(2, 6, 5, 0.2), 2),
     lambda: _EachAppended(L.NStepGRU(1, 6, 5, 0.0), 1),
     lambda: _DroppedApart(L.NStepGRU(1, 6, 5, 0.0), 1)],
-    ids=['framed', 'counted', 'dropped', 'appended', 'dropped apart'])
+    ids=['framed', 'counted', 'dropped', 'parts', 'appended',
+         'dropped apart'])
 @pytest.mark.parametrize('train', [True, False])
 def test_ops_on_each_item_run_on_all_rows(make, train):
     entry = _one_joined_entry(make, _batches(
