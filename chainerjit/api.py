@@ -608,6 +608,10 @@ class JitFunction(_calls.CachedCall):
                 batch.open_axes(entry.symbolic) >= batch.open_axes(
                     sibling.symbolic):
             self.cache.remove(sibling)  # (the new entry takes its numbers)
+        if entry is not None and entry.symbolic is not None:
+            for other in batch.served_by(self.cache, entry):
+                if _is_joined(other) and other.symbolic is None:
+                    self.cache.remove(other)  # (a batch of one, first)
         return result
 
     def _forget_joined(self):

@@ -1127,9 +1127,10 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                 joins.append(j)
                 cut.append(_width_key(j, items))
             continue
+        each = _without(users, _concats_besides(values, users))
         if (not lengths_read or item_splits) and (_applied_each(
-                graph, values, users, item_splits, sized) or _linked_whole(
-                    values, users) or _scored_each(values, users, sized) or
+                graph, values, each, item_splits, sized) or _linked_whole(
+                    values, each) or _scored_each(values, each, sized) or
                 not any(users.get(v) for v in values)):  # (unread)
             j = Join(path, 'segments', None, True,
                      draws=_draws_as_one(graph, values))
@@ -1160,6 +1161,18 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     if len(counts) > 1:
         return ()
     return tuple(_with_widths(joins, cut))
+
+
+def _concats_besides(values, users):
+    """The nodes joining all of ``values`` (a list's items) in order on the
+    first axis (``F.concat(ys, axis=0)``, ``xp.concatenate(ys)``) where
+    others read them too (targets embedded word by word, and scored
+    whole): a joined call's rows, which leave the others to tell."""
+    readers = set(n for value in values for n in users.get(value, []))
+    joined = set(n for n in readers if n is not None and
+                 traced.JOINS.get(n.op, n.op) == 'Concat' and
+                 dict(n.attrs).get('axis') == 0 and n.inputs == list(values))
+    return joined if joined and readers - joined else set()
 
 
 def _read_time_major(values, users):

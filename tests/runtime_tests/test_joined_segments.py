@@ -724,6 +724,20 @@ class _Seq2seq(test_ragged_lists._Seq2seq):
         return loss
 
 
+class _TargetsEmbeddedAndScored(test_ragged_lists._Seq2seq):
+    """An encoder and a decoder, the targets both embedded word by word
+    into the decoder and scored whole (``F.concat(ys, axis=0)``)."""
+
+    def __init__(self):
+        super().__init__(1, 0.0)
+
+    def forward(self, xs, ys, t):
+        hx, cx, _ = self.encoder(None, None, [self.embed_x(x) for x in xs])
+        _, _, os = self.decoder(hx, cx, [self.embed_y(y) for y in ys])
+        return F.softmax_cross_entropy(self.W(F.concat(os, axis=0)),
+                                       F.concat(ys, axis=0))
+
+
 def _pairs(rng, with_targets):
     """Calls of two lists of sentences of their own lengths (and labels,
     or the second list again, shifted, as targets)."""
@@ -745,7 +759,9 @@ def _pairs(rng, with_targets):
      'hs[0]: i32[W2]@cpu (array), hs[1]: i64[B]@cpu (array), t: i32[B]'),
     (_Seq2seq, 'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
      'ys_in[0]: i32[W2]@cpu (array), ys_in[1]: i64[B]@cpu (array), '
-     'ys_out[0]: i32[W2]@cpu (array), ys_out[1]: i64[B]')])
+     'ys_out[0]: i32[W2]@cpu (array), ys_out[1]: i64[B]'),
+    (_TargetsEmbeddedAndScored, 'xs[0]: i32[W]@cpu (array), xs[1]: '
+     'i64[B]@cpu (array), ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]')])
 def test_two_lists_of_their_own_lengths(cls, signature):
     calls = _pairs(numpy.random.RandomState(7), cls is _Seq2seq)
     numpy.random.seed(0)

@@ -186,6 +186,51 @@ def _of_features(calls):
               for x in xs], ts) for xs, ts in calls]
 
 
+class _FunctionalSeq2Seq(chainer.Chain):
+    """An ``F.n_step_lstm`` encoder and decoder, the decoder from the
+    encoder's last states, over sources and targets each sorted; the
+    targets embedded word by word and scored whole."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed_x = L.EmbedID(30, 6)
+            self.embed_y = L.EmbedID(30, 6)
+            self.encoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.decoder = L.NStepLSTM(1, 6, 5, 0.0)
+            self.out = L.Linear(5, 30)
+
+    def forward(self, xs, ys):
+        hx = self.xp.zeros((1, len(xs), 5), 'f')
+        hy, cy, _ = F.n_step_lstm(
+            1, 0.0, hx, hx, self.encoder.ws, self.encoder.bs,
+            F.transpose_sequence([self.embed_x(x) for x in xs]))
+        _, _, os = F.n_step_lstm(
+            1, 0.0, hy, cy, self.decoder.ws, self.decoder.bs,
+            F.transpose_sequence([self.embed_y(y) for y in ys]))
+        h = self.out(F.concat(F.transpose_sequence(os), axis=0))
+        return F.softmax_cross_entropy(h, F.concat(ys, axis=0))
+
+
+def _sentence_pairs(calls):
+    """The sentences of ``calls`` and targets of other lengths, sorted."""
+    rng = numpy.random.RandomState(12)
+    return [(xs, [rng.randint(0, 30, k).astype(I32) for k in sorted(
+        rng.randint(1, 8, len(xs)), reverse=True)]) for xs, _ in calls]
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_a_functional_encoder_decoder_serves_every_batch(train):
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_FunctionalSeq2Seq, _sentence_pairs(
+        _sorted_batches(numpy.random.RandomState(13), _SHAPES)), train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]@cpu (array)'), \
+        entry.signature
+
+
 def _tagged(calls):
     """The sentences of ``calls`` with a tag for each word."""
     rng = numpy.random.RandomState(7)
