@@ -136,7 +136,8 @@ def _recording_report(report, recorder):
     reports, to replay."""
     def report_recorded(values, observer=None):
         if _state.recorder is recorder:
-            values, numbers = _reported_numbers(dict(values), recorder)
+            values, numbers = _reported_numbers(
+                dict(values), recorder, sys._getframe(1))
             values = lengths.plain(values, recorder.length_uses,
                                    'reported', traced.user_location(2))
             recorder.note_effect('report', observer, None, values)
@@ -147,16 +148,23 @@ def _recording_report(report, recorder):
     return report_recorded
 
 
-def _reported_numbers(values, recorder):
+def _reported_numbers(values, recorder, frame):
     """``values`` with each varying number (``scalars.Scalar``, a float
-    argument or the ``float()`` a graph break gave) as a 0-d array bound
-    to a node's output giving it (``recorder.numbers``), so
-    that a compiled call reports its own number; and ``{key: number}``
-    of those numbers, which eager's reporter gets."""
+    argument or the ``float()`` a graph break gave; an int the forward's
+    code at ``frame`` computed of argument sizes, ``total += len(y)``) as
+    a 0-d array bound to a node's output giving it
+    (``recorder.numbers``), so that a compiled call reports its own
+    number; and ``{key: number}`` of those numbers, which eager's reporter
+    gets."""
     numbers = {}
     for key, value in values.items():
+        base = None
+        if type(value) is lengths.Length:  # (an int, reported as one)
+            found = lengths.as_scalar(value, recorder, frame)
+            value, base = (value, None) if found is None else (found, int)
         if scalars.is_varying(value):
-            out, base = scalars.reported(value)
+            out, found = scalars.reported(value)
+            base = base or found
             numbers[key] = base(scalars.plain_numbers(value))
             marker = numpy.array(numbers[key])
             recorder.bind(marker, out)
@@ -963,15 +971,6 @@ def _sequences_transposed(steps, recorder):
     return found[2]
 
 
-def _score_needs_grad(cost, xs):
-    """Would the best paths' score have a gradient (backprop on, and the
-    cost or a step a Variable that needs one)? The one node on the
-    sequences has none, so the score is then Chainer's, step by step."""
-    return chainer.config.enable_backprop and any(
-        isinstance(v, chainer.Variable) and v.requires_grad
-        for v in [cost] + list(xs))
-
-
 def _recording_argmax_crf1d(argmax_crf1d, recorder):
     """``F.argmax_crf1d`` while recording, of sequences the forward sorted
     and transposed itself: one node on the sequences
@@ -980,8 +979,7 @@ def _recording_argmax_crf1d(argmax_crf1d, recorder):
     back as that node's paths. Else Chainer's, step by step."""
     def best(cost, xs):
         sequences = _sequences_transposed(xs, recorder) \
-            if _state.recorder is recorder and not recorder.depth and \
-            not _score_needs_grad(cost, xs) else None
+            if _state.recorder is recorder and not recorder.depth else None
         if not sequences:
             return argmax_crf1d(cost, xs)
         found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(
@@ -1055,29 +1053,19 @@ def _recording_crf1d_link(forward, recorder):
 
 def _recording_crf1d_argmax(argmax, recorder):
     """``L.CRF1d.argmax`` while recording, with ``transpose=True`` on a
-    list of sequences, where no gradient is wanted of the scores: one node
+    list of sequences: one node
     (``ops.loss.ArgmaxCRF1dOfSequences``) running Chainer's code, as
     :func:`_recording_crf1d_link`; its paths follow the sequences'
     lengths. Else the link's own."""
     def best(link, xs, transpose=False):
         if _state.recorder is not recorder or recorder.depth or \
-                not transpose or type(xs) is not list or not xs or \
-                _scores_need_grad(link, xs):
+                not transpose or type(xs) is not list or not xs:
             return argmax(link, xs, transpose)
         found = loss_ops.ArgmaxCRF1dOfSequences(len(xs)).apply(
             [link.cost] + xs)
         return found[0], [path.array for path in found[1:]]
     best.__wrapped__ = argmax
     return best
-
-
-def _scores_need_grad(link, xs):
-    """Would the best paths' scores of ``link.argmax(xs)`` need a gradient
-    (``ops.loss.ArgmaxCRF1dOfSequences`` has none: Chainer's own ops are
-    recorded then)?"""
-    return chainer.config.enable_backprop and (
-        link.cost.requires_grad or any(
-            isinstance(x, chainer.Variable) and x.requires_grad for x in xs))
 
 
 def _steps_of_a_loop(xs, recorder):

@@ -135,6 +135,43 @@ def best_paths(cost, xs):
     return xp.concatenate(scores), path
 
 
+def best_scores_grad(cost, xs, gscores):
+    """The gradients ``(gcost, gxs)`` of :func:`best_paths`'s scores, whose
+    gradient is ``gscores``, as Chainer's graph of the max at each step
+    gives them: each maximum's gradient goes to every score equal to it
+    (``gcost`` ``None`` for one step, which reads no cost)."""
+    xp = chainer.backend.get_array_module(cost)
+    alphas, lattice = [xs[0]], []
+    for x in xs[1:]:
+        scores = alphas[-1][:len(x), :, None] + cost
+        lattice.append(scores)
+        alphas.append(scores.max(axis=1) + x)
+    ends = _ends_of_rows([len(x) for x in xs])
+    galphas = [xp.zeros_like(alpha) for alpha in alphas]
+    for t, (alpha, rows) in enumerate(zip(alphas, ends)):
+        if rows is not None:  # (the sequences whose last step is t)
+            top = alpha[rows].max(axis=1, keepdims=True)
+            galphas[t][rows] += gscores[rows, None] * (alpha[rows] == top)
+    gcost = xp.zeros_like(cost) if len(xs) > 1 else None
+    for t in range(len(xs) - 1, 0, -1):
+        scores = lattice[t - 1]
+        picked = scores == scores.max(axis=1, keepdims=True)
+        gscores_t = galphas[t][:, None, :] * picked
+        galphas[t - 1][:len(xs[t])] += gscores_t.sum(axis=2)
+        gcost += gscores_t.sum(axis=0)
+    return gcost, galphas
+
+
+def _ends_of_rows(batches):
+    """For each step (its batch ``batches[t]``, decreasing), the rows of
+    the sequences that end there, as a slice, or ``None``."""
+    found = []
+    for t, batch in enumerate(batches):
+        later = batches[t + 1] if t + 1 < len(batches) else 0
+        found.append(slice(later, batch) if later < batch else None)
+    return found
+
+
 class Transposed(collections.namedtuple('Transposed', 'order rows')):
     """Sequences sorted by length as ``L.CRF1d(transpose=True)`` sorts
     them (``order``) and transposed: the rows of their items joined,

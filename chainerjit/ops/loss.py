@@ -164,13 +164,22 @@ class ArgmaxCRF1dOfSequences(chainer.FunctionNode):
     scores ``xs`` of any lengths, in any order, by Chainer's own code: the
     outputs are the best paths' scores (in the order of the sequences
     sorted by length, as Chainer gives them) and each sequence's path.
-    Not differentiable: recorded only where no gradient is wanted."""
+    The scores' gradient is Chainer's graph's (``crf.best_scores_grad``);
+    the paths have none."""
 
     def __init__(self, n):
         self.n = n
 
     def forward(self, inputs):
+        self.retain_inputs(tuple(range(len(inputs))))
         return argmax_of_sequences(*inputs)
+
+    def backward(self, indexes, grad_outputs):
+        if grad_outputs[0] is None:
+            return (None,) * len(indexes)
+        inputs = [v.array for v in self.get_retained_inputs()]
+        grads = best_scores_grads(inputs, grad_outputs[0].array)
+        return _variables([grads[i] for i in indexes])
 
 
 def argmax_of_sequences(cost, *xs):
@@ -181,13 +190,32 @@ def argmax_of_sequences(cost, *xs):
     return (score,) + tuple(transposed.items(path, xs))
 
 
+def best_scores_grads(inputs, gscores):
+    """The gradients of the cost and of each sequence's scores (the inputs
+    of :class:`ArgmaxCRF1dOfSequences`) from those of its best paths'
+    scores, ``gscores``."""
+    cost, items = inputs[0], inputs[1:]
+    transposed = crf.Transposed.of(items)
+    g_cost, g_steps = crf.best_scores_grad(cost, transposed.steps(items),
+                                           gscores)
+    return (g_cost,) + tuple(transposed.items(g_steps, items))
+
+
 @lowering(ArgmaxCRF1dOfSequences)
 def lower_argmax_crf1d_of_sequences(node, ctx):
     def lengths(rows):
         # Each path has its sequence's steps; the scores, one a sequence.
         return Follow((None,) + tuple(rows[1:])) \
             if _rows_of_each_sequence(rows) else None
-    return Kernel(argmax_of_sequences, multi=True, lengths=lengths)
+
+    def grad(xs, ys, gys, wanted):
+        if gys[0] is None:  # (of the paths alone)
+            return (None,) * len(xs)
+        grads = best_scores_grads(xs, gys[0])
+        return tuple(g if w else None for g, w in zip(grads, wanted))
+    return Kernel(argmax_of_sequences, multi=True, lengths=lengths,
+                  grad=GradRule(grad, inputs=range(1 + node.n),
+                                outputs=()))
 
 
 @lowering(CRF1dStacked)

@@ -101,3 +101,31 @@ def test_best_paths_are_argmax_crf1d(lengths, n_label, seed):
     numpy.testing.assert_allclose(score, expected_score.array, rtol=1e-6)
     assert [p.dtype for p in path] == [p.dtype for p in expected_path]
     assert [p.tolist() for p in path] == [p.tolist() for p in expected_path]
+
+
+@hypothesis.settings(max_examples=30, deadline=None, derandomize=True)
+@hypothesis.given(
+    lengths=st.lists(st.integers(1, 9), min_size=1, max_size=6).map(
+        lambda ns: sorted(ns, reverse=True)),
+    n_label=st.integers(1, 6), seed=st.integers(0, 2 ** 16))
+def test_best_scores_gradient_is_argmax_crf1d_graphs(lengths, n_label, seed):
+    cost, xs, _ = _steps(seed, lengths, n_label, numpy.float32)
+    if seed % 3 == 0:  # ties: every score equal to a maximum gets its grad
+        xs = [numpy.round(x) for x in xs]
+        cost = numpy.round(cost)
+    cost_var = chainer.Variable(cost)
+    xs_var = [chainer.Variable(x) for x in xs]
+    score, _ = F.argmax_crf1d(cost_var, xs_var)
+    gscores = numpy.random.RandomState(seed).standard_normal(
+        score.shape).astype(numpy.float32)
+    score.grad = gscores
+    score.backward()
+    g_cost, g_xs = crf.best_scores_grad(cost, xs, gscores)
+    assert (g_cost is None) == (cost_var.grad is None)
+    if g_cost is not None:
+        numpy.testing.assert_allclose(g_cost, cost_var.grad, rtol=1e-5,
+                                      atol=1e-5)
+    for g, x in zip(g_xs, xs_var):
+        numpy.testing.assert_allclose(
+            g, numpy.zeros_like(g) if x.grad is None else x.grad,
+            rtol=1e-5, atol=1e-5)

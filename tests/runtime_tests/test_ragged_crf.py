@@ -211,15 +211,14 @@ def test_best_paths_of_a_list_transposed_by_hand_serve_every_length():
 
 @pytest.mark.parametrize('cls', [_TransposedByHand, _Tagger])
 def test_the_best_paths_score_has_eagers_gradient(cls):
-    # with backprop, the score is differentiable as eager's (the one node
-    # is not: Chainer's steps are recorded instead), transposed by hand
-    # or by L.CRF1d.argmax(hs, transpose=True)
+    # with backprop, the one node's score is differentiable as eager's,
+    # transposed by hand or by L.CRF1d.argmax(hs, transpose=True)
     numpy.random.seed(2)
     model = cls()
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.predict)
     with warnings.catch_warnings():
-        warnings.simplefilter('ignore', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
         for xs, _ in _sorted_sentences(8):
             for m, fn in ((model, model.predict), (twin, jitted)):
                 m.cleargrads()
@@ -231,6 +230,60 @@ def test_the_best_paths_score_has_eagers_gradient(cls):
                 assert actual is not None, name
                 numpy.testing.assert_allclose(actual, expected, rtol=1e-5,
                                               atol=1e-6)
+    entry = _one_entry(jitted)
+    assert 'ArgmaxCRF1dOfSequences' in str(entry.graph), entry.graph
+
+
+class _ExampleTagger(_Tagger):
+    """Chainer's examples/pos ``CRF.forward`` as written: the loss, and
+    the best paths compared with the tags, word by word, to report how
+    many are right of how many."""
+
+    def forward(self, xs, ys):
+        hs = [self.feature(x) for x in xs]
+        loss = self.crf(hs, ys, transpose=True)
+        chainer.report({'loss': loss}, self)
+        _, predict = self.crf.argmax(hs, transpose=True)
+        correct = 0
+        total = 0
+        for y, p in zip(ys, predict):
+            correct += self.xp.sum(y == p)
+            total += len(y)
+        chainer.report({'correct': correct}, self)
+        chainer.report({'total': total}, self)
+        return loss
+
+
+def test_the_examples_training_step_serves_every_length():
+    # Its reports too: the words counted in Python (total += len(y)) are
+    # an int computed from the sentences' lengths at each call.
+    numpy.random.seed(5)
+    model = _ExampleTagger()
+    twin = copy.deepcopy(model)
+    jitted = chainerjit.jit(twin.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for xs, ys in _sentences(9, n_calls=7, n_items=5):
+            found = []
+            for m, fn in ((model, model.forward), (twin, jitted)):
+                reporter = chainer.Reporter()
+                reporter.add_observer('main', m)
+                observed = {}
+                m.cleargrads()
+                with reporter.scope(observed):
+                    fn(xs, ys).backward()
+                found.append((observed, m.crf.cost.grad, m.feature.W.grad))
+            (expected, cost, w), (actual, jit_cost, jit_w) = found
+            assert sorted(actual) == sorted(expected)
+            for key, value in expected.items():
+                assert type(actual[key]) is type(value), key
+                numpy.testing.assert_allclose(
+                    getattr(actual[key], 'array', actual[key]),
+                    getattr(value, 'array', value), rtol=1e-5, err_msg=key)
+            numpy.testing.assert_allclose(jit_cost, cost, rtol=1e-5,
+                                          atol=1e-6)
+            numpy.testing.assert_allclose(jit_w, w, rtol=1e-5, atol=1e-6)
+    _one_entry(jitted)
 
 
 def test_steps_changed_before_they_are_transposed_back_stay_changed():
