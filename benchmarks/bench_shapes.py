@@ -31,7 +31,9 @@ weights; every call's result is checked against eager's. Workloads:
   trained (on the squares of its outputs);
 * ``Chainer's POS tagging example training``: its ``CRF`` model
   (``L.CRF1d`` with ``transpose=True``) on 30 sentences of 2 to 40
-  words a step;
+  words a step; and its step as the example writes it (the best paths
+  compared with the tags, the words counted, both reported) on 2 to 30
+  sentences of 1 to 40 words;
 * ``LSTM training, lengths 5 to 40``: an LSTM written with
   ``T, B, _ = xs.shape`` and ``for t in range(T)``, a random length on each
   call, a training step (forward, backward) per call;
@@ -421,10 +423,13 @@ def _block_training():
         rng, rng.randint(2, 65)), lambda m: m.block.qkv.W.grad, {})
 
 
-def _pos_tagger_training():
+def _pos_tagger_training(as_written=False):
     """Chainer's POS tagging example's ``CRF`` (tag scores looked up,
     ``L.CRF1d`` over the sentences with ``transpose=True``), each step on
-    30 sentences of 2 to 40 words, in any order."""
+    30 sentences of 2 to 40 words, in any order. ``as_written``: its
+    forward as the example writes it (the best paths compared with the
+    tags, the words counted, both reported), on 2 to 30 sentences of 1 to
+    40 words."""
     import chainer
     import chainer.links as L
     import numpy
@@ -438,9 +443,27 @@ def _pos_tagger_training():
 
         def forward(self, xs, ys):
             hs = [self.feature(x) for x in xs]
-            return self.crf(hs, ys, transpose=True)
+            loss = self.crf(hs, ys, transpose=True)
+            if not as_written:
+                return loss
+            chainer.report({'loss': loss}, self)
+            _, predict = self.crf.argmax(hs, transpose=True)
+            correct = 0
+            total = 0
+            for y, p in zip(ys, predict):
+                correct += self.xp.sum(y == p)
+                total += len(y)
+            chainer.report({'correct': correct}, self)
+            chainer.report({'total': total}, self)
+            return loss
 
     def sentences(rng):
+        if as_written:
+            lengths = rng.randint(1, 41, size=rng.randint(2, 31))
+            return ([rng.randint(0, VOCABULARY, n).astype(numpy.int32)
+                     for n in lengths],
+                    [rng.randint(0, 20, n).astype(numpy.int32)
+                     for n in lengths])
         lengths = rng.randint(2, 41, size=30)
         return ([rng.randint(0, VOCABULARY, n).astype(numpy.int32)
                  for n in lengths],
@@ -906,6 +929,9 @@ def workloads():
          'chainerjit', _tagger_training()),
         ("Chainer's POS tagging example training, lists of 30 sentences of "
          '2 to 40 words', 'chainerjit', _pos_tagger_training()),
+        ("Chainer's POS tagging example's step as written, lists of 2 to 30 "
+         'sentences of 1 to 40 words', 'chainerjit',
+         _pos_tagger_training(as_written=True)),
         ('serving a transformer block, batches 1 to 64', 'chainerjit',
          _serving(*block, jit_options={})),
         ('serving a transformer block, batches 1 to 64',

@@ -679,6 +679,18 @@ def indexed_item(x, index, kind=None):
                     found._replace(shift=shift), whole)
 
 
+def parts_like(rows, items):
+    """The parts of ``rows`` (a traced array of a row for each row of the
+    ``items``, all those of a value made of a joined list's items, in
+    order) as long as the items, traced arrays noted as its items are
+    (a CRF's best paths, a label for each word)."""
+    found = _whole(items)
+    items_lengths = lengths.shifted_lengths(found.leaf, found.shift)
+    parts = _cut_as(rows, items_lengths, None)[1]
+    note_items(parts, rows, found.leaf, found.shift)
+    return parts
+
+
 def _cut_as(rows, items_lengths, kind):
     """``(rows, the items' parts of them)``: the parts Variables cut by
     :func:`cut` for ``kind`` ``chainer.Variable``, else traced arrays
@@ -1127,11 +1139,12 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                 joins.append(j)
                 cut.append(_width_key(j, items))
             continue
-        each = _without(users, _concats_besides(values, users))
+        each = _without(users, _concats_besides(values, users) |
+                        _crfs_of_all(values, users))
         if (not lengths_read or item_splits) and (_applied_each(
                 graph, values, each, item_splits, sized) or _linked_whole(
                     values, each) or _scored_each(values, each, sized) or
-                not any(users.get(v) for v in values)):  # (unread)
+                not any(each.get(v) for v in values)):  # (unread)
             j = Join(path, 'segments', None, True,
                      draws=_draws_as_one(graph, values))
             if j.takes(items):
@@ -1173,6 +1186,35 @@ def _concats_besides(values, users):
                  traced.JOINS.get(n.op, n.op) == 'Concat' and
                  dict(n.attrs).get('axis') == 0 and n.inputs == list(values))
     return joined if joined and readers - joined else set()
+
+
+#: Chainer's CRF over sequences, each one node on them, which a joined
+#: call makes of their rows (``ops.loss.CRF1dOfSegments``).
+_CRFS = frozenset(['CRF1dOfSequences', 'ArgmaxCRF1dOfSequences'])
+
+
+def _crfs_of_all(values, users):
+    """The CRF nodes (:data:`_CRFS`) taking all of ``values`` (a list's
+    items, or values made of each alone), in order, as their sequences'
+    scores or labels, whose best paths (if any) are read by nodes."""
+    found, n = set(), len(values)
+    for node in set(node for value in values
+                    for node in users.get(value, [])):
+        if node is not None and node.op in _CRFS and \
+                len(node.inputs) - 1 in (n, 2 * n) and \
+                list(values) in (node.inputs[1:n + 1], node.inputs[n + 1:]) \
+                and all(_read_by_nodes(path, users)
+                        for path in node.outputs[1:]):
+            found.add(node)
+    return found
+
+
+def _read_by_nodes(value, users):
+    """Is ``value`` read, and only by nodes (not returned)? A best path
+    returned as it is would be an item of the rows of all, cut at the
+    lengths recorded."""
+    readers = users.get(value)
+    return bool(readers) and None not in readers
 
 
 def _read_time_major(values, users):
@@ -1243,6 +1285,7 @@ def _applied_each(graph, values, users, item_splits, sized=None):
         _link_of_own_states(node) and
         dict(node.attrs).get('items') == len(values)
         for node in graph.nodes) or \
+        _crfs_of_all(_last_of_each(graph, values, users), users) or \
         _pooled_and_stacked(graph, values, users, sized) or \
         _padded_whole(graph, values, users, sized) or \
         _reduced_each(graph, values, users, sized)
@@ -1451,6 +1494,22 @@ def _chain_end(graph, value, values, users, ends, sized=None):
         if not _applied_to_item(graph, node, value, values):
             return None
         value = node.outputs[0]
+
+
+def _last_of_each(graph, values, users):
+    """The value the chain of functions of each of ``values`` (a list's
+    items) alone ends in (:func:`_applied_to_item`, each its one reader),
+    in order."""
+    found = []
+    for value in values:
+        while True:
+            readers = users.get(value, [])
+            if len(readers) != 1 or readers[0] is None or \
+                    not _applied_to_item(graph, readers[0], value, values):
+                break
+            value = readers[0].outputs[0]
+        found.append(value)
+    return found
 
 
 def _item_readers(users, value, sized):

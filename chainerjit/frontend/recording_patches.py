@@ -1014,8 +1014,7 @@ def _recording_crf1d(crf1d, recorder):
         scores, labels = (_sequences_transposed(xs, recorder),
                           _sequences_transposed(ys, recorder))
         if scores and labels and len(scores) == len(labels):
-            return loss_ops.CRF1dOfSequences(reduce, len(scores)).apply(
-                [cost] + scores + labels)[0]
+            return _crf_of_sequences(cost, scores, labels, reduce, recorder)
         labels = _all_steps(ys, recorder)
         scores = _all_steps(xs, recorder)
         if scores is None and _steps_of_a_loop(xs, recorder):
@@ -1038,17 +1037,32 @@ def _recording_crf1d_link(forward, recorder):
     sequences as they are (``ops.loss.CRF1dOfSequences``), whose kernel
     runs Chainer's code on them, so that a program serves any lengths of
     the items (``runtime.ragged``) instead of unrolling Chainer's loop
-    over the steps. Else the link's own forward."""
+    over the steps; of the items of joined lists, one node on their rows
+    (``ops.loss.CRF1dOfSegments``), for any number of them. Else the
+    link's own forward."""
     def crf(link, xs, ys, reduce='mean', transpose=False):
         if _state.recorder is not recorder or recorder.depth or \
                 not transpose or reduce not in ('mean', 'no') or \
-                type(xs) is not list or type(ys) is not list or \
+                not isinstance(xs, list) or not isinstance(ys, list) or \
                 not xs or len(xs) != len(ys):
             return forward(link, xs, ys, reduce, transpose)
-        return loss_ops.CRF1dOfSequences(reduce, len(xs)).apply(
-            [link.cost] + xs + ys)[0]
+        return _crf_of_sequences(link.cost, xs, ys, reduce, recorder)
     crf.__wrapped__ = forward
     return crf
+
+
+def _crf_of_sequences(cost, scores, labels, reduce, recorder):
+    """The CRF's loss of the sequences ``scores`` and their ``labels`` as
+    one node: on their rows where they are joined items
+    (``ops.loss.CRF1dOfSegments``), else on them
+    (``ops.loss.CRF1dOfSequences``)."""
+    whole = _whole_sequences(scores, recorder)
+    tags = None if whole is None else _whole_sequences(labels, recorder)
+    if tags is not None:
+        return loss_ops.CRF1dOfSegments(reduce).apply(
+            (cost, whole.packed, whole.joined, tags.packed))[0]
+    return loss_ops.CRF1dOfSequences(reduce, len(scores)).apply(
+        [cost] + list(scores) + list(labels))[0]
 
 
 def _recording_crf1d_argmax(argmax, recorder):
@@ -1056,11 +1070,18 @@ def _recording_crf1d_argmax(argmax, recorder):
     list of sequences: one node
     (``ops.loss.ArgmaxCRF1dOfSequences``) running Chainer's code, as
     :func:`_recording_crf1d_link`; its paths follow the sequences'
+    lengths. Of the items of a joined list, one node on their rows
+    (``ops.loss.ArgmaxCRF1dOfSegments``), the paths its rows cut at their
     lengths. Else the link's own."""
     def best(link, xs, transpose=False):
         if _state.recorder is not recorder or recorder.depth or \
-                not transpose or type(xs) is not list or not xs:
+                not transpose or not isinstance(xs, list) or not xs:
             return argmax(link, xs, transpose)
+        scores = _whole_sequences(xs, recorder)
+        if scores is not None:
+            found = loss_ops.ArgmaxCRF1dOfSegments().apply(
+                (link.cost, scores.packed, scores.joined))
+            return found[0], joining.parts_like(found[1].array, xs)
         found = loss_ops.ArgmaxCRF1dOfSequences(len(xs)).apply(
             [link.cost] + xs)
         return found[0], [path.array for path in found[1:]]

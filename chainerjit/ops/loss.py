@@ -114,12 +114,13 @@ def _sequences_grads(reduce, n, inputs, gy, found=None):
     return (g_cost,) + tuple(transposed.items(g_xs, inputs[1:1 + n]))
 
 
-def _crf_kernel(reduce, run, grads, n_labels, lengths):
+def _crf_kernel(reduce, run, grads, n_labels, lengths, n_inputs=None):
     """The kernel of a CRF's loss: ``run(*inputs)`` gives its forward's
     results (a ``crf.Run`` first), which a training program's forward
     keeps for its backward; ``grads(reduce, inputs, gy, kept results or
     None)`` the gradients of the cost and the scores, then none for the
-    ``n_labels`` labels' inputs."""
+    ``n_labels`` labels' inputs (``n_inputs`` in all: the cost's, the
+    scores' and the labels' by default)."""
     training, held = chainer.config.enable_backprop, []
 
     def forward(*inputs):
@@ -132,7 +133,8 @@ def _crf_kernel(reduce, run, grads, n_labels, lengths):
         found = held.pop()[1] if held and held[0][0] is ys[0] else None
         return tuple(grads(reduce, xs, gys[0], found)) + (None,) * n_labels
     return Kernel(forward, {'reduce': reduce},
-                  grad=GradRule(grad, inputs=range(1 + 2 * n_labels),
+                  grad=GradRule(grad, inputs=range(n_inputs or
+                                                   1 + 2 * n_labels),
                                 outputs=(0,)),
                   lengths=lengths)
 
@@ -216,6 +218,124 @@ def lower_argmax_crf1d_of_sequences(node, ctx):
     return Kernel(argmax_of_sequences, multi=True, lengths=lengths,
                   grad=GradRule(grad, inputs=range(1 + node.n),
                                 outputs=()))
+
+
+class CRF1dOfSegments(chainer.FunctionNode):
+    """:class:`CRF1dOfSequences` of the items of joined lists
+    (``frontend.joining``): the inputs are the cost, the scores' rows of
+    all the sequences one after another, their lengths, and the labels'
+    rows likewise; any number and lengths of the sequences."""
+
+    def __init__(self, reduce):
+        self.reduce = reduce
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1, 2, 3))
+        return crf.reduced(_segments_run(*inputs)[0].loss, self.reduce),
+
+    def backward(self, indexes, grad_outputs):
+        inputs = [v.array for v in self.get_retained_inputs()]
+        return _variables(_segments_grads(
+            self.reduce, inputs, grad_outputs[0].array)) + (None, None)
+
+
+def _items_of(rows, lengths):
+    """The items ``rows`` holds one after another, ``lengths`` rows each."""
+    return numpy.split(rows, numpy.cumsum(lengths)[:-1])
+
+
+def _segments_run(cost, rows, lengths, labels):
+    """:func:`_sequences_run` of :class:`CRF1dOfSegments`'s inputs."""
+    items = _items_of(rows, lengths) + _items_of(labels, lengths)
+    return _sequences_run(len(lengths), cost, *items)
+
+
+def _segments_grads(reduce, inputs, gy, found=None):
+    """The gradients of the cost and the scores' rows of
+    :class:`CRF1dOfSegments` (of the forward's ``found``, if kept)."""
+    cost, rows, lengths, labels = inputs
+    items = _items_of(rows, lengths) + _items_of(labels, lengths)
+    grads = _sequences_grads(reduce, len(lengths), [cost] + items, gy,
+                             found)
+    return grads[0], numpy.concatenate(grads[1:])
+
+
+def _segments_rows(rows):
+    """``(the rows of all the items, their number)`` of a CRF of segments
+    (the cost fixed, the scores and the labels as many rows), or
+    ``None``."""
+    cost, words, counts = rows[:3]
+    if cost is not None or any(r is not None and (r.axis or r.widest or
+                                                  r.also)
+                               for r in rows[1:]) or \
+            any(r != words for r in rows[3:]):
+        return None
+    return words, counts
+
+
+@lowering(CRF1dOfSegments)
+def lower_crf1d_of_segments(node, ctx):
+    reduce = node.reduce
+
+    def lengths(rows):
+        # The words summed over; the losses of reduce='no', a sequence's
+        # each.
+        found = _segments_rows(rows)
+        if found is None:
+            return None
+        return Follow((found[1] if reduce == 'no' else None,))
+    return _crf_kernel(
+        reduce, _segments_run, _segments_grads, 2, lengths, n_inputs=4)
+
+
+class ArgmaxCRF1dOfSegments(chainer.FunctionNode):
+    """:class:`ArgmaxCRF1dOfSequences` of the items of a joined list: the
+    inputs are the cost, the scores' rows of all the sequences one after
+    another and their lengths; the outputs the best paths' scores (in the
+    order of the sequences sorted by length) and the paths' rows, one
+    sequence after another."""
+
+    def forward(self, inputs):
+        self.retain_inputs((0, 1, 2))
+        return argmax_of_segments(*inputs)
+
+    def backward(self, indexes, grad_outputs):
+        if grad_outputs[0] is None:
+            return (None,) * len(indexes)
+        inputs = [v.array for v in self.get_retained_inputs()]
+        grads = segments_scores_grads(inputs, grad_outputs[0].array)
+        return _variables([grads[i] for i in indexes])
+
+
+def argmax_of_segments(cost, rows, lengths):
+    """:func:`argmax_of_sequences` of the items ``rows`` holds (``(the
+    scores, the paths' rows)``)."""
+    found = argmax_of_sequences(cost, *_items_of(rows, lengths))
+    return found[0], numpy.concatenate(found[1:])
+
+
+def segments_scores_grads(inputs, gscores):
+    """:func:`best_scores_grads` of :class:`ArgmaxCRF1dOfSegments`'s
+    inputs: the cost's and the rows' gradients, none for the lengths."""
+    cost, rows, lengths = inputs
+    grads = best_scores_grads([cost] + _items_of(rows, lengths), gscores)
+    return grads[0], numpy.concatenate(grads[1:]), None
+
+
+@lowering(ArgmaxCRF1dOfSegments)
+def lower_argmax_crf1d_of_segments(node, ctx):
+    def lengths(rows):
+        # A score a sequence; the paths, a label a word.
+        found = _segments_rows(rows)
+        return None if found is None else Follow((found[1], found[0]))
+
+    def grad(xs, ys, gys, wanted):
+        if gys[0] is None:  # (of the paths alone)
+            return (None,) * len(xs)
+        grads = segments_scores_grads(xs, gys[0])
+        return tuple(g if w else None for g, w in zip(grads, wanted))
+    return Kernel(argmax_of_segments, multi=True, lengths=lengths,
+                  grad=GradRule(grad, inputs=range(3), outputs=()))
 
 
 @lowering(CRF1dStacked)

@@ -69,9 +69,14 @@ def _sentences(seed, n_calls=6, n_items=4):
     return calls
 
 
-def _one_entry(jitted):
+def _one_entry(jitted, joined=True):
+    """The one entry of ``jitted``: of the sentences joined, their words
+    and their lengths; else (best paths returned, each an output of its
+    own) of each sentence at any length."""
     entry, = jitted.cache_entries()
-    assert 'xs[0]: i32[L0]' in str(entry.signature), entry.signature
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array)' if joined
+        else 'xs[0]: i32[L0]'), entry.signature
     return entry
 
 
@@ -102,7 +107,7 @@ def test_prediction_serves_every_length():
                                               rtol=1e-5)
                 assert [p.tolist() for p in paths] == \
                     [p.tolist() for p in expected]
-    _one_entry(jitted)
+    _one_entry(jitted, joined=False)
 
 
 def test_the_cost_learns_as_eagerly():
@@ -171,7 +176,7 @@ def test_a_crf_over_a_list_transposed_by_hand_serves_every_length(reduce):
             None, _sorted_sentences(5), model=_TransposedByHand(reduce),
             method='forward')
     entry = _one_entry(jitted)
-    assert 'CRF1dOfSequences' in str(entry.graph), entry.graph
+    assert 'CRF1dOfSegments' in str(entry.graph), entry.graph
     assert 'TransposeSequence' not in str(entry.graph), entry.graph
 
 
@@ -204,7 +209,7 @@ def test_best_paths_of_a_list_transposed_by_hand_serve_every_length():
     with warnings.catch_warnings(), chainer.no_backprop_mode():
         warnings.simplefilter('error', errors.RecompileWarning)
         jitted = _best_paths_as_eager(_TransposedByHand(), 'predict', 6)
-    entry = _one_entry(jitted)
+    entry = _one_entry(jitted, joined=False)
     assert 'ArgmaxCRF1dOfSequences' in str(entry.graph), entry.graph
     assert 'TransposeSequence' not in str(entry.graph), entry.graph
 
@@ -230,7 +235,7 @@ def test_the_best_paths_score_has_eagers_gradient(cls):
                 assert actual is not None, name
                 numpy.testing.assert_allclose(actual, expected, rtol=1e-5,
                                               atol=1e-6)
-    entry = _one_entry(jitted)
+    entry = _one_entry(jitted, joined=False)
     assert 'ArgmaxCRF1dOfSequences' in str(entry.graph), entry.graph
 
 
@@ -254,16 +259,32 @@ class _ExampleTagger(_Tagger):
         return loss
 
 
-def test_the_examples_training_step_serves_every_length():
-    # Its reports too: the words counted in Python (total += len(y)) are
-    # an int computed from the sentences' lengths at each call.
+class _MarginTagger(_ExampleTagger):
+    """The example's step, its loss less a share of the best paths'
+    scores, whose gradient it takes."""
+
+    def forward(self, xs, ys):
+        hs = [self.feature(x) for x in xs]
+        score, predict = self.crf.argmax(hs, transpose=True)
+        correct = sum(self.xp.sum(y == p) for y, p in zip(ys, predict))
+        chainer.report({'correct': correct}, self)
+        return self.crf(hs, ys, transpose=True) - F.mean(score) * 0.1
+
+
+@pytest.mark.parametrize('cls', [_ExampleTagger, _MarginTagger])
+def test_the_examples_training_step_serves_every_batch(cls):
+    # Any number and lengths of sentences, and its reports: the right
+    # tags counted for all at once, the words counted in Python (total +=
+    # len(y)) an int computed from the sentences' lengths at each call.
     numpy.random.seed(5)
-    model = _ExampleTagger()
+    model = cls()
     twin = copy.deepcopy(model)
     jitted = chainerjit.jit(twin.forward)
+    calls = [call for k, n in enumerate((5, 5, 3, 8, 1, 6, 2))
+             for call in _sentences(9 + k, n_calls=1, n_items=n)]
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
-        for xs, ys in _sentences(9, n_calls=7, n_items=5):
+        for xs, ys in calls:
             found = []
             for m, fn in ((model, model.forward), (twin, jitted)):
                 reporter = chainer.Reporter()
