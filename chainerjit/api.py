@@ -165,6 +165,9 @@ class JitFunction(_calls.CachedCall):
         # such a call could not be.
         self._joins = None
         self._single_unjoined = False
+        # the modes whose next call finds the joins again (their items
+        # drew where the recording that joined them did not)
+        self._rejoin_modes = set()
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
         # the links an eager call runs as compiled segments (_fallback)
@@ -318,7 +321,7 @@ class JitFunction(_calls.CachedCall):
         packed kwargs)``, else ``None``. Lists the function joins
         (``chainerjit.frontend.joining``) are joined first; ``packed`` is
         then a ``joining.Joined``."""
-        if self._joins:
+        if self._joins and (train, backprop) not in self._rejoin_modes:
             joined = joining.join(args, kwargs, self._joins)
             if joined is not None and not (self._single_unjoined and
                                            joining.counts(joined) == {1}):
@@ -618,6 +621,12 @@ class JitFunction(_calls.CachedCall):
         """Stops joining lists, and drops the entries of joined calls."""
         self._joins = ()
         self._remove_entries(joined=True)
+
+    def _remove_joined_otherwise(self, joins):
+        """Drops the entries of calls joined otherwise than ``joins``."""
+        for entry in self.cache.entries():
+            if _is_joined(entry) and entry.key[2][1] != joins:
+                self.cache.remove(entry)
 
     def _remove_entries(self, joined):
         """Drops the entries of joined calls, or of the others."""
@@ -953,18 +962,22 @@ class JitFunction(_calls.CachedCall):
         get no entry: the function then records those lists item by item
         from the next call on. Likewise a call with varying number
         arguments: they stay in the key from then on."""
-        compiled = pipeline.compile_call(self._caller(instance), key, leaves,
-                                         args, kwargs, packed, batched,
-                                         varying)
+        compiled = pipeline.compile_call(self._caller(instance, key), key,
+                                         leaves, args, kwargs, packed,
+                                         batched, varying)
         if varying is not None and compiled.entry is None:
             self._numbers_static = True
         if compiled.unpack is not None:
             self._unpacked.add(compiled.unpack)
         if compiled.joins:  # calls join from now on: drop the others
             self._joins = compiled.joins
+            self._rejoin_modes.clear()
             self._remove_entries(joined=False)
+            self._remove_joined_otherwise(compiled.joins)
         elif compiled.joins is not None:
             self._forget_joined()
+        if compiled.rejoin:  # (the next call of its mode finds them again)
+            self._rejoin_modes.add(key[:2])
         if compiled.single_unjoined is True or \
                 compiled.single_unjoined and self._holds_joined(key):
             self._single_unjoined = True
@@ -1017,9 +1030,9 @@ class JitFunction(_calls.CachedCall):
                     'length' % (self.__name__, ', '.join(lists)))
                 return
 
-    def _caller(self, instance):
+    def _caller(self, instance, key=None):
         """What the compile pipeline needs from this function, for a call
-        on ``instance``."""
+        on ``instance`` (of ``key``)."""
         return pipeline.Caller(
             fn=self._fn, instance=instance, name=self.__name__,
             check=self._check, backend=self._options.get('backend', 'auto'),
@@ -1034,7 +1047,9 @@ class JitFunction(_calls.CachedCall):
             warn_varying=self._warn_varying,
             warn_sizes=self._warn_sizes,
             written_by_whole=self._written_by_whole,
-            join_lists=self._joins is None and not self._batch_static and
+            join_lists=(self._joins is None or key is not None and
+                        key[:2] in self._rejoin_modes) and
+            not self._batch_static and
             self._options.get('dynamic') is not False and
             self._options.get('backend', 'auto') != 'onnxruntime',
             explain_miss=functools.partial(self._miss_reason,

@@ -71,6 +71,12 @@ from chainerjit.ops import segments as segments_ops
 #: Lists with fewer items are not looked at for joining.
 MIN_ITEMS = 2
 
+#: Why a joined recording does not take its joins: a random function
+#: drew for each item, which the recording that found them did not show
+#: (it was in test mode). The next call of that mode finds them again.
+DRAWS_UNSEEN = 'a random function draws for each item of a joined list, ' \
+    'which the recording that joined it did not show'
+
 
 class Join(collections.namedtuple('Join',
                                   'path kind padding lengths width draws',
@@ -87,7 +93,7 @@ class Join(collections.namedtuple('Join',
     ``width``: of segments, which of the call's widths their rows are
     (lists of items of the same lengths share one). ``draws``: a random
     function (dropout) applied to each item on its own may draw for the
-    rows of all at once (:func:`_draws_as_one`)."""
+    rows of all at once (:func:`_draws_as_one`; ``None``: not seen)."""
 
     __slots__ = ()
 
@@ -466,11 +472,12 @@ def applied_to_items(node, inputs):
     recorder = _keys.recording.recorder
     noted = [item_of(x) for x in inputs]
     name = type(node).__name__
-    if name in ROW_WISE and noted[0] is not None and \
-            not any(noted[1:]) and (
-                noted[0].leaf in recorder.drawing_lists or
-                not ops.is_impure(name)):
-        return (_row_wise(node, inputs, noted),)
+    if name in ROW_WISE and noted[0] is not None and not any(noted[1:]):
+        if noted[0].leaf in recorder.drawing_lists or \
+                not ops.is_impure(name):
+            return (_row_wise(node, inputs, noted),)
+        if noted[0].leaf in recorder.unseen_draws:
+            recorder.draws_unseen = True  # (its draws item by item)
     if name in PAIRED_ROW_WISE and None not in noted and paired(noted) and \
             PAIRED_ROW_WISE[name](node, [lengths.array_of(x)
                                          for x in inputs]):
@@ -969,6 +976,8 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
             recorder.item_widths[leaf] = j.width
             if j.draws:
                 recorder.drawing_lists.add(leaf)
+            elif j.draws is None:
+                recorder.unseen_draws.add(leaf)
             note_items(items, joined[0], leaf)
         rows.append((j.path, items))
         arguments[j.path[1]] = joined_list(items, _counted(joined, j),
@@ -993,6 +1002,8 @@ def take_joins(recording, joins, names):
     graph, item_nodes = recording.graph, recording.row_nodes
     uses, item_length_reads = recording.length_uses, \
         recording.item_length_reads
+    if recording.draws_unseen:
+        return DRAWS_UNSEEN
     if item_length_reads:
         return "the forward's Python reads the length of an item " \
             "(len(x), x.shape) other than into an array of them all, or " \
@@ -1107,7 +1118,7 @@ _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
 
 
 def found_joins(graph, lists, length_reads, shapes_read, uses,
-                item_splits=0, totals=(), droppable=()):
+                item_splits=0, totals=(), droppable=(), templates=None):
     """The :class:`Join` of each list argument of an unjoined recording
     that the forward reads whole, or ``()``: ``lists`` are ``(path, item
     values, the caller's items, the items' leaves)``; ``length_reads``
@@ -1119,7 +1130,9 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     (``lengths._totaled``): the reads of a list's lengths for a sum of
     all of them are the words' number joined; ``droppable``, nodes that
     go where nothing reads them (``F.transpose_sequence``'s steps read
-    transposed back), which read nothing then."""
+    transposed back), which read nothing then; ``templates``, the
+    recorded functions of its nodes."""
+    templates = templates or {}
     users = graph.users()
     users = _without(users, packing.unread_nodes(users, droppable))
     joins, cut = [], []
@@ -1146,7 +1159,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                     values, each) or _scored_each(values, each, sized) or
                 not any(each.get(v) for v in values)):  # (unread)
             j = Join(path, 'segments', None, True,
-                     draws=_draws_as_one(graph, values))
+                     draws=_draws_as_one(graph, values, templates))
             if j.takes(items):
                 joins.append(j)
                 cut.append(_width_key(j, items))
@@ -1157,7 +1170,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             # segments, item by item (a tagger's labels beside its
             # sentences, F.concat(ts, axis=0)).
             segments = j._replace(kind='segments', lengths=True,
-                                  draws=_parts_draw_as_one(graph, values))
+                                  draws=_parts_draw_as_one(graph, values,
+                                                           templates))
             j = segments if item_splits or \
                 _width_key(segments, items) in cut else None
         elif lengths_read:
@@ -1615,16 +1629,22 @@ def as_plain(value):
     return value
 
 
-def _draws_as_one(graph, values):
+def _draws_as_one(graph, values, templates):
     """Do the random functions (dropout) that a recording made item by item
     applies to each of ``values`` (a list's items, or values made of each
     alone) draw for one item after the other, nothing drawing in between
-    (``[F.dropout(self.embed(x)) for x in xs]``)? Then, joined, each may
-    draw for the rows of all at once: the same numbers, in the same order.
-    Two such functions alternate (``F.dropout(F.tanh(F.dropout(...)))``
-    of each item), which draws for all the rows would not."""
+    (``[F.dropout(self.embed(x)) for x in xs]``), the same functions with
+    the same settings for every item? Then, joined, each may draw for the
+    rows of all at once: the same numbers, in the same order. Two such
+    functions alternate (``F.dropout(F.tanh(F.dropout(...)))`` of each
+    item), which draws for all the rows would not, and so do the items
+    visited in another order, or dropped out at ratios of their own (the
+    settings of the recorded functions, ``templates``). ``None`` where
+    nothing drew for an item (a recording in test mode: how they draw is
+    not seen)."""
     item_of = dict((v, k) for k, v in enumerate(values))
     drawn = []  # the item (None: another value) of each random node
+    made = collections.defaultdict(list)  # item: its random functions
     for node in graph.nodes:
         found = set(item_of[v] for v in node.inputs if v in item_of)
         k = found.pop() if len(found) == 1 else None
@@ -1632,6 +1652,14 @@ def _draws_as_one(graph, values):
             item_of.update((out, k) for out in node.outputs)
         if ops.is_impure(node.op):
             drawn.append(k)
+            if k is not None:
+                made[k].append((node.op, repr(node.attrs), _settings(
+                    templates.get(node))))
+    if not made:
+        return None
+    if len(made) != len(values) or \
+            len(set(tuple(functions) for functions in made.values())) != 1:
+        return False
     expected = None  # the item the run of draws has reached
     for k in drawn:
         if expected is not None and k != expected:
@@ -1642,16 +1670,26 @@ def _draws_as_one(graph, values):
     return expected is None
 
 
-def _parts_draw_as_one(graph, values):
+def _settings(template):
+    """The settings of a recorded Chainer function (:func:`settings_of`),
+    else ``None``."""
+    return settings_of(template) \
+        if isinstance(template, chainer.FunctionNode) else None
+
+
+def _parts_draw_as_one(graph, values, templates):
     """Do the random functions a recording made item by item applies to
     the parts ``F.split_axis`` cut of as many rows as ``values`` (a list's
     items, joined by ``F.concat``) draw for one part after the other
     (:func:`_draws_as_one`: ``[F.dropout(e) for e in exs]`` of
-    ``sequence_embed``'s parts), and the items' own as well?"""
-    splits = [node for node in graph.nodes if node.op == 'SplitAxis' and
-              len(node.outputs) == len(values)]
-    return bool(splits) and _draws_as_one(graph, values) and all(
-        _draws_as_one(graph, split.outputs) for split in splits)
+    ``sequence_embed``'s parts), and the items' own as well? ``None``
+    where nothing drew for them (:func:`_draws_as_one`)."""
+    found = [_draws_as_one(graph, values, templates)] + [
+        _draws_as_one(graph, node.outputs, templates) for node in graph.nodes
+        if node.op == 'SplitAxis' and len(node.outputs) == len(values)]
+    if False in found:
+        return False
+    return None if all(f is None for f in found) else True
 
 
 def _applied_to_item(graph, node, value, values):

@@ -942,8 +942,11 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
         sequences = _sequences_transposed(xs, recorder)
         if sequences is not None:  # (a node's outputs, transposed back)
             return tuple(sequences)
+        if not xs:
+            return transpose_sequence(xs)
         first = len(recorder.graph.nodes)
-        steps = transpose_sequence(xs)
+        # (some steps may be left unread where a node takes the sequences)
+        steps = array_ops.StepsOfSequences(len(xs[0])).apply(xs)
         _note_transposed(steps, xs, recorder)
         # (gone where only such a crf1d reads them)
         recorder.droppable.extend(recorder.graph.nodes[first:])

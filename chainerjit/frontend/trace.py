@@ -132,6 +132,7 @@ class Recording(object):
         self.row_nodes = []  # nodes indexing packed lists' rows
         self.separated_nodes = []  # nodes indexing F.separate's items
         self.droppable = []  # nodes that go if nothing reads them
+        self.draws_unseen = False  # (trace._Recorder.draws_unseen)
         self.config_names = frozenset()  # chainer.config entries read
         self.rows_read = True  # each read by an op, none returned
 
@@ -225,8 +226,11 @@ class _Recorder(object):
         self.item_sums = {}
         self.item_sum_values = []
         # the leaves of the lengths of the joined lists whose items' random
-        # functions may draw for the rows of all at once (joining.Join)
+        # functions may draw for the rows of all at once (joining.Join),
+        # or whose items' draws were not seen; whether one drew
         self.drawing_lists = set()
+        self.unseen_draws = set()
+        self.draws_unseen = False
         self.iterated_lines = set()
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
@@ -1074,6 +1078,7 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
     recording.row_nodes = rows.nodes
     recording.separated_nodes = recorder.separated_nodes
     recording.droppable = recorder.droppable
+    recording.draws_unseen = recorder.draws_unseen
     recorder.separated = []  # (the items, kept only while recording)
     recorder.separated_from = {}
     recorder.transposed_from = {}

@@ -103,7 +103,7 @@ class Caller(collections.namedtuple('Caller', (
 
 class Compiled(collections.namedtuple('Compiled', (
         'result', 'entry', 'miss_reason', 'unpack', 'joins',
-        'single_unjoined'), defaults=(None, False))):
+        'single_unjoined', 'rejoin'), defaults=(None, False, False))):
     """What :func:`compile_call` gives back.
 
     Attributes:
@@ -121,6 +121,8 @@ class Compiled(collections.namedtuple('Compiled', (
             could not leave its sizes open at that call's (a sentence of
             one word): only once an entry of joined calls in that mode
             (training or not) serves others.
+        rejoin: a joined call whose items drew where the recording that
+            joined them did not: the next call finds the joins again.
     """
 
     __slots__ = ()
@@ -999,6 +1001,9 @@ def _unjoined(caller, recording, miss_reason, why, joined, sized=False):
     of; calls of lists of one item only, where ``joined`` is one (a
     sentence framed or cut at its ends alone; ``sized``: its program
     compiled, but at sizes too small to leave open)."""
+    if why is joining.DRAWS_UNSEEN:
+        return Compiled(recording.result, None, miss_reason, None, None,
+                        rejoin=True)
     if joining.counts(joined) == set([1]):
         return Compiled(recording.result, None, miss_reason, None, None,
                         'sizes' if sized else True)
@@ -1035,7 +1040,8 @@ def _joins_found(recording, packed, args, kwargs, leaves):
     joins = joining.found_joins(recording.graph, lists,
                                 recording.length_reads, recording.shapes_read,
                                 recording.length_uses, recording.item_splits,
-                                recording.length_totals, recording.droppable)
+                                recording.length_totals, recording.droppable,
+                                recording.templates)
     return joins if len(joins) == len(found) else ()
 
 

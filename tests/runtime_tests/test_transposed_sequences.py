@@ -279,6 +279,28 @@ def test_an_output_step_read_alone_keeps_chainers_steps():
     assert jitted.cache_info().hits > 0
 
 
+def test_steps_joined_and_read_alone_too_have_eagers_gradients():
+    # The steps joined time-major are one node on the sentences; the
+    # steps read alone are Chainer's, the others then unread.
+    class StepsJoinedAndRead(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(30, 6)
+
+        def forward(self, xs, t):
+            steps = F.transpose_sequence([self.embed(x) for x in xs])
+            h = F.concat(steps, axis=0)
+            return F.sum(h * h) + F.sum(steps[0]) + F.sum(steps[-1] * 2)
+
+    rng = numpy.random.RandomState(14)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in (6, 4, 3, 2)],
+              None) for _ in range(3)]
+    numpy.random.seed(0)
+    jitted = differential.check_seeded(StepsJoinedAndRead(), calls)
+    assert jitted.cache_info().hits > 0
+
+
 def test_steps_of_sequences_of_variables_keep_their_lengths_in_the_key():
     # Variables are not joined: one node on the items, at their lengths,
     # values and gradients equal to eager's.
