@@ -168,6 +168,7 @@ class JitFunction(_calls.CachedCall):
         # the modes whose next call finds the joins again (their items
         # drew where the recording that joined them did not)
         self._rejoin_modes = set()
+        self._rejoined_modes = set()  # (once each)
         # Parameter arrays its frozen programs made read-only (unfreeze()).
         self._made_read_only = []
         # the links an eager call runs as compiled segments (_fallback)
@@ -976,8 +977,11 @@ class JitFunction(_calls.CachedCall):
             self._remove_joined_otherwise(compiled.joins)
         elif compiled.joins is not None:
             self._forget_joined()
-        if compiled.rejoin:  # (the next call of its mode finds them again)
+        if compiled.rejoin and key[:2] in self._rejoined_modes:
+            self._forget_joined()  # (found again, their draws unseen still)
+        elif compiled.rejoin:  # (the next call of its mode finds them again)
             self._rejoin_modes.add(key[:2])
+            self._rejoined_modes.add(key[:2])
         if compiled.single_unjoined is True or \
                 compiled.single_unjoined and self._holds_joined(key):
             self._single_unjoined = True

@@ -1650,6 +1650,7 @@ def _draws_as_one(graph, values, templates):
         k = found.pop() if len(found) == 1 else None
         if k is not None:
             item_of.update((out, k) for out in node.outputs)
+        _note_sequences_out(node, item_of)
         if ops.is_impure(node.op):
             drawn.append(k)
             if k is not None:
@@ -1668,6 +1669,17 @@ def _draws_as_one(graph, values, templates):
             return False
         expected = None if k is None or k + 1 == len(values) else k + 1
     return expected is None
+
+
+def _note_sequences_out(node, item_of):
+    """Where ``node`` is an N-step link's call, notes each of its output
+    sequences as made of its input sequence's item (``item_of``)."""
+    if node.op not in ('NStepRNN', 'NStepRNNDropout'):
+        return
+    n_states = _n_states(node)
+    for out, seq in zip(node.outputs[n_states:], node.inputs[n_states:]):
+        if seq in item_of:
+            item_of[out] = item_of[seq]
 
 
 def _settings(template):

@@ -1000,6 +1000,65 @@ def test_items_dropped_each_draw_as_eagerly(how, parts, evaluated_first):
             signatures
 
 
+class _OutputsDroppedEach(_Encoder):
+    """A tagger's loss added up sentence by sentence, each output sequence
+    of the N-step link dropped out on its own."""
+
+    def __init__(self):
+        super().__init__(L.NStepBiLSTM(2, 6, 4, 0.5), 2)
+        with self.init_scope():
+            self.tagger = L.Linear(8, 3)
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        loss = 0
+        for y, t in zip(ys, ts):
+            loss += F.softmax_cross_entropy(self.tagger(F.dropout(y, 0.3)),
+                                            t)
+        return loss
+
+
+def test_outputs_dropped_each_join_in_training_alone():
+    # The output sequences' draws are the items': joined, they draw for
+    # the rows of all at once, from the first training call on.
+    calls = _tagged(numpy.random.RandomState(26), (4, 3, 5, 2, 4, 6))
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        jitted = differential.check_seeded(_OutputsDroppedEach(), calls)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs[0]: i32[W]'), entry.signature
+    assert jitted.cache_info().hits >= 3
+
+
+class _EmbeddedJoinedCutDropped(_Encoder):
+    """Each sentence embedded, the embeddings joined and cut again at the
+    sentences' offsets, each part dropped out: how the parts draw is not
+    told from the items' functions."""
+
+    def __init__(self):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0), 1)
+
+    def forward(self, xs, t):
+        rows = F.concat([self.embed(x) for x in xs], axis=0)
+        parts = F.split_axis(rows, numpy.cumsum([len(x) for x in xs[:-1]]),
+                             0)
+        hy = self.encoder(None, [F.dropout(p, 0.2) for p in parts])[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+def test_draws_unseen_again_leave_the_lists_item_by_item():
+    # Found again in training, the parts' draws are still unseen: the
+    # lists are recorded item by item from then on, not again and again.
+    calls = _batches(numpy.random.RandomState(27), (4, 4, 4, 3, 3, 4))
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        jitted = differential.check_seeded(_EmbeddedJoinedCutDropped(),
+                                           calls)
+    assert jitted.cache_info().currsize >= 1, jitted.cache_info()
+
+
 def _words_and_lengths(xs):
     """What an exported model of a joined call takes for the list ``xs``."""
     return [numpy.concatenate(xs), numpy.array([len(x) for x in xs])]
