@@ -23,7 +23,8 @@ weights; every call's result is checked against eager's. Workloads:
   the labels as a list), padded in the forward by ``concat_examples``,
   as Chainer's text classification example does; and that example's RNN
   encoder (``sequence_embed`` into a one-layer ``L.NStepLSTM``), also
-  with each sentence embedded on its own; and Chainer's seq2seq example's
+  with each sentence embedded on its own, and with ``F.n_step_lstm`` on
+  the sentences sorted and transposed; and Chainer's seq2seq example's
   model as it is written, on lists of sentence pairs;
 * ``serving a transformer block, batches 1 to 64``: ``EncoderBlock``
   (reshapes of the batch into other axes) over 5 tokens, likewise; and
@@ -615,14 +616,16 @@ def _padded_rnn_training():
     return _loss_training(PaddedRNN, batch, lambda m: m.x2h.W.grad, {})
 
 
-def _rnn_text_training(each=False, pooled=False):
+def _rnn_text_training(each=False, pooled=False, functional=False):
     """Chainer's RNN text classifier (its ``sequence_embed``: the sentences
     joined, embedded, dropped out and cut at their offsets; a one-layer
     ``L.NStepLSTM`` over them; its last state dropped out, through a
     linear layer) on lists of 2 to 64 sentences of 1 to 60 words.
     ``each``: each sentence embedded on its own (``[self.embed(x) for x
     in xs]``), as the N-step links' documentation writes it; ``pooled``:
-    the maximum over each sentence's outputs instead of the last state."""
+    the maximum over each sentence's outputs instead of the last state;
+    ``functional``: ``F.n_step_lstm`` with the link's weights on
+    ``F.transpose_sequence`` of the sentences, given sorted by length."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -641,7 +644,16 @@ def _rnn_text_training(each=False, pooled=False):
         def forward(self, xs, t):
             exs = [self.embed(x) for x in xs] if each else \
                 sequence_embed(self.embed, xs, 0.1)
+            if functional:
+                hx = self.xp.zeros((1, len(xs), 128), numpy.float32)
+                last_h, _, ys = F.n_step_lstm(
+                    1, 0.1, hx, hx, self.encoder.ws, self.encoder.bs,
+                    F.transpose_sequence(exs))
+                return self.classify(last_h, F.transpose_sequence(ys), t)
             last_h, last_c, ys = self.encoder(None, None, exs)
+            return self.classify(last_h, ys, t)
+
+        def classify(self, last_h, ys, t):
             h = F.stack([F.max(y, axis=0) for y in ys]) if pooled else \
                 last_h[-1]
             h = F.dropout(h, ratio=0.1)
@@ -649,9 +661,12 @@ def _rnn_text_training(each=False, pooled=False):
 
     def sentences(rng):
         size = rng.randint(2, 65)
-        return ([rng.randint(0, 5000, rng.randint(1, 61)).astype(
-            numpy.int32) for _ in range(size)],
-            rng.randint(0, 5, size).astype(numpy.int32))
+        lengths = rng.randint(1, 61, size)
+        if functional:
+            lengths = numpy.sort(lengths)[::-1]
+        return ([rng.randint(0, 5000, n).astype(numpy.int32)
+                 for n in lengths],
+                rng.randint(0, 5, size).astype(numpy.int32))
     return _loss_training(RNNText, sentences, lambda m: m.l2.W.grad, {})
 
 
@@ -902,6 +917,9 @@ def workloads():
         ('RNN text classifier training, max pooling over the words, lists '
          'of 2 to 64 sentences of 1 to 60 words', 'chainerjit',
          _rnn_text_training(pooled=True)),
+        ('RNN text classifier training, F.n_step_lstm on transposed sorted '
+         'lists of 2 to 64 sentences of 1 to 60 words', 'chainerjit',
+         _rnn_text_training(each=True, functional=True)),
         ('bidirectional RNN tagger training, each output scored, tags '
          'joined by NumPy, lists of 2 to 64 sentences of 1 to 60 words',
          'chainerjit', _rnn_tagger_training()),
