@@ -27,6 +27,7 @@ NumPy on items of joined lists     once for all items, and sums
 ``math``'s functions               note the varying numbers passed
 the NStep links' ``forward``       one ``ops.nstep.NStepRNN`` node
 ``F.n_step_lstm`` and its kin      on transposed sequences: so too
+``F.dropout`` in test mode         of items, no count of them
 CuPy's ``zeros``, ``ones``, ...    notes the arrays made, as constants
 =================================  ====================================
 
@@ -929,6 +930,22 @@ def _note_length_passed(length):
         length._note(what, depth=3)
 
 
+def _recording_dropout(dropout, recorder):
+    """``F.dropout`` while recording, in test mode, of an item of a joined
+    list (or of a value made of all its items): it gives the item as it
+    is, as it would the rows of all; the loop over the items calling it
+    applies it to all at once (``joining.applied_to_items``), no count of
+    them (``[F.dropout(e) for e in exs]``)."""
+    def dropped(x, ratio=.5, **kwargs):
+        if _state.recorder is recorder and not recorder.depth and \
+                not chainer.config.train and \
+                joining.item_of(x) is not None:
+            recorder.iterated_lines.add(traced.user_location())
+        return dropout(x, ratio, **kwargs)
+    dropped.__wrapped__ = dropout
+    return dropped
+
+
 def _recording_transpose_sequence(transpose_sequence, recorder):
     """``F.transpose_sequence`` while recording, called by the forward's
     code on a list: notes the list its steps transpose, for ``F.crf1d``
@@ -1811,6 +1828,7 @@ RECORDING_PATCHES = (
           for owner in (chainer.functions, module)) + (
     RecordingPatch(chainer.functions, 'transpose_sequence',
                    _recording_transpose_sequence),
+    RecordingPatch(chainer.functions, 'dropout', _recording_dropout),
     RecordingPatch(chainer.functions, 'crf1d', _recording_crf1d),
     RecordingPatch(chainer.functions, 'argmax_crf1d',
                    _recording_argmax_crf1d),

@@ -991,9 +991,7 @@ def test_items_dropped_each_draw_as_eagerly(how, parts, evaluated_first):
                     expected = model(xs, t)
                     numpy.random.seed(k)
                     testing.assert_results_equal(jitted(xs, t), expected)
-    if how == 'alike' and not (parts and evaluated_first):
-        # (evaluated first, a loop over the parts that applies nothing
-        # in test mode counts them: docs/limits.md)
+    if how == 'alike':
         signatures = [str(e.signature) for e in jitted.cache_entries()]
         assert len(signatures) == (2 if evaluated_first else 1), signatures
         assert all(s.startswith('xs[0]: i32[W]') for s in signatures), \
