@@ -1195,7 +1195,7 @@ def _concats_besides(values, users):
     first axis (``F.concat(ys, axis=0)``, ``xp.concatenate(ys)``) where
     others read them too (targets embedded word by word, and scored
     whole): a joined call's rows, which leave the others to tell."""
-    readers = set(n for value in values for n in users.get(value, []))
+    readers = _readers(values, users)
     joined = set(n for n in readers if n is not None and
                  traced.JOINS.get(n.op, n.op) == 'Concat' and
                  dict(n.attrs).get('axis') == 0 and n.inputs == list(values))
@@ -1212,8 +1212,7 @@ def _crfs_of_all(values, users):
     items, or values made of each alone), in order, as their sequences'
     scores or labels, whose best paths (if any) are read by nodes."""
     found, n = set(), len(values)
-    for node in set(node for value in values
-                    for node in users.get(value, [])):
+    for node in _readers(values, users):
         if node is not None and node.op in _CRFS and \
                 len(node.inputs) - 1 in (n, 2 * n) and \
                 list(values) in (node.inputs[1:n + 1], node.inputs[n + 1:]) \
@@ -1236,11 +1235,22 @@ def _read_time_major(values, users):
     by one ``ops.array.TimeMajorItems`` (``F.concat`` of their steps
     ``F.transpose_sequence`` made), whose node on the joined rows
     (``TimeMajorSegments``) a joined call records instead?"""
-    readers = set(node for value in values for node in users.get(value, []))
-    if len(readers) != 1 or None in readers:
-        return False
-    node, = readers
-    return node.op == 'TimeMajorItems' and node.inputs == list(values)
+    node = _one_reader(values, users)
+    return node is not None and node.op == 'TimeMajorItems' and \
+        node.inputs == list(values)
+
+
+def _readers(values, users):
+    """The nodes reading any of ``values`` (``None``: the graph returns
+    one)."""
+    return set(node for value in values for node in users.get(value, []))
+
+
+def _one_reader(values, users):
+    """The one node reading ``values`` (all of them, nothing else reading
+    them), or ``None``."""
+    readers = _readers(values, users)
+    return next(iter(readers)) if len(readers) == 1 else None
 
 
 def _without(users, gone):
@@ -1539,11 +1549,8 @@ def _linked_whole(values, users):
     """Do ``values`` (a list's items) go, all of them in order and nothing
     else, into one call of an N-step link, its states not arguments
     (sequences of features: ``self.lstm(None, None, xs)``)?"""
-    readers = set(node for value in values for node in users.get(value, []))
-    if len(readers) != 1 or None in readers:
-        return False
-    node, = readers
-    if not _link_of_own_states(node):
+    node = _one_reader(values, users)
+    if node is None or not _link_of_own_states(node):
         return False
     n_states = _n_states(node)
     if node.inputs[n_states:n_states + len(values)] != list(values):
@@ -1564,7 +1571,7 @@ def _read_whole(outs, users):
     then stacked, or concatenated, in order or reversed (``[y[-1] for y in
     ys]``: ``reduced_segments``); or both ways (the rows padded for
     attention and each last row)?"""
-    readers = set(reader for out in outs for reader in users.get(out, []))
+    readers = _readers(outs, users)
     if not readers:
         return True
     if None in readers:

@@ -961,13 +961,7 @@ def _recording_transpose_sequence(transpose_sequence, recorder):
             return tuple(sequences)
         if not xs:
             return transpose_sequence(xs)
-        first = len(recorder.graph.nodes)
-        # (some steps may be left unread where a node takes the sequences)
-        steps = array_ops.StepsOfSequences(len(xs[0])).apply(xs)
-        _note_transposed(steps, xs, recorder)
-        # (gone where only such a crf1d reads them)
-        recorder.droppable.extend(recorder.graph.nodes[first:])
-        return steps
+        return _steps_noted(xs, recorder)
     transposed.__wrapped__ = transpose_sequence
     return transposed
 
@@ -1674,10 +1668,11 @@ def _nstep_function_call(args, kwargs, cell, bidirectional, n_states,
 
 
 def _steps_noted(sequences, recorder):
-    """The steps of ``sequences`` (an N-step node's outputs) as
-    ``F.transpose_sequence`` makes them, noted as transposed (so that it
-    gives back ``sequences``); recorded, they go where nothing else reads
-    them."""
+    """The steps of ``sequences`` (the forward's, or an N-step node's
+    outputs) as ``F.transpose_sequence`` makes them, noted as transposed
+    (so that it gives back ``sequences``, and a node taking the sequences
+    takes them); recorded, they go where nothing else reads them (those
+    read alone get zeros for the others' gradients)."""
     first = len(recorder.graph.nodes)
     steps = array_ops.StepsOfSequences(len(sequences[0])).apply(sequences)
     recorder.droppable.extend(recorder.graph.nodes[first:])

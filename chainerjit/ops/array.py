@@ -2444,7 +2444,7 @@ def lower_time_major_items(node, ctx):
         sizes = [len(x) for x in xs]
         g = _put_back(segments_ops.time_major_order(sizes), gys[0])
         return tuple(part if w else None for part, w in zip(
-            numpy.split(g, numpy.cumsum(sizes)[:-1]), wanted))
+            segments_ops.items_of(g, sizes), wanted))
 
     return Kernel(run, {}, grad=GradRule(grad, inputs=tuple(
         range(len(ctx.in_shapes)))), fresh=True)

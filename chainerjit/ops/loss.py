@@ -23,6 +23,7 @@ from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import _loops_softmax
 from chainerjit.ops import crf
+from chainerjit.ops import segments as segments_ops
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_averaged
 from chainerjit.ops import rows_reduced
@@ -239,24 +240,24 @@ class CRF1dOfSegments(chainer.FunctionNode):
             self.reduce, inputs, grad_outputs[0].array)) + (None, None)
 
 
-def _items_of(rows, lengths):
-    """The items ``rows`` holds one after another, ``lengths`` rows each."""
-    return numpy.split(rows, numpy.cumsum(lengths)[:-1])
+def _sequences_of(cost, rows, lengths, labels):
+    """:class:`CRF1dOfSegments`'s inputs as :class:`CRF1dOfSequences`
+    takes them: the cost, the scores of each sequence, their labels."""
+    return [cost] + segments_ops.items_of(rows, lengths) + \
+        segments_ops.items_of(labels, lengths)
 
 
 def _segments_run(cost, rows, lengths, labels):
     """:func:`_sequences_run` of :class:`CRF1dOfSegments`'s inputs."""
-    items = _items_of(rows, lengths) + _items_of(labels, lengths)
-    return _sequences_run(len(lengths), cost, *items)
+    return _sequences_run(len(lengths),
+                          *_sequences_of(cost, rows, lengths, labels))
 
 
 def _segments_grads(reduce, inputs, gy, found=None):
     """The gradients of the cost and the scores' rows of
     :class:`CRF1dOfSegments` (of the forward's ``found``, if kept)."""
-    cost, rows, lengths, labels = inputs
-    items = _items_of(rows, lengths) + _items_of(labels, lengths)
-    grads = _sequences_grads(reduce, len(lengths), [cost] + items, gy,
-                             found)
+    grads = _sequences_grads(reduce, len(inputs[2]), _sequences_of(*inputs),
+                             gy, found)
     return grads[0], numpy.concatenate(grads[1:])
 
 
@@ -310,7 +311,7 @@ class ArgmaxCRF1dOfSegments(chainer.FunctionNode):
 def argmax_of_segments(cost, rows, lengths):
     """:func:`argmax_of_sequences` of the items ``rows`` holds (``(the
     scores, the paths' rows)``)."""
-    found = argmax_of_sequences(cost, *_items_of(rows, lengths))
+    found = argmax_of_sequences(cost, *segments_ops.items_of(rows, lengths))
     return found[0], numpy.concatenate(found[1:])
 
 
@@ -318,7 +319,8 @@ def segments_scores_grads(inputs, gscores):
     """:func:`best_scores_grads` of :class:`ArgmaxCRF1dOfSegments`'s
     inputs: the cost's and the rows' gradients, none for the lengths."""
     cost, rows, lengths = inputs
-    grads = best_scores_grads([cost] + _items_of(rows, lengths), gscores)
+    grads = best_scores_grads(
+        [cost] + segments_ops.items_of(rows, lengths), gscores)
     return grads[0], numpy.concatenate(grads[1:]), None
 
 

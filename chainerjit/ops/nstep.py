@@ -29,6 +29,7 @@ from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import takes_axes
 from chainerjit.ops import rnn
+from chainerjit.ops import segments as segments_ops
 from chainerjit.ops.array import onnx_items_padded
 from chainerjit.ops.linear import grad_linear
 
@@ -218,7 +219,7 @@ def packed_forward(spec, zero_states, arrays, masks=None):
         raise ValueError('packed sequences of lengths %s do not make the '
                          '%d rows given' % (lengths.tolist(), len(packed)))
     spec = spec._replace(n_items=len(lengths))
-    xs = numpy.split(packed, numpy.cumsum(lengths)[:-1])
+    xs = segments_ops.items_of(packed, lengths)
     if zero_states:
         units = params[0].shape[0]
         shape = (spec.n_layers * spec.directions, len(lengths), units)
@@ -238,7 +239,7 @@ def packed_backward(zero_states, record, gys, wanted):
     if record.order is not None:
         lengths = [lengths[i] for i in record.inverse]
     g_items = [None] * spec.n_items if g_packed is None else \
-        numpy.split(g_packed, numpy.cumsum(lengths)[:-1])
+        segments_ops.items_of(g_packed, lengths)
     want_xs = wanted[n_states]
     item_wanted = [bool(n_states) and w for w in wanted[:n_states]] + \
         [False] * (spec.n_states - n_states) + \

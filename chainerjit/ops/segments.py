@@ -55,6 +55,12 @@ def sliced_rows(rows, lengths, start, end):
     return rows[(at >= start) & (at < numpy.repeat(lengths, lengths) - end)]
 
 
+def items_of(rows, lengths):
+    """The items ``rows`` holds one after another, ``lengths`` rows
+    each."""
+    return numpy.split(rows, numpy.cumsum(lengths)[:-1])
+
+
 def time_major_order(lengths):
     """Where each row of ``F.concat(F.transpose_sequence(items), axis=0)``
     is among the rows of the ``items`` (``lengths`` rows each, one item

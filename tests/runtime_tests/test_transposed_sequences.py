@@ -36,17 +36,25 @@ def _sorted_batches(rng, shapes):
     return calls
 
 
-class _FunctionalGRU(chainer.Chain):
+class _Tagger(chainer.Chain):
+    """Words embedded, the N-step link ``rnn`` (whose weights the
+    forward gives a function), and an output layer of its ``units``."""
+
+    def __init__(self, rnn, units):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = rnn
+            self.out = L.Linear(units, 3)
+
+
+class _FunctionalGRU(_Tagger):
     """``F.n_step_gru`` with an ``L.NStepGRU``'s weights, over the
     embedded sentences transposed, its outputs transposed back and each
     averaged."""
 
     def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(30, 6)
-            self.rnn = L.NStepGRU(2, 6, 5, 0.0)
-            self.out = L.Linear(5, 3)
+        super().__init__(L.NStepGRU(2, 6, 5, 0.0), 5)
 
     def forward(self, xs, t):
         exs = [self.embed(x) for x in xs]
@@ -59,17 +67,13 @@ class _FunctionalGRU(chainer.Chain):
         return F.softmax_cross_entropy(self.out(means + hy[-1]), t)
 
 
-class _FunctionalBiLSTM(chainer.Chain):
+class _FunctionalBiLSTM(_Tagger):
     """``F.n_step_bilstm`` on weights listed by hand, as Chainer's
     tests pass them, both states a Variable of zeros; every word's output
     scored."""
 
     def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(30, 6)
-            self.rnn = L.NStepBiLSTM(1, 6, 4, 0.0)
-            self.out = L.Linear(8, 3)
+        super().__init__(L.NStepBiLSTM(1, 6, 4, 0.0), 8)
 
     def forward(self, xs, t):
         ws = [[getattr(w, 'w%d' % i) for i in range(8)] for w in self.rnn]
@@ -82,17 +86,13 @@ class _FunctionalBiLSTM(chainer.Chain):
             self.out(F.concat((hy[0], hy[1]), axis=1)), t)
 
 
-class _FunctionalLSTMOfSegments(chainer.Chain):
+class _FunctionalLSTMOfSegments(_Tagger):
     """``F.n_step_lstm`` of two layers, with dropout, on the sentences as
     Chainer's examples embed them (``sequence_embed``: joined, embedded,
     cut at their offsets); a tagger of its outputs transposed back."""
 
     def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(30, 6)
-            self.rnn = L.NStepLSTM(2, 6, 5, 0.3)
-            self.out = L.Linear(5, 3)
+        super().__init__(L.NStepLSTM(2, 6, 5, 0.3), 5)
 
     def forward(self, xs, t):
         hx = self.xp.zeros((2, len(xs), 5), 'f')
@@ -103,16 +103,12 @@ class _FunctionalLSTMOfSegments(chainer.Chain):
         return F.sum(words * words) * 0.01
 
 
-class _FunctionalRNN(chainer.Chain):
+class _FunctionalRNN(_Tagger):
     """``F.n_step_rnn`` of ReLU units (``activation=`` given) over
     sentences' features made of their embeddings, one a word."""
 
     def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(30, 6)
-            self.rnn = L.NStepRNNReLU(1, 6, 5, 0.0)
-            self.out = L.Linear(5, 3)
+        super().__init__(L.NStepRNNReLU(1, 6, 5, 0.0), 5)
 
     def forward(self, xs, t):
         hx = self.xp.zeros((1, len(xs), 5), 'f')
@@ -139,16 +135,12 @@ def test_a_functional_nstep_call_serves_every_batch_of_sentences(cls, train):
     assert 'TransposeSequence' not in ops, ops
 
 
-class _TimeMajorTagger(chainer.Chain):
+class _TimeMajorTagger(_Tagger):
     """A tagger of ``F.n_step_bilstm``'s output steps read time-major, as
     they are (``F.concat(ys, axis=0)``), and its tags transposed alike."""
 
     def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.embed = L.EmbedID(30, 6)
-            self.rnn = L.NStepBiLSTM(1, 6, 4, 0.0)
-            self.out = L.Linear(8, 3)
+        super().__init__(L.NStepBiLSTM(1, 6, 4, 0.0), 8)
 
     def forward(self, xs, ts):
         hx = self.xp.zeros((2, len(xs), 4), 'f')
