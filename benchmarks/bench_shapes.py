@@ -670,6 +670,48 @@ def _rnn_text_training(each=False, pooled=False, functional=False):
     return _loss_training(RNNText, sentences, lambda m: m.l2.W.grad, {})
 
 
+def _sorting_tagger_training():
+    """A tagger over Chainer's functional ``F.n_step_lstm``, which takes
+    sentences sorted by decreasing length, given lists in any order: the
+    forward sorts the sentences and their tags together (``sorted(zip(xs,
+    ts), key=lambda p: len(p[0]), reverse=True)``), embeds them as
+    Chainer's examples do, and scores every word; lists of 2 to 64
+    sentences of 1 to 60 words."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    from benchmarks.bench_programs import sequence_embed
+
+    class SortingTagger(chainer.Chain):
+        def __init__(self):
+            super(SortingTagger, self).__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(5000, 64)
+                self.encoder = L.NStepLSTM(1, 64, 64, 0.1)
+                self.out = L.Linear(64, 12)
+
+        def forward(self, xs, ts):
+            pairs = sorted(zip(xs, ts), key=lambda p: len(p[0]),
+                           reverse=True)
+            xs, ts = [x for x, _ in pairs], [t for _, t in pairs]
+            hx = self.xp.zeros((1, len(xs), 64), numpy.float32)
+            _, _, ys = F.n_step_lstm(
+                1, 0.1, hx, hx, self.encoder.ws, self.encoder.bs,
+                F.transpose_sequence(sequence_embed(self.embed, xs, 0.1)))
+            scores = self.out(F.concat(F.transpose_sequence(ys), axis=0))
+            return F.softmax_cross_entropy(scores, F.concat(ts, axis=0))
+
+    def sentences(rng):
+        lengths = rng.randint(1, 61, rng.randint(2, 65))
+        return ([rng.randint(0, 5000, n).astype(numpy.int32)
+                 for n in lengths],
+                [rng.randint(0, 12, n).astype(numpy.int32) for n in lengths])
+    return _loss_training(SortingTagger, sentences, lambda m: m.out.W.grad,
+                          {})
+
+
 def _rnn_tagger_training(summed=False):
     """A tag for each word as scripts write it: each sentence embedded on
     its own, a bidirectional ``L.NStepBiLSTM``, each output sequence
@@ -920,6 +962,9 @@ def workloads():
         ('RNN text classifier training, F.n_step_lstm on transposed sorted '
          'lists of 2 to 64 sentences of 1 to 60 words', 'chainerjit',
          _rnn_text_training(each=True, functional=True)),
+        ('tagger training, F.n_step_lstm on lists the forward sorts by '
+         'length with their tags, 2 to 64 sentences of 1 to 60 words',
+         'chainerjit', _sorting_tagger_training()),
         ('bidirectional RNN tagger training, each output scored, tags '
          'joined by NumPy, lists of 2 to 64 sentences of 1 to 60 words',
          'chainerjit', _rnn_tagger_training()),

@@ -64,6 +64,7 @@ from chainerjit.frontend import _keys
 from chainerjit.frontend import lengths
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
+from chainerjit.frontend import sorting
 from chainerjit.frontend import traced
 from chainerjit.ops import array as array_ops
 from chainerjit.ops import segments as segments_ops
@@ -78,9 +79,9 @@ DRAWS_UNSEEN = 'a random function draws for each item of a joined list, ' \
     'which the recording that joined it did not show'
 
 
-class Join(collections.namedtuple('Join',
-                                  'path kind padding lengths width draws',
-                                  defaults=(False, 0, False))):
+class Join(collections.namedtuple(
+        'Join', 'path kind padding lengths width draws order',
+        defaults=(False, 0, False, None))):
     """How a list argument is joined: ``path`` as ``packing.list_paths``
     gives it; ``kind`` ``'pad'`` (``F.pad_sequence`` to the longest item,
     with ``padding``), ``'concat'`` (``F.concat`` on axis 0 of items of
@@ -93,7 +94,11 @@ class Join(collections.namedtuple('Join',
     ``width``: of segments, which of the call's widths their rows are
     (lists of items of the same lengths share one). ``draws``: a random
     function (dropout) applied to each item on its own may draw for the
-    rows of all at once (:func:`_draws_as_one`; ``None``: not seen)."""
+    rows of all at once (:func:`_draws_as_one`; ``None``: not seen).
+    ``order``: ``(path, descending)`` of a list the forward sorts by the
+    lengths of the items of the list at ``path`` (itself, or one sorted
+    with it): a call joins its items in that order (:func:`sorted_order`,
+    ``frontend.sorting``)."""
 
     __slots__ = ()
 
@@ -147,7 +152,29 @@ class Join(collections.namedtuple('Join',
         found = _join_of(self.path, node)
         return found is not None and found == self._replace(
             kind='concat' if self.kind == 'segments' else self.kind,
-            lengths=False, width=0, draws=False)
+            lengths=False, width=0, draws=False, order=None)
+
+
+def sorted_order(j, args, kwargs):
+    """The positions of the items of the list ``j`` joins in the order a
+    call joins them: of a sorted list (``j.order``), sorted by the lengths
+    of the items of the list it is sorted by, in its direction, stably as
+    Python's ``sorted``; else ``None``."""
+    if j.order is None:
+        return None
+    path, descending = j.order
+    by = packing.holder(args, kwargs, path)[path[1]]
+    return sorted(range(len(by)), key=lambda i: len(by[i]),
+                  reverse=descending)
+
+
+def _unsorted(items, order):
+    """``items`` in the order they were in before ``order`` sorted
+    them."""
+    placed = [None] * len(items)
+    for item, i in zip(items, order):
+        placed[i] = item
+    return placed
 
 
 def _block(joined):
@@ -847,7 +874,7 @@ def count_of(items):
     made, holds all the items of a value made of them, in order (``exs =
     [self.embed(x) for x in xs]``: ``len(exs)`` is the batch size); else
     ``None``."""
-    found = _whole(items) if type(items) is list else None
+    found = _whole(items) if type(items) in (list, tuple) else None
     return None if found is None else \
         _keys.recording.recorder.item_lengths[found.leaf]
 
@@ -903,6 +930,7 @@ def join(args, kwargs, joins):
     join (``Join.takes``), the joined arrays differ in their first axis,
     or lists padded or cut at their offsets of one width differ in their
     items' lengths, or several are, of one item each."""
+    given = (args, kwargs)
     args, kwargs = list(args), dict(kwargs)
     counts, cut = set(), {}  # cut: {width: the items' lengths}
     for j in joins:
@@ -913,6 +941,11 @@ def join(args, kwargs, joins):
             return None
         items = arguments[key]
         counts.add(len(items))
+        order = sorted_order(j, *given)
+        if order is not None:
+            if len(order) != len(items):
+                return None
+            items = [items[i] for i in order]
         arguments[key] = j.joined(items)
         if j.kind in ('segments', 'pad'):
             cut.setdefault(j.width, set()).add(tuple(len(a) for a in items))
@@ -966,9 +999,15 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
         joined = arguments[j.path[1]]
         originals = packing.holder(caller_args, caller_kwargs,
                                    j.path)[j.path[1]]
+        order = sorted_order(j, caller_args, caller_kwargs)
+        if order is not None:
+            originals = [originals[i] for i in order]
         items = j.items(joined, originals)
         if j.lengths:
             lengths.note_item_lengths(items, joined[1])
+        if order is not None:
+            sorting.note_positions(items, j, lengths.origin_of(
+                _counted(joined, j), 0))
         if j.kind == 'segments':
             recorder = _keys.recording.recorder
             leaf = lengths.leaf_of(joined[1])
@@ -979,6 +1018,8 @@ def items_of(call_args, call_kwargs, joins, caller_args, caller_kwargs):
             elif j.draws is None:
                 recorder.unseen_draws.add(leaf)
             note_items(items, joined[0], leaf)
+        if order is not None:  # each where the caller put it
+            items = _unsorted(items, order)
         rows.append((j.path, items))
         arguments[j.path[1]] = joined_list(items, _counted(joined, j),
                                            j.path[2])
@@ -1004,6 +1045,10 @@ def take_joins(recording, joins, names):
         recording.item_length_reads
     if recording.draws_unseen:
         return DRAWS_UNSEEN
+    if recording.orders_read:
+        return "the forward's Python orders the items of a list the call " \
+            "sorted by something else than their lengths%s" % _at(
+                recording.orders_read[0])
     if item_length_reads:
         return "the forward's Python reads the length of an item " \
             "(len(x), x.shape) other than into an array of them all, or " \
@@ -1118,7 +1163,8 @@ _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
 
 
 def found_joins(graph, lists, length_reads, shapes_read, uses,
-                item_splits=0, totals=(), droppable=(), templates=None):
+                item_splits=0, totals=(), droppable=(), templates=None,
+                orders=None):
     """The :class:`Join` of each list argument of an unjoined recording
     that the forward reads whole, or ``()``: ``lists`` are ``(path, item
     values, the caller's items, the items' leaves)``; ``length_reads``
@@ -1131,12 +1177,14 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
     all of them are the words' number joined; ``droppable``, nodes that
     go where nothing reads them (``F.transpose_sequence``'s steps read
     transposed back), which read nothing then; ``templates``, the
-    recorded functions of its nodes."""
-    templates = templates or {}
+    recorded functions of its nodes; ``orders``, the ``Join.order`` of the
+    lists the forward sorted, whose items come in that order."""
+    templates, orders = templates or {}, orders or {}
     users = graph.users()
     users = _without(users, packing.unread_nodes(users, droppable))
     joins, cut = [], []
     for path, values, items, leaves in lists:
+        order = orders.get(path)
         sized = _sizes_of(values, users)
         reads = length_reads if frozenset(
             (leaf, 0) for leaf in leaves) not in totals else ()
@@ -1146,8 +1194,10 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                 _means_of_items(graph, values, users, sized))
         j = _join_of_readers(path, [n for n in users.get(values[0], [])
                                     if n is not sized])
+        if j is not None:
+            j = j._replace(order=order)
         if _read_time_major(values, users):
-            j = Join(path, 'segments', None, True)
+            j = Join(path, 'segments', None, True, order=order)
             if j.takes(items):
                 joins.append(j)
                 cut.append(_width_key(j, items))
@@ -1159,7 +1209,8 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                     values, each) or _scored_each(values, each, sized) or
                 not any(each.get(v) for v in values)):  # (unread)
             j = Join(path, 'segments', None, True,
-                     draws=_draws_as_one(graph, values, templates))
+                     draws=_draws_as_one(graph, values, templates),
+                     order=order)
             if j.takes(items):
                 joins.append(j)
                 cut.append(_width_key(j, items))
@@ -1265,11 +1316,11 @@ def _without(users, gone):
 def _width_key(j, items):
     """What the list ``items``, joined as ``j``, shares a width by with
     other lists (:func:`_with_widths`): for a padded list or segments,
-    whether padded (the longest item's words, not all the items') and
-    its items' lengths; else ``None``."""
+    whether padded (the longest item's words, not all the items'), its
+    items' lengths, and the order a call joins them in; else ``None``."""
     if j.kind not in ('segments', 'pad'):
         return None
-    return j.kind == 'pad', [len(a) for a in items]
+    return j.kind == 'pad', [len(a) for a in items], j.order
 
 
 def _with_widths(joins, cut):

@@ -83,6 +83,9 @@ def _sizes_named(origins, terms, names):
     if terms == LONGEST:
         leaf, axis = origins[0]
         return 'max(len(x) for x in %s)' % _list_named(names[leaf])
+    if terms == ITEMS:
+        return 'the lengths of the items of %s' % _list_named(
+            names[origins[0][0]])
     if terms == COMPUTED:
         lists = sorted(set(_list_named(names[leaf]) for leaf, _ in origins))
         if len(lists) == 1 and all(axis <= 0 for _, axis in origins):
@@ -411,6 +414,10 @@ class Length(int):
 #: xs)``; of a number computed of several sizes otherwise than as a sum
 #: or a product of them (``max(len(x) for x in xs) + 2``).
 LONGEST, COMPUTED = 'longest', 'computed'
+
+#: ``Use.terms`` of the lengths of all the items of a list, together
+#: (``sorted(xs, key=len)``).
+ITEMS = 'items'
 
 
 class Longest(Length):

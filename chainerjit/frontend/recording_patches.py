@@ -22,6 +22,7 @@ what it replaces                   while recording
 ``concat_examples``' stack, pad    of traced arrays: one op each
 NumPy on items of joined lists     once for all items, and sums
 ``shape``, ``size``, ``len``       an argument's sizes: ``Length`` ints
+``sorted`` by items' lengths       noted: a joined call sorts the list
 ``Variable`` ``/`` and ``*``       a size there: read at run time
 ``numpy.zeros``, ``ones``, ...     notes the sizes passed to them
 ``math``'s functions               note the varying numbers passed
@@ -68,6 +69,7 @@ from chainerjit.frontend import item_sums
 from chainerjit.frontend import joining
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
+from chainerjit.frontend import sorting
 from chainerjit.frontend import traced
 from chainerjit.frontend import trip_counts
 
@@ -329,7 +331,7 @@ def _symbolic_len(builtin_len, recorder):
         if joining.is_joined(x):  # its count is the joined array's
             return lengths.read_shape(x.joined, (builtin_len(x),), 2)[0]
         counted = _count_of(x) if recorder.segment_items and \
-            type(x) is list else None
+            type(x) in (list, tuple) else None
         if counted is not None:  # [f(x) for x in xs] of a joined xs
             return lengths.read_shape(counted, (builtin_len(x),), 2)[0]
         if type(x) is list and _state.recorder is recorder and \
@@ -344,7 +346,8 @@ def _count_of(xs):
     list ``xs`` the forward made is (``joining.count_of``,
     ``item_sums.count_of``), or ``None``."""
     counted = joining.count_of(xs)
-    return item_sums.count_of(xs) if counted is None else counted
+    return item_sums.count_of(xs) if counted is None and \
+        type(xs) is list else counted
 
 
 def _recording_item_index(getitem, recorder):
@@ -1790,6 +1793,7 @@ RECORDING_PATCHES = (
     RecordingPatch(chainer.Variable, '__getitem__', _from_the_end),
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(builtins, 'max', _recording_max),
+    RecordingPatch(builtins, 'sorted', sorting.recording_sorted),
     RecordingPatch(numpy, 'shape', _numpy_shape),
     RecordingPatch(numpy, 'size', _numpy_size),
     RecordingPatch(numpy, 'prod', _numpy_prod),

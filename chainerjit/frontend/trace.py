@@ -109,6 +109,10 @@ class Recording(object):
         # values of single items, or their partial sums (item_sums)
         self.item_sum_values = recorder.item_sum_values if recorder else []
         self.iterated_lines = recorder.iterated_lines if recorder else set()
+        # sorting.Sort: the lists sorted by their items' lengths; the lines
+        # ordering a joined list's sorted items otherwise
+        self.sorts = recorder.sorts if recorder else []
+        self.orders_read = recorder.orders_read if recorder else []
         # the IR values whose shape the forward's Python read
         self.shapes_read = set(
             recorder.values[i] for i in recorder.shapes_read
@@ -232,6 +236,12 @@ class _Recorder(object):
         self.unseen_draws = set()
         self.draws_unseen = False
         self.iterated_lines = set()
+        # (sorting) the lists sorted by their items' lengths; id(array) ->
+        # sorting.Position of the items of lists a joined call sorted; the
+        # lines ordering those otherwise
+        self.sorts = []
+        self.sorted_items = {}
+        self.orders_read = []
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         # frozensets of the (leaf, 0) of items recorded one by one whose

@@ -33,6 +33,7 @@ from chainerjit.frontend import packing
 from chainerjit.frontend import rolling
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
+from chainerjit.frontend import sorting
 from chainerjit.frontend import symbolic
 from chainerjit.frontend import trace
 from chainerjit.frontend import trip_counts
@@ -1037,12 +1038,22 @@ def _joins_found(recording, packed, args, kwargs, leaves):
         if None not in at:
             lists.append((path, [recording.graph.inputs[i] for i in at],
                           items, at))
+    lists, orders = sorting.sorted_lists(lists, recording.sorts) or \
+        (None, None)
+    if lists is None:
+        return ()
+    uses = [use for use in recording.length_uses
+            if use.what != sorting.SORTED]
     joins = joining.found_joins(recording.graph, lists,
                                 recording.length_reads, recording.shapes_read,
-                                recording.length_uses, recording.item_splits,
+                                uses, recording.item_splits,
                                 recording.length_totals, recording.droppable,
-                                recording.templates)
-    return joins if len(joins) == len(found) else ()
+                                recording.templates, orders)
+    keys = set(path for path, _ in orders.values())
+    if len(joins) != len(found) or any(
+            j.kind != 'segments' for j in joins if j.path in keys):
+        return ()  # (a joined recording reads the lengths of segments)
+    return joins
 
 
 def _why_joins_fixed(entry, batched):

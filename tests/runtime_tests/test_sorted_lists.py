@@ -1,0 +1,245 @@
+"""Lists the forward sorts by the lengths of their items itself, as
+Chainer's N-step functions want them (``sorted(xs, key=len,
+reverse=True)``, with their labels: ``sorted(zip(xs, ts), key=...)``):
+each call joins them in that order, and one entry per mode serves every
+number, length and order of them, with values and gradients equal to
+eager's. Other orders keep the lengths in the key, and stay right."""
+
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import errors
+from benchmarks.bench_programs import sequence_embed
+from tests import differential
+from tests.runtime_tests.test_joined_lists import \
+    checked_without_recompiling
+
+I32 = numpy.int32
+
+#: (number of sentences, longest length) call by call: batches of one
+#: sentence among them, one of a single word, lengths tied often.
+_SHAPES = ((4, 6), (1, 1), (3, 9), (5, 3), (1, 5), (2, 7), (6, 12),
+           (2, 1), (4, 4))
+
+
+def _batches(rng, shapes, tags=True):
+    """Sentences in any order, and a tag for each word of each (or a label
+    for each), call by call."""
+    calls = []
+    for n, longest in shapes:
+        lengths = rng.randint(1, longest + 1, n)
+        lengths[rng.randint(n)] = longest
+        xs = [rng.randint(0, 30, k).astype(I32) for k in lengths]
+        calls.append((xs, [rng.randint(0, 3, k).astype(I32) for k in lengths]
+                      if tags else rng.randint(0, 3, n).astype(I32)))
+    return calls
+
+
+class _Model(chainer.Chain):
+    """Words embedded, an N-step link ``rnn`` (whose weights the forward
+    may give a function) and an output layer."""
+
+    def __init__(self, rnn=None):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.rnn = rnn or L.NStepLSTM(2, 6, 5, 0.25)
+            self.out = L.Linear(5, 3)
+
+    def lstm(self, exs):
+        """``F.n_step_lstm`` with ``rnn``'s weights over ``exs``
+        transposed; its last states and its outputs transposed back."""
+        hx = self.xp.zeros((2, len(exs), 5), 'f')
+        hy, _, ys = F.n_step_lstm(2, 0.25, hx, hx, self.rnn.ws, self.rnn.bs,
+                                  F.transpose_sequence(exs))
+        return hy, F.transpose_sequence(ys)
+
+
+class _PairsTagger(_Model):
+    """Sentences and their tags sorted together by the sentences'
+    lengths, as pairs; every word scored."""
+
+    def forward(self, xs, ts):
+        pairs = sorted(zip(xs, ts), key=lambda p: len(p[0]), reverse=True)
+        xs, ts = [x for x, _ in pairs], [t for _, t in pairs]
+        _, ys = self.lstm(sequence_embed(self.embed, xs, 0.1))
+        return F.softmax_cross_entropy(self.out(F.concat(ys, axis=0)),
+                                       F.concat(ts, axis=0))
+
+
+class _UnzippedTagger(_Model):
+    """The pairs sorted by the second's lengths, unzipped into tuples, each
+    word embedded on its own; the tags joined by NumPy."""
+
+    def forward(self, xs, ts):
+        ts, xs = zip(*sorted(zip(ts, xs), key=lambda p: p[1].shape[0],
+                             reverse=True))
+        _, ys = self.lstm([self.embed(x) for x in xs])
+        return F.softmax_cross_entropy(self.out(F.concat(ys, axis=0)),
+                                       self.xp.concatenate(ts))
+
+
+class _Encoder(_Model):
+    """The sentences alone sorted (a negated length as the key), ``F.n_step
+    _gru`` over them; the squares of the last states."""
+
+    def __init__(self):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0))
+
+    def forward(self, xs, ts):
+        xs = sorted(xs, key=lambda x: -len(x))
+        hx = self.xp.zeros((1, len(xs), 5), 'f')
+        hy, _ = F.n_step_gru(1, 0.0, hx, self.rnn.ws, self.rnn.bs,
+                             F.transpose_sequence(
+                                 sequence_embed(self.embed, xs)))
+        return F.sum(hy * hy)
+
+
+class _AscendingLink(_Model):
+    """Sorted by increasing length, into the link, which takes any
+    order; the outputs joined."""
+
+    def forward(self, xs, ts):
+        xs = sorted(xs, key=len)
+        _, _, ys = self.rnn(None, None, sequence_embed(self.embed, xs))
+        return F.sum(F.tanh(self.out(F.concat(ys, axis=0))))
+
+
+@pytest.mark.parametrize('cls, tags', [
+    (_PairsTagger, 'W'), (_UnzippedTagger, 'W'), (_Encoder, 'W2'),
+    (_AscendingLink, 'W2')])
+@pytest.mark.parametrize('train', [True, False])
+def test_lists_sorted_by_length_are_joined_in_that_order(cls, tags, train):
+    # Tags sorted with their sentences are as long, item by item (one
+    # width); those left in the caller's order are not.
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(
+        cls, _batches(numpy.random.RandomState(3), _SHAPES), train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ts[0]: i32[%s]@cpu (array), ts[1]: i64[B]@cpu (array)' % tags), \
+        entry.signature
+    ops = [node.op for node in entry.graph.nodes]
+    assert [op for op in ops if 'NStep' in op] in (
+        ['PackedNStepRNN'], ['PackedNStepRNNDropout']), ops
+
+
+class _Seq2Seq(_Model):
+    """Sources and targets sorted by the sources' lengths, an
+    ``F.n_step_lstm`` encoder and the link as decoder from its states."""
+
+    def forward(self, xs, ys):
+        pairs = sorted(zip(xs, ys), key=lambda p: len(p[0]), reverse=True)
+        xs, ys = [p[0] for p in pairs], [p[1] for p in pairs]
+        hx = self.xp.zeros((2, len(xs), 5), 'f')
+        hy, cy, _ = F.n_step_lstm(2, 0.0, hx, hx, self.rnn.ws, self.rnn.bs,
+                                  F.transpose_sequence(
+                                      sequence_embed(self.embed, xs)))
+        _, _, os = self.rnn(hy, cy, sequence_embed(self.embed, ys))
+        return F.sum(F.tanh(self.out(F.concat(os, axis=0))))
+
+
+def _with_targets(calls):
+    """The sentences of ``calls`` and targets of other lengths."""
+    rng = numpy.random.RandomState(12)
+    return [(xs, [rng.randint(0, 30, k).astype(I32)
+                  for k in rng.randint(1, 8, len(xs))]) for xs, _ in calls]
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_targets_sorted_by_their_sources_lengths(train):
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_Seq2Seq, _with_targets(
+        _batches(numpy.random.RandomState(13), _SHAPES)), train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array), '
+        'ys[0]: i32[W2]@cpu (array), ys[1]: i64[B]@cpu (array)'), \
+        entry.signature
+
+
+def test_inference_first_then_training_keeps_one_entry_each():
+    model = _PairsTagger()
+    jitted = chainerjit.jit(model.forward)
+    twin = model.copy(mode='copy')
+    calls = _batches(numpy.random.RandomState(4), _SHAPES)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for k, args in enumerate(calls):
+            with chainer.using_config('train', k % 3 != 0):
+                numpy.random.seed(k)
+                loss = jitted(*args)
+                numpy.random.seed(k)
+                chainerjit.testing.assert_results_equal(
+                    loss, twin.forward(*args))
+    assert len(jitted.cache_entries()) == 2, jitted.cache_report()
+
+
+class _OriginalOrderToo(_Model):
+    """The sentences sorted into the link, and the first sentence as the
+    caller gave it embedded besides."""
+
+    def forward(self, xs, ts):
+        hy, _ = self.lstm(sequence_embed(self.embed, sorted(
+            xs, key=len, reverse=True)))
+        return F.sum(hy * hy) + F.sum(self.embed(xs[0]))
+
+
+class _SortedOtherwise(_Model):
+    """Sorted by a key computed of the lengths otherwise (modulo 3)."""
+
+    def forward(self, xs, ts):
+        xs = sorted(xs, key=lambda x: len(x) % 3, reverse=True)
+        _, _, ys = self.rnn(None, None, sequence_embed(self.embed, xs))
+        return F.sum(F.concat(ys, axis=0) * F.concat(ys[:1] * len(ys),
+                                                     axis=0)[:1])
+
+
+class _OutputsEach(_Model):
+    """Sorted, and each sentence's outputs returned on its own (which a
+    joined program does not give): recorded item by item."""
+
+    def forward(self, xs, ts):
+        _, ys = self.lstm(sequence_embed(self.embed, sorted(
+            xs, key=len, reverse=True)))
+        return F.sum(F.stack([F.sum(y) * (k + 1) for k, y in enumerate(ys)]))
+
+
+class _PaddedFirstToo(_Model):
+    """The sentences sorted, each embedded and scored by its position
+    (a program for any lengths of them, item by item), and the first as
+    the caller gave it besides."""
+
+    def forward(self, xs, ts):
+        hs = [F.sum(self.embed(x)) for x in sorted(xs, key=len)]
+        return sum(h * (k + 1) for k, h in enumerate(hs)) + \
+            F.sum(self.embed(xs[0]))
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_PaddedFirstToo, 'compared by sorted()'),
+    (_OriginalOrderToo, 'compared by sorted()'),
+    (_SortedOtherwise, 'taken modulo'),
+    (_OutputsEach, 'the lengths of the items of xs compared by sorted() '
+     'at test_sorted_lists.py:')])
+def test_other_orders_keep_the_lengths_in_the_key_and_stay_right(cls, why):
+    # The same lengths in another order, then the first again: the order
+    # of a recording's sort is no guess.
+    calls = _batches(numpy.random.RandomState(5), ((3, 6), (4, 8)))
+    xs, ts = calls[0]
+    calls += [(xs[::-1], ts[::-1]), (xs[1:] + xs[:1], ts[1:] + ts[:1])]
+    calls += calls * 2
+    numpy.random.seed(0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        jitted = differential.check_seeded(cls(), calls)
+    said = ' '.join(str(w.message) for w in caught)
+    assert why in said, said
+    assert jitted.cache_info().hits > 0
