@@ -1481,15 +1481,16 @@ class _NStep(collections.namedtuple(
         """The call over ``joining.Segments`` as one PackedNStepRNN node,
         of any number of sequences of any lengths: ``(hy, cy, ys)`` or
         ``(hy, ys)``, ``ys`` the Segments of the packed outputs; states
-        ``None`` for zeros (all or none)."""
-        zero_states = states[0] is None
+        ``None`` for zeros (all, none, or some: a flag for each)."""
+        zeros = tuple(s is None for s in states)
+        zero_states = zeros[0] if len(set(zeros)) == 1 else zeros
         args = (self.n_layers, self.bidirectional, self.cell, zero_states)
         if self.draws:
             node = nstep.PackedNStepRNNDropout(*args, dropout=self.dropout,
                                                permute=permute)
         else:
             node = nstep.PackedNStepRNN(*args, permute=permute)
-        outputs = node.apply(([] if zero_states else list(states)) + [
+        outputs = node.apply([s for s in states if s is not None] + [
             segments.packed, segments.joined] + self.params)
         ys = joining.cut(outputs[-1], segments.joined, joining.SegmentList)
         joining.note_outputs(ys, outputs[-1], segments)
@@ -1529,7 +1530,7 @@ def _recording_nstep(n_states):
                     not call.applies(states, xs[0]):
                 return forward(link, *args, **kwargs)
             whole = _whole_sequences(xs[0], recorder)
-            if whole is not None and _all_or_none(states):
+            if whole is not None:
                 return call.packed(states, whole)
             # The zero states of ``hx=None``, made as the link makes them.
             return call.on_items(
@@ -1544,12 +1545,6 @@ def _whole_sequences(xs, recorder):
     at their offsets, or made each of one), else ``None``."""
     return xs if joining.is_segments(xs) else \
         joining.items_whole(xs) if recorder.segment_items else None
-
-
-def _all_or_none(states):
-    """Are ``states`` all ``None`` (zeros), or none of them?"""
-    return all(s is None for s in states) or \
-        not any(s is None for s in states)
 
 
 def _made_zeros(state, recorder):
@@ -1622,7 +1617,7 @@ def _recording_nstep_function(name):
                 return function(*args, **kwargs)
             call, states, zeros, sequences = found
             whole = _whole_sequences(sequences, recorder)
-            if whole is not None and _all_or_none(zeros):
+            if whole is not None:
                 outputs = call.packed(zeros, whole, permute=False)
             else:
                 outputs = call.on_items(states, sequences, permute=False)

@@ -149,7 +149,8 @@ class PackedNStepRNN(chainer.FunctionNode):
     order (``packed``, as ``F.concat(xs, axis=0)`` joins them) and an
     array of their lengths (``lengths``), so that one node takes any
     number of sequences. Inputs: ``hx``, ``cx`` (LSTM only; neither for
-    ``zero_states``, the zeros of ``hx=None``), ``packed``, ``lengths``,
+    ``zero_states``, the zeros of ``hx=None``, or those ``zero_states``
+    flags, one for each, as zeros), ``packed``, ``lengths``,
     then the weights and biases as :class:`NStepRNN` takes them. Outputs:
     ``hy``, ``cy`` (LSTM only), and the output sequences packed the same
     way. Its forward and backward are :class:`NStepRNN`'s on the
@@ -166,7 +167,8 @@ class PackedNStepRNN(chainer.FunctionNode):
         self.n_layers = n_layers
         self.bidirectional = bool(bidirectional)
         self.cell = cell
-        self.zero_states = bool(zero_states)
+        self.zero_states = tuple(bool(z) for z in zero_states) \
+            if type(zero_states) is tuple else bool(zero_states)
         self.permute = bool(permute)
 
     @property
@@ -199,9 +201,18 @@ class PackedNStepRNNDropout(PackedNStepRNN):
         self.dropout = dropout
 
 
+def _given(spec, zero_states):
+    """The indexes of the states a :class:`PackedNStepRNN` takes as inputs
+    (``zero_states``: true for none, false for all, or a flag for each,
+    true where the op makes it zeros)."""
+    flags = zero_states if type(zero_states) is tuple else \
+        (zero_states,) * spec.n_states
+    return tuple(i for i, zero in enumerate(flags) if not zero)
+
+
 def _packed_n_inputs(spec, zero_states):
     """The number of inputs of a :class:`PackedNStepRNN` of ``spec``."""
-    return (0 if zero_states else spec.n_states) + 2 + \
+    return len(_given(spec, zero_states)) + 2 + \
         2 * N_WEIGHTS[spec.cell] * spec.n_layers * spec.directions
 
 
@@ -210,20 +221,23 @@ def packed_forward(spec, zero_states, arrays, masks=None):
     over the sequences cut from the packed rows at their lengths, its
     output sequences packed again (``masks`` as ``run_forward`` takes
     them)."""
-    n_states = 0 if zero_states else spec.n_states
-    states, (packed, lengths) = list(arrays[:n_states]), \
-        arrays[n_states:n_states + 2]
-    params = list(arrays[n_states + 2:])
+    given = _given(spec, zero_states)
+    n_given = len(given)
+    (packed, lengths), params = arrays[n_given:n_given + 2], \
+        list(arrays[n_given + 2:])
     if lengths.ndim != 1 or len(lengths) == 0 or \
             int(lengths.min()) < 1 or int(lengths.sum()) != len(packed):
         raise ValueError('packed sequences of lengths %s do not make the '
                          '%d rows given' % (lengths.tolist(), len(packed)))
     spec = spec._replace(n_items=len(lengths))
     xs = segments_ops.items_of(packed, lengths)
-    if zero_states:
+    states = [None] * spec.n_states
+    if n_given < spec.n_states:
         units = params[0].shape[0]
         shape = (spec.n_layers * spec.directions, len(lengths), units)
         states = [numpy.zeros(shape, packed.dtype)] * spec.n_states
+    for i, state in zip(given, arrays[:n_given]):
+        states[i] = state
     outputs, record = run_forward(spec, states + xs + params, masks)
     ys = numpy.concatenate(outputs[spec.n_states:])
     return tuple(outputs[:spec.n_states]) + (ys,), record
@@ -233,21 +247,22 @@ def packed_backward(zero_states, record, gys, wanted):
     """The gradients of a :class:`PackedNStepRNN`'s inputs (None where not
     ``wanted``) from those of its outputs (``gys``, None for zeros)."""
     spec = record.spec
-    n_states = 0 if zero_states else spec.n_states
+    given = _given(spec, zero_states)
+    n_given = len(given)
     g_packed = gys[spec.n_states]
     lengths = [len(rows) for rows in record.rows]
     if record.order is not None:
         lengths = [lengths[i] for i in record.inverse]
     g_items = [None] * spec.n_items if g_packed is None else \
         segments_ops.items_of(g_packed, lengths)
-    want_xs = wanted[n_states]
-    item_wanted = [bool(n_states) and w for w in wanted[:n_states]] + \
-        [False] * (spec.n_states - n_states) + \
-        [want_xs] * spec.n_items + list(wanted[n_states + 2:])
+    want_xs = wanted[n_given]
+    item_wanted = [i in given and wanted[given.index(i)]
+                   for i in range(spec.n_states)] + \
+        [want_xs] * spec.n_items + list(wanted[n_given + 2:])
     grads = run_backward(record, list(gys[:spec.n_states]) + g_items,
                          item_wanted)
     g_xs = grads[spec.n_states:spec.n_states + spec.n_items]
-    return tuple(grads[:n_states]) + (
+    return tuple(grads[i] for i in given) + (
         numpy.concatenate(g_xs) if want_xs else None, None) + \
         tuple(grads[spec.n_states + spec.n_items:])
 
@@ -835,10 +850,13 @@ def _packed_to_onnx(spec, zero_states, b, ins, outs):
     rows gathered into a time-major block (``(T, N, in_size)``, ``T`` the
     longest length), and the output block's rows of each sequence
     compressed back into packed rows, in order."""
-    n_states = 0 if zero_states else spec.n_states
-    states = list(ins[:n_states]) + [None] * (2 - n_states)
-    packed, lengths = ins[n_states:n_states + 2]
-    params = ins[n_states + 2:]
+    given = _given(spec, zero_states)
+    n_given = len(given)
+    states = [None, None]
+    for i, state in zip(given, ins[:n_given]):
+        states[i] = state
+    packed, lengths = ins[n_given:n_given + 2]
+    params = ins[n_given + 2:]
     ws, bs = _split_inputs(spec._replace(n_items=0), [None] * spec.n_states
                            + list(params))[3:]
     lengths = b.op('Cast', [lengths], to=7)[0]  # int64
@@ -933,13 +951,12 @@ def _packed_rows(spec, zero_states):
     of sequences (the rows of ``lengths``, which the states have on their
     second axis) and any lengths (the rows of ``packed``, which the
     output sequences have); the weights fixed."""
-    n_states = 0 if zero_states else spec.n_states
+    n_given = len(_given(spec, zero_states))
 
     @takes_axes
     def lengths(rows):
-        states, (packed, counts) = rows[:n_states], rows[n_states:
-                                                         n_states + 2]
-        if any(r is not None for r in rows[n_states + 2:]) or \
+        states, (packed, counts) = rows[:n_given], rows[n_given:n_given + 2]
+        if any(r is not None for r in rows[n_given + 2:]) or \
                 (packed is not None and packed.axis) or \
                 (counts is not None and counts.axis):
             return None

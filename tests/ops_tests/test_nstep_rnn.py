@@ -129,34 +129,43 @@ def _packed(link, states, xs, zero_states):
     """As :func:`_op`, through one PackedNStepRNN node over the rows of
     ``xs`` joined and their lengths (``states`` unused for
     ``zero_states``): the outputs with the output sequences cut again,
-    and the gradients with that of the rows cut again."""
+    and the gradients with that of the rows cut again. ``zero_states``
+    may flag each state (an LSTM's ``hx`` given, ``cx`` zeros)."""
     link.cleargrads()
     cell = LINKS[type(link).__name__][1]
     states = [chainer.Variable(s.copy()) for s in states]
+    zeros = zero_states if type(zero_states) is tuple else \
+        (zero_states,) * len(states)
     packed = chainer.Variable(numpy.concatenate(xs))
     lengths = numpy.array([len(x) for x in xs])
     node = nstep.PackedNStepRNN(link.n_layers, link.use_bi_direction, cell,
                                 zero_states)
-    found = node.apply(([] if zero_states else states) +
+    found = node.apply([v for v, zero in zip(states, zeros) if not zero] +
                        [packed, lengths] + _params(link))
     ys = F.split_axis(found[-1], numpy.cumsum(lengths)[:-1], 0)
     outputs = list(found[:-1]) + list(ys)
     _backprop(outputs, 1)
     gxs = numpy.split(packed.grad, numpy.cumsum(lengths)[:-1])
-    return outputs, [None if zero_states else v.grad for v in states] + \
+    return outputs, [None if zero else v.grad
+                     for v, zero in zip(states, zeros)] + \
         gxs + [v.grad for v in _params(link)]
 
 
-@pytest.mark.parametrize('name', sorted(LINKS))
-@pytest.mark.parametrize('zero_states', [False, True])
+@pytest.mark.parametrize('name, zero_states', [
+    (name, zero_states) for name in sorted(LINKS)
+    for zero_states in [False, True] + (
+        [(False, True), (True, False)] if 'LSTM' in name else [])])
 @pytest.mark.parametrize('lengths', [[2, 4, 1, 6], [3, 3, 3]])
 def test_packed_op_against_link(rng, name, zero_states, lengths):
+    # (An LSTM's states: both given, both zeros, or one zeros.)
     link = _link(name, 2, rng)
     xs = [rng.standard_normal((n, IN_SIZE)).astype(numpy.float32)
           for n in lengths]
     states = _states(link, len(xs), rng)
-    if zero_states:
-        states = [numpy.zeros_like(s) for s in states]
+    zeros = zero_states if type(zero_states) is tuple else \
+        (zero_states,) * len(states)
+    states = [numpy.zeros_like(s) if zero else s
+              for s, zero in zip(states, zeros)]
     expected, expected_grads = _eager(link, states, xs)
     actual, actual_grads = _packed(link, states, xs, zero_states)
     for a, e in zip(actual, expected):

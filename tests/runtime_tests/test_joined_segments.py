@@ -1062,7 +1062,57 @@ def _words_and_lengths(xs):
     return [numpy.concatenate(xs), numpy.array([len(x) for x in xs])]
 
 
+class _SentenceDecoder(test_ragged_lists._Seq2seq):
+    """A sentence VAE's decoder: its first hidden state computed from the
+    encoder's (a code), its first cell state zeros (``cx=None``, or made
+    by the forward); ``functional``: ``F.n_step_lstm`` on the targets
+    given sorted, its ``hx`` zeros made by the forward and ``cx`` the
+    code."""
+
+    def __init__(self, functional=False):
+        super().__init__(1, 0.0)
+        self.functional = functional
+        with self.init_scope():
+            self.code = L.Linear(5, 5)
+
+    def forward(self, xs, ys_in, ys_out):
+        hx, _, _ = self.encoder(None, None, sequence_embed(self.embed_x, xs))
+        code = F.tanh(self.code(hx[-1]))[None]
+        eys = sequence_embed(self.embed_y, ys_in)
+        if self.functional:
+            zeros = self.xp.zeros(code.shape, 'f')
+            _, _, os = F.n_step_lstm(1, 0.0, zeros, code, self.decoder.ws,
+                                     self.decoder.bs,
+                                     F.transpose_sequence(eys))
+            os = F.transpose_sequence(os)
+        else:
+            _, _, os = self.decoder(code, None, eys)
+        return F.softmax_cross_entropy(self.W(F.concat(os, axis=0)),
+                                       F.concat(ys_out, axis=0))
+
+
+def _sorted_targets(calls):
+    """``calls`` of :func:`_pairs` with their targets sorted by
+    decreasing length, as ``F.n_step_lstm`` takes them."""
+    def by_length(ys):
+        return sorted(ys, key=len, reverse=True)
+    return [(xs, by_length(ys_in), by_length(ys_out))
+            for xs, ys_in, ys_out in calls]
+
+
+@pytest.mark.parametrize('functional', [False, True])
+@pytest.mark.parametrize('train', [True, False])
+def test_a_decoder_from_a_computed_state_and_zeros(functional, train):
+    # One state computed and the other zeros: the op makes the zeros of
+    # the batch's size, and one entry serves every batch.
+    calls = _pairs(numpy.random.RandomState(21), True)
+    _one_joined_entry(lambda: _SentenceDecoder(functional), _sorted_targets(
+        calls) if functional else calls, train,
+        'ys_in[0]: i32[W2]@cpu (array), ys_in[1]: i64[B]@cpu (array)')
+
+
 @pytest.mark.parametrize('make, calls', [
+    (_SentenceDecoder, _pairs(numpy.random.RandomState(22), True)[:5]),
     (lambda: _encoder('bilstm'),
      _batches(numpy.random.RandomState(5), (3, 4, 6, 2, 9))),
     # the decoder's output sequences joined: the words' rows compressed
@@ -1071,7 +1121,7 @@ def _words_and_lengths(xs):
     # sentences reversed and framed item by item, as the example does
     (lambda: _Framed(), _batches(numpy.random.RandomState(10),
                                  (3, 4, 6, 2, 9)))],
-    ids=['classifier', 'seq2seq', 'framed'])
+    ids=['decoder from a code', 'classifier', 'seq2seq', 'framed'])
 def test_exported_model_takes_the_words_and_lengths(make, calls):
     _exported_runs_at_other_counts(make, calls)
 
