@@ -324,6 +324,12 @@ class JitFunction(_calls.CachedCall):
         then a ``joining.Joined``."""
         if self._joins and (train, backprop) not in self._rejoin_modes:
             joined = joining.join(args, kwargs, self._joins)
+            apart = None if joined is not None else \
+                joining.widths_apart(args, kwargs, self._joins)
+            if apart is not None:  # (one width only by chance: two now)
+                self._joins = apart
+                self._remove_joined_otherwise(apart)
+                joined = joining.join(args, kwargs, apart)
             if joined is not None and not (self._single_unjoined and
                                            joining.counts(joined) == {1}):
                 key, leaves = signature.make_key(joined.args, joined.kwargs,

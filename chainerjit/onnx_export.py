@@ -426,6 +426,11 @@ def _sources(builder, entry, names, specs):
             sources.append(names[graph.inputs[where]])
         elif kind == 'same':
             sources.append(sources[where])
+        elif kind == 'items':
+            raise ExportError('returning a list of the items of a list '
+                              'argument joined cannot be exported (the '
+                              'graph gives one array); return them '
+                              'joined, F.concat(ys, axis=0)')
         elif kind == 'const':
             sources.append(builder.constant(
                 chainer.backend.CpuDevice().send(where)))

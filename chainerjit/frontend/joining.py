@@ -385,6 +385,19 @@ ROW_WISE = frozenset(['EmbedIDFunction', 'LinearFunction', 'ReLU', 'Tanh',
                       'MulConstant', 'SubFromConstant', 'DivFromConstant',
                       'PowVarConst'])
 
+#: The functions that compute each row on its own where their ``axis``
+#: is not the rows' (:func:`_along_rows`): a tagger's scores of each word
+#: normalized, or its best tag.
+ALONG_ROWS = frozenset(['Softmax', 'LogSoftmax', 'ArgMax', 'ArgMin'])
+
+
+def _along_rows(node, x):
+    """Does ``node`` (of :data:`ALONG_ROWS`) compute along an axis of
+    ``x`` other than its first, the rows'?"""
+    axis = getattr(node, 'axis', None)
+    return type(axis) is int and x.ndim > 1 and axis % x.ndim != 0
+
+
 #: The reductions over an item's rows that :func:`reduced_segments`
 #: finds, by the FunctionNode that computes them.
 _REDUCTIONS = {minmax.Max: 'max', minmax.Min: 'min', sum_module.Sum: 'sum',
@@ -466,11 +479,11 @@ def _lengths_of_items(array):
     return None
 
 
-def item_of(x):
+def item_of(x, recorder=None):
     """The :class:`Item` ``x`` (a traced array or a Variable) is, or
-    ``None``."""
-    return _keys.recording.recorder.segment_items.get(
-        id(lengths.array_of(x)))
+    ``None`` (of ``recorder``'s, or of this thread's recording)."""
+    recorder = recorder or _keys.recording.recorder
+    return recorder.segment_items.get(id(lengths.array_of(x)))
 
 
 def paired(noted):
@@ -499,7 +512,9 @@ def applied_to_items(node, inputs):
     recorder = _keys.recording.recorder
     noted = [item_of(x) for x in inputs]
     name = type(node).__name__
-    if name in ROW_WISE and noted[0] is not None and not any(noted[1:]):
+    if (name in ROW_WISE or name in ALONG_ROWS and _along_rows(
+            node, lengths.array_of(inputs[0]))) and \
+            noted[0] is not None and not any(noted[1:]):
         if noted[0].leaf in recorder.drawing_lists or \
                 not ops.is_impure(name):
             return (_row_wise(node, inputs, noted),)
@@ -718,7 +733,7 @@ def parts_like(rows, items):
     ``items``, all those of a value made of a joined list's items, in
     order) as long as the items, traced arrays noted as its items are
     (a CRF's best paths, a label for each word)."""
-    found = _whole(items)
+    found = whole_items(items)
     items_lengths = lengths.shifted_lengths(found.leaf, found.shift)
     parts = _cut_as(rows, items_lengths, None)[1]
     note_items(parts, rows, found.leaf, found.shift)
@@ -751,7 +766,7 @@ def framed_item(arrays):
     if recorder is None or not recorder.segment_items or \
             type(arrays) not in (list, tuple) or not arrays[1:]:
         return None
-    whole = _whole(list(arrays))
+    whole = whole_items(list(arrays))
     if whole is not None and isinstance(whole.packed, numpy.ndarray):
         return whole.packed  # (all the items, in order: their rows)
     noted = [item_of(a) if isinstance(a, numpy.ndarray) else None
@@ -827,13 +842,13 @@ def _whole_op(op, fn, arrays, attrs, onnx, rule):
         fn(*plain), traced.user_location(), rule)
 
 
-def _whole(items):
+def whole_items(items, recorder=None):
     """The :class:`Item` of the first of ``items`` where they are all the
     items of one value of a joined list's items (:func:`note_items`), in
-    order; else ``None``."""
+    order; else ``None`` (``recorder``: as :func:`item_of`)."""
     if not isinstance(items, (list, tuple)) or not items:
         return None
-    found = [item_of(x) for x in items]
+    found = [item_of(x, recorder) for x in items]
     if None in found:
         return None
     first = found[0]
@@ -849,7 +864,7 @@ def items_whole(items):
     """``Segments`` of ``items`` (a list a link takes) where they are all
     the items of a joined list, or of one value made of them
     (:func:`applied_to_items`), in order; else ``None``."""
-    found = _whole(items)
+    found = whole_items(items)
     if found is None:
         return None
     return segments(items, found.packed, found.lengths, note=False)
@@ -860,7 +875,7 @@ def concatenated(items):
     joined list cut at their offsets, or of one value made of them, in
     order: that value (the joined rows the call passed, whose length is
     the words' symbol), a Variable; else ``None``."""
-    found = _whole(items)
+    found = whole_items(items)
     if found is None:
         return None
     if isinstance(found.packed, chainer.Variable):
@@ -874,7 +889,7 @@ def count_of(items):
     made, holds all the items of a value made of them, in order (``exs =
     [self.embed(x) for x in xs]``: ``len(exs)`` is the batch size); else
     ``None``."""
-    found = _whole(items) if type(items) in (list, tuple) else None
+    found = whole_items(items) if type(items) in (list, tuple) else None
     return None if found is None else \
         _keys.recording.recorder.item_lengths[found.leaf]
 
@@ -934,24 +949,57 @@ def join(args, kwargs, joins):
     args, kwargs = list(args), dict(kwargs)
     counts, cut = set(), {}  # cut: {width: the items' lengths}
     for j in joins:
-        arguments = packing.holder(args, kwargs, j.path)
-        key = j.path[1]
-        if (key >= len(arguments) if type(key) is int
-                else key not in arguments) or not j.takes(arguments[key]):
+        items = _joined_order(j, *given)
+        if items is None:
             return None
-        items = arguments[key]
         counts.add(len(items))
-        order = sorted_order(j, *given)
-        if order is not None:
-            if len(order) != len(items):
-                return None
-            items = [items[i] for i in order]
-        arguments[key] = j.joined(items)
+        packing.holder(args, kwargs, j.path)[j.path[1]] = j.joined(items)
         if j.kind in ('segments', 'pad'):
             cut.setdefault(j.width, set()).add(tuple(len(a) for a in items))
     if len(counts) != 1 or any(len(n) > 1 for n in cut.values()):
         return None
     return Joined(joins, tuple(args), kwargs)
+
+
+def _joined_order(j, args, kwargs):
+    """The items of the call's list that ``j`` joins, in the order it joins
+    them (:func:`sorted_order`); ``None`` where it is not there to join so
+    (``Join.takes``)."""
+    arguments = packing.holder(args, kwargs, j.path)
+    key = j.path[1]
+    if (key >= len(arguments) if type(key) is int
+            else key not in arguments) or not j.takes(arguments[key]):
+        return None
+    items = arguments[key]
+    order = sorted_order(j, args, kwargs)
+    if order is not None:
+        if len(order) != len(items):
+            return None
+        items = [items[i] for i in order]
+    return items
+
+
+def widths_apart(args, kwargs, joins):
+    """``joins`` with lists that share a width, but whose items this call
+    gives other lengths (a source and a target as long, sentence by
+    sentence, at the call that joined them), each on a width of its own
+    (those as long still sharing one); ``None`` where no list does, or
+    the call's lists are not there to join."""
+    keys = []
+    for j in joins:
+        items = _joined_order(j, args, kwargs)
+        if items is None:
+            return None
+        found = _width_key(j, items)
+        keys.append(None if found is None else
+                    (j.width, tuple(found[1])))
+    shared = collections.defaultdict(set)
+    for key in keys:
+        if key is not None:
+            shared[key[0]].add(key[1])
+    if all(len(found) == 1 for found in shared.values()):
+        return None
+    return tuple(_with_widths(joins, keys))
 
 
 def is_joins(paths):

@@ -1519,15 +1519,17 @@ def _recording_nstep(n_states):
     def make(forward, recorder):
         def nstep_forward(link, *args, **kwargs):
             states, xs = args[:n_states], args[n_states:]
-            states = tuple(None if _made_zeros(s, recorder) else s
-                           for s in states)
             cell = _nstep_cell(link, n_states)
             call = None if cell is None else _NStep(
                 link.n_layers, link.use_bi_direction, cell, link.dropout,
                 _nstep_params(link))
             if _state.recorder is not recorder or recorder.depth or \
                     kwargs or len(xs) != 1 or call is None or \
-                    not call.applies(states, xs[0]):
+                    not _row_for_each(states, xs[0]):
+                return forward(link, *args, **kwargs)
+            states = tuple(None if _made_zeros(s, recorder) else s
+                           for s in states)
+            if not call.applies(states, xs[0]):
                 return forward(link, *args, **kwargs)
             whole = _whole_sequences(xs[0], recorder)
             if whole is not None:
@@ -1545,6 +1547,15 @@ def _whole_sequences(xs, recorder):
     at their offsets, or made each of one), else ``None``."""
     return xs if joining.is_segments(xs) else \
         joining.items_whole(xs) if recorder.segment_items else None
+
+
+def _row_for_each(states, xs):
+    """Have ``states`` (those given, zeros or not) a row for each of the
+    sequences ``xs``, on their second axis? Chainer's N-step functions
+    pass more rows through to ``hy``; the ops do not."""
+    return all(lengths.data_of(s).ndim == 3 and
+               lengths.data_of(s).shape[1] == len(xs)
+               for s in states if s is not None)
 
 
 def _made_zeros(state, recorder):
@@ -1659,6 +1670,8 @@ def _nstep_function_call(args, kwargs, cell, bidirectional, n_states,
         return None
     call = _NStep(n_layers, bidirectional, cell, ratio,
                   _layers_params(ws, bs))
+    if not _row_for_each(states, sequences):
+        return None
     zeros = tuple(None if _made_zeros(s, recorder) else s for s in states)
     if not call.applies(zeros, sequences):
         return None

@@ -44,9 +44,9 @@ class Sort(collections.namedtuple('Sort', 'columns key descending loc')):
     """A ``sorted`` of the items of list arguments by the lengths of one
     list's, recorded item by item: ``columns``, for each position in the
     elements sorted (an item, or a tuple of items of several lists), the
-    leaves of the items there, in the sorted order; ``key``, the column
-    whose lengths decide; ``descending``, the direction; ``loc``, the
-    line."""
+    IR values of the items there (the arguments', or the rows of a list
+    packed), in the sorted order; ``key``, the column whose lengths
+    decide; ``descending``, the direction; ``loc``, the line."""
 
     __slots__ = ()
 
@@ -103,16 +103,16 @@ def _by_lengths(recorder, elements, keys, reverse, loc):
     if any(p is not None for p in positions):
         return _in_joined_order(recorder, elements, members, column,
                                 descending, order, loc)
-    leaves = [[_leaf_of(recorder, m) for m in ms] for ms in members]
-    if any(None in row for row in leaves):
+    values = [[recorder.values.get(id(m)) for m in ms] for ms in members]
+    if any(None in row for row in values):
         return None
     recorder.sorts.append(Sort(
-        tuple(tuple(leaves[i][c] for i in order)
+        tuple(tuple(values[i][c] for i in order)
               for c in range(_len(members[0]))),
         column, descending, loc))
     recorder.length_uses.append(lengths.Use(
-        tuple(_sorted((row[column], 0) for row in leaves)), SORTED, loc,
-        terms=lengths.ITEMS))
+        tuple(_sorted(set(next(iter(k.origins)) for k in keys))), SORTED,
+        loc, terms=lengths.ITEMS))
     return [elements[i] for i in order]
 
 
@@ -187,15 +187,6 @@ def _key_column(members, keys):
     return columns.pop() if _len(columns) == 1 else None
 
 
-def _leaf_of(recorder, array):
-    """The index of the argument ``array`` is (an item of a list argument
-    recorded item by item), or ``None``."""
-    value = recorder.values.get(id(array))
-    inputs = recorder.graph.inputs
-    return inputs.index(value) if value is not None and \
-        value in inputs else None
-
-
 @contextlib.contextmanager
 def _reads_undone(recorder):
     """Takes back the reads of sizes the block made, which a key computing
@@ -226,17 +217,19 @@ def sorted_lists(lists, sorts):
     ``sorts`` sorted in their sorted order, and ``{path: (the path of the
     list sorted by, descending)}`` of them; ``None`` where a sort is of
     other items than all of list arguments', or sorts one twice."""
-    at = dict((frozenset(leaves), k) for k, (_, _, _, leaves)
+    at = dict((frozenset(map(id, values)), k) for k, (_, values, _, _)
               in enumerate(lists))
     lists, orders = list(lists), {}
     for sort in sorts:
-        ks = [at.get(frozenset(leaves)) for leaves in sort.columns]
+        ks = [at.get(frozenset(map(id, column))) for column in sort.columns]
         if None in ks or any(lists[k][0] in orders for k in ks):
             return None
-        for k, leaves in zip(ks, sort.columns):
-            path, values, items, was = lists[k]
-            moved = [was.index(leaf) for leaf in leaves]
+        for k, column in zip(ks, sort.columns):
+            path, values, items, leaves = lists[k]
+            moved = [[id(v) for v in values].index(id(v)) for v in column]
             lists[k] = (path, [values[i] for i in moved],
-                        [items[i] for i in moved], list(leaves))
+                        type(items)(items[i] for i in moved),
+                        [leaves[i] for i in moved]
+                        if len(leaves) == len(values) else leaves)
             orders[path] = (lists[ks[sort.key]][0], sort.descending)
     return lists, orders

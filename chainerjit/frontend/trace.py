@@ -1116,7 +1116,7 @@ def _connected_outputs(graph, outputs, effects):
     out connected to the graph (backprop may start from them)."""
     return set(graph.outputs[where]
                for kind, where, is_var, grad in leaf_specs(outputs, effects)
-               if kind in ('value', 'steps') and is_var and grad)
+               if kind in ('value', 'steps', 'items') and is_var and grad)
 
 
 def _untag_effect_values(recorder, stand_ins, originals):
@@ -1183,9 +1183,14 @@ def _record_outputs(result, recorder, proxies):
     the steps stacked."""
     out_leaves = []
     stacked = recorder.returned_steps
+    rows, cuts = _items_as_rows(result, recorder)
     try:
-        structure = signature.flatten(_steps_stacked(result, stacked),
+        structure = signature.flatten(_steps_stacked(rows, stacked),
                                       out_leaves)
+        if any(sum(leaf is r for leaf in out_leaves) > 1 for r in cuts):
+            out_leaves, cuts = [], {}  # (the rows returned besides)
+            structure = signature.flatten(_steps_stacked(result, stacked),
+                                          out_leaves)
     except errors.UnsupportedArgument as e:
         recorder.note_escape('returning %s' % e, recorder.forward_loc)
         return None
@@ -1196,9 +1201,54 @@ def _record_outputs(result, recorder, proxies):
                      _leaf_spec(leaf, recorder, proxies, 'returning'))
         if not same and any(leaf is steps for _, steps in stacked.values()):
             specs[-1] = ('steps',) + specs[-1][1:]
+        elif not same and id(leaf) in cuts:
+            kind, where, is_var, grad = specs[-1]
+            specs[-1] = ('items', ItemsAt(where, *cuts[id(leaf)][1:]),
+                         is_var, grad)
         elif not same and isinstance(leaf, chainer.Variable):
             recorder.output_specs[id(leaf)] = (leaf, specs[-1])
     return structure, specs
+
+
+class ItemsAt(int):
+    """Where a result leaf of kind ``'items'`` is: the index of the
+    program output holding the rows of a list's items joined, with how
+    each call cuts them again (:func:`_items_as_rows`): at the lengths of
+    the items of the joined list whose argument is ``lengths`` (a leaf's
+    index), each ``shift`` rows longer, into a ``container`` (``list`` or
+    ``tuple``)."""
+
+    def __new__(cls, where, lengths, shift, container):
+        self = int.__new__(cls, where)
+        self.lengths, self.shift, self.container = lengths, shift, container
+        return self
+
+
+def _items_as_rows(result, recorder):
+    """``(result, cuts)``: ``result`` with each list it returns (as its
+    result, or in the tuple it is) of all the items of a value made of a
+    joined list's items, in order (``[self.out(y) for y in ys]`` of an
+    N-step link's output sequences), that value's rows (a Variable) in its
+    place, which each call cuts again (``cache``), so that a joined
+    program returns them; ``cuts`` ``{id(rows): (rows, the lengths'
+    leaf, shift, the list's type)}``."""
+    if not recorder.segment_items:
+        return result, {}
+    cuts = {}
+
+    def rows_of(items):
+        found = joining.whole_items(items, recorder) \
+            if isinstance(items, (list, tuple)) else None
+        rows = found and _rows_as_items(found.packed, items, recorder)
+        if rows is None:
+            return items
+        container = list if isinstance(items, list) else tuple
+        cuts[id(rows)] = (rows, found.leaf, found.shift, container)
+        return rows
+    rows = rows_of(result)
+    if rows is result and type(result) is tuple:
+        return tuple(rows_of(r) for r in result), cuts
+    return rows, cuts
 
 
 def _stacked_steps(result, watcher):
@@ -1221,6 +1271,23 @@ def _stacked_steps(result, watcher):
                 len(set((v.shape, v.dtype) for v in items)) == 1:
             found[id(items)] = (items, chainer.functions.stack(items))
     return found
+
+
+def _rows_as_items(rows, items, recorder):
+    """``rows``, the rows of ``items`` joined, as the items are: a
+    Variable of Variables, an array of arrays (a Variable's array of the
+    arrays of Variables: ``[F.argmax(s, axis=1).array for s in ys]``),
+    where the forward computed them (not a list argument's own items,
+    which a call returns as the caller's); else ``None``."""
+    if all(isinstance(x, chainer.Variable) for x in items):
+        return rows if isinstance(rows, chainer.Variable) else None
+    if any(isinstance(x, chainer.Variable) for x in items):
+        return None
+    if isinstance(rows, chainer.Variable):
+        rows = rows.array
+    value = recorder.values.get(id(rows))
+    return rows if value is not None and \
+        value not in recorder.graph.inputs else None
 
 
 def _steps_stacked(result, stacked):

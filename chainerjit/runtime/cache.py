@@ -494,7 +494,7 @@ def _output_requires_grad(outputs, effects):
     for kind, where, is_var, grad in trace.leaf_specs(outputs, effects):
         if kind == 'leaf':
             flags[where] = NEW_LEAF
-        elif kind in ('value', 'scalar', 'steps'):
+        elif kind in ('value', 'scalar', 'steps', 'items'):
             flags[where] = max(flags.get(where, DETACHED),
                                CONNECTED if grad else DETACHED)
     return [flags.get(i, DETACHED)
@@ -526,6 +526,11 @@ def _make_leaf(spec, outs, leaves, instance):
         return array.view(array.dtype.str)[()]
     if kind == 'steps':  # a loop's steps, stacked: a list of each again
         return _separated(_as_variable(outs[where], grad))
+    if kind == 'items':  # a list's items, joined: cut again
+        rows = _as_variable(outs[where], grad) if is_var else \
+            signature.leaf_array(outs[where])
+        return _cut(rows, leaves[where.lengths], where.shift,
+                    where.container)
     leaf = outs[where] if kind in ('value', 'leaf') else where.copy()
     if is_var:
         return _as_variable(leaf, grad)
@@ -533,6 +538,19 @@ def _make_leaf(spec, outs, leaves, instance):
 
 
 _as_variable = _calls.as_variable
+
+
+def _cut(rows, lengths, shift, container):
+    """The items whose ``rows`` (a Variable, or an array) are joined,
+    each of the length ``lengths`` (an argument's array) gives plus
+    ``shift``, cut apart by ``F.split_axis`` (connected to the graph where
+    it needs a gradient), in a ``container``."""
+    stops = numpy.cumsum(numpy.asarray(lengths) + shift)[:-1].tolist()
+    if not isinstance(rows, chainer.Variable):
+        return container(numpy.split(rows, stops))
+    with chainer.using_config('enable_backprop', rows.requires_grad):
+        return container(chainer.functions.split_axis(
+            rows, stops, 0, force_tuple=True))
 
 
 def _separated(steps):

@@ -878,17 +878,15 @@ class _OutputsReturned(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1]), t), ys
 
 
-def test_output_sequences_returned_keep_the_count_in_the_key():
+def test_output_sequences_returned_are_cut_from_the_joined_rows():
     model = _OutputsReturned(dropout=0.0)
     jitted = chainerjit.jit(model.forward)
     calls = _batches(numpy.random.RandomState(4), (3, 3, 5, 4, 5), low=2)
-    with warnings.catch_warnings(record=True) as caught, \
-            chainer.using_config('train', False):
-        warnings.simplefilter('always')
+    with warnings.catch_warnings(), chainer.using_config('train', False):
+        warnings.simplefilter('error', errors.RecompileWarning)
         for args in calls:
             testing.assert_results_equal(jitted(*args), model.forward(*args))
-    assert any('number of items' in str(w.message) and 'read on its own'
-               in str(w.message) for w in caught)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
 
 
 class _PartRead(_Encoder):
@@ -1970,3 +1968,72 @@ def test_other_uses_of_the_longest_length_keep_the_lengths(cls, why):
                     if issubclass(w.category, errors.RecompileWarning))
     assert why in said, said
     assert jitted.cache_info().currsize > 1
+
+
+# --- each item's value returned ---------------------------------------------
+
+class _ScoresOfEach(_Encoder):
+    """A tagger returning each sentence's scores on its own (a list), or
+    with the link's last states (``(hy, ys)``, the output sequences as
+    the link gives them), or as a tuple."""
+
+    def __init__(self, returns):
+        super().__init__(L.NStepBiLSTM(1, 6, 5, 0.0))
+        self.returns = returns
+        self.out(numpy.zeros((1, 10), numpy.float32))  # (its weights made)
+
+    def forward(self, xs, t):
+        hy, _, ys = self.encoder(None, None, sequence_embed(self.embed, xs))
+        if self.returns == 'outputs':
+            return hy, ys
+        scores = [self.out(y) for y in ys]
+        if self.returns == 'best':  # each word's best tag, as arrays
+            return [F.argmax(s, axis=1).array for s in scores]
+        if self.returns == 'softmax':
+            return [F.log_softmax(s) for s in scores]
+        return tuple(scores) if self.returns == 'tuple' else scores
+
+
+@pytest.mark.parametrize('returns', ['list', 'tuple', 'outputs', 'best',
+                                     'softmax'])
+@pytest.mark.parametrize('train', [True, False])
+def test_each_items_value_returned_comes_from_the_joined_rows(returns,
+                                                              train):
+    # One entry per mode: the program returns the rows of all, cut at the
+    # sentences' lengths on each call, and gradients flow back through
+    # the cut.
+    model = _ScoresOfEach(returns)
+    twin = model.copy(mode='copy')
+    jitted = chainerjit.jit(twin.forward)
+    for xs, t in _batches(numpy.random.RandomState(23), _COUNTS):
+        results = []
+        for m, forward in ((model, model.forward), (twin, jitted)):
+            m.cleargrads()
+            with chainer.using_config('train', train):
+                result = forward(xs, t)
+            if train and returns != 'best':
+                flat = result[1] if returns == 'outputs' else result
+                F.sum(F.stack([F.sum(y) * (i + 1)
+                               for i, y in enumerate(flat)])).backward()
+            results.append((result, [p.grad for _, p in sorted(
+                m.namedparams())]))
+        (actual, grads), (expected, expected_grads) = results[1], results[0]
+        assert type(actual) is type(expected)
+        testing.assert_results_equal(actual, expected)
+        for a, e in zip(grads, expected_grads):
+            assert (a is None) == (e is None)
+            if e is not None:
+                numpy.testing.assert_allclose(a, e, rtol=1e-5, atol=1e-6)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+def test_items_returned_are_not_exported():
+    model = _ScoresOfEach('list')
+    jitted = chainerjit.jit(model.forward)
+    calls = _batches(numpy.random.RandomState(24), (3, 4, 5))
+    with chainer.using_config('train', False):
+        for xs, t in calls:
+            jitted(xs, t)
+    with pytest.raises(chainerjit.errors.ExportError,
+                       match='return them joined'):
+        chainerjit.export_onnx(jitted, calls[-1])

@@ -243,3 +243,75 @@ def test_other_orders_keep_the_lengths_in_the_key_and_stay_right(cls, why):
     said = ' '.join(str(w.message) for w in caught)
     assert why in said, said
     assert jitted.cache_info().hits > 0
+
+
+def test_a_tuple_of_sentences_sorted_is_joined_too():
+    # As ``xs, ts = zip(*batch)`` gives them.
+    calls = [(tuple(xs), tuple(ts)) for xs, ts in _batches(
+        numpy.random.RandomState(7), _SHAPES)]
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(_PairsTagger, calls, True)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class _StatesOfTheSteps(_Model):
+    """Initial states of a row for each step rather than each sentence:
+    Chainer's function passes the rows past the sentences' through to
+    ``hy``, which the op does not; Chainer's own runs."""
+
+    def forward(self, xs, ts):
+        steps = F.transpose_sequence(sequence_embed(self.embed, sorted(
+            xs, key=len, reverse=True)))
+        hx = chainer.Variable(self.xp.zeros((2, len(steps), 5), 'f'))
+        hy, cy, _ = F.n_step_lstm(2, 0.0, hx, hx, self.rnn.ws, self.rnn.bs,
+                                  steps)
+        return hy * hy
+
+
+@pytest.mark.parametrize('first', [(3, 2, 1), (2, 7)])
+@pytest.mark.parametrize('train', [True, False])
+def test_states_of_another_number_of_rows_run_as_chainers(first, train):
+    # As many steps as sentences at the first call, or not.
+    rng = numpy.random.RandomState(8)
+    model = _StatesOfTheSteps()
+    jitted = chainerjit.jit(model.copy(mode='copy').forward)
+    for lengths in (first, (7, 6, 6), (3, 2, 2), (1, 5), (3, 3, 1)):
+        xs = [rng.randint(0, 30, k).astype(I32) for k in lengths]
+        with chainer.using_config('train', train):
+            chainerjit.testing.assert_results_equal(
+                jitted(xs, None), model.forward(xs, None))
+
+
+class _TwoSorted(_Model):
+    """Two lists each sorted by its own items' lengths, each into
+    ``F.n_step_gru``."""
+
+    def __init__(self):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0))
+
+    def encoded(self, xs):
+        hx = self.xp.zeros((1, len(xs), 5), 'f')
+        hy, _ = F.n_step_gru(1, 0.0, hx, self.rnn.ws, self.rnn.bs,
+                             F.transpose_sequence(
+                                 sequence_embed(self.embed, xs)))
+        return hy[-1]
+
+    def forward(self, xs, ys):
+        return F.sum(self.encoded(sorted(xs, key=len, reverse=True)) *
+                     self.encoded(sorted(ys, key=len, reverse=True)))
+
+
+@pytest.mark.parametrize('first', [
+    ((5, 3, 6), (3, 3, 3)),  # the targets alike (packed, as one array)
+    ((5, 3, 6), (5, 3, 6))])  # as long as their sources, by chance
+@pytest.mark.parametrize('cls', [_TwoSorted, _Seq2Seq])
+def test_the_first_calls_lengths_decide_nothing(first, cls):
+    rng = numpy.random.RandomState(9)
+    calls = [([rng.randint(0, 30, k).astype(I32) for k in xs],
+              [rng.randint(0, 30, k).astype(I32) for k in ys])
+             for xs, ys in (first, ((2, 4, 2), (4, 3, 4)), ((3, 5), (7, 4)),
+                            ((6, 5, 3, 1, 1), (1, 1, 3, 5, 6)),
+                            ((5, 5, 7, 7), (6, 7, 7, 6)))]
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(cls, calls, False)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
