@@ -1125,6 +1125,7 @@ def take_joins(recording, joins, names):
                 'returned' + _by(_node_making(graph, value)))
     n, found = len(item_nodes) // len(joins), []
     users = _without(users, gone)
+    returned = set(graph.outputs)
     for k, j in enumerate(joins):
         nodes = item_nodes[k * n:(k + 1) * n]
         joined = nodes[0].inputs[0]
@@ -1133,6 +1134,8 @@ def take_joins(recording, joins, names):
             return 'its items are not taken one by one from %s' % (
                 _name(j.path))
         values = [node.outputs[0] for node in nodes]
+        if returned.intersection(values):
+            return 'an item of %s is returned as it is' % _name(j.path)
         if j.kind == 'segments' and not any(users.get(v) for v in values):
             continue  # applied to whole (applied_to_items)
         nodes, why = _reader_of(values, users, j, recording.shapes_read)

@@ -24,7 +24,6 @@ otherwise is not taken (``recorder.orders_read``: ``joining.take_joins``).
 
 import builtins
 import collections
-import contextlib
 
 import numpy
 
@@ -62,19 +61,20 @@ def recording_sorted(builtin_sorted, recorder):
             return builtin_sorted(iterable, key=key, reverse=reverse)
         loc = lengths.forward_line(1)
         elements = list(iterable)
-        with _reads_undone(recorder) as added:
-            try:  # (map: key's len() is the forward's, called from C)
-                keys = list(map(key, elements))
-            except Exception:  # (Python's sorted raises it again)
-                keys = None
-        found = None if keys is None or added else _by_lengths(
+        before = _Reads(recorder)
+        keys = list(map(key, elements))  # (len() in key: the forward's)
+        after = _Reads(recorder)
+        found = None if after.uses_since(before) else _by_lengths(
             recorder, elements, keys, reverse, loc)
         if found is not None:
+            after.take_back_since(before)
             return found
         if any(_sorted_position(recorder, m) is not None
                for e in elements for m in _members(e) or ()):
             recorder.orders_read.append(loc)
-        return builtin_sorted(elements, key=key, reverse=reverse)
+        # (each key once, as Python's sorted computes it)
+        return [elements[i] for i in builtin_sorted(
+            range(_len(elements)), key=keys.__getitem__, reverse=reverse)]
     return sorted_
 
 
@@ -187,28 +187,36 @@ def _key_column(members, keys):
     return columns.pop() if _len(columns) == 1 else None
 
 
-@contextlib.contextmanager
-def _reads_undone(recorder):
-    """Takes back the reads of sizes the block made, which a key computing
-    lengths makes; gives a list that holds, after it, the uses of sizes
-    it noted (taken back too)."""
-    reads, lines = set(recorder.length_reads), set(recorder.size_read_lines)
-    shapes = set(recorder.shapes_read)
-    n_items, n_uses = (_len(recorder.item_length_reads),
-                       _len(recorder.length_uses))
-    n_widths = _len(recorder.width_uses)
-    added = []
-    try:
-        yield added
-    finally:
-        added.extend(recorder.length_uses[n_uses:])
-        del recorder.length_uses[n_uses:]
-        del recorder.item_length_reads[n_items:]
-        added.extend(recorder.width_uses[n_widths:])
-        del recorder.width_uses[n_widths:]
-        recorder.length_reads.intersection_update(reads)
-        recorder.size_read_lines.intersection_update(lines)
-        recorder.shapes_read.intersection_update(shapes)
+class _Reads(object):
+    """What the recording has noted of the sizes the forward read, at one
+    time: the reads a key computing lengths makes, which a sort by them
+    takes back."""
+
+    _LISTS = ('length_uses', 'item_length_reads', 'width_uses')
+    _SETS = ('length_reads', 'size_read_lines', 'shapes_read')
+
+    def __init__(self, recorder):
+        self.recorder = recorder
+        self.sizes = dict((name, _len(getattr(recorder, name)))
+                          for name in self._LISTS)
+        self.sets = dict((name, set(getattr(recorder, name)))
+                         for name in self._SETS)
+
+    def uses_since(self, before):
+        """Did the forward use a size otherwise than by reading it since
+        ``before``?"""
+        return any(self.sizes[name] > before.sizes[name]
+                   for name in ('length_uses', 'width_uses'))
+
+    def take_back_since(self, before):
+        """Takes back what was noted between ``before`` and this time
+        (what was noted since stays)."""
+        for name in self._LISTS:
+            del getattr(self.recorder, name)[before.sizes[name]:
+                                             self.sizes[name]]
+        for name in self._SETS:
+            getattr(self.recorder, name).difference_update(
+                self.sets[name] - before.sets[name])
 
 
 def sorted_lists(lists, sorts):
@@ -230,6 +238,6 @@ def sorted_lists(lists, sorts):
             lists[k] = (path, [values[i] for i in moved],
                         type(items)(items[i] for i in moved),
                         [leaves[i] for i in moved]
-                        if len(leaves) == len(values) else leaves)
+                        if _len(leaves) == _len(values) else leaves)
             orders[path] = (lists[ks[sort.key]][0], sort.descending)
     return lists, orders

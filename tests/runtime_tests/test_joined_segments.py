@@ -2037,3 +2037,34 @@ def test_items_returned_are_not_exported():
     with pytest.raises(chainerjit.errors.ExportError,
                        match='return them joined'):
         chainerjit.export_onnx(jitted, calls[-1])
+
+
+class _TagsReturned(_Encoder):
+    """A tagger's loss over its tags joined by NumPy, the tags returned
+    besides, as the caller gave them."""
+
+    def __init__(self):
+        super().__init__(L.NStepLSTM(1, 6, 5, 0.0))
+        self.out(numpy.zeros((1, 5), numpy.float32))  # (its weights made)
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        scores = F.concat([self.out(y) for y in ys], axis=0)
+        return F.softmax_cross_entropy(scores, numpy.concatenate(ts)), ts
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_items_of_an_argument_returned_as_they_are(train):
+    # A batch of one sentence (the list joined alone) among others: the
+    # items returned are the caller's.
+    rng = numpy.random.RandomState(25)
+    model = _TagsReturned()
+    jitted = chainerjit.jit(model.copy(mode='copy').forward)
+    for lengths in ((2, 1), (3,), (3,), (4, 2, 2), (5,)):
+        xs = [rng.randint(0, 30, n).astype(I32) for n in lengths]
+        ts = [rng.randint(0, 3, n).astype(I32) for n in lengths]
+        with chainer.using_config('train', train):
+            loss, returned = jitted(xs, ts)
+            testing.assert_results_equal(loss, model.forward(xs, ts)[0])
+        assert len(returned) == len(ts) and all(
+            (a == b).all() for a, b in zip(returned, ts))

@@ -315,3 +315,19 @@ def test_the_first_calls_lengths_decide_nothing(first, cls):
     numpy.random.seed(0)
     jitted = checked_without_recompiling(cls, calls, False)
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class _Shuffled(_Model):
+    """The sentences shuffled by a random key (each drawn once, as Python's
+    ``sorted`` calls the key once an item), then dropped out."""
+
+    def forward(self, xs, ts):
+        xs = sorted(xs, key=lambda x: numpy.random.rand())
+        _, _, ys = self.rnn(None, None, sequence_embed(self.embed, xs, 0.2))
+        return F.sum(F.concat(ys, axis=0)[:1])
+
+
+def test_a_key_is_called_once_an_item():
+    numpy.random.seed(0)
+    differential.check_seeded(_Shuffled(), _batches(
+        numpy.random.RandomState(10), _SHAPES[:4]))
