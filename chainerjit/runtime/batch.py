@@ -363,9 +363,9 @@ def of_joined(key, joined, count):
     ``frontend.joining``) of ``count`` items: axis 0 of every array of
     that size (but joined segments), and the words of a padded list or of
     segments (:data:`WIDTH`, kept; ``W2``, ... for lists of items of
-    other lengths); the width alone for fewer than :data:`MIN_SIZE` items, or
-    ``None`` where no list is padded or cut (or, then, several widths
-    are)."""
+    other lengths); the widths alone for fewer than :data:`MIN_SIZE`
+    items (a sentence pair: its source's and its target's), or ``None``
+    where no list is padded or cut then."""
     specs = key[3]
     widths = collections.OrderedDict()  # by symbol: (leaves, axes)
     for leaf, j in sorted(joined.items(), key=lambda item: item[1].width):
@@ -374,11 +374,15 @@ def of_joined(key, joined, count):
             leaves, axes = widths.get(symbol, ((), ()))
             widths[symbol] = (leaves + (leaf,),
                               axes + (int(j.kind == 'pad'),))
-    if count < MIN_SIZE:  # the width alone, if padded
-        if len(widths) != 1:
+    if count < MIN_SIZE:  # the widths alone, the batch fixed
+        if not widths:
             return None
-        (leaves, axes), = widths.values()
-        return Batched(leaves, axes, _FIXED_BATCH)
+        (leaves, axes), others = list(widths.values())[0], tuple(
+            RowsBatched(width_leaves, None, width_axes, symbol)
+            for symbol, (width_leaves, width_axes) in
+            list(widths.items())[1:])
+        return Batched(leaves, axes, others + (_FIXED_BATCH,) if others
+                       else _FIXED_BATCH)
     leaves = tuple(leaf for leaf, spec in enumerate(specs)
                    if signature.is_array_spec(spec) and spec[0] and
                    spec[0][0] == count and (

@@ -2068,3 +2068,25 @@ def test_items_of_an_argument_returned_as_they_are(train):
             testing.assert_results_equal(loss, model.forward(xs, ts)[0])
         assert len(returned) == len(ts) and all(
             (a == b).all() for a, b in zip(returned, ts))
+
+
+def test_one_sentence_pair_at_a_time_serves_every_pair_of_lengths():
+    # Translation, one pair a call, after training on joined batches: the
+    # source's and the target's widths open, the batch of one fixed.
+    rng = numpy.random.RandomState(26)
+    model = _SentenceDecoder()
+    jitted = chainerjit.jit(model.copy(mode='copy').forward)
+    jitted(*_pairs(rng, True)[0])  # (a batch, in training: joined)
+    with warnings.catch_warnings(), chainer.using_config('train', False):
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for n, k in ((3, 4), (5, 2), (2, 2), (6, 7), (1, 3), (4, 1)):
+            args = ([rng.randint(0, 30, n).astype(I32)],
+                    [rng.randint(1, 30, k).astype(I32)],
+                    [rng.randint(1, 30, k).astype(I32)])
+            testing.assert_results_equal(jitted(*args), model.forward(*args))
+    single = [str(e.signature) for e in jitted.cache_entries()
+              if e.key[0] is False]
+    assert len(single) == 1 and single[0].startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[1]@cpu (array), '
+        'ys_in[0]: i32[W2]@cpu (array), ys_in[1]: i64[1]@cpu (array)'), \
+        single
