@@ -159,11 +159,17 @@ def sorted_order(j, args, kwargs):
     """The positions of the items of the list ``j`` joins in the order a
     call joins them: of a sorted list (``j.order``), sorted by the lengths
     of the items of the list it is sorted by, in its direction, stably as
-    Python's ``sorted``; else ``None``."""
+    Python's ``sorted`` (none, ``()``, where that list is not there);
+    else ``None``."""
     if j.order is None:
         return None
     path, descending = j.order
-    by = packing.holder(args, kwargs, path)[path[1]]
+    arguments = packing.holder(args, kwargs, path)
+    by = arguments.get(path[1]) if type(arguments) is dict else \
+        arguments[path[1]] if path[1] < len(arguments) else None
+    if type(by) not in (list, tuple) or not all(
+            isinstance(a, numpy.ndarray) and a.ndim for a in by):
+        return ()
     return sorted(range(len(by)), key=lambda i: len(by[i]),
                   reverse=descending)
 

@@ -1280,12 +1280,13 @@ def _rows_as_items(rows, items, recorder):
     where the forward computed them (not a list argument's own items,
     which a call returns as the caller's); else ``None``."""
     if all(isinstance(x, chainer.Variable) for x in items):
-        return rows if isinstance(rows, chainer.Variable) else None
-    if any(isinstance(x, chainer.Variable) for x in items):
+        if not isinstance(rows, chainer.Variable):
+            return None
+    elif any(isinstance(x, chainer.Variable) for x in items):
         return None
-    if isinstance(rows, chainer.Variable):
+    elif isinstance(rows, chainer.Variable):
         rows = rows.array
-    value = recorder.values.get(id(rows))
+    value = recorder.values.get(id(signature.leaf_array(rows)))
     return rows if value is not None and \
         value not in recorder.graph.inputs else None
 
