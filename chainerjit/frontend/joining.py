@@ -990,12 +990,14 @@ def widths_apart(args, kwargs, joins):
     gives other lengths (a source and a target as long, sentence by
     sentence, at the call that joined them), each on a width of its own
     (those as long still sharing one); ``None`` where no list does, or
-    the call's lists are not there to join."""
-    keys = []
+    the call's lists are not there to join, or differ in their number of
+    items."""
+    keys, counts = [], set()
     for j in joins:
         items = _joined_order(j, args, kwargs)
         if items is None:
             return None
+        counts.add(len(items))
         found = _width_key(j, items)
         keys.append(None if found is None else
                     (j.width, tuple(found[1])))
@@ -1003,7 +1005,8 @@ def widths_apart(args, kwargs, joins):
     for key in keys:
         if key is not None:
             shared[key[0]].add(key[1])
-    if all(len(found) == 1 for found in shared.values()):
+    if len(counts) != 1 or all(len(found) == 1
+                               for found in shared.values()):
         return None
     return tuple(_with_widths(joins, keys))
 

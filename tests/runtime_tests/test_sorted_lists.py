@@ -15,6 +15,7 @@ import pytest
 
 import chainerjit
 from chainerjit import errors
+from chainerjit import testing
 from benchmarks.bench_programs import sequence_embed
 from tests import differential
 from tests.runtime_tests.test_joined_lists import \
@@ -331,3 +332,20 @@ def test_a_key_is_called_once_an_item():
     numpy.random.seed(0)
     differential.check_seeded(_Shuffled(), _batches(
         numpy.random.RandomState(10), _SHAPES[:4]))
+
+
+def test_lists_of_other_counts_leave_the_joined_entry():
+    # Tags of another number than the sentences (zip stops at the
+    # shorter): run item by item, the tags' width still the sentences'.
+    calls = _batches(numpy.random.RandomState(11), ((3, 6), (2, 4)))
+    xs, ts = _batches(numpy.random.RandomState(12), ((4, 5),))[0]
+    calls += [(xs, ts[:3])] + _batches(numpy.random.RandomState(13),
+                                       ((5, 7), (3, 3)))
+    model = _PairsTagger()
+    jitted = chainerjit.jit(model.copy(mode='copy').forward)
+    with chainer.using_config('train', False):
+        for args in calls:
+            testing.assert_results_equal(jitted(*args), model.forward(*args))
+    joined = [str(e.signature) for e in jitted.cache_entries()
+              if str(e.signature).startswith('xs[0]: i32[W]')]
+    assert len(joined) == 1 and 'ts[0]: i32[W]@cpu' in joined[0], joined
