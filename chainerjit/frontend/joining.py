@@ -164,9 +164,7 @@ def sorted_order(j, args, kwargs):
     if j.order is None:
         return None
     path, descending = j.order
-    arguments = packing.holder(args, kwargs, path)
-    by = arguments.get(path[1]) if type(arguments) is dict else \
-        arguments[path[1]] if path[1] < len(arguments) else None
+    by = packing.argument_at(args, kwargs, path)
     if type(by) not in (list, tuple) or not all(
             isinstance(a, numpy.ndarray) and a.ndim for a in by):
         return ()
@@ -971,12 +969,9 @@ def _joined_order(j, args, kwargs):
     """The items of the call's list that ``j`` joins, in the order it joins
     them (:func:`sorted_order`); ``None`` where it is not there to join so
     (``Join.takes``)."""
-    arguments = packing.holder(args, kwargs, j.path)
-    key = j.path[1]
-    if (key >= len(arguments) if type(key) is int
-            else key not in arguments) or not j.takes(arguments[key]):
+    items = packing.argument_at(args, kwargs, j.path)
+    if items is None or not j.takes(items):
         return None
-    items = arguments[key]
     order = sorted_order(j, args, kwargs)
     if order is not None:
         if len(order) != len(items):

@@ -59,6 +59,15 @@ def holder(args, kwargs, path):
     return args if path[0] == 'args' else kwargs
 
 
+def argument_at(args, kwargs, path):
+    """The argument at ``path`` of a call, or ``None`` where the call has
+    none there."""
+    arguments, key = holder(args, kwargs, path), path[1]
+    if key >= len(arguments) if type(key) is int else key not in arguments:
+        return None
+    return arguments[key]
+
+
 def _distinct(args, kwargs, paths):
     """Each item is in one list once and is no other argument: rows are
     new objects, so ``xs[0] is xs[-1]`` or ``xs[0] is x0`` would change.

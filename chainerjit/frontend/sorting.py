@@ -56,10 +56,10 @@ def recording_sorted(builtin_sorted, recorder):
     ``sorted()``'s, comparing as the forward's code."""
     @lengths.for_the_forward
     def sorted_(iterable, /, *, key=None, reverse=False):
-        if _state.recorder is not recorder or recorder.depth or \
-                key is None or lengths.forward_line(1) is None:
+        loc = None if _state.recorder is not recorder or \
+            recorder.depth or key is None else lengths.forward_line(1)
+        if loc is None:
             return builtin_sorted(iterable, key=key, reverse=reverse)
-        loc = lengths.forward_line(1)
         elements = list(iterable)
         before = _Reads(recorder)
         keys = list(map(key, elements))  # (len() in key: the forward's)

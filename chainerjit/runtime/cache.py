@@ -22,6 +22,7 @@ from chainerjit.frontend import guards
 from chainerjit.frontend import lengths
 from chainerjit.frontend import signature
 from chainerjit.frontend import trace
+from chainerjit.ops import segments as segments_ops
 from chainerjit.runtime import _calls
 
 
@@ -545,9 +546,10 @@ def _cut(rows, lengths, shift, container):
     each of the length ``lengths`` (an argument's array) gives plus
     ``shift``, cut apart by ``F.split_axis`` (connected to the graph where
     it needs a gradient), in a ``container``."""
-    stops = numpy.cumsum(numpy.asarray(lengths) + shift)[:-1].tolist()
+    sizes = numpy.asarray(lengths) + shift
     if not isinstance(rows, chainer.Variable):
-        return container(numpy.split(rows, stops))
+        return container(segments_ops.items_of(rows, sizes))
+    stops = numpy.cumsum(sizes)[:-1].tolist()
     with chainer.using_config('enable_backprop', rows.requires_grad):
         return container(chainer.functions.split_axis(
             rows, stops, 0, force_tuple=True))
