@@ -157,6 +157,7 @@ class JitFunction(_calls.CachedCall):
         # result than eager: lengths stay in the key
         self._batch_static = False  # likewise for batch sizes
         self._numbers_static = False  # float and int arguments stay in the key
+        self._sizes_seen = batch.SizesSeen()  # at the calls that missed
         self._unpacked = set()  # list arguments recorded item by item
         # list arguments an entry serves item by item at any lengths
         self._ragged_paths = set()
@@ -266,6 +267,7 @@ class JitFunction(_calls.CachedCall):
         entry, params, symbols = self.cache.lookup(key, instance)
         if entry is None:
             self.cache.misses += 1
+            self._sizes_seen.note(key)
             if not self.budget.may_record(self.cache.hits):
                 self._warn_stopped()
                 return self._fallback(instance, args, kwargs)
@@ -562,45 +564,78 @@ class JitFunction(_calls.CachedCall):
     def _compile_any_batch(self, key, leaves, instance, args, kwargs,
                            packed=None):
         """Compiles a call, for any batch size where the VM may run its
-        program so (``batch.rows_batched``), where the call missed only for
-        the sizes of one or two axes, or, with ``jit(dynamic=True)``, from
-        the first call on, every other axis of its arrays too where the
-        program takes it at any size (``batch.every_axis_of``). The entry
-        compiled for the other size is then left out (the new one serves
-        it), or, where the batch size stays in the key, keeps its size
-        too, with the same note."""
-        looped = None
+        program so (``batch.rows_batched``): with the axes calls were seen
+        at several sizes open (:meth:`_compile_seen`), or where the call
+        missed an entry only for the sizes of one or two axes, those, or,
+        with ``jit(dynamic=True)``, from the first call on, every other
+        axis of its arrays too where the program takes it at any size
+        (``batch.every_axis_of``). The entry compiled for the other size is
+        then left out (the new one serves it), or, where the batch size
+        stays in the key, keeps its size too, with the same note."""
         sibling, batched = batch.widened_sibling(self.cache, key)
+        seen = self._sizes_seen.batched(key, set().union(*(
+            batch.trip_axes(e.symbolic) for e in self.cache.entries())))
+        if seen is not None and (batched is None or batch.open_axes(
+                batched) <= batch.open_axes(seen)):
+            return self._compile_seen(key, leaves, instance, args, kwargs,
+                                      packed, seen)
         if batched is None and self._options.get('dynamic'):
             batched = batch.every_axis_of(key)
-        elif batched is None:
-            looped = batch.looped_sibling(self.cache, key)
-            if looped is None:
-                self._warn_sizes(batch.sizes_sibling(self.cache, key))
-        elif batched.size_of(key) < batch.MIN_SIZE:
+        elif batched is not None and batched.size_of(key) < batch.MIN_SIZE:
             batched = None
         result = self._compile(key, leaves, instance, args, kwargs, packed,
                                batched=batched)
         entry = self.last_entry
-        if looped is not None and entry is not None:
-            looped[0].batch_note = entry.batch_note = looped[1]
-            self._warn_batch_static(looped[1])
+        self._drop_stale(entry)
         if sibling is None or entry is None:
             return result
         served = batch.batch_part(entry.symbolic)
-        if type(entry.symbolic) in (batch.RowsBatched, batch.TwoAxes):
-            for other in batch.served_by(self.cache, entry):
-                self.cache.remove(other)  # the new entry serves its calls
-        elif served is not None:
-            if batched.kept is None and batch.same_guards(sibling, entry) \
-                    and served.generalize(sibling.key) is not None:
-                self.cache.remove(sibling)
-            for other in batch.generalized_by(self.cache, entry) + \
-                    batch.short_ones_served_by(self.cache, entry):
-                self.cache.remove(other)  # the new entry serves its calls
+        if type(entry.symbolic) not in (batch.RowsBatched, batch.TwoAxes) \
+                and served is not None and batched.kept is None and \
+                batch.same_guards(sibling, entry) and \
+                served.generalize(sibling.key) is not None:
+            self.cache.remove(sibling)
+        if type(entry.symbolic) in (batch.RowsBatched, batch.TwoAxes) or \
+                served is not None:
+            self._drop_served(entry)
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note
         return result
+
+    def _compile_seen(self, key, leaves, instance, args, kwargs, packed,
+                      batched):
+        """Compiles a call with the axes calls were seen at several sizes
+        open (``batch.SizesSeen``), and drops the entries the new one
+        serves; where its sizes stay in the key, the entries of other sizes
+        keep theirs too, with the same note."""
+        result = self._compile(key, leaves, instance, args, kwargs, packed,
+                               batched=batched)
+        entry = self.last_entry
+        if entry is not None and entry.symbolic is not None:
+            self._drop_served(entry)
+        if entry is not None and entry.batch_note is not None:
+            for other in batch.alike_in_form(self.cache, entry):
+                other.batch_note = other.batch_note or entry.batch_note
+        self._drop_stale(entry)
+        return result
+
+    def _drop_served(self, entry):
+        """Drops the entries whose calls ``entry``, compiled for any sizes,
+        serves."""
+        served = batch.served_by(self.cache, entry) if type(
+            entry.symbolic) in (batch.RowsBatched, batch.TwoAxes) else \
+            batch.generalized_by(self.cache, entry) + \
+            batch.short_ones_served_by(self.cache, entry)
+        for other in served:
+            self.cache.remove(other)
+
+    def _drop_stale(self, entry):
+        """Drops, after a call of one row compiled ``entry``, the entries
+        of other sizes that their next call compiles for any
+        (``batch.SizesSeen.stale``)."""
+        if entry is not None:
+            for other in self._sizes_seen.stale(self.cache, entry):
+                self.cache.remove(other)
 
     def _compile_joined(self, key, leaves, instance, args, kwargs, joined):
         """Compiles a call whose lists are joined (see :meth:`call_key`)
@@ -1156,6 +1191,7 @@ class JitFunction(_calls.CachedCall):
         parameters frozen programs owned become writable again."""
         self.unfreeze()
         self.cache.clear()
+        self._sizes_seen = batch.SizesSeen()
         self.budget.clear()
         self._cut, self._driver, self._pieces = None, None, {}
         self._uncut = None

@@ -750,11 +750,12 @@ def _may_run_empty(loop, graph):
 
 def _peeled_only_starts(loop, users):
     """Does the first step peeled off ``loop`` (if any) compute only what
-    the loop starts from, so that with no iteration the values read
-    after the loop are its own? Not where it computes something else, read
-    after the loop or by no one (``h = h * 2`` at ``i == 0``, appended:
-    ``hs[-1]`` of one step is that, not the state the loop starts
-    from)."""
+    the loop starts from, or what is joined before the lists of its steps
+    (``ys.append(self.out(h))`` at every step, ``F.stack(ys)``), so that
+    with no iteration the values read after the loop are its own? Not where
+    it computes something else, read after the loop or by no one (``h = h
+    * 2`` at ``i == 0``, appended: ``hs[-1]`` of one step is that, not the
+    state the loop starts from)."""
     peeled = set(loop.region.peeled)
     starts = set(loop.inputs)
     made = set(v for node in peeled for v in node.outputs)
@@ -762,10 +763,34 @@ def _peeled_only_starts(loop, users):
         readers = [users.get(v, []) for v in node.outputs]
         if not any(readers) and made & set(node.inputs):
             return False  # (a value of the first step alone)
-        if any(v not in starts and any(r not in peeled for r in read)
-               for v, read in zip(node.outputs, readers)):
+        if any(v not in starts and any(
+                r not in peeled and not _joined_before_steps(v, r, loop, users)
+                for r in read) for v, read in zip(node.outputs, readers)):
             return False
     return True
+
+
+def _joined_before_steps(value, node, loop, users):
+    """Does ``node`` join ``value`` right before lists of ``loop``'s steps
+    that nothing else reads (not ``hs[-1]``, the first step's at one), of
+    a loop whose other outputs nothing reads (a state the first step made
+    otherwise than the value it appended, ``h * 2`` at ``i == 0``)?"""
+    if node is None or structural.kind(node) != structural.JOIN or \
+            value not in node.inputs or any(
+                users.get(v) for v in loop.outputs if v.dtype != object):
+        return False
+    after = node.inputs[node.inputs.index(value) + 1:]
+    lists = set(v for v in loop.outputs if v.dtype == object)
+    return bool(after) and all(v in lists or v is value for v in after) \
+        and all(r is not None and (structural.kind(r) == structural.JOIN and
+                                   value in r.inputs or _unread(r, users))
+                for v in lists & set(after) for r in users.get(v, []))
+
+
+def _unread(node, users):
+    """Does nothing read ``node``'s outputs (a node dead code elimination
+    drops)?"""
+    return not any(users.get(v) for v in node.outputs)
 
 
 def _symbolic_trips(graph, loops, deltas, symbol):

@@ -106,7 +106,8 @@ class BatchAxis(object):
 
 
 class Batched(BatchAxis, collections.namedtuple(
-        'Batched', 'leaves axes kept guessed', defaults=(None, None, False))):
+        'Batched', 'leaves axes kept guessed seen',
+        defaults=(None, None, False, False))):
     """How an entry that one onnxruntime session runs at every batch size
     reads a call's key: ``leaves`` are the indexes of the arguments whose
     axis 0 is the batch (every array argument). ``kept``: the
@@ -114,11 +115,44 @@ class Batched(BatchAxis, collections.namedtuple(
     before already took at any value (:func:`width_sibling`), to keep.
     ``guessed``: ``kept`` are the axes ``jit(dynamic=True)`` asks to open
     from the first call (:func:`every_axis_of`), those the program cannot
-    take at any size staying in the key without a word."""
+    take at any size staying in the key without a word. ``seen``: the
+    axes are those calls were seen at several sizes (:class:`SizesSeen`),
+    any of them the batch: those symbolic trip counts take are left out
+    (:meth:`without_axes`), and where the first cannot be open, the next
+    is tried (:meth:`each_first`)."""
 
     __slots__ = ()
     min_size = 0
     symbol = BATCH
+
+    def groups(self):
+        """``[[(leaf, axis), ...], ...]``: the batch, then each axis
+        kept."""
+        return [self.batch_axes()] + [k.batch_axes()
+                                      for k in kept_axes(self)]
+
+    def without_axes(self, axes):
+        """This ``Batched`` without the groups all of whose axes are in
+        ``axes``; ``None`` where none is left."""
+        left = [g for g in self.groups() if not set(g) <= set(axes)]
+        return _of_groups(left, self) if left else None
+
+    def each_first(self):
+        """This ``Batched``, then the same axes with each kept group as
+        the batch in turn."""
+        groups = self.groups()
+        return [_of_groups(groups[k:k + 1] + groups[:k] + groups[k + 1:],
+                           self) for k in range(len(groups))]
+
+
+def _of_groups(groups, like):
+    """A ``Batched`` as ``like`` of ``groups`` of ``(leaf, axis)``, the
+    first the batch, the others kept (``W``, ``W2``, ...)."""
+    (leaves, at), rest = zip(*groups[0]), [zip(*g) for g in groups[1:]]
+    kept = tuple(RowsBatched(kept_leaves, None, kept_at, width_symbol(k))
+                 for k, (kept_leaves, kept_at) in enumerate(rest, 1))
+    return like._replace(leaves=leaves, axes=at if any(at) else None,
+                         kept=kept or None)
 
 
 class RowsBatched(BatchAxis, collections.namedtuple(
@@ -580,7 +614,26 @@ def _conditions_hold(entry, other):
         return True
     if other.symbolic is None:
         return entry.symbolic.generalize(other.key) is not None
-    return set(conditions) <= set(getattr(other.symbolic, 'conditions', ()))
+    theirs = set(getattr(other.symbolic, 'conditions', ()))
+    if set(conditions) <= theirs:
+        return True
+    parts = _rows_parts(entry.symbolic)
+    return set(conditions) <= set(c for part in parts
+                                  for c in part.conditions) and all(
+        set(part.conditions) <= theirs if type(size) is not int else
+        all(lengths.holds(c, size) for c in part.conditions)
+        for part in parts for size in [part.size_of(other.key)])
+
+
+def _rows_parts(symbolic):
+    """The :class:`RowsBatched` of each axis an entry's sizes leave open
+    (but trip counts')."""
+    if isinstance(symbolic, TwoAxes):
+        return [r for r in (symbolic.batch,) + symbolic.widths
+                if type(r) is RowsBatched]
+    if isinstance(symbolic, TripsAndBatch):
+        return _rows_parts(symbolic.batch)
+    return [symbolic] if type(symbolic) is RowsBatched else []
 
 
 def generalized_by(cache, entry):
@@ -755,55 +808,6 @@ def trips_sibling(cache, key):
     return None
 
 
-def looped_sibling(cache, key):
-    """Why a call that misses only for the size of one axis that an entry
-    with symbolic trip counts holds fixed (a batch size) compiles on its
-    own: that entry's loop, rolled into a region, has steps compiled for
-    the recorded size. ``(entry, why)``, or ``None`` where no such entry
-    is."""
-    for entry, general in _alike_entries(cache, key, lambda entry: (
-            entry.program is not None and entry.symbolic is not None and
-            _trips_only(entry))):
-        axes = _differing_axes(entry.key[3], general[3])
-        regions = [n for n in entry.graph.nodes if n.region is not None]
-        if axes and regions:
-            leaf, axis = axes[0]
-            names = [name for name, _ in entry.signature.items]
-            return entry, '%s changes, and the loop rolled into a region%s ' \
-                'has steps compiled for its recorded size' % (
-                    axes_named([(leaf, axis)], names),
-                    ragged.at(regions[0].loc))
-    return None
-
-
-def sizes_sibling(cache, key):
-    """Why a call that misses a compiled entry of the same mode only for
-    the sizes of its arrays compiles an entry of its own, where those
-    sizes changed on more than one axis of an array at once (the batch
-    size and the padded width, the steps and the batch of a time-major
-    batch): an entry follows one changing axis. A line, or ``None``."""
-    for entry, general in _alike_entries(cache, key, lambda entry: (
-            entry.program is not None)):
-        changed = [(leaf, axes) for leaf, axes in
-                   _differing(entry.key[3], general[3]) or () if axes]
-        if any(len(axes) > 1 for _, axes in changed):
-            names = [name for name, _ in entry.signature.items]
-            return ', '.join(
-                axes_named([(leaf, axis) for axis in axes], names, ' and ')
-                for leaf, axes in changed if len(axes) > 1) + \
-                ' changed in one call, and an entry follows the sizes of ' \
-                'one axis (a batch, or the words of a padded batch) that ' \
-                'change: each new combination compiles again'
-    return None
-
-
-def _differing_axes(old, new):
-    """The ``(leaf, axis)`` where two keys' array specs differ in size, if
-    they differ in nothing else; else ``[]``."""
-    return [(leaf, axis) for leaf, axes in _differing(old, new) or ()
-            for axis in axes]
-
-
 def _differing(old, new):
     """``[(leaf, [axes whose sizes differ]), ...]`` for every array leaf of
     two keys' specs, or ``None`` where they differ otherwise."""
@@ -858,6 +862,151 @@ def every_axis_of(key):
             kept.append(RowsBatched(leaves, None, at,
                                     width_symbol(len(kept) + 1)))
     return batched._replace(kept=tuple(kept) or None, guessed=True)
+
+
+class SizesSeen(object):
+    """The sizes of the array arguments' axes at each call that missed, by
+    the form of the call (its key but for those sizes, in either mode).
+    An axis seen at two sizes is asked open at every later recording where
+    its size is :data:`MIN_SIZE` or more (:meth:`batched`), whichever
+    entries the cache holds then, as ``torch.compile``'s automatic dynamic
+    remembers the sizes it saw: an entry of another size left in the cache
+    when a batch of one came (:meth:`stale`) is compiled again so."""
+
+    def __init__(self):
+        self._seen = {}  # form: {shapes: None}, in the order seen
+
+    def note(self, key):
+        """Notes the sizes of a call that missed."""
+        self._seen.setdefault(_form(key), {})[_shapes(key)] = None
+
+    def varying(self, key):
+        """``{(leaf, axis): sizes seen}`` of the axes of a call's form seen
+        at two sizes or more."""
+        seen = list(self._seen.get(_form(key), ()))
+        return dict(((leaf, axis), sizes)
+                    for leaf, shape in enumerate(_shapes(key)) if shape
+                    for axis in range(len(shape))
+                    for sizes in [tuple(s[leaf][axis] for s in seen)]
+                    if len(set(sizes)) > 1)
+
+    def batched(self, key, taken=frozenset()):
+        """The ``Batched`` of the axes of a call seen at several sizes,
+        of :data:`MIN_SIZE` or more in this call, but for ``taken`` (axes
+        symbolic trip counts take) and a list's items (``runtime.ragged``
+        follows their lengths): the axes whose sizes went alike
+        at every call are one symbol (a batch of inputs and labels), one
+        axis of each array (a time-major batch's steps and rows, both
+        first seen at one size, are two); else ``None``."""
+        groups = collections.OrderedDict()  # (sizes, size now): [(leaf, axis)]
+        shapes, items = _shapes(key), _list_items(key[2])
+        for (leaf, axis), sizes in sorted(self.varying(key).items()):
+            n = shapes[leaf][axis]
+            if type(n) is int and n >= MIN_SIZE and leaf not in items and \
+                    (leaf, axis) not in taken:
+                groups.setdefault((sizes, n), []).append((leaf, axis))
+        groups = [axes for group in groups.values()
+                  for axes in _one_axis_each(group)]
+        return _of_groups(groups, Batched((), seen=True)) if groups \
+            else None
+
+    def stale(self, cache, entry):
+        """The entries of ``cache`` that would serve the call of one row
+        that compiled ``entry`` (at an axis seen at several sizes) but for
+        that axis, which they hold at another size, fixed, and may take
+        at any (no ``batch_note``): compiled again at their next call,
+        that axis open, an entry serves both."""
+        ones = set((leaf, axis) for leaf, axis in self.varying(entry.key)
+                   if _shapes(entry.key)[leaf][axis] == 1)
+        if not ones or entry.batch_note is not None:
+            return []
+        return [other for other in alike_in_form(cache, entry)
+                if other.program is not None and other.batch_note is None
+                and _but_for_ones(_shapes(other.key), _shapes(entry.key),
+                                  ones)]
+
+
+def alike_in_form(cache, entry):
+    """The other entries of ``cache`` of ``entry``'s mode and form (its key
+    but for the sizes of the arrays' axes)."""
+    return [other for other in cache.entries() if other is not entry and
+            other.key[:2] == entry.key[:2] and
+            _form(other.key) == _form(entry.key)]
+
+
+def _but_for_ones(shapes, ones_shapes, ones):
+    """Are ``shapes`` ``ones_shapes`` but for axes among ``ones`` (one row
+    there) of a fixed size that may be open (one at least), or of sizes
+    open already?"""
+    fixed = [(m, n) for shape, one_shape in zip(shapes, ones_shapes)
+             if shape is not None for m, n in zip(shape, one_shape)]
+    axes = [(leaf, axis) for leaf, shape in enumerate(shapes)
+            if shape is not None for axis in range(len(shape))]
+    opened = [(leaf, axis) for (leaf, axis), (m, n) in zip(axes, fixed)
+              if m != n and type(m) is int]
+    return bool(opened) and set(opened) <= ones and all(
+        type(m) is int and m >= MIN_SIZE for m, _ in (
+            fixed[axes.index(a)] for a in opened))
+
+
+def _list_items(structure):
+    """The leaves of a call's structure (a key's) that are items of a list
+    or tuple argument of several arrays."""
+    found, leaves = set(), iter(range(1 << 30))
+
+    def walk(node, in_list):
+        if node == 'A' or node == 'V':
+            leaf = next(leaves)
+            if in_list:
+                found.add(leaf)
+        elif node[0] in ('list', 'tuple', 'dict'):
+            items = node[-1]
+            several = node[0] != 'dict' and sum(
+                item == 'A' or item == 'V' for item in items) > 1
+            for item in items:
+                walk(item, in_list or several)
+
+    while structure[0] in ('packed', 'joined'):  # (a marked key's)
+        structure = structure[2]
+    for part in signature.argument_parts(structure):
+        for argument in () if part is None else part[-1]:
+            walk(argument, False)
+    return found
+
+
+def _one_axis_each(axes):
+    """``axes`` (``(leaf, axis)``) as one group, or, where a leaf has two
+    of them, one group for each axis."""
+    leaves = [leaf for leaf, _ in axes]
+    if len(set(leaves)) == len(leaves):
+        return [axes]
+    by_axis = collections.OrderedDict()
+    for leaf, axis in axes:
+        by_axis.setdefault(axis, []).append((leaf, axis))
+    return list(by_axis.values())
+
+
+def trip_axes(symbolic_sizes):
+    """The ``(leaf, axis)`` that an entry's symbolic trip counts leave
+    open (``symbolic.Symbolic``'s wildcards)."""
+    trips = getattr(symbolic_sizes, 'trips', symbolic_sizes)
+    if not isinstance(trips, symbolic.Symbolic):
+        return set()
+    return set((leaf, axis) for part in trips.parts()
+               for leaf, axes in part.wildcards for axis in axes)
+
+
+def _form(key):
+    """A key but for the sizes of its arrays' axes (and its mode)."""
+    return (key[2], tuple(
+        (len(spec[0]),) + tuple(spec[1:]) if signature.is_array_spec(spec)
+        else spec for spec in key[3])) + tuple(key[4:])
+
+
+def _shapes(key):
+    """The shape of each array leaf of a key, ``None`` for the others."""
+    return tuple(spec[0] if signature.is_array_spec(spec) else None
+                 for spec in key[3])
 
 
 def rows_batched(graph, batched, size, uses, names, symbol=BATCH):

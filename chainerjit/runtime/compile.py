@@ -242,13 +242,15 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         items, items_note = (None, None) if lengths is not None or \
             packed is not None else _items_of_any_length(
                 caller, graph, sig, len(leaves), recording)
+        if batched is not None and batched.seen:  # (trips take theirs)
+            batched = batched.without_axes(batch.trip_axes(lengths))
         rows, batch_note = (None, None) if \
             items is not None or batched is None or (
                 varying is not None and lengths is not None) or \
             type(batched.size_of(key)) is not int \
             else _batch_of_any_size(caller, graph, sig, batched, recording,
                                     lengths is not None or key[1],
-                                    _trip_axes(lengths))
+                                    batch.trip_axes(lengths))
         # (A packed call whose packing does not pay is recorded again.)
         if packed is None or joined:
             _warn_unrolled_loops(caller, unrolled, items, sig,
@@ -678,34 +680,34 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
             axis for _, axis in batched.batch_axes()) else None
     elif not structural.undoable(graph.nodes, loops=True):
         why = _side_effects(graph)
-    else:
-        # Other sizes are checked by running the program and eagerly.
-        made_again = batch.remake_rows(graph, recording.made_rows, batched)
-        uses = [use for use in recording.length_uses
-                if use not in made_again]
-        kept = batch.kept_axes(batched)
-        rows, why = batch.rows_batched(
-            graph, batched, _recorded_size(sig, batched), uses, names,
-            batch.free_symbol(kept))
-        for other in kept if rows is not None else ():
-            if other.leaves and \
-                    not set(other.batch_axes()) <= open_already:
-                rows = _with_other_axis(caller, graph, sig, rows, other,
-                                        uses, names, batched.guessed)
+    else:  # (axes seen at several sizes: whichever may be the batch)
+        for tried in batched.each_first() if batched.seen else [batched]:
+            rows, why_not = _rows_open(caller, graph, sig, tried, recording,
+                                       names, open_already)
+            why = None if rows is not None else why or why_not
+            if rows is not None:
+                break
     if why is not None and caller.warn_batch is not None:
         changed = batch.axes_named(batched.batch_axes(), names, ' and ')
         caller.warn_batch(why, changed)
     return rows, why
 
 
-def _trip_axes(symbolic_sizes):
-    """The ``(leaf, axis)`` that an entry's symbolic trip counts leave
-    open (``symbolic.Symbolic``'s wildcards)."""
-    trips = getattr(symbolic_sizes, 'trips', symbolic_sizes)
-    if not isinstance(trips, symbolic.Symbolic):
-        return set()
-    return set((leaf, axis) for part in trips.parts()
-               for leaf, axes in part.wildcards for axis in axes)
+def _rows_open(caller, graph, sig, batched, recording, names,
+               open_already):
+    """``_batch_of_any_size``'s ``(rows, why)`` of the VM's program.
+    Other sizes are checked by running the program and eagerly."""
+    made_again = batch.remake_rows(graph, recording.made_rows, batched)
+    uses = [use for use in recording.length_uses if use not in made_again]
+    kept = batch.kept_axes(batched)
+    rows, why = batch.rows_batched(
+        graph, batched, _recorded_size(sig, batched), uses, names,
+        batch.free_symbol(kept))
+    for other in kept if rows is not None else ():
+        if other.leaves and not set(other.batch_axes()) <= open_already:
+            rows = _with_other_axis(caller, graph, sig, rows, other, uses,
+                                    names, batched.guessed)
+    return rows, why
 
 
 def _recorded_size(sig, batched):
@@ -1063,7 +1065,7 @@ def _why_joins_fixed(entry, batched):
     if entry.program is None:
         return entry.fallback
     if batch.open_axes(batched) <= batch.open_axes(entry.symbolic) | \
-            _trip_axes(entry.symbolic):
+            batch.trip_axes(entry.symbolic):
         return None
     return entry.batch_note or 'the program takes them at their recorded ' \
         'sizes only'

@@ -832,16 +832,22 @@ class _Weighted(_Recurrent):
         return F.sum(h) * F.sum(w)
 
 
-def test_sizes_other_than_a_batch_with_a_loop_say_why(fresh_warnings):
+def test_sizes_other_than_a_batch_with_a_loop_open_too(fresh_warnings):
+    # The batch changes only at the third call, with the steps and the
+    # weights' length: the sizes seen open the batch and the weights, the
+    # steps a symbolic trip count, and one entry serves every call.
     model = _model(_Weighted)
     rng = numpy.random.RandomState(0)
-    messages = _recompile_warnings(chainerjit.jit(model.forward), [
+    jitted = chainerjit.jit(model.forward)
+    messages = _recompile_warnings(jitted, [
         (rng.randn(batch, steps, 4).astype(F32), rng.randn(n).astype(F32))
-        for batch, steps, n in [(3, 5, 2), (3, 7, 2), (8, 6, 5)]],
-        model.forward)
-    why = 'x.shape[0] changes, and the loop rolled into a region at ' \
-        'test_batch_any_size.py'
-    assert any(why in m for m in messages), messages
+        for batch, steps, n in [(3, 5, 2), (3, 7, 2), (8, 6, 5), (2, 9, 3),
+                                (1, 4, 7), (8, 6, 5)]], model.forward)
+    assert messages == []
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'x: f32[B,T,4]@cpu (array), w: f32[W]@cpu'), entry.signature
+    assert jitted.cache_info().misses == 2
 
 
 class _LSTMSteps(chainer.Chain):

@@ -361,7 +361,9 @@ def test_an_entry_for_every_size_leaves_those_of_another_state():
                 testing.assert_results_equal(jitted(x), model.forward(x),
                                              rtol=1e-5, atol=1e-5)
     info = jitted.cache_info()
-    assert info.misses == 4, jitted.cache_report()  # (both flags' sizes)
+    # Both sizes of the first state's; the sizes seen then open the batch
+    # at the second state's first call.
+    assert info.misses == 3, jitted.cache_report()
 
 
 def _bernoulli_entropy(x):
