@@ -124,6 +124,20 @@ def _lstm_models():
                 h, c = self.step(xs[t], h, c)
             return self.out(h)
 
+    class LazyLSTM(Steps):
+        """The state made at the first step, each step's output
+        stacked."""
+
+        def forward(self, xs):
+            h = c = None
+            ys = []
+            for x in xs:
+                if h is None:
+                    h = c = self.xp.zeros((x.shape[0], H), numpy.float32)
+                h, c = self.step(x, h, c)
+                ys.append(self.out(h))
+            return F.stack(ys)
+
     class BiLSTM(Steps):
         def forward(self, xs):
             T = len(xs)
@@ -246,7 +260,7 @@ def _lstm_models():
                 self.words(F.concat(hs, axis=0)), targets.reshape(-1))
 
     return LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, \
-        LanguageModel, BiLSTMJoined, AttentionSeq2Seq
+        LanguageModel, BiLSTMJoined, AttentionSeq2Seq, LazyLSTM
 
 
 VOCABULARY = 100
@@ -261,14 +275,15 @@ def _words_and_targets(rng):
                  for _ in range(2))
 
 
-def _steps(batch_first=False, batches=False, longest=40):
-    """``inputs(rng)``: one sequence argument of a random length of 5 to
-    ``longest`` (time-major, or batch-first), of 8 rows or a random batch
-    of 2 to 64."""
+def _steps(batch_first=False, batches=False, longest=40, shortest=5,
+           fewest=2):
+    """``inputs(rng)``: one sequence argument of a random length of
+    ``shortest`` to ``longest`` (time-major, or batch-first), of 8 rows or
+    a random batch of ``fewest`` to 64."""
     def inputs(rng):
         import numpy
-        batch = rng.randint(2, 65) if batches or batch_first else 8
-        length = rng.randint(5, longest + 1)
+        batch = rng.randint(fewest, 65) if batches or batch_first else 8
+        length = rng.randint(shortest, longest + 1)
         shape = (batch, length, I) if batch_first else (length, batch, I)
         return rng.standard_normal(shape).astype(numpy.float32),
     return inputs
@@ -922,7 +937,7 @@ def workloads():
 
     from examples import models
     LSTM, BiLSTM, BatchFirst, EncoderClassifier, Seq2Seq, LanguageModel, \
-        BiLSTMJoined, AttentionSeq2Seq = _lstm_models()
+        BiLSTMJoined, AttentionSeq2Seq, LazyLSTM = _lstm_models()
     mlp = (models.MLP, lambda rng, b: rng.randn(b, 784).astype(
         numpy.float32))
     block = (models.EncoderBlock, lambda rng, b: rng.randn(
@@ -1011,6 +1026,11 @@ def workloads():
          _training(BiLSTM, _steps())),
         ('LSTM training, lengths 5 to 40, batches 2 to 64', 'chainerjit',
          _training(LSTM, _steps(batches=True))),
+        ('LSTM training, lengths 1 to 40, batches 1 to 64', 'chainerjit',
+         _training(LSTM, _steps(batches=True, shortest=1, fewest=1))),
+        ('LSTM with its state made at the first step training, lengths 1 '
+         'to 40, batches 1 to 64', 'chainerjit',
+         _training(LazyLSTM, _steps(batches=True, shortest=1, fewest=1))),
         ('batch-first LSTM training, batches 2 to 64, lengths 5 to 40',
          'chainerjit', _training(BatchFirst, _steps(batch_first=True))),
         ('encoder sub-chain training, steps averaged, lengths 5 to 60, '

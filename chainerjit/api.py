@@ -655,8 +655,8 @@ class JitFunction(_calls.CachedCall):
             self.cache.remove(sibling)  # (the new entry takes its numbers)
         if entry is not None and entry.symbolic is not None:
             for other in batch.served_by(self.cache, entry):
-                if _is_joined(other) and other.symbolic is None:
-                    self.cache.remove(other)  # (a batch of one, first)
+                if _is_joined(other):  # (a batch of one, first)
+                    self.cache.remove(other)
         return result
 
     def _forget_joined(self):

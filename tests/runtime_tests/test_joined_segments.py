@@ -227,6 +227,17 @@ def test_serving_batches_of_one_to_many_sentences():
         ['xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'], jitted.cache_report()
 
 
+@pytest.mark.parametrize('train', [False, True])
+def test_a_batch_of_one_sentence_seen_second_keeps_one_entry(train):
+    # The single sentence, recorded with its widths open and its batch
+    # fixed, is served by the entry of every count that follows.
+    calls = _batches(numpy.random.RandomState(4), (3, 1, 4, 1, 2, 1))
+    jitted = checked_without_recompiling(lambda: _encoder('lstm'), calls,
+                                         train)
+    assert [str(e.signature)[:40] for e in jitted.cache_entries()] == \
+        ['xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'], jitted.cache_report()
+
+
 @settings(deadline=None, max_examples=10)
 @given(st.sampled_from(sorted(_LINKS)),
        st.lists(st.lists(st.integers(1, 9), min_size=2, max_size=9),
