@@ -573,8 +573,7 @@ class JitFunction(_calls.CachedCall):
         then left out (the new one serves it), or, where the batch size
         stays in the key, keeps its size too, with the same note."""
         sibling, batched = batch.widened_sibling(self.cache, key)
-        seen = self._sizes_seen.batched(key, set().union(*(
-            batch.trip_axes(e.symbolic) for e in self.cache.entries())))
+        seen = self._sizes_seen.batched(key)
         if seen is not None and (batched is None or batch.open_axes(
                 batched) <= batch.open_axes(seen)):
             return self._compile_seen(key, leaves, instance, args, kwargs,

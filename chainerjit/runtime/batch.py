@@ -26,7 +26,9 @@ batch's rows takes their number from its arrays (:func:`rows_batched`, as
 (:class:`RowsBatched`) replaces the one of the other size. A call that
 changes several axes at once (the batch and the steps, a second length)
 is compiled for any sizes of all, each group of axes that changed alike
-one symbol (:func:`axes_sibling`, :class:`TwoAxes`). With
+one symbol (:func:`axes_sibling`, :class:`TwoAxes`). The axes a miss
+opens are those the function's calls were seen at several sizes, in
+either mode, whichever entries the cache holds (:class:`SizesSeen`). With
 ``jit(dynamic=True)`` the first call is compiled so, every axis the
 program takes at any size open (:func:`every_axis_of`). Loops are followed
 into their bodies; an entry whose trip counts are symbolic too reads its
@@ -34,6 +36,7 @@ key through :class:`TripsAndBatch`.
 """
 
 import collections
+import itertools
 
 import chainer
 import numpy
@@ -132,9 +135,10 @@ class Batched(BatchAxis, collections.namedtuple(
                                       for k in kept_axes(self)]
 
     def without_axes(self, axes):
-        """This ``Batched`` without the groups all of whose axes are in
-        ``axes``; ``None`` where none is left."""
-        left = [g for g in self.groups() if not set(g) <= set(axes)]
+        """This ``Batched`` without ``axes``; ``None`` where none is
+        left."""
+        left = [[a for a in g if a not in axes] for g in self.groups()]
+        left = [g for g in left if g]
         return _of_groups(left, self) if left else None
 
     def each_first(self):
@@ -651,15 +655,17 @@ def generalized_by(cache, entry):
 
 def short_ones_served_by(cache, entry):
     """The entries of ``cache`` of a batch open (:class:`RowsBatched`) at
-    a length too short for their loops to roll that ``entry``, of
-    symbolic trip counts and a batch open (:class:`TripsAndBatch`),
-    serves: of the same mode and guards, their keys alike but for the
-    sizes ``entry`` leaves open, their lengths not below its least."""
+    a length too short for their loops to roll, or of the steps open as
+    rows too (:class:`TwoAxes`: a loop of two steps, unrolled), that
+    ``entry``, of symbolic trip counts and a batch open
+    (:class:`TripsAndBatch`), serves: of the same mode and guards, their
+    keys alike but for the sizes ``entry`` leaves open, their lengths not
+    below its least."""
     trips = getattr(entry.symbolic, 'trips', None)
     if not isinstance(trips, symbolic.Symbolic):
         return []
     return [other for other in served_by(cache, entry)
-            if type(other.symbolic) is RowsBatched and
+            if type(other.symbolic) in (RowsBatched, TwoAxes) and
             _long_enough(entry.key, other.key, trips)]
 
 
@@ -890,20 +896,18 @@ class SizesSeen(object):
                     for sizes in [tuple(s[leaf][axis] for s in seen)]
                     if len(set(sizes)) > 1)
 
-    def batched(self, key, taken=frozenset()):
+    def batched(self, key):
         """The ``Batched`` of the axes of a call seen at several sizes,
-        of :data:`MIN_SIZE` or more in this call, but for ``taken`` (axes
-        symbolic trip counts take) and a list's items (``runtime.ragged``
-        follows their lengths): the axes whose sizes went alike
-        at every call are one symbol (a batch of inputs and labels), one
-        axis of each array (a time-major batch's steps and rows, both
-        first seen at one size, are two); else ``None``."""
+        of :data:`MIN_SIZE` or more in this call, but for a list's items
+        (``runtime.ragged`` follows their lengths): the axes whose sizes
+        went alike at every call are one symbol (a batch of inputs and
+        labels), one axis of each array (a time-major batch's steps and
+        rows, both first seen at one size, are two); else ``None``."""
         groups = collections.OrderedDict()  # (sizes, size now): [(leaf, axis)]
         shapes, items = _shapes(key), _list_items(key[2])
         for (leaf, axis), sizes in sorted(self.varying(key).items()):
             n = shapes[leaf][axis]
-            if type(n) is int and n >= MIN_SIZE and leaf not in items and \
-                    (leaf, axis) not in taken:
+            if type(n) is int and n >= MIN_SIZE and leaf not in items:
                 groups.setdefault((sizes, n), []).append((leaf, axis))
         groups = [axes for group in groups.values()
                   for axes in _one_axis_each(group)]
@@ -936,23 +940,20 @@ def alike_in_form(cache, entry):
 
 def _but_for_ones(shapes, ones_shapes, ones):
     """Are ``shapes`` ``ones_shapes`` but for axes among ``ones`` (one row
-    there) of a fixed size that may be open (one at least), or of sizes
-    open already?"""
-    fixed = [(m, n) for shape, one_shape in zip(shapes, ones_shapes)
-             if shape is not None for m, n in zip(shape, one_shape)]
-    axes = [(leaf, axis) for leaf, shape in enumerate(shapes)
-            if shape is not None for axis in range(len(shape))]
-    opened = [(leaf, axis) for (leaf, axis), (m, n) in zip(axes, fixed)
+    there), one at least, where they have a fixed size that may be open,
+    and for sizes open already?"""
+    differ = [(leaf, axis, m) for leaf, shape in enumerate(shapes)
+              if shape is not None
+              for axis, (m, n) in enumerate(zip(shape, ones_shapes[leaf]))
               if m != n and type(m) is int]
-    return bool(opened) and set(opened) <= ones and all(
-        type(m) is int and m >= MIN_SIZE for m, _ in (
-            fixed[axes.index(a)] for a in opened))
+    return bool(differ) and all((leaf, axis) in ones and m >= MIN_SIZE
+                                for leaf, axis, m in differ)
 
 
 def _list_items(structure):
     """The leaves of a call's structure (a key's) that are items of a list
     or tuple argument of several arrays."""
-    found, leaves = set(), iter(range(1 << 30))
+    found, leaves = set(), itertools.count()
 
     def walk(node, in_list):
         if node == 'A' or node == 'V':

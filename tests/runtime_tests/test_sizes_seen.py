@@ -139,8 +139,9 @@ def _calls_alike(model, shapes, train, make):
     rng = numpy.random.RandomState(len(shapes))
     with chainer.using_config('train', train):
         for shape in shapes:
-            x = make(rng, shape)
-            ours, theirs = jitted(x), eager.forward(x)
+            args = make(rng, shape)
+            args = args if isinstance(args, tuple) else (args,)
+            ours, theirs = jitted(*args), eager.forward(*args)
             testing.assert_results_equal(ours, theirs, rtol=1e-4, atol=1e-5)
             if train:
                 for result, m in ((ours, model), (theirs, eager)):
@@ -299,3 +300,38 @@ def test_an_axis_that_cannot_open_leaves_the_other_open():
                                            'xs: f32[6,B,3]']
     assert any('xs.shape[0] converted to float' in str(w.message)
                for w in caught if w.category is errors.RecompileWarning)
+
+
+class _StepLosses(chainer.Chain):
+    """A loss at every step, of labels as many as the steps, over the
+    number of labels."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.rnn = L.StatelessGRU(I, H)
+            self.out = L.Linear(H, K)
+
+    def forward(self, xs, ts):
+        T, B, _ = xs.shape
+        h = self.xp.zeros((B, H), 'f')
+        loss = 0
+        for t in range(T):
+            h = self.rnn(h, xs[t])
+            loss += F.sum(F.softmax_cross_entropy(self.out(h), ts[t],
+                                                  reduce='no'))
+        return loss / (T * B)
+
+
+def _steps_and_labels(rng, shape):
+    return _steps(rng, shape), rng.randint(0, K, shape).astype(numpy.int32)
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_a_first_call_of_one_step_then_one_row_keeps_one_entry(train):
+    # One step first, a batch of one next: the entry of one step is
+    # taken for a sibling of fixed steps, not for the steps it loops over.
+    jitted = _calls_alike(_StepLosses(), [(1, 2), (4, 1), (5, 2), (5, 2),
+                                          (16, 2), (3, 1)], train,
+                          _steps_and_labels)
+    assert _signatures(jitted) == ['xs: f32[T,B,3]'], jitted.cache_report()
