@@ -588,14 +588,13 @@ class JitFunction(_calls.CachedCall):
         self._drop_stale(entry)
         if sibling is None or entry is None:
             return result
-        served = batch.batch_part(entry.symbolic)
-        if type(entry.symbolic) not in (batch.RowsBatched, batch.TwoAxes) \
-                and served is not None and batched.kept is None and \
+        if isinstance(entry.symbolic, batch.TripsAndBatch) and \
+                batched.kept is None and \
                 batch.same_guards(sibling, entry) and \
-                served.generalize(sibling.key) is not None:
+                entry.symbolic.batch.generalize(sibling.key) is not None:
             self.cache.remove(sibling)
-        if type(entry.symbolic) in (batch.RowsBatched, batch.TwoAxes) or \
-                served is not None:
+        if type(entry.symbolic) in (batch.RowsBatched, batch.TwoAxes,
+                                    batch.TripsAndBatch):
             self._drop_served(entry)
         elif entry.batch_note is not None:
             sibling.batch_note = entry.batch_note

@@ -12,6 +12,7 @@ import collections
 import numpy
 
 from chainerjit.frontend import lengths
+from chainerjit.frontend import packing
 from chainerjit.frontend import rolling
 from chainerjit.frontend import signature
 from chainerjit.frontend import traced
@@ -783,14 +784,9 @@ def _joined_before_steps(value, node, loop, users):
     lists = set(v for v in loop.outputs if v.dtype == object)
     return bool(after) and all(v in lists or v is value for v in after) \
         and all(r is not None and (structural.kind(r) == structural.JOIN and
-                                   value in r.inputs or _unread(r, users))
+                                   value in r.inputs or
+                                   packing.unread_nodes(users, [r]))
                 for v in lists & set(after) for r in users.get(v, []))
-
-
-def _unread(node, users):
-    """Does nothing read ``node``'s outputs (a node dead code elimination
-    drops)?"""
-    return not any(users.get(v) for v in node.outputs)
 
 
 def _symbolic_trips(graph, loops, deltas, symbol):

@@ -570,9 +570,12 @@ def _changed_groups(old, new):
 
 
 def _open_groups(symbolic):
-    """The :class:`RowsBatched` of the axes an entry takes at any size."""
+    """The :class:`RowsBatched` of the axes an entry takes at any size (but
+    trip counts')."""
     if isinstance(symbolic, TwoAxes):
         return [symbolic.batch] + list(symbolic.widths)
+    if isinstance(symbolic, TripsAndBatch):
+        return _open_groups(symbolic.batch)
     return [symbolic] if isinstance(symbolic, RowsBatched) else []
 
 
@@ -621,23 +624,12 @@ def _conditions_hold(entry, other):
     theirs = set(getattr(other.symbolic, 'conditions', ()))
     if set(conditions) <= theirs:
         return True
-    parts = _rows_parts(entry.symbolic)
+    parts = _open_groups(entry.symbolic)
     return set(conditions) <= set(c for part in parts
                                   for c in part.conditions) and all(
         set(part.conditions) <= theirs if type(size) is not int else
         all(lengths.holds(c, size) for c in part.conditions)
         for part in parts for size in [part.size_of(other.key)])
-
-
-def _rows_parts(symbolic):
-    """The :class:`RowsBatched` of each axis an entry's sizes leave open
-    (but trip counts')."""
-    if isinstance(symbolic, TwoAxes):
-        return [r for r in (symbolic.batch,) + symbolic.widths
-                if type(r) is RowsBatched]
-    if isinstance(symbolic, TripsAndBatch):
-        return _rows_parts(symbolic.batch)
-    return [symbolic] if type(symbolic) is RowsBatched else []
 
 
 def generalized_by(cache, entry):
@@ -926,28 +918,26 @@ class SizesSeen(object):
             return []
         return [other for other in alike_in_form(cache, entry)
                 if other.program is not None and other.batch_note is None
-                and _but_for_ones(_shapes(other.key), _shapes(entry.key),
-                                  ones)]
+                and _but_for_ones(other, entry, ones)]
 
 
 def alike_in_form(cache, entry):
     """The other entries of ``cache`` of ``entry``'s mode and form (its key
     but for the sizes of the arrays' axes)."""
+    form = _form(entry.key)
     return [other for other in cache.entries() if other is not entry and
-            other.key[:2] == entry.key[:2] and
-            _form(other.key) == _form(entry.key)]
+            other.key[:2] == entry.key[:2] and _form(other.key) == form]
 
 
-def _but_for_ones(shapes, ones_shapes, ones):
-    """Are ``shapes`` ``ones_shapes`` but for axes among ``ones`` (one row
-    there), one at least, where they have a fixed size that may be open,
-    and for sizes open already?"""
-    differ = [(leaf, axis, m) for leaf, shape in enumerate(shapes)
-              if shape is not None
-              for axis, (m, n) in enumerate(zip(shape, ones_shapes[leaf]))
-              if m != n and type(m) is int]
-    return bool(differ) and all((leaf, axis) in ones and m >= MIN_SIZE
-                                for leaf, axis, m in differ)
+def _but_for_ones(other, entry, ones):
+    """Is ``other``'s key ``entry``'s but for axes among ``ones`` (one row
+    there), one at least, where ``other`` has a fixed size that may be
+    open, and for sizes open already?"""
+    sizes = [(other.key[3][leaf][0][axis], leaf, axis) for leaf, axes in
+             _differing(other.key[3], entry.key[3]) or () for axis in axes]
+    fixed = [(m, leaf, axis) for m, leaf, axis in sizes if type(m) is int]
+    return bool(fixed) and all((leaf, axis) in ones and m >= MIN_SIZE
+                               for m, leaf, axis in fixed)
 
 
 def _list_items(structure):

@@ -684,9 +684,10 @@ def _batch_of_any_size(caller, graph, sig, batched, recording,
         for tried in batched.each_first() if batched.seen else [batched]:
             rows, why_not = _rows_open(caller, graph, sig, tried, recording,
                                        names, open_already)
-            why = None if rows is not None else why or why_not
             if rows is not None:
+                why = None
                 break
+            why = why or why_not  # (the first group's)
     if why is not None and caller.warn_batch is not None:
         changed = batch.axes_named(batched.batch_axes(), names, ' and ')
         caller.warn_batch(why, changed)

@@ -228,14 +228,16 @@ def test_a_peeled_first_step_joined_before_the_others_serves_one_step():
     assert jitted.cache_info().misses == 2
 
 
-class _LastTenSteps(chainer.Chain):
-    """A guard on the steps: past ten, the last ten steps, scaled."""
-
+class _GRUSteps(chainer.Chain):
     def __init__(self):
         super().__init__()
         with self.init_scope():
             self.rnn = L.StatelessGRU(I, H)
             self.out = L.Linear(H, K)
+
+
+class _LastTenSteps(_GRUSteps):
+    """A guard on the steps: past ten, the last ten steps, scaled."""
 
     def forward(self, xs):
         T, B, _ = xs.shape
@@ -302,15 +304,9 @@ def test_an_axis_that_cannot_open_leaves_the_other_open():
                for w in caught if w.category is errors.RecompileWarning)
 
 
-class _StepLosses(chainer.Chain):
+class _StepLosses(_GRUSteps):
     """A loss at every step, of labels as many as the steps, over the
     number of labels."""
-
-    def __init__(self):
-        super().__init__()
-        with self.init_scope():
-            self.rnn = L.StatelessGRU(I, H)
-            self.out = L.Linear(H, K)
 
     def forward(self, xs, ts):
         T, B, _ = xs.shape
