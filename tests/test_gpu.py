@@ -12,6 +12,7 @@ from chainerjit import testing
 from examples import models
 from tests.frontend_tests import test_loop_lengths_in_helpers as helpers
 from tests.frontend_tests import test_two_lengths as two_lengths
+from tests.runtime_tests import test_sizes_seen as sizes_seen
 from tests.test_training import _classification_batch
 from tests.test_training import DropCNN
 from tests.test_training import _train_side_by_side
@@ -297,3 +298,25 @@ def test_two_lengths_keep_one_entry_on_gpu():
         *two_lengths._twins(two_lengths.Seq2Seq, '@cupy:0'),
         two_lengths._calls())
     assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+@pytest.mark.parametrize('train', [False, True])
+@pytest.mark.parametrize('cls', [sizes_seen._ZerosThenSteps,
+                                 sizes_seen._LazyState,
+                                 sizes_seen._WhileSteps])
+def test_steps_and_batch_in_any_order_keep_one_entry_on_gpu(cls, train):
+    """A batch of one early, a first call of one step, steps and batch
+    changed at once: the sizes seen open both axes on the GPU too."""
+    for order in sizes_seen.ORDERS[:3]:
+        jitted = sizes_seen._calls_alike(cls(), order, train,
+                                         sizes_seen._steps, '@cupy:0')
+        assert sizes_seen._signatures(jitted) == ['xs: f32[T,B,3]'], (
+            jitted.cache_report())
+
+
+def test_a_batch_of_one_between_others_keeps_one_entry_on_gpu():
+    jitted = sizes_seen._calls_alike(
+        sizes_seen._MLP(), [(64,), (1,), (64,), (1,), (8,)], True,
+        sizes_seen._rows, '@cupy:0')
+    assert sizes_seen._signatures(jitted) == ['x: f32[B,12]'], (
+        jitted.cache_report())

@@ -130,10 +130,13 @@ def _outputs(result):
     return list(result) if isinstance(result, tuple) else [result]
 
 
-def _calls_alike(model, shapes, train, make):
+def _calls_alike(model, shapes, train, make, device=None):
     """Calls the jitted forward and an eager copy with each shape's new
-    values; returns the jitted forward."""
+    values; returns the jitted forward. On ``device`` (``'@cupy:0'``) the
+    models and the arguments are sent there."""
     model.cleargrads()
+    if device is not None:
+        model.to_device(device)
     eager = copy.deepcopy(model)
     jitted = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(len(shapes))
@@ -141,6 +144,8 @@ def _calls_alike(model, shapes, train, make):
         for shape in shapes:
             args = make(rng, shape)
             args = args if isinstance(args, tuple) else (args,)
+            if device is not None:
+                args = tuple(model.device.send(a) for a in args)
             ours, theirs = jitted(*args), eager.forward(*args)
             testing.assert_results_equal(ours, theirs, rtol=1e-4, atol=1e-5)
             if train:
@@ -151,9 +156,8 @@ def _calls_alike(model, shapes, train, make):
                                              sorted(eager.namedparams())):
                     assert (p.grad is None) == (q.grad is None), name
                     if p.grad is not None:
-                        numpy.testing.assert_allclose(
-                            p.grad, q.grad, rtol=1e-4, atol=1e-5,
-                            err_msg=name)
+                        testing.assert_results_equal(p.grad, q.grad, 1e-4,
+                                                     1e-5)
     return jitted
 
 
