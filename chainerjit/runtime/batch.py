@@ -141,6 +141,15 @@ class Batched(BatchAxis, collections.namedtuple(
         left = [g for g in left if g]
         return _of_groups(left, self) if left else None
 
+    def but_single_rows(self, key):
+        """This ``Batched`` without its axes of one row at ``key`` (one
+        row broadcasts: they stay in the key), where others are left;
+        else itself."""
+        specs = key[3]
+        single = [(leaf, axis) for group in self.groups()
+                  for leaf, axis in group if specs[leaf][0][axis] == 1]
+        return single and self.without_axes(single) or self
+
     def each_first(self):
         """This ``Batched``, then the same axes with each kept group as
         the batch in turn."""
@@ -387,6 +396,19 @@ def open_axes(symbolic):
     if isinstance(symbolic, BatchAxis):
         return set(symbolic.batch_axes())
     return set()
+
+
+def too_short_to_open(key, axes):
+    """Are the sizes of ``key`` at every ``(leaf, axis)`` of ``axes`` too
+    short to tell whether they could be open: one row broadcasts, a loop
+    of two steps cannot roll? An entry recorded there keeps them, and a
+    later call at larger sizes may still open them."""
+    specs = key[3]
+    return all(specs[leaf][0][axis] <= TOO_SHORT for leaf, axis in axes)
+
+
+#: The largest size :func:`too_short_to_open` finds too short.
+TOO_SHORT = 2
 
 
 def kept_axes(batched):

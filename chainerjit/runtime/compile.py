@@ -244,6 +244,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                 caller, graph, sig, len(leaves), recording)
         if batched is not None and batched.seen:  # (trips take theirs)
             batched = batched.without_axes(batch.trip_axes(lengths))
+        if batched is not None:
+            batched = batched.but_single_rows(key)
         rows, batch_note = (None, None) if \
             items is not None or batched is None or (
                 varying is not None and lengths is not None) or \
@@ -629,7 +631,7 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
     if why is None and not structural.undoable(graph.nodes):
         # Other lengths are checked by running the program and eagerly,
         # NumPy's generator restored in between.
-        why = _side_effects(graph)
+        why = _loop_in(graph) or _side_effects(graph)
     if why is None:
         return ragged.Ragged(tuple(leaves), tuple(
             sig.items[leaf][1].shape[0] for leaf in leaves), ties,
@@ -639,6 +641,17 @@ def _items_of_any_length(caller, graph, sig, n_leaves, recording):
                           'key (each new combination compiles again): %s' %
                           (', '.join(sorted(lists)), why))
     return None, why
+
+
+def _loop_in(graph):
+    """Why items of any length are not taken by a program whose only
+    node a check could not undo is a loop of pure steps; else ``None``."""
+    if not structural.undoable(graph.nodes, loops=True):
+        return None
+    loop = next(node for node in graph.nodes if node.region is not None)
+    return 'the program runs a loop%s, and only programs without loops ' \
+        'take items of any length (a trip count may follow the lengths)' \
+        % ragged.at(loop.loc)
 
 
 def _side_effects(graph):
@@ -728,7 +741,8 @@ def _with_other_axis(caller, graph, sig, rows, kept, uses, names,
                                     uses, names, kept.symbol)
     batched = rows.batch if isinstance(rows, batch.TwoAxes) else rows
     if other is None:
-        if caller.warn_sizes is not None and not guessed:
+        short = _recorded_size(sig, kept) <= batch.TOO_SHORT  # (may open)
+        if caller.warn_sizes is not None and not guessed and not short:
             caller.warn_sizes(
                 '%s and %s changed in one call, and the program takes any '
                 'size of the first but not of the second: %s' % (
@@ -1065,8 +1079,9 @@ def _why_joins_fixed(entry, batched):
     (``batch.of_joined``) asked it to, or ``None``."""
     if entry.program is None:
         return entry.fallback
-    if batch.open_axes(batched) <= batch.open_axes(entry.symbolic) | \
-            batch.trip_axes(entry.symbolic):
+    shut = batch.open_axes(batched) - batch.open_axes(entry.symbolic) - \
+        batch.trip_axes(entry.symbolic)
+    if not shut or batch.too_short_to_open(entry.key, shut):
         return None
     return entry.batch_note or 'the program takes them at their recorded ' \
         'sizes only'

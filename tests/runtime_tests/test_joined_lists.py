@@ -591,3 +591,45 @@ def test_sizes_of_the_padded_block_in_python_serve_every_shape(train):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith('xs: i32[B,W]@cpu'), \
         entry.signature
+
+
+class _MaskedSteps(_PerItem):
+    """A GRU over the padded sentences, each step masked by the lengths,
+    the last states classified."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.cell = L.StatelessGRU(6, 5)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, ys):
+        padded = F.pad_sequence(xs, padding=0).array
+        lengths = self.xp.array([len(x) for x in xs], I32)
+        words = self.embed(padded)
+        h = self.xp.zeros((len(xs), 5), F32)
+        for t in range(padded.shape[1]):
+            m = (lengths > t).astype(F32)[:, None]
+            h = m * self.cell(h, words[:, t]) + (1 - m) * h
+        return F.softmax_cross_entropy(self.out(h), F.concat(ys, axis=0))
+
+
+@pytest.mark.parametrize('train', [False, True])
+@pytest.mark.parametrize('lengths', [
+    [[6, 3, 2, 9, 1, 4, 4], [2, 2], [12], [1], [3, 8], [1, 1, 1, 1, 1],
+     [7, 5, 3], [4, 6], [2]],
+    [[2, 2], [1, 1, 1], [5, 3], [9, 2, 2], [2, 1]],
+])
+def test_sentences_too_short_to_open_at_first_keep_the_lists_joined(
+        lengths, train):
+    # Two words are too few for the loop to roll, one row broadcasts:
+    # those calls' entries keep the width, the lists stay joined, and the
+    # first call of longer sentences serves them all.
+    rng = numpy.random.RandomState(len(lengths))
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in batch],
+              [rng.randint(0, 3, (1,)).astype(I32) for _ in batch])
+             for batch in lengths]
+    jitted = checked_without_recompiling(_MaskedSteps, calls, train)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+    assert str(jitted.cache_entries()[0].signature).startswith(
+        'xs[0]: i32[B,T]'), jitted.cache_report()

@@ -468,8 +468,22 @@ class _MaskedByTheWidth(_PerItem):
         return [F.sum(h, axis=1)] + words
 
 
+class _StepsOverTheWidth(_PerItem):
+    """A loop over the padded words, whose trip count is the longest
+    item's length."""
+
+    def forward(self, xs):
+        words = [self.embed(x) for x in xs]
+        h = F.pad_sequence(words)
+        s = h[:, 0]
+        for t in range(1, h.shape[1]):
+            s = F.tanh(s + h[:, t])
+        return [s] + words
+
+
 @pytest.mark.parametrize('cls, why', [
     (_ReadsLength, 'xs[0].shape[0] compared at test_ragged_lists.py:'),
+    (_StepsOverTheWidth, 'the program runs a loop at test_ragged_lists.py:'),
     (_MaskedByTheWidth, 'a value computed from xs[0] read by BroadcastLike'),
     (_SecondLast, 'a value computed from xs[0] read by GetItem'),
     (_Strided, 'a value computed from xs[0] read by Convolution2D'),
