@@ -181,6 +181,9 @@ class JitFunction(_calls.CachedCall):
         self._uncut = None  # why calls no longer run around a break
         # As a piece of a cut forward: what the whole assigns before reading
         self._written_by_whole = frozenset()
+        self._is_piece = False
+        # a piece whose program holds no op runs as Python from then on
+        self._plain = False
         self.cache = cache_module.Cache(options['maxsize'])
         # when misses stop being recorded (runtime.budget)
         self.budget = budget.RecordingBudget(options['recompile_limit'],
@@ -258,6 +261,8 @@ class JitFunction(_calls.CachedCall):
         if self._cut is not None:  # every call runs around the break
             self.cache.hits += 1
             return self._run_cut(instance, args, kwargs, hit=True)
+        if self._plain:  # nothing to compile (numbers Python computes)
+            return self._eager(instance, args, kwargs)
         train, backprop = signature.config_flags()
         try:
             key, leaves, packed = self.call_key(args, kwargs, train, backprop)
@@ -864,6 +869,7 @@ class JitFunction(_calls.CachedCall):
         piece = JitFunction(fn, self._get_instance, self._options)
         piece.__name__ = '%s<%s>' % (self.__name__, what)
         piece._written_by_whole = self._written_by_whole | written
+        piece._is_piece = True
         return piece
 
     def _eager_statement(self):
@@ -1045,6 +1051,8 @@ class JitFunction(_calls.CachedCall):
             for other in batch.generalized_by(self.cache, entry):
                 self.cache.remove(other)  # (a first call of a few steps)
         self._note_item_counts(entry)
+        self._plain = self._is_piece and entry.program is not None and \
+            not entry.graph.nodes
         logger.info('chainerjit: %s: cache miss (%s); %s in %.3f s%s',
                     self.__name__, compiled.miss_reason,
                     'runs eagerly' if entry.fallback else 'compiled %d '
@@ -1233,6 +1241,8 @@ class JitFunction(_calls.CachedCall):
         if self._uncut:
             report += '\nCalls no longer run around a graph break: %s.' % (
                 self._uncut)
+        if self._plain:
+            report += '\nIts program holds no op: calls run as Python.'
         if self._cut is not None:
             report += '\nEvery call runs around a %s.%s' % (
                 self._cut.describe(), ''.join(

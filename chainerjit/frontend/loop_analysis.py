@@ -1015,6 +1015,38 @@ def counter_start(code, header):
     return None if loop is None else counting_up(loop)
 
 
+def counts_down(code, header):
+    """Does the counter of the ``for`` loop at ``header`` of ``code`` count
+    down, its values ending where they end whatever the trip count: ``t``
+    of ``reversed(range(T))`` or of ``range(T - 1, -1, -1)``? ``None``
+    where a ``range``'s step is not an int constant; ``False`` for a loop
+    without a counter."""
+    loop = _for_loop(code, header)
+    if loop is None or _counter_name(loop) is None:
+        return False
+    iterable = loop.iter
+    if source.is_call(iterable, 'reversed'):
+        return True
+    if source.is_call(iterable, 'range') and len(iterable.args) == 3:
+        step = source.int_constant(iterable.args[2], None)
+        return None if step is None else step < 0
+    return False
+
+
+def counter_as_number(code, header):
+    """Does the ``for`` loop at ``header`` of ``code`` use its counter
+    otherwise than in an index (``lengths > t``, ``h * (t + 1)``)?"""
+    found = _loop_and_parents(code, header)
+    if found is None or not isinstance(found[0], ast.For):
+        return False
+    loop, parents = found
+    counter = _counter_name(loop)
+    target = _target_name(loop.target, counter)
+    return any(use is not target and not _index_use(use, parents)
+               for body in loop.body
+               for use in source.name_nodes(body, counter))
+
+
 def _for_loop(code, header):
     """The ``ast.For`` at ``header`` of ``code``, or ``None`` (no source,
     another kind of loop)."""

@@ -11,7 +11,9 @@ import collections
 
 import numpy
 
+from chainerjit import ir
 from chainerjit.frontend import lengths
+from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import packing
 from chainerjit.frontend import rolling
 from chainerjit.frontend import signature
@@ -296,6 +298,7 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
             raise _KeepsLength('the forward returns %s itself' %
                                graph.inputs[leaf].name, loops[0].loc)
     counted = _counted_from_end(loops, graph, wildcards, steps)
+    numbers = _numbers_counting_down(loops, rolled)
     # Sound: rewrite the graph.
     for node, counters in counted:
         _count_from_end(node, counters)
@@ -303,6 +306,8 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
         _make_shape_free(node, recording.templates, index)
     steps.apply(symbol)
     symbols = _symbolic_trips(graph, loops, deltas, symbol)
+    for loop, (recorded, nodes) in numbers.items():
+        _numbers_from_the_trip(loop, recorded, nodes)
     for leaf, axes in wildcards.items():
         graph.inputs[leaf].symbols = dict(graph.inputs[leaf].symbols or {})
         graph.inputs[leaf].symbols.update((a, symbol) for a in axes)
@@ -463,6 +468,55 @@ def _counted_from_end(loops, graph, wildcards, steps):
             if tuple(counters) != node.counters:
                 found.append((node, tuple(counters)))
     return found
+
+
+#: The ops computing a number from a loop's counter (``rolling``).
+_COUNTER_NUMBERS = ('CountedNumber', 'CountedInt', 'CountedPower')
+
+
+def _numbers_counting_down(loops, rolled):
+    """``{loop: (its recorded trip count, [nodes])}``: the numbers its
+    body computes from the counter (``lengths > t``, ``h * (t + 1)``) of
+    each loop whose counter counts down to a fixed end (``t`` of
+    ``reversed(range(T))``), which follow the trip count. Raises where
+    they cannot: the loop's first step, peeled off, computed such a number
+    as a constant, the loop counts steps of its own too (``n += 1``), or
+    its step is not a constant."""
+    found = {}
+    for loop in loops:
+        run = rolled[loop]
+        nodes = [node for node in loop.region.body.nodes
+                 if node.op in _COUNTER_NUMBERS]
+        down = run.code is None or loop_analysis.counts_down(
+            run.code, run.site.header)
+        peeled_number = bool(loop.region.peeled) and (
+            run.code is None or loop_analysis.counter_as_number(
+                run.code, run.site.header))
+        if down is False or not (nodes or peeled_number):
+            continue
+        if down is None or run.code is None or peeled_number or any(
+                node.op == 'CountedPower' for node in nodes) or \
+                loop_analysis.step_counters(run.code, run.site.header):
+            raise _KeepsLength(
+                'the loop counter, counting down from the length, is used '
+                'as a number', loop.loc)
+        found[loop] = (dict(loop.attrs)['trip'], nodes)
+    return found
+
+
+def _numbers_from_the_trip(loop, recorded, nodes):
+    """Gives ``nodes``, numbers of the counter of ``loop`` (counting
+    down), the loop's trip count (an input of its body) to follow."""
+    inside = ir.Value('input', (), numpy.int64, 'n')
+    loop.inputs.append(_recorded_trip(loop))  # (the symbol's now)
+    loop.region.body.inputs.append(inside)
+    for node in nodes:
+        attrs = dict(node.kernel.attrs)
+        node.kernel = structural.counted_number(
+            attrs['start'], attrs['step'], node.outputs[0].dtype, recorded)
+        node.inputs = node.inputs + [inside]
+        node.attrs = (('value', '%d%+d*(i+%d-n)' % (
+            attrs['start'], attrs['step'], recorded)),)
 
 
 def _count_from_end(node, counters):

@@ -368,19 +368,28 @@ def counted_slice(entry):
     return type(entry) is slice
 
 
-def counted_number(start, step, dtype=numpy.float64):
+def counted_number(start, step, dtype=numpy.float64, recorded_trip=None):
     """The number ``start + step * i`` of the loop counter ``i`` (ints), a
     0-d array of ``dtype``: the constant of an op that the recorded
     iterations gave as a multiple of their count (``h * (t + 1)``, a
     float64), or an int argument of a NumPy call (``lengths > t``, an
-    int64)."""
-    def run(i):
-        return numpy.asarray(start + step * int(i), dtype)
+    int64). With ``recorded_trip``, the trip count of the recorded loop,
+    the number follows the loop's trip count ``n``, a second input, as
+    those of a counter counting down to a fixed end do (``t`` of
+    ``reversed(range(T))``): ``start + step * (i + recorded_trip - n)``."""
+    def run(i, n=None):
+        shift = 0 if n is None else recorded_trip - int(n)
+        return numpy.asarray(start + step * (int(i) + shift), dtype)
 
     def to_onnx(b, ins, outs):
-        b.op('Cast', [_counter_position(b, ins[0], start, step)], outs,
+        position = ins[0] if recorded_trip is None else b.op('Add', [
+            ins[0], b.op('Sub', [b.int64s(recorded_trip), ins[1]])[0]])[0]
+        b.op('Cast', [_counter_position(b, position, start, step)], outs,
              to=onnx_dtype(dtype))
-    return Kernel(run, {'start': start, 'step': step}, onnx=to_onnx)
+    attrs = {'start': start, 'step': step}
+    if recorded_trip is not None:
+        attrs['recorded_trip'] = recorded_trip
+    return Kernel(run, attrs, onnx=to_onnx)
 
 
 class CountedPower(collections.namedtuple('CountedPower', 'base start')):

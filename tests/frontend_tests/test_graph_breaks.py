@@ -412,6 +412,46 @@ def test_inference_at_new_batch_sizes(cls):
         assert piece.cache_info().currsize <= 2, piece.cache_report()
 
 
+class Accuracy(_Base):
+    """The number of right answers read into Python and returned with the
+    accuracy: the statements after the read compute numbers only."""
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        loss = F.softmax_cross_entropy(y, t)
+        correct = int((y.array.argmax(axis=1) == t).sum())
+        accuracy = float(correct) / len(t)
+        return {'loss': loss, 'correct': correct, 'accuracy': accuracy}
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_a_piece_of_numbers_only_runs_as_python(train):
+    """The piece after the read holds no op: it runs as Python, not
+    compiled again for each count and batch size; the piece before it
+    serves every batch size."""
+    eager, model, jitted = _jitted_twin(Accuracy)
+    rng = numpy.random.RandomState(4)
+    with warnings.catch_warnings(), chainer.using_config('train', train):
+        warnings.simplefilter('ignore', errors.GraphBreakWarning)
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for batch in (8, 17, 30, 3, 8, 17, 30, 3):
+            (x, t), = _calls(rng, n=1, batch=batch)
+            ours, theirs = jitted(x, t), eager(x, t)
+            assert ours['correct'] == theirs['correct']
+            assert ours['accuracy'] == theirs['accuracy']
+            assert_array_equal(ours['loss'].array, theirs['loss'].array)
+            if train:
+                model.cleargrads()
+                eager.cleargrads()
+                ours['loss'].backward()
+                theirs['loss'].backward()
+                assert_array_equal(model.l1.W.grad, eager.l1.W.grad)
+    pieces = jitted.graph_break()[1]
+    assert pieces['suffix'].cache_info().compiles == 1
+    assert 'calls run as Python' in pieces['suffix'].cache_report()
+    assert pieces['prefix'].cache_info().currsize == 1
+
+
 def test_a_loop_holding_the_read_runs_its_other_statements_compiled():
     rng = numpy.random.RandomState(10)
     jitted = _checked(Decoding(), _calls(rng, n=8))

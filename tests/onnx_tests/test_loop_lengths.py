@@ -15,6 +15,7 @@ import pytest
 import chainerjit
 from chainerjit import onnx_export
 from chainerjit.frontend import signature
+from tests.frontend_tests import test_counter_counting_down as counting_down
 from tests.onnx_tests import test_loops
 from tests.onnx_tests.test_loops import EOS
 
@@ -198,6 +199,17 @@ def test_onnx_runs_at_every_length(cls):
     dims = onnx_model.graph.input[0].type.tensor_type.shape.dim
     assert dims[0].dim_param == 'T'
     assert _loops(onnx_model) >= 1
+
+
+@pytest.mark.parametrize('cls', [counting_down._DownToOne,
+                                 counting_down._Weighted])
+def test_onnx_numbers_of_a_counter_counting_down_follow_the_length(cls):
+    rng = numpy.random.RandomState(1)
+    calls = [(_a(rng, 2, n, 3), numpy.array([n, max(n - 3, 1)], numpy.int32))
+             for n in (5, 9, 2, 12)]
+    onnx_model, runs = _onnx_runs(_model(cls).forward, calls)
+    assert runs == ['ok'] * 4
+    assert _loops(onnx_model) == 1
 
 
 def test_onnx_bidirectional_is_correct_at_its_length():
