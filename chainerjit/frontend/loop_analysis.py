@@ -1034,17 +1034,38 @@ def counts_down(code, header):
 
 
 def counter_as_number(code, header):
-    """Does the ``for`` loop at ``header`` of ``code`` use its counter
-    otherwise than in an index (``lengths > t``, ``h * (t + 1)``)?"""
+    """How the ``for`` loop at ``header`` of ``code`` uses its counter
+    otherwise than in an index (``lengths > t``, ``h * (t + 1)``):
+    ``'branch'`` where a use is in a block that may not run at every
+    step (an ``if``'s, a loop's), ``'steps'`` where each runs at every
+    step, else ``None``."""
     found = _loop_and_parents(code, header)
     if found is None or not isinstance(found[0], ast.For):
-        return False
+        return None
     loop, parents = found
     counter = _counter_name(loop)
     target = _target_name(loop.target, counter)
-    return any(use is not target and not _index_use(use, parents)
-               for body in loop.body
-               for use in source.name_nodes(body, counter))
+    uses = [use for body in loop.body
+            for use in source.name_nodes(body, counter)
+            if use is not target and not _index_use(use, parents)]
+    if any(_in_a_block(use, loop, parents) for use in uses):
+        return 'branch'
+    return 'steps' if uses else None
+
+
+#: The nodes whose blocks may run at some steps of a loop and not others.
+_BLOCKS = (ast.If, ast.IfExp, ast.For, ast.While, ast.Try, ast.With,
+           ast.comprehension, ast.Lambda, ast.BoolOp)
+
+
+def _in_a_block(node, loop, parents):
+    """Is ``node`` inside a block of ``loop``'s body (:data:`_BLOCKS`)?"""
+    node = parents.get(node)
+    while node is not None and node is not loop:
+        if isinstance(node, _BLOCKS):
+            return True
+        node = parents.get(node)
+    return False
 
 
 def _for_loop(code, header):

@@ -114,6 +114,7 @@ def roll_loops(graph, recording):
         replacement = plan.before + plan.stacks + [loop] + plan.unpacks + \
             plan.after
         items_read.update(plan.items_read)
+        loop.region.peeled_ints = _peeled_ints(plan, fingerprints)
         fingerprints.note_region(loop)
         rolled[loop] = run
         graph.nodes = _substitute(graph.nodes, span, replacement)
@@ -598,6 +599,55 @@ def _strided_index(chunks, fingerprints):
             if step is not None and abs(step) > 1:
                 return step
     return None
+
+
+def _peeled_ints(plan, fingerprints):
+    """The ints of the NumPy ufunc calls of the first step peeled off the
+    loop that the steps' alike calls (the same ufunc, the same values from
+    before the loop) had one step before the first rolled one, counted
+    (``plan.ints``): ``((node, ((position, int, step), ...)), ...)``.
+    ``None`` where an int of such a call is neither that nor one the alike
+    calls take at every step, or the steps count an op's constant
+    (``plan.numbers``) that the first step may have taken too."""
+    if not plan.before:
+        return ()
+    templates = fingerprints.templates
+    if plan.numbers and any(type(templates.get(node)) in fingerprints.counted
+                            for node in plan.before):
+        return None
+    alike = collections.defaultdict(set)  # (ufunc, position) -> takes
+    for p, node in enumerate(plan.iterations[0]):
+        template = templates.get(node)
+        if not is_ufunc_call(template):
+            continue
+        outer = tuple((q, source[1]) for (at, q), source in
+                      plan.sources.items()
+                      if at == p and source[0] == 'invariant')
+        counted = dict((k, (start, step)) for k, start, step in
+                       plan.ints.get(p, ()))
+        for k, value in ufunc_ints(template):
+            start, step = counted.get(k, (value, 0))
+            alike[template[1], k].add((start - step, step, outer))
+    found = []
+    for node in plan.before:
+        template = templates.get(node)
+        if not is_ufunc_call(template):
+            continue
+        ints = []
+        for k, value in ufunc_ints(template):
+            steps = set(step for before, step, outer in
+                        alike.get((template[1], k), ())
+                        if before == value and all(
+                            q < len(node.inputs) and node.inputs[q] is v
+                            for q, v in outer))
+            if len(steps) != 1:
+                return None
+            step, = steps
+            if step:
+                ints.append((k, value, step))
+        if ints:
+            found.append((node, tuple(ints)))
+    return tuple(found)
 
 
 def _int_step(values):

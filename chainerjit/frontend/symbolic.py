@@ -306,8 +306,9 @@ def _symbolize(graph, rolled, sources, chosen, symbol, free, recording):
         _make_shape_free(node, recording.templates, index)
     steps.apply(symbol)
     symbols = _symbolic_trips(graph, loops, deltas, symbol)
-    for loop, (recorded, nodes) in numbers.items():
-        _numbers_from_the_trip(loop, recorded, nodes)
+    for loop, (recorded, nodes, peeled) in numbers.items():
+        _numbers_from_the_trip(graph, loop, recorded, nodes, peeled,
+                               recording.templates)
     for leaf, axes in wildcards.items():
         graph.inputs[leaf].symbols = dict(graph.inputs[leaf].symbols or {})
         graph.inputs[leaf].symbols.update((a, symbol) for a in axes)
@@ -489,26 +490,49 @@ def _numbers_counting_down(loops, rolled):
                  if node.op in _COUNTER_NUMBERS]
         down = run.code is None or loop_analysis.counts_down(
             run.code, run.site.header)
-        peeled_number = bool(loop.region.peeled) and (
-            run.code is None or loop_analysis.counter_as_number(
-                run.code, run.site.header))
-        if down is False or not (nodes or peeled_number):
+        uses = 'branch' if run.code is None else \
+            loop_analysis.counter_as_number(run.code, run.site.header)
+        peeled = loop.region.peeled_ints if uses and loop.region.peeled \
+            else ()
+        if down is False or not (nodes or peeled or uses and
+                                 loop.region.peeled):
             continue
-        if down is None or run.code is None or peeled_number or any(
+        if down is None or run.code is None or peeled is None or any(
                 node.op == 'CountedPower' for node in nodes) or \
+                uses == 'branch' and loop.region.peeled or \
                 loop_analysis.step_counters(run.code, run.site.header):
             raise _KeepsLength(
                 'the loop counter, counting down from the length, is used '
                 'as a number', loop.loc)
-        found[loop] = (dict(loop.attrs)['trip'], nodes)
+        found[loop] = (dict(loop.attrs)['trip'], nodes, peeled)
     return found
 
 
-def _numbers_from_the_trip(loop, recorded, nodes):
+def _numbers_from_the_trip(graph, loop, recorded, nodes, peeled, templates):
     """Gives ``nodes``, numbers of the counter of ``loop`` (counting
-    down), the loop's trip count (an input of its body) to follow."""
+    down), the loop's trip count (an input of its body) to follow; and
+    the ints of the first step peeled off (``peeled``: ``rolling``'s
+    ``Region.peeled_ints``) too."""
+    trip = _recorded_trip(loop)  # (the symbol's now)
+    zero = graph.add_value('const', (), numpy.int64, data=numpy.int64(0))
+    for node, ints in peeled:
+        made = [ir.Node('CountedInt', structural.counted_number(
+            value, step, numpy.int64, recorded), [zero, trip],
+            [ir.Value('temp', (), numpy.int64)], loc=node.loc)
+            for _, value, step in ints]
+        fn, onnx, node.inputs = traced.ufunc_taking_ints(
+            templates[node], node.op, node.inputs,
+            [(k, m.outputs[0]) for (k, _, _), m in zip(ints, made)])
+        node.kernel = node.kernel._replace(fn=fn, onnx=onnx)
+        node.attrs = node.attrs + tuple(
+            ('arg%d' % k, '%d%+d*(%d-n)' % (value, step, recorded))
+            for k, value, step in ints)
+        at = graph.nodes.index(node)
+        graph.nodes[at:at] = made
+    if not nodes:
+        return
     inside = ir.Value('input', (), numpy.int64, 'n')
-    loop.inputs.append(_recorded_trip(loop))  # (the symbol's now)
+    loop.inputs.append(trip)
     loop.region.body.inputs.append(inside)
     for node in nodes:
         attrs = dict(node.kernel.attrs)

@@ -33,6 +33,9 @@ class Region(object):
         # carried values is the number of iterations run
         self.skip = None  # the SkipIf node giving the trip count, if any
         self.peeled = ()  # the nodes of a first iteration run before it
+        # ((peeled node, ((position, int, step), ...)), ...): the ints of
+        # its NumPy calls that the counter gave (``rolling``), or None
+        self.peeled_ints = ()
 
     @property
     def n_carried(self):

@@ -1234,36 +1234,38 @@ def lower_arg_max_min(node, ctx):
 
 @lowering(logsumexp.LogSumExp)
 def lower_logsumexp(node, ctx):
+    """``F.logsumexp`` at any shape: its rows pass where they are not
+    reduced (a batch's, a loop's)."""
     xp = ctx.xp
     axis = node.axis
-    m_shape = ctx.out_shapes[0]
+    ndim = len(ctx.in_shapes[0])
+    axes = tuple(range(ndim)) if axis is None else tuple(
+        sorted(a % ndim for a in axis))
 
     def fn(x):
         m = x.max(axis=axis, keepdims=True)
         y = utils.force_array(x - m)
         xp.exp(y, out=y)
         y_sum = y.sum(axis=axis)
-        return xp.asarray(xp.log(y_sum) + m.reshape(m_shape))
-
-    shape = ctx.in_shapes[0]
-    kept = m_shape if axis is None else tuple(
-        1 if i in [a % len(shape) for a in axis] else n
-        for i, n in enumerate(shape))
+        return xp.asarray(xp.log(y_sum) + m.reshape(y_sum.shape))
 
     def grad(xs, ys, gys, wanted):
         x, = xs
-        y = xp.broadcast_to(ys[0].reshape(kept), shape)
-        return xp.broadcast_to(gys[0].reshape(kept), shape) * xp.exp(x - y),
+        kept = tuple(1 if i in axes else n for i, n in enumerate(x.shape))
+        y = xp.broadcast_to(ys[0].reshape(kept), x.shape)
+        return xp.broadcast_to(gys[0].reshape(kept), x.shape) * \
+            xp.exp(x - y),
 
     def grad_to_onnx(b, xs, ys, gys, wanted):
-        y, gy = (b.single('Reshape', v, b.int64s(list(kept)), allowzero=1)
+        y, gy = (b.single('Unsqueeze', v, b.int64s(list(axes)))
                  for v in (ys[0], gys[0]))
         return b.single('Mul', gy, b.single(
             'Exp', b.single('Sub', xs[0], y))),
     return Kernel(fn, {'axis': axis},
                   grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,),
                                  onnx=grad_to_onnx),
-                  onnx=_onnx_reduce('ReduceLogSumExp', axis, False, ctx))
+                  onnx=_onnx_reduce('ReduceLogSumExp', axis, False, ctx),
+                  lengths=rows_reduced_over(axes, False))
 
 
 def _swap_last(trans, ndim):

@@ -202,7 +202,8 @@ def test_onnx_runs_at_every_length(cls):
 
 
 @pytest.mark.parametrize('cls', [counting_down._DownToOne,
-                                 counting_down._Weighted])
+                                 counting_down._Weighted,
+                                 counting_down._FirstStepPeeled])
 def test_onnx_numbers_of_a_counter_counting_down_follow_the_length(cls):
     rng = numpy.random.RandomState(1)
     calls = [(_a(rng, 2, n, 3), numpy.array([n, max(n - 3, 1)], numpy.int32))

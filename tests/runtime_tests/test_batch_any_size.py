@@ -353,6 +353,17 @@ class _Centered(_Classifier):
         return F.softmax_cross_entropy(y, t), F.accuracy(y, t)
 
 
+class _PairsLogSumExp(_Classifier):
+    """Scores of each pair of classes, as a CRF's step has them, reduced
+    by ``F.logsumexp`` over one axis, then over all."""
+
+    def forward(self, x, t):
+        y = self.l2(F.relu(self.l1(x)))
+        pairs = F.matmul(F.expand_dims(y, 2), F.expand_dims(y, 1))
+        z = F.logsumexp(pairs, axis=1)
+        return F.softmax_cross_entropy(z, t) + F.logsumexp(z) * 0.1
+
+
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_VolumesAndSignals, _images),
           (_Branches, _features), (_BagOfWords, _words),
@@ -363,7 +374,8 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_FeaturesSideBySide, _features),
           (_SizedAtTheFirstCall, _features),
           (_MaskedForEachHead, _features), (_TiledBias, _binary_labels),
-          (_Hinged, _features), (_LabelsFlattened, _binary_labels)]
+          (_Hinged, _features), (_LabelsFlattened, _binary_labels),
+          (_PairsLogSumExp, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
