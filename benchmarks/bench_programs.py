@@ -16,6 +16,10 @@ against eager's. Workloads:
   on hard batches, then reports it and the accuracy: a graph break, the
   layers before it and the report after it compiled; a training step per
   call;
+* ``MLP, accuracy count read into Python``: the same MLP, whose forward
+  counts its right answers with ``int()`` and reports the accuracy, a
+  number Python computes from that count: the statements after the
+  read compute numbers only, and run as Python;
 * ``decoder, reads its output at each step``: a greedy decoder (batch
   16, 64 units, 20 words) that feeds its argmax back for up to 10 steps
   and stops when the first sequence's token is 0, read with ``int()`` at
@@ -93,6 +97,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(
 from benchmarks import timing  # noqa: E402
 
 WORKLOADS = ('CRF tagger, accuracy count', 'MLP, loss read into Python',
+             'MLP, accuracy count read into Python',
              'decoder, reads its output at each step',
              'tree net, whole traversal jitted',
              'tree net, composition jitted', 'VAE, sampling',
@@ -141,7 +146,8 @@ def models():
     """The workloads' model classes, Chainer's examples among them (the
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
     Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN,
-    LossReader, GreedyDecoder, CNNTextClassifier, BOWTextClassifier)``."""
+    LossReader, GreedyDecoder, CNNTextClassifier, BOWTextClassifier,
+    AccuracyCounter)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -384,6 +390,16 @@ def models():
                            self)
             return loss
 
+    class AccuracyCounter(LossReader):
+        def forward(self, x, t):
+            h = F.relu(self.l1(x))
+            y = self.l3(F.relu(self.l2(h)))
+            loss = F.softmax_cross_entropy(y, t)
+            correct = int((y.array.argmax(axis=1) == t).sum())
+            chainer.report({'loss': loss,
+                            'accuracy': float(correct) / len(t)}, self)
+            return loss
+
     class GreedyDecoder(chainer.Chain):
         def __init__(self, n_in=32, units=64, words=20):
             super().__init__()
@@ -410,7 +426,7 @@ def models():
 
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
             Seq2seq, Picked, Listed, AnnealedRNN, LossReader, GreedyDecoder,
-            CNNTextClassifier, BOWTextClassifier)
+            CNNTextClassifier, BOWTextClassifier, AccuracyCounter)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -577,6 +593,8 @@ WORKLOAD_DEFS = {
     'CRF tagger, accuracy count': Workload(_trained(0), _crf_calls),
     'MLP, loss read into Python': Workload(_trained(10),
                                            _loss_reader_calls),
+    'MLP, accuracy count read into Python': Workload(_trained(14),
+                                                     _loss_reader_calls),
     'decoder, reads its output at each step': Workload(_trained(11),
                                                        _decoder_calls),
     'tree net, whole traversal jitted': Workload(

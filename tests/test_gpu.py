@@ -10,6 +10,7 @@ import pytest
 import chainerjit
 from chainerjit import testing
 from examples import models
+from tests.frontend_tests import test_counter_counting_down as counting_down
 from tests.frontend_tests import test_loop_lengths_in_helpers as helpers
 from tests.frontend_tests import test_two_lengths as two_lengths
 from tests.runtime_tests import test_sizes_seen as sizes_seen
@@ -320,3 +321,21 @@ def test_a_batch_of_one_between_others_keeps_one_entry_on_gpu():
         sizes_seen._rows, '@cupy:0')
     assert sizes_seen._signatures(jitted) == ['x: f32[B,12]'], (
         jitted.cache_report())
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_numbers_of_a_counter_counting_down_on_gpu(train):
+    """A reversed loop masked by ``lengths > t``: its numbers follow the
+    length on the GPU too, one entry."""
+    jitted = counting_down._matches_eager(counting_down._FirstStepPeeled,
+                                          train, '@cupy:0')
+    assert jitted.cache_info().currsize == 1, jitted.cache_report()
+
+
+def test_an_int_compared_with_a_gpu_argument_gives_eagers_values():
+    # ``t < lengths`` (the comparison reflected to CuPy's) runs around a
+    # graph break on the GPU: eager's values, the other lines compiled.
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        counting_down._matches_eager(counting_down._RangeDown, True,
+                                     '@cupy:0')

@@ -109,12 +109,15 @@ class _MadeInTheFirstStep(_Masked):
         return h
 
 
-def _matches_eager(cls, train):
+def _matches_eager(cls, train, device=None):
     """The jitted forward of a ``cls`` model against an eager copy at each
     of :data:`CALLS`, new values each time: outputs, and parameters'
-    gradients in training."""
+    gradients in training; on ``device`` (``'@cupy:0'``), the models and
+    the arguments are sent there."""
     model = cls()
     model.cleargrads()
+    if device is not None:
+        model.to_device(device)
     eager = copy.deepcopy(model)
     jitted = chainerjit.jit(model.forward)
     rng = numpy.random.RandomState(5)
@@ -123,6 +126,8 @@ def _matches_eager(cls, train):
             xs = rng.standard_normal((len(lengths), steps, 3)).astype(
                 numpy.float32)
             lengths = numpy.array(lengths, numpy.int32)
+            if device is not None:
+                xs, lengths = model.device.send((xs, lengths))
             ours, theirs = jitted(xs, lengths), eager.forward(xs, lengths)
             testing.assert_results_equal(ours, theirs, 1e-4, 1e-5)
             if train:
