@@ -645,8 +645,8 @@ class JitFunction(_calls.CachedCall):
         for any number of items and width of a padded list
         (``batch.of_joined``)."""
         count, = joining.counts(joined)
-        batched = batch.of_joined(key, joining.joined_leaves(joined, leaves),
-                                  count)
+        batched = self._sizes_seen.joined_batch(key, batch.of_joined(
+            key, joining.joined_leaves(joined, leaves), count))
         varying, sibling, _ = self._varying_numbers(key)
         result = self._compile(key, leaves, instance, args, kwargs, joined,
                                batched=batched, varying=varying)
@@ -1201,6 +1201,7 @@ class JitFunction(_calls.CachedCall):
         self.budget.clear()
         self._cut, self._driver, self._pieces = None, None, {}
         self._uncut = None
+        self._plain = False
         self._warned_stopped = False
         self._changes.clear()
         self._warned_recompile = False

@@ -476,13 +476,15 @@ _COUNTER_NUMBERS = ('CountedNumber', 'CountedInt', 'CountedPower')
 
 
 def _numbers_counting_down(loops, rolled):
-    """``{loop: (its recorded trip count, [nodes])}``: the numbers its
-    body computes from the counter (``lengths > t``, ``h * (t + 1)``) of
-    each loop whose counter counts down to a fixed end (``t`` of
-    ``reversed(range(T))``), which follow the trip count. Raises where
-    they cannot: the loop's first step, peeled off, computed such a number
-    as a constant, the loop counts steps of its own too (``n += 1``), or
-    its step is not a constant."""
+    """``{loop: (its recorded trip count, [nodes], peeled ints)}``: the
+    numbers its body computes from the counter (``lengths > t``, ``h * (t
+    + 1)``) of each loop whose counter counts down to a fixed end (``t``
+    of ``reversed(range(T))``), and those its first step peeled off gave
+    NumPy calls (``Region.peeled_ints``), which follow the trip count.
+    Raises where they cannot: that first step computed such a number
+    otherwise (in a block of its own, as an op's constant), the loop
+    counts steps of its own too (``n += 1``), or its step is not a
+    constant."""
     found = {}
     for loop in loops:
         run = rolled[loop]
@@ -511,9 +513,28 @@ def _numbers_counting_down(loops, rolled):
 def _numbers_from_the_trip(graph, loop, recorded, nodes, peeled, templates):
     """Gives ``nodes``, numbers of the counter of ``loop`` (counting
     down), the loop's trip count (an input of its body) to follow; and
-    the ints of the first step peeled off (``peeled``: ``rolling``'s
-    ``Region.peeled_ints``) too."""
+    the ints of the first step peeled off (``peeled``) too."""
     trip = _recorded_trip(loop)  # (the symbol's now)
+    if peeled:
+        _peeled_ints_from_the_trip(graph, trip, recorded, peeled, templates)
+    if not nodes:
+        return
+    inside = ir.Value('input', (), numpy.int64, 'n')
+    loop.inputs.append(trip)
+    loop.region.body.inputs.append(inside)
+    for node in nodes:
+        attrs = dict(node.kernel.attrs)
+        node.kernel = structural.counted_number(
+            attrs['start'], attrs['step'], node.outputs[0].dtype, recorded)
+        node.inputs = node.inputs + [inside]
+        node.attrs = (('value', '%d%+d*(i+%d-n)' % (
+            attrs['start'], attrs['step'], recorded)),)
+
+
+def _peeled_ints_from_the_trip(graph, trip, recorded, peeled, templates):
+    """Gives the NumPy calls of a loop's first step peeled off their ints
+    of the counter (``peeled``: ``((node, ((position, int, step), ...)),
+    ...)``) as ``CountedInt`` nodes of the loop's trip count ``trip``."""
     zero = graph.add_value('const', (), numpy.int64, data=numpy.int64(0))
     for node, ints in peeled:
         made = [ir.Node('CountedInt', structural.counted_number(
@@ -529,18 +550,6 @@ def _numbers_from_the_trip(graph, loop, recorded, nodes, peeled, templates):
             for k, value, step in ints)
         at = graph.nodes.index(node)
         graph.nodes[at:at] = made
-    if not nodes:
-        return
-    inside = ir.Value('input', (), numpy.int64, 'n')
-    loop.inputs.append(trip)
-    loop.region.body.inputs.append(inside)
-    for node in nodes:
-        attrs = dict(node.kernel.attrs)
-        node.kernel = structural.counted_number(
-            attrs['start'], attrs['step'], node.outputs[0].dtype, recorded)
-        node.inputs = node.inputs + [inside]
-        node.attrs = (('value', '%d%+d*(i+%d-n)' % (
-            attrs['start'], attrs['step'], recorded)),)
 
 
 def _count_from_end(node, counters):

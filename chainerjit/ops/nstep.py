@@ -115,6 +115,15 @@ def _grads_of(backward, n_outputs, n_inputs, indexes, grad_outputs):
                         indexes).apply([grad_outputs[i] for i in present])
 
 
+def _plain(array):
+    """``array`` as a NumPy array itself where it is a view of a subclass
+    (the recording call's record holds the traced views it ran on, which
+    the gradients it computes would otherwise be)."""
+    if isinstance(array, numpy.ndarray) and type(array) is not numpy.ndarray:
+        return array.view(numpy.ndarray)
+    return array
+
+
 class NStepRNNGrad(chainer.FunctionNode):
     """The gradients of an :class:`NStepRNN` or :class:`PackedNStepRNN`
     (of its ``n_inputs`` inputs, those listed in ``indexes``) from the
@@ -136,7 +145,7 @@ class NStepRNNGrad(chainer.FunctionNode):
             gys[i] = g
         wanted = [i in self.indexes for i in range(self.n_inputs)]
         grads = self._backward(gys, wanted)
-        return tuple(grads[i] for i in self.indexes)
+        return tuple(_plain(grads[i]) for i in self.indexes)
 
     def backward(self, indexes, grad_outputs):
         raise NotImplementedError(

@@ -928,6 +928,27 @@ class SizesSeen(object):
         return _of_groups(groups, Batched((), seen=True)) if groups \
             else None
 
+    def joined_batch(self, key, batched):
+        """``batched``, a joined call's (:func:`of_joined`), its batch
+        taken where the calls that missed saw it: without the arrays
+        whose first axis stayed while the number of items changed, and
+        with an axis of another array seen at the same sizes as it at
+        every call (the states of an N-step link passed in, ``(layers,
+        B, H)``)."""
+        seen = self.varying(key)
+        if batched is None or not batched.leaves or \
+                batched.batch_axes()[0] not in seen:
+            return batched
+        sizes = seen[batched.batch_axes()[0]]
+        axes = [a for a in batched.batch_axes() if a in seen]
+        taken = set(leaf for leaf, _ in axes).union(
+            leaf for kept in kept_axes(batched) for leaf in kept.leaves)
+        axes += [(leaf, axis) for (leaf, axis), alike in sorted(seen.items())
+                 if alike == sizes and leaf not in taken and axis]
+        axes = _one_axis_each(axes)[0]
+        leaves, at = zip(*axes)
+        return batched._replace(leaves=leaves, axes=at if any(at) else None)
+
     def stale(self, cache, entry):
         """The entries of ``cache`` that would serve the call of one row
         that compiled ``entry`` (at an axis seen at several sizes) but for

@@ -633,3 +633,80 @@ def test_sentences_too_short_to_open_at_first_keep_the_lists_joined(
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
     assert str(jitted.cache_entries()[0].signature).startswith(
         'xs[0]: i32[B,T]'), jitted.cache_report()
+
+
+class _ShiftedStates(chainer.Chain):
+    """An N-step GRU over the embedded sentences, its last states shifted
+    by an argument whose second axis is the sentences (``(2, len(xs),
+    H)``, as a link's states passed in are)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 4)
+            self.rnn = L.NStepGRU(2, 4, 5, 0.0)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, shift):
+        hy, _ = self.rnn(None, [self.embed(x) for x in xs])
+        return self.out(hy[-1] + shift[1])
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_an_argument_of_the_sentences_on_its_second_axis_follows_them(
+        train):
+    rng = numpy.random.RandomState(7)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
+              rng.standard_normal((2, len(lengths), 5)).astype(F32))
+             for lengths in ([3, 5], [4], [2, 7, 1], [6, 2, 3, 9, 1], [5, 5],
+                             [8, 1, 1])]
+    model = _ShiftedStates()
+    eager = copy.deepcopy(model)
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', train):
+        for xs, shift in calls:
+            model.cleargrads()
+            eager.cleargrads()
+            ours, theirs = jitted(xs, shift), eager.forward(xs, shift)
+            testing.assert_results_equal(ours, theirs, 1e-5, 1e-6)
+            if train:
+                F.sum(ours).backward()
+                F.sum(theirs).backward()
+                for (_, p), (_, q) in zip(sorted(model.namedparams()),
+                                          sorted(eager.namedparams())):
+                    testing.assert_results_equal(p.grad, q.grad, 1e-5,
+                                                 1e-6)
+    signatures = [str(e.signature) for e in jitted.cache_entries()]
+    assert len(signatures) == 1, jitted.cache_report()
+    assert 'shift: f32[2,B,5]' in signatures[0], signatures
+
+
+class _FunctionalBiGRU(_ShiftedStates):
+    """``F.n_step_bigru`` over the embedded sentences, sorted and
+    transposed, its first states zeros the forward makes."""
+
+    def __init__(self):
+        chainer.Chain.__init__(self)
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 4)
+            self.rnn = L.NStepBiGRU(1, 4, 5, 0.0)
+            self.out = L.Linear(10, 3)
+
+    def forward(self, xs, shift):
+        xs = sorted(xs, key=len, reverse=True)
+        hx = self.xp.zeros((2, len(xs), 5), F32)
+        hy, _ = F.n_step_bigru(1, 0.0, hx, self.rnn.ws, self.rnn.bs,
+                               F.transpose_sequence(
+                                   [self.embed(x) for x in xs]))
+        return self.out(F.concat((hy[0], hy[1]), axis=1))
+
+
+@pytest.mark.parametrize('cls', [_ShiftedStates, _FunctionalBiGRU])
+def test_gradients_of_a_recording_call_are_plain_arrays(cls):
+    # The recording call runs the N-step op on traced views; the
+    # gradients its backward gives the parameters are NumPy's arrays.
+    model = cls()
+    xs = [numpy.arange(n, dtype=I32) for n in (3, 5, 2)]
+    F.sum(chainerjit.jit(model.forward)(
+        xs, numpy.ones((2, 3, 5), F32))).backward()
+    assert set(type(p.grad) for p in model.params()) == {numpy.ndarray}
