@@ -85,10 +85,12 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
              for v in graph.inputs + graph.outputs}
     types.update((i.name, (tuple(i.dims), onnx.helper.tensor_dtype_to_np_dtype(
         i.data_type))) for i in builder.initializers)
+    compared = batch.compared_symbols(entry.symbolic)
     model = onnx_graph.model(
         builder, jitted.__name__,
         [onnx_graph.value_info((v.shape, v.dtype), names[v], dynamic_batch,
-                               v.symbols) for v in graph.inputs],
+                               _uncompared(v.symbols, compared))
+         for v in graph.inputs],
         [onnx_graph.value_info(types[source], name, dynamic_batch,
                                _output_axes(types[source][0], name,
                                             dynamic_batch and
@@ -102,6 +104,15 @@ def export_onnx(f, args, path=None, kwargs=None, dynamic_batch=None,
     if path is not None:
         onnx.save(model, os.fspath(path))
     return model
+
+
+def _uncompared(symbols, compared):
+    """An input's named axes (``{axis: symbol}``) but those of the
+    symbols ``compared`` (:func:`batch.compared_symbols`), which keep
+    their recorded sizes: onnxruntime then refuses the sizes on the other
+    side of the comparison, where the program would be wrong."""
+    return dict((axis, symbol) for axis, symbol in (symbols or {}).items()
+                if symbol not in compared)
 
 
 def _entry_for(jitted, args, kwargs):

@@ -411,6 +411,28 @@ def too_short_to_open(key, axes):
 TOO_SHORT = 2
 
 
+def compared_symbols(symbolic_sizes):
+    """The names of an entry's symbolic sizes (``T``, ``B``, ``W``) that
+    the forward's Python compared (``if T > 10:``, a ``while`` test): the
+    entry serves the sizes on one side only, as its guards check, which
+    a graph without them (ONNX's) cannot."""
+    if isinstance(symbolic_sizes, scalars.SizesAndNumbers):
+        symbolic_sizes = symbolic_sizes.sizes
+    if isinstance(symbolic_sizes, TripsAndBatch):
+        return compared_symbols(symbolic_sizes.trips) | compared_symbols(
+            symbolic_sizes.batch)
+    if isinstance(symbolic_sizes, TwoAxes):
+        return set().union(*(compared_symbols(axes) for axes in
+                             (symbolic_sizes.batch,) + symbolic_sizes.widths))
+    if isinstance(symbolic_sizes, symbolic.Symbolic):
+        return set(part.symbol for part in symbolic_sizes.parts()
+                   if part.conditions)
+    if isinstance(symbolic_sizes, RowsBatched) and \
+            symbolic_sizes.conditions:
+        return {symbolic_sizes.symbol}
+    return set()
+
+
 def kept_axes(batched):
     """The :class:`RowsBatched` a :class:`Batched` keeps (``kept``: one,
     or a tuple of them), as a tuple."""

@@ -213,6 +213,73 @@ def test_onnx_numbers_of_a_counter_counting_down_follow_the_length(cls):
     assert _loops(onnx_model) == 1
 
 
+class _GuardedOnLength(chainer.Chain):
+    """A GRU loop, then a branch on the length (``if T > 6``)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.cell = L.StatelessGRU(3, 4)
+
+    def forward(self, xs):
+        h = self.xp.zeros((xs.shape[1], 4), numpy.float32)
+        for t in range(len(xs)):
+            h = self.cell(h, xs[t])
+        if len(xs) > 6:
+            h = h * 2
+        return h
+
+
+class _WhileCountingDown(counting_down._Masked):
+    """A ``while`` loop counting down from the length: its test compares
+    the steps with zero at each of them."""
+
+    def forward(self, xs, lengths):
+        h = self.xp.zeros((xs.shape[0], 4), numpy.float32)
+        t = xs.shape[1] - 1
+        while t >= 0:
+            m = (lengths > t).astype(numpy.float32)[:, None]
+            h = m * self.cell(h, xs[:, t]) + (1 - m) * h
+            t -= 1
+        return h
+
+
+@pytest.mark.parametrize('cls, calls', [
+    (_GuardedOnLength, [(8, 2), (9, 2), (8, 2), (4, 2), (3, 2), (12, 2)]),
+    (_WhileCountingDown, [(3, 5), (3, 4), (3, 4), (3, 7), (3, 2)]),
+])
+def test_onnx_of_sizes_the_forward_compared_keeps_them(cls, calls):
+    """A program for any length whose Python compared it (a guard on
+    one side) exports with that axis fixed: onnxruntime refuses the
+    other lengths, where the graph, without the guard, would be wrong."""
+    import onnxruntime
+
+    model = _model(cls)
+    rng = numpy.random.RandomState(2)
+    shapes = [(a, b, 3) for a, b in calls]
+    args = [(_a(rng, *shape),) if cls is _GuardedOnLength else
+            (_a(rng, *shape), rng.randint(1, shape[1] + 1, shape[0]).astype(
+                numpy.int32)) for shape in shapes]
+    jitted = chainerjit.jit(model.forward)
+    with chainer.using_config('train', False):
+        for call in args[:3]:
+            jitted(*call)
+        onnx_model = chainerjit.export_onnx(jitted, args[1])
+        session = onnxruntime.InferenceSession(
+            onnx_model.SerializeToString(),
+            providers=['CPUExecutionProvider'])
+        names = [i.name for i in session.get_inputs()]
+        for call in args[1:]:
+            try:
+                out, = session.run(None, dict(zip(names, call)))
+            except onnxruntime.capi.onnxruntime_pybind11_state \
+                    .InvalidArgument:
+                assert call[0].shape != args[1][0].shape
+                continue
+            numpy.testing.assert_allclose(out, model.forward(*call).array,
+                                          rtol=1e-4, atol=1e-5)
+
+
 def test_onnx_bidirectional_is_correct_at_its_length():
     model = _model(BiGRU)
     _, runs = _onnx_runs(model.forward, _sequences((5, 5, 2, 12)))
