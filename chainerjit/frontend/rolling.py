@@ -185,9 +185,9 @@ def _why_not(chunks, fingerprints):
         uncounted = _uncounted_constant(middle, fingerprints)
         if uncounted is not None:
             return ('its iterations give %s a constant that changes '
-                    'otherwise than by a fixed int step or ratio (h * t '
-                    '** 2; h * (t + 1) and h * 0.9 ** t roll)'
-                    % uncounted.op)
+                    'otherwise than by a fixed int step or ratio (as '
+                    'h * t ** 2 or h / (t + 1) do; h * (t + 1) and '
+                    'h * 0.9 ** t roll)' % uncounted.op)
         return ('its iterations are alike, but each reads a different '
                 'value made before the loop (the items of a Python list) '
                 'or one from two iterations back; to get one program for '

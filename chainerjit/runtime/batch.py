@@ -1080,9 +1080,7 @@ def rows_batched(graph, batched, size, uses, names, symbol=BATCH):
         axis=axis, lows=lows)) for leaf, axis in batched.batch_axes())
     why = ragged.why_fixed(graph, seeds, uses, names,
                            label=lambda rows: rows_label(rows, symbol),
-                           size='batch size' if symbol == BATCH and not
-                           any(axis for _, axis in batched.batch_axes())
-                           else 'size of %s' % axes_named(
+                           size='size of %s' % axes_named(
                                batched.batch_axes(), names))
     if why is not None:
         return None, why
