@@ -777,8 +777,8 @@ def _body(plan, carried, invariants, recording):
             body.add_node(_counted(node, inputs, counter, plan.numbers[p],
                                    recording.templates[node]))
         elif p in plan.ints:
-            for extra in _counted_ufunc(node, inputs, counter, plan.ints[p],
-                                        recording.templates[node]):
+            for extra in counted_ufunc(node, inputs, counter, plan.ints[p],
+                                       recording.templates[node]):
                 body.add_node(extra)
         elif p in plan.exits:
             node = _exit(node, inputs[0], plan.exits[p], p == len(first) - 1)
@@ -827,23 +827,29 @@ def _counted(node, inputs, counter, number, template):
                    kernel.attrs, loc=node.loc)
 
 
-def _counted_ufunc(node, inputs, counter, ints, template):
+def counted_ufunc(node, inputs, counter, ints, template, recorded_trip=None):
     """Makes ``node``, a NumPy ufunc's call given ints that the iterations
     gave as ``start + step * i`` (``ints``: ``(argument position, start,
     step)`` each), take them as inputs computed from the counter; returns
-    the nodes computing them."""
+    the nodes computing them. With ``recorded_trip`` they follow the
+    loop's trip count too, ``counter`` then ``(i, n)``
+    (``structural.counted_number``)."""
+    counters = [counter] if recorded_trip is None else list(counter)
+    label = '%d%+d*i' if recorded_trip is None else \
+        '%%d%%+d*(i+%d-n)' % recorded_trip
     made = []
     for position, start, step in ints:
         value = ir.Value('temp', (), numpy.int64)
-        kernel = structural.counted_number(start, step, numpy.int64)
-        made.append(ir.Node('CountedInt', kernel, [counter], [value],
+        kernel = structural.counted_number(start, step, numpy.int64,
+                                           recorded_trip)
+        made.append(ir.Node('CountedInt', kernel, counters, [value],
                             kernel.attrs, loc=node.loc))
     fn, onnx, node.inputs = traced.ufunc_taking_ints(
         template, node.op, inputs, [(k, n.outputs[0]) for (k, _, _), n in
                                     zip(ints, made)])
     node.kernel = node.kernel._replace(fn=fn, onnx=onnx)
     node.attrs = node.attrs + tuple(
-        ('arg%d' % k, '%d%+d*i' % (start, step)) for k, start, step in ints)
+        ('arg%d' % k, label % (start, step)) for k, start, step in ints)
     return made
 
 

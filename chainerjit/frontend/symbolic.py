@@ -524,30 +524,34 @@ def _numbers_from_the_trip(graph, loop, recorded, nodes, peeled, templates):
     loop.region.body.inputs.append(inside)
     for node in nodes:
         attrs = dict(node.kernel.attrs)
+        start, step = attrs['start'], attrs['step']
         node.kernel = structural.counted_number(
-            attrs['start'], attrs['step'], node.outputs[0].dtype, recorded)
+            start, step, node.outputs[0].dtype, recorded)
         node.inputs = node.inputs + [inside]
-        node.attrs = (('value', '%d%+d*(i+%d-n)' % (
-            attrs['start'], attrs['step'], recorded)),)
+        node.attrs = node.kernel.attrs  # (as rolling gives them)
+        _relabel_users(loop.region.body, node.outputs[0],
+                       '%d%+d*i' % (start, step),
+                       '%d%+d*(i+%d-n)' % (start, step, recorded))
+
+
+def _relabel_users(body, value, old, new):
+    """The printed attributes of the nodes of ``body`` reading ``value``
+    that show it as ``old`` (``MulConstant[value=3-1*i]``) show ``new``."""
+    for user in body.nodes:
+        if value in user.inputs:
+            user.attrs = tuple((k, new if v == old else v)
+                               for k, v in user.attrs)
 
 
 def _peeled_ints_from_the_trip(graph, trip, recorded, peeled, templates):
     """Gives the NumPy calls of a loop's first step peeled off their ints
     of the counter (``peeled``: ``((node, ((position, int, step), ...)),
-    ...)``) as ``CountedInt`` nodes of the loop's trip count ``trip``."""
+    ...)``) as ``CountedInt`` nodes of the loop's trip count ``trip``, at
+    the counter's value 0 (the peeled step's ints are their starts)."""
     zero = graph.add_value('const', (), numpy.int64, data=numpy.int64(0))
     for node, ints in peeled:
-        made = [ir.Node('CountedInt', structural.counted_number(
-            value, step, numpy.int64, recorded), [zero, trip],
-            [ir.Value('temp', (), numpy.int64)], loc=node.loc)
-            for _, value, step in ints]
-        fn, onnx, node.inputs = traced.ufunc_taking_ints(
-            templates[node], node.op, node.inputs,
-            [(k, m.outputs[0]) for (k, _, _), m in zip(ints, made)])
-        node.kernel = node.kernel._replace(fn=fn, onnx=onnx)
-        node.attrs = node.attrs + tuple(
-            ('arg%d' % k, '%d%+d*(%d-n)' % (value, step, recorded))
-            for k, value, step in ints)
+        made = rolling.counted_ufunc(node, node.inputs, (zero, trip), ints,
+                                     templates[node], recorded)
         at = graph.nodes.index(node)
         graph.nodes[at:at] = made
 

@@ -148,7 +148,8 @@ class Batched(BatchAxis, collections.namedtuple(
         specs = key[3]
         single = [(leaf, axis) for group in self.groups()
                   for leaf, axis in group if specs[leaf][0][axis] == 1]
-        return single and self.without_axes(single) or self
+        left = self.without_axes(single) if single else None
+        return left or self
 
     def each_first(self):
         """This ``Batched``, then the same axes with each kept group as
