@@ -1280,6 +1280,17 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
                                                            templates))
             j = segments if item_splits or \
                 _width_key(segments, items) in cut else None
+        elif j is not None and j.kind == 'pad' and not lengths_read and \
+                _width_key(j._replace(kind='segments'), items) in cut:
+            # padded item by item as another list's segments (a tagger's
+            # labels beside its sentences, F.pad_sequence(ts)): their rows
+            # joined too, padded at the same lengths
+            if j.takes(items) and _reader_of(values, users, j, shapes_read,
+                                             sized)[1] is None:
+                j = j._replace(kind='segments', lengths=True, padding=None)
+                joins.append(j)
+                cut.append(_width_key(j, items))
+            continue
         elif lengths_read:
             continue
         elif j is not None and sized is not None:

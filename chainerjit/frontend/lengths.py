@@ -266,7 +266,9 @@ class Length(int):
         def apply(self, other):
             if _takes_sizes(other):
                 return NotImplemented  # (its reflected operator)
-            if type(other) is SizeOf:  # (a padded width: not a constant)
+            if type(other) is SizeOf and other.longest is not None:
+                other = other.longest  # (B * T: the rows of the block)
+            elif type(other) is SizeOf:  # (a padded width: not a constant)
                 other.noted('used in arithmetic', depth=2)
             if scalars.is_varying(other):
                 other.note('used in arithmetic with a size')
@@ -579,14 +581,17 @@ class SizeOf(int):
     items' lengths. An array made of it (``xp.arange(enc.shape[1])``) is
     made again of that value's size at run time (:func:`_made_arange`),
     and so is a Variable multiplied or divided by it
-    (:func:`width_as_scalar`); any other use by the forward's code (int
-    arithmetic, a comparison, a float) is noted
-    (``recorder.width_uses``): the recording then does not read its lists
-    whole (``joining.take_joins``)."""
+    (:func:`width_as_scalar`). In int arithmetic it is ``longest``, where
+    the items are a joined list argument's: the :class:`Longest` of their
+    lengths (``B, T = h.shape[:2]``, then ``F.reshape(h, (B * T, H))``).
+    Any other use by the forward's code (a comparison, a float; int
+    arithmetic of other items) is noted (``recorder.width_uses``): the
+    recording then does not read its lists whole
+    (``joining.take_joins``)."""
 
-    def __new__(cls, value, array, axis):
+    def __new__(cls, value, array, axis, longest=None):
         self = int.__new__(cls, value)
-        self.array, self.axis = array, axis
+        self.array, self.axis, self.longest = array, axis, longest
         return self
 
     def noted(self, what, depth):
@@ -605,11 +610,21 @@ class SizeOf(int):
         apply.__name__ = op
         return apply
 
+    def _as_longest(op):
+        def apply(self, *args):
+            if self.longest is None or args and _takes_sizes(args[0]):
+                return SizeOf._arithmetic_noted[op](self, *args)
+            return getattr(self.longest, op)(*args)
+        apply.__name__ = op
+        return apply
+
+    _arithmetic_noted = {}
     for _op in ('__add__', '__radd__', '__sub__', '__rsub__', '__mul__',
                 '__rmul__', '__floordiv__', '__rfloordiv__', '__mod__',
                 '__rmod__', '__truediv__', '__rtruediv__', '__pow__',
                 '__rpow__', '__neg__', '__divmod__', '__rdivmod__'):
-        locals()[_op] = _noting(_op, 'used in arithmetic')
+        _arithmetic_noted[_op] = _noting(_op, 'used in arithmetic')
+        locals()[_op] = _as_longest(_op)
     for _op in ('__lt__', '__le__', '__gt__', '__ge__', '__eq__', '__ne__'):
         locals()[_op] = _noting(_op, 'compared')
     for _op, _what in (('__bool__', 'tested'),
@@ -619,19 +634,20 @@ class SizeOf(int):
                        ('__str__', 'formatted'), ('__repr__', 'formatted'),
                        ('__format__', 'formatted')):
         locals()[_op] = _noting(_op, _what)
-    del _op, _what, _noting
+    del _op, _what, _noting, _as_longest
 
     def __reduce__(self):
         return int, (int(self),)
 
 
-def note_padded_width(array, axis):
+def note_padded_width(array, axis, item_lengths=None):
     """Notes ``axis`` of ``array`` as the width of segments padded to the
-    longest (``ops.array.PadSegments``): the forward reads it as a
+    longest (``ops.array.PadSegments``), of the items ``item_lengths``
+    (a traced array) gives the lengths of: the forward reads it as a
     :class:`SizeOf`."""
     recorder = _state.recorder
     if recorder is not None:
-        recorder.padded_widths[id(array)] = (array, axis)
+        recorder.padded_widths[id(array)] = (array, axis, item_lengths)
 
 
 def _note_widths_followed(recorder, kernel, in_arrays, out_arrays):
@@ -647,10 +663,12 @@ def _note_widths_followed(recorder, kernel, in_arrays, out_arrays):
     rows = [ops.Rows(((None, a.shape[n[1]]),), n[1], True)
             if n is not None and n[0] is a else None
             for n, a in zip(noted, in_arrays)]
+    item_lengths = next(n[2] for n, a in zip(noted, in_arrays)
+                        if n is not None and n[0] is a)
     following = ops.follow_kernel(kernel, rows)
     for array, r in zip(out_arrays, following.outputs if following else ()):
         if r is not None and r.widest and not r.also:
-            note_padded_width(array, r.axis)
+            note_padded_width(array, r.axis, item_lengths)
 
 
 def _with_padded_width(recorder, array, shape):
@@ -659,9 +677,26 @@ def _with_padded_width(recorder, array, shape):
     noted = recorder.padded_widths.get(id(array))
     if noted is None or noted[0] is not array:
         return shape
-    axis = noted[1]
-    return shape[:axis] + (SizeOf(shape[axis], array, axis),) + \
+    _, axis, item_lengths = noted
+    longest = _longest_of_joined(recorder, shape[axis], item_lengths)
+    if longest is not None:
+        longest.pads(array, axis)
+    return shape[:axis] + (SizeOf(shape[axis], array, axis, longest),) + \
         shape[axis + 1:]
+
+
+def _longest_of_joined(recorder, width, item_lengths):
+    """The :class:`Longest` of the lengths of a joined list argument's
+    items, ``width``, where ``item_lengths`` is that argument (not lengths
+    shifted); else ``None``."""
+    leaf = next((leaf for leaf, found in recorder.item_lengths.items()
+                 if found is item_lengths and leaf in recorder.words_of),
+                None)
+    if leaf is None:
+        return None
+    count = traced.untag(item_lengths).shape[0]
+    return Longest(width, frozenset((leaf, -1 - k) for k in range(count)),
+                   recorder.length_uses, 0)
 
 
 def _made_origins(recorder, array):

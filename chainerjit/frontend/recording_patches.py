@@ -901,7 +901,8 @@ def _recording_pad_sequence(pad_sequence, recorder):
             block = array_ops.PadSegments(length, padding).apply(
                 (whole.packed, whole.joined))[0]
             if length is None:
-                lengths.note_padded_width(lengths.data_of(block), 1)
+                lengths.note_padded_width(lengths.data_of(block), 1,
+                                          whole.joined)
             if longest is not None:
                 longest.pads(block, 1)
             return block

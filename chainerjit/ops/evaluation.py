@@ -7,10 +7,13 @@ from chainer.functions.evaluation import classification_summary
 from chainer.functions.evaluation import r2_score
 import numpy
 
+from chainerjit.ops import Follow
 from chainerjit.ops import GradRule
 from chainerjit.ops import Kernel
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_reduced
+from chainerjit.ops import takes_widest
+from chainerjit.ops.loss import labels_alike
 from chainerjit.ops.math import onnx_dtype
 
 
@@ -52,7 +55,15 @@ def lower_accuracy(node, ctx):
         return None  # the generic path runs Accuracy's GPU formula
     return Kernel(fn, {'ignore_label': ignore_label},
                   grad=GradRule(_no_gradient), onnx=to_onnx, fresh=True,
-                  lengths=rows_reduced)
+                  lengths=_labels_counted)
+
+
+@takes_widest  # (a padded block merged, or its words)
+def _labels_counted(rows):
+    """The ``Kernel.lengths`` rule of an accuracy, whose kernel counts
+    the labels of whatever shape (``t.size``): any rows of the scores
+    their labels pair (``loss.labels_alike``)."""
+    return Follow((None,)) if labels_alike(rows) else None
 
 
 def _accuracy_to_onnx(dtype):

@@ -570,12 +570,20 @@ def _label_ce_lengths(node, ctx):
     classes' (``(B, C, T)``, ``t`` of ``(B, T)``)."""
     @takes_widest  # (a padded block merged, or its words)
     def lengths(rows):
-        if None in rows or rows[0].count() != rows[1].count() or \
-                rows[0].widest != rows[1].widest or \
-                _labels_axis(rows[0].axis) != rows[1].axis:
+        if not labels_alike(rows):
             return None
         return Follow((rows[1] if node.reduce == 'no' else None,))
     return lengths
+
+
+def labels_alike(rows):
+    """Do the rows of the classes' scores and of their labels (``rows``)
+    pair, as a kernel counting the labels takes them: as many, on the
+    first axis of both, or, of scores of more than two axes, on an axis
+    after the classes' (``(B, C, T)``, labels ``(B, T)``)?"""
+    return None not in rows and rows[0].count() == rows[1].count() and \
+        rows[0].widest == rows[1].widest and \
+        _labels_axis(rows[0].axis) == rows[1].axis
 
 
 def _labels_axis(axis):
