@@ -736,10 +736,15 @@ class JitFunction(_calls.CachedCall):
     def _warn_variable_lists(self, args, kwargs):
         """Warns once, at a miss, where a list argument holds Variables:
         only lists of arrays are joined (one entry for every number and
-        length of items), so each new one compiles again."""
+        length of items), so each new one compiles again; lists of arrays
+        beside it are joined where it is of another count (an N-step
+        link's states, ``(hx, cx)``)."""
+        counts = set(len(items) for _, items in
+                     joining.list_arguments(args, kwargs))
         for path in packing.sequence_paths(args, kwargs):
             items = packing.holder(args, kwargs, path)[path[1]]
-            if any(isinstance(x, chainer.Variable) for x in items):
+            if any(isinstance(x, chainer.Variable) for x in items) and (
+                    not counts or len(items) in counts):
                 errors.warn_once(
                     (self._warn_site, 'variable lists'),
                     errors.RecompileWarning,

@@ -1205,12 +1205,12 @@ def list_arguments(args, kwargs):
     return found
 
 
-def n_lists_of_arrays(args, kwargs):
-    """How many top-level arguments are lists (or tuples) holding arrays
+def lists_of_arrays(args, kwargs):
+    """The top-level arguments that are lists (or tuples) holding arrays
     or Variables."""
-    return sum(1 for arg in list(args) + list(kwargs.values())
-               if type(arg) in (list, tuple) and
-               any(isinstance(a, _ARRAY_TYPES) for a in arg))
+    return [arg for arg in list(args) + list(kwargs.values())
+            if type(arg) in (list, tuple) and
+            any(isinstance(a, _ARRAY_TYPES) for a in arg)]
 
 
 _ARRAY_TYPES = (numpy.ndarray, chainer.Variable) + tuple(
@@ -1407,8 +1407,8 @@ def _applied_each(graph, values, users, item_splits, sized=None):
     (:func:`applied_to_items`: ``[self.embed(x) for x in xs]``,
     ``x[::-1]``, ``F.concat([eos, y], axis=0)``), the same for every item,
     in a recording that cuts an array at the items' offsets
-    (``item_splits``), where an N-step link takes as many sequences, its
-    states not arguments, or where each is then reduced over its rows
+    (``item_splits``), where an N-step link takes as many sequences, or
+    where each is then reduced over its rows
     and stacked (:func:`_pooled_and_stacked`)? ``sized``: the node
     reading their lengths into an array, another reader they may have."""
     made = None
@@ -1423,7 +1423,7 @@ def _applied_each(graph, values, users, item_splits, sized=None):
             return False
         made = ops_read
     return bool(item_splits) or any(
-        _link_of_own_states(node) and
+        _is_n_step_link(node) and
         dict(node.attrs).get('items') == len(values)
         for node in graph.nodes) or \
         _crfs_of_all(_last_of_each(graph, values, users), users) or \
@@ -1664,10 +1664,10 @@ def _item_readers(users, value, sized):
 
 def _linked_whole(values, users):
     """Do ``values`` (a list's items) go, all of them in order and nothing
-    else, into one call of an N-step link, its states not arguments
-    (sequences of features: ``self.lstm(None, None, xs)``)?"""
+    else, into one call of an N-step link (sequences of features:
+    ``self.lstm(None, None, xs)``, or ``self.lstm(hx, cx, xs)``)?"""
     node = _one_reader(values, users)
-    if node is None or not _link_of_own_states(node):
+    if node is None or not _is_n_step_link(node):
         return False
     n_states = _n_states(node)
     if node.inputs[n_states:n_states + len(values)] != list(values):
@@ -1866,18 +1866,16 @@ def _index_of(template):
     return template[2][0][1]
 
 
-def _link_of_own_states(node):
-    """Is ``node`` an N-step link's call whose states are not arguments
-    (zeros, or computed): a joined call does not open their batch axis,
-    their second."""
-    return node.op in ('NStepRNN', 'NStepRNNDropout') and not any(
-        v.kind == 'input' for v in node.inputs[:_n_states(node)])
+def _is_n_step_link(node):
+    """Is ``node`` an N-step link's call? Its states may be zeros, computed
+    or arguments (whose second axis a joined call opens with the items'
+    number: ``runtime.batch.with_states_passed``)."""
+    return node.op in ('NStepRNN', 'NStepRNNDropout')
 
 
 def _n_states(node):
     """How many states (``hx``, and ``cx`` for an LSTM) an N-step link's
-    node takes first: given as arguments, they have the batch on their
-    second axis, which a joined call does not open."""
+    node takes first."""
     return 2 if dict(node.attrs).get('cell') == 'lstm' else 1
 
 

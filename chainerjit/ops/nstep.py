@@ -225,6 +225,17 @@ def _packed_n_inputs(spec, zero_states):
         2 * N_WEIGHTS[spec.cell] * spec.n_layers * spec.directions
 
 
+def given_states(node):
+    """The values a node of a :class:`PackedNStepRNN` takes as its states
+    (``hx``, and ``cx`` of an LSTM, where given), whose second axis is the
+    number of sequences."""
+    attrs = dict(node.attrs)
+    flags = attrs['zero_states']
+    if type(flags) is not tuple:
+        flags = (flags,) * (2 if attrs['cell'] == 'lstm' else 1)
+    return node.inputs[:sum(not zero for zero in flags)]
+
+
 def packed_forward(spec, zero_states, arrays, masks=None):
     """``(outputs, record)`` of a :class:`PackedNStepRNN`: ``run_forward``
     over the sequences cut from the packed rows at their lengths, its

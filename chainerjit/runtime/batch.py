@@ -480,6 +480,29 @@ def of_joined(key, joined, count):
 _FIXED_BATCH = RowsBatched((), None, (), BATCH)
 
 
+def with_states_passed(batched, graph):
+    """``batched``, a joined call's (:func:`of_joined`), with the states
+    its N-step links take as arguments (``hx``, ``(layers, B, H)``): the
+    second axis of each is the number of items, the batch (their first,
+    the layers, is not, though as many at a call)."""
+    if batched is None or not batched.leaves:
+        return batched
+    states = set(graph.inputs.index(v) for node in graph.nodes
+                 if node.op in _PACKED_LINKS
+                 for v in ops.nstep.given_states(node) if v.kind == 'input')
+    if not states:
+        return batched
+    axes = batched.axes or (0,) * len(batched.leaves)
+    found = [(leaf, axis) for leaf, axis in zip(batched.leaves, axes)
+             if leaf not in states] + [(leaf, 1) for leaf in sorted(states)]
+    leaves, axes = zip(*found)
+    return batched._replace(leaves=leaves, axes=axes)
+
+
+#: The N-step links of a joined call's sequences (``ops.nstep``).
+_PACKED_LINKS = frozenset(['PackedNStepRNN', 'PackedNStepRNNDropout'])
+
+
 def batch_part(symbolic):
     """The :class:`RowsBatched` of an entry's symbolic sizes, or ``None``."""
     if isinstance(symbolic, TripsAndBatch):

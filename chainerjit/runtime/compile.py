@@ -244,6 +244,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                 caller, graph, sig, len(leaves), recording)
         if batched is not None and batched.seen:  # (trips take theirs)
             batched = batched.without_axes(batch.trip_axes(lengths))
+        if joined:
+            batched = batch.with_states_passed(batched, graph)
         if batched is not None:
             batched = batched.but_single_rows(key)
         rows, batch_note = (None, None) if \
@@ -1039,8 +1041,6 @@ def _joins_found(recording, packed, args, kwargs, leaves):
     lists, start = [], 0
     paths = () if packed is None else packed[0]
     found = joining.list_arguments(args, kwargs)
-    if len(found) != joining.n_lists_of_arrays(args, kwargs):
-        return ()  # one left item by item keeps the count in the key
     for path, items in found:
         if path in paths:  # its rows, taken from the stacked array
             nodes = recording.row_nodes[start:start + len(items)]
@@ -1067,10 +1067,24 @@ def _joins_found(recording, packed, args, kwargs, leaves):
                                 recording.length_totals, recording.droppable,
                                 recording.templates, orders)
     keys = set(path for path, _ in orders.values())
-    if len(joins) != len(found) or any(
+    if _left_alike(found, joins, args, kwargs) or any(
             j.kind != 'segments' for j in joins if j.path in keys):
         return ()  # (a joined recording reads the lengths of segments)
     return joins
+
+
+def _left_alike(found, joins, args, kwargs):
+    """Is a list argument that ``joins`` (of lists of arrays ``found``,
+    ``(path, items)``) leave item by item as long as those they join?
+    Its count in the key would be theirs. One of another count (an
+    N-step link's states passed as a tuple, ``(hx, cx)``) keeps only its
+    own."""
+    joined = [items for path, items in found
+              if any(j.path == path for j in joins)]
+    counts = set(len(items) for items in joined)
+    return not joins or any(
+        len(items) in counts for items in joining.lists_of_arrays(
+            args, kwargs) if not any(items is j for j in joined))
 
 
 def _why_joins_fixed(entry, batched):

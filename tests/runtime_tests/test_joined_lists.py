@@ -681,6 +681,94 @@ def test_an_argument_of_the_sentences_on_its_second_axis_follows_them(
     assert 'shift: f32[2,B,5]' in signatures[0], signatures
 
 
+class _StatesPassedIn(chainer.Chain):
+    """A decoder over the embedded sentences whose N-step link starts from
+    states the caller passes (``hx``, and ``cx`` of an LSTM: ``(layers,
+    len(xs), H)``), scoring each word against its tag."""
+
+    def __init__(self, link, units):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 4)
+            self.rnn = link
+            self.out = L.Linear(units, 3)
+
+    def forward(self, xs, ts, hx, cx=None):
+        return self.scored((hx,) if cx is None else (hx, cx), xs, ts)
+
+    def scored(self, states, xs, ts):
+        found = self.rnn(*states, [self.embed(x) for x in xs])
+        hy, ys = found[0], found[-1]
+        return F.softmax_cross_entropy(self.out(F.concat(ys, axis=0)),
+                                       F.concat(ts, axis=0)) + \
+            F.sum(hy[-1] * hy[-1])
+
+
+class _StatesPassedAsATuple(_StatesPassedIn):
+    """The states passed as one tuple, a list argument of its own count
+    (the first call's is the sentences' too: not joined then)."""
+
+    def forward(self, states, xs, ts):
+        return self.scored(states, xs, ts)
+
+
+_STATES_PASSED = {  # (link, its units, its number of states, layers)
+    'lstm': (lambda: L.NStepLSTM(2, 4, 5, 0.0), 5, 2, 2),
+    'gru': (lambda: L.NStepGRU(1, 4, 5, 0.0), 5, 1, 1),
+    'bilstm': (lambda: L.NStepBiLSTM(1, 4, 5, 0.0), 10, 2, 2),
+}
+
+
+@pytest.mark.parametrize('name', sorted(_STATES_PASSED))
+@pytest.mark.parametrize('as_tuple', [False, True])
+@pytest.mark.parametrize('train', [False, True])
+def test_an_n_step_link_given_its_states_serves_every_count(
+        name, as_tuple, train):
+    # The first count is the number of layers: the states' first axis is
+    # that number too, but the second is the sentences'.
+    link, units, n_states, layers = _STATES_PASSED[name]
+    rng = numpy.random.RandomState(8)
+    calls = []
+    for lengths in ([3, 5], [4, 1, 6], [2, 7, 1, 3], [6, 2, 3, 9, 1], [5],
+                    [8, 1]):
+        states = tuple(rng.standard_normal((layers, len(lengths), 5))
+                       .astype(F32) for _ in range(n_states))
+        calls.append((states,
+                      [rng.randint(0, 30, n).astype(I32) for n in lengths],
+                      [rng.randint(0, 3, n).astype(I32) for n in lengths]))
+    model = (_StatesPassedAsATuple if as_tuple else _StatesPassedIn)(
+        link(), units)
+    eager = copy.deepcopy(model)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        with chainer.using_config('train', train), \
+                chainer.using_config('enable_backprop', train):
+            for states, xs, ts in calls:
+                ours = tuple(chainer.Variable(s.copy()) for s in states)
+                theirs = tuple(chainer.Variable(s.copy()) for s in states)
+                model.cleargrads()
+                eager.cleargrads()
+                loss, expected = (jitted(ours, xs, ts),
+                                  eager.forward(theirs, xs, ts)) \
+                    if as_tuple else (jitted(xs, ts, *ours),
+                                      eager.forward(xs, ts, *theirs))
+                testing.assert_results_equal(loss, expected, 1e-5, 1e-6)
+                if train:
+                    loss.backward()
+                    expected.backward()
+                    for p, q in zip(ours + tuple(
+                            p for _, p in sorted(model.namedparams())),
+                            theirs + tuple(
+                                p for _, p in sorted(eager.namedparams()))):
+                        testing.assert_results_equal(p.grad, q.grad, 1e-4,
+                                                     1e-5)
+    signatures = [str(e.signature) for e in jitted.cache_entries()]
+    assert len(signatures) == 1, jitted.cache_report()
+    assert '%s: f32[%d,B,5]' % ('states[0]' if as_tuple else 'hx', layers) \
+        in signatures[0], signatures
+
+
 class _FunctionalBiGRU(_ShiftedStates):
     """``F.n_step_bigru`` over the embedded sentences, sorted and
     transposed, its first states zeros the forward makes."""
