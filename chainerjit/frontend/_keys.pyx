@@ -31,8 +31,10 @@ class Unbound(object):
 #: cut at a graph break (``breaks``): a static value, as None is.
 UNBOUND = Unbound()
 
+# (a module, ``xp = self.xp``, passes between the pieces of a forward cut
+# at a graph break: it is the same for every call its key matches)
 cdef tuple _STATIC_TYPES = (type(None), bool, int, float, str, numpy.dtype,
-                            Unbound)
+                            Unbound, type(numpy))
 cdef object _array_types = chainer.get_array_types()
 
 
@@ -145,7 +147,8 @@ cpdef object flatten(object obj, list leaves):
         return ('dict', keys, tuple([flatten(obj[k], leaves) for k in keys]))
     raise errors.UnsupportedArgument(
         'an argument of type %s (chainerjit takes Variables, arrays, '
-        'Python scalars, None and lists, tuples and dicts of them)'
+        'Python scalars, modules, None and lists, tuples and dicts of '
+        'them)'
         % kind.__name__)
 
 

@@ -323,11 +323,23 @@ class ReadOnTheLineOfItsIf(_Base):
         return F.softmax_cross_entropy(self.l2(h * k), t)
 
 
+class ArrayModuleHeld(_Base):
+    """The model's array module taken first (``xp = self.xp``) and used
+    after the read: it passes from the prefix to the suffix."""
+
+    def forward(self, x, t):
+        xp = self.xp
+        y = self.l2(F.relu(self.l1(x)))
+        n = int((y.array > 0).sum())
+        scale = xp.full((len(x), 1), 1.0 / (1 + n), dtype=F32)
+        return F.softmax_cross_entropy(y * scale, t)
+
+
 FORMS = [Thresholded, ItemWeighted, TwoBreaks, EarlyReturn, Helper,
          SuperCall, Closure, BreakInLoop, Masked, ArgWhere, Keywords,
          Decoding, Counting, InWith, InBranch, Nested, BranchesOnTheRead,
          Clipped, DataScaled, Stored, ReadInBothTestAndBranch,
-         ReadOnTheLineOfItsIf]
+         ReadOnTheLineOfItsIf, ArrayModuleHeld]
 
 
 def _calls(rng, n=6, batch=5, n_in=6):
