@@ -1099,9 +1099,9 @@ def _target_name(target, name):
 
 
 def counter_indexed_names(code, header):
-    """The names a ``for`` loop's counter indexes (``xs`` in ``xs[t]``;
-    not ``ys`` in ``ys[t] = h``, an item assigned), or ``None`` when one
-    is not a plain name."""
+    """The names a ``for`` loop's counter indexes (``xs`` in ``xs[t]``,
+    and in ``xs.array[t]`` of a Variable's array; not ``ys`` in ``ys[t] =
+    h``, an item assigned), or ``None`` when one is not a plain name."""
     found = _loop_and_parents(code, header)
     if found is None:
         return None
@@ -1116,10 +1116,19 @@ def counter_indexed_names(code, header):
             subscript = _indexed_by(use, parents)
             if isinstance(subscript.ctx, ast.Store):
                 continue
-            if not isinstance(subscript.value, ast.Name):
+            indexed = _array_of(subscript.value)
+            if not isinstance(indexed, ast.Name):
                 return None
-            names.add(subscript.value.id)
+            names.add(indexed.id)
     return names
+
+
+def _array_of(node):
+    """``xs`` of ``xs.array`` or ``xs.data`` (a Variable's array); else
+    ``node``."""
+    if isinstance(node, ast.Attribute) and node.attr in ('array', 'data'):
+        return node.value
+    return node
 
 
 def _index_use(name, parents):
