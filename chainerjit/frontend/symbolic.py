@@ -865,11 +865,12 @@ def _peeled_only_starts(loop, users):
 def _joined_before_steps(value, node, loop, users):
     """Does ``node`` join ``value`` right before lists of ``loop``'s steps
     that nothing else reads (not ``hs[-1]``, the first step's at one), of
-    a loop whose other outputs nothing reads (a state the first step made
-    otherwise than the value it appended, ``h * 2`` at ``i == 0``)?"""
+    a loop whose other outputs read after it are states it does not
+    append (``h`` of ``hs.append(h * m)``)? A state appended too may be
+    read as the last item (``hs[-1]`` of ``hs.append(h)``), which the
+    first step made otherwise (``h * 2`` at ``i == 0``)."""
     if node is None or structural.kind(node) != structural.JOIN or \
-            value not in node.inputs or any(
-                users.get(v) for v in loop.outputs if v.dtype != object):
+            value not in node.inputs or _reads_appended_state(loop, users):
         return False
     after = node.inputs[node.inputs.index(value) + 1:]
     lists = set(v for v in loop.outputs if v.dtype == object)
@@ -878,6 +879,16 @@ def _joined_before_steps(value, node, loop, users):
                                    value in r.inputs or
                                    packing.unread_nodes(users, [r]))
                 for v in lists & set(after) for r in users.get(v, []))
+
+
+def _reads_appended_state(loop, users):
+    """Is a value ``loop`` carries, whose value at each step the body also
+    appends to a list of its steps, read after it?"""
+    body, region = loop.region.body, loop.region
+    appended = body.outputs[region.n_carried:]
+    return any(users.get(loop.outputs[k]) and
+               any(body.outputs[k] is v for v in appended)
+               for k in range(region.n_carried))
 
 
 def _symbolic_trips(graph, loops, deltas, symbol):

@@ -18,6 +18,7 @@ from chainerjit import errors
 from chainerjit import testing
 
 I, H, K = 3, 4, 3
+F32 = numpy.float32
 
 
 class _MLP(chainer.Chain):
@@ -230,6 +231,51 @@ def test_a_peeled_first_step_joined_before_the_others_serves_one_step():
     entry, = jitted.cache_entries()
     assert entry.symbolic.trips.minimum == 1
     assert jitted.cache_info().misses == 2
+
+
+class _MaskedPooled(chainer.Chain):
+    """A masked GRU over a padded batch (``x: (B, T)`` of ids and their
+    lengths), its state made in the first step, each step's state masked
+    and appended (``h * m``), pooled, and the last state read after the
+    loop beside them: one step runs the first step alone."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(10, H)
+            self.rnn = L.StatelessGRU(H, H)
+            self.out = L.Linear(2 * H, K)
+
+    def forward(self, x, lengths):
+        h, hs = None, []
+        for i in range(x.shape[1]):
+            e = self.embed(x[:, i])
+            if h is None:
+                h = chainer.Variable(self.xp.zeros((len(x), H), F32))
+            m = (i < lengths)[:, None]
+            h = F.where(self.xp.broadcast_to(m, h.shape), self.rnn(h, e), h)
+            hs.append(h * m.astype(F32))
+        mean = F.sum(F.stack(hs, axis=1), axis=1) / \
+            lengths[:, None].astype(F32)
+        return self.out(F.concat([mean, h], axis=1))
+
+
+def _ids(rng, shape):
+    batch, n = shape
+    return (rng.randint(0, 10, (batch, n)).astype(numpy.int32),
+            rng.randint(1, n + 1, batch).astype(numpy.int32))
+
+
+@pytest.mark.parametrize('shapes', [
+    [(5, 7), (5, 7), (1, 13), (9, 3), (16, 1), (2, 20), (4, 1)],
+    [(1, 1), (2, 2), (3, 4), (5, 6), (8, 9)]])
+def test_a_state_read_after_the_loop_beside_its_masked_steps_serves_one_step(
+        shapes):
+    # The state, not appended itself, is what one step leaves: the
+    # rolled entry serves that step too.
+    jitted = _calls_alike(_MaskedPooled(), shapes, True, _ids)
+    entry, = jitted.cache_entries()
+    assert entry.symbolic.trips.minimum == 1
 
 
 class _GRUSteps(chainer.Chain):
