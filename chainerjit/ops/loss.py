@@ -27,6 +27,7 @@ from chainerjit.ops import segments as segments_ops
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_averaged
 from chainerjit.ops import rows_reduced
+from chainerjit.ops import same_rows
 from chainerjit.ops import takes_axes
 from chainerjit.ops import takes_widest
 from chainerjit.ops.activation import log_softmax_rows
@@ -483,7 +484,19 @@ def lower_huber_loss(node, ctx):
     return Kernel(forward, attrs={'delta': delta_value,
                                   'reduce': node.reduce},
                   grad=GradRule(grad, inputs=(0, 1), onnx=grad_to_onnx),
-                  onnx=to_onnx)
+                  onnx=to_onnx, lengths=_huber_rows(reduce))
+
+
+def _huber_rows(summed):
+    """The ``Kernel.lengths`` rule of a Huber loss, whose kernels take
+    any shape: the rows its two inputs share, which its output keeps (on
+    the first axis, where it is ``summed`` along the second)."""
+    def lengths(rows):
+        found = same_rows(rows)
+        if found is None or summed and found.axis:
+            return None
+        return Follow((found,))
+    return lengths
 
 
 @lowering(sigmoid_cross_entropy.SigmoidCrossEntropy)

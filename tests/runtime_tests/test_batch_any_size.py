@@ -364,6 +364,20 @@ class _PairsLogSumExp(_Classifier):
         return F.softmax_cross_entropy(z, t) + F.logsumexp(z) * 0.1
 
 
+class _QLearning(_Classifier):
+    """A DQN's step: the value of the action taken (``F.select_item``),
+    its target from a second pass without gradients, scored by
+    ``F.huber_loss`` per row, and summed along the actions."""
+
+    def forward(self, x, t):
+        q = self.l2(F.relu(self.l1(x)))
+        with chainer.no_backprop_mode():
+            best = F.max(self.l2(F.relu(self.l1(x * 0.5))), axis=1).array
+        taken = F.select_item(q, t)
+        return F.mean(F.huber_loss(taken, 0.9 * best, 1.0, reduce='no')) + \
+            F.mean(F.huber_loss(q, q.array * 0.5, 0.5))
+
+
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_VolumesAndSignals, _images),
           (_Branches, _features), (_BagOfWords, _words),
@@ -375,7 +389,7 @@ MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_SizedAtTheFirstCall, _features),
           (_MaskedForEachHead, _features), (_TiledBias, _binary_labels),
           (_Hinged, _features), (_LabelsFlattened, _binary_labels),
-          (_PairsLogSumExp, _features)]
+          (_PairsLogSumExp, _features), (_QLearning, _features)]
 
 
 def _checked_without_recompiling(calls, model=None, method='forward',
