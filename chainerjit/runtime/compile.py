@@ -262,7 +262,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         sizes = items or rows  # the entry's VM program takes any sizes
         if rows is not None and not batch.records_open(rows, key):
             sizes = rows = None  # an axis too short to leave open
-        _warn_kept_lengths(caller, kept, rows)
+        if packed is None or joined:  # (else once the entry is kept)
+            _warn_kept_lengths(caller, kept, rows)
         program = codegen.compile_graph(graph, arena=sizes is None)
         if sizes is not None:
             key, sig = sizes.generalize(key)[0], sizes.signature_of(sig)
@@ -311,6 +312,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                              packed, sized=entry.program is not None)
     elif packed is not None and not _packing_pays(entry, recording):
         return Compiled(recording.result, None, miss_reason, packed[0])
+    elif packed is not None:
+        _warn_kept_lengths(caller, kept, rows)
     entry.compile_seconds = time.perf_counter() - start
     return Compiled(recording.result, entry, miss_reason, None)
 

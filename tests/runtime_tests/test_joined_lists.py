@@ -22,6 +22,7 @@ from chainerjit import testing
 from tests.runtime_tests.test_ragged_lists import _BagOfWords
 from tests.runtime_tests.test_ragged_lists import _Convolutions
 from tests.runtime_tests.test_ragged_lists import _Convolutions1D
+from tests.runtime_tests.test_ragged_lists import _example
 from tests.runtime_tests.test_ragged_lists import _ExampleBagOfWords
 from tests.runtime_tests.test_ragged_lists import _model
 from tests.runtime_tests.test_ragged_lists import _PaddedSequences
@@ -798,3 +799,20 @@ def test_gradients_of_a_recording_call_are_plain_arrays(cls):
     F.sum(chainerjit.jit(model.forward)(
         xs, numpy.ones((2, 3, 5), F32))).backward()
     assert set(type(p.grad) for p in model.params()) == {numpy.ndarray}
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_a_first_call_of_sentences_all_as_long_warns_of_no_loop(train):
+    # Alike, the first call's sentences are packed into one array; that
+    # recording's entry goes, and its loops over them, which the joined
+    # recording rolls, are not warned of.
+    rng = numpy.random.RandomState(12)
+    calls = [([rng.randint(0, 30, 7).astype(I32) for _ in range(6)],
+              [rng.randint(0, 30, 5).astype(I32) for _ in range(6)])]
+    for n in (5, 3, 8, 4):
+        calls.append(tuple(
+            [rng.randint(0, 30, rng.randint(1, 9)).astype(I32)
+             for _ in range(n)] for _ in range(2)))
+    jitted = checked_without_recompiling(lambda: _example('seq2seq'), calls,
+                                         train)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()
