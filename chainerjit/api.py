@@ -1149,7 +1149,8 @@ class JitFunction(_calls.CachedCall):
             return entry.guard_failures(instance)
         untied = getattr(entry.symbolic, 'untied', None)
         return entry.signature.diff(sig) + (untied(key, [
-            name for name, _ in sig.items]) if untied else [])
+            name for name, _ in sig.items]) if untied else []) + \
+            entry.guard_failures(instance)  # (a model attribute, too)
 
     def _warn_unrolled(self, error, loc):
         errors.warn_once((self._warn_site, loc, 'unrolled'),

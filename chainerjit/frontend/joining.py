@@ -1107,7 +1107,8 @@ def take_joins(recording, joins, names):
             "the offsets of them all%s" % _at(item_length_reads[0][1])
     if recording.width_uses:
         what, loc = recording.width_uses[0]
-        return "the width of the padded sequences (enc.shape[1]) is %s " \
+        return "the width of the sequences F.pad_sequence padded " \
+            "(.shape[1] of its block) is %s " \
             "by the forward's Python%s" % (what, _at(loc))
     for use in uses:
         if any(lengths.is_item_length(origin) for origin in use.origins):

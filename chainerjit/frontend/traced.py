@@ -697,7 +697,9 @@ def _sized_draw(recorder, label, draw, sized, result):
 def _rows_drawn(origins):
     """The ``Kernel.lengths`` rule of a draw whose axes are the sizes of
     its input's axes ``origins`` (``(leaf, axis)`` or ``None`` each): its
-    rows there."""
+    rows there; none, of rows on an axis of the input it does not read
+    (a mask drawn once of the batch's size, ``rand(B, H)``, before a loop
+    over the steps)."""
     @ops.takes_axes
     def lengths(rows):
         found = rows[0]
@@ -705,7 +707,7 @@ def _rows_drawn(origins):
             return None
         axes = [k for k, o in enumerate(origins)
                 if o is not None and o[1] == found.axis]
-        return ops.Follow((found.on_axes(axes),)) if axes else None
+        return ops.Follow((found.on_axes(axes) if axes else None,))
     return lengths
 
 

@@ -142,6 +142,49 @@ def test_noise_of_the_batch_serves_every_batch_size_bit_for_bit(rng):
     assert str(entry.signature).startswith('x: f32[B,6]'), entry.signature
 
 
+class VariationalDropout(chainer.Chain):
+    """A language model whose dropout mask is drawn once, of the batch's
+    size (``rand(B, H)``), and applied at every step of a loop over a
+    batch-first ``(B, T)`` of ids (variational dropout)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(10, 4)
+            self.rnn = L.StatelessLSTM(4, 4)
+            self.out = L.Linear(4, 10)
+
+    def forward(self, x):
+        xp = self.xp
+        batch, steps = x.shape
+        keep = (xp.random.rand(batch, 4) > 0.3).astype(F32) / 0.7
+        c = h = xp.zeros((batch, 4), F32)
+        loss = 0
+        for t in range(steps - 1):
+            c, h = self.rnn(c, h, self.embed(x[:, t]))
+            loss += F.softmax_cross_entropy(self.out(h * keep), x[:, t + 1])
+        return loss
+
+
+def test_a_mask_drawn_of_the_batch_serves_every_length_bit_for_bit(rng):
+    eager, model = VariationalDropout(), VariationalDropout()
+    model.copyparams(eager)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        warnings.simplefilter('error', errors.LoopWarning)
+        for seed, shape in enumerate([(2, 3), (3, 5), (4, 8), (6, 11),
+                                      (3, 6), (5, 9)]):
+            x = rng.randint(0, 10, shape).astype(numpy.int32)
+            found = []
+            for run in (eager.forward, jitted):
+                numpy.random.seed(seed)
+                found.append(run(x).array.tobytes())
+            assert found[0] == found[1], shape
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: i32[B,T]'), entry.signature
+
+
 def draws_in_a_loop(xs):
     h = xs[0] * 0
     for t in range(xs.shape[0]):

@@ -267,3 +267,35 @@ def test_a_fallback_entry_hit_in_c_runs_eagerly_once(rng, monkeypatch):
         testing.assert_results_equal(jitted(x, t), eager.forward(x, t))
     info = jitted.cache_info()
     assert info.hits == 4 and info.eager == 4 and info.compiled == 0
+
+
+class _Annealed(chainer.Chain):
+    """A VAE-like loss weighted by a step the model counts
+    (``self.iteration``, read and then advanced by the forward)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(4, 4)
+        self.iteration = 0
+
+    def forward(self, x):
+        beta = min(1.0, self.iteration / 5.0)
+        self.iteration += 1
+        return F.sum(self.l1(x)) * beta
+
+
+def test_the_recompile_warning_names_an_attribute_that_changed(rng):
+    # The batch size changes at the same calls: an entry serves every
+    # size, and what keeps changing is the attribute.
+    eager, jitted = _Annealed(), _Annealed()
+    jitted.copyparams(eager)
+    fn = chainerjit.jit(jitted.forward)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for batch in (1, 2, 3, 4, 6, 8, 11, 16, 3, 5):
+            x = rng.standard_normal((batch, 4)).astype(numpy.float32)
+            testing.assert_results_equal(fn(x), eager.forward(x))
+    said = [str(w.message) for w in caught if 'keeps changing' in
+            str(w.message)]
+    assert len(said) == 1 and '(model).iteration: value' in said[0], said
