@@ -374,14 +374,22 @@ class JitFunction(_calls.CachedCall):
 
     def _verify_values(self, entry, leaves, params, symbols, instance, args,
                        kwargs):
-        """The first hit of an entry whose program holds arrays the
-        recording computed (``cache.Entry.values_checked``) runs the
-        program and eagerly, and compares (as :meth:`_verify_length`): an
+        """The first hits of an entry whose program holds arrays the
+        recording computed (``cache.Entry.values_checked``) run the
+        program and eagerly, and compare (as :meth:`_verify_length`): an
         array made from an argument's values out of the recording's sight
         (a conversion it cannot reach) would be a constant of the first
-        call. On a difference the entry runs eagerly from now on, with a
-        warning. The call returns eager's result."""
-        entry.values_checked = True
+        call. They are checked until each array argument came with other
+        values than recorded (a DQN's flags of episodes ended, all zeros at
+        first), at most ``cache.VALUE_CHECKS`` times. On a difference the
+        entry runs eagerly from now on, with a warning. The call returns
+        eager's result."""
+        now = cache_module.values_digests(leaves)
+        entry.unvaried = dict((i, d) for i, d in entry.unvaried.items()
+                              if now.get(i) == d)
+        entry.value_checks += 1
+        entry.values_checked = not entry.unvaried or \
+            entry.value_checks >= cache_module.VALUE_CHECKS
         result, agrees = self._compared_with_eager(
             entry, leaves, params, symbols, instance, args, kwargs)
         if agrees is False:

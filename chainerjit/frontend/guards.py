@@ -94,7 +94,7 @@ def _item(value, depth, written, objects):
         return 'object', id(value), snapshot(vars(value), depth - 1,
                                              written, objects)
     if _small_array(value) and id(value) not in written:
-        return 'array', id(value), _array_value(value)
+        return 'array', id(value), array_value(value)
     return 'id', id(value)
 
 
@@ -114,9 +114,10 @@ def _small_array(value):
         value.nbytes <= HASHED_BYTES
 
 
-def _array_value(array):
-    """What :func:`_small_array`'s guard compares: dtype, shape and the
-    bytes' hash (or the bytes)."""
+def array_value(array):
+    """What tells an array's values from others, as :func:`_small_array`'s
+    guard compares them: dtype, shape and the bytes' hash (or the
+    bytes)."""
     data = numpy.ascontiguousarray(array)
     return array.dtype.str, array.shape, (
         data.tobytes() if digest is None else digest(data))
@@ -152,7 +153,7 @@ class PythonGuard(collections.namedtuple(
             return current is self.expected
         if self.kind == 'array':
             return current is self.expected and \
-                _array_value(current) == self.shot
+                array_value(current) == self.shot
         if type(current) is not type(self.expected):
             return False
         if self.kind == 'value':
@@ -271,7 +272,7 @@ def _make(label, read, value, kinds=('value', 'identity', 'contents')):
     if is_scalar(value):
         kind = 'value'
     elif _small_array(value) and 'identity' in kinds:
-        kind, shot = 'array', _array_value(value)
+        kind, shot = 'array', array_value(value)
     elif isinstance(value, (chainer.Variable,) + chainer.get_array_types()):
         kind = 'identity'  # a parameter too: the program reads this one
     elif isinstance(value, chainer.Link):

@@ -758,6 +758,13 @@ def read_size(array, size, depth=1):
     return product_of(shape) if contained(shape) else size
 
 
+def read_nbytes(array, nbytes, depth=1):
+    """``nbytes`` (``x.nbytes``) as :func:`read_size` reads a size, times
+    the bytes of an element."""
+    size = read_size(array, array.size, depth + 1)
+    return size * array.itemsize if isinstance(size, Length) else nbytes
+
+
 def product_of(sizes):
     """The product of ``sizes``, Lengths among them (a Length itself,
     ``Length.monomial``, where one is)."""

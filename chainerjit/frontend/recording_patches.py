@@ -341,6 +341,16 @@ def _symbolic_len(builtin_len, recorder):
     return length
 
 
+def _symbolic_dunder_len(dunder_len, recorder):
+    """``x.__len__()`` of a traced array or a Variable while recording
+    (``operator.length_hint(x)`` calls it too), as ``len(x)`` reads it
+    (:func:`_symbolic_len`): ``x.shape[0]``."""
+    def length(x):
+        return lengths.read_shape(lengths.data_of(x), (dunder_len(x),),
+                                  2)[0]
+    return length
+
+
 def _count_of(xs):
     """The lengths of a joined list's items whose number ``len(xs)`` of the
     list ``xs`` the forward made is (``joining.count_of``,
@@ -1789,6 +1799,10 @@ RECORDING_PATCHES = (
     RecordingPatch(traced.TracedArray, 'shape',
                    _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, 'size', _symbolic(lengths.read_size)),
+    RecordingPatch(traced.TracedArray, 'nbytes',
+                   _symbolic(lengths.read_nbytes)),
+    RecordingPatch(traced.TracedArray, '__len__', _symbolic_dunder_len),
+    RecordingPatch(chainer.Variable, '__len__', _symbolic_dunder_len),
     RecordingPatch(traced.MadeArray, 'shape', _symbolic(lengths.read_shape)),
     RecordingPatch(traced.TracedArray, '__getitem__',
                    _recording_item_index),

@@ -195,8 +195,13 @@ class Entry(object):
         # runtime.batch.Batched, runtime.ragged.Ragged)
         self.symbolic = None
         self.verified_lengths = set()  # trip counts checked against eager
-        # False: its first hit is checked against eager (api._verify_values)
+        # False: its first hits are checked against eager
+        # (api._verify_values), until each array argument came with other
+        # values than recorded (``unvaried``: values_digests of those
+        # left) or after VALUE_CHECKS checks
         self.values_checked = True
+        self.unvaried = {}
+        self.value_checks = 0
         # the forward's Python read the shape of a value it computed (a
         # padded block's width: api._derived_to_check)
         self.reads_shapes = False
@@ -509,6 +514,19 @@ def _effect_value(structure, specs, outs, leaves, instance):
     """The value an effect assigns or reports, made of program outputs."""
     return signature.unflatten(structure, [
         _make_leaf(s, outs, leaves, instance) for s in specs])
+
+
+#: How many hits of an entry whose program holds arrays the recording
+#: computed are checked against eager at most (``Entry.values_checked``).
+VALUE_CHECKS = 4
+
+
+def values_digests(leaves):
+    """``{leaf index: guards.array_value}`` of the NumPy arrays among a
+    call's leaves (and Variables' arrays)."""
+    return dict((i, guards.array_value(array))
+                for i, array in enumerate(map(signature.leaf_array, leaves))
+                if isinstance(array, numpy.ndarray))
 
 
 def _make_leaf(spec, outs, leaves, instance):

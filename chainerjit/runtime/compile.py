@@ -278,6 +278,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             [name for name, _ in sig.items])
         entry.values_checked = not caller.check or not _holds_arrays(
             graph, recording.outputs)
+        if not entry.values_checked:
+            entry.unvaried = cache.values_digests(leaves)
         entry.reads_shapes = bool(recording.shapes_read)
         _warn_unguarded(caller, recording.graph, py_guards)
         entry.length_note, entry.items_note = length_note, items_note

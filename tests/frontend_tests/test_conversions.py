@@ -211,3 +211,20 @@ def test_a_copy_made_out_of_the_recordings_sight_is_caught_at_new_values(
     for (x,), got in zip(calls, results):
         numpy.testing.assert_array_equal(got.array,
                                          _copied_out_of_sight(x).array)
+
+
+def test_a_copy_out_of_sight_is_checked_until_the_arguments_change(
+        rng, monkeypatch):
+    """The first hit with the values recorded (a notebook's cell run
+    twice) agrees with eager: the hits after it are checked too, until the
+    argument comes with other values, which find the difference."""
+    monkeypatch.setattr(errors, '_warned', set())  # (warned once above)
+    jitted = chainerjit.jit(_copied_out_of_sight)
+    first, *others = [x for (x,) in _calls(rng)]
+    calls = [first, first.copy()] + others
+    with pytest.warns(errors.FallbackWarning, match='at new argument '
+                      'values its program gave another result'):
+        results = [jitted(x) for x in calls]
+    for x, got in zip(calls, results):
+        numpy.testing.assert_array_equal(got.array,
+                                         _copied_out_of_sight(x).array)

@@ -9,6 +9,7 @@ argument's own: a division reads it when run, a decision keeps it in the
 key with a warning naming the line."""
 
 import math
+import operator
 import warnings
 
 import chainer
@@ -431,3 +432,38 @@ def _less_a_named_share(x):
 def test_a_literal_less_a_share_of_the_size_serves_every_batch(fn):
     # (the literal's arithmetic with the Scalar of 1.0 / B is recorded)
     _one_entry_for_every_batch(fn, 13)
+
+
+class _FirstItemScaled(chainer.Chain):
+    """Sentences padded, scaled by the first one's length as the forward
+    reads it: ``xs[0].__len__()``, ``operator.length_hint(xs[0])`` or
+    ``xs[0].nbytes // xs[0].itemsize``."""
+
+    def __init__(self, read):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(20, 4)
+        self.read = read
+
+    def forward(self, xs):
+        ids = F.pad_sequence(xs, padding=-1).array
+        n = self.read(xs[0])
+        return F.sum(self.embed(numpy.maximum(ids, 0)), axis=1) * float(n)
+
+
+@pytest.mark.parametrize('read', [
+    lambda x: x.__len__(), operator.length_hint,
+    lambda x: x.nbytes // x.itemsize], ids=['__len__', 'length_hint',
+                                            'nbytes'])
+def test_an_items_length_read_otherwise_than_by_len_is_not_baked_in(read):
+    # The same number and longest length at the third call, the first
+    # sentence's length another: a length baked in would be the second's.
+    rng = numpy.random.RandomState(4)
+    model = _FirstItemScaled(read)
+    jitted = chainerjit.jit(model.forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', errors.RecompileWarning)
+        for lengths in ([7, 7, 7], [7, 4, 4], [4, 7, 4], [5, 7, 2]):
+            xs = [rng.randint(0, 20, n).astype(numpy.int32)
+                  for n in lengths]
+            testing.assert_results_equal(jitted(xs), model.forward(xs))
