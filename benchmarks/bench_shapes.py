@@ -775,6 +775,103 @@ def _rnn_tagger_training(summed=False):
                           lambda m: m.out.W.grad, {})
 
 
+def _padded_tagger_training():
+    """A tagger scoring the padded block of an N-step link's outputs: the
+    block's rows merged by a reshape of its shape read in Python
+    (``B, T = h.shape[:2]``, ``F.reshape(h, (B * T, H))``), scored
+    against the tags padded with -1 and flattened (``ignore_label=-1``),
+    its accuracy reported, on lists of 2 to 64 sentences of 1 to 60
+    words."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class PaddedTagger(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(5000, 64)
+                self.encoder = L.NStepBiLSTM(1, 64, 64, 0.1)
+                self.out = L.Linear(128, 12)
+
+        def forward(self, xs, ts):
+            _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+            h = F.pad_sequence(ys)
+            batch, width = h.shape[:2]
+            scores = self.out(F.reshape(h, (batch * width, -1)))
+            tags = F.pad_sequence(ts, padding=-1).array.reshape(-1)
+            chainer.report({'accuracy': F.accuracy(
+                scores, tags, ignore_label=-1)}, self)
+            return F.softmax_cross_entropy(scores, tags, ignore_label=-1)
+
+    def sentences(rng):
+        lengths = rng.randint(1, 61, rng.randint(2, 65))
+        return ([rng.randint(0, 5000, n).astype(numpy.int32)
+                 for n in lengths],
+                [rng.randint(0, 12, n).astype(numpy.int32) for n in lengths])
+    return _loss_training(PaddedTagger, sentences, lambda m: m.out.W.grad,
+                          {})
+
+
+def _teacher_forced_training():
+    """An attention decoder over lists of 2 to 64 sentence pairs of 1 to
+    60 source and 1 to 30 target words, the targets padded in the forward
+    (``F.pad_sequence(ys, padding=-1)``), a step per target position fed
+    the last target word (``targets.array[:, t]``), the attention masked
+    past each source's end."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    from benchmarks.bench_programs import sequence_embed
+
+    class TeacherForced(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(1000, 32, ignore_label=-1)
+                self.encoder = L.NStepGRU(1, 32, 64, 0.1)
+                self.decoder = L.LSTM(32 + 64, 64)
+                self.query = L.Linear(64, 64, nobias=True)
+                self.words = L.Linear(128, 1000)
+
+        def forward(self, xs, ys):
+            xp = self.xp
+            _, hs = self.encoder(None, sequence_embed(self.embed, xs))
+            enc = F.pad_sequence(hs)
+            lengths = xp.array([len(x) for x in xs])
+            mask = xp.arange(enc.shape[1])[None, :] < lengths[:, None]
+            targets = F.pad_sequence(ys, padding=-1)
+            self.decoder.reset_state()
+            context = chainer.Variable(xp.zeros((len(xs), 64), 'f'))
+            loss, previous = 0, xp.zeros((len(xs),), numpy.int32)
+            for t in range(targets.shape[1]):
+                h = self.decoder(F.concat([self.embed(previous), context]))
+                scores = F.squeeze(F.matmul(enc, F.expand_dims(
+                    self.query(h), 2)), 2)
+                scores = F.where(mask, scores, xp.full(
+                    scores.shape, -1e9, scores.dtype))
+                weights = F.softmax(scores)[:, :, None]
+                context = F.sum(enc * F.broadcast_to(weights, enc.shape),
+                                axis=1)
+                loss += F.softmax_cross_entropy(
+                    self.words(F.concat([h, context])), targets[:, t],
+                    ignore_label=-1)
+                previous = xp.maximum(targets.array[:, t], 0)
+            return loss
+
+    def pairs(rng):
+        size = rng.randint(2, 65)
+        return ([rng.randint(0, 1000, rng.randint(1, 61)).astype(
+            numpy.int32) for _ in range(size)],
+                [rng.randint(0, 1000, rng.randint(1, 31)).astype(
+                    numpy.int32) for _ in range(size)])
+    return _loss_training(TeacherForced, pairs, lambda m: m.query.W.grad,
+                          {})
+
+
 def _seq2seq_example_training():
     """Chainer's seq2seq example's model as it is written (its sources
     reversed and its targets framed by the end-of-sentence id item by
@@ -986,9 +1083,16 @@ def workloads():
         ("bidirectional RNN tagger training, each sentence's loss and "
          'accuracy added up in a loop, lists of 2 to 64 sentences of 1 to '
          '60 words', 'chainerjit', _rnn_tagger_training(summed=True)),
+        ('tagger training, the padded block of its outputs merged into '
+         'rows and scored against tags padded with -1, lists of 2 to 64 '
+         'sentences of 1 to 60 words', 'chainerjit',
+         _padded_tagger_training()),
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),
+        ('attention decoder training, targets padded in the forward and '
+         'fed back word by word, lists of 2 to 64 sentence pairs of 1 to '
+         '60 and 1 to 30 words', 'chainerjit', _teacher_forced_training()),
         ('attention seq2seq training, lists of 2 to 64 sentences of 1 to '
          '60 words, 1 to 30 target steps', 'chainerjit',
          _attention_seq2seq_training()),

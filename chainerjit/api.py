@@ -368,7 +368,8 @@ class JitFunction(_calls.CachedCall):
             return result
         if agrees:
             entry.verified_lengths.update(
-                checked if _checks_items(entry.symbolic) else [checked])
+                checked if _checks_items(entry.symbolic) and
+                checked[:1] != (_DERIVED,) else [checked])
             return result
         return self._length_mismatch(entry, checked, result)
 
@@ -381,9 +382,9 @@ class JitFunction(_calls.CachedCall):
         (a conversion it cannot reach) would be a constant of the first
         call. They are checked until each array argument came with other
         values than recorded (a DQN's flags of episodes ended, all zeros at
-        first), at most ``cache.VALUE_CHECKS`` times. On a difference the
-        entry runs eagerly from now on, with a warning. The call returns
-        eager's result."""
+        first), at most ``runtime.cache.VALUE_CHECKS`` times. On a
+        difference the entry runs eagerly from now on, with a warning. The
+        call returns eager's result."""
         now = cache_module.values_digests(leaves)
         entry.unvaried = dict((i, d) for i, d in entry.unvaried.items()
                               if now.get(i) == d)

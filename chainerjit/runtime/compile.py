@@ -1089,7 +1089,7 @@ def _left_alike(found, joins, args, kwargs):
     counts = set(len(items) for items in joined)
     return not joins or any(
         len(items) in counts for items in joining.lists_of_arrays(
-            args, kwargs) if not any(items is j for j in joined))
+            args, kwargs) if not any(items is other for other in joined))
 
 
 def _why_joins_fixed(entry, batched):

@@ -14,6 +14,8 @@ import chainer.links as L
 import numpy
 import pytest
 
+import chainerjit
+
 from benchmarks.bench_programs import sequence_embed
 from tests.runtime_tests.test_joined_lists import \
     checked_without_recompiling
@@ -104,3 +106,24 @@ def test_a_decoder_over_targets_padded_in_the_forward_keeps_one_entry(
     entry, = jitted.cache_entries()
     assert 'ys: i32[B,T]' in str(entry.signature), entry.signature
     assert any(node.region is not None for node in entry.graph.nodes)
+
+
+def test_sizes_checked_against_eager_once_are_not_checked_again():
+    # The sizes a call checks (the trip count, the number of sentences,
+    # the words, and the longest and total lengths of each list, no key's)
+    # are noted once checked: calls at the same sizes again, with other
+    # words, all run compiled (but the two recording calls' sizes, checked
+    # at their first hits).
+    model = _Attending()
+    jitted = chainerjit.jit(model.forward)
+    rng = numpy.random.RandomState(9)
+    calls = _pairs(rng, [(rng.randint(1, 12), rng.randint(2, 14))
+                         for _ in range(30)])
+    counted = []
+    with chainer.using_config('train', False), chainer.no_backprop_mode():
+        for again in range(3):
+            for pair in calls:
+                jitted(*([rng.randint(0, V, len(x)).astype(I32) for x in xs]
+                         for xs in pair))
+            counted.append(jitted.cache_info().eager)
+    assert counted[2] == counted[1], jitted.cache_info()
