@@ -727,14 +727,18 @@ def _sorting_tagger_training():
                           {})
 
 
-def _rnn_tagger_training(summed=False):
+def _rnn_tagger_training(summed=False, padded=False):
     """A tag for each word as scripts write it: each sentence embedded on
     its own, a bidirectional ``L.NStepBiLSTM``, each output sequence
     scored on its own (``[self.out(y) for y in ys]``), the tags joined by
     NumPy for the loss (``xp.concatenate(ts)``) and by ``F.concat`` for
     the accuracy reported, on lists of 2 to 64 sentences of 1 to 60
     words; ``summed``, each sentence's loss and accuracy added up in a
-    loop over the sentences and their tags instead."""
+    loop over the sentences and their tags instead; ``padded``, the
+    outputs padded into a block whose rows a reshape of its shape read in
+    Python merges (``B, T = h.shape[:2]``, ``F.reshape(h, (B * T, H))``),
+    scored against the tags padded with -1 and flattened
+    (``ignore_label=-1``)."""
     import chainer
     import chainer.functions as F
     import chainer.links as L
@@ -766,35 +770,7 @@ def _rnn_tagger_training(summed=False):
             chainer.report({'accuracy': accuracy / len(xs)}, self)
             return loss / len(xs)
 
-    def sentences(rng):
-        lengths = rng.randint(1, 61, rng.randint(2, 65))
-        return ([rng.randint(0, 5000, n).astype(numpy.int32)
-                 for n in lengths],
-                [rng.randint(0, 12, n).astype(numpy.int32) for n in lengths])
-    return _loss_training(SummedTagger if summed else RNNTagger, sentences,
-                          lambda m: m.out.W.grad, {})
-
-
-def _padded_tagger_training():
-    """A tagger scoring the padded block of an N-step link's outputs: the
-    block's rows merged by a reshape of its shape read in Python
-    (``B, T = h.shape[:2]``, ``F.reshape(h, (B * T, H))``), scored
-    against the tags padded with -1 and flattened (``ignore_label=-1``),
-    its accuracy reported, on lists of 2 to 64 sentences of 1 to 60
-    words."""
-    import chainer
-    import chainer.functions as F
-    import chainer.links as L
-    import numpy
-
-    class PaddedTagger(chainer.Chain):
-        def __init__(self):
-            super().__init__()
-            with self.init_scope():
-                self.embed = L.EmbedID(5000, 64)
-                self.encoder = L.NStepBiLSTM(1, 64, 64, 0.1)
-                self.out = L.Linear(128, 12)
-
+    class PaddedTagger(RNNTagger):
         def forward(self, xs, ts):
             _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
             h = F.pad_sequence(ys)
@@ -810,7 +786,8 @@ def _padded_tagger_training():
         return ([rng.randint(0, 5000, n).astype(numpy.int32)
                  for n in lengths],
                 [rng.randint(0, 12, n).astype(numpy.int32) for n in lengths])
-    return _loss_training(PaddedTagger, sentences, lambda m: m.out.W.grad,
+    return _loss_training(PaddedTagger if padded else SummedTagger if summed
+                          else RNNTagger, sentences, lambda m: m.out.W.grad,
                           {})
 
 
@@ -1086,7 +1063,7 @@ def workloads():
         ('tagger training, the padded block of its outputs merged into '
          'rows and scored against tags padded with -1, lists of 2 to 64 '
          'sentences of 1 to 60 words', 'chainerjit',
-         _padded_tagger_training()),
+         _rnn_tagger_training(padded=True)),
         ("Chainer's seq2seq example training, lists of 2 to 64 sentence "
          'pairs of 1 to 60 words', 'chainerjit',
          _seq2seq_example_training()),
