@@ -167,9 +167,8 @@ class VariationalDropout(chainer.Chain):
 
 
 def test_a_mask_drawn_of_the_batch_serves_every_length_bit_for_bit(rng):
-    eager, model = VariationalDropout(), VariationalDropout()
-    model.copyparams(eager)
-    jitted = chainerjit.jit(model.forward)
+    eager, model = _twins(VariationalDropout)
+    jitted = model.forward
     with warnings.catch_warnings():
         warnings.simplefilter('error', errors.RecompileWarning)
         warnings.simplefilter('error', errors.LoopWarning)
