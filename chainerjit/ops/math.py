@@ -839,6 +839,7 @@ def lower_batch_l2_norm_squared(node, ctx):
                   lengths=rows_of_each_row)
 
 
+@takes_widest  # (a padded block merged: one value a row, pads too)
 def rows_of_each_row(rows):
     """A :attr:`Kernel.lengths` rule for a kernel giving one value per row
     of its inputs' first axis, which all have the same rows there (a norm
@@ -877,8 +878,10 @@ def lower_cumsum(node, ctx):
         gx = b.single('CumSum', gys[0], b.int64s(along), reverse=1)
         return (b.single('Reshape', gx, b.int64s(shape)) if axis is None
                 else gx),
+    flattened = axis is None and len(shape) > 1
     return Kernel(fn, attrs={'axis': axis}, grad=grad_rule(
-        ctx, grad, onnx=grad_to_onnx), onnx=to_onnx)
+        ctx, grad, onnx=grad_to_onnx), onnx=to_onnx,
+        lengths=None if flattened else rows_in_place)
 
 
 @lowering(linear_interpolate.LinearInterpolate)

@@ -19,6 +19,7 @@ from chainerjit.ops import _loops_normalization
 from chainerjit.ops import lowering
 from chainerjit.ops import rows_follow_first
 from chainerjit.ops import rows_in_place
+from chainerjit.ops import rows_row_wise
 from chainerjit.ops import state_lowering
 
 
@@ -302,7 +303,7 @@ def lower_layer_normalization(node, ctx):
                   grad=GradRule(_layer_norm_grad(xp, eps), inputs=(0, 1),
                                 onnx=_layer_norm_grad_to_onnx(eps, ctx)),
                   onnx=_layer_norm_to_onnx(eps), fresh=True,
-                  into=into if alike else None, lengths=rows_follow_first)
+                  into=into if alike else None, lengths=rows_row_wise)
 
 
 def _layer_norm(xp, eps, one_pass):

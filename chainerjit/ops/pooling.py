@@ -255,7 +255,8 @@ def lower_average_pooling_nd(node, ctx):
             return gx,
         return Kernel(lambda x: im2col(x).mean(axis=axes), attrs=attrs,
                       grad=GradRule(grad), onnx=_average_pool_to_onnx(
-                          'AveragePoolingND', ksize, stride, pad, True))
+                          'AveragePoolingND', ksize, stride, pad, True),
+                      lengths=rows_follow_first)
     width = node._get_pooling_width(numpy, dims, ctx.in_dtypes[0])
 
     def grad_unpadded(xs, ys, gys, wanted):
@@ -267,7 +268,8 @@ def lower_average_pooling_nd(node, ctx):
         return tile_col2im(numpy.divide(gy, width, dtype=gy.dtype)),
     return Kernel(lambda x: im2col(x).sum(axis=axes) / width, attrs=attrs,
                   grad=GradRule(grad_unpadded), onnx=_average_pool_to_onnx(
-                      'AveragePoolingND', ksize, stride, pad, False))
+                      'AveragePoolingND', ksize, stride, pad, False),
+                  lengths=rows_follow_first)
 
 
 def _export_error(message):

@@ -78,6 +78,24 @@ class _VolumesAndSignals(chainer.Chain):
         return F.softmax_cross_entropy(self.fc(h), t)
 
 
+class _PooledSignals(_VolumesAndSignals):
+    """Signals pooled by ``F.average_pooling_1d`` (Chainer's
+    ``AveragePoolingND``, with and without counting the padding) and
+    summed along their positions by ``F.cumsum``."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.pooled_fc = L.Linear(4 * 8, 4)
+
+    def forward(self, x, t):
+        signals = F.relu(self.c1(x[:, :, 0]))
+        pooled = F.average_pooling_1d(signals, 2) + F.average_pooling_1d(
+            signals, 3, 2, 1, pad_value=None)
+        h = F.reshape(F.cumsum(pooled, axis=2), (len(x), -1))
+        return F.softmax_cross_entropy(self.pooled_fc(h), t)
+
+
 class _Branches(chainer.Chain):
     """Element-wise arithmetic with broadcasting, slices of the features,
     a join side by side and sums over the features."""
@@ -379,7 +397,7 @@ class _QLearning(_Classifier):
 
 
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
-          (_VolumesAndSignals, _images),
+          (_VolumesAndSignals, _images), (_PooledSignals, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_TextCNN, _words), (_Losses, _binary_labels),
           (_Centered, _features), (_BiasedAndScaled, _features),
