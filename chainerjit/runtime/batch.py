@@ -117,7 +117,8 @@ class Batched(BatchAxis, collections.namedtuple(
     :class:`RowsBatched` of another axis whose size an entry compiled
     before already took at any value (:func:`width_sibling`), to keep.
     ``guessed``: ``kept`` are the axes ``jit(dynamic=True)`` asks to open
-    from the first call (:func:`every_axis_of`), those the program cannot
+    from the first call (:func:`every_axis_of`), or the words of sentences
+    of one word each (as many as the sentences), those the program cannot
     take at any size staying in the key without a word. ``seen``: the
     axes are those calls were seen at several sizes (:class:`SizesSeen`),
     any of them the batch: those symbolic trip counts take are left out
@@ -977,16 +978,17 @@ class SizesSeen(object):
     def joined_batch(self, key, batched):
         """``batched``, a joined call's (:func:`of_joined`), its batch
         taken where the calls that missed saw it: without the arrays
-        whose first axis stayed while the number of items changed, and
+        whose first axis stayed while the number of items changed (as
+        many as the items at this call: a state's layers), and
         with an axis of another array seen at the same sizes as it at
         every call (the states of an N-step link passed in, ``(layers,
         B, H)``)."""
         seen = self.varying(key)
-        if batched is None or not batched.leaves or \
-                batched.batch_axes()[0] not in seen:
+        axes = [] if batched is None else \
+            [a for a in batched.batch_axes() if a in seen]
+        if not axes:
             return batched
-        sizes = seen[batched.batch_axes()[0]]
-        axes = [a for a in batched.batch_axes() if a in seen]
+        sizes = seen[axes[0]]
         taken = set(leaf for leaf, _ in axes).union(
             leaf for kept in kept_axes(batched) for leaf in kept.leaves)
         axes += [(leaf, axis) for (leaf, axis), alike in sorted(seen.items())

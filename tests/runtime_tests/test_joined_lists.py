@@ -770,6 +770,34 @@ def test_an_n_step_link_given_its_states_serves_every_count(
         in signatures[0], signatures
 
 
+class _OneStateUnread(_StatesPassedIn):
+    """A GRU's decoder called as an LSTM's is: it reads ``hx`` but not
+    ``cx``, whose first axis is as many as the sentences once (its four
+    layers, at four sentences), and passed before the sentences."""
+
+    def __init__(self):
+        super().__init__(L.NStepBiGRU(2, 4, 5, 0.0), 10)
+
+    def forward(self, hx, cx, xs, ts):
+        return self.scored((hx,), xs, ts)
+
+
+def test_an_unread_state_as_many_as_the_sentences_keeps_its_batch_axis():
+    rng = numpy.random.RandomState(2)
+    calls = []
+    for count in (1, 2, 3, 4, 5, 6, 4):
+        lengths = rng.randint(1, 8, count)
+        calls.append(tuple(rng.standard_normal((4, count, 5)).astype(F32)
+                           for _ in range(2)) +
+                     ([rng.randint(0, 30, n).astype(I32) for n in lengths],
+                      [rng.randint(0, 3, n).astype(I32) for n in lengths]))
+    jitted = differential.check_grads(None, calls, model=_OneStateUnread(),
+                                      method='forward')
+    signatures = [str(e.signature) for e in jitted.cache_entries()]
+    assert len(signatures) == 1, jitted.cache_report()
+    assert 'cx: f32[4,B,5]' in signatures[0], signatures
+
+
 class _FunctionalBiGRU(_ShiftedStates):
     """``F.n_step_bigru`` over the embedded sentences, sorted and
     transposed, its first states zeros the forward makes."""
