@@ -713,6 +713,7 @@ class JitFunction(_calls.CachedCall):
             found = _numbers_missed(entry, key, batched, self._int_varies)
             if found is not None:
                 return found[0], entry, found[1]
+        self._warn_ints_kept(key)
         return None, None, None
 
     def _int_varies(self, path):
@@ -723,6 +724,25 @@ class JitFunction(_calls.CachedCall):
         return code is not None and signature.argument_name(
             self._fn, self._instance(), path) in \
             trip_counts.arithmetic_only_names(code)
+
+    def _warn_ints_kept(self, key):
+        """Warns once, where ``key`` misses an entry only for the values of
+        int arguments that stay in the key (:meth:`_int_varies`), naming
+        the use that keeps each."""
+        code = getattr(self._fn, '__code__', None)
+        for entry in self.cache.entries():
+            for path in scalars.kept_int_paths(key, entry.key,
+                                               self._int_varies):
+                name = signature.argument_name(self._fn, self._instance(),
+                                               path)
+                why = code and trip_counts.int_kept_why(code, name)
+                errors.warn_once(
+                    (self._warn_site, 'int', name), errors.RecompileWarning,
+                    'chainerjit: %s keeps the int argument %r in the cache '
+                    'key (each new value compiles again)%s. Where it is a '
+                    'size, pass an array of that size instead: array sizes '
+                    'are symbolic.' % (self.__name__, name,
+                                       ': ' + why if why else ''))
 
     def _warn_varying(self, why):
         self._numbers_static = True

@@ -595,6 +595,20 @@ def varying_paths(key, other_key, int_varies):
     return tuple(paths) or None
 
 
+def kept_int_paths(key, other_key, int_varies):
+    """The paths of the int arguments whose values alone (with floats')
+    make ``key`` differ from ``other_key`` but which stay in the key
+    (``int_varies(path)`` false); ``()`` where none is so."""
+    paths = varying_paths(key, other_key, lambda path: True)
+    if not paths or varying_paths(key, other_key, int_varies):
+        return ()
+    args, kwargs = signature.argument_parts(
+        _joined_and_structure(key[2])[1])
+    return tuple(path for path in paths if not int_varies(path) and
+                 _number_type(args[1][path[1]] if path[0] == 'args' else
+                              kwargs[2][kwargs[1].index(path[1])]) is int)
+
+
 def _joined_and_structure(structure):
     """``(the joins, the call's structure)`` of a joined call's key
     structure (``joining.mark_key``: its lists joined), else ``(None,

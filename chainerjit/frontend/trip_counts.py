@@ -15,6 +15,7 @@ import types
 
 import chainer.functions
 
+from chainerjit import errors
 from chainerjit.frontend import lengths
 from chainerjit.frontend import loop_analysis
 from chainerjit.frontend import scalars
@@ -368,14 +369,35 @@ def _arithmetic_only_names(code):
     if function is None:
         return found
     parents = source.parents_of(function)
-    params = [a.arg for a in function.args.args + function.args.kwonlyargs]
-    for name in params:
+    for name in _parameters(function):
         sites = []
-        if _read_in_python_only(function, parents, name, set(), sites):
+        if _read_in_c_first(function, parents, name, set(), sites) is None:
             offsets = index_offsets(code, sites)
             if offsets is not None:
                 found[name] = offsets
     return found
+
+
+def _parameters(function):
+    return [a.arg for a in function.args.args + function.args.kwonlyargs]
+
+
+def int_kept_why(code, name):
+    """Why the int parameter ``name`` of ``code`` stays in the cache key
+    (not in :func:`arithmetic_only_names`): ``'passed to
+    self.make_hidden() as an int at gan.py:14'``; or ``None`` where no
+    use says (the source not read, an index in a comprehension)."""
+    function = source.function_ast(code)
+    if function is None or name not in _parameters(function):
+        return None
+    found = _read_in_c_first(function, source.parents_of(function), name,
+                             set(), [])
+    if found is None:
+        return None
+    node, what = found
+    offset = source.parsed_source(code)[1]
+    return '%s at %s' % (what, errors.short_location(
+        (code.co_filename, node.lineno + offset)))
 
 
 def index_offsets(code, sites):
@@ -412,26 +434,28 @@ METHOD_CALLERS = frozenset([
     'hash', 'repr', 'str', 'format'])
 
 
-def _read_in_python_only(function, parents, name, seen, sites):
-    """No use of ``name`` (nor of names assigned from it) is a slice or an
-    argument of a :data:`C_INT_READERS` builtin, none passes it to a
-    function as an int (``self.decode(x, max_len=k)``, whose
-    ``range(max_len)`` would read it in C; ``self.l(h * k)`` passes what
-    a Variable's arithmetic gave), and none assigns to it (to the
-    parameter; ``seen`` empty). The subscripts indexing with it are added
-    to ``sites``."""
+def _read_in_c_first(function, parents, name, seen, sites):
+    """The first use of ``name`` (or of a name assigned from it) that may
+    read it in C: ``(its ast node, what it does)``, a slice or an
+    argument of a :data:`C_INT_READERS` builtin, an int passed to a
+    function (``self.decode(x, max_len=k)``, whose ``range(max_len)``
+    would read it in C; ``self.l(h * k)`` passes what a Variable's
+    arithmetic gave), an assignment to it (to the parameter; ``seen``
+    empty); or ``None``. The subscripts indexing with it are added to
+    ``sites``."""
     derived = bool(seen)  # a name assigned from the parameter
     seen.add(name)
     for use in source.name_nodes(function, name):
         if not isinstance(use.ctx, ast.Load):
             if derived:
                 continue
-            return False
+            return use, 'assigned to'
         node, parent = use, parents.get(use)
         while parent is not None and not isinstance(parent, ast.stmt):
             indexes = len(sites)
-            if _read_in_c(node, parent, seen, sites):
-                return False
+            what = _read_in_c(node, parent, seen, sites)
+            if what:
+                return parent, what
             if len(sites) > indexes:
                 break  # what follows reads the item indexed
             node, parent = parent, parents.get(parent)
@@ -440,38 +464,47 @@ def _read_in_python_only(function, parents, name, seen, sites):
             targets = parent.targets if isinstance(parent, ast.Assign) \
                 else [parent.target]
             for target in ast.walk(ast.Tuple(elts=targets)):
-                if isinstance(target, ast.Name) and \
-                        target.id not in seen and \
-                        not _read_in_python_only(function, parents,
-                                                 target.id, seen, sites):
-                    return False
-    return True
+                if isinstance(target, ast.Name) and target.id not in seen:
+                    found = _read_in_c_first(function, parents, target.id,
+                                             seen, sites)
+                    if found is not None:
+                        return found
+    return None
 
 
 def _read_in_c(node, parent, names, sites):
-    """May ``parent`` read ``node`` (an expression of the int ``names``)
-    in C: as a slice or an index other than an integer one (added to
-    ``sites``), on the right of a float, as an argument of a
-    :data:`C_INT_READERS` builtin, or as an int (``node`` their integer
-    arithmetic) given to a function other than the
-    :data:`METHOD_CALLERS`?"""
+    """How ``parent`` may read ``node`` (an expression of the int
+    ``names``) in C (``'sliced with'``), or ``''``: as a slice or an index
+    other than an integer one (added to ``sites``), on the right of a
+    float, as an argument of a :data:`C_INT_READERS` builtin, or as an
+    int (``node`` their integer arithmetic) given to a function other
+    than the :data:`METHOD_CALLERS`."""
     if isinstance(parent, ast.Subscript):
         if node is not parent.slice:
-            return False
+            return ''
         if isinstance(parent.ctx, ast.Load) and \
                 _integer_index(node, names):
             sites.append(parent)
-            return False
-        return True
+            return ''
+        return 'used to slice or index'
     if isinstance(parent, ast.BinOp):
-        return node is parent.right and _is_float(parent.left)
+        return 'put on the right of a float' \
+            if node is parent.right and _is_float(parent.left) else ''
     if isinstance(parent, ast.keyword):
-        return _int_arithmetic(node, names)
+        return 'passed to a function as an int' \
+            if _int_arithmetic(node, names) else ''
     if isinstance(parent, ast.Call) and node in parent.args:
         called = _called_name(parent)
-        return called in C_INT_READERS or (
-            called not in METHOD_CALLERS and _int_arithmetic(node, names))
-    return False
+        if called in C_INT_READERS:
+            return 'passed to %s()' % called
+        if called not in METHOD_CALLERS and _int_arithmetic(node, names):
+            return 'passed to %s() as an int' % _call_text(parent)
+    return ''
+
+
+def _call_text(call):
+    """``'self.make_hidden'`` of ``self.make_hidden(n)``."""
+    return ast.unparse(call.func)
 
 
 def _integer_index(index, names):

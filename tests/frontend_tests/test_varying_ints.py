@@ -124,20 +124,32 @@ def _steps_of(x, n):
     return x
 
 
-@pytest.mark.parametrize('fn', [_sliced, _counted, _derived, _halved,
-                                _passed, _filled])
+@pytest.mark.parametrize('fn, why', [
+    (_sliced, 'used to slice or index at'),
+    (_counted, 'passed to range() at'),
+    (_derived, 'used to slice or index at'),
+    (_halved, 'put on the right of a float at'),
+    (_passed, 'passed to a function as an int at'),
+    (_filled, 'passed to numpy.full() as an int at')])
 def test_an_int_the_source_indexes_or_counts_with_stays_in_the_key(
-        rng, fn):
+        rng, fn, why):
     # CPython reads an int there in C, unseen (and a float on its left
-    # multiplies in C): one entry per value.
+    # multiplies in C): one entry per value, and a warning saying so.
     jitted = chainerjit.jit(fn, backend='numpy')
     values = [1, 2, 3]
-    for k in values:
-        x = rng.randn(4, 4).astype(F32)
-        assert_array_equal(jitted(x, k).array, fn(x, k).array)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        for k in values:
+            x = rng.randn(4, 4).astype(F32)
+            assert_array_equal(jitted(x, k).array, fn(x, k).array)
     assert jitted.cache_info().currsize == len(values)
     assert all('k: int' not in str(e.signature)
                for e in jitted.cache_entries())
+    line = fn.__code__.co_firstlineno + (2 if fn is _derived else 1)
+    text, = [str(w.message) for w in caught
+             if issubclass(w.category, errors.RecompileWarning)]
+    assert "keeps the int argument 'k' in the cache key" in text, text
+    assert '%s test_varying_ints.py:%d' % (why, line) in text, text
 
 
 class _Picked(chainer.Chain):
