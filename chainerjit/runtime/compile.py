@@ -199,6 +199,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     recording.written_first = frozenset(recording.written_first) | \
         caller.written_by_whole
     joined = isinstance(packed, joining.Joined)
+    one_row_each = joined and _one_row_each(packed, args, kwargs)
     why_unjoined = joining.take_joins(
         recording, packed.joins, [name for name, _ in sig.items]) \
         if joined else None
@@ -246,6 +247,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             batched = batched.without_axes(batch.trip_axes(lengths))
         if joined:
             batched = batch.with_states_passed(batched, graph)
+        if joined and batched is not None and one_row_each:
+            batched = batched._replace(guessed=True)  # (may not open)
         if batched is not None:
             batched = batched.but_single_rows(key)
         rows, batch_note = (None, None) if \
@@ -309,6 +312,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
                 [False] + ([True] if entry.training is not None else []))
     if joined:
         why_unjoined = _why_joins_fixed(entry, batched)
+        if why_unjoined is not None and one_row_each:
+            return Compiled(recording.result, None, miss_reason, None)
         if why_unjoined is not None:
             return _unjoined(caller, recording, miss_reason, why_unjoined,
                              packed, sized=entry.program is not None)
@@ -1090,6 +1095,15 @@ def _left_alike(found, joins, args, kwargs):
     return not joins or any(
         len(items) in counts for items in joining.lists_of_arrays(
             args, kwargs) if not any(items is other for other in joined))
+
+
+def _one_row_each(joined, args, kwargs):
+    """Has every item of the lists ``joined`` (a ``joining.Joined``) one
+    row at most (sentences of one word)? Their rows are then as many as
+    the items, which a recording cannot tell apart: its program may keep
+    both, and the lists stay joined for the next call to open them."""
+    return all(len(item) <= 1 for j in joined.joins
+               for item in packing.argument_at(args, kwargs, j.path))
 
 
 def _why_joins_fixed(entry, batched):

@@ -30,6 +30,7 @@ class _PaddedTagger(chainer.Chain):
             self.embed = L.EmbedID(30, 6)
             self.encoder = L.NStepLSTM(1, 6, 5, 0.0)
             self.out = L.Linear(5, 4)
+            self.norm = L.LayerNormalization(5)
         self.merge = merge
 
     def forward(self, xs, ts):
@@ -67,6 +68,11 @@ class _PaddedTagger(chainer.Chain):
         return F.reshape(self.out(F.pad_sequence(ys), n_batch_axes=2),
                          (-1, 4))
 
+    def _normalized(self, ys):
+        y = F.pad_sequence(ys)
+        batch, width, units = y.shape
+        return self.out(self.norm(F.reshape(y, (batch * width, units))))
+
     def _split_again(self, ys):
         y = F.pad_sequence(ys)
         batch, width, units = y.shape
@@ -76,7 +82,7 @@ class _PaddedTagger(chainer.Chain):
 
 
 _MERGES = ['shape_read', 'width_first', 'rows_inferred', 'two_batch_axes',
-           'longest_in_python', 'split_again']
+           'longest_in_python', 'split_again', 'normalized']
 
 
 @pytest.mark.parametrize('merge', _MERGES)
@@ -92,3 +98,46 @@ def test_a_padded_tagger_serves_every_count_and_length(merge, train):
         'ts[0]: i32[W]@cpu (array)'), entry.signature
     ops = [node.op for node in entry.graph.nodes]
     assert ops.count('PadSegments') == 2, ops
+
+
+class _PickedByHand(_PaddedTagger):
+    """A tagger scoring its rows by hand: each row's log-probability of
+    its tag picked by ``F.select_item`` (the padding's tag made 0 and
+    masked out), summed along the rows by ``F.cumsum``."""
+
+    def scored(self, scores, ts):
+        tags = F.pad_sequence(ts, padding=-1).array.reshape(-1)
+        kept = (tags >= 0).astype(numpy.float32)
+        picked = F.select_item(F.log_softmax(scores), numpy.maximum(tags, 0))
+        return -F.cumsum(picked * kept, axis=0)[-1] / kept.sum()
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_rows_picked_and_summed_by_hand_serve_every_count(train):
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(
+        lambda: _PickedByHand('shape_read'),
+        _tagged(numpy.random.RandomState(3), (4, 4, 7, 2, 9, 3, 5)), train)
+    assert len(jitted.cache_entries()) == 1
+
+
+def _of_lengths(rng, *lengths_of_calls):
+    return [([rng.randint(0, 30, k).astype(numpy.int32) for k in lengths],
+             [rng.randint(0, 4, k).astype(numpy.int32) for k in lengths])
+            for lengths in lengths_of_calls]
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_sentences_of_one_word_each_keep_the_lists_joined(train):
+    # Their words are as many as the sentences: the second call, recorded
+    # to take any number and length of sentences, cannot tell which is
+    # which, and runs as recorded; the third compiles the entry.
+    numpy.random.seed(0)
+    calls = _of_lengths(numpy.random.RandomState(5), [3, 5, 2], [1] * 6,
+                        [3, 5, 2, 2], [1] * 4, [6, 1])
+    jitted = checked_without_recompiling(
+        lambda: _PaddedTagger('shape_read'), calls, train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array)'), \
+        entry.signature
