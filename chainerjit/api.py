@@ -305,8 +305,10 @@ class JitFunction(_calls.CachedCall):
         self.cache.hits += 1
         entry.hits += 1
         if not entry.values_checked:
-            return self._verify_values(entry, leaves, params, symbols,
-                                       instance, args, kwargs)
+            result = self._verify_values(entry, leaves, params, symbols,
+                                         instance, args, kwargs)
+            if result is not _VALUES_SEEN:
+                return result
         checked = _size_to_check(entry, key, symbols) or \
             _derived_to_check(entry, packed, args, kwargs)
         if checked is not None and checked not in entry.verified_lengths \
@@ -375,22 +377,30 @@ class JitFunction(_calls.CachedCall):
 
     def _verify_values(self, entry, leaves, params, symbols, instance, args,
                        kwargs):
-        """The first hits of an entry whose program holds arrays the
-        recording computed (``cache.Entry.values_checked``) run the
-        program and eagerly, and compare (as :meth:`_verify_length`): an
-        array made from an argument's values out of the recording's sight
-        (a conversion it cannot reach) would be a constant of the first
-        call. They are checked until each array argument came with other
-        values than recorded (a DQN's flags of episodes ended, all zeros at
-        first), at most ``runtime.cache.VALUE_CHECKS`` times. On a
-        difference the entry runs eagerly from now on, with a warning. The
-        call returns eager's result."""
-        now = cache_module.values_digests(leaves)
-        entry.unvaried = dict((i, d) for i, d in entry.unvaried.items()
-                              if now.get(i) == d)
-        entry.value_checks += 1
-        entry.values_checked = not entry.unvaried or \
-            entry.value_checks >= cache_module.VALUE_CHECKS
+        """The hits of an entry whose program holds arrays the recording
+        computed (``cache.Entry.values_checked``) run the program and
+        eagerly, and compare (as :meth:`_verify_length`): an array made
+        from an argument's values out of the recording's sight (a
+        conversion it cannot reach) would be a constant of the first call.
+        The first hit is checked, and each where an array argument first
+        comes with other values than recorded (a DQN's flags of episodes
+        ended, all zeros at first; labels of one class), until each did,
+        at most ``runtime.cache.VALUE_CHECKS`` times, watching
+        ``VALUE_WATCH`` hits at most. On a difference the entry runs
+        eagerly from now on, with a warning. The call returns eager's
+        result; a hit not checked, :data:`_VALUES_SEEN`."""
+        now = cache_module.values_digests(leaves, entry.unvaried)
+        unvaried = dict((i, d) for i, d in entry.unvaried.items()
+                        if now.get(i) == d)
+        checked = len(unvaried) < len(entry.unvaried) or \
+            not entry.value_checks
+        entry.unvaried = unvaried
+        entry.value_checks += checked
+        entry.values_checked = not unvaried or \
+            entry.value_checks >= cache_module.VALUE_CHECKS or \
+            entry.hits >= cache_module.VALUE_WATCH
+        if not checked:
+            return _VALUES_SEEN
         result, agrees = self._compared_with_eager(
             entry, leaves, params, symbols, instance, args, kwargs)
         if agrees is False:
@@ -1358,6 +1368,7 @@ class JitFunction(_calls.CachedCall):
 _NO_CONTEXT = contextlib.nullcontext()
 _RAISED = object()  # a program that raised at a new length
 _NOT_WIDENED = object()  # no entry of another batch size serves the call
+_VALUES_SEEN = object()  # a hit whose values need no check against eager
 _checking = [0]  # calls checking a program against eager, running
 
 

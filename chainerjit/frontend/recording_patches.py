@@ -670,12 +670,40 @@ def _recording_conversion(name):
                 # Length's, numpy.asarray(T) % 4, so the size is a use)
                 lengths.note_passed('numpy.' + name, (a,) + args, kwargs,
                                     depth=2)
-                return convert(a, *args, **kwargs)
+                made = convert(a, *args, **kwargs)
+                return traced.made_view(made, 2) if _of_numbers(a) else made
             return traced.record_conversion('numpy.' + name, convert, a,
                                             args, kwargs)
         converted.__wrapped__ = convert
         return converted
     return make
+
+
+# NumPy's functions whose dispatch sees their first argument alone.
+_UNDISPATCHED = ('take', 'repeat', 'roll')
+
+
+def _recording_undispatched(name):
+    """The patch of ``numpy.NAME``: given a traced array after the first
+    argument (``numpy.take(table, t)`` of the labels), recorded
+    (``traced.recorded_past_dispatch``)."""
+    def make(fn, recorder):
+        def called(*args, **kwargs):
+            if _state.recorder is not recorder or recorder.depth:
+                return fn(*args, **kwargs)
+            return traced.recorded_past_dispatch('numpy.' + name, fn,
+                                                 args, kwargs)
+        called.__wrapped__ = fn
+        return called
+    return make
+
+
+def _of_numbers(data):
+    """Is ``data`` Python's numbers, or lists and tuples of them (a table
+    of class weights), which no array the forward computed gave?"""
+    if type(data) in (list, tuple):
+        return all(_of_numbers(x) for x in data)
+    return type(data) in (int, float, bool, complex)
 
 
 def _recording_offsets(cumsum, recorder):
@@ -1831,7 +1859,9 @@ RECORDING_PATCHES = (
     for name in _GLOBAL_RANDOM) + tuple(
     RecordingPatch(numpy, name, _recording_conversion(name))
     for name in _CONVERSIONS) + (
-    RecordingPatch(numpy, 'cumsum', _recording_offsets),
+    RecordingPatch(numpy, 'cumsum', _recording_offsets),) + tuple(
+    RecordingPatch(numpy, name, _recording_undispatched(name))
+    for name in _UNDISPATCHED) + (
     RecordingPatch(chainer.functions, 'split_axis', _recording_split),
     RecordingPatch(chainer.functions, 'concat', _recording_concat),
     RecordingPatch(chainer.functions, 'separate', _recording_separate),

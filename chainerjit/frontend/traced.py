@@ -1261,19 +1261,23 @@ class MadeArray(numpy.ndarray):
         result = getattr(ufunc, method)(*_plain(inputs), **kwargs)
         if method == '__call__' and 'out' not in kwargs:
             # Of positions made of a size: ``pos[None] <= pos[:, None]``.
-            return _recorded_of_made('numpy.' + ufunc.__name__,
-                                     ufunc.__call__, inputs, kwargs, result)
+            return made_view(_recorded_of_made(
+                'numpy.' + ufunc.__name__, ufunc.__call__, inputs, kwargs,
+                result), 2)
         return result
 
     def __array_function__(self, func, types, args, kwargs):
+        if func.__name__ in _WRITERS:
+            _note_write(args[:1], (args[1:], kwargs))
         result = func(*_plain(args), **_plain(kwargs))
         label = 'numpy.' + func.__name__
         if func.__name__ in _MASKS or label in _MADE_LIKE or \
                 label in JOINS:
             # (numpy.tril(numpy.ones((T, T))), a state's zeros_like(h),
             # labels joined: concatenate([ones((B, 1)), zeros((B, 1))]))
-            return _recorded_of_made(label, func, args, kwargs, result)
-        return result
+            result = _recorded_of_made(label, func, args, kwargs, result)
+        # (a table the forward made, numpy.tile(w, 2), indexed by labels)
+        return made_view(result, 2)
 
     def _followed(name):
         """The method ``name`` of a copy (``made.astype('i')``: positions
@@ -1297,6 +1301,27 @@ class MadeArray(numpy.ndarray):
     astype = _followed('astype')
     copy = _followed('copy')
     del _followed
+
+    def _reading(name):
+        """The method ``name``, given a traced array (``made.take(t)`` of
+        the labels), a node reading it, where NumPy's would read it in C;
+        else NumPy's, a made array."""
+        method = getattr(numpy.ndarray, name)
+
+        def reading(self, *args, **kwargs):
+            plain = self.view(numpy.ndarray)
+            if not holds_traced((args, kwargs)):
+                return made_view(method(plain, *args, **kwargs), 2)
+            result = method(plain, *untag(args), **untag(kwargs))
+            return _recorded('ndarray.' + name, method, (self,) + args,
+                             kwargs, result)
+        reading.__name__ = name
+        return reading
+
+    for _name in ('take', 'repeat', 'choose', 'compress', 'searchsorted',
+                  'dot', 'clip'):
+        locals()[_name] = _reading(_name)
+    del _name, _reading
 
     def __getitem__(self, index):
         """A view or copy of a made array, as NumPy's; indexed by a
@@ -1363,12 +1388,33 @@ class _WatchedFlat(object):
         return self._flat.__array__(*args, **kwargs)
 
 
+def recorded_past_dispatch(label, fn, args, kwargs):
+    """``fn(*args, **kwargs)``, a NumPy function whose dispatch sees its
+    first argument alone (``numpy.take``'s indices, ``repeat``'s counts
+    are not looked at), recorded where a traced array is among the others
+    and the first is not: NumPy would compute it in C, unseen."""
+    result = fn(*args, **kwargs)
+    if isinstance(args[0] if args else None, TracedArray) or \
+            type(result) is not numpy.ndarray or \
+            not holds_traced((args[1:], kwargs)):
+        return result
+    return _recorded(label, fn, args, kwargs, result)
+
+
+# NumPy's functions that write into their first argument.
+_WRITERS = frozenset(['copyto', 'fill_diagonal', 'place', 'put',
+                      'put_along_axis', 'putmask'])
+
+
 def made_view(array, depth):
-    """``array``, just made by a NumPy maker called ``depth`` frames up,
-    seen as a :class:`MadeArray` where the forward's own code made it
-    (not Chainer's, NumPy's or chainerjit's: Chainer's padding of a batch
-    is recorded as one op, ``recording_patches._recording_padding``);
-    else as it is."""
+    """``array``, just made by a NumPy maker (or by NumPy from a made
+    array, or of Python's numbers) called ``depth`` frames up, seen as a
+    :class:`MadeArray` where the forward's own code made it (not
+    Chainer's, NumPy's or chainerjit's: Chainer's padding of a batch is
+    recorded as one op, ``recording_patches._recording_padding``); else
+    as it is. Indexed by a traced array, a made array is read by a node
+    (a table of class weights, ``numpy.array([1., 10.])[t]``), where
+    NumPy's own indexing would hand back the recorded values."""
     recorder = _state.recorder
     if recorder is None or recorder.depth or \
             type(array) is not numpy.ndarray or is_library_file(

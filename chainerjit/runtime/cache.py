@@ -195,10 +195,11 @@ class Entry(object):
         # runtime.batch.Batched, runtime.ragged.Ragged)
         self.symbolic = None
         self.verified_lengths = set()  # trip counts checked against eager
-        # False: its first hits are checked against eager
-        # (api._verify_values), until each array argument came with other
-        # values than recorded (``unvaried``: values_digests of those
-        # left) or after VALUE_CHECKS checks
+        # False: its hits are checked against eager (api._verify_values)
+        # the first time and where an array argument first came with
+        # other values than recorded (``unvaried``: values_digests of
+        # those not yet), until each did, after VALUE_CHECKS checks or
+        # VALUE_WATCH hits
         self.values_checked = True
         self.unvaried = {}
         self.value_checks = 0
@@ -520,13 +521,19 @@ def _effect_value(structure, specs, outs, leaves, instance):
 #: computed are checked against eager at most (``Entry.values_checked``).
 VALUE_CHECKS = 4
 
+#: How many hits of such an entry watch for arguments with new values at
+#: most (labels all of one class at the first calls).
+VALUE_WATCH = 64
 
-def values_digests(leaves):
+
+def values_digests(leaves, only=None):
     """``{leaf index: guards.array_value}`` of the NumPy arrays among a
-    call's leaves (and Variables' arrays)."""
+    call's leaves (and Variables' arrays; ``only`` those at the indexes
+    it holds, if given)."""
     return dict((i, guards.array_value(array))
                 for i, array in enumerate(map(signature.leaf_array, leaves))
-                if isinstance(array, numpy.ndarray))
+                if isinstance(array, numpy.ndarray) and (
+                    only is None or i in only))
 
 
 def _make_leaf(spec, outs, leaves, instance):

@@ -821,13 +821,15 @@ def _holds_arrays(graph, outputs):
     """Does ``graph`` (its loops' bodies too), or the result
     (``outputs``, ``(structure, leaf specs)``), hold an array constant of
     several values (not one filled with one number, a first state of
-    zeros)? One computed from the
-    arguments out of the recording's sight would be the first call's; the
-    entry's first hit is checked (``api``)."""
-    arrays = [v.data for v in graph.all_consts()] + [
-        spec[1] for spec in (outputs[1] if outputs else ())
+    zeros, unless NumPy made it out of the recording's sight:
+    ``ir.Value.held``)? One computed from the arguments out of the
+    recording's sight would be the first call's; the entry's first hits
+    are checked (``api``)."""
+    arrays = [(v.data, v.held) for v in graph.all_consts()] + [
+        (spec[1], False) for spec in (outputs[1] if outputs else ())
         if spec[0] == 'const']
-    return any(getattr(a, 'size', 1) > 1 and not _filled(a) for a in arrays)
+    return any(getattr(a, 'size', 1) > 1 and (held or not _filled(a))
+               for a, held in arrays)
 
 
 def _filled(array):

@@ -14,6 +14,7 @@ import pytest
 import chainerjit
 from chainerjit import errors
 from chainerjit import testing
+from tests import differential
 
 F32 = numpy.float32
 
@@ -228,3 +229,87 @@ def test_a_copy_out_of_sight_is_checked_until_the_arguments_change(
     for x, got in zip(calls, results):
         numpy.testing.assert_array_equal(got.array,
                                          _copied_out_of_sight(x).array)
+
+
+class _WeightedByClass(chainer.Chain):
+    """A classifier whose loss weighs each row by its label's weight,
+    looked up in a table the forward makes (``table``: how), or by its
+    one-hot row."""
+
+    def __init__(self, table):
+        super().__init__()
+        with self.init_scope():
+            self.fc = chainer.links.Linear(4, 2)
+        self.table, self.weights = table, [1.0, 10.0]
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        w = getattr(self, '_' + self.table)(t)
+        return F.sum(F.softmax_cross_entropy(y, t, reduce='no') * w) / \
+            (F32(1) + w.sum())
+
+    def _listed(self, t):
+        return numpy.array([1.0, 10.0], F32)[t]
+
+    def _listed_on_the_model(self, t):
+        return numpy.asarray(self.weights, F32)[t]
+
+    def _computed(self, t):
+        return (numpy.arange(2, dtype=F32) * 9 + 1)[t]
+
+    def _tiled(self, t):
+        return numpy.tile(numpy.array([1.0, 10.0], F32), 2)[t + 2]
+
+    def _of_two_axes(self, t):
+        return numpy.array([[1.0, 2.0], [3.0, 10.0]], F32)[t, 1 - t]
+
+    def _taken(self, t):
+        return numpy.take(numpy.eye(2, dtype=F32), t, axis=0) @ \
+            numpy.array([1.0, 10.0], F32)
+
+    def _taken_by_the_method(self, t):
+        return numpy.array([1.0, 10.0], F32).take(t)
+
+    def _taken_from_the_list(self, t):
+        return numpy.take(self.weights, t).astype(F32)
+
+    def _of_a_scalar_type(self, t):  # (numpy.float32 is a type: unseen)
+        return numpy.float32([1.0, 10.0])[t]
+
+
+def _labels_of_one_class_first(rng, batch=6):
+    """Calls whose labels are all 0 at first (a table indexed by them
+    reads one weight), then of both classes."""
+    calls = []
+    for k in range(9):
+        t = numpy.zeros(batch, numpy.int32) if k < 6 else \
+            (numpy.arange(batch) % 2).astype(numpy.int32)
+        calls.append((rng.standard_normal((batch, 4)).astype(F32), t))
+    return calls
+
+
+@pytest.mark.parametrize('table', [
+    'listed', 'listed_on_the_model', 'computed', 'tiled', 'of_two_axes',
+    'taken', 'taken_by_the_method', 'taken_from_the_list'])
+def test_a_table_the_forward_makes_is_read_at_its_labels(rng, table):
+    jitted = differential.check_grads(
+        None, _labels_of_one_class_first(rng), model=_WeightedByClass(table),
+        method='forward')
+    # (A table is an array constant: the first hit and the first with
+    # other labels are checked against eager.)
+    assert jitted.cache_info().currsize == 1
+    assert jitted.cache_info().eager <= 2, jitted.cache_info()
+
+
+def test_a_table_made_unseen_is_checked_when_the_labels_change(rng):
+    """A table made by ``numpy.float32(list)`` is a constant: indexed by
+    labels all of one class (one weight throughout), the entry runs
+    eagerly too at the first hit, and then where the labels change."""
+    jitted = differential.check_grads(
+        None, _labels_of_one_class_first(rng),
+        model=_WeightedByClass('of_a_scalar_type'), method='forward',
+        fallback_ok=True)
+    entry, = jitted.cache_entries()
+    assert entry.fallback.startswith('at new argument values its program '
+                                     'gave another result'), entry.fallback
+    assert jitted.cache_info().eager == 2 + 2  # (its checks, then eager)
