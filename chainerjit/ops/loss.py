@@ -561,8 +561,9 @@ def lower_softmax_cross_entropy(node, ctx):
                     onnx=_softmax_ce_grad_to_onnx(node, ctx))
     if ctx.in_dtypes[1].kind == 'f':
         attrs['soft_target_loss'] = node.soft_target_loss
-        return Kernel(_soft_target_ce(node, ctx), attrs=attrs, grad=grad,
-                      onnx=_soft_target_ce_to_onnx(node))
+        return Kernel(_soft_target_ce(node), attrs=attrs, grad=grad,
+                      onnx=_soft_target_ce_to_onnx(node),
+                      lengths=_soft_target_lengths(node))
     attrs.update(normalize=node.normalize, ignore_label=node.ignore_label)
     label_ce = _label_ce(node, ctx)
     # For passes/keep.py: the same loss and the softmax, which eager's
@@ -572,6 +573,18 @@ def lower_softmax_cross_entropy(node, ctx):
     return Kernel(label_ce, attrs=attrs, grad=grad,
                   onnx=_label_ce_to_onnx(node),
                   lengths=_label_ce_lengths(node, ctx))
+
+
+def _soft_target_lengths(node):
+    """The ``Kernel.lengths`` rule of the loss of ``x`` and soft targets
+    of its shape: any number of rows both have (the mean's coefficient
+    is counted from them when run)."""
+    def lengths(rows):
+        found = same_rows(rows)
+        if found is None:
+            return None
+        return Follow((found if node.reduce == 'no' else None,))
+    return lengths
 
 
 def _label_ce_lengths(node, ctx):
@@ -660,7 +673,7 @@ def _softmax_ce_coefficient(node, x_shape, soft_target):
     ``None`` where the forward counts it from the labels, or
     :data:`PER_ROW` where from the rows of ``x``."""
     if soft_target:
-        return 1.0 / (int(numpy.prod(x_shape)) / x_shape[1])
+        return PER_POSITION
     if not node.normalize:
         return PER_ROW
     return None  # counted from t
@@ -672,11 +685,18 @@ def _softmax_ce_coefficient(node, x_shape, soft_target):
 PER_ROW = 'per row'
 
 
-def _coefficient_of(coeff, t, ignore_label):
+#: The coefficient of a mean over the positions of soft targets ``t``
+#: (of ``x``'s shape), ``1.0 / (t.size / t.shape[1])``, as Chainer's.
+PER_POSITION = 'per position'
+
+
+def _coefficient_of(coeff, t, ignore_label=None):
     """The mean loss's coefficient (:func:`_softmax_ce_coefficient`) for
     the labels ``t``."""
     if coeff is None:
         return _coefficient(t, ignore_label)
+    if coeff is PER_POSITION:
+        return 1.0 / (t.size / t.shape[1])
     return 1.0 / max(len(t), 1) if coeff is PER_ROW else coeff
 
 
@@ -801,11 +821,9 @@ def _mean_of(summed, coefficient, dtype):
     return y.astype(dtype, copy=False).reshape(())
 
 
-def _soft_target_ce(node, ctx):
+def _soft_target_ce(node):
     """Softmax cross entropy (or KL divergence) of soft targets ``t``."""
-    x_shape = ctx.in_shapes[0]
     kl, eps = node.soft_target_loss == 'kl-divergence', node.eps
-    coeff = 1.0 / (int(numpy.prod(x_shape)) / x_shape[1])
     reduce = node.reduce
 
     def soft_target_ce(x, t):
@@ -816,7 +834,8 @@ def _soft_target_ce(node, ctx):
             ret = -numpy.sum(t * log_y, axis=1)
         if reduce != 'mean':
             return ret
-        return (ret.sum(keepdims=True) * coeff).reshape(())
+        return (ret.sum(keepdims=True) *
+                _coefficient_of(PER_POSITION, x)).reshape(())
     return soft_target_ce
 
 

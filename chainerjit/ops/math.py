@@ -878,10 +878,16 @@ def lower_cumsum(node, ctx):
         gx = b.single('CumSum', gys[0], b.int64s(along), reverse=1)
         return (b.single('Reshape', gx, b.int64s(shape)) if axis is None
                 else gx),
-    flattened = axis is None and len(shape) > 1
     return Kernel(fn, attrs={'axis': axis}, grad=grad_rule(
         ctx, grad, onnx=grad_to_onnx), onnx=to_onnx,
-        lengths=None if flattened else rows_in_place)
+        lengths=_cumulative_rows(axis, shape))
+
+
+def _cumulative_rows(axis, shape):
+    """The ``Kernel.lengths`` rule of a cumulative sum or product along
+    ``axis``: the rows of any axis stay where they are, but where it
+    flattens an array of several axes (``axis=None``)."""
+    return None if axis is None and len(shape) > 1 else rows_in_place
 
 
 @lowering(linear_interpolate.LinearInterpolate)
@@ -1558,7 +1564,7 @@ def lower_cumprod(node, ctx):
         return gy.reshape(shape) if axis is None else gy,
     return Kernel(lambda x: xp.cumprod(x, axis=axis), {'axis': axis},
                   grad=grad_rule(ctx, grad, inputs=(0,), outputs=(0,)),
-                  fresh=True)
+                  fresh=True, lengths=_cumulative_rows(axis, shape))
 
 
 @lowering(cumprod.Cumprodsum)

@@ -616,7 +616,8 @@ def lower_local_response_normalization(node, ctx):
         return gy * scale - 2 * alpha * beta * x * sum_part,
     return Kernel(lrn, attrs={'n': n, 'k': k, 'alpha': alpha, 'beta': beta},
                   grad=GradRule(grad, inputs=(0,), outputs=(0,)),
-                  onnx=_lrn_to_onnx(n, k, alpha, beta))
+                  onnx=_lrn_to_onnx(n, k, alpha, beta),
+                  lengths=rows_follow_first)
 
 
 def _fixed_bn_to_onnx(eps, axis, expander):

@@ -59,6 +59,22 @@ class _ConvNet(chainer.Chain):
         return F.softmax_cross_entropy(self.fc(h), t)
 
 
+class _Distilled(_ConvNet):
+    """AlexNet's local response normalization, scored against soft
+    targets (a teacher's softmax, in both of Chainer's losses), and
+    gated by a cumulative product over the classes."""
+
+    def forward(self, x, t):
+        h = F.local_response_normalization(F.relu(self.c1(x)))
+        h = F.average_pooling_2d(F.relu(self.c2(h)), 4)
+        y = self.fc(F.reshape(h, (len(x), -1)))
+        soft = F.softmax(2 * y).array
+        gated = y * F.cumprod(F.sigmoid(y), axis=1)
+        return F.softmax_cross_entropy(y, soft) + F.softmax_cross_entropy(
+            gated, soft, soft_target_loss='kl-divergence') + F.mean(
+            F.softmax_cross_entropy(y, soft, reduce='no'))
+
+
 class _VolumesAndSignals(chainer.Chain):
     """N-dimensional convolutions: of signals (``L.Convolution1D``) and
     of volumes (``L.Convolution3D``, strided)."""
@@ -398,6 +414,7 @@ class _QLearning(_Classifier):
 
 MODELS = [(_Classifier, _features), (_ConvNet, _images),
           (_VolumesAndSignals, _images), (_PooledSignals, _images),
+          (_Distilled, _images),
           (_Branches, _features), (_BagOfWords, _words),
           (_TextCNN, _words), (_Losses, _binary_labels),
           (_Centered, _features), (_BiasedAndScaled, _features),
