@@ -304,7 +304,7 @@ class JitFunction(_calls.CachedCall):
         self.last_entry = entry
         self.cache.hits += 1
         entry.hits += 1
-        if not entry.values_checked:
+        if not entry.values_checked and entry.program is not None:
             result = self._verify_values(entry, leaves, params, symbols,
                                          instance, args, kwargs)
             if result is not _VALUES_SEEN:

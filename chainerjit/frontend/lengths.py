@@ -562,12 +562,15 @@ def read_shape(array, shape, depth=1):
         recorder.shapes_read.add(id(array))  # a computed value's
         return _noted_shape(recorder, _with_padded_width(
             recorder, array, tuple(shape)), array)
+    cut = recorder.cut_axes.get(id(array), {})
     recorder.length_reads.update(o for o in origins if o is not None)
     recorder.item_length_reads.extend(
         (o, loc) for o in origins
         if o is not None and is_item_length(o))
     shift = recorder.length_shifts.get(id(array), 0)
     return _noted_shape(recorder, _with_padded_width(recorder, array, tuple(
+        Length(n, frozenset([cut[axis][0]]), recorder.length_uses,
+               (1, cut[axis][1]), False) if axis in cut else
         n if origin is None else Length(
             n, frozenset([origin]), recorder.length_uses,
             (1, shift if axis == 0 else 0), not shift or axis > 0)
@@ -706,7 +709,7 @@ def _made_origins(recorder, array):
         if isinstance(array, numpy.ndarray) else None
     if made is None or made.array is not array or made.like is not None:
         return None
-    return tuple(None if not isinstance(n, tuple) else
+    return tuple(None if not isinstance(n, tuple) or n[2:] else
                  (made.leaves[n[0]], n[1]) for n in made.sizes)
 
 
@@ -798,6 +801,29 @@ def note_indexed(recorder, array, index, result):
         if shift and kept[0] is origins[0] and \
                 not is_item_length(origins[0]):
             recorder.length_shifts[id(result)] = shift
+        cut = _cut_axes(index, origins)
+        if cut:
+            recorder.cut_axes[id(result)] = cut
+
+
+def _cut_axes(index, origins):
+    """``{axis of x[index]: (origin, rows added)}`` of the axes of an
+    argument's (not an item's length) that ``index``, basic, cuts by ints
+    (``x[:, :-1]``: ``{1: (origin, -1)}``), whose sizes read so follow
+    that argument's (:func:`read_shape`); the origins of ``x``'s axes are
+    ``origins``."""
+    index = fingerprints.written_out(index, len(origins))
+    cut, source, axis = {}, iter(origins), 0
+    for item in index:
+        if isinstance(item, (int, numpy.integer)):
+            next(source, None)
+            continue
+        origin = None if item is None else next(source, None)
+        n = ops.rows_cut(item)
+        if n and origin is not None and not is_item_length(origin):
+            cut[axis] = (origin, -n)
+        axis += 1
+    return cut
 
 
 def _first_axis_cut(index, origins):
@@ -1517,10 +1543,10 @@ def view_sizes(made, view):
 
 def argument_sizes(shape, recorder):
     """For a ``shape`` the forward made of numbers and arguments' sizes it
-    read, at least one (``(len(xs), B, H)``): ``(the sizes, as
-    ops.array.BroadcastSized takes them, the leaves of the arguments
-    they are read from)``; else ``None``. ``None`` in ``shape`` stays
-    (a broadcast's own size)."""
+    read, at least one, each plus a number or not (``(len(xs), B, H)``,
+    ``(B, T - 1)``): ``(the sizes, as ops.array.BroadcastSized takes
+    them, the leaves of the arguments they are read from)``; else
+    ``None``. ``None`` in ``shape`` stays (a broadcast's own size)."""
     if not isinstance(shape, (tuple, list)):
         return None
     sizes, leaves = [], []
@@ -1529,10 +1555,10 @@ def argument_sizes(shape, recorder):
             sizes.append(n if n is None else int(n))
             continue
         found = _argument_axis(n, recorder, leaves) \
-            if n.affine == (1, 0) else None
+            if n.affine is not None and n.affine[0] == 1 else None
         if found is None:
             return None
-        sizes.append(found)
+        sizes.append(found + (n.affine[1],) if n.affine[1] else found)
     return (tuple(sizes), tuple(leaves)) if leaves else None
 
 

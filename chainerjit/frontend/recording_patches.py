@@ -671,7 +671,8 @@ def _recording_conversion(name):
                 lengths.note_passed('numpy.' + name, (a,) + args, kwargs,
                                     depth=2)
                 made = convert(a, *args, **kwargs)
-                return traced.made_view(made, 2) if _of_numbers(a) else made
+                return traced.made_view(made, 2) if _of_numbers(a) or \
+                    isinstance(a, traced.MadeArray) else made
             return traced.record_conversion('numpy.' + name, convert, a,
                                             args, kwargs)
         converted.__wrapped__ = convert

@@ -157,6 +157,8 @@ class _Recorder(object):
         # (``traced.memory_owner``): a plain view of it is no constant.
         self.derived_memory = set()
         self.constant_memory = set()
+        # id(memory owner): the first constant array returned of it
+        self.returned_memory = {}
         self.effects = []  # ('setattr', link, name, value) and
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
@@ -205,6 +207,9 @@ class _Recorder(object):
         # more, and the traced lengths of those by (leaf, that many)
         self.item_lengths = {}
         self.length_shifts = {}
+        # id(array): {axis: (origin, rows added)} of an argument's axis
+        # other than the first cut by ints (x[:, :-1]), read by its shape
+        self.cut_axes = {}
         self.merged_axes = {}  # lengths.note_merged
         self.joined_rows = {}  # lengths.note_joined_rows
         self.padded_widths = {}  # lengths.note_padded_width
@@ -607,8 +612,9 @@ class _Recorder(object):
         if made.like is not None:
             return 'like its input'
         return '(%s)' % ', '.join(
-            str(n) if isinstance(n, int) else '%s.shape[%d]' % (
-                self.graph.inputs[made.leaves[n[0]]].name, n[1])
+            str(n) if isinstance(n, int) else '%s.shape[%d]%s' % (
+                self.graph.inputs[made.leaves[n[0]]].name, n[1],
+                ' %+d' % n[2] if n[2:] else '')
             for n in made.sizes)
 
     def _made_again(self, array, made):
@@ -1130,6 +1136,19 @@ def _untag_effect_values(recorder, stand_ins, originals):
             object.__setattr__(link, name, untagged)
 
 
+def _note_views_returned(recorder, array, what):
+    """Notes an escape where ``array``, a constant handed out (copied on
+    each call), views the memory of another one handed out (``cw`` and
+    ``v = cw[:2]``, returned by a piece of a cut forward): their copies
+    would not share it, and a write into one would miss the other."""
+    if not isinstance(array, numpy.ndarray):
+        return
+    owner = id(traced.memory_owner(array))
+    if recorder.returned_memory.setdefault(owner, array) is not array:
+        recorder.note_escape('%s arrays it made that view one memory'
+                             % what, recorder.forward_loc)
+
+
 def _leaf_spec(leaf, recorder, proxies, what):
     """How to rebuild one leaf of the result (or of the model state) on a
     compiled call: ``(kind, where, is_variable, requires_grad)`` with kind
@@ -1161,6 +1180,7 @@ def _leaf_spec(leaf, recorder, proxies, what):
     if value is None or recorder.is_constant(value):
         if isinstance(array, TracedArray) and value is None:
             recorder.note_escape(_UNFOLLOWED % what, recorder.forward_loc)
+        _note_views_returned(recorder, array, what)
         # A copy per call: the caller may write into what it gets.
         constant = traced.untag(array).copy()
         if traced.is_scalar(array) and not is_var:

@@ -991,6 +991,8 @@ def _value_shaped(label, args):
     name = label.split('.')[-1]
     if name == '__getitem__':
         return _has_bool_array(args[1])
+    if name == 'repeat':  # (as many copies as a value computed says)
+        return len(args) > 1 and holds_traced(args[1])
     return name in _VALUE_SHAPED or (name == 'where' and len(args) == 1)
 
 
@@ -1259,12 +1261,15 @@ class MadeArray(numpy.ndarray):
         if method == 'at':  # ``numpy.add.at(a, index, b)`` writes into a
             _note_write(inputs[:1], inputs[1:])
         result = getattr(ufunc, method)(*_plain(inputs), **kwargs)
-        if method == '__call__' and 'out' not in kwargs:
+        if 'out' in kwargs:  # (w /= w.sum(): w, a made array still)
+            return out[0] if len(out) == 1 and \
+                result is kwargs['out'][0] else result
+        if method == '__call__':
             # Of positions made of a size: ``pos[None] <= pos[:, None]``.
-            return made_view(_recorded_of_made(
-                'numpy.' + ufunc.__name__, ufunc.__call__, inputs, kwargs,
-                result), 2)
-        return result
+            result = _recorded_of_made('numpy.' + ufunc.__name__,
+                                       ufunc.__call__, inputs, kwargs,
+                                       result)
+        return made_view(result, 2)  # (w.sum(0): a reduction)
 
     def __array_function__(self, func, types, args, kwargs):
         if func.__name__ in _WRITERS:
@@ -1418,9 +1423,21 @@ def made_view(array, depth):
     recorder = _state.recorder
     if recorder is None or recorder.depth or \
             type(array) is not numpy.ndarray or is_library_file(
-                sys._getframe(depth).f_code.co_filename):
+                _past_numpy(sys._getframe(depth)).f_code.co_filename):
         return array
     return array.view(MadeArray)
+
+
+def _past_numpy(frame):
+    """``frame``, or the first above it outside NumPy's own code (a
+    method's, ``w.sum(0)`` reducing in ``numpy/core/_methods.py``)."""
+    while frame.f_back is not None and \
+            frame.f_code.co_filename.startswith(_NUMPY_DIR):
+        frame = frame.f_back
+    return frame
+
+
+_NUMPY_DIR = os.path.dirname(numpy.__file__) + os.sep
 
 
 def constant(array):

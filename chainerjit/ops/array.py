@@ -630,9 +630,10 @@ class BroadcastSized(chainer.FunctionNode):
     forward read (``(len(xs),) + h.shape``), recorded with those
     arguments (``frontend.recording_patches``): ``sizes`` has, per axis,
     a number, ``(k, axis)``, the size of that axis of the ``k``-th array
-    after ``x``, or ``None``, ``x``'s own size (a tile's axes it does not
-    repeat). Its values and gradient are ``F.broadcast_to``'s; the arrays
-    get none."""
+    after ``x``, ``(k, axis, b)``, that size plus ``b`` (``T - 1``), or
+    ``None``, ``x``'s own size (a tile's axes it does not repeat). Its
+    values and gradient are ``F.broadcast_to``'s; the arrays get
+    none."""
 
     def __init__(self, sizes):
         self.sizes = sizes
@@ -654,7 +655,7 @@ def sized_shape(sizes, arrays, x_shape=()):
     ``arrays`` and ``x``, of shape ``x_shape``."""
     x_shape = (1,) * (len(sizes) - len(x_shape)) + tuple(x_shape)
     return tuple(x_shape[axis] if n is None else n if isinstance(n, int)
-                 else arrays[n[0]].shape[n[1]]
+                 else arrays[n[0]].shape[n[1]] + sum(n[2:])
                  for axis, n in enumerate(sizes))
 
 
@@ -944,7 +945,10 @@ def _rows_sized(sizes, rows, x=None, offset=0):
     for axis, n in enumerate(sizes):
         r = None if not isinstance(n, tuple) else rows[n[0]]
         if r is not None and n[1] in r.axes:
-            found[r.on_axes([0])].add(axis)
+            r = r.on_axes([0])
+            if n[2:] and r.widest:
+                return None
+            found[r + n[2] if n[2:] else r].add(axis)
     if x is not None:
         for axis in x.axes:
             axis += offset
@@ -971,8 +975,10 @@ def _onnx_sized_shape(b, sizes, arrays, x=None, offset=0):
     def size(n, axis):
         array, axis = (x, axis - offset) if n is None else \
             (arrays[n[0]], n[1])
-        return b.single('Slice', b.single('Shape', array),
-                        b.int64s([axis]), b.int64s([axis + 1]))
+        found = b.single('Slice', b.single('Shape', array),
+                         b.int64s([axis]), b.int64s([axis + 1]))
+        return b.single('Add', found, b.int64s([sum(n[2:])])) \
+            if n is not None and sum(n[2:]) else found
     return b.single('Concat', *[
         b.int64s([n]) if isinstance(n, int) else size(n, axis)
         for axis, n in enumerate(sizes)], axis=0)

@@ -270,6 +270,19 @@ class _WeightedByClass(chainer.Chain):
     def _taken_by_the_method(self, t):
         return numpy.array([1.0, 10.0], F32).take(t)
 
+    def _normalized_in_place(self, t):
+        w = numpy.array([1.0, 10.0], F32)
+        w /= w.sum()
+        w += 1
+        return w[t]
+
+    def _converted_again(self, t):
+        return numpy.array(numpy.asarray(self._listed(slice(None))))[t]
+
+    def _reduced_by_a_method(self, t):
+        w = numpy.array([[1.0, 10.0], [2.0, 3.0]], F32)
+        return w.sum(0)[t] + w.max(axis=0)[t]
+
     def _taken_from_the_list(self, t):
         return numpy.take(self.weights, t).astype(F32)
 
@@ -290,7 +303,8 @@ def _labels_of_one_class_first(rng, batch=6):
 
 @pytest.mark.parametrize('table', [
     'listed', 'listed_on_the_model', 'computed', 'tiled', 'of_two_axes',
-    'taken', 'taken_by_the_method', 'taken_from_the_list'])
+    'taken', 'taken_by_the_method', 'normalized_in_place',
+    'converted_again', 'reduced_by_a_method', 'taken_from_the_list'])
 def test_a_table_the_forward_makes_is_read_at_its_labels(rng, table):
     jitted = differential.check_grads(
         None, _labels_of_one_class_first(rng), model=_WeightedByClass(table),
@@ -313,3 +327,84 @@ def test_a_table_made_unseen_is_checked_when_the_labels_change(rng):
     assert entry.fallback.startswith('at new argument values its program '
                                      'gave another result'), entry.fallback
     assert jitted.cache_info().eager == 2 + 2  # (its checks, then eager)
+
+
+class _Repeated(chainer.Chain):
+    """Rows repeated as many times as a value computed from the inputs
+    says (``numpy.repeat`` of their positions): a shape NumPy decides
+    from the values, which the program cannot follow."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = chainer.links.Linear(4, 3)
+
+    def forward(self, x, counts):
+        y = self.fc(x)
+        rows = numpy.repeat(numpy.arange(len(counts)), counts + 1)
+        return F.sum(y[rows]) / len(rows) + F.mean(y[rows])
+
+
+def test_rows_repeated_by_values_computed_run_in_python(rng):
+    calls = [(rng.standard_normal((6, 4)).astype(F32),
+              rng.randint(0, 3, 6).astype(numpy.int32)) for _ in range(4)]
+    differential.check_grads(None, calls, model=_Repeated(),
+                             method='forward', fallback_ok=True)
+
+
+class _ViewsOfATable(chainer.Chain):
+    """A table read at the labels, written through a view of it (or into
+    it, after a view was read) by Python at a graph break, and read
+    again: the piece before the break hands out both, which must stay
+    views of one memory."""
+
+    def __init__(self, into_the_base):
+        super().__init__()
+        with self.init_scope():
+            self.fc = chainer.links.Linear(4, 3)
+        self.into_the_base = into_the_base
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        if self.into_the_base:
+            table = numpy.array([0.0, 1.0, 10.0, 3.0], F32)
+            view = table[1:]
+            w = view[t]
+            table[1] = 7
+            w = w + view[t]
+        else:
+            table = numpy.array([1.0, 10.0, 3.0], F32)
+            w = table[t]
+            view = table[:2]
+            view[0] = 5
+            w = w + table[t]
+        return F.sum(y * w[:, None])
+
+
+@pytest.mark.parametrize('into_the_base', [False, True])
+def test_views_of_a_table_handed_out_stay_views(rng, into_the_base):
+    calls = [(rng.standard_normal((6, 4)).astype(F32),
+              rng.randint(0, 3, 6).astype(numpy.int32)) for _ in range(6)]
+    differential.check_grads(None, calls,
+                             model=_ViewsOfATable(into_the_base),
+                             method='forward', fallback_ok=True)
+
+
+class _FilledUnseen(_ViewsOfATable):
+    """A table read, then filled by a method the recording does not see
+    (``ndarray.fill``), and read again: the check of the recording finds
+    the difference, and the calls after it run eagerly."""
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        table = numpy.array([1.0, 10.0, 3.0], F32)
+        w = table[t]
+        table.fill(2)
+        return F.sum(y * (w + table[t])[:, None])
+
+
+def test_an_entry_whose_recording_check_failed_runs_eagerly(rng):
+    calls = [(rng.standard_normal((6, 4)).astype(F32),
+              rng.randint(0, 3, 6).astype(numpy.int32)) for _ in range(3)]
+    differential.check_grads(None, calls, model=_FilledUnseen(False),
+                             method='forward', fallback_ok=True)

@@ -318,6 +318,53 @@ def test_positions_as_long_as_the_steps_serve_every_length(how):
     assert str(entry.signature).startswith('ids: i32[B,W]'), entry.signature
 
 
+class _TeacherForced(chainer.Chain):
+    """A causal language model trained on the steps before the last
+    (``x[:, :-1]``) to predict those after the first (``x[:, 1:]``),
+    whose sizes the forward reads of the input cut (``B, T =
+    xin.shape``), or of the ids less one step (``T - 1``): positions, a
+    mask of ones, a causal mask and the scores' rows merged."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        with self.init_scope():
+            self.embed = L.EmbedID(20, D)
+            self.positions = L.EmbedID(64, D)
+            self.out = L.Linear(D, 20)
+
+    def forward(self, ids):
+        xin, targets = ids[:, :-1], ids[:, 1:]
+        if self.how == 'less_one':
+            batch, steps = ids.shape
+            steps = steps - 1
+        else:
+            batch, steps = xin.shape
+        xp = self.xp
+        h = self.embed(xin) + F.broadcast_to(self.positions(
+            xp.arange(steps, dtype=numpy.int32)), (batch, steps, D))
+        h = h * xp.ones((batch, steps, 1), numpy.float32)
+        scores = F.matmul(h, h, transb=True)
+        causal = F.broadcast_to(xp.tri(steps, dtype=bool)[None],
+                                scores.shape).array
+        scores = F.where(causal, scores,
+                         xp.full(scores.shape, -1e9, numpy.float32))
+        h = F.matmul(F.softmax(scores, axis=2), h)
+        y = self.out(F.reshape(h, (batch * steps, D)))
+        return F.softmax_cross_entropy(y, targets.reshape(-1))
+
+
+@pytest.mark.parametrize('how', ['cut_read', 'less_one'])
+def test_a_teacher_forced_model_reading_the_steps_less_one_serves_all(how):
+    rng = numpy.random.RandomState(4)
+    calls = [(rng.randint(0, 20, (b, n)).astype(numpy.int32),)
+             for b, n in [(2, 5), (3, 7), (4, 9), (2, 12), (5, 6), (3, 3)]]
+    entries = _one_entry_per_mode(_TeacherForced(how), calls)
+    assert len(entries) == 2  # (training, inference)
+    assert all(str(e.signature).startswith('ids: i32[B,W]')
+               for e in entries), entries
+
+
 class _Shifted(_Positions):
     """Positions counted from 1 (``pe[1:T + 1]``), and a sum over one
     more row than the steps (``pe[:T + 1]``)."""
