@@ -870,6 +870,12 @@ def _numpy_to_onnx(fn, template, label=None):
     if fn.__name__ == '__call__' and name in _ONNX_ARITHMETIC and \
             not kwargs:
         return _arithmetic_to_onnx(_ONNX_ARITHMETIC[name], args)
+    if fn.__name__ == 'reduce' and name == 'add' and args == (_Slot,) and \
+            kwargs.get('axis') is None and not kwargs.get('keepdims') and \
+            kwargs.get('dtype') is None and \
+            set(kwargs) <= {'axis', 'dtype', 'keepdims', 'where'} and \
+            kwargs.get('where', True) is True:  # (w.sum())
+        return _sum_to_onnx
     if fn.__name__ == 'reduce' and name in _ONNX_REDUCTIONS and \
             args == (_Slot,) and kwargs.get('axis') is None and \
             not kwargs.get('keepdims') and kwargs.get('dtype') in (
@@ -952,7 +958,11 @@ def _reshape_to_onnx(args):
 
 def _basic_index_to_onnx(args):
     """``x[index]`` with ints, slices of ints, ``None`` and ``Ellipsis``,
-    as ``F.get_item``'s ONNX form (``ops.array.onnx_get_item``)."""
+    as ``F.get_item``'s ONNX form (``ops.array.onnx_get_item``); or with
+    one array of ints (a table's rows picked by labels, ``w[t]``), a
+    ``Gather``."""
+    if len(args) == 2 and args[1] is _Slot:
+        return _gathered_to_onnx
     index = args[1] if isinstance(args[1], tuple) else (args[1],)
     if len(args) != 2 or not all(
             type(i) is int or i is None or i is Ellipsis or (
@@ -965,6 +975,13 @@ def _basic_index_to_onnx(args):
     def convert(b, ins, outs):
         array_ops.onnx_get_item(index, len(b.in_shapes[0]))(b, ins, outs)
     return convert
+
+
+def _gathered_to_onnx(b, ins, outs):
+    if b.in_dtypes[1].kind != 'i':
+        raise _export_error('an array indexed by an array of %s'
+                            % b.in_dtypes[1])
+    b.op('Gather', ins, outs, axis=0)
 
 
 # ``ndarray`` methods recorded with an ONNX form: ``fn(args)`` gives the

@@ -226,7 +226,13 @@ def _axis_source(node, frame, axis, offset):
 def _separated(node, frame):
     """``(X, axis)`` of a call ``F.separate(X, axis)`` (the function
     ``chainer.functions.separate`` names while recording, named by the
-    forward as a module's attribute or a global), else ``None``."""
+    forward as a module's attribute or a global), or ``F.split_axis(X, T,
+    axis)`` into its rows one by one (:func:`_split_into_rows`), else
+    ``None``."""
+    if _split_into_rows(node, frame):
+        return node.args[0], source.int_constant(
+            node.args[2] if len(node.args) == 3 else node.keywords[0].value,
+            0)
     if not isinstance(node, ast.Call) or not 1 <= len(node.args) <= 2 or \
             [k.arg for k in node.keywords] not in ([], ['axis']) or \
             _named(node.func, frame) is not chainer.functions.separate:
@@ -235,6 +241,28 @@ def _separated(node, frame):
         node.args[1] if len(node.args) == 2 else
         node.keywords[0].value if node.keywords else None, 0)
     return None if axis is None else (node.args[0], axis)
+
+
+def _split_into_rows(node, frame):
+    """Is ``node`` a call ``F.split_axis(X, T, axis)`` whose sections
+    ``T``, a name, hold the size the forward read of that axis of ``X``,
+    a name too: its rows one by one, as ``F.separate`` gives them
+    (``recording_patches``), each keeping the axis?"""
+    if not isinstance(node, ast.Call) or len(node.args) + len(
+            node.keywords) != 3 or \
+            [k.arg for k in node.keywords] not in ([], ['axis']) or \
+            not all(isinstance(a, ast.Name) for a in node.args[:2]) or \
+            _named(node.func, frame) is not chainer.functions.split_axis:
+        return False
+    axis = source.int_constant(
+        node.args[2] if len(node.args) == 3 else node.keywords[0].value,
+        None)
+    x, sections = (frame.f_locals.get(a.id) for a in node.args[:2])
+    if axis is None or not hasattr(x, 'ndim') or \
+            not isinstance(sections, lengths.Length):
+        return False
+    origin = lengths.origin_of(x, axis + x.ndim if axis < 0 else axis)
+    return origin is not None and sections.origins == frozenset([origin])
 
 
 def _named(node, frame):

@@ -408,3 +408,18 @@ def test_an_entry_whose_recording_check_failed_runs_eagerly(rng):
               rng.randint(0, 3, 6).astype(numpy.int32)) for _ in range(3)]
     differential.check_grads(None, calls, model=_FilledUnseen(False),
                              method='forward', fallback_ok=True)
+
+
+def test_a_table_read_at_its_labels_runs_in_onnxruntime(rng):
+    model = _WeightedByClass('listed')
+    jitted = chainerjit.jit(model.forward, backend='onnxruntime')
+    with chainer.using_config('train', False), \
+            chainer.using_config('enable_backprop', False):
+        for batch in (6, 4, 6, 5, 3):
+            x = rng.standard_normal((batch, 4)).astype(F32)
+            t = rng.randint(0, 2, batch).astype(numpy.int32)
+            numpy.testing.assert_allclose(
+                jitted(x, t).array, model.forward(x, t).array, 1e-5, 1e-6)
+    entry, = jitted.cache_entries()
+    assert entry.describe_backend().startswith('onnxruntime'), \
+        entry.describe_backend()

@@ -100,6 +100,21 @@ class BatchFirstSeparated(BatchFirst):
         return self.out(h)
 
 
+class BatchFirstSplit(BatchFirst):
+    """Batch-first steps split into one each (``F.split_axis(xs, T,
+    axis=1)``, their axis kept), squeezed in a comprehension, then read
+    by a loop."""
+
+    def forward(self, xs):
+        batch, steps = xs.shape[:2]
+        h = c = self.xp.zeros((batch, H), numpy.float32)
+        split = [F.reshape(x, (batch, I))
+                 for x in F.split_axis(xs, steps, axis=1)]
+        for x in split:
+            h, c = self.step(x, h, c)
+        return self.out(h)
+
+
 class SeparatedInTheHeader(BatchFirst):
     """The header makes batch-first steps time-major and separates
     them."""
@@ -562,7 +577,8 @@ class HelperReturnsStepsAndState(_Steps):
     ShapeOfTwo, ShapeUnpacked, StateMadeInTheLoop, Bidirectional,
     BatchFirst, MaskedPadding, GruLink, StackedOutputs, CounterLoop,
     Projected, ReversedProjected, StepsComputedAtOnce, Separated,
-    SeparatedBothWays, BatchFirstSeparated, HelperReturnsSteps,
+    SeparatedBothWays, BatchFirstSeparated, BatchFirstSplit,
+    HelperReturnsSteps,
     HelperStepsStacked, HelperReturnsStepsAndState,
     CounterLoopOverComputedSteps, CounterWeighted, CounterDecayed,
     StepsFlattenedByBatch, ProjectedIterated,
@@ -586,7 +602,8 @@ def test_one_entry_for_every_length_with_gradients(cls):
 
 
 @pytest.mark.parametrize('cls', [ShapeUnpacked, Bidirectional, Projected,
-                                 SeparatedBothWays, FirstAndLastOutputs])
+                                 SeparatedBothWays, FirstAndLastOutputs,
+                                 BatchFirstSplit])
 def test_one_entry_for_every_length_in_inference(cls):
     model = cls()
     with chainer.using_config('train', False):

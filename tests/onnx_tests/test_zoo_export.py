@@ -173,9 +173,8 @@ def _check(proto, entry, model, calls, rtol, atol, where):
         feed = {n: numpy.asarray(signature.leaf_array(a))
                 for n, a in zip(names, leaves)}
         outputs = session.run(None, feed)
-        expected = []
         result, after = _eager(model, args, kwargs)
-        signature.flatten(result, expected)
+        expected = _result_leaves(result)
         assert n_out == len(expected), when
         attributes = [(name, out) for name, out in zip(
             output_names[n_out:], outputs[n_out:])
@@ -192,6 +191,24 @@ def _check(proto, entry, model, calls, rtol, atol, where):
             assert out.dtype == e.dtype, (what, out.dtype, e.dtype)
             numpy.testing.assert_allclose(out, e, rtol=rtol, atol=atol,
                                           err_msg=what)
+
+
+def _result_leaves(result):
+    """The arrays and Variables of an eager result, and its NumPy scalars
+    (a sum of the data returned, which a program hands out computed)."""
+    leaves = []
+    signature.flatten(_scalars_as_arrays(result), leaves)
+    return leaves
+
+
+def _scalars_as_arrays(result):
+    if isinstance(result, numpy.generic):
+        return numpy.asarray(result)
+    if type(result) in (list, tuple):
+        return type(result)(_scalars_as_arrays(r) for r in result)
+    if type(result) is dict:
+        return {k: _scalars_as_arrays(v) for k, v in result.items()}
+    return result
 
 
 def _batch_size(model, args, kwargs):
