@@ -972,6 +972,54 @@ def _transformer_step_training():
     return _loss_training(Step, pairs, lambda m: m.query.W.grad, {})
 
 
+def _causal_lm_training():
+    """A causal transformer language model's training step on padded
+    batches of 2 to 64 sentences of 5 to 60 tokens (ids, ``-1`` past
+    each end): the inputs and the targets cut from the ids (``x[:, :-1]``,
+    ``x[:, 1:]``), whose sizes the forward reads of the inputs; positions
+    ``xp.arange(T)``, a causal mask ``xp.tri(T)`` and the padding's, the
+    block's rows merged for the words' scores."""
+    import chainer
+    import chainer.functions as F
+    import chainer.links as L
+    import numpy
+
+    class LM(chainer.Chain):
+        def __init__(self):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(1000, 64, ignore_label=-1)
+                self.positions = L.EmbedID(64, 64)
+                self.qkv = L.Linear(64, 3 * 64)
+                self.words = L.Linear(64, 1000)
+
+        def forward(self, ids):
+            xp = self.xp
+            inputs, targets = ids[:, :-1], ids[:, 1:]
+            batch, steps = inputs.shape
+            h = self.embed(inputs) + F.broadcast_to(self.positions(
+                xp.arange(steps, dtype=numpy.int32)), (batch, steps, 64))
+            q, k, v = F.split_axis(self.qkv(h, n_batch_axes=2), 3, axis=2)
+            scores = F.matmul(q, k, transb=True) * (1 / 8.0)
+            seen = xp.tri(steps, dtype=bool)[None] & (inputs >= 0)[:, None]
+            scores = F.where(F.broadcast_to(seen, scores.shape).array,
+                             scores,
+                             xp.full(scores.shape, -1e9, numpy.float32))
+            h = h + F.matmul(F.softmax(scores, axis=2), v)
+            return F.softmax_cross_entropy(
+                self.words(F.reshape(h, (batch * steps, 64))),
+                targets.reshape(-1))
+
+    def ids(rng):
+        batch, width = rng.randint(2, 65), rng.randint(5, 61)
+        lengths = rng.randint(2, width + 1, size=batch)
+        lengths[0] = width
+        x = rng.randint(0, 1000, (batch, width)).astype(numpy.int32)
+        x[numpy.arange(width)[None] >= lengths[:, None]] = -1
+        return x,
+    return _loss_training(LM, ids, lambda m: m.qkv.W.grad, {})
+
+
 def _transposed_by_hand_training():
     """``L.LSTM`` over ``F.transpose_sequence`` of lists of 2 to 16
     sentences of 2 to 30 words, sorted by length, its outputs transposed
@@ -1079,6 +1127,9 @@ def workloads():
         ("a transformer's training step, sources padded and targets framed "
          'and padded, lists of 2 to 64 sentence pairs of 1 to 60 words',
          'chainerjit', _transformer_step_training()),
+        ('causal transformer LM training, inputs and targets cut from '
+         'padded ids, batches of 2 to 64 sentences of 5 to 60 tokens',
+         'chainerjit', _causal_lm_training()),
         ('RNN written by hand over padded lists of 2 to 64 sentences of 1 '
          'to 60 words, masked by their lengths', 'chainerjit',
          _padded_rnn_training()),

@@ -132,5 +132,8 @@ def test_shapes_benchmark_checks_and_reports(tmp_path):
     assert entries["bidirectional RNN tagger training, each sentence's "
                    'loss and accuracy added up in a loop, lists of 2 to 64 '
                    'sentences of 1 to 60 words', 'chainerjit'] == 1
+    assert entries['causal transformer LM training, inputs and targets cut '
+                   'from padded ids, batches of 2 to 64 sentences of 5 to '
+                   '60 tokens', 'chainerjit'] == 1
     text = report.read_text()
     assert '| LSTM training, lengths 5 to 40 | default |' in text
