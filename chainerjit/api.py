@@ -1166,8 +1166,9 @@ class JitFunction(_calls.CachedCall):
             errors.warn_once(
                 (self._warn_site, 'recompile'), errors.RecompileWarning,
                 'chainerjit: %s has compiled %d times; what keeps '
-                'changing: %s. Each new value is a new cache entry.'
-                % (self.__name__, self.cache.misses, self._what_changes()))
+                'changing: %s. Each new value is a new cache entry.%s'
+                % (self.__name__, self.cache.misses, self._what_changes(),
+                   _attribute_hint(self._changes)))
         return '; '.join(lines) or 'evicted earlier'
 
     def _keeps_recompiling(self):
@@ -1629,6 +1630,22 @@ def _ragged_lists(sig):
     lists = ragged.items_by_list(sig, range(len(sig.items)))
     return set(base for base, leaves in lists.items()
                if len(set(sig.items[leaf][1].shape for leaf in leaves)) > 1)
+
+
+def _attribute_hint(changes):
+    """What to do where the model's attributes' values keep changing
+    (``changes``: their kinds, ``'(model).beta: value'``), or ``''``."""
+    names = sorted(set(kind.partition(': ')[0][len('(model).'):]
+                       for kind in changes
+                       if kind.startswith('(model).') and
+                       kind.endswith(': value')))
+    if not names:
+        return ''
+    return ' The numbers the model holds (%s) are part of what each ' \
+        'program assumes of it, whether the forward reads them or not: ' \
+        'keep them out of the model, and pass one the forward reads as ' \
+        'an argument (a float or int argument that changes is an input ' \
+        'of the program).' % ', '.join('self.%s' % name for name in names)
 
 
 def _change_kind(line):
