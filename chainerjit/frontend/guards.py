@@ -324,6 +324,22 @@ def _code_names(code):
     return names
 
 
+def _global_loads(code):
+    """The names ``code`` (and the code it holds: a comprehension's, a
+    lambda's) reads or writes as globals, not as attributes (``x.T``
+    names no global ``T``)."""
+    names = set(i.argval for i in dis.get_instructions(code)
+                if i.opname in _GLOBAL_ACCESS)
+    for const in code.co_consts:
+        if hasattr(const, 'co_names'):
+            names |= _global_loads(const)
+    return names
+
+
+_GLOBAL_ACCESS = frozenset(['LOAD_GLOBAL', 'LOAD_NAME', 'STORE_GLOBAL',
+                            'DELETE_GLOBAL', 'STORE_NAME', 'DELETE_NAME'])
+
+
 def python_guards(fn, instance):
     """Guards for the Python values ``fn``'s own code names: attributes of
     ``instance`` (for a Link only lists, dicts and sets; its scalars and
@@ -409,8 +425,10 @@ class _Reading(object):
         self.seen.add((code, id(instance)))
         found = []  # (source, guard, the instance its calls are bound to)
         names = sorted(_code_names(code))
+        loaded = _global_loads(code)
         for name in names:
-            found += _named(fn, instance, name, prefix, self._module(fn))
+            found += _named(fn, instance, name, prefix, self._module(fn),
+                            name in loaded)
         for module in _users_modules(fn, names):
             found += _module_attributes(module, names)
         found += _global_chains(fn, set(names))
@@ -731,12 +749,13 @@ def _plain_attribute(obj, name):
     return namespace.get(name, held)
 
 
-def _named(fn, instance, name, prefix='self', module=''):
+def _named(fn, instance, name, prefix='self', module='', as_global=True):
     """``[(source, guard, instance)]``: the guard on what ``name`` in
     ``fn``'s code may name (an attribute of ``instance``, a class
-    attribute, a global: ``'global %s%s' % (module, name)``), with what
-    it reads and the instance a function it holds is bound to (a
-    method's), else ``None``."""
+    attribute, a global where the code reads it as one, ``as_global``:
+    ``'global %s%s' % (module, name)``), with what it reads and the
+    instance a function it holds is bound to (a method's), else
+    ``None``."""
     if instance is not None and name in vars(instance):
         link = isinstance(instance, chainer.Link)
         return [((id(instance), name), g, None) for g in _make(
@@ -747,6 +766,8 @@ def _named(fn, instance, name, prefix='self', module=''):
                if not c.__module__.startswith('chainer')] \
         if instance is not None else []
     owner = next((c for c in classes if name in vars(c)), None)
+    if owner is None and not as_global:
+        return []
     namespace = vars(owner) if owner is not None else fn.__globals__
     label = '%s.%s' % (owner.__name__, name) if owner is not None \
         else 'global %s%s' % (module, name)

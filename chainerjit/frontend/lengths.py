@@ -796,6 +796,8 @@ def note_indexed(recorder, array, index, result):
     if cut:  # xs[1:], xs[:-1]: the argument's axis, a few rows shorter
         index, shift = (slice(None),) + index[1:], shift - cut
     kept = _kept_axes(index, origins)
+    if kept is not None and shift:
+        kept = _shift_kept_first(kept, origins[0])
     if kept is not None and any(o is not None for o in kept):
         recorder.length_leaves[id(result)] = kept
         if shift and kept[0] is origins[0] and \
@@ -804,6 +806,15 @@ def note_indexed(recorder, array, index, result):
         cut = _cut_axes(index, origins)
         if cut:
             recorder.cut_axes[id(result)] = cut
+
+
+def _shift_kept_first(kept, shifted):
+    """The origins ``kept`` of a value's axes, where the origin
+    ``shifted``, its first axis's, is some rows more or fewer
+    (``length_shifts``: ``xs[1:]``): kept on the first axis alone, as
+    the shift is (``xs[1:].T`` has none)."""
+    return tuple(None if k and o == shifted else o
+                 for k, o in enumerate(kept))
 
 
 def _cut_axes(index, origins):
@@ -918,6 +929,8 @@ def note_computed(recorder, name, in_arrays, out_arrays, shape=None,
     for array, kept in zip(out_arrays, found):
         kept = tuple(None if o is None or is_item_length(o) else o
                      for o in kept)
+        if shift:
+            kept = _shift_kept_first(kept, first)
         if len(kept) == array.ndim and any(kept):
             recorder.length_leaves[id(array)] = kept
             if shift and kept[0] == first:
@@ -1284,10 +1297,24 @@ def note_permuted(recorder, array, axes, result):
     """Notes ``result``, ``array``'s axes in the order ``axes`` (a
     transpose): the arguments' axes among them are ``result``'s too
     (``xs.shape[0]`` of a batch-first ``xs`` made time-major is its
-    length)."""
+    length); an axis some rows more or fewer than the argument's
+    (``length_shifts``: ``xs[1:]``) moved off the first is read as
+    those rows (``cut_axes``)."""
     origins = recorder.length_leaves.get(id(array))
-    if origins is not None and len(origins) == len(axes):
-        recorder.length_leaves[id(result)] = tuple(origins[a] for a in axes)
+    if origins is None or len(origins) != len(axes):
+        return
+    kept = tuple(origins[a] for a in axes)
+    shift = recorder.length_shifts.get(id(array), 0)
+    cut = dict(recorder.cut_axes.get(id(array), {}))
+    if shift and axes[0] == 0:
+        recorder.length_shifts[id(result)] = shift
+    elif shift:
+        kept = _shift_kept_first(kept, origins[0])
+        cut[0] = (origins[0], shift)
+    moved = dict((k, cut[a]) for k, a in enumerate(axes) if a in cut)
+    if moved:
+        recorder.cut_axes[id(result)] = moved
+    recorder.length_leaves[id(result)] = kept
 
 
 def origin_of(value, axis):

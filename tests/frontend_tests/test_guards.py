@@ -102,6 +102,24 @@ def test_global_read_by_the_forward_is_guarded(rng):
     assert jitted.cache_info().misses == 2
 
 
+T = 5  # (a global a notebook's cell may change, named as an attribute)
+
+
+def _transposed_sum(x):
+    return F.sum(F.tanh(x.T)) * SCALE
+
+
+def test_a_global_named_as_an_attribute_only_is_not_guarded(rng):
+    global T
+    jitted = chainerjit.jit(_transposed_sum)
+    try:
+        for T in (5, 6, 7):
+            _same(jitted, _transposed_sum, _x(rng))
+    finally:
+        T = 5
+    assert jitted.cache_info().misses == 1, jitted.cache_info()
+
+
 def test_class_attribute_read_by_the_forward_is_guarded(rng):
     net = Net()
     jitted = chainerjit.jit(net.forward)

@@ -354,6 +354,28 @@ class _TeacherForced(chainer.Chain):
         return F.softmax_cross_entropy(y, targets.reshape(-1))
 
 
+class _TimeMajorTeacherForced(_TeacherForced):
+    """The same over time-major ids: the steps before the last embedded
+    and made batch-first (``F.transpose``), whose shape the forward reads
+    (the steps less one, now on the second axis)."""
+
+    def forward(self, ids):
+        h = F.transpose(self.embed(ids[:-1]), (1, 0, 2))
+        batch, steps, _ = h.shape
+        h = h + F.broadcast_to(self.positions(self.xp.arange(
+            steps, dtype=numpy.int32)), (batch, steps, D))
+        y = self.out(F.reshape(h, (batch * steps, D)))
+        return F.softmax_cross_entropy(y, ids[1:].T.reshape(-1))
+
+
+def test_a_time_major_teacher_forced_model_serves_all():
+    rng = numpy.random.RandomState(5)
+    calls = [(rng.randint(0, 20, (n, b)).astype(numpy.int32),)
+             for n, b in [(6, 4), (9, 7), (12, 3), (5, 2), (7, 5)]]
+    entries = _one_entry_per_mode(_TimeMajorTeacherForced(None), calls)
+    assert len(entries) == 2  # (training, inference)
+
+
 @pytest.mark.parametrize('how', ['cut_read', 'less_one'])
 def test_a_teacher_forced_model_reading_the_steps_less_one_serves_all(how):
     rng = numpy.random.RandomState(4)

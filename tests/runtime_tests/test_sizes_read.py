@@ -467,3 +467,26 @@ def test_an_items_length_read_otherwise_than_by_len_is_not_baked_in(read):
             xs = [rng.randint(0, 20, n).astype(numpy.int32)
                   for n in lengths]
             testing.assert_results_equal(jitted(xs), model.forward(xs))
+
+
+_CUT_AND_MOVED = {  # the rows of x[2:] (two fewer than x's) read elsewhere
+    'a new first axis': lambda x: x[2:][None].shape[1],
+    'expanded': lambda x: F.expand_dims(F.tanh(x[2:]), 0).shape[1],
+    'transposed': lambda x: x[2:].T.shape[1],
+    'swapped': lambda x: F.swapaxes(F.tanh(x[2:]), 0, 1).shape[1],
+}
+
+
+@pytest.mark.parametrize('moved', sorted(_CUT_AND_MOVED))
+def test_rows_cut_off_the_first_axis_and_moved_are_read_as_such(moved):
+    # Unchecked against eager, so that a program reading the wrong size
+    # shows: the rows moved are two fewer than the argument's.
+    size = _CUT_AND_MOVED[moved]
+
+    def positions(x):
+        return numpy.arange(size(x) + 1, dtype=numpy.float32)
+    jitted = chainerjit.jit(positions, check=False)
+    rng = numpy.random.RandomState(0)
+    for batch in (3, 3, 4, 4, 6, 6, 9):
+        x = rng.standard_normal((batch, 5)).astype(numpy.float32)
+        numpy.testing.assert_array_equal(jitted(x), positions(x))
