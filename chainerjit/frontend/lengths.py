@@ -1310,7 +1310,8 @@ def note_permuted(recorder, array, axes, result):
         recorder.length_shifts[id(result)] = shift
     elif shift:
         kept = _shift_kept_first(kept, origins[0])
-        cut[0] = (origins[0], shift)
+        if not is_item_length(origins[0]):
+            cut[0] = (origins[0], shift)
     moved = dict((k, cut[a]) for k, a in enumerate(axes) if a in cut)
     if moved:
         recorder.cut_axes[id(result)] = moved
