@@ -1318,6 +1318,20 @@ def note_permuted(recorder, array, axes, result):
     recorder.length_leaves[id(result)] = kept
 
 
+def rows_split_axis(x, sections, axis):
+    """The axis (not negative) that ``F.split_axis(x, sections, axis)``
+    cuts into its rows one by one, ``sections`` being the size the
+    forward read of that axis, an argument's (``F.split_axis(xs, T,
+    axis=1)`` of ``T = xs.shape[1]``); else ``None``."""
+    if type(axis) is not int or not isinstance(sections, Length) or \
+            sections.affine != (1, 0):
+        return None
+    at = axis + x.ndim if axis < 0 else axis
+    origin = origin_of(x, at) if 0 <= at < x.ndim else None
+    return at if origin is not None and \
+        sections.origins == frozenset([origin]) else None
+
+
 def origin_of(value, axis):
     """``(leaf, axis)`` of the argument whose axis is ``value``'s axis
     ``axis`` (an argument's array, or one an index or a transpose of it

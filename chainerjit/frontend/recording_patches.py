@@ -757,10 +757,9 @@ def _into_its_rows(x, sections, axis, recorder):
     with ``sections`` the size it read of that axis, an argument's
     (``F.split_axis(xs, len(xs), axis=0)``: its rows one by one): the
     axis, else ``None``."""
-    at = _split_by_a_size(x, sections, axis, recorder)
-    origin = None if at is None else lengths.origin_of(x, at)
-    return at if origin is not None and \
-        sections.origins == frozenset([origin]) else None
+    if _split_by_a_size(x, sections, axis, recorder) is None:
+        return None
+    return lengths.rows_split_axis(x, sections, axis)
 
 
 def _into_merged_rows(x, sections, axis, recorder):

@@ -247,7 +247,8 @@ def _split_into_rows(node, frame):
     """Is ``node`` a call ``F.split_axis(X, T, axis)`` whose sections
     ``T``, a name, hold the size the forward read of that axis of ``X``,
     a name too: its rows one by one, as ``F.separate`` gives them
-    (``recording_patches``), each keeping the axis?"""
+    (``lengths.rows_split_axis``, as the recording splits them), each
+    keeping the axis?"""
     if not isinstance(node, ast.Call) or len(node.args) + len(
             node.keywords) != 3 or \
             [k.arg for k in node.keywords] not in ([], ['axis']) or \
@@ -258,11 +259,8 @@ def _split_into_rows(node, frame):
         node.args[2] if len(node.args) == 3 else node.keywords[0].value,
         None)
     x, sections = (frame.f_locals.get(a.id) for a in node.args[:2])
-    if axis is None or not hasattr(x, 'ndim') or \
-            not isinstance(sections, lengths.Length):
-        return False
-    origin = lengths.origin_of(x, axis + x.ndim if axis < 0 else axis)
-    return origin is not None and sections.origins == frozenset([origin])
+    return hasattr(x, 'ndim') and \
+        lengths.rows_split_axis(x, sections, axis) is not None
 
 
 def _named(node, frame):
