@@ -1082,7 +1082,8 @@ class JitFunction(_calls.CachedCall):
             self._ragged_paths.update(packing.sequence_paths(args, kwargs))
         self.last_entry = entry
         if entry.cut is not None and self._cut is None and not self._uncut:
-            self._cut_at(entry.cut, entry.ignored_state)
+            # (what a piece reads, its own recording says)
+            self._cut_at(entry.cut, entry.written_first)
         self._made_read_only += entry.made_read_only
         self.cache.compiles += entry.fallback is None
         if entry.escaped and self.budget.note_fallback(entry.fallback):
@@ -1641,11 +1642,11 @@ def _attribute_hint(changes):
                        kind.endswith(': value')))
     if not names:
         return ''
-    return ' The numbers the model holds (%s) are part of what each ' \
-        'program assumes of it, whether the forward reads them or not: ' \
-        'keep them out of the model, and pass one the forward reads as ' \
-        'an argument (a float or int argument that changes is an input ' \
-        'of the program).' % ', '.join('self.%s' % name for name in names)
+    return ' The forward reads numbers the model holds (%s): each value ' \
+        'is part of what a program assumes of the model. Pass a number ' \
+        'that changes as an argument instead (a float or int argument ' \
+        'that changes is an input of the program).' % ', '.join(
+            'self.%s' % name for name in names)
 
 
 def _change_kind(line):

@@ -302,6 +302,7 @@ class LoopWatcher(object):
         self.lines_run = set()
         self.runs = []  # LoopRuns, in order of their end
         self.no_source = []  # code objects with loops but no source
+        self.codes_run = set()  # the user's code objects that ran
         self._open = {}  # id(frame) -> [LoopRun]: statement loops
         self._comps = {}  # id(frame) -> LoopRun of a comprehension
         self._previous = None
@@ -361,6 +362,7 @@ class LoopWatcher(object):
         code = frame.f_code
         if event != 'call' or not is_user_code(code):
             return None
+        self.codes_run.add(code)
         sites = loop_sites(code)
         if sites is None:
             if _has_loop(code) and code not in self.no_source:
@@ -661,6 +663,16 @@ def _locals_summary(frame):
 LINK_LEVELS = 8
 
 
+def _own_attributes(value):
+    """``value.__dict__``, or ``None``: read as ``object`` reads it, not
+    through a link's own lookup, which notes a read of the forward's
+    while recording (``model_state.unread_numbers``)."""
+    try:
+        return object.__getattribute__(value, '__dict__')
+    except (AttributeError, TypeError):
+        return None
+
+
 def _summary(value, depth, links=LINK_LEVELS):
     if isinstance(value, chainer.Variable):
         return ('array', id(value._data[0]))
@@ -685,7 +697,7 @@ def _summary(value, depth, links=LINK_LEVELS):
             (repr(k), _summary(v, depth - 1)) for k, v in value.items()))
     if type(value) in (set, frozenset):
         return ('set', id(value), tuple(sorted(repr(v) for v in value)))
-    attributes = getattr(value, '__dict__', None)
+    attributes = _own_attributes(value)
     if attributes is None:
         return ('object', id(value))
     if not isinstance(value, chainer.Link):

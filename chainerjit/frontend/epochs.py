@@ -31,6 +31,12 @@ _epochs = weakref.WeakKeyDictionary()
 #: the count; the model check that follows watches it too.
 _watched = weakref.WeakKeyDictionary()
 
+#: The state of each watched link (``guards.link_state``'s item), made
+#: once until it is assigned to: a training loop that sets a number on
+#: the model each step (``model.iteration = i``) moves its epoch each
+#: step, and the model check that follows reads that link again only.
+_states = weakref.WeakKeyDictionary()
+
 #: The epoch of an entry not checked yet, or of a forward without a
 #: model: it never moves.
 UNWATCHED = [0]
@@ -69,6 +75,7 @@ def watching(method):
         if epochs:
             for epoch in epochs:
                 epoch[0] += 1
+            _states.pop(self, None)
         return method(self, *args, **kwargs)
     watched.__name__ = method.__name__
     watched.__doc__ = method.__doc__
@@ -80,3 +87,14 @@ def model_epoch_if_watched(instance):
     """The epoch of ``instance`` if it is a watched model, else None."""
     return _epochs.get(instance) if isinstance(instance, chainer.Link) \
         else None
+
+
+def link_state(link, make):
+    """``make(link)``, made once for a watched link until it is assigned
+    to (see :data:`_states`)."""
+    state = _states.get(link)
+    if state is None:
+        state = make(link)
+        if _watched.get(link):
+            _states[link] = state
+    return state

@@ -340,6 +340,31 @@ _GLOBAL_ACCESS = frozenset(['LOAD_GLOBAL', 'LOAD_NAME', 'STORE_GLOBAL',
                             'DELETE_GLOBAL', 'STORE_NAME', 'DELETE_NAME'])
 
 
+@functools.lru_cache(maxsize=1024)
+def names_read(code):
+    """The attribute names ``code`` (and the code it holds: a lambda's, a
+    comprehension's) loads, and its string constants (``getattr(self,
+    'beta')``, ``object.__getattribute__(self, 'beta')``)."""
+    names = set()
+    for instruction in dis.get_instructions(code):
+        if instruction.opname in _ATTRIBUTE_LOADS or \
+                instruction.opname == 'LOAD_CONST' and \
+                type(instruction.argval) is str:
+            names.add(instruction.argval)
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            names |= names_read(const)
+    return frozenset(names)
+
+
+def looks_up_its_own(link):
+    """Does a class of ``link`` define its own ``__getattribute__``, which
+    a recording's ``Link.__getattribute__`` would not see?"""
+    return any('__getattribute__' in vars(kind)
+               for kind in type(link).__mro__
+               if kind not in (chainer.Link, object))
+
+
 def python_guards(fn, instance):
     """Guards for the Python values ``fn``'s own code names: attributes of
     ``instance`` (for a Link only lists, dicts and sets; its scalars and
@@ -806,16 +831,42 @@ def _cell_contents(cell):
 
 # --- what a program assumes of links -----------------------------------------
 
+class Number(object):
+    """A Python scalar (or a tuple of them) as a program assumes it: equal
+    to one of the same type and ``repr`` only (``3`` is not ``3.0``,
+    ``-0.0`` not ``0.0``, and NaN is NaN); shown as the value."""
+
+    __slots__ = ('value', '_key')
+
+    def __init__(self, value):
+        self.value = value
+        self._key = tuple((type(x), repr(x)) for x in value) \
+            if type(value) is tuple else (type(value), repr(value))
+
+    def __eq__(self, other):
+        return type(other) is Number and self._key == other._key
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return hash(self._key)
+
+    def __repr__(self):
+        return repr(self.value)
+
+
 def attribute_state(value):
     """What a program assumes of one link attribute: its value for Python
-    scalars; its type for Variables (read on every call); its type,
-    dtype and shape for arrays (read on every call, but the forward may
-    have read the shape into Python: ``x[:, :self.w.shape[0]]``); the
+    scalars (a :class:`Number`); its type for Variables (read on every
+    call); its type, dtype and shape for arrays (read on every call, but
+    the forward may have read the shape into Python: ``x[:,
+    :self.w.shape[0]]``); the
     device it names for a device; its identity for anything else (a
     function, a link, an object, a container: those the forward names
     are guarded by their contents, ``python_guards``)."""
     if is_scalar(value):
-        return value
+        return Number(value)
     if isinstance(value, chainer.Variable):
         return '<%s>' % type(value).__name__
     if isinstance(value, chainer.get_array_types()):
@@ -826,25 +877,31 @@ def attribute_state(value):
     return '<%s at %#x>' % (type(value).__name__, id(value))
 
 
-ASSIGNED_FIRST = '<assigned before read>'
+UNREAD = '<not read before assigned, or not at all>'
 
 
-def link_state(instance, ignored=frozenset()):
+def link_state(instance, ignored=frozenset(), watched=False):
     """What a compiled program assumes of a model: for each link, its
     class and identity and the state of its attributes, but for the
     ``ignored`` ``(link path, name)`` pairs (attributes the forward
-    assigns before reading: ``L.LSTM.reset_state()``)."""
+    assigns before reading, ``L.LSTM.reset_state()``, or holding numbers
+    it does not read). ``watched``: of a watched model, whose links'
+    states are made again only where assigned to (``epochs``)."""
     if not isinstance(instance, chainer.Link):
         return {}
     state = {}
     for path, link in instance.namedlinks():
-        attrs = tuple(sorted((k, attribute_state(v))
-                             for k, v in vars(link).items()
-                             if k != '_local_link_hooks'))
-        attrs += (('(link hooks)', tuple(link_hooks(link))),)
-        state[path or '/'] = (type(link).__name__, id(link),
-                              _items_of(link), attrs)
+        state[path or '/'] = epochs.link_state(link, _one_link_state) \
+            if watched else _one_link_state(link)
     return without_ignored(state, ignored) if ignored else state
+
+
+def _one_link_state(link):
+    attrs = tuple(sorted((k, attribute_state(v))
+                         for k, v in vars(link).items()
+                         if k != '_local_link_hooks'))
+    attrs += (('(link hooks)', tuple(link_hooks(link))),)
+    return type(link).__name__, id(link), _items_of(link), attrs
 
 
 def _items_of(link):
@@ -860,7 +917,7 @@ def without_ignored(state, ignored):
     """A :func:`link_state` with the ``ignored`` attributes masked."""
     return dict(
         (path, value[:3] + (tuple(
-            (k, ASSIGNED_FIRST if (path, k) in ignored else v)
+            (k, UNREAD if (path, k) in ignored else v)
             for k, v in value[3]),))
         for path, value in state.items())
 

@@ -139,6 +139,31 @@ def adopt_lazy_params(instance, recorder):
             value.name = '.'.join(path)
 
 
+def unread_numbers(instance, recorder, codes_run):
+    """``{(link path, name)}`` of the link attributes holding numbers
+    (``guards.is_scalar``: an iteration counter, a weight the training
+    loop anneals) that the forward neither read nor assigned while
+    recorded, and that no code of the user's that ran (``codes_run``, the
+    forward's own among them, with the lambdas it holds) names: a read
+    the recording cannot see (``object.__getattribute__(self, 'beta')``,
+    ``copy.copy(self).beta``, in another thread). A program does not
+    depend on them."""
+    if not isinstance(instance, chainer.Link):
+        return frozenset()
+    accessed = recorder.first_access
+    codes = set(codes_run)
+    if recorder.top_code is not None:
+        codes.add(recorder.top_code)
+    named = set().union(*[guards.names_read(code) for code in codes])
+    return frozenset(
+        (path or '/', name) for path, link in instance.namedlinks()
+        if (id(link), '__dict__') not in accessed and  # (read through it)
+        not guards.looks_up_its_own(link)
+        for name, value in vars(link).items()
+        if guards.is_scalar(value) and name not in named and
+        (id(link), name) not in accessed)
+
+
 def written_first(instance, recorder):
     """``{(link path, name)}`` of the link attributes the forward assigned
     before reading them: their value before the call does not matter."""

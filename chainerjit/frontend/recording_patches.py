@@ -122,13 +122,15 @@ def _recording_setattr(link_setattr, recorder):
 
 def _recording_getattribute(link_getattribute, recorder):
     """``Link.__getattribute__`` while recording: notes which instance
-    attributes the forward reads before it assigns them."""
+    attributes the forward reads before it assigns them (``__dict__``
+    itself, ``vars(link)``, as read: ``model_state.unread_numbers``)."""
     first_access = recorder.first_access
 
     def getattribute(link, name):
         value = link_getattribute(link, name)
-        if _state.recorder is recorder and \
-                name in link_getattribute(link, '__dict__'):
+        if _state.recorder is recorder and (
+                name == '__dict__' or
+                name in link_getattribute(link, '__dict__')):
             first_access.setdefault((id(link), name), 'read')
         return value
     return getattribute

@@ -87,6 +87,7 @@ class Recording(object):
                  watcher=None, written_first=frozenset()):
         self.graph = graph
         self.written_first = written_first  # {(link path, name)}
+        self.unread_numbers = frozenset()  # the same, unread numbers
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
         # the lines of the jitted function that ran, if it was watched
@@ -1091,6 +1092,8 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         recorder.param_arrays, recorder.generic_outputs,
         recorder.param_owners, recorder, watcher,
         model_state.written_first(instance, recorder))
+    recording.unread_numbers = model_state.unread_numbers(
+        instance, recorder, watcher.codes_run if watcher else ())
     recording.row_nodes = rows.nodes
     recording.separated_nodes = recorder.separated_nodes
     recording.droppable = recorder.droppable

@@ -228,6 +228,7 @@ cdef dict _mixin_free = {}  # link class -> no ``__call__`` after Link in MRO
 
 cdef extern from "Python.h":
     PyObject* _PyType_Lookup(PyTypeObject* kind, PyObject* name)
+    object PyObject_GenericGetDict(object obj, void* context)
 
 
 def link_call(self, *args, **kwargs):
@@ -289,7 +290,9 @@ cdef object _jitted_forward(object link):
     cdef dict own
     if raw is not NULL and Py_TYPE(<object>raw).tp_descr_set is not NULL:
         return None  # a data descriptor: link.forward is what it makes
-    own = getattr(link, '__dict__', None)
+    # (not through a recording's ``Link.__getattribute__``: the model's
+    # numbers a forward reads, ``model_state.unread_numbers``)
+    own = PyObject_GenericGetDict(link, NULL)
     forward = own.get('forward') if own is not None else None
     if forward is None and raw is not NULL and \
             isinstance(<object>raw, CachedCall):

@@ -45,6 +45,7 @@ from chainerjit import errors
 from chainerjit import ir
 from chainerjit import ops
 from chainerjit.backend import ort
+from chainerjit.frontend import guards
 from chainerjit.frontend import lengths
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
@@ -743,10 +744,13 @@ def _long_enough(general, key, trips):
 
 
 def same_guards(a, b):
-    """Do entries ``a`` and ``b`` guard the same Python values alike: the
-    model's state, the configuration read, the values the forward names
-    (an entry serves the calls its guards hold for only)?"""
-    return a.link_state == b.link_state and \
+    """Do entries ``a`` and ``b`` guard the same Python values alike (an
+    entry serves the calls its guards hold for only): the model's state
+    alike where both guard it (one may leave out a number the other's
+    recording read), the same configuration read and values the forward
+    names?"""
+    return guards.without_ignored(a.link_state, b.ignored_state) == \
+        guards.without_ignored(b.link_state, a.ignored_state) and \
         a.config_reads == b.config_reads and _guarded(a) == _guarded(b)
 
 

@@ -41,7 +41,7 @@ def current_link_state(instance, ignored=frozenset()):
         return guards.link_state(instance, ignored)
     model, count, state = _last_state
     if model is None or model() is not instance or count != epoch[0]:
-        state = guards.link_state(instance)
+        state = guards.link_state(instance, watched=True)
         _last_state[:] = [weakref.ref(instance), epoch[0], state]
     return guards.without_ignored(state, ignored) if ignored else state
 
@@ -241,7 +241,7 @@ class Entry(object):
         self.param_sources = [v.data for v in params]
         self.param_specs = [array_spec(a) for a in param_arrays]
         self.link_state = model_state  # as it was before recording
-        self.ignored_state = frozenset()
+        self.ignored_state = self.written_first = frozenset()
         self._assigned_state = _assigned_state(model_state, effects)
         self._owners_assigned = _owners_assigned(self.param_sources,
                                                  effects)
@@ -249,10 +249,12 @@ class Entry(object):
         # the epoch of the model and its count when last checked
         self._model_epoch, self._epoch = epochs.UNWATCHED, -1  # check first
 
-    def ignore_state(self, ignored):
-        """Stops guarding the link attributes ``ignored`` (``(path,
-        name)`` pairs the forward assigns before reading)."""
-        self.ignored_state = frozenset(ignored)
+    def ignore_state(self, written_first, unread=frozenset()):
+        """Stops guarding the link attributes ``written_first`` (``(path,
+        name)`` pairs the forward assigns before reading) and ``unread``
+        (those holding numbers it does not read)."""
+        self.written_first = frozenset(written_first)
+        self.ignored_state = self.written_first | unread
         self.link_state = guards.without_ignored(self.link_state,
                                                  self.ignored_state)
 

@@ -228,7 +228,7 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
             fallback=fallback)
         entry.escaped = recording.escape is not None
         entry.cut = recording.cut
-        entry.ignore_state(recording.written_first)
+        entry.ignore_state(recording.written_first, recording.unread_numbers)
     else:
         recording.length_uses += _size_uses_in_c(caller, recording, sig,
                                                  len(leaves))
@@ -813,7 +813,7 @@ def _compiled_entry(key, sig, model_state, py_guards, recording, graph,
     if symbols:
         entry.verified_lengths.update(_checks(lengths, symbols))
     entry.size_uses = list(recording.length_uses)
-    entry.ignore_state(recording.written_first)
+    entry.ignore_state(recording.written_first, recording.unread_numbers)
     return entry
 
 

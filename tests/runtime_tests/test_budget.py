@@ -299,5 +299,5 @@ def test_the_recompile_warning_names_an_attribute_that_changed(rng):
     said = [str(w.message) for w in caught if 'keeps changing' in
             str(w.message)]
     assert len(said) == 1 and '(model).iteration: value' in said[0], said
-    assert 'The numbers the model holds (self.iteration) are part of' in \
-        said[0], said
+    assert 'The forward reads numbers the model holds (self.iteration)' \
+        in said[0], said

@@ -1,0 +1,306 @@
+"""Numbers the model's links hold (an iteration counter, a KL weight the
+training loop anneals, a flag): an entry guards those its forward read
+while recorded, and only those, so that a training loop changing the
+others every step keeps one entry per mode; and a number read, however
+it is read, still makes a new value compile again (never a stale one).
+"""
+
+import copy
+import inspect
+import math
+import warnings
+
+import chainer
+import chainer.functions as F
+import chainer.links as L
+import numpy
+import pytest
+
+import chainerjit
+from chainerjit import testing
+
+
+class _Scaled(chainer.Chain):
+    """A link called by the model whose forward reads one of its numbers
+    (``scale``) and not the other (``calls``)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.scale = 1.0
+        self.calls = 0
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+class _Annealed(chainer.Chain):
+    """A loss weighted by ``self.beta`` as ``read`` says it reads it (or
+    does not: ``'unread'``), with numbers the training loop sets and the
+    forward never reads (``iteration``, ``epoch``, ``note``, ``lr``)."""
+
+    def __init__(self, read):
+        super().__init__()
+        with self.init_scope():
+            self.child = _Scaled()
+            self.bn = L.BatchNormalization(3)
+        self.read = read
+        self.beta = 0.5
+        self.use_beta = True
+        self.iteration = 0
+        self.epoch = numpy.float32(0)
+        self.note = 'warm-up'
+        self.lr = (0.1, 0.01)
+
+    @property
+    def weight(self):
+        return self.beta
+
+    def _weighted(self, h):
+        return h * self.beta
+
+    def forward(self, x):
+        h = self.bn(self.child(x))
+        read = self.read
+        if read == 'attribute':
+            h = h * self.beta
+        elif read == 'helper':
+            h = self._weighted(h)
+        elif read == 'getattr':
+            h = h * getattr(self, 'be' + 'ta')
+        elif read == 'property':
+            h = h * self.weight
+        elif read == 'vars':
+            h = h * vars(self)['beta']
+        elif read == 'dict':
+            h = h * self.__dict__.get('beta')
+        elif read == 'branch':
+            if self.use_beta:
+                h = h * self.beta
+        elif read == 'child':
+            h = h * 2.0  # (the child reads its scale)
+        return F.sum(h * x)
+
+
+def _set(model, step, names):
+    if 'beta' in names:
+        model.beta = 0.25 * (step + 1)
+    if 'use_beta' in names:
+        model.use_beta = step % 2 == 1
+    if 'scale' in names:
+        model.child.scale = 1.0 + step
+    if 'unread' in names:
+        model.iteration = step
+        model.epoch = numpy.float32(step // 2)
+        model.note = 'step %d' % step
+        model.lr = (0.1 / (step + 1), 0.01)
+        model.child.calls = step
+
+
+def _train_and_compare(read, names, steps=5, seed=0):
+    """Calls a jitted model and its eager twin at ``steps`` new inputs,
+    setting the numbers ``names`` says to new values on both before each
+    call; compares results, gradients and the batch normalization's
+    statistics. Returns the jitted forward."""
+    eager = _Annealed(read)
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(seed)
+    for step in range(steps):
+        x = rng.standard_normal((4, 3)).astype(numpy.float32)
+        for model in (eager, jitted):
+            _set(model, step, names)
+            model.cleargrads()
+        expected, actual = eager.forward(x), jitted.forward(x)
+        testing.assert_results_equal(actual, expected)
+        expected.backward()
+        actual.backward()
+        for (name, p), (_, q) in zip(sorted(eager.namedparams()),
+                                     sorted(jitted.namedparams())):
+            numpy.testing.assert_allclose(q.grad, p.grad, rtol=1e-4,
+                                          atol=1e-6, err_msg=name)
+        numpy.testing.assert_allclose(jitted.bn.avg_mean, eager.bn.avg_mean,
+                                      rtol=1e-5)
+        with chainer.using_config('train', False):
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+    return jitted.forward
+
+
+@pytest.mark.parametrize('read', ['unread', 'attribute', 'child'])
+def test_numbers_the_forward_does_not_read_keep_one_entry_per_mode(read):
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', chainerjit.RecompileWarning)
+        fn = _train_and_compare(read, ['unread'])
+    info = fn.cache_info()
+    assert info.currsize == 2 and info.compiles == 2, fn.cache_report()
+
+
+@pytest.mark.parametrize('read', ['attribute', 'helper', 'getattr',
+                                  'property', 'vars', 'dict', 'branch'])
+def test_a_number_the_forward_reads_is_never_stale(read):
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        fn = _train_and_compare(read, ['beta', 'use_beta', 'unread'])
+    assert fn.cache_info().compiles > 2  # one per value read
+
+
+def test_a_number_a_called_link_reads_is_never_stale():
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        fn = _train_and_compare('child', ['scale', 'unread'])
+    assert fn.cache_info().compiles > 2
+
+
+class _Counted(chainer.Chain):
+    """A classifier whose forward reads its accuracy into Python (a graph
+    break) and whose training loop counts steps on it."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 2)
+        self.iteration = 0
+        self.accuracies = 0.0
+
+    def forward(self, x, t):
+        y = self.fc(x)
+        chainer.report({'accuracy': float(F.accuracy(y, t).array)}, self)
+        return F.softmax_cross_entropy(y, t) + F.sum(y * y) * 0.01
+
+
+def test_a_forward_cut_at_a_graph_break_ignores_unread_numbers():
+    eager = _Counted()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(1)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        warnings.simplefilter('error', chainerjit.RecompileWarning)
+        for step in range(6):
+            x = rng.standard_normal((5, 3)).astype(numpy.float32)
+            t = rng.randint(0, 2, 5).astype(numpy.int32)
+            for model in (eager, jitted):
+                model.iteration = step
+                model.accuracies += 0.5
+            testing.assert_results_equal(jitted.forward(x, t),
+                                         eager.forward(x, t))
+    info = jitted.forward.cache_info()
+    assert info.misses == 1 and info.hits == 5, jitted.forward.cache_report()
+
+
+class _Switched(chainer.Chain):
+    """A forward cut where it reads a sign into Python; the statements
+    after the cut read ``self.beta`` only where that sign is positive."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.beta = 0.5
+
+    def forward(self, x):
+        h = self.fc(x)
+        positive = float(F.sum(x).array) > 0
+        if positive:
+            h = h * self.beta
+        return F.sum(h * h)
+
+
+def test_a_piece_of_a_cut_forward_guards_what_it_reads():
+    # The first call never reads beta; a later piece reads it.
+    eager = _Switched()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(2)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        for step, sign in enumerate((-1, 1, 1, -1, 1)):
+            x = sign * abs(rng.standard_normal((4, 3))).astype(
+                numpy.float32)
+            for model in (eager, jitted):
+                model.beta = 0.5 + step
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+
+
+# Reads of ``model.beta`` the recording's ``Link.__getattribute__`` does
+# not see (the instance's dictionary read in C), in a helper.
+_UNSEEN_READS = {
+    'object': lambda model: object.__getattribute__(model, 'beta'),
+    'getstate': lambda model: model.__getstate__()['beta'],
+    'copy': lambda model: copy.copy(model).beta,
+    'static': lambda model: inspect.getattr_static(model, 'beta'),
+}
+
+
+class _ReadUnseen(chainer.Chain):
+    """A forward whose code names no ``beta``: a helper reads it."""
+
+    def __init__(self, read):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.read = read
+        self.beta = 0.5
+
+    def forward(self, x):
+        return F.sum(self.fc(x) * _UNSEEN_READS[self.read](self))
+
+
+class _LooksUpItsOwn(_ReadUnseen):
+    """A model whose class looks its attributes up itself."""
+
+    def __getattribute__(self, name):
+        return object.__getattribute__(self, name)
+
+    def forward(self, x):
+        return F.sum(self.fc(x) * getattr(self, ''.join(['be', 'ta'])))
+
+
+@pytest.mark.parametrize('make', [
+    lambda: _ReadUnseen('object'), lambda: _ReadUnseen('getstate'),
+    lambda: _ReadUnseen('copy'), lambda: _ReadUnseen('static'),
+    lambda: _LooksUpItsOwn('object')])
+def test_a_number_read_out_of_the_recordings_sight_is_never_stale(make):
+    eager = make()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(3)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        for beta in (0.5, 2.0, 3.0, -1.0):
+            x = rng.standard_normal((2, 3)).astype(numpy.float32)
+            eager.beta = jitted.beta = beta
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+
+
+class _Typed(chainer.Chain):
+    """A forward whose result depends on its number's type and sign."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.k = 3
+
+    def forward(self, x):
+        k = self.k
+        scale = k // 2 if isinstance(k, int) else k
+        return F.sum(self.fc(x) * scale) + math.copysign(1.0, k)
+
+
+def test_a_number_of_another_type_or_sign_is_another_number():
+    eager = _Typed()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    x = numpy.ones((2, 3), numpy.float32)
+    for k in (3, 3.0, numpy.float32(3), 0.0, -0.0, float('nan')):
+        eager.k = jitted.k = k
+        testing.assert_results_equal(jitted.forward(x), eager.forward(x))
+    assert jitted.forward.cache_info().currsize == 6
+    jitted.forward(x)  # NaN is NaN
+    assert jitted.forward.cache_info().hits == 1
