@@ -53,7 +53,8 @@ def _is(replacement):
 
 
 PATCHES = (
-    Patch('watch', chainer.Link, '__setattr__', epochs.watching),
+    Patch('watch', chainer.Link, '__setattr__',
+          epochs.watching_assignments),
     Patch('watch', chainer.Link, '__delattr__', epochs.watching),
     Patch('watch', chainer.Link, 'add_hook', epochs.watching),
     Patch('watch', chainer.Link, 'delete_hook', epochs.watching),

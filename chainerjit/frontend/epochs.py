@@ -6,20 +6,31 @@ would cost more than a small program's run. Instead each link of a
 model the cache checked is *watched*: assigning one of its attributes
 (``link.W = ...``, a link added, a hook) moves the count of each watched
 model holding it, its *epoch*, and a model is compared again only when
-its epoch moved.
+its epoch moved. A second count moves for every change but a number
+assigned over a number (``model.iteration = i``): where only the first
+moved, the links and parameters are where they were, and an entry
+compares only the numbers it guards.
 """
 
 import weakref
 
 import chainer
+import numpy
+
+#: What a number over a number is (the scalars ``guards.is_scalar`` names
+#: but tuples).
+NUMBERS = (type(None), bool, int, float, str, numpy.generic)
+
+_ABSENT = object()
 
 
-#: Each watched model's epoch: a count in a list, ``[count]`` (the hit
-#: path reads it in C), that moves when one of the model's links is
-#: assigned to. An entry compares its model again only when its model's
-#: count moved since the entry checked it; a change to another model
-#: (the discriminator of a GAN, the decoder beside an encoder, another
-#: copy of the model) leaves it alone.
+#: Each watched model's epoch: counts in a list, ``[every change, every
+#: change but a number over a number]`` (the hit path reads them in C),
+#: that move when one of the model's links is assigned to. An entry
+#: compares its model again only when its model's count moved since the
+#: entry checked it; a change to another model (the discriminator of a
+#: GAN, the decoder beside an encoder, another copy of the model) leaves
+#: it alone.
 _epochs = weakref.WeakKeyDictionary()
 
 #: Each link of a model an entry checked (``Entry.fetch_params``), to the
@@ -31,15 +42,9 @@ _epochs = weakref.WeakKeyDictionary()
 #: the count; the model check that follows watches it too.
 _watched = weakref.WeakKeyDictionary()
 
-#: The state of each watched link (``guards.link_state``'s item), made
-#: once until it is assigned to: a training loop that sets a number on
-#: the model each step (``model.iteration = i``) moves its epoch each
-#: step, and the model check that follows reads that link again only.
-_states = weakref.WeakKeyDictionary()
-
 #: The epoch of an entry not checked yet, or of a forward without a
 #: model: it never moves.
-UNWATCHED = [0]
+UNWATCHED = [0, 0]
 
 
 def model_epoch(instance):
@@ -49,7 +54,7 @@ def model_epoch(instance):
         return UNWATCHED
     epoch = _epochs.get(instance)
     if epoch is None:
-        epoch = _epochs[instance] = [1]
+        epoch = _epochs[instance] = [1, 1]
         watch_model(instance)
     return epoch
 
@@ -75,8 +80,29 @@ def watching(method):
         if epochs:
             for epoch in epochs:
                 epoch[0] += 1
-            _states.pop(self, None)
+                epoch[1] += 1
         return method(self, *args, **kwargs)
+    return _as(watched, method)
+
+
+def watching_assignments(setattr_):
+    """``Link.__setattr__`` that first counts a change of a watched link,
+    the second count too unless it assigns a number over a number."""
+    def watched(self, name, value):
+        epochs = _watched.get(self)
+        if epochs:
+            # (not through a recording's Link.__getattribute__)
+            old = object.__getattribute__(self, '__dict__').get(name, _ABSENT)
+            moved = not (isinstance(old, NUMBERS) and
+                         isinstance(value, NUMBERS))
+            for epoch in epochs:
+                epoch[0] += 1
+                epoch[1] += moved
+        return setattr_(self, name, value)
+    return _as(watched, setattr_)
+
+
+def _as(watched, method):
     watched.__name__ = method.__name__
     watched.__doc__ = method.__doc__
     watched.__wrapped__ = method
@@ -87,14 +113,3 @@ def model_epoch_if_watched(instance):
     """The epoch of ``instance`` if it is a watched model, else None."""
     return _epochs.get(instance) if isinstance(instance, chainer.Link) \
         else None
-
-
-def link_state(link, make):
-    """``make(link)``, made once for a watched link until it is assigned
-    to (see :data:`_states`)."""
-    state = _states.get(link)
-    if state is None:
-        state = make(link)
-        if _watched.get(link):
-            _states[link] = state
-    return state

@@ -27,6 +27,7 @@ import functools
 import inspect
 import sys
 import types
+import weakref
 
 import chainer
 import numpy
@@ -37,7 +38,7 @@ from chainerjit.frontend import source
 
 
 #: Compared by value: Python's scalars and NumPy's (``numpy.float32(2)``).
-_SCALARS = (type(None), bool, int, float, str, numpy.generic)
+_SCALARS = epochs.NUMBERS
 
 
 ABSENT = _keys.ABSENT  # a value that is not there
@@ -170,6 +171,18 @@ class PythonGuard(collections.namedtuple(
                            else 'changed')
 
 
+def number_of(link, name, value):
+    """A guard on the number ``value`` that ``link`` holds as ``name``
+    (the link held weakly: once gone, the guard fails)."""
+    held = weakref.ref(link)
+
+    def read():
+        link = held()
+        return ABSENT if link is None else vars(link).get(name, ABSENT)
+    return PythonGuard('%s.%s' % (type(link).__name__, name), read, value,
+                       'value')
+
+
 class LinkGuard(object):
     """A link the forward names outside its model (a global model, a
     closure's, a plain object's attribute), whose parameters the program
@@ -184,6 +197,14 @@ class LinkGuard(object):
         self.label, self.read, self.expected = label, read, link
         self.epoch = epochs.model_epoch(link)
         self.facts, self.count = link_facts(link), self.epoch[0]
+        self.ignored = frozenset()
+
+    def ignore(self, unread):
+        """Stops comparing the numbers ``unread`` (``(link path, name)``:
+        those the forward did not read, ``model_state.unread_numbers``)."""
+        self.ignored = frozenset(unread)
+        self.facts = (without_ignored(self.facts[0], self.ignored),) + \
+            self.facts[1:]
 
     def holds(self):
         if self.read() is not self.expected:
@@ -191,7 +212,7 @@ class LinkGuard(object):
         if self.count == self.epoch[0]:
             return True
         epochs.watch_model(self.expected)  # links added since too
-        if link_facts(self.expected) != self.facts:
+        if link_facts(self.expected, self.ignored) != self.facts:
             return False
         self.count = self.epoch[0]
         return True
@@ -255,13 +276,14 @@ def arrays_by_identity(guards):
             isinstance(g.expected, numpy.ndarray)]
 
 
-def link_facts(link):
+def link_facts(link, ignored=frozenset()):
     """What a program recorded with ``link`` outside its model assumes of
-    it: its :func:`link_state`, and which array or Variable (a parameter,
-    a persistent array such as a batch normalization's running mean)
-    each attribute holds, since the program holds those ones."""
+    it: its :func:`link_state` (but for the ``ignored`` attributes), and
+    which array or Variable (a parameter, a persistent array such as a
+    batch normalization's running mean) each attribute holds, since the
+    program holds those ones."""
     arrays = (chainer.Variable,) + chainer.get_array_types()
-    return link_state(link), tuple(
+    return link_state(link, ignored), tuple(
         (path, name, id(value)) for path, sub in link.namedlinks()
         for name, value in sorted(vars(sub).items())
         if isinstance(value, arrays))
@@ -880,19 +902,16 @@ def attribute_state(value):
 UNREAD = '<not read before assigned, or not at all>'
 
 
-def link_state(instance, ignored=frozenset(), watched=False):
+def link_state(instance, ignored=frozenset()):
     """What a compiled program assumes of a model: for each link, its
     class and identity and the state of its attributes, but for the
     ``ignored`` ``(link path, name)`` pairs (attributes the forward
     assigns before reading, ``L.LSTM.reset_state()``, or holding numbers
-    it does not read). ``watched``: of a watched model, whose links'
-    states are made again only where assigned to (``epochs``)."""
+    it does not read)."""
     if not isinstance(instance, chainer.Link):
         return {}
-    state = {}
-    for path, link in instance.namedlinks():
-        state[path or '/'] = epochs.link_state(link, _one_link_state) \
-            if watched else _one_link_state(link)
+    state = dict((path or '/', _one_link_state(link))
+                 for path, link in instance.namedlinks())
     return without_ignored(state, ignored) if ignored else state
 
 

@@ -164,6 +164,24 @@ def unread_numbers(instance, recorder, codes_run):
         (id(link), name) not in accessed)
 
 
+def numbers_read_outside(instance, recorder):
+    """Guards on the numbers the forward read off links outside the model
+    (the model holding it, whose number a lambda in a
+    ``chainer.Sequential`` reads; a link it names outside), whose state
+    the model's does not hold."""
+    inside = set(id(link) for link in instance.links()) \
+        if isinstance(instance, chainer.Link) else set()
+    found = []
+    for (link_id, name), access in sorted(recorder.first_access.items()):
+        link = recorder.links_read.get(link_id)
+        if access != 'read' or link_id in inside or link is None:
+            continue
+        value = vars(link).get(name, guards.ABSENT)
+        if guards.is_scalar(value):
+            found.append(guards.number_of(link, name, value))
+    return found
+
+
 def written_first(instance, recorder):
     """``{(link path, name)}`` of the link attributes the forward assigned
     before reading them: their value before the call does not matter."""

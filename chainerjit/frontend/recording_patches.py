@@ -124,14 +124,16 @@ def _recording_getattribute(link_getattribute, recorder):
     """``Link.__getattribute__`` while recording: notes which instance
     attributes the forward reads before it assigns them (``__dict__``
     itself, ``vars(link)``, as read: ``model_state.unread_numbers``)."""
-    first_access = recorder.first_access
+    first_access, links_read = recorder.first_access, recorder.links_read
 
     def getattribute(link, name):
         value = link_getattribute(link, name)
         if _state.recorder is recorder and (
                 name == '__dict__' or
-                name in link_getattribute(link, '__dict__')):
-            first_access.setdefault((id(link), name), 'read')
+                name in link_getattribute(link, '__dict__')) and \
+                (id(link), name) not in first_access:
+            first_access[id(link), name] = 'read'
+            links_read[id(link)] = link
         return value
     return getattribute
 

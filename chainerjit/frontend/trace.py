@@ -88,6 +88,9 @@ class Recording(object):
         self.graph = graph
         self.written_first = written_first  # {(link path, name)}
         self.unread_numbers = frozenset()  # the same, unread numbers
+        self.outside_numbers = []  # guards.PythonGuard
+        # id(link) -> the unread numbers of a link named outside the model
+        self.free_unread = {}
         self.loops = watcher.runs if watcher else []  # control.LoopRun
         self.no_source = watcher.no_source if watcher else []
         # the lines of the jitted function that ran, if it was watched
@@ -179,6 +182,7 @@ class _Recorder(object):
         # where traced.follows_scalars says its code allows it.
         self.follows_scalars = False
         self.first_access = {}  # (id(link), name) -> 'read' or 'write'
+        self.links_read = {}  # id(link) -> the links read from
         # Values a Variable that requires grad holds: a gradient may reach
         # them. A node that reads one other than through that Variable
         # (``F.tanh(y.array)``, see _gradient_stopped) reads it through a
@@ -982,8 +986,13 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         passed, rows.repacked(call_args, call_kwargs),
         packed[1:] if packed is not None else (args, kwargs),
         (call_args, call_kwargs), stand_ins, originals, recorder)
-    return _recording(instance, recorder, watcher, rows, result, proxies,
-                      (stand_ins, originals))
+    recording = _recording(instance, recorder, watcher, rows, result,
+                           proxies, (stand_ins, originals))
+    recording.free_unread = dict(
+        (id(link), model_state.unread_numbers(link, recorder,
+                                              watcher.codes_run))
+        for _, link in free_links)
+    return recording
 
 
 def _index_sites(code, names):
@@ -1094,6 +1103,9 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         model_state.written_first(instance, recorder))
     recording.unread_numbers = model_state.unread_numbers(
         instance, recorder, watcher.codes_run if watcher else ())
+    recording.outside_numbers = model_state.numbers_read_outside(
+        instance, recorder)
+    recorder.links_read = {}
     recording.row_nodes = rows.nodes
     recording.separated_nodes = recorder.separated_nodes
     recording.droppable = recorder.droppable

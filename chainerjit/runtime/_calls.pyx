@@ -387,9 +387,12 @@ cdef object _hit(CachedCall jitfn, tuple args, dict kwargs):
         entry, found = general
         symbols = list(found)
     cdef list epoch = entry._model_epoch
-    if entry._epoch != epoch[0] or \
-            entry._owners is None or \
-            not config_holds(entry.config_reads):
+    if entry._epoch != epoch[0]:
+        # (numbers assigned over numbers only: those it guards)
+        if entry._structure != epoch[1] or not entry.numbers_hold():
+            return _MISS
+        entry._epoch = epoch[0]
+    if entry._owners is None or not config_holds(entry.config_reads):
         return _MISS
     for guard in entry.py_guards:
         if not guard.holds():

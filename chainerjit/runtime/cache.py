@@ -41,7 +41,7 @@ def current_link_state(instance, ignored=frozenset()):
         return guards.link_state(instance, ignored)
     model, count, state = _last_state
     if model is None or model() is not instance or count != epoch[0]:
-        state = guards.link_state(instance, watched=True)
+        state = guards.link_state(instance)
         _last_state[:] = [weakref.ref(instance), epoch[0], state]
     return guards.without_ignored(state, ignored) if ignored else state
 
@@ -246,8 +246,10 @@ class Entry(object):
         self._owners_assigned = _owners_assigned(self.param_sources,
                                                  effects)
         self._owners = None
-        # the epoch of the model and its count when last checked
+        # the epoch of the model and its counts when last checked
         self._model_epoch, self._epoch = epochs.UNWATCHED, -1  # check first
+        self._structure = -1
+        self._numbers = []  # (link, name, guards.Number) it guards
 
     def ignore_state(self, written_first, unread=frozenset()):
         """Stops guarding the link attributes ``written_first`` (``(path,
@@ -274,14 +276,18 @@ class Entry(object):
     def fetch_params(self, instance):
         """The arrays the program reads from the model, or ``None`` if a
         guard fails (the call is then a miss)."""
-        if self._epoch != self._model_epoch[0]:
+        epoch = self._model_epoch
+        if self._epoch != epoch[0] and not (
+                self._structure == epoch[1] and self.numbers_hold()):
             if current_link_state(instance, self.ignored_state) != \
                     self.link_state:
                 return None
-            self._model_epoch = epochs.model_epoch(instance)
+            self._model_epoch = epoch = epochs.model_epoch(instance)
             epochs.watch_model(instance)  # links added since too
             self._owners = self._resolve(instance)
-            self._epoch = self._model_epoch[0]
+            self._numbers = self._numbers_guarded(instance)
+            self._structure = epoch[1]
+        self._epoch = epoch[0]
         if self._owners is None or not _keys.config_holds(
                 self.config_reads):
             return None
@@ -289,6 +295,27 @@ class Entry(object):
             if not guard.holds():
                 return None
         return _keys.read_params(self._owners, self.param_specs)
+
+    def numbers_hold(self):
+        """Do the numbers this entry guards hold the values it was
+        compiled for? Enough where the model's epoch moved for numbers
+        assigned over numbers only (``frontend.epochs``)."""
+        for link, name, expected in self._numbers:
+            value = vars(link).get(name, guards.ABSENT)
+            if value is not expected.value and \
+                    guards.attribute_state(value) != expected:
+                return False
+        return True
+
+    def _numbers_guarded(self, instance):
+        """``[(link, name, guards.Number)]`` of the numbers of the model
+        that :attr:`link_state` guards."""
+        if not isinstance(instance, chainer.Link):
+            return []
+        return [(link, name, state)
+                for path, link in instance.namedlinks()
+                for name, state in self.link_state[path or '/'][3]
+                if type(state) is guards.Number]
 
     def needs_grad(self, leaves):
         """With backprop enabled: may this call need gradients? True if
@@ -388,7 +415,7 @@ class Entry(object):
                 # Assigned Variables the program reads (an LSTM's state):
                 # read where they are now on the next call.
                 self._owners = self._resolve(instance)
-            self._epoch = epoch[0]
+            self._epoch, self._structure = epoch[0], epoch[1]
 
     def reported(self, outs, leaves, instance):
         """The values the recorded forward reported (``chainer.report``),

@@ -206,8 +206,12 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     if why_unjoined is not None:
         return _unjoined(caller, recording, miss_reason, why_unjoined,
                          packed)
-    py_guards = guards.writes_replayed(py_guards,
-                                       _arrays_written(recording.templates))
+    py_guards = guards.writes_replayed(
+        py_guards, _arrays_written(recording.templates)) + \
+        recording.outside_numbers
+    for guard in py_guards:
+        if isinstance(guard, guards.LinkGuard):
+            guard.ignore(recording.free_unread.get(id(guard.expected), ()))
     fallback = _fallback_reason(caller, recording, py_guards, generators,
                                 held)
     if fallback is not None and packed is not None:

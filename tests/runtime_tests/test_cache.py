@@ -195,14 +195,37 @@ def test_a_change_to_another_model_does_not_compare_this_one_again(
     monkeypatch.setattr(guards, 'link_state',
                         lambda *a, **k: compared.append(a[0]) or real(*a, **k))
     for _ in range(3):
-        second.l1.tag = 1  # the same, as a stateful link's state
+        second.l1.W = second.l1.W  # the same, as a stateful link's state
         _check(second, x)
         _check(net, x)
     assert [m is net for m in compared] == [False] * 3
-    net.slope = 0.2  # the same value: compared again, still a hit
+    net.l1.W = net.l1.W  # the same: compared again, still a hit
     _check(net, x)
     assert compared[3:] == [net]
     assert net.forward.cache_info().misses == 1
+
+
+def test_a_number_assigned_over_a_number_compares_the_numbers_only(
+        net, rng, monkeypatch):
+    x = _x(rng)
+    net.iteration = 0
+    _check(net, x)
+    _check(net, x)  # (its first hit compares the model)
+    compared = []
+    real = guards.link_state
+    monkeypatch.setattr(guards, 'link_state',
+                        lambda *a, **k: compared.append(a[0]) or real(*a, **k))
+    for step in range(1, 4):
+        net.iteration = step  # not read: a hit, the model not compared
+        net.slope = 0.2  # read, the same value
+        _check(net, x)
+    assert compared == [] and net.forward.cache_info().misses == 1
+    net.slope = 0.3  # read, another value: compiled again
+    _check(net, x)
+    assert net.forward.cache_info().misses == 2
+    net.slope = 0.2
+    _check(net, x)
+    assert net.forward.cache_info().misses == 2
 
 
 def test_a_sublink_added_later_is_watched(net, rng):

@@ -304,3 +304,112 @@ def test_a_number_of_another_type_or_sign_is_another_number():
     assert jitted.forward.cache_info().currsize == 6
     jitted.forward(x)  # NaN is NaN
     assert jitted.forward.cache_info().hits == 1
+
+
+def _read_into_python(h):
+    return float(F.sum(h).array) * 0.0
+
+
+def _through_a_helper(model, x):
+    """Reads a value into Python a helper deep: the forward is not cut,
+    and runs eagerly, its links compiled as segments."""
+    h = model.fc(x)
+    return model.tail(h + _read_into_python(h))
+
+
+class _Owner(chainer.Chain):
+    """Links called as segments that read a number of the model holding
+    them: a ``chainer.Sequential``'s lambda, or a link's reference to its
+    owner (not one of its links)."""
+
+    def __init__(self, how):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+            if how == 'lambda':
+                self.tail = chainer.Sequential(L.Linear(3, 3),
+                                               lambda h: h * self.beta)
+            else:
+                self.tail = _Tail()
+            self.tail.owner = self
+        self.beta = 0.5
+
+    def forward(self, x):
+        return _through_a_helper(self, x)
+
+
+class _Tail(chainer.Chain):
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.owner = None
+
+    def forward(self, h):
+        return self.fc(h) * self.owner.beta
+
+
+@pytest.mark.parametrize('how', ['lambda', 'owner'])
+def test_a_number_a_segment_reads_off_another_link_is_never_stale(how):
+    eager = _Owner(how)
+    jitted = _Owner(how)
+    jitted.copyparams(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(4)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        for beta in (0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 2.5, 2.5):
+            x = rng.standard_normal((2, 3)).astype(numpy.float32)
+            eager.beta = jitted.beta = beta
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+    assert jitted.forward.cache_info().segmented > 0
+
+
+class _Teacher(chainer.Chain):
+    """A link the forward names as a global, outside its model."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.scale = 1.0
+        self.iteration = 0
+
+    def forward(self, x):
+        return self.fc(x) * self.scale
+
+
+_TEACHER = _Teacher()
+
+
+class _Student(chainer.Chain):
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+
+    def forward(self, x):
+        return F.sum(self.fc(x) * _TEACHER(x))
+
+
+@pytest.mark.parametrize('changed', ['iteration', 'scale'])
+def test_the_numbers_of_a_link_named_outside_the_model(changed):
+    eager = _Student()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    rng = numpy.random.RandomState(5)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        for step in range(4):
+            setattr(_TEACHER, changed, step + 1)
+            x = rng.standard_normal((2, 3)).astype(numpy.float32)
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+    _TEACHER.scale, _TEACHER.iteration = 1.0, 0
+    # Read, each value compiles; unread, one entry serves them all.
+    assert jitted.forward.cache_info().currsize == (
+        4 if changed == 'scale' else 1)
