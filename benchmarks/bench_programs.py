@@ -55,6 +55,11 @@ against eager's. Workloads:
   whose loss adds a penalty on the hidden states weighted by a ``float``
   argument annealed from 0 to 1 over the first 100 steps (a KL weight's
   schedule): a training step per call;
+* ``MLP, the training loop counting its steps on the model``: the MLP
+  classifier of 100 features and 10 classes on batches of 32, whose
+  training loop sets the step and the epoch on the model before each
+  step (``model.iteration = n``), numbers the forward never reads: a
+  training step per call;
 * ``text classifier, sentences of new lengths``: Chainer's text
   classification example's RNN encoder and classifier (``sequence_embed``
   with dropout 0.4, a one-layer ``L.NStepLSTM``, dropout, a linear layer)
@@ -105,6 +110,7 @@ WORKLOADS = ('CRF tagger, accuracy count', 'MLP, loss read into Python',
              'new float every call', 'new index every call',
              'new list index every call',
              'LSTM, new length and annealed weight every call',
+             'MLP, the training loop counting its steps on the model',
              'text classifier, sentences of new lengths',
              'seq2seq, sentences of new lengths',
              'CNN text classifier, sentences of new lengths',
@@ -147,7 +153,7 @@ def models():
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
     Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN,
     LossReader, GreedyDecoder, CNNTextClassifier, BOWTextClassifier,
-    AccuracyCounter)``."""
+    AccuracyCounter, Counted)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -424,9 +430,22 @@ def models():
                 outs.append(y)
             return loss / (len(outs) + 1)
 
+    class Counted(LossReader):
+        """An MLP classifier whose training loop counts its steps on the
+        model (``model.iteration``, ``model.epoch``), which the forward
+        never reads."""
+
+        def __init__(self):
+            super().__init__()
+            self.iteration, self.epoch = 0, 0
+
+        def forward(self, x, t):
+            h = F.relu(self.l2(F.relu(self.l1(x))))
+            return F.softmax_cross_entropy(self.l3(h), t)
+
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
             Seq2seq, Picked, Listed, AnnealedRNN, LossReader, GreedyDecoder,
-            CNNTextClassifier, BOWTextClassifier, AccuracyCounter)
+            CNNTextClassifier, BOWTextClassifier, AccuracyCounter, Counted)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -456,8 +475,16 @@ def _trained(which):
     return make
 
 
-def _training_step(model, loss_of):
-    """``step(n, args)``: a seeded training step (Adam) of ``model``."""
+def _counted(jit):
+    """Training steps of the ``Counted`` model, its step and epoch set on
+    it before each."""
+    model, forward = _model_and_forward(15, jit)
+    return _training_step(model, forward, counted=True), forward
+
+
+def _training_step(model, loss_of, counted=False):
+    """``step(n, args)``: a seeded training step (Adam) of ``model``
+    (``counted``: the step and epoch set on the model first)."""
     import chainer
     import numpy
     optimizer = chainer.optimizers.Adam()
@@ -465,6 +492,8 @@ def _training_step(model, loss_of):
 
     def step(n, args):
         numpy.random.seed(n)
+        if counted:
+            model.iteration, model.epoch = n, n // 50
         model.cleargrads()
         loss = loss_of(*args)
         loss.backward()
@@ -611,6 +640,8 @@ WORKLOAD_DEFS = {
                                           _scaled_calls),
     'LSTM, new length and annealed weight every call': Workload(
         _trained(9), _annealed_calls),
+    'MLP, the training loop counting its steps on the model': Workload(
+        _counted, _loss_reader_calls),
     'text classifier, sentences of new lengths': Workload(_trained(5),
                                                           _text_calls),
     'seq2seq, sentences of new lengths': Workload(_trained(6), _seq2seq_calls),

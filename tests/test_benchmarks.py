@@ -98,10 +98,11 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         'VAE, sampling', 'new value every call', 'new float every call',
         'new index every call', 'new list index every call',
         'LSTM, new length and annealed weight every call',
+        'MLP, the training loop counting its steps on the model',
         'MLP, loss read into Python',
         'decoder, reads its output at each step', '--output', str(report)])
     tree, vae, new_value, new_float, new_index, list_index, annealed, \
-        reader, decoder = rows
+        counted, reader, decoder = rows
     assert decoder['info'].compiled > 0 and decoder['info'].eager == 0
     assert tree['stopped'] and list_index['stopped']
     # around its graph break: the first call eager, then the pieces (before,
@@ -114,6 +115,7 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
     assert vae['info'].compiled > 0 and vae['info'].eager == 0
     for number in (new_value, new_float, new_index, annealed):
         assert number['info'].compiles == 2 and not number['stopped']
+    assert counted['info'].compiles == 1 and counted['info'].eager == 0
     text = report.read_text()
     assert '| VAE, sampling |' in text and 'machine:' in text
 
