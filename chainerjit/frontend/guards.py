@@ -883,10 +883,10 @@ def attribute_state(value):
     scalars (a :class:`Number`); its type for Variables (read on every
     call); its type, dtype and shape for arrays (read on every call, but
     the forward may have read the shape into Python: ``x[:,
-    :self.w.shape[0]]``); the
-    device it names for a device; its identity for anything else (a
-    function, a link, an object, a container: those the forward names
-    are guarded by their contents, ``python_guards``)."""
+    :self.w.shape[0]]``); the device it names for a device; its identity
+    for anything else (a function, a link, an object, a container: those
+    the forward names are guarded by their contents,
+    ``python_guards``)."""
     if is_scalar(value):
         return Number(value)
     if isinstance(value, chainer.Variable):

@@ -249,7 +249,7 @@ class Entry(object):
         # the epoch of the model and its counts when last checked
         self._model_epoch, self._epoch = epochs.UNWATCHED, -1  # check first
         self._structure = -1
-        self._numbers = []  # (link, name, guards.Number) it guards
+        self._numbers = []  # (weakref to a link, name, guards.Number)
 
     def ignore_state(self, written_first, unread=frozenset()):
         """Stops guarding the link attributes ``written_first`` (``(path,
@@ -300,7 +300,10 @@ class Entry(object):
         """Do the numbers this entry guards hold the values it was
         compiled for? Enough where the model's epoch moved for numbers
         assigned over numbers only (``frontend.epochs``)."""
-        for link, name, expected in self._numbers:
+        for held, name, expected in self._numbers:
+            link = held()
+            if link is None:
+                return False
             value = vars(link).get(name, guards.ABSENT)
             if value is not expected.value and \
                     guards.attribute_state(value) != expected:
@@ -309,10 +312,11 @@ class Entry(object):
 
     def _numbers_guarded(self, instance):
         """``[(link, name, guards.Number)]`` of the numbers of the model
-        that :attr:`link_state` guards."""
+        that :attr:`link_state` guards, each link held weakly (the model
+        holds its jitted forward, and so this entry)."""
         if not isinstance(instance, chainer.Link):
             return []
-        return [(link, name, state)
+        return [(weakref.ref(link), name, state)
                 for path, link in instance.namedlinks()
                 for name, state in self.link_state[path or '/'][3]
                 if type(state) is guards.Number]
