@@ -60,6 +60,11 @@ PATCHES = (
     Patch('watch', chainer.Link, 'delete_hook', epochs.watching),
     Patch('watch', chainer.ChainList, 'add_link', epochs.watching),
 ) + tuple(
+    # (they write the links' __dict__ themselves: a checkpoint loaded,
+    # a target network's numbers copied, arrays moved to a device)
+    Patch('watch', chainer.Link, name, epochs.watching)
+    for name in ('serialize', 'copyparams', 'add_persistent',
+                 'device_resident_accept')) + tuple(
     # (append, extend, pop and remove go through these)
     Patch('watch', owner, name, epochs.watching)
     for owner in (chainer.ChainList, chainer.Sequential)

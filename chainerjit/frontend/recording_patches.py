@@ -123,17 +123,22 @@ def _recording_setattr(link_setattr, recorder):
 def _recording_getattribute(link_getattribute, recorder):
     """``Link.__getattribute__`` while recording: notes which instance
     attributes the forward reads before it assigns them (``__dict__``
-    itself, ``vars(link)``, as read: ``model_state.unread_numbers``)."""
+    itself, ``vars(link)``, as read: ``model_state.unread_numbers``),
+    in other threads too (a helper the forward runs in a thread pool;
+    the recording thread's reads alone are the links' it reads, which
+    ``model_state.numbers_read_outside`` guards)."""
     first_access, links_read = recorder.first_access, recorder.links_read
 
     def getattribute(link, name):
         value = link_getattribute(link, name)
-        if _state.recorder is recorder and (
+        current = _state.recorder
+        if (current is recorder or current is None) and (
                 name == '__dict__' or
                 name in link_getattribute(link, '__dict__')) and \
                 (id(link), name) not in first_access:
             first_access[id(link), name] = 'read'
-            links_read[id(link)] = link
+            if current is recorder:
+                links_read[id(link)] = link
         return value
     return getattribute
 

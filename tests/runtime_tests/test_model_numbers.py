@@ -5,6 +5,7 @@ others every step keeps one entry per mode; and a number read, however
 it is read, still makes a new value compile again (never a stale one).
 """
 
+import concurrent.futures
 import copy
 import inspect
 import math
@@ -413,3 +414,69 @@ def test_the_numbers_of_a_link_named_outside_the_model(changed):
     # Read, each value compiles; unread, one entry serves them all.
     assert jitted.forward.cache_info().currsize == (
         4 if changed == 'scale' else 1)
+
+
+def _scale_of(link):
+    return link.scale
+
+
+class _Pooled(chainer.Chain):
+    """A forward that reads its number in another thread."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.scale = 1.0
+
+    def forward(self, x):
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            scale = pool.submit(_scale_of, self).result()
+        return F.sum(self.fc(x) * scale)
+
+
+def test_a_number_read_in_another_thread_is_never_stale():
+    eager = _Pooled()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    x = numpy.ones((2, 3), numpy.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        for scale in (1.0, 10.0, 0.5):
+            eager.scale = jitted.scale = scale
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+
+
+class _Tempered(chainer.Chain):
+    """A persistent number (saved and loaded with the model)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.fc = L.Linear(3, 3)
+        self.add_persistent('temperature', 1.0)
+
+    def forward(self, x):
+        return F.sum(self.fc(x) / self.temperature)
+
+
+@pytest.mark.parametrize('how', ['load_npz', 'copyparams'])
+def test_a_number_a_checkpoint_restores_is_never_stale(how, tmp_path):
+    jitted = _Tempered()
+    jitted.forward = chainerjit.jit(jitted.forward)
+    x = numpy.ones((2, 3), numpy.float32)
+    for _ in range(3):
+        jitted.forward(x)
+    saved = _Tempered()
+    saved.copyparams(jitted, copy_persistent=False)
+    saved.temperature = 5.0
+    if how == 'load_npz':
+        path = str(tmp_path / 'saved.npz')
+        chainer.serializers.save_npz(path, saved)
+        chainer.serializers.load_npz(path, jitted)
+    else:
+        jitted.copyparams(saved)  # (a target network's update)
+    assert jitted.temperature == 5.0
+    testing.assert_results_equal(jitted.forward(x),
+                                 _Tempered.forward(jitted, x))
