@@ -99,14 +99,36 @@ def _set(model, step, names):
         model.child.calls = step
 
 
+def _twins(make):
+    """An eager model ``make()`` gives and a copy with a jitted forward."""
+    eager = make()
+    jitted = copy.deepcopy(eager)
+    jitted.forward = chainerjit.jit(jitted.forward)
+    return eager, jitted
+
+
+def _each_value_agrees(eager, jitted, name, values, seed=0):
+    """Sets the number ``name`` of both models to each of ``values`` in
+    turn and compares their results at new inputs (the recompile
+    warnings of the numbers read, and graph breaks, let be)."""
+    rng = numpy.random.RandomState(seed)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for value in values:
+            x = rng.standard_normal((2, 3)).astype(numpy.float32)
+            setattr(eager, name, value)
+            setattr(jitted, name, value)
+            testing.assert_results_equal(jitted.forward(x),
+                                         eager.forward(x))
+
+
 def _train_and_compare(read, names, steps=5, seed=0):
     """Calls a jitted model and its eager twin at ``steps`` new inputs,
     setting the numbers ``names`` says to new values on both before each
     call; compares results, gradients and the batch normalization's
     statistics. Returns the jitted forward."""
-    eager = _Annealed(read)
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
+    eager, jitted = _twins(lambda: _Annealed(read))
     rng = numpy.random.RandomState(seed)
     for step in range(steps):
         x = rng.standard_normal((4, 3)).astype(numpy.float32)
@@ -172,9 +194,7 @@ class _Counted(chainer.Chain):
 
 
 def test_a_forward_cut_at_a_graph_break_ignores_unread_numbers():
-    eager = _Counted()
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
+    eager, jitted = _twins(_Counted)
     rng = numpy.random.RandomState(1)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.FallbackWarning)
@@ -211,9 +231,7 @@ class _Switched(chainer.Chain):
 
 def test_a_piece_of_a_cut_forward_guards_what_it_reads():
     # The first call never reads beta; a later piece reads it.
-    eager = _Switched()
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
+    eager, jitted = _twins(_Switched)
     rng = numpy.random.RandomState(2)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.FallbackWarning)
@@ -266,17 +284,7 @@ class _LooksUpItsOwn(_ReadUnseen):
     lambda: _ReadUnseen('copy'), lambda: _ReadUnseen('static'),
     lambda: _LooksUpItsOwn('object')])
 def test_a_number_read_out_of_the_recordings_sight_is_never_stale(make):
-    eager = make()
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
-    rng = numpy.random.RandomState(3)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
-        for beta in (0.5, 2.0, 3.0, -1.0):
-            x = rng.standard_normal((2, 3)).astype(numpy.float32)
-            eager.beta = jitted.beta = beta
-            testing.assert_results_equal(jitted.forward(x),
-                                         eager.forward(x))
+    _each_value_agrees(*_twins(make), 'beta', (0.5, 2.0, 3.0, -1.0))
 
 
 class _Typed(chainer.Chain):
@@ -295,15 +303,11 @@ class _Typed(chainer.Chain):
 
 
 def test_a_number_of_another_type_or_sign_is_another_number():
-    eager = _Typed()
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
-    x = numpy.ones((2, 3), numpy.float32)
-    for k in (3, 3.0, numpy.float32(3), 0.0, -0.0, float('nan')):
-        eager.k = jitted.k = k
-        testing.assert_results_equal(jitted.forward(x), eager.forward(x))
+    eager, jitted = _twins(_Typed)
+    _each_value_agrees(eager, jitted, 'k', (
+        3, 3.0, numpy.float32(3), 0.0, -0.0, float('nan')))
     assert jitted.forward.cache_info().currsize == 6
-    jitted.forward(x)  # NaN is NaN
+    jitted.forward(numpy.ones((2, 3), numpy.float32))  # NaN is NaN
     assert jitted.forward.cache_info().hits == 1
 
 
@@ -353,19 +357,11 @@ class _Tail(chainer.Chain):
 
 @pytest.mark.parametrize('how', ['lambda', 'owner'])
 def test_a_number_a_segment_reads_off_another_link_is_never_stale(how):
-    eager = _Owner(how)
-    jitted = _Owner(how)
+    eager, jitted = _Owner(how), _Owner(how)  # (a lambda: no deep copy)
     jitted.copyparams(eager)
     jitted.forward = chainerjit.jit(jitted.forward)
-    rng = numpy.random.RandomState(4)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
-        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
-        for beta in (0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 2.5, 2.5):
-            x = rng.standard_normal((2, 3)).astype(numpy.float32)
-            eager.beta = jitted.beta = beta
-            testing.assert_results_equal(jitted.forward(x),
-                                         eager.forward(x))
+    _each_value_agrees(eager, jitted, 'beta',
+                       (0.5, 0.5, 0.5, 1.5, 1.5, 1.5, 2.5, 2.5))
     assert jitted.forward.cache_info().segmented > 0
 
 
@@ -399,9 +395,7 @@ class _Student(chainer.Chain):
 
 @pytest.mark.parametrize('changed', ['iteration', 'scale'])
 def test_the_numbers_of_a_link_named_outside_the_model(changed):
-    eager = _Student()
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
+    eager, jitted = _twins(_Student)
     rng = numpy.random.RandomState(5)
     with warnings.catch_warnings():
         warnings.simplefilter('ignore', chainerjit.RecompileWarning)
@@ -436,16 +430,7 @@ class _Pooled(chainer.Chain):
 
 
 def test_a_number_read_in_another_thread_is_never_stale():
-    eager = _Pooled()
-    jitted = copy.deepcopy(eager)
-    jitted.forward = chainerjit.jit(jitted.forward)
-    x = numpy.ones((2, 3), numpy.float32)
-    with warnings.catch_warnings():
-        warnings.simplefilter('ignore', chainerjit.RecompileWarning)
-        for scale in (1.0, 10.0, 0.5):
-            eager.scale = jitted.scale = scale
-            testing.assert_results_equal(jitted.forward(x),
-                                         eager.forward(x))
+    _each_value_agrees(*_twins(_Pooled), 'scale', (1.0, 10.0, 0.5))
 
 
 class _Tempered(chainer.Chain):
