@@ -535,13 +535,20 @@ class _Reading(object):
 
     def read_forwards(self, model, prefix):
         """Adds the guards of the ``forward`` of each link of ``model``
-        (itself too) whose class is the user's, bound to that link."""
+        (itself too) whose class is the user's, bound to that link, and
+        of the user's functions a ``chainer.Sequential`` of it calls
+        (``lambda h: h * SCALE``)."""
         for path, link in model.namedlinks():
+            label = prefix + path.replace('/', '.')
             forward = getattr(type(link), 'forward', None)
             forward = _jitted(forward) or forward  # (@jit on the class)
             if _users_function(forward):
-                self.read(forward, link, prefix + path.replace('/', '.'),
-                          _CALLS_DEEP - 1)
+                self.read(forward, link, label, _CALLS_DEEP - 1)
+            if isinstance(link, chainer.Sequential):
+                for layer in link._layers:
+                    if _users_function(layer) or \
+                            isinstance(layer, functools.partial):
+                        self.read(layer, None, label, _CALLS_DEEP - 1)
 
     def _module(self, fn):
         """How a global of ``fn`` is named: ``''`` in the jitted

@@ -10,8 +10,9 @@ Silent mismatches (each must now be the eager result or a miss):
      names changed (a scalar by value, an array or Variable rebound), or
      an attribute of a plain object the model holds that the forward
      reads (``self.options.scale``): a miss. The same for the helper
-     functions and methods it calls and the forwards of links of the
-     user's own classes (a few calls deep), and for a helper function
+     functions and methods it calls, the forwards of links of the
+     user's own classes (a few calls deep) and the functions a
+     ``chainer.Sequential`` calls, and for a helper function
      redefined; nested containers and their subclasses, NumPy scalars, a
      0-d array read into Python, any other object rebound, the attributes
      read of a plain object in a global or through a local name, what a
@@ -923,3 +924,45 @@ def test_an_attribute_of_a_plain_object_the_forward_sets_runs_eagerly(rng):
         jitted(x)
         numpy.testing.assert_array_equal(model.memories[0].m.array,
                                          model.encoder(x).array)
+
+
+class _Layered(chainer.Chain):
+    """A ``chainer.Sequential`` whose lambda reads a global."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.seq = chainer.Sequential(L.Linear(4, 4),
+                                          lambda h: h * SCALE, F.tanh)
+
+    def forward(self, x):
+        return self.seq(x)
+
+
+def _read_into_python(y):
+    return float(F.sum(y).array) * 0.0
+
+
+class _LayeredEagerly(_Layered):
+    """The same, its forward run eagerly (a value read into Python a
+    helper deep): the Sequential runs compiled, as a segment."""
+
+    def forward(self, x):
+        return self.seq(x) + _read_into_python(x)
+
+
+@pytest.mark.parametrize('cls', [_Layered, _LayeredEagerly])
+def test_a_global_a_sequentials_function_reads_is_guarded(rng, cls):
+    global SCALE
+    net = cls()
+    jitted = chainerjit.jit(net.forward)
+    x = _x(rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore', chainerjit.FallbackWarning)
+        for _ in range(3):
+            _same(jitted, net.forward, x)
+        SCALE = 5.0
+        try:
+            _same(jitted, net.forward, x)
+        finally:
+            SCALE = 2.0
