@@ -173,12 +173,14 @@ class PythonGuard(collections.namedtuple(
 
 def number_of(link, name, value):
     """A guard on the number ``value`` that ``link`` holds as ``name``
-    (the link held weakly: once gone, the guard fails)."""
+    (the link held weakly: once gone, as a link the forward made and
+    dropped, ``copy.copy(self)``, nothing reads it again, and the guard
+    holds)."""
     held = weakref.ref(link)
 
     def read():
         link = held()
-        return ABSENT if link is None else vars(link).get(name, ABSENT)
+        return value if link is None else vars(link).get(name, ABSENT)
     return PythonGuard('%s.%s' % (type(link).__name__, name), read, value,
                        'value')
 

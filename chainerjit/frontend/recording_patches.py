@@ -123,9 +123,11 @@ def _recording_setattr(link_setattr, recorder):
 def _recording_getattribute(link_getattribute, recorder):
     """``Link.__getattribute__`` while recording: notes which instance
     attributes the forward reads before it assigns them (``__dict__``
-    itself, ``vars(link)``, as read: ``model_state.unread_numbers``),
-    in other threads too (a helper the forward runs in a thread pool;
-    the recording thread's reads alone are the links' it reads, which
+    itself read by the user's code, ``vars(link)``, as read:
+    ``model_state.unread_numbers``; Chainer's own reads of it, for its
+    parameters and links, ``self.children()``, are not), in other
+    threads too (a helper the forward runs in a thread pool; the
+    recording thread's reads alone are the links' it reads, which
     ``model_state.numbers_read_outside`` guards)."""
     first_access, links_read = recorder.first_access, recorder.links_read
 
@@ -133,8 +135,9 @@ def _recording_getattribute(link_getattribute, recorder):
         value = link_getattribute(link, name)
         current = _state.recorder
         if (current is recorder or current is None) and (
-                name == '__dict__' or
-                name in link_getattribute(link, '__dict__')) and \
+                name in link_getattribute(link, '__dict__') or
+                name == '__dict__' and
+                control.is_user_code(sys._getframe(1).f_code)) and \
                 (id(link), name) not in first_access:
             first_access[id(link), name] = 'read'
             if current is recorder:

@@ -465,3 +465,26 @@ def test_a_number_a_checkpoint_restores_is_never_stale(how, tmp_path):
     assert jitted.temperature == 5.0
     testing.assert_results_equal(jitted.forward(x),
                                  _Tempered.forward(jitted, x))
+
+
+class _Generic(chainer.Chain):
+    """A forward over ``self.children()`` with an L2 term over
+    ``self.params()`` (Chainer reads the model's ``__dict__`` for them)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.a = L.Linear(3, 3)
+            self.b = L.Linear(3, 3)
+        self.iteration = 0
+
+    def forward(self, x):
+        for child in self.children():
+            x = F.tanh(child(x))
+        return F.sum(x) + 1e-3 * sum(F.sum(p * p) for p in self.params())
+
+
+def test_chainers_own_reads_of_the_models_dictionary_read_no_number():
+    eager, jitted = _twins(_Generic)
+    _each_value_agrees(eager, jitted, 'iteration', range(6))
+    assert jitted.forward.cache_info().compiles == 1
