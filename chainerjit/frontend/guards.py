@@ -340,24 +340,32 @@ def drawn_from(states):
             if generator_state(generator) != state]
 
 
-def _code_names(code):
-    names = set(code.co_names)
+def _codes_within(code):
+    """``code`` and the code objects it holds (a comprehension's, a
+    lambda's, a nested function's), at any depth."""
+    yield code
     for const in code.co_consts:
-        if hasattr(const, 'co_names'):
-            names |= _code_names(const)
-    return names
+        if isinstance(const, types.CodeType):
+            yield from _codes_within(const)
+
+
+def _instructions_within(code):
+    """The instructions of ``code`` and of the code it holds."""
+    for each in _codes_within(code):
+        yield from dis.get_instructions(each)
+
+
+def _code_names(code):
+    return set(name for each in _codes_within(code)
+               for name in each.co_names)
 
 
 def _global_loads(code):
     """The names ``code`` (and the code it holds: a comprehension's, a
     lambda's) reads or writes as globals, not as attributes (``x.T``
     names no global ``T``)."""
-    names = set(i.argval for i in dis.get_instructions(code)
-                if i.opname in _GLOBAL_ACCESS)
-    for const in code.co_consts:
-        if hasattr(const, 'co_names'):
-            names |= _global_loads(const)
-    return names
+    return set(i.argval for i in _instructions_within(code)
+               if i.opname in _GLOBAL_ACCESS)
 
 
 _GLOBAL_ACCESS = frozenset(['LOAD_GLOBAL', 'LOAD_NAME', 'STORE_GLOBAL',
@@ -369,16 +377,9 @@ def names_read(code):
     """The attribute names ``code`` (and the code it holds: a lambda's, a
     comprehension's) loads, and its string constants (``getattr(self,
     'beta')``, ``object.__getattribute__(self, 'beta')``)."""
-    names = set()
-    for instruction in dis.get_instructions(code):
-        if instruction.opname in _ATTRIBUTE_LOADS or \
-                instruction.opname == 'LOAD_CONST' and \
-                type(instruction.argval) is str:
-            names.add(instruction.argval)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            names |= names_read(const)
-    return frozenset(names)
+    return frozenset(i.argval for i in _instructions_within(code)
+                     if i.opname in _ATTRIBUTE_LOADS or
+                     i.opname == 'LOAD_CONST' and type(i.argval) is str)
 
 
 def looks_up_its_own(link):
@@ -632,21 +633,18 @@ def _bytecode_chains(code):
     its bytecode (and its comprehensions' and lambdas'): each name loaded
     and the attributes loaded on it right after."""
     chains = collections.defaultdict(set)
-    root, chain = None, ()
-    for instruction in dis.get_instructions(code):
-        if instruction.opname in _ATTRIBUTE_LOADS and root is not None:
-            chain += (instruction.argval,)
-            continue
+    for each in _codes_within(code):
+        root, chain = None, ()
+        for instruction in dis.get_instructions(each):
+            if instruction.opname in _ATTRIBUTE_LOADS and root is not None:
+                chain += (instruction.argval,)
+                continue
+            if root is not None and chain:
+                chains[root].add(chain)
+            root, chain = (instruction.argval, ()) \
+                if instruction.opname in _LOADS else (None, ())
         if root is not None and chain:
             chains[root].add(chain)
-        root, chain = (instruction.argval, ()) \
-            if instruction.opname in _LOADS else (None, ())
-    if root is not None and chain:
-        chains[root].add(chain)
-    for const in code.co_consts:
-        if isinstance(const, types.CodeType):
-            for name, found in _bytecode_chains(const).items():
-                chains[name] |= found
     return chains
 
 

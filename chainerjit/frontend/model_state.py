@@ -139,22 +139,27 @@ def adopt_lazy_params(instance, recorder):
             value.name = '.'.join(path)
 
 
-def unread_numbers(instance, recorder, codes_run):
-    """``{(link path, name)}`` of the link attributes holding numbers
-    (``guards.is_scalar``: an iteration counter, a weight the training
-    loop anneals) that the forward neither read nor assigned while
-    recorded, and that no code of the user's that ran (``codes_run``, the
-    forward's own among them, with the lambdas it holds) names: a read
-    the recording cannot see (``object.__getattribute__(self, 'beta')``,
-    ``copy.copy(self).beta``, in another thread). A program does not
-    depend on them."""
-    if not isinstance(instance, chainer.Link):
-        return frozenset()
-    accessed = recorder.first_access
+def names_named(recorder, codes_run):
+    """The attribute names that code of the user's that ran while
+    recording (``codes_run``, and the forward's own, with the lambdas it
+    holds) names (``guards.names_read``)."""
     codes = set(codes_run)
     if recorder.top_code is not None:
         codes.add(recorder.top_code)
-    named = set().union(*[guards.names_read(code) for code in codes])
+    return set().union(*[guards.names_read(code) for code in codes])
+
+
+def unread_numbers(instance, recorder, named):
+    """``{(link path, name)}`` of the link attributes holding numbers
+    (``guards.is_scalar``: an iteration counter, a weight the training
+    loop anneals) that the forward neither read nor assigned while
+    recorded, and whose names are not ``named`` (:func:`names_named`:
+    a read the recording cannot see, ``object.__getattribute__(self,
+    'beta')``, ``copy.copy(self).beta``). A program does not depend on
+    them."""
+    if not isinstance(instance, chainer.Link):
+        return frozenset()
+    accessed = recorder.first_access
     return frozenset(
         (path or '/', name) for path, link in instance.namedlinks()
         if (id(link), '__dict__') not in accessed and  # (read through it)

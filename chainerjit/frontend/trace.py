@@ -986,13 +986,8 @@ def _record_locked(fn, instance, args, kwargs, leaves, name, input_names,
         passed, rows.repacked(call_args, call_kwargs),
         packed[1:] if packed is not None else (args, kwargs),
         (call_args, call_kwargs), stand_ins, originals, recorder)
-    recording = _recording(instance, recorder, watcher, rows, result,
-                           proxies, (stand_ins, originals))
-    recording.free_unread = dict(
-        (id(link), model_state.unread_numbers(link, recorder,
-                                              watcher.codes_run))
-        for _, link in free_links)
-    return recording
+    return _recording(instance, recorder, watcher, rows, result, proxies,
+                      (stand_ins, originals), free_links)
 
 
 def _index_sites(code, names):
@@ -1083,10 +1078,12 @@ def _run_forward(fn, instance, call_args, call_kwargs):
 
 
 def _recording(instance, recorder, watcher, rows, result, proxies,
-               callers):
+               callers, free_links):
     """What the recorder made of the forward that returned ``result``;
     ``callers`` are ``(stand-ins, the caller's objects they stand for)``,
-    put back in the result and in the link attributes assigned."""
+    put back in the result and in the link attributes assigned;
+    ``free_links``, ``(label, link)`` of the links it names outside the
+    model."""
     traced.untag_graph(recorder.applied)
     lengths.forgive_filled(recorder)
     result = lengths.plain(joining.as_plain(result), recorder.length_uses,
@@ -1101,8 +1098,12 @@ def _recording(instance, recorder, watcher, rows, result, proxies,
         recorder.param_arrays, recorder.generic_outputs,
         recorder.param_owners, recorder, watcher,
         model_state.written_first(instance, recorder))
-    recording.unread_numbers = model_state.unread_numbers(
-        instance, recorder, watcher.codes_run if watcher else ())
+    named = model_state.names_named(recorder, watcher.codes_run)
+    recording.unread_numbers = model_state.unread_numbers(instance,
+                                                          recorder, named)
+    recording.free_unread = dict(
+        (id(link), model_state.unread_numbers(link, recorder, named))
+        for _, link in free_links)
     recording.outside_numbers = model_state.numbers_read_outside(
         instance, recorder)
     recorder.links_read = {}

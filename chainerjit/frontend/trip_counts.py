@@ -229,10 +229,9 @@ def _separated(node, frame):
     forward as a module's attribute or a global), or ``F.split_axis(X, T,
     axis)`` into its rows one by one (:func:`_split_into_rows`), else
     ``None``."""
-    if _split_into_rows(node, frame):
-        return node.args[0], source.int_constant(
-            node.args[2] if len(node.args) == 3 else node.keywords[0].value,
-            0)
+    axis = _split_into_rows(node, frame)
+    if axis is not None:
+        return node.args[0], axis
     if not isinstance(node, ast.Call) or not 1 <= len(node.args) <= 2 or \
             [k.arg for k in node.keywords] not in ([], ['axis']) or \
             _named(node.func, frame) is not chainer.functions.separate:
@@ -244,23 +243,24 @@ def _separated(node, frame):
 
 
 def _split_into_rows(node, frame):
-    """Is ``node`` a call ``F.split_axis(X, T, axis)`` whose sections
-    ``T``, a name, hold the size the forward read of that axis of ``X``,
-    a name too: its rows one by one, as ``F.separate`` gives them
-    (``lengths.rows_split_axis``, as the recording splits them), each
-    keeping the axis?"""
+    """The axis (as written) ``node``, a call ``F.split_axis(X, T,
+    axis)``, cuts into its rows one by one, as ``F.separate`` gives
+    them, each keeping the axis: ``T``, a name, holds the size the
+    forward read of that axis of ``X``, a name too
+    (``lengths.rows_split_axis``, as the recording splits them); else
+    ``None``."""
     if not isinstance(node, ast.Call) or len(node.args) + len(
             node.keywords) != 3 or \
             [k.arg for k in node.keywords] not in ([], ['axis']) or \
             not all(isinstance(a, ast.Name) for a in node.args[:2]) or \
             _named(node.func, frame) is not chainer.functions.split_axis:
-        return False
+        return None
     axis = source.int_constant(
         node.args[2] if len(node.args) == 3 else node.keywords[0].value,
         None)
     x, sections = (frame.f_locals.get(a.id) for a in node.args[:2])
-    return hasattr(x, 'ndim') and \
-        lengths.rows_split_axis(x, sections, axis) is not None
+    return axis if hasattr(x, 'ndim') and lengths.rows_split_axis(
+        x, sections, axis) is not None else None
 
 
 def _named(node, frame):
