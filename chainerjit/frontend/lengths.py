@@ -2094,10 +2094,19 @@ def sizes_array(convert, sizes, args, kwargs, depth=1):
     if not all(0 <= leaf < len(inputs) for leaf, _ in origins):
         return None
     axes, dtype = tuple(axis for _, axis in origins), array.dtype
-    return made_by_node(
+    return _lengths_array(made_by_node(
         'python.sizes', _sizes_reader(axes, dtype),
         {'axes': axes, 'dtype': dtype}, _sizes_to_onnx(axes, dtype),
-        [inputs[leaf] for leaf, _ in origins], array, loc, _any_rows)
+        [inputs[leaf] for leaf, _ in origins], array, loc, _any_rows),
+        origins, 0)
+
+
+def _lengths_array(array, origins, shift):
+    """``array``, the sizes ``origins`` (each plus ``shift``) in order,
+    noted for ``numpy.cumsum`` to take for their offsets
+    (:func:`offsets_of_lengths`)."""
+    _state.recorder.length_arrays[id(array)] = (array, origins, shift)
+    return array
 
 
 def _origins_of_each(sizes, shift=0):
@@ -2151,9 +2160,9 @@ def _joined_lengths(convert, origins, shift, args, kwargs, loc):
         return None
     _forget_iterated(recorder, [loc])
     forget_reads(recorder, origins)
-    return traced.record_conversion('numpy.array', convert,
-                                    shifted_lengths(leaf, shift), args,
-                                    kwargs)
+    return _lengths_array(traced.record_conversion(
+        'numpy.array', convert, shifted_lengths(leaf, shift), args, kwargs),
+        origins, shift)
 
 
 def _forget_iterated(recorder, locs, what=(ITERATED,)):
@@ -2174,6 +2183,7 @@ def forget_reads(recorder, origins):
         read = next((r for r in reads if r[0] == origin), None)
         if read is not None:
             reads.remove(read)
+            recorder.spent_reads.append(read)
 
 
 def offsets_array(cumsum, sizes, args, kwargs, depth=1):
@@ -2194,7 +2204,8 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
         return None
     leaf = origins[0][0] if origins else _single_item_list(recorder)
     if leaf not in recorder.item_lengths:
-        return _items_offsets(cumsum, sizes, origins) if origins else None
+        return _items_offsets_of(cumsum, sizes, origins, shift) \
+            if origins else None
     count = len(recorder.item_lengths[leaf])
     dropped = len(origins) == count - 1
     counted = [(leaf, -1 - k) for k in range(len(origins) + dropped)]
@@ -2214,6 +2225,38 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
                      (ITERATED,) if last_read else (ITERATED, SLICED))
     array = cumsum([int.__int__(n) for n in sizes])
     return _offsets_made(shifted_lengths(leaf, shift), array, dropped, loc)
+
+
+def _items_offsets_of(cumsum, sizes, origins, shift):
+    """:func:`offsets_array` of the first axes of arguments (the items of a
+    list recorded item by item), as :func:`_items_offsets` notes them;
+    ``None`` for other sizes."""
+    if any(axis or not 0 <= leaf for leaf, axis in origins) or \
+            len(set(origins)) != len(origins):
+        return None
+    offsets = cumsum([int.__int__(n) for n in sizes])
+    return _items_offsets(offsets, _running_sums(origins, shift,
+                                                 offsets.tolist()))
+
+
+def offsets_of_lengths(cumsum, array, args, kwargs, depth=1):
+    """``numpy.cumsum(x_len)`` by the forward's code (``depth`` frames up)
+    of ``x_len``, the array of the lengths of every item of a joined list
+    (:func:`sizes_array`): their offsets as :func:`offsets_array` makes
+    them; ``None`` for other arrays."""
+    recorder = _state.recorder
+    loc = forward_line(depth + 1)
+    found = None if recorder is None or recorder.depth or args or \
+        kwargs or loc is None else recorder.length_arrays.get(id(array))
+    if found is None or found[0] is not array:
+        return None
+    _, origins, shift = found
+    offsets = cumsum(traced.untag(array))
+    if all(axis == 0 for _, axis in origins):  # (items one by one)
+        return _items_offsets(offsets, _running_sums(origins, shift,
+                                                     offsets.tolist()))
+    return _offsets_made(shifted_lengths(origins[0][0], shift), offsets,
+                         False, loc)
 
 
 def _offsets_made(lengths, array, dropped, loc):
@@ -2264,6 +2307,98 @@ def noted_offsets(indices):
     return (indices, None, whole[2][:-1])
 
 
+def running_sums(offsets):
+    """``offsets.tolist()`` by the forward's code of the offsets of a
+    joined list's items (:func:`offsets_array`): each a :class:`Length`,
+    the sum of the lengths of the items up to it, which ``F.split_axis``
+    takes back as those offsets (:func:`offsets_of_sums`); ``None`` for
+    other arrays."""
+    recorder = _state.recorder
+    found = None if recorder is None else recorder.offsets.get(id(offsets))
+    if found is None or found[0] is not offsets or found[1] is None or \
+            forward_line(2) is None:
+        return None
+    leaf, shift = _leaf_and_shift(recorder, found[1])
+    return _running_sums([(leaf, -1 - k) for k in range(len(found[2]))],
+                         shift, found[2])
+
+
+def _leaf_and_shift(recorder, lengths):
+    """``(leaf, shift)`` of the traced array of a joined list's item
+    lengths, each plus ``shift`` (:func:`shifted_lengths`)."""
+    for leaf, array in recorder.item_lengths.items():
+        if array is lengths:
+            return leaf, 0
+    return next(key for key, array in recorder.shifted_lengths.items()
+                if array is lengths)
+
+
+def _running_sums(origins, shift, values):
+    """The :class:`Length` ``values``, each the sum of the sizes
+    ``origins`` up to it, each plus ``shift``."""
+    uses = _state.recorder.length_uses
+    return [Length(n, frozenset(origins[:k + 1]), uses,
+                   (1, shift) if k == 0 else None, False,
+                   (dict.fromkeys(origins[:k + 1], 1), (k + 1) * shift))
+            for k, n in enumerate(values)]
+
+
+def offsets_of_sums(sections, depth=1):
+    """``sections`` given to ``F.split_axis`` by the forward's code
+    (``depth`` frames up) where they are the running sums of the lengths
+    of all the items of a list but the last, in order
+    (``list(itertools.accumulate(len(x) for x in xs[:-1]))``, or
+    :func:`running_sums`): the offsets of the items as
+    :func:`offsets_array` makes them. The reads of those lengths (here,
+    or into an array or offsets before), and the forward's iterating over
+    the list on the lines that read them, made the offsets. ``None`` for
+    other sections."""
+    recorder = _state.recorder
+    loc = forward_line(depth + 1)
+    found = None if recorder is None or recorder.depth or loc is None \
+        else _running_origins(sections)
+    if found is None:
+        return None
+    origins, shift = found
+    values = [int.__int__(n) for n in sections]
+    if all(axis == 0 for _, axis in origins):  # (items one by one)
+        return _items_offsets(values, sections)
+    leaf = origins[0][0]
+    if origins != [(leaf, -1 - k) for k in range(len(origins))] or \
+            leaf not in recorder.item_lengths or traced.untag(
+                recorder.item_lengths[leaf]).shape[0] != len(origins) + 1:
+        return None
+    forget_reads(recorder, origins)
+    lines = set(line for origin, line in recorder.spent_reads
+                if origin in origins)
+    _forget_iterated(recorder, lines, (ITERATED, SLICED))
+    return _offsets_made(shifted_lengths(leaf, shift),
+                         numpy.array(values, numpy.int64), True, loc)
+
+
+def _running_origins(sections):
+    """``(origins, shift)`` where ``sections`` (a list or tuple) are the
+    running sums of the sizes ``origins`` (each a different one), each
+    plus ``shift``: the first is the first size, the next adds the next;
+    else ``None``."""
+    if type(sections) not in (list, tuple) or not sections:
+        return None
+    origins, shift = [], None
+    for k, n in enumerate(sections):
+        if type(n) is not Length or n.linear is None:
+            return None
+        terms, b = n.linear
+        added = [origin for origin in terms if origin not in origins]
+        if len(terms) != k + 1 or len(added) != 1 or \
+                any(a != 1 for a in terms.values()):
+            return None
+        origins.append(added[0])
+        shift = b if shift is None else shift
+        if b != (k + 1) * shift:
+            return None
+    return origins, shift
+
+
 def _single_item_list(recorder):
     """The leaf of the lengths of the one joined list of a single item
     whose item's length the forward read (and did not take into offsets
@@ -2273,17 +2408,34 @@ def _single_item_list(recorder):
     return leaves.pop() if len(leaves) == 1 else None
 
 
-def _items_offsets(cumsum, sizes, origins):
-    """:func:`offsets_array` of the first axes of arguments (the items of a
-    list recorded item by item): NumPy's array, noted (``recorder.offsets``,
-    without a leaf) for ``F.split_axis`` to tell a cut at them (``joining``
-    then joins the list); ``None`` for other sizes."""
-    if any(axis or not 0 <= leaf for leaf, axis in origins) or \
-            len(set(origins)) != len(origins):
-        return None
-    array = cumsum([int.__int__(n) for n in sizes])
+def _items_offsets(offsets, sizes):
+    """The ``offsets`` (ints, or NumPy's array of them) of the items of a
+    list recorded item by item, the running sums of their first axes'
+    ``sizes``: NumPy's array, noted (``recorder.offsets``, without a
+    leaf) for ``F.split_axis`` to tell a cut at them (``joining`` then
+    joins the list)."""
+    array = numpy.asarray(offsets).view(ItemOffsets)
+    array.sums = sizes
     _state.recorder.offsets[id(array)] = (array, None, array.tolist())
     return array
+
+
+class ItemOffsets(numpy.ndarray):
+    """The offsets of the items of a list recorded item by item
+    (:func:`offsets_array`), whose ``tolist()`` by the forward's code
+    gives the running sums of the items' lengths (:class:`Length`) that
+    ``F.split_axis`` takes back (:func:`offsets_of_sums`)."""
+
+    sums = None
+
+    def tolist(self):
+        recorder = _state.recorder
+        found = None if recorder is None or recorder.depth or \
+            forward_line(1) is None else noted_offsets(self)
+        whole = self if self.sums is not None else self.base
+        if found is None or getattr(whole, 'sums', None) is None:
+            return numpy.ndarray.tolist(self)
+        return whole.sums[:len(found[2])]
 
 
 def _offsets_reader(dropped, dtype):

@@ -721,16 +721,34 @@ def _of_numbers(data):
 
 def _recording_offsets(cumsum, recorder):
     """``numpy.cumsum`` while recording: of the lengths of a joined list's
-    items, the offsets of the items joined (``lengths.offsets_array``)."""
+    items (a list of them, or their array), the offsets of the items
+    joined (``lengths.offsets_array``)."""
     def offsets(a, *args, **kwargs):
-        if type(a) is list and (not a or type(a[0]) is lengths.Length) \
-                and _state.recorder is recorder:  # numpy.cumsum(x_len[:-1])
+        found = None
+        if _state.recorder is not recorder:
+            pass
+        elif type(a) is list and (not a or type(a[0]) is lengths.Length):
             found = lengths.offsets_array(cumsum, a, args, kwargs)
-            if found is not None:
-                return found
-        return cumsum(a, *args, **kwargs)
+        elif type(a) is traced.TracedArray:  # numpy.array(x_len)
+            found = lengths.offsets_of_lengths(cumsum, a, args, kwargs)
+        return cumsum(a, *args, **kwargs) if found is None else found
     offsets.__wrapped__ = cumsum
     return offsets
+
+
+def _recording_tolist(tolist, recorder):
+    """``TracedArray.tolist`` while recording: of the offsets of a joined
+    list's items (``lengths.offsets_array``), the running sums of their
+    lengths (``lengths.running_sums``), which ``F.split_axis`` takes back
+    as those offsets."""
+    def listed(x):
+        if _state.recorder is recorder and not recorder.depth:
+            sums = lengths.running_sums(x)
+            if sums is not None:
+                return sums
+        return tolist(x)
+    listed.__wrapped__ = tolist
+    return listed
 
 
 def _recording_split(split, recorder):
@@ -740,8 +758,12 @@ def _recording_split(split, recorder):
     the offsets of a list's items recorded item by item is counted
     (``joining.found_joins`` may join that list)."""
     def split_axis(x, indices_or_sections, axis, force_tuple=True):
-        found = lengths.noted_offsets(indices_or_sections) \
-            if _state.recorder is recorder and not recorder.depth else None
+        found = None
+        if _state.recorder is recorder and not recorder.depth:
+            made = lengths.offsets_of_sums(indices_or_sections)
+            if made is not None:  # (itertools.accumulate of the lengths)
+                indices_or_sections = made
+            found = lengths.noted_offsets(indices_or_sections)
         at = _into_its_rows(x, indices_or_sections, axis, recorder)
         if at is not None and force_tuple:
             return _items_one_by_one(x, at, (None,), recorder)
@@ -1848,6 +1870,7 @@ RECORDING_PATCHES = (
                    _recording_item_index),
     RecordingPatch(traced.TracedArray, '__array_ufunc__',
                    _recording_array_ufunc),
+    RecordingPatch(traced.TracedArray, 'tolist', _recording_tolist),
 ) + tuple(RecordingPatch(traced.TracedArray, name,
                          _recording_item_method(name))
           for name in joining.ROW_WISE_METHODS) + (

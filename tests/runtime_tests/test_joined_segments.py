@@ -9,6 +9,7 @@ part or a length otherwise, the number of sentences stays in the key,
 with a warning that says why."""
 
 import copy
+import itertools
 import warnings
 
 import chainer
@@ -187,6 +188,110 @@ def test_lengths_read_into_offsets_otherwise_are_joined(cls, seed):
     entry, = jitted.cache_entries()
     assert str(entry.signature).startswith(
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
+
+
+def _listed_offsets(xs):
+    return numpy.cumsum([len(x) for x in xs])[:-1].tolist()
+
+
+def _listed_offsets_of_all_but_the_last(xs):
+    return numpy.cumsum([len(x) for x in xs[:-1]]).tolist()
+
+
+def _accumulated_offsets(xs):
+    return list(itertools.accumulate(len(x) for x in xs[:-1]))
+
+
+def _all_accumulated(xs):
+    x_len = [len(x) for x in xs]
+    return tuple(itertools.accumulate(x_len))[:-1]
+
+
+def _offsets_of_an_array(xs):
+    x_len = numpy.array([len(x) for x in xs], numpy.int32)
+    return numpy.cumsum(x_len)[:-1]
+
+
+class _CutAt(_Encoder):
+    """The sentences cut at the offsets ``sections`` gives of them."""
+
+    def __init__(self, sections):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0), 1)
+        self.sections = sections
+
+    def forward(self, xs, t):
+        exs = F.split_axis(self.embed(F.concat(xs, axis=0)),
+                           self.sections(xs), 0)
+        hy = self.encoder(None, exs)[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+@pytest.mark.parametrize('sections', [
+    _listed_offsets, _listed_offsets_of_all_but_the_last,
+    _accumulated_offsets, _all_accumulated, _offsets_of_an_array])
+@pytest.mark.parametrize('train', [False, True])
+def test_offsets_as_python_ints_or_of_an_array_are_joined(sections, train):
+    # (.tolist() of the offsets, running sums of the lengths, an array of
+    # the lengths: each call's offsets, made of its lengths)
+    calls = _batches(numpy.random.RandomState(9), (4, 2, 7, 3, 9, 2, 5))
+    jitted = checked_without_recompiling(lambda: _CutAt(sections), calls,
+                                         train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
+
+
+class _SumsReadOtherwise(_Encoder):
+    """The running sums of the lengths cut at, and the last compared."""
+
+    def forward(self, xs, t):
+        sections = list(itertools.accumulate(len(x) for x in xs[:-1]))
+        h = self.embed(F.concat(xs, axis=0))
+        if sections[-1] > 12:
+            h = h * 2
+        hy = self.encoder(*[None] * self.n_states,
+                          F.split_axis(h, sections, 0))[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+class _SumsOfOtherLengths(_Encoder):
+    """The sentences cut one word later: sums of lengths, not the offsets
+    of the sentences."""
+
+    def forward(self, xs, t):
+        sections = itertools.accumulate(len(x) for x in xs[:-1])
+        h = self.embed(F.concat(xs, axis=0))
+        hy = self.encoder(*[None] * self.n_states, F.split_axis(
+            h, [n + 1 for n in sections], 0))[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+class _LengthsAsSections(_Encoder):
+    """The sentences cut at their lengths, not at their offsets."""
+
+    def forward(self, xs, t):
+        h = self.embed(F.concat(xs, axis=0))
+        hy = self.encoder(*[None] * self.n_states, F.split_axis(
+            h, [len(x) for x in xs[:-1]], 0))[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t)
+
+
+@pytest.mark.parametrize('cls, why', [
+    (_SumsReadOtherwise, 'compared at test_joined_segments'),
+    (_SumsOfOtherLengths, 'reads the length of an item'),
+    (_LengthsAsSections, 'reads the length of an item')])
+def test_sums_of_lengths_read_otherwise_keep_the_count_in_the_key(cls, why):
+    # (sentences longer one after the other: each length a valid offset)
+    rng = numpy.random.RandomState(5)
+    calls = [([numpy.arange(n, dtype=I32) % 30 for n in sorted(
+        rng.choice(range(2, 12), count, replace=False))],
+        rng.randint(0, 3, count).astype(I32)) for count in (3, 3, 4, 2, 5)]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_seeded(cls(L.NStepGRU(1, 6, 5, 0.0), 1), calls)
+    assert any('number of items' in str(w.message) and
+               why in str(w.message) for w in caught), \
+        [str(w.message) for w in caught]
 
 
 @pytest.mark.parametrize('name', sorted(_LINKS))
