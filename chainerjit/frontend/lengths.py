@@ -2351,8 +2351,9 @@ def offsets_of_sums(sections, depth=1):
     :func:`running_sums`): the offsets of the items as
     :func:`offsets_array` makes them. The reads of those lengths (here,
     or into an array or offsets before), and the forward's iterating over
-    the list on the lines that read them, made the offsets. ``None`` for
-    other sections."""
+    the list on the lines that read them, or in a loop adding them up
+    (``for x in xs[:-1]: total += len(x); offsets.append(total)``), made
+    the offsets. ``None`` for other sections."""
     recorder = _state.recorder
     loc = forward_line(depth + 1)
     found = None if recorder is None or recorder.depth or loc is None \
@@ -2371,7 +2372,10 @@ def offsets_of_sums(sections, depth=1):
     forget_reads(recorder, origins)
     lines = set(line for origin, line in recorder.spent_reads
                 if origin in origins)
-    _forget_iterated(recorder, lines, (ITERATED, SLICED))
+    loops = set(use.loc for use in recorder.length_uses
+                if use.what in (ITERATED, SLICED) and
+                loop_analysis.sums_lengths_only(use.loc, lines))
+    _forget_iterated(recorder, lines | loops, (ITERATED, SLICED))
     return _offsets_made(shifted_lengths(leaf, shift),
                          numpy.array(values, numpy.int64), True, loc)
 

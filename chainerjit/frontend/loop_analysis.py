@@ -1249,18 +1249,45 @@ def appending_lines(loc):
     F.softmax_cross_entropy(y, t)``), or names a value on the way (``e =
     self.embed(x)``): the ``(filename, line)`` spans of its statements;
     else ``None``."""
-    filename, line = loc
-    tree = source.file_ast(filename)
-    loop = None if tree is None else next(
-        (n for n in ast.walk(tree)
-         if isinstance(n, ast.For) and n.lineno == line), None)
-    if loop is None or loop.orelse or not all(
+    loop = _for_statement(loc)
+    if loop is None or not all(
             _appends_one(statement) or _names_one(statement) or
             _adds_one(statement) for statement in loop.body):
         return None
-    return [[(filename, k) for k in range(
+    return [[(loc[0], k) for k in range(
         statement.lineno, statement.end_lineno + 1)]
         for statement in loop.body]
+
+
+def sums_lengths_only(loc, lines):
+    """Does the ``for`` statement at ``loc`` (``(filename, line)``) only
+    add up what it reads on ``lines`` (``total += len(x)``, the items'
+    lengths) and append those sums to lists (``offsets.append(total)``)?"""
+    loop = _for_statement(loc)
+    if loop is None:
+        return False
+    sums = set(statement.target.id for statement in loop.body
+               if _adds_one(statement) and
+               (loc[0], statement.lineno) in lines)
+    return bool(sums) and all(
+        _adds_one(statement) and statement.target.id in sums or
+        _appends_one(statement) and _names(statement.value.args[0], sums)
+        for statement in loop.body)
+
+
+def _names(node, names):
+    """Is ``node`` one of the ``names``?"""
+    return isinstance(node, ast.Name) and node.id in names
+
+
+def _for_statement(loc):
+    """The ``ast.For`` at ``loc`` (``(filename, line)``) with no ``else``,
+    or ``None``."""
+    tree = source.file_ast(loc[0])
+    loop = None if tree is None else next(
+        (n for n in ast.walk(tree)
+         if isinstance(n, ast.For) and n.lineno == loc[1]), None)
+    return None if loop is None or loop.orelse else loop
 
 
 def comprehension_lines(loc):

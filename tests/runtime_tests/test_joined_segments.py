@@ -207,6 +207,14 @@ def _all_accumulated(xs):
     return tuple(itertools.accumulate(x_len))[:-1]
 
 
+def _summed_in_a_loop(xs):
+    offsets, total = [], 0
+    for x in xs[:-1]:
+        total += len(x)
+        offsets.append(total)
+    return offsets
+
+
 def _offsets_of_an_array(xs):
     x_len = numpy.array([len(x) for x in xs], numpy.int32)
     return numpy.cumsum(x_len)[:-1]
@@ -228,7 +236,8 @@ class _CutAt(_Encoder):
 
 @pytest.mark.parametrize('sections', [
     _listed_offsets, _listed_offsets_of_all_but_the_last,
-    _accumulated_offsets, _all_accumulated, _offsets_of_an_array])
+    _accumulated_offsets, _all_accumulated, _summed_in_a_loop,
+    _offsets_of_an_array])
 @pytest.mark.parametrize('train', [False, True])
 def test_offsets_as_python_ints_or_of_an_array_are_joined(sections, train):
     # (.tolist() of the offsets, running sums of the lengths, an array of
@@ -266,6 +275,21 @@ class _SumsOfOtherLengths(_Encoder):
         return F.softmax_cross_entropy(self.out(hy[-1]), t)
 
 
+class _CountedWhileSummed(_Encoder):
+    """The offsets summed in a loop that counts the sentences too."""
+
+    def forward(self, xs, t):
+        offsets, total, n = [], 0, 1
+        for x in xs[:-1]:
+            total += len(x)
+            offsets.append(total)
+            n += 1
+        h = self.embed(F.concat(xs, axis=0))
+        hy = self.encoder(*[None] * self.n_states,
+                          F.split_axis(h, offsets, 0))[0]
+        return F.softmax_cross_entropy(self.out(hy[-1]), t) * n
+
+
 class _LengthsAsSections(_Encoder):
     """The sentences cut at their lengths, not at their offsets."""
 
@@ -279,7 +303,8 @@ class _LengthsAsSections(_Encoder):
 @pytest.mark.parametrize('cls, why', [
     (_SumsReadOtherwise, 'compared at test_joined_segments'),
     (_SumsOfOtherLengths, 'reads the length of an item'),
-    (_LengthsAsSections, 'reads the length of an item')])
+    (_LengthsAsSections, 'reads the length of an item'),
+    (_CountedWhileSummed, 'read by slicing the list')])
 def test_sums_of_lengths_read_otherwise_keep_the_count_in_the_key(cls, why):
     # (sentences longer one after the other: each length a valid offset)
     rng = numpy.random.RandomState(5)
