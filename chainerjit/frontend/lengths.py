@@ -2426,19 +2426,30 @@ def _items_offsets(offsets, sizes):
 
 class ItemOffsets(numpy.ndarray):
     """The offsets of the items of a list recorded item by item
-    (:func:`offsets_array`), whose ``tolist()`` by the forward's code
-    gives the running sums of the items' lengths (:class:`Length`) that
-    ``F.split_axis`` takes back (:func:`offsets_of_sums`)."""
+    (:func:`offsets_array`), whose ``tolist()`` (or iteration) by the
+    forward's code gives the running sums of the items' lengths
+    (:class:`Length`) that ``F.split_axis`` takes back
+    (:func:`offsets_of_sums`)."""
 
     sums = None
 
     def tolist(self):
+        sums = self._sums()
+        return numpy.ndarray.tolist(self) if sums is None else sums
+
+    def __iter__(self):
+        sums = self._sums()
+        return numpy.ndarray.__iter__(self) if sums is None else iter(sums)
+
+    def _sums(self):
+        """The running sums these offsets are, where the forward's code
+        (two frames up) reads them while recording; else ``None``."""
         recorder = _state.recorder
         found = None if recorder is None or recorder.depth or \
-            forward_line(1) is None else noted_offsets(self)
+            forward_line(2) is None else noted_offsets(self)
         whole = self if self.sums is not None else self.base
         if found is None or getattr(whole, 'sums', None) is None:
-            return numpy.ndarray.tolist(self)
+            return None
         return whole.sums[:len(found[2])]
 
 

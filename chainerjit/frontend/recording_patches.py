@@ -736,19 +736,22 @@ def _recording_offsets(cumsum, recorder):
     return offsets
 
 
-def _recording_tolist(tolist, recorder):
-    """``TracedArray.tolist`` while recording: of the offsets of a joined
-    list's items (``lengths.offsets_array``), the running sums of their
-    lengths (``lengths.running_sums``), which ``F.split_axis`` takes back
-    as those offsets."""
-    def listed(x):
-        if _state.recorder is recorder and not recorder.depth:
-            sums = lengths.running_sums(x)
-            if sums is not None:
-                return sums
-        return tolist(x)
-    listed.__wrapped__ = tolist
-    return listed
+def _recording_offsets_read(name):
+    """The patch of ``TracedArray.NAME`` (``tolist``, ``__iter__``) while
+    recording: of the offsets of a joined list's items
+    (``lengths.offsets_array``), the running sums of their lengths
+    (``lengths.running_sums``), listed or iterated, which
+    ``F.split_axis`` takes back as those offsets."""
+    def make(read, recorder):
+        def listed(x):
+            if _state.recorder is recorder and not recorder.depth:
+                sums = lengths.running_sums(x)
+                if sums is not None:
+                    return sums if name == 'tolist' else iter(sums)
+            return read(x)
+        listed.__wrapped__ = read
+        return listed
+    return make
 
 
 def _recording_split(split, recorder):
@@ -1870,7 +1873,10 @@ RECORDING_PATCHES = (
                    _recording_item_index),
     RecordingPatch(traced.TracedArray, '__array_ufunc__',
                    _recording_array_ufunc),
-    RecordingPatch(traced.TracedArray, 'tolist', _recording_tolist),
+    RecordingPatch(traced.TracedArray, 'tolist',
+                   _recording_offsets_read('tolist')),
+    RecordingPatch(traced.TracedArray, '__iter__',
+                   _recording_offsets_read('__iter__')),
 ) + tuple(RecordingPatch(traced.TracedArray, name,
                          _recording_item_method(name))
           for name in joining.ROW_WISE_METHODS) + (

@@ -198,6 +198,11 @@ def _listed_offsets_of_all_but_the_last(xs):
     return numpy.cumsum([len(x) for x in xs[:-1]]).tolist()
 
 
+def _iterated_offsets(xs):
+    x_len = [len(x) for x in xs]
+    return list(numpy.cumsum(x_len[:-1]))
+
+
 def _accumulated_offsets(xs):
     return list(itertools.accumulate(len(x) for x in xs[:-1]))
 
@@ -236,8 +241,8 @@ class _CutAt(_Encoder):
 
 @pytest.mark.parametrize('sections', [
     _listed_offsets, _listed_offsets_of_all_but_the_last,
-    _accumulated_offsets, _all_accumulated, _summed_in_a_loop,
-    _offsets_of_an_array])
+    _iterated_offsets, _accumulated_offsets, _all_accumulated,
+    _summed_in_a_loop, _offsets_of_an_array])
 @pytest.mark.parametrize('train', [False, True])
 def test_offsets_as_python_ints_or_of_an_array_are_joined(sections, train):
     # (.tolist() of the offsets, running sums of the lengths, an array of
