@@ -339,6 +339,9 @@ class JitFunction(_calls.CachedCall):
                 self._joins = apart
                 self._remove_joined_otherwise(apart)
                 joined = joining.join(args, kwargs, apart)
+            elif joined is None and joining.rows_by_chance(args, kwargs,
+                                                           self._joins):
+                self._find_joins_again()  # (one row each by chance)
             if joined is not None and not (self._single_unjoined and
                                            joining.counts(joined) == {1}):
                 key, leaves = signature.make_key(joined.args, joined.kwargs,
@@ -680,6 +683,12 @@ class JitFunction(_calls.CachedCall):
                 if _is_joined(other):  # (a batch of one, first)
                     self.cache.remove(other)
         return result
+
+    def _find_joins_again(self):
+        """Finds how to join lists again at the next call recorded item by
+        item, and drops the entries of joined calls."""
+        self._joins = None
+        self._remove_entries(joined=True)
 
     def _forget_joined(self):
         """Stops joining lists, and drops the entries of joined calls."""

@@ -1006,6 +1006,19 @@ def widths_apart(args, kwargs, joins):
     return tuple(_with_widths(joins, keys))
 
 
+def rows_by_chance(args, kwargs, joins):
+    """Does one of ``joins`` join a list of items of one row each
+    (``'concat'``: a tag for each sentence of one word, at the call that
+    joined them) whose items this call gives other lengths?"""
+    for j in joins:
+        items = packing.argument_at(args, kwargs, j.path)
+        if j.kind == 'concat' and items is not None and \
+                not j.takes(items) and j._replace(kind='segments').takes(
+                    items):
+            return True
+    return False
+
+
 def is_joins(paths):
     """Are ``paths`` (a packed call's, or a joined one's) joins?"""
     return bool(paths) and isinstance(paths[0], Join)
@@ -1430,7 +1443,38 @@ def _applied_each(graph, values, users, item_splits, sized=None):
         _crfs_of_all(_last_of_each(graph, values, users), users) or \
         _pooled_and_stacked(graph, values, users, sized) or \
         _padded_whole(graph, values, users, sized) or \
+        _concatenated_whole(graph, values, users, sized) or \
+        _returned_each(graph, values, users) or \
         _reduced_each(graph, values, users, sized)
+
+
+def _concatenated_whole(graph, values, users, sized=None):
+    """Does each of ``values`` (a list's items) go through functions
+    :func:`applied_to_items` applies to all the items alone into one
+    ``F.concat`` on the first axis of all of them, in order
+    (``F.concat([self.out(self.embed(x)) for x in xs], axis=0)``: a score
+    for each word)?"""
+    ends = [_chain_end(graph, value, values, users, _concat_of_rows, sized)
+            for value in values]
+    return None not in ends and len(set(id(node) for node, _ in ends)) == 1 \
+        and ends[0][0].inputs == [value for _, value in ends]
+
+
+def _returned_each(graph, values, users):
+    """Does each of ``values`` (a list's items) go through functions
+    :func:`applied_to_items` applies to all the items alone into a value
+    the forward returns and nothing else reads, in order (``[F.softmax(
+    self.out(self.embed(x))) for x in xs]``)?"""
+    ends = _last_of_each(graph, values, users)
+    if any(users.get(end) != [None] for end in ends) or \
+            set(ends) & set(values):
+        return False
+    at = [graph.outputs.index(end) for end in ends]
+    return at == list(range(at[0], at[0] + len(at)))
+
+
+def _concat_of_rows(node):
+    return node.op == 'Concat' and dict(node.attrs).get('axis') == 0
 
 
 def _scored_each(values, users, sized=None):
@@ -1832,12 +1876,17 @@ def _parts_draw_as_one(graph, values, templates):
 def _applied_to_item(graph, node, value, values):
     """Is ``node`` a function of the item ``value`` alone (of ``values``,
     a list's items) that :func:`applied_to_items` applies to the rows of
-    all: a :data:`ROW_WISE` function of it, ``x[::-1]`` of it, or
+    all: a :data:`ROW_WISE` function of it, one of :data:`ALONG_ROWS`
+    along another axis than its rows', ``x[::-1]`` of it, or
     ``F.concat`` on the first axis of it and constants (``numpy.hstack``
     of a 1-d item)?"""
     others = [v for v in node.inputs if v is not value]
     if node.op in ROW_WISE:
         return node.inputs[0] is value and not set(others) & set(values)
+    if node.op in ALONG_ROWS:
+        axis, ndim = dict(node.attrs).get('axis'), len(value.shape)
+        return node.inputs == [value] and type(axis) is int and \
+            ndim > 1 and axis % ndim != 0
     if node.op == 'ndarray.__getitem__':
         index = _index_of(graph.templates.get(node))
         return is_item_index(index)

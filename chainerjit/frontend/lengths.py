@@ -2252,9 +2252,12 @@ def offsets_of_lengths(cumsum, array, args, kwargs, depth=1):
         return None
     _, origins, shift = found
     offsets = cumsum(traced.untag(array))
-    if all(axis == 0 for _, axis in origins):  # (items one by one)
+    if all(axis == 0 for _, axis in origins) and \
+            len(set(origins)) == len(origins):  # (items one by one)
         return _items_offsets(offsets, _running_sums(origins, shift,
                                                      offsets.tolist()))
+    if not all(is_item_length(origin) for origin in origins):
+        return None  # (sizes of a stacked argument's axes)
     return _offsets_made(shifted_lengths(origins[0][0], shift), offsets,
                          False, loc)
 
@@ -2279,7 +2282,8 @@ def offsets_but_the_last(offsets, index, depth=1):
     those offsets made without the last, as ``numpy.cumsum(x_len[:-1])``
     gives them; else ``None``."""
     recorder = _state.recorder
-    found = None if recorder is None else recorder.offsets.get(id(offsets))
+    found = None if recorder is None else \
+        _unwritten(recorder.offsets.get(id(offsets)))
     if found is None or found[0] is not offsets or found[1] is None or \
             index != slice(None, -1) or \
             len(found[2]) != len(traced.untag(found[1])):
@@ -2298,13 +2302,22 @@ def noted_offsets(indices):
     base = getattr(indices, 'base', None)
     if found is not None or not isinstance(indices, numpy.ndarray) or \
             base is None:
-        return found
+        return _unwritten(found)
     whole = recorder.offsets.get(id(base))
     if whole is None or whole[0] is not base or whole[1] is not None or \
             indices.ndim != 1 or len(indices) != len(base) - 1 or \
             indices.ctypes.data != base.ctypes.data:
         return None
-    return (indices, None, whole[2][:-1])
+    return _unwritten((indices, None, whole[2][:-1]))
+
+
+def _unwritten(found):
+    """``found``, what ``recorder.offsets`` notes of offsets, where the
+    forward did not write into them since (``sections[0] = 1``); else
+    ``None``."""
+    if found is None or traced.untag(found[0]).tolist() != found[2]:
+        return None
+    return found
 
 
 def running_sums(offsets):
@@ -2314,7 +2327,8 @@ def running_sums(offsets):
     takes back as those offsets (:func:`offsets_of_sums`); ``None`` for
     other arrays."""
     recorder = _state.recorder
-    found = None if recorder is None else recorder.offsets.get(id(offsets))
+    found = None if recorder is None else \
+        _unwritten(recorder.offsets.get(id(offsets)))
     if found is None or found[0] is not offsets or found[1] is None or \
             forward_line(2) is None:
         return None

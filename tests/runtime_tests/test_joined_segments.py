@@ -255,6 +255,59 @@ def test_offsets_as_python_ints_or_of_an_array_are_joined(sections, train):
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]'), entry.signature
 
 
+def _offsets_written(xs):
+    offsets = numpy.cumsum([len(x) for x in xs])[:-1]
+    offsets[0] = 1  # (the first part: one word)
+    return offsets
+
+
+def _offsets_written_before_the_cut(xs):
+    offsets = numpy.cumsum([len(x) for x in xs])
+    offsets[0] = 1
+    return offsets[:-1]
+
+
+def _offsets_listed_and_written(xs):
+    offsets = numpy.cumsum([len(x) for x in xs])[:-1].tolist()
+    offsets[0] = 1
+    return offsets
+
+
+def _agrees(model, calls, train):
+    """``jit(model.forward)`` gives eager's results over ``calls``, in
+    training (losses, gradients) or in inference, whatever it warns."""
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        if train:
+            return differential.check_seeded(model, calls)
+        jitted = chainerjit.jit(model.forward)
+        with chainer.no_backprop_mode(), \
+                chainer.using_config('train', False):
+            for args in calls:
+                testing.assert_results_equal(jitted(*args),
+                                             model.forward(*args))
+    return jitted
+
+
+@pytest.mark.parametrize('sections', [
+    _offsets_written, _offsets_written_before_the_cut,
+    _offsets_listed_and_written])
+@pytest.mark.parametrize('train', [False, True])
+def test_offsets_written_into_are_cut_at_as_written(sections, train):
+    calls = _batches(numpy.random.RandomState(3), (2, 3, 3, 4, 3, 5))
+    _agrees(_CutAt(sections), calls, train)
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_offsets_of_an_array_of_lengths_alike_or_not(train):
+    # (sentences of one length are stacked, not joined)
+    rng = numpy.random.RandomState(4)
+    calls = [_batches(rng, (count,), low, low + 1 + spread)[0]
+             for count, low, spread in ((2, 3, 4), (3, 5, 0), (4, 1, 8),
+                                        (3, 5, 0), (2, 2, 0), (5, 1, 8))]
+    _agrees(_CutAt(_offsets_of_an_array), calls, train)
+
+
 class _SumsReadOtherwise(_Encoder):
     """The running sums of the lengths cut at, and the last compared."""
 
@@ -2236,3 +2289,121 @@ def test_one_sentence_pair_at_a_time_serves_every_pair_of_lengths():
         'xs[0]: i32[W]@cpu (array), xs[1]: i64[1]@cpu (array), '
         'ys_in[0]: i32[W2]@cpu (array), ys_in[1]: i64[1]@cpu (array)'), \
         single
+
+
+class _WordScores(chainer.Chain):
+    """A score for each word of each sentence from functions of each
+    sentence alone: joined by ``F.concat`` on the first axis (scored
+    against the tags joined, or returned), or returned as a list
+    (``how``)."""
+
+    def __init__(self, how):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.out = L.Linear(6, 3)
+        self.how = how
+
+    def forward(self, xs, ts):
+        how = self.how
+        if how == 'tagged':
+            h = F.concat([self.out(F.tanh(self.embed(x))) for x in xs],
+                         axis=0)
+            return F.softmax_cross_entropy(h, F.concat(ts, axis=0))
+        if how == 'dropped':
+            h = F.concat([F.dropout(self.embed(x), 0.3) for x in xs],
+                         axis=0)
+            return F.softmax_cross_entropy(self.out(h),
+                                           F.concat(ts, axis=0))
+        if how == 'concatenated':
+            return F.concat([self.embed(x) for x in xs], axis=0)
+        if how == 'returned':
+            return [F.softmax(self.out(self.embed(x))) for x in xs]
+        if how == 'returned in a tuple':
+            return F.concat(ts, axis=0), [
+                F.log_softmax(self.out(self.embed(x))) for x in xs]
+        if how == 'reversed':
+            return [self.embed(x) for x in xs[::-1]]
+        if how == 'concatenated reversed':
+            return F.concat([self.embed(x) for x in reversed(xs)], axis=0)
+        if how == 'some returned':
+            return [self.embed(x) for x in xs[:-1]]
+        if how == 'two ways':
+            return [F.tanh(self.embed(x)) if k % 2 else self.embed(x)
+                    for k, x in enumerate(xs)]
+        raise ValueError(how)
+
+
+def _tagged_batches(rng, counts):
+    """Sentences and a tag for each word, ``counts`` of them call by call
+    (lengths 1 to 9)."""
+    return [([rng.randint(0, 30, int(rng.randint(1, 10))).astype(I32)
+              for _ in range(n)],) for n in counts]
+
+
+def _with_tags(calls):
+    return [(xs, [x % 3 for x in xs]) for xs, in calls]
+
+
+@pytest.mark.parametrize('how', ['tagged', 'dropped', 'concatenated',
+                                 'returned', 'returned in a tuple'])
+@pytest.mark.parametrize('train', [False, True])
+def test_functions_of_each_item_joined_or_returned_are_joined(how, train):
+    calls = _with_tags(_tagged_batches(numpy.random.RandomState(6),
+                                       (3, 2, 5, 1, 4, 7, 2)))
+    model = _WordScores(how)
+    if train and how in ('tagged', 'dropped'):
+        jitted = checked_without_recompiling(lambda: model, calls, True)
+    elif train:
+        with warnings.catch_warnings():
+            warnings.simplefilter('error', errors.RecompileWarning)
+            warnings.simplefilter('error', errors.LoopWarning)
+            jitted = differential.check_grads(None, calls, model=model,
+                                              method='forward')
+    else:
+        jitted = checked_without_recompiling(lambda: model, calls, False)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('xs[0]: i32[W]'), \
+        entry.signature
+
+
+@pytest.mark.parametrize('how', ['reversed', 'concatenated reversed',
+                                 'some returned', 'two ways'])
+def test_functions_of_each_item_otherwise_give_eagers_values(how):
+    calls = _with_tags(_tagged_batches(numpy.random.RandomState(7),
+                                       (3, 2, 4, 3, 5)))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter('always')
+        differential.check_grads(None, calls, model=_WordScores(how),
+                                 method='forward', fallback_ok=True)
+    if 'reversed' in how:  # (not joined in vain: the items out of order)
+        assert not any('sentences joined' in str(w.message)
+                       for w in caught), [str(w.message) for w in caught]
+
+
+class _EachTagged(chainer.Chain):
+    """A tag for each word of each sentence embedded on its own."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 4)
+            self.encoder = L.NStepLSTM(1, 4, 5, 0.0)
+            self.out = L.Linear(5, 3)
+
+    def forward(self, xs, ts):
+        _, _, ys = self.encoder(None, None, [self.embed(x) for x in xs])
+        return F.softmax_cross_entropy(self.out(F.concat(ys, axis=0)),
+                                       F.concat(ts, axis=0))
+
+
+@pytest.mark.parametrize('train', [False, True])
+def test_sentences_of_one_word_each_first_keep_one_entry(train):
+    # (their tags, one row each, joined as labels by chance at first)
+    rng = numpy.random.RandomState(8)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
+              [rng.randint(0, 3, n).astype(I32) for n in lengths])
+             for lengths in ((1, 1, 1), (1, 1, 1), (3, 5, 2), (2, 4),
+                             (4, 7, 2, 2), (1, 1), (5, 1))]
+    jitted = _agrees(_EachTagged(), calls, train)
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()

@@ -20,7 +20,10 @@ from tests import differential
 
 
 class _PerItem(chainer.Chain):
-    """Each sentence's tokens embedded and projected, returned per item."""
+    """Each sentence's tokens embedded and projected, returned per item,
+    the last first: in an order a join of the list does not give, the
+    items stay inputs of their own (``test_joined_segments`` joins them
+    returned in order)."""
 
     def __init__(self):
         super().__init__()
@@ -29,7 +32,7 @@ class _PerItem(chainer.Chain):
             self.fc = L.Linear(6, 4)
 
     def forward(self, xs):
-        return [self.fc(self.embed(x)) for x in xs]
+        return [self.fc(self.embed(x)) for x in xs][::-1]
 
 
 class _Vectors(chainer.Chain):
@@ -387,7 +390,7 @@ def test_short_items_and_other_counts_are_entries_of_their_own():
 
 class _OtherCounts(_PerItem):
     def forward(self, xs):  # a name of its own: warnings show once a name
-        return [self.fc(self.embed(x)) for x in xs]
+        return [self.fc(self.embed(x)) for x in xs][::-1]
 
 
 def test_another_number_of_items_says_that_it_compiles_again():
@@ -573,8 +576,9 @@ def test_a_program_wrong_at_other_lengths_is_caught_by_eager():
 
 
 class _Projected(_PerItem):
-    def forward(self, xs):
-        return self.fc(F.concat([self.embed(x) for x in xs], axis=0))
+    def forward(self, xs):  # (the last first: not joined)
+        return self.fc(F.concat([self.embed(x) for x in reversed(xs)],
+                                axis=0))
 
 
 def _check_exported(model, calls, joined=None):
