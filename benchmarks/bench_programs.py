@@ -114,7 +114,8 @@ WORKLOADS = ('CRF tagger, accuracy count', 'MLP, loss read into Python',
              'text classifier, sentences of new lengths',
              'seq2seq, sentences of new lengths',
              'CNN text classifier, sentences of new lengths',
-             'bag-of-words text classifier, sentences of new lengths')
+             'bag-of-words text classifier, sentences of new lengths',
+             'word tagger, sentences of new lengths')
 
 #: ``steps(jit)``: ``(step, jitted function)``; ``step(n, args)`` runs
 #: call ``n`` and returns what is compared.
@@ -153,7 +154,7 @@ def models():
     tests train them too): ``(CRFTagger, TreeNet, VAE, Discriminator,
     Scaled, TextClassifier, Seq2seq, Picked, Listed, AnnealedRNN,
     LossReader, GreedyDecoder, CNNTextClassifier, BOWTextClassifier,
-    AccuracyCounter, Counted)``."""
+    AccuracyCounter, Counted, WordTagger)``."""
     import chainer
     import chainer.distributions as D
     import chainer.functions as F
@@ -443,9 +444,26 @@ def models():
             h = F.relu(self.l2(F.relu(self.l1(x))))
             return F.softmax_cross_entropy(self.l3(h), t)
 
+    class WordTagger(chainer.Chain):
+        """A tag for each word from its embedding alone, through a hidden
+        layer, each sentence on its own, the scores joined."""
+
+        def __init__(self, words=100, units=32, tags=8):
+            super().__init__()
+            with self.init_scope():
+                self.embed = L.EmbedID(words, units)
+                self.hidden = L.Linear(units, units)
+                self.output = L.Linear(units, tags)
+
+        def forward(self, xs, ts):
+            h = F.concat([self.output(F.tanh(self.hidden(self.embed(x))))
+                          for x in xs], axis=0)
+            return F.softmax_cross_entropy(h, F.concat(ts, axis=0))
+
     return (CRFTagger, TreeNet, VAE, Discriminator, Scaled, TextClassifier,
             Seq2seq, Picked, Listed, AnnealedRNN, LossReader, GreedyDecoder,
-            CNNTextClassifier, BOWTextClassifier, AccuracyCounter, Counted)
+            CNNTextClassifier, BOWTextClassifier, AccuracyCounter, Counted,
+            WordTagger)
 
 
 # --- the steps ---------------------------------------------------------------
@@ -614,6 +632,16 @@ def _sentences(rng):
             for _ in range(8)]
 
 
+def _tagged_calls(n, rng):
+    import numpy
+    calls = []
+    for _ in range(n):
+        xs = _sentences(rng)
+        calls.append((xs, [rng.randint(0, 8, len(x)).astype(numpy.int32)
+                           for x in xs]))
+    return calls
+
+
 def _seq2seq_calls(n, rng):
     return [(_sentences(rng), _sentences(rng)) for _ in range(n)]
 
@@ -649,6 +677,8 @@ WORKLOAD_DEFS = {
         _trained(12), _text_calls),
     'bag-of-words text classifier, sentences of new lengths': Workload(
         _trained(13), _text_calls),
+    'word tagger, sentences of new lengths': Workload(_trained(16),
+                                                      _tagged_calls),
 }
 
 

@@ -100,9 +100,10 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         'LSTM, new length and annealed weight every call',
         'MLP, the training loop counting its steps on the model',
         'MLP, loss read into Python',
-        'decoder, reads its output at each step', '--output', str(report)])
+        'decoder, reads its output at each step',
+        'word tagger, sentences of new lengths', '--output', str(report)])
     tree, vae, new_value, new_float, new_index, list_index, annealed, \
-        counted, reader, decoder = rows
+        counted, reader, decoder, tagger = rows
     assert decoder['info'].compiled > 0 and decoder['info'].eager == 0
     assert tree['stopped'] and list_index['stopped']
     # around its graph break: the first call eager, then the pieces (before,
@@ -116,6 +117,8 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
     for number in (new_value, new_float, new_index, annealed):
         assert number['info'].compiles == 2 and not number['stopped']
     assert counted['info'].compiles == 1 and counted['info'].eager == 0
+    # (each sentence's scores joined: one program for every count)
+    assert tagger['info'].compiles == 1 and not tagger['stopped']
     text = report.read_text()
     assert '| VAE, sampling |' in text and 'machine:' in text
 

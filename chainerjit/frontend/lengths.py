@@ -2199,12 +2199,12 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     loc = forward_line(depth + 1)
     shift = _shift_of(sizes)
     origins = _origins_of_each(sizes, shift)
-    if recorder is None or recorder.depth or args or kwargs or \
-            loc is None or origins is None:
+    if recorder is None or recorder.depth or args or \
+            set(kwargs) - {'dtype'} or loc is None or origins is None:
         return None
     leaf = origins[0][0] if origins else _single_item_list(recorder)
     if leaf not in recorder.item_lengths:
-        return _items_offsets_of(cumsum, sizes, origins, shift) \
+        return _items_offsets_of(cumsum, sizes, origins, shift, kwargs) \
             if origins else None
     count = len(recorder.item_lengths[leaf])
     dropped = len(origins) == count - 1
@@ -2223,18 +2223,18 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     forget_reads(recorder, counted)
     _forget_iterated(recorder, set(lines),
                      (ITERATED,) if last_read else (ITERATED, SLICED))
-    array = cumsum([int.__int__(n) for n in sizes])
+    array = cumsum([int.__int__(n) for n in sizes], **kwargs)
     return _offsets_made(shifted_lengths(leaf, shift), array, dropped, loc)
 
 
-def _items_offsets_of(cumsum, sizes, origins, shift):
+def _items_offsets_of(cumsum, sizes, origins, shift, kwargs):
     """:func:`offsets_array` of the first axes of arguments (the items of a
     list recorded item by item), as :func:`_items_offsets` notes them;
     ``None`` for other sizes."""
     if any(axis or not 0 <= leaf for leaf, axis in origins) or \
             len(set(origins)) != len(origins):
         return None
-    offsets = cumsum([int.__int__(n) for n in sizes])
+    offsets = cumsum([int.__int__(n) for n in sizes], **kwargs)
     return _items_offsets(offsets, _running_sums(origins, shift,
                                                  offsets.tolist()))
 
@@ -2318,6 +2318,24 @@ def _unwritten(found):
     if found is None or traced.untag(found[0]).tolist() != found[2]:
         return None
     return found
+
+
+def offsets_converted(offsets, args, kwargs):
+    """``offsets.astype(dtype)`` by the forward's code of the offsets of a
+    joined list's items (:func:`offsets_array`): those offsets of that
+    type; ``None`` for other arrays."""
+    recorder = _state.recorder
+    found = None if recorder is None else \
+        _unwritten(recorder.offsets.get(id(offsets)))
+    loc = forward_line(2)
+    if found is None or found[0] is not offsets or found[1] is None or \
+            loc is None:
+        return None
+    array = traced.untag(offsets).astype(*args, **kwargs)
+    if array.dtype.kind not in 'iu':
+        return None
+    count = traced.untag(found[1]).shape[0]
+    return _offsets_made(found[1], array, len(found[2]) < count, loc)
 
 
 def running_sums(offsets):
@@ -2450,6 +2468,13 @@ class ItemOffsets(numpy.ndarray):
     def tolist(self):
         sums = self._sums()
         return numpy.ndarray.tolist(self) if sums is None else sums
+
+    def astype(self, *args, **kwargs):
+        sums = self._sums()
+        array = numpy.ndarray.astype(self.view(numpy.ndarray), *args,
+                                     **kwargs)
+        return array if sums is None or array.dtype.kind not in 'iu' else \
+            _items_offsets(array, sums)
 
     def __iter__(self):
         sums = self._sums()

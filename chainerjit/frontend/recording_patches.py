@@ -422,9 +422,16 @@ def _records_items(recorder):
 def _recording_item_method(name):
     """A row-wise method of traced arrays (``joining.ROW_WISE_METHODS``)
     while recording: of an item of a joined list, the item's rows of it
-    applied to the rows of all at once; else the traced call."""
+    applied to the rows of all at once; ``astype`` of the offsets of a
+    joined list's items, those offsets (``lengths.offsets_converted``);
+    else the traced call."""
     def make(method, recorder):
         def on_item(self, *args, **kwargs):
+            if name == 'astype' and _state.recorder is recorder and \
+                    not recorder.depth:  # (of a joined list's offsets)
+                found = lengths.offsets_converted(self, args, kwargs)
+                if found is not None:
+                    return found
             if _records_items(recorder):
                 found = joining.numpy_method_on_item(name, method, self,
                                                      args, kwargs)

@@ -44,6 +44,7 @@ from chainerjit.runtime import batch
 from chainerjit.runtime import cache
 from chainerjit.runtime import function
 from chainerjit.runtime import ragged
+from chainerjit.runtime import undo
 
 
 logger = logging.getLogger('chainerjit')
@@ -189,6 +190,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         varying = scalars.VaryingScalars(varying)
         varying_names = [signature.argument_name(
             caller.fn, caller.instance, path) for path in varying.paths]
+    joined = isinstance(packed, joining.Joined)
+    before = undo.CallState(caller.instance) if joined else None
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
                                                      kwargs),
@@ -198,12 +201,12 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     # (a piece of a cut forward: what the whole assigns first, too)
     recording.written_first = frozenset(recording.written_first) | \
         caller.written_by_whole
-    joined = isinstance(packed, joining.Joined)
     one_row_each = joined and _one_row_each(packed, args, kwargs)
     why_unjoined = joining.take_joins(
         recording, packed.joins, [name for name, _ in sig.items]) \
         if joined else None
     if why_unjoined is not None:
+        _as_eagerly(caller, recording, before, args, kwargs)
         return _unjoined(caller, recording, miss_reason, why_unjoined,
                          packed)
     py_guards = guards.writes_replayed(
@@ -215,6 +218,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
     fallback = _fallback_reason(caller, recording, py_guards, generators,
                                 held)
     if fallback is not None and packed is not None:
+        if joined:
+            _as_eagerly(caller, recording, before, args, kwargs)
         return Compiled(recording.result, None, miss_reason,
                         None if joined else packed[0], () if joined else None)
     joins = _joins_found(recording, packed, args, kwargs, leaves) \
@@ -1030,6 +1035,19 @@ def _packing_pays(entry, recording):
 
 
 # --- joined lists -----------------------------------------------------------
+
+def _as_eagerly(caller, recording, before, args, kwargs):
+    """Makes the result of a joined call's ``recording`` that gets no
+    entry eager's: where it drew random numbers (its draws for the rows of
+    all the items at once, assumed alike item by item, need not be eager's
+    one after another: a dropout ratio of each item's own), the call runs
+    again eagerly from the state ``before`` it (``undo.CallState``)."""
+    if not before.drew():
+        return
+    before.restore()
+    recording.result = caller.fn(*args, **kwargs) if caller.instance is None \
+        else caller.fn(caller.instance, *args, **kwargs)
+
 
 def _unjoined(caller, recording, miss_reason, why, joined, sized=False):
     """What a joined call (``joined``) that gets no entry gives back: the

@@ -198,6 +198,14 @@ def _listed_offsets_of_all_but_the_last(xs):
     return numpy.cumsum([len(x) for x in xs[:-1]]).tolist()
 
 
+def _offsets_converted(xs):
+    return numpy.cumsum([len(x) for x in xs[:-1]]).astype(numpy.int32)
+
+
+def _offsets_of_a_type(xs):
+    return numpy.cumsum([len(x) for x in xs], dtype=numpy.int32)[:-1]
+
+
 def _iterated_offsets(xs):
     x_len = [len(x) for x in xs]
     return list(numpy.cumsum(x_len[:-1]))
@@ -241,8 +249,9 @@ class _CutAt(_Encoder):
 
 @pytest.mark.parametrize('sections', [
     _listed_offsets, _listed_offsets_of_all_but_the_last,
-    _iterated_offsets, _accumulated_offsets, _all_accumulated,
-    _summed_in_a_loop, _offsets_of_an_array])
+    _offsets_converted, _offsets_of_a_type, _iterated_offsets,
+    _accumulated_offsets, _all_accumulated, _summed_in_a_loop,
+    _offsets_of_an_array])
 @pytest.mark.parametrize('train', [False, True])
 def test_offsets_as_python_ints_or_of_an_array_are_joined(sections, train):
     # (.tolist() of the offsets, running sums of the lengths, an array of
@@ -2407,3 +2416,54 @@ def test_sentences_of_one_word_each_first_keep_one_entry(train):
                              (4, 7, 2, 2), (1, 1), (5, 1))]
     jitted = _agrees(_EachTagged(), calls, train)
     assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class _DroppedByPosition(chainer.Chain):
+    """Each sentence dropped out at a ratio of its position in the list
+    (the first four at one, the others at another), joined again into an
+    N-step link, scored by a tag for each word (``how``), or summed, then
+    normalized over the batch, the calls counted: the items' draws, alike
+    at four sentences, are no one draw of all at more."""
+
+    def __init__(self, how):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.encoder = L.NStepGRU(1, 6, 6, 0.0)
+            self.out = L.Linear(6, 3)
+            self.norm = L.BatchNormalization(3)
+        self.how = how
+        self.steps = 0
+
+    def forward(self, xs, ts):
+        self.steps += 1
+        exs = [F.dropout(self.embed(x), 0.2 if k < 4 else 0.5)
+               for k, x in enumerate(xs)]
+        if self.how == 'linked':
+            h = self.out(self.encoder(None, exs)[0][-1])
+        elif self.how == 'tagged':
+            h = self.out(F.concat(exs, axis=0))
+        else:
+            h = F.stack([F.sum(self.out(e), axis=0) for e in exs])
+        h = self.norm(h)
+        t = F.concat(ts, axis=0) if self.how == 'tagged' else \
+            F.concat([t[:1] for t in ts], axis=0)
+        return F.softmax_cross_entropy(h, t)
+
+
+@pytest.mark.parametrize('how', ['linked', 'tagged', 'summed'])
+def test_draws_of_each_items_own_are_eagers_at_every_count(how):
+    rng = numpy.random.RandomState(2)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths],
+              [rng.randint(0, 3, n).astype(I32) for n in lengths])
+             for lengths in ((2, 3, 2, 4), (5, 2, 3, 1, 2, 3, 4),
+                             (3, 3, 1, 2, 5, 2), (2, 2, 3, 4))]
+    model = _DroppedByPosition(how)
+    twin = copy.deepcopy(model)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        differential.check_seeded(model, calls, twin=twin,
+                                  jitted=chainerjit.jit(twin.forward))
+    numpy.testing.assert_allclose(twin.norm.avg_mean, model.norm.avg_mean,
+                                  rtol=1e-5, atol=1e-6)
+    assert twin.steps == model.steps
