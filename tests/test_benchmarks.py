@@ -101,7 +101,8 @@ def test_programs_benchmark_checks_and_reports(tmp_path):
         'MLP, the training loop counting its steps on the model',
         'MLP, loss read into Python',
         'decoder, reads its output at each step',
-        'word tagger, sentences of new lengths', '--output', str(report)])
+        'word tagger, batches of new sizes and lengths', '--output',
+        str(report)])
     tree, vae, new_value, new_float, new_index, list_index, annealed, \
         counted, reader, decoder, tagger = rows
     assert decoder['info'].compiled > 0 and decoder['info'].eager == 0
