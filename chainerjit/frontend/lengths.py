@@ -2324,12 +2324,8 @@ def offsets_converted(offsets, args, kwargs):
     """``offsets.astype(dtype)`` by the forward's code of the offsets of a
     joined list's items (:func:`offsets_array`): those offsets of that
     type; ``None`` for other arrays."""
-    recorder = _state.recorder
-    found = None if recorder is None else \
-        _unwritten(recorder.offsets.get(id(offsets)))
-    loc = forward_line(2)
-    if found is None or found[0] is not offsets or found[1] is None or \
-            loc is None:
+    found, loc = _offsets_read(offsets)
+    if found is None:
         return None
     array = traced.untag(offsets).astype(*args, **kwargs)
     if array.dtype.kind not in 'iu':
@@ -2344,15 +2340,28 @@ def running_sums(offsets):
     the sum of the lengths of the items up to it, which ``F.split_axis``
     takes back as those offsets (:func:`offsets_of_sums`); ``None`` for
     other arrays."""
+    found, _ = _offsets_read(offsets)
+    if found is None:
+        return None
+    leaf, shift = _leaf_and_shift(_state.recorder, found[1])
+    return _running_sums([(leaf, -1 - k) for k in range(len(found[2]))],
+                         shift, found[2])
+
+
+def _offsets_read(offsets):
+    """``(what recorder.offsets notes of them, the line)`` where
+    ``offsets`` are the offsets of a joined list's items as made
+    (:func:`offsets_array`; not written into since) and the forward's
+    code (two frames above the caller) reads them; else ``(None,
+    None)``."""
     recorder = _state.recorder
     found = None if recorder is None else \
         _unwritten(recorder.offsets.get(id(offsets)))
+    loc = forward_line(3)
     if found is None or found[0] is not offsets or found[1] is None or \
-            forward_line(2) is None:
-        return None
-    leaf, shift = _leaf_and_shift(recorder, found[1])
-    return _running_sums([(leaf, -1 - k) for k in range(len(found[2]))],
-                         shift, found[2])
+            loc is None:
+        return None, None
+    return found, loc
 
 
 def _leaf_and_shift(recorder, lengths):

@@ -732,11 +732,11 @@ def _recording_offsets(cumsum, recorder):
     joined (``lengths.offsets_array``)."""
     def offsets(a, *args, **kwargs):
         found = None
-        if _state.recorder is not recorder:
-            pass
-        elif type(a) is list and (not a or type(a[0]) is lengths.Length):
+        recording = _state.recorder is recorder
+        if recording and type(a) is list and \
+                (not a or type(a[0]) is lengths.Length):
             found = lengths.offsets_array(cumsum, a, args, kwargs)
-        elif type(a) is traced.TracedArray:  # numpy.array(x_len)
+        elif recording and type(a) is traced.TracedArray:  # of an array
             found = lengths.offsets_of_lengths(cumsum, a, args, kwargs)
         return cumsum(a, *args, **kwargs) if found is None else found
     offsets.__wrapped__ = cumsum
