@@ -1261,8 +1261,7 @@ def found_joins(graph, lists, length_reads, shapes_read, uses,
             [o for use in uses for o in use.origins] if sized
             else reads) for leaf in leaves) and not (
                 _means_of_items(graph, values, users, sized))
-        j = _join_of_readers(path, [n for n in users.get(values[0], [])
-                                    if n is not sized])
+        j = _join_of_readers(path, _item_readers(users, values[0], sized))
         if j is not None:
             j = j._replace(order=order)
         if _read_time_major(values, users):
@@ -1959,7 +1958,7 @@ def _reader_of(values, users, j, shapes_read, sized=None, rows_read=False):
     ``len(xp.concatenate(ts))``); else ``(None, why)``."""
     readers = None
     for value in values:
-        found = [n for n in users.get(value, []) if n is not sized]
+        found = _item_readers(users, value, sized)
         if not found or None in found or value in shapes_read or \
                 readers not in (None, set(found)):
             return None, 'an item of %s is read otherwise than by one op ' \

@@ -694,6 +694,25 @@ def test_pooling_over_the_words_serves_every_count_and_length(pool, train):
     assert 'ReduceSegments' in graph and 'SplitAxis' not in graph, graph
 
 
+class _DividedByItsSentence(_Encoder):
+    """Mean pooling written by hand: each output sequence summed over its
+    words, divided by the length of the sentence it was made of."""
+
+    def __init__(self):
+        super().__init__(L.NStepGRU(1, 6, 5, 0.0), 1)
+
+    def forward(self, xs, t):
+        ys = self.encoder(None, sequence_embed(self.embed, xs))[1]
+        h = F.stack([F.sum(y, axis=0) / len(x) for y, x in zip(ys, xs)])
+        return F.softmax_cross_entropy(self.out(h), t)
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_sums_divided_by_their_sentences_lengths_are_means(train):
+    graph = _classifier_graph(_DividedByItsSentence, 13, train)
+    assert 'ReduceSegments' in graph and 'SplitAxis' not in graph, graph
+
+
 class _PooledEmbeddings(_Encoder):
     """Each sentence's words embedded, pooled over the words (a bag of
     embeddings, max or mean), the pools stacked; or (``apart``) the
