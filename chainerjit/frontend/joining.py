@@ -1635,7 +1635,7 @@ def mean_of_item(total, length):
             length.origins != frozenset([(found.leaf, -1 - found.k)]):
         return None
     recorder.droppable.append(made_by)
-    lengths.forget_reads(recorder, length.origins)
+    lengths.spend_reads(recorder, length.origins)
     return chainer.functions.mean(rows, axis=0, keepdims=summed.keepdims)
 
 

@@ -2186,6 +2186,18 @@ def forget_reads(recorder, origins):
             recorder.spent_reads.append(read)
 
 
+def spend_reads(recorder, origins):
+    """:func:`forget_reads` of ``origins``, read into a value made of all
+    the items (a mean over each item's rows), and of the forward's
+    iterating over the list on the lines that read them (``x_len =
+    [len(x) for x in xs]``, each length dividing its item's sum; a length
+    read there for anything else is left, and keeps the list item by
+    item)."""
+    forget_reads(recorder, origins)
+    _forget_iterated(recorder, set(line for origin, line in
+                                   recorder.spent_reads if origin in origins))
+
+
 def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     """``numpy.cumsum(x_len[:-1])`` by the forward's code (``depth`` frames
     up), ``x_len`` the lengths of every item of a joined list, in order

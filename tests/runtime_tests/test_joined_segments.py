@@ -696,20 +696,29 @@ def test_pooling_over_the_words_serves_every_count_and_length(pool, train):
 
 class _DividedByItsSentence(_Encoder):
     """Mean pooling written by hand: each output sequence summed over its
-    words, divided by the length of the sentence it was made of."""
+    words, divided by the length of the sentence it was made of, read
+    there or (``listed``) from a list of the lengths."""
 
-    def __init__(self):
+    def __init__(self, listed=False):
         super().__init__(L.NStepGRU(1, 6, 5, 0.0), 1)
+        self.listed = listed
 
     def forward(self, xs, t):
         ys = self.encoder(None, sequence_embed(self.embed, xs))[1]
-        h = F.stack([F.sum(y, axis=0) / len(x) for y, x in zip(ys, xs)])
+        if self.listed:
+            x_len = [len(x) for x in xs]
+            h = F.stack([F.sum(y, axis=0) / n for y, n in zip(ys, x_len)])
+        else:
+            h = F.stack([F.sum(y, axis=0) / len(x)
+                         for y, x in zip(ys, xs)])
         return F.softmax_cross_entropy(self.out(h), t)
 
 
+@pytest.mark.parametrize('listed', [False, True])
 @pytest.mark.parametrize('train', [True, False])
-def test_sums_divided_by_their_sentences_lengths_are_means(train):
-    graph = _classifier_graph(_DividedByItsSentence, 13, train)
+def test_sums_divided_by_their_sentences_lengths_are_means(listed, train):
+    graph = _classifier_graph(lambda: _DividedByItsSentence(listed), 13,
+                              train)
     assert 'ReduceSegments' in graph and 'SplitAxis' not in graph, graph
 
 
