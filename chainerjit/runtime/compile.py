@@ -191,7 +191,8 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         varying_names = [signature.argument_name(
             caller.fn, caller.instance, path) for path in varying.paths]
     joined = isinstance(packed, joining.Joined)
-    before = undo.CallState(caller.instance) if joined else None
+    before = undo.CallState(caller.instance, [
+        link for _, link in guards.free_links(py_guards)]) if joined else None
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
                                                      kwargs),

@@ -11,6 +11,8 @@ all its model's link attributes and persistent arrays too
 (:class:`CallState`).
 """
 
+import copy
+
 import chainer
 import numpy
 
@@ -41,21 +43,33 @@ class Snapshot(object):
 
 
 class CallState(object):
-    """What a run of a forward on ``model`` may change, as it is now:
-    NumPy's global generator, and the attributes and persistent arrays of
-    the model's links. A run that must not count (a joined call whose
+    """What a run of a forward on ``model`` (and the ``links`` it names
+    outside it, a global model) may change, as it is now: NumPy's global
+    generator, and of every link of theirs its attributes (the lists,
+    sets and dicts among them as they hold now), its parameters' arrays
+    (``None`` where a lazy link is yet to initialize them) and its
+    persistent arrays. A run that must not count (a joined call whose
     recording drew otherwise than eager would: :meth:`drew`) is undone by
     :meth:`restore` before the forward runs again."""
 
-    def __init__(self, model):
+    def __init__(self, model, links=()):
         self.draws = numpy.random.get_state()
-        links = list(model.links()) if isinstance(model, chainer.Link) \
-            else []
-        self.attributes = [(link, dict(vars(link))) for link in links]
+        found = {}
+        for root in ([model] if isinstance(model, chainer.Link) else []) + \
+                list(links):
+            found.update((id(link), link) for link in root.links())
+        self.attributes = [(link, dict(vars(link)))
+                           for link in found.values()]
+        held = [value for _, attributes in self.attributes
+                for value in attributes.values()]
+        self.containers = [(value, copy.copy(value)) for value in held
+                           if type(value) in (list, set, dict)]
+        self.params = [(value, value.array) for value in held
+                       if isinstance(value, chainer.Parameter)]
         self.arrays = [(array, array.copy())
-                       for _, held in self.attributes
-                       for array in (held.get(name) for name in
-                                     held.get('_persistent', ()))
+                       for _, attributes in self.attributes
+                       for array in (attributes.get(name) for name in
+                                     attributes.get('_persistent', ()))
                        if isinstance(array, numpy.ndarray)]
 
     def drew(self):
@@ -68,6 +82,15 @@ class CallState(object):
         numpy.random.set_state(self.draws)
         for array, saved in self.arrays:
             array[...] = saved
-        for link, held in self.attributes:
+        for link, attributes in self.attributes:
             vars(link).clear()
-            vars(link).update(held)
+            vars(link).update(attributes)
+        for container, saved in self.containers:
+            if type(container) is list:
+                container[:] = saved
+            else:
+                container.clear()
+                container.update(saved)
+        for param, array in self.params:
+            if param.array is not array:
+                param.array = array  # (None: initialized again)

@@ -2495,3 +2495,51 @@ def test_draws_of_each_items_own_are_eagers_at_every_count(how):
     numpy.testing.assert_allclose(twin.norm.avg_mean, model.norm.avg_mean,
                                   rtol=1e-5, atol=1e-6)
     assert twin.steps == model.steps
+
+
+class _DroppedByPositionLazily(chainer.Chain):
+    """Each sentence dropped out at a ratio of its position, the words
+    normalized over the batch, and, where ``extra`` is given, the first
+    sentence through a lazily initialized layer too."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.embed = L.EmbedID(30, 6)
+            self.norm = L.BatchNormalization(6)
+            self.extra = L.Linear(None, 3)
+
+    def forward(self, xs, extra=False):
+        h = self.norm(F.concat([F.dropout(self.embed(x), 0.2 if k < 4
+                                          else 0.5)
+                                for k, x in enumerate(xs)], axis=0))
+        return F.sum(h * h) + F.sum(self.extra(self.embed(xs[0]))) \
+            if extra else F.sum(h * h)
+
+
+def test_draws_of_each_items_own_rerun_from_links_outside_and_lazy_ones():
+    # (the model a closure's, not the jitted function's own; a layer first
+    # initialized at the call that runs again eagerly)
+    rng = numpy.random.RandomState(3)
+    calls = [([rng.randint(0, 30, n).astype(I32) for n in lengths], extra)
+             for lengths, extra in (((2, 3, 2), False),
+                                    ((5, 2, 3, 1, 2, 3, 4), True),
+                                    ((3, 3, 1, 2, 5, 2), True))]
+    model = _DroppedByPositionLazily()
+    twin = copy.deepcopy(model)
+
+    def forward(xs, extra):
+        return twin(xs, extra=extra)
+    jitted = chainerjit.jit(forward)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        for seed, (xs, extra) in enumerate(calls):
+            numpy.random.seed(seed)
+            expected = model(xs, extra=extra)
+            drawn_next = numpy.random.rand()  # (as many draws made)
+            numpy.random.seed(seed)
+            testing.assert_results_equal(jitted(xs, extra), expected)
+            assert numpy.random.rand() == drawn_next
+    numpy.testing.assert_allclose(twin.norm.avg_mean, model.norm.avg_mean,
+                                  rtol=1e-5, atol=1e-6)
+    numpy.testing.assert_allclose(twin.extra.W.array, model.extra.W.array)
