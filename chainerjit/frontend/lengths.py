@@ -2193,9 +2193,15 @@ def spend_reads(recorder, origins):
     [len(x) for x in xs]``, each length dividing its item's sum; a length
     read there for anything else is left, and keeps the list item by
     item)."""
+    _forget_iterated(recorder, _lines_spent(recorder, origins))
+
+
+def _lines_spent(recorder, origins):
+    """:func:`forget_reads` of ``origins``; the lines that read them (here
+    or before)."""
     forget_reads(recorder, origins)
-    _forget_iterated(recorder, set(line for origin, line in
-                                   recorder.spent_reads if origin in origins))
+    return set(line for origin, line in recorder.spent_reads
+               if origin in origins)
 
 
 def offsets_array(cumsum, sizes, args, kwargs, depth=1):
@@ -2216,8 +2222,9 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
         return None
     leaf = origins[0][0] if origins else _single_item_list(recorder)
     if leaf not in recorder.item_lengths:
-        return _items_offsets_of(cumsum, sizes, origins, shift, kwargs) \
-            if origins else None
+        return _items_offsets(cumsum([int.__int__(n) for n in sizes],
+                                     **kwargs), origins, shift) \
+            if origins and _of_items(origins) else None
     count = len(recorder.item_lengths[leaf])
     dropped = len(origins) == count - 1
     counted = [(leaf, -1 - k) for k in range(len(origins) + dropped)]
@@ -2239,18 +2246,6 @@ def offsets_array(cumsum, sizes, args, kwargs, depth=1):
     return _offsets_made(shifted_lengths(leaf, shift), array, dropped, loc)
 
 
-def _items_offsets_of(cumsum, sizes, origins, shift, kwargs):
-    """:func:`offsets_array` of the first axes of arguments (the items of a
-    list recorded item by item), as :func:`_items_offsets` notes them;
-    ``None`` for other sizes."""
-    if any(axis or not 0 <= leaf for leaf, axis in origins) or \
-            len(set(origins)) != len(origins):
-        return None
-    offsets = cumsum([int.__int__(n) for n in sizes], **kwargs)
-    return _items_offsets(offsets, _running_sums(origins, shift,
-                                                 offsets.tolist()))
-
-
 def offsets_of_lengths(cumsum, array, args, kwargs, depth=1):
     """``numpy.cumsum(x_len)`` by the forward's code (``depth`` frames up)
     of ``x_len``, the array of the lengths of every item of a joined list
@@ -2264,10 +2259,8 @@ def offsets_of_lengths(cumsum, array, args, kwargs, depth=1):
         return None
     _, origins, shift = found
     offsets = cumsum(traced.untag(array))
-    if all(axis == 0 for _, axis in origins) and \
-            len(set(origins)) == len(origins):  # (items one by one)
-        return _items_offsets(offsets, _running_sums(origins, shift,
-                                                     offsets.tolist()))
+    if _of_items(origins):
+        return _items_offsets(offsets, origins, shift)
     if not all(is_item_length(origin) for origin in origins):
         return None  # (sizes of a stacked argument's axes)
     return _offsets_made(shifted_lengths(origins[0][0], shift), offsets,
@@ -2415,16 +2408,14 @@ def offsets_of_sums(sections, depth=1):
         return None
     origins, shift = found
     values = [int.__int__(n) for n in sections]
-    if all(axis == 0 for _, axis in origins):  # (items one by one)
-        return _items_offsets(values, sections)
+    if _of_items(origins):
+        return _items_offsets(values, origins, shift)
     leaf = origins[0][0]
     if origins != [(leaf, -1 - k) for k in range(len(origins))] or \
             leaf not in recorder.item_lengths or traced.untag(
                 recorder.item_lengths[leaf]).shape[0] != len(origins) + 1:
         return None
-    forget_reads(recorder, origins)
-    lines = set(line for origin, line in recorder.spent_reads
-                if origin in origins)
+    lines = _lines_spent(recorder, origins)
     loops = set(use.loc for use in recorder.length_uses
                 if use.what in (ITERATED, SLICED) and
                 loop_analysis.sums_lengths_only(use.loc, lines))
@@ -2465,14 +2456,21 @@ def _single_item_list(recorder):
     return leaves.pop() if len(leaves) == 1 else None
 
 
-def _items_offsets(offsets, sizes):
+def _of_items(origins):
+    """Are ``origins`` the first axes of arguments, each another's (the
+    items of a list recorded item by item)?"""
+    return all(axis == 0 and leaf >= 0 for leaf, axis in origins) and \
+        len(set(origins)) == len(origins)
+
+
+def _items_offsets(offsets, origins, shift):
     """The ``offsets`` (ints, or NumPy's array of them) of the items of a
-    list recorded item by item, the running sums of their first axes'
-    ``sizes``: NumPy's array, noted (``recorder.offsets``, without a
-    leaf) for ``F.split_axis`` to tell a cut at them (``joining`` then
-    joins the list)."""
+    list recorded item by item, the running sums of the sizes ``origins``
+    of their first axes, each plus ``shift``: NumPy's array, noted
+    (``recorder.offsets``, without a leaf) for ``F.split_axis`` to tell a
+    cut at them (``joining`` then joins the list)."""
     array = numpy.asarray(offsets).view(ItemOffsets)
-    array.sums = sizes
+    array.origins, array.shift = origins, shift
     _state.recorder.offsets[id(array)] = (array, None, array.tolist())
     return array
 
@@ -2482,35 +2480,39 @@ class ItemOffsets(numpy.ndarray):
     (:func:`offsets_array`), whose ``tolist()`` (or iteration) by the
     forward's code gives the running sums of the items' lengths
     (:class:`Length`) that ``F.split_axis`` takes back
-    (:func:`offsets_of_sums`)."""
+    (:func:`offsets_of_sums`), and whose ``astype`` to ints such
+    offsets."""
 
-    sums = None
+    origins, shift = None, 0  # of the sizes summed (_items_offsets)
 
     def tolist(self):
-        sums = self._sums()
-        return numpy.ndarray.tolist(self) if sums is None else sums
+        summed, values = self._summed(), numpy.ndarray.tolist(self)
+        return values if summed is None else _running_sums(*summed, values)
 
     def astype(self, *args, **kwargs):
-        sums = self._sums()
+        summed = self._summed()
         array = numpy.ndarray.astype(self.view(numpy.ndarray), *args,
                                      **kwargs)
-        return array if sums is None or array.dtype.kind not in 'iu' else \
-            _items_offsets(array, sums)
+        return array if summed is None or array.dtype.kind not in 'iu' \
+            else _items_offsets(array, *summed)
 
     def __iter__(self):
-        sums = self._sums()
-        return numpy.ndarray.__iter__(self) if sums is None else iter(sums)
+        summed = self._summed()
+        return numpy.ndarray.__iter__(self) if summed is None else iter(
+            _running_sums(*summed, numpy.ndarray.tolist(self)))
 
-    def _sums(self):
-        """The running sums these offsets are, where the forward's code
-        (two frames up) reads them while recording; else ``None``."""
+    def _summed(self):
+        """``(origins, shift)`` of the sizes these offsets sum, where the
+        forward's code (two frames up) reads them while recording; else
+        ``None``."""
         recorder = _state.recorder
         found = None if recorder is None or recorder.depth or \
             forward_line(2) is None else noted_offsets(self)
-        whole = self if self.sums is not None else self.base
-        if found is None or getattr(whole, 'sums', None) is None:
+        whole = self if self.origins is not None else self.base
+        origins = getattr(whole, 'origins', None)
+        if found is None or origins is None:
             return None
-        return whole.sums[:len(found[2])]
+        return origins[:len(found[2])], whole.shift
 
 
 def _offsets_reader(dropped, dtype):

@@ -223,7 +223,7 @@ class _Recorder(object):
         self.shifted_lengths = {}
         self.item_length_reads = []
         self.spent_reads = []  # those read into an array or offsets
-        self.length_arrays = {}  # id(array) -> (it, leaf, shift)
+        self.length_arrays = {}  # id(array) -> (it, origins, shift)
         self.offsets = {}
         self.segment_parts = []
         # id(a part's value) -> (it, its joining.Segments, its index)

@@ -191,8 +191,10 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         varying_names = [signature.argument_name(
             caller.fn, caller.instance, path) for path in varying.paths]
     joined = isinstance(packed, joining.Joined)
+    # (the items' draws made for the rows of all at once: joining.Join)
     before = undo.CallState(caller.instance, [
-        link for _, link in guards.free_links(py_guards)]) if joined else None
+        link for _, link in guards.free_links(py_guards)]) \
+        if joined and any(j.draws for j in packed.joins) else None
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
                                                      kwargs),
@@ -1039,11 +1041,12 @@ def _packing_pays(entry, recording):
 
 def _as_eagerly(caller, recording, before, args, kwargs):
     """Makes the result of a joined call's ``recording`` that gets no
-    entry eager's: where it drew random numbers (its draws for the rows of
-    all the items at once, assumed alike item by item, need not be eager's
-    one after another: a dropout ratio of each item's own), the call runs
-    again eagerly from the state ``before`` it (``undo.CallState``)."""
-    if not before.drew():
+    entry eager's: where it drew random numbers for the rows of all the
+    items at once (``before``, the state before it, ``undo.CallState``;
+    ``None`` where no join draws so), which need not be eager's draws one
+    item after another (a dropout ratio of each item's own), the call
+    runs again eagerly from that state."""
+    if before is None or not before.drew():
         return
     before.restore()
     recording.result = caller.fn(*args, **kwargs) if caller.instance is None \
