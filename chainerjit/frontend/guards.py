@@ -906,9 +906,6 @@ def attribute_state(value):
     return '<%s at %#x>' % (type(value).__name__, id(value))
 
 
-UNREAD = '<not read before assigned, or not at all>'
-
-
 def link_state(instance, ignored=frozenset()):
     """What a compiled program assumes of a model: for each link, its
     class and identity and the state of its attributes, but for the
@@ -940,11 +937,11 @@ def _items_of(link):
 
 
 def without_ignored(state, ignored):
-    """A :func:`link_state` with the ``ignored`` attributes masked."""
+    """A :func:`link_state` without the ``ignored`` attributes (one the
+    forward assigns first may be there yet or not)."""
     return dict(
         (path, value[:3] + (tuple(
-            (k, UNREAD if (path, k) in ignored else v)
-            for k, v in value[3]),))
+            (k, v) for k, v in value[3] if (path, k) not in ignored),))
         for path, value in state.items())
 
 

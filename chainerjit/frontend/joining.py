@@ -78,6 +78,16 @@ MIN_ITEMS = 2
 DRAWS_UNSEEN = 'a random function draws for each item of a joined list, ' \
     'which the recording that joined it did not show'
 
+#: Why a joined recording does not take its joins: the call's items came
+#: in the order the forward sorts them by ``numpy.argsort``, in which a
+#: list it did not reorder is read alike. The next call of that mode
+#: finds them again.
+ORDER_UNSEEN = 'the items of a list the forward orders by numpy.argsort ' \
+    'came sorted already'
+
+#: The reasons after which the next call of the mode finds joins again.
+UNSEEN = (DRAWS_UNSEEN, ORDER_UNSEEN)
+
 
 class Join(collections.namedtuple(
         'Join', 'path kind padding lengths width draws order',
@@ -95,10 +105,11 @@ class Join(collections.namedtuple(
     (lists of items of the same lengths share one). ``draws``: a random
     function (dropout) applied to each item on its own may draw for the
     rows of all at once (:func:`_draws_as_one`; ``None``: not seen).
-    ``order``: ``(path, descending)`` of a list the forward sorts by the
-    lengths of the items of the list at ``path`` (itself, or one sorted
-    with it): a call joins its items in that order (:func:`sorted_order`,
-    ``frontend.sorting``)."""
+    ``order``: ``(path, descending, how)`` of a list the forward sorts by
+    the lengths of the items of the list at ``path`` (itself, or one
+    sorted with it), by ``sorted`` (``how`` ``None``) or by the indexes
+    ``numpy.argsort`` gives (``sorting.Argsort``): a call joins its items
+    in that order (:func:`sorted_order`, ``frontend.sorting``)."""
 
     __slots__ = ()
 
@@ -159,15 +170,18 @@ def sorted_order(j, args, kwargs):
     """The positions of the items of the list ``j`` joins in the order a
     call joins them: of a sorted list (``j.order``), sorted by the lengths
     of the items of the list it is sorted by, in its direction, stably as
-    Python's ``sorted`` (none, ``()``, where that list is not there);
+    Python's ``sorted``, or as ``numpy.argsort`` orders them
+    (``sorting.Argsort``) (none, ``()``, where that list is not there);
     else ``None``."""
     if j.order is None:
         return None
-    path, descending = j.order
+    path, descending, how = j.order
     by = packing.argument_at(args, kwargs, path)
     if type(by) not in (list, tuple) or not all(
             isinstance(a, numpy.ndarray) and a.ndim for a in by):
         return ()
+    if how is not None:
+        return how.order([len(a) for a in by])
     return sorted(range(len(by)), key=lambda i: len(by[i]),
                   reverse=descending)
 
@@ -452,6 +466,9 @@ def note_items(items, packed, leaf, shift=0):
     for k, item in enumerate(items):
         recorder.segment_items[id(lengths.array_of(item))] = Item(
             packed, k, items_lengths, leaf, shift)
+        if isinstance(item, chainer.Variable):
+            recorder.item_variables[id(item.array)] = (item,
+                                                       item.creator_node)
 
 
 def note_outputs(parts, packed, like):
@@ -490,6 +507,21 @@ def item_of(x, recorder=None):
     return recorder.segment_items.get(id(lengths.array_of(x)))
 
 
+def is_cut_off(x, recorder=None):
+    """Is ``x`` an item noted as a Variable (:func:`note_items`), but no
+    longer on its graph: its array (``y.array``), another Variable of it
+    (``Variable(y.array)``), or the Variable unchained? Its gradient is not
+    the rows of all the items' (made without it)."""
+    recorder = recorder or _keys.recording.recorder
+    noted = recorder.item_variables.get(id(lengths.array_of(x)))
+    return noted is not None and (x is not noted[0] or
+                                  x.creator_node is not noted[1])
+
+
+def _cut_off_among(items):
+    return any(is_cut_off(x) for x in items)
+
+
 def paired(noted):
     """Are the :class:`Item` ``noted`` (``None`` for an input of no item)
     all item ``k`` of values as long, item by item: of one joined list,
@@ -515,6 +547,8 @@ def applied_to_items(node, inputs):
     only does so rolls into those ops (:func:`take_joins`)."""
     recorder = _keys.recording.recorder
     noted = [item_of(x) for x in inputs]
+    if any(noted) and _cut_off_among(inputs):
+        return None  # (the rows of all would carry its gradient)
     name = type(node).__name__
     if (name in ROW_WISE or name in ALONG_ROWS and _along_rows(
             node, lengths.array_of(inputs[0]))) and \
@@ -659,6 +693,7 @@ def _applied(key, found, whole, drawn=False):
     asked for the first item: a loop over the items draws anew); the line
     that asked is a loop over the items."""
     recorder = _keys.recording.recorder
+    key += (chainer.config.enable_backprop,)
     items = recorder.applied_rows.get(key)
     if items is None or drawn and found.k == 0:
         rows, items = whole()
@@ -869,7 +904,7 @@ def items_whole(items):
     the items of a joined list, or of one value made of them
     (:func:`applied_to_items`), in order; else ``None``."""
     found = whole_items(items)
-    if found is None:
+    if found is None or _cut_off_among(items):
         return None
     return segments(items, found.packed, found.lengths, note=False)
 
@@ -880,7 +915,7 @@ def concatenated(items):
     order: that value (the joined rows the call passed, whose length is
     the words' symbol), a Variable; else ``None``."""
     found = whole_items(items)
-    if found is None:
+    if found is None or _cut_off_among(items):
         return None
     if isinstance(found.packed, chainer.Variable):
         return found.packed
@@ -1110,6 +1145,8 @@ def take_joins(recording, joins, names):
         recording.item_length_reads
     if recording.draws_unseen:
         return DRAWS_UNSEEN
+    if recording.orders_unseen:
+        return ORDER_UNSEEN
     if recording.orders_read:
         return "the forward's Python orders the items of a list the call " \
             "sorted by something else than their lengths%s" % _at(

@@ -1893,6 +1893,7 @@ RECORDING_PATCHES = (
     RecordingPatch(builtins, 'len', _symbolic_len),
     RecordingPatch(builtins, 'max', _recording_max),
     RecordingPatch(builtins, 'sorted', sorting.recording_sorted),
+    RecordingPatch(numpy, 'argsort', sorting.recording_argsort),
     RecordingPatch(numpy, 'shape', _numpy_shape),
     RecordingPatch(numpy, 'size', _numpy_size),
     RecordingPatch(numpy, 'prod', _numpy_prod),

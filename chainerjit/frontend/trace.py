@@ -47,6 +47,7 @@ from chainerjit.frontend import model_state
 from chainerjit.frontend import recording_patches
 from chainerjit.frontend import scalars
 from chainerjit.frontend import signature
+from chainerjit.frontend import sorting
 from chainerjit.frontend import traced
 from chainerjit.frontend import trip_counts
 from chainerjit.ops import array as ops_array
@@ -117,6 +118,7 @@ class Recording(object):
         # ordering a joined list's sorted items otherwise
         self.sorts = recorder.sorts if recorder else []
         self.orders_read = recorder.orders_read if recorder else []
+        self.orders_unseen = recorder.orders_unseen if recorder else False
         # the IR values whose shape the forward's Python read
         self.shapes_read = set(
             recorder.values[i] for i in recorder.shapes_read
@@ -250,10 +252,15 @@ class _Recorder(object):
         self.iterated_lines = set()
         # (sorting) the lists sorted by their items' lengths; id(array) ->
         # sorting.Position of the items of lists a joined call sorted; the
-        # lines ordering those otherwise
+        # lines ordering those otherwise; whether numpy.argsort found them
+        # sorted already (sorting._ordered)
         self.sorts = []
         self.sorted_items = {}
+        # id(array) -> (Variable, its creator) of items noted as Variables
+        # (joining.is_cut_off)
+        self.item_variables = {}
         self.orders_read = []
+        self.orders_unseen = False
         self.length_uses = []
         self.length_reads = set()  # (leaf, axis) whose size it read
         # frozensets of the (leaf, 0) of items recorded one by one whose
@@ -332,6 +339,7 @@ class _Recorder(object):
         recorded node holds them as constants."""
         if self.varying:
             scalars.note_baked_in(obj, what, loc)
+        sorting.note_orders_read(obj)
         if loc is not None:
             self.length_uses += lengths.uses_in(obj, what, loc)
 

@@ -191,10 +191,10 @@ def _compile_call(caller, key, leaves, args, kwargs, packed=None,
         varying_names = [signature.argument_name(
             caller.fn, caller.instance, path) for path in varying.paths]
     joined = isinstance(packed, joining.Joined)
-    # (the items' draws made for the rows of all at once: joining.Join)
+    # (to run a joined call that gets no entry again: _as_eagerly)
     before = undo.CallState(caller.instance, [
         link for _, link in guards.free_links(py_guards)]) \
-        if joined and any(j.draws for j in packed.joins) else None
+        if joined else None
     recording = _record(caller, sig, leaves, recorded_args, recorded_kwargs,
                         None if packed is None else (packed[0], args,
                                                      kwargs),
@@ -1042,15 +1042,29 @@ def _packing_pays(entry, recording):
 def _as_eagerly(caller, recording, before, args, kwargs):
     """Makes the result of a joined call's ``recording`` that gets no
     entry eager's: where it drew random numbers for the rows of all the
-    items at once (``before``, the state before it, ``undo.CallState``;
-    ``None`` where no join draws so), which need not be eager's draws one
-    item after another (a dropout ratio of each item's own), the call
-    runs again eagerly from that state."""
-    if before is None or not before.drew():
+    items at once, which need not be eager's draws one item after another
+    (a dropout ratio of each item's own), or where a gradient flows from
+    it (through functions the recording applied to the rows of all the
+    items, where the forward applied them to some alone), the call runs
+    again eagerly from the state before it (``before``,
+    ``undo.CallState``)."""
+    if before is None or not (before.drew() or
+                              _on_a_graph(recording.result)):
         return
     before.restore()
     recording.result = caller.fn(*args, **kwargs) if caller.instance is None \
         else caller.fn(caller.instance, *args, **kwargs)
+
+
+def _on_a_graph(result):
+    """Does ``result`` (a forward's, in lists, tuples and dicts) hold a
+    Variable a gradient flows from?"""
+    if isinstance(result, chainer.Variable):
+        return result.creator_node is not None
+    if type(result) is dict:
+        result = list(result.values())
+    return isinstance(result, (list, tuple)) and any(map(_on_a_graph,
+                                                         result))
 
 
 def _unjoined(caller, recording, miss_reason, why, joined, sized=False):
@@ -1059,7 +1073,7 @@ def _unjoined(caller, recording, miss_reason, why, joined, sized=False):
     of; calls of lists of one item only, where ``joined`` is one (a
     sentence framed or cut at its ends alone; ``sized``: its program
     compiled, but at sizes too small to leave open)."""
-    if why is joining.DRAWS_UNSEEN:
+    if why in joining.UNSEEN:
         return Compiled(recording.result, None, miss_reason, None, None,
                         rejoin=True)
     if joining.counts(joined) == set([1]):
@@ -1098,13 +1112,13 @@ def _joins_found(recording, packed, args, kwargs, leaves):
     if lists is None:
         return ()
     uses = [use for use in recording.length_uses
-            if use.what != sorting.SORTED]
+            if use.what not in sorting.SORTS]
     joins = joining.found_joins(recording.graph, lists,
                                 recording.length_reads, recording.shapes_read,
                                 uses, recording.item_splits,
                                 recording.length_totals, recording.droppable,
                                 recording.templates, orders)
-    keys = set(path for path, _ in orders.values())
+    keys = set(order[0] for order in orders.values())
     if _left_alike(found, joins, args, kwargs) or any(
             j.kind != 'segments' for j in joins if j.path in keys):
         return ()  # (a joined recording reads the lengths of segments)

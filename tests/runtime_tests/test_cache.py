@@ -450,3 +450,30 @@ def test_a_jitted_link_inlined_into_an_outer_recording_is_no_eager_call(
     _calls_of(outer, 3, rng)
     assert inner.cache_info().eager == 0
     assert outer.cache_info().compiled == 2
+
+
+class _KeepsItsLoss(chainer.Chain):
+    """Stores its loss on itself, an attribute it has not before its
+    first call (as the VAE example's loss function does)."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.l1 = L.Linear(6, 3)
+
+    def forward(self, x):
+        self.loss = F.sum(self.l1(x) ** 2)
+        return self.loss
+
+
+def test_an_attribute_the_forward_makes_first_is_no_miss(rng):
+    model = _KeepsItsLoss()
+    twin = model.copy(mode='copy')
+    jitted = chainerjit.jit(twin.forward)
+    for _ in range(4):
+        x = _x(rng)
+        loss = jitted(x)
+        expected = model.forward(x)
+        numpy.testing.assert_allclose(loss.array, expected.array, rtol=1e-6)
+        assert twin.loss is loss
+    assert len(jitted.cache_entries()) == 1, jitted.cache_report()

@@ -2543,3 +2543,54 @@ def test_draws_of_each_items_own_rerun_from_links_outside_and_lazy_ones():
     numpy.testing.assert_allclose(twin.norm.avg_mean, model.norm.avg_mean,
                                   rtol=1e-5, atol=1e-6)
     numpy.testing.assert_allclose(twin.extra.W.array, model.extra.W.array)
+
+
+# --- items cut off the graph ------------------------------------------------
+
+class _CutOff(chainer.Chain):
+    """Words embedded one sentence at a time into an N-step GRU, and what
+    the forward does with the items off the graph (``how``)."""
+
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        with self.init_scope():
+            self.embed = L.EmbedID(10, 3)
+            self.rnn = L.NStepGRU(1, 3, 3, 0.0)
+            self.mid = L.Linear(3, 3)
+            self.out = L.Linear(3, 2)
+
+    def forward(self, xs):
+        if self.how == 'frozen encoder':
+            with chainer.no_backprop_mode():
+                hy, _ = self.rnn(None, [self.embed(x) for x in xs])
+            return F.sum(self.out(hy[-1]) + self.out(F.stack(
+                [F.sum(self.embed(x), axis=0) for x in xs])))
+        hy, ys = self.rnn(None, [self.embed(x) for x in xs])
+        if self.how == 'arrays':
+            ys = [y.array for y in ys]
+        elif self.how == 'new variables':
+            ys = [chainer.Variable(y.array) for y in ys]
+        elif self.how == 'unchained':
+            for y in ys:
+                y.unchain()
+        elif self.how == 'joined again':
+            return F.sum(self.mid(F.concat([y.array for y in ys], axis=0))) \
+                + F.sum(hy * hy)
+        return F.sum(self.out(F.stack(
+            [F.sum(self.mid(y), axis=0) for y in ys])) + self.out(hy[0]))
+
+
+@pytest.mark.parametrize('how', ['arrays', 'new variables', 'unchained',
+                                 'joined again', 'frozen encoder'])
+def test_items_cut_off_the_graph_get_no_gradient_at_any_call(how):
+    # The call that first joins the lists too.
+    rng = numpy.random.RandomState(21)
+    calls = [([rng.randint(0, 10, k).astype(I32) for k in lengths],)
+             for lengths in ((4, 1, 5), (3, 2, 1), (2, 2, 5), (1, 4, 4, 2),
+                             (5, 3), (2, 6, 1))]
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        jitted = differential.check_seeded(_CutOff(how), calls)
+    if how == 'frozen encoder':  # (the rows made without gradient apart)
+        assert len(jitted.cache_entries()) == 1, jitted.cache_report()

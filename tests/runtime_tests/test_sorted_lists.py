@@ -349,3 +349,155 @@ def test_lists_of_other_counts_leave_the_joined_entry():
     joined = [str(e.signature) for e in jitted.cache_entries()
               if str(e.signature).startswith('xs[0]: i32[W]')]
     assert len(joined) == 1 and 'ts[0]: i32[W]@cpu' in joined[0], joined
+
+
+# --- numpy.argsort of the lengths, the lists indexed by its order -----------
+
+class _ArgsortTagger(_Model):
+    """Chainer's older examples: ``inds = numpy.argsort([-len(x) for x in
+    xs]).astype('i')``, the sentences and their tags indexed by it, every
+    word scored."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs]).astype('i')
+        xs = [xs[i] for i in inds]
+        ts = [ts[i] for i in inds]
+        _, ys = self.lstm(sequence_embed(self.embed, xs, 0.1))
+        return F.softmax_cross_entropy(self.out(F.concat(ys, axis=0)),
+                                       F.concat(ts, axis=0))
+
+
+class _ArgsortReversed(_Model):
+    """The increasing order reversed (``[::-1]``), listed, the lengths
+    read as ``x.shape[0]``; the last states of the sentences in that
+    order added up one after another, so that the order of sentences as
+    long as each other shows."""
+
+    def forward(self, xs, ts):
+        order = numpy.argsort([x.shape[0] for x in xs])[::-1].tolist()
+        xs = [xs[i] for i in order]
+        hy, _ = self.lstm([self.embed(x) for x in xs])
+        return F.sum(F.cumsum(hy[-1], axis=0) ** 2)
+
+
+class _ArgsortLink(_Model):
+    """The increasing order itself, into the link, which takes any; the
+    outputs in that order added up one after another."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([len(x) for x in xs], kind='stable')
+        _, _, ys = self.rnn(None, None,
+                            sequence_embed(self.embed, [xs[i] for i in inds]))
+        return F.sum(F.cumsum(F.tanh(self.out(F.concat(ys, axis=0))),
+                              axis=0) ** 2)
+
+
+@pytest.mark.parametrize('cls', [_ArgsortTagger, _ArgsortReversed,
+                                 _ArgsortLink])
+@pytest.mark.parametrize('train', [True, False])
+def test_lists_indexed_by_an_argsort_of_lengths_are_joined(cls, train):
+    numpy.random.seed(0)
+    jitted = checked_without_recompiling(
+        cls, _batches(numpy.random.RandomState(14), _SHAPES), train)
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu (array)'), \
+        entry.signature
+
+
+def test_an_argsort_orders_items_as_long_as_each_other_as_numpy_does():
+    # NumPy's default sort is not stable: of twenty sentences of one to
+    # three words, the rows of the states returned are in its order.
+    rng = numpy.random.RandomState(15)
+    calls = [([rng.randint(0, 30, k).astype(I32)
+               for k in rng.randint(1, 4, n)], None)
+             for n in (20, 24, 3, 33, 20, 17)]
+    for train in (True, False):
+        jitted = checked_without_recompiling(_ArgsortReversed, calls, train)
+        assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+class _UnsortedByArgsort(_Model):
+    """The states put back in the caller's order by ``numpy.argsort`` of
+    the order."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs])
+        hy, _ = self.lstm(sequence_embed(self.embed, [xs[i] for i in inds]))
+        return F.sum(F.cumsum(hy[-1][numpy.argsort(inds)], axis=0) ** 2)
+
+
+class _UnsortedByPermutate(_Model):
+    """Put back by ``F.permutate`` with the order inverted."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs]).astype(numpy.int32)
+        hy, _ = self.lstm(sequence_embed(self.embed, [xs[i] for i in inds]))
+        return F.sum(F.cumsum(F.permutate(hy[-1], inds, inv=True),
+                              axis=0) ** 2)
+
+
+class _UnsortedByAssignment(_Model):
+    """Each sentence's outputs put back where the caller had it."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs])
+        _, ys = self.lstm(sequence_embed(self.embed, [xs[i] for i in inds]))
+        back = list(ys)
+        for k, i in enumerate(inds):
+            back[i] = F.sum(ys[k], axis=0)
+        return F.sum(F.cumsum(F.stack(back), axis=0) ** 2)
+
+
+class _TagsLeft(_Model):
+    """The sentences indexed by the order, their tags not (wrongly, but
+    as eager computes it)."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs])
+        _, ys = self.lstm(sequence_embed(self.embed, [xs[i] for i in inds]))
+        return F.sum(self.out(F.concat(ys, axis=0))[:, 0]) + \
+            F.sum(self.embed(F.concat(ts, axis=0)))
+
+
+class _CountedOrder(_Model):
+    """The order's length read, and its indexes into an array."""
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs])
+        hy, _ = self.lstm(sequence_embed(self.embed, [xs[i] for i in inds]))
+        return F.sum(hy[-1] * self.xp.asarray(inds, 'f')[:, None]) / len(
+            inds)
+
+
+@pytest.mark.parametrize('cls', [_UnsortedByArgsort, _UnsortedByPermutate,
+                                 _UnsortedByAssignment, _TagsLeft,
+                                 _CountedOrder])
+def test_orders_read_otherwise_stay_right(cls):
+    # Sorted calls first (the order reads alike there), in any order
+    # after; the same lengths again in another order.
+    calls = _batches(numpy.random.RandomState(16), ((3, 6), (4, 8)))
+    calls = [([x for x in sorted(xs, key=len, reverse=True)], ts)
+             for xs, ts in calls]
+    xs, ts = _batches(numpy.random.RandomState(17), ((5, 7),))[0]
+    calls += [(xs, ts), (xs[::-1], ts[::-1]), (xs[1:] + xs[:1], ts)]
+    calls += _batches(numpy.random.RandomState(18), _SHAPES)
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        for train in (True, False):
+            with chainer.using_config('train', train):
+                differential.check_seeded(cls(), calls)
+
+
+def test_calls_sorted_already_find_the_order_again():
+    # A call whose sentences come sorted reads any list alike in the
+    # order of the argsort: the next finds how to join again.
+    calls = [([x for x in sorted(xs, key=len, reverse=True)], ts)
+             for xs, ts in _batches(numpy.random.RandomState(19), _SHAPES)]
+    calls += _batches(numpy.random.RandomState(20), _SHAPES)
+    numpy.random.seed(0)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        jitted = differential.check_seeded(_ArgsortTagger(), calls)
+    assert jitted.cache_info().hits > 0
