@@ -767,14 +767,15 @@ def indexed_item(x, index, kind=None):
                     found._replace(shift=shift), whole)
 
 
-def parts_like(rows, items):
+def parts_like(rows, items, kind=None):
     """The parts of ``rows`` (a traced array of a row for each row of the
     ``items``, all those of a value made of a joined list's items, in
-    order) as long as the items, traced arrays noted as its items are
-    (a CRF's best paths, a label for each word)."""
+    order) as long as the items, traced arrays (or Variables, for
+    ``kind`` ``chainer.Variable``) noted as its items are (a CRF's best
+    paths, a label for each word)."""
     found = whole_items(items)
     items_lengths = lengths.shifted_lengths(found.leaf, found.shift)
-    parts = _cut_as(rows, items_lengths, None)[1]
+    rows, parts = _cut_as(rows, items_lengths, kind)
     note_items(parts, rows, found.leaf, found.shift)
     return parts
 
@@ -1377,24 +1378,15 @@ _CRFS = frozenset(['CRF1dOfSequences', 'ArgmaxCRF1dOfSequences'])
 def _crfs_of_all(values, users):
     """The CRF nodes (:data:`_CRFS`) taking all of ``values`` (a list's
     items, or values made of each alone), in order, as their sequences'
-    scores or labels, whose best paths (if any) are read by nodes."""
+    scores or labels. (Best paths returned are cut at each call's
+    lengths, ``parts_like``.)"""
     found, n = set(), len(values)
     for node in _readers(values, users):
         if node is not None and node.op in _CRFS and \
                 len(node.inputs) - 1 in (n, 2 * n) and \
-                list(values) in (node.inputs[1:n + 1], node.inputs[n + 1:]) \
-                and all(_read_by_nodes(path, users)
-                        for path in node.outputs[1:]):
+                list(values) in (node.inputs[1:n + 1], node.inputs[n + 1:]):
             found.add(node)
     return found
-
-
-def _read_by_nodes(value, users):
-    """Is ``value`` read, and only by nodes (not returned)? A best path
-    returned as it is would be an item of the rows of all, cut at the
-    lengths recorded."""
-    readers = users.get(value)
-    return bool(readers) and None not in readers
 
 
 def _read_time_major(values, users):

@@ -115,7 +115,8 @@ def _recording_setattr(link_setattr, recorder):
                                   'assigned to self.%s' % name,
                                   traced.user_location(2))
             recorder.first_access.setdefault((id(link), name), 'write')
-            recorder.note_effect('setattr', link, name, value)
+            recorder.note_effect('setattr', link, name, value,
+                                 traced.user_location(2))
         link_setattr(link, name, value)
     return setattr_recorded
 
@@ -1076,22 +1077,38 @@ def _recording_argmax_crf1d(argmax_crf1d, recorder):
     and transposed itself: one node on the sequences
     (``ops.loss.ArgmaxCRF1dOfSequences``), each's path transposed to
     steps as Chainer returns them, which ``F.transpose_sequence`` gives
-    back as that node's paths. Else Chainer's, step by step."""
+    back as that node's paths; of the items of joined lists, one node on
+    their rows (``ops.loss.ArgmaxCRF1dOfSegments``), the paths its rows cut
+    at their lengths. Else Chainer's, step by step."""
     def best(cost, xs):
         sequences = _sequences_transposed(xs, recorder) \
             if _state.recorder is recorder and not recorder.depth else None
         if not sequences:
             return argmax_crf1d(cost, xs)
-        found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(
-            [cost] + sequences)
+        score, paths = _best_paths(cost, sequences, recorder)
         first = len(recorder.graph.nodes)
         steps = [p.array for p in transpose_sequence_module.
-                 transpose_sequence([p.array for p in found[1:]])]
+                 transpose_sequence([p.array for p in paths])]
         recorder.droppable.extend(recorder.graph.nodes[first:])
-        _note_transposed(steps, found[1:], recorder)
-        return found[0], steps
+        _note_transposed(steps, paths, recorder)
+        return score, steps
     best.__wrapped__ = argmax_crf1d
     return best
+
+
+def _best_paths(cost, sequences, recorder):
+    """``(score, each sequence's best path, a Variable)`` of the CRF of
+    ``cost`` over ``sequences``: one node on their rows where they are
+    joined items, else on them."""
+    whole = _whole_sequences(sequences, recorder)
+    if whole is None:
+        found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(
+            [cost] + list(sequences))
+        return found[0], found[1:]
+    found = loss_ops.ArgmaxCRF1dOfSegments().apply(
+        (cost, whole.packed, whole.joined))
+    return found[0], list(joining.parts_like(found[1].array, sequences,
+                                             chainer.Variable))
 
 
 def _recording_crf1d(crf1d, recorder):

@@ -165,6 +165,7 @@ class _Recorder(object):
         self.constant_memory = set()
         # id(memory owner): the first constant array returned of it
         self.returned_memory = {}
+        self.effect_lines = {}  # (id(link), name) -> line assigning it
         self.effects = []  # ('setattr', link, name, value) and
         # ('report', observer, None, values), in order
         self.param_arrays = {}  # param Value -> its array before the run
@@ -367,16 +368,18 @@ class _Recorder(object):
         self.size_operations.add(lengths.operation_position(frame))
         return lengths.index_from_the_end(x, index)
 
-    def note_effect(self, kind, target, name, value):
+    def note_effect(self, kind, target, name, value, loc=None):
         """Notes an assignment to a link attribute or a ``chainer.report``
-        made by the forward's code, to replay on compiled calls. Only the
-        last assignment to an attribute is kept: the earlier ones cannot
-        be seen after the call (a loop assigning ``self.h`` each step)."""
+        made by the forward's code (at ``loc``), to replay on compiled
+        calls. Only the last assignment to an attribute is kept: the
+        earlier ones cannot be seen after the call (a loop assigning
+        ``self.h`` each step)."""
         if self.depth:
             return
         if kind == 'setattr':
             self.effects = [e for e in self.effects if not (
                 e[0] == 'setattr' and e[1] is target and e[2] == name)]
+            self.effect_lines[id(target), name] = loc
         self.effects.append((kind, target, name, value))
 
     def bind(self, array, value):
@@ -1378,7 +1381,8 @@ def _record_effects(instance, recorder, proxies):
         what = 'assigning %s' % name if kind == 'setattr' else 'reporting'
         if target is not None and id(target) not in paths:
             recorder.note_escape('%s on %s outside the model' % (
-                what, type(target).__name__), None)
+                what, type(target).__name__),
+                recorder.effect_lines.get((id(target), name)))
             continue
         leaves = []
         try:

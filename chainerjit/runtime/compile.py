@@ -447,8 +447,10 @@ def _fallback_reason(caller, recording, py_guards, generators,
             not pure_but_guards(recording.graph.nodes):
         reason = ('a branch on an array value in a forward with random or '
                   'stateful operations')
-        caller.warn_fallback(errors.DataDependentValue(reason), None)
-        return reason
+        loc = next(node.loc for node in recording.graph.nodes
+                   if structural.is_guard(node))
+        caller.warn_fallback(errors.DataDependentValue(reason), loc)
+        return '%s at %s' % (reason, _format_loc(loc))
     return None
 
 

@@ -59,6 +59,7 @@ import numpy
 import pytest
 
 import chainerjit
+from chainerjit import errors
 from chainerjit import testing
 from tests.frontend_tests.guarded_helpers import scaled
 
@@ -966,3 +967,35 @@ def test_a_global_a_sequentials_function_reads_is_guarded(rng, cls):
             _same(jitted, net.forward, x)
         finally:
             SCALE = 2.0
+
+
+class _VAE(chainer.Chain):
+    """Chainer's VAE example's loss function: a closure that stores its
+    loss on the model it names."""
+
+    def __init__(self):
+        super().__init__()
+        with self.init_scope():
+            self.dec = L.Linear(5, 5)
+
+    def get_loss_func(self):
+        def lf(x):
+            rec_loss = F.bernoulli_nll(x, self.dec(x)) / len(x)
+            self.rec_loss = rec_loss
+            return rec_loss
+        return lf
+
+
+def test_a_closure_assigning_to_its_model_runs_eagerly_naming_the_line(rng):
+    model = _VAE()
+    twin = model.copy(mode='copy')
+    jitted = chainerjit.jit(twin.get_loss_func())
+    with pytest.warns(errors.FallbackWarning,
+                      match=r'rec_loss on _VAE outside the model\n.*'
+                      r'test_guards.py", line \d+\n.*self.rec_loss'):
+        for batch in (3, 3, 2):
+            x = (rng.rand(batch, 5) > .5).astype(numpy.float32)
+            loss = jitted(x)
+            numpy.testing.assert_allclose(
+                loss.array, model.get_loss_func()(x).array, rtol=1e-6)
+            assert twin.rec_loss is loss
