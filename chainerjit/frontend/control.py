@@ -716,8 +716,10 @@ def global_kinds(code, frame):
     reads in ``frame`` (and those of its enclosing function's, and its
     own locals) that hold a function of user code (a helper
     ``step(model, x, h)``, or a closure ``def step(x, h):`` the forward
-    defines) or a link: a loop body calls them as it calls the model's
-    methods and links."""
+    defines), a link, or Chainer's ``Variable`` or one of its functions
+    imported by name (``from chainer import Variable``, ``from
+    chainer.functions import relu``): a loop body calls them as it calls
+    the model's methods and links."""
     found = {}
     own = code.co_freevars + code.co_varnames + code.co_cellvars
     for name in code.co_names + own:
@@ -726,9 +728,16 @@ def global_kinds(code, frame):
         if isinstance(value, chainer.Link):
             found[name] = 'link'
         elif isinstance(value, types.FunctionType) and \
-                is_user_code(value.__code__):
+                is_user_code(value.__code__) or _chainers_own(value):
             found[name] = 'function'
     return found
+
+
+def _chainers_own(value):
+    """``chainer.Variable``, or a function of ``chainer.functions``."""
+    return value is chainer.Variable or \
+        isinstance(value, types.FunctionType) and \
+        value.__module__.startswith('chainer.functions.')
 
 
 def _has_loop(code):

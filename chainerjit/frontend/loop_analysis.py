@@ -65,13 +65,33 @@ def _find_branch_test(code, line):
         loop = node if isinstance(node, ast.While) else \
             _enclosing_loop(node, parents) if breaks else None
         if breaks and loop is not None and (
-                loop.body[-1] is not node or loop.orelse):
-            # Python after the break, or a for-else, would see it.
+                node not in loop.body or loop.orelse or not all(
+                    map(_computes, loop.body[loop.body.index(node) + 1:]))):
+            # Nested in another statement, a for-else, or a name bound
+            # after it to a value made before it would see it.
             loop = None
         return BranchTest(
             'if' if isinstance(node, ast.If) else 'while', negated, breaks,
             None if loop is None else source.header_line(loop) + offset)
     return None
+
+
+#: The values a statement after a loop's exit may bind: each makes a new
+#: value (an op the recording sees), never one made before the exit.
+_COMPUTED = (ast.Call, ast.BinOp, ast.UnaryOp, ast.Compare)
+
+
+def _computes(statement):
+    """Is ``statement`` (after an ``if ...: break`` in a loop's body)
+    an augmented assignment, a call, or the assignment to names of a new
+    value (``h = self.lstm(x)``, not ``prev = h``)?"""
+    if isinstance(statement, ast.AugAssign):
+        return isinstance(statement.target, ast.Name)
+    if isinstance(statement, ast.Expr):
+        return isinstance(statement.value, ast.Call)
+    return isinstance(statement, ast.Assign) and all(
+        isinstance(t, ast.Name) for t in statement.targets) and \
+        isinstance(statement.value, _COMPUTED)
 
 
 def _enclosing_loop(node, parents):

@@ -800,9 +800,12 @@ def record_branch(recorder, label, fn, args, kwargs, result, test):
     condition = recorder.graph.add_value('temp', (), out.dtype)
     loc = user_location(4)
     template = _split_arrays((args, kwargs), [])
+    # (of one array, over all its axes: at any number of its rows)
+    rule = ops.rows_reduced_over(tuple(range(arrays[0].ndim)), False) \
+        if len(arrays) == 1 and out.ndim == 0 else None
     reduction = recorder.add_node(ir.Node(
         label, ops.Kernel(_as_array(kernel_fn),
-                          onnx=_numpy_to_onnx(fn, template)),
+                          onnx=_numpy_to_onnx(fn, template), lengths=rule),
         in_values, [condition], loc=loc))
     recorder.templates[reduction] = ('numpy', fn, template)
     taken = bool(result) != test.negated

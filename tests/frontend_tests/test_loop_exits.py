@@ -13,6 +13,7 @@ fix they name; they stay as regression tests.
 """
 
 import chainer
+from chainer import Variable
 import chainer.functions as F
 import chainer.links as L
 import numpy
@@ -510,3 +511,98 @@ def for_else(xs, h):
 @pytest.mark.parametrize('first', [9, 1])
 def test_was_bug_for_else_with_an_array_break(first):
     cases.fwd(for_else, cases.variables(_make_jump), (first, 1, 9, 1, 9))
+
+
+# --- an exit before the rest of the body -------------------------------------
+
+def appended_after_break(xs, h):
+    ys = []
+    for t in range(len(xs)):
+        h = h * 0.5 + xs[t]
+        if (h.array > 100).all():
+            break
+        ys.append(h)
+    return F.stack(ys + [h])
+
+
+def summed_after_break(xs, h):
+    total = 0
+    for t in range(len(xs)):
+        x = xs[t] * 1
+        if (x.array > 100).all():
+            break
+        h = F.tanh(h + x)
+        total += h
+    return total * h
+
+
+@pytest.mark.parametrize('fn', [appended_after_break, summed_after_break])
+def test_an_exit_before_the_rest_of_the_body(fn):
+    # A value made before the exit and kept after it (appended) is the
+    # previous pass's where the loop leaves: such a loop is unrolled.
+    lengths = (9, 2, 9, 1, 3, 0, 9)
+    cases.fwd(fn, cases.variables(_make_jump), lengths)
+    cases.grads(fn, _make_jump, lengths)
+
+
+class CaptionDecoder(chainer.Chain):
+    """Chainer's image captioning example's decoder: each step reads the
+    words of all captions, padded with -1, and leaves the loop where every
+    caption ended, before the step; the loss and the number of words are
+    added up after the exit."""
+
+    def __init__(self):
+        super(CaptionDecoder, self).__init__()
+        with self.init_scope():
+            self.embed_img = L.Linear(3, 4)
+            self.embed = L.EmbedID(9, 4, ignore_label=-1)
+            self.lstm = L.LSTM(4, 4)
+            self.out = L.Linear(4, 9)
+
+    def forward(self, feats, captions):
+        self.lstm.reset_state()
+        self.lstm(self.embed_img(feats))
+        loss, size = 0, 0
+        for i in range(captions.shape[1] - 1):
+            x = Variable(self.xp.asarray(captions[:, i]))
+            t = Variable(self.xp.asarray(captions[:, i + 1]))
+            if (t.array == -1).all():
+                break
+            h = self.lstm(self.embed(x))
+            loss += F.sum(F.softmax_cross_entropy(
+                self.out(h), t, ignore_label=-1, reduce='no'))
+            size += self.xp.sum(t.array != -1)
+        return loss / max(size, 1)
+
+
+def _captions(rng, batch):
+    """Image features and captions of 2 to 10 words padded to 12."""
+    captions = numpy.full((batch, 12), -1, numpy.int32)
+    for row in captions:
+        n = rng.randint(2, 11)
+        row[:n] = rng.randint(0, 9, n)
+    return cases.a(rng, batch, 3), captions
+
+
+@pytest.mark.parametrize('train', [True, False])
+def test_a_decoder_left_where_every_caption_ended_runs_compiled(train):
+    model, twin = cases.twins(CaptionDecoder)
+    jitted = chainerjit.jit(twin.forward)
+    rng = numpy.random.RandomState(4)
+    with chainer.using_config('train', train):
+        for k in range(16):
+            args = _captions(rng, k % 5 + 1)
+            model.cleargrads()
+            twin.cleargrads()
+            expected, actual = model.forward(*args), jitted(*args)
+            testing.assert_results_equal(actual, expected, rtol=cases.RTOL,
+                                         atol=cases.ATOL)
+            if train:
+                expected.backward()
+                actual.backward()
+                for (name, p), (_, q) in zip(sorted(model.namedparams()),
+                                             sorted(twin.namedparams())):
+                    numpy.testing.assert_allclose(
+                        q.grad, p.grad, rtol=1e-4, atol=1e-6, err_msg=name)
+    info = jitted.cache_info()
+    assert info.compiles <= 3 and info.compiled >= 8, jitted.cache_report()

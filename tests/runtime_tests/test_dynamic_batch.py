@@ -315,3 +315,26 @@ def test_a_session_of_another_result_leaves_the_batch_to_the_vm():
     signatures = sorted(str(e.signature)[:15]
                         for e in jitted.cache_entries())
     assert signatures == ['xs: f32[B,1,6]@', 'xs: f32[B,T,6]@'], signatures
+
+
+def _doubled_where_all_zero(x, t):
+    """A branch on ``.all()`` of a row for each item (a decoder's test of
+    whether every sentence ended)."""
+    y = F.tanh(x)
+    if (t == 0).all():
+        y = y * 2
+    return F.sum(y, axis=1)
+
+
+def test_a_branch_on_all_of_the_rows_serves_every_batch_size():
+    rng = numpy.random.RandomState(3)
+    jitted = chainerjit.jit(_doubled_where_all_zero)
+    with warnings.catch_warnings():
+        warnings.simplefilter('error', errors.RecompileWarning)
+        for batch in (3, 5, 2, 7, 4, 6):
+            x = rng.randn(batch, 4).astype(numpy.float32)
+            t = rng.randint(1, 3, batch).astype(numpy.int32)
+            testing.assert_results_equal(jitted(x, t),
+                                         _doubled_where_all_zero(x, t))
+    entry, = jitted.cache_entries()
+    assert str(entry.signature).startswith('x: f32[B,4]'), entry.signature
