@@ -376,6 +376,7 @@ class _Recorder(object):
         ``self.h`` each step)."""
         if self.depth:
             return
+        sorting.note_orders_read(value)  # (replayed as recorded)
         if kind == 'setattr':
             self.effects = [e for e in self.effects if not (
                 e[0] == 'setattr' and e[1] is target and e[2] == name)]

@@ -501,3 +501,47 @@ def test_calls_sorted_already_find_the_order_again():
         warnings.simplefilter('ignore')
         jitted = differential.check_seeded(_ArgsortTagger(), calls)
     assert jitted.cache_info().hits > 0
+
+
+class _OrderKept(_Model):
+    """The order kept on the model, or reported."""
+
+    def __init__(self, reported):
+        super().__init__()
+        self.reported = reported
+
+    def forward(self, xs, ts):
+        inds = numpy.argsort([-len(x) for x in xs])
+        hy, _ = self.lstm(sequence_embed(self.embed, [xs[i] for i in inds]))
+        if self.reported:
+            chainer.report({'order': inds}, self)
+        else:
+            self.order = inds
+        return F.sum(F.cumsum(hy[-1], axis=0) ** 2)
+
+
+def _order_of(model, reported, forward, args):
+    """The loss of ``forward(*args)``, and the order it kept or reported."""
+    observation = {}
+    with chainer.reporter.Reporter().scope(observation):
+        chainer.reporter.get_current_reporter().add_observer('main', model)
+        loss = forward(*args)
+    return loss, observation['main/order'] if reported else model.order
+
+
+@pytest.mark.parametrize('reported', [False, True])
+def test_an_order_kept_or_reported_is_each_calls(reported):
+    model = _OrderKept(reported)
+    twin = model.copy(mode='copy')
+    jitted = chainerjit.jit(twin.forward)
+    for k, args in enumerate(_batches(numpy.random.RandomState(21),
+                                      _SHAPES)):
+        with warnings.catch_warnings():
+            warnings.simplefilter('ignore')
+            numpy.random.seed(k)
+            loss, order = _order_of(twin, reported, jitted, args)
+            numpy.random.seed(k)
+            expected, expected_order = _order_of(model, reported,
+                                                 model.forward, args)
+        testing.assert_results_equal(loss, expected)
+        numpy.testing.assert_array_equal(order, expected_order)
