@@ -378,6 +378,33 @@ def models():
             chainer.report({'perp': perp}, self)
             return loss
 
+        def translate(self, xs, max_length=100):
+            batch = len(xs)
+            with chainer.no_backprop_mode(), \
+                    chainer.using_config('train', False):
+                xs = [x[::-1] for x in xs]
+                exs = sequence_embed(self.embed_x, xs)
+                h, c, _ = self.encoder(None, None, exs)
+                ys = self.xp.full(batch, 0, numpy.int32)
+                result = []
+                for i in range(max_length):
+                    eys = self.embed_y(ys)
+                    eys = F.split_axis(eys, batch, 0)
+                    h, c, ys = self.decoder(h, c, eys)
+                    cys = F.concat(ys, axis=0)
+                    wy = self.W(cys)
+                    ys = self.xp.argmax(wy.array, axis=1).astype(numpy.int32)
+                    result.append(ys)
+            result = chainer.backends.cuda.to_cpu(
+                self.xp.concatenate([x[None, :] for x in result]).T)
+            outs = []  # each sentence up to its end of sentence
+            for y in result:
+                inds = numpy.argwhere(y == 0)
+                if len(inds) > 0:
+                    y = y[:inds[0, 0]]
+                outs.append(y)
+            return outs
+
     class LossReader(chainer.Chain):
         def __init__(self, n_in=100, n_h=100, classes=10):
             super().__init__()

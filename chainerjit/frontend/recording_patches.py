@@ -769,6 +769,12 @@ def _recording_split(split, recorder):
     the offsets of a list's items recorded item by item is counted
     (``joining.found_joins`` may join that list)."""
     def split_axis(x, indices_or_sections, axis, force_tuple=True):
+        found = _row_of_each_item(x, indices_or_sections, axis, recorder)
+        if found is not None and force_tuple:
+            first = len(recorder.graph.nodes)
+            parts = split(x, int(indices_or_sections), 0)
+            recorder.droppable.extend(recorder.graph.nodes[first:])
+            return joining.cut_at_items(parts, x, found)
         found = None
         if _state.recorder is recorder and not recorder.depth:
             made = lengths.offsets_of_sums(indices_or_sections)
@@ -795,6 +801,27 @@ def _recording_split(split, recorder):
                                     items_lengths)
     split_axis.__wrapped__ = split
     return split_axis
+
+
+def _row_of_each_item(x, sections, axis, recorder):
+    """Where ``F.split_axis(x, len(xs), 0)`` cuts ``x``, a row for each
+    item of a joined list ``xs`` (the last words of every sentence, a
+    decoder's step, into an N-step link), into its rows: the lengths of
+    those parts, ones (a traced array of the items' number); else
+    ``None``."""
+    if _state.recorder is not recorder or recorder.depth or axis != 0 or \
+            type(sections) is not lengths.Length or \
+            sections.affine != (1, 0) or len(sections.origins) != 1:
+        return None
+    leaf, at = next(iter(sections.origins))
+    items_lengths = recorder.item_lengths.get(leaf)
+    if at != 0 or items_lengths is None or \
+            len(lengths.data_of(x)) != int.__int__(sections):
+        return None
+    ones = items_lengths * 0 + 1
+    recorder.length_leaves[id(ones)] = recorder.length_leaves[
+        id(items_lengths)]
+    return ones
 
 
 def _into_its_rows(x, sections, axis, recorder):

@@ -149,3 +149,19 @@ def test_a_returned_identity_view_is_kept():
 graph f(x0: f32[2,3]; ):
   %0: f32[2,3] = Transpose[axes=(0, 1)](x0)
   return (%0)'''
+
+
+def _unused_in_a_loop(xs, h):
+    for t in range(len(xs)):
+        F.exp(xs[t])  # unused
+        h = F.tanh(h + xs[t])
+    return h
+
+
+def test_dce_drops_what_a_loop_body_does_not_use(rng):
+    calls = [(rng.randn(n, 2, 3).astype(numpy.float32),
+              rng.randn(2, 3).astype(numpy.float32)) for n in (4, 6, 5)]
+    jitted = testing.assert_jit_matches_eager(_unused_in_a_loop, calls)
+    entry, = jitted.cache_entries()
+    text = str(entry.graph)
+    assert 'Loop' in text and 'Tanh' in text and 'Exp' not in text, text

@@ -2594,3 +2594,30 @@ def test_items_cut_off_the_graph_get_no_gradient_at_any_call(how):
         jitted = differential.check_seeded(_CutOff(how), calls)
     if how == 'frozen encoder':  # (the rows made without gradient apart)
         assert len(jitted.cache_entries()) == 1, jitted.cache_report()
+
+
+# --- a decoder's step of every sentence -------------------------------------
+
+def test_the_seq2seq_examples_translation_compiles_once():
+    # Its decoder's step splits the words of all sentences into one row
+    # each (F.split_axis(eys, batch, 0)) for the N-step link, inside the
+    # loop of steps before the graph break that cuts each output at its
+    # end of sentence.
+    from benchmarks.bench_programs import models
+    numpy.random.seed(0)
+    model = models()[6]()
+    twin = model.copy(mode='copy')
+    jitted = chainerjit.jit(twin.translate)
+    rng = numpy.random.RandomState(24)
+    with warnings.catch_warnings():
+        warnings.simplefilter('ignore')
+        for n in (3, 5, 2, 7, 4, 6, 3, 8, 5, 2):
+            xs = [rng.randint(1, 100, k).astype(I32)
+                  for k in rng.randint(1, 10, n)]
+            expected, actual = model.translate(xs, 6), jitted(xs, 6)
+            assert [y.tolist() for y in actual] == \
+                [y.tolist() for y in expected]
+    assert jitted.cache_info().compiles <= 3, jitted.cache_report()
+    entry, = jitted.graph_break()[1]['prefix'].cache_entries()
+    assert str(entry.signature).startswith(
+        'xs[0]: i32[W]@cpu (array), xs[1]: i64[B]@cpu'), entry.signature
