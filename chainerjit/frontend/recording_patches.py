@@ -111,12 +111,11 @@ def _recording_setattr(link_setattr, recorder):
     assignments."""
     def setattr_recorded(link, name, value):
         if _state.recorder is recorder:
+            loc = traced.user_location(2)
             value = lengths.plain(value, recorder.length_uses,
-                                  'assigned to self.%s' % name,
-                                  traced.user_location(2))
+                                  'assigned to self.%s' % name, loc)
             recorder.first_access.setdefault((id(link), name), 'write')
-            recorder.note_effect('setattr', link, name, value,
-                                 traced.user_location(2))
+            recorder.note_effect('setattr', link, name, value, loc)
         link_setattr(link, name, value)
     return setattr_recorded
 
@@ -1123,10 +1122,11 @@ def _recording_argmax_crf1d(argmax_crf1d, recorder):
     return best
 
 
-def _best_paths(cost, sequences, recorder):
-    """``(score, each sequence's best path, a Variable)`` of the CRF of
-    ``cost`` over ``sequences``: one node on their rows where they are
-    joined items, else on them."""
+def _best_paths(cost, sequences, recorder, kind=chainer.Variable):
+    """``(score, each sequence's best path)`` of the CRF of ``cost`` over
+    ``sequences``: one node on their rows where they are joined items
+    (each path a Variable, or for ``kind`` ``None`` a traced array, noted
+    as their items are), else on them (Variables)."""
     whole = _whole_sequences(sequences, recorder)
     if whole is None:
         found = loss_ops.ArgmaxCRF1dOfSequences(len(sequences)).apply(
@@ -1135,7 +1135,7 @@ def _best_paths(cost, sequences, recorder):
     found = loss_ops.ArgmaxCRF1dOfSegments().apply(
         (cost, whole.packed, whole.joined))
     return found[0], list(joining.parts_like(found[1].array, sequences,
-                                             chainer.Variable))
+                                             kind))
 
 
 def _recording_crf1d(crf1d, recorder):
@@ -1221,14 +1221,8 @@ def _recording_crf1d_argmax(argmax, recorder):
         if _state.recorder is not recorder or recorder.depth or \
                 not transpose or not isinstance(xs, list) or not xs:
             return argmax(link, xs, transpose)
-        scores = _whole_sequences(xs, recorder)
-        if scores is not None:
-            found = loss_ops.ArgmaxCRF1dOfSegments().apply(
-                (link.cost, scores.packed, scores.joined))
-            return found[0], joining.parts_like(found[1].array, xs)
-        found = loss_ops.ArgmaxCRF1dOfSequences(len(xs)).apply(
-            [link.cost] + xs)
-        return found[0], [path.array for path in found[1:]]
+        score, paths = _best_paths(link.cost, xs, recorder, None)
+        return score, [lengths.array_of(path) for path in paths]
     best.__wrapped__ = argmax
     return best
 

@@ -115,10 +115,16 @@ def _by_lengths(recorder, elements, keys, reverse, loc):
         tuple(tuple(values[i][c] for i in order)
               for c in range(_len(members[0]))),
         column, descending, loc))
-    recorder.length_uses.append(lengths.Use(
-        tuple(_sorted(set(next(iter(k.origins)) for k in keys))), SORTED,
-        loc, terms=lengths.ITEMS))
+    _note_sorted(recorder, keys, SORTED, loc)
     return [elements[i] for i in order]
+
+
+def _note_sorted(recorder, keys, what, loc):
+    """Notes the lengths ``keys`` a recording item by item sorted by
+    (``what``: :data:`SORTED`, :data:`ARGSORTED`), which its key holds."""
+    recorder.length_uses.append(lengths.Use(
+        tuple(_sorted(set(next(iter(k.origins)) for k in keys))), what,
+        loc, terms=lengths.ITEMS))
 
 
 def _in_joined_order(recorder, elements, members, column, descending,
@@ -484,8 +490,7 @@ def _ordered(recorder, keys, how, loc):
     note = IndexSort(values, how, loc)
     recorder.sorts.append(note)
     recorder.length_reads.difference_update(origins)  # (read to sort)
-    recorder.length_uses.append(lengths.Use(
-        tuple(_sorted(set(origins))), ARGSORTED, loc, terms=lengths.ITEMS))
+    _note_sorted(recorder, keys, ARGSORTED, loc)
     return _Ordered(recorder, loc, note=note)
 
 

@@ -443,14 +443,12 @@ def _fallback_reason(caller, recording, py_guards, generators,
         caller.warn_fallback(errors.DataDependentValue(what), loc,
                              recording.cut)
         return '%s at %s' % (what, _format_loc(loc))
-    if _has_guards(recording.graph.nodes) and \
-            not pure_but_guards(recording.graph.nodes):
+    guard = _first_guard(recording.graph.nodes)
+    if guard is not None and not pure_but_guards(recording.graph.nodes):
         reason = ('a branch on an array value in a forward with random or '
                   'stateful operations')
-        loc = next(node.loc for node in recording.graph.nodes
-                   if structural.is_guard(node))
-        caller.warn_fallback(errors.DataDependentValue(reason), loc)
-        return '%s at %s' % (reason, _format_loc(loc))
+        caller.warn_fallback(errors.DataDependentValue(reason), guard.loc)
+        return '%s at %s' % (reason, _format_loc(guard.loc))
     return None
 
 
@@ -523,8 +521,8 @@ def _format_loc(loc):
     return '%s:%d' % loc
 
 
-def _has_guards(nodes):
-    return any(structural.is_guard(node) for node in nodes)
+def _first_guard(nodes):
+    return next((node for node in nodes if structural.is_guard(node)), None)
 
 
 def pure_but_guards(nodes):
